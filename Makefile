@@ -1,0 +1,32 @@
+# Every target sets itself up: a virtual environment in .venv, torch pinned by constraints.txt.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo bench test lint format clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench]"
+	touch $(STAMP)
+
+demo: $(STAMP)            ## kiln's main job: compile models, check against eager, time them
+	$(PY) -m kiln bench --quick
+
+test: $(STAMP)            ## lint, format check, the whole test suite
+	$(PY) -m ruff check kiln tests benchmarks
+	$(PY) -m ruff format --check kiln tests benchmarks
+	$(PY) -m pytest -n 2 tests
+
+lint: $(STAMP)
+	$(PY) -m ruff check kiln tests benchmarks
+	$(PY) -m ruff format --check kiln tests benchmarks
+
+format: $(STAMP)
+	$(PY) -m ruff check --fix kiln tests benchmarks
+	$(PY) -m ruff format kiln tests benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
