@@ -1,0 +1,60 @@
+"""Every kiln setting, one comment each; `KILN_<NAME>` in the environment overrides the default."""
+
+import os
+import sys
+
+# --- frontend ---
+cache_size_limit = 8  # compiled entries per code object before the frame runs eagerly
+inline_depth_limit = 32  # nested user-function inlining depth before a graph break
+specialize_int = True  # Python ints taken as constants (guarded), not graph inputs
+skip_modules = (
+    "torch",
+    "numpy",
+    "sympy",
+    "networkx",
+    "kiln",
+)  # frames from these are never captured
+suppress_errors = False  # internal errors in kiln fall back to eager (True) or raise (False)
+
+# --- dynamic shapes ---
+automatic_dynamic_shapes = True  # a changed size recompiles once with that dimension symbolic
+assume_static_by_default = True  # first compile treats every size as static
+
+# --- autograd ---
+fallback_random = False  # random ops draw exactly what eager draws (no functional RNG)
+partitioner = "min_cut"  # "min_cut" (recompute cheap ops in backward) or "default"
+compiled_autograd = False  # route .backward() inside compiled code to compiled autograd
+
+# --- backend ---
+raise_on_backend_error = False  # a failing backend raises instead of falling back with a warning
+cpp_compiler = "g++"  # compiler for CPU kernels
+cpp_flags = "-O3 -march=native -fopenmp -fPIC -shared -std=c++17"  # never -ffast-math
+num_threads = 0  # OpenMP threads for kernels; 0 = torch.get_num_threads()
+
+# --- files ---
+cache_dir = os.path.expanduser("~/.cache/kiln")  # on-disk code and graph cache
+debug_dir = ""  # when set, every compiled frame's artefacts are dumped below it
+
+
+def _coerce(default, text):
+    """Parse an environment string to the type of the default."""
+    if isinstance(default, bool):
+        return text.strip().lower() in ("1", "true", "yes", "on")
+    if isinstance(default, int):
+        return int(text)
+    if isinstance(default, tuple):
+        return tuple(p for p in text.split(",") if p)
+    return text
+
+
+def _apply_env_overrides():
+    module = sys.modules[__name__]
+    for name, value in list(vars(module).items()):
+        if name.startswith("_") or callable(value) or isinstance(value, type(os)):
+            continue
+        env = os.environ.get(f"KILN_{name.upper()}")
+        if env is not None:
+            setattr(module, name, _coerce(value, env))
+
+
+_apply_env_overrides()

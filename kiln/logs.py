@@ -1,0 +1,71 @@
+"""Named log channels (KILN_LOGS="guards,recompiles") and the global counters."""
+
+import collections
+import logging
+import os
+import sys
+
+CHANNELS = (
+    "graph_breaks",
+    "recompiles",
+    "guards",
+    "graph_code",
+    "bytecode",
+    "aot_graphs",
+    "output_code",
+    "compiled_autograd",
+    "compiled_autograd_verbose",
+    "perf_hints",
+)
+
+# counters["stats"]["unique_graphs"], counters["frames"]["total"], ... (cleared by kiln.reset()).
+counters = collections.defaultdict(collections.Counter)
+
+_enabled: set[str] = set()
+_handler = logging.StreamHandler(sys.stderr)
+_handler.setFormatter(logging.Formatter("[kiln:%(channel)s] %(message)s"))
+
+
+def set_logs(spec):
+    """Enable channels from a comma-separated spec ("all" enables every channel)."""
+    names = {n.strip() for n in spec.split(",") if n.strip()}
+    if "all" in names:
+        names = set(CHANNELS)
+    unknown = names - set(CHANNELS)
+    if unknown:
+        raise ValueError(
+            f"unknown KILN_LOGS channel(s) {sorted(unknown)}; known: {', '.join(CHANNELS)}"
+        )
+    if "compiled_autograd_verbose" in names:
+        names.add("compiled_autograd")
+    _enabled.clear()
+    _enabled.update(names)
+
+
+def enabled(channel):
+    """Whether a channel is on; call before building an expensive message."""
+    return channel in _enabled
+
+
+def get_logger(channel):
+    """The logging.Logger of a channel ("kiln.<channel>"), at DEBUG when the channel is on."""
+    logger = logging.getLogger(f"kiln.{channel}")
+    if _handler not in logger.handlers:
+        logger.addHandler(_handler)
+        logger.propagate = False
+    logger.setLevel(logging.DEBUG if channel in _enabled else logging.WARNING)
+    return logger
+
+
+def log(channel, msg, *args):
+    """Print a message on a channel if it is enabled."""
+    if channel in _enabled:
+        get_logger(channel).debug(msg, *args, extra={"channel": channel})
+
+
+def warn(msg, *args):
+    """A warning every user sees (fallbacks, recompile limits)."""
+    get_logger("warnings").warning(msg, *args, extra={"channel": "warning"})
+
+
+set_logs(os.environ.get("KILN_LOGS", ""))
