@@ -22,7 +22,21 @@ CHANNELS = (
 counters = collections.defaultdict(collections.Counter)
 
 _enabled: set[str] = set()
-_handler = logging.StreamHandler(sys.stderr)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time (so redirection and capture work)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        pass
+
+
+_handler = _StderrHandler()
 _handler.setFormatter(logging.Formatter("[kiln:%(channel)s] %(message)s"))
 
 
