@@ -1,0 +1,1 @@
+"""Ahead-of-time autograd: ATen tracing, functionalization, joint graphs and partitioning."""
