@@ -1,0 +1,291 @@
+"""decode: code object -> [Inst]; encode: [Inst] -> code object (via the `bytecode` package)."""
+
+from __future__ import annotations
+
+import dis
+import types
+
+import bytecode as bc
+from bytecode import instr as bc_instr
+from bytecode.concrete import _ConvertBytecodeToConcrete
+
+from kiln.bytecode.inst import (
+    CACHE_OPS,
+    HASARG,
+    HASCOMPARE,
+    HASCONST,
+    HASFREE,
+    HASLOCAL,
+    HASNAME,
+    PY312_PLUS,
+    PY313_PLUS,
+    ExceptionEntry,
+    Inst,
+)
+
+
+class BytecodeError(Exception):
+    """Raised when instructions cannot be decoded or assembled."""
+
+
+def decode(code: types.CodeType) -> list[Inst]:
+    """The instructions of a code object: caches dropped, EXTENDED_ARG folded, jumps as targets."""
+    abstract = bc.Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
+    dis_insts = [i for i in dis.get_instructions(code) if i.opname not in CACHE_OPS]
+    insts: list[Inst] = []
+    jumps: list[tuple[Inst, bc.Label]] = []
+    label_at: dict[bc.Label, int] = {}
+    entries: dict[bc.TryBegin, ExceptionEntry] = {}
+    entry_targets: list[tuple[ExceptionEntry, bc.Label]] = []
+    current: bc.TryBegin | None = None
+    k = 0
+    for item in abstract:
+        if isinstance(item, bc.Label):
+            label_at[item] = len(insts)
+        elif isinstance(item, bc.TryBegin):
+            current = item
+        elif isinstance(item, bc.TryEnd):
+            if item.entry is current:
+                current = None
+        elif isinstance(item, bc.Instr):
+            if item.name in CACHE_OPS:
+                continue
+            d = dis_insts[k]
+            k += 1
+            if d.opname != item.name:
+                raise BytecodeError(f"decode mismatch at {d.offset}: {d.opname} vs {item.name}")
+            pos = d.positions
+            argval = d.argval
+            if d.opname in HASCONST:  # 3.11's dis leaves KW_NAMES unresolved
+                argval = item.arg
+            inst = Inst(d.opname, d.arg, argval, d.argrepr, d.offset, pos.lineno, pos)
+            if d.opname == "KW_NAMES":
+                inst.argrepr = repr(argval)
+            if isinstance(item.arg, bc.Label):
+                jumps.append((inst, item.arg))
+            if current is not None:
+                e = entries.get(current)
+                if e is None:
+                    e = entries[current] = ExceptionEntry(
+                        inst, inst, None, current.stack_depth, current.push_lasti
+                    )
+                    entry_targets.append((e, current.target))
+                e.end = inst
+                inst.exn_tab_entry = e
+            insts.append(inst)
+    if k != len(dis_insts):
+        raise BytecodeError(f"decode mismatch: {k} instructions vs {len(dis_insts)} from dis")
+    for inst, label in jumps:
+        inst.target = insts[label_at[label]]
+    for e, label in entry_targets:
+        e.target = insts[label_at[label]]
+    return insts
+
+
+# Code fields encode() accepts as overrides, mapped to the bytecode package's attributes.
+_FIELDS = {
+    "co_argcount": "argcount",
+    "co_posonlyargcount": "posonlyargcount",
+    "co_kwonlyargcount": "kwonlyargcount",
+    "co_flags": "flags",
+    "co_firstlineno": "first_lineno",
+    "co_name": "name",
+    "co_qualname": "qualname",
+    "co_filename": "filename",
+    "co_cellvars": "cellvars",
+    "co_freevars": "freevars",
+}
+_INVERT = {"TRUE": "FALSE", "FALSE": "TRUE", "NONE": "NOT_NONE", "NOT_NONE": "NONE"}
+
+
+def _direction(opname, backward):
+    """The jump opname of the right direction for this Python (None: needs the 3.12 rewrite)."""
+    if opname in ("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP"):
+        if backward:
+            return "JUMP_BACKWARD_NO_INTERRUPT" if opname.endswith("INTERRUPT") else "JUMP_BACKWARD"
+        return "JUMP_FORWARD"
+    if opname.startswith("POP_JUMP_"):
+        cond = opname.rsplit("_IF_", 1)[1]
+        if PY312_PLUS:
+            return None if backward else f"POP_JUMP_IF_{cond}"
+        return f"POP_JUMP_{'BACKWARD' if backward else 'FORWARD'}_IF_{cond}"
+    if backward:
+        raise BytecodeError(f"{opname} cannot jump backward")
+    return opname
+
+
+def _location(inst):
+    p = inst.positions
+    if p is not None:
+        return bc_instr.InstrLocation(p.lineno, p.end_lineno, p.col_offset, p.end_col_offset)
+    if inst.lineno is not None:
+        return bc_instr.InstrLocation(inst.lineno, None, None, None)
+    return None  # inherit the previous instruction's location
+
+
+class _ArgConverter:
+    """Turns an Inst's (opname, arg, argval) into the `bytecode` package's argument."""
+
+    def __init__(self, varnames, cellvars, freevars):
+        self.varnames = set(varnames)
+        self.cellvars = set(cellvars)
+        self.freevars = set(freevars)
+
+    def var(self, name, *, local):
+        if local and (name in self.varnames or name not in self.cellvars | self.freevars):
+            return name
+        if name in self.cellvars:
+            return bc.CellVar(name)
+        if name in self.freevars:
+            return bc.FreeVar(name)
+        raise BytecodeError(f"{name!r} is neither a cell nor a free variable")
+
+    def __call__(self, inst):
+        op, arg, argval = inst.opname, inst.arg, inst.argval
+        if op in HASCONST:
+            return argval
+        if op in HASLOCAL:
+            if isinstance(argval, tuple):
+                return tuple(self.var(n, local=True) for n in argval)
+            return self.var(argval, local=True)
+        if op in HASFREE:
+            return self.var(argval, local=False)
+        if op in HASNAME:
+            flags = arg or 0
+            if op == "LOAD_GLOBAL" or (PY312_PLUS and op == "LOAD_ATTR"):
+                return (bool(flags & 1), argval)
+            if op == "LOAD_SUPER_ATTR":
+                return (bool(flags & 1), bool(flags & 2), argval)
+            return argval
+        if op in HASCOMPARE:
+            cmp = dis.cmp_op.index(argval) if isinstance(argval, str) else int(argval)
+            if PY313_PLUS and arg is not None and arg & 16:
+                cmp += 16
+            return bc.Compare(cmp)
+        if op not in HASARG:
+            return bc.UNSET
+        if arg is None:
+            if not isinstance(argval, int):
+                raise BytecodeError(f"{op} needs an integer arg, got arg=None argval={argval!r}")
+            arg = argval
+        code = dis.opmap[op]
+        if code in bc_instr.BINARY_OPS:
+            return bc.BinaryOp(arg)
+        if code in bc_instr.INTRINSIC_1OP:
+            return bc.Intrinsic1Op(arg)
+        if code in bc_instr.INTRINSIC_2OP:
+            return bc.Intrinsic2Op(arg)
+        if code in getattr(bc_instr, "FORMAT_VALUE_OPS", ()):
+            return bc_instr.FormatValue(arg)
+        return arg
+
+
+def encode(insts: list[Inst], like: types.CodeType, **replace) -> types.CodeType:
+    """Assemble instructions into a code object shaped like `like`, with `co_*` fields replaced.
+
+    Offsets, jump args and directions, EXTENDED_ARG, inline caches, the exception table, the
+    line/position table and co_stacksize are all recomputed. Accepted overrides: co_varnames,
+    co_argcount, co_posonlyargcount, co_kwonlyargcount, co_flags, co_firstlineno, co_name,
+    co_qualname, co_filename, co_cellvars, co_freevars (co_nlocals is derived). Instructions with
+    no positions take the previous instruction's location.
+    """
+    unknown = set(replace) - set(_FIELDS) - {"co_varnames", "co_nlocals"}
+    if unknown:
+        raise BytecodeError(f"encode() cannot replace {sorted(unknown)}")
+    replace.pop("co_nlocals", None)
+    varnames = list(replace.pop("co_varnames", like.co_varnames))
+    out = bc.Bytecode()
+    out.argcount = like.co_argcount
+    out.posonlyargcount = like.co_posonlyargcount
+    out.kwonlyargcount = like.co_kwonlyargcount
+    out.flags = bc.CompilerFlags(like.co_flags)
+    out.first_lineno = like.co_firstlineno
+    out.name = like.co_name
+    out.qualname = like.co_qualname
+    out.filename = like.co_filename
+    out.cellvars = list(like.co_cellvars)
+    out.freevars = list(like.co_freevars)
+    consts = like.co_consts
+    out.docstring = (
+        consts[0] if consts and (consts[0] is None or isinstance(consts[0], str)) else bc.UNSET
+    )
+    for key, value in replace.items():
+        setattr(
+            out,
+            _FIELDS[key],
+            bc.CompilerFlags(value)
+            if key == "co_flags"
+            else list(value)
+            if key in ("co_cellvars", "co_freevars")
+            else value,
+        )
+    nargs = out.argcount + out.kwonlyargcount
+    nargs += bool(out.flags & bc.CompilerFlags.VARARGS) + bool(
+        out.flags & bc.CompilerFlags.VARKEYWORDS
+    )
+    out.argnames = varnames[:nargs]
+    convert = _ArgConverter(varnames, out.cellvars, out.freevars)
+
+    labels: dict[int, bc.Label] = {}
+    for inst in insts:
+        if inst.target is not None:
+            labels.setdefault(id(inst.target), bc.Label())
+        if inst.exn_tab_entry is not None:
+            labels.setdefault(id(inst.exn_tab_entry.target), bc.Label())
+    position = {id(inst): n for n, inst in enumerate(insts)}
+    for key in labels:
+        if key not in position:
+            raise BytecodeError("a jump or exception target is not in the instruction list")
+
+    current = None  # (ExceptionEntry, TryBegin) of the open range
+    for n, inst in enumerate(insts):
+        entry = inst.exn_tab_entry
+        if current is not None and current[0] is not entry:
+            out.append(bc.TryEnd(current[1]))
+            current = None
+        label = labels.get(id(inst))
+        if label is not None:
+            out.append(label)
+        if entry is not None and current is None:
+            tb = bc.TryBegin(labels[id(entry.target)], entry.lasti, entry.depth)
+            out.append(tb)
+            current = (entry, tb)
+        loc = _location(inst)
+        if inst.target is None:
+            try:
+                out.append(bc.Instr(inst.opname, convert(inst), location=loc))
+            except (TypeError, ValueError) as e:
+                raise BytecodeError(f"cannot encode {inst!r}: {e}") from e
+            continue
+        backward = position[id(inst.target)] <= n
+        opname = _direction(inst.opname, backward)
+        target = labels[id(inst.target)]
+        if opname is None:  # 3.12+: no backward conditional jump; jump over a JUMP_BACKWARD
+            cond = inst.opname.rsplit("_IF_", 1)[1]
+            skip = bc.Label()
+            out.append(bc.Instr(f"POP_JUMP_IF_{_INVERT[cond]}", skip, location=loc))
+            out.append(bc.Instr("JUMP_BACKWARD", target, location=loc))
+            out.append(skip)
+        else:
+            out.append(bc.Instr(opname, target, location=loc))
+    if current is not None:
+        out.append(bc.TryEnd(current[1]))
+
+    try:
+        stacksize = bc.ControlFlowGraph.from_bytecode(out).compute_stacksize(
+            check_pre_and_post=True, compute_exception_stack_depths=False
+        )
+        conv = _ConvertBytecodeToConcrete(out)
+        # Keep the original order of consts/names/varnames (stable co_* tuples for unedited code).
+        for c in consts:
+            conv.add_const(c)
+        for name in like.co_names:
+            conv.add_name(name)
+        for name in varnames:
+            conv.add_varname(name)
+        concrete = conv.to_concrete_bytecode(compute_exception_stack_depths=False)
+        return concrete.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
+    except BytecodeError:
+        raise
+    except Exception as e:
+        raise BytecodeError(f"cannot assemble {like.co_name}: {type(e).__name__}: {e}") from e

@@ -1,0 +1,172 @@
+"""Round-trip and edit checks for kiln.bytecode; needs neither torch nor pytest.
+
+Run directly (any Python 3.11-3.13 with `bytecode` importable): `python roundtrip_checks.py`.
+kiln/__init__.py imports torch, so bootstrap() registers bare `kiln` / `kiln.frontend` package
+modules first and only kiln.bytecode (and kiln.frontend.resume) are executed.
+"""
+
+import copy
+import importlib.util
+import pathlib
+import sys
+import types
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+def bootstrap():
+    """Make kiln.bytecode / kiln.frontend.resume importable without executing kiln/__init__.py."""
+    for name, path in (("kiln", ROOT / "kiln"), ("kiln.frontend", ROOT / "kiln" / "frontend")):
+        if name not in sys.modules:
+            mod = types.ModuleType(name)
+            mod.__path__ = [str(path)]
+            sys.modules[name] = mod
+
+
+def load(name, path):
+    """Import a helper module of the tests by file path (the tests folder is not a package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def outcome(fn, args):
+    """What a call does: ("ok", value) or ("raise", type, args); arguments are copied first."""
+    args = copy.deepcopy(args)
+    try:
+        return ("ok", fn(*args), args)
+    except Exception as e:  # noqa: BLE001 - any exception is an outcome to compare
+        return ("raise", type(e), str(e.args))
+
+
+def with_code(fn, code):
+    new = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    return new
+
+
+def merged_lines(code):
+    out = []
+    for start, end, line in code.co_lines():
+        if out and out[-1][2] == line and out[-1][1] == start:
+            out[-1] = (out[-1][0], end, line)
+        else:
+            out.append((start, end, line))
+    return out
+
+
+def roundtrip(code, B):
+    """decode/encode a code object and, recursively, the code objects among its constants."""
+    insts = B.decode(code)
+    for inst in insts:
+        if isinstance(inst.argval, types.CodeType):
+            inst.argval = roundtrip(inst.argval, B)
+    return B.encode(insts, like=code)
+
+
+def check_roundtrip(fn, inputs, B):
+    old = fn.__code__
+    new = B.encode(B.decode(old), like=old)
+    assert new.co_code == old.co_code, f"{fn.__name__}: co_code differs"
+    assert new.co_exceptiontable == old.co_exceptiontable, f"{fn.__name__}: exception table"
+    assert list(new.co_positions()) == list(old.co_positions()), f"{fn.__name__}: positions"
+    assert merged_lines(new) == merged_lines(old), f"{fn.__name__}: co_lines"
+    assert new.co_stacksize == old.co_stacksize, f"{fn.__name__}: stacksize"
+    for field in ("co_varnames", "co_names", "co_cellvars", "co_freevars", "co_flags"):
+        assert getattr(new, field) == getattr(old, field), f"{fn.__name__}: {field}"
+    new_fn = with_code(fn, roundtrip(old, B))  # nested code objects round-tripped too
+    for args in inputs:
+        assert outcome(new_fn, args) == outcome(fn, args), f"{fn.__name__}{args}"
+    # the printer covers every instruction
+    text = B.format(B.decode(old))
+    assert len(text.splitlines()) >= len(B.decode(old))
+
+
+def edit_prologue_and_returns(fn, B):
+    """Edited code: a prologue storing a constant in a new local and looping 3 times with a
+    backward conditional jump, and a recorder call inserted before every return."""
+    E = B.emit
+    record = []
+    insts = B.decode(fn.__code__)
+    loop_head = E.load_fast("__kiln_k")
+    prologue = (
+        E.load_const(0)
+        + E.store_fast("__kiln_k")
+        + loop_head
+        + E.load_const(1)
+        + E.binary_op("+")
+        + E.store_fast("__kiln_k")
+        + E.load_fast("__kiln_k")
+        + E.load_const(3)
+        + E.compare_op("<")
+        + E.pop_jump_if_true(loop_head[0])
+        + E.call_function(E.load_const(record.append), [E.load_fast("__kiln_k")])
+        + E.pop_top()
+    )
+    B.insert_after(insts, insts[B.first_resume(insts)], prologue)
+    for inst in list(insts):
+        if inst.opname == "RETURN_VALUE":
+            seq = E.with_null(E.load_const(record.append)) + E.copy(3) + E.call(1) + E.pop_top()
+        elif inst.opname == "RETURN_CONST":
+            seq = E.call_function(E.load_const(record.append), [E.load_const(inst.argval)])
+            seq += E.pop_top()
+        else:
+            continue
+        B.insert_before(insts, inst, seq)
+    code = B.encode(insts, like=fn.__code__)
+    assert "__kiln_k" in code.co_varnames
+    return with_code(fn, code), record
+
+
+def check_edits(fn, inputs, B):
+    new_fn, record = edit_prologue_and_returns(fn, B)
+    for args in inputs:
+        record.clear()
+        got = outcome(new_fn, args)
+        assert got == outcome(fn, args), f"edited {fn.__name__}{args}"
+        if got[0] == "ok" or record:  # (a bad call raises before the prologue runs)
+            assert record[0] == 3, f"edited {fn.__name__}{args}: prologue loop ran {record[:1]}"
+        if got[0] == "ok":
+            assert record[-1] is got[1] or record[-1] == got[1], f"edited {fn.__name__}{args}"
+            assert len(record) == 2
+
+
+def main():
+    bootstrap()
+    import kiln.bytecode as B
+
+    corpus = load("kiln_bytecode_corpus", HERE / "corpus_funcs.py")
+    failures = 0
+    for fn, inputs in corpus.CASES:
+        for check in (check_roundtrip, check_edits):
+            try:
+                check(fn, inputs, B)
+            except Exception as e:  # noqa: BLE001 - report every failing case
+                failures += 1
+                print(f"FAIL {check.__name__} {fn.__name__}: {type(e).__name__}: {e}")
+    resume_checks = ROOT / "tests" / "frontend" / "resume_checks.py"
+    n_resume = 0
+    if resume_checks.exists():
+        mod = load("kiln_resume_checks", resume_checks)
+        for name, check in mod.all_checks():
+            n_resume += 1
+            try:
+                check()
+            except Exception as e:  # noqa: BLE001
+                failures += 1
+                print(f"FAIL resume {name}: {type(e).__name__}: {e}")
+    v = ".".join(map(str, sys.version_info[:3]))
+    print(
+        f"python {v}: {len(corpus.CASES)} corpus functions, {n_resume} resume checks, "
+        f"{failures} failures"
+    )
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
