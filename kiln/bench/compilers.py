@@ -1,0 +1,137 @@
+"""The compilers `kiln bench` compares: eager (the baseline), kiln.compile and torch.compile.
+
+Each is an adapter with one interface: `available()` (a reason when not), `compile(model)`,
+`reset()` (drop in-memory compiled code; on-disk caches stay) and `counts()` (graphs and graph
+breaks since the last reset). Names on the command line: "eager", "kiln" (kiln.compile with
+--backend), "kiln:<backend>", "torch.compile" (inductor), "torch.compile:<backend>".
+"""
+
+import importlib
+
+
+def _first_line(e):
+    text = f"{type(e).__name__}: {e}".strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+class Eager:
+    """The baseline: the model as it is."""
+
+    kind = "eager"
+
+    def __init__(self, name="eager"):
+        self.name = name
+
+    def available(self):
+        return ""
+
+    def compile(self, model):
+        return model
+
+    def reset(self):
+        pass
+
+    def counts(self):
+        return None, None
+
+
+class Kiln:
+    """`kiln.compile(model, backend=...)`; counts from `kiln.counters`."""
+
+    kind = "kiln"
+
+    def __init__(self, name="kiln", backend="kiln"):
+        self.name = name
+        self.backend = backend
+
+    def available(self):
+        try:
+            kiln = importlib.import_module("kiln")
+        except Exception as e:
+            return f"import kiln failed: {_first_line(e)}"
+        if not callable(getattr(kiln, "compile", None)):
+            return "kiln.compile is not implemented yet"
+        try:
+            kiln.lookup_backend(self.backend)
+        except Exception as e:
+            return f"backend {self.backend!r}: {_first_line(e)}"
+        return ""
+
+    def compile(self, model):
+        import kiln
+
+        # A backend failure must show in the table, not fall back to eager silently.
+        kiln.config.raise_on_backend_error = True
+        return kiln.compile(model, backend=self.backend)
+
+    def reset(self):
+        import kiln
+
+        if callable(getattr(kiln, "reset", None)):
+            kiln.reset()
+        kiln.counters.clear()
+
+    def counts(self):
+        import kiln
+
+        c = kiln.counters
+        graphs = c["stats"].get("unique_graphs", 0)
+        breaks = sum(c["graph_break"].values()) + sum(c["graph_breaks"].values())
+        return graphs, breaks
+
+
+class TorchCompile:
+    """`torch.compile(model, backend=...)` (inductor by default); counts from dynamo's counters."""
+
+    kind = "torch.compile"
+
+    def __init__(self, name="torch.compile", backend="inductor"):
+        self.name = name
+        self.backend = backend
+
+    def available(self):
+        try:
+            import torch._dynamo  # noqa: F401
+        except Exception as e:
+            return f"torch._dynamo not importable: {_first_line(e)}"
+        return ""
+
+    def compile(self, model):
+        import torch
+
+        return torch.compile(model, backend=self.backend)
+
+    def reset(self):
+        import torch._dynamo
+        from torch._dynamo.utils import counters
+
+        torch._dynamo.reset()
+        counters.clear()
+
+    def counts(self):
+        from torch._dynamo.utils import counters
+
+        return counters["stats"].get("unique_graphs", 0), sum(counters["graph_break"].values())
+
+
+def parse_compare(spec, kiln_backend="kiln"):
+    """Compiler adapters from "eager,kiln,kiln:aot_eager,torch.compile"; eager always first."""
+    compilers = [Eager()]
+    for item in (s.strip() for s in spec.split(",")):
+        if not item or item == "eager":
+            continue
+        head, _, backend = item.partition(":")
+        if head == "kiln":
+            backend = backend or kiln_backend
+            compilers.append(Kiln("kiln" if backend == "kiln" else f"kiln:{backend}", backend))
+        elif head in ("torch.compile", "torch", "inductor"):
+            label = "torch.compile" + (f":{backend}" if backend and backend != "inductor" else "")
+            compilers.append(TorchCompile(label, backend or "inductor"))
+        else:
+            raise ValueError(
+                f"unknown compiler {item!r}; use eager, kiln[:backend], torch.compile[:backend]"
+            )
+    names = [c.name for c in compilers]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--compare names a compiler twice: {names}")
+    return compilers

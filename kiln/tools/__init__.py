@@ -1,0 +1,1 @@
+"""kiln's tools: the command line (`kiln bench`), explain and dumps."""

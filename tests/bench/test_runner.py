@@ -1,0 +1,119 @@
+"""A short accuracy pass through the runner: rows, statuses and pass/fail, never timings."""
+
+import math
+
+import torch
+
+from kiln.bench import report
+from kiln.bench.compilers import Eager, Kiln, parse_compare
+from kiln.bench.runner import Runner, Settings, compare
+
+
+def _settings(**kw):
+    base = dict(models="mlp,pointwise", compare="eager", iters=1, warmup=0, progress=False)
+    base.update(kw)
+    return Settings(**base)
+
+
+def _rows(runner):
+    return {(r.model, r.mode, r.compiler): r for r in runner.rows}
+
+
+def test_eager_against_itself_passes_bitwise():
+    runner = Runner(_settings()).run()
+    rows = _rows(runner)
+    assert len(rows) == 4  # 2 models x 2 modes x eager
+    for r in rows.values():
+        assert r.status == "ok" and r.accuracy == "pass" and r.max_err == 0.0, r
+        assert r.ms is not None and r.speedup is not None and r.cold_s is not None
+    assert [o["compiler"] for o in runner.overhead] == ["eager"]
+
+
+class _Perturb(Eager):
+    """A 'compiler' that returns slightly wrong outputs."""
+
+    kind = "test"
+
+    def __init__(self):
+        super().__init__("perturb")
+
+    def compile(self, model):
+        return lambda *args: model(*args) * 1.01
+
+    def counts(self):
+        return 1, 0
+
+
+class _Broken(Eager):
+    """A 'compiler' whose compiled code raises."""
+
+    kind = "test"
+
+    def __init__(self):
+        super().__init__("broken")
+
+    def compile(self, model):
+        def run(*args):
+            raise RuntimeError("backend exploded\nsecond line")
+
+        return run
+
+
+def test_wrong_and_failing_compilers_are_recorded_not_raised(tmp_path):
+    runner = Runner(_settings(models="mlp"))
+    runner.compilers += [_Perturb(), _Broken()]
+    runner.unavailable.update(perturb="", broken="")
+    runner.run()
+    rows = _rows(runner)
+    for mode in ("inference", "training"):
+        bad = rows[("mlp", mode, "perturb")]
+        assert bad.status == "ok" and bad.accuracy == "FAIL" and bad.max_err > 0
+        assert bad.worst  # names the tensor that differs most
+        broken = rows[("mlp", mode, "broken")]
+        assert broken.status == "error: compile: RuntimeError: backend exploded"
+        assert broken.speedup is None
+        assert rows[("mlp", mode, "eager")].accuracy == "pass"
+    assert any("backend exploded" in e for e in runner.errors)
+    text = report.table(runner.rows, runner.overhead)
+    assert "FAIL" in text and "error: compile" in text
+
+
+def test_compare_tolerance_and_shapes():
+    e = {"output": torch.ones(3)}
+    assert compare({"output": torch.ones(3) + 1e-7}, e, torch.float32)[0]
+    ok, err, worst = compare({"output": torch.ones(3) + 1e-2}, e, torch.float32)
+    assert not ok and math.isclose(err, 1e-2, rel_tol=1e-3) and worst == "output"
+    assert not compare({"output": torch.ones(4)}, e, torch.float32)[0]
+    assert not compare({"output": torch.tensor([1.0, float("nan"), 1.0])}, e, torch.float32)[0]
+    # small gradients are judged relative to their own magnitude, not waved through by atol
+    g = {"grad w": torch.full((3,), 1e-6)}
+    assert not compare({"grad w": torch.full((3,), 2e-6)}, g, torch.float32)[0]
+
+
+def test_parse_compare_names():
+    names = [c.name for c in parse_compare("eager,kiln:aot_eager,kiln,torch.compile", "kiln")]
+    assert names == ["eager", "kiln:aot_eager", "kiln", "torch.compile"]
+    assert [c.name for c in parse_compare("kiln", "eager")] == ["eager", "kiln:eager"]
+
+
+def test_kiln_column_reports_unavailable_or_passes():
+    """kiln with backend="eager": passes when kiln.compile exists, else says why not."""
+    runner = Runner(_settings(models="mlp", compare="kiln:eager"))
+    reason = Kiln("kiln:eager", "eager").available()
+    runner.run()
+    for mode in ("inference", "training"):
+        row = _rows(runner)[("mlp", mode, "kiln:eager")]
+        if reason:
+            assert row.status == f"unavailable: {reason}"
+        else:
+            assert row.status == "ok" and row.accuracy == "pass", row
+            assert row.graphs >= 1
+
+
+def test_torch_compile_aot_eager_passes():
+    runner = Runner(_settings(models="pointwise", compare="torch.compile:aot_eager"))
+    runner.run()
+    for mode in ("inference", "training"):
+        row = _rows(runner)[("pointwise", mode, "torch.compile:aot_eager")]
+        assert row.status == "ok" and row.accuracy == "pass", row
+        assert row.graphs == 1 and row.breaks == 0
