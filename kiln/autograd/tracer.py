@@ -301,7 +301,13 @@ class Tracer(_FakeDispatch):
     # --- inputs and outputs ---
     def placeholder(self, name, example, requires_grad=False):
         """A graph input and the value the traced code sees for it (a ProxyTensor or a scalar)."""
-        node = self.graph.placeholder(name)
+        last = self._last_placeholder()
+        if last is None:
+            with self.graph.inserting_before(None):
+                node = self.graph.placeholder(name)
+        else:
+            with self.graph.inserting_after(last):
+                node = self.graph.placeholder(name)
         if isinstance(example, torch.Tensor):
             proxy = fake_like(example, node, requires_grad=requires_grad)
             node.meta["val"] = proxy

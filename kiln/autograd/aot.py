@@ -1,0 +1,505 @@
+"""AOT autograd driver: joint graph, partition, compile, and the autograd.Function runtime.
+
+    backend = aot_autograd(fw_compiler=my_compiler)     # a torch-level backend (gm, inputs) -> fn
+    fn = aot_function(f, fw_compiler=my_compiler)       # or wrap a function / module directly
+
+At compile time the graph is traced at the ATen level (tracer.py) with the inputs as primals; when
+an input requires grad (and grad mode is on) the autograd engine itself runs on the proxy tensors
+(`torch.autograd.grad` inside the trace), which records the backward as well: the joint graph
+(primals, tangents) -> (outputs, grads). It is functionalized (functionalize.py), partitioned
+(partition.py) and each half goes to its compiler; `CompiledFunction` runs the pair.
+"""
+
+import dataclasses
+import functools
+import operator
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from kiln import config, logs
+from kiln.autograd.functionalize import functionalize
+from kiln.autograd.partition import (
+    default_partition,
+    min_cut_rematerialization_partition,
+    saved_bytes,
+)
+from kiln.autograd.tracer import ProxyTensor, Tracer, format_graph
+from kiln.exc import Unsupported
+
+__all__ = [
+    "aot_autograd",
+    "aot_eager",
+    "aot_function",
+    "aot_module",
+    "nop",
+    "make_boxed",
+    "CompiledFunction",
+]
+
+
+def nop(gm, example_inputs):
+    """A compiler that runs the graph as it is."""
+    return gm.forward
+
+
+def make_boxed(fn):
+    """Calls fn(*args) and returns a list (compilers may return tuples or lists)."""
+    return fn
+
+
+def _partitioner(partition_fn):
+    if partition_fn is not None:
+        return partition_fn
+    if config.partitioner == "default":
+        return default_partition
+    return min_cut_rematerialization_partition
+
+
+def _random_free(decompositions):
+    """Without functional RNG, random ops keep eager's op (and so draw what eager draws)."""
+    if not decompositions or not config.fallback_random:
+        return decompositions
+    return {
+        k: v
+        for k, v in decompositions.items()
+        if not (
+            isinstance(k, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in k.tags
+        )
+    }
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What the runtime needs to know about one compiled specialization."""
+
+    num_inputs: int
+    mutated_inputs: list  # indices into the inputs; new values come first from the graph
+    mutated_constants: list  # (module, attribute) of get_attr constants written by the graph
+    outputs: list  # per user output: ("graph", k) | ("alias", OutputAlias) | ("const", value)
+    out_spec: object
+    diff_outputs: list = dataclasses.field(default_factory=list)  # graph output idx with tangents
+    grad_inputs: list = dataclasses.field(default_factory=list)  # input idx getting a grad
+    forward: object = None  # compiled forward (training) or inference callable
+    backward: object = None
+    num_saved: int = 0
+    tangent_vals: list = dataclasses.field(default_factory=list)
+    grad_deps: list = dataclasses.field(default_factory=list)  # per grad: tangent positions
+    function: type = None
+
+
+def _fake_inputs(gm):
+    return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _log_graph(title, gm):
+    if logs.enabled("aot_graphs"):
+        logs.log("aot_graphs", "%s\n%s", title, format_graph(gm, title.split()[0]))
+
+
+# --- tracing --------------------------------------------------------------------------------------
+
+
+def _trace(fn, inputs, decompositions, *, joint):
+    """Trace fn over inputs. Returns (tracer, primals, flat outputs, out_spec)."""
+    tracer = Tracer(decompositions)
+    prefix = "primals" if joint else "arg"
+    primals = [
+        tracer.placeholder(
+            f"{prefix}_{i + 1}",
+            x,
+            requires_grad=joint and isinstance(x, torch.Tensor) and x.requires_grad,
+        )
+        for i, x in enumerate(inputs)
+    ]
+    grad = torch.enable_grad() if joint else torch.no_grad()
+    with grad, tracer.tracing():
+        out = fn(*primals)
+    flat, spec = pytree.tree_flatten(out)
+    return tracer, primals, flat, spec
+
+
+def _metadata(fn, inputs, decompositions):
+    """An inference trace, functionalized: which inputs are mutated, which outputs alias."""
+    tracer, _, flat, spec = _trace(fn, inputs, decompositions, joint=False)
+    tracer.output(tuple(o if isinstance(o, torch.Tensor) else None for o in flat))
+    gm = tracer.graph_module()
+    res = functionalize(gm)
+    return res, flat, spec
+
+
+def _output_plan(res, flat):
+    outputs, graph_idx = [], []
+    for i, (o, alias) in enumerate(zip(flat, res.output_aliases)):
+        if not isinstance(o, torch.Tensor):
+            outputs.append(("const", o))
+        elif alias is not None:
+            outputs.append(("alias", alias))
+        else:
+            outputs.append(("graph", len(graph_idx)))
+            graph_idx.append(i)
+    return outputs, graph_idx
+
+
+def _constant_targets(gm, names):
+    return [(gm, name) for name in names]
+
+
+def compile_inference(fn, inputs, decompositions, compiler):
+    """Trace without autograd, functionalize, compile: the plan for no-grad calls."""
+    meta, flat, spec = _metadata(fn, inputs, decompositions)
+    outputs, graph_idx = _output_plan(meta, flat)
+    tracer, _, flat2, _ = _trace(fn, inputs, decompositions, joint=False)
+    tracer.output(tuple(flat2[i] for i in graph_idx))
+    res = functionalize(tracer.graph_module())
+    _log_graph("inference graph", res.gm)
+    compiled = compiler(res.gm, _fake_inputs(res.gm))
+    return _Plan(
+        num_inputs=len(inputs),
+        mutated_inputs=res.mutated_inputs,
+        mutated_constants=_constant_targets(res.gm, res.mutated_constants),
+        outputs=outputs,
+        out_spec=spec,
+        forward=compiled,
+    )
+
+
+def trace_joint(fn, inputs, decompositions, graph_idx):
+    """The joint graph: (primals, tangents) -> (outputs graph_idx, grads of inputs needing grad)."""
+    tracer, primals, flat, _ = _trace(fn, inputs, decompositions, joint=True)
+    outs = [flat[i] for i in graph_idx]
+    diff = [k for k, o in enumerate(outs) if isinstance(o, ProxyTensor) and o.requires_grad]
+    grad_inputs = [
+        i for i, p in enumerate(primals) if isinstance(p, torch.Tensor) and p.requires_grad
+    ]
+    tangents = []
+    for j, k in enumerate(diff):
+        o = outs[k]
+        t = torch.empty(o.shape, dtype=o.dtype, device=o.device)
+        tangents.append(tracer.placeholder(f"tangents_{j + 1}", t))
+    grads = [None] * len(grad_inputs)
+    if diff:
+        with torch.enable_grad(), tracer.tracing():
+            got = torch.autograd.grad(
+                [outs[k] for k in diff],
+                [primals[i] for i in grad_inputs],
+                tangents,
+                allow_unused=True,
+            )
+        grads = list(got)
+    for i, p in enumerate(primals):
+        if isinstance(p, ProxyTensor) and p.requires_grad and p.grad_fn is not None:
+            raise Unsupported("aot: an input that requires grad is mutated in place in the graph")
+    tracer.output(tuple(outs) + tuple(grads))
+    return tracer.graph_module(), diff, grad_inputs
+
+
+def compile_training(fn, inputs, decompositions, fw_compiler, bw_compiler, partition_fn):
+    """Joint trace, functionalize, partition, compile both halves: the plan for grad calls."""
+    meta, flat, spec = _metadata(fn, inputs, decompositions)
+    outputs, graph_idx = _output_plan(meta, flat)
+    joint, diff, grad_inputs = trace_joint(fn, inputs, decompositions, graph_idx)
+    if not diff:
+        return None
+    res = functionalize(joint)
+    n_primals = len(inputs)
+    if any(i >= n_primals for i in res.mutated_inputs) or res.mutated_constants:
+        raise Unsupported("aot: the backward mutates its inputs or the graph mutates a constant")
+    num_fwd = len(res.mutated_inputs) + len(graph_idx)
+    _log_graph("joint graph", res.gm)
+    fw_gm, bw_gm = partition_fn(res.gm, _fake_inputs(res.gm), num_fwd_outputs=num_fwd)
+    _log_graph("forward graph", fw_gm)
+    _log_graph("backward graph", bw_gm)
+    if logs.enabled("aot_graphs"):
+        logs.log("aot_graphs", "saved for backward: %d bytes", saved_bytes(fw_gm))
+    bw_inputs = [n for n in bw_gm.graph.nodes if n.op == "placeholder"]
+    tangent_nodes = [n for n in bw_inputs if n.name.startswith("tangents")]
+    num_saved = len(bw_inputs) - len(tangent_nodes)
+    grad_deps = []
+    for o in bw_gm.graph.output_node().args[0]:
+        anc = _ancestor_set(o)
+        grad_deps.append([j for j, t in enumerate(tangent_nodes) if t in anc])
+    fw = fw_compiler(fw_gm, _fake_inputs(fw_gm))
+    bw = bw_compiler(bw_gm, _fake_inputs(bw_gm))
+    plan = _Plan(
+        num_inputs=len(inputs),
+        mutated_inputs=res.mutated_inputs,
+        mutated_constants=[],
+        outputs=outputs,
+        out_spec=spec,
+        diff_outputs=[len(res.mutated_inputs) + k for k in diff],
+        grad_inputs=grad_inputs,
+        forward=fw,
+        backward=bw,
+        num_saved=num_saved,
+        tangent_vals=[n.meta["val"] for n in tangent_nodes],
+        grad_deps=grad_deps,
+    )
+    plan.function = _make_function(plan)
+    return plan
+
+
+def _ancestor_set(o):
+    seen, stack = set(), [o] if isinstance(o, torch.fx.Node) else []
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(n.all_input_nodes)
+    return seen
+
+
+# --- runtime --------------------------------------------------------------------------------------
+
+
+class CompiledFunction(torch.autograd.Function):
+    """Base of the per-graph autograd.Functions (backward node: CompiledFunctionBackward)."""
+
+
+class _NoDoubleBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, g, *_):
+        return g.clone()
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(
+            "kiln: double backward through a compiled region is not supported (its backward was "
+            "compiled ahead of time and is not differentiable); run this part eagerly"
+        )
+
+
+def _make_function(plan):
+    num_fw = len(plan.mutated_inputs) + sum(1 for k, _ in plan.outputs if k == "graph")
+    non_diff = [i for i in range(num_fw) if i not in set(plan.diff_outputs)]
+
+    def forward(ctx, *args):
+        outs = plan.forward(*args)
+        fw_outs = list(outs[:num_fw])
+        ctx.save_for_backward(*outs[num_fw : num_fw + plan.num_saved])
+        ctx.mark_non_differentiable(*[fw_outs[i] for i in non_diff])
+        ctx.set_materialize_grads(False)
+        return tuple(fw_outs)
+
+    def backward(ctx, *grads):
+        saved = ctx.saved_tensors
+        tangents = [grads[i] for i in plan.diff_outputs]
+        present = [g is not None for g in tangents]
+        for j, g in enumerate(tangents):
+            v = plan.tangent_vals[j]
+            if g is None:
+                tangents[j] = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
+            elif not g.is_contiguous():
+                tangents[j] = g.contiguous()
+        double = torch.is_grad_enabled()
+        with torch.no_grad():
+            got = list(plan.backward(*saved, *tangents))
+        result = [None] * plan.num_inputs
+        needs = ctx.needs_input_grad
+        for g, i, deps in zip(got, plan.grad_inputs, plan.grad_deps):
+            if g is None or not needs[i] or not any(present[j] for j in deps):
+                continue
+            if double:
+                linked = [t for t in (*saved, *grads) if t is not None and t.requires_grad]
+                g = _NoDoubleBackward.apply(g, *linked) if linked else g
+            result[i] = g
+        return tuple(result)
+
+    return type(
+        "CompiledFunction",
+        (CompiledFunction,),
+        {"forward": staticmethod(forward), "backward": staticmethod(backward)},
+    )
+
+
+def _finish(plan, args, graph_outs):
+    """Epilogue: copy mutated inputs, rebuild the user's outputs (aliases regenerated as views)."""
+    nm = len(plan.mutated_inputs)
+    for i, v in zip(plan.mutated_inputs, graph_outs[:nm]):
+        with torch.no_grad():
+            args[i].copy_(v)
+    rest = graph_outs[nm:]
+    result = [None] * len(plan.outputs)
+    for j, (kind, v) in enumerate(plan.outputs):
+        if kind == "graph":
+            result[j] = rest[v]
+        elif kind == "const":
+            result[j] = v
+    for j, (kind, v) in enumerate(plan.outputs):
+        if kind == "alias":
+            base = args[v.base] if v.kind == "input" else result[v.base]
+            for op, a, kw in v.chain:
+                base = op(base, *a, **kw)
+            result[j] = base
+    return result
+
+
+def _key(args):
+    parts = [torch.is_grad_enabled()]
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            parts.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
+        else:
+            parts.append((type(a), a))
+    return tuple(parts)
+
+
+class AOTCompiled:
+    """The callable a backend returns: one plan per (grad mode, input metadata, scalar values)."""
+
+    def __init__(self, fn, settings, example_inputs=None):
+        self.fn = fn
+        self.settings = settings
+        self.plans = {}
+        self.last_plan = None
+        if example_inputs is not None:
+            self.plan_for(list(example_inputs))
+
+    def plan_for(self, args):
+        key = _key(args)
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self.plans[key] = self.compile(args)
+        self.last_plan = plan
+        return plan
+
+    def compile(self, args):
+        fw_compiler, bw_compiler, partition_fn, decomps, inference_compiler = self.settings
+        decomps = _random_free(decomps)
+        needs_grad = torch.is_grad_enabled() and any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in args
+        )
+        if needs_grad:
+            plan = compile_training(
+                self.fn, args, decomps, fw_compiler, bw_compiler, _partitioner(partition_fn)
+            )
+            if plan is not None:
+                return plan
+        return compile_inference(self.fn, args, decomps, inference_compiler)
+
+    def __call__(self, *args):
+        args = list(args)
+        plan = self.plan_for(args)
+        if plan.function is not None:
+            outs = plan.function.apply(*args)
+        else:
+            with torch.no_grad():
+                outs = plan.forward(*args)
+        return _finish(plan, args, list(outs))
+
+
+def aot_autograd(
+    fw_compiler, bw_compiler=None, partition_fn=None, decompositions=None, inference_compiler=None
+):
+    """A torch-level backend: ATen joint graph, partition, and fw/bw compilers (contract 2)."""
+    settings = (
+        fw_compiler,
+        bw_compiler or fw_compiler,
+        partition_fn,
+        decompositions,
+        inference_compiler or fw_compiler,
+    )
+
+    def backend(gm, example_inputs):
+        return AOTCompiled(gm, settings, example_inputs)
+
+    backend.settings = settings
+    return backend
+
+
+aot_eager = aot_autograd(fw_compiler=nop)
+
+
+def aot_function(
+    fn,
+    fw_compiler,
+    bw_compiler=None,
+    partition_fn=None,
+    decompositions=None,
+    inference_compiler=None,
+):
+    """Compile a function of tensors (any pytree of args/outputs), like functorch.compile."""
+    settings = (
+        fw_compiler,
+        bw_compiler or fw_compiler,
+        partition_fn,
+        decompositions,
+        inference_compiler or fw_compiler,
+    )
+    cache = {}
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        flat, in_spec = pytree.tree_flatten((args, kwargs))
+        entry = cache.get(in_spec)
+        if entry is None:
+
+            def flat_fn(*xs):
+                a, k = pytree.tree_unflatten(list(xs), in_spec)
+                return fn(*a, **k)
+
+            entry = cache[in_spec] = AOTCompiled(flat_fn, settings)
+        outs = entry(*flat)
+        return pytree.tree_unflatten(outs, entry.last_plan.out_spec)
+
+    wrapper.cache = cache
+    return wrapper
+
+
+class _AOTModule(torch.nn.Module):
+    """aot_module's result: the original module's state, forward through aot_function."""
+
+    def __init__(self, mod, compiled):
+        super().__init__()
+        self.orig_module = mod
+        self._compiled = compiled
+
+    def forward(self, *args, **kwargs):
+        names, tensors = _state(self.orig_module)
+        return self._compiled(tensors, args, kwargs)
+
+
+def _state(mod):
+    items = list(mod.named_parameters(remove_duplicate=False)) + list(
+        mod.named_buffers(remove_duplicate=False)
+    )
+    return [n for n, _ in items], [t for _, t in items]
+
+
+def _swap(mod, names, values):
+    """Point the module's parameters/buffers at other tensors; returns the old ones."""
+    old = []
+    for name, v in zip(names, values):
+        *path, attr = name.split(".")
+        m = mod
+        for p in path:
+            m = getattr(m, p)
+        table = m._parameters if attr in m._parameters else m._buffers
+        old.append(table[attr])
+        table[attr] = v
+    return old
+
+
+def aot_module(mod, fw_compiler, bw_compiler=None, partition_fn=None, decompositions=None):
+    """Compile an nn.Module: parameters and buffers become graph inputs (buffers updated back)."""
+    names, _ = _state(mod)
+
+    def functional(tensors, args, kwargs):
+        old = _swap(mod, names, tensors)
+        try:
+            return mod(*args, **kwargs)
+        finally:
+            _swap(mod, names, old)
+
+    compiled = aot_function(
+        functional,
+        fw_compiler,
+        bw_compiler,
+        partition_fn=partition_fn,
+        decompositions=decompositions,
+    )
+    return _AOTModule(mod, compiled)
+
+
+_ = operator  # getitem nodes are built by the tracer

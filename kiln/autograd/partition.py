@@ -1,0 +1,231 @@
+"""Cut a joint forward+backward graph into a forward graph and a backward graph.
+
+A joint graph takes (primals_1.., tangents_1..) and returns (forward outputs.., input grads..).
+A partitioner returns (fw_gm, bw_gm): fw_gm(primals) -> (forward outputs.., saved..) and
+bw_gm(saved.., tangents..) -> input grads. Two of them:
+
+- default_partition: the backward reads whatever forward values it uses (saves them all).
+- min_cut_rematerialization_partition: a max-flow min-cut over the joint graph chooses the cheapest
+  set of values to save, recomputing cheap pointwise work in the backward:
+
+      joint: cos = cos(x); cos_1 = cos(cos); ... sin(cos), sin(x) in the backward
+      default saves (x, cos); min-cut saves (x) and recomputes cos = cos(x) in the backward.
+"""
+
+import math
+import operator
+
+import torch
+import torch.fx
+
+from kiln.autograd.tracer import is_view_op
+
+aten = torch.ops.aten
+
+__all__ = [
+    "default_partition",
+    "min_cut_rematerialization_partition",
+    "JointInfo",
+    "extract_graph",
+    "saved_bytes",
+]
+
+
+class JointInfo:
+    """The parts of a joint graph: primals, tangents, forward and backward outputs, node sets."""
+
+    def __init__(self, joint, num_fwd_outputs):
+        nodes = list(joint.graph.nodes)
+        self.nodes = nodes
+        self.primals = [n for n in nodes if n.op == "placeholder" and n.name.startswith("primals")]
+        self.tangents = [
+            n for n in nodes if n.op == "placeholder" and n.name.startswith("tangents")
+        ]
+        outs = list(nodes[-1].args[0])
+        self.fw_outs = outs[:num_fwd_outputs]
+        self.bw_outs = outs[num_fwd_outputs:]
+        self.required_fw = _ancestors(self.fw_outs)
+        self.required_bw = _ancestors(self.bw_outs)
+        self.tangent_closure = _descendants(self.tangents)
+        # items of forward multi-output ops stay with their op (a tuple cannot be saved)
+        for n in list(self.required_fw):
+            if isinstance(n.meta.get("val"), (tuple, list)):
+                self.required_fw.update(u for u in n.users if u.target is operator.getitem)
+        self.fw_side = self.required_fw | set(self.primals)
+
+
+def _ancestors(outs):
+    seen, stack = set(), [o for o in outs if isinstance(o, torch.fx.Node)]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(n.all_input_nodes)
+    return seen
+
+
+def _descendants(starts):
+    seen, stack = set(), list(starts)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack.extend(u for u in n.users if u.op != "output")
+    return seen
+
+
+def extract_graph(joint, inputs, outputs, name):
+    """A GraphModule computing outputs from inputs, copying the joint nodes it needs in order."""
+    graph = torch.fx.Graph()
+    env = {}
+    for inp in inputs:
+        p = graph.placeholder(inp.name)
+        p.meta.update(inp.meta)
+        env[inp] = p
+    needed, stack = set(), [o for o in outputs if isinstance(o, torch.fx.Node)]
+    inset = set(inputs)
+    while stack:
+        n = stack.pop()
+        if n in needed or n in inset:
+            continue
+        needed.add(n)
+        stack.extend(n.all_input_nodes)
+    for n in joint.graph.nodes:
+        if n in needed:
+            if n.op == "placeholder":
+                raise AssertionError(
+                    f"partition: {name} graph needs {n.name}, which is not an input"
+                )
+            env[n] = graph.node_copy(n, lambda a: env[a])
+    graph.output(tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in outputs))
+    gm = torch.fx.GraphModule(joint, graph)
+    return gm
+
+
+def _tensor_like(n):
+    return isinstance(n.meta.get("val"), torch.Tensor)
+
+
+def _split(joint, info, saved):
+    saved = [n for n in info.nodes if n in saved]  # graph order
+    fw = extract_graph(joint, info.primals, info.fw_outs + saved, "forward")
+    bw = extract_graph(joint, saved + info.tangents, info.bw_outs, "backward")
+    fw.meta["num_saved"] = len(saved)
+    return fw, bw
+
+
+def default_partition(joint, joint_inputs=None, *, num_fwd_outputs):
+    """Save every forward value the backward reads."""
+    info = JointInfo(joint, num_fwd_outputs)
+    bw_nodes = info.required_bw - info.fw_side
+    saved = set()
+    for n in info.fw_side:
+        if n.op == "get_attr":
+            continue
+        if any(u in bw_nodes for u in n.users):
+            saved.add(n)
+    return _split(joint, info, saved)
+
+
+# Note [Partitioner: banned recompute]
+# The min-cut may recompute a forward value in the backward only when that is cheap and gives the
+# same answer: pointwise ops, views, casts and non-random factories. Random ops (their draw would
+# differ: dropout keeps one mask) and expensive ops (matmul, convolution, attention, reductions,
+# normalizations) are tied to the source with infinite capacity, so they run once in the forward
+# and, if the backward needs them, their outputs (or something cheaper after them) are saved.
+_RECOMPUTABLE_EXTRA = {
+    aten.clone.default,
+    aten._to_copy.default,
+    aten.expand.default,
+    aten.full.default,
+    aten.zeros.default,
+    aten.ones.default,
+    aten.scalar_tensor.default,
+    aten.zeros_like.default,
+    aten.ones_like.default,
+    aten.full_like.default,
+    aten.empty_like.default,
+    aten.where.self,
+    aten.cat.default,
+    aten.fill.Scalar,
+    aten.arange.default,
+    aten.arange.start,
+    aten.arange.start_step,
+    aten.lift_fresh_copy.default,
+}
+
+
+def is_random(n):
+    """Whether a node draws random numbers."""
+    t = n.target
+    return isinstance(t, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in t.tags
+
+
+def can_recompute(n):
+    """Whether the min-cut may recompute this node in the backward (see the note above)."""
+    if n.op != "call_function":
+        return n.op == "get_attr"
+    if n.target is operator.getitem:
+        return can_recompute(n.args[0])
+    t = n.target
+    if not isinstance(t, torch._ops.OpOverload) or is_random(n):
+        return False
+    if t in _RECOMPUTABLE_EXTRA or is_view_op(t):
+        return True
+    return torch.Tag.pointwise in t.tags
+
+
+def _nbytes(n):
+    val = n.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return math.inf
+    return max(1, val.numel() * val.element_size())
+
+
+def min_cut_rematerialization_partition(joint, joint_inputs=None, *, num_fwd_outputs):
+    """Save the fewest bytes: a min cut between the primals and the backward's needs."""
+    import networkx as nx
+
+    info = JointInfo(joint, num_fwd_outputs)
+    g = nx.DiGraph()
+    tangent_set = set(info.tangents)
+    for n in info.nodes:
+        if n.op in ("output", "get_attr") or n in tangent_set:
+            continue
+        if n in info.tangent_closure:
+            g.add_edge(n.name + "_in", "sink", capacity=math.inf)
+            _add_user_edges(g, n)
+            continue
+        if n.op == "placeholder" or (n in info.required_fw and not can_recompute(n)):
+            g.add_edge("source", n.name + "_in", capacity=math.inf)
+        g.add_edge(n.name + "_in", n.name + "_out", capacity=_nbytes(n))
+        _add_user_edges(g, n)
+    try:
+        _, (reachable, non_reachable) = nx.minimum_cut(g, "source", "sink")
+    except nx.NetworkXUnbounded:
+        return default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs)
+    by_name = {n.name: n for n in info.nodes}
+    saved = set()
+    for u, v in g.edges:
+        if u in reachable and v in non_reachable and u.endswith("_in") and v == u[:-3] + "_out":
+            saved.add(by_name[u[:-3]])
+    fw, bw = _split(joint, info, saved)
+    if any(is_random(n) for n in bw.graph.nodes) and any(is_random(n) for n in fw.graph.nodes):
+        return default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs)
+    return fw, bw
+
+
+def _add_user_edges(g, n):
+    for u in n.users:
+        if u.op != "output":
+            g.add_edge(n.name + "_out", u.name + "_in", capacity=math.inf)
+
+
+def saved_bytes(fw_gm):
+    """Bytes of the values a forward graph saves for the backward."""
+    num_saved = fw_gm.meta.get("num_saved", 0)
+    outs = list(fw_gm.graph.output_node().args[0])
+    saved = outs[len(outs) - num_saved :] if num_saved else []
+    return sum(_nbytes(n) for n in saved if isinstance(n, torch.fx.Node))
