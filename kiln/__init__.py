@@ -1,7 +1,29 @@
 """kiln: a just-in-time compiler for PyTorch programs."""
 
 from kiln import config
-from kiln.api import list_backends, lookup_backend, register_backend
+from kiln.api import (
+    OptimizedModule,
+    compile,
+    disable,
+    explain,
+    graph_break,
+    list_backends,
+    lookup_backend,
+    register_backend,
+    reset,
+)
 from kiln.logs import counters
 
-__all__ = ["config", "counters", "list_backends", "lookup_backend", "register_backend"]
+__all__ = [
+    "OptimizedModule",
+    "compile",
+    "config",
+    "counters",
+    "disable",
+    "explain",
+    "graph_break",
+    "list_backends",
+    "lookup_backend",
+    "register_backend",
+    "reset",
+]

@@ -51,3 +51,196 @@ def lookup_backend(backend):
 def list_backends():
     """Names of every registered and built-in backend."""
     return sorted(set(_BUILTIN_BACKENDS) | set(_BACKENDS))
+
+
+# --- compile ------------------------------------------------------------------------------------
+_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _resolve_backend(backend, mode, options):
+    """The backend callable and its name; bad arguments raise naming the cause."""
+    if mode not in _MODES:
+        raise KilnError(f"unknown mode {mode!r}; expected one of {', '.join(map(str, _MODES))}")
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"kiln.compile: options must be a dict, got {type(options).__name__}")
+    if mode is not None and options is not None:
+        raise KilnError("kiln.compile: pass either mode or options, not both")
+    if not callable(backend) and not isinstance(backend, str):
+        raise TypeError(f"kiln.compile: backend must be a name or a callable, got {backend!r}")
+    name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
+    try:
+        fn = lookup_backend(backend)
+    except ImportError as e:
+        raise KilnError(f"backend {name!r} is not available: {type(e).__name__}: {e}") from e
+    if (mode is not None or options) and hasattr(fn, "with_options"):
+        fn = fn.with_options(mode=mode, options=options or {})
+    return fn, name
+
+
+def compile(model=None, *, backend="kiln", fullgraph=False, dynamic=None, mode=None, options=None):
+    """Compile a function, method, lambda or nn.Module; usable as a decorator with or without args.
+
+    `backend`: "eager" | "aot_eager" | "kiln" | a callable (gm, example_inputs) -> callable.
+    `fullgraph=True` makes every graph break an error (kiln.exc.Unsupported).
+    """
+    if not isinstance(fullgraph, bool):
+        raise TypeError(f"kiln.compile: fullgraph must be a bool, got {fullgraph!r}")
+    if dynamic not in (None, True, False):
+        raise TypeError(f"kiln.compile: dynamic must be None, True or False, got {dynamic!r}")
+    backend_fn, backend_name = _resolve_backend(backend, mode, options)
+    settings = dict(backend_fn=backend_fn, backend_name=backend_name, fullgraph=fullgraph)
+    if model is None:
+        return lambda m: _compile(m, **settings)
+    return _compile(model, **settings)
+
+
+def _compile(model, *, backend_fn, backend_name, fullgraph):
+    import types
+
+    import torch
+
+    from kiln.frontend.cache import FrameCache, make_wrapper
+
+    if isinstance(model, OptimizedModule):
+        model = model._orig_mod
+    if isinstance(model, torch.nn.Module):
+        return OptimizedModule(model, backend_fn, backend_name, fullgraph)
+    if not callable(model):
+        raise TypeError(
+            f"kiln.compile expects a function or an nn.Module, got {type(model).__name__}"
+        )
+    if getattr(model, "_kiln_disabled", False):
+        return model
+    if hasattr(model, "_kiln_orig_fn"):
+        model = model._kiln_orig_fn
+    if isinstance(model, types.MethodType):
+        inner = _compile(
+            model.__func__, backend_fn=backend_fn, backend_name=backend_name, fullgraph=fullgraph
+        )
+        return types.MethodType(inner, model.__self__)
+    if not isinstance(model, types.FunctionType):
+        call = vars(type(model)).get("__call__")
+        if isinstance(call, types.FunctionType):
+            inner = _compile(
+                call, backend_fn=backend_fn, backend_name=backend_name, fullgraph=fullgraph
+            )
+            return types.MethodType(inner, model)
+        raise TypeError(
+            f"kiln.compile cannot compile {model!r}: not a Python function, method or nn.Module"
+        )
+    cache = FrameCache(model, backend_fn, backend_name, fullgraph=fullgraph)
+    return make_wrapper(cache)
+
+
+def _module_eager(mod, *args, **kwargs):
+    return mod(*args, **kwargs)
+
+
+def _make_optimized_module_class():
+    import torch
+
+    from kiln.frontend.cache import FrameCache, make_wrapper
+
+    class OptimizedModule(torch.nn.Module):
+        """A compiled nn.Module: calls run the compiled forward; everything else is `_orig_mod`'s.
+
+        It holds no state of its own: attribute reads, writes and deletes, state_dict(),
+        parameters(), train()/eval() ... act on the original module, so `torch.save(m._orig_mod)`
+        and optimizers built from `m.parameters()` see the same objects.
+        """
+
+        def __init__(self, mod, backend_fn, backend_name, fullgraph):
+            import types
+
+            d = self.__dict__
+            d["_orig_mod"] = mod
+            forward = mod.forward
+            if isinstance(forward, types.MethodType) and forward.__self__ is mod:
+                cache = FrameCache(
+                    forward.__func__,
+                    backend_fn,
+                    backend_name,
+                    fullgraph=fullgraph,
+                    eager=_module_eager,
+                    module_root=True,
+                )
+                d["_kiln_call"] = types.MethodType(make_wrapper(cache), mod)
+            else:
+                d["_kiln_call"] = _compile(
+                    forward, backend_fn=backend_fn, backend_name=backend_name, fullgraph=fullgraph
+                )
+                cache = (
+                    d["_kiln_call"]._kiln_cache if hasattr(d["_kiln_call"], "_kiln_cache") else None
+                )
+            d["_kiln_cache"] = cache
+
+        def __call__(self, *args, **kwargs):
+            return self.__dict__["_kiln_call"](*args, **kwargs)
+
+        def forward(self, *args, **kwargs):
+            return self.__dict__["_kiln_call"](*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.__dict__["_orig_mod"], name)
+
+        def __setattr__(self, name, value):
+            setattr(self.__dict__["_orig_mod"], name, value)
+
+        def __delattr__(self, name):
+            delattr(self.__dict__["_orig_mod"], name)
+
+        def __dir__(self):
+            return dir(self.__dict__["_orig_mod"])
+
+        def __repr__(self):
+            return f"OptimizedModule({self.__dict__['_orig_mod']!r})"
+
+        def __getstate__(self):
+            raise TypeError("pickle OptimizedModule._orig_mod instead of the compiled wrapper")
+
+    OptimizedModule.__module__ = __name__
+    OptimizedModule.__qualname__ = "OptimizedModule"
+    return OptimizedModule
+
+
+OptimizedModule = _make_optimized_module_class()
+
+
+# --- the rest of the public API -----------------------------------------------------------------
+def reset():
+    """Forget every compiled entry and clear kiln.counters."""
+    from kiln.frontend.cache import reset_all
+    from kiln.logs import counters
+
+    reset_all()
+    counters.clear()
+
+
+def graph_break():
+    """Inside compiled code: end the graph here. Outside: does nothing."""
+
+
+def disable(fn=None):
+    """Keep a function out of capture (decorator); traced code calling it breaks the graph."""
+    import functools
+
+    if fn is None:
+        return disable
+    if hasattr(fn, "_kiln_orig_fn"):
+        fn = fn._kiln_orig_fn
+    if isinstance(fn, OptimizedModule):
+        return fn._orig_mod
+
+    @functools.wraps(fn)
+    def kiln_disabled(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    kiln_disabled._kiln_disabled = True
+    return kiln_disabled
+
+
+def explain(fn, **compile_kwargs):
+    """`kiln.explain(fn)(*args)`: graphs, ops, graph breaks (reasons, user lines) and guards."""
+    from kiln.tools.explain import explain as _explain
+
+    return _explain(fn, **compile_kwargs)

@@ -1,0 +1,205 @@
+"""Per code object: the guarded entries [(guard_fn, transformed_fn)], misses, and the limit.
+
+Note [Cache: the hot path]
+`make_wrapper` returns a closure over the entry list: `for guard, fn in entries: if guard(*args,
+**kwargs): return fn(*args, **kwargs)`. Guards take the user function's own signature, so no
+binding happens on a hit; everything else (tracing, logging, the recompile reason, the limit)
+lives in `FrameCache.miss`, which runs only when no guard passes.
+"""
+
+import functools
+import types
+import weakref
+
+from kiln import config, logs
+from kiln.exc import Unsupported
+from kiln.frontend.codegen import transformed_code
+from kiln.frontend.guards import GuardKind, build_guard_fn, first_failure
+from kiln.frontend.output_graph import OutputGraph
+from kiln.frontend.source import LocalSource
+from kiln.frontend.translator import InstructionTranslator
+
+_all_caches = weakref.WeakSet()
+_recorders = []  # explain(): objects with on_graph(gm, fn), on_break(record), on_entry(entry)
+
+
+class CacheEntry:
+    """One compiled entry: its guard function (with `.source`), transformed function and graph."""
+
+    def __init__(self, guard, fn, code, gm):
+        self.guard = guard
+        self.fn = fn
+        self.code = code
+        self.gm = gm
+
+    @property
+    def guard_source(self):
+        return self.guard.source
+
+
+class BreakRecord:
+    """A graph break: why, and where in the user's code."""
+
+    def __init__(self, fn, reason, user_location):
+        self.fn = fn
+        self.reason = reason
+        self.user_location = user_location
+
+    def __str__(self):
+        return f"{self.reason}\n    at {self.user_location}"
+
+
+class FrameCache:
+    """The compiled entries of one function under one compile() configuration."""
+
+    def __init__(
+        self, fn, backend, backend_name, *, fullgraph=False, eager=None, module_root=False
+    ):
+        self.fn = fn
+        self.eager = eager or fn
+        self.backend = backend
+        self.backend_name = backend_name
+        self.fullgraph = fullgraph
+        self.module_root = module_root
+        self.entries = []  # [(guard, transformed_fn)]: the hot path reads only this
+        self.entry_info = []  # [CacheEntry], parallel to entries
+        self.skip = False  # run eagerly from now on (a whole-frame break or the limit)
+        self.breaks = []
+        self._limit_warned = False
+        _all_caches.add(self)
+
+    def clear(self):
+        self.entries.clear()
+        self.entry_info.clear()
+        self.skip = False
+        self.breaks.clear()
+        self._limit_warned = False
+
+    def miss(self, args, kwargs):
+        """No guard passed: compile a new entry (or run eagerly), then run it."""
+        if self.skip:
+            return self.eager(*args, **kwargs)
+        name = self.fn.__qualname__
+        if self.entries:
+            if len(self.entries) >= config.cache_size_limit:
+                if not self._limit_warned:
+                    self._limit_warned = True
+                    logs.warn(
+                        "kiln: %s (%s:%d) hit config.cache_size_limit (%d); it now runs eagerly. "
+                        "Last guard failure: %s",
+                        name,
+                        self.fn.__code__.co_filename,
+                        self.fn.__code__.co_firstlineno,
+                        config.cache_size_limit,
+                        first_failure(self.entry_info[-1].guard, args, kwargs),
+                    )
+                logs.counters["frames"]["cache_limit_hit"] += 1
+                self.skip = True
+                return self.eager(*args, **kwargs)
+            logs.counters["stats"]["recompiles"] += 1
+            if logs.enabled("recompiles"):
+                reasons = [
+                    f"  entry {i}: {first_failure(e.guard, args, kwargs)}"
+                    for i, e in enumerate(self.entry_info)
+                ]
+                logs.log(
+                    "recompiles", "recompiling %s, guards failed:\n%s", name, "\n".join(reasons)
+                )
+        logs.counters["frames"]["total"] += 1
+        try:
+            entry = self.compile(args, kwargs)
+        except Unsupported as e:
+            if self.fullgraph:
+                raise
+            self._record_break(e)
+            self.skip = True
+            return self.eager(*args, **kwargs)
+        except Exception as e:
+            if config.suppress_errors:
+                logs.warn(
+                    "kiln: internal error compiling %s (%s: %s); running eagerly",
+                    name,
+                    type(e).__name__,
+                    e,
+                )
+                self.skip = True
+                return self.eager(*args, **kwargs)
+            raise
+        logs.counters["frames"]["ok"] += 1
+        self.entries.append((entry.guard, entry.fn))
+        self.entry_info.append(entry)
+        for r in _recorders:
+            r.on_entry(entry)
+        return entry.fn(*args, **kwargs)
+
+    def _record_break(self, e):
+        record = BreakRecord(self.fn, e.msg, e.user_location)
+        self.breaks.append(record)
+        logs.counters["graph_breaks"][e.msg] += 1
+        logs.counters["stats"]["graph_breaks"] += 1
+        logs.log("graph_breaks", "graph break in %s: %s", self.fn.__qualname__, record)
+        for r in _recorders:
+            r.on_break(record)
+
+    def compile(self, args, kwargs):
+        """Trace the frame for these arguments: guard function + transformed function."""
+        fn = self.fn
+        output = OutputGraph(fn, self.backend, self.backend_name)
+        if self.module_root:
+            output.guards.add(GuardKind.NO_HOOKS, LocalSource(fn.__code__.co_varnames[0]))
+            output.uses_modules = True
+            self._check_module_hooks(args[0])
+        tx = InstructionTranslator(output, fn, args, kwargs)
+        tx.run()
+        new_code = transformed_code(output, fn.__code__, tx.return_value)
+        if output.uses_modules:
+            output.guards.add(GuardKind.GLOBAL_STATE, None, True)
+        guard = build_guard_fn(fn, output.guards, extra=output.extra_globals)
+        new_fn = types.FunctionType(
+            new_code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+        )
+        new_fn.__kwdefaults__ = fn.__kwdefaults__
+        gm = getattr(output, "gm", None)
+        if gm is not None:
+            for r in _recorders:
+                r.on_graph(gm, fn)
+        return CacheEntry(guard, new_fn, new_code, gm)
+
+    def _check_module_hooks(self, mod):
+        from kiln.exc import unimplemented
+
+        if (
+            mod._forward_hooks
+            or mod._forward_pre_hooks
+            or mod._backward_hooks
+            or getattr(mod, "_backward_pre_hooks", None)
+        ):
+            unimplemented(f"module hooks on {type(mod).__name__}")
+        import torch
+
+        g = torch.nn.modules.module
+        if g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks:
+            unimplemented("global module hooks")
+
+
+def make_wrapper(cache):
+    """The function users call: guarded lookup, else `cache.miss` (Note [Cache: the hot path])."""
+    entries = cache.entries
+    miss = cache.miss
+
+    def kiln_wrapper(*args, **kwargs):
+        for guard, fn in entries:
+            if guard(*args, **kwargs):
+                return fn(*args, **kwargs)
+        return miss(args, kwargs)
+
+    functools.update_wrapper(kiln_wrapper, cache.fn)
+    kiln_wrapper._kiln_cache = cache
+    kiln_wrapper._kiln_orig_fn = cache.fn
+    return kiln_wrapper
+
+
+def reset_all():
+    """Drop every compiled entry of every wrapper (kiln.reset())."""
+    for cache in list(_all_caches):
+        cache.clear()

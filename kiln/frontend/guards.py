@@ -1,0 +1,229 @@
+"""Guards: the conditions a compiled entry assumes, emitted as ONE generated check function.
+
+Note [Guards: one function per entry]
+Every guard is a boolean Python expression over the frame's arguments (by name), `___G` (the
+function's globals) and `___closure` (its closure cells). The expressions of one cache entry are
+joined with `and` into a single generated function whose signature is the user function's own, so
+the hot path is `if guard(*args, **kwargs): return fn(*args, **kwargs)` with no argument binding.
+Expected values (types, dtypes, devices, objects) are bound into the function's closure once;
+cheap checks (types, identities, constants) come before tensor checks and global state. On a
+miss the parts are evaluated one by one to name the first failing guard (the `recompiles` log).
+"""
+
+import builtins
+import dataclasses
+import enum
+import inspect
+
+import torch
+
+from kiln import logs
+
+
+class GuardKind(enum.IntEnum):
+    """Guard kinds; the value orders them in the generated function (cheap first)."""
+
+    ID_MATCH = 0
+    TYPE_MATCH = 1
+    CONSTANT_MATCH = 2
+    LIST_LENGTH = 3
+    DICT_KEYS = 4
+    ALIASING = 5
+    NO_HOOKS = 6
+    TENSOR_MATCH = 7
+    GLOBAL_STATE = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Guard:
+    """One guard: a kind on a source (None for global state), with the expected value."""
+
+    kind: GuardKind
+    source: object
+    value: object = None
+
+    def key(self):
+        return (self.kind, self.source.name() if self.source is not None else "", id(self.value))
+
+
+_CONSTANT_INLINE = (int, str, bool, type(None))
+
+
+class GuardSet:
+    """The guards of one compiled entry, deduplicated in insertion order."""
+
+    def __init__(self):
+        self._guards = {}
+
+    def add(self, kind, source, value=None):
+        g = Guard(kind, source, value)
+        self._guards.setdefault(g.key(), g)
+
+    def __len__(self):
+        return len(self._guards)
+
+    def __iter__(self):
+        return iter(sorted(self._guards.values(), key=lambda g: g.kind))
+
+
+class _Namer:
+    """Names the expected values bound into the guard function's closure."""
+
+    def __init__(self):
+        self.values = {}
+        self._ids = {}
+
+    def __call__(self, value, hint="c"):
+        if id(value) in self._ids:
+            return self._ids[id(value)]
+        name = f"___{hint}"
+        if name in self.values:
+            name = f"___{hint}_{len(self.values)}"
+        self.values[name] = value
+        self._ids[id(value)] = name
+        return name
+
+
+def _readable_hint(value):
+    if isinstance(value, type):
+        return value.__name__
+    if isinstance(value, torch.dtype):
+        return str(value).replace("torch.", "")
+    if isinstance(value, torch.device):
+        return "device_" + str(value).replace(":", "_")
+    return "obj"
+
+
+def _expr_parts(guard, namer):
+    """The expressions (one or more) that check a guard."""
+    s = guard.source.name() if guard.source is not None else ""
+    v = guard.value
+    k = guard.kind
+    if k == GuardKind.ID_MATCH:
+        return [f"{s} is {namer(v, _readable_hint(v))}"]
+    if k == GuardKind.TYPE_MATCH:
+        return [f"___type({s}) is {namer(v, _readable_hint(v))}"]
+    if k == GuardKind.CONSTANT_MATCH:
+        if v is None or isinstance(v, bool):
+            return [f"{s} is {v!r}"]
+        t = namer(type(v), type(v).__name__)
+        if isinstance(v, _CONSTANT_INLINE):
+            return [f"___type({s}) is {t} and {s} == {v!r}"]
+        return [f"___type({s}) is {t} and {s} == {namer(v, 'const')}"]
+    if k == GuardKind.LIST_LENGTH:
+        typ, n = v
+        return [f"___type({s}) is {namer(typ, typ.__name__)} and ___len({s}) == {n}"]
+    if k == GuardKind.DICT_KEYS:
+        typ, keys = v
+        return [f"___type({s}) is {namer(typ, typ.__name__)} and ___list({s}) == {list(keys)!r}"]
+    if k == GuardKind.ALIASING:
+        return [f"{s} is {v.name()}"]
+    if k == GuardKind.NO_HOOKS:
+        hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+        return [" and ".join(f"not {s}.{h}" for h in hooks)]
+    if k == GuardKind.TENSOR_MATCH:
+        t = v
+        return [
+            f"___type({s}) is {namer(type(t), type(t).__name__)}",
+            f"{s}.dtype is {namer(t.dtype, _readable_hint(t.dtype))}",
+            f"{s}.shape == {tuple(t.shape)!r}",
+            f"{s}.stride() == {tuple(t.stride())!r}",
+            f"{s}.requires_grad is {t.requires_grad!r}",
+            f"{s}.device == {namer(t.device, _readable_hint(t.device))}",
+        ]
+    if k == GuardKind.GLOBAL_STATE:
+        grad = torch.is_grad_enabled()
+        return [
+            f"___is_grad_enabled() is {grad!r}",
+            "not ___is_any_autocast_enabled()",
+            *(
+                [
+                    "not ___global_forward_hooks and not ___global_forward_pre_hooks",
+                ]
+                if v
+                else []
+            ),
+        ]
+    raise AssertionError(f"unknown guard kind {k}")
+
+
+def signature_text(code):
+    """The parameter list of a code object as source text: `x, y=..., *args, k, **kw`."""
+    names = code.co_varnames
+    n_pos = code.co_argcount
+    n_kwonly = code.co_kwonlyargcount
+    parts = list(names[:n_pos])
+    if code.co_posonlyargcount:
+        parts.insert(code.co_posonlyargcount, "/")
+    i = n_pos + n_kwonly
+    if code.co_flags & inspect.CO_VARARGS:
+        parts.append("*" + names[i])
+        i += 1
+    elif n_kwonly:
+        parts.append("*")
+    parts.extend(names[n_pos : n_pos + n_kwonly])
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        parts.append("**" + names[i])
+    return ", ".join(parts)
+
+
+def build_guard_fn(fn, guard_set, extra=None):
+    """Generate the check function of one entry; `.source`, `.parts`, `.closure_values` on it."""
+    namer = _Namer()
+    parts = []
+    for g in guard_set:
+        for p in _expr_parts(g, namer):
+            if p not in parts:
+                parts.append(p)
+    fixed = {
+        "___G": fn.__globals__,
+        "___closure": fn.__closure__,
+        "___type": type,
+        "___len": len,
+        "___list": list,
+        "___is_grad_enabled": torch.is_grad_enabled,
+        "___is_any_autocast_enabled": torch._C._is_any_autocast_enabled,
+        "___global_forward_hooks": torch.nn.modules.module._global_forward_hooks,
+        "___global_forward_pre_hooks": torch.nn.modules.module._global_forward_pre_hooks,
+    }
+    closure_values = {**fixed, **(extra or {}), **namer.values}
+    params = signature_text(fn.__code__)
+    body = "\n        and ".join(parts) if parts else "True"
+    source = f"def guard({params}):\n    return (\n        {body}\n    )\n"
+    used = [n for n in closure_values if n in source]
+    maker_src = f"def ___make_guard({', '.join(used)}):\n" + "".join(
+        "    " + line + "\n" for line in source.splitlines()
+    )
+    maker_src += "    return guard\n"
+    ns = {"__builtins__": builtins}
+    exec(compile(maker_src, f"<kiln guard {fn.__qualname__}>", "exec"), ns)
+    guard = ns["___make_guard"](*(closure_values[n] for n in used))
+    guard.__defaults__ = fn.__defaults__
+    guard.__kwdefaults__ = fn.__kwdefaults__
+    guard.source = source
+    guard.parts = parts
+    guard.closure_values = closure_values
+    guard.fn = fn
+    if logs.enabled("guards"):
+        logs.log("guards", "guards of %s:\n%s", fn.__qualname__, source)
+    return guard
+
+
+def first_failure(guard, args, kwargs):
+    """The first guard part that fails for these arguments (evaluated part by part)."""
+    fn = guard.fn
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound.apply_defaults()
+    except TypeError as e:
+        return f"arguments do not bind: {e}"
+    ns = dict(guard.closure_values)
+    ns.update(bound.arguments)
+    for part in guard.parts:
+        try:
+            ok = eval(part, {"__builtins__": builtins}, ns)
+        except Exception as e:  # a failing access is a failing guard
+            return f"{part}  (raised {type(e).__name__}: {e})"
+        if not ok:
+            return part
+    return None

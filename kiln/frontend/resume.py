@@ -1,0 +1,246 @@
+"""Resume functions: continue a code object at an instruction with a given stack and locals.
+
+Before/after, for a break at `print(x)` inside a loop of
+
+    def f(x, n):                      # transformed f (built by the frontend):
+        for i in range(n):            #   ...graph..., rebuild stack [iter] and locals,
+            x = x * 2                 #   execute print(x),
+            print(x)                  #   return __resume_at_40(iter, x, n)   <- emit_call()
+            x = x + 1
+        return x
+
+    def __resume_at_40(__stack0, x, n):   # make_resume_function(f.__code__, index of POP_TOP ...)
+        <push __stack0>; jump to the instruction after the call (a copy of all of f's code),
+        so `x = x + 1`, the loop's jump back to FOR_ITER and `return x` run in this copy.
+
+Pure bytecode (kiln.bytecode only): no torch, runs on 3.11-3.13.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+
+from kiln.bytecode import PY312_PLUS, Inst, clone, decode, emit, encode, first_resume, make_inst
+
+# Note [Resume: layout]
+#
+# Arguments: `__stack{k}` for every stack position k (0 = bottom) that is not a NULL, in order,
+# then the live locals. Closure: every cell and free variable of the original code (original cells
+# become free variables, so that closures created before the break and the resumed code share the
+# very same cell objects); the caller builds the closure tuple from its own cells
+# (ResumeFunction.emit_make_function).
+# Prologue: COPY_FREE_VARS, RESUME, then the stack is pushed back position by position: PUSH_NULL
+# for a NULL slot; for a `with` slot (the __exit__ of an active `with` block in the original
+# frame) the argument is the context manager, re-entered with BEFORE_WITH + POP_TOP, which leaves
+# its __exit__ in that slot exactly as the original BEFORE_WITH did. Then a jump to the resume
+# instruction in a full copy of the original body: loops jump back inside the copy, and the copy
+# keeps the original exception table, whose entries (try bodies, with cleanups) have depths
+# relative to the same stack layout, so active try and with blocks stay correct.
+# Locals are the arguments themselves (same names), so nothing is stored. On 3.12+ a LOAD_FAST of
+# a local that is not an argument becomes LOAD_FAST_CHECK (a local the caller did not pass raises
+# UnboundLocalError instead of reading NULL).
+# Not supported (Unsupported is raised; the frontend then runs the frame eagerly): generators and
+# coroutines, resuming inside an except/finally handler (the live exception cannot be restored).
+
+_GENERATOR_FLAGS = (
+    inspect.CO_GENERATOR
+    | inspect.CO_COROUTINE
+    | inspect.CO_ASYNC_GENERATOR
+    | inspect.CO_ITERABLE_COROUTINE
+)
+
+
+class ResumeUnsupported(Exception):
+    """This resume function cannot be built; the frame must run without a break here."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ResumeFunction:
+    """A generated resume code object and how to call it (see Note [Resume: layout])."""
+
+    code: types.CodeType
+    original: types.CodeType
+    resume_index: int
+    stack_depth: int
+    null_positions: tuple[int, ...]
+    with_positions: tuple[int, ...]
+    live_locals: tuple[str, ...]
+
+    @property
+    def closure_names(self):
+        """Names of the caller's cells, in closure order (= code.co_freevars)."""
+        return self.code.co_freevars
+
+    @property
+    def stack_args(self):
+        """The stack positions passed as arguments (all but NULLs), in argument order."""
+        return tuple(k for k in range(self.stack_depth) if k not in self.null_positions)
+
+    @property
+    def argnames(self):
+        return self.code.co_varnames[: self.code.co_argcount]
+
+    def emit_make_function(self) -> list[Inst]:
+        """Push the resume function (a function object with the caller's cells as closure)."""
+        return emit.make_closure(self.code, self.closure_names)
+
+    def emit_call(self, wrap_with=None) -> list[Inst]:
+        """Code for the caller: with the break's stack on the value stack (stack_depth items,
+        NULLs at null_positions, the context managers at with_positions) and the live locals
+        bound, call the resume function and return its result. `wrap_with(k, load)` may turn
+        the value loaded by `load` for with-slot k into the context manager to pass."""
+        out = []
+        tmp = [f"__resume_tmp{k}" for k in range(self.stack_depth)]
+        for k in reversed(range(self.stack_depth)):
+            out += emit.store_fast(tmp[k])  # STORE_FAST is safe for NULLs, POP_TOP is not
+        out += emit.with_null(self.emit_make_function())
+        for k in self.stack_args:
+            load = emit.load_fast(tmp[k])
+            out += wrap_with(k, load) if wrap_with and k in self.with_positions else load
+        for name in self.live_locals:
+            out += emit.load_fast(name)
+        out += emit.call(len(self.stack_args) + len(self.live_locals))
+        return out + emit.return_value()
+
+
+_cache: dict[tuple, ResumeFunction] = {}
+
+
+def clear_cache():
+    """Forget generated resume functions (kiln.reset())."""
+    _cache.clear()
+
+
+def make_resume_function(
+    code: types.CodeType,
+    resume_index: int,
+    stack_depth: int,
+    null_positions=(),
+    live_locals=(),
+    *,
+    cell_and_free=None,
+    setup_with_blocks=(),
+) -> ResumeFunction:
+    """A function continuing `code` at decode(code)[resume_index] (cached per code and layout).
+
+    stack_depth: items on the value stack there; null_positions: which of them (0 = bottom) are
+    NULLs of the call protocol; live_locals: locals read later (the caller passes their values,
+    in this order); cell_and_free: closure order of the original's cells and free variables
+    (default co_cellvars + co_freevars); setup_with_blocks: stack positions holding the __exit__
+    of an active `with` block (the caller passes the context manager there instead).
+    """
+    cells = (
+        tuple(cell_and_free) if cell_and_free is not None else code.co_cellvars + code.co_freevars
+    )
+    key = (
+        code,
+        resume_index,
+        stack_depth,
+        tuple(sorted(null_positions)),
+        tuple(live_locals),
+        cells,
+        tuple(sorted(setup_with_blocks)),
+    )
+    hit = _cache.get(key)
+    if hit is None:
+        hit = _cache[key] = _build(code, resume_index, stack_depth, *key[3:])
+    return hit
+
+
+def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
+    if code.co_flags & _GENERATOR_FLAGS:
+        raise ResumeUnsupported(f"cannot resume inside generator/coroutine {code.co_name}")
+    if set(cells) != set(code.co_cellvars) | set(code.co_freevars):
+        raise ResumeUnsupported(f"cell_and_free {cells} != cells and free vars of {code.co_name}")
+    if any(not 0 <= k < stack_depth for k in (*nulls, *withs)) or set(nulls) & set(withs):
+        raise ResumeUnsupported(f"bad stack layout: depth {stack_depth}, {nulls=}, {withs=}")
+    insts = clone(decode(code))
+    start = first_resume(insts)
+    if not start < resume_index < len(insts):
+        raise ResumeUnsupported(f"cannot resume at instruction {resume_index} of {code.co_name}")
+    target = insts[resume_index]
+    body = insts[start + 1 :]
+    for inst in insts[: start + 1]:
+        if inst.opname not in ("COPY_FREE_VARS", "MAKE_CELL", "RESUME", "NOP"):
+            raise ResumeUnsupported(f"unexpected {inst.opname} before RESUME in {code.co_name}")
+
+    live = tuple(n for n in live_locals if n not in cells)
+    stack_names = [f"__stack{k}" for k in range(stack_depth) if k not in nulls]
+    argnames = stack_names + list(live)
+    if len(set(argnames)) != len(argnames):
+        raise ResumeUnsupported(f"duplicate argument names {argnames}")
+
+    prologue = []
+    if cells:
+        prologue += emit.inst("COPY_FREE_VARS", len(cells))
+    prologue += emit.resume(0)
+    for k in range(stack_depth):
+        if k in nulls:
+            prologue += emit.push_null()
+        elif k in withs:
+            prologue += emit.load_fast(f"__stack{k}")
+            prologue += [make_inst("BEFORE_WITH")] + emit.pop_top()
+        else:
+            prologue += emit.load_fast(f"__stack{k}")
+    prologue += emit.jump_forward(target)
+    for inst in prologue:
+        inst.lineno, inst.positions = target.lineno, target.positions
+
+    if PY312_PLUS:
+        body = _check_unpassed_loads(body, set(argnames), set(cells))
+
+    varnames = argnames + [v for v in code.co_varnames if v not in argnames and v not in cells]
+    flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    if cells:
+        flags |= inspect.CO_NESTED
+    offset = target.offset
+    name = f"__resume_at_{offset}"
+    return ResumeFunction(
+        code=encode(
+            prologue + body,
+            like=code,
+            co_varnames=tuple(varnames),
+            co_argcount=len(argnames),
+            co_posonlyargcount=0,
+            co_kwonlyargcount=0,
+            co_flags=flags,
+            co_cellvars=(),
+            co_freevars=cells,
+            co_name=name,
+            co_qualname=f"{code.co_qualname}.{name}",
+        ),
+        original=code,
+        resume_index=resume_index,
+        stack_depth=stack_depth,
+        null_positions=nulls,
+        with_positions=withs,
+        live_locals=live,
+    )
+
+
+# 3.13 superinstructions that load a second local: the first half they split into.
+_SUPER_LOADS = {"LOAD_FAST_LOAD_FAST": "LOAD_FAST_CHECK", "STORE_FAST_LOAD_FAST": "STORE_FAST"}
+
+
+def _loaded(inst):
+    return set(inst.argval[1:] if inst.opname == "STORE_FAST_LOAD_FAST" else inst.argval)
+
+
+def _check_unpassed_loads(body, passed, cells):
+    """3.12+: LOAD_FAST of a local that is not an argument -> LOAD_FAST_CHECK (in place)."""
+    out = []
+    for inst in body:
+        if inst.opname == "LOAD_FAST" and inst.argval not in passed and inst.argval not in cells:
+            inst.opname = "LOAD_FAST_CHECK"
+        elif inst.opname in _SUPER_LOADS and not _loaded(inst) <= passed:
+            first, second = inst.argval
+            inst.opname, inst.argval = _SUPER_LOADS[inst.opname], first
+            extra = make_inst("LOAD_FAST_CHECK", None, second)
+            extra.lineno, extra.positions = inst.lineno, inst.positions
+            extra.exn_tab_entry = inst.exn_tab_entry
+            out += [inst, extra]
+            continue
+        out.append(inst)
+    return out

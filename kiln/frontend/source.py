@@ -1,0 +1,127 @@
+"""Sources: where a traced value came from, as guard expression text and as load bytecode."""
+
+import dataclasses
+
+from kiln.frontend import emitter as emit
+
+
+class Source:
+    """Base of every source: `name()` is the guard expression, `reconstruct(cg)` loads it."""
+
+    def name(self):
+        raise NotImplementedError
+
+    def reconstruct(self, cg):
+        raise NotImplementedError
+
+    def base(self):
+        return self
+
+    def __str__(self):
+        return self.name()
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalSource(Source):
+    """A parameter or local variable of the compiled frame."""
+
+    local_name: str
+    is_cell: bool = False
+
+    def name(self):
+        return self.local_name
+
+    def reconstruct(self, cg):
+        if self.is_cell:
+            cg.extend(emit.load_deref(self.local_name))
+        else:
+            cg.extend(emit.load_fast(self.local_name))
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalSource(Source):
+    """A module-level name: of the compiled function's globals (`___G` in guards), or of another
+    module's globals when `globals_name` names that dict (for functions inlined from elsewhere)."""
+
+    global_name: str
+    globals_name: str = ""
+
+    def name(self):
+        return f"{self.globals_name or '___G'}[{self.global_name!r}]"
+
+    def reconstruct(self, cg):
+        if self.globals_name:
+            cg.load_global_dict(self.globals_name)
+            cg.extend(emit.load_const(self.global_name))
+            cg.extend(emit.binary_subscr())
+        else:
+            cg.extend(emit.load_global(self.global_name, push_null=False))
+
+
+@dataclasses.dataclass(frozen=True)
+class ClosureSource(Source):
+    """A free variable of the compiled function (its closure cell's contents)."""
+
+    var_name: str
+    index: int
+
+    def name(self):
+        return f"___closure[{self.index}].cell_contents"
+
+    def reconstruct(self, cg):
+        cg.extend(emit.load_deref(self.var_name, free=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class AttrSource(Source):
+    """`base.attr`."""
+
+    source: Source
+    attr: str
+
+    def name(self):
+        return f"{self.source.name()}.{self.attr}"
+
+    def reconstruct(self, cg):
+        self.source.reconstruct(cg)
+        cg.extend(emit.load_attr(self.attr))
+
+    def base(self):
+        return self.source.base()
+
+
+@dataclasses.dataclass(frozen=True)
+class GetItemSource(Source):
+    """`base[index]` for a constant index (int or str)."""
+
+    source: Source
+    index: object
+
+    def name(self):
+        return f"{self.source.name()}[{self.index!r}]"
+
+    def reconstruct(self, cg):
+        self.source.reconstruct(cg)
+        cg.extend(emit.load_const(self.index))
+        cg.extend(emit.binary_subscr())
+
+    def base(self):
+        return self.source.base()
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstSource(Source):
+    """An object kiln holds itself (a function, a class); guards compare its identity."""
+
+    value_name: str
+
+    def name(self):
+        return self.value_name
+
+    def reconstruct(self, cg):
+        cg.extend(emit.load_global(self.value_name, push_null=False))
+
+
+def is_from_local(source):
+    """Whether a source is rooted in the frame's locals (as opposed to globals or closures)."""
+    return isinstance(source.base(), LocalSource)

@@ -1,0 +1,826 @@
+"""The symbolic interpreter: runs a frame's bytecode on VariableTrackers, one method per opcode.
+
+Handlers are named exactly after the opcode. Where Python versions differ, the handler carries the
+versions it serves (`@since(3, 12)`-style gates are plain `if PY311` branches in the handler, or
+separate handlers for opcodes that exist in one version only). 3.11 is exercised by the tests (the
+only version with torch here); the 3.12/3.13 handlers follow the `dis` documentation.
+
+    def f(x, mod):            LOAD_FAST x; LOAD_FAST mod; ... CALL 1   stack: [NULL, mod, x]
+        y = mod(x)            -> NNModuleVariable.call_function inlines A.forward
+        return torch.log(y)   -> graph: exp(mul(2, x)) -> log ; RETURN_VALUE -> compile_subgraph
+"""
+
+import builtins
+import dis
+import linecache
+import operator
+import sys
+
+from kiln.exc import Unsupported, unimplemented
+from kiln.frontend.source import GlobalSource, LocalSource
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
+from kiln.frontend.variables.builtin import (
+    binary_op,
+    compare_vars,
+    contains,
+    getitem,
+    unary_op,
+)
+from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.functions import NestedUserFunctionVariable
+from kiln.frontend.variables.lists import (
+    BaseListVariable,
+    ListIteratorVariable,
+    ListVariable,
+    TupleVariable,
+)
+from kiln.frontend.variables.misc import DeletedVariable, NullVariable
+from kiln.frontend.variables.tensor import TensorVariable
+
+PY311 = sys.version_info[:2] == (3, 11)
+PY312 = sys.version_info[:2] == (3, 12)
+PY313 = sys.version_info[:2] >= (3, 13)
+
+NULL = NullVariable()
+
+
+class Inst:
+    """One instruction as the interpreter sees it (a stop-gap over `dis` until kiln.bytecode)."""
+
+    __slots__ = ("opname", "arg", "argval", "argrepr", "offset", "lineno", "target", "index")
+
+    def __init__(self, d, lineno):
+        self.opname = d.opname
+        self.arg = d.arg
+        self.argval = d.argval
+        self.argrepr = d.argrepr
+        self.offset = d.offset
+        self.lineno = lineno
+        self.target = None
+        self.index = 0
+
+
+def decode(code):
+    """The instructions of a code object, with jump targets resolved to instruction indices."""
+    out = []
+    lineno = code.co_firstlineno
+    for d in dis.get_instructions(code):
+        pos_line = d.positions.lineno if d.positions is not None else None
+        if pos_line is not None:
+            lineno = pos_line
+        out.append(Inst(d, lineno))
+    by_offset = {i.offset: n for n, i in enumerate(out)}
+    for n, inst in enumerate(out):
+        inst.index = n
+        d_op = dis.opmap.get(inst.opname)
+        if d_op in dis.hasjrel or d_op in dis.hasjabs:
+            inst.target = by_offset[inst.argval]
+    return out
+
+
+class LazyVariable(VariableTracker):
+    """An argument of the root frame, wrapped (and guarded) only when the code first reads it."""
+
+    def __init__(self, value, source):
+        super().__init__(source=source)
+        self.value = value
+
+    def realize(self, tx):
+        return wrap_value(tx, self.value, self.source)
+
+
+class CellRefVariable(VariableTracker):
+    """A cell of a translator's frame, captured by a function made while tracing."""
+
+    def __init__(self, tx, name):
+        super().__init__()
+        self.tx = tx
+        self.name = name
+
+
+class _Stop(Exception):
+    """Raised by RETURN_VALUE to end the instruction loop."""
+
+
+def user_location(code, lineno):
+    """`file:line: source text` of a line of user code."""
+    text = linecache.getline(code.co_filename, lineno).strip() if lineno else ""
+    return f"{code.co_filename}:{lineno}: {text}"
+
+
+class InstructionTranslatorBase:
+    """The stack machine shared by the root frame and inlined calls."""
+
+    def __init__(self, output, code, f_globals, symbolic_locals, closure, inline_depth):
+        self.output = output
+        self.code = code
+        self.f_globals = f_globals
+        self.instructions = decode(code)
+        self.symbolic_locals = dict(symbolic_locals)
+        self.closure = closure  # freevar name -> (cell, source) or CellRefVariable
+        self.inline_depth = inline_depth
+        self.stack = []
+        self.ip = 0
+        self.kw_names = ()
+        self.current_inst = None
+        self.stack_before = []
+        self.return_value = None
+
+    # --- the loop -------------------------------------------------------------------------------
+    def run_loop(self):
+        insts = self.instructions
+        while True:
+            inst = insts[self.ip]
+            self.current_inst = inst
+            self.stack_before = list(self.stack)
+            self.ip += 1
+            handler = getattr(self, inst.opname, None)
+            try:
+                if handler is None:
+                    unimplemented(f"opcode {inst.opname} is not supported")
+                handler(inst)
+            except _Stop:
+                return
+            except Unsupported as e:
+                self._annotate(e)
+                raise
+
+    def _annotate(self, e):
+        frames = getattr(e, "frames", None)
+        if frames is None:
+            e.frames = frames = []
+        lineno = self.current_inst.lineno if self.current_inst else self.code.co_firstlineno
+        loc = user_location(self.code, lineno)
+        frames.append((self.code, self.current_inst.index, lineno))
+        if e.user_location is None:
+            e.user_location = loc
+
+    # --- stack helpers --------------------------------------------------------------------------
+    def push(self, v):
+        self.stack.append(v)
+
+    def pop(self):
+        return self.stack.pop()
+
+    def popn(self, n):
+        if n == 0:
+            return []
+        out = self.stack[-n:]
+        del self.stack[-n:]
+        return out
+
+    def jump(self, inst):
+        self.ip = inst.target
+
+    def call_function(self, fn, args, kwargs):
+        self.push(fn.call_function(self, list(args), dict(kwargs)))
+
+    def load_global_value(self, name):
+        if name in self.f_globals:
+            return wrap_value(self, self.f_globals[name], self.global_source(name))
+        b = self.f_globals.get("__builtins__", builtins)
+        b = b if isinstance(b, dict) else vars(b)
+        if name in b:
+            return wrap_constant_like(self, b[name])
+        unimplemented(f"NameError: name {name!r} is not defined")
+
+    def global_source(self, name):
+        return GlobalSource(name, self.output.globals_name(self.f_globals))
+
+    def get_local(self, name):
+        if name not in self.symbolic_locals:
+            unimplemented(f"UnboundLocalError: {name!r}")
+        v = self.symbolic_locals[name]
+        if isinstance(v, LazyVariable):
+            v = self.symbolic_locals[name] = v.realize(self)
+        if isinstance(v, DeletedVariable):
+            unimplemented(f"UnboundLocalError: {name!r}")
+        return v
+
+    def realize_all(self):
+        for name, v in list(self.symbolic_locals.items()):
+            if isinstance(v, LazyVariable):
+                self.symbolic_locals[name] = v.realize(self)
+
+    @property
+    def output_guards(self):
+        return self.output.guards
+
+    # --- no-ops ---------------------------------------------------------------------------------
+    def NOP(self, inst):
+        pass
+
+    RESUME = NOP
+    CACHE = NOP
+    EXTENDED_ARG = NOP
+    PRECALL = NOP  # 3.11
+    MAKE_CELL = NOP  # cells of this frame are kept symbolically in symbolic_locals
+    COPY_FREE_VARS = NOP
+    NOT_TAKEN = NOP
+
+    # --- locals, constants, globals, cells ------------------------------------------------------
+    def LOAD_FAST(self, inst):
+        self.push(self.get_local(inst.argval))
+
+    LOAD_FAST_CHECK = LOAD_FAST
+    LOAD_FAST_BORROW = LOAD_FAST
+
+    def LOAD_FAST_AND_CLEAR(self, inst):  # 3.12+: inlined comprehensions
+        v = self.symbolic_locals.get(inst.argval)
+        self.push(v if v is not None else NULL)
+        self.symbolic_locals[inst.argval] = DeletedVariable()
+
+    def LOAD_FAST_LOAD_FAST(self, inst):  # 3.13
+        a, b = inst.argval
+        self.push(self.get_local(a))
+        self.push(self.get_local(b))
+
+    def STORE_FAST(self, inst):
+        v = self.pop()
+        self.symbolic_locals[inst.argval] = DeletedVariable() if v is NULL else v
+
+    def STORE_FAST_STORE_FAST(self, inst):  # 3.13
+        a, b = inst.argval
+        self.symbolic_locals[a] = self.pop()
+        self.symbolic_locals[b] = self.pop()
+
+    def STORE_FAST_LOAD_FAST(self, inst):  # 3.13
+        a, b = inst.argval
+        self.symbolic_locals[a] = self.pop()
+        self.push(self.get_local(b))
+
+    def DELETE_FAST(self, inst):
+        self.get_local(inst.argval)
+        self.symbolic_locals[inst.argval] = DeletedVariable()
+
+    def LOAD_CONST(self, inst):
+        self.push(ConstantVariable(inst.argval))
+
+    LOAD_SMALL_INT = LOAD_CONST
+
+    def LOAD_GLOBAL(self, inst):
+        push_null = bool(inst.arg & 1)
+        v = self.load_global_value(inst.argval)
+        if push_null and not PY313:
+            self.push(NULL)
+        self.push(v)
+        if push_null and PY313:
+            self.push(NULL)
+
+    def STORE_GLOBAL(self, inst):
+        unimplemented(f"assignment to global {inst.argval!r} (side effect)")
+
+    def LOAD_DEREF(self, inst):
+        name = inst.argval
+        if name in self.closure:
+            self.push(self.load_closure_var(name))
+        else:
+            self.push(self.get_local(name))
+
+    def load_closure_var(self, name):
+        ref = self.closure[name]
+        if isinstance(ref, CellRefVariable):
+            return ref.tx.get_local(ref.name)
+        cell, source = ref
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            unimplemented(f"free variable {name!r} referenced before assignment")
+        if source is None:
+            if name == "__class__":
+                return wrap_constant_like(self, value)
+            if isinstance(value, VariableTracker):
+                return value
+            unimplemented(f"free variable {name!r} of a function reached without a source")
+        return wrap_value(self, value, source)
+
+    def STORE_DEREF(self, inst):
+        name = inst.argval
+        v = self.pop()
+        if name in self.closure:
+            ref = self.closure[name]
+            if isinstance(ref, CellRefVariable):
+                ref.tx.symbolic_locals[ref.name] = v
+                return
+            unimplemented(f"assignment to free variable {name!r} (side effect)")
+        self.symbolic_locals[name] = v
+
+    def LOAD_CLOSURE(self, inst):
+        name = inst.argval
+        if name in self.closure:
+            ref = self.closure[name]
+            if isinstance(ref, CellRefVariable):
+                self.push(ref)
+                return
+            unimplemented("capturing a free variable of the frame in a new function")
+        self.push(CellRefVariable(self, name))
+
+    # --- attributes -----------------------------------------------------------------------------
+    def LOAD_ATTR(self, inst):
+        if not PY311 and inst.arg & 1:  # 3.12+: method form
+            return self._load_method(inst.argval)
+        obj = self.pop()
+        self.push(obj.var_getattr(self, inst.argval))
+
+    def LOAD_METHOD(self, inst):  # 3.11
+        self._load_method(inst.argval)
+
+    def _load_method(self, name):
+        obj = self.pop()
+        attr = obj.var_getattr(self, name)
+        if PY313:
+            self.push(attr)
+            self.push(NULL)
+        else:
+            self.push(NULL)
+            self.push(attr)
+
+    def STORE_ATTR(self, inst):
+        unimplemented(f"attribute assignment .{inst.argval} (side effect)")
+
+    def DELETE_ATTR(self, inst):
+        unimplemented(f"attribute deletion .{inst.argval} (side effect)")
+
+    # --- operators ------------------------------------------------------------------------------
+    def BINARY_OP(self, inst):
+        b = self.pop()
+        a = self.pop()
+        symbol = inst.argrepr
+        if symbol == "[]" or symbol == "":  # 3.14 subscript form
+            self.push(getitem(self, a, b))
+            return
+        fn = BINARY_OPS.get(symbol)
+        if fn is None:
+            unimplemented(f"binary operator {symbol!r}")
+        self.push(binary_op(self, fn, a, b))
+
+    def BINARY_SUBSCR(self, inst):
+        index = self.pop()
+        obj = self.pop()
+        self.push(getitem(self, obj, index))
+
+    def STORE_SUBSCR(self, inst):
+        index = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        obj.call_method(self, "__setitem__", [index, value], {})
+
+    def BINARY_SLICE(self, inst):  # 3.12+
+        stop = self.pop()
+        start = self.pop()
+        obj = self.pop()
+        s = ConstantVariable(slice(start.as_python_constant(), stop.as_python_constant()))
+        self.push(getitem(self, obj, s))
+
+    def STORE_SLICE(self, inst):  # 3.12+
+        stop = self.pop()
+        start = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        s = ConstantVariable(slice(start.as_python_constant(), stop.as_python_constant()))
+        obj.call_method(self, "__setitem__", [s, value], {})
+
+    def DELETE_SUBSCR(self, inst):
+        unimplemented("del obj[index]")
+
+    def UNARY_NEGATIVE(self, inst):
+        self.push(unary_op(self, operator.neg, self.pop()))
+
+    def UNARY_POSITIVE(self, inst):  # 3.11
+        self.push(unary_op(self, operator.pos, self.pop()))
+
+    def UNARY_INVERT(self, inst):
+        self.push(unary_op(self, operator.invert, self.pop()))
+
+    def UNARY_NOT(self, inst):
+        self.push(ConstantVariable(not self.pop().truthy(self)))
+
+    def TO_BOOL(self, inst):  # 3.13
+        self.push(ConstantVariable(self.pop().truthy(self)))
+
+    def CALL_INTRINSIC_1(self, inst):  # 3.12+
+        name = inst.argrepr
+        v = self.pop()
+        if name == "INTRINSIC_UNARY_POSITIVE":
+            self.push(unary_op(self, operator.pos, v))
+        elif name == "INTRINSIC_LIST_TO_TUPLE":
+            self.push(TupleVariable(v.unpack_var_sequence(self)))
+        else:
+            unimplemented(f"CALL_INTRINSIC_1 {name}")
+
+    def COMPARE_OP(self, inst):
+        b = self.pop()
+        a = self.pop()
+        symbol = inst.argval
+        fn = COMPARE_OPS.get(symbol)
+        if fn is None:
+            unimplemented(f"comparison {symbol!r}")
+        result = compare_vars(self, fn, a, b)
+        if PY313 and inst.arg & 16 and not isinstance(result, TensorVariable):
+            result = ConstantVariable(result.truthy(self))
+        self.push(result)
+
+    def IS_OP(self, inst):
+        b = self.pop()
+        a = self.pop()
+        fn = operator.is_not if inst.arg else operator.is_
+        self.push(compare_vars(self, fn, a, b))
+
+    def CONTAINS_OP(self, inst):
+        container = self.pop()
+        item = self.pop()
+        result = contains(self, container, item)
+        if inst.arg:
+            result = ConstantVariable(not result.value)
+        self.push(result)
+
+    # --- building containers --------------------------------------------------------------------
+    def BUILD_TUPLE(self, inst):
+        self.push(TupleVariable(self.popn(inst.arg)))
+
+    def BUILD_LIST(self, inst):
+        self.push(ListVariable(self.popn(inst.arg)))
+
+    def BUILD_MAP(self, inst):
+        flat = self.popn(2 * inst.arg)
+        items = {}
+        for k, v in zip(flat[::2], flat[1::2]):
+            items[k.as_python_constant()] = v
+        self.push(ConstDictVariable(items))
+
+    def BUILD_CONST_KEY_MAP(self, inst):  # 3.11, 3.12
+        keys = self.pop().as_python_constant()
+        values = self.popn(inst.arg)
+        self.push(ConstDictVariable(dict(zip(keys, values))))
+
+    def BUILD_SLICE(self, inst):
+        parts = [p.as_python_constant() for p in self.popn(inst.arg)]
+        self.push(ConstantVariable(slice(*parts)))
+
+    def BUILD_STRING(self, inst):
+        parts = self.popn(inst.arg)
+        self.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
+
+    def BUILD_SET(self, inst):
+        unimplemented("set literals")
+
+    def LIST_APPEND(self, inst):
+        v = self.pop()
+        self.stack[-inst.arg].items.append(v)
+
+    def LIST_EXTEND(self, inst):
+        v = self.pop()
+        self.stack[-inst.arg].items.extend(v.unpack_var_sequence(self))
+
+    def LIST_TO_TUPLE(self, inst):  # 3.11
+        self.push(TupleVariable(self.pop().unpack_var_sequence(self)))
+
+    def MAP_ADD(self, inst):
+        v = self.pop()
+        k = self.pop()
+        self.stack[-inst.arg].items[k.as_python_constant()] = v
+
+    def DICT_UPDATE(self, inst):
+        v = self.pop()
+        if not isinstance(v, ConstDictVariable):
+            unimplemented(f"dict update from {v}")
+        self.stack[-inst.arg].items.update(v.items)
+
+    DICT_MERGE = DICT_UPDATE
+
+    def UNPACK_SEQUENCE(self, inst):
+        seq = self.pop()
+        items = seq.unpack_var_sequence(self)
+        if len(items) != inst.arg:
+            unimplemented(f"unpacking {len(items)} values into {inst.arg}")
+        for item in reversed(items):
+            self.push(item)
+
+    def UNPACK_EX(self, inst):
+        items = self.pop().unpack_var_sequence(self)
+        before, after = inst.arg & 0xFF, inst.arg >> 8
+        if len(items) < before + after:
+            unimplemented("not enough values to unpack")
+        rest = items[before : len(items) - after]
+        for item in reversed(items[len(items) - after :]):
+            self.push(item)
+        self.push(ListVariable(rest))
+        for item in reversed(items[:before]):
+            self.push(item)
+
+    def FORMAT_VALUE(self, inst):  # 3.11, 3.12
+        flags = inst.arg
+        spec = self.pop().as_python_constant() if flags & 0x04 else ""
+        value = self.pop().as_python_constant()
+        conv = flags & 0x03
+        value = {0: value, 1: str(value), 2: repr(value), 3: ascii(value)}[conv]
+        self.push(ConstantVariable(format(value, spec)))
+
+    def FORMAT_SIMPLE(self, inst):  # 3.13
+        self.push(ConstantVariable(format(self.pop().as_python_constant())))
+
+    def FORMAT_WITH_SPEC(self, inst):  # 3.13
+        spec = self.pop().as_python_constant()
+        self.push(ConstantVariable(format(self.pop().as_python_constant(), spec)))
+
+    def CONVERT_VALUE(self, inst):  # 3.13
+        fn = {1: str, 2: repr, 3: ascii}[inst.arg]
+        self.push(ConstantVariable(fn(self.pop().as_python_constant())))
+
+    # --- stack manipulation ---------------------------------------------------------------------
+    def POP_TOP(self, inst):
+        self.pop()
+
+    def PUSH_NULL(self, inst):
+        self.push(NULL)
+
+    def COPY(self, inst):
+        self.push(self.stack[-inst.arg])
+
+    def SWAP(self, inst):
+        i = inst.arg
+        self.stack[-1], self.stack[-i] = self.stack[-i], self.stack[-1]
+
+    # --- calls ----------------------------------------------------------------------------------
+    def KW_NAMES(self, inst):  # 3.11, 3.12
+        self.kw_names = tuple(inst.argval)
+
+    def _split_kw(self, args, names):
+        if not names:
+            return args, {}
+        n = len(names)
+        return args[:-n], dict(zip(names, args[-n:]))
+
+    def CALL(self, inst):
+        args = self.popn(inst.arg)
+        if PY313:
+            self_or_null = self.pop()
+            fn = self.pop()
+            if self_or_null is not NULL:
+                args = [self_or_null, *args]
+        else:
+            b = self.pop()
+            a = self.pop()
+            if a is NULL:
+                fn = b
+            else:
+                fn, args = a, [b, *args]
+        names, self.kw_names = self.kw_names, ()
+        args, kwargs = self._split_kw(args, names)
+        self.call_function(fn, args, kwargs)
+
+    def CALL_KW(self, inst):  # 3.13
+        self.kw_names = tuple(self.pop().as_python_constant())
+        self.CALL(inst)
+
+    def CALL_FUNCTION_EX(self, inst):
+        kwargs = self.pop() if inst.arg & 1 else None
+        args = self.pop()
+        if PY313:
+            null = self.pop()
+            fn = self.pop()
+            if null is not NULL:
+                unimplemented("CALL_FUNCTION_EX with a bound self")
+        else:
+            fn = self.pop()
+            null = self.pop()
+            if null is not NULL:
+                fn, null = null, fn
+                args = TupleVariable([null, *args.unpack_var_sequence(self)])
+        arg_items = args.unpack_var_sequence(self)
+        kw_items = {}
+        if kwargs is not None:
+            if not isinstance(kwargs, ConstDictVariable):
+                unimplemented(f"**{kwargs}")
+            kw_items = dict(kwargs.items)
+        self.call_function(fn, arg_items, kw_items)
+
+    def MAKE_FUNCTION(self, inst):
+        code = self.pop().as_python_constant()
+        flags = 0 if PY313 else inst.arg
+        self._make_function(code, flags)
+
+    def _make_function(self, code, flags):
+        closure = self.pop() if flags & 0x08 else None
+        if flags & 0x04:
+            self.pop()  # annotations
+        kwdefaults = self.pop() if flags & 0x02 else None
+        defaults = self.pop() if flags & 0x01 else None
+        fn = NestedUserFunctionVariable(
+            code,
+            self.f_globals,
+            defaults=defaults.unpack_var_sequence(self) if defaults is not None else None,
+            kwdefaults=dict(kwdefaults.items) if kwdefaults is not None else None,
+        )
+        if closure is not None:
+            cells = closure.unpack_var_sequence(self)
+            if not all(isinstance(c, CellRefVariable) for c in cells):
+                unimplemented("closure over cells kiln does not track")
+            fn.closure = dict(zip(code.co_freevars, cells))
+        elif code.co_freevars:
+            unimplemented("function with free variables and no closure")
+        self.push(fn)
+
+    def SET_FUNCTION_ATTRIBUTE(self, inst):  # 3.13
+        fn = self.pop()
+        value = self.pop()
+        if inst.arg == 0x08:
+            cells = value.unpack_var_sequence(self)
+            if not all(isinstance(c, CellRefVariable) for c in cells):
+                unimplemented("closure over cells kiln does not track")
+            fn.closure = dict(zip(fn.code.co_freevars, cells))
+        elif inst.arg == 0x01:
+            fn.defaults = value.unpack_var_sequence(self)
+        elif inst.arg == 0x02:
+            fn.kwdefaults = dict(value.items)
+        self.push(fn)
+
+    # --- control flow ---------------------------------------------------------------------------
+    def JUMP_FORWARD(self, inst):
+        self.jump(inst)
+
+    JUMP_BACKWARD = JUMP_FORWARD
+    JUMP_BACKWARD_NO_INTERRUPT = JUMP_FORWARD
+    JUMP = JUMP_FORWARD
+    JUMP_NO_INTERRUPT = JUMP_FORWARD
+
+    def _pop_jump_if(self, inst, want):
+        v = self.pop()
+        if v.truthy(self) == want:
+            self.jump(inst)
+
+    def POP_JUMP_IF_TRUE(self, inst):
+        self._pop_jump_if(inst, True)
+
+    def POP_JUMP_IF_FALSE(self, inst):
+        self._pop_jump_if(inst, False)
+
+    POP_JUMP_FORWARD_IF_TRUE = POP_JUMP_IF_TRUE  # 3.11
+    POP_JUMP_BACKWARD_IF_TRUE = POP_JUMP_IF_TRUE
+    POP_JUMP_FORWARD_IF_FALSE = POP_JUMP_IF_FALSE
+    POP_JUMP_BACKWARD_IF_FALSE = POP_JUMP_IF_FALSE
+
+    def _is_none(self, v):
+        if isinstance(v, ConstantVariable):
+            return v.value is None
+        if v.is_python_constant() or isinstance(v, (TensorVariable, BaseListVariable)):
+            return False
+        if getattr(v, "value", None) is not None or v.source is not None:
+            return False
+        unimplemented(f"`is None` of {v}")
+
+    def POP_JUMP_IF_NONE(self, inst):
+        if self._is_none(self.pop()):
+            self.jump(inst)
+
+    def POP_JUMP_IF_NOT_NONE(self, inst):
+        if not self._is_none(self.pop()):
+            self.jump(inst)
+
+    POP_JUMP_FORWARD_IF_NONE = POP_JUMP_IF_NONE  # 3.11
+    POP_JUMP_BACKWARD_IF_NONE = POP_JUMP_IF_NONE
+    POP_JUMP_FORWARD_IF_NOT_NONE = POP_JUMP_IF_NOT_NONE
+    POP_JUMP_BACKWARD_IF_NOT_NONE = POP_JUMP_IF_NOT_NONE
+
+    def JUMP_IF_FALSE_OR_POP(self, inst):  # 3.11
+        if not self.stack[-1].truthy(self):
+            self.jump(inst)
+        else:
+            self.pop()
+
+    def JUMP_IF_TRUE_OR_POP(self, inst):  # 3.11
+        if self.stack[-1].truthy(self):
+            self.jump(inst)
+        else:
+            self.pop()
+
+    def GET_ITER(self, inst):
+        v = self.pop()
+        if isinstance(v, ListIteratorVariable):
+            self.push(v)
+        else:
+            self.push(ListIteratorVariable(v.unpack_var_sequence(self)))
+
+    def FOR_ITER(self, inst):
+        it = self.stack[-1]
+        if not isinstance(it, ListIteratorVariable):
+            unimplemented(f"iteration over {it}")
+        item = it.next_item()
+        if item is not None:
+            self.push(item)
+            return
+        # exhausted: 3.11 pops the iterator and jumps to the target; 3.12 also skips END_FOR at
+        # the target; 3.13 skips END_FOR and the POP_TOP after it.
+        self.pop()
+        self.jump(inst)
+        if PY312:
+            self.ip += 1
+        elif PY313:
+            self.ip += 2
+
+    def END_FOR(self, inst):  # 3.12: pops two; 3.13: pops one
+        self.pop()
+        if PY312:
+            self.pop()
+
+    def POP_ITER(self, inst):
+        self.pop()
+
+    def RETURN_CONST(self, inst):  # 3.12+
+        self.push(ConstantVariable(inst.argval))
+        self.RETURN_VALUE(inst)
+
+    # --- unsupported for now (side effects, exceptions, context managers: the next issue) -----
+    def RAISE_VARARGS(self, inst):
+        unimplemented("raise inside the compiled frame")
+
+    def LOAD_ASSERTION_ERROR(self, inst):
+        unimplemented("assert statement")
+
+    def BEFORE_WITH(self, inst):
+        unimplemented("with statement (context managers)")
+
+    def PUSH_EXC_INFO(self, inst):
+        unimplemented("exception handling")
+
+    def IMPORT_NAME(self, inst):
+        unimplemented("import inside the compiled frame")
+
+
+class InliningTranslator(InstructionTranslatorBase):
+    """Traces a called user function inside its caller's graph."""
+
+    def __init__(self, parent, fn, code, symbolic_locals, closure):
+        closure_refs = {}
+        for name, ref in closure.items():
+            if isinstance(ref, CellRefVariable):
+                closure_refs[name] = ref
+            else:
+                cell, fn_source, i = ref
+                source = None
+                if fn_source is not None:
+                    from kiln.frontend.source import AttrSource, GetItemSource
+
+                    source = AttrSource(
+                        GetItemSource(AttrSource(fn_source, "__closure__"), i), "cell_contents"
+                    )
+                closure_refs[name] = (cell, source)
+        super().__init__(
+            parent.output,
+            code,
+            fn.__globals__,
+            symbolic_locals,
+            closure_refs,
+            parent.inline_depth + 1,
+        )
+        self.parent = parent
+        self.fn = fn
+
+    def run_inline(self):
+        self.run_loop()
+        return self.return_value
+
+    def RETURN_VALUE(self, inst):
+        self.return_value = self.pop()
+        raise _Stop
+
+
+class InstructionTranslator(InstructionTranslatorBase):
+    """The root frame: its arguments are the real values, wrapped lazily with local sources."""
+
+    def __init__(self, output, fn, args, kwargs):
+        import inspect
+
+        code = fn.__code__
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound.apply_defaults()
+        cells = set(code.co_cellvars)
+        symbolic_locals = {
+            name: LazyVariable(value, LocalSource(name, is_cell=name in cells))
+            for name, value in bound.arguments.items()
+        }
+        from kiln.frontend.source import ClosureSource
+
+        closure = {}
+        for i, name in enumerate(code.co_freevars):
+            closure[name] = (fn.__closure__[i], ClosureSource(name, i))
+        super().__init__(output, code, fn.__globals__, symbolic_locals, closure, 0)
+        self.fn = fn
+
+    def run(self):
+        """Trace the frame; on success `self.return_value` holds the value it returns."""
+        self.run_loop()
+
+    def RETURN_VALUE(self, inst):
+        self.return_value = self.pop()
+        raise _Stop
+
+    def _annotate(self, e):
+        super()._annotate(e)
+        if not hasattr(e, "root_index"):
+            # What the graph-break path (resume functions) needs: where, and the live state.
+            e.root_index = self.current_inst.index
+            e.root_stack = list(self.stack_before)
+            e.root_locals = dict(self.symbolic_locals)

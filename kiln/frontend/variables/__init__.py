@@ -1,0 +1,1 @@
+"""VariableTracker families, one file each; builder.py wraps real values."""

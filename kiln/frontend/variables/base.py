@@ -1,0 +1,60 @@
+"""VariableTracker: the symbolic value on the interpreter's stack, with the Source it came from."""
+
+from kiln.exc import unimplemented
+
+
+class VariableTracker:
+    """Base of every traced value. Subclasses override what they understand; the rest breaks."""
+
+    def __init__(self, *, source=None):
+        self.source = source
+
+    # --- what the value is -----------------------------------------------------------------
+    def python_type(self):
+        unimplemented(f"python_type of {self}")
+
+    def is_python_constant(self):
+        return False
+
+    def as_python_constant(self):
+        unimplemented(f"{self} is not a Python constant")
+
+    def truthy(self, tx):
+        """bool(value) while tracing, if known statically."""
+        if self.is_python_constant():
+            return bool(self.as_python_constant())
+        unimplemented(f"bool() of {self}")
+
+    # --- operations ------------------------------------------------------------------------
+    def var_getattr(self, tx, name):
+        unimplemented(f"attribute {name!r} of {self}")
+
+    def call_function(self, tx, args, kwargs):
+        unimplemented(f"call of {self}")
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__getattribute__" or name == "__getattr__":
+            unimplemented(f"{name} of {self}")
+        fn = self.var_getattr(tx, name)
+        return fn.call_function(tx, args, kwargs)
+
+    def unpack_var_sequence(self, tx):
+        unimplemented(f"iteration over {self}")
+
+    def has_unpack_var_sequence(self, tx):
+        try:
+            self.unpack_var_sequence(tx)
+            return True
+        except Exception:
+            return False
+
+    # --- code generation ------------------------------------------------------------------
+    def reconstruct(self, cg):
+        """Emit bytecode that puts this value on the stack of the transformed code."""
+        if self.source is not None:
+            self.source.reconstruct(cg)
+            return
+        unimplemented(f"cannot rebuild {self} in the transformed code")
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"

@@ -1,0 +1,192 @@
+"""Wrapping real Python values into VariableTrackers, installing the guards they need."""
+
+import builtins
+import enum
+import functools
+import inspect
+import operator
+import types
+
+import torch
+
+from kiln import config
+from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import GetItemSource
+from kiln.frontend.variables.builtin import BuiltinVariable
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
+from kiln.frontend.variables.lists import ListVariable, RangeVariable, TupleVariable
+from kiln.frontend.variables.misc import (
+    DisabledFunctionVariable,
+    GraphBreakVariable,
+    OpaqueCallableVariable,
+    PythonModuleVariable,
+    _is_skipped_module,
+)
+from kiln.frontend.variables.nn_module import NNModuleVariable
+from kiln.frontend.variables.torch import TorchVariable
+from kiln.frontend.variables.user_defined import (
+    UserDefinedClassVariable,
+    UserDefinedObjectVariable,
+)
+
+
+def _is_torch_callable(value):
+    mod = getattr(value, "__module__", None) or ""
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        self_ = getattr(value, "__self__", None)
+        if isinstance(self_, types.ModuleType):
+            mod = self_.__name__
+    return mod == "torch" or mod.startswith("torch.")
+
+
+def _is_skipped_function(value):
+    mod = getattr(value, "__module__", None) or ""
+    return any(mod == m or mod.startswith(m + ".") for m in config.skip_modules)
+
+
+def _kiln_special(value):
+    """kiln's own markers (graph_break, disabled functions, compiled wrappers)."""
+    from kiln import api
+
+    if value is api.graph_break:
+        return GraphBreakVariable()
+    if getattr(value, "_kiln_disabled", False):
+        return DisabledFunctionVariable(value)
+    return None
+
+
+def wrap_constant_like(tx, value):
+    """Wrap a value that needs no guard (reached from torch, a builtin, or a literal)."""
+    special = _kiln_special(value)
+    if special is not None:
+        return special
+    if is_literal(value):
+        return ConstantVariable(value)
+    if isinstance(value, types.ModuleType):
+        return PythonModuleVariable(value)
+    if _is_builtin(value):
+        return BuiltinVariable(value)
+    if _is_torch_callable(value) or (isinstance(value, type) and issubclass(value, torch.Tensor)):
+        return TorchVariable(value)
+    if isinstance(value, type):
+        return UserDefinedClassVariable(value)
+    if isinstance(value, enum.Enum):
+        return ConstantVariable(value)
+    if callable(value):
+        return OpaqueCallableVariable(value)
+    unimplemented(f"value of type {type(value).__name__} from a library")
+
+
+def wrap_value(tx, value, source):
+    """Wrap a value reached from `source`, installing its guards (`source` may be None)."""
+    guards = tx.output.guards
+    special = _kiln_special(value)
+    if special is not None:
+        return special
+    from kiln.api import OptimizedModule
+
+    if isinstance(value, OptimizedModule):
+        value = value._orig_mod
+        source = _attr(source, "_orig_mod") if source is not None else None
+    elif hasattr(value, "_kiln_orig_fn") and isinstance(value, types.FunctionType):
+        # a kiln-compiled function called from traced code: trace the original (the wrapper
+        # object is what the guard pins, so the wrapped function cannot change under it)
+        if source is not None:
+            tx.output.guards.add(GuardKind.ID_MATCH, source, value)
+        return UserFunctionVariable(value._kiln_orig_fn)
+    if source is None:
+        if isinstance(value, torch.Tensor):
+            unimplemented("a tensor reached without a source")
+        if isinstance(value, types.FunctionType) and not _is_skipped_function(value):
+            return UserFunctionVariable(value)
+        return wrap_constant_like(tx, value)
+    if isinstance(value, torch.Tensor):
+        return tx.output.add_graph_input(value, source)
+    if type(value) in (bool, type(None)) or (type(value) in (int, float) and config.specialize_int):
+        guards.add(GuardKind.CONSTANT_MATCH, source, value)
+        return ConstantVariable(value, source=source)
+    if is_literal(value):
+        guards.add(GuardKind.CONSTANT_MATCH, source, value)
+        return ConstantVariable(value, source=source)
+    if isinstance(value, (torch.dtype, torch.device)):
+        guards.add(
+            GuardKind.ID_MATCH if isinstance(value, torch.dtype) else GuardKind.CONSTANT_MATCH,
+            source,
+            value,
+        )
+        return ConstantVariable(value, source=source)
+    if isinstance(value, enum.Enum):
+        guards.add(GuardKind.ID_MATCH, source, value)
+        return ConstantVariable(value, source=source)
+    if type(value) in (tuple, list):
+        guards.add(GuardKind.LIST_LENGTH, source, (type(value), len(value)))
+        items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]
+        cls = TupleVariable if type(value) is tuple else ListVariable
+        return cls(items, source=source)
+    if type(value) is torch.Size:
+        guards.add(GuardKind.CONSTANT_MATCH, source, tuple(value))
+        return ConstantVariable(value, source=source)
+    if type(value) is dict and all(is_literal(k) for k in value):
+        guards.add(GuardKind.DICT_KEYS, source, (dict, tuple(value)))
+        items = {k: wrap_value(tx, v, GetItemSource(source, k)) for k, v in value.items()}
+        return ConstDictVariable(items, source=source)
+    if type(value) is range:
+        guards.add(GuardKind.CONSTANT_MATCH, source, value)
+        return RangeVariable(value, source=source)
+    if isinstance(value, torch.nn.Module):
+        guards.add(GuardKind.TYPE_MATCH, source, type(value))
+        return NNModuleVariable(value, source=source)
+    if isinstance(value, types.ModuleType):
+        if not _is_skipped_module(value):
+            guards.add(GuardKind.ID_MATCH, source, value)
+        return PythonModuleVariable(value, source=source)
+    if isinstance(value, types.FunctionType):
+        guards.add(GuardKind.ID_MATCH, source, value)
+        if _is_skipped_function(value):
+            return wrap_constant_like(tx, value)
+        return UserFunctionVariable(value, source=source)
+    if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
+        guards.add(GuardKind.ID_MATCH, source, value.__func__)  # via __func__ below
+        obj = wrap_value(tx, value.__self__, _attr(source, "__self__"))
+        return UserMethodVariable(value.__func__, obj)
+    if _is_builtin(value) or _is_torch_callable(value):
+        guards.add(GuardKind.ID_MATCH, source, value)
+        return wrap_constant_like(tx, value)
+    if isinstance(value, type):
+        guards.add(GuardKind.ID_MATCH, source, value)
+        if issubclass(value, torch.Tensor) or _is_torch_callable(value):
+            return TorchVariable(value, source=source)
+        return UserDefinedClassVariable(value, source=source)
+    if callable(value) and not hasattr(value, "__dict__"):
+        guards.add(GuardKind.ID_MATCH, source, value)
+        return OpaqueCallableVariable(value, source=source)
+    guards.add(GuardKind.TYPE_MATCH, source, type(value))
+    return UserDefinedObjectVariable(value, source=source)
+
+
+def _is_builtin(value):
+    try:
+        return value in _BUILTIN_FNS
+    except TypeError:
+        return False
+
+
+def _attr(source, name):
+    from kiln.frontend.source import AttrSource
+
+    return AttrSource(source, name)
+
+
+def _builtin_fns():
+    fns = {v for v in vars(builtins).values() if isinstance(v, types.BuiltinFunctionType)}
+    fns |= {range, tuple, list, dict, int, float, bool, str, enumerate, zip, reversed, type}
+    fns |= {v for v in vars(operator).values() if isinstance(v, types.BuiltinFunctionType)}
+    fns |= {functools.reduce}
+    return frozenset(fns)
+
+
+_BUILTIN_FNS = _builtin_fns()
+_SIGNATURE = inspect.signature

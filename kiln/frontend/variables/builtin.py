@@ -1,0 +1,374 @@
+"""Python builtins (len, isinstance, range, min ...) and operator-module functions."""
+
+import builtins
+import operator
+
+import torch
+
+from kiln.exc import unimplemented
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.lists import (
+    BaseListVariable,
+    ListIteratorVariable,
+    ListVariable,
+    RangeVariable,
+    SizeVariable,
+    TupleVariable,
+)
+from kiln.frontend.variables.tensor import TensorVariable
+
+_SEQUENCE_OPS = {operator.add, operator.iadd, operator.mul, operator.imul}
+_IS_OPS = {operator.is_, operator.is_not}
+
+
+def _all_const(vars_):
+    return all(v.is_python_constant() for v in vars_)
+
+
+def binary_op(tx, fn, a, b):
+    """a <op> b for an operator-module function."""
+    from kiln.frontend.variables.torch import call_tensor_op
+
+    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        return call_tensor_op(tx, "call_function", fn, [a, b], {})
+    if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
+        return fold(fn, a.value, b.value)
+    if fn in _SEQUENCE_OPS and isinstance(a, BaseListVariable):
+        if fn in (operator.add, operator.iadd) and isinstance(b, BaseListVariable):
+            if fn is operator.iadd and isinstance(a, ListVariable):
+                a._mutate()
+                a.items.extend(b.items)
+                return a
+            cls = SizeVariable if isinstance(a, SizeVariable) else type(a)
+            if isinstance(a, RangeVariable):
+                unimplemented("range + sequence")
+            return cls(a.items + b.items)
+        if fn in (operator.mul, operator.imul) and isinstance(b, ConstantVariable):
+            return type(a)(a.items * b.value)
+    if (
+        fn in (operator.mul,)
+        and isinstance(b, BaseListVariable)
+        and isinstance(a, ConstantVariable)
+    ):
+        return type(b)(b.items * a.value)
+    if _all_const([a, b]):
+        ca, cb = a.as_python_constant(), b.as_python_constant()
+        if is_literal(ca) and is_literal(cb):
+            return fold(fn, ca, cb)
+    unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
+
+
+def compare_vars(tx, fn, a, b):
+    """a <cmp> b, including `is` / `is not`."""
+    if fn in _IS_OPS:
+        same = _identical(a, b)
+        if same is None:
+            unimplemented(f"`is` between {a} and {b}")
+        return ConstantVariable(same if fn is operator.is_ else not same)
+    if fn in (operator.eq, operator.ne) and not isinstance(a, TensorVariable):
+        if not isinstance(b, TensorVariable) and not (_all_const([a, b])):
+            same = _identical(a, b)
+            if same is True:
+                return ConstantVariable(fn is operator.eq)
+    return binary_op(tx, fn, a, b)
+
+
+def _identical(a, b):
+    """Whether two traced values are the same object (None when it cannot be known)."""
+    if a is b:
+        return True
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, ConstantVariable) and x.value is None:
+            if isinstance(y, ConstantVariable):
+                return y.value is None
+            return False
+    va, vb = getattr(a, "value", _MISSING), getattr(b, "value", _MISSING)
+    if va is not _MISSING and vb is not _MISSING:
+        if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
+            if type(va) is not type(vb):
+                return False
+            if isinstance(va, (bool, type(None), type(Ellipsis))) or va is vb:
+                return va is vb
+            return None
+        return va is vb
+    if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+        return False
+    if type(a) is not type(b) and (isinstance(a, TensorVariable) or isinstance(b, TensorVariable)):
+        return False
+    return None
+
+
+_MISSING = object()
+
+
+def contains(tx, container, item):
+    """`item in container`."""
+    if isinstance(container, ConstDictVariable):
+        return container.call_method(tx, "__contains__", [item], {})
+    if isinstance(container, TensorVariable):
+        unimplemented("`in` on a tensor reads tensor data")
+    items = container.unpack_var_sequence(tx)
+    for i in items:
+        same = _identical(i, item)
+        if same:
+            return ConstantVariable(True)
+        if not (i.is_python_constant() and item.is_python_constant()):
+            unimplemented(f"`in` comparing {i} and {item}")
+        if i.as_python_constant() == item.as_python_constant():
+            return ConstantVariable(True)
+    return ConstantVariable(False)
+
+
+def isinstance_check(tx, obj, cls):
+    """isinstance(obj, cls) from the traced value's Python type."""
+    typ = obj.python_type()
+    return ConstantVariable(issubclass(typ, cls))
+
+
+class BuiltinVariable(VariableTracker):
+    """A builtin function or an operator-module function."""
+
+    def __init__(self, fn, **kw):
+        super().__init__(**kw)
+        self.fn = fn
+
+    def python_type(self):
+        return type(self.fn)
+
+    def is_python_constant(self):
+        return True
+
+    def as_python_constant(self):
+        return self.fn
+
+    def call_function(self, tx, args, kwargs):
+        fn = self.fn
+        name = getattr(fn, "__name__", str(fn))
+        handler = getattr(self, f"_call_{name}", None)
+        if handler is not None and fn is getattr(builtins, name, None):
+            return handler(tx, *args, **kwargs)
+        if fn in _COMPARE_FNS and len(args) == 2 and not kwargs:
+            return compare_vars(tx, fn, *args)
+        if fn in _BINARY_FNS and len(args) == 2 and not kwargs:
+            return binary_op(tx, fn, *args)
+        if fn in _UNARY_FNS and len(args) == 1 and not kwargs:
+            return unary_op(tx, fn, args[0])
+        if fn is operator.getitem and len(args) == 2:
+            return getitem(tx, *args)
+        if fn is operator.contains and len(args) == 2:
+            return contains(tx, *args)
+        if fn is operator.truth and len(args) == 1:
+            return ConstantVariable(args[0].truthy(tx))
+        if fn is operator.not_ and len(args) == 1:
+            return ConstantVariable(not args[0].truthy(tx))
+        unimplemented(f"builtin {name} with these arguments")
+
+    # --- builtins (one method each, `_call_<name>`) --------------------------------------------
+    def _call_len(self, tx, obj):
+        if isinstance(obj, (BaseListVariable, ConstDictVariable)):
+            return ConstantVariable(len(obj.items))
+        if isinstance(obj, TensorVariable):
+            return obj.call_method(tx, "__len__", [], {})
+        if obj.is_python_constant():
+            return fold(len, obj.as_python_constant())
+        return obj.call_method(tx, "__len__", [], {})
+
+    def _call_isinstance(self, tx, obj, cls):
+        c = cls.as_python_constant()
+        return isinstance_check(tx, obj, c)
+
+    def _call_issubclass(self, tx, a, b):
+        return fold(issubclass, a.as_python_constant(), b.as_python_constant())
+
+    def _call_getattr(self, tx, obj, name, default=None):
+        n = name.as_python_constant()
+        if default is None:
+            return obj.var_getattr(tx, n)
+        if self._call_hasattr(tx, obj, name).value:
+            return obj.var_getattr(tx, n)
+        return default
+
+    def _call_hasattr(self, tx, obj, name):
+        from kiln.frontend.variables.nn_module import NNModuleVariable
+        from kiln.frontend.variables.user_defined import UserDefinedObjectVariable
+
+        n = name.as_python_constant()
+        if isinstance(obj, TensorVariable):
+            return ConstantVariable(hasattr(torch.Tensor, n) or n in ("shape", "dtype"))
+        if isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)):
+            return obj.hasattr(tx, n)
+        if obj.is_python_constant():
+            return ConstantVariable(hasattr(obj.as_python_constant(), n))
+        unimplemented(f"hasattr on {obj}")
+
+    def _call_range(self, tx, *args):
+        return RangeVariable(range(*[a.as_python_constant() for a in args]))
+
+    def _call_tuple(self, tx, obj=None):
+        return TupleVariable([] if obj is None else obj.unpack_var_sequence(tx))
+
+    def _call_list(self, tx, obj=None):
+        return ListVariable([] if obj is None else obj.unpack_var_sequence(tx))
+
+    def _call_dict(self, tx, obj=None, **kwargs):
+        items = {}
+        if obj is not None:
+            if isinstance(obj, ConstDictVariable):
+                items.update(obj.items)
+            else:
+                for pair in obj.unpack_var_sequence(tx):
+                    k, v = pair.unpack_var_sequence(tx)
+                    items[k.as_python_constant()] = v
+        items.update(kwargs)
+        return ConstDictVariable(items)
+
+    def _call_iter(self, tx, obj):
+        if isinstance(obj, ListIteratorVariable):
+            return obj
+        return ListIteratorVariable(obj.unpack_var_sequence(tx))
+
+    def _call_next(self, tx, it, default=None):
+        if not isinstance(it, ListIteratorVariable):
+            unimplemented(f"next() on {it}")
+        item = it.next_item()
+        if item is None:
+            if default is None:
+                unimplemented("StopIteration while tracing")
+            return default
+        return item
+
+    def _call_enumerate(self, tx, obj, start=None):
+        s = start.as_python_constant() if start is not None else 0
+        return ListIteratorVariable(
+            [
+                TupleVariable([ConstantVariable(i + s), v])
+                for i, v in enumerate(obj.unpack_var_sequence(tx))
+            ]
+        )
+
+    def _call_zip(self, tx, *objs):
+        seqs = [o.unpack_var_sequence(tx) for o in objs]
+        return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*seqs)])
+
+    def _call_reversed(self, tx, obj):
+        return ListIteratorVariable(list(reversed(obj.unpack_var_sequence(tx))))
+
+    def _fold_or_reduce(self, tx, fn, args):
+        items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
+        if _all_const(items):
+            return fold(fn, [i.as_python_constant() for i in items])
+        if fn in (builtins.min, builtins.max) and len(items) == 2:
+            if any(isinstance(i, TensorVariable) for i in items):
+                unimplemented(f"{fn.__name__}() of tensors reads tensor data")
+        unimplemented(f"{fn.__name__}() of non-constants")
+
+    def _call_min(self, tx, *args):
+        return self._fold_or_reduce(tx, builtins.min, args)
+
+    def _call_max(self, tx, *args):
+        return self._fold_or_reduce(tx, builtins.max, args)
+
+    def _call_sum(self, tx, obj, start=None):
+        items = obj.unpack_var_sequence(tx)
+        acc = start if start is not None else ConstantVariable(0)
+        for i in items:
+            acc = binary_op(tx, operator.add, acc, i)
+        return acc
+
+    def _call_abs(self, tx, obj):
+        return unary_op(tx, operator.abs, obj)
+
+    def _call_any(self, tx, obj):
+        return ConstantVariable(any(i.truthy(tx) for i in obj.unpack_var_sequence(tx)))
+
+    def _call_all(self, tx, obj):
+        return ConstantVariable(all(i.truthy(tx) for i in obj.unpack_var_sequence(tx)))
+
+    def _convert(self, tx, fn, obj):
+        if isinstance(obj, TensorVariable):
+            unimplemented(f"{fn.__name__}() of a tensor reads tensor data")
+        return fold(fn, obj.as_python_constant())
+
+    def _call_int(self, tx, obj=None):
+        return ConstantVariable(0) if obj is None else self._convert(tx, int, obj)
+
+    def _call_float(self, tx, obj=None):
+        return ConstantVariable(0.0) if obj is None else self._convert(tx, float, obj)
+
+    def _call_bool(self, tx, obj=None):
+        return ConstantVariable(False) if obj is None else ConstantVariable(obj.truthy(tx))
+
+    def _call_str(self, tx, obj=None):
+        return ConstantVariable("") if obj is None else self._convert(tx, str, obj)
+
+    def _call_round(self, tx, obj, nd=None):
+        if nd is None:
+            return self._convert(tx, round, obj)
+        return fold(round, obj.as_python_constant(), nd.as_python_constant())
+
+    def _call_type(self, tx, obj):
+        from kiln.frontend.variables.builder import wrap_constant_like
+
+        return wrap_constant_like(tx, obj.python_type())
+
+    def _call_callable(self, tx, obj):
+        from kiln.frontend.variables.functions import BaseFunctionVariable
+        from kiln.frontend.variables.nn_module import NNModuleVariable
+        from kiln.frontend.variables.torch import TorchVariable
+
+        if isinstance(
+            obj, (BaseFunctionVariable, NNModuleVariable, TorchVariable, BuiltinVariable)
+        ):
+            return ConstantVariable(True)
+        if isinstance(obj, (TensorVariable, BaseListVariable, ConstDictVariable, ConstantVariable)):
+            return ConstantVariable(False)
+        unimplemented(f"callable() of {obj}")
+
+    def _call_sorted(self, tx, obj, **kwargs):
+        items = obj.unpack_var_sequence(tx)
+        if kwargs or not _all_const(items):
+            unimplemented("sorted() with a key or of non-constants")
+        return ListVariable(
+            [ConstantVariable(v) for v in sorted(i.as_python_constant() for i in items)]
+        )
+
+    def __repr__(self):
+        return f"BuiltinVariable({getattr(self.fn, '__name__', self.fn)})"
+
+
+def unary_op(tx, fn, obj):
+    """-x, +x, ~x, abs(x)."""
+    from kiln.frontend.variables.torch import call_tensor_op
+
+    if isinstance(obj, TensorVariable):
+        return call_tensor_op(tx, "call_function", fn, [obj], {})
+    if obj.is_python_constant():
+        return fold(fn, obj.as_python_constant())
+    unimplemented(f"{fn.__name__} of {obj}")
+
+
+def getitem(tx, obj, index):
+    """obj[index]."""
+    from kiln.frontend.variables.torch import call_tensor_op
+
+    if isinstance(obj, TensorVariable):
+        return call_tensor_op(tx, "call_function", operator.getitem, [obj, index], {})
+    if isinstance(index, TensorVariable):
+        unimplemented("indexing a Python container with a tensor")
+    return obj.call_method(tx, "__getitem__", [index], {})
+
+
+_COMPARE_FNS = {
+    operator.lt,
+    operator.le,
+    operator.eq,
+    operator.ne,
+    operator.gt,
+    operator.ge,
+    operator.is_,
+    operator.is_not,
+}
+_BINARY_FNS = set(BINARY_OPS.values())
+_UNARY_FNS = {operator.neg, operator.pos, operator.invert, operator.abs}

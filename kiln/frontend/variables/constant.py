@@ -1,0 +1,132 @@
+"""Python constants: numbers, strings, None, dtypes, devices, slices, Ellipsis, types of them."""
+
+import operator
+
+import torch
+
+from kiln.exc import unimplemented
+from kiln.frontend.variables.base import VariableTracker
+
+CONSTANT_TYPES = (
+    int,
+    float,
+    bool,
+    complex,
+    str,
+    bytes,
+    type(None),
+    type(Ellipsis),
+    type(NotImplemented),
+    slice,
+    range,
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+)
+
+
+def is_literal(value):
+    """Whether a value is an immutable constant kiln may fold (tuples/frozensets of them too)."""
+    if isinstance(value, (tuple, frozenset)) and type(value) in (tuple, frozenset):
+        return all(is_literal(v) for v in value)
+    return type(value) in CONSTANT_TYPES
+
+
+# Methods of immutable constants that are pure (folded at trace time).
+_PURE_TYPES = (int, float, bool, complex, str, bytes, tuple, torch.dtype, torch.device)
+
+
+class ConstantVariable(VariableTracker):
+    """A Python constant known while tracing (guarded by its source if it came from one)."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def is_python_constant(self):
+        return True
+
+    def as_python_constant(self):
+        return self.value
+
+    def var_getattr(self, tx, name):
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError:
+            unimplemented(f"constant {self.value!r} has no attribute {name!r}")
+        if callable(attr) and type(self.value) in _PURE_TYPES:
+            from kiln.frontend.variables.misc import ConstantMethodVariable
+
+            return ConstantMethodVariable(self.value, name)
+        if is_literal(attr):
+            return ConstantVariable(attr)
+        unimplemented(f"attribute {name!r} of constant {self.value!r}")
+
+    def unpack_var_sequence(self, tx):
+        if isinstance(self.value, (str, range, tuple, bytes)):
+            return [ConstantVariable(v) for v in self.value]
+        unimplemented(f"iteration over {self.value!r}")
+
+    def reconstruct(self, cg):
+        from kiln.frontend import emitter as emit
+
+        if is_literal(self.value) and not isinstance(self.value, (torch.dtype, torch.device)):
+            cg.extend(emit.load_const(self.value))
+        else:
+            cg.load_object(self.value)
+
+    def __repr__(self):
+        return f"ConstantVariable({self.value!r})"
+
+
+def fold(fn, *values):
+    """Apply a pure function to constants (e.g. operator.add) and wrap the result."""
+    try:
+        return ConstantVariable(fn(*values))
+    except Exception as e:
+        unimplemented(
+            f"constant folding {getattr(fn, '__name__', fn)} raised {type(e).__name__}: {e}"
+        )
+
+
+BINARY_OPS = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "//": operator.floordiv,
+    "%": operator.mod,
+    "**": operator.pow,
+    "@": operator.matmul,
+    "<<": operator.lshift,
+    ">>": operator.rshift,
+    "&": operator.and_,
+    "|": operator.or_,
+    "^": operator.xor,
+    "+=": operator.iadd,
+    "-=": operator.isub,
+    "*=": operator.imul,
+    "/=": operator.itruediv,
+    "//=": operator.ifloordiv,
+    "%=": operator.imod,
+    "**=": operator.ipow,
+    "@=": operator.imatmul,
+    "<<=": operator.ilshift,
+    ">>=": operator.irshift,
+    "&=": operator.iand,
+    "|=": operator.ior,
+    "^=": operator.ixor,
+}
+
+COMPARE_OPS = {
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">": operator.gt,
+    ">=": operator.ge,
+}

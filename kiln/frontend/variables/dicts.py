@@ -1,0 +1,96 @@
+"""Dicts with constant keys."""
+
+from kiln.exc import unimplemented
+from kiln.frontend import emitter as emit
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
+
+
+class ConstDictVariable(VariableTracker):
+    """A dict whose keys are Python constants and whose values are VariableTrackers."""
+
+    def __init__(self, items, user_cls=dict, **kw):
+        super().__init__(**kw)
+        self.items = dict(items)
+        self.user_cls = user_cls
+
+    def python_type(self):
+        return self.user_cls
+
+    def is_python_constant(self):
+        return all(v.is_python_constant() for v in self.items.values())
+
+    def as_python_constant(self):
+        return self.user_cls((k, v.as_python_constant()) for k, v in self.items.items())
+
+    def truthy(self, tx):
+        return bool(self.items)
+
+    def unpack_var_sequence(self, tx):
+        return [ConstantVariable(k) for k in self.items]
+
+    def _mutate(self):
+        if self.source is not None:
+            unimplemented("mutation of a dict that came from outside the frame (side effects)")
+
+    def _key(self, var):
+        if not var.is_python_constant():
+            unimplemented(f"dict key {var} is not a constant")
+        return var.as_python_constant()
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__getitem__" and len(args) == 1:
+            key = self._key(args[0])
+            if key not in self.items:
+                unimplemented(f"KeyError {key!r} while tracing")
+            return self.items[key]
+        if name == "get" and 1 <= len(args) <= 2:
+            key = self._key(args[0])
+            if key in self.items:
+                return self.items[key]
+            return args[1] if len(args) == 2 else ConstantVariable(None)
+        if name == "__contains__" and len(args) == 1:
+            return ConstantVariable(self._key(args[0]) in self.items)
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name == "keys" and not args:
+            return ListIteratorVariable([ConstantVariable(k) for k in self.items])
+        if name == "values" and not args:
+            return ListIteratorVariable(list(self.items.values()))
+        if name == "items" and not args:
+            return ListIteratorVariable(
+                [TupleVariable([ConstantVariable(k), v]) for k, v in self.items.items()]
+            )
+        if name == "__setitem__" and len(args) == 2:
+            self._mutate()
+            self.items[self._key(args[0])] = args[1]
+            return ConstantVariable(None)
+        if name == "update" and len(args) == 1 and isinstance(args[0], ConstDictVariable):
+            self._mutate()
+            self.items.update(args[0].items)
+            return ConstantVariable(None)
+        if name == "pop" and 1 <= len(args) <= 2:
+            self._mutate()
+            key = self._key(args[0])
+            if key in self.items:
+                return self.items.pop(key)
+            if len(args) == 2:
+                return args[1]
+            unimplemented(f"KeyError {key!r} while tracing")
+        if name == "copy" and not args:
+            return ConstDictVariable(self.items, self.user_cls)
+        if name == "list" and not args:
+            return ListVariable([ConstantVariable(k) for k in self.items])
+        unimplemented(f"dict.{name}")
+
+    def reconstruct(self, cg):
+        if self.user_cls is not dict:
+            unimplemented(f"rebuilding a {self.user_cls.__name__}")
+        for k, v in self.items.items():
+            cg.extend(emit.load_const(k))
+            cg.reconstruct(v)
+        cg.extend(emit.build_map(len(self.items)))
+
+    def __repr__(self):
+        return f"ConstDictVariable({self.items!r})"

@@ -1,0 +1,175 @@
+"""User functions: called by inlining their bytecode into the current trace."""
+
+import inspect
+import types
+
+from kiln import config
+from kiln.exc import unimplemented
+from kiln.frontend.source import AttrSource, GetItemSource
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.lists import TupleVariable
+
+
+class BaseFunctionVariable(VariableTracker):
+    """Something callable whose body kiln traces."""
+
+
+class UserFunctionVariable(BaseFunctionVariable):
+    """A Python function (guarded by identity when it has a source)."""
+
+    def __init__(self, fn, **kw):
+        super().__init__(**kw)
+        self.fn = fn
+
+    def python_type(self):
+        return types.FunctionType
+
+    def is_python_constant(self):
+        return True
+
+    def as_python_constant(self):
+        return self.fn
+
+    def get_function(self):
+        return self.fn
+
+    def self_args(self):
+        return []
+
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__", "__module__", "__doc__"):
+            return ConstantVariable(getattr(self.fn, name))
+        unimplemented(f"attribute {name!r} of function {self.fn.__qualname__}")
+
+    def call_function(self, tx, args, kwargs):
+        return inline_call(tx, self.fn, [*self.self_args(), *args], kwargs, self.source)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.fn.__qualname__})"
+
+
+class UserMethodVariable(UserFunctionVariable):
+    """A function bound to a traced object (module, user object)."""
+
+    def __init__(self, fn, obj, **kw):
+        super().__init__(fn, **kw)
+        self.obj = obj
+
+    def python_type(self):
+        return types.MethodType
+
+    def self_args(self):
+        return [self.obj]
+
+
+class NestedUserFunctionVariable(BaseFunctionVariable):
+    """A function made by MAKE_FUNCTION while tracing (lambdas, comprehensions) without cells."""
+
+    def __init__(self, code, globals_, defaults=None, kwdefaults=None, **kw):
+        super().__init__(**kw)
+        self.closure = {}  # freevar name -> CellRefVariable
+        self.code = code
+        self.globals = globals_
+        self.defaults = defaults
+        self.kwdefaults = kwdefaults
+
+    def python_type(self):
+        return types.FunctionType
+
+    def call_function(self, tx, args, kwargs):
+        cells = tuple(types.CellType() for _ in self.code.co_freevars) or None
+        fn = types.FunctionType(self.code, self.globals, self.code.co_name, None, cells)
+        return inline_call(
+            tx,
+            fn,
+            args,
+            kwargs,
+            None,
+            defaults=self.defaults,
+            kwdefaults=self.kwdefaults,
+            closure=self.closure,
+        )
+
+    def reconstruct(self, cg):
+        unimplemented("rebuilding a function made inside the compiled frame")
+
+
+def _wrap_default(tx, value, source):
+    from kiln.frontend.variables.builder import wrap_value
+
+    if isinstance(value, VariableTracker):
+        return value
+    if is_literal(value):
+        return ConstantVariable(value)
+    if source is None:
+        unimplemented("non-constant default argument of an unguarded function")
+    return wrap_value(tx, value, source)
+
+
+def bind_args(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None):
+    """Bind traced arguments to the parameters of `fn`: {name: VariableTracker}."""
+    code = fn.__code__
+    if (
+        not kwargs
+        and not defaults
+        and not fn.__defaults__
+        and not code.co_kwonlyargcount
+        and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    ):
+        if len(args) != code.co_argcount:
+            unimplemented(f"{fn.__qualname__} takes {code.co_argcount} arguments, got {len(args)}")
+        return dict(zip(code.co_varnames, args))
+    if defaults is None and fn.__defaults__:
+        src = AttrSource(fn_source, "__defaults__") if fn_source else None
+        defaults = [
+            _wrap_default(tx, d, GetItemSource(src, i) if src else None)
+            for i, d in enumerate(fn.__defaults__)
+        ]
+    if kwdefaults is None and fn.__kwdefaults__:
+        src = AttrSource(fn_source, "__kwdefaults__") if fn_source else None
+        kwdefaults = {
+            k: _wrap_default(tx, d, GetItemSource(src, k) if src else None)
+            for k, d in fn.__kwdefaults__.items()
+        }
+    shell = types.FunctionType(code, {}, code.co_name)
+    shell.__defaults__ = tuple(defaults) if defaults else None
+    shell.__kwdefaults__ = dict(kwdefaults) if kwdefaults else None
+    try:
+        bound = inspect.signature(shell).bind(*args, **kwargs)
+    except TypeError as e:
+        unimplemented(f"arguments of {fn.__qualname__} do not bind: {e}")
+    bound.apply_defaults()
+    out = {}
+    for name, value in bound.arguments.items():
+        param = bound.signature.parameters[name]
+        if param.kind == inspect.Parameter.VAR_POSITIONAL:
+            value = TupleVariable(list(value))
+        elif param.kind == inspect.Parameter.VAR_KEYWORD:
+            value = ConstDictVariable(dict(value))
+        out[name] = value
+    return out
+
+
+def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None, closure=None):
+    """Trace the body of a user function inside the current frame; returns its result."""
+    from kiln.frontend.translator import InliningTranslator
+
+    if tx.inline_depth + 1 > config.inline_depth_limit:
+        unimplemented(f"inlining depth limit ({config.inline_depth_limit}) at {fn.__qualname__}")
+    code = fn.__code__
+    if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        unimplemented(f"calling generator/coroutine function {fn.__qualname__}")
+    if getattr(fn, "_kiln_disabled", False):
+        unimplemented(f"call to kiln.disable'd function {fn.__qualname__}")
+    local_vars = bind_args(tx, fn, args, kwargs, fn_source, defaults, kwdefaults)
+    if closure is None:
+        closure = {}
+    if code.co_freevars and not closure:
+        if fn.__closure__ is None:
+            unimplemented(f"closure of {fn.__qualname__}")
+        for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__)):
+            closure[name] = (cell, fn_source, i)
+    sub = InliningTranslator(tx, fn, code, local_vars, closure)
+    return sub.run_inline()

@@ -1,0 +1,125 @@
+"""Small families: NULL, bound methods of tensors and constants, modules, kiln's own markers."""
+
+from kiln.exc import unimplemented
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable, fold, is_literal
+
+
+class NullVariable(VariableTracker):
+    """The NULL that PUSH_NULL / LOAD_GLOBAL put below a callable."""
+
+    def __repr__(self):
+        return "NULL"
+
+
+class DeletedVariable(VariableTracker):
+    """A local that is unbound (before assignment or after `del`)."""
+
+
+class TensorMethodVariable(VariableTracker):
+    """`tensor.method` before it is called."""
+
+    def __init__(self, tensor, name, **kw):
+        super().__init__(**kw)
+        self.tensor = tensor
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        return self.tensor.call_method(tx, self.name, args, kwargs)
+
+
+class ConstantMethodVariable(VariableTracker):
+    """A method of an immutable constant (`"a".join`, `(1, 2).index` ...), folded when called."""
+
+    def __init__(self, value, name, **kw):
+        super().__init__(**kw)
+        self.value = value
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+            if self.name == "format" and isinstance(self.value, str):
+                unimplemented("str.format of a non-constant")
+            unimplemented(f"{type(self.value).__name__}.{self.name} of non-constants")
+        cargs = [a.as_python_constant() for a in args]
+        ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+        result = fold(lambda: getattr(self.value, self.name)(*cargs, **ckw))
+        if not is_literal(result.value):
+            unimplemented(f"{type(self.value).__name__}.{self.name} returned a non-constant")
+        return result
+
+
+class PythonModuleVariable(VariableTracker):
+    """A Python module object (torch, math, a user module)."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def var_getattr(self, tx, name):
+        from kiln.frontend.source import AttrSource
+        from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
+
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError:
+            unimplemented(f"module {self.value.__name__} has no attribute {name!r}")
+        if self.source is not None and not _is_skipped_module(self.value):
+            return wrap_value(tx, attr, AttrSource(self.source, name))
+        return wrap_constant_like(tx, attr)
+
+    def __repr__(self):
+        return f"PythonModuleVariable({self.value.__name__})"
+
+
+def _is_skipped_module(mod):
+    from kiln import config
+
+    name = getattr(mod, "__name__", "")
+    return any(name == m or name.startswith(m + ".") for m in config.skip_modules) or name in (
+        "math",
+        "operator",
+        "builtins",
+        "functools",
+        "itertools",
+        "collections",
+    )
+
+
+class GraphBreakVariable(VariableTracker):
+    """`kiln.graph_break()`: calling it breaks the graph here."""
+
+    def call_function(self, tx, args, kwargs):
+        unimplemented("kiln.graph_break() called")
+
+
+class DisabledFunctionVariable(VariableTracker):
+    """A function wrapped by `kiln.disable`: never traced."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def call_function(self, tx, args, kwargs):
+        unimplemented(f"call to kiln.disable'd function {getattr(self.value, '__qualname__', '?')}")
+
+
+class OpaqueCallableVariable(VariableTracker):
+    """A callable kiln does not trace into (C functions outside torch, other packages)."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def call_function(self, tx, args, kwargs):
+        name = getattr(self.value, "__qualname__", None) or repr(self.value)
+        unimplemented(f"call to {name} (not traceable)")
+
+
+__all__ = ["ConstantVariable"]

@@ -1,0 +1,167 @@
+"""nn.Module instances: attributes, submodules, parameters (lifted as graph inputs), calls."""
+
+import inspect
+
+import torch
+
+from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import AttrSource, GetItemSource
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.functions import UserMethodVariable, inline_call
+from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable
+
+_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
+class NNModuleVariable(VariableTracker):
+    """An nn.Module reached from a source (an argument, a global, an attribute of one)."""
+
+    def __init__(self, module, **kw):
+        super().__init__(**kw)
+        self.value = module
+
+    def python_type(self):
+        return type(self.value)
+
+    def _sub_source(self, dict_name, key):
+        if self.source is None:
+            return None
+        return GetItemSource(AttrSource(self.source, dict_name), key)
+
+    def _child(self, tx, name):
+        from kiln.frontend.variables.builder import wrap_value
+
+        mod = self.value
+        d = mod.__dict__
+        if name in d.get("_parameters", {}):
+            return wrap_value(tx, d["_parameters"][name], self._sub_source("_parameters", name))
+        if name in d.get("_buffers", {}):
+            return wrap_value(tx, d["_buffers"][name], self._sub_source("_buffers", name))
+        if name in d.get("_modules", {}):
+            return wrap_value(tx, d["_modules"][name], self._sub_source("_modules", name))
+        return None
+
+    def hasattr(self, tx, name):
+        return ConstantVariable(hasattr(self.value, name))
+
+    def var_getattr(self, tx, name):
+        from kiln.frontend.variables.builder import wrap_value
+
+        if self.source is None:
+            unimplemented("attribute of a module without a source")
+        child = self._child(tx, name)
+        if child is not None:
+            return child
+        mod = self.value
+        if name in mod.__dict__:
+            return wrap_value(tx, mod.__dict__[name], AttrSource(self.source, name))
+        try:
+            static = inspect.getattr_static(type(mod), name)
+        except AttributeError:
+            unimplemented(f"{type(mod).__name__} has no attribute {name!r}")
+        if isinstance(static, staticmethod):
+            return wrap_value(tx, static.__func__, None)
+        if isinstance(static, classmethod):
+            from kiln.frontend.variables.builder import wrap_constant_like
+
+            return UserMethodVariable(static.__func__, wrap_constant_like(tx, type(mod)))
+        if inspect.isfunction(static):
+            return UserMethodVariable(static, self)
+        if isinstance(static, property) and static.fget is not None:
+            return inline_call(tx, static.fget, [self], {}, None)
+        return wrap_value(tx, getattr(mod, name), AttrSource(self.source, name))
+
+    def unpack_var_sequence(self, tx):
+        mod = self.value
+        if isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList)):
+            return [self._child(tx, k) for k in mod._modules]
+        if isinstance(mod, torch.nn.ModuleDict):
+            return [ConstantVariable(k) for k in mod._modules]
+        if isinstance(mod, (torch.nn.ParameterList,)):
+            return [self._child(tx, k) for k in mod._parameters]
+        unimplemented(f"iteration over {type(mod).__name__}")
+
+    def call_function(self, tx, args, kwargs):
+        mod = self.value
+        if self.source is None:
+            unimplemented("calling a module without a source")
+        if mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks:
+            unimplemented(f"module hooks on {type(mod).__name__}")
+        if getattr(mod, "_backward_pre_hooks", None):
+            unimplemented(f"module hooks on {type(mod).__name__}")
+        g = torch.nn.modules.module
+        if g._global_forward_hooks or g._global_forward_pre_hooks:
+            unimplemented("global module hooks")
+        if g._global_backward_hooks or getattr(g, "_global_backward_pre_hooks", None):
+            unimplemented("global module hooks")
+        if "forward" in mod.__dict__ or "__call__" in mod.__dict__:
+            unimplemented("module with an instance-level forward/__call__")
+        tx.output.guards.add(GuardKind.NO_HOOKS, self.source)
+        tx.output.uses_modules = True
+        forward = inspect.getattr_static(type(mod), "forward")
+        if not inspect.isfunction(forward):
+            unimplemented(f"{type(mod).__name__}.forward is not a Python function")
+        if type(mod).__call__ is not torch.nn.Module.__call__:
+            unimplemented(f"{type(mod).__name__} overrides __call__")
+        return inline_call(tx, forward, [self, *args], kwargs, None)
+
+    def call_method(self, tx, name, args, kwargs):
+        mod = self.value
+        if name == "forward":
+            forward = inspect.getattr_static(type(mod), "forward")
+            return inline_call(tx, forward, [self, *args], kwargs, None)
+        if name == "__getitem__" and isinstance(mod, _CONTAINERS) and len(args) == 1:
+            key = args[0].as_python_constant()
+            if isinstance(mod, torch.nn.ModuleDict):
+                return self._child(tx, key)
+            keys = list(mod._modules)
+            if isinstance(key, slice):
+                unimplemented("slicing a module container")
+            return self._child(tx, keys[key])
+        if name == "__len__" and isinstance(mod, _CONTAINERS):
+            return ConstantVariable(len(mod._modules))
+        if name in ("children", "parameters", "buffers", "named_parameters", "named_children"):
+            if args or kwargs:
+                unimplemented(f"Module.{name} with arguments")
+            return self._iterate(tx, name)
+        if name in ("keys", "values", "items") and isinstance(mod, torch.nn.ModuleDict):
+            keys = list(mod._modules)
+            if name == "keys":
+                return ListIteratorVariable([ConstantVariable(k) for k in keys])
+            if name == "values":
+                return ListIteratorVariable([self._child(tx, k) for k in keys])
+            return ListIteratorVariable(
+                [TupleVariable([ConstantVariable(k), self._child(tx, k)]) for k in keys]
+            )
+        return super().call_method(tx, name, args, kwargs)
+
+    def _iterate(self, tx, name):
+        mod = self.value
+        if name == "children":
+            return ListIteratorVariable([self._child(tx, k) for k in mod._modules])
+        if name == "named_children":
+            return ListIteratorVariable(
+                [TupleVariable([ConstantVariable(k), self._child(tx, k)]) for k in mod._modules]
+            )
+        if mod._modules and name != "buffers":
+            unimplemented(f"Module.{name}() of a module with submodules")
+        if name == "buffers":
+            if mod._modules:
+                unimplemented("Module.buffers() of a module with submodules")
+            return ListIteratorVariable([self._child(tx, k) for k in mod._buffers])
+        if name == "parameters":
+            return ListIteratorVariable(
+                [self._child(tx, k) for k, v in mod._parameters.items() if v is not None]
+            )
+        return ListIteratorVariable(
+            [
+                TupleVariable([ConstantVariable(k), self._child(tx, k)])
+                for k, v in mod._parameters.items()
+                if v is not None
+            ]
+        )
+
+    def __repr__(self):
+        return f"NNModuleVariable({type(self.value).__name__})"

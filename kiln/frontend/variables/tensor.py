@@ -1,0 +1,155 @@
+"""Tensors: an FX node, its meta example value, and the real device."""
+
+import operator
+
+import torch
+
+from kiln.exc import unimplemented
+from kiln.frontend import shapes
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.lists import SizeVariable, TupleVariable
+
+# Attributes answered from metadata at trace time (specialised; guarded by TENSOR_MATCH).
+_META_ATTRS = {
+    "dtype": lambda v: v.example.dtype,
+    "device": lambda v: v.device,
+    "ndim": lambda v: v.example.dim(),
+    "requires_grad": lambda v: v.example.requires_grad,
+    "is_leaf": lambda v: v.example.is_leaf if v.source is None else v.is_leaf_input,
+    "layout": lambda v: v.example.layout,
+    "is_cuda": lambda v: v.device.type == "cuda",
+    "is_cpu": lambda v: v.device.type == "cpu",
+    "is_sparse": lambda v: v.example.is_sparse,
+    "is_quantized": lambda v: v.example.is_quantized,
+    "is_meta": lambda v: v.device.type == "meta",
+}
+
+# Attributes that are tensors computed from the tensor: recorded as getattr nodes.
+_TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
+
+# Methods answered from metadata at trace time.
+_META_METHODS = {
+    "dim": lambda v: v.example.dim(),
+    "ndimension": lambda v: v.example.dim(),
+    "numel": lambda v: shapes.numel_of(v.example),
+    "nelement": lambda v: shapes.numel_of(v.example),
+    "element_size": lambda v: v.example.element_size(),
+    "is_floating_point": lambda v: v.example.is_floating_point(),
+    "is_complex": lambda v: v.example.is_complex(),
+    "is_contiguous": None,  # takes memory_format
+    "get_device": lambda v: v.device.index if v.device.type != "cpu" else -1,
+    "stride": None,
+    "size": None,
+}
+
+# Methods that read tensor data or leave the graph: a graph break, never a guess.
+_BREAKING_METHODS = {
+    "item": "Tensor.item() reads tensor data",
+    "tolist": "Tensor.tolist() reads tensor data",
+    "numpy": "Tensor.numpy() leaves torch",
+    "__bool__": "bool() of a tensor reads tensor data",
+    "__int__": "int() of a tensor reads tensor data",
+    "__float__": "float() of a tensor reads tensor data",
+    "backward": "Tensor.backward() inside the compiled frame",
+    "register_hook": "Tensor.register_hook() inside the compiled frame",
+    "data_ptr": "Tensor.data_ptr()",
+    "nonzero": "Tensor.nonzero() has a data-dependent shape",
+    "unique": "Tensor.unique() has a data-dependent shape",
+    "masked_select": "masked_select has a data-dependent shape",
+}
+
+
+class TensorVariable(VariableTracker):
+    """A tensor in the graph under construction."""
+
+    def __init__(self, proxy, example, device, *, source=None, is_leaf_input=True):
+        super().__init__(source=source)
+        self.proxy = proxy
+        self.example = example
+        self.device = device
+        self.is_leaf_input = is_leaf_input
+
+    def python_type(self):
+        return torch.nn.Parameter if self.proxy.meta.get("is_parameter") else torch.Tensor
+
+    def truthy(self, tx):
+        unimplemented("bool() of a tensor reads tensor data (data-dependent branch)")
+
+    def size_var(self, dim=None):
+        sizes = shapes.sizes_of(self.example, self.source)
+        if dim is None:
+            return SizeVariable([ConstantVariable(s) for s in sizes])
+        return ConstantVariable(sizes[dim])
+
+    def var_getattr(self, tx, name):
+        if name == "shape":
+            return self.size_var()
+        if name in _META_ATTRS:
+            return ConstantVariable(_META_ATTRS[name](self))
+        if name in _TENSOR_ATTRS:
+            from kiln.frontend.variables.torch import call_tensor_op
+
+            return call_tensor_op(
+                tx, "call_function", getattr, [self, ConstantVariable(name)], {}, what=name
+            )
+        if name in ("grad", "data", "grad_fn", "_version", "storage"):
+            unimplemented(f"Tensor.{name} inside the compiled frame")
+        if callable(getattr(torch.Tensor, name, None)):
+            from kiln.frontend.variables.misc import TensorMethodVariable
+
+            return TensorMethodVariable(self, name)
+        unimplemented(f"Tensor attribute {name!r}")
+
+    def call_method(self, tx, name, args, kwargs):
+        from kiln.frontend.variables.torch import call_tensor_op
+
+        if name in _BREAKING_METHODS:
+            unimplemented(_BREAKING_METHODS[name])
+        if name in ("size", "stride") or name in _META_METHODS:
+            cargs = [a.as_python_constant() for a in args]
+            ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+            if name == "size":
+                if not cargs and not ckw:
+                    return self.size_var()
+                return self.size_var(cargs[0] if cargs else ckw["dim"])
+            if name == "stride":
+                strides = shapes.strides_of(self.example)
+                if not cargs and not ckw:
+                    return TupleVariable([ConstantVariable(s) for s in strides])
+                return ConstantVariable(strides[cargs[0] if cargs else ckw["dim"]])
+            if name == "is_contiguous":
+                return ConstantVariable(self.example.is_contiguous(*cargs, **ckw))
+            return ConstantVariable(_META_METHODS[name](self))
+        if name == "__len__":
+            if self.example.dim() == 0:
+                unimplemented("len() of a 0-d tensor")
+            return self.size_var(0)
+        if name == "__getitem__":
+            return call_tensor_op(tx, "call_function", operator.getitem, [self, *args], {})
+        if name == "__setitem__":
+            return call_tensor_op(tx, "call_function", operator.setitem, [self, *args], {})
+        if name in ("requires_grad_", "retain_grad", "share_memory_", "pin_memory"):
+            unimplemented(f"Tensor.{name}() changes tensor state")
+        if name in ("type", "type_as") and not args:
+            unimplemented("Tensor.type() returns a string")
+        return call_tensor_op(tx, "call_method", name, [self, *args], kwargs)
+
+    def unpack_var_sequence(self, tx):
+        if self.example.dim() == 0:
+            unimplemented("iteration over a 0-d tensor")
+        from kiln.frontend.variables.torch import call_tensor_op
+
+        n = shapes.size_of(self.example, 0)
+        return [
+            call_tensor_op(tx, "call_function", operator.getitem, [self, ConstantVariable(i)], {})
+            for i in range(n)
+        ]
+
+    def reconstruct(self, cg):
+        cg.reconstruct_tensor(self)
+
+    def __repr__(self):
+        return (
+            f"TensorVariable({self.proxy.name}, {tuple(self.example.shape)}, {self.example.dtype})"
+        )

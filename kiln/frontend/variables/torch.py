@@ -1,0 +1,233 @@
+"""torch functions and classes as callables, and the one path that puts a tensor op in the graph.
+
+Note [Tensors: meta execution]
+Every op recorded in the graph is also run on meta tensors (same shape, stride, dtype, no data) to
+learn its result's metadata. Factory calls run with device "meta" and remember the real device.
+An op whose meta run raises is not guessed: it is `unimplemented`, so the frame runs in Python and
+eager PyTorch raises (or computes) exactly what it would have.
+"""
+
+import contextlib
+import operator
+
+import torch
+
+from kiln.exc import unimplemented
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
+
+_META = torch.device("meta")
+
+# Results of these (non-tensor) are metadata and may be trusted from a meta run.
+_METADATA_RESULTS = {
+    "is_contiguous",
+    "is_floating_point",
+    "is_complex",
+    "numel",
+    "dim",
+    "ndimension",
+    "nelement",
+    "element_size",
+    "get_device",
+    "is_signed",
+    "size",
+    "stride",
+    "storage_offset",
+    "is_tensor",
+    "is_nonzero_meta_never",
+}
+
+# Functions whose result never depends on tensor data nor goes into the graph.
+_TRACE_TIME = {torch.is_tensor, torch.is_floating_point, torch.is_complex, torch.numel}
+
+# Functions that read or change global state, or return data; never put in a graph.
+_BANNED = {
+    torch.manual_seed,
+    torch.seed,
+    torch.set_grad_enabled,
+    torch.is_grad_enabled,
+    torch.set_default_dtype,
+    torch.set_default_device,
+    torch.save,
+    torch.load,
+}
+
+
+def _device_of(value):
+    try:
+        return torch.device(value)
+    except (TypeError, RuntimeError):
+        return None
+
+
+class _Unpack:
+    """Splits traced arguments into FX arguments and meta arguments."""
+
+    def __init__(self, tx):
+        self.tx = tx
+        self.devices = []
+        self.has_tensor = False
+
+    def __call__(self, v):
+        from kiln.frontend.variables.dicts import ConstDictVariable
+        from kiln.frontend.variables.lists import BaseListVariable
+        from kiln.frontend.variables.tensor import TensorVariable
+
+        if isinstance(v, TensorVariable):
+            self.has_tensor = True
+            self.devices.append(v.device)
+            return v.proxy, v.example
+        if isinstance(v, ConstantVariable):
+            val = v.value
+            if isinstance(val, slice):
+                return val, val
+            if isinstance(val, torch.device):
+                self.devices.append(val)
+                return val, _META
+            return val, val
+        if isinstance(v, BaseListVariable):
+            pairs = [self(i) for i in v.items]
+            typ = v.python_type()
+            if typ is torch.Size:
+                typ = tuple
+            return typ(p[0] for p in pairs), typ(p[1] for p in pairs)
+        if isinstance(v, ConstDictVariable):
+            pairs = {k: self(i) for k, i in v.items.items()}
+            return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
+        if v.is_python_constant() and is_literal(v.as_python_constant()):
+            c = v.as_python_constant()
+            return c, c
+        unimplemented(f"argument {v} of a tensor op")
+
+
+def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
+    """Record `target(*args, **kwargs)` in the graph (kind call_function/call_method), run on meta."""
+    what = what or (target if isinstance(target, str) else getattr(target, "__name__", str(target)))
+    unpack = _Unpack(tx)
+    pairs = [unpack(a) for a in args]
+    kw_pairs = {k: unpack(v) for k, v in kwargs.items()}
+    node_args = tuple(p[0] for p in pairs)
+    meta_args = [p[1] for p in pairs]
+    node_kwargs = {k: p[0] for k, p in kw_pairs.items()}
+    meta_kwargs = {k: p[1] for k, p in kw_pairs.items()}
+    # Note [Tensors: meta execution]: explicit devices become meta, and the real one is kept.
+    explicit_device = None
+    if "device" in meta_kwargs:
+        explicit_device = _device_of(meta_kwargs["device"])
+        meta_kwargs["device"] = _META
+    if kind == "call_method" and what == "to":
+        for i, a in enumerate(meta_args[1:], 1):
+            if isinstance(a, str) and _device_of(a) is not None:
+                explicit_device = _device_of(a)
+                meta_args[i] = _META
+            elif a is _META:
+                explicit_device = unpack.devices[-1]
+    if kind == "call_method" and what in ("cuda", "cpu", "numpy", "tolist", "item", "data_ptr"):
+        unimplemented(f"Tensor.{what}() is not traced")
+    ctx = torch.device("meta") if not unpack.has_tensor else contextlib.nullcontext()
+    try:
+        with ctx:
+            if kind == "call_method":
+                result = getattr(meta_args[0], target)(*meta_args[1:], **meta_kwargs)
+            else:
+                result = target(*meta_args, **meta_kwargs)
+    except Exception as e:
+        unimplemented(f"{what} on meta tensors raised {type(e).__name__}: {e}")
+    if explicit_device is not None:
+        device = explicit_device
+    elif unpack.devices:
+        device = unpack.devices[0]
+    else:
+        device = torch.get_default_device()
+    if not _contains_tensor(result):
+        name = what if isinstance(what, str) else ""
+        if name in _METADATA_RESULTS and is_literal(result):
+            return ConstantVariable(result)
+        unimplemented(f"{what} returned a non-tensor value ({type(result).__name__})")
+    node = tx.output.create_node(kind, target, node_args, node_kwargs)
+    return wrap_tensor_result(tx, node, result, device)
+
+
+def _contains_tensor(x):
+    if isinstance(x, torch.Tensor):
+        return True
+    if isinstance(x, (tuple, list)):
+        return any(_contains_tensor(i) for i in x)
+    return False
+
+
+def wrap_tensor_result(tx, node, result, device):
+    """Wrap a meta result (tensor, or tuple/list of them) of `node`."""
+    from kiln.frontend.variables.lists import ListVariable, TupleVariable
+    from kiln.frontend.variables.tensor import TensorVariable
+
+    if isinstance(result, torch.Tensor):
+        node.meta["example_value"] = result
+        return TensorVariable(node, result, device)
+    if isinstance(result, (tuple, list)):
+        node.meta["example_value"] = result
+        items = []
+        for i, r in enumerate(result):
+            if isinstance(r, torch.Tensor):
+                item = tx.output.create_node("call_function", operator.getitem, (node, i), {})
+                item.meta["example_value"] = r
+                items.append(TensorVariable(item, r, device))
+            elif is_literal(r):
+                items.append(ConstantVariable(r))
+            else:
+                unimplemented(f"op result item of type {type(r).__name__}")
+        cls = ListVariable if isinstance(result, list) else TupleVariable
+        return cls(items)
+    unimplemented(f"op result of type {type(result).__name__}")
+
+
+class TorchVariable(VariableTracker):
+    """A function or class from torch (torch.sin, F.relu, torch.Tensor ...), called into the graph."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def is_python_constant(self):
+        return True
+
+    def as_python_constant(self):
+        return self.value
+
+    def var_getattr(self, tx, name):
+        from kiln.frontend.variables.builder import wrap_constant_like
+
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError:
+            unimplemented(f"{self.value} has no attribute {name!r}")
+        return wrap_constant_like(tx, attr)
+
+    def call_function(self, tx, args, kwargs):
+        fn = self.value
+        if fn in _BANNED:
+            unimplemented(f"torch.{getattr(fn, '__name__', fn)} changes or reads global state")
+        if isinstance(fn, type):
+            if fn in (torch.Size,) and len(args) == 1:
+                from kiln.frontend.variables.lists import SizeVariable
+
+                return SizeVariable(args[0].unpack_var_sequence(tx))
+            if fn in (torch.device, torch.dtype) and all(a.is_python_constant() for a in args):
+                return ConstantVariable(fn(*[a.as_python_constant() for a in args]))
+            if issubclass(fn, torch.nn.Module):
+                unimplemented(f"creating a {fn.__name__} module inside the compiled frame")
+            unimplemented(f"calling torch class {fn.__name__}")
+        if fn in _TRACE_TIME:
+            from kiln.frontend.variables.tensor import TensorVariable
+
+            if fn is torch.is_tensor and len(args) == 1:
+                return ConstantVariable(isinstance(args[0], TensorVariable))
+            if len(args) == 1 and isinstance(args[0], TensorVariable):
+                return ConstantVariable(fn(args[0].example))
+        return call_tensor_op(tx, "call_function", fn, args, kwargs)
+
+    def __repr__(self):
+        return f"TorchVariable({getattr(self.value, '__name__', self.value)})"

@@ -1,0 +1,101 @@
+"""Instances and classes defined by the user (read-only while tracing, for now)."""
+
+import inspect
+import types
+
+from kiln.exc import unimplemented
+from kiln.frontend.source import AttrSource
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.functions import UserMethodVariable, inline_call
+
+
+class UserDefinedClassVariable(VariableTracker):
+    """A class object (guarded by identity)."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def is_python_constant(self):
+        return True
+
+    def as_python_constant(self):
+        return self.value
+
+    def var_getattr(self, tx, name):
+        from kiln.frontend.variables.builder import wrap_value
+
+        try:
+            static = inspect.getattr_static(self.value, name)
+        except AttributeError:
+            unimplemented(f"class {self.value.__name__} has no attribute {name!r}")
+        if isinstance(static, staticmethod):
+            return wrap_value(tx, static.__func__, None)
+        if isinstance(static, classmethod):
+            return UserMethodVariable(static.__func__, self)
+        src = AttrSource(self.source, name) if self.source is not None else None
+        return wrap_value(tx, getattr(self.value, name), src)
+
+    def call_function(self, tx, args, kwargs):
+        unimplemented(f"creating an instance of {self.value.__qualname__} while tracing")
+
+    def __repr__(self):
+        return f"UserDefinedClassVariable({self.value.__qualname__})"
+
+
+class UserDefinedObjectVariable(VariableTracker):
+    """An instance of a user class, reached from a source (type-guarded)."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def hasattr(self, tx, name):
+        return ConstantVariable(hasattr(self.value, name))
+
+    def var_getattr(self, tx, name):
+        from kiln.frontend.variables.builder import wrap_value
+
+        if self.source is None:
+            unimplemented(f"attribute {name!r} of an object without a source")
+        cls = type(self.value)
+        try:
+            static = inspect.getattr_static(cls, name)
+        except AttributeError:
+            static = None
+        if static is not None and hasattr(static, "__set__") and not isinstance(static, property):
+            unimplemented(f"data descriptor {name!r} of {cls.__name__}")
+        d = getattr(self.value, "__dict__", None)
+        if d is not None and name in d:
+            return wrap_value(tx, d[name], AttrSource(self.source, name))
+        if static is None:
+            if hasattr(cls, "__getattr__"):
+                unimplemented(f"{cls.__name__}.__getattr__")
+            unimplemented(f"{cls.__name__} object has no attribute {name!r}")
+        if isinstance(static, staticmethod):
+            return wrap_value(tx, static.__func__, None)
+        if isinstance(static, classmethod):
+            from kiln.frontend.variables.builder import wrap_constant_like
+
+            return UserMethodVariable(static.__func__, wrap_constant_like(tx, cls))
+        if isinstance(static, types.FunctionType):
+            return UserMethodVariable(static, self)
+        if isinstance(static, property) and static.fget is not None:
+            return inline_call(tx, static.fget, [self], {}, None)
+        return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
+
+    def call_function(self, tx, args, kwargs):
+        call = inspect.getattr_static(type(self.value), "__call__", None)
+        if isinstance(call, types.FunctionType):
+            return inline_call(tx, call, [self, *args], kwargs, None)
+        unimplemented(f"calling a {type(self.value).__name__}")
+
+    def __repr__(self):
+        return f"UserDefinedObjectVariable({type(self.value).__name__})"
