@@ -188,7 +188,7 @@ def trace_joint(fn, inputs, decompositions, graph_idx):
                 allow_unused=True,
             )
         grads = list(got)
-    for i, p in enumerate(primals):
+    for p in primals:
         if isinstance(p, ProxyTensor) and p.requires_grad and p.grad_fn is not None:
             raise Unsupported("aot: an input that requires grad is mutated in place in the graph")
     tracer.output(tuple(outs) + tuple(grads))
@@ -300,9 +300,8 @@ def _make_function(plan):
         for g, i, deps in zip(got, plan.grad_inputs, plan.grad_deps):
             if g is None or not needs[i] or not any(present[j] for j in deps):
                 continue
-            if double:
-                linked = [t for t in (*saved, *grads) if t is not None and t.requires_grad]
-                g = _NoDoubleBackward.apply(g, *linked) if linked else g
+            if double:  # create_graph=True: differentiating this grad raises a clear error
+                g = _NoDoubleBackward.apply(g, torch.empty(0, requires_grad=True))
             result[i] = g
         return tuple(result)
 

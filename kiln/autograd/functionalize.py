@@ -326,6 +326,8 @@ class _Functionalizer:
                 given[a.name] = n.args[i]
             elif a.name in n.kwargs:
                 given[a.name] = n.kwargs[a.name]
+            elif a.has_default_value():
+                given[a.name] = a.default_value
         fargs, fkwargs, positional = [], {}, True
         for a in fvariant._schema.arguments:
             if a.name not in given:
