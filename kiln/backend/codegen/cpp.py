@@ -1,0 +1,549 @@
+"""C++/OpenMP kernels: one translation unit per graph, one `extern "C"` function per Group.
+
+    extern "C" int kernel0(const float* __restrict__ arg0, float* __restrict__ buf2) {
+        int kiln_err = 0;
+        #pragma omp parallel for
+        for (int64_t o0 = 0; o0 < 4096; o0++) {
+            double acc0 = 0;
+            #pragma omp simd reduction(+:acc0)
+            for (int64_t r0 = 0; r0 < 4096; r0++) { ...; acc0 += tmp1; }
+            float red0 = static_cast<float>(acc0);
+            #pragma omp simd
+            for (int64_t r0 = 0; r0 < 4096; r0++) { ...; buf2[4096*o0 + r0] = tmp5; }
+        }
+        return kiln_err;
+    }
+
+No flag changes results: -O3 -march=native without -ffast-math; -fwrapv makes signed overflow
+wrap as eager's does, -fno-math-errno only stops libm from setting errno. Float reductions
+accumulate in double; half types compute in float and round on store.
+"""
+
+import torch
+
+from kiln.backend.codegen.common import (
+    CSEVar,
+    IndentedBuffer,
+    compute_ctype,
+    compute_dtype,
+    cpp_constant,
+    storage_ctype,
+)
+from kiln.backend.ir import Ix, prod, set_handler, set_range
+
+PRELUDE = r"""
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <omp.h>
+
+static inline float kiln_bf16_to_f(uint16_t x) {
+    uint32_t u = static_cast<uint32_t>(x) << 16; float f; std::memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t kiln_f_to_bf16(float f) {
+    uint32_t u; std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return static_cast<uint16_t>(u >> 16);
+}
+static inline float kiln_round_bf16(float f) { return kiln_bf16_to_f(kiln_f_to_bf16(f)); }
+static inline float kiln_round_f16(float f) { return static_cast<float>(static_cast<_Float16>(f)); }
+template <typename T> static inline T kiln_maximum(T a, T b) {
+    return a != a ? a : (b != b ? b : (a < b ? b : a));
+}
+template <typename T> static inline T kiln_minimum(T a, T b) {
+    return a != a ? a : (b != b ? b : (b < a ? b : a));
+}
+template <typename T> static inline T kiln_floordiv_f(T a, T b) {
+    if (b == 0) return a / b;
+    T mod = std::fmod(a, b);
+    T div = (a - mod) / b;
+    if ((mod != 0) && ((b < 0) != (mod < 0))) div -= 1;
+    if (div == 0) return std::copysign(T(0), a / b);
+    T fl = std::floor(div);
+    if (div - fl > T(0.5)) fl += 1;
+    return fl;
+}
+template <typename T> static inline T kiln_remainder_f(T a, T b) {
+    T m = std::fmod(a, b);
+    if (m != 0 && ((b < 0) != (m < 0))) m += b;
+    return m;
+}
+template <typename T> static inline T kiln_floordiv_i(T a, T b) {
+    T q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+    return q;
+}
+static inline int64_t kiln_floordiv_idx(int64_t a, int64_t b) {
+    int64_t q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1; return q;
+}
+static inline int64_t kiln_mod_idx(int64_t a, int64_t b) { int64_t m = a % b; return m < 0 ? m + b : m; }
+static inline int64_t kiln_clamp_idx(int64_t a, int64_t n) {
+    return a < 0 ? 0 : (a >= n ? (n > 0 ? n - 1 : 0) : a);
+}
+template <typename T> static inline T kiln_sign(T a) { return static_cast<T>((T(0) < a) - (a < T(0))); }
+extern "C" void kiln_set_num_threads(int n) { if (n > 0) omp_set_num_threads(n); }
+"""
+
+PARALLEL_MIN = 1 << 15  # elements of work below which a kernel runs on one thread
+
+FLOAT_UNARY = {
+    "exp": "std::exp({0})",
+    "exp2": "std::exp2({0})",
+    "expm1": "std::expm1({0})",
+    "log": "std::log({0})",
+    "log2": "std::log2({0})",
+    "log10": "std::log10({0})",
+    "log1p": "std::log1p({0})",
+    "sqrt": "std::sqrt({0})",
+    "rsqrt": "{1}(1) / std::sqrt({0})",
+    "sin": "std::sin({0})",
+    "cos": "std::cos({0})",
+    "tan": "std::tan({0})",
+    "asin": "std::asin({0})",
+    "acos": "std::acos({0})",
+    "atan": "std::atan({0})",
+    "sinh": "std::sinh({0})",
+    "cosh": "std::cosh({0})",
+    "tanh": "std::tanh({0})",
+    "asinh": "std::asinh({0})",
+    "acosh": "std::acosh({0})",
+    "atanh": "std::atanh({0})",
+    "erf": "std::erf({0})",
+    "erfc": "std::erfc({0})",
+    "lgamma": "std::lgamma({0})",
+    "sigmoid": "{1}(1) / ({1}(1) + std::exp(-{0}))",
+    "reciprocal": "{1}(1) / {0}",
+    "frac": "{0} - std::trunc({0})",
+}
+SAME_UNARY = {
+    "neg": "-{0}",
+    "square": "{0} * {0}",
+    "relu": "{0} < {1}(0) ? {1}(0) : {0}",
+    "sign": "kiln_sign<{1}>({0})",
+    "bitwise_not": "~{0}",
+}
+BINARY = {
+    "add": "{0} + {1}",
+    "sub": "{0} - {1}",
+    "mul": "{0} * {1}",
+    "truediv": "{0} / {1}",
+    "maximum": "kiln_maximum<{2}>({0}, {1})",
+    "minimum": "kiln_minimum<{2}>({0}, {1})",
+    "pow": "std::pow({0}, {1})",
+    "atan2": "std::atan2({0}, {1})",
+    "fmod": "std::fmod({0}, {1})",
+    "remainder": "kiln_remainder_f<{2}>({0}, {1})",
+    "bitwise_and": "{0} & {1}",
+    "bitwise_or": "{0} | {1}",
+    "bitwise_xor": "{0} ^ {1}",
+}
+COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+class CppOverrides:
+    """The ops handler that writes C++ statements into the current scope of a KernelWriter."""
+
+    def __init__(self, writer):
+        self.w = writer
+
+    def _var(self, expr, dtype):
+        return self.w.cse(expr, dtype)
+
+    def load(self, name, index):
+        return self.w.load(name, index)
+
+    def constant(self, value, dtype):
+        cd = compute_dtype(dtype)
+        return CSEVar(cpp_constant(value, cd), cd)
+
+    def index_expr(self, index, dtype):
+        cd = compute_dtype(dtype)
+        return self._var(f"static_cast<{compute_ctype(cd)}>({Ix.wrap(index).render()})", cd)
+
+    def indirect_indexing(self, value, size, check=True):
+        return self.w.indirect(value, size)
+
+    def to_dtype(self, x, dtype, src=None):
+        if dtype == torch.bfloat16:
+            return self._var(f"kiln_round_bf16(static_cast<float>({x}))", torch.float32)
+        if dtype == torch.float16:
+            return self._var(f"kiln_round_f16(static_cast<float>({x}))", torch.float32)
+        if x.dtype == dtype:
+            return x
+        return self._var(f"static_cast<{compute_ctype(dtype)}>({x})", dtype)
+
+    def where(self, c, a, b):
+        return self._var(f"{c} ? {a} : {b}", a.dtype)
+
+    def clamp_min(self, a, lo):
+        if a.dtype.is_floating_point:
+            return self._var(f"{a} != {a} ? {a} : ({a} < {lo} ? {lo} : {a})", a.dtype)
+        return self._var(f"{a} < {lo} ? {lo} : {a}", a.dtype)
+
+    def clamp_max(self, a, hi):
+        if a.dtype.is_floating_point:
+            return self._var(f"{a} != {a} ? {a} : ({a} > {hi} ? {hi} : {a})", a.dtype)
+        return self._var(f"{a} > {hi} ? {hi} : {a}", a.dtype)
+
+    def abs(self, a):
+        if a.dtype == torch.bool:
+            return a
+        return self._var(f"std::abs({a})", a.dtype)
+
+    def floor(self, a):
+        return self._rounding(a, "std::floor")
+
+    def ceil(self, a):
+        return self._rounding(a, "std::ceil")
+
+    def trunc(self, a):
+        return self._rounding(a, "std::trunc")
+
+    def round(self, a):
+        return self._rounding(a, "std::nearbyint")
+
+    def _rounding(self, a, fn):
+        if not a.dtype.is_floating_point:
+            return a
+        return self._var(f"{fn}({a})", a.dtype)
+
+    def isnan(self, a):
+        return self._pred(a, "std::isnan({0})", "false")
+
+    def isinf(self, a):
+        return self._pred(a, "std::isinf({0})", "false")
+
+    def isfinite(self, a):
+        return self._pred(a, "std::isfinite({0})", "true")
+
+    def signbit(self, a):
+        if a.dtype == torch.bool:
+            return CSEVar("false", torch.bool)
+        return self._pred(a, "std::signbit({0})", "{0} < 0")
+
+    def _pred(self, a, ffmt, ifmt):
+        fmt = ffmt if a.dtype.is_floating_point else ifmt
+        return self._var(fmt.format(a), torch.bool)
+
+    def logical_not(self, a):
+        return self._var(f"!static_cast<bool>({a})", torch.bool)
+
+    def logical_and(self, a, b):
+        return self._var(f"static_cast<bool>({a}) && static_cast<bool>({b})", torch.bool)
+
+    def logical_or(self, a, b):
+        return self._var(f"static_cast<bool>({a}) || static_cast<bool>({b})", torch.bool)
+
+    def logical_xor(self, a, b):
+        return self._var(f"static_cast<bool>({a}) != static_cast<bool>({b})", torch.bool)
+
+    def floordiv(self, a, b):
+        t = compute_ctype(a.dtype)
+        fn = "kiln_floordiv_f" if a.dtype.is_floating_point else "kiln_floordiv_i"
+        return self._var(f"{fn}<{t}>({a}, {b})", a.dtype)
+
+    def truncdiv(self, a, b):
+        if a.dtype.is_floating_point:
+            return self._var(f"std::trunc({a} / {b})", a.dtype)
+        return self._var(f"{a} / {b}", a.dtype)
+
+    def __getattr__(self, name):
+        if name in FLOAT_UNARY:
+            fmt = FLOAT_UNARY[name]
+            return lambda a: self._var(fmt.format(a, compute_ctype(a.dtype)), a.dtype)
+        if name in SAME_UNARY:
+            fmt = SAME_UNARY[name]
+            return lambda a: self._var(fmt.format(a, compute_ctype(a.dtype)), a.dtype)
+        if name in BINARY:
+            fmt = BINARY[name]
+            return lambda a, b: self._var(fmt.format(a, b, compute_ctype(a.dtype)), a.dtype)
+        if name in COMPARE:
+            op = COMPARE[name]
+            return lambda a, b: self._var(f"{a} {op} {b}", torch.bool)
+        raise AttributeError(f"C++ backend has no op {name!r}")
+
+
+# reduction type -> (accumulator C type for a compute dtype, init, update, omp clause, finalize)
+def _acc_ctype(rtype, dtype):
+    if rtype in ("sum", "prod"):
+        if dtype.is_floating_point:
+            return "double"
+        return "int64_t"
+    if rtype in ("any", "all"):
+        return "int"
+    return compute_ctype(dtype)
+
+
+class KernelWriter:
+    """Writes one Group as a C++ function."""
+
+    def __init__(self, group, graph, stores, nthreads):
+        self.g = group
+        self.graph = graph
+        self.stores = stores
+        self.nthreads = max(nthreads, 1)
+        self.code = IndentedBuffer(1)
+        self.scopes = [{}]  # CSE maps, innermost last
+        self.n = 0
+        self.locals = {}  # buffer name -> (CSEVar, store Ix, is_loop_local)
+        self.params = {}  # buffer name -> is_output
+        self.handler = CppOverrides(self)
+
+    # --- values ----------------------------------------------------------------------------------
+
+    def cse(self, expr, dtype):
+        for scope in reversed(self.scopes):
+            if expr in scope:
+                return scope[expr]
+        name = f"tmp{self.n}"
+        self.n += 1
+        self.code.writeline(f"{compute_ctype(dtype)} {name} = {expr};")
+        v = CSEVar(name, dtype)
+        self.scopes[-1][expr] = v
+        return v
+
+    def load(self, name, index):
+        loc = self.locals.get(name)
+        if loc is not None and loc[1] == index:
+            return loc[0]
+        buf = self.graph.buffers[name]
+        dt = buf.layout.dtype
+        if name not in self.params:
+            self.params[name] = False
+        expr = f"{name}[{index.render()}]"
+        if dt == torch.bfloat16:
+            expr = f"kiln_bf16_to_f({expr})"
+        elif dt == torch.float16:
+            expr = f"static_cast<float>({expr})"
+        return self.cse(expr, compute_dtype(dt))
+
+    def indirect(self, value, size):
+        name = f"ix{self.n}"
+        self.n += 1
+        self.code.writeline(f"int64_t {name} = static_cast<int64_t>({value});")
+        self.code.writeline(f"{name} = {name} < 0 ? {name} + {size} : {name};")
+        self.code.writeline(f"if ({name} < 0 || {name} >= {size}) {{ kiln_err = 1; {name} = 0; }}")
+        set_range(name, 0, max(size - 1, 0))
+        return Ix.var(name)
+
+    def store(self, node, role, value):
+        name = node.name
+        layout = node.buf.layout
+        idx, _ = node.vars_for(role, self.g.outer, self.g.inner)
+        ix = layout.index(idx)
+        self.locals[name] = (value, ix, role in ("inner", "flat"))
+        if name in self.stores:
+            self.params[name] = True
+            dt = layout.dtype
+            if dt == torch.bfloat16:
+                v = f"kiln_f_to_bf16(static_cast<float>({value}))"
+            else:
+                v = f"static_cast<{storage_ctype(dt)}>({value})"
+            self.code.writeline(f"{name}[{ix.render()}] = {v};")
+
+    # --- structure -------------------------------------------------------------------------------
+
+    def run_node(self, node, role):
+        idx, ridx = node.vars_for(role, self.g.outer, self.g.inner)
+        with set_handler(self.handler):
+            if node.is_reduction:
+                return node.buf.data.inner_fn(idx, ridx)
+            return node.buf.data.inner_fn(idx)
+
+    def generate(self):
+        g = self.g
+        body = self.code
+        outer_n = prod(g.outer)
+        work = outer_n * prod(g.inner) * max(len(g.nodes), 1)
+        parallel = work >= PARALLEL_MIN and self.nthreads > 1
+        # outer loops
+        if g.inner or not g.outer:
+            loops = list(enumerate(g.outer))
+            simd_last = False
+        else:
+            loops = list(enumerate(g.outer))
+            simd_last = True
+        par_outer = parallel and outer_n > 1
+        self.inner_parallel = parallel and outer_n == 1
+        depth = 0
+        for k, (d, size) in enumerate(loops):
+            set_range(f"o{d}", 0, size - 1)
+            pragma = self._outer_pragma(k, loops, par_outer, simd_last)
+            if pragma:
+                body.writeline(pragma)
+            body.writeline(f"for (int64_t o{d} = 0; o{d} < {size}; o{d}++) {{")
+            body.level += 1
+            depth += 1
+        self.scopes.append({})
+        for kind, nodes in g.segments:
+            if kind == "flat":
+                for n in nodes:
+                    self.store(n, "flat", self.run_node(n, "flat"))
+            elif kind == "outer":
+                for n in nodes:
+                    self.store(n, "outer", self.run_node(n, "outer"))
+            else:
+                self.loop_segment(nodes)
+        self.scopes.pop()
+        for _ in range(depth):
+            body.level -= 1
+            body.writeline("}")
+        return self._function()
+
+    def _outer_pragma(self, k, loops, par_outer, simd_last):
+        n = len(loops)
+        last = k == n - 1
+        if k == 0 and par_outer:
+            if simd_last and n == 1:
+                return "#pragma omp parallel for simd"
+            limit = n - 1 if simd_last else n
+            c, acc = 0, 1
+            while c < limit and acc < 4 * self.nthreads:
+                acc *= loops[c][1]
+                c += 1
+            c = max(c, 1)
+            return "#pragma omp parallel for" + (f" collapse({c})" if c > 1 else "")
+        if last and simd_last:
+            return "#pragma omp simd"
+        return None
+
+    def loop_segment(self, nodes):
+        g, body = self.g, self.code
+        reds = [n for n in nodes if g.roles[n.name] == "red"]
+        accs = {}
+        clauses = []
+        serial = False
+        for n in reds:
+            a = f"acc{self.n}"
+            self.n += 1
+            accs[n.name] = a
+            rt = n.reduction_type
+            vd = compute_dtype(n.buf.data.src_dtype)
+            at = _acc_ctype(rt, vd)
+            if rt == "sum":
+                body.writeline(f"{at} {a} = 0;")
+                clauses.append(f"reduction(+:{a})")
+            elif rt == "prod":
+                body.writeline(f"{at} {a} = 1;")
+                clauses.append(f"reduction(*:{a})")
+            elif rt in ("max", "min"):
+                body.writeline(f"{at} {a} = {_extreme(vd, rt == 'max')};")
+                body.writeline(f"int {a}_nan = 0;")
+                clauses += [f"reduction({rt}:{a})", f"reduction(|:{a}_nan)"]
+            elif rt == "any":
+                body.writeline(f"int {a} = 0;")
+                clauses.append(f"reduction(|:{a})")
+            elif rt == "all":
+                body.writeline(f"int {a} = 1;")
+                clauses.append(f"reduction(&:{a})")
+            elif rt in ("argmax", "argmin"):
+                body.writeline(f"{at} {a} = {_extreme(vd, rt == 'argmax')};")
+                body.writeline(f"int64_t {a}_i = 0;")
+                serial = True
+            else:
+                raise NotImplementedError(rt)
+        inner = list(enumerate(g.inner))
+        for k, (d, size) in enumerate(inner):
+            set_range(f"r{d}", 0, size - 1)
+            last = k == len(inner) - 1
+            if k == 0 and self.inner_parallel and not serial:
+                coll = f" collapse({len(inner)})" if len(inner) > 1 else ""
+                body.writeline(f"#pragma omp parallel for simd{coll} {' '.join(clauses)}".rstrip())
+            elif last and not serial and not (self.inner_parallel and len(inner) > 1):
+                body.writeline(f"#pragma omp simd {' '.join(clauses)}".rstrip())
+            body.writeline(f"for (int64_t r{d} = 0; r{d} < {size}; r{d}++) {{")
+            body.level += 1
+        self.scopes.append({})
+        for n in nodes:
+            role = g.roles[n.name]
+            v = self.run_node(n, role)
+            if role == "inner":
+                self.store(n, role, v)
+                continue
+            a, rt = accs[n.name], n.reduction_type
+            vd = compute_dtype(n.buf.data.src_dtype)
+            if rt == "sum":
+                body.writeline(f"{a} += static_cast<{_acc_ctype(rt, vd)}>({v});")
+            elif rt == "prod":
+                body.writeline(f"{a} *= static_cast<{_acc_ctype(rt, vd)}>({v});")
+            elif rt == "max":
+                body.writeline(f"{a} = {v} > {a} ? {v} : {a};")
+                if vd.is_floating_point:
+                    body.writeline(f"{a}_nan |= ({v} != {v});")
+            elif rt == "min":
+                body.writeline(f"{a} = {v} < {a} ? {v} : {a};")
+                if vd.is_floating_point:
+                    body.writeline(f"{a}_nan |= ({v} != {v});")
+            elif rt == "any":
+                body.writeline(f"{a} |= static_cast<int>(static_cast<bool>({v}));")
+            elif rt == "all":
+                body.writeline(f"{a} &= static_cast<int>(static_cast<bool>({v}));")
+            else:
+                flat = Ix()
+                stride = 1
+                for d in reversed(range(len(g.inner))):
+                    flat = flat + Ix.var(f"r{d}") * stride
+                    stride *= g.inner[d]
+                cmp = ">" if rt == "argmax" else "<"
+                nan = f"{v} != {v} || " if vd.is_floating_point else ""
+                keep = f"!({a} != {a}) && " if vd.is_floating_point else ""
+                body.writeline(
+                    f"if ({keep}({nan}{v} {cmp} {a})) {{ {a} = {v}; {a}_i = {flat.render()}; }}"
+                )
+        self.scopes.pop()
+        for _ in inner:
+            body.level -= 1
+            body.writeline("}")
+        # inner locals die with the loop
+        self.locals = {k: v for k, v in self.locals.items() if not v[2]}
+        for n in reds:
+            a, rt = accs[n.name], n.reduction_type
+            od = compute_dtype(n.buf.layout.dtype)
+            ct = compute_ctype(od)
+            vd = compute_dtype(n.buf.data.src_dtype)
+            if rt in ("max", "min") and vd.is_floating_point:
+                expr = f"{a}_nan ? std::numeric_limits<{ct}>::quiet_NaN() : static_cast<{ct}>({a})"
+            elif rt in ("argmax", "argmin"):
+                expr = f"{a}_i"
+            else:
+                expr = f"static_cast<{ct}>({a})"
+            v = CSEVar(f"red_{n.name}", od)
+            body.writeline(f"{ct} {v} = {expr};")
+            self.store(n, "red", v)
+
+    def _function(self):
+        params = []
+        for name, is_out in self.params.items():
+            t = storage_ctype(self.graph.buffers[name].layout.dtype)
+            params.append(f"{'' if is_out else 'const '}{t}* __restrict__ {name}")
+        out = IndentedBuffer()
+        out.writeline(f'extern "C" int {self.g.name}({", ".join(params)}) {{')
+        out.writeline("    int kiln_err = 0;")
+        out.lines += self.code.lines
+        out.writeline("    return kiln_err;")
+        out.writeline("}")
+        return out.getvalue(), list(self.params)
+
+
+def _extreme(dtype, lowest):
+    ct = compute_ctype(dtype)
+    if dtype.is_floating_point:
+        return f"{'-' if lowest else ''}std::numeric_limits<{ct}>::infinity()"
+    return f"std::numeric_limits<{ct}>::{'lowest' if lowest else 'max'}()"
+
+
+def generate_cpp(graph, groups, stores, nthreads):
+    """The translation unit for all kernel groups: (source, {kernel name: [buffer params]})."""
+    from kiln.backend.scheduler import Group
+
+    parts = [PRELUDE]
+    signatures = {}
+    for g in groups:
+        if isinstance(g, Group):
+            src, params = KernelWriter(g, graph, stores, nthreads).generate()
+            parts.append(src)
+            signatures[g.name] = params
+    return "\n".join(parts), signatures

@@ -1,0 +1,188 @@
+"""The generated Python wrapper: allocates buffers, calls kernels and ATen externs, frees early.
+
+def make(lib, consts):
+    kernel0 = rt.bind(lib, "kernel0", 2)
+    def call(arg0):
+        arg0 = rt.fix(arg0, (64, 64), (64, 1))
+        buf1 = empty_strided((64, 64), (64, 1), dtype=torch.float32)
+        if kernel0(arg0.data_ptr(), buf1.data_ptr()): rt.index_error()
+        return (buf1,)
+    return call
+"""
+
+import ctypes
+import math
+
+import torch
+
+from kiln.backend.codegen.common import IndentedBuffer
+from kiln.backend.ir import Buffer, InputBuffer
+from kiln.backend.scheduler import ExternGroup, Group
+
+
+class rt:
+    """Run-time helpers the wrappers call."""
+
+    @staticmethod
+    def bind(lib, name, nargs):
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.c_void_p] * nargs
+        fn.restype = ctypes.c_int
+        return fn
+
+    @staticmethod
+    def fix(t, size, stride):
+        """t with the layout the kernels were compiled for (a copy only when it differs)."""
+        if t.stride() == stride:
+            return t
+        if all(a == b or n <= 1 for a, b, n in zip(t.stride(), stride, size)):
+            return t
+        out = torch.empty_strided(size, stride, dtype=t.dtype, device=t.device)
+        out.copy_(t)
+        return out
+
+    @staticmethod
+    def view(t, size, stride, offset):
+        return t.as_strided(size, stride, t.storage_offset() + offset)
+
+    @staticmethod
+    def index_error():
+        raise IndexError("index out of bounds in a kiln kernel (eager raises the same error)")
+
+    @staticmethod
+    def resolve(qualname):
+        ns, name, overload = qualname.split(".")
+        return getattr(getattr(getattr(torch.ops, ns), name), overload)
+
+
+class WrapperCodegen:
+    """Builds the wrapper source for a scheduled graph."""
+
+    def __init__(self, graph, groups, stores, free_after, signatures):
+        self.graph = graph
+        self.groups = groups
+        self.stores = stores
+        self.free_after = free_after
+        self.signatures = signatures
+        self.extras = []  # objects that are not Python literals (makes the graph memory-only)
+        self.ops = {}
+
+    def literal(self, x):
+        if x is None or isinstance(x, (bool, int, str)):
+            return repr(x)
+        if isinstance(x, float):
+            return repr(x) if math.isfinite(x) else f"float({str(x)!r})"
+        if isinstance(x, (torch.dtype, torch.memory_format, torch.layout)):
+            return str(x)
+        if isinstance(x, torch.device):
+            return f"torch.device({str(x)!r})"
+        if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], Buffer):
+            return self.tensor_arg(*x)
+        if isinstance(x, list):
+            return "[" + ", ".join(self.literal(v) for v in x) + "]"
+        if isinstance(x, tuple):
+            return "(" + "".join(self.literal(v) + ", " for v in x) + ")"
+        self.extras.append(x)
+        return f"extras[{len(self.extras) - 1}]"
+
+    def tensor_arg(self, buf, layout):
+        bl = buf.layout
+        if (layout.size, layout.stride, layout.offset) == (bl.size, bl.stride, bl.offset):
+            return buf.name
+        return f"rt.view({buf.name}, {layout.size}, {layout.stride}, {layout.offset - bl.offset})"
+
+    def op_ref(self, op):
+        if op not in self.ops:
+            name = f"op{len(self.ops)}"
+            if isinstance(op, torch._ops.OpOverload):
+                self.ops[op] = (name, f"rt.resolve({str(op)!r})")
+            else:
+                self.ops[op] = (name, self.literal(op))
+        return self.ops[op][0]
+
+    def generate(self):
+        g = self.graph
+        body = IndentedBuffer(2)
+        for buf in g.inputs:
+            body.writeline(
+                f"{buf.name} = rt.fix({buf.name}, {buf.layout.size}, {buf.layout.stride})"
+            )
+        for gi, grp in enumerate(self.groups):
+            if isinstance(grp, Group):
+                self.kernel_call(body, grp)
+            elif isinstance(grp, ExternGroup):
+                self.extern_call(body, grp.kernel)
+            for name in sorted(self.free_after.get(gi, [])):
+                if not isinstance(g.buffers.get(name), InputBuffer) and self.allocated(name):
+                    body.writeline(f"del {name}")
+        outs = []
+        for o in g.outputs:
+            if o[0] == "buf":
+                outs.append(o[1])
+            elif o[0] == "view":
+                _, name, size, stride, off = o
+                outs.append(
+                    f"rt.view({name}, {size}, {stride}, {off - g.buffers[name].layout.offset})"
+                )
+            elif o[0] == "py":
+                outs.append(o[1])
+            else:
+                outs.append(self.literal(o[1]))
+        body.writeline("return (" + "".join(f"{x}, " for x in outs) + ")")
+        head = IndentedBuffer()
+        head.writeline("import torch")
+        head.writeline("from kiln.backend.codegen.wrapper import rt")
+        head.writeline("empty_strided = torch.empty_strided")
+        head.writeline("")
+        head.writeline("")
+        head.writeline("def make(lib, consts, extras):")
+        with head.indent():
+            for name in g.constants:
+                head.writeline(f"{name} = consts[{name!r}]")
+            for k, params in self.signatures.items():
+                head.writeline(f"{k} = rt.bind(lib, {k!r}, {len(params)})")
+            for name, expr in self.ops.values():
+                head.writeline(f"{name} = {expr}")
+            head.writeline("")
+            args = ", ".join(b.name for b in g.inputs)
+            head.writeline(f"def call({args}):")
+        head.lines += body.lines
+        with head.indent():
+            head.writeline("return call")
+        return head.getvalue()
+
+    def allocated(self, name):
+        b = self.graph.buffers.get(name)
+        return b is not None and (name in self.stores or not hasattr(b, "data"))
+
+    def alloc(self, body, buf):
+        lay = buf.layout
+        body.writeline(f"{buf.name} = empty_strided({lay.size}, {lay.stride}, dtype={lay.dtype})")
+
+    def kernel_call(self, body, grp):
+        for n in grp.nodes:
+            if n.name in self.stores:
+                self.alloc(body, n.buf)
+        params = self.signatures[grp.name]
+        ptrs = ", ".join(f"{p}.data_ptr()" for p in params)
+        body.writeline(f"if {grp.name}({ptrs}): rt.index_error()")
+
+    def extern_call(self, body, k):
+        op = self.op_ref(k.op)
+        args = [self.literal(a) for a in k.args]
+        kwargs = [f"{key}={self.literal(v)}" for key, v in k.kwargs.items()]
+        outs = k.outputs
+        if k.out_variant:
+            self.alloc(body, outs[0])
+            body.writeline(f"{op}({', '.join(args + kwargs + ['out=' + outs[0].name])})")
+            return
+        names = [o.name if o is not None else "_" for o in outs]
+        call = f"{op}({', '.join(args + kwargs)})"
+        if getattr(k, "multi", False):
+            body.writeline(f"{''.join(n + ', ' for n in names)}= {call}")
+        else:
+            body.writeline(f"{names[0]} = {call}")
+        for o in outs:
+            if isinstance(o, Buffer):
+                lay = o.layout
+                body.writeline(f"{o.name} = rt.fix({o.name}, {lay.size}, {lay.stride})")

@@ -1,0 +1,194 @@
+"""Backend entry points: `compile_aten_graph(gm, example_inputs)` and the "kiln" backend.
+
+    lower (graph.py, lowering.py) → schedule (scheduler.py) → C++ (codegen/cpp.py)
+    → wrapper (codegen/wrapper.py) → compile + load (codecache.py) → callable
+
+A failure anywhere (no compiler, compile error, a bug) names its cause and falls back to running
+the ATen graph eagerly, with one warning (or raises BackendCompilerFailed under
+`config.raise_on_backend_error`).
+"""
+
+import functools
+import hashlib
+import os
+import time
+
+import torch
+
+from kiln import config, logs
+from kiln.backend import codecache
+from kiln.backend.decompositions import DECOMPOSITIONS
+from kiln.exc import BackendCompilerFailed
+
+
+def num_threads():
+    """OpenMP threads for kernels."""
+    return config.num_threads or torch.get_num_threads()
+
+
+class CompiledGraph:
+    """A compiled ATen graph: calls the generated wrapper; keeps its sources for printing."""
+
+    def __init__(self, call, wrapper_src, cpp_src, fallback_ops=()):
+        self.call = call
+        self.wrapper_src = wrapper_src
+        self.cpp_src = cpp_src
+        self.fallback_ops = list(fallback_ops)
+        self.kernel_count = cpp_src.count('extern "C" int kernel')
+
+    def __call__(self, *args):
+        return self.call(*args)
+
+
+@functools.lru_cache(None)
+def _backend_source_hash():
+    h = hashlib.sha256()
+    root = os.path.dirname(__file__)
+    for dirpath, _, files in sorted(os.walk(root)):
+        for f in sorted(files):
+            if f.endswith(".py"):
+                with open(os.path.join(dirpath, f), "rb") as fh:
+                    h.update(fh.read())
+    return h.hexdigest()
+
+
+def _graph_key(gm, example_inputs):
+    h = hashlib.sha256()
+    h.update(_backend_source_hash().encode())
+    h.update(gm.code.encode())
+    h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{num_threads()}".encode())
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            h.update(f"T{tuple(x.shape)}{x.stride()}{x.dtype}{x.device.type}".encode())
+        else:
+            h.update(f"S{type(x).__name__}{x!r}".encode())
+    for name, t in sorted(gm.named_buffers()) + sorted(gm.named_parameters()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            t = getattr(gm, node.target)
+            if isinstance(t, torch.Tensor):
+                h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:40]
+
+
+def _constants(gm):
+    out = {}
+    k = 0
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            out[f"const{k}"] = getattr(gm, node.target)
+            k += 1
+    return out
+
+
+def _load(wrapper_src, cpp_src, consts, extras=()):
+    so = codecache.compile_cpp(cpp_src)
+    lib = codecache.load_library(so)
+    ns = {}
+    exec(compile(wrapper_src, "<kiln wrapper>", "exec"), ns)
+    return ns["make"](lib, consts, list(extras))
+
+
+def lower_and_generate(gm, example_inputs):
+    """(GraphLowering, groups, cpp source, wrapper source, extras) of an ATen graph."""
+    from kiln.backend.codegen.cpp import generate_cpp
+    from kiln.backend.codegen.wrapper import WrapperCodegen
+    from kiln.backend.graph import GraphLowering
+    from kiln.backend.scheduler import plan_memory, schedule
+
+    graph = GraphLowering(gm, example_inputs).run()
+    groups = schedule(graph)
+    stores, free_after = plan_memory(graph, groups)
+    cpp_src, signatures = generate_cpp(graph, groups, stores, num_threads())
+    w = WrapperCodegen(graph, groups, stores, free_after, signatures)
+    wrapper_src = w.generate()
+    return graph, groups, cpp_src, wrapper_src, w.extras
+
+
+def _needs_decomposition(gm):
+    from kiln.backend.lowering import LOWERINGS
+
+    return any(
+        n.op == "call_function" and n.target in DECOMPOSITIONS and n.target not in LOWERINGS
+        for n in gm.graph.nodes
+    )
+
+
+def _compile(gm, example_inputs):
+    key = _graph_key(gm, example_inputs)
+    hit = codecache.graph_get(key)
+    if hit is not None:
+        call = _load(hit["wrapper"], hit["cpp"], _constants(gm))
+        logs.counters["backend"]["graph_cache_hits"] += 1
+        return CompiledGraph(call, hit["wrapper"], hit["cpp"])
+    retraced = _needs_decomposition(gm)
+    if retraced:
+        from kiln.autograd.tracer import trace_aten
+
+        gm = trace_aten(gm, list(example_inputs), decompositions=DECOMPOSITIONS)
+    t0 = time.perf_counter()
+    graph, groups, cpp_src, wrapper_src, extras = lower_and_generate(gm, example_inputs)
+    if logs.enabled("output_code"):
+        logs.log("output_code", "kernels:\n%s\nwrapper:\n%s", cpp_src, wrapper_src)
+    call = _load(wrapper_src, cpp_src, graph.constants, extras)
+    logs.counters["backend"]["graphs_compiled"] += 1
+    logs.log("output_code", "graph compiled in %.2fs", time.perf_counter() - t0)
+    if not (retraced and graph.constants):
+        codecache.graph_put(key, {"wrapper": wrapper_src, "cpp": cpp_src}, disk=not extras)
+    return CompiledGraph(call, wrapper_src, cpp_src, graph.fallback_ops)
+
+
+def compile_aten_graph(gm, example_inputs):
+    """Compile an ATen-level FX graph (contract 2) into a callable returning its outputs."""
+    try:
+        return _compile(gm, example_inputs)
+    except Exception as e:
+        from kiln.backend.graph import GraphNotSupported
+
+        if isinstance(e, GraphNotSupported):
+            logs.log("perf_hints", "kiln: graph runs eagerly: %s", e)
+        else:
+            if config.raise_on_backend_error:
+                raise BackendCompilerFailed("kiln", e) from e
+            logs.warn(
+                "kiln backend failed, running this graph eagerly: %s: %s", type(e).__name__, e
+            )
+        logs.counters["backend"]["eager_fallbacks"] += 1
+        return _eager(gm)
+
+
+def _eager(gm):
+    def run(*args):
+        out = gm(*args)
+        return out if isinstance(out, (tuple, list)) else (out,)
+
+    run.kiln_fallback = True
+    return run
+
+
+def kiln_backend(gm, example_inputs):
+    """The "kiln" backend for torch-level graphs (contract 1): AOT autograd + compile_aten_graph."""
+    try:
+        from kiln.autograd.aot import aot_autograd
+    except ImportError:
+        aot_autograd = None
+    if aot_autograd is not None:
+        backend = aot_autograd(
+            fw_compiler=compile_aten_graph,
+            bw_compiler=compile_aten_graph,
+            inference_compiler=compile_aten_graph,
+            decompositions=DECOMPOSITIONS,
+        )
+        return backend(gm, example_inputs)
+    # Without AOT autograd (not built yet): inference graphs only; anything needing grad runs eagerly.
+    if torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
+    ):
+        return gm.forward
+    from kiln.autograd.tracer import trace_aten
+
+    aten_gm = trace_aten(gm, list(example_inputs), decompositions=DECOMPOSITIONS)
+    compiled = compile_aten_graph(aten_gm, example_inputs)
+    return compiled

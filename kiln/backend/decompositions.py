@@ -1,0 +1,118 @@
+"""The ops kiln decomposes before lowering, in ONE table (drawn from torch._decomp's rules).
+
+Everything listed here is rewritten into simpler ATen ops by the tracer; everything else reaches
+lowering.py as it is (and becomes an ATen extern call if it has no lowering).
+"""
+
+import torch
+from torch._decomp import get_decompositions
+
+aten = torch.ops.aten
+
+DECOMPOSE = [
+    # softmax family: amax / exp / sum / div become one fused kernel
+    aten._softmax,
+    aten._log_softmax,
+    aten._softmax_backward_data,
+    aten._log_softmax_backward_data,
+    aten.logsumexp,
+    # normalization: var_mean + pointwise
+    aten.native_layer_norm,
+    aten.native_layer_norm_backward,
+    aten.native_group_norm,
+    aten.native_group_norm_backward,
+    aten.native_batch_norm,
+    aten.native_batch_norm_backward,
+    aten._native_batch_norm_legit,
+    aten._native_batch_norm_legit_no_training,
+    aten._native_batch_norm_legit_functional,
+    aten.rms_norm,
+    # activations and their backward formulas
+    aten.gelu_backward,
+    aten.silu_backward,
+    aten.sigmoid_backward,
+    aten.tanh_backward,
+    aten.threshold_backward,
+    aten.hardtanh_backward,
+    aten.leaky_relu_backward,
+    aten.elu,
+    aten.elu_backward,
+    aten.hardsigmoid,
+    aten.hardsigmoid_backward,
+    aten.hardswish,
+    aten.hardswish_backward,
+    aten.softplus,
+    aten.softplus_backward,
+    aten.mish,
+    aten.log_sigmoid_forward,
+    aten.log_sigmoid_backward,
+    # pointwise compounds
+    aten.addcmul,
+    aten.addcdiv,
+    aten.lerp,
+    aten.xlogy,
+    aten.logit,
+    aten.clamp_min,
+    aten.clamp_max,
+    aten.masked_fill,
+    aten.hypot,
+    aten.std_mean,
+    aten.linalg_vector_norm,
+    aten.norm,
+    aten.dist,
+    aten.cumsum,
+    # losses
+    aten.mse_loss,
+    aten.mse_loss_backward,
+    aten.smooth_l1_loss,
+    aten.huber_loss,
+    aten.binary_cross_entropy,
+    aten.binary_cross_entropy_backward,
+    aten.binary_cross_entropy_with_logits,
+    aten.nll_loss_forward,
+    aten.nll_loss_backward,
+    # shape ops that are plain views / copies
+    aten.t,
+    aten.transpose,
+    aten.squeeze,
+    aten.unsqueeze_copy,
+    aten.expand_copy,
+    aten.permute_copy,
+    aten.view_copy,
+    aten.select_backward,
+    aten.slice_backward,
+    aten.diagonal_backward,
+    aten.embedding_dense_backward,
+    aten.index_select_backward,
+    aten._unsafe_index,
+    aten.repeat,
+    aten.roll,
+    aten.tril,
+    aten.triu,
+    aten.movedim,
+    aten.narrow,
+    aten.linspace,
+    aten.full_like,
+    aten.zeros_like,
+    aten.ones_like,
+    aten.new_zeros,
+    aten.new_ones,
+    aten.new_full,
+    aten.fill,
+    aten.rsub,
+    aten.count_nonzero,
+    aten.addmv,
+    aten.baddbmm,
+    aten.addr,
+    aten.type_as,
+    aten.detach,
+    aten.native_dropout_backward,
+]
+
+
+DECOMPOSITIONS = get_decompositions([op for op in DECOMPOSE])
+
+
+def decomposition_table():
+    """A fresh copy of the table (callers may extend it)."""
+    return dict(DECOMPOSITIONS)

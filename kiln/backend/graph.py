@@ -1,0 +1,322 @@
+"""GraphLowering: interpret an ATen FX graph, lowering each node to loop IR or an extern call."""
+
+import operator
+
+import torch
+
+from kiln import logs
+from kiln.backend import lowering as L
+from kiln.backend.ir import (
+    RANGES,
+    Buffer,
+    ComputedBuffer,
+    ExternBuffer,
+    ExternKernel,
+    InputBuffer,
+    Layout,
+    Pointwise,
+    PrintHandler,
+    Reduction,
+    StorageBox,
+    View,
+    contiguous_strides,
+)
+
+
+class GraphNotSupported(Exception):
+    """The whole graph must run eagerly (the reason is the message)."""
+
+
+class PyValue:
+    """A non-tensor result of an extern call, known only at run time."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+# Note [Backend: when a pointwise value is realized]
+# An unrealized Pointwise is inlined into every consumer (recomputed), which is what fuses chains
+# and softmax-like patterns without writing intermediates. A value is realized (written to a buffer)
+# when it is a graph output, an extern input, or read by several consumers while being expensive to
+# recompute (more than REALIZE_OPS ops or REALIZE_READS loads), or when its expression grows past
+# INLINE_LIMIT ops (which bounds code size).
+REALIZE_OPS = 16
+REALIZE_READS = 4
+INLINE_LIMIT = 120
+
+
+class GraphLowering:
+    """Holds the lowered program: inputs, operations (kernels and externs) in order, outputs."""
+
+    def __init__(self, gm, example_inputs):
+        self.gm = gm
+        self.example_inputs = example_inputs
+        self.inputs = []  # InputBuffer per placeholder
+        self.constants = {}  # name -> tensor (get_attr), passed to the wrapper at load time
+        self.operations = []  # ComputedBuffer | ExternKernel, in program order
+        self.buffers = {}  # name -> Buffer
+        self.outputs = []  # per graph output: ("buf", name) | ("view", name, size, stride, off)
+        self.env = {}
+        self._n = 0
+        self.fallback_ops = []  # ops run as ATen calls (for reports/tests)
+
+    def _name(self, prefix="buf"):
+        self._n += 1
+        return f"{prefix}{self._n - 1}"
+
+    # --- values ----------------------------------------------------------------------------------
+
+    def new_box(self, loops, val):
+        b = StorageBox(loops, self, val)
+        if isinstance(loops, Pointwise) and _cost(loops)[0] > INLINE_LIMIT:
+            b.realize()
+        return b
+
+    def realize_loops(self, loops, stride=None):
+        size = loops.get_size()
+        if isinstance(loops, Reduction) or stride is None:
+            stride = contiguous_strides(size)
+        buf = ComputedBuffer(self._name(), Layout(size, stride, loops.get_dtype()), loops)
+        self.operations.append(buf)
+        self.buffers[buf.name] = buf
+        return buf
+
+    def note_use(self, value):
+        """A consumer reads value: realize a shared expensive Pointwise (see the Note)."""
+        while isinstance(value, View):
+            value = value.base
+        if isinstance(value, StorageBox) and not value.is_realized():
+            value.users += 1
+            if value.users >= 2:
+                ops_count, reads = _cost(value.data)
+                if ops_count > REALIZE_OPS or reads > REALIZE_READS:
+                    value.realize()
+
+    def as_tensor_arg(self, value, val=None):
+        """(Buffer, Layout) of a value realized in memory (a strided view where possible)."""
+        rl = value.realized_layout()
+        if rl is not None:
+            return rl
+        base = value
+        if isinstance(base, StorageBox):
+            base.realize()
+            return base.realized_layout()
+        stride = None
+        if isinstance(val, torch.Tensor) and tuple(val.shape) == tuple(value.get_size()):
+            from kiln.backend.ir import is_dense
+
+            if is_dense(val.shape, val.stride()):
+                stride = tuple(val.stride())
+        box = StorageBox(Pointwise(value.get_dtype(), value.get_size(), value.make_loader()), self)
+        box.realize(stride)
+        return box.realized_layout()
+
+    # --- the interpreter -------------------------------------------------------------------------
+
+    def run(self):
+        RANGES.clear()
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                self.env[node] = self.placeholder(node, len(self.inputs))
+            elif node.op == "get_attr":
+                self.env[node] = self.get_attr(node)
+            elif node.op == "call_function":
+                self.env[node] = self.call_function(node)
+            elif node.op == "output":
+                self.output(node)
+            else:
+                raise GraphNotSupported(f"node kind {node.op}")
+        return self
+
+    def placeholder(self, node, k):
+        if k >= len(self.example_inputs):
+            raise GraphNotSupported("more placeholders than example inputs")
+        x = self.example_inputs[k]
+        if not isinstance(x, torch.Tensor):
+            raise GraphNotSupported(f"non-tensor graph input {type(x).__name__}")
+        _check_tensor(x)
+        buf = InputBuffer(f"arg{k}", Layout(x.shape, x.stride(), x.dtype))
+        self.inputs.append(buf)
+        self.buffers[buf.name] = buf
+        return buf
+
+    def get_attr(self, node):
+        t = getattr(self.gm, node.target)
+        if not isinstance(t, torch.Tensor):
+            raise GraphNotSupported(f"get_attr of {type(t).__name__}")
+        _check_tensor(t)
+        name = f"const{len(self.constants)}"
+        self.constants[name] = t
+        buf = InputBuffer(name, Layout(t.shape, t.stride(), t.dtype))
+        self.buffers[name] = buf
+        return buf
+
+    def call_function(self, node):
+        target = node.target
+        args, kwargs = _map_args(node.args, self.env), _map_args(node.kwargs, self.env)
+        if target is operator.getitem:
+            return args[0][args[1]]
+        if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+            raise GraphNotSupported(f"mutating op {target}")
+        val = node.meta.get("val")
+        _check_val(val)
+        has_py = any(isinstance(a, PyValue) for a in _flat(args) + _flat(kwargs))
+        fn = L.LOWERINGS.get(target)
+        if fn is not None and not has_py and target not in L.EXTERN_OUT:
+            for a in _flat(args) + _flat(kwargs):
+                if L.is_ir(a):
+                    self.note_use(a)
+            L.V.graph, L.V.val, L.V.current_target = self, val, target
+            n_ops = len(self.operations)
+            try:
+                out = fn(*args, **kwargs)
+                if _matches(out, val):
+                    return out
+                why = "result does not match the meta value"
+            except L.NotLowered as e:
+                why = str(e)
+            except Exception as e:  # a lowering bug must not fail the graph: run the op in ATen
+                why = f"lowering error {type(e).__name__}: {e}"
+            del self.operations[n_ops:]
+            logs.log("perf_hints", "kiln: %s runs as an ATen call (%s)", target, why)
+        return self.fallback(node, target, args, kwargs, val)
+
+    def fallback(self, node, target, args, kwargs, val):
+        """Run the op as an ATen call at run time (the extern fallback)."""
+
+        def conv(a, v=None):
+            if L.is_ir(a):
+                return self.as_tensor_arg(a, v)
+            return a
+
+        arg_vals = [a.meta.get("val") if hasattr(a, "meta") else None for a in node.args]
+        cargs = []
+        for a, v in zip(args, arg_vals):
+            if isinstance(a, (list, tuple)):
+                cargs.append(type(a)(conv(x) for x in a))
+            else:
+                cargs.append(conv(a, v))
+        ckwargs = {
+            k: (type(v)(conv(x) for x in v) if isinstance(v, (list, tuple)) else conv(v))
+            for k, v in kwargs.items()
+        }
+        name = self._name("extern")
+        kernel = ExternKernel(name, target, cargs, ckwargs, [])
+        self.fallback_ops.append(target)
+
+        def out_buf(v):
+            if isinstance(v, torch.Tensor):
+                _check_tensor(v)
+                b = ExternBuffer(self._name(), Layout(v.shape, v.stride(), v.dtype), kernel)
+                self.buffers[b.name] = b
+                return b
+            if v is None:
+                return None
+            return PyValue(self._name("py"))
+
+        if target in L.EXTERN_OUT and isinstance(val, torch.Tensor):
+            kernel.op = L.EXTERN_OUT[target]
+            kernel.out_variant = True
+        kernel.multi = isinstance(val, (list, tuple))
+        if kernel.multi:
+            outs = [out_buf(v) for v in val]
+            kernel.outputs = outs
+            result = outs
+        else:
+            o = out_buf(val)
+            kernel.outputs = [o]
+            result = o
+        self.operations.append(kernel)
+        return result
+
+    def output(self, node):
+        for v in _flat_out(node.args[0]):
+            self.outputs.append(self._output_value(v))
+
+    def _output_value(self, node):
+        if not isinstance(node, torch.fx.Node):
+            return ("const", node)
+        value = self.env[node]
+        if isinstance(value, PyValue):
+            return ("py", value.name)
+        if not L.is_ir(value):
+            return ("const", value)
+        val = node.meta.get("val")
+        if isinstance(value, StorageBox) and not value.is_realized():
+            value.realize()
+        if isinstance(value, StorageBox):
+            value = value.data
+        if isinstance(value, Buffer):
+            return ("buf", value.name)
+        buf, layout = self.as_tensor_arg(value, val)
+        if layout is buf.layout or (
+            layout.size == buf.layout.size
+            and layout.stride == buf.layout.stride
+            and layout.offset == buf.layout.offset
+        ):
+            return ("buf", buf.name)
+        return ("view", buf.name, layout.size, layout.stride, layout.offset)
+
+
+def _cost(loops):
+    c = getattr(loops, "_kiln_cost", None)
+    if c is None:
+        h, _ = loops.trace(PrintHandler())
+        c = (len(h.lines), len({n for n, _ in h.loads}))
+        loops._kiln_cost = c
+    return c
+
+
+def _check_tensor(x):
+    if x.device.type not in ("cpu", "meta") or x.layout != torch.strided:
+        raise GraphNotSupported(f"tensor on {x.device} / {x.layout}")
+    if x.dtype.is_complex or x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        raise GraphNotSupported(f"dtype {x.dtype}")
+    if x.is_quantized:
+        raise GraphNotSupported("quantized tensor")
+
+
+def _check_val(val):
+    for v in _flat(val):
+        if isinstance(v, torch.Tensor):
+            _check_tensor(v)
+
+
+def _matches(out, val):
+    if isinstance(val, torch.Tensor):
+        return (
+            L.is_ir(out)
+            and tuple(out.get_size()) == tuple(val.shape)
+            and out.get_dtype() == val.dtype
+        )
+    if isinstance(val, (list, tuple)):
+        return (
+            isinstance(out, (list, tuple))
+            and len(out) == len(val)
+            and all(_matches(o, v) for o, v in zip(out, val) if v is not None)
+        )
+    return False
+
+
+def _map_args(a, env):
+    if isinstance(a, torch.fx.Node):
+        return env[a]
+    if isinstance(a, (list, tuple)):
+        return type(a)(_map_args(x, env) for x in a)
+    if isinstance(a, dict):
+        return {k: _map_args(v, env) for k, v in a.items()}
+    return a
+
+
+def _flat(a):
+    if isinstance(a, (list, tuple)):
+        return [y for x in a for y in _flat(x)]
+    if isinstance(a, dict):
+        return [y for x in a.values() for y in _flat(x)]
+    return [a]
+
+
+def _flat_out(a):
+    if isinstance(a, (list, tuple)):
+        return list(a)
+    return [a]

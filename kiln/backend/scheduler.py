@@ -1,0 +1,282 @@
+"""Scheduler: dependencies, dead code elimination, vertical/horizontal fusion, stores and frees.
+
+A kernel Group iterates `outer` ranges (the parallel loops); inside one outer iteration it runs
+segments in order: loops over `inner` ranges (pointwise stores and reductions that share the pass)
+and scalar statements. Each node has a role in its group:
+
+    flat   a pointwise node of a group with no inner ranges (out[o] = f(o))
+    inner  a pointwise node over outer + inner ranges, in a loop segment
+    outer  a pointwise node over the outer ranges only (after the reductions it reads)
+    red    a reduction over inner ranges, producing one value per outer iteration
+
+    softmax over rows: amax(x) | exp(x - m) summed | exp(x - m) / s  →  one group (N | D), three
+    loop segments, the row max and sum kept in registers, only the output written.
+"""
+
+from kiln.backend.ir import (
+    Buffer,
+    ComputedBuffer,
+    ExternKernel,
+    Ix,
+    ReadsHandler,
+    Reduction,
+    set_handler,
+    set_range,
+)
+
+
+class SchedNode:
+    """A ComputedBuffer with its loop shape and the buffers it reads."""
+
+    def __init__(self, buf):
+        self.buf = buf
+        self.name = buf.name
+        data = buf.data
+        self.is_reduction = isinstance(data, Reduction)
+        self.ranges = tuple(data.ranges)
+        self.rranges = tuple(data.reduction_ranges) if self.is_reduction else ()
+        self.reduction_type = data.reduction_type if self.is_reduction else None
+        self.reads = {n for n, _ in self.all_loads()}
+
+    def all_loads(self):
+        if self.is_reduction:
+            return self.loads("red", self.ranges, self.rranges)
+        return self.loads("flat", self.ranges, ())
+
+    def vars_for(self, role, outer, inner):
+        """Index variables of this node under a role in a group (outer, inner)."""
+        ov = [f"o{k}" for k in range(len(outer))]
+        iv = [f"r{k}" for k in range(len(inner))]
+        for n, s in zip(ov, outer):
+            set_range(n, 0, s - 1)
+        for n, s in zip(iv, inner):
+            set_range(n, 0, s - 1)
+        ov, iv = [Ix.var(n) for n in ov], [Ix.var(n) for n in iv]
+        if role in ("flat", "outer"):
+            return ov, []
+        if role == "inner":
+            return ov + iv, []
+        return ov, iv  # red
+
+    def loads(self, role, outer, inner):
+        idx, ridx = self.vars_for(role, outer, inner)
+        h = ReadsHandler()
+        with set_handler(h):
+            if self.is_reduction:
+                self.buf.data.inner_fn(idx, ridx)
+            else:
+                self.buf.data.inner_fn(idx)
+        return h.loads
+
+    def store_index(self, role, outer, inner):
+        idx, _ = self.vars_for(role, outer, inner)
+        return self.buf.layout.index(idx)
+
+
+class Group:
+    """A fused kernel: outer ranges, inner ranges, member nodes with roles, segments in order."""
+
+    def __init__(self, outer, inner):
+        self.outer = tuple(outer)
+        self.inner = tuple(inner)
+        self.nodes = []
+        self.roles = {}
+        self.segments = []  # [kind, [SchedNode]] with kind "flat" | "loop" | "outer"
+        self.name = None
+
+    def names(self):
+        return {n.name for n in self.nodes}
+
+    def __repr__(self):
+        segs = "; ".join(f"{k}[{', '.join(n.name for n in ns)}]" for k, ns in self.segments)
+        return f"Group({list(self.outer)} | {list(self.inner)}: {segs})"
+
+
+class ExternGroup:
+    """One extern kernel (an ATen call) in the schedule."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.nodes = []
+
+    def names(self):
+        return {o.name for o in self.kernel.outputs if isinstance(o, Buffer)}
+
+    def __repr__(self):
+        return f"Extern({self.kernel.op})"
+
+
+def extern_reads(kernel):
+    names = set()
+
+    def visit(a):
+        if isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], Buffer):
+            names.add(a[0].name)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                visit(x)
+
+    visit(list(kernel.args))
+    visit(list(kernel.kwargs.values()))
+    return names
+
+
+def _plan_role(g, n):
+    """(role, new_outer, new_inner, retag) when n fits g's loop shape, else None."""
+    if n.is_reduction:
+        if not g.inner:
+            if g.outer == n.ranges + n.rranges and n.rranges:
+                return "red", n.ranges, n.rranges, "inner"
+            if g.outer == n.ranges and n.rranges:
+                return "red", n.ranges, n.rranges, "outer"
+            return None
+        if g.outer == n.ranges and g.inner == n.rranges:
+            return "red", g.outer, g.inner, None
+        return None
+    if not g.inner:
+        return ("flat", g.outer, g.inner, None) if n.ranges == g.outer else None
+    if n.ranges == g.outer + g.inner:
+        return "inner", g.outer, g.inner, None
+    if n.ranges == g.outer:
+        return "outer", g.outer, g.inner, None
+    return None
+
+
+def _legal(g, n, role, outer, inner, retag, nodes_by_name):
+    """Every read of a buffer produced in g reads exactly the element stored in this iteration."""
+    members = g.names()
+    if not (n.reads & members):
+        return True
+    for name, ix in n.loads(role, outer, inner):
+        if name not in members:
+            continue
+        p = nodes_by_name[name]
+        prole = retag if (retag and g.roles[name] == "flat") else g.roles[name]
+        if ix != p.store_index(prole, outer, inner):
+            return False
+    return True
+
+
+def _add(g, n, role, outer, inner, retag):
+    if retag:
+        g.outer, g.inner = tuple(outer), tuple(inner)
+        for m in g.nodes:
+            g.roles[m.name] = retag
+        g.segments = (
+            [["loop", list(g.nodes)]] if retag == "inner" else [["outer", [m]] for m in g.nodes]
+        )
+    g.nodes.append(n)
+    g.roles[n.name] = role
+    if role == "flat":
+        if not g.segments:
+            g.segments.append(["flat", []])
+        g.segments[-1][1].append(n)
+    elif role == "outer":
+        g.segments.append(["outer", [n]])
+    else:
+        last = g.segments[-1] if g.segments else None
+        if last and last[0] == "loop":
+            reds = {m.name for m in last[1] if g.roles[m.name] == "red"}
+            if not (n.reads & reds):
+                last[1].append(n)
+                return
+        g.segments.append(["loop", [n]])
+
+
+def schedule(graph):
+    """Group the graph's operations into fused kernels and extern calls, in a legal order."""
+    live = _live_names(graph)
+    groups, where = [], {}
+    nodes_by_name = {}
+    for op in graph.operations:
+        if isinstance(op, ExternKernel):
+            eg = ExternGroup(op)
+            groups.append(eg)
+            for o in op.outputs:
+                if isinstance(o, Buffer):
+                    where[o.name] = len(groups) - 1
+            continue
+        if op.name not in live:
+            continue
+        n = SchedNode(op)
+        nodes_by_name[n.name] = n
+        first = max([where[r] for r in n.reads if r in where], default=-1)
+        placed = False
+        for gi in range(max(first, 0), len(groups)):
+            g = groups[gi]
+            if not isinstance(g, Group):
+                continue
+            plan = _plan_role(g, n)
+            if plan is None:
+                continue
+            if g.nodes and _legal(g, n, *plan, nodes_by_name):
+                _add(g, n, *plan)
+                where[n.name] = gi
+                placed = True
+                break
+        if not placed:
+            if n.is_reduction:
+                g = Group(n.ranges, n.rranges)
+                _add(g, n, "red", n.ranges, n.rranges, None)
+            else:
+                g = Group(n.ranges, ())
+                _add(g, n, "flat", n.ranges, (), None)
+            groups.append(g)
+            where[n.name] = len(groups) - 1
+    k = 0
+    for g in groups:
+        if isinstance(g, Group):
+            g.name = f"kernel{k}"
+            k += 1
+    return groups
+
+
+def _live_names(graph):
+    live = set()
+    for o in graph.outputs:
+        if o[0] in ("buf", "view"):
+            live.add(o[1])
+    for op in reversed(graph.operations):
+        if isinstance(op, ExternKernel):
+            live |= extern_reads(op)
+        elif isinstance(op, ComputedBuffer) and op.name in live:
+            live |= SchedNode(op).reads
+    return live
+
+
+def plan_memory(graph, groups):
+    """Which buffers each group must store, and after which group each buffer can be freed."""
+    outputs = {o[1] for o in graph.outputs if o[0] in ("buf", "view")}
+    consumers = {}  # buffer -> set of group indices reading it
+    seg_of = {}
+    for gi, g in enumerate(groups):
+        if isinstance(g, ExternGroup):
+            for r in extern_reads(g.kernel):
+                consumers.setdefault(r, set()).add(gi)
+            continue
+        for si, (_, ns) in enumerate(g.segments):
+            for n in ns:
+                seg_of[n.name] = (gi, si)
+        for n in g.nodes:
+            for r in n.reads:
+                consumers.setdefault(r, set()).add(gi)
+    stores = set()
+    for gi, g in enumerate(groups):
+        if not isinstance(g, Group):
+            continue
+        for n in g.nodes:
+            cons = consumers.get(n.name, set())
+            if n.name in outputs or any(c != gi for c in cons):
+                stores.add(n.name)
+                continue
+            if g.roles[n.name] in ("inner", "flat"):
+                _, si = seg_of[n.name]
+                for m in g.nodes:
+                    if n.name in m.reads and seg_of[m.name][1] != si:
+                        stores.add(n.name)
+    free_after = {}
+    for name, cons in consumers.items():
+        if name in outputs:
+            continue
+        free_after.setdefault(max(cons), []).append(name)
+    return stores, free_after
