@@ -6,8 +6,8 @@ def f(x, mod):                       def f(x, mod):   # transformed
 """
 
 from kiln import logs
+from kiln.bytecode import decode, emit, encode, first_resume
 from kiln.exc import unimplemented
-from kiln.frontend import emitter as emit
 from kiln.frontend.variables.lists import SizeVariable
 
 GRAPH_OUT = "___kiln_graph_out"
@@ -43,14 +43,24 @@ class PyCodegen:
         self.extend(emit.load_const(self._output_index[key]))
         self.extend(emit.binary_subscr())
 
-    def load_object(self, value):
+    def load_object(self, value, push_null=False):
         """Load an object kiln holds (a dtype, a torch.Size ...) via a global of the root function."""
         name = f"___kiln_obj_{type(value).__name__}_{id(value)}"
         self.output.root_fn.__globals__[name] = value
-        self.extend(emit.load_global(name, push_null=False))
+        self.extend(emit.load_global(name, push_null=push_null))
 
     def load_global_dict(self, guard_name):
         self.load_object(self.output.extra_globals[guard_name])
+
+
+def assemble(code, body):
+    """A code object like `code` (arguments, cells, prologue up to RESUME) that runs `body`."""
+    original = decode(code)
+    prologue = original[: first_resume(original) + 1]
+    varnames = code.co_varnames
+    if GRAPH_OUT not in varnames:
+        varnames = (*varnames, GRAPH_OUT)
+    return encode(prologue + body, like=code, co_varnames=varnames)
 
 
 def transformed_code(output, code, return_var):
@@ -71,8 +81,7 @@ def transformed_code(output, code, return_var):
             source.reconstruct(call)
         call.extend(emit.call(len(input_sources)))
         call.extend(emit.store_fast(GRAPH_OUT))
-    instrs = emit.prologue(code) + call.instrs + body.instrs
-    new_code = emit.assemble(code, instrs)
+    new_code = assemble(code, call.instrs + body.instrs)
     if logs.enabled("bytecode"):
         import dis
         import io

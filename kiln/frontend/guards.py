@@ -130,6 +130,7 @@ def _expr_parts(guard, namer):
             f"{s}.stride() == {tuple(t.stride())!r}",
             f"{s}.requires_grad is {t.requires_grad!r}",
             f"{s}.device == {namer(t.device, _readable_hint(t.device))}",
+            f"___dispatch_keys({s}) == {namer(torch._C._dispatch_keys(t), 'keys')}",
         ]
     if k == GuardKind.GLOBAL_STATE:
         grad = torch.is_grad_enabled()
@@ -182,6 +183,7 @@ def build_guard_fn(fn, guard_set, extra=None):
         "___len": len,
         "___list": list,
         "___is_grad_enabled": torch.is_grad_enabled,
+        "___dispatch_keys": torch._C._dispatch_keys,
         "___is_any_autocast_enabled": torch._C._is_any_autocast_enabled,
         "___global_forward_hooks": torch.nn.modules.module._global_forward_hooks,
         "___global_forward_pre_hooks": torch.nn.modules.module._global_forward_pre_hooks,

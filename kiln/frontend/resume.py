@@ -161,6 +161,10 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
     if not start < resume_index < len(insts):
         raise ResumeUnsupported(f"cannot resume at instruction {resume_index} of {code.co_name}")
     target = insts[resume_index]
+    before = insts[resume_index - 1]
+    if before.opname in ("PRECALL", "KW_NAMES") and not before.is_terminator:
+        # 3.11 PRECALL may have rewritten the NULL slot; KW_NAMES sets a hidden register
+        raise ResumeUnsupported(f"cannot resume between {before.opname} and its CALL")
     body = insts[start + 1 :]
     for inst in insts[: start + 1]:
         if inst.opname not in ("COPY_FREE_VARS", "MAKE_CELL", "RESUME", "NOP"):

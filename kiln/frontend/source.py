@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from kiln.frontend import emitter as emit
+from kiln.bytecode import emit
 
 
 class Source:
@@ -69,7 +69,7 @@ class ClosureSource(Source):
         return f"___closure[{self.index}].cell_contents"
 
     def reconstruct(self, cg):
-        cg.extend(emit.load_deref(self.var_name, free=True))
+        cg.extend(emit.load_deref(self.var_name))
 
 
 @dataclasses.dataclass(frozen=True)

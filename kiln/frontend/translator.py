@@ -11,11 +11,12 @@ only version with torch here); the 3.12/3.13 handlers follow the `dis` documenta
 """
 
 import builtins
-import dis
+import inspect
 import linecache
 import operator
 import sys
 
+from kiln.bytecode import decode as bytecode_decode
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.source import GlobalSource, LocalSource
 from kiln.frontend.variables.base import VariableTracker
@@ -46,38 +47,16 @@ PY313 = sys.version_info[:2] >= (3, 13)
 NULL = NullVariable()
 
 
-class Inst:
-    """One instruction as the interpreter sees it (a stop-gap over `dis` until kiln.bytecode)."""
-
-    __slots__ = ("opname", "arg", "argval", "argrepr", "offset", "lineno", "target", "index")
-
-    def __init__(self, d, lineno):
-        self.opname = d.opname
-        self.arg = d.arg
-        self.argval = d.argval
-        self.argrepr = d.argrepr
-        self.offset = d.offset
-        self.lineno = lineno
-        self.target = None
-        self.index = 0
-
-
 def decode(code):
-    """The instructions of a code object, with jump targets resolved to instruction indices."""
-    out = []
-    lineno = code.co_firstlineno
-    for d in dis.get_instructions(code):
-        pos_line = d.positions.lineno if d.positions is not None else None
-        if pos_line is not None:
-            lineno = pos_line
-        out.append(Inst(d, lineno))
-    by_offset = {i.offset: n for n, i in enumerate(out)}
-    for n, inst in enumerate(out):
+    """The instructions of a code object (kiln.bytecode.decode) with `index` and `target_index`."""
+    insts = bytecode_decode(code)
+    where = {id(inst): n for n, inst in enumerate(insts)}
+    for n, inst in enumerate(insts):
         inst.index = n
-        d_op = dis.opmap.get(inst.opname)
-        if d_op in dis.hasjrel or d_op in dis.hasjabs:
-            inst.target = by_offset[inst.argval]
-    return out
+        inst.target_index = where[id(inst.target)] if inst.target is not None else None
+        if inst.lineno is None:
+            inst.lineno = insts[n - 1].lineno if n else code.co_firstlineno
+    return insts
 
 
 class LazyVariable(VariableTracker):
@@ -172,7 +151,7 @@ class InstructionTranslatorBase:
         return out
 
     def jump(self, inst):
-        self.ip = inst.target
+        self.ip = inst.target_index
 
     def call_function(self, fn, args, kwargs):
         self.push(fn.call_function(self, list(args), dict(kwargs)))
@@ -777,22 +756,38 @@ class InliningTranslator(InstructionTranslatorBase):
         )
         self.parent = parent
         self.fn = fn
+        self.is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
+        self.generated = []
 
     def run_inline(self):
+        """Trace the call; a generator runs to completion and yields an iterator of its items.
+
+        Note [Generators: eager consumption]
+        A generator called while tracing is traced to its end at once and its items are handed to
+        the consumer as a list iterator. The body has no effects outside the graph (anything
+        else is unimplemented), so consuming it early only adds unused graph nodes.
+        """
         self.run_loop()
+        if self.is_generator:
+            return ListIteratorVariable(self.generated)
         return self.return_value
 
     def RETURN_VALUE(self, inst):
         self.return_value = self.pop()
         raise _Stop
 
+    def RETURN_GENERATOR(self, inst):
+        self.push(ConstantVariable(None))
+
+    def YIELD_VALUE(self, inst):
+        self.generated.append(self.pop())
+        self.push(ConstantVariable(None))
+
 
 class InstructionTranslator(InstructionTranslatorBase):
     """The root frame: its arguments are the real values, wrapped lazily with local sources."""
 
     def __init__(self, output, fn, args, kwargs):
-        import inspect
-
         code = fn.__code__
         bound = inspect.signature(fn).bind(*args, **kwargs)
         bound.apply_defaults()

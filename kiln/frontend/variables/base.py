@@ -27,6 +27,13 @@ class VariableTracker:
 
     # --- operations ------------------------------------------------------------------------
     def var_getattr(self, tx, name):
+        """Default: a method of the value's Python type, called through `call_method`."""
+        try:
+            typ = self.python_type()
+        except Exception:
+            typ = None
+        if typ is not None and callable(getattr(typ, name, None)):
+            return BoundMethodVariable(self, name)
         unimplemented(f"attribute {name!r} of {self}")
 
     def call_function(self, tx, args, kwargs):
@@ -36,6 +43,8 @@ class VariableTracker:
         if name == "__getattribute__" or name == "__getattr__":
             unimplemented(f"{name} of {self}")
         fn = self.var_getattr(tx, name)
+        if isinstance(fn, BoundMethodVariable) and fn.obj is self:
+            unimplemented(f"method {name!r} of {self}")
         return fn.call_function(tx, args, kwargs)
 
     def unpack_var_sequence(self, tx):
@@ -58,3 +67,18 @@ class VariableTracker:
 
     def __repr__(self):
         return f"{type(self).__name__}()"
+
+
+class BoundMethodVariable(VariableTracker):
+    """`obj.method` of a traced container/iterator before it is called."""
+
+    def __init__(self, obj, name, **kw):
+        super().__init__(**kw)
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def __repr__(self):
+        return f"BoundMethodVariable({self.obj!r}.{self.name})"

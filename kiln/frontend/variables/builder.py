@@ -168,6 +168,8 @@ def wrap_value(tx, value, source):
 
 
 def _is_builtin(value):
+    if isinstance(value, types.BuiltinFunctionType) and getattr(value, "__module__", "") == "math":
+        return True
     try:
         return value in _BUILTIN_FNS
     except TypeError:

@@ -101,6 +101,7 @@ def _identical(a, b):
 
 
 _MISSING = object()
+_PURE_MODULES = {"math", "operator", "_operator"}
 
 
 def contains(tx, container, item):
@@ -163,6 +164,14 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(args[0].truthy(tx))
         if fn is operator.not_ and len(args) == 1:
             return ConstantVariable(not args[0].truthy(tx))
+        if getattr(fn, "__module__", None) in _PURE_MODULES and _all_const(
+            [*args, *kwargs.values()]
+        ):
+            cargs = [a.as_python_constant() for a in args]
+            ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+            result = fold(lambda: fn(*cargs, **ckw))
+            if is_literal(result.value):
+                return result
         unimplemented(f"builtin {name} with these arguments")
 
     # --- builtins (one method each, `_call_<name>`) --------------------------------------------

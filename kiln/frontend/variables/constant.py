@@ -72,7 +72,7 @@ class ConstantVariable(VariableTracker):
         unimplemented(f"iteration over {self.value!r}")
 
     def reconstruct(self, cg):
-        from kiln.frontend import emitter as emit
+        from kiln.bytecode import emit
 
         if is_literal(self.value) and not isinstance(self.value, (torch.dtype, torch.device)):
             cg.extend(emit.load_const(self.value))

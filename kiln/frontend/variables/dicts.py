@@ -1,7 +1,7 @@
 """Dicts with constant keys."""
 
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend import emitter as emit
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.lists import ListIteratorVariable, ListVariable, TupleVariable

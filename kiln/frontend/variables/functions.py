@@ -159,8 +159,8 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
     if tx.inline_depth + 1 > config.inline_depth_limit:
         unimplemented(f"inlining depth limit ({config.inline_depth_limit}) at {fn.__qualname__}")
     code = fn.__code__
-    if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-        unimplemented(f"calling generator/coroutine function {fn.__qualname__}")
+    if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        unimplemented(f"calling coroutine function {fn.__qualname__}")
     if getattr(fn, "_kiln_disabled", False):
         unimplemented(f"call to kiln.disable'd function {fn.__qualname__}")
     local_vars = bind_args(tx, fn, args, kwargs, fn_source, defaults, kwdefaults)

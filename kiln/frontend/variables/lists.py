@@ -2,8 +2,8 @@
 
 import operator
 
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend import emitter as emit
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 
@@ -70,11 +70,38 @@ class BaseListVariable(VariableTracker):
 
 
 class TupleVariable(BaseListVariable):
+    """A tuple; `tuple_cls` is a tuple subclass with named fields (torch.return_types.max ...)."""
+
     container = tuple
+
+    def __init__(self, items, tuple_cls=tuple, **kw):
+        super().__init__(items, **kw)
+        self.tuple_cls = tuple_cls
+
+    def python_type(self):
+        return self.tuple_cls
+
+    def var_getattr(self, tx, name):
+        fields = getattr(self.tuple_cls, "__match_args__", None) or getattr(
+            self.tuple_cls, "_fields", ()
+        )
+        if name in fields:
+            return self.items[list(fields).index(name)]
+        return super().var_getattr(tx, name)
+
+    def reconstruct(self, cg):
+        if self.tuple_cls is tuple:
+            return super().reconstruct(cg)
+        cg.load_object(self.tuple_cls, push_null=True)
+        super().reconstruct(cg)
+        cg.extend(emit.call(1))
 
 
 class SizeVariable(TupleVariable):
     """`tensor.shape`: a tuple of sizes (ints while every size is specialised)."""
+
+    def __init__(self, items, **kw):
+        super().__init__(items, **kw)
 
     def python_type(self):
         import torch

@@ -176,8 +176,9 @@ def wrap_tensor_result(tx, node, result, device):
                 items.append(ConstantVariable(r))
             else:
                 unimplemented(f"op result item of type {type(r).__name__}")
-        cls = ListVariable if isinstance(result, list) else TupleVariable
-        return cls(items)
+        if isinstance(result, list):
+            return ListVariable(items)
+        return TupleVariable(items, tuple_cls=type(result))
     unimplemented(f"op result of type {type(result).__name__}")
 
 
