@@ -129,10 +129,25 @@ def _metadata(fn, inputs, decompositions):
     return res, flat, spec
 
 
+_CONSTANT_TYPES = (
+    int,
+    float,
+    bool,
+    complex,
+    str,
+    type(None),
+    torch.dtype,
+    torch.device,
+    torch.Size,
+)
+
+
 def _output_plan(res, flat):
     outputs, graph_idx = [], []
     for i, (o, alias) in enumerate(zip(flat, res.output_aliases)):
         if not isinstance(o, torch.Tensor):
+            if not isinstance(o, _CONSTANT_TYPES):
+                raise Unsupported(f"aot: an output of type {type(o).__name__} (not a pytree)")
             outputs.append(("const", o))
         elif alias is not None:
             outputs.append(("alias", alias))

@@ -410,9 +410,22 @@ class Tracer(_FakeDispatch):
 
     @contextlib.contextmanager
     def tracing(self):
-        """Activate the trace mode (every ATen call inside is recorded)."""
-        with self.mode:
-            yield
+        """Activate the trace mode (every ATen call inside is recorded); see Note [Tracer: is_compiling]."""
+        prev = getattr(torch.compiler, "_is_compiling_flag", None)
+        if prev is not None:
+            torch.compiler._is_compiling_flag = True
+        try:
+            with self.mode:
+                yield
+        finally:
+            if prev is not None:
+                torch.compiler._is_compiling_flag = prev
+
+
+# Note [Tracer: is_compiling]
+# Libraries ask `torch.compiler.is_compiling()` to skip code that reads tensor values (Hugging Face's
+# mask construction checks for padding with `.all()`). Our trace has no values to read, so while it
+# runs we answer True, as torch.compile's own tracing does; the flag is restored afterwards.
 
 
 def trace_aten(fn, example_inputs, *, decompositions=None, input_names=None):

@@ -8,16 +8,14 @@ from kiln.autograd.aot import aot_module, nop
 
 
 def flat_tensors(out):
+    """The tensors of an output structure (tuples, lists, dicts, ModelOutput), in order."""
     if isinstance(out, torch.Tensor):
         return [out]
     if isinstance(out, dict):
         out = list(out.values())
-    if hasattr(out, "to_tuple"):
-        out = out.to_tuple()
-    res = []
-    for o in out:
-        res.extend(flat_tensors(o) if not isinstance(o, torch.Tensor) else [o])
-    return res
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in flat_tensors(o)]
+    return []
 
 
 def loss_of(outs):
