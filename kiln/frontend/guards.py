@@ -14,6 +14,7 @@ import builtins
 import dataclasses
 import enum
 import inspect
+import math
 
 import torch
 
@@ -107,7 +108,7 @@ def _expr_parts(guard, namer):
         if v is None or isinstance(v, bool):
             return [f"{s} is {v!r}"]
         t = namer(type(v), type(v).__name__)
-        if isinstance(v, _CONSTANT_INLINE):
+        if isinstance(v, _CONSTANT_INLINE) or (isinstance(v, float) and math.isfinite(v)):
             return [f"___type({s}) is {t} and {s} == {v!r}"]
         return [f"___type({s}) is {t} and {s} == {namer(v, 'const')}"]
     if k == GuardKind.LIST_LENGTH:

@@ -1,6 +1,7 @@
 """Eager-vs-compiled test helper for the frontend: outputs, mutated inputs, exceptions, counts."""
 
 import copy
+import logging
 
 import torch
 
@@ -113,3 +114,24 @@ def run_and_compare(
         assert counters["stats"]["graph_breaks"] == expected_breaks, dict(counters)
     assert counters["stats"]["recompiles"] == 0, dict(counters)
     return compiled
+
+
+class LogCapture(logging.Handler):
+    """Collects the messages of kiln log channels (they do not propagate to the root logger)."""
+
+    def __init__(self, *channels):
+        super().__init__(logging.DEBUG)
+        self.channels = channels
+        self.messages = {c: [] for c in channels}
+
+    def emit(self, record):
+        self.messages[record.name.split(".", 1)[1]].append(record.getMessage())
+
+    def __enter__(self):
+        for c in self.channels:
+            logging.getLogger(f"kiln.{c}").addHandler(self)
+        return self
+
+    def __exit__(self, *exc):
+        for c in self.channels:
+            logging.getLogger(f"kiln.{c}").removeHandler(self)

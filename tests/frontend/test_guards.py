@@ -1,0 +1,242 @@
+"""Guards and the cache: the seed's JIT example, recompiles and their reasons, the limit."""
+
+import pytest
+import torch
+from frontend_helpers import CountingBackend, LogCapture
+
+import kiln
+from kiln import config, logs
+
+
+class A(torch.nn.Module):
+    def forward(self, x):
+        return torch.exp(2 * x)
+
+
+class B(torch.nn.Module):
+    def forward(self, x):
+        return torch.exp(-x)
+
+
+def f(x, mod):
+    y = mod(x)
+    z = torch.log(y)
+    return z
+
+
+SEED_GUARD_A = """\
+def guard(x, mod):
+    return (
+        ___type(mod) is ___A
+        and not mod._forward_hooks and not mod._forward_pre_hooks and not mod._backward_hooks and not mod._backward_pre_hooks
+        and ___type(x) is ___Tensor
+        and x.dtype is ___float32
+        and x.shape == (5, 5, 5)
+        and x.stride() == (25, 5, 1)
+        and x.requires_grad is False
+        and x.device == ___device_cpu
+        and ___dispatch_keys(x) == ___keys
+        and ___is_grad_enabled() is True
+        and not ___is_any_autocast_enabled()
+        and not ___global_forward_hooks and not ___global_forward_pre_hooks
+    )
+"""
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    kiln.reset()
+    yield
+    logs.set_logs("")
+
+
+def test_seed_jit_example_two_entries():
+    """seed 004: f(x, a) then f(x, b) gives two cache entries guarded on the module type."""
+    backend = CountingBackend()
+    cf = kiln.compile(f, backend=backend)
+    x = torch.randn(5, 5, 5)
+    a, b = A(), B()
+    torch.testing.assert_close(cf(x, a), f(x, a))
+    torch.testing.assert_close(cf(x, a), f(x, a))  # hit
+    torch.testing.assert_close(cf(x, b), f(x, b))  # miss: new entry
+    torch.testing.assert_close(cf(x, b), f(x, b))  # hit
+    cache = cf._kiln_cache
+    assert len(cache.entries) == 2
+    assert backend.calls == 2
+    assert kiln.counters["stats"]["unique_graphs"] == 2
+    assert kiln.counters["stats"]["recompiles"] == 1
+    assert cache.entry_info[0].guard_source == SEED_GUARD_A
+    assert cache.entry_info[1].guard_source == SEED_GUARD_A.replace("___A", "___B")
+    # the graphs are what the seed's "transformed code" says: exp(2x) / exp(-x), then log
+    ops0 = [n.target for n in backend.graphs[0].graph.nodes if n.op == "call_function"]
+    ops1 = [n.target for n in backend.graphs[1].graph.nodes if n.op == "call_function"]
+    assert [getattr(o, "__name__", o) for o in ops0] == ["mul", "exp", "log"]
+    assert [getattr(o, "__name__", o) for o in ops1] == ["neg", "exp", "log"]
+    # the guard functions are plain functions of (x, mod)
+    guard_a, guard_b = (g for g, _ in cache.entries)
+    assert guard_a(x, a) and not guard_a(x, b)
+    assert guard_b(x, b) and not guard_b(x, a)
+
+
+def _recompile_reason(fn, first_args, second_args, capsys_or_caplog):
+    cf = kiln.compile(fn, backend="eager")
+    cf(*first_args)
+    cf(*second_args)
+    return cf
+
+
+@pytest.mark.parametrize(
+    "change,expected_part",
+    [
+        (lambda x: x.double(), "x.dtype is ___float32"),
+        (lambda x: torch.randn(4, 3), "x.shape == (3, 4)"),
+        (lambda x: x.t(), "x.shape == (3, 4)"),
+        (lambda x: x.clone().requires_grad_(), "x.requires_grad is False"),
+        (lambda x: torch.randn(3, 8)[:, ::2], "x.stride() == (4, 1)"),
+        (lambda x: [x], "___type(x) is ___Tensor"),
+    ],
+    ids=["dtype", "shape", "transpose", "requires_grad", "stride", "type"],
+)
+def test_recompile_on_tensor_change_logs_reason(change, expected_part):
+    logs.set_logs("recompiles")
+
+    def g(x):
+        return x * 2 if isinstance(x, torch.Tensor) else x
+
+    cf = kiln.compile(g, backend="eager")
+    x = torch.randn(3, 4)
+    cf(x)
+    cf(x)
+    assert kiln.counters["stats"]["recompiles"] == 0
+    y = change(x)
+    with LogCapture("recompiles") as cap:
+        result = cf(y)
+    expected = g(y)
+    if isinstance(expected, torch.Tensor):
+        torch.testing.assert_close(result, expected)
+    assert kiln.counters["stats"]["recompiles"] == 1
+    assert len(cf._kiln_cache.entries) == 2
+    msgs = cap.messages["recompiles"]
+    assert len(msgs) == 1 and expected_part in msgs[0], msgs
+
+
+def test_recompile_on_grad_mode():
+    cf = kiln.compile(lambda x: x * 2, backend="eager")
+    x = torch.randn(3, requires_grad=True)
+    assert cf(x).requires_grad
+    with torch.no_grad():
+        out = cf(x)
+    assert not out.requires_grad
+    assert kiln.counters["stats"]["recompiles"] == 1
+
+
+def test_constant_arg_guard_and_bool_vs_int():
+    backend = CountingBackend()
+    cf = kiln.compile(lambda x, n: x * n, backend=backend)
+    x = torch.randn(3)
+    cf(x, 2)
+    cf(x, 2)
+    assert backend.calls == 1
+    torch.testing.assert_close(cf(x, 3), x * 3)
+    torch.testing.assert_close(cf(x, True), x * True)  # True == 1 but is a different constant
+    assert backend.calls == 3
+    guard_src = cf._kiln_cache.entry_info[0].guard_source
+    assert "___type(n) is ___int and n == 2" in guard_src
+
+
+def test_global_and_closure_guards():
+    scale = [2.0]
+
+    def make():
+        factor = scale[0]
+
+        def h(x):
+            return x * factor * GLOBAL_K
+
+        return h
+
+    h = make()
+    cf = kiln.compile(h, backend="eager")
+    x = torch.randn(3)
+    torch.testing.assert_close(cf(x), x * 2.0 * GLOBAL_K)
+    src = cf._kiln_cache.entry_info[0].guard_source
+    assert "___closure[0].cell_contents == 2.0" in src, src
+    assert "___G['GLOBAL_K']" in src
+    globals()["GLOBAL_K"] = 5
+    try:
+        torch.testing.assert_close(cf(x), x * 2.0 * 5)
+        assert kiln.counters["stats"]["recompiles"] == 1
+    finally:
+        globals()["GLOBAL_K"] = 3
+
+
+GLOBAL_K = 3
+
+
+def test_list_length_and_dict_keys_guards():
+    cf = kiln.compile(lambda xs, d: sum(xs) + d["a"], backend="eager")
+    x = torch.randn(2)
+    cf([x, x], {"a": x})
+    src = cf._kiln_cache.entry_info[0].guard_source
+    assert "___type(xs) is ___list and ___len(xs) == 2" in src
+    assert "___type(d) is ___dict and ___list(d) == ['a']" in src
+    torch.testing.assert_close(cf([x, x, x], {"a": x}), 4 * x)
+    torch.testing.assert_close(cf([x, x], {"a": x, "b": x}), 3 * x)
+    assert kiln.counters["stats"]["recompiles"] == 2
+
+
+def test_cache_size_limit_warns_once_and_runs_eagerly(monkeypatch):
+    monkeypatch.setattr(config, "cache_size_limit", 3)
+    backend = CountingBackend()
+
+    def limited(x, n):
+        return x + n
+
+    cf = kiln.compile(limited, backend=backend)
+    x = torch.randn(2)
+    with LogCapture("warnings") as cap:
+        for n in range(6):
+            torch.testing.assert_close(cf(x, n), x + n)
+    assert backend.calls == 3
+    assert len(cf._kiln_cache.entries) == 3
+    warnings = [m for m in cap.messages["warnings"] if "cache_size_limit" in m]
+    assert len(warnings) == 1 and "limited" in warnings[0], cap.messages
+    torch.testing.assert_close(cf(x, 0), x)  # entries made before the limit still hit
+    assert backend.calls == 3
+
+
+def test_guard_log_channel_prints_source():
+    logs.set_logs("guards")
+    cf = kiln.compile(lambda x: x + 1, backend="eager")
+    with LogCapture("guards") as cap:
+        cf(torch.randn(2))
+    msgs = cap.messages["guards"]
+    assert msgs and "def guard(x):" in msgs[0]
+
+
+def test_graph_code_and_bytecode_channels():
+    logs.set_logs("graph_code,bytecode")
+    cf = kiln.compile(lambda x: x.sin(), backend="eager")
+    with LogCapture("graph_code", "bytecode") as cap:
+        cf(torch.randn(2))
+    (code,) = cap.messages["graph_code"]
+    (bytecode,) = cap.messages["bytecode"]
+    assert "sin = l_x.sin()" in code, code
+    assert "--- transformed ---" in bytecode and "__kiln_compiled_fn_" in bytecode
+
+
+def test_guard_failure_on_inplace_weight_update_needs_no_recompile():
+    lin = torch.nn.Linear(3, 3)
+    backend = CountingBackend()
+    cf = kiln.compile(lambda x: lin(x), backend=backend)
+    x = torch.randn(2, 3)
+    cf(x)
+    with torch.no_grad():
+        lin.weight.mul_(2)
+        lin.bias.zero_()
+    torch.testing.assert_close(cf(x), lin(x))
+    assert backend.calls == 1
+    assert kiln.counters["stats"]["recompiles"] == 0
+    # replacing the parameter object is seen too (guards load it from the module)
+    lin.weight = torch.nn.Parameter(torch.randn(3, 3))
+    torch.testing.assert_close(cf(x), lin(x))

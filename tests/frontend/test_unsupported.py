@@ -1,0 +1,134 @@
+"""What the frontend does not capture: the frame runs eagerly (correctly), or fullgraph raises."""
+
+import pytest
+import torch
+from frontend_helpers import LogCapture, run_and_compare
+
+import kiln
+from kiln import logs
+from kiln.exc import Unsupported
+
+
+def prints(x):
+    y = x + 1
+    print("hello")
+    return y
+
+
+def item_branch(x):
+    if x.sum() > 0:
+        return x + 1
+    return x - 1
+
+
+def uses_item(x):
+    return x * x.sum().item()
+
+
+def mutates_input_list(xs):
+    xs.append(xs[0] * 2)
+    return xs
+
+
+def sets_attribute(obj, x):
+    obj.last = x
+    return x + 1
+
+
+class Obj:
+    pass
+
+
+def with_block(x):
+    with torch.no_grad():
+        return x * 2
+
+
+def raises(x):
+    raise ValueError("boom")
+
+
+def calls_numpy(x):
+    import numpy as np
+
+    return np.add(1, 2) + x
+
+
+@pytest.mark.parametrize(
+    "fn,args",
+    [
+        (prints, (torch.randn(3),)),
+        (item_branch, (torch.randn(3),)),
+        (uses_item, (torch.randn(3),)),
+        (mutates_input_list, ([torch.randn(2)],)),
+        (with_block, (torch.randn(2),)),
+        (raises, (torch.randn(2),)),
+        (calls_numpy, (torch.randn(2),)),
+    ],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
+def test_unsupported_runs_eagerly(fn, args):
+    run_and_compare(fn, *args, expected_graphs=0, expected_frames=0, expected_breaks=1)
+
+
+def test_setattr_runs_eagerly_with_side_effect():
+    o = Obj()
+    kiln.reset()
+    f = kiln.compile(sets_attribute, backend="eager")
+    x = torch.randn(2)
+    torch.testing.assert_close(f(o, x), x + 1)
+    assert o.last is x
+
+
+def test_fullgraph_error_names_reason_file_line_and_source():
+    f = kiln.compile(prints, backend="eager", fullgraph=True)
+    with pytest.raises(Unsupported) as info:
+        f(torch.randn(2))
+    msg = str(info.value)
+    assert "print" in msg
+    line = prints.__code__.co_firstlineno + 2
+    assert f"test_unsupported.py:{line}" in msg
+    assert 'print("hello")' in msg
+
+
+def test_fullgraph_error_inside_inlined_call_names_inner_line():
+    def outer(x):
+        return uses_item(x) + 1
+
+    f = kiln.compile(outer, backend="eager", fullgraph=True)
+    with pytest.raises(Unsupported, match="item") as info:
+        f(torch.randn(2))
+    assert f"test_unsupported.py:{uses_item.__code__.co_firstlineno + 1}" in str(info.value)
+    assert "return x * x.sum().item()" in str(info.value)
+
+
+def test_graph_break_call_falls_back_and_is_logged():
+    def fn(x):
+        temp = x + 10
+        kiln.graph_break()
+        return temp.sum()
+
+    logs.set_logs("graph_breaks")
+    try:
+        with LogCapture("graph_breaks") as cap:
+            run_and_compare(fn, torch.randn(4), expected_breaks=1)
+    finally:
+        logs.set_logs("")
+    assert any("kiln.graph_break() called" in m for m in cap.messages["graph_breaks"])
+    assert kiln.counters["graph_breaks"]["kiln.graph_break() called"] == 1
+
+
+def test_unsupported_carries_state_for_resume():
+    def fn(x, n):
+        y = x * n
+        print(y.shape)
+        return y
+
+    kiln.reset()
+    f = kiln.compile(fn, backend="eager", fullgraph=True)
+    with pytest.raises(Unsupported) as info:
+        f(torch.randn(2), 3)
+    e = info.value
+    assert e.root_index is not None and isinstance(e.root_stack, list)
+    assert set(e.root_locals) >= {"x", "n", "y"}
+    assert e.frames[-1][0] is fn.__code__
