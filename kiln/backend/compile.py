@@ -64,12 +64,14 @@ def _graph_key(gm, example_inputs):
             h.update(f"S{type(x).__name__}{x!r}".encode())
     for name, t in sorted(gm.named_buffers()) + sorted(gm.named_parameters()):
         h.update(name.encode())
-        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        h.update(t.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             t = getattr(gm, node.target)
             if isinstance(t, torch.Tensor):
-                h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+                h.update(
+                    t.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes()
+                )
     return h.hexdigest()[:40]
 
 

@@ -202,7 +202,8 @@ class GraphLowering:
         }
         name = self._name("extern")
         kernel = ExternKernel(name, target, cargs, ckwargs, [])
-        self.fallback_ops.append(target)
+        if target not in L.EXTERN_OUT and target not in L.EXTERN_ALWAYS:
+            self.fallback_ops.append(target)
 
         def out_buf(v):
             if isinstance(v, torch.Tensor):

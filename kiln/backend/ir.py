@@ -79,7 +79,9 @@ class Ix:
             return Ix({s: c * k for s, c in self.terms.items()}, self.const * k)
         if self.is_const():
             return o * self
-        return _atom(f"({self.render()} * {o.render()})", _mul_bounds(self.bounds(), o.bounds()))
+        return _atom(
+            f"(({self.render()}) * ({o.render()}))", _mul_bounds(self.bounds(), o.bounds())
+        )
 
     __rmul__ = __mul__
 
@@ -106,7 +108,7 @@ class Ix:
             return q
         lo, hi = self.bounds()
         fn = "/" if lo >= 0 else "kiln_floordiv_idx"
-        code = f"({self.render()} / {k})" if fn == "/" else f"{fn}({self.render()}, {k})"
+        code = f"(({self.render()}) / {k})" if fn == "/" else f"{fn}({self.render()}, {k})"
         return _atom(code, (lo // k, hi // k))
 
     def __mod__(self, k):
@@ -119,7 +121,7 @@ class Ix:
             return r
         lo, hi = self.bounds()
         if lo >= 0:
-            return _atom(f"({self.render()} % {k})", (0, min(k - 1, hi)))
+            return _atom(f"(({self.render()}) % {k})", (0, min(k - 1, hi)))
         return _atom(f"kiln_mod_idx({self.render()}, {k})", (0, k - 1))
 
     def render(self):
@@ -215,7 +217,7 @@ class PrintHandler:
         self.loads.append((name, index))
         return self._emit(f"ops.load({name}, {index})")
 
-    def indirect_indexing(self, value, size, check=True):
+    def indirect_indexing(self, value, size, wrap=True):
         sym = f"ix{len(self.lines)}"
         set_range(sym, 0, size - 1)
         self._emit(f"ops.indirect_indexing({value}, {size})")

@@ -74,30 +74,37 @@ def dtype_of(x):
     raise NotLowered(f"unsupported scalar {type(x).__name__}")
 
 
+def _category(dt):
+    return 2 if dt.is_floating_point else 0 if dt == torch.bool else 1
+
+
 def result_type(*args):
-    """Eager's type promotion over IR values (dim-0 vs dim>0 matters) and Python scalars."""
-    dummies = []
+    """Eager's type promotion: dimensioned tensors > zero-dim tensors > Python scalars."""
+    dims = zeros = None
+    scal = -1
     for a in args:
+        if a is None:
+            continue
         if is_ir(a):
             dt = a.get_dtype()
             if dt.is_complex:
                 raise NotLowered("complex")
-            shape = () if len(a.get_size()) == 0 else (1,)
-            dummies.append(torch.empty(shape, dtype=dt, device="meta"))
+            if len(a.get_size()) > 0:
+                dims = dt if dims is None else torch.promote_types(dims, dt)
+            else:
+                zeros = dt if zeros is None else torch.promote_types(zeros, dt)
         elif isinstance(a, (bool, int, float)):
-            dummies.append(a)
+            scal = max(scal, _category(dtype_of(a)))
         else:
             raise NotLowered(f"unsupported operand {type(a).__name__}")
-    if len(dummies) == 1:
-        d = dummies[0]
-        return d.dtype if isinstance(d, torch.Tensor) else dtype_of(d)
-    return functools.reduce(lambda x, y: torch.result_type(_as_t(x), y), dummies[1:], dummies[0])
-
-
-def _as_t(x):
-    if isinstance(x, torch.Tensor):
-        return x
-    return torch.empty((), dtype=torch.result_type(x, x), device="meta")
+    res = dims
+    if zeros is not None and (res is None or _category(zeros) > _category(res)):
+        res = zeros
+    if scal >= 0 and (res is None or scal > _category(res)):
+        res = (torch.bool, torch.int64, torch.get_default_dtype())[scal]
+    if res is None:
+        raise NotLowered("no operands")
+    return res
 
 
 def opmath(dtype):
@@ -269,6 +276,7 @@ register_lowering(aten.sub.Tensor, aten.sub.Scalar)(binary(lambda a, b: ops.sub(
 register_lowering(aten.mul.Tensor, aten.mul.Scalar)(binary(lambda a, b: ops.mul(a, b)))
 register_lowering(aten.maximum)(binary(lambda a, b: ops.maximum(a, b)))
 register_lowering(aten.minimum)(binary(lambda a, b: ops.minimum(a, b)))
+register_lowering(aten.hypot, prims.hypot)(binary(lambda a, b: ops.hypot(a, b), float_result=True))
 register_lowering(aten.atan2)(binary(lambda a, b: ops.atan2(a, b), float_result=True))
 register_lowering(aten.fmod.Tensor, aten.fmod.Scalar)(
     binary(lambda a, b: ops.fmod(a, b), int_ok=False)
@@ -384,9 +392,9 @@ def _clamp(x, min=None, max=None):
     def fn(i):
         v = lx(i)
         if lmin is not None:
-            v = ops.clamp_min(v, lmin(i))
+            v = ops.maximum(v, lmin(i))
         if lmax is not None:
-            v = ops.clamp_max(v, lmax(i))
+            v = ops.minimum(v, lmax(i))
         return v
 
     return box(Pointwise(rt, size, fn))
@@ -533,7 +541,14 @@ def _copy(dst, src, non_blocking=False):
     return box(Pointwise(dst.get_dtype(), size, ld))
 
 
-@register_lowering(aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default)
+@register_lowering(aten.real.default)
+def _real(x):
+    return x
+
+
+@register_lowering(
+    aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default, prims.view_of.default
+)
 def _identity(x):
     return x
 
@@ -743,6 +758,11 @@ def _squeeze(x, dim=None):
     return View(x, out, reindex, strided=_strided(strided))
 
 
+@register_lowering(prims.squeeze.default)
+def _prims_squeeze(x, dims):
+    return _squeeze(x, list(dims))
+
+
 @register_lowering(aten.select.int)
 def _select(x, dim, index):
     xs = x.get_size()
@@ -933,6 +953,17 @@ def _sum(x, dim=None, keepdim=False, *, dtype=None):
     return make_reduction(x, dim, keepdim, "sum", od, compute_dtype=opmath(od))
 
 
+@register_lowering(prims.sum.default, prims.prod.default, prims.amax.default, prims.amin.default)
+def _prims_reduce(x, dims, output_dtype=None):
+    kind = {"sum": "sum", "prod": "prod", "amax": "max", "amin": "min"}[
+        V.current_target.__name__.split(".")[0]
+    ]
+    od = output_dtype or V.val.dtype
+    if not list(dims):
+        return _convert(x, od)
+    return make_reduction(x, list(dims), False, kind, od, compute_dtype=opmath(od))
+
+
 @register_lowering(aten.prod.default, aten.prod.dim_int)
 def _prod(x, dim=None, keepdim=False, *, dtype=None):
     od = _sum_dtype(x, dtype)
@@ -1083,7 +1114,7 @@ def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse
     n = len(isz)
 
     def fn(idx):
-        ix = ops.indirect_indexing(il(idx[:n]), ws[0])
+        ix = ops.indirect_indexing(il(idx[:n]), ws[0], False)  # no negative indices
         return wl([ix, idx[n]])
 
     return box(Pointwise(weight.get_dtype(), tuple(isz) + (ws[1],), fn))
@@ -1186,7 +1217,7 @@ def _cat(tensors, dim=0):
                     ops.constant(s + ln, torch.int64),
                 )
                 acc = ops.where(cond, v, acc)
-        return acc
+        return acc if acc is not None else ops.constant(0, ct)  # an empty result
 
     return box(Pointwise(rt, out, fn))
 

@@ -134,6 +134,7 @@ BINARY = {
     "minimum": "kiln_minimum<{2}>({0}, {1})",
     "pow": "std::pow({0}, {1})",
     "atan2": "std::atan2({0}, {1})",
+    "hypot": "std::hypot({0}, {1})",
     "fmod": "std::fmod({0}, {1})",
     "remainder": "kiln_remainder_f<{2}>({0}, {1})",
     "bitwise_and": "{0} & {1}",
@@ -163,8 +164,8 @@ class CppOverrides:
         cd = compute_dtype(dtype)
         return self._var(f"static_cast<{compute_ctype(cd)}>({Ix.wrap(index).render()})", cd)
 
-    def indirect_indexing(self, value, size, check=True):
-        return self.w.indirect(value, size)
+    def indirect_indexing(self, value, size, wrap=True):
+        return self.w.indirect(value, size, wrap)
 
     def to_dtype(self, x, dtype, src=None):
         if dtype == torch.bfloat16:
@@ -320,11 +321,12 @@ class KernelWriter:
             expr = f"static_cast<float>({expr})"
         return self.cse(expr, compute_dtype(dt))
 
-    def indirect(self, value, size):
+    def indirect(self, value, size, wrap=True):
         name = f"ix{self.n}"
         self.n += 1
         self.code.writeline(f"int64_t {name} = static_cast<int64_t>({value});")
-        self.code.writeline(f"{name} = {name} < 0 ? {name} + {size} : {name};")
+        if wrap:
+            self.code.writeline(f"{name} = {name} < 0 ? {name} + {size} : {name};")
         self.code.writeline(f"if ({name} < 0 || {name} >= {size}) {{ kiln_err = 1; {name} = 0; }}")
         set_range(name, 0, max(size - 1, 0))
         return Ix.var(name)

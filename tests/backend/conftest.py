@@ -1,0 +1,13 @@
+"""Backend tests share one kernel cache directory per test session (g++ runs once per source)."""
+
+import pytest
+
+from kiln import config
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _kiln_cache_dir(tmp_path_factory):
+    old = config.cache_dir
+    config.cache_dir = str(tmp_path_factory.mktemp("kiln_cache"))
+    yield
+    config.cache_dir = old
