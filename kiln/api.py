@@ -132,14 +132,10 @@ def _compile(model, *, backend_fn, backend_name, fullgraph):
     return make_wrapper(cache)
 
 
-def _module_eager(mod, *args, **kwargs):
-    return mod(*args, **kwargs)
-
-
 def _make_optimized_module_class():
     import torch
 
-    from kiln.frontend.cache import FrameCache, make_wrapper
+    from kiln.frontend.cache import FrameCache, make_wrapper, module_eager
 
     class OptimizedModule(torch.nn.Module):
         """A compiled nn.Module: calls run the compiled forward; everything else is `_orig_mod`'s.
@@ -161,7 +157,7 @@ def _make_optimized_module_class():
                     backend_fn,
                     backend_name,
                     fullgraph=fullgraph,
-                    eager=_module_eager,
+                    eager=module_eager,
                     module_root=True,
                 )
                 d["_kiln_call"] = types.MethodType(make_wrapper(cache), mod)
@@ -210,9 +206,11 @@ OptimizedModule = _make_optimized_module_class()
 def reset():
     """Forget every compiled entry and clear kiln.counters."""
     from kiln.frontend.cache import reset_all
+    from kiln.frontend.resume import clear_cache
     from kiln.logs import counters
 
     reset_all()
+    clear_cache()
     counters.clear()
 
 

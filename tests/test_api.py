@@ -164,7 +164,7 @@ def test_explain_reports_break_reason_and_user_line():
         return y
 
     out = kiln.explain(f)(torch.randn(3))
-    assert out.graph_break_count == 1
+    assert out.graph_break_count == 1 and out.graph_count == 1
     reason, where = out.break_reasons[0]
     assert "print" in reason
     assert "test_api.py" in where and 'print("side effect")' in where

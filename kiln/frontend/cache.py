@@ -13,7 +13,7 @@ import weakref
 
 from kiln import config, logs
 from kiln.exc import Unsupported
-from kiln.frontend.codegen import transformed_code
+from kiln.frontend.codegen import NoBreakHere, transformed_code, transformed_code_at_break
 from kiln.frontend.guards import GuardKind, build_guard_fn, first_failure
 from kiln.frontend.output_graph import OutputGraph
 from kiln.frontend.source import LocalSource
@@ -66,7 +66,26 @@ class FrameCache:
         self.skip = False  # run eagerly from now on (a whole-frame break or the limit)
         self.breaks = []
         self._limit_warned = False
+        self.children = {}  # resume functions and callees that broke: their own frame caches
         _all_caches.add(self)
+
+    def _child(self, key, fn, **kw):
+        wrapper = self.children.get(key)
+        if wrapper is None:
+            cache = FrameCache(fn, self.backend, self.backend_name, **kw)
+            wrapper = self.children[key] = make_wrapper(cache)
+        return wrapper
+
+    def _resume_wrapper(self, code):
+        """The kiln-compiled function of a resume code object."""
+        fn = types.FunctionType(code, self.fn.__globals__, code.co_name)
+        return self._child(code, fn)
+
+    def _callee(self, fn, module_root=False):
+        """A user function (or module forward) that broke inside: compiled as its own frame."""
+        if module_root:
+            return self._child((fn, True), fn, eager=module_eager, module_root=True)
+        return self._child((fn, False), fn)
 
     def clear(self):
         self.entries.clear()
@@ -150,8 +169,21 @@ class FrameCache:
             output.uses_modules = True
             self._check_module_hooks(args[0])
         tx = InstructionTranslator(output, fn, args, kwargs)
-        tx.run()
-        new_code = transformed_code(output, fn.__code__, tx.return_value)
+        try:
+            tx.run()
+        except Unsupported as e:
+            if self.fullgraph or not hasattr(e, "root_index"):
+                raise
+            try:
+                new_code = transformed_code_at_break(
+                    output, fn.__code__, e, tx.instructions, self._resume_wrapper, self._callee
+                )
+            except (NoBreakHere, Unsupported) as why:
+                e.msg = f"{e.msg} (no graph break possible: {why})"
+                raise e from None
+            self._record_break(e)
+        else:
+            new_code = transformed_code(output, fn.__code__, tx.return_value)
         if output.uses_modules:
             output.guards.add(GuardKind.GLOBAL_STATE, None, True)
         guard = build_guard_fn(fn, output.guards, extra=output.extra_globals)
@@ -180,6 +212,11 @@ class FrameCache:
         g = torch.nn.modules.module
         if g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks:
             unimplemented("global module hooks")
+
+
+def module_eager(mod, *args, **kwargs):
+    """Eager fallback of a module's compiled forward: the module's own __call__ (with hooks)."""
+    return mod(*args, **kwargs)
 
 
 def make_wrapper(cache):

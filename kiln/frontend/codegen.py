@@ -8,7 +8,8 @@ def f(x, mod):                       def f(x, mod):   # transformed
 from kiln import logs
 from kiln.bytecode import decode, emit, encode, first_resume
 from kiln.exc import unimplemented
-from kiln.frontend.variables.lists import SizeVariable
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.lists import ListVariable, SizeVariable
 
 GRAPH_OUT = "___kiln_graph_out"
 
@@ -16,11 +17,24 @@ GRAPH_OUT = "___kiln_graph_out"
 class PyCodegen:
     """Collects instructions; tensors not from a source become outputs of the graph."""
 
-    def __init__(self, output):
+    def __init__(self, output, callee_factory=None):
         self.output = output
         self.instrs = []
         self.graph_outputs = []  # TensorVariables, in graph output order
         self._output_index = {}
+        self._temps = {}  # id(mutable container) -> local holding the rebuilt object
+        self.temp_names = []
+        self.compile_callees = False  # rebuild user callables as kiln-compiled frames
+        self.callee_factory = callee_factory
+
+    def callee(self, fn, module_root=False):
+        """The kiln-compiled wrapper of a user function (a break inside it: its own frame)."""
+        return self.callee_factory(fn, module_root)
+
+    def new_temp(self):
+        name = f"___kiln_tmp_{len(self.temp_names)}"
+        self.temp_names.append(name)
+        return name
 
     def append(self, instr):
         self.instrs.append(instr)
@@ -29,6 +43,16 @@ class PyCodegen:
         self.instrs.extend(instrs)
 
     def reconstruct(self, var):
+        if isinstance(var, (ListVariable, ConstDictVariable)) and var.source is None:
+            # Mutable containers are rebuilt once; every later use loads the same object.
+            name = self._temps.get(id(var))
+            if name is not None:
+                self.extend(emit.load_fast(name))
+                return
+            var.reconstruct(self)
+            name = self._temps[id(var)] = self.new_temp()
+            self.extend(emit.copy(1) + emit.store_fast(name))
+            return
         var.reconstruct(self)
 
     def reconstruct_tensor(self, var):
@@ -53,24 +77,31 @@ class PyCodegen:
         self.load_object(self.output.extra_globals[guard_name])
 
 
-def assemble(code, body):
+def assemble(code, body, temps=()):
     """A code object like `code` (arguments, cells, prologue up to RESUME) that runs `body`."""
     original = decode(code)
     prologue = original[: first_resume(original) + 1]
     varnames = code.co_varnames
-    if GRAPH_OUT not in varnames:
-        varnames = (*varnames, GRAPH_OUT)
+    for name in (GRAPH_OUT, *temps):
+        if name not in varnames:
+            varnames = (*varnames, name)
     return encode(prologue + body, like=code, co_varnames=varnames)
 
 
-def transformed_code(output, code, return_var):
-    """The transformed code object of a frame that traced to `return return_var` in one graph."""
-    body = PyCodegen(output)
-    if isinstance(return_var, SizeVariable):
-        body.load_object(return_var.as_python_constant())
-    else:
-        body.reconstruct(return_var)
-    body.extend(emit.return_value())
+def _log_bytecode(code, new_code):
+    if logs.enabled("bytecode"):
+        import dis
+        import io
+
+        buf = io.StringIO()
+        dis.dis(code, file=buf)
+        buf.write("--- transformed ---\n")
+        dis.dis(new_code, file=buf)
+        logs.log("bytecode", "bytecode of %s:\n%s", code.co_qualname, buf.getvalue())
+
+
+def _graph_call(output, body):
+    """Compile the graph with the outputs `body` needs; the instructions that run it."""
     name, input_sources = output.compile_subgraph(body.graph_outputs)
     if name is None and body.graph_outputs:
         unimplemented("returning a tensor made without a tensor op")
@@ -81,14 +112,164 @@ def transformed_code(output, code, return_var):
             source.reconstruct(call)
         call.extend(emit.call(len(input_sources)))
         call.extend(emit.store_fast(GRAPH_OUT))
-    new_code = assemble(code, call.instrs + body.instrs)
-    if logs.enabled("bytecode"):
-        import dis
-        import io
+    return call.instrs
 
-        buf = io.StringIO()
-        dis.dis(code, file=buf)
-        buf.write("--- transformed ---\n")
-        dis.dis(new_code, file=buf)
-        logs.log("bytecode", "bytecode of %s:\n%s", code.co_qualname, buf.getvalue())
+
+def transformed_code(output, code, return_var):
+    """The transformed code object of a frame that traced to `return return_var` in one graph."""
+    body = PyCodegen(output)
+    if isinstance(return_var, SizeVariable):
+        body.load_object(return_var.as_python_constant())
+    else:
+        body.reconstruct(return_var)
+    body.extend(emit.return_value())
+    new_code = assemble(code, _graph_call(output, body) + body.instrs, body.temp_names)
+    _log_bytecode(code, new_code)
     return new_code
+
+
+class NoBreakHere(Exception):
+    """A graph break cannot be placed at this instruction; the frame runs eagerly."""
+
+
+# Instructions a graph break may execute in Python between the graph and the resume function,
+# with the number of values each pushes (Note [Graph breaks: the transformed code]).
+_BREAKABLE_PUSHES = {
+    "CALL": 1,
+    "CALL_KW": 1,
+    "CALL_FUNCTION_EX": 1,
+    "BINARY_OP": 1,
+    "BINARY_SUBSCR": 1,
+    "COMPARE_OP": 1,
+    "CONTAINS_OP": 1,
+    "IS_OP": 1,
+    "UNARY_NEGATIVE": 1,
+    "UNARY_NOT": 1,
+    "UNARY_INVERT": 1,
+    "TO_BOOL": 1,
+    "FORMAT_VALUE": 1,
+    "BUILD_STRING": 1,
+    "STORE_ATTR": 0,
+    "STORE_SUBSCR": 0,
+    "DELETE_SUBSCR": 0,
+    "STORE_GLOBAL": 0,
+}
+_BRANCHES = {
+    "POP_JUMP_IF_FALSE": emit.pop_jump_if_false,
+    "POP_JUMP_FORWARD_IF_FALSE": emit.pop_jump_if_false,
+    "POP_JUMP_BACKWARD_IF_FALSE": emit.pop_jump_if_false,
+    "POP_JUMP_IF_TRUE": emit.pop_jump_if_true,
+    "POP_JUMP_FORWARD_IF_TRUE": emit.pop_jump_if_true,
+    "POP_JUMP_BACKWARD_IF_TRUE": emit.pop_jump_if_true,
+}
+
+
+def transformed_code_at_break(output, code, e, instructions, resume_factory, callee_factory):
+    """The transformed code of a frame whose trace stopped with Unsupported `e`.
+
+    Note [Graph breaks: the transformed code]
+        ___out = <graph so far>(inputs...)            # the graph of what came before
+        <rebuild the stack from graph outputs / sources / constants>
+        <the unsupported instruction, run by Python>  # a call: a user callee that broke
+                                                       # inside runs through kiln's frame entry
+        return __resume_at_N(<stack>, <live locals>)  # kiln-compiled resume function
+    A data-dependent branch (POP_JUMP_IF_* on a tensor) becomes the jump itself with one resume
+    function per side. Breaks inside try blocks, in frames with cells, or at instructions not in
+    the tables above raise NoBreakHere: the frame runs eagerly instead.
+    """
+    from kiln.frontend.resume import ResumeUnsupported, make_resume_function
+    from kiln.frontend.variables.misc import DeletedVariable, NullVariable
+
+    inst = instructions[e.root_index]
+    if inst.exn_tab_entry is not None:
+        raise NoBreakHere("inside a try/with block")
+    if code.co_cellvars or code.co_freevars:
+        raise NoBreakHere("frame with cells or free variables")
+    branch = _BRANCHES.get(inst.opname)
+    if branch is None and inst.opname not in _BREAKABLE_PUSHES:
+        raise NoBreakHere(f"at {inst.opname}")
+    output.rollback(e.root_checkpoint)
+    stack = list(e.root_stack)
+    live = [
+        n
+        for n, v in e.root_locals.items()
+        if not isinstance(v, DeletedVariable) and not n.startswith("__stack")  # resume's own
+    ]
+    body = PyCodegen(output, callee_factory)
+    callee_slot = _callee_slot(inst, stack) if len(e.frames) > 1 else None
+    for k, v in enumerate(stack):
+        if isinstance(v, NullVariable):
+            body.extend(emit.push_null())
+        else:
+            body.compile_callees = k == callee_slot
+            body.reconstruct(v)
+            body.compile_callees = False
+
+    def call_resume(index, depth, nulls):
+        try:
+            resume = make_resume_function(code, index, depth, nulls, live)
+        except ResumeUnsupported as err:
+            raise NoBreakHere(str(err)) from err
+        temps = [body.new_temp() for _ in range(depth)]
+        for k in reversed(range(depth)):
+            body.extend(emit.store_fast(temps[k]))
+        body.load_object(resume_factory(resume.code), push_null=True)
+        for k in resume.stack_args:
+            body.extend(emit.load_fast(temps[k]))
+        for name in resume.live_locals:
+            body.reconstruct(e.root_locals[name])
+        body.extend(emit.call(len(resume.stack_args) + len(resume.live_locals)))
+        body.extend(emit.return_value())
+
+    nulls_below = [k for k, v in enumerate(stack) if isinstance(v, NullVariable)]
+    if branch is not None:
+        other = emit.nop()
+        body.extend(branch(other[0]))
+        depth = len(stack) - 1
+        nulls = [k for k in nulls_below if k < depth]
+        call_resume(e.root_index + 1, depth, nulls)
+        body.extend(other)
+        call_resume(inst.target_index, depth, nulls)
+    else:
+        if inst.opname == "CALL" and e.root_kw_names:
+            body.extend(emit.call_kw(inst.arg, e.root_kw_names))
+        elif inst.opname == "CALL":
+            body.extend(emit.call(inst.arg))
+        else:
+            body.append(inst.copy(target=None, exn_tab_entry=None, offset=None))
+        depth = len(stack) + _stack_effect(inst)
+        pushes = _BREAKABLE_PUSHES[inst.opname]
+        nulls = [k for k in nulls_below if k < depth - pushes]
+        call_resume(e.root_index + 1, depth, nulls)
+    new_code = assemble(code, _graph_call(output, body) + body.instrs, body.temp_names)
+    _log_bytecode(code, new_code)
+    return new_code
+
+
+def _stack_effect(inst):
+    """Net stack effect of the instruction a break executes (calls counted whole)."""
+    import dis
+
+    if inst.opname == "CALL":
+        return -(inst.arg + 2) + 1  # NULL|self, callable, args -> result
+    if inst.opname == "CALL_KW":
+        return -(inst.arg + 3) + 1  # ... + the names tuple
+    if inst.opname == "CALL_FUNCTION_EX":
+        return -(3 + (inst.arg & 1)) + 1
+    return dis.stack_effect(inst.opcode, inst.arg, jump=False)
+
+
+def _callee_slot(inst, stack):
+    """Stack position of the callable of a CALL (the frame that broke inside)."""
+    if inst.opname not in ("CALL", "CALL_KW"):
+        return None
+    from kiln.bytecode import PY313_PLUS
+    from kiln.frontend.variables.misc import NullVariable
+
+    argc = inst.arg
+    base = len(stack) - argc - 2 - (1 if inst.opname == "CALL_KW" else 0)
+    if base < 0:
+        return None
+    if PY313_PLUS:
+        return base
+    return base + 1 if isinstance(stack[base], NullVariable) else base

@@ -81,6 +81,18 @@ class OutputGraph:
             self.extra_globals[name] = f_globals
         return self._foreign_globals[key]
 
+    def last_node(self):
+        """A checkpoint: the graph's current last node (None when empty)."""
+        return next(iter(reversed(self.graph.nodes)), None)
+
+    def rollback(self, checkpoint):
+        """Drop the nodes made after `checkpoint` (placeholders stay; unused ones are pruned)."""
+        for node in list(reversed(self.graph.nodes)):
+            if node is checkpoint:
+                break
+            if node.op != "placeholder":
+                self.graph.erase_node(node)
+
     def count_calls(self):
         return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method"))
 

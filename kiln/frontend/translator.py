@@ -106,6 +106,7 @@ class InstructionTranslatorBase:
         self.current_inst = None
         self.stack_before = []
         self.return_value = None
+        self.is_root = False
 
     # --- the loop -------------------------------------------------------------------------------
     def run_loop(self):
@@ -114,6 +115,10 @@ class InstructionTranslatorBase:
             inst = insts[self.ip]
             self.current_inst = inst
             self.stack_before = list(self.stack)
+            if self.is_root:
+                self.checkpoint = self.output.last_node()
+                self.locals_before = dict(self.symbolic_locals)
+                self.kw_before = self.kw_names
             self.ip += 1
             handler = getattr(self, inst.opname, None)
             try:
@@ -803,6 +808,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             closure[name] = (fn.__closure__[i], ClosureSource(name, i))
         super().__init__(output, code, fn.__globals__, symbolic_locals, closure, 0)
         self.fn = fn
+        self.is_root = True
 
     def run(self):
         """Trace the frame; on success `self.return_value` holds the value it returns."""
@@ -818,4 +824,6 @@ class InstructionTranslator(InstructionTranslatorBase):
             # What the graph-break path (resume functions) needs: where, and the live state.
             e.root_index = self.current_inst.index
             e.root_stack = list(self.stack_before)
-            e.root_locals = dict(self.symbolic_locals)
+            e.root_locals = self.locals_before
+            e.root_checkpoint = self.checkpoint
+            e.root_kw_names = self.kw_before

@@ -80,5 +80,11 @@ class BoundMethodVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         return self.obj.call_method(tx, self.name, args, kwargs)
 
+    def reconstruct(self, cg):
+        from kiln.bytecode import emit
+
+        cg.reconstruct(self.obj)
+        cg.extend(emit.load_attr(self.name))
+
     def __repr__(self):
         return f"BoundMethodVariable({self.obj!r}.{self.name})"

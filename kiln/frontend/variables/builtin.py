@@ -343,6 +343,9 @@ class BuiltinVariable(VariableTracker):
             [ConstantVariable(v) for v in sorted(i.as_python_constant() for i in items)]
         )
 
+    def reconstruct(self, cg):
+        cg.load_object(self.fn)
+
     def __repr__(self):
         return f"BuiltinVariable({getattr(self.fn, '__name__', self.fn)})"
 

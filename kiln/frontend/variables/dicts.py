@@ -85,6 +85,9 @@ class ConstDictVariable(VariableTracker):
         unimplemented(f"dict.{name}")
 
     def reconstruct(self, cg):
+        if self.source is not None:  # never mutated while tracing: the object itself
+            self.source.reconstruct(cg)
+            return
         if self.user_cls is not dict:
             unimplemented(f"rebuilding a {self.user_cls.__name__}")
         for k, v in self.items.items():

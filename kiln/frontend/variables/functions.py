@@ -46,6 +46,11 @@ class UserFunctionVariable(BaseFunctionVariable):
     def call_function(self, tx, args, kwargs):
         return inline_call(tx, self.fn, [*self.self_args(), *args], kwargs, self.source)
 
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return super().reconstruct(cg)
+        cg.load_object(cg.callee(self.fn) if cg.compile_callees else self.fn)
+
     def __repr__(self):
         return f"{type(self).__name__}({self.fn.__qualname__})"
 
@@ -62,6 +67,14 @@ class UserMethodVariable(UserFunctionVariable):
 
     def self_args(self):
         return [self.obj]
+
+    def reconstruct(self, cg):
+        from kiln.bytecode import emit
+
+        cg.load_object(types.MethodType, push_null=True)
+        cg.load_object(cg.callee(self.fn) if cg.compile_callees else self.fn)
+        cg.reconstruct(self.obj)
+        cg.extend(emit.call(2))
 
 
 class NestedUserFunctionVariable(BaseFunctionVariable):

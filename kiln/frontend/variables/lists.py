@@ -58,6 +58,9 @@ class BaseListVariable(VariableTracker):
         unimplemented(f"{self.container.__name__}.{name}")
 
     def reconstruct(self, cg):
+        if self.source is not None:  # never mutated while tracing: the object itself
+            self.source.reconstruct(cg)
+            return
         for item in self.items:
             cg.reconstruct(item)
         cg.extend(self._build(len(self.items)))

@@ -16,6 +16,14 @@ class DeletedVariable(VariableTracker):
     """A local that is unbound (before assignment or after `del`)."""
 
 
+def _load_value(self, cg):
+    """reconstruct() of a value kiln holds: its source if any, else the object itself."""
+    if self.source is not None:
+        self.source.reconstruct(cg)
+    else:
+        cg.load_object(self.value)
+
+
 class TensorMethodVariable(VariableTracker):
     """`tensor.method` before it is called."""
 
@@ -23,6 +31,12 @@ class TensorMethodVariable(VariableTracker):
         super().__init__(**kw)
         self.tensor = tensor
         self.name = name
+
+    def reconstruct(self, cg):
+        from kiln.bytecode import emit
+
+        cg.reconstruct(self.tensor)
+        cg.extend(emit.load_attr(self.name))
 
     def call_function(self, tx, args, kwargs):
         return self.tensor.call_method(tx, self.name, args, kwargs)
@@ -48,6 +62,9 @@ class ConstantMethodVariable(VariableTracker):
             unimplemented(f"{type(self.value).__name__}.{self.name} returned a non-constant")
         return result
 
+    def reconstruct(self, cg):
+        cg.load_object(getattr(self.value, self.name))
+
 
 class PythonModuleVariable(VariableTracker):
     """A Python module object (torch, math, a user module)."""
@@ -70,6 +87,8 @@ class PythonModuleVariable(VariableTracker):
         if self.source is not None and not _is_skipped_module(self.value):
             return wrap_value(tx, attr, AttrSource(self.source, name))
         return wrap_constant_like(tx, attr)
+
+    reconstruct = _load_value
 
     def __repr__(self):
         return f"PythonModuleVariable({self.value.__name__})"
@@ -95,6 +114,11 @@ class GraphBreakVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         unimplemented("kiln.graph_break() called")
 
+    def reconstruct(self, cg):
+        from kiln import api
+
+        cg.load_object(api.graph_break)
+
 
 class DisabledFunctionVariable(VariableTracker):
     """A function wrapped by `kiln.disable`: never traced."""
@@ -105,6 +129,8 @@ class DisabledFunctionVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         unimplemented(f"call to kiln.disable'd function {getattr(self.value, '__qualname__', '?')}")
+
+    reconstruct = _load_value
 
 
 class OpaqueCallableVariable(VariableTracker):
@@ -120,6 +146,8 @@ class OpaqueCallableVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         name = getattr(self.value, "__qualname__", None) or repr(self.value)
         unimplemented(f"call to {name} (not traceable)")
+
+    reconstruct = _load_value
 
 
 __all__ = ["ConstantVariable"]

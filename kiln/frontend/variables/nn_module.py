@@ -1,6 +1,7 @@
 """nn.Module instances: attributes, submodules, parameters (lifted as graph inputs), calls."""
 
 import inspect
+import types
 
 import torch
 
@@ -162,6 +163,19 @@ class NNModuleVariable(VariableTracker):
                 if v is not None
             ]
         )
+
+    def reconstruct(self, cg):
+        if cg.compile_callees and self.source is not None:
+            # a module whose call broke the graph inside: call it through kiln's frame entry
+            from kiln.bytecode import emit
+
+            forward = inspect.getattr_static(type(self.value), "forward")
+            cg.load_object(types.MethodType, push_null=True)
+            cg.load_object(cg.callee(forward, module_root=True))
+            self.source.reconstruct(cg)
+            cg.extend(emit.call(2))
+            return
+        super().reconstruct(cg)
 
     def __repr__(self):
         return f"NNModuleVariable({type(self.value).__name__})"

@@ -230,5 +230,10 @@ class TorchVariable(VariableTracker):
                 return ConstantVariable(fn(args[0].example))
         return call_tensor_op(tx, "call_function", fn, args, kwargs)
 
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return super().reconstruct(cg)
+        cg.load_object(self.value)
+
     def __repr__(self):
         return f"TorchVariable({getattr(self.value, '__name__', self.value)})"

@@ -43,6 +43,11 @@ class UserDefinedClassVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         unimplemented(f"creating an instance of {self.value.__qualname__} while tracing")
 
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return super().reconstruct(cg)
+        cg.load_object(self.value)
+
     def __repr__(self):
         return f"UserDefinedClassVariable({self.value.__qualname__})"
 
