@@ -95,13 +95,12 @@ def functional_variant(func):
         if packet is not None and overload in packet.overloads():
             return getattr(packet, overload)
     if overload == "out" or overload.endswith("_out"):
-        base = "default" if overload == "out" else overload[: -len("_out")]
         packet = getattr(ns, name, None)
-        if packet is not None and base in packet.overloads():
-            cand = getattr(packet, base)
-            written = {func._schema.arguments[i].name for i in _written_args(func)}
-            want = [a.name for a in func._schema.arguments if a.name not in written]
-            if [a.name for a in cand._schema.arguments] == want:
+        written = {func._schema.arguments[i].name for i in _written_args(func)}
+        want = [a.name for a in func._schema.arguments if a.name not in written]
+        for cand_name in packet.overloads() if packet is not None else ():
+            cand = getattr(packet, cand_name)
+            if not cand._schema.is_mutable and [a.name for a in cand._schema.arguments] == want:
                 return cand
     raise Unsupported(f"functionalize: no functional variant for mutating operator {func}")
 
@@ -125,6 +124,8 @@ class _Functionalizer:
     def emit(self, op, args, kwargs=None, name=None):
         """A new node with its val computed on the fake values of its arguments."""
         kwargs = kwargs or {}
+        if name is None and isinstance(op, torch._ops.OpOverload):
+            name = op.__name__.split(".")[0]
         node = self.graph.create_node("call_function", op, tuple(args), kwargs, name=name)
         vargs, vkwargs = pytree.tree_map_only(torch.fx.Node, _val, (tuple(args), kwargs))
         node.meta["val"] = op(*vargs, **vkwargs)
@@ -255,6 +256,7 @@ class _Functionalizer:
                 self.call_function(n)
             elif n.op == "output":
                 self.output(n, mutable_roots)
+        _drop_identity_views(self.graph)
         gm = torch.fx.GraphModule(self.old, self.graph)
         gm.graph.eliminate_dead_code(is_impure_node=_is_impure)
         gm.recompile()
@@ -320,7 +322,7 @@ class _Functionalizer:
 
     def mutation(self, n, func, written):
         fvariant = functional_variant(func)
-        given = {}
+        given, defaults = {}, set()
         for i, a in enumerate(func._schema.arguments):
             if not a.kwarg_only and i < len(n.args):
                 given[a.name] = n.args[i]
@@ -328,8 +330,11 @@ class _Functionalizer:
                 given[a.name] = n.kwargs[a.name]
             elif a.has_default_value():
                 given[a.name] = a.default_value
+                defaults.add(a.name)
         fargs, fkwargs, positional = [], {}, True
         for a in fvariant._schema.arguments:
+            if a.name in defaults and a.has_default_value():
+                given.pop(a.name, None)
             if a.name not in given:
                 positional = False
                 continue
@@ -434,6 +439,16 @@ def _arg(n, func, i):
     if not a.kwarg_only and i < len(n.args):
         return n.args[i]
     return n.kwargs.get(a.name)
+
+
+def _drop_identity_views(graph):
+    """detach / alias nodes change nothing in a functional graph: read their input instead."""
+    for n in list(graph.nodes):
+        if n.op == "call_function" and n.target in (aten.detach.default, aten.alias.default):
+            src = n.args[0]
+            if isinstance(src, torch.fx.Node) and src.op != "placeholder":
+                n.replace_all_uses_with(src)
+                graph.erase_node(n)
 
 
 def _is_impure(node):
