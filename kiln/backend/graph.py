@@ -179,6 +179,8 @@ class GraphLowering:
                 why = f"lowering error {type(e).__name__}: {e}"
             del self.operations[n_ops:]
             logs.log("perf_hints", "kiln: %s runs as an ATen call (%s)", target, why)
+        elif fn is None:
+            logs.log("perf_hints", "kiln: %s has no lowering: ATen call", target)
         return self.fallback(node, target, args, kwargs, val)
 
     def fallback(self, node, target, args, kwargs, val):

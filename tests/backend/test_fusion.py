@@ -1,0 +1,75 @@
+"""Fusion: how many kernels a graph becomes, and which buffers stay in registers."""
+
+import torch
+import torch.nn.functional as F
+
+from tests.backend.helpers import check
+
+
+def test_pointwise_chain_is_one_kernel():
+    x, y = torch.randn(64, 33), torch.randn(33)
+    c = check(lambda x, y: ((x * 2 + y).relu().sigmoid() - x / 3,), [x, y], expect_kernels=1)
+    assert c.cpp_src.count("empty_strided") == 0
+    assert c.wrapper_src.count("empty_strided(") == 1  # only the output is allocated
+
+
+def test_softmax_one_kernel_output_only():
+    x = torch.randn(32, 100)
+    c = check(lambda x: (x.softmax(-1),), [x], expect_kernels=1)
+    assert c.wrapper_src.count("empty_strided(") == 1
+
+
+def test_log_softmax_one_kernel():
+    check(lambda x: (F.log_softmax(x, 1),), [torch.randn(8, 50)], expect_kernels=1)
+
+
+def test_layer_norm_one_kernel():
+    x, w, b = torch.randn(16, 64), torch.randn(64), torch.randn(64)
+    c = check(
+        lambda x, w, b: (F.layer_norm(x, (64,), w, b),),
+        [x, w, b],
+        expect_kernels=1,
+        atol=1e-5,
+        rtol=1e-5,
+    )
+    assert c.wrapper_src.count("empty_strided(") == 1
+
+
+def test_gelu_mlp_bias_gelu_fused_between_matmuls():
+    x, w1, b1, w2, b2 = (
+        torch.randn(8, 16),
+        torch.randn(32, 16),
+        torch.randn(32),
+        torch.randn(16, 32),
+        torch.randn(16),
+    )
+
+    def mlp(x, w1, b1, w2, b2):
+        return (F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2),)
+
+    c = check(mlp, [x, w1, b1, w2, b2], atol=1e-5, rtol=1e-5)
+    # two addmm/mm externs; GELU fused with nothing else to write: at most one pointwise kernel
+    assert c.kernel_count <= 1, c.wrapper_src
+
+
+def test_horizontal_reductions_share_a_pass():
+    x = torch.randn(16, 40)
+    c = check(lambda x: (x.sum(1), x.amax(1), (x * x).sum(1)), [x], expect_kernels=1)
+    assert c.cpp_src.count("for (int64_t r0") == 1
+
+
+def test_dead_code_is_eliminated():
+    x = torch.randn(10, 10)
+
+    def f(x):
+        unused = x.exp().sum(0)  # noqa: F841
+        return (x + 1,)
+
+    c = check(f, [x], expect_kernels=1)
+    assert "std::exp" not in c.cpp_src
+
+
+def test_intermediate_freed_early():
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    c = check(lambda x, w: ((x.relu() @ w).sum(0),), [x, w])
+    assert "del buf" in c.wrapper_src
