@@ -185,6 +185,13 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         raise NoBreakHere("inside a try/with block")
     if code.co_cellvars or code.co_freevars:
         raise NoBreakHere("frame with cells or free variables")
+    if any(
+        i.target_index is not None and i.target_index <= e.root_index
+        for i in instructions[e.root_index :]
+    ):
+        # Note [Graph breaks: loops]: a resume function inside a loop would call itself once
+        # per iteration (unbounded recursion), so a frame that breaks inside a loop runs eagerly.
+        raise NoBreakHere("graph break inside a loop")
     branch = _BRANCHES.get(inst.opname)
     if branch is None and inst.opname not in _BREAKABLE_PUSHES:
         raise NoBreakHere(f"at {inst.opname}")

@@ -47,9 +47,12 @@ class UserFunctionVariable(BaseFunctionVariable):
         return inline_call(tx, self.fn, [*self.self_args(), *args], kwargs, self.source)
 
     def reconstruct(self, cg):
-        if self.source is not None:
-            return super().reconstruct(cg)
-        cg.load_object(cg.callee(self.fn) if cg.compile_callees else self.fn)
+        if cg.compile_callees:  # it broke inside: it runs as its own kiln frame
+            cg.load_object(cg.callee(self.fn))
+        elif self.source is not None:
+            super().reconstruct(cg)
+        else:
+            cg.load_object(self.fn)
 
     def __repr__(self):
         return f"{type(self).__name__}({self.fn.__qualname__})"

@@ -1,0 +1,207 @@
+"""Graph breaks with resume functions: graphs before and after, state rebuilt, eager results."""
+
+import torch
+import torch.nn as nn
+from frontend_helpers import CountingBackend, LogCapture, run_and_compare
+
+import kiln
+from kiln import logs
+
+
+def seed_002_fn(x):
+    # 1st graph
+    temp = x + 10
+    kiln.graph_break()
+    # 2nd graph
+    temp = temp + 10
+    kiln.graph_break()
+    # 3rd graph
+    return temp.sum()
+
+
+def test_seed_002_two_breaks_three_graphs():
+    x = torch.randn(10, 10, requires_grad=True)
+    run_and_compare(seed_002_fn, x, expected_graphs=3, expected_frames=3, expected_breaks=2)
+    kiln.reset()
+    f = kiln.compile(seed_002_fn, backend="eager")
+    loss = f(x)
+    loss.backward()
+    torch.testing.assert_close(x.grad, torch.ones_like(x))
+    assert kiln.counters["stats"]["unique_graphs"] == 3
+
+
+def seed_004_function(inputs):
+    x = inputs["x"]
+    y = inputs["y"]
+    x = x.cos().cos()
+    if x.mean() > 0.5:
+        x = x / 1.1
+    return x * y
+
+
+def test_seed_004_data_dependent_branch():
+    kiln.reset()
+    backend = CountingBackend()
+    f = kiln.compile(seed_004_function, backend=backend)
+    for _ in range(3):
+        inputs = {"x": torch.randn(10), "y": torch.randn(10)}
+        torch.testing.assert_close(f(inputs), seed_004_function(inputs))
+    # graph 1: cos, cos, mean, gt; then the taken side (cos(cos(x)) > 0.54 always: True)
+    assert backend.calls == 2
+    assert kiln.counters["stats"]["graph_breaks"] == 1
+    assert kiln.counters["stats"]["recompiles"] == 0
+
+
+def branchy(x):
+    y = x * 2
+    if y.sum() > 0:
+        out = y + 1
+    else:
+        out = y - 1
+    return out.relu()
+
+
+def test_data_dependent_branch_both_sides():
+    kiln.reset()
+    backend = CountingBackend()
+    f = kiln.compile(branchy, backend=backend)
+    for x in (torch.ones(4), -torch.ones(4), torch.ones(4), -torch.ones(4)):
+        torch.testing.assert_close(f(x), branchy(x))
+    assert backend.calls == 3  # before the branch; each side (with the relu after it)
+    assert kiln.counters["stats"]["graph_breaks"] == 1
+
+
+def break_in_loop(x):
+    for i in range(3):
+        x = x * 2 + i
+        print("step", i)
+    return x.sum()
+
+
+def test_break_inside_loop_runs_frame_eagerly(capsys):
+    # Note [Graph breaks: loops]: no resume function inside a loop (it would recurse per step)
+    run_and_compare(break_in_loop, torch.randn(4), calls=1, expected_breaks=1, expected_graphs=0)
+    assert capsys.readouterr().out.count("step") == 6  # eager + compiled, 3 each
+
+
+def helper_with_print(a):
+    b = a * 3
+    print("inside helper")
+    return b + 1
+
+
+def calls_helper(x):
+    y = x.sin()
+    z = helper_with_print(y)
+    return z.cos()
+
+
+def test_break_inside_inlined_call_compiles_callee_as_own_frame():
+    kiln.reset()
+    backend = CountingBackend()
+    f = kiln.compile(calls_helper, backend=backend)
+    x = torch.randn(3)
+    for _ in range(2):
+        torch.testing.assert_close(f(x), calls_helper(x))
+    # calls_helper: sin | helper frame: mul | helper resume: add | calls_helper resume: cos
+    assert backend.calls == 4
+    assert kiln.counters["stats"]["graph_breaks"] == 2
+    assert kiln.counters["stats"]["recompiles"] == 0
+
+
+class Noisy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.lin(x)
+        print("noisy", h.shape)
+        return h.relu()
+
+
+class Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre = nn.Linear(4, 4)
+        self.noisy = Noisy()
+
+    def forward(self, x):
+        return self.noisy(self.pre(x)) * 2
+
+
+def test_break_inside_submodule_forward():
+    kiln.reset()
+    mod = Outer()
+    backend = CountingBackend()
+    opt = kiln.compile(mod, backend=backend)
+    x = torch.randn(2, 4)
+    for _ in range(2):
+        torch.testing.assert_close(opt(x), mod(x))
+    assert backend.calls == 4  # pre | lin | relu | *2
+    assert kiln.counters["stats"]["recompiles"] == 0
+
+
+def live_state(x, n):
+    acc = [x]
+    d = {"k": x * 2}
+    y = x + n
+    print("break")
+    acc.append(y)
+    return acc, d, y * n
+
+
+def test_break_rebuilds_locals_of_every_kind():
+    # the second break: appending to a list the resume function received (side effects: later)
+    run_and_compare(live_state, torch.randn(3), 4, expected_breaks=2, expected_frames=3)
+
+
+def shared_list(x):
+    xs = [x]
+    ys = xs
+    print("break", len(xs))
+    ys.append(x + 1)
+    return xs
+
+
+def test_break_keeps_aliasing_of_rebuilt_lists():
+    run_and_compare(shared_list, torch.randn(2), expected_breaks=2)
+
+
+def kw_call_break(x):
+    y = x * 2
+    print("a", "b", sep="-")
+    return y
+
+
+def test_break_at_keyword_call():
+    run_and_compare(kw_call_break, torch.randn(2), expected_breaks=1, expected_graphs=1)
+
+
+def test_graph_breaks_log_names_reason_and_line():
+    logs.set_logs("graph_breaks")
+    try:
+        kiln.reset()
+        with LogCapture("graph_breaks") as cap:
+            kiln.compile(seed_002_fn, backend="eager")(torch.randn(2))
+    finally:
+        logs.set_logs("")
+    msgs = cap.messages["graph_breaks"]
+    assert len(msgs) == 2
+    assert "kiln.graph_break() called" in msgs[0] and "test_graph_breaks.py:14" in msgs[0]
+
+
+def test_explain_lists_graphs_and_breaks():
+    out = kiln.explain(seed_002_fn)(torch.randn(3))
+    assert out.graph_count == 3 and out.graph_break_count == 2
+    assert all("kiln.graph_break()" in where for _, where in out.break_reasons)
+
+
+def test_fullgraph_turns_break_into_error():
+    import pytest
+
+    from kiln.exc import Unsupported
+
+    f = kiln.compile(seed_002_fn, backend="eager", fullgraph=True)
+    with pytest.raises(Unsupported, match="graph_break"):
+        f(torch.randn(2))
