@@ -391,7 +391,9 @@ class Runner:
                 step(live)
                 _sync(dev)
                 row.warm_s = time.perf_counter() - t0
-                if c.kind != "eager" and row.graphs == 0:
+                if c.kind == "eager":  # nothing compiles: the first call is just a call
+                    row.cold_s = row.warm_s = None
+                elif row.graphs == 0:
                     row.status = "no graph captured (ran eagerly)"
                 timed[c.name] = live
             except Exception as e:
