@@ -1,0 +1,226 @@
+"""The compiled-graph cache: a trie of node keys, sizes marked dynamic on change, generic graphs.
+
+    Cache miss due to new autograd node: SubBackward0 (NodeCall 2) with key size 9, previous ...
+    Cache miss due to changed shapes: marking size idx 0 of torch::autograd::GraphRoot ... dynamic
+
+Note [Compiled autograd: size-generic graphs]
+kiln has no symbolic sizes yet, so a capture bakes every size in as an int. When a size changes,
+it is marked dynamic (in the trie, for good) and the new capture is *anti-unified* with the last
+capture of the same structure: both graphs must have the same nodes in the same order, and every
+int argument that differs must be, in both captures, the value of one dynamic size (or the
+product of two); it is then replaced by `sizes[j]` (a graph input) and the graph serves every later
+call whose static sizes match. Where one int is explained by several dynamic sizes, the graph
+records that they must stay equal, checked on each hit. Where no such graph exists, captures are
+cached per exact sizes instead.
+"""
+
+import itertools
+import operator
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from kiln import logs
+
+__all__ = ["CacheNode", "Entry", "lookup", "anti_unify"]
+
+_CH = "compiled_autograd_verbose"
+
+
+class Entry:
+    """A compiled graph with the dynamic size positions it reads and the equalities it assumes."""
+
+    __slots__ = ("fn", "gm", "dyn", "equal")
+
+    def __init__(self, fn, gm, dyn, equal=()):
+        self.fn = fn
+        self.gm = gm
+        self.dyn = dyn
+        self.equal = equal  # (expr, expr | int): dynamic sizes the graph assumes equal / fixed
+
+    def valid(self, flat):
+        for a, b in self.equal:
+            if _value(a, flat) != (b if isinstance(b, int) else _value(b, flat)):
+                return False
+        return True
+
+
+def _value(expr, flat):
+    v = 1
+    for p in expr:
+        v *= flat[p]
+    return v
+
+
+class CacheNode:
+    """One trie level: children by node key, expected sizes (None = dynamic), entries at leaves."""
+
+    __slots__ = ("children", "expected", "entry", "static", "last")
+
+    def __init__(self, expected=()):
+        self.children = {}
+        self.expected = list(expected)
+        self.entry = None  # Entry: serves every call whose dynamic positions are entry.dyn
+        self.static = {}  # exact flat sizes -> Entry (when no generic graph exists)
+        self.last = None  # (gm, flat sizes) of the last capture here
+
+
+def lookup(root, g):
+    """Walk the trie with g's keys; returns (leaf, dynamic positions, hit Entry or None)."""
+    cur = root
+    changed = False
+    dyn = []
+    pos = 0
+    for k, (key, sizes) in enumerate(zip(g.keys, g.sizes)):
+        child = cur.children.get(key)
+        if child is None:
+            if logs.enabled(_CH):
+                prev = [len(c) for c in cur.children]
+                name = g.names[k] if k < len(g.names) else "inputs"
+                logs.log(
+                    _CH,
+                    "Cache miss due to new autograd node: %s (NodeCall %d) with key size %d, "
+                    "previous key sizes=%s",
+                    name,
+                    k,
+                    len(key) + len(sizes),
+                    prev,
+                )
+            child = cur.children[key] = CacheNode(sizes)
+            changed = True
+        else:
+            exp = child.expected
+            for i, (e, a) in enumerate(zip(exp, sizes)):
+                if e is None:
+                    dyn.append(pos + i)
+                elif e != a:
+                    exp[i] = None
+                    dyn.append(pos + i)
+                    changed = True
+                    logs.log(
+                        _CH,
+                        "Cache miss due to changed shapes: marking size idx %d of %s (NodeCall %d)"
+                        " as dynamic",
+                        i,
+                        g.names[k] if k < len(g.names) else "inputs",
+                        k,
+                    )
+        pos += len(sizes)
+        cur = child
+    dyn = tuple(dyn)
+    if changed:
+        return cur, dyn, None
+    flat = None
+    e = cur.entry
+    if e is not None and e.dyn == dyn:
+        flat = g.flat_sizes if e.equal else None
+        if not e.equal or e.valid(flat):
+            return cur, dyn, e
+    if cur.static:
+        e = cur.static.get(tuple(flat or g.flat_sizes))
+        if e is not None:
+            return cur, dyn, e
+    return cur, dyn, None
+
+
+# --- anti-unification ----------------------------------------------------------------------------
+
+
+def anti_unify(gm_a, flat_a, gm_b, flat_b, dyn):
+    """gm_b with its size ints that vary between the captures read from `sizes` (None if none).
+
+    Returns (gm, equalities) where gm reads sizes[j] for dynamic position dyn[j].
+    """
+    nodes_a = list(gm_a.graph.nodes)
+    nodes_b = list(gm_b.graph.nodes)
+    if len(nodes_a) != len(nodes_b):
+        return None
+    pairs = {}
+    varying = [p for p in dyn if flat_a[p] != flat_b[p]]
+    if not varying:
+        return None
+    rewrites = {}  # node_b -> (args, kwargs) with ("size", expr) markers
+    equal = set()
+    for na, nb in zip(nodes_a, nodes_b):
+        if na.op != nb.op or na.target != nb.target:
+            return None
+        pairs[na] = nb
+        la, sa = pytree.tree_flatten((na.args, na.kwargs))
+        lb, sb = pytree.tree_flatten((nb.args, nb.kwargs))
+        if sa != sb or len(la) != len(lb):
+            return None
+        new, touched = [], False
+        for xa, xb in zip(la, lb):
+            if isinstance(xa, torch.fx.Node) or isinstance(xb, torch.fx.Node):
+                if not (isinstance(xa, torch.fx.Node) and isinstance(xb, torch.fx.Node)):
+                    return None
+                if pairs.get(xa) is not xb:
+                    return None
+                new.append(xb)
+            elif type(xa) is int and type(xb) is int and xa != xb:
+                cands = _explain(xa, xb, flat_a, flat_b, varying)
+                if not cands:
+                    return None
+                for other in cands[1:]:
+                    equal.add((cands[0], other))
+                new.append(("__kiln_size__", cands[0]))
+                touched = True
+            elif type(xa) is not type(xb) or xa != xb:
+                if not (isinstance(xa, float) and xa != xa and xb != xb):
+                    return None
+                new.append(xb)
+            else:
+                new.append(xb)
+        if touched:
+            rewrites[nb] = (new, sb)
+    if not rewrites:
+        return None
+    for p in dyn:
+        if p not in varying:  # dynamic, but equal in both captures: baked in, so checked on hits
+            equal.add(((p,), flat_b[p]))
+    graph = gm_b.graph
+    sizes_ph = next(n for n in graph.nodes if n.op == "placeholder" and n.name == "sizes")
+    anchor = sizes_ph
+    for n in graph.nodes:
+        if n.op == "placeholder":
+            anchor = n
+    getters = {}
+
+    def size_node(expr):
+        if expr in getters:
+            return getters[expr]
+        nonlocal anchor
+        with graph.inserting_after(anchor):
+            if len(expr) == 1:
+                node = graph.call_function(operator.getitem, (sizes_ph, dyn.index(expr[0])))
+            else:
+                a, b = (size_node((p,)) for p in expr)
+                with graph.inserting_after(anchor):
+                    node = graph.call_function(operator.mul, (a, b))
+        anchor = node
+        getters[expr] = node
+        return node
+
+    for nb, (flat_args, spec) in rewrites.items():
+        flat_args = [
+            size_node(x[1]) if isinstance(x, tuple) and x[:1] == ("__kiln_size__",) else x
+            for x in flat_args
+        ]
+        args, kwargs = pytree.tree_unflatten(flat_args, spec)
+        nb.args = tuple(args)
+        nb.kwargs = dict(kwargs)
+    graph.lint()
+    gm_b.recompile()
+    return gm_b, tuple(equal)
+
+
+def _explain(xa, xb, flat_a, flat_b, varying):
+    """Dynamic-size expressions (positions, a product of one or two) equal to xa then xb."""
+    found = [(p,) for p in varying if flat_a[p] == xa and flat_b[p] == xb]
+    if found:
+        return found
+    for p, q in itertools.combinations_with_replacement(varying, 2):
+        if flat_a[p] * flat_a[q] == xa and flat_b[p] * flat_b[q] == xb:
+            found.append((p, q))
+    return found

@@ -1,0 +1,439 @@
+"""Trace one backward call into ONE FX graph `CompiledAutograd.forward(inputs, sizes, scalars, hooks)`.
+
+    GraphRoot, MulBackward0, AccumulateGrad x2   ->   def forward(self, inputs, sizes, scalars, hooks):
+                                                         getitem = inputs[0]   # the root grad
+                                                         getitem_1 = inputs[1] # saved `other`
+                                                         mul = aten.mul.Tensor(getitem, getitem_1)
+                                                         ...
+                                                         accumulate_grad_(getitem_3, mul, True)
+                                                         return []
+
+Note [Compiled autograd: capture through the engine]
+The real autograd engine runs the graph once with proxy grads (`kiln.autograd.tracer`) under our
+TraceMode: every ATen call made by a C++ node's backward formula, by the engine's grad
+accumulation (InputBuffer) and by its output validation (sum_to, casts) is recorded, in the
+engine's own order. It runs as `torch.autograd.grad` towards the leaves (keep_graph=True), so no
+AccumulateGrad executes and nothing real is written; the accumulation ops are emitted after it.
+Real tensors the formulas touch are the nodes' saved tensors: they become `inputs[i]` (matched
+by storage, offset, size and stride; anything unmatched aborts the capture). Python callables the
+engine would run are intercepted instead of run: KilnHooks record `call_hook` nodes; kiln's
+CompiledFunctionBackward nodes have their `apply` replaced for the capture by an inliner of their
+ahead-of-time backward graph (names prefixed `aot{i}_`); other custom autograd.Functions become
+opaque `call_backward` nodes; retained grads are seen by a temporary node pre-hook. A profiler
+watches for any other Python function the engine calls (a hook kiln does not know): the capture
+is abandoned and the backward runs in the eager engine.
+"""
+
+import operator
+import os
+import sys
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from kiln.autograd.tracer import ProxyTensor, TraceMode, Tracer, fake_like
+from kiln.compiled_autograd import hooks as H
+from kiln.compiled_autograd.collect import is_kiln_compiled_function
+from kiln.exc import Unsupported
+
+__all__ = ["capture"]
+
+_ENGINE = torch.autograd.variable.Variable._execution_engine  # the real one, captured at import
+_TORCH_DIR = os.path.dirname(torch.__file__)
+# torch files whose functions the engine calls as hooks (not dispatcher helpers): never allowed
+_TORCH_CALLBACK_FILES = ("utils/hooks.py", "utils/checkpoint.py", "distributed", "nn/modules")
+
+
+class _Opaque:
+    """Target of an opaque custom-Function backward node: `call_backward(node, *grads)`."""
+
+    def __init__(self, name, expected):
+        self.__name__ = f"call_backward_{name}"
+        self.expected = expected
+
+    def __call__(self, node, *grads):
+        return H.call_backward(node, self.expected, *grads)
+
+    def __repr__(self):
+        return self.__name__
+
+
+class _CATracer(Tracer):
+    """The ATen tracer with real saved tensors mapped to graph inputs and node origins noted."""
+
+    def __init__(self, cap):
+        super().__init__()
+        self.cap = cap
+        self._last_seen = None
+
+    def constant(self, t):
+        return self.cap.lift_real(t)
+
+    def dispatch(self, func, args, kwargs):
+        out = super().dispatch(func, args, kwargs)
+        self.cap.note_origin()
+        return out
+
+
+class Capture:
+    """State of one capture; see Note [Compiled autograd: capture through the engine]."""
+
+    def __init__(self, g):
+        self.g = g
+        self.tracer = _CATracer(self)
+        graph = self.graph = self.tracer.graph
+        self.ph = {n: graph.placeholder(n) for n in ("inputs", "sizes", "scalars", "hooks")}
+        self._top = self.ph["hooks"]  # graph inputs are read at the top, in order of first use
+        self.input_nodes = {}  # input index -> getitem node
+        self.hook_nodes = {}
+        self.by_ident = {}
+        for i, t in enumerate(g.inputs):
+            ident = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride())
+            self.by_ident.setdefault((ident, t.dtype, t.device), i)
+        self.hook_index = {id(h): i for i, h in enumerate(g.hooks)}
+        self.aot_ids = {}
+        self.fresh_exclude = set()  # nodes whose values the graph does not own
+        self.origin = "torch::autograd::GraphRoot (NodeCall 0)"
+
+    # --- graph inputs ---
+    def input(self, i, name=None):
+        node = self.input_nodes.get(i)
+        if node is None:
+            with self.graph.inserting_after(self._top):
+                node = self.graph.call_function(operator.getitem, (self.ph["inputs"], i))
+            self._top = node
+            if name is not None:
+                node.name = self.graph._graph_namespace.create_name(name, node)
+            node.meta["val"] = fake_like(self.g.inputs[i], node)
+            node.meta["kiln_origin"] = "inputs"
+            self.input_nodes[i] = node
+            self.fresh_exclude.add(node)
+        return node.meta["val"]
+
+    def hook(self, i):
+        node = self.hook_nodes.get(i)
+        if node is None:
+            with self.graph.inserting_after(self._top):
+                node = self.graph.call_function(operator.getitem, (self.ph["hooks"], i))
+            self._top = node
+            node.meta["kiln_origin"] = "hooks"
+            self.hook_nodes[i] = node
+        return node
+
+    def lift_real(self, t):
+        """A real tensor met in a backward formula: the saved tensor it is, as a graph input."""
+        ident = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride())
+        i = self.by_ident.get((ident, t.dtype, t.device))
+        if i is None:
+            if t.dim() == 0 and t.device.type == "cpu" and not t.requires_grad:
+                return Tracer.constant(self.tracer, t)  # a wrapped scalar (its value is in the key)
+            raise Unsupported(
+                f"a backward formula used a tensor that is not a saved tensor ({self.origin})"
+            )
+        return self.input(i)._node
+
+    def note_origin(self):
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            k = self.g.index.get(id(node))
+            if k is not None:
+                self.origin = f"{self.g.names[k]} (NodeCall {k})"
+        for n in reversed(self.graph.nodes):
+            if "kiln_origin" in n.meta or n.op == "placeholder":
+                break
+            n.meta["kiln_origin"] = self.origin
+
+    def set_origin(self, k):
+        self.origin = f"{self.g.names[k]} (NodeCall {k})"
+
+    # --- hooks and custom functions ---
+    def on_tensor_hook(self, hook, grad):
+        i = self.hook_index.get(id(hook))
+        if i is None or not isinstance(grad, ProxyTensor):
+            raise Unsupported("a tensor hook on a node kiln did not walk")
+        self.note_origin()
+        node = self.graph.call_function(
+            H.call_hook, (self.hook(i), grad._node), {"hook_type": "tensor_pre_hook"}
+        )
+        node.meta["kiln_origin"] = self.origin
+        self.fresh_exclude.add(node)
+        out = fake_like(grad, node)
+        node.meta["val"] = out
+        return out
+
+    def retain_marker(self, k):
+        def marker(grad_outputs):
+            self.set_origin(k)
+            for nr, i in self.g.node_retain[k].items():
+                gr = grad_outputs[nr] if nr < len(grad_outputs) else None
+                if isinstance(gr, ProxyTensor):
+                    node = self.graph.call_function(H.retain_grad_, (self.input(i)._node, gr._node))
+                    node.meta["kiln_origin"] = self.origin
+
+        return marker
+
+    def aot_apply(self, k, node):
+        """Inline a kiln CompiledFunctionBackward: its backward graph, names prefixed aot{i}_."""
+        cls = node._forward_cls
+        plan = _plan_of(cls)
+        bw_gm = _backward_graph(plan)
+        if bw_gm is None:
+            return None
+        prefix = f"aot{self.aot_ids.setdefault(id(plan), len(self.aot_ids))}_"
+
+        def apply(*grads):
+            self.set_origin(k)
+            needs = node.needs_input_grad
+            phs = [n for n in bw_gm.graph.nodes if n.op == "placeholder"]
+            env = {}
+            for j, i in enumerate(self.g.node_inputs[k]):
+                self.input(i, prefix + phs[j].name)
+                env[phs[j]] = self.input_nodes[i]
+            tangents = [grads[i] for i in plan.diff_outputs]
+            present = [t is not None for t in tangents]
+            with self.tracer.tracing():
+                for j, t in enumerate(tangents):
+                    v = plan.tangent_vals[j]
+                    if t is None:
+                        t = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
+                    elif not t.is_contiguous():
+                        t = t.contiguous()
+                    env[phs[plan.num_saved + j]] = t._node
+            self.note_origin()
+            outs = self.copy_graph(bw_gm, env, prefix)
+            result = [None] * len(needs)
+            for gr, i, deps in zip(outs, plan.grad_inputs, plan.grad_deps):
+                if gr is None or not needs[i] or not any(present[j] for j in deps):
+                    continue
+                result[i] = gr
+            return tuple(result)
+
+        return apply
+
+    def copy_graph(self, gm, env, prefix):
+        """Append gm's nodes (placeholders bound by env) to the graph; its outputs as proxies."""
+        graph = self.graph
+        out = None
+        for n in gm.graph.nodes:
+            if n.op == "placeholder":
+                continue
+            if n.op == "output":
+                out = n.args[0]
+                break
+            if n.op != "call_function":
+                raise Unsupported(f"an ahead-of-time backward graph with a {n.op} node")
+            args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: env[a])
+            new = graph.create_node("call_function", n.target, args, kwargs, name=prefix + n.name)
+            new.meta["kiln_origin"] = self.origin
+            val = n.meta.get("val")
+            new.meta["val"] = _refake(val, new)
+            env[n] = new
+        return [env[o].meta["val"] if isinstance(o, torch.fx.Node) else o for o in out]
+
+    def opaque_apply(self, k, node):
+        """A custom autograd.Function backward kept as an opaque call (run for real later)."""
+        needs = node.needs_input_grad
+        expected = []
+        for need, (nxt, nr) in zip(needs, node.next_functions):
+            if not need or nxt is None:
+                expected.append(None)
+            else:
+                md = nxt._input_metadata[nr]
+                expected.append((torch.Size(md.shape), md.dtype, md.device))
+        target = _Opaque(type(node).__name__, tuple(expected))
+
+        def apply(*grads):
+            self.set_origin(k)
+            args = [self.hook(self.g.node_hook_slot[k])]
+            for gr in grads:
+                if isinstance(gr, ProxyTensor):
+                    args.append(gr._node)
+                elif gr is None:
+                    args.append(None)
+                else:
+                    raise Unsupported("a custom Function got a non-proxy grad")
+            call = self.graph.call_function(target, tuple(args))
+            call.meta["kiln_origin"] = self.origin
+            result = []
+            for j, e in enumerate(expected):
+                if e is None:
+                    result.append(None)
+                    continue
+                gn = self.graph.call_function(operator.getitem, (call, j))
+                gn.meta["kiln_origin"] = self.origin
+                self.fresh_exclude.add(gn)
+                v = ProxyTensor(
+                    torch.empty(e[0], dtype=e[1], device="meta"), e[2], gn, requires_grad=False
+                )
+                gn.meta["val"] = v
+                result.append(v)
+            return tuple(result)
+
+        return apply
+
+    # --- the run ---
+    def run(self):
+        g = self.g
+        grads = [self.input(i) for i in range(g.num_root_grads)]
+        roots = []
+        for node, nr in g.root_edges:
+            roots.append(torch.autograd.graph.GradientEdge(node, nr))
+        undo = []
+        saved_grads = []
+        try:
+            for k in range(1, len(g.nodes)):
+                node = g.nodes[k]
+                if isinstance(node, torch.autograd.function.BackwardCFunction):
+                    if is_kiln_compiled_function(node._forward_cls):
+                        fn = self.aot_apply(k, node)
+                        if fn is None:
+                            raise Unsupported("a CompiledFunction whose backward graph is unknown")
+                    else:
+                        fn = self.opaque_apply(k, node)
+                    node.apply = fn
+                    undo.append(lambda n=node: delattr(n, "apply"))
+                if g.node_retain[k]:
+                    for i in g.node_retain[k].values():
+                        t = g.inputs[i]
+                        saved_grads.append((t, t.grad))
+                        t.grad = None
+                    handle = node.register_prehook(self.retain_marker(k))
+                    undo.append(handle.remove)
+            got = self._engine(roots, grads)
+        finally:
+            for u in reversed(undo):
+                u()
+            for t, old in saved_grads:
+                t.grad = old
+        return self.finish(got)
+
+    def _engine(self, roots, grads):
+        g = self.g
+        allowed = {
+            H.KilnHook.__call__.__code__,
+            TraceMode.__torch_dispatch__.__code__,
+            ProxyTensor.__torch_dispatch__.__func__.__code__,
+        }
+        me = sys._getframe()
+        unknown = []
+
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_back is me and frame.f_code not in allowed:
+                code = frame.f_code
+                if code.co_name in ("apply", "marker") and code.co_filename == __file__:
+                    return
+                if code.co_filename.startswith(_TORCH_DIR) and not any(
+                    d in code.co_filename for d in _TORCH_CALLBACK_FILES
+                ):
+                    return  # the dispatcher's own Python helpers
+                unknown.append(f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})")
+
+        old = sys.getprofile()
+        with self.tracer.tracing():
+            sys.setprofile(profile)
+            try:
+                got = _ENGINE.run_backward(
+                    tuple(roots), tuple(grads), True, False, tuple(g.engine_inputs), True, False
+                )
+            finally:
+                sys.setprofile(old)
+        if unknown:
+            raise Unsupported(
+                f"the engine called a Python function kiln does not know: {unknown[0]}"
+            )
+        return got
+
+    def finish(self, got):
+        g = self.g
+        graph = self.graph
+        outputs = []
+        if g.accumulate:
+            for k, gr in zip(g.leaves, got):
+                if gr is None:
+                    continue
+                if not isinstance(gr, ProxyTensor):
+                    raise Unsupported("a leaf's grad is not traced")
+                self.set_origin(k)
+                var = self.input(g.leaf_input[k])._node
+                fresh = gr._node not in self.fresh_exclude
+                n = graph.call_function(H.accumulate_grad_, (var, gr._node, fresh))
+                n.meta["kiln_origin"] = self.origin
+                for hi in g.node_post[k]:
+                    n = graph.call_function(
+                        H.call_hook, (self.hook(hi), var), {"hook_type": "post_acc_grad_hook"}
+                    )
+                    n.meta["kiln_origin"] = self.origin
+        else:
+            for gr in got:
+                if gr is None:
+                    outputs.append(None)
+                elif isinstance(gr, ProxyTensor):
+                    outputs.append(gr._node)
+                else:
+                    raise Unsupported("a captured grad is not traced")
+        graph.output(outputs)
+        _dead_code(graph)
+        root = self.tracer.root
+        gm = torch.fx.GraphModule(root, graph, class_name="CompiledAutograd")
+        return gm
+
+
+def _refake(val, node):
+    if isinstance(val, torch.Tensor):
+        return fake_like(val, node)
+    if isinstance(val, (tuple, list)):
+        return type(val)(_refake(v, None) for v in val)
+    return val
+
+
+def _plan_of(cls):
+    plan = cls.__dict__.get("_kiln_plan")
+    if plan is not None:
+        return plan
+    bw = cls.__dict__.get("backward")
+    fn = getattr(bw, "__func__", bw)
+    for cell in getattr(fn, "__closure__", None) or ():
+        v = cell.cell_contents
+        if type(v).__name__ == "_Plan":
+            return v
+    raise Unsupported("a CompiledFunction without its plan")
+
+
+def _backward_graph(plan):
+    gm = getattr(plan, "bw_graph", None)
+    if gm is None:
+        bw = plan.backward
+        owner = getattr(bw, "__self__", None)
+        if isinstance(owner, torch.fx.GraphModule):
+            gm = owner
+    return gm
+
+
+_EFFECTFUL = {H.call_hook, H.accumulate_grad_, H.retain_grad_}
+
+
+def _dead_code(graph):
+    """Drop unused pure nodes (e.g. the clone a retains_grad hook made while capturing)."""
+    for n in reversed(list(graph.nodes)):
+        if n.op in ("placeholder", "output") or n.users:
+            continue
+        t = n.target
+        if t in _EFFECTFUL or isinstance(t, _Opaque):
+            continue
+        if isinstance(t, torch._ops.OpOverload) and t._schema.is_mutable:
+            continue
+        graph.erase_node(n)
+
+
+def capture(g):
+    """The FX graph of one backward call (raises Unsupported where it cannot be captured)."""
+    cap = Capture(g)
+    H.KilnHook.capturing = cap
+    try:
+        return cap.run()
+    finally:
+        H.KilnHook.capturing = None
+
+
+_ = pytree
