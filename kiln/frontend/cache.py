@@ -195,7 +195,10 @@ class FrameCache:
         if gm is not None:
             for r in _recorders:
                 r.on_graph(gm, fn)
-        return CacheEntry(guard, new_fn, new_code, gm)
+        entry = CacheEntry(guard, new_fn, new_code, gm)
+        if config.debug_dir:
+            dump_entry(config.debug_dir, fn, entry, len(self.entries))
+        return entry
 
     def _check_module_hooks(self, mod):
         from kiln.exc import unimplemented
@@ -240,3 +243,26 @@ def reset_all():
     """Drop every compiled entry of every wrapper (kiln.reset())."""
     for cache in list(_all_caches):
         cache.clear()
+
+
+def dump_entry(debug_dir, fn, entry, index):
+    """KILN_DEBUG_DIR: a frame's guard source, graph code and bytecode as files."""
+    import dis
+    import io
+    import os
+    import re
+
+    name = re.sub(r"[^0-9A-Za-z_.]+", "_", fn.__qualname__)
+    folder = os.path.join(debug_dir, "frontend", f"{name}_{index}")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "guards.py"), "w") as f:
+        f.write(entry.guard.source)
+    if entry.gm is not None:
+        with open(os.path.join(folder, "graph.py"), "w") as f:
+            f.write(entry.gm.code)
+    buf = io.StringIO()
+    dis.dis(fn.__code__, file=buf)
+    buf.write("\n--- transformed ---\n")
+    dis.dis(entry.code, file=buf)
+    with open(os.path.join(folder, "bytecode.txt"), "w") as f:
+        f.write(buf.getvalue())

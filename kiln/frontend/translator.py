@@ -124,12 +124,22 @@ class InstructionTranslatorBase:
             try:
                 if handler is None:
                     unimplemented(f"opcode {inst.opname} is not supported")
+                if inst.exn_tab_entry is not None and not self.in_generator_handler(inst):
+                    # a graph cannot run an exception handler: try/with blocks stay in Python
+                    unimplemented("code inside a try or with block")
                 handler(inst)
             except _Stop:
                 return
             except Unsupported as e:
                 self._annotate(e)
                 raise
+
+    def in_generator_handler(self, inst):
+        """3.12+: the implicit handler around a generator's body (StopIteration -> error)."""
+        if not (self.code.co_flags & inspect.CO_GENERATOR):
+            return False
+        target = inst.exn_tab_entry.target
+        return target is not None and target.opname == "CALL_INTRINSIC_1"
 
     def _annotate(self, e):
         frames = getattr(e, "frames", None)

@@ -240,3 +240,13 @@ def test_guard_failure_on_inplace_weight_update_needs_no_recompile():
     # replacing the parameter object is seen too (guards load it from the module)
     lin.weight = torch.nn.Parameter(torch.randn(3, 3))
     torch.testing.assert_close(cf(x), lin(x))
+
+
+def test_debug_dir_dump(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "debug_dir", str(tmp_path))
+    cf = kiln.compile(lambda x: x.sin() + 1, backend="eager")
+    cf(torch.randn(2))
+    (folder,) = (tmp_path / "frontend").iterdir()
+    assert "def guard(x):" in (folder / "guards.py").read_text()
+    assert "sin" in (folder / "graph.py").read_text()
+    assert "--- transformed ---" in (folder / "bytecode.txt").read_text()

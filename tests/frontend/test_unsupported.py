@@ -137,3 +137,15 @@ def test_unsupported_carries_state_for_resume():
     assert e.root_index is not None and isinstance(e.root_stack, list)
     assert set(e.root_locals) >= {"x", "n", "y"}
     assert e.frames[-1][0] is fn.__code__
+
+
+def try_block(x):
+    try:
+        y = x[torch.tensor([5])]  # out of range: raises at run time, not on meta
+    except IndexError:
+        y = x * 0
+    return y
+
+
+def test_try_block_keeps_its_handler():
+    run_and_compare(try_block, torch.randn(3), expected_graphs=0, expected_breaks=1)
