@@ -1,9 +1,15 @@
 """Decode, edit and assemble code objects, one version-neutral view of Python 3.11-3.13.
 
-See Note [Bytecode: version differences] in kiln/bytecode/inst.py.
+    insts = decode(code)                  # [Inst]: caches dropped, EXTENDED_ARG folded
+    insts[k:k] = emit.load_const(1) + emit.store_fast("x")   # or insert_before/insert_after
+    code2 = encode(insts, like=code, co_name="g")            # everything else recomputed
+    print(format(insts))                  # the `bytecode` log channel's text
+
+analysis: stack states (NULL and `with` slots), live locals, stack depth. See Note [Bytecode:
+version differences] in kiln/bytecode/inst.py. Imports neither torch nor the rest of kiln.
 """
 
-from kiln.bytecode import emit
+from kiln.bytecode import analysis, emit
 from kiln.bytecode.codec import BytecodeError, decode, encode
 from kiln.bytecode.edit import clone, first_resume, insert_after, insert_before, retarget
 from kiln.bytecode.inst import (
@@ -28,6 +34,7 @@ __all__ = [
     "ExceptionEntry",
     "Inst",
     "decode",
+    "analysis",
     "clone",
     "emit",
     "first_resume",

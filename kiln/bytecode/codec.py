@@ -9,6 +9,7 @@ import bytecode as bc
 from bytecode import instr as bc_instr
 from bytecode.concrete import _ConvertBytecodeToConcrete
 
+from kiln.bytecode.analysis import max_stack_depth
 from kiln.bytecode.inst import (
     CACHE_OPS,
     HASARG,
@@ -94,6 +95,11 @@ _FIELDS = {
     "co_filename": "filename",
     "co_cellvars": "cellvars",
     "co_freevars": "freevars",
+}
+_SPLIT_SUPER = {
+    "LOAD_FAST_LOAD_FAST": ("LOAD_FAST", "LOAD_FAST"),
+    "STORE_FAST_LOAD_FAST": ("STORE_FAST", "LOAD_FAST"),
+    "STORE_FAST_STORE_FAST": ("STORE_FAST", "STORE_FAST"),
 }
 _INVERT = {"TRUE": "FALSE", "FALSE": "TRUE", "NONE": "NOT_NONE", "NOT_NONE": "NONE"}
 
@@ -225,6 +231,15 @@ def encode(insts: list[Inst], like: types.CodeType, **replace) -> types.CodeType
     )
     out.argnames = varnames[:nargs]
     convert = _ArgConverter(varnames, out.cellvars, out.freevars)
+    # The final co_varnames: the given order, then new locals in order of first use.
+    local_index = {}
+    for name in varnames:
+        local_index.setdefault(name, len(local_index))
+    for inst in insts:
+        if inst.opname in HASLOCAL:
+            for name in inst.argval if isinstance(inst.argval, tuple) else (inst.argval,):
+                if convert.var(name, local=True) == name:
+                    local_index.setdefault(name, len(local_index))
 
     labels: dict[int, bc.Label] = {}
     for inst in insts:
@@ -252,11 +267,20 @@ def encode(insts: list[Inst], like: types.CodeType, **replace) -> types.CodeType
             current = (entry, tb)
         loc = _location(inst)
         if inst.target is None:
+            split = _SPLIT_SUPER.get(inst.opname)
+            if split and any(local_index.get(v, 0) > 15 for v in inst.argval):
+                # 3.13 superinstructions hold two 4-bit local indices: split when they don't fit
+                for opname, name in zip(split, inst.argval):
+                    out.append(bc.Instr(opname, convert.var(name, local=True), location=loc))
+                continue
             try:
                 out.append(bc.Instr(inst.opname, convert(inst), location=loc))
             except (TypeError, ValueError) as e:
                 raise BytecodeError(f"cannot encode {inst!r}: {e}") from e
             continue
+        if PY312_PLUS and inst.opname == "FOR_ITER" and inst.target.opname != "END_FOR":
+            # Note [Bytecode: version differences]: an exhausted FOR_ITER skips its target
+            raise BytecodeError(f"FOR_ITER must jump to an END_FOR, not {inst.target!r}")
         backward = position[id(inst.target)] <= n
         opname = _direction(inst.opname, backward)
         target = labels[id(inst.target)]
@@ -272,16 +296,20 @@ def encode(insts: list[Inst], like: types.CodeType, **replace) -> types.CodeType
         out.append(bc.TryEnd(current[1]))
 
     try:
-        stacksize = bc.ControlFlowGraph.from_bytecode(out).compute_stacksize(
-            check_pre_and_post=True, compute_exception_stack_depths=False
-        )
+        # Note [Bytecode: stack size]: our own dataflow (kiln.bytecode.analysis) over reachable
+        # code only: the bytecode package also walks code made unreachable by edits (a resume
+        # function's skipped prefix) and then fails on it.
+        stacksize = max_stack_depth(insts, int(out.flags))
+    except ValueError as e:
+        raise BytecodeError(f"inconsistent stack in {like.co_name}: {e}") from e
+    try:
         conv = _ConvertBytecodeToConcrete(out)
         # Keep the original order of consts/names/varnames (stable co_* tuples for unedited code).
         for c in consts:
             conv.add_const(c)
         for name in like.co_names:
             conv.add_name(name)
-        for name in varnames:
+        for name in local_index:
             conv.add_varname(name)
         concrete = conv.to_concrete_bytecode(compute_exception_stack_depths=False)
         return concrete.to_code(stacksize=stacksize, compute_exception_stack_depths=False)

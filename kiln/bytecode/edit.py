@@ -6,9 +6,10 @@ from kiln.bytecode.inst import Inst
 
 
 def retarget(insts, old: Inst, new: Inst):
-    """Make every jump and exception entry that goes to `old` go to `new` instead."""
+    """Make every jump and exception entry that goes to `old` go to `new` instead (except a
+    3.12+ FOR_ITER: the interpreter skips its target, which must stay the loop's END_FOR)."""
     for inst in insts:
-        if inst.target is old:
+        if inst.target is old and not (inst.opname == "FOR_ITER" and old.opname == "END_FOR"):
             inst.target = new
         e = inst.exn_tab_entry
         if e is not None and e.target is old:

@@ -33,7 +33,7 @@ if sys.version_info < (3, 11) or sys.version_info >= (3, 14):
 # | conditional jumps      | POP_JUMP_{FORWARD,BACKWARD}_IF_* | POP_JUMP_IF_* forward only  | POP_JUMP_IF_* forward only, needs an exact bool (TO_BOOL) |
 # | COMPARE_OP arg         | cmp index                     | (cmp<<4)|cache mask            | (cmp<<5)|16 if result is bool'd    |
 # | return                 | RETURN_VALUE                  | + RETURN_CONST c               | same as 3.12                       |
-# | loops                  | FOR_ITER exits past the loop  | FOR_ITER exits to END_FOR      | END_FOR; POP_TOP                   |
+# | loops                  | FOR_ITER exits past the loop  | FOR_ITER targets END_FOR and, exhausted, skips it (the target must stay END_FOR) | same; skips END_FOR + POP_TOP |
 # | slices                 | BUILD_SLICE; BINARY_SUBSCR    | + BINARY_SLICE / STORE_SLICE   | same as 3.12                       |
 # | functions              | MAKE_FUNCTION flags           | same as 3.11                   | MAKE_FUNCTION; SET_FUNCTION_ATTRIBUTE flag (one per flag) |
 # | closures               | LOAD_CLOSURE cell             | LOAD_CLOSURE cell              | LOAD_FAST cell (LOAD_CLOSURE is a pseudo-op) |

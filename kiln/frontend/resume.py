@@ -162,6 +162,8 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         raise ResumeUnsupported(f"cannot resume at instruction {resume_index} of {code.co_name}")
     target = insts[resume_index]
     before = insts[resume_index - 1]
+    if target.opname == "END_FOR" or before.opname == "END_FOR":
+        raise ResumeUnsupported("cannot resume at a loop's END_FOR (exhausted FOR_ITER skips it)")
     if before.opname in ("PRECALL", "KW_NAMES") and not before.is_terminator:
         # 3.11 PRECALL may have rewritten the NULL slot; KW_NAMES sets a hidden register
         raise ResumeUnsupported(f"cannot resume between {before.opname} and its CALL")

@@ -149,7 +149,7 @@ def main():
             except Exception as e:  # noqa: BLE001 - report every failing case
                 failures += 1
                 print(f"FAIL {check.__name__} {fn.__name__}: {type(e).__name__}: {e}")
-    resume_checks = ROOT / "tests" / "frontend" / "resume_checks.py"
+    resume_checks = HERE / "resume_checks.py"
     n_resume = 0
     if resume_checks.exists():
         mod = load("kiln_resume_checks", resume_checks)

@@ -16,6 +16,7 @@ import corpus_funcs  # noqa: E402
 import roundtrip_checks  # noqa: E402
 
 import kiln.bytecode as B  # noqa: E402
+from kiln.bytecode import analysis as A  # noqa: E402
 from kiln.bytecode import emit  # noqa: E402
 
 CASES = corpus_funcs.CASES
@@ -242,3 +243,27 @@ def test_other_python(minor, exe):
     )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert " 0 failures" in r.stdout
+
+
+@pytest.mark.parametrize("fn,inputs", CASES, ids=IDS)
+def test_analysis_stack_depth_matches_compiler(fn, inputs):
+    code = fn.__code__
+    assert A.max_stack_depth(B.decode(code), code.co_flags) == code.co_stacksize
+
+
+def test_analysis_states_and_liveness():
+    def f(a, b):
+        with open(__file__) as fh:
+            c = len(fh.read(1)) + a
+        print(c, b)  # noqa: T201 (never called)
+        return a
+
+    insts = B.decode(f.__code__)
+    states = A.frame_states(insts, ("a", "b"))
+    inside = next(n for n, i in enumerate(insts) if i.opname == "STORE_FAST" and i.argval == "c")
+    assert states[inside].with_positions == (0,)
+    assert "fh" in states[inside].assigned and "c" not in states[inside].assigned
+    assert A.livevars(insts, inside) == {"a", "b"}
+    call = next(n for n, i in enumerate(insts) if i.opname == "LOAD_GLOBAL" and i.argval == "print")
+    assert states[call + 1].null_positions == ((1,) if B.PY313_PLUS else (0,))
+    assert A.livevars(insts, call) == {"a", "b", "c"}

@@ -1,0 +1,237 @@
+"""Checks of kiln.frontend.resume on plain functions; needs neither torch nor pytest.
+
+A "broken" copy of each function simulates the frontend at a graph break at instruction r: every
+arrival at r stores the live stack into temporaries, builds the resume function (closure from
+the frame's cells) and returns what it returns (ResumeFunction.emit_call). The stack layout and
+the live locals at r come from kiln.bytecode.analysis (points with a maybe-NULL slot, a live but
+maybe-unbound local, or only reachable through an exception handler are skipped). Results, raised
+exceptions and side effects must equal the original's on every input.
+"""
+
+import types
+
+from roundtrip_checks import HERE, bootstrap, load, outcome, with_code  # noqa: F401
+
+bootstrap()
+
+import kiln.bytecode as B  # noqa: E402
+from kiln.bytecode import analysis as A  # noqa: E402
+from kiln.frontend import resume as R  # noqa: E402
+
+corpus = load("kiln_bytecode_corpus", HERE / "corpus_funcs.py")
+
+
+class Reenter:
+    """Stands for the context manager in a `with` slot: re-entering does nothing, exiting
+    calls the original frame's __exit__ (so enter/exit each happen once, as in the original)."""
+
+    def __init__(self, exit_fn):
+        self.exit_fn = exit_fn
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return self.exit_fn(*exc)
+
+
+def argnames(code):
+    n = code.co_argcount + code.co_kwonlyargcount
+    n += bool(code.co_flags & 4) + bool(code.co_flags & 8)
+    return code.co_varnames[:n]
+
+
+def with_slots(insts, states, r):
+    """Stack positions at r that hold the __exit__ pushed by an active BEFORE_WITH."""
+    return states[r].with_positions
+
+
+def resume_points(code):
+    """(r, depth, nulls, live locals, with slots) for every resumable instruction index."""
+    insts = B.decode(code)
+    states = A.frame_states(insts, argnames(code))
+    normal = _normal_reach(insts)
+    start = B.first_resume(insts)
+    cells = set(code.co_cellvars) | set(code.co_freevars)
+    lives = A.live_locals_all(insts)
+    for r in range(start + 1, len(insts)):
+        s = states[r]
+        if s is None or not normal[r] or A.MAYBE_NULL in s.stack:
+            continue
+        if insts[r].opname == "END_FOR" or insts[r - 1].opname == "END_FOR":
+            continue  # only reached by an exhausted FOR_ITER, which skips them (3.12+)
+        if insts[r - 1].opname in ("PRECALL", "KW_NAMES"):
+            continue  # resume.py refuses these (the frontend never breaks there)
+        live = lives[r] - cells
+        if not live <= s.assigned:
+            continue
+        withs = with_slots(insts, states, r)
+        yield r, s.depth, s.null_positions, tuple(sorted(live)), withs
+
+
+def _normal_reach(insts):
+    """Instructions reachable without taking an exception edge."""
+    index = {id(i): n for n, i in enumerate(insts)}
+    seen = [False] * len(insts)
+    work = [0]
+    while work:
+        n = work.pop()
+        if seen[n]:
+            continue
+        seen[n] = True
+        inst = insts[n]
+        if not inst.is_terminator and n + 1 < len(insts):
+            work.append(n + 1)
+        if inst.target is not None:
+            work.append(index[id(inst.target)])
+    return seen
+
+
+def broken(fn, r, depth, nulls, live, withs):
+    """fn with a simulated graph break at instruction r (see the module docstring)."""
+    code = fn.__code__
+    rf = R.make_resume_function(code, r, depth, nulls, live, setup_with_blocks=withs)
+    insts = B.decode(code)
+    call = rf.emit_call(
+        wrap_with=lambda k, load: B.emit.call_function(B.emit.load_const(Reenter), [load])
+    )
+    B.insert_before(insts, insts[r], call)
+    for inst in call:
+        inst.exn_tab_entry = None  # the resume function handles what happens after r
+    return with_code(fn, B.encode(insts, like=code)), rf
+
+
+SKIP = {"use_gen", "use_yield_from", "run_async"}  # their helpers are generators, not them
+
+
+def check_function(fn, inputs, max_points=8):
+    points = list(resume_points(fn.__code__))
+    if len(points) > max_points:  # spread the sample over the whole function
+        step = len(points) / max_points
+        points = [points[int(i * step)] for i in range(max_points)]
+    # exc_groups: `r` is live everywhere but only bound on one path, so no point is resumable
+    assert points or fn.__name__ == "exc_groups", f"{fn.__name__}: no resume points"
+    for r, depth, nulls, live, withs in points:
+        new_fn, rf = broken(fn, r, depth, nulls, live, withs)
+        for args in inputs:
+            got, want = outcome(new_fn, args), outcome(fn, args)
+            assert got == want, (
+                f"{fn.__name__} resumed at {r} ({depth=}, {nulls=}, {live=}, {withs=}){args}: {got} != {want}"
+            )
+
+
+def check_cache_and_names():
+    code = corpus.loop_sum.__code__
+    points = list(resume_points(code))
+    r, depth, nulls, live, withs = points[len(points) // 2]
+    a = R.make_resume_function(code, r, depth, nulls, live)
+    b = R.make_resume_function(code, r, depth, nulls, live)
+    assert a is b and a.code.co_name.startswith("__resume_at_")
+    assert a.argnames == tuple(f"__stack{k}" for k in a.stack_args) + a.live_locals
+
+
+def check_closure_cells_shared():
+    """A closure made before the break and the resumed code share the same cells."""
+
+    def f(n):
+        total = 0
+
+        def add(k):
+            nonlocal total
+            total += k
+
+        add(n)
+        marker = len([n])  # noqa: F841  (the break goes at this call)
+        add(n)
+        return total, add.__closure__[0].cell_contents
+
+    insts = B.decode(f.__code__)
+    r = next(n for n, i in enumerate(insts) if i.opname == "STORE_FAST" and i.argval == "marker")
+    states = A.frame_states(insts, ("n",))
+    live = tuple(sorted(A.livevars(insts, r) - set(f.__code__.co_cellvars)))
+    new_fn, rf = broken(f, r, states[r].depth, states[r].null_positions, live, ())
+    assert rf.code.co_freevars == ("total",) and rf.code.co_cellvars == ()
+    assert new_fn(3) == f(3) == (6, 6)
+
+
+def closure_for(fn, rf):
+    """The closure tuple for calling a resume function of fn directly (fn has no cellvars)."""
+    cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+    return tuple(cells[name] for name in rf.closure_names)
+
+
+def check_with_reentered():
+    """A real re-entry: the caller passes a fresh context manager for the with slot."""
+    log = []
+
+    class CM:
+        def __enter__(self):
+            log.append("enter")
+
+        def __exit__(self, *exc):
+            log.append(("exit", exc[0].__name__ if exc[0] else None))
+
+    def f(x):
+        with CM():
+            y = x + 1
+            z = y * 2
+        return z
+
+    insts = B.decode(f.__code__)
+    r = next(n for n, i in enumerate(insts) if i.opname == "STORE_FAST" and i.argval == "z")
+    states = A.frame_states(insts, ("x",))
+    depth = states[r].depth
+    withs = with_slots(insts, states, r)
+    rf = R.make_resume_function(
+        f.__code__, r, depth, states[r].null_positions, ("y",), setup_with_blocks=withs
+    )
+    resumed = types.FunctionType(rf.code, f.__globals__, closure=closure_for(f, rf))
+    # stack at r: [exit slot, y*2]; pass a new CM for the exit slot and the value of y*2
+    assert resumed(CM(), 10, 5) == 10 and log == ["enter", ("exit", None)]
+    log.clear()
+    # resume at `y * 2` (stack: [exit slot, y, 2]); y=None makes the body raise: __exit__ sees it
+    r2 = next(n for n, i in enumerate(insts) if i.opname == "BINARY_OP" and i.argrepr == "*")
+    rf2 = R.make_resume_function(
+        f.__code__,
+        r2,
+        states[r2].depth,
+        (),
+        ("y",),
+        setup_with_blocks=with_slots(insts, states, r2),
+    )
+    resumed2 = types.FunctionType(rf2.code, f.__globals__, closure=closure_for(f, rf2))
+    try:
+        resumed2(CM(), None, 2, None)
+        raise AssertionError("None * 2 should raise")
+    except TypeError:
+        pass
+    assert log == ["enter", ("exit", "TypeError")], log
+
+
+def check_unsupported():
+    def g():
+        yield 1
+
+    try:
+        R.make_resume_function(g.__code__, 3, 0)
+    except R.ResumeUnsupported:
+        return
+    raise AssertionError("generator resume should be unsupported")
+
+
+def all_checks():
+    """(name, zero-argument check) pairs, run by pytest and by roundtrip_checks.main()."""
+    out = []
+    for fn, inputs in corpus.CASES:
+        if fn.__name__ not in SKIP:
+            n = 2 if fn.__name__ in ("big", "many") else 8  # keep the big ones cheap
+            check = lambda fn=fn, inputs=inputs, n=n: check_function(fn, inputs, n)  # noqa: E731
+            out.append((f"resume_{fn.__name__}", check))
+    for check in (
+        check_cache_and_names,
+        check_closure_cells_shared,
+        check_with_reentered,
+        check_unsupported,
+    ):
+        out.append((check.__name__, check))
+    return out
