@@ -57,6 +57,17 @@ class VariableTracker:
         except Exception:
             return False
 
+    def _class_attr_source(self, name, *more):
+        """Source of a function found on the value's class: `obj.__class__.name[.more]`."""
+        if self.source is None:
+            return None
+        from kiln.frontend.source import AttrSource
+
+        src = AttrSource(AttrSource(self.source, "__class__"), name)
+        for m in more:
+            src = AttrSource(src, m)
+        return src
+
     # --- code generation ------------------------------------------------------------------
     def reconstruct(self, cg):
         """Emit bytecode that puts this value on the stack of the transformed code."""

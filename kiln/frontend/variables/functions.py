@@ -39,8 +39,14 @@ class UserFunctionVariable(BaseFunctionVariable):
         return []
 
     def var_getattr(self, tx, name):
-        if name in ("__name__", "__qualname__", "__module__", "__doc__"):
+        if name in ("__name__", "__qualname__", "__module__", "__doc__", "__code__"):
             return ConstantVariable(getattr(self.fn, name))
+        if name == "__wrapped__" and hasattr(self.fn, "__wrapped__"):
+            from kiln.frontend.source import AttrSource
+            from kiln.frontend.variables.builder import wrap_value
+
+            src = AttrSource(self.source, name) if self.source is not None else None
+            return wrap_value(tx, self.fn.__wrapped__, src)
         unimplemented(f"attribute {name!r} of function {self.fn.__qualname__}")
 
     def call_function(self, tx, args, kwargs):
@@ -149,7 +155,8 @@ def bind_args(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None):
             k: _wrap_default(tx, d, GetItemSource(src, k) if src else None)
             for k, d in fn.__kwdefaults__.items()
         }
-    shell = types.FunctionType(code, {}, code.co_name)
+    cells = tuple(types.CellType() for _ in code.co_freevars) or None
+    shell = types.FunctionType(code, {}, code.co_name, None, cells)
     shell.__defaults__ = tuple(defaults) if defaults else None
     shell.__kwdefaults__ = dict(kwdefaults) if kwdefaults else None
     try:

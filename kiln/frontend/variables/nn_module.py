@@ -69,9 +69,9 @@ class NNModuleVariable(VariableTracker):
 
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, type(mod)))
         if inspect.isfunction(static):
-            return UserMethodVariable(static, self)
+            return UserMethodVariable(static, self, source=self._class_attr_source(name))
         if isinstance(static, property) and static.fget is not None:
-            return inline_call(tx, static.fget, [self], {}, None)
+            return inline_call(tx, static.fget, [self], {}, self._class_attr_source(name, "fget"))
         return wrap_value(tx, getattr(mod, name), AttrSource(self.source, name))
 
     def unpack_var_sequence(self, tx):
@@ -106,13 +106,13 @@ class NNModuleVariable(VariableTracker):
             unimplemented(f"{type(mod).__name__}.forward is not a Python function")
         if type(mod).__call__ is not torch.nn.Module.__call__:
             unimplemented(f"{type(mod).__name__} overrides __call__")
-        return inline_call(tx, forward, [self, *args], kwargs, None)
+        return inline_call(tx, forward, [self, *args], kwargs, self._class_attr_source("forward"))
 
     def call_method(self, tx, name, args, kwargs):
         mod = self.value
         if name == "forward":
             forward = inspect.getattr_static(type(mod), "forward")
-            return inline_call(tx, forward, [self, *args], kwargs, None)
+            return inline_call(tx, forward, [self, *args], kwargs, self._class_attr_source("forward"))
         if name == "__getitem__" and isinstance(mod, _CONTAINERS) and len(args) == 1:
             key = args[0].as_python_constant()
             if isinstance(mod, torch.nn.ModuleDict):

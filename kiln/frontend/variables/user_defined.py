@@ -91,15 +91,15 @@ class UserDefinedObjectVariable(VariableTracker):
 
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, cls))
         if isinstance(static, types.FunctionType):
-            return UserMethodVariable(static, self)
+            return UserMethodVariable(static, self, source=self._class_attr_source(name))
         if isinstance(static, property) and static.fget is not None:
-            return inline_call(tx, static.fget, [self], {}, None)
+            return inline_call(tx, static.fget, [self], {}, self._class_attr_source(name, "fget"))
         return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
 
     def call_function(self, tx, args, kwargs):
         call = inspect.getattr_static(type(self.value), "__call__", None)
         if isinstance(call, types.FunctionType):
-            return inline_call(tx, call, [self, *args], kwargs, None)
+            return inline_call(tx, call, [self, *args], kwargs, self._class_attr_source("__call__"))
         unimplemented(f"calling a {type(self.value).__name__}")
 
     def __repr__(self):
