@@ -14,6 +14,7 @@ DECOMPOSE = [
     aten._softmax,
     aten._log_softmax,
     aten._softmax_backward_data,
+    aten._safe_softmax,
     aten._log_softmax_backward_data,
     aten.logsumexp,
     # normalization: var_mean + pointwise

@@ -179,7 +179,7 @@ class GraphLowering:
                 why = f"lowering error {type(e).__name__}: {e}"
             del self.operations[n_ops:]
             logs.log("perf_hints", "kiln: %s runs as an ATen call (%s)", target, why)
-        elif fn is None:
+        elif fn is None and target not in L.EXTERN_OUT and target not in L.EXTERN_ALWAYS:
             logs.log("perf_hints", "kiln: %s has no lowering: ATen call", target)
         return self.fallback(node, target, args, kwargs, val)
 

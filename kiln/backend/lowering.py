@@ -315,9 +315,9 @@ def _bitwise(name):
     return lower
 
 
-register_lowering(aten.bitwise_and)(_bitwise("bitwise_and"))
-register_lowering(aten.bitwise_or)(_bitwise("bitwise_or"))
-register_lowering(aten.bitwise_xor)(_bitwise("bitwise_xor"))
+register_lowering(aten.bitwise_and, aten.__and__)(_bitwise("bitwise_and"))
+register_lowering(aten.bitwise_or, aten.__or__)(_bitwise("bitwise_or"))
+register_lowering(aten.bitwise_xor, aten.__xor__)(_bitwise("bitwise_xor"))
 
 
 @register_lowering(aten.rsub.Tensor, aten.rsub.Scalar)
@@ -541,7 +541,7 @@ def _copy(dst, src, non_blocking=False):
     return box(Pointwise(dst.get_dtype(), size, ld))
 
 
-@register_lowering(aten.real.default)
+@register_lowering(aten.real.default, aten.conj_physical.default, aten.conj.default)
 def _real(x):
     return x
 
@@ -1220,6 +1220,58 @@ def _cat(tensors, dim=0):
         return acc if acc is not None else ops.constant(0, ct)  # an empty result
 
     return box(Pointwise(rt, out, fn))
+
+
+@register_lowering(aten.slice_scatter.default)
+def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    xs = x.get_size()
+    dim = _norm_dim(dim, len(xs))
+    start, end, _ = slice(start, end, step).indices(xs[dim])
+    if step != 1:
+        raise NotLowered("slice_scatter with step")
+    length = max(end - start, 0)
+    rt = x.get_dtype()
+    ct = opmath(rt)
+    xl, sl = loader_for(x, xs, ct), src.make_loader()
+    sdt = src.get_dtype()
+
+    def fn(idx):
+        i = Ix.wrap(idx[dim])
+        sub = list(idx)
+        sub[dim] = clamp_ix(i - start, length)
+        v = sl(sub)
+        if sdt != ct:
+            v = ops.to_dtype(v, ct, sdt)
+        ie = ops.index_expr(i, torch.int64)
+        inside = ops.logical_and(
+            ops.ge(ie, ops.constant(start, torch.int64)), ops.lt(ie, ops.constant(end, torch.int64))
+        )
+        return ops.where(inside, v, xl(idx))
+
+    if length == 0:
+        return _convert(x, rt)
+    return box(Pointwise(rt, xs, fn))
+
+
+@register_lowering(aten.select_scatter.default)
+def _select_scatter(x, src, dim, index):
+    xs = x.get_size()
+    dim = _norm_dim(dim, len(xs))
+    index = index + xs[dim] if index < 0 else index
+    rt = x.get_dtype()
+    ct = opmath(rt)
+    xl, sl, sdt = loader_for(x, xs, ct), src.make_loader(), src.get_dtype()
+
+    def fn(idx):
+        v = sl(idx[:dim] + idx[dim + 1 :])
+        if sdt != ct:
+            v = ops.to_dtype(v, ct, sdt)
+        hit = ops.eq(
+            ops.index_expr(Ix.wrap(idx[dim]), torch.int64), ops.constant(index, torch.int64)
+        )
+        return ops.where(hit, v, xl(idx))
+
+    return box(Pointwise(rt, xs, fn))
 
 
 @register_lowering(aten.stack.default)

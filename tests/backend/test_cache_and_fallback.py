@@ -38,10 +38,10 @@ def test_second_compile_hits_cache_without_gxx(monkeypatch):
 
 def test_second_process_compiles_nothing(tmp_path):
     script = textwrap.dedent(
-        """
+        f"""
         import json, torch
         from kiln import config, logs
-        config.cache_dir = %r
+        config.cache_dir = {str(tmp_path)!r}
         from tests.backend.helpers import compile_fn
         x = torch.arange(12.0).view(3, 4)
         c = compile_fn(lambda x: (x.softmax(1) + x.sum(),), [x])
@@ -49,7 +49,6 @@ def test_second_process_compiles_nothing(tmp_path):
         assert torch.allclose(c(x)[0], ref)
         print(json.dumps(dict(logs.counters["backend"])))
         """
-        % str(tmp_path)
     )
     runs = []
     for _ in range(2):

@@ -401,3 +401,16 @@ def test_unlowered_op_falls_back_to_aten():
         f, [x], allow_fallback=("aten.cumsum.default", "aten.sort.default", "aten.topk.default")
     )
     assert c.fallback_ops
+
+
+def test_scatter_views():
+    x, s = torch.randn(5, 6), torch.randn(5, 2)
+
+    def f(x, s):
+        return (
+            torch.slice_scatter(x, s, 1, 2, 4),
+            torch.select_scatter(x, s[:, 0], 1, -1),
+            torch.slice_scatter(x, x[:2] * 2, 0, 0, 2),
+        )
+
+    check(f, [x, s])

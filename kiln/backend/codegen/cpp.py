@@ -84,6 +84,53 @@ static inline int64_t kiln_clamp_idx(int64_t a, int64_t n) {
     return a < 0 ? 0 : (a >= n ? (n > 0 ? n - 1 : 0) : a);
 }
 template <typename T> static inline T kiln_sign(T a) { return static_cast<T>((T(0) < a) - (a < T(0))); }
+// Vectorizable float exp/erf/tanh (gcc inlines and vectorizes them; std:: versions are calls).
+// exp: range reduction x = n*ln2 + r, degree-7 Taylor on |r| <= ln2/2 (error < 1 ulp + Horner),
+// exact overflow/underflow/NaN behaviour; erf: the rational form eager's vectorized erf uses.
+static inline float kiln_bits_to_f(int32_t i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline float kiln_expf(float x) {
+    float xc = x < -103.0f ? -103.0f : (x > 89.0f ? 89.0f : x);
+    float n = std::nearbyint(xc * 1.44269504088896341f);
+    float r = xc - n * 0.693145751953125f;
+    r = r - n * 1.428606765330187045e-06f;
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    p = p + r * r * r * r * r * r * r * r * (1.0f / 40320.0f);
+    int32_t ni = static_cast<int32_t>(n);
+    int32_t h = ni / 2;
+    float s1 = kiln_bits_to_f((h + 127) << 23);
+    float s2 = kiln_bits_to_f((ni - h + 127) << 23);
+    float res = p * s1 * s2;
+    res = x > 88.72283935546875f ? std::numeric_limits<float>::infinity() : res;
+    res = x < -103.97208f ? 0.0f : res;
+    return x != x ? x : res;
+}
+static inline float kiln_erff(float x) {
+    float ax = std::fabs(x);
+    float t = 1.0f / (1.0f + 0.3275911f * ax);
+    float p = 1.061405429f;
+    p = p * t - 1.453152027f;
+    p = p * t + 1.421413741f;
+    p = p * t - 0.284496736f;
+    p = p * t + 0.254829592f;
+    float y = 1.0f - p * t * kiln_expf(-ax * ax);
+    return x != x ? x : (x < 0 ? -y : y);
+}
+static inline float kiln_tanhf(float x) {
+    float ax = std::fabs(x);
+    float e = kiln_expf(2.0f * (ax > 20.0f ? 20.0f : ax));
+    float big = 1.0f - 2.0f / (e + 1.0f);
+    float x2 = ax * ax;
+    float small = ax * (1.0f + x2 * (-1.0f / 3.0f + x2 * (2.0f / 15.0f + x2 * (-17.0f / 315.0f))));
+    float y = ax < 0.0625f ? small : big;
+    return x != x ? x : std::copysign(y, x);
+}
 extern "C" void kiln_set_num_threads(int n) { if (n > 0) omp_set_num_threads(n); }
 """
 
@@ -142,6 +189,15 @@ BINARY = {
     "bitwise_xor": "{0} ^ {1}",
 }
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+# float32 versions that vectorize (see the prelude); double keeps std::
+FLOAT32_UNARY = {
+    "exp": "kiln_expf({0})",
+    "erf": "kiln_erff({0})",
+    "tanh": "kiln_tanhf({0})",
+    "sigmoid": "1.0f / (1.0f + kiln_expf(-{0}))",
+}
 
 
 class CppOverrides:
@@ -253,8 +309,14 @@ class CppOverrides:
 
     def __getattr__(self, name):
         if name in FLOAT_UNARY:
-            fmt = FLOAT_UNARY[name]
-            return lambda a: self._var(fmt.format(a, compute_ctype(a.dtype)), a.dtype)
+
+            def unary(a):
+                fmt = FLOAT_UNARY[name]
+                if a.dtype == torch.float32 and name in FLOAT32_UNARY:
+                    fmt = FLOAT32_UNARY[name]
+                return self._var(fmt.format(a, compute_ctype(a.dtype)), a.dtype)
+
+            return unary
         if name in SAME_UNARY:
             fmt = SAME_UNARY[name]
             return lambda a: self._var(fmt.format(a, compute_ctype(a.dtype)), a.dtype)
