@@ -55,9 +55,15 @@ def binary_op(tx, fn, a, b):
         return type(b)(b.items * a.value)
     if _all_const([a, b]):
         ca, cb = a.as_python_constant(), b.as_python_constant()
-        if is_literal(ca) and is_literal(cb):
+        if _foldable(ca) and _foldable(cb):
             return fold(fn, ca, cb)
     unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
+
+
+def _foldable(value):
+    return is_literal(value) or (
+        isinstance(value, (torch.Size, tuple, list)) and all(_foldable(v) for v in value)
+    )
 
 
 def compare_vars(tx, fn, a, b):

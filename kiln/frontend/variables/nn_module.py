@@ -112,7 +112,9 @@ class NNModuleVariable(VariableTracker):
         mod = self.value
         if name == "forward":
             forward = inspect.getattr_static(type(mod), "forward")
-            return inline_call(tx, forward, [self, *args], kwargs, self._class_attr_source("forward"))
+            return inline_call(
+                tx, forward, [self, *args], kwargs, self._class_attr_source("forward")
+            )
         if name == "__getitem__" and isinstance(mod, _CONTAINERS) and len(args) == 1:
             key = args[0].as_python_constant()
             if isinstance(mod, torch.nn.ModuleDict):

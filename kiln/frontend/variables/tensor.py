@@ -23,6 +23,11 @@ _META_ATTRS = {
     "is_sparse": lambda v: v.example.is_sparse,
     "is_quantized": lambda v: v.example.is_quantized,
     "is_meta": lambda v: v.device.type == "meta",
+    "is_nested": lambda v: v.example.is_nested,
+    "is_mkldnn": lambda v: False,
+    "is_sparse_csr": lambda v: False,
+    "is_mps": lambda v: v.device.type == "mps",
+    "is_xpu": lambda v: v.device.type == "xpu",
 }
 
 # Attributes that are tensors computed from the tensor: recorded as getattr nodes.

@@ -9,6 +9,7 @@ eager PyTorch raises (or computes) exactly what it would have.
 
 import contextlib
 import operator
+import types
 
 import torch
 
@@ -182,6 +183,22 @@ def wrap_tensor_result(tx, node, result, device):
     unimplemented(f"op result of type {type(result).__name__}")
 
 
+def _returns_tensor(tx, fn, args, kwargs):
+    """Whether a torch Python function returns a tensor here (a meta run, nothing recorded)."""
+    unpack = _Unpack(tx)
+    try:
+        meta_args = [unpack(a)[1] for a in args]
+        meta_kwargs = {k: unpack(v)[1] for k, v in kwargs.items()}
+    except Exception:
+        return True  # arguments only an inlined trace understands: decided by call_tensor_op
+    ctx = torch.device("meta") if not unpack.has_tensor else contextlib.nullcontext()
+    try:
+        with ctx:
+            return _contains_tensor(fn(*meta_args, **meta_kwargs))
+    except Exception:
+        return True
+
+
 class TorchVariable(VariableTracker):
     """A function or class from torch (torch.sin, F.relu, torch.Tensor ...), called into the graph."""
 
@@ -228,6 +245,12 @@ class TorchVariable(VariableTracker):
                 return ConstantVariable(isinstance(args[0], TensorVariable))
             if len(args) == 1 and isinstance(args[0], TensorVariable):
                 return ConstantVariable(fn(args[0].example))
+        if isinstance(fn, types.FunctionType) and not _returns_tensor(tx, fn, args, kwargs):
+            # a torch helper written in Python that computes no tensor (argument checks,
+            # canonicalisation): traced like user code
+            from kiln.frontend.variables.functions import inline_call
+
+            return inline_call(tx, fn, args, kwargs, None)
         return call_tensor_op(tx, "call_function", fn, args, kwargs)
 
     def reconstruct(self, cg):
