@@ -312,3 +312,73 @@ def raise_varargs(n):
 def resume(where=0):
     """The RESUME every code object starts with (0: function start)."""
     return [make_inst("RESUME", where, where)]
+
+
+# ---- blocks ----
+
+
+def _kiln_with_template(ctx):
+    with ctx:
+        _kiln_with_body()  # noqa: F821 - never called; only its bytecode is used
+    _kiln_with_after()  # noqa: F821
+
+
+_template_cache = {}
+
+
+def with_block(load_ctx, body, depth):
+    """`with <ctx>: <body>` as instructions, cut from the compiler's own output for this Python.
+
+    load_ctx pushes the context manager; body must leave the stack as it found it and must not
+    jump out; depth is the number of stack items below the context manager (exception-table
+    depths are relative to the whole stack). Body instructions without an exception entry get
+    the with's entry, so an exception in the body calls __exit__ with it (and is re-raised
+    unless __exit__ returns true). The sequence ends with a NOP that normal exits jump to.
+    """
+    from kiln.bytecode.codec import BytecodeError, decode
+    from kiln.bytecode.edit import clone
+
+    t = _template_cache.get("with")
+    if t is None:
+        t = _template_cache["with"] = decode(_kiln_with_template.__code__)
+    t = clone(t)
+    i_ctx = next(n for n, i in enumerate(t) if i.opname == "LOAD_FAST" and i.argval == "ctx")
+    i_body = next(n for n, i in enumerate(t) if i.argval == "_kiln_with_body")
+    i_body_end = next(n for n in range(i_body, len(t)) if t[n].opname == "POP_TOP")
+    end = make_inst("NOP")
+    entries = {id(i.exn_tab_entry): i.exn_tab_entry for i in t if i.exn_tab_entry is not None}
+    for e in entries.values():
+        e.depth += depth
+    body = list(body)
+    for inst in body:
+        if inst.exn_tab_entry is None:
+            inst.exn_tab_entry = t[i_body].exn_tab_entry
+    # Every copy of the code after the with (3.12 duplicates it into the suppress path) becomes
+    # a jump to `end`.
+    out, replaced, n = list(load_ctx), {}, i_ctx + 1
+    while n < len(t):
+        inst = t[n]
+        inst.lineno = inst.positions = inst.offset = None
+        if n == i_body:
+            out += body
+            n = i_body_end + 1
+        elif inst.argval == "_kiln_with_after":
+            jump = jump_forward(end)[0]
+            replaced[id(inst)] = jump
+            out.append(jump)
+            n = next(m for m in range(n, len(t)) if t[m].is_return) + 1
+        else:
+            out.append(inst)
+            n += 1
+    out.append(end)
+    for inst in out:
+        if inst.target is not None and id(inst.target) in replaced:
+            inst.target = replaced[id(inst.target)]
+    inside = {id(i) for i in out}
+    for inst in out:
+        e = inst.exn_tab_entry
+        if (inst.target is not None and id(inst.target) not in inside) or (
+            e is not None and id(e.target) not in inside
+        ):
+            raise BytecodeError(f"with_block: unexpected layout of the compiler's with ({inst!r})")
+    return out

@@ -149,20 +149,20 @@ def main():
             except Exception as e:  # noqa: BLE001 - report every failing case
                 failures += 1
                 print(f"FAIL {check.__name__} {fn.__name__}: {type(e).__name__}: {e}")
-    resume_checks = HERE / "resume_checks.py"
+    sys.path.insert(0, str(HERE))
     n_resume = 0
-    if resume_checks.exists():
-        mod = load("kiln_resume_checks", resume_checks)
+    for module in ("emit_checks", "resume_checks"):
+        mod = __import__(module)
         for name, check in mod.all_checks():
             n_resume += 1
             try:
                 check()
             except Exception as e:  # noqa: BLE001
                 failures += 1
-                print(f"FAIL resume {name}: {type(e).__name__}: {e}")
+                print(f"FAIL {module} {name}: {type(e).__name__}: {e}")
     v = ".".join(map(str, sys.version_info[:3]))
     print(
-        f"python {v}: {len(corpus.CASES)} corpus functions, {n_resume} resume checks, "
+        f"python {v}: {len(corpus.CASES)} corpus functions, {n_resume} emit/resume checks, "
         f"{failures} failures"
     )
     return 1 if failures else 0
