@@ -69,13 +69,13 @@ class CacheNode:
 def lookup(root, g):
     """Walk the trie with g's keys; returns (leaf, dynamic positions, hit Entry or None)."""
     cur = root
-    changed = False
+    changed = new = False
     dyn = []
     pos = 0
     for k, (key, sizes) in enumerate(zip(g.keys, g.sizes)):
         child = cur.children.get(key)
         if child is None:
-            if logs.enabled(_CH):
+            if not new and logs.enabled(_CH):  # the first new node of this call is the reason
                 prev = [len(c) for c in cur.children]
                 name = g.names[k] if k < len(g.names) else "inputs"
                 logs.log(
@@ -88,7 +88,7 @@ def lookup(root, g):
                     prev,
                 )
             child = cur.children[key] = CacheNode(sizes)
-            changed = True
+            changed = new = True
         else:
             exp = child.expected
             for i, (e, a) in enumerate(zip(exp, sizes)):

@@ -192,14 +192,14 @@ class Capture:
                 env[phs[j]] = self.input_nodes[i]
             tangents = [grads[i] for i in plan.diff_outputs]
             present = [t is not None for t in tangents]
-            with self.tracer.tracing():
-                for j, t in enumerate(tangents):
-                    v = plan.tangent_vals[j]
-                    if t is None:
-                        t = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
-                    elif not t.is_contiguous():
-                        t = t.contiguous()
-                    env[phs[plan.num_saved + j]] = t._node
+            # (called by the engine inside the capture's TraceMode: these ops are recorded)
+            for j, t in enumerate(tangents):
+                v = plan.tangent_vals[j]
+                if t is None:
+                    t = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
+                elif not t.is_contiguous():
+                    t = t.contiguous()
+                env[phs[plan.num_saved + j]] = t._node
             self.note_origin()
             outs = self.copy_graph(bw_gm, env, prefix)
             result = [None] * len(needs)

@@ -127,7 +127,8 @@ def _root_edge(t):
     if t.grad_fn is not None:
         return t.grad_fn, t.output_nr
     if t.requires_grad:
-        return torch.autograd.graph.get_gradient_edge(t)
+        e = torch.autograd.graph.get_gradient_edge(t)
+        return e.node, e.output_nr
     raise Unsupported("a root that does not require grad")
 
 
