@@ -11,6 +11,8 @@ import functools
 import types
 import weakref
 
+import torch
+
 from kiln import config, logs
 from kiln.exc import Unsupported
 from kiln.frontend.codegen import NoBreakHere, transformed_code, transformed_code_at_break
@@ -169,9 +171,11 @@ class FrameCache:
             output.uses_modules = True
             self._check_module_hooks(args[0])
         tx = InstructionTranslator(output, fn, args, kwargs)
+        grad_mode = torch.is_grad_enabled()
         try:
             tx.run()
         except Unsupported as e:
+            torch._C._set_grad_enabled(grad_mode)  # a traced `with no_grad()` may be open
             if self.fullgraph or not hasattr(e, "root_index"):
                 raise
             try:
@@ -184,6 +188,8 @@ class FrameCache:
             self._record_break(e)
         else:
             new_code = transformed_code(output, fn.__code__, tx.return_value)
+        finally:
+            torch._C._set_grad_enabled(grad_mode)
         if output.uses_modules:
             output.guards.add(GuardKind.GLOBAL_STATE, None, True)
         guard = build_guard_fn(fn, output.guards, extra=output.extra_globals)

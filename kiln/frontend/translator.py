@@ -107,6 +107,7 @@ class InstructionTranslatorBase:
         self.stack_before = []
         self.return_value = None
         self.is_root = False
+        self.with_handlers = []  # cleanup handlers of the traced `with` blocks now open
 
     # --- the loop -------------------------------------------------------------------------------
     def run_loop(self):
@@ -124,7 +125,11 @@ class InstructionTranslatorBase:
             try:
                 if handler is None:
                     unimplemented(f"opcode {inst.opname} is not supported")
-                if inst.exn_tab_entry is not None and not self.in_generator_handler(inst):
+                if (
+                    inst.exn_tab_entry is not None
+                    and not self.in_generator_handler(inst)
+                    and not any(inst.exn_tab_entry.target is h for h in self.with_handlers)
+                ):
                     # a graph cannot run an exception handler: try/with blocks stay in Python
                     unimplemented("code inside a try or with block")
                 handler(inst)
@@ -734,7 +739,23 @@ class InstructionTranslatorBase:
         unimplemented("assert statement")
 
     def BEFORE_WITH(self, inst):
-        unimplemented("with statement (context managers)")
+        from kiln.frontend.variables.misc import GradModeVariable, WithExitVariable
+
+        cm = self.pop()
+        if not isinstance(cm, GradModeVariable):
+            unimplemented(f"with statement over {cm} (context manager)")
+        nxt = self.instructions[self.ip]
+        if nxt.exn_tab_entry is None:
+            unimplemented("with statement without a cleanup handler")
+        exit_var = WithExitVariable(cm)
+        exit_var.handler = nxt.exn_tab_entry.target
+        self.with_handlers.append(exit_var.handler)
+        self.push(exit_var)
+        self.push(cm.enter(self))
+
+    def exit_with(self, exit_var):
+        if self.with_handlers and self.with_handlers[-1] is exit_var.handler:
+            self.with_handlers.pop()
 
     def PUSH_EXC_INFO(self, inst):
         unimplemented("exception handling")

@@ -62,8 +62,9 @@ def calls_numpy(x):
         (item_branch, (torch.randn(3),), 2, 2, 1),
         (uses_item, (torch.randn(3),), 2, 2, 1),
         (mutates_input_list, ([torch.randn(2)],), 1, 2, 1),
-        # the resume function itself cannot be traced (with, raise): it runs eagerly
-        (with_block, (torch.randn(2),), 0, 1, 2),
+        # grad-mode `with` blocks are traced into the graph
+        (with_block, (torch.randn(2),), 1, 1, 0),
+        # the resume function itself cannot be traced (raise): it runs eagerly
         (raises, (torch.randn(2),), 0, 1, 2),
         # no break possible at an import: the whole frame runs eagerly
         (calls_numpy, (torch.randn(2),), 0, 0, 1),

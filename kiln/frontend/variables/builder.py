@@ -34,6 +34,9 @@ from kiln.frontend.variables.user_defined import (
 
 
 def _is_torch_callable(value):
+    wrapped = getattr(value, "__wrapped__", None)
+    if isinstance(wrapped, types.FunctionType) and not _is_torch_callable(wrapped):
+        return False  # a user function decorated by torch (@torch.no_grad() ...): not an op
     mod = getattr(value, "__module__", None) or ""
     if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         self_ = getattr(value, "__self__", None)
@@ -149,7 +152,7 @@ def wrap_value(tx, value, source):
             return wrap_constant_like(tx, value)
         return UserFunctionVariable(value, source=source)
     if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
-        guards.add(GuardKind.ID_MATCH, source, value.__func__)  # via __func__ below
+        guards.add(GuardKind.ID_MATCH, _attr(source, "__func__"), value.__func__)
         obj = wrap_value(tx, value.__self__, _attr(source, "__self__"))
         return UserMethodVariable(value.__func__, obj)
     if _is_builtin(value) or _is_torch_callable(value):

@@ -150,4 +150,55 @@ class OpaqueCallableVariable(VariableTracker):
     reconstruct = _load_value
 
 
+class GradModeVariable(VariableTracker):
+    """`torch.no_grad()` / `enable_grad()` / `set_grad_enabled(b)` used in a `with` statement.
+
+    Entering records `torch._C._set_grad_enabled(mode)` in the graph and switches the mode while
+    tracing (meta results see it); the exit records and switches back to the mode before.
+    """
+
+    def __init__(self, mode, cls, **kw):
+        super().__init__(**kw)
+        self.mode = mode
+        self.cls = cls
+        self.prev = None
+
+    def python_type(self):
+        return self.cls
+
+    def enter(self, tx):
+        import torch
+
+        self.prev = torch.is_grad_enabled()
+        _set_grad(tx, self.mode)
+        return ConstantVariable(None)
+
+    def exit(self, tx):
+        _set_grad(tx, self.prev)
+        return ConstantVariable(None)
+
+
+def _set_grad(tx, mode):
+    import torch
+
+    if torch.is_grad_enabled() != mode:
+        node = tx.output.create_node("call_function", torch._C._set_grad_enabled, (mode,), {})
+        node.meta["example_value"] = None
+        torch._C._set_grad_enabled(mode)
+
+
+class WithExitVariable(VariableTracker):
+    """The `__exit__` BEFORE_WITH leaves on the stack for a traced context manager."""
+
+    def __init__(self, cm, **kw):
+        super().__init__(**kw)
+        self.cm = cm
+
+    def call_function(self, tx, args, kwargs):
+        if not all(a.is_python_constant() and a.as_python_constant() is None for a in args):
+            unimplemented("__exit__ with an exception")
+        tx.exit_with(self)
+        return self.cm.exit(tx)
+
+
 __all__ = ["ConstantVariable"]

@@ -45,7 +45,6 @@ _TRACE_TIME = {torch.is_tensor, torch.is_floating_point, torch.is_complex, torch
 _BANNED = {
     torch.manual_seed,
     torch.seed,
-    torch.set_grad_enabled,
     torch.is_grad_enabled,
     torch.set_default_dtype,
     torch.set_default_device,
@@ -235,6 +234,14 @@ class TorchVariable(VariableTracker):
                 return SizeVariable(args[0].unpack_var_sequence(tx))
             if fn in (torch.device, torch.dtype) and all(a.is_python_constant() for a in args):
                 return ConstantVariable(fn(*[a.as_python_constant() for a in args]))
+            if fn in (torch.no_grad, torch.enable_grad) and not args and not kwargs:
+                from kiln.frontend.variables.misc import GradModeVariable
+
+                return GradModeVariable(fn is torch.enable_grad, fn)
+            if fn is torch.set_grad_enabled and len(args) == 1 and args[0].is_python_constant():
+                from kiln.frontend.variables.misc import GradModeVariable
+
+                return GradModeVariable(bool(args[0].as_python_constant()), fn)
             if issubclass(fn, torch.nn.Module):
                 unimplemented(f"creating a {fn.__name__} module inside the compiled frame")
             unimplemented(f"calling torch class {fn.__name__}")
