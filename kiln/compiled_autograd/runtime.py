@@ -227,7 +227,16 @@ def _compile_fn(compiler_fn, gm):
     logs.counters["compiled_autograd"]["compiles"] += 1
     if compiler_fn is None:
         return gm.forward
-    compiled = compiler_fn(gm)
+    try:
+        compiled = compiler_fn(gm)
+    except KilnError as e:
+        logs.warn(
+            "kiln compiled autograd: the compiler failed on the backward graph (%s: %s); "
+            "running the captured graph uncompiled",
+            type(e).__name__,
+            e,
+        )
+        return gm.forward
     return _FirstCallGuard(compiled, gm)
 
 

@@ -46,11 +46,15 @@ def assert_same_grads(a, b, atol=1e-6, rtol=1e-5):
             torch.testing.assert_close(a[n], b[n], atol=atol, rtol=rtol, msg=n)
 
 
-def parity(model, step, steps=2, compiler_fn=None, atol=1e-6, rtol=1e-5):
+def parity(model, step, steps=2, compiler_fn=None, atol=1e-6, rtol=1e-5, setup=None):
     """Run `step(model)` `steps` times eagerly and under compiled autograd on a copy; compare
     every parameter's .grad after each step (grads accumulate across steps) and what step returns.
+    `setup(m)` registers hooks on both models (deepcopy does not copy tensor hooks).
     """
     ref, test = model, copy.deepcopy(model)
+    if setup is not None:
+        setup(ref)
+        setup(test)
     for _ in range(steps):
         out_ref = step(ref)
         with ca.enable(compiler_fn):
