@@ -41,8 +41,25 @@ from kiln.bytecode import PY312_PLUS, Inst, clone, decode, emit, encode, first_r
 # Locals are the arguments themselves (same names), so nothing is stored. On 3.12+ a LOAD_FAST of
 # a local that is not an argument becomes LOAD_FAST_CHECK (a local the caller did not pass raises
 # UnboundLocalError instead of reading NULL).
-# Not supported (Unsupported is raised; the frontend then runs the frame eagerly): generators and
-# coroutines, resuming inside an except/finally handler (the live exception cannot be restored).
+# Not supported (ResumeUnsupported is raised; the frontend then runs the frame eagerly):
+# generators and coroutines; resuming between 3.11's PRECALL / KW_NAMES and their CALL; at a
+# loop's END_FOR. Never resume inside an except/finally handler (the live exception cannot be
+# restored; analysis cannot tell, the caller must not ask).
+
+# Note [Resume: breaks inside with blocks]
+#
+# Recipe for a break at instruction i inside `with ctx:` (slot p holds its __exit__, see
+# analysis.FrameState.with_positions), as tests/bytecode/resume_checks.py::check_with_recipe does:
+#
+#     <graph>; <ctx object into a temp>
+#     emit.with_block(load ctx, <rebuild the stack above p, run instruction i, store results
+#                                in temps>, depth=p)      # i runs inside the context; an
+#                                                          # exception in it reaches __exit__
+#     return resume(<stack below p>, ctx, <results>, <live locals>)   # setup_with_blocks=(p,)
+#
+# The resume prologue re-enters ctx with BEFORE_WITH and the copied body exits it through the
+# original cleanup code. The context is therefore left and re-entered around the break (fine for
+# grad mode / autocast style managers, whose enter/exit only set and restore state).
 
 _GENERATOR_FLAGS = (
     inspect.CO_GENERATOR
@@ -86,16 +103,23 @@ class ResumeFunction:
         """Push the resume function (a function object with the caller's cells as closure)."""
         return emit.make_closure(self.code, self.closure_names)
 
-    def emit_call(self, wrap_with=None) -> list[Inst]:
+    def emit_make_wrapped(self, wrap) -> list[Inst]:
+        """Push wrap(<the resume function>): e.g. kiln's frame entry for it, built at run time
+        because its closure holds the running frame's cells."""
+        return emit.call_function(emit.load_const(wrap), [self.emit_make_function()])
+
+    def emit_call(self, wrap_with=None, wrap=None) -> list[Inst]:
         """Code for the caller: with the break's stack on the value stack (stack_depth items,
         NULLs at null_positions, the context managers at with_positions) and the live locals
         bound, call the resume function and return its result. `wrap_with(k, load)` may turn
-        the value loaded by `load` for with-slot k into the context manager to pass."""
+        the value loaded by `load` for with-slot k into the context manager to pass; `wrap`
+        (see emit_make_wrapped) is called on the resume function and its result is called."""
         out = []
         tmp = [f"__resume_tmp{k}" for k in range(self.stack_depth)]
         for k in reversed(range(self.stack_depth)):
             out += emit.store_fast(tmp[k])  # STORE_FAST is safe for NULLs, POP_TOP is not
-        out += emit.with_null(self.emit_make_function())
+        make = self.emit_make_wrapped(wrap) if wrap is not None else self.emit_make_function()
+        out += emit.with_null(make)
         for k in self.stack_args:
             load = emit.load_fast(tmp[k])
             out += wrap_with(k, load) if wrap_with and k in self.with_positions else load

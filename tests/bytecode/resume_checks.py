@@ -87,13 +87,23 @@ def _normal_reach(insts):
     return seen
 
 
-def broken(fn, r, depth, nulls, live, withs):
+WRAPPED = []
+
+
+def wrap(fn):
+    """Stands for kiln's frame entry: records the resume function it is given."""
+    WRAPPED.append(fn)
+    return fn
+
+
+def broken(fn, r, depth, nulls, live, withs, use_wrap=False):
     """fn with a simulated graph break at instruction r (see the module docstring)."""
     code = fn.__code__
     rf = R.make_resume_function(code, r, depth, nulls, live, setup_with_blocks=withs)
     insts = B.decode(code)
     call = rf.emit_call(
-        wrap_with=lambda k, load: B.emit.call_function(B.emit.load_const(Reenter), [load])
+        wrap_with=lambda k, load: B.emit.call_function(B.emit.load_const(Reenter), [load]),
+        wrap=wrap if use_wrap else None,
     )
     B.insert_before(insts, insts[r], call)
     for inst in call:
@@ -111,8 +121,9 @@ def check_function(fn, inputs, max_points=8):
         points = [points[int(i * step)] for i in range(max_points)]
     # exc_groups: `r` is live everywhere but only bound on one path, so no point is resumable
     assert points or fn.__name__ == "exc_groups", f"{fn.__name__}: no resume points"
-    for r, depth, nulls, live, withs in points:
-        new_fn, rf = broken(fn, r, depth, nulls, live, withs)
+    for n, (r, depth, nulls, live, withs) in enumerate(points):
+        WRAPPED.clear()
+        new_fn, rf = broken(fn, r, depth, nulls, live, withs, use_wrap=n % 2 == 1)
         for args in inputs:
             got, want = outcome(new_fn, args), outcome(fn, args)
             assert got == want, (
@@ -231,7 +242,61 @@ def all_checks():
         check_cache_and_names,
         check_closure_cells_shared,
         check_with_reentered,
+        check_with_recipe,
         check_unsupported,
     ):
         out.append((check.__name__, check))
     return out
+
+
+def check_with_recipe():
+    """Note [Resume: breaks inside with blocks]: the transformed code runs the unsupported
+    instruction inside emit.with_block and the resume function re-enters the same manager."""
+    log = []
+
+    class CM:
+        def __enter__(self):
+            log.append("enter")
+
+        def __exit__(self, *exc):
+            log.append(("exit", exc[0] and exc[0].__name__))
+
+    def f(x, out):
+        with CM():
+            y = x + 1
+            out.append(y)  # "unsupported": the break runs this call in Python
+            z = y * 2
+        return z
+
+    insts = B.decode(f.__code__)
+    states = A.frame_states(insts, ("x", "out"))
+    i_call = next(n for n, i in enumerate(insts) if i.opname == "CALL" and i.arg == 1)
+    r = i_call + 1  # the POP_TOP of the call's result
+    state = states[r]
+    assert state.with_positions == (0,) and state.depth == 2
+    # live and bound at the break (z is live through the suppress path but not yet bound)
+    live = tuple(sorted(A.livevars(insts, r) & {"x", "out", "y"}))
+    rf = R.make_resume_function(f.__code__, r, state.depth, (), live, setup_with_blocks=(0,))
+    E = B.emit
+    # the transformed f: "graph" y = x + 1; then the break
+    body = E.load_fast("x") + E.load_const(1) + E.binary_op("+") + E.store_fast("y")
+    body += E.call_function(E.load_const(CM), []) + E.store_fast("ctx")
+    inner = E.load_fast("out") + E.load_method("append") + E.load_fast("y") + E.call(1)
+    inner += E.store_fast("res")
+    body += E.with_block(E.load_fast("ctx"), inner, depth=0)
+    body += E.with_null(rf.emit_make_function()) + E.load_fast("ctx") + E.load_fast("res")
+    body += [i for name in rf.live_locals for i in E.load_fast(name)]
+    body += E.call(2 + len(rf.live_locals)) + E.return_value()
+    keep = insts[: B.first_resume(insts) + 1]
+    names = f.__code__.co_varnames + ("ctx", "res")
+    transformed = with_code(f, B.encode(keep + body, like=f.__code__, co_varnames=names))
+    out = []
+    assert transformed(3, out) == 8 and out == [4]
+    assert log == ["enter", ("exit", None), "enter", ("exit", None)], log
+    log.clear()
+    try:
+        transformed(3, None)  # None.append raises inside the with: __exit__ sees it
+        raise AssertionError("should raise")
+    except AttributeError:
+        pass
+    assert log == ["enter", ("exit", "AttributeError")], log
