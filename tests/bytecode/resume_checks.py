@@ -243,6 +243,7 @@ def all_checks():
         check_closure_cells_shared,
         check_with_reentered,
         check_with_recipe,
+        check_nested_resume,
         check_unsupported,
     ):
         out.append((check.__name__, check))
@@ -300,3 +301,37 @@ def check_with_recipe():
     except AttributeError:
         pass
     assert log == ["enter", ("exit", "AttributeError")], log
+
+
+def check_nested_resume():
+    """A resume function that breaks again (kiln compiles resume functions as frames): the
+    wrapper given to emit_call builds a broken copy of the resume function itself."""
+
+    def break_again(fn):
+        points = list(resume_points(fn.__code__))
+        insts = B.decode(fn.__code__)
+        jump = next(n for n, i in enumerate(insts) if i.opname == "JUMP_FORWARD")
+        points = [p for p in points if p[0] > jump]  # inside the copied body
+        if not points:
+            return fn
+        r, depth, nulls, live, withs = points[len(points) // 2]
+        return broken(fn, r, depth, nulls, live, withs)[0]
+
+    names = ("loop_sum", "nested_loops", "closure", "nested_with", "deep_try", "fstrings")
+    cases = [(fn, inputs) for fn, inputs in corpus.CASES if fn.__name__ in names]
+    assert len(cases) == len(names)
+    for fn, inputs in cases:
+        points = list(resume_points(fn.__code__))
+        r, depth, nulls, live, withs = points[len(points) // 3]
+        rf = R.make_resume_function(fn.__code__, r, depth, nulls, live, setup_with_blocks=withs)
+        insts = B.decode(fn.__code__)
+        call = rf.emit_call(
+            wrap_with=lambda k, load: B.emit.call_function(B.emit.load_const(Reenter), [load]),
+            wrap=break_again,
+        )
+        B.insert_before(insts, insts[r], call)
+        for inst in call:
+            inst.exn_tab_entry = None
+        new_fn = with_code(fn, B.encode(insts, like=fn.__code__))
+        for args in inputs:
+            assert outcome(new_fn, args) == outcome(fn, args), f"nested {fn.__name__}{args}"
