@@ -36,6 +36,9 @@ class ModelSpec:
 
 
 REGISTRY: dict[str, ModelSpec] = {}
+# `kiln bench --quick` (and `make demo`): small enough to compile in a few minutes on 2 cores;
+# the first one is the model whose graph and guards the demo prints.
+QUICK = ("pointwise", "mlp", "nanogpt")
 
 
 def register(name, tags, about):

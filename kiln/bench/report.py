@@ -117,7 +117,8 @@ def table(rows, overhead=(), env=None, status_width=60):
         parts.append(
             f"Machine: {env.get('cpu') or '?'} ({env.get('cpu_count')} cores, "
             f"{env.get('torch_threads')} torch threads), {env.get('device')}, {env.get('dtype')}; "
-            f"torch {env.get('torch')}, Python {env.get('python')}; {env.get('date')}"
+            f"torch {env.get('torch')}, Python {env.get('python')}; {env.get('date')}; "
+            f"load average {env.get('load_avg_start')} at start, {env.get('load_avg_1m')} at end"
         )
     return "\n\n".join(parts)
 

@@ -505,6 +505,7 @@ def environment(settings):
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "command": " ".join(["kiln"] + sys.argv[1:]),
+        "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
     }
     if settings.device.startswith("cuda") and torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name()

@@ -138,7 +138,7 @@ def run_bench(args):
     from kiln.bench import models, report
     from kiln.bench.runner import Runner, Settings, environment
 
-    quick_names = ",".join(s.name for s in models.select(tags=["quick"]))
+    quick_names = ",".join(models.QUICK)
     settings = Settings(
         models=args.models or (quick_names if args.quick else "all"),
         modes=args.mode,
@@ -166,6 +166,14 @@ def run_bench(args):
     except ValueError as e:
         print(f"kiln bench: {e}", file=sys.stderr)
         return 2
+    load_start = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+    cores = os.cpu_count() or 1
+    if load_start is not None and load_start > cores - 0.5:
+        print(
+            f"kiln bench: warning: the machine is busy (load average {load_start} on {cores} "
+            "cores); timings will be noisy, multi-threaded ones most (try --threads 1)",
+            file=sys.stderr,
+        )
     t0 = time.perf_counter()
     try:
         runner.run()
@@ -175,6 +183,7 @@ def run_bench(args):
     wall = time.perf_counter() - t0
     env = environment(settings)
     env["wall_s"] = round(wall, 1)
+    env["load_avg_start"] = load_start
     print()
     print(report.table(runner.rows, runner.overhead, env))
     paths = report.write_all(runner, env, args.out)

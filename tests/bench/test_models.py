@@ -41,7 +41,7 @@ def test_registry_has_the_suite():
     hf = {"hf_gpt2", "hf_bert", "hf_llama", "hf_t5", "hf_vit"}
     assert builtin | hf <= set(models.REGISTRY)
     quick = {s.name for s in models.select(tags=["quick"])}
-    assert quick and quick <= set(models.REGISTRY)
+    assert quick == set(models.QUICK) and quick <= set(models.REGISTRY)
     assert [s.name for s in models.select("pointwise,mlp")] == ["pointwise", "mlp"]
     with pytest.raises(ValueError, match="unknown model"):
         models.select("nope")
