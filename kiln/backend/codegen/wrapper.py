@@ -185,4 +185,7 @@ class WrapperCodegen:
         for o in outs:
             if isinstance(o, Buffer):
                 lay = o.layout
-                body.writeline(f"{o.name} = rt.fix({o.name}, {lay.size}, {lay.stride})")
+                body.writeline(
+                    f"if {o.name}.stride() != {lay.stride}: "
+                    f"{o.name} = rt.fix({o.name}, {lay.size}, {lay.stride})"
+                )
