@@ -313,7 +313,7 @@ def _make_function(plan):
         result = [None] * plan.num_inputs
         needs = ctx.needs_input_grad
         for g, i, deps in zip(got, plan.grad_inputs, plan.grad_deps):
-            if g is None or not needs[i] or not any(present[j] for j in deps):
+            if g is None or not needs[i] or (deps and not any(present[j] for j in deps)):
                 continue
             if double:  # create_graph=True: differentiating this grad raises a clear error
                 g = _NoDoubleBackward.apply(g, torch.empty(0, requires_grad=True))
@@ -355,7 +355,11 @@ def _key(args):
         if isinstance(a, torch.Tensor):
             parts.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
         else:
-            parts.append((type(a), a))
+            try:
+                hash(a)
+                parts.append((type(a), a))
+            except TypeError:
+                parts.append((type(a), repr(a)))
     return tuple(parts)
 
 

@@ -47,9 +47,11 @@ class FunctionalizeResult:
 
 
 # Note [Functionalize: metadata mutation]
-# In-place ops that change a tensor's size or strides (t_, resize_, set_, ...) cannot be expressed
-# as a functional value flowing through the graph; they are rejected with Unsupported, and the
-# caller falls back to eager for that graph.
+# In-place ops that change a tensor's size or strides (t_, squeeze_, resize_, set_, ...): on a fresh
+# value nothing else can see (not an input, not a view, no views taken of it) `x.squeeze_(0)` is
+# just `x = squeeze(x)`, and the tracer already moved the tensor to the new node (Note [Tracer:
+# metadata mutation]); anything else (inputs, resize_, set_) raises Unsupported, and the caller
+# falls back to eager for that graph.
 _METADATA_MUTATIONS = {
     "t_",
     "transpose_",
@@ -65,11 +67,25 @@ _METADATA_MUTATIONS = {
     "detach_",
 }
 
+# metadata mutations with a view twin (allowed on fresh values, see metadata_mutation)
+_METADATA_FUNCTIONAL = {
+    "t_": "t",
+    "transpose_": "transpose",
+    "squeeze_": "squeeze",
+    "unsqueeze_": "unsqueeze",
+    "as_strided_": "as_strided",
+    "swapaxes_": "swapaxes",
+    "swapdims_": "swapdims",
+    "detach_": "alias",
+}
+
 # in-place / out= ops whose functional twin is not found by name
 _FUNCTIONAL_OVERRIDES = {
     aten.bernoulli_.float: aten.bernoulli.p,
     aten.normal_.default: aten.normal_functional.default,
     aten._native_batch_norm_legit.default: aten._native_batch_norm_legit_functional.default,
+    aten._batch_norm_with_update.default: aten._batch_norm_with_update_functional.default,
+    aten.rrelu_with_noise.default: aten.rrelu_with_noise_functional.default,
 }
 
 
@@ -83,24 +99,30 @@ def _written_args(func):
     ]
 
 
+def _type_text(arg):
+    return str(arg.type)
+
+
 def functional_variant(func):
     """The functional OpOverload computing what a mutating op writes (add_ -> add, add.out -> add)."""
     if func in _FUNCTIONAL_OVERRIDES:
         return _FUNCTIONAL_OVERRIDES[func]
     name = func._schema.name.split("::")[1]
-    overload = func._overloadname
     ns = getattr(torch.ops, func.namespace)
-    if name.endswith("_") and not overload.endswith("out"):
-        packet = getattr(ns, name[:-1], None)
-        if packet is not None and overload in packet.overloads():
-            return getattr(packet, overload)
-    if overload == "out" or overload.endswith("_out"):
-        packet = getattr(ns, name, None)
-        written = {func._schema.arguments[i].name for i in _written_args(func)}
-        want = [a.name for a in func._schema.arguments if a.name not in written]
-        for cand_name in packet.overloads() if packet is not None else ():
+    written = {func._schema.arguments[i].name for i in _written_args(func)}
+    inplace = name.endswith("_") and not func._overloadname.endswith("out")
+    packet = getattr(ns, name[:-1] if inplace else name, None)
+    if inplace:  # add_(self, other, alpha) -> add(self, other, alpha)
+        want = [(a.name, _type_text(a)) for a in func._schema.arguments]
+    else:  # add.out(self, other, alpha, out) -> add(self, other, alpha)
+        want = [(a.name, _type_text(a)) for a in func._schema.arguments if a.name not in written]
+    if packet is not None:
+        preferred = [func._overloadname] if func._overloadname in packet.overloads() else []
+        for cand_name in preferred + list(packet.overloads()):
             cand = getattr(packet, cand_name)
-            if not cand._schema.is_mutable and [a.name for a in cand._schema.arguments] == want:
+            if cand._schema.is_mutable:
+                continue
+            if [(a.name, _type_text(a)) for a in cand._schema.arguments] == want:
                 return cand
     raise Unsupported(f"functionalize: no functional variant for mutating operator {func}")
 
@@ -276,7 +298,7 @@ class _Functionalizer:
             return
         name = func._schema.name.split("::")[-1]
         if name in _METADATA_MUTATIONS:
-            raise Unsupported(f"functionalize: metadata-mutating operator {func}")
+            return self.metadata_mutation(n, func, name)
         if func is aten.native_batch_norm.default and n.args[5] and n.args[3] is not None:
             return self.batch_norm(n)
         written = _written_args(func)
@@ -288,6 +310,23 @@ class _Functionalizer:
         self.env[n] = new
         if isinstance(n.meta.get("val"), ProxyTensor):
             self._make_root(n, new)
+
+    def metadata_mutation(self, n, func, name):
+        """x.squeeze_() on a fresh value without views: continue with squeeze(x) (a new root)."""
+        a = n.args[0]
+        while a in self.alias_to and isinstance(self.alias_to[a], torch.fx.Node):
+            a = self.alias_to[a]
+        fop = None
+        if name in _METADATA_FUNCTIONAL:
+            packet = getattr(aten, _METADATA_FUNCTIONAL[name])
+            over = func._overloadname
+            fop = getattr(packet, over if over in packet.overloads() else "default", None)
+        fresh = a in self.root and self.root[a] is a and a.op == "call_function"
+        if fop is None or not fresh or any(p[0] is a for p in self.parent.values()):
+            raise Unsupported(f"functionalize: metadata-mutating operator {func} on {a.name}")
+        new = self.emit(fop, (self.get(a), *self.map(n.args[1:])), self.map(n.kwargs), name=n.name)
+        self.env[n] = new
+        self._make_root(n, new)
 
     def view(self, n, func):
         src = n.args[0]
@@ -350,7 +389,7 @@ class _Functionalizer:
         else:
             values = [self.emit(operator.getitem, (new, k)) for k in range(nret)]
         if nret > len(func._schema.returns):  # e.g. batch norm: its outputs, then new buffers
-            self.env[n] = new
+            self.env[n] = new if len(func._schema.returns) > 1 else values[0]
             values = values[nret - len(targets) :]
         else:
             self.alias_to[n] = targets[0] if len(targets) == 1 else tuple(targets)

@@ -190,6 +190,7 @@ def min_cut_rematerialization_partition(joint, joint_inputs=None, *, num_fwd_out
 
     info = JointInfo(joint, num_fwd_outputs)
     g = nx.DiGraph()
+    g.add_nodes_from(["source", "sink"])
     tangent_set = set(info.tangents)
     for n in info.nodes:
         if n.op in ("output", "get_attr") or n in tangent_set:
@@ -202,6 +203,11 @@ def min_cut_rematerialization_partition(joint, joint_inputs=None, *, num_fwd_out
             g.add_edge("source", n.name + "_in", capacity=math.inf)
         g.add_edge(n.name + "_in", n.name + "_out", capacity=_nbytes(n))
         _add_user_edges(g, n)
+    for o in info.bw_outs:  # the grads themselves are needed in the backward
+        if isinstance(o, torch.fx.Node) and o.op != "get_attr" and o not in tangent_set:
+            g.add_edge(
+                o.name + ("_in" if o in info.tangent_closure else "_out"), "sink", capacity=math.inf
+            )
     try:
         _, (reachable, non_reachable) = nx.minimum_cut(g, "source", "sink")
     except nx.NetworkXUnbounded:

@@ -269,6 +269,40 @@ def is_view_op(func):
     return a0 is not None and not a0.is_write and r0 is not None and not r0.is_write
 
 
+# Note [Tracer: metadata mutation]
+# x.squeeze_(0) changes x's size in place. The meta tensor inside changes with the op; the wrapper
+# is re-strided to match (as_strided_ below the dispatcher, so nothing is recorded) and from then on
+# x names the squeeze_ node, whose val is x; the node that made x keeps a snapshot of the old
+# metadata as its val.
+_METADATA_OPS = {
+    "t_",
+    "transpose_",
+    "squeeze_",
+    "unsqueeze_",
+    "resize_",
+    "resize_as_",
+    "set_",
+    "as_strided_",
+    "swapaxes_",
+    "swapdims_",
+    "_resize_output_",
+    "detach_",
+}
+
+
+def _is_metadata_mutation(func):
+    schema = getattr(func, "_schema", None)
+    return schema is not None and schema.name.split("::")[-1] in _METADATA_OPS
+
+
+def _resync(t):
+    m = t._meta
+    if (t.shape, t.stride(), t.storage_offset()) == (m.shape, m.stride(), m.storage_offset()):
+        return
+    with torch._C._DisableTorchDispatch(), torch._C._AutoDispatchBelowADInplaceOrView():
+        t.as_strided_(m.size(), m.stride(), m.storage_offset())
+
+
 def _node_name(func):
     return getattr(func, "__name__", "op").split(".")[0] or "op"
 
@@ -373,12 +407,19 @@ class Tracer(_FakeDispatch):
                 self._decomposing.discard(func)
         if func is aten.lift_fresh.default:
             return self.constant_proxy(args[0])
+        target = args[0] if args and _is_metadata_mutation(func) else None
+        if isinstance(target, ProxyTensor) and target._node is not None:
+            target._node.meta["val"] = fake_like(target, target._node)  # snapshot, see the note
         out = super().dispatch(func, args, kwargs)
         nargs, nkwargs = pytree.tree_map_only(
             torch.Tensor, self.to_arg, (tuple(args), dict(kwargs))
         )
         node = self.graph.create_node("call_function", func, nargs, nkwargs, name=_node_name(func))
         self.bind(node, func, args, out)
+        if isinstance(target, ProxyTensor):
+            _resync(target)
+            target._node = node
+            node.meta["val"] = target
         return out
 
     def constant_proxy(self, t):

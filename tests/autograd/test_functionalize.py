@@ -106,11 +106,22 @@ def test_output_aliases_inputs():
     assert [op for op, _, _ in res.output_aliases[2].chain] == [aten.t.default, aten.select.int]
 
 
-def test_metadata_mutation_is_unsupported():
+def test_metadata_mutation_of_fresh_values():
     def f(x):
-        y = x * 1
+        y = x * 2
+        y.unsqueeze_(0)
+        y.add_(1)
         y.t_()
-        return y
+        return y, y.shape[0]
+
+    res = run_functional(f, torch.randn(3))
+    assert [n.meta["val"].shape for n in res.gm.graph.nodes if n.name == "t_"] == [(3, 1)]
+
+
+def test_metadata_mutation_of_an_input_is_unsupported():
+    def f(x):
+        x.t_()
+        return x + 1
 
     with pytest.raises(Unsupported, match="metadata-mutating"):
         functionalize(trace_aten(f, [torch.randn(2, 3)]))
