@@ -11,7 +11,14 @@ version differences] in kiln/bytecode/inst.py. Imports neither torch nor the res
 
 from kiln.bytecode import analysis, emit
 from kiln.bytecode.codec import BytecodeError, decode, encode
-from kiln.bytecode.edit import clone, first_resume, insert_after, insert_before, retarget
+from kiln.bytecode.edit import (
+    clone,
+    first_resume,
+    insert_after,
+    insert_before,
+    remove_unreachable,
+    retarget,
+)
 from kiln.bytecode.inst import (
     PY311,
     PY312,
@@ -40,6 +47,7 @@ __all__ = [
     "first_resume",
     "insert_after",
     "insert_before",
+    "remove_unreachable",
     "retarget",
     "encode",
     "format",

@@ -101,6 +101,21 @@ _SPLIT_SUPER = {
     "STORE_FAST_LOAD_FAST": ("STORE_FAST", "LOAD_FAST"),
     "STORE_FAST_STORE_FAST": ("STORE_FAST", "STORE_FAST"),
 }
+# Note [Bytecode: 3.13 errors from callee frames]
+# When a Python frame called inline (CALL into a Python function, a property's LOAD_ATTR, a
+# generator's FOR_ITER/SEND, __getitem__ via BINARY_SUBSCR) raises, 3.13 looks up the caller's
+# handler at the code unit BEFORE the calling instruction. Compiled code never starts a try range
+# at such an instruction; edits can (a resume function jumps into the middle of a try body), so
+# encode() puts a NOP covered by the same entry in front of it.
+_CALLS_FRAMES = frozenset(
+    {"CALL", "CALL_KW", "CALL_FUNCTION_EX", "BINARY_SUBSCR", "LOAD_ATTR", "FOR_ITER", "SEND"}
+)
+
+
+def _semantics(entry):
+    return (id(entry.target), entry.depth, entry.lasti)
+
+
 _INVERT = {"TRUE": "FALSE", "FALSE": "TRUE", "NONE": "NOT_NONE", "NOT_NONE": "NONE"}
 
 
@@ -266,6 +281,11 @@ def encode(insts: list[Inst], like: types.CodeType, **replace) -> types.CodeType
             out.append(tb)
             current = (entry, tb)
         loc = _location(inst)
+        if PY313_PLUS and entry is not None and inst.opname in _CALLS_FRAMES and n > 0:
+            prev = insts[n - 1].exn_tab_entry
+            if prev is None or _semantics(prev) != _semantics(entry):
+                # Note [Bytecode: 3.13 errors from callee frames]
+                out.append(bc.Instr("NOP", location=loc))
         if inst.target is None:
             split = _SPLIT_SUPER.get(inst.opname)
             if split and any(local_index.get(v, 0) > 15 for v in inst.argval):

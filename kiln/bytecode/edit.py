@@ -74,3 +74,20 @@ def clone(insts):
                 )
             inst.exn_tab_entry = entries[id(e)]
     return new
+
+
+def remove_unreachable(insts, flags=0):
+    """The instructions reachable from the first one (jumps, fall-through, exception handlers);
+    exception entries whose start/end were removed are moved onto kept instructions."""
+    from kiln.bytecode.analysis import frame_states
+
+    states = frame_states(insts, (), flags)
+    kept = [i for i, s in zip(insts, states) if s is not None]
+    seen = set()
+    for inst in kept:
+        e = inst.exn_tab_entry
+        if e is not None and id(e) not in seen:
+            seen.add(id(e))
+            covered = [i for i in kept if i.exn_tab_entry is e]
+            e.start, e.end = covered[0], covered[-1]
+    return kept

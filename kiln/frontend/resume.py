@@ -22,7 +22,17 @@ import dataclasses
 import inspect
 import types
 
-from kiln.bytecode import PY312_PLUS, Inst, clone, decode, emit, encode, first_resume, make_inst
+from kiln.bytecode import (
+    PY312_PLUS,
+    Inst,
+    clone,
+    decode,
+    emit,
+    encode,
+    first_resume,
+    make_inst,
+    remove_unreachable,
+)
 
 # Note [Resume: layout]
 #
@@ -35,8 +45,8 @@ from kiln.bytecode import PY312_PLUS, Inst, clone, decode, emit, encode, first_r
 # for a NULL slot; for a `with` slot (the __exit__ of an active `with` block in the original
 # frame) the argument is the context manager, re-entered with BEFORE_WITH + POP_TOP, which leaves
 # its __exit__ in that slot exactly as the original BEFORE_WITH did. Then a jump to the resume
-# instruction in a full copy of the original body: loops jump back inside the copy, and the copy
-# keeps the original exception table, whose entries (try bodies, with cleanups) have depths
+# instruction in a copy of the original body (what is unreachable from there is dropped): loops
+# jump back inside the copy, and the copy keeps the original exception table, whose entries (try bodies, with cleanups) have depths
 # relative to the same stack layout, so active try and with blocks stay correct.
 # Locals are the arguments themselves (same names), so nothing is stored. On 3.12+ a LOAD_FAST of
 # a local that is not an argument becomes LOAD_FAST_CHECK (a local the caller did not pass raises
@@ -220,6 +230,8 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
 
     if PY312_PLUS:
         body = _check_unpassed_loads(body, set(argnames), set(cells))
+    # the original code before the resume point that no path from it reaches again is dropped
+    insts = remove_unreachable(prologue + body, code.co_flags)
 
     varnames = argnames + [v for v in code.co_varnames if v not in argnames and v not in cells]
     flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
@@ -229,7 +241,7 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
     name = f"__resume_at_{offset}"
     return ResumeFunction(
         code=encode(
-            prologue + body,
+            insts,
             like=code,
             co_varnames=tuple(varnames),
             co_argcount=len(argnames),

@@ -244,6 +244,7 @@ def all_checks():
         check_with_reentered,
         check_with_recipe,
         check_nested_resume,
+        check_resume_at_call_in_try,
         check_unsupported,
     ):
         out.append((check.__name__, check))
@@ -335,3 +336,43 @@ def check_nested_resume():
         new_fn = with_code(fn, B.encode(insts, like=fn.__code__))
         for args in inputs:
             assert outcome(new_fn, args) == outcome(fn, args), f"nested {fn.__name__}{args}"
+
+
+def check_resume_at_call_in_try():
+    """Note [Bytecode: 3.13 errors from callee frames]: resuming right at a call (or a property
+    load) inside a try body, the callee's exception must still reach the handler."""
+
+    def f(g, x):
+        try:
+            return g(x)
+        except KeyError:
+            return "caught"
+
+    def h(o):
+        try:
+            return o.prop
+        except KeyError:
+            return "caught attr"
+
+    class Obj:
+        @property
+        def prop(self):
+            raise KeyError("p")
+
+    def raiser(x):
+        raise KeyError(x)
+
+    insts = B.decode(f.__code__)
+    r = next(n for n, i in enumerate(insts) if i.opname == ("PRECALL" if B.PY311 else "CALL"))
+    state = A.frame_states(insts, ("g", "x"))[r]
+    rf = R.make_resume_function(f.__code__, r, state.depth, state.null_positions, ())
+    resumed = types.FunctionType(rf.code, f.__globals__)
+    assert resumed(raiser, 1) == "caught" and resumed(len, [1, 2]) == 2
+
+    insts = B.decode(h.__code__)
+    r = next(n for n, i in enumerate(insts) if i.opname == "LOAD_ATTR")
+    state = A.frame_states(insts, ("o",))[r]
+    rf = R.make_resume_function(h.__code__, r, state.depth, state.null_positions, ())
+    resumed = types.FunctionType(rf.code, h.__globals__)
+    assert resumed(Obj()) == "caught attr"
+    assert resumed(types.SimpleNamespace(prop=3)) == 3
