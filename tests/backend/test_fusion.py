@@ -73,3 +73,16 @@ def test_intermediate_freed_early():
     x, w = torch.randn(8, 8), torch.randn(8, 8)
     c = check(lambda x, w: ((x.relu() @ w).sum(0),), [x, w])
     assert "del buf" in c.wrapper_src
+
+
+def test_column_reduction_is_blocked_and_vectorized():
+    x = torch.randn(300, 70)
+    x[3, 5] = float("nan")
+    c = check(
+        lambda x: (x.sum(0), x.amax(0), (x > 0).all(0), x.prod(0)),
+        [x],
+        expect_kernels=1,
+        atol=1e-5,
+        rtol=1e-5,
+    )
+    assert "ob +=" in c.cpp_src

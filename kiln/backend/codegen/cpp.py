@@ -441,6 +441,8 @@ class KernelWriter:
             body.writeline(f"for (int64_t o{d} = 0; o{d} < {size}; o{d}++) {{")
             body.level += 1
             depth += 1
+        if self._is_column():
+            return self.column_reduction()
         self.scopes.append({})
         for kind, nodes in g.segments:
             if kind == "flat":
@@ -453,6 +455,106 @@ class KernelWriter:
                 self.loop_segment(nodes)
         self.scopes.pop()
         for _ in range(depth):
+            body.level -= 1
+            body.writeline("}")
+        return self._function()
+
+    def _is_column(self):
+        """Reductions whose inputs are contiguous along the kept (outer) dimension."""
+        g = self.g
+        if not g.inner or not g.outer or len(g.segments) != 1 or g.outer[-1] < 8:
+            return False
+        nodes = g.segments[0][1]
+        if any(g.roles[n.name] != "red" for n in nodes):
+            return False
+        if any(n.reduction_type not in ("sum", "prod", "max", "min", "any", "all") for n in nodes):
+            return False
+        ol, rl = f"o{len(g.outer) - 1}", f"r{len(g.inner) - 1}"
+        for n in nodes:
+            loads = n.loads("red", g.outer, g.inner)
+            if not loads:
+                return False
+            for _, ix in loads:
+                if ix.terms.get(ol, 0) != 1 or ix.terms.get(rl, 0) in (0, 1, -1):
+                    return False
+        return True
+
+    def column_reduction(self):
+        """Blocks of outputs accumulate side by side while the reduction walks rows (vectorized)."""
+        g, body = self.g, self.code
+        # Undo the generic outer loop nest: rebuild it with the last outer dim in blocks.
+        body.lines.clear()
+        body.level = 1
+        nodes = g.segments[0][1]
+        k = len(g.outer)
+        last = f"o{k - 1}"
+        work = prod(g.outer) * prod(g.inner) * len(nodes)
+        par = work >= PARALLEL_MIN and self.nthreads > 1
+        if par:
+            body.writeline(
+                f"#pragma omp parallel for collapse({k})" if k > 1 else "#pragma omp parallel for"
+            )
+        for d in range(k - 1):
+            set_range(f"o{d}", 0, g.outer[d] - 1)
+            body.writeline(f"for (int64_t o{d} = 0; o{d} < {g.outer[d]}; o{d}++) {{")
+            body.level += 1
+        n_last = g.outer[-1]
+        B = COLUMN_BLOCK
+        body.writeline(f"for (int64_t ob = 0; ob < {n_last}; ob += {B}) {{")
+        body.level += 1
+        body.writeline(f"const int64_t oe = ob + {B} < {n_last} ? ob + {B} : {n_last};")
+        set_range(last, 0, n_last - 1)
+        accs = {}
+        for n in nodes:
+            a = f"acc{self.n}"
+            self.n += 1
+            accs[n.name] = a
+            rt, vd = n.reduction_type, compute_dtype(n.buf.data.src_dtype)
+            body.writeline(f"{_acc_ctype(rt, vd)} {a}[{B}];")
+            body.writeline(f"int {a}_nan[{B}];")
+            body.writeline(
+                f"for (int64_t j = 0; j < {B}; j++) {{ {a}[j] = {_acc_init(rt, vd)}; "
+                f"{a}_nan[j] = 0; }}"
+            )
+        for d, size in enumerate(g.inner):
+            set_range(f"r{d}", 0, size - 1)
+            body.writeline(f"for (int64_t r{d} = 0; r{d} < {size}; r{d}++) {{")
+            body.level += 1
+        body.writeline("#pragma omp simd")
+        body.writeline(f"for (int64_t {last} = ob; {last} < oe; {last}++) {{")
+        body.level += 1
+        self.scopes.append({})
+        for n in nodes:
+            v = self.run_node(n, "red")
+            rt, vd = n.reduction_type, compute_dtype(n.buf.data.src_dtype)
+            a = accs[n.name]
+            stmts = _acc_update(rt, f"{a}[{last} - ob]", v, vd)
+            body.writelines(
+                [st.replace(f"{a}[{last} - ob]_nan", f"{a}_nan[{last} - ob]") for st in stmts]
+            )
+        self.scopes.pop()
+        body.level -= 1
+        body.writeline("}")
+        for _ in g.inner:
+            body.level -= 1
+            body.writeline("}")
+        body.writeline(f"for (int64_t {last} = ob; {last} < oe; {last}++) {{")
+        body.level += 1
+        for n in nodes:
+            a = accs[n.name]
+            rt, vd = n.reduction_type, compute_dtype(n.buf.data.src_dtype)
+            od = compute_dtype(n.buf.layout.dtype)
+            fin = _acc_final(rt, f"{a}[{last} - ob]", od, vd).replace(
+                f"{a}[{last} - ob]_nan", f"{a}_nan[{last} - ob]"
+            )
+            v = CSEVar(f"red_{n.name}", od)
+            body.writeline(f"{compute_ctype(od)} {v} = {fin};")
+            self.store(n, "red", v)
+        body.level -= 1
+        body.writeline("}")
+        body.level -= 1
+        body.writeline("}")
+        for _ in range(k - 1):
             body.level -= 1
             body.writeline("}")
         return self._function()
@@ -590,6 +692,43 @@ class KernelWriter:
         out.writeline("    return kiln_err;")
         out.writeline("}")
         return out.getvalue(), list(self.params)
+
+
+COLUMN_BLOCK = 64  # outputs per block in column reductions
+
+
+def _acc_init(rt, vd):
+    """Initial value of an accumulator (value part; the NaN flag starts at 0)."""
+    if rt == "sum" or rt == "any":
+        return "0"
+    if rt == "prod" or rt == "all":
+        return "1"
+    return _extreme(vd, rt == "max")
+
+
+def _acc_update(rt, a, v, vd):
+    """Statements folding value v into accumulator a (and its NaN flag a_nan)."""
+    at = _acc_ctype(rt, vd)
+    if rt == "sum":
+        return [f"{a} += static_cast<{at}>({v});"]
+    if rt == "prod":
+        return [f"{a} *= static_cast<{at}>({v});"]
+    if rt == "any":
+        return [f"{a} |= static_cast<int>(static_cast<bool>({v}));"]
+    if rt == "all":
+        return [f"{a} &= static_cast<int>(static_cast<bool>({v}));"]
+    cmp = ">" if rt == "max" else "<"
+    out = [f"{a} = {v} {cmp} {a} ? {v} : {a};"]
+    if vd.is_floating_point:
+        out.append(f"{a}_nan |= ({v} != {v});")
+    return out
+
+
+def _acc_final(rt, a, od, vd):
+    ct = compute_ctype(od)
+    if rt in ("max", "min") and vd.is_floating_point:
+        return f"{a}_nan ? std::numeric_limits<{ct}>::quiet_NaN() : static_cast<{ct}>({a})"
+    return f"static_cast<{ct}>({a})"
 
 
 def _extreme(dtype, lowest):
