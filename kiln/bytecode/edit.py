@@ -80,8 +80,12 @@ def remove_unreachable(insts, flags=0):
     """The instructions reachable from the first one (jumps, fall-through, exception handlers);
     exception entries whose start/end were removed are moved onto kept instructions."""
     from kiln.bytecode.analysis import frame_states
+    from kiln.bytecode.codec import BytecodeError
 
-    states = frame_states(insts, (), flags)
+    try:
+        states = frame_states(insts, (), flags)
+    except ValueError as e:
+        raise BytecodeError(f"inconsistent stack: {e}") from e
     kept = [i for i, s in zip(insts, states) if s is not None]
     seen = set()
     for inst in kept:
