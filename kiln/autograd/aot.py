@@ -101,8 +101,27 @@ def _log_graph(title, gm):
 # --- tracing --------------------------------------------------------------------------------------
 
 
+class _AsNonLeaf(torch.autograd.Function):
+    """The same proxy (same node) as a non-leaf, so in-place ops on it are legal as in eager."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return ProxyTensor(x._meta, x.device, x._node)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+# Note [AOT: mutated inputs that require grad]
+# A graph input that requires grad and is not a leaf (an activation from before a graph break) may
+# be mutated in place, as in eager. Its primal is traced as _AsNonLeaf(leaf) so that autograd
+# allows the mutation; the new value is an output of CompiledFunction (with a tangent), and the
+# epilogue `x.copy_(new)` runs under autograd, so x's history ends in CompiledFunctionBackward as it
+# would end in the in-place op's backward in eager. Leaves that require grad stay leaves: mutating
+# them raises eager's own error while tracing.
 def _trace(fn, inputs, decompositions, *, joint):
-    """Trace fn over inputs. Returns (tracer, primals, flat outputs, out_spec)."""
+    """Trace fn over inputs. Returns (tracer, primals (leaves), values fn saw, flat outputs, spec)."""
     tracer = Tracer(decompositions)
     prefix = "primals" if joint else "arg"
     primals = [
@@ -115,14 +134,21 @@ def _trace(fn, inputs, decompositions, *, joint):
     ]
     grad = torch.enable_grad() if joint else torch.no_grad()
     with grad, tracer.tracing():
-        out = fn(*primals)
+        seen = [
+            _AsNonLeaf.apply(p) if joint and _non_leaf(x) else p for p, x in zip(primals, inputs)
+        ]
+        out = fn(*seen)
     flat, spec = pytree.tree_flatten(out)
-    return tracer, primals, flat, spec
+    return tracer, primals, seen, flat, spec
+
+
+def _non_leaf(x):
+    return isinstance(x, torch.Tensor) and x.requires_grad and x.grad_fn is not None
 
 
 def _metadata(fn, inputs, decompositions):
     """An inference trace, functionalized: which inputs are mutated, which outputs alias."""
-    tracer, _, flat, spec = _trace(fn, inputs, decompositions, joint=False)
+    tracer, _, _, flat, spec = _trace(fn, inputs, decompositions, joint=False)
     tracer.output(tuple(o if isinstance(o, torch.Tensor) else None for o in flat))
     gm = tracer.graph_module()
     res = functionalize(gm)
@@ -165,7 +191,7 @@ def compile_inference(fn, inputs, decompositions, compiler):
     """Trace without autograd, functionalize, compile: the plan for no-grad calls."""
     meta, flat, spec = _metadata(fn, inputs, decompositions)
     outputs, graph_idx = _output_plan(meta, flat)
-    tracer, _, flat2, _ = _trace(fn, inputs, decompositions, joint=False)
+    tracer, _, _, flat2, _ = _trace(fn, inputs, decompositions, joint=False)
     tracer.output(tuple(flat2[i] for i in graph_idx))
     res = functionalize(tracer.graph_module())
     _log_graph("inference graph", res.gm)
@@ -180,32 +206,36 @@ def compile_inference(fn, inputs, decompositions, compiler):
     )
 
 
-def trace_joint(fn, inputs, decompositions, graph_idx):
-    """The joint graph: (primals, tangents) -> (outputs graph_idx, grads of inputs needing grad)."""
-    tracer, primals, flat, _ = _trace(fn, inputs, decompositions, joint=True)
+def trace_joint(fn, inputs, decompositions, graph_idx, mutated):
+    """The joint graph: (primals, tangents) -> (outputs graph_idx, grads of inputs needing grad).
+
+    Returns (joint, diff, grad_inputs): diff lists CompiledFunction outputs (mutated inputs first,
+    then outputs graph_idx) that get a tangent, in tangent order."""
+    tracer, primals, seen, flat, _ = _trace(fn, inputs, decompositions, joint=True)
     outs = [flat[i] for i in graph_idx]
-    diff = [k for k, o in enumerate(outs) if isinstance(o, ProxyTensor) and o.requires_grad]
+    candidates = [(j, seen[i]) for j, i in enumerate(mutated)]
+    candidates += [(len(mutated) + k, o) for k, o in enumerate(outs)]
+    diff, diff_vals = [], []
+    for idx, v in candidates:
+        if isinstance(v, ProxyTensor) and v.requires_grad:
+            if idx < len(mutated) and type(v.grad_fn).__name__ == "_AsNonLeafBackward":
+                continue  # not actually rewritten by a differentiable op
+            diff.append(idx)
+            diff_vals.append(v)
     grad_inputs = [
         i for i, p in enumerate(primals) if isinstance(p, torch.Tensor) and p.requires_grad
     ]
     tangents = []
-    for j, k in enumerate(diff):
-        o = outs[k]
+    for j, o in enumerate(diff_vals):
         t = torch.empty(o.shape, dtype=o.dtype, device=o.device)
         tangents.append(tracer.placeholder(f"tangents_{j + 1}", t))
     grads = [None] * len(grad_inputs)
     if diff:
         with torch.enable_grad(), tracer.tracing():
             got = torch.autograd.grad(
-                [outs[k] for k in diff],
-                [primals[i] for i in grad_inputs],
-                tangents,
-                allow_unused=True,
+                diff_vals, [primals[i] for i in grad_inputs], tangents, allow_unused=True
             )
         grads = list(got)
-    for p in primals:
-        if isinstance(p, ProxyTensor) and p.requires_grad and p.grad_fn is not None:
-            raise Unsupported("aot: an input that requires grad is mutated in place in the graph")
     tracer.output(tuple(outs) + tuple(grads))
     return tracer.graph_module(), diff, grad_inputs
 
@@ -214,12 +244,13 @@ def compile_training(fn, inputs, decompositions, fw_compiler, bw_compiler, parti
     """Joint trace, functionalize, partition, compile both halves: the plan for grad calls."""
     meta, flat, spec = _metadata(fn, inputs, decompositions)
     outputs, graph_idx = _output_plan(meta, flat)
-    joint, diff, grad_inputs = trace_joint(fn, inputs, decompositions, graph_idx)
+    joint, diff, grad_inputs = trace_joint(
+        fn, inputs, decompositions, graph_idx, meta.mutated_inputs
+    )
     if not diff:
         return None
     res = functionalize(joint)
-    n_primals = len(inputs)
-    if any(i >= n_primals for i in res.mutated_inputs) or res.mutated_constants:
+    if res.mutated_inputs != meta.mutated_inputs or res.mutated_constants:
         raise Unsupported("aot: the backward mutates its inputs or the graph mutates a constant")
     num_fwd = len(res.mutated_inputs) + len(graph_idx)
     _log_graph("joint graph", res.gm)
@@ -243,7 +274,7 @@ def compile_training(fn, inputs, decompositions, fw_compiler, bw_compiler, parti
         mutated_constants=[],
         outputs=outputs,
         out_spec=spec,
-        diff_outputs=[len(res.mutated_inputs) + k for k in diff],
+        diff_outputs=diff,
         grad_inputs=grad_inputs,
         forward=fw,
         backward=bw,
@@ -289,10 +320,16 @@ def _make_function(plan):
     num_fw = len(plan.mutated_inputs) + sum(1 for k, _ in plan.outputs if k == "graph")
     non_diff = [i for i in range(num_fw) if i not in set(plan.diff_outputs)]
 
+    mutated_storages = plan.mutated_inputs
+
     def forward(ctx, *args):
         outs = plan.forward(*args)
         fw_outs = list(outs[:num_fw])
-        ctx.save_for_backward(*outs[num_fw : num_fw + plan.num_saved])
+        saved = list(outs[num_fw : num_fw + plan.num_saved])
+        if mutated_storages:  # the epilogue will overwrite these inputs: keep the old values
+            ptrs = {_storage(args[i]) for i in mutated_storages}
+            saved = [s.clone() if _storage(s) in ptrs else s for s in saved]
+        ctx.save_for_backward(*saved)
         ctx.mark_non_differentiable(*[fw_outs[i] for i in non_diff])
         ctx.set_materialize_grads(False)
         return tuple(fw_outs)
@@ -327,12 +364,29 @@ def _make_function(plan):
     )
 
 
+def _storage(t):
+    return t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) and t.numel() else None
+
+
+def _mutated_inputs_alias(args, mutated):
+    """Whether a mutated input shares memory with another input (the trace assumed not)."""
+    ptrs = [_storage(a) for a in args]
+    for i in mutated:
+        if ptrs[i] is not None and sum(1 for p in ptrs if p == ptrs[i]) > 1:
+            return True
+    return False
+
+
 def _finish(plan, args, graph_outs):
     """Epilogue: copy mutated inputs, rebuild the user's outputs (aliases regenerated as views)."""
     nm = len(plan.mutated_inputs)
     for i, v in zip(plan.mutated_inputs, graph_outs[:nm]):
-        with torch.no_grad():
-            args[i].copy_(v)
+        if v.requires_grad:  # Note [AOT: mutated inputs that require grad]
+            with torch.enable_grad():
+                args[i].copy_(v)
+        else:
+            with torch.no_grad():
+                args[i].copy_(v)
     rest = graph_outs[nm:]
     result = [None] * len(plan.outputs)
     for j, (kind, v) in enumerate(plan.outputs):
@@ -399,6 +453,9 @@ class AOTCompiled:
     def __call__(self, *args):
         args = list(args)
         plan = self.plan_for(args)
+        if plan.mutated_inputs and _mutated_inputs_alias(args, plan.mutated_inputs):
+            logs.log("perf_hints", "aot: a mutated input aliases another input; running eagerly")
+            return pytree.tree_leaves(self.fn(*args))
         if plan.function is not None:
             outs = plan.function.apply(*args)
         else:

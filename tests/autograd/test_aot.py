@@ -372,3 +372,43 @@ def test_aot_graphs_log_channel(capsys):
     err = capsys.readouterr().err
     assert "joint graph" in err and "forward graph" in err and "backward graph" in err
     assert "# f32[5, 5]" in err and "saved for backward: 100 bytes" in err
+
+
+def test_inplace_on_non_leaf_input_that_requires_grad():
+    def fn(x, w):
+        x.add_(w)
+        x.relu_()
+        return (x * 2).sum(), x.t()
+
+    w = torch.randn(3, 4, requires_grad=True)
+    a = torch.randn(3, 4, requires_grad=True)
+    results = []
+    for f in (fn, aot_function(fn, nop)):
+        x = a * 1.5
+        s, t = f(x, w)
+        (s + t.sum() * 3).backward()
+        assert t._base is x
+        results.append((x.detach().clone(), s.detach(), a.grad, w.grad))
+        a.grad = w.grad = None
+    for e, g in zip(*results):
+        torch.testing.assert_close(g, e)
+
+
+def test_inplace_on_leaf_that_requires_grad_raises_like_eager():
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        aot_function(lambda x: x.add_(1), nop)(x)
+
+
+def test_mutated_input_aliasing_another_input_runs_eagerly():
+    def fn(x, y):
+        x.add_(1)
+        return x + y
+
+    b = torch.zeros(3)
+    out = aot_function(fn, nop)(torch.zeros(3), torch.zeros(3))  # compiled without aliasing
+    torch.testing.assert_close(out, torch.ones(3))
+    f = aot_function(fn, nop)
+    f(torch.zeros(3), torch.zeros(3))
+    torch.testing.assert_close(f(b, b), torch.full((3,), 2.0))
+    torch.testing.assert_close(b, torch.ones(3))
