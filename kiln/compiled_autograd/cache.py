@@ -14,7 +14,6 @@ records that they must stay equal, checked on each hit. Where no such graph exis
 cached per exact sizes instead.
 """
 
-import itertools
 import operator
 
 import torch
@@ -51,6 +50,10 @@ def _value(expr, flat):
     for p in expr:
         v *= flat[p]
     return v
+
+
+# (equalities only ever compare expressions built from dynamic positions and fixed values: a
+# static factor of a product is in the trie's expected sizes, so it is the same on every hit)
 
 
 class CacheNode:
@@ -179,7 +182,13 @@ def anti_unify(gm_a, flat_a, gm_b, flat_b, dyn):
     for p in dyn:
         if p not in varying:  # dynamic, but equal in both captures: baked in, so checked on hits
             equal.add(((p,), flat_b[p]))
-    graph = gm_b.graph
+    graph = torch.fx.Graph()  # a copy: gm_b stays the raw capture that later ones compare with
+    val_map = {}
+    graph.output(graph.graph_copy(gm_b.graph, val_map))
+    rewrites = {
+        val_map[n]: ([val_map[x] if isinstance(x, torch.fx.Node) else x for x in flat], spec)
+        for n, (flat, spec) in rewrites.items()
+    }
     sizes_ph = next(n for n in graph.nodes if n.op == "placeholder" and n.name == "sizes")
     anchor = sizes_ph
     for n in graph.nodes:
@@ -195,7 +204,7 @@ def anti_unify(gm_a, flat_a, gm_b, flat_b, dyn):
             if len(expr) == 1:
                 node = graph.call_function(operator.getitem, (sizes_ph, dyn.index(expr[0])))
             else:
-                a, b = (size_node((p,)) for p in expr)
+                a, b = (size_node((p,)) if p in dyn else flat_b[p] for p in expr)
                 with graph.inserting_after(anchor):
                     node = graph.call_function(operator.mul, (a, b))
         anchor = node
@@ -211,16 +220,20 @@ def anti_unify(gm_a, flat_a, gm_b, flat_b, dyn):
         nb.args = tuple(args)
         nb.kwargs = dict(kwargs)
     graph.lint()
-    gm_b.recompile()
-    return gm_b, tuple(equal)
+    return torch.fx.GraphModule(gm_b, graph, class_name="CompiledAutograd"), tuple(equal)
 
 
 def _explain(xa, xb, flat_a, flat_b, varying):
-    """Dynamic-size expressions (positions, a product of one or two) equal to xa then xb."""
+    """Size expressions (a position, or the product of a varying position and any other) equal to
+    xa in the first capture and xb in the second. A static factor is a constant on every hit (the
+    trie checks it); a dynamic one that did not vary is pinned by an equality (anti_unify)."""
     found = [(p,) for p in varying if flat_a[p] == xa and flat_b[p] == xb]
     if found:
         return found
-    for p, q in itertools.combinations_with_replacement(varying, 2):
-        if flat_a[p] * flat_a[q] == xa and flat_b[p] * flat_b[q] == xb:
-            found.append((p, q))
-    return found
+    for p in varying:
+        if flat_a[p] == 0 or xa % flat_a[p] or flat_b[p] == 0 or xb % flat_b[p]:
+            continue
+        for q in range(len(flat_b)):
+            if flat_a[p] * flat_a[q] == xa and flat_b[p] * flat_b[q] == xb:
+                found.append((p, q) if p <= q or q not in varying else (q, p))
+    return list(dict.fromkeys(found))

@@ -1,0 +1,89 @@
+"""The cache: hits across steps, misses with reasons, size-generic graphs and their guards."""
+
+import torch
+from ca_helpers import ca_counters, clean
+
+import kiln.compiled_autograd as ca
+
+
+def _loss(w, v):
+    return (w.t().reshape(-1) * 2).sum() + (w @ v).sum()
+
+
+def test_size_generic_graph_serves_new_shapes_and_guards_equalities():
+    shapes = [(10, 10), (20, 20), (20, 30), (7, 3), (5, 9), (11, 2), (4, 4)]
+    compiles = []
+    with clean("compiled_autograd_verbose") as log:
+        for shape in shapes:
+            w = torch.randn(*shape, requires_grad=True)
+            v = torch.randn(shape[1], requires_grad=True)
+            with ca.enable(None):
+                _loss(w, v).backward()
+            w2 = w.detach().clone().requires_grad_()
+            v2 = v.detach().clone().requires_grad_()
+            _loss(w2, v2).backward()
+            torch.testing.assert_close(w.grad, w2.grad)
+            torch.testing.assert_close(v.grad, v2.grad)
+            compiles.append(ca_counters()["compiles"])
+    # square shapes made both dims one size (guarded equal); the first non-square shape and the
+    # first change of the other dim recompile; from then on one generic graph serves every shape
+    assert compiles == [1, 2, 3, 4, 4, 4, 4]
+    text = log.getvalue()
+    assert "Cache miss due to changed shapes: marking size idx" in text
+    assert "= sizes[" in text
+
+
+def test_hits_do_not_capture_again_and_new_structure_does():
+    w = torch.randn(6, requires_grad=True)
+    with clean("compiled_autograd_verbose") as log:
+        for _ in range(3):
+            with ca.enable(None):
+                (w.sin() * w).sum().backward()
+        with ca.enable(None):
+            (w.cos() * w).sum().backward()
+        counters = ca_counters()
+    assert counters == {"captures": 2, "compiles": 2, "calls": 4}
+    assert "Cache miss due to new autograd node: CosBackward0" in log.getvalue()
+
+
+def test_scalar_change_is_a_new_node_and_hooks_count_in_the_key():
+    w = torch.randn(6, requires_grad=True)
+    with clean():
+        with ca.enable(None):
+            w.pow(2.0).sum().backward()
+            w.pow(3.0).sum().backward()  # PowBackward0 saved exponent=3.0: a new key
+        assert ca_counters()["compiles"] == 2
+        h = w.register_hook(lambda g: g * 0)
+        with ca.enable(None):
+            w.pow(3.0).sum().backward()  # a hook on w now: a new key, and the hook applies
+        h.remove()
+        assert ca_counters()["compiles"] == 3
+    x = w.detach()
+    torch.testing.assert_close(w.grad, 2 * x + 3 * x * x)
+
+
+def test_aliasing_of_saved_tensors_is_part_of_the_key():
+    a = torch.randn(5, requires_grad=True)
+    b = torch.randn(5, requires_grad=True)
+    with clean():
+        with ca.enable(None):
+            (a * a).sum().backward()  # self and other are the same tensor
+            x, y = a * 1, b * 1
+            (x * y).sum().backward()
+    ra = a.detach().clone().requires_grad_()
+    rb = b.detach().clone().requires_grad_()
+    (ra * ra).sum().backward()
+    ((ra * 1) * (rb * 1)).sum().backward()
+    torch.testing.assert_close(a.grad, ra.grad)
+    torch.testing.assert_close(b.grad, rb.grad)
+
+
+def test_reset_forgets_graphs():
+    w = torch.randn(3, requires_grad=True)
+    with clean():
+        with ca.enable(None):
+            w.exp().sum().backward()
+        ca.reset()
+        with ca.enable(None):
+            w.exp().sum().backward()
+        assert ca_counters()["compiles"] == 2
