@@ -15,10 +15,12 @@ import dataclasses
 import enum
 import inspect
 import math
+import re
 
 import torch
 
 from kiln import logs
+from kiln.frontend.source import AttrSource, GetItemSource, LocalSource
 
 
 class GuardKind(enum.IntEnum):
@@ -64,7 +66,7 @@ class GuardSet:
         return len(self._guards)
 
     def __iter__(self):
-        return iter(sorted(self._guards.values(), key=lambda g: g.kind))
+        return iter(self._guards.values())
 
 
 class _Namer:
@@ -74,14 +76,17 @@ class _Namer:
         self.values = {}
         self._ids = {}
 
-    def __call__(self, value, hint="c"):
-        if id(value) in self._ids:
-            return self._ids[id(value)]
+    def __call__(self, value, hint="c", key=None):
+        by_value = isinstance(value, (torch.device, torch.dtype, int, float, str, tuple, type))
+        if key is None:
+            key = (type(value), value) if by_value else id(value)
+        if key in self._ids:
+            return self._ids[key]
         name = f"___{hint}"
         if name in self.values:
             name = f"___{hint}_{len(self.values)}"
         self.values[name] = value
-        self._ids[id(value)] = name
+        self._ids[key] = name
         return name
 
 
@@ -92,12 +97,14 @@ def _readable_hint(value):
         return str(value).replace("torch.", "")
     if isinstance(value, torch.device):
         return "device_" + str(value).replace(":", "_")
+    if isinstance(value, torch.Tensor):
+        return "tensor"
     return "obj"
 
 
-def _expr_parts(guard, namer):
-    """The expressions (one or more) that check a guard."""
-    s = guard.source.name() if guard.source is not None else ""
+def _expr_parts(guard, namer, s, ref):
+    """The expressions (one or more) that check a guard; `s` is the text of its source and
+    `ref(source)` the text of another source."""
     v = guard.value
     k = guard.kind
     if k == GuardKind.ID_MATCH:
@@ -118,7 +125,7 @@ def _expr_parts(guard, namer):
         typ, keys = v
         return [f"___type({s}) is {namer(typ, typ.__name__)} and ___list({s}) == {list(keys)!r}"]
     if k == GuardKind.ALIASING:
-        return [f"{s} is {v.name()}"]
+        return [f"{s} is {ref(v)}"]
     if k == GuardKind.NO_HOOKS:
         hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
         return [" and ".join(f"not {s}.{h}" for h in hooks)]
@@ -131,7 +138,14 @@ def _expr_parts(guard, namer):
             f"{s}.stride() == {tuple(t.stride())!r}",
             f"{s}.requires_grad is {t.requires_grad!r}",
             f"{s}.device == {namer(t.device, _readable_hint(t.device))}",
-            f"___dispatch_keys({s}) == {namer(torch._C._dispatch_keys(t), 'keys')}",
+            *(
+                []
+                if _is_module_state(guard.source)
+                else [
+                    f"___dispatch_keys({s}) == "
+                    f"{namer(torch._C._dispatch_keys(t), 'keys', key=('keys', id(t)))}"
+                ]
+            ),
         ]
     if k == GuardKind.GLOBAL_STATE:
         grad = torch.is_grad_enabled()
@@ -147,6 +161,61 @@ def _expr_parts(guard, namer):
             ),
         ]
     raise AssertionError(f"unknown guard kind {k}")
+
+
+def _is_module_state(source):
+    """A parameter or buffer read from a module (`mod._parameters['w']`).
+
+    Note [Guards: module state]: these are plain tensors kiln lifted itself; their dispatch keys
+    only change with their device (checked), so the costly dispatch-key check is left out.
+    """
+    parent = getattr(source, "source", None)
+    return (
+        isinstance(source, GetItemSource)
+        and isinstance(parent, AttrSource)
+        and parent.attr in ("_parameters", "_buffers")
+    )
+
+
+def _depth(source):
+    d = 0
+    while source is not None and hasattr(source, "source"):
+        source = source.source
+        d += 1
+    return d
+
+
+def _order(guard):
+    """Global state last; otherwise parents before children (a child's access may only be safe
+    once its parent's type is checked), then cheap kinds first."""
+    return (guard.kind == GuardKind.GLOBAL_STATE, _depth(guard.source), guard.kind)
+
+
+class _Hoister:
+    """Gives each source a short local name, computed once from its parent's (Note [Guards:
+    one function per entry]): `___s3 = ___s1['fc1']`."""
+
+    def __init__(self):
+        self.names = {}
+        self.lines = []
+
+    def __call__(self, source):
+        if source is None:
+            return ""
+        if isinstance(source, LocalSource):
+            return source.local_name
+        name = self.names.get(source)
+        if name is not None:
+            return name
+        if isinstance(source, AttrSource):
+            expr = f"{self(source.source)}.{source.attr}"
+        elif isinstance(source, GetItemSource):
+            expr = f"{self(source.source)}[{source.index!r}]"
+        else:
+            expr = source.name()
+        name = self.names[source] = f"___s{len(self.names)}"
+        self.lines.append(f"{name} = {expr}")
+        return name
 
 
 def signature_text(code):
@@ -172,11 +241,23 @@ def signature_text(code):
 def build_guard_fn(fn, guard_set, extra=None):
     """Generate the check function of one entry; `.source`, `.parts`, `.closure_values` on it."""
     namer = _Namer()
-    parts = []
-    for g in guard_set:
-        for p in _expr_parts(g, namer):
+    parts = []  # readable, self-contained expressions: for the recompile reason
+    body = []
+    hoist = _Hoister()
+    seen = set()
+    for g in sorted(guard_set, key=_order):
+        for p in _expr_parts(g, namer, g.source.name() if g.source else "", lambda s: s.name()):
             if p not in parts:
                 parts.append(p)
+        s = hoist(g.source)
+        body.extend(hoist.lines)
+        hoist.lines.clear()
+        for p in _expr_parts(g, namer, s, hoist):
+            body.extend(hoist.lines)
+            hoist.lines.clear()
+            if p not in seen:
+                seen.add(p)
+                body.append(f"if not ({p}): return False")
     fixed = {
         "___G": fn.__globals__,
         "___closure": fn.__closure__,
@@ -191,9 +272,14 @@ def build_guard_fn(fn, guard_set, extra=None):
     }
     closure_values = {**fixed, **(extra or {}), **namer.values}
     params = signature_text(fn.__code__)
-    body = "\n        and ".join(parts) if parts else "True"
-    source = f"def guard({params}):\n    return (\n        {body}\n    )\n"
-    used = [n for n in closure_values if n in source]
+    lines = "".join("        " + line + "\n" for stmt in body for line in stmt.splitlines())
+    lines = lines or "        pass\n"
+    source = (
+        f"def guard({params}):\n    try:\n{lines}"
+        "    except Exception:  # a failing access is a failing guard\n"
+        "        return False\n    return True\n"
+    )
+    used = [n for n in closure_values if re.search(rf"\b{re.escape(n)}\b", source)]
     maker_src = f"def ___make_guard({', '.join(used)}):\n" + "".join(
         "    " + line + "\n" for line in source.splitlines()
     )
