@@ -10,7 +10,7 @@ version differences] in kiln/bytecode/inst.py. Imports neither torch nor the res
 """
 
 from kiln.bytecode import analysis, emit
-from kiln.bytecode.codec import BytecodeError, decode, encode
+from kiln.bytecode.codec import BytecodeError, decode, encode, format_code
 from kiln.bytecode.edit import (
     clone,
     first_resume,
@@ -51,5 +51,6 @@ __all__ = [
     "retarget",
     "encode",
     "format",
+    "format_code",
     "make_inst",
 ]

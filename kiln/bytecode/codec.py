@@ -337,3 +337,10 @@ def encode(insts: list[Inst], like: types.CodeType, **replace) -> types.CodeType
         raise
     except Exception as e:
         raise BytecodeError(f"cannot assemble {like.co_name}: {type(e).__name__}: {e}") from e
+
+
+def format_code(code: types.CodeType, title=None) -> str:
+    """Readable text of a code object (the `bytecode` log channel): see inst.format()."""
+    from kiln.bytecode.inst import format as format_insts
+
+    return format_insts(decode(code), title=title or f"{code.co_qualname} ({code.co_filename})")

@@ -322,6 +322,7 @@ def check_format():
     text = B.format(B.decode(f.__code__), title="f")
     assert text.startswith("f\n") and "ExceptionTable:" in text and "to #" in text
     assert "[try 0]" in text and "RESUME" in text
+    assert B.format_code(f.__code__).startswith(f.__code__.co_qualname)
 
 
 def all_checks():

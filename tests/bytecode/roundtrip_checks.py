@@ -7,11 +7,13 @@ modules first and only kiln.bytecode (and kiln.frontend.resume) are executed.
 
 import copy
 import importlib.util
+import inspect
 import pathlib
 import sys
 import types
 
 HERE = pathlib.Path(__file__).resolve().parent
+GENERATOR_LIKE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
 ROOT = HERE.parents[1]
 
 
@@ -35,11 +37,31 @@ def load(name, path):
     return mod
 
 
+def drive(result):
+    """Run a generator / coroutine to the end: (yielded values, return value)."""
+    if inspect.isgenerator(result):
+        out = []
+        try:
+            value = next(result)
+            while True:
+                out.append(value)
+                value = result.send(len(out) if len(out) % 2 else None)
+        except StopIteration as stop:
+            return ("generator", out, stop.value)
+    if inspect.iscoroutine(result):
+        try:
+            result.send(None)
+        except StopIteration as stop:
+            return ("coroutine", stop.value)
+        raise AssertionError("coroutine did not finish")
+    return result
+
+
 def outcome(fn, args):
     """What a call does: ("ok", value) or ("raise", type, args); arguments are copied first."""
     args = copy.deepcopy(args)
     try:
-        return ("ok", fn(*args), args)
+        return ("ok", drive(fn(*args)), args)
     except Exception as e:  # noqa: BLE001 - any exception is an outcome to compare
         return ("raise", type(e), str(e.args))
 
@@ -131,7 +153,7 @@ def check_edits(fn, inputs, B):
         assert got == outcome(fn, args), f"edited {fn.__name__}{args}"
         if got[0] == "ok" or record:  # (a bad call raises before the prologue runs)
             assert record[0] == 3, f"edited {fn.__name__}{args}: prologue loop ran {record[:1]}"
-        if got[0] == "ok":
+        if got[0] == "ok" and not fn.__code__.co_flags & GENERATOR_LIKE:
             assert record[-1] is got[1] or record[-1] == got[1], f"edited {fn.__name__}{args}"
             assert len(record) == 2
 
