@@ -7,7 +7,11 @@ import types
 
 import bytecode as bc
 from bytecode import instr as bc_instr
-from bytecode.concrete import _ConvertBytecodeToConcrete
+
+try:  # private: used to keep co_consts / co_names / co_varnames in their original order
+    from bytecode.concrete import _ConvertBytecodeToConcrete
+except ImportError:  # pragma: no cover - another `bytecode` release: plain to_code() below
+    _ConvertBytecodeToConcrete = None
 
 from kiln.bytecode.analysis import max_stack_depth
 from kiln.bytecode.inst import (
@@ -322,6 +326,8 @@ def encode(insts: list[Inst], like: types.CodeType, **replace) -> types.CodeType
         stacksize = max_stack_depth(insts, int(out.flags))
     except ValueError as e:
         raise BytecodeError(f"inconsistent stack in {like.co_name}: {e}") from e
+    if _ConvertBytecodeToConcrete is None:  # pragma: no cover
+        return out.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
     try:
         conv = _ConvertBytecodeToConcrete(out)
         # Keep the original order of consts/names/varnames (stable co_* tuples for unedited code).
