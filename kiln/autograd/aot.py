@@ -87,6 +87,8 @@ class _Plan:
     tangent_vals: list = dataclasses.field(default_factory=list)
     grad_deps: list = dataclasses.field(default_factory=list)  # per grad: tangent positions
     function: type = None
+    fw_graph: object = None  # the ATen forward / inference graph given to the compiler
+    bw_graph: object = None  # the ATen backward graph (saved.., tangents..) -> grads
 
 
 def _fake_inputs(gm):
@@ -203,6 +205,7 @@ def compile_inference(fn, inputs, decompositions, compiler):
         outputs=outputs,
         out_spec=spec,
         forward=compiled,
+        fw_graph=res.gm,
     )
 
 
@@ -281,6 +284,8 @@ def compile_training(fn, inputs, decompositions, fw_compiler, bw_compiler, parti
         num_saved=num_saved,
         tangent_vals=[n.meta["val"] for n in tangent_nodes],
         grad_deps=grad_deps,
+        fw_graph=fw_gm,
+        bw_graph=bw_gm,
     )
     plan.function = _make_function(plan)
     return plan
@@ -357,10 +362,11 @@ def _make_function(plan):
             result[i] = g
         return tuple(result)
 
+    # compiled autograd finds the plan (backward graph, saved/tangent layout) as `_kiln_plan`
     return type(
         "CompiledFunction",
         (CompiledFunction,),
-        {"forward": staticmethod(forward), "backward": staticmethod(backward)},
+        {"forward": staticmethod(forward), "backward": staticmethod(backward), "_kiln_plan": plan},
     )
 
 
