@@ -6,6 +6,7 @@ breaks since the last reset). Names on the command line: "eager", "kiln" (kiln.c
 --backend), "kiln:<backend>", "torch.compile" (inductor), "torch.compile:<backend>".
 """
 
+import contextlib
 import importlib
 
 
@@ -60,6 +61,27 @@ def _without_bench(skip):
     return tuple(m for m in skip if m != "kiln") + inner
 
 
+@contextlib.contextmanager
+def kiln_bench_config():
+    """kiln's settings while benchmarking, restored afterwards.
+
+    A backend failure must show in the table (raise_on_backend_error), not fall back to eager
+    silently; and see Note [Bench: the suite is user code].
+    """
+    try:
+        from kiln import config
+    except Exception:
+        yield
+        return
+    saved = config.raise_on_backend_error, config.skip_modules
+    config.raise_on_backend_error = True
+    config.skip_modules = _without_bench(config.skip_modules)
+    try:
+        yield
+    finally:
+        config.raise_on_backend_error, config.skip_modules = saved
+
+
 class Kiln:
     """`kiln.compile(model, backend=...)`; counts from `kiln.counters`."""
 
@@ -85,9 +107,6 @@ class Kiln:
     def compile(self, model):
         import kiln
 
-        # A backend failure must show in the table, not fall back to eager silently.
-        kiln.config.raise_on_backend_error = True
-        kiln.config.skip_modules = _without_bench(kiln.config.skip_modules)
         return kiln.compile(model, backend=self.backend)
 
     def reset(self):

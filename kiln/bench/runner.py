@@ -37,7 +37,7 @@ import traceback
 import torch
 
 from kiln.bench import models as suite
-from kiln.bench.compilers import Eager, Kiln, parse_compare
+from kiln.bench.compilers import Eager, Kiln, kiln_bench_config, parse_compare
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPES["float64"] = torch.float64
@@ -260,6 +260,7 @@ class Runner:
         self.overhead: list[dict] = []
         self.errors: list[str] = []  # full tracebacks, written to errors.log
         self.out = out or sys.stdout
+        self.torch_threads = torch.get_num_threads()  # as set for the run
 
     def log_error(self, where, exc):
         self.errors.append(f"=== {where}\n{traceback.format_exc()}")
@@ -446,9 +447,18 @@ class Runner:
 
     def run(self):
         """Phase 0 (start-up and overhead), then every model x mode with a progress bar."""
+        threads = torch.get_num_threads()
+        try:
+            if self.s.threads:
+                torch.set_num_threads(self.s.threads)
+            self.torch_threads = torch.get_num_threads()
+            with kiln_bench_config():
+                return self._run()
+        finally:
+            torch.set_num_threads(threads)
+
+    def _run(self):
         specs = suite.select(self.s.models)
-        if self.s.threads:
-            torch.set_num_threads(self.s.threads)
         if self.s.explain and specs:
             self.explain_first(specs[0])
         cases = [(spec, mode) for spec in specs for mode in self.s.modes]
@@ -487,7 +497,7 @@ def _progress(total, enabled=True):
     return Quiet()
 
 
-def environment(settings):
+def environment(settings, runner=None):
     """Machine and software facts stored with the results."""
     cpu = ""
     try:
@@ -499,7 +509,7 @@ def environment(settings):
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": runner.torch_threads if runner else torch.get_num_threads(),
         "device": settings.device,
         "dtype": settings.dtype,
         "python": sys.version.split()[0],

@@ -126,15 +126,28 @@ def run_bench(args):
     if args.list:
         list_models()
         return 0
+    import kiln.config
+
+    saved = (dict(os.environ), kiln.config.cache_dir)
     tmp = None
     if not args.keep_cache:
         tmp = tempfile.mkdtemp(prefix="kiln-bench-cache-")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
-        os.environ["KILN_CACHE_DIR"] = os.path.join(tmp, "kiln")
-        import kiln.config
+        os.environ["KILN_CACHE_DIR"] = kiln.config.cache_dir = os.path.join(tmp, "kiln")
+    try:
+        return _run_bench(args)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+            for name in ("TORCHINDUCTOR_CACHE_DIR", "KILN_CACHE_DIR"):
+                if name in saved[0]:
+                    os.environ[name] = saved[0][name]
+                else:
+                    os.environ.pop(name, None)
+            kiln.config.cache_dir = saved[1]
 
-        kiln.config.cache_dir = os.environ["KILN_CACHE_DIR"]
 
+def _run_bench(args):
     from kiln.bench import models, report
     from kiln.bench.runner import Runner, Settings, environment
 
@@ -175,13 +188,9 @@ def run_bench(args):
             file=sys.stderr,
         )
     t0 = time.perf_counter()
-    try:
-        runner.run()
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+    runner.run()
     wall = time.perf_counter() - t0
-    env = environment(settings)
+    env = environment(settings, runner)
     env["wall_s"] = round(wall, 1)
     env["load_avg_start"] = load_start
     print()
