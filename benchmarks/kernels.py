@@ -103,10 +103,13 @@ def bench(name, fn, args, nbytes, rounds, calls, use_inductor):
 
 
 def copy_bandwidth(rounds, calls):
+    """GB/s of a plain copy into a preallocated tensor and into a fresh one (x.clone())."""
     x = torch.randn(4096, 4096)
     out = torch.empty_like(x)
     ts = [_time(lambda: out.copy_(x), (), calls) for _ in range(rounds)]
-    return 2 * x.numel() * 4 / statistics.median(ts) / 1e9
+    tc = [_time(lambda: x.clone(), (), calls) for _ in range(rounds)]
+    nbytes = 2 * x.numel() * 4
+    return nbytes / statistics.median(ts) / 1e9, nbytes / statistics.median(tc) / 1e9
 
 
 def main():
@@ -117,8 +120,11 @@ def main():
     p.add_argument("--no-inductor", action="store_true")
     a = p.parse_args()
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
-    copy_gbs = copy_bandwidth(a.rounds, a.calls)
-    print(f"plain copy of 4096x4096 float32: {copy_gbs:.1f} GB/s")
+    copy_gbs, clone_gbs = copy_bandwidth(a.rounds, a.calls)
+    print(
+        f"plain copy of 4096x4096 float32: {copy_gbs:.1f} GB/s into a preallocated tensor, "
+        f"{clone_gbs:.1f} GB/s into a fresh one (clone; kernels that allocate pay page faults)"
+    )
     for name, (fn, args, nbytes) in workloads().items():
         if a.only and name not in a.only.split(","):
             continue
@@ -130,6 +136,7 @@ def main():
         ]
         if nbytes:
             parts.append(f"kiln/copy_GB/s={row['kiln_GB/s'] / copy_gbs:.2f}")
+            parts.append(f"kiln/clone_GB/s={row['kiln_GB/s'] / clone_gbs:.2f}")
         parts.append(
             "first_call_s=" + ",".join(f"{k}:{v:.2f}" for k, v in row["first_call_s"].items())
         )

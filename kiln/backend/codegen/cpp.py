@@ -335,7 +335,7 @@ def _acc_ctype(rtype, dtype):
         if dtype.is_floating_point:
             return "double"
         return "int64_t"
-    if rtype in ("any", "all"):
+    if rtype in ("any", "all") or dtype == torch.bool:
         return "int"
     return compute_ctype(dtype)
 
