@@ -336,6 +336,24 @@ class InstructionTranslatorBase:
             self.push(NULL)
             self.push(attr)
 
+    def LOAD_SUPER_ATTR(self, inst):  # 3.12+: super().name / super().name(...)
+        from kiln.frontend.variables.builtin import BuiltinVariable
+
+        obj = self.pop()
+        cls = self.pop()
+        sup = self.pop()
+        if not (isinstance(sup, BuiltinVariable) and sup.fn is super):
+            unimplemented("LOAD_SUPER_ATTR with a shadowed super")
+        s = BuiltinVariable(super).call_function(self, [cls, obj], {})
+        attr = s.var_getattr(self, inst.argval)
+        if inst.arg & 1:
+            self.push(attr)
+            self.push(NULL)  # the attribute is bound already
+            if not PY313:
+                self.stack[-2], self.stack[-1] = self.stack[-1], self.stack[-2]
+        else:
+            self.push(attr)
+
     def STORE_ATTR(self, inst):
         unimplemented(f"attribute assignment .{inst.argval} (side effect)")
 

@@ -211,3 +211,48 @@ def test_pattern_one_graph(name, fn, args):
 
 def test_forwarding_varargs_kwargs():
     run_and_compare(forwarding, t(3), t(3), scale=2.0, expected_graphs=1, expected_breaks=0)
+
+
+class Base(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+class Child(Base):
+    def forward(self, x):
+        return super().forward(x) * 2
+
+
+class TwoArgSuper(Base):
+    def forward(self, x):
+        return super().forward(x) + 1
+
+
+MORE = [
+    ("super_zero_arg", lambda x, m: m(x), (t(2, 3), Child())),
+    ("super_two_arg", lambda x, m: m(x), (t(2, 3), TwoArgSuper())),
+    ("module_kwargs_splat", lambda x, m: m(**{"x": x}), (t(2, 3), Child())),
+    ("unbound_tensor_method", lambda x: torch.Tensor.add(x, 1) * torch.Tensor.sin(x), (t(3),)),
+    ("relu_inplace", lambda x: F.relu(x.clone(), inplace=True), (t(3),)),
+    ("tensor_literal", lambda x: x + torch.tensor([1.0, 2.0, 3.0]), (t(3),)),
+    ("randn_like_shape", lambda x: torch.randn(x.shape) * 0 + x, (t(3),)),
+    (
+        "channels_last",
+        lambda x: x.contiguous(memory_format=torch.channels_last) + 1,
+        (t(1, 2, 3, 3),),
+    ),
+    (
+        "chunk_enumerate",
+        lambda x: torch.cat([c * i for i, c in enumerate(x.chunk(2, 1))], 1),
+        (t(2, 4),),
+    ),
+]
+
+
+@pytest.mark.parametrize("name,fn,args", MORE, ids=[c[0] for c in MORE])
+def test_more_patterns_one_graph(name, fn, args):
+    run_and_compare(fn, *args, expected_graphs=1, expected_frames=1, expected_breaks=0)

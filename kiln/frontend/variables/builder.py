@@ -23,6 +23,7 @@ from kiln.frontend.variables.misc import (
     GraphBreakVariable,
     OpaqueCallableVariable,
     PythonModuleVariable,
+    TensorMethodDescriptorVariable,
     _is_skipped_module,
 )
 from kiln.frontend.variables.nn_module import NNModuleVariable
@@ -72,6 +73,8 @@ def wrap_constant_like(tx, value):
         return PythonModuleVariable(value)
     if _is_builtin(value):
         return BuiltinVariable(value)
+    if getattr(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
+        return TensorMethodDescriptorVariable(value)
     if _is_torch_callable(value) or (isinstance(value, type) and issubclass(value, torch.Tensor)):
         return TorchVariable(value)
     if isinstance(value, type):
@@ -187,7 +190,7 @@ def _attr(source, name):
 
 def _builtin_fns():
     fns = {v for v in vars(builtins).values() if isinstance(v, types.BuiltinFunctionType)}
-    fns |= {range, tuple, list, dict, int, float, bool, str, enumerate, zip, reversed, type}
+    fns |= {range, tuple, list, dict, int, float, bool, str, enumerate, zip, reversed, type, super}
     fns |= {v for v in vars(operator).values() if isinstance(v, types.BuiltinFunctionType)}
     fns |= {functools.reduce}
     return frozenset(fns)

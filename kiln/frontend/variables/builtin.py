@@ -218,6 +218,17 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(hasattr(obj.as_python_constant(), n))
         unimplemented(f"hasattr on {obj}")
 
+    def _call_super(self, tx, cls=None, obj=None):
+        from kiln.frontend.variables.user_defined import SuperVariable
+
+        if cls is None:
+            code = tx.code
+            if "__class__" not in tx.closure or not code.co_argcount:
+                unimplemented("zero-argument super() outside a method")
+            cls = tx.load_closure_var("__class__")
+            obj = tx.get_local(code.co_varnames[0])
+        return SuperVariable(cls.as_python_constant(), obj)
+
     def _call_range(self, tx, *args):
         return RangeVariable(range(*[a.as_python_constant() for a in args]))
 

@@ -24,6 +24,23 @@ def _load_value(self, cg):
         cg.load_object(self.value)
 
 
+class TensorMethodDescriptorVariable(VariableTracker):
+    """An unbound Tensor method (`torch.Tensor.add`): called as `args[0].add(*args[1:])`."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def call_function(self, tx, args, kwargs):
+        from kiln.frontend.variables.tensor import TensorVariable
+
+        if not args or not isinstance(args[0], TensorVariable):
+            unimplemented(f"Tensor.{self.value.__name__} on a non-tensor")
+        return args[0].call_method(tx, self.value.__name__, args[1:], kwargs)
+
+    reconstruct = _load_value
+
+
 class TensorMethodVariable(VariableTracker):
     """`tensor.method` before it is called."""
 

@@ -104,3 +104,30 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def __repr__(self):
         return f"UserDefinedObjectVariable({type(self.value).__name__})"
+
+
+class SuperVariable(VariableTracker):
+    """`super()` / `super(cls, obj)`: attribute lookup from after `cls` in type(obj)'s MRO."""
+
+    def __init__(self, cls, obj, **kw):
+        super().__init__(**kw)
+        self.cls = cls
+        self.obj = obj
+
+    def var_getattr(self, tx, name):
+        mro = self.obj.python_type().__mro__
+        try:
+            start = mro.index(self.cls) + 1
+        except ValueError:
+            unimplemented(f"super(): {self.cls.__name__} is not in the MRO")
+        for klass in mro[start:]:
+            if name in vars(klass):
+                attr = vars(klass)[name]
+                if isinstance(attr, types.FunctionType):
+                    return UserMethodVariable(attr, self.obj)
+                if isinstance(attr, staticmethod):
+                    from kiln.frontend.variables.builder import wrap_value
+
+                    return wrap_value(tx, attr.__func__, None)
+                unimplemented(f"super().{name} is a {type(attr).__name__}")
+        unimplemented(f"super() has no attribute {name!r}")
