@@ -127,6 +127,22 @@ def functional_variant(func):
     raise Unsupported(f"functionalize: no functional variant for mutating operator {func}")
 
 
+def _same_meta(a, b):
+    """Whether two nodes' vals have the same metadata (so an op on either gives the same val)."""
+    va, vb = a.meta.get("val"), b.meta.get("val")
+    if va is vb:
+        return True
+    if isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor):
+        return (va.shape, va.stride(), va.dtype, va.device, va.storage_offset()) == (
+            vb.shape,
+            vb.stride(),
+            vb.dtype,
+            vb.device,
+            vb.storage_offset(),
+        )
+    return False
+
+
 def _val(x):
     return x.meta["val"] if isinstance(x, torch.fx.Node) else x
 
@@ -152,6 +168,16 @@ class _Functionalizer:
         vargs, vkwargs = pytree.tree_map_only(torch.fx.Node, _val, (tuple(args), kwargs))
         node.meta["val"] = op(*vargs, **vkwargs)
         return node
+
+    def copy(self, n):
+        """n unchanged but for its inputs' current values (its val reused when they are the same)."""
+        args, kwargs = self.map(n.args), self.map(n.kwargs)
+        news = [self.get(a) for a in n.all_input_nodes]
+        if all(_same_meta(new, old) for new, old in zip(news, n.all_input_nodes)):
+            node = self.graph.create_node("call_function", n.target, args, kwargs, name=n.name)
+            node.meta["val"] = n.meta.get("val")
+            return node
+        return self.emit(n.target, args, kwargs, name=n.name)
 
     # --- reading the current value of an old node ---
     def get(self, old):
@@ -306,7 +332,7 @@ class _Functionalizer:
             return self.mutation(n, func, written)
         if is_view_op(func) and isinstance(n.args[0], torch.fx.Node) and n.args[0] in self.root:
             return self.view(n, func)
-        new = self.emit(func, self.map(n.args), self.map(n.kwargs), name=n.name)
+        new = self.copy(n)
         self.env[n] = new
         if isinstance(n.meta.get("val"), ProxyTensor):
             self._make_root(n, new)
@@ -330,7 +356,7 @@ class _Functionalizer:
 
     def view(self, n, func):
         src = n.args[0]
-        new = self.emit(func, self.map(n.args), self.map(n.kwargs), name=n.name)
+        new = self.copy(n)
         if isinstance(n.meta.get("val"), (list, tuple)):
             self.env[n] = new  # split / unbind: the items are the aliases
             self.parent[n] = (src, func, n.args[1:], n.kwargs)
