@@ -6,6 +6,8 @@ modules first and only kiln.bytecode (and kiln.frontend.resume) are executed.
 """
 
 import copy
+import dis
+import importlib
 import importlib.util
 import inspect
 import pathlib
@@ -158,6 +160,54 @@ def check_edits(fn, inputs, B):
             assert len(record) == 2
 
 
+# Standard-library modules whose every code object must round-trip exactly (a few hundred real
+# code objects per Python: big functions, async, generators, nested try/with, match ...).
+STDLIB_MODULES = ("argparse", "dataclasses", "json.decoder", "textwrap", "difflib", "asyncio.tasks")
+
+
+def exception_semantics(code):
+    """offset -> (handler, depth, lasti) for every covered code unit."""
+    table = {}
+    for e in dis._parse_exception_table(code):
+        for offset in range(e.start, e.end, 2):
+            table[offset] = (e.target, e.depth, e.lasti)
+    real = {i.offset for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"}
+    return {k: v for k, v in table.items() if k in real}  # EXTENDED_ARG units never raise
+
+
+def stdlib_codes():
+    codes = []
+
+    def walk(c):
+        codes.append(c)
+        for k in c.co_consts:
+            if isinstance(k, types.CodeType):
+                walk(k)
+
+    for name in STDLIB_MODULES:
+        module = importlib.import_module(name)
+        walk(module.__loader__.get_code(name))
+    return codes
+
+
+def check_stdlib(B):
+    """Every code object of STDLIB_MODULES: encode(decode(c)) equals c."""
+    codes = stdlib_codes()
+    assert len(codes) > 300
+    for c in codes:
+        n = B.encode(B.decode(c), like=c)
+        where = f"{c.co_qualname} ({c.co_filename}:{c.co_firstlineno})"
+        assert n.co_code == c.co_code, where
+        assert exception_semantics(n) == exception_semantics(c), where
+        assert list(n.co_positions()) == list(c.co_positions()), where
+        assert (n.co_stacksize, n.co_varnames, n.co_names) == (
+            c.co_stacksize,
+            c.co_varnames,
+            c.co_names,
+        ), where
+    return len(codes)
+
+
 def main():
     bootstrap()
     import kiln.bytecode as B
@@ -171,6 +221,12 @@ def main():
             except Exception as e:  # noqa: BLE001 - report every failing case
                 failures += 1
                 print(f"FAIL {check.__name__} {fn.__name__}: {type(e).__name__}: {e}")
+    n_stdlib = 0
+    try:
+        n_stdlib = check_stdlib(B)
+    except Exception as e:  # noqa: BLE001
+        failures += 1
+        print(f"FAIL stdlib round trip: {type(e).__name__}: {e}")
     sys.path.insert(0, str(HERE))
     n_resume = 0
     for module in ("emit_checks", "resume_checks"):
@@ -184,8 +240,8 @@ def main():
                 print(f"FAIL {module} {name}: {type(e).__name__}: {e}")
     v = ".".join(map(str, sys.version_info[:3]))
     print(
-        f"python {v}: {len(corpus.CASES)} corpus functions, {n_resume} emit/resume checks, "
-        f"{failures} failures"
+        f"python {v}: {len(corpus.CASES)} corpus functions, {n_stdlib} stdlib code objects, "
+        f"{n_resume} emit/resume checks, {failures} failures"
     )
     return 1 if failures else 0
 

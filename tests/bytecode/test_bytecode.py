@@ -33,6 +33,11 @@ def test_edited(fn, inputs):
     roundtrip_checks.check_edits(fn, inputs, B)
 
 
+def test_stdlib_roundtrip():
+    """A few hundred real code objects from the standard library round-trip exactly."""
+    assert roundtrip_checks.check_stdlib(B) > 300
+
+
 def test_decode_view():
     insts = B.decode(corpus_funcs.try_except.__code__)
     assert all(i.opname not in ("CACHE", "EXTENDED_ARG") for i in insts)
