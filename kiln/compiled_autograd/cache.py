@@ -59,9 +59,10 @@ def _value(expr, flat):
 class CacheNode:
     """One trie level: children by node key, expected sizes (None = dynamic), entries at leaves."""
 
-    __slots__ = ("children", "expected", "entry", "static", "last")
+    __slots__ = ("children", "expected", "entry", "static", "last", "failed")
 
     def __init__(self, expected=()):
+        self.failed = None  # why this structure could not be captured (it then runs eagerly)
         self.children = {}
         self.expected = list(expected)
         self.entry = None  # Entry: serves every call whose dynamic positions are entry.dyn

@@ -34,7 +34,7 @@ from torch.utils import _pytree as pytree
 
 from kiln.autograd.tracer import ProxyTensor, TraceMode, Tracer, fake_like
 from kiln.compiled_autograd import hooks as H
-from kiln.compiled_autograd.collect import is_kiln_compiled_function
+from kiln.compiled_autograd.collect import is_kiln_compiled_function, tensor_ident
 from kiln.exc import Unsupported
 
 __all__ = ["capture"]
@@ -89,8 +89,7 @@ class Capture:
         self.hook_nodes = {}
         self.by_ident = {}
         for i, t in enumerate(g.inputs):
-            ident = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride())
-            self.by_ident.setdefault((ident, t.dtype, t.device), i)
+            self.by_ident.setdefault(tensor_ident(t), i)
         self.hook_index = {id(h): i for i, h in enumerate(g.hooks)}
         self.aot_ids = {}
         self.fresh_exclude = set()  # nodes whose values the graph does not own
@@ -123,8 +122,7 @@ class Capture:
 
     def lift_real(self, t):
         """A real tensor met in a backward formula: the saved tensor it is, as a graph input."""
-        ident = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride())
-        i = self.by_ident.get((ident, t.dtype, t.device))
+        i = self.by_ident.get(tensor_ident(t))
         if i is None:
             if t.dim() == 0 and t.device.type == "cpu" and not t.requires_grad:
                 return Tracer.constant(self.tracer, t)  # a wrapped scalar (its value is in the key)

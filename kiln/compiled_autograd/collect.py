@@ -13,7 +13,7 @@ import torch.autograd.graph
 from kiln.compiled_autograd import hooks as H
 from kiln.exc import Unsupported
 
-__all__ = ["AutogradGraph", "collect", "is_kiln_compiled_function"]
+__all__ = ["AutogradGraph", "collect", "is_kiln_compiled_function", "tensor_ident"]
 
 # Note [Compiled autograd: the key]
 # Two backward calls may share one compiled graph when everything the capture baked in is equal:
@@ -28,6 +28,11 @@ __all__ = ["AutogradGraph", "collect", "is_kiln_compiled_function"]
 _SAVED_ATTRS = {}  # node type -> names of its `_saved_*` attributes
 _SCALAR_TYPES = (bool, float, str, complex, type(None), torch.dtype, torch.device, torch.layout)
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def tensor_ident(t):
+    """Which data a tensor views: equal for the same view of the same memory."""
+    return (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device)
 
 
 def _saved_attrs(node):
@@ -74,7 +79,7 @@ class AutogradGraph:
         """Lift a tensor as a graph input; its metadata goes to key/sizes. Returns its index."""
         if type(t) not in _PLAIN_TENSORS:
             raise Unsupported(f"a tensor of type {type(t).__name__} in the autograd graph")
-        ident = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(), t.dtype)
+        ident = tensor_ident(t)
         first = self.alias.get(ident, -1)
         idx = len(self.inputs)
         if first < 0:

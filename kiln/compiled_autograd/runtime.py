@@ -159,9 +159,12 @@ def _run(compiler_fn, tensors, grad_tensors, keep_graph, create_graph, inputs, a
         raise RuntimeError(_SECOND_TIME + f" (node {g.names[k]})")
     leaf, dyn, entry = lookup(_cache, g)
     if entry is None:
+        if leaf.failed is not None:  # this structure could not be captured before: eager is
+            return _fallback(leaf.failed, args, accumulate_grad)  # always right, only slower
         try:
             entry = _compile(compiler_fn, g, leaf, dyn)
         except Unsupported as e:
+            leaf.failed = f"{e} (cached: this graph's structure runs eagerly from now on)"
             return _fallback(str(e), args, accumulate_grad)
     flat = g.flat_sizes if entry.dyn else ()
     sizes = [flat[p] for p in entry.dyn]
