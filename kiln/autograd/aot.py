@@ -19,7 +19,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from kiln import config, logs
-from kiln.autograd.functionalize import functionalize
+from kiln.autograd.functionalize import _is_impure, functionalize
 from kiln.autograd.partition import (
     default_partition,
     min_cut_rematerialization_partition,
@@ -148,13 +148,14 @@ def _non_leaf(x):
     return isinstance(x, torch.Tensor) and x.requires_grad and x.grad_fn is not None
 
 
-def _metadata(fn, inputs, decompositions):
-    """An inference trace, functionalized: which inputs are mutated, which outputs alias."""
-    tracer, _, _, flat, spec = _trace(fn, inputs, decompositions, joint=False)
-    tracer.output(tuple(o if isinstance(o, torch.Tensor) else None for o in flat))
-    gm = tracer.graph_module()
-    res = functionalize(gm)
-    return res, flat, spec
+def _forward_metadata(tracer, flat):
+    """Functionalize a copy of the trace so far, returning every output: which inputs it mutates,
+    which outputs alias inputs or other outputs (those are regenerated at run time)."""
+    args = [tracer.to_arg(o) if isinstance(o, torch.Tensor) else None for o in flat]
+    graph, val_map = torch.fx.Graph(), {}
+    graph.graph_copy(tracer.graph, val_map)
+    graph.output(tuple(val_map[a] if isinstance(a, torch.fx.Node) else None for a in args))
+    return functionalize(torch.fx.GraphModule(tracer.root, graph))
 
 
 _CONSTANT_TYPES = (
@@ -191,30 +192,48 @@ def _constant_targets(gm, names):
 
 def compile_inference(fn, inputs, decompositions, compiler):
     """Trace without autograd, functionalize, compile: the plan for no-grad calls."""
-    meta, flat, spec = _metadata(fn, inputs, decompositions)
-    outputs, graph_idx = _output_plan(meta, flat)
-    tracer, _, _, flat2, _ = _trace(fn, inputs, decompositions, joint=False)
-    tracer.output(tuple(flat2[i] for i in graph_idx))
-    res = functionalize(tracer.graph_module())
-    _log_graph("inference graph", res.gm)
-    compiled = compiler(res.gm, _fake_inputs(res.gm))
+    tracer, _, _, flat, spec = _trace(fn, inputs, decompositions, joint=False)
+    res = _forward_metadata(tracer, flat)
+    outputs, graph_idx = _output_plan(res, flat)
+    gm = res.gm
+    out = gm.graph.output_node()
+    vals = list(out.args[0])
+    nm = len(res.mutated_inputs) + len(res.mutated_constants)
+    out.args = (tuple(vals[:nm] + [vals[nm + i] for i in graph_idx]),)
+    gm.graph.eliminate_dead_code(is_impure_node=_is_impure)
+    gm.recompile()
+    _log_graph("inference graph", gm)
+    compiled = compiler(gm, _fake_inputs(gm))
     return _Plan(
         num_inputs=len(inputs),
         mutated_inputs=res.mutated_inputs,
-        mutated_constants=_constant_targets(res.gm, res.mutated_constants),
+        mutated_constants=_constant_targets(gm, res.mutated_constants),
         outputs=outputs,
         out_spec=spec,
         forward=compiled,
-        fw_graph=res.gm,
+        fw_graph=gm,
     )
 
 
-def trace_joint(fn, inputs, decompositions, graph_idx, mutated):
-    """The joint graph: (primals, tangents) -> (outputs graph_idx, grads of inputs needing grad).
+@dataclasses.dataclass
+class JointTrace:
+    """A joint graph and how its inputs/outputs map to the user's (see trace_joint)."""
 
-    Returns (joint, diff, grad_inputs): diff lists CompiledFunction outputs (mutated inputs first,
-    then outputs graph_idx) that get a tangent, in tangent order."""
-    tracer, primals, seen, flat, _ = _trace(fn, inputs, decompositions, joint=True)
+    joint: torch.fx.GraphModule  # (primals.., tangents..) -> (outputs graph_idx.., grads..)
+    meta: object  # FunctionalizeResult of the forward: mutated inputs, output aliases
+    outputs: list  # per user output: ("graph", k) | ("alias", OutputAlias) | ("const", v)
+    graph_idx: list  # user outputs computed by the graph
+    diff: list  # CompiledFunction outputs (mutated inputs, then graph outputs) with a tangent
+    grad_inputs: list  # inputs that get a gradient, in the joint's grad output order
+    out_spec: object
+
+
+def trace_joint(fn, inputs, decompositions=None):
+    """Trace fn's forward and, through the autograd engine on the proxies, its backward."""
+    tracer, primals, seen, flat, spec = _trace(fn, inputs, decompositions, joint=True)
+    meta = _forward_metadata(tracer, flat)
+    outputs, graph_idx = _output_plan(meta, flat)
+    mutated = meta.mutated_inputs
     outs = [flat[i] for i in graph_idx]
     candidates = [(j, seen[i]) for j, i in enumerate(mutated)]
     candidates += [(len(mutated) + k, o) for k, o in enumerate(outs)]
@@ -240,22 +259,18 @@ def trace_joint(fn, inputs, decompositions, graph_idx, mutated):
             )
         grads = list(got)
     tracer.output(tuple(outs) + tuple(grads))
-    return tracer.graph_module(), diff, grad_inputs
+    return JointTrace(tracer.graph_module(), meta, outputs, graph_idx, diff, grad_inputs, spec)
 
 
 def compile_training(fn, inputs, decompositions, fw_compiler, bw_compiler, partition_fn):
     """Joint trace, functionalize, partition, compile both halves: the plan for grad calls."""
-    meta, flat, spec = _metadata(fn, inputs, decompositions)
-    outputs, graph_idx = _output_plan(meta, flat)
-    joint, diff, grad_inputs = trace_joint(
-        fn, inputs, decompositions, graph_idx, meta.mutated_inputs
-    )
-    if not diff:
+    jt = trace_joint(fn, inputs, decompositions)
+    if not jt.diff:
         return None
-    res = functionalize(joint)
-    if res.mutated_inputs != meta.mutated_inputs or res.mutated_constants:
+    res = functionalize(jt.joint)
+    if res.mutated_inputs != jt.meta.mutated_inputs or res.mutated_constants:
         raise Unsupported("aot: the backward mutates its inputs or the graph mutates a constant")
-    num_fwd = len(res.mutated_inputs) + len(graph_idx)
+    num_fwd = len(res.mutated_inputs) + len(jt.graph_idx)
     _log_graph("joint graph", res.gm)
     fw_gm, bw_gm = partition_fn(res.gm, _fake_inputs(res.gm), num_fwd_outputs=num_fwd)
     _log_graph("forward graph", fw_gm)
@@ -275,10 +290,10 @@ def compile_training(fn, inputs, decompositions, fw_compiler, bw_compiler, parti
         num_inputs=len(inputs),
         mutated_inputs=res.mutated_inputs,
         mutated_constants=[],
-        outputs=outputs,
-        out_spec=spec,
-        diff_outputs=diff,
-        grad_inputs=grad_inputs,
+        outputs=jt.outputs,
+        out_spec=jt.out_spec,
+        diff_outputs=jt.diff,
+        grad_inputs=jt.grad_inputs,
         forward=fw,
         backward=bw,
         num_saved=num_saved,
@@ -393,6 +408,10 @@ def _finish(plan, args, graph_outs):
         else:
             with torch.no_grad():
                 args[i].copy_(v)
+    for (owner, name), v in zip(plan.mutated_constants, graph_outs[nm:]):
+        with torch.no_grad():  # a tensor the graph closed over (not an input), written in place
+            getattr(owner, name).copy_(v)
+    nm += len(plan.mutated_constants)
     rest = graph_outs[nm:]
     result = [None] * len(plan.outputs)
     for j, (kind, v) in enumerate(plan.outputs):

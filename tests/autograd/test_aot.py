@@ -412,3 +412,18 @@ def test_mutated_input_aliasing_another_input_runs_eagerly():
     f(torch.zeros(3), torch.zeros(3))
     torch.testing.assert_close(f(b, b), torch.full((3,), 2.0))
     torch.testing.assert_close(b, torch.ones(3))
+
+
+def test_closed_over_tensor_mutated_in_inference():
+    c = torch.zeros(3)
+
+    def f(x):
+        c.add_(x)
+        return x * 2
+
+    g = aot_function(f, nop)
+    with torch.no_grad():
+        out = g(torch.ones(3))
+        g(torch.ones(3))
+    torch.testing.assert_close(out, torch.full((3,), 2.0))
+    torch.testing.assert_close(c, torch.full((3,), 2.0))
