@@ -109,9 +109,9 @@ def _compile(model, *, backend_fn, backend_name, fullgraph):
         raise TypeError(
             f"kiln.compile expects a function or an nn.Module, got {type(model).__name__}"
         )
-    if getattr(model, "_kiln_disabled", False):
+    if _marker(model, "_kiln_disabled"):
         return model
-    if hasattr(model, "_kiln_orig_fn"):
+    if _marker(model, "_kiln_orig_fn"):
         model = model._kiln_orig_fn
     if isinstance(model, types.MethodType):
         inner = _compile(
@@ -224,7 +224,7 @@ def disable(fn=None):
 
     if fn is None:
         return disable
-    if hasattr(fn, "_kiln_orig_fn"):
+    if _marker(fn, "_kiln_orig_fn"):
         fn = fn._kiln_orig_fn
     if isinstance(fn, OptimizedModule):
         return fn._orig_mod
@@ -242,3 +242,9 @@ def explain(fn, **compile_kwargs):
     from kiln.tools.explain import explain as _explain
 
     return _explain(fn, **compile_kwargs)
+
+
+def _marker(obj, name):
+    from kiln.frontend.cache import kiln_marker
+
+    return kiln_marker(obj, name)

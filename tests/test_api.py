@@ -132,7 +132,7 @@ def test_disable_keeps_function_out_of_capture():
     f = kiln.compile(lambda x: helper(x) + 1, backend=backend)
     x = torch.randn(2)
     torch.testing.assert_close(f(x), x * 10 + 1)
-    assert len(calls) == 0
+    assert len(calls) == 1  # `+ 1`, after the break; helper ran in Python
     assert kiln.counters["stats"]["graph_breaks"] == 1
     assert helper(x).shape == x.shape
     # disabling a compiled function gives back the original

@@ -79,8 +79,12 @@ class FrameCache:
         return wrapper
 
     def _resume_wrapper(self, code):
-        """The kiln-compiled function of a resume code object."""
-        fn = types.FunctionType(code, self.fn.__globals__, code.co_name)
+        """The kiln-compiled function of a resume code object (sharing our closure cells)."""
+        closure = None
+        if code.co_freevars:
+            mine = dict(zip(self.fn.__code__.co_freevars, self.fn.__closure__))
+            closure = tuple(mine[name] for name in code.co_freevars)
+        fn = types.FunctionType(code, self.fn.__globals__, code.co_name, None, closure)
         return self._child(code, fn)
 
     def _callee(self, fn, module_root=False):
@@ -96,10 +100,19 @@ class FrameCache:
         self.breaks.clear()
         self._limit_warned = False
 
+    def run_eager(self, args, kwargs):
+        """The frame as plain Python (inside compiled autograd when config asks for it)."""
+        if config.compiled_autograd:
+            from kiln.compiled_autograd import maybe_enable
+
+            with maybe_enable(self.backend):
+                return self.eager(*args, **kwargs)
+        return self.eager(*args, **kwargs)
+
     def miss(self, args, kwargs):
         """No guard passed: compile a new entry (or run eagerly), then run it."""
         if self.skip:
-            return self.eager(*args, **kwargs)
+            return self.run_eager(args, kwargs)
         name = self.fn.__qualname__
         if self.entries:
             if len(self.entries) >= config.cache_size_limit:
@@ -116,7 +129,7 @@ class FrameCache:
                     )
                 logs.counters["frames"]["cache_limit_hit"] += 1
                 self.skip = True
-                return self.eager(*args, **kwargs)
+                return self.run_eager(args, kwargs)
             logs.counters["stats"]["recompiles"] += 1
             if logs.enabled("recompiles"):
                 reasons = [
@@ -134,7 +147,7 @@ class FrameCache:
                 raise
             self._record_break(e)
             self.skip = True
-            return self.eager(*args, **kwargs)
+            return self.run_eager(args, kwargs)
         except Exception as e:
             if config.suppress_errors:
                 logs.warn(
@@ -144,7 +157,7 @@ class FrameCache:
                     e,
                 )
                 self.skip = True
-                return self.eager(*args, **kwargs)
+                return self.run_eager(args, kwargs)
             raise
         logs.counters["frames"]["ok"] += 1
         self.entries.append((entry.guard, entry.fn))
@@ -197,6 +210,8 @@ class FrameCache:
             new_code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
         )
         new_fn.__kwdefaults__ = fn.__kwdefaults__
+        if config.compiled_autograd:
+            new_fn = _with_compiled_autograd(new_fn, self.backend)
         gm = getattr(output, "gm", None)
         if gm is not None:
             for r in _recorders:
@@ -221,6 +236,29 @@ class FrameCache:
         g = torch.nn.modules.module
         if g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks:
             unimplemented("global module hooks")
+
+
+def _with_compiled_autograd(fn, backend):
+    """Run a transformed function inside `kiln.compiled_autograd.maybe_enable(backend)`, so that a
+    `.backward()` it runs (after a graph break) captures the whole backward graph."""
+    from kiln.compiled_autograd import maybe_enable
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with maybe_enable(backend):
+            return fn(*args, **kwargs)
+
+    return run
+
+
+def kiln_marker(obj, name):
+    """A marker kiln set on a function it made (`_kiln_orig_fn`, `_kiln_disabled`), or None.
+
+    Read from the function's own __dict__: objects such as `torch.ops` answer any getattr.
+    """
+    if not isinstance(obj, types.FunctionType):
+        return None
+    return obj.__dict__.get(name)
 
 
 def module_eager(mod, *args, **kwargs):

@@ -183,8 +183,10 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     inst = instructions[e.root_index]
     if inst.exn_tab_entry is not None:
         raise NoBreakHere("inside a try/with block")
-    if code.co_cellvars or code.co_freevars:
-        raise NoBreakHere("frame with cells or free variables")
+    if code.co_cellvars:
+        # a resume function would need this call's own cells (free variables are fine: the
+        # root function's closure cells are fixed objects the resume function shares)
+        raise NoBreakHere("frame with cell variables")
     if any(
         i.target_index is not None and i.target_index <= e.root_index
         for i in instructions[e.root_index :]

@@ -19,6 +19,7 @@ import re
 
 import torch
 
+from kiln import config as _config
 from kiln import logs
 from kiln.frontend.source import AttrSource, GetItemSource, LocalSource
 
@@ -152,6 +153,7 @@ def _expr_parts(guard, namer, s, ref):
         return [
             f"___is_grad_enabled() is {grad!r}",
             "not ___is_any_autocast_enabled()",
+            f"___kiln_config.compiled_autograd is {bool(_config.compiled_autograd)!r}",
             *(
                 [
                     "not ___global_forward_hooks and not ___global_forward_pre_hooks",
@@ -265,6 +267,7 @@ def build_guard_fn(fn, guard_set, extra=None):
         "___len": len,
         "___list": list,
         "___is_grad_enabled": torch.is_grad_enabled,
+        "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
         "___is_any_autocast_enabled": torch._C._is_any_autocast_enabled,
         "___global_forward_hooks": torch.nn.modules.module._global_forward_hooks,

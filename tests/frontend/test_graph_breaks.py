@@ -205,3 +205,34 @@ def test_fullgraph_turns_break_into_error():
     f = kiln.compile(seed_002_fn, backend="eager", fullgraph=True)
     with pytest.raises(Unsupported, match="graph_break"):
         f(torch.randn(2))
+
+
+def test_break_in_closure_shares_cells():
+    scale = [3.0]
+    offset = torch.ones(2)
+
+    def fn(x):
+        y = x * scale[0]
+        print("break")
+        return y + offset
+
+    kiln.reset()
+    f = kiln.compile(fn, backend="eager")
+    x = torch.randn(2)
+    torch.testing.assert_close(f(x), fn(x))
+    assert kiln.counters["stats"]["unique_graphs"] == 2
+    scale[0] = 5.0  # the guard on the closure contents sees the change
+    torch.testing.assert_close(f(x), fn(x))
+
+
+def test_compiled_autograd_config_wraps_frames(monkeypatch):
+    from kiln import config
+
+    monkeypatch.setattr(config, "compiled_autograd", True)
+    x = torch.randn(4, requires_grad=True)
+    kiln.reset()
+    f = kiln.compile(seed_002_fn, backend="eager")
+    f(x).backward()
+    torch.testing.assert_close(x.grad, torch.ones_like(x))
+    src = f._kiln_cache.entry_info[0].guard_source
+    assert "___kiln_config.compiled_autograd is True" in src

@@ -57,7 +57,7 @@ def _kiln_special(value):
 
     if value is api.graph_break:
         return GraphBreakVariable()
-    if getattr(value, "_kiln_disabled", False):
+    if _marker(value, "_kiln_disabled"):
         return DisabledFunctionVariable(value)
     return None
 
@@ -97,7 +97,7 @@ def wrap_value(tx, value, source):
     if isinstance(value, OptimizedModule):
         value = value._orig_mod
         source = _attr(source, "_orig_mod") if source is not None else None
-    elif hasattr(value, "_kiln_orig_fn") and isinstance(value, types.FunctionType):
+    elif _marker(value, "_kiln_orig_fn"):
         # a kiln-compiled function called from traced code: trace the original (the wrapper
         # object is what the guard pins, so the wrapped function cannot change under it)
         if source is not None:
@@ -198,3 +198,9 @@ def _builtin_fns():
 
 _BUILTIN_FNS = _builtin_fns()
 _SIGNATURE = inspect.signature
+
+
+def _marker(obj, name):
+    from kiln.frontend.cache import kiln_marker
+
+    return kiln_marker(obj, name)

@@ -184,7 +184,7 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
     code = fn.__code__
     if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         unimplemented(f"calling coroutine function {fn.__qualname__}")
-    if getattr(fn, "_kiln_disabled", False):
+    if _marker(fn, "_kiln_disabled"):
         unimplemented(f"call to kiln.disable'd function {fn.__qualname__}")
     local_vars = bind_args(tx, fn, args, kwargs, fn_source, defaults, kwdefaults)
     if closure is None:
@@ -196,3 +196,9 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
             closure[name] = (cell, fn_source, i)
     sub = InliningTranslator(tx, fn, code, local_vars, closure)
     return sub.run_inline()
+
+
+def _marker(obj, name):
+    from kiln.frontend.cache import kiln_marker
+
+    return kiln_marker(obj, name)
