@@ -206,6 +206,14 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         if inst.opname not in ("COPY_FREE_VARS", "MAKE_CELL", "RESUME", "NOP"):
             raise ResumeUnsupported(f"unexpected {inst.opname} before RESUME in {code.co_name}")
 
+    for inst in body:
+        if inst.opname == "MAKE_CELL" or (
+            inst.opname in ("LOAD_FAST_AND_CLEAR", "STORE_FAST", "DELETE_FAST")
+            and inst.argval in cells
+        ):
+            # 3.12+ inlined comprehensions make fresh cells mid-body; in a resume function
+            # the cells are free variables shared with the caller
+            raise ResumeUnsupported(f"{inst.opname} of cell {inst.argval!r} after the prologue")
     live = tuple(n for n in live_locals if n not in cells)
     stack_names = [f"__stack{k}" for k in range(stack_depth) if k not in nulls]
     argnames = stack_names + list(live)

@@ -365,6 +365,11 @@ def exc_groups(x):
     return r
 
 
+def comp_cells(n):
+    fs = [lambda: i for i in range(n)]
+    return [f() for f in fs]
+
+
 def build_big():
     """big_consts with 300 distinct float constants and a loop jumping over them (EXTENDED_ARG)."""
     lines = ["def big(x):", "    s = 0.0", "    for i in range(x):"]
@@ -408,6 +413,7 @@ CASES = [
     (async_fn, [(1,)]),
     (use_yield_from, [(5,)]),
     (comprehensions, [(0,), (6,)]),
+    (comp_cells, [(0,), (3,)]),
     (closure, [(1,), (5,)]),
     (nonlocal_counter, [(0,), (7,)]),
     (cell_arg, [(2, 3)]),

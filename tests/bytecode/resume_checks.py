@@ -121,9 +121,16 @@ def check_function(fn, inputs, max_points=8):
         points = [points[int(i * step)] for i in range(max_points)]
     # exc_groups: `r` is live everywhere but only bound on one path, so no point is resumable
     assert points or fn.__name__ == "exc_groups", f"{fn.__name__}: no resume points"
+    built = 0
     for n, (r, depth, nulls, live, withs) in enumerate(points):
         WRAPPED.clear()
-        new_fn, rf = broken(fn, r, depth, nulls, live, withs, use_wrap=n % 2 == 1)
+        try:
+            new_fn, rf = broken(fn, r, depth, nulls, live, withs, use_wrap=n % 2 == 1)
+        except R.ResumeUnsupported:
+            # only 3.12+ comprehensions that make cells mid-body are refused
+            assert fn.__name__ == "comp_cells" and B.PY312_PLUS, (fn.__name__, r)
+            continue
+        built += 1
         for args in inputs:
             got, want = outcome(new_fn, args), outcome(fn, args)
             assert got == want, (
