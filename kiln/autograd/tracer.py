@@ -303,6 +303,32 @@ def _resync(t):
         t.as_strided_(m.size(), m.stride(), m.storage_offset())
 
 
+# Note [Tracer: boolean mask assignment]
+# `x[mask] = v` dispatches index_put_ with a bool index, whose kernel (and meta kernel) computes
+# mask.nonzero(): a data-dependent size. With a mask of x's full shape and a single value it is
+# masked_fill, which has static shapes; other boolean index_puts stay data-dependent (Unsupported).
+def _is_mask_put(args, kwargs):
+    if len(args) < 3 or kwargs.get("accumulate", args[3] if len(args) > 3 else False):
+        return False
+    x, indices, v = args[0], args[1], args[2]
+    if len(indices) != 1 or not isinstance(indices[0], torch.Tensor):
+        return False
+    m = indices[0]
+    return (
+        m.dtype == torch.bool
+        and tuple(m.shape) == tuple(x.shape)
+        and isinstance(v, torch.Tensor)
+        and v.numel() == 1
+        and v.dim() <= 1
+    )
+
+
+_MASK_REWRITES = {
+    aten.index_put_.default: lambda x, m, v: x.masked_fill_(m, v.reshape(())),
+    aten.index_put.default: lambda x, m, v: x.masked_fill(m, v.reshape(())),
+}
+
+
 def _node_name(func):
     return getattr(func, "__name__", "op").split(".")[0] or "op"
 
@@ -407,6 +433,9 @@ class Tracer(_FakeDispatch):
                 self._decomposing.discard(func)
         if func is aten.lift_fresh.default:
             return self.constant_proxy(args[0])
+        if func in _MASK_REWRITES and _is_mask_put(args, kwargs):
+            with self.mode:  # x[mask] = v: no data-dependent shape needed
+                return _MASK_REWRITES[func](args[0], args[1][0], args[2])
         target = args[0] if args and _is_metadata_mutation(func) else None
         if isinstance(target, ProxyTensor) and target._node is not None:
             target._node.meta["val"] = fake_like(target, target._node)  # snapshot, see the note

@@ -178,3 +178,14 @@ def test_fake_tensor_outside_trace():
     assert isinstance(out, ProxyTensor) and out.shape == (3, 3) and out.stride() == (3, 1)
     with pytest.raises(Exception):  # noqa: B017 - no data to read
         val.tolist()
+
+
+def test_boolean_mask_assignment_becomes_masked_fill():
+    def f(x, m):
+        y = x * 2
+        y[m] = 0.5
+        return (y,)
+
+    gm = check(f, torch.randn(4, 5), torch.rand(4, 5) > 0.5)
+    assert aten.masked_fill_.Tensor in targets(gm)
+    assert aten.index_put_.default not in targets(gm)
