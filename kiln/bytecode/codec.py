@@ -235,19 +235,13 @@ def encode(insts: list[Inst], like: types.CodeType, **replace) -> types.CodeType
         consts[0] if consts and (consts[0] is None or isinstance(consts[0], str)) else bc.UNSET
     )
     for key, value in replace.items():
-        setattr(
-            out,
-            _FIELDS[key],
-            bc.CompilerFlags(value)
-            if key == "co_flags"
-            else list(value)
-            if key in ("co_cellvars", "co_freevars")
-            else value,
-        )
-    nargs = out.argcount + out.kwonlyargcount
-    nargs += bool(out.flags & bc.CompilerFlags.VARARGS) + bool(
-        out.flags & bc.CompilerFlags.VARKEYWORDS
-    )
+        if key == "co_flags":
+            value = bc.CompilerFlags(value)
+        elif key in ("co_cellvars", "co_freevars"):
+            value = list(value)
+        setattr(out, _FIELDS[key], value)
+    star = bc.CompilerFlags.VARARGS | bc.CompilerFlags.VARKEYWORDS
+    nargs = out.argcount + out.kwonlyargcount + bin(out.flags & star).count("1")
     out.argnames = varnames[:nargs]
     convert = _ArgConverter(varnames, out.cellvars, out.freevars)
     # The final co_varnames: the given order, then new locals in order of first use.

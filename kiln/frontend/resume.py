@@ -10,7 +10,7 @@ Before/after, for a break at `print(x)` inside a loop of
         return x
 
     def __resume_at_40(__stack0, x, n):   # make_resume_function(f.__code__, index of POP_TOP ...)
-        <push __stack0>; jump to the instruction after the call (a copy of all of f's code),
+        <push __stack0>; jump to the instruction after the call (in a copy of f's code),
         so `x = x + 1`, the loop's jump back to FOR_ITER and `return x` run in this copy.
 
 Pure bytecode (kiln.bytecode only): no torch, runs on 3.11-3.13.
@@ -46,14 +46,16 @@ from kiln.bytecode import (
 # frame) the argument is the context manager, re-entered with BEFORE_WITH + POP_TOP, which leaves
 # its __exit__ in that slot exactly as the original BEFORE_WITH did. Then a jump to the resume
 # instruction in a copy of the original body (what is unreachable from there is dropped): loops
-# jump back inside the copy, and the copy keeps the original exception table, whose entries (try bodies, with cleanups) have depths
-# relative to the same stack layout, so active try and with blocks stay correct.
+# jump back inside the copy, and the copy keeps the original exception table, whose entries (try
+# bodies, with cleanups) have depths relative to the same stack layout, so active try and with
+# blocks stay correct (see Note [Bytecode: 3.13 errors from callee frames] for one subtlety).
 # Locals are the arguments themselves (same names), so nothing is stored. On 3.12+ a LOAD_FAST of
 # a local that is not an argument becomes LOAD_FAST_CHECK (a local the caller did not pass raises
 # UnboundLocalError instead of reading NULL).
 # Not supported (ResumeUnsupported is raised; the frontend then runs the frame eagerly):
 # generators and coroutines; resuming between 3.11's PRECALL / KW_NAMES and their CALL; at a
-# loop's END_FOR. Never resume inside an except/finally handler (the live exception cannot be
+# loop's END_FOR; code that makes cells after its prologue (3.12+ comprehensions over captured
+# variables: MAKE_CELL / LOAD_FAST_AND_CLEAR on a cell mid-body). Never resume inside an except/finally handler (the live exception cannot be
 # restored; analysis cannot tell, the caller must not ask).
 
 # Note [Resume: breaks inside with blocks]
