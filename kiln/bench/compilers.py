@@ -35,6 +35,9 @@ class Eager:
     def counts(self):
         return None, None
 
+    def break_reason(self):
+        return ""
+
 
 # Note [Bench: the suite is user code]
 #   kiln never captures frames of modules in config.skip_modules, matched by prefix, and "kiln" is
@@ -124,6 +127,11 @@ class Kiln:
         breaks = sum(c["graph_break"].values()) + sum(c["graph_breaks"].values())
         return graphs, breaks
 
+    def break_reason(self):
+        import kiln
+
+        return _most_common(kiln.counters["graph_breaks"] + kiln.counters["graph_break"])
+
 
 class TorchCompile:
     """`torch.compile(model, backend=...)` (inductor by default); counts from dynamo's counters."""
@@ -157,6 +165,19 @@ class TorchCompile:
         from torch._dynamo.utils import counters
 
         return counters["stats"].get("unique_graphs", 0), sum(counters["graph_break"].values())
+
+    def break_reason(self):
+        from torch._dynamo.utils import counters
+
+        return _most_common(counters["graph_break"])
+
+
+def _most_common(counter):
+    """The first line of the most frequent graph-break reason, or ""."""
+    if not counter:
+        return ""
+    reason, _ = max(counter.items(), key=lambda kv: kv[1])
+    return str(reason).strip().splitlines()[0][:160] if str(reason).strip() else ""
 
 
 def parse_compare(spec, kiln_backend="kiln"):

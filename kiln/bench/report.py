@@ -99,6 +99,15 @@ def table(rows, overhead=(), env=None, status_width=60):
         "Geometric mean speedup over passing models (eager = 1.00x):\n"
         + _grid(["compiler", "mode", "pass", "geomean", "mean cold s", "mean warm s"], sbody)
     )
+    broke = [r for r in rows if r.breaks and r.break_reason]
+    if broke:
+        parts.append(
+            "Graph breaks (most frequent reason):\n"
+            + "\n".join(
+                f"  {r.model}/{r.mode} {r.compiler}: {r.breaks} break(s): {r.break_reason}"
+                for r in broke
+            )
+        )
     if overhead:
         obody = [
             [

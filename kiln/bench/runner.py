@@ -69,6 +69,7 @@ class Row:
     warm_s: float | None = None  # first call after reset, on-disk caches warm
     graphs: int | None = None
     breaks: int | None = None
+    break_reason: str = ""  # the most frequent graph-break reason
     compile_mb: float | None = None  # see Note [Bench: memory]
     step_mb: float | None = None
 
@@ -379,6 +380,7 @@ class Runner:
                     row.cold_s = time.perf_counter() - t0
                 row.compile_mb = mem.mb
                 row.graphs, row.breaks = c.counts()
+                row.break_reason = c.break_reason()
                 phase = "accuracy"
                 ok, row.max_err, row.worst = compare(
                     _snapshot(live.model, out, loss, mode), reference, self.dtype
@@ -395,7 +397,8 @@ class Runner:
                 if c.kind == "eager":  # nothing compiles: the first call is just a call
                     row.cold_s = row.warm_s = None
                 elif row.graphs == 0:
-                    row.status = "no graph captured (ran eagerly)"
+                    why = f": {row.break_reason}" if row.break_reason else ""
+                    row.status = f"no graph captured (ran eagerly){why}"
                 timed[c.name] = live
             except Exception as e:
                 row.status = f"error: {phase}: {_first_line(e)}"
