@@ -118,6 +118,7 @@ def _graph_call(output, body):
 def transformed_code(output, code, return_var):
     """The transformed code object of a frame that traced to `return return_var` in one graph."""
     body = PyCodegen(output)
+    output.side_effects.codegen(body)
     if isinstance(return_var, SizeVariable):
         body.load_object(return_var.as_python_constant())
     else:
@@ -197,6 +198,10 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     branch = _BRANCHES.get(inst.opname)
     if branch is None and inst.opname not in _BREAKABLE_PUSHES:
         raise NoBreakHere(f"at {inst.opname}")
+    if output.side_effects.version != e.root_effects_version:
+        # the instruction (an inlined call) already mutated state before it broke: running it
+        # again in Python would repeat those mutations
+        raise NoBreakHere("side effects inside the call that broke")
     output.rollback(e.root_checkpoint)
     stack = list(e.root_stack)
     live = [
@@ -205,6 +210,7 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         if not isinstance(v, DeletedVariable) and not n.startswith("__stack")  # resume's own
     ]
     body = PyCodegen(output, callee_factory)
+    output.side_effects.codegen(body)
     callee_slot = _callee_slot(inst, stack) if len(e.frames) > 1 else None
     for k, v in enumerate(stack):
         if isinstance(v, NullVariable):

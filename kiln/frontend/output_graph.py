@@ -9,6 +9,7 @@ import torch.fx
 from kiln import config, logs
 from kiln.exc import BackendCompilerFailed
 from kiln.frontend.guards import GuardKind, GuardSet
+from kiln.frontend.side_effects import SideEffects
 from kiln.frontend.variables.tensor import TensorVariable
 
 _unique = itertools.count()
@@ -33,6 +34,7 @@ class OutputGraph:
         self.graph_inputs = []  # [(source, real value, placeholder node)]
         self._input_by_id = {}
         self.uses_modules = False
+        self.side_effects = SideEffects()
         self.extra_globals = {}  # guard names -> foreign globals dicts
         self._foreign_globals = {}
 

@@ -16,6 +16,8 @@ import linecache
 import operator
 import sys
 
+import torch
+
 from kiln.bytecode import decode as bytecode_decode
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.source import GlobalSource, LocalSource
@@ -120,6 +122,7 @@ class InstructionTranslatorBase:
                 self.checkpoint = self.output.last_node()
                 self.locals_before = dict(self.symbolic_locals)
                 self.kw_before = self.kw_names
+                self.effects_before = self.output.side_effects.version
             self.ip += 1
             handler = getattr(self, inst.opname, None)
             try:
@@ -177,6 +180,10 @@ class InstructionTranslatorBase:
         self.push(fn.call_function(self, list(args), dict(kwargs)))
 
     def load_global_value(self, name):
+        if self.f_globals is self.output.root_fn.__globals__:
+            stored = self.output.side_effects.globals.get(name)
+            if stored is not None:
+                return stored
         if name in self.f_globals:
             return wrap_value(self, self.f_globals[name], self.global_source(name))
         b = self.f_globals.get("__builtins__", builtins)
@@ -269,7 +276,9 @@ class InstructionTranslatorBase:
             self.push(NULL)
 
     def STORE_GLOBAL(self, inst):
-        unimplemented(f"assignment to global {inst.argval!r} (side effect)")
+        if self.f_globals is not self.output.root_fn.__globals__:
+            unimplemented(f"assignment to global {inst.argval!r} of another module")
+        self.output.side_effects.store_global(inst.argval, self.pop())
 
     def LOAD_DEREF(self, inst):
         name = inst.argval
@@ -283,6 +292,9 @@ class InstructionTranslatorBase:
         if isinstance(ref, CellRefVariable):
             return ref.tx.get_local(ref.name)
         cell, source = ref
+        stored = self.output.side_effects.cells.get(name) if self.is_root else None
+        if stored is not None:
+            return stored
         try:
             value = cell.cell_contents
         except ValueError:
@@ -303,7 +315,10 @@ class InstructionTranslatorBase:
             if isinstance(ref, CellRefVariable):
                 ref.tx.symbolic_locals[ref.name] = v
                 return
-            unimplemented(f"assignment to free variable {name!r} (side effect)")
+            if not self.is_root:
+                unimplemented(f"assignment to free variable {name!r} of an inlined function")
+            self.output.side_effects.store_cell(name, v)
+            return
         self.symbolic_locals[name] = v
 
     def LOAD_CLOSURE(self, inst):
@@ -355,7 +370,26 @@ class InstructionTranslatorBase:
             self.push(attr)
 
     def STORE_ATTR(self, inst):
-        unimplemented(f"attribute assignment .{inst.argval} (side effect)")
+        from kiln.frontend.variables.nn_module import NNModuleVariable
+        from kiln.frontend.variables.user_defined import UserDefinedObjectVariable
+
+        obj = self.pop()
+        value = self.pop()
+        name = inst.argval
+        if not isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)):
+            unimplemented(f"attribute assignment .{name} on {obj}")
+        static = inspect.getattr_static(type(obj.value), name, None)
+        if static is not None and hasattr(static, "__set__"):
+            unimplemented(f"assignment to the descriptor {type(obj.value).__name__}.{name}")
+        if isinstance(obj, NNModuleVariable):
+            mod = obj.value
+            if name in mod._parameters or name in mod._modules:
+                unimplemented(f"replacing parameter or submodule {name!r} of a module")
+            if isinstance(value, NNModuleVariable) or (
+                isinstance(value, TensorVariable) and value.python_type() is not torch.Tensor
+            ):
+                unimplemented(f"assigning a module or parameter to {type(mod).__name__}.{name}")
+        self.output.side_effects.store_attr(obj, name, value)
 
     def DELETE_ATTR(self, inst):
         unimplemented(f"attribute deletion .{inst.argval} (side effect)")
@@ -876,3 +910,4 @@ class InstructionTranslator(InstructionTranslatorBase):
             e.root_locals = self.locals_before
             e.root_checkpoint = self.checkpoint
             e.root_kw_names = self.kw_before
+            e.root_effects_version = self.effects_before

@@ -38,7 +38,7 @@ def binary_op(tx, fn, a, b):
     if fn in _SEQUENCE_OPS and isinstance(a, BaseListVariable):
         if fn in (operator.add, operator.iadd) and isinstance(b, BaseListVariable):
             if fn is operator.iadd and isinstance(a, ListVariable):
-                a._mutate()
+                a._mutate(tx)
                 a.items.extend(b.items)
                 return a
             cls = SizeVariable if isinstance(a, SizeVariable) else type(a)

@@ -30,9 +30,10 @@ class ConstDictVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         return [ConstantVariable(k) for k in self.items]
 
-    def _mutate(self):
-        if self.source is not None:
-            unimplemented("mutation of a dict that came from outside the frame (side effects)")
+    def _mutate(self, tx):
+        if self.user_cls is not dict:
+            unimplemented(f"mutation of a {self.user_cls.__name__}")
+        tx.output.side_effects.mutate_container(self)
 
     def _key(self, var):
         if not var.is_python_constant():
@@ -63,15 +64,15 @@ class ConstDictVariable(VariableTracker):
                 [TupleVariable([ConstantVariable(k), v]) for k, v in self.items.items()]
             )
         if name == "__setitem__" and len(args) == 2:
-            self._mutate()
+            self._mutate(tx)
             self.items[self._key(args[0])] = args[1]
             return ConstantVariable(None)
         if name == "update" and len(args) == 1 and isinstance(args[0], ConstDictVariable):
-            self._mutate()
+            self._mutate(tx)
             self.items.update(args[0].items)
             return ConstantVariable(None)
         if name == "pop" and 1 <= len(args) <= 2:
-            self._mutate()
+            self._mutate(tx)
             key = self._key(args[0])
             if key in self.items:
                 return self.items.pop(key)

@@ -139,40 +139,39 @@ class ListVariable(BaseListVariable):
     def _build(self, n):
         return emit.build_list(n)
 
-    def _mutate(self):
-        if self.source is not None:
-            unimplemented("mutation of a list that came from outside the frame (side effects)")
+    def _mutate(self, tx):
+        tx.output.side_effects.mutate_container(self)
 
     def call_method(self, tx, name, args, kwargs):
         if name == "append" and len(args) == 1:
-            self._mutate()
+            self._mutate(tx)
             self.items.append(args[0])
             return ConstantVariable(None)
         if name == "extend" and len(args) == 1:
-            self._mutate()
+            self._mutate(tx)
             self.items.extend(args[0].unpack_var_sequence(tx))
             return ConstantVariable(None)
         if name == "insert" and len(args) == 2:
-            self._mutate()
+            self._mutate(tx)
             self.items.insert(args[0].as_python_constant(), args[1])
             return ConstantVariable(None)
         if name == "pop" and len(args) <= 1:
-            self._mutate()
+            self._mutate(tx)
             if not self.items:
                 unimplemented("pop from an empty list")
             return self.items.pop(args[0].as_python_constant() if args else -1)
         if name == "reverse" and not args:
-            self._mutate()
+            self._mutate(tx)
             self.items.reverse()
             return ConstantVariable(None)
         if name == "copy" and not args:
             return ListVariable(self.items)
         if name == "clear" and not args:
-            self._mutate()
+            self._mutate(tx)
             self.items.clear()
             return ConstantVariable(None)
         if name == "__setitem__" and len(args) == 2:
-            self._mutate()
+            self._mutate(tx)
             index = args[0].as_python_constant()
             if isinstance(index, slice):
                 self.items[index] = args[1].unpack_var_sequence(tx)

@@ -52,6 +52,9 @@ class NNModuleVariable(VariableTracker):
 
         if self.source is None:
             unimplemented("attribute of a module without a source")
+        stored = tx.output.side_effects.load_attr(self, name)
+        if stored is not None:
+            return stored
         child = self._child(tx, name)
         if child is not None:
             return child

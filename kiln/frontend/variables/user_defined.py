@@ -70,6 +70,9 @@ class UserDefinedObjectVariable(VariableTracker):
 
         if self.source is None:
             unimplemented(f"attribute {name!r} of an object without a source")
+        stored = tx.output.side_effects.load_attr(self, name)
+        if stored is not None:
+            return stored
         cls = type(self.value)
         try:
             static = inspect.getattr_static(cls, name)

@@ -1,0 +1,94 @@
+"""Side effects made while tracing, replayed by the transformed code right after the graph runs.
+
+    def f(self, x, xs):               def f(self, x, xs):   # transformed
+        self.count = self.count + 1       ___out = __kiln_compiled_fn_0(x)
+        xs.append(x * 2)                  self.count = 4          # attribute stores, in order
+        return x + 1                      xs[:] = [xs[0], ___out[1]]   # whole new contents
+                                          return ___out[0]
+
+While tracing, reads see the writes (`load_attr`). Every mutation bumps `version`, which the
+graph-break path compares per instruction: a break whose instruction already mutated something
+(inside an inlined call) cannot be replayed safely, so that frame runs eagerly instead.
+"""
+
+from kiln.bytecode import emit
+from kiln.exc import unimplemented
+
+
+class SideEffects:
+    """Attribute stores on objects from outside the frame, mutated outside lists/dicts, globals."""
+
+    def __init__(self):
+        self.attrs = {}  # (id(obj), name) -> (obj_var, name, value_var), in store order
+        self.containers = {}  # id(var) -> mutated List/ConstDict variable with a source
+        self.globals = {}  # name -> value_var (the root function's globals)
+        self.cells = {}  # free variable name of the root frame -> value_var
+        self.version = 0
+
+    def __bool__(self):
+        return bool(self.attrs or self.containers or self.globals or self.cells)
+
+    # --- recording ------------------------------------------------------------------------------
+    def store_attr(self, obj_var, name, value):
+        if obj_var.source is None:
+            unimplemented(f"attribute store .{name} on an object without a source")
+        key = (id(obj_var.value), name)
+        self.attrs.pop(key, None)
+        self.attrs[key] = (obj_var, name, value)
+        self.version += 1
+
+    def load_attr(self, obj_var, name):
+        """The value stored while tracing, or None."""
+        hit = self.attrs.get((id(getattr(obj_var, "value", None)), name))
+        return hit[2] if hit is not None else None
+
+    def mutate_container(self, var):
+        if var.source is not None:
+            self.containers[id(var)] = var
+        self.version += 1
+
+    def store_global(self, name, value):
+        self.globals[name] = value
+        self.version += 1
+
+    def store_cell(self, name, value):
+        self.cells[name] = value
+        self.version += 1
+
+    # --- replay ---------------------------------------------------------------------------------
+    def codegen(self, cg):
+        """Emit the replay (after the graph call, before anything reads the state)."""
+        from kiln.frontend.variables.dicts import ConstDictVariable
+
+        for obj_var, name, value in self.attrs.values():
+            cg.reconstruct(value)
+            obj_var.source.reconstruct(cg)
+            cg.extend(emit.store_attr(name))
+        for var in self.containers.values():
+            if isinstance(var, ConstDictVariable):
+                # d.clear(); d.update({...})
+                for method, nargs in (("clear", 0), ("update", 1)):
+                    load = type(cg)(cg.output)
+                    var.source.reconstruct(load)
+                    load.extend(emit.load_attr(method))
+                    cg.extend(emit.with_null(load.instrs))
+                    if nargs:
+                        for k, v in var.items.items():
+                            cg.extend(emit.load_const(k))
+                            cg.reconstruct(v)
+                        cg.extend(emit.build_map(len(var.items)))
+                    cg.extend(emit.call(nargs) + emit.pop_top())
+            else:
+                # xs[:] = [items]
+                for item in var.items:
+                    cg.reconstruct(item)
+                cg.extend(emit.build_list(len(var.items)))
+                var.source.reconstruct(cg)
+                cg.extend(emit.load_const(None) + emit.load_const(None) + emit.build_slice(2))
+                cg.extend(emit.store_subscr())
+        for name, value in self.globals.items():
+            cg.reconstruct(value)
+            cg.extend(emit.store_global(name))
+        for name, value in self.cells.items():
+            cg.reconstruct(value)
+            cg.extend(emit.store_deref(name))
