@@ -70,7 +70,7 @@ def measure(model, x):
     return total, acts
 
 
-def variants(model):
+def variants(model, inductor=False):
     yield "eager", model
     yield (
         "kiln min-cut",
@@ -93,11 +93,14 @@ def variants(model):
 
     torch_mc = aot_autograd(fw_compiler=boxed_nop, partition_fn=torch_min_cut)
     yield "torch.compile min-cut", torch.compile(copy.deepcopy(model), backend=torch_mc)
+    if inductor:
+        yield "torch.compile inductor", torch.compile(copy.deepcopy(model))
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the numbers here")
+    ap.add_argument("--inductor", action="store_true", help="also torch.compile's default backend")
     args = ap.parse_args(argv)
     torch.manual_seed(0)
     cases = {
@@ -113,7 +116,7 @@ def main(argv=None):
         print(f"  {'variant':26s} {'saved bytes':>14s} {'activations':>14s} {'vs eager':>9s}")
         rows = results[name] = {}
         base = None
-        for vname, m in variants(model):
+        for vname, m in variants(model, args.inductor):
             try:
                 measure(m, x)  # compile / warm up
                 total, acts = measure(m, x)
