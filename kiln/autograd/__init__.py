@@ -1,1 +1,17 @@
 """Ahead-of-time autograd: ATen tracing, functionalization, joint graphs and partitioning."""
+
+from kiln.autograd.aot import aot_autograd, aot_eager, aot_function, aot_module, nop
+from kiln.autograd.partition import default_partition, min_cut_rematerialization_partition
+from kiln.autograd.tracer import ProxyTensor, trace_aten
+
+__all__ = [
+    "ProxyTensor",
+    "aot_autograd",
+    "aot_eager",
+    "aot_function",
+    "aot_module",
+    "default_partition",
+    "min_cut_rematerialization_partition",
+    "nop",
+    "trace_aten",
+]

@@ -427,3 +427,55 @@ def test_closed_over_tensor_mutated_in_inference():
         g(torch.ones(3))
     torch.testing.assert_close(out, torch.full((3,), 2.0))
     torch.testing.assert_close(c, torch.full((3,), 2.0))
+
+
+def test_custom_op_with_autograd_formula():
+    @torch.library.custom_op("kiln_test::scaled_sin", mutates_args=())
+    def scaled_sin(x: torch.Tensor, s: float) -> torch.Tensor:
+        return torch.sin(x) * s
+
+    @scaled_sin.register_fake
+    def _(x, s):
+        return torch.empty_like(x)
+
+    def setup(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.s = inputs[1]
+
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.cos(x) * ctx.s, None
+
+    scaled_sin.register_autograd(backward, setup_context=setup)
+    rec = Recorder()
+    f = aot_function(lambda x: scaled_sin(x, 3.0).exp(), rec.fw_compiler, rec.bw_compiler)
+    x = torch.randn(5, requires_grad=True)
+    f(x).sum().backward()
+    assert torch.ops.kiln_test.scaled_sin.default in ops(rec.fw[0])
+    torch.testing.assert_close(x.grad, (torch.sin(x) * 3).exp() * torch.cos(x) * 3)
+
+
+def test_fallback_random_keeps_eager_random_ops_despite_decompositions(monkeypatch):
+    from torch._decomp import get_decompositions
+
+    decomps = get_decompositions([aten.native_dropout.default])
+
+    def f(x):
+        return aten.native_dropout.default(x, 0.4, True)[0]
+
+    x = torch.randn(256, requires_grad=True)
+    monkeypatch.setattr(config, "fallback_random", True)
+    rec = Recorder()
+    g = aot_function(f, rec.fw_compiler, rec.bw_compiler, decompositions=decomps)
+    torch.manual_seed(3)
+    exp = f(x)
+    torch.manual_seed(3)
+    got = g(x)
+    assert torch.equal(got, exp)
+    assert aten.native_dropout.default in ops(rec.fw[0])
+    monkeypatch.setattr(config, "fallback_random", False)  # decomposed: same mask fw and bw
+    rec = Recorder()
+    y = aot_function(f, rec.fw_compiler, rec.bw_compiler, decompositions=decomps)(x)
+    assert aten.native_dropout.default not in ops(rec.fw[0])
+    (gx,) = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(gx, (y != 0).float() / 0.6)
