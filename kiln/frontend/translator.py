@@ -110,6 +110,7 @@ class InstructionTranslatorBase:
         self.return_value = None
         self.is_root = False
         self.with_handlers = []  # cleanup handlers of the traced `with` blocks now open
+        self._handler_kinds = {}
 
     # --- the loop -------------------------------------------------------------------------------
     def run_loop(self):
@@ -132,6 +133,7 @@ class InstructionTranslatorBase:
                     inst.exn_tab_entry is not None
                     and not self.in_generator_handler(inst)
                     and not any(inst.exn_tab_entry.target is h for h in self.with_handlers)
+                    and not self.only_reraises(inst.exn_tab_entry.target)
                 ):
                     # a graph cannot run an exception handler: try/with blocks stay in Python
                     unimplemented("code inside a try or with block")
@@ -141,6 +143,43 @@ class InstructionTranslatorBase:
             except Unsupported as e:
                 self._annotate(e)
                 raise
+
+    def only_reraises(self, handler):
+        """Whether an exception handler always re-raises (a `finally` block, a cleanup).
+
+        Note [Translator: try/finally]
+        The normal path of a try/finally is traced (Python compiles the finally body inline on
+        it). If the graph raises at run time, the exception propagates as in eager, but without
+        the finally body, and without the frame's replayed side effects: the state is left as
+        before the call. Handlers that can catch (except clauses, `with` exits) are not traced.
+        """
+        cached = self._handler_kinds.get(id(handler))
+        if cached is not None:
+            return cached
+        # every normal-flow path from the handler must end in RERAISE
+        result = True
+        todo, seen = [handler.index], set()
+        while todo and result:
+            i = todo.pop()
+            if i in seen or i >= len(self.instructions) or len(seen) > 1000:
+                result = result and i in seen
+                continue
+            seen.add(i)
+            inst = self.instructions[i]
+            name = inst.opname
+            if name == "RERAISE":
+                continue
+            if name in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH", "WITH_EXCEPT_START", "POP_EXCEPT"):
+                result = False  # can catch, or leaves the handler normally
+            elif name in ("RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "YIELD_VALUE"):
+                result = False
+            else:
+                if inst.target_index is not None:
+                    todo.append(inst.target_index)
+                if not inst.is_unconditional_jump:
+                    todo.append(i + 1)
+        self._handler_kinds[id(handler)] = result
+        return result
 
     def in_generator_handler(self, inst):
         """3.12+: the implicit handler around a generator's body (StopIteration -> error)."""

@@ -150,3 +150,23 @@ def try_block(x):
 
 def test_try_block_keeps_its_handler():
     run_and_compare(try_block, torch.randn(3), expected_graphs=0, expected_breaks=1)
+
+
+class Config:
+    flag = False
+
+
+def try_finally(x, cfg):
+    old = cfg.flag
+    cfg.flag = True
+    try:
+        y = x * 2 if cfg.flag else x
+    finally:
+        cfg.flag = old
+    return y + 1
+
+
+def test_try_finally_normal_path_is_traced():
+    cfg = Config()
+    run_and_compare(try_finally, torch.randn(3), cfg, expected_graphs=1, expected_breaks=0)
+    assert cfg.flag is False

@@ -45,6 +45,8 @@ class NNModuleVariable(VariableTracker):
         return None
 
     def hasattr(self, tx, name):
+        if tx.output.side_effects.load_attr(self, name) is not None:
+            return ConstantVariable(True)
         return ConstantVariable(hasattr(self.value, name))
 
     def var_getattr(self, tx, name):

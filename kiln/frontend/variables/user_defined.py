@@ -63,6 +63,8 @@ class UserDefinedObjectVariable(VariableTracker):
         return type(self.value)
 
     def hasattr(self, tx, name):
+        if tx.output.side_effects.load_attr(self, name) is not None:
+            return ConstantVariable(True)
         return ConstantVariable(hasattr(self.value, name))
 
     def var_getattr(self, tx, name):
