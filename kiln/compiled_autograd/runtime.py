@@ -22,6 +22,7 @@ from kiln.compiled_autograd import hooks as H
 from kiln.compiled_autograd.cache import CacheNode, Entry, anti_unify, lookup
 from kiln.compiled_autograd.capture import capture
 from kiln.compiled_autograd.collect import collect
+from kiln.compiled_autograd.split import SplitRunner, count_calls, split_sinks
 from kiln.exc import KilnError, Unsupported
 
 __all__ = ["enable", "disable", "reset", "active", "maybe_enable"]
@@ -230,6 +231,19 @@ def _compile_fn(compiler_fn, gm):
     logs.counters["compiled_autograd"]["compiles"] += 1
     if compiler_fn is None:
         return gm.forward
+    parts = split_sinks(gm)  # Note [Compiled autograd: sinks]
+    if parts is not None:
+        prefix, suffix = parts
+        logs.log(
+            "compiled_autograd_verbose",
+            "compiling the tensor work as one graph; %d Python calls run after it",
+            count_calls(suffix),
+        )
+        return SplitRunner(_compile_whole(compiler_fn, prefix), suffix.forward)
+    return _compile_whole(compiler_fn, gm)
+
+
+def _compile_whole(compiler_fn, gm):
     try:
         compiled = compiler_fn(gm)
     except KilnError as e:

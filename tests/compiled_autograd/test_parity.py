@@ -321,3 +321,37 @@ def test_activation_checkpointing(reentrant):
         parity(model, lambda m: cp.checkpoint(m, x, use_reentrant=reentrant).sum().backward())
         # saved-tensor hooks / a custom Function with non-tensor inputs: the eager engine runs it
         assert ca_counters()["fallbacks"] >= 1
+
+
+def test_ddp_hooks_with_a_fullgraph_compiler():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
+    x = torch.randn(4, 16)
+    compiler = kiln.compile(backend="aot_eager", fullgraph=True)
+
+    def scale(p):
+        p.grad.mul_(0.5)
+
+    def setup(m):
+        _hook_params(m)
+        for p in m.parameters():
+            p.register_post_accumulate_grad_hook(scale)
+
+    with clean() as log:
+        kiln.counters["stats"].clear()
+        parity(model, lambda m: m(x).sum().backward(), steps=2, setup=setup, compiler_fn=compiler)
+        assert kiln.counters["stats"]["unique_graphs"] == 1  # tensor work: one graph
+    assert "compiler failed" not in log.getvalue()
+
+
+def test_hook_feeding_tensor_work_compiles_the_graph_whole():
+    torch.manual_seed(0)
+    model = MLP()  # a hook on a non-leaf activation: a Python call inside the tensor work
+    x = torch.randn(8, 16)
+    with clean():
+        parity(
+            model,
+            lambda m: m(x).sum().backward(),
+            steps=2,
+            compiler_fn=kiln.compile(backend="eager", fullgraph=True),
+        )

@@ -111,15 +111,19 @@ def test_context_manager_fullgraph():
     model, x = Model(), torch.randn(10)
     ref = copy.deepcopy(model)
     ref(x).sum().backward()
-    with clean():
+    with clean() as log:
         cmodel = kiln.compile(model, backend="eager")
         loss = cmodel(x).sum()
+        kiln.counters["stats"].clear()
         with ca.enable(kiln.compile(backend="eager", fullgraph=True)):
             loss.backward()
         counters = ca_counters()
+        unique = kiln.counters["stats"]["unique_graphs"]
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
     assert counters["captures"] == 1 and counters["compiles"] == 1
+    # the tensor work compiled as ONE graph under fullgraph=True; accumulation runs after it
+    assert unique == 1 and "compiler failed" not in log.getvalue()
 
 
 def test_forward_graph_breaks_give_one_backward_graph():
