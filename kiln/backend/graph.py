@@ -167,7 +167,6 @@ class GraphLowering:
                 if L.is_ir(a):
                     self.note_use(a)
             L.V.graph, L.V.val, L.V.current_target = self, val, target
-            n_ops = len(self.operations)
             try:
                 out = fn(*args, **kwargs)
                 if _matches(out, val):
@@ -177,7 +176,8 @@ class GraphLowering:
                 why = str(e)
             except Exception as e:  # a lowering bug must not fail the graph: run the op in ATen
                 why = f"lowering error {type(e).__name__}: {e}"
-            del self.operations[n_ops:]
+            # Buffers a failed lowering realized stay: other values may point at them now, and
+            # the scheduler drops the ones nothing reads.
             logs.log("perf_hints", "kiln: %s runs as an ATen call (%s)", target, why)
         elif fn is None and target not in L.EXTERN_OUT and target not in L.EXTERN_ALWAYS:
             logs.log("perf_hints", "kiln: %s has no lowering: ATen call", target)

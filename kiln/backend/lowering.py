@@ -931,6 +931,17 @@ def make_reduction(x, dims, keepdim, rtype, out_dtype, compute_dtype=None, map_f
             v = ops.to_dtype(v, ct, src)
         return map_fn(v) if map_fn else v
 
+    if not dims:  # a reduction over no dimension is a pointwise map
+        if rtype in ("argmax", "argmin"):
+            return _full(ranges, 0, torch.int64)
+
+        def pw(idx):
+            v = inner_fn(idx, [])
+            if rtype in ("any", "all"):
+                return ops.ne(v, ops.constant(0, ct))
+            return v
+
+        return box(Pointwise(out_dtype, ranges, pw), val=None)
     red = Reduction(out_dtype, ranges, rranges, rtype, inner_fn, ct)
     out = V.graph.new_box(red, None)
     out.realize()

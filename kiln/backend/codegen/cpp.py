@@ -629,6 +629,8 @@ class KernelWriter:
             if role == "inner":
                 self.store(n, role, v)
                 continue
+            if n.name not in accs:
+                raise AssertionError(f"{g} roles={g.roles} node={n.name} role={role}")
             a, rt = accs[n.name], n.reduction_type
             vd = compute_dtype(n.buf.data.src_dtype)
             if rt == "sum":
