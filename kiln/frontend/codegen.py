@@ -182,6 +182,8 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     from kiln.frontend.variables.misc import DeletedVariable, NullVariable
 
     inst = instructions[e.root_index]
+    if getattr(e, "no_resume", False):
+        raise NoBreakHere("the graph so far holds code from a try/except block")
     if inst.exn_tab_entry is not None:
         raise NoBreakHere("inside a try/with block")
     if code.co_cellvars:

@@ -111,6 +111,7 @@ class InstructionTranslatorBase:
         self.is_root = False
         self.with_handlers = []  # cleanup handlers of the traced `with` blocks now open
         self._handler_kinds = {}
+        self.catch_region = None  # (graph checkpoint, side-effect version) inside try/except
 
     # --- the loop -------------------------------------------------------------------------------
     def run_loop(self):
@@ -129,20 +130,39 @@ class InstructionTranslatorBase:
             try:
                 if handler is None:
                     unimplemented(f"opcode {inst.opname} is not supported")
-                if (
-                    inst.exn_tab_entry is not None
-                    and not self.in_generator_handler(inst)
-                    and not any(inst.exn_tab_entry.target is h for h in self.with_handlers)
-                    and not self.only_reraises(inst.exn_tab_entry.target)
-                ):
-                    # a graph cannot run an exception handler: try/with blocks stay in Python
-                    unimplemented("code inside a try or with block")
+                self.check_catch_region(inst)
                 handler(inst)
             except _Stop:
                 return
             except Unsupported as e:
                 self._annotate(e)
                 raise
+
+    def check_catch_region(self, inst):
+        """Note [Translator: try/except]: code under a handler that may catch is traced only while
+        it records nothing (no graph op, no side effect): then nothing can raise at run time and
+        the handler is never needed. Otherwise the frame stays in Python (no resume either)."""
+        entry = inst.exn_tab_entry
+        catching = (
+            entry is not None
+            and not self.in_generator_handler(inst)
+            and not any(entry.target is h for h in self.with_handlers)
+            and not self.only_reraises(entry.target)
+        )
+        region = self.catch_region
+        if region is not None:
+            checkpoint, version = region
+            if self.output.last_node() is not checkpoint or (
+                self.output.side_effects.version != version
+            ):
+                e = Unsupported("a tensor op or side effect inside a try/except block")
+                e.no_resume = True
+                raise e
+        if catching:
+            if region is None:
+                self.catch_region = (self.output.last_node(), self.output.side_effects.version)
+        else:
+            self.catch_region = None
 
     def only_reraises(self, handler):
         """Whether an exception handler always re-raises (a `finally` block, a cleanup).
@@ -852,7 +872,20 @@ class InstructionTranslatorBase:
         unimplemented("exception handling")
 
     def IMPORT_NAME(self, inst):
-        unimplemented("import inside the compiled frame")
+        """`import a.b` / `from a import b` of a module that is already imported (no effect)."""
+        fromlist = self.pop().as_python_constant()
+        level = self.pop().as_python_constant()
+        name = inst.argval
+        if level != 0 or name not in sys.modules:
+            unimplemented(f"import of {name!r} (not imported yet, or relative)")
+        if fromlist:
+            self.push(wrap_constant_like(self, sys.modules[name]))
+        else:
+            self.push(wrap_constant_like(self, sys.modules[name.partition(".")[0]]))
+
+    def IMPORT_FROM(self, inst):
+        module = self.stack[-1]
+        self.push(module.var_getattr(self, inst.argval))
 
 
 class InliningTranslator(InstructionTranslatorBase):

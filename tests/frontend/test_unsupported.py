@@ -66,8 +66,8 @@ def calls_numpy(x):
         (with_block, (torch.randn(2),), 1, 1, 0),
         # the resume function itself cannot be traced (raise): it runs eagerly
         (raises, (torch.randn(2),), 0, 1, 2),
-        # no break possible at an import: the whole frame runs eagerly
-        (calls_numpy, (torch.randn(2),), 0, 0, 1),
+        # an already-imported module is imported while tracing; numpy runs in Python (2 breaks)
+        (calls_numpy, (torch.randn(2),), 0, 3, 2),
     ],
     ids=lambda v: getattr(v, "__name__", None) if callable(v) else None,
 )
@@ -170,3 +170,27 @@ def test_try_finally_normal_path_is_traced():
     cfg = Config()
     run_and_compare(try_finally, torch.randn(3), cfg, expected_graphs=1, expected_breaks=0)
     assert cfg.flag is False
+
+
+def swallows(x):
+    try:
+        y = x[torch.tensor([7])]
+    except IndexError:
+        y = x
+    return y * 2
+
+
+def constant_try(x, n):
+    try:
+        k = int("5") + n
+    except ValueError:
+        k = 0
+    return x * k
+
+
+def test_tensor_op_inside_try_except_runs_frame_eagerly():
+    run_and_compare(swallows, torch.randn(3), expected_graphs=0, expected_breaks=1)
+
+
+def test_constant_code_inside_try_except_is_traced():
+    run_and_compare(constant_try, torch.randn(3), 2, expected_graphs=1, expected_breaks=0)

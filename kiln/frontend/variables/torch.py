@@ -198,6 +198,15 @@ def _returns_tensor(tx, fn, args, kwargs):
         return True
 
 
+def _is_compiling_query(fn):
+    """torch.compiler.is_compiling / is_dynamo_compiling (without importing torch._dynamo)."""
+    name = getattr(fn, "__name__", "")
+    mod = getattr(fn, "__module__", "") or ""
+    return name in ("is_compiling", "is_dynamo_compiling") and (
+        mod.startswith("torch.compiler") or mod.startswith("torch._dynamo")
+    )
+
+
 class TorchVariable(VariableTracker):
     """A function or class from torch (torch.sin, F.relu, torch.Tensor ...), called into the graph."""
 
@@ -245,6 +254,8 @@ class TorchVariable(VariableTracker):
             if issubclass(fn, torch.nn.Module):
                 unimplemented(f"creating a {fn.__name__} module inside the compiled frame")
             unimplemented(f"calling torch class {fn.__name__}")
+        if _is_compiling_query(fn):
+            return ConstantVariable(True)  # code asking "am I being compiled?" is, here
         if fn in _TRACE_TIME:
             from kiln.frontend.variables.tensor import TensorVariable
 
