@@ -123,6 +123,21 @@ def _stores(inst):
     return ()
 
 
+def _assigned_after(inst, state):
+    """Definitely bound locals after inst. A store of a maybe-NULL value (3.12+ inlined
+    comprehensions restore a saved, possibly unbound, local with STORE_FAST) leaves it maybe
+    unbound."""
+    assigned = set(state.assigned) - set(_kills(inst))
+    names = _stores(inst)
+    for k, name in enumerate(names):
+        kind = state.stack[-1 - k] if len(state.stack) > k else VALUE
+        if kind in (NULL, MAYBE_NULL):
+            assigned.discard(name)
+        else:
+            assigned.add(name)
+    return frozenset(assigned)
+
+
 def _kills(inst):
     return (inst.argval,) if inst.opname in ("DELETE_FAST", "LOAD_FAST_AND_CLEAR") else ()
 
@@ -146,7 +161,7 @@ def frame_states(insts: list[Inst], argnames=(), flags=0) -> list[FrameState | N
         n = work.pop()
         inst, state = insts[n], states[n]
         succ = []
-        assigned = (state.assigned - set(_kills(inst))) | set(_stores(inst))
+        assigned = _assigned_after(inst, state)
         if not inst.is_terminator and n + 1 < len(insts):
             succ.append((n + 1, FrameState(tuple(_apply(inst, state.stack, False)), assigned)))
         if inst.target is not None:

@@ -370,6 +370,15 @@ def comp_cells(n):
     return [f() for f in fs]
 
 
+def comp_shadow(xs):
+    # 3.12+: each comprehension saves and restores `x` (unbound here) around its loop
+    a = [x for x in xs if x]
+    b = [x * 2 for x in a]
+    x = len(b)
+    c = [x for x in range(x)]
+    return a, b, c, x
+
+
 def build_big():
     """big_consts with 300 distinct float constants and a loop jumping over them (EXTENDED_ARG)."""
     lines = ["def big(x):", "    s = 0.0", "    for i in range(x):"]
@@ -414,6 +423,7 @@ CASES = [
     (use_yield_from, [(5,)]),
     (comprehensions, [(0,), (6,)]),
     (comp_cells, [(0,), (3,)]),
+    (comp_shadow, [([0, 1, 2],), ([],)]),
     (closure, [(1,), (5,)]),
     (nonlocal_counter, [(0,), (7,)]),
     (cell_arg, [(2, 3)]),

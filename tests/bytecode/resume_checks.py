@@ -237,12 +237,33 @@ def check_unsupported():
     raise AssertionError("generator resume should be unsupported")
 
 
+def check_stdlib_functions():
+    """Simulated breaks in real library code (loops, try, 3.12 inlined comprehensions)."""
+    import html
+    import json
+    import posixpath
+    import shlex
+    import statistics
+    import textwrap
+
+    cases = [
+        (posixpath.relpath, [("/a/b/c", "/a/d"), ("", "/")]),
+        (textwrap.dedent, [("  a\n   b\n  c",)]),
+        (shlex.split, [("a 'b c' \"d e\" f\\ g",)]),
+        (html.unescape, [("&lt;&amp;&#39;&gt;",)]),
+        (json.dumps, [({"a": [1, 2, {"b": None}]},)]),
+        (statistics.median, [([3, 1, 2],), ([],)]),
+    ]
+    for fn, inputs in cases:
+        check_function(fn, inputs, max_points=6)
+
+
 def all_checks():
     """(name, zero-argument check) pairs, run by pytest and by roundtrip_checks.main()."""
     out = []
     for fn, inputs in corpus.CASES:
         if fn.__name__ not in SKIP and not fn.__code__.co_flags & GENERATOR_LIKE:
-            n = 2 if fn.__name__ in ("big", "many") else 8  # keep the big ones cheap
+            n = {"big": 2, "many": 2, "comp_shadow": 40}.get(fn.__name__, 8)  # sample size
             check = lambda fn=fn, inputs=inputs, n=n: check_function(fn, inputs, n)  # noqa: E731
             out.append((f"resume_{fn.__name__}", check))
     for check in (
@@ -252,6 +273,7 @@ def all_checks():
         check_with_recipe,
         check_nested_resume,
         check_resume_at_call_in_try,
+        check_stdlib_functions,
         check_unsupported,
     ):
         out.append((check.__name__, check))
