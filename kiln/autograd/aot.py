@@ -12,7 +12,9 @@ an input requires grad (and grad mode is on) the autograd engine itself runs on 
 
 import dataclasses
 import functools
+import itertools
 import operator
+import os
 
 import torch
 import torch.fx
@@ -95,9 +97,18 @@ def _fake_inputs(gm):
     return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
 
 
-def _log_graph(title, gm):
+def _log_graph(title, gm, dump_id=None):
+    """aot_graphs channel; with KILN_DEBUG_DIR also <dir>/aot/graph_<id>/<title>.py."""
     if logs.enabled("aot_graphs"):
         logs.log("aot_graphs", "%s\n%s", title, format_graph(gm, title.split()[0]))
+    if config.debug_dir and dump_id is not None:
+        folder = os.path.join(config.debug_dir, "aot", f"graph_{dump_id}")
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, title.split()[0] + ".py"), "w") as f:
+            f.write(format_graph(gm, title.split()[0]) + "\n")
+
+
+_dump_ids = itertools.count()
 
 
 # --- tracing --------------------------------------------------------------------------------------
@@ -202,7 +213,7 @@ def compile_inference(fn, inputs, decompositions, compiler):
     out.args = (tuple(vals[:nm] + [vals[nm + i] for i in graph_idx]),)
     gm.graph.eliminate_dead_code(is_impure_node=_is_impure)
     gm.recompile()
-    _log_graph("inference graph", gm)
+    _log_graph("inference graph", gm, next(_dump_ids))
     compiled = compiler(gm, _fake_inputs(gm))
     return _Plan(
         num_inputs=len(inputs),
@@ -271,10 +282,11 @@ def compile_training(fn, inputs, decompositions, fw_compiler, bw_compiler, parti
     if res.mutated_inputs != jt.meta.mutated_inputs or res.mutated_constants:
         raise Unsupported("aot: the backward mutates its inputs or the graph mutates a constant")
     num_fwd = len(res.mutated_inputs) + len(jt.graph_idx)
-    _log_graph("joint graph", res.gm)
+    dump_id = next(_dump_ids)
+    _log_graph("joint graph", res.gm, dump_id)
     fw_gm, bw_gm = partition_fn(res.gm, _fake_inputs(res.gm), num_fwd_outputs=num_fwd)
-    _log_graph("forward graph", fw_gm)
-    _log_graph("backward graph", bw_gm)
+    _log_graph("forward graph", fw_gm, dump_id)
+    _log_graph("backward graph", bw_gm, dump_id)
     if logs.enabled("aot_graphs"):
         logs.log("aot_graphs", "saved for backward: %d bytes", saved_bytes(fw_gm))
     bw_inputs = [n for n in bw_gm.graph.nodes if n.op == "placeholder"]

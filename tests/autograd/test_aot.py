@@ -479,3 +479,11 @@ def test_fallback_random_keeps_eager_random_ops_despite_decompositions(monkeypat
     assert aten.native_dropout.default not in ops(rec.fw[0])
     (gx,) = torch.autograd.grad(y.sum(), x)
     torch.testing.assert_close(gx, (y != 0).float() / 0.6)
+
+
+def test_debug_dir_dumps_graphs(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "debug_dir", str(tmp_path))
+    aot_function(two_cosines, nop)(torch.randn(3, requires_grad=True))
+    (folder,) = list((tmp_path / "aot").iterdir())
+    assert sorted(p.name for p in folder.iterdir()) == ["backward.py", "forward.py", "joint.py"]
+    assert "aten.cos.default(primals_1)" in (folder / "forward.py").read_text()
