@@ -125,7 +125,8 @@ def table(rows, overhead=(), env=None, status_width=60):
     if env:
         parts.append(
             f"Machine: {env.get('cpu') or '?'} ({env.get('cpu_count')} cores, "
-            f"{env.get('torch_threads')} torch threads), {env.get('device')}, {env.get('dtype')}; "
+            f"{env.get('torch_threads')} torch threads), {env.get('device')}, {env.get('dtype')}, "
+            f"{env.get('timer', 'wall')}-clock step times; "
             f"torch {env.get('torch')}, Python {env.get('python')}; {env.get('date')}; "
             f"load average {env.get('load_avg_start')} at start, {env.get('load_avg_1m')} at end"
         )
@@ -237,7 +238,10 @@ def write_png(rows, path, env=None):
         ax.legend(handles=handles, fontsize=8, loc="upper left", ncols=len(handles))
     title = "kiln bench: speedup over eager PyTorch (higher is better)"
     if env:
-        title += f"\n{env.get('cpu', '')}, {env.get('torch_threads')} threads, {env.get('device')} {env.get('dtype')}"
+        title += (
+            f"\n{env.get('cpu', '')}, {env.get('torch_threads')} threads, {env.get('device')} "
+            f"{env.get('dtype')}, {env.get('timer', 'wall')}-clock step times"
+        )
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

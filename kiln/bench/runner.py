@@ -10,7 +10,14 @@ For one model and mode the runner
      hit); the warm copy is the one that is timed;
   3. times all compilers interleaved (one step of each in turn, rotating the order), after
      warm-up, and takes the median: speedup = eager median / compiled median;
-  4. measures each compiler's step memory (see Note [Bench: memory]).
+  4. measures each compiler's step memory (see Note [Bench: timer]
+  Step times are wall-clock (time.perf_counter) by default. On a machine shared with other work,
+  multi-threaded steps stall whenever one of their threads is descheduled, and wall times swing by
+  10-100x; `--threads 1 --timer cpu` times each step by the process's CPU time instead, which
+  other processes barely disturb, and which equals wall time for a single-threaded step on an idle
+  machine. Compile times are always wall-clock.
+
+Note [Bench: memory]).
 A compiler that raises or disagrees with eager is recorded in the row's status, never a crash.
 
 Note [Bench: memory]
@@ -91,6 +98,9 @@ class Settings:
     threads: int = 0
     batch: int | None = None
     optimizer: str = "sgd"
+    timer: str = (
+        "wall"  # "wall" (perf_counter) or "cpu" (process CPU time; see Note [Bench: timer])
+    )
     explain: bool = False
     progress: bool = True
 
@@ -425,6 +435,7 @@ class Runner:
     def _time(self, timed, step, rows):
         """Interleaved timing: each iteration steps every compiler once, in a rotating order."""
         s, dev = self.s, self.device
+        clock = time.process_time if s.timer == "cpu" else time.perf_counter
         names = list(timed)
         samples = {n: [] for n in names}
         for i in range(s.warmup + s.iters):
@@ -433,10 +444,10 @@ class Runner:
                 if name not in timed:
                     continue
                 try:
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     step(timed[name])
                     _sync(dev)
-                    dt = time.perf_counter() - t0
+                    dt = clock() - t0
                 except Exception as e:
                     rows[name].status = f"error: timing: {_first_line(e)}"
                     self.log_error(f"{rows[name].model}/{rows[name].mode} {name} timing", e)
@@ -515,6 +526,7 @@ def environment(settings, runner=None):
         "torch_threads": runner.torch_threads if runner else torch.get_num_threads(),
         "device": settings.device,
         "dtype": settings.dtype,
+        "timer": settings.timer,
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "command": " ".join(["kiln"] + sys.argv[1:]),

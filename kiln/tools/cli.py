@@ -90,6 +90,12 @@ def bench_parser(sub=None):
         "--optimizer", default="sgd", choices=["sgd", "adamw"], help="training step optimizer"
     )
     p.add_argument(
+        "--timer",
+        default="wall",
+        choices=["wall", "cpu"],
+        help="step timer: wall clock, or process CPU time (steadier on a busy machine with --threads 1)",
+    )
+    p.add_argument(
         "--quick",
         action="store_true",
         help="the quick subset with fewer iterations; prints what kiln captures for the first model",
@@ -164,6 +170,7 @@ def _run_bench(args):
         threads=args.threads,
         batch=args.batch,
         optimizer=args.optimizer,
+        timer=args.timer,
         explain=args.explain or args.quick,
         progress=not args.no_progress,
     )
@@ -184,7 +191,7 @@ def _run_bench(args):
     if load_start is not None and load_start > cores - 0.5:
         print(
             f"kiln bench: warning: the machine is busy (load average {load_start} on {cores} "
-            "cores); timings will be noisy, multi-threaded ones most (try --threads 1)",
+            "cores); timings will be noisy, multi-threaded ones most (try --threads 1 --timer cpu)",
             file=sys.stderr,
         )
     t0 = time.perf_counter()

@@ -96,6 +96,8 @@ def test_cli_bench_end_to_end(tmp_path, capsys):
             "--warmup",
             "0",
             "--no-progress",
+            "--timer",
+            "cpu",
             "--out",
             str(tmp_path),
         ]

@@ -117,3 +117,13 @@ def test_torch_compile_aot_eager_passes():
         row = _rows(runner)[("pointwise", mode, "torch.compile:aot_eager")]
         assert row.status == "ok" and row.accuracy == "pass", row
         assert row.graphs == 1 and row.breaks == 0
+
+
+def test_most_common_break_reason():
+    import collections
+
+    from kiln.bench.compilers import _most_common
+
+    assert _most_common(collections.Counter()) == ""
+    c = collections.Counter({"rare\nmore": 1, "often: data-dependent branch\ndetail": 3})
+    assert _most_common(c) == "often: data-dependent branch"
