@@ -83,6 +83,7 @@ class _Plan:
     out_spec: object
     diff_outputs: list = dataclasses.field(default_factory=list)  # graph output idx with tangents
     grad_inputs: list = dataclasses.field(default_factory=list)  # input idx getting a grad
+    lifted: list = dataclasses.field(default_factory=list)  # Note [AOT: closed-over tensors]
     forward: object = None  # compiled forward (training) or inference callable
     backward: object = None
     num_saved: int = 0
@@ -124,6 +125,15 @@ class _AsNonLeaf(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return g
+
+
+# Note [AOT: closed-over tensors]
+# A tensor the traced code reaches without it being an input (a closure, a module attribute of
+# aot_function's fn) is a constant of the graph, read by reference at run time. When it requires
+# grad, eager would give it a gradient: the joint trace asks autograd for its gradient too, and at
+# run time it is passed to CompiledFunction as an extra input, so autograd delivers the gradient
+# to it (its .grad, or its own history). kiln.compile lifts parameters as inputs; this is for
+# aot_function / aot_module users.
 
 
 # Note [AOT: mutated inputs that require grad]
@@ -204,6 +214,8 @@ def _constant_targets(gm, names):
 def compile_inference(fn, inputs, decompositions, compiler):
     """Trace without autograd, functionalize, compile: the plan for no-grad calls."""
     tracer, _, _, flat, spec = _trace(fn, inputs, decompositions, joint=False)
+    if tracer.grad_constants and torch.is_grad_enabled():
+        return None  # Note [AOT: closed-over tensors]: a training plan is needed
     res = _forward_metadata(tracer, flat)
     outputs, graph_idx = _output_plan(res, flat)
     gm = res.gm
@@ -237,6 +249,7 @@ class JointTrace:
     diff: list  # CompiledFunction outputs (mutated inputs, then graph outputs) with a tangent
     grad_inputs: list  # inputs that get a gradient, in the joint's grad output order
     out_spec: object
+    lifted: list  # closed-over tensors requiring grad: extra CompiledFunction inputs
 
 
 def trace_joint(fn, inputs, decompositions=None):
@@ -262,15 +275,18 @@ def trace_joint(fn, inputs, decompositions=None):
     for j, o in enumerate(diff_vals):
         t = torch.empty(o.shape, dtype=o.dtype, device=o.device)
         tangents.append(tracer.placeholder(f"tangents_{j + 1}", t))
-    grads = [None] * len(grad_inputs)
+    lifted = list(tracer.grad_constants)
+    wrt = [primals[i] for i in grad_inputs] + lifted
+    grads = [None] * len(wrt)
     if diff:
         with torch.enable_grad(), tracer.tracing():
-            got = torch.autograd.grad(
-                diff_vals, [primals[i] for i in grad_inputs], tangents, allow_unused=True
-            )
+            got = torch.autograd.grad(diff_vals, wrt, tangents, allow_unused=True)
         grads = list(got)
     tracer.output(tuple(outs) + tuple(grads))
-    return JointTrace(tracer.graph_module(), meta, outputs, graph_idx, diff, grad_inputs, spec)
+    grad_inputs = grad_inputs + [len(primals) + j for j in range(len(lifted))]
+    return JointTrace(
+        tracer.graph_module(), meta, outputs, graph_idx, diff, grad_inputs, spec, lifted
+    )
 
 
 def compile_training(fn, inputs, decompositions, fw_compiler, bw_compiler, partition_fn):
@@ -306,6 +322,7 @@ def compile_training(fn, inputs, decompositions, fw_compiler, bw_compiler, parti
         out_spec=jt.out_spec,
         diff_outputs=jt.diff,
         grad_inputs=jt.grad_inputs,
+        lifted=jt.lifted,
         forward=fw,
         backward=bw,
         num_saved=num_saved,
@@ -355,6 +372,7 @@ def _make_function(plan):
     mutated_storages = plan.mutated_inputs
 
     def forward(ctx, *args):
+        args = args[: plan.num_inputs]  # the rest: lifted tensors (constants in the graph)
         outs = plan.forward(*args)
         fw_outs = list(outs[:num_fw])
         saved = list(outs[num_fw : num_fw + plan.num_saved])
@@ -379,7 +397,7 @@ def _make_function(plan):
         double = torch.is_grad_enabled()
         with torch.no_grad():
             got = list(plan.backward(*saved, *tangents))
-        result = [None] * plan.num_inputs
+        result = [None] * (plan.num_inputs + len(plan.lifted))
         needs = ctx.needs_input_grad
         for g, i, deps in zip(got, plan.grad_inputs, plan.grad_deps):
             if g is None or not needs[i] or (deps and not any(present[j] for j in deps)):
@@ -479,13 +497,17 @@ class AOTCompiled:
         needs_grad = torch.is_grad_enabled() and any(
             isinstance(a, torch.Tensor) and a.requires_grad for a in args
         )
-        if needs_grad:
-            plan = compile_training(
-                self.fn, args, decomps, fw_compiler, bw_compiler, _partitioner(partition_fn)
-            )
+        if not needs_grad:
+            plan = compile_inference(self.fn, args, decomps, inference_compiler)
             if plan is not None:
                 return plan
-        return compile_inference(self.fn, args, decomps, inference_compiler)
+        plan = compile_training(
+            self.fn, args, decomps, fw_compiler, bw_compiler, _partitioner(partition_fn)
+        )
+        if plan is not None:
+            return plan
+        with torch.no_grad():  # nothing differentiable came out: the inference plan
+            return compile_inference(self.fn, args, decomps, inference_compiler)
 
     def __call__(self, *args):
         args = list(args)
@@ -494,7 +516,7 @@ class AOTCompiled:
             logs.log("perf_hints", "aot: a mutated input aliases another input; running eagerly")
             return pytree.tree_leaves(self.fn(*args))
         if plan.function is not None:
-            outs = plan.function.apply(*args)
+            outs = plan.function.apply(*args, *plan.lifted)
         else:
             with torch.no_grad():
                 outs = plan.forward(*args)

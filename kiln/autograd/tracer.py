@@ -357,6 +357,7 @@ class Tracer(_FakeDispatch):
         self._constants = {}  # id(real tensor) -> get_attr node
         self._decomposing = set()
         self._last_constant = None
+        self.grad_constants = []  # real tensors requiring grad met as constants
 
     # --- inputs and outputs ---
     def placeholder(self, name, example, requires_grad=False):
@@ -396,6 +397,8 @@ class Tracer(_FakeDispatch):
         key = id(t)
         if key in self._constants:
             return self._constants[key][0]
+        if t.requires_grad:
+            self.grad_constants.append(t)
         name = f"_tensor_constant{len(self._constants)}"
         setattr(self.root, name, t.detach() if t.requires_grad else t)
         anchor = self._last_constant or self._last_placeholder()

@@ -487,3 +487,23 @@ def test_debug_dir_dumps_graphs(tmp_path, monkeypatch):
     (folder,) = list((tmp_path / "aot").iterdir())
     assert sorted(p.name for p in folder.iterdir()) == ["backward.py", "forward.py", "joint.py"]
     assert "aten.cos.default(primals_1)" in (folder / "forward.py").read_text()
+
+
+def test_closed_over_parameters_get_gradients():
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    x = torch.randn(3, 4)
+
+    def loss(x):
+        return mlp(x).pow(2).sum()
+
+    loss(x).backward()
+    expected = [p.grad.clone() for p in mlp.parameters()]
+    mlp.zero_grad(set_to_none=True)
+    out = aot_function(loss, nop)(x)  # no input requires grad; the closed-over params do
+    assert out.requires_grad
+    out.backward()
+    for p, e in zip(mlp.parameters(), expected):
+        torch.testing.assert_close(p.grad, e)
+    with torch.no_grad():
+        assert not aot_function(loss, nop)(x).requires_grad
