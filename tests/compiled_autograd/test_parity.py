@@ -355,3 +355,25 @@ def test_hook_feeding_tensor_work_compiles_the_graph_whole():
             steps=2,
             compiler_fn=kiln.compile(backend="eager", fullgraph=True),
         )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.randn(4, 3).t(),
+        lambda: torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last),
+        lambda: torch.randn(4, 6)[:, ::2],
+    ],
+    ids=["transposed", "channels_last", "strided"],
+)
+def test_grad_layout_contract(make):
+    torch.manual_seed(0)
+    ref = make().detach().requires_grad_()
+    torch.manual_seed(0)
+    w = make().detach().requires_grad_()
+    for f in (lambda t: t * 2, torch.exp):
+        f(ref).sum().backward()
+        with ca.enable(None):
+            f(w).sum().backward()
+        assert w.grad.stride() == ref.grad.stride()
+        torch.testing.assert_close(w.grad, ref.grad)
