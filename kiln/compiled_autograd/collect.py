@@ -202,17 +202,12 @@ def collect(roots, grads, inputs, accumulate):
 
 def _collect_node(g, k, node):
     name = g.names[k]
-    index = g.index
     key = [name]
     sizes = []
     idxs = []
-    key.append(tuple((-1, 0) if n is None else (index[id(n)], nr) for n, nr in node.next_functions))
-    for md in node._input_metadata:
-        key.append((md.dtype, md.device, md.is_nested_tensor))
-        sizes.extend(md.shape)
     node_hooks, node_retain, node_post = {}, {}, []
-    if name == "torch::autograd::AccumulateGrad":
-        var = node.variable
+    if name == "torch::autograd::AccumulateGrad":  # the hot case: one per parameter
+        var = node.variable  # (its metadata is the grad's: no _input_metadata needed)
         g.leaf_input[k] = g.add_input(var, key, sizes)
         pre = H.wrap_dict(var._backward_hooks)
         if pre:
@@ -221,7 +216,19 @@ def _collect_node(g, k, node):
         if post:
             node_post = [g.add_hook(h) for h in post.values()]
         key.append((len(pre), len(node_post)))
-    elif isinstance(node, torch.autograd.function.BackwardCFunction):
+        g.node_inputs.append(idxs)
+        g.node_hooks.append(node_hooks)
+        g.node_retain.append(node_retain)
+        g.node_post.append(node_post)
+        g.keys.append(tuple(key))
+        g.sizes.append(tuple(sizes))
+        return
+    index = g.index
+    key.append(tuple((-1, 0) if n is None else (index[id(n)], nr) for n, nr in node.next_functions))
+    for md in node._input_metadata:
+        key.append((md.dtype, md.device, md.is_nested_tensor))
+        sizes.extend(md.shape)
+    if isinstance(node, torch.autograd.function.BackwardCFunction):
         cls = node._forward_cls
         if cls.__name__ == "BackwardHookFunction" or not hasattr(cls, "backward"):
             raise Unsupported(f"module backward hooks ({name}) are node hooks kiln cannot see")
@@ -236,14 +243,13 @@ def _collect_node(g, k, node):
                 raise Unsupported(f"{name}: a custom Function with non-tensor inputs")
             g.node_hook_slot[k] = g.add_hook(node)
     else:
-        if node.metadata.get("kiln_unhookable"):
-            raise Unsupported(f"{name} has node hooks")
         for attr in _saved_attrs(node):
             key.append(attr)
             _add_saved(g, getattr(node, attr), key, sizes, idxs)
-        if idxs and node.metadata.get("kiln_consumed"):
+    meta = node.metadata
+    if meta:
+        if idxs and meta.get("kiln_consumed"):
             g.consumed.append(k)
-    if node.metadata:
         for nr, hs in H.tensor_hooks(node).items():
             node_hooks[nr] = [g.add_hook(h) for h in hs]
         for nr, t in H.retained(node).items():

@@ -94,10 +94,14 @@ def wrap_dict(hooks):
     """Make every hook in a tensor's hook dict a KilnHook (in place); the hooks in order."""
     if not hooks:
         return []
-    for k, h in list(hooks.items()):
-        if not isinstance(h, KilnHook):
-            hooks[k] = KilnHook(h)
-    return list(hooks.values())
+    values = list(hooks.values())
+    for h in values:
+        if type(h) is not KilnHook:
+            for k, h2 in list(hooks.items()):
+                if type(h2) is not KilnHook:
+                    hooks[k] = KilnHook(h2)
+            return list(hooks.values())
+    return values
 
 
 def tensor_hooks(node):
