@@ -13,7 +13,6 @@ an input requires grad (and grad mode is on) the autograd engine itself runs on 
 import dataclasses
 import functools
 import itertools
-import operator
 import os
 
 import torch
@@ -36,7 +35,6 @@ __all__ = [
     "aot_function",
     "aot_module",
     "nop",
-    "make_boxed",
     "CompiledFunction",
 ]
 
@@ -44,11 +42,6 @@ __all__ = [
 def nop(gm, example_inputs):
     """A compiler that runs the graph as it is."""
     return gm.forward
-
-
-def make_boxed(fn):
-    """Calls fn(*args) and returns a list (compilers may return tuples or lists)."""
-    return fn
 
 
 def _partitioner(partition_fn):
@@ -634,6 +627,3 @@ def aot_module(mod, fw_compiler, bw_compiler=None, partition_fn=None, decomposit
         decompositions=decompositions,
     )
     return _AOTModule(mod, compiled)
-
-
-_ = operator  # getitem nodes are built by the tracer
