@@ -36,6 +36,7 @@ class GuardKind(enum.IntEnum):
     NO_HOOKS = 6
     TENSOR_MATCH = 7
     GLOBAL_STATE = 8
+    DISTINCT = 9  # two inputs are not the same object (an `is` folded to False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +128,8 @@ def _expr_parts(guard, namer, s, ref):
         return [f"___type({s}) is {namer(typ, typ.__name__)} and ___list({s}) == {list(keys)!r}"]
     if k == GuardKind.ALIASING:
         return [f"{s} is {ref(v)}"]
+    if k == GuardKind.DISTINCT:
+        return [f"{s} is not {ref(v)}"]
     if k == GuardKind.NO_HOOKS:
         hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
         return [" and ".join(f"not {s}.{h}" for h in hooks)]

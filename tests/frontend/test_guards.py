@@ -294,3 +294,29 @@ def test_guard_with_missing_attribute_is_false_not_an_error():
     h2 = Holder()  # same type, no attribute: the guard fails (no AttributeError), eager raises
     with pytest.raises(AttributeError):
         cf(x, h2)
+
+
+def test_is_between_inputs_is_guarded():
+    def same(a, b):
+        return a * 2 if a is b else a + b
+
+    cf = kiln.compile(same, backend="eager")
+    x, y = torch.randn(2), torch.randn(2)
+    torch.testing.assert_close(cf(x, y), x + y)
+    torch.testing.assert_close(cf(x, x), x * 2)  # guard `a is not b` fails: recompile
+    assert kiln.counters["stats"]["recompiles"] == 1
+
+
+def test_is_grad_enabled_is_a_trace_time_constant():
+    def f(x):
+        with torch.no_grad():
+            inner = torch.is_grad_enabled()
+        return x * 2 if torch.is_grad_enabled() and not inner else x
+
+    backend = CountingBackend()
+    cf = kiln.compile(f, backend=backend)
+    x = torch.randn(2)
+    torch.testing.assert_close(cf(x), x * 2)
+    with torch.no_grad():
+        torch.testing.assert_close(cf(x), x)
+    assert kiln.counters["stats"]["graph_breaks"] == 0

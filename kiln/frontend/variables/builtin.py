@@ -72,6 +72,11 @@ def compare_vars(tx, fn, a, b):
         same = _identical(a, b)
         if same is None:
             unimplemented(f"`is` between {a} and {b}")
+        if same is False and a.source is not None and b.source is not None:
+            from kiln.frontend.guards import GuardKind
+
+            # two inputs found distinct: a later call passing one object twice must recompile
+            tx.output.guards.add(GuardKind.DISTINCT, a.source, b.source)
         return ConstantVariable(same if fn is operator.is_ else not same)
     if fn in (operator.eq, operator.ne) and not isinstance(a, TensorVariable):
         if not isinstance(b, TensorVariable) and not (_all_const([a, b])):

@@ -45,7 +45,6 @@ _TRACE_TIME = {torch.is_tensor, torch.is_floating_point, torch.is_complex, torch
 _BANNED = {
     torch.manual_seed,
     torch.seed,
-    torch.is_grad_enabled,
     torch.set_default_dtype,
     torch.set_default_device,
     torch.save,
@@ -254,6 +253,8 @@ class TorchVariable(VariableTracker):
             if issubclass(fn, torch.nn.Module):
                 unimplemented(f"creating a {fn.__name__} module inside the compiled frame")
             unimplemented(f"calling torch class {fn.__name__}")
+        if fn is torch.is_grad_enabled and not args:
+            return ConstantVariable(torch.is_grad_enabled())  # guarded; traced `with` blocks set it
         if _is_compiling_query(fn):
             return ConstantVariable(True)  # code asking "am I being compiled?" is, here
         if fn in _TRACE_TIME:
