@@ -24,6 +24,7 @@ watches for any other Python function the engine calls (a hook kiln does not kno
 is abandoned and the backward runs in the eager engine.
 """
 
+import collections
 import operator
 import os
 import sys
@@ -347,6 +348,13 @@ class Capture:
         graph = self.graph
         outputs = []
         if g.accumulate:
+            # Note [Compiled autograd: stealing grads] eager's AccumulateGrad steals a grad
+            # that nobody else references; here: one the graph computed (not an input or a hook's
+            # result) whose memory no other accumulation receives (two params sharing one grad,
+            # or views of it, would alias: those are cloned).
+            bases = collections.Counter(
+                _base(gr._node) for gr in got if isinstance(gr, ProxyTensor)
+            )
             for k, gr in zip(g.leaves, got):
                 if gr is None:
                     continue
@@ -354,7 +362,12 @@ class Capture:
                     raise Unsupported("a leaf's grad is not traced")
                 self.set_origin(k)
                 var = self.input(g.leaf_input[k])._node
-                fresh = gr._node not in self.fresh_exclude
+                base = _base(gr._node)
+                fresh = (
+                    gr._node not in self.fresh_exclude
+                    and base not in self.fresh_exclude
+                    and bases[base] == 1
+                )
                 n = graph.call_function(H.accumulate_grad_, (var, gr._node, fresh))
                 n.meta["kiln_origin"] = self.origin
                 for hi in g.node_post[k]:
@@ -375,6 +388,13 @@ class Capture:
         root = self.tracer.root
         gm = torch.fx.GraphModule(root, graph, class_name="CompiledAutograd")
         return gm
+
+
+def _base(node):
+    """The node whose memory a traced value views (itself if it is no view)."""
+    while "view_of" in node.meta:
+        node = node.meta["view_of"]
+    return node
 
 
 def _refake(val, node):

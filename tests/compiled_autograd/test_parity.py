@@ -377,3 +377,14 @@ def test_grad_layout_contract(make):
             f(w).sum().backward()
         assert w.grad.stride() == ref.grad.stride()
         torch.testing.assert_close(w.grad, ref.grad)
+
+
+def test_one_grad_for_two_leaves_is_not_aliased():
+    x = torch.randn(4, requires_grad=True)
+    y = torch.randn(4, requires_grad=True)
+    c = torch.randn(4)
+    with ca.enable(None):
+        ((x + y) * c).sum().backward()  # AddBackward hands the same grad to both leaves
+    assert x.grad.data_ptr() != y.grad.data_ptr()
+    x.grad += 1
+    torch.testing.assert_close(y.grad, c)
