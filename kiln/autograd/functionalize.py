@@ -409,6 +409,12 @@ class _Functionalizer:
                 fkwargs[a.name] = self.map(given[a.name])
         new = self.emit(fvariant, fargs, fkwargs, name=n.name)
         targets = [_arg(n, func, i) for i in written]
+        if len(targets) == 1 and isinstance(targets[0], (list, tuple)):  # _foreach_add_ etc.
+            self.env[n] = None
+            for k, t in enumerate(targets[0]):
+                self._check_writable(t, n)
+                self.write(t, self.emit(operator.getitem, (new, k)))
+            return
         nret = len(fvariant._schema.returns)
         if nret == 1:
             values = [new]
@@ -435,6 +441,8 @@ class _Functionalizer:
                 self.write(n.args[idx], v)
 
     def _check_writable(self, t, n):
+        if not isinstance(t, torch.fx.Node):
+            raise Unsupported(f"functionalize: {n.target} writes to a list of tensors")
         if t not in self.root and t not in self.alias_to:
             raise Unsupported(f"functionalize: {n.target} writes to an untracked value {t}")
 

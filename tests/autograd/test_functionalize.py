@@ -152,3 +152,13 @@ def test_golden_text():
         "    mul_ = aten.mul.Tensor(arg0_1, 3)  # f32[3, 4]\n"
         "    return (mul_, select_scatter)"
     )
+
+
+def test_foreach_inplace_ops():
+    def f(a, b, g):
+        torch._foreach_add_([a, b], [g, g], alpha=-0.5)
+        torch._foreach_mul_([a, b], 2.0)
+        return (a + b,)
+
+    res = run_functional(f, torch.randn(3), torch.randn(3), torch.randn(3))
+    assert res.mutated_inputs == [0, 1]
