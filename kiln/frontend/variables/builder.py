@@ -4,6 +4,7 @@ import builtins
 import enum
 import functools
 import inspect
+import itertools
 import operator
 import types
 
@@ -132,6 +133,10 @@ def wrap_value(tx, value, source):
         items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]
         cls = TupleVariable if type(value) is tuple else ListVariable
         return cls(items, source=source)
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):  # a namedtuple
+        guards.add(GuardKind.LIST_LENGTH, source, (type(value), len(value)))
+        items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]
+        return TupleVariable(items, tuple_cls=type(value), source=source)
     if type(value) is torch.Size:
         guards.add(GuardKind.CONSTANT_MATCH, source, tuple(value))
         return ConstantVariable(value, source=source)
@@ -192,7 +197,7 @@ def _builtin_fns():
     fns = {v for v in vars(builtins).values() if isinstance(v, types.BuiltinFunctionType)}
     fns |= {range, tuple, list, dict, int, float, bool, str, enumerate, zip, reversed, type, super}
     fns |= {v for v in vars(operator).values() if isinstance(v, types.BuiltinFunctionType)}
-    fns |= {functools.reduce}
+    fns |= {functools.reduce, itertools.product, itertools.chain}
     return frozenset(fns)
 
 

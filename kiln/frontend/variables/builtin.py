@@ -1,6 +1,8 @@
 """Python builtins (len, isinstance, range, min ...) and operator-module functions."""
 
 import builtins
+import functools
+import itertools
 import operator
 
 import torch
@@ -167,6 +169,22 @@ class BuiltinVariable(VariableTracker):
             return binary_op(tx, fn, *args)
         if fn in _UNARY_FNS and len(args) == 1 and not kwargs:
             return unary_op(tx, fn, args[0])
+        if fn is functools.reduce and 2 <= len(args) <= 3 and not kwargs:
+            items = args[1].unpack_var_sequence(tx)
+            acc = args[2] if len(args) == 3 else (items.pop(0) if items else None)
+            if acc is None:
+                unimplemented("reduce() of an empty sequence")
+            for item in items:
+                acc = args[0].call_function(tx, [acc, item], {})
+            return acc
+        if fn in _ITERTOOLS and not kwargs:
+            if fn is itertools.product:
+                lists = [a.unpack_var_sequence(tx) for a in args]
+                return ListIteratorVariable(
+                    [TupleVariable(list(p)) for p in itertools.product(*lists)]
+                )
+            if fn is itertools.chain:
+                return ListIteratorVariable([i for a in args for i in a.unpack_var_sequence(tx)])
         if fn is operator.getitem and len(args) == 2:
             return getitem(tx, *args)
         if fn is operator.contains and len(args) == 2:
@@ -233,6 +251,9 @@ class BuiltinVariable(VariableTracker):
             cls = tx.load_closure_var("__class__")
             obj = tx.get_local(code.co_varnames[0])
         return SuperVariable(cls.as_python_constant(), obj)
+
+    def _call_divmod(self, tx, a, b):
+        return fold(divmod, a.as_python_constant(), b.as_python_constant())
 
     def _call_range(self, tx, *args):
         return RangeVariable(range(*[a.as_python_constant() for a in args]))
@@ -405,4 +426,5 @@ _COMPARE_FNS = {
     operator.is_not,
 }
 _BINARY_FNS = set(BINARY_OPS.values())
+_ITERTOOLS = {itertools.product, itertools.chain}
 _UNARY_FNS = {operator.neg, operator.pos, operator.invert, operator.abs}

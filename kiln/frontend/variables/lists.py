@@ -48,8 +48,13 @@ class BaseListVariable(VariableTracker):
         if name == "__len__":
             return ConstantVariable(len(self.items))
         if name == "index" and len(args) == 1:
+            from kiln.frontend.variables.builtin import _identical
+
             for i, item in enumerate(self.items):
-                if compare_vars(tx, operator.eq, item, args[0]).truthy(tx):
+                # like list.index: identity first, then ==
+                if _identical(item, args[0]) or compare_vars(tx, operator.eq, item, args[0]).truthy(
+                    tx
+                ):
                     return ConstantVariable(i)
             unimplemented("list.index: value not found")
         if name == "count" and len(args) == 1:
@@ -93,9 +98,10 @@ class TupleVariable(BaseListVariable):
         return super().var_getattr(tx, name)
 
     def reconstruct(self, cg):
-        if self.tuple_cls is tuple:
+        if self.tuple_cls is tuple or self.source is not None:
             return super().reconstruct(cg)
-        cg.load_object(self.tuple_cls, push_null=True)
+        make = getattr(self.tuple_cls, "_make", None)  # namedtuple: cls._make(iterable)
+        cg.load_object(make if make is not None else self.tuple_cls, push_null=True)
         super().reconstruct(cg)
         cg.extend(emit.call(1))
 

@@ -41,7 +41,15 @@ class UserDefinedClassVariable(VariableTracker):
         return wrap_value(tx, getattr(self.value, name), src)
 
     def call_function(self, tx, args, kwargs):
-        unimplemented(f"creating an instance of {self.value.__qualname__} while tracing")
+        cls = self.value
+        if issubclass(cls, tuple) and hasattr(cls, "_fields") and cls.__new__ is not tuple.__new__:
+            # a namedtuple: bind the fields like its generated __new__ does
+            from kiln.frontend.variables.functions import bind_args
+            from kiln.frontend.variables.lists import TupleVariable
+
+            bound = bind_args(tx, cls.__new__, [self, *args], kwargs, None)
+            return TupleVariable([bound[f] for f in cls._fields], tuple_cls=cls)
+        unimplemented(f"creating an instance of {cls.__qualname__} while tracing")
 
     def reconstruct(self, cg):
         if self.source is not None:
