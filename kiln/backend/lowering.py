@@ -1073,6 +1073,41 @@ def _var_mean(x, dims, correction, keepdim):
     return var, mean
 
 
+def _softmax_impl(x, dim, out_dtype, log):
+    if not out_dtype.is_floating_point:
+        raise NotLowered("softmax of ints")
+    ct = opmath(out_dtype)
+    if not x.get_size():
+        x = _view(x, (1,))
+        out = _softmax_impl(x, 0, out_dtype, log)
+        return _view(out, ())
+    dim = _norm_dim(dim, len(x.get_size()))
+    size = x.get_size()
+    m = make_reduction(x, [dim], True, "max", ct, compute_dtype=ct)
+    xl, ml = loader_for(x, size, ct), loader_for(m, size, ct)
+
+    def shifted(i):
+        d = ops.sub(xl(i), ml(i))
+        # rows of -inf: eager gives NaN (inf - inf); keep that
+        return d
+
+    e = box(Pointwise(ct, size, lambda i: ops.exp(shifted(i))), val=None)
+    s = make_reduction(e, [dim], True, "sum", ct, compute_dtype=ct)
+    sl = loader_for(s, size, ct)
+    if log:
+        fn = lambda i: ops.sub(shifted(i), ops.log(sl(i)))
+    else:
+        el = e.make_loader()
+        fn = lambda i: ops.truediv(el(i), sl(i))
+    return box(Pointwise(out_dtype, size, fn))
+
+
+@register_lowering(aten.softmax.int, aten.log_softmax.int)
+def _softmax_int(x, dim, dtype=None):
+    log = V.current_target == aten.log_softmax.int
+    return _softmax_impl(x, dim, dtype or x.get_dtype(), log)
+
+
 @register_lowering(aten.var_mean.correction)
 def _var_mean_l(x, dim=None, *, correction=None, keepdim=False):
     return _var_mean(x, dim, correction, keepdim)

@@ -414,3 +414,17 @@ def test_scatter_views():
         )
 
     check(f, [x, s])
+
+
+def test_softmax_int_overloads():
+    x = special((4, 7), torch.float32, 9)
+    y = torch.randn(3, 5, dtype=torch.bfloat16)
+    check(
+        lambda x, y: (
+            torch.ops.aten.softmax.int(x, 1),
+            torch.ops.aten.log_softmax.int(x, 0),
+            torch.ops.aten.softmax.int(y, -1, torch.float32),
+            torch.ops.aten.softmax.int(y, 0),
+        ),
+        [x, y],
+    )

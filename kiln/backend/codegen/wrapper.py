@@ -104,8 +104,10 @@ class WrapperCodegen:
         g = self.graph
         body = IndentedBuffer(2)
         for buf in g.inputs:
+            lay = buf.layout
             body.writeline(
-                f"{buf.name} = rt.fix({buf.name}, {buf.layout.size}, {buf.layout.stride})"
+                f"if {buf.name}.stride() != {lay.stride}: "
+                f"{buf.name} = rt.fix({buf.name}, {lay.size}, {lay.stride})"
             )
         for gi, grp in enumerate(self.groups):
             if isinstance(grp, Group):
