@@ -60,7 +60,7 @@ def tuple_ops(x):
 def unpacking(x):
     a, (b, c), *rest = 1, (2, 3), 4, 5
     first, *middle, last = [x, x + 1, x + 2, x + 3]
-    return x * a * b * c + sum(rest), len(middle), last
+    return x * a * b * c + sum(rest), len(middle), last, first
 
 
 def slicing(x):
@@ -74,8 +74,8 @@ def chained(x, n):
 
 def string_formatting(x, n):
     a = f"{n:>4}|{n!r}|{n * 2:.2f}"
-    b = "%d-%s" % (n, "k")
-    c = f"{n}/{2}"
+    b = "%d-%s" % (n, "k")  # noqa: UP031 (the % operator is what is tested)
+    c = "{}/{}".format(n, 2)  # noqa: UP032 (str.format is what is tested)
     return x + len(a + b + c), a, b, c
 
 
