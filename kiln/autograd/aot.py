@@ -480,6 +480,15 @@ class AOTCompiled:
         key = _key(args)
         plan = self.plans.get(key)
         if plan is None:
+            if len(self.plans) >= config.cache_size_limit:
+                if len(self.plans) == config.cache_size_limit:
+                    logs.warn(
+                        "kiln aot: %d specializations of one graph (input sizes, dtypes, "
+                        "requires_grad, scalar values); running it eagerly from now on",
+                        len(self.plans),
+                    )
+                    self.plans[None] = None
+                return None
             plan = self.plans[key] = self.compile(args)
         self.last_plan = plan
         return plan
@@ -503,17 +512,20 @@ class AOTCompiled:
             return compile_inference(self.fn, args, decomps, inference_compiler)
 
     def __call__(self, *args):
+        """Run fn's compiled plan for these inputs; returns what fn returns (same structure)."""
         args = list(args)
         plan = self.plan_for(args)
+        if plan is None:
+            return self.fn(*args)
         if plan.mutated_inputs and _mutated_inputs_alias(args, plan.mutated_inputs):
             logs.log("perf_hints", "aot: a mutated input aliases another input; running eagerly")
-            return pytree.tree_leaves(self.fn(*args))
+            return self.fn(*args)
         if plan.function is not None:
             outs = plan.function.apply(*args, *plan.lifted)
         else:
             with torch.no_grad():
                 outs = plan.forward(*args)
-        return _finish(plan, args, list(outs))
+        return pytree.tree_unflatten(_finish(plan, args, list(outs)), plan.out_spec)
 
 
 def aot_autograd(
@@ -567,8 +579,7 @@ def aot_function(
                 return fn(*a, **k)
 
             entry = cache[in_spec] = AOTCompiled(flat_fn, settings)
-        outs = entry(*flat)
-        return pytree.tree_unflatten(outs, entry.last_plan.out_spec)
+        return entry(*flat)
 
     wrapper.cache = cache
     return wrapper

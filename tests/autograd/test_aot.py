@@ -507,3 +507,23 @@ def test_closed_over_parameters_get_gradients():
         torch.testing.assert_close(p.grad, e)
     with torch.no_grad():
         assert not aot_function(loss, nop)(x).requires_grad
+
+
+def test_too_many_specializations_run_eagerly(monkeypatch):
+    monkeypatch.setattr(config, "cache_size_limit", 2)
+    f = aot_function(lambda x, s: x * s, nop)
+    for s in (1.0, 2.0, 3.0, 4.0):
+        torch.testing.assert_close(f(torch.ones(2), s), torch.full((2,), s))
+    (entry,) = f.cache.values()
+    assert len([k for k in entry.plans if k is not None]) == 2
+
+
+def test_backend_returns_the_graph_output_structure():
+    def fn(x):
+        return (x + 1, None, 3)
+
+    gm = torch.fx.symbolic_trace(fn)
+    x = torch.randn(2, requires_grad=True)
+    out = aot_eager(gm, [x])(x)
+    assert isinstance(out, tuple) and len(out) == 3 and out[1] is None and out[2] == 3
+    torch.testing.assert_close(out[0], x + 1)
