@@ -10,6 +10,7 @@ from kiln.bytecode import decode, emit, encode, first_resume
 from kiln.exc import unimplemented
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import ListVariable, SizeVariable
+from kiln.frontend.variables.user_defined import NewObjectVariable
 
 GRAPH_OUT = "___kiln_graph_out"
 
@@ -43,7 +44,10 @@ class PyCodegen:
         self.instrs.extend(instrs)
 
     def reconstruct(self, var):
-        if isinstance(var, (ListVariable, ConstDictVariable)) and var.source is None:
+        if (
+            isinstance(var, (ListVariable, ConstDictVariable, NewObjectVariable))
+            and var.source is None
+        ):
             # Mutable containers are rebuilt once; every later use loads the same object.
             name = self._temps.get(id(var))
             if name is not None:

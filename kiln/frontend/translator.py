@@ -430,11 +430,17 @@ class InstructionTranslatorBase:
 
     def STORE_ATTR(self, inst):
         from kiln.frontend.variables.nn_module import NNModuleVariable
-        from kiln.frontend.variables.user_defined import UserDefinedObjectVariable
+        from kiln.frontend.variables.user_defined import (
+            NewObjectVariable,
+            UserDefinedObjectVariable,
+        )
 
         obj = self.pop()
         value = self.pop()
         name = inst.argval
+        if isinstance(obj, NewObjectVariable):
+            obj.store_attr(name, value)
+            return
         if not isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)):
             unimplemented(f"attribute assignment .{name} on {obj}")
         static = inspect.getattr_static(type(obj.value), name, None)

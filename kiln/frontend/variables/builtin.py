@@ -229,13 +229,10 @@ class BuiltinVariable(VariableTracker):
         return default
 
     def _call_hasattr(self, tx, obj, name):
-        from kiln.frontend.variables.nn_module import NNModuleVariable
-        from kiln.frontend.variables.user_defined import UserDefinedObjectVariable
-
         n = name.as_python_constant()
         if isinstance(obj, TensorVariable):
             return ConstantVariable(hasattr(torch.Tensor, n) or n in ("shape", "dtype"))
-        if isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)):
+        if hasattr(obj, "hasattr"):
             return obj.hasattr(tx, n)
         if obj.is_python_constant():
             return ConstantVariable(hasattr(obj.as_python_constant(), n))

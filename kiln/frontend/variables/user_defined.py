@@ -49,6 +49,14 @@ class UserDefinedClassVariable(VariableTracker):
 
             bound = bind_args(tx, cls.__new__, [self, *args], kwargs, None)
             return TupleVariable([bound[f] for f in cls._fields], tuple_cls=cls)
+        if _plain_class(cls):
+            obj = NewObjectVariable(cls)
+            init = inspect.getattr_static(cls, "__init__")
+            if init is not object.__init__:
+                inline_call(tx, init, [obj, *args], kwargs, None)
+            elif args or kwargs:
+                unimplemented(f"{cls.__qualname__}() takes no arguments")
+            return obj
         unimplemented(f"creating an instance of {cls.__qualname__} while tracing")
 
     def reconstruct(self, cg):
@@ -144,3 +152,85 @@ class SuperVariable(VariableTracker):
                     return wrap_value(tx, attr.__func__, None)
                 unimplemented(f"super().{name} is a {type(attr).__name__}")
         unimplemented(f"super() has no attribute {name!r}")
+
+
+def _plain_class(cls):
+    """A class whose instances are plain attribute bags kiln can build itself."""
+    import torch
+
+    if type(cls) is not type or cls.__new__ is not object.__new__:
+        return False
+    if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)):
+        return False
+    if any("__slots__" in vars(k) for k in cls.__mro__[:-1]):
+        return False
+    if inspect.getattr_static(cls, "__setattr__") is not object.__setattr__:
+        return False
+    if inspect.getattr_static(cls, "__getattr__", None) is not None:
+        return False
+    init = inspect.getattr_static(cls, "__init__")
+    return init is object.__init__ or isinstance(init, types.FunctionType)
+
+
+def make_object(cls, attrs):
+    """The transformed code's way to build an object made while tracing."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(attrs)
+    return obj
+
+
+class NewObjectVariable(VariableTracker):
+    """An instance of a plain user class created while tracing: its attributes, symbolically."""
+
+    def __init__(self, cls, **kw):
+        super().__init__(**kw)
+        self.cls = cls
+        self.attrs = {}
+
+    def python_type(self):
+        return self.cls
+
+    def store_attr(self, name, value):
+        self.attrs[name] = value
+
+    def hasattr(self, tx, name):
+        return ConstantVariable(name in self.attrs or hasattr(self.cls, name))
+
+    def var_getattr(self, tx, name):
+        from kiln.frontend.variables.builder import wrap_constant_like
+
+        if name in self.attrs:
+            return self.attrs[name]
+        if name == "__class__":
+            return wrap_constant_like(tx, self.cls)
+        try:
+            static = inspect.getattr_static(self.cls, name)
+        except AttributeError:
+            unimplemented(f"{self.cls.__name__} object has no attribute {name!r}")
+        if isinstance(static, types.FunctionType):
+            return UserMethodVariable(static, self)
+        if isinstance(static, property) and static.fget is not None:
+            return inline_call(tx, static.fget, [self], {}, None)
+        if isinstance(static, staticmethod):
+            return wrap_constant_like(tx, static.__func__)
+        if isinstance(static, classmethod):
+            return UserMethodVariable(static.__func__, wrap_constant_like(tx, self.cls))
+        from kiln.frontend.variables.constant import is_literal
+
+        if is_literal(static):
+            return ConstantVariable(static)
+        unimplemented(f"class attribute {self.cls.__name__}.{name}")
+
+    def reconstruct(self, cg):
+        from kiln.bytecode import emit
+
+        cg.load_object(make_object, push_null=True)
+        cg.load_object(self.cls)
+        for k, v in self.attrs.items():
+            cg.extend(emit.load_const(k))
+            cg.reconstruct(v)
+        cg.extend(emit.build_map(len(self.attrs)))
+        cg.extend(emit.call(2))
+
+    def __repr__(self):
+        return f"NewObjectVariable({self.cls.__name__})"

@@ -1,0 +1,117 @@
+"""Objects of plain user classes and dataclasses created inside compiled frames."""
+
+import dataclasses
+
+import torch
+from frontend_helpers import run_and_compare
+
+
+class Box:
+    scale = 2
+
+    def __init__(self, value, tag="box"):
+        self.value = value
+        self.tag = tag
+
+    def doubled(self):
+        return self.value * self.scale
+
+    @property
+    def size(self):
+        return self.value.shape[0]
+
+
+@dataclasses.dataclass
+class Output:
+    logits: torch.Tensor
+    loss: torch.Tensor = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Frozen:
+    a: torch.Tensor
+    b: int = 3
+
+
+def make_box(x):
+    b = Box(x * 2)
+    b.extra = b.doubled() + b.size
+    return b.extra, b.tag
+
+
+def returns_object(x):
+    b = Box(x.sin(), tag="out")
+    return b
+
+
+def dataclass_output(x):
+    out = Output(logits=x * 2)
+    out.loss = out.logits.sum()
+    return out
+
+
+def frozen_dataclass(x):
+    f = Frozen(x + 1)
+    return f.a * f.b, f
+
+
+def same_object_twice(x):
+    b = Box(x)
+    return b, [b]
+
+
+def test_object_used_inside():
+    run_and_compare(make_box, torch.randn(3), expected_graphs=1, expected_breaks=0)
+
+
+def _same_box(a, b):
+    assert type(a) is type(b) and vars(a).keys() == vars(b).keys()
+    for k in vars(a):
+        va, vb = getattr(a, k), getattr(b, k)
+        if isinstance(va, torch.Tensor):
+            torch.testing.assert_close(va, vb)
+        else:
+            assert va == vb
+
+
+def test_object_returned():
+    import kiln
+
+    kiln.reset()
+    f = kiln.compile(returns_object, backend="eager")
+    x = torch.randn(3)
+    _same_box(f(x), returns_object(x))
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+
+
+def test_dataclass_output():
+    import kiln
+
+    kiln.reset()
+    f = kiln.compile(dataclass_output, backend="eager")
+    x = torch.randn(3)
+    got, want = f(x), dataclass_output(x)
+    assert isinstance(got, Output)
+    torch.testing.assert_close(got.loss, want.loss)
+    torch.testing.assert_close(got.logits, want.logits)
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+
+
+def test_frozen_dataclass_runs_correctly():
+    import kiln
+
+    kiln.reset()
+    f = kiln.compile(frozen_dataclass, backend="eager")
+    x = torch.randn(3)
+    (a, fa), (b, fb) = f(x), frozen_dataclass(x)
+    torch.testing.assert_close(a, b)
+    assert torch.equal(fa.a, fb.a) and fa.b == fb.b
+
+
+def test_object_identity_kept():
+    import kiln
+
+    kiln.reset()
+    f = kiln.compile(same_object_twice, backend="eager")
+    b, lst = f(torch.randn(2))
+    assert lst[0] is b
