@@ -258,6 +258,19 @@ def check_stdlib_functions():
         check_function(fn, inputs, max_points=6)
 
 
+def check_random_programs():
+    """A few seeded random programs (tests/bytecode/random_programs.py): round trip, edits and
+    simulated breaks. Larger sweeps: `python tests/bytecode/random_programs.py 0 200`."""
+    import random_programs
+    import roundtrip_checks
+
+    for seed in (11, 12, 13):
+        fn = random_programs.make(seed, n=5)
+        roundtrip_checks.check_roundtrip(fn, random_programs.INPUTS, B)
+        roundtrip_checks.check_edits(fn, random_programs.INPUTS, B)
+        check_function(fn, random_programs.INPUTS, max_points=5)
+
+
 def all_checks():
     """(name, zero-argument check) pairs, run by pytest and by roundtrip_checks.main()."""
     out = []
@@ -274,6 +287,7 @@ def all_checks():
         check_nested_resume,
         check_resume_at_call_in_try,
         check_stdlib_functions,
+        check_random_programs,
         check_unsupported,
     ):
         out.append((check.__name__, check))

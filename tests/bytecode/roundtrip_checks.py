@@ -97,7 +97,8 @@ def check_roundtrip(fn, inputs, B):
     old = fn.__code__
     new = B.encode(B.decode(old), like=old)
     assert new.co_code == old.co_code, f"{fn.__name__}: co_code differs"
-    assert new.co_exceptiontable == old.co_exceptiontable, f"{fn.__name__}: exception table"
+    # (the compiler may let an entry start at an EXTENDED_ARG, which never raises)
+    assert exception_semantics(new) == exception_semantics(old), f"{fn.__name__}: exceptions"
     assert list(new.co_positions()) == list(old.co_positions()), f"{fn.__name__}: positions"
     assert merged_lines(new) == merged_lines(old), f"{fn.__name__}: co_lines"
     assert new.co_stacksize == old.co_stacksize, f"{fn.__name__}: stacksize"
