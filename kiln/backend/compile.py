@@ -85,12 +85,12 @@ def _constants(gm):
     return out
 
 
-def _load(wrapper_src, cpp_src, consts, extras=()):
+def _load(wrapper_src, cpp_src, consts, gm, extras=()):
     so = codecache.compile_cpp(cpp_src)
     lib = codecache.load_library(so)
     ns = {}
     exec(compile(wrapper_src, "<kiln wrapper>", "exec"), ns)
-    return ns["make"](lib, consts, list(extras))
+    return ns["make"](lib, consts, list(extras), _eager(gm))
 
 
 def lower_and_generate(gm, example_inputs):
@@ -122,7 +122,7 @@ def _compile(gm, example_inputs):
     key = _graph_key(gm, example_inputs)
     hit = codecache.graph_get(key)
     if hit is not None:
-        call = _load(hit["wrapper"], hit["cpp"], _constants(gm))
+        call = _load(hit["wrapper"], hit["cpp"], _constants(gm), gm)
         logs.counters["backend"]["graph_cache_hits"] += 1
         return CompiledGraph(call, hit["wrapper"], hit["cpp"])
     retraced = _needs_decomposition(gm)
@@ -134,7 +134,7 @@ def _compile(gm, example_inputs):
     graph, groups, cpp_src, wrapper_src, extras = lower_and_generate(gm, example_inputs)
     if logs.enabled("output_code"):
         logs.log("output_code", "kernels:\n%s\nwrapper:\n%s", cpp_src, wrapper_src)
-    call = _load(wrapper_src, cpp_src, graph.constants, extras)
+    call = _load(wrapper_src, cpp_src, graph.constants, gm, extras)
     logs.counters["backend"]["graphs_compiled"] += 1
     logs.log("output_code", "graph compiled in %.2fs", time.perf_counter() - t0)
     if not (retraced and graph.constants):

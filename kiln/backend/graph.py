@@ -27,6 +27,14 @@ class GraphNotSupported(Exception):
     """The whole graph must run eagerly (the reason is the message)."""
 
 
+class ScalarArg:
+    """A Python number graph input: compiled for its example value, checked on every call."""
+
+    def __init__(self, name, value):
+        self.name = name
+        self.value = value
+
+
 class PyValue:
     """A non-tensor result of an extern call, known only at run time."""
 
@@ -132,6 +140,10 @@ class GraphLowering:
         if k >= len(self.example_inputs):
             raise GraphNotSupported("more placeholders than example inputs")
         x = self.example_inputs[k]
+        if isinstance(x, (bool, int, float)):
+            # specialized: the wrapper runs the graph eagerly when a call passes another value
+            self.inputs.append(ScalarArg(f"arg{k}", x))
+            return x
         if not isinstance(x, torch.Tensor):
             raise GraphNotSupported(f"non-tensor graph input {type(x).__name__}")
         _check_tensor(x)

@@ -428,3 +428,24 @@ def test_softmax_int_overloads():
         ),
         [x, y],
     )
+
+
+def test_python_number_inputs_are_specialized_and_checked():
+
+    import torch.fx
+
+    from kiln.backend.compile import CompiledGraph, compile_aten_graph
+
+    g = torch.fx.Graph()
+    x, s = g.placeholder("x"), g.placeholder("s")
+    mul = g.call_function(torch.ops.aten.mul.Tensor, (x, s))
+    add = g.call_function(torch.ops.aten.add.Tensor, (mul, 1))
+    g.output((add,))
+    x_val = torch.randn(3, 4)
+    x.meta["val"], s.meta["val"] = x_val, 2.5
+    mul.meta["val"], add.meta["val"] = x_val * 2.5, x_val * 2.5 + 1
+    gm = torch.fx.GraphModule({}, g)
+    c = compile_aten_graph(gm, [x_val, 2.5])
+    assert isinstance(c, CompiledGraph)
+    torch.testing.assert_close(c(x_val, 2.5)[0], x_val * 2.5 + 1)
+    torch.testing.assert_close(c(x_val, -1.0)[0], x_val * -1.0 + 1)  # another value: eager path

@@ -104,6 +104,13 @@ class WrapperCodegen:
         g = self.graph
         body = IndentedBuffer(2)
         for buf in g.inputs:
+            if not hasattr(buf, "layout"):  # a specialized Python number
+                v = self.literal(buf.value)
+                body.writeline(
+                    f"if type({buf.name}) is not {type(buf.value).__name__} or {buf.name} != {v}: "
+                    f"return fallback({', '.join(b.name for b in g.inputs)})"
+                )
+                continue
             lay = buf.layout
             body.writeline(
                 f"if {buf.name}.stride() != {lay.stride}: "
@@ -137,7 +144,7 @@ class WrapperCodegen:
         head.writeline("empty_strided = torch.empty_strided")
         head.writeline("")
         head.writeline("")
-        head.writeline("def make(lib, consts, extras):")
+        head.writeline("def make(lib, consts, extras, fallback):")
         with head.indent():
             for name in g.constants:
                 head.writeline(f"{name} = consts[{name!r}]")
