@@ -10,6 +10,7 @@ an input requires grad (and grad mode is on) the autograd engine itself runs on 
 (partition.py) and each half goes to its compiler; `CompiledFunction` runs the pair.
 """
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -451,8 +452,18 @@ def _finish(plan, args, graph_outs):
     return result
 
 
+_AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def _autocast_state():
+    """The autocast settings a trace bakes in (the casts are ops of the graph)."""
+    return tuple(
+        (d, torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES if torch.is_autocast_enabled(d)
+    )
+
+
 def _key(args):
-    parts = [torch.is_grad_enabled()]
+    parts = [torch.is_grad_enabled(), _autocast_state()]
     for a in args:
         if isinstance(a, torch.Tensor):
             parts.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
@@ -520,11 +531,14 @@ class AOTCompiled:
         if plan.mutated_inputs and _mutated_inputs_alias(args, plan.mutated_inputs):
             logs.log("perf_hints", "aot: a mutated input aliases another input; running eagerly")
             return self.fn(*args)
-        if plan.function is not None:
-            outs = plan.function.apply(*args, *plan.lifted)
-        else:
-            with torch.no_grad():
-                outs = plan.forward(*args)
+        with contextlib.ExitStack() as stack:
+            for device, _ in _autocast_state():  # the graph holds its casts already
+                stack.enter_context(torch.autocast(device, enabled=False))
+            if plan.function is not None:
+                outs = plan.function.apply(*args, *plan.lifted)
+            else:
+                with torch.no_grad():
+                    outs = plan.forward(*args)
         return pytree.tree_unflatten(_finish(plan, args, list(outs)), plan.out_spec)
 
 

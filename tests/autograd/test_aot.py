@@ -527,3 +527,20 @@ def test_backend_returns_the_graph_output_structure():
     out = aot_eager(gm, [x])(x)
     assert isinstance(out, tuple) and len(out) == 3 and out[1] is None and out[2] == 3
     torch.testing.assert_close(out[0], x + 1)
+
+
+def test_autocast_is_part_of_the_specialization():
+    lin = nn.Linear(8, 8)
+    x = torch.randn(4, 8, requires_grad=True)
+    f = aot_function(lambda x: lin(x).relu(), nop)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        exp = lin(x).relu()
+        got = f(x)
+    assert got.dtype == exp.dtype == torch.bfloat16
+    torch.testing.assert_close(got, exp)
+    got.float().sum().backward()
+    gx = x.grad
+    x.grad = None
+    exp.float().sum().backward()
+    torch.testing.assert_close(gx, x.grad)
+    assert f(x).dtype == torch.float32  # autocast off: another plan
