@@ -150,6 +150,7 @@ def _make_optimized_module_class():
 
             d = self.__dict__
             d["_orig_mod"] = mod
+            d["_kiln_settings"] = (backend_fn, backend_name, fullgraph)
             forward = mod.forward
             if isinstance(forward, types.MethodType) and forward.__self__ is mod:
                 cache = FrameCache(
@@ -193,6 +194,13 @@ def _make_optimized_module_class():
 
         def __getstate__(self):
             raise TypeError("pickle OptimizedModule._orig_mod instead of the compiled wrapper")
+
+        def __deepcopy__(self, memo):
+            """A compiled copy of a deep copy of the original (same compile settings)."""
+            import copy
+
+            d = self.__dict__
+            return OptimizedModule(copy.deepcopy(d["_orig_mod"], memo), *d["_kiln_settings"])
 
     OptimizedModule.__module__ = __name__
     OptimizedModule.__qualname__ = "OptimizedModule"

@@ -196,3 +196,24 @@ def test_compiled_module_called_from_compiled_function():
     x = torch.randn(2, 4)
     torch.testing.assert_close(outer(x), inner._orig_mod(x) * 2)
     assert backend.calls == 1
+
+
+def test_deepcopy_of_compiled_module():
+    import copy
+
+    mod = MLP()
+    opt = kiln.compile(mod, backend="eager")
+    x = torch.randn(2, 4)
+    opt(x)
+    twin = copy.deepcopy(opt)
+    assert isinstance(twin, kiln.OptimizedModule) and twin._orig_mod is not mod
+    torch.testing.assert_close(twin(x), mod(x))
+
+
+def test_ordered_dict_input():
+    import collections
+
+    from frontend_helpers import run_and_compare
+
+    d = collections.OrderedDict(a=torch.randn(2), b=torch.randn(2))
+    run_and_compare(lambda d: (d["a"] * d["b"], d), d, expected_graphs=1, expected_breaks=0)

@@ -1,6 +1,7 @@
 """Wrapping real Python values into VariableTrackers, installing the guards they need."""
 
 import builtins
+import collections
 import enum
 import functools
 import inspect
@@ -140,10 +141,10 @@ def wrap_value(tx, value, source):
     if type(value) is torch.Size:
         guards.add(GuardKind.CONSTANT_MATCH, source, tuple(value))
         return ConstantVariable(value, source=source)
-    if type(value) is dict and all(is_literal(k) for k in value):
-        guards.add(GuardKind.DICT_KEYS, source, (dict, tuple(value)))
+    if type(value) in (dict, collections.OrderedDict) and all(is_literal(k) for k in value):
+        guards.add(GuardKind.DICT_KEYS, source, (type(value), tuple(value)))
         items = {k: wrap_value(tx, v, GetItemSource(source, k)) for k, v in value.items()}
-        return ConstDictVariable(items, source=source)
+        return ConstDictVariable(items, user_cls=type(value), source=source)
     if type(value) is range:
         guards.add(GuardKind.CONSTANT_MATCH, source, value)
         return RangeVariable(value, source=source)

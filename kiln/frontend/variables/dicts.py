@@ -1,5 +1,7 @@
 """Dicts with constant keys."""
 
+import collections
+
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables.base import VariableTracker
@@ -31,7 +33,7 @@ class ConstDictVariable(VariableTracker):
         return [ConstantVariable(k) for k in self.items]
 
     def _mutate(self, tx):
-        if self.user_cls is not dict:
+        if self.user_cls not in (dict, collections.OrderedDict):
             unimplemented(f"mutation of a {self.user_cls.__name__}")
         tx.output.side_effects.mutate_container(self)
 
@@ -89,12 +91,16 @@ class ConstDictVariable(VariableTracker):
         if self.source is not None:  # never mutated while tracing: the object itself
             self.source.reconstruct(cg)
             return
-        if self.user_cls is not dict:
+        if self.user_cls not in (dict, collections.OrderedDict):
             unimplemented(f"rebuilding a {self.user_cls.__name__}")
+        if self.user_cls is not dict:
+            cg.load_object(self.user_cls, push_null=True)
         for k, v in self.items.items():
             cg.extend(emit.load_const(k))
             cg.reconstruct(v)
         cg.extend(emit.build_map(len(self.items)))
+        if self.user_cls is not dict:
+            cg.extend(emit.call(1))
 
     def __repr__(self):
         return f"ConstDictVariable({self.items!r})"
