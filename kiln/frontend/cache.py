@@ -22,6 +22,7 @@ from kiln.frontend.source import LocalSource
 from kiln.frontend.translator import InstructionTranslator
 
 _all_caches = weakref.WeakSet()
+_logged_breaks = set()  # (reason, user location) already printed on the graph_breaks channel
 _recorders = []  # explain(): objects with on_graph(gm, fn), on_break(record), on_entry(entry)
 
 
@@ -171,7 +172,10 @@ class FrameCache:
         self.breaks.append(record)
         logs.counters["graph_breaks"][e.msg] += 1
         logs.counters["stats"]["graph_breaks"] += 1
-        logs.log("graph_breaks", "graph break in %s: %s", self.fn.__qualname__, record)
+        key = (e.msg, e.user_location)
+        if key not in _logged_breaks:  # each break is printed once per location
+            _logged_breaks.add(key)
+            logs.log("graph_breaks", "graph break in %s: %s", self.fn.__qualname__, record)
         for r in _recorders:
             r.on_break(record)
 
@@ -287,6 +291,7 @@ def reset_all():
     """Drop every compiled entry of every wrapper (kiln.reset())."""
     for cache in list(_all_caches):
         cache.clear()
+    _logged_breaks.clear()
 
 
 def dump_entry(debug_dir, fn, entry, index):

@@ -235,3 +235,17 @@ def test_compiled_autograd_config_wraps_frames(monkeypatch):
     torch.testing.assert_close(x.grad, torch.ones_like(x))
     src = f._kiln_cache.entry_info[0].guard_source
     assert "___kiln_config.compiled_autograd is True" in src
+
+
+def test_graph_breaks_logged_once_per_location():
+    logs.set_logs("graph_breaks")
+    try:
+        kiln.reset()
+        f = kiln.compile(break_in_loop, backend="eager")
+        g = kiln.compile(break_in_loop, backend="eager")  # a second wrapper, same location
+        with LogCapture("graph_breaks") as cap:
+            f(torch.randn(2))
+            g(torch.randn(2))
+    finally:
+        logs.set_logs("")
+    assert len(cap.messages["graph_breaks"]) == 1
