@@ -43,11 +43,16 @@ def _saved_attrs(node):
     return names
 
 
+_COMPILED_FUNCTION = []  # kiln.autograd.aot.CompiledFunction, imported on first use
+
+
 def is_kiln_compiled_function(cls):
     """Whether an autograd.Function class is one of kiln's ahead-of-time CompiledFunctions."""
-    from kiln.autograd.aot import CompiledFunction
+    if not _COMPILED_FUNCTION:
+        from kiln.autograd.aot import CompiledFunction
 
-    return isinstance(cls, type) and issubclass(cls, CompiledFunction)
+        _COMPILED_FUNCTION.append(CompiledFunction)
+    return isinstance(cls, type) and issubclass(cls, _COMPILED_FUNCTION[0])
 
 
 class AutogradGraph:
@@ -79,15 +84,20 @@ class AutogradGraph:
         """Lift a tensor as a graph input; its metadata goes to key/sizes. Returns its index."""
         if type(t) not in _PLAIN_TENSORS:
             raise Unsupported(f"a tensor of type {type(t).__name__} in the autograd graph")
-        ident = tensor_ident(t)
-        first = self.alias.get(ident, -1)
-        idx = len(self.inputs)
+        # (the hot path of a cache hit: each tensor attribute read once; sparse tensors have no
+        # strides and raise here, which sends the call to the eager engine)
+        shape, stride, dtype, device = t.shape, t.stride(), t.dtype, t.device
+        ident = (t.data_ptr(), shape, stride, dtype, device)  # = tensor_ident(t)
+        alias = self.alias
+        first = alias.get(ident, -1)
+        inputs = self.inputs
+        idx = len(inputs)
         if first < 0:
-            self.alias[ident] = idx
-        self.inputs.append(t)
-        key.append((t.dtype, t.device, t.layout, t.requires_grad, first))
-        sizes.extend(t.shape)
-        sizes.extend(t.stride())
+            alias[ident] = idx
+        inputs.append(t)
+        key.append((dtype, device, t.requires_grad, first))
+        sizes += shape
+        sizes += stride
         sizes.append(t.storage_offset())
         return idx
 
@@ -210,11 +220,16 @@ def _collect_node(g, k, node):
         var = node.variable  # (its metadata is the grad's: no _input_metadata needed)
         g.leaf_input[k] = g.add_input(var, key, sizes)
         pre = H.wrap_dict(var._backward_hooks)
+        hooks = g.hooks
         if pre:
-            node_hooks[0] = [g.add_hook(h) for h in pre]
+            n = len(hooks)
+            hooks += pre
+            node_hooks[0] = list(range(n, len(hooks)))
         post = var._post_accumulate_grad_hooks
         if post:
-            node_post = [g.add_hook(h) for h in post.values()]
+            n = len(hooks)
+            hooks += post.values()
+            node_post = list(range(n, len(hooks)))
         key.append((len(pre), len(node_post)))
         g.node_inputs.append(idxs)
         g.node_hooks.append(node_hooks)
