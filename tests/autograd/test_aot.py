@@ -544,3 +544,32 @@ def test_autocast_is_part_of_the_specialization():
     exp.float().sum().backward()
     torch.testing.assert_close(gx, x.grad)
     assert f(x).dtype == torch.float32  # autocast off: another plan
+
+
+def test_two_cosines_golden_graphs():
+    from kiln.autograd.tracer import format_graph
+
+    rec = Recorder()
+    aot_function(two_cosines, rec.fw_compiler, rec.bw_compiler)(
+        torch.randn(5, 5, requires_grad=True)
+    )
+    assert format_graph(rec.fw[0]) == (
+        "def forward(primals_1):\n"
+        "    # primals_1: f32[5, 5]\n"
+        "    cos = aten.cos.default(primals_1)  # f32[5, 5]\n"
+        "    cos_1 = aten.cos.default(cos)  # f32[5, 5]\n"
+        "    return (cos_1, primals_1)"
+    )
+    assert format_graph(rec.bw[0], "backward") == (
+        "def backward(primals_1, tangents_1):\n"
+        "    # primals_1: f32[5, 5]\n"
+        "    # tangents_1: f32[5, 5]\n"
+        "    cos = aten.cos.default(primals_1)  # f32[5, 5]\n"
+        "    sin = aten.sin.default(cos)  # f32[5, 5]\n"
+        "    neg = aten.neg.default(sin)  # f32[5, 5]\n"
+        "    mul = aten.mul.Tensor(tangents_1, neg)  # f32[5, 5]\n"
+        "    sin_1 = aten.sin.default(primals_1)  # f32[5, 5]\n"
+        "    neg_1 = aten.neg.default(sin_1)  # f32[5, 5]\n"
+        "    mul_1 = aten.mul.Tensor(mul, neg_1)  # f32[5, 5]\n"
+        "    return (mul_1,)"
+    )
