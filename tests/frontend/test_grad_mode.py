@@ -79,3 +79,17 @@ def test_function_decorated_with_no_grad_is_traced_through_its_wrapper():
     x = torch.randn(3, requires_grad=True)
     run_and_compare(calls_decorated, x, expected_graphs=1, expected_breaks=0)
     assert torch.is_grad_enabled()
+
+
+def test_called_under_autocast_runs_eagerly_without_recompiling():
+    kiln.reset()
+    f = kiln.compile(lambda a, b: a @ b, backend="eager")
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    f(a, b)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for _ in range(3):
+            out = f(a, b)
+            assert out.dtype == torch.bfloat16
+    assert f(a, b).dtype == torch.float32
+    assert kiln.counters["stats"]["recompiles"] == 0
+    assert kiln.counters["frames"]["autocast_eager"] == 3
