@@ -153,6 +153,11 @@ def _device_args(func):
         return []
 
 
+def _default_device():
+    get = getattr(torch, "get_default_device", None)  # torch >= 2.3
+    return get() if get is not None else torch.device("cpu")
+
+
 def _common_device(tensors):
     """The device an op on these tensors runs on: the first non-CPU-scalar one (as eager)."""
     devices = [t.device for t in tensors]
@@ -197,7 +202,7 @@ class _FakeDispatch:
             if tensors:
                 out_device = _common_device(tensors)
             else:
-                out_device = torch.empty(0).device  # the default device
+                out_device = _default_device()
         if dev_names and tensors and not any(n in kwargs for n in dev_names):
             pass  # e.g. empty_like: device of the input
         margs, mkwargs = pytree.tree_map_only(torch.Tensor, self.meta_of, (margs, mkwargs))
