@@ -186,8 +186,7 @@ class _FakeDispatch:
     def dispatch(self, func, args, kwargs):
         if func in _DATA_DEPENDENT:
             raise Unsupported(f"data-dependent operator {func} (e.g. .item()) on a traced tensor")
-        flat, spec = pytree.tree_flatten((args, kwargs))
-        tensors = [x for x in flat if isinstance(x, torch.Tensor)]
+        tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
         out_device = None
         dev_names = _device_args(func)
         margs, mkwargs = args, dict(kwargs)
@@ -198,13 +197,8 @@ class _FakeDispatch:
                     mkwargs[name] = torch.device("meta")
             if "pin_memory" in mkwargs:
                 mkwargs["pin_memory"] = False
-        if out_device is None:
-            if tensors:
-                out_device = _common_device(tensors)
-            else:
-                out_device = _default_device()
-        if dev_names and tensors and not any(n in kwargs for n in dev_names):
-            pass  # e.g. empty_like: device of the input
+        if out_device is None:  # no device argument: the inputs' (empty_like), else the default
+            out_device = _common_device(tensors) if tensors else _default_device()
         margs, mkwargs = pytree.tree_map_only(torch.Tensor, self.meta_of, (margs, mkwargs))
         try:
             out = func(*margs, **mkwargs)
