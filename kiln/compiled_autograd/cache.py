@@ -39,6 +39,9 @@ class Entry:
         self.equal = equal  # (expr, expr | int): dynamic sizes the graph assumes equal / fixed
 
     def valid(self, flat):
+        for p in self.dyn:  # Note [Compiled autograd: 0/1 specialization]
+            if flat[p] < 2:
+                return False
         for a, b in self.equal:
             if _value(a, flat) != (b if isinstance(b, int) else _value(b, flat)):
                 return False
@@ -118,8 +121,10 @@ def lookup(root, g):
     flat = None
     e = cur.entry
     if e is not None and e.dyn == dyn:
-        flat = g.flat_sizes if e.equal else None
-        if not e.equal or e.valid(flat):
+        if not dyn:
+            return cur, dyn, e
+        flat = g.flat_sizes
+        if e.valid(flat):
             return cur, dyn, e
     if cur.static:
         e = cur.static.get(tuple(flat or g.flat_sizes))
@@ -129,6 +134,12 @@ def lookup(root, g):
 
 
 # --- anti-unification ----------------------------------------------------------------------------
+
+# Note [Compiled autograd: 0/1 specialization]
+# Backward formulas branch on sizes 0 and 1 (broadcast reductions, empty tensors): two captures
+# with sizes >= 2 say nothing about what a size of 0 or 1 would trace. So a size-generic graph is
+# only built from, and only serves, calls whose dynamic sizes are all >= 2 (as torch's symbolic
+# shapes specialize 0 and 1); any other call is captured for its exact sizes.
 
 
 def anti_unify(gm_a, flat_a, gm_b, flat_b, dyn):
@@ -142,7 +153,7 @@ def anti_unify(gm_a, flat_a, gm_b, flat_b, dyn):
         return None
     pairs = {}
     varying = [p for p in dyn if flat_a[p] != flat_b[p]]
-    if not varying:
+    if not varying or any(flat_a[p] < 2 or flat_b[p] < 2 for p in dyn):
         return None
     rewrites = {}  # node_b -> (args, kwargs) with ("size", expr) markers
     equal = set()

@@ -87,3 +87,20 @@ def test_reset_forgets_graphs():
         with ca.enable(None):
             w.exp().sum().backward()
         assert ca_counters()["compiles"] == 2
+
+
+def test_sizes_zero_and_one_are_never_generic():
+    compiles = []
+    with clean():
+        for shape in [(3, 4), (5, 6), (1, 6), (7, 8), (7, 1), (0, 8)]:
+            w = torch.randn(*shape, requires_grad=True)
+            b = torch.randn(1, shape[1], requires_grad=True)
+            w2 = w.detach().clone().requires_grad_()
+            b2 = b.detach().clone().requires_grad_()
+            with ca.enable(None):
+                (w * b).sin().sum().backward()
+            (w2 * b2).sin().sum().backward()
+            torch.testing.assert_close(w.grad, w2.grad)
+            torch.testing.assert_close(b.grad, b2.grad)
+            compiles.append(ca_counters()["compiles"])
+    assert compiles == [1, 2, 3, 3, 4, 5]  # (1, 6), (7, 1), (0, 8): captured for their sizes
