@@ -14,6 +14,18 @@ from kiln.api import (
 )
 from kiln.logs import counters
 
+_LAZY_SUBMODULES = ("compiled_autograd", "bytecode", "frontend", "autograd", "backend", "tools")
+
+
+def __getattr__(name):
+    """`kiln.compiled_autograd.enable(...)` etc. without importing every stage with kiln."""
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"kiln.{name}")
+    raise AttributeError(f"module 'kiln' has no attribute {name!r}")
+
+
 __all__ = [
     "OptimizedModule",
     "compile",

@@ -220,6 +220,11 @@ def reset():
     reset_all()
     clear_cache()
     counters.clear()
+    import sys
+
+    ca = sys.modules.get("kiln.compiled_autograd")
+    if ca is not None and hasattr(ca, "reset"):
+        ca.reset()  # compiled backward graphs go too
 
 
 def graph_break():
