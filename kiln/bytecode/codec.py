@@ -22,6 +22,7 @@ from kiln.bytecode.inst import (
     HASFREE,
     HASLOCAL,
     HASNAME,
+    PY311,
     PY312_PLUS,
     PY313_PLUS,
     ExceptionEntry,
@@ -332,11 +333,99 @@ def encode(insts: list[Inst], like: types.CodeType, **replace) -> types.CodeType
         for name in local_index:
             conv.add_varname(name)
         concrete = conv.to_concrete_bytecode(compute_exception_stack_depths=False)
-        return concrete.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
+        code = concrete.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
+        per_instruction = code.co_code if PY311 else None
+        table = linetable(code.co_positions(), code.co_firstlineno, per_instruction)
+        return code.replace(co_linetable=table)
     except BytecodeError:
         raise
     except Exception as e:
         raise BytecodeError(f"cannot assemble {like.co_name}: {type(e).__name__}: {e}") from e
+
+
+# Note [Bytecode: line table]
+# The `bytecode` package writes one location entry per instruction; CPython's compiler merges
+# consecutive instructions with the same location into one entry (up to 8 code units; 3.11:
+# one entry per instruction). Both
+# decode to the same co_positions(), but 3.12/3.13's co_lines() (and so f_lineno) misreport
+# lines after runs of one-unit "no location" entries. encode() therefore rewrites the table the
+# way the compiler does (Objects/locations.md), which reproduces the compiler's bytes exactly.
+
+
+def _varint(out, value):
+    while value >= 64:
+        out.append(64 | (value & 63))
+        value >>= 6
+    out.append(value)
+
+
+def _svarint(out, value):
+    _varint(out, ((-value) << 1) | 1 if value < 0 else value << 1)
+
+
+def _instruction_sizes(co_code):
+    """Code units of each instruction, its EXTENDED_ARG prefixes and inline caches included."""
+    sizes, i, n = [], 0, len(co_code) // 2
+    extended = dis.opmap["EXTENDED_ARG"]
+    while i < n:
+        start = i
+        while co_code[2 * i] == extended:
+            i += 1
+        i += 1 + dis._inline_cache_entries[co_code[2 * i]]
+        sizes.append(i - start)
+    return sizes
+
+
+def linetable(positions, firstlineno, co_code=None) -> bytes:
+    """co_linetable for per-code-unit positions (lineno, end_lineno, col, end_col), as the
+    compiler writes it (3.11 writes one entry per instruction: give co_code)."""
+    positions = [tuple(-1 if v is None else v for v in pos) for pos in positions]
+    runs = []  # [location, length in code units]
+    if co_code is not None:
+        k = 0
+        for size in _instruction_sizes(co_code):
+            runs.append([positions[k], size])
+            k += size
+    else:
+        for loc in positions:
+            if runs and runs[-1][0] == loc:
+                runs[-1][1] += 1
+            else:
+                runs.append([loc, 1])
+    out = bytearray()
+    current = firstlineno
+    for (line, end_line, col, end_col), size in runs:
+        while size > 0:
+            n = min(size, 8)
+            size -= n
+            first = 0x80 | (n - 1)
+            if line < 0:
+                out.append(first | (15 << 3))
+                continue
+            delta = line - current
+            if col < 0 or end_col < 0:
+                if end_line in (line, -1):
+                    out.append(first | (13 << 3))
+                    _svarint(out, delta)
+                    current = line
+                    continue
+            elif end_line == line:
+                if delta == 0 and col < 80 and 0 <= end_col - col < 16:
+                    out.append(first | ((col >> 3) << 3))
+                    out.append(((col & 7) << 4) | (end_col - col))
+                    continue
+                if 0 <= delta < 3 and col < 128 and end_col < 128:
+                    out.append(first | ((10 + delta) << 3))
+                    out += bytes((col, end_col))
+                    current = line
+                    continue
+            out.append(first | (14 << 3))
+            _svarint(out, delta)
+            _varint(out, end_line - line)
+            _varint(out, col + 1)
+            _varint(out, end_col + 1)
+            current = line
+    return bytes(out)
 
 
 def format_code(code: types.CodeType, title=None) -> str:

@@ -101,6 +101,7 @@ def check_roundtrip(fn, inputs, B):
     assert exception_semantics(new) == exception_semantics(old), f"{fn.__name__}: exceptions"
     assert list(new.co_positions()) == list(old.co_positions()), f"{fn.__name__}: positions"
     assert merged_lines(new) == merged_lines(old), f"{fn.__name__}: co_lines"
+    assert new.co_linetable == old.co_linetable, f"{fn.__name__}: co_linetable"
     assert new.co_stacksize == old.co_stacksize, f"{fn.__name__}: stacksize"
     for field in ("co_varnames", "co_names", "co_cellvars", "co_freevars", "co_flags"):
         assert getattr(new, field) == getattr(old, field), f"{fn.__name__}: {field}"
@@ -201,6 +202,7 @@ def check_stdlib(B):
         assert n.co_code == c.co_code, where
         assert exception_semantics(n) == exception_semantics(c), where
         assert list(n.co_positions()) == list(c.co_positions()), where
+        assert n.co_linetable == c.co_linetable, where
         assert (n.co_stacksize, n.co_varnames, n.co_names) == (
             c.co_stacksize,
             c.co_varnames,
