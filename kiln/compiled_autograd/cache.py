@@ -194,6 +194,11 @@ def anti_unify(gm_a, flat_a, gm_b, flat_b, dyn):
     for p in dyn:
         if p not in varying:  # dynamic, but equal in both captures: baked in, so checked on hits
             equal.add(((p,), flat_b[p]))
+    groups = {}
+    for p in varying:  # sizes that moved together may have been used for each other: keep them so
+        groups.setdefault((flat_a[p], flat_b[p]), []).append(p)
+    for ps in groups.values():
+        equal.update(((ps[0],), (q,)) for q in ps[1:])
     graph = torch.fx.Graph()  # a copy: gm_b stays the raw capture that later ones compare with
     val_map = {}
     graph.output(graph.graph_copy(gm_b.graph, val_map))
