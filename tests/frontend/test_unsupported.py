@@ -194,3 +194,28 @@ def test_tensor_op_inside_try_except_runs_frame_eagerly():
 
 def test_constant_code_inside_try_except_is_traced():
     run_and_compare(constant_try, torch.randn(3), 2, expected_graphs=1, expected_breaks=0)
+
+
+def test_global_state_setters_are_not_run_while_tracing(monkeypatch):
+    calls = []
+    real = torch.set_printoptions
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    spy.__module__ = "torch._tensor_str"
+    spy.__name__ = "set_printoptions"
+    monkeypatch.setattr(torch, "set_printoptions", spy)
+
+    def f(x):
+        y = x * 2
+        torch.set_printoptions(precision=4)
+        return y + 1
+
+    kiln.reset()
+    cf = kiln.compile(f, backend="eager")
+    torch.testing.assert_close(cf(torch.ones(2)), torch.full((2,), 3.0))
+    assert len(calls) == 1  # once, by the transformed code: never while tracing
+    assert kiln.counters["stats"]["graph_breaks"] == 1
+    real(profile="default")

@@ -197,6 +197,28 @@ def _returns_tensor(tx, fn, args, kwargs):
         return True
 
 
+_STATEFUL_PREFIXES = (
+    "set_",
+    "_set",
+    "use_",
+    "manual_seed",
+    "seed",
+    "initial_seed",
+    "empty_cache",
+    "synchronize",
+    "init_",
+    "_init",
+    "load",
+    "save",
+)
+
+
+def _tensor_cls():
+    from kiln.frontend.variables.tensor import TensorVariable
+
+    return TensorVariable
+
+
 def _is_compiling_query(fn):
     """torch.compiler.is_compiling / is_dynamo_compiling (without importing torch._dynamo)."""
     name = getattr(fn, "__name__", "")
@@ -264,6 +286,15 @@ class TorchVariable(VariableTracker):
                 return ConstantVariable(isinstance(args[0], TensorVariable))
             if len(args) == 1 and isinstance(args[0], TensorVariable):
                 return ConstantVariable(fn(args[0].example))
+        has_tensor = any(isinstance(a, _tensor_cls()) for a in [*args, *kwargs.values()])
+        name = getattr(fn, "__name__", "")
+        if not has_tensor and name.startswith(_STATEFUL_PREFIXES):
+            # never run (or probe on meta) what looks like a global-state setter while tracing
+            unimplemented(f"torch.{name} may change global state")
+        if isinstance(fn, types.FunctionType) and not has_tensor:
+            from kiln.frontend.variables.functions import inline_call
+
+            return inline_call(tx, fn, args, kwargs, None)  # a Python helper: trace it
         if isinstance(fn, types.FunctionType) and not _returns_tensor(tx, fn, args, kwargs):
             # a torch helper written in Python that computes no tensor (argument checks,
             # canonicalisation): traced like user code
