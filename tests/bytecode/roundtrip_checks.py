@@ -20,7 +20,15 @@ ROOT = HERE.parents[1]
 
 
 def bootstrap():
-    """Make kiln.bytecode / kiln.frontend.resume importable without executing kiln/__init__.py."""
+    """Make kiln.bytecode / kiln.frontend.resume importable. With torch the real kiln package is
+    imported (so later tests in the same process see it whole); without torch (pyenv 3.12/3.13)
+    bare `kiln` / `kiln.frontend` package modules are registered instead, so that
+    kiln/__init__.py (which imports torch) never runs."""
+    if importlib.util.find_spec("torch") is not None:
+        import kiln  # noqa: F401
+        import kiln.frontend  # noqa: F401
+
+        return
     for name, path in (("kiln", ROOT / "kiln"), ("kiln.frontend", ROOT / "kiln" / "frontend")):
         if name not in sys.modules:
             mod = types.ModuleType(name)
