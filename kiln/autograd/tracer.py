@@ -486,18 +486,24 @@ class Tracer(_FakeDispatch):
         prev = getattr(torch.compiler, "_is_compiling_flag", None)
         if prev is not None:
             torch.compiler._is_compiling_flag = True
+        set_hooks_tracing = getattr(torch._C._autograd, "_saved_tensors_hooks_set_tracing", None)
+        prev_hooks = set_hooks_tracing(True) if set_hooks_tracing else None
         try:
             with self.mode:
                 yield
         finally:
             if prev is not None:
                 torch.compiler._is_compiling_flag = prev
+            if set_hooks_tracing:
+                set_hooks_tracing(prev_hooks)
 
 
 # Note [Tracer: is_compiling]
 # Libraries ask `torch.compiler.is_compiling()` to skip code that reads tensor values (Hugging Face's
 # mask construction checks for padding with `.all()`). Our trace has no values to read, so while it
-# runs we answer True, as torch.compile's own tracing does; the flag is restored afterwards.
+# runs we answer True, as torch.compile's own tracing does; the flag is restored afterwards. The
+# user's saved-tensor hooks (checkpointing, offloading) are likewise not applied to the proxies
+# autograd saves while we trace: they apply at run time to what CompiledFunction saves.
 
 
 def trace_aten(fn, example_inputs, *, decompositions=None, input_names=None):
