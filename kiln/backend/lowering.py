@@ -864,6 +864,15 @@ def _view(x, size):
     return View(x, size, reindex, strided=_strided(strided))
 
 
+@register_lowering(aten.flatten.using_ints)
+def _flatten(x, start_dim=0, end_dim=-1):
+    xs = x.get_size()
+    if not xs:
+        return _view(x, (1,))
+    s, e = _norm_dim(start_dim, len(xs)), _norm_dim(end_dim, len(xs))
+    return _view(x, xs[:s] + (prod(xs[s : e + 1]),) + xs[e + 1 :])
+
+
 @register_lowering(aten.split.Tensor, aten.split_with_sizes.default)
 def _split(x, split_size, dim=0):
     xs = x.get_size()

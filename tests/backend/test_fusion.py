@@ -86,3 +86,30 @@ def test_column_reduction_is_blocked_and_vectorized():
         rtol=1e-5,
     )
     assert "ob +=" in c.cpp_src
+
+
+def test_buffers_are_reused():
+    x, w = torch.randn(16, 16), torch.randn(16, 16)
+
+    def f(x, w):
+        a = (x.relu() @ w).exp()
+        b = (a @ w).sin()
+        return ((b @ w) * 2,)
+
+    c = check(f, [x, w], atol=1e-4, rtol=1e-4)
+    assert "; del buf" in c.wrapper_src, c.wrapper_src
+
+
+def test_views_returned_by_aten_calls_are_never_reused():
+    x = torch.randn(6, 6)
+
+    def f(x):
+        d = torch.ops.aten.as_strided.default(x, (6,), (1,))  # an ATen call: a view of x
+        y = d.sin().view(1, 6) + 1
+        z = (y @ torch.ones(6, 6)).view(6).cos()  # same size as d: a reuse candidate
+        return (z * 2,)
+
+    x0 = x.clone()
+    c = check(f, [x], atol=1e-5, rtol=1e-5)
+    c(x)
+    torch.testing.assert_close(x, x0, rtol=0, atol=0)

@@ -17,7 +17,12 @@ import torch
 
 from kiln.backend.codegen.common import IndentedBuffer
 from kiln.backend.ir import Buffer, InputBuffer
-from kiln.backend.scheduler import ExternGroup, Group
+from kiln.backend.scheduler import ExternGroup, Group, extern_reads
+
+
+def _key(buf):
+    lay = buf.layout
+    return (lay.size, lay.stride, lay.dtype)
 
 
 class rt:
@@ -116,6 +121,7 @@ class WrapperCodegen:
                 f"if {buf.name}.stride() != {lay.stride}: "
                 f"{buf.name} = rt.fix({buf.name}, {lay.size}, {lay.stride})"
             )
+        self._plan_reuse()
         for gi, grp in enumerate(self.groups):
             if isinstance(grp, Group):
                 self.kernel_call(body, grp)
@@ -123,7 +129,7 @@ class WrapperCodegen:
                 self.extern_call(body, grp.kernel)
             for name in sorted(self.free_after.get(gi, [])):
                 if not isinstance(g.buffers.get(name), InputBuffer) and self.allocated(name):
-                    body.writeline(f"del {name}")
+                    self.free(body, gi, name)
         outs = []
         for o in g.outputs:
             if o[0] == "buf":
@@ -164,8 +170,44 @@ class WrapperCodegen:
         b = self.graph.buffers.get(name)
         return b is not None and (name in self.stores or not hasattr(b, "data"))
 
+    # Note [Backend: buffer reuse]
+    # A buffer we allocated is handed to a later allocation of the same size, stride and dtype
+    # instead of being freed (no page faults, lower peak), unless an ATen call that may return a
+    # view of it (not an .out call) read it. Only kept when a later allocation can take it.
+    def _allocs(self, grp):
+        if isinstance(grp, Group):
+            return [n.buf for n in grp.nodes if n.name in self.stores]
+        if grp.kernel.out_variant:
+            return [grp.kernel.outputs[0]]
+        return []
+
+    def _plan_reuse(self):
+        self.pool = {}
+        self.no_reuse = set()
+        self.future = []
+        for grp in self.groups:
+            if isinstance(grp, ExternGroup) and not grp.kernel.out_variant:
+                self.no_reuse |= extern_reads(grp.kernel)
+            self.future.append([_key(b) for b in self._allocs(grp)])
+
+    def free(self, body, gi, name):
+        buf = self.graph.buffers[name]
+        key = _key(buf)
+        ours = hasattr(buf, "data") or (hasattr(buf, "kernel") and buf.kernel.out_variant)
+        if ours and name not in self.no_reuse:
+            later = sum(k == key for ks in self.future[gi + 1 :] for k in ks)
+            if later > len(self.pool.get(key, [])):
+                self.pool.setdefault(key, []).append(name)
+                return
+        body.writeline(f"del {name}")
+
     def alloc(self, body, buf):
         lay = buf.layout
+        free = self.pool.get(_key(buf))
+        if free:
+            old = free.pop()
+            body.writeline(f"{buf.name} = {old}; del {old}")
+            return
         body.writeline(f"{buf.name} = empty_strided({lay.size}, {lay.stride}, dtype={lay.dtype})")
 
     def kernel_call(self, body, grp):
