@@ -388,3 +388,32 @@ def test_one_grad_for_two_leaves_is_not_aliased():
     assert x.grad.data_ptr() != y.grad.data_ptr()
     x.grad += 1
     torch.testing.assert_close(y.grad, c)
+
+
+def test_disable_and_nesting_and_maybe_enable():
+    from kiln import config
+
+    w = torch.randn(3, requires_grad=True)
+    with clean():
+        with ca.enable(None):
+            assert ca.active()
+            with ca.disable():
+                assert not ca.active()
+                w.exp().sum().backward()  # eager engine
+            with ca.enable(None):  # nested: the inner compiler applies
+                w.exp().sum().backward()
+        assert not ca.active()
+        w.exp().sum().backward()  # outside: the eager engine again
+        prev = config.compiled_autograd
+        try:
+            config.compiled_autograd = False
+            with ca.maybe_enable("eager"):
+                assert not ca.active()
+            config.compiled_autograd = True
+            with ca.maybe_enable("eager"):
+                assert ca.active()
+        finally:
+            config.compiled_autograd = prev
+        counters = ca_counters()
+    assert counters == {"captures": 1, "compiles": 1, "calls": 1}
+    torch.testing.assert_close(w.grad, 3 * w.detach().exp())
