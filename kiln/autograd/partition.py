@@ -104,10 +104,6 @@ def extract_graph(joint, inputs, outputs, name):
     return gm
 
 
-def _tensor_like(n):
-    return isinstance(n.meta.get("val"), torch.Tensor)
-
-
 def _split(joint, info, saved):
     saved = [n for n in info.nodes if n in saved]  # graph order
     fw = extract_graph(joint, info.primals, info.fw_outs + saved, "forward")
