@@ -191,6 +191,46 @@ def build_const_key_map(keys):
     return load_const(keys) + [make_inst("BUILD_CONST_KEY_MAP", len(keys), len(keys))]
 
 
+def list_extend(i=1):
+    """list at stack[-1 - i] .extend(TOS)."""
+    return [make_inst("LIST_EXTEND", i, i)]
+
+
+def list_append(i=1):
+    return [make_inst("LIST_APPEND", i, i)]
+
+
+def dict_update(i=1):
+    return [make_inst("DICT_UPDATE", i, i)]
+
+
+def list_to_tuple():
+    """TOS list -> tuple (3.12+: CALL_INTRINSIC_1 INTRINSIC_LIST_TO_TUPLE)."""
+    if PY312_PLUS:
+        return [make_inst("CALL_INTRINSIC_1", 6, 6, argrepr="INTRINSIC_LIST_TO_TUPLE")]
+    return [make_inst("LIST_TO_TUPLE")]
+
+
+def unary_not():
+    """not TOS (3.13: UNARY_NOT needs an exact bool, so TO_BOOL first)."""
+    return ([make_inst("TO_BOOL")] if PY313_PLUS else []) + [make_inst("UNARY_NOT")]
+
+
+def unary_negative():
+    return [make_inst("UNARY_NEGATIVE")]
+
+
+def build_string(n):
+    return [make_inst("BUILD_STRING", n, n)]
+
+
+def format_simple():
+    """format(TOS) with no spec, as an f-string's {x} does."""
+    if PY313_PLUS:
+        return [make_inst("FORMAT_SIMPLE")]
+    return [make_inst("FORMAT_VALUE", 0, 0)]
+
+
 def unpack_sequence(n):
     return [make_inst("UNPACK_SEQUENCE", n, n)]
 

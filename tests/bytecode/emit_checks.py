@@ -199,6 +199,36 @@ def check_stack_ops_and_containers():
     assert build(template, body)(1, 2, 3, 4) == ((4, 1, 2, 3), {1, 2}, [7, 6, 5])
 
 
+def check_lists_tuples_strings():
+    def template(xs, flag):
+        return xs
+
+    body = (
+        emit.build_list(0)
+        + emit.load_fast("xs")
+        + emit.list_extend(1)
+        + emit.load_const(9)
+        + emit.list_append(1)
+        + emit.list_to_tuple()
+        + emit.build_map(0)
+        + emit.load_const({"k": 1})
+        + emit.dict_update(1)
+        + emit.load_fast("flag")
+        + emit.unary_not()
+        + emit.load_const(3)
+        + emit.unary_negative()
+        + emit.load_const("n=")
+        + emit.load_fast("xs")
+        + emit.format_simple()
+        + emit.build_string(2)
+        + emit.build_tuple(5)
+        + emit.return_value()
+    )
+    fn = build(template, body)
+    assert fn([1, 2], 0) == ((1, 2, 9), {"k": 1}, True, -3, "n=[1, 2]")
+    assert fn((), "x")[2] is False
+
+
 def check_attrs_subscr_globals_deref():
     def template(o, k):
         cell = None
