@@ -30,8 +30,18 @@ __all__ = ["enable", "disable", "reset", "active", "maybe_enable"]
 _Variable = torch.autograd.variable.Variable
 _REAL = _Variable._execution_engine
 _tls = threading.local()
+_lock = threading.Lock()
 _cache = CacheNode()
-_stack = []  # active compiler_fns, innermost last
+_depth = [0]  # enable() contexts open in any thread (the engine object is process-wide)
+
+
+def _stack():
+    """This thread's active compiler_fns, innermost last (other threads' backwards run eagerly)."""
+    st = getattr(_tls, "stack", None)
+    if st is None:
+        st = _tls.stack = []
+    return st
+
 
 _SECOND_TIME = (
     "Trying to backward through the graph a second time (or directly access saved tensors after "
@@ -56,9 +66,10 @@ class _Engine:
         accumulate_grad=True,
     ):
         args = (tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable)
-        if not _stack or getattr(_tls, "running", False):
+        stack = _stack()
+        if not stack or getattr(_tls, "running", False):
             return _REAL.run_backward(*args, accumulate_grad)
-        return _run(_stack[-1], *args, accumulate_grad)
+        return _run(stack[-1], *args, accumulate_grad)
 
     def queue_callback(self, callback):
         pending = getattr(_tls, "callbacks", None)
@@ -82,14 +93,19 @@ def enable(compiler_fn):
     captured graph as it is.
     """
     H.install()
-    _stack.append(compiler_fn)
-    _Variable._execution_engine = _ENGINE
+    stack = _stack()
+    stack.append(compiler_fn)
+    with _lock:
+        _depth[0] += 1
+        _Variable._execution_engine = _ENGINE
     try:
         yield
     finally:
-        _stack.pop()
-        if not _stack:
-            _Variable._execution_engine = _REAL
+        stack.pop()
+        with _lock:
+            _depth[0] -= 1
+            if not _depth[0]:
+                _Variable._execution_engine = _REAL
 
 
 @contextlib.contextmanager
@@ -105,7 +121,7 @@ def disable():
 
 def active():
     """Whether backward calls are routed through compiled autograd here."""
-    return bool(_stack) and not getattr(_tls, "running", False)
+    return bool(_stack()) and not getattr(_tls, "running", False)
 
 
 def maybe_enable(backend):
@@ -113,7 +129,7 @@ def maybe_enable(backend):
     `kiln.config.compiled_autograd` is on (the graph compiled with `backend`, fullgraph=True)."""
     from kiln import config
 
-    if not config.compiled_autograd or _stack:
+    if not config.compiled_autograd or _stack():
         return contextlib.nullcontext()
     return enable(_BackendCompiler(backend))
 
