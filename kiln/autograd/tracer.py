@@ -433,8 +433,8 @@ class Tracer(_FakeDispatch):
                     return self.decompositions[func](*args, **kwargs)
             finally:
                 self._decomposing.discard(func)
-        if func is aten.lift_fresh.default:
-            return self.constant_proxy(args[0])
+        if func is aten.lift_fresh.default:  # torch.tensor(data): a fresh tensor per call
+            return self.dispatch(aten.clone.default, (self.constant_proxy(args[0]),), {})
         if func in _MASK_REWRITES and _is_mask_put(args, kwargs):
             with self.mode:  # x[mask] = v: no data-dependent shape needed
                 return _MASK_REWRITES[func](args[0], args[1][0], args[2])

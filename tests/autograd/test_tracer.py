@@ -189,3 +189,16 @@ def test_boolean_mask_assignment_becomes_masked_fill():
     gm = check(f, torch.randn(4, 5), torch.rand(4, 5) > 0.5)
     assert aten.masked_fill_.Tensor in targets(gm)
     assert aten.index_put_.default not in targets(gm)
+
+
+def test_tensor_literal_is_fresh_each_call():
+    def f(x):
+        t = torch.tensor([1.0, 2.0, 3.0])
+        t.add_(x)
+        return (t,)
+
+    from kiln.autograd.aot import aot_function, nop
+
+    g = aot_function(f, nop)
+    for _ in range(3):
+        torch.testing.assert_close(g(torch.ones(3)), (torch.tensor([2.0, 3.0, 4.0]),))
