@@ -31,7 +31,6 @@ import sys
 
 import torch
 import torch.fx
-from torch.utils import _pytree as pytree
 
 from kiln.autograd.tracer import ProxyTensor, TraceMode, Tracer, fake_like
 from kiln.compiled_autograd import hooks as H
@@ -66,7 +65,6 @@ class _CATracer(Tracer):
     def __init__(self, cap):
         super().__init__()
         self.cap = cap
-        self._last_seen = None
 
     def constant(self, t):
         return self.cap.lift_real(t)
@@ -452,6 +450,3 @@ def capture(g):
         return cap.run()
     finally:
         H.KilnHook.capturing = None
-
-
-_ = pytree
