@@ -417,3 +417,30 @@ def test_disable_and_nesting_and_maybe_enable():
         counters = ca_counters()
     assert counters == {"captures": 1, "compiles": 1, "calls": 1}
     torch.testing.assert_close(w.grad, 3 * w.detach().exp())
+
+
+def test_gpt2_kiln_forward_and_fullgraph_backward():
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=2, vocab_size=128, n_positions=32, bos_token_id=0,
+        eos_token_id=0,
+    )  # fmt: skip
+    model = transformers.GPT2LMHeadModel(cfg)
+    model.eval()
+    test = copy.deepcopy(model)
+    _hook_params(model)
+    _hook_params(test)
+    compiled = kiln.compile(test, backend="aot_eager")
+    ids = torch.randint(0, 128, (2, 12))
+    with clean("compiled_autograd") as log:
+        for _ in range(2):
+            model(ids, labels=ids).loss.backward()
+            loss = compiled(ids, labels=ids).loss
+            with ca.enable(kiln.compile(backend="aot_eager", fullgraph=True)):
+                loss.backward()
+        counters = ca_counters()
+    assert_same_grads(grads(model), grads(test), atol=1e-5)
+    assert counters == {"captures": 1, "compiles": 1, "calls": 2}
+    assert "compiler failed" not in log.getvalue()  # the tensor work compiled with fullgraph
