@@ -197,7 +197,7 @@ class FrameCache:
             tx.run()
         except Unsupported as e:
             torch._C._set_grad_enabled(grad_mode)  # a traced `with no_grad()` may be open
-            if self.fullgraph or not hasattr(e, "root_index"):
+            if self.fullgraph or getattr(e, "root_tx", None) is not tx:
                 raise
             try:
                 new_code = transformed_code_at_break(

@@ -308,7 +308,7 @@ def first_failure(guard, args, kwargs):
     """The first guard part that fails for these arguments (evaluated part by part)."""
     fn = guard.fn
     try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
         bound.apply_defaults()
     except TypeError as e:
         return f"arguments do not bind: {e}"

@@ -955,7 +955,7 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def __init__(self, output, fn, args, kwargs):
         code = fn.__code__
-        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
         bound.apply_defaults()
         cells = set(code.co_cellvars)
         symbolic_locals = {
@@ -981,8 +981,10 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def _annotate(self, e):
         super()._annotate(e)
-        if not hasattr(e, "root_index"):
+        if getattr(e, "root_tx", None) is not self:
             # What the graph-break path (resume functions) needs: where, and the live state.
+            # The outermost root frame annotates last and wins.
+            e.root_tx = self
             e.root_index = self.current_inst.index
             e.root_stack = list(self.stack_before)
             e.root_locals = self.locals_before

@@ -219,3 +219,42 @@ def test_global_state_setters_are_not_run_while_tracing(monkeypatch):
     assert len(calls) == 1  # once, by the transformed code: never while tracing
     assert kiln.counters["stats"]["graph_breaks"] == 1
     real(profile="default")
+
+
+def test_wrapped_root_function_binds_its_own_signature():
+    import functools
+
+    def base(a, b=2):
+        return a * b
+
+    @functools.wraps(base)
+    def wrapper(*args, **kwargs):
+        return base(*args, **kwargs) + 1
+
+    run_and_compare(wrapper, torch.randn(3), b=3, expected_graphs=1, expected_breaks=0)
+
+
+def test_torch_objects_are_not_ops_and_train_step_matches_eager():
+    import copy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    for optcls in (torch.optim.SGD, torch.optim.Adam):
+        m1, m2 = copy.deepcopy(model), copy.deepcopy(model)
+        o1, o2 = optcls(m1.parameters(), lr=0.1), optcls(m2.parameters(), lr=0.1)
+
+        def step(m, o, x, y):
+            o.zero_grad()
+            loss = torch.nn.functional.mse_loss(m(x), y)
+            loss.backward()
+            o.step()
+            return loss
+
+        kiln.reset()
+        cstep = kiln.compile(step, backend="eager")
+        x, y = torch.randn(16, 4), torch.randn(16, 1)
+        for _ in range(3):
+            torch.testing.assert_close(cstep(m1, o1, x, y), step(m2, o2, x, y))
+        for p, q in zip(m1.parameters(), m2.parameters()):
+            torch.testing.assert_close(p, q)
+        assert kiln.counters["stats"]["unique_graphs"] >= 1

@@ -26,6 +26,7 @@ from kiln.frontend.variables.misc import (
     OpaqueCallableVariable,
     PythonModuleVariable,
     TensorMethodDescriptorVariable,
+    TensorMethodVariable,
     _is_skipped_module,
 )
 from kiln.frontend.variables.nn_module import NNModuleVariable
@@ -37,14 +38,27 @@ from kiln.frontend.variables.user_defined import (
 
 
 def _is_torch_callable(value):
-    wrapped = getattr(value, "__wrapped__", None)
+    """A torch *function* (Python or C), op overload or op namespace: put in the graph as a call.
+
+    Instances of torch classes (optimizers, generators ...) and their bound methods are not:
+    running them while tracing would run their effects (they are traced like user objects).
+    """
+    wrapped = getattr(value, "__wrapped__", None) if isinstance(value, types.FunctionType) else None
     if isinstance(wrapped, types.FunctionType) and not _is_torch_callable(wrapped):
         return False  # a user function decorated by torch (@torch.no_grad() ...): not an op
-    mod = getattr(value, "__module__", None) or ""
-    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+    if isinstance(value, types.FunctionType):
+        mod = value.__module__ or ""
+    elif isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         self_ = getattr(value, "__self__", None)
-        if isinstance(self_, types.ModuleType):
-            mod = self_.__name__
+        if self_ is not None and not isinstance(self_, types.ModuleType):
+            return False  # a C method bound to an object
+        mod = self_.__name__ if self_ is not None else (value.__module__ or "")
+    elif type(value).__module__ == "torch._ops":
+        mod = "torch._ops"  # torch.ops.aten.add.Tensor, packets, namespaces
+    elif isinstance(value, type):
+        mod = value.__module__ or ""  # torch classes: torch.Size, torch.no_grad ...
+    else:
+        return False
     return mod == "torch" or mod.startswith("torch.")
 
 
@@ -54,12 +68,17 @@ def _is_skipped_function(value):
 
 
 def _kiln_special(value):
-    """kiln's own markers (graph_break, disabled functions, compiled wrappers)."""
+    """kiln's own markers (graph_break, disabled functions, compiled wrappers), and functions
+    torch keeps out of compilers (`torch._dynamo.disable`, torch's `_disable_dynamo`)."""
     from kiln import api
 
     if value is api.graph_break:
         return GraphBreakVariable()
     if _marker(value, "_kiln_disabled"):
+        return DisabledFunctionVariable(value)
+    from kiln.frontend.variables.functions import is_torch_disabled
+
+    if is_torch_disabled(value):
         return DisabledFunctionVariable(value)
     return None
 
@@ -160,6 +179,12 @@ def wrap_value(tx, value, source):
         if _is_skipped_function(value):
             return wrap_constant_like(tx, value)
         return UserFunctionVariable(value, source=source)
+    if isinstance(value, types.BuiltinMethodType) and isinstance(value.__self__, torch.Tensor):
+        # `x.add` reached as a value (e.g. passed to a resume function): a tensor method
+        guards.add(GuardKind.TYPE_MATCH, source, type(value))
+        guards.add(GuardKind.CONSTANT_MATCH, _attr(source, "__name__"), value.__name__)
+        tensor = wrap_value(tx, value.__self__, _attr(source, "__self__"))
+        return TensorMethodVariable(tensor, value.__name__)
     if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
         guards.add(GuardKind.ID_MATCH, _attr(source, "__func__"), value.__func__)
         obj = wrap_value(tx, value.__self__, _attr(source, "__self__"))

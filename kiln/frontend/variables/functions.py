@@ -175,6 +175,14 @@ def bind_args(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None):
     return out
 
 
+def is_torch_disabled(fn):
+    """Functions torch keeps out of compilers (`torch._dynamo.disable`, `_disable_dynamo`)."""
+    return isinstance(fn, types.FunctionType) and bool(
+        fn.__dict__.get("_torchdynamo_disable")
+        or fn.__code__.co_filename.endswith(("torch/_compile.py", "torch/_dynamo/eval_frame.py"))
+    )
+
+
 def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None, closure=None):
     """Trace the body of a user function inside the current frame; returns its result."""
     from kiln.frontend.translator import InliningTranslator
@@ -184,8 +192,8 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
     code = fn.__code__
     if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         unimplemented(f"calling coroutine function {fn.__qualname__}")
-    if _marker(fn, "_kiln_disabled"):
-        unimplemented(f"call to kiln.disable'd function {fn.__qualname__}")
+    if _marker(fn, "_kiln_disabled") or is_torch_disabled(fn):
+        unimplemented(f"call to a function kept out of compilation: {fn.__qualname__}")
     local_vars = bind_args(tx, fn, args, kwargs, fn_source, defaults, kwdefaults)
     if closure is None:
         closure = {}

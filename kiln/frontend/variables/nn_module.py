@@ -57,6 +57,10 @@ class NNModuleVariable(VariableTracker):
         stored = tx.output.side_effects.load_attr(self, name)
         if stored is not None:
             return stored
+        if name == "__class__":  # pinned by the TYPE_MATCH guard on the module
+            from kiln.frontend.variables.builder import wrap_constant_like
+
+            return wrap_constant_like(tx, type(self.value))
         child = self._child(tx, name)
         if child is not None:
             return child

@@ -197,6 +197,14 @@ def _returns_tensor(tx, fn, args, kwargs):
         return True
 
 
+# torch Python functions taking no tensor that kiln traces (argument canonicalisation helpers).
+_TRACEABLE_HELPER_MODULES = (
+    "torch.nn.functional",
+    "torch.nn.modules",
+    "torch.functional",
+    "torch.backends.mha",
+)
+
 _STATEFUL_PREFIXES = (
     "set_",
     "_set",
@@ -217,6 +225,13 @@ def _tensor_cls():
     from kiln.frontend.variables.tensor import TensorVariable
 
     return TensorVariable
+
+
+# Queries answered while tracing: (module, name) -> value. kiln never scripts nor traces with jit.
+_FOLDED = {
+    ("torch._jit_internal", "is_scripting"): False,
+    ("torch.jit._trace", "is_tracing"): False,
+}
 
 
 def _is_compiling_query(fn):
@@ -279,6 +294,9 @@ class TorchVariable(VariableTracker):
             return ConstantVariable(torch.is_grad_enabled())  # guarded; traced `with` blocks set it
         if _is_compiling_query(fn):
             return ConstantVariable(True)  # code asking "am I being compiled?" is, here
+        folded = _FOLDED.get((getattr(fn, "__module__", None), getattr(fn, "__name__", None)))
+        if folded is not None and not args and not kwargs:
+            return ConstantVariable(folded)
         if fn in _TRACE_TIME:
             from kiln.frontend.variables.tensor import TensorVariable
 
@@ -292,9 +310,12 @@ class TorchVariable(VariableTracker):
             # never run (or probe on meta) what looks like a global-state setter while tracing
             unimplemented(f"torch.{name} may change global state")
         if isinstance(fn, types.FunctionType) and not has_tensor:
+            if not (fn.__module__ or "").startswith(_TRACEABLE_HELPER_MODULES):
+                # torch internals run as Python (a graph break), never traced or probed
+                unimplemented(f"call to torch function {fn.__module__}.{name}")
             from kiln.frontend.variables.functions import inline_call
 
-            return inline_call(tx, fn, args, kwargs, None)  # a Python helper: trace it
+            return inline_call(tx, fn, args, kwargs, None)  # nn helpers: traced
         if isinstance(fn, types.FunctionType) and not _returns_tensor(tx, fn, args, kwargs):
             # a torch helper written in Python that computes no tensor (argument checks,
             # canonicalisation): traced like user code

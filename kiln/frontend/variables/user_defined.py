@@ -92,6 +92,10 @@ class UserDefinedObjectVariable(VariableTracker):
         if stored is not None:
             return stored
         cls = type(self.value)
+        if name == "__class__":  # pinned by the TYPE_MATCH guard on the object
+            from kiln.frontend.variables.builder import wrap_constant_like
+
+            return wrap_constant_like(tx, cls)
         try:
             static = inspect.getattr_static(cls, name)
         except AttributeError:
