@@ -125,12 +125,17 @@ def table(rows, overhead=(), env=None, status_width=60):
     if env:
         parts.append(
             f"Machine: {env.get('cpu') or '?'} ({env.get('cpu_count')} cores, "
-            f"{env.get('torch_threads')} torch threads), {env.get('device')}, {env.get('dtype')}, "
+            f"{_threads(env)}), {env.get('device')}, {env.get('dtype')}, "
             f"{env.get('timer', 'wall')}-clock step times; "
             f"torch {env.get('torch')}, Python {env.get('python')}; {env.get('date')}; "
             f"load average {env.get('load_avg_start')} at start, {env.get('load_avg_1m')} at end"
         )
     return "\n\n".join(parts)
+
+
+def _threads(env):
+    n = env.get("torch_threads")
+    return f"{n} torch thread{'' if n == 1 else 's'}"
 
 
 def write_csv(rows, path):
@@ -185,7 +190,7 @@ def write_png(rows, path, env=None):
     fig, axes = plt.subplots(
         len(modes),
         1,
-        figsize=(max(7, 1.1 * n_groups * max(1, len(compilers)) + 2), 3.6 * len(modes)),
+        figsize=(min(15, max(7, 0.6 * n_groups * max(1, len(compilers)) + 2)), 3.8 * len(modes)),
         squeeze=False,
     )
     by_key = {(r.model, r.mode, r.compiler): r for r in rows}
@@ -239,7 +244,7 @@ def write_png(rows, path, env=None):
     title = "kiln bench: speedup over eager PyTorch (higher is better)"
     if env:
         title += (
-            f"\n{env.get('cpu', '')}, {env.get('torch_threads')} threads, {env.get('device')} "
+            f"\n{env.get('cpu', '')}, {_threads(env)}, {env.get('device')} "
             f"{env.get('dtype')}, {env.get('timer', 'wall')}-clock step times"
         )
     fig.suptitle(title, fontsize=10)
@@ -253,6 +258,8 @@ def _short_reason(row):
         return "not run"
     if row.status.startswith("unavailable"):
         return "unavailable"
+    if row.status.startswith("no graph"):
+        return "no graph"
     if row.status != "ok":
         return "error"
     if row.accuracy == "FAIL":

@@ -10,15 +10,15 @@ For one model and mode the runner
      hit); the warm copy is the one that is timed;
   3. times all compilers interleaved (one step of each in turn, rotating the order), after
      warm-up, and takes the median: speedup = eager median / compiled median;
-  4. measures each compiler's step memory (see Note [Bench: timer]
+  4. measures each compiler's step memory (see Note [Bench: memory]).
+A compiler that raises or disagrees with eager is recorded in the row's status, never a crash.
+
+Note [Bench: timer]
   Step times are wall-clock (time.perf_counter) by default. On a machine shared with other work,
   multi-threaded steps stall whenever one of their threads is descheduled, and wall times swing by
   10-100x; `--threads 1 --timer cpu` times each step by the process's CPU time instead, which
   other processes barely disturb, and which equals wall time for a single-threaded step on an idle
   machine. Compile times are always wall-clock.
-
-Note [Bench: memory]).
-A compiler that raises or disagrees with eager is recorded in the row's status, never a crash.
 
 Note [Bench: memory]
   tracemalloc does not see torch's CPU allocations, so on CPU we read the process's resident-set
