@@ -282,10 +282,19 @@ def _stack_effect(inst):
 
 def _callee_slot(inst, stack):
     """Stack position of the callable of a CALL (the frame that broke inside)."""
-    if inst.opname not in ("CALL", "CALL_KW"):
-        return None
     from kiln.bytecode import PY313_PLUS
     from kiln.frontend.variables.misc import NullVariable
+
+    if inst.opname == "CALL_FUNCTION_EX":
+        kw = inst.arg & 1
+        slot = len(stack) - (3 if PY313_PLUS else 2) - kw
+        if slot < 0:
+            return None
+        if not PY313_PLUS and slot >= 1 and not isinstance(stack[slot - 1], NullVariable):
+            return slot - 1  # [callable, self, args]: a method call
+        return slot
+    if inst.opname not in ("CALL", "CALL_KW"):
+        return None
 
     argc = inst.arg
     base = len(stack) - argc - 2 - (1 if inst.opname == "CALL_KW" else 0)

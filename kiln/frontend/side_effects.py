@@ -24,6 +24,7 @@ class SideEffects:
         self.globals = {}  # name -> value_var (the root function's globals)
         self.cells = {}  # free variable name of the root frame -> value_var
         self.version = 0
+        self.step_serial = 0  # set by the root translator before each instruction
 
     def __bool__(self):
         return bool(self.attrs or self.containers or self.globals or self.cells)
@@ -45,7 +46,11 @@ class SideEffects:
     def mutate_container(self, var):
         if var.source is not None:
             self.containers[id(var)] = var
-        self.version += 1
+        if var.serial < self.step_serial:
+            # an object that existed before this root instruction: re-running the instruction
+            # in Python would repeat the mutation (objects made by the instruction itself would
+            # be made afresh)
+            self.version += 1
 
     def store_global(self, name, value):
         self.globals[name] = value
@@ -66,17 +71,20 @@ class SideEffects:
             cg.extend(emit.store_attr(name))
         for var in self.containers.values():
             if isinstance(var, ConstDictVariable):
-                # d.clear(); d.update({...})
+                # new = {...}; d.clear(); d.update(new)  (the new contents may read the old)
+                for k, v in var.items.items():
+                    cg.extend(emit.load_const(k))
+                    cg.reconstruct(v)
+                cg.extend(emit.build_map(len(var.items)))
+                tmp = cg.new_temp()
+                cg.extend(emit.store_fast(tmp))
                 for method, nargs in (("clear", 0), ("update", 1)):
                     load = type(cg)(cg.output)
                     var.source.reconstruct(load)
                     load.extend(emit.load_attr(method))
                     cg.extend(emit.with_null(load.instrs))
                     if nargs:
-                        for k, v in var.items.items():
-                            cg.extend(emit.load_const(k))
-                            cg.reconstruct(v)
-                        cg.extend(emit.build_map(len(var.items)))
+                        cg.extend(emit.load_fast(tmp))
                     cg.extend(emit.call(nargs) + emit.pop_top())
             else:
                 # xs[:] = [items]

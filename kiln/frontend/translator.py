@@ -21,7 +21,7 @@ import torch
 from kiln.bytecode import decode as bytecode_decode
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.source import GlobalSource, LocalSource
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import VariableTracker, next_serial
 from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
 from kiln.frontend.variables.builtin import (
     binary_op,
@@ -125,6 +125,7 @@ class InstructionTranslatorBase:
                 self.locals_before = dict(self.symbolic_locals)
                 self.kw_before = self.kw_names
                 self.effects_before = self.output.side_effects.version
+                self.output.side_effects.step_serial = next_serial()
             self.ip += 1
             handler = getattr(self, inst.opname, None)
             try:

@@ -340,3 +340,11 @@ def test_namedtuple_input():
 
 def test_functools_partial():
     run_and_compare(functools_partial_call, t(3), expected_breaks=None)
+
+
+def test_slice_builtin():
+    def f(x, k):
+        s = slice(-k, None)
+        return x[s], x[slice(1, 3)]
+
+    run_and_compare(f, t(5), 2, expected_graphs=1, expected_breaks=0)

@@ -139,3 +139,13 @@ def test_setattr_on_submodule_and_recompile_on_value():
     opt = kiln.compile(w, backend=backend)
     opt(torch.randn(2))
     assert w.inner.flag is True and w.inner.steps == 1
+
+
+def pops_kwargs(x, **kwargs):
+    flag = kwargs.pop("flag", False)
+    kwargs["seen"] = True
+    return x * 2 if flag else x, kwargs
+
+
+def test_kwargs_dict_mutation_reads_old_contents_first():
+    run_and_compare(pops_kwargs, torch.randn(2), flag=True, other=torch.ones(2))

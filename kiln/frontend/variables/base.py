@@ -1,6 +1,15 @@
 """VariableTracker: the symbolic value on the interpreter's stack, with the Source it came from."""
 
+import itertools
+
 from kiln.exc import unimplemented
+
+_serial = itertools.count()
+
+
+def next_serial():
+    """A number larger than that of every VariableTracker made so far."""
+    return next(_serial)
 
 
 class VariableTracker:
@@ -8,6 +17,7 @@ class VariableTracker:
 
     def __init__(self, *, source=None):
         self.source = source
+        self.serial = next(_serial)  # creation order (see SideEffects.mutate_container)
 
     # --- what the value is -----------------------------------------------------------------
     def python_type(self):

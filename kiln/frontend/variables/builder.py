@@ -221,7 +221,22 @@ def _attr(source, name):
 
 def _builtin_fns():
     fns = {v for v in vars(builtins).values() if isinstance(v, types.BuiltinFunctionType)}
-    fns |= {range, tuple, list, dict, int, float, bool, str, enumerate, zip, reversed, type, super}
+    fns |= {
+        range,
+        tuple,
+        list,
+        dict,
+        int,
+        float,
+        bool,
+        str,
+        enumerate,
+        zip,
+        reversed,
+        type,
+        super,
+        slice,
+    }
     fns |= {v for v in vars(operator).values() if isinstance(v, types.BuiltinFunctionType)}
     fns |= {functools.reduce, itertools.product, itertools.chain}
     return frozenset(fns)

@@ -249,6 +249,9 @@ class BuiltinVariable(VariableTracker):
             obj = tx.get_local(code.co_varnames[0])
         return SuperVariable(cls.as_python_constant(), obj)
 
+    def _call_slice(self, tx, *args):
+        return ConstantVariable(slice(*[a.as_python_constant() for a in args]))
+
     def _call_divmod(self, tx, a, b):
         return fold(divmod, a.as_python_constant(), b.as_python_constant())
 
