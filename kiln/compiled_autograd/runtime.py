@@ -22,7 +22,13 @@ from kiln.compiled_autograd import hooks as H
 from kiln.compiled_autograd.cache import CacheNode, Entry, anti_unify, lookup
 from kiln.compiled_autograd.capture import capture
 from kiln.compiled_autograd.collect import collect
-from kiln.compiled_autograd.split import SplitRunner, count_calls, split_sinks
+from kiln.compiled_autograd.split import (
+    ChunkRunner,
+    SplitRunner,
+    count_calls,
+    split_chunks,
+    split_sinks,
+)
 from kiln.exc import KilnError, Unsupported
 
 __all__ = ["enable", "disable", "reset", "active", "maybe_enable"]
@@ -256,6 +262,21 @@ def _compile_fn(compiler_fn, gm):
             count_calls(suffix),
         )
         return SplitRunner(_compile_whole(compiler_fn, prefix), suffix.forward)
+    steps = split_chunks(gm)  # Note [Compiled autograd: chunks]
+    if steps is not None:
+        graphs = [s for s in steps if s[0] == "graph"]
+        logs.log(
+            "compiled_autograd_verbose",
+            "Python calls feed tensor work: compiling %d graphs around %d calls",
+            len(graphs),
+            len(steps) - len(graphs),
+        )
+        logs.counters["compiled_autograd"]["chunked"] += 1
+        steps = [
+            (s[0], _compile_whole(compiler_fn, s[1]), s[2], s[3]) if s[0] == "graph" else s
+            for s in steps
+        ]
+        return ChunkRunner(gm, steps)
     return _compile_whole(compiler_fn, gm)
 
 

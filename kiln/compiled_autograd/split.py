@@ -22,7 +22,7 @@ import torch.fx
 
 from kiln.compiled_autograd import hooks as H
 
-__all__ = ["split_sinks", "SplitRunner", "count_calls"]
+__all__ = ["split_sinks", "SplitRunner", "count_calls", "split_chunks", "ChunkRunner"]
 
 _CALLS = (H.call_hook, H.accumulate_grad_, H.retain_grad_)
 
@@ -104,3 +104,109 @@ class SplitRunner:
     def __call__(self, inputs, sizes, scalars, hooks):
         outs = self.prefix(inputs, sizes, scalars, hooks)
         return self.suffix(inputs, sizes, scalars, hooks, outs)
+
+
+# Note [Compiled autograd: chunks]
+# When Python calls feed tensor work (a hook on a non-leaf tensor, an opaque custom Function),
+# the graph is cut into runs of tensor work between those calls: sink calls first move to the end
+# (Note [Compiled autograd: sinks]); each run becomes its own GraphModule (inputs: the values it
+# reads that were made before it; outputs: the values read after it) handed to the compiler; the
+# calls run in between, in graph order. The compiler sees several graphs instead of one, but
+# each is whole (fullgraph compilers accept them) and nothing runs out of order.
+
+
+def _sinks(nodes, calls):
+    """Python calls from which no tensor work is reachable (closed under users)."""
+    sinks = set()
+    for n in reversed(nodes):
+        if n in calls and all(u in sinks or u.op == "output" for u in n.users):
+            if not any(u.op == "output" for u in n.users):
+                sinks.add(n)
+    return sinks
+
+
+def split_chunks(gm):
+    """[("graph", GraphModule, in_nodes, out_nodes) | ("call", node)], in run order; or None."""
+    nodes = list(gm.graph.nodes)
+    calls = {n for n in nodes if _is_python_call(n)}
+    if not calls:
+        return None
+    for n in nodes:
+        if n.op == "call_function" and n.target is operator.getitem and n.args[0] in calls:
+            calls.add(n)
+    sinks = _sinks(nodes, calls)
+    # reads of the hooks list run first, in Python: a compiled graph would guard on the objects
+    hook_reads = [
+        n
+        for n in nodes
+        if _is_free(n) and n.args[0].name == "hooks" and all(u in calls for u in n.users)
+    ]
+    calls.update(hook_reads)
+    first = set(hook_reads)
+    body = [
+        n
+        for n in nodes
+        if n.op not in ("placeholder", "output") and n not in sinks and n not in first
+    ]
+    order = hook_reads + body + [n for n in nodes if n in sinks]
+    runs, cur = [], []
+    for n in order:
+        if n in calls:
+            if cur:
+                runs.append(cur)
+                cur = []
+            runs.append(n)
+        else:
+            cur.append(n)
+    if cur:
+        runs.append(cur)
+    pos = {n: i for i, n in enumerate(order)}
+    out_node = gm.graph.output_node()
+    steps = []
+    for run in runs:
+        if isinstance(run, torch.fx.Node):
+            steps.append(("call", run))
+            continue
+        members = set(run)
+        last = max(pos[n] for n in run)
+        ins, outs = [], []
+        for n in run:
+            for a in n.all_input_nodes:
+                if a not in members and a not in ins:
+                    ins.append(a)
+            if any(u is out_node or (u not in members and pos.get(u, -1) > last) for u in n.users):
+                outs.append(n)
+        graph = torch.fx.Graph()
+        env = {}
+        for a in ins:
+            env[a] = graph.placeholder(a.name)
+            env[a].meta = dict(a.meta)
+        for n in run:
+            env[n] = graph.node_copy(n, env.__getitem__)
+        graph.output(tuple(env[n] for n in outs))
+        sub = torch.fx.GraphModule(gm, graph, class_name="CompiledAutograd")
+        steps.append(("graph", sub, ins, outs))
+    return steps
+
+
+class ChunkRunner:
+    """Runs the chunks (compiled) and the Python calls between them on an environment of values."""
+
+    def __init__(self, gm, steps):
+        self.placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        self.output = gm.graph.output_node().args[0]
+        self.steps = steps
+
+    def __call__(self, *args):
+        env = dict(zip(self.placeholders, args))
+        for step in self.steps:
+            if step[0] == "call":
+                n = step[1]
+                a, kw = torch.fx.node.map_arg((n.args, n.kwargs), env.__getitem__)
+                env[n] = n.target(*a, **kw)
+            else:
+                _, fn, ins, outs = step
+                vals = fn(*[env[a] for a in ins])
+                for n, v in zip(outs, vals):
+                    env[n] = v
+        return torch.fx.node.map_arg(self.output, env.__getitem__)

@@ -344,17 +344,23 @@ def test_ddp_hooks_with_a_fullgraph_compiler():
     assert "compiler failed" not in log.getvalue()
 
 
-def test_hook_feeding_tensor_work_compiles_the_graph_whole():
+def test_hook_feeding_tensor_work_compiles_the_graphs_around_it():
     torch.manual_seed(0)
     model = MLP()  # a hook on a non-leaf activation: a Python call inside the tensor work
     x = torch.randn(8, 16)
-    with clean():
+    with clean("compiled_autograd_verbose") as log:
+        kiln.counters["stats"].clear()
         parity(
             model,
             lambda m: m(x).sum().backward(),
             steps=2,
             compiler_fn=kiln.compile(backend="eager", fullgraph=True),
         )
+        counters = ca_counters()
+        unique = kiln.counters["stats"]["unique_graphs"]
+    assert counters["chunked"] == 1 and counters["compiles"] == 1
+    assert "compiling 2 graphs around" in log.getvalue()
+    assert unique == 2 and "compiler failed" not in log.getvalue()
 
 
 @pytest.mark.parametrize(
