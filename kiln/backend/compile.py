@@ -62,17 +62,21 @@ def _graph_key(gm, example_inputs):
             h.update(f"T{tuple(x.shape)}{x.stride()}{x.dtype}{x.device.type}".encode())
         else:
             h.update(f"S{type(x).__name__}{x!r}".encode())
-    for name, t in sorted(gm.named_buffers()) + sorted(gm.named_parameters()):
-        h.update(name.encode())
-        h.update(t.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             t = getattr(gm, node.target)
             if isinstance(t, torch.Tensor):
-                h.update(
-                    t.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes()
-                )
+                h.update(_tensor_bytes(t))
     return h.hexdigest()[:40]
+
+
+def _tensor_bytes(t):
+    """The data of a constant for the cache key (its identity when it has no readable data)."""
+    try:
+        data = t.detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes()
+    except Exception:
+        return f"id{id(t)}".encode()
+    return f"{t.dtype}{tuple(t.shape)}".encode() + data
 
 
 def _constants(gm):

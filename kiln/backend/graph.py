@@ -156,6 +156,8 @@ class GraphLowering:
         t = getattr(self.gm, node.target)
         if not isinstance(t, torch.Tensor):
             raise GraphNotSupported(f"get_attr of {type(t).__name__}")
+        if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.device.type != "cpu":
+            raise GraphNotSupported(f"constant {node.target} has no CPU data ({type(t).__name__})")
         _check_tensor(t)
         name = f"const{len(self.constants)}"
         self.constants[name] = t
