@@ -450,3 +450,33 @@ def test_gpt2_kiln_forward_and_fullgraph_backward():
     assert_same_grads(grads(model), grads(test), atol=1e-5)
     assert counters == {"captures": 1, "compiles": 1, "calls": 2}
     assert "compiler failed" not in log.getvalue()  # the tensor work compiled with fullgraph
+
+
+def test_custom_function_between_compiled_graphs():
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(b)
+            return a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            (b,) = ctx.saved_tensors
+            return g * b, None
+
+    torch.manual_seed(0)
+    body, head = nn.Sequential(nn.Linear(6, 6), nn.Tanh()), nn.Linear(6, 2)
+    ref_body, ref_head = copy.deepcopy(body), copy.deepcopy(head)
+    b, x = torch.randn(6), torch.randn(3, 6)
+
+    def step(body, head):
+        head(Scale.apply(body(x), b)).exp().sum().backward()
+
+    with clean("compiled_autograd_verbose") as log:
+        step(ref_body, ref_head)
+        with ca.enable(kiln.compile(backend="eager", fullgraph=True)):
+            step(body, head)
+    assert_same_grads(grads(ref_body), grads(body))
+    assert_same_grads(grads(ref_head), grads(head))
+    assert "compiling 2 graphs around" in log.getvalue()  # the opaque call sits between them
+    assert "compiler failed" not in log.getvalue()
