@@ -5,8 +5,9 @@
 
 `collect.py` walks the autograd graph (the cache key), `cache.py` keeps compiled graphs (and makes
 them size-generic), `capture.py` traces the backward into one FX graph, `hooks.py` holds the hook
-bookkeeping and the run-time functions the graph calls, `split.py` separates the tensor work from
-the Python calls that only consume it, `runtime.py` is the engine stand-in.
+bookkeeping and the run-time functions the graph calls, `split.py` hands the compiler whole graphs
+of tensor work (Python calls that only consume it run after it; calls that feed it run between
+separately compiled runs), `runtime.py` is the engine stand-in.
 
 Note [Compiled autograd: what is captured]
 Captured into the graph: every built-in (C++) node's backward, traced through ATen with its saved
