@@ -176,7 +176,7 @@ def _run(compiler_fn, tensors, grad_tensors, keep_graph, create_graph, inputs, a
         g = collect(tensors, grad_tensors, inputs, accumulate_grad)
     except Unsupported as e:
         return _fallback(str(e), args, accumulate_grad)
-    except RuntimeError as e:  # e.g. saved tensors already freed: the engine says it properly
+    except Exception as e:  # e.g. saved tensors already freed: the engine says it properly
         return _fallback(f"{type(e).__name__}: {e}", args, accumulate_grad)
     for k in g.consumed_check():
         raise RuntimeError(_SECOND_TIME + f" (node {g.names[k]})")
