@@ -283,7 +283,7 @@ def _compile_fn(compiler_fn, gm):
 def _compile_whole(compiler_fn, gm):
     try:
         compiled = compiler_fn(gm)
-    except KilnError as e:
+    except Exception as e:  # nothing has run yet: the captured graph itself is a safe answer
         logs.warn(
             "kiln compiled autograd: the compiler failed on the backward graph (%s: %s); "
             "running the captured graph uncompiled",
