@@ -87,6 +87,30 @@ class _Plan:
     fw_graph: object = None  # the ATen forward / inference graph given to the compiler
     bw_graph: object = None  # the ATen backward graph (saved.., tangents..) -> grads
 
+    def tangents_from(self, grads):
+        """The backward graph's tangents from the node's grads (None -> zeros), and which were given."""
+        tangents = [grads[i] for i in self.diff_outputs]
+        present = [g is not None for g in tangents]
+        for j, g in enumerate(tangents):
+            v = self.tangent_vals[j]
+            if g is None:
+                tangents[j] = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
+            elif not g.is_contiguous():
+                tangents[j] = g.contiguous()
+        return tangents, present
+
+    def input_grads(self, got, present, needs):
+        """(input index, grad) for each backward output the engine should receive.
+
+        A grad is dropped when its input needs none, or when every tangent it depends on was None
+        (an output the loss did not use gives no gradient, as in eager); a grad that depends on no
+        tangent at all (an explicit zero) is kept.
+        """
+        for g, i, deps in zip(got, self.grad_inputs, self.grad_deps):
+            if g is None or not needs[i] or (deps and not any(present[j] for j in deps)):
+                continue
+            yield i, g
+
 
 def _fake_inputs(gm):
     return [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
@@ -380,22 +404,12 @@ def _make_function(plan):
 
     def backward(ctx, *grads):
         saved = ctx.saved_tensors
-        tangents = [grads[i] for i in plan.diff_outputs]
-        present = [g is not None for g in tangents]
-        for j, g in enumerate(tangents):
-            v = plan.tangent_vals[j]
-            if g is None:
-                tangents[j] = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
-            elif not g.is_contiguous():
-                tangents[j] = g.contiguous()
+        tangents, present = plan.tangents_from(grads)
         double = torch.is_grad_enabled()
         with torch.no_grad():
             got = list(plan.backward(*saved, *tangents))
         result = [None] * (plan.num_inputs + len(plan.lifted))
-        needs = ctx.needs_input_grad
-        for g, i, deps in zip(got, plan.grad_inputs, plan.grad_deps):
-            if g is None or not needs[i] or (deps and not any(present[j] for j in deps)):
-                continue
+        for i, g in plan.input_grads(got, present, ctx.needs_input_grad):
             if double:  # create_graph=True: differentiating this grad raises a clear error
                 g = _NoDoubleBackward.apply(g, torch.empty(0, requires_grad=True))
             result[i] = g

@@ -187,22 +187,14 @@ class Capture:
             for j, i in enumerate(self.g.node_inputs[k]):
                 self.input(i, prefix + phs[j].name)
                 env[phs[j]] = self.input_nodes[i]
-            tangents = [grads[i] for i in plan.diff_outputs]
-            present = [t is not None for t in tangents]
             # (called by the engine inside the capture's TraceMode: these ops are recorded)
+            tangents, present = plan.tangents_from(grads)
             for j, t in enumerate(tangents):
-                v = plan.tangent_vals[j]
-                if t is None:
-                    t = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
-                elif not t.is_contiguous():
-                    t = t.contiguous()
                 env[phs[plan.num_saved + j]] = t._node
             self.note_origin()
             outs = self.copy_graph(bw_gm, env, prefix)
             result = [None] * len(needs)
-            for gr, i, deps in zip(outs, plan.grad_inputs, plan.grad_deps):
-                if gr is None or not needs[i] or not any(present[j] for j in deps):
-                    continue
+            for i, gr in plan.input_grads(outs, present, needs):
                 result[i] = gr
             return tuple(result)
 
