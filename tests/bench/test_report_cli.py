@@ -106,3 +106,13 @@ def test_cli_bench_end_to_end(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "pointwise" in out and "Geometric mean" in out
     assert (tmp_path / "bench.csv").exists() and (tmp_path / "bench.png").exists()
+
+
+def test_cli_rejects_bad_arguments(capsys):
+    import torch
+
+    assert cli.main(["bench", "--models", "nope", "--no-progress"]) == 2
+    assert "unknown model" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert cli.main(["bench", "--device", "cuda", "--no-progress"]) == 2
+        assert "no CUDA device" in capsys.readouterr().err
