@@ -18,6 +18,7 @@ examples:
   kiln bench --quick                          the demo: a few models, a few minutes
   kiln bench --models mlp,hf_gpt2 --mode training --iters 50
   kiln bench --compare kiln:eager,kiln:aot_eager,kiln --models all
+  kiln bench --threads 1 --timer cpu          every model; steady timings on a shared machine
   kiln bench --list
 """
 
