@@ -21,7 +21,7 @@ import torch
 
 from kiln import config as _config
 from kiln import logs
-from kiln.frontend.source import AttrSource, GetItemSource, LocalSource
+from kiln.frontend.source import MISSING, AttrSource, GetItemSource, LocalSource, dict_get
 
 
 class GuardKind(enum.IntEnum):
@@ -93,6 +93,8 @@ class _Namer:
 
 
 def _readable_hint(value):
+    if value is MISSING:
+        return "missing"
     if isinstance(value, type):
         return value.__name__
     if isinstance(value, torch.dtype):
@@ -216,6 +218,8 @@ class _Hoister:
             expr = f"{self(source.source)}.{source.attr}"
         elif isinstance(source, GetItemSource):
             expr = f"{self(source.source)}[{source.index!r}]"
+        elif type(source).__name__ == "DictGetSource":
+            expr = f"___dict_get({self(source.source)}, {source.key!r})"
         else:
             expr = source.name()
         name = self.names[source] = f"___s{len(self.names)}"
@@ -272,6 +276,8 @@ def build_guard_fn(fn, guard_set, extra=None):
         "___is_grad_enabled": torch.is_grad_enabled,
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
+        "___dict_get": dict_get,
+        "___missing": MISSING,
         "___is_any_autocast_enabled": torch._C._is_any_autocast_enabled,
         "___global_forward_hooks": torch.nn.modules.module._global_forward_hooks,
         "___global_forward_pre_hooks": torch.nn.modules.module._global_forward_pre_hooks,

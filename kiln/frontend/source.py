@@ -122,6 +122,36 @@ class ConstSource(Source):
         cg.extend(emit.load_global(self.value_name, push_null=False))
 
 
+MISSING = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
+
+
+def dict_get(obj, key):
+    """`dict.get(obj, key)` ignoring overrides of subclasses (MISSING when absent)."""
+    return dict.get(obj, key, MISSING)
+
+
+@dataclasses.dataclass(frozen=True)
+class DictGetSource(Source):
+    """`dict.get(base, key)` of a dict-subclass object (its own get/__getitem__ bypassed)."""
+
+    source: Source
+    key: object
+
+    def name(self):
+        return f"___dict_get({self.source.name()}, {self.key!r})"
+
+    def reconstruct(self, cg):
+        from kiln.bytecode import emit as _emit
+
+        cg.load_object(dict_get, push_null=True)
+        self.source.reconstruct(cg)
+        cg.extend(_emit.load_const(self.key))
+        cg.extend(_emit.call(2))
+
+    def base(self):
+        return self.source.base()
+
+
 def is_from_local(source):
     """Whether a source is rooted in the frame's locals (as opposed to globals or closures)."""
     return isinstance(source.base(), LocalSource)

@@ -115,3 +115,48 @@ def test_object_identity_kept():
     f = kiln.compile(same_object_twice, backend="eager")
     b, lst = f(torch.randn(2))
     assert lst[0] is b
+
+
+class Registry(dict):
+    def get(self, key):
+        return super().get(str(key)) or {}
+
+    def __contains__(self, key):
+        return super().__contains__(str(key))
+
+
+REGISTRY = Registry()
+REGISTRY["a"] = {"scale": 3}
+
+
+def reads_registry(x, key):
+    cfg = REGISTRY.get(key)
+    return x * cfg.get("scale", 1), key in REGISTRY
+
+
+def test_dict_subclass_super_reads_are_guarded():
+    import kiln
+
+    kiln.reset()
+    f = kiln.compile(reads_registry, backend="eager")
+    x = torch.randn(2)
+    for key in ("a", "b", "a"):
+        got, want = f(x, key), reads_registry(x, key)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1]
+    REGISTRY["b"] = {"scale": 5}  # the guard on the registry entry sees the change
+    try:
+        torch.testing.assert_close(f(x, "b")[0], x * 5)
+    finally:
+        del REGISTRY["b"]
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+
+
+def test_is_between_functions():
+    def helper(v):
+        return v
+
+    def f(x, fn):
+        return x * 2 if fn is helper else x
+
+    run_and_compare(f, torch.randn(2), helper, expected_graphs=1, expected_breaks=0)

@@ -108,6 +108,13 @@ def _identical(a, b):
         return va is vb
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         return False
+    if (
+        not isinstance(a, ConstantVariable)
+        and not isinstance(b, ConstantVariable)
+        and a.is_python_constant()
+        and b.is_python_constant()
+    ):
+        return a.as_python_constant() is b.as_python_constant()  # functions, classes, builtins
     if type(a) is not type(b) and (isinstance(a, TensorVariable) or isinstance(b, TensorVariable)):
         return False
     return None
@@ -123,6 +130,10 @@ def contains(tx, container, item):
         return container.call_method(tx, "__contains__", [item], {})
     if isinstance(container, TensorVariable):
         unimplemented("`in` on a tensor reads tensor data")
+    from kiln.frontend.variables.user_defined import UserDefinedObjectVariable
+
+    if isinstance(container, UserDefinedObjectVariable):
+        return container.call_method(tx, "__contains__", [item], {})
     items = container.unpack_var_sequence(tx)
     for i in items:
         same = _identical(i, item)

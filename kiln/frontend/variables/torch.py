@@ -231,6 +231,7 @@ def _tensor_cls():
 _FOLDED = {
     ("torch._jit_internal", "is_scripting"): False,
     ("torch.jit._trace", "is_tracing"): False,
+    ("torch.compiler", "is_exporting"): False,
 }
 
 

@@ -154,6 +154,8 @@ class SuperVariable(VariableTracker):
                     from kiln.frontend.variables.builder import wrap_value
 
                     return wrap_value(tx, attr.__func__, None)
+                if klass is dict and name in ("get", "__getitem__", "__contains__"):
+                    return DictReadVariable(self.obj, name)
                 unimplemented(f"super().{name} is a {type(attr).__name__}")
         unimplemented(f"super() has no attribute {name!r}")
 
@@ -238,3 +240,34 @@ class NewObjectVariable(VariableTracker):
 
     def __repr__(self):
         return f"NewObjectVariable({self.cls.__name__})"
+
+
+class DictReadVariable(VariableTracker):
+    """`super().get` / `__getitem__` / `__contains__` of a dict-subclass object: a guarded read."""
+
+    def __init__(self, obj, name, **kw):
+        super().__init__(**kw)
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        from kiln.frontend.guards import GuardKind
+        from kiln.frontend.source import MISSING, DictGetSource, dict_get
+        from kiln.frontend.variables.builder import wrap_value
+
+        if self.obj.source is None or kwargs or not args or not args[0].is_python_constant():
+            unimplemented(f"dict.{self.name} of {self.obj}")
+        key = args[0].as_python_constant()
+        source = DictGetSource(self.obj.source, key)
+        value = dict_get(self.obj.value, key)
+        if value is MISSING:
+            tx.output.guards.add(GuardKind.ID_MATCH, source, MISSING)
+            if self.name == "__contains__":
+                return ConstantVariable(False)
+            if self.name == "get":
+                return args[1] if len(args) > 1 else ConstantVariable(None)
+            unimplemented(f"KeyError {key!r} while tracing")
+        if self.name == "__contains__":
+            tx.output.guards.add(GuardKind.TYPE_MATCH, source, type(value))  # present
+            return ConstantVariable(True)
+        return wrap_value(tx, value, source)
