@@ -189,7 +189,8 @@ def _run_bench(args):
         return 2
     load_start = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
     cores = os.cpu_count() or 1
-    if load_start is not None and load_start > cores - 0.5:
+    steady = args.threads == 1 and args.timer == "cpu"
+    if load_start is not None and load_start > cores - 0.5 and not steady:
         print(
             f"kiln bench: warning: the machine is busy (load average {load_start} on {cores} "
             "cores); timings will be noisy, multi-threaded ones most (try --threads 1 --timer cpu)",
