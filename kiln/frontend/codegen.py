@@ -188,8 +188,10 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     inst = instructions[e.root_index]
     if getattr(e, "no_resume", False):
         raise NoBreakHere("the graph so far holds code from a try/except block")
-    if inst.exn_tab_entry is not None:
-        raise NoBreakHere("inside a try/with block")
+    if inst.exn_tab_entry is not None and not e.root_tx.only_reraises(inst.exn_tab_entry.target):
+        # (a try/finally is fine: Note [Translator: try/finally]; the resume function keeps
+        # the exception table for what follows)
+        raise NoBreakHere("inside a try/except or with block")
     if code.co_cellvars:
         # a resume function would need this call's own cells (free variables are fine: the
         # root function's closure cells are fixed objects the resume function shares)
@@ -209,6 +211,7 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         # again in Python would repeat those mutations
         raise NoBreakHere("side effects inside the call that broke")
     output.rollback(e.root_checkpoint)
+    output.side_effects.restore(e.root_effects_snapshot)  # the instruction makes them itself
     stack = list(e.root_stack)
     live = [
         n

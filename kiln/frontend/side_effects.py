@@ -6,9 +6,11 @@
         return x + 1                      xs[:] = [xs[0], ___out[1]]   # whole new contents
                                           return ___out[0]
 
-While tracing, reads see the writes (`load_attr`). Every mutation bumps `version`, which the
-graph-break path compares per instruction: a break whose instruction already mutated something
-(inside an inlined call) cannot be replayed safely, so that frame runs eagerly instead.
+While tracing, reads see the writes (`load_attr`). Stores are snapshotted per root instruction
+and rolled back when that instruction breaks (it then runs in Python and makes them itself).
+In-place mutations of containers and new objects that existed before the instruction cannot be
+rolled back: they bump `version`, and a break after such a mutation is not placed (the frame
+runs eagerly instead).
 """
 
 from kiln.bytecode import emit
@@ -36,7 +38,6 @@ class SideEffects:
         key = (id(obj_var.value), name)
         self.attrs.pop(key, None)
         self.attrs[key] = (obj_var, name, value)
-        self.version += 1
 
     def load_attr(self, obj_var, name):
         """The value stored while tracing, or None."""
@@ -54,11 +55,21 @@ class SideEffects:
 
     def store_global(self, name, value):
         self.globals[name] = value
-        self.version += 1
 
     def store_cell(self, name, value):
         self.cells[name] = value
-        self.version += 1
+
+    def mutate_new_object(self, var):
+        """An object made while tracing got an attribute: like a container mutation."""
+        if var.serial < self.step_serial:
+            self.version += 1
+
+    def snapshot(self):
+        """The recorded stores (attribute, global, cell), to undo an instruction that broke."""
+        return dict(self.attrs), dict(self.globals), dict(self.cells), dict(self.containers)
+
+    def restore(self, snap):
+        self.attrs, self.globals, self.cells, self.containers = (dict(d) for d in snap)
 
     # --- replay ---------------------------------------------------------------------------------
     def codegen(self, cg):

@@ -125,6 +125,7 @@ class InstructionTranslatorBase:
                 self.locals_before = dict(self.symbolic_locals)
                 self.kw_before = self.kw_names
                 self.effects_before = self.output.side_effects.version
+                self.effects_snapshot = self.output.side_effects.snapshot()
                 self.output.side_effects.step_serial = next_serial()
             self.ip += 1
             handler = getattr(self, inst.opname, None)
@@ -440,6 +441,7 @@ class InstructionTranslatorBase:
         value = self.pop()
         name = inst.argval
         if isinstance(obj, NewObjectVariable):
+            self.output.side_effects.mutate_new_object(obj)
             obj.store_attr(name, value)
             return
         if not isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)):
@@ -992,3 +994,4 @@ class InstructionTranslator(InstructionTranslatorBase):
             e.root_checkpoint = self.checkpoint
             e.root_kw_names = self.kw_before
             e.root_effects_version = self.effects_before
+            e.root_effects_snapshot = self.effects_snapshot
