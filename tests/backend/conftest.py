@@ -11,3 +11,10 @@ def _kiln_cache_dir(tmp_path_factory):
     config.cache_dir = str(tmp_path_factory.mktemp("kiln_cache"))
     yield
     config.cache_dir = old
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    import torch
+
+    torch.manual_seed(0)
