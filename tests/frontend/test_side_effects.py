@@ -149,3 +149,52 @@ def pops_kwargs(x, **kwargs):
 
 def test_kwargs_dict_mutation_reads_old_contents_first():
     run_and_compare(pops_kwargs, torch.randn(2), flag=True, other=torch.ones(2))
+
+
+class Tracker:
+    def __init__(self):
+        self.calls = 0
+        self.log = []
+
+
+def callee_stores_then_breaks(t, x):
+    t.calls = t.calls + 1
+    print("break inside the callee")
+    return x * t.calls
+
+
+def outer_calls(t, x):
+    y = x + 1
+    return callee_stores_then_breaks(t, y) * 2
+
+
+def test_store_made_by_a_call_that_breaks_is_made_once():
+    t1, t2 = Tracker(), Tracker()
+    kiln.reset()
+    f = kiln.compile(outer_calls, backend="eager")
+    x = torch.randn(2)
+    for _ in range(2):
+        torch.testing.assert_close(f(t1, x), outer_calls(t2, x))
+    assert t1.calls == t2.calls == 2
+
+
+def break_in_try_finally(t, x):
+    t.log.append("start")
+    try:
+        y = x * 2
+        print("break inside try/finally")
+        y = y + 1
+    finally:
+        t.log.append("finally")
+    return y
+
+
+def test_break_inside_try_finally():
+    t1, t2 = Tracker(), Tracker()
+    kiln.reset()
+    f = kiln.compile(break_in_try_finally, backend="eager")
+    x = torch.randn(2)
+    torch.testing.assert_close(f(t1, x), break_in_try_finally(t2, x))
+    assert t1.log == t2.log == ["start", "finally"]
+    assert kiln.counters["stats"]["graph_breaks"] == 1
+    assert kiln.counters["stats"]["unique_graphs"] == 2
