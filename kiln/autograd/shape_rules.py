@@ -1,0 +1,567 @@
+"""Symbolic shape rules for ATen ops: output sizes from input sizes that may be SymNodes.
+
+Contract: `rule_for(op)` returns a rule or None. A rule is called like the op, with every tensor
+argument replaced by its `Sizes` (a tuple of ints/SymNodes; lists of tensors become lists of
+`Sizes`), and returns the output's `Sizes`, or a tuple of them (None for an absent output) for a
+multi-output op. Rules only compute sizes: the caller runs the op on meta tensors (concrete hints)
+for dtype, device and rank, and attaches the rule's sizes and `contiguous_strides(sizes)`. Where a
+rule needs a fact (two sizes equal, a size divisible), it asks through SymNode comparisons, which
+record guards in the ShapeEnv. For an op with no rule (`rule_for(op) is None`), the caller
+specialises its inputs' sizes: `int(s)` on each SymNode size of each tensor argument (a guard
+`Eq(s, hint)` each), then uses the meta output's concrete sizes.
+"""
+
+import math
+
+import torch
+
+from kiln.frontend.shapes import SymNode, contiguous_strides, hint_of  # noqa: F401
+
+aten = torch.ops.aten
+
+
+class Sizes(tuple):
+    """The sizes of one tensor argument (ints and SymNodes)."""
+
+
+def _is_size(x):
+    return isinstance(x, int | SymNode) and not isinstance(x, bool)
+
+
+def _norm_dim(dim, rank):
+    """A dim in [0, rank) (rank 0 accepts -1/0 like torch)."""
+    r = max(rank, 1)
+    if not -r <= dim < r:
+        raise IndexError(f"dim {dim} out of range for rank {rank}")
+    return dim % r
+
+
+def _dims(dim, rank):
+    """A sorted tuple of dims; None or [] means all."""
+    if dim is None or (isinstance(dim, list | tuple) and len(dim) == 0):
+        return tuple(range(rank))
+    if isinstance(dim, int):
+        dim = [dim]
+    return tuple(sorted({_norm_dim(d, rank) for d in dim}))
+
+
+def _check_equal(a, b, what):
+    """Require two sizes equal (a guard for symbolic ones)."""
+    if not a == b:
+        raise RuntimeError(f"{what}: size mismatch {a} vs {b}")
+    return a
+
+
+def numel(sizes):
+    """Product of the sizes."""
+    n = 1
+    for s in sizes:
+        n = n * s
+    return n
+
+
+def broadcast_shapes(*shapes):
+    """Broadcast sizes: size 1 stretches (guarded when symbolic), equal sizes unify."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(rank):
+        cur = 1
+        for shape in shapes:
+            j = i - (rank - len(shape))
+            if j < 0:
+                continue
+            s = shape[j]
+            if s == 1:
+                continue
+            cur = s if cur == 1 else _check_equal(cur, s, "broadcast")
+        out.append(cur)
+    return Sizes(out)
+
+
+# -- pointwise and shape-preserving -----------------------------------------------------------
+
+
+def pointwise(*args, **kwargs):
+    """Broadcast of all tensor arguments."""
+    shapes = [a for a in (*args, *kwargs.values()) if isinstance(a, Sizes)]
+    return broadcast_shapes(*shapes)
+
+
+def same_as_first(x, *args, **kwargs):
+    """The first argument's sizes."""
+    return Sizes(x)
+
+
+def two_like_first(x, *args, **kwargs):
+    """Two outputs with the first argument's sizes (native_dropout)."""
+    return Sizes(x), Sizes(x)
+
+
+# -- reductions --------------------------------------------------------------------------------
+
+
+def _reduce(x, dim, keepdim):
+    dims = _dims(dim, len(x))
+    if keepdim:
+        return Sizes(1 if i in dims else s for i, s in enumerate(x))
+    return Sizes(s for i, s in enumerate(x) if i not in dims)
+
+
+def reduce_dims(x, dim=None, keepdim=False, *args, **kwargs):
+    """sum/mean/amax/...(x, dim, keepdim)."""
+    return _reduce(x, dim, keepdim)
+
+
+def reduce_all(x, *args, **kwargs):
+    """A full reduction to a scalar."""
+    return Sizes()
+
+
+def reduce_correction(x, dim=None, *, correction=None, keepdim=False):
+    """var/std.correction."""
+    return _reduce(x, dim, keepdim)
+
+
+def reduce_with_indices(x, dim, keepdim=False):
+    """max.dim/min.dim: values and indices."""
+    out = _reduce(x, dim, keepdim)
+    return out, out
+
+
+def argreduce(x, dim=None, keepdim=False):
+    """argmax/argmin: a dim or all."""
+    if dim is None:
+        return Sizes([1] * len(x)) if keepdim else Sizes()
+    return _reduce(x, dim, keepdim)
+
+
+# -- views ---------------------------------------------------------------------------------------
+
+
+def infer_size(shape, n):
+    """`shape` with one -1 inferred from numel `n` (guards the divisibility)."""
+    shape = list(shape)
+    holes = [i for i, s in enumerate(shape) if isinstance(s, int) and s == -1]
+    if len(holes) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    known = numel(s for i, s in enumerate(shape) if i not in holes)
+    if holes:
+        if not (n % known) == 0:
+            raise RuntimeError(f"shape {shape} is invalid for input of size {n}")
+        shape[holes[0]] = n // known
+    else:
+        _check_equal(known, n, "view")
+    return Sizes(shape)
+
+
+def view(x, size):
+    """view/_unsafe_view/reshape."""
+    return infer_size(size, numel(x))
+
+
+def permute(x, dims):
+    """permute."""
+    return Sizes(x[_norm_dim(d, len(x))] for d in dims)
+
+
+def transpose(x, dim0, dim1):
+    """transpose.int."""
+    out = list(x)
+    if len(x) == 0:
+        return Sizes()
+    a, b = _norm_dim(dim0, len(x)), _norm_dim(dim1, len(x))
+    out[a], out[b] = out[b], out[a]
+    return Sizes(out)
+
+
+def t(x):
+    """t: transpose of a <=2-d tensor."""
+    return Sizes(reversed(x))
+
+
+def expand(x, size, implicit=False):
+    """expand: -1 keeps, size-1 dims stretch, new leading dims."""
+    lead = len(size) - len(x)
+    out = []
+    for i, s in enumerate(size):
+        if i < lead:
+            out.append(s)
+            continue
+        old = x[i - lead]
+        if isinstance(s, int) and s == -1:
+            out.append(old)
+        elif old == 1:
+            out.append(s)
+        else:
+            out.append(_check_equal(old, s, "expand"))
+    return Sizes(out)
+
+
+def unsqueeze(x, dim):
+    """unsqueeze."""
+    out = list(x)
+    out.insert(_norm_dim(dim, len(x) + 1), 1)
+    return Sizes(out)
+
+
+def squeeze(x, dim=None):
+    """squeeze.default/dim/dims: drop the chosen dims that are 1 (guarded)."""
+    dims = _dims(dim, len(x))
+    return Sizes(s for i, s in enumerate(x) if not (i in dims and s == 1))
+
+
+def _clamp_index(i, size, default):
+    """A slice bound in [0, size]."""
+    if i is None:
+        return default
+    if isinstance(i, int) and i >= 2**62:
+        return size
+    if i < 0:
+        i = i + size
+        return 0 if i < 0 else i
+    return size if i > size else i
+
+
+def slice_(x, dim=0, start=None, end=None, step=1):
+    """slice.Tensor: clamped bounds (a guard per symbolic comparison)."""
+    d = _norm_dim(dim, len(x))
+    size = x[d]
+    lo = _clamp_index(start, size, 0)
+    hi = _clamp_index(end, size, size)
+    length = (hi - lo + (step - 1)) // step if hi > lo else 0
+    out = list(x)
+    out[d] = length
+    return Sizes(out)
+
+
+def select(x, dim, index):
+    """select.int."""
+    d = _norm_dim(dim, len(x))
+    return Sizes(s for i, s in enumerate(x) if i != d)
+
+
+def split(x, split_size, dim=0):
+    """split.Tensor: the number of chunks is specialised."""
+    d = _norm_dim(dim, len(x))
+    size = x[d]
+    count = max(int((size + split_size - 1) // split_size), 1)
+    out = []
+    for k in range(count):
+        part = list(x)
+        part[d] = split_size if k < count - 1 else size - split_size * (count - 1)
+        out.append(Sizes(part))
+    return tuple(out)
+
+
+def split_with_sizes(x, split_sizes, dim=0):
+    """split_with_sizes."""
+    d = _norm_dim(dim, len(x))
+    _check_equal(sum(split_sizes), x[d], "split_with_sizes")
+    return tuple(Sizes(s if i == d else xs for i, xs in enumerate(x)) for s in split_sizes)
+
+
+def unbind(x, dim=0):
+    """unbind.int: the number of outputs is specialised."""
+    d = _norm_dim(dim, len(x))
+    rest = Sizes(s for i, s in enumerate(x) if i != d)
+    return tuple(rest for _ in range(int(x[d])))
+
+
+# -- joining ---------------------------------------------------------------------------------
+
+
+def cat(tensors, dim=0):
+    """cat: sum along dim, other dims unify; legacy 1-d empty tensors are skipped."""
+    shapes = [s for s in tensors if not (len(s) == 1 and isinstance(s[0], int) and s[0] == 0)]
+    if not shapes:
+        return Sizes([0])
+    d = _norm_dim(dim, len(shapes[0]))
+    out = list(shapes[0])
+    for s in shapes[1:]:
+        for i in range(len(out)):
+            if i == d:
+                out[i] = out[i] + s[i]
+            else:
+                out[i] = _check_equal(out[i], s[i], "cat")
+    return Sizes(out)
+
+
+def stack(tensors, dim=0):
+    """stack: a new dim of len(tensors)."""
+    first = tensors[0]
+    for s in tensors[1:]:
+        for a, b in zip(first, s):
+            _check_equal(a, b, "stack")
+    out = list(first)
+    out.insert(_norm_dim(dim, len(first) + 1), len(tensors))
+    return Sizes(out)
+
+
+# -- matmul family -----------------------------------------------------------------------------
+
+
+def mm(a, b):
+    """mm: [n, k] @ [k, m]."""
+    _check_equal(a[1], b[0], "mm")
+    return Sizes([a[0], b[1]])
+
+
+def bmm(a, b):
+    """bmm: [B, n, k] @ [B, k, m]."""
+    _check_equal(a[0], b[0], "bmm")
+    _check_equal(a[2], b[1], "bmm")
+    return Sizes([a[0], a[1], b[2]])
+
+
+def addmm(bias, a, b, *, beta=1, alpha=1):
+    """addmm: bias broadcast to mm's sizes."""
+    out = mm(a, b)
+    broadcast_shapes(bias, out)
+    return out
+
+
+def baddbmm(bias, a, b, *, beta=1, alpha=1):
+    """baddbmm."""
+    out = bmm(a, b)
+    broadcast_shapes(bias, out)
+    return out
+
+
+def matmul(a, b):
+    """matmul: vector/matrix/batched forms with batch broadcasting."""
+    if len(a) == 1 and len(b) == 1:
+        _check_equal(a[0], b[0], "matmul")
+        return Sizes()
+    if len(a) == 1:
+        _check_equal(a[0], b[-2], "matmul")
+        return Sizes((*b[:-2], b[-1]))
+    if len(b) == 1:
+        _check_equal(a[-1], b[0], "matmul")
+        return Sizes(a[:-1])
+    _check_equal(a[-1], b[-2], "matmul")
+    batch = broadcast_shapes(Sizes(a[:-2]), Sizes(b[:-2]))
+    return Sizes((*batch, a[-2], b[-1]))
+
+
+# -- convolution, embedding, indexing --------------------------------------------------------
+
+
+def convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """convolution.default: the output size formula per spatial dim."""
+    nsp = len(w) - 2
+    batched = len(x) == nsp + 2
+    spatial = x[-nsp:]
+    out = []
+    for i in range(nsp):
+        s, p, d, k = stride[i], padding[i], dilation[i], w[2 + i]
+        if transposed:
+            out.append((spatial[i] - 1) * s - 2 * p + d * (k - 1) + output_padding[i] + 1)
+        else:
+            out.append((spatial[i] + 2 * p - d * (k - 1) - 1) // s + 1)
+    channels = w[1] * groups if transposed else w[0]
+    return Sizes(([x[0]] if batched else []) + [channels] + out)
+
+
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """embedding: indices' sizes plus the embedding dim."""
+    return Sizes((*indices, *weight[1:]))
+
+
+def embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """embedding_dense_backward: [num_weights, dim]."""
+    return Sizes([num_weights, grad[-1]])
+
+
+def index_select(x, dim, index):
+    """index_select: dim replaced by the index length."""
+    out = list(x)
+    if out:
+        out[_norm_dim(dim, len(x))] = numel(index)
+    return Sizes(out)
+
+
+def gather(x, dim, index, *, sparse_grad=False):
+    """gather: the index's sizes."""
+    return Sizes(index)
+
+
+# -- normalization, attention, losses -------------------------------------------------------
+
+
+def native_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """native_layer_norm: output, mean, rstd (stats keep the leading dims, 1 elsewhere)."""
+    axis = len(x) - len(normalized_shape)
+    stat = Sizes((*x[:axis], *([1] * len(normalized_shape))))
+    return Sizes(x), stat, stat
+
+
+def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, mask):
+    """native_layer_norm_backward: grads of input, weight, bias (None where not asked)."""
+    outs = (Sizes(x), weight, bias)
+    return tuple(Sizes(o) if (m and o is not None) else None for o, m in zip(outs, mask))
+
+
+def sdpa(q, k, v, *args, **kwargs):
+    """scaled_dot_product_attention: q's sizes with v's last dim."""
+    return Sizes((*q[:-1], v[-1]))
+
+
+def sdpa_flash_cpu(q, k, v, *args, **kwargs):
+    """_scaled_dot_product_flash_attention_for_cpu: output and logsumexp [B, H, L]."""
+    return Sizes((*q[:-1], v[-1])), Sizes(q[:-1])
+
+
+def nll_loss_forward(x, target, weight, reduction, ignore_index):
+    """nll_loss_forward: output and total_weight."""
+    out = Sizes(target) if reduction == 0 else Sizes()
+    return out, Sizes()
+
+
+# -- factories -----------------------------------------------------------------------------------
+
+
+def _factory(size, *args, **kwargs):
+    return Sizes(size)
+
+
+def new_factory(x, size, *args, **kwargs):
+    """new_zeros/new_empty/new_full/new_ones."""
+    return Sizes(size)
+
+
+def scalar(*args, **kwargs):
+    """A 0-d result."""
+    return Sizes()
+
+
+def arange(*args, start=None, end=None, step=None, **kwargs):
+    """arange.default/start/start_step: ceil((end - start) / step) elements."""
+    nums = [a for a in args if _is_size(a) or isinstance(a, float)]
+    if len(nums) == 1:
+        lo, hi, st = 0, nums[0], 1
+    elif len(nums) == 2:
+        lo, hi, st = nums[0], nums[1], 1
+    else:
+        lo, hi, st = nums[:3]
+    if any(isinstance(v, float) for v in (lo, hi, st)):
+        return Sizes([max(math.ceil((hint_of(hi) - hint_of(lo)) / hint_of(st)), 0)])
+    if isinstance(st, SymNode) or st == 0:
+        st = int(st)
+    if st > 0:
+        n = (hi - lo + st - 1) // st
+    else:
+        n = (lo - hi - st - 1) // (-st)
+    return Sizes([n if n > 0 else 0])
+
+
+# -- the table -------------------------------------------------------------------------------
+
+
+def _resolve(names):
+    """OpOverloads for "name.overload" strings that exist in this torch."""
+    out = []
+    for full in names.split():
+        name, _, overload = full.partition(".")
+        packet = getattr(aten, name, None)
+        op = getattr(packet, overload or "default", None) if packet is not None else None
+        if op is not None:
+            out.append(op)
+    return out
+
+
+_POINTWISE = """
+add.Tensor add.Scalar sub.Tensor sub.Scalar mul.Tensor mul.Scalar div.Tensor div.Scalar
+div.Tensor_mode pow.Tensor_Tensor pow.Tensor_Scalar pow.Scalar rsub.Tensor rsub.Scalar
+maximum minimum eq.Tensor eq.Scalar ne.Tensor ne.Scalar gt.Tensor gt.Scalar ge.Tensor ge.Scalar
+lt.Tensor lt.Scalar le.Tensor le.Scalar logical_and logical_or logical_not bitwise_and.Tensor
+neg exp log log1p expm1 sin cos tanh sigmoid relu gelu silu sqrt rsqrt abs reciprocal erf sign
+floor ceil round clamp clamp.Tensor clamp_min clamp_max where.self where.ScalarOther
+where.ScalarSelf masked_fill.Scalar masked_fill.Tensor threshold_backward gelu_backward
+sigmoid_backward tanh_backward silu_backward fmod.Tensor fmod.Scalar remainder.Tensor
+remainder.Scalar leaky_relu hardtanh isnan atan2 lerp.Scalar addcmul addcdiv
+"""
+_SAME_AS_FIRST = """
+clone _to_copy alias detach lift_fresh_copy _softmax _log_softmax softmax.int log_softmax.int
+_softmax_backward_data _log_softmax_backward_data layer_norm zeros_like ones_like empty_like
+full_like rand_like randn_like fill.Scalar bernoulli.p contiguous
+"""
+_REDUCE_DIMS = """
+sum.dim_IntList mean.dim amax amin prod.dim_int logsumexp any.dim all.dim
+"""
+_REDUCE_ALL = "sum.default mean.default prod.default any.default all.default"
+_FACTORIES = "full zeros ones empty.memory_format empty.default rand randn"
+_NEW_FACTORIES = "new_zeros new_empty new_full new_ones"
+
+SHAPE_RULES = {}
+for _op in _resolve(_POINTWISE):
+    SHAPE_RULES[_op] = pointwise
+for _op in _resolve(_SAME_AS_FIRST):
+    SHAPE_RULES[_op] = same_as_first
+for _op in _resolve(_REDUCE_DIMS):
+    SHAPE_RULES[_op] = reduce_dims
+for _op in _resolve(_REDUCE_ALL):
+    SHAPE_RULES[_op] = reduce_all
+for _op in _resolve(_FACTORIES):
+    SHAPE_RULES[_op] = _factory
+for _op in _resolve(_NEW_FACTORIES):
+    SHAPE_RULES[_op] = new_factory
+
+SHAPE_RULES.update(
+    {
+        aten.native_dropout.default: two_like_first,
+        aten.var.correction: reduce_correction,
+        aten.std.correction: reduce_correction,
+        aten.max.dim: reduce_with_indices,
+        aten.min.dim: reduce_with_indices,
+        aten.argmax.default: argreduce,
+        aten.argmin.default: argreduce,
+        aten.view.default: view,
+        aten._unsafe_view.default: view,
+        aten.reshape.default: view,
+        aten.permute.default: permute,
+        aten.transpose.int: transpose,
+        aten.t.default: t,
+        aten.expand.default: expand,
+        aten.unsqueeze.default: unsqueeze,
+        aten.squeeze.default: squeeze,
+        aten.squeeze.dim: squeeze,
+        aten.squeeze.dims: squeeze,
+        aten.slice.Tensor: slice_,
+        aten.select.int: select,
+        aten.split.Tensor: split,
+        aten.split_with_sizes.default: split_with_sizes,
+        aten.unbind.int: unbind,
+        aten.cat.default: cat,
+        aten.stack.default: stack,
+        aten.mm.default: mm,
+        aten.bmm.default: bmm,
+        aten.addmm.default: addmm,
+        aten.baddbmm.default: baddbmm,
+        aten.matmul.default: matmul,
+        aten.convolution.default: convolution,
+        aten.embedding.default: embedding,
+        aten.embedding_dense_backward.default: embedding_dense_backward,
+        aten.index_select.default: index_select,
+        aten.gather.default: gather,
+        aten.native_layer_norm.default: native_layer_norm,
+        aten.native_layer_norm_backward.default: native_layer_norm_backward,
+        aten.scaled_dot_product_attention.default: sdpa,
+        aten._scaled_dot_product_flash_attention_for_cpu.default: sdpa_flash_cpu,
+        aten.nll_loss_forward.default: nll_loss_forward,
+        aten.arange.default: arange,
+        aten.arange.start: arange,
+        aten.arange.start_step: arange,
+        aten.scalar_tensor.default: scalar,
+    }
+)
+
+
+def rule_for(op):
+    """The shape rule of an ATen OpOverload, or None (the caller then specialises; see above)."""
+    return SHAPE_RULES.get(op)
+
+
+def symbolic_sizes(op, args, kwargs=None):
+    """Output Sizes of `op` on `args` (tensors already replaced by Sizes), or None if no rule."""
+    rule = rule_for(op)
+    return None if rule is None else rule(*args, **(kwargs or {}))

@@ -1,0 +1,250 @@
+"""Symbolic shape rules: checked against meta-tensor execution, and symbolic results by expression."""
+
+import pytest
+import sympy
+import torch
+
+from kiln.autograd import shape_rules
+from kiln.autograd.shape_rules import Sizes, contiguous_strides, rule_for, symbolic_sizes
+from kiln.frontend.shapes import ShapeEnv, SymNode, hint_of
+
+aten = torch.ops.aten
+
+
+def M(*sizes, dtype=torch.float32):
+    """A meta tensor."""
+    return torch.empty(*sizes, device="meta", dtype=dtype)
+
+
+def Ix(*sizes):
+    """A meta int64 tensor."""
+    return M(*sizes, dtype=torch.int64)
+
+
+def _symbolize(env, args, kwargs):
+    """Replace each meta tensor by its fully dynamic Sizes."""
+    counter = iter(range(1000))
+
+    def conv(a):
+        if isinstance(a, torch.Tensor):
+            return Sizes(env.sizes_of(a, f"L['a{next(counter)}']"))
+        if isinstance(a, list | tuple) and any(isinstance(x, torch.Tensor) for x in a):
+            return [conv(x) for x in a]
+        return a
+
+    return [conv(a) for a in args], {k: conv(v) for k, v in kwargs.items()}
+
+
+def _out_shapes(out):
+    """Concrete output shapes of a meta result (tensor or tuple)."""
+    if isinstance(out, torch.Tensor):
+        return tuple(out.shape)
+    return tuple(None if o is None else tuple(o.shape) for o in out)
+
+
+def _hint_shapes(res):
+    if isinstance(res, Sizes):
+        return tuple(hint_of(s) for s in res)
+    return tuple(None if r is None else tuple(hint_of(s) for s in r) for r in res)
+
+
+# (op, builder(*params) -> (args, kwargs), list of params)
+N3 = [(2, 3, 5), (7, 4, 6), (16, 9, 8)]
+N2 = [(2, 3), (7, 4), (16, 9)]
+CASES = [
+    (aten.add.Tensor, lambda a, b, c: ((M(a, b), M(b)), {}), N3),
+    (aten.add.Tensor, lambda a, b, c: ((M(a, 1, c), M(b, 1)), {}), N3),
+    (aten.mul.Tensor, lambda a, b, c: ((M(a, b), M(a, b)), {}), N3),
+    (aten.mul.Scalar, lambda a, b, c: ((M(a, b), 2.0), {}), N3),
+    (aten.sub.Tensor, lambda a, b, c: ((M(1, b), M(a, 1)), {}), N3),
+    (aten.where.self, lambda a, b, c: ((M(a, 1, dtype=torch.bool), M(b), M(1, b)), {}), N3),
+    (aten.relu.default, lambda a, b, c: ((M(a, b, c),), {}), N3),
+    (aten.gelu_backward.default, lambda a, b, c: ((M(a, b), M(a, b)), {}), N3),
+    (aten.clone.default, lambda a, b, c: ((M(a, b, c),), {}), N3),
+    (aten._to_copy.default, lambda a, b, c: ((M(a, b),), {"dtype": torch.float16}), N3),
+    (aten._softmax.default, lambda a, b, c: ((M(a, b), -1, False), {}), N3),
+    (aten._log_softmax.default, lambda a, b, c: ((M(a, b), 0, False), {}), N3),
+    (aten.native_dropout.default, lambda a, b, c: ((M(a, b), 0.1, True), {}), N3),
+    (aten.sum.dim_IntList, lambda a, b, c: ((M(a, b, c), [1]), {}), N3),
+    (aten.sum.dim_IntList, lambda a, b, c: ((M(a, b, c), [0, -1], True), {}), N3),
+    (aten.sum.default, lambda a, b, c: ((M(a, b),), {}), N3),
+    (aten.mean.dim, lambda a, b, c: ((M(a, b, c), [-1], True), {}), N3),
+    (aten.amax.default, lambda a, b, c: ((M(a, b, c), [1]), {}), N3),
+    (aten.var.correction, lambda a, b, c: ((M(a, b, c), [2]), {"keepdim": True}), N3),
+    (aten.max.dim, lambda a, b, c: ((M(a, b), 1), {}), N3),
+    (aten.argmax.default, lambda a, b, c: ((M(a, b), 0, True), {}), N3),
+    (aten.view.default, lambda a, b, c: ((M(a, b, c), [a * b, c]), {}), N3),
+    (aten.view.default, lambda a, b, c: ((M(a, b, c), [a, -1]), {}), N3),
+    (aten._unsafe_view.default, lambda a, b, c: ((M(a, b * c), [a, b, c]), {}), N3),
+    (aten.reshape.default, lambda a, b, c: ((M(a, b), [-1]), {}), N3),
+    (aten.permute.default, lambda a, b, c: ((M(a, b, c), [2, 0, 1]), {}), N3),
+    (aten.transpose.int, lambda a, b, c: ((M(a, b, c), 0, -1), {}), N3),
+    (aten.t.default, lambda a, b, c: ((M(a, b),), {}), N3),
+    (aten.expand.default, lambda a, b, c: ((M(a, 1), [c, a, b]), {}), N3),
+    (aten.expand.default, lambda a, b, c: ((M(a, b), [-1, b]), {}), N3),
+    (aten.unsqueeze.default, lambda a, b, c: ((M(a, b), -1), {}), N3),
+    (aten.squeeze.dim, lambda a, b, c: ((M(a, 1, b), 1), {}), N3),
+    (aten.squeeze.dim, lambda a, b, c: ((M(a, b), 1), {}), N3),
+    (aten.squeeze.default, lambda a, b, c: ((M(1, a, 1, b),), {}), N3),
+    (aten.slice.Tensor, lambda a, b, c: ((M(a, b), 1, 1, 2**63 - 1), {}), N3),
+    (aten.slice.Tensor, lambda a, b, c: ((M(a, b), 0, 0, 3), {}), N3),
+    (aten.slice.Tensor, lambda a, b, c: ((M(a, b), 1, -2, None, 2), {}), N3),
+    (aten.slice.Tensor, lambda a, b, c: ((M(a, b), 0, 1, -1), {}), N3),
+    (aten.select.int, lambda a, b, c: ((M(a, b, c), 1, 0), {}), N3),
+    (aten.split.Tensor, lambda a, b, c: ((M(a, b), 2, 1), {}), N3),
+    (aten.split_with_sizes.default, lambda a, b, c: ((M(a + b, c), [a, b]), {}), N3),
+    (aten.unbind.int, lambda a, b, c: ((M(a, b), 1), {}), N3),
+    (aten.cat.default, lambda a, b, c: (([M(a, c), M(b, c)],), {}), N3),
+    (aten.cat.default, lambda a, b, c: (([M(a, b), M(a, c)], -1), {}), N3),
+    (aten.stack.default, lambda a, b, c: (([M(a, b), M(a, b), M(a, b)], 1), {}), N3),
+    (aten.mm.default, lambda a, b, c: ((M(a, b), M(b, c)), {}), N3),
+    (aten.bmm.default, lambda a, b, c: ((M(a, b, c), M(a, c, b)), {}), N3),
+    (aten.addmm.default, lambda a, b, c: ((M(c), M(a, b), M(b, c)), {}), N3),
+    (aten.matmul.default, lambda a, b, c: ((M(a, 1, b, c), M(a, c, b)), {}), N3),
+    (aten.matmul.default, lambda a, b, c: ((M(b), M(a, b, c)), {}), N3),
+    (aten.matmul.default, lambda a, b, c: ((M(a, b), M(b)), {}), N3),
+    (
+        aten.convolution.default,
+        lambda a, b, c: (
+            (M(a, 3, b + 8, c + 9), M(4, 3, 3, 2), M(4), [2, 1], [1, 0], [1, 2], False, [0, 0], 1),
+            {},
+        ),
+        N3,
+    ),
+    (
+        aten.convolution.default,
+        lambda a, b, c: (
+            (M(a, 4, b + 2), M(4, 2, 3), None, [2], [1], [1], True, [1], 2),
+            {},
+        ),
+        N3,
+    ),
+    (aten.embedding.default, lambda a, b, c: ((M(a + 10, c), Ix(a, b)), {}), N3),
+    (
+        aten.embedding_dense_backward.default,
+        lambda a, b, c: ((M(a, c), Ix(a), 30, -1, False), {}),
+        N3,
+    ),
+    (aten.index_select.default, lambda a, b, c: ((M(a, b), 0, Ix(c)), {}), N3),
+    (aten.gather.default, lambda a, b, c: ((M(a, b), 1, Ix(a, c)), {}), N3),
+    (aten.native_layer_norm.default, lambda a, b, c: ((M(a, b, c), [c], M(c), M(c), 1e-5), {}), N3),
+    (
+        aten.native_layer_norm.default,
+        lambda a, b, c: ((M(a, b, c), [b, c], None, None, 1e-5), {}),
+        N3,
+    ),
+    (
+        aten.native_layer_norm_backward.default,
+        lambda a, b, c: (
+            (M(a, b, c), M(a, b, c), [c], M(a, b, 1), M(a, b, 1), M(c), M(c), [True, True, False]),
+            {},
+        ),
+        N3,
+    ),
+    (
+        aten.scaled_dot_product_attention.default,
+        lambda a, b, c: ((M(a, 2, b, c), M(a, 2, 5, c), M(a, 2, 5, 3)), {}),
+        N3,
+    ),
+    (
+        aten._scaled_dot_product_flash_attention_for_cpu.default,
+        lambda a, b, c: ((M(a, 2, b, c), M(a, 2, b, c), M(a, 2, b, c)), {}),
+        N3,
+    ),
+    (aten.nll_loss_forward.default, lambda a, b, c: ((M(a, b), Ix(a), None, 1, -100), {}), N3),
+    (aten.full.default, lambda a, b, c: (([a, b], 1.0), {"device": "meta"}), N3),
+    (aten.zeros.default, lambda a, b, c: (([a, b, c],), {"device": "meta"}), N3),
+    (aten.new_zeros.default, lambda a, b, c: ((M(a), [b, c]), {}), N3),
+    (aten.arange.default, lambda a, b, c: ((a,), {"device": "meta"}), N3),
+    (aten.arange.start_step, lambda a, b, c: ((b, a + 20, c), {"device": "meta"}), N3),
+    (aten.scalar_tensor.default, lambda a, b, c: ((1.0,), {"device": "meta"}), N3),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_rule_matches_meta(case):
+    op, build, params = CASES[case]
+    assert rule_for(op) is not None
+    for p in params:
+        args, kwargs = build(*p)
+        expected = _out_shapes(op(*args, **kwargs))
+        env = ShapeEnv()
+        sargs, skwargs = _symbolize(env, args, kwargs)
+        got = symbolic_sizes(op, sargs, skwargs)
+        assert _hint_shapes(got) == expected, (op, p)
+        for fact in env.guard_facts():  # every recorded fact holds on the hints
+            assert env.hint(fact) is True
+
+
+def test_every_table_entry_is_an_aten_overload():
+    for op in shape_rules.SHAPE_RULES:
+        assert isinstance(op, torch._ops.OpOverload)
+    assert rule_for(aten.nonzero.default) is None
+
+
+def test_view_infers_symbolic_dim():
+    env = ShapeEnv()
+    x = Sizes(env.sizes_of(M(4, 10, 64), "L['x']", dynamic_dims={0, 1}))
+    b, t, _ = x
+    out = symbolic_sizes(aten.view.default, [x, [b, t, -1]])
+    assert out[2] == 64 and isinstance(out[2], int)
+    flat = symbolic_sizes(aten.view.default, [x, [-1, 64]])
+    assert str(flat[0].expr) == "s0*s1"
+    assert env.guards == []  # divisibility of s0*s1*64 by 64 is static
+    halves = symbolic_sizes(aten.view.default, [x, [b, t, 2, -1]])
+    assert halves[3] == 32
+    # [s0] viewed as [-1, 8] needs a divisibility guard, then the division is exact
+    env = ShapeEnv()
+    (n,) = env.sizes_of(M(24), "L['y']")
+    out = symbolic_sizes(aten.view.default, [Sizes([n]), [-1, 8]])
+    assert env.guard_texts()[-1] == "(L['y'].size()[0] % 8) == 0"
+    assert (out[0] * 8).expr == n.expr
+
+
+def test_broadcast_unifies_and_guards():
+    env = ShapeEnv()
+    a = Sizes(env.sizes_of(M(5, 3), "L['a']"))
+    b = Sizes(env.sizes_of(M(3), "L['b']"))
+    out = symbolic_sizes(aten.add.Tensor, [a, b])
+    assert [str(s) for s in out] == ["s0", "s1"]
+    assert "L['b'].size()[0] == L['a'].size()[1]" in env.guard_texts()
+    one = Sizes(env.sizes_of(M(1, 3), "L['c']"))  # the 1 is specialised, no symbol to guard
+    assert symbolic_sizes(aten.mul.Tensor, [one, a])[0].expr == a[0].expr
+    with pytest.raises(RuntimeError):
+        env2 = ShapeEnv()
+        symbolic_sizes(
+            aten.add.Tensor,
+            [Sizes(env2.sizes_of(M(5), "L['a']")), Sizes(env2.sizes_of(M(4), "L['b']"))],
+        )
+
+
+def test_slice_and_conv_expressions():
+    env = ShapeEnv()
+    x = Sizes(env.sizes_of(M(2, 9, 16, 20), "L['x']"))
+    whole = symbolic_sizes(aten.slice.Tensor, [x, 1, 0, 2**63 - 1])
+    assert whole[1].expr == x[1].expr and env.guards == []
+    w = Sizes([4, 9, 3, 3])
+    out = symbolic_sizes(
+        aten.convolution.default, [x, w, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1]
+    )
+    assert out[1] == 4
+    assert out[2].expr == sympy.floor((x[2].expr - 1) / 2) + 1
+    half = x[2] // 2
+    assert isinstance(half, SymNode) and half.hint == 8
+
+
+def test_contiguous_strides_symbolic():
+    env = ShapeEnv()
+    a, b, c = env.sizes_of(M(3, 4, 5), "L['x']")
+    strides = contiguous_strides((a, b, c))
+    assert str(strides[0].expr) == "s1*s2" and strides[1].expr == c.expr and strides[2] == 1
+    assert contiguous_strides((3, 0, 2)) == torch.empty(3, 0, 2).stride()
+    assert contiguous_strides((2, 1, 4)) == (4, 4, 1)
+
+
+def test_no_rule_contract_specialises():
+    env = ShapeEnv()
+    (n, m) = env.sizes_of(M(6, 7), "L['x']")
+    assert rule_for(aten.nonzero.default) is None
+    assert (int(n), int(m)) == (6, 7)  # what the caller does for an op without a rule
+    assert env.guard_texts()[-2:] == ["L['x'].size()[0] == 6", "L['x'].size()[1] == 7"]
