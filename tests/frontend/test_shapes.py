@@ -1,0 +1,183 @@
+"""ShapeEnv: symbolic arithmetic, facts as guards, replacements, 0/1 specialisation, policy."""
+
+import itertools
+
+import pytest
+import sympy
+import torch
+
+from kiln.frontend import shapes
+from kiln.frontend.shapes import FrameShapes, ShapeEnv, SymNode, changed_dims, sym_max, sym_min
+
+
+def _guard(env, **tensors):
+    """Evaluate the env's guard expression against concrete tensors named like the sources."""
+    return eval(env.guard_expr(), {"L": tensors})
+
+
+def test_static_helpers_unchanged():
+    x = torch.empty(3, 4)
+    assert shapes.size_of(x, 1) == 4 and type(shapes.size_of(x, 1)) is int
+    assert shapes.sizes_of(x) == (3, 4)
+    assert shapes.strides_of(x.t()) == (1, 4)
+    assert shapes.numel_of(x) == 12
+
+
+def test_arithmetic_with_ints_and_symbols():
+    env = ShapeEnv()
+    a, b = env.sizes_of(torch.empty(10, 6), "L['x']")
+    assert isinstance(a, SymNode) and a.hint == 10
+    assert str((a + 1).expr) == "s0 + 1" and (1 + a).hint == 11
+    assert (a - b).hint == 4 and (20 - a).hint == 10
+    assert str((a * b).expr) == "s0*s1" and (3 * a).hint == 30
+    half = a // 2
+    assert str(half.expr) == "floor(s0/2)" and half.hint == 5
+    assert (a % 4).hint == 2 and (-a).hint == -10 and (+a) is a
+    assert (a - a) == 0 and isinstance(a - a, int)
+    assert (b // 1).expr == b.expr
+    assert env.guards == []  # arithmetic records nothing
+    assert sym_max(a, b).hint == 10 and sym_min(a, 3) == 3 or sym_min(a, 3).hint == 3
+    with pytest.raises(TypeError):
+        hash(a)
+
+
+def test_bool_and_comparisons_record_guards():
+    env = ShapeEnv()
+    (n,) = env.sizes_of(torch.empty(10), "L['x']")
+    assert (n > 1) is True and (n != 1) is True and (n >= 2) is True  # static from the range
+    assert bool(n) is True and (n * n > 0) is True
+    assert env.guards == []
+    assert (n > 5) is True
+    assert (n < 8) is False
+    assert env.guard_texts() == [
+        "L['x'].size()[0] >= 2",
+        "L['x'].size()[0] > 5",
+        "L['x'].size()[0] >= 8",
+    ]
+    assert _guard(env, x=torch.empty(10)) and _guard(env, x=torch.empty(9))
+    assert not _guard(env, x=torch.empty(7)) and not _guard(env, x=torch.empty(3))
+    assert not _guard(env, x=torch.empty(1))
+
+
+def test_equality_becomes_a_replacement():
+    env = ShapeEnv()
+    (a,) = env.sizes_of(torch.empty(7), "L['x']")
+    (b,) = env.sizes_of(torch.empty(7), "L['y']")
+    assert a == b
+    assert env.replacements == {b.expr: a.expr}
+    assert (b - a) == 0  # now static: no second guard
+    assert len(env.guards) == 1
+    assert "L['y'].size()[0] == L['x'].size()[0]" in env.guard_texts()
+    assert _guard(env, x=torch.empty(9), y=torch.empty(9))
+    assert not _guard(env, x=torch.empty(9), y=torch.empty(8))
+    c = env.create_size(7, "L['y'].size()[0]")  # the same source gives the same (replaced) size
+    assert c.expr == a.expr
+
+
+def test_divisibility_fact():
+    env = ShapeEnv()
+    (n,) = env.sizes_of(torch.empty(24), "L['x']")
+    assert n % 8 == 0
+    assert env.guard_texts()[-1] == "(L['x'].size()[0] % 8) == 0"
+    assert (n % 8) == 0 and len(env.guards) == 1  # known now, no new guard
+    q = n // 8
+    assert (q * 8).expr == n.expr  # exact division
+    assert _guard(env, x=torch.empty(16)) and not _guard(env, x=torch.empty(20))
+
+
+def test_zero_one_specialisation():
+    env = ShapeEnv()
+    sizes = env.sizes_of(torch.empty(1, 0, 5), "L['x']")
+    assert sizes[0] == 1 and sizes[1] == 0 and type(sizes[0]) is int and type(sizes[1]) is int
+    assert isinstance(sizes[2], SymNode)
+    assert env.guard_texts()[:2] == ["L['x'].size()[0] == 1", "L['x'].size()[1] == 0"]
+    assert _guard(env, x=torch.empty(1, 0, 9))
+    assert not _guard(env, x=torch.empty(2, 0, 9)) and not _guard(env, x=torch.empty(1, 0, 1))
+
+
+def test_int_and_index_specialise():
+    env = ShapeEnv()
+    a, b = env.sizes_of(torch.empty(4, 6), "L['x']")
+    assert list(range(a)) == [0, 1, 2, 3]
+    assert int(b // 2) == 3
+    texts = env.guard_texts()
+    assert "L['x'].size()[0] == 4" in texts and "(L['x'].size()[1] // 2) == 3" in texts
+    assert _guard(env, x=torch.empty(4, 7)) and not _guard(env, x=torch.empty(4, 8))
+    assert a.expr == 4 or env.simplify(a.expr) == 4  # a is now the constant 4
+    assert torch.empty(a, 2).shape == (4, 2)
+
+
+def test_evaluate_static_and_dynamic_facts():
+    env = ShapeEnv()
+    a, b = env.sizes_of(torch.empty(4, 6), "L['x']")
+    s0, s1 = a.expr, b.expr
+    assert env.evaluate(sympy.Ge(s0 * s1, 4)) is True and env.guards == []
+    assert env.evaluate(sympy.Eq(s0, 1)) is False and env.guards == []
+    assert env.evaluate(sympy.Lt(s0, s1)) is True and len(env.guards) == 1
+    assert env.static_value(sympy.Gt(s0, 3)) is None
+
+
+def test_guard_expression_matches_the_traced_decisions():
+    """For every concrete shape, the guard holds iff the program takes the same branches."""
+
+    def program(n, m):
+        out = []
+        out.append(n > 4)
+        out.append(n % 2 == 0)
+        out.append(n == m)
+        out.append(n // 2 + m < 12)
+        return out
+
+    env = ShapeEnv()
+    n, m = env.sizes_of(torch.empty(6, 6), "L['x']")
+    traced = program(n, m)
+    for nn, mm in itertools.product(range(0, 14), range(0, 14)):
+        holds = _guard(env, x=torch.empty(nn, mm))
+        same = nn >= 2 and mm >= 2 and program(nn, mm) == traced
+        assert holds == same, (nn, mm, env.guard_texts())
+
+
+def test_automatic_dynamic_policy_seed_example():
+    assert changed_dims({"L['x']": (10,)}, {"L['x']": (8,)}) == {"L['x']": {0}}
+    assert changed_dims({"L['x']": (10,)}, {"L['x']": (10,)}) == {}
+    assert changed_dims({"L['x']": (1,)}, {"L['x']": (8,)}) == {}
+    assert changed_dims({"L['x']": (8,)}, {"L['x']": (0,)}) == {}
+    assert changed_dims({"L['x']": (4, 5)}, {"L['x']": (4, 5, 6)}) == {}
+    assert changed_dims({}, {"L['x']": (4,)}) == {}
+    assert changed_dims({"L['x']": (4, 5, 6)}, {"L['x']": (7, 5, 9)}) == {"L['x']": {0, 2}}
+
+
+def test_frame_shapes_sequence_and_marks():
+    frame = FrameShapes()
+    x10, x8, x1 = torch.empty(10), torch.empty(8), torch.empty(1)
+    assert frame.update({"L['x']": (10,)}) == {}
+    assert frame.dynamic_dims("L['x']", x10) == set()
+    assert frame.update({"L['x']": (8,)}) == {"L['x']": {0}}
+    assert frame.dynamic_dims("L['x']", x8) == {0}
+    assert frame.update({"L['x']": (12,)}) == {}  # already dynamic: nothing new
+    frame2 = FrameShapes()
+    frame2.update({"L['x']": (1,)})
+    assert frame2.update({"L['x']": (8,)}) == {}  # from 1: not yet
+    assert frame2.update({"L['x']": (9,)}) == {"L['x']": {0}}
+    assert frame2.dynamic_dims("L['x']", x1) == {0}  # the env then specialises the 1
+
+    y = torch.empty(3, 4, 5)
+    shapes.mark_dynamic(y, 0)
+    shapes.mark_dynamic(y, [-1])
+    shapes.mark_static(y, 2)
+    assert y._kiln_dynamic_dims == {0, 2} and y._kiln_static_dims == {2}
+    fresh = FrameShapes()
+    assert fresh.dynamic_dims("L['y']", y) == {0}
+    assert fresh.dynamic_dims("L['y']", y, dynamic=True) == {0, 1}
+    assert fresh.dynamic_dims("L['y']", y, dynamic=False) == set()
+
+
+def test_render_and_format():
+    env = ShapeEnv()
+    a, b = env.sizes_of(torch.empty(4, 6), "L['x']")
+    expr = sym_max(a, b // 2).expr + sympy.Mod(a.expr, 3) - b.expr**2
+    text = env.render(expr)
+    value = eval(text, {"L": {"x": torch.empty(10, 7)}})
+    assert value == max(10, 7 // 2) + 10 % 3 - 49
+    assert "s0 (hint 4) from L['x'].size()[0]" in env.format_symbols()
+    assert ShapeEnv().guard_expr() == "True"
