@@ -70,6 +70,7 @@ class FrameCache:
         self.breaks = []
         self._limit_warned = False
         self.children = {}  # resume functions and callees that broke: their own frame caches
+        self.dynamic_closure = False
         _all_caches.add(self)
 
     def _child(self, key, fn, **kw):
@@ -80,12 +81,20 @@ class FrameCache:
         return wrapper
 
     def _resume_wrapper(self, code):
-        """The kiln-compiled function of a resume code object (sharing our closure cells)."""
-        closure = None
+        """The kiln-compiled function of a resume code object.
+
+        With cells or free variables it is `entry(fn, *args)`: the transformed code builds the
+        resume function with its own cells (MAKE_FUNCTION) and passes it first.
+        """
         if code.co_freevars:
-            mine = dict(zip(self.fn.__code__.co_freevars, self.fn.__closure__))
-            closure = tuple(mine[name] for name in code.co_freevars)
-        fn = types.FunctionType(code, self.fn.__globals__, code.co_name, None, closure)
+            wrapper = self.children.get(code)
+            if wrapper is None:
+                cache = ClosureFrameCache(
+                    code, self.fn.__globals__, self.backend, self.backend_name
+                )
+                wrapper = self.children[code] = make_closure_wrapper(cache)
+            return wrapper
+        fn = types.FunctionType(code, self.fn.__globals__, code.co_name)
         return self._child(code, fn)
 
     def _callee(self, fn, module_root=False):
@@ -165,10 +174,12 @@ class FrameCache:
                 return self.run_eager(args, kwargs)
             raise
         logs.counters["frames"]["ok"] += 1
-        self.entries.append((entry.guard, entry.fn))
+        self.entries.append((entry.guard, entry.code if self.dynamic_closure else entry.fn))
         self.entry_info.append(entry)
         for r in _recorders:
             r.on_entry(entry)
+        if self.dynamic_closure:
+            return entry.fn(*args[1:], **kwargs)
         return entry.fn(*args, **kwargs)
 
     def _record_break(self, e):
@@ -213,7 +224,9 @@ class FrameCache:
             torch._C._set_grad_enabled(grad_mode)
         if output.uses_modules:
             output.guards.add(GuardKind.GLOBAL_STATE, None, True)
-        guard = build_guard_fn(fn, output.guards, extra=output.extra_globals)
+        guard = build_guard_fn(
+            fn, output.guards, extra=output.extra_globals, dynamic_closure=self.dynamic_closure
+        )
         new_fn = types.FunctionType(
             new_code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
         )
@@ -267,6 +280,50 @@ def kiln_marker(obj, name):
     if not isinstance(obj, types.FunctionType):
         return None
     return obj.__dict__.get(name)
+
+
+class ClosureFrameCache(FrameCache):
+    """Entries of a code object whose function is made per call with that call's cells (resume
+    functions of frames with cells): guards read the closure from the function passed first.
+
+    Note [Cache: closures made per call]
+    The hot path is `entry(fn, *args)`: `guard(fn, *args)` checks `fn.__closure__` contents,
+    then the transformed code runs as `FunctionType(code, globals, name, None, fn.__closure__)`.
+    """
+
+    def __init__(self, code, f_globals, backend, backend_name):
+        cells = tuple(types.CellType() for _ in code.co_freevars)
+        super().__init__(
+            types.FunctionType(code, f_globals, code.co_name, None, cells), backend, backend_name
+        )
+        self.dynamic_closure = True
+
+    def miss_with(self, fn_obj, args, kwargs):
+        self.fn = fn_obj  # trace against this call's cells
+        self.eager = fn_obj
+        return self.miss((fn_obj, *args), kwargs)
+
+    def compile(self, args, kwargs):
+        return super().compile(args[1:], kwargs)
+
+    def run_eager(self, args, kwargs):
+        return super().run_eager(args[1:], kwargs)
+
+
+def make_closure_wrapper(cache):
+    """`entry(fn, *args)` for a ClosureFrameCache (Note [Cache: closures made per call])."""
+    entries = cache.entries
+    function = types.FunctionType
+
+    def kiln_closure_entry(fn_obj, *args, **kwargs):
+        for guard, code in entries:
+            if guard(fn_obj, *args, **kwargs):
+                g = fn_obj.__globals__
+                return function(code, g, fn_obj.__name__, None, fn_obj.__closure__)(*args, **kwargs)
+        return cache.miss_with(fn_obj, args, kwargs)
+
+    kiln_closure_entry._kiln_cache = cache
+    return kiln_closure_entry
 
 
 def module_eager(mod, *args, **kwargs):

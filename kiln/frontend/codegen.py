@@ -192,10 +192,6 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         # (a try/finally is fine: Note [Translator: try/finally]; the resume function keeps
         # the exception table for what follows)
         raise NoBreakHere("inside a try/except or with block")
-    if code.co_cellvars:
-        # a resume function would need this call's own cells (free variables are fine: the
-        # root function's closure cells are fixed objects the resume function shares)
-        raise NoBreakHere("frame with cell variables")
     if any(
         i.target_index is not None and i.target_index <= e.root_index
         for i in instructions[e.root_index :]
@@ -220,6 +216,13 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     ]
     body = PyCodegen(output, callee_factory)
     output.side_effects.codegen(body)
+    for name in code.co_cellvars:
+        # cell variables were traced symbolically: put their values in the real cells, which
+        # the resume function shares
+        value = e.root_locals.get(name)
+        if value is not None and not isinstance(value, DeletedVariable):
+            body.reconstruct(value)
+            body.extend(emit.store_deref(name))
     callee_slot = _callee_slot(inst, stack) if len(e.frames) > 1 else None
     for k, v in enumerate(stack):
         if isinstance(v, NullVariable):
@@ -238,11 +241,17 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         for k in reversed(range(depth)):
             body.extend(emit.store_fast(temps[k]))
         body.load_object(resume_factory(resume.code), push_null=True)
+        extra = 0
+        if resume.code.co_freevars:
+            # the resume function shares this call's cells: made here, passed first
+            # (Note [Cache: closures made per call])
+            body.extend(resume.emit_make_function())
+            extra = 1
         for k in resume.stack_args:
             body.extend(emit.load_fast(temps[k]))
         for name in resume.live_locals:
             body.reconstruct(e.root_locals[name])
-        body.extend(emit.call(len(resume.stack_args) + len(resume.live_locals)))
+        body.extend(emit.call(extra + len(resume.stack_args) + len(resume.live_locals)))
         body.extend(emit.return_value())
 
     nulls_below = [k for k, v in enumerate(stack) if isinstance(v, NullVariable)]

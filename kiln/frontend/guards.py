@@ -247,7 +247,7 @@ def signature_text(code):
     return ", ".join(parts)
 
 
-def build_guard_fn(fn, guard_set, extra=None):
+def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
     """Generate the check function of one entry; `.source`, `.parts`, `.closure_values` on it."""
     namer = _Namer()
     parts = []  # readable, self-contained expressions: for the recompile reason
@@ -284,6 +284,12 @@ def build_guard_fn(fn, guard_set, extra=None):
     }
     closure_values = {**fixed, **(extra or {}), **namer.values}
     params = signature_text(fn.__code__)
+    if dynamic_closure:
+        # Note [Cache: closures made per call]: the function object comes first; its cells are
+        # read from it on each call
+        params = f"___fn, {params}" if params else "___fn"
+        body.insert(0, "___closure = ___fn.__closure__")
+        closure_values.pop("___closure")
     lines = "".join("        " + line + "\n" for stmt in body for line in stmt.splitlines())
     lines = lines or "        pass\n"
     source = (
@@ -305,6 +311,7 @@ def build_guard_fn(fn, guard_set, extra=None):
     guard.parts = parts
     guard.closure_values = closure_values
     guard.fn = fn
+    guard.dynamic_closure = dynamic_closure
     if logs.enabled("guards"):
         logs.log("guards", "guards of %s:\n%s", fn.__qualname__, source)
     return guard
@@ -313,12 +320,17 @@ def build_guard_fn(fn, guard_set, extra=None):
 def first_failure(guard, args, kwargs):
     """The first guard part that fails for these arguments (evaluated part by part)."""
     fn = guard.fn
+    closure = None
+    if getattr(guard, "dynamic_closure", False):
+        closure, args = args[0].__closure__, args[1:]
     try:
         bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
         bound.apply_defaults()
     except TypeError as e:
         return f"arguments do not bind: {e}"
     ns = dict(guard.closure_values)
+    if closure is not None:
+        ns["___closure"] = closure
     ns.update(bound.arguments)
     for part in guard.parts:
         try:

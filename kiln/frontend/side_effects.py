@@ -25,6 +25,7 @@ class SideEffects:
         self.containers = {}  # id(var) -> mutated List/ConstDict variable with a source
         self.globals = {}  # name -> value_var (the root function's globals)
         self.cells = {}  # free variable name of the root frame -> value_var
+        self.cell_objects = {}  # id(real cell) -> free variable name (inlined code reads it)
         self.version = 0
         self.step_serial = 0  # set by the root translator before each instruction
 
@@ -56,8 +57,15 @@ class SideEffects:
     def store_global(self, name, value):
         self.globals[name] = value
 
-    def store_cell(self, name, value):
+    def store_cell(self, name, value, cell=None):
         self.cells[name] = value
+        if cell is not None:
+            self.cell_objects[id(cell)] = name
+
+    def pending_cell(self, cell):
+        """The value stored while tracing into this real cell object, or None."""
+        name = self.cell_objects.get(id(cell))
+        return self.cells.get(name) if name is not None else None
 
     def mutate_new_object(self, var):
         """An object made while tracing got an attribute: like a container mutation."""

@@ -353,7 +353,9 @@ class InstructionTranslatorBase:
         if isinstance(ref, CellRefVariable):
             return ref.tx.get_local(ref.name)
         cell, source = ref
-        stored = self.output.side_effects.cells.get(name) if self.is_root else None
+        stored = self.output.side_effects.pending_cell(cell)  # a store made while tracing
+        if stored is None and self.is_root:
+            stored = self.output.side_effects.cells.get(name)
         if stored is not None:
             return stored
         try:
@@ -378,7 +380,7 @@ class InstructionTranslatorBase:
                 return
             if not self.is_root:
                 unimplemented(f"assignment to free variable {name!r} of an inlined function")
-            self.output.side_effects.store_cell(name, v)
+            self.output.side_effects.store_cell(name, v, ref[0])
             return
         self.symbolic_locals[name] = v
 

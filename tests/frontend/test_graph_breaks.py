@@ -50,6 +50,27 @@ def test_seed_004_data_dependent_branch():
     assert backend.calls == 2
     assert kiln.counters["stats"]["graph_breaks"] == 1
     assert kiln.counters["stats"]["recompiles"] == 0
+    # the frame and its resume function (made per call with the call's cells) both compiled
+    assert kiln.counters["frames"]["ok"] == 2 and kiln.counters["stats"]["unique_graphs"] == 2
+
+
+def test_closure_made_per_call_does_not_recompile():
+    def make(k):
+        def scaled(v):
+            return v * k
+
+        return scaled
+
+    def apply(fn, x):
+        return fn(x) + 1
+
+    kiln.reset()
+    f = kiln.compile(apply, backend="eager")
+    x = torch.randn(2)
+    for _ in range(3):
+        torch.testing.assert_close(f(make(2.0), x), x * 2.0 + 1)
+    torch.testing.assert_close(f(make(3.0), x), x * 3.0 + 1)  # cell contents are guarded
+    assert kiln.counters["stats"]["recompiles"] == 1
 
 
 def branchy(x):
@@ -249,3 +270,27 @@ def test_graph_breaks_logged_once_per_location():
     finally:
         logs.set_logs("")
     assert len(cap.messages["graph_breaks"]) == 1
+
+
+def cells_and_break(x):
+    w = x * 2
+
+    def inner(v):
+        return v + w
+
+    y = inner(x)
+    print("break")
+    w = w + 1  # the resume function writes the shared cell
+    return inner(y), w
+
+
+def test_break_in_frame_with_cells():
+    kiln.reset()
+    f = kiln.compile(cells_and_break, backend="eager")
+    for _ in range(3):
+        x = torch.randn(2)
+        got, want = f(x), cells_and_break(x)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b)
+    assert kiln.counters["stats"]["graph_breaks"] == 1
+    assert kiln.counters["stats"]["recompiles"] == 0

@@ -175,9 +175,10 @@ def wrap_value(tx, value, source):
             guards.add(GuardKind.ID_MATCH, source, value)
         return PythonModuleVariable(value, source=source)
     if isinstance(value, types.FunctionType):
-        guards.add(GuardKind.ID_MATCH, source, value)
         if _is_skipped_function(value):
+            guards.add(GuardKind.ID_MATCH, source, value)
             return wrap_constant_like(tx, value)
+        _guard_function(guards, value, source)
         return UserFunctionVariable(value, source=source)
     if isinstance(value, types.BuiltinMethodType) and isinstance(value.__self__, torch.Tensor):
         # `x.add` reached as a value (e.g. passed to a resume function): a tensor method
@@ -202,6 +203,34 @@ def wrap_value(tx, value, source):
         return OpaqueCallableVariable(value, source=source)
     guards.add(GuardKind.TYPE_MATCH, source, type(value))
     return UserDefinedObjectVariable(value, source=source)
+
+
+def _guard_function(guards, fn, source):
+    """A user function is pinned by its code, globals and literal defaults (its closure
+    contents are guarded where they are read), so a closure made again per call with the
+    same code and cell contents does not recompile."""
+    guards.add(GuardKind.ID_MATCH, _attr(source, "__code__"), fn.__code__)
+    guards.add(GuardKind.ID_MATCH, _attr(source, "__globals__"), fn.__globals__)
+    defaults = fn.__defaults__
+    if defaults is None or all(is_literal(d) for d in defaults):
+        guards.add(GuardKind.CONSTANT_MATCH, _attr(source, "__defaults__"), defaults)
+    else:
+        guards.add(GuardKind.LIST_LENGTH, _attr(source, "__defaults__"), (tuple, len(defaults)))
+        for i, d in enumerate(defaults):
+            if is_literal(d):
+                guards.add(
+                    GuardKind.CONSTANT_MATCH, GetItemSource(_attr(source, "__defaults__"), i), d
+                )
+    kw = fn.__kwdefaults__
+    if kw is None:
+        guards.add(GuardKind.CONSTANT_MATCH, _attr(source, "__kwdefaults__"), None)
+    else:
+        guards.add(GuardKind.DICT_KEYS, _attr(source, "__kwdefaults__"), (dict, tuple(kw)))
+        for k, d in kw.items():
+            if is_literal(d):
+                guards.add(
+                    GuardKind.CONSTANT_MATCH, GetItemSource(_attr(source, "__kwdefaults__"), k), d
+                )
 
 
 def _is_builtin(value):

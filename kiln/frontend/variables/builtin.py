@@ -74,11 +74,12 @@ def compare_vars(tx, fn, a, b):
         same = _identical(a, b)
         if same is None:
             unimplemented(f"`is` between {a} and {b}")
-        if same is False and a.source is not None and b.source is not None:
+        if a.source is not None and b.source is not None and a.source != b.source:
             from kiln.frontend.guards import GuardKind
 
-            # two inputs found distinct: a later call passing one object twice must recompile
-            tx.output.guards.add(GuardKind.DISTINCT, a.source, b.source)
+            # identity between two inputs is what it was: same objects, or distinct ones
+            kind = GuardKind.ALIASING if same else GuardKind.DISTINCT
+            tx.output.guards.add(kind, a.source, b.source)
         return ConstantVariable(same if fn is operator.is_ else not same)
     if fn in (operator.eq, operator.ne) and not isinstance(a, TensorVariable):
         if not isinstance(b, TensorVariable) and not (_all_const([a, b])):

@@ -115,7 +115,34 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
         )
 
     def reconstruct(self, cg):
-        unimplemented("rebuilding a function made inside the compiled frame")
+        """MAKE_FUNCTION again, closing over the root frame's real cells (kept up to date by
+        the transformed code before anything is rebuilt)."""
+        from kiln.bytecode import emit
+
+        cells = [self.closure.get(name) for name in self.code.co_freevars]
+        if any(c is None or not getattr(c.tx, "is_root", False) for c in cells):
+            unimplemented("rebuilding a function that closes over an inlined frame's cells")
+        if self.defaults:
+            for d in self.defaults:
+                cg.reconstruct(d)
+            cg.extend(emit.build_tuple(len(self.defaults)))
+        if self.kwdefaults:
+            for k, v in self.kwdefaults.items():
+                cg.extend(emit.load_const(k))
+                cg.reconstruct(v)
+            cg.extend(emit.build_map(len(self.kwdefaults)))
+        for c in cells:
+            cg.extend(emit.load_closure(c.name))
+        if cells:
+            cg.extend(emit.build_tuple(len(cells)))
+        cg.extend(
+            emit.make_function(
+                self.code,
+                defaults=bool(self.defaults),
+                kwdefaults=bool(self.kwdefaults),
+                closure=bool(cells),
+            )
+        )
 
 
 def _wrap_default(tx, value, source):
