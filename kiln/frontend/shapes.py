@@ -234,7 +234,7 @@ class ShapeEnv:
             value = self.replacements.get(sym)
             if value is not None:
                 facts.append(sympy.Eq(sym, value, evaluate=False))
-            else:
+            if value is None or not value.is_Number:  # a replaced symbol keeps its range
                 facts.append(sympy.Ge(sym, MIN_SYMBOL_VALUE, evaluate=False))
         for g in self.guards:
             g = self.substitute(g)

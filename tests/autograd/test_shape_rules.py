@@ -100,6 +100,7 @@ CASES = [
     (aten.mm.default, lambda a, b, c: ((M(a, b), M(b, c)), {}), N3),
     (aten.bmm.default, lambda a, b, c: ((M(a, b, c), M(a, c, b)), {}), N3),
     (aten.addmm.default, lambda a, b, c: ((M(c), M(a, b), M(b, c)), {}), N3),
+    (aten.baddbmm.default, lambda a, b, c: ((M(a, 1, c), M(a, b, 5), M(a, 5, c)), {}), N3),
     (aten.matmul.default, lambda a, b, c: ((M(a, 1, b, c), M(a, c, b)), {}), N3),
     (aten.matmul.default, lambda a, b, c: ((M(b), M(a, b, c)), {}), N3),
     (aten.matmul.default, lambda a, b, c: ((M(a, b), M(b)), {}), N3),
@@ -248,3 +249,74 @@ def test_no_rule_contract_specialises():
     assert rule_for(aten.nonzero.default) is None
     assert (int(n), int(m)) == (6, 7)  # what the caller does for an op without a rule
     assert env.guard_texts()[-2:] == ["L['x'].size()[0] == 6", "L['x'].size()[1] == 7"]
+
+
+def _generic_candidates(a, b, c, broadcast):
+    """Argument lists to try for a shared-rule op (the first one meta accepts is checked)."""
+    out = []
+    for dt in (torch.float32, torch.bool, torch.int64):
+        x, y, z = M(a, 1, c, dtype=dt), M(b, 1, dtype=dt), M(1, b, c, dtype=dt)
+        cond = M(b, 1, dtype=torch.bool)
+        if not broadcast:  # same-shape ops get same-shape tensors
+            y, z, cond = M(a, 1, c, dtype=dt), M(a, 1, c, dtype=dt), M(a, 1, c, dtype=torch.bool)
+        out += [(x,), (x, y), (x, 2), (x, 2.0), (x, y, z), (cond, x, y), (x, cond, 0.5)]
+        out += [(x, y, 0.5), (x, -1, 1.0), (x, -1, False), (x, y, -1, dt), (x, y, "tanh")]
+        out += [
+            (x, [1]),
+            (x, [0, 2], True),
+            ([a, c],),
+            ([a, c], 2.0),
+            (x, [b, c]),
+            (x, [b, c], 2.0),
+        ]
+        out += [
+            (x, 0.5),
+            (x, 0.1, 1.0),
+            (2.0, x),
+            (cond, 0.5, x),
+            (x, cond, torch.empty((), device="meta", dtype=dt)),
+            (x, [c]),
+        ]
+    return [(args, {}) for args in out] + [((x, y), {"rounding_mode": "floor"})]
+
+
+SHARED_RULES = (
+    "pointwise",
+    "same_as_first",
+    "reduce_dims",
+    "reduce_all",
+    "_factory",
+    "new_factory",
+)
+
+
+def test_every_shared_rule_op_matches_meta():
+    """Every table entry with a shared rule, on generic broadcasting inputs, for two shapes."""
+    unchecked = []
+    for op, rule in shape_rules.SHAPE_RULES.items():
+        if rule.__name__ not in SHARED_RULES:
+            continue
+        checked = False
+        for p in [(3, 4, 5), (9, 2, 7)]:
+            for args, kwargs in _generic_candidates(*p, rule.__name__ == "pointwise"):
+                if rule.__name__ == "_factory":
+                    kwargs = {"device": "meta"}
+                try:
+                    expected = _out_shapes(op(*args, **kwargs))
+                except Exception:
+                    continue
+                env = ShapeEnv()
+                sargs, skwargs = _symbolize(env, args, kwargs)
+                got = symbolic_sizes(op, sargs, skwargs)
+                assert _hint_shapes(got) == expected, (op, args)
+                checked = True
+                break
+        if not checked:
+            unchecked.append(str(op))
+    assert unchecked == [], unchecked
+
+
+def test_every_rule_function_has_a_case():
+    covered = {rule_for(op) for op, _, _ in CASES}
+    shared = {r for r in shape_rules.SHAPE_RULES.values() if r.__name__ in SHARED_RULES}
+    assert set(shape_rules.SHAPE_RULES.values()) - covered - shared == set()
