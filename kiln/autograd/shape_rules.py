@@ -14,7 +14,9 @@ specialises its inputs' sizes: `int(s)` on each SymNode size of each tensor argu
 import math
 
 import torch
+from torch.utils import _pytree as pytree
 
+from kiln import logs
 from kiln.frontend.shapes import SymNode, contiguous_strides, hint_of  # noqa: F401
 
 aten = torch.ops.aten
@@ -235,8 +237,10 @@ def slice_(x, dim=0, start=None, end=None, step=1):
 
 
 def select(x, dim, index):
-    """select.int."""
+    """select.int (the index must stay in range: a guard when the size is symbolic)."""
     d = _norm_dim(dim, len(x))
+    if not (-x[d] <= index < x[d]):
+        raise IndexError(f"select: index {index} out of range for size {x[d]}")
     return Sizes(s for i, s in enumerate(x) if i != d)
 
 
@@ -350,6 +354,8 @@ def convolution(x, w, bias, stride, padding, dilation, transposed, output_paddin
     """convolution.default: the output size formula per spatial dim."""
     nsp = len(w) - 2
     batched = len(x) == nsp + 2
+    in_channels = x[1] if batched else x[0]
+    _check_equal(in_channels, w[0] if transposed else w[1] * groups, "convolution")
     spatial = x[-nsp:]
     out = []
     for i in range(nsp):
@@ -358,6 +364,9 @@ def convolution(x, w, bias, stride, padding, dilation, transposed, output_paddin
             out.append((spatial[i] - 1) * s - 2 * p + d * (k - 1) + output_padding[i] + 1)
         else:
             out.append((spatial[i] + 2 * p - d * (k - 1) - 1) // s + 1)
+    for n in out:
+        if not n > 0:
+            raise RuntimeError(f"convolution: output size {n} is not positive")
     channels = w[1] * groups if transposed else w[0]
     return Sizes(([x[0]] if batched else []) + [channels] + out)
 
@@ -381,7 +390,11 @@ def index_select(x, dim, index):
 
 
 def gather(x, dim, index, *, sparse_grad=False):
-    """gather: the index's sizes."""
+    """gather: the index's sizes (no larger than the input's outside `dim`)."""
+    d = _norm_dim(dim, len(x))
+    for i, (a, b) in enumerate(zip(index, x)):
+        if i != d and not a <= b:
+            raise RuntimeError(f"gather: index size {a} > input size {b} at dim {i}")
     return Sizes(index)
 
 
@@ -391,28 +404,41 @@ def gather(x, dim, index, *, sparse_grad=False):
 def native_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """native_layer_norm: output, mean, rstd (stats keep the leading dims, 1 elsewhere)."""
     axis = len(x) - len(normalized_shape)
+    for a, b in zip(x[axis:], normalized_shape):
+        _check_equal(a, b, "layer_norm")
+    for param in (weight, bias):
+        if param is not None:
+            for a, b in zip(param, normalized_shape):
+                _check_equal(a, b, "layer_norm")
     stat = Sizes((*x[:axis], *([1] * len(normalized_shape))))
     return Sizes(x), stat, stat
 
 
 def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, mask):
     """native_layer_norm_backward: grads of input, weight, bias (None where not asked)."""
+    native_layer_norm(x, normalized_shape, weight, bias)
+    broadcast_shapes(grad, x)
     outs = (Sizes(x), weight, bias)
     return tuple(Sizes(o) if (m and o is not None) else None for o, m in zip(outs, mask))
 
 
 def sdpa(q, k, v, *args, **kwargs):
     """scaled_dot_product_attention: q's sizes with v's last dim."""
+    _check_equal(q[-1], k[-1], "sdpa")
+    _check_equal(k[-2], v[-2], "sdpa")
     return Sizes((*q[:-1], v[-1]))
 
 
 def sdpa_flash_cpu(q, k, v, *args, **kwargs):
     """_scaled_dot_product_flash_attention_for_cpu: output and logsumexp [B, H, L]."""
+    sdpa(q, k, v)
     return Sizes((*q[:-1], v[-1])), Sizes(q[:-1])
 
 
 def nll_loss_forward(x, target, weight, reduction, ignore_index):
     """nll_loss_forward: output and total_weight."""
+    if len(x) == 2:
+        _check_equal(x[0], target[0], "nll_loss")
     out = Sizes(target) if reduction == 0 else Sizes()
     return out, Sizes()
 
@@ -565,3 +591,67 @@ def symbolic_sizes(op, args, kwargs=None):
     """Output Sizes of `op` on `args` (tensors already replaced by Sizes), or None if no rule."""
     rule = rule_for(op)
     return None if rule is None else rule(*args, **(kwargs or {}))
+
+
+def hint_args(args, kwargs=None):
+    """`args`/`kwargs` with every SymNode replaced by its hint (for running the op on meta)."""
+    return pytree.tree_map(hint_of, (args, kwargs or {}))
+
+
+def _specialise(tree):
+    """int() every SymNode in a tree of Sizes (a guard each)."""
+    if isinstance(tree, SymNode):
+        int(tree)
+    elif isinstance(tree, list | tuple):  # Sizes included (pytree sees it as a leaf)
+        for x in tree:
+            _specialise(x)
+    elif isinstance(tree, dict):
+        for x in tree.values():
+            _specialise(x)
+
+
+def _concrete(out):
+    """Sizes of a meta result as nested Sizes (None for non-tensors)."""
+    if isinstance(out, torch.Tensor):
+        return Sizes(int(s) for s in out.shape)
+    if isinstance(out, list | tuple):
+        return tuple(_concrete(o) for o in out)
+    return None
+
+
+def _matches(sym, out):
+    """Whether rule result `sym` has the hints of meta result `out`."""
+    if isinstance(out, torch.Tensor):
+        return isinstance(sym, tuple) and tuple(hint_of(s) for s in sym) == tuple(out.shape)
+    if isinstance(out, list | tuple):
+        if not isinstance(sym, list | tuple) or len(sym) != len(out):
+            return False
+        return all(_matches(s, o) for s, o in zip(sym, out))
+    return sym is None
+
+
+def propagate(op, args, kwargs, out, sizes_of):
+    """Symbolic sizes of `op`'s result `out` (run on meta with hint sizes), in out's structure.
+
+    `sizes_of(t)` gives an input tensor's Sizes. With a rule, the rule's sizes (checked against
+    `out`'s hints); without one, or if the rule fails or disagrees, the inputs' symbolic sizes are
+    specialised (guards) and `out`'s concrete sizes are returned. Never a wrong size.
+    """
+
+    def conv(a):
+        return Sizes(sizes_of(a)) if isinstance(a, torch.Tensor) else a
+
+    sargs, skwargs = pytree.tree_map(conv, (tuple(args), dict(kwargs or {})))
+    rule = rule_for(op)
+    if rule is not None:
+        try:
+            res = rule(*sargs, **skwargs)
+        except (RuntimeError, IndexError, TypeError, ValueError) as e:
+            logs.log("perf_hints", f"shape rule for {op} failed ({e}); specialising")
+            res = None
+        if res is not None and _matches(res, out):
+            return res
+        if res is not None:
+            logs.log("perf_hints", f"shape rule for {op} disagrees with meta; specialising")
+    _specialise((sargs, skwargs))
+    return _concrete(out)

@@ -320,3 +320,51 @@ def test_every_rule_function_has_a_case():
     covered = {rule_for(op) for op, _, _ in CASES}
     shared = {r for r in shape_rules.SHAPE_RULES.values() if r.__name__ in SHARED_RULES}
     assert set(shape_rules.SHAPE_RULES.values()) - covered - shared == set()
+
+
+def test_propagate_uses_rule_or_specialises():
+    env = ShapeEnv()
+    x = M(6, 4)
+    sizes = {id(x): env.sizes_of(x, "L['x']")}
+    sizes_of = lambda t: sizes[id(t)]
+    res = shape_rules.propagate(aten.sum.dim_IntList, (x, [1]), {}, torch.sum(x, [1]), sizes_of)
+    assert str(res[0].expr) == "s0" and env.guards == []
+    out = aten.nonzero.default(torch.zeros(6, 4))  # no rule: specialise, concrete sizes
+    res = shape_rules.propagate(aten.nonzero.default, (x,), {}, out, sizes_of)
+    assert res == tuple(out.shape)
+    assert {"L['x'].size()[0] == 6", "L['x'].size()[1] == 4"} <= set(env.guard_texts())
+    env = ShapeEnv()
+    sizes[id(x)] = env.sizes_of(x, "L['x']")
+    n, m = sizes[id(x)]
+    args, kwargs = shape_rules.hint_args((x, [m, n]), {})
+    assert args[1] == [4, 6] and env.guards == []
+    res = shape_rules.propagate(
+        aten.view.default, (x, [m, n]), {}, aten.view.default(*args), sizes_of
+    )
+    assert [str(s) for s in res] == ["s1", "s0"]
+    outs = aten.native_layer_norm.default(x, [4], None, None, 1e-5)
+    res = shape_rules.propagate(
+        aten.native_layer_norm.default, (x, [4], None, None, 1e-5), {}, outs, sizes_of
+    )
+    assert [str(s) for s in res[1]] == ["s0", "1"]
+    assert "L['x'].size()[1] == 4" in env.guard_texts()  # normalized_shape [4] pins the last dim
+
+
+def test_rules_guard_the_sizes_they_rely_on():
+    env = ShapeEnv()
+    x = Sizes(env.sizes_of(M(5, 8), "L['x']"))
+    symbolic_sizes(aten.native_layer_norm.default, [x, [8], None, None, 1e-5])
+    symbolic_sizes(aten.select.int, [x, 0, 3])
+    assert _guard_holds(env, (5, 8)) and _guard_holds(env, (4, 8))
+    assert not _guard_holds(env, (5, 9))  # the normalized shape pins the last dim
+    assert not _guard_holds(env, (3, 8))  # index 3 needs size > 3
+    env = ShapeEnv()
+    x = Sizes(env.sizes_of(M(2, 3, 9, 9), "L['x']"))
+    w = Sizes([4, 3, 3, 3])
+    symbolic_sizes(aten.convolution.default, [x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1])
+    assert _guard_holds(env, (7, 3, 5, 6)) and not _guard_holds(env, (7, 4, 5, 6))
+    assert not _guard_holds(env, (7, 3, 2, 6))  # a 3-wide kernel needs 3 inputs
+
+
+def _guard_holds(env, shape):
+    return eval(env.guard_expr(), {"L": {"x": torch.empty(shape, device="meta")}})
