@@ -106,9 +106,9 @@ def lower_and_generate(gm, example_inputs):
 
     graph = GraphLowering(gm, example_inputs).run()
     groups = schedule(graph)
-    stores, free_after = plan_memory(graph, groups)
-    cpp_src, signatures = generate_cpp(graph, groups, stores, num_threads())
-    w = WrapperCodegen(graph, groups, stores, free_after, signatures)
+    stores, free_after, inplace = plan_memory(graph, groups)
+    cpp_src, signatures = generate_cpp(graph, groups, stores, num_threads(), inplace)
+    w = WrapperCodegen(graph, groups, stores, free_after, signatures, inplace)
     wrapper_src = w.generate()
     return graph, groups, cpp_src, wrapper_src, w.extras
 

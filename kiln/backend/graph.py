@@ -47,10 +47,13 @@ class PyValue:
 # and softmax-like patterns without writing intermediates. A value is realized (written to a buffer)
 # when it is a graph output, an extern input, or read by several consumers while being expensive to
 # recompute (more than REALIZE_OPS ops or REALIZE_READS loads), or when its expression grows past
-# INLINE_LIMIT ops (which bounds code size).
+# INLINE_LIMIT ops (which bounds code size), or when it computes a transcendental function (exp,
+# tanh, ...) for several consumers: softmax's exp(x - max) is then computed once. Loaders are
+# late-bound, so consumers lowered before the realization read the buffer too.
 REALIZE_OPS = 16
 REALIZE_READS = 4
 INLINE_LIMIT = 120
+TRANSCENDENTAL = ("exp", "log", "tanh", "erf", "sin", "cos", "sigmoid", "pow", "sqrt", "expm1")
 
 
 class GraphLowering:
@@ -96,8 +99,8 @@ class GraphLowering:
         if isinstance(value, StorageBox) and not value.is_realized():
             value.users += 1
             if value.users >= 2:
-                ops_count, reads = _cost(value.data)
-                if ops_count > REALIZE_OPS or reads > REALIZE_READS:
+                ops_count, reads, transcendental = _cost(value.data)
+                if ops_count > REALIZE_OPS or reads > REALIZE_READS or transcendental:
                     value.realize()
 
     def as_tensor_arg(self, value, val=None):
@@ -279,7 +282,8 @@ def _cost(loops):
     c = getattr(loops, "_kiln_cost", None)
     if c is None:
         h, _ = loops.trace(PrintHandler())
-        c = (len(h.lines), len({n for n, _ in h.loads}))
+        trans = any(f"ops.{f}(" in ln for ln in h.lines for f in TRANSCENDENTAL)
+        c = (len(h.lines), len({n for n, _ in h.loads}), trans)
         loops._kiln_cost = c
     return c
 

@@ -481,11 +481,10 @@ class View(IRNode):
         return self.dtype
 
     def make_loader(self):
-        inner = self.base.make_loader()
-        reindex = self.reindex
+        base, reindex = self.base, self.reindex
 
-        def load(idx):
-            return inner(reindex(list(idx)))
+        def load(idx):  # late-bound: sees the base realized after this view was made
+            return base.make_loader()(reindex(list(idx)))
 
         return load
 

@@ -120,7 +120,6 @@ def loader_for(x, size, dtype):
     """A loader of x broadcast to `size` and cast to `dtype` (Python scalars become constants)."""
     if not is_ir(x):
         return lambda idx: ops.constant(x, dtype)
-    inner = x.make_loader()
     xs = x.get_size()
     off = len(size) - len(xs)
     src = x.get_dtype()
@@ -129,7 +128,9 @@ def loader_for(x, size, dtype):
         sub = [Ix() if xs[k] == 1 and size[k + off] != 1 else idx[k + off] for k in range(len(xs))]
         if xs and all(s == 1 for s in xs):
             sub = [Ix() for _ in xs]
-        v = inner(sub)
+        v = x.make_loader()(
+            sub
+        )  # late-bound (see Note [Backend: when a pointwise value is realized])
         return ops.to_dtype(v, dtype, src) if src != dtype else v
 
     return load

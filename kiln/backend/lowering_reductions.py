@@ -39,7 +39,7 @@ def make_reduction(x, dims, keepdim, rtype, out_dtype, compute_dtype=None, map_f
     rranges = tuple(xs[k] for k in dims)
     src = x.get_dtype()
     ct = compute_dtype or opmath(src)
-    ld = x.make_loader()
+    ld = lambda full: x.make_loader()(full)  # late-bound
 
     def inner_fn(idx, ridx):
         full = [None] * len(xs)

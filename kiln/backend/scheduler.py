@@ -183,8 +183,51 @@ def _add(g, n, role, outer, inner, retag):
         g.segments.append(["loop", [n]])
 
 
+def _topological(graph):
+    """The operations in dependency order, otherwise in creation order (late-bound loaders can
+    make an earlier-created loop read a buffer realized after it)."""
+    import heapq
+
+    ops_ = list(graph.operations)
+    producer = {}
+    for i, op in enumerate(ops_):
+        if isinstance(op, ExternKernel):
+            for o in op.outputs:
+                if isinstance(o, Buffer):
+                    producer[o.name] = i
+        else:
+            producer[op.name] = i
+    deps = []
+    for i, op in enumerate(ops_):
+        reads = extern_reads(op) if isinstance(op, ExternKernel) else SchedNode(op).reads
+        d = {producer[r] for r in reads if r in producer and producer[r] != i}
+        if isinstance(op, ExternKernel):  # externs keep their relative order (RNG, side effects)
+            prev = [j for j in range(i) if isinstance(ops_[j], ExternKernel)]
+            if prev:
+                d.add(prev[-1])
+        deps.append(d)
+    users = [[] for _ in ops_]
+    for i, d in enumerate(deps):
+        for j in d:
+            users[j].append(i)
+    indeg = [len(d) for d in deps]
+    ready = [i for i, n in enumerate(indeg) if n == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(ops_[i])
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(ready, u)
+    assert len(order) == len(ops_), "cycle in the lowered program"
+    return order
+
+
 def schedule(graph):
     """Group the graph's operations into fused kernels and extern calls, in a legal order."""
+    graph.operations = _topological(graph)
     live = _live_names(graph)
     groups, where = [], {}
     nodes_by_name = {}
@@ -274,9 +317,58 @@ def plan_memory(graph, groups):
                 for m in g.nodes:
                     if n.name in m.reads and seg_of[m.name][1] != si:
                         stores.add(n.name)
+    inplace = _plan_inplace(groups, stores, outputs, consumers)
     free_after = {}
     for name, cons in consumers.items():
         if name in outputs:
             continue
         free_after.setdefault(max(cons), []).append(name)
-    return stores, free_after
+    return stores, free_after, inplace
+
+
+def _plan_inplace(groups, stores, outputs, consumers):
+    """{B: A}: B is written over A (same layout, same element) when A's last reader is B.
+
+    Note [Backend: in-place stores]: in softmax, exp(x - max) is stored by the sum pass and read
+    once more by the division; the division then writes its result over it, so the kernel needs
+    no second row-sized buffer.
+    """
+    inplace = {}
+    for gi, g in enumerate(groups):
+        if not isinstance(g, Group):
+            continue
+        order = [n for _, ns in g.segments for n in ns]
+        pos = {n.name: i for i, n in enumerate(order)}
+        taken = set()
+        for b in order:
+            rb = g.roles[b.name]
+            if b.name not in stores or rb not in ("inner", "flat"):
+                continue
+            for a in order[: pos[b.name]]:
+                ra = g.roles[a.name]
+                if (
+                    a.name not in b.reads
+                    or ra not in ("inner", "flat")
+                    or a.name not in stores
+                    or a.name in outputs
+                    or a.name in taken
+                    or a.name in inplace
+                    or consumers.get(a.name, set()) != {gi}
+                ):
+                    continue
+                if any(a.name in m.reads and pos[m.name] > pos[b.name] for m in order):
+                    continue
+                la, lb = a.buf.layout, b.buf.layout
+                if (la.size, la.stride, la.dtype, la.offset) != (
+                    lb.size,
+                    lb.stride,
+                    lb.dtype,
+                    lb.offset,
+                ):
+                    continue
+                if a.store_index(ra, g.outer, g.inner) != b.store_index(rb, g.outer, g.inner):
+                    continue
+                inplace[b.name] = a.name
+                taken.add(a.name)
+                break
+    return inplace

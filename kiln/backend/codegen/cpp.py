@@ -343,7 +343,10 @@ def _acc_ctype(rtype, dtype):
 class KernelWriter:
     """Writes one Group as a C++ function."""
 
-    def __init__(self, group, graph, stores, nthreads):
+    def __init__(self, group, graph, stores, nthreads, inplace=None):
+        # buffer of this group -> the buffer of this group whose memory it is written over
+        mine = group.names()
+        self.alias = {b: a for b, a in (inplace or {}).items() if b in mine}
         self.g = group
         self.graph = graph
         self.stores = stores
@@ -374,6 +377,7 @@ class KernelWriter:
             return loc[0]
         buf = self.graph.buffers[name]
         dt = buf.layout.dtype
+        name = self.alias.get(name, name)
         if name not in self.params:
             self.params[name] = False
         expr = f"{name}[{index.render()}]"
@@ -400,6 +404,7 @@ class KernelWriter:
         ix = layout.index(idx)
         self.locals[name] = (value, ix, role in ("inner", "flat"))
         if name in self.stores:
+            name = self.alias.get(name, name)
             self.params[name] = True
             dt = layout.dtype
             if dt == torch.bfloat16:
@@ -740,7 +745,7 @@ def _extreme(dtype, lowest):
     return f"std::numeric_limits<{ct}>::{'lowest' if lowest else 'max'}()"
 
 
-def generate_cpp(graph, groups, stores, nthreads):
+def generate_cpp(graph, groups, stores, nthreads, inplace=None):
     """The translation unit for all kernel groups: (source, {kernel name: [buffer params]})."""
     from kiln.backend.scheduler import Group
 
@@ -748,7 +753,7 @@ def generate_cpp(graph, groups, stores, nthreads):
     signatures = {}
     for g in groups:
         if isinstance(g, Group):
-            src, params = KernelWriter(g, graph, stores, nthreads).generate()
+            src, params = KernelWriter(g, graph, stores, nthreads, inplace or {}).generate()
             parts.append(src)
             signatures[g.name] = params
     return "\n".join(parts), signatures

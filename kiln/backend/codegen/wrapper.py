@@ -63,7 +63,8 @@ class rt:
 class WrapperCodegen:
     """Builds the wrapper source for a scheduled graph."""
 
-    def __init__(self, graph, groups, stores, free_after, signatures):
+    def __init__(self, graph, groups, stores, free_after, signatures, inplace=None):
+        self.inplace = inplace or {}
         self.graph = graph
         self.groups = groups
         self.stores = stores
@@ -176,7 +177,9 @@ class WrapperCodegen:
     # view of it (not an .out call) read it. Only kept when a later allocation can take it.
     def _allocs(self, grp):
         if isinstance(grp, Group):
-            return [n.buf for n in grp.nodes if n.name in self.stores]
+            return [
+                n.buf for n in grp.nodes if n.name in self.stores and n.name not in self.inplace
+            ]
         if grp.kernel.out_variant:
             return [grp.kernel.outputs[0]]
         return []
@@ -185,6 +188,7 @@ class WrapperCodegen:
         self.pool = {}
         self.no_reuse = set()
         self.future = []
+        self.no_reuse |= set(self.inplace.values())  # their memory lives on under another name
         for grp in self.groups:
             if isinstance(grp, ExternGroup) and not grp.kernel.out_variant:
                 self.no_reuse |= extern_reads(grp.kernel)
@@ -212,11 +216,16 @@ class WrapperCodegen:
 
     def kernel_call(self, body, grp):
         for n in grp.nodes:
+            if n.name in self.inplace:
+                continue
             if n.name in self.stores:
                 self.alloc(body, n.buf)
         params = self.signatures[grp.name]
         ptrs = ", ".join(f"{p}.data_ptr()" for p in params)
         body.writeline(f"if {grp.name}({ptrs}): rt.index_error()")
+        for n in grp.nodes:
+            if n.name in self.inplace:
+                body.writeline(f"{n.name} = {self.inplace[n.name]}  # written in place")
 
     def extern_call(self, body, k):
         op = self.op_ref(k.op)
