@@ -368,3 +368,76 @@ def test_rules_guard_the_sizes_they_rely_on():
 
 def _guard_holds(env, shape):
     return eval(env.guard_expr(), {"L": {"x": torch.empty(shape, device="meta")}})
+
+
+STRIDE_CASES = [
+    (aten.permute.default, lambda x: (x, [2, 0, 1])),
+    (aten.transpose.int, lambda x: (x, 1, 2)),
+    (aten.expand.default, lambda x: (x[:, :1], [4, x.shape[0], 5, x.shape[2]])),
+    (aten.unsqueeze.default, lambda x: (x.permute(2, 0, 1), 1)),
+    (aten.squeeze.dim, lambda x: (x[:, :1], 1)),
+    (aten.slice.Tensor, lambda x: (x, 2, 1, 2**63 - 1, 2)),
+    (aten.select.int, lambda x: (x, 1, 0)),
+    (aten.split.Tensor, lambda x: (x, 2, 2)),
+    (aten.unbind.int, lambda x: (x, 1)),
+    (aten.view.default, lambda x: (x, [-1, x.shape[2]])),
+    (aten.view.default, lambda x: (x.transpose(0, 1), [x.shape[1], x.shape[0], -1])),  # fallback
+    (aten.add.Tensor, lambda x: (x.permute(2, 0, 1), 1.0)),
+    (aten.mul.Tensor, lambda x: (x, x)),
+    (aten.nonzero.default, lambda x: (x,)),  # no rule
+]
+
+
+@pytest.mark.parametrize("case", range(len(STRIDE_CASES)))
+def test_propagate_strides_match_meta(case):
+    op, build = STRIDE_CASES[case]
+    for shape in [(3, 4, 6), (5, 7, 8)]:
+        x = torch.zeros(shape)  # real tensors: the views below must keep their strides
+        args = build(x)
+        try:
+            out = op(*args)
+        except RuntimeError:
+            continue  # the input cannot be viewed so: nothing to propagate
+        env = ShapeEnv()
+        base = env.sizes_of(x, "L['x']")
+        args = list(args)
+        # the symbolic sizes/strides of the (view) input, derived from the base tensor's
+        sym = {id(x): (Sizes(base), contiguous_strides(base))}
+        if args[0] is not x:
+            sym[id(args[0])] = _derive(x, args[0], sym)
+        sizes, strides = shape_rules.propagate(
+            op, args, {}, out, lambda t, sym=sym: sym[id(t)][0], lambda t, sym=sym: sym[id(t)][1]
+        )
+        outs = out if isinstance(out, list | tuple) else [out]
+        sizes = sizes if isinstance(out, list | tuple) else [sizes]
+        strides = strides if isinstance(out, list | tuple) else [strides]
+        for o, sz, st in zip(outs, sizes, strides):
+            assert tuple(hint_of(v) for v in sz) == tuple(o.shape)
+            for n, a, b in zip(o.shape, st, o.stride()):
+                assert n == 1 or hint_of(a) == b, (op, shape, st, o.stride())
+        for fact in env.guard_facts():
+            assert env.hint(fact) is True
+
+
+def _derive(x, v, sym):
+    """Symbolic sizes/strides of a view `v` of `x` made with plain torch (permute, slice)."""
+    sizes, strides = sym[id(x)]
+    if v.shape == x.permute(2, 0, 1).shape and v.stride() == x.permute(2, 0, 1).stride():
+        return Sizes(sizes[d] for d in (2, 0, 1)), tuple(strides[d] for d in (2, 0, 1))
+    if v.stride() == x.transpose(0, 1).stride():
+        return Sizes((sizes[1], sizes[0], sizes[2])), (strides[1], strides[0], strides[2])
+    return Sizes((sizes[0], 1, sizes[2])), strides  # x[:, :1]
+
+
+def test_dense_strides():
+    env = ShapeEnv()
+    a, b, c = env.sizes_of(torch.empty(2, 3, 4), "L['x']")
+    assert [str(v) for v in shape_rules.dense_strides((a, b, c), (12, 4, 1))] == [
+        "s1*s2",
+        "s2",
+        "1",
+    ]
+    cl = shape_rules.dense_strides((a, b, c), (12, 1, 3))  # channels-last-like
+    assert [str(v) for v in cl] == ["s1*s2", "1", "s1"]
+    assert shape_rules.dense_strides((a, b, c), (0, 4, 1))[0] == 0
+    assert shape_rules.dense_strides((a, b, c), (24, 8, 2)) is None
