@@ -258,3 +258,12 @@ def test_function_without_tensor_ops_calls_no_backend():
     assert f(2, 3) == (5, [2, 2, 2])
     assert backend.calls == 0
     assert kiln.counters["frames"]["ok"] == 1
+
+
+def test_device_of_a_tensor_made_with_a_device_argument():
+    def f(x):
+        r = torch.arange(x.shape[0], device=x.device)
+        m = torch.ones(2, device=r.device)  # the device of r is the real one
+        return (x + r.to(r.device)).sum() + m.sum(), r.device
+
+    run_and_compare(f, torch.randn(3), expected_graphs=1, expected_breaks=0)

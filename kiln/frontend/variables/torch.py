@@ -112,7 +112,7 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
     # Note [Tensors: meta execution]: explicit devices become meta, and the real one is kept.
     explicit_device = None
     if "device" in meta_kwargs:
-        explicit_device = _device_of(meta_kwargs["device"])
+        explicit_device = _device_of(node_kwargs["device"])  # the real one (meta args have meta)
         meta_kwargs["device"] = _META
     if kind == "call_method" and what == "to":
         for i, a in enumerate(meta_args[1:], 1):
