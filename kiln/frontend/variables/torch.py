@@ -138,6 +138,9 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         device = unpack.devices[0]
     else:
         device = torch.get_default_device()
+    if device.type == "meta" and not any(d.type == "meta" for d in unpack.devices):
+        # never let the meta device of the trace leak into the program (a safety net)
+        unimplemented(f"{what}: could not determine the device of its result")
     if not _contains_tensor(result):
         name = what if isinstance(what, str) else ""
         if name in _METADATA_RESULTS and is_literal(result):
