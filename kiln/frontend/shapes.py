@@ -10,6 +10,8 @@ import operator
 
 import sympy
 
+from kiln import logs
+
 # Note [Shapes: guards from facts]
 # A dynamic size is a sympy symbol with a hint (the size of the tensor seen at compile time) and a
 # source (`L['x'].size()[0]`). Traced code computes with `SymNode`s (sympy expressions); it only
@@ -162,9 +164,12 @@ class ShapeEnv:
             return bool(fact)
         if not isinstance(fact, sympy.core.relational.Relational):
             return None
+        size_symbols = fact.free_symbols
+        fact = fact.replace(sympy.Mod, _bounded_mod)  # 0 <= Mod(e, k) <= k - 1 for integer k > 0
+        if isinstance(fact, sympy.logic.boolalg.BooleanAtom):
+            return bool(fact)
         shifted = {
-            s: sympy.Dummy(nonnegative=True, integer=True) + MIN_SYMBOL_VALUE
-            for s in fact.free_symbols
+            s: sympy.Dummy(nonnegative=True, integer=True) + MIN_SYMBOL_VALUE for s in size_symbols
         }
         diff = sympy.expand((fact.lhs - fact.rhs).xreplace(shifted))
         sign = (
@@ -265,6 +270,13 @@ class ShapeEnv:
             extra = f" = {repl}" if repl is not None else ""
             lines.append(f"{sym} (hint {hint}) from {self.var_to_source[sym]}{extra}")
         return "\n".join(lines)
+
+
+def _bounded_mod(a, b):
+    """Mod(a, b) as a fresh nonnegative value at most b - 1 (for static range reasoning only)."""
+    if b.is_Integer and b > 0:
+        return sympy.Integer(int(b) - 1) - sympy.Dummy(nonnegative=True, integer=True)
+    return sympy.Mod(a, b)
 
 
 _REL_OPS = {
@@ -495,6 +507,9 @@ class FrameShapes:
             if fresh:
                 newly[source] = fresh
                 self.dynamic.setdefault(source, set()).update(fresh)
+                for d in sorted(fresh):
+                    old, new = self.sizes[source][d], new_shapes[source][d]
+                    logs.log("recompiles", f"{source} dim {d} became dynamic: size {old} -> {new}")
         self.sizes.update({s: tuple(v) for s, v in new_shapes.items()})
         return newly
 

@@ -181,3 +181,30 @@ def test_render_and_format():
     assert value == max(10, 7 // 2) + 10 % 3 - 49
     assert "s0 (hint 4) from L['x'].size()[0]" in env.format_symbols()
     assert ShapeEnv().guard_expr() == "True"
+
+
+def test_static_facts_about_mod_and_floor():
+    env = ShapeEnv()
+    a, b = env.sizes_of(torch.empty(12, 6), "L['x']")
+    s0, s1 = a.expr, b.expr
+    assert env.static_value(sympy.Lt(sympy.Mod(s0, 8), 8)) is True
+    assert env.static_value(sympy.Ge(sympy.Mod(s0 * s1, 2), 0)) is True
+    assert env.static_value(sympy.Eq(sympy.Mod(s0 * s1, 2), 0)) is None
+    assert env.static_value(sympy.Eq(sympy.Mod(s0, 8), 9)) is False
+    assert env.static_value(sympy.Ge(sympy.floor(s0 / 2), 0)) is True
+    assert (a * b) % 2 == 0 and len(env.guards) == 1
+
+
+def test_frame_shapes_logs_the_new_dynamic_dim():
+    from kiln import logs
+
+    lines = []
+    original = logs.log
+    logs.log = lambda channel, msg: lines.append((channel, msg))
+    try:
+        frame = FrameShapes()
+        frame.update({"L['x']": (10,)})
+        frame.update({"L['x']": (8,)})
+    finally:
+        logs.log = original
+    assert ("recompiles", "L['x'] dim 0 became dynamic: size 10 -> 8") in lines
