@@ -337,15 +337,19 @@ def _expr(value):
     return sympy.Integer(value)
 
 
-def _binary(fn):
-    """A SymNode operator computing `fn` on exprs; NotImplemented for non-size operands."""
+def _binary(fn, pyfn):
+    """A SymNode operator computing `fn` on exprs (`pyfn` on a specialised value with a float)."""
 
     def op(self, other):
+        if isinstance(other, float):  # a float result is no size: specialise
+            return pyfn(int(self), other)
         if not isinstance(other, SymNode | int) or isinstance(other, bool):
             return NotImplemented
         return self.env.wrap(fn(self.expr, _expr(other)))
 
     def rop(self, other):
+        if isinstance(other, float):
+            return pyfn(other, int(self))
         if not isinstance(other, SymNode | int) or isinstance(other, bool):
             return NotImplemented
         return self.env.wrap(fn(_expr(other), self.expr))
@@ -373,11 +377,11 @@ class SymNode:
         self.expr = expr
         self.env = env
 
-    __add__, __radd__ = _binary(operator.add)
-    __sub__, __rsub__ = _binary(operator.sub)
-    __mul__, __rmul__ = _binary(operator.mul)
-    __floordiv__, __rfloordiv__ = _binary(lambda a, b: sympy.floor(a / b))
-    __mod__, __rmod__ = _binary(sympy.Mod)
+    __add__, __radd__ = _binary(operator.add, operator.add)
+    __sub__, __rsub__ = _binary(operator.sub, operator.sub)
+    __mul__, __rmul__ = _binary(operator.mul, operator.mul)
+    __floordiv__, __rfloordiv__ = _binary(lambda a, b: sympy.floor(a / b), operator.floordiv)
+    __mod__, __rmod__ = _binary(sympy.Mod, operator.mod)
     __eq__ = _compare(sympy.Eq)
     __ne__ = _compare(sympy.Ne)
     __lt__ = _compare(sympy.Lt)
@@ -402,8 +406,16 @@ class SymNode:
     def __bool__(self):
         return self.env.evaluate(sympy.Ne(self.expr, 0))
 
+    def __pow__(self, other):
+        if isinstance(other, int) and not isinstance(other, bool) and other >= 0:
+            return self.env.wrap(self.expr**other)
+        return int(self) ** (int(other) if isinstance(other, SymNode) else other)
+
     def __int__(self):
         return self.env.specialize(self.expr)
+
+    def __float__(self):
+        return float(int(self))
 
     __index__ = __int__
 

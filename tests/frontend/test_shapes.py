@@ -208,3 +208,14 @@ def test_frame_shapes_logs_the_new_dynamic_dim():
     finally:
         logs.log = original
     assert ("recompiles", "L['x'] dim 0 became dynamic: size 10 -> 8") in lines
+
+
+def test_floats_and_powers():
+    env = ShapeEnv()
+    (n,) = env.sizes_of(torch.empty(10), "L['x']")
+    sq = n**2
+    assert str(sq.expr) == "s0**2" and env.guards == []
+    assert eval(env.render(sq.expr), {"L": {"x": torch.empty(7)}}) == 49
+    assert n * 0.5 == 5.0 and 1.5 * n == 15.0 and float(n) == 10.0
+    assert env.guard_texts()[-1] == "L['x'].size()[0] == 10"  # a float result specialises
+    assert n**2 == 100 and type(n**2) is int  # now the constant 10
