@@ -90,7 +90,13 @@ def pointwise(*args, **kwargs):
 
 
 def same_as_first(x, *args, **kwargs):
-    """The first argument's sizes."""
+    """The first argument's sizes; any other tensor argument must have the same sizes."""
+    for other in (*args, *kwargs.values()):
+        if isinstance(other, Sizes):
+            if len(other) != len(x):
+                raise RuntimeError(f"rank mismatch {len(other)} vs {len(x)}")
+            for a, b in zip(x, other):
+                _check_equal(a, b, "same-shape op")
     return Sizes(x)
 
 
@@ -414,6 +420,11 @@ def native_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     return Sizes(x), stat, stat
 
 
+def layer_norm(x, normalized_shape, weight=None, bias=None, *args, **kwargs):
+    """layer_norm: the input's sizes (checked against normalized_shape)."""
+    return native_layer_norm(x, normalized_shape, weight, bias)[0]
+
+
 def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, mask):
     """native_layer_norm_backward: grads of input, weight, bias (None where not asked)."""
     native_layer_norm(x, normalized_shape, weight, bias)
@@ -508,7 +519,7 @@ remainder.Scalar leaky_relu hardtanh isnan atan2 lerp.Scalar addcmul addcdiv
 """
 _SAME_AS_FIRST = """
 clone _to_copy alias detach lift_fresh_copy _softmax _log_softmax softmax.int log_softmax.int
-_softmax_backward_data _log_softmax_backward_data layer_norm zeros_like ones_like empty_like
+_softmax_backward_data _log_softmax_backward_data zeros_like ones_like empty_like
 full_like rand_like randn_like fill.Scalar bernoulli.p contiguous
 """
 _REDUCE_DIMS = """
@@ -518,19 +529,18 @@ _REDUCE_ALL = "sum.default mean.default prod.default any.default all.default"
 _FACTORIES = "full zeros ones empty.memory_format empty.default rand randn"
 _NEW_FACTORIES = "new_zeros new_empty new_full new_ones"
 
-SHAPE_RULES = {}
-for _op in _resolve(_POINTWISE):
-    SHAPE_RULES[_op] = pointwise
-for _op in _resolve(_SAME_AS_FIRST):
-    SHAPE_RULES[_op] = same_as_first
-for _op in _resolve(_REDUCE_DIMS):
-    SHAPE_RULES[_op] = reduce_dims
-for _op in _resolve(_REDUCE_ALL):
-    SHAPE_RULES[_op] = reduce_all
-for _op in _resolve(_FACTORIES):
-    SHAPE_RULES[_op] = _factory
-for _op in _resolve(_NEW_FACTORIES):
-    SHAPE_RULES[_op] = new_factory
+SHAPE_RULES = {
+    op: rule
+    for names, rule in [
+        (_POINTWISE, pointwise),
+        (_SAME_AS_FIRST, same_as_first),
+        (_REDUCE_DIMS, reduce_dims),
+        (_REDUCE_ALL, reduce_all),
+        (_FACTORIES, _factory),
+        (_NEW_FACTORIES, new_factory),
+    ]
+    for op in _resolve(names)
+}
 
 SHAPE_RULES.update(
     {
@@ -570,6 +580,7 @@ SHAPE_RULES.update(
         aten.index_select.default: index_select,
         aten.gather.default: gather,
         aten.native_layer_norm.default: native_layer_norm,
+        aten.layer_norm.default: layer_norm,
         aten.native_layer_norm_backward.default: native_layer_norm_backward,
         aten.scaled_dot_product_attention.default: sdpa,
         aten._scaled_dot_product_flash_attention_for_cpu.default: sdpa_flash_cpu,

@@ -134,6 +134,7 @@ CASES = [
         lambda a, b, c: ((M(a, b, c), [b, c], None, None, 1e-5), {}),
         N3,
     ),
+    (aten.layer_norm.default, lambda a, b, c: ((M(a, b, c), [c], M(c)), {}), N3),
     (
         aten.native_layer_norm_backward.default,
         lambda a, b, c: (
@@ -441,3 +442,14 @@ def test_dense_strides():
     assert [str(v) for v in cl] == ["s1*s2", "1", "s1"]
     assert shape_rules.dense_strides((a, b, c), (0, 4, 1))[0] == 0
     assert shape_rules.dense_strides((a, b, c), (24, 8, 2)) is None
+
+
+def test_same_shape_ops_unify_their_inputs():
+    env = ShapeEnv()
+    g = Sizes(env.sizes_of(M(5, 8), "L['g']"))
+    y = Sizes(env.sizes_of(M(5, 8), "L['y']"))
+    out = symbolic_sizes(aten._softmax_backward_data.default, [g, y, -1, torch.float32])
+    assert [str(s) for s in out] == ["s0", "s1"]
+    texts = env.guard_texts()
+    assert "L['y'].size()[0] == L['g'].size()[0]" in texts
+    assert "L['y'].size()[1] == L['g'].size()[1]" in texts
