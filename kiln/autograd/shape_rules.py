@@ -428,7 +428,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, *args, **kwargs):
 def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, mask):
     """native_layer_norm_backward: grads of input, weight, bias (None where not asked)."""
     native_layer_norm(x, normalized_shape, weight, bias)
-    broadcast_shapes(grad, x)
+    same_as_first(x, grad)
     outs = (Sizes(x), weight, bias)
     return tuple(Sizes(o) if (m and o is not None) else None for o, m in zip(outs, mask))
 
@@ -437,6 +437,7 @@ def sdpa(q, k, v, *args, **kwargs):
     """scaled_dot_product_attention: q's sizes with v's last dim."""
     _check_equal(q[-1], k[-1], "sdpa")
     _check_equal(k[-2], v[-2], "sdpa")
+    broadcast_shapes(Sizes(q[:-2]), Sizes(k[:-2]), Sizes(v[:-2]))
     return Sizes((*q[:-1], v[-1]))
 
 

@@ -219,3 +219,31 @@ def test_floats_and_powers():
     assert n * 0.5 == 5.0 and 1.5 * n == 15.0 and float(n) == 10.0
     assert env.guard_texts()[-1] == "L['x'].size()[0] == 10"  # a float result specialises
     assert n**2 == 100 and type(n**2) is int  # now the constant 10
+
+
+def test_seed_example_policy_compiles_at_most_twice():
+    """Seed 004: [10] then [8] for 100 rounds: static, then one symbolic entry for all sizes."""
+    frame = FrameShapes()
+    cache = []  # (guard expression, env) per compiled entry
+
+    def call(x):
+        for expr, _ in cache:
+            if eval(expr, {"L": {"x": x}}):
+                return
+        frame.update({"L['x']": tuple(x.shape)})
+        env = ShapeEnv()
+        dims = frame.dynamic_dims("L['x']", x)
+        (n,) = env.sizes_of(x, "L['x']", dynamic_dims=dims)
+        expr = env.guard_expr()
+        if not isinstance(n, SymNode):  # a static entry pins the size (TENSOR_MATCH's job)
+            expr = f"tuple(L['x'].shape) == {tuple(x.shape)}"
+        cache.append((expr, env))
+
+    for _ in range(100):
+        call(torch.empty(10))
+        call(torch.empty(8))
+    assert len(cache) == 2
+    assert cache[1][0] == "(L['x'].size()[0] >= 2)"
+    call(torch.empty(1))  # size 1 is specialised: its own entry
+    call(torch.empty(33))
+    assert len(cache) == 3
