@@ -1,4 +1,4 @@
-"""Sizes while tracing: static sizes, sympy size symbols, shape guards and the automatic-dynamic policy.
+"""Sizes while tracing: static sizes, sympy size symbols, shape guards, automatic dynamic.
 
 `size_of`/`sizes_of`/`strides_of`/`numel_of` give the frontend's static view (Python ints, pinned by
 the TENSOR_MATCH guard). `ShapeEnv` makes dynamic dimensions into sympy symbols `s0, s1, ...` with
@@ -27,6 +27,14 @@ from kiln import logs
 # are specialised to constants at creation, as torch users expect: a size-1 dimension broadcasts),
 # so facts that follow from the ranges (`s0 > 1`, `s0 != 1`, `s0*s1 > 0`) are static: `evaluate`
 # returns them with no guard, and only the range guard `source >= 2` stays in the guard expression.
+
+# Note [Shapes: wiring]
+# Frontend: one ShapeEnv per frame compilation; a tensor input's sizes are
+# `env.sizes_of(example, source_name, frame_shapes.dynamic_dims(source_name, t, dynamic))`;
+# the check function ANDs `env.guard_expr()` (TENSOR_MATCH then checks dtype/device/rank and the
+# static dims only). Tracer: `kiln.autograd.shape_rules.propagate` gives each node's symbolic sizes
+# (and strides); ops without a rule specialise. Backends take the free symbols of the graph as
+# extra size arguments, computed from the inputs by the wrapper.
 
 
 @dataclasses.dataclass(frozen=True)
