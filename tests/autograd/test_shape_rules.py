@@ -453,3 +453,60 @@ def test_same_shape_ops_unify_their_inputs():
     texts = env.guard_texts()
     assert "L['y'].size()[0] == L['g'].size()[0]" in texts
     assert "L['y'].size()[1] == L['g'].size()[1]" in texts
+
+
+def _tensors(args, kwargs):
+    """The tensor arguments in the order _symbolize names them a0, a1, ..."""
+    out = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, list | tuple):
+            out.extend(x for x in a if isinstance(x, torch.Tensor))
+    return out
+
+
+def _swap_tensors(args, kwargs, new):
+    """`args`/`kwargs` with their tensors replaced, in order, by `new`."""
+    it = iter(new)
+
+    def sw(a):
+        if isinstance(a, torch.Tensor):
+            return next(it)
+        if isinstance(a, list | tuple) and any(isinstance(x, torch.Tensor) for x in a):
+            return [sw(x) for x in a]
+        return a
+
+    return [sw(a) for a in args], {k: sw(v) for k, v in kwargs.items()}
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_guards_are_sound(case):
+    """Traced at one shape, run at another: where the guard holds, the symbolic sizes are right."""
+    op, build, params = CASES[case]
+    for p in params:
+        args, kwargs = build(*p)
+        env = ShapeEnv()
+        sargs, skwargs = _symbolize(env, args, kwargs)
+        got = symbolic_sizes(op, sargs, skwargs)
+        guard = env.guard_expr()
+        for q in params:
+            qargs, qkwargs = build(*q)
+            tensors = _tensors(qargs, qkwargs)
+            scope = {"L": {f"a{i}": t for i, t in enumerate(tensors)}}
+            holds = eval(guard, scope)
+            rargs, rkwargs = _swap_tensors(args, kwargs, tensors)  # p's constants, q's tensors
+            try:
+                expected = _out_shapes(op(*rargs, **rkwargs))
+            except (RuntimeError, IndexError, ValueError):
+                assert not holds, (op, p, q, guard)
+                continue
+            if holds:
+                ev = lambda s, env=env, scope=scope: (
+                    eval(env.render(s.expr), scope) if isinstance(s, SymNode) else s
+                )
+                if isinstance(got, Sizes):
+                    actual = tuple(ev(s) for s in got)
+                else:
+                    actual = tuple(None if g is None else tuple(ev(s) for s in g) for g in got)
+                assert actual == expected, (op, p, q, guard)
