@@ -22,17 +22,17 @@ bench: $(STAMP)
 	$(PY) -m kiln bench $(BENCH_ARGS)
 
 test: $(STAMP)            ## lint, format check, the whole test suite
-	$(PY) -m ruff check kiln tests benchmarks
-	$(PY) -m ruff format --check kiln tests benchmarks
+	$(PY) -m ruff check kiln kiln_bench tests benchmarks
+	$(PY) -m ruff format --check kiln kiln_bench tests benchmarks
 	$(PY) -m pytest -n 2 tests
 
 lint: $(STAMP)
-	$(PY) -m ruff check kiln tests benchmarks
-	$(PY) -m ruff format --check kiln tests benchmarks
+	$(PY) -m ruff check kiln kiln_bench tests benchmarks
+	$(PY) -m ruff format --check kiln kiln_bench tests benchmarks
 
 format: $(STAMP)
-	$(PY) -m ruff check --fix kiln tests benchmarks
-	$(PY) -m ruff format kiln tests benchmarks
+	$(PY) -m ruff check --fix kiln kiln_bench tests benchmarks
+	$(PY) -m ruff format kiln kiln_bench tests benchmarks
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -20,11 +20,6 @@ FORBIDDEN = (
     "torch.fx.experimental.symbolic_shapes",
 )
 
-# The one file allowed to use them: the benchmark harness runs torch.compile as the reference that
-# `kiln bench` measures kiln against (DESIGN.md: benchmarks may run torch.compile). The compiler
-# itself never imports it.
-EXEMPT = {"bench/compilers.py"}
-
 
 def _forbidden(module):
     return any(module == f or module.startswith(f + ".") for f in FORBIDDEN)
@@ -56,8 +51,7 @@ def _violations(path):
 
 
 def test_kiln_imports_nothing_we_build_ourselves():
-    paths = [p for p in sorted(KILN.rglob("*.py")) if p.relative_to(KILN).as_posix() not in EXEMPT]
-    bad = [v for path in paths for v in _violations(path)]
+    bad = [v for path in sorted(KILN.rglob("*.py")) for v in _violations(path)]
     assert not bad, "kiln/ uses modules we build ourselves:\n" + "\n".join(bad)
 
 

@@ -119,7 +119,7 @@ def bench_parser(sub=None):
 
 def list_models(out=None):
     """Print the suite: name, tags, description (and why HF entries are unavailable)."""
-    from kiln.bench import models
+    from kiln_bench import models
 
     out = out or sys.stdout
     ok, why = models.transformers_available()
@@ -155,8 +155,8 @@ def run_bench(args):
 
 
 def _run_bench(args):
-    from kiln.bench import models, report
-    from kiln.bench.runner import Runner, Settings, environment
+    from kiln_bench import models, report
+    from kiln_bench.runner import Runner, Settings, environment
 
     quick_names = ",".join(models.QUICK)
     settings = Settings(

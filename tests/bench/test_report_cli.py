@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from kiln.bench import report
-from kiln.bench.runner import Row, Runner, Settings, environment
 from kiln.tools import cli
+from kiln_bench import report
+from kiln_bench.runner import Row, Runner, Settings, environment
 
 
 def _fake_runner():

@@ -4,9 +4,9 @@ import math
 
 import torch
 
-from kiln.bench import report
-from kiln.bench.compilers import Eager, Kiln, parse_compare
-from kiln.bench.runner import Runner, Settings, compare
+from kiln_bench import report
+from kiln_bench.compilers import Eager, Kiln, parse_compare
+from kiln_bench.runner import Runner, Settings, compare
 
 
 def _settings(**kw):
@@ -122,7 +122,7 @@ def test_torch_compile_aot_eager_passes():
 def test_most_common_break_reason():
     import collections
 
-    from kiln.bench.compilers import _most_common
+    from kiln_bench.compilers import _most_common
 
     assert _most_common(collections.Counter()) == ""
     c = collections.Counter({"rare\nmore": 1, "often: data-dependent branch\ndetail": 3})

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import kiln
-from kiln.bench.models import REGISTRY
+from kiln_bench.models import REGISTRY
 
 BUILTIN = [n for n, spec in REGISTRY.items() if "builtin" in spec.tags]
 

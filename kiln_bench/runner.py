@@ -43,8 +43,8 @@ import traceback
 
 import torch
 
-from kiln.bench import models as suite
-from kiln.bench.compilers import Eager, Kiln, kiln_bench_config, parse_compare
+from kiln_bench import models as suite
+from kiln_bench.compilers import Eager, Kiln, kiln_bench_config, parse_compare
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPES["float64"] = torch.float64

@@ -39,50 +39,24 @@ class Eager:
         return ""
 
 
-# Note [Bench: the suite is user code]
-#   kiln never captures frames of modules in config.skip_modules, matched by prefix, and "kiln" is
-#   one of them, which would also skip the suite's own models in kiln.bench.models: every
-#   submodule call would become a graph break. While benchmarking, "kiln" is narrowed to kiln's
-#   other top-level modules, so kiln.bench is traced like any user code and kiln itself is not.
-
-
-def _without_bench(skip):
-    """skip_modules with "kiln" replaced by every kiln top-level module except kiln.bench."""
-    if "kiln" not in skip:
-        return skip
-    import os
-
-    import kiln
-
-    names = set()
-    for folder in kiln.__path__:
-        for entry in os.listdir(folder):
-            name = entry[:-3] if entry.endswith(".py") else entry
-            if name.isidentifier() and name not in ("bench", "__init__", "__pycache__"):
-                names.add(name)
-    inner = tuple(f"kiln.{n}" for n in sorted(names))
-    return tuple(m for m in skip if m != "kiln") + inner
-
-
 @contextlib.contextmanager
 def kiln_bench_config():
     """kiln's settings while benchmarking, restored afterwards.
 
     A backend failure must show in the table (raise_on_backend_error), not fall back to eager
-    silently; and see Note [Bench: the suite is user code].
+    silently.
     """
     try:
         from kiln import config
     except Exception:
         yield
         return
-    saved = config.raise_on_backend_error, config.skip_modules
+    saved = config.raise_on_backend_error
     config.raise_on_backend_error = True
-    config.skip_modules = _without_bench(config.skip_modules)
     try:
         yield
     finally:
-        config.raise_on_backend_error, config.skip_modules = saved
+        config.raise_on_backend_error = saved
 
 
 class Kiln:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from kiln.bench import models
+from kiln_bench import models
 
 HAVE_TRANSFORMERS, WHY = models.transformers_available()
 

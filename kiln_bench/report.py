@@ -6,7 +6,7 @@ import json
 import math
 import os
 
-from kiln.bench.runner import Row
+from kiln_bench.runner import Row
 
 COLUMNS = (
     # (header, Row field, format)
