@@ -11,7 +11,7 @@ BENCH_EPILOG = """\
 compilers (--compare, comma-separated; eager is always run as the baseline):
   kiln                 kiln.compile(model, backend=--backend)
   kiln:BACKEND         kiln.compile with that backend (eager, aot_eager, kiln)
-  torch.compile        torch.compile(model) with inductor, the reference
+  torch.compile        torch.compile with its default backend (inductor): the reference
   torch.compile:BACKEND  torch.compile with another backend (eager, aot_eager)
 
 examples:
