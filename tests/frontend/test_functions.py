@@ -267,3 +267,30 @@ def test_device_of_a_tensor_made_with_a_device_argument():
         return (x + r.to(r.device)).sum() + m.sum(), r.device
 
     run_and_compare(f, torch.randn(3), expected_graphs=1, expected_breaks=0)
+
+
+def test_device_and_finfo_constructors():
+    def f(x):
+        d = torch.device(type="cpu")
+        lo = torch.finfo(x.dtype).min
+        return x.to(d).clamp(min=lo) + torch.iinfo(torch.int32).bits
+
+    run_and_compare(f, torch.randn(3), expected_graphs=1, expected_breaks=0)
+
+
+def test_number_plus_equals_tensor():
+    def f(xs):
+        acc = 0
+        for x in xs:
+            acc += x * 2
+        return acc
+
+    backend_graphs = []
+
+    def backend(gm, example_inputs):
+        gm.recompile()  # the graph's code must be valid Python
+        backend_graphs.append(gm)
+        return gm.forward
+
+    run_and_compare(f, [torch.randn(2), torch.randn(2)], backend=backend)
+    assert "0 +=" not in backend_graphs[0].code

@@ -320,3 +320,13 @@ def test_is_grad_enabled_is_a_trace_time_constant():
     with torch.no_grad():
         torch.testing.assert_close(cf(x), x)
     assert kiln.counters["stats"]["graph_breaks"] == 0
+
+
+def test_torch_size_argument_does_not_recompile():
+    cf = kiln.compile(lambda x, shape: x.view(shape), backend="eager")
+    x = torch.randn(6)
+    for _ in range(3):
+        torch.testing.assert_close(cf(x, torch.Size([2, 3])), x.view(2, 3))
+    assert kiln.counters["stats"]["recompiles"] == 0
+    torch.testing.assert_close(cf(x, torch.Size([3, 2])), x.view(3, 2))
+    assert kiln.counters["stats"]["recompiles"] == 1

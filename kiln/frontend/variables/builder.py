@@ -158,7 +158,7 @@ def wrap_value(tx, value, source):
         items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]
         return TupleVariable(items, tuple_cls=type(value), source=source)
     if type(value) is torch.Size:
-        guards.add(GuardKind.CONSTANT_MATCH, source, tuple(value))
+        guards.add(GuardKind.CONSTANT_MATCH, source, value)
         return ConstantVariable(value, source=source)
     if type(value) in (dict, collections.OrderedDict) and all(is_literal(k) for k in value):
         guards.add(GuardKind.DICT_KEYS, source, (type(value), tuple(value)))

@@ -33,6 +33,8 @@ def binary_op(tx, fn, a, b):
     """a <op> b for an operator-module function."""
     from kiln.frontend.variables.torch import call_tensor_op
 
+    if isinstance(b, TensorVariable) and not isinstance(a, TensorVariable) and fn in _INPLACE:
+        fn = _INPLACE[fn]  # `n += t` for a number n is `n = n + t` (no in-place, a new tensor)
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [a, b], {})
     if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
@@ -439,4 +441,8 @@ _COMPARE_FNS = {
 }
 _BINARY_FNS = set(BINARY_OPS.values())
 _ITERTOOLS = {itertools.product, itertools.chain}
+_INPLACE = {
+    BINARY_OPS[k + "="]: BINARY_OPS[k]
+    for k in ("+", "-", "*", "/", "//", "%", "**", "@", "<<", ">>", "&", "|", "^")
+}
 _UNARY_FNS = {operator.neg, operator.pos, operator.invert, operator.abs}

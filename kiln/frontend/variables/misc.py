@@ -5,6 +5,27 @@ from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, fold, is_literal
 
 
+class ConstantObjectVariable(VariableTracker):
+    """An immutable object computed from constants (torch.finfo(dtype) ...): its attributes are
+    constants."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def var_getattr(self, tx, name):
+        attr = getattr(self.value, name)
+        if not is_literal(attr):
+            unimplemented(f"attribute {name!r} of {type(self.value).__name__}")
+        return ConstantVariable(attr)
+
+    def reconstruct(self, cg):
+        cg.load_object(self.value)
+
+
 class NullVariable(VariableTracker):
     """The NULL that PUSH_NULL / LOAD_GLOBAL put below a callable."""
 

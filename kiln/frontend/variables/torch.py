@@ -281,8 +281,20 @@ class TorchVariable(VariableTracker):
                 from kiln.frontend.variables.lists import SizeVariable
 
                 return SizeVariable(args[0].unpack_var_sequence(tx))
-            if fn in (torch.device, torch.dtype) and all(a.is_python_constant() for a in args):
-                return ConstantVariable(fn(*[a.as_python_constant() for a in args]))
+            if fn in (torch.device, torch.dtype, torch.finfo, torch.iinfo) and all(
+                a.is_python_constant() for a in [*args, *kwargs.values()]
+            ):
+                cargs = [a.as_python_constant() for a in args]
+                ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+                try:
+                    value = fn(*cargs, **ckw)
+                except Exception as e:
+                    unimplemented(f"{fn.__name__}(...) raised {type(e).__name__}: {e}")
+                if fn in (torch.finfo, torch.iinfo):
+                    from kiln.frontend.variables.misc import ConstantObjectVariable
+
+                    return ConstantObjectVariable(value)
+                return ConstantVariable(value)
             if fn in (torch.no_grad, torch.enable_grad) and not args and not kwargs:
                 from kiln.frontend.variables.misc import GradModeVariable
 
