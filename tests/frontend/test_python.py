@@ -348,3 +348,38 @@ def test_slice_builtin():
         return x[s], x[slice(1, 3)]
 
     run_and_compare(f, t(5), 2, expected_graphs=1, expected_breaks=0)
+
+
+def test_partial_made_while_tracing():
+    import functools
+
+    def scale(v, k, bias=0.0):
+        return v * k + bias
+
+    def f(x):
+        g = functools.partial(scale, k=3.0)
+        h = functools.partial(torch.add, alpha=2)
+        return g(x, bias=1.0) + h(x, x), g
+
+    def f_values(x):
+        return f(x)[0]
+
+    run_and_compare(f_values, t(3), expected_graphs=1, expected_breaks=0)
+    import kiln
+
+    kiln.reset()
+    out, g = kiln.compile(f, backend="eager")(t(3))
+    assert isinstance(g, functools.partial) and g.func is scale and g.keywords == {"k": 3.0}
+
+
+def test_module_list_slice():
+    import torch.nn as nn
+
+    layers = nn.ModuleList([nn.Linear(3, 3) for _ in range(4)])
+
+    def f(x):
+        for layer in layers[1:3]:
+            x = layer(x)
+        return x * len(layers[:2])
+
+    run_and_compare(f, t(2, 3), expected_graphs=1, expected_breaks=0)

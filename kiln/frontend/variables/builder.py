@@ -267,7 +267,7 @@ def _builtin_fns():
         slice,
     }
     fns |= {v for v in vars(operator).values() if isinstance(v, types.BuiltinFunctionType)}
-    fns |= {functools.reduce, itertools.product, itertools.chain}
+    fns |= {functools.reduce, functools.partial, itertools.product, itertools.chain}
     return frozenset(fns)
 
 

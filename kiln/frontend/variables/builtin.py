@@ -191,6 +191,10 @@ class BuiltinVariable(VariableTracker):
             for item in items:
                 acc = args[0].call_function(tx, [acc, item], {})
             return acc
+        if fn is functools.partial and args:
+            from kiln.frontend.variables.functions import PartialVariable
+
+            return PartialVariable(args[0], list(args[1:]), dict(kwargs))
         if fn in _ITERTOOLS and not kwargs:
             if fn is itertools.product:
                 lists = [a.unpack_var_sequence(tx) for a in args]

@@ -237,3 +237,47 @@ def _marker(obj, name):
     from kiln.frontend.cache import kiln_marker
 
     return kiln_marker(obj, name)
+
+
+class PartialVariable(VariableTracker):
+    """`functools.partial(fn, *args, **kwargs)` made while tracing."""
+
+    def __init__(self, fn, args, kwargs, **kw):
+        super().__init__(**kw)
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+
+    def python_type(self):
+        import functools
+
+        return functools.partial
+
+    def call_function(self, tx, args, kwargs):
+        return self.fn.call_function(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+    def var_getattr(self, tx, name):
+        if name == "func":
+            return self.fn
+        if name == "args":
+            return TupleVariable(list(self.args))
+        if name == "keywords":
+            return ConstDictVariable(dict(self.kwargs))
+        unimplemented(f"functools.partial.{name}")
+
+    def reconstruct(self, cg):
+        import functools
+
+        from kiln.bytecode import emit
+
+        cg.load_object(functools.partial, push_null=True)
+        cg.reconstruct(self.fn)
+        for a in self.args:
+            cg.reconstruct(a)
+        for v in self.kwargs.values():
+            cg.reconstruct(v)
+        n = 1 + len(self.args) + len(self.kwargs)
+        if self.kwargs:
+            cg.extend(emit.call_kw(n, tuple(self.kwargs)))
+        else:
+            cg.extend(emit.call(n))

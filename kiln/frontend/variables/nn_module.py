@@ -130,7 +130,7 @@ class NNModuleVariable(VariableTracker):
                 return self._child(tx, key)
             keys = list(mod._modules)
             if isinstance(key, slice):
-                unimplemented("slicing a module container")
+                return ModuleSliceVariable([self._child(tx, k) for k in keys[key]], type(mod))
             return self._child(tx, keys[key])
         if name == "__len__" and isinstance(mod, _CONTAINERS):
             return ConstantVariable(len(mod._modules))
@@ -190,3 +190,37 @@ class NNModuleVariable(VariableTracker):
 
     def __repr__(self):
         return f"NNModuleVariable({type(self.value).__name__})"
+
+
+class ModuleSliceVariable(VariableTracker):
+    """`layers[a:b]` of a ModuleList/Sequential: its submodules, to iterate over, index or len().
+    (Python builds a new container module; kiln does not rebuild one.)"""
+
+    def __init__(self, items, cls, **kw):
+        super().__init__(**kw)
+        self.items = items
+        self.cls = cls
+
+    def python_type(self):
+        return self.cls
+
+    def unpack_var_sequence(self, tx):
+        return list(self.items)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name == "__getitem__" and len(args) == 1:
+            key = args[0].as_python_constant()
+            if isinstance(key, slice):
+                return ModuleSliceVariable(self.items[key], self.cls)
+            return self.items[key]
+        unimplemented(f"{self.cls.__name__} slice .{name}")
+
+    def call_function(self, tx, args, kwargs):
+        if self.cls is not torch.nn.Sequential:
+            unimplemented(f"calling a {self.cls.__name__}")
+        out = args[0]
+        for m in self.items:
+            out = m.call_function(tx, [out], {})
+        return out
