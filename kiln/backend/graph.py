@@ -53,7 +53,7 @@ class PyValue:
 REALIZE_OPS = 16
 REALIZE_READS = 4
 INLINE_LIMIT = 120
-TRANSCENDENTAL = ("exp", "log", "tanh", "erf", "sin", "cos", "sigmoid", "pow", "sqrt", "expm1")
+TRANSCENDENTAL = ("exp", "log", "tanh", "erf", "sin", "cos", "sigmoid", "pow", "expm1")
 
 
 class GraphLowering:

@@ -33,7 +33,10 @@ class SchedNode:
         self.name = buf.name
         data = buf.data
         self.is_reduction = isinstance(data, Reduction)
-        self.ranges = tuple(data.ranges)
+        # size-1 dimensions are dropped for fusion decisions: a (256, 1) row statistic shares
+        # the loops of a (256,) reduction; they index as 0 (see index_vars)
+        self.full_ranges = tuple(data.ranges)
+        self.ranges = tuple(r for r in data.ranges if r != 1)
         self.rranges = tuple(data.reduction_ranges) if self.is_reduction else ()
         self.reduction_type = data.reduction_type if self.is_reduction else None
         self.reads = {n for n, _ in self.all_loads()}
@@ -58,8 +61,15 @@ class SchedNode:
             return ov + iv, []
         return ov, iv  # red
 
-    def loads(self, role, outer, inner):
+    def index_vars(self, role, outer, inner):
+        """vars_for spread over the node's own dimensions (0 at its size-1 dimensions)."""
         idx, ridx = self.vars_for(role, outer, inner)
+        it = iter(idx)
+        full = [Ix() if r == 1 else next(it) for r in self.full_ranges]
+        return full, ridx
+
+    def loads(self, role, outer, inner):
+        idx, ridx = self.index_vars(role, outer, inner)
         h = ReadsHandler()
         with set_handler(h):
             if self.is_reduction:
@@ -69,7 +79,7 @@ class SchedNode:
         return h.loads
 
     def store_index(self, role, outer, inner):
-        idx, _ = self.vars_for(role, outer, inner)
+        idx, _ = self.index_vars(role, outer, inner)
         return self.buf.layout.index(idx)
 
 

@@ -122,3 +122,13 @@ def test_softmax_exp_computed_once_and_output_written_in_place():
     assert c.cpp_src.split('extern "C" int kernel0')[1].count("kiln_expf(") == 1
     assert c.wrapper_src.count("empty_strided(") == 1
     assert "written in place" in c.wrapper_src
+
+
+def test_keepdim_row_statistics_fuse_with_their_rows():
+    x = torch.randn(64, 128)
+
+    def rms(x):
+        y = torch.tanh(x)
+        return (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6),)
+
+    check(rms, [x], expect_kernels=1, atol=1e-5, rtol=1e-5)

@@ -400,7 +400,7 @@ class KernelWriter:
     def store(self, node, role, value):
         name = node.name
         layout = node.buf.layout
-        idx, _ = node.vars_for(role, self.g.outer, self.g.inner)
+        idx, _ = node.index_vars(role, self.g.outer, self.g.inner)
         ix = layout.index(idx)
         self.locals[name] = (value, ix, role in ("inner", "flat"))
         if name in self.stores:
@@ -416,7 +416,7 @@ class KernelWriter:
     # --- structure -------------------------------------------------------------------------------
 
     def run_node(self, node, role):
-        idx, ridx = node.vars_for(role, self.g.outer, self.g.inner)
+        idx, ridx = node.index_vars(role, self.g.outer, self.g.inner)
         with set_handler(self.handler):
             if node.is_reduction:
                 return node.buf.data.inner_fn(idx, ridx)
