@@ -21,6 +21,11 @@ class Unsupported(KilnError):
         return self.msg
 
 
+class CompiledAutogradCall(Unsupported):
+    """`.backward()` under config.compiled_autograd: the frame splits there and compiled autograd
+    captures the whole backward as one graph, so fullgraph=True allows it."""
+
+
 def unimplemented(msg):
     """Stop tracing here: the caller turns this into a graph break (or an error under fullgraph)."""
     raise Unsupported(msg)

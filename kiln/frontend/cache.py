@@ -14,7 +14,7 @@ import weakref
 import torch
 
 from kiln import config, logs
-from kiln.exc import Unsupported
+from kiln.exc import CompiledAutogradCall, Unsupported
 from kiln.frontend.codegen import NoBreakHere, transformed_code, transformed_code_at_break
 from kiln.frontend.guards import GuardKind, build_guard_fn, first_failure
 from kiln.frontend.output_graph import OutputGraph
@@ -76,7 +76,7 @@ class FrameCache:
     def _child(self, key, fn, **kw):
         wrapper = self.children.get(key)
         if wrapper is None:
-            cache = FrameCache(fn, self.backend, self.backend_name, **kw)
+            cache = FrameCache(fn, self.backend, self.backend_name, fullgraph=self.fullgraph, **kw)
             wrapper = self.children[key] = make_wrapper(cache)
         return wrapper
 
@@ -92,6 +92,7 @@ class FrameCache:
                 cache = ClosureFrameCache(
                     code, self.fn.__globals__, self.backend, self.backend_name
                 )
+                cache.fullgraph = self.fullgraph
                 wrapper = self.children[code] = make_closure_wrapper(cache)
             return wrapper
         fn = types.FunctionType(code, self.fn.__globals__, code.co_name)
@@ -208,7 +209,8 @@ class FrameCache:
             tx.run()
         except Unsupported as e:
             torch._C._set_grad_enabled(grad_mode)  # a traced `with no_grad()` may be open
-            if self.fullgraph or getattr(e, "root_tx", None) is not tx:
+            allowed = not self.fullgraph or isinstance(e, CompiledAutogradCall)
+            if not allowed or getattr(e, "root_tx", None) is not tx:
                 raise
             try:
                 new_code = transformed_code_at_break(

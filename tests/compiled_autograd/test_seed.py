@@ -21,14 +21,6 @@ class Model(torch.nn.Module):
         return self.linear(x)
 
 
-def _xfail_unless_wired():
-    if ca_counters().get("captures", 0) == 0:
-        pytest.xfail(
-            "kiln.config.compiled_autograd is not wired into the frontend's frame entry yet "
-            "(kiln.compiled_autograd.maybe_enable)"
-        )
-
-
 @pytest.fixture
 def config_on():
     prev = config.compiled_autograd
@@ -54,7 +46,7 @@ def test_basic_usage_train_under_config(config_on):
         train(model, x)
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
-    _xfail_unless_wired()
+    assert ca_counters()["captures"] == 1
     assert "===== Compiled autograd graph =====" in log.getvalue()
 
 
@@ -94,16 +86,44 @@ def test_different_flags_backward_fullgraph(config_on):
     with clean():
         cmodel = kiln.compile(model, backend="eager")
         loss = cmodel(x).sum()
-        try:
-            kiln.compile(lambda: loss.backward(), backend="eager", fullgraph=True)()
-        except Unsupported as e:
-            pytest.xfail(
-                "the frontend treats Tensor.backward() as a graph break even under "
-                f"config.compiled_autograd, so fullgraph=True raises: {e}"
-            )
+        kiln.compile(lambda: loss.backward(), backend="eager", fullgraph=True)()
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad)
-    _xfail_unless_wired()
+    assert ca_counters()["captures"] == 1
+
+
+def test_fullgraph_frame_with_backward_and_more_work(config_on):
+    """Forward, backward and more tensor work in one fullgraph frame: it splits only at backward."""
+    torch.manual_seed(0)
+    model, x = Model(), torch.randn(10)
+    ref = copy.deepcopy(model)
+
+    def step(model, x):
+        loss = model(x).sum()
+        loss.backward()
+        return loss.detach() * 2 + x.cos().sum()
+
+    expected = step(ref, x)
+    with clean():
+        got = kiln.compile(step, backend="eager", fullgraph=True)(model, x)
+        graphs = kiln.counters["stats"]["unique_graphs"]
+    torch.testing.assert_close(got, expected)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
+    assert ca_counters()["captures"] == 1
+    assert graphs == 3  # forward, the backward (compiled autograd), the work after it
+
+
+def test_fullgraph_still_rejects_other_breaks_after_backward(config_on):
+    model, x = Model(), torch.randn(10)
+
+    def step(model, x):
+        loss = model(x).sum()
+        loss.backward()
+        return loss.item()
+
+    with clean(), pytest.raises(Unsupported, match="item"):
+        kiln.compile(step, backend="eager", fullgraph=True)(model, x)
 
 
 def test_context_manager_fullgraph():
@@ -220,5 +240,5 @@ def test_recompile_examples_through_config(config_on):
         for op in [torch.add, torch.sub, torch.mul, torch.div]:
             loss = op(x, x).sum()
             kiln.compile(lambda: loss.backward(), backend="eager")()  # noqa: B023 (seed form)
-    _xfail_unless_wired()
+    assert ca_counters()["captures"] == 4  # one per new autograd structure
     assert log.getvalue().count("Cache miss due to new autograd node") >= 4

@@ -258,3 +258,17 @@ def test_torch_objects_are_not_ops_and_train_step_matches_eager():
         for p, q in zip(m1.parameters(), m2.parameters()):
             torch.testing.assert_close(p, q)
         assert kiln.counters["stats"]["unique_graphs"] >= 1
+
+
+def test_fullgraph_rejects_backward_without_compiled_autograd():
+    """Only compiled autograd captures a .backward(); without it, fullgraph names the call."""
+    assert not kiln.config.compiled_autograd
+    w = torch.randn(3, requires_grad=True)
+
+    def step(x):
+        loss = (w * x).sum()
+        loss.backward()
+        return loss
+
+    with pytest.raises(Unsupported, match=r"Tensor\.backward\(\)"):
+        kiln.compile(step, backend="eager", fullgraph=True)(torch.randn(3))

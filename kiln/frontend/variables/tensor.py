@@ -4,7 +4,8 @@ import operator
 
 import torch
 
-from kiln.exc import unimplemented
+from kiln import config
+from kiln.exc import CompiledAutogradCall, unimplemented
 from kiln.frontend import shapes
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
@@ -109,6 +110,8 @@ class TensorVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         from kiln.frontend.variables.torch import call_tensor_op
 
+        if name == "backward" and config.compiled_autograd:
+            raise CompiledAutogradCall("Tensor.backward() runs through compiled autograd")
         if name in _BREAKING_METHODS:
             unimplemented(_BREAKING_METHODS[name])
         if name in ("size", "stride") or name in _META_METHODS:
