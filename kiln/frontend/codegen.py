@@ -94,14 +94,10 @@ def assemble(code, body, temps=()):
 
 def _log_bytecode(code, new_code):
     if logs.enabled("bytecode"):
-        import dis
-        import io
+        from kiln.bytecode import format_code
 
-        buf = io.StringIO()
-        dis.dis(code, file=buf)
-        buf.write("--- transformed ---\n")
-        dis.dis(new_code, file=buf)
-        logs.log("bytecode", "bytecode of %s:\n%s", code.co_qualname, buf.getvalue())
+        text = f"{format_code(code)}\n--- transformed ---\n{format_code(new_code)}"
+        logs.log("bytecode", "bytecode of %s:\n%s", code.co_qualname, text)
 
 
 def _graph_call(output, body):
