@@ -25,9 +25,11 @@ is abandoned and the backward runs in the eager engine.
 """
 
 import collections
+import gc
 import operator
 import os
 import sys
+import weakref
 
 import torch
 import torch.fx
@@ -43,6 +45,17 @@ _ENGINE = torch.autograd.variable.Variable._execution_engine  # the real one, ca
 _TORCH_DIR = os.path.dirname(torch.__file__)
 # torch files whose functions the engine calls as hooks (not dispatcher helpers): never allowed
 _TORCH_CALLBACK_FILES = ("utils/hooks.py", "utils/checkpoint.py", "distributed", "nn/modules")
+
+
+def _is_finalizer(frame):
+    """A weakref callback (its first argument is the dead weakref) or a `__del__` method."""
+    code = frame.f_code
+    if code.co_name == "__del__":
+        return True
+    if code.co_argcount >= 1:
+        first = frame.f_locals.get(code.co_varnames[0])
+        return isinstance(first, weakref.ReferenceType)
+    return False
 
 
 class _Opaque:
@@ -316,9 +329,13 @@ class Capture:
                     d in code.co_filename for d in _TORCH_CALLBACK_FILES
                 ):
                     return  # the dispatcher's own Python helpers
+                if _is_finalizer(frame):
+                    return  # an object died meanwhile: not something the engine called
                 unknown.append(f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})")
 
         old = sys.getprofile()
+        gc_was_on = gc.isenabled()
+        gc.disable()  # no cyclic collection (and its finalizers) in the middle of the capture
         with self.tracer.tracing():
             sys.setprofile(profile)
             try:
@@ -327,6 +344,8 @@ class Capture:
                 )
             finally:
                 sys.setprofile(old)
+                if gc_was_on:
+                    gc.enable()
         if unknown:
             raise Unsupported(
                 f"the engine called a Python function kiln does not know: {unknown[0]}"
