@@ -90,6 +90,24 @@ class VariableTracker:
         return f"{type(self).__name__}()"
 
 
+class PythonValueVariable(VariableTracker):
+    """A value known while tracing, held as the Python object itself (constants, torch callables,
+    user classes): its type and constant-ness come from that object."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def is_python_constant(self):
+        return True
+
+    def as_python_constant(self):
+        return self.value
+
+
 class BoundMethodVariable(VariableTracker):
     """`obj.method` of a traced container/iterator before it is called."""
 

@@ -5,7 +5,7 @@ import operator
 import torch
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import PythonValueVariable
 
 CONSTANT_TYPES = (
     int,
@@ -37,21 +37,8 @@ def is_literal(value):
 _PURE_TYPES = (int, float, bool, complex, str, bytes, tuple, torch.dtype, torch.device)
 
 
-class ConstantVariable(VariableTracker):
+class ConstantVariable(PythonValueVariable):
     """A Python constant known while tracing (guarded by its source if it came from one)."""
-
-    def __init__(self, value, **kw):
-        super().__init__(**kw)
-        self.value = value
-
-    def python_type(self):
-        return type(self.value)
-
-    def is_python_constant(self):
-        return True
-
-    def as_python_constant(self):
-        return self.value
 
     def var_getattr(self, tx, name):
         try:

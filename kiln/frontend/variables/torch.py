@@ -14,7 +14,7 @@ import types
 import torch
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import PythonValueVariable
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 
 _META = torch.device("meta")
@@ -247,21 +247,8 @@ def _is_compiling_query(fn):
     )
 
 
-class TorchVariable(VariableTracker):
+class TorchVariable(PythonValueVariable):
     """A function or class from torch (torch.sin, F.relu, torch.Tensor ...), called into the graph."""
-
-    def __init__(self, value, **kw):
-        super().__init__(**kw)
-        self.value = value
-
-    def python_type(self):
-        return type(self.value)
-
-    def is_python_constant(self):
-        return True
-
-    def as_python_constant(self):
-        return self.value
 
     def var_getattr(self, tx, name):
         from kiln.frontend.variables.builder import wrap_constant_like

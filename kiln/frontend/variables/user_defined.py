@@ -5,26 +5,13 @@ import types
 
 from kiln.exc import unimplemented
 from kiln.frontend.source import AttrSource
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import PythonValueVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.functions import UserMethodVariable, inline_call
 
 
-class UserDefinedClassVariable(VariableTracker):
+class UserDefinedClassVariable(PythonValueVariable):
     """A class object (guarded by identity)."""
-
-    def __init__(self, value, **kw):
-        super().__init__(**kw)
-        self.value = value
-
-    def python_type(self):
-        return type(self.value)
-
-    def is_python_constant(self):
-        return True
-
-    def as_python_constant(self):
-        return self.value
 
     def var_getattr(self, tx, name):
         from kiln.frontend.variables.builder import wrap_value
