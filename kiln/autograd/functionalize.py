@@ -19,7 +19,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from kiln.autograd.tracer import ProxyTensor, is_view_op
+from kiln.autograd.tracer import METADATA_MUTATIONS, ProxyTensor, is_view_op
 from kiln.exc import Unsupported
 
 aten = torch.ops.aten
@@ -52,20 +52,6 @@ class FunctionalizeResult:
 # just `x = squeeze(x)`, and the tracer already moved the tensor to the new node (Note [Tracer:
 # metadata mutation]); anything else (inputs, resize_, set_) raises Unsupported, and the caller
 # falls back to eager for that graph.
-_METADATA_MUTATIONS = {
-    "t_",
-    "transpose_",
-    "squeeze_",
-    "unsqueeze_",
-    "resize_",
-    "resize_as_",
-    "set_",
-    "as_strided_",
-    "swapaxes_",
-    "swapdims_",
-    "_resize_output_",
-    "detach_",
-}
 
 # metadata mutations with a view twin (allowed on fresh values, see metadata_mutation)
 _METADATA_FUNCTIONAL = {
@@ -323,7 +309,7 @@ class _Functionalizer:
             self.env[n] = self.emit(func, self.map(n.args), self.map(n.kwargs), name=n.name)
             return
         name = func._schema.name.split("::")[-1]
-        if name in _METADATA_MUTATIONS:
+        if name in METADATA_MUTATIONS:
             return self.metadata_mutation(n, func, name)
         if func is aten.native_batch_norm.default and n.args[5] and n.args[3] is not None:
             return self.batch_norm(n)

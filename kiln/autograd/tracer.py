@@ -273,7 +273,7 @@ def is_view_op(func):
 # is re-strided to match (as_strided_ below the dispatcher, so nothing is recorded) and from then on
 # x names the squeeze_ node, whose val is x; the node that made x keeps a snapshot of the old
 # metadata as its val.
-_METADATA_OPS = {
+METADATA_MUTATIONS = {  # in-place ops that change size/strides (by name)
     "t_",
     "transpose_",
     "squeeze_",
@@ -291,7 +291,7 @@ _METADATA_OPS = {
 
 def _is_metadata_mutation(func):
     schema = getattr(func, "_schema", None)
-    return schema is not None and schema.name.split("::")[-1] in _METADATA_OPS
+    return schema is not None and schema.name.split("::")[-1] in METADATA_MUTATIONS
 
 
 def _resync(t):
