@@ -330,3 +330,30 @@ def test_torch_size_argument_does_not_recompile():
     assert kiln.counters["stats"]["recompiles"] == 0
     torch.testing.assert_close(cf(x, torch.Size([3, 2])), x.view(3, 2))
     assert kiln.counters["stats"]["recompiles"] == 1
+
+
+def test_bound_c_methods_are_guarded_by_what_they_are_bound_to():
+    """`out.keys` is a new object on every access: guarding its identity would recompile on every
+    call. The guard pins the type it is bound to and the method name instead."""
+    import collections
+
+    class Out(collections.OrderedDict):
+        pass
+
+    class Other(collections.OrderedDict):
+        def keys(self):
+            return ["other"]
+
+    def f(out, x):
+        return list(out.keys()), x + 1
+
+    kiln.reset()
+    cf = kiln.compile(f, backend="eager")
+    for _ in range(4):
+        o = Out(a=1, b=2)
+        got, want = cf(o, torch.ones(2)), f(o, torch.ones(2))
+        assert got[0] == want[0] and torch.equal(got[1], want[1])
+    assert kiln.counters["stats"]["recompiles"] == 0
+    o = Other(a=1)
+    got = cf(o, torch.ones(2))
+    assert got[0] == ["other"] and torch.equal(got[1], torch.full((2,), 2.0))

@@ -199,7 +199,13 @@ def wrap_value(tx, value, source):
             return TorchVariable(value, source=source)
         return UserDefinedClassVariable(value, source=source)
     if callable(value) and not hasattr(value, "__dict__"):
-        guards.add(GuardKind.ID_MATCH, source, value)
+        if _is_bound_c_method(value):
+            # Python makes a new bound object per access (`out.keys`), so an identity guard would
+            # fail on every call; it is reloaded from its source, so pin what it is bound to.
+            guards.add(GuardKind.TYPE_MATCH, _attr(source, "__self__"), type(value.__self__))
+            guards.add(GuardKind.CONSTANT_MATCH, _attr(source, "__name__"), value.__name__)
+        else:
+            guards.add(GuardKind.ID_MATCH, source, value)
         return OpaqueCallableVariable(value, source=source)
     guards.add(GuardKind.TYPE_MATCH, source, type(value))
     return UserDefinedObjectVariable(value, source=source)
@@ -231,6 +237,13 @@ def _guard_function(guards, fn, source):
                 guards.add(
                     GuardKind.CONSTANT_MATCH, GetItemSource(_attr(source, "__kwdefaults__"), k), d
                 )
+
+
+def _is_bound_c_method(value):
+    """`obj.method` of a C method bound to an ordinary object (not a module, class or None)."""
+    return isinstance(value, types.BuiltinMethodType) and not isinstance(
+        value.__self__, (types.NoneType, types.ModuleType, type)
+    )
 
 
 def _is_builtin(value):
