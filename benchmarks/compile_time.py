@@ -17,23 +17,8 @@ import tempfile
 CHILD = r"""
 import json, os, sys, time
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-class Block(nn.Module):
-    def __init__(self, d=64, h=4):
-        super().__init__()
-        self.h = h
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
-        att = (q @ k.transpose(-1, -2) * (d // self.h) ** -0.5).softmax(-1)
-        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+sys.path.insert(0, sys.argv[3])
+from blocks import Block
 
 which, mode = sys.argv[1], sys.argv[2]
 torch.manual_seed(0)
@@ -64,7 +49,7 @@ print(json.dumps({"seconds": dt, "ok": bool(ok), "stats": stats}))
 
 def run(which, mode, env):
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, which, mode],
+        [sys.executable, "-c", CHILD, which, mode, os.path.dirname(os.path.abspath(__file__))],
         env=env,
         capture_output=True,
         text=True,
