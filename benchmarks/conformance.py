@@ -1,0 +1,191 @@
+"""Op conformance sweep: PyTorch's own OpInfo database (`op_db`) run through kiln vs eager.
+
+Every OpInfo op (about 700) is called on its first sample inputs, eagerly and through
+`kiln.compile(..., backend=B)`; the result passes when outputs (and, with `--grad`, the gradients of
+every floating input) match eager under the op's tolerance, or when both raise the same exception
+type. The corpus is not ours (it ships with torch, `torch.testing._internal`, and needs the
+`expecttest` package: `pip install -e .[bench]`), so it measures what a torch user would meet.
+
+    .venv/bin/python benchmarks/conformance.py --backend eager|aot_eager|kiln [--grad]
+        [--dtype float32] [--samples 1] [--ops abs,add] [--json PATH]
+
+Ops run in worker processes (a crash or a hang costs one op, not the sweep). Printed: the pass
+rate, then every failure with its first line.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+
+WORKER = r"""
+import json, sys, warnings
+import torch
+warnings.filterwarnings("ignore")
+import kiln
+from torch.testing._internal.common_methods_invocations import op_db
+
+backend, dtype, samples, grad = sys.argv[1], getattr(torch, sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+names = set(sys.argv[5].split(","))
+torch.set_num_threads(1)
+
+
+def clone(x):
+    if isinstance(x, torch.Tensor):
+        c = x.detach().clone()
+        return c.requires_grad_(x.requires_grad)
+    if isinstance(x, (list, tuple)):
+        return type(x)(clone(i) for i in x) if not hasattr(x, "_fields") else type(x)(*map(clone, x))
+    if isinstance(x, dict):
+        return {k: clone(v) for k, v in x.items()}
+    return x
+
+
+def tensors(x):
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for i in x for t in tensors(i)]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in tensors(v)]
+    return []
+
+
+def run(fn, sample):
+    args = clone([sample.input, *sample.args])
+    kwargs = clone(sample.kwargs)
+    torch.manual_seed(0)
+    try:
+        out = fn(*args, **kwargs)
+        grads = None
+        if grad:
+            leaves = [t for t in tensors(args) + tensors(kwargs) if t.requires_grad]
+            outs = [t for t in tensors(out) if t.requires_grad and t.is_floating_point()]
+            if leaves and outs:
+                total = sum(o.float().sum() for o in outs)
+                grads = torch.autograd.grad(total, leaves, allow_unused=True)
+        return ("ok", out, grads, args)
+    except Exception as e:
+        return ("raise", type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "", None)
+
+
+def compare(a, b, op):
+    ta, tb = tensors(a), tensors(b)
+    if len(ta) != len(tb):
+        return f"{len(ta)} tensors vs {len(tb)}"
+    for x, y in zip(ta, tb):
+        if x is None or y is None:
+            if (x is None) != (y is None):
+                return "None vs tensor"
+            continue
+        try:
+            torch.testing.assert_close(y, x, equal_nan=True, rtol=1.3e-5 if dtype == torch.float32 else None, atol=1e-5 if dtype == torch.float32 else None, check_stride=False)
+        except AssertionError as e:
+            return str(e).strip().splitlines()[0][:200]
+    return None
+
+
+for op in op_db:
+    key = f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+    if key not in names:
+        continue
+    if dtype not in op.supported_dtypes("cpu") or (grad and not op.supports_autograd):
+        print(json.dumps({"op": key, "status": "skip"}), flush=True)
+        continue
+    status, why = "pass", ""
+    try:
+        sample_list = list(op.sample_inputs("cpu", dtype, requires_grad=grad))[:samples]
+    except Exception as e:
+        print(json.dumps({"op": key, "status": "skip", "why": f"samples: {e}"[:200]}), flush=True)
+        continue
+    for sample in sample_list:
+        kiln.reset()
+        def eager_fn(*a, **k):
+            return op.op(*a, **k)
+        def user_fn(*a, **k):
+            return op.op(*a, **k)
+        ref = run(eager_fn, sample)
+        got = run(kiln.compile(user_fn, backend=backend), sample)
+        if ref[0] == "raise":
+            if got[0] != "raise" or got[1] != ref[1]:
+                status, why = "fail", f"eager raised {ref[1]}, kiln gave {got[0]} {got[1] if got[0] == 'raise' else ''}"
+        elif got[0] == "raise":
+            status, why = "fail", f"kiln raised {got[1]}: {got[2]}"
+        else:
+            diff = compare(ref[1], got[1], op) or compare(ref[3], got[3], op)
+            if diff is None and grad and ref[2] is not None:
+                diff = compare(list(ref[2]), list(got[2] or []), op)
+                diff = diff and "grad: " + diff
+            if diff:
+                status, why = "fail", diff
+        if status != "pass":
+            break
+    print(json.dumps({"op": key, "status": status, "why": why}), flush=True)
+"""
+
+
+def op_names():
+    """Every OpInfo key (name.variant) in op_db, in order."""
+    code = (
+        "from torch.testing._internal.common_methods_invocations import op_db\n"
+        "for op in op_db: print(f'{op.name}.{op.variant_test_name}' if op.variant_test_name"
+        " else op.name)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def sweep(names, args, timeout):
+    """Run workers until every op has a result; an op that crashes or hangs its worker fails."""
+    results = {}
+    pending = list(names)
+    while pending:
+        cmd = [sys.executable, "-c", WORKER, args.backend, args.dtype, str(args.samples)]
+        cmd += ["1" if args.grad else "0", ",".join(pending)]
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            stdout, crash = out.stdout, out.returncode != 0
+            detail = out.stderr.strip().splitlines()[-1:] if crash else []
+        except subprocess.TimeoutExpired as e:
+            stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            crash, detail = True, ["timeout"]
+        for line in stdout.splitlines():
+            if line.startswith("{"):
+                r = json.loads(line)
+                results[r["op"]] = r
+        pending = [n for n in pending if n not in results]
+        if crash and pending:  # the first op without a result took the worker down
+            results[pending[0]] = {"op": pending[0], "status": "fail", "why": f"crash: {detail}"}
+            pending = pending[1:]
+        elif not crash:
+            break
+    return results
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backend", default="eager")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--samples", type=int, default=1)
+    p.add_argument("--grad", action="store_true")
+    p.add_argument("--ops", default=None, help="comma-separated OpInfo names (default: all)")
+    p.add_argument("--timeout", type=int, default=3600)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    names = args.ops.split(",") if args.ops else op_names()
+    results = sweep(names, args, args.timeout)
+    ran = [r for r in results.values() if r["status"] != "skip"]
+    passed = [r for r in ran if r["status"] == "pass"]
+    what = f"backend={args.backend} dtype={args.dtype} grad={args.grad} samples={args.samples}"
+    print(f"{what}: {len(passed)}/{len(ran)} pass ({100 * len(passed) / max(len(ran), 1):.1f}%),")
+    print(f"{len(results) - len(ran)} skipped (dtype or autograd unsupported by the op)")
+    for r in ran:
+        if r["status"] != "pass":
+            print(f"  FAIL {r['op']}: {r['why']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
