@@ -7,6 +7,7 @@ import torch
 from kiln import logs
 from kiln.backend import lowering as L
 from kiln.backend.ir import (
+    HINTS,
     RANGES,
     Buffer,
     ComputedBuffer,
@@ -20,6 +21,12 @@ from kiln.backend.ir import (
     StorageBox,
     View,
     contiguous_strides,
+    dense_stride_of,
+    is_sym,
+    known_eq,
+    sizes_of,
+    strides_of,
+    to_expr,
 )
 
 
@@ -33,6 +40,14 @@ class ScalarArg:
     def __init__(self, name, value):
         self.name = name
         self.value = value
+
+
+class SymArg:
+    """A size graph input (an int at run time) whose value is the expression `expr` (contract 3)."""
+
+    def __init__(self, name, expr):
+        self.name = name
+        self.expr = expr
 
 
 class PyValue:
@@ -112,12 +127,7 @@ class GraphLowering:
         if isinstance(base, StorageBox):
             base.realize()
             return base.realized_layout()
-        stride = None
-        if isinstance(val, torch.Tensor) and tuple(val.shape) == tuple(value.get_size()):
-            from kiln.backend.ir import is_dense
-
-            if is_dense(val.shape, val.stride()):
-                stride = tuple(val.stride())
+        stride = dense_stride_of(val, value.get_size())
         box = StorageBox(Pointwise(value.get_dtype(), value.get_size(), value.make_loader()), self)
         box.realize(stride)
         return box.realized_layout()
@@ -126,6 +136,10 @@ class GraphLowering:
 
     def run(self):
         RANGES.clear()
+        HINTS.clear()
+        env = self.gm.meta.get("shape_env") if hasattr(self.gm, "meta") else None
+        if env is not None:
+            HINTS.update(env.var_to_val)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 self.env[node] = self.placeholder(node, len(self.inputs))
@@ -143,6 +157,10 @@ class GraphLowering:
         if k >= len(self.example_inputs):
             raise GraphNotSupported("more placeholders than example inputs")
         x = self.example_inputs[k]
+        sym = _size_value(node.meta.get("val"), x)
+        if sym is not None:  # a size input: bound to its symbol, never specialised
+            self.inputs.append(SymArg(f"arg{k}", sym))
+            return sym
         if isinstance(x, (bool, int, float)):
             # specialized: the wrapper runs the graph eagerly when a call passes another value
             self.inputs.append(ScalarArg(f"arg{k}", x))
@@ -150,7 +168,7 @@ class GraphLowering:
         if not isinstance(x, torch.Tensor):
             raise GraphNotSupported(f"non-tensor graph input {type(x).__name__}")
         _check_tensor(x)
-        buf = InputBuffer(f"arg{k}", Layout(x.shape, x.stride(), x.dtype))
+        buf = InputBuffer(f"arg{k}", Layout(sizes_of(x), strides_of(x), x.dtype))
         self.inputs.append(buf)
         self.buffers[buf.name] = buf
         return buf
@@ -171,8 +189,14 @@ class GraphLowering:
     def call_function(self, node):
         target = node.target
         args, kwargs = _map_args(node.args, self.env), _map_args(node.kwargs, self.env)
-        if target is operator.getitem:
+        if target is operator.getitem and not _is_size(node.meta.get("val")):
             return args[0][args[1]]
+        val = node.meta.get("val")
+        if (target in SIZE_OPS and "val" in node.meta) or (
+            _is_size(val) and not isinstance(target, torch._ops.OpOverload)
+        ):
+            # a size computation (sym_size, operator.mul, ...): its value is its val's expression
+            return to_expr(val)
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
             raise GraphNotSupported(f"mutating op {target}")
         val = node.meta.get("val")
@@ -227,7 +251,8 @@ class GraphLowering:
         def out_buf(v):
             if isinstance(v, torch.Tensor):
                 _check_tensor(v)
-                b = ExternBuffer(self._name(), Layout(v.shape, v.stride(), v.dtype), kernel)
+                lay = Layout(sizes_of(v), strides_of(v), v.dtype)
+                b = ExternBuffer(self._name(), lay, kernel)
                 self.buffers[b.name] = b
                 return b
             if v is None:
@@ -288,6 +313,29 @@ def _cost(loops):
     return c
 
 
+SIZE_OPS = {
+    torch.ops.aten.sym_size.int,
+    torch.ops.aten.sym_stride.int,
+    torch.ops.aten.sym_numel.default,
+    torch.ops.aten.sym_storage_offset.default,
+}
+
+
+def _is_size(v):
+    return isinstance(v, torch.SymInt)
+
+
+def _size_value(val, example):
+    """The expression of a symbolic size graph input (val or example a SymInt), else None."""
+    for v in (val, example):
+        if isinstance(v, torch.SymInt) or (
+            not isinstance(v, (int, float, bool, torch.Tensor)) and hasattr(v, "expr")
+        ):
+            e = to_expr(v)
+            return e if is_sym(e) else None
+    return None
+
+
 def _check_tensor(x):
     if x.device.type not in ("cpu", "meta") or x.layout != torch.strided:
         raise GraphNotSupported(f"tensor on {x.device} / {x.layout}")
@@ -305,11 +353,10 @@ def _check_val(val):
 
 def _matches(out, val):
     if isinstance(val, torch.Tensor):
-        return (
-            L.is_ir(out)
-            and tuple(out.get_size()) == tuple(val.shape)
-            and out.get_dtype() == val.dtype
-        )
+        if not L.is_ir(out) or out.get_dtype() != val.dtype:
+            return False
+        a, b = tuple(out.get_size()), sizes_of(val)
+        return len(a) == len(b) and all(known_eq(x, y) for x, y in zip(a, b))
     if isinstance(val, (list, tuple)):
         return (
             isinstance(out, (list, tuple))

@@ -13,20 +13,235 @@ of a list of index expressions that computes the element through the current `op
 """
 
 import contextlib
+import functools
 import itertools
 import math
 
+import sympy
 import torch
+
+# --- size expressions ----------------------------------------------------------------------------
+# Note [Backend: symbolic sizes]
+# A size, stride, offset or loop bound is a Python int or a sympy expression over the ShapeEnv's
+# size symbols s0, s1, ... (contract 3; every symbol is >= 2 at run time). `to_expr` converts what
+# the graph carries (torch.SymInt wrapping a SymNode, a SymNode, an int) and turns constant
+# expressions back into ints, so a graph without symbols runs exactly the int code it always did
+# (every symbolic branch below is behind a `type(x) is int` test). Facts about symbolic values are
+# PROVED, never assumed from hints: `known_nonneg(e)` substitutes s = d + 2 (d >= 0) and asks sympy
+# whether the cancelled rational function is nonnegative; anything not proved takes the general
+# (still correct) path. Hints (`HINTS`) only steer heuristics such as the column-reduction choice.
+# Kernels print a symbol s0 as the argument `ks0` (cexpr), the wrapper as the local `s0` (pexpr).
+
+HINTS: dict = {}  # size Symbol -> hint (heuristics only, never correctness)
+
+
+def to_expr(v):
+    """An int, or a sympy expression for a symbolic size (torch.SymInt, SymNode or sympy)."""
+    if type(v) is int:
+        return v
+    if isinstance(v, torch.SymInt):
+        expr = getattr(v.node, "expr", None)
+        if expr is None:
+            raise TypeError(f"a SymInt without a sympy expression: {v.node!r}")
+        return norm(expr)
+    if isinstance(v, sympy.Basic):
+        return norm(v)
+    expr = getattr(v, "expr", None)  # kiln.frontend.shapes.SymNode
+    if isinstance(expr, sympy.Basic):
+        return norm(expr)
+    if isinstance(v, bool):
+        return int(v)
+    return int(v)  # numpy and other integer types (raises for the rest)
+
+
+def norm(e):
+    """A sympy integer as a Python int; other values unchanged."""
+    if isinstance(e, sympy.Basic) and e.is_Integer:
+        return int(e)
+    return e
+
+
+def is_sym(v):
+    """Whether v is a symbolic (sympy) size."""
+    return isinstance(v, sympy.Basic)
+
+
+def sizes_of(t):
+    """Sizes of a tensor-like as ints / sympy expressions."""
+    return tuple(to_expr(s) for s in t.shape)
+
+
+def strides_of(t):
+    """Strides of a tensor-like as ints / sympy expressions."""
+    return tuple(to_expr(s) for s in t.stride())
+
+
+def free_symbols(*vals):
+    """The size symbols in ints / sympy expressions / nested lists of them."""
+    out = set()
+    for v in vals:
+        if isinstance(v, (list, tuple)):
+            out |= free_symbols(*v)
+        elif isinstance(v, sympy.Basic):
+            out |= v.free_symbols
+    return out
+
+
+_SHIFTED = {}
+
+
+def _shift(sym):
+    d = _SHIFTED.get(sym)
+    if d is None:
+        d = _SHIFTED[sym] = sympy.Dummy(f"d_{sym}", integer=True, nonnegative=True) + 2
+    return d
+
+
+@functools.lru_cache(8192)
+def _sign(e):
+    """(provably > 0, provably >= 0) of a symbolic size expression, every symbol >= 2."""
+    if e.has(sympy.floor, sympy.Mod, sympy.Max, sympy.Min, sympy.ceiling):
+        return False, False
+    d = sympy.cancel(e.xreplace({s: _shift(s) for s in e.free_symbols}))
+    num, den = sympy.fraction(d)
+    num, den = sympy.expand(num), sympy.expand(den)
+    if den.is_positive is not True:
+        if den.is_negative is True:
+            num = -num
+        else:
+            return False, False
+    return num.is_positive is True, num.is_nonnegative is True
+
+
+def known_nonneg(e):
+    """e >= 0 for every value of the size symbols (proved)."""
+    if type(e) is int:
+        return e >= 0
+    return _sign(sympy.sympify(e))[1]
+
+
+def known_lt(a, b):
+    """a < b for every value of the size symbols (proved)."""
+    if type(a) is int and type(b) is int:
+        return a < b
+    return _sign(sympy.sympify(b - a))[0]
+
+
+def known_eq(a, b):
+    """a == b as expressions (ints compare as ints)."""
+    if type(a) is int and type(b) is int:
+        return a == b
+    return sympy.expand(sympy.sympify(a) - b) == 0
+
+
+def exact_div(a, b):
+    """a / b when it is an integer polynomial for every value of the symbols, else None."""
+    if type(a) is int and type(b) is int:
+        return a // b if b and a % b == 0 else None
+    q = sympy.cancel(sympy.sympify(a) / b)
+    if q.is_Integer:
+        return int(q)
+    if not q.is_polynomial() or q.has(sympy.floor, sympy.Mod):
+        return None
+    syms = sorted(q.free_symbols, key=str)
+    if not syms or not all(c.is_Integer for c in sympy.Poly(q, *syms).coeffs()):
+        return None
+    return q
+
+
+def floordiv(a, b):
+    """a // b for sizes (exact quotients stay polynomials)."""
+    if type(a) is int and type(b) is int:
+        return a // b
+    q = exact_div(a, b)
+    return q if q is not None else norm(sympy.floor(sympy.sympify(a) / b))
+
+
+def size_hint(e, default=8192):
+    """The value of a size on the hints (a default for unknown symbols): heuristics only."""
+    if type(e) is int:
+        return e
+    try:
+        v = sympy.sympify(e).xreplace({s: HINTS.get(s, default) for s in e.free_symbols})
+        return int(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def cexpr(e):
+    """C++ source of a size expression (symbol s0 is the kernel argument ks0)."""
+    if type(e) is int:
+        return str(e)
+    return _print(sympy.sympify(e), "k", True)
+
+
+def pexpr(e):
+    """Python source of a size expression (symbol s0 is the wrapper's local s0)."""
+    if type(e) is int:
+        return str(e)
+    return _print(sympy.sympify(e), "", False)
+
+
+def _print(e, prefix, c):
+    p = lambda x: _print(x, prefix, c)
+    if isinstance(e, sympy.Symbol):
+        return prefix + e.name
+    if e.is_Integer:
+        return str(int(e))
+    if isinstance(e, sympy.Add):
+        terms = sorted(e.args, key=lambda t: (t.is_Number, str(t)))
+        out = p(terms[0])
+        for t in terms[1:]:
+            txt = p(t)
+            out += f" - {txt[1:]}" if txt.startswith("-") else f" + {txt}"
+        return f"({out})"
+    if isinstance(e, sympy.Mul):
+        num, den = sympy.fraction(e)
+        if den != 1:  # exact quotient of a proved divisibility
+            return f"({p(num)} / {p(den)})" if c else f"({p(num)} // {p(den)})"
+        coef, rest = e.as_coeff_Mul()
+        factors = sympy.Mul.make_args(rest)
+        body = "*".join(p(f) for f in factors)
+        if coef == -1:
+            return f"-{body}"
+        return body if coef == 1 else f"{int(coef)}*{body}"
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 0:
+        return "*".join([p(e.base)] * int(e.exp))
+    if isinstance(e, sympy.floor):
+        num, den = sympy.fraction(sympy.together(e.args[0]))
+        if not c:
+            return f"({p(num)} // {p(den)})"
+        if known_nonneg(num) and known_nonneg(den):
+            return f"({p(num)} / {p(den)})"
+        return f"kiln_floordiv_idx({p(num)}, {p(den)})"
+    if isinstance(e, sympy.Mod):
+        a, b = e.args
+        if not c or known_nonneg(a):
+            return f"({p(a)} % {p(b)})"
+        return f"kiln_mod_idx({p(a)}, {p(b)})"
+    if isinstance(e, (sympy.Max, sympy.Min)):
+        name = ("std::max<int64_t>" if c else "max") if isinstance(e, sympy.Max) else None
+        name = name or ("std::min<int64_t>" if c else "min")
+        out = p(e.args[0])
+        for a in e.args[1:]:
+            out = f"{name}({out}, {p(a)})"
+        return out
+    raise ValueError(f"cannot print size expression {e!r}")
+
 
 # --- index expressions ---------------------------------------------------------------------------
 # Note [Backend: index expressions]
-# Sizes are concrete ints for now (contract 3), so an index is an affine form over named symbols:
-# loop variables ("i0", "r1"), indirect indices ("ix3") and opaque atoms such as "(i0 / 7)". Every
-# symbol has a known inclusive range in RANGES, which lets `//` and `%` simplify the arithmetic that
-# reshapes produce: (8*i0 + i1) // 8 == i0 when 0 <= i1 < 8. All size arithmetic lives here.
+# An index is an affine form over named symbols: loop variables ("i0", "r1"), indirect indices
+# ("ix3") and opaque atoms such as "(i0 / 7)"; coefficients and the constant are sizes (ints or,
+# for symbolic graphs, sympy expressions over s0, s1: `ks1*i0 + i1`). Every symbol has a known
+# inclusive range in RANGES (bounds may be symbolic: i1 in [0, s1 - 1]), which lets `//` and `%`
+# simplify the arithmetic that reshapes produce: (8*i0 + i1) // 8 == i0 when 0 <= i1 < 8, and
+# (s1*i0 + i1) // s1 == i0 when 0 <= i1 < s1 (proved with known_lt). A symbolic atom's bounds are
+# rational over-approximations (hi / k >= floor(hi / k)), good enough for the next proof.
 
-RANGES: dict[str, tuple[int, int]] = {}  # symbol -> (lo, hi) inclusive
+RANGES: dict = {}  # symbol -> (lo, hi) inclusive
 CPU = torch.device("cpu")
+_UNBOUNDED = (-(2**62), 2**62)
 
 
 def set_range(sym, lo, hi):
@@ -49,7 +264,11 @@ class Ix:
 
     @staticmethod
     def wrap(v):
-        return v if isinstance(v, Ix) else Ix(None, int(v))
+        if isinstance(v, Ix):
+            return v
+        if type(v) is int:
+            return Ix(None, v)
+        return Ix(None, to_expr(v))
 
     def is_const(self):
         return not self.terms
@@ -58,8 +277,8 @@ class Ix:
         o = Ix.wrap(o)
         t = dict(self.terms)
         for s, c in o.terms.items():
-            t[s] = t.get(s, 0) + c
-        return Ix(t, self.const + o.const)
+            t[s] = _n(t.get(s, 0) + c)
+        return Ix(t, _n(self.const + o.const))
 
     __radd__ = __add__
 
@@ -76,7 +295,9 @@ class Ix:
         o = Ix.wrap(o)
         if o.is_const():
             k = o.const
-            return Ix({s: c * k for s, c in self.terms.items()}, self.const * k)
+            if type(k) is int:
+                return Ix({s: c * k for s, c in self.terms.items()}, self.const * k)
+            return Ix({s: _n(c * k) for s, c in self.terms.items()}, _n(self.const * k))
         if self.is_const():
             return o * self
         return _atom(
@@ -88,47 +309,90 @@ class Ix:
     def bounds(self):
         lo = hi = self.const
         for s, c in self.terms.items():
-            a, b = RANGES.get(s, (-(2**62), 2**62))
-            lo += min(c * a, c * b)
-            hi += max(c * a, c * b)
-        return lo, hi
+            a, b = RANGES.get(s, _UNBOUNDED)
+            if type(c) is int and type(a) is int and type(b) is int:
+                lo += min(c * a, c * b)
+                hi += max(c * a, c * b)
+            elif known_nonneg(c):
+                lo, hi = lo + c * a, hi + c * b
+            elif known_nonneg(-c):
+                lo, hi = lo + c * b, hi + c * a
+            else:
+                return _UNBOUNDED
+        return _n(lo), _n(hi)
 
     def _split(self, k):
-        q = Ix({s: c // k for s, c in self.terms.items() if c % k == 0}, self.const // k)
-        r = Ix({s: c for s, c in self.terms.items() if c % k != 0}, self.const % k)
-        return q, r
+        if (
+            type(k) is int
+            and type(self.const) is int
+            and all(type(c) is int for c in self.terms.values())
+        ):
+            q = Ix({s: c // k for s, c in self.terms.items() if c % k == 0}, self.const // k)
+            r = Ix({s: c for s, c in self.terms.items() if c % k != 0}, self.const % k)
+            return q, r
+        qt, rt = {}, {}
+        for s, c in self.terms.items():
+            d = exact_div(c, k)
+            if d is None:
+                rt[s] = c
+            else:
+                qt[s] = d
+        d = exact_div(self.const, k)
+        if d is None:
+            return Ix(qt, 0), Ix(rt, self.const)
+        return Ix(qt, d), Ix(rt, 0)
 
     def __floordiv__(self, k):
-        assert isinstance(k, int) and k > 0, k
+        k = to_expr(k)
+        if type(k) is int:
+            assert k > 0, k
         if k == 1:
             return self
         q, r = self._split(k)
         lo, hi = r.bounds()
-        if 0 <= lo and hi < k:
+        if known_nonneg(lo) and known_lt(hi, k):
             return q
         lo, hi = self.bounds()
-        fn = "/" if lo >= 0 else "kiln_floordiv_idx"
-        code = f"(({self.render()}) / {k})" if fn == "/" else f"{fn}({self.render()}, {k})"
-        return _atom(code, (lo // k, hi // k))
+        nonneg = known_nonneg(lo)
+        ks = str(k) if type(k) is int else f"({cexpr(k)})"
+        code = (
+            f"(({self.render()}) / {ks})" if nonneg else f"kiln_floordiv_idx({self.render()}, {ks})"
+        )
+        if type(k) is int and type(lo) is int and type(hi) is int:
+            return _atom(code, (lo // k, hi // k))
+        blo = 0 if nonneg else _UNBOUNDED[0]
+        bhi = _n(hi / sympy.sympify(k)) if hi != _UNBOUNDED[1] else hi
+        return _atom(code, (blo, bhi))
 
     def __mod__(self, k):
-        assert isinstance(k, int) and k > 0, k
+        k = to_expr(k)
+        if type(k) is int:
+            assert k > 0, k
         if k == 1:
             return Ix()
         q, r = self._split(k)
         lo, hi = r.bounds()
-        if 0 <= lo and hi < k:
+        if known_nonneg(lo) and known_lt(hi, k):
             return r
         lo, hi = self.bounds()
-        if lo >= 0:
+        ks = str(k) if type(k) is int else f"({cexpr(k)})"
+        if type(k) is int and type(hi) is int and type(lo) is int and lo >= 0:
             return _atom(f"(({self.render()}) % {k})", (0, min(k - 1, hi)))
-        return _atom(f"kiln_mod_idx({self.render()}, {k})", (0, k - 1))
+        if known_nonneg(lo):
+            return _atom(f"(({self.render()}) % {ks})", (0, _n(k - 1)))
+        return _atom(f"kiln_mod_idx({self.render()}, {ks})", (0, _n(k - 1)))
 
     def render(self):
         parts = []
         for s, c in sorted(self.terms.items()):
-            parts.append(s if c == 1 else f"-{s}" if c == -1 else f"{c}*{s}")
-        if self.const or not parts:
+            if type(c) is not int:
+                txt = cexpr(c)
+                parts.append(f"-{txt[1:]}*{s}" if txt.startswith("-") else f"{txt}*{s}")
+            else:
+                parts.append(s if c == 1 else f"-{s}" if c == -1 else f"{c}*{s}")
+        if type(self.const) is not int:
+            parts.append(cexpr(self.const))
+        elif self.const or not parts:
             parts.append(str(self.const))
         return " + ".join(parts).replace("+ -", "- ")
 
@@ -148,19 +412,28 @@ class Ix:
         return set(self.terms)
 
 
+def _n(v):
+    return v if type(v) is int else norm(sympy.expand(v))
+
+
 def _atom(code, bounds):
     RANGES[code] = bounds
     return Ix({code: 1})
 
 
 def _mul_bounds(a, b):
+    if not all(type(x) is int for x in a + b):
+        if known_nonneg(a[0]) and known_nonneg(b[0]):
+            return 0, _n(a[1] * b[1])
+        return _UNBOUNDED
     prods = [x * y for x in a for y in b]
     return min(prods), max(prods)
 
 
 def prod(xs):
     """Product of sizes (the one place sizes multiply)."""
-    return math.prod(xs)
+    out = math.prod(xs)
+    return out if type(out) is int else _n(out)
 
 
 def contiguous_strides(size):
@@ -168,7 +441,10 @@ def contiguous_strides(size):
     strides, acc = [], 1
     for s in reversed(size):
         strides.append(acc)
-        acc *= max(s, 1)
+        if type(s) is int:
+            acc *= max(s, 1)
+        else:
+            acc = _n(acc * (s if known_nonneg(s - 1) else sympy.Max(s, 1)))
     return tuple(reversed(strides))
 
 
@@ -247,11 +523,11 @@ class Layout:
     """Size, stride, dtype, device and storage offset of a buffer."""
 
     def __init__(self, size, stride, dtype, device=CPU, offset=0):
-        self.size = tuple(size)
-        self.stride = tuple(stride)
+        self.size = tuple(s if type(s) is int else to_expr(s) for s in size)
+        self.stride = tuple(s if type(s) is int else to_expr(s) for s in stride)
         self.dtype = dtype
         self.device = device
-        self.offset = offset
+        self.offset = offset if type(offset) is int else to_expr(offset)
 
     def index(self, idx):
         """The storage index of element `idx` (a list of Ix)."""
@@ -435,11 +711,7 @@ class StorageBox(IRNode):
     def _stride(self, stride):
         if stride is not None:
             return stride
-        v = self.val
-        if isinstance(v, torch.Tensor) and tuple(v.shape) == tuple(self.get_size()):
-            if is_dense(v.shape, v.stride()):
-                return tuple(v.stride())
-        return None
+        return dense_stride_of(self.val, self.get_size())
 
     def make_loader(self):
         return self.data.make_loader()
@@ -453,6 +725,8 @@ class StorageBox(IRNode):
 
 def is_dense(size, stride):
     """Whether (size, stride) covers exactly prod(size) elements without overlap."""
+    if not all(type(x) is int for x in tuple(size) + tuple(stride)):
+        return _is_dense_sym(size, stride)
     pairs = sorted((st, sz) for sz, st in zip(size, stride) if sz != 1)
     expected = 1
     for st, sz in pairs:
@@ -462,6 +736,31 @@ def is_dense(size, stride):
             return False
         expected *= sz
     return True
+
+
+def _is_dense_sym(size, stride):
+    """is_dense for symbolic layouts: strides ordered by their hints, each proved equal to the
+    product of the sizes inside it (so dense for every value of the symbols)."""
+    pairs = sorted(
+        ((st, sz) for sz, st in zip(size, stride) if sz != 1), key=lambda p: size_hint(p[0])
+    )
+    expected = 1
+    for st, sz in pairs:
+        if not known_eq(st, expected):
+            return False
+        expected = _n(expected * sz)
+    return True
+
+
+def dense_stride_of(val, size):
+    """The strides of meta value `val` when it has `size` and is dense, else None."""
+    if not isinstance(val, torch.Tensor):
+        return None
+    vs = sizes_of(val)
+    if len(vs) != len(size) or not all(known_eq(a, b) for a, b in zip(vs, size)):
+        return None
+    st = strides_of(val)
+    return st if is_dense(vs, st) else None
 
 
 class View(IRNode):

@@ -14,8 +14,12 @@ import torch
 from kiln.backend.ir import (
     Ix,
     Pointwise,
+    is_sym,
+    known_eq,
     ops,
+    to_expr,
 )
+from kiln.backend.ir import sizes_of as val_sizes
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -63,7 +67,7 @@ def dtype_of(x):
         return x.get_dtype()
     if isinstance(x, bool):
         return torch.bool
-    if isinstance(x, int):
+    if isinstance(x, int) or is_sym(x):
         return torch.int64
     if isinstance(x, float):
         return torch.float64
@@ -89,7 +93,7 @@ def result_type(*args):
                 dims = dt if dims is None else torch.promote_types(dims, dt)
             else:
                 zeros = dt if zeros is None else torch.promote_types(zeros, dt)
-        elif isinstance(a, (bool, int, float)):
+        elif isinstance(a, (bool, int, float)) or is_sym(a):
             scal = max(scal, _category(dtype_of(a)))
         else:
             raise NotLowered(f"unsupported operand {type(a).__name__}")
@@ -109,7 +113,31 @@ def opmath(dtype):
 
 
 def broadcast(*sizes):
-    return tuple(torch.broadcast_shapes(*[torch.Size(s) for s in sizes]))
+    """The broadcast of sizes; symbolic sizes must agree as expressions (the tracer's shape
+    rules unified them with a guard), else the op runs as an extern."""
+    if all(type(x) is int for s in sizes for x in s):
+        return tuple(torch.broadcast_shapes(*[torch.Size(s) for s in sizes]))
+    n = max(len(s) for s in sizes)
+    out = []
+    for d in range(n):
+        dims = [s[d - n + len(s)] for s in sizes if d - n + len(s) >= 0]
+        picked = 1
+        for x in dims:
+            if type(x) is int and x == 1:
+                continue
+            if type(picked) is int and picked == 1:
+                picked = x
+            elif not known_eq(picked, x):
+                raise NotLowered(f"symbolic broadcast of {picked} and {x}")
+        out.append(picked)
+    return tuple(out)
+
+
+def scalar(x, dtype):
+    """ops value of a Python scalar or a symbolic size (an index expression) as dtype."""
+    if is_sym(x):
+        return ops.index_expr(Ix.wrap(x), dtype)
+    return ops.constant(x, dtype)
 
 
 def sizes_of(args):
@@ -119,7 +147,7 @@ def sizes_of(args):
 def loader_for(x, size, dtype):
     """A loader of x broadcast to `size` and cast to `dtype` (Python scalars become constants)."""
     if not is_ir(x):
-        return lambda idx: ops.constant(x, dtype)
+        return lambda idx: scalar(x, dtype)
     xs = x.get_size()
     off = len(size) - len(xs)
     src = x.get_dtype()
@@ -260,7 +288,7 @@ def binary(fn, out_bool=False, float_result=False, int_ok=True):
                 b = b * alpha
                 alpha = None
         if alpha is not None and alpha != 1:
-            f = lambda x, y: fn(x, ops.mul(y, ops.constant(alpha, ct)))
+            f = lambda x, y: fn(x, ops.mul(y, scalar(alpha, ct)))
         else:
             f = fn
         return make_pointwise(f, a, b, out_dtype=torch.bool if out_bool else rt, compute_dtype=ct)
@@ -556,7 +584,8 @@ def _full(size, value, dtype):
     )
     if dtype.is_complex:
         raise NotLowered("complex")
-    return box(Pointwise(dtype, tuple(size), lambda i: ops.constant(value, dtype)))
+    size = tuple(to_expr(s) for s in size)
+    return box(Pointwise(dtype, size, lambda i: scalar(value, dtype)))
 
 
 def _check_device(device):
@@ -614,12 +643,14 @@ def _arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
     else:
         start, end, step = args
     dtype = dtype or V.val.dtype
-    n = V.val.shape[0]
+    n = val_sizes(V.val)[0]
     if any(isinstance(a, float) for a in (start, end, step)):
         raise NotLowered("float arange (eager computes in double with its own rounding)")
+    if is_sym(step):
+        raise NotLowered("symbolic arange step")
 
     def fn(i):
-        v = ops.index_expr(i[0] * int(step) + int(start), torch.int64)
+        v = ops.index_expr(i[0] * int(step) + start, torch.int64)
         return ops.to_dtype(v, dtype, torch.int64) if dtype != torch.int64 else v
 
     return box(Pointwise(dtype, (n,), fn))

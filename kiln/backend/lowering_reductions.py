@@ -1,8 +1,9 @@
 """Lowerings of reductions: sum/mean/prod/amax/amin/argmax/any/all, var/std, softmax."""
 
+import sympy
 import torch
 
-from kiln.backend.ir import Pointwise, Reduction, ops, prod
+from kiln.backend.ir import Pointwise, Reduction, known_nonneg, ops, prod
 from kiln.backend.lowering import (
     NotLowered,
     V,
@@ -15,6 +16,7 @@ from kiln.backend.lowering import (
     opmath,
     prims,
     register_lowering,
+    scalar,
 )
 from kiln.backend.lowering_views import _norm_dim, _squeeze, _view
 
@@ -110,7 +112,7 @@ def _mean(x, dim=None, keepdim=False, *, dtype=None):
     n = prod(x.get_size()[d] for d in _reduce_dims(x, dim))
     s = make_reduction(x, dim, keepdim, "sum", od, compute_dtype=opmath(od))
     return make_pointwise(
-        lambda v: ops.truediv(v, ops.constant(n, opmath(od))),
+        lambda v: ops.truediv(v, scalar(n, opmath(od))),
         s,
         out_dtype=od,
         compute_dtype=opmath(od),
@@ -172,7 +174,7 @@ def _var_mean(x, dims, correction, keepdim):
     correction = 1 if correction is None else correction
     s = make_reduction(x, rdims, True, "sum", ct, compute_dtype=ct)
     mean = make_pointwise(
-        lambda v: ops.truediv(v, ops.constant(n, ct)), s, out_dtype=ct, compute_dtype=ct
+        lambda v: ops.truediv(v, scalar(n, ct)), s, out_dtype=ct, compute_dtype=ct
     )
     mload = loader_for(mean, x.get_size(), ct)
     xload = loader_for(x, x.get_size(), ct)
@@ -183,9 +185,12 @@ def _var_mean(x, dims, correction, keepdim):
 
     diff2 = box(Pointwise(ct, x.get_size(), sq), val=None)
     ss = make_reduction(diff2, rdims, keepdim, "sum", ct, compute_dtype=ct)
-    denom = max(n - correction, 0)
+    if type(n) is int or known_nonneg(n - correction):
+        denom = max(n - correction, 0) if type(n) is int else n - correction
+    else:
+        denom = sympy.Max(n - correction, 0)
     var = make_pointwise(
-        lambda v: ops.truediv(v, ops.constant(denom, ct)), ss, out_dtype=od, compute_dtype=ct
+        lambda v: ops.truediv(v, scalar(denom, ct)), ss, out_dtype=od, compute_dtype=ct
     )
     if not keepdim:
         mean = _squeeze(mean, rdims) if rdims else mean

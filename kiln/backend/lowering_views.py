@@ -4,7 +4,20 @@ import functools
 
 import torch
 
-from kiln.backend.ir import Ix, Pointwise, View, contiguous_strides, ops, prod
+from kiln.backend.ir import (
+    Ix,
+    Pointwise,
+    View,
+    contiguous_strides,
+    floordiv,
+    known_eq,
+    known_lt,
+    known_nonneg,
+    ops,
+    prod,
+    sizes_of,
+    to_expr,
+)
 from kiln.backend.lowering import (
     NotLowered,
     V,
@@ -17,6 +30,7 @@ from kiln.backend.lowering import (
     prims,
     register_lowering,
     result_type,
+    scalar,
 )
 
 # --- views: index arithmetic, never copies -------------------------------------------------------
@@ -43,9 +57,10 @@ def _strided(fn):
 @register_lowering(aten.expand.default)
 def _expand(x, size, *, implicit=False):
     xs = x.get_size()
+    size = [to_expr(s) for s in size]
     off = len(size) - len(xs)
-    out = tuple(xs[k - off] if s == -1 else s for k, s in enumerate(size))
-    if out == tuple(xs):
+    out = tuple(xs[k - off] if type(s) is int and s == -1 else s for k, s in enumerate(size))
+    if _same(out, xs):
         return x
 
     def reindex(idx):
@@ -152,11 +167,14 @@ def _prims_squeeze(x, dims):
 def _select(x, dim, index):
     xs = x.get_size()
     dim = _norm_dim(dim, len(xs))
-    index = index + xs[dim] if index < 0 else index
+    index = to_expr(index)
+    if type(index) is not int and not known_nonneg(index):
+        raise NotLowered("symbolic select index of unknown sign")
+    index = index + xs[dim] if type(index) is int and index < 0 else index
     out = xs[:dim] + xs[dim + 1 :]
 
     def reindex(idx):
-        return idx[:dim] + [Ix(None, index)] + idx[dim:]
+        return idx[:dim] + [Ix.wrap(index)] + idx[dim:]
 
     def strided(sz, st, o):
         return out, st[:dim] + st[dim + 1 :], o + index * st[dim]
@@ -169,9 +187,8 @@ def _slice(x, dim=0, start=None, end=None, step=1):
     xs = x.get_size()
     dim = _norm_dim(dim, len(xs))
     n = xs[dim]
-    start, end, _ = slice(start, end, step).indices(n) if step > 0 else (0, 0, 0)
-    length = max(0, (end - start + step - 1) // step)
-    if start == 0 and length == n:
+    start, end, length = slice_bounds(n, start, end, step)
+    if known_eq(start, 0) and known_eq(length, n):
         return x
     out = xs[:dim] + (length,) + xs[dim + 1 :]
 
@@ -184,6 +201,43 @@ def _slice(x, dim=0, start=None, end=None, step=1):
     return View(x, out, reindex, strided=_strided(strided))
 
 
+def slice_bounds(n, start, end, step):
+    """(start, end, length) of x[start:end:step] along a dim of size n, normalised like Python;
+    for symbolic sizes only the cases whose clamping is proved (else NotLowered)."""
+    start, end, step = (None if v is None else to_expr(v) for v in (start, end, step))
+    if type(step) is not int:
+        raise NotLowered("symbolic slice step")
+    if all(type(v) is int or v is None for v in (n, start, end)):
+        start, end, _ = slice(start, end, step).indices(n) if step > 0 else (0, 0, 0)
+        return start, end, max(0, (end - start + step - 1) // step)
+    if step <= 0:
+        raise NotLowered("slice step")
+
+    def clamp(v, default):
+        if v is None:
+            return default
+        if type(v) is int and v >= 2**62:  # sys.maxsize and friends: the end
+            return n
+        if type(v) is int and v < 0:
+            v = n + v
+        if known_nonneg(v) and (known_nonneg(n - v)):
+            return v
+        if known_nonneg(v - n):
+            return n
+        raise NotLowered(f"slice bound {v} of a dim of size {n} is not provably in range")
+
+    start, end = clamp(start, 0), clamp(end, n)
+    if not known_nonneg(end - start):
+        raise NotLowered(f"slice [{start}:{end}] may be empty")
+    length = end - start if step == 1 else floordiv(end - start + step - 1, step)
+    return start, end, length
+
+
+def _same(a, b):
+    """Two size tuples equal as expressions."""
+    return len(a) == len(b) and all(known_eq(x, y) for x, y in zip(a, b))
+
+
 @register_lowering(aten.narrow.default)
 def _narrow(x, dim, start, length):
     return _slice(x, dim, start, start + length)
@@ -191,8 +245,10 @@ def _narrow(x, dim, start, length):
 
 def view_strides(old_size, old_stride, new_size):
     """The strides of `view(new_size)` of a strided tensor, or None if it needs a copy (ATen's rule)."""
-    if prod(old_size) == 0 or not old_size:
+    if not old_size or known_eq(prod(old_size), 0):
         return contiguous_strides(new_size)
+    if not all(type(v) is int for v in tuple(old_size) + tuple(old_stride) + tuple(new_size)):
+        return _view_strides_sym(old_size, old_stride, new_size)
     newstride = [0] * len(new_size)
     view_d = len(new_size) - 1
     chunk = old_stride[-1]
@@ -214,6 +270,37 @@ def view_strides(old_size, old_stride, new_size):
     return tuple(newstride)
 
 
+def _view_strides_sym(old_size, old_stride, new_size):
+    """view_strides for symbolic sizes: ATen's chunk walk where `view_numel < tensor_numel` is
+    "the chunk is not complete yet" (equal products, proved), so any unproved step is a copy."""
+    newstride = [0] * len(new_size)
+    view_d = len(new_size) - 1
+    chunk = old_stride[-1]
+    tensor_numel = view_numel = 1
+    for td in range(len(old_size) - 1, -1, -1):
+        tensor_numel = prod([tensor_numel, old_size[td]])
+        contiguous_above = td > 0 and (
+            known_eq(old_size[td - 1], 1) or known_eq(old_stride[td - 1], tensor_numel * chunk)
+        )
+        if td == 0 or not contiguous_above:
+            while view_d >= 0 and (
+                not known_eq(view_numel, tensor_numel) or known_eq(new_size[view_d], 1)
+            ):
+                if not known_eq(view_numel, tensor_numel) and known_lt(tensor_numel, view_numel):
+                    return None
+                newstride[view_d] = prod([view_numel, chunk])
+                view_numel = prod([view_numel, new_size[view_d]])
+                view_d -= 1
+            if not known_eq(view_numel, tensor_numel):
+                return None
+            if td > 0:
+                chunk = old_stride[td - 1]
+                tensor_numel = view_numel = 1
+    if view_d != -1:
+        return None
+    return tuple(newstride)
+
+
 @register_lowering(
     aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view.dtype
 )
@@ -221,17 +308,18 @@ def _view(x, size):
     if isinstance(size, torch.dtype):
         raise NotLowered("view as dtype")
     xs = x.get_size()
-    size = list(size)
-    if -1 in size:
-        k = size.index(-1)
+    size = [to_expr(s) for s in size]
+    neg = [j for j, s in enumerate(size) if type(s) is int and s == -1]
+    if neg:
+        k = neg[0]
         rest = prod(s for j, s in enumerate(size) if j != k)
-        size[k] = prod(xs) // rest if rest else 0
+        size[k] = floordiv(prod(xs), rest) if not known_eq(rest, 0) else 0
     size = tuple(size)
-    if size == tuple(xs):
+    if _same(size, xs):
         return x
     old_c = contiguous_strides(xs)
     new_c = contiguous_strides(size)
-    empty = prod(size) == 0
+    empty = known_eq(prod(size), 0)
 
     def reindex(idx):
         if empty:
@@ -263,6 +351,8 @@ def _split(x, split_size, dim=0):
     xs = x.get_size()
     dim = _norm_dim(dim, len(xs))
     n = xs[dim]
+    if isinstance(split_size, int) and type(n) is not int:
+        raise NotLowered("split of a symbolic dim into pieces of a fixed size")
     if isinstance(split_size, int):
         sizes = [min(split_size, n - s) for s in range(0, n, split_size)] or [0]
     else:
@@ -286,7 +376,7 @@ def _flip(x, dims):
     dims = {_norm_dim(d, len(xs)) for d in dims}
 
     def reindex(idx):
-        return [xs[k] - 1 - idx[k] if k in dims else idx[k] for k in range(len(xs))]
+        return [Ix.wrap(xs[k] - 1) - idx[k] if k in dims else idx[k] for k in range(len(xs))]
 
     return View(x, xs, reindex)
 
@@ -300,12 +390,13 @@ def _indirect(ld, size):
 
 def clamp_ix(e, n):
     """An index forced into [0, n) (for loads whose value a where() discards)."""
-    from kiln.backend.ir import _atom
+    from kiln.backend.ir import _atom, cexpr
 
     lo, hi = e.bounds()
-    if lo >= 0 and hi < n:
+    if known_nonneg(lo) and known_lt(hi, n):
         return e
-    return _atom(f"kiln_clamp_idx({e.render()}, {n})", (0, max(n - 1, 0)))
+    top = max(n - 1, 0) if type(n) is int else n - 1
+    return _atom(f"kiln_clamp_idx({e.render()}, {cexpr(n)})", (0, top))
 
 
 @register_lowering(aten.embedding.default)
@@ -365,7 +456,7 @@ def _index(x, indices):
     bshape = broadcast(*[indices[k].get_size() for k in pos])
     adjacent = pos == list(range(pos[0], pos[-1] + 1))
     nb = len(bshape)
-    out = tuple(V.val.shape)
+    out = sizes_of(V.val)
     loaders = {k: loader_for(indices[k], bshape, indices[k].get_dtype()) for k in pos}
     rest = [k for k in range(len(xs)) if k not in pos]
     xl = x.make_loader()
@@ -417,7 +508,7 @@ def _cat(tensors, dim=0):
             else:
                 cond = ops.lt(
                     ops.index_expr(Ix.wrap(idx[dim]), torch.int64),
-                    ops.constant(s + ln, torch.int64),
+                    scalar(s + ln, torch.int64),
                 )
                 acc = ops.where(cond, v, acc)
         return acc if acc is not None else ops.constant(0, ct)  # an empty result
@@ -429,10 +520,9 @@ def _cat(tensors, dim=0):
 def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
     xs = x.get_size()
     dim = _norm_dim(dim, len(xs))
-    start, end, _ = slice(start, end, step).indices(xs[dim])
     if step != 1:
         raise NotLowered("slice_scatter with step")
-    length = max(end - start, 0)
+    start, end, length = slice_bounds(xs[dim], start, end, step)
     rt = x.get_dtype()
     ct = opmath(rt)
     xl, sl = loader_for(x, xs, ct), src.make_loader()
@@ -447,11 +537,11 @@ def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
             v = ops.to_dtype(v, ct, sdt)
         ie = ops.index_expr(i, torch.int64)
         inside = ops.logical_and(
-            ops.ge(ie, ops.constant(start, torch.int64)), ops.lt(ie, ops.constant(end, torch.int64))
+            ops.ge(ie, scalar(start, torch.int64)), ops.lt(ie, scalar(end, torch.int64))
         )
         return ops.where(inside, v, xl(idx))
 
-    if length == 0:
+    if known_eq(length, 0):
         return _convert(x, rt)
     return box(Pointwise(rt, xs, fn))
 
@@ -460,7 +550,10 @@ def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
 def _select_scatter(x, src, dim, index):
     xs = x.get_size()
     dim = _norm_dim(dim, len(xs))
-    index = index + xs[dim] if index < 0 else index
+    index = to_expr(index)
+    if type(index) is not int and not known_nonneg(index):
+        raise NotLowered("symbolic select index of unknown sign")
+    index = index + xs[dim] if type(index) is int and index < 0 else index
     rt = x.get_dtype()
     ct = opmath(rt)
     xl, sl, sdt = loader_for(x, xs, ct), src.make_loader(), src.get_dtype()
@@ -469,9 +562,7 @@ def _select_scatter(x, src, dim, index):
         v = sl(idx[:dim] + idx[dim + 1 :])
         if sdt != ct:
             v = ops.to_dtype(v, ct, sdt)
-        hit = ops.eq(
-            ops.index_expr(Ix.wrap(idx[dim]), torch.int64), ops.constant(index, torch.int64)
-        )
+        hit = ops.eq(ops.index_expr(Ix.wrap(idx[dim]), torch.int64), scalar(index, torch.int64))
         return ops.where(hit, v, xl(idx))
 
     return box(Pointwise(rt, xs, fn))
@@ -486,6 +577,8 @@ def _stack(tensors, dim=0):
 @register_lowering(aten.constant_pad_nd.default)
 def _constant_pad(x, pad, value=0):
     xs = x.get_size()
+    if any(type(p) is not int for p in pad):
+        raise NotLowered("symbolic padding")
     if any(p < 0 for p in pad):
         raise NotLowered("negative padding")
     pads = {}
@@ -504,7 +597,7 @@ def _constant_pad(x, pad, value=0):
             conds.append(
                 ops.logical_and(
                     ops.ge(ie, ops.constant(0, torch.int64)),
-                    ops.lt(ie, ops.constant(xs[d], torch.int64)),
+                    ops.lt(ie, scalar(xs[d], torch.int64)),
                 )
             )
             sub[d] = clamp_ix(e, xs[d])

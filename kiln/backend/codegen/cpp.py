@@ -19,6 +19,8 @@ wrap as eager's does, -fno-math-errno only stops libm from setting errno. Float 
 accumulate in double; half types compute in float and round on store.
 """
 
+import re
+
 import torch
 
 from kiln.backend.codegen.common import (
@@ -29,7 +31,7 @@ from kiln.backend.codegen.common import (
     cpp_constant,
     storage_ctype,
 )
-from kiln.backend.ir import Ix, prod, set_handler, set_range
+from kiln.backend.ir import Ix, cexpr, prod, set_handler, set_range, size_hint
 
 PRELUDE = r"""
 #include <algorithm>
@@ -392,9 +394,11 @@ class KernelWriter:
         self.n += 1
         self.code.writeline(f"int64_t {name} = static_cast<int64_t>({value});")
         if wrap:
-            self.code.writeline(f"{name} = {name} < 0 ? {name} + {size} : {name};")
-        self.code.writeline(f"if ({name} < 0 || {name} >= {size}) {{ kiln_err = 1; {name} = 0; }}")
-        set_range(name, 0, max(size - 1, 0))
+            self.code.writeline(f"{name} = {name} < 0 ? {name} + {cexpr(size)} : {name};")
+        self.code.writeline(
+            f"if ({name} < 0 || {name} >= {cexpr(size)}) {{ kiln_err = 1; {name} = 0; }}"
+        )
+        set_range(name, 0, max(size - 1, 0) if type(size) is int else size - 1)
         return Ix.var(name)
 
     def store(self, node, role, value):
@@ -427,7 +431,7 @@ class KernelWriter:
         body = self.code
         outer_n = prod(g.outer)
         work = outer_n * prod(g.inner) * max(len(g.nodes), 1)
-        parallel = work >= PARALLEL_MIN and self.nthreads > 1
+        parallel = self._parallel(work)
         # outer loops
         if g.inner or not g.outer:
             loops = list(enumerate(g.outer))
@@ -435,7 +439,7 @@ class KernelWriter:
         else:
             loops = list(enumerate(g.outer))
             simd_last = True
-        par_outer = parallel and outer_n > 1
+        par_outer = parallel and (outer_n > 1 if type(outer_n) is int else True)
         self.inner_parallel = parallel and outer_n == 1
         depth = 0
         for k, (d, size) in enumerate(loops):
@@ -443,7 +447,7 @@ class KernelWriter:
             pragma = self._outer_pragma(k, loops, par_outer, simd_last)
             if pragma:
                 body.writeline(pragma)
-            body.writeline(f"for (int64_t o{d} = 0; o{d} < {size}; o{d}++) {{")
+            body.writeline(f"for (int64_t o{d} = 0; o{d} < {cexpr(size)}; o{d}++) {{")
             body.level += 1
             depth += 1
         if self._is_column():
@@ -467,7 +471,7 @@ class KernelWriter:
     def _is_column(self):
         """Reductions whose inputs are contiguous along the kept (outer) dimension."""
         g = self.g
-        if not g.inner or not g.outer or len(g.segments) != 1 or g.outer[-1] < 8:
+        if not g.inner or not g.outer or len(g.segments) != 1 or size_hint(g.outer[-1]) < 8:
             return False
         nodes = g.segments[0][1]
         if any(g.roles[n.name] != "red" for n in nodes):
@@ -494,21 +498,22 @@ class KernelWriter:
         k = len(g.outer)
         last = f"o{k - 1}"
         work = prod(g.outer) * prod(g.inner) * len(nodes)
-        par = work >= PARALLEL_MIN and self.nthreads > 1
+        par = self._parallel(work)
         if par:
             body.writeline(
-                f"#pragma omp parallel for collapse({k})" if k > 1 else "#pragma omp parallel for"
+                (f"#pragma omp parallel for collapse({k})" if k > 1 else "#pragma omp parallel for")
+                + self.par_if
             )
         for d in range(k - 1):
             set_range(f"o{d}", 0, g.outer[d] - 1)
-            body.writeline(f"for (int64_t o{d} = 0; o{d} < {g.outer[d]}; o{d}++) {{")
+            body.writeline(f"for (int64_t o{d} = 0; o{d} < {cexpr(g.outer[d])}; o{d}++) {{")
             body.level += 1
-        n_last = g.outer[-1]
+        n_last = cexpr(g.outer[-1])
         B = COLUMN_BLOCK
         body.writeline(f"for (int64_t ob = 0; ob < {n_last}; ob += {B}) {{")
         body.level += 1
         body.writeline(f"const int64_t oe = ob + {B} < {n_last} ? ob + {B} : {n_last};")
-        set_range(last, 0, n_last - 1)
+        set_range(last, 0, g.outer[-1] - 1)
         accs = {}
         for n in nodes:
             a = f"acc{self.n}"
@@ -523,7 +528,7 @@ class KernelWriter:
             )
         for d, size in enumerate(g.inner):
             set_range(f"r{d}", 0, size - 1)
-            body.writeline(f"for (int64_t r{d} = 0; r{d} < {size}; r{d}++) {{")
+            body.writeline(f"for (int64_t r{d} = 0; r{d} < {cexpr(size)}; r{d}++) {{")
             body.level += 1
         body.writeline("#pragma omp simd")
         body.writeline(f"for (int64_t {last} = ob; {last} < oe; {last}++) {{")
@@ -569,14 +574,14 @@ class KernelWriter:
         last = k == n - 1
         if k == 0 and par_outer:
             if simd_last and n == 1:
-                return "#pragma omp parallel for simd"
+                return "#pragma omp parallel for simd" + self.par_if
             limit = n - 1 if simd_last else n
             c, acc = 0, 1
             while c < limit and acc < 4 * self.nthreads:
-                acc *= loops[c][1]
+                acc *= size_hint(loops[c][1])
                 c += 1
             c = max(c, 1)
-            return "#pragma omp parallel for" + (f" collapse({c})" if c > 1 else "")
+            return "#pragma omp parallel for" + (f" collapse({c})" if c > 1 else "") + self.par_if
         if last and simd_last:
             return "#pragma omp simd"
         return None
@@ -622,10 +627,12 @@ class KernelWriter:
             last = k == len(inner) - 1
             if k == 0 and self.inner_parallel and not serial:
                 coll = f" collapse({len(inner)})" if len(inner) > 1 else ""
-                body.writeline(f"#pragma omp parallel for simd{coll} {' '.join(clauses)}".rstrip())
+                body.writeline(
+                    f"#pragma omp parallel for simd{coll}{self.par_if} {' '.join(clauses)}".rstrip()
+                )
             elif last and not serial and not (self.inner_parallel and len(inner) > 1):
                 body.writeline(f"#pragma omp simd {' '.join(clauses)}".rstrip())
-            body.writeline(f"for (int64_t r{d} = 0; r{d} < {size}; r{d}++) {{")
+            body.writeline(f"for (int64_t r{d} = 0; r{d} < {cexpr(size)}; r{d}++) {{")
             body.level += 1
         self.scopes.append({})
         for n in nodes:
@@ -687,18 +694,32 @@ class KernelWriter:
             body.writeline(f"{ct} {v} = {expr};")
             self.store(n, "red", v)
 
+    def _parallel(self, work):
+        """Whether to emit OpenMP parallel loops; for a symbolic amount of work the test is
+        made at run time by the `if(parallel: ...)` clause in self.par_if."""
+        self.par_if = ""
+        if type(work) is int:
+            return work >= PARALLEL_MIN and self.nthreads > 1
+        self.par_if = f" if(parallel: {cexpr(work)} >= {PARALLEL_MIN})"
+        return self.nthreads > 1
+
     def _function(self):
         params = []
         for name, is_out in self.params.items():
             t = storage_ctype(self.graph.buffers[name].layout.dtype)
             params.append(f"{'' if is_out else 'const '}{t}* __restrict__ {name}")
+        sizes = sorted(set(_SIZE_ARG.findall("\n".join(self.code.lines))), key=int)
+        params += [f"int64_t ks{k}" for k in sizes]
         out = IndentedBuffer()
         out.writeline(f'extern "C" int {self.g.name}({", ".join(params)}) {{')
         out.writeline("    int kiln_err = 0;")
         out.lines += self.code.lines
         out.writeline("    return kiln_err;")
         out.writeline("}")
-        return out.getvalue(), list(self.params)
+        return out.getvalue(), list(self.params) + [f"ks{k}" for k in sizes]
+
+
+_SIZE_ARG = re.compile(r"\bks(\d+)\b")  # size symbol s3 is the kernel argument ks3
 
 
 COLUMN_BLOCK = 64  # outputs per block in column reductions

@@ -12,12 +12,15 @@ def make(lib, consts):
 
 import ctypes
 import math
+import re
 
 import torch
 
 from kiln.backend.codegen.common import IndentedBuffer
-from kiln.backend.ir import Buffer, InputBuffer
+from kiln.backend.ir import Buffer, InputBuffer, is_sym, pexpr
 from kiln.backend.scheduler import ExternGroup, Group, extern_reads
+
+_SIZE_PARAM = re.compile(r"ks\d+")  # a kernel's size argument (symbol s0 is ks0)
 
 
 def _key(buf):
@@ -29,9 +32,9 @@ class rt:
     """Run-time helpers the wrappers call."""
 
     @staticmethod
-    def bind(lib, name, nargs):
+    def bind(lib, name, nargs, nsizes=0):
         fn = getattr(lib, name)
-        fn.argtypes = [ctypes.c_void_p] * nargs
+        fn.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * nsizes
         fn.restype = ctypes.c_int
         return fn
 
@@ -72,10 +75,24 @@ class WrapperCodegen:
         self.signatures = signatures
         self.extras = []  # objects that are not Python literals (makes the graph memory-only)
         self.ops = {}
+        self.used = set()  # names of the size symbols the wrapper's code uses
+
+    def sx(self, e):
+        """Python source of a size (int or symbolic expression)."""
+        if type(e) is int:
+            return str(e)
+        self.used |= {str(x) for x in e.free_symbols}
+        return pexpr(e)
+
+    def st(self, t):
+        """Python source of a tuple of sizes."""
+        return "(" + ", ".join(self.sx(e) for e in t) + ("," if len(t) == 1 else "") + ")"
 
     def literal(self, x):
         if x is None or isinstance(x, (bool, int, str)):
             return repr(x)
+        if is_sym(x):
+            return self.sx(x)
         if isinstance(x, float):
             return repr(x) if math.isfinite(x) else f"float({str(x)!r})"
         if isinstance(x, (torch.dtype, torch.memory_format, torch.layout)):
@@ -95,7 +112,10 @@ class WrapperCodegen:
         bl = buf.layout
         if (layout.size, layout.stride, layout.offset) == (bl.size, bl.stride, bl.offset):
             return buf.name
-        return f"rt.view({buf.name}, {layout.size}, {layout.stride}, {layout.offset - bl.offset})"
+        return (
+            f"rt.view({buf.name}, {self.st(layout.size)}, {self.st(layout.stride)}, "
+            f"{self.sx(layout.offset - bl.offset)})"
+        )
 
     def op_ref(self, op):
         if op not in self.ops:
@@ -109,7 +129,10 @@ class WrapperCodegen:
     def generate(self):
         g = self.graph
         body = IndentedBuffer(2)
+        bound = self.bind_symbols(body)
         for buf in g.inputs:
+            if hasattr(buf, "expr"):  # a size input (bound above)
+                continue
             if not hasattr(buf, "layout"):  # a specialized Python number
                 v = self.literal(buf.value)
                 body.writeline(
@@ -118,9 +141,10 @@ class WrapperCodegen:
                 )
                 continue
             lay = buf.layout
+            stride = self.st(lay.stride)
             body.writeline(
-                f"if {buf.name}.stride() != {lay.stride}: "
-                f"{buf.name} = rt.fix({buf.name}, {lay.size}, {lay.stride})"
+                f"if {buf.name}.stride() != {stride}: "
+                f"{buf.name} = rt.fix({buf.name}, {self.st(lay.size)}, {stride})"
             )
         self._plan_reuse()
         for gi, grp in enumerate(self.groups):
@@ -138,7 +162,8 @@ class WrapperCodegen:
             elif o[0] == "view":
                 _, name, size, stride, off = o
                 outs.append(
-                    f"rt.view({name}, {size}, {stride}, {off - g.buffers[name].layout.offset})"
+                    f"rt.view({name}, {self.st(size)}, {self.st(stride)}, "
+                    f"{self.sx(off - g.buffers[name].layout.offset)})"
                 )
             elif o[0] == "py":
                 outs.append(o[1])
@@ -156,7 +181,9 @@ class WrapperCodegen:
             for name in g.constants:
                 head.writeline(f"{name} = consts[{name!r}]")
             for k, params in self.signatures.items():
-                head.writeline(f"{k} = rt.bind(lib, {k!r}, {len(params)})")
+                nsizes = sum(1 for p in params if _SIZE_PARAM.fullmatch(p))
+                extra = f", {nsizes}" if nsizes else ""
+                head.writeline(f"{k} = rt.bind(lib, {k!r}, {len(params) - nsizes}{extra})")
             for name, expr in self.ops.values():
                 head.writeline(f"{name} = {expr}")
             head.writeline("")
@@ -165,7 +192,34 @@ class WrapperCodegen:
         head.lines += body.lines
         with head.indent():
             head.writeline("return call")
+        for params in self.signatures.values():
+            self.used |= {p[1:] for p in params if _SIZE_PARAM.fullmatch(p)}
+        missing = self.used - bound
+        if missing:
+            from kiln.backend.graph import GraphNotSupported
+
+            raise GraphNotSupported(
+                f"size symbols {sorted(missing)} cannot be computed from the graph's inputs"
+            )
         return head.getvalue()
+
+    def bind_symbols(self, body):
+        """`s0 = arg0_1.size(0)` for each size symbol, once per call, from the first input that
+        has it as a whole size (or is it, for a size input); returns the bound names."""
+        bound = set()
+        for buf in self.graph.inputs:
+            if hasattr(buf, "expr"):
+                if is_sym(buf.expr) and buf.expr.is_Symbol and str(buf.expr) not in bound:
+                    bound.add(str(buf.expr))
+                    body.writeline(f"{buf.expr} = {buf.name}")
+                continue
+            if not hasattr(buf, "layout"):
+                continue
+            for d, e in enumerate(buf.layout.size):
+                if is_sym(e) and e.is_Symbol and str(e) not in bound:
+                    bound.add(str(e))
+                    body.writeline(f"{e} = {buf.name}.size({d})")
+        return bound
 
     def allocated(self, name):
         b = self.graph.buffers.get(name)
@@ -212,7 +266,10 @@ class WrapperCodegen:
             old = free.pop()
             body.writeline(f"{buf.name} = {old}; del {old}")
             return
-        body.writeline(f"{buf.name} = empty_strided({lay.size}, {lay.stride}, dtype={lay.dtype})")
+        body.writeline(
+            f"{buf.name} = empty_strided({self.st(lay.size)}, {self.st(lay.stride)}, "
+            f"dtype={lay.dtype})"
+        )
 
     def kernel_call(self, body, grp):
         for n in grp.nodes:
@@ -221,7 +278,7 @@ class WrapperCodegen:
             if n.name in self.stores:
                 self.alloc(body, n.buf)
         params = self.signatures[grp.name]
-        ptrs = ", ".join(f"{p}.data_ptr()" for p in params)
+        ptrs = ", ".join(p[1:] if _SIZE_PARAM.fullmatch(p) else f"{p}.data_ptr()" for p in params)
         body.writeline(f"if {grp.name}({ptrs}): rt.index_error()")
         for n in grp.nodes:
             if n.name in self.inplace:
@@ -245,7 +302,8 @@ class WrapperCodegen:
         for o in outs:
             if isinstance(o, Buffer):
                 lay = o.layout
+                stride = self.st(lay.stride)
                 body.writeline(
-                    f"if {o.name}.stride() != {lay.stride}: "
-                    f"{o.name} = rt.fix({o.name}, {lay.size}, {lay.stride})"
+                    f"if {o.name}.stride() != {stride}: "
+                    f"{o.name} = rt.fix({o.name}, {self.st(lay.size)}, {stride})"
                 )
