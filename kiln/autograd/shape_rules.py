@@ -205,6 +205,14 @@ def expand(x, size, implicit=False):
     return Sizes(out)
 
 
+def repeat(x, repeats):
+    """repeat: each dim times its repeat count (new leading dims)."""
+    lead = len(repeats) - len(x)
+    if lead < 0:
+        raise RuntimeError("repeat: fewer repeats than dims")
+    return Sizes(r if i < lead else r * x[i - lead] for i, r in enumerate(repeats))
+
+
 def unsqueeze(x, dim):
     """unsqueeze."""
     out = list(x)
@@ -377,6 +385,13 @@ def convolution(x, w, bias, stride, padding, dilation, transposed, output_paddin
     return Sizes(([x[0]] if batched else []) + [channels] + out)
 
 
+def convolution_backward(grad, x, w, bias_sizes, *args):
+    """convolution_backward: grads of input, weight and bias (None where the mask says so)."""
+    mask = args[-1]
+    bias = Sizes(bias_sizes) if bias_sizes is not None else Sizes([w[0]])
+    return tuple(Sizes(o) if m else None for o, m in zip((x, w, bias), mask))
+
+
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     """embedding: indices' sizes plus the embedding dim."""
     return Sizes((*indices, *weight[1:]))
@@ -445,6 +460,36 @@ def sdpa_flash_cpu(q, k, v, *args, **kwargs):
     """_scaled_dot_product_flash_attention_for_cpu: output and logsumexp [B, H, L]."""
     sdpa(q, k, v)
     return Sizes((*q[:-1], v[-1])), Sizes(q[:-1])
+
+
+def sdpa_flash_cpu_backward(grad, q, k, v, *args, **kwargs):
+    """_scaled_dot_product_flash_attention_for_cpu_backward: grads of q, k, v."""
+    return Sizes(q), Sizes(k), Sizes(v)
+
+
+def nll_loss_backward(grad, x, *args, **kwargs):
+    """nll_loss_backward: the input's sizes."""
+    return Sizes(x)
+
+
+def input_sizes_arg(grad, input_sizes, *args, **kwargs):
+    """slice_backward/select_backward: the sizes given as an argument."""
+    return Sizes(input_sizes)
+
+
+def constant_pad_nd(x, pad, value=0):
+    """constant_pad_nd: pairs of (before, after) padding from the last dim backwards."""
+    out = list(x)
+    for i in range(len(pad) // 2):
+        d = len(x) - 1 - i
+        out[d] = out[d] + pad[2 * i] + pad[2 * i + 1]
+    return Sizes(out)
+
+
+def mse_loss(x, target, reduction=1):
+    """mse_loss: elementwise when reduction is none, else a scalar."""
+    out = broadcast_shapes(x, target)
+    return out if reduction == 0 else Sizes()
 
 
 def nll_loss_forward(x, target, weight, reduction, ignore_index):
@@ -521,7 +566,8 @@ remainder.Scalar leaky_relu hardtanh isnan atan2 lerp.Scalar addcmul addcdiv
 _SAME_AS_FIRST = """
 clone _to_copy alias detach lift_fresh_copy _softmax _log_softmax softmax.int log_softmax.int
 _softmax_backward_data _log_softmax_backward_data zeros_like ones_like empty_like
-full_like rand_like randn_like fill.Scalar bernoulli.p contiguous
+full_like rand_like randn_like fill.Scalar bernoulli.p contiguous tril triu cumsum
+native_dropout_backward
 """
 _REDUCE_DIMS = """
 sum.dim_IntList mean.dim amax amin prod.dim_int logsumexp any.dim all.dim
@@ -559,6 +605,7 @@ SHAPE_RULES.update(
         aten.transpose.int: transpose,
         aten.t.default: t,
         aten.expand.default: expand,
+        aten.repeat.default: repeat,
         aten.unsqueeze.default: unsqueeze,
         aten.squeeze.default: squeeze,
         aten.squeeze.dim: squeeze,
@@ -576,6 +623,7 @@ SHAPE_RULES.update(
         aten.baddbmm.default: baddbmm,
         aten.matmul.default: matmul,
         aten.convolution.default: convolution,
+        aten.convolution_backward.default: convolution_backward,
         aten.embedding.default: embedding,
         aten.embedding_dense_backward.default: embedding_dense_backward,
         aten.index_select.default: index_select,
@@ -586,6 +634,15 @@ SHAPE_RULES.update(
         aten.scaled_dot_product_attention.default: sdpa,
         aten._scaled_dot_product_flash_attention_for_cpu.default: sdpa_flash_cpu,
         aten.nll_loss_forward.default: nll_loss_forward,
+        aten.nll_loss_backward.default: nll_loss_backward,
+        aten._scaled_dot_product_flash_attention_for_cpu_backward.default: (
+            sdpa_flash_cpu_backward
+        ),
+        aten.slice_backward.default: input_sizes_arg,
+        aten.select_backward.default: input_sizes_arg,
+        aten.constant_pad_nd.default: constant_pad_nd,
+        aten.mse_loss.default: mse_loss,
+        aten.mse_loss_backward.default: nll_loss_backward,
         aten.arange.default: arange,
         aten.arange.start: arange,
         aten.arange.start_step: arange,
@@ -620,6 +677,16 @@ def _specialise(tree):
     elif isinstance(tree, dict):
         for x in tree.values():
             _specialise(x)
+
+
+def _has_symnode(tree):
+    if isinstance(tree, SymNode):
+        return True
+    if isinstance(tree, list | tuple):
+        return any(_has_symnode(x) for x in tree)
+    if isinstance(tree, dict):
+        return any(_has_symnode(x) for x in tree.values())
+    return False
 
 
 def _concrete(out):
@@ -667,11 +734,32 @@ def dense_strides(sizes, concrete):
 
 
 def _view_strides(x, xt, out, size):
-    is_contiguous = all(
-        hint_of(s) == 1 or hint_of(a) == hint_of(b) and (a == b)
-        for s, a, b in zip(x, xt, contiguous_strides(x))
-    )
-    return contiguous_strides(out) if is_contiguous else None
+    """Strides of a view of sizes `x`/strides `xt` as `out` (torch's computeStride), or None.
+
+    Each chunk of input dims that is contiguous in memory maps onto a run of output dims; the
+    comparisons are size facts (guards where they are not static).
+    """
+    if len(x) == 0 or numel(x) == 0:
+        return contiguous_strides(out)
+    new = [None] * len(out)
+    view_d = len(out) - 1
+    chunk_stride = xt[-1]
+    tensor_numel, view_numel = 1, 1
+    for d in range(len(x) - 1, -1, -1):
+        tensor_numel = tensor_numel * x[d]
+        if d == 0 or (not x[d - 1] == 1 and not xt[d - 1] == tensor_numel * chunk_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or out[view_d] == 1):
+                new[view_d] = view_numel * chunk_stride
+                view_numel = view_numel * out[view_d]
+                view_d -= 1
+            if not view_numel == tensor_numel:
+                return None
+            if d > 0:
+                chunk_stride = xt[d - 1]
+                tensor_numel, view_numel = 1, 1
+    if view_d != -1:
+        return None
+    return tuple(new)
 
 
 def _expand_strides(x, xt, out, size, implicit=False):
@@ -777,6 +865,10 @@ def propagate(op, args, kwargs, out, sizes_of, strides_of=None):
         if _strides_match(res, strides, out):
             return res, strides
         logs.log("perf_hints", f"strides of {op} not expressible symbolically; specialising")
+    if _has_symnode((sargs, skwargs)):
+        why = "no shape rule" if rule_for(op) is None else "its rule or strides did not apply"
+        logs.log("recompiles", f"specialising the sizes of {op}'s inputs ({why})")
+        logs.counters["shapes"]["specialisations"] += 1
     _specialise((sargs, skwargs))
     if strides_of is None:
         return _concrete(out)

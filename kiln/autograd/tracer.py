@@ -23,11 +23,22 @@ import torch.fx
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kiln.autograd import shape_rules
 from kiln.exc import Unsupported
+from kiln.frontend.shapes import SymNode, from_torch, hint_of, to_torch
 
 aten = torch.ops.aten
 
-__all__ = ["ProxyTensor", "Tracer", "trace_aten", "fake_like", "is_fake", "format_graph"]
+__all__ = [
+    "ProxyTensor",
+    "Tracer",
+    "trace_aten",
+    "fake_like",
+    "is_fake",
+    "format_graph",
+    "sym_sizes",
+    "sym_strides",
+]
 
 
 # Note [Tracer: proxy tensors]
@@ -47,12 +58,19 @@ class ProxyTensor(torch.Tensor):
     _node: torch.fx.Node | None
 
     @staticmethod
-    def __new__(cls, meta, device, node=None, requires_grad=False):
+    def __new__(
+        cls, meta, device, node=None, requires_grad=False, sizes=None, strides=None, offset=None
+    ):
+        symbolic = sizes is not None and _any_symbolic((sizes, strides, offset))
+        if symbolic:
+            sizes = [to_torch(s) for s in sizes]
+            strides = [to_torch(s) for s in strides]
+            offset = to_torch(meta.storage_offset() if offset is None else offset)
         r = torch.Tensor._make_wrapper_subclass(
             cls,
-            meta.size(),
-            strides=meta.stride(),
-            storage_offset=meta.storage_offset(),
+            sizes if symbolic else meta.size(),
+            strides=strides if symbolic else meta.stride(),
+            storage_offset=offset if symbolic else meta.storage_offset(),
             dtype=meta.dtype,
             layout=meta.layout,
             device=device,
@@ -60,6 +78,7 @@ class ProxyTensor(torch.Tensor):
         )
         r._meta = meta
         r._node = node
+        r._symbolic = symbolic
         return r
 
     __torch_function__ = torch._C._disabled_torch_function_impl
@@ -79,10 +98,62 @@ def is_fake(x):
     return isinstance(x, ProxyTensor)
 
 
-def fake_like(t, node=None, requires_grad=False):
-    """A ProxyTensor with t's size, stride, dtype and device (never reads t's data)."""
+def _any_symbolic(tree):
+    """Whether a nest of tuples/lists (Sizes included) holds a SymNode or SymInt."""
+    if isinstance(tree, list | tuple):
+        return any(_any_symbolic(x) for x in tree)
+    return isinstance(tree, SymNode | torch.SymInt)
+
+
+def is_symbolic(t):
+    """Whether a tensor has symbolic sizes, strides or storage offset (only ProxyTensors can)."""
+    return getattr(t, "_symbolic", False)
+
+
+def sym_sizes(t):
+    """t's sizes as a tuple of ints and SymNodes."""
+    if not is_symbolic(t):
+        return tuple(int(s) for s in t.shape)
+    return tuple(from_torch(s) for s in t.shape)
+
+
+def sym_strides(t):
+    """t's strides as a tuple of ints and SymNodes."""
+    if not is_symbolic(t):
+        return tuple(int(s) for s in t.stride())
+    return tuple(from_torch(s) for s in t.stride())
+
+
+def sym_offset(t):
+    """t's storage offset as an int or SymNode."""
+    return from_torch(t.storage_offset()) if is_symbolic(t) else int(t.storage_offset())
+
+
+def fake_like(t, node=None, requires_grad=False, sizes=None):
+    """A ProxyTensor with t's size, stride, dtype and device (never reads t's data).
+
+    `sizes` (ints and SymNodes, e.g. from `ShapeEnv.sizes_of`) makes it symbolic: strides are
+    rebuilt from them in t's layout order (dense layouts), else the sizes are specialised. A
+    symbolic ProxyTensor `t` keeps its symbolic sizes and strides.
+    """
+    if sizes is None and is_symbolic(t):
+        sizes, strides, offset = sym_sizes(t), sym_strides(t), sym_offset(t)
+        meta = torch.empty_strided(
+            [hint_of(s) for s in sizes], [hint_of(s) for s in strides], dtype=t.dtype, device="meta"
+        )
+        return ProxyTensor(meta, t.device, node, requires_grad, sizes, strides, offset)
     meta = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta")
-    return ProxyTensor(meta, t.device, node, requires_grad)
+    if sizes is None or not _any_symbolic(sizes):
+        return ProxyTensor(meta, t.device, node, requires_grad)
+    sizes = tuple(sizes)
+    if tuple(hint_of(s) for s in sizes) != tuple(t.shape):
+        raise ValueError(f"symbolic sizes {sizes} do not have the hints {tuple(t.shape)}")
+    strides = shape_rules.dense_strides(sizes, tuple(t.stride()))
+    if strides is None or t.storage_offset() != 0:  # not a dense layout: specialise
+        for s in sizes:
+            int(s)
+        return ProxyTensor(meta, t.device, node, requires_grad)
+    return ProxyTensor(meta, t.device, node, requires_grad, sizes, strides, 0)
 
 
 _DTYPE_ABBR = {
@@ -186,6 +257,7 @@ class _FakeDispatch:
     def dispatch(self, func, args, kwargs):
         if func in _DATA_DEPENDENT:
             raise Unsupported(f"data-dependent operator {func} (e.g. .item()) on a traced tensor")
+        symbolic = _has_symbolic(args, kwargs)
         tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
         out_device = None
         dev_names = _device_args(func)
@@ -200,13 +272,20 @@ class _FakeDispatch:
         if out_device is None:  # no device argument: the inputs' (empty_like), else the default
             out_device = _common_device(tensors) if tensors else _default_device()
         margs, mkwargs = pytree.tree_map_only(torch.Tensor, self.meta_of, (margs, mkwargs))
+        if symbolic:  # the meta kernel runs at the hints
+            margs, mkwargs = pytree.tree_map_only(_SYM_TYPES, _hint_value, (margs, mkwargs))
         try:
             out = func(*margs, **mkwargs)
         except NotImplementedError as e:
             raise Unsupported(f"operator {func} has no meta kernel: {e}") from e
-        return self.wrap_outputs(func, args, kwargs, out, out_device)
+        layout = None
+        if symbolic and _is_metadata_mutation(func) and is_symbolic(args[0]):
+            _resync_symbolic(func, args, kwargs, out)
+        elif symbolic and _mutated_arg_values(func, args, kwargs) is None:
+            layout = symbolic_layout(func, args, kwargs, out)
+        return self.wrap_outputs(func, args, kwargs, out, out_device, layout)
 
-    def wrap_outputs(self, func, args, kwargs, out, device):
+    def wrap_outputs(self, func, args, kwargs, out, device, layout=None):
         # In-place and out= ops return (aliases of) their mutated arguments: hand back the same
         # wrapper objects, as eager returns the same Python tensors.
         mutated = _mutated_arg_values(func, args, kwargs)
@@ -215,7 +294,124 @@ class _FakeDispatch:
                 return mutated[0]
             if isinstance(out, (tuple, list)) and len(out) == len(mutated):
                 return type(out)(mutated)
+        if layout is not None:
+            return _wrap_symbolic(out, device, *layout)
         return pytree.tree_map_only(torch.Tensor, lambda m: ProxyTensor(m, device), out)
+
+
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _hint_value(v):
+    node = from_torch(v)
+    return node.hint if isinstance(node, SymNode) else node
+
+
+def _has_symbolic(args, kwargs):
+    """Whether any argument is a SymInt/SymFloat/SymBool or a symbolic ProxyTensor."""
+    return any(
+        isinstance(x, _SYM_TYPES) or getattr(x, "_symbolic", False)
+        for x in pytree.tree_leaves((args, kwargs))
+    )
+
+
+def _wrap_symbolic(out, device, sizes, strides, offsets):
+    if isinstance(out, torch.Tensor):
+        return ProxyTensor(out, device, None, False, sizes, strides, offsets)
+    if isinstance(out, (tuple, list)):
+        return type(out)(
+            _wrap_symbolic(o, device, sz, st, of)
+            for o, sz, st, of in zip(out, sizes, strides, offsets)
+        )
+    return out
+
+
+# Note [Tracer: symbolic sizes]
+# A ProxyTensor whose sizes are symbolic carries them as torch.SymInts over our SymNodes (see
+# Note [Shapes: torch's SymNode protocol]); `_meta` is the same tensor at the hints. An op on such
+# tensors (or with SymInt arguments: `view(x, [s0*s1, 16])`, `zeros([s0])`) runs on meta at the
+# hints for dtype, rank and concrete layout; its symbolic sizes and strides come from
+# `shape_rules.propagate` (the rule's sizes are checked against the meta result's; without a rule,
+# or on disagreement, the inputs are specialised with guards and the concrete layout is used), and
+# a view's storage offset from its input's (`_view_offsets`). Never a wrong size: anything that
+# cannot be expressed specialises.
+
+
+def symbolic_layout(func, args, kwargs, out):
+    """(sizes, strides, storage offsets) of `func`'s meta result `out`, in out's structure."""
+    sargs, skwargs = pytree.tree_map_only(_SYM_TYPES, from_torch, (tuple(args), dict(kwargs)))
+    sizes, strides = shape_rules.propagate(func, sargs, skwargs, out, sym_sizes, sym_strides)
+    offsets = _view_offsets(func, sargs, skwargs, out)
+    if offsets is None:
+        shape_rules._specialise(sargs)
+        for t in pytree.tree_leaves((sargs, skwargs)):
+            if is_symbolic(t):
+                shape_rules._specialise((sym_sizes(t), sym_strides(t), sym_offset(t)))
+        return shape_rules._concrete(out), shape_rules._concrete_strides(out), _offsets(out)
+    return sizes, strides, offsets
+
+
+def _offsets(out):
+    if isinstance(out, torch.Tensor):
+        return int(out.storage_offset())
+    if isinstance(out, (tuple, list)):
+        return tuple(_offsets(o) for o in out)
+    return None
+
+
+def _view_offsets(func, sargs, skwargs, out):
+    """Symbolic storage offsets of a view op's outputs (None where they cannot be expressed)."""
+    concrete = _offsets(out)
+    if not is_view_op(func) or not isinstance(sargs[0], torch.Tensor):
+        return concrete
+    x = sargs[0]
+    base, xs, xt = sym_offset(x), sym_sizes(x), sym_strides(x)
+    name = func.__name__
+    try:
+        if name in ("slice.Tensor", "select.int", "narrow.default"):
+            params = list(sargs[1:]) + list(skwargs.values())
+            d = shape_rules._norm_dim(params[0] if params else 0, len(xs))
+            start = params[1] if len(params) > 1 else None
+            if name == "select.int":
+                start = start + xs[d] if start < 0 else start
+            else:
+                start = shape_rules._clamp_index(start, xs[d], 0)
+            res = base + start * xt[d]
+        elif name in ("split.Tensor", "split_with_sizes.default", "unbind.int"):
+            d = shape_rules._norm_dim(
+                sargs[2] if len(sargs) > 2 else skwargs.get("dim", 0), len(xs)
+            )
+            res = _split_offsets(name, sargs, d, xs, xt, base, len(out))
+        elif name.startswith("as_strided"):
+            off = sargs[3] if len(sargs) > 3 else skwargs.get("storage_offset")
+            res = base if off is None else off
+        elif isinstance(out, torch.Tensor):
+            res = base
+        else:
+            return None
+    except (IndexError, TypeError, ValueError):
+        return None
+    if not _same_hints(res, concrete):
+        return None
+    return res
+
+
+def _split_offsets(name, sargs, d, xs, xt, base, count):
+    if name == "unbind.int":
+        return tuple(base + k * xt[d] for k in range(count))
+    if name == "split.Tensor":
+        return tuple(base + k * sargs[1] * xt[d] for k in range(count))
+    out, acc = [], base
+    for size in sargs[1]:
+        out.append(acc)
+        acc = acc + size * xt[d]
+    return tuple(out)
+
+
+def _same_hints(a, b):
+    if isinstance(b, (tuple, list)):
+        return isinstance(a, (tuple, list)) and len(a) == len(b) and all(map(_same_hints, a, b))
+    return hint_of(a) == b
 
 
 _DATA_DEPENDENT = {
@@ -295,11 +491,30 @@ def _is_metadata_mutation(func):
 
 
 def _resync(t):
+    if is_symbolic(t):
+        return  # done by _resync_symbolic
     m = t._meta
     if (t.shape, t.stride(), t.storage_offset()) == (m.shape, m.stride(), m.storage_offset()):
         return
     with torch._C._DisableTorchDispatch(), torch._C._AutoDispatchBelowADInplaceOrView():
         t.as_strided_(m.size(), m.stride(), m.storage_offset())
+
+
+def _resync_symbolic(func, args, kwargs, out):
+    """Re-stride a symbolic tensor after a metadata mutation (its functional op's layout)."""
+    t = args[0]
+    name, _, overload = func.__name__.partition(".")
+    functional = getattr(getattr(aten, name.rstrip("_"), None), overload or "default", None)
+    meta_out = t._meta
+    if functional is None:
+        shape_rules._specialise((sym_sizes(t), sym_strides(t), sym_offset(t)))
+        sizes, strides, offset = meta_out.shape, meta_out.stride(), meta_out.storage_offset()
+    else:
+        sizes, strides, offset = symbolic_layout(functional, args, kwargs, meta_out)
+    with torch._C._DisableTorchDispatch(), torch._C._AutoDispatchBelowADInplaceOrView():
+        t.as_strided_(
+            [to_torch(x) for x in sizes], [to_torch(x) for x in strides], to_torch(offset)
+        )
 
 
 # Note [Tracer: boolean mask assignment]
@@ -330,6 +545,13 @@ _MASK_REWRITES = {
 
 def _node_name(func):
     return getattr(func, "__name__", "op").split(".")[0] or "op"
+
+
+class FakeMode(TorchDispatchMode):
+    """Outside a trace: every ATen call (factories with SymInt sizes too) runs in fake mode."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return _FakeDispatch().dispatch(func, args, kwargs or {})
 
 
 class TraceMode(TorchDispatchMode):

@@ -6,9 +6,11 @@ concrete hints; `SymNode` is the Python value of a symbolic size in traced code.
 """
 
 import dataclasses
+import math
 import operator
 
 import sympy
+import torch
 
 from kiln import logs
 
@@ -377,13 +379,19 @@ def _compare(rel):
 
 
 class SymNode:
-    """A symbolic size in traced code: a sympy expr over size symbols, bound to its ShapeEnv."""
+    """A symbolic size in traced code: a sympy expr over size symbols, bound to its ShapeEnv.
 
-    __slots__ = ("expr", "env")
+    `kind` is "int" (a size; the Python operators below compute and compare it), "bool" (a fact
+    made by torch's node protocol; `bool()` evaluates it with a guard) or "float". The lower-case
+    methods are torch's SymNode protocol; see Note [Shapes: torch's SymNode protocol].
+    """
 
-    def __init__(self, expr, env):
+    __slots__ = ("expr", "env", "kind")
+
+    def __init__(self, expr, env, kind="int"):
         self.expr = expr
         self.env = env
+        self.kind = kind
 
     __add__, __radd__ = _binary(operator.add, operator.add)
     __sub__, __rsub__ = _binary(operator.sub, operator.sub)
@@ -412,6 +420,8 @@ class SymNode:
         return other / int(self)
 
     def __bool__(self):
+        if self.kind == "bool":
+            return self.guard_bool("", 0)
         return self.env.evaluate(sympy.Ne(self.expr, 0))
 
     def __pow__(self, other):
@@ -420,20 +430,371 @@ class SymNode:
         return int(self) ** (int(other) if isinstance(other, SymNode) else other)
 
     def __int__(self):
+        if self.kind != "int":
+            return int(self.guard_float("", 0) if self.kind == "float" else self.guard_bool("", 0))
         return self.env.specialize(self.expr)
 
     def __float__(self):
-        return float(int(self))
+        return self.guard_float("", 0) if self.kind == "float" else float(int(self))
 
     __index__ = __int__
 
     @property
     def hint(self):
         """The value on the hints (no guard)."""
-        return self.env.hint(self.expr)
+        value = self.env.hint(self.expr)
+        if self.kind == "float":
+            return float(value)
+        return bool(value) if self.kind == "bool" else value
 
     def __repr__(self):
         return str(self.expr)
+
+    # -- torch's SymNode protocol: kinds and constants ----------------------------------------
+    @property
+    def pytype(self):
+        """The Python type this node stands for (int, bool or float)."""
+        return {"int": int, "bool": bool, "float": float}[self.kind]
+
+    @property
+    def constant(self):
+        """The value if the expr is a constant (torch unwraps such nodes), else None."""
+        return self.maybe_as_bool() if self.kind == "bool" else self._number()
+
+    def _number(self):
+        if isinstance(self.expr, sympy.Number):
+            return float(self.expr) if self.kind == "float" else int(self.expr)
+        return None
+
+    def is_int(self):
+        return self.kind == "int"
+
+    def is_bool(self):
+        return self.kind == "bool"
+
+    def is_float(self):
+        return self.kind == "float"
+
+    def is_nested_int(self):
+        return False
+
+    def nested_int(self):
+        return None
+
+    def is_symbolic(self):
+        return True
+
+    def is_constant(self):
+        return self.constant is not None
+
+    def has_hint(self):
+        return True
+
+    def maybe_as_int(self):
+        return self._number() if self.kind == "int" else None
+
+    def maybe_as_float(self):
+        return self._number() if self.kind == "float" else None
+
+    def maybe_as_bool(self):
+        if self.expr is sympy.true or self.expr is sympy.false:
+            return bool(self.expr)
+        return None
+
+    def _new(self, expr, kind):
+        """A node of this env (kept a node even when constant: torch unwraps constants)."""
+        expr = sympy.sympify(expr)
+        if kind != "float":
+            expr = self.env.simplify(expr)
+        if isinstance(expr, sympy.logic.boolalg.BooleanAtom):
+            kind = "bool"
+        return SymNode(expr, self.env, kind)
+
+    def wrap_int(self, num):
+        return SymNode(sympy.Integer(num), self.env, "int")
+
+    def wrap_bool(self, num):
+        return SymNode(sympy.true if num else sympy.false, self.env, "bool")
+
+    def wrap_float(self, num):
+        return SymNode(sympy.Float(num), self.env, "float")
+
+    def clone(self):
+        return self
+
+    def str(self):
+        return str(self.expr)
+
+    def __str__(self):
+        return str(self.expr)
+
+    def _graph_repr(self):
+        return str(self.expr)
+
+    # -- torch's SymNode protocol: arithmetic -------------------------------------------------
+    def _arith(self, other, fn, kind=None):
+        kind = kind or ("float" if "float" in (self.kind, other.kind) else "int")
+        return self._new(fn(_as_number(self), _as_number(other)), kind)
+
+    def add(self, other):
+        return self._arith(other, operator.add)
+
+    def sub(self, other):
+        return self._arith(other, operator.sub)
+
+    def mul(self, other):
+        return self._arith(other, operator.mul)
+
+    def mod(self, other):
+        if "float" in (self.kind, other.kind):
+            return self.wrap_float(float(self.guard_float("", 0)) % other.guard_float("", 0))
+        return self._arith(other, sympy.Mod)
+
+    def floordiv(self, other):
+        if "float" in (self.kind, other.kind):  # Python's float floordiv: specialise
+            return self.wrap_float(float(self.guard_float("", 0) // other.guard_float("", 0)))
+        return self._arith(other, lambda a, b: sympy.floor(a / b))
+
+    int_floordiv = floordiv
+
+    def truediv(self, other):
+        return self._arith(other, lambda a, b: a / b, "float")
+
+    int_truediv = float_truediv = truediv
+
+    def pow(self, other):
+        if other.kind == "int" and self.kind == "int" and other.guard_int("", 0) >= 0:
+            return self._arith(other, operator.pow)
+        return self._arith(other, operator.pow, "float")
+
+    pow_by_natural = float_pow = pow
+
+    def neg(self):
+        return self._new(-_as_number(self), self.kind)
+
+    def pos(self):
+        return self
+
+    def abs(self):
+        return self._new(sympy.Abs(_as_number(self)), self.kind)
+
+    def sym_min(self, other):
+        return self._arith(other, sympy.Min)
+
+    def sym_max(self, other):
+        return self._arith(other, sympy.Max)
+
+    def sym_float(self):
+        return self._new(_as_number(self), "float")
+
+    def _to_int(self, fn):
+        if self.kind == "int":
+            return self
+        return self.wrap_int(int(fn(self.guard_float("", 0))))  # a float: specialise
+
+    def ceil(self):
+        return self._to_int(math.ceil)
+
+    def floor(self):
+        return self._to_int(math.floor)
+
+    def trunc(self):
+        return self._to_int(math.trunc)
+
+    def sym_int(self):
+        return self._to_int(math.trunc)
+
+    def round(self, ndigits=None):
+        value = round(self.guard_float("", 0), ndigits)
+        return self.wrap_int(value) if ndigits is None else self.wrap_float(value)
+
+    def is_integer(self):
+        return self.wrap_bool(float(self.guard_float("", 0)).is_integer())
+
+    # -- torch's SymNode protocol: facts --------------------------------------------------------
+    def _rel(self, other, rel):
+        if "float" in (self.kind, other.kind):  # facts over floats: specialise, then compare
+            a, b = self.guard_float("", 0), other.guard_float("", 0)
+            return self.wrap_bool(bool(rel(sympy.Float(a), sympy.Float(b))))
+        return self._new(rel(_as_number(self), _as_number(other)), "bool")
+
+    def eq(self, other):
+        return self._rel(other, sympy.Eq)
+
+    def ne(self, other):
+        return self._rel(other, sympy.Ne)
+
+    def lt(self, other):
+        return self._rel(other, sympy.Lt)
+
+    def le(self, other):
+        return self._rel(other, sympy.Le)
+
+    def gt(self, other):
+        return self._rel(other, sympy.Gt)
+
+    def ge(self, other):
+        return self._rel(other, sympy.Ge)
+
+    def sym_and(self, other):
+        return self._new(sympy.And(self.expr, other.expr), "bool")
+
+    def sym_or(self, other):
+        return self._new(sympy.Or(self.expr, other.expr), "bool")
+
+    and_, or_ = sym_and, sym_or
+
+    def sym_not(self):
+        return self._new(sympy.Not(self.expr), "bool")
+
+    def sym_ite(self, then_node, else_node):
+        return then_node if self.guard_bool("", 0) else else_node
+
+    def is_contiguous(self, sizes, strides):
+        return self.wrap_bool(_is_contiguous(sizes, strides))
+
+    def is_channels_last_contiguous_2d(self, sizes, strides):
+        return self.wrap_bool(_is_contiguous(sizes, strides, (1, 3, 2, 0)))
+
+    def is_channels_last_contiguous_3d(self, sizes, strides):
+        return self.wrap_bool(_is_contiguous(sizes, strides, (1, 4, 3, 2, 0)))
+
+    def is_channels_last_strides_2d(self, sizes, strides):
+        return self.wrap_bool(len(sizes) == 4 and _is_contiguous(sizes, strides, (1, 3, 2, 0)))
+
+    def is_channels_last_strides_3d(self, sizes, strides):
+        return self.wrap_bool(len(sizes) == 5 and _is_contiguous(sizes, strides, (1, 4, 3, 2, 0)))
+
+    def is_non_overlapping_and_dense_indicator(self, sizes, strides):
+        return self.wrap_int(int(_is_dense(sizes, strides)))
+
+    def is_non_overlapping_and_dense(self, sizes, strides):
+        return self.wrap_bool(_is_dense(sizes, strides))
+
+    # -- torch's SymNode protocol: guards -------------------------------------------------------
+    def guard_int(self, file, line):
+        if self.kind == "float":
+            return int(self.guard_float(file, line))
+        if self.kind == "bool":
+            return int(self.guard_bool(file, line))
+        return self.env.specialize(self.expr)
+
+    def guard_float(self, file, line):
+        """A float's value; its size symbols are specialised (float facts are not rendered)."""
+        for sym in sorted(self.expr.free_symbols, key=str):
+            self.env.specialize(sym)
+        return float(self.env.hint(self.env.simplify(self.expr)))
+
+    def guard_bool(self, file, line):
+        if self.kind != "bool":
+            return bool(self.guard_int(file, line))
+        if self.expr is sympy.true or self.expr is sympy.false:
+            return bool(self.expr)
+        return self.env.evaluate(self.expr)
+
+    def expect_true(self, file, line):
+        return self.guard_bool(file, line)
+
+    def expect_size(self, file, line):
+        return self.ge(self.wrap_int(0)).expect_true(file, line)
+
+    def guard_size_oblivious(self, file, line):
+        return self.guard_bool(file, line)  # our symbols are >= 2: static_value is size-oblivious
+
+    def _static(self):
+        if self.kind != "bool":
+            return None
+        return self.env.static_value(self.expr)
+
+    def guard_or_false(self, file, line):
+        """The static truth of the fact, else False without a guard (torch's definition)."""
+        static = self._static()
+        return False if static is None else static
+
+    def guard_or_true(self, file, line):
+        """The static truth of the fact, else True without a guard (torch's definition)."""
+        static = self._static()
+        return True if static is None else static
+
+    def statically_known_true(self, file, line):
+        return self._static() is True
+
+    def int_(self):
+        return self.guard_int("", 0)
+
+    def bool_(self):
+        return self.guard_bool("", 0)
+
+
+# Note [Shapes: torch's SymNode protocol]
+# torch.SymInt(node) / SymBool / SymFloat carry any Python object as `node`; torch's C++ (composite
+# ops, view and autograd formulas, the wrapper-subclass constructor) and the Python SymInt magic
+# methods call the node's protocol: `add`, `eq` (a bool-kind node), `guard_bool`, `wrap_int`... Our
+# SymNode implements it on sympy exprs, so a ProxyTensor's SymInt sizes flow through torch intact.
+# Every concrete answer torch asks for (`guard_*`, `expect_true`, `int_`, `bool_`) goes through
+# ShapeEnv.evaluate/specialize and is a shape guard; `guard_or_false/true` and
+# `statically_known_true` answer from the static facts only (no guard), as torch defines them.
+# Floats never become guards: a fact or value over a float specialises its size symbols.
+
+
+def _as_number(node):
+    return node.expr
+
+
+def _is_contiguous(sizes, strides, order=None):
+    """Whether sizes/strides (nodes) are dense in `order` (innermost first; None: row-major)."""
+    if order is not None and len(order) != len(sizes):
+        return False
+    order = order or tuple(reversed(range(len(sizes))))
+    expected = 1
+    for d in order:
+        size, stride = from_torch(_node_value(sizes[d])), from_torch(_node_value(strides[d]))
+        if size == 1:
+            continue
+        if size == 0:
+            return True
+        if not stride == expected:
+            return False
+        expected = expected * size
+    return True
+
+
+def _is_dense(sizes, strides):
+    """Non-overlapping and dense: contiguous in the order of the strides' hints."""
+    values = [from_torch(_node_value(s)) for s in strides]
+    order = sorted(range(len(sizes)), key=lambda d: hint_of(values[d]))
+    return _is_contiguous(sizes, strides, tuple(order))
+
+
+def _node_value(x):
+    """A protocol argument (our SymNode or torch's constant node) as int or SymNode."""
+    if isinstance(x, SymNode):
+        return x.constant if x.is_constant() else x
+    if hasattr(x, "maybe_as_int"):
+        return x.maybe_as_int()
+    return x
+
+
+def to_torch(v):
+    """An int, or a SymNode as torch.SymInt / SymBool / SymFloat (for torch's C++)."""
+    if not isinstance(v, SymNode):
+        return v
+    if v.is_constant():
+        return v.constant
+    return {"int": torch.SymInt, "bool": torch.SymBool, "float": torch.SymFloat}[v.kind](v)
+
+
+def from_torch(v):
+    """A torch.SymInt/SymBool/SymFloat carrying our SymNode as that SymNode (constants as values)."""
+    if isinstance(v, torch.SymInt | torch.SymBool | torch.SymFloat):
+        node = v.node
+        if isinstance(node, SymNode):
+            return node.constant if node.is_constant() else node
+        const = node.maybe_as_int() if hasattr(node, "maybe_as_int") else None
+        if const is None:
+            raise TypeError(f"a symbolic value not made by kiln: {v!r}")
+        return const
+    return v
 
 
 def sym_max(a, b):

@@ -160,6 +160,35 @@ CASES = [
     (aten.arange.default, lambda a, b, c: ((a,), {"device": "meta"}), N3),
     (aten.arange.start_step, lambda a, b, c: ((b, a + 20, c), {"device": "meta"}), N3),
     (aten.scalar_tensor.default, lambda a, b, c: ((1.0,), {"device": "meta"}), N3),
+    (aten.repeat.default, lambda a, b, c: ((M(a, b), [2, 1, 3]), {}), N3),
+    (
+        aten.convolution_backward.default,
+        lambda a, b, c: (
+            (M(a, 4, 6, 6), M(a, 3, 8, 8), M(4, 3, 3, 3), [4], [1, 1], [0, 0], [1, 1], False)
+            + ([0, 0], 1, [True, True, True]),
+            {},
+        ),
+        N3,
+    ),
+    (
+        aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+        lambda a, b, c: (
+            (M(a, 2, b, c), M(a, 2, b, c), M(a, 2, b, c), M(a, 2, b, c), M(a, 2, b, c))
+            + (M(a, 2, b), 0.0, False),
+            {},
+        ),
+        N3,
+    ),
+    (
+        aten.nll_loss_backward.default,
+        lambda a, b, c: ((M(()), M(a, b), Ix(a), None, 1, -100, M(())), {}),
+        N3,
+    ),
+    (aten.slice_backward.default, lambda a, b, c: ((M(a, 2), [a, b + 2], 1, 0, 2, 1), {}), N3),
+    (aten.select_backward.default, lambda a, b, c: ((M(a), [a, b], 1, 0), {}), N3),
+    (aten.constant_pad_nd.default, lambda a, b, c: ((M(a, b, c), [1, 2, 0, 3]), {}), N3),
+    (aten.mse_loss.default, lambda a, b, c: ((M(a, b), M(a, b), 0), {}), N3),
+    (aten.mse_loss_backward.default, lambda a, b, c: ((M(()), M(a, b), M(a, b), 1), {}), N3),
 ]
 
 
