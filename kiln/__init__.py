@@ -9,6 +9,8 @@ from kiln.api import (
     graph_break,
     list_backends,
     lookup_backend,
+    mark_dynamic,
+    mark_static,
     register_backend,
     reset,
 )
@@ -36,6 +38,8 @@ __all__ = [
     "graph_break",
     "list_backends",
     "lookup_backend",
+    "mark_dynamic",
+    "mark_static",
     "register_backend",
     "reset",
 ]

@@ -82,19 +82,22 @@ def compile(model=None, *, backend="kiln", fullgraph=False, dynamic=None, mode=N
 
     `backend`: "eager" | "aot_eager" | "kiln" | a callable (gm, example_inputs) -> callable.
     `fullgraph=True` makes every graph break an error (kiln.exc.Unsupported).
+    `dynamic`: None (sizes that change become symbolic), True (symbolic from the start), False.
     """
     if not isinstance(fullgraph, bool):
         raise TypeError(f"kiln.compile: fullgraph must be a bool, got {fullgraph!r}")
     if dynamic not in (None, True, False):
         raise TypeError(f"kiln.compile: dynamic must be None, True or False, got {dynamic!r}")
     backend_fn, backend_name = _resolve_backend(backend, mode, options)
-    settings = dict(backend_fn=backend_fn, backend_name=backend_name, fullgraph=fullgraph)
+    settings = dict(
+        backend_fn=backend_fn, backend_name=backend_name, fullgraph=fullgraph, dynamic=dynamic
+    )
     if model is None:
         return lambda m: _compile(m, **settings)
     return _compile(model, **settings)
 
 
-def _compile(model, *, backend_fn, backend_name, fullgraph):
+def _compile(model, *, backend_fn, backend_name, fullgraph, dynamic=None):
     import types
 
     import torch
@@ -104,7 +107,7 @@ def _compile(model, *, backend_fn, backend_name, fullgraph):
     if isinstance(model, OptimizedModule):
         model = model._orig_mod
     if isinstance(model, torch.nn.Module):
-        return OptimizedModule(model, backend_fn, backend_name, fullgraph)
+        return OptimizedModule(model, backend_fn, backend_name, fullgraph, dynamic)
     if not callable(model):
         raise TypeError(
             f"kiln.compile expects a function or an nn.Module, got {type(model).__name__}"
@@ -115,20 +118,28 @@ def _compile(model, *, backend_fn, backend_name, fullgraph):
         model = model._kiln_orig_fn
     if isinstance(model, types.MethodType):
         inner = _compile(
-            model.__func__, backend_fn=backend_fn, backend_name=backend_name, fullgraph=fullgraph
+            model.__func__,
+            backend_fn=backend_fn,
+            backend_name=backend_name,
+            fullgraph=fullgraph,
+            dynamic=dynamic,
         )
         return types.MethodType(inner, model.__self__)
     if not isinstance(model, types.FunctionType):
         call = vars(type(model)).get("__call__")
         if isinstance(call, types.FunctionType):
             inner = _compile(
-                call, backend_fn=backend_fn, backend_name=backend_name, fullgraph=fullgraph
+                call,
+                backend_fn=backend_fn,
+                backend_name=backend_name,
+                fullgraph=fullgraph,
+                dynamic=dynamic,
             )
             return types.MethodType(inner, model)
         raise TypeError(
             f"kiln.compile cannot compile {model!r}: not a Python function, method or nn.Module"
         )
-    cache = FrameCache(model, backend_fn, backend_name, fullgraph=fullgraph)
+    cache = FrameCache(model, backend_fn, backend_name, fullgraph=fullgraph, dynamic=dynamic)
     return make_wrapper(cache)
 
 
@@ -145,12 +156,12 @@ def _make_optimized_module_class():
         and optimizers built from `m.parameters()` see the same objects.
         """
 
-        def __init__(self, mod, backend_fn, backend_name, fullgraph):
+        def __init__(self, mod, backend_fn, backend_name, fullgraph, dynamic=None):
             import types
 
             d = self.__dict__
             d["_orig_mod"] = mod
-            d["_kiln_settings"] = (backend_fn, backend_name, fullgraph)
+            d["_kiln_settings"] = (backend_fn, backend_name, fullgraph, dynamic)
             forward = mod.forward
             if isinstance(forward, types.MethodType) and forward.__self__ is mod:
                 cache = FrameCache(
@@ -160,11 +171,16 @@ def _make_optimized_module_class():
                     fullgraph=fullgraph,
                     eager=module_eager,
                     module_root=True,
+                    dynamic=dynamic,
                 )
                 d["_kiln_call"] = types.MethodType(make_wrapper(cache), mod)
             else:
                 d["_kiln_call"] = _compile(
-                    forward, backend_fn=backend_fn, backend_name=backend_name, fullgraph=fullgraph
+                    forward,
+                    backend_fn=backend_fn,
+                    backend_name=backend_name,
+                    fullgraph=fullgraph,
+                    dynamic=dynamic,
                 )
                 cache = (
                     d["_kiln_call"]._kiln_cache if hasattr(d["_kiln_call"], "_kiln_cache") else None
@@ -225,6 +241,20 @@ def reset():
     ca = sys.modules.get("kiln.compiled_autograd")
     if ca is not None and hasattr(ca, "reset"):
         ca.reset()  # compiled backward graphs go too
+
+
+def mark_dynamic(t, dim):
+    """Trace dimension(s) `dim` of tensor `t` with a size symbol from the next compilation on."""
+    from kiln.frontend import shapes
+
+    shapes.mark_dynamic(t, dim)
+
+
+def mark_static(t, dim):
+    """Never make dimension(s) `dim` of tensor `t` symbolic (not even under dynamic=True)."""
+    from kiln.frontend import shapes
+
+    shapes.mark_static(t, dim)
 
 
 def graph_break():

@@ -281,6 +281,11 @@ def _compile_fn(compiler_fn, gm):
 
 
 def _compile_whole(compiler_fn, gm):
+    # a size-generic graph (it reads `sizes`): kiln's frontend traces it with symbolic sizes
+    # from the first call (Note [Shapes: size-generic graph modules] in kiln/frontend/cache.py)
+    gm.meta["kiln_dynamic"] = any(
+        n.op == "placeholder" and n.name == "sizes" and n.users for n in gm.graph.nodes
+    )
     try:
         compiled = compiler_fn(gm)
     except Exception as e:  # nothing has run yet: the captured graph itself is a safe answer

@@ -12,12 +12,14 @@ import types
 import weakref
 
 import torch
+import torch.fx
 
 from kiln import config, logs
 from kiln.exc import CompiledAutogradCall, Unsupported
 from kiln.frontend.codegen import NoBreakHere, transformed_code, transformed_code_at_break
-from kiln.frontend.guards import GuardKind, build_guard_fn, first_failure
+from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
 from kiln.frontend.output_graph import OutputGraph
+from kiln.frontend.shapes import FrameShapes
 from kiln.frontend.source import LocalSource
 from kiln.frontend.translator import InstructionTranslator
 
@@ -56,7 +58,15 @@ class FrameCache:
     """The compiled entries of one function under one compile() configuration."""
 
     def __init__(
-        self, fn, backend, backend_name, *, fullgraph=False, eager=None, module_root=False
+        self,
+        fn,
+        backend,
+        backend_name,
+        *,
+        fullgraph=False,
+        eager=None,
+        module_root=False,
+        dynamic=None,
     ):
         self.fn = fn
         self.eager = eager or fn
@@ -71,12 +81,22 @@ class FrameCache:
         self._limit_warned = False
         self.children = {}  # resume functions and callees that broke: their own frame caches
         self.dynamic_closure = False
+        self.dynamic = dynamic  # torch.compile's dynamic=: None (automatic), True, False
+        self.frame_shapes = FrameShapes()  # sizes seen and dims made dynamic (automatic dynamic)
+        self._shape_kinds = {}  # source name -> "tensor" | "int" (what FrameShapes tracks)
         _all_caches.add(self)
 
     def _child(self, key, fn, **kw):
         wrapper = self.children.get(key)
         if wrapper is None:
-            cache = FrameCache(fn, self.backend, self.backend_name, fullgraph=self.fullgraph, **kw)
+            cache = FrameCache(
+                fn,
+                self.backend,
+                self.backend_name,
+                fullgraph=self.fullgraph,
+                dynamic=self.dynamic,
+                **kw,
+            )
             wrapper = self.children[key] = make_wrapper(cache)
         return wrapper
 
@@ -93,6 +113,7 @@ class FrameCache:
                     code, self.fn.__globals__, self.backend, self.backend_name
                 )
                 cache.fullgraph = self.fullgraph
+                cache.dynamic = self.dynamic
                 wrapper = self.children[code] = make_closure_wrapper(cache)
             return wrapper
         fn = types.FunctionType(code, self.fn.__globals__, code.co_name)
@@ -110,6 +131,41 @@ class FrameCache:
         self.skip = False
         self.breaks.clear()
         self._limit_warned = False
+        self.frame_shapes = FrameShapes()
+        self._shape_kinds.clear()
+
+    def observe_shapes(self, args, kwargs):
+        """Automatic dynamic: compare this call's sizes with the last compile's, before tracing.
+
+        Note [Shapes: automatic dynamic]
+        On a miss, the sources whose sizes the last entry traced are read from this call's
+        arguments; dimensions (and int inputs) whose value changed, neither being 0 or 1, become
+        dynamic for this frame from now on (`FrameShapes.update` logs them on `recompiles`), so
+        the next entry is traced with size symbols and serves every later size. dynamic=False
+        never does this; config.automatic_dynamic_shapes=False turns it off.
+        """
+        if not self.entry_info or self.dynamic is False or not config.automatic_dynamic_shapes:
+            return
+        names = list(self.frame_shapes.sizes)
+        values = eval_sources(self.entry_info[-1].guard, args, kwargs, names)
+        new = {}
+        for name, v in values.items():
+            kind = self._shape_kinds.get(name)
+            if kind == "tensor" and isinstance(v, torch.Tensor):
+                new[name] = tuple(v.shape)
+            elif kind == "int" and type(v) is int:
+                new[name] = (v,)
+        self.frame_shapes.update(new)
+
+    def _has_marked_dims(self, args, kwargs):
+        def marked(v):
+            return isinstance(v, torch.Tensor) and bool(getattr(v, "_kiln_dynamic_dims", None))
+
+        for v in (*args, *kwargs.values()):
+            items = v.values() if isinstance(v, dict) else v if isinstance(v, list | tuple) else [v]
+            if any(marked(i) for i in items):
+                return True
+        return False
 
     def run_eager(self, args, kwargs):
         """The frame as plain Python (inside compiled autograd when config asks for it)."""
@@ -156,6 +212,7 @@ class FrameCache:
                 )
         logs.counters["frames"]["total"] += 1
         try:
+            self.observe_shapes(args, kwargs)
             entry = self.compile(args, kwargs)
         except Unsupported as e:
             if self.fullgraph:
@@ -198,7 +255,27 @@ class FrameCache:
     def compile(self, args, kwargs):
         """Trace the frame for these arguments: guard function + transformed function."""
         fn = self.fn
-        output = OutputGraph(fn, self.backend, self.backend_name)
+        dynamic, dynamic_ints = self.dynamic, False
+        if self.module_root and isinstance(args[0], torch.fx.GraphModule):
+            # Note [Shapes: size-generic graph modules]: a GraphModule made to serve many sizes
+            # (compiled autograd's graph reading `sizes`) says so in `gm.meta["kiln_dynamic"]`:
+            # its tensor dims and int inputs are symbolic from the first compile
+            if args[0].meta.get("kiln_dynamic") and dynamic is not False:
+                dynamic, dynamic_ints = True, True
+        fake_inputs = (
+            dynamic is True
+            or bool(self.frame_shapes.dynamic)
+            or self._has_marked_dims(args, kwargs)
+        )
+        output = OutputGraph(
+            fn,
+            self.backend,
+            self.backend_name,
+            frame_shapes=self.frame_shapes,
+            dynamic=dynamic,
+            fake_inputs=fake_inputs,
+        )
+        output.dynamic_ints = dynamic_ints
         if self.module_root:
             output.guards.add(GuardKind.NO_HOOKS, LocalSource(fn.__code__.co_varnames[0]))
             output.uses_modules = True
@@ -226,6 +303,10 @@ class FrameCache:
             torch._C._set_grad_enabled(grad_mode)
         if output.uses_modules:
             output.guards.add(GuardKind.GLOBAL_STATE, None, True)
+        if output.has_symbols():
+            # rendered by build_guard_fn, after the backend returned (it may add facts)
+            output.guards.add(GuardKind.SHAPE_ENV, None, output.shape_env)
+        self._record_shapes(output)
         guard = build_guard_fn(
             fn, output.guards, extra=output.extra_globals, dynamic_closure=self.dynamic_closure
         )
@@ -243,6 +324,16 @@ class FrameCache:
         if config.debug_dir:
             dump_entry(config.debug_dir, fn, entry, len(self.entries))
         return entry
+
+    def _record_shapes(self, output):
+        """The sizes this entry traced, for the next miss's comparison (observe_shapes)."""
+        for name in output.input_shapes:
+            self._shape_kinds[name] = "tensor"
+        for name in output.input_ints:
+            self._shape_kinds[name] = "int"
+        self.frame_shapes.update(
+            {**output.input_shapes, **{n: (v,) for n, v in output.input_ints.items()}}
+        )
 
     def _check_module_hooks(self, mod):
         from kiln.exc import unimplemented

@@ -37,6 +37,7 @@ class GuardKind(enum.IntEnum):
     TENSOR_MATCH = 7
     GLOBAL_STATE = 8
     DISTINCT = 9  # two inputs are not the same object (an `is` folded to False)
+    SHAPE_ENV = 10  # the facts of the frame's ShapeEnv about its dynamic sizes (after tensors)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +60,10 @@ class GuardSet:
 
     def __init__(self):
         self._guards = {}
+        self.dynamic_dims = {}  # source name -> dims traced symbolically (TENSOR_MATCH skips them)
+
+    def set_dynamic_dims(self, source, dims):
+        self.dynamic_dims[source.name()] = frozenset(dims)
 
     def add(self, kind, source, value=None):
         g = Guard(kind, source, value)
@@ -106,9 +111,9 @@ def _readable_hint(value):
     return "obj"
 
 
-def _expr_parts(guard, namer, s, ref):
+def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
     """The expressions (one or more) that check a guard; `s` is the text of its source and
-    `ref(source)` the text of another source."""
+    `ref(source)` the text of another source; `dynamic_dims` those of a TENSOR_MATCH not pinned."""
     v = guard.value
     k = guard.kind
     if k == GuardKind.ID_MATCH:
@@ -135,13 +140,19 @@ def _expr_parts(guard, namer, s, ref):
     if k == GuardKind.NO_HOOKS:
         hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
         return [" and ".join(f"not {s}.{h}" for h in hooks)]
+    if k == GuardKind.SHAPE_ENV:
+        # Note [Shapes: guards from facts]: rendered now, after the backend added its facts
+        return v.guard_texts()
     if k == GuardKind.TENSOR_MATCH:
         t = v
+        if dynamic_dims:
+            layout = _dynamic_layout_parts(s, t, dynamic_dims)
+        else:
+            layout = [f"{s}.shape == {tuple(t.shape)!r}", f"{s}.stride() == {tuple(t.stride())!r}"]
         return [
             f"___type({s}) is {namer(type(t), type(t).__name__)}",
             f"{s}.dtype is {namer(t.dtype, _readable_hint(t.dtype))}",
-            f"{s}.shape == {tuple(t.shape)!r}",
-            f"{s}.stride() == {tuple(t.stride())!r}",
+            *layout,
             f"{s}.requires_grad is {t.requires_grad!r}",
             f"{s}.device == {namer(t.device, _readable_hint(t.device))}",
             *(
@@ -170,6 +181,22 @@ def _expr_parts(guard, namer, s, ref):
     raise AssertionError(f"unknown guard kind {k}")
 
 
+def _dynamic_layout_parts(s, t, dynamic_dims):
+    """Rank and static sizes of a tensor with symbolic dims (its sizes are in the SHAPE_ENV guard);
+    only contiguous inputs are traced symbolically, so contiguity replaces the strides."""
+    parts = [f"{s}.dim() == {t.dim()}"]
+    for d in range(t.dim()):
+        if d not in dynamic_dims:
+            parts.append(f"{s}.size()[{d}] == {int(t.shape[d])}")
+    parts.append(f"{s}.is_contiguous()")
+    return parts
+
+
+def is_module_state(source):
+    """A parameter or buffer read from a module (see _is_module_state)."""
+    return _is_module_state(source)
+
+
 def _is_module_state(source):
     """A parameter or buffer read from a module (`mod._parameters['w']`).
 
@@ -195,6 +222,8 @@ def _depth(source):
 def _order(guard):
     """Global state last; otherwise parents before children (a child's access may only be safe
     once its parent's type is checked), then cheap kinds first."""
+    if guard.kind == GuardKind.SHAPE_ENV:
+        return (True, 0, 0)  # after every tensor's type and rank, before global state
     return (guard.kind == GuardKind.GLOBAL_STATE, _depth(guard.source), guard.kind)
 
 
@@ -254,14 +283,16 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
     body = []
     hoist = _Hoister()
     seen = set()
+    dyn = getattr(guard_set, "dynamic_dims", {})
     for g in sorted(guard_set, key=_order):
-        for p in _expr_parts(g, namer, g.source.name() if g.source else "", lambda s: s.name()):
+        d = dyn.get(g.source.name()) if g.kind == GuardKind.TENSOR_MATCH else None
+        for p in _expr_parts(g, namer, g.source.name() if g.source else "", lambda s: s.name(), d):
             if p not in parts:
                 parts.append(p)
         s = hoist(g.source)
         body.extend(hoist.lines)
         hoist.lines.clear()
-        for p in _expr_parts(g, namer, s, hoist):
+        for p in _expr_parts(g, namer, s, hoist, d):
             body.extend(hoist.lines)
             hoist.lines.clear()
             if p not in seen:
@@ -315,6 +346,38 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
     if logs.enabled("guards"):
         logs.log("guards", "guards of %s:\n%s", fn.__qualname__, source)
     return guard
+
+
+def _namespace(guard, args, kwargs):
+    """The guard's names bound for these arguments (None when they do not bind)."""
+    fn = guard.fn
+    closure = None
+    if getattr(guard, "dynamic_closure", False):
+        closure, args = args[0].__closure__, args[1:]
+    try:
+        bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
+        bound.apply_defaults()
+    except TypeError:
+        return None
+    ns = dict(guard.closure_values)
+    if closure is not None:
+        ns["___closure"] = closure
+    ns.update(bound.arguments)
+    return ns
+
+
+def eval_sources(guard, args, kwargs, names):
+    """{source name: value} for these arguments (sources that cannot be read are left out)."""
+    ns = _namespace(guard, args, kwargs)
+    out = {}
+    if ns is None:
+        return out
+    for name in names:
+        try:
+            out[name] = eval(name, {"__builtins__": builtins}, ns)
+        except Exception:
+            continue
+    return out
 
 
 def first_failure(guard, args, kwargs):

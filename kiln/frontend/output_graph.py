@@ -8,7 +8,8 @@ import torch.fx
 
 from kiln import config, logs
 from kiln.exc import BackendCompilerFailed
-from kiln.frontend.guards import GuardKind, GuardSet
+from kiln.frontend import shapes
+from kiln.frontend.guards import GuardKind, GuardSet, is_module_state
 from kiln.frontend.side_effects import SideEffects
 from kiln.frontend.variables.tensor import TensorVariable
 
@@ -24,7 +25,9 @@ def _placeholder_name(source):
 class OutputGraph:
     """One graph of one frame: its nodes, inputs (with the sources they load from), and guards."""
 
-    def __init__(self, root_fn, backend, backend_name):
+    def __init__(
+        self, root_fn, backend, backend_name, *, frame_shapes=None, dynamic=None, fake_inputs=False
+    ):
         self.root_fn = root_fn
         self.backend = backend
         self.backend_name = backend_name
@@ -37,6 +40,15 @@ class OutputGraph:
         self.side_effects = SideEffects()
         self.extra_globals = {}  # guard names -> foreign globals dicts
         self._foreign_globals = {}
+        # Note [Shapes: wiring]: one ShapeEnv per frame compilation
+        self.shape_env = shapes.ShapeEnv()
+        self.frame_shapes = frame_shapes if frame_shapes is not None else shapes.FrameShapes()
+        self.dynamic = dynamic
+        self.fake_inputs = fake_inputs  # tensor inputs traced as fakes (the frame has symbols)
+        self.input_shapes = {}  # tensor source name -> sizes: for FrameShapes
+        self.input_ints = {}  # int source name -> value: for FrameShapes
+        self._size_nodes = {}  # (tensor node, dim) -> SymNodeVariable of `x.size(dim)`
+        self.dynamic_ints = False  # every int input is a size symbol (a size-generic graph)
 
     # --- graph building ---------------------------------------------------------------------
     def create_node(self, kind, target, args, kwargs):
@@ -52,16 +64,24 @@ class OutputGraph:
                 guards.add(GuardKind.ALIASING, source, prev_source)
             return var
         guards.add(GuardKind.TENSOR_MATCH, source, value)
-        if len(self.graph_inputs):
-            ctx = self.graph.inserting_after(self.graph_inputs[-1][2])
+        name = source.name()
+        self.input_shapes[name] = tuple(value.shape)
+        dims = self._dynamic_dims(value, source)
+        node = self._placeholder(source)
+        if dims:
+            guards.set_dynamic_dims(source, dims)
+            self.fake_inputs = True
+        if self.fake_inputs:
+            from kiln.autograd.tracer import fake_like
+
+            sizes = self.shape_env.sizes_of(value, name, dims)
+            example = fake_like(value, requires_grad=value.requires_grad, sizes=sizes)
         else:
-            first = next(iter(self.graph.nodes), None)
-            ctx = self.graph.inserting_before(first)
-        with ctx:
-            node = self.graph.placeholder(_placeholder_name(source))
-        example = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
-        if value.requires_grad:
-            example.requires_grad_(True)
+            example = torch.empty_strided(
+                value.shape, value.stride(), dtype=value.dtype, device="meta"
+            )
+            if value.requires_grad:
+                example.requires_grad_(True)
         node.meta["example_value"] = example
         node.meta["source"] = source.name()
         if isinstance(value, torch.nn.Parameter):
@@ -70,6 +90,83 @@ class OutputGraph:
         self.graph_inputs.append((source, value, node))
         self._input_by_id[id(value)] = (var, source)
         return var
+
+    def _placeholder(self, source):
+        if len(self.graph_inputs):
+            ctx = self.graph.inserting_after(self.graph_inputs[-1][2])
+        else:
+            first = next(iter(self.graph.nodes), None)
+            ctx = self.graph.inserting_before(first)
+        with ctx:
+            return self.graph.placeholder(_placeholder_name(source))
+
+    def _dynamic_dims(self, value, source):
+        """The dims of an input tensor traced symbolically (Note [Shapes: wiring])."""
+        if self.dynamic is False or value.layout != torch.strided:
+            return set()
+        dynamic = self.dynamic
+        if dynamic and is_module_state(source):
+            dynamic = None  # parameters and buffers keep their sizes under dynamic=True
+        dims = self.frame_shapes.dynamic_dims(source.name(), value, dynamic)
+        dims = {d for d in dims if value.shape[d] >= shapes.MIN_SYMBOL_VALUE}
+        if dims and not value.is_contiguous():
+            # symbolic strides of other layouts are not modelled: this input stays static
+            return set()
+        return dims
+
+    def is_dynamic_int(self, source):
+        """Whether an int input at `source` is traced as a symbolic size (its value changed)."""
+        if self.dynamic is False:
+            return False
+        return self.dynamic_ints or 0 in self.frame_shapes.dynamic.get(source.name(), ())
+
+    def add_int_input(self, value, source):
+        """An int input made dynamic: a placeholder whose value is a size symbol (range-guarded)."""
+        from kiln.frontend.variables.constant import ConstantVariable
+        from kiln.frontend.variables.sym import SymNodeVariable
+
+        name = source.name()
+        self.input_ints[name] = value
+        self.guards.add(GuardKind.TYPE_MATCH, source, int)
+        for prev_source, _, node in self.graph_inputs:
+            if prev_source == source:
+                return SymNodeVariable(node, shapes.from_torch(node.meta["example_value"]))
+        sym = self.shape_env.create_size(value, name)
+        if not isinstance(sym, shapes.SymNode):
+            return ConstantVariable(sym, source=source)
+        node = self._placeholder(source)
+        node.meta["example_value"] = shapes.to_torch(sym)
+        node.meta["source"] = name
+        self.graph_inputs.append((source, value, node))
+        self.fake_inputs = True
+        return SymNodeVariable(node, sym, source=source)
+
+    def size_node(self, tensor, dim, size):
+        """`tensor.size(dim)` as a SymNodeVariable (one node per tensor and dim)."""
+        from kiln.frontend.variables.sym import SymNodeVariable
+
+        key = (tensor.proxy, dim)
+        var = self._size_nodes.get(key)
+        if var is not None and not getattr(var.proxy, "_erased", False):
+            return var
+        node = self.create_node("call_method", "size", (tensor.proxy, dim), {})
+        var = self._size_nodes[key] = SymNodeVariable.create(self, node, size)
+        return var
+
+    @property
+    def output(self):
+        return self  # SymNodeVariable.create(tx, ...) reads tx.output
+
+    def has_symbols(self):
+        """Whether this frame's graph has symbolic sizes (a ShapeEnv with symbols)."""
+        return bool(self.shape_env.var_to_val)
+
+    def _remove_dead_sizes(self):
+        """Size computations (`x.size(0)`, `s0 * 2`) whose value no node uses."""
+        for node in reversed(list(self.graph.nodes)):
+            if node.op in ("call_method", "call_function") and not node.users:
+                if isinstance(node.meta.get("example_value"), torch.SymInt):
+                    self.graph.erase_node(node)
 
     def globals_name(self, f_globals):
         """'' for the root function's globals, else the guard name bound to that dict."""
@@ -108,11 +205,14 @@ class OutputGraph:
         if self.count_calls() == 0:
             return None, []
         self.graph.output(tuple(v.proxy for v in outputs))
+        self._remove_dead_sizes()
         for source, value, node in list(self.graph_inputs):
             if not node.users:
                 self.graph.erase_node(node)
                 self.graph_inputs.remove((source, value, node))
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name="GraphModule")
+        if self.has_symbols():
+            gm.meta["shape_env"] = self.shape_env
         example_inputs = [value for _, value, _ in self.graph_inputs]
         logs.counters["stats"]["unique_graphs"] += 1
         logs.counters["stats"]["calls_captured"] += self.count_calls()

@@ -37,7 +37,9 @@ from kiln.frontend.variables.lists import (
     BaseListVariable,
     ListIteratorVariable,
     ListVariable,
+    SetVariable,
     TupleVariable,
+    _set_item,
 )
 from kiln.frontend.variables.misc import DeletedVariable, NullVariable
 from kiln.frontend.variables.tensor import TensorVariable
@@ -443,8 +445,7 @@ class InstructionTranslatorBase:
         value = self.pop()
         name = inst.argval
         if isinstance(obj, NewObjectVariable):
-            self.output.side_effects.mutate_new_object(obj)
-            obj.store_attr(name, value)
+            obj.setattr(self, name, value)
             return
         if not isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)):
             unimplemented(f"attribute assignment .{name} on {obj}")
@@ -585,7 +586,18 @@ class InstructionTranslatorBase:
         self.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
 
     def BUILD_SET(self, inst):
-        unimplemented("set literals")
+        s = SetVariable(())
+        for v in self.popn(inst.arg):
+            s.values.add(_set_item(v))
+        self.push(s)
+
+    def SET_ADD(self, inst):
+        v = self.pop()
+        self.stack[-inst.arg].add(self, v)
+
+    def SET_UPDATE(self, inst):
+        v = self.pop()
+        self.stack[-inst.arg].call_method(self, "update", [v], {})
 
     def LIST_APPEND(self, inst):
         v = self.pop()

@@ -120,7 +120,7 @@ def test_recompile_on_tensor_change_logs_reason(change, expected_part):
     assert kiln.counters["stats"]["recompiles"] == 1
     assert len(cf._kiln_cache.entries) == 2
     msgs = cap.messages["recompiles"]
-    assert len(msgs) == 1 and expected_part in msgs[0], msgs
+    assert expected_part in msgs[0], msgs  # (then the dims made dynamic, if sizes changed)
 
 
 def test_recompile_on_grad_mode():

@@ -23,6 +23,7 @@ import re
 
 import torch
 
+from kiln.backend.codegen import vecmath
 from kiln.backend.codegen.common import (
     CSEVar,
     IndentedBuffer,
@@ -193,7 +194,9 @@ BINARY = {
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
-# float32 versions that vectorize (see the prelude); double keeps std::
+# float32 ops kept inline (the prelude's polynomials) rather than Sleef calls
+VECMATH_INLINE = {"exp"}
+# float32 versions that vectorize (see the prelude) where Sleef is missing; double keeps std::
 FLOAT32_UNARY = {
     "exp": "kiln_expf({0})",
     "erf": "kiln_erff({0})",
@@ -210,6 +213,16 @@ class CppOverrides:
 
     def _var(self, expr, dtype):
         return self.w.cse(expr, dtype)
+
+    def _vecmath(self, name, *args):
+        """A float32 call of Sleef's vector function for `name` (see vecmath.py), or None."""
+        if name in VECMATH_INLINE:
+            return None
+        expr = vecmath.call(name, args)
+        if expr is None:
+            return None
+        self.w.vec_ops.add(name)
+        return self._var(expr, torch.float32)
 
     def load(self, name, index):
         return self.w.load(name, index)
@@ -314,8 +327,11 @@ class CppOverrides:
 
             def unary(a):
                 fmt = FLOAT_UNARY[name]
-                if a.dtype == torch.float32 and name in FLOAT32_UNARY:
-                    fmt = FLOAT32_UNARY[name]
+                if a.dtype == torch.float32:
+                    vec = self._vecmath(name, a)
+                    if vec is not None:
+                        return vec
+                    fmt = FLOAT32_UNARY.get(name, fmt)
                 return self._var(fmt.format(a, compute_ctype(a.dtype)), a.dtype)
 
             return unary
@@ -324,7 +340,15 @@ class CppOverrides:
             return lambda a: self._var(fmt.format(a, compute_ctype(a.dtype)), a.dtype)
         if name in BINARY:
             fmt = BINARY[name]
-            return lambda a, b: self._var(fmt.format(a, b, compute_ctype(a.dtype)), a.dtype)
+
+            def binary(a, b):
+                if a.dtype == torch.float32:
+                    vec = self._vecmath(name, a, b)
+                    if vec is not None:
+                        return vec
+                return self._var(fmt.format(a, b, compute_ctype(a.dtype)), a.dtype)
+
+            return binary
         if name in COMPARE:
             op = COMPARE[name]
             return lambda a, b: self._var(f"{a} {op} {b}", torch.bool)
@@ -359,6 +383,7 @@ class KernelWriter:
         self.locals = {}  # buffer name -> (CSEVar, store Ix, is_loop_local)
         self.params = {}  # buffer name -> is_output
         self.handler = CppOverrides(self)
+        self.vec_ops = set()  # ops calling vecmath's vector functions
 
     # --- values ----------------------------------------------------------------------------------
 
@@ -772,9 +797,13 @@ def generate_cpp(graph, groups, stores, nthreads, inplace=None):
 
     parts = [PRELUDE]
     signatures = {}
+    vec_ops = set()
     for g in groups:
         if isinstance(g, Group):
-            src, params = KernelWriter(g, graph, stores, nthreads, inplace or {}).generate()
+            writer = KernelWriter(g, graph, stores, nthreads, inplace or {})
+            src, params = writer.generate()
             parts.append(src)
             signatures[g.name] = params
+            vec_ops |= writer.vec_ops
+    parts.insert(1, vecmath.prelude(vec_ops))
     return "\n".join(parts), signatures

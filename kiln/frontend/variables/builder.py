@@ -132,6 +132,11 @@ def wrap_value(tx, value, source):
         return wrap_constant_like(tx, value)
     if isinstance(value, torch.Tensor):
         return tx.output.add_graph_input(value, source)
+    if type(value) is int:
+        # Note [Shapes: automatic dynamic]: an int whose value changed is a size symbol input
+        tx.output.input_ints[source.name()] = value
+        if value >= 2 and tx.output.is_dynamic_int(source):
+            return tx.output.add_int_input(value, source)
     if type(value) in (bool, type(None)) or (type(value) in (int, float) and config.specialize_int):
         guards.add(GuardKind.CONSTANT_MATCH, source, value)
         return ConstantVariable(value, source=source)

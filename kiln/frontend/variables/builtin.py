@@ -16,8 +16,10 @@ from kiln.frontend.variables.lists import (
     ListIteratorVariable,
     ListVariable,
     RangeVariable,
+    SetVariable,
     SizeVariable,
     TupleVariable,
+    _set_values,
 )
 from kiln.frontend.variables.tensor import TensorVariable
 
@@ -39,6 +41,9 @@ def binary_op(tx, fn, a, b):
         return call_tensor_op(tx, "call_function", fn, [a, b], {})
     if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
         return fold(fn, a.value, b.value)
+    if isinstance(a, SetVariable) and fn in _SET_OPS:
+        result = a.call_method(tx, _SET_OPS[fn], [b], {})
+        return a if _SET_OPS[fn].endswith("update") else result
     if fn in _SEQUENCE_OPS and isinstance(a, BaseListVariable):
         if fn in (operator.add, operator.iadd) and isinstance(b, BaseListVariable):
             if fn is operator.iadd and isinstance(a, ListVariable):
@@ -133,9 +138,9 @@ def contains(tx, container, item):
         return container.call_method(tx, "__contains__", [item], {})
     if isinstance(container, TensorVariable):
         unimplemented("`in` on a tensor reads tensor data")
-    from kiln.frontend.variables.user_defined import UserDefinedObjectVariable
+    from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 
-    if isinstance(container, UserDefinedObjectVariable):
+    if isinstance(container, (UserDefinedObjectVariable, NewObjectVariable)):
         return container.call_method(tx, "__contains__", [item], {})
     items = container.unpack_var_sequence(tx)
     for i in items:
@@ -285,6 +290,11 @@ class BuiltinVariable(VariableTracker):
     def _call_dict(self, tx, obj=None, **kwargs):
         items = {}
         if obj is not None:
+            from kiln.frontend.variables.user_defined import NewObjectVariable
+
+            if isinstance(obj, NewObjectVariable) and obj.dict_items is not None:
+                obj = obj.var_getattr(tx, "__iter__")  # a Python __iter__ override: unsupported
+                obj = ConstDictVariable(obj.obj.dict_items)  # dict(d): d's own items
             if isinstance(obj, ConstDictVariable):
                 items.update(obj.items)
             else:
@@ -293,6 +303,17 @@ class BuiltinVariable(VariableTracker):
                     items[k.as_python_constant()] = v
         items.update(kwargs)
         return ConstDictVariable(items)
+
+    def _call_set(self, tx, obj=None):
+        s = SetVariable(())
+        if obj is not None:
+            s.values = _set_values(tx, obj)
+        return s
+
+    def _call_frozenset(self, tx, obj=None):
+        s = self._call_set(tx, obj)
+        s.frozen = True
+        return s
 
     def _call_iter(self, tx, obj):
         if isinstance(obj, ListIteratorVariable):
@@ -448,5 +469,21 @@ _ITERTOOLS = {itertools.product, itertools.chain}
 _INPLACE = {
     BINARY_OPS[k + "="]: BINARY_OPS[k]
     for k in ("+", "-", "*", "/", "//", "%", "**", "@", "<<", ">>", "&", "|", "^")
+}
+_SET_OPS = {
+    operator.or_: "__or__",
+    operator.and_: "__and__",
+    operator.sub: "__sub__",
+    operator.xor: "__xor__",
+    operator.ior: "update",
+    operator.iand: "intersection_update",
+    operator.isub: "difference_update",
+    operator.ixor: "symmetric_difference_update",
+    operator.eq: "__eq__",
+    operator.ne: "__ne__",
+    operator.le: "__le__",
+    operator.lt: "__lt__",
+    operator.ge: "__ge__",
+    operator.gt: "__gt__",
 }
 _UNARY_FNS = {operator.neg, operator.pos, operator.invert, operator.abs}

@@ -38,8 +38,8 @@ _TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
 _META_METHODS = {
     "dim": lambda v: v.example.dim(),
     "ndimension": lambda v: v.example.dim(),
-    "numel": lambda v: shapes.numel_of(v.example),
-    "nelement": lambda v: shapes.numel_of(v.example),
+    "numel": None,  # symbolic for a dynamic tensor (Note [Shapes: SymNodeVariable])
+    "nelement": None,
     "element_size": lambda v: v.example.element_size(),
     "is_floating_point": lambda v: v.example.is_floating_point(),
     "is_complex": lambda v: v.example.is_complex(),
@@ -82,15 +82,43 @@ class TensorVariable(VariableTracker):
     def truthy(self, tx):
         unimplemented("bool() of a tensor reads tensor data (data-dependent branch)")
 
-    def size_var(self, dim=None):
-        sizes = shapes.sizes_of(self.example, self.source)
+    def traced_sizes(self):
+        """The sizes of the traced value: ints, and SymNodes for dynamic dimensions."""
+        return [shapes.from_torch(s) for s in self.example.shape]
+
+    def is_symbolic(self):
+        """Whether some size of this tensor is symbolic."""
+        return any(isinstance(s, shapes.SymNode) for s in self.traced_sizes())
+
+    def size_var(self, tx=None, dim=None):
+        """`x.shape` / `x.size(dim)`: constants, or SymNodeVariables (size nodes in the graph)."""
+        sizes = self.traced_sizes()
         if dim is None:
-            return SizeVariable([ConstantVariable(s) for s in sizes])
-        return ConstantVariable(sizes[dim])
+            return SizeVariable([self._size_item(tx, d, s) for d, s in enumerate(sizes)])
+        if not -len(sizes) <= dim < len(sizes):
+            unimplemented(f"Tensor.size({dim}) out of range for {len(sizes)} dimensions")
+        return self._size_item(tx, dim % len(sizes), sizes[dim])
+
+    def _size_item(self, tx, dim, size):
+        if not isinstance(size, shapes.SymNode):
+            return ConstantVariable(size)
+        return tx.output.size_node(self, dim, size)
+
+    def numel_var(self, tx):
+        """`x.numel()`: a constant, or a node `x.numel()` with the symbolic product."""
+        n = 1
+        for s in self.traced_sizes():
+            n = n * s
+        if not isinstance(n, shapes.SymNode):
+            return ConstantVariable(n)
+        from kiln.frontend.variables.sym import SymNodeVariable
+
+        node = tx.output.create_node("call_method", "numel", (self.proxy,), {})
+        return SymNodeVariable.create(tx, node, n)
 
     def var_getattr(self, tx, name):
         if name == "shape":
-            return self.size_var()
+            return self.size_var(tx)
         if name in _META_ATTRS:
             return ConstantVariable(_META_ATTRS[name](self))
         if name in _TENSOR_ATTRS:
@@ -119,8 +147,10 @@ class TensorVariable(VariableTracker):
             ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
             if name == "size":
                 if not cargs and not ckw:
-                    return self.size_var()
-                return self.size_var(cargs[0] if cargs else ckw["dim"])
+                    return self.size_var(tx)
+                return self.size_var(tx, cargs[0] if cargs else ckw["dim"])
+            if name in ("numel", "nelement"):
+                return self.numel_var(tx)
             if name == "stride":
                 strides = shapes.strides_of(self.example)
                 if not cargs and not ckw:
@@ -132,7 +162,7 @@ class TensorVariable(VariableTracker):
         if name == "__len__":
             if self.example.dim() == 0:
                 unimplemented("len() of a 0-d tensor")
-            return self.size_var(0)
+            return self.size_var(tx, 0)
         if name == "__getitem__":
             return call_tensor_op(tx, "call_function", operator.getitem, [self, *args], {})
         if name == "__setitem__":

@@ -14,6 +14,7 @@ import types
 import torch
 
 from kiln.exc import unimplemented
+from kiln.frontend import shapes
 from kiln.frontend.variables.base import PythonValueVariable
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 
@@ -66,16 +67,25 @@ class _Unpack:
         self.tx = tx
         self.devices = []
         self.has_tensor = False
+        self.symbolic = False  # a symbolic size is among the arguments
 
     def __call__(self, v):
         from kiln.frontend.variables.dicts import ConstDictVariable
         from kiln.frontend.variables.lists import BaseListVariable
+        from kiln.frontend.variables.sym import SliceVariable, SymNodeVariable
         from kiln.frontend.variables.tensor import TensorVariable
 
         if isinstance(v, TensorVariable):
             self.has_tensor = True
             self.devices.append(v.device)
             return v.proxy, v.example
+        if isinstance(v, SymNodeVariable):
+            # Note [Shapes: SymNodeVariable]: the size node in the graph, a SymInt in the fake run
+            self.symbolic = True
+            return v.proxy, shapes.to_torch(v.value)
+        if isinstance(v, SliceVariable):
+            self.symbolic = True
+            return v.fx_and_value()
         if isinstance(v, ConstantVariable):
             val = v.value
             if isinstance(val, slice):
@@ -146,8 +156,39 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         if name in _METADATA_RESULTS and is_literal(result):
             return ConstantVariable(result)
         unimplemented(f"{what} returned a non-tensor value ({type(result).__name__})")
+    if tx.output.fake_inputs or unpack.symbolic:
+        result = _as_fakes(result, device)
     node = tx.output.create_node(kind, target, node_args, node_kwargs)
     return wrap_tensor_result(tx, node, result, device)
+
+
+def _as_fakes(result, device):
+    """Tensor results of a frame with symbolic sizes as fakes on the real device.
+
+    Note [Shapes: factories]: a factory given a SymInt (`torch.zeros(b, 3)`, `torch.arange(T)`)
+    runs on meta and gives a plain meta tensor with symbolic sizes; every tensor of such a frame is
+    made a fake (kiln.autograd.tracer.ProxyTensor) so that later ops see symbolic sizes through
+    their shape rules.
+    """
+    from kiln.autograd.tracer import ProxyTensor, is_fake
+
+    if isinstance(result, (tuple, list)):
+        return type(result)(_as_fakes(r, device) for r in result)
+    if not isinstance(result, torch.Tensor) or is_fake(result) or result.layout != torch.strided:
+        return result
+    sizes = [shapes.from_torch(v) for v in result.shape]
+    strides = [shapes.from_torch(v) for v in result.stride()]
+    offset = shapes.from_torch(result.storage_offset())
+    meta = torch.empty_strided(
+        [shapes.hint_of(v) for v in sizes],
+        [shapes.hint_of(v) for v in strides],
+        dtype=result.dtype,
+        device="meta",
+    )
+    symbolic = any(isinstance(v, shapes.SymNode) for v in (*sizes, *strides, offset))
+    if not symbolic:
+        return ProxyTensor(meta, device, None, result.requires_grad)
+    return ProxyTensor(meta, device, None, result.requires_grad, sizes, strides, offset)
 
 
 def _contains_tensor(x):
@@ -305,6 +346,8 @@ class TorchVariable(PythonValueVariable):
 
             if fn is torch.is_tensor and len(args) == 1:
                 return ConstantVariable(isinstance(args[0], TensorVariable))
+            if fn is torch.numel and len(args) == 1 and isinstance(args[0], TensorVariable):
+                return args[0].numel_var(tx)
             if len(args) == 1 and isinstance(args[0], TensorVariable):
                 return ConstantVariable(fn(args[0].example))
         has_tensor = any(isinstance(a, _tensor_cls()) for a in [*args, *kwargs.values()])

@@ -1,0 +1,228 @@
+"""Symbolic sizes in traced code: `x.shape[0]`, `n // 2`, `max(a, b)` as FX nodes with SymNode values.
+
+Note [Shapes: SymNodeVariable]
+A size read from a tensor with a dynamic dimension (`x.size(0)`, `x.shape`, `len(x)`, `x.numel()`)
+is a SymNodeVariable: an FX node of the graph (`call_method size`, `operator.floordiv` ...) and its
+traced value, a `kiln.frontend.shapes.SymNode` (a sympy expression over the frame's size symbols).
+Arithmetic that keeps an int (`+ - * // %`, unary minus, `max/min`) stays symbolic: one more node.
+What needs a concrete answer evaluates on the hints and the ShapeEnv records the fact as a guard:
+comparisons and `bool()` (a fact such as `s0 > 5`), `int()`, a use as a Python index, range bound
+or anything else kiln does not model (`as_python_constant`: a specialisation `Eq(s0, 10)`). Passed
+to a tensor op, the node goes into the op's FX arguments and `torch.SymInt(node)` into its fake run.
+Left on the stack or in a local at a graph break, the size is an int output of the graph.
+"""
+
+import builtins
+import operator
+
+import torch
+
+from kiln.exc import unimplemented
+from kiln.frontend import shapes
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable
+
+# Operators whose result is again a size (int in, int out): recorded as nodes.
+ARITH_OPS = {
+    operator.add: operator.add,
+    operator.sub: operator.sub,
+    operator.mul: operator.mul,
+    operator.floordiv: operator.floordiv,
+    operator.mod: operator.mod,
+    operator.iadd: operator.add,
+    operator.isub: operator.sub,
+    operator.imul: operator.mul,
+    operator.ifloordiv: operator.floordiv,
+    operator.imod: operator.mod,
+}
+
+COMPARE_OPS = {operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge}
+
+
+def _value(v):
+    """The traced value of an int-like variable: a SymNode or an int."""
+    return v.value
+
+
+def _arg(v):
+    """The FX argument of an int-like variable: its node, or the constant."""
+    return v.proxy if isinstance(v, SymNodeVariable) else v.value
+
+
+def is_int_like(v):
+    """A SymNodeVariable or an int constant (not a bool)."""
+    if isinstance(v, SymNodeVariable):
+        return True
+    return isinstance(v, ConstantVariable) and type(v.value) is int
+
+
+class SymNodeVariable(VariableTracker):
+    """A symbolic int in the graph: an FX node and its SymNode value (Note [Shapes: SymNodeVariable])."""
+
+    def __init__(self, proxy, value, **kw):
+        super().__init__(**kw)
+        self.proxy = proxy
+        self.value = value
+
+    @staticmethod
+    def create(tx, node, value):
+        """A SymNodeVariable for `node` computing `value`; a constant when the value is an int."""
+        value = shapes.from_torch(value)
+        if not isinstance(value, shapes.SymNode):
+            if not node.users:
+                tx.output.graph.erase_node(node)
+            return ConstantVariable(value)
+        node.meta["example_value"] = shapes.to_torch(value)
+        return SymNodeVariable(node, value)
+
+    # --- what the value is -----------------------------------------------------------------
+    def python_type(self):
+        return int
+
+    def is_python_constant(self):
+        return False
+
+    def as_python_constant(self):
+        """Used where kiln needs a concrete int: specialise (a guard `Eq(s, hint)`)."""
+        return self.evaluate()
+
+    def evaluate(self):
+        """The hint as an int, recorded as the guard `Eq(expr, hint)`."""
+        return int(self.value)
+
+    def truthy(self, tx):
+        return bool(self.value)
+
+    def unpack_var_sequence(self, tx):
+        unimplemented("iteration over an int")
+
+    # --- operations ------------------------------------------------------------------------
+    def var_getattr(self, tx, name):
+        if name in ("real", "numerator"):
+            return self
+        return ConstantVariable(self.evaluate()).var_getattr(tx, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__index__" or name == "__int__":
+            return ConstantVariable(self.evaluate())
+        return ConstantVariable(self.evaluate()).call_method(tx, name, args, kwargs)
+
+    def reconstruct(self, cg):
+        cg.reconstruct_tensor(self)  # an int output of the graph
+
+    def __repr__(self):
+        return f"SymNodeVariable({self.proxy.name}, {self.value})"
+
+
+def _specialised(v):
+    return ConstantVariable(v.evaluate()) if isinstance(v, SymNodeVariable) else v
+
+
+def binary(tx, fn, a, b):
+    """`a <fn> b` with at least one SymNodeVariable and no tensor (Note [Shapes: SymNodeVariable])."""
+    from kiln.frontend.variables.builtin import binary_op
+
+    op = ARITH_OPS.get(fn)
+    if op is None or not (is_int_like(a) and is_int_like(b)):
+        # a float, a sequence repeat, a shift ...: the size as its concrete value
+        return binary_op(tx, fn, _specialised(a), _specialised(b))
+    if op in (operator.floordiv, operator.mod):
+        # the divisor must be known nonzero; Python's floor semantics with negative operands are
+        # not modelled by the size expressions: specialise those
+        if isinstance(b, ConstantVariable) and b.value <= 0:
+            return binary_op(tx, fn, _specialised(a), b)
+        if isinstance(b, SymNodeVariable) and not bool(b.value > 0):
+            return binary_op(tx, fn, _specialised(a), _specialised(b))
+    try:
+        value = op(_value(a), _value(b))
+    except (TypeError, ValueError, ZeroDivisionError) as e:
+        unimplemented(f"{op.__name__} of sizes raised {type(e).__name__}: {e}")
+    node = tx.output.create_node("call_function", op, (_arg(a), _arg(b)), {})
+    return SymNodeVariable.create(tx, node, value)
+
+
+def compare(tx, fn, a, b):
+    """`a <cmp> b` of sizes: evaluated on the hints, recorded as a fact (a shape guard)."""
+    if fn in (operator.is_, operator.is_not):
+        return None
+    if fn not in COMPARE_OPS:
+        return None
+    if not (is_int_like(a) and is_int_like(b)):
+        if isinstance(a, ConstantVariable | SymNodeVariable) and isinstance(
+            b, ConstantVariable | SymNodeVariable
+        ):
+            ca = a.evaluate() if isinstance(a, SymNodeVariable) else a.value
+            cb = b.evaluate() if isinstance(b, SymNodeVariable) else b.value
+            return ConstantVariable(fn(ca, cb))
+        return None
+    return ConstantVariable(bool(fn(_value(a), _value(b))))
+
+
+def unary(tx, fn, v):
+    """-n, +n; anything else (abs, ~) on its concrete value."""
+    if fn is operator.pos:
+        return v
+    if fn is operator.neg:
+        node = tx.output.create_node("call_function", operator.neg, (v.proxy,), {})
+        return SymNodeVariable.create(tx, node, -v.value)
+    return ConstantVariable(fn(v.evaluate()))
+
+
+def min_max(tx, fn, items):
+    """`max(a, b, ...)` / `min(...)` of sizes without a guard (torch.sym_max / sym_min nodes)."""
+    if not all(is_int_like(i) for i in items) or not items:
+        return None
+    target = torch.sym_max if fn is builtins.max else torch.sym_min
+    pick = shapes.sym_max if fn is builtins.max else shapes.sym_min
+    acc = items[0]
+    for item in items[1:]:
+        if isinstance(acc, ConstantVariable) and isinstance(item, ConstantVariable):
+            acc = ConstantVariable(fn(acc.value, item.value))
+            continue
+        value = pick(_value(acc), _value(item))
+        node = tx.output.create_node("call_function", target, (_arg(acc), _arg(item)), {})
+        acc = SymNodeVariable.create(tx, node, value)
+    return acc
+
+
+class SliceVariable(VariableTracker):
+    """`a:b:c` with a symbolic bound (`mask[:T, :T]`): unpacked into a tensor op's arguments."""
+
+    def __init__(self, parts, **kw):
+        super().__init__(**kw)
+        self.parts = list(parts)
+
+    def python_type(self):
+        return slice
+
+    def as_python_constant(self):
+        return slice(*[p.as_python_constant() for p in self.parts])
+
+    def fx_and_value(self):
+        """(slice of FX arguments, slice of traced values for the fake run)."""
+        fx = [
+            p.proxy if isinstance(p, SymNodeVariable) else p.as_python_constant()
+            for p in self.parts
+        ]
+        vals = [
+            shapes.to_torch(p.value) if isinstance(p, SymNodeVariable) else p.as_python_constant()
+            for p in self.parts
+        ]
+        return slice(*fx), slice(*vals)
+
+    def reconstruct(self, cg):
+        from kiln.bytecode import emit
+
+        for p in self.parts:
+            cg.reconstruct(p)
+        cg.extend(emit.build_slice(len(self.parts)))
+
+    def __repr__(self):
+        return f"SliceVariable({self.parts!r})"
+
+
+def build_slice(parts):
+    """BUILD_SLICE: a constant slice, or a SliceVariable when a bound is a symbolic size."""
+    if any(isinstance(p, SymNodeVariable) for p in parts):
+        return SliceVariable(parts)
+    return ConstantVariable(slice(*[p.as_python_constant() for p in parts]))
