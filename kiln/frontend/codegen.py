@@ -9,7 +9,7 @@ from kiln import logs
 from kiln.bytecode import decode, emit, encode, first_resume
 from kiln.exc import unimplemented
 from kiln.frontend.variables.dicts import ConstDictVariable
-from kiln.frontend.variables.lists import ListVariable, SizeVariable
+from kiln.frontend.variables.lists import ListVariable, SetVariable, SizeVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
 GRAPH_OUT = "___kiln_graph_out"
@@ -45,7 +45,7 @@ class PyCodegen:
 
     def reconstruct(self, var):
         if (
-            isinstance(var, (ListVariable, ConstDictVariable, NewObjectVariable))
+            isinstance(var, (ListVariable, ConstDictVariable, NewObjectVariable, SetVariable))
             and var.source is None
         ):
             # Mutable containers are rebuilt once; every later use loads the same object.

@@ -152,6 +152,30 @@ class DictGetSource(Source):
         return self.source.base()
 
 
+@dataclasses.dataclass(frozen=True)
+class MappingGetSource(Source):
+    """`base.get(key)` of a mapping kiln reads by key only (os.environ)."""
+
+    source: Source
+    key: object
+
+    def name(self):
+        return f"{self.source.name()}.get({self.key!r})"
+
+    def reconstruct(self, cg):
+        from kiln.bytecode import emit as _emit
+
+        load = type(cg)(cg.output)
+        self.source.reconstruct(load)
+        load.extend(_emit.load_attr("get"))
+        cg.extend(_emit.with_null(load.instrs))
+        cg.extend(_emit.load_const(self.key))
+        cg.extend(_emit.call(1))
+
+    def base(self):
+        return self.source.base()
+
+
 def is_from_local(source):
     """Whether a source is rooted in the frame's locals (as opposed to globals or closures)."""
     return isinstance(source.base(), LocalSource)

@@ -54,7 +54,7 @@ class ConstantVariable(PythonValueVariable):
         unimplemented(f"attribute {name!r} of constant {self.value!r}")
 
     def unpack_var_sequence(self, tx):
-        if isinstance(self.value, (str, range, tuple, bytes)):
+        if isinstance(self.value, (str, range, tuple, bytes, frozenset)):
             return [ConstantVariable(v) for v in self.value]
         unimplemented(f"iteration over {self.value!r}")
 

@@ -50,6 +50,9 @@ class UserFunctionVariable(BaseFunctionVariable):
         unimplemented(f"attribute {name!r} of function {self.fn.__qualname__}")
 
     def call_function(self, tx, args, kwargs):
+        folded = _FOLDED_FUNCTIONS.get(self.fn) if not self.self_args() else None
+        if folded is not None:
+            return folded(tx, *args, **kwargs)
         return inline_call(tx, self.fn, [*self.self_args(), *args], kwargs, self.source)
 
     def reconstruct(self, cg):
@@ -76,6 +79,13 @@ class UserMethodVariable(UserFunctionVariable):
 
     def self_args(self):
         return [self.obj]
+
+    def var_getattr(self, tx, name):
+        if name == "__func__":
+            return UserFunctionVariable(self.fn, source=self.source)
+        if name == "__self__":
+            return self.obj
+        return super().var_getattr(tx, name)
 
     def reconstruct(self, cg):
         from kiln.bytecode import emit
@@ -281,3 +291,66 @@ class PartialVariable(VariableTracker):
             cg.extend(emit.call_kw(n, tuple(self.kwargs)))
         else:
             cg.extend(emit.call(n))
+
+
+# Note [Functions: folded library functions]
+# A few library functions are pure functions of a class or a function that kiln already pins
+# (by a TYPE_MATCH / ID_MATCH guard, or because the object was made while tracing): they are
+# computed while tracing instead of traced through their bodies (which read C-level state such
+# as __dataclass_fields__ or build inspect objects). Their results are frozen constants.
+
+
+def _fields(tx, obj):
+    import dataclasses
+
+    from kiln.frontend.variables.misc import ConstantObjectVariable
+
+    value = obj.as_python_constant() if obj.is_python_constant() else None
+    cls = value if isinstance(value, type) else obj.python_type()
+    if not dataclasses.is_dataclass(cls):
+        unimplemented(f"dataclasses.fields() of a {cls.__name__} (not a dataclass)")
+    return TupleVariable([ConstantObjectVariable(f) for f in dataclasses.fields(cls)])
+
+
+def _signature(tx, obj, *, follow_wrapped=True):
+    from kiln.frontend.variables.misc import ConstantObjectVariable
+
+    fn = obj.get_function() if isinstance(obj, UserFunctionVariable) else None
+    if fn is None:
+        unimplemented(f"inspect.signature() of {obj}")
+    follow = follow_wrapped.as_python_constant() if follow_wrapped is not True else True
+    if isinstance(obj, UserMethodVariable):
+        # what inspect does for a bound method: the function's signature without its first
+        # parameter (the object itself is not needed)
+        sig = inspect.signature(fn, follow_wrapped=follow)
+        params = list(sig.parameters.values())
+        if not params or params[0].kind not in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            unimplemented(f"inspect.signature() of method {fn.__qualname__}")
+        sig = sig.replace(parameters=params[1:])
+    else:
+        sig = inspect.signature(fn, follow_wrapped=follow)
+    return ConstantObjectVariable(sig)
+
+
+def _is_dataclass(tx, obj):
+    import dataclasses
+
+    value = obj.as_python_constant() if obj.is_python_constant() else None
+    cls = value if isinstance(value, type) else obj.python_type()
+    return ConstantVariable(dataclasses.is_dataclass(cls))
+
+
+def _folded_functions():
+    import dataclasses
+
+    return {
+        dataclasses.fields: _fields,
+        dataclasses.is_dataclass: _is_dataclass,
+        inspect.signature: _signature,
+    }
+
+
+_FOLDED_FUNCTIONS = _folded_functions()

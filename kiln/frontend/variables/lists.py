@@ -247,3 +247,145 @@ class ListIteratorVariable(VariableTracker):
             cg.reconstruct(item)
         cg.extend(emit.build_tuple(len(self.items) - self.index))
         cg.extend(emit.get_iter())
+
+
+class SetVariable(VariableTracker):
+    """A set (or frozenset) of Python constants made while tracing; the items are the real
+    constants, kept in a real set (so iteration order is Python's own)."""
+
+    def __init__(self, values, frozen=False, **kw):
+        super().__init__(**kw)
+        self.values = set(values)
+        self.frozen = frozen
+
+    def python_type(self):
+        return frozenset if self.frozen else set
+
+    def is_python_constant(self):
+        return True
+
+    def as_python_constant(self):
+        return frozenset(self.values) if self.frozen else set(self.values)
+
+    def truthy(self, tx):
+        return bool(self.values)
+
+    def unpack_var_sequence(self, tx):
+        return [_wrap_const(v) for v in self.values]
+
+    def add(self, tx, var):
+        self._mutate(tx)
+        self.values.add(_set_item(var))
+
+    def _mutate(self, tx):
+        if self.frozen:
+            unimplemented("mutation of a frozenset")
+        tx.output.side_effects.mutate_container(self)
+
+    def call_method(self, tx, name, args, kwargs):
+        if kwargs:
+            unimplemented(f"set.{name} with keyword arguments")
+        if name in _SET_MUTATORS:
+            self._mutate(tx)
+            values = [_set_values(tx, a) for a in args] if name.endswith("update") else []
+            if name == "add" and len(args) == 1:
+                self.values.add(_set_item(args[0]))
+            elif name in ("remove", "discard") and len(args) == 1:
+                item = _set_item(args[0])
+                if name == "remove" and item not in self.values:
+                    unimplemented(f"KeyError {item!r} while tracing")
+                self.values.discard(item)
+            elif name == "clear" and not args:
+                self.values.clear()
+            elif name == "pop" and not args:
+                if not self.values:
+                    unimplemented("pop from an empty set")
+                return _wrap_const(self.values.pop())
+            elif name.endswith("update"):
+                getattr(self.values, name)(*values)
+            else:
+                unimplemented(f"set.{name} with these arguments")
+            return ConstantVariable(None)
+        if name == "__contains__" and len(args) == 1:
+            return ConstantVariable(_set_item(args[0]) in self.values)
+        if name == "__len__" and not args:
+            return ConstantVariable(len(self.values))
+        if name == "copy" and not args:
+            return SetVariable(self.values, self.frozen)
+        if name in _SET_PURE:
+            values = [_set_values(tx, a) for a in args]
+            try:
+                result = getattr(self.as_python_constant(), name)(*values)
+            except Exception as e:
+                unimplemented(f"set.{name} raised {type(e).__name__}: {e}")
+            if isinstance(result, (set, frozenset)):
+                return SetVariable(result, isinstance(result, frozenset))
+            return _wrap_const(result)
+        unimplemented(f"set.{name}")
+
+    def reconstruct(self, cg):
+        if self.frozen:
+            cg.load_object(frozenset, push_null=True)
+        for v in self.values:
+            _wrap_const(v).reconstruct(cg)
+        cg.extend(emit.build_set(len(self.values)))
+        if self.frozen:
+            cg.extend(emit.call(1))
+
+    def __repr__(self):
+        return f"SetVariable({self.values!r})"
+
+
+_SET_MUTATORS = {
+    "add",
+    "remove",
+    "discard",
+    "clear",
+    "pop",
+    "update",
+    "intersection_update",
+    "difference_update",
+    "symmetric_difference_update",
+}
+_SET_PURE = {
+    "union",
+    "intersection",
+    "difference",
+    "symmetric_difference",
+    "issubset",
+    "issuperset",
+    "isdisjoint",
+    "__or__",
+    "__and__",
+    "__sub__",
+    "__xor__",
+    "__eq__",
+    "__ne__",
+    "__le__",
+    "__lt__",
+    "__ge__",
+    "__gt__",
+}
+
+
+def _wrap_const(value):
+    from kiln.frontend.variables.misc import wrap_frozen
+
+    return wrap_frozen(value, "set item")
+
+
+def _set_item(var):
+    if not var.is_python_constant():
+        unimplemented(f"set item {var} is not a constant")
+    value = var.as_python_constant()
+    try:
+        hash(value)
+    except TypeError:
+        unimplemented(f"unhashable set item {type(value).__name__}")
+    return value
+
+
+def _set_values(tx, var):
+    if isinstance(var, SetVariable):
+        return var.values
+    return {_set_item(v) for v in var.unpack_var_sequence(tx)}

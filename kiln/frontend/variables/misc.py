@@ -6,8 +6,8 @@ from kiln.frontend.variables.constant import ConstantVariable, fold, is_literal
 
 
 class ConstantObjectVariable(VariableTracker):
-    """An immutable object computed from constants (torch.finfo(dtype) ...): its attributes are
-    constants."""
+    """An immutable object computed from constants or pinned by a guard (torch.finfo(dtype), a
+    dataclass's Field objects, inspect.Signature/Parameter): attributes and pure methods fold."""
 
     def __init__(self, value, **kw):
         super().__init__(**kw)
@@ -16,14 +16,91 @@ class ConstantObjectVariable(VariableTracker):
     def python_type(self):
         return type(self.value)
 
+    def is_python_constant(self):
+        return True
+
+    def as_python_constant(self):
+        return self.value
+
     def var_getattr(self, tx, name):
-        attr = getattr(self.value, name)
-        if not is_literal(attr):
-            unimplemented(f"attribute {name!r} of {type(self.value).__name__}")
-        return ConstantVariable(attr)
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError:
+            unimplemented(f"{type(self.value).__name__} has no attribute {name!r}")
+        if callable(attr) and not isinstance(attr, type) and is_frozen(self.value):
+            from kiln.frontend.variables.base import BoundMethodVariable
+
+            return BoundMethodVariable(self, name)
+        return wrap_frozen(attr, f"attribute {name!r} of {type(self.value).__name__}")
+
+    def call_method(self, tx, name, args, kwargs):
+        if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+            unimplemented(f"{type(self.value).__name__}.{name} of non-constants")
+        cargs = [a.as_python_constant() for a in args]
+        ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+        try:
+            result = getattr(self.value, name)(*cargs, **ckw)
+        except Exception as e:
+            unimplemented(f"{type(self.value).__name__}.{name} raised {type(e).__name__}: {e}")
+        return wrap_frozen(result, f"{type(self.value).__name__}.{name}")
+
+    def unpack_var_sequence(self, tx):
+        try:
+            items = list(self.value)
+        except TypeError:
+            unimplemented(f"iteration over {type(self.value).__name__}")
+        return [wrap_frozen(i, f"item of {type(self.value).__name__}") for i in items]
 
     def reconstruct(self, cg):
         cg.load_object(self.value)
+
+
+def _frozen_types():
+    import dataclasses
+    import inspect
+
+    import torch
+
+    return (
+        dataclasses.Field,
+        type(dataclasses.MISSING),
+        inspect.Signature,
+        inspect.Parameter,
+        torch.finfo,
+        torch.iinfo,
+    )
+
+
+def is_frozen(value):
+    """Objects kiln treats as immutable constants (their types never change them after creation,
+    and nothing in traced code does)."""
+    import types
+
+    if isinstance(value, _frozen_types()):
+        return True
+    if isinstance(value, types.MappingProxyType):
+        return all(is_literal(k) and (is_literal(v) or is_frozen(v)) for k, v in value.items())
+    return False
+
+
+def wrap_frozen(value, what):
+    """A constant (literal, enum member, frozen object, tuple of them) as a VariableTracker."""
+    import enum
+    import inspect
+
+    from kiln.frontend.variables.lists import TupleVariable
+
+    if is_literal(value) or isinstance(value, enum.Enum):
+        return ConstantVariable(value)
+    if is_frozen(value) or value is inspect.Parameter.empty:
+        return ConstantObjectVariable(value)
+    if type(value) is tuple or type(value).__name__ in (
+        "odict_keys",
+        "odict_values",
+        "odict_items",
+    ):
+        return TupleVariable([wrap_frozen(v, what) for v in value])
+    unimplemented(f"{what} is a {type(value).__name__}")
 
 
 class NullVariable(VariableTracker):

@@ -1,6 +1,8 @@
 """Instances and classes defined by the user (read-only while tracing, for now)."""
 
+import collections
 import inspect
+import os
 import types
 
 from kiln.exc import unimplemented
@@ -29,6 +31,10 @@ class UserDefinedClassVariable(PythonValueVariable):
 
     def call_function(self, tx, args, kwargs):
         cls = self.value
+        if cls in (set, frozenset):
+            from kiln.frontend.variables.builtin import BuiltinVariable
+
+            return BuiltinVariable(cls).call_function(tx, args, kwargs)
         if issubclass(cls, tuple) and hasattr(cls, "_fields") and cls.__new__ is not tuple.__new__:
             # a namedtuple: bind the fields like its generated __new__ does
             from kiln.frontend.variables.functions import bind_args
@@ -39,8 +45,10 @@ class UserDefinedClassVariable(PythonValueVariable):
         if _plain_class(cls):
             obj = NewObjectVariable(cls)
             init = inspect.getattr_static(cls, "__init__")
-            if init is not object.__init__:
+            if isinstance(init, types.FunctionType):
                 inline_call(tx, init, [obj, *args], kwargs, None)
+            elif init in _DICT_INITS:
+                DictMethodVariable(obj, "__init__").call_function(tx, list(args), kwargs)
             elif args or kwargs:
                 unimplemented(f"{cls.__qualname__}() takes no arguments")
             return obj
@@ -75,6 +83,8 @@ class UserDefinedObjectVariable(VariableTracker):
 
         if self.source is None:
             unimplemented(f"attribute {name!r} of an object without a source")
+        if self.value is os.environ and name in ("get", "__getitem__", "__contains__"):
+            return EnvironReadVariable(self, name)
         stored = tx.output.side_effects.load_attr(self, name)
         if stored is not None:
             return stored
@@ -142,49 +152,103 @@ class SuperVariable(VariableTracker):
 
                     return wrap_value(tx, attr.__func__, None)
                 if klass is dict and name in ("get", "__getitem__", "__contains__"):
+                    if isinstance(self.obj, NewObjectVariable):
+                        return DictMethodVariable(self.obj, name)
                     return DictReadVariable(self.obj, name)
+                if isinstance(self.obj, NewObjectVariable):
+                    if klass in _DICT_BASES and self.obj.dict_items is not None:
+                        return DictMethodVariable(self.obj, name)
+                    if klass is object and name in ("__setattr__", "__getattribute__"):
+                        return DictMethodVariable(self.obj, name)
+                if klass is object and name == "__init__":
+                    return _ObjectInitVariable()
                 unimplemented(f"super().{name} is a {type(attr).__name__}")
         unimplemented(f"super() has no attribute {name!r}")
 
 
+_DICT_BASES = (dict, collections.OrderedDict)
+_DICT_INITS = (dict.__init__, collections.OrderedDict.__init__)
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
+
+
+def dict_base(cls):
+    """The C dict class (dict or OrderedDict) a user class derives from, or None."""
+    for k in cls.__mro__:
+        if k in _DICT_BASES:
+            return k
+    return None
+
+
 def _plain_class(cls):
-    """A class whose instances are plain attribute bags kiln can build itself."""
+    """A class whose instances kiln can build itself: plain attribute bags, and subclasses of
+    dict/OrderedDict (Hugging Face's ModelOutput dataclasses) whose other bases are Python."""
     import torch
 
-    if type(cls) is not type or cls.__new__ is not object.__new__:
+    if type(cls) is not type:
+        return False
+    base = dict_base(cls)
+    if cls.__new__ is not (object.__new__ if base is None else dict.__new__):
+        return False
+    if not all(k is object or k in _DICT_BASES or k.__flags__ & _HEAPTYPE for k in cls.__mro__):
         return False
     if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)):
         return False
-    if any("__slots__" in vars(k) for k in cls.__mro__[:-1]):
+    if any("__slots__" in vars(k) for k in cls.__mro__ if k.__flags__ & _HEAPTYPE):
         return False
-    if inspect.getattr_static(cls, "__setattr__") is not object.__setattr__:
+    setattr_ = inspect.getattr_static(cls, "__setattr__")
+    if setattr_ is not object.__setattr__ and not isinstance(setattr_, types.FunctionType):
         return False
     if inspect.getattr_static(cls, "__getattr__", None) is not None:
         return False
     init = inspect.getattr_static(cls, "__init__")
-    return init is object.__init__ or isinstance(init, types.FunctionType)
+    return init is object.__init__ or init in _DICT_INITS or isinstance(init, types.FunctionType)
 
 
-def make_object(cls, attrs):
-    """The transformed code's way to build an object made while tracing."""
-    obj = object.__new__(cls)
+def make_object(cls, attrs, items=None):
+    """The transformed code's way to build an object made while tracing (and its dict items,
+    stored with the C dict class's own __setitem__, bypassing overrides)."""
+    obj = cls.__new__(cls)
+    if items is not None:
+        setitem = dict_base(cls).__setitem__
+        for k, v in items.items():
+            setitem(obj, k, v)
     obj.__dict__.update(attrs)
     return obj
 
 
 class NewObjectVariable(VariableTracker):
-    """An instance of a plain user class created while tracing: its attributes, symbolically."""
+    """An instance of a plain user class created while tracing: its attributes (and, for a dict
+    subclass, its dict items), symbolically."""
 
     def __init__(self, cls, **kw):
         super().__init__(**kw)
         self.cls = cls
         self.attrs = {}
+        self.dict_base = dict_base(cls)
+        self.dict_items = {} if self.dict_base is not None else None
 
     def python_type(self):
         return self.cls
 
     def store_attr(self, name, value):
         self.attrs[name] = value
+
+    def setattr(self, tx, name, value):
+        """`obj.name = value`: the class's __setattr__ or data descriptor if it has one."""
+        tx.output.side_effects.mutate_new_object(self)
+        static = inspect.getattr_static(self.cls, name, None)
+        if isinstance(static, property):
+            if static.fset is None:
+                unimplemented(f"property {self.cls.__name__}.{name} has no setter")
+            inline_call(tx, static.fset, [self, value], {}, None)
+            return
+        if static is not None and hasattr(static, "__set__"):
+            unimplemented(f"assignment to the descriptor {self.cls.__name__}.{name}")
+        setattr_ = inspect.getattr_static(self.cls, "__setattr__")
+        if isinstance(setattr_, types.FunctionType):
+            inline_call(tx, setattr_, [self, ConstantVariable(name), value], {}, None)
+            return
+        self.store_attr(name, value)
 
     def hasattr(self, tx, name):
         return ConstantVariable(name in self.attrs or hasattr(self.cls, name))
@@ -196,6 +260,8 @@ class NewObjectVariable(VariableTracker):
             return self.attrs[name]
         if name == "__class__":
             return wrap_constant_like(tx, self.cls)
+        if name == "__dict__":
+            return AttrDictVariable(self)
         try:
             static = inspect.getattr_static(self.cls, name)
         except AttributeError:
@@ -208,11 +274,22 @@ class NewObjectVariable(VariableTracker):
             return wrap_constant_like(tx, static.__func__)
         if isinstance(static, classmethod):
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, self.cls))
+        if self.dict_base is not None and _dict_method_owner(self.cls, name) is not None:
+            return DictMethodVariable(self, name)
         from kiln.frontend.variables.constant import is_literal
 
         if is_literal(static):
             return ConstantVariable(static)
+        from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
+
+        if is_frozen(static):
+            return ConstantObjectVariable(static)
         unimplemented(f"class attribute {self.cls.__name__}.{name}")
+
+    def unpack_var_sequence(self, tx):
+        if self.dict_base is not None and _dict_method_owner(self.cls, "__iter__") is not None:
+            return [ConstantVariable(k) for k in self.dict_items]
+        unimplemented(f"iteration over a {self.cls.__name__}")
 
     def reconstruct(self, cg):
         from kiln.bytecode import emit
@@ -223,10 +300,170 @@ class NewObjectVariable(VariableTracker):
             cg.extend(emit.load_const(k))
             cg.reconstruct(v)
         cg.extend(emit.build_map(len(self.attrs)))
-        cg.extend(emit.call(2))
+        if self.dict_items is None:
+            cg.extend(emit.call(2))
+            return
+        for k, v in self.dict_items.items():
+            cg.extend(emit.load_const(k))
+            cg.reconstruct(v)
+        cg.extend(emit.build_map(len(self.dict_items)))
+        cg.extend(emit.call(3))
 
     def __repr__(self):
         return f"NewObjectVariable({self.cls.__name__})"
+
+
+def _dict_method_owner(cls, name):
+    """The C dict class whose method `name` an instance of `cls` uses (None: a Python override
+    or no such method)."""
+    for k in cls.__mro__:
+        if name in vars(k):
+            return k if k in _DICT_BASES or k is object else None
+    return None
+
+
+class AttrDictVariable(VariableTracker):
+    """`obj.__dict__` of an object made while tracing: reads and writes its attributes."""
+
+    def __init__(self, obj, **kw):
+        super().__init__(**kw)
+        self.obj = obj
+
+    def python_type(self):
+        return dict
+
+    def call_method(self, tx, name, args, kwargs):
+        from kiln.frontend.variables.dicts import ConstDictVariable
+
+        view = ConstDictVariable(self.obj.attrs)
+        if name in ("__setitem__", "pop", "update", "clear", "setdefault"):
+            tx.output.side_effects.mutate_new_object(self.obj)
+            view._mutate = lambda tx: None
+            result = view.call_method(tx, name, args, kwargs)
+            self.obj.attrs = view.items
+            return result
+        return view.call_method(tx, name, args, kwargs)
+
+    def var_getattr(self, tx, name):
+        from kiln.frontend.variables.base import BoundMethodVariable
+
+        return BoundMethodVariable(self, name)
+
+    def unpack_var_sequence(self, tx):
+        return [ConstantVariable(k) for k in self.obj.attrs]
+
+    def reconstruct(self, cg):
+        from kiln.bytecode import emit
+
+        cg.reconstruct(self.obj)
+        cg.extend(emit.load_attr("__dict__"))
+
+
+_DICT_READS = ("__getitem__", "get", "__contains__", "__len__", "keys", "values", "items")
+_DICT_WRITES = ("__setitem__", "__delitem__", "pop", "setdefault", "update", "clear", "__init__")
+
+
+class DictMethodVariable(VariableTracker):
+    """A C method of dict/OrderedDict (or object.__setattr__) on an object made while tracing,
+    run on its symbolic items: `out.keys()`, `super().__setitem__(k, v)` in a dict subclass."""
+
+    def __init__(self, obj, name, **kw):
+        super().__init__(**kw)
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        from kiln.frontend.variables.dicts import ConstDictVariable
+
+        obj, name = self.obj, self.name
+        if name == "__setattr__" and len(args) == 2 and not kwargs:
+            tx.output.side_effects.mutate_new_object(obj)
+            obj.store_attr(_const_key(args[0]), args[1])
+            return ConstantVariable(None)
+        if name == "__getattribute__" and len(args) == 1:
+            return obj.var_getattr(tx, _const_key(args[0]))
+        if name == "__iter__" and not args:
+            from kiln.frontend.variables.lists import ListIteratorVariable
+
+            return ListIteratorVariable([ConstantVariable(k) for k in obj.dict_items])
+        if obj.dict_items is None or name not in _DICT_READS + _DICT_WRITES:
+            unimplemented(f"{name} of {obj}")
+        view = ConstDictVariable(obj.dict_items)
+        view._mutate = lambda tx: None
+        if name == "__init__":
+            name = "update"
+            if not args and not kwargs:
+                return ConstantVariable(None)
+            if kwargs and not args:
+                args = [ConstDictVariable(kwargs)]
+            elif kwargs or len(args) != 1:
+                unimplemented("dict.__init__ with positional and keyword items")
+            if not isinstance(args[0], ConstDictVariable):
+                from kiln.frontend.variables.builtin import BuiltinVariable
+
+                args = [BuiltinVariable(dict).call_function(tx, [args[0]], {})]
+        elif name == "__delitem__":
+            name = "pop"
+        elif name == "setdefault":
+            key = _const_key(args[0])
+            if key not in obj.dict_items:
+                tx.output.side_effects.mutate_new_object(obj)
+                obj.dict_items[key] = args[1] if len(args) > 1 else ConstantVariable(None)
+            return obj.dict_items[key]
+        if name in _DICT_WRITES or name == "pop":
+            tx.output.side_effects.mutate_new_object(obj)
+        result = view.call_method(tx, name, args, kwargs)
+        obj.dict_items = view.items
+        if self.name == "__delitem__":
+            return ConstantVariable(None)
+        return result
+
+
+def _const_key(var):
+    if not var.is_python_constant():
+        unimplemented(f"non-constant key {var}")
+    return var.as_python_constant()
+
+
+class EnvironReadVariable(VariableTracker):
+    """`os.environ.get(k)` / `os.environ[k]` / `k in os.environ` for a constant key: read while
+    tracing, guarded by the value (a changed variable recompiles). Writes run in Python."""
+
+    def __init__(self, obj, name, **kw):
+        super().__init__(**kw)
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        from kiln.frontend.guards import GuardKind
+        from kiln.frontend.source import MappingGetSource
+
+        if kwargs or not args or len(args) > 2 or not args[0].is_python_constant():
+            unimplemented(f"os.environ.{self.name} with these arguments")
+        key = args[0].as_python_constant()
+        if not isinstance(key, str):
+            unimplemented("os.environ with a non-str key")
+        tx.output.guards.add(GuardKind.ID_MATCH, self.obj.source, os.environ)
+        value = os.environ.get(key)
+        tx.output.guards.add(
+            GuardKind.CONSTANT_MATCH, MappingGetSource(self.obj.source, key), value
+        )
+        if self.name == "__contains__":
+            return ConstantVariable(value is not None)
+        if value is None:
+            if self.name == "get":
+                return args[1] if len(args) > 1 else ConstantVariable(None)
+            unimplemented(f"KeyError {key!r}: os.environ has no such variable")
+        return ConstantVariable(value)
+
+
+class _ObjectInitVariable(VariableTracker):
+    """`super().__init__()` reaching object.__init__: nothing to do."""
+
+    def call_function(self, tx, args, kwargs):
+        if args or kwargs:
+            unimplemented("object.__init__() takes no arguments")
+        return ConstantVariable(None)
 
 
 class DictReadVariable(VariableTracker):
