@@ -42,6 +42,7 @@ from kiln.frontend.variables.lists import (
     _set_item,
 )
 from kiln.frontend.variables.misc import DeletedVariable, NullVariable
+from kiln.frontend.variables.sym import build_slice
 from kiln.frontend.variables.tensor import TensorVariable
 
 PY311 = sys.version_info[:2] == (3, 11)
@@ -493,16 +494,14 @@ class InstructionTranslatorBase:
         stop = self.pop()
         start = self.pop()
         obj = self.pop()
-        s = ConstantVariable(slice(start.as_python_constant(), stop.as_python_constant()))
-        self.push(getitem(self, obj, s))
+        self.push(getitem(self, obj, build_slice([start, stop])))
 
     def STORE_SLICE(self, inst):  # 3.12+
         stop = self.pop()
         start = self.pop()
         obj = self.pop()
         value = self.pop()
-        s = ConstantVariable(slice(start.as_python_constant(), stop.as_python_constant()))
-        obj.call_method(self, "__setitem__", [s, value], {})
+        obj.call_method(self, "__setitem__", [build_slice([start, stop]), value], {})
 
     def DELETE_SUBSCR(self, inst):
         unimplemented("del obj[index]")
@@ -578,8 +577,8 @@ class InstructionTranslatorBase:
         self.push(ConstDictVariable(dict(zip(keys, values))))
 
     def BUILD_SLICE(self, inst):
-        parts = [p.as_python_constant() for p in self.popn(inst.arg)]
-        self.push(ConstantVariable(slice(*parts)))
+        # a symbolic bound makes a SliceVariable: Note [Shapes: SymNodeVariable]
+        self.push(build_slice(self.popn(inst.arg)))
 
     def BUILD_STRING(self, inst):
         parts = self.popn(inst.arg)

@@ -21,6 +21,7 @@ from kiln.frontend.variables.lists import (
     TupleVariable,
     _set_values,
 )
+from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor import TensorVariable
 
 _SEQUENCE_OPS = {operator.add, operator.iadd, operator.mul, operator.imul}
@@ -39,6 +40,10 @@ def binary_op(tx, fn, a, b):
         fn = _INPLACE[fn]  # `n += t` for a number n is `n = n + t` (no in-place, a new tensor)
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [a, b], {})
+    if isinstance(a, SymNodeVariable) or isinstance(b, SymNodeVariable):
+        from kiln.frontend.variables import sym
+
+        return sym.binary(tx, fn, a, b)  # Note [Shapes: SymNodeVariable]
     if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
         return fold(fn, a.value, b.value)
     if isinstance(a, SetVariable) and fn in _SET_OPS:
@@ -88,6 +93,12 @@ def compare_vars(tx, fn, a, b):
             kind = GuardKind.ALIASING if same else GuardKind.DISTINCT
             tx.output.guards.add(kind, a.source, b.source)
         return ConstantVariable(same if fn is operator.is_ else not same)
+    if isinstance(a, SymNodeVariable) or isinstance(b, SymNodeVariable):
+        from kiln.frontend.variables import sym
+
+        result = sym.compare(tx, fn, a, b)  # a fact on the sizes: a shape guard
+        if result is not None:
+            return result
     if fn in (operator.eq, operator.ne) and not isinstance(a, TensorVariable):
         if not isinstance(b, TensorVariable) and not (_all_const([a, b])):
             same = _identical(a, b)
@@ -348,6 +359,12 @@ class BuiltinVariable(VariableTracker):
 
     def _fold_or_reduce(self, tx, fn, args):
         items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
+        if any(isinstance(i, SymNodeVariable) for i in items):
+            from kiln.frontend.variables import sym
+
+            result = sym.min_max(tx, fn, items)
+            if result is not None:
+                return result
         if _all_const(items):
             return fold(fn, [i.as_python_constant() for i in items])
         if fn in (builtins.min, builtins.max) and len(items) == 2:
@@ -438,6 +455,10 @@ def unary_op(tx, fn, obj):
 
     if isinstance(obj, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [obj], {})
+    if isinstance(obj, SymNodeVariable):
+        from kiln.frontend.variables import sym
+
+        return sym.unary(tx, fn, obj)
     if obj.is_python_constant():
         return fold(fn, obj.as_python_constant())
     unimplemented(f"{fn.__name__} of {obj}")
