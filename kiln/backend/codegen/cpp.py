@@ -412,6 +412,8 @@ class KernelWriter:
             expr = f"kiln_bf16_to_f({expr})"
         elif dt == torch.float16:
             expr = f"static_cast<float>({expr})"
+        elif dt == torch.bool:  # gcc vectorizes no loop that loads a bool: load its byte
+            expr = f"(reinterpret_cast<const uint8_t*>({name})[{index.render()}] != 0)"
         return self.cse(expr, compute_dtype(dt))
 
     def indirect(self, value, size, wrap=True):
