@@ -18,6 +18,7 @@ import torch
 from kiln import config, logs
 from kiln.backend import codecache
 from kiln.backend.decompositions import DECOMPOSITIONS
+from kiln.backend.ir import sizes_of, strides_of, to_expr, use_shape_env
 from kiln.exc import BackendCompilerFailed
 
 
@@ -53,13 +54,20 @@ def _backend_source_hash():
 
 
 def _graph_key(gm, example_inputs):
+    use_shape_env(gm.meta.get("shape_env"))
     h = hashlib.sha256()
     h.update(_backend_source_hash().encode())
     h.update(gm.code.encode())
     h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{num_threads()}".encode())
-    for x in example_inputs:
+    # symbolic sizes enter as their expressions (s0), never their hints: one entry for all sizes
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    for k, x in enumerate(example_inputs):
+        if k < len(vals) and isinstance(vals[k], torch.SymInt):
+            x = vals[k]
         if isinstance(x, torch.Tensor):
-            h.update(f"T{tuple(x.shape)}{x.stride()}{x.dtype}{x.device.type}".encode())
+            h.update(f"T{sizes_of(x)}{strides_of(x)}{x.dtype}{x.device.type}".encode())
+        elif isinstance(x, torch.SymInt) or hasattr(x, "expr"):
+            h.update(f"Z{to_expr(x)}".encode())
         else:
             h.update(f"S{type(x).__name__}{x!r}".encode())
     for node in gm.graph.nodes:

@@ -7,7 +7,6 @@ import torch
 from kiln import logs
 from kiln.backend import lowering as L
 from kiln.backend.ir import (
-    HINTS,
     RANGES,
     Buffer,
     ComputedBuffer,
@@ -27,6 +26,7 @@ from kiln.backend.ir import (
     sizes_of,
     strides_of,
     to_expr,
+    use_shape_env,
 )
 
 
@@ -136,10 +136,7 @@ class GraphLowering:
 
     def run(self):
         RANGES.clear()
-        HINTS.clear()
-        env = self.gm.meta.get("shape_env") if hasattr(self.gm, "meta") else None
-        if env is not None:
-            HINTS.update(env.var_to_val)
+        use_shape_env(self.gm.meta.get("shape_env") if hasattr(self.gm, "meta") else None)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 self.env[node] = self.placeholder(node, len(self.inputs))

@@ -33,6 +33,7 @@ import torch
 # Kernels print a symbol s0 as the argument `ks0` (cexpr), the wrapper as the local `s0` (pexpr).
 
 HINTS: dict = {}  # size Symbol -> hint (heuristics only, never correctness)
+REPLACEMENTS: dict = {}  # size Symbol -> what the ShapeEnv proved it equals (guarded: s1 -> s0)
 
 
 def to_expr(v):
@@ -43,15 +44,30 @@ def to_expr(v):
         expr = getattr(v.node, "expr", None)
         if expr is None:
             raise TypeError(f"a SymInt without a sympy expression: {v.node!r}")
-        return norm(expr)
+        return _replaced(expr)
     if isinstance(v, sympy.Basic):
-        return norm(v)
+        return _replaced(v)
     expr = getattr(v, "expr", None)  # kiln.frontend.shapes.SymNode
     if isinstance(expr, sympy.Basic):
-        return norm(expr)
+        return _replaced(expr)
     if isinstance(v, bool):
         return int(v)
     return int(v)  # numpy and other integer types (raises for the rest)
+
+
+def use_shape_env(env):
+    """Take the hints and replacements of a graph's ShapeEnv (None: a static graph)."""
+    HINTS.clear()
+    REPLACEMENTS.clear()
+    if env is not None:
+        HINTS.update(env.var_to_val)
+        REPLACEMENTS.update(env.replacements)
+
+
+def _replaced(e):
+    if REPLACEMENTS and not e.is_Integer:
+        e = sympy.expand(e.xreplace(REPLACEMENTS)) if e.free_symbols & REPLACEMENTS.keys() else e
+    return norm(e)
 
 
 def norm(e):
