@@ -10,6 +10,7 @@ from kiln.backend import ir
 from kiln.backend.compile import CompiledGraph, compile_aten_graph
 from kiln.backend.decompositions import DECOMPOSITIONS
 from kiln.backend.ir import Ix, set_range
+from kiln.frontend import shapes
 from kiln.frontend.shapes import ShapeEnv
 
 
@@ -156,3 +157,50 @@ def test_matmul_mlp():
     assert_symbolic(compiled, "s0")
     assert "empty_strided((s0, 32)" in compiled.wrapper_src
     run_sizes(fn, compiled, lambda n: [torch.randn(n, 16), w1, b1, w2], SIZES, atol=1e-4)
+
+
+def test_size_inputs_and_outputs():
+    """A size input (an int at run time, val SymInt) binds its symbol; a size output is computed
+    by the wrapper; a tensor op with a size operand reads it as an index expression."""
+    env = ShapeEnv()
+    x = torch.randn(4, 6)
+    fx = tracer.fake_like(x, sizes=env.sizes_of(x, "x", {0}))
+    n = shapes.to_torch(env.create_size(3, "n"))
+
+    def fn(x, n):
+        return x.view(-1, 2) * n, x.shape[0] * 2, torch.zeros(n, 2) + x.shape[0]
+
+    gm = tracer.trace_aten(fn, [fx, n], decompositions=DECOMPOSITIONS)
+    gm.meta["shape_env"] = env
+    compiled = compile_aten_graph(gm, [fx, n])
+    assert_symbolic(compiled, "s0", "s1")
+    assert "s1 = arg1" in compiled.wrapper_src and "2*s0," in compiled.wrapper_src
+    for k in (2, 5, 7):
+        xx = torch.randn(k, 6)
+        got, want = compiled(xx, k + 1), fn(xx, k + 1)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1] and type(got[1]) is int
+        torch.testing.assert_close(got[2], want[2])
+
+
+def test_unbindable_symbol_runs_the_graph_eagerly(capsys):
+    """A symbol no input provides as a whole size: the graph runs in the FX interpreter (correct
+    for every size), with a perf hint; never code specialised to the hint."""
+    env = ShapeEnv()
+    s0 = env.create_size(3, "n")
+    g = torch.fx.Graph()
+    a = g.placeholder("arg0_1")
+    a.meta["val"] = shapes.to_torch(s0 + 1)
+    z = g.call_function(torch.ops.aten.zeros.default, ([a, 2],))
+    z.meta["val"] = tracer.fake_like(torch.zeros(4, 2), sizes=(s0 + 1, 2))
+    g.output((z,))
+    gm = torch.fx.GraphModule({}, g)
+    gm.meta["shape_env"] = env
+    logs.set_logs("perf_hints")
+    try:
+        compiled = compile_aten_graph(gm, [a.meta["val"]])
+    finally:
+        logs.set_logs("")
+    assert getattr(compiled, "kiln_fallback", False)
+    assert "cannot be computed from the graph's inputs" in capsys.readouterr().err
+    assert compiled(6)[0].shape == (6, 2)
