@@ -9,7 +9,7 @@ from kiln import logs
 from kiln.bytecode import decode, emit, encode, first_resume
 from kiln.exc import unimplemented
 from kiln.frontend.variables.dicts import ConstDictVariable
-from kiln.frontend.variables.lists import ListVariable, SetVariable, SizeVariable
+from kiln.frontend.variables.lists import ListVariable, SetVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
 GRAPH_OUT = "___kiln_graph_out"
@@ -119,10 +119,7 @@ def transformed_code(output, code, return_var):
     """The transformed code object of a frame that traced to `return return_var` in one graph."""
     body = PyCodegen(output)
     output.side_effects.codegen(body)
-    if isinstance(return_var, SizeVariable):
-        body.load_object(return_var.as_python_constant())
-    else:
-        body.reconstruct(return_var)
+    body.reconstruct(return_var)  # (a SizeVariable rebuilds torch.Size from its items)
     body.extend(emit.return_value())
     new_code = assemble(code, _graph_call(output, body) + body.instrs, body.temp_names)
     _log_bytecode(code, new_code)

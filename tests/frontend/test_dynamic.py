@@ -451,3 +451,23 @@ def test_recompiles_log_names_the_dimension():
     compiled = kiln.compile(f, backend="eager")
     msgs = _recompile_messages(compiled, (torch.randn(3, 4),), (torch.randn(3, 6),))
     assert "x dim 1 became dynamic: size 4 -> 6" in msgs
+
+
+def test_symbolic_shape_returned_and_carried_across_a_break():
+    def f(x):
+        return x * 2, x.shape
+
+    def g(x):
+        s = x.shape
+        kiln.graph_break()
+        return x.view(s[0], -1), s
+
+    for fn, frames in [(f, 1), (g, 3)]:  # g: its resume function gets s as a torch.Size
+        kiln.reset()
+        compiled = kiln.compile(fn, backend="eager", dynamic=True)
+        for n in [4, 5, 6]:
+            x = torch.randn(n, 3)
+            got, expected = compiled(x), fn(x)
+            torch.testing.assert_close(got[0], expected[0])
+            assert type(got[1]) is torch.Size and got[1] == expected[1]
+        assert kiln.counters["frames"]["total"] == frames, fn

@@ -19,7 +19,7 @@ from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
-from kiln.frontend.variables.lists import ListVariable, RangeVariable, TupleVariable
+from kiln.frontend.variables.lists import ListVariable, RangeVariable, SizeVariable, TupleVariable
 from kiln.frontend.variables.misc import (
     DisabledFunctionVariable,
     GraphBreakVariable,
@@ -163,8 +163,10 @@ def wrap_value(tx, value, source):
         items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]
         return TupleVariable(items, tuple_cls=type(value), source=source)
     if type(value) is torch.Size:
-        guards.add(GuardKind.CONSTANT_MATCH, source, value)
-        return ConstantVariable(value, source=source)
+        # its items are guarded one by one (ints that change become size symbols)
+        guards.add(GuardKind.LIST_LENGTH, source, (torch.Size, len(value)))
+        items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]
+        return SizeVariable(items, source=source)
     if type(value) in (dict, collections.OrderedDict) and all(is_literal(k) for k in value):
         guards.add(GuardKind.DICT_KEYS, source, (type(value), tuple(value)))
         items = {k: wrap_value(tx, v, GetItemSource(source, k)) for k, v in value.items()}

@@ -136,7 +136,19 @@ class SizeVariable(TupleVariable):
         return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg):
-        cg.load_object(self.as_python_constant())
+        if self.source is not None:  # immutable: the object itself
+            self.source.reconstruct(cg)
+            return
+        if self.is_python_constant():
+            cg.load_object(self.as_python_constant())
+            return
+        import torch
+
+        cg.load_object(torch.Size, push_null=True)  # symbolic sizes: torch.Size((s0, 3))
+        for item in self.items:
+            cg.reconstruct(item)
+        cg.extend(emit.build_tuple(len(self.items)))
+        cg.extend(emit.call(1))
 
 
 class ListVariable(BaseListVariable):
