@@ -39,11 +39,12 @@ def _caches(compiled):
     cache = getattr(compiled, "_kiln_cache", None) or compiled.__dict__["_kiln_cache"]
     out, todo = [], [cache]
     while todo:
-        c = todo.pop()
+        c = todo.pop(0)
+        if c is None or any(c is o for o in out):
+            continue
         out.append(c)
-        for w in c.children.values():
-            todo.append(getattr(w, "_kiln_cache", None))
-    return [c for c in out if c is not None]
+        todo.extend(getattr(w, "_kiln_cache", None) for w in c.children.values())
+    return out
 
 
 def _size_guards(entry):
@@ -407,7 +408,10 @@ def test_size_kept_across_a_graph_break():
     assert kiln.counters["stats"]["graph_breaks"] >= 1
     assert len(_caches(compiled)[0].entries) == 1
     gm = _caches(compiled)[0].entry_info[0].gm
-    assert "mul_1 = size * 3" in gm.code and "return (mul, mul_1)" in gm.code
+    assert "mul_1 = size * 3" in gm.code  # the size is an int output of the graph
+    assert any(
+        line.strip().startswith("return (") and "mul_1" in line for line in gm.code.splitlines()
+    )
 
 
 def test_factories_and_slices_with_symbolic_sizes():
