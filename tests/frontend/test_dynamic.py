@@ -475,3 +475,26 @@ def test_symbolic_shape_returned_and_carried_across_a_break():
             torch.testing.assert_close(got[0], expected[0])
             assert type(got[1]) is torch.Size and got[1] == expected[1]
         assert kiln.counters["frames"]["total"] == frames, fn
+
+
+def test_shape_comparisons_and_membership_are_facts():
+    def f(x, y):
+        r = x * 1.0
+        if x.shape == y.shape:
+            r = r + y
+        if x.shape[0] in (1, 2):
+            r = r * 2
+        if x.shape[1:] == (3,):
+            r = r - 1
+        return r + math.sqrt(x.shape[1])  # a float of a size: specialised
+
+    compiled = kiln.compile(f, backend="eager", dynamic=True)
+    for n, m in [(4, 4), (5, 5), (6, 5), (2, 2), (7, 7)]:
+        x, y = torch.randn(n, 3), torch.randn(m, 3)
+        _check(compiled, f, x, y)
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+    entries = _caches(compiled)[0].entry_info
+    assert len(entries) == 3  # equal shapes, different shapes, x.shape[0] == 2
+    first = _size_guards(entries[0])
+    assert "y.size()[0] == x.size()[0]" in first and "x.size()[1] == 3" in first
+    assert "x.size()[0] != 2" in first or "x.size()[0] > 2" in first, first

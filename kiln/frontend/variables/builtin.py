@@ -8,6 +8,7 @@ import operator
 import torch
 
 from kiln.exc import unimplemented
+from kiln.frontend.variables import sym
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -41,8 +42,6 @@ def binary_op(tx, fn, a, b):
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [a, b], {})
     if isinstance(a, SymNodeVariable) or isinstance(b, SymNodeVariable):
-        from kiln.frontend.variables import sym
-
         return sym.binary(tx, fn, a, b)  # Note [Shapes: SymNodeVariable]
     if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
         return fold(fn, a.value, b.value)
@@ -93,9 +92,7 @@ def compare_vars(tx, fn, a, b):
             kind = GuardKind.ALIASING if same else GuardKind.DISTINCT
             tx.output.guards.add(kind, a.source, b.source)
         return ConstantVariable(same if fn is operator.is_ else not same)
-    if isinstance(a, SymNodeVariable) or isinstance(b, SymNodeVariable):
-        from kiln.frontend.variables import sym
-
+    if sym.has_symbolic(a) or sym.has_symbolic(b):
         result = sym.compare(tx, fn, a, b)  # a fact on the sizes: a shape guard
         if result is not None:
             return result
@@ -154,6 +151,10 @@ def contains(tx, container, item):
     if isinstance(container, (UserDefinedObjectVariable, NewObjectVariable)):
         return container.call_method(tx, "__contains__", [item], {})
     items = container.unpack_var_sequence(tx)
+    if isinstance(item, SymNodeVariable):
+        result = sym.contains(tx, items, item)
+        if result is not None:
+            return result
     for i in items:
         same = _identical(i, item)
         if same:
@@ -227,6 +228,9 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(args[0].truthy(tx))
         if fn is operator.not_ and len(args) == 1:
             return ConstantVariable(not args[0].truthy(tx))
+        if getattr(fn, "__module__", None) in _PURE_MODULES:
+            # math.sqrt(n) of a size: on its value (a guard); floats are not sizes
+            args = [sym.specialised(a) for a in args]
         if getattr(fn, "__module__", None) in _PURE_MODULES and _all_const(
             [*args, *kwargs.values()]
         ):
@@ -360,8 +364,6 @@ class BuiltinVariable(VariableTracker):
     def _fold_or_reduce(self, tx, fn, args):
         items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
         if any(isinstance(i, SymNodeVariable) for i in items):
-            from kiln.frontend.variables import sym
-
             result = sym.min_max(tx, fn, items)
             if result is not None:
                 return result
@@ -456,8 +458,6 @@ def unary_op(tx, fn, obj):
     if isinstance(obj, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [obj], {})
     if isinstance(obj, SymNodeVariable):
-        from kiln.frontend.variables import sym
-
         return sym.unary(tx, fn, obj)
     if obj.is_python_constant():
         return fold(fn, obj.as_python_constant())

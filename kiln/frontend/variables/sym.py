@@ -114,7 +114,8 @@ class SymNodeVariable(VariableTracker):
         return f"SymNodeVariable({self.proxy.name}, {self.value})"
 
 
-def _specialised(v):
+def specialised(v):
+    """A SymNodeVariable as the constant of its value (a guard); anything else as it is."""
     return ConstantVariable(v.evaluate()) if isinstance(v, SymNodeVariable) else v
 
 
@@ -125,14 +126,14 @@ def binary(tx, fn, a, b):
     op = ARITH_OPS.get(fn)
     if op is None or not (is_int_like(a) and is_int_like(b)):
         # a float, a sequence repeat, a shift ...: the size as its concrete value
-        return binary_op(tx, fn, _specialised(a), _specialised(b))
+        return binary_op(tx, fn, specialised(a), specialised(b))
     if op in (operator.floordiv, operator.mod):
         # the divisor must be known nonzero; Python's floor semantics with negative operands are
         # not modelled by the size expressions: specialise those
         if isinstance(b, ConstantVariable) and b.value <= 0:
-            return binary_op(tx, fn, _specialised(a), b)
+            return binary_op(tx, fn, specialised(a), b)
         if isinstance(b, SymNodeVariable) and not bool(b.value > 0):
-            return binary_op(tx, fn, _specialised(a), _specialised(b))
+            return binary_op(tx, fn, specialised(a), specialised(b))
     try:
         value = op(_value(a), _value(b))
     except (TypeError, ValueError, ZeroDivisionError) as e:
@@ -141,12 +142,66 @@ def binary(tx, fn, a, b):
     return SymNodeVariable.create(tx, node, value)
 
 
+def has_symbolic(v):
+    """A SymNodeVariable, or a sequence (`x.shape`) holding one."""
+    from kiln.frontend.variables.lists import BaseListVariable
+
+    if isinstance(v, SymNodeVariable):
+        return True
+    return isinstance(v, BaseListVariable) and any(isinstance(i, SymNodeVariable) for i in v.items)
+
+
+def _compare_sequences(tx, fn, a, b):
+    """`x.shape == y.shape` (and !=) item by item: each equality a fact."""
+    from kiln.frontend.variables.lists import BaseListVariable
+
+    if fn not in (operator.eq, operator.ne):
+        return None
+    a, b = _as_sequence(a), _as_sequence(b)
+    if not (isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable)):
+        return None
+    same_kind = issubclass(a.python_type(), tuple) == issubclass(b.python_type(), tuple)
+    equal = same_kind and len(a.items) == len(b.items)
+    for x, y in zip(a.items, b.items) if equal else ():
+        r = compare(tx, operator.eq, x, y) if has_symbolic(x) or has_symbolic(y) else None
+        if r is None:
+            if not (x.is_python_constant() and y.is_python_constant()):
+                return None
+            r = ConstantVariable(x.as_python_constant() == y.as_python_constant())
+        if not r.value:
+            equal = False
+            break
+    return ConstantVariable(equal if fn is operator.eq else not equal)
+
+
+def _as_sequence(v):
+    """A constant tuple (`(4, 3)`, a torch.Size) as a TupleVariable of constants."""
+    from kiln.frontend.variables.lists import TupleVariable
+
+    if isinstance(v, ConstantVariable) and isinstance(v.value, tuple):
+        return TupleVariable([ConstantVariable(i) for i in v.value])
+    return v
+
+
+def contains(tx, items, item):
+    """`n in (a, b)` for a size: == against each item (facts), Python's semantics for ints."""
+    for i in items:
+        r = compare(tx, operator.eq, i, item)
+        if r is None:
+            return None
+        if r.value:
+            return ConstantVariable(True)
+    return ConstantVariable(False)
+
+
 def compare(tx, fn, a, b):
     """`a <cmp> b` of sizes: evaluated on the hints, recorded as a fact (a shape guard)."""
     if fn in (operator.is_, operator.is_not):
         return None
     if fn not in COMPARE_OPS:
         return None
+    if not (isinstance(a, SymNodeVariable) or isinstance(b, SymNodeVariable)):
+        return _compare_sequences(tx, fn, a, b)
     if not (is_int_like(a) and is_int_like(b)):
         if isinstance(a, ConstantVariable | SymNodeVariable) and isinstance(
             b, ConstantVariable | SymNodeVariable
