@@ -27,8 +27,16 @@ from kiln.autograd.partition import (
     min_cut_rematerialization_partition,
     saved_bytes,
 )
-from kiln.autograd.tracer import ProxyTensor, Tracer, format_graph
+from kiln.autograd.tracer import (
+    ProxyTensor,
+    Tracer,
+    fake_like,
+    format_graph,
+    is_symbolic,
+    sym_sizes,
+)
 from kiln.exc import Unsupported
+from kiln.frontend.shapes import ShapeEnv, SymNode, contiguous_strides, from_torch, hint_of
 
 __all__ = [
     "aot_autograd",
@@ -86,15 +94,22 @@ class _Plan:
     function: type = None
     fw_graph: object = None  # the ATen forward / inference graph given to the compiler
     bw_graph: object = None  # the ATen backward graph (saved.., tangents..) -> grads
+    num_saved_sizes: int = 0  # the last num_saved_sizes saved values are ints (sizes)
+    guard: object = None  # symbolic plan of aot_function(dynamic_dims=): args -> whether it fits
 
-    def tangents_from(self, grads):
-        """The backward graph's tangents from the node's grads (None -> zeros), and which were given."""
+    def tangents_from(self, grads, shapes=None):
+        """The backward graph's tangents from the node's grads (None -> zeros), and which were given.
+
+        `shapes`: the real shapes of the differentiable outputs (a symbolic plan's tangent vals
+        have symbolic shapes).
+        """
         tangents = [grads[i] for i in self.diff_outputs]
         present = [g is not None for g in tangents]
         for j, g in enumerate(tangents):
             v = self.tangent_vals[j]
             if g is None:
-                tangents[j] = torch.zeros(v.shape, dtype=v.dtype, device=v.device)
+                shape = shapes[j] if shapes is not None else v.shape
+                tangents[j] = torch.zeros(shape, dtype=v.dtype, device=v.device)
             elif not g.is_contiguous():
                 tangents[j] = g.contiguous()
         return tangents, present
@@ -161,17 +176,22 @@ class _AsNonLeaf(torch.autograd.Function):
 # epilogue `x.copy_(new)` runs under autograd, so x's history ends in CompiledFunctionBackward as it
 # would end in the in-place op's backward in eager. Leaves that require grad stay leaves: mutating
 # them raises eager's own error while tracing.
-def _trace(fn, inputs, decompositions, *, joint):
-    """Trace fn over inputs. Returns (tracer, primals (leaves), values fn saw, flat outputs, spec)."""
+def _trace(fn, inputs, decompositions, *, joint, examples=None):
+    """Trace fn over inputs. Returns (tracer, primals (leaves), values fn saw, flat outputs, spec).
+
+    `examples` (one per input, or None) are what the trace sees instead of the inputs: symbolic
+    fakes and SymInts (Note [AOT: symbolic sizes]).
+    """
     tracer = Tracer(decompositions)
     prefix = "primals" if joint else "arg"
+    examples = examples or [None] * len(inputs)
     primals = [
         tracer.placeholder(
             f"{prefix}_{i + 1}",
-            x,
+            x if e is None else e,
             requires_grad=joint and isinstance(x, torch.Tensor) and x.requires_grad,
         )
-        for i, x in enumerate(inputs)
+        for i, (x, e) in enumerate(zip(inputs, examples))
     ]
     grad = torch.enable_grad() if joint else torch.no_grad()
     with grad, tracer.tracing():
@@ -190,7 +210,7 @@ def _non_leaf(x):
 def _forward_metadata(tracer, flat):
     """Functionalize a copy of the trace so far, returning every output: which inputs it mutates,
     which outputs alias inputs or other outputs (those are regenerated at run time)."""
-    args = [tracer.to_arg(o) if isinstance(o, torch.Tensor) else None for o in flat]
+    args = [tracer.to_arg(o) if isinstance(o, torch.Tensor | torch.SymInt) else None for o in flat]
     graph, val_map = torch.fx.Graph(), {}
     graph.graph_copy(tracer.graph, val_map)
     graph.output(tuple(val_map[a] if isinstance(a, torch.fx.Node) else None for a in args))
@@ -213,7 +233,10 @@ _CONSTANT_TYPES = (
 def _output_plan(res, flat):
     outputs, graph_idx = [], []
     for i, (o, alias) in enumerate(zip(flat, res.output_aliases)):
-        if not isinstance(o, torch.Tensor):
+        if isinstance(o, torch.SymInt):  # a symbolic size: computed by the graph
+            outputs.append(("graph", len(graph_idx)))
+            graph_idx.append(i)
+        elif not isinstance(o, torch.Tensor):
             if not isinstance(o, _CONSTANT_TYPES):
                 raise Unsupported(f"aot: an output of type {type(o).__name__} (not a pytree)")
             outputs.append(("const", o))
@@ -229,9 +252,9 @@ def _constant_targets(gm, names):
     return [(gm, name) for name in names]
 
 
-def compile_inference(fn, inputs, decompositions, compiler):
+def compile_inference(fn, inputs, decompositions, compiler, examples=None, shape_env=None):
     """Trace without autograd, functionalize, compile: the plan for no-grad calls."""
-    tracer, _, _, flat, spec = _trace(fn, inputs, decompositions, joint=False)
+    tracer, _, _, flat, spec = _trace(fn, inputs, decompositions, joint=False, examples=examples)
     if tracer.grad_constants and torch.is_grad_enabled():
         return None  # Note [AOT: closed-over tensors]: a training plan is needed
     res = _forward_metadata(tracer, flat)
@@ -243,6 +266,8 @@ def compile_inference(fn, inputs, decompositions, compiler):
     out.args = (tuple(vals[:nm] + [vals[nm + i] for i in graph_idx]),)
     gm.graph.eliminate_dead_code(is_impure_node=_is_impure)
     gm.recompile()
+    if shape_env is not None:
+        gm.meta["shape_env"] = shape_env
     _log_graph("inference graph", gm, next(_dump_ids))
     compiled = compiler(gm, _fake_inputs(gm))
     return _Plan(
@@ -270,9 +295,11 @@ class JointTrace:
     lifted: list  # closed-over tensors requiring grad: extra CompiledFunction inputs
 
 
-def trace_joint(fn, inputs, decompositions=None):
+def trace_joint(fn, inputs, decompositions=None, examples=None):
     """Trace fn's forward and, through the autograd engine on the proxies, its backward."""
-    tracer, primals, seen, flat, spec = _trace(fn, inputs, decompositions, joint=True)
+    tracer, primals, seen, flat, spec = _trace(
+        fn, inputs, decompositions, joint=True, examples=examples
+    )
     meta = _forward_metadata(tracer, flat)
     outputs, graph_idx = _output_plan(meta, flat)
     mutated = meta.mutated_inputs
@@ -291,7 +318,12 @@ def trace_joint(fn, inputs, decompositions=None):
     ]
     tangents = []
     for j, o in enumerate(diff_vals):
-        t = torch.empty(o.shape, dtype=o.dtype, device=o.device)
+        if is_symbolic(o):  # a contiguous tangent of o's symbolic sizes
+            sizes = sym_sizes(o)
+            m = torch.empty([hint_of(s) for s in sizes], dtype=o.dtype, device="meta")
+            t = ProxyTensor(m, o.device, None, False, sizes, contiguous_strides(sizes), 0)
+        else:
+            t = torch.empty(o.shape, dtype=o.dtype, device=o.device)
         tangents.append(tracer.placeholder(f"tangents_{j + 1}", t))
     lifted = list(tracer.grad_constants)
     wrt = [primals[i] for i in grad_inputs] + lifted
@@ -307,9 +339,18 @@ def trace_joint(fn, inputs, decompositions=None):
     )
 
 
-def compile_training(fn, inputs, decompositions, fw_compiler, bw_compiler, partition_fn):
+def compile_training(
+    fn,
+    inputs,
+    decompositions,
+    fw_compiler,
+    bw_compiler,
+    partition_fn,
+    examples=None,
+    shape_env=None,
+):
     """Joint trace, functionalize, partition, compile both halves: the plan for grad calls."""
-    jt = trace_joint(fn, inputs, decompositions)
+    jt = trace_joint(fn, inputs, decompositions, examples)
     if not jt.diff:
         return None
     res = functionalize(jt.joint)
@@ -319,6 +360,9 @@ def compile_training(fn, inputs, decompositions, fw_compiler, bw_compiler, parti
     dump_id = next(_dump_ids)
     _log_graph("joint graph", res.gm, dump_id)
     fw_gm, bw_gm = partition_fn(res.gm, _fake_inputs(res.gm), num_fwd_outputs=num_fwd)
+    if shape_env is not None:
+        for g in (res.gm, fw_gm, bw_gm):
+            g.meta["shape_env"] = shape_env
     _log_graph("forward graph", fw_gm, dump_id)
     _log_graph("backward graph", bw_gm, dump_id)
     if logs.enabled("aot_graphs"):
@@ -326,6 +370,7 @@ def compile_training(fn, inputs, decompositions, fw_compiler, bw_compiler, parti
     bw_inputs = [n for n in bw_gm.graph.nodes if n.op == "placeholder"]
     tangent_nodes = [n for n in bw_inputs if n.name.startswith("tangents")]
     num_saved = len(bw_inputs) - len(tangent_nodes)
+    num_sizes = sum(1 for n in bw_inputs[:num_saved] if isinstance(n.meta.get("val"), torch.SymInt))
     grad_deps = []
     for o in bw_gm.graph.output_node().args[0]:
         anc = _ancestor_set(o)
@@ -344,6 +389,7 @@ def compile_training(fn, inputs, decompositions, fw_compiler, bw_compiler, parti
         forward=fw,
         backward=bw,
         num_saved=num_saved,
+        num_saved_sizes=num_sizes,
         tangent_vals=[n.meta["val"] for n in tangent_nodes],
         grad_deps=grad_deps,
         fw_graph=fw_gm,
@@ -389,22 +435,29 @@ def _make_function(plan):
 
     mutated_storages = plan.mutated_inputs
 
+    num_tensors = plan.num_saved - plan.num_saved_sizes
+
     def forward(ctx, *args):
         args = args[: plan.num_inputs]  # the rest: lifted tensors (constants in the graph)
         outs = plan.forward(*args)
         fw_outs = list(outs[:num_fw])
-        saved = list(outs[num_fw : num_fw + plan.num_saved])
+        saved = list(outs[num_fw : num_fw + num_tensors])
         if mutated_storages:  # the epilogue will overwrite these inputs: keep the old values
             ptrs = {_storage(args[i]) for i in mutated_storages}
             saved = [s.clone() if _storage(s) in ptrs else s for s in saved]
         ctx.save_for_backward(*saved)
-        ctx.mark_non_differentiable(*[fw_outs[i] for i in non_diff])
+        # Note [Partitioner: saved sizes]: sizes saved for the backward are ints on the ctx
+        ctx.kiln_sizes = tuple(outs[num_fw + num_tensors : num_fw + plan.num_saved])
+        ctx.kiln_shapes = [fw_outs[i].shape for i in plan.diff_outputs]
+        ctx.mark_non_differentiable(
+            *[fw_outs[i] for i in non_diff if isinstance(fw_outs[i], torch.Tensor)]
+        )
         ctx.set_materialize_grads(False)
         return tuple(fw_outs)
 
     def backward(ctx, *grads):
-        saved = ctx.saved_tensors
-        tangents, present = plan.tangents_from(grads)
+        saved = (*ctx.saved_tensors, *ctx.kiln_sizes)
+        tangents, present = plan.tangents_from(grads, ctx.kiln_shapes)
         double = torch.is_grad_enabled()
         with torch.no_grad():
             got = list(plan.backward(*saved, *tangents))
@@ -469,6 +522,12 @@ def _finish(plan, args, graph_outs):
 _AUTOCAST_DEVICES = ("cpu", "cuda")
 
 
+def _guard_fn(env):
+    """A check of the env's shape guards on a call's args (sources `a[i].size()[d]`, `a[i]`)."""
+    code = compile(env.guard_expr(), "<kiln aot shape guards>", "eval")
+    return lambda args: bool(eval(code, {"a": args}))
+
+
 def _autocast_state():
     """The autocast settings a trace bakes in (the casts are ops of the graph)."""
     return tuple(
@@ -476,10 +535,20 @@ def _autocast_state():
     )
 
 
-def _key(args):
+def _key(args, dynamic=None):
+    """The plan key of a call; `dynamic` ({input: dims or True}) leaves out the symbolic sizes."""
     parts = [torch.is_grad_enabled(), _autocast_state()]
-    for a in args:
-        if isinstance(a, torch.Tensor):
+    if dynamic is not None:
+        parts.append("symbolic")
+    for i, a in enumerate(args):
+        dims = dynamic.get(i) if dynamic else None
+        if dims is True:
+            parts.append((type(a), "dynamic"))
+        elif dims and isinstance(a, torch.Tensor):
+            shape = tuple(None if d in dims else n for d, n in enumerate(a.shape))
+            layout = a.is_contiguous()
+            parts.append((shape, layout, a.dtype, a.device, a.requires_grad))
+        elif isinstance(a, torch.Tensor):
             parts.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
         else:
             try:
@@ -490,18 +559,136 @@ def _key(args):
     return tuple(parts)
 
 
-class AOTCompiled:
-    """The callable a backend returns: one plan per (grad mode, input metadata, scalar values)."""
+# Note [AOT: symbolic sizes]
+# A torch-level graph whose placeholders carry symbolic example values (fakes with SymInt sizes,
+# SymInts for dynamic ints; contract 3) is traced on those instead of the real inputs: the ATen
+# graphs compute every size from their inputs (Note [Tracer: size nodes]), every fact the trace
+# relies on is recorded in the frame's ShapeEnv (`gm.meta["shape_env"]`, set on every graph handed
+# to a compiler), and one plan serves every call whose sizes satisfy the guards. The frontend
+# renders the env's guards after the backend returns, so only the plans compiled during that call
+# may add facts: a later symbolic compile that would add one is rolled back and compiled for the
+# call's static sizes instead. aot_function(dynamic_dims=) makes its own env over sources
+# `a[i].size()[d]` and checks the guards itself on each call.
 
-    def __init__(self, fn, settings, example_inputs=None):
+
+def _symbolic_examples(gm):
+    """Per placeholder: its symbolic example value (fake with SymInt sizes, SymInt), else None."""
+    if not isinstance(gm, torch.fx.GraphModule):
+        return None
+    out = []
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        v = n.meta.get("example_value", n.meta.get("val"))
+        symbolic = isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and is_symbolic(v))
+        out.append(v if symbolic else None)
+    return out if any(v is not None for v in out) else None
+
+
+def _env_of(examples):
+    for v in examples:
+        leaves = [v] if isinstance(v, torch.SymInt) else list(v.shape) if v is not None else []
+        for s in leaves:
+            node = from_torch(s) if isinstance(s, torch.SymInt) else s
+            if isinstance(node, SymNode):
+                return node.env
+    return None
+
+
+def _dynamic_dims(examples):
+    """{input index: symbolic dims, or True for a SymInt input} of symbolic examples."""
+    out = {}
+    for i, v in enumerate(examples):
+        if isinstance(v, torch.SymInt):
+            out[i] = True
+        elif v is not None:
+            out[i] = {d for d, s in enumerate(sym_sizes(v)) if isinstance(s, SymNode)}
+    return out
+
+
+def make_symbolic_examples(args, dynamic_dims, env):
+    """Symbolic examples for real args: dims in `dynamic_dims[i]` become symbols `a[i].size()[d]`."""
+    examples = [None] * len(args)
+    for i, dims in dynamic_dims.items():
+        a = args[i]
+        if isinstance(a, torch.Tensor):
+            sizes = env.sizes_of(a, f"a[{i}]", {d % max(a.dim(), 1) for d in dims})
+            examples[i] = fake_like(a, sizes=sizes)
+        elif isinstance(a, int) and not isinstance(a, bool):
+            size = env.create_size(a, f"a[{i}]")
+            examples[i] = torch.SymInt(size) if isinstance(size, SymNode) else None
+    return examples
+
+
+def _env_state(env):
+    return (len(env.guards), dict(env.replacements), set(env.divisible))
+
+
+def _restore_env(env, state):
+    n, replacements, divisible = state
+    del env.guards[n:]
+    env.replacements, env.divisible = replacements, divisible
+    env._static = {}
+
+
+class AOTCompiled:
+    """The callable a backend returns: one plan per (grad mode, input metadata, scalar values).
+
+    With symbolic `examples` (or `dynamic_dims` for aot_function), one symbolic plan per grad
+    mode and static metadata instead: see Note [AOT: symbolic sizes].
+    """
+
+    def __init__(
+        self, fn, settings, example_inputs=None, examples=None, shape_env=None, dynamic_dims=None
+    ):
         self.fn = fn
         self.settings = settings
         self.plans = {}
         self.last_plan = None
+        self.examples = examples
+        self.shape_env = shape_env
+        self.dynamic_dims = dynamic_dims  # aot_function's: examples made at the first call
+        self.own_env = dynamic_dims is not None
+        self.frozen = False  # a frontend env whose guards were rendered: no new facts
+        self.dynamic = _dynamic_dims(examples) if examples is not None else None
+        self._failed = set()
         if example_inputs is not None:
             self.plan_for(list(example_inputs))
+        self.frozen = not self.own_env
+
+    def symbolic_plan(self, args):
+        """The symbolic plan for these args if one applies (compiled on first use), else None."""
+        if self.dynamic_dims is not None and self.examples is None:
+            self.shape_env = self.shape_env or ShapeEnv()
+            self.examples = make_symbolic_examples(args, self.dynamic_dims, self.shape_env)
+            self.dynamic = _dynamic_dims(self.examples)
+        if self.examples is None or not self.dynamic:
+            return None
+        key = _key(args, self.dynamic)
+        plan = self.plans.get(key)
+        if plan is None and key not in self._failed:
+            env = self.shape_env
+            state = _env_state(env)
+            plan = self.compile(args, self.examples)
+            if self.frozen and _env_state(env) != state:  # would need unrendered guards
+                logs.log("recompiles", "aot: a symbolic recompile needs new shape guards; static")
+                _restore_env(env, state)
+                plan = None
+            if plan is None:
+                self._failed.add(key)
+                return None
+            if self.own_env:
+                plan.guard = _guard_fn(env)
+            self.plans[key] = plan
+        if plan is not None and plan.guard is not None and not plan.guard(args):
+            return None
+        return plan
 
     def plan_for(self, args):
+        plan = self.symbolic_plan(args)
+        if plan is not None:
+            self.last_plan = plan
+            return plan
         key = _key(args)
         plan = self.plans.get(key)
         if plan is None:
@@ -518,23 +705,31 @@ class AOTCompiled:
         self.last_plan = plan
         return plan
 
-    def compile(self, args):
+    def compile(self, args, examples=None):
         fw_compiler, bw_compiler, partition_fn, decomps, inference_compiler = self.settings
         decomps = _random_free(decomps)
+        env = self.shape_env if examples is not None else None
         needs_grad = torch.is_grad_enabled() and any(
             isinstance(a, torch.Tensor) and a.requires_grad for a in args
         )
         if not needs_grad:
-            plan = compile_inference(self.fn, args, decomps, inference_compiler)
+            plan = compile_inference(self.fn, args, decomps, inference_compiler, examples, env)
             if plan is not None:
                 return plan
         plan = compile_training(
-            self.fn, args, decomps, fw_compiler, bw_compiler, _partitioner(partition_fn)
+            self.fn,
+            args,
+            decomps,
+            fw_compiler,
+            bw_compiler,
+            _partitioner(partition_fn),
+            examples,
+            env,
         )
         if plan is not None:
             return plan
         with torch.no_grad():  # nothing differentiable came out: the inference plan
-            return compile_inference(self.fn, args, decomps, inference_compiler)
+            return compile_inference(self.fn, args, decomps, inference_compiler, examples, env)
 
     def __call__(self, *args):
         """Run fn's compiled plan for these inputs; returns what fn returns (same structure)."""
@@ -569,7 +764,12 @@ def aot_autograd(
     )
 
     def backend(gm, example_inputs):
-        return AOTCompiled(gm, settings, example_inputs)
+        examples = _symbolic_examples(gm)
+        if examples is None:
+            return AOTCompiled(gm, settings, example_inputs)
+        env = gm.meta.get("shape_env") or _env_of(examples)
+        gm.meta["shape_env"] = env
+        return AOTCompiled(gm, settings, example_inputs, examples=examples, shape_env=env)
 
     backend.settings = settings
     return backend
@@ -585,8 +785,13 @@ def aot_function(
     partition_fn=None,
     decompositions=None,
     inference_compiler=None,
+    dynamic_dims=None,
 ):
-    """Compile a function of tensors (any pytree of args/outputs), like functorch.compile."""
+    """Compile a function of tensors (any pytree of args/outputs), like functorch.compile.
+
+    `dynamic_dims` ({positional arg index: dims}; an int argument: any value) traces those sizes
+    symbolically: one plan for every size that satisfies the guards (Note [AOT: symbolic sizes]).
+    """
     settings = (
         fw_compiler,
         bw_compiler or fw_compiler,
@@ -606,7 +811,14 @@ def aot_function(
                 a, k = pytree.tree_unflatten(list(xs), in_spec)
                 return fn(*a, **k)
 
-            entry = cache[in_spec] = AOTCompiled(flat_fn, settings)
+            flat_dims = None
+            if dynamic_dims:
+                offsets = list(itertools.accumulate(len(pytree.tree_leaves(a)) for a in args))
+                flat_dims = {
+                    ([0] + offsets)[i]: (True if not isinstance(args[i], torch.Tensor) else dims)
+                    for i, dims in dynamic_dims.items()
+                }
+            entry = cache[in_spec] = AOTCompiled(flat_fn, settings, dynamic_dims=flat_dims)
         return entry(*flat)
 
     wrapper.cache = cache

@@ -19,8 +19,17 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from kiln.autograd.tracer import METADATA_MUTATIONS, ProxyTensor, is_view_op
+from kiln.autograd.tracer import (
+    _SYM_TYPES,
+    METADATA_MUTATIONS,
+    ProxyTensor,
+    SizeNodes,
+    is_view_op,
+    same_layout,
+    same_sizes,
+)
 from kiln.exc import Unsupported
+from kiln.frontend.shapes import SymNode, from_torch
 
 aten = torch.ops.aten
 
@@ -119,13 +128,7 @@ def _same_meta(a, b):
     if va is vb:
         return True
     if isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor):
-        return (va.shape, va.stride(), va.dtype, va.device, va.storage_offset()) == (
-            vb.shape,
-            vb.stride(),
-            vb.dtype,
-            vb.device,
-            vb.storage_offset(),
-        )
+        return (va.dtype, va.device) == (vb.dtype, vb.device) and same_layout(va, vb)
     return False
 
 
@@ -143,6 +146,7 @@ class _Functionalizer:
         self.alias_to = {}  # old mutating node -> old node it returns (self / out=)
         self.version = {}  # old root -> number of writes so far
         self.current = {}  # old node -> (version, new node) latest known value
+        self.sizes = SizeNodes(self.graph)  # Note [Tracer: size nodes]
 
     # --- emitting ---
     def emit(self, op, args, kwargs=None, name=None):
@@ -150,6 +154,7 @@ class _Functionalizer:
         kwargs = kwargs or {}
         if name is None and isinstance(op, torch._ops.OpOverload):
             name = op.__name__.split(".")[0]
+        args, kwargs = pytree.tree_map_only(_SYM_TYPES, self.sizes.arg, (tuple(args), kwargs))
         node = self.graph.create_node("call_function", op, tuple(args), kwargs, name=name)
         vargs, vkwargs = pytree.tree_map_only(torch.fx.Node, _val, (tuple(args), kwargs))
         node.meta["val"] = op(*vargs, **vkwargs)
@@ -161,7 +166,10 @@ class _Functionalizer:
         news = [self.get(a) for a in n.all_input_nodes]
         if all(_same_meta(new, old) for new, old in zip(news, n.all_input_nodes)):
             node = self.graph.create_node("call_function", n.target, args, kwargs, name=n.name)
-            node.meta["val"] = n.meta.get("val")
+            node.meta["val"] = val = n.meta.get("val")
+            size = from_torch(val) if isinstance(val, torch.SymInt) else None
+            if isinstance(size, SymNode):  # a size node: reuse it for this expression
+                self.sizes.memo.setdefault(size.env.simplify(size.expr), node)
             return node
         return self.emit(n.target, args, kwargs, name=n.name)
 
@@ -201,7 +209,7 @@ class _Functionalizer:
         vval = value.meta["val"]
         if vval.dtype != oval.dtype:
             value = self.emit(aten._to_copy.default, (value,), {"dtype": oval.dtype})
-        if tuple(vval.shape) != tuple(oval.shape):
+        if not same_sizes(vval, oval):
             value = self.emit(aten.expand.default, (value, list(oval.shape)))
         if old is not root:
             p, op, args, kwargs = self.parent[old]
@@ -241,7 +249,7 @@ class _Functionalizer:
             aten.reshape.default,
         ):
             try:
-                value.meta["val"]._meta.view(pshape)
+                value.meta["val"].view(pshape)  # fake: a symbolic view checks its strides
             except RuntimeError:
                 value = self.emit(
                     aten.clone.default, (value,), {"memory_format": torch.contiguous_format}
@@ -262,7 +270,7 @@ class _Functionalizer:
         if f in (aten.split.Tensor, aten.unsafe_split.Tensor):
             size = bound["split_size"]
             start = i * size
-            end = min(start + size, pshape[dim])
+            end = start + size  # slice_scatter clamps the end to the size
         elif f in (aten.split_with_sizes.default, aten.unsafe_split_with_sizes.default):
             sizes = bound["split_sizes"]
             start = sum(sizes[:i])

@@ -19,6 +19,7 @@ import torch
 import torch.fx
 
 from kiln.autograd.tracer import is_view_op
+from kiln.frontend.shapes import from_torch, hint_of
 
 aten = torch.ops.aten
 
@@ -52,6 +53,22 @@ class JointInfo:
             if isinstance(n.meta.get("val"), (tuple, list)):
                 self.required_fw.update(u for u in n.users if u.target is operator.getitem)
         self.fw_side = self.required_fw | set(self.primals)
+        # sizes computed from the primals alone are forward values (saved as ints if needed)
+        self.fw_side.update(n for n in nodes if is_size_node(n) and n not in self.tangent_closure)
+
+
+def is_size_node(n):
+    """Whether a node computes a size (its val is a torch.SymInt): sym_size or operator.*."""
+    return n.op == "call_function" and isinstance(n.meta.get("val"), torch.SymInt)
+
+
+# Note [Partitioner: saved sizes]
+# In a symbolic joint graph the backward may need a size (`expand(g, [s0, s1, 16])`). A size node
+# that depends on the primals only is a forward value: saved like any other, it is an int output of
+# the forward and an int placeholder of the backward (cheap: the min-cut gives it capacity 1, so it
+# is saved rather than keeping a tensor alive only for its size); the min-cut may also recompute it
+# from a saved tensor (`sym_size(saved, d)`). Saved values are ordered tensors first, then sizes:
+# the runtime keeps tensors with save_for_backward and sizes on the ctx.
 
 
 def _ancestors(outs):
@@ -105,7 +122,9 @@ def extract_graph(joint, inputs, outputs, name):
 
 
 def _split(joint, info, saved):
-    saved = [n for n in info.nodes if n in saved]  # graph order
+    saved = [n for n in info.nodes if n in saved and not is_size_node(n)] + [
+        n for n in info.nodes if n in saved and is_size_node(n)
+    ]  # graph order, tensors first (Note [Partitioner: saved sizes])
     fw = extract_graph(joint, info.primals, info.fw_outs + saved, "forward")
     bw = extract_graph(joint, saved + info.tangents, info.bw_outs, "backward")
     fw.meta["num_saved"] = len(saved)
@@ -165,6 +184,8 @@ def can_recompute(n):
         return n.op == "get_attr"
     if n.target is operator.getitem:
         return can_recompute(n.args[0])
+    if is_size_node(n):
+        return True
     t = n.target
     if not isinstance(t, torch._ops.OpOverload) or is_random(n):
         return False
@@ -175,9 +196,11 @@ def can_recompute(n):
 
 def _nbytes(n):
     val = n.meta.get("val")
+    if isinstance(val, torch.SymInt):
+        return 1
     if not isinstance(val, torch.Tensor):
         return math.inf
-    return max(1, val.numel() * val.element_size())
+    return max(1, hint_of(from_torch(val.numel())) * val.element_size())
 
 
 def min_cut_rematerialization_partition(joint, joint_inputs=None, *, num_fwd_outputs):

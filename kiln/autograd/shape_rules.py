@@ -13,6 +13,7 @@ specialises its inputs' sizes: `int(s)` on each SymNode size of each tensor argu
 
 import math
 
+import sympy
 import torch
 from torch.utils import _pytree as pytree
 
@@ -733,6 +734,34 @@ def dense_strides(sizes, concrete):
     return tuple(out)
 
 
+def _is_one(n):
+    """Size-oblivious `n == 1`: a symbolic size counts as 1 only when that is static (no guard).
+
+    Sound for view strides: a stride assignment valid for a size other than 1 stays valid when
+    the size is 1 (a size-1 dim constrains nothing).
+    """
+    if isinstance(n, SymNode):
+        return n.env.static_value(sympy.Eq(n.expr, 1)) is True
+    return n == 1
+
+
+def _less(a, b):
+    """`a < b` for view_numel/tensor_numel without a guard: static, else "not the same expr".
+
+    A wrong "less" consumes one more output dim, which the chunk's final equality check (a guard)
+    then rejects or confirms, so no unguarded assumption reaches the result.
+    """
+    if not isinstance(a, SymNode) and not isinstance(b, SymNode):
+        return a < b
+    env = (a if isinstance(a, SymNode) else b).env
+    ea = a.expr if isinstance(a, SymNode) else sympy.Integer(a)
+    eb = b.expr if isinstance(b, SymNode) else sympy.Integer(b)
+    static = env.static_value(sympy.Lt(ea, eb))
+    if static is not None:
+        return static
+    return sympy.expand(env.simplify(ea - eb)) != 0
+
+
 def _view_strides(x, xt, out, size):
     """Strides of a view of sizes `x`/strides `xt` as `out` (torch's computeStride), or None.
 
@@ -747,8 +776,8 @@ def _view_strides(x, xt, out, size):
     tensor_numel, view_numel = 1, 1
     for d in range(len(x) - 1, -1, -1):
         tensor_numel = tensor_numel * x[d]
-        if d == 0 or (not x[d - 1] == 1 and not xt[d - 1] == tensor_numel * chunk_stride):
-            while view_d >= 0 and (view_numel < tensor_numel or out[view_d] == 1):
+        if d == 0 or (not _is_one(x[d - 1]) and not xt[d - 1] == tensor_numel * chunk_stride):
+            while view_d >= 0 and (_less(view_numel, tensor_numel) or _is_one(out[view_d])):
                 new[view_d] = view_numel * chunk_stride
                 view_numel = view_numel * out[view_d]
                 view_d -= 1

@@ -18,6 +18,7 @@ no data), a tuple of them, or a Python scalar.
 import contextlib
 import operator
 
+import sympy
 import torch
 import torch.fx
 from torch.utils import _pytree as pytree
@@ -547,6 +548,129 @@ def _node_name(func):
     return getattr(func, "__name__", "op").split(".")[0] or "op"
 
 
+# Note [Tracer: size nodes]
+# In a symbolic graph a size is a value computed by the graph: symbol s_k is
+# `aten.sym_size.int(x, d)` of the first graph input x whose size d IS s_k (or an int placeholder
+# whose val is s_k), and a compound size is built from `operator.add/sub/mul/floordiv/mod` nodes
+# (torch.sym_max/sym_min for Max/Min). Each expression gets one node per graph (memoised), emitted
+# where first needed; its `meta["val"]` is the torch.SymInt. Op arguments refer to these nodes, so
+# a graph never bakes a hint: run on real tensors it computes the sizes from its inputs.
+
+
+class SizeNodes:
+    """The FX nodes computing size expressions in one graph (see the note above)."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.memo = {}  # simplified sympy expr -> node
+
+    def arg(self, v):
+        """A graph argument for a SymInt/SymNode/int (ints and constant sizes stay values)."""
+        node = from_torch(v) if isinstance(v, _SYM_TYPES) else v
+        if not isinstance(node, SymNode):
+            return node
+        if node.kind != "int":
+            value = node.guard_float("", 0) if node.kind == "float" else node.guard_bool("", 0)
+            return value  # a float or bool size fact: specialised (never a graph value)
+        expr = node.env.simplify(node.expr)
+        if expr.is_Integer:
+            return int(expr)
+        return self.node(expr, node.env)
+
+    def node(self, expr, env):
+        found = self.memo.get(expr)
+        if found is not None and found.graph is self.graph:
+            return found
+        if expr.is_Symbol:
+            node = self._symbol(expr, env)
+        else:
+            node = self._compound(expr, env)
+        node.meta["val"] = torch.SymInt(SymNode(expr, env))
+        self.memo[expr] = node
+        return node
+
+    def _value(self, e, env):
+        e = sympy.sympify(e)
+        return int(e) if e.is_Integer else self.node(e, env)
+
+    def _symbol(self, sym, env):
+        for ph in self.graph.nodes:
+            if ph.op != "placeholder":
+                continue
+            val = ph.meta.get("val")
+            if isinstance(val, torch.SymInt) and _is_expr(val, sym, env):
+                return ph
+            if isinstance(val, torch.Tensor) and is_symbolic(val):
+                for d, size in enumerate(val.shape):
+                    if _is_expr(size, sym, env):
+                        return self.graph.call_function(aten.sym_size.int, (ph, d))
+        raise Unsupported(f"the size {sym} is not a size of any graph input")
+
+    def _compound(self, e, env):
+        call = self.graph.call_function
+        if isinstance(e, sympy.Add):
+            pos = [a for a in e.args if not a.could_extract_minus_sign()]
+            neg = [-a for a in e.args if a.could_extract_minus_sign()]
+            pos.sort(key=lambda a: a.is_Number)  # symbols first: `s0 - 1`, not `-1 + s0`
+            acc = self._value(pos[0], env) if pos else 0
+            for a in pos[1:]:
+                acc = call(operator.add, (acc, self._value(a, env)))
+            for a in neg:
+                acc = call(operator.sub, (acc, self._value(a, env)))
+            return acc
+        if isinstance(e, sympy.Mul):
+            num, den = sympy.fraction(e)
+            if den != 1:  # exact division (a recorded divisibility made it so)
+                return call(operator.floordiv, (self._value(num, env), self._value(den, env)))
+            factors = sorted(e.args, key=lambda a: not a.is_Number)
+            acc = self._value(factors[0], env)
+            for a in factors[1:]:
+                acc = call(operator.mul, (acc, self._value(a, env)))
+            return acc
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and e.exp > 1:
+            base = self._value(e.base, env)
+            acc = base
+            for _ in range(int(e.exp) - 1):
+                acc = call(operator.mul, (acc, base))
+            return acc
+        if isinstance(e, sympy.floor):
+            num, den = sympy.fraction(sympy.together(e.args[0]))
+            return call(operator.floordiv, (self._value(num, env), self._value(den, env)))
+        if isinstance(e, sympy.Mod):
+            return call(operator.mod, (self._value(e.args[0], env), self._value(e.args[1], env)))
+        if isinstance(e, sympy.Max | sympy.Min):
+            fn = torch.sym_max if isinstance(e, sympy.Max) else torch.sym_min
+            acc = self._value(e.args[0], env)
+            for a in e.args[1:]:
+                acc = call(fn, (acc, self._value(a, env)))
+            return acc
+        raise Unsupported(f"a size expression kiln cannot compute in a graph: {e}")
+
+
+def _is_expr(size, expr, env):
+    node = from_torch(size) if isinstance(size, torch.SymInt) else size
+    return isinstance(node, SymNode) and env.simplify(node.expr) == expr
+
+
+def same_layout(a, b):
+    """Whether two tensors have the same sizes, strides and offset (structurally: no guards)."""
+
+    def key(t):
+        vals = (*sym_sizes(t), "/", *sym_strides(t), "/", sym_offset(t))
+        return tuple(v.env.simplify(v.expr) if isinstance(v, SymNode) else v for v in vals)
+
+    return key(a) == key(b)
+
+
+def same_sizes(a, b):
+    """Whether two tensors have the same sizes (structurally: no guards)."""
+
+    def key(t):
+        return tuple(v.env.simplify(v.expr) if isinstance(v, SymNode) else v for v in sym_sizes(t))
+
+    return key(a) == key(b)
+
+
 class FakeMode(TorchDispatchMode):
     """Outside a trace: every ATen call (factories with SymInt sizes too) runs in fake mode."""
 
@@ -579,6 +703,7 @@ class Tracer(_FakeDispatch):
         self._decomposing = set()
         self._last_constant = None
         self.grad_constants = []  # real tensors requiring grad met as constants
+        self.sizes = SizeNodes(self.graph)
 
     # --- inputs and outputs ---
     def placeholder(self, name, example, requires_grad=False):
@@ -605,6 +730,8 @@ class Tracer(_FakeDispatch):
             return x._node
         if isinstance(x, torch.Tensor):
             return self.constant(x)
+        if isinstance(x, _SYM_TYPES):
+            return self.sizes.arg(x)
         return x
 
     def output(self, value):
@@ -665,7 +792,7 @@ class Tracer(_FakeDispatch):
             target._node.meta["val"] = fake_like(target, target._node)  # snapshot, see the note
         out = super().dispatch(func, args, kwargs)
         nargs, nkwargs = pytree.tree_map_only(
-            torch.Tensor, self.to_arg, (tuple(args), dict(kwargs))
+            (torch.Tensor, *_SYM_TYPES), self.to_arg, (tuple(args), dict(kwargs))
         )
         node = self.graph.create_node("call_function", func, nargs, nkwargs, name=_node_name(func))
         self.bind(node, func, args, out)

@@ -93,6 +93,7 @@ class ShapeEnv:
         self.replacements = {}  # Symbol -> expr it equals (learned from facts)
         self.divisible = set()  # (expr, k) with Mod(expr, k) == 0 known
         self.guards = []  # recorded boolean facts, as sympy expressions (before simplification)
+        self._static = {}  # fact -> static_value (cleared when a fact is learned)
 
     # -- symbols -----------------------------------------------------------------------------
     def create_symbol(self, hint, source):
@@ -169,6 +170,15 @@ class ShapeEnv:
 
     def static_value(self, fact):
         """True/False when `fact` follows from the replacements and the ranges, else None."""
+        try:
+            return self._static[fact]
+        except (KeyError, TypeError):
+            pass
+        value = self._static_value(fact)
+        self._static[fact] = value
+        return value
+
+    def _static_value(self, fact):
         fact = self.simplify(fact)
         if isinstance(fact, sympy.logic.boolalg.BooleanAtom):
             return bool(fact)
@@ -225,6 +235,7 @@ class ShapeEnv:
         """Turn an equality fact into a replacement or a divisibility."""
         if not isinstance(fact, sympy.Eq):
             return
+        self._static = {}
         lhs, rhs = fact.lhs, fact.rhs
         if rhs == 0 and isinstance(lhs, sympy.Mod) and lhs.args[1].is_Integer:
             self.divisible.add((lhs.args[0], lhs.args[1]))

@@ -1,0 +1,195 @@
+"""AOT autograd with symbolic sizes: one trace serves many (B, T); outputs and grads equal eager."""
+
+import math
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+
+from kiln.autograd.aot import aot_autograd, aot_function, nop
+from kiln.autograd.tracer import fake_like, format_graph
+from kiln.frontend.shapes import ShapeEnv
+
+aten = torch.ops.aten
+
+
+class Recorder:
+    """A compiler that runs the graph as it is and keeps every graph it is given."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        assert isinstance(gm.meta["shape_env"], ShapeEnv)
+        return gm.forward
+
+
+def _params(*shapes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(*s, generator=g) / math.sqrt(s[-1])).requires_grad_() for s in shapes]
+
+
+def mlp(x, y, w1, b1, w2, b2):
+    h = F.gelu(F.linear(x, w1, b1))
+    logits = F.linear(h, w2, b2)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)), logits
+
+
+def block(x, y, mask, ln_w, ln_b, w_qkv, w_o, w_head, nh=4):
+    """A transformer block: layer norm, causal attention (buffer mask sliced [:T, :T]), head, loss."""
+    B, T, C = x.shape
+    hd = C // nh
+    h = F.layer_norm(x, (C,), ln_w, ln_b)
+    q, k, v = F.linear(h, w_qkv).split(C, dim=2)
+    q = q.view(B, T, nh, hd).transpose(1, 2)
+    k = k.view(B, T, nh, hd).transpose(1, 2)
+    v = v.view(B, T, nh, hd).transpose(1, 2)
+    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+    att = att.masked_fill(mask[:T, :T] == 0, float("-inf")).softmax(-1)
+    a = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+    x = x + F.linear(a, w_o)
+    x = x + F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C)
+    logits = F.linear(F.gelu(x), w_head)
+    return F.cross_entropy(logits.view(B * T, -1), y.view(B * T)), x
+
+
+def _check(fn, compiled, make_inputs, sizes, params):
+    for B, T in sizes:
+        inputs = make_inputs(B, T)
+        got = compiled(*inputs, *params)
+        got_grads = torch.autograd.grad(got[0] + got[1].sum(), params)
+        exp = fn(*inputs, *params)
+        exp_grads = torch.autograd.grad(exp[0] + exp[1].sum(), params)
+        for g, e in zip(got, exp):
+            assert g.shape == e.shape
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+        for g, e in zip(got_grads, exp_grads):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+
+
+SIZES = [(3, 5), (2, 9), (5, 2), (3, 5), (7, 7)]
+
+
+def test_mlp_one_symbolic_trace_serves_every_batch_and_length():
+    rec = Recorder()
+    params = _params((32, 16), (32,), (10, 32), (10,))
+    compiled = aot_function(mlp, rec, dynamic_dims={0: {0, 1}, 1: {0, 1}})
+
+    def inputs(B, T):
+        return torch.randn(B, T, 16), torch.randint(0, 10, (B, T))
+
+    _check(mlp, compiled, inputs, SIZES, params)
+    assert len(rec.graphs) == 2  # one forward, one backward for all sizes
+    fw, bw = (format_graph(g) for g in rec.graphs)
+    assert "# primals_1: f32[s0, s1, 16]" in fw and "f32[s0, s1, 32]" in fw
+    assert "aten.sym_size.int(primals_1, 0)" in fw and "f32[s0*s1, 10]" in fw
+    assert "f32[s0, s1, 16]" in bw
+
+
+def test_transformer_block_symbolic_batch_and_sequence():
+    rec = Recorder()
+    C = 32
+    params = _params((C,), (C,), (3 * C, C), (C, C), (11, C), seed=1)
+    mask = torch.ones(16, 16).tril()
+    compiled = aot_function(
+        lambda x, y, m, *p: block(x, y, m, *p), rec, dynamic_dims={0: {0, 1}, 1: {0, 1}}
+    )
+
+    def inputs(B, T):
+        return torch.randn(B, T, C), torch.randint(0, 11, (B, T)), mask
+
+    _check(lambda x, y, m, *p: block(x, y, m, *p), compiled, inputs, SIZES, params)
+    assert len(rec.graphs) == 2
+    fw, bw = rec.graphs
+    env = fw.meta["shape_env"]
+    assert not any(v.is_Number for v in env.replacements.values()), env.format_symbols()
+    text = format_graph(fw)
+    assert "f32[s0, 4, s1, 8]" in text and "f32[4*s0, s1, s1]" in text
+    assert "aten.slice.Tensor(primals_3, 0, 0, sym_size_int_1)  # f32[s1, 16]" in text
+    for g in (fw, bw):  # no hint is baked into an op argument (only the static sizes)
+        for n in g.graph.nodes:
+            if n.op == "call_function" and n.target in (aten.view.default, aten.expand.default):
+                assert all(not isinstance(a, int) or a in (-1, 4, 8, 32, 96, 11) for a in n.args[1])
+
+
+def test_backward_receives_saved_sizes_as_int_placeholders():
+    rec = Recorder()
+    compiled = aot_function(
+        lambda x, n: (x.sum() * 2, x.shape[0] * n), rec, dynamic_dims={0: {0, 1}, 1: True}
+    )
+    for shape, n in [((3, 4), 3), ((5, 7), 2)]:
+        x = torch.randn(shape, requires_grad=True)
+        out, k = compiled(x, n)
+        out.backward()
+        assert k == shape[0] * n
+        torch.testing.assert_close(x.grad, torch.full(shape, 2.0))
+    fw, bw = (format_graph(g) for g in rec.graphs)
+    assert fw.splitlines()[2] == "    # primals_2: s2"
+    assert "mul_1 = mul(sym_size_int, primals_2)  # s0*s2" in fw
+    assert bw.splitlines()[:3] == [
+        "def forward(sym_size_int, sym_size_int_1, tangents_1):",
+        "    # sym_size_int: s0",
+        "    # sym_size_int_1: s1",
+    ]
+    assert "aten.expand.default(mul_2, [sym_size_int, sym_size_int_1])  # f32[s0, s1]" in bw
+
+
+def test_guards_fail_then_a_static_plan():
+    rec = Recorder()
+    compiled = aot_function(lambda x: x.view(-1, 4).sum(0), rec, dynamic_dims={0: {0}})
+    for n in (8, 12, 3):  # 3: not a multiple of 4, eager raises
+        x = torch.randn(n * 4 if n != 3 else n)
+        try:
+            exp = x.view(-1, 4).sum(0)
+        except RuntimeError:
+            continue
+        torch.testing.assert_close(compiled(x), exp)
+    env = rec.graphs[0].meta["shape_env"]
+    assert env.guard_texts() == ["a[0].size()[0] >= 2", "(a[0].size()[0] % 4) == 0"]
+    assert len(rec.graphs) == 1
+
+
+def test_torch_level_graph_with_symbolic_example_values():
+    """Contract 3: placeholders' example_value fakes are symbolic; the backend traces them."""
+
+    def f(x, w):
+        return (torch.relu(x @ w).view(x.size(0), -1) * 2,)
+
+    gm = torch.fx.symbolic_trace(f)
+    env = ShapeEnv()
+    x, w = torch.randn(6, 3, 4), torch.randn(4, 5, requires_grad=True)
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    phs[0].meta["example_value"] = fake_like(x, sizes=env.sizes_of(x, "L['x']", {0}))
+    phs[1].meta["example_value"] = fake_like(w)
+    gm.meta["shape_env"] = env
+    rec = Recorder()
+    compiled = aot_autograd(rec)(gm, [x, w])
+    assert "s0" in format_graph(rec.graphs[0]) and rec.graphs[0].meta["shape_env"] is env
+    for n in (6, 2, 9):
+        x = torch.randn(n, 3, 4)
+        (got,) = compiled(x, w)
+        (exp,) = f(x, w)
+        torch.testing.assert_close(got, exp)
+        torch.testing.assert_close(
+            torch.autograd.grad(got.sum(), w)[0], torch.autograd.grad(exp.sum(), w)[0]
+        )
+    assert len(rec.graphs) == 2
+    assert env.guard_texts() == ["L['x'].size()[0] >= 2"]
+
+
+def test_aot_eager_inference_symbolic():
+    env = ShapeEnv()
+
+    def f(x):
+        return (x.softmax(-1)[:, : x.shape[1] // 2],)
+
+    gm = torch.fx.symbolic_trace(f)
+    x = torch.randn(4, 6)
+    ph = next(n for n in gm.graph.nodes if n.op == "placeholder")
+    ph.meta["example_value"] = fake_like(x, sizes=env.sizes_of(x, "L['x']"))
+    compiled = aot_autograd(nop)(gm, [x])
+    for shape in [(4, 6), (3, 9), (5, 2)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(compiled(x)[0], f(x)[0])
+    assert len(compiled.plans) == 1
