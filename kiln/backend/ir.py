@@ -154,7 +154,24 @@ def exact_div(a, b):
     """a / b when it is an integer polynomial for every value of the symbols, else None."""
     if type(a) is int and type(b) is int:
         return a // b if b and a % b == 0 else None
-    q = sympy.cancel(sympy.sympify(a) / b)
+    if type(a) is int:  # a constant is no multiple of a non-constant size
+        return 0 if a == 0 else None
+    if type(b) is int:  # an integer polynomial: every coefficient divisible
+        terms = sympy.Add.make_args(a)
+        coefs = [t.as_coeff_Mul()[0] for t in terms]
+        if not all(c.is_Integer and int(c) % b == 0 for c in coefs):
+            return None
+        if a.has(sympy.floor, sympy.Mod, sympy.Max, sympy.Min):
+            return None
+        return norm(sympy.Add(*[t / b for t in terms]))
+    return _exact_div_sym(a, b)
+
+
+@functools.lru_cache(4096)
+def _exact_div_sym(a, b):
+    q = a / b  # monomials cancel on construction: s0*s1 / s1 is s0
+    if sympy.fraction(q)[1] != 1:
+        q = sympy.cancel(q)
     if q.is_Integer:
         return int(q)
     if not q.is_polynomial() or q.has(sympy.floor, sympy.Mod):
@@ -271,7 +288,7 @@ class Ix:
     __slots__ = ("terms", "const")
 
     def __init__(self, terms=None, const=0):
-        self.terms = {s: c for s, c in (terms or {}).items() if c != 0}
+        self.terms = {s: c for s, c in (terms or {}).items() if type(c) is not int or c != 0}
         self.const = const
 
     @staticmethod
@@ -358,16 +375,60 @@ class Ix:
             return Ix(qt, 0), Ix(rt, self.const)
         return Ix(qt, d), Ix(rt, 0)
 
+    def _common_factor(self, k):
+        """(g, X, Y) with self == g*X + Y, 0 <= Y < g, 1 < g < k and g | k (int indices), or None.
+
+        A reshape's view of a reshape indexes (128*i0 + i1) // 8192 with i1 < 128: that is
+        i0 // 64, constant along the inner loop i1 (a plain vector load instead of a gather)."""
+        if any(type(c) is not int for c in (k, self.const, *self.terms.values())):
+            return self._common_factor_sym(k)
+        for g in sorted({math.gcd(c, k) for c in self.terms.values()}, reverse=True):
+            if g <= 1 or g >= k:
+                continue
+            big = Ix({s: c // g for s, c in self.terms.items() if c % g == 0}, self.const // g)
+            small = Ix({s: c for s, c in self.terms.items() if c % g != 0}, self.const % g)
+            lo, hi = small.bounds()
+            if type(lo) is int and type(hi) is int and 0 <= lo and hi < g:
+                return g, big, small
+        return None
+
+    def _common_factor_sym(self, k):
+        """_common_factor for symbolic sizes: g is a term's coefficient that divides k, e.g.
+        (32*o0 + o1) // (32*s1) with o1 < 32 is o0 // s1."""
+        cands = {c for c in self.terms.values() if not (type(c) is int and c <= 1)}
+        for g in sorted(cands, key=lambda c: -size_hint(c)):
+            m = exact_div(k, g)
+            if m is None or (type(m) is int and m == 1):
+                continue
+            big, small = {}, {}
+            for sym, c in self.terms.items():
+                d = exact_div(c, g)
+                if d is None:
+                    small[sym] = c
+                else:
+                    big[sym] = d
+            dc = exact_div(self.const, g)
+            big, small = (
+                (Ix(big, dc), Ix(small)) if dc is not None else (Ix(big), Ix(small, self.const))
+            )
+            lo, hi = small.bounds()
+            if known_nonneg(lo) and known_lt(hi, g):
+                return g, big, small
+        return None
+
     def __floordiv__(self, k):
         k = to_expr(k)
         if type(k) is int:
             assert k > 0, k
-        if k == 1:
+        if type(k) is int and k == 1:
             return self
         q, r = self._split(k)
         lo, hi = r.bounds()
         if known_nonneg(lo) and known_lt(hi, k):
             return q
+        f = self._common_factor(k)
+        if f is not None:  # (g*X + Y) // (g*m) == X // m
+            return f[1] // exact_div(k, f[0])
         lo, hi = self.bounds()
         nonneg = known_nonneg(lo)
         ks = str(k) if type(k) is int else f"({cexpr(k)})"
@@ -377,19 +438,27 @@ class Ix:
         if type(k) is int and type(lo) is int and type(hi) is int:
             return _atom(code, (lo // k, hi // k))
         blo = 0 if nonneg else _UNBOUNDED[0]
-        bhi = _n(hi / sympy.sympify(k)) if hi != _UNBOUNDED[1] else hi
+        if hi == _UNBOUNDED[1]:
+            bhi = hi
+        else:
+            top = exact_div(_n(hi + 1), k)  # hi = n*k - 1 (a loop bound): the quotient is < n
+            bhi = _n(top - 1) if top is not None else _n(hi / sympy.sympify(k))
         return _atom(code, (blo, bhi))
 
     def __mod__(self, k):
         k = to_expr(k)
         if type(k) is int:
             assert k > 0, k
-        if k == 1:
+        if type(k) is int and k == 1:
             return Ix()
         q, r = self._split(k)
         lo, hi = r.bounds()
         if known_nonneg(lo) and known_lt(hi, k):
             return r
+        f = self._common_factor(k)
+        if f is not None:  # (g*X + Y) % (g*m) == g*(X % m) + Y
+            g, big, small = f
+            return (big % exact_div(k, g)) * g + small
         lo, hi = self.bounds()
         ks = str(k) if type(k) is int else f"({cexpr(k)})"
         if type(k) is int and type(hi) is int and type(lo) is int and lo >= 0:
@@ -550,7 +619,7 @@ class Layout:
         assert len(idx) == len(self.size), (idx, self.size)
         out = Ix(None, self.offset)
         for i, st, sz in zip(idx, self.stride, self.size):
-            if sz != 1 and st != 0:
+            if (type(sz) is not int or sz != 1) and (type(st) is not int or st != 0):
                 out = out + Ix.wrap(i) * st
         return out
 

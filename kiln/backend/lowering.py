@@ -144,6 +144,10 @@ def sizes_of(args):
     return [a.get_size() for a in args if is_ir(a)]
 
 
+def _one(s):
+    return type(s) is int and s == 1
+
+
 def loader_for(x, size, dtype):
     """A loader of x broadcast to `size` and cast to `dtype` (Python scalars become constants)."""
     if not is_ir(x):
@@ -153,8 +157,11 @@ def loader_for(x, size, dtype):
     src = x.get_dtype()
 
     def load(idx):
-        sub = [Ix() if xs[k] == 1 and size[k + off] != 1 else idx[k + off] for k in range(len(xs))]
-        if xs and all(s == 1 for s in xs):
+        sub = [
+            Ix() if _one(xs[k]) and not _one(size[k + off]) else idx[k + off]
+            for k in range(len(xs))
+        ]
+        if xs and all(_one(s) for s in xs):
             sub = [Ix() for _ in xs]
         v = x.make_loader()(
             sub
