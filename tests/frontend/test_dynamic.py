@@ -498,3 +498,18 @@ def test_shape_comparisons_and_membership_are_facts():
     first = _size_guards(entries[0])
     assert "y.size()[0] == x.size()[0]" in first and "x.size()[1] == 3" in first
     assert "x.size()[0] != 2" in first or "x.size()[0] > 2" in first, first
+
+
+def test_tuple_plus_symbolic_shape():
+    def f(x):
+        shape = (-1,) + x.shape[1:]
+        return x.reshape(shape) + x.shape[1:][0], x.shape[:1] + (2,)
+
+    compiled = kiln.compile(f, backend="eager", dynamic=True)
+    for shape in [(4, 5), (6, 7)]:
+        x = torch.randn(*shape)
+        got, expected = compiled(x), f(x)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1] == expected[1] and type(got[1]) is type(expected[1])
+    assert kiln.counters["frames"]["total"] == 1
+    assert kiln.counters["stats"]["graph_breaks"] == 0

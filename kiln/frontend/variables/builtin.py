@@ -43,6 +43,8 @@ def binary_op(tx, fn, a, b):
         return call_tensor_op(tx, "call_function", fn, [a, b], {})
     if isinstance(a, SymNodeVariable) or isinstance(b, SymNodeVariable):
         return sym.binary(tx, fn, a, b)  # Note [Shapes: SymNodeVariable]
+    if sym.has_symbolic(a) or sym.has_symbolic(b):
+        a, b = sym.as_sequence(a), sym.as_sequence(b)  # `(-1,) + x.shape[1:]`: item by item
     if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
         return fold(fn, a.value, b.value)
     if isinstance(a, SetVariable) and fn in _SET_OPS:

@@ -157,7 +157,7 @@ def _compare_sequences(tx, fn, a, b):
 
     if fn not in (operator.eq, operator.ne):
         return None
-    a, b = _as_sequence(a), _as_sequence(b)
+    a, b = as_sequence(a), as_sequence(b)
     if not (isinstance(a, BaseListVariable) and isinstance(b, BaseListVariable)):
         return None
     same_kind = issubclass(a.python_type(), tuple) == issubclass(b.python_type(), tuple)
@@ -174,7 +174,7 @@ def _compare_sequences(tx, fn, a, b):
     return ConstantVariable(equal if fn is operator.eq else not equal)
 
 
-def _as_sequence(v):
+def as_sequence(v):
     """A constant tuple (`(4, 3)`, a torch.Size) as a TupleVariable of constants."""
     from kiln.frontend.variables.lists import TupleVariable
 
