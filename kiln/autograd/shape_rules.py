@@ -131,6 +131,12 @@ def reduce_correction(x, dim=None, *, correction=None, keepdim=False):
     return _reduce(x, dim, keepdim)
 
 
+def var_mean(x, dim=None, unbiased=True, keepdim=False, *, correction=None):
+    """var_mean.dim/.correction: (var, mean), both with the reduced sizes."""
+    out = _reduce(x, dim, keepdim)
+    return out, Sizes(out)
+
+
 def reduce_with_indices(x, dim, keepdim=False):
     """max.dim/min.dim: values and indices."""
     out = _reduce(x, dim, keepdim)
@@ -565,7 +571,7 @@ sigmoid_backward tanh_backward silu_backward fmod.Tensor fmod.Scalar remainder.T
 remainder.Scalar leaky_relu hardtanh isnan atan2 lerp.Scalar addcmul addcdiv
 """
 _SAME_AS_FIRST = """
-clone _to_copy alias detach lift_fresh_copy _softmax _log_softmax softmax.int log_softmax.int
+clone _to_copy to.dtype alias detach lift_fresh_copy _softmax _log_softmax softmax.int log_softmax.int
 _softmax_backward_data _log_softmax_backward_data zeros_like ones_like empty_like
 full_like rand_like randn_like fill.Scalar bernoulli.p contiguous tril triu cumsum
 native_dropout_backward
@@ -595,6 +601,8 @@ SHAPE_RULES.update(
         aten.native_dropout.default: two_like_first,
         aten.var.correction: reduce_correction,
         aten.std.correction: reduce_correction,
+        aten.var_mean.dim: var_mean,
+        aten.var_mean.correction: var_mean,
         aten.max.dim: reduce_with_indices,
         aten.min.dim: reduce_with_indices,
         aten.argmax.default: argreduce,

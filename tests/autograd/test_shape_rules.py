@@ -71,6 +71,8 @@ CASES = [
     (aten.mean.dim, lambda a, b, c: ((M(a, b, c), [-1], True), {}), N3),
     (aten.amax.default, lambda a, b, c: ((M(a, b, c), [1]), {}), N3),
     (aten.var.correction, lambda a, b, c: ((M(a, b, c), [2]), {"keepdim": True}), N3),
+    (aten.var_mean.correction, lambda a, b, c: ((M(a, b, c), [2]), {"keepdim": True}), N3),
+    (aten.var_mean.dim, lambda a, b, c: ((M(a, b, c), [1], True, False), {}), N3),
     (aten.max.dim, lambda a, b, c: ((M(a, b), 1), {}), N3),
     (aten.argmax.default, lambda a, b, c: ((M(a, b), 0, True), {}), N3),
     (aten.view.default, lambda a, b, c: ((M(a, b, c), [a * b, c]), {}), N3),
