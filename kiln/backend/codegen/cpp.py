@@ -501,18 +501,26 @@ class KernelWriter:
         if not g.inner or not g.outer or len(g.segments) != 1 or size_hint(g.outer[-1]) < 8:
             return False
         nodes = g.segments[0][1]
-        if any(g.roles[n.name] != "red" for n in nodes):
+        # pointwise nodes of the reduction loop ("inner": e.g. a gradient stored while its bias
+        # gradient sums it) run in the same vectorized block
+        if any(g.roles[n.name] not in ("red", "inner") for n in nodes):
             return False
-        if any(n.reduction_type not in ("sum", "prod", "max", "min", "any", "all") for n in nodes):
+        reds = [n for n in nodes if g.roles[n.name] == "red"]
+        if not reds or any(n.reduction_type not in COLUMN_TYPES for n in reds):
             return False
         ol, rl = f"o{len(g.outer) - 1}", f"r{len(g.inner) - 1}"
         for n in nodes:
-            loads = n.loads("red", g.outer, g.inner)
-            if not loads:
+            role = g.roles[n.name]
+            loads = n.loads(role, g.outer, g.inner)
+            if not loads and role == "red":
                 return False
             for _, ix in loads:
-                if ix.terms.get(ol, 0) != 1 or ix.terms.get(rl, 0) in (0, 1, -1):
+                if ix.terms.get(ol, 0) != 1 or _in_atom(ix, ol):
                     return False
+                if ix.terms.get(rl, 0) in (0, 1, -1) and not _in_atom(ix, rl):
+                    return False
+            if role == "inner" and n.store_index(role, g.outer, g.inner).terms.get(ol, 0) != 1:
+                return False
         return True
 
     def column_reduction(self):
@@ -542,7 +550,8 @@ class KernelWriter:
         body.writeline(f"const int64_t oe = ob + {B} < {n_last} ? ob + {B} : {n_last};")
         set_range(last, 0, g.outer[-1] - 1)
         accs = {}
-        for n in nodes:
+        reds = [n for n in nodes if g.roles[n.name] == "red"]
+        for n in reds:
             a = f"acc{self.n}"
             self.n += 1
             accs[n.name] = a
@@ -562,6 +571,9 @@ class KernelWriter:
         body.level += 1
         self.scopes.append({})
         for n in nodes:
+            if g.roles[n.name] == "inner":
+                self.store(n, "inner", self.run_node(n, "inner"))
+                continue
             v = self.run_node(n, "red")
             rt, vd = n.reduction_type, compute_dtype(n.buf.data.src_dtype)
             a = accs[n.name]
@@ -570,6 +582,7 @@ class KernelWriter:
                 [st.replace(f"{a}[{last} - ob]_nan", f"{a}_nan[{last} - ob]") for st in stmts]
             )
         self.scopes.pop()
+        self.locals = {k: v for k, v in self.locals.items() if not v[2]}  # loop-local values
         body.level -= 1
         body.writeline("}")
         for _ in g.inner:
@@ -577,7 +590,7 @@ class KernelWriter:
             body.writeline("}")
         body.writeline(f"for (int64_t {last} = ob; {last} < oe; {last}++) {{")
         body.level += 1
-        for n in nodes:
+        for n in reds:
             a = accs[n.name]
             rt, vd = n.reduction_type, compute_dtype(n.buf.data.src_dtype)
             od = compute_dtype(n.buf.layout.dtype)
@@ -749,7 +762,14 @@ class KernelWriter:
 _SIZE_ARG = re.compile(r"\bks(\d+)\b")  # size symbol s3 is the kernel argument ks3
 
 
+def _in_atom(ix, sym):
+    """Whether loop variable sym occurs inside an atom of ix, e.g. r0 in ((r0) % 128)."""
+    pat = re.compile(rf"\b{sym}\b")
+    return any(k != sym and pat.search(k) for k in ix.terms)
+
+
 COLUMN_BLOCK = 64  # outputs per block in column reductions
+COLUMN_TYPES = ("sum", "prod", "max", "min", "any", "all")  # reductions a column kernel does
 
 
 def _acc_init(rt, vd):

@@ -1,0 +1,55 @@
+"""Code shapes that gcc vectorizes: bool loads, column reductions with fused stores, reshape indices."""
+
+import torch
+
+from tests.backend.helpers import check
+
+
+def test_masked_softmax_loads_bool_bytes():
+    """A bool load blocks gcc's vectorizer: kernels read the byte and compare it with 0."""
+    x = torch.randn(4, 64, 64)
+    mask = torch.rand(64, 64) > 0.7
+
+    def fn(a, m):
+        return (torch.softmax(a.masked_fill(m, float("-inf")), -1),)
+
+    compiled = check(fn, [x, mask])
+    assert "reinterpret_cast<const uint8_t*>" in compiled.cpp_src
+
+
+def test_column_reduction_with_fused_pointwise_store():
+    """A gradient stored while its column sum (bias gradient) accumulates: one column kernel."""
+    a, b = torch.randn(512, 256), torch.randn(512, 256)
+
+    def fn(x, y):
+        g = x * (1 - y) + 1
+        return g, g.sum(0)
+
+    compiled = check(fn, [a, b], rtol=1e-5, atol=1e-4)
+    assert "ob += 64" in compiled.cpp_src, compiled.cpp_src
+
+
+def test_column_reduction_over_reshaped_rows():
+    """Rows of a [4, 128, 256] tensor viewed as [512, 256]: the row index is split by % and /."""
+    a = torch.randn(4, 128, 256)
+    b = torch.randn(4, 128, 256)
+
+    def fn(x, y):
+        g = (x * y).reshape(512, 256)
+        return g * 2, g.sum(0), g.amax(0)
+
+    compiled = check(fn, [a, b], rtol=1e-5, atol=1e-4)
+    assert "ob += 64" in compiled.cpp_src, compiled.cpp_src
+
+
+def test_reshape_view_index_has_no_division_by_the_whole_size():
+    """(128*i0 + i1) // 8192 with i1 < 128 is i0 // 64: no gather in the inner loop."""
+    x = torch.randn(4, 64, 128)
+    w, bias = torch.randn(128), torch.randn(128)
+
+    def fn(a, w, b):
+        h = torch.nn.functional.layer_norm(a, (128,), w, b)
+        return (h.reshape(256, 128) * 3,)
+
+    compiled = check(fn, [x, w, bias], rtol=1e-5, atol=1e-5)
+    assert "/ 8192" not in compiled.cpp_src, compiled.cpp_src
