@@ -126,7 +126,9 @@ for op in op_db:
                 status, why = "fail", diff
         if status != "pass":
             break
-    print(json.dumps({"op": key, "status": status, "why": why}), flush=True)
+    stats = kiln.counters["stats"]
+    how = "fallback" if stats["backend_failures"] else ("graph" if stats["unique_graphs"] else "eager")
+    print(json.dumps({"op": key, "status": status, "why": why, "how": how}), flush=True)
 """
 
 
@@ -185,6 +187,11 @@ def main(argv=None):
     what = f"backend={args.backend} dtype={args.dtype} grad={args.grad} samples={args.samples}"
     print(f"{what}: {len(passed)}/{len(ran)} pass ({100 * len(passed) / max(len(ran), 1):.1f}%),")
     print(f"{len(results) - len(ran)} skipped (dtype or autograd unsupported by the op)")
+    hows = {h: sum(1 for r in passed if r.get("how") == h) for h in ("graph", "fallback", "eager")}
+    print(
+        f"of the passes: {hows['graph']} compiled by the backend, {hows['fallback']} fell back to"
+        f" eager after a backend error, {hows['eager']} ran eagerly (no graph: graph breaks)"
+    )
     for r in ran:
         if r["status"] != "pass":
             print(f"  FAIL {r['op']}: {r['why']}")
