@@ -101,6 +101,20 @@ def test_seed_004_shapes_10_and_8_compile_at_most_twice():
     assert len(main.entries) == 2
 
 
+def test_seed_004_under_aot_eager_with_gradients():
+    function = kiln.compile(seed_function, backend="aot_eager")
+    for _ in range(3):
+        for n, seed in [(10, 0), (8, 1), (13, 2)]:
+            a, b = _seed_inputs(n, seed), _seed_inputs(n, seed)
+            out, expected = function(a), seed_function(b)
+            torch.testing.assert_close(out, expected)
+            out.sum().backward()
+            expected.sum().backward()
+            for k in ("x", "y"):
+                torch.testing.assert_close(a[k].grad, b[k].grad)
+    assert len(_caches(function)[0].entries) == 2
+
+
 SEED_GUARD = """\
 def guard(inputs):
     try:
