@@ -101,6 +101,11 @@ def same_as_first(x, *args, **kwargs):
     return Sizes(x)
 
 
+def first_sizes(x, *args, **kwargs):
+    """The first argument's sizes; other tensors may differ (index_add, scatter: checked by meta)."""
+    return Sizes(x)
+
+
 def two_like_first(x, *args, **kwargs):
     """Two outputs with the first argument's sizes (native_dropout)."""
     return Sizes(x), Sizes(x)
@@ -469,6 +474,57 @@ def sdpa_flash_cpu(q, k, v, *args, **kwargs):
     return Sizes((*q[:-1], v[-1])), Sizes(q[:-1])
 
 
+def batch_norm(x, weight, bias, running_mean, running_var, *args, **kwargs):
+    """native_batch_norm / _native_batch_norm_legit*: output, save_mean, save_invstd ([C])."""
+    c = Sizes([x[1]]) if len(x) > 1 else Sizes([0])
+    return Sizes(x), c, c
+
+
+def batch_norm_functional(x, weight, bias, running_mean, running_var, *args, **kwargs):
+    """_native_batch_norm_legit_functional: also the new running stats."""
+    out, mean, invstd = batch_norm(x, weight, bias, running_mean, running_var)
+    return out, mean, invstd, Sizes(running_mean), Sizes(running_var)
+
+
+def batch_norm_backward(grad, x, weight, *args):
+    """native_batch_norm_backward: grads of input, weight, bias ([C]) where the mask asks."""
+    mask = args[-1]
+    c = Sizes([x[1]])
+    return tuple(Sizes(o) if m else None for o, m in zip((x, c, c), mask))
+
+
+def _check_group_norm(x, n, c, hxw):
+    _check_equal(x[0], n, "group_norm")
+    _check_equal(x[1], c, "group_norm")
+    _check_equal(numel(x[2:]), hxw, "group_norm")
+
+
+def group_norm(x, weight, bias, n, c, hxw, group, eps):
+    """native_group_norm: output, mean and rstd [N, group]."""
+    _check_group_norm(x, n, c, hxw)
+    stat = Sizes([n, group])
+    return Sizes(x), stat, stat
+
+
+def group_norm_backward(grad, x, mean, rstd, weight, n, c, hxw, group, mask):
+    """native_group_norm_backward: grads of input, weight, bias ([C])."""
+    _check_group_norm(x, n, c, hxw)
+    return tuple(Sizes(o) if m else None for o, m in zip((x, Sizes([c]), Sizes([c])), mask))
+
+
+def topk(x, k, dim=-1, largest=True, sorted=True):
+    """topk: values and indices with `dim` of size k."""
+    out = list(x)
+    if out:
+        out[_norm_dim(dim, len(x))] = k
+    return Sizes(out), Sizes(out)
+
+
+def sort(x, dim=-1, descending=False):
+    """sort: values and indices of the input's sizes."""
+    return Sizes(x), Sizes(x)
+
+
 def sdpa_flash_cpu_backward(grad, q, k, v, *args, **kwargs):
     """_scaled_dot_product_flash_attention_for_cpu_backward: grads of q, k, v."""
     return Sizes(q), Sizes(k), Sizes(v)
@@ -571,14 +627,15 @@ sigmoid_backward tanh_backward silu_backward fmod.Tensor fmod.Scalar remainder.T
 remainder.Scalar leaky_relu hardtanh isnan atan2 lerp.Scalar addcmul addcdiv
 """
 _SAME_AS_FIRST = """
-clone _to_copy to.dtype alias detach lift_fresh_copy _softmax _log_softmax softmax.int log_softmax.int
+clone _to_copy to.dtype conj_physical alias detach lift_fresh_copy _softmax _log_softmax softmax.int log_softmax.int
 _softmax_backward_data _log_softmax_backward_data zeros_like ones_like empty_like
 full_like rand_like randn_like fill.Scalar bernoulli.p contiguous tril triu cumsum
-native_dropout_backward
+native_dropout_backward flip
 """
 _REDUCE_DIMS = """
 sum.dim_IntList mean.dim amax amin prod.dim_int logsumexp any.dim all.dim
 """
+_FIRST_SIZES = "index_add scatter.src scatter.value scatter_add index_copy"
 _REDUCE_ALL = "sum.default mean.default prod.default any.default all.default"
 _FACTORIES = "full zeros ones empty.memory_format empty.default rand randn"
 _NEW_FACTORIES = "new_zeros new_empty new_full new_ones"
@@ -588,6 +645,7 @@ SHAPE_RULES = {
     for names, rule in [
         (_POINTWISE, pointwise),
         (_SAME_AS_FIRST, same_as_first),
+        (_FIRST_SIZES, first_sizes),
         (_REDUCE_DIMS, reduce_dims),
         (_REDUCE_ALL, reduce_all),
         (_FACTORIES, _factory),
@@ -633,6 +691,15 @@ SHAPE_RULES.update(
         aten.matmul.default: matmul,
         aten.convolution.default: convolution,
         aten.convolution_backward.default: convolution_backward,
+        aten.native_batch_norm.default: batch_norm,
+        aten._native_batch_norm_legit.default: batch_norm,
+        aten._native_batch_norm_legit_no_training.default: batch_norm,
+        aten._native_batch_norm_legit_functional.default: batch_norm_functional,
+        aten.native_batch_norm_backward.default: batch_norm_backward,
+        aten.native_group_norm.default: group_norm,
+        aten.native_group_norm_backward.default: group_norm_backward,
+        aten.topk.default: topk,
+        aten.sort.default: sort,
         aten.embedding.default: embedding,
         aten.embedding_dense_backward.default: embedding_dense_backward,
         aten.index_select.default: index_select,

@@ -2,6 +2,7 @@
 
 import operator
 
+import sympy
 import torch
 
 from kiln import logs
@@ -21,8 +22,10 @@ from kiln.backend.ir import (
     View,
     contiguous_strides,
     dense_stride_of,
+    floordiv,
     is_sym,
     known_eq,
+    norm,
     sizes_of,
     strides_of,
     to_expr,
@@ -158,6 +161,8 @@ class GraphLowering:
         if sym is not None:  # a size input: bound to its symbol, never specialised
             self.inputs.append(SymArg(f"arg{k}", sym))
             return sym
+        if isinstance(x, torch.SymInt):  # a size the tracer made constant
+            x = to_expr(x)
         if isinstance(x, (bool, int, float)):
             # specialized: the wrapper runs the graph eagerly when a call passes another value
             self.inputs.append(ScalarArg(f"arg{k}", x))
@@ -189,10 +194,13 @@ class GraphLowering:
         if target is operator.getitem and not _is_size(node.meta.get("val")):
             return args[0][args[1]]
         val = node.meta.get("val")
+        if target in SIZE_ARITH and all(_is_size_value(a) for a in args) and not kwargs:
+            # size arithmetic on sizes: computed from its arguments (exact, whatever val says)
+            return SIZE_ARITH[target](*args)
         if (target in SIZE_OPS and "val" in node.meta) or (
             _is_size(val) and not isinstance(target, torch._ops.OpOverload)
         ):
-            # a size computation (sym_size, operator.mul, ...): its value is its val's expression
+            # a size computation (sym_size, ...): its value is its val's expression
             return to_expr(val)
         if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
             raise GraphNotSupported(f"mutating op {target}")
@@ -320,6 +328,34 @@ SIZE_OPS = {
 
 def _is_size(v):
     return isinstance(v, torch.SymInt)
+
+
+def _is_size_value(v):
+    return (type(v) is int) or is_sym(v)
+
+
+def _sym_floordiv(a, b):
+    return floordiv(a, b) if (is_sym(a) or is_sym(b)) else a // b
+
+
+def _sym_mod(a, b):
+    if is_sym(a) or is_sym(b):
+        return norm(sympy.Mod(a, b))
+    return a % b
+
+
+def _arith(fn):
+    return lambda *a: norm(sympy.expand(fn(*a))) if any(is_sym(x) for x in a) else fn(*a)
+
+
+SIZE_ARITH = {
+    operator.add: _arith(operator.add),
+    operator.sub: _arith(operator.sub),
+    operator.mul: _arith(operator.mul),
+    operator.neg: _arith(operator.neg),
+    operator.floordiv: _sym_floordiv,
+    operator.mod: _sym_mod,
+}
 
 
 def _size_value(val, example):

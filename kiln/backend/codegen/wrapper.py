@@ -17,6 +17,7 @@ import re
 import torch
 
 from kiln.backend.codegen.common import IndentedBuffer
+from kiln.backend.graph import PyValue
 from kiln.backend.ir import Buffer, InputBuffer, is_sym, pexpr
 from kiln.backend.scheduler import ExternGroup, Group, extern_reads
 
@@ -105,6 +106,8 @@ class WrapperCodegen:
             return "[" + ", ".join(self.literal(v) for v in x) + "]"
         if isinstance(x, tuple):
             return "(" + "".join(self.literal(v) + ", " for v in x) + ")"
+        if isinstance(x, PyValue):  # a value an earlier extern computes at run time
+            return x.name
         self.extras.append(x)
         return f"extras[{len(self.extras) - 1}]"
 
