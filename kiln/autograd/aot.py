@@ -34,9 +34,11 @@ from kiln.autograd.tracer import (
     format_graph,
     is_symbolic,
     sym_sizes,
+    sym_strides,
 )
 from kiln.exc import Unsupported
 from kiln.frontend.shapes import ShapeEnv, SymNode, contiguous_strides, from_torch, hint_of
+from kiln.frontend.shapes import _render as render
 
 __all__ = [
     "aot_autograd",
@@ -620,6 +622,30 @@ def make_symbolic_examples(args, dynamic_dims, env):
     return examples
 
 
+def _layout_check(examples):
+    """args -> whether each tensor's strides are the symbolic example's at the real sizes.
+
+    A plan traced on dense fakes (views chosen for that layout) must not run on another layout:
+    such a call gets a static plan. Each symbol is bound to a size of the first input that has it.
+    """
+    sources, checks = {}, []
+    for i, v in enumerate(examples):
+        if isinstance(v, torch.Tensor):
+            for d, n in enumerate(sym_sizes(v)):
+                if isinstance(n, SymNode) and n.expr.is_Symbol:
+                    sources.setdefault(n.expr, f"a[{i}].shape[{d}]")
+    for i, v in enumerate(examples):
+        if not isinstance(v, torch.Tensor):
+            continue
+        for d, st in enumerate(sym_strides(v)):
+            text = render(st.expr, sources) if isinstance(st, SymNode) else str(st)
+            checks.append(f"(a[{i}].shape[{d}] == 1 or a[{i}].stride({d}) == {text})")
+    if not checks:
+        return lambda args: True
+    code = compile(" and ".join(checks), "<kiln aot layout check>", "eval")
+    return lambda args: bool(eval(code, {"a": args}))
+
+
 def _env_state(env):
     return (len(env.guards), dict(env.replacements), set(env.divisible))
 
@@ -652,6 +678,7 @@ class AOTCompiled:
         self.frozen = False  # a frontend env whose guards were rendered: no new facts
         self.dynamic = _dynamic_dims(examples) if examples is not None else None
         self._failed = set()
+        self.layout_ok = None
         if example_inputs is not None:
             self.plan_for(list(example_inputs))
         self.frozen = not self.own_env
@@ -663,6 +690,10 @@ class AOTCompiled:
             self.examples = make_symbolic_examples(args, self.dynamic_dims, self.shape_env)
             self.dynamic = _dynamic_dims(self.examples)
         if self.examples is None or not self.dynamic:
+            return None
+        if self.layout_ok is None:
+            self.layout_ok = _layout_check(self.examples)
+        if not self.layout_ok(args):
             return None
         key = _key(args, self.dynamic)
         plan = self.plans.get(key)

@@ -280,10 +280,16 @@ class _FakeDispatch:
         except NotImplementedError as e:
             raise Unsupported(f"operator {func} has no meta kernel: {e}") from e
         layout = None
-        if symbolic and _is_metadata_mutation(func) and is_symbolic(args[0]):
-            _resync_symbolic(func, args, kwargs, out)
-        elif symbolic and _mutated_arg_values(func, args, kwargs) is None:
-            layout = symbolic_layout(func, args, kwargs, out)
+        if symbolic:
+            env = _env_in((args, kwargs)) or _NO_ENV
+            prev, env.reason = env.reason, f"aten op {func}"
+            try:
+                if _is_metadata_mutation(func) and is_symbolic(args[0]):
+                    _resync_symbolic(func, args, kwargs, out)
+                elif _mutated_arg_values(func, args, kwargs) is None:
+                    layout = symbolic_layout(func, args, kwargs, out)
+            finally:
+                env.reason = prev
         return self.wrap_outputs(func, args, kwargs, out, out_device, layout)
 
     def wrap_outputs(self, func, args, kwargs, out, device, layout=None):
@@ -306,6 +312,25 @@ _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 def _hint_value(v):
     node = from_torch(v)
     return node.hint if isinstance(node, SymNode) else node
+
+
+class _NoEnv:
+    reason = None
+
+
+_NO_ENV = _NoEnv()
+
+
+def _env_in(tree):
+    """The ShapeEnv of the first symbolic value in a tree of arguments."""
+    for x in pytree.tree_leaves(tree):
+        if is_symbolic(x):
+            sizes = (*sym_sizes(x), *sym_strides(x), sym_offset(x))
+            x = next((s for s in sizes if isinstance(s, SymNode)), None)
+        node = from_torch(x) if isinstance(x, _SYM_TYPES) else x
+        if isinstance(node, SymNode):
+            return node.env
+    return None
 
 
 def _has_symbolic(args, kwargs):

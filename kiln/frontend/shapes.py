@@ -94,6 +94,8 @@ class ShapeEnv:
         self.divisible = set()  # (expr, k) with Mod(expr, k) == 0 known
         self.guards = []  # recorded boolean facts, as sympy expressions (before simplification)
         self._static = {}  # fact -> static_value (cleared when a fact is learned)
+        self.reason = None  # what is being traced (e.g. an ATen op), for guard_reasons and logs
+        self.guard_reasons = []  # per recorded guard: self.reason when it was recorded
 
     # -- symbols -----------------------------------------------------------------------------
     def create_symbol(self, hint, source):
@@ -220,6 +222,7 @@ class ShapeEnv:
         fact = self.simplify(fact)
         recorded = fact if value else sympy.Not(fact)
         self.guards.append(recorded)
+        self.guard_reasons.append(self.reason)
         self._learn(recorded)
         return value
 
@@ -228,8 +231,24 @@ class ShapeEnv:
         expr = self.simplify(expr)
         value = self.hint(expr)
         if not expr.is_Integer:
+            if logs.enabled("recompiles"):
+                why = self.reason or "an int() of the size"
+                logs.log("recompiles", f"specialised size {expr} to {value} by {why}")
             self.evaluate(sympy.Eq(expr, value))
         return int(value)
+
+    # -- what the traced program relied on (for the frontend's guards and for logs) -----------
+    def mark(self):
+        """A position in the recorded facts (see facts_since)."""
+        return len(self.guards)
+
+    def facts_since(self, mark):
+        """(fact, reason) pairs recorded after `mark`, e.g. by a backend's AOT trace."""
+        return list(zip(self.guards[mark:], self.guard_reasons[mark:]))
+
+    def specialised(self):
+        """{symbol: value} of the symbols pinned to a constant (0/1 sizes and specialisations)."""
+        return {s: int(v) for s, v in self.replacements.items() if v.is_Integer}
 
     def _learn(self, fact):
         """Turn an equality fact into a replacement or a divisibility."""

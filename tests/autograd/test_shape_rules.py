@@ -190,6 +190,42 @@ CASES = [
     (aten.select_backward.default, lambda a, b, c: ((M(a), [a, b], 1, 0), {}), N3),
     (aten.constant_pad_nd.default, lambda a, b, c: ((M(a, b, c), [1, 2, 0, 3]), {}), N3),
     (aten.mse_loss.default, lambda a, b, c: ((M(a, b), M(a, b), 0), {}), N3),
+    (
+        aten.native_batch_norm.default,
+        lambda a, b, c: ((M(a, b, c), M(b), M(b), M(b), M(b), True, 0.1, 1e-5), {}),
+        N3,
+    ),
+    (
+        aten._native_batch_norm_legit_functional.default,
+        lambda a, b, c: ((M(a, b, c), M(b), M(b), M(b), M(b), True, 0.1, 1e-5), {}),
+        N3,
+    ),
+    (
+        aten.native_batch_norm_backward.default,
+        lambda a, b, c: (
+            (M(a, b, c), M(a, b, c), M(b), M(b), M(b), M(b), M(b), True, 1e-5)
+            + ([True, True, False],),
+            {},
+        ),
+        N3,
+    ),
+    (
+        aten.native_group_norm.default,
+        lambda a, b, c: ((M(a, 2 * b, c), None, None, a, 2 * b, c, 2, 1e-5), {}),
+        N3,
+    ),
+    (
+        aten.native_group_norm_backward.default,
+        lambda a, b, c: (
+            (M(a, 2 * b, c), M(a, 2 * b, c), M(a, 2), M(a, 2), M(2 * b), a, 2 * b, c, 2)
+            + ([True, True, True],),
+            {},
+        ),
+        N3,
+    ),
+    (aten.topk.default, lambda a, b, c: ((M(a, b + 2, c), 2, 1), {}), N3),
+    (aten.sort.default, lambda a, b, c: ((M(a, b, c), 1), {}), N3),
+    (aten.index_add.default, lambda a, b, c: ((M(a + 3, b), 0, Ix(2), M(2, b)), {}), N3),
     (aten.mse_loss_backward.default, lambda a, b, c: ((M(()), M(a, b), M(a, b), 1), {}), N3),
 ]
 

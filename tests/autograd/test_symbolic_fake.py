@@ -142,3 +142,24 @@ def test_hints_match_eager_shapes(shape):
     assert tuple(from_torch(s).hint if isinstance(s, torch.SymInt) else s for s in out.shape) == (
         tuple(f(real).shape)
     )
+
+
+def test_specialisations_are_logged_with_their_op_and_facts_have_reasons(capsys):
+    from kiln import logs
+
+    env = ShapeEnv()
+    x = fake(env, torch.empty(3, 6), {0, 1}, "x")
+    mark = env.mark()
+    before = set(logs._enabled)
+    logs.set_logs("recompiles")
+    try:
+        torch.ops.aten.roll.default(x, [1], [0])
+    finally:
+        logs.set_logs(",".join(before))
+    facts = env.facts_since(mark)
+    assert [str(f) for f, _ in facts] == ["Eq(s0, 3)", "Eq(s1, 6)"]
+    assert all(r == "aten op aten.roll.default" for _, r in facts)
+    assert sorted(env.specialised().values()) == [3, 6]
+    err = capsys.readouterr().err
+    assert "specialising the sizes of aten.roll.default's inputs (no shape rule)" in err
+    assert "specialised size s0 to 3 by aten op aten.roll.default" in err
