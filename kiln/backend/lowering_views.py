@@ -351,12 +351,15 @@ def _split(x, split_size, dim=0):
     xs = x.get_size()
     dim = _norm_dim(dim, len(xs))
     n = xs[dim]
-    if isinstance(split_size, int) and type(n) is not int:
-        raise NotLowered("split of a symbolic dim into pieces of a fixed size")
-    if isinstance(split_size, int):
+    if not isinstance(split_size, (list, tuple)):
+        split_size = to_expr(split_size)
+    if isinstance(split_size, (list, tuple)):
+        sizes = [to_expr(s) for s in split_size]
+    elif type(split_size) is int and type(n) is int:
         sizes = [min(split_size, n - s) for s in range(0, n, split_size)] or [0]
-    else:
-        sizes = list(split_size)
+    else:  # the tracer fixed the number of pieces (a guard): all full but the last
+        count = len(V.val)
+        sizes = [split_size] * (count - 1) + [n - (count - 1) * split_size]
     out, start = [], 0
     for s in sizes:
         out.append(_slice(x, dim, start, start + s))

@@ -97,12 +97,8 @@ def test_pointwise_broadcast_and_reductions():
 
 
 def test_softmax_and_layer_norm_over_symbolic_rows():
-    # written out (amax/exp/sum/div, mean/var) until the tracer has rules for to.dtype/var_mean
     def fn(x, w, b):
-        e = torch.exp(x - x.amax(-1, keepdim=True))
-        m = x.mean(-1, keepdim=True)
-        v = ((x - m) * (x - m)).mean(-1, keepdim=True)
-        return e / e.sum(-1, keepdim=True), (x - m) * torch.rsqrt(v + 1e-5) * w + b
+        return torch.softmax(x, -1), F.layer_norm(x, (x.shape[-1],), w, b)
 
     args = [torch.randn(3, 6), torch.randn(6), torch.randn(6)]
     compiled, _ = sym_compile(fn, args, {0: {0, 1}, 1: {0}, 2: {0}})
@@ -114,6 +110,34 @@ def test_softmax_and_layer_norm_over_symbolic_rows():
         lambda n: [torch.randn(n, n + 3), torch.randn(n + 3), torch.randn(n + 3)],
         SIZES,
     )
+
+
+def test_extern_indexing_and_reduction_ops():
+    w = torch.randn(4, 3, 3, 3)
+
+    def fn(x, i, img):
+        return (
+            torch.gather(x, 1, i) * 2,
+            x.index_select(0, i[:, 0]),
+            x[:, 1:] - x[:, :-1],
+            x[..., ::2] + x[-2:].sum(0)[::2],
+            F.pad(x, (1, 2)) * 3,
+            x.flip(0).argmax(1),
+            x.var(0),
+            torch.where(torch.arange(x.shape[1]) < 3, x, 0.0),
+            F.relu(F.conv2d(img, w, padding=1)),
+        )
+
+    def make(n):
+        return [
+            torch.randn(n + 2, n + 3),
+            torch.randint(0, n + 2, (n + 2, 3)),
+            torch.randn(n, 3, n + 1, 5),
+        ]
+
+    compiled, _ = sym_compile(fn, make(3), {0: {0, 1}, 1: {0}, 2: {0, 2}})
+    assert_symbolic(compiled, "s0", "s1", "s2")
+    run_sizes(fn, compiled, make, [2, 3, 6, 11], atol=1e-4)
 
 
 def test_view_permute_reshape_chain():
