@@ -169,3 +169,13 @@ def test_prelude_without_sleef_is_plain_libm(monkeypatch):
     monkeypatch.setattr(vecmath, "available_ops", lambda: frozenset())
     assert vecmath.call("sin", ["x"]) is None
     assert vecmath.prelude({"sin"}) == ""
+
+
+def test_pow_scalar_exponents_bit_for_bit():
+    """pow(x, 3 / -1 / -2) multiplies as eager's pow_tensor_scalar does; others call Sleef."""
+    x = _inputs(10.0)
+    for e in (3.0, -1.0, -2.0, 2.5, 3):
+        compiled = compile_fn(lambda a, e=e: (torch.pow(a, e),), [x])
+        got, want = compiled(x)[0], torch.pow(x, e)
+        assert torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0)), e
+        assert ("kiln_vpow" in compiled.cpp_src) == (e == 2.5), e

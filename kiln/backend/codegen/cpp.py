@@ -194,6 +194,8 @@ BINARY = {
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
+# float32 pow(x, scalar) as eager's pow_tensor_scalar computes it (2 and 0.5 are lowered earlier)
+POW_FLOAT32 = {3.0: "{0} * {0} * {0}", -1.0: "1.0f / {0}", -2.0: "1.0f / ({0} * {0})"}
 # float32 ops kept inline (the prelude's polynomials) rather than Sleef calls
 VECMATH_INLINE = {"exp"}
 # float32 versions that vectorize (see the prelude) where Sleef is missing; double keeps std::
@@ -229,7 +231,17 @@ class CppOverrides:
 
     def constant(self, value, dtype):
         cd = compute_dtype(dtype)
-        return CSEVar(cpp_constant(value, cd), cd)
+        text = cpp_constant(value, cd)
+        if cd.is_floating_point:
+            self.w.const_values[text] = float(value)
+        return CSEVar(text, cd)
+
+    def pow(self, a, b):
+        # eager's pow(tensor, scalar) multiplies for these exponents (float32 bit for bit)
+        e = self.w.const_values.get(str(b)) if a.dtype == torch.float32 else None
+        if e in POW_FLOAT32:
+            return self._var(POW_FLOAT32[e].format(a), a.dtype)
+        return self.__getattr__("pow")(a, b)
 
     def index_expr(self, index, dtype):
         cd = compute_dtype(dtype)
@@ -384,6 +396,7 @@ class KernelWriter:
         self.params = {}  # buffer name -> is_output
         self.handler = CppOverrides(self)
         self.vec_ops = set()  # ops calling vecmath's vector functions
+        self.const_values = {}  # C++ text of a float constant -> its value
 
     # --- values ----------------------------------------------------------------------------------
 
