@@ -55,15 +55,24 @@ class Guard:
 _CONSTANT_INLINE = (int, str, bool, type(None))
 
 
+@dataclasses.dataclass(frozen=True)
+class DynamicLayout:
+    """The symbolic dims of a tensor input; `strides` (ints and SymNodes) for a dense layout that
+    is not contiguous (a transposed or channels-last input), else None (contiguous)."""
+
+    dims: frozenset
+    strides: tuple = None
+
+
 class GuardSet:
     """The guards of one compiled entry, deduplicated in insertion order."""
 
     def __init__(self):
         self._guards = {}
-        self.dynamic_dims = {}  # source name -> dims traced symbolically (TENSOR_MATCH skips them)
+        self.dynamic_dims = {}  # source name -> DynamicLayout (TENSOR_MATCH skips its dims)
 
-    def set_dynamic_dims(self, source, dims):
-        self.dynamic_dims[source.name()] = frozenset(dims)
+    def set_dynamic_dims(self, source, dims, strides=None):
+        self.dynamic_dims[source.name()] = DynamicLayout(frozenset(dims), strides)
 
     def add(self, kind, source, value=None):
         g = Guard(kind, source, value)
@@ -181,14 +190,22 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
     raise AssertionError(f"unknown guard kind {k}")
 
 
-def _dynamic_layout_parts(s, t, dynamic_dims):
-    """Rank and static sizes of a tensor with symbolic dims (its sizes are in the SHAPE_ENV guard);
-    only contiguous inputs are traced symbolically, so contiguity replaces the strides."""
+def _dynamic_layout_parts(s, t, layout):
+    """Rank and static sizes of a tensor with symbolic dims (its sizes are in the SHAPE_ENV guard),
+    then its layout: contiguity, or each stride as an expression of the sizes (dense layouts)."""
     parts = [f"{s}.dim() == {t.dim()}"]
     for d in range(t.dim()):
-        if d not in dynamic_dims:
+        if d not in layout.dims:
             parts.append(f"{s}.size()[{d}] == {int(t.shape[d])}")
-    parts.append(f"{s}.is_contiguous()")
+    if layout.strides is None:
+        parts.append(f"{s}.is_contiguous()")
+        return parts
+    for d, stride in enumerate(layout.strides):
+        if hasattr(stride, "env"):  # a SymNode: rendered now, with the facts learned since
+            text = stride.env.render(stride.env.substitute(stride.expr))
+        else:
+            text = str(int(stride))
+        parts.append(f"{s}.stride()[{d}] == {text}")
     return parts
 
 

@@ -69,13 +69,15 @@ class OutputGraph:
         dims = self._dynamic_dims(value, source)
         node = self._placeholder(source)
         if dims:
-            guards.set_dynamic_dims(source, dims)
             self.fake_inputs = True
         if self.fake_inputs:
-            from kiln.autograd.tracer import fake_like
+            from kiln.autograd.tracer import fake_like, sym_strides
 
             sizes = self.shape_env.sizes_of(value, name, dims)
             example = fake_like(value, requires_grad=value.requires_grad, sizes=sizes)
+            if dims:
+                strides = None if value.is_contiguous() else sym_strides(example)
+                guards.set_dynamic_dims(source, dims, strides)
         else:
             example = torch.empty_strided(
                 value.shape, value.stride(), dtype=value.dtype, device="meta"
@@ -110,8 +112,12 @@ class OutputGraph:
         dims = self.frame_shapes.dynamic_dims(source.name(), value, dynamic)
         dims = {d for d in dims if value.shape[d] >= shapes.MIN_SYMBOL_VALUE}
         if dims and not value.is_contiguous():
-            # symbolic strides of other layouts are not modelled: this input stays static
-            return set()
+            # a dense layout (transposed, channels-last) gets symbolic strides; others stay static
+            from kiln.autograd.shape_rules import dense_strides
+
+            dense = dense_strides(list(value.shape), tuple(value.stride()))
+            if dense is None or value.storage_offset() != 0:
+                return set()
         return dims
 
     def is_dynamic_int(self, source):

@@ -51,7 +51,7 @@ def _size_guards(entry):
     return [
         line.strip()[len("if not (") : -len("): return False")]
         for line in entry.guard.source.splitlines()
-        if "size()" in line or ".dim()" in line or "shape" in line
+        if "size()" in line or ".dim()" in line or "shape" in line or ".stride()[" in line
     ]
 
 
@@ -527,3 +527,24 @@ def test_tuple_plus_symbolic_shape():
         assert got[1] == expected[1] and type(got[1]) is type(expected[1])
     assert kiln.counters["frames"]["total"] == 1
     assert kiln.counters["stats"]["graph_breaks"] == 0
+
+
+def test_dense_non_contiguous_inputs_get_symbolic_strides():
+    def f(x):
+        return x.sum(0) * x.shape[1] + x[0]
+
+    compiled = kiln.compile(f, backend="eager")
+    for n, m in [(4, 5), (6, 7), (3, 9)]:
+        _check(compiled, f, torch.randn(m, n).t())  # transposed: strides (1, n)
+    entries = _caches(compiled)[0].entry_info
+    assert len(entries) == 2
+    guards = _size_guards(entries[1])
+    assert "x.stride()[0] == 1" in guards and "x.stride()[1] == x.size()[0]" in guards
+    # a contiguous input of the same sizes fails the stride guard: a new entry, still correct
+    _check(compiled, f, torch.randn(5, 4))
+    # a non-dense view stays static
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    for n in [3, 4, 5]:
+        _check(compiled, f, torch.randn(6, 8)[:, :n])
+    assert kiln.counters["frames"]["total"] == 3
