@@ -19,7 +19,7 @@ from kiln.exc import CompiledAutogradCall, Unsupported
 from kiln.frontend.codegen import NoBreakHere, transformed_code, transformed_code_at_break
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
 from kiln.frontend.output_graph import OutputGraph
-from kiln.frontend.shapes import FrameShapes
+from kiln.frontend.shapes import FrameShapes, changed_dims
 from kiln.frontend.source import LocalSource
 from kiln.frontend.translator import InstructionTranslator
 
@@ -155,7 +155,21 @@ class FrameCache:
                 new[name] = tuple(v.shape)
             elif kind == "int" and type(v) is int:
                 new[name] = (v,)
-        self.frame_shapes.update(new)
+        self._update_shapes(new)
+
+    def _update_shapes(self, new):
+        """FrameShapes.update, with int inputs logged as values (`n became dynamic: 2 -> 3`)."""
+        fs = self.frame_shapes
+        ints = {n: v for n, v in new.items() if self._shape_kinds.get(n) == "int"}
+        for name, dims in changed_dims(fs.sizes, ints).items():
+            if name not in fs.dynamic:
+                fs.dynamic[name] = set(dims)
+                logs.log(
+                    "recompiles",
+                    f"{name} became dynamic (an int input): {fs.sizes[name][0]} -> {ints[name][0]}",
+                )
+        fs.sizes.update(ints)
+        fs.update({n: v for n, v in new.items() if n not in ints})
 
     def _has_marked_dims(self, args, kwargs):
         def marked(v):
@@ -331,7 +345,7 @@ class FrameCache:
             self._shape_kinds[name] = "tensor"
         for name in output.input_ints:
             self._shape_kinds[name] = "int"
-        self.frame_shapes.update(
+        self._update_shapes(
             {**output.input_shapes, **{n: (v,) for n, v in output.input_ints.items()}}
         )
 

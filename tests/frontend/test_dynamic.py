@@ -451,7 +451,10 @@ def test_int_input_that_changes_becomes_dynamic():
 
     backend = CountingBackend()
     compiled = kiln.compile(f, backend=backend)
-    for n in [3, 5, 7, 4]:
+    _check(compiled, f, torch.randn(2, 3), 3)
+    msgs = _recompile_messages(compiled, (torch.randn(2, 3), 5))
+    assert "n became dynamic (an int input): 3 -> 5" in msgs
+    for n in [5, 7, 4]:
         _check(compiled, f, torch.randn(2, 3), n)
     assert kiln.counters["frames"]["total"] == 2
     gm = backend.graphs[-1]
