@@ -528,7 +528,7 @@ class KernelWriter:
             if not loads and role == "red":
                 return False
             for _, ix in loads:
-                if ix.terms.get(ol, 0) != 1 or _in_atom(ix, ol):
+                if ix.terms.get(ol, 0) != 1 and not _in_atom(ix, ol):
                     return False
                 if ix.terms.get(rl, 0) in (0, 1, -1) and not _in_atom(ix, rl):
                     return False
