@@ -619,17 +619,40 @@ class SizeNodes:
         return int(e) if e.is_Integer else self.node(e, env)
 
     def _symbol(self, sym, env):
+        """sym_size of the first input with that size; else solved from a size `a*sym + b`."""
+        solvable = None
+        for ph, size, d in self._input_sizes(env):
+            if size == sym:
+                return ph if d is None else self.graph.call_function(aten.sym_size.int, (ph, d))
+            if solvable is None and sym in size.free_symbols:
+                a, b = sympy.expand(size).as_independent(sym, as_Add=True)[::-1]
+                a = sympy.expand(a / sym)
+                if a.is_Integer and a != 0 and b.is_Integer:
+                    solvable = (ph, d, int(a), int(b))
+        if solvable is not None:  # s = (size - b) // a
+            ph, d, a, b = solvable
+            node = ph if d is None else self.graph.call_function(aten.sym_size.int, (ph, d))
+            if b:
+                node = self.graph.call_function(operator.sub, (node, b))
+            if a != 1:
+                node = self.graph.call_function(operator.floordiv, (node, a))
+            return node
+        raise Unsupported(f"the size {sym} is not a size of any graph input")
+
+    def _input_sizes(self, env):
+        """(placeholder, simplified size expr, dim or None for an int input) in graph order."""
         for ph in self.graph.nodes:
             if ph.op != "placeholder":
                 continue
             val = ph.meta.get("val")
-            if isinstance(val, torch.SymInt) and _is_expr(val, sym, env):
-                return ph
-            if isinstance(val, torch.Tensor) and is_symbolic(val):
-                for d, size in enumerate(val.shape):
-                    if _is_expr(size, sym, env):
-                        return self.graph.call_function(aten.sym_size.int, (ph, d))
-        raise Unsupported(f"the size {sym} is not a size of any graph input")
+            if isinstance(val, torch.SymInt):
+                node = from_torch(val)
+                if isinstance(node, SymNode):
+                    yield ph, env.simplify(node.expr), None
+            elif isinstance(val, torch.Tensor) and is_symbolic(val):
+                for d, size in enumerate(sym_sizes(val)):
+                    if isinstance(size, SymNode):
+                        yield ph, env.simplify(size.expr), d
 
     def _compound(self, e, env):
         call = self.graph.call_function
@@ -670,11 +693,6 @@ class SizeNodes:
                 acc = call(fn, (acc, self._value(a, env)))
             return acc
         raise Unsupported(f"a size expression kiln cannot compute in a graph: {e}")
-
-
-def _is_expr(size, expr, env):
-    node = from_torch(size) if isinstance(size, torch.SymInt) else size
-    return isinstance(node, SymNode) and env.simplify(node.expr) == expr
 
 
 def same_layout(a, b):

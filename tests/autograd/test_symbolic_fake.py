@@ -163,3 +163,16 @@ def test_specialisations_are_logged_with_their_op_and_facts_have_reasons(capsys)
     err = capsys.readouterr().err
     assert "specialising the sizes of aten.roll.default's inputs (no shape rule)" in err
     assert "specialised size s0 to 3 by aten op aten.roll.default" in err
+
+
+def test_a_symbol_is_solved_from_an_input_of_size_a_s_plus_b():
+    from kiln.autograd.tracer import trace_aten
+
+    env = ShapeEnv()
+    (n,) = env.sizes_of(torch.empty(5), "L['n']")
+    x = fake_like(torch.empty(11, 4), sizes=(2 * n + 1, 4))  # only 2*s0 + 1 is an input size
+    gm = trace_aten(lambda x: x[: x.shape[0] // 2].new_zeros(to_torch(n), 2), [x])
+    code = gm.code
+    assert "sym_size_int = torch.ops.aten.sym_size.int(arg0_1, 0)" in code
+    assert "sub = sym_size_int - 1" in code and "floordiv = sub // 2" in code
+    assert tuple(gm(torch.randn(7, 4))[0].shape) == (3, 2)
