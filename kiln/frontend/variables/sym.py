@@ -176,10 +176,11 @@ def _compare_sequences(tx, fn, a, b):
 
 def as_sequence(v):
     """A constant tuple (`(4, 3)`, a torch.Size) as a TupleVariable of constants."""
-    from kiln.frontend.variables.lists import TupleVariable
+    from kiln.frontend.variables.lists import SizeVariable, TupleVariable
 
-    if isinstance(v, ConstantVariable) and isinstance(v.value, tuple):
-        return TupleVariable([ConstantVariable(i) for i in v.value])
+    if isinstance(v, ConstantVariable) and type(v.value) in (tuple, torch.Size):
+        cls = SizeVariable if type(v.value) is torch.Size else TupleVariable
+        return cls([ConstantVariable(i) for i in v.value])
     return v
 
 
