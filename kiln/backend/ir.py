@@ -310,8 +310,10 @@ class Ix:
         o = Ix.wrap(o)
         t = dict(self.terms)
         for s, c in o.terms.items():
-            t[s] = _n(t.get(s, 0) + c)
-        return Ix(t, _n(self.const + o.const))
+            v = t.get(s, 0) + c
+            t[s] = v if type(v) is int else _n(v)
+        v = self.const + o.const
+        return Ix(t, v if type(v) is int else _n(v))
 
     __radd__ = __add__
 
@@ -417,14 +419,19 @@ class Ix:
         return None
 
     def __floordiv__(self, k):
-        k = to_expr(k)
+        if type(k) is not int:
+            k = to_expr(k)
         if type(k) is int:
             assert k > 0, k
-        if type(k) is int and k == 1:
-            return self
+            if k == 1:
+                return self
         q, r = self._split(k)
         lo, hi = r.bounds()
-        if known_nonneg(lo) and known_lt(hi, k):
+        if (
+            (0 <= lo and hi < k)
+            if type(lo) is type(hi) is type(k) is int
+            else (known_nonneg(lo) and known_lt(hi, k))
+        ):
             return q
         f = self._common_factor(k)
         if f is not None:  # (g*X + Y) // (g*m) == X // m
@@ -446,14 +453,19 @@ class Ix:
         return _atom(code, (blo, bhi))
 
     def __mod__(self, k):
-        k = to_expr(k)
+        if type(k) is not int:
+            k = to_expr(k)
         if type(k) is int:
             assert k > 0, k
-        if type(k) is int and k == 1:
-            return Ix()
+            if k == 1:
+                return Ix()
         q, r = self._split(k)
         lo, hi = r.bounds()
-        if known_nonneg(lo) and known_lt(hi, k):
+        if (
+            (0 <= lo and hi < k)
+            if type(lo) is type(hi) is type(k) is int
+            else (known_nonneg(lo) and known_lt(hi, k))
+        ):
             return r
         f = self._common_factor(k)
         if f is not None:  # (g*X + Y) % (g*m) == g*(X % m) + Y

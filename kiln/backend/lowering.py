@@ -156,13 +156,11 @@ def loader_for(x, size, dtype):
     off = len(size) - len(xs)
     src = x.get_dtype()
 
+    every = bool(xs) and all(_one(s) for s in xs)
+    bcast = [every or (_one(xs[k]) and not _one(size[k + off])) for k in range(len(xs))]
+
     def load(idx):
-        sub = [
-            Ix() if _one(xs[k]) and not _one(size[k + off]) else idx[k + off]
-            for k in range(len(xs))
-        ]
-        if xs and all(_one(s) for s in xs):
-            sub = [Ix() for _ in xs]
+        sub = [Ix() if b else idx[k + off] for k, b in enumerate(bcast)]
         v = x.make_loader()(
             sub
         )  # late-bound (see Note [Backend: when a pointwise value is realized])

@@ -761,7 +761,8 @@ class KernelWriter:
         for name, is_out in self.params.items():
             t = storage_ctype(self.graph.buffers[name].layout.dtype)
             params.append(f"{'' if is_out else 'const '}{t}* __restrict__ {name}")
-        sizes = sorted(set(_SIZE_ARG.findall("\n".join(self.code.lines))), key=int)
+        text = "\n".join(self.code.lines)
+        sizes = sorted(set(_SIZE_ARG.findall(text)), key=int) if "ks" in text else []
         params += [f"int64_t ks{k}" for k in sizes]
         out = IndentedBuffer()
         out.writeline(f'extern "C" int {self.g.name}({", ".join(params)}) {{')

@@ -87,6 +87,8 @@ class WrapperCodegen:
 
     def st(self, t):
         """Python source of a tuple of sizes."""
+        if all(type(e) is int for e in t):
+            return repr(tuple(t))
         return "(" + ", ".join(self.sx(e) for e in t) + ("," if len(t) == 1 else "") + ")"
 
     def literal(self, x):
