@@ -11,6 +11,7 @@ from kiln.exc import BackendCompilerFailed
 from kiln.frontend import shapes
 from kiln.frontend.guards import GuardKind, GuardSet, is_module_state
 from kiln.frontend.side_effects import SideEffects
+from kiln.frontend.source import GetItemSource, LocalSource
 from kiln.frontend.variables.tensor import TensorVariable
 
 _unique = itertools.count()
@@ -121,10 +122,18 @@ class OutputGraph:
         return dims
 
     def is_dynamic_int(self, source):
-        """Whether an int input at `source` is traced as a symbolic size (its value changed)."""
+        """Whether an int input at `source` is traced as a symbolic size: its value changed, or
+        dynamic=True and it is an argument (or an item of one), not an attribute of an object
+        (module settings such as `self.n_head` stay constants, as in torch)."""
         if self.dynamic is False:
             return False
-        return self.dynamic_ints or 0 in self.frame_shapes.dynamic.get(source.name(), ())
+        if self.dynamic_ints or 0 in self.frame_shapes.dynamic.get(source.name(), ()):
+            return True
+        if self.dynamic is True:
+            while isinstance(source, GetItemSource):
+                source = source.source
+            return isinstance(source, LocalSource)
+        return False
 
     def add_int_input(self, value, source):
         """An int input made dynamic: a placeholder whose value is a size symbol (range-guarded)."""
