@@ -97,7 +97,8 @@ class FrameCache:
                 dynamic=self.dynamic,
                 **kw,
             )
-            wrapper = self.children[key] = make_wrapper(cache)
+            cache.children = self.children  # one table per root: a loop's resume functions
+            wrapper = self.children[key] = make_wrapper(cache)  # are compiled once
         return wrapper
 
     def _resume_wrapper(self, code):
@@ -114,6 +115,7 @@ class FrameCache:
                 )
                 cache.fullgraph = self.fullgraph
                 cache.dynamic = self.dynamic
+                cache.children = self.children
                 wrapper = self.children[code] = make_closure_wrapper(cache)
             return wrapper
         fn = types.FunctionType(code, self.fn.__globals__, code.co_name)

@@ -5,7 +5,7 @@ def f(x, mod):                       def f(x, mod):   # transformed
     return torch.log(y)                  return ___out[0]
 """
 
-from kiln import logs
+from kiln import config, logs
 from kiln.bytecode import decode, emit, encode, first_resume
 from kiln.exc import unimplemented
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -151,6 +151,7 @@ _BREAKABLE_PUSHES = {
     "STORE_SUBSCR": 0,
     "DELETE_SUBSCR": 0,
     "STORE_GLOBAL": 0,
+    "GET_ITER": 1,
 }
 _BRANCHES = {
     "POP_JUMP_IF_FALSE": emit.pop_jump_if_false,
@@ -172,41 +173,61 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
                                                        # inside runs through kiln's frame entry
         return __resume_at_N(<stack>, <live locals>)  # kiln-compiled resume function
     A data-dependent branch (POP_JUMP_IF_* on a tensor) becomes the jump itself with one resume
-    function per side. Breaks inside try blocks, in frames with cells, or at instructions not in
-    the tables above raise NoBreakHere: the frame runs eagerly instead.
+    function per side; FOR_ITER over an iterator kiln cannot see into (a resume function's loop)
+    becomes the FOR_ITER itself, resuming in the body or after the loop; BEFORE_WITH of a context
+    manager kiln does not trace resumes at the BEFORE_WITH itself (the resume function runs it).
+    Inside traced `with` blocks (grad mode): Note [Graph breaks: with blocks]. Inside loops:
+    Note [Resume: breaks in resume functions] and Note [Resume: tail calls]. Breaks inside
+    try/except blocks, or at other instructions, raise NoBreakHere: the frame runs eagerly.
     """
-    from kiln.frontend.resume import ResumeUnsupported, make_resume_function
-    from kiln.frontend.variables.misc import DeletedVariable, NullVariable
+    from kiln.frontend.resume import ResumeUnsupported, make_resume_function, origin
+    from kiln.frontend.variables.misc import DeletedVariable, NullVariable, WithExitVariable
 
     inst = instructions[e.root_index]
     if getattr(e, "no_resume", False):
         raise NoBreakHere("the graph so far holds code from a try/except block")
-    if inst.exn_tab_entry is not None and not e.root_tx.only_reraises(inst.exn_tab_entry.target):
-        # (a try/finally is fine: Note [Translator: try/finally]; the resume function keeps
-        # the exception table for what follows)
-        raise NoBreakHere("inside a try/except or with block")
-    if any(
-        i.target_index is not None and i.target_index <= e.root_index
-        for i in instructions[e.root_index :]
+    stack = list(e.root_stack)
+    withs = [k for k, v in enumerate(stack) if isinstance(v, WithExitVariable)]
+    _check_handlers(e.root_tx, inst, [stack[k] for k in withs])
+    # a break in a resume function is placed in the original code (same stack layout)
+    base_code, base_index, base_insts = code, e.root_index, instructions
+    found = origin(code)
+    if found is not None:
+        from kiln.frontend.translator import decode as decode_indexed
+
+        base_index = found[1].get(e.root_index)
+        if base_index is None:
+            raise NoBreakHere("inside a resume function's prologue")
+        base_code = found[0]
+        base_insts = decode_indexed(base_code)
+    base_inst = base_insts[base_index]
+    tail_calls = not config.compiled_autograd  # (its wrapper must see the whole continuation)
+    if not tail_calls and any(
+        i.target_index is not None and i.target_index <= base_index for i in base_insts[base_index:]
     ):
-        # Note [Graph breaks: loops]: a resume function inside a loop would call itself once
-        # per iteration (unbounded recursion), so a frame that breaks inside a loop runs eagerly.
-        raise NoBreakHere("graph break inside a loop")
+        # without tail calls a resume function inside a loop would call itself once per
+        # iteration (unbounded recursion)
+        raise NoBreakHere("graph break inside a loop (with compiled autograd)")
     branch = _BRANCHES.get(inst.opname)
-    if branch is None and inst.opname not in _BREAKABLE_PUSHES:
+    kind = "branch" if branch is not None else inst.opname
+    if kind not in ("branch", "FOR_ITER", "BEFORE_WITH") and kind not in _BREAKABLE_PUSHES:
         raise NoBreakHere(f"at {inst.opname}")
+    if kind == "FOR_ITER" and withs:
+        raise NoBreakHere("FOR_ITER inside a with block")
     if output.side_effects.version != e.root_effects_version:
         # the instruction (an inlined call) already mutated state before it broke: running it
         # again in Python would repeat those mutations
         raise NoBreakHere("side effects inside the call that broke")
     output.rollback(e.root_checkpoint)
     output.side_effects.restore(e.root_effects_snapshot)  # the instruction makes them itself
-    stack = list(e.root_stack)
-    live = [
+    if kind == "BEFORE_WITH" and not output.count_calls() and not output.side_effects:
+        raise NoBreakHere("a with statement over a context manager kiln does not trace")
+    _exit_with_blocks(e.root_tx, output, [stack[k] for k in withs])
+    live = sorted(
         n
         for n, v in e.root_locals.items()
         if not isinstance(v, DeletedVariable) and not n.startswith("__stack")  # resume's own
-    ]
+    )
     body = PyCodegen(output, callee_factory)
     output.side_effects.codegen(body)
     for name in code.co_cellvars:
@@ -217,59 +238,262 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
             body.reconstruct(value)
             body.extend(emit.store_deref(name))
     callee_slot = _callee_slot(inst, stack) if len(e.frames) > 1 else None
-    for k, v in enumerate(stack):
-        if isinstance(v, NullVariable):
-            body.extend(emit.push_null())
-        else:
-            body.compile_callees = k == callee_slot
-            body.reconstruct(v)
-            body.compile_callees = False
 
-    def call_resume(index, depth, nulls):
+    def rebuild(lo, hi):
+        for k in range(lo, hi):
+            v = stack[k]
+            if isinstance(v, NullVariable):
+                body.extend(emit.push_null())
+            else:
+                body.compile_callees = k == callee_slot
+                body.reconstruct(v)
+                body.compile_callees = False
+
+    def call_resume(index, layout):
+        """layout: per stack position, None (on the value stack: a prefix), "null", a list of
+        instructions that load it, or ("with", variable) for a with-slot."""
+        depth = len(layout)
+        nulls = [k for k, x in enumerate(layout) if x in ("null", "parked null")]
+        with_slots = [k for k, x in enumerate(layout) if isinstance(x, tuple)]
         try:
-            resume = make_resume_function(code, index, depth, nulls, live)
+            resume = make_resume_function(
+                base_code, index, depth, nulls, live, setup_with_blocks=with_slots
+            )
         except ResumeUnsupported as err:
             raise NoBreakHere(str(err)) from err
-        temps = [body.new_temp() for _ in range(depth)]
-        for k in reversed(range(depth)):
+        on_stack = [k for k, x in enumerate(layout) if x is None or x == "null"]
+        if on_stack != list(range(len(on_stack))):
+            raise NoBreakHere("stack layout")  # (never: the value stack holds a prefix)
+        temps = [body.new_temp() for _ in on_stack]
+        for k in reversed(on_stack):
             body.extend(emit.store_fast(temps[k]))
-        body.load_object(resume_factory(resume.code), push_null=True)
-        extra = 0
+        is_resume = found is not None and tail_calls
+        if is_resume:
+            from kiln.frontend.resume import TailCall
+
+            body.load_object(TailCall, push_null=True)
+        elif tail_calls:
+            from kiln.frontend.resume import run_resume
+
+            body.load_object(run_resume, push_null=True)
+        body.load_object(resume_factory(resume.code), push_null=not tail_calls)
+        extra = 1 if tail_calls else 0
         if resume.code.co_freevars:
             # the resume function shares this call's cells: made here, passed first
             # (Note [Cache: closures made per call])
             body.extend(resume.emit_make_function())
-            extra = 1
+            extra += 1
         for k in resume.stack_args:
-            body.extend(emit.load_fast(temps[k]))
+            x = layout[k]
+            if x is None:
+                body.extend(emit.load_fast(temps[k]))
+            elif isinstance(x, tuple):
+                _load_grad_ctx(body, x[1])
+            else:
+                body.extend(x)
         for name in resume.live_locals:
             body.reconstruct(e.root_locals[name])
         body.extend(emit.call(extra + len(resume.stack_args) + len(resume.live_locals)))
         body.extend(emit.return_value())
 
-    nulls_below = [k for k, v in enumerate(stack) if isinstance(v, NullVariable)]
-    if branch is not None:
-        other = emit.nop()
-        body.extend(branch(other[0]))
-        depth = len(stack) - 1
-        nulls = [k for k in nulls_below if k < depth]
-        call_resume(e.root_index + 1, depth, nulls)
-        body.extend(other)
-        call_resume(inst.target_index, depth, nulls)
-    else:
-        if inst.opname == "CALL" and e.root_kw_names:
-            body.extend(emit.call_kw(inst.arg, e.root_kw_names))
-        elif inst.opname == "CALL":
-            body.extend(emit.call(inst.arg))
+    def prefix_layout(depth):
+        return [
+            ("with", stack[k].cm)
+            if k in withs
+            else ("null" if isinstance(stack[k], NullVariable) else None)
+            for k in range(depth)
+        ]
+
+    if kind in ("branch", "FOR_ITER", "BEFORE_WITH") or not withs:
+        if withs:
+            # the value stack holds everything below the first with-slot (and a branch's
+            # condition); the rest but the with-slots is parked in temps
+            upto = len(stack) - 1 if kind == "branch" else len(stack)
+            layout = _park(body, stack, withs, rebuild, upto)
         else:
-            body.append(inst.copy(target=None, exn_tab_entry=None, offset=None))
-        depth = len(stack) + _stack_effect(inst)
-        pushes = _BREAKABLE_PUSHES[inst.opname]
-        nulls = [k for k in nulls_below if k < depth - pushes]
-        call_resume(e.root_index + 1, depth, nulls)
+            rebuild(0, len(stack))
+            layout = prefix_layout(len(stack))
+        if kind == "branch":
+            other = emit.nop()
+            body.extend(branch(other[0]))
+            call_resume(base_index + 1, layout[:-1])
+            body.extend(other)
+            call_resume(base_inst.target_index, layout[:-1])
+        elif kind == "FOR_ITER":
+            exhausted = _for_iter_exit()
+            body.extend(emit.inst("FOR_ITER", target=exhausted[0]))
+            call_resume(base_index + 1, layout + [None])
+            body.extend(exhausted)
+            call_resume(_for_iter_resume_index(base_inst), layout[:-1])
+        elif kind == "BEFORE_WITH":
+            call_resume(base_index, layout)
+        else:
+            _run_instruction(body, inst, e)
+            depth = len(stack) + _stack_effect(inst)
+            pushes = _BREAKABLE_PUSHES[inst.opname]
+            call_resume(base_index + 1, layout[: depth - pushes] + [None] * pushes)
+    else:
+        layout = _run_in_with_blocks(body, stack, withs, rebuild, inst, e)
+        call_resume(base_index + 1, layout)
     new_code = assemble(code, _graph_call(output, body) + body.instrs, body.temp_names)
     _log_bytecode(code, new_code)
     return new_code
+
+
+# Note [Graph breaks: with blocks]
+# A break inside traced `with` blocks (grad-mode managers) leaves them and re-enters them, as
+# Python would see it from outside:
+#     ___out = <graph so far, ending with the exits of the open with blocks>(inputs...)
+#     with <ctx 1>:                      # emit.with_block: an exception in the instruction
+#         <rebuild the stack above it>   # reaches __exit__ as in the original
+#         with <ctx 2>:
+#             <...>; <the unsupported instruction>; <results into temps>
+#         <items above ctx 1 into temps>
+#     return resume(<stack below>, ctx 1, <temps>, ctx 2, <temps>, <live locals>)
+# The resume function re-enters each context manager in its prologue (setup_with_blocks) and the
+# copied body leaves them through the original cleanup code. A context manager is passed as a
+# fresh torch.no_grad() / torch.enable_grad(), whose enter/exit set and restore the mode; the
+# translator traces a `with` over such an object again (the resume function's own trace).
+
+
+def _check_handlers(tx, inst, open_withs):
+    """NoBreakHere if an exception raised at `inst` (or in an open with block) could be caught
+    by an except clause: the transformed code would lose the handler."""
+    handlers = {id(v.handler) for v in open_withs if v.handler is not None}
+
+    def ok(entry):
+        return (
+            entry is None
+            or id(entry.target) in handlers
+            or tx.only_reraises(entry.target)  # a try/finally: Note [Translator: try/finally]
+        )
+
+    if not ok(inst.exn_tab_entry):
+        raise NoBreakHere("inside a try/except block")
+    for v in open_withs:
+        before = getattr(v, "before_inst", None)
+        if before is not None and not ok(before.exn_tab_entry):
+            raise NoBreakHere("inside a with block inside a try/except block")
+
+
+def _exit_with_blocks(tx, output, open_withs):
+    """Append the exits of the open with blocks (innermost first) to the graph, so that it ends
+    in the grad mode the frame started with (the transformed code enters them again)."""
+    import torch
+
+    if not open_withs:
+        return
+    mode = tx.initial_grad_mode
+    for node in output.graph.nodes:  # the mode where the graph now ends
+        if node.op == "call_function" and node.target is torch._C._set_grad_enabled:
+            mode = node.args[0]
+    torch._C._set_grad_enabled(mode)
+    for v in reversed(open_withs):
+        v.cm.exit(tx)
+
+
+def _load_grad_ctx(cg, cm):
+    import torch
+
+    cg.load_object(torch.enable_grad if cm.mode else torch.no_grad, push_null=True)
+    cg.extend(emit.call(0))
+
+
+def _park(body, stack, withs, rebuild, upto):
+    """Rebuild the stack below the first with-slot on the value stack, park the items up to
+    `upto` (but the with-slots) in temps, rebuild the rest on the value stack. Returns the layout
+    for call_resume."""
+    layout = []
+    rebuild(0, withs[0])
+    for k in range(withs[0]):
+        layout.append("null" if _is_null(stack[k]) else None)
+    for k in range(withs[0], upto):
+        if k in withs:
+            layout.append(("with", stack[k].cm))
+        elif _is_null(stack[k]):
+            layout.append("parked null")
+        else:
+            name = body.new_temp()
+            rebuild(k, k + 1)
+            body.extend(emit.store_fast(name))
+            layout.append(emit.load_fast(name))
+    rebuild(upto, len(stack))
+    return layout + [None] * (len(stack) - upto)
+
+
+def _is_null(v):
+    from kiln.frontend.variables.misc import NullVariable
+
+    return isinstance(v, NullVariable)
+
+
+def _run_in_with_blocks(body, stack, withs, rebuild, inst, e):
+    """Note [Graph breaks: with blocks]: the instruction runs inside the re-entered contexts."""
+    layout = [None] * len(stack)
+    rebuild(0, withs[0])
+    for k in range(withs[0]):
+        layout[k] = "null" if _is_null(stack[k]) else None
+    depth = len(stack) + _stack_effect(inst)
+    kept = depth - _BREAKABLE_PUSHES[inst.opname]  # positions below are left as they were
+    layout += [None] * max(0, depth - len(layout))
+
+    def level(j):
+        p = withs[j]
+        hi = withs[j + 1] if j + 1 < len(withs) else len(stack)
+        saved = body.instrs
+        body.instrs = []
+        rebuild(p + 1, hi)
+        if j + 1 < len(withs):
+            level(j + 1)
+        else:
+            _run_instruction(body, inst, e)
+            hi = depth  # the stack above p after the instruction
+        # everything this level holds above p goes into temps (top first)
+        for k in reversed(range(p + 1, hi)):
+            name = body.new_temp()
+            body.extend(emit.store_fast(name))  # (safe for a NULL)
+            null = k < kept and _is_null(stack[k])
+            layout[k] = "parked null" if null else emit.load_fast(name)
+        inner = body.instrs
+        body.instrs = saved
+        load = PyCodegen(body.output)
+        _load_grad_ctx(load, stack[p].cm)
+        body.extend(emit.with_block(load.instrs, inner, depth=p))
+        layout[p] = ("with", stack[p].cm)
+
+    if withs[-1] >= kept:
+        raise NoBreakHere("the instruction consumes a with block's slot")
+    level(0)
+    return layout[:depth]
+
+
+def _run_instruction(body, inst, e):
+    if inst.opname == "CALL" and e.root_kw_names:
+        body.extend(emit.call_kw(inst.arg, e.root_kw_names))
+    elif inst.opname == "CALL":
+        body.extend(emit.call(inst.arg))
+    else:
+        body.append(inst.copy(target=None, exn_tab_entry=None, offset=None))
+
+
+def _for_iter_exit():
+    """The target of an emitted FOR_ITER: where an exhausted iterator continues (3.12+: an
+    END_FOR that the interpreter skips, 3.13: and the POP_TOP after it)."""
+    from kiln.bytecode import PY312_PLUS, PY313_PLUS
+
+    if PY313_PLUS:
+        return emit.inst("END_FOR") + emit.pop_top()
+    if PY312_PLUS:
+        return emit.inst("END_FOR")
+    return emit.nop()
+
+
+def _for_iter_resume_index(for_iter):
+    """Index of the instruction an exhausted FOR_ITER continues at (Note [Bytecode: version
+    differences]); resume.py refuses the 3.12+ indexes after END_FOR for now."""
+    from kiln.bytecode import PY312_PLUS, PY313_PLUS
+
+    return for_iter.target_index + (2 if PY313_PLUS else 1 if PY312_PLUS else 0)
 
 
 def _stack_effect(inst):

@@ -142,11 +142,56 @@ class ResumeFunction:
 
 
 _cache: dict[tuple, ResumeFunction] = {}
+# resume code -> (the user's original code, {instruction index here: index there})
+_origins: dict[types.CodeType, tuple[types.CodeType, dict[int, int]]] = {}
 
 
 def clear_cache():
     """Forget generated resume functions (kiln.reset())."""
     _cache.clear()
+    _origins.clear()
+
+
+def origin(code):
+    """(original code, index map) of a resume code object, or None for any other code.
+
+    Note [Resume: breaks in resume functions]
+    A resume function's body is a copy of the original's instructions from the resume point on,
+    with the same stack layout at each of them. A break inside a resume function is therefore
+    placed as if in the original code (its index mapped back), so the resume function it needs
+    is one of the original's: a loop that breaks in every iteration reuses the same few resume
+    functions (after the break, at the loop's FOR_ITER) instead of making a new one per
+    iteration, and their compiled entries are reused (no recompile per iteration).
+    """
+    return _origins.get(code)
+
+
+class TailCall:
+    """`return resume(*args)` of a resume function's transformed code, returned instead of
+    called, so that a loop that breaks in every iteration does not nest one Python call per
+    iteration (Note [Resume: tail calls])."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, *args):
+        self.fn = fn
+        self.args = args
+
+
+def run_resume(fn, *args):
+    """Call a resume function from a frame's transformed code; run the tail calls it returns.
+
+    Note [Resume: tail calls]
+    The transformed code of a user frame calls its resume function through run_resume; the
+    transformed code of a resume function returns TailCall(next resume function, args) instead
+    of calling it. run_resume keeps calling until a real value comes back, so the Python stack
+    stays flat however many breaks (loop iterations) follow. Only resume functions return
+    TailCall, and only run_resume calls resume functions.
+    """
+    result = fn(*args)
+    while type(result) is TailCall:
+        result = result.fn(*result.args)
+    return result
 
 
 def make_resume_function(
@@ -193,6 +238,9 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
     if any(not 0 <= k < stack_depth for k in (*nulls, *withs)) or set(nulls) & set(withs):
         raise ResumeUnsupported(f"bad stack layout: depth {stack_depth}, {nulls=}, {withs=}")
     insts = clone(decode(code))
+    base = _origins.get(code)
+    for n, inst in enumerate(insts):
+        inst.kiln_origin = n if base is None else base[1].get(n)
     start = first_resume(insts)
     if not start < resume_index < len(insts):
         raise ResumeUnsupported(f"cannot resume at instruction {resume_index} of {code.co_name}")
@@ -249,20 +297,29 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         flags |= inspect.CO_NESTED
     offset = target.offset
     name = f"__resume_at_{offset}"
+    new_code = encode(
+        insts,
+        like=code,
+        co_varnames=tuple(varnames),
+        co_argcount=len(argnames),
+        co_posonlyargcount=0,
+        co_kwonlyargcount=0,
+        co_flags=flags,
+        co_cellvars=(),
+        co_freevars=cells,
+        co_name=name,
+        co_qualname=f"{code.co_qualname}.{name}",
+    )
+    decoded = decode(new_code)
+    if len(decoded) == len(insts) and all(a.opname == b.opname for a, b in zip(decoded, insts)):
+        origins = {
+            k: i.kiln_origin
+            for k, i in enumerate(insts)
+            if getattr(i, "kiln_origin", None) is not None
+        }
+        _origins[new_code] = (base[0] if base is not None else code, origins)
     return ResumeFunction(
-        code=encode(
-            insts,
-            like=code,
-            co_varnames=tuple(varnames),
-            co_argcount=len(argnames),
-            co_posonlyargcount=0,
-            co_kwonlyargcount=0,
-            co_flags=flags,
-            co_cellvars=(),
-            co_freevars=cells,
-            co_name=name,
-            co_qualname=f"{code.co_qualname}.{name}",
-        ),
+        code=new_code,
         original=code,
         resume_index=resume_index,
         stack_depth=stack_depth,

@@ -152,6 +152,7 @@ class InstructionTranslatorBase:
             entry is not None
             and not self.in_generator_handler(inst)
             and not any(entry.target is h for h in self.with_handlers)
+            and not self.prologue_with_handler(entry)
             and not self.only_reraises(entry.target)
         )
         region = self.catch_region
@@ -168,6 +169,28 @@ class InstructionTranslatorBase:
                 self.catch_region = (self.output.last_node(), self.output.side_effects.version)
         else:
             self.catch_region = None
+
+    def prologue_with_handler(self, entry):
+        """Whether `entry` is the cleanup of a with block a resume function's prologue entered
+        (its exit slot is the entry's depth - 1); it is then recorded as that block's handler."""
+        from kiln.frontend.variables.misc import WithExitVariable
+
+        target = entry.target
+        i = target.index
+        if not (
+            target.opname == "PUSH_EXC_INFO"
+            and i + 1 < len(self.instructions)
+            and self.instructions[i + 1].opname == "WITH_EXCEPT_START"
+        ):
+            return False
+        p = entry.depth - 1
+        if 0 <= p < len(self.stack):
+            v = self.stack[p]
+            if isinstance(v, WithExitVariable) and v.handler is None and v.slot == p:
+                v.handler = target
+                self.with_handlers.append(target)
+                return True
+        return False
 
     def only_reraises(self, handler):
         """Whether an exception handler always re-raises (a `finally` block, a cleanup).
@@ -832,6 +855,8 @@ class InstructionTranslatorBase:
         v = self.pop()
         if isinstance(v, ListIteratorVariable):
             self.push(v)
+        elif type(v) is ListVariable:
+            self.push(ListIteratorVariable.over_list(v))  # sees appends made while looping
         else:
             self.push(ListIteratorVariable(v.unpack_var_sequence(self)))
 
@@ -873,16 +898,35 @@ class InstructionTranslatorBase:
 
     def BEFORE_WITH(self, inst):
         from kiln.frontend.variables.misc import GradModeVariable, WithExitVariable
+        from kiln.frontend.variables.user_defined import UserDefinedObjectVariable
 
         cm = self.pop()
+        if isinstance(cm, UserDefinedObjectVariable) and type(cm.value) in (
+            torch.no_grad,
+            torch.enable_grad,
+        ):
+            # a grad-mode manager passed in (a resume function re-entering a with block):
+            # its type is guarded, and its enter/exit only set and restore the mode
+            cm = GradModeVariable(type(cm.value) is torch.enable_grad, type(cm.value))
         if not isinstance(cm, GradModeVariable):
             unimplemented(f"with statement over {cm} (context manager)")
         nxt = self.instructions[self.ip]
-        if nxt.exn_tab_entry is None:
-            unimplemented("with statement without a cleanup handler")
         exit_var = WithExitVariable(cm)
-        exit_var.handler = nxt.exn_tab_entry.target
-        self.with_handlers.append(exit_var.handler)
+        exit_var.before_inst = inst
+        exit_var.slot = len(self.stack)
+        if nxt.exn_tab_entry is None:
+            from kiln.frontend.resume import origin
+
+            found = origin(self.code)
+            if found is None or inst.index in found[1]:
+                unimplemented("with statement without a cleanup handler")
+            # a resume function's prologue (Note [Graph breaks: with blocks]): the cleanup
+            # handler is found in the copied body (check_catch_region)
+            exit_var.handler = None
+            exit_var.before_inst = None
+        else:
+            exit_var.handler = nxt.exn_tab_entry.target
+            self.with_handlers.append(exit_var.handler)
         self.push(exit_var)
         self.push(cm.enter(self))
 
@@ -986,6 +1030,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         super().__init__(output, code, fn.__globals__, symbolic_locals, closure, 0)
         self.fn = fn
         self.is_root = True
+        self.initial_grad_mode = torch.is_grad_enabled()
 
     def run(self):
         """Trace the frame; on success `self.return_value` holds the value it returns."""

@@ -99,10 +99,15 @@ def break_in_loop(x):
     return x.sum()
 
 
-def test_break_inside_loop_runs_frame_eagerly(capsys):
-    # Note [Graph breaks: loops]: no resume function inside a loop (it would recurse per step)
-    run_and_compare(break_in_loop, torch.randn(4), calls=1, expected_breaks=1, expected_graphs=0)
-    assert capsys.readouterr().out.count("step") == 6  # eager + compiled, 3 each
+def test_break_inside_loop_resumes_inside_the_loop(capsys):
+    # Note [Resume: breaks in resume functions]: graphs before and after the print, per step
+    kiln.reset()
+    f = kiln.compile(break_in_loop, backend="eager")
+    x = torch.randn(4)
+    torch.testing.assert_close(f(x), break_in_loop(x))
+    assert capsys.readouterr().out.count("step") == 6  # compiled + eager, 3 each
+    assert kiln.counters["stats"]["unique_graphs"] >= 2
+    assert kiln.counters["frames"]["ok"] >= 3  # the frame and its resume functions
 
 
 def helper_with_print(a):
@@ -269,7 +274,9 @@ def test_graph_breaks_logged_once_per_location():
             g(torch.randn(2))
     finally:
         logs.set_logs("")
-    assert len(cap.messages["graph_breaks"]) == 1
+    # two locations (the print, and the loop's FOR_ITER in the resume function), once each
+    messages = cap.messages["graph_breaks"]
+    assert len(messages) == 2 and len(set(messages)) == 2
 
 
 def cells_and_break(x):

@@ -335,6 +335,8 @@ class BuiltinVariable(VariableTracker):
     def _call_iter(self, tx, obj):
         if isinstance(obj, ListIteratorVariable):
             return obj
+        if type(obj) is ListVariable:
+            return ListIteratorVariable.over_list(obj)
         return ListIteratorVariable(obj.unpack_var_sequence(tx))
 
     def _call_next(self, tx, it, default=None):

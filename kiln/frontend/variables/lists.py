@@ -230,6 +230,16 @@ class ListIteratorVariable(VariableTracker):
         self.items = list(items)
         self.index = 0
 
+    @classmethod
+    def over_list(cls, lst):
+        """iter(a list): shares the list's items, so items appended while looping are seen."""
+        it = cls(())
+        it.items = lst.items
+        it.live_list = lst
+        return it
+
+    live_list = None
+
     def python_type(self):
         return type(iter([]))
 
@@ -255,10 +265,24 @@ class ListIteratorVariable(VariableTracker):
         unimplemented(f"iterator.{name}")
 
     def reconstruct(self, cg):
+        if self.live_list is not None and self.live_list.items is self.items:
+            # the same list object, advanced to where the trace is
+            cg.load_object(list_iter_at, push_null=True)
+            cg.reconstruct(self.live_list)
+            cg.extend(emit.load_const(self.index))
+            cg.extend(emit.call(2))
+            return
         for item in self.items[self.index :]:
             cg.reconstruct(item)
         cg.extend(emit.build_tuple(len(self.items) - self.index))
         cg.extend(emit.get_iter())
+
+
+def list_iter_at(lst, index):
+    """iter(lst) advanced by `index` items (the transformed code's rebuilt list iterator)."""
+    it = iter(lst)
+    it.__setstate__(index)
+    return it
 
 
 class SetVariable(VariableTracker):
