@@ -700,7 +700,13 @@ class AOTCompiled:
         if plan is None and key not in self._failed:
             env = self.shape_env
             state = _env_state(env)
-            plan = self.compile(args, self.examples)
+            try:
+                plan = self.compile(args, self.examples)
+            except Unsupported as e:  # e.g. a size kiln cannot compute in a graph: static plans
+                logs.log("recompiles", f"aot: no symbolic plan ({e}); compiling static sizes")
+                _restore_env(env, state)
+                self._failed.add(key)
+                return None
             if self.frozen and _env_state(env) != state:  # would need unrendered guards
                 logs.log("recompiles", "aot: a symbolic recompile needs new shape guards; static")
                 _restore_env(env, state)

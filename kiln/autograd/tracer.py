@@ -188,6 +188,15 @@ def describe_val(v):
     return repr(v)
 
 
+_INFIX = {
+    operator.add: "+",
+    operator.sub: "-",
+    operator.mul: "*",
+    operator.floordiv: "//",
+    operator.mod: "%",
+}
+
+
 def format_graph(gm, name="forward"):
     """Readable code of an ATen graph with a shape comment per node."""
     lines = [f"def {name}({', '.join(n.name for n in gm.graph.nodes if n.op == 'placeholder')}):"]
@@ -200,6 +209,9 @@ def format_graph(gm, name="forward"):
             lines.append(f"    return {n.args[0]}")
         elif n.op == "get_attr":
             lines.append(f"    {n.name} = self.{n.target}{comment}")
+        elif n.target in _INFIX:  # size arithmetic: `mul = sym_size_int * sym_size_int_1`
+            a, b = (repr(x) if not isinstance(x, torch.fx.Node) else x.name for x in n.args)
+            lines.append(f"    {n.name} = {a} {_INFIX[n.target]} {b}{comment}")
         else:
             target = n.target
             tname = (

@@ -127,7 +127,7 @@ def test_backward_receives_saved_sizes_as_int_placeholders():
         torch.testing.assert_close(x.grad, torch.full(shape, 2.0))
     fw, bw = (format_graph(g) for g in rec.graphs)
     assert fw.splitlines()[2] == "    # primals_2: s2"
-    assert "mul_1 = mul(sym_size_int, primals_2)  # s0*s2" in fw
+    assert "mul_1 = sym_size_int * primals_2  # s0*s2" in fw
     assert bw.splitlines()[:3] == [
         "def forward(sym_size_int, sym_size_int_1, tangents_1):",
         "    # sym_size_int: s0",
@@ -204,3 +204,53 @@ def test_another_layout_gets_a_static_plan():
     symbolic, static = (format_graph(g) for g in rec.graphs)  # the transposed one: static
     assert "aten.view.default(arg_1, [-1])  # f32[s0*s1]" in symbolic
     assert "f32[3, 4]" in static and "aten.clone" in static
+
+
+GOLDEN_FORWARD = """\
+def forward(primals_1, primals_2):
+    # primals_1: f32[s0, s1, 8]
+    # primals_2: f32[4, 8]
+    t = aten.t.default(primals_2)  # f32[8, 4]
+    sym_size_int = aten.sym_size.int(primals_1, 0)  # s0
+    sym_size_int_1 = aten.sym_size.int(primals_1, 1)  # s1
+    mul = sym_size_int * sym_size_int_1  # s0*s1
+    view = aten.view.default(primals_1, [mul, 8])  # f32[s0*s1, 8]
+    mm = aten.mm.default(view, t)  # f32[s0*s1, 4]
+    _unsafe_view = aten._unsafe_view.default(mm, [sym_size_int, sym_size_int_1, 4])  # f32[s0, s1, 4]
+    relu = aten.relu.default(_unsafe_view)  # f32[s0, s1, 4]
+    view_1 = aten.view.default(relu, [sym_size_int, -1])  # f32[s0, 4*s1]
+    slice_1 = aten.slice.Tensor(view_1, 0, 0, 9223372036854775807)  # f32[s0, 4*s1]
+    slice_2 = aten.slice.Tensor(slice_1, 1, 1, 9223372036854775807)  # f32[s0, 4*s1 - 1]
+    sum_1 = aten.sum.default(slice_2)  # f32[]
+    return (sum_1, primals_1, relu)"""
+
+GOLDEN_BACKWARD = """\
+def backward(primals_1, relu, tangents_1):
+    # primals_1: f32[s0, s1, 8]
+    # relu: f32[s0, s1, 4]
+    # tangents_1: f32[]
+    sym_size_int = aten.sym_size.int(primals_1, 0)  # s0
+    sym_size_int_1 = aten.sym_size.int(primals_1, 1)  # s1
+    mul = sym_size_int * sym_size_int_1  # s0*s1
+    view = aten.view.default(primals_1, [mul, 8])  # f32[s0*s1, 8]
+    mul_1 = 4 * sym_size_int_1  # 4*s1
+    sub = mul_1 - 1  # 4*s1 - 1
+    expand = aten.expand.default(tangents_1, [sym_size_int, sub])  # f32[s0, 4*s1 - 1]"""
+
+
+def test_symbolic_graphs_read_well():
+    """Golden: sizes are nodes computed from the inputs, vals print symbolic shapes."""
+    rec = Recorder()
+    w = torch.randn(4, 8, requires_grad=True)
+
+    def f(x, w):
+        return F.linear(x, w).relu().view(x.shape[0], -1)[:, 1:].sum()
+
+    compiled = aot_function(f, rec, dynamic_dims={0: {0, 1}})
+    for shape in [(3, 5, 8), (2, 7, 8)]:
+        x = torch.randn(shape)
+        got = torch.autograd.grad(compiled(x, w), w)[0]
+        torch.testing.assert_close(got, torch.autograd.grad(f(x, w), w)[0])
+    fw, bw = rec.graphs
+    assert format_graph(fw) == GOLDEN_FORWARD
+    assert format_graph(bw, "backward").startswith(GOLDEN_BACKWARD)
