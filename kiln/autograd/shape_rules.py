@@ -422,6 +422,27 @@ def index_select(x, dim, index):
     return Sizes(out)
 
 
+def index(x, indices):
+    """index.Tensor (integer indices; a bool mask never gets here: its size is data-dependent).
+
+    The index tensors broadcast together; their shape replaces the indexed dims in place when
+    those are adjacent, else it goes first (numpy's advanced indexing).
+    """
+    idx = list(indices) + [None] * (len(x) - len(indices))
+    if len(idx) > len(x):
+        raise IndexError("too many indices")
+    used = [i for i, t in enumerate(idx) if t is not None]
+    if not used:
+        return Sizes(x)
+    shape = broadcast_shapes(*[idx[i] for i in used])
+    adjacent = used == list(range(used[0], used[-1] + 1))
+    rest_before = [s for i, s in enumerate(x) if idx[i] is None and i < used[0]]
+    rest_after = [s for i, s in enumerate(x) if idx[i] is None and i > used[0]]
+    if adjacent:
+        return Sizes((*rest_before, *shape, *rest_after))
+    return Sizes((*shape, *rest_before, *rest_after))
+
+
 def gather(x, dim, index, *, sparse_grad=False):
     """gather: the index's sizes (no larger than the input's outside `dim`)."""
     d = _norm_dim(dim, len(x))
@@ -704,6 +725,7 @@ SHAPE_RULES.update(
         aten.embedding_dense_backward.default: embedding_dense_backward,
         aten.index_select.default: index_select,
         aten.gather.default: gather,
+        aten.index.Tensor: index,
         aten.native_layer_norm.default: native_layer_norm,
         aten.layer_norm.default: layer_norm,
         aten.native_layer_norm_backward.default: native_layer_norm_backward,

@@ -226,6 +226,8 @@ CASES = [
     (aten.topk.default, lambda a, b, c: ((M(a, b + 2, c), 2, 1), {}), N3),
     (aten.sort.default, lambda a, b, c: ((M(a, b, c), 1), {}), N3),
     (aten.index_add.default, lambda a, b, c: ((M(a + 3, b), 0, Ix(2), M(2, b)), {}), N3),
+    (aten.index.Tensor, lambda a, b, c: ((M(a, b + 3, c), [None, Ix(a, 2)]), {}), N3),
+    (aten.index.Tensor, lambda a, b, c: ((M(a, b, c), [Ix(a, 1), None, Ix(1, c)]), {}), N3),
     (aten.mse_loss_backward.default, lambda a, b, c: ((M(()), M(a, b), M(a, b), 1), {}), N3),
 ]
 
