@@ -27,6 +27,7 @@ class PyCodegen:
         self.temp_names = []
         self.compile_callees = False  # rebuild user callables as kiln-compiled frames
         self.callee_factory = callee_factory
+        self.closure_callee = None
 
     def callee(self, fn, module_root=False):
         """The kiln-compiled wrapper of a user function (a break inside it: its own frame)."""
@@ -229,6 +230,7 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         if not isinstance(v, DeletedVariable) and not n.startswith("__stack")  # resume's own
     )
     body = PyCodegen(output, callee_factory)
+    body.closure_callee = resume_factory  # a code with free variables: entry(fn, *args)
     output.side_effects.codegen(body)
     for name in code.co_cellvars:
         # cell variables were traced symbolically: put their values in the real cells, which

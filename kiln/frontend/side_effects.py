@@ -18,36 +18,46 @@ from kiln.exc import unimplemented
 
 
 class SideEffects:
-    """Attribute stores on objects from outside the frame, mutated outside lists/dicts, globals."""
+    """Attribute stores on objects from outside the frame, mutated outside lists/dicts, globals,
+    closure cells: one log in program order (Note [Side effects: replay order])."""
 
     def __init__(self):
-        self.attrs = {}  # (id(obj), name) -> (obj_var, name, value_var), in store order
-        self.containers = {}  # id(var) -> mutated List/ConstDict variable with a source
-        self.globals = {}  # name -> value_var (the root function's globals)
-        self.cells = {}  # free variable name of the root frame -> value_var
+        self.log = {}  # key -> (kind, payload), ordered by each key's last mutation
         self.cell_objects = {}  # id(real cell) -> free variable name (inlined code reads it)
         self.version = 0
         self.step_serial = 0  # set by the root translator before each instruction
 
     def __bool__(self):
-        return bool(self.attrs or self.containers or self.globals or self.cells)
+        return bool(self.log)
+
+    def _record(self, key, kind, payload):
+        self.log.pop(key, None)
+        self.log[key] = (kind, payload)
+
+    def load_global(self, name):
+        """The value stored while tracing into the root function's global `name`, or None."""
+        hit = self.log.get(("global", name))
+        return hit[1] if hit is not None else None
+
+    def load_cell(self, name):
+        """The value stored while tracing into the root frame's free variable `name`, or None."""
+        hit = self.log.get(("cell", name))
+        return hit[1] if hit is not None else None
 
     # --- recording ------------------------------------------------------------------------------
     def store_attr(self, obj_var, name, value):
         if obj_var.source is None:
             unimplemented(f"attribute store .{name} on an object without a source")
-        key = (id(obj_var.value), name)
-        self.attrs.pop(key, None)
-        self.attrs[key] = (obj_var, name, value)
+        self._record(("attr", id(obj_var.value), name), "attr", (obj_var, name, value))
 
     def load_attr(self, obj_var, name):
         """The value stored while tracing, or None."""
-        hit = self.attrs.get((id(getattr(obj_var, "value", None)), name))
-        return hit[2] if hit is not None else None
+        hit = self.log.get(("attr", id(getattr(obj_var, "value", None)), name))
+        return hit[1][2] if hit is not None else None
 
     def mutate_container(self, var):
         if var.source is not None:
-            self.containers[id(var)] = var
+            self._record(("container", id(var)), "container", var)
         if var.serial < self.step_serial:
             # an object that existed before this root instruction: re-running the instruction
             # in Python would repeat the mutation (objects made by the instruction itself would
@@ -55,17 +65,17 @@ class SideEffects:
             self.version += 1
 
     def store_global(self, name, value):
-        self.globals[name] = value
+        self._record(("global", name), "global", value)
 
     def store_cell(self, name, value, cell=None):
-        self.cells[name] = value
+        self._record(("cell", name), "cell", value)
         if cell is not None:
             self.cell_objects[id(cell)] = name
 
     def pending_cell(self, cell):
         """The value stored while tracing into this real cell object, or None."""
         name = self.cell_objects.get(id(cell))
-        return self.cells.get(name) if name is not None else None
+        return self.load_cell(name) if name is not None else None
 
     def mutate_new_object(self, var):
         """An object made while tracing got an attribute: like a container mutation."""
@@ -73,49 +83,83 @@ class SideEffects:
             self.version += 1
 
     def snapshot(self):
-        """The recorded stores (attribute, global, cell), to undo an instruction that broke."""
-        return dict(self.attrs), dict(self.globals), dict(self.cells), dict(self.containers)
+        """The recorded stores, to undo an instruction that broke."""
+        return dict(self.log)
 
     def restore(self, snap):
-        self.attrs, self.globals, self.cells, self.containers = (dict(d) for d in snap)
+        self.log = dict(snap)
 
     # --- replay ---------------------------------------------------------------------------------
     def codegen(self, cg):
-        """Emit the replay (after the graph call, before anything reads the state)."""
+        """Emit the replay (after the graph call, before anything reads the state).
+
+        Note [Side effects: replay order]
+        Two phases. First every value to store, and every object stored into, is loaded into a
+        temporary: reads see the state before the call (`old = self.a; self.a = new;
+        xs.append(old)` appends the old value, though its source `self.a` is stored first).
+        Then the stores run in program order (each key at its last mutation), so that stores
+        with observable effects (a setter, Module.__setattr__) happen in eager's order.
+        """
         from kiln.frontend.variables.dicts import ConstDictVariable
 
-        for obj_var, name, value in self.attrs.values():
-            cg.reconstruct(value)
-            obj_var.source.reconstruct(cg)
-            cg.extend(emit.store_attr(name))
-        for var in self.containers.values():
-            if isinstance(var, ConstDictVariable):
+        stores = []
+        for key, (kind, payload) in self.log.items():
+            if kind == "attr":
+                obj_var, name, value = payload
+                v = _to_temp(cg, lambda value=value: cg.reconstruct(value))
+                o = _to_temp(cg, lambda obj_var=obj_var: obj_var.source.reconstruct(cg))
+                stores.append(emit.load_fast(v) + emit.load_fast(o) + emit.store_attr(name))
+            elif kind == "container" and isinstance(payload, ConstDictVariable):
                 # new = {...}; d.clear(); d.update(new)  (the new contents may read the old)
-                for k, v in var.items.items():
-                    cg.extend(emit.load_const(k))
-                    cg.reconstruct(v)
-                cg.extend(emit.build_map(len(var.items)))
-                tmp = cg.new_temp()
-                cg.extend(emit.store_fast(tmp))
+                var = payload
+
+                def build_dict(var=var):
+                    for k, v in var.items.items():
+                        cg.extend(emit.load_const(k))
+                        cg.reconstruct(v)
+                    cg.extend(emit.build_map(len(var.items)))
+
+                new = _to_temp(cg, build_dict)
+                d = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
+                code = []
                 for method, nargs in (("clear", 0), ("update", 1)):
-                    load = type(cg)(cg.output)
-                    var.source.reconstruct(load)
-                    load.extend(emit.load_attr(method))
-                    cg.extend(emit.with_null(load.instrs))
+                    code += emit.with_null(emit.load_fast(d) + emit.load_attr(method))
                     if nargs:
-                        cg.extend(emit.load_fast(tmp))
-                    cg.extend(emit.call(nargs) + emit.pop_top())
-            else:
+                        code += emit.load_fast(new)
+                    code += emit.call(nargs) + emit.pop_top()
+                stores.append(code)
+            elif kind == "container":
                 # xs[:] = [items]
-                for item in var.items:
-                    cg.reconstruct(item)
-                cg.extend(emit.build_list(len(var.items)))
-                var.source.reconstruct(cg)
-                cg.extend(emit.load_const(None) + emit.load_const(None) + emit.build_slice(2))
-                cg.extend(emit.store_subscr())
-        for name, value in self.globals.items():
-            cg.reconstruct(value)
-            cg.extend(emit.store_global(name))
-        for name, value in self.cells.items():
-            cg.reconstruct(value)
-            cg.extend(emit.store_deref(name))
+                var = payload
+
+                def build_list(var=var):
+                    for item in var.items:
+                        cg.reconstruct(item)
+                    cg.extend(emit.build_list(len(var.items)))
+
+                new = _to_temp(cg, build_list)
+                xs = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
+                stores.append(
+                    emit.load_fast(new)
+                    + emit.load_fast(xs)
+                    + emit.load_const(None)
+                    + emit.load_const(None)
+                    + emit.build_slice(2)
+                    + emit.store_subscr()
+                )
+            elif kind == "global":
+                v = _to_temp(cg, lambda payload=payload: cg.reconstruct(payload))
+                stores.append(emit.load_fast(v) + emit.store_global(key[1]))
+            else:  # cell
+                v = _to_temp(cg, lambda payload=payload: cg.reconstruct(payload))
+                stores.append(emit.load_fast(v) + emit.store_deref(key[1]))
+        for code in stores:
+            cg.extend(code)
+
+
+def _to_temp(cg, load):
+    """Run `load` (emits code pushing one value) and store the value in a new temporary."""
+    load()
+    name = cg.new_temp()
+    cg.extend(emit.store_fast(name))
+    return name

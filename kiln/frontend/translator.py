@@ -268,7 +268,7 @@ class InstructionTranslatorBase:
 
     def load_global_value(self, name):
         if self.f_globals is self.output.root_fn.__globals__:
-            stored = self.output.side_effects.globals.get(name)
+            stored = self.output.side_effects.load_global(name)
             if stored is not None:
                 return stored
         if name in self.f_globals:
@@ -381,7 +381,7 @@ class InstructionTranslatorBase:
         cell, source = ref
         stored = self.output.side_effects.pending_cell(cell)  # a store made while tracing
         if stored is None and self.is_root:
-            stored = self.output.side_effects.cells.get(name)
+            stored = self.output.side_effects.load_cell(name)
         if stored is not None:
             return stored
         try:
@@ -473,6 +473,12 @@ class InstructionTranslatorBase:
             return
         if not isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)):
             unimplemented(f"attribute assignment .{name} on {obj}")
+        plain = (
+            torch.nn.Module.__setattr__ if isinstance(obj, NNModuleVariable) else object.__setattr__
+        )
+        if inspect.getattr_static(type(obj.value), "__setattr__") is not plain:
+            # the replay would call it later than eager did, and reads would not see its result
+            unimplemented(f"assignment through {type(obj.value).__name__}.__setattr__")
         static = inspect.getattr_static(type(obj.value), name, None)
         if static is not None and hasattr(static, "__set__"):
             unimplemented(f"assignment to the descriptor {type(obj.value).__name__}.{name}")

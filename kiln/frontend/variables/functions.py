@@ -56,12 +56,34 @@ class UserFunctionVariable(BaseFunctionVariable):
         return inline_call(tx, self.fn, [*self.self_args(), *args], kwargs, self.source)
 
     def reconstruct(self, cg):
-        if cg.compile_callees:  # it broke inside: it runs as its own kiln frame
-            cg.load_object(cg.callee(self.fn))
+        if cg.compile_callees and self.fn.__closure__ is None:
+            cg.load_object(cg.callee(self.fn))  # it broke inside: it runs as its own frame
+        elif cg.compile_callees and self._closure_callee_ok(cg):
+            # a closure: this call's function object with its own cells, through the entry
+            # of its code (Note [Cache: closures made per call]); a wrapper of the traced
+            # function object would run the cells of the call that was traced
+            import functools
+
+            from kiln.bytecode import emit
+
+            cg.load_object(functools.partial, push_null=True)
+            cg.load_object(cg.closure_callee(self.fn.__code__))
+            self.source.reconstruct(cg)
+            cg.extend(emit.call(2))
         elif self.source is not None:
             super().reconstruct(cg)
         else:
             cg.load_object(self.fn)
+
+    def _closure_callee_ok(self, cg):
+        fn = self.fn
+        return (
+            self.source is not None
+            and getattr(cg, "closure_callee", None) is not None
+            and not fn.__defaults__
+            and not fn.__kwdefaults__
+            and fn.__globals__ is cg.output.root_fn.__globals__
+        )
 
     def __repr__(self):
         return f"{type(self).__name__}({self.fn.__qualname__})"
