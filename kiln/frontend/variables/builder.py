@@ -7,6 +7,7 @@ import functools
 import inspect
 import itertools
 import operator
+import sys
 import types
 
 import torch
@@ -48,6 +49,8 @@ def _is_torch_callable(value):
         return False  # a user function decorated by torch (@torch.no_grad() ...): not an op
     if isinstance(value, types.FunctionType):
         mod = value.__module__ or ""
+        if mod.startswith("torch.testing") or not _importable(value):
+            return False  # a lambda or local helper (torch's test lambdas): traced like user code
     elif isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         self_ = getattr(value, "__self__", None)
         if self_ is not None and not isinstance(self_, types.ModuleType):
@@ -62,8 +65,19 @@ def _is_torch_callable(value):
     return mod == "torch" or mod.startswith("torch.")
 
 
+def _importable(fn):
+    """Whether a Python function is its module's attribute by its qualified name (as FX prints it)."""
+    mod = sys.modules.get(fn.__module__ or "")
+    obj = mod
+    for part in fn.__qualname__.split("."):
+        obj = getattr(obj, part, None)
+    return obj is fn or getattr(mod, fn.__name__, None) is fn
+
+
 def _is_skipped_function(value):
     mod = getattr(value, "__module__", None) or ""
+    if mod.startswith("torch.testing"):
+        return False  # torch's test helpers are user-level code: traced
     return any(mod == m or mod.startswith(m + ".") for m in config.skip_modules)
 
 
@@ -131,6 +145,8 @@ def wrap_value(tx, value, source):
             return UserFunctionVariable(value)
         return wrap_constant_like(tx, value)
     if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided:
+            unimplemented(f"a {value.layout} tensor input (only strided tensors are traced)")
         return tx.output.add_graph_input(value, source)
     if type(value) is int:
         # Note [Shapes: automatic dynamic]: an int whose value changed is a size symbol input
@@ -205,6 +221,9 @@ def wrap_value(tx, value, source):
         if issubclass(value, torch.Tensor) or _is_torch_callable(value):
             return TorchVariable(value, source=source)
         return UserDefinedClassVariable(value, source=source)
+    if getattr(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
+        guards.add(GuardKind.ID_MATCH, source, value)  # `torch.Tensor.add` reached from a source
+        return TensorMethodDescriptorVariable(value, source=source)
     if callable(value) and not hasattr(value, "__dict__"):
         if _is_bound_c_method(value):
             # Python makes a new bound object per access (`out.keys`), so an identity guard would

@@ -279,6 +279,32 @@ _FOLDED = {
 }
 
 
+# `has_torch_function*(args)`: True only for tensor subclasses / objects with __torch_function__.
+_HAS_TORCH_FUNCTION = {
+    torch._C._has_torch_function,
+    torch._C._has_torch_function_unary,
+    torch._C._has_torch_function_variadic,
+}
+
+
+def _has_torch_function(tx, args):
+    """Fold `has_torch_function(...)` over traced values; None when it cannot be known."""
+    from kiln.frontend.variables.base import VariableTracker
+    from kiln.frontend.variables.lists import BaseListVariable
+
+    items = list(args)
+    while items:
+        v = items.pop()
+        if isinstance(v, BaseListVariable):
+            items.extend(v.items)
+        elif isinstance(v, _tensor_cls()):
+            if v.python_type() not in (torch.Tensor, torch.nn.Parameter):
+                return None
+        elif not (isinstance(v, VariableTracker) and v.is_python_constant()):
+            return None  # a user object might define __torch_function__
+    return False
+
+
 def _is_compiling_query(fn):
     """torch.compiler.is_compiling / is_dynamo_compiling (without importing torch._dynamo)."""
     name = getattr(fn, "__name__", "")
@@ -337,7 +363,11 @@ class TorchVariable(PythonValueVariable):
         if fn is torch.is_grad_enabled and not args:
             return ConstantVariable(torch.is_grad_enabled())  # guarded; traced `with` blocks set it
         if _is_compiling_query(fn):
-            return ConstantVariable(True)  # code asking "am I being compiled?" is, here
+            return ConstantVariable(True)
+        if fn in _HAS_TORCH_FUNCTION and not kwargs:
+            answer = _has_torch_function(tx, args)
+            if answer is not None:
+                return ConstantVariable(answer)  # code asking "am I being compiled?" is, here
         folded = _FOLDED.get((getattr(fn, "__module__", None), getattr(fn, "__name__", None)))
         if folded is not None and not args and not kwargs:
             return ConstantVariable(folded)
