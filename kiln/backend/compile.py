@@ -6,6 +6,12 @@
 A failure anywhere (no compiler, compile error, a bug) names its cause and falls back to running
 the ATen graph eagerly, with one warning (or raises BackendCompilerFailed under
 `config.raise_on_backend_error`).
+
+A symbolic graph (contract 3: vals with SymInt sizes, `gm.meta["shape_env"]`) compiles ONCE for
+every size: kernels take the size symbols as arguments, the wrapper reads them from the inputs, and
+the cache key holds the size expressions, never their hints. An op that cannot be lowered for
+symbolic sizes runs as an ATen call (a perf_hints line names it); a graph the wrapper cannot bind
+(a symbol no input provides) runs in the FX interpreter, correct for every size.
 """
 
 import functools

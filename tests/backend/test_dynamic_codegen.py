@@ -211,12 +211,12 @@ def test_unbindable_symbol_runs_the_graph_eagerly(capsys):
     """A symbol no input provides as a whole size: the graph runs in the FX interpreter (correct
     for every size), with a perf hint; never code specialised to the hint."""
     env = ShapeEnv()
-    s0 = env.create_size(3, "n")
+    n = env.create_size(3, "n") * env.create_size(4, "m")
     g = torch.fx.Graph()
     a = g.placeholder("arg0_1")
-    a.meta["val"] = shapes.to_torch(s0 + 1)
+    a.meta["val"] = shapes.to_torch(n)
     z = g.call_function(torch.ops.aten.zeros.default, ([a, 2],))
-    z.meta["val"] = tracer.fake_like(torch.zeros(4, 2), sizes=(s0 + 1, 2))
+    z.meta["val"] = tracer.fake_like(torch.zeros(12, 2), sizes=(n, 2))
     g.output((z,))
     gm = torch.fx.GraphModule({}, g)
     gm.meta["shape_env"] = env
@@ -228,6 +228,27 @@ def test_unbindable_symbol_runs_the_graph_eagerly(capsys):
     assert getattr(compiled, "kiln_fallback", False)
     assert "cannot be computed from the graph's inputs" in capsys.readouterr().err
     assert compiled(6)[0].shape == (6, 2)
+
+
+def test_symbol_bound_from_a_linear_size():
+    env = ShapeEnv()
+    s0 = env.create_size(3, "n")
+    x = tracer.fake_like(torch.zeros(7), sizes=(2 * s0 + 1,))
+    g = torch.fx.Graph()
+    a = g.placeholder("arg0_1")
+    a.meta["val"] = x
+    z = g.call_function(torch.ops.aten.zeros.default, ([s0, 2],))  # needs s0 itself
+    z.meta["val"] = tracer.fake_like(torch.zeros(3, 2), sizes=(s0, 2))
+    y = g.call_function(torch.ops.aten.mul.Tensor, (a, 2.0))
+    y.meta["val"] = x
+    g.output((z, y))
+    gm = torch.fx.GraphModule({}, g)
+    gm.meta["shape_env"] = env
+    compiled = compile_aten_graph(gm, [x])
+    assert "s0 = (arg0.size(0) - 1) // 2" in compiled.wrapper_src, compiled.wrapper_src
+    for k in (2, 5):
+        z, y = compiled(torch.ones(2 * k + 1))
+        assert z.shape == (k, 2) and torch.equal(y, torch.full((2 * k + 1,), 2.0))
 
 
 # --- through kiln.compile + AOT autograd: symbolic batch and sequence, inference and training ----

@@ -8,6 +8,15 @@ def make(lib, consts):
         if kernel0(arg0.data_ptr(), buf1.data_ptr()): rt.index_error()
         return (buf1,)
     return call
+
+A graph with symbolic sizes (Note [Backend: symbolic sizes]) binds each size symbol once per call
+from the first input that has it as a whole size (or is it: a size input), and passes the symbols
+a kernel uses after its pointers (the kernel's `int64_t ks0` arguments):
+
+    def call(arg0):
+        s0 = arg0.size(0)
+        buf1 = empty_strided((s0, 64), (64, 1), dtype=torch.float32)
+        if kernel0(arg0.data_ptr(), buf1.data_ptr(), s0): rt.index_error()
 """
 
 import ctypes
@@ -224,6 +233,24 @@ class WrapperCodegen:
                 if is_sym(e) and e.is_Symbol and str(e) not in bound:
                     bound.add(str(e))
                     body.writeline(f"{e} = {buf.name}.size({d})")
+        # then symbols only seen in a linear size a*s + b (an input of size 2*s0 + 1)
+        for buf in self.graph.inputs:
+            if hasattr(buf, "layout"):
+                sizes = [(f"{buf.name}.size({d})", e) for d, e in enumerate(buf.layout.size)]
+            else:
+                sizes = [(buf.name, buf.expr)] if hasattr(buf, "expr") else []
+            for src, e in sizes:
+                if not is_sym(e) or len(e.free_symbols) != 1:
+                    continue
+                (sym,) = e.free_symbols
+                poly = e.as_poly(sym) if e.is_polynomial(sym) else None
+                if str(sym) in bound or poly is None or poly.degree() != 1:
+                    continue
+                a, b = poly.all_coeffs()
+                if not (a.is_Integer and b.is_Integer and a > 0):
+                    continue
+                bound.add(str(sym))
+                body.writeline(f"{sym} = ({src} - {pexpr(b)}) // {int(a)}")
         return bound
 
     def allocated(self, name):
