@@ -147,7 +147,10 @@ def _compile(gm, example_inputs):
     if retraced:
         from kiln.autograd.tracer import trace_aten
 
+        env = gm.meta.get("shape_env")
         gm = trace_aten(gm, list(example_inputs), decompositions=DECOMPOSITIONS)
+        if env is not None:
+            gm.meta["shape_env"] = env
     t0 = time.perf_counter()
     graph, groups, cpp_src, wrapper_src, extras = lower_and_generate(gm, example_inputs)
     if logs.enabled("output_code"):
