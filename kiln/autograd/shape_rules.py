@@ -656,7 +656,10 @@ native_dropout_backward flip
 _REDUCE_DIMS = """
 sum.dim_IntList mean.dim amax amin prod.dim_int logsumexp any.dim all.dim
 """
-_FIRST_SIZES = "index_add scatter.src scatter.value scatter_add index_copy"
+_FIRST_SIZES = """
+index_add scatter.src scatter.value scatter_add index_copy slice_scatter select_scatter
+diagonal_scatter as_strided_scatter copy index_put
+"""
 _REDUCE_ALL = "sum.default mean.default prod.default any.default all.default"
 _FACTORIES = "full zeros ones empty.memory_format empty.default rand randn"
 _NEW_FACTORIES = "new_zeros new_empty new_full new_ones"
@@ -923,6 +926,7 @@ VIEW_STRIDE_RULES = {
     aten.transpose.int: lambda x, xt, out, a, b: transpose(xt, a, b),
     aten.t.default: lambda x, xt, out: tuple(reversed(xt)),
     aten.alias.default: lambda x, xt, out: tuple(xt),
+    aten.copy.default: lambda x, xt, out, *a, **k: tuple(xt),  # keeps self's strides (eager too)
     aten.view.default: _view_strides,
     aten._unsafe_view.default: _view_strides,
     aten.reshape.default: _view_strides,
