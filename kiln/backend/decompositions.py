@@ -75,7 +75,6 @@ DECOMPOSE = [
     # shape ops that are plain views / copies
     aten.t,
     aten.transpose,
-    aten.squeeze,
     aten.unsqueeze_copy,
     aten.expand_copy,
     aten.permute_copy,
@@ -112,6 +111,23 @@ DECOMPOSE = [
 
 
 DECOMPOSITIONS = get_decompositions([op for op in DECOMPOSE])
+
+
+def _squeeze_as_view(x, dim=None):
+    """squeeze as `aten.view` (torch._decomp's goes through prims.squeeze, which has no autograd
+    formula, and a returned view of an input is replayed on the real input at run time)."""
+    rank = x.dim()
+    if dim is None:
+        dims = range(rank)
+    else:
+        dims = [dim] if isinstance(dim, int) else dim
+        dims = {d % rank for d in dims} if rank else set()
+    sizes = [s for i, s in enumerate(x.shape) if not (i in dims and s == 1)]
+    return aten.view.default(x, sizes)
+
+
+for _overload in (aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims):
+    DECOMPOSITIONS[_overload] = _squeeze_as_view
 
 
 def decomposition_table():

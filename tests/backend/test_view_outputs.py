@@ -1,0 +1,29 @@
+"""Outputs that are views of inputs, under backend="kiln": replayed on the real input at run time,
+so they must stay differentiable (a decomposition into prims would not be)."""
+
+import pytest
+import torch
+
+import kiln
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda x: torch.squeeze(x, (0, 2)),
+        lambda x: x.squeeze(),
+        lambda x: x.squeeze(2),
+        lambda x: x.unsqueeze(1).transpose(0, 3),
+    ],
+)
+def test_view_of_input_output_keeps_grad(view):
+    kiln.reset()
+    x = torch.randn(1, 3, 1, 4, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    out = kiln.compile(view, backend="kiln")(x)
+    ref = view(x2)
+    torch.testing.assert_close(out, ref)
+    (out * torch.arange(out.numel()).view(out.shape)).sum().backward()
+    (ref * torch.arange(ref.numel()).view(ref.shape)).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    assert kiln.counters["stats"]["backend_failures"] == 0
