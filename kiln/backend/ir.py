@@ -438,7 +438,7 @@ class Ix:
             return f[1] // exact_div(k, f[0])
         lo, hi = self.bounds()
         nonneg = known_nonneg(lo)
-        ks = str(k) if type(k) is int else f"({cexpr(k)})"
+        ks = _divisor_text(k)
         code = (
             f"(({self.render()}) / {ks})" if nonneg else f"kiln_floordiv_idx({self.render()}, {ks})"
         )
@@ -472,7 +472,7 @@ class Ix:
             g, big, small = f
             return (big % exact_div(k, g)) * g + small
         lo, hi = self.bounds()
-        ks = str(k) if type(k) is int else f"({cexpr(k)})"
+        ks = _divisor_text(k)
         if type(k) is int and type(hi) is int and type(lo) is int and lo >= 0:
             return _atom(f"(({self.render()}) % {k})", (0, min(k - 1, hi)))
         if known_nonneg(lo):
@@ -507,6 +507,13 @@ class Ix:
 
     def symbols(self):
         return set(self.terms)
+
+
+def _divisor_text(k):
+    """C++ text of a divisor: an int, a symbol, or a parenthesised expression."""
+    if type(k) is int:
+        return str(k)
+    return cexpr(k) if k.is_Symbol else f"({cexpr(k)})"
 
 
 def _n(v):
