@@ -221,6 +221,9 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         raise NoBreakHere("side effects inside the call that broke")
     output.rollback(e.root_checkpoint)
     output.side_effects.restore(e.root_effects_snapshot)  # the instruction makes them itself
+    from kiln.frontend.variables.lists import undo_iterators
+
+    undo_iterators()
     if kind == "BEFORE_WITH" and not output.count_calls() and not output.side_effects:
         raise NoBreakHere("a with statement over a context manager kiln does not trace")
     _exit_with_blocks(e.root_tx, output, [stack[k] for k in withs])
@@ -284,6 +287,9 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
             # the resume function shares this call's cells: made here, passed first
             # (Note [Cache: closures made per call])
             body.extend(resume.emit_make_function())
+            extra += 1
+        if resume.first_local:
+            body.reconstruct(e.root_locals[resume.first_local])
             extra += 1
         for k in resume.stack_args:
             x = layout[k]

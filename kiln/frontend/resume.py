@@ -96,6 +96,7 @@ class ResumeFunction:
     null_positions: tuple[int, ...]
     with_positions: tuple[int, ...]
     live_locals: tuple[str, ...]
+    first_local: str | None = None  # passed before the stack (zero-argument super() reads it)
 
     @property
     def closure_names(self):
@@ -132,13 +133,15 @@ class ResumeFunction:
             out += emit.store_fast(tmp[k])  # STORE_FAST is safe for NULLs, POP_TOP is not
         make = self.emit_make_wrapped(wrap) if wrap is not None else self.emit_make_function()
         out += emit.with_null(make)
+        if self.first_local:
+            out += emit.load_fast(self.first_local)
         for k in self.stack_args:
             load = emit.load_fast(tmp[k])
             out += wrap_with(k, load) if wrap_with and k in self.with_positions else load
         for name in self.live_locals:
             out += emit.load_fast(name)
-        out += emit.call(len(self.stack_args) + len(self.live_locals))
-        return out + emit.return_value()
+        nargs = len(self.stack_args) + len(self.live_locals) + bool(self.first_local)
+        return out + emit.call(nargs) + emit.return_value()
 
 
 _cache: dict[tuple, ResumeFunction] = {}
@@ -265,8 +268,13 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
             # the cells are free variables shared with the caller
             raise ResumeUnsupported(f"{inst.opname} of cell {inst.argval!r} after the prologue")
     live = tuple(n for n in live_locals if n not in cells)
+    first = None
+    if "__class__" in cells and code.co_argcount and code.co_varnames[0] in live:
+        # zero-argument super() reads the frame's first argument: it stays first
+        first = code.co_varnames[0]
+        live = tuple(n for n in live if n != first)
     stack_names = [f"__stack{k}" for k in range(stack_depth) if k not in nulls]
-    argnames = stack_names + list(live)
+    argnames = ([first] if first else []) + stack_names + list(live)
     if len(set(argnames)) != len(argnames):
         raise ResumeUnsupported(f"duplicate argument names {argnames}")
 
@@ -326,6 +334,7 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         null_positions=nulls,
         with_positions=withs,
         live_locals=live,
+        first_local=first,
     )
 
 

@@ -40,6 +40,7 @@ from kiln.frontend.variables.lists import (
     SetVariable,
     TupleVariable,
     _set_item,
+    start_instruction,
 )
 from kiln.frontend.variables.misc import DeletedVariable, NullVariable
 from kiln.frontend.variables.sym import build_slice
@@ -130,6 +131,7 @@ class InstructionTranslatorBase:
                 self.effects_before = self.output.side_effects.version
                 self.effects_snapshot = self.output.side_effects.snapshot()
                 self.output.side_effects.step_serial = next_serial()
+                start_instruction()
             self.ip += 1
             handler = getattr(self, inst.opname, None)
             try:
@@ -533,7 +535,20 @@ class InstructionTranslatorBase:
         obj.call_method(self, "__setitem__", [build_slice([start, stop]), value], {})
 
     def DELETE_SUBSCR(self, inst):
-        unimplemented("del obj[index]")
+        index = self.pop()
+        obj = self.pop()
+        if isinstance(obj, ListVariable) and index.is_python_constant():
+            i = index.as_python_constant()
+            obj._mutate(self)
+            try:
+                del obj.items[i]
+            except (IndexError, TypeError) as e:
+                unimplemented(f"del list[{i!r}] raised {type(e).__name__}")
+            return
+        if isinstance(obj, ConstDictVariable):
+            obj.call_method(self, "pop", [index], {})
+            return
+        unimplemented(f"del {obj}[...]")
 
     def UNARY_NEGATIVE(self, inst):
         self.push(unary_op(self, operator.neg, self.pop()))

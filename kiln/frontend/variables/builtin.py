@@ -195,7 +195,10 @@ class BuiltinVariable(VariableTracker):
         name = getattr(fn, "__name__", str(fn))
         handler = getattr(self, f"_call_{name}", None)
         if handler is not None and fn is getattr(builtins, name, None):
-            return handler(tx, *args, **kwargs)
+            try:
+                return handler(tx, *args, **kwargs)
+            except TypeError as e:  # arguments the handler does not take: Python decides
+                unimplemented(f"builtin {name} with these arguments ({e})")
         if fn in _COMPARE_FNS and len(args) == 2 and not kwargs:
             return compare_vars(tx, fn, *args)
         if fn in _BINARY_FNS and len(args) == 2 and not kwargs:
@@ -222,6 +225,8 @@ class BuiltinVariable(VariableTracker):
                 )
             if fn is itertools.chain:
                 return ListIteratorVariable([i for a in args for i in a.unpack_var_sequence(tx)])
+        if fn in _ITERTOOLS_MORE:
+            return _itertools_call(tx, fn, args, kwargs)
         if fn is operator.getitem and len(args) == 2:
             return getitem(tx, *args)
         if fn is operator.contains and len(args) == 2:
@@ -321,6 +326,32 @@ class BuiltinVariable(VariableTracker):
         items.update(kwargs)
         return ConstDictVariable(items)
 
+    def _call_map(self, tx, fn, *seqs):
+        """map(): applied at once (Note [Generators: eager consumption])."""
+        rows = zip(*[s.unpack_var_sequence(tx) for s in seqs])
+        return ListIteratorVariable([fn.call_function(tx, list(r), {}) for r in rows])
+
+    def _call_filter(self, tx, fn, seq):
+        items = seq.unpack_var_sequence(tx)
+        keep = []
+        for item in items:
+            test = item if _is_none_const(fn) else fn.call_function(tx, [item], {})
+            if test.truthy(tx):
+                keep.append(item)
+        return ListIteratorVariable(keep)
+
+    def _call_pow(self, tx, base, exp, mod=None):
+        if mod is None:
+            return binary_op(tx, operator.pow, base, exp)
+        return fold(
+            pow, base.as_python_constant(), exp.as_python_constant(), mod.as_python_constant()
+        )
+
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__", "__module__", "__doc__"):
+            return ConstantVariable(getattr(self.fn, name))
+        return super().var_getattr(tx, name)
+
     def _call_set(self, tx, obj=None):
         s = SetVariable(())
         if obj is not None:
@@ -378,11 +409,26 @@ class BuiltinVariable(VariableTracker):
                 unimplemented(f"{fn.__name__}() of tensors reads tensor data")
         unimplemented(f"{fn.__name__}() of non-constants")
 
-    def _call_min(self, tx, *args):
+    def _call_min(self, tx, *args, **kwargs):
+        if kwargs:
+            return self._keyed_pick(tx, builtins.min, args, **kwargs)
         return self._fold_or_reduce(tx, builtins.min, args)
 
-    def _call_max(self, tx, *args):
+    def _call_max(self, tx, *args, **kwargs):
+        if kwargs:
+            return self._keyed_pick(tx, builtins.max, args, **kwargs)
         return self._fold_or_reduce(tx, builtins.max, args)
+
+    def _keyed_pick(self, tx, fn, args, key=None, default=None):
+        """min/max with key= (traced once per item; the keys must be constants) / default=."""
+        items = args[0].unpack_var_sequence(tx) if len(args) == 1 else list(args)
+        if not items:
+            if default is None:
+                unimplemented(f"{fn.__name__}() of an empty sequence")
+            return default
+        keys = _sort_keys(tx, items, key)
+        best = fn(range(len(items)), key=lambda i: keys[i])
+        return items[best]
 
     def _call_sum(self, tx, obj, start=None):
         items = obj.unpack_var_sequence(tx)
@@ -440,19 +486,38 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(False)
         unimplemented(f"callable() of {obj}")
 
-    def _call_sorted(self, tx, obj, **kwargs):
-        items = obj.unpack_var_sequence(tx)
-        if kwargs or not _all_const(items):
-            unimplemented("sorted() with a key or of non-constants")
-        return ListVariable(
-            [ConstantVariable(v) for v in sorted(i.as_python_constant() for i in items)]
-        )
+    def _call_sorted(self, tx, obj, key=None, reverse=None):
+        return ListVariable(sort_items(tx, obj.unpack_var_sequence(tx), key, reverse))
 
     def reconstruct(self, cg):
         cg.load_object(self.fn)
 
     def __repr__(self):
         return f"BuiltinVariable({getattr(self.fn, '__name__', self.fn)})"
+
+
+def _sort_keys(tx, items, key):
+    """The constant sort keys of traced items (key(item) traced when a key function is given)."""
+    keys = []
+    for item in items:
+        k = key.call_function(tx, [item], {}) if key is not None else item
+        if not k.is_python_constant():
+            unimplemented(f"sorting by {k} (not a constant)")
+        keys.append(k.as_python_constant())
+    return keys
+
+
+def sort_items(tx, items, key=None, reverse=None):
+    """sorted(items, key=key, reverse=reverse) of traced items, stable as Python's sort."""
+    if key is not None and key.is_python_constant() and key.as_python_constant() is None:
+        key = None
+    keys = _sort_keys(tx, items, key)
+    rev = bool(reverse.as_python_constant()) if reverse is not None else False
+    try:
+        order = sorted(range(len(items)), key=lambda i: keys[i], reverse=rev)
+    except TypeError as e:
+        unimplemented(f"sorted() raised TypeError: {e}")
+    return [items[i] for i in order]
 
 
 def unary_op(tx, fn, obj):
@@ -511,4 +576,59 @@ _SET_OPS = {
     operator.ge: "__ge__",
     operator.gt: "__gt__",
 }
+_ITERTOOLS_MORE = {
+    itertools.accumulate,
+    itertools.islice,
+    itertools.repeat,
+    itertools.zip_longest,
+    itertools.starmap,
+    itertools.pairwise,
+}
+
+
+def _is_none_const(v):
+    return v.is_python_constant() and v.as_python_constant() is None
+
+
+def _itertools_call(tx, fn, args, kwargs):
+    """Finite itertools iterators over traced items, built at once."""
+    if fn is itertools.repeat and not kwargs and len(args) == 2:
+        return ListIteratorVariable([args[0]] * args[1].as_python_constant())
+    if fn is itertools.islice and not kwargs and 2 <= len(args) <= 4:
+        items = args[0].unpack_var_sequence(tx)
+        bounds = [a.as_python_constant() for a in args[1:]]
+        return ListIteratorVariable(items[slice(*bounds)])
+    if fn is itertools.zip_longest and set(kwargs) <= {"fillvalue"}:
+        fill = kwargs.get("fillvalue", ConstantVariable(None))
+        seqs = [a.unpack_var_sequence(tx) for a in args]
+        rows = itertools.zip_longest(*seqs, fillvalue=fill)
+        return ListIteratorVariable([TupleVariable(list(r)) for r in rows])
+    if fn is itertools.starmap and not kwargs and len(args) == 2:
+        rows = args[1].unpack_var_sequence(tx)
+        return ListIteratorVariable(
+            [args[0].call_function(tx, r.unpack_var_sequence(tx), {}) for r in rows]
+        )
+    if fn is itertools.pairwise and not kwargs and len(args) == 1:
+        items = args[0].unpack_var_sequence(tx)
+        return ListIteratorVariable([TupleVariable([a, b]) for a, b in zip(items, items[1:])])
+    if fn is itertools.accumulate and set(kwargs) <= {"initial"} and 1 <= len(args) <= 2:
+        items = args[0].unpack_var_sequence(tx)
+        out = []
+        acc = kwargs.get("initial")
+        if acc is not None and not _is_none_const(acc):
+            out.append(acc)
+        else:
+            acc = None
+        for item in items:
+            if acc is None:
+                acc = item
+            elif len(args) == 2:
+                acc = args[1].call_function(tx, [acc, item], {})
+            else:
+                acc = binary_op(tx, operator.add, acc, item)
+            out.append(acc)
+        return ListIteratorVariable(out)
+    unimplemented(f"itertools.{fn.__name__} with these arguments")
+
+
 _UNARY_FNS = {operator.neg, operator.pos, operator.invert, operator.abs}

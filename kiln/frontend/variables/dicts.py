@@ -69,10 +69,34 @@ class ConstDictVariable(VariableTracker):
             self._mutate(tx)
             self.items[self._key(args[0])] = args[1]
             return ConstantVariable(None)
-        if name == "update" and len(args) == 1 and isinstance(args[0], ConstDictVariable):
+        if name == "update" and len(args) <= 1:
+            other = {}
+            if args and isinstance(args[0], ConstDictVariable):
+                other.update(args[0].items)
+            elif args:
+                for pair in args[0].unpack_var_sequence(tx):
+                    k, v = pair.unpack_var_sequence(tx)
+                    other[self._key(k)] = v
+            other.update(kwargs)
             self._mutate(tx)
-            self.items.update(args[0].items)
+            self.items.update(other)
             return ConstantVariable(None)
+        if name == "setdefault" and 1 <= len(args) <= 2:
+            key = self._key(args[0])
+            if key not in self.items:
+                self._mutate(tx)
+                self.items[key] = args[1] if len(args) == 2 else ConstantVariable(None)
+            return self.items[key]
+        if name == "clear" and not args:
+            self._mutate(tx)
+            self.items.clear()
+            return ConstantVariable(None)
+        if name == "popitem" and not args:
+            if not self.items:
+                unimplemented("popitem of an empty dict")
+            self._mutate(tx)
+            k, v = self.items.popitem()
+            return TupleVariable([ConstantVariable(k), v])
         if name == "pop" and 1 <= len(args) <= 2:
             self._mutate(tx)
             key = self._key(args[0])

@@ -184,6 +184,12 @@ class ListVariable(BaseListVariable):
             return ConstantVariable(None)
         if name == "copy" and not args:
             return ListVariable(self.items)
+        if name == "sort" and not args:
+            from kiln.frontend.variables.builtin import sort_items
+
+            self._mutate(tx)
+            self.items[:] = sort_items(tx, self.items, kwargs.get("key"), kwargs.get("reverse"))
+            return ConstantVariable(None)
         if name == "clear" and not args:
             self._mutate(tx)
             self.items.clear()
@@ -222,6 +228,24 @@ class RangeVariable(BaseListVariable):
         cg.extend(emit.load_const(self.value))
 
 
+# Iterators advanced by the root instruction being traced, with their index before it: an
+# instruction that breaks after consuming an iterator (sorted(d.items(), key=...)) runs again in
+# Python on the iterator as it was (see undo_iterators).
+_ITER_UNDO = []
+
+
+def start_instruction():
+    """The root translator starts an instruction: forget the previous one's iterator steps."""
+    _ITER_UNDO.clear()
+
+
+def undo_iterators():
+    """Put the iterators the breaking instruction advanced back where they were."""
+    for it, index in reversed(_ITER_UNDO):
+        it.index = index
+    _ITER_UNDO.clear()
+
+
 class ListIteratorVariable(VariableTracker):
     """An iterator over known items (a list, tuple, range, zip, enumerate ... of traced values)."""
 
@@ -248,11 +272,13 @@ class ListIteratorVariable(VariableTracker):
         if self.index >= len(self.items):
             return None
         item = self.items[self.index]
+        _ITER_UNDO.append((self, self.index))
         self.index += 1
         return item
 
     def unpack_var_sequence(self, tx):
         rest = self.items[self.index :]
+        _ITER_UNDO.append((self, self.index))
         self.index = len(self.items)
         return rest
 

@@ -173,6 +173,10 @@ class ConstantMethodVariable(VariableTracker):
         cargs = [a.as_python_constant() for a in args]
         ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
         result = fold(lambda: getattr(self.value, self.name)(*cargs, **ckw))
+        if type(result.value) is list and all(is_literal(v) for v in result.value):
+            from kiln.frontend.variables.lists import ListVariable
+
+            return ListVariable([ConstantVariable(v) for v in result.value])  # str.split ...
         if not is_literal(result.value):
             unimplemented(f"{type(self.value).__name__}.{self.name} returned a non-constant")
         return result

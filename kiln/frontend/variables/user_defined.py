@@ -2,6 +2,7 @@
 
 import collections
 import inspect
+import itertools
 import os
 import types
 
@@ -31,7 +32,7 @@ class UserDefinedClassVariable(PythonValueVariable):
 
     def call_function(self, tx, args, kwargs):
         cls = self.value
-        if cls in (set, frozenset):
+        if cls in _BUILTIN_CLASSES:
             from kiln.frontend.variables.builtin import BuiltinVariable
 
             return BuiltinVariable(cls).call_function(tx, args, kwargs)
@@ -166,6 +167,18 @@ class SuperVariable(VariableTracker):
         unimplemented(f"super() has no attribute {name!r}")
 
 
+_BUILTIN_CLASSES = (
+    set,
+    frozenset,
+    map,
+    filter,
+    itertools.accumulate,
+    itertools.islice,
+    itertools.repeat,
+    itertools.zip_longest,
+    itertools.starmap,
+    itertools.pairwise,
+)  # classes called like builtin functions (BuiltinVariable)
 _DICT_BASES = (dict, collections.OrderedDict)
 _DICT_INITS = (dict.__init__, collections.OrderedDict.__init__)
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
