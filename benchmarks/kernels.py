@@ -2,7 +2,8 @@
 
     (a) a chain of pointwise ops over 4096x4096 float32, also as achieved GB/s against a plain copy
         of the same bytes;
-    (b) softmax, layer norm and a GELU MLP.
+    (b) softmax, layer norm and a GELU MLP;
+    (c) a chain of transcendental ops (sin, cos, tanh, log1p, sigmoid): compute-bound, vectorized.
 
 Timings are interleaved (eager, kiln, inductor, eager, ...) and the median of the rounds is
 reported with the ratios eager/kiln and inductor/kiln (> 1 means kiln is faster). Inference only
@@ -29,6 +30,10 @@ def chain(x, y):
     return c * c - a
 
 
+def transcendental(x):
+    return torch.sin(x) * torch.tanh(x) + torch.log1p(x.abs()) + torch.cos(x) * torch.sigmoid(x)
+
+
 def softmax(x):
     return torch.softmax(x, -1)
 
@@ -48,6 +53,8 @@ def workloads():
     return {
         # name: (fn, args, bytes moved by an ideal fused kernel)
         "chain": (chain, (x, y), 3 * x.numel() * 4),
+        # sin/cos/tanh/log1p/sigmoid: Sleef vector calls in kiln (codegen/vecmath.py)
+        "transcendental": (transcendental, (torch.randn(2048, 1024),), 2 * 2048 * 1024 * 4),
         "softmax": (softmax, (torch.randn(8192, 1024),), 2 * 8192 * 1024 * 4),
         "layer_norm": (
             layer_norm,

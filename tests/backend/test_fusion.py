@@ -119,7 +119,8 @@ def test_views_returned_by_aten_calls_are_never_reused():
 def test_softmax_exp_computed_once_and_output_written_in_place():
     x = torch.randn(32, 100)
     c = check(lambda x: (x.softmax(-1),), [x], expect_kernels=1)
-    assert c.cpp_src.split('extern "C" int kernel0')[1].count("kiln_expf(") == 1
+    body = c.cpp_src.split('extern "C" int kernel0')[1]
+    assert body.count("kiln_expf(") + body.count("kiln_vexp(") == 1  # inline or Sleef exp
     assert c.wrapper_src.count("empty_strided(") == 1
     assert "written in place" in c.wrapper_src
 

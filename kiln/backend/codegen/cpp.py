@@ -196,8 +196,9 @@ COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 # float32 pow(x, scalar) as eager's pow_tensor_scalar computes it (2 and 0.5 are lowered earlier)
 POW_FLOAT32 = {3.0: "{0} * {0} * {0}", -1.0: "1.0f / {0}", -2.0: "1.0f / ({0} * {0})"}
-# float32 ops kept inline (the prelude's polynomials) rather than Sleef calls
-VECMATH_INLINE = {"exp"}
+# float32 ops kept inline (the prelude's polynomials) rather than Sleef calls: none today (Sleef's
+# expf_u10 is faster than kiln_expf); the prelude's versions serve where Sleef is missing
+VECMATH_INLINE = set()
 # float32 versions that vectorize (see the prelude) where Sleef is missing; double keeps std::
 FLOAT32_UNARY = {
     "exp": "kiln_expf({0})",
@@ -339,6 +340,10 @@ class CppOverrides:
 
             def unary(a):
                 fmt = FLOAT_UNARY[name]
+                if a.dtype == torch.float32 and name == "sigmoid":
+                    e = self._vecmath("exp", self._var(f"-{a}", a.dtype))
+                    if e is not None:  # as eager: 1 / (1 + exp(-x)) with the vector exp
+                        return self._var(f"1.0f / (1.0f + {e})", a.dtype)
                 if a.dtype == torch.float32:
                     vec = self._vecmath(name, a)
                     if vec is not None:
