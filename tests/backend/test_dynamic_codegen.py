@@ -161,13 +161,19 @@ def test_cat_and_slices():
     run_sizes(fn, compiled, lambda n: [torch.randn(n, 8), torch.randn(n + 3, 8)], SIZES)
 
 
-def test_embedding():
+def test_embedding_and_output_code_log(capsys):
     def fn(w, i):
         return (F.embedding(i, w) * 2,)
 
     w = torch.randn(10, 8)
-    compiled, _ = sym_compile(fn, [w, torch.randint(0, 10, (3, 5))], {1: {0, 1}})
+    logs.set_logs("output_code")
+    try:
+        compiled, _ = sym_compile(fn, [w, torch.randint(0, 10, (3, 5))], {1: {0, 1}})
+    finally:
+        logs.set_logs("")
     assert_symbolic(compiled, "s0", "s1")
+    err = capsys.readouterr().err
+    assert "int64_t ks0, int64_t ks1)" in err and "s0 = arg1.size(0)" in err, err
     run_sizes(fn, compiled, lambda n: [w, torch.randint(0, 10, (n, n + 2))], SIZES)
 
 
