@@ -148,6 +148,19 @@ def reduce_with_indices(x, dim, keepdim=False):
     return out, out
 
 
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """linalg_vector_norm: a reduction over `dim` (all when None)."""
+    return _reduce(x, dim, keepdim)
+
+
+def glu(x, dim=-1):
+    """glu: `dim` halved (it must be even: a guard)."""
+    d = _norm_dim(dim, len(x))
+    if not x[d] % 2 == 0:
+        raise RuntimeError("glu: odd size")
+    return Sizes(x[d] // 2 if i == d else s for i, s in enumerate(x))
+
+
 def argreduce(x, dim=None, keepdim=False):
     """argmax/argmin: a dim or all."""
     if dim is None:
@@ -404,6 +417,72 @@ def convolution_backward(grad, x, w, bias_sizes, *args):
     return tuple(Sizes(o) if m else None for o, m in zip((x, w, bias), mask))
 
 
+def _pool_out(size, k, s, p, d, ceil_mode):
+    if ceil_mode:
+        raise RuntimeError("ceil_mode pooling: not symbolic")
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def _pair(v, n=2):
+    v = list(v) if isinstance(v, list | tuple) else [v]
+    return v * n if len(v) == 1 else v
+
+
+def pool2d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, *args):
+    """max_pool2d_with_indices / avg_pool2d: the pooling output size per spatial dim."""
+    k = _pair(kernel_size)
+    st = _pair(stride) if stride not in ((), [], None) else k
+    p = _pair(padding)
+    d = _pair(dilation) if not isinstance(dilation, bool) else [1, 1]
+    if isinstance(dilation, bool):  # avg_pool2d(x, k, s, p, ceil_mode, count_include_pad, ...)
+        ceil_mode = dilation
+    out = Sizes(
+        (*x[:-2], *(_pool_out(x[-2 + i], k[i], st[i], p[i], d[i], ceil_mode) for i in range(2)))
+    )
+    return out
+
+
+def max_pool2d_with_indices(x, *args, **kwargs):
+    """max_pool2d_with_indices: output and indices."""
+    out = pool2d(x, *args, **kwargs)
+    return out, out
+
+
+def grad_of_second(grad, x, *args, **kwargs):
+    """Backward ops returning the gradient of their second argument (the input)."""
+    return Sizes(x)
+
+
+def unfold(x, dim, size, step):
+    """unfold: `dim` becomes the number of windows, a new last dim of `size`."""
+    d = _norm_dim(dim, len(x))
+    out = list(x)
+    if out:
+        out[d] = (x[d] - size) // step + 1
+    return Sizes((*out, size))
+
+
+def pixel_shuffle(x, r):
+    """pixel_shuffle: C / r^2 channels, H * r, W * r."""
+    c = x[-3]
+    if not c % (r * r) == 0:
+        raise RuntimeError("pixel_shuffle: channels not divisible")
+    return Sizes((*x[:-3], c // (r * r), x[-2] * r, x[-1] * r))
+
+
+def pixel_unshuffle(x, r):
+    """pixel_unshuffle: C * r^2 channels, H / r, W / r (divisibility guarded)."""
+    for s in x[-2:]:
+        if not s % r == 0:
+            raise RuntimeError("pixel_unshuffle: size not divisible")
+    return Sizes((*x[:-3], x[-3] * r * r, x[-2] // r, x[-1] // r))
+
+
+def upsample(x, output_size, *args, **kwargs):
+    """upsample_*2d(x, output_size, ...): the output size given."""
+    return Sizes((*x[: len(x) - len(output_size)], *output_size))
+
+
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     """embedding: indices' sizes plus the embedding dim."""
     return Sizes((*indices, *weight[1:]))
@@ -561,6 +640,14 @@ def input_sizes_arg(grad, input_sizes, *args, **kwargs):
     return Sizes(input_sizes)
 
 
+def input_sizes_arg_after(grad, output_size, input_size, *args, **kwargs):
+    """upsample_*_backward(grad, output_size, input_size, ...): the input size given."""
+    lead = len(input_size) - len(output_size)
+    for a, b in zip(grad, (*input_size[:lead], *output_size)):
+        _check_equal(a, b, "upsample_backward")
+    return Sizes(input_size)
+
+
 def constant_pad_nd(x, pad, value=0):
     """constant_pad_nd: pairs of (before, after) padding from the last dim backwards."""
     out = list(x)
@@ -645,13 +732,17 @@ neg exp log log1p expm1 sin cos tanh sigmoid relu gelu silu sqrt rsqrt abs recip
 floor ceil round clamp clamp.Tensor clamp_min clamp_max where.self where.ScalarOther
 where.ScalarSelf masked_fill.Scalar masked_fill.Tensor threshold_backward gelu_backward
 sigmoid_backward tanh_backward silu_backward fmod.Tensor fmod.Scalar remainder.Tensor
-remainder.Scalar leaky_relu hardtanh isnan atan2 lerp.Scalar addcmul addcdiv
+remainder.Scalar leaky_relu hardtanh isnan atan2 lerp.Scalar addcmul addcdiv softplus
+softplus_backward hardswish hardswish_backward hardsigmoid hardsigmoid_backward elu
+mish mish_backward hardtanh_backward bitwise_not bitwise_or.Tensor
+bitwise_xor.Tensor logical_xor log2 log10 exp2 tan atan asin acos sinh cosh asinh acosh atanh
+trunc frac square softshrink hardshrink relu6 nan_to_num isinf isfinite pow.Tensor_Scalar
 """
 _SAME_AS_FIRST = """
 clone _to_copy to.dtype conj_physical alias detach lift_fresh_copy _softmax _log_softmax softmax.int log_softmax.int
 _softmax_backward_data _log_softmax_backward_data zeros_like ones_like empty_like
 full_like rand_like randn_like fill.Scalar bernoulli.p contiguous tril triu cumsum
-native_dropout_backward flip
+native_dropout_backward flip cumprod roll
 """
 _REDUCE_DIMS = """
 sum.dim_IntList mean.dim amax amin prod.dim_int logsumexp any.dim all.dim
@@ -660,7 +751,9 @@ _FIRST_SIZES = """
 index_add scatter.src scatter.value scatter_add index_copy slice_scatter select_scatter
 diagonal_scatter as_strided_scatter copy index_put
 """
-_REDUCE_ALL = "sum.default mean.default prod.default any.default all.default"
+_REDUCE_ALL = (
+    "min.default max.default sum.default mean.default prod.default any.default all.default"
+)
 _FACTORIES = "full zeros ones empty.memory_format empty.default rand randn"
 _NEW_FACTORIES = "new_zeros new_empty new_full new_ones"
 
@@ -728,6 +821,21 @@ SHAPE_RULES.update(
         aten.embedding_dense_backward.default: embedding_dense_backward,
         aten.index_select.default: index_select,
         aten.gather.default: gather,
+        aten.linalg_vector_norm.default: vector_norm,
+        aten.glu.default: glu,
+        aten.glu_backward.default: grad_of_second,
+        aten.pixel_unshuffle.default: pixel_unshuffle,
+        aten.avg_pool2d.default: pool2d,
+        aten.max_pool2d_with_indices.default: max_pool2d_with_indices,
+        aten.avg_pool2d_backward.default: grad_of_second,
+        aten.max_pool2d_with_indices_backward.default: grad_of_second,
+        aten.unfold.default: unfold,
+        aten.unfold_backward.default: input_sizes_arg,
+        aten.pixel_shuffle.default: pixel_shuffle,
+        aten.upsample_nearest2d.default: upsample,
+        aten.upsample_bilinear2d.default: upsample,
+        aten.upsample_nearest2d_backward.default: input_sizes_arg_after,
+        aten.upsample_bilinear2d_backward.default: input_sizes_arg_after,
         aten.index.Tensor: index,
         aten.native_layer_norm.default: native_layer_norm,
         aten.layer_norm.default: layer_norm,
@@ -926,6 +1034,10 @@ VIEW_STRIDE_RULES = {
     aten.transpose.int: lambda x, xt, out, a, b: transpose(xt, a, b),
     aten.t.default: lambda x, xt, out: tuple(reversed(xt)),
     aten.alias.default: lambda x, xt, out: tuple(xt),
+    aten.unfold.default: lambda x, xt, out, dim, size, step: (
+        *(st * step if i == _norm_dim(dim, len(x)) else st for i, st in enumerate(xt)),
+        xt[_norm_dim(dim, len(x))] if x else 1,
+    ),
     aten.copy.default: lambda x, xt, out, *a, **k: tuple(xt),  # keeps self's strides (eager too)
     aten.view.default: _view_strides,
     aten._unsafe_view.default: _view_strides,

@@ -271,6 +271,8 @@ class _FakeDispatch:
         if func in _DATA_DEPENDENT:
             raise Unsupported(f"data-dependent operator {func} (e.g. .item()) on a traced tensor")
         symbolic = _has_symbolic(args, kwargs)
+        if symbolic and func in _METADATA_QUERIES:
+            return _METADATA_QUERIES[func](*args, **kwargs)
         tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
         out_device = None
         dev_names = _device_args(func)
@@ -319,6 +321,35 @@ class _FakeDispatch:
 
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _queries():
+    table = {
+        "size.default": lambda t: list(t.shape),
+        "size.int": lambda t, d: t.shape[d],
+        "sym_size.int": lambda t, d: t.shape[d],
+        "sym_size.default": lambda t: list(t.shape),
+        "stride.default": lambda t: list(t.stride()),
+        "stride.int": lambda t, d: t.stride(d),
+        "sym_stride.int": lambda t, d: t.stride(d),
+        "sym_stride.default": lambda t: list(t.stride()),
+        "numel.default": lambda t: t.numel(),
+        "sym_numel.default": lambda t: t.numel(),
+        "storage_offset.default": lambda t: t.storage_offset(),
+        "sym_storage_offset.default": lambda t: t.storage_offset(),
+        "dim.default": lambda t: t.dim(),
+    }
+    out = {}
+    for name, fn in table.items():
+        packet, _, overload = name.partition(".")
+        op = getattr(getattr(aten, packet, None), overload, None)
+        if op is not None:
+            out[op] = fn
+    return out
+
+
+# metadata queries on a symbolic tensor answer with its SymInts (no meta run, no node)
+_METADATA_QUERIES = _queries()
 
 
 def _hint_value(v):
@@ -842,6 +873,8 @@ class Tracer(_FakeDispatch):
         if func in _MASK_REWRITES and _is_mask_put(args, kwargs):
             with self.mode:  # x[mask] = v: no data-dependent shape needed
                 return _MASK_REWRITES[func](args[0], args[1][0], args[2])
+        if func in _METADATA_QUERIES and _has_symbolic(args, kwargs):
+            return _METADATA_QUERIES[func](*args, **kwargs)  # sizes: values, not graph nodes
         target = args[0] if args and _is_metadata_mutation(func) else None
         if isinstance(target, ProxyTensor) and target._node is not None:
             target._node.meta["val"] = fake_like(target, target._node)  # snapshot, see the note

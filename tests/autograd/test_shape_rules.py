@@ -228,6 +228,36 @@ CASES = [
     (aten.index_add.default, lambda a, b, c: ((M(a + 3, b), 0, Ix(2), M(2, b)), {}), N3),
     (aten.index.Tensor, lambda a, b, c: ((M(a, b + 3, c), [None, Ix(a, 2)]), {}), N3),
     (aten.index.Tensor, lambda a, b, c: ((M(a, b, c), [Ix(a, 1), None, Ix(1, c)]), {}), N3),
+    (aten.linalg_vector_norm.default, lambda a, b, c: ((M(a, b, c), 2, [1], True), {}), N3),
+    (aten.glu.default, lambda a, b, c: ((M(a, 2 * b, c), 1), {}), N3),
+    (
+        aten.avg_pool2d.default,
+        lambda a, b, c: ((M(a, 3, b + 4, c + 5), [2, 2], [2, 1], [1, 0]), {}),
+        N3,
+    ),
+    (
+        aten.max_pool2d_with_indices.default,
+        lambda a, b, c: ((M(a, 3, b + 4, c + 5), [3, 2], [2, 2], [1, 1], [1, 2]), {}),
+        N3,
+    ),
+    (
+        aten.max_pool2d_with_indices_backward.default,
+        lambda a, b, c: (
+            (M(a, 3, b // 2 + 2, c // 2 + 2), M(a, 3, b + 4, c + 4), [2, 2], [2, 2], [0, 0], [1, 1])
+            + (False, Ix(a, 3, b // 2 + 2, c // 2 + 2)),
+            {},
+        ),
+        N3,
+    ),
+    (aten.unfold.default, lambda a, b, c: ((M(a, b + 3, c), 1, 3, 2), {}), N3),
+    (aten.pixel_shuffle.default, lambda a, b, c: ((M(a, 4 * b, c, 3), 2), {}), N3),
+    (aten.pixel_unshuffle.default, lambda a, b, c: ((M(a, b, 2 * c, 4), 2), {}), N3),
+    (aten.upsample_nearest2d.default, lambda a, b, c: ((M(a, b, c, 3), [2 * c, 6]), {}), N3),
+    (
+        aten.upsample_nearest2d_backward.default,
+        lambda a, b, c: ((M(a, b, 2 * c, 6), [2 * c, 6], [a, b, c, 3]), {}),
+        N3,
+    ),
     (aten.mse_loss_backward.default, lambda a, b, c: ((M(()), M(a, b), M(a, b), 1), {}), N3),
 ]
 

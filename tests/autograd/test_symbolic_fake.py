@@ -124,8 +124,8 @@ def test_autograd_grad_through_symbolic_fakes():
 def test_op_without_rule_specialises_with_a_guard():
     env = ShapeEnv()
     x = fake(env, torch.empty(3, 6), {0, 1}, "x")
-    y = torch.ops.aten.roll.default(x, [1], [0])  # no shape rule: the sizes are pinned
-    assert tuple(y.shape) == (3, 6)
+    y = torch.ops.aten.diag_embed.default(x)  # no shape rule: the sizes are pinned
+    assert tuple(y.shape) == (3, 6, 6)
     assert "L['x'].size()[0] == 3" in env.guard_texts()
 
 
@@ -153,16 +153,16 @@ def test_specialisations_are_logged_with_their_op_and_facts_have_reasons(capsys)
     before = set(logs._enabled)
     logs.set_logs("recompiles")
     try:
-        torch.ops.aten.roll.default(x, [1], [0])
+        torch.ops.aten.diag_embed.default(x)
     finally:
         logs.set_logs(",".join(before))
     facts = env.facts_since(mark)
     assert [str(f) for f, _ in facts] == ["Eq(s0, 3)", "Eq(s1, 6)"]
-    assert all(r == "aten op aten.roll.default" for _, r in facts)
+    assert all(r == "aten op aten.diag_embed.default" for _, r in facts)
     assert sorted(env.specialised().values()) == [3, 6]
     err = capsys.readouterr().err
-    assert "specialising the sizes of aten.roll.default's inputs (no shape rule)" in err
-    assert "specialised size s0 to 3 by aten op aten.roll.default" in err
+    assert "specialising the sizes of aten.diag_embed.default's inputs (no shape rule)" in err
+    assert "specialised size s0 to 3 by aten op aten.diag_embed.default" in err
 
 
 def test_a_symbol_is_solved_from_an_input_of_size_a_s_plus_b():
@@ -176,3 +176,15 @@ def test_a_symbol_is_solved_from_an_input_of_size_a_s_plus_b():
     assert "sym_size_int = torch.ops.aten.sym_size.int(arg0_1, 0)" in code
     assert "sub = sym_size_int - 1" in code and "floordiv = sub // 2" in code
     assert tuple(gm(torch.randn(7, 4))[0].shape) == (3, 2)
+
+
+def test_metadata_queries_and_pooling_keep_symbols():
+    env = ShapeEnv()
+    img = fake(env, torch.empty(2, 3, 8, 8), {0, 2, 3}, "img", requires_grad=True)
+    assert str(torch.ops.aten.sym_numel.default(img)) == "3*s0*s1*s2"
+    assert str(torch.ops.aten.sym_size.int(img, 2)) == "s1"
+    out = F.max_pool2d(F.avg_pool2d(img, 2), 2, stride=1)
+    assert text(out) == "(s0, 3, floor(s1/2) - 1, floor(s2/2) - 1)"
+    (g,) = torch.autograd.grad(out.sum(), img)
+    assert text(g) == "(s0, 3, s1, s2)"
+    assert_unspecialised(env)
