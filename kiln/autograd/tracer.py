@@ -24,7 +24,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kiln.autograd import shape_rules
+from kiln.autograd import layouts, shape_rules
 from kiln.exc import Unsupported
 from kiln.frontend.shapes import SymNode, from_torch, hint_of, to_torch
 
@@ -149,7 +149,7 @@ def fake_like(t, node=None, requires_grad=False, sizes=None):
     sizes = tuple(sizes)
     if tuple(hint_of(s) for s in sizes) != tuple(t.shape):
         raise ValueError(f"symbolic sizes {sizes} do not have the hints {tuple(t.shape)}")
-    strides = shape_rules.dense_strides(sizes, tuple(t.stride()))
+    strides = layouts.dense_strides(sizes, tuple(t.stride()))
     if strides is None or t.storage_offset() != 0:  # not a dense layout: specialise
         for s in sizes:
             int(s)
@@ -400,7 +400,7 @@ def _wrap_symbolic(out, device, sizes, strides, offsets):
 # Note [Shapes: torch's SymNode protocol]); `_meta` is the same tensor at the hints. An op on such
 # tensors (or with SymInt arguments: `view(x, [s0*s1, 16])`, `zeros([s0])`) runs on meta at the
 # hints for dtype, rank and concrete layout; its symbolic sizes and strides come from
-# `shape_rules.propagate` (the rule's sizes are checked against the meta result's; without a rule,
+# `layouts.propagate` (the rule's sizes are checked against the meta result's; without a rule,
 # or on disagreement, the inputs are specialised with guards and the concrete layout is used), and
 # a view's storage offset from its input's (`_view_offsets`). Never a wrong size: anything that
 # cannot be expressed specialises.
@@ -409,14 +409,14 @@ def _wrap_symbolic(out, device, sizes, strides, offsets):
 def symbolic_layout(func, args, kwargs, out):
     """(sizes, strides, storage offsets) of `func`'s meta result `out`, in out's structure."""
     sargs, skwargs = pytree.tree_map_only(_SYM_TYPES, from_torch, (tuple(args), dict(kwargs)))
-    sizes, strides = shape_rules.propagate(func, sargs, skwargs, out, sym_sizes, sym_strides)
+    sizes, strides = layouts.propagate(func, sargs, skwargs, out, sym_sizes, sym_strides)
     offsets = _view_offsets(func, sargs, skwargs, out)
     if offsets is None:
-        shape_rules._specialise(sargs)
+        layouts._specialise(sargs)
         for t in pytree.tree_leaves((sargs, skwargs)):
             if is_symbolic(t):
-                shape_rules._specialise((sym_sizes(t), sym_strides(t), sym_offset(t)))
-        return shape_rules._concrete(out), shape_rules._concrete_strides(out), _offsets(out)
+                layouts._specialise((sym_sizes(t), sym_strides(t), sym_offset(t)))
+        return layouts._concrete(out), layouts._concrete_strides(out), _offsets(out)
     return sizes, strides, offsets
 
 
@@ -576,7 +576,7 @@ def _resync_symbolic(func, args, kwargs, out):
     functional = getattr(getattr(aten, name.rstrip("_"), None), overload or "default", None)
     meta_out = t._meta
     if functional is None:
-        shape_rules._specialise((sym_sizes(t), sym_strides(t), sym_offset(t)))
+        layouts._specialise((sym_sizes(t), sym_strides(t), sym_offset(t)))
         sizes, strides, offset = meta_out.shape, meta_out.stride(), meta_out.storage_offset()
     else:
         sizes, strides, offset = symbolic_layout(functional, args, kwargs, meta_out)

@@ -34,7 +34,7 @@ from kiln import logs
 # Frontend: one ShapeEnv per frame compilation; a tensor input's sizes are
 # `env.sizes_of(example, source_name, frame_shapes.dynamic_dims(source_name, t, dynamic))`;
 # the check function ANDs `env.guard_expr()` (TENSOR_MATCH then checks dtype/device/rank and the
-# static dims only). Tracer: `kiln.autograd.shape_rules.propagate` gives each node's symbolic sizes
+# static dims only). Tracer: `kiln.autograd.layouts.propagate` gives each node's symbolic sizes
 # (and strides); ops without a rule specialise. Backends take the free symbols of the graph as
 # extra size arguments, computed from the inputs by the wrapper.
 
