@@ -401,10 +401,7 @@ def _exit_with_blocks(tx, output, open_withs):
 
 
 def _load_grad_ctx(cg, cm):
-    import torch
-
-    cg.load_object(torch.enable_grad if cm.mode else torch.no_grad, push_null=True)
-    cg.extend(emit.call(0))
+    cm.load_fresh(cg)  # a new context manager with the same enter/exit
 
 
 def _park(body, stack, withs, rebuild, upto):

@@ -11,6 +11,7 @@ only version with torch here); the 3.12/3.13 handlers follow the `dis` documenta
 """
 
 import builtins
+import contextlib
 import inspect
 import linecache
 import operator
@@ -918,7 +919,12 @@ class InstructionTranslatorBase:
         unimplemented("assert statement")
 
     def BEFORE_WITH(self, inst):
-        from kiln.frontend.variables.misc import GradModeVariable, WithExitVariable
+        from kiln.frontend.source import AttrSource
+        from kiln.frontend.variables.misc import (
+            GradModeVariable,
+            NullContextVariable,
+            WithExitVariable,
+        )
         from kiln.frontend.variables.user_defined import UserDefinedObjectVariable
 
         cm = self.pop()
@@ -929,7 +935,10 @@ class InstructionTranslatorBase:
             # a grad-mode manager passed in (a resume function re-entering a with block):
             # its type is guarded, and its enter/exit only set and restore the mode
             cm = GradModeVariable(type(cm.value) is torch.enable_grad, type(cm.value))
-        if not isinstance(cm, GradModeVariable):
+        elif isinstance(cm, UserDefinedObjectVariable) and type(cm.value) is contextlib.nullcontext:
+            result = wrap_value(self, cm.value.enter_result, AttrSource(cm.source, "enter_result"))
+            cm = NullContextVariable(result)
+        if not isinstance(cm, (GradModeVariable, NullContextVariable)):
             unimplemented(f"with statement over {cm} (context manager)")
         nxt = self.instructions[self.ip]
         exit_var = WithExitVariable(cm)

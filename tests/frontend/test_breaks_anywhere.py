@@ -263,3 +263,35 @@ def test_with_over_untraced_context_manager_keeps_the_graph_before(capsys):
     # the frame's graph before the with; the resume function (from BEFORE_WITH) runs in Python
     run_and_compare(unknown_context_manager, t(3), expected_graphs=1, expected_breaks=2)
     assert capsys.readouterr().out == "enter a\nexit a\n" * 3
+
+
+def nullcontext_use(x, use_grad):
+    import contextlib
+
+    ctx = torch.no_grad() if not use_grad else contextlib.nullcontext()
+    with ctx:
+        y = x * 2
+    with contextlib.nullcontext(x) as same:
+        z = same + y
+    return z, z.requires_grad
+
+
+@pytest.mark.parametrize("use_grad", [True, False])
+def test_nullcontext_traced(use_grad):
+    run_and_compare(nullcontext_use, t(3).requires_grad_(), use_grad, expected_graphs=1)
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+
+
+def break_in_nullcontext(x):
+    import contextlib
+
+    with contextlib.nullcontext():
+        y = x * 2
+        print("in nullcontext")
+        z = y + 1
+    return z
+
+
+def test_break_inside_nullcontext(capsys):
+    run_and_compare(break_in_nullcontext, t(3), expected_graphs=2, expected_breaks=1)
+    assert capsys.readouterr().out == "in nullcontext\n" * 3

@@ -296,6 +296,45 @@ class GradModeVariable(VariableTracker):
         _set_grad(tx, self.prev)
         return ConstantVariable(None)
 
+    def load_fresh(self, cg):
+        """A new manager with the same enter/exit (Note [Graph breaks: with blocks])."""
+        import torch
+
+        from kiln.bytecode import emit
+
+        cg.load_object(torch.enable_grad if self.mode else torch.no_grad, push_null=True)
+        cg.extend(emit.call(0))
+
+
+class NullContextVariable(VariableTracker):
+    """`contextlib.nullcontext(enter_result)`: entering returns enter_result, nothing else."""
+
+    def __init__(self, enter_result, **kw):
+        super().__init__(**kw)
+        self.enter_result = enter_result
+
+    def python_type(self):
+        import contextlib
+
+        return contextlib.nullcontext
+
+    def enter(self, tx):
+        return self.enter_result
+
+    def exit(self, tx):
+        return ConstantVariable(None)
+
+    def reconstruct(self, cg):
+        import contextlib
+
+        from kiln.bytecode import emit
+
+        cg.load_object(contextlib.nullcontext, push_null=True)
+        cg.reconstruct(self.enter_result)
+        cg.extend(emit.call(1))
+
+    load_fresh = reconstruct
+
 
 def _set_grad(tx, mode):
     import torch

@@ -97,10 +97,9 @@ class NNModuleVariable(VariableTracker):
         mod = self.value
         if self.source is None:
             unimplemented("calling a module without a source")
-        if mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks:
-            unimplemented(f"module hooks on {type(mod).__name__}")
-        if getattr(mod, "_backward_pre_hooks", None):
-            unimplemented(f"module hooks on {type(mod).__name__}")
+        hooked = bool(mod._forward_hooks or mod._forward_pre_hooks)
+        if mod._backward_hooks or getattr(mod, "_backward_pre_hooks", None):
+            unimplemented(f"backward hooks on {type(mod).__name__}")
         g = torch.nn.modules.module
         if g._global_forward_hooks or g._global_forward_pre_hooks:
             unimplemented("global module hooks")
@@ -108,14 +107,71 @@ class NNModuleVariable(VariableTracker):
             unimplemented("global module hooks")
         if "forward" in mod.__dict__ or "__call__" in mod.__dict__:
             unimplemented("module with an instance-level forward/__call__")
-        tx.output.guards.add(GuardKind.NO_HOOKS, self.source)
         tx.output.uses_modules = True
         forward = inspect.getattr_static(type(mod), "forward")
         if not inspect.isfunction(forward):
             unimplemented(f"{type(mod).__name__}.forward is not a Python function")
         if type(mod).__call__ is not torch.nn.Module.__call__:
             unimplemented(f"{type(mod).__name__} overrides __call__")
-        return inline_call(tx, forward, [self, *args], kwargs, self._class_attr_source("forward"))
+        if not hooked:
+            tx.output.guards.add(GuardKind.NO_HOOKS, self.source)
+            return inline_call(
+                tx, forward, [self, *args], kwargs, self._class_attr_source("forward")
+            )
+        return self._call_with_hooks(tx, forward, args, kwargs)
+
+    def _call_with_hooks(self, tx, forward, args, kwargs):
+        """Module.__call__ with forward pre-hooks and forward hooks, traced like it runs them.
+
+        Note [Modules: forward hooks]
+        `_call_impl` calls each pre-hook as hook(module, args) (a non-None result replaces args,
+        a non-tuple one wrapped in a tuple), then forward, then each hook as hook(module, args,
+        output) (a non-None result replaces the output). The hook dictionaries are guarded by
+        their keys (a hook added or removed recompiles) and each hook by what it is; hooks taking
+        kwargs or always called, and backward hooks, are not traced.
+        """
+        from kiln.frontend.variables.builder import wrap_value
+        from kiln.frontend.variables.constant import ConstantVariable as Const
+
+        mod = self.value
+        for name in ("_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs"):
+            if getattr(mod, name, None):
+                unimplemented(f"forward hooks with kwargs on {type(mod).__name__}")
+        if getattr(mod, "_forward_hooks_always_called", None):
+            unimplemented(f"always-called forward hooks on {type(mod).__name__}")
+        guards = tx.output.guards
+        for name in (
+            "_forward_pre_hooks",
+            "_forward_hooks",
+            "_backward_hooks",
+            "_backward_pre_hooks",
+            "_forward_hooks_with_kwargs",
+            "_forward_pre_hooks_with_kwargs",
+            "_forward_hooks_always_called",
+        ):
+            d = getattr(mod, name, None)
+            if d is not None:
+                guards.add(GuardKind.DICT_KEYS, AttrSource(self.source, name), (type(d), tuple(d)))
+
+        def hooks(name):
+            src = AttrSource(self.source, name)
+            return [wrap_value(tx, h, GetItemSource(src, k)) for k, h in getattr(mod, name).items()]
+
+        args = list(args)
+        for hook in hooks("_forward_pre_hooks"):
+            result = hook.call_function(tx, [self, TupleVariable(list(args))], {})
+            if not (isinstance(result, Const) and result.value is None):
+                args = (
+                    result.unpack_var_sequence(tx)
+                    if isinstance(result, TupleVariable)
+                    else [result]
+                )
+        out = inline_call(tx, forward, [self, *args], kwargs, self._class_attr_source("forward"))
+        for hook in hooks("_forward_hooks"):
+            result = hook.call_function(tx, [self, TupleVariable(list(args)), out], {})
+            if not (isinstance(result, Const) and result.value is None):
+                out = result
+        return out
 
     def call_method(self, tx, name, args, kwargs):
         mod = self.value

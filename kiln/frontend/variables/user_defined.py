@@ -1,6 +1,7 @@
 """Instances and classes defined by the user (read-only while tracing, for now)."""
 
 import collections
+import contextlib
 import inspect
 import itertools
 import os
@@ -32,6 +33,11 @@ class UserDefinedClassVariable(PythonValueVariable):
 
     def call_function(self, tx, args, kwargs):
         cls = self.value
+        if cls is contextlib.nullcontext and len(args) <= 1 and set(kwargs) <= {"enter_result"}:
+            from kiln.frontend.variables.misc import NullContextVariable
+
+            result = args[0] if args else kwargs.get("enter_result", ConstantVariable(None))
+            return NullContextVariable(result)
         if cls in _BUILTIN_CLASSES:
             from kiln.frontend.variables.builtin import BuiltinVariable
 
