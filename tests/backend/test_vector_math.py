@@ -179,3 +179,14 @@ def test_pow_scalar_exponents_bit_for_bit():
         got, want = compiled(x)[0], torch.pow(x, e)
         assert torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0)), e
         assert ("kiln_vpow" in compiled.cpp_src) == (e == 2.5), e
+
+
+def test_erf_and_gelu_specials():
+    """erf is eager's vectorized GELU form (abs error < 1e-6) on the vector exp, branch-free."""
+    x = _inputs(3.0)
+    compiled = compile_fn(lambda a: (torch.erf(a),), [x])
+    got, want = compiled(x)[0], torch.erf(x)
+    _check_special(got, want, "erf")
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0, equal_nan=True)
+    if "exp" in vecmath.available_ops():
+        assert "kiln_erff_e(" in compiled.cpp_src
