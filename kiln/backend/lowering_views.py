@@ -187,7 +187,10 @@ def _slice(x, dim=0, start=None, end=None, step=1):
     xs = x.get_size()
     dim = _norm_dim(dim, len(xs))
     n = xs[dim]
-    start, end, length = slice_bounds(n, start, end, step)
+    try:
+        start, end, length = slice_bounds(n, start, end, step)
+    except NotLowered:
+        start, end, length = _slice_from_val(dim, start, step)
     if known_eq(start, 0) and known_eq(length, n):
         return x
     out = xs[:dim] + (length,) + xs[dim + 1 :]
@@ -199,6 +202,19 @@ def _slice(x, dim=0, start=None, end=None, step=1):
         return out, st[:dim] + (st[dim] * step,) + st[dim + 1 :], o + start * st[dim]
 
     return View(x, out, reindex, strided=_strided(strided))
+
+
+def _slice_from_val(dim, start, step):
+    """x[start:end] whose clamping is not provable (x[:, :3] of a dim of size s1 >= 2): the traced
+    length is what the shape guards made true, so the slice takes it (start >= 0, step 1)."""
+    start = 0 if start is None else to_expr(start)
+    val = V.val
+    if step != 1 or not isinstance(val, torch.Tensor) or not known_nonneg(start):
+        raise NotLowered("slice bounds not provable")
+    vs = sizes_of(val)
+    if len(vs) <= dim:
+        raise NotLowered("slice bounds not provable")
+    return start, start + vs[dim], vs[dim]
 
 
 def slice_bounds(n, start, end, step):

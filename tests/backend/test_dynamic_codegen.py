@@ -326,3 +326,17 @@ def test_kiln_compile_dynamic_inference():
 
 def test_kiln_compile_dynamic_training():
     _run_dynamic(Block, True)
+
+
+def test_transposed_input_and_view_outputs():
+    """Symbolic strides of an input (1, s0), views of it as outputs, a slice whose clamping only
+    the tracer's guard knows (x[:, :3] of a dim s1 >= 2)."""
+
+    def fn(x):
+        return x * 2, x[1:, :3], x.sum(1), x.t()
+
+    compiled, _ = sym_compile(fn, [torch.randn(6, 5).t()], {0: {0, 1}})
+    assert_symbolic(compiled, "s0", "s1")
+    assert "rt.view(arg0, ((s0 - 1), 3), (1, s0), 1)" in compiled.wrapper_src
+    run_sizes(fn, compiled, lambda n: [torch.randn(n + 3, n + 1).t()], SIZES)
+    run_sizes(fn, compiled, lambda n: [torch.randn(n + 1, n + 3)], SIZES)  # copied to its layout
