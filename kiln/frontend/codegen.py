@@ -5,6 +5,8 @@ def f(x, mod):                       def f(x, mod):   # transformed
     return torch.log(y)                  return ___out[0]
 """
 
+import sys
+
 from kiln import config, logs
 from kiln.bytecode import decode, emit, encode, first_resume
 from kiln.exc import unimplemented
@@ -13,6 +15,7 @@ from kiln.frontend.variables.lists import ListVariable, SetVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
 GRAPH_OUT = "___kiln_graph_out"
+PY311 = sys.version_info[:2] == (3, 11)
 
 
 class PyCodegen:
@@ -153,6 +156,7 @@ _BREAKABLE_PUSHES = {
     "DELETE_SUBSCR": 0,
     "STORE_GLOBAL": 0,
     "GET_ITER": 1,
+    "LOAD_ATTR": 1,  # the plain form only (see _breakable)
 }
 _BRANCHES = {
     "POP_JUMP_IF_FALSE": emit.pop_jump_if_false,
@@ -211,6 +215,8 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         raise NoBreakHere("graph break inside a loop (with compiled autograd)")
     branch = _BRANCHES.get(inst.opname)
     kind = "branch" if branch is not None else inst.opname
+    if kind == "LOAD_ATTR" and (inst.arg or 0) & 1 and not PY311:
+        raise NoBreakHere("at a LOAD_ATTR of a method (it pushes one or two values)")
     if kind not in ("branch", "FOR_ITER", "BEFORE_WITH") and kind not in _BREAKABLE_PUSHES:
         raise NoBreakHere(f"at {inst.opname}")
     if kind == "FOR_ITER" and withs:

@@ -520,7 +520,26 @@ class InstructionTranslatorBase:
         index = self.pop()
         obj = self.pop()
         value = self.pop()
+        if isinstance(obj, TensorVariable):
+            self.tensor_setitem(obj, index, value)
+            return
         obj.call_method(self, "__setitem__", [index, value], {})
+
+    def tensor_setitem(self, obj, index, value):
+        """`t[index] = value`: an in-place operator.setitem node (checked on the meta tensor)."""
+        from kiln.frontend.variables.torch import _Unpack
+
+        unpack = _Unpack(self)
+        node_index, meta_index = unpack(index)
+        node_value, meta_value = unpack(value)
+        try:
+            operator.setitem(obj.example, meta_index, meta_value)
+        except Exception as e:
+            unimplemented(f"tensor setitem on meta tensors raised {type(e).__name__}: {e}")
+        node = self.output.create_node(
+            "call_function", operator.setitem, (obj.proxy, node_index, node_value), {}
+        )
+        node.meta["example_value"] = None
 
     def BINARY_SLICE(self, inst):  # 3.12+
         stop = self.pop()

@@ -295,3 +295,44 @@ def break_in_nullcontext(x):
 def test_break_inside_nullcontext(capsys):
     run_and_compare(break_in_nullcontext, t(3), expected_graphs=2, expected_breaks=1)
     assert capsys.readouterr().out == "in nullcontext\n" * 3
+
+
+class WithHelper(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 3.0
+
+    def helper(self, x):
+        print("in helper")
+        return x * self.scale
+
+    def forward(self, x):
+        return self.helper(x + 1) * 2
+
+
+def test_break_inside_a_method_of_a_submodule_call(capsys):
+    # the method runs as its own frame, bound to the module itself (not to its forward)
+    m = WithHelper()
+    run_and_compare(m, t(3), expected_breaks=2)
+    assert capsys.readouterr().out == "in helper\n" * 3
+
+
+def tensor_setitem(x, y):
+    z = x.clone()
+    z[..., 1:] = y[..., :-1]
+    z[..., 0] = 7.0
+    z[z > 100] = 0.0
+    return z
+
+
+def test_tensor_setitem_in_graph():
+    run_and_compare(tensor_setitem, t(2, 4), t(2, 4), expected_graphs=1, expected_breaks=0)
+
+
+def setitem_on_input(x):
+    x[0] = 1.0
+    return x * 2
+
+
+def test_tensor_setitem_mutates_the_input():
+    run_and_compare(setitem_on_input, t(3), expected_graphs=1, expected_breaks=0)

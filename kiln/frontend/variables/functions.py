@@ -114,7 +114,9 @@ class UserMethodVariable(UserFunctionVariable):
 
         cg.load_object(types.MethodType, push_null=True)
         cg.load_object(cg.callee(self.fn) if cg.compile_callees else self.fn)
-        cg.reconstruct(self.obj)
+        compile_callees, cg.compile_callees = cg.compile_callees, False
+        cg.reconstruct(self.obj)  # the object itself (a module: not its compiled forward)
+        cg.compile_callees = compile_callees
         cg.extend(emit.call(2))
 
 

@@ -129,7 +129,8 @@ class UserDefinedObjectVariable(VariableTracker):
         call = inspect.getattr_static(type(self.value), "__call__", None)
         if isinstance(call, types.FunctionType):
             return inline_call(tx, call, [self, *args], kwargs, self._class_attr_source("__call__"))
-        unimplemented(f"calling a {type(self.value).__name__}")
+        what = getattr(self.value, "__qualname__", None) or type(self.value).__name__
+        unimplemented(f"call to {what} (a {type(self.value).__name__}, not traced)")
 
     def __repr__(self):
         return f"UserDefinedObjectVariable({type(self.value).__name__})"
