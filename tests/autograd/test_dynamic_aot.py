@@ -279,3 +279,31 @@ def test_mutation_through_symbolic_views_and_input_epilogue():
     assert len(rec.graphs) == 1
     text = format_graph(rec.graphs[0])
     assert "aten.slice_scatter.default(slice_1, add_, 1, 0, floordiv)  # f32[s0, s1]" in text
+
+
+def test_after_the_backend_call_a_new_fact_is_rolled_back_for_a_static_plan():
+    """The frontend renders the env's guards when the backend returns: later facts can't be used."""
+    from kiln.autograd.aot import AOTCompiled, aot_eager
+
+    env = ShapeEnv()
+    x = torch.randn(6, 4)
+    example = fake_like(x, sizes=env.sizes_of(x, "L['x']", {0}))
+
+    def fn(x):
+        if x.requires_grad and x.shape[0] > 5:  # a fact only the training trace relies on
+            return (x * 3,)
+        return (x * 2,)
+
+    with torch.no_grad():
+        compiled = AOTCompiled(fn, aot_eager.settings, [x], examples=[example], shape_env=env)
+    assert env.guard_texts() == ["L['x'].size()[0] >= 2"] and compiled.frozen
+    for n in (6, 9):
+        xg = torch.randn(n, 4, requires_grad=True)
+        torch.testing.assert_close(compiled(xg)[0], xg * 3)
+    assert env.guard_texts() == ["L['x'].size()[0] >= 2"]  # rolled back
+    static = [k for k in compiled.plans if k is not None and "symbolic" not in k]
+    assert len(static) == 2  # one static training plan per size
+    x11 = torch.randn(11, 4)
+    with torch.no_grad():  # the symbolic inference plan serves a new size
+        torch.testing.assert_close(compiled(x11)[0], x11 * 2)
+    assert sum(1 for k in compiled.plans if k is not None and "symbolic" in k) == 1
