@@ -75,7 +75,10 @@ class SideEffects:
     def pending_cell(self, cell):
         """The value stored while tracing into this real cell object, or None."""
         name = self.cell_objects.get(id(cell))
-        return self.load_cell(name) if name is not None else None
+        if name is not None:
+            return self.load_cell(name)
+        hit = self.log.get(("attr", id(cell), "cell_contents"))  # stored by an inlined function
+        return hit[1][2] if hit is not None else None
 
     def mutate_new_object(self, var):
         """An object made while tracing got an attribute: like a container mutation."""

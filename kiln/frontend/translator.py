@@ -86,6 +86,14 @@ class CellRefVariable(VariableTracker):
         self.name = name
 
 
+class CellObjectVariable(VariableTracker):
+    """A real closure cell reached from a source (`fn.__closure__[i]`), stored into."""
+
+    def __init__(self, value, source):
+        super().__init__(source=source)
+        self.value = value
+
+
 class _Stop(Exception):
     """Raised by RETURN_VALUE to end the instruction loop."""
 
@@ -408,10 +416,29 @@ class InstructionTranslatorBase:
                 ref.tx.symbolic_locals[ref.name] = v
                 return
             if not self.is_root:
-                unimplemented(f"assignment to free variable {name!r} of an inlined function")
+                self.store_inlined_cell(name, ref, v)
+                return
             self.output.side_effects.store_cell(name, v, ref[0])
             return
         self.symbolic_locals[name] = v
+
+    def store_inlined_cell(self, name, ref, v):
+        """`nonlocal x; x = v` in an inlined function whose cell is a real one: a store into the
+        root frame's own free variable, or `cell.cell_contents = v` through the function's
+        source (`fn.__closure__[i]`), replayed like an attribute store."""
+        cell, source = ref
+        root = self
+        while getattr(root, "parent", None) is not None:
+            root = root.parent
+        for root_name, root_ref in root.closure.items():
+            if isinstance(root_ref, tuple) and root_ref[0] is cell:
+                self.output.side_effects.store_cell(root_name, v, cell)
+                return
+        if source is None:
+            unimplemented(f"assignment to free variable {name!r} of a function without a source")
+        self.output.side_effects.store_attr(
+            CellObjectVariable(cell, source.source), "cell_contents", v
+        )
 
     def LOAD_CLOSURE(self, inst):
         name = inst.argval
