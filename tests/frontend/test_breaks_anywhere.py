@@ -336,3 +336,30 @@ def setitem_on_input(x):
 
 def test_tensor_setitem_mutates_the_input():
     run_and_compare(setitem_on_input, t(3), expected_graphs=1, expected_breaks=0)
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, n=4):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(n))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x).relu()
+            kiln.graph_break()  # e.g. a logging call between layers
+            x = x * 2
+        return x
+
+
+def test_break_in_loop_over_layers_compiles_each_piece_once():
+    torch.manual_seed(0)
+    m = Stack()
+    x = t(2, 4)
+    kiln.reset()
+    backend = CountingBackend()
+    opt = kiln.compile(m, backend=backend)
+    for _ in range(3):
+        torch.testing.assert_close(opt(x), m(x))
+    # forward: layer 0 | after the break: *2 | loop body with the next layer: linear, relu
+    assert backend.calls == 3
+    assert kiln.counters["stats"]["recompiles"] == 0
