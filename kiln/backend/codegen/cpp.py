@@ -90,6 +90,12 @@ template <typename T> static inline T kiln_sign(T a) { return static_cast<T>((T(
 // Vectorizable float exp/erf/tanh (gcc inlines and vectorizes them; std:: versions are calls).
 // exp: range reduction x = n*ln2 + r, degree-7 Taylor on |r| <= ln2/2 (error < 1 ulp + Horner),
 // exact overflow/underflow/NaN behaviour; erf: the rational form eager's vectorized erf uses.
+// select without a branch: gcc 12 vectorizes no loop with both a call and a branch (vecmath.py)
+static inline float kiln_self(bool c, float a, float b) {
+    uint32_t ua, ub; std::memcpy(&ua, &a, 4); std::memcpy(&ub, &b, 4);
+    uint32_t m = 0u - static_cast<uint32_t>(c), r = (ua & m) | (ub & ~m);
+    float f; std::memcpy(&f, &r, 4); return f;
+}
 static inline float kiln_bits_to_f(int32_t i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float kiln_expf(float x) {
     float xc = x < -103.0f ? -103.0f : (x > 89.0f ? 89.0f : x);
@@ -262,7 +268,14 @@ class CppOverrides:
         return self._var(f"static_cast<{compute_ctype(dtype)}>({x})", dtype)
 
     def where(self, c, a, b):
+        if a.dtype == torch.float32:  # bit for bit the same, and no branch
+            return self._var(f"kiln_self({c}, {a}, {b})", a.dtype)
         return self._var(f"{c} ? {a} : {b}", a.dtype)
+
+    def relu(self, a):
+        if a.dtype == torch.float32:
+            return self._var(f"kiln_self({a} < 0.0f, 0.0f, {a})", a.dtype)
+        return self._var(SAME_UNARY["relu"].format(a, compute_ctype(a.dtype)), a.dtype)
 
     def clamp_min(self, a, lo):
         if a.dtype.is_floating_point:
