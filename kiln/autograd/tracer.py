@@ -230,11 +230,12 @@ def format_graph(gm, name="forward"):
 
 
 def _device_args(func):
-    """Names of the Device arguments of an op's schema (factory ops, _to_copy)."""
+    """(position, name) of the Device arguments of an op's schema (factory ops, to, _to_copy)."""
     try:
-        return [a.name for a in func._schema.arguments if "Device" in str(a.type)]
+        args = func._schema.arguments
     except AttributeError:
         return []
+    return [(i, a.name) for i, a in enumerate(args) if "Device" in str(a.type)]
 
 
 def _default_device():
@@ -276,12 +277,15 @@ class _FakeDispatch:
         tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
         out_device = None
         dev_names = _device_args(func)
-        margs, mkwargs = args, dict(kwargs)
+        margs, mkwargs = list(args), dict(kwargs)
         if dev_names:
-            for name in dev_names:
+            for pos, name in dev_names:  # `to(x, device)` passes it by position
                 if name in mkwargs and mkwargs[name] is not None:
                     out_device = torch.device(mkwargs[name])
                     mkwargs[name] = torch.device("meta")
+                elif pos < len(margs) and margs[pos] is not None:
+                    out_device = torch.device(margs[pos])
+                    margs[pos] = torch.device("meta")
             if "pin_memory" in mkwargs:
                 mkwargs["pin_memory"] = False
         if out_device is None:  # no device argument: the inputs' (empty_like), else the default
