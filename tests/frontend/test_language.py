@@ -226,3 +226,54 @@ def test_os_environ_read_is_guarded(monkeypatch):
     assert torch.equal(cf(x), x * 3)
     assert kiln.counters["stats"]["graph_breaks"] == 0
     assert kiln.counters["stats"]["recompiles"] == 2
+
+
+Pair = collections.namedtuple("Pair", ["a", "b"])
+
+
+def namedtuple_methods(x):
+    p = Pair(x, 2)
+    q = p._replace(b=3)
+    d = q._asdict()
+    return q.a * q.b, q, d["b"], list(d)
+
+
+@dataclasses.dataclass
+class Config:
+    width: int = 4
+    scale: float = 1.0
+
+
+def dataclass_replace(x):
+    c = Config()
+    c2 = dataclasses.replace(c, scale=2.5)
+    return x * c2.scale + c2.width, c2.width
+
+
+def dataclass_replace_of_input(x, cfg):
+    c2 = dataclasses.replace(cfg, width=cfg.width + 1)
+    return x * c2.width
+
+
+def test_namedtuple_replace_and_asdict():
+    run_and_compare(namedtuple_methods, t(3), expected_graphs=1, expected_breaks=0)
+
+
+def test_dataclasses_replace():
+    run_and_compare(dataclass_replace, t(3), expected_graphs=1, expected_breaks=0)
+    run_and_compare(
+        dataclass_replace_of_input, t(3), Config(), expected_graphs=1, expected_breaks=0
+    )
+
+
+def defaultdict_groups(x):
+    groups = collections.defaultdict(list)
+    for i, name in enumerate(["a", "b", "a"]):
+        groups[name].append(x * i)
+    counts = collections.defaultdict(int)
+    counts["z"] += 2
+    return {k: sum(v) for k, v in groups.items()}, dict(counts), groups
+
+
+def test_defaultdict_made_while_tracing():
+    run_and_compare(defaultdict_groups, t(3), expected_graphs=1, expected_breaks=0)

@@ -12,16 +12,19 @@ from kiln.frontend.variables.lists import ListIteratorVariable, ListVariable, Tu
 class ConstDictVariable(VariableTracker):
     """A dict whose keys are Python constants and whose values are VariableTrackers."""
 
-    def __init__(self, items, user_cls=dict, **kw):
+    def __init__(self, items, user_cls=dict, default_factory=None, **kw):
         super().__init__(**kw)
         self.items = dict(items)
         self.user_cls = user_cls
+        self.default_factory = default_factory  # a defaultdict's factory (a VariableTracker)
 
     def python_type(self):
         return self.user_cls
 
     def is_python_constant(self):
-        return all(v.is_python_constant() for v in self.items.values())
+        return self.user_cls is not collections.defaultdict and all(
+            v.is_python_constant() for v in self.items.values()
+        )
 
     def as_python_constant(self):
         return self.user_cls((k, v.as_python_constant()) for k, v in self.items.items())
@@ -33,7 +36,7 @@ class ConstDictVariable(VariableTracker):
         return [ConstantVariable(k) for k in self.items]
 
     def _mutate(self, tx):
-        if self.user_cls not in (dict, collections.OrderedDict):
+        if self.user_cls not in (dict, collections.OrderedDict, collections.defaultdict):
             unimplemented(f"mutation of a {self.user_cls.__name__}")
         tx.output.side_effects.mutate_container(self)
 
@@ -45,6 +48,10 @@ class ConstDictVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         if name == "__getitem__" and len(args) == 1:
             key = self._key(args[0])
+            if key not in self.items and self.default_factory is not None:
+                value = self.default_factory.call_function(tx, [], {})  # defaultdict.__missing__
+                self._mutate(tx)
+                self.items[key] = value
             if key not in self.items:
                 unimplemented(f"KeyError {key!r} while tracing")
             return self.items[key]
@@ -106,7 +113,7 @@ class ConstDictVariable(VariableTracker):
                 return args[1]
             unimplemented(f"KeyError {key!r} while tracing")
         if name == "copy" and not args:
-            return ConstDictVariable(self.items, self.user_cls)
+            return ConstDictVariable(self.items, self.user_cls, self.default_factory)
         if name == "list" and not args:
             return ListVariable([ConstantVariable(k) for k in self.items])
         unimplemented(f"dict.{name}")
@@ -115,16 +122,23 @@ class ConstDictVariable(VariableTracker):
         if self.source is not None:  # never mutated while tracing: the object itself
             self.source.reconstruct(cg)
             return
-        if self.user_cls not in (dict, collections.OrderedDict):
+        if self.user_cls not in (dict, collections.OrderedDict, collections.defaultdict):
             unimplemented(f"rebuilding a {self.user_cls.__name__}")
+        nargs = 1
         if self.user_cls is not dict:
             cg.load_object(self.user_cls, push_null=True)
+        if self.user_cls is collections.defaultdict:
+            nargs = 2  # defaultdict(factory, items)
+            if self.default_factory is None:
+                cg.extend(emit.load_const(None))
+            else:
+                cg.reconstruct(self.default_factory)
         for k, v in self.items.items():
             cg.extend(emit.load_const(k))
             cg.reconstruct(v)
         cg.extend(emit.build_map(len(self.items)))
         if self.user_cls is not dict:
-            cg.extend(emit.call(1))
+            cg.extend(emit.call(nargs))
 
     def __repr__(self):
         return f"ConstDictVariable({self.items!r})"

@@ -367,12 +367,34 @@ def _is_dataclass(tx, obj):
     return ConstantVariable(dataclasses.is_dataclass(cls))
 
 
+def _replace(tx, obj, **changes):
+    """dataclasses.replace(obj, **changes): a new instance from obj's init fields."""
+    import dataclasses
+
+    from kiln.frontend.variables.builder import wrap_constant_like
+
+    cls = obj.python_type()
+    if not dataclasses.is_dataclass(cls):
+        unimplemented(f"dataclasses.replace() of a {cls.__name__}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            if f.name in changes:
+                unimplemented(f"dataclasses.replace(): field {f.name} is init=False")
+            continue
+        kwargs[f.name] = changes.pop(f.name) if f.name in changes else obj.var_getattr(tx, f.name)
+    if changes:
+        unimplemented(f"dataclasses.replace(): unknown fields {sorted(changes)}")
+    return wrap_constant_like(tx, cls).call_function(tx, [], kwargs)
+
+
 def _folded_functions():
     import dataclasses
 
     return {
         dataclasses.fields: _fields,
         dataclasses.is_dataclass: _is_dataclass,
+        dataclasses.replace: _replace,
         inspect.signature: _signature,
     }
 

@@ -95,7 +95,25 @@ class TupleVariable(BaseListVariable):
         )
         if name in fields:
             return self.items[list(fields).index(name)]
+        if name in ("_replace", "_asdict") and hasattr(self.tuple_cls, "_fields"):
+            from kiln.frontend.variables.base import BoundMethodVariable
+
+            return BoundMethodVariable(self, name)
         return super().var_getattr(tx, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        fields = getattr(self.tuple_cls, "_fields", None)
+        if fields is not None and name == "_replace" and not args:
+            unknown = set(kwargs) - set(fields)
+            if unknown:
+                unimplemented(f"{self.tuple_cls.__name__}._replace: unexpected fields {unknown}")
+            items = [kwargs.get(f, item) for f, item in zip(fields, self.items)]
+            return TupleVariable(items, tuple_cls=self.tuple_cls)
+        if fields is not None and name == "_asdict" and not args and not kwargs:
+            from kiln.frontend.variables.dicts import ConstDictVariable
+
+            return ConstDictVariable(dict(zip(fields, self.items)))
+        return super().call_method(tx, name, args, kwargs)
 
     def reconstruct(self, cg):
         if self.tuple_cls is tuple or self.source is not None:

@@ -38,6 +38,16 @@ class UserDefinedClassVariable(PythonValueVariable):
 
             result = args[0] if args else kwargs.get("enter_result", ConstantVariable(None))
             return NullContextVariable(result)
+        if cls is collections.defaultdict and len(args) <= 2 and not kwargs:
+            from kiln.frontend.variables.dicts import ConstDictVariable
+
+            factory = args[0] if args else None
+            if factory is not None and factory.is_python_constant():
+                factory = None if factory.as_python_constant() is None else factory
+            d = ConstDictVariable({}, user_cls=cls, default_factory=factory)
+            if len(args) == 2:
+                d.call_method(tx, "update", [args[1]], {})
+            return d
         if cls in _BUILTIN_CLASSES:
             from kiln.frontend.variables.builtin import BuiltinVariable
 
