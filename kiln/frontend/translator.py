@@ -953,6 +953,30 @@ class InstructionTranslatorBase:
     def POP_ITER(self, inst):
         self.pop()
 
+    def GET_YIELD_FROM_ITER(self, inst):
+        v = self.pop()
+        if isinstance(v, ListIteratorVariable):
+            self.push(v)
+        else:
+            self.push(ListIteratorVariable(v.unpack_var_sequence(self)))
+
+    def SEND(self, inst):
+        """`yield from it` (3.11): the next item of a known iterator, else its return value."""
+        if not PY311:
+            unimplemented("SEND (yield from / await) on this Python")
+        v = self.pop()
+        it = self.stack[-1]
+        if not (isinstance(v, ConstantVariable) and v.value is None):
+            unimplemented("sending a value into a generator")
+        if not isinstance(it, ListIteratorVariable):
+            unimplemented(f"yield from {it}")
+        item = it.next_item()
+        if item is not None:
+            self.push(item)
+            return
+        self.stack[-1] = getattr(it, "gen_return", None) or ConstantVariable(None)
+        self.jump(inst)
+
     def RETURN_CONST(self, inst):  # 3.12+
         self.push(ConstantVariable(inst.argval))
         self.RETURN_VALUE(inst)
@@ -1071,7 +1095,9 @@ class InliningTranslator(InstructionTranslatorBase):
         """
         self.run_loop()
         if self.is_generator:
-            return ListIteratorVariable(self.generated)
+            it = ListIteratorVariable(self.generated)
+            it.gen_return = self.return_value  # what `yield from` of it evaluates to
+            return it
         return self.return_value
 
     def RETURN_VALUE(self, inst):

@@ -277,3 +277,21 @@ def defaultdict_groups(x):
 
 def test_defaultdict_made_while_tracing():
     run_and_compare(defaultdict_groups, t(3), expected_graphs=1, expected_breaks=0)
+
+
+def yield_from_generators(x):
+    def inner(n):
+        for i in range(n):
+            yield x * i
+        return n * 10
+
+    def outer():
+        total = yield from inner(2)
+        yield from [x + 1, x + 2]
+        yield x * total
+
+    return list(outer())
+
+
+def test_yield_from():
+    run_and_compare(yield_from_generators, t(3), expected_graphs=1, expected_breaks=0)
