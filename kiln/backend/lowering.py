@@ -419,12 +419,16 @@ def _clamp(x, min=None, max=None):
     lmin = loader_for(min, size, ct) if min is not None else None
     lmax = loader_for(max, size, ct) if max is not None else None
 
+    # a number bound keeps x on a tie (clamp(-0., min=0.) is -0.), a tensor bound is maximum's
+    lo_op = ops.maximum if is_ir(min) else ops.clamp_min
+    hi_op = ops.minimum if is_ir(max) else ops.clamp_max
+
     def fn(i):
         v = lx(i)
         if lmin is not None:
-            v = ops.maximum(v, lmin(i))
+            v = lo_op(v, lmin(i))
         if lmax is not None:
-            v = ops.minimum(v, lmax(i))
+            v = hi_op(v, lmax(i))
         return v
 
     return box(Pointwise(rt, size, fn))

@@ -68,3 +68,25 @@ def test_float_select_has_no_branch():
     got, want = compiled(x)[1], fn(x)[1]
     ok = ~want.isnan()  # the sign of a NaN means nothing
     assert torch.equal(got[ok].signbit(), want[ok].signbit())
+
+
+def test_max_min_clamp_selects_match_eager_on_nan_and_signed_zeros():
+    sp = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"), 1.0, -1.0, 3.0])
+    a, b = sp.repeat_interleave(8), sp.repeat(8)
+
+    def fn(x, y):
+        return (
+            torch.maximum(x, y),
+            torch.minimum(x, y),
+            x.clamp(min=0.0),
+            x.clamp(max=-0.0),
+            x.clamp(-1, 1),
+            torch.clamp(x, min=y),
+        )
+
+    compiled = check(fn, [a, b], atol=0, rtol=0)
+    for got, want in zip(compiled(a, b), fn(a, b)):
+        ok = ~want.isnan()
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got[ok], want[ok]) and torch.equal(got[ok].signbit(), want[ok].signbit())
+    assert "kiln_self(" in compiled.cpp_src

@@ -277,12 +277,27 @@ class CppOverrides:
             return self._var(f"kiln_self({a} < 0.0f, 0.0f, {a})", a.dtype)
         return self._var(SAME_UNARY["relu"].format(a, compute_ctype(a.dtype)), a.dtype)
 
+    # float32 max/min/clamp select bits (kiln_self): the ?: chains below are branches to gcc
+    def maximum(self, a, b):
+        if a.dtype == torch.float32:  # NaN wins; a tie gives b (signed zeros as eager)
+            return self._var(f"kiln_self(({a} > {b}) | ({a} != {a}), {a}, {b})", a.dtype)
+        return self._var(BINARY["maximum"].format(a, b, compute_ctype(a.dtype)), a.dtype)
+
+    def minimum(self, a, b):
+        if a.dtype == torch.float32:
+            return self._var(f"kiln_self(({a} < {b}) | ({a} != {a}), {a}, {b})", a.dtype)
+        return self._var(BINARY["minimum"].format(a, b, compute_ctype(a.dtype)), a.dtype)
+
     def clamp_min(self, a, lo):
+        if a.dtype == torch.float32:  # a NaN stays (NaN < lo is false)
+            return self._var(f"kiln_self({a} < {lo}, {lo}, {a})", a.dtype)
         if a.dtype.is_floating_point:
             return self._var(f"{a} != {a} ? {a} : ({a} < {lo} ? {lo} : {a})", a.dtype)
         return self._var(f"{a} < {lo} ? {lo} : {a}", a.dtype)
 
     def clamp_max(self, a, hi):
+        if a.dtype == torch.float32:
+            return self._var(f"kiln_self({a} > {hi}, {hi}, {a})", a.dtype)
         if a.dtype.is_floating_point:
             return self._var(f"{a} != {a} ? {a} : ({a} > {hi} ? {hi} : {a})", a.dtype)
         return self._var(f"{a} > {hi} ? {hi} : {a}", a.dtype)
