@@ -363,3 +363,53 @@ def test_break_in_loop_over_layers_compiles_each_piece_once():
     # forward: layer 0 | after the break: *2 | loop body with the next layer: linear, relu
     assert backend.calls == 3
     assert kiln.counters["stats"]["recompiles"] == 0
+
+
+def branch_inside_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+        if y.sum() > 0:
+            z = y + 1
+        else:
+            z = y - 1
+        w = z * 3
+    return w, w.requires_grad, torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_data_dependent_branch_inside_no_grad(sign):
+    x = (torch.ones(3) * sign).requires_grad_()
+    run_and_compare(branch_inside_no_grad, x, expected_breaks=1)
+    assert kiln.counters["stats"]["unique_graphs"] == 2
+    assert torch.is_grad_enabled()
+
+
+def untraced_manager_inside_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+        with Announce("inner"):
+            z = y + 1
+        w = z * 3
+    return w, w.requires_grad
+
+
+def test_untraced_manager_inside_no_grad(capsys):
+    run_and_compare(untraced_manager_inside_no_grad, t(3).requires_grad_())
+    assert capsys.readouterr().out == "enter inner\nexit inner\n" * 3
+    assert torch.is_grad_enabled()
+
+
+def call_with_pending_stack_in_no_grad(x):
+    with torch.no_grad():
+        out = torch.add(x * 2, helper_prints(x))  # a break with items pending on the stack
+    return out, out.requires_grad
+
+
+def helper_prints(v):
+    print("helper")
+    return v + 1
+
+
+def test_break_in_call_with_pending_stack_inside_no_grad(capsys):
+    run_and_compare(call_with_pending_stack_in_no_grad, t(3).requires_grad_())
+    assert capsys.readouterr().out == "helper\n" * 3
