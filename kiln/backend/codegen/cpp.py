@@ -53,11 +53,11 @@ static inline uint16_t kiln_f_to_bf16(float f) {
 }
 static inline float kiln_round_bf16(float f) { return kiln_bf16_to_f(kiln_f_to_bf16(f)); }
 static inline float kiln_round_f16(float f) { return static_cast<float>(static_cast<_Float16>(f)); }
-template <typename T> static inline T kiln_maximum(T a, T b) {
-    return a != a ? a : (b != b ? b : (a < b ? b : a));
+template <typename T> static inline T kiln_maximum(T a, T b) {  // a tie gives b, as eager
+    return a != a ? a : (b != b ? b : (a > b ? a : b));
 }
 template <typename T> static inline T kiln_minimum(T a, T b) {
-    return a != a ? a : (b != b ? b : (b < a ? b : a));
+    return a != a ? a : (b != b ? b : (a < b ? a : b));
 }
 template <typename T> static inline T kiln_floordiv_f(T a, T b) {
     if (b == 0) return a / b;
