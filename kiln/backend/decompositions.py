@@ -61,7 +61,6 @@ DECOMPOSE = [
     aten.linalg_vector_norm,
     aten.norm,
     aten.dist,
-    aten.cumsum,
     # losses
     aten.mse_loss,
     aten.mse_loss_backward,

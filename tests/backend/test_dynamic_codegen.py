@@ -340,3 +340,14 @@ def test_transposed_input_and_view_outputs():
     assert "rt.view(arg0, ((s0 - 1), 3), (1, s0), 1)" in compiled.wrapper_src
     run_sizes(fn, compiled, lambda n: [torch.randn(n + 3, n + 1).t()], SIZES)
     run_sizes(fn, compiled, lambda n: [torch.randn(n + 1, n + 3)], SIZES)  # copied to its layout
+
+
+def test_cumsum_keeps_its_symbolic_size():
+    # (torch._decomp's cumsum is a triangular mask and a sum through prims: it pinned every size
+    # and is quadratic; kiln keeps cumsum as one ATen call)
+    def fn(m):
+        return ((m.cumsum(-1) - 1) * m,)
+
+    m = torch.ones(3, 9, dtype=torch.long)
+    compiled, _ = sym_compile(fn, [m], {0: {0, 1}})
+    run_sizes(fn, compiled, lambda n: [torch.randint(0, 2, (n, n + 3))], SIZES)
