@@ -295,3 +295,22 @@ def yield_from_generators(x):
 
 def test_yield_from():
     run_and_compare(yield_from_generators, t(3), expected_graphs=1, expected_breaks=0)
+
+
+class View(collections.abc.Sized):
+    """An instance of a collections.abc subclass (ABCMeta, empty __slots__) made while tracing."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+
+def abc_subclass_instance(x):
+    v = View(3)
+    return x * len(v)
+
+
+def test_instance_of_abc_subclass_made_while_tracing():
+    run_and_compare(abc_subclass_instance, t(3), expected_graphs=1, expected_breaks=0)

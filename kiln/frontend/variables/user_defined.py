@@ -1,5 +1,6 @@
 """Instances and classes defined by the user (read-only while tracing, for now)."""
 
+import abc
 import collections
 import contextlib
 import inspect
@@ -214,8 +215,8 @@ def _plain_class(cls):
     dict/OrderedDict (Hugging Face's ModelOutput dataclasses) whose other bases are Python."""
     import torch
 
-    if type(cls) is not type:
-        return False
+    if type(cls) not in (type, abc.ABCMeta) or getattr(cls, "__abstractmethods__", None):
+        return False  # (an abstract class: Python raises)
     base = dict_base(cls)
     if cls.__new__ is not (object.__new__ if base is None else dict.__new__):
         return False
@@ -223,7 +224,9 @@ def _plain_class(cls):
         return False
     if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)):
         return False
-    if any("__slots__" in vars(k) for k in cls.__mro__ if k.__flags__ & _HEAPTYPE):
+    if any(vars(k).get("__slots__", ()) for k in cls.__mro__ if k.__flags__ & _HEAPTYPE):
+        return False  # (empty __slots__, as in collections.abc, leave instances a __dict__)
+    if "__dict__" not in dir(cls):
         return False
     setattr_ = inspect.getattr_static(cls, "__setattr__")
     if setattr_ is not object.__setattr__ and not isinstance(setattr_, types.FunctionType):
