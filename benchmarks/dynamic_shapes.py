@@ -3,7 +3,7 @@
 Each model of the suite runs over the same sequence of (batch, sequence length) shapes twice
 (a first pass that compiles, a second pass over shapes already seen) under eager, kiln
 (`backend="kiln"`, `dynamic=None`: automatic dynamic) and torch.compile (inductor, `dynamic=None`),
-each compiler in a fresh process so that nobody starts warm. Reported per model: total seconds
+each compiler in a fresh process with empty cache directories so that nobody starts warm. Reported per model: total seconds
 for both passes, the ratio torch.compile/kiln of those totals (above 1.00x: kiln finished first),
 the number of graphs each compiler compiled, and whether every output matched eager.
 
@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 SHAPES = [(1, 7), (4, 16), (8, 33), (16, 64), (3, 50), (32, 20), (64, 9), (2, 61)]
 
@@ -79,7 +80,8 @@ COMPILERS = ("eager", "kiln", "torch.compile")
 def run(name, which, shapes):
     """One model under one compiler in a fresh process; the child's JSON result."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=root)
+    cache = tempfile.mkdtemp(prefix="kiln_dyn_")  # cold: no compiler starts from its disk cache
+    env = dict(os.environ, PYTHONPATH=root, KILN_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=cache)
     out = subprocess.run(
         [sys.executable, "-c", CHILD, name, which, json.dumps(shapes)],
         env=env,
