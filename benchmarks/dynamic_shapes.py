@@ -3,9 +3,10 @@
 Each model of the suite runs over the same sequence of (batch, sequence length) shapes twice
 (a first pass that compiles, a second pass over shapes already seen) under eager, kiln
 (`backend="kiln"`, `dynamic=None`: automatic dynamic) and torch.compile (inductor, `dynamic=None`),
-each compiler in a fresh process with empty cache directories so that nobody starts warm. Reported per model: total seconds
-for both passes, the ratio torch.compile/kiln of those totals (above 1.00x: kiln finished first),
-the number of graphs each compiler compiled, and whether every output matched eager.
+each compiler in a fresh process with empty cache directories, so that nobody starts warm.
+Reported per model: total seconds for both passes, the ratio torch.compile/kiln of those totals
+(above 1.00x: kiln finished first), the number of graphs each compiler compiled, and whether every
+output matched eager.
 
     .venv/bin/python benchmarks/dynamic_shapes.py [--models mlp,nanogpt,attention,hf_gpt2,hf_bert]
         [--json PATH]
