@@ -230,7 +230,9 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     from kiln.frontend.variables.lists import undo_iterators
 
     undo_iterators()
-    if kind == "BEFORE_WITH" and not output.count_calls() and not output.side_effects:
+    if kind == "BEFORE_WITH" and not _real_ops(output) and not output.side_effects:
+        # nothing but grad-mode switches before it: resuming at the same BEFORE_WITH would
+        # make no progress (a resume function returning itself forever)
         raise NoBreakHere("a with statement over a context manager kiln does not trace")
     _exit_with_blocks(e.root_tx, output, [stack[k] for k in withs])
     live = sorted(
@@ -368,6 +370,16 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
 # copied body leaves them through the original cleanup code. A context manager is passed as a
 # fresh torch.no_grad() / torch.enable_grad(), whose enter/exit set and restore the mode; the
 # translator traces a `with` over such an object again (the resume function's own trace).
+
+
+def _real_ops(output):
+    """Whether the graph holds an op other than grad-mode switches."""
+    import torch
+
+    return any(
+        n.op in ("call_function", "call_method") and n.target is not torch._C._set_grad_enabled
+        for n in output.graph.nodes
+    )
 
 
 def _check_handlers(tx, inst, open_withs):
