@@ -366,16 +366,13 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
 
 
 def _namespace(guard, args, kwargs):
-    """The guard's names bound for these arguments (None when they do not bind)."""
+    """The guard's names bound for these arguments; raises TypeError when they do not bind."""
     fn = guard.fn
     closure = None
     if getattr(guard, "dynamic_closure", False):
         closure, args = args[0].__closure__, args[1:]
-    try:
-        bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
-        bound.apply_defaults()
-    except TypeError:
-        return None
+    bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
+    bound.apply_defaults()
     ns = dict(guard.closure_values)
     if closure is not None:
         ns["___closure"] = closure
@@ -385,9 +382,10 @@ def _namespace(guard, args, kwargs):
 
 def eval_sources(guard, args, kwargs, names):
     """{source name: value} for these arguments (sources that cannot be read are left out)."""
-    ns = _namespace(guard, args, kwargs)
     out = {}
-    if ns is None:
+    try:
+        ns = _namespace(guard, args, kwargs)
+    except TypeError:
         return out
     for name in names:
         try:
@@ -399,19 +397,10 @@ def eval_sources(guard, args, kwargs, names):
 
 def first_failure(guard, args, kwargs):
     """The first guard part that fails for these arguments (evaluated part by part)."""
-    fn = guard.fn
-    closure = None
-    if getattr(guard, "dynamic_closure", False):
-        closure, args = args[0].__closure__, args[1:]
     try:
-        bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
-        bound.apply_defaults()
+        ns = _namespace(guard, args, kwargs)
     except TypeError as e:
         return f"arguments do not bind: {e}"
-    ns = dict(guard.closure_values)
-    if closure is not None:
-        ns["___closure"] = closure
-    ns.update(bound.arguments)
     for part in guard.parts:
         try:
             ok = eval(part, {"__builtins__": builtins}, ns)

@@ -1,26 +1,13 @@
 """Small families: NULL, bound methods of tensors and constants, modules, kiln's own markers."""
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import PythonValueVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, fold, is_literal
 
 
-class ConstantObjectVariable(VariableTracker):
+class ConstantObjectVariable(PythonValueVariable):
     """An immutable object computed from constants or pinned by a guard (torch.finfo(dtype), a
     dataclass's Field objects, inspect.Signature/Parameter): attributes and pure methods fold."""
-
-    def __init__(self, value, **kw):
-        super().__init__(**kw)
-        self.value = value
-
-    def python_type(self):
-        return type(self.value)
-
-    def is_python_constant(self):
-        return True
-
-    def as_python_constant(self):
-        return self.value
 
     def var_getattr(self, tx, name):
         try:
