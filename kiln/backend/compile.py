@@ -63,6 +63,7 @@ def _graph_key(gm, example_inputs):
     use_shape_env(gm.meta.get("shape_env"))
     h = hashlib.sha256()
     h.update(_backend_source_hash().encode())
+    h.update(f"{torch.__version__}|{torch.__file__}".encode())
     h.update(gm.code.encode())
     h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{num_threads()}".encode())
     # symbolic sizes enter as their expressions (s0), never their hints: one entry for all sizes

@@ -10,6 +10,7 @@ import torch
 
 from kiln import config, logs
 from kiln.backend import codecache
+from kiln.backend import compile as compile_mod
 from kiln.backend.compile import CompiledGraph
 from kiln.exc import BackendCompilerFailed
 from tests.backend.helpers import compile_fn
@@ -34,6 +35,16 @@ def test_second_compile_hits_cache_without_gxx(monkeypatch):
     assert isinstance(second, CompiledGraph)
     assert logs.counters["backend"]["graph_disk_hits"] == before.get("graph_disk_hits", 0) + 1
     torch.testing.assert_close(second(x)[0], fn(x)[0])
+
+
+def test_graph_cache_key_names_the_torch_install(monkeypatch):
+    """Two environments sharing one cache directory never share a compiled graph."""
+    x = torch.randn(5, 7)
+    gm = torch.fx.symbolic_trace(lambda x: (x.cos(),))
+    here = compile_mod._graph_key(gm, [x])
+    assert compile_mod._graph_key(gm, [x]) == here
+    monkeypatch.setattr(torch, "__file__", "/elsewhere/torch/__init__.py")
+    assert compile_mod._graph_key(gm, [x]) != here
 
 
 def test_second_process_compiles_nothing(tmp_path):

@@ -171,6 +171,16 @@ def test_prelude_without_sleef_is_plain_libm(monkeypatch):
     assert vecmath.prelude({"sin"}) == ""
 
 
+def test_prelude_never_names_a_libtorch_path(monkeypatch):
+    """The cached .so finds the libtorch already loaded by soname: a path from another environment
+    would map a second libtorch, whose duplicate registrations abort the process."""
+    here = vecmath.prelude({"sin"})
+    monkeypatch.setattr(vecmath, "torch_cpu_library", lambda: "/elsewhere/lib/libtorch_cpu.so")
+    assert vecmath.prelude({"sin"}) == here
+    if here:
+        assert 'dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD)' in here
+
+
 def test_pow_scalar_exponents_bit_for_bit():
     """pow(x, 3 / -1 / -2) multiplies as eager's pow_tensor_scalar does; others call Sleef."""
     x = _inputs(10.0)

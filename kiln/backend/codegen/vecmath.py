@@ -13,7 +13,9 @@ would make gcc clone its body instead); assembler aliases give it a scalar body 
 vector call, for loop tails and unvectorized loops) and a vector body (a jump through a pointer).
 The declarations say `const` (a pure function of the arguments: the pointer it reads is set
 once, before any call): gcc 12 if-converts (and so vectorizes) a loop with branches only when its
-calls are const. A constructor resolves the pointers with dlopen/dlsym on the libtorch_cpu already loaded, so the
+calls are const. A constructor resolves the pointers with dlsym on the libtorch_cpu already loaded,
+found by soname with RTLD_NOLOAD: never by path, since a shared object cached by another
+environment would map a second libtorch, whose static registrations abort the process. The
 shared object links against nothing and compiles as fast as before; a symbol that is missing at run
 time falls back to the libm function lane by lane. Without AVX2 the functions are plain libm calls.
 """
@@ -125,7 +127,7 @@ def _one_isa(ops, pfx, lanes):
             f"    if (!{name}_p) {name}_p = {name}_libm;",
         ]
     out.append("__attribute__((constructor)) static void kiln_vecmath_init() {")
-    out.append(f'    void* h = dlopen("{torch_cpu_library()}", RTLD_LAZY | RTLD_LOCAL);')
+    out.append('    void* h = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);')
     out += init
     out.append("}")
     return out
