@@ -50,6 +50,13 @@ class UserFunctionVariable(BaseFunctionVariable):
         unimplemented(f"attribute {name!r} of function {self.fn.__qualname__}")
 
     def call_function(self, tx, args, kwargs):
+        from kiln.frontend.variables import autograd_function as af
+
+        if self.fn is af.FUNCTION_APPLY and self.self_args():
+            cls = self.self_args()[0]  # `apply = MyFn.apply` called later
+            if cls.is_python_constant() and af.is_autograd_function(cls.as_python_constant()):
+                apply = af.AutogradFunctionApplyVariable(cls.as_python_constant(), cls.source)
+                return apply.call_function(tx, args, kwargs)
         folded = _FOLDED_FUNCTIONS.get(self.fn) if not self.self_args() else None
         if folded is not None:
             return folded(tx, *args, **kwargs)

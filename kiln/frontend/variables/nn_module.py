@@ -280,3 +280,133 @@ class ModuleSliceVariable(VariableTracker):
         for m in self.items:
             out = m.call_function(tx, [out], {})
         return out
+
+
+# Note [Modules: built while tracing]
+# `loss_fct = CrossEntropyLoss()` inside a forward (Hugging Face heads do it) makes a module per
+# call. For torch's parameter-free modules (losses, activations, dropout, pooling, padding,
+# Flatten, Identity ...) built from constant arguments, kiln builds the module itself while
+# tracing (their __init__ only stores the arguments: no RNG draw, no tensor, no global state)
+# and traces its forward like any module's. If the module escapes the frame (returned, stored)
+# the transformed code builds it again with the same arguments, which gives an equal module.
+# Modules with parameters or buffers (their __init__ draws random weights) are never built:
+# the construction breaks the graph and runs in Python.
+_BUILDABLE_FILES = (
+    "activation",
+    "distance",
+    "dropout",
+    "flatten",
+    "fold",
+    "loss",
+    "padding",
+    "pixelshuffle",
+    "pooling",
+    "channelshuffle",
+    "upsampling",
+)
+
+
+def buildable_module(cls):
+    """Whether kiln may build a `cls(...)` (of constant arguments) while tracing."""
+    mod = cls.__module__ or ""
+    if cls in (torch.nn.PReLU, torch.nn.MultiheadAttention):
+        return False  # parameters
+    if cls is torch.nn.Identity:
+        return True
+    prefix = "torch.nn.modules."
+    return mod.startswith(prefix) and mod[len(prefix) :] in _BUILDABLE_FILES
+
+
+def build_module(tx, cls, args, kwargs):
+    """`cls(*args, **kwargs)` made while tracing (Note [Modules: built while tracing])."""
+    from kiln.frontend.variables.constant import is_literal
+
+    def const(v):
+        if not v.is_python_constant() or not _literal_tree(v.as_python_constant(), is_literal):
+            unimplemented(f"creating a {cls.__name__} module from a non-constant argument")
+        return v.as_python_constant()
+
+    cargs = [const(a) for a in args]
+    ckwargs = {k: const(v) for k, v in kwargs.items()}
+    try:
+        mod = cls(*cargs, **ckwargs)
+    except Exception as e:
+        unimplemented(f"{cls.__name__}(...) raised {type(e).__name__}: {e}")
+    state = [*mod._parameters.values(), *mod._buffers.values()]
+    if mod._modules or any(v is not None for v in state):
+        unimplemented(f"creating a {cls.__name__} module with state inside the compiled frame")
+    return NewModuleVariable(mod, args, kwargs)
+
+
+def _literal_tree(value, is_literal):
+    if isinstance(value, (tuple, list)):
+        return all(_literal_tree(v, is_literal) for v in value)
+    return is_literal(value)
+
+
+class NewModuleVariable(NNModuleVariable):
+    """A parameter-free torch module built while tracing: attributes are its own constants."""
+
+    def __init__(self, module, ctor_args, ctor_kwargs, **kw):
+        super().__init__(module, **kw)
+        self.ctor_args = list(ctor_args)
+        self.ctor_kwargs = dict(ctor_kwargs)
+
+    def var_getattr(self, tx, name):
+        from kiln.frontend.variables.builder import wrap_constant_like
+        from kiln.frontend.variables.misc import wrap_frozen
+
+        mod = self.value
+        if name in mod._parameters or name in mod._buffers:
+            return ConstantVariable(None)  # (an optional weight left out: None)
+        if name in mod.__dict__:
+            return wrap_frozen(mod.__dict__[name], f"attribute {name!r} of {type(mod).__name__}")
+        if name == "__class__":
+            return wrap_constant_like(tx, type(mod))
+        try:
+            static = inspect.getattr_static(type(mod), name)
+        except AttributeError:
+            unimplemented(f"{type(mod).__name__} has no attribute {name!r}")
+        if inspect.isfunction(static):
+            return UserMethodVariable(static, self)
+        if isinstance(static, property) and static.fget is not None:
+            return inline_call(tx, static.fget, [self], {}, None)
+        return wrap_frozen(getattr(mod, name), f"attribute {name!r} of {type(mod).__name__}")
+
+    def call_function(self, tx, args, kwargs):
+        g = torch.nn.modules.module
+        if g._global_forward_hooks or g._global_forward_pre_hooks:
+            unimplemented("global module hooks")
+        if g._global_backward_hooks or getattr(g, "_global_backward_pre_hooks", None):
+            unimplemented("global module hooks")
+        forward = inspect.getattr_static(type(self.value), "forward")
+        if not inspect.isfunction(forward):
+            unimplemented(f"{type(self.value).__name__}.forward is not a Python function")
+        return inline_call(tx, forward, [self, *args], kwargs, None)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "forward":
+            return self.call_function(tx, args, kwargs)
+        return VariableTracker.call_method(self, tx, name, args, kwargs)
+
+    def reconstruct(self, cg):
+        """`cls(*args, **kwargs)` again: an equal module (the trace never changed it)."""
+        from kiln.bytecode import emit
+
+        temps = getattr(cg, "_temps", {})  # one module however often it is rebuilt
+        if id(self) in temps:
+            cg.extend(emit.load_fast(temps[id(self)]))
+            return
+        cg.load_object(type(self.value), push_null=True)
+        for a in [*self.ctor_args, *self.ctor_kwargs.values()]:
+            cg.reconstruct(a)
+        n = len(self.ctor_args) + len(self.ctor_kwargs)
+        if self.ctor_kwargs:
+            cg.extend(emit.call_kw(n, tuple(self.ctor_kwargs)))
+        else:
+            cg.extend(emit.call(n))
+        name = temps[id(self)] = cg.new_temp()
+        cg.extend(emit.copy(1) + emit.store_fast(name))
+
+    def __repr__(self):
+        return f"NewModuleVariable({type(self.value).__name__})"

@@ -358,6 +358,10 @@ class TorchVariable(PythonValueVariable):
 
                 return GradModeVariable(bool(args[0].as_python_constant()), fn)
             if issubclass(fn, torch.nn.Module):
+                from kiln.frontend.variables.nn_module import build_module, buildable_module
+
+                if buildable_module(fn):
+                    return build_module(tx, fn, args, kwargs)
                 unimplemented(f"creating a {fn.__name__} module inside the compiled frame")
             unimplemented(f"calling torch class {fn.__name__}")
         if fn is torch.is_grad_enabled and not args:

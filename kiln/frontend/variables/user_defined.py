@@ -21,6 +21,11 @@ class UserDefinedClassVariable(PythonValueVariable):
     def var_getattr(self, tx, name):
         from kiln.frontend.variables.builder import wrap_value
 
+        if name == "apply":
+            from kiln.frontend.variables import autograd_function as af
+
+            if af.is_autograd_function(self.value):
+                return af.AutogradFunctionApplyVariable(self.value, self.source)
         try:
             static = inspect.getattr_static(self.value, name)
         except AttributeError:
@@ -33,7 +38,12 @@ class UserDefinedClassVariable(PythonValueVariable):
         return wrap_value(tx, getattr(self.value, name), src)
 
     def call_function(self, tx, args, kwargs):
+        from kiln.frontend.variables.misc import special_instance
+
         cls = self.value
+        made = special_instance(tx, cls, args, kwargs)  # exceptions, contextlib managers
+        if made is not None:
+            return made
         if cls is contextlib.nullcontext and len(args) <= 1 and set(kwargs) <= {"enter_result"}:
             from kiln.frontend.variables.misc import NullContextVariable
 

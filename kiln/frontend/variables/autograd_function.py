@@ -1,0 +1,268 @@
+"""torch.autograd.Function subclasses called inside compiled code: `MyFn.apply(x, 2.0)`.
+
+Note [Autograd functions: one node, forward checked]
+`MyFn.apply(*args)` becomes ONE call_function node whose target is the real `MyFn.apply`, with
+the graph values as arguments:
+
+    def f(x):                         graph():
+        y = MyFn.apply(x * 2, 0.5)        mul = x * 2
+        return y + 1                      apply = MyFn.apply(mul, 0.5)
+                                          add = apply + 1
+
+Before the node is made, the forward is traced speculatively on the traced values (under no_grad,
+as Function.apply runs it) with a symbolic ctx that understands save_for_backward,
+saved_tensors, mark_non_differentiable, set_materialize_grads, needs_input_grad and attributes.
+The trace proves the forward is tensor code without effects outside ctx (a print, a store on a
+module or a list, `ctx.mark_dirty`, data-dependent code: a graph break at the apply call, which
+then runs in Python) and gives the metadata of its outputs; its nodes are dropped again (the
+node calls the real forward). Its guards stay: they pin what the check relied on.
+
+Each backend then sees an ordinary call: "eager" runs `MyFn.apply` as is; aot_eager and kiln
+trace the graph at the ATen level with the real autograd engine on proxy tensors, so the forward
+is traced into the forward graph and the user's backward, called by the engine during the joint
+trace, into the backward graph. A backward that cannot be traced there (`.item()`, numpy) makes
+that compile fail, and kiln runs the graph eagerly with a warning: still one graph, still right.
+"""
+
+import inspect
+import types
+
+import torch
+
+from kiln.exc import Unsupported, unimplemented
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.lists import BaseListVariable, TupleVariable
+from kiln.frontend.variables.user_defined import NewObjectVariable
+
+FUNCTION_APPLY = torch.autograd.Function.apply.__func__
+
+
+def is_autograd_function(cls):
+    """A user subclass of torch.autograd.Function (not Function itself)."""
+    return (
+        isinstance(cls, type)
+        and issubclass(cls, torch.autograd.Function)
+        and cls is not torch.autograd.Function
+    )
+
+
+def _tensor_cls():
+    from kiln.frontend.variables.tensor import TensorVariable
+
+    return TensorVariable
+
+
+class AutogradFunctionApplyVariable(VariableTracker):
+    """`MyFn.apply` of a torch.autograd.Function subclass, before it is called."""
+
+    def __init__(self, cls, cls_source=None, **kw):
+        super().__init__(**kw)
+        self.cls = cls
+        self.cls_source = cls_source
+
+    def python_type(self):
+        return types.MethodType
+
+    def call_function(self, tx, args, kwargs):
+        cls = self.cls
+        name = cls.__qualname__
+        if kwargs:
+            unimplemented(f"{name}.apply with keyword arguments")
+        forward = _static_function(cls, "forward")
+        setup = _static_function(cls, "setup_context")
+        if forward is None:
+            unimplemented(f"{name}.forward is not a staticmethod written in Python")
+        base_setup = inspect.getattr_static(
+            torch.autograd.function._SingleLevelFunction, "setup_context"
+        )
+        has_setup = inspect.getattr_static(cls, "setup_context") is not base_setup
+        if has_setup and setup is None:
+            unimplemented(f"{name}.setup_context is not a staticmethod written in Python")
+        if getattr(cls, "generate_vmap_rule", False) or _overrides(cls, "jvp"):
+            unimplemented(f"{name} defines vmap/jvp rules (not traced)")
+        for a in args:
+            if not (isinstance(a, _tensor_cls()) or _is_constant(a)):
+                unimplemented(f"{name}.apply argument {a} (only tensors and constants)")
+        self._guard_methods(tx, has_setup)
+        grad_on = torch.is_grad_enabled()
+        needs = tuple(
+            grad_on and isinstance(a, _tensor_cls()) and a.example.requires_grad for a in args
+        )
+        ctx = AutogradCtxVariable(needs)
+        out = self._check_forward(tx, forward, setup if has_setup else None, ctx, args)
+        return self._apply_node(tx, args, out, ctx, any(needs))
+
+    def _guard_methods(self, tx, has_setup):
+        """forward/setup_context are pinned (backward is not traced: the call uses the real one)."""
+        if self.cls_source is None:
+            return
+        from kiln.frontend.guards import GuardKind
+        from kiln.frontend.source import AttrSource
+
+        for attr in ("forward", "setup_context") if has_setup else ("forward",):
+            src = AttrSource(self.cls_source, attr)
+            tx.output.guards.add(GuardKind.ID_MATCH, src, getattr(self.cls, attr))
+
+    def _check_forward(self, tx, forward, setup, ctx, args):
+        """Trace the forward (and setup_context) speculatively; drop its nodes; its outputs."""
+        from kiln.frontend.variables.functions import inline_call
+
+        output = tx.output
+        checkpoint = output.last_node()
+        effects = output.side_effects
+        snapshot, version = effects.snapshot(), effects.version
+        prev = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(False)
+        try:
+            if setup is None:
+                out = inline_call(tx, forward, [ctx, *args], {}, None)
+            else:
+                out = inline_call(tx, forward, list(args), {}, None)
+                inline_call(tx, setup, [ctx, TupleVariable(list(args)), out], {}, None)
+        except Unsupported as e:
+            e.args = (f"{self.cls.__qualname__}.forward is not traceable: {e.args[0]}", *e.args[1:])
+            raise
+        finally:
+            torch._C._set_grad_enabled(prev)
+        changed = effects.version != version or effects.log.keys() != snapshot.keys()
+        if changed or any(effects.log[k] is not snapshot[k] for k in snapshot):
+            unimplemented(f"{self.cls.__qualname__}.forward has side effects outside ctx")
+        output.rollback(checkpoint)
+        return out
+
+    def _apply_node(self, tx, args, out, ctx, any_needs):
+        """The call_function node `MyFn.apply(*args)` with the forward's output metadata."""
+        from kiln.frontend.variables.torch import _Unpack, wrap_tensor_result
+
+        items = out.items if isinstance(out, TupleVariable) else [out]
+        if isinstance(out, BaseListVariable) and not isinstance(out, TupleVariable):
+            unimplemented(f"{self.cls.__qualname__}.forward returned a list")
+        tensors = [v for v in items if isinstance(v, _tensor_cls())]
+        if not tensors or not all(isinstance(v, _tensor_cls()) or _is_constant(v) for v in items):
+            unimplemented(f"{self.cls.__qualname__}.forward returned {out} (tensors expected)")
+        examples = []
+        for v in items:
+            if not isinstance(v, _tensor_cls()):
+                examples.append(v.as_python_constant())
+                continue
+            differentiable = v.example.dtype.is_floating_point or v.example.dtype.is_complex
+            grad = any_needs and differentiable and id(v.proxy) not in ctx.non_differentiable
+            examples.append(_output_example(v.example, grad))
+        unpack = _Unpack(tx)
+        node_args = tuple(unpack(a)[0] for a in args)
+        node = tx.output.create_node("call_function", apply_target(self.cls), node_args, {})
+        result = tuple(examples) if isinstance(out, TupleVariable) else examples[0]
+        return wrap_tensor_result(tx, node, result, tensors[0].device)
+
+    def reconstruct(self, cg):
+        from kiln.bytecode import emit
+
+        if self.cls_source is not None:
+            self.cls_source.reconstruct(cg)
+        else:
+            cg.load_object(self.cls)
+        cg.extend(emit.load_attr("apply"))
+
+    def __repr__(self):
+        return f"AutogradFunctionApplyVariable({self.cls.__qualname__})"
+
+
+def apply_target(cls):
+    """The graph's target for `cls.apply`: a function named after the class (FX would print a
+    torch function by its module path, and `torch.autograd.function.apply` does not exist)."""
+
+    def apply(*args):
+        return cls.apply(*args)
+
+    apply.__name__ = apply.__qualname__ = f"{cls.__name__}_apply"
+    apply.autograd_function = cls
+    return apply
+
+
+def _static_function(cls, name):
+    static = inspect.getattr_static(cls, name, None)
+    if isinstance(static, staticmethod) and isinstance(static.__func__, types.FunctionType):
+        return static.__func__
+    return None
+
+
+def _overrides(cls, name):
+    base = inspect.getattr_static(torch.autograd.Function, name, None)
+    return inspect.getattr_static(cls, name, None) is not base
+
+
+def _is_constant(v):
+    return v.is_python_constant() and is_literal(v.as_python_constant())
+
+
+def _output_example(example, requires_grad):
+    """A new tensor like `example`: a non-leaf that requires grad when the output will."""
+    out = example.detach()
+    if requires_grad:
+        with torch.enable_grad():
+            out = out.requires_grad_(True).clone()
+    return out
+
+
+class AutogradCtxVariable(NewObjectVariable):
+    """The `ctx` of a traced forward / setup_context: attributes, and the methods that only
+    tell autograd what to keep (they change nothing while tracing: the real call does it)."""
+
+    def __init__(self, needs_input_grad, **kw):
+        super().__init__(torch.autograd.function.FunctionCtx, **kw)
+        self.needs_input_grad = needs_input_grad
+        self.saved = ()
+        self.non_differentiable = set()
+
+    def var_getattr(self, tx, name):
+        from kiln.frontend.variables.base import BoundMethodVariable
+
+        if name == "needs_input_grad" and name not in self.attrs:
+            return TupleVariable([ConstantVariable(b) for b in self.needs_input_grad])
+        if name in ("saved_tensors", "saved_variables") and name not in self.attrs:
+            return TupleVariable(list(self.saved))
+        if name in _CTX_METHODS:
+            return BoundMethodVariable(self, name)
+        return super().var_getattr(tx, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name not in _CTX_METHODS or kwargs:
+            unimplemented(f"ctx.{name} in an autograd.Function forward")
+        if name == "save_for_backward" or name == "save_for_forward":
+            for a in args:
+                if not (isinstance(a, _tensor_cls()) or _is_constant(a)):
+                    unimplemented(f"ctx.{name} of {a}")
+            if name == "save_for_backward":
+                self.saved = tuple(args)
+        elif name == "mark_non_differentiable":
+            for a in args:
+                if not isinstance(a, _tensor_cls()):
+                    unimplemented(f"ctx.mark_non_differentiable of {a}")
+                self.non_differentiable.add(id(a.proxy))
+        elif name == "set_materialize_grads":
+            if len(args) != 1 or not args[0].is_python_constant():
+                unimplemented("ctx.set_materialize_grads with a non-constant")
+        else:  # mark_dirty: the forward mutates an input in place
+            unimplemented(f"ctx.{name} (an autograd.Function that mutates its inputs)")
+        return ConstantVariable(None)
+
+    def setattr(self, tx, name, value):
+        if name in ("needs_input_grad", "saved_tensors", "saved_variables") or name in _CTX_METHODS:
+            unimplemented(f"assignment to ctx.{name}")
+        self.store_attr(name, value)
+
+    def reconstruct(self, cg):
+        unimplemented("the ctx of an autograd.Function escapes its forward")
+
+    def __repr__(self):
+        return "AutogradCtxVariable()"
+
+
+_CTX_METHODS = (
+    "save_for_backward",
+    "save_for_forward",
+    "mark_non_differentiable",
+    "set_materialize_grads",
+    "mark_dirty",
+)

@@ -1,0 +1,352 @@
+"""torch.autograd.Function subclasses inside compiled code: one node calling `MyFn.apply`, the
+forward traced (ATen under aot_eager/kiln), the user's backward kept; outputs and gradients equal
+eager under every backend."""
+
+import logging
+import warnings
+
+import pytest
+import torch
+from frontend_helpers import CountingBackend, assert_same
+from torch.autograd.function import once_differentiable
+
+import kiln
+
+
+class Sin(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos()
+
+
+class RoundSTE(torch.autograd.Function):
+    """Straight-through rounding: the backward is NOT the forward's derivative (zero)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.round(x * 4) / 4
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 1.5
+
+
+class Scale(torch.autograd.Function):
+    """Non-tensor arguments, attributes on ctx, needs_input_grad, set_materialize_grads."""
+
+    @staticmethod
+    def forward(ctx, x, y, alpha, name):
+        ctx.alpha = alpha
+        ctx.set_materialize_grads(True)
+        ctx.save_for_backward(y)
+        assert name == "scale"
+        return x * y * alpha
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        gx = g * y * ctx.alpha if ctx.needs_input_grad[0] else None
+        return gx, None, None, None
+
+
+class MulSetup(torch.autograd.Function):
+    """The setup_context style: forward without ctx."""
+
+    @staticmethod
+    def forward(x, y):
+        return x * y
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, y = inputs
+        ctx.save_for_backward(x, y)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * y, g * x
+
+
+class SortPair(torch.autograd.Function):
+    """Two outputs, one of them non-differentiable (indices)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        values, idx = x.sort(dim=-1)
+        ctx.mark_non_differentiable(idx)
+        ctx.save_for_backward(idx)
+        return values, idx
+
+    @staticmethod
+    def backward(ctx, g, _gidx):
+        (idx,) = ctx.saved_tensors
+        return torch.zeros_like(g).scatter(-1, idx, g)
+
+
+class Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x**3
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 3 * x * x
+
+
+class ItemBackward(torch.autograd.Function):
+    """A backward that reads data (cannot be traced at the ATen level)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 2 + float(x.sum().item() > 1e9)
+
+
+BACKENDS = ["eager", "aot_eager", "kiln"]
+
+
+def check(fn, *inputs, backend="eager", graphs=1, breaks=0, failures=0):
+    """Compiled vs eager: outputs, input gradients, graph and break counts."""
+    eager_in = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
+    comp_in = [t.detach().clone().requires_grad_(t.requires_grad) for t in inputs]
+    expected = fn(*eager_in)
+    kiln.reset()
+    compiled = kiln.compile(fn, backend=backend)
+    got = compiled(*comp_in)
+    assert_same(expected, got)
+    outs = [o for o in (expected if isinstance(expected, tuple) else (expected,))]
+    gots = [o for o in (got if isinstance(got, tuple) else (got,))]
+    loss_e = sum(o.float().sum() for o in outs if o.requires_grad)
+    if isinstance(loss_e, torch.Tensor):
+        loss_e.backward()
+        sum(o.float().sum() for o in gots if o.requires_grad).backward()
+        for a, b in zip(eager_in, comp_in):
+            assert_same(a.grad, b.grad, "grad")
+    stats = kiln.counters["stats"]
+    assert stats["graph_breaks"] == breaks, dict(kiln.counters["graph_breaks"])
+    assert stats["unique_graphs"] == graphs, dict(stats)
+    assert stats["backend_failures"] == failures, dict(stats)  # the ATen trace took it
+    return compiled
+
+
+def sin_after_mul(x):
+    return Sin.apply(x * 2) + 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_apply_is_one_node_in_one_graph(backend):
+    check(sin_after_mul, torch.randn(5, requires_grad=True), backend=backend)
+
+
+def test_graph_holds_one_apply_node_and_no_forward_ops():
+    backend = CountingBackend()
+    kiln.reset()
+    kiln.compile(sin_after_mul, backend=backend)(torch.randn(3, requires_grad=True))
+    (gm,) = backend.graphs
+    targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    applies = [t for t in targets if getattr(t, "autograd_function", None) is Sin]
+    assert len(applies) == 1 and torch.sin not in targets
+    assert "Sin_apply" in gm.code
+
+
+def ste(x):
+    return RoundSTE.apply(x.tanh()) * 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_user_backward_is_used_not_the_forward_derivative(backend):
+    x = torch.randn(6, requires_grad=True)
+    check(ste, x, backend=backend)
+    kiln.reset()
+    y = kiln.compile(ste, backend=backend)(x)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, 4.5 * (1 - x.detach().tanh() ** 2))
+
+
+def scale(x, y):
+    return Scale.apply(x + 1, y, 0.5, "scale") - 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_constant_arguments_ctx_attributes_needs_input_grad(backend):
+    check(scale, torch.randn(4, requires_grad=True), torch.randn(4), backend=backend)
+
+
+def mul_setup(x, y):
+    return MulSetup.apply(x.exp(), y) * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_setup_context_style(backend):
+    check(
+        mul_setup,
+        torch.randn(3, requires_grad=True),
+        torch.randn(3, requires_grad=True),
+        backend=backend,
+    )
+
+
+def sort_pair(x):
+    values, idx = SortPair.apply(x * 3)
+    return values * 2, idx + 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_outputs_one_non_differentiable(backend):
+    check(sort_pair, torch.randn(2, 5, requires_grad=True), backend=backend)
+
+
+def cube(x):
+    return Cube.apply(x - 1).sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_once_differentiable_backward(backend):
+    check(cube, torch.randn(4, requires_grad=True), backend=backend)
+
+
+def test_no_grad_input_gives_an_output_without_grad():
+    check(sin_after_mul, torch.randn(3))
+    with torch.no_grad():
+        check(sin_after_mul, torch.randn(3, requires_grad=True))
+
+
+class SinModule(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(Sin.apply(self.lin(x)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_apply_inside_a_module_forward(backend):
+    torch.manual_seed(0)
+    mod = SinModule()
+    x = torch.randn(2, 4)
+    expected = mod(x)
+    expected.sum().backward()
+    grads = [p.grad.clone() for p in mod.parameters()]
+    mod.zero_grad()
+    kiln.reset()
+    got = kiln.compile(mod, backend=backend)(x)
+    got.sum().backward()
+    assert_same(expected, got)
+    for g, p in zip(grads, mod.parameters()):
+        torch.testing.assert_close(p.grad, g)
+    assert kiln.counters["stats"]["unique_graphs"] == 1
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+
+
+cube_op = Cube.apply  # the usual alias of a library op
+
+
+def alias_call(x):
+    return cube_op(x) + Sin.apply(x)
+
+
+def test_apply_through_an_alias():
+    check(alias_call, torch.randn(3, requires_grad=True))
+
+
+LOG = []
+
+
+class Noisy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        LOG.append("forward")  # an effect outside ctx: the apply runs in Python
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def noisy(x):
+    return Noisy.apply(x + 1) + 1
+
+
+def test_forward_with_side_effects_breaks_at_apply():
+    LOG.clear()
+    check(noisy, torch.randn(3, requires_grad=True), graphs=2, breaks=1)
+    assert LOG == ["forward", "forward"]  # eager, then compiled (run once, in Python)
+
+
+class InPlace(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+def in_place(x):
+    y = x + 1
+    return InPlace.apply(y) + 1
+
+
+def test_mark_dirty_breaks_and_stays_right():
+    check(in_place, torch.randn(3, requires_grad=True), graphs=2, breaks=1)
+
+
+def item_backward(x):
+    return ItemBackward.apply(x.cos()) * 3
+
+
+def test_untraceable_backward_still_right_under_eager():
+    check(item_backward, torch.randn(3, requires_grad=True))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "kiln"])
+def test_untraceable_backward_falls_back_to_running_the_graph(backend):
+    """The joint trace reads `.item()` of a proxy: the backend fails, the graph runs eagerly."""
+    kiln_logger = logging.getLogger("kiln")
+    level = kiln_logger.level
+    kiln_logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            check(item_backward, torch.randn(3, requires_grad=True), backend=backend, failures=1)
+    finally:
+        kiln_logger.setLevel(level)
+
+
+def test_fullgraph_accepts_apply():
+    kiln.reset()
+    x = torch.randn(3, requires_grad=True)
+    got = kiln.compile(sin_after_mul, backend="eager", fullgraph=True)(x)
+    assert_same(sin_after_mul(x), got)
+
+
+@pytest.mark.parametrize("backend", ["eager", "kiln"])
+def test_changing_sizes_recompile_once_symbolic(backend):
+    kiln.reset()
+    compiled = kiln.compile(sort_pair, backend=backend)
+    for n in (3, 5, 7):
+        x = torch.randn(2, n, requires_grad=True)
+        got, expected = compiled(x), sort_pair(x)
+        assert_same(expected, got)
+        (g,) = torch.autograd.grad(got[0].sum(), x)
+        (ge,) = torch.autograd.grad(expected[0].sum(), x)
+        torch.testing.assert_close(g, ge)
+    assert kiln.counters["stats"]["unique_graphs"] == 2  # static, then one symbolic graph
