@@ -189,8 +189,8 @@ def anti_unify(gm_a, flat_a, gm_b, flat_b, dyn):
                 new.append(xb)
         if touched:
             rewrites[nb] = (new, sb)
-    if not rewrites:
-        return None
+    # (no rewrite: the graph computes every size that varied from its inputs, e.g. an inlined
+    # symbolic ahead-of-time backward; it serves the other sizes as it is)
     for p in dyn:
         if p not in varying:  # dynamic, but equal in both captures: baked in, so checked on hits
             equal.add(((p,), flat_b[p]))

@@ -33,8 +33,9 @@ import weakref
 
 import torch
 import torch.fx
+from torch.utils._python_dispatch import _pop_mode_temporarily
 
-from kiln.autograd.tracer import ProxyTensor, TraceMode, Tracer, fake_like
+from kiln.autograd.tracer import ProxyTensor, TraceMode, Tracer, fake_like, is_symbolic
 from kiln.compiled_autograd import hooks as H
 from kiln.compiled_autograd.collect import is_kiln_compiled_function, tensor_ident
 from kiln.exc import Unsupported
@@ -115,7 +116,7 @@ class Capture:
                 node = self.graph.call_function(operator.getitem, (self.ph["inputs"], i))
             self._top = node
             if name is not None:
-                node.name = self.graph._graph_namespace.create_name(name, node)
+                node._rename(name)
             node.meta["val"] = fake_like(self.g.inputs[i], node)
             node.meta["kiln_origin"] = "inputs"
             self.input_nodes[i] = node
@@ -192,20 +193,30 @@ class Capture:
             return None
         prefix = f"aot{self.aot_ids.setdefault(id(plan), len(self.aot_ids))}_"
 
+        symbolic = _is_symbolic_graph(bw_gm)
+
         def apply(*grads):
             self.set_origin(k)
             needs = node.needs_input_grad
             phs = [n for n in bw_gm.graph.nodes if n.op == "placeholder"]
             env = {}
             for j, i in enumerate(self.g.node_inputs[k]):
-                self.input(i, prefix + phs[j].name)
-                env[phs[j]] = self.input_nodes[i]
+                val = self.input(i, prefix + phs[j].name)
+                env[phs[j]] = val if symbolic else self.input_nodes[i]
+            # Note [Partitioner: saved sizes]: the last num_saved_sizes saved values are ints
+            # (the node's `kiln_sizes`, also in its cache sizes: collect.py)
+            first_size = plan.num_saved - plan.num_saved_sizes
+            for j, v in enumerate(node.kiln_sizes):
+                env[phs[first_size + j]] = v
             # (called by the engine inside the capture's TraceMode: these ops are recorded)
-            tangents, present = plan.tangents_from(grads)
+            tangents, present = plan.tangents_from(grads, node.kiln_shapes)
             for j, t in enumerate(tangents):
-                env[phs[plan.num_saved + j]] = t._node
+                env[phs[plan.num_saved + j]] = t if symbolic else t._node
             self.note_origin()
-            outs = self.copy_graph(bw_gm, env, prefix)
+            if symbolic:
+                outs = self.replay_graph(bw_gm, env, prefix)
+            else:
+                outs = self.copy_graph(bw_gm, env, prefix)
             result = [None] * len(needs)
             for i, gr in plan.input_grads(outs, present, needs):
                 result[i] = gr
@@ -232,6 +243,66 @@ class Capture:
             new.meta["val"] = _refake(val, new)
             env[n] = new
         return [env[o].meta["val"] if isinstance(o, torch.fx.Node) else o for o in out]
+
+    def replay_graph(self, gm, env, prefix):
+        """Run a symbolic backward graph's ops on this capture's proxies (placeholders bound by
+        env to proxies and ints); see Note [Compiled autograd: symbolic ahead-of-time backwards]."""
+        graph = self.graph
+        args_of = {}  # gm node -> this graph's argument for it (a node, or an int)
+        for ph, v in env.items():
+            args_of[ph] = v._node if isinstance(v, ProxyTensor) else v
+        for n in gm.graph.nodes:
+            if n.op == "placeholder":
+                continue
+            if n.op == "output":
+                return [env[o] if isinstance(o, torch.fx.Node) else o for o in n.args[0]]
+            if n.op != "call_function":
+                raise Unsupported(f"an ahead-of-time backward graph with a {n.op} node")
+            args, kwargs = torch.fx.node.map_arg((n.args, n.kwargs), lambda a: env[a])
+            t = n.target
+            if isinstance(t, torch._ops.OpOverload) and t is not torch.ops.aten.sym_size.int:
+                last = graph._root.prev
+                with _pop_mode_temporarily():  # recorded as this op (no C++ decomposition)
+                    env[n] = self.tracer.dispatch(t, args, kwargs)
+                new = last.next
+                while new is not graph._root and new.target is not t:
+                    new = new.next
+                if new is graph._root:
+                    raise Unsupported(f"{t} in an ahead-of-time backward graph was not recorded")
+                new._rename(prefix + n.name)
+                # sizes as the graph computes them (from its inputs), not this call's ints
+                new.args, new.kwargs = torch.fx.node.map_arg((n.args, n.kwargs), args_of.get)
+                out = env[n]
+                args_of[n] = out._node if isinstance(out, ProxyTensor) else new
+                continue
+            if t is operator.getitem and isinstance(args[0], (tuple, list)):
+                env[n] = out = args[0][args[1]]
+                args_of[n] = out._node if isinstance(out, ProxyTensor) else out
+                continue
+            if any(isinstance(a, torch.Tensor) and not isinstance(a, ProxyTensor) for a in args):
+                raise Unsupported(f"an ahead-of-time backward graph calls {t} on real tensors")
+            if any(isinstance(a, torch.Tensor) for a in kwargs.values()):
+                raise Unsupported(f"an ahead-of-time backward graph calls {t} on tensors")
+            # a size (sym_size.int, operator.*, sym_max): this call's int, and a node computing it
+            env[n] = value = (
+                args[0].shape[args[1]] if t is torch.ops.aten.sym_size.int else t(*args, **kwargs)
+            )
+            # (kept as a node even over ints: a saved size is an int argument that cache.py
+            # generalises, and what is computed from it must stay computed)
+            nargs, nkwargs = torch.fx.node.map_arg((n.args, n.kwargs), args_of.get)
+            if n.all_input_nodes:
+                if t is torch.ops.aten.sym_size.int:  # `x.size(d)`: a torch-level call
+                    size = graph.call_method("size", nargs)
+                    size._rename(prefix + n.name)
+                else:
+                    size = graph.create_node(
+                        "call_function", t, nargs, nkwargs, name=prefix + n.name
+                    )
+                size.meta["val"] = value
+                args_of[n] = size
+            else:
+                args_of[n] = value
+        raise Unsupported("an ahead-of-time backward graph without an output")
 
     def opaque_apply(self, k, node):
         """A custom autograd.Function backward kept as an opaque call (run for real later)."""
@@ -412,6 +483,26 @@ def _refake(val, node):
     if isinstance(val, (tuple, list)):
         return type(val)(_refake(v, None) for v in val)
     return val
+
+
+# Note [Compiled autograd: symbolic ahead-of-time backwards]
+# A CompiledFunction compiled with symbolic sizes has a backward graph whose vals have SymInt
+# sizes and whose size placeholders (its `kiln_sizes`) are ints at run time. Copying its nodes
+# would put those symbolic vals into this capture, whose sizes are concrete (the engine compares
+# them with its own metadata, and the key holds the concrete sizes); instead its ops are run
+# again on the capture's proxies, the sizes bound to this call's ints. The ints end up in op
+# arguments like a built-in node's, and a change is generalised the same way (cache.py); the
+# node's kiln_sizes are among its cache sizes, so they can explain the ints that vary.
+
+
+def _is_symbolic_graph(gm):
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            break
+        v = n.meta.get("val")
+        if isinstance(v, torch.SymInt) or (isinstance(v, torch.Tensor) and is_symbolic(v)):
+            return True
+    return False
 
 
 def _plan_of(cls):

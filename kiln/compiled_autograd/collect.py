@@ -253,6 +253,7 @@ def _collect_node(g, k, node):
                 if t is None:
                     raise Unsupported("a CompiledFunction saved None")
                 idxs.append(g.add_input(t, key, sizes))
+            sizes += node.kiln_sizes  # a symbolic plan's saved sizes (ints)
         else:
             if len(node.next_functions) != len(node.needs_input_grad):
                 raise Unsupported(f"{name}: a custom Function with non-tensor inputs")

@@ -18,6 +18,7 @@ import torch
 import torch.autograd.variable
 
 from kiln import logs
+from kiln.autograd.tracer import ProxyTensor
 from kiln.compiled_autograd import hooks as H
 from kiln.compiled_autograd.cache import CacheNode, Entry, anti_unify, lookup
 from kiln.compiled_autograd.capture import capture
@@ -73,7 +74,7 @@ class _Engine:
     ):
         args = (tensors, grad_tensors, keep_graph, create_graph, inputs, allow_unreachable)
         stack = _stack()
-        if not stack or getattr(_tls, "running", False):
+        if not stack or getattr(_tls, "running", False) or _traced(tensors):
             return _REAL.run_backward(*args, accumulate_grad)
         return _run(stack[-1], *args, accumulate_grad)
 
@@ -89,6 +90,12 @@ class _Engine:
 
 
 _ENGINE = _Engine()
+
+
+def _traced(tensors):
+    """Roots that are kiln's proxies: a trace differentiating (ahead-of-time autograd's joint
+    graph), not a user's backward; it runs in the real engine, recorded by the trace."""
+    return any(type(t) is ProxyTensor for t in tensors)
 
 
 @contextlib.contextmanager
