@@ -80,6 +80,11 @@ class SideEffects:
         hit = self.log.get(("attr", id(cell), "cell_contents"))  # stored by an inlined function
         return hit[1][2] if hit is not None else None
 
+    def record_call(self, key, fn_var, args, kwargs):
+        """A call replayed after the graph with these (constant) arguments, e.g. a logging call
+        (Note [Side effects: logging replayed after the graph])."""
+        self._record(key, "call", (fn_var, args, kwargs))
+
     def mutate_new_object(self, var):
         """An object made while tracing got an attribute: like a container mutation."""
         if var.serial < self.step_serial:
@@ -150,6 +155,20 @@ class SideEffects:
                     + emit.build_slice(2)
                     + emit.store_subscr()
                 )
+            elif kind == "call":
+                fn_var, args, kwargs = payload
+                f = _to_temp(cg, lambda fn_var=fn_var: cg.reconstruct(fn_var))
+                values = [
+                    _to_temp(cg, lambda a=a: cg.reconstruct(a)) for a in [*args, *kwargs.values()]
+                ]
+                code = emit.with_null(emit.load_fast(f))
+                for v in values:
+                    code += emit.load_fast(v)
+                if kwargs:
+                    code += emit.call_kw(len(values), tuple(kwargs))
+                else:
+                    code += emit.call(len(values))
+                stores.append(code + emit.pop_top())
             elif kind == "global":
                 v = _to_temp(cg, lambda payload=payload: cg.reconstruct(payload))
                 stores.append(emit.load_fast(v) + emit.store_global(key[1]))

@@ -94,6 +94,10 @@ def _kiln_special(value):
 
     if is_torch_disabled(value):
         return DisabledFunctionVariable(value)
+    from kiln.frontend.variables import logging_vars
+
+    if logging_vars.is_effect_function(value):  # warnings.warn, logging.warning ...
+        return logging_vars.EffectCallVariable(value.__name__, fn=value)
     return None
 
 

@@ -85,6 +85,7 @@ class UserDefinedClassVariable(PythonValueVariable):
     def reconstruct(self, cg):
         if self.source is not None:
             return super().reconstruct(cg)
+        _not_local(self.value)
         cg.load_object(self.value)
 
     def __repr__(self):
@@ -113,6 +114,12 @@ class UserDefinedObjectVariable(VariableTracker):
             unimplemented(f"attribute {name!r} of an object without a source")
         if self.value is os.environ and name in ("get", "__getitem__", "__contains__"):
             return EnvironReadVariable(self, name)
+        from kiln.frontend.variables import logging_vars
+
+        if logging_vars.is_logger(self.value):
+            method = logging_vars.logger_method(self, name)
+            if method is not None:
+                return method
         stored = tx.output.side_effects.load_attr(self, name)
         if stored is not None:
             return stored
@@ -337,6 +344,7 @@ class NewObjectVariable(VariableTracker):
     def reconstruct(self, cg):
         from kiln.bytecode import emit
 
+        _not_local(self.cls)
         cg.load_object(make_object, push_null=True)
         cg.load_object(self.cls)
         for k, v in self.attrs.items():
@@ -354,6 +362,14 @@ class NewObjectVariable(VariableTracker):
 
     def __repr__(self):
         return f"NewObjectVariable({self.cls.__name__})"
+
+
+def _not_local(cls):
+    """A class made while tracing is never rebuilt (Note [Classes: local classes])."""
+    from kiln.frontend.variables.classes import is_local_class
+
+    if is_local_class(cls):
+        unimplemented(f"{cls.__qualname__}, a class defined in the compiled frame, escapes")
 
 
 def _dict_method_owner(cls, name):

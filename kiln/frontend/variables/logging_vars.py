@@ -1,0 +1,154 @@
+"""Logging and warnings inside compiled code: recorded while tracing, replayed after the graph.
+
+Note [Side effects: logging replayed after the graph]
+`logger.warning(...)`, `logger.info(...)` (every level, and `logger.log`), Hugging Face's
+`logger.warning_once(...)` / `info_once` (an lru_cache-wrapped Logger method), the module-level
+`logging.warning(...)`... and `warnings.warn(...)` whose arguments are constants are not graph
+breaks: each call is recorded as an ordered side effect (SideEffects.record_call) and the
+transformed code makes the same call right after the graph, in program order with the other
+recorded effects (attribute stores, list mutations, other logging calls).
+
+Why moving the call after the graph is sound: a logging call observes no tensor data (its
+arguments are constants: strings, numbers, shapes of static tensors) and the graph observes
+nothing the call does (handlers write to streams and files, never to tensors). So the record
+(message, level, logger) is the same, and so is the order of the records among themselves and
+relative to every effect that runs in Python (each graph break replays the effects recorded
+before it). Whether a level is enabled, a filter, `warning_once`'s cache and the warnings
+registry are all decided by the real call at run time, as in eager.
+
+What differs: the record's caller. logging's findCaller and warnings' stacklevel look at the
+Python stack, which is now the transformed frame of the compiled function (its name and file,
+another line) instead of the line that made the call. And a record is emitted after the graph's
+work instead of before the tensor ops that follow it (an exception raised by the graph would
+come before the message instead of after it). Calls with a tensor or other non-constant argument,
+and calls inside a `try` block (the replay would be outside it), still break the graph.
+"""
+
+import itertools
+import logging
+import warnings
+
+from kiln.exc import unimplemented
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
+
+# Logger methods replayed after the graph (the *_once ones are Hugging Face's lru_cache'd ones).
+LOGGER_METHODS = frozenset(
+    (
+        "debug",
+        "info",
+        "warning",
+        "warn",
+        "error",
+        "critical",
+        "fatal",
+        "log",
+        "warning_once",
+        "info_once",
+    )
+)
+
+# Module-level functions replayed after the graph.
+EFFECT_FUNCTIONS = frozenset(
+    (
+        warnings.warn,
+        logging.debug,
+        logging.info,
+        logging.warning,
+        logging.warn,
+        logging.error,
+        logging.critical,
+        logging.fatal,
+        logging.log,
+    )
+)
+
+_serial = itertools.count()
+
+
+def is_logger(value):
+    return isinstance(value, (logging.Logger, logging.LoggerAdapter))
+
+
+def is_effect_function(value):
+    try:
+        return value in EFFECT_FUNCTIONS
+    except TypeError:
+        return False
+
+
+def replayable_argument(v):
+    """A constant the transformed code can load again: literals, classes, tuples of them."""
+    from kiln.frontend.variables.lists import TupleVariable
+
+    if isinstance(v, TupleVariable):
+        return all(replayable_argument(i) for i in v.items)
+    if not v.is_python_constant():
+        return False
+    value = v.as_python_constant()
+    return is_literal(value) or isinstance(value, type)
+
+
+class EffectCallVariable(VariableTracker):
+    """A logging method or warnings.warn: calling it records a call replayed after the graph
+    (Note [Side effects: logging replayed after the graph])."""
+
+    def __init__(self, what, *, obj=None, name=None, fn=None, **kw):
+        super().__init__(**kw)
+        self.what = what
+        self.obj = obj  # logger variable (a method), or None
+        self.name = name
+        self.fn = fn  # the function (module-level), or None
+
+    def call_function(self, tx, args, kwargs):
+        for a in [*args, *kwargs.values()]:
+            if not replayable_argument(a):
+                unimplemented(f"{self.what} with a non-constant argument {a}")
+        if _inside_try(tx):
+            unimplemented(f"{self.what} inside a try block (replayed outside it)")
+        tx.output.side_effects.record_call(("call", next(_serial)), self, list(args), kwargs)
+        return ConstantVariable(None)
+
+    def reconstruct(self, cg):
+        from kiln.bytecode import emit
+
+        if self.obj is not None:
+            cg.reconstruct(self.obj)
+            cg.extend(emit.load_attr(self.name))
+        elif self.source is not None:
+            self.source.reconstruct(cg)
+        else:
+            cg.load_object(self.fn)
+
+    def __repr__(self):
+        return f"EffectCallVariable({self.what})"
+
+
+def _inside_try(tx):
+    """Whether the call is inside a try block (of this frame or a caller) whose handler could
+    catch what the call raises (`warnings.warn` under an "error" filter)."""
+    t = tx
+    while t is not None:
+        inst = t.current_inst
+        entry = getattr(inst, "exn_tab_entry", None)
+        if entry is not None and not any(entry.target is h for h in t.with_handlers):
+            try:
+                if t.in_generator_handler(inst):
+                    entry = None
+                elif entry.target.opname != "PUSH_EXC_INFO" or t.only_reraises(entry.target):
+                    entry = None
+            except AttributeError:
+                pass  # (no way to tell: assume a handler)
+            if entry is not None:
+                return True
+        t = getattr(t, "parent", None)
+    return False
+
+
+def logger_method(obj_var, name):
+    """`logger.<name>` of a traced Logger/LoggerAdapter, or None when it is not replayed."""
+    if name not in LOGGER_METHODS or not hasattr(type(obj_var.value), name):
+        return None
+    if name in obj_var.value.__dict__:
+        return None  # an instance attribute shadows the method
+    return EffectCallVariable(f"logger.{name}", obj=obj_var, name=name)
