@@ -217,8 +217,12 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     kind = "branch" if branch is not None else inst.opname
     if kind == "LOAD_ATTR" and (inst.arg or 0) & 1 and not PY311:
         raise NoBreakHere("at a LOAD_ATTR of a method (it pushes one or two values)")
-    if kind not in ("branch", "FOR_ITER", "BEFORE_WITH") and kind not in _BREAKABLE_PUSHES:
+    if kind not in ("branch", "FOR_ITER", "BEFORE_WITH", "RAISE_VARARGS") and (
+        kind not in _BREAKABLE_PUSHES
+    ):
         raise NoBreakHere(f"at {inst.opname}")
+    if kind == "RAISE_VARARGS" and (withs or inst.arg == 0):
+        raise NoBreakHere("a raise inside a with block, or a bare raise")
     if kind == "FOR_ITER" and withs:
         raise NoBreakHere("FOR_ITER inside a with block")
     if output.side_effects.version != e.root_effects_version:
@@ -343,6 +347,10 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
             call_resume(_for_iter_resume_index(base_inst), layout[:-1])
         elif kind == "BEFORE_WITH":
             call_resume(base_index, layout)
+        elif kind == "RAISE_VARARGS":
+            # an exception leaving the frame (Note [Blocks: exceptions while tracing]): Python
+            # raises it; nothing follows
+            _run_instruction(body, inst, e)
         else:
             _run_instruction(body, inst, e)
             depth = len(stack) + _stack_effect(inst)

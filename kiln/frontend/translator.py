@@ -11,7 +11,6 @@ only version with torch here); the 3.12/3.13 handlers follow the `dis` documenta
 """
 
 import builtins
-import contextlib
 import inspect
 import linecache
 import operator
@@ -21,6 +20,7 @@ import torch
 
 from kiln.bytecode import decode as bytecode_decode
 from kiln.exc import Unsupported, unimplemented
+from kiln.frontend.blocks import BlockStackMixin
 from kiln.frontend.source import GlobalSource, LocalSource
 from kiln.frontend.variables.base import VariableTracker, next_serial
 from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
@@ -33,6 +33,7 @@ from kiln.frontend.variables.builtin import (
 )
 from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.exceptions import ObservedException
 from kiln.frontend.variables.functions import NestedUserFunctionVariable
 from kiln.frontend.variables.lists import (
     BaseListVariable,
@@ -104,7 +105,7 @@ def user_location(code, lineno):
     return f"{code.co_filename}:{lineno}: {text}"
 
 
-class InstructionTranslatorBase:
+class InstructionTranslatorBase(BlockStackMixin):
     """The stack machine shared by the root frame and inlined calls."""
 
     def __init__(self, output, code, f_globals, symbolic_locals, closure, inline_depth):
@@ -124,7 +125,8 @@ class InstructionTranslatorBase:
         self.is_root = False
         self.with_handlers = []  # cleanup handlers of the traced `with` blocks now open
         self._handler_kinds = {}
-        self.catch_region = None  # (graph checkpoint, side-effect version) inside try/except
+        self.exc_info = None  # the exception an except/finally handler of this frame handles
+        self.catch_region = None  # graph checkpoint where a try block that may catch began
 
     # --- the loop -------------------------------------------------------------------------------
     def run_loop(self):
@@ -146,106 +148,16 @@ class InstructionTranslatorBase:
             try:
                 if handler is None:
                     unimplemented(f"opcode {inst.opname} is not supported")
-                self.check_catch_region(inst)
-                handler(inst)
+                self.note_handlers(inst)
+                try:
+                    handler(inst)
+                except ObservedException as exc:
+                    self.unwind(exc)  # Note [Blocks: exceptions while tracing]
             except _Stop:
                 return
             except Unsupported as e:
                 self._annotate(e)
                 raise
-
-    def check_catch_region(self, inst):
-        """Note [Translator: try/except]: code under a handler that may catch is traced only while
-        it records nothing (no graph op, no side effect): then nothing can raise at run time and
-        the handler is never needed. Otherwise the frame stays in Python (no resume either)."""
-        entry = inst.exn_tab_entry
-        catching = (
-            entry is not None
-            and not self.in_generator_handler(inst)
-            and not any(entry.target is h for h in self.with_handlers)
-            and not self.prologue_with_handler(entry)
-            and not self.only_reraises(entry.target)
-        )
-        region = self.catch_region
-        if region is not None:
-            checkpoint, version = region
-            if self.output.last_node() is not checkpoint or (
-                self.output.side_effects.version != version
-            ):
-                e = Unsupported("a tensor op or side effect inside a try/except block")
-                e.no_resume = True
-                raise e
-        if catching:
-            if region is None:
-                self.catch_region = (self.output.last_node(), self.output.side_effects.version)
-        else:
-            self.catch_region = None
-
-    def prologue_with_handler(self, entry):
-        """Whether `entry` is the cleanup of a with block a resume function's prologue entered
-        (its exit slot is the entry's depth - 1); it is then recorded as that block's handler."""
-        from kiln.frontend.variables.misc import WithExitVariable
-
-        target = entry.target
-        i = target.index
-        if not (
-            target.opname == "PUSH_EXC_INFO"
-            and i + 1 < len(self.instructions)
-            and self.instructions[i + 1].opname == "WITH_EXCEPT_START"
-        ):
-            return False
-        p = entry.depth - 1
-        if 0 <= p < len(self.stack):
-            v = self.stack[p]
-            if isinstance(v, WithExitVariable) and v.handler is None and v.slot == p:
-                v.handler = target
-                self.with_handlers.append(target)
-                return True
-        return False
-
-    def only_reraises(self, handler):
-        """Whether an exception handler always re-raises (a `finally` block, a cleanup).
-
-        Note [Translator: try/finally]
-        The normal path of a try/finally is traced (Python compiles the finally body inline on
-        it). If the graph raises at run time, the exception propagates as in eager, but without
-        the finally body, and without the frame's replayed side effects: the state is left as
-        before the call. Handlers that can catch (except clauses, `with` exits) are not traced.
-        """
-        cached = self._handler_kinds.get(id(handler))
-        if cached is not None:
-            return cached
-        # every normal-flow path from the handler must end in RERAISE
-        result = True
-        todo, seen = [handler.index], set()
-        while todo and result:
-            i = todo.pop()
-            if i in seen or i >= len(self.instructions) or len(seen) > 1000:
-                result = result and i in seen
-                continue
-            seen.add(i)
-            inst = self.instructions[i]
-            name = inst.opname
-            if name == "RERAISE":
-                continue
-            if name in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH", "WITH_EXCEPT_START", "POP_EXCEPT"):
-                result = False  # can catch, or leaves the handler normally
-            elif name in ("RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "YIELD_VALUE"):
-                result = False
-            else:
-                if inst.target_index is not None:
-                    todo.append(inst.target_index)
-                if not inst.is_unconditional_jump:
-                    todo.append(i + 1)
-        self._handler_kinds[id(handler)] = result
-        return result
-
-    def in_generator_handler(self, inst):
-        """3.12+: the implicit handler around a generator's body (StopIteration -> error)."""
-        if not (self.code.co_flags & inspect.CO_GENERATOR):
-            return False
-        target = inst.exn_tab_entry.target
-        return target is not None and target.opname == "CALL_INTRINSIC_1"
 
     def _annotate(self, e):
         frames = getattr(e, "frames", None)
@@ -981,62 +893,6 @@ class InstructionTranslatorBase:
         self.push(ConstantVariable(inst.argval))
         self.RETURN_VALUE(inst)
 
-    # --- unsupported for now (side effects, exceptions, context managers: the next issue) -----
-    def RAISE_VARARGS(self, inst):
-        unimplemented("raise inside the compiled frame")
-
-    def LOAD_ASSERTION_ERROR(self, inst):
-        unimplemented("assert statement")
-
-    def BEFORE_WITH(self, inst):
-        from kiln.frontend.source import AttrSource
-        from kiln.frontend.variables.misc import (
-            GradModeVariable,
-            NullContextVariable,
-            WithExitVariable,
-        )
-        from kiln.frontend.variables.user_defined import UserDefinedObjectVariable
-
-        cm = self.pop()
-        if isinstance(cm, UserDefinedObjectVariable) and type(cm.value) in (
-            torch.no_grad,
-            torch.enable_grad,
-        ):
-            # a grad-mode manager passed in (a resume function re-entering a with block):
-            # its type is guarded, and its enter/exit only set and restore the mode
-            cm = GradModeVariable(type(cm.value) is torch.enable_grad, type(cm.value))
-        elif isinstance(cm, UserDefinedObjectVariable) and type(cm.value) is contextlib.nullcontext:
-            result = wrap_value(self, cm.value.enter_result, AttrSource(cm.source, "enter_result"))
-            cm = NullContextVariable(result)
-        if not isinstance(cm, (GradModeVariable, NullContextVariable)):
-            unimplemented(f"with statement over {cm} (context manager)")
-        nxt = self.instructions[self.ip]
-        exit_var = WithExitVariable(cm)
-        exit_var.before_inst = inst
-        exit_var.slot = len(self.stack)
-        if nxt.exn_tab_entry is None:
-            from kiln.frontend.resume import origin
-
-            found = origin(self.code)
-            if found is None or inst.index in found[1]:
-                unimplemented("with statement without a cleanup handler")
-            # a resume function's prologue (Note [Graph breaks: with blocks]): the cleanup
-            # handler is found in the copied body (check_catch_region)
-            exit_var.handler = None
-            exit_var.before_inst = None
-        else:
-            exit_var.handler = nxt.exn_tab_entry.target
-            self.with_handlers.append(exit_var.handler)
-        self.push(exit_var)
-        self.push(cm.enter(self))
-
-    def exit_with(self, exit_var):
-        if self.with_handlers and self.with_handlers[-1] is exit_var.handler:
-            self.with_handlers.pop()
-
-    def PUSH_EXC_INFO(self, inst):
-        unimplemented("exception handling")
-
     def IMPORT_NAME(self, inst):
         """`import a.b` / `from a import b` of a module that is already imported (no effect)."""
         fromlist = self.pop().as_python_constant()
@@ -1083,6 +939,7 @@ class InliningTranslator(InstructionTranslatorBase):
         self.parent = parent
         self.fn = fn
         self.is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
+        self.suspendable = False  # stop at each yield (GeneratorContextVariable)
         self.generated = []
 
     def run_inline(self):
@@ -1108,6 +965,10 @@ class InliningTranslator(InstructionTranslatorBase):
         self.push(ConstantVariable(None))
 
     def YIELD_VALUE(self, inst):
+        if self.suspendable:  # a contextmanager's generator: stops here, resumed later
+            from kiln.frontend.variables.misc import _Yielded
+
+            raise _Yielded(self.pop())
         self.generated.append(self.pop())
         self.push(ConstantVariable(None))
 
@@ -1144,6 +1005,13 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def _annotate(self, e):
         super()._annotate(e)
+        from kiln.frontend.variables.misc import WithExitVariable
+
+        if any(
+            isinstance(v, WithExitVariable) and not getattr(v.cm, "resumable", True)
+            for v in self.stack_before
+        ):
+            e.no_resume = True  # Note [Blocks: context managers]
         if getattr(e, "root_tx", None) is not self:
             # What the graph-break path (resume functions) needs: where, and the live state.
             # The outermost root frame annotates last and wins.

@@ -64,8 +64,8 @@ def calls_numpy(x):
         (mutates_input_list, ([torch.randn(2)],), 1, 1, 0),  # replayed side effect
         # grad-mode `with` blocks are traced into the graph
         (with_block, (torch.randn(2),), 1, 1, 0),
-        # the resume function itself cannot be traced (raise): it runs eagerly
-        (raises, (torch.randn(2),), 0, 1, 2),
+        # an exception leaving the frame: a break at the raise, which Python runs
+        (raises, (torch.randn(2),), 0, 1, 1),
         # an already-imported module is imported while tracing; numpy runs in Python (2 breaks)
         (calls_numpy, (torch.randn(2),), 0, 3, 2),
     ],

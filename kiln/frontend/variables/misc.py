@@ -345,5 +345,212 @@ class WithExitVariable(VariableTracker):
         tx.exit_with(self)
         return self.cm.exit(tx)
 
+    def exit_exception(self, tx, exc):
+        """__exit__(type(exc), exc, tb) of a with block an exception leaves: whether it is
+        suppressed (WITH_EXCEPT_START)."""
+        tx.exit_with(self)
+        exit_exception = getattr(self.cm, "exit_exception", None)
+        if exit_exception is None:  # grad mode, nullcontext: restore, never suppress
+            self.cm.exit(tx)
+            return ConstantVariable(False)
+        return exit_exception(tx, exc)
+
+
+# Note [Blocks: context managers]
+# BEFORE_WITH traces these managers (context_manager()): grad-mode managers and nullcontext
+# (entering/leaving only sets state; a graph break inside their block leaves and re-enters them,
+# Note [Graph breaks: with blocks]); contextlib.suppress; user classes whose __enter__/__exit__
+# are Python functions (inlined, the exception path too: __exit__(type, exc, None) decides
+# whether the exception is suppressed); contextlib.contextmanager generators (run up to their
+# yield on enter, resumed on exit, the exception thrown in at the yield on an exceptional exit).
+# A graph break inside the block of one of the last three cannot be placed (their enter/exit
+# are user code that must run exactly once each): the frame runs eagerly (`resumable` False).
+# Any other manager (C __enter__/__exit__: threading.Lock, RLock, files...) is a graph break at
+# BEFORE_WITH: the graph so far runs, and a resume function runs the with statement itself, in
+# Python. Tracing lock.acquire()/release() as replayed side effects would not be sound: the
+# graph's in-place tensor updates inside the block would run before the lock is taken.
+
+
+def context_manager(tx, cm):
+    """The traced manager BEFORE_WITH enters (Note [Blocks: context managers]), or a break."""
+    import contextlib
+    import inspect
+    import types
+
+    import torch
+
+    from kiln.frontend.source import AttrSource
+    from kiln.frontend.variables.builder import wrap_value
+    from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
+
+    if isinstance(cm, UserDefinedObjectVariable) and type(cm.value) in (
+        torch.no_grad,
+        torch.enable_grad,
+    ):
+        # a grad-mode manager passed in (a resume function re-entering a with block): its type
+        # is guarded, and its enter/exit only set and restore the mode
+        return GradModeVariable(type(cm.value) is torch.enable_grad, type(cm.value))
+    if isinstance(cm, UserDefinedObjectVariable) and type(cm.value) is contextlib.nullcontext:
+        result = wrap_value(tx, cm.value.enter_result, AttrSource(cm.source, "enter_result"))
+        return NullContextVariable(result)
+    if isinstance(cm, (GradModeVariable, NullContextVariable, SuppressVariable)):
+        return cm
+    if isinstance(cm, GeneratorContextVariable):
+        return cm
+    if isinstance(cm, (NewObjectVariable, UserDefinedObjectVariable)):
+        cls = cm.python_type()
+        enter = inspect.getattr_static(cls, "__enter__", None)
+        exit_ = inspect.getattr_static(cls, "__exit__", None)
+        if isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType):
+            return UserContextVariable(cm)
+    unimplemented(f"with statement over {cm} (context manager)")
+
+
+class UserContextVariable(VariableTracker):
+    """A user object whose __enter__/__exit__ are Python functions: both are inlined."""
+
+    resumable = False
+
+    def __init__(self, obj, **kw):
+        super().__init__(**kw)
+        self.obj = obj
+
+    def enter(self, tx):
+        return self.obj.call_method(tx, "__enter__", [], {})
+
+    def exit(self, tx):
+        none = ConstantVariable(None)
+        return self.obj.call_method(tx, "__exit__", [none, none, none], {})
+
+    def exit_exception(self, tx, exc):
+        from kiln.frontend.variables.builder import wrap_constant_like
+
+        cls = wrap_constant_like(tx, exc.cls)
+        return self.obj.call_method(tx, "__exit__", [cls, exc, ConstantVariable(None)], {})
+
+
+class SuppressVariable(VariableTracker):
+    """`contextlib.suppress(*types)`: an exception of one of the types leaving the block is
+    swallowed."""
+
+    resumable = False
+
+    def __init__(self, types, **kw):
+        super().__init__(**kw)
+        self.types = types
+
+    def python_type(self):
+        import contextlib
+
+        return contextlib.suppress
+
+    def enter(self, tx):
+        return ConstantVariable(None)
+
+    def exit(self, tx):
+        return ConstantVariable(None)
+
+    def exit_exception(self, tx, exc):
+        return ConstantVariable(issubclass(exc.cls, self.types))
+
+
+class _Yielded(Exception):
+    """A suspendable generator translator reached a yield."""
+
+    def __init__(self, value):
+        super().__init__()
+        self.value = value
+
+
+class GeneratorContextVariable(VariableTracker):
+    """`@contextlib.contextmanager` called while tracing: the generator runs to its yield on
+    enter and on from there on exit (Note [Blocks: context managers])."""
+
+    resumable = False
+
+    def __init__(self, fn, args, kwargs, **kw):
+        super().__init__(**kw)
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.gen = None
+
+    def python_type(self):
+        import contextlib
+
+        return contextlib._GeneratorContextManager
+
+    def enter(self, tx):
+        from kiln.frontend.translator import InliningTranslator
+        from kiln.frontend.variables.functions import UserFunctionVariable, bind_args
+
+        fn_var = self.fn
+        if not isinstance(fn_var, UserFunctionVariable) or type(fn_var) is not (
+            UserFunctionVariable
+        ):
+            unimplemented(f"contextmanager over {fn_var}")
+        fn = fn_var.fn
+        if fn.__code__.co_freevars or self.gen is not None:
+            unimplemented(f"contextmanager {fn.__qualname__} (closure, or entered twice)")
+        local_vars = bind_args(tx, fn, self.args, self.kwargs, fn_var.source)
+        self.gen = InliningTranslator(tx, fn, fn.__code__, local_vars, {})
+        self.gen.suspendable = True
+        value = self._resume(None)
+        if value is None:
+            unimplemented(f"contextmanager {fn.__qualname__} did not yield (RuntimeError)")
+        return value
+
+    def _resume(self, exc):
+        """Run the generator on to its next yield (its value) or its end (None); `exc` is thrown
+        in at the yield."""
+        gen = self.gen
+        try:
+            if exc is not None:
+                gen.unwind(exc)
+            elif gen.current_inst is not None and gen.current_inst.opname == "YIELD_VALUE":
+                gen.push(ConstantVariable(None))
+            gen.run_loop()
+        except _Yielded as y:
+            return y.value
+        return None
+
+    def exit(self, tx):
+        if self._resume(None) is not None:
+            unimplemented("contextmanager generator yielded twice (RuntimeError)")
+        return ConstantVariable(False)
+
+    def exit_exception(self, tx, exc):
+        from kiln.frontend.variables.exceptions import ObservedException
+
+        try:
+            if self._resume(ObservedException(exc)) is not None:
+                unimplemented("contextmanager generator yielded twice (RuntimeError)")
+        except ObservedException as raised:
+            if raised.var is exc:
+                return ConstantVariable(False)  # the generator let it through
+            raise
+        return ConstantVariable(True)  # caught inside the generator: suppressed
+
+
+def special_instance(tx, cls, args, kwargs):
+    """Instances of exception classes and of contextlib's managers made while tracing, or None."""
+    import contextlib
+
+    if issubclass(cls, BaseException):
+        from kiln.frontend.variables.exceptions import make_exception
+
+        return make_exception(tx, cls, args, kwargs)
+    if cls is contextlib.suppress and not kwargs:
+        types = tuple(a.as_python_constant() for a in args)
+        if not all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
+            unimplemented("contextlib.suppress of non-exception types")
+        return SuppressVariable(types)
+    if cls is contextlib._GeneratorContextManager and len(args) == 3 and not kwargs:
+        fn, fargs, fkwargs = args
+        return GeneratorContextVariable(
+            fn, fargs.unpack_var_sequence(tx), dict(getattr(fkwargs, "items", {}))
+        )
+    return None
+
 
 __all__ = ["ConstantVariable"]

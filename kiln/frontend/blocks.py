@@ -1,0 +1,396 @@
+"""The translator's block stack: exceptions (raise, try/except/finally), `with`, local classes.
+
+A mixin of InstructionTranslatorBase: the opcode handlers that open, leave and unwind blocks.
+
+    def f(x):                          RAISE_VARARGS 1      -> ObservedException(ValueError('a'))
+        try:                           (exception table)    -> unwind: stack to the entry's
+            raise ValueError("a")                              depth, push the exception, jump
+        except ValueError:             PUSH_EXC_INFO, CHECK_EXC_MATCH, POP_EXCEPT: traced as
+            x = x + 1                  Python runs them; the graph holds x + 1, nothing else
+        return x
+
+Note [Blocks: exceptions while tracing]
+An exception that traced code raises (RAISE_VARARGS, a failed CHECK_EXC_MATCH's RERAISE, a
+modelled builtin, an inlined callee) is an `ObservedException` holding an ExceptionVariable.
+The translator that was running the instruction unwinds with the 3.11+ exception table exactly as
+CPython does: the entry covering the instruction gives the handler, the stack depth to cut back
+to and whether to push the instruction's offset (`lasti`); no entry: the exception leaves the
+frame, i.e. propagates out of `run_loop` into the caller's CALL, which unwinds in turn. So an
+inlined callee that raises is caught by its caller's `except`, and the caller's graph goes on.
+If the exception leaves the root frame, the frame raises it: a graph break at the instruction that
+raised (the graph so far runs, the side effects are replayed, then Python runs the `raise` or the
+call again and raises the real exception), or, where no break can be placed (inside an except or
+finally handler, a RERAISE), the whole frame runs eagerly. Either way eager Python raises it.
+Exceptions raised by torch ops on meta tensors (shape errors) are not modelled: they are breaks,
+and a break inside a try block runs the frame eagerly, so its handler runs as in eager.
+
+Note [Blocks: ops inside try blocks]
+Code inside a try block is traced like any other code: when nothing raises while tracing, the
+handler is never taken, and the graph holds the try body. The graph can still raise at run time
+only where eager raises for a reason tracing could not see (data-dependent indexing errors, out
+of memory); such an error then propagates out of the compiled frame without running the except
+handler or finally body (the frame's side effects are not replayed either). TorchDynamo makes
+the same choice. A graph break inside a try/except block cannot be placed (the handler would be
+lost): the frame runs eagerly (codegen._check_handlers).
+"""
+
+import builtins
+import inspect
+import sys
+from types import ModuleType
+
+from kiln.exc import Unsupported, unimplemented
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.exceptions import (
+    ExceptionVariable,
+    ObservedException,
+    make_exception,
+)
+
+PY311 = sys.version_info[:2] == (3, 11)
+
+
+class BlockStackMixin:
+    """Opcode handlers of try/except/finally, with, raise and class statements."""
+
+    # --- the exception table ----------------------------------------------------------------
+    def note_handlers(self, inst):
+        """Record the cleanup of a with block a resume function's prologue entered; check the
+        ops of a try block whose handler may catch their run-time errors."""
+        entry = inst.exn_tab_entry
+        if (
+            entry is not None
+            and not any(entry.target is h for h in self.with_handlers)
+            and not self.in_generator_handler(inst)
+        ):
+            self.prologue_with_handler(entry)
+        region = self.catch_region
+        if region is not None:
+            new = []
+            for node in reversed(self.output.graph.nodes):
+                if node is region:
+                    break
+                new.append(node)
+            risky = [n for n in new if may_raise_at_run_time(n)]
+            if risky:
+                e = Unsupported(
+                    f"{risky[-1].target} inside a try block whose handler may catch its "
+                    "run-time errors"
+                )
+                e.no_resume = self.is_root  # an inlined callee: it runs as its own frame
+                raise e
+        catching = entry is not None and self.handler_catches_torch_errors(entry.target)
+        self.catch_region = self.output.last_node() if catching else None
+        if catching and self.catch_region is None:
+            self.catch_region = _EMPTY
+
+    def handler_catches_torch_errors(self, target):
+        """Note [Blocks: ops inside try blocks]: whether the handler at `target` may catch what
+        a graph op raises at run time (RuntimeError, IndexError, ValueError and their bases)."""
+        from kiln.frontend.variables.misc import SuppressVariable, WithExitVariable
+
+        for v in self.stack:
+            if isinstance(v, WithExitVariable) and v.handler is target:
+                return isinstance(v.cm, SuppressVariable) and _catches_torch_errors(v.cm.types)
+        if target.opname != "PUSH_EXC_INFO" or self.only_reraises(target):
+            return False  # a cleanup that re-raises, a finally block
+        key = ("catches", id(target))
+        cached = self._handler_kinds.get(key)
+        if cached is None:
+            types = self._except_types(target)
+            cached = self._handler_kinds[key] = types is None or _catches_torch_errors(types)
+        return cached
+
+    def _except_types(self, target):
+        """The classes the except clauses of a handler name, read statically; None if unknown
+        (a bare except, an expression kiln does not evaluate)."""
+        insts = self.instructions
+        i = target.index + 1
+        found = []
+        while i < len(insts):
+            stack = []
+            while insts[i].opname != "CHECK_EXC_MATCH":
+                inst = insts[i]
+                name = inst.opname
+                if name in ("LOAD_GLOBAL", "LOAD_NAME"):
+                    g = self.f_globals
+                    b = g.get("__builtins__", builtins)
+                    b = b if isinstance(b, dict) else vars(b)
+                    if inst.argval not in g and inst.argval not in b:
+                        return None
+                    stack.append(g[inst.argval] if inst.argval in g else b[inst.argval])
+                elif name == "LOAD_ATTR" and stack and isinstance(stack[-1], (type, ModuleType)):
+                    stack.append(getattr(stack.pop(), inst.argval, None))
+                elif name == "BUILD_TUPLE" and len(stack) >= inst.arg:
+                    stack[len(stack) - inst.arg :] = [tuple(stack[len(stack) - inst.arg :])]
+                elif name not in ("PUSH_NULL", "NOP"):
+                    return None
+                i += 1
+            if len(stack) != 1:
+                return None
+            found.extend(stack[0] if isinstance(stack[0], tuple) else stack)
+            jump = insts[i + 1]
+            if jump.target_index is None:
+                return None
+            i = jump.target_index  # the next clause, or the RERAISE after the last
+            if insts[i].opname == "RERAISE":
+                break
+        if not all(isinstance(t, type) for t in found):
+            return None
+        return tuple(found)
+
+    def unwind(self, exc):
+        """Note [Blocks: exceptions while tracing]: jump to the handler of the instruction that
+        raised, or let the exception leave the frame (re-raised)."""
+        inst = self.current_inst
+        entry = inst.exn_tab_entry
+        if entry is None or self.in_generator_handler(inst):
+            if getattr(self, "is_generator", False) and not getattr(self, "suspendable", False):
+                # Note [Generators: eager consumption]: eager Python would raise it later, at
+                # the consumer's next()
+                unimplemented(f"{exc.var.cls.__name__} raised inside a generator")
+            if self.is_root:
+                self.escape(exc)
+            raise exc
+        del self.stack[entry.depth :]
+        if entry.lasti:
+            self.push(ConstantVariable(inst.offset))
+        self.push(exc.var)
+        self.ip = entry.target.index
+
+    def escape(self, exc):
+        """An exception leaves the root frame: a break where Python raises it again."""
+        e = Unsupported(f"{exc.var.cls.__name__} raised and not caught in the compiled frame")
+        if self.exc_info is not None or self.current_inst.opname == "RERAISE":
+            e.no_resume = True  # inside a handler: the live exception cannot be rebuilt
+        raise e
+
+    def current_exception(self):
+        """What sys.exc_info() would give: the innermost handled exception (or None)."""
+        tx = self
+        while tx is not None:
+            if tx.exc_info is not None:
+                return tx.exc_info
+            tx = getattr(tx, "parent", None)
+        return None
+
+    def prologue_with_handler(self, entry):
+        """Whether `entry` is the cleanup of a with block a resume function's prologue entered
+        (its exit slot is the entry's depth - 1); it is then recorded as that block's handler."""
+        from kiln.frontend.variables.misc import WithExitVariable
+
+        target = entry.target
+        i = target.index
+        if not (
+            target.opname == "PUSH_EXC_INFO"
+            and i + 1 < len(self.instructions)
+            and self.instructions[i + 1].opname == "WITH_EXCEPT_START"
+        ):
+            return False
+        p = entry.depth - 1
+        if 0 <= p < len(self.stack):
+            v = self.stack[p]
+            if isinstance(v, WithExitVariable) and v.handler is None and v.slot == p:
+                v.handler = target
+                self.with_handlers.append(target)
+                return True
+        return False
+
+    def only_reraises(self, handler):
+        """Whether an exception handler always re-raises (a `finally` block, a cleanup).
+
+        Note [Translator: try/finally]
+        The normal path of a try/finally is traced (Python compiles the finally body inline on
+        it). If the graph raises at run time, the exception propagates as in eager, but without
+        the finally body, and without the frame's replayed side effects: the state is left as
+        before the call (Note [Blocks: ops inside try blocks]). A graph break inside it is
+        placed: the resume function keeps the try/finally (Note [Resume: layout]).
+        """
+        cached = self._handler_kinds.get(id(handler))
+        if cached is not None:
+            return cached
+        # every normal-flow path from the handler must end in RERAISE
+        result = True
+        todo, seen = [handler.index], set()
+        while todo and result:
+            i = todo.pop()
+            if i in seen or i >= len(self.instructions) or len(seen) > 1000:
+                result = result and i in seen
+                continue
+            seen.add(i)
+            inst = self.instructions[i]
+            name = inst.opname
+            if name == "RERAISE":
+                continue
+            if name in ("CHECK_EXC_MATCH", "CHECK_EG_MATCH", "WITH_EXCEPT_START", "POP_EXCEPT"):
+                result = False  # can catch, or leaves the handler normally
+            elif name in ("RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "YIELD_VALUE"):
+                result = False
+            else:
+                if inst.target_index is not None:
+                    todo.append(inst.target_index)
+                if not inst.is_unconditional_jump:
+                    todo.append(i + 1)
+        self._handler_kinds[id(handler)] = result
+        return result
+
+    def in_generator_handler(self, inst):
+        """3.12+: the implicit handler around a generator's body (StopIteration -> error)."""
+        if not (self.code.co_flags & inspect.CO_GENERATOR):
+            return False
+        target = inst.exn_tab_entry.target
+        return target is not None and target.opname == "CALL_INTRINSIC_1"
+
+    # --- raise and except -----------------------------------------------------------------------
+    def RAISE_VARARGS(self, inst):
+        if inst.arg == 0:
+            exc = self.current_exception()
+            if exc is None:
+                unimplemented("bare raise with no active exception (RuntimeError)")
+            raise ObservedException(exc)
+        cause = self.pop() if inst.arg == 2 else None
+        exc = self.as_exception(self.pop())
+        if cause is not None:
+            cause = (
+                None
+                if cause.is_python_constant() and cause.as_python_constant() is None
+                else (self.as_exception(cause))
+            )
+            exc.attrs["__cause__"] = cause if cause is not None else ConstantVariable(None)
+            exc.attrs["__suppress_context__"] = ConstantVariable(True)
+        context = self.current_exception()
+        if context is not None and context is not exc:
+            exc.attrs["__context__"] = context
+        raise ObservedException(exc)
+
+    def as_exception(self, v):
+        """The exception a `raise v` raises: an instance, or a class called with no arguments."""
+        if isinstance(v, ExceptionVariable):
+            return v
+        if v.is_python_constant():
+            value = v.as_python_constant()
+            if isinstance(value, type) and issubclass(value, BaseException):
+                return make_exception(self, value, [], {})
+        unimplemented(f"raise of {v}")
+
+    def LOAD_ASSERTION_ERROR(self, inst):
+        from kiln.frontend.variables.user_defined import UserDefinedClassVariable
+
+        self.push(UserDefinedClassVariable(AssertionError))
+
+    def PUSH_EXC_INFO(self, inst):
+        exc = self.pop()
+        prev = self.exc_info
+        self.push(prev if prev is not None else ConstantVariable(None))
+        self.exc_info = exc
+        self.push(exc)
+
+    def POP_EXCEPT(self, inst):
+        prev = self.pop()
+        self.exc_info = None if isinstance(prev, ConstantVariable) else prev
+
+    def CHECK_EXC_MATCH(self, inst):
+        cls = self.pop()
+        exc = self.stack[-1]
+        if not cls.is_python_constant():
+            unimplemented(f"except clause over {cls}")
+        types = cls.as_python_constant()
+        for t in types if isinstance(types, tuple) else (types,):
+            if not (isinstance(t, type) and issubclass(t, BaseException)):
+                unimplemented(f"except clause over {t!r} (Python raises TypeError)")
+        self.push(ConstantVariable(issubclass(exc.python_type(), types)))
+
+    def CHECK_EG_MATCH(self, inst):
+        unimplemented("except* (exception groups)")
+
+    def RERAISE(self, inst):
+        exc = self.pop()
+        if not isinstance(exc, ExceptionVariable):
+            unimplemented(f"RERAISE of {exc}")
+        raise ObservedException(exc)
+
+    # --- with -----------------------------------------------------------------------------------
+    def BEFORE_WITH(self, inst):
+        """Note [Blocks: context managers]: which managers are traced (and which break)."""
+        from kiln.frontend.variables.misc import WithExitVariable, context_manager
+
+        cm = context_manager(self, self.pop())
+        nxt = self.instructions[self.ip]
+        exit_var = WithExitVariable(cm)
+        exit_var.before_inst = inst
+        exit_var.slot = len(self.stack)
+        if nxt.exn_tab_entry is None:
+            from kiln.frontend.resume import origin
+
+            found = origin(self.code)
+            if found is None or inst.index in found[1]:
+                unimplemented("with statement without a cleanup handler")
+            # a resume function's prologue (Note [Graph breaks: with blocks]): the cleanup
+            # handler is found in the copied body (note_handlers)
+            exit_var.handler = None
+            exit_var.before_inst = None
+        else:
+            exit_var.handler = nxt.exn_tab_entry.target
+            self.with_handlers.append(exit_var.handler)
+        self.push(exit_var)
+        self.push(cm.enter(self))
+
+    def exit_with(self, exit_var):
+        if self.with_handlers and self.with_handlers[-1] is exit_var.handler:
+            self.with_handlers.pop()
+
+    def WITH_EXCEPT_START(self, inst):
+        """__exit__(type, value, traceback) of the with block an exception leaves (position 4)."""
+        from kiln.frontend.variables.misc import WithExitVariable
+
+        exc = self.stack[-1]
+        exit_var = self.stack[-4]
+        if not isinstance(exit_var, WithExitVariable) or not isinstance(exc, ExceptionVariable):
+            unimplemented(f"WITH_EXCEPT_START over {exit_var}")
+        self.push(exit_var.exit_exception(self, exc))
+
+    # --- class statements -----------------------------------------------------------------------
+    def LOAD_BUILD_CLASS(self, inst):
+        from kiln.frontend.variables.classes import BuildClassVariable
+
+        self.push(BuildClassVariable())
+
+
+_EMPTY = object()  # a try region that started on an empty graph
+_TORCH_ERRORS = (RuntimeError, IndexError, ValueError)
+# ops that raise at run time for some input values (not shapes), seen on floating inputs too
+_VALUE_CHECKED = {
+    "multinomial",
+    "bernoulli",
+    "bernoulli_",
+    "poisson",
+    "cholesky",
+    "inverse",
+    "_assert_async",
+    "binomial",
+}
+
+
+def _catches_torch_errors(types):
+    return any(issubclass(e, t) or issubclass(t, e) for t in types for e in _TORCH_ERRORS)
+
+
+def may_raise_at_run_time(node):
+    """Whether a graph op can raise for values tracing did not see: one reading an integer or
+    bool tensor (indexing, integer division, embedding, gather...), torch.linalg, random
+    sampling with checked parameters."""
+    import torch
+
+    if node.op not in ("call_function", "call_method"):
+        return False
+    target = node.target
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if name in _VALUE_CHECKED or "linalg" in str(getattr(target, "__module__", "")):
+        return True
+    for arg in node.all_input_nodes:
+        value = arg.meta.get("example_value")
+        if isinstance(value, torch.Tensor) and not (
+            value.dtype.is_floating_point or value.dtype.is_complex
+        ):
+            return True
+    return False

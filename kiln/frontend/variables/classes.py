@@ -1,0 +1,217 @@
+"""Class statements inside compiled code (LOAD_BUILD_CLASS): the class is built while tracing.
+
+    def f(x):                              LOAD_BUILD_CLASS; MAKE_FUNCTION <body>; "B"; CALL 2
+        class B:                           -> the body is checked to be side-effect free, then
+            def g(self, t): return t * 2      builtins.__build_class__(body, "B") makes the class
+        return B().g(x)                    -> B() and B.g are traced like any user class
+
+Note [Classes: local classes]
+A class body is ordinary Python that stores names into a namespace. When it only defines
+functions and constants, loads names, and applies staticmethod/classmethod/property (or a
+property's setter/getter/deleter), running it has no effect outside the new class, so kiln runs
+it for real with `builtins.__build_class__` while tracing (its free variables must be constants
+the frame never rebinds). Its instances are then traced as instances of any plain user class.
+Each call of the eager function makes a new class; the compiled frame uses the class made while
+tracing, which is only sound while neither the class nor an instance of it leaves the frame
+(their identity, and later changes to the class, would be shared between calls): rebuilding one
+in the transformed code (a return value, a live local at a graph break) is not supported and the
+frame runs eagerly.
+"""
+
+import builtins
+import dis
+import functools
+import inspect
+import types
+import weakref
+
+from kiln.exc import unimplemented
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.user_defined import UserDefinedClassVariable
+
+LOCAL_CLASSES = weakref.WeakSet()  # classes made while tracing (never rebuilt)
+_DECORATORS = (staticmethod, classmethod, property, functools.cached_property)
+_NO_STACK = {
+    "RESUME",
+    "NOP",
+    "PRECALL",
+    "CACHE",
+    "EXTENDED_ARG",
+    "COPY_FREE_VARS",
+    "MAKE_CELL",
+    "KW_NAMES",
+    "NOT_TAKEN",
+}
+
+
+def is_local_class(cls):
+    return cls in LOCAL_CLASSES
+
+
+class BuildClassVariable(VariableTracker):
+    """`builtins.__build_class__` as LOAD_BUILD_CLASS pushes it."""
+
+    def call_function(self, tx, args, kwargs):
+        from kiln.frontend.variables.functions import NestedUserFunctionVariable
+
+        if kwargs or len(args) < 2 or not isinstance(args[0], NestedUserFunctionVariable):
+            unimplemented("class statement with keywords (metaclass=...) or an unknown body")
+        body, name = args[0], args[1].as_python_constant()
+        bases = []
+        for b in args[2:]:
+            value = b.as_python_constant() if b.is_python_constant() else None
+            if not isinstance(value, type):
+                unimplemented(f"class {name} with base {b}")
+            bases.append(value)
+        cells = [_constant_cell(tx, body, v) for v in body.code.co_freevars]
+        _check_body(body.code, body.globals, name)
+        fn = types.FunctionType(body.code, body.globals, name, None, tuple(cells) or None)
+        try:
+            cls = builtins.__build_class__(fn, name, *bases)
+        except Exception as e:
+            unimplemented(f"class {name} raised {type(e).__name__} while being built: {e}")
+        LOCAL_CLASSES.add(cls)
+        return LocalClassVariable(cls)
+
+    def __repr__(self):
+        return "BuildClassVariable()"
+
+
+class LocalClassVariable(UserDefinedClassVariable):
+    """A class made while tracing (Note [Classes: local classes])."""
+
+    def reconstruct(self, cg):
+        unimplemented(f"class {self.value.__qualname__}, defined in the compiled frame, escapes")
+
+    def __repr__(self):
+        return f"LocalClassVariable({self.value.__qualname__})"
+
+
+def _constant_cell(tx, body, name):
+    """A real cell holding the constant value of free variable `name` of the class body."""
+    ref = body.closure.get(name)
+    owner = getattr(ref, "tx", None)
+    if owner is None:
+        unimplemented(f"class body over free variable {name!r}")
+    value = owner.symbolic_locals.get(ref.name)
+    if value is None or not value.is_python_constant():
+        unimplemented(f"class body over non-constant free variable {name!r}")
+    if _stores(owner.code, name) > 1:
+        unimplemented(f"class body over free variable {name!r}, which the frame rebinds")
+    return types.CellType(value.as_python_constant())
+
+
+def _stores(code, name):
+    """How many instructions store `name` as a cell or free variable in `code` or nested code."""
+    n = sum(
+        1
+        for i in dis.get_instructions(code)
+        if i.opname in ("STORE_DEREF", "DELETE_DEREF") and i.argval == name
+    )
+    return n + sum(_stores(c, name) for c in code.co_consts if isinstance(c, types.CodeType))
+
+
+def _check_body(code, f_globals, name):
+    """Note [Classes: local classes]: a class body that only defines names (else a break)."""
+    b = f_globals.get("__builtins__", builtins)
+    b = b if isinstance(b, dict) else vars(b)
+    stored = set()
+    stack = []
+
+    def reject(why):
+        unimplemented(f"class {name}: its body {why} (it could have side effects)")
+
+    try:
+        for inst in dis.get_instructions(code):
+            _step(inst, stack, stored, f_globals, b, reject)
+    except IndexError:
+        reject("has a stack kiln cannot follow")
+
+
+def _step(inst, stack, stored, f_globals, b, reject):
+    """One instruction of a class body on a stack of tags (what each value is)."""
+    op = inst.opname
+    if op in _NO_STACK:
+        return
+    if op in ("LOAD_NAME", "LOAD_GLOBAL"):
+        n = inst.argval
+        if op == "LOAD_GLOBAL" and inst.arg & 1 and not _py313():
+            stack.append(("null",))
+        if n in stored:
+            stack.append(("stored", n))
+        elif n in f_globals or n in b:
+            stack.append(("obj", f_globals[n] if n in f_globals else b[n]))
+        else:
+            reject(f"reads an unknown name {n!r}")
+        if op == "LOAD_GLOBAL" and inst.arg & 1 and _py313():
+            stack.append(("null",))
+    elif op in ("LOAD_CONST", "LOAD_CLOSURE", "LOAD_LOCALS", "LOAD_SMALL_INT"):
+        stack.append(("val",))
+    elif op in ("STORE_NAME", "STORE_DEREF"):
+        stack.pop()
+        stored.add(inst.argval)
+    elif op == "SETUP_ANNOTATIONS":
+        stored.add("__annotations__")
+    elif op == "STORE_SUBSCR":
+        if stack[-2] != ("stored", "__annotations__"):
+            reject("stores an item")
+        del stack[-3:]
+    elif op == "MAKE_FUNCTION":
+        flags = inst.arg or 0
+        del stack[len(stack) - 1 - bin(flags & 0x0F).count("1") :]
+        stack.append(("val",))
+    elif op == "SET_FUNCTION_ATTRIBUTE":
+        stack.pop()
+    elif op in ("BUILD_TUPLE", "BUILD_LIST", "BUILD_SET"):
+        del stack[len(stack) - inst.arg :]
+        stack.append(("val",))
+    elif op == "BUILD_MAP":
+        del stack[len(stack) - 2 * inst.arg :]
+        stack.append(("val",))
+    elif op == "BUILD_CONST_KEY_MAP":
+        del stack[len(stack) - inst.arg - 1 :]
+        stack.append(("val",))
+    elif op == "PUSH_NULL":
+        stack.append(("null",))
+    elif op == "LOAD_ATTR":
+        top = stack.pop()
+        if top[0] == "stored" and inst.argval in ("setter", "getter", "deleter"):
+            stack.append(("pure",))
+        elif top[0] == "obj" and isinstance(top[1], (type, types.ModuleType)):
+            stack.append(("obj", inspect.getattr_static(top[1], inst.argval, None)))
+        else:
+            reject(f"reads attribute {inst.argval!r}")
+        if (inst.arg or 0) & 1 and not _py311():
+            stack.append(("null",))
+    elif op == "CALL":
+        del stack[len(stack) - inst.arg :]
+        pair = stack[-2:]
+        del stack[-2:]
+        callees = [t for t in pair if t != ("null",)]
+        if len(callees) != 1 or not (
+            callees[0] == ("pure",) or (callees[0][0] == "obj" and callees[0][1] in _DECORATORS)
+        ):
+            reject("calls something")
+        stack.append(("val",))
+    elif op in ("POP_TOP",):
+        stack.pop()
+    elif op == "COPY":
+        stack.append(stack[-inst.arg])
+    elif op == "SWAP":
+        stack[-1], stack[-inst.arg] = stack[-inst.arg], stack[-1]
+    elif op in ("RETURN_VALUE", "RETURN_CONST"):
+        return
+    else:
+        reject(f"runs {op}")
+
+
+def _py311():
+    import sys
+
+    return sys.version_info[:2] == (3, 11)
+
+
+def _py313():
+    import sys
+
+    return sys.version_info[:2] >= (3, 13)
