@@ -109,6 +109,7 @@ class SideEffects:
         with observable effects (a setter, Module.__setattr__) happen in eager's order.
         """
         from kiln.frontend.variables.dicts import ConstDictVariable
+        from kiln.frontend.variables.lists import DequeVariable
 
         stores = []
         for key, (kind, payload) in self.log.items():
@@ -129,13 +130,19 @@ class SideEffects:
 
                 new = _to_temp(cg, build_dict)
                 d = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
-                code = []
-                for method, nargs in (("clear", 0), ("update", 1)):
-                    code += emit.with_null(emit.load_fast(d) + emit.load_attr(method))
-                    if nargs:
-                        code += emit.load_fast(new)
-                    code += emit.call(nargs) + emit.pop_top()
-                stores.append(code)
+                stores.append(_calls(d, (("clear", None), ("update", new))))
+            elif kind == "container" and isinstance(payload, DequeVariable):
+                # new = [items]; d.clear(); d.extend(new)  (the same maxlen: all of them fit)
+                var = payload
+
+                def build_items(var=var):
+                    for item in var.items:
+                        cg.reconstruct(item)
+                    cg.extend(emit.build_list(len(var.items)))
+
+                new = _to_temp(cg, build_items)
+                d = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
+                stores.append(_calls(d, (("clear", None), ("extend", new))))
             elif kind == "container":
                 # xs[:] = [items]
                 var = payload
@@ -185,3 +192,15 @@ def _to_temp(cg, load):
     name = cg.new_temp()
     cg.extend(emit.store_fast(name))
     return name
+
+
+def _calls(obj, calls):
+    """`obj.method(arg)` for each (method, temporary holding the argument or None), results
+    dropped."""
+    code = []
+    for method, arg in calls:
+        code += emit.with_null(emit.load_fast(obj) + emit.load_attr(method))
+        if arg is not None:
+            code += emit.load_fast(arg)
+        code += emit.call(int(arg is not None)) + emit.pop_top()
+    return code

@@ -191,6 +191,10 @@ def wrap_value(tx, value, source):
         guards.add(GuardKind.DICT_KEYS, source, (type(value), tuple(value)))
         items = {k: wrap_value(tx, v, GetItemSource(source, k)) for k, v in value.items()}
         return ConstDictVariable(items, user_cls=type(value), source=source)
+    if type(value) is collections.deque:
+        from kiln.frontend.variables.lists import wrap_deque
+
+        return wrap_deque(tx, value, source)
     if type(value) is range:
         guards.add(GuardKind.CONSTANT_MATCH, source, value)
         return RangeVariable(value, source=source)

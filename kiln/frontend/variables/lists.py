@@ -223,6 +223,120 @@ class ListVariable(BaseListVariable):
         return super().call_method(tx, name, args, kwargs)
 
 
+class DequeVariable(ListVariable):
+    """A collections.deque: its items (a list-like traced value) and maxlen. Mutations are
+    replayed after the graph as `d.clear(); d.extend(items)` (SideEffects.codegen); a deque made
+    while tracing is rebuilt as `deque(items, maxlen)`. (Python raises when a deque changes
+    while it is iterated; the trace iterates over the items as they were.)"""
+
+    def __init__(self, items, maxlen=None, **kw):
+        super().__init__(items, **kw)
+        self.maxlen = maxlen
+        if maxlen is not None:
+            del self.items[: max(0, len(self.items) - maxlen)]
+
+    def python_type(self):
+        import collections
+
+        return collections.deque
+
+    def is_python_constant(self):
+        return False  # mutable: never folded into a constant
+
+    def var_getattr(self, tx, name):
+        if name == "maxlen":
+            return ConstantVariable(self.maxlen)
+        return super().var_getattr(tx, name)
+
+    def getitem(self, tx, index):
+        if isinstance(index, slice):
+            unimplemented("deque slicing (TypeError in Python)")
+        return super().getitem(tx, index)
+
+    def _bound(self, left):
+        """Drop items beyond maxlen from the other end (what a full deque does)."""
+        if self.maxlen is not None and len(self.items) > self.maxlen:
+            if left:
+                del self.items[self.maxlen :]
+            else:
+                del self.items[: len(self.items) - self.maxlen]
+
+    def call_method(self, tx, name, args, kwargs):
+        if kwargs:
+            unimplemented(f"deque.{name} with keyword arguments")
+        if name in ("append", "extend"):
+            super().call_method(tx, name, args, kwargs)
+            self._bound(left=False)
+            return ConstantVariable(None)
+        if name in ("appendleft", "extendleft") and len(args) == 1:
+            self._mutate(tx)
+            new = [args[0]] if name == "appendleft" else args[0].unpack_var_sequence(tx)
+            self.items[:0] = list(reversed(new))
+            self._bound(left=True)
+            return ConstantVariable(None)
+        if name in ("pop", "popleft") and not args:
+            if not self.items:
+                unimplemented(f"{name} from an empty deque (IndexError)")
+            self._mutate(tx)
+            return self.items.pop(0 if name == "popleft" else -1)
+        if name == "rotate" and len(args) <= 1:
+            self._mutate(tx)
+            n = args[0].as_python_constant() if args else 1
+            if self.items:
+                n %= len(self.items)
+                self.items[:] = self.items[-n:] + self.items[:-n] if n else self.items
+            return ConstantVariable(None)
+        if name == "copy" and not args:
+            return DequeVariable(self.items, self.maxlen)
+        if name in ("clear", "reverse", "__len__", "__getitem__", "__setitem__", "index", "count"):
+            if name == "__setitem__" and isinstance(args[0].as_python_constant(), slice):
+                unimplemented("deque slice assignment (TypeError in Python)")
+            return super().call_method(tx, name, args, kwargs)
+        unimplemented(f"deque.{name}")
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            self.source.reconstruct(cg)
+            return
+        import collections
+
+        cg.load_object(collections.deque, push_null=True)
+        for item in self.items:
+            cg.reconstruct(item)
+        cg.extend(emit.build_list(len(self.items)))
+        cg.extend(emit.load_const(self.maxlen))
+        cg.extend(emit.call(2))
+
+    def __repr__(self):
+        return f"DequeVariable({self.items!r}, maxlen={self.maxlen})"
+
+
+def make_deque(tx, args, kwargs):
+    """`collections.deque(iterable=(), maxlen=None)` made while tracing."""
+    names = ("iterable", "maxlen")
+    if len(args) > 2 or set(kwargs) - set(names):
+        unimplemented("deque() with these arguments")
+    bound = dict(zip(names, args)) | kwargs
+    maxlen = bound.get("maxlen")
+    maxlen = maxlen.as_python_constant() if maxlen is not None else None
+    if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
+        unimplemented("deque() with a bad maxlen (Python raises)")
+    it = bound.get("iterable")
+    return DequeVariable(it.unpack_var_sequence(tx) if it is not None else [], maxlen)
+
+
+def wrap_deque(tx, value, source):
+    """A deque reached from a source: its items (guarded by length and maxlen)."""
+    from kiln.frontend.guards import GuardKind
+    from kiln.frontend.source import AttrSource, GetItemSource
+    from kiln.frontend.variables.builder import wrap_value
+
+    tx.output.guards.add(GuardKind.LIST_LENGTH, source, (type(value), len(value)))
+    tx.output.guards.add(GuardKind.CONSTANT_MATCH, AttrSource(source, "maxlen"), value.maxlen)
+    items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]
+    return DequeVariable(items, value.maxlen, source=source)
+
+
 class RangeVariable(BaseListVariable):
     """range(...) of constants, kept as its items."""
 
@@ -325,6 +439,10 @@ class ListIteratorVariable(VariableTracker):
 def list_iter_at(lst, index):
     """iter(lst) advanced by `index` items (the transformed code's rebuilt list iterator)."""
     it = iter(lst)
+    if not hasattr(it, "__setstate__"):  # a deque's iterator
+        for _ in range(index):
+            next(it)
+        return it
     it.__setstate__(index)
     return it
 

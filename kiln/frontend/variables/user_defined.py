@@ -49,6 +49,10 @@ class UserDefinedClassVariable(PythonValueVariable):
 
             result = args[0] if args else kwargs.get("enter_result", ConstantVariable(None))
             return NullContextVariable(result)
+        if cls is collections.deque:
+            from kiln.frontend.variables.lists import make_deque
+
+            return make_deque(tx, args, kwargs)
         if cls is collections.defaultdict and len(args) <= 2 and not kwargs:
             from kiln.frontend.variables.dicts import ConstDictVariable
 
