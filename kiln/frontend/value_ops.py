@@ -1,0 +1,252 @@
+"""Opcode handlers over values: operators, subscripts, comparisons, building and unpacking
+containers, string formatting (a mixin of InstructionTranslatorBase).
+
+    x[i] = v       STORE_SUBSCR    -> TensorVariable: an operator.setitem node (checked on meta)
+    [a, *b]        BUILD_LIST, LIST_EXTEND -> ListVariable([a, *b.unpack_var_sequence()])
+    f"{n:>3}"      FORMAT_VALUE    -> folded: the value must be a Python constant
+"""
+
+import operator
+import sys
+
+from kiln.exc import unimplemented
+from kiln.frontend.variables.builtin import binary_op, compare_vars, contains, getitem, unary_op
+from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.lists import ListVariable, SetVariable, TupleVariable, _set_item
+from kiln.frontend.variables.sym import build_slice
+from kiln.frontend.variables.tensor import TensorVariable
+
+PY311 = sys.version_info[:2] == (3, 11)
+PY313 = sys.version_info[:2] >= (3, 13)
+
+
+class ValueOpsMixin:
+    """Operators and containers: the handlers that compute values from values."""
+
+    # --- operators ------------------------------------------------------------------------------
+    def BINARY_OP(self, inst):
+        b = self.pop()
+        a = self.pop()
+        symbol = inst.argrepr
+        if symbol == "[]" or symbol == "":  # 3.14 subscript form
+            self.push(getitem(self, a, b))
+            return
+        fn = BINARY_OPS.get(symbol)
+        if fn is None:
+            unimplemented(f"binary operator {symbol!r}")
+        self.push(binary_op(self, fn, a, b))
+
+    def BINARY_SUBSCR(self, inst):
+        index = self.pop()
+        obj = self.pop()
+        self.push(getitem(self, obj, index))
+
+    def STORE_SUBSCR(self, inst):
+        index = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        if isinstance(obj, TensorVariable):
+            self.tensor_setitem(obj, index, value)
+            return
+        obj.call_method(self, "__setitem__", [index, value], {})
+
+    def tensor_setitem(self, obj, index, value):
+        """`t[index] = value`: an in-place operator.setitem node (checked on the meta tensor)."""
+        from kiln.frontend.variables.torch import _Unpack
+
+        unpack = _Unpack(self)
+        node_index, meta_index = unpack(index)
+        node_value, meta_value = unpack(value)
+        try:
+            operator.setitem(obj.example, meta_index, meta_value)
+        except Exception as e:
+            unimplemented(f"tensor setitem on meta tensors raised {type(e).__name__}: {e}")
+        node = self.output.create_node(
+            "call_function", operator.setitem, (obj.proxy, node_index, node_value), {}
+        )
+        node.meta["example_value"] = None
+
+    def BINARY_SLICE(self, inst):  # 3.12+
+        stop = self.pop()
+        start = self.pop()
+        obj = self.pop()
+        self.push(getitem(self, obj, build_slice([start, stop])))
+
+    def STORE_SLICE(self, inst):  # 3.12+
+        stop = self.pop()
+        start = self.pop()
+        obj = self.pop()
+        value = self.pop()
+        obj.call_method(self, "__setitem__", [build_slice([start, stop]), value], {})
+
+    def DELETE_SUBSCR(self, inst):
+        index = self.pop()
+        obj = self.pop()
+        if isinstance(obj, ListVariable) and index.is_python_constant():
+            i = index.as_python_constant()
+            obj._mutate(self)
+            try:
+                del obj.items[i]
+            except (IndexError, TypeError) as e:
+                unimplemented(f"del list[{i!r}] raised {type(e).__name__}")
+            return
+        if isinstance(obj, ConstDictVariable):
+            obj.call_method(self, "pop", [index], {})
+            return
+        unimplemented(f"del {obj}[...]")
+
+    def UNARY_NEGATIVE(self, inst):
+        self.push(unary_op(self, operator.neg, self.pop()))
+
+    def UNARY_POSITIVE(self, inst):  # 3.11
+        self.push(unary_op(self, operator.pos, self.pop()))
+
+    def UNARY_INVERT(self, inst):
+        self.push(unary_op(self, operator.invert, self.pop()))
+
+    def UNARY_NOT(self, inst):
+        self.push(ConstantVariable(not self.pop().truthy(self)))
+
+    def TO_BOOL(self, inst):  # 3.13
+        self.push(ConstantVariable(self.pop().truthy(self)))
+
+    def CALL_INTRINSIC_1(self, inst):  # 3.12+
+        name = inst.argrepr
+        v = self.pop()
+        if name == "INTRINSIC_UNARY_POSITIVE":
+            self.push(unary_op(self, operator.pos, v))
+        elif name == "INTRINSIC_LIST_TO_TUPLE":
+            self.push(TupleVariable(v.unpack_var_sequence(self)))
+        else:
+            unimplemented(f"CALL_INTRINSIC_1 {name}")
+
+    def COMPARE_OP(self, inst):
+        b = self.pop()
+        a = self.pop()
+        symbol = inst.argval
+        fn = COMPARE_OPS.get(symbol)
+        if fn is None:
+            unimplemented(f"comparison {symbol!r}")
+        result = compare_vars(self, fn, a, b)
+        if PY313 and inst.arg & 16 and not isinstance(result, TensorVariable):
+            result = ConstantVariable(result.truthy(self))
+        self.push(result)
+
+    def IS_OP(self, inst):
+        b = self.pop()
+        a = self.pop()
+        fn = operator.is_not if inst.arg else operator.is_
+        self.push(compare_vars(self, fn, a, b))
+
+    def CONTAINS_OP(self, inst):
+        container = self.pop()
+        item = self.pop()
+        result = contains(self, container, item)
+        if inst.arg:
+            result = ConstantVariable(not result.value)
+        self.push(result)
+
+    # --- building containers --------------------------------------------------------------------
+    def BUILD_TUPLE(self, inst):
+        self.push(TupleVariable(self.popn(inst.arg)))
+
+    def BUILD_LIST(self, inst):
+        self.push(ListVariable(self.popn(inst.arg)))
+
+    def BUILD_MAP(self, inst):
+        flat = self.popn(2 * inst.arg)
+        items = {}
+        for k, v in zip(flat[::2], flat[1::2]):
+            items[k.as_python_constant()] = v
+        self.push(ConstDictVariable(items))
+
+    def BUILD_CONST_KEY_MAP(self, inst):  # 3.11, 3.12
+        keys = self.pop().as_python_constant()
+        values = self.popn(inst.arg)
+        self.push(ConstDictVariable(dict(zip(keys, values))))
+
+    def BUILD_SLICE(self, inst):
+        # a symbolic bound makes a SliceVariable: Note [Shapes: SymNodeVariable]
+        self.push(build_slice(self.popn(inst.arg)))
+
+    def BUILD_STRING(self, inst):
+        parts = self.popn(inst.arg)
+        self.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
+
+    def BUILD_SET(self, inst):
+        s = SetVariable(())
+        for v in self.popn(inst.arg):
+            s.values.add(_set_item(v))
+        self.push(s)
+
+    def SET_ADD(self, inst):
+        v = self.pop()
+        self.stack[-inst.arg].add(self, v)
+
+    def SET_UPDATE(self, inst):
+        v = self.pop()
+        self.stack[-inst.arg].call_method(self, "update", [v], {})
+
+    def LIST_APPEND(self, inst):
+        v = self.pop()
+        self.stack[-inst.arg].items.append(v)
+
+    def LIST_EXTEND(self, inst):
+        v = self.pop()
+        self.stack[-inst.arg].items.extend(v.unpack_var_sequence(self))
+
+    def LIST_TO_TUPLE(self, inst):  # 3.11
+        self.push(TupleVariable(self.pop().unpack_var_sequence(self)))
+
+    def MAP_ADD(self, inst):
+        v = self.pop()
+        k = self.pop()
+        self.stack[-inst.arg].items[k.as_python_constant()] = v
+
+    def DICT_UPDATE(self, inst):
+        v = self.pop()
+        if not isinstance(v, ConstDictVariable):
+            unimplemented(f"dict update from {v}")
+        self.stack[-inst.arg].items.update(v.items)
+
+    DICT_MERGE = DICT_UPDATE
+
+    def UNPACK_SEQUENCE(self, inst):
+        seq = self.pop()
+        items = seq.unpack_var_sequence(self)
+        if len(items) != inst.arg:
+            unimplemented(f"unpacking {len(items)} values into {inst.arg}")
+        for item in reversed(items):
+            self.push(item)
+
+    def UNPACK_EX(self, inst):
+        items = self.pop().unpack_var_sequence(self)
+        before, after = inst.arg & 0xFF, inst.arg >> 8
+        if len(items) < before + after:
+            unimplemented("not enough values to unpack")
+        rest = items[before : len(items) - after]
+        for item in reversed(items[len(items) - after :]):
+            self.push(item)
+        self.push(ListVariable(rest))
+        for item in reversed(items[:before]):
+            self.push(item)
+
+    def FORMAT_VALUE(self, inst):  # 3.11, 3.12
+        flags = inst.arg
+        spec = self.pop().as_python_constant() if flags & 0x04 else ""
+        value = self.pop().as_python_constant()
+        conv = flags & 0x03
+        value = {0: value, 1: str(value), 2: repr(value), 3: ascii(value)}[conv]
+        self.push(ConstantVariable(format(value, spec)))
+
+    def FORMAT_SIMPLE(self, inst):  # 3.13
+        self.push(ConstantVariable(format(self.pop().as_python_constant())))
+
+    def FORMAT_WITH_SPEC(self, inst):  # 3.13
+        spec = self.pop().as_python_constant()
+        self.push(ConstantVariable(format(self.pop().as_python_constant(), spec)))
+
+    def CONVERT_VALUE(self, inst):  # 3.13
+        fn = {1: str, 2: repr, 3: ascii}[inst.arg]
+        self.push(ConstantVariable(fn(self.pop().as_python_constant())))
