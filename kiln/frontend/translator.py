@@ -302,7 +302,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         except ValueError:
             unimplemented(f"free variable {name!r} referenced before assignment")
         if source is None:
-            if name == "__class__":
+            from kiln.frontend.variables.classes import constant_cell
+
+            if name == "__class__" or constant_cell(cell):  # Note [Classes: local classes]
                 return wrap_constant_like(self, value)
             if isinstance(value, VariableTracker):
                 return value

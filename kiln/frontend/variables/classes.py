@@ -30,6 +30,7 @@ from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.user_defined import UserDefinedClassVariable
 
 LOCAL_CLASSES = weakref.WeakSet()  # classes made while tracing (never rebuilt)
+_CONSTANT_CELLS = {}  # id -> cell made by _constant_cell (its value never changes)
 _DECORATORS = (staticmethod, classmethod, property, functools.cached_property)
 _NO_STACK = {
     "RESUME",
@@ -73,6 +74,9 @@ class BuildClassVariable(VariableTracker):
         LOCAL_CLASSES.add(cls)
         return LocalClassVariable(cls)
 
+    def reconstruct(self, cg):
+        cg.load_object(builtins.__build_class__)
+
     def __repr__(self):
         return "BuildClassVariable()"
 
@@ -98,7 +102,14 @@ def _constant_cell(tx, body, name):
         unimplemented(f"class body over non-constant free variable {name!r}")
     if _stores(owner.code, name) > 1:
         unimplemented(f"class body over free variable {name!r}, which the frame rebinds")
-    return types.CellType(value.as_python_constant())
+    cell = types.CellType(value.as_python_constant())
+    _CONSTANT_CELLS[id(cell)] = cell
+    return cell
+
+
+def constant_cell(cell):
+    """Whether `cell` is a free variable cell of a local class's body (a constant)."""
+    return _CONSTANT_CELLS.get(id(cell)) is cell
 
 
 def _stores(code, name):
@@ -187,10 +198,9 @@ def _step(inst, stack, stored, f_globals, b, reject):
         del stack[len(stack) - inst.arg :]
         pair = stack[-2:]
         del stack[-2:]
-        callees = [t for t in pair if t != ("null",)]
-        if len(callees) != 1 or not (
-            callees[0] == ("pure",) or (callees[0][0] == "obj" and callees[0][1] in _DECORATORS)
-        ):
+        # [NULL, callable] (3.11, 3.12), [callable, self] (3.11 method form), [callable, NULL]
+        callee = pair[1] if pair[0] == ("null",) else pair[0]
+        if not (callee == ("pure",) or (callee[0] == "obj" and callee[1] in _DECORATORS)):
             reject("calls something")
         stack.append(("val",))
     elif op in ("POP_TOP",):

@@ -1,0 +1,227 @@
+"""`with` over user managers, contextlib managers and locks (Note [Blocks: context managers])."""
+
+import contextlib
+import threading
+
+import pytest
+import torch
+
+import kiln
+from tests.frontend.frontend_helpers import run_and_compare
+
+
+def t(*shape):
+    return torch.randn(*shape)
+
+
+class Recorder:
+    def __init__(self, log, suppress=False):
+        self.log = log
+        self.suppress = suppress
+
+    def __enter__(self):
+        self.log.append("enter")
+        return self
+
+    def __exit__(self, typ, value, tb):
+        self.log.append("exit" if typ is None else f"exit {typ.__name__} {value}")
+        return self.suppress
+
+
+def user_manager(x):
+    log = []
+    with Recorder(log) as r:
+        y = x * 2
+        log.append(type(r).__name__)
+    return y + 1, log
+
+
+def user_manager_sees_exception(x):
+    log = []
+    try:
+        with Recorder(log):
+            x = x + 1
+            raise KeyError("k")
+    except KeyError:
+        x = x * 3
+    return x, log
+
+
+def user_manager_suppresses(x):
+    log = []
+    with Recorder(log, suppress=True):
+        x = x + 1
+        raise ValueError("gone")
+    return x, log
+
+
+def manager_passed_in(x, log):
+    with Recorder(log):
+        y = x.sin()
+    return y
+
+
+@contextlib.contextmanager
+def scaled(x, k):
+    yield x * k
+
+
+@contextlib.contextmanager
+def tracked(log):
+    log.append("setup")
+    try:
+        yield len(log)
+    finally:
+        log.append("teardown")
+
+
+@contextlib.contextmanager
+def catching():
+    try:
+        yield
+    except ValueError:
+        pass
+
+
+def generator_manager(x):
+    with scaled(x, 3) as y:
+        z = y + 1
+    return z
+
+
+def generator_manager_finally(x):
+    log = []
+    with tracked(log) as n:
+        x = x + n
+        log.append("body")
+    return x, log
+
+
+def generator_manager_finally_on_raise(x):
+    log = []
+    try:
+        with tracked(log):
+            x = x * 2
+            raise IndexError("i")
+    except IndexError:
+        log.append("caught")
+    return x, log
+
+
+def generator_manager_catches(x):
+    with catching():
+        x = x + 1
+        raise ValueError("swallowed")
+    return x * 2
+
+
+def suppress_matching(x):
+    with contextlib.suppress(KeyError, IndexError):
+        x = x + 1
+        raise KeyError("k")
+    return x * 2
+
+
+def suppress_nothing_raised(x):
+    with contextlib.suppress(KeyError):
+        x = x + 1
+    return x * 2
+
+
+def nullcontext_value(x):
+    with contextlib.nullcontext(x.shape[0]) as n:
+        y = x * n
+    return y
+
+
+def no_grad_then_raise(x):
+    try:
+        with torch.no_grad():
+            y = x * 2
+            raise RuntimeError("r")
+    except RuntimeError:
+        pass
+    return y + x, torch.is_grad_enabled()
+
+
+def nested_managers(x):
+    log = []
+    with Recorder(log), scaled(x, 2) as y:
+        with torch.no_grad():
+            z = y + 1
+    return z, log
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        user_manager,
+        user_manager_sees_exception,
+        user_manager_suppresses,
+        generator_manager,
+        generator_manager_finally,
+        generator_manager_finally_on_raise,
+        generator_manager_catches,
+        suppress_matching,
+        suppress_nothing_raised,
+        nullcontext_value,
+        no_grad_then_raise,
+        nested_managers,
+    ],
+)
+def test_traced_in_one_graph(fn):
+    x = t(3).requires_grad_() if fn is no_grad_then_raise else t(3)
+    run_and_compare(fn, x, expected_graphs=1, expected_breaks=0)
+
+
+def test_manager_passed_in_leaves_its_effects():
+    # (run_and_compare checks the list passed in is mutated as in eager)
+    run_and_compare(manager_passed_in, t(3), ["before"], expected_graphs=1, expected_breaks=0)
+
+
+def test_suppress_other_type_propagates():
+    def f(x):
+        with contextlib.suppress(KeyError):
+            x = x + 1
+            raise ValueError("not suppressed")
+        return x
+
+    run_and_compare(f, t(3))
+
+
+def test_break_inside_user_manager_runs_frame_eagerly():
+    def f(x):
+        log = []
+        with Recorder(log):
+            y = x + 1
+            print("inside")
+        return y, log
+
+    run_and_compare(f, t(3), expected_graphs=0, expected_breaks=1)
+
+
+lock = threading.Lock()
+rlock = threading.RLock()
+
+
+def with_lock(x):
+    y = x + 1
+    with lock:
+        y = y * 2
+    return y.sin()
+
+
+def with_rlock_in_callee(x):
+    def inner(v):
+        with rlock:
+            return v * 2
+
+    return inner(x + 1) - 1
+
+
+@pytest.mark.parametrize("fn", [with_lock, with_rlock_in_callee])
+def test_lock_is_a_break_at_the_with(fn):
+    # Note [Blocks: context managers]: the code before the with statement is one graph
+    run_and_compare(fn, t(3))
+    assert kiln.counters["stats"]["unique_graphs"] >= 1
+    assert not lock.locked()
