@@ -140,6 +140,10 @@ class TensorVariable(VariableTracker):
 
         if name == "backward" and config.compiled_autograd:
             raise CompiledAutogradCall("Tensor.backward() runs through compiled autograd")
+        if name == "register_hook":
+            from kiln.frontend.variables.tensor_hooks import register_hook
+
+            return register_hook(tx, self, args, kwargs)
         if name in _BREAKING_METHODS:
             unimplemented(_BREAKING_METHODS[name])
         if name in ("size", "stride") or name in _META_METHODS:

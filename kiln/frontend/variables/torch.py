@@ -364,6 +364,11 @@ class TorchVariable(PythonValueVariable):
                     return build_module(tx, fn, args, kwargs)
                 unimplemented(f"creating a {fn.__name__} module inside the compiled frame")
             unimplemented(f"calling torch class {fn.__name__}")
+        if fn in (torch.autograd.grad, torch.autograd.backward):
+            from kiln.frontend.variables.tensor_hooks import has_pending_hooks
+
+            if has_pending_hooks(tx.output.side_effects):
+                unimplemented("autograd.grad after a hook registration (registered after a graph)")
         if fn is torch.is_grad_enabled and not args:
             return ConstantVariable(torch.is_grad_enabled())  # guarded; traced `with` blocks set it
         if _is_compiling_query(fn):
@@ -396,7 +401,12 @@ class TorchVariable(PythonValueVariable):
             from kiln.frontend.variables.functions import inline_call
 
             return inline_call(tx, fn, args, kwargs, None)  # nn helpers: traced
-        if isinstance(fn, types.FunctionType) and not _returns_tensor(tx, fn, args, kwargs):
+        probe = fn not in (torch.autograd.grad, torch.autograd.backward)  # (frees the graph)
+        if (
+            isinstance(fn, types.FunctionType)
+            and probe
+            and not _returns_tensor(tx, fn, args, kwargs)
+        ):
             # a torch helper written in Python that computes no tensor (argument checks,
             # canonicalisation): traced like user code
             from kiln.frontend.variables.functions import inline_call
