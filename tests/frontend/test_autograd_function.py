@@ -128,8 +128,8 @@ def check(fn, *inputs, backend="eager", graphs=1, breaks=0, failures=0):
     compiled = kiln.compile(fn, backend=backend)
     got = compiled(*comp_in)
     assert_same(expected, got)
-    outs = [o for o in (expected if isinstance(expected, tuple) else (expected,))]
-    gots = [o for o in (got if isinstance(got, tuple) else (got,))]
+    outs = [o for o in (expected if isinstance(expected, tuple) else (expected,)) if o is not None]
+    gots = [o for o in (got if isinstance(got, tuple) else (got,)) if o is not None]
     loss_e = sum(o.float().sum() for o in outs if o.requires_grad)
     if isinstance(loss_e, torch.Tensor):
         loss_e.backward()
@@ -350,3 +350,53 @@ def test_changing_sizes_recompile_once_symbolic(backend):
         (ge,) = torch.autograd.grad(expected[0].sum(), x)
         torch.testing.assert_close(g, ge)
     assert kiln.counters["stats"]["unique_graphs"] == 2  # static, then one symbolic graph
+
+
+class AmpScale(torch.autograd.Function):
+    """torch.amp.custom_fwd/custom_bwd, a default argument, None among saved and outputs."""
+
+    @staticmethod
+    @torch.amp.custom_fwd(device_type="cpu")
+    def forward(ctx, x, scale=2.0):
+        ctx.scale = scale
+        ctx.shape = x.shape
+        ctx.save_for_backward(x, None)
+        return x * scale, None
+
+    @staticmethod
+    @torch.amp.custom_bwd(device_type="cpu")
+    def backward(ctx, g, _none):
+        x, _ = ctx.saved_tensors
+        return g.reshape(ctx.shape) * ctx.scale, None
+
+
+def amp_scale(x):
+    y, none = AmpScale.apply(x.cos())
+    return y + 1, none
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_custom_fwd_decorated_forward_and_defaults(backend):
+    check(amp_scale, torch.randn(2, 3, requires_grad=True), backend=backend)
+
+
+class ViewOut(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x.clone()
+        y.mul_(3)  # in place on a tensor of its own
+        return y.view(-1), x.argmax()
+
+    @staticmethod
+    def backward(ctx, g, _gi):
+        return g.view(2, 3) * 3
+
+
+def view_out(x):
+    y, i = ViewOut.apply(x * 1)
+    return y * 2, i
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_view_and_integer_outputs(backend):
+    check(view_out, torch.randn(2, 3, requires_grad=True), backend=backend)

@@ -30,6 +30,7 @@ import types
 import torch
 
 from kiln.exc import Unsupported, unimplemented
+from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.lists import BaseListVariable, TupleVariable
@@ -98,11 +99,14 @@ class AutogradFunctionApplyVariable(VariableTracker):
         if self.cls_source is None:
             return
         from kiln.frontend.guards import GuardKind
-        from kiln.frontend.source import AttrSource
 
         for attr in ("forward", "setup_context") if has_setup else ("forward",):
             src = AttrSource(self.cls_source, attr)
             tx.output.guards.add(GuardKind.ID_MATCH, src, getattr(self.cls, attr))
+
+    def _method_source(self, name):
+        """`MyFn.<name>` (a decorated forward's closure and defaults are read through it)."""
+        return AttrSource(self.cls_source, name) if self.cls_source is not None else None
 
     def _check_forward(self, tx, forward, setup, ctx, args):
         """Trace the forward (and setup_context) speculatively; drop its nodes; its outputs."""
@@ -114,12 +118,24 @@ class AutogradFunctionApplyVariable(VariableTracker):
         snapshot, version = effects.snapshot(), effects.version
         prev = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
+        src = self._method_source
+        if _is_custom_fwd(forward):
+            # torch.amp.custom_fwd with autocast off (every compiled frame: the global-state
+            # guard) sets two ctx attributes for its custom_bwd and calls the forward as is
+            forward = forward.__wrapped__
+            outer = src
+
+            def src(name):
+                s = outer(name)
+                return AttrSource(s, "__wrapped__") if s is not None and name == "forward" else s
+
         try:
             if setup is None:
-                out = inline_call(tx, forward, [ctx, *args], {}, None)
+                out = inline_call(tx, forward, [ctx, *args], {}, src("forward"))
             else:
-                out = inline_call(tx, forward, list(args), {}, None)
-                inline_call(tx, setup, [ctx, TupleVariable(list(args)), out], {}, None)
+                out = inline_call(tx, forward, list(args), {}, src("forward"))
+                setup_args = [ctx, TupleVariable(list(args)), out]
+                inline_call(tx, setup, setup_args, {}, src("setup_context"))
         except Unsupported as e:
             e.args = (f"{self.cls.__qualname__}.forward is not traceable: {e.args[0]}", *e.args[1:])
             raise
@@ -178,6 +194,17 @@ def apply_target(cls):
     apply.__name__ = apply.__qualname__ = f"{cls.__name__}_apply"
     apply.autograd_function = cls
     return apply
+
+
+def _is_custom_fwd(fn):
+    """A forward decorated by torch.amp.custom_fwd (its wrapper, around `fn.__wrapped__`)."""
+    code = fn.__code__
+    return (
+        code.co_name == "decorate_fwd"
+        and code.co_filename.endswith(("amp/autocast_mode.py", "amp\\autocast_mode.py"))
+        and isinstance(getattr(fn, "__wrapped__", None), types.FunctionType)
+        and not torch._C._is_any_autocast_enabled()
+    )
 
 
 def _static_function(cls, name):
