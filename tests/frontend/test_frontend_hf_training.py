@@ -29,8 +29,8 @@ def labelled(make):
     return model, {**inputs, "labels": labels}
 
 
-# (LLaMA and ViT training steps had no break before; they are covered by tests/bench.)
-@pytest.mark.parametrize("make", [gpt2, bert, t5], ids=lambda f: f.__name__)
+# (BERT's head builds CrossEntropyLoss() as T5's does; LLaMA and ViT had no break before.)
+@pytest.mark.parametrize("make", [gpt2, t5], ids=lambda f: f.__name__)
 def test_hf_training_step_no_breaks(make):
     torch.manual_seed(0)
     model, inputs = labelled(make)
