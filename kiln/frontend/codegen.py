@@ -234,7 +234,7 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     from kiln.frontend.variables.lists import undo_iterators
 
     undo_iterators()
-    if kind == "BEFORE_WITH" and not _real_ops(output) and not output.side_effects:
+    if kind == "BEFORE_WITH" and withs and not _real_ops(output) and not output.side_effects:
         # nothing but grad-mode switches before it: resuming at the same BEFORE_WITH would
         # make no progress (a resume function returning itself forever)
         raise NoBreakHere("a with statement over a context manager kiln does not trace")
@@ -345,6 +345,12 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
             call_resume(base_index + 1, layout + [None])
             body.extend(exhausted)
             call_resume(_for_iter_resume_index(base_inst), layout[:-1])
+        elif kind == "BEFORE_WITH" and not withs:
+            # Note [Blocks: context managers]: Python enters the manager; the resume function
+            # starts inside the block with its __exit__ as a plain stack value, which the
+            # block's cleanup (kept in the copied exception table) calls
+            _run_instruction(body, inst, e)
+            call_resume(base_index + 1, layout[:-1] + [None, None])
         elif kind == "BEFORE_WITH":
             call_resume(base_index, layout)
         elif kind == "RAISE_VARARGS":

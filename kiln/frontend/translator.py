@@ -65,7 +65,14 @@ class LazyVariable(VariableTracker):
         self.value = value
 
     def realize(self, tx):
-        return wrap_value(tx, self.value, self.source)
+        v = self.value
+        if getattr(v, "__name__", None) == "__exit__" and getattr(v, "__self__", None) is not None:
+            # the __exit__ of a manager Python entered, on a resume function's stack (Note
+            # [Blocks: context managers]): only ever called in Python, so nothing to guard
+            from kiln.frontend.variables.misc import OpaqueCallableVariable
+
+            return OpaqueCallableVariable(v, source=self.source)
+        return wrap_value(tx, v, self.source)
 
 
 class CellRefVariable(VariableTracker):

@@ -6,7 +6,6 @@ import threading
 import pytest
 import torch
 
-import kiln
 from tests.frontend.frontend_helpers import run_and_compare
 
 
@@ -219,9 +218,50 @@ def with_rlock_in_callee(x):
     return inner(x + 1) - 1
 
 
-@pytest.mark.parametrize("fn", [with_lock, with_rlock_in_callee])
-def test_lock_is_a_break_at_the_with(fn):
-    # Note [Blocks: context managers]: the code before the with statement is one graph
-    run_and_compare(fn, t(3))
-    assert kiln.counters["stats"]["unique_graphs"] >= 1
+def test_lock_is_a_break_at_the_with():
+    # Note [Blocks: context managers]: a graph before the with statement, Python takes the
+    # lock, a graph of the block, Python releases it, a graph after
+    run_and_compare(with_lock, t(3), expected_graphs=3, expected_breaks=2)
     assert not lock.locked()
+
+
+def test_rlock_in_inlined_callee():
+    # the break surfaces at the call of `inner` (a function made in the frame: it runs in
+    # Python), with the graphs before and after it
+    run_and_compare(with_rlock_in_callee, t(3), expected_graphs=2, expected_breaks=1)
+
+
+def lock_then_raise(x):
+    try:
+        with lock:
+            y = x * 2
+            raise ValueError("inside")
+    except ValueError:
+        y = -x
+    return y, lock.locked()
+
+
+def test_exception_inside_lock_releases_it():
+    run_and_compare(lock_then_raise, t(3))
+    assert not lock.locked()
+
+
+def lock_around_indexing(x, i):
+    with lock:
+        y = x[i]  # may raise at run time: the lock must still be released
+    return y
+
+
+def test_lock_around_data_dependent_op():
+    run_and_compare(lock_around_indexing, t(3), torch.tensor([1]))
+    run_and_compare(lock_around_indexing, t(3), torch.tensor([9]))
+    assert not lock.locked()
+
+
+def test_lock_passed_in():
+    def f(x, lk):
+        with lk:
+            y = x.cos()
+        return y + 1
+
+    run_and_compare(f, t(3), threading.Lock(), expected_graphs=2, expected_breaks=2)

@@ -86,8 +86,9 @@ def inference_mode_block(x):
 
 
 def test_inference_mode_runs_in_python_after_the_graph():
-    # BEFORE_WITH of an untraced manager: the graph before it, the rest in Python
-    run_and_compare(inference_mode_block, t(3), expected_graphs=1)
+    # BEFORE_WITH of an untraced manager: the graph before it, Python enters it, a graph of
+    # the block (run inside it), Python leaves it
+    run_and_compare(inference_mode_block, t(3), expected_graphs=2)
 
 
 def requires_grad_input(x, w):

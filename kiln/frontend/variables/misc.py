@@ -365,10 +365,18 @@ class WithExitVariable(VariableTracker):
 # yield on enter, resumed on exit, the exception thrown in at the yield on an exceptional exit).
 # A graph break inside the block of one of the last three cannot be placed (their enter/exit
 # are user code that must run exactly once each): the frame runs eagerly (`resumable` False).
-# Any other manager (C __enter__/__exit__: threading.Lock, RLock, files...) is a graph break at
-# BEFORE_WITH: the graph so far runs, and a resume function runs the with statement itself, in
-# Python. Tracing lock.acquire()/release() as replayed side effects would not be sound: the
-# graph's in-place tensor updates inside the block would run before the lock is taken.
+# Any other manager (C __enter__/__exit__: threading.Lock, RLock, inference_mode, files...) is a
+# graph break at BEFORE_WITH: the graph so far runs, Python runs the BEFORE_WITH (enters the
+# manager), and the resume function starts inside the block with the manager's __exit__ as a
+# plain value in the block's stack slot (no guard: it is only ever called in Python). Its copied
+# exception table keeps the block's cleanup, so an exception leaving the block calls __exit__ as
+# in eager; the block's code is traced into the resume function's graph; the __exit__ call after
+# the block is a break (Python calls it) and another resume function continues after it. A break
+# inside such a block cannot be placed (its cleanup is an untraced handler: the resume function
+# runs eagerly), nor a graph op that may raise at run time (Note [Blocks: ops inside try blocks]:
+# the graph call is outside the block's cleanup, and a lock would stay taken).
+# Tracing lock.acquire()/release() as replayed side effects instead would not be sound: the
+# graph's tensor reads and in-place updates inside the block would not run under the lock.
 
 
 def context_manager(tx, cm):
