@@ -2,9 +2,6 @@
 forward traced (ATen under aot_eager/kiln), the user's backward kept; outputs and gradients equal
 eager under every backend."""
 
-import logging
-import warnings
-
 import pytest
 import torch
 from frontend_helpers import CountingBackend, assert_same
@@ -318,17 +315,40 @@ def test_untraceable_backward_still_right_under_eager():
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "kiln"])
-def test_untraceable_backward_falls_back_to_running_the_graph(backend):
-    """The joint trace reads `.item()` of a proxy: the backend fails, the graph runs eagerly."""
-    kiln_logger = logging.getLogger("kiln")
-    level = kiln_logger.level
-    kiln_logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            check(item_backward, torch.randn(3, requires_grad=True), backend=backend, failures=1)
-    finally:
-        kiln_logger.setLevel(level)
+def test_untraceable_backward_breaks_at_apply_for_aot_backends(backend):
+    """The joint trace would run the backward once, at compile time: checked, it breaks."""
+    check(item_backward, torch.randn(3, requires_grad=True), backend=backend, graphs=2, breaks=1)
+    assert "ItemBackward.backward is not traceable" in str(dict(kiln.counters["graph_breaks"]))
+
+
+class Talkative(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        LOG.append("backward")  # would happen once, while the joint graph is traced
+        return g * 2
+
+
+def talkative(x):
+    return Talkative.apply(x.sin()).sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backward_with_side_effects_runs_each_time(backend):
+    LOG.clear()
+    breaks = 0 if backend == "eager" else 1
+    for _ in range(2):
+        check(
+            talkative,
+            torch.randn(3, requires_grad=True),
+            backend=backend,
+            breaks=breaks,
+            graphs=1 + breaks,
+        )
+    assert LOG == ["backward"] * 4
 
 
 def test_fullgraph_accepts_apply():

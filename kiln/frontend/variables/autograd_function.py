@@ -20,8 +20,9 @@ node calls the real forward). Its guards stay: they pin what the check relied on
 Each backend then sees an ordinary call: "eager" runs `MyFn.apply` as is; aot_eager and kiln
 trace the graph at the ATen level with the real autograd engine on proxy tensors, so the forward
 is traced into the forward graph and the user's backward, called by the engine during the joint
-trace, into the backward graph. A backward that cannot be traced there (`.item()`, numpy) makes
-that compile fail, and kiln runs the graph eagerly with a warning: still one graph, still right.
+trace, into the backward graph. For those backends the backward is checked first as well
+(Note [Autograd functions: the backward is checked too]). Should the ATen trace still fail,
+the backend's failure makes kiln run the graph eagerly with a warning: still right.
 """
 
 import inspect
@@ -95,12 +96,12 @@ class AutogradFunctionApplyVariable(VariableTracker):
         return self._apply_node(tx, args, out, ctx, any(needs))
 
     def _guard_methods(self, tx, has_setup):
-        """forward/setup_context are pinned (backward is not traced: the call uses the real one)."""
+        """forward, backward and setup_context are pinned (what the checks traced)."""
         if self.cls_source is None:
             return
         from kiln.frontend.guards import GuardKind
 
-        for attr in ("forward", "setup_context") if has_setup else ("forward",):
+        for attr in ("forward", "backward", "setup_context")[: 3 if has_setup else 2]:
             src = AttrSource(self.cls_source, attr)
             tx.output.guards.add(GuardKind.ID_MATCH, src, getattr(self.cls, attr))
 
@@ -109,43 +110,74 @@ class AutogradFunctionApplyVariable(VariableTracker):
         return AttrSource(self.cls_source, name) if self.cls_source is not None else None
 
     def _check_forward(self, tx, forward, setup, ctx, args):
-        """Trace the forward (and setup_context) speculatively; drop its nodes; its outputs."""
-        from kiln.frontend.variables.functions import inline_call
-
+        """Trace the forward (and setup_context, and the backward where the backend traces it)
+        speculatively; drop their nodes; the forward's outputs."""
         output = tx.output
         checkpoint = output.last_node()
         effects = output.side_effects
         snapshot, version = effects.snapshot(), effects.version
         prev = torch.is_grad_enabled()
         torch._C._set_grad_enabled(False)
-        src = self._method_source
-        if _is_custom_fwd(forward):
-            # torch.amp.custom_fwd with autocast off (every compiled frame: the global-state
-            # guard) sets two ctx attributes for its custom_bwd and calls the forward as is
-            forward = forward.__wrapped__
-            outer = src
-
-            def src(name):
-                s = outer(name)
-                return AttrSource(s, "__wrapped__") if s is not None and name == "forward" else s
-
+        what = "forward"
         try:
-            if setup is None:
-                out = inline_call(tx, forward, [ctx, *args], {}, src("forward"))
-            else:
-                out = inline_call(tx, forward, list(args), {}, src("forward"))
-                setup_args = [ctx, TupleVariable(list(args)), out]
-                inline_call(tx, setup, setup_args, {}, src("setup_context"))
+            out = self._trace_forward(tx, forward, setup, ctx, args)
+            if output.backend_name != "eager":
+                what = "backward"
+                self._trace_backward(tx, ctx, out)
         except Unsupported as e:
-            e.args = (f"{self.cls.__qualname__}.forward is not traceable: {e.args[0]}", *e.args[1:])
+            e.msg = f"{self.cls.__qualname__}.{what} is not traceable: {e.msg}"
+            e.args = (e.msg, *e.args[1:])
+            raise
+        except BaseException:
+            output.rollback(checkpoint)  # (an exception raised by the traced code)
             raise
         finally:
             torch._C._set_grad_enabled(prev)
         changed = effects.version != version or effects.log.keys() != snapshot.keys()
         if changed or any(effects.log[k] is not snapshot[k] for k in snapshot):
-            unimplemented(f"{self.cls.__qualname__}.forward has side effects outside ctx")
+            unimplemented(f"{self.cls.__qualname__} has side effects outside ctx")
         output.rollback(checkpoint)
         return out
+
+    def _trace_forward(self, tx, forward, setup, ctx, args):
+        from kiln.frontend.variables.functions import inline_call
+
+        source = self._method_source("forward")
+        if _amp_wrapped(forward, "decorate_fwd"):
+            # torch.amp.custom_fwd with autocast off (every compiled frame: the global-state
+            # guard) sets two ctx attributes for its custom_bwd and calls the forward as is
+            forward = forward.__wrapped__
+            source = AttrSource(source, "__wrapped__") if source is not None else None
+        if setup is None:
+            return inline_call(tx, forward, [ctx, *args], {}, source)
+        out = inline_call(tx, forward, list(args), {}, source)
+        setup_args = [ctx, TupleVariable(list(args)), out]
+        inline_call(tx, setup, setup_args, {}, self._method_source("setup_context"))
+        return out
+
+    def _trace_backward(self, tx, ctx, out):
+        """Note [Autograd functions: the backward is checked too]
+        aot_eager and kiln run the user's backward once, while tracing the joint graph: a print
+        or a counter in it would happen at compile time only. So for those backends the
+        backward is traced here as well (on zero gradients, grad mode off as the engine runs
+        it), and one with effects outside ctx, or that kiln cannot trace, makes the apply
+        call a graph break: it then runs in Python, its backward with it."""
+        from kiln.frontend.variables.functions import inline_call
+        from kiln.frontend.variables.torch import TorchVariable
+
+        backward = _static_function(self.cls, "backward")
+        source = self._method_source("backward")
+        if backward is None:
+            unimplemented("backward is not a staticmethod written in Python")
+        if _amp_wrapped(backward, "decorate_bwd"):
+            backward = backward.__wrapped__  # autocast(enabled=False) around it: a no-op here
+            source = AttrSource(source, "__wrapped__") if source is not None else None
+        items = out.items if isinstance(out, TupleVariable) else [out]
+        zeros = TorchVariable(torch.zeros_like)
+        grads = [
+            zeros.call_function(tx, [v], {}) if isinstance(v, _tensor_cls()) else v for v in items
+        ]
+        inline_call(tx, backward, [ctx, *grads], {}, source)
 
     def _apply_node(self, tx, args, out, ctx, any_needs):
         """The call_function node `MyFn.apply(*args)` with the forward's output metadata."""
@@ -196,11 +228,12 @@ def apply_target(cls):
     return apply
 
 
-def _is_custom_fwd(fn):
-    """A forward decorated by torch.amp.custom_fwd (its wrapper, around `fn.__wrapped__`)."""
+def _amp_wrapped(fn, name):
+    """A forward/backward decorated by torch.amp.custom_fwd/custom_bwd (`name` is the wrapper's
+    name), while autocast is off."""
     code = fn.__code__
     return (
-        code.co_name == "decorate_fwd"
+        code.co_name == name
         and code.co_filename.endswith(("amp/autocast_mode.py", "amp\\autocast_mode.py"))
         and isinstance(getattr(fn, "__wrapped__", None), types.FunctionType)
         and not torch._C._is_any_autocast_enabled()
