@@ -23,7 +23,7 @@ import re
 
 import torch
 
-from kiln.backend.codegen import vecmath
+from kiln.backend.codegen import cpp_tiling, vecmath
 from kiln.backend.codegen.common import (
     CSEVar,
     IndentedBuffer,
@@ -32,6 +32,7 @@ from kiln.backend.codegen.common import (
     cpp_constant,
     storage_ctype,
 )
+from kiln.backend.codegen.cpp_tiling import in_atom
 from kiln.backend.ir import Ix, cexpr, prod, set_handler, set_range, size_hint
 
 PRELUDE = r"""
@@ -198,6 +199,8 @@ BINARY = {
     "bitwise_or": "{0} | {1}",
     "bitwise_xor": "{0} ^ {1}",
 }
+# exactly commutative in IEEE arithmetic and in wrapping integers (not max/min: NaN and -0.0)
+COMMUTATIVE = ("add", "mul", "bitwise_and", "bitwise_or", "bitwise_xor")
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
@@ -242,6 +245,8 @@ class CppOverrides:
         text = cpp_constant(value, cd)
         if cd.is_floating_point:
             self.w.const_values[text] = float(value)
+        elif cd != torch.bool:
+            self.w.int_values[text] = int(value)
         return CSEVar(text, cd)
 
     def pow(self, a, b):
@@ -253,7 +258,21 @@ class CppOverrides:
 
     def index_expr(self, index, dtype):
         cd = compute_dtype(dtype)
-        return self._var(f"static_cast<{compute_ctype(cd)}>({Ix.wrap(index).render()})", cd)
+        ix = Ix.wrap(index)
+        v = self._var(f"static_cast<{compute_ctype(cd)}>({ix.render()})", cd)
+        if cd == torch.int64:
+            self.w.index_vals[v.name] = ix
+        return v
+
+    def _compare(self, name, a, b):
+        # a comparison of the loop index that the loop's range decides folds to a constant
+        # (Note [Codegen: inner-loop pieces]: cat's `i < 256` inside one segment)
+        ix, c = self.w.index_vals.get(a.name), self.w.int_values.get(b.name)
+        if ix is not None and c is not None:
+            t = cpp_tiling.decide(name, ix, c)
+            if t is not None:
+                return CSEVar("true" if t else "false", torch.bool)
+        return self._var(f"{a} {COMPARE[name]} {b}", torch.bool)
 
     def indirect_indexing(self, value, size, wrap=True):
         return self.w.indirect(value, size, wrap)
@@ -268,6 +287,8 @@ class CppOverrides:
         return self._var(f"static_cast<{compute_ctype(dtype)}>({x})", dtype)
 
     def where(self, c, a, b):
+        if c.name in ("true", "false"):
+            return a if c.name == "true" else b
         if a.dtype == torch.float32:  # bit for bit the same, and no branch
             return self._var(f"kiln_self({c}, {a}, {b})", a.dtype)
         return self._var(f"{c} ? {a} : {b}", a.dtype)
@@ -346,9 +367,21 @@ class CppOverrides:
         return self._var(f"!static_cast<bool>({a})", torch.bool)
 
     def logical_and(self, a, b):
+        if "false" in (a.name, b.name):
+            return CSEVar("false", torch.bool)
+        if a.name == "true" and b.dtype == torch.bool:
+            return b
+        if b.name == "true" and a.dtype == torch.bool:
+            return a
         return self._var(f"static_cast<bool>({a}) && static_cast<bool>({b})", torch.bool)
 
     def logical_or(self, a, b):
+        if "true" in (a.name, b.name):
+            return CSEVar("true", torch.bool)
+        if a.name == "false" and b.dtype == torch.bool:
+            return b
+        if b.name == "false" and a.dtype == torch.bool:
+            return a
         return self._var(f"static_cast<bool>({a}) || static_cast<bool>({b})", torch.bool)
 
     def logical_xor(self, a, b):
@@ -392,6 +425,8 @@ class CppOverrides:
             fmt = BINARY[name]
 
             def binary(a, b):
+                if name in COMMUTATIVE and a.dtype == b.dtype and str(b) < str(a):
+                    a, b = b, a  # one spelling per value: CSE finds x*y == y*x
                 if a.dtype == torch.float32:
                     vec = self._vecmath(name, a, b)
                     if vec is not None:
@@ -400,8 +435,7 @@ class CppOverrides:
 
             return binary
         if name in COMPARE:
-            op = COMPARE[name]
-            return lambda a, b: self._var(f"{a} {op} {b}", torch.bool)
+            return lambda a, b: self._compare(name, a, b)
         raise AttributeError(f"C++ backend has no op {name!r}")
 
 
@@ -435,6 +469,10 @@ class KernelWriter:
         self.handler = CppOverrides(self)
         self.vec_ops = set()  # ops calling vecmath's vector functions
         self.const_values = {}  # C++ text of a float constant -> its value
+        self.int_values = {}  # C++ text of an integer constant -> its value
+        self.index_vals = {}  # name of an int64 index_expr value -> its Ix
+        self.subst = {}  # loop variable -> its expression in a tiled piece (cpp_tiling)
+        self.piece_ranges = {}  # loop variables' ranges in the current piece
 
     # --- values ----------------------------------------------------------------------------------
 
@@ -482,7 +520,7 @@ class KernelWriter:
     def store(self, node, role, value):
         name = node.name
         layout = node.buf.layout
-        idx, _ = node.index_vars(role, self.g.outer, self.g.inner)
+        idx, _ = self.index_vars(node, role)
         ix = layout.index(idx)
         self.locals[name] = (value, ix, role in ("inner", "flat"))
         if name in self.stores:
@@ -497,8 +535,31 @@ class KernelWriter:
 
     # --- structure -------------------------------------------------------------------------------
 
-    def run_node(self, node, role):
+    def index_vars(self, node, role):
         idx, ridx = node.index_vars(role, self.g.outer, self.g.inner)
+        cpp_tiling.set_ranges(self.piece_ranges)
+        if self.subst:
+            idx = [cpp_tiling.substitute(i, self.subst) for i in idx]
+            ridx = [cpp_tiling.substitute(i, self.subst) for i in ridx]
+        return idx, ridx
+
+    def _probe_run(self, subst, ranges):
+        """Each node's value and store index with a loop variable substituted (cpp_tiling)."""
+        old = self.subst, self.piece_ranges
+        self.subst, self.piece_ranges = subst, ranges
+        try:
+            for _, nodes in self.g.segments:
+                for n in nodes:
+                    role = self.g.roles[n.name]
+                    idx, ridx = self.index_vars(n, role)
+                    data = n.buf.data
+                    value = data.inner_fn(idx, ridx) if n.is_reduction else data.inner_fn(idx)
+                    yield value, n.buf.layout.index(idx) if n.name in self.stores else None
+        finally:
+            self.subst, self.piece_ranges = old
+
+    def run_node(self, node, role):
+        idx, ridx = self.index_vars(node, role)
         with set_handler(self.handler):
             if node.is_reduction:
                 return node.buf.data.inner_fn(idx, ridx)
@@ -519,6 +580,11 @@ class KernelWriter:
             simd_last = True
         par_outer = parallel and (outer_n > 1 if type(outer_n) is int else True)
         self.inner_parallel = parallel and outer_n == 1
+        pieces = None
+        if simd_last and len(loops) >= 2:  # Note [Codegen: inner-loop pieces]
+            pieces = cpp_tiling.plan_pieces(self._probe_run, f"o{len(loops) - 1}", g.outer[-1])
+            if pieces:
+                loops, simd_last = loops[:-1], False
         depth = 0
         for k, (d, size) in enumerate(loops):
             set_range(f"o{d}", 0, size - 1)
@@ -528,6 +594,12 @@ class KernelWriter:
             body.writeline(f"for (int64_t o{d} = 0; o{d} < {cexpr(size)}; o{d}++) {{")
             body.level += 1
             depth += 1
+        if pieces:
+            self.flat_pieces(f"o{len(loops)}", pieces)
+            for _ in range(depth):
+                body.level -= 1
+                body.writeline("}")
+            return self._function()
         if self._is_column():
             return self.column_reduction()
         self.scopes.append({})
@@ -545,6 +617,33 @@ class KernelWriter:
             body.level -= 1
             body.writeline("}")
         return self._function()
+
+    def flat_pieces(self, var, pieces):
+        """The innermost loop of a pointwise kernel as pieces (Note [Codegen: inner-loop pieces])."""
+        body = self.code
+        for p in pieces:
+            self.subst, self.piece_ranges = cpp_tiling.piece_subst(var, p)
+            if p.k is None:
+                body.writeline("#pragma omp simd")
+                end = p.start + p.length
+                body.writeline(f"for (int64_t {var} = {p.start}; {var} < {end}; {var}++) {{")
+                body.level += 1
+            else:
+                t, lane = cpp_tiling.tile_names(var)
+                body.writeline(f"for (int64_t {t} = 0; {t} < {p.length // p.k}; {t}++) {{")
+                body.writeline("    #pragma omp simd")
+                body.writeline(f"    for (int64_t {lane} = 0; {lane} < {p.k}; {lane}++) {{")
+                body.level += 2
+            self.scopes.append({})
+            for _, nodes in self.g.segments:
+                for n in nodes:
+                    self.store(n, "flat", self.run_node(n, "flat"))
+            self.scopes.pop()
+            self.locals = {k: v for k, v in self.locals.items() if not v[2]}
+            for _ in range(1 if p.k is None else 2):
+                body.level -= 1
+                body.writeline("}")
+        self.subst, self.piece_ranges = {}, {}
 
     def _is_column(self):
         """Reductions whose inputs are contiguous along the kept (outer) dimension."""
@@ -566,9 +665,11 @@ class KernelWriter:
             if not loads and role == "red":
                 return False
             for _, ix in loads:
-                if ix.terms.get(ol, 0) != 1 and not _in_atom(ix, ol):
+                if ol not in ix.terms and not in_atom(ix, ol):
+                    continue  # the same for every lane (a row statistic): a broadcast
+                if ix.terms.get(ol, 0) != 1 and not in_atom(ix, ol):
                     return False
-                if ix.terms.get(rl, 0) in (0, 1, -1) and not _in_atom(ix, rl):
+                if ix.terms.get(rl, 0) in (0, 1, -1) and not in_atom(ix, rl):
                     return False
             if role == "inner" and n.store_index(role, g.outer, g.inner).terms.get(ol, 0) != 1:
                 return False
@@ -580,26 +681,53 @@ class KernelWriter:
         # Undo the generic outer loop nest: rebuild it with the last outer dim in blocks.
         body.lines.clear()
         body.level = 1
-        nodes = g.segments[0][1]
         k = len(g.outer)
         last = f"o{k - 1}"
-        work = prod(g.outer) * prod(g.inner) * len(nodes)
+        work = prod(g.outer) * prod(g.inner) * len(g.nodes)
         par = self._parallel(work)
+        pieces = None
+        if not (par and k == 1):  # pieces follow each other: the parallel loops are the others
+            pieces = cpp_tiling.plan_pieces(self._probe_run, last, g.outer[-1])
         if par:
+            c = k - 1 if pieces else k
             body.writeline(
-                (f"#pragma omp parallel for collapse({k})" if k > 1 else "#pragma omp parallel for")
+                (f"#pragma omp parallel for collapse({c})" if c > 1 else "#pragma omp parallel for")
                 + self.par_if
             )
         for d in range(k - 1):
             set_range(f"o{d}", 0, g.outer[d] - 1)
             body.writeline(f"for (int64_t o{d} = 0; o{d} < {cexpr(g.outer[d])}; o{d}++) {{")
             body.level += 1
-        n_last = cexpr(g.outer[-1])
-        B = COLUMN_BLOCK
-        body.writeline(f"for (int64_t ob = 0; ob < {n_last}; ob += {B}) {{")
-        body.level += 1
-        body.writeline(f"const int64_t oe = ob + {B} < {n_last} ? ob + {B} : {n_last};")
         set_range(last, 0, g.outer[-1] - 1)
+        for p in pieces or [None]:
+            self.column_piece(last, p)
+        self.subst, self.piece_ranges = {}, {}
+        for _ in range(k - 1):
+            body.level -= 1
+            body.writeline("}")
+        return self._function()
+
+    def column_piece(self, last, p):
+        """One piece of the blocked column loop: None is the whole range in blocks of
+        COLUMN_BLOCK, a tiled piece has blocks of p.k (Note [Codegen: inner-loop pieces])."""
+        g, body = self.g, self.code
+        nodes = g.segments[0][1]
+        if p is None or p.k is None:
+            lo, hi = (0, cexpr(g.outer[-1])) if p is None else (p.start, p.start + p.length)
+            if p is not None:
+                self.subst, self.piece_ranges = cpp_tiling.piece_subst(last, p)
+            B, slot = COLUMN_BLOCK, f"{last} - ob"
+            body.writeline(f"for (int64_t ob = {lo}; ob < {hi}; ob += {B}) {{")
+            body.level += 1
+            body.writeline(f"const int64_t oe = ob + {B} < {hi} ? ob + {B} : {hi};")
+            lanes = f"for (int64_t {last} = ob; {last} < oe; {last}++) {{"
+        else:
+            self.subst, self.piece_ranges = cpp_tiling.piece_subst(last, p)
+            t, slot = cpp_tiling.tile_names(last)
+            B = p.k
+            body.writeline(f"for (int64_t {t} = 0; {t} < {p.length // p.k}; {t}++) {{")
+            body.level += 1
+            lanes = f"for (int64_t {slot} = 0; {slot} < {p.k}; {slot}++) {{"
         accs = {}
         reds = [n for n in nodes if g.roles[n.name] == "red"]
         for n in reds:
@@ -618,7 +746,7 @@ class KernelWriter:
             body.writeline(f"for (int64_t r{d} = 0; r{d} < {cexpr(size)}; r{d}++) {{")
             body.level += 1
         body.writeline("#pragma omp simd")
-        body.writeline(f"for (int64_t {last} = ob; {last} < oe; {last}++) {{")
+        body.writeline(lanes)
         body.level += 1
         self.scopes.append({})
         for n in nodes:
@@ -628,10 +756,8 @@ class KernelWriter:
             v = self.run_node(n, "red")
             rt, vd = n.reduction_type, compute_dtype(n.buf.data.src_dtype)
             a = accs[n.name]
-            stmts = _acc_update(rt, f"{a}[{last} - ob]", v, vd)
-            body.writelines(
-                [st.replace(f"{a}[{last} - ob]_nan", f"{a}_nan[{last} - ob]") for st in stmts]
-            )
+            stmts = _acc_update(rt, f"{a}[{slot}]", v, vd)
+            body.writelines([st.replace(f"{a}[{slot}]_nan", f"{a}_nan[{slot}]") for st in stmts])
         self.scopes.pop()
         self.locals = {k: v for k, v in self.locals.items() if not v[2]}  # loop-local values
         body.level -= 1
@@ -639,14 +765,14 @@ class KernelWriter:
         for _ in g.inner:
             body.level -= 1
             body.writeline("}")
-        body.writeline(f"for (int64_t {last} = ob; {last} < oe; {last}++) {{")
+        body.writeline(lanes)
         body.level += 1
         for n in reds:
             a = accs[n.name]
             rt, vd = n.reduction_type, compute_dtype(n.buf.data.src_dtype)
             od = compute_dtype(n.buf.layout.dtype)
-            fin = _acc_final(rt, f"{a}[{last} - ob]", od, vd).replace(
-                f"{a}[{last} - ob]_nan", f"{a}_nan[{last} - ob]"
+            fin = _acc_final(rt, f"{a}[{slot}]", od, vd).replace(
+                f"{a}[{slot}]_nan", f"{a}_nan[{slot}]"
             )
             v = CSEVar(f"red_{n.name}", od)
             body.writeline(f"{compute_ctype(od)} {v} = {fin};")
@@ -655,10 +781,6 @@ class KernelWriter:
         body.writeline("}")
         body.level -= 1
         body.writeline("}")
-        for _ in range(k - 1):
-            body.level -= 1
-            body.writeline("}")
-        return self._function()
 
     def _outer_pragma(self, k, loops, par_outer, simd_last):
         n = len(loops)
@@ -812,12 +934,6 @@ class KernelWriter:
 
 
 _SIZE_ARG = re.compile(r"\bks(\d+)\b")  # size symbol s3 is the kernel argument ks3
-
-
-def _in_atom(ix, sym):
-    """Whether loop variable sym occurs inside an atom of ix, e.g. r0 in ((r0) % 128)."""
-    pat = re.compile(rf"\b{sym}\b")
-    return any(k != sym and pat.search(k) for k in ix.terms)
 
 
 COLUMN_BLOCK = 64  # outputs per block in column reductions
