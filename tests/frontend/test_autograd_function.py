@@ -420,3 +420,8 @@ def view_out(x):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_view_and_integer_outputs(backend):
     check(view_out, torch.randn(2, 3, requires_grad=True), backend=backend)
+
+
+def test_backward_not_checked_without_grad():
+    """No input needs grad: the backward never runs, so it does not matter (one graph)."""
+    check(item_backward, torch.randn(3), backend="aot_eager")

@@ -92,7 +92,10 @@ class AutogradFunctionApplyVariable(VariableTracker):
             grad_on and isinstance(a, _tensor_cls()) and a.example.requires_grad for a in args
         )
         ctx = AutogradCtxVariable(needs)
-        out = self._check_forward(tx, forward, setup if has_setup else None, ctx, args)
+        check_backward = any(needs) and tx.output.backend_name != "eager"
+        out = self._check_forward(
+            tx, forward, setup if has_setup else None, ctx, args, check_backward
+        )
         return self._apply_node(tx, args, out, ctx, any(needs))
 
     def _guard_methods(self, tx, has_setup):
@@ -109,7 +112,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
         """`MyFn.<name>` (a decorated forward's closure and defaults are read through it)."""
         return AttrSource(self.cls_source, name) if self.cls_source is not None else None
 
-    def _check_forward(self, tx, forward, setup, ctx, args):
+    def _check_forward(self, tx, forward, setup, ctx, args, check_backward):
         """Trace the forward (and setup_context, and the backward where the backend traces it)
         speculatively; drop their nodes; the forward's outputs."""
         output = tx.output
@@ -121,7 +124,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
         what = "forward"
         try:
             out = self._trace_forward(tx, forward, setup, ctx, args)
-            if output.backend_name != "eager":
+            if check_backward:  # (no backward runs without an input that needs grad)
                 what = "backward"
                 self._trace_backward(tx, ctx, out)
         except Unsupported as e:
