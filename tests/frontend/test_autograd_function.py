@@ -425,3 +425,56 @@ def test_view_and_integer_outputs(backend):
 def test_backward_not_checked_without_grad():
     """No input needs grad: the backward never runs, so it does not matter (one graph)."""
     check(item_backward, torch.randn(3), backend="aot_eager")
+
+
+class MyReLU(torch.autograd.Function):
+    """The PyTorch tutorial's: a boolean-mask store in the backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        grad_input = grad_output.clone()
+        grad_input[x < 0] = 0
+        return grad_input
+
+
+class LinearFunction(torch.autograd.Function):
+    """The extending-torch docs' linear: setup_context, needs_input_grad, an optional bias."""
+
+    @staticmethod
+    def forward(x, weight, bias):
+        output = x.mm(weight.t())
+        if bias is not None:
+            output += bias.unsqueeze(0).expand_as(output)
+        return output
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, weight, bias = ctx.saved_tensors
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = grad_output.mm(weight)
+        if ctx.needs_input_grad[1]:
+            grad_weight = grad_output.t().mm(x)
+        if bias is not None and ctx.needs_input_grad[2]:
+            grad_bias = grad_output.sum(0)
+        return grad_x, grad_weight, grad_bias
+
+
+def tutorial(x, w, b):
+    return MyReLU.apply(LinearFunction.apply(x, w, b)) + LinearFunction.apply(x, w, None)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tutorial_functions(backend):
+    x, w, b = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
+    check(tutorial, x, w.requires_grad_(), b.requires_grad_(), backend=backend)
