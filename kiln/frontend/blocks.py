@@ -332,8 +332,21 @@ class BlockStackMixin:
         else:
             exit_var.handler = nxt.exn_tab_entry.target
             self.with_handlers.append(exit_var.handler)
+        if self.is_root and not getattr(cm, "resumable", True):
+            exit_var.rewind = self.before_with_state()  # Note [Blocks: rewinding to a with ...]
         self.push(exit_var)
         self.push(cm.enter(self))
+
+    # Note [Blocks: rewinding to a with statement]
+    # A graph break inside the block of a traced user manager (Note [Blocks: context managers])
+    # cannot be placed there: the manager's enter and exit are user code that must run once each.
+    # The root translator keeps the state it had at the with statement's BEFORE_WITH (stack,
+    # locals, graph checkpoint, side-effect snapshot and version, iterator positions), and the
+    # break is placed at the BEFORE_WITH instead: the graph is cut back to it, Python enters the
+    # manager and a resume function runs the block (Note [Blocks: context managers] for
+    # untraced managers). The side-effect version check of the break (codegen) refuses the
+    # rewind when the block mutated an object that existed before (not undoable): the frame
+    # then runs eagerly.
 
     def exit_with(self, exit_var):
         if self.with_handlers and self.with_handlers[-1] is exit_var.handler:

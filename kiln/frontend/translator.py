@@ -779,10 +779,12 @@ class InstructionTranslator(InstructionTranslatorBase):
         super()._annotate(e)
         from kiln.frontend.variables.misc import WithExitVariable
 
-        if any(
-            isinstance(v, WithExitVariable) and not getattr(v.cm, "resumable", True)
+        traced = [
+            v
             for v in self.stack_before
-        ):
+            if isinstance(v, WithExitVariable) and not getattr(v.cm, "resumable", True)
+        ]
+        if traced and getattr(traced[0], "rewind", None) is None:
             e.no_resume = True  # Note [Blocks: context managers]
         if getattr(e, "root_tx", None) is not self:
             # What the graph-break path (resume functions) needs: where, and the live state.
@@ -795,3 +797,42 @@ class InstructionTranslator(InstructionTranslatorBase):
             e.root_kw_names = self.kw_before
             e.root_effects_version = self.effects_before
             e.root_effects_snapshot = self.effects_snapshot
+            if traced and getattr(traced[0], "rewind", None) is not None:
+                self.rewind_to_with(e, traced[0].rewind)
+
+    def before_with_state(self):
+        """What a break at this BEFORE_WITH needs, kept in case its block breaks later."""
+        return {
+            "index": self.current_inst.index,
+            "stack": list(self.stack_before),
+            "locals": self.locals_before,
+            "checkpoint": self.checkpoint,
+            "kw": self.kw_before,
+            "version": self.effects_before,
+            "snapshot": self.effects_snapshot,
+            "iterators": [
+                (v, v.index)
+                for v in [*self.stack_before, *self.locals_before.values()]
+                if isinstance(v, ListIteratorVariable) and hasattr(v, "index")
+            ],
+        }
+
+    def rewind_to_with(self, e, state):
+        """Note [Blocks: rewinding to a with statement]"""
+        from kiln.frontend.variables.misc import GeneratorContextVariable
+
+        for it, index in state["iterators"]:
+            it.index = index
+        for v in state["stack"]:
+            if isinstance(v, GeneratorContextVariable):
+                v.gen = None  # not entered at the with statement
+        e.root_index = state["index"]
+        e.root_stack = state["stack"]
+        e.root_locals = state["locals"]
+        e.root_checkpoint = state["checkpoint"]
+        e.root_kw_names = state["kw"]
+        e.root_effects_version = state["version"]
+        e.root_effects_snapshot = state["snapshot"]
+        e.frames = [(self.code, state["index"], self.instructions[state["index"]].lineno)]
+        e.no_resume = False
+        e.msg = f"{e.msg} (inside a with block: the break is placed at the with statement)"

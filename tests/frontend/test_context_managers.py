@@ -188,15 +188,29 @@ def test_suppress_other_type_propagates():
     run_and_compare(f, t(3))
 
 
-def test_break_inside_user_manager_runs_frame_eagerly():
+def test_break_inside_user_manager_is_placed_at_the_with(capsys):
+    # Note [Blocks: rewinding to a with statement]: the graph before the with statement; Python
+    # runs the rest (the break inside the block cannot be placed in the resume function)
     def f(x):
-        log = []
-        with Recorder(log):
-            y = x + 1
+        z = x.sin()
+        with contextlib.suppress(KeyError), scaled(z, 2) as w:
+            y = w + 1
             print("inside")
-        return y, log
+        return y
 
-    run_and_compare(f, t(3), expected_graphs=0, expected_breaks=1)
+    run_and_compare(f, t(3), calls=1, expected_graphs=1)
+    assert capsys.readouterr().out == "inside\n" * 2
+
+
+def test_break_inside_generator_manager_after_mutation_runs_eagerly():
+    def f(x, log):
+        z = x.sin()
+        with tracked(log):
+            log.append("mutated")  # a mutation of an object from outside: not undoable
+            print("inside")
+        return z, log
+
+    run_and_compare(f, t(3), [], calls=1, expected_graphs=0)
 
 
 lock = threading.Lock()

@@ -461,6 +461,16 @@ class SuppressVariable(VariableTracker):
     def exit_exception(self, tx, exc):
         return ConstantVariable(issubclass(exc.cls, self.types))
 
+    def reconstruct(self, cg):
+        import contextlib
+
+        from kiln.bytecode import emit
+
+        cg.load_object(contextlib.suppress, push_null=True)
+        for t in self.types:
+            cg.load_object(t)
+        cg.extend(emit.call(len(self.types)))
+
 
 class _Yielded(Exception):
     """A suspendable generator translator reached a yield."""
@@ -521,6 +531,26 @@ class GeneratorContextVariable(VariableTracker):
         except _Yielded as y:
             return y.value
         return None
+
+    def reconstruct(self, cg):
+        """A new manager over the same generator function and arguments (before it is entered:
+        a break placed at its with statement, Note [Blocks: rewinding to a with statement])."""
+        import contextlib
+
+        from kiln.bytecode import emit
+
+        if self.gen is not None:
+            unimplemented("rebuilding a contextmanager that was entered")
+        cg.load_object(contextlib._GeneratorContextManager, push_null=True)
+        cg.reconstruct(self.fn)
+        for a in self.args:
+            cg.reconstruct(a)
+        cg.extend(emit.build_tuple(len(self.args)))
+        for k, v in self.kwargs.items():
+            cg.extend(emit.load_const(k))
+            cg.reconstruct(v)
+        cg.extend(emit.build_map(len(self.kwargs)))
+        cg.extend(emit.call(3))
 
     def exit(self, tx):
         if self._resume(None) is not None:
