@@ -50,6 +50,16 @@ def ddp_hooks(model, buckets):
         p.register_post_accumulate_grad_hook(lambda p, n=name: buckets.append(n))
 
 
+MODES = ("eager", "kiln", "kiln+compiled_autograd", "torch", "torch+compiled_autograd")
+
+
+def torch_ca_compiler(name):
+    """torch's compiled autograd with the matching compiler (kiln's code generator: inductor)."""
+    if name == "none":
+        return lambda gm: gm
+    return torch.compile(backend="inductor" if name == "kiln" else name, fullgraph=True)
+
+
 def ca_compiler(name):
     if name == "none":
         return None
@@ -73,11 +83,18 @@ def main():
     x = torch.randn(args.batch, args.seq, args.dim)
     buckets = []
     models = {}
-    for mode in ("eager", "kiln", "kiln+compiled_autograd"):
+    for mode in MODES:
         m = copy.deepcopy(base)
         ddp_hooks(m, buckets)
-        models[mode] = (m, m if mode == "eager" else kiln.compile(m, backend="aot_eager"))
+        if mode == "eager":
+            fwd = m
+        elif mode.startswith("torch"):
+            fwd = torch.compile(m, backend="aot_eager")
+        else:
+            fwd = kiln.compile(m, backend="aot_eager")
+        models[mode] = (m, fwd)
     compiler = ca_compiler(args.ca_compiler)
+    torch_compiler = torch_ca_compiler(args.ca_compiler)
     times = {mode: [] for mode in models}
     for it in range(args.iters + 3):
         for mode, (m, fwd) in models.items():
@@ -86,6 +103,9 @@ def main():
             t0 = time.perf_counter()
             if mode == "kiln+compiled_autograd":
                 with ca.enable(compiler):
+                    loss.backward()
+            elif mode == "torch+compiled_autograd":
+                with torch._dynamo.compiled_autograd._enable(torch_compiler):
                     loss.backward()
             else:
                 loss.backward()
@@ -118,6 +138,10 @@ def main():
         "backward_ms": {k: round(v * 1e3, 3) for k, v in med.items()},
         "ratio_vs_eager": {k: round(v / med["eager"], 3) for k, v in med.items()},
         "ratio_ca_vs_kiln": round(med["kiln+compiled_autograd"] / med["kiln"], 3),
+        "ratio_torch_ca_vs_torch": round(med["torch+compiled_autograd"] / med["torch"], 3),
+        "ratio_kiln_ca_vs_torch_ca": round(
+            med["kiln+compiled_autograd"] / med["torch+compiled_autograd"], 3
+        ),
         "cache_lookup_us_per_backward": round(lookup_us, 1),
         "autograd_nodes": n_nodes,
         "cache_lookup_us_per_node": round(lookup_us / n_nodes, 2),

@@ -21,6 +21,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from kiln import logs
+from kiln.compiled_autograd.collect import node_sizes
 
 __all__ = ["CacheNode", "Entry", "lookup", "anti_unify"]
 
@@ -62,9 +63,11 @@ def _value(expr, flat):
 class CacheNode:
     """One trie level: children by node key, expected sizes (None = dynamic), entries at leaves."""
 
-    __slots__ = ("children", "expected", "entry", "static", "last", "failed")
+    __slots__ = ("children", "expected", "entry", "static", "last", "failed", "fast", "generation")
 
     def __init__(self, expected=()):
+        self.fast = {}  # (root only) tuple of a call's keys -> _Fast (Note [... the hot path])
+        self.generation = 0  # (root only) bumped when the trie changes: older _Fast are stale
         self.failed = None  # why this structure could not be captured (it then runs eagerly)
         self.children = {}
         self.expected = list(expected)
@@ -73,13 +76,55 @@ class CacheNode:
         self.last = None  # (gm, flat sizes) of the last capture here
 
 
+# Note [Compiled autograd: the hot path]
+# A training loop calls .backward() on graphs of one structure, so after the first walk of the
+# trie for a structure, the whole walk is remembered against the tuple of the call's keys: a hit
+# is then one dict lookup (hashing the keys in C) and one C-level comparison of the sizes that
+# are not dynamic, instead of a Python loop over every node and every size. Any change of the
+# trie (a new node, a size marked dynamic) bumps the root's generation, which voids every
+# remembered walk; the next call walks the trie again (and logs what changed) as before.
+
+
+class _Fast:
+    """A remembered trie walk: its leaf, dynamic positions and the static sizes it expects."""
+
+    __slots__ = ("generation", "leaf", "dyn", "sizes", "static_pos", "static_vals")
+
+    def __init__(self, generation, leaf, dyn, path, g):
+        self.generation = generation
+        self.leaf = leaf
+        self.dyn = dyn
+        if not dyn:
+            self.sizes = list(g.sizes)  # every size static: compared as groups, not flattened
+            self.static_pos = self.static_vals = None
+        else:
+            self.sizes = None
+            expected = [e for node in path for e in node.expected]
+            self.static_pos = [p for p, e in enumerate(expected) if e is not None]
+            self.static_vals = [expected[p] for p in self.static_pos]
+
+    def matches(self, g):
+        if self.sizes is not None:
+            return g.sizes == self.sizes
+        flat = g.flat_sizes
+        return len(flat) == len(self.static_vals) + len(self.dyn) and (
+            list(map(flat.__getitem__, self.static_pos)) == self.static_vals
+        )
+
+
 def lookup(root, g):
     """Walk the trie with g's keys; returns (leaf, dynamic positions, hit Entry or None)."""
+    keys = tuple(g.keys)
+    fast = root.fast.get(keys)
+    if fast is not None and fast.generation == root.generation and fast.matches(g):
+        return fast.leaf, fast.dyn, _entry(fast.leaf, fast.dyn, g)
     cur = root
+    path = []
     changed = new = False
     dyn = []
     pos = 0
-    for k, (key, sizes) in enumerate(zip(g.keys, g.sizes)):
+    for k, (key, groups) in enumerate(zip(g.keys, g.sizes)):
+        sizes = node_sizes(groups)
         child = cur.children.get(key)
         if child is None:
             if not new and logs.enabled(_CH):  # the first new node of this call is the reason
@@ -115,22 +160,32 @@ def lookup(root, g):
                     )
         pos += len(sizes)
         cur = child
+        path.append(cur)
     dyn = tuple(dyn)
     if changed:
+        root.generation += 1
         return cur, dyn, None
+    if len(root.fast) > 64:  # structures alternate rarely: keep the table small
+        root.fast.clear()
+    root.fast[keys] = _Fast(root.generation, cur, dyn, path, g)
+    return cur, dyn, _entry(cur, dyn, g)
+
+
+def _entry(cur, dyn, g):
+    """The Entry at a trie leaf that serves g's sizes, or None."""
     flat = None
     e = cur.entry
     if e is not None and e.dyn == dyn:
         if not dyn:
-            return cur, dyn, e
+            return e
         flat = g.flat_sizes
         if e.valid(flat):
-            return cur, dyn, e
+            return e
     if cur.static:
         e = cur.static.get(tuple(flat or g.flat_sizes))
         if e is not None:
-            return cur, dyn, e
-    return cur, dyn, None
+            return e
+    return None
 
 
 # --- anti-unification ----------------------------------------------------------------------------

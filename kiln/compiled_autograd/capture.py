@@ -450,7 +450,7 @@ class Capture:
                 )
                 n = graph.call_function(H.accumulate_grad_, (var, gr._node, fresh))
                 n.meta["kiln_origin"] = self.origin
-                for hi in g.node_post[k]:
+                for hi in g.post_hooks(k):
                     n = graph.call_function(
                         H.call_hook, (self.hook(hi), var), {"hook_type": "post_acc_grad_hook"}
                     )

@@ -136,3 +136,50 @@ def test_finalizers_during_capture_are_not_engine_calls():
     user_hook(None)
     assert ref() is None
     assert seen == {"__del__": True, "weakref callback": True, "hook": False}
+
+
+def test_remembered_walk_still_sees_changed_sizes_dtypes_and_hooks():
+    """Note [Compiled autograd: the hot path]: hits skip the trie walk, misses still log."""
+    with clean("compiled_autograd_verbose") as log:
+        for shape, dtype, hook in [
+            (10, torch.float32, False),
+            (10, torch.float32, False),  # a remembered walk: no capture
+            (10, torch.float32, False),
+            (12, torch.float32, False),  # a changed size on the remembered path
+            (10, torch.float64, False),  # a new dtype: a new node
+            (10, torch.float32, True),  # a hook on the leaf: a new node
+            (10, torch.float32, False),
+        ]:
+            w = torch.randn(shape, dtype=dtype, requires_grad=True)
+            if hook:
+                w.register_hook(lambda g: g * 3)
+            with ca.enable(None):
+                (w.sin() * w).sum().backward()
+            ref = w.detach().clone().requires_grad_()
+            (ref.sin() * ref).sum().backward()
+            torch.testing.assert_close(w.grad, ref.grad * (3 if hook else 1))
+        counters = ca_counters()
+    text = log.getvalue()
+    assert "Cache miss due to changed shapes" in text
+    assert counters["calls"] == 7 and counters["captures"] == 4, counters
+
+
+def test_saved_parameters_and_their_views_alias_in_the_key():
+    """A CompiledFunction's saved tensors are lifted in bulk: a parameter it saves and its
+    transpose (same address, other strides) are told apart; equal ones are one input."""
+    import kiln
+
+    lin = torch.nn.Linear(6, 4)
+    ref = torch.nn.Linear(6, 4)
+    ref.load_state_dict(lin.state_dict())
+    f = kiln.compile(lambda x: (lin(x) @ lin.weight).relu(), backend="aot_eager")
+    with clean():
+        for _ in range(3):
+            x = torch.randn(3, 6)
+            with ca.enable(None):
+                f(x).sum().backward()
+            (ref(x) @ ref.weight).relu().sum().backward()
+        counters = ca_counters()
+    assert counters.get("fallbacks", 0) == 0 and counters["captures"] == 1, counters
+    for p, q in zip(lin.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad)
