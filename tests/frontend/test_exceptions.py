@@ -350,3 +350,59 @@ def test_printed_text_order(capsys):
 
     run_and_compare(f, t(3), calls=1)
     assert capsys.readouterr().out == "before\nhandler\n" * 2
+
+
+def dict_key_error(x, d):
+    try:
+        v = d["missing"]
+    except KeyError as e:
+        v = len(e.args[0])
+    return x * v
+
+
+def dict_pop_key_error(x):
+    d = {"a": 1}
+    try:
+        d.pop("b")
+    except KeyError:
+        d["c"] = 3
+    return x + len(d), d
+
+
+def int_of_bad_string(x, s):
+    try:
+        n = int(s)
+    except ValueError as e:
+        n = -1
+        msg = str(e)
+    else:
+        msg = ""
+    return x * n, msg
+
+
+def callee_mutates_then_raises(log):
+    log.append("before")
+    raise LookupError("gone")
+
+
+def caller_keeps_callee_mutations(x, log):
+    try:
+        callee_mutates_then_raises(log)
+    except LookupError:
+        log.append("handled")
+    return x + 1
+
+
+@pytest.mark.parametrize(
+    "fn,args",
+    [
+        (dict_key_error, (t(3), {"a": 1})),
+        (dict_pop_key_error, (t(3),)),
+        (int_of_bad_string, (t(3), "12")),
+        (int_of_bad_string, (t(3), "x1")),
+        (caller_keeps_callee_mutations, (t(3), [])),
+    ],
+    ids=lambda v: getattr(v, "__name__", None) if callable(v) else None,
+)
+def test_modelled_builtins_raise(fn, args):
+    run_and_compare(fn, *args, expected_graphs=1, expected_breaks=0)

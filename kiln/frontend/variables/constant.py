@@ -75,6 +75,9 @@ def fold(fn, *values):
     try:
         return ConstantVariable(fn(*values))
     except Exception as e:
+        from kiln.frontend.variables.exceptions import observe
+
+        observe(e)  # a builtin exception of constants: raised in the traced code, as in eager
         unimplemented(
             f"constant folding {getattr(fn, '__name__', fn)} raised {type(e).__name__}: {e}"
         )

@@ -45,6 +45,15 @@ class ConstDictVariable(VariableTracker):
             unimplemented(f"dict key {var} is not a constant")
         return var.as_python_constant()
 
+    def _key_error(self, tx, key):
+        """A missing key raises KeyError as Python does (Note [Blocks: exceptions while
+        tracing]), unless the class has a __missing__ kiln does not run."""
+        from kiln.frontend.variables.exceptions import raise_observed
+
+        if getattr(self.user_cls, "__missing__", None) is not None:
+            unimplemented(f"KeyError {key!r} while tracing ({self.user_cls.__name__}.__missing__)")
+        raise_observed(tx, KeyError, key)
+
     def call_method(self, tx, name, args, kwargs):
         if name == "__getitem__" and len(args) == 1:
             key = self._key(args[0])
@@ -53,7 +62,7 @@ class ConstDictVariable(VariableTracker):
                 self._mutate(tx)
                 self.items[key] = value
             if key not in self.items:
-                unimplemented(f"KeyError {key!r} while tracing")
+                self._key_error(tx, key)
             return self.items[key]
         if name == "get" and 1 <= len(args) <= 2:
             key = self._key(args[0])
@@ -111,7 +120,7 @@ class ConstDictVariable(VariableTracker):
                 return self.items.pop(key)
             if len(args) == 2:
                 return args[1]
-            unimplemented(f"KeyError {key!r} while tracing")
+            self._key_error(tx, key)
         if name == "copy" and not args:
             return ConstDictVariable(self.items, self.user_cls, self.default_factory)
         if name == "list" and not args:

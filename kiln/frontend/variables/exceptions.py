@@ -60,6 +60,17 @@ def raise_observed(tx, cls, *args):
     raise ObservedException(ExceptionVariable(cls, [ConstantVariable(a) for a in args]))
 
 
+def observe(exc):
+    """Raise a real exception `exc` (from running a pure builtin on constants) in the traced code,
+    if kiln models its class and its args are literals; else return."""
+    from kiln.frontend.variables.constant import ConstantVariable, is_literal
+
+    cls = type(exc)
+    if cls.__module__ == "builtins" and modelled(cls) and all(is_literal(a) for a in exc.args):
+        var = ExceptionVariable(cls, [ConstantVariable(a) for a in exc.args])
+        raise ObservedException(var) from None
+
+
 class ExceptionVariable(VariableTracker):
     """An exception instance: its class, its args and the attributes Python sets on it."""
 
