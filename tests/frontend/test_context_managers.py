@@ -82,6 +82,23 @@ def catching():
         pass
 
 
+def make_offset_manager(offset):
+    @contextlib.contextmanager
+    def offset_by(x):
+        yield x + offset
+
+    return offset_by
+
+
+offset_manager = make_offset_manager(10.0)
+
+
+def generator_manager_with_closure(x):
+    with offset_manager(x) as y:
+        z = y * 2
+    return z
+
+
 def generator_manager(x):
     with scaled(x, 3) as y:
         z = y + 1
@@ -158,6 +175,7 @@ def nested_managers(x):
         user_manager_sees_exception,
         user_manager_suppresses,
         generator_manager,
+        generator_manager_with_closure,
         generator_manager_finally,
         generator_manager_finally_on_raise,
         generator_manager_catches,

@@ -508,10 +508,14 @@ class GeneratorContextVariable(VariableTracker):
         ):
             unimplemented(f"contextmanager over {fn_var}")
         fn = fn_var.fn
-        if fn.__code__.co_freevars or self.gen is not None:
-            unimplemented(f"contextmanager {fn.__qualname__} (closure, or entered twice)")
+        if self.gen is not None:
+            unimplemented(f"contextmanager {fn.__qualname__} entered twice")
         local_vars = bind_args(tx, fn, self.args, self.kwargs, fn_var.source)
-        self.gen = InliningTranslator(tx, fn, fn.__code__, local_vars, {})
+        closure = {
+            name: (cell, fn_var.source, i)  # as inline_call reads them
+            for i, (name, cell) in enumerate(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+        }
+        self.gen = InliningTranslator(tx, fn, fn.__code__, local_vars, closure)
         self.gen.suspendable = True
         value = self._resume(None)
         if value is None:
