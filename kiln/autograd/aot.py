@@ -438,15 +438,18 @@ def _make_function(plan):
     mutated_storages = plan.mutated_inputs
 
     num_tensors = plan.num_saved - plan.num_saved_sizes
+    check_saved = _saved_to_check(plan, num_fw, num_tensors)
 
     def forward(ctx, *args):
         args = args[: plan.num_inputs]  # the rest: lifted tensors (constants in the graph)
         outs = plan.forward(*args)
         fw_outs = list(outs[:num_fw])
         saved = list(outs[num_fw : num_fw + num_tensors])
-        if mutated_storages:  # the epilogue will overwrite these inputs: keep the old values
+        if check_saved:  # the epilogue will overwrite these inputs: keep the old values
             ptrs = {_storage(args[i]) for i in mutated_storages}
-            saved = [s.clone() if _storage(s) in ptrs else s for s in saved]
+            for j in check_saved:
+                if _storage(saved[j]) in ptrs:
+                    saved[j] = saved[j].clone()
         ctx.save_for_backward(*saved)
         # Note [Partitioner: saved sizes]: sizes saved for the backward are ints on the ctx
         ctx.kiln_sizes = tuple(outs[num_fw + num_tensors : num_fw + plan.num_saved])
@@ -476,6 +479,27 @@ def _make_function(plan):
         (CompiledFunction,),
         {"forward": staticmethod(forward), "backward": staticmethod(backward), "_kiln_plan": plan},
     )
+
+
+def _saved_to_check(plan, num_fw, num_tensors):
+    """Positions of saved tensors that may share memory with a mutated input.
+
+    The compiler may say where each output's memory comes from (`output_sources` of a kiln
+    CompiledGraph: "fresh", ("input", k) or None): a fresh buffer, or an input that is not
+    mutated (inputs sharing memory with a mutated one run eagerly), needs no check per call.
+    """
+    if not plan.mutated_inputs:
+        return []
+    sources = getattr(plan.forward, "output_sources", None)
+    mutated = set(plan.mutated_inputs)
+    check = []
+    for j in range(num_tensors):
+        k = num_fw + j
+        src = sources[k] if sources is not None and k < len(sources) else None
+        if src == "fresh" or (isinstance(src, (list, tuple)) and src[1] not in mutated):
+            continue
+        check.append(j)
+    return check
 
 
 def _storage(t):

@@ -36,8 +36,11 @@ def num_threads():
 class CompiledGraph:
     """A compiled ATen graph: calls the generated wrapper; keeps its sources for printing."""
 
-    def __init__(self, call, wrapper_src, cpp_src, fallback_ops=()):
+    def __init__(self, call, wrapper_src, cpp_src, fallback_ops=(), output_sources=None):
         self.call = call
+        # per output: "fresh" | ("input", k) | None (see WrapperCodegen.output_source); the AOT
+        # runtime checks only the outputs that may alias a mutated input
+        self.output_sources = output_sources
         self.wrapper_src = wrapper_src
         self.cpp_src = cpp_src
         self.fallback_ops = list(fallback_ops)
@@ -113,7 +116,7 @@ def _load(wrapper_src, cpp_src, consts, gm, extras=()):
 
 
 def lower_and_generate(gm, example_inputs):
-    """(GraphLowering, groups, cpp source, wrapper source, extras) of an ATen graph."""
+    """(GraphLowering, groups, cpp source, wrapper source, extras, output sources) of a graph."""
     from kiln.backend.codegen.cpp import generate_cpp
     from kiln.backend.codegen.wrapper import WrapperCodegen
     from kiln.backend.graph import GraphLowering
@@ -125,7 +128,7 @@ def lower_and_generate(gm, example_inputs):
     cpp_src, signatures = generate_cpp(graph, groups, stores, num_threads(), inplace)
     w = WrapperCodegen(graph, groups, stores, free_after, signatures, inplace)
     wrapper_src = w.generate()
-    return graph, groups, cpp_src, wrapper_src, w.extras
+    return graph, groups, cpp_src, wrapper_src, w.extras, w.output_sources
 
 
 def _needs_decomposition(gm):
@@ -143,7 +146,7 @@ def _compile(gm, example_inputs):
     if hit is not None:
         call = _load(hit["wrapper"], hit["cpp"], _constants(gm), gm)
         logs.counters["backend"]["graph_cache_hits"] += 1
-        return CompiledGraph(call, hit["wrapper"], hit["cpp"])
+        return CompiledGraph(call, hit["wrapper"], hit["cpp"], (), hit.get("sources"))
     retraced = _needs_decomposition(gm)
     if retraced:
         from kiln.autograd.tracer import trace_aten
@@ -153,15 +156,16 @@ def _compile(gm, example_inputs):
         if env is not None:
             gm.meta["shape_env"] = env
     t0 = time.perf_counter()
-    graph, groups, cpp_src, wrapper_src, extras = lower_and_generate(gm, example_inputs)
+    graph, groups, cpp_src, wrapper_src, extras, sources = lower_and_generate(gm, example_inputs)
     if logs.enabled("output_code"):
         logs.log("output_code", "kernels:\n%s\nwrapper:\n%s", cpp_src, wrapper_src)
     call = _load(wrapper_src, cpp_src, graph.constants, gm, extras)
     logs.counters["backend"]["graphs_compiled"] += 1
     logs.log("output_code", "graph compiled in %.2fs", time.perf_counter() - t0)
     if not (retraced and graph.constants):
-        codecache.graph_put(key, {"wrapper": wrapper_src, "cpp": cpp_src}, disk=not extras)
-    return CompiledGraph(call, wrapper_src, cpp_src, graph.fallback_ops)
+        entry = {"wrapper": wrapper_src, "cpp": cpp_src, "sources": sources}
+        codecache.graph_put(key, entry, disk=not extras)
+    return CompiledGraph(call, wrapper_src, cpp_src, graph.fallback_ops, sources)
 
 
 def compile_aten_graph(gm, example_inputs):

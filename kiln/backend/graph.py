@@ -130,6 +130,9 @@ class GraphLowering:
         if isinstance(base, StorageBox):
             base.realize()
             return base.realized_layout()
+        rl = _realize_under_view(value)
+        if rl is not None:
+            return rl
         stride = dense_stride_of(val, value.get_size())
         box = StorageBox(Pointwise(value.get_dtype(), value.get_size(), value.make_loader()), self)
         box.realize(stride)
@@ -306,6 +309,48 @@ class GraphLowering:
         ):
             return ("buf", buf.name)
         return ("view", buf.name, layout.size, layout.stride, layout.offset)
+
+
+# Note [Backend: views of unrealized values]
+# A strided view (permute, reshape, expand, ...) of an unrealized value that an extern or the
+# graph's outputs need in memory realizes the value itself and passes the view as strides, rather
+# than writing a copy in the view's layout: `permute(_unsafe_view(clone(q)))` saved for the
+# backward is then a view of the buffer the forward's bmm reads, not a second copy of q. Only
+# when the view reaches every element of the value (a slice of a large value still copies the
+# slice) and the chain of views is expressible as strides of the value's layout.
+def _realize_under_view(value):
+    """(Buffer, Layout) of view `value` after realizing the StorageBox under it, else None."""
+    chain = []
+    root = value
+    while isinstance(root, View) and root.strided is not None:
+        chain.append(root)
+        root = root.base
+    if not chain or not isinstance(root, StorageBox) or root.is_realized():
+        return None
+    if isinstance(root.data, (View, StorageBox)) or not hasattr(root.data, "get_size"):
+        return None
+    size = root.get_size()
+    if not _numel_at_least(value.get_size(), size):
+        return None
+    stride = root._stride(None) or contiguous_strides(size)
+    layout = Layout(size, stride, root.get_dtype())
+    for v in reversed(chain):
+        layout = v.strided(layout)
+        if layout is None:
+            return None
+    root.realize(stride)
+    return value.realized_layout()
+
+
+def _numel_at_least(a, b):
+    na, nb = 1, 1
+    for s in a:
+        na = na * s
+    for s in b:
+        nb = nb * s
+    if type(na) is int and type(nb) is int:
+        return na >= nb
+    return known_eq(na, nb)
 
 
 def _cost(loops):

@@ -170,6 +170,7 @@ class WrapperCodegen:
                 if not isinstance(g.buffers.get(name), InputBuffer) and self.allocated(name):
                     self.free(body, gi, name)
         outs = []
+        self.output_sources = [self.output_source(o) for o in g.outputs]
         for o in g.outputs:
             if o[0] == "buf":
                 outs.append(o[1])
@@ -216,6 +217,20 @@ class WrapperCodegen:
                 f"size symbols {sorted(missing)} cannot be computed from the graph's inputs"
             )
         return head.getvalue()
+
+    def output_source(self, o):
+        """Where an output's memory comes from: "fresh" (allocated by this call), ("input", k)
+        (graph input k or a view of it), or None (unknown: an ATen call's result may alias)."""
+        if o[0] not in ("buf", "view"):
+            return None
+        buf = self.graph.buffers[o[1]]
+        if isinstance(buf, InputBuffer):
+            if buf in self.graph.inputs:
+                return ("input", self.graph.inputs.index(buf))
+            return None  # a constant
+        if hasattr(buf, "data") or (hasattr(buf, "kernel") and buf.kernel.out_variant):
+            return "fresh"
+        return None
 
     def bind_symbols(self, body):
         """`s0 = arg0_1.size(0)` for each size symbol, once per call, from the first input that
