@@ -83,3 +83,65 @@ def test_slice_scatter_segments():
         return (torch.slice_scatter(a, b, 1, 16, 32) * 2,)
 
     check(fn, [x, s])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_transposed_pointwise_runs_the_contiguous_dim_inside(dtype):
+    """x.t() + y with the output laid out like x.t(): two of three indices step along dim 0."""
+    x, y = torch.randn(40, 72).to(dtype), torch.randn(72, 40).to(dtype)
+
+    def fn(a, b):
+        return (a.t() * 2 + b,)
+
+    compiled = check(fn, [x, y])
+    assert "o0b += 16" in compiled.cpp_src, compiled.cpp_src
+
+
+def test_transposed_pointwise_edge_blocks_and_zero_size():
+    check(lambda a, b: (a.t() + b,), [torch.randn(37, 21), torch.randn(21, 37)])
+    check(lambda a, b: (a.t() + b,), [torch.randn(0, 21), torch.randn(21, 0)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batch_norm_statistics_merge_contiguous_inner_loops(dtype):
+    """Sums over (N, H, W) keeping C: H and W form one contiguous inner loop of H*W."""
+    x = torch.randn(4, 8, 6, 10).to(dtype)
+
+    def fn(a):
+        return a.sum((0, 2, 3)), (a * a).mean((0, 2, 3)), a.amax((0, 2, 3))
+
+    tol = 2e-2 if dtype == torch.bfloat16 else None
+    compiled = check(fn, [x], atol=tol, rtol=tol)
+    assert "r2 < 60" in compiled.cpp_src, compiled.cpp_src
+
+
+def test_merge_keeps_non_contiguous_and_argmax_loops():
+    x = torch.randn(6, 5, 7).transpose(1, 2)  # the reduced dims are not contiguous together
+    check(lambda a: (a.sum((1, 2)), a.reshape(6, -1).argmax(1)), [x])
+
+
+@pytest.mark.parametrize("idx_dtype", [torch.int64, torch.int32])
+def test_embedding_layer_norm_hoists_the_row_index(idx_dtype):
+    """The token index is loaded and checked once per row, outside the reduction loops."""
+    idx = torch.tensor([[1, 5, 0, 7], [3, 3, 2, -1]]).to(idx_dtype)
+    wte, wpe = torch.randn(8, 32), torch.randn(4, 32)
+
+    def fn(i, a, b):
+        x = a[i] + b[torch.arange(4)]
+        return (torch.nn.functional.layer_norm(x, (32,)),)
+
+    compiled = check(fn, [idx, wte, wpe], atol=1e-5, rtol=1e-5)
+    src = compiled.cpp_src[compiled.cpp_src.index("int kernel0") :]
+    loop = src.index("for (int64_t r0")
+    assert src.index("kiln_err = 1") < loop, src
+
+
+def test_hoisted_index_check_still_raises():
+    idx = torch.tensor([[1, 9]])
+    w = torch.randn(8, 16)
+
+    def fn(i, a):
+        return (a[i].sum(-1),)
+
+    with pytest.raises(IndexError):
+        check(fn, [idx, w])

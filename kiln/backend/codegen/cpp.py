@@ -450,7 +450,7 @@ def _acc_ctype(rtype, dtype):
     return compute_ctype(dtype)
 
 
-class KernelWriter:
+class KernelWriter(cpp_tiling.FlatLoops):
     """Writes one Group as a C++ function."""
 
     def __init__(self, group, graph, stores, nthreads, inplace=None):
@@ -585,9 +585,15 @@ class KernelWriter:
             pieces = cpp_tiling.plan_pieces(self._probe_run, f"o{len(loops) - 1}", g.outer[-1])
             if pieces:
                 loops, simd_last = loops[:-1], False
+            else:
+                p = self.transposed_dim()
+                if p is not None:
+                    self.transposed_loops(p, par_outer)
+                    return self._function()
         depth = 0
         for k, (d, size) in enumerate(loops):
             set_range(f"o{d}", 0, size - 1)
+            hoist_at = len(body.lines)
             pragma = self._outer_pragma(k, loops, par_outer, simd_last)
             if pragma:
                 body.writeline(pragma)
@@ -602,48 +608,24 @@ class KernelWriter:
             return self._function()
         if self._is_column():
             return self.column_reduction()
-        self.scopes.append({})
-        for kind, nodes in g.segments:
-            if kind == "flat":
-                for n in nodes:
-                    self.store(n, "flat", self.run_node(n, "flat"))
-            elif kind == "outer":
-                for n in nodes:
-                    self.store(n, "outer", self.run_node(n, "outer"))
-            else:
-                self.loop_segment(nodes)
-        self.scopes.pop()
+        if not g.inner:
+            body_at = len(body.lines)
+            self.flat_body()
+            if simd_last and type(g.outer[-1]) is int and g.outer[-1] > 0:
+                cpp_tiling.hoist(body.lines, hoist_at, body_at, [f"o{len(g.outer) - 1}"])
+        else:
+            self.scopes.append({})
+            for kind, nodes in g.segments:
+                if kind == "outer":
+                    for n in nodes:
+                        self.store(n, "outer", self.run_node(n, "outer"))
+                else:
+                    self.loop_segment(nodes)
+            self.scopes.pop()
         for _ in range(depth):
             body.level -= 1
             body.writeline("}")
         return self._function()
-
-    def flat_pieces(self, var, pieces):
-        """The innermost loop of a pointwise kernel as pieces (Note [Codegen: inner-loop pieces])."""
-        body = self.code
-        for p in pieces:
-            self.subst, self.piece_ranges = cpp_tiling.piece_subst(var, p)
-            if p.k is None:
-                body.writeline("#pragma omp simd")
-                end = p.start + p.length
-                body.writeline(f"for (int64_t {var} = {p.start}; {var} < {end}; {var}++) {{")
-                body.level += 1
-            else:
-                t, lane = cpp_tiling.tile_names(var)
-                body.writeline(f"for (int64_t {t} = 0; {t} < {p.length // p.k}; {t}++) {{")
-                body.writeline("    #pragma omp simd")
-                body.writeline(f"    for (int64_t {lane} = 0; {lane} < {p.k}; {lane}++) {{")
-                body.level += 2
-            self.scopes.append({})
-            for _, nodes in self.g.segments:
-                for n in nodes:
-                    self.store(n, "flat", self.run_node(n, "flat"))
-            self.scopes.pop()
-            self.locals = {k: v for k, v in self.locals.items() if not v[2]}
-            for _ in range(1 if p.k is None else 2):
-                body.level -= 1
-                body.writeline("}")
-        self.subst, self.piece_ranges = {}, {}
 
     def _is_column(self):
         """Reductions whose inputs are contiguous along the kept (outer) dimension."""
@@ -835,6 +817,13 @@ class KernelWriter:
             else:
                 raise NotImplementedError(rt)
         inner = list(enumerate(g.inner))
+        merge = None if serial else self._merged_inner()
+        if merge:  # the innermost dims as one loop, named by the last
+            first, span = merge
+            inner = inner[:first] + [(len(g.inner) - 1, span)]
+            self.subst = {f"r{d}": Ix() for d in range(first, len(g.inner) - 1)}
+            self.piece_ranges = {f"r{len(g.inner) - 1}": (0, span - 1)}
+        hoist_at = len(body.lines)
         for k, (d, size) in enumerate(inner):
             set_range(f"r{d}", 0, size - 1)
             last = k == len(inner) - 1
@@ -847,6 +836,7 @@ class KernelWriter:
                 body.writeline(f"#pragma omp simd {' '.join(clauses)}".rstrip())
             body.writeline(f"for (int64_t r{d} = 0; r{d} < {cexpr(size)}; r{d}++) {{")
             body.level += 1
+        body_at = len(body.lines)
         self.scopes.append({})
         for n in nodes:
             role = g.roles[n.name]
@@ -887,6 +877,9 @@ class KernelWriter:
                     f"if ({keep}({nan}{v} {cmp} {a})) {{ {a} = {v}; {a}_i = {flat.render()}; }}"
                 )
         self.scopes.pop()
+        self.subst, self.piece_ranges = {}, {}
+        if all(type(size) is int and size > 0 for _, size in inner):
+            cpp_tiling.hoist(body.lines, hoist_at, body_at, [f"r{d}" for d, _ in inner])
         for _ in inner:
             body.level -= 1
             body.writeline("}")
@@ -906,6 +899,12 @@ class KernelWriter:
             v = CSEVar(f"red_{n.name}", od)
             body.writeline(f"{ct} {v} = {expr};")
             self.store(n, "red", v)
+
+    def _merged_inner(self):
+        """cpp_tiling.merged_inner for this group's inner loops, computed once."""
+        if not hasattr(self, "_merge"):
+            self._merge = cpp_tiling.merged_inner(self._probe_run, self.g.inner)
+        return self._merge
 
     def _parallel(self, work):
         """Whether to emit OpenMP parallel loops; for a symbolic amount of work the test is

@@ -195,17 +195,18 @@ def _deps(*args):
     return out
 
 
-def _probe(run, var, subst, ranges):
-    """(live index uses, cut points) of the kernel's nodes under a substitution of var."""
+def _probe(run, var, subst, ranges, every=False):
+    """(live index uses, cut points) of the kernel's nodes under a substitution of var; with
+    every, all index uses (dead ones too)."""
     h = ProbeHandler(var)
     live = []
     with set_handler(h):
         for value, store_ix in run(subst, ranges):
-            if isinstance(value, _Val):
+            if isinstance(value, _Val) and not every:
                 live += [h.uses[i] for i in value.deps]
             if store_ix is not None:
                 live.append(store_ix)
-    return live, h.cuts
+    return (live + h.uses if every else live), h.cuts
 
 
 def plan_pieces(run, var, size):
@@ -249,3 +250,154 @@ def _tile(run, var, p):
         if not any(in_atom(ix, lane) for ix in live):
             return q
     return p
+
+
+def stride_one_votes(run, names):
+    """{loop variable: how many live indices (loads, stores) step by 1 along it}."""
+    live, _ = _probe(run, None, {}, {})
+    votes = dict.fromkeys(names, 0)
+    for ix in live:
+        for v in names:
+            if ix.terms.get(v) == 1 and not in_atom(ix, v):
+                votes[v] += 1
+    return votes
+
+
+TRANSPOSE_TILE = 16  # lanes of the inner loop of a reordered (transposed) pointwise kernel
+
+
+class FlatLoops:
+    """Loop nests of pointwise kernels other than the plain one (mixed into KernelWriter)."""
+
+    def flat_pieces(self, var, pieces):
+        """The innermost loop of a pointwise kernel as pieces (Note [Codegen: inner-loop pieces])."""
+        body = self.code
+        for p in pieces:
+            self.subst, self.piece_ranges = piece_subst(var, p)
+            if p.k is None:
+                body.writeline("#pragma omp simd")
+                end = p.start + p.length
+                body.writeline(f"for (int64_t {var} = {p.start}; {var} < {end}; {var}++) {{")
+                body.level += 1
+            else:
+                t, lane = tile_names(var)
+                body.writeline(f"for (int64_t {t} = 0; {t} < {p.length // p.k}; {t}++) {{")
+                body.writeline("    #pragma omp simd")
+                body.writeline(f"    for (int64_t {lane} = 0; {lane} < {p.k}; {lane}++) {{")
+                body.level += 2
+            self.flat_body()
+            for _ in range(1 if p.k is None else 2):
+                body.level -= 1
+                body.writeline("}")
+        self.subst, self.piece_ranges = {}, {}
+
+    def flat_body(self):
+        self.scopes.append({})
+        for _, nodes in self.g.segments:
+            for n in nodes:
+                self.store(n, "flat", self.run_node(n, "flat"))
+        self.scopes.pop()
+        self.locals = {k: v for k, v in self.locals.items() if not v[2]}
+
+    def transposed_dim(self):
+        """The dim to run innermost when more indices step by 1 along it than along the last
+        (a pointwise kernel over a transposed view), or None."""
+        g = self.g
+        n = len(g.outer)
+        if n < 2 or any(type(s) is not int for s in g.outer):
+            return None
+        names = [f"o{d}" for d in range(n)]
+        votes = stride_one_votes(self._probe_run, names)
+        best = max(range(n), key=lambda d: (votes[names[d]], d))
+        if best == n - 1 or votes[names[best]] <= votes[names[-1]]:
+            return None
+        if g.outer[best] < 16 or g.outer[-1] < 2:
+            return None
+        return best
+
+    def transposed_loops(self, p, parallel):
+        """Note [Codegen: transposed pointwise kernels]: dim p innermost in blocks of
+        TRANSPOSE_TILE, the last dim just outside it: the block's rows of the other operands
+        stay in L1 while the last dim walks them."""
+        g, body = self.g, self.code
+        n = len(g.outer)
+        last, var = f"o{n - 1}", f"o{p}"
+        T, size = TRANSPOSE_TILE, g.outer[p]
+        outer = [d for d in range(n - 1) if d != p]
+        if parallel:
+            c = len(outer) + 1
+            body.writeline("#pragma omp parallel for" + (f" collapse({c})" if c > 1 else ""))
+        depth = 0
+        for d in outer:
+            body.writeline(f"for (int64_t o{d} = 0; o{d} < {g.outer[d]}; o{d}++) {{")
+            body.level += 1
+            depth += 1
+        body.writeline(f"for (int64_t {var}b = 0; {var}b < {size}; {var}b += {T}) {{")
+        body.level += 1
+        body.writeline(f"const int64_t {var}e = {var}b + {T} < {size} ? {var}b + {T} : {size};")
+        body.writeline(f"for (int64_t {last} = 0; {last} < {g.outer[-1]}; {last}++) {{")
+        body.writeline("    #pragma omp simd")
+        body.writeline(f"    for (int64_t {var} = {var}b; {var} < {var}e; {var}++) {{")
+        body.level += 2
+        self.flat_body()
+        for _ in range(depth + 3):
+            body.level -= 1
+            body.writeline("}")
+
+
+def merged_inner(run, sizes, prefix="r"):
+    """({var: 0}, {var: range}) merging the innermost loops whose every index steps through
+    them as one contiguous range (r1 of 16 and r2 of 16 with coefficients 16 and 1: one loop of
+    256, fewer horizontal reductions), or None. The merged loop keeps the innermost variable."""
+    n = len(sizes)
+    if n < 2 or any(type(s) is not int or s < 1 for s in sizes):
+        return None
+    uses, _ = _probe(run, None, {}, {}, every=True)
+    last = f"{prefix}{n - 1}"
+    if any(in_atom(ix, f"{prefix}{d}") for ix in uses for d in range(n)):
+        return None
+    span, first = sizes[-1], n - 1
+    for d in range(n - 2, -1, -1):
+        v = f"{prefix}{d}"
+        if any(ix.terms.get(v, 0) != span * ix.terms.get(last, 0) for ix in uses):
+            break
+        span *= sizes[d]
+        first = d
+    if first == n - 1:
+        return None
+    return first, span
+
+
+_DECL = re.compile(r"^\s*[\w:<>]+ ((?:tmp|ix)\d+) = (.*);$")
+_IX_FIX = re.compile(r"^\s*(?:if \((ix\d+) < 0 \|\||(ix\d+) = \2 < 0 \?)")
+_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def hoist(lines, at, start, loop_vars):
+    """Move the declarations in lines[start:] that depend on no loop variable in loop_vars (nor
+    on a value that does) to position `at`, before the loops. Index checks of a hoisted indirect
+    index move with it. Only for loops known to run at least once (a hoisted load must be one
+    the loop would have made)."""
+    variant = set(loop_vars)
+    keep, moved = [], []
+    for line in lines[start:]:
+        m = _DECL.match(line)
+        fix = _IX_FIX.match(line)
+        if m:
+            name, rhs = m.groups()
+            if variant.isdisjoint(_WORD.findall(rhs)):
+                moved.append(line)
+                continue
+            variant.add(name)
+        elif fix:
+            name = fix.group(1) or fix.group(2)
+            if name not in variant:
+                moved.append(line)
+                continue
+        keep.append(line)
+    if not moved:
+        return
+    indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+    moved = [indent + ln.lstrip() for ln in moved]
+    lines[start:] = keep
+    lines[at:at] = moved
