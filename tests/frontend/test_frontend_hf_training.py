@@ -53,3 +53,26 @@ def test_hf_training_step_no_breaks(make):
             assert p.grad is None, n
     assert kiln.counters["stats"]["graph_breaks"] == 0, dict(kiln.counters["graph_breaks"])
     assert kiln.counters["stats"]["unique_graphs"] == 1
+
+
+def test_hf_gradient_checkpointing_training_step_no_breaks():
+    """Layers call functools.partial(checkpoint, use_reentrant=False); the embeddings' forward
+    hook calls output.requires_grad_(True) (Note [Checkpoint: traced as a plain call])."""
+    torch.manual_seed(0)
+    model, inputs = labelled(gpt2)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    torch.manual_seed(1)
+    expected = model(**inputs).loss
+    expected.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    kiln.reset()
+    torch.manual_seed(1)
+    got = kiln.compile(model, backend="eager")(**inputs).loss
+    got.backward()
+    torch.testing.assert_close(got, expected)
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[n], msg=n)
+    assert kiln.counters["stats"]["graph_breaks"] == 0, dict(kiln.counters["graph_breaks"])
+    assert kiln.counters["stats"]["unique_graphs"] == 1

@@ -88,6 +88,11 @@ def _kiln_special(value):
 
     if value is api.graph_break:
         return GraphBreakVariable()
+    from kiln.frontend.variables.checkpoint import checkpoint_function
+
+    checkpoint = checkpoint_function(value)  # (a function torch keeps out of compilers)
+    if checkpoint is not None:
+        return checkpoint
     if _marker(value, "_kiln_disabled"):
         return DisabledFunctionVariable(value)
     from kiln.frontend.variables.functions import is_torch_disabled
@@ -205,6 +210,14 @@ def wrap_value(tx, value, source):
         if not _is_skipped_module(value):
             guards.add(GuardKind.ID_MATCH, source, value)
         return PythonModuleVariable(value, source=source)
+    if type(value) is functools.partial:
+        from kiln.frontend.variables.functions import PartialVariable
+
+        guards.add(GuardKind.TYPE_MATCH, source, functools.partial)
+        fn = wrap_value(tx, value.func, _attr(source, "func"))
+        args = wrap_value(tx, value.args, _attr(source, "args")).unpack_var_sequence(tx)
+        kwargs = wrap_value(tx, value.keywords, _attr(source, "keywords")).items
+        return PartialVariable(fn, args, kwargs, source=source)
     if isinstance(value, types.FunctionType):
         if _is_skipped_function(value):
             guards.add(GuardKind.ID_MATCH, source, value)

@@ -311,6 +311,8 @@ class PartialVariable(VariableTracker):
 
         from kiln.bytecode import emit
 
+        if self.source is not None:  # the partial object itself
+            return super().reconstruct(cg)
         cg.load_object(functools.partial, push_null=True)
         cg.reconstruct(self.fn)
         for a in self.args:

@@ -171,6 +171,9 @@ class TensorVariable(VariableTracker):
             return call_tensor_op(tx, "call_function", operator.getitem, [self, *args], {})
         if name == "__setitem__":
             return call_tensor_op(tx, "call_function", operator.setitem, [self, *args], {})
+        if name == "requires_grad_" and self.example.requires_grad and not kwargs:
+            if all(a.is_python_constant() and a.as_python_constant() is True for a in args):
+                return self  # (already requires grad: nothing changes)
         if name in ("requires_grad_", "retain_grad", "share_memory_", "pin_memory"):
             unimplemented(f"Tensor.{name}() changes tensor state")
         if name in ("type", "type_as") and not args:
