@@ -182,6 +182,11 @@ def _drop_dim_strides(x, xt, out, dim=0, *args):
     return parts if isinstance(out, Sizes) else tuple(parts for _ in out)
 
 
+def _diagonal_strides(x, xt, out, offset=0, dim1=0, dim2=1):
+    d1, d2 = _norm_dim(dim1, len(x)), _norm_dim(dim2, len(x))
+    return (*(st for i, st in enumerate(xt) if i not in (d1, d2)), xt[d1] + xt[d2])
+
+
 VIEW_STRIDE_RULES = {
     aten.permute.default: lambda x, xt, out, dims: tuple(xt[_norm_dim(d, len(x))] for d in dims),
     aten.transpose.int: lambda x, xt, out, a, b: transpose(xt, a, b),
@@ -203,6 +208,7 @@ VIEW_STRIDE_RULES = {
     aten.slice.Tensor: _slice_strides,
     aten.select.int: _drop_dim_strides,
     aten.unbind.int: _drop_dim_strides,
+    aten.diagonal.default: _diagonal_strides,
     aten.split.Tensor: lambda x, xt, out, *a: tuple(tuple(xt) for _ in out),
     aten.split_with_sizes.default: lambda x, xt, out, *a: tuple(tuple(xt) for _ in out),
 }

@@ -415,9 +415,12 @@ def convolution_backward(grad, x, w, bias_sizes, *args):
 
 
 def _pool_out(size, k, s, p, d, ceil_mode):
-    if ceil_mode:
-        raise RuntimeError("ceil_mode pooling: not symbolic")
-    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+    """ATen's pooling_output_shape; with ceil_mode, a last window that would start in the right
+    padding is dropped (a guard when the size is symbolic)."""
+    out = (size + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out = out - 1
+    return out
 
 
 def _pair(v, n=2):
@@ -425,23 +428,37 @@ def _pair(v, n=2):
     return v * n if len(v) == 1 else v
 
 
-def pool2d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, *args):
-    """max_pool2d_with_indices / avg_pool2d: the pooling output size per spatial dim."""
-    k = _pair(kernel_size)
-    st = _pair(stride) if stride not in ((), [], None) else k
-    p = _pair(padding)
-    d = _pair(dilation) if not isinstance(dilation, bool) else [1, 1]
-    if isinstance(dilation, bool):  # avg_pool2d(x, k, s, p, ceil_mode, count_include_pad, ...)
+def _pool(n, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, *args):
+    """The pooling output size per spatial dim (the last n)."""
+    k = _pair(kernel_size, n)
+    st = _pair(stride, n) if stride not in ((), [], None) else k
+    p = _pair(padding, n)
+    d = _pair(dilation, n) if not isinstance(dilation, bool) else [1] * n
+    if isinstance(dilation, bool):  # avg_pool(x, k, s, p, ceil_mode, count_include_pad, ...)
         ceil_mode = dilation
-    out = Sizes(
-        (*x[:-2], *(_pool_out(x[-2 + i], k[i], st[i], p[i], d[i], ceil_mode) for i in range(2)))
-    )
-    return out
+    spatial = (_pool_out(x[-n + i], k[i], st[i], p[i], d[i], ceil_mode) for i in range(n))
+    return Sizes((*x[:-n], *spatial))
+
+
+def pool2d(x, *args, **kwargs):
+    """avg_pool2d: the pooling output size per spatial dim."""
+    return _pool(2, x, *args, **kwargs)
+
+
+def pool3d(x, *args, **kwargs):
+    """avg_pool3d."""
+    return _pool(3, x, *args, **kwargs)
 
 
 def max_pool2d_with_indices(x, *args, **kwargs):
     """max_pool2d_with_indices: output and indices."""
-    out = pool2d(x, *args, **kwargs)
+    out = _pool(2, x, *args, **kwargs)
+    return out, out
+
+
+def max_pool3d_with_indices(x, *args, **kwargs):
+    """max_pool3d_with_indices: output and indices."""
+    out = _pool(3, x, *args, **kwargs)
     return out, out
 
 
@@ -478,6 +495,45 @@ def pixel_unshuffle(x, r):
 def upsample(x, output_size, *args, **kwargs):
     """upsample_*2d(x, output_size, ...): the output size given."""
     return Sizes((*x[: len(x) - len(output_size)], *output_size))
+
+
+def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, *args, **kwargs):
+    """_embedding_bag(_forward_only): output [bags, D], offset2bag [n], bag_size [offsets],
+    max_indices ([bags, D] for mode max, else [0]) — the meta kernel's sizes."""
+    include_last = kwargs.get("include_last_offset", args[2] if len(args) > 2 else False)
+    bags = offsets[0] - 1 if include_last else offsets[0]
+    out = Sizes((bags, *weight[1:]))
+    return out, Sizes(indices[:1]), Sizes(offsets[:1]), out if mode == 2 else Sizes([0])
+
+
+def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, max_idx, num_weights, *args):
+    """_embedding_bag_dense_backward: [num_weights, D]."""
+    return Sizes((num_weights, grad[-1]))
+
+
+def embedding_bag_backward(grad, indices, offsets, *args):
+    """_embedding_bag_backward (it has the offsets too): [num_weights, D]."""
+    return embedding_bag_dense_backward(grad, indices, *args)
+
+
+def diagonal(x, offset=0, dim1=0, dim2=1):
+    """diagonal: dim1 and dim2 dropped, a last dim of the diagonal's length (guards where the
+    shorter side is symbolic and not known)."""
+    d1, d2 = _norm_dim(dim1, len(x)), _norm_dim(dim2, len(x))
+    a, b = (x[d1], x[d2] - offset) if offset >= 0 else (x[d1] + offset, x[d2])
+    n = a if a <= b else b
+    n = n if n >= 0 else 0
+    return Sizes((*(s for i, s in enumerate(x) if i not in (d1, d2)), n))
+
+
+def diag_embed(x, offset=0, dim1=-2, dim2=-1):
+    """diag_embed: the last dim becomes two dims of its size + |offset| at dim1 and dim2."""
+    rank = len(x) + 1
+    n = x[-1] + abs(offset)
+    out = list(x[:-1])
+    for d in sorted((_norm_dim(dim1, rank), _norm_dim(dim2, rank))):
+        out.insert(d, n)
+    return Sizes(out)
 
 
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
@@ -748,6 +804,12 @@ _FIRST_SIZES = """
 index_add scatter.src scatter.value scatter_add index_copy slice_scatter select_scatter
 diagonal_scatter as_strided_scatter copy index_put
 """
+_UPSAMPLE = """
+upsample_nearest1d upsample_nearest2d upsample_nearest3d upsample_linear1d upsample_bilinear2d
+upsample_trilinear3d upsample_bicubic2d _upsample_nearest_exact1d _upsample_nearest_exact2d
+_upsample_nearest_exact3d _upsample_bilinear2d_aa _upsample_bicubic2d_aa
+"""
+_UPSAMPLE_BACKWARD = " ".join(f"{n}_backward" for n in _UPSAMPLE.split())
 _REDUCE_ALL = (
     "min.default max.default sum.default mean.default prod.default any.default all.default"
 )
@@ -829,10 +891,18 @@ SHAPE_RULES.update(
         aten.unfold.default: unfold,
         aten.unfold_backward.default: input_sizes_arg,
         aten.pixel_shuffle.default: pixel_shuffle,
-        aten.upsample_nearest2d.default: upsample,
-        aten.upsample_bilinear2d.default: upsample,
-        aten.upsample_nearest2d_backward.default: input_sizes_arg_after,
-        aten.upsample_bilinear2d_backward.default: input_sizes_arg_after,
+        aten.avg_pool3d.default: pool3d,
+        aten.max_pool3d_with_indices.default: max_pool3d_with_indices,
+        aten.avg_pool3d_backward.default: grad_of_second,
+        aten.max_pool3d_with_indices_backward.default: grad_of_second,
+        aten._embedding_bag.default: embedding_bag,
+        aten._embedding_bag_forward_only.default: embedding_bag,
+        aten._embedding_bag_dense_backward.default: embedding_bag_dense_backward,
+        aten._embedding_bag_backward.default: embedding_bag_backward,
+        aten.diag_embed.default: diag_embed,
+        aten.diagonal.default: diagonal,
+        **dict.fromkeys(_resolve(_UPSAMPLE), upsample),
+        **dict.fromkeys(_resolve(_UPSAMPLE_BACKWARD), input_sizes_arg_after),
         aten.index.Tensor: index,
         aten.native_layer_norm.default: native_layer_norm,
         aten.layer_norm.default: layer_norm,

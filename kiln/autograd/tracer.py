@@ -455,6 +455,13 @@ def _view_offsets(func, sargs, skwargs, out):
                 sargs[2] if len(sargs) > 2 else skwargs.get("dim", 0), len(xs)
             )
             res = _split_offsets(name, sargs, d, xs, xt, base, len(out))
+        elif name == "diagonal.default":
+            params = dict(zip(("offset", "dim1", "dim2"), sargs[1:]), **skwargs)
+            off, dim1, dim2 = (
+                params.get(k, v) for k, v in (("offset", 0), ("dim1", 0), ("dim2", 1))
+            )
+            d = shape_rules._norm_dim(dim2 if off >= 0 else dim1, len(xs))
+            res = base + abs(off) * xt[d]
         elif name.startswith("as_strided"):
             off = sargs[3] if len(sargs) > 3 else skwargs.get("storage_offset")
             res = base if off is None else off

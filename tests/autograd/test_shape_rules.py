@@ -259,6 +259,61 @@ CASES = [
         N3,
     ),
     (aten.mse_loss_backward.default, lambda a, b, c: ((M(()), M(a, b), M(a, b), 1), {}), N3),
+    # ceil_mode pooling: the last window dropped where it would start in the padding
+    (
+        aten.max_pool2d_with_indices.default,
+        lambda a, b, c: ((M(a, 3, b + 4, c + 5), [3, 3], [2, 2], [1, 1], [1, 1], True), {}),
+        N3 + [(1, 5, 6), (2, 6, 7), (3, 11, 12)],
+    ),
+    (
+        aten.avg_pool2d.default,
+        lambda a, b, c: ((M(a, 2, b + 3, c + 2), [3, 2], [2, 2], [0, 1], True), {}),
+        N3 + [(1, 5, 6), (2, 6, 7), (3, 11, 12)],
+    ),
+    (
+        aten.avg_pool3d.default,
+        lambda a, b, c: ((M(a, 2, b + 3, c + 2, 5), [2, 2, 2], [2, 2, 1], 0, True), {}),
+        N3,
+    ),
+    (
+        aten.max_pool3d_with_indices.default,
+        lambda a, b, c: ((M(a, 2, b + 3, c + 2, 4), [2, 2, 2], [2, 2, 2], 0, 1, False), {}),
+        N3,
+    ),
+    (aten.diag_embed.default, lambda a, b, c: ((M(a, b, c),), {}), N3),
+    (aten.diagonal.default, lambda a, b, c: ((M(a, b, c),), {}), N3),
+    (aten.diagonal.default, lambda a, b, c: ((M(a, b, c), 1, 1, 2), {}), N3),
+    (aten.diagonal.default, lambda a, b, c: ((M(a, b, c), -1, 2, 0), {}), N3),
+    (aten.diag_embed.default, lambda a, b, c: ((M(a, c), -2, 0, 2), {}), N3),
+    (
+        aten._embedding_bag.default,
+        lambda a, b, c: ((M(a + 4, c), Ix(b + 2), Ix(a), False, 2, False, None, True), {}),
+        N3,
+    ),
+    (
+        aten._embedding_bag_forward_only.default,
+        lambda a, b, c: ((M(a + 4, c), Ix(b + 2), Ix(a)), {"mode": 1}),
+        N3,
+    ),
+    (
+        aten._embedding_bag_dense_backward.default,
+        lambda a, b, c: ((M(a, c), Ix(b), Ix(b), Ix(a), Ix(0), 7, False, 0, None), {}),
+        N3,
+    ),
+    (
+        aten._embedding_bag_backward.default,
+        lambda a, b, c: (
+            (M(a, c), Ix(b), Ix(a), Ix(b), Ix(a), Ix(0), 7, False, 0, False, None),
+            {},
+        ),
+        N3,
+    ),
+    (aten.upsample_linear1d.default, lambda a, b, c: ((M(a, b, c), [2 * c], False), {}), N3),
+    (
+        aten.upsample_bicubic2d_backward.default,
+        lambda a, b, c: ((M(a, b, 2 * c, 6), [2 * c, 6], [a, b, c, 3], False), {}),
+        N3,
+    ),
 ]
 
 
@@ -480,6 +535,8 @@ STRIDE_CASES = [
     (aten.select.int, lambda x: (x, 1, 0)),
     (aten.split.Tensor, lambda x: (x, 2, 2)),
     (aten.unbind.int, lambda x: (x, 1)),
+    (aten.diagonal.default, lambda x: (x, 1, 1, 2)),
+    (aten.diagonal.default, lambda x: (x.permute(2, 0, 1), -1, 0, 2)),
     (aten.view.default, lambda x: (x, [-1, x.shape[2]])),
     (aten.view.default, lambda x: (x.transpose(0, 1), [x.shape[1], x.shape[0], -1])),  # fallback
     (aten.add.Tensor, lambda x: (x.permute(2, 0, 1), 1.0)),
