@@ -145,3 +145,17 @@ def test_hoisted_index_check_still_raises():
 
     with pytest.raises(IndexError):
         check(fn, [idx, w])
+
+
+@pytest.mark.parametrize(
+    "shape,dim", [((3, 300001), 1), ((100003, 48), 0), ((2, 5000, 40), (0, 1))]
+)
+def test_float_partial_sums_stay_precise_on_large_inputs(shape, dim):
+    """Runs of float partial sums (Note [Codegen: float partial sums]) with a large offset."""
+    x = torch.rand(shape) + 1000.0
+
+    def fn(a):
+        return a.sum(dim), a.mean(dim)
+
+    compiled = check(fn, [x])
+    assert "_f = 0" in compiled.cpp_src or "_f[j] = 0" in compiled.cpp_src, compiled.cpp_src

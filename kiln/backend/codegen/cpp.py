@@ -723,9 +723,29 @@ class KernelWriter(cpp_tiling.FlatLoops):
                 f"for (int64_t j = 0; j < {B}; j++) {{ {a}[j] = {_acc_init(rt, vd)}; "
                 f"{a}_nan[j] = 0; }}"
             )
+        # Note [Codegen: float partial sums], by rows: float lanes for COLUMN_CHUNK rows at a time
+        chunked = []
+        if len(g.inner) == 1 and type(g.inner[0]) is int:
+            chunked = [
+                accs[n.name]
+                for n in reds
+                if n.reduction_type == "sum"
+                and compute_dtype(n.buf.data.src_dtype) == torch.float32
+            ]
+        lo, hi, rows = 0, None, g.inner[0] if g.inner else 0
+        if chunked:
+            if rows > COLUMN_CHUNK:
+                body.writeline(f"for (int64_t rb = 0; rb < {rows}; rb += {COLUMN_CHUNK}) {{")
+                body.level += 1
+                lo, hi = "rb", f"(rb + {COLUMN_CHUNK} < {rows} ? rb + {COLUMN_CHUNK} : {rows})"
+            for a in chunked:
+                body.writeline(f"float {a}_f[{B}];")
+                body.writeline(f"for (int64_t j = 0; j < {B}; j++) {a}_f[j] = 0;")
         for d, size in enumerate(g.inner):
             set_range(f"r{d}", 0, size - 1)
-            body.writeline(f"for (int64_t r{d} = 0; r{d} < {cexpr(size)}; r{d}++) {{")
+            end = hi if d == 0 and hi else cexpr(size)
+            start = lo if d == 0 else 0
+            body.writeline(f"for (int64_t r{d} = {start}; r{d} < {end}; r{d}++) {{")
             body.level += 1
         body.writeline("#pragma omp simd")
         body.writeline(lanes)
@@ -738,6 +758,9 @@ class KernelWriter(cpp_tiling.FlatLoops):
             v = self.run_node(n, "red")
             rt, vd = n.reduction_type, compute_dtype(n.buf.data.src_dtype)
             a = accs[n.name]
+            if a in chunked:
+                body.writeline(f"{a}_f[{slot}] += {v};")
+                continue
             stmts = _acc_update(rt, f"{a}[{slot}]", v, vd)
             body.writelines([st.replace(f"{a}[{slot}]_nan", f"{a}_nan[{slot}]") for st in stmts])
         self.scopes.pop()
@@ -745,6 +768,11 @@ class KernelWriter(cpp_tiling.FlatLoops):
         body.level -= 1
         body.writeline("}")
         for _ in g.inner:
+            body.level -= 1
+            body.writeline("}")
+        for a in chunked:
+            body.writeline(f"for (int64_t j = 0; j < {B}; j++) {a}[j] += {a}_f[j];")
+        if chunked and rows > COLUMN_CHUNK:
             body.level -= 1
             body.writeline("}")
         body.writeline(lanes)
@@ -824,9 +852,30 @@ class KernelWriter(cpp_tiling.FlatLoops):
             self.subst = {f"r{d}": Ix() for d in range(first, len(g.inner) - 1)}
             self.piece_ranges = {f"r{len(g.inner) - 1}": (0, span - 1)}
         hoist_at = len(body.lines)
+        # Note [Codegen: float partial sums]: a float32 sum adds runs of at most SUM_CHUNK
+        # elements in float vector lanes (what eager's vectorized sum does), each run's total
+        # into the double accumulator: the vector width of float, the precision of double.
+        size_last = inner[-1][1] if inner else None
+        chunked = []
+        if inner and not self.inner_parallel and not serial and type(size_last) is int:
+            chunked = [
+                accs[n.name]
+                for n in reds
+                if n.reduction_type == "sum"
+                and compute_dtype(n.buf.data.src_dtype) == torch.float32
+            ]
+        for a in chunked:
+            clauses[clauses.index(f"reduction(+:{a})")] = f"reduction(+:{a}_f)"
         for k, (d, size) in enumerate(inner):
             set_range(f"r{d}", 0, size - 1)
             last = k == len(inner) - 1
+            lo, hi = 0, cexpr(size)
+            if last and chunked:
+                if size > SUM_CHUNK:
+                    body.writeline(f"for (int64_t rb = 0; rb < {size}; rb += {SUM_CHUNK}) {{")
+                    body.level += 1
+                    lo, hi = "rb", f"(rb + {SUM_CHUNK} < {size} ? rb + {SUM_CHUNK} : {size})"
+                body.writelines([f"float {a}_f = 0;" for a in chunked])
             if k == 0 and self.inner_parallel and not serial:
                 coll = f" collapse({len(inner)})" if len(inner) > 1 else ""
                 body.writeline(
@@ -834,7 +883,7 @@ class KernelWriter(cpp_tiling.FlatLoops):
                 )
             elif last and not serial and not (self.inner_parallel and len(inner) > 1):
                 body.writeline(f"#pragma omp simd {' '.join(clauses)}".rstrip())
-            body.writeline(f"for (int64_t r{d} = 0; r{d} < {cexpr(size)}; r{d}++) {{")
+            body.writeline(f"for (int64_t r{d} = {lo}; r{d} < {hi}; r{d}++) {{")
             body.level += 1
         body_at = len(body.lines)
         self.scopes.append({})
@@ -848,7 +897,9 @@ class KernelWriter(cpp_tiling.FlatLoops):
                 raise AssertionError(f"{g} roles={g.roles} node={n.name} role={role}")
             a, rt = accs[n.name], n.reduction_type
             vd = compute_dtype(n.buf.data.src_dtype)
-            if rt == "sum":
+            if a in chunked:
+                body.writeline(f"{a}_f += {v};")
+            elif rt == "sum":
                 body.writeline(f"{a} += static_cast<{_acc_ctype(rt, vd)}>({v});")
             elif rt == "prod":
                 body.writeline(f"{a} *= static_cast<{_acc_ctype(rt, vd)}>({v});")
@@ -880,9 +931,14 @@ class KernelWriter(cpp_tiling.FlatLoops):
         self.subst, self.piece_ranges = {}, {}
         if all(type(size) is int and size > 0 for _, size in inner):
             cpp_tiling.hoist(body.lines, hoist_at, body_at, [f"r{d}" for d, _ in inner])
-        for _ in inner:
+        for k in range(len(inner)):
             body.level -= 1
             body.writeline("}")
+            if k == 0 and chunked:
+                body.writelines([f"{a} += static_cast<double>({a}_f);" for a in chunked])
+                if size_last > SUM_CHUNK:
+                    body.level -= 1
+                    body.writeline("}")
         # inner locals die with the loop
         self.locals = {k: v for k, v in self.locals.items() if not v[2]}
         for n in reds:
@@ -936,6 +992,8 @@ _SIZE_ARG = re.compile(r"\bks(\d+)\b")  # size symbol s3 is the kernel argument 
 
 
 COLUMN_BLOCK = 64  # outputs per block in column reductions
+SUM_CHUNK = 1024  # elements a float32 sum adds in float before its double accumulator
+COLUMN_CHUNK = 256  # rows a float32 column sum adds in float before its double accumulators
 COLUMN_TYPES = ("sum", "prod", "max", "min", "any", "all")  # reductions a column kernel does
 
 
