@@ -58,12 +58,17 @@ class BlockStackMixin:
         """Record the cleanup of a with block a resume function's prologue entered; check the
         ops of a try block whose handler may catch their run-time errors."""
         entry = inst.exn_tab_entry
-        if (
+        guarded = (
             entry is not None
             and not any(entry.target is h for h in self.with_handlers)
             and not self.in_generator_handler(inst)
-        ):
-            self.prologue_with_handler(entry)
+            and not self.prologue_with_handler(entry)
+        )
+        if self.is_root:  # Note [Blocks: rewinding to a try block]
+            if not guarded or self.only_reraises(entry.target):
+                self.try_state = None
+            elif self.try_state is None:
+                self.try_state = self.break_state(resume_here=True)
         region = self.catch_region
         if region is not None:
             new = []
@@ -333,7 +338,9 @@ class BlockStackMixin:
             exit_var.handler = nxt.exn_tab_entry.target
             self.with_handlers.append(exit_var.handler)
         if self.is_root and not getattr(cm, "resumable", True):
-            exit_var.rewind = self.before_with_state()  # Note [Blocks: rewinding to a with ...]
+            exit_var.rewind = self.break_state(
+                resume_here=False
+            )  # Note [Blocks: rewinding to a with ...]
         self.push(exit_var)
         self.push(cm.enter(self))
 
@@ -347,6 +354,15 @@ class BlockStackMixin:
     # untraced managers). The side-effect version check of the break (codegen) refuses the
     # rewind when the block mutated an object that existed before (not undoable): the frame
     # then runs eagerly.
+
+    # Note [Blocks: rewinding to a try block]
+    # A graph break inside a try block whose handler can catch (or inside its handler) cannot be
+    # placed there: the handler would be lost. The root translator keeps the state it had at the
+    # first instruction of the outermost such try block (like Note [Blocks: rewinding to a with
+    # statement]), and the break is placed there instead: the graph is cut back to it and a
+    # resume function starts at that instruction, with the whole try statement (its exception
+    # table entries are copied). That resume function meets the same break, now with nothing
+    # before the try block: it runs eagerly (codegen: no progress), the handler intact.
 
     def exit_with(self, exit_var):
         if self.with_handlers and self.with_handlers[-1] is exit_var.handler:

@@ -193,7 +193,8 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         raise NoBreakHere("the graph so far holds code from a try/except block")
     stack = list(e.root_stack)
     withs = [k for k, v in enumerate(stack) if isinstance(v, WithExitVariable)]
-    _check_handlers(e.root_tx, inst, [stack[k] for k in withs])
+    resume_here = getattr(e, "resume_here", False)  # Note [Blocks: rewinding to a try block]
+    _check_handlers(e.root_tx, None if resume_here else inst, [stack[k] for k in withs])
     # a break in a resume function is placed in the original code (same stack layout)
     base_code, base_index, base_insts = code, e.root_index, instructions
     found = origin(code)
@@ -215,9 +216,11 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         raise NoBreakHere("graph break inside a loop (with compiled autograd)")
     branch = _BRANCHES.get(inst.opname)
     kind = "branch" if branch is not None else inst.opname
+    if resume_here:
+        kind = "resume_here"
     if kind == "LOAD_ATTR" and (inst.arg or 0) & 1 and not PY311:
         raise NoBreakHere("at a LOAD_ATTR of a method (it pushes one or two values)")
-    if kind not in ("branch", "FOR_ITER", "BEFORE_WITH", "RAISE_VARARGS") and (
+    if kind not in ("branch", "FOR_ITER", "BEFORE_WITH", "RAISE_VARARGS", "resume_here") and (
         kind not in _BREAKABLE_PUSHES
     ):
         raise NoBreakHere(f"at {inst.opname}")
@@ -234,6 +237,8 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     from kiln.frontend.variables.lists import undo_iterators
 
     undo_iterators()
+    if kind == "resume_here" and not _real_ops(output) and not output.side_effects:
+        raise NoBreakHere("inside a try block that starts the frame")
     if kind == "BEFORE_WITH" and withs and not _real_ops(output) and not output.side_effects:
         # nothing but grad-mode switches before it: resuming at the same BEFORE_WITH would
         # make no progress (a resume function returning itself forever)
@@ -324,7 +329,7 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
             for k in range(depth)
         ]
 
-    if kind in ("branch", "FOR_ITER", "BEFORE_WITH") or not withs:
+    if kind in ("branch", "FOR_ITER", "BEFORE_WITH", "resume_here") or not withs:
         if withs:
             # the value stack holds everything below the first with-slot (and a branch's
             # condition); the rest but the with-slots is parked in temps
@@ -351,7 +356,7 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
             # block's cleanup (kept in the copied exception table) calls
             _run_instruction(body, inst, e)
             call_resume(base_index + 1, layout[:-1] + [None, None])
-        elif kind == "BEFORE_WITH":
+        elif kind in ("BEFORE_WITH", "resume_here"):
             call_resume(base_index, layout)
         elif kind == "RAISE_VARARGS":
             # an exception leaving the frame (Note [Blocks: exceptions while tracing]): Python
@@ -408,7 +413,7 @@ def _check_handlers(tx, inst, open_withs):
             or tx.only_reraises(entry.target)  # a try/finally: Note [Translator: try/finally]
         )
 
-    if not ok(inst.exn_tab_entry):
+    if inst is not None and not ok(inst.exn_tab_entry):
         raise NoBreakHere("inside a try/except block")
     for v in open_withs:
         before = getattr(v, "before_inst", None)

@@ -765,6 +765,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         super().__init__(output, code, fn.__globals__, symbolic_locals, closure, 0)
         self.fn = fn
         self.is_root = True
+        self.try_state = None  # Note [Blocks: rewinding to a try block]
         self.initial_grad_mode = torch.is_grad_enabled()
 
     def run(self):
@@ -786,6 +787,9 @@ class InstructionTranslator(InstructionTranslatorBase):
         ]
         if traced and getattr(traced[0], "rewind", None) is None:
             e.no_resume = True  # Note [Blocks: context managers]
+        rewinds = [traced[0].rewind] if traced and traced[0].rewind is not None else []
+        if self.try_state is not None:
+            rewinds.append(self.try_state)
         if getattr(e, "root_tx", None) is not self:
             # What the graph-break path (resume functions) needs: where, and the live state.
             # The outermost root frame annotates last and wins.
@@ -797,12 +801,15 @@ class InstructionTranslator(InstructionTranslatorBase):
             e.root_kw_names = self.kw_before
             e.root_effects_version = self.effects_before
             e.root_effects_snapshot = self.effects_snapshot
-            if traced and getattr(traced[0], "rewind", None) is not None:
-                self.rewind_to_with(e, traced[0].rewind)
+            if rewinds:
+                self.rewind(e, min(rewinds, key=lambda state: state["serial"]))
 
-    def before_with_state(self):
-        """What a break at this BEFORE_WITH needs, kept in case its block breaks later."""
+    def break_state(self, resume_here):
+        """What a break at this instruction needs, kept in case a break inside the block it
+        starts is placed here (Note [Blocks: rewinding to a with statement])."""
         return {
+            "serial": next_serial(),
+            "resume_here": resume_here,  # resume at it (a try block), or run it (BEFORE_WITH)
             "index": self.current_inst.index,
             "stack": list(self.stack_before),
             "locals": self.locals_before,
@@ -817,10 +824,13 @@ class InstructionTranslator(InstructionTranslatorBase):
             ],
         }
 
-    def rewind_to_with(self, e, state):
-        """Note [Blocks: rewinding to a with statement]"""
+    def rewind(self, e, state):
+        """Place the break `e` at an earlier instruction (Notes [Blocks: rewinding to a with
+        statement], [Blocks: rewinding to a try block])."""
+        from kiln.frontend.variables.lists import undo_iterators
         from kiln.frontend.variables.misc import GeneratorContextVariable
 
+        undo_iterators()
         for it, index in state["iterators"]:
             it.index = index
         for v in state["stack"]:
@@ -835,4 +845,6 @@ class InstructionTranslator(InstructionTranslatorBase):
         e.root_effects_snapshot = state["snapshot"]
         e.frames = [(self.code, state["index"], self.instructions[state["index"]].lineno)]
         e.no_resume = False
-        e.msg = f"{e.msg} (inside a with block: the break is placed at the with statement)"
+        e.resume_here = state["resume_here"]
+        where = "try block" if e.resume_here else "with statement"
+        e.msg = f"{e.msg} (placed at the start of the enclosing {where})"

@@ -406,3 +406,34 @@ def caller_keeps_callee_mutations(x, log):
 )
 def test_modelled_builtins_raise(fn, args):
     run_and_compare(fn, *args, expected_graphs=1, expected_breaks=0)
+
+
+def break_inside_try(x):
+    y = x.sin() * 2
+    try:
+        z = y + 1
+        print("in try")
+    except RuntimeError:
+        z = y
+    return z.cos()
+
+
+def risky_op_inside_try(x, i):
+    y = x.sin()
+    try:
+        z = y[i]
+    except IndexError:
+        z = y * 0
+    return z + 1
+
+
+def test_break_inside_try_is_placed_before_it(capsys):
+    # Note [Blocks: rewinding to a try block]: the graph before the try statement; the
+    # resume function holding the try statement runs eagerly
+    run_and_compare(break_inside_try, t(3), expected_graphs=1, expected_breaks=2)
+    assert capsys.readouterr().out == "in try\n" * 3
+
+
+def test_risky_op_inside_try_is_placed_before_it():
+    for i in (torch.tensor([1]), torch.tensor([5])):
+        run_and_compare(risky_op_inside_try, t(3), i, expected_graphs=1, expected_breaks=2)
