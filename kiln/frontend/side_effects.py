@@ -131,29 +131,15 @@ class SideEffects:
                 new = _to_temp(cg, build_dict)
                 d = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
                 stores.append(_calls(d, (("clear", None), ("update", new))))
-            elif kind == "container" and isinstance(payload, DequeVariable):
-                # new = [items]; d.clear(); d.extend(new)  (the same maxlen: all of them fit)
-                var = payload
-
-                def build_items(var=var):
-                    for item in var.items:
-                        cg.reconstruct(item)
-                    cg.extend(emit.build_list(len(var.items)))
-
-                new = _to_temp(cg, build_items)
-                d = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
-                stores.append(_calls(d, (("clear", None), ("extend", new))))
             elif kind == "container":
-                # xs[:] = [items]
                 var = payload
-
-                def build_list(var=var):
-                    for item in var.items:
-                        cg.reconstruct(item)
-                    cg.extend(emit.build_list(len(var.items)))
-
-                new = _to_temp(cg, build_list)
+                new = _to_temp(cg, lambda var=var: _build_list(cg, var.items))
                 xs = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
+                if isinstance(var, DequeVariable):
+                    # d.clear(); d.extend(new)  (the same maxlen: all of them fit)
+                    stores.append(_calls(xs, (("clear", None), ("extend", new))))
+                    continue
+                # xs[:] = [items]
                 stores.append(
                     emit.load_fast(new)
                     + emit.load_fast(xs)
@@ -192,6 +178,12 @@ def _to_temp(cg, load):
     name = cg.new_temp()
     cg.extend(emit.store_fast(name))
     return name
+
+
+def _build_list(cg, items):
+    for item in items:
+        cg.reconstruct(item)
+    cg.extend(emit.build_list(len(items)))
 
 
 def _calls(obj, calls):

@@ -16,6 +16,14 @@ from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
 
+def _no_global_hooks():
+    g = torch.nn.modules.module
+    if g._global_forward_hooks or g._global_forward_pre_hooks:
+        unimplemented("global module hooks")
+    if g._global_backward_hooks or getattr(g, "_global_backward_pre_hooks", None):
+        unimplemented("global module hooks")
+
+
 class NNModuleVariable(VariableTracker):
     """An nn.Module reached from a source (an argument, a global, an attribute of one)."""
 
@@ -100,11 +108,7 @@ class NNModuleVariable(VariableTracker):
         hooked = bool(mod._forward_hooks or mod._forward_pre_hooks)
         if mod._backward_hooks or getattr(mod, "_backward_pre_hooks", None):
             unimplemented(f"backward hooks on {type(mod).__name__}")
-        g = torch.nn.modules.module
-        if g._global_forward_hooks or g._global_forward_pre_hooks:
-            unimplemented("global module hooks")
-        if g._global_backward_hooks or getattr(g, "_global_backward_pre_hooks", None):
-            unimplemented("global module hooks")
+        _no_global_hooks()
         if "forward" in mod.__dict__ or "__call__" in mod.__dict__:
             unimplemented("module with an instance-level forward/__call__")
         tx.output.uses_modules = True
@@ -374,11 +378,7 @@ class NewModuleVariable(NNModuleVariable):
         return wrap_frozen(getattr(mod, name), f"attribute {name!r} of {type(mod).__name__}")
 
     def call_function(self, tx, args, kwargs):
-        g = torch.nn.modules.module
-        if g._global_forward_hooks or g._global_forward_pre_hooks:
-            unimplemented("global module hooks")
-        if g._global_backward_hooks or getattr(g, "_global_backward_pre_hooks", None):
-            unimplemented("global module hooks")
+        _no_global_hooks()
         forward = inspect.getattr_static(type(self.value), "forward")
         if not inspect.isfunction(forward):
             unimplemented(f"{type(self.value).__name__}.forward is not a Python function")
