@@ -58,13 +58,15 @@ class BlockStackMixin:
         """Record the cleanup of a with block a resume function's prologue entered; check the
         ops of a try block whose handler may catch their run-time errors."""
         entry = inst.exn_tab_entry
+        in_with = entry is not None and any(entry.target is h for h in self.with_handlers)
         guarded = (
             entry is not None
-            and not any(entry.target is h for h in self.with_handlers)
+            and not in_with
             and not self.in_generator_handler(inst)
             and not self.prologue_with_handler(entry)
         )
-        if self.is_root:  # Note [Blocks: rewinding to a try block]
+        if self.is_root and not in_with:  # Note [Blocks: rewinding to a try block]
+            # (inside a traced with block, the try block around it, if any, stays open)
             if not guarded or self.only_reraises(entry.target):
                 self.try_state = None
             elif self.try_state is None:

@@ -810,6 +810,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         return {
             "serial": next_serial(),
             "resume_here": resume_here,  # resume at it (a try block), or run it (BEFORE_WITH)
+            "grad_mode": torch.is_grad_enabled(),
             "index": self.current_inst.index,
             "stack": list(self.stack_before),
             "locals": self.locals_before,
@@ -831,6 +832,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         from kiln.frontend.variables.misc import GeneratorContextVariable
 
         undo_iterators()
+        torch._C._set_grad_enabled(state["grad_mode"])  # (the graph is cut back to it)
         for it, index in state["iterators"]:
             it.index = index
         for v in state["stack"]:

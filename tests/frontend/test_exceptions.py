@@ -437,3 +437,18 @@ def test_break_inside_try_is_placed_before_it(capsys):
 def test_risky_op_inside_try_is_placed_before_it():
     for i in (torch.tensor([1]), torch.tensor([5])):
         run_and_compare(risky_op_inside_try, t(3), i, expected_graphs=1, expected_breaks=2)
+
+
+def no_grad_inside_try(x):
+    y = x * 2
+    try:
+        with torch.no_grad():
+            z = y + 1
+            print("no grad")
+    except KeyError:
+        z = y
+    return y + z
+
+
+def test_break_in_no_grad_inside_try_keeps_grad_mode():
+    run_and_compare(no_grad_inside_try, t(3).requires_grad_(), expected_graphs=1)
