@@ -86,27 +86,43 @@ class BlockStackMixin:
                 )
                 e.no_resume = self.is_root  # an inlined callee: it runs as its own frame
                 raise e
-        catching = entry is not None and self.handler_catches_torch_errors(entry.target)
+        catching = self.region_catches_torch_errors(entry)
         self.catch_region = self.output.last_node() if catching else None
         if catching and self.catch_region is None:
             self.catch_region = _EMPTY
 
-    def handler_catches_torch_errors(self, target):
-        """Note [Blocks: ops inside try blocks]: whether the handler at `target` may catch what
-        a graph op raises at run time (RuntimeError, IndexError, ValueError and their bases)."""
+    def region_catches_torch_errors(self, entry):
+        """Note [Blocks: ops inside try blocks]: whether a handler around the instruction that
+        `entry` covers may catch what a graph op raises at run time (RuntimeError, IndexError,
+        ValueError, their bases): the chain of handlers an exception would go through."""
         from kiln.frontend.variables.misc import SuppressVariable, WithExitVariable
 
-        for v in self.stack:
-            if isinstance(v, WithExitVariable) and v.handler is target:
-                return isinstance(v.cm, SuppressVariable) and _catches_torch_errors(v.cm.types)
-        if target.opname != "PUSH_EXC_INFO" or self.only_reraises(target):
-            return False  # a cleanup that re-raises, a finally block
-        key = ("catches", id(target))
-        cached = self._handler_kinds.get(key)
-        if cached is None:
-            types = self._except_types(target)
-            cached = self._handler_kinds[key] = types is None or _catches_torch_errors(types)
-        return cached
+        for _ in range(64):
+            if entry is None:
+                return False
+            target = entry.target
+            exit_var = next(
+                (v for v in self.stack if isinstance(v, WithExitVariable) and v.handler is target),
+                None,
+            )
+            if exit_var is not None:
+                cm = exit_var.cm
+                if isinstance(cm, SuppressVariable):
+                    if _catches_torch_errors(cm.types):
+                        return True
+                elif not getattr(cm, "resumable", True):
+                    return True  # a user __exit__ may return True (suppress)
+            elif target.opname == "PUSH_EXC_INFO" and not self.only_reraises(target):
+                key = ("catches", id(target))
+                cached = self._handler_kinds.get(key)
+                if cached is None:
+                    types = self._except_types(target)  # (None: a bare except, an untraced
+                    cached = types is None or _catches_torch_errors(types)  # with's cleanup)
+                    self._handler_kinds[key] = cached
+                if cached:
+                    return True
+            entry = target.exn_tab_entry  # where the handler sends what it does not catch
+        return True
 
     def _except_types(self, target):
         """The classes the except clauses of a handler name, read statically; None if unknown

@@ -1,5 +1,7 @@
 """Exceptions raised and caught inside compiled code (Note [Blocks: exceptions while tracing])."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -452,3 +454,31 @@ def no_grad_inside_try(x):
 
 def test_break_in_no_grad_inside_try_keeps_grad_mode():
     run_and_compare(no_grad_inside_try, t(3).requires_grad_(), expected_graphs=1)
+
+
+def risky_op_in_finally_inside_except(x, i):
+    try:
+        try:
+            y = x[i]
+        finally:
+            x = x + 1
+    except IndexError:
+        y = x * 0
+    return y
+
+
+def risky_op_in_user_manager_inside_except(x, i):
+    log = []
+    try:
+        with contextlib.nullcontext():
+            y = x[i]
+    except IndexError:
+        y = x * 0
+    return y, log
+
+
+@pytest.mark.parametrize(
+    "fn", [risky_op_in_finally_inside_except, risky_op_in_user_manager_inside_except]
+)
+def test_outer_handler_of_risky_op_is_kept(fn):
+    run_and_compare(fn, t(3), torch.tensor([7]), expected_graphs=0)
