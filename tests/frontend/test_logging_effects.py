@@ -16,9 +16,12 @@ class Records(logging.Handler):
     def __init__(self):
         super().__init__(logging.DEBUG)
         self.records = []
+        self.exc_types = []
 
     def emit(self, record):
         self.records.append((record.levelname, record.getMessage()))
+        if record.exc_info:
+            self.exc_types.append(record.exc_info[0])
 
 
 class OnceLogger(logging.Logger):
@@ -134,3 +137,25 @@ def no_tensor_ops(n):
 def test_frame_without_tensor_ops_still_logs():
     records = records_of(no_tensor_ops, 3, expected_graphs=0, expected_breaks=0)
     assert records == [("WARNING", "count 3")] * 3
+
+
+def exc_info(x):
+    try:
+        raise ValueError("inner")
+    except ValueError:
+        log.warning("caught", exc_info=True)
+    return x + 1
+
+
+def test_exc_info_is_not_replayed_outside_the_handler():
+    handler = Records()
+    log.addHandler(handler)
+    try:
+        kiln.reset()
+        got = kiln.compile(exc_info, backend="eager")(torch.ones(2))
+    finally:
+        log.removeHandler(handler)
+    torch.testing.assert_close(got, torch.ones(2) + 1)
+    assert handler.records == [("WARNING", "caught")]
+    assert handler.exc_types == [ValueError]  # the traceback of the exception being handled
+    assert kiln.counters["stats"]["graph_breaks"] >= 1

@@ -101,6 +101,8 @@ class EffectCallVariable(VariableTracker):
         self.fn = fn  # the function (module-level), or None
 
     def call_function(self, tx, args, kwargs):
+        if self.obj is not None and ("exc_info" in kwargs or "stack_info" in kwargs):
+            unimplemented(f"{self.what} with exc_info/stack_info (they read the live stack)")
         for a in [*args, *kwargs.values()]:
             if not replayable_argument(a):
                 unimplemented(f"{self.what} with a non-constant argument {a}")
