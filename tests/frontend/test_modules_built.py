@@ -130,3 +130,20 @@ def test_loss_in_module_forward_training_grads():
         torch.testing.assert_close(p.grad, g)
     assert kiln.counters["stats"]["graph_breaks"] == 0
     assert kiln.counters["stats"]["unique_graphs"] == 1
+
+
+def live_across_a_break(x, t):
+    loss_fct = nn.CrossEntropyLoss(reduction="sum")
+    y = x * 2
+    kiln.graph_break()  # loss_fct is rebuilt for the resume function
+    return loss_fct(y, t)
+
+
+def test_module_live_across_a_break():
+    run_and_compare(
+        live_across_a_break,
+        torch.randn(3, 4),
+        torch.tensor([0, 1, 2]),
+        expected_graphs=2,
+        expected_breaks=1,
+    )
