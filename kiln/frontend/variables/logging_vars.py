@@ -133,7 +133,9 @@ def _inside_try(tx):
     while t is not None:
         inst = t.current_inst
         entry = getattr(inst, "exn_tab_entry", None)
-        if entry is not None and not any(entry.target is h for h in t.with_handlers):
+        if entry is not None and not any(
+            entry.target is h for h in getattr(t, "with_handlers", ())
+        ):
             try:
                 if t.in_generator_handler(inst):
                     entry = None
