@@ -159,3 +159,23 @@ def test_exc_info_is_not_replayed_outside_the_handler():
     assert handler.records == [("WARNING", "caught")]
     assert handler.exc_types == [ValueError]  # the traceback of the exception being handled
     assert kiln.counters["stats"]["graph_breaks"] >= 1
+
+
+def sizes(x):
+    log.info("batch %d of %s", x.shape[0], tuple(x.shape))
+    return x * 2
+
+
+def test_symbolic_sizes_are_logged_with_their_values():
+    handler = Records()
+    log.addHandler(handler)
+    try:
+        kiln.reset()
+        compiled = kiln.compile(sizes, backend="eager", dynamic=True)
+        for n in (3, 5):
+            torch.testing.assert_close(compiled(torch.ones(n, 2)), torch.ones(n, 2) * 2)
+    finally:
+        log.removeHandler(handler)
+    assert handler.records == [("INFO", "batch 3 of (3, 2)"), ("INFO", "batch 5 of (5, 2)")]
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+    assert kiln.counters["stats"]["unique_graphs"] == 1

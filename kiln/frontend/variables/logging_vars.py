@@ -78,9 +78,13 @@ def is_effect_function(value):
 
 
 def replayable_argument(v):
-    """A constant the transformed code can load again: literals, classes, tuples of them."""
+    """A value the transformed code can load again: literals, classes, sizes (symbolic ones
+    are int outputs of the graph), tuples of them."""
     from kiln.frontend.variables.lists import TupleVariable
+    from kiln.frontend.variables.sym import SymNodeVariable
 
+    if isinstance(v, SymNodeVariable):
+        return True  # a symbolic size: an int output of the graph
     if isinstance(v, TupleVariable):
         return all(replayable_argument(i) for i in v.items)
     if not v.is_python_constant():
