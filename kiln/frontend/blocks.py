@@ -39,7 +39,10 @@ import inspect
 import sys
 from types import ModuleType
 
+import torch
+
 from kiln.exc import Unsupported, unimplemented
+from kiln.frontend.variables.base import next_serial
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.exceptions import (
     ExceptionVariable,
@@ -372,6 +375,56 @@ class BlockStackMixin:
     # untraced managers). The side-effect version check of the break (codegen) refuses the
     # rewind when the block mutated an object that existed before (not undoable): the frame
     # then runs eagerly.
+
+    # --- rewinding a break to the start of its block (root frame) ------------------------
+    def break_state(self, resume_here):
+        """What a break at this instruction needs, kept in case a break inside the block it
+        starts is placed here (Note [Blocks: rewinding to a with statement])."""
+        from kiln.frontend.variables.lists import ListIteratorVariable
+
+        return {
+            "serial": next_serial(),
+            "resume_here": resume_here,  # resume at it (a try block), or run it (BEFORE_WITH)
+            "grad_mode": torch.is_grad_enabled(),
+            "index": self.current_inst.index,
+            "stack": list(self.stack_before),
+            "locals": self.locals_before,
+            "checkpoint": self.checkpoint,
+            "kw": self.kw_before,
+            "version": self.effects_before,
+            "snapshot": self.effects_snapshot,
+            "iterators": [
+                (v, v.index)
+                for v in [*self.stack_before, *self.locals_before.values()]
+                if isinstance(v, ListIteratorVariable)
+            ],
+        }
+
+    def rewind(self, e, state):
+        """Place the break `e` at an earlier instruction (Notes [Blocks: rewinding to a with
+        statement], [Blocks: rewinding to a try block])."""
+        from kiln.frontend.variables.lists import undo_iterators
+        from kiln.frontend.variables.misc import GeneratorContextVariable
+
+        undo_iterators()
+        torch._C._set_grad_enabled(state["grad_mode"])  # (the graph is cut back to it)
+        for it, index in state["iterators"]:
+            it.index = index
+        for v in state["stack"]:
+            if isinstance(v, GeneratorContextVariable):
+                v.gen = None  # not entered at the with statement
+        e.root_index = state["index"]
+        e.root_stack = state["stack"]
+        e.root_locals = state["locals"]
+        e.root_checkpoint = state["checkpoint"]
+        e.root_kw_names = state["kw"]
+        e.root_effects_version = state["version"]
+        e.root_effects_snapshot = state["snapshot"]
+        e.frames = [(self.code, state["index"], self.instructions[state["index"]].lineno)]
+        e.no_resume = False
+        e.resume_here = state["resume_here"]
+        where = "try block" if e.resume_here else "with statement"
+        e.msg = f"{e.msg} (placed at the start of the enclosing {where})"
 
     # Note [Blocks: rewinding to a try block]
     # A graph break inside a try block whose handler can catch (or inside its handler) cannot be
