@@ -178,6 +178,7 @@ class BlockStackMixin:
             if self.is_root:
                 self.escape(exc)
             raise exc
+        exc.var.caught = True  # (a traceback now exists in eager)
         del self.stack[entry.depth :]
         if entry.lasti:
             self.push(ConstantVariable(inst.offset))

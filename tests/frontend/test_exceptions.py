@@ -482,3 +482,28 @@ def risky_op_in_user_manager_inside_except(x, i):
 )
 def test_outer_handler_of_risky_op_is_kept(fn):
     run_and_compare(fn, t(3), torch.tensor([7]), expected_graphs=0)
+
+
+def test_caught_exception_returned_runs_eagerly():
+    def f(x):
+        try:
+            raise ValueError("kept")
+        except ValueError as e:
+            err = e
+        return x + 1, err
+
+    kiln.reset()
+    g = kiln.compile(f, backend="eager")
+    out, err = g(t(3))
+    assert type(err) is ValueError and err.__traceback__ is not None
+
+
+def test_exception_made_and_returned():
+    def f(x):
+        return x + 1, KeyError("made, never raised")
+
+    kiln.reset()
+    g = kiln.compile(f, backend="eager")
+    out, err = g(t(3))
+    assert type(err) is KeyError and err.args == ("made, never raised",)
+    assert kiln.counters["stats"]["unique_graphs"] == 1

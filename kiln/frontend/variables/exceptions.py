@@ -83,6 +83,7 @@ class ExceptionVariable(VariableTracker):
         none = ConstantVariable(None)
         self.attrs = {"__cause__": none, "__context__": none, "__traceback__": none}
         self.attrs["__suppress_context__"] = ConstantVariable(False)
+        self.caught = False  # raised and caught while tracing: it has a traceback in eager
 
     def python_type(self):
         return self.cls
@@ -139,11 +140,11 @@ class ExceptionVariable(VariableTracker):
         """`cls(*args)` in the transformed code (a break at the `raise` that raises it)."""
         from kiln.bytecode import emit
 
-        if any(
+        if self.caught or any(
             not (v.is_python_constant() and v.as_python_constant() in (None, False))
             for k, v in self.attrs.items()
         ):
-            unimplemented(f"rebuilding a {self.cls.__name__} with a cause or context")
+            unimplemented(f"rebuilding a {self.cls.__name__} that was raised (traceback, context)")
         cg.load_object(self.cls, push_null=True)
         for a in self.args:
             cg.reconstruct(a)
