@@ -204,8 +204,8 @@ COMMUTATIVE = ("add", "mul", "bitwise_and", "bitwise_or", "bitwise_xor")
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
-# float32 pow(x, scalar) as eager's pow_tensor_scalar computes it (2 and 0.5 are lowered earlier)
-POW_FLOAT32 = {3.0: "{0} * {0} * {0}", -1.0: "1.0f / {0}", -2.0: "1.0f / ({0} * {0})"}
+# float32/float64 pow(x, scalar) as eager's pow_tensor_scalar computes it (2 and 0.5 are lowered earlier)
+POW_FLOAT32 = {3.0: "{0} * {0} * {0}", -1.0: "{1} / {0}", -2.0: "{1} / ({0} * {0})"}
 # float32 ops kept inline (the prelude's polynomials) rather than Sleef calls: none today (Sleef's
 # expf_u10 is faster than kiln_expf); the prelude's versions serve where Sleef is missing
 VECMATH_INLINE = set()
@@ -228,14 +228,17 @@ class CppOverrides:
         return self.w.cse(expr, dtype)
 
     def _vecmath(self, name, *args):
-        """A float32 call of Sleef's vector function for `name` (see vecmath.py), or None."""
-        if name in VECMATH_INLINE:
+        """A float32/float64 call of Sleef's vector function for `name` (see vecmath.py), or
+        None."""
+        dtype = args[0].dtype
+        if name in VECMATH_INLINE or dtype not in (torch.float32, torch.float64):
             return None
-        expr = vecmath.call(name, args)
-        if expr is None:
+        found = vecmath.call(name, args, dtype)
+        if found is None:
             return None
-        self.w.vec_ops.add(name)
-        return self._var(expr, torch.float32)
+        expr, key = found
+        self.w.vec_ops.add(key)
+        return self._var(expr, dtype)
 
     def load(self, name, index):
         return self.w.load(name, index)
@@ -251,9 +254,11 @@ class CppOverrides:
 
     def pow(self, a, b):
         # eager's pow(tensor, scalar) multiplies for these exponents (float32 bit for bit)
-        e = self.w.const_values.get(str(b)) if a.dtype == torch.float32 else None
-        if e in POW_FLOAT32:
-            return self._var(POW_FLOAT32[e].format(a), a.dtype)
+        floating = a.dtype in (torch.float32, torch.float64)
+        e = self.w.const_values.get(str(b)) if floating else None
+        if e in POW_FLOAT32:  # float64 too (eager's pow_tensor_scalar does the same)
+            one = "1.0f" if a.dtype == torch.float32 else "1.0"
+            return self._var(POW_FLOAT32[e].format(a, one), a.dtype)
         return self.__getattr__("pow")(a, b)
 
     def index_expr(self, index, dtype):
@@ -406,14 +411,15 @@ class CppOverrides:
                     e = self._vecmath("exp", self._var(f"-{a} * {a}", a.dtype))
                     if e is not None:  # eager's vectorized erf, with the vector exp
                         return self._var(f"kiln_erff_e({a}, {e})", a.dtype)
-                if a.dtype == torch.float32 and name == "sigmoid":
+                if a.dtype in (torch.float32, torch.float64) and name == "sigmoid":
                     e = self._vecmath("exp", self._var(f"-{a}", a.dtype))
+                    one = "1.0f" if a.dtype == torch.float32 else "1.0"
                     if e is not None:  # as eager: 1 / (1 + exp(-x)) with the vector exp
-                        return self._var(f"1.0f / (1.0f + {e})", a.dtype)
+                        return self._var(f"{one} / ({one} + {e})", a.dtype)
+                vec = self._vecmath(name, a)
+                if vec is not None:
+                    return vec
                 if a.dtype == torch.float32:
-                    vec = self._vecmath(name, a)
-                    if vec is not None:
-                        return vec
                     fmt = FLOAT32_UNARY.get(name, fmt)
                 return self._var(fmt.format(a, compute_ctype(a.dtype)), a.dtype)
 
@@ -427,10 +433,9 @@ class CppOverrides:
             def binary(a, b):
                 if name in COMMUTATIVE and a.dtype == b.dtype and str(b) < str(a):
                     a, b = b, a  # one spelling per value: CSE finds x*y == y*x
-                if a.dtype == torch.float32:
-                    vec = self._vecmath(name, a, b)
-                    if vec is not None:
-                        return vec
+                vec = self._vecmath(name, a, b)
+                if vec is not None:
+                    return vec
                 return self._var(fmt.format(a, b, compute_ctype(a.dtype)), a.dtype)
 
             return binary
@@ -590,6 +595,12 @@ class KernelWriter(cpp_tiling.FlatLoops):
                 if p is not None:
                     self.transposed_loops(p, par_outer)
                     return self._function()
+                merge = cpp_tiling.merged_inner(self._probe_run, g.outer, prefix="o")
+                if merge:  # contiguous dims as one loop (a 7x7 image: 49 lanes, not 7)
+                    first, span = merge
+                    loops = loops[:first] + [(len(loops) - 1, span)]
+                    self.subst = {f"o{d}": Ix() for d in range(first, len(g.outer) - 1)}
+                    self.piece_ranges = {f"o{len(g.outer) - 1}": (0, span - 1)}
         depth = 0
         for k, (d, size) in enumerate(loops):
             set_range(f"o{d}", 0, size - 1)
@@ -613,6 +624,7 @@ class KernelWriter(cpp_tiling.FlatLoops):
             self.flat_body()
             if simd_last and type(g.outer[-1]) is int and g.outer[-1] > 0:
                 cpp_tiling.hoist(body.lines, hoist_at, body_at, [f"o{len(g.outer) - 1}"])
+            self.subst, self.piece_ranges = {}, {}
         else:
             self.scopes.append({})
             for kind, nodes in g.segments:

@@ -36,8 +36,8 @@ SLEEF_F32 = {
     "log2": ("log2f_u10", "std::log2", 1),
     "log10": ("log10f_u10", "std::log10", 1),
     "log1p": ("log1pf_u10", "std::log1p", 1),
-    "sin": ("sinf_u10", "std::sin", 1),
-    "cos": ("cosf_u10", "std::cos", 1),
+    "sin": ("sinf_u35", "std::sin", 1),  # Note [Vecmath: sin and cos at 3.5 ULP]
+    "cos": ("cosf_u35", "std::cos", 1),
     "tan": ("tanf_u10", "std::tan", 1),
     "asin": ("asinf_u10", "std::asin", 1),
     "acos": ("acosf_u10", "std::acos", 1),
@@ -54,8 +54,37 @@ SLEEF_F32 = {
     "fmod": ("fmodf", "std::fmod", 2),
 }
 
+# kiln op -> (Sleef function, libm fallback, arity), float64: what eager's Vectorized<double> calls
+SLEEF_F64 = {
+    op: (fn.replace("f_", "_").removesuffix("f"), libm, arity)
+    for op, (fn, libm, arity) in SLEEF_F32.items()
+}
+SLEEF_F64.update(
+    sin=("sin_u10", "std::sin", 1), cos=("cos_u10", "std::cos", 1), erf=("erf_u10", "std::erf", 1)
+)
+
+# Note [Vecmath: sin and cos at 3.5 ULP]
+# float32 sin/cos call Sleef's u35 functions, the ones at::vec::Vectorized<float>::sin/cos (and so
+# inductor's kernels) call. Measured on 2^20 inputs of scale 100 (1 thread): u35 is 2.2 ULP from
+# float64 at worst and 0.8 ms; u10 is 0.86 ULP but 6.6 ms (its slow range reduction); eager's own
+# torch.sin is 0.6 ULP and 2.8 ms. 2.2 ULP is far inside assert_close's float32 rtol (1.3e-6,
+# about 11 ULP), so u35. float64 keeps u10 (eager's Vectorized<double> does too).
+
 # the vector ABI prefix per instruction set (gcc's choice for -march) and lanes of float
 ISAS = (("__AVX512F__", "_ZGVeN16", 16), ("__AVX2__", "_ZGVdN8", 8))
+# per element type: (Sleef table, suffix of kiln op keys, C type, function name prefix)
+ELEMS = {
+    "f": (SLEEF_F32, "", "float", "kiln_v"),
+    "d": (SLEEF_F64, ".f64", "double", "kiln_d"),
+}
+
+
+def _abi(pfx, elem):
+    """The vector ABI prefix for doubles: half the lanes of floats (_ZGVeN16 -> _ZGVeN8)."""
+    if elem == "f":
+        return pfx
+    head = pfx.rstrip("0123456789")
+    return f"{head}{int(pfx[len(head) :]) // 2}"
 
 
 @functools.lru_cache(None)
@@ -67,7 +96,8 @@ def torch_cpu_library():
 
 @functools.lru_cache(None)
 def available_ops():
-    """The ops whose Sleef vector functions libtorch_cpu exports for every ISA in ISAS."""
+    """The op keys ("sin" for float32, "sin.f64" for float64) whose Sleef vector functions
+    libtorch_cpu exports for every ISA in ISAS."""
     path = torch_cpu_library()
     if path is None or '"' in path or "\\" in path:
         return frozenset()
@@ -76,54 +106,68 @@ def available_ops():
     except OSError:
         return frozenset()
     ok = set()
-    for op, (fn, _, arity) in SLEEF_F32.items():
-        if all(hasattr(lib, f"{pfx}{'v' * arity}_Sleef_{fn}") for _, pfx, _ in ISAS):
-            ok.add(op)
+    for elem, (table, suffix, _, _) in ELEMS.items():
+        for op, (fn, _, arity) in table.items():
+            names = [f"{_abi(pfx, elem)}{'v' * arity}_Sleef_{fn}" for _, pfx, _ in ISAS]
+            if all(hasattr(lib, n) for n in names):
+                ok.add(op + suffix)
     return frozenset(ok)
 
 
-def call(op, args):
-    """The C++ expression calling the vectorizable float32 `op`, or None when there is none."""
-    if op not in available_ops():
+def call(op, args, dtype=torch.float32):
+    """(C++ expression calling the vectorizable `op` in float32/float64, its op key), or None."""
+    elem = {torch.float32: "f", torch.float64: "d"}.get(dtype)
+    if elem is None:
         return None
-    return f"kiln_v{op}({', '.join(str(a) for a in args)})"
+    key = op + ELEMS[elem][1]
+    if key not in available_ops():
+        return None
+    return f"{ELEMS[elem][3]}{op}({', '.join(str(a) for a in args)})", key
+
+
+def _split_key(key):
+    return (key[: -len(".f64")], "d") if key.endswith(".f64") else (key, "f")
 
 
 def _params(arity, t):
     return ", ".join(f"{t} x{i}" for i in range(arity))
 
 
-def _one_isa(ops, pfx, lanes):
+def _one_isa(keys, pfx, lanes):
     out = [
         f"typedef float kiln_vf __attribute__((vector_size({lanes * 4})));",
-        f'#define KILN_VABI "{pfx}"',
+        f"typedef double kiln_vd __attribute__((vector_size({lanes * 4})));",
     ]
     init = []
-    for op in sorted(ops):
-        fn, libm, arity = SLEEF_F32[op]
-        name = f"kiln_v{op}"
+    for key in sorted(keys):
+        op, elem = _split_key(key)
+        table, _, ct, prefix = ELEMS[elem]
+        fn, libm, arity = table[op]
+        vt, n = f"kiln_v{elem}", lanes if elem == "f" else lanes // 2
+        abi = _abi(pfx, elem)
+        name = f"{prefix}{op}"
         vs = "v" * arity
         xs = ", ".join(f"x{i}" for i in range(arity))
         lane = ", ".join(f"x{i}[i]" for i in range(arity))
-        bcast = " ".join(f"kiln_vf v{i} = {{}}; v{i} = x{i} - v{i};" for i in range(arity))
+        bcast = " ".join(f"{vt} v{i} = {{}}; v{i} = x{i} - v{i};" for i in range(arity))
         vargs = ", ".join(f"v{i}" for i in range(arity))
         out += [
-            f"#pragma omp declare simd notinbranch simdlen({lanes})",
-            f'extern "C" KILN_CONST float {name}({_params(arity, "float")});',
-            f"static kiln_vf (*{name}_p)({', '.join(['kiln_vf'] * arity)});",
-            f"static kiln_vf {name}_libm({_params(arity, 'kiln_vf')}) {{ kiln_vf r = {{}}; "
-            f"for (int i = 0; i < {lanes}; i++) r[i] = {libm}({lane}); return r; }}",
-            f'extern "C" KILN_HIDDEN kiln_vf {name}_vec({_params(arity, "kiln_vf")}) '
+            f"#pragma omp declare simd notinbranch simdlen({n})",
+            f'extern "C" KILN_CONST {ct} {name}({_params(arity, ct)});',
+            f"static {vt} (*{name}_p)({', '.join([vt] * arity)});",
+            f"static {vt} {name}_libm({_params(arity, vt)}) {{ {vt} r = {{}}; "
+            f"for (int i = 0; i < {n}; i++) r[i] = {libm}({lane}); return r; }}",
+            f'extern "C" KILN_HIDDEN {vt} {name}_vec({_params(arity, vt)}) '
             f"{{ return {name}_p({xs}); }}",
-            f'extern "C" KILN_HIDDEN float {name}_one({_params(arity, "float")}) '
+            f'extern "C" KILN_HIDDEN {ct} {name}_one({_params(arity, ct)}) '
             f"{{ {bcast} return {name}_p({vargs})[0]; }}",
             f'__asm__(".globl {name}\\n.hidden {name}\\n.set {name}, {name}_one\\n"',
-            f'        ".globl " KILN_VABI "{vs}_{name}\\n.hidden " KILN_VABI "{vs}_{name}\\n"',
-            f'        ".set " KILN_VABI "{vs}_{name}, {name}_vec\\n");',
+            f'        ".globl {abi}{vs}_{name}\\n.hidden {abi}{vs}_{name}\\n"',
+            f'        ".set {abi}{vs}_{name}, {name}_vec\\n");',
         ]
         init += [
             f"    {name}_p = h ? reinterpret_cast<decltype({name}_p)>("
-            f'dlsym(h, KILN_VABI "{vs}_Sleef_{fn}")) : nullptr;',
+            f'dlsym(h, "{abi}{vs}_Sleef_{fn}")) : nullptr;',
             f"    if (!{name}_p) {name}_p = {name}_libm;",
         ]
     out.append("__attribute__((constructor)) static void kiln_vecmath_init() {")
@@ -147,11 +191,13 @@ def prelude(ops):
         lines.append(f"#{'if' if k == 0 else 'elif'} defined({macro})")
         lines += _one_isa(ops, pfx, lanes)
     lines.append("#else")
-    for op in ops:
-        _, libm, arity = SLEEF_F32[op]
+    for key in ops:
+        op, elem = _split_key(key)
+        table, _, ct, prefix = ELEMS[elem]
+        _, libm, arity = table[op]
         xs = ", ".join(f"x{i}" for i in range(arity))
         lines.append(
-            f"static inline float kiln_v{op}({_params(arity, 'float')}) {{ return {libm}({xs}); }}"
+            f"static inline {ct} {prefix}{op}({_params(arity, ct)}) {{ return {libm}({xs}); }}"
         )
     lines.append("#endif")
     return "\n".join(lines) + "\n"
