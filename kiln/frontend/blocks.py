@@ -139,12 +139,10 @@ class BlockStackMixin:
                 inst = insts[i]
                 name = inst.opname
                 if name in ("LOAD_GLOBAL", "LOAD_NAME"):
-                    g = self.f_globals
-                    b = g.get("__builtins__", builtins)
-                    b = b if isinstance(b, dict) else vars(b)
-                    if inst.argval not in g and inst.argval not in b:
+                    value = global_value(self.f_globals, inst.argval)
+                    if value is MISSING:
                         return None
-                    stack.append(g[inst.argval] if inst.argval in g else b[inst.argval])
+                    stack.append(value)
                 elif name == "LOAD_ATTR" and stack and isinstance(stack[-1], (type, ModuleType)):
                     stack.append(getattr(stack.pop(), inst.argval, None))
                 elif name == "BUILD_TUPLE" and len(stack) >= inst.arg:
@@ -458,6 +456,17 @@ class BlockStackMixin:
 
 
 _EMPTY = object()  # a try region that started on an empty graph
+MISSING = object()
+
+
+def global_value(f_globals, name):
+    """What `name` means in code with these globals (a global, else a builtin), or MISSING."""
+    if name in f_globals:
+        return f_globals[name]
+    b = f_globals.get("__builtins__", builtins)
+    return (b if isinstance(b, dict) else vars(b)).get(name, MISSING)
+
+
 _TORCH_ERRORS = (RuntimeError, IndexError, ValueError)
 # ops that raise at run time for some input values (not shapes), seen on floating inputs too
 _VALUE_CHECKED = {

@@ -10,7 +10,6 @@ only version with torch here); the 3.12/3.13 handlers follow the `dis` documenta
         return torch.log(y)   -> graph: exp(mul(2, x)) -> log ; RETURN_VALUE -> compile_subgraph
 """
 
-import builtins
 import inspect
 import linecache
 import sys
@@ -19,7 +18,7 @@ import torch
 
 from kiln.bytecode import decode as bytecode_decode
 from kiln.exc import Unsupported, unimplemented
-from kiln.frontend.blocks import BlockStackMixin
+from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
 from kiln.frontend.source import GlobalSource, LocalSource
 from kiln.frontend.value_ops import ValueOpsMixin
 from kiln.frontend.variables.base import VariableTracker, next_serial
@@ -193,10 +192,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
                 return stored
         if name in self.f_globals:
             return wrap_value(self, self.f_globals[name], self.global_source(name))
-        b = self.f_globals.get("__builtins__", builtins)
-        b = b if isinstance(b, dict) else vars(b)
-        if name in b:
-            return wrap_constant_like(self, b[name])
+        value = global_value(self.f_globals, name)  # a builtin
+        if value is not MISSING:
+            return wrap_constant_like(self, value)
         unimplemented(f"NameError: name {name!r} is not defined")
 
     def global_source(self, name):

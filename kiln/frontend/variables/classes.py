@@ -26,6 +26,7 @@ import types
 import weakref
 
 from kiln.exc import unimplemented
+from kiln.frontend.blocks import MISSING, global_value
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.user_defined import UserDefinedClassVariable
 
@@ -124,8 +125,6 @@ def _stores(code, name):
 
 def _check_body(code, f_globals, name):
     """Note [Classes: local classes]: a class body that only defines names (else a break)."""
-    b = f_globals.get("__builtins__", builtins)
-    b = b if isinstance(b, dict) else vars(b)
     stored = set()
     stack = []
 
@@ -134,12 +133,12 @@ def _check_body(code, f_globals, name):
 
     try:
         for inst in dis.get_instructions(code):
-            _step(inst, stack, stored, f_globals, b, reject)
+            _step(inst, stack, stored, f_globals, reject)
     except IndexError:
         reject("has a stack kiln cannot follow")
 
 
-def _step(inst, stack, stored, f_globals, b, reject):
+def _step(inst, stack, stored, f_globals, reject):
     """One instruction of a class body on a stack of tags (what each value is)."""
     op = inst.opname
     if op in _NO_STACK:
@@ -148,10 +147,11 @@ def _step(inst, stack, stored, f_globals, b, reject):
         n = inst.argval
         if op == "LOAD_GLOBAL" and inst.arg & 1 and not _py313():
             stack.append(("null",))
+        value = global_value(f_globals, n)
         if n in stored:
             stack.append(("stored", n))
-        elif n in f_globals or n in b:
-            stack.append(("obj", f_globals[n] if n in f_globals else b[n]))
+        elif value is not MISSING:
+            stack.append(("obj", value))
         else:
             reject(f"reads an unknown name {n!r}")
         if op == "LOAD_GLOBAL" and inst.arg & 1 and _py313():
