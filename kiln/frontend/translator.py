@@ -25,7 +25,7 @@ from kiln.frontend.variables.base import VariableTracker, next_serial
 from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
-from kiln.frontend.variables.exceptions import ObservedException
+from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException
 from kiln.frontend.variables.functions import NestedUserFunctionVariable
 from kiln.frontend.variables.lists import (
     BaseListVariable,
@@ -407,7 +407,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         obj = self.pop()
         value = self.pop()
         name = inst.argval
-        if isinstance(obj, NewObjectVariable):
+        if isinstance(obj, (NewObjectVariable, ExceptionVariable)):
             obj.setattr(self, name, value)
             return
         if not isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)):

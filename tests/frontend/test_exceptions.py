@@ -507,3 +507,33 @@ def test_exception_made_and_returned():
     out, err = g(t(3))
     assert type(err) is KeyError and err.args == ("made, never raised",)
     assert kiln.counters["stats"]["unique_graphs"] == 1
+
+
+class DetailedError(RuntimeError):
+    def __init__(self, msg, code):
+        super().__init__(f"{msg} [{code}]")
+        self.code = code
+
+
+def custom_init_caught(x):
+    try:
+        raise DetailedError("bad", 4)
+    except DetailedError as e:
+        return x * e.code, str(e), e.args
+
+
+def custom_init_escapes(x):
+    y = x + 1
+    raise DetailedError("escaping", y.shape[0])
+
+
+def test_exception_with_python_init():
+    run_and_compare(custom_init_caught, t(3), expected_graphs=1, expected_breaks=0)
+
+
+def test_exception_with_python_init_escapes():
+    run_and_compare(custom_init_escapes, t(3), expected_graphs=1, expected_breaks=1)
+    kiln.reset()
+    with pytest.raises(DetailedError) as info:
+        kiln.compile(custom_init_escapes, backend="eager")(t(3))
+    assert info.value.code == 3 and str(info.value) == "escaping [3]"

@@ -34,23 +34,69 @@ class ObservedException(Exception):
         self.var = var
 
 
-def modelled(cls):
-    """Whether kiln can make instances of exception class `cls` from their arguments."""
+def modelled(cls, allow_init=False):
+    """Whether kiln can make instances of exception class `cls` from their arguments (or, with
+    allow_init, by running a Python __init__ of the class)."""
     for k in cls.__mro__:
         if k.__module__ == "builtins":
             if issubclass(k, _SPECIAL_BUILTINS):
                 return False
             continue
-        if any(n.startswith("__") and n.endswith("__") and n not in _HARMLESS for n in vars(k)):
-            return False
+        for n, v in vars(k).items():
+            if n.startswith("__") and n.endswith("__") and n not in _HARMLESS:
+                if not (allow_init and n == "__init__" and isinstance(v, types.FunctionType)):
+                    return False
     return True
 
 
+def _python_init(cls):
+    """The first __init__ in the MRO when it is a Python function, else None."""
+    for k in cls.__mro__:
+        if "__init__" in vars(k):
+            init = vars(k)["__init__"]
+            return init if isinstance(init, types.FunctionType) else None
+    return None
+
+
 def make_exception(tx, cls, args, kwargs):
-    """`cls(*args)` for an exception class while tracing."""
+    """`cls(*args)` for an exception class while tracing (a Python __init__ is inlined; its
+    `super().__init__(...)` sets args: ExceptionInitVariable)."""
+    init = _python_init(cls)
+    if init is not None and modelled(cls, allow_init=True):
+        from kiln.frontend.variables.functions import inline_call
+
+        exc = ExceptionVariable(cls, list(args))  # (args stay these unless super() sets them)
+        inline_call(tx, init, [exc, *args], kwargs, None)
+        return exc
     if kwargs or not modelled(cls):
         unimplemented(f"creating an instance of {cls.__qualname__} while tracing")
     return ExceptionVariable(cls, args)
+
+
+class ExceptionInitVariable(VariableTracker):
+    """`super().__init__(*args)` of a builtin exception class, inside a user __init__."""
+
+    def __init__(self, exc, **kw):
+        super().__init__(**kw)
+        self.exc = exc
+
+    def call_function(self, tx, args, kwargs):
+        from kiln.frontend.variables.constant import ConstantVariable
+
+        if kwargs or not isinstance(self.exc, ExceptionVariable):
+            unimplemented("BaseException.__init__ with keywords, or on another object")
+        self.exc.args = list(args)
+        return ConstantVariable(None)
+
+
+def make_exception_object(cls, args, attrs):
+    """The transformed code's way to rebuild an exception made while tracing (its __init__ is
+    not run again: args and attributes as traced)."""
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    for k, v in attrs.items():
+        setattr(exc, k, v)
+    return exc
 
 
 def raise_observed(tx, cls, *args):
@@ -93,7 +139,16 @@ class ExceptionVariable(VariableTracker):
 
     def as_python_constant(self):
         """A real instance with the same class and args (what str(), repr(), f-strings read)."""
-        return self.cls(*[a.as_python_constant() for a in self.args])
+        args = tuple(a.as_python_constant() for a in self.args)
+        return make_exception_object(self.cls, args, {})
+
+    def setattr(self, tx, name, value):
+        """`exc.name = value` (in a user __init__ or elsewhere): kept symbolically."""
+        if name.startswith("__") or inspect.getattr_static(self.cls, name, None) is not None:
+            if name not in ("__cause__", "__context__", "__suppress_context__"):
+                unimplemented(f"assignment to {self.cls.__name__}.{name}")
+        tx.output.side_effects.mutate_new_object(self)
+        self.attrs[name] = value
 
     def truthy(self, tx):
         return True
@@ -137,18 +192,26 @@ class ExceptionVariable(VariableTracker):
         unimplemented(f"method {name!r} of a {self.cls.__name__} made while tracing")
 
     def reconstruct(self, cg):
-        """`cls(*args)` in the transformed code (a break at the `raise` that raises it)."""
+        """The exception in the transformed code (a break at the `raise` that raises it)."""
         from kiln.bytecode import emit
 
         if self.caught or any(
             not (v.is_python_constant() and v.as_python_constant() in (None, False))
             for k, v in self.attrs.items()
+            if k.startswith("__")
         ):
             unimplemented(f"rebuilding a {self.cls.__name__} that was raised (traceback, context)")
-        cg.load_object(self.cls, push_null=True)
+        user = {k: v for k, v in self.attrs.items() if not k.startswith("__")}
+        cg.load_object(make_exception_object, push_null=True)
+        cg.load_object(self.cls)
         for a in self.args:
             cg.reconstruct(a)
-        cg.extend(emit.call(len(self.args)))
+        cg.extend(emit.build_tuple(len(self.args)))
+        for k, v in user.items():
+            cg.extend(emit.load_const(k))
+            cg.reconstruct(v)
+        cg.extend(emit.build_map(len(user)))
+        cg.extend(emit.call(3))
 
     def __repr__(self):
         return f"ExceptionVariable({self.cls.__name__}, {self.args!r})"

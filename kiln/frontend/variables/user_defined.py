@@ -202,6 +202,10 @@ class SuperVariable(VariableTracker):
                         return DictMethodVariable(self.obj, name)
                 if klass is object and name == "__init__":
                     return _ObjectInitVariable()
+                if issubclass(klass, BaseException) and name == "__init__":
+                    from kiln.frontend.variables.exceptions import ExceptionInitVariable
+
+                    return ExceptionInitVariable(self.obj)
                 unimplemented(f"super().{name} is a {type(attr).__name__}")
         unimplemented(f"super() has no attribute {name!r}")
 
