@@ -7,7 +7,7 @@ def f(x, mod):                       def f(x, mod):   # transformed
 
 import sys
 
-from kiln import config, logs
+from kiln import logs
 from kiln.bytecode import decode, emit, encode, first_resume
 from kiln.exc import unimplemented
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -207,13 +207,10 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         base_code = found[0]
         base_insts = decode_indexed(base_code)
     base_inst = base_insts[base_index]
-    tail_calls = not config.compiled_autograd  # (its wrapper must see the whole continuation)
-    if not tail_calls and any(
-        i.target_index is not None and i.target_index <= base_index for i in base_insts[base_index:]
-    ):
-        # without tail calls a resume function inside a loop would call itself once per
-        # iteration (unbounded recursion)
-        raise NoBreakHere("graph break inside a loop (with compiled autograd)")
+    # resume functions are tail calls (Note [Resume: tail calls]) also under
+    # config.compiled_autograd: run_resume runs them inside the root frame's transformed code,
+    # i.e. inside its compiled-autograd context (cache._with_compiled_autograd)
+    tail_calls = True
     branch = _BRANCHES.get(inst.opname)
     kind = "branch" if branch is not None else inst.opname
     if resume_here:
