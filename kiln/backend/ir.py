@@ -89,6 +89,8 @@ class Ix:
             v = t.get(s, 0) + c
             t[s] = v if type(v) is int else _n(v)
         v = self.const + o.const
+        if DIVMOD and len(t) >= 2 and _fold_divmod(t):
+            v = v + t.pop("", 0)
         return Ix(t, v if type(v) is int else _n(v))
 
     __radd__ = __add__
@@ -219,7 +221,7 @@ class Ix:
             f"(({self.render()}) / {ks})" if nonneg else f"kiln_floordiv_idx({self.render()}, {ks})"
         )
         if type(k) is int and type(lo) is int and type(hi) is int:
-            return _atom(code, (lo // k, hi // k))
+            return _atom(code, (lo // k, hi // k), ("/", self, k) if nonneg else None)
         blo = 0 if nonneg else _UNBOUNDED[0]
         if hi == _UNBOUNDED[1]:
             bhi = hi
@@ -250,7 +252,7 @@ class Ix:
         lo, hi = self.bounds()
         ks = _divisor_text(k)
         if type(k) is int and type(hi) is int and type(lo) is int and lo >= 0:
-            return _atom(f"(({self.render()}) % {k})", (0, min(k - 1, hi)))
+            return _atom(f"(({self.render()}) % {k})", (0, min(k - 1, hi)), ("%", self, k))
         if known_nonneg(lo):
             return _atom(f"(({self.render()}) % {ks})", (0, _n(k - 1)))
         return _atom(f"kiln_mod_idx({self.render()}, {ks})", (0, _n(k - 1)))
@@ -296,9 +298,49 @@ def _n(v):
     return v if type(v) is int else norm(sympy.expand(v))
 
 
-def _atom(code, bounds):
+def _atom(code, bounds, divmod_of=None):
     RANGES[code] = bounds
+    if divmod_of is not None:
+        DIVMOD[code] = divmod_of
     return Ix({code: 1})
+
+
+# atom code -> ("/" or "%", X, k) for the atoms X // k and X % k of a non-negative X
+DIVMOD: dict = {}
+
+
+def _fold_divmod(terms):
+    """k*(X // k) + X % k -> X in a term dict (in place): a flat index split by a view and put
+    back together by the next one (Note [Backend: index expressions])."""
+    mods = {}
+    for code in terms:
+        d = DIVMOD.get(code)
+        if d is not None and d[0] == "%":
+            mods[(d[1].key(), d[2])] = code
+    if not mods:
+        return False
+    done = False
+    for code in list(terms):
+        d = DIVMOD.get(code)
+        if d is None or d[0] != "/" or code not in terms:
+            continue
+        m = mods.get((d[1].key(), d[2]))
+        if m is None or m not in terms:
+            continue
+        c = terms[m]
+        if type(c) is not int or type(d[2]) is not int or terms[code] != c * d[2]:
+            continue
+        del terms[code], terms[m]
+        x = d[1]
+        for sym, k in x.terms.items():
+            v = terms.get(sym, 0) + c * k
+            if v:
+                terms[sym] = v
+            else:
+                terms.pop(sym, None)
+        terms[""] = terms.get("", 0) + c * x.const
+        done = True
+    return done
 
 
 def _mul_bounds(a, b):

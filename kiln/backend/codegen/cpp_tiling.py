@@ -365,6 +365,11 @@ def merged_inner(run, sizes, prefix="r"):
         first = d
     if first == n - 1:
         return None
+    # views rebuild their index from the merged variable: it must come out of atoms again
+    subst = {f"{prefix}{d}": Ix() for d in range(first, n - 1)}
+    uses, _ = _probe(run, None, subst, {last: (0, span - 1)}, every=True)
+    if any(in_atom(ix, last) for ix in uses):
+        return None
     return first, span
 
 
