@@ -443,7 +443,7 @@ def _make_function(plan):
     def forward(ctx, *args):
         args = args[: plan.num_inputs]  # the rest: lifted tensors (constants in the graph)
         outs = plan.forward(*args)
-        fw_outs = list(outs[:num_fw])
+        fw_outs = [_plain(o) for o in outs[:num_fw]]
         saved = list(outs[num_fw : num_fw + num_tensors])
         if check_saved:  # the epilogue will overwrite these inputs: keep the old values
             ptrs = {_storage(args[i]) for i in mutated_storages}
@@ -479,6 +479,18 @@ def _make_function(plan):
         (CompiledFunction,),
         {"forward": staticmethod(forward), "backward": staticmethod(backward), "_kiln_plan": plan},
     )
+
+
+# Note [AOT: outputs are not views]
+# A graph output is often a view of a buffer made inside the graph (the logits reshaped from an mm's
+# 2-d result). Returned from the autograd.Function as a view, an in-place op on it would raise
+# ("Output 0 of CompiledFunction is a view and is being modified inplace"), where eager allows it:
+# such an output is handed over as a plain tensor on the same memory.
+def _plain(o):
+    if isinstance(o, torch.Tensor) and o._base is not None:
+        plain = torch.empty(0, dtype=o.dtype, device=o.device)
+        return plain.set_(o.untyped_storage(), o.storage_offset(), o.size(), o.stride())
+    return o
 
 
 def _saved_to_check(plan, num_fw, num_tensors):

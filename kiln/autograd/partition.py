@@ -93,8 +93,10 @@ def _descendants(starts):
     return seen
 
 
-def extract_graph(joint, inputs, outputs, name):
-    """A GraphModule computing outputs from inputs, copying the joint nodes it needs in order."""
+def extract_graph(joint, inputs, outputs, name, sink=()):
+    """A GraphModule computing outputs from inputs, copying the joint nodes it needs in order;
+    nodes in `sink` are placed right before their first use (Note [Partitioner: recompute
+    order])."""
     graph = torch.fx.Graph()
     env = {}
     for inp in inputs:
@@ -109,16 +111,52 @@ def extract_graph(joint, inputs, outputs, name):
             continue
         needed.add(n)
         stack.extend(n.all_input_nodes)
+
+    def emit(n):
+        if n.op == "placeholder":
+            raise AssertionError(f"partition: {name} graph needs {n.name}, which is not an input")
+        env[n] = graph.node_copy(n, lambda a: env[a])
+
+    def emit_with_inputs(n):  # n's unemitted sunk inputs first (depth first), then n
+        stack = [(n, False)]
+        while stack:
+            m, ready = stack.pop()
+            if m in env:
+                continue
+            if ready:
+                emit(m)
+                continue
+            stack.append((m, True))
+            for a in reversed(m.all_input_nodes):
+                if a in needed and a not in env:
+                    stack.append((a, False))
+
     for n in joint.graph.nodes:
-        if n in needed:
-            if n.op == "placeholder":
-                raise AssertionError(
-                    f"partition: {name} graph needs {n.name}, which is not an input"
-                )
-            env[n] = graph.node_copy(n, lambda a: env[a])
+        if n in needed and n not in env and n not in sink:
+            emit_with_inputs(n)
+    for o in outputs:
+        if isinstance(o, torch.fx.Node) and o not in env:
+            emit_with_inputs(o)
     graph.output(tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in outputs))
     gm = torch.fx.GraphModule(joint, graph)
     return gm
+
+
+# Note [Partitioner: recompute order]
+# The joint graph holds the forward first, so a forward value the backward recomputes (a layer
+# norm, an activation) would come first in the backward graph, computed long before its use and
+# alive for the whole backward: every recomputed node is placed right before its first user
+# instead, as the autograd engine would run it (views of inputs and sizes stay in place).
+def _sunk(info):
+    """The forward computations a backward may recompute, with the views of them; sizes and views
+    of inputs stay where they are (they cost nothing)."""
+    sink = set()
+    for n in info.nodes:
+        if n.op != "call_function" or n in info.tangent_closure or is_size_node(n):
+            continue
+        if not is_view_op(n.target) or any(a in sink for a in n.all_input_nodes):
+            sink.add(n)
+    return sink
 
 
 def _split(joint, info, saved):
@@ -126,7 +164,7 @@ def _split(joint, info, saved):
         n for n in info.nodes if n in saved and is_size_node(n)
     ]  # graph order, tensors first (Note [Partitioner: saved sizes])
     fw = extract_graph(joint, info.primals, info.fw_outs + saved, "forward")
-    bw = extract_graph(joint, saved + info.tangents, info.bw_outs, "backward")
+    bw = extract_graph(joint, saved + info.tangents, info.bw_outs, "backward", _sunk(info))
     fw.meta["num_saved"] = len(saved)
     return fw, bw
 

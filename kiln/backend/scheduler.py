@@ -131,6 +131,30 @@ def extern_reads(kernel):
     return names
 
 
+# Note [Scheduler: horizontal fusion needs shared reads]
+# A node joins a group that produces something it reads (vertical fusion) or that reads the same
+# buffer (one pass over it), never a group it shares no data with: a backward's recomputed layer
+# norms, which read only graph inputs, would otherwise all join the first kernel, computed long
+# before their use (cold in cache by then) and alive for the whole graph. Tiny groups (a few
+# elements, e.g. BatchNorm's step counters) still share one call.
+def _related(g, n):
+    if _tiny(n.ranges + n.rranges) and _tiny(g.outer + g.inner):
+        return True  # scalar work (a step counter): one call for all of it
+    for m in g.nodes:
+        if m.name in n.reads or (m.reads & n.reads):
+            return True
+    return False
+
+
+def _tiny(ranges, limit=64):
+    n = 1
+    for r in ranges:
+        if type(r) is not int:
+            return False
+        n *= r
+    return n <= limit
+
+
 def _plan_role(g, n):
     """(role, new_outer, new_inner, retag) when n fits g's loop shape, else None."""
     if n.is_reduction:
@@ -258,6 +282,8 @@ def schedule(graph):
         for gi in range(max(first, 0), len(groups)):
             g = groups[gi]
             if not isinstance(g, Group):
+                continue
+            if not _related(g, n):
                 continue
             plan = _plan_role(g, n)
             if plan is None:

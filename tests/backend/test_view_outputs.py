@@ -27,3 +27,23 @@ def test_view_of_input_output_keeps_grad(view):
     (ref * torch.arange(ref.numel()).view(ref.shape)).sum().backward()
     torch.testing.assert_close(x.grad, x2.grad)
     assert kiln.counters["stats"]["backend_failures"] == 0
+
+
+@pytest.mark.parametrize("backend", ["kiln", "aot_eager"])
+def test_output_viewing_a_graph_buffer_can_be_modified_in_place(backend):
+    # Note [AOT: outputs are not views]: the reshaped mm result is returned as a plain tensor
+    kiln.reset()
+
+    def f(x, w):
+        return (x @ w).view(4, 16)
+
+    x, w = torch.randn(8, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
+    x2, w2 = (t.detach().clone().requires_grad_(True) for t in (x, w))
+    out, ref = kiln.compile(f, backend=backend)(x, w), f(x2, w2)
+    out.mul_(2)
+    ref.mul_(2)
+    torch.testing.assert_close(out, ref)
+    (out * torch.arange(64.0).view(4, 16)).sum().backward()
+    (ref * torch.arange(64.0).view(4, 16)).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(w.grad, w2.grad)

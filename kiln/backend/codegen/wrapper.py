@@ -23,6 +23,7 @@ import ctypes
 import math
 import re
 
+import sympy
 import torch
 
 from kiln.backend.codegen.common import IndentedBuffer
@@ -34,8 +35,16 @@ _SIZE_PARAM = re.compile(r"ks\d+")  # a kernel's size argument (symbol s0 is ks0
 
 
 def _key(buf):
+    """Buffers with equal keys can share memory: the elements their storage spans, and dtype."""
     lay = buf.layout
-    return (lay.size, lay.stride, lay.dtype)
+    span = 1
+    for sz, st in zip(lay.size, lay.stride):
+        if type(sz) is int and sz == 0:
+            return (0, lay.dtype)
+        span = span + (sz - 1) * st
+    if is_sym(span):
+        span = sympy.expand(span)
+    return (span, lay.dtype)
 
 
 class rt:
@@ -273,9 +282,10 @@ class WrapperCodegen:
         return b is not None and (name in self.stores or not hasattr(b, "data"))
 
     # Note [Backend: buffer reuse]
-    # A buffer we allocated is handed to a later allocation of the same size, stride and dtype
-    # instead of being freed (no page faults, lower peak), unless an ATen call that may return a
-    # view of it (not an .out call) read it. Only kept when a later allocation can take it.
+    # A buffer we allocated is handed to a later allocation that spans as many elements of the
+    # same dtype (as_strided when the shape differs) instead of being freed (its memory is warm
+    # in cache, the peak is lower), unless an ATen call that may return a view of it (not an .out
+    # call) read it. Only kept when a later allocation can take it.
     def _allocs(self, grp):
         if isinstance(grp, Group):
             return [
@@ -311,7 +321,14 @@ class WrapperCodegen:
         free = self.pool.get(_key(buf))
         if free:
             old = free.pop()
-            body.writeline(f"{buf.name} = {old}; del {old}")
+            ol = self.graph.buffers[old].layout
+            if (ol.size, ol.stride) == (lay.size, lay.stride):
+                body.writeline(f"{buf.name} = {old}; del {old}")
+            else:  # the same memory seen with another shape
+                body.writeline(
+                    f"{buf.name} = {old}.as_strided({self.st(lay.size)}, {self.st(lay.stride)}); "
+                    f"del {old}"
+                )
             return
         body.writeline(
             f"{buf.name} = empty_strided({self.st(lay.size)}, {self.st(lay.stride)}, "
