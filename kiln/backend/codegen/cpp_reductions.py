@@ -1,0 +1,246 @@
+"""Reductions in C++ kernels: accumulators, and column reductions (the kept dim innermost).
+
+A column reduction sums rows into a block of outputs side by side, vectorized along the kept
+(contiguous) dim, e.g. a bias gradient over a [512, 256] gradient:
+
+    for (ob = 0; ob < 256; ob += 64) {
+        double acc0[64] = 0...;
+        for (r0 = 0; r0 < 512; r0++)
+            #pragma omp simd
+            for (o0 = ob; o0 < oe; o0++) acc0[o0 - ob] += g[256*r0 + o0];
+    }
+"""
+
+import torch
+
+from kiln.backend.codegen import cpp_tiling
+from kiln.backend.codegen.common import CSEVar, compute_ctype, compute_dtype
+from kiln.backend.codegen.cpp_tiling import in_atom
+from kiln.backend.ir import cexpr, prod, set_range, size_hint
+
+
+# accumulator C type of a reduction over values of a compute dtype
+def _acc_ctype(rtype, dtype):
+    if rtype in ("sum", "prod"):
+        if dtype.is_floating_point:
+            return "double"
+        return "int64_t"
+    if rtype in ("any", "all") or dtype == torch.bool:
+        return "int"
+    return compute_ctype(dtype)
+
+
+COLUMN_BLOCK = 64  # outputs per block in column reductions
+SUM_CHUNK = 1024  # elements a float32 sum adds in float before its double accumulator
+COLUMN_CHUNK = 256  # rows a float32 column sum adds in float before its double accumulators
+COLUMN_TYPES = ("sum", "prod", "max", "min", "any", "all")  # reductions a column kernel does
+
+
+def _acc_init(rt, vd):
+    """Initial value of an accumulator (value part; the NaN flag starts at 0)."""
+    if rt == "sum" or rt == "any":
+        return "0"
+    if rt == "prod" or rt == "all":
+        return "1"
+    return _extreme(vd, rt == "max")
+
+
+def _acc_update(rt, a, v, vd):
+    """Statements folding value v into accumulator a (and its NaN flag a_nan)."""
+    at = _acc_ctype(rt, vd)
+    if rt == "sum":
+        return [f"{a} += static_cast<{at}>({v});"]
+    if rt == "prod":
+        return [f"{a} *= static_cast<{at}>({v});"]
+    if rt == "any":
+        return [f"{a} |= static_cast<int>(static_cast<bool>({v}));"]
+    if rt == "all":
+        return [f"{a} &= static_cast<int>(static_cast<bool>({v}));"]
+    cmp = ">" if rt == "max" else "<"
+    out = [f"{a} = {v} {cmp} {a} ? {v} : {a};"]
+    if vd.is_floating_point:
+        out.append(f"{a}_nan |= ({v} != {v});")
+    return out
+
+
+def _acc_final(rt, a, od, vd):
+    ct = compute_ctype(od)
+    if rt in ("max", "min") and vd.is_floating_point:
+        return f"{a}_nan ? std::numeric_limits<{ct}>::quiet_NaN() : static_cast<{ct}>({a})"
+    return f"static_cast<{ct}>({a})"
+
+
+def _extreme(dtype, lowest):
+    ct = compute_ctype(dtype)
+    if dtype.is_floating_point:
+        return f"{'-' if lowest else ''}std::numeric_limits<{ct}>::infinity()"
+    return f"std::numeric_limits<{ct}>::{'lowest' if lowest else 'max'}()"
+
+
+class ColumnReductions:
+    """Column reduction kernels (mixed into KernelWriter)."""
+
+    def _is_column(self):
+        """Reductions whose inputs are contiguous along the kept (outer) dimension."""
+        g = self.g
+        if not g.inner or not g.outer or len(g.segments) != 1 or size_hint(g.outer[-1]) < 8:
+            return False
+        nodes = g.segments[0][1]
+        # pointwise nodes of the reduction loop ("inner": e.g. a gradient stored while its bias
+        # gradient sums it) run in the same vectorized block
+        if any(g.roles[n.name] not in ("red", "inner") for n in nodes):
+            return False
+        reds = [n for n in nodes if g.roles[n.name] == "red"]
+        if not reds or any(n.reduction_type not in COLUMN_TYPES for n in reds):
+            return False
+        ol, rl = f"o{len(g.outer) - 1}", f"r{len(g.inner) - 1}"
+        for n in nodes:
+            role = g.roles[n.name]
+            loads = n.loads(role, g.outer, g.inner)
+            if not loads and role == "red":
+                return False
+            for _, ix in loads:
+                if ol not in ix.terms and not in_atom(ix, ol):
+                    continue  # the same for every lane (a row statistic): a broadcast
+                if ix.terms.get(ol, 0) != 1 and not in_atom(ix, ol):
+                    return False
+                if ix.terms.get(rl, 0) in (0, 1, -1) and not in_atom(ix, rl):
+                    return False
+            if role == "inner" and n.store_index(role, g.outer, g.inner).terms.get(ol, 0) != 1:
+                return False
+        return True
+
+    def column_reduction(self):
+        """Blocks of outputs accumulate side by side while the reduction walks rows (vectorized)."""
+        g, body = self.g, self.code
+        # Undo the generic outer loop nest: rebuild it with the last outer dim in blocks.
+        body.lines.clear()
+        body.level = 1
+        k = len(g.outer)
+        last = f"o{k - 1}"
+        work = prod(g.outer) * prod(g.inner) * len(g.nodes)
+        par = self._parallel(work)
+        pieces = None
+        if not (par and k == 1):  # pieces follow each other: the parallel loops are the others
+            pieces = cpp_tiling.plan_pieces(self._probe_run, last, g.outer[-1])
+        if par:
+            c = k - 1 if pieces else k
+            body.writeline(
+                (f"#pragma omp parallel for collapse({c})" if c > 1 else "#pragma omp parallel for")
+                + self.par_if
+            )
+        for d in range(k - 1):
+            set_range(f"o{d}", 0, g.outer[d] - 1)
+            body.writeline(f"for (int64_t o{d} = 0; o{d} < {cexpr(g.outer[d])}; o{d}++) {{")
+            body.level += 1
+        set_range(last, 0, g.outer[-1] - 1)
+        for p in pieces or [None]:
+            self.column_piece(last, p)
+        self.subst, self.piece_ranges = {}, {}
+        for _ in range(k - 1):
+            body.level -= 1
+            body.writeline("}")
+        return self._function()
+
+    def column_piece(self, last, p):
+        """One piece of the blocked column loop: None is the whole range in blocks of
+        COLUMN_BLOCK, a tiled piece has blocks of p.k (Note [Codegen: inner-loop pieces])."""
+        g, body = self.g, self.code
+        nodes = g.segments[0][1]
+        if p is None or p.k is None:
+            lo, hi = (0, cexpr(g.outer[-1])) if p is None else (p.start, p.start + p.length)
+            if p is not None:
+                self.subst, self.piece_ranges = cpp_tiling.piece_subst(last, p)
+            B, slot = COLUMN_BLOCK, f"{last} - ob"
+            body.writeline(f"for (int64_t ob = {lo}; ob < {hi}; ob += {B}) {{")
+            body.level += 1
+            body.writeline(f"const int64_t oe = ob + {B} < {hi} ? ob + {B} : {hi};")
+            lanes = f"for (int64_t {last} = ob; {last} < oe; {last}++) {{"
+        else:
+            self.subst, self.piece_ranges = cpp_tiling.piece_subst(last, p)
+            t, slot = cpp_tiling.tile_names(last)
+            B = p.k
+            body.writeline(f"for (int64_t {t} = 0; {t} < {p.length // p.k}; {t}++) {{")
+            body.level += 1
+            lanes = f"for (int64_t {slot} = 0; {slot} < {p.k}; {slot}++) {{"
+        accs = {}
+        reds = [n for n in nodes if g.roles[n.name] == "red"]
+        for n in reds:
+            a = f"acc{self.n}"
+            self.n += 1
+            accs[n.name] = a
+            rt, vd = n.reduction_type, compute_dtype(n.buf.data.src_dtype)
+            body.writeline(f"{_acc_ctype(rt, vd)} {a}[{B}];")
+            body.writeline(f"int {a}_nan[{B}];")
+            body.writeline(
+                f"for (int64_t j = 0; j < {B}; j++) {{ {a}[j] = {_acc_init(rt, vd)}; "
+                f"{a}_nan[j] = 0; }}"
+            )
+        # Note [Codegen: float partial sums], by rows: float lanes for COLUMN_CHUNK rows at a time
+        chunked = []
+        if len(g.inner) == 1 and type(g.inner[0]) is int:
+            chunked = [
+                accs[n.name]
+                for n in reds
+                if n.reduction_type == "sum"
+                and compute_dtype(n.buf.data.src_dtype) == torch.float32
+            ]
+        lo, hi, rows = 0, None, g.inner[0] if g.inner else 0
+        if chunked:
+            if rows > COLUMN_CHUNK:
+                body.writeline(f"for (int64_t rb = 0; rb < {rows}; rb += {COLUMN_CHUNK}) {{")
+                body.level += 1
+                lo, hi = "rb", f"(rb + {COLUMN_CHUNK} < {rows} ? rb + {COLUMN_CHUNK} : {rows})"
+            for a in chunked:
+                body.writeline(f"float {a}_f[{B}];")
+                body.writeline(f"for (int64_t j = 0; j < {B}; j++) {a}_f[j] = 0;")
+        for d, size in enumerate(g.inner):
+            set_range(f"r{d}", 0, size - 1)
+            end = hi if d == 0 and hi else cexpr(size)
+            start = lo if d == 0 else 0
+            body.writeline(f"for (int64_t r{d} = {start}; r{d} < {end}; r{d}++) {{")
+            body.level += 1
+        body.writeline("#pragma omp simd")
+        body.writeline(lanes)
+        body.level += 1
+        self.scopes.append({})
+        for n in nodes:
+            if g.roles[n.name] == "inner":
+                self.store(n, "inner", self.run_node(n, "inner"))
+                continue
+            v = self.run_node(n, "red")
+            rt, vd = n.reduction_type, compute_dtype(n.buf.data.src_dtype)
+            a = accs[n.name]
+            if a in chunked:
+                body.writeline(f"{a}_f[{slot}] += {v};")
+                continue
+            stmts = _acc_update(rt, f"{a}[{slot}]", v, vd)
+            body.writelines([st.replace(f"{a}[{slot}]_nan", f"{a}_nan[{slot}]") for st in stmts])
+        self.scopes.pop()
+        self.locals = {k: v for k, v in self.locals.items() if not v[2]}  # loop-local values
+        body.level -= 1
+        body.writeline("}")
+        for _ in g.inner:
+            body.level -= 1
+            body.writeline("}")
+        for a in chunked:
+            body.writeline(f"for (int64_t j = 0; j < {B}; j++) {a}[j] += {a}_f[j];")
+        if chunked and rows > COLUMN_CHUNK:
+            body.level -= 1
+            body.writeline("}")
+        body.writeline(lanes)
+        body.level += 1
+        for n in reds:
+            a = accs[n.name]
+            rt, vd = n.reduction_type, compute_dtype(n.buf.data.src_dtype)
+            od = compute_dtype(n.buf.layout.dtype)
+            fin = _acc_final(rt, f"{a}[{slot}]", od, vd).replace(
+                f"{a}[{slot}]_nan", f"{a}_nan[{slot}]"
+            )
+            v = CSEVar(f"red_{n.name}", od)
+            body.writeline(f"{compute_ctype(od)} {v} = {fin};")
+            self.store(n, "red", v)
+        body.level -= 1
+        body.writeline("}")
+        body.level -= 1
+        body.writeline("}")
