@@ -4,7 +4,8 @@
     Cache miss due to changed shapes: marking size idx 0 of torch::autograd::GraphRoot ... dynamic
 
 Note [Compiled autograd: size-generic graphs]
-kiln has no symbolic sizes yet, so a capture bakes every size in as an int. When a size changes,
+A capture bakes the sizes of built-in nodes in as ints (an inlined symbolic ahead-of-time
+backward keeps computing its own from its inputs: capture.py). When a size changes,
 it is marked dynamic (in the trie, for good) and the new capture is *anti-unified* with the last
 capture of the same structure: both graphs must have the same nodes in the same order, and every
 int argument that differs must be, in both captures, the value of one dynamic size (or the
