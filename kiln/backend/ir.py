@@ -327,11 +327,12 @@ def _fold_divmod(terms):
         m = mods.get((d[1].key(), d[2]))
         if m is None or m not in terms:
             continue
-        c = terms[m]
+        c, x = terms[m], d[1]
         if type(c) is not int or type(d[2]) is not int or terms[code] != c * d[2]:
             continue
+        if type(x.const) is not int or any(type(k) is not int for k in x.terms.values()):
+            continue
         del terms[code], terms[m]
-        x = d[1]
         for sym, k in x.terms.items():
             v = terms.get(sym, 0) + c * k
             if v:
