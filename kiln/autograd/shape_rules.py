@@ -795,7 +795,7 @@ _SAME_AS_FIRST = """
 clone _to_copy to.dtype conj_physical alias detach lift_fresh_copy _softmax _log_softmax softmax.int log_softmax.int
 _softmax_backward_data _log_softmax_backward_data zeros_like ones_like empty_like
 full_like rand_like randn_like fill.Scalar bernoulli.p contiguous tril triu cumsum
-native_dropout_backward flip cumprod roll
+native_dropout_backward flip cumprod roll _safe_softmax
 """
 _REDUCE_DIMS = """
 sum.dim_IntList mean.dim amax amin prod.dim_int logsumexp any.dim all.dim

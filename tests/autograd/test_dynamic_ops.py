@@ -26,6 +26,10 @@ CASES = {
         _embedding_bag,
         lambda n: [torch.randn(10, 4), torch.randint(0, 10, (2 * n,))],
     ),
+    "safe_softmax": (  # T5's attention in training
+        lambda x: torch.ops.aten._safe_softmax(x * 2, -1),
+        lambda n: [torch.randn(2, n, n + 1)],
+    ),
     "upsample_linear1d": (
         lambda x: torch.ops.aten.upsample_linear1d(x, [2 * x.shape[-1]], False),
         lambda n: [torch.randn(2, 3, n)],
