@@ -16,6 +16,7 @@ and scalar statements. Each node has a role in its group:
 from kiln.backend.ir import (
     Buffer,
     ComputedBuffer,
+    ExternBuffer,
     ExternKernel,
     Ix,
     ReadsHandler,
@@ -354,6 +355,7 @@ def plan_memory(graph, groups):
                     if n.name in m.reads and seg_of[m.name][1] != si:
                         stores.add(n.name)
     inplace = _plan_inplace(groups, stores, outputs, consumers)
+    _plan_inplace_over_inputs(graph, groups, stores, outputs, consumers, inplace)
     free_after = {}
     for name, cons in consumers.items():
         if name in outputs:
@@ -408,3 +410,45 @@ def _plan_inplace(groups, stores, outputs, consumers):
                 taken.add(a.name)
                 break
     return inplace
+
+
+def _plan_inplace_over_inputs(graph, groups, stores, outputs, consumers, inplace):
+    """Add {B: A} where a kernel's stored B is written over a buffer A that an earlier group or
+    an .out call made and whose last reader is this kernel (Note [Backend: in-place stores]).
+
+    Every read of A in the kernel must be of the element B stores in the same iteration, by a
+    node at or before B: a pointwise `y = x * 2 + 1` over a dying `x` needs no new buffer.
+    """
+    taken = set(inplace.values()) | set(inplace)
+    for gi, g in enumerate(groups):
+        if not isinstance(g, Group):
+            continue
+        order = [n for _, ns in g.segments for n in ns]
+        pos = {n.name: i for i, n in enumerate(order)}
+        members = g.names()
+        for a in sorted(set().union(*(n.reads for n in g.nodes)) - members):
+            buf = graph.buffers.get(a)
+            ours = (isinstance(buf, ComputedBuffer) and a in stores) or (
+                isinstance(buf, ExternBuffer) and buf.kernel.out_variant
+            )
+            if not ours or a in outputs or a in taken or consumers.get(a) != {gi}:
+                continue
+            readers = [m for m in order if a in m.reads]
+            for b in order:
+                rb = g.roles[b.name]
+                if b.name not in stores or rb not in ("inner", "flat") or b.name in taken:
+                    continue
+                if b.buf.layout.dtype != buf.layout.dtype:
+                    continue
+                if any(pos[m.name] > pos[b.name] for m in readers):
+                    continue
+                ix = b.store_index(rb, g.outer, g.inner)
+                if all(
+                    i == ix
+                    for m in readers
+                    for name, i in m.loads(g.roles[m.name], g.outer, g.inner)
+                    if name == a
+                ):
+                    inplace[b.name] = a
+                    taken |= {a, b.name}
+                    break

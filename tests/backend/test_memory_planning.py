@@ -109,3 +109,45 @@ def test_recomputed_forward_values_come_right_before_their_use():
     first_cos = next(i for i, n in enumerate(order) if n.target is aten.cos.default)
     assert first_cos > 0, bw.code  # a tangent op runs first
     assert "cos" not in str(order[0].target), bw.code
+
+
+def test_pointwise_over_a_dying_buffer_is_written_in_place():
+    # mm's result dies in the pointwise kernel that reads it element by element: the kernel
+    # writes its result over it (one buffer for the graph); a value read again later, or at
+    # another element, keeps its own buffer
+    x, w = torch.randn(16, 16), torch.randn(16, 16)
+
+    def f(x, w):
+        a = aten.mm.default(x, w)
+        return (aten.add.Tensor(aten.mul.Tensor(a, 2), 1),)
+
+    c = check(f, [x, w], atol=1e-5, rtol=1e-5)
+    assert c.wrapper_src.count("empty_strided(") == 1, c.wrapper_src
+    assert "in place" in c.wrapper_src
+
+    def g(x, w):  # each element also reads another one's memory (a transposed)
+        a = aten.mm.default(x, w)
+        return (aten.add.Tensor(a, aten.permute.default(a, [1, 0])),)
+
+    c = check(g, [x, w], atol=1e-5, rtol=1e-5)
+    assert "in place" not in c.wrapper_src, c.wrapper_src
+
+    def h(x, w):  # a is an output too: never overwritten
+        a = aten.mm.default(x, w)
+        return a, aten.mul.Tensor(a, 2)
+
+    c = check(h, [x, w], atol=1e-5, rtol=1e-5)
+    assert "in place" not in c.wrapper_src, c.wrapper_src
+
+
+def test_in_place_into_a_buffer_of_another_shape():
+    x, w = torch.randn(16, 16), torch.randn(16, 16)
+
+    def f(x, w):
+        a = aten.view.default(aten.mm.default(x, w), [4, 64])
+        return (aten.sin.default(a),)
+
+    c = check(f, [x, w], atol=1e-5, rtol=1e-5)
+    assert ".as_strided((4, 64), (64, 1))  # in place" in c.wrapper_src, c.wrapper_src
+    (out,) = c(x, w)
+    assert out.shape == (4, 64) and out.stride() == (64, 1)

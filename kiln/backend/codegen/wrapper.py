@@ -346,7 +346,13 @@ class WrapperCodegen:
         body.writeline(f"if {grp.name}({ptrs}): rt.index_error()")
         for n in grp.nodes:
             if n.name in self.inplace:
-                body.writeline(f"{n.name} = {self.inplace[n.name]}  # written in place")
+                a = self.inplace[n.name]
+                la, lb = self.graph.buffers[a].layout, n.buf.layout
+                if (la.size, la.stride) == (lb.size, lb.stride):
+                    body.writeline(f"{n.name} = {a}  # written in place")
+                else:
+                    size, stride = self.st(lb.size), self.st(lb.stride)
+                    body.writeline(f"{n.name} = {a}.as_strided({size}, {stride})  # in place")
 
     def extern_call(self, body, k):
         op = self.op_ref(k.op)
