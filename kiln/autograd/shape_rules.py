@@ -790,6 +790,7 @@ softplus_backward hardswish hardswish_backward hardsigmoid hardsigmoid_backward 
 mish mish_backward hardtanh_backward bitwise_not bitwise_or.Tensor
 bitwise_xor.Tensor logical_xor log2 log10 exp2 tan atan asin acos sinh cosh asinh acosh atanh
 trunc frac square softshrink hardshrink relu6 nan_to_num isinf isfinite pow.Tensor_Scalar
+__and__.Tensor __or__.Tensor __xor__.Tensor
 """
 _SAME_AS_FIRST = """
 clone _to_copy to.dtype conj_physical alias detach lift_fresh_copy _softmax _log_softmax softmax.int log_softmax.int
@@ -802,7 +803,8 @@ sum.dim_IntList mean.dim amax amin prod.dim_int logsumexp any.dim all.dim
 """
 _FIRST_SIZES = """
 index_add scatter.src scatter.value scatter_add index_copy slice_scatter select_scatter
-diagonal_scatter as_strided_scatter copy index_put
+diagonal_scatter as_strided_scatter copy index_put _unsafe_index_put
+_unsafe_masked_index_put_accumulate
 """
 _UPSAMPLE = """
 upsample_nearest1d upsample_nearest2d upsample_nearest3d upsample_linear1d upsample_bilinear2d
