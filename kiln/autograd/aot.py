@@ -271,6 +271,7 @@ def compile_inference(fn, inputs, decompositions, compiler, examples=None, shape
     if shape_env is not None:
         gm.meta["shape_env"] = shape_env
     _log_graph("inference graph", gm, next(_dump_ids))
+    _tell_mutations(gm, res.mutated_inputs, inputs)
     compiled = compiler(gm, _fake_inputs(gm))
     return _Plan(
         num_inputs=len(inputs),
@@ -377,6 +378,7 @@ def compile_training(
     for o in bw_gm.graph.output_node().args[0]:
         anc = _ancestor_set(o)
         grad_deps.append([j for j, t in enumerate(tangent_nodes) if t in anc])
+    _tell_mutations(fw_gm, res.mutated_inputs, inputs)
     fw = fw_compiler(fw_gm, _fake_inputs(fw_gm))
     bw = bw_compiler(bw_gm, _fake_inputs(bw_gm))
     plan = _Plan(
@@ -399,6 +401,17 @@ def compile_training(
     )
     plan.function = _make_function(plan)
     return plan
+
+
+def _tell_mutations(gm, mutated_inputs, inputs):
+    """gm.meta["input_mutations"]: {output k: input i} where output k is input i's new value
+    (the first outputs), for inputs that need no grad: a compiler may write it in place
+    (Note [Backend: mutated inputs written in place]); the epilogue then copies nothing."""
+    gm.meta["input_mutations"] = {
+        k: i
+        for k, i in enumerate(mutated_inputs)
+        if not (isinstance(inputs[i], torch.Tensor) and inputs[i].requires_grad)
+    }
 
 
 def _ancestor_set(o):
@@ -531,6 +544,9 @@ def _finish(plan, args, graph_outs):
     """Epilogue: copy mutated inputs, rebuild the user's outputs (aliases regenerated as views)."""
     nm = len(plan.mutated_inputs)
     for i, v in zip(plan.mutated_inputs, graph_outs[:nm]):
+        a = args[i]
+        if v.data_ptr() == a.data_ptr() and v.stride() == a.stride() and not v.requires_grad:
+            continue  # written in place by the compiled graph (same memory, same layout)
         if v.requires_grad:  # Note [AOT: mutated inputs that require grad]
             with torch.enable_grad():
                 args[i].copy_(v)

@@ -18,6 +18,7 @@ from kiln.backend.ir import (
     ComputedBuffer,
     ExternBuffer,
     ExternKernel,
+    InputBuffer,
     Ix,
     ReadsHandler,
     Reduction,
@@ -356,6 +357,7 @@ def plan_memory(graph, groups):
                         stores.add(n.name)
     inplace = _plan_inplace(groups, stores, outputs, consumers)
     _plan_inplace_over_inputs(graph, groups, stores, outputs, consumers, inplace)
+    _plan_input_mutations(graph, groups, stores, consumers, inplace)
     free_after = {}
     for name, cons in consumers.items():
         if name in outputs:
@@ -412,6 +414,63 @@ def _plan_inplace(groups, stores, outputs, consumers):
     return inplace
 
 
+def _elementwise_over(g, a, b):
+    """Whether b can be stored over buffer a in group g: every read of a in g is by a node at or
+    before b, of the element b stores in the same iteration."""
+    order = [n for _, ns in g.segments for n in ns]
+    pos = {n.name: i for i, n in enumerate(order)}
+    rb = g.roles[b.name]
+    if rb not in ("inner", "flat", "outer"):
+        return False
+    readers = [m for m in order if a in m.reads]
+    if any(pos[m.name] > pos[b.name] for m in readers):
+        return False
+    ix = b.store_index(rb, g.outer, g.inner)
+    return all(
+        i == ix
+        for m in readers
+        for name, i in m.loads(g.roles[m.name], g.outer, g.inner)
+        if name == a
+    )
+
+
+# Note [Backend: mutated inputs written in place]
+# A graph input that the program mutates (BatchNorm's running statistics) comes back as a graph
+# output that the AOT runtime copies into the input. When the compiler is told which outputs are
+# new values of which inputs (`gm.meta["input_mutations"]`, {output: input}, set by the AOT layer
+# for inputs that need no grad), the kernel computing the new value writes it into the input's
+# memory directly, if the input is read nowhere after that kernel, by no ATen call, is no output
+# itself, and has the same layout; the runtime's copy is then skipped (same memory).
+def _plan_input_mutations(graph, groups, stores, consumers, inplace):
+    mutations = getattr(graph.gm, "meta", {}).get("input_mutations") or {}
+    if not mutations:
+        return
+    taken = set(inplace.values()) | set(inplace)
+    out_names = [o[1] if o[0] in ("buf", "view") else None for o in graph.outputs]
+    where = {n.name: gi for gi, g in enumerate(groups) if isinstance(g, Group) for n in g.nodes}
+    for k, i in mutations.items():
+        if k >= len(out_names) or i >= len(graph.inputs) or graph.outputs[k][0] != "buf":
+            continue
+        b_name, arg = out_names[k], graph.inputs[i]
+        if not isinstance(arg, InputBuffer) or b_name not in where or b_name not in stores:
+            continue
+        if out_names.count(b_name) != 1 or arg.name in out_names or b_name in taken:
+            continue
+        gi = where[b_name]
+        g = groups[gi]
+        cons = consumers.get(arg.name, set())
+        if any(c > gi or not isinstance(groups[c], Group) for c in cons):
+            continue
+        b = next(n for n in g.nodes if n.name == b_name)
+        la, lb = arg.layout, b.buf.layout
+        if (la.size, la.stride, la.dtype, la.offset) != (lb.size, lb.stride, lb.dtype, lb.offset):
+            continue
+        if gi in cons and not _elementwise_over(g, arg.name, b):
+            continue
+        inplace[b_name] = arg.name
+        taken |= {b_name, arg.name}
+
+
 def _plan_inplace_over_inputs(graph, groups, stores, outputs, consumers, inplace):
     """Add {B: A} where a kernel's stored B is written over a buffer A that an earlier group or
     an .out call made and whose last reader is this kernel (Note [Backend: in-place stores]).
@@ -424,7 +483,6 @@ def _plan_inplace_over_inputs(graph, groups, stores, outputs, consumers, inplace
         if not isinstance(g, Group):
             continue
         order = [n for _, ns in g.segments for n in ns]
-        pos = {n.name: i for i, n in enumerate(order)}
         members = g.names()
         for a in sorted(set().union(*(n.reads for n in g.nodes)) - members):
             buf = graph.buffers.get(a)
@@ -433,22 +491,12 @@ def _plan_inplace_over_inputs(graph, groups, stores, outputs, consumers, inplace
             )
             if not ours or a in outputs or a in taken or consumers.get(a) != {gi}:
                 continue
-            readers = [m for m in order if a in m.reads]
             for b in order:
-                rb = g.roles[b.name]
-                if b.name not in stores or rb not in ("inner", "flat") or b.name in taken:
+                if b.name not in stores or b.name in taken:
                     continue
                 if b.buf.layout.dtype != buf.layout.dtype:
                     continue
-                if any(pos[m.name] > pos[b.name] for m in readers):
-                    continue
-                ix = b.store_index(rb, g.outer, g.inner)
-                if all(
-                    i == ix
-                    for m in readers
-                    for name, i in m.loads(g.roles[m.name], g.outer, g.inner)
-                    if name == a
-                ):
+                if _elementwise_over(g, a, b):
                     inplace[b.name] = a
                     taken |= {a, b.name}
                     break

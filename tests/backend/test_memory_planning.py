@@ -151,3 +151,58 @@ def test_in_place_into_a_buffer_of_another_shape():
     assert ".as_strided((4, 64), (64, 1))  # in place" in c.wrapper_src, c.wrapper_src
     (out,) = c(x, w)
     assert out.shape == (4, 64) and out.stride() == (64, 1)
+
+
+def test_batchnorm_running_stats_written_in_place():
+    # Note [Backend: mutated inputs written in place]: the kernel computing the new running
+    # statistics writes them into the buffers; the runtime copies nothing
+    import kiln
+
+    kiln.reset()
+    torch.manual_seed(0)
+    bn = torch.nn.BatchNorm2d(4)
+    bn2 = torch.nn.BatchNorm2d(4)
+    x = torch.randn(2, 4, 5, 5, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    from kiln.backend import compile as backend_compile
+
+    seen = []
+    orig = backend_compile.compile_aten_graph
+
+    def spy(gm, example_inputs):
+        c = orig(gm, example_inputs)
+        seen.append(getattr(c, "wrapper_src", ""))
+        return c
+
+    backend_compile.compile_aten_graph = spy
+    try:
+        compiled = kiln.compile(bn, backend="kiln")
+        for _ in range(2):
+            out = compiled(x)
+            ref = bn2(x2)
+            (out * out).sum().backward()
+            (ref * ref).sum().backward()
+    finally:
+        backend_compile.compile_aten_graph = orig
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(bn.running_mean, bn2.running_mean)
+    torch.testing.assert_close(bn.running_var, bn2.running_var)
+    assert bn.num_batches_tracked.item() == bn2.num_batches_tracked.item() == 2
+    torch.testing.assert_close(x.grad, x2.grad)
+    assert any(src.count("# written in place") >= 3 for src in seen), seen
+
+
+def test_mutated_input_read_after_its_update_keeps_its_old_value():
+    import kiln
+
+    def f(x, buf):
+        old = buf.clone()
+        buf.mul_(2)
+        return (old * x).sum() + buf.sum()
+
+    kiln.reset()
+    x, buf = torch.randn(8), torch.randn(8)
+    buf2 = buf.clone()
+    out = kiln.compile(f, backend="kiln")(x, buf)
+    torch.testing.assert_close(out, f(x, buf2))
+    torch.testing.assert_close(buf, buf2)

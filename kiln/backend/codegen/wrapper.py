@@ -232,7 +232,7 @@ class WrapperCodegen:
         (graph input k or a view of it), or None (unknown: an ATen call's result may alias)."""
         if o[0] not in ("buf", "view"):
             return None
-        buf = self.graph.buffers[o[1]]
+        buf = self.graph.buffers[self.inplace.get(o[1], o[1])]
         if isinstance(buf, InputBuffer):
             if buf in self.graph.inputs:
                 return ("input", self.graph.inputs.index(buf))
