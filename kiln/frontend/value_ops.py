@@ -13,7 +13,13 @@ from kiln.exc import unimplemented
 from kiln.frontend.variables.builtin import binary_op, compare_vars, contains, getitem, unary_op
 from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
-from kiln.frontend.variables.lists import ListVariable, SetVariable, TupleVariable, _set_item
+from kiln.frontend.variables.lists import (
+    ListVariable,
+    SetVariable,
+    TupleVariable,
+    _set_item,
+    unpack_error,
+)
 from kiln.frontend.variables.sym import build_slice
 from kiln.frontend.variables.tensor import TensorVariable
 
@@ -216,15 +222,16 @@ class ValueOpsMixin:
         seq = self.pop()
         items = seq.unpack_var_sequence(self)
         if len(items) != inst.arg:
-            unimplemented(f"unpacking {len(items)} values into {inst.arg}")
+            unpack_error(self, seq, inst.arg, len(items))
         for item in reversed(items):
             self.push(item)
 
     def UNPACK_EX(self, inst):
-        items = self.pop().unpack_var_sequence(self)
+        seq = self.pop()
+        items = seq.unpack_var_sequence(self)
         before, after = inst.arg & 0xFF, inst.arg >> 8
         if len(items) < before + after:
-            unimplemented("not enough values to unpack")
+            unpack_error(self, seq, before + after, len(items), at_least=True)
         rest = items[before : len(items) - after]
         for item in reversed(items[len(items) - after :]):
             self.push(item)

@@ -72,7 +72,15 @@ def binary_op(tx, fn, a, b):
         ca, cb = a.as_python_constant(), b.as_python_constant()
         if _foldable(ca) and _foldable(cb):
             return fold(fn, ca, cb)
+        if fn in (operator.mod, operator.imod) and type(ca) is str and _is_exception(b):
+            return fold(fn, ca, cb)  # "error: %s" % e (a modelled exception's str/repr)
     unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
+
+
+def _is_exception(var):
+    from kiln.frontend.variables.exceptions import ExceptionVariable
+
+    return isinstance(var, ExceptionVariable)
 
 
 def _foldable(value):
@@ -376,7 +384,9 @@ class BuiltinVariable(VariableTracker):
         item = it.next_item()
         if item is None:
             if default is None:
-                unimplemented("StopIteration while tracing")
+                from kiln.frontend.variables.exceptions import raise_observed
+
+                raise_observed(tx, StopIteration)
             return default
         return item
 
@@ -463,6 +473,17 @@ class BuiltinVariable(VariableTracker):
     def _call_str(self, tx, obj=None):
         return ConstantVariable("") if obj is None else self._convert(tx, str, obj)
 
+    def _call_repr(self, tx, obj):
+        from kiln.frontend.variables.exceptions import ExceptionVariable
+
+        if isinstance(obj, ExceptionVariable):
+            return obj.call_method(tx, "__repr__", [], {})
+        if obj.is_python_constant():
+            value = obj.as_python_constant()
+            if _foldable(value) or (isinstance(value, type) and type(value) is type):
+                return ConstantVariable(repr(value))  # (a class's repr: its module and name)
+        unimplemented(f"repr() of {obj}")
+
     def _call_round(self, tx, obj, nd=None):
         if nd is None:
             return self._convert(tx, round, obj)
@@ -484,6 +505,11 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(True)
         if isinstance(obj, (TensorVariable, BaseListVariable, ConstDictVariable, ConstantVariable)):
             return ConstantVariable(False)
+        typ = obj.python_type()
+        if isinstance(typ, type) and issubclass(typ, type):  # a class
+            return ConstantVariable(True)
+        if type(typ) is type and typ.__module__ != "builtins":  # a user class's instance
+            return ConstantVariable(any("__call__" in vars(k) for k in typ.__mro__))
         unimplemented(f"callable() of {obj}")
 
     def _call_sorted(self, tx, obj, key=None, reverse=None):

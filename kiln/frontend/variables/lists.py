@@ -1,11 +1,13 @@
 """Sequences: tuple, list, torch.Size, range, and iterators over them."""
 
 import operator
+from collections import deque
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.exceptions import raise_observed
 
 
 class BaseListVariable(VariableTracker):
@@ -38,7 +40,21 @@ class BaseListVariable(VariableTracker):
         try:
             return self.items[index]
         except IndexError:
-            unimplemented(f"{self.container.__name__} index {index} out of range")
+            raise_observed(tx, IndexError, f"{self.kind()} index out of range")
+
+    def kind(self):
+        """The type name Python's error messages use (a torch.Size is a tuple)."""
+        t = self.python_type()
+        return "range object" if t is range else t.__name__ if t in (list, deque) else "tuple"
+
+    def find(self, tx, value):
+        """The index of the first item equal to `value` (identity first, then ==), or None."""
+        from kiln.frontend.variables.builtin import _identical, compare_vars
+
+        for i, item in enumerate(self.items):
+            if _identical(item, value) or compare_vars(tx, operator.eq, item, value).truthy(tx):
+                return i
+        return None
 
     def call_method(self, tx, name, args, kwargs):
         from kiln.frontend.variables.builtin import compare_vars
@@ -48,15 +64,11 @@ class BaseListVariable(VariableTracker):
         if name == "__len__":
             return ConstantVariable(len(self.items))
         if name == "index" and len(args) == 1:
-            from kiln.frontend.variables.builtin import _identical
-
-            for i, item in enumerate(self.items):
-                # like list.index: identity first, then ==
-                if _identical(item, args[0]) or compare_vars(tx, operator.eq, item, args[0]).truthy(
-                    tx
-                ):
-                    return ConstantVariable(i)
-            unimplemented("list.index: value not found")
+            i = self.find(tx, args[0])
+            if i is None:
+                message = "{!r} is not in list" if self.kind() == "list" else None
+                _not_found(tx, args[0], message or "tuple.index(x): x not in tuple")
+            return ConstantVariable(i)
         if name == "count" and len(args) == 1:
             n = sum(compare_vars(tx, operator.eq, i, args[0]).truthy(tx) for i in self.items)
             return ConstantVariable(n)
@@ -192,10 +204,20 @@ class ListVariable(BaseListVariable):
             self.items.insert(args[0].as_python_constant(), args[1])
             return ConstantVariable(None)
         if name == "pop" and len(args) <= 1:
-            self._mutate(tx)
+            index = args[0].as_python_constant() if args else -1
             if not self.items:
-                unimplemented("pop from an empty list")
-            return self.items.pop(args[0].as_python_constant() if args else -1)
+                raise_observed(tx, IndexError, "pop from empty list")
+            if not -len(self.items) <= index < len(self.items):
+                raise_observed(tx, IndexError, "pop index out of range")
+            self._mutate(tx)
+            return self.items.pop(index)
+        if name == "remove" and len(args) == 1:
+            i = self.find(tx, args[0])
+            if i is None:
+                _not_found(tx, args[0], "list.remove(x): x not in list")
+            self._mutate(tx)
+            del self.items[i]
+            return ConstantVariable(None)
         if name == "reverse" and not args:
             self._mutate(tx)
             self.items.reverse()
@@ -276,7 +298,7 @@ class DequeVariable(ListVariable):
             return ConstantVariable(None)
         if name in ("pop", "popleft") and not args:
             if not self.items:
-                unimplemented(f"{name} from an empty deque (IndexError)")
+                raise_observed(tx, IndexError, "pop from an empty deque")
             self._mutate(tx)
             return self.items.pop(0 if name == "popleft" else -1)
         if name == "rotate" and len(args) <= 1:
@@ -353,6 +375,8 @@ class RangeVariable(BaseListVariable):
         return self.value
 
     def getitem(self, tx, index):
+        if not isinstance(index, slice) and not -len(self.value) <= index < len(self.value):
+            raise_observed(tx, IndexError, "range object index out of range")
         r = self.value[index]
         return RangeVariable(r) if isinstance(r, range) else ConstantVariable(r)
 
@@ -418,7 +442,7 @@ class ListIteratorVariable(VariableTracker):
         if name == "__next__":
             item = self.next_item()
             if item is None:
-                unimplemented("StopIteration while tracing")
+                raise_observed(tx, StopIteration)
             return item
         unimplemented(f"iterator.{name}")
 
@@ -434,6 +458,27 @@ class ListIteratorVariable(VariableTracker):
             cg.reconstruct(item)
         cg.extend(emit.build_tuple(len(self.items) - self.index))
         cg.extend(emit.get_iter())
+
+
+def unpack_error(tx, seq, expected, got, at_least=False):
+    """Unpacking `got` items into `expected` targets: Python's ValueError (an iterator would
+    have been consumed only partly: not modelled)."""
+    if isinstance(seq, ListIteratorVariable):
+        unimplemented(f"unpacking {got} values of an iterator into {expected}")
+    if got > expected and not at_least:
+        raise_observed(tx, ValueError, f"too many values to unpack (expected {expected})")
+    least = "at least " if at_least else ""
+    message = f"not enough values to unpack (expected {least}{expected}, got {got})"
+    raise_observed(tx, ValueError, message)
+
+
+def _not_found(tx, value, message):
+    """Raise ValueError(message) for a missing list item (message may format the item's repr)."""
+    if "{" in message:
+        if not value.is_python_constant():
+            unimplemented(f"ValueError: {message.format('<traced value>')}")
+        message = message.format(value.as_python_constant())
+    raise_observed(tx, ValueError, message)
 
 
 def list_iter_at(lst, index):
@@ -491,13 +536,13 @@ class SetVariable(VariableTracker):
             elif name in ("remove", "discard") and len(args) == 1:
                 item = _set_item(args[0])
                 if name == "remove" and item not in self.values:
-                    unimplemented(f"KeyError {item!r} while tracing")
+                    raise_observed(tx, KeyError, item)
                 self.values.discard(item)
             elif name == "clear" and not args:
                 self.values.clear()
             elif name == "pop" and not args:
                 if not self.values:
-                    unimplemented("pop from an empty set")
+                    raise_observed(tx, KeyError, "pop from an empty set")
                 return _wrap_const(self.values.pop())
             elif name.endswith("update"):
                 getattr(self.values, name)(*values)

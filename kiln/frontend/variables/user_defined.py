@@ -3,6 +3,7 @@
 import abc
 import collections
 import contextlib
+import enum
 import inspect
 import itertools
 import os
@@ -12,7 +13,10 @@ from kiln.exc import unimplemented
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.functions import UserMethodVariable, inline_call
+
+_ABSENT = object()
 
 
 class UserDefinedClassVariable(PythonValueVariable):
@@ -74,6 +78,8 @@ class UserDefinedClassVariable(PythonValueVariable):
 
             bound = bind_args(tx, cls.__new__, [self, *args], kwargs, None)
             return TupleVariable([bound[f] for f in cls._fields], tuple_cls=cls)
+        if issubclass(cls, enum.Enum) and len(args) == 1 and not kwargs:
+            return _enum_lookup(tx, cls, args[0])
         if _plain_class(cls):
             obj = NewObjectVariable(cls)
             init = inspect.getattr_static(cls, "__init__")
@@ -109,7 +115,25 @@ class UserDefinedObjectVariable(VariableTracker):
     def hasattr(self, tx, name):
         if tx.output.side_effects.load_attr(self, name) is not None:
             return ConstantVariable(True)
-        return ConstantVariable(hasattr(self.value, name))
+        found = self.has_plain_attr(tx, name)
+        return ConstantVariable(hasattr(self.value, name) if found is None else found)
+
+    def has_plain_attr(self, tx, name):
+        """Whether the object has attribute `name` in its class or instance __dict__ (the dict's
+        keys are guarded), or None when Python could find it otherwise (__getattr__, slots)."""
+        from kiln.frontend.guards import GuardKind
+
+        cls = type(self.value)
+        if inspect.getattr_static(cls, name, _ABSENT) is not _ABSENT:
+            return True
+        d = getattr(self.value, "__dict__", None)
+        if type(d) is not dict or self.source is None or not all(type(k) is str for k in d):
+            return None
+        source = AttrSource(self.source, "__dict__")
+        tx.output.guards.add(GuardKind.DICT_KEYS, source, (dict, tuple(d)))
+        if hasattr(cls, "__getattr__") or cls.__getattribute__ is not object.__getattribute__:
+            return None
+        return name in d
 
     def var_getattr(self, tx, name):
         from kiln.frontend.variables.builder import wrap_value
@@ -144,6 +168,10 @@ class UserDefinedObjectVariable(VariableTracker):
         if static is None:
             if hasattr(cls, "__getattr__"):
                 unimplemented(f"{cls.__name__}.__getattr__")
+            if self.has_plain_attr(tx, name) is False:
+                raise_observed(
+                    tx, AttributeError, f"{cls.__name__!r} object has no attribute {name!r}"
+                )
             unimplemented(f"{cls.__name__} object has no attribute {name!r}")
         if isinstance(static, staticmethod):
             return wrap_value(tx, static.__func__, None)
@@ -323,7 +351,10 @@ class NewObjectVariable(VariableTracker):
         try:
             static = inspect.getattr_static(self.cls, name)
         except AttributeError:
-            unimplemented(f"{self.cls.__name__} object has no attribute {name!r}")
+            if "__getattr__" in dir(self.cls):
+                unimplemented(f"{self.cls.__name__}.__getattr__ of {name!r}")
+            message = f"{self.cls.__name__!r} object has no attribute {name!r}"
+            raise_observed(tx, AttributeError, message)
         if isinstance(static, types.FunctionType):
             return UserMethodVariable(static, self)
         if isinstance(static, property) and static.fget is not None:
@@ -343,6 +374,16 @@ class NewObjectVariable(VariableTracker):
         if is_frozen(static):
             return ConstantObjectVariable(static)
         unimplemented(f"class attribute {self.cls.__name__}.{name}")
+
+    def call_function(self, tx, args, kwargs):
+        """`obj(...)`: the class's Python __call__, inlined."""
+        owner = next((k for k in self.cls.__mro__ if "__call__" in vars(k)), None)
+        call = None if owner is None else vars(owner)["__call__"]
+        if isinstance(call, types.FunctionType):
+            return inline_call(tx, call, [self, *args], kwargs, None)
+        if call is None:
+            raise_observed(tx, TypeError, f"{self.cls.__name__!r} object is not callable")
+        unimplemented(f"call of a {self.cls.__name__} ({type(call).__name__} __call__)")
 
     def unpack_var_sequence(self, tx):
         if self.dict_base is not None and _dict_method_owner(self.cls, "__iter__") is not None:
@@ -370,6 +411,20 @@ class NewObjectVariable(VariableTracker):
 
     def __repr__(self):
         return f"NewObjectVariable({self.cls.__name__})"
+
+
+def _enum_lookup(tx, cls, value):
+    """`Color(1)`: the member with that value (Python's lookup; ValueError when there is none)."""
+    plain = type(cls).__call__ is enum.EnumMeta.__call__ and cls._missing_.__func__ is (
+        enum.Enum._missing_.__func__
+    )
+    if not plain or not value.is_python_constant():
+        unimplemented(f"{cls.__qualname__}({value}) (a custom enum lookup)")
+    v = value.as_python_constant()
+    for member in cls.__members__.values():
+        if member._value_ == v or member._value_ is v:
+            return ConstantVariable(member)
+    raise_observed(tx, ValueError, f"{v!r} is not a valid {cls.__qualname__}")
 
 
 def _not_local(cls):
