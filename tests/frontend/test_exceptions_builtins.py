@@ -344,3 +344,57 @@ def test_hasattr_of_input_is_guarded():
     torch.testing.assert_close(compiled(x, obj), x + 10)
     del obj.extra
     torch.testing.assert_close(compiled(x, obj), x + 20)
+
+
+class Settings:
+    flag = 1
+
+
+def class_attribute_or_default(x):
+    try:
+        Settings.missing  # noqa: B018
+    except AttributeError as e:
+        x = x + len(str(e))
+    return x + getattr(Settings, "extra", 2) + hasattr(Settings, "flag")
+
+
+def test_missing_class_attribute_is_guarded():
+    compiled = run_and_compare(class_attribute_or_default, t(3), expected_graphs=1)
+    x = t(3)
+    Settings.extra = 5  # a class attribute added later: a recompile, not the stale default
+    try:
+        torch.testing.assert_close(compiled(x), class_attribute_or_default(x))
+    finally:
+        del Settings.extra
+    torch.testing.assert_close(compiled(x), class_attribute_or_default(x))
+
+
+class Lazy:
+    def __init__(self, ready):
+        self.ready = ready
+
+    @property
+    def value(self):
+        if not self.ready:
+            raise AttributeError("not ready")
+        return 3
+
+
+LAZY = Lazy(False)
+
+
+def hasattr_runs_property(x):
+    made = Lazy(False), Lazy(True)
+    return (
+        x + hasattr(made[0], "value") + 2 * hasattr(made[1], "value") + 4 * hasattr(LAZY, "value")
+    )
+
+
+def test_hasattr_runs_the_property_getter():
+    compiled = run_and_compare(hasattr_runs_property, t(3), expected_graphs=1, expected_breaks=0)
+    x = t(3)
+    LAZY.ready = True  # read by the inlined getter: guarded
+    try:
+        torch.testing.assert_close(compiled(x), hasattr_runs_property(x))
+    finally:
+        LAZY.ready = False

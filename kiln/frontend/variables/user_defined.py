@@ -33,6 +33,9 @@ class UserDefinedClassVariable(PythonValueVariable):
         try:
             static = inspect.getattr_static(self.value, name)
         except AttributeError:
+            if self.hasattr(tx, name).value is False and type(self.value) is type:
+                message = f"type object {self.value.__name__!r} has no attribute {name!r}"
+                raise_observed(tx, AttributeError, message)
             unimplemented(f"class {self.value.__name__} has no attribute {name!r}")
         if isinstance(static, staticmethod):
             return wrap_value(tx, static.__func__, None)
@@ -40,6 +43,25 @@ class UserDefinedClassVariable(PythonValueVariable):
             return UserMethodVariable(static.__func__, self)
         src = AttrSource(self.source, name) if self.source is not None else None
         return wrap_value(tx, getattr(self.value, name), src)
+
+    def hasattr(self, tx, name):
+        """hasattr(cls, name); the keys of the class dicts along the MRO are guarded (a class
+        attribute set later recompiles)."""
+        from kiln.frontend.guards import GuardKind
+        from kiln.frontend.source import GetItemSource
+
+        cls = self.value
+        found = hasattr(cls, name)
+        if self.source is None or type(cls) is not type:
+            return ConstantVariable(found)
+        mro = AttrSource(self.source, "__mro__")
+        for i, k in enumerate(cls.__mro__):
+            if k.__module__ != "builtins":
+                keys = (types.MappingProxyType, tuple(vars(k)))
+                tx.output.guards.add(
+                    GuardKind.DICT_KEYS, AttrSource(GetItemSource(mro, i), "__dict__"), keys
+                )
+        return ConstantVariable(found)
 
     def call_function(self, tx, args, kwargs):
         from kiln.frontend.variables.misc import special_instance
@@ -115,6 +137,8 @@ class UserDefinedObjectVariable(VariableTracker):
     def hasattr(self, tx, name):
         if tx.output.side_effects.load_attr(self, name) is not None:
             return ConstantVariable(True)
+        if isinstance(inspect.getattr_static(type(self.value), name, None), property):
+            return hasattr_by_getattr(tx, self, name)
         found = self.has_plain_attr(tx, name)
         return ConstantVariable(hasattr(self.value, name) if found is None else found)
 
@@ -337,6 +361,10 @@ class NewObjectVariable(VariableTracker):
         self.store_attr(name, value)
 
     def hasattr(self, tx, name):
+        if name not in self.attrs and isinstance(
+            inspect.getattr_static(self.cls, name, None), property
+        ):
+            return hasattr_by_getattr(tx, self, name)
         return ConstantVariable(name in self.attrs or hasattr(self.cls, name))
 
     def var_getattr(self, tx, name):
@@ -411,6 +439,20 @@ class NewObjectVariable(VariableTracker):
 
     def __repr__(self):
         return f"NewObjectVariable({self.cls.__name__})"
+
+
+def hasattr_by_getattr(tx, obj, name):
+    """hasattr as Python runs it: the attribute is read (a property's getter is inlined) and an
+    AttributeError it raises means False."""
+    from kiln.frontend.variables.exceptions import ObservedException
+
+    try:
+        obj.var_getattr(tx, name)
+    except ObservedException as e:
+        if not issubclass(e.var.cls, AttributeError):
+            raise
+        return ConstantVariable(False)
+    return ConstantVariable(True)
 
 
 def _enum_lookup(tx, cls, value):
