@@ -75,11 +75,12 @@ def _make_function(plan):
 # A graph output is often a view of a buffer made inside the graph (the logits reshaped from an mm's
 # 2-d result). Returned from the autograd.Function as a view, an in-place op on it would raise
 # ("Output 0 of CompiledFunction is a view and is being modified inplace"), where eager allows it:
-# such an output is handed over as a plain tensor on the same memory.
+# such an output is handed over as a plain tensor on the same memory: `detach()` makes one that
+# keeps the view's conjugate and negative bits (a `set_` onto the storage dropped them: the
+# conjugated result of `fft.ifft` came back unconjugated).
 def _plain(o):
     if isinstance(o, torch.Tensor) and o._base is not None:
-        plain = torch.empty(0, dtype=o.dtype, device=o.device)
-        return plain.set_(o.untyped_storage(), o.storage_offset(), o.size(), o.stride())
+        return o.detach()
     return o
 
 

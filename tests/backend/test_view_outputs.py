@@ -47,3 +47,21 @@ def test_output_viewing_a_graph_buffer_can_be_modified_in_place(backend):
     (ref * torch.arange(64.0).view(4, 16)).sum().backward()
     torch.testing.assert_close(x.grad, x2.grad)
     torch.testing.assert_close(w.grad, w2.grad)
+
+
+@pytest.mark.parametrize("backend", ["kiln", "aot_eager"])
+def test_conjugated_output_keeps_its_conjugate_bit(backend):
+    # fft.ifft of a real input returns a lazily conjugated view of the r2c result
+    kiln.reset()
+
+    def f(x):
+        return torch.fft.ifft(x, n=10, dim=1, norm="ortho")
+
+    x = torch.randn(5, 6, 7, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    out, ref = kiln.compile(f, backend=backend)(x), f(x2)
+    torch.testing.assert_close(out.resolve_conj(), ref.resolve_conj())
+    g = torch.randn(5, 10, 7, dtype=torch.complex64)
+    out.backward(g)
+    ref.backward(g)
+    torch.testing.assert_close(x.grad, x2.grad)
