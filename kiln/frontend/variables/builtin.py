@@ -74,6 +74,11 @@ def binary_op(tx, fn, a, b):
             return fold(fn, ca, cb)
         if fn in (operator.mod, operator.imod) and type(ca) is str and _is_exception(b):
             return fold(fn, ca, cb)  # "error: %s" % e (a modelled exception's str/repr)
+    from kiln.frontend.variables.user_protocol import user_binary_op
+
+    result = user_binary_op(tx, fn, a, b)  # Note [Objects: operator protocol]
+    if result is not None:
+        return result
     unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
 
 
@@ -471,13 +476,27 @@ class BuiltinVariable(VariableTracker):
         return ConstantVariable(False) if obj is None else ConstantVariable(obj.truthy(tx))
 
     def _call_str(self, tx, obj=None):
-        return ConstantVariable("") if obj is None else self._convert(tx, str, obj)
+        return ConstantVariable("") if obj is None else self._text(tx, str, obj)
+
+    def _text(self, tx, fn, obj):
+        """str(obj) / repr(obj) of a user object: its Python __str__ / __repr__, inlined."""
+        from kiln.frontend.variables.user_protocol import is_user_object, user_text
+
+        if is_user_object(obj):
+            result = user_text(tx, obj, f"__{fn.__name__}__")
+            if result is not None:
+                return result
+            unimplemented(f"{fn.__name__}() of a {obj.python_type().__name__} (object's default)")
+        return self._convert(tx, fn, obj) if fn is str else None
 
     def _call_repr(self, tx, obj):
         from kiln.frontend.variables.exceptions import ExceptionVariable
 
         if isinstance(obj, ExceptionVariable):
             return obj.call_method(tx, "__repr__", [], {})
+        text = self._text(tx, repr, obj)
+        if text is not None:
+            return text
         if obj.is_python_constant():
             value = obj.as_python_constant()
             if _foldable(value) or (isinstance(value, type) and type(value) is type):

@@ -216,6 +216,16 @@ class UserDefinedObjectVariable(VariableTracker):
         what = getattr(self.value, "__qualname__", None) or type(self.value).__name__
         unimplemented(f"call to {what} (a {type(self.value).__name__}, not traced)")
 
+    def truthy(self, tx):
+        from kiln.frontend.variables.user_protocol import user_truthy
+
+        return user_truthy(tx, self)
+
+    def unpack_var_sequence(self, tx):
+        from kiln.frontend.variables.user_protocol import user_iter_items
+
+        return user_iter_items(tx, self)
+
     def __repr__(self):
         return f"UserDefinedObjectVariable({type(self.value).__name__})"
 
@@ -413,10 +423,19 @@ class NewObjectVariable(VariableTracker):
             raise_observed(tx, TypeError, f"{self.cls.__name__!r} object is not callable")
         unimplemented(f"call of a {self.cls.__name__} ({type(call).__name__} __call__)")
 
+    def truthy(self, tx):
+        if self.dict_base is not None:
+            unimplemented(f"bool() of a {self.cls.__name__} (a dict subclass)")
+        from kiln.frontend.variables.user_protocol import user_truthy
+
+        return user_truthy(tx, self)
+
     def unpack_var_sequence(self, tx):
         if self.dict_base is not None and _dict_method_owner(self.cls, "__iter__") is not None:
             return [ConstantVariable(k) for k in self.dict_items]
-        unimplemented(f"iteration over a {self.cls.__name__}")
+        from kiln.frontend.variables.user_protocol import user_iter_items
+
+        return user_iter_items(tx, self)
 
     def reconstruct(self, cg):
         from kiln.bytecode import emit

@@ -1,0 +1,142 @@
+"""Operators and builtins on user objects: the Python dunders their classes define, inlined."""
+
+import operator
+import types
+
+from kiln.exc import unimplemented
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.functions import inline_call
+
+# Note [Objects: operator protocol]
+# An operator or builtin applied to a user object runs the Python dunder its class defines
+# (inlined): bool() -> __bool__ or __len__, iteration -> __iter__ (returning an iterator over a
+# list or a generator), str()/repr() -> __str__/__repr__, a <op> b -> a.__op__(b), else
+# b.__rop__(a) when that returns NotImplemented. A dunder implemented in C (a builtin base
+# class) is not modelled: a break. A class defining none falls back to object's behaviour
+# (truthy, identity equality).
+_OPAQUE = object()
+_REFLECTED = {"__lt__": "__gt__", "__le__": "__ge__", "__gt__": "__lt__", "__ge__": "__le__"}
+_REFLECTED.update({"__eq__": "__eq__", "__ne__": "__ne__"})
+_BINARY_DUNDERS = {
+    operator.add: "add",
+    operator.sub: "sub",
+    operator.mul: "mul",
+    operator.truediv: "truediv",
+    operator.floordiv: "floordiv",
+    operator.mod: "mod",
+    operator.matmul: "matmul",
+    operator.and_: "and",
+    operator.or_: "or",
+    operator.xor: "xor",
+}
+_INPLACE_DUNDERS = {getattr(operator, f"i{n}"): n for n in _BINARY_DUNDERS.values()}
+_COMPARE_DUNDERS = {
+    operator.eq: "__eq__",
+    operator.ne: "__ne__",
+    operator.lt: "__lt__",
+    operator.le: "__le__",
+    operator.gt: "__gt__",
+    operator.ge: "__ge__",
+}
+
+
+def is_user_object(var):
+    """A user object whose class's dunders kiln may inline."""
+    from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
+
+    return isinstance(var, (NewObjectVariable, UserDefinedObjectVariable))
+
+
+def user_method(var, name):
+    """The Python function `name` of the object's class, None when only `object` has it (or
+    nothing), _OPAQUE when a C base class implements it."""
+    for k in var.python_type().__mro__:
+        if name in vars(k):
+            v = vars(k)[name]
+            if isinstance(v, types.FunctionType):
+                return v
+            return None if k is object else _OPAQUE
+    return None
+
+
+def call_dunder(tx, var, name, args):
+    """Inline `var.name(*args)` when its class defines it in Python; else None."""
+    fn = user_method(var, name)
+    if fn is _OPAQUE:
+        unimplemented(f"{var.python_type().__name__}.{name} (implemented in C)")
+    if fn is None:
+        return None
+    return inline_call(tx, fn, [var, *args], {}, var._class_attr_source(name))
+
+
+def _not_implemented(result):
+    return result.is_python_constant() and result.as_python_constant() is NotImplemented
+
+
+def user_binary_op(tx, fn, a, b):
+    """`a <op> b` with a user object on either side (Note [Objects: operator protocol]), or
+    None when neither side defines the operator."""
+    if fn in _COMPARE_DUNDERS:
+        fwd = _COMPARE_DUNDERS[fn]
+        rev = _REFLECTED[fwd]
+    elif fn in _BINARY_DUNDERS or fn in _INPLACE_DUNDERS:
+        n = _BINARY_DUNDERS.get(fn) or _INPLACE_DUNDERS[fn]
+        fwd, rev = f"__{n}__", f"__r{n}__"
+        if fn in _INPLACE_DUNDERS and is_user_object(a):
+            result = call_dunder(tx, a, f"__i{n}__", [b])
+            if result is not None and not _not_implemented(result):
+                return result
+    else:
+        return None
+    ta, tb = a.python_type(), b.python_type()
+    if ta is not tb and issubclass(tb, ta) and is_user_object(b):
+        unimplemented(f"{fwd} between {ta.__name__} and its subclass {tb.__name__}")
+    for obj, other, name in ((a, b, fwd), (b, a, rev)):
+        if is_user_object(obj):
+            result = call_dunder(tx, obj, name, [other])
+            if result is not None and not _not_implemented(result):
+                return result
+    if fn is operator.ne and (is_user_object(a) or is_user_object(b)):
+        eq = user_binary_op(tx, operator.eq, a, b)  # object.__ne__ inverts __eq__
+        if not eq.is_python_constant():
+            unimplemented(f"!= of a {ta.__name__}: __eq__ returned {eq}")
+        return ConstantVariable(not eq.as_python_constant())
+    if fn is operator.eq and (is_user_object(a) or is_user_object(b)):
+        same = a is b or (a.source is not None and a.source == b.source)
+        return ConstantVariable(same)  # object's identity equality
+    return None
+
+
+def user_truthy(tx, var):
+    """bool(obj): __bool__, else __len__ != 0, else True."""
+    result = call_dunder(tx, var, "__bool__", [])
+    if result is None:
+        result = call_dunder(tx, var, "__len__", [])
+        if result is None:
+            return True
+    if not result.is_python_constant():
+        unimplemented(f"bool() of a {var.python_type().__name__}: not a constant")
+    return bool(result.as_python_constant())
+
+
+def user_iter_items(tx, var):
+    """The items of `iter(obj)` when __iter__ is a Python function returning a list iterator
+    or a generator (whose items are traced to the end: Note [Generators: eager consumption])."""
+    from kiln.frontend.variables.lists import ListIteratorVariable
+
+    it = call_dunder(tx, var, "__iter__", [])
+    if not isinstance(it, ListIteratorVariable):
+        unimplemented(f"iteration over a {var.python_type().__name__} ({it})")
+    return it.unpack_var_sequence(tx)
+
+
+def user_text(tx, var, name):
+    """str(obj) / repr(obj) by the class's Python __str__ / __repr__, or None."""
+    result = call_dunder(tx, var, name, [])
+    if result is None and name == "__str__":
+        result = call_dunder(tx, var, "__repr__", [])
+    if result is None:
+        return None
+    if not (result.is_python_constant() and isinstance(result.as_python_constant(), str)):
+        unimplemented(f"{name} of a {var.python_type().__name__} returned {result}")
+    return result

@@ -1,0 +1,130 @@
+"""Operators and builtins on user objects run their classes' Python dunders (Note [Objects:
+operator protocol]), compared with eager."""
+
+import pytest
+import torch
+
+from tests.frontend.frontend_helpers import run_and_compare
+
+
+def t(*shape):
+    return torch.randn(*shape)
+
+
+class Bag:
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __contains__(self, v):
+        return v in self.items
+
+    def __eq__(self, other):
+        return isinstance(other, Bag) and self.items == other.items
+
+    def __add__(self, other):
+        if not isinstance(other, Bag):
+            return NotImplemented
+        return Bag(self.items + other.items)
+
+    def __radd__(self, other):
+        return Bag([other, *self.items])
+
+    def __repr__(self):
+        return f"Bag({self.items!r})"
+
+
+class Gen:
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield i * 2
+
+    def __bool__(self):
+        return self.n > 0
+
+
+class Plain:
+    pass
+
+
+class Vec:
+    def __init__(self, t):
+        self.t = t
+
+    def __mul__(self, k):
+        return Vec(self.t * k)
+
+    def __rmul__(self, k):
+        return Vec(self.t * k + 1)
+
+    def __lt__(self, other):
+        return self.n() < other.n()
+
+    def n(self):
+        return self.t.shape[0]
+
+
+BAG = Bag([1, 2, 3])
+
+
+def protocol_new_object(x):
+    b = Bag([1, 2])
+    c = b + Bag([3])
+    d = 0 + b
+    return (
+        x + len(c) + sum(c) + (2 in c) + bool(b) + bool(Bag([])),
+        b == Bag([1, 2]),
+        b != Bag([1, 2]),
+        b == 3,
+        repr(d),
+        str(c),
+        list(c),
+    )
+
+
+def protocol_input_object(x, bag):
+    first, *rest = bag
+    return x + len(bag) + bag[0] + first + len(rest) + (3 in bag) + (bag == BAG)
+
+
+def generator_iter_and_bool(x):
+    g = Gen(3)
+    out = x
+    for v in g:
+        out = out + v
+    return out + bool(g) + bool(Gen(0)) + max(Gen(4))
+
+
+def tensor_holding_object(x):
+    v = 2 * Vec(x) * 3
+    return v.t, Vec(x) < Vec(x[:2]), Vec(x[:1]) < Vec(x)
+
+
+def identity_equality(x):
+    p, q = Plain(), Plain()
+    return x + (p == p) + (p == q) + (p != q) + bool(p)
+
+
+CASES = [
+    (protocol_new_object, (t(3),)),
+    (protocol_input_object, (t(3), BAG)),
+    (generator_iter_and_bool, (t(3),)),
+    (tensor_holding_object, (t(3),)),
+    (identity_equality, (t(3),)),
+]
+
+
+@pytest.mark.parametrize("fn,args", CASES, ids=[c[0].__name__ for c in CASES])
+def test_protocol(fn, args):
+    run_and_compare(fn, *args, expected_graphs=1, expected_breaks=0)
