@@ -128,3 +128,41 @@ CASES = [
 @pytest.mark.parametrize("fn,args", CASES, ids=[c[0].__name__ for c in CASES])
 def test_protocol(fn, args):
     run_and_compare(fn, *args, expected_graphs=1, expected_breaks=0)
+
+
+class Namespace:
+    def __init__(self, **kw):
+        self.values = kw
+
+    def __getattr__(self, name):
+        values = self.values  # (found the ordinary way: no recursion)
+        if name in values:
+            return values[name]
+        raise AttributeError(name)
+
+
+NS = Namespace(scale=3)
+
+
+def getattr_hook_new_object(x):
+    ns = Namespace(a=2)
+    return x * ns.a + hasattr(ns, "a") + hasattr(ns, "b") + getattr(ns, "c", 5)
+
+
+def getattr_hook_input(x):
+    return x * NS.scale + getattr(NS, "missing", 1)
+
+
+@pytest.mark.parametrize("fn", [getattr_hook_new_object, getattr_hook_input])
+def test_getattr_hook(fn):
+    run_and_compare(fn, t(3), expected_graphs=1, expected_breaks=0)
+
+
+def test_getattr_hook_input_is_guarded():
+    compiled = run_and_compare(getattr_hook_input, t(3), expected_graphs=1)
+    x = t(3)
+    NS.values["missing"] = 10  # what the inlined __getattr__ read: guarded
+    try:
+        torch.testing.assert_close(compiled(x), getattr_hook_input(x))
+    finally:
+        del NS.values["missing"]

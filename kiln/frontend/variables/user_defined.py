@@ -140,6 +140,10 @@ class UserDefinedObjectVariable(VariableTracker):
         if isinstance(inspect.getattr_static(type(self.value), name, None), property):
             return hasattr_by_getattr(tx, self, name)
         found = self.has_plain_attr(tx, name)
+        hook = inspect.getattr_static(type(self.value), "__getattr__", None)
+        if found is None and isinstance(hook, types.FunctionType):
+            if name not in getattr(self.value, "__dict__", {}):
+                return hasattr_by_getattr(tx, self, name)  # (the hook is inlined)
         return ConstantVariable(hasattr(self.value, name) if found is None else found)
 
     def has_plain_attr(self, tx, name):
@@ -191,7 +195,8 @@ class UserDefinedObjectVariable(VariableTracker):
             return wrap_value(tx, d[name], AttrSource(self.source, name))
         if static is None:
             if hasattr(cls, "__getattr__"):
-                unimplemented(f"{cls.__name__}.__getattr__")
+                self.has_plain_attr(tx, name)  # (guards the instance dict's keys)
+                return call_getattr_hook(tx, self, name)
             if self.has_plain_attr(tx, name) is False:
                 raise_observed(
                     tx, AttributeError, f"{cls.__name__!r} object has no attribute {name!r}"
@@ -318,8 +323,8 @@ def _plain_class(cls):
     setattr_ = inspect.getattr_static(cls, "__setattr__")
     if setattr_ is not object.__setattr__ and not isinstance(setattr_, types.FunctionType):
         return False
-    if inspect.getattr_static(cls, "__getattr__", None) is not None:
-        return False
+    if not isinstance(inspect.getattr_static(cls, "__getattr__", _NO_HOOK), types.FunctionType):
+        return False  # (a Python __getattr__ is inlined)
     init = inspect.getattr_static(cls, "__init__")
     return init is object.__init__ or init in _DICT_INITS or isinstance(init, types.FunctionType)
 
@@ -371,8 +376,9 @@ class NewObjectVariable(VariableTracker):
         self.store_attr(name, value)
 
     def hasattr(self, tx, name):
-        if name not in self.attrs and isinstance(
-            inspect.getattr_static(self.cls, name, None), property
+        static = inspect.getattr_static(self.cls, name, None)
+        if name not in self.attrs and (
+            isinstance(static, property) or (static is None and "__getattr__" in dir(self.cls))
         ):
             return hasattr_by_getattr(tx, self, name)
         return ConstantVariable(name in self.attrs or hasattr(self.cls, name))
@@ -390,7 +396,7 @@ class NewObjectVariable(VariableTracker):
             static = inspect.getattr_static(self.cls, name)
         except AttributeError:
             if "__getattr__" in dir(self.cls):
-                unimplemented(f"{self.cls.__name__}.__getattr__ of {name!r}")
+                return call_getattr_hook(tx, self, name)
             message = f"{self.cls.__name__!r} object has no attribute {name!r}"
             raise_observed(tx, AttributeError, message)
         if isinstance(static, types.FunctionType):
@@ -458,6 +464,22 @@ class NewObjectVariable(VariableTracker):
 
     def __repr__(self):
         return f"NewObjectVariable({self.cls.__name__})"
+
+
+def _NO_HOOK():
+    pass
+
+
+def call_getattr_hook(tx, obj, name):
+    """`obj.name` not found the ordinary way: the class's Python __getattr__, inlined."""
+    cls = obj.python_type()
+    hook = inspect.getattr_static(cls, "__getattr__")
+    if not isinstance(hook, types.FunctionType) or cls.__getattribute__ is not (
+        object.__getattribute__
+    ):
+        unimplemented(f"{cls.__name__}.__getattr__ ({type(hook).__name__})")
+    source = obj._class_attr_source("__getattr__")
+    return inline_call(tx, hook, [obj, ConstantVariable(name)], {}, source)
 
 
 def hasattr_by_getattr(tx, obj, name):
