@@ -398,3 +398,47 @@ def test_hasattr_runs_the_property_getter():
         torch.testing.assert_close(compiled(x), hasattr_runs_property(x))
     finally:
         LAZY.ready = False
+
+
+class CodeError(Exception):
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+    def __str__(self):
+        return f"code {self.code}"
+
+    def __repr__(self):
+        return f"CodeError<{self.code}>"
+
+
+class QuietError(KeyError):
+    def __repr__(self):
+        return "quiet"
+
+
+def exception_with_python_str(x):
+    try:
+        raise CodeError(4)
+    except CodeError as e:
+        text = str(e) + repr(e)
+    try:
+        raise QuietError("k")
+    except KeyError as e:
+        text += str(e) + repr(e)  # KeyError's own __str__, the class's __repr__
+    return x + len(text), text
+
+
+def python_str_exception_escapes(x):
+    y = x + 1
+    raise CodeError(int(y.shape[0]))
+
+
+def test_exception_with_python_str():
+    run_and_compare(exception_with_python_str, t(3), expected_graphs=1, expected_breaks=0)
+
+
+def test_exception_with_python_str_escapes():
+    run_and_compare(python_str_exception_escapes, t(3))
+    with pytest.raises(CodeError, match="code 3"):
+        kiln.compile(python_str_exception_escapes, backend="eager")(t(3))

@@ -480,8 +480,11 @@ class BuiltinVariable(VariableTracker):
 
     def _text(self, tx, fn, obj):
         """str(obj) / repr(obj) of a user object: its Python __str__ / __repr__, inlined."""
+        from kiln.frontend.variables.exceptions import ExceptionVariable
         from kiln.frontend.variables.user_protocol import is_user_object, user_text
 
+        if isinstance(obj, ExceptionVariable):
+            return obj.call_method(tx, f"__{fn.__name__}__", [], {})
         if is_user_object(obj):
             result = user_text(tx, obj, f"__{fn.__name__}__")
             if result is not None:
@@ -490,10 +493,7 @@ class BuiltinVariable(VariableTracker):
         return self._convert(tx, fn, obj) if fn is str else None
 
     def _call_repr(self, tx, obj):
-        from kiln.frontend.variables.exceptions import ExceptionVariable
 
-        if isinstance(obj, ExceptionVariable):
-            return obj.call_method(tx, "__repr__", [], {})
         text = self._text(tx, repr, obj)
         if text is not None:
             return text

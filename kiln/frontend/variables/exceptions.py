@@ -21,6 +21,9 @@ _HARMLESS = {
     "__firstlineno__",
     "__static_attributes__",
 }
+# Python methods that are inlined when called (str(e), repr(e)); the instance is then never
+# folded into a real constant (its text depends on attributes the fold would not have)
+_TEXT = ("__str__", "__repr__")
 # builtin exceptions whose constructor does more than keep its args (errno mapping, keyword
 # arguments, positions): not modelled
 _SPECIAL_BUILTINS = (OSError, ImportError, SyntaxError, UnicodeError, BaseExceptionGroup)
@@ -44,7 +47,8 @@ def modelled(cls, allow_init=False):
             continue
         for n, v in vars(k).items():
             if n.startswith("__") and n.endswith("__") and n not in _HARMLESS:
-                if not (allow_init and n == "__init__" and isinstance(v, types.FunctionType)):
+                python = isinstance(v, types.FunctionType)
+                if not ((allow_init and n == "__init__" or n in _TEXT) and python):
                     return False
     return True
 
@@ -117,6 +121,11 @@ def observe(exc):
         raise ObservedException(var) from None
 
 
+def _text_method(cls, name):
+    """The __str__ / __repr__ that instances of `cls` use (the first in the MRO)."""
+    return next(vars(k)[name] for k in cls.__mro__ if name in vars(k))
+
+
 class ExceptionVariable(VariableTracker):
     """An exception instance: its class, its args and the attributes Python sets on it."""
 
@@ -135,10 +144,19 @@ class ExceptionVariable(VariableTracker):
         return self.cls
 
     def is_python_constant(self):
-        return all(a.is_python_constant() for a in self.args)
+        return not self.custom_text() and all(a.is_python_constant() for a in self.args)
+
+    def custom_text(self):
+        """Whether the class defines __str__ or __repr__ in Python."""
+        return any(isinstance(_text_method(self.cls, n), types.FunctionType) for n in _TEXT)
 
     def as_python_constant(self):
         """A real instance with the same class and args (what str(), repr(), f-strings read)."""
+        if self.custom_text():
+            unimplemented(f"a {self.cls.__name__} (Python __str__/__repr__) as a constant")
+        return self._rebuilt()
+
+    def _rebuilt(self):
         args = tuple(a.as_python_constant() for a in self.args)
         return make_exception_object(self.cls, args, {})
 
@@ -182,11 +200,15 @@ class ExceptionVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         from kiln.frontend.variables.constant import ConstantVariable
 
-        if name in ("__str__", "__repr__") and not args and not kwargs:
-            if not self.is_python_constant():
+        if name in _TEXT and not args and not kwargs:
+            fn = _text_method(self.cls, name)
+            if isinstance(fn, types.FunctionType):
+                from kiln.frontend.variables.functions import inline_call
+
+                return inline_call(tx, fn, [self], {}, None)
+            if not all(a.is_python_constant() for a in self.args):
                 unimplemented(f"{name} of a {self.cls.__name__} with non-constant args")
-            fn = str if name == "__str__" else repr
-            return ConstantVariable(fn(self.as_python_constant()))
+            return ConstantVariable(fn(self._rebuilt()))  # (the builtin class's own method)
         if name == "with_traceback" and len(args) == 1 and not kwargs:
             return self
         unimplemented(f"method {name!r} of a {self.cls.__name__} made while tracing")
