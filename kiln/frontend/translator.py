@@ -30,7 +30,6 @@ from kiln.frontend.variables.functions import NestedUserFunctionVariable
 from kiln.frontend.variables.lists import (
     BaseListVariable,
     ListIteratorVariable,
-    ListVariable,
     TupleVariable,
     start_instruction,
 )
@@ -602,13 +601,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
             self.pop()
 
     def GET_ITER(self, inst):
-        v = self.pop()
-        if isinstance(v, ListIteratorVariable):
-            self.push(v)
-        elif type(v) is ListVariable:
-            self.push(ListIteratorVariable.over_list(v))  # sees appends made while looping
-        else:
-            self.push(ListIteratorVariable(v.unpack_var_sequence(self)))
+        self.push(ListIteratorVariable.over(self, self.pop()))  # (a list's sees its appends)
 
     def FOR_ITER(self, inst):
         it = self.stack[-1]

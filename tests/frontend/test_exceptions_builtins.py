@@ -442,3 +442,55 @@ def test_exception_with_python_str_escapes():
     run_and_compare(python_str_exception_escapes, t(3))
     with pytest.raises(CodeError, match="code 3"):
         kiln.compile(python_str_exception_escapes, backend="eager")(t(3))
+
+
+def zip_strict(x):
+    total = sum(a * b for a, b in zip([1, 2], [3, 4], strict=True))
+    caught = []
+    for args in (([1], [1, 2]), ([1, 2], [1]), ([1], [1], [1, 2])):
+        try:
+            for _ in zip(*args, strict=True):
+                total += 1
+        except ValueError as e:
+            caught.append(str(e))
+    return x + total, caught
+
+
+def dict_and_set_changed_while_iterated(x):
+    d, s = {"a": 1}, {1}
+    caught = []
+    try:
+        for k in d:
+            d[k + "x"] = 2
+    except RuntimeError as e:
+        caught.append(str(e))
+    try:
+        for v in s:
+            s.add(v + 1)
+    except RuntimeError as e:
+        caught.append(str(e))
+    for k in d:
+        d[k] = 3  # (same keys: no error)
+    return x + len(d), caught, d
+
+
+def zip_strict_escapes(x, a, b):
+    y = x + 1
+    return y + len(list(zip(a, b, strict=True)))
+
+
+def dict_changed_escapes(x, d):
+    y = x + 1
+    for k in d:
+        d[k + "x"] = 1
+    return y
+
+
+@pytest.mark.parametrize("fn", [zip_strict, dict_and_set_changed_while_iterated])
+def test_iterator_end_errors(fn):
+    run_and_compare(fn, t(3), expected_graphs=1, expected_breaks=0)
+
+
+def test_iterator_end_errors_escape():
+    run_and_compare(zip_strict_escapes, t(3), [1], [1, 2])
+    run_and_compare(dict_changed_escapes, t(3), {"a": 1})

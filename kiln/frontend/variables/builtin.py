@@ -82,6 +82,19 @@ def binary_op(tx, fn, a, b):
     unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
 
 
+def _zip_strict_error(lengths):
+    """The message of the ValueError zip(..., strict=True) raises at its end, or None."""
+    n = min(lengths, default=0)
+    if lengths[0] == n:  # the first ran out: a later one that has more is longer
+        i, how = next(((i, "longer") for i, k in enumerate(lengths) if k > n), (None, None))
+    else:
+        i, how = next(i for i, k in enumerate(lengths) if k == n), "shorter"
+    if i is None:
+        return None
+    others = "argument 1" if i == 1 else f"arguments 1-{i}"
+    return f"zip() argument {i + 1} is {how} than {others}"
+
+
 def _is_exception(var):
     from kiln.frontend.variables.exceptions import ExceptionVariable
 
@@ -377,11 +390,7 @@ class BuiltinVariable(VariableTracker):
         return s
 
     def _call_iter(self, tx, obj):
-        if isinstance(obj, ListIteratorVariable):
-            return obj
-        if type(obj) is ListVariable:
-            return ListIteratorVariable.over_list(obj)
-        return ListIteratorVariable(obj.unpack_var_sequence(tx))
+        return ListIteratorVariable.over(tx, obj)
 
     def _call_next(self, tx, it, default=None):
         if not isinstance(it, ListIteratorVariable):
@@ -404,9 +413,12 @@ class BuiltinVariable(VariableTracker):
             ]
         )
 
-    def _call_zip(self, tx, *objs):
+    def _call_zip(self, tx, *objs, strict=None):
         seqs = [o.unpack_var_sequence(tx) for o in objs]
-        return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*seqs)])
+        it = ListIteratorVariable([TupleVariable(list(t)) for t in zip(*seqs)])
+        if strict is not None and strict.as_python_constant():
+            it.end_error = _zip_strict_error([len(s) for s in seqs])
+        return it
 
     def _call_reversed(self, tx, obj):
         return ListIteratorVariable(list(reversed(obj.unpack_var_sequence(tx))))

@@ -418,14 +418,43 @@ class ListIteratorVariable(VariableTracker):
         it.live_list = lst
         return it
 
+    @classmethod
+    def over(cls, tx, obj):
+        """iter(obj) (GET_ITER, iter()): a list's live iterator; over a dict or set, one that
+        raises RuntimeError as Python's does when the container changes size while iterated;
+        else an iterator over a snapshot of the items."""
+        if isinstance(obj, cls):
+            return obj
+        if type(obj) is ListVariable:
+            return cls.over_list(obj)
+        it = cls(obj.unpack_var_sequence(tx))
+        if isinstance(obj, SetVariable):
+            it.watched = (obj, len(obj.values), "Set changed size during iteration")
+        elif type(obj).__name__ == "ConstDictVariable":
+            it.watched = (obj, len(obj.items), "dictionary changed size during iteration")
+        return it
+
     live_list = None
+    end_error = None  # zip(strict=True) of unequal lengths: its ValueError at the end
+    watched = None  # (dict or set, its size, Python's error when the size changes)
+    failed = False  # raised one of those errors
 
     def python_type(self):
         return type(iter([]))
 
     def next_item(self):
         """The next item, or None when exhausted."""
+        if self.watched is not None and not self.failed:
+            container, size, message = self.watched
+            now = len(container.values if isinstance(container, SetVariable) else container.items)
+            if now != size:
+                self.failed = True  # (Python's iterator is exhausted after raising)
+                self.index = len(self.items)
+                raise_observed(None, RuntimeError, message)
         if self.index >= len(self.items):
+            if self.end_error is not None and not self.failed:
+                self.failed = True
+                raise_observed(None, ValueError, self.end_error)
             return None
         item = self.items[self.index]
         _ITER_UNDO.append((self, self.index))
@@ -436,6 +465,8 @@ class ListIteratorVariable(VariableTracker):
         rest = self.items[self.index :]
         _ITER_UNDO.append((self, self.index))
         self.index = len(self.items)
+        if self.end_error is not None or self.watched is not None:
+            self.next_item()  # (raises what Python's iterator raises at its end)
         return rest
 
     def call_method(self, tx, name, args, kwargs):
@@ -447,6 +478,10 @@ class ListIteratorVariable(VariableTracker):
         unimplemented(f"iterator.{name}")
 
     def reconstruct(self, cg):
+        if self.failed or self.end_error is not None:
+            # (a dict/set iterator is rebuilt over its remaining keys: the resumed code no longer
+            # checks the container's size)
+            unimplemented("rebuilding a zip(strict=True) iterator or one that raised")
         if self.live_list is not None and self.live_list.items is self.items:
             # the same list object, advanced to where the trace is
             cg.load_object(list_iter_at, push_null=True)
