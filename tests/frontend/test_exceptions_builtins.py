@@ -494,3 +494,29 @@ def test_iterator_end_errors(fn):
 def test_iterator_end_errors_escape():
     run_and_compare(zip_strict_escapes, t(3), [1], [1, 2])
     run_and_compare(dict_changed_escapes, t(3), {"a": 1})
+
+
+def dict_views_changed_while_iterated(x):
+    d = {"a": 1, "b": 2}
+    caught = []
+    for view in (d.keys, d.values, d.items):
+        try:
+            for _ in view():
+                d[f"k{len(d)}"] = 0
+        except RuntimeError as e:
+            caught.append(str(e))
+    for k, v in d.items():
+        d[k] = v + 1  # (same size: no error)
+    return x + len(d), caught, d
+
+
+def view_made_before_change(x):
+    d = {"a": 1}
+    keys = d.keys()
+    d["b"] = 2
+    return x + len([k for k in keys])
+
+
+def test_dict_views_changed_while_iterated():
+    run_and_compare(dict_views_changed_while_iterated, t(3), expected_graphs=1, expected_breaks=0)
+    run_and_compare(view_made_before_change, t(3))

@@ -74,12 +74,12 @@ class ConstDictVariable(VariableTracker):
         if name == "__len__":
             return ConstantVariable(len(self.items))
         if name == "keys" and not args:
-            return ListIteratorVariable([ConstantVariable(k) for k in self.items])
+            return ListIteratorVariable.over_dict(self, [ConstantVariable(k) for k in self.items])
         if name == "values" and not args:
-            return ListIteratorVariable(list(self.items.values()))
+            return ListIteratorVariable.over_dict(self, list(self.items.values()))
         if name == "items" and not args:
-            return ListIteratorVariable(
-                [TupleVariable([ConstantVariable(k), v]) for k, v in self.items.items()]
+            return ListIteratorVariable.over_dict(
+                self, [TupleVariable([ConstantVariable(k), v]) for k, v in self.items.items()]
             )
         if name == "__setitem__" and len(args) == 2:
             self._mutate(tx)

@@ -427,12 +427,23 @@ class ListIteratorVariable(VariableTracker):
             return obj
         if type(obj) is ListVariable:
             return cls.over_list(obj)
+        if type(obj).__name__ == "ConstDictVariable":
+            return cls.over_dict(obj, obj.unpack_var_sequence(tx), view=False)
         it = cls(obj.unpack_var_sequence(tx))
         if isinstance(obj, SetVariable):
             it.watched = (obj, len(obj.values), "Set changed size during iteration")
-        elif type(obj).__name__ == "ConstDictVariable":
-            it.watched = (obj, len(obj.items), "dictionary changed size during iteration")
         return it
+
+    @classmethod
+    def over_dict(cls, d, items, view=True):
+        """An iterator over a dict (or its keys/values/items view) that raises as Python's does
+        when the dict changes size while it is iterated."""
+        it = cls(items)
+        it.watched = (d, len(d.items), "dictionary changed size during iteration")
+        it.view = view
+        return it
+
+    view = False  # a dict view (a snapshot of it, taken when the view was made)
 
     live_list = None
     end_error = None  # zip(strict=True) of unequal lengths: its ValueError at the end
@@ -445,9 +456,10 @@ class ListIteratorVariable(VariableTracker):
     def next_item(self):
         """The next item, or None when exhausted."""
         if self.watched is not None and not self.failed:
-            container, size, message = self.watched
-            now = len(container.values if isinstance(container, SetVariable) else container.items)
-            if now != size:
+            message = self.watched[2]
+            if self._size_changed():
+                if self.view and self.index == 0:  # Python would iterate the dict as it is now
+                    unimplemented("iterating a dict view made before the dict changed size")
                 self.failed = True  # (Python's iterator is exhausted after raising)
                 self.index = len(self.items)
                 raise_observed(None, RuntimeError, message)
@@ -460,6 +472,11 @@ class ListIteratorVariable(VariableTracker):
         _ITER_UNDO.append((self, self.index))
         self.index += 1
         return item
+
+    def _size_changed(self):
+        container, size, _ = self.watched
+        now = len(container.values if isinstance(container, SetVariable) else container.items)
+        return now != size
 
     def unpack_var_sequence(self, tx):
         rest = self.items[self.index :]
@@ -482,6 +499,8 @@ class ListIteratorVariable(VariableTracker):
             # (a dict/set iterator is rebuilt over its remaining keys: the resumed code no longer
             # checks the container's size)
             unimplemented("rebuilding a zip(strict=True) iterator or one that raised")
+        if self.watched is not None and self._size_changed():
+            unimplemented("rebuilding an iterator over a dict or set that changed size")
         if self.live_list is not None and self.live_list.items is self.items:
             # the same list object, advanced to where the trace is
             cg.load_object(list_iter_at, push_null=True)
