@@ -166,3 +166,18 @@ def test_getattr_hook_input_is_guarded():
         torch.testing.assert_close(compiled(x), getattr_hook_input(x))
     finally:
         del NS.values["missing"]
+
+
+def len_of_object_without_len(x):
+    p = Plain()
+    try:
+        len(p)
+    except TypeError:
+        return x + 1
+    except AttributeError:
+        return x + 2  # (what a missing special method must not become)
+    return x
+
+
+def test_missing_special_method_is_not_an_attribute_error():
+    run_and_compare(len_of_object_without_len, t(3))

@@ -33,6 +33,7 @@ class UserDefinedClassVariable(PythonValueVariable):
         try:
             static = inspect.getattr_static(self.value, name)
         except AttributeError:
+            _dunder_missing(self.value, name)
             if self.hasattr(tx, name).value is False and type(self.value) is type:
                 message = f"type object {self.value.__name__!r} has no attribute {name!r}"
                 raise_observed(tx, AttributeError, message)
@@ -194,6 +195,7 @@ class UserDefinedObjectVariable(VariableTracker):
         if d is not None and name in d:
             return wrap_value(tx, d[name], AttrSource(self.source, name))
         if static is None:
+            _dunder_missing(cls, name)
             if hasattr(cls, "__getattr__"):
                 self.has_plain_attr(tx, name)  # (guards the instance dict's keys)
                 return call_getattr_hook(tx, self, name)
@@ -395,6 +397,7 @@ class NewObjectVariable(VariableTracker):
         try:
             static = inspect.getattr_static(self.cls, name)
         except AttributeError:
+            _dunder_missing(self.cls, name)
             if "__getattr__" in dir(self.cls):
                 return call_getattr_hook(tx, self, name)
             message = f"{self.cls.__name__!r} object has no attribute {name!r}"
@@ -468,6 +471,14 @@ class NewObjectVariable(VariableTracker):
 
 def _NO_HOOK():
     pass
+
+
+def _dunder_missing(cls, name):
+    """A special method the class lacks: kiln asks for one where Python's operators and builtins
+    look it up on the type (len(), in, ...), which raise TypeError or fall back, not
+    AttributeError: not modelled."""
+    if name.startswith("__") and name.endswith("__"):
+        unimplemented(f"{getattr(cls, '__name__', cls)} has no {name}")
 
 
 def call_getattr_hook(tx, obj, name):
