@@ -181,3 +181,14 @@ def len_of_object_without_len(x):
 
 def test_missing_special_method_is_not_an_attribute_error():
     run_and_compare(len_of_object_without_len, t(3))
+
+
+def equal_inputs(x, a, b):
+    return x + (a == b) + (a != b)
+
+
+def test_identity_equality_of_inputs_is_guarded():
+    p, q = Plain(), Plain()
+    compiled = run_and_compare(equal_inputs, t(3), p, p, expected_graphs=1)
+    x = t(3)
+    torch.testing.assert_close(compiled(x, p, q), equal_inputs(x, p, q))

@@ -102,8 +102,12 @@ def user_binary_op(tx, fn, a, b):
             unimplemented(f"!= of a {ta.__name__}: __eq__ returned {eq}")
         return ConstantVariable(not eq.as_python_constant())
     if fn is operator.eq and (is_user_object(a) or is_user_object(b)):
-        same = a is b or (a.source is not None and a.source == b.source)
-        return ConstantVariable(same)  # object's identity equality
+        from kiln.frontend.variables.builtin import compare_vars
+        from kiln.frontend.variables.user_defined import NewObjectVariable
+
+        if isinstance(a, NewObjectVariable) or isinstance(b, NewObjectVariable):
+            return ConstantVariable(a is b)  # (an object made while tracing is itself only)
+        return compare_vars(tx, operator.is_, a, b)  # object's identity equality (guarded)
     return None
 
 
