@@ -47,6 +47,9 @@ from kiln.backend.sizes import (  # noqa: F401 (re-exported: lowerings import th
 # simplify the arithmetic that reshapes produce: (8*i0 + i1) // 8 == i0 when 0 <= i1 < 8, and
 # (s1*i0 + i1) // s1 == i0 when 0 <= i1 < s1 (proved with known_lt). A symbolic atom's bounds are
 # rational over-approximations (hi / k >= floor(hi / k)), good enough for the next proof.
+# A multiple of k leaves `// k` and `% k` whatever the ranges: (R + 384*r0) // 128 is
+# 3*r0 + R // 128. Sums of atoms recombine (_fold_divmod): k*((X // k) % n) + X % k is X % (k*n)
+# and k*(X // k) + X % k is X, so a permuted flat index read back flat is affine again.
 
 RANGES: dict = {}  # symbol -> (lo, hi) inclusive
 CPU = torch.device("cpu")
@@ -211,6 +214,8 @@ class Ix:
             else (known_nonneg(lo) and known_lt(hi, k))
         ):
             return q
+        if q.terms or q.const != 0:  # (k*Q + R) // k == Q + R // k for every integer Q
+            return q + r // k
         f = self._common_factor(k)
         if f is not None:  # (g*X + Y) // (g*m) == X // m
             return f[1] // exact_div(k, f[0])
@@ -245,6 +250,8 @@ class Ix:
             else (known_nonneg(lo) and known_lt(hi, k))
         ):
             return r
+        if q.terms or q.const != 0:  # (k*Q + R) % k == R % k for every integer Q
+            return r % k
         f = self._common_factor(k)
         if f is not None:  # (g*X + Y) % (g*m) == g*(X % m) + Y
             g, big, small = f
@@ -310,8 +317,65 @@ DIVMOD: dict = {}
 
 
 def _fold_divmod(terms):
-    """k*(X // k) + X % k -> X in a term dict (in place): a flat index split by a view and put
-    back together by the next one (Note [Backend: index expressions])."""
+    """Recombine div/mod atoms in a term dict (in place) until nothing changes: a flat index split
+    by a view and put back together by the next one (Note [Backend: index expressions])."""
+    done = False
+    while _fold_mod_mod(terms) | _fold_div_mod(terms):
+        done = True
+    return done
+
+
+def _fold_mod_mod(terms):
+    """c*k*((X // k) % n) + c*(X % k) -> c*(X % (k*n)), for a non-negative X (int c, k, n).
+
+    X % (k*n) == X - k*n*(X // (k*n)) and X // (k*n) == (X // k) // n, so it is
+    k*((X // k) - n*((X // k) // n)) + X % k == k*((X // k) % n) + X % k."""
+    for code in list(terms):
+        d = DIVMOD.get(code)
+        if d is None or d[0] != "%" or code not in terms:
+            continue
+        inner, n = d[1], d[2]
+        if inner.const != 0 or len(inner.terms) != 1 or next(iter(inner.terms.values())) != 1:
+            continue
+        div = DIVMOD.get(next(iter(inner.terms)))
+        if div is None or div[0] != "/" or type(div[2]) is not int or type(n) is not int:
+            continue
+        x, k = div[1], div[2]
+        low = next(
+            (
+                m
+                for m in terms
+                if DIVMOD.get(m, (None,))[0] == "%"
+                and DIVMOD[m][2] == k
+                and DIVMOD[m][1].key() == x.key()
+            ),
+            None,
+        )
+        c = terms.get(low)
+        if low is None or type(c) is not int or terms[code] != c * k:
+            continue
+        del terms[code], terms[low]
+        _merge(terms, x % (k * n), c)
+        return True
+    return False
+
+
+def _merge(terms, ix, c):
+    """terms += c * ix (the constant under the key "")."""
+    for sym, v in ix.terms.items():
+        v = terms.get(sym, 0) + c * v
+        if type(v) is not int:
+            v = _n(v)
+        if type(v) is int and v == 0:
+            terms.pop(sym, None)
+        else:
+            terms[sym] = v
+    v = terms.get("", 0) + c * ix.const
+    terms[""] = v if type(v) is int else _n(v)
+
+
+def _fold_div_mod(terms):
+    """k*(X // k) + X % k -> X in a term dict (in place)."""
     mods = {}
     for code in terms:
         d = DIVMOD.get(code)
@@ -333,13 +397,7 @@ def _fold_divmod(terms):
         if type(x.const) is not int or any(type(k) is not int for k in x.terms.values()):
             continue
         del terms[code], terms[m]
-        for sym, k in x.terms.items():
-            v = terms.get(sym, 0) + c * k
-            if v:
-                terms[sym] = v
-            else:
-                terms.pop(sym, None)
-        terms[""] = terms.get("", 0) + c * x.const
+        _merge(terms, x, c)
         done = True
     return done
 
