@@ -30,6 +30,7 @@ raise_on_backend_error = False  # a failing backend raises instead of falling ba
 cpp_compiler = "g++"  # compiler for CPU kernels
 cpp_flags = "-O3 -march=native -fopenmp -fPIC -shared -std=c++17"  # never -ffast-math
 num_threads = 0  # OpenMP threads for kernels; 0 = torch.get_num_threads()
+conv_channels_last = True  # inference graphs with 2D convolutions run them NHWC (channels-last)
 
 # --- files ---
 cache_dir = os.path.expanduser("~/.cache/kiln")  # on-disk code and graph cache

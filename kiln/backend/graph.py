@@ -5,7 +5,7 @@ import operator
 import sympy
 import torch
 
-from kiln import logs
+from kiln import config, logs
 from kiln.backend import lowering as L
 from kiln.backend.ir import (
     RANGES,
@@ -23,6 +23,7 @@ from kiln.backend.ir import (
     contiguous_strides,
     dense_stride_of,
     floordiv,
+    is_dense,
     is_sym,
     known_eq,
     norm,
@@ -88,6 +89,8 @@ class GraphLowering:
         self.env = {}
         self._n = 0
         self.fallback_ops = []  # ops run as ATen calls (for reports/tests)
+        self.channels_last = False  # conv activations laid out NHWC (see the Note)
+        self.cl_ids = set()  # ids of values laid out (or to be realized) channels-last
 
     def _name(self, prefix="buf"):
         self._n += 1
@@ -143,6 +146,7 @@ class GraphLowering:
     def run(self):
         RANGES.clear()
         use_shape_env(self.gm.meta.get("shape_env") if hasattr(self.gm, "meta") else None)
+        self.channels_last = _wants_channels_last(self.gm)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 self.env[node] = self.placeholder(node, len(self.inputs))
@@ -219,6 +223,8 @@ class GraphLowering:
             try:
                 out = fn(*args, **kwargs)
                 if _matches(out, val):
+                    if self.channels_last:
+                        self._follow_channels_last(out, args)
                     return out
                 why = "result does not match the meta value"
             except L.NotLowered as e:
@@ -240,6 +246,9 @@ class GraphLowering:
                 return self.as_tensor_arg(a, v)
             return a
 
+        cl_conv = self.channels_last and target is torch.ops.aten.convolution.default
+        if cl_conv:
+            args = (self._to_channels_last(args[0]), self._to_channels_last(args[1]), *args[2:])
         arg_vals = [a.meta.get("val") if hasattr(a, "meta") else None for a in node.args]
         cargs = []
         for a, v in zip(args, arg_vals):
@@ -259,9 +268,12 @@ class GraphLowering:
         def out_buf(v):
             if isinstance(v, torch.Tensor):
                 _check_tensor(v)
-                lay = Layout(sizes_of(v), strides_of(v), v.dtype)
+                stride = _cl_stride(sizes_of(v)) if cl_conv else strides_of(v)
+                lay = Layout(sizes_of(v), stride, v.dtype)
                 b = ExternBuffer(self._name(), lay, kernel)
                 self.buffers[b.name] = b
+                if cl_conv:
+                    self.cl_ids.add(id(b))
                 return b
             if v is None:
                 return None
@@ -284,7 +296,58 @@ class GraphLowering:
 
     def output(self, node):
         for v in _flat_out(node.args[0]):
-            self.outputs.append(self._output_value(v))
+            out = self._output_value(v)
+            if self.channels_last and out[0] in ("buf", "view"):
+                out = self._eager_strides(out, v)
+            self.outputs.append(out)
+
+    # --- channels-last convolutions (see the Note) -----------------------------------------------
+
+    def _to_channels_last(self, value):
+        """value realized with channels-last strides (a copy kernel unless it is already)."""
+        size = tuple(value.get_size())
+        st = _cl_stride(size)
+        rl = value.realized_layout()
+        if (
+            rl is not None
+            and _same_strides(size, rl[1].stride, st)
+            and rl[1].size == rl[0].layout.size
+        ):
+            return value
+        if isinstance(value, StorageBox) and not value.is_realized():
+            value.realize(st)
+            return value
+        box = StorageBox(Pointwise(value.get_dtype(), list(size), value.make_loader()), self)
+        box.realize(st)
+        return box
+
+    def _follow_channels_last(self, out, args):
+        """A 4-d unrealized result of channels-last inputs is realized channels-last too."""
+        if not isinstance(out, StorageBox) or out.is_realized() or len(out.get_size()) != 4:
+            return
+        if not any(id(a) in self.cl_ids for a in _flat(args)):
+            return
+        size = tuple(out.get_size())
+        if not all(type(x) is int or isinstance(x, sympy.Integer) for x in size):
+            return
+        size = tuple(int(x) for x in size)
+        out.val = torch.empty_strided(size, _cl_stride(size), dtype=out.get_dtype(), device="meta")
+        self.cl_ids.add(id(out))
+
+    def _eager_strides(self, out, node):
+        """A graph output with eager's strides: a copy kernel where its layout differs."""
+        val = node.meta.get("val")
+        buf = self.buffers[out[1]]
+        size, stride = (buf.layout.size, buf.layout.stride) if out[0] == "buf" else out[2:4]
+        want = strides_of(val) if isinstance(val, torch.Tensor) else None
+        if want is None or _same_strides(size, stride, want):
+            return out
+        if not is_dense(sizes_of(val), want):
+            raise GraphNotSupported("channels-last layout for a non-dense graph output")
+        value = self.env[node]
+        box = StorageBox(Pointwise(value.get_dtype(), list(size), value.make_loader()), self)
+        box.realize(tuple(want))
+        return ("buf", box.data.name)
 
     def _output_value(self, node):
         if not isinstance(node, torch.fx.Node):
@@ -309,6 +372,47 @@ class GraphLowering:
         ):
             return ("buf", buf.name)
         return ("view", buf.name, layout.size, layout.stride, layout.offset)
+
+
+# Note [Backend: channels-last convolutions]
+# 2D convolutions run faster on this CPU with NHWC ("channels-last") activations and weights, as
+# inductor's layout optimization does. In an inference graph (compiled with grad disabled: a
+# training forward is compiled under grad, and its saved activations would all need converting
+# back) that has only static 4-d non-transposed convolutions, each convolution's input and weight
+# are realized channels-last (a copy kernel for graph inputs and contiguous values), its output is
+# declared channels-last (the wrapper's stride check copies if ATen disagrees), and a 4-d pointwise
+# result of channels-last values is realized channels-last too (its StorageBox's val says so, and
+# the kernel's loop order follows the strides). Graph outputs get exactly eager's strides: a copy
+# kernel where the chosen layout differs; a non-dense output that would differ runs eagerly.
+
+
+def _cl_stride(size):
+    _, c, h, w = (int(x) for x in size)
+    return (h * w * c, 1, w * c, c)
+
+
+def _same_strides(size, a, b):
+    return len(a) == len(b) and all(s == 1 or known_eq(x, y) for s, x, y in zip(size, a, b))
+
+
+def _wants_channels_last(gm):
+    """Whether gm is an inference graph with 2D convolutions only (static sizes)."""
+    if torch.is_grad_enabled() or not config.conv_channels_last:
+        return False
+    found = False
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target is not torch.ops.aten.convolution.default:
+            continue
+        vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in n.args[:2]]
+        for t in vals:
+            if not isinstance(t, torch.Tensor) or t.dim() != 4 or t.dtype != torch.float32:
+                return False
+            if not all(type(x) is int for x in t.shape):
+                return False
+        if n.args[6]:  # transposed
+            return False
+        found = True
+    return found
 
 
 # Note [Backend: views of unrealized values]

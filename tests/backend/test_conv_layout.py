@@ -1,0 +1,113 @@
+"""Inference graphs with 2D convolutions run them channels-last; outputs keep eager's strides."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from kiln.autograd.aot import aot_module
+from kiln.autograd.tracer import trace_aten
+from kiln.backend import compile as kc
+from kiln.backend.decompositions import DECOMPOSITIONS
+from kiln.backend.ir import ExternBuffer
+from kiln_bench.models import build_resnet
+
+
+def _conv_layouts(fn, inputs):
+    """Strides of the convolution outputs kiln lays out for fn's graph."""
+    gm = trace_aten(fn, inputs, decompositions=DECOMPOSITIONS)
+    graph = kc.lower_and_generate(gm, inputs)[0]
+    return [
+        tuple(int(s) for s in b.layout.stride)
+        for b in graph.buffers.values()
+        if isinstance(b, ExternBuffer) and b.kernel.op == torch.ops.aten.convolution.default
+    ]
+
+
+def _check(fn, inputs):
+    gm = trace_aten(fn, inputs, decompositions=DECOMPOSITIONS)
+    compiled = kc.compile_aten_graph(gm, inputs)
+    assert isinstance(compiled, kc.CompiledGraph), "graph fell back to eager"
+    got, want = compiled(*inputs), fn(*inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+        assert g.stride() == w.stride(), (g.stride(), w.stride())
+    return compiled
+
+
+def _conv_bn_relu(x, w, b, mean, var, gamma, beta):
+    y = F.conv2d(x, w, b, padding=1)
+    return (torch.relu(F.batch_norm(y, mean, var, gamma, beta, False)),)
+
+
+def _inputs(n=2, c=3, k=8, hw=10):
+    torch.manual_seed(0)
+    return [
+        torch.randn(n, c, hw, hw),
+        torch.randn(k, c, 3, 3),
+        torch.randn(k),
+        torch.randn(k),
+        torch.rand(k) + 0.5,
+        torch.randn(k),
+        torch.randn(k),
+    ]
+
+
+def test_conv_bn_relu_channels_last_inside_eager_strides_out():
+    inputs = _inputs()
+    with torch.no_grad():
+        _check(_conv_bn_relu, inputs)
+        assert _conv_layouts(_conv_bn_relu, inputs) == [(800, 1, 80, 8)]
+
+
+def test_training_graphs_keep_eager_layouts():
+    inputs = _inputs()
+    with torch.enable_grad():
+        _check(_conv_bn_relu, inputs)
+        assert _conv_layouts(_conv_bn_relu, inputs) == [(800, 100, 10, 1)]
+
+
+def _residual(x, w1, w2, w3):
+    a = torch.relu(F.conv2d(x, w1, padding=1))
+    b = F.conv2d(a, w2, padding=1)
+    out = torch.relu(b + x)
+    # intermediate outputs (a conv output, a permuted and a flattened view) keep eager's strides
+    return out, b, out.permute(0, 2, 3, 1), out.flatten(1), F.conv2d(out, w3).mean((2, 3))
+
+
+def test_residual_block_outputs():
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 8, 6, 6), *(torch.randn(8, 8, 3, 3) for _ in range(2))]
+    inputs.append(torch.randn(4, 8, 1, 1))
+    with torch.no_grad():
+        _check(_residual, inputs)
+
+
+def test_resnet_inference_parity():
+    model, inputs, _ = build_resnet("cpu", torch.float32, batch=2)
+    model.eval()
+    compiled = aot_module(model, kc.compile_aten_graph, decompositions=DECOMPOSITIONS)
+    with torch.no_grad():
+        want = model(*inputs)
+        got = compiled(*inputs)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert got.stride() == want.stride()
+
+
+def test_conv_channels_last_setting_off(monkeypatch):
+    from kiln import config
+
+    monkeypatch.setattr(config, "conv_channels_last", False)
+    with torch.no_grad():
+        assert _conv_layouts(_conv_bn_relu, _inputs()) == [(800, 100, 10, 1)]
+
+
+def test_module_conv_bn_relu_eval():
+    torch.manual_seed(0)
+    mod = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).eval()
+    x = torch.randn(2, 3, 9, 9)
+    compiled = aot_module(mod, kc.compile_aten_graph, decompositions=DECOMPOSITIONS)
+    with torch.no_grad():
+        want, got = mod(x), compiled(x)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert got.stride() == want.stride()
