@@ -69,6 +69,8 @@ def _graph_key(gm, example_inputs):
     h.update(f"{torch.__version__}|{torch.__file__}".encode())
     h.update(gm.code.encode())
     h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{num_threads()}".encode())
+    # the layout choices depend on these (Note [Backend: channels-last convolutions])
+    h.update(f"{torch.is_grad_enabled()}|{config.conv_channels_last}".encode())
     # symbolic sizes enter as their expressions (s0), never their hints: one entry for all sizes
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     for k, x in enumerate(example_inputs):

@@ -104,3 +104,14 @@ def test_output_code_log_prints_kernels_and_wrapper(monkeypatch, tmp_path, capfd
     err = capfd.readouterr().err
     assert 'extern "C" int kernel0' in err
     assert "def call(" in err
+
+
+def test_graph_cache_key_names_grad_mode_and_conv_layout(monkeypatch):
+    """Inference graphs choose channels-last convolutions: a graph lowered otherwise is not reused."""
+    x = torch.randn(5, 7)
+    gm = torch.fx.symbolic_trace(lambda x: (x.cos(),))
+    here = compile_mod._graph_key(gm, [x])
+    with torch.no_grad():
+        assert compile_mod._graph_key(gm, [x]) != here
+    monkeypatch.setattr(config, "conv_channels_last", not config.conv_channels_last)
+    assert compile_mod._graph_key(gm, [x]) != here
