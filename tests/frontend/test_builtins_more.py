@@ -185,33 +185,3 @@ def sorted_with_untraced_key(x):
 def test_break_after_an_iterator_was_consumed_sees_it_unconsumed():
     # sorted() read d.items() before breaking; the call runs again in Python on all items
     run_and_compare(sorted_with_untraced_key, t(3), expected_breaks=1)
-
-
-class Double(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * 2
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * 2 + x * 0
-
-
-def autograd_function_call(x):
-    return Double.apply(x.sin()) + 1
-
-
-def test_autograd_function_apply_same_values_and_gradients():
-    # Function.apply breaks inside (it runs as its own frame; its resume functions use
-    # zero-argument super(), which reads the frame's first argument)
-    kiln.reset()
-    f = kiln.compile(autograd_function_call, backend="eager")
-    x1 = t(3).requires_grad_()
-    x2 = x1.detach().clone().requires_grad_()
-    out1, out2 = f(x1), autograd_function_call(x2)
-    torch.testing.assert_close(out1, out2)
-    out1.sum().backward()
-    out2.sum().backward()
-    torch.testing.assert_close(x1.grad, x2.grad)
