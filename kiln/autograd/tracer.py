@@ -297,6 +297,8 @@ class _FakeDispatch:
             out = func(*margs, **mkwargs)
         except NotImplementedError as e:
             raise Unsupported(f"operator {func} has no meta kernel: {e}") from e
+        if func is _CONVOLUTION and out_device.type == "cpu" and not symbolic:
+            out = _cpu_conv_layout(margs, out)
         layout = None
         if symbolic:
             env = _env_in((args, kwargs)) or _NO_ENV
@@ -325,6 +327,22 @@ class _FakeDispatch:
 
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+_CONVOLUTION = torch.ops.aten.convolution.default
+
+
+def _channels_last(t):
+    return t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)
+
+
+def _cpu_conv_layout(margs, out):
+    """CPU convolution's output layout: channels-last when the input or the weight is (the meta
+    kernel answers contiguous, so compiled outputs had other strides than eager's)."""
+    x, w = margs[0], margs[1]
+    if not (_channels_last(x) and not x.is_contiguous()) and not (
+        _channels_last(w) and not w.is_contiguous()
+    ):
+        return out
+    return out.contiguous(memory_format=torch.channels_last)
 
 
 def _queries():

@@ -52,9 +52,11 @@ class CompiledGraph:
 
 @functools.lru_cache(None)
 def _backend_source_hash():
+    """The backend's and the ATen tracer's sources (the tracer decides the graph's layouts)."""
     h = hashlib.sha256()
-    root = os.path.dirname(__file__)
-    for dirpath, _, files in sorted(os.walk(root)):
+    kiln_dir = os.path.dirname(os.path.dirname(__file__))
+    roots = [os.path.join(kiln_dir, "backend"), os.path.join(kiln_dir, "autograd")]
+    for dirpath, _, files in sorted(w for root in roots for w in os.walk(root)):
         for f in sorted(files):
             if f.endswith(".py"):
                 with open(os.path.join(dirpath, f), "rb") as fh:

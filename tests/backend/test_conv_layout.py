@@ -1,9 +1,11 @@
 """Inference graphs with 2D convolutions run them channels-last; outputs keep eager's strides."""
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import kiln
 from kiln.autograd.aot import aot_module
 from kiln.autograd.tracer import trace_aten
 from kiln.backend import compile as kc
@@ -111,3 +113,15 @@ def test_module_conv_bn_relu_eval():
         want, got = mod(x), compiled(x)
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     assert got.stride() == want.stride()
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_channels_last_input_gives_eager_strides(grad):
+    """CPU convolution answers channels-last for a channels-last input (the meta kernel does not)."""
+    kiln.reset()
+    conv = torch.nn.Conv2d(3, 8, 3)
+    x = torch.randn(2, 3, 10, 10).to(memory_format=torch.channels_last).requires_grad_(grad)
+    with torch.set_grad_enabled(grad):
+        out, ref = kiln.compile(conv, backend="kiln")(x), conv(x)
+    assert out.stride() == ref.stride()
+    torch.testing.assert_close(out, ref)
