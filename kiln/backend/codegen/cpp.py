@@ -377,22 +377,21 @@ class CppOverrides:
         return self._var(f"!static_cast<bool>({a})", torch.bool)
 
     def logical_and(self, a, b):
-        if "false" in (a.name, b.name):
-            return CSEVar("false", torch.bool)
-        if a.name == "true" and b.dtype == torch.bool:
-            return b
-        if b.name == "true" and a.dtype == torch.bool:
-            return a
-        return self._var(f"static_cast<bool>({a}) && static_cast<bool>({b})", torch.bool)
+        return self._logical(a, b, "false", "&&")
 
     def logical_or(self, a, b):
-        if "true" in (a.name, b.name):
-            return CSEVar("true", torch.bool)
-        if a.name == "false" and b.dtype == torch.bool:
+        return self._logical(a, b, "true", "||")
+
+    def _logical(self, a, b, absorbing, op):
+        """`a op b` on bools, folding the absorbing constant and dropping the identity."""
+        identity = "true" if absorbing == "false" else "false"
+        if absorbing in (a.name, b.name):
+            return CSEVar(absorbing, torch.bool)
+        if a.name == identity and b.dtype == torch.bool:
             return b
-        if b.name == "false" and a.dtype == torch.bool:
+        if b.name == identity and a.dtype == torch.bool:
             return a
-        return self._var(f"static_cast<bool>({a}) || static_cast<bool>({b})", torch.bool)
+        return self._var(f"static_cast<bool>({a}) {op} static_cast<bool>({b})", torch.bool)
 
     def logical_xor(self, a, b):
         return self._var(f"static_cast<bool>({a}) != static_cast<bool>({b})", torch.bool)

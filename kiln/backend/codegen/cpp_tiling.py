@@ -164,27 +164,26 @@ class ProbeHandler:
         return _Val(_deps(c, a, b))
 
     def logical_and(self, a, b):
-        if a.truth is False or b.truth is False:
-            return _Val(truth=False)
-        if a.truth is True:
-            return b
-        if b.truth is True:
-            return a
-        return _Val(_deps(a, b))
+        return _logical(a, b, absorbing=False)
 
     def logical_or(self, a, b):
-        if a.truth is True or b.truth is True:
-            return _Val(truth=True)
-        if a.truth is False:
-            return b
-        if b.truth is False:
-            return a
-        return _Val(_deps(a, b))
+        return _logical(a, b, absorbing=True)
 
     def __getattr__(self, name):
         if name in _CMP:
             return lambda a, b: self._compare(name, a, b)
         return lambda *args, **kw: _Val(_deps(*args))
+
+
+def _logical(a, b, absorbing):
+    """and/or of two probe values: the absorbing truth decides, the other one drops out."""
+    if a.truth is absorbing or b.truth is absorbing:
+        return _Val(truth=absorbing)
+    if a.truth is (not absorbing):
+        return b
+    if b.truth is (not absorbing):
+        return a
+    return _Val(_deps(a, b))
 
 
 def _deps(*args):

@@ -641,6 +641,7 @@ _ITERTOOLS_MORE = {
     itertools.starmap,
     itertools.pairwise,
 }
+BUILTIN_CLASSES = frozenset({set, frozenset, map, filter, *_ITERTOOLS_MORE})  # called like builtins
 
 
 def _is_none_const(v):

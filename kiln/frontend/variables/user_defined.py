@@ -5,7 +5,6 @@ import collections
 import contextlib
 import enum
 import inspect
-import itertools
 import os
 import types
 
@@ -90,9 +89,9 @@ class UserDefinedClassVariable(PythonValueVariable):
             if len(args) == 2:
                 d.call_method(tx, "update", [args[1]], {})
             return d
-        if cls in _BUILTIN_CLASSES:
-            from kiln.frontend.variables.builtin import BuiltinVariable
+        from kiln.frontend.variables.builtin import BUILTIN_CLASSES, BuiltinVariable
 
+        if cls in BUILTIN_CLASSES:
             return BuiltinVariable(cls).call_function(tx, args, kwargs)
         if issubclass(cls, tuple) and hasattr(cls, "_fields") and cls.__new__ is not tuple.__new__:
             # a namedtuple: bind the fields like its generated __new__ does
@@ -279,18 +278,6 @@ class SuperVariable(VariableTracker):
         unimplemented(f"super() has no attribute {name!r}")
 
 
-_BUILTIN_CLASSES = (
-    set,
-    frozenset,
-    map,
-    filter,
-    itertools.accumulate,
-    itertools.islice,
-    itertools.repeat,
-    itertools.zip_longest,
-    itertools.starmap,
-    itertools.pairwise,
-)  # classes called like builtin functions (BuiltinVariable)
 _DICT_BASES = (dict, collections.OrderedDict)
 _DICT_INITS = (dict.__init__, collections.OrderedDict.__init__)
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
