@@ -97,6 +97,19 @@ def test_transposed_pointwise_runs_the_contiguous_dim_inside(dtype):
     assert "o0b += 16" in compiled.cpp_src, compiled.cpp_src
 
 
+def test_per_channel_vectors_do_not_reorder_a_contiguous_kernel():
+    """A batch norm's affine step reads four per-channel vectors `w[o1]`: they stay in cache, so
+    the loop over the contiguous H*W runs inside (no blocks stepping along the channels)."""
+    x = torch.randn(4, 32, 8, 8)
+    m, r, w, b = (torch.randn(32, 1, 1) for _ in range(4))
+
+    def fn(a, m, r, w, b):
+        return (((a - m) * r * w + b).relu(),)
+
+    compiled = check(fn, [x, m, r, w, b])
+    assert "o1b +=" not in compiled.cpp_src, compiled.cpp_src
+
+
 def test_transposed_pointwise_edge_blocks_and_zero_size():
     check(lambda a, b: (a.t() + b,), [torch.randn(37, 21), torch.randn(21, 37)])
     check(lambda a, b: (a.t() + b,), [torch.randn(0, 21), torch.randn(21, 0)])

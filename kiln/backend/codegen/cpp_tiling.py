@@ -252,10 +252,15 @@ def _tile(run, var, p):
 
 
 def stride_one_votes(run, names):
-    """{loop variable: how many live indices (loads, stores) step by 1 along it}."""
+    """{loop variable: how many live indices (loads, stores) step by 1 along it}.
+
+    An index over one loop variable only (a per-channel vector `w[o1]`, broadcast over the
+    others) does not vote: it stays in cache whatever the loop order."""
     live, _ = _probe(run, None, {}, {})
     votes = dict.fromkeys(names, 0)
     for ix in live:
+        if sum(1 for v in names if ix.terms.get(v)) < 2:
+            continue
         for v in names:
             if ix.terms.get(v) == 1 and not in_atom(ix, v):
                 votes[v] += 1
