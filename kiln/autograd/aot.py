@@ -385,7 +385,10 @@ def compile_training(
         anc = _ancestor_set(o)
         grad_deps.append([j for j, t in enumerate(tangent_nodes) if t in anc])
     _tell_mutations(fw_gm, res.mutated_inputs, inputs)
+    num_tensors = num_saved - num_sizes
+    fw_gm.meta["free_layout_outputs"] = frozenset(range(num_fwd, num_fwd + num_tensors))
     fw = fw_compiler(fw_gm, _fake_inputs(fw_gm))
+    _take_saved_layouts(bw_inputs[:num_tensors], getattr(fw, "output_strides", None), num_fwd)
     bw = bw_compiler(bw_gm, _fake_inputs(bw_gm))
     plan = _Plan(
         num_inputs=len(inputs),
@@ -407,6 +410,31 @@ def compile_training(
     )
     plan.function = _make_function(plan)
     return plan
+
+
+# Note [AOT: saved activations keep their layout]
+# The forward compiler may lay out the activations it saves for the backward as it likes (the
+# kiln backend keeps a convolution net's activations channels-last, Note [Backend: channels-last
+# convolutions]): `fw_gm.meta["free_layout_outputs"]` lists those outputs, and a compiled forward
+# that reports `output_strides` has its choice copied into the vals of the backward graph's
+# inputs before the backward is compiled, so the backward reads them as they are instead of
+# copying each back to the traced layout. Only static strides of the same dense size are taken;
+# a forward that falls back to eager reports none, and the backward's input checks still copy
+# a tensor whose strides differ at run time (never a wrong result, only a slower one).
+def _take_saved_layouts(saved_nodes, strides, first):
+    """Give the backward's saved-tensor inputs the strides the compiled forward produces."""
+    if not strides:
+        return
+    for j, node in enumerate(saved_nodes):
+        stride = strides[first + j] if first + j < len(strides) else None
+        val = node.meta.get("val")
+        if stride is None or not isinstance(val, ProxyTensor) or val._symbolic:
+            continue
+        stride = tuple(stride)
+        if tuple(val.stride()) == stride or len(stride) != val.dim():
+            continue
+        meta = torch.empty_strided(val.shape, stride, dtype=val.dtype, device="meta")
+        node.meta["val"] = ProxyTensor(meta, val.device)
 
 
 def _tell_mutations(gm, mutated_inputs, inputs):

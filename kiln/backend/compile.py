@@ -36,8 +36,13 @@ def num_threads():
 class CompiledGraph:
     """A compiled ATen graph: calls the generated wrapper; keeps its sources for printing."""
 
-    def __init__(self, call, wrapper_src, cpp_src, fallback_ops=(), output_sources=None):
+    def __init__(
+        self, call, wrapper_src, cpp_src, fallback_ops=(), output_sources=None, output_strides=None
+    ):
         self.call = call
+        # per output: its static strides (or None); the AOT layer gives the backward graph's saved
+        # inputs these (Note [AOT: saved activations keep their layout])
+        self.output_strides = output_strides
         # per output: "fresh" | ("input", k) | None (see WrapperCodegen.output_source); the AOT
         # runtime checks only the outputs that may alias a mutated input
         self.output_sources = output_sources
@@ -72,7 +77,8 @@ def _graph_key(gm, example_inputs):
     h.update(gm.code.encode())
     h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{num_threads()}".encode())
     # the layout choices depend on these (Note [Backend: channels-last convolutions])
-    h.update(f"{torch.is_grad_enabled()}|{config.conv_channels_last}".encode())
+    free = gm.meta.get("free_layout_outputs", ())
+    h.update(f"{torch.is_grad_enabled()}|{config.conv_channels_last}|{sorted(free)}".encode())
     # symbolic sizes enter as their expressions (s0), never their hints: one entry for all sizes
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     for k, x in enumerate(example_inputs):
@@ -150,7 +156,9 @@ def _compile(gm, example_inputs):
     if hit is not None:
         call = _load(hit["wrapper"], hit["cpp"], _constants(gm), gm)
         logs.counters["backend"]["graph_cache_hits"] += 1
-        return CompiledGraph(call, hit["wrapper"], hit["cpp"], (), hit.get("sources"))
+        return CompiledGraph(
+            call, hit["wrapper"], hit["cpp"], (), hit.get("sources"), hit.get("strides")
+        )
     retraced = _needs_decomposition(gm)
     if retraced:
         from kiln.autograd.tracer import trace_aten
@@ -164,12 +172,13 @@ def _compile(gm, example_inputs):
     if logs.enabled("output_code"):
         logs.log("output_code", "kernels:\n%s\nwrapper:\n%s", cpp_src, wrapper_src)
     call = _load(wrapper_src, cpp_src, graph.constants, gm, extras)
+    strides = graph.output_strides()
     logs.counters["backend"]["graphs_compiled"] += 1
     logs.log("output_code", "graph compiled in %.2fs", time.perf_counter() - t0)
     if not (retraced and graph.constants):
-        entry = {"wrapper": wrapper_src, "cpp": cpp_src, "sources": sources}
+        entry = {"wrapper": wrapper_src, "cpp": cpp_src, "sources": sources, "strides": strides}
         codecache.graph_put(key, entry, disk=not extras)
-    return CompiledGraph(call, wrapper_src, cpp_src, graph.fallback_ops, sources)
+    return CompiledGraph(call, wrapper_src, cpp_src, graph.fallback_ops, sources, strides)
 
 
 def compile_aten_graph(gm, example_inputs):

@@ -180,6 +180,8 @@ class GraphLowering:
         buf = InputBuffer(f"arg{k}", Layout(sizes_of(x), strides_of(x), x.dtype))
         self.inputs.append(buf)
         self.buffers[buf.name] = buf
+        if self.channels_last and _is_channels_last(x):  # a saved activation of a forward
+            self.cl_ids.add(id(buf))
         return buf
 
     def get_attr(self, node):
@@ -246,9 +248,10 @@ class GraphLowering:
                 return self.as_tensor_arg(a, v)
             return a
 
-        cl_conv = self.channels_last and target is torch.ops.aten.convolution.default
+        cl_conv = self.channels_last and target in _CONV_TENSOR_ARGS
         if cl_conv:
-            args = (self._to_channels_last(args[0]), self._to_channels_last(args[1]), *args[2:])
+            n = _CONV_TENSOR_ARGS[target]
+            args = (*(self._to_channels_last(a) for a in args[:n]), *args[n:])
         arg_vals = [a.meta.get("val") if hasattr(a, "meta") else None for a in node.args]
         cargs = []
         for a, v in zip(args, arg_vals):
@@ -268,11 +271,12 @@ class GraphLowering:
         def out_buf(v):
             if isinstance(v, torch.Tensor):
                 _check_tensor(v)
-                stride = _cl_stride(sizes_of(v)) if cl_conv else strides_of(v)
+                cl = cl_conv and v.dim() == 4
+                stride = _cl_stride(sizes_of(v)) if cl else strides_of(v)
                 lay = Layout(sizes_of(v), stride, v.dtype)
                 b = ExternBuffer(self._name(), lay, kernel)
                 self.buffers[b.name] = b
-                if cl_conv:
+                if cl:
                     self.cl_ids.add(id(b))
                 return b
             if v is None:
@@ -295,11 +299,29 @@ class GraphLowering:
         return result
 
     def output(self, node):
-        for v in _flat_out(node.args[0]):
+        free = self.gm.meta.get("free_layout_outputs", ()) if hasattr(self.gm, "meta") else ()
+        for i, v in enumerate(_flat_out(node.args[0])):
             out = self._output_value(v)
-            if self.channels_last and out[0] in ("buf", "view"):
+            if self.channels_last and out[0] in ("buf", "view") and i not in free:
                 out = self._eager_strides(out, v)
             self.outputs.append(out)
+
+    def output_strides(self):
+        """Per graph output: its strides when they are static ints, else None."""
+        result = []
+        for out in self.outputs:
+            stride = None
+            if out[0] == "buf":
+                stride = self.buffers[out[1]].layout.stride
+            elif out[0] == "view":
+                stride = out[3]
+            if stride is not None and all(
+                type(x) is int or isinstance(x, sympy.Integer) for x in stride
+            ):
+                result.append(tuple(int(x) for x in stride))
+            else:
+                result.append(None)
+        return result
 
     # --- channels-last convolutions (see the Note) -----------------------------------------------
 
@@ -376,14 +398,18 @@ class GraphLowering:
 
 # Note [Backend: channels-last convolutions]
 # 2D convolutions run faster on this CPU with NHWC ("channels-last") activations and weights, as
-# inductor's layout optimization does. In an inference graph (compiled with grad disabled: a
-# training forward is compiled under grad, and its saved activations would all need converting
-# back) that has only static 4-d non-transposed convolutions, each convolution's input and weight
-# are realized channels-last (a copy kernel for graph inputs and contiguous values), its output is
-# declared channels-last (the wrapper's stride check copies if ATen disagrees), and a 4-d pointwise
-# result of channels-last values is realized channels-last too (its StorageBox's val says so, and
-# the kernel's loop order follows the strides). Graph outputs get exactly eager's strides: a copy
-# kernel where the chosen layout differs; a non-dense output that would differ runs eagerly.
+# inductor's layout optimization does. In a graph whose convolutions (forward or backward) are all
+# static 4-d float32 and not transposed, each convolution's tensor arguments are realized
+# channels-last (a copy kernel for graph inputs and contiguous values), its 4-d outputs are
+# declared channels-last (ATen's mkldnn kernels answer so; the wrapper's stride check copies if
+# ATen disagrees), and a 4-d pointwise result of channels-last values is realized channels-last too
+# (its StorageBox's val says so, and the kernel's loop order follows the strides). Graph outputs
+# get exactly eager's strides (a copy kernel where the chosen layout differs; a non-dense output
+# that would differ runs eagerly), except the ones `gm.meta["free_layout_outputs"]` lists: the
+# activations a training forward saves for its backward. Those keep the chosen layout, the
+# compiled graph reports it (`output_strides`), and the AOT layer gives the backward graph's
+# inputs those strides before compiling it (Note [AOT: saved activations keep their layout]), so
+# a ResNet's activations stay NHWC from the first convolution to the last weight gradient.
 
 
 def _cl_stride(size):
@@ -395,21 +421,41 @@ def _same_strides(size, a, b):
     return len(a) == len(b) and all(s == 1 or known_eq(x, y) for s, x, y in zip(size, a, b))
 
 
+# convolution ops: how many leading tensor arguments run channels-last, and the `transposed` arg
+_CONV_TENSOR_ARGS = {
+    torch.ops.aten.convolution.default: 2,  # input, weight
+    torch.ops.aten.convolution_backward.default: 3,  # grad_output, input, weight
+}
+_CONV_TRANSPOSED_ARG = {
+    torch.ops.aten.convolution.default: 6,
+    torch.ops.aten.convolution_backward.default: 7,
+}
+
+
+def _is_channels_last(t):
+    return (
+        t.dim() == 4
+        and not t.is_contiguous()
+        and t.is_contiguous(memory_format=torch.channels_last)
+    )
+
+
 def _wants_channels_last(gm):
-    """Whether gm is an inference graph with 2D convolutions only (static sizes)."""
-    if torch.is_grad_enabled() or not config.conv_channels_last:
+    """Whether gm has 2D convolutions (forward or backward), all static, 4-d, float32."""
+    if not config.conv_channels_last:
         return False
     found = False
     for n in gm.graph.nodes:
-        if n.op != "call_function" or n.target is not torch.ops.aten.convolution.default:
+        if n.op != "call_function" or n.target not in _CONV_TENSOR_ARGS:
             continue
-        vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in n.args[:2]]
+        count = _CONV_TENSOR_ARGS[n.target]
+        vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in n.args[:count]]
         for t in vals:
             if not isinstance(t, torch.Tensor) or t.dim() != 4 or t.dtype != torch.float32:
                 return False
             if not all(type(x) is int for x in t.shape):
                 return False
-        if n.args[6]:  # transposed
+        if n.args[_CONV_TRANSPOSED_ARG[n.target]]:
             return False
         found = True
     return found

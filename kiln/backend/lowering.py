@@ -683,6 +683,7 @@ EXTERN_OUT = {
 # ops that always run as ATen calls (no .out into our buffers)
 EXTERN_ALWAYS = {
     aten.convolution.default,
+    aten.convolution_backward.default,
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     aten.as_strided.default,
 }

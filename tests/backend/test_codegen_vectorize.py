@@ -43,6 +43,36 @@ def test_column_reduction_over_reshaped_rows():
     assert "ob += 64" in compiled.cpp_src, compiled.cpp_src
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_channels_last_batch_norm_statistics_are_column_segments(dtype):
+    """NHWC batch statistics: the mean, then the variance around it, then per-channel steps, in
+    one column kernel whose later loops read the earlier results from per-lane arrays."""
+    x = (torch.randn(4, 24, 5, 7) * 3 + 1).to(dtype).contiguous(memory_format=torch.channels_last)
+    run = torch.randn(24).to(dtype)
+
+    def fn(a, r):
+        m = a.mean((0, 2, 3))
+        v = (a - m[None, :, None, None]).square().mean((0, 2, 3))
+        return m, v, r * 0.9 + m * 0.1, torch.rsqrt(v + 1e-5), a.amax((0, 2, 3))
+
+    tol = 2e-2 if dtype == torch.bfloat16 else None
+    compiled = check(fn, [x, run], atol=tol, rtol=tol)
+    assert "ob += 64" in compiled.cpp_src and "lane_" in compiled.cpp_src, compiled.cpp_src
+    assert compiled.kernel_count == 1, compiled.cpp_src
+
+
+def test_column_segments_keep_nan():
+    x = torch.randn(2, 16, 3, 3).contiguous(memory_format=torch.channels_last)
+    x[1, 3, 2, 1] = float("nan")
+    x[0, 5, 0, 0] = float("inf")
+
+    def fn(a):
+        m = a.mean((0, 2, 3))
+        return m, (a - m[None, :, None, None]).amax((0, 2, 3))
+
+    check(fn, [x])
+
+
 def test_reshape_view_index_has_no_division_by_the_whole_size():
     """(128*i0 + i1) // 8192 with i1 < 128 is i0 // 64: no gather in the inner loop."""
     x = torch.randn(4, 64, 128)

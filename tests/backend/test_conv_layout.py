@@ -1,4 +1,4 @@
-"""Inference graphs with 2D convolutions run them channels-last; outputs keep eager's strides."""
+"""Graphs with 2D convolutions run them channels-last; outputs keep eager's strides."""
 
 import pytest
 import torch
@@ -62,11 +62,13 @@ def test_conv_bn_relu_channels_last_inside_eager_strides_out():
         assert _conv_layouts(_conv_bn_relu, inputs) == [(800, 1, 80, 8)]
 
 
-def test_training_graphs_keep_eager_layouts():
+def test_graphs_compiled_under_grad_run_channels_last_too():
+    """Graph outputs keep eager's strides whatever the grad mode (only a training forward's
+    saved activations may keep another layout: test_conv_training.py)."""
     inputs = _inputs()
     with torch.enable_grad():
         _check(_conv_bn_relu, inputs)
-        assert _conv_layouts(_conv_bn_relu, inputs) == [(800, 100, 10, 1)]
+        assert _conv_layouts(_conv_bn_relu, inputs) == [(800, 1, 80, 8)]
 
 
 def _residual(x, w1, w2, w3):

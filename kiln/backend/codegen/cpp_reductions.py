@@ -9,6 +9,14 @@ A column reduction sums rows into a block of outputs side by side, vectorized al
             #pragma omp simd
             for (o0 = ob; o0 < oe; o0++) acc0[o0 - ob] += g[256*r0 + o0];
     }
+
+# Note [Codegen: column segments]
+A kernel may hold several reduction loops in a row with per-output steps between them: an NHWC
+batch norm's mean, then the variance around that mean, then the running statistics and rsqrt.
+In a row kernel each result is a scalar the next loop reads. In a column kernel each loop and
+each per-output step runs once per block of lanes, so a value made in one lane loop is written to
+a per-lane array (`lane_buf4[o0 - ob]`) and the later loops of the block read it from there. The
+values, and the order in which each lane's values are added, are those of the row kernel.
 """
 
 import torch
@@ -16,7 +24,7 @@ import torch
 from kiln.backend.codegen import cpp_tiling
 from kiln.backend.codegen.common import CSEVar, compute_ctype, compute_dtype
 from kiln.backend.codegen.cpp_tiling import in_atom
-from kiln.backend.ir import cexpr, prod, set_range, size_hint
+from kiln.backend.ir import Ix, cexpr, prod, set_range, size_hint
 
 
 # accumulator C type of a reduction over values of a compute dtype
@@ -81,33 +89,45 @@ class ColumnReductions:
     """Column reduction kernels (mixed into KernelWriter)."""
 
     def _is_column(self):
-        """Reductions whose inputs are contiguous along the kept (outer) dimension."""
+        """Reductions whose inputs are contiguous along the kept (outer) dimension.
+
+        Several reduction loops may follow each other, with per-output steps between them (a
+        batch norm's mean, then its variance around that mean, then the running statistics)."""
         g = self.g
-        if not g.inner or not g.outer or len(g.segments) != 1 or size_hint(g.outer[-1]) < 8:
+        if not g.inner or not g.outer or size_hint(g.outer[-1]) < 8:
             return False
-        nodes = g.segments[0][1]
-        # pointwise nodes of the reduction loop ("inner": e.g. a gradient stored while its bias
-        # gradient sums it) run in the same vectorized block
-        if any(g.roles[n.name] not in ("red", "inner") for n in nodes):
-            return False
-        reds = [n for n in nodes if g.roles[n.name] == "red"]
-        if not reds or any(n.reduction_type not in COLUMN_TYPES for n in reds):
+        if not any(kind == "loop" for kind, _ in g.segments):
             return False
         ol, rl = f"o{len(g.outer) - 1}", f"r{len(g.inner) - 1}"
-        for n in nodes:
-            role = g.roles[n.name]
-            loads = n.loads(role, g.outer, g.inner)
-            if not loads and role == "red":
+        for kind, nodes in g.segments:
+            if kind not in ("loop", "outer"):
                 return False
-            for _, ix in loads:
-                if ol not in ix.terms and not in_atom(ix, ol):
-                    continue  # the same for every lane (a row statistic): a broadcast
-                if ix.terms.get(ol, 0) != 1 and not in_atom(ix, ol):
-                    return False
-                if ix.terms.get(rl, 0) in (0, 1, -1) and not in_atom(ix, rl):
-                    return False
-            if role == "inner" and n.store_index(role, g.outer, g.inner).terms.get(ol, 0) != 1:
+            # pointwise nodes of a reduction loop ("inner": e.g. a gradient stored while its
+            # bias gradient sums it) run in the same vectorized block
+            roles = ("red", "inner") if kind == "loop" else ("outer",)
+            if any(g.roles[n.name] not in roles for n in nodes):
                 return False
+            reds = [n for n in nodes if g.roles[n.name] == "red"]
+            if kind == "loop" and (
+                not reds or any(n.reduction_type not in COLUMN_TYPES for n in reds)
+            ):
+                return False
+            for n in nodes:
+                role = g.roles[n.name]
+                loads = n.loads(role, g.outer, g.inner)
+                if not loads and role == "red":
+                    return False
+                for _, ix in loads:
+                    if ol not in ix.terms and not in_atom(ix, ol):
+                        continue  # the same for every lane (a row statistic): a broadcast
+                    if ix.terms.get(ol, 0) != 1 and not in_atom(ix, ol):
+                        return False
+                    # contiguous along the rows: a row kernel reads it better (a load that is
+                    # the same for every row, a per-output statistic, is a vector load per lane)
+                    if role != "outer" and ix.terms.get(rl, 0) in (1, -1) and not in_atom(ix, rl):
+                        return False
+                if role != "red" and n.store_index(role, g.outer, g.inner).terms.get(ol, 0) != 1:
+                    return False
         return True
 
     def column_reduction(self):
@@ -146,7 +166,6 @@ class ColumnReductions:
         """One piece of the blocked column loop: None is the whole range in blocks of
         COLUMN_BLOCK, a tiled piece has blocks of p.k (Note [Codegen: inner-loop pieces])."""
         g, body = self.g, self.code
-        nodes = g.segments[0][1]
         if p is None or p.k is None:
             lo, hi = (0, cexpr(g.outer[-1])) if p is None else (p.start, p.start + p.length)
             if p is not None:
@@ -163,6 +182,47 @@ class ColumnReductions:
             body.writeline(f"for (int64_t {t} = 0; {t} < {p.length // p.k}; {t}++) {{")
             body.level += 1
             lanes = f"for (int64_t {slot} = 0; {slot} < {p.k}; {slot}++) {{"
+        # Note [Codegen: column segments]: a value made in one lane loop (a reduction's result,
+        # a per-output step) is read by later loops of the block from a per-lane array
+        spill = len(g.segments) > 1
+        for _, nodes in g.segments if spill else []:
+            for n in nodes:
+                if g.roles[n.name] != "inner":
+                    ct = compute_ctype(compute_dtype(n.buf.layout.dtype))
+                    body.writeline(f"{ct} lane_{n.name}[{B}];")
+        for kind, nodes in g.segments:
+            if kind == "loop":
+                self.column_loop(nodes, B, slot, lanes, spill)
+            else:
+                self.column_lanes(nodes, slot, lanes, spill)
+        body.level -= 1
+        body.writeline("}")
+
+    def _spill(self, n, slot):
+        """Later loops of the block read n's value from its lane array."""
+        value, ix, _ = self.locals[n.name]
+        self.code.writeline(f"lane_{n.name}[{slot}] = {value};")
+        dtype = compute_dtype(n.buf.layout.dtype)
+        self.locals[n.name] = (CSEVar(f"lane_{n.name}[{slot}]", dtype), ix, False)
+
+    def column_lanes(self, nodes, slot, lanes, spill):
+        """Per-output steps between reduction loops, one lane loop."""
+        body = self.code
+        body.writeline(lanes)
+        body.level += 1
+        self.scopes.append({})
+        for n in nodes:
+            self.store(n, "outer", self.run_node(n, "outer"))
+        self.scopes.pop()
+        if spill:
+            for n in nodes:
+                self._spill(n, slot)
+        body.level -= 1
+        body.writeline("}")
+
+    def column_loop(self, nodes, B, slot, lanes, spill):
+        """One reduction loop: accumulator arrays, rows outside, lanes inside (vectorized)."""
+        g, body = self.g, self.code
         accs = {}
         reds = [n for n in nodes if g.roles[n.name] == "red"]
         for n in reds:
@@ -176,28 +236,40 @@ class ColumnReductions:
                 f"for (int64_t j = 0; j < {B}; j++) {{ {a}[j] = {_acc_init(rt, vd)}; "
                 f"{a}_nan[j] = 0; }}"
             )
-        # Note [Codegen: float partial sums], by rows: float lanes for COLUMN_CHUNK rows at a time
+        inner = list(enumerate(g.inner))
+        saved = self.subst, self.piece_ranges
+        merge = self._merged_inner()
+        if merge:  # rows of contiguous dims as one loop (N, H, W of an NHWC batch norm)
+            first, span = merge
+            inner = inner[:first] + [(len(g.inner) - 1, span)]
+            self.subst = {**self.subst, **{f"r{d}": Ix() for d in range(first, len(g.inner) - 1)}}
+            self.piece_ranges = {**self.piece_ranges, f"r{len(g.inner) - 1}": (0, span - 1)}
+        # Note [Codegen: float partial sums], by rows: float lanes for at most COLUMN_CHUNK rows
+        # of the innermost row loop at a time, then into the double accumulators
         chunked = []
-        if len(g.inner) == 1 and type(g.inner[0]) is int:
+        rows = inner[-1][1]
+        if type(rows) is int:
             chunked = [
                 accs[n.name]
                 for n in reds
                 if n.reduction_type == "sum"
                 and compute_dtype(n.buf.data.src_dtype) == torch.float32
             ]
-        lo, hi, rows = 0, None, g.inner[0] if g.inner else 0
-        if chunked:
-            if rows > COLUMN_CHUNK:
-                body.writeline(f"for (int64_t rb = 0; rb < {rows}; rb += {COLUMN_CHUNK}) {{")
-                body.level += 1
-                lo, hi = "rb", f"(rb + {COLUMN_CHUNK} < {rows} ? rb + {COLUMN_CHUNK} : {rows})"
-            for a in chunked:
-                body.writeline(f"float {a}_f[{B}];")
-                body.writeline(f"for (int64_t j = 0; j < {B}; j++) {a}_f[j] = 0;")
-        for d, size in enumerate(g.inner):
+        blocked = bool(chunked) and rows > COLUMN_CHUNK
+        for k, (d, size) in enumerate(inner):
             set_range(f"r{d}", 0, size - 1)
-            end = hi if d == 0 and hi else cexpr(size)
-            start = lo if d == 0 else 0
+            start, end = 0, cexpr(size)
+            if k == len(inner) - 1 and chunked:
+                if blocked:
+                    body.writeline(f"for (int64_t rb = 0; rb < {rows}; rb += {COLUMN_CHUNK}) {{")
+                    body.level += 1
+                    start, end = (
+                        "rb",
+                        f"(rb + {COLUMN_CHUNK} < {rows} ? rb + {COLUMN_CHUNK} : {rows})",
+                    )
+                for a in chunked:
+                    body.writeline(f"float {a}_f[{B}];")
+                    body.writeline(f"for (int64_t j = 0; j < {B}; j++) {a}_f[j] = 0;")
             body.writeline(f"for (int64_t r{d} = {start}; r{d} < {end}; r{d}++) {{")
             body.level += 1
         body.writeline("#pragma omp simd")
@@ -220,14 +292,16 @@ class ColumnReductions:
         self.locals = {k: v for k, v in self.locals.items() if not v[2]}  # loop-local values
         body.level -= 1
         body.writeline("}")
-        for _ in g.inner:
+        for k in reversed(range(len(inner))):
             body.level -= 1
             body.writeline("}")
-        for a in chunked:
-            body.writeline(f"for (int64_t j = 0; j < {B}; j++) {a}[j] += {a}_f[j];")
-        if chunked and rows > COLUMN_CHUNK:
-            body.level -= 1
-            body.writeline("}")
+            if k == len(inner) - 1 and chunked:
+                for a in chunked:
+                    body.writeline(f"for (int64_t j = 0; j < {B}; j++) {a}[j] += {a}_f[j];")
+                if blocked:
+                    body.level -= 1
+                    body.writeline("}")
+        self.subst, self.piece_ranges = saved
         body.writeline(lanes)
         body.level += 1
         for n in reds:
@@ -240,7 +314,7 @@ class ColumnReductions:
             v = CSEVar(f"red_{n.name}", od)
             body.writeline(f"{compute_ctype(od)} {v} = {fin};")
             self.store(n, "red", v)
-        body.level -= 1
-        body.writeline("}")
+            if spill:
+                self._spill(n, slot)
         body.level -= 1
         body.writeline("}")

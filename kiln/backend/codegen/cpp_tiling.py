@@ -317,6 +317,7 @@ class FlatLoops:
             return None
         if g.outer[best] < 16 or g.outer[-1] < 2:
             return None
+        self.last_dim_contiguous = votes[names[-1]] > 0
         return best
 
     def transposed_loops(self, p, parallel):
@@ -325,6 +326,8 @@ class FlatLoops:
         stay in L1 while the last dim walks them."""
         g, body = self.g, self.code
         n = len(g.outer)
+        if not self.last_dim_contiguous:  # nothing steps by 1 along the last dim: no blocks
+            return self.reordered_loops(p, parallel)
         last, var = f"o{n - 1}", f"o{p}"
         T, size = TRANSPOSE_TILE, g.outer[p]
         outer = [d for d in range(n - 1) if d != p]
@@ -345,6 +348,29 @@ class FlatLoops:
         body.level += 2
         self.flat_body()
         for _ in range(depth + 3):
+            body.level -= 1
+            body.writeline("}")
+
+    def reordered_loops(self, p, parallel):
+        """Dim p innermost over its whole range, the others outside in order: an NHWC kernel
+        (every index steps by 1 along the channels, none along the width) runs its channels
+        inside."""
+        g, body = self.g, self.code
+        outer = [d for d in range(len(g.outer)) if d != p]
+        if parallel:
+            c, work = 0, 1
+            while c < len(outer) and work < 4 * self.nthreads:
+                work *= g.outer[outer[c]]
+                c += 1
+            body.writeline("#pragma omp parallel for" + (f" collapse({c})" if c > 1 else ""))
+        for d in outer:
+            body.writeline(f"for (int64_t o{d} = 0; o{d} < {g.outer[d]}; o{d}++) {{")
+            body.level += 1
+        body.writeline("#pragma omp simd")
+        body.writeline(f"for (int64_t o{p} = 0; o{p} < {g.outer[p]}; o{p}++) {{")
+        body.level += 1
+        self.flat_body()
+        for _ in range(len(outer) + 1):
             body.level -= 1
             body.writeline("}")
 
