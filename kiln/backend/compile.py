@@ -76,6 +76,7 @@ def _graph_key(gm, example_inputs):
     h.update(f"{torch.__version__}|{torch.__file__}".encode())
     h.update(gm.code.encode())
     h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{num_threads()}".encode())
+    h.update(f"{config.profile_kernels}".encode())  # Note [Backend: kernel profiling]
     # the layout choices depend on these (Note [Backend: channels-last convolutions])
     free = gm.meta.get("free_layout_outputs", ())
     h.update(f"{torch.is_grad_enabled()}|{config.conv_channels_last}|{sorted(free)}".encode())
