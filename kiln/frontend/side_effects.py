@@ -45,10 +45,12 @@ class SideEffects:
         return hit[1] if hit is not None else None
 
     # --- recording ------------------------------------------------------------------------------
-    def store_attr(self, obj_var, name, value):
+    def store_attr(self, obj_var, name, value, raw=False):
+        """`obj.name = value`; raw: made by object.__setattr__ inside a user __setattr__, and
+        replayed with it (Note [Side effects: stores through a user __setattr__])."""
         if obj_var.source is None:
             unimplemented(f"attribute store .{name} on an object without a source")
-        self._record(("attr", id(obj_var.value), name), "attr", (obj_var, name, value))
+        self._record(("attr", id(obj_var.value), name), "attr", (obj_var, name, value, raw))
 
     def load_attr(self, obj_var, name):
         """The value stored while tracing, or None."""
@@ -114,9 +116,22 @@ class SideEffects:
         stores = []
         for key, (kind, payload) in self.log.items():
             if kind == "attr":
-                obj_var, name, value = payload
+                obj_var, name, value, raw = payload
                 v = _to_temp(cg, lambda value=value: cg.reconstruct(value))
                 o = _to_temp(cg, lambda obj_var=obj_var: obj_var.source.reconstruct(cg))
+                if raw:
+                    cg.load_object(object.__setattr__)
+                    f = cg.new_temp()
+                    cg.extend(emit.store_fast(f))
+                    stores.append(
+                        emit.with_null(emit.load_fast(f))
+                        + emit.load_fast(o)
+                        + emit.load_const(name)
+                        + emit.load_fast(v)
+                        + emit.call(3)
+                        + emit.pop_top()
+                    )
+                    continue
                 stores.append(emit.load_fast(v) + emit.load_fast(o) + emit.store_attr(name))
             elif kind == "container" and isinstance(payload, ConstDictVariable):
                 # new = {...}; d.clear(); d.update(new)  (the new contents may read the old)

@@ -414,7 +414,15 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         plain = (
             torch.nn.Module.__setattr__ if isinstance(obj, NNModuleVariable) else object.__setattr__
         )
-        if inspect.getattr_static(type(obj.value), "__setattr__") is not plain:
+        setattr_ = inspect.getattr_static(type(obj.value), "__setattr__")
+        if setattr_ is not plain:
+            if isinstance(obj, UserDefinedObjectVariable) and inspect.isfunction(setattr_):
+                # Note [Side effects: stores through a user __setattr__]
+                from kiln.frontend.variables.functions import inline_call
+
+                src = obj._class_attr_source("__setattr__")
+                inline_call(self, setattr_, [obj, ConstantVariable(name), value], {}, src)
+                return
             # the replay would call it later than eager did, and reads would not see its result
             unimplemented(f"assignment through {type(obj.value).__name__}.__setattr__")
         static = inspect.getattr_static(type(obj.value), name, None)

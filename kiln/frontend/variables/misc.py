@@ -250,6 +250,11 @@ class OpaqueCallableVariable(VariableTracker):
         return type(self.value)
 
     def call_function(self, tx, args, kwargs):
+        from kiln.frontend.variables.user_attrs import call_object_slot
+
+        done = call_object_slot(tx, self.value, args, kwargs)
+        if done is not None:
+            return done
         name = getattr(self.value, "__qualname__", None) or repr(self.value)
         unimplemented(f"call to {name} (not traceable)")
 

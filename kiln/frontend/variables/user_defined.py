@@ -170,6 +170,8 @@ class UserDefinedObjectVariable(VariableTracker):
             unimplemented(f"attribute {name!r} of an object without a source")
         if self.value is os.environ and name in ("get", "__getitem__", "__contains__"):
             return EnvironReadVariable(self, name)
+        if type(self.value) is dict and name in ("get", "__getitem__", "__contains__"):
+            return DictReadVariable(self, name)  # (a dict with keys kiln does not wrap)
         from kiln.frontend.variables import logging_vars
 
         if logging_vars.is_logger(self.value):
@@ -188,6 +190,9 @@ class UserDefinedObjectVariable(VariableTracker):
             static = inspect.getattr_static(cls, name)
         except AttributeError:
             static = None
+        if isinstance(static, types.MemberDescriptorType) and hasattr(self.value, name):
+            # a __slots__ field (stores into it are breaks): read like an instance attribute
+            return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
         if static is not None and hasattr(static, "__set__") and not isinstance(static, property):
             unimplemented(f"data descriptor {name!r} of {cls.__name__}")
         d = getattr(self.value, "__dict__", None)
@@ -270,6 +275,11 @@ class SuperVariable(VariableTracker):
                         return DictMethodVariable(self.obj, name)
                 if klass is object and name == "__init__":
                     return _ObjectInitVariable()
+                if klass is object and name in ("__setattr__", "__getattribute__"):
+                    if isinstance(self.obj, UserDefinedObjectVariable):
+                        from kiln.frontend.variables.user_attrs import ObjectSlotVariable
+
+                        return ObjectSlotVariable(self.obj, name)
                 if issubclass(klass, BaseException) and name == "__init__":
                     from kiln.frontend.variables.exceptions import ExceptionInitVariable
 
@@ -685,6 +695,10 @@ class DictReadVariable(VariableTracker):
         if self.obj.source is None or kwargs or not args or not args[0].is_python_constant():
             unimplemented(f"dict.{self.name} of {self.obj}")
         key = args[0].as_python_constant()
+        from kiln.frontend.variables.constant import is_literal
+
+        if not is_literal(key):
+            unimplemented(f"dict.{self.name} with the key {key!r} (not a literal)")
         source = DictGetSource(self.obj.source, key)
         value = dict_get(self.obj.value, key)
         if value is MISSING:

@@ -1,0 +1,107 @@
+"""object.__setattr__ / object.__getattribute__ on user objects from outside the frame.
+
+Note [Side effects: stores through a user __setattr__]
+`obj.name = v` on an object whose class defines a Python __setattr__ (Hugging Face's configs:
+a strict dataclass validating the value, then PreTrainedConfig.__setattr__ mapping the key
+through `attribute_map`, then `super().__setattr__`) is traced by inlining that __setattr__ as
+Python runs it. The store it finally makes, `object.__setattr__(self, key, v)` (or through
+super()), is the side effect: recorded as a raw store, read back by the code traced after it,
+and replayed after the graph with `object.__setattr__`, so the user __setattr__ runs once, while
+tracing, as in eager (its validators are pure Python; anything else it does is traced or a
+break). Guards on attributes read before the store stay on the old value: the next call,
+seeing the new value, recompiles.
+"""
+
+import inspect
+
+from kiln.exc import unimplemented
+from kiln.frontend.source import AttrSource
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable
+
+
+def _const_name(var):
+    if not (var.is_python_constant() and isinstance(var.as_python_constant(), str)):
+        unimplemented(f"attribute name {var} is not a constant str")
+    return var.as_python_constant()
+
+
+def raw_store_attr(tx, obj, name, value):
+    """`object.__setattr__(obj, name, value)` on an object from outside the frame."""
+    from kiln.frontend.variables.functions import inline_call
+
+    cls = obj.python_type()
+    static = inspect.getattr_static(cls, name, None)
+    if isinstance(static, property):
+        if static.fset is None:
+            unimplemented(f"property {cls.__name__}.{name} has no setter")
+        inline_call(tx, static.fset, [obj, value], {}, obj._class_attr_source(name, "fset"))
+        return
+    if static is not None and hasattr(static, "__set__"):
+        unimplemented(f"assignment to the descriptor {cls.__name__}.{name}")
+    tx.output.side_effects.store_attr(obj, name, value, raw=True)
+
+
+def raw_load_attr(tx, obj, name):
+    """`object.__getattribute__(obj, name)`: the instance dict, then the class (no
+    __getattr__ hook, no custom __getattribute__)."""
+    from kiln.frontend.variables.builder import wrap_value
+
+    if name == "__dict__":
+        if any(k[0] == "attr" and k[1] == id(obj.value) for k in tx.output.side_effects.log):
+            unimplemented("__dict__ of an object stored into while tracing")
+        if obj.source is None:
+            unimplemented(f"__dict__ of {obj} without a source")
+        return wrap_value(tx, obj.value.__dict__, AttrSource(obj.source, "__dict__"))
+    stored = tx.output.side_effects.load_attr(obj, name)
+    if stored is not None:
+        return stored
+    cls = obj.python_type()
+    d = getattr(obj.value, "__dict__", None)
+    if hasattr(cls, "__getattr__") and not (
+        (d is not None and name in d) or inspect.getattr_static(cls, name, None) is not None
+    ):
+        unimplemented(f"object.__getattribute__ of {cls.__name__}.{name} (missing: no hook)")
+    return obj.var_getattr(tx, name)
+
+
+class ObjectSlotVariable(VariableTracker):
+    """`object.__setattr__` / `object.__getattribute__` bound to a user object (from super())."""
+
+    def __init__(self, obj, name, **kw):
+        super().__init__(**kw)
+        self.obj = obj
+        self.name = name
+
+    def call_function(self, tx, args, kwargs):
+        if kwargs:
+            unimplemented(f"object.{self.name} with keyword arguments")
+        if self.name == "__setattr__" and len(args) == 2:
+            raw_store_attr(tx, self.obj, _const_name(args[0]), args[1])
+            return ConstantVariable(None)
+        if self.name == "__getattribute__" and len(args) == 1:
+            return raw_load_attr(tx, self.obj, _const_name(args[0]))
+        unimplemented(f"object.{self.name} with {len(args)} arguments")
+
+
+_OBJECT_SLOTS = {object.__setattr__: "__setattr__", object.__getattribute__: "__getattribute__"}
+
+
+def call_object_slot(tx, fn, args, kwargs):
+    """`object.__setattr__(obj, ...)` / `object.__getattribute__(obj, ...)` called directly on
+    a user object: its result, or None when `fn` is something else."""
+    from kiln.frontend.variables.user_defined import (
+        DictMethodVariable,
+        NewObjectVariable,
+        UserDefinedObjectVariable,
+    )
+
+    name = _OBJECT_SLOTS.get(fn) if type(fn) is type(object.__setattr__) else None
+    if name is None or not args:
+        return None
+    obj, rest = args[0], list(args[1:])
+    if isinstance(obj, NewObjectVariable):
+        return DictMethodVariable(obj, name).call_function(tx, rest, kwargs)
+    if isinstance(obj, UserDefinedObjectVariable):
+        return ObjectSlotVariable(obj, name).call_function(tx, rest, kwargs)
+    return None
