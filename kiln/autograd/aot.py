@@ -490,12 +490,22 @@ def _key(args, dynamic=None):
         elif isinstance(a, torch.Tensor):
             parts.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
         else:
-            try:
-                hash(a)
-                parts.append((type(a), a))
-            except TypeError:
-                parts.append((type(a), repr(a)))
+            parts.append(_scalar_part(a))
     return tuple(parts)
+
+
+def _scalar_part(a):
+    try:
+        hash(a)
+        return (type(a), a)
+    except TypeError:
+        return (type(a), repr(a))
+
+
+def _guarded_key(args):
+    """The plan key of a call whose tensors' metadata the frontend's guards already checked."""
+    scalars = tuple(_scalar_part(a) for a in args if not isinstance(a, torch.Tensor))
+    return (torch.is_grad_enabled(), _autocast_state(), "guarded", scalars)
 
 
 # Note [AOT: symbolic sizes]
@@ -616,6 +626,14 @@ class AOTCompiled:
         self.dynamic = _dynamic_dims(examples) if examples is not None else None
         self._failed = set()
         self.layout_ok = None
+        # Note [AOT: inputs the frontend guards]: the frontend's guards check every tensor
+        # input's dtype, shape, strides, device and requires_grad before this is called, so a
+        # static graph's plan key needs only what they do not cover
+        self.guarded = (
+            examples is None
+            and isinstance(fn, torch.fx.GraphModule)
+            and fn.meta.get("inputs_guarded", False)
+        )
         if example_inputs is not None:
             self.plan_for(list(example_inputs))
         self.frozen = not self.own_env
@@ -663,7 +681,7 @@ class AOTCompiled:
         if plan is not None:
             self.last_plan = plan
             return plan
-        key = _key(args)
+        key = _guarded_key(args) if self.guarded else _key(args)
         plan = self.plans.get(key)
         if plan is None:
             if len(self.plans) >= config.cache_size_limit:

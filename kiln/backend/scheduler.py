@@ -414,6 +414,18 @@ def _plan_inplace(groups, stores, outputs, consumers):
     return inplace
 
 
+def _fresh_result(kernel):
+    """Whether an extern's outputs are new tensors nothing else refers to: an .out call into our
+    buffer, or an ATen op whose schema returns no alias of its inputs (a convolution's output may
+    then be overwritten by the batch norm reading it; as_strided's may not)."""
+    if kernel.out_variant:
+        return True
+    schema = getattr(kernel.op, "_schema", None)
+    if schema is None or schema.is_mutable:
+        return False
+    return all(r.alias_info is None for r in schema.returns)
+
+
 def _elementwise_over(g, a, b):
     """Whether b can be stored over buffer a in group g: every read of a in g is by a node at or
     before b, of the element b stores in the same iteration."""
@@ -487,7 +499,7 @@ def _plan_inplace_over_inputs(graph, groups, stores, outputs, consumers, inplace
         for a in sorted(set().union(*(n.reads for n in g.nodes)) - members):
             buf = graph.buffers.get(a)
             ours = (isinstance(buf, ComputedBuffer) and a in stores) or (
-                isinstance(buf, ExternBuffer) and buf.kernel.out_variant
+                isinstance(buf, ExternBuffer) and _fresh_result(buf.kernel)
             )
             if not ours or a in outputs or a in taken or consumers.get(a) != {gi}:
                 continue

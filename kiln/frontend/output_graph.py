@@ -228,6 +228,7 @@ class OutputGraph:
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name="GraphModule")
         if self.has_symbols():
             gm.meta["shape_env"] = self.shape_env
+        gm.meta["inputs_guarded"] = True  # Note [AOT: inputs the frontend guards]
         example_inputs = [value for _, value, _ in self.graph_inputs]
         logs.counters["stats"]["unique_graphs"] += 1
         logs.counters["stats"]["calls_captured"] += self.count_calls()

@@ -573,3 +573,34 @@ def test_two_cosines_golden_graphs():
         "    mul_1 = aten.mul.Tensor(mul, neg_1)  # f32[5, 5]\n"
         "    return (mul_1,)"
     )
+
+
+def test_frontend_graphs_leave_input_metadata_to_the_frontend_guards():
+    """Note [AOT: inputs the frontend guards]: a static frontend graph's plan key leaves the
+    tensors' metadata to the frontend's guards: a change of grad mode, requires_grad or shape
+    recompiles in the frontend (a new entry), never reusing a wrong plan."""
+    import kiln
+
+    entries = []
+
+    def backend(gm, example_inputs):
+        entries.append(aot_eager(gm, example_inputs))
+        return entries[-1]
+
+    kiln.reset()
+    w = torch.randn(4, 4, requires_grad=True)
+    f = kiln.compile(lambda x: (x @ w).relu().sum(), backend=backend)
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(f(x), (x @ w).relu().sum())
+    assert entries[0].guarded and len(entries[0].plans) == 1
+    with torch.no_grad():
+        assert not f(x).requires_grad
+    xg = x.clone().requires_grad_()
+    f(xg).backward()
+    torch.testing.assert_close(xg.grad, ((x @ w) > 0).float() @ w.t())
+    assert len(entries) == 3 and all(len(e.plans) == 1 for e in entries)
+    f(torch.randn(5, 4))  # a new size: a symbolic graph, keyed by its metadata again
+    assert len(entries) == 4 and not entries[-1].guarded
+    direct = aot_function(lambda x: x + 1, nop)
+    direct(x)
+    assert not any(e.guarded for e in direct.cache.values())

@@ -140,6 +140,30 @@ def test_pointwise_over_a_dying_buffer_is_written_in_place():
     assert "in place" not in c.wrapper_src, c.wrapper_src
 
 
+def test_pointwise_over_a_dying_convolution_output_is_written_in_place(monkeypatch):
+    """An ATen call's fresh result (a convolution's) is overwritten by the batch norm and relu
+    reading it; an op whose result aliases its input (as_strided) is never overwritten."""
+    from kiln import config
+
+    monkeypatch.setattr(config, "conv_channels_last", False)  # the output has the conv's layout
+    x, w = torch.randn(2, 4, 6, 6), torch.randn(8, 4, 3, 3)
+    scale, shift = torch.randn(8, 1, 1), torch.randn(8, 1, 1)
+
+    def f(x, w, s, b):
+        y = aten.convolution.default(x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        return (aten.relu.default(aten.add.Tensor(aten.mul.Tensor(y, s), b)),)
+
+    c = check(f, [x, w, scale, shift], atol=1e-5, rtol=1e-5)
+    assert "in place" in c.wrapper_src, c.wrapper_src
+
+    def g(x):
+        v = aten.as_strided.default(x, [2, 4, 3, 3], [144, 36, 6, 1], 0)
+        return (aten.mul.Tensor(v, 2), x)
+
+    c = check(g, [x])
+    assert "in place" not in c.wrapper_src, c.wrapper_src
+
+
 def test_in_place_into_a_buffer_of_another_shape():
     x, w = torch.randn(16, 16), torch.randn(16, 16)
 
