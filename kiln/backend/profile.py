@@ -1,18 +1,21 @@
 """Where a compiled graph's time goes: kiln's kernel ranges (`config.profile_kernels`) as a table.
 
     table = kernel_table(train_step, x, steps=5)   # runs train_step under torch.profiler
-    print(table.format(top=10))
+    print(table.format(top=10, kind="kernel"))      # kind: "kernel" | "extern" | None (both)
     table = table_from_profiler(prof)               # or from a torch.profiler run of your own
 
-    kiln kernels, 5 steps: 2 graphs 41.30 ms = kernels 30.10 ms (72.9%), externs 9.00 ms (21.8%),
-    wrapper 2.20 ms (5.3%)
+    kiln kernels, 5 steps: 2 graphs, 311.83 ms
+      = kernels 43.32 ms (13.9%), externs 244.20 ms (78.3%), wrapper 24.31 ms (7.8%)
       total ms       %   calls  range
-        12.301   29.8%       5  kiln:3fa2c1 kernel7 reduction(sum) [64 | 512] (3 nodes, ...)
-         9.000   21.8%      10  kiln:3fa2c1 extern0 aten.convolution.default -> [8, 64, 8, 8]
+       100.963   32.4%       5  kiln:adc0ac graph (45 kernels, 16 externs)
+       210.869   67.6%       5  kiln:aa3431 graph (72 kernels, 17 externs)
+         6.220    2.0%       5  kiln:adc0ac kernel20 pointwise [8, 16, 32, 32] (2 nodes, 6 loads, ...
+         4.627    1.5%       5  kiln:aa3431 kernel45 reduction(sum) [16 | 8, 32, 32] (3 nodes, ...
 
-Ranges exist only in graphs compiled while the setting was on (Note [Backend: kernel profiling]):
-`kernel_table` turns it on for its calls, so code compiled before (and cached by the frontend)
-shows nothing; call `kiln.reset()` first or run with KILN_PROFILE_KERNELS=1.
+Percentages are of the graphs' total time; "wrapper" is the rest of it (allocations, layout
+copies, Python). Ranges exist only in graphs compiled while the setting was on (Note [Backend:
+kernel profiling]): `kernel_table` turns it on for its calls, but code compiled before (and cached
+by the frontend) shows nothing; call `kiln.reset()` first or run with KILN_PROFILE_KERNELS=1.
 """
 
 from typing import NamedTuple
@@ -48,7 +51,8 @@ class KernelTable:
         """Total ms of the rows of one kind: "kernel" or "extern"."""
         return sum(r.total_ms for r in self.rows if _kind(r.label) == kind)
 
-    def format(self, top=None):
+    def format(self, top=None, kind=None):
+        """The summary and the graph rows, then the `top` rows (of one kind), slowest first."""
         if not self.rows:
             return (
                 "kiln kernels: no kiln profiler ranges seen (the graphs were compiled with "
@@ -64,10 +68,11 @@ class KernelTable:
         lines = [f"kiln kernels{steps}: {len(self.graphs)} graphs, {self.total_ms:.2f} ms"]
         lines.append("  = " + ", ".join(parts))
         lines.append(f"{'total ms':>10} {'%':>7} {'calls':>7}  range")
-        for r in self.graphs + self.rows[:top]:
+        rows = [r for r in self.rows if kind is None or _kind(r.label) == kind]
+        for r in self.graphs + rows[:top]:
             lines.append(f"{r.total_ms:10.3f} {r.percent:6.1f}% {r.calls:7d}  {r.label}")
-        if top is not None and len(self.rows) > top:
-            lines.append(f"{'':26}({len(self.rows) - top} more)")
+        if top is not None and len(rows) > top:
+            lines.append(f"{'':26}({len(rows) - top} more)")
         return "\n".join(lines)
 
     __str__ = format

@@ -88,6 +88,8 @@ def test_kernel_table_training_step():
     assert sum(r.percent for r in table.rows) <= 100.0 + 1e-6
     text = table.format(top=3)
     assert "graphs" in text and " kernel" in text and "calls" in text
+    externs = table.format(kind="extern").splitlines()[5:]  # after the summary and graphs
+    assert externs and all(" extern" in line for line in externs), externs
     xe, we = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
     x.grad = w.grad = None
     step()
