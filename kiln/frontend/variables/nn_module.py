@@ -55,7 +55,40 @@ class NNModuleVariable(VariableTracker):
     def hasattr(self, tx, name):
         if tx.output.side_effects.load_attr(self, name) is not None:
             return ConstantVariable(True)
-        return ConstantVariable(hasattr(self.value, name))
+        found = hasattr(self.value, name)
+        if not found and self.source is not None:
+            self._guard_attr_dicts(tx)  # (an attribute set later recompiles)
+        return ConstantVariable(found)
+
+    def _guard_attr_dicts(self, tx):
+        """Guard the keys of the dicts Module.__getattr__ looks in (the instance __dict__,
+        _parameters, _buffers, _modules): where an attribute kiln found missing could appear."""
+        from kiln.frontend.guards import GuardKind
+
+        mod = self.value
+        for attr, d in [("__dict__", mod.__dict__)] + [
+            (k, mod.__dict__.get(k)) for k in ("_parameters", "_buffers", "_modules")
+        ]:
+            if type(d) is not dict:
+                continue
+            source = AttrSource(self.source, attr)
+            tx.output.guards.add(GuardKind.DICT_KEYS, source, (dict, tuple(d)))
+
+    def missing_attr(self, tx, name):
+        """`mod.name` found nowhere: Module.__getattr__ raises AttributeError (kiln raises it
+        in the traced code, with guards on where it could appear), else a break."""
+        from kiln.frontend.variables.exceptions import raise_observed
+        from kiln.frontend.variables.user_defined import _dunder_missing
+
+        cls = type(self.value)
+        _dunder_missing(cls, name)
+        if (
+            inspect.getattr_static(cls, "__getattr__", None) is not torch.nn.Module.__getattr__
+            or cls.__getattribute__ is not object.__getattribute__
+        ):
+            unimplemented(f"{cls.__name__} has no attribute {name!r} (a custom __getattr__)")
+        self._guard_attr_dicts(tx)
+        raise_observed(tx, AttributeError, f"{cls.__name__!r} object has no attribute {name!r}")
 
     def var_getattr(self, tx, name):
         from kiln.frontend.variables.builder import wrap_value
@@ -78,7 +111,7 @@ class NNModuleVariable(VariableTracker):
         try:
             static = inspect.getattr_static(type(mod), name)
         except AttributeError:
-            unimplemented(f"{type(mod).__name__} has no attribute {name!r}")
+            self.missing_attr(tx, name)
         if isinstance(static, staticmethod):
             return wrap_value(tx, static.__func__, None)
         if isinstance(static, classmethod):

@@ -1,5 +1,6 @@
 """Tensors: an FX node, its meta example value, and the real device."""
 
+import inspect
 import operator
 
 import torch
@@ -7,6 +8,8 @@ import torch
 from kiln import config
 from kiln.exc import CompiledAutogradCall, unimplemented
 from kiln.frontend import shapes
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.lists import SizeVariable, TupleVariable
@@ -64,6 +67,8 @@ _BREAKING_METHODS = {
     "unique": "Tensor.unique() has a data-dependent shape",
     "masked_select": "masked_select has a data-dependent shape",
 }
+
+_NOT_FOUND = object()
 
 
 class TensorVariable(VariableTracker):
@@ -133,7 +138,41 @@ class TensorVariable(VariableTracker):
             from kiln.frontend.variables.misc import TensorMethodVariable
 
             return TensorMethodVariable(self, name)
-        unimplemented(f"Tensor attribute {name!r}")
+        self.missing_attr(tx, name)
+
+    def hasattr(self, tx, name):
+        """hasattr(x, name): Tensor's class attributes, else the tensor's instance __dict__
+        (guarded). (builtin hasattr answers tensors itself today, from the class only.)"""
+        if inspect.getattr_static(self.python_type(), name, _NOT_FOUND) is not _NOT_FOUND:
+            return ConstantVariable(True)
+        return ConstantVariable(self._instance_dict(tx, name) is not None)
+
+    def _instance_dict(self, tx, name):
+        """The real tensor's own attribute `name` (a break: not modelled), else None with the
+        keys of its __dict__ guarded (a graph-made tensor has none)."""
+        if self.source is None:
+            return None
+        real = next((v for _, v, n in tx.output.graph_inputs if n is self.proxy), None)
+        d = getattr(real, "__dict__", None)
+        if type(d) is not dict or name in d:
+            unimplemented(f"Tensor attribute {name!r} (set on the tensor)")
+        tx.output.guards.add(
+            GuardKind.DICT_KEYS, AttrSource(self.source, "__dict__"), (dict, tuple(d))
+        )
+        return None
+
+    def missing_attr(self, tx, name):
+        """`x.name` that Tensor's class does not have: AttributeError (raised in the traced
+        code), unless the tensor may carry it in its instance __dict__ (a break)."""
+        from kiln.frontend.variables.exceptions import raise_observed
+        from kiln.frontend.variables.user_defined import _dunder_missing
+
+        cls = self.python_type()
+        _dunder_missing(cls, name)
+        if inspect.getattr_static(cls, name, _NOT_FOUND) is not _NOT_FOUND:
+            unimplemented(f"Tensor attribute {name!r}")
+        self._instance_dict(tx, name)
+        raise_observed(tx, AttributeError, f"{cls.__name__!r} object has no attribute {name!r}")
 
     def call_method(self, tx, name, args, kwargs):
         from kiln.frontend.variables.torch import call_tensor_op

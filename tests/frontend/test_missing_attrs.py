@@ -1,0 +1,113 @@
+"""Missing attributes on tensors, modules and user objects: AttributeError raised in the traced
+code as in eager (caught by try/except AttributeError, hasattr False, getattr's default),
+without a graph break; guards on the dicts where the attribute could appear later."""
+
+import torch
+from frontend_helpers import run_and_compare
+
+import kiln
+
+
+class Plain:
+    def __init__(self):
+        self.a = 1
+
+
+def catch_tensor(x):
+    try:
+        y = x.nope
+    except AttributeError as e:
+        return x + 1, str(e)
+    return y
+
+
+def catch_module(x, m):
+    try:
+        m.nope  # noqa: B018
+    except AttributeError as e:
+        return m(x) - 1, str(e)
+    return x
+
+
+def catch_user(x, u):
+    try:
+        u.nope  # noqa: B018
+    except AttributeError as e:
+        return x - 2, str(e)
+    return x
+
+
+def has_and_default(x, m, u):
+    y = (x * 2).relu()
+    return (
+        hasattr(x, "nope"),
+        hasattr(m, "nope"),
+        hasattr(u, "nope"),
+        getattr(y, "nope", 3),
+        getattr(m, "nope", 4),
+        getattr(u, "nope", 5),
+        y + 1,
+    )
+
+
+def catch_parameter(x, m):
+    try:
+        m.weight.nope  # noqa: B018
+    except AttributeError as e:
+        return x + 3, str(e)
+    return x
+
+
+def uncaught(x, m):
+    y = x + 1
+    return m.nope + y
+
+
+def test_tensor_missing_attribute_caught():
+    run_and_compare(catch_tensor, torch.randn(3), expected_graphs=1, expected_breaks=0)
+
+
+def test_module_missing_attribute_caught():
+    m = torch.nn.Linear(3, 3)
+    run_and_compare(catch_module, torch.randn(3), m, expected_graphs=1, expected_breaks=0)
+
+
+def test_user_object_missing_attribute_caught():
+    run_and_compare(catch_user, torch.randn(3), Plain(), expected_graphs=1, expected_breaks=0)
+
+
+def test_parameter_missing_attribute_caught():
+    m = torch.nn.Linear(3, 3)
+    run_and_compare(catch_parameter, torch.randn(3), m, expected_graphs=1, expected_breaks=0)
+
+
+def test_hasattr_and_getattr_default():
+    m = torch.nn.Linear(3, 3)
+    run_and_compare(
+        has_and_default, torch.randn(3), m, Plain(), expected_graphs=1, expected_breaks=0
+    )
+
+
+def test_uncaught_missing_attribute_raises_as_eager():
+    run_and_compare(uncaught, torch.randn(3), torch.nn.Linear(3, 3))  # AttributeError
+
+
+def test_attribute_added_later_recompiles():
+    def fn(x, m, t):
+        try:
+            t_extra = t.extra
+        except AttributeError:
+            t_extra = 0
+        return x + getattr(m, "extra", 0) + t_extra + getattr(m, "bias2", 0)
+
+    kiln.reset()
+    m, t, x = torch.nn.Linear(3, 3), torch.randn(3), torch.randn(3)
+    compiled = kiln.compile(fn, backend="eager")
+    torch.testing.assert_close(compiled(x, m, t), fn(x, m, t))
+    m.extra = 5
+    torch.testing.assert_close(compiled(x, m, t), fn(x, m, t))
+    t.extra = 7
+    torch.testing.assert_close(compiled(x, m, t), fn(x, m, t))
+    m.register_buffer("bias2", torch.ones(3))
+    torch.testing.assert_close(compiled(x, m, t), fn(x, m, t))
+    assert kiln.counters["stats"]["recompiles"] >= 2
