@@ -35,6 +35,13 @@ from kiln.frontend.variables.lists import (
 )
 from kiln.frontend.variables.misc import DeletedVariable, NullVariable
 from kiln.frontend.variables.tensor import TensorVariable
+from kiln.frontend.variables.user_protocol import (
+    is_user_iterator,
+    is_user_object,
+    user_iter,
+    user_iter_builtin,
+    user_next,
+)
 
 PY311 = sys.version_info[:2] == (3, 11)
 PY312 = sys.version_info[:2] == (3, 12)
@@ -182,7 +189,10 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         self.ip = inst.target_index
 
     def call_function(self, fn, args, kwargs):
-        self.push(fn.call_function(self, list(args), dict(kwargs)))
+        result = user_iter_builtin(self, fn, args, kwargs)
+        if result is None:
+            result = fn.call_function(self, list(args), dict(kwargs))
+        self.push(result)
 
     def load_global_value(self, name):
         if self.f_globals is self.output.root_fn.__globals__:
@@ -609,13 +619,22 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
             self.pop()
 
     def GET_ITER(self, inst):
-        self.push(ListIteratorVariable.over(self, self.pop()))  # (a list's sees its appends)
+        obj = self.pop()
+        if is_user_object(obj):  # Note [Objects: iterator protocol]
+            it = user_iter(self, obj)
+            if it is not None:
+                self.push(it)
+                return
+        self.push(ListIteratorVariable.over(self, obj))  # (a list's sees its appends)
 
     def FOR_ITER(self, inst):
         it = self.stack[-1]
-        if not isinstance(it, ListIteratorVariable):
+        if is_user_iterator(it):
+            item = user_next(self, it)
+        elif not isinstance(it, ListIteratorVariable):
             unimplemented(f"iteration over {it}")
-        item = it.next_item()
+        else:
+            item = it.next_item()
         if item is not None:
             self.push(item)
             return

@@ -144,3 +144,65 @@ def user_text(tx, var, name):
     if not (result.is_python_constant() and isinstance(result.as_python_constant(), str)):
         unimplemented(f"{name} of a {var.python_type().__name__} returned {result}")
     return result
+
+
+# Note [Objects: iterator protocol]
+# `for x in obj` / `iter(obj)` on a user object calls its Python __iter__ once; when that returns
+# a user object with a Python __next__ (often `self`), the loop steps it as Python does: each
+# FOR_ITER / next(it) inlines `__next__`, whose StopIteration (observed in the traced code) ends
+# the loop or gives next()'s default. Its state lives in the object's attributes (side effects,
+# read back by the body), so __next__ and the loop body interleave exactly as in eager.
+# Unpacking such an iterator at once (list(it), zip(it, ...)) is not modelled (a break).
+
+
+def is_user_iterator(var):
+    """A user object whose class defines __next__ in Python."""
+    return is_user_object(var) and isinstance(user_method(var, "__next__"), types.FunctionType)
+
+
+def user_iter(tx, var):
+    """iter(obj) of a user object with a Python __iter__: a list iterator (a list's, a
+    generator's items) or a user iterator; None when the class has no Python __iter__."""
+    from kiln.frontend.variables.lists import ListIteratorVariable
+
+    if not isinstance(user_method(var, "__iter__"), types.FunctionType):
+        return None
+    it = call_dunder(tx, var, "__iter__", [])
+    if isinstance(it, ListIteratorVariable) or is_user_iterator(it):
+        return it
+    unimplemented(f"iter() of a {var.python_type().__name__} returned {it}")
+
+
+def user_next(tx, it):
+    """next(it) of a user iterator: the item, or None at its end (StopIteration)."""
+    from kiln.frontend.variables.exceptions import ObservedException
+
+    try:
+        return call_dunder(tx, it, "__next__", [])
+    except ObservedException as e:
+        if not issubclass(e.var.cls, StopIteration):
+            raise
+        return None
+
+
+def user_iter_builtin(tx, fn, args, kwargs):
+    """`next(it[, default])` / `iter(obj)` on user objects (Note [Objects: iterator protocol]);
+    None for any other call. (Reached from the translator's calls: builtin's own next/iter know
+    kiln's list iterators only.)"""
+    import builtins
+
+    from kiln.frontend.variables.builtin import BuiltinVariable
+    from kiln.frontend.variables.exceptions import raise_observed
+
+    if type(fn) is not BuiltinVariable or kwargs or not args or not is_user_object(args[0]):
+        return None
+    if fn.fn is builtins.next and len(args) <= 2 and is_user_iterator(args[0]):
+        item = user_next(tx, args[0])
+        if item is not None:
+            return item
+        if len(args) == 2:
+            return args[1]
+        raise_observed(tx, StopIteration)
+    if fn.fn is builtins.iter and len(args) == 1:
+        return user_iter(tx, args[0])
+    return None
