@@ -110,6 +110,25 @@ def test_per_channel_vectors_do_not_reorder_a_contiguous_kernel():
     assert "o1b +=" not in compiled.cpp_src, compiled.cpp_src
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_transposed_operand_is_staged_through_tiles(dtype):
+    """x.t().contiguous() and y in x.t() + y read along another dim than the inner loop: their
+    tiles are copied once into a local array (Note [Codegen: transposed pointwise kernels])."""
+    x, y = torch.randn(70, 45).to(dtype), torch.randn(45, 70).to(dtype)
+    compiled = check(lambda a: (a.t().contiguous(),), [x])
+    assert "stage0[" in compiled.cpp_src, compiled.cpp_src
+    compiled = check(lambda a, b: (a.t() * 2 + b,), [x, y])
+    assert "stage0[" in compiled.cpp_src, compiled.cpp_src
+
+
+def test_staged_permutes_of_three_dims():
+    x = torch.randn(3, 40, 33)
+    check(lambda a: (a.permute(0, 2, 1).contiguous() + 1,), [x])
+    check(lambda a: (a.permute(2, 0, 1).contiguous(),), [x])
+    y = torch.randn(33, 40, 3)
+    check(lambda a, b: (a.permute(2, 1, 0) - b,), [x, y])
+
+
 def test_transposed_pointwise_edge_blocks_and_zero_size():
     check(lambda a, b: (a.t() + b,), [torch.randn(37, 21), torch.randn(21, 37)])
     check(lambda a, b: (a.t() + b,), [torch.randn(0, 21), torch.randn(21, 0)])

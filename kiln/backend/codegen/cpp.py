@@ -38,6 +38,7 @@ from kiln.backend.codegen.cpp_reductions import (
     _acc_ctype,
     _extreme,
 )
+from kiln.backend.codegen.cpp_transpose import LoopOrders
 from kiln.backend.ir import Ix, cexpr, prod, set_handler, set_range, size_hint
 
 PRELUDE = r"""
@@ -448,7 +449,7 @@ class CppOverrides:
         raise AttributeError(f"C++ backend has no op {name!r}")
 
 
-class KernelWriter(cpp_tiling.FlatLoops, ColumnReductions):
+class KernelWriter(cpp_tiling.FlatLoops, LoopOrders, ColumnReductions):
     """Writes one Group as a C++ function."""
 
     def __init__(self, group, graph, stores, nthreads, inplace=None):
@@ -471,6 +472,7 @@ class KernelWriter(cpp_tiling.FlatLoops, ColumnReductions):
         self.index_vals = {}  # name of an int64 index_expr value -> its Ix
         self.subst = {}  # loop variable -> its expression in a tiled piece (cpp_tiling)
         self.piece_ranges = {}  # loop variables' ranges in the current piece
+        self.staged = {}  # (buffer, index text) -> local tile array (cpp_transpose)
 
     # --- values ----------------------------------------------------------------------------------
 
@@ -485,16 +487,25 @@ class KernelWriter(cpp_tiling.FlatLoops, ColumnReductions):
         self.scopes[-1][expr] = v
         return v
 
+    def param_name(self, name):
+        """The kernel parameter a buffer is read through (registered as an input)."""
+        name = self.alias.get(name, name)
+        if name not in self.params:
+            self.params[name] = False
+        return name
+
+    def storage_ctype_of(self, name):
+        return storage_ctype(self.graph.buffers[name].layout.dtype)
+
     def load(self, name, index):
         loc = self.locals.get(name)
         if loc is not None and loc[1] == index:
             return loc[0]
         buf = self.graph.buffers[name]
         dt = buf.layout.dtype
-        name = self.alias.get(name, name)
-        if name not in self.params:
-            self.params[name] = False
-        expr = f"{name}[{index.render()}]"
+        local = self.staged.get((name, index.render())) if self.staged else None
+        name = self.param_name(name)
+        expr = local or f"{name}[{index.render()}]"
         if dt == torch.bfloat16:
             expr = f"kiln_bf16_to_f({expr})"
         elif dt == torch.float16:
@@ -584,9 +595,9 @@ class KernelWriter(cpp_tiling.FlatLoops, ColumnReductions):
             if pieces:
                 loops, simd_last = loops[:-1], False
             else:
-                p = self.transposed_dim()
-                if p is not None:
-                    self.transposed_loops(p, par_outer)
+                plan = self.loop_plan()  # Note [Codegen: transposed pointwise kernels]
+                if plan is not None:
+                    self.planned_loops(plan, par_outer)
                     return self._function()
                 merge = cpp_tiling.merged_inner(self._probe_run, g.outer, prefix="o")
                 if merge:  # contiguous dims as one loop (a 7x7 image: 49 lanes, not 7)

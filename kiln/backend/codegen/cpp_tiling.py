@@ -251,25 +251,6 @@ def _tile(run, var, p):
     return p
 
 
-def stride_one_votes(run, names):
-    """{loop variable: how many live indices (loads, stores) step by 1 along it}.
-
-    An index over one loop variable only (a per-channel vector `w[o1]`, broadcast over the
-    others) does not vote: it stays in cache whatever the loop order."""
-    live, _ = _probe(run, None, {}, {})
-    votes = dict.fromkeys(names, 0)
-    for ix in live:
-        if sum(1 for v in names if ix.terms.get(v)) < 2:
-            continue
-        for v in names:
-            if ix.terms.get(v) == 1 and not in_atom(ix, v):
-                votes[v] += 1
-    return votes
-
-
-TRANSPOSE_TILE = 16  # lanes of the inner loop of a reordered (transposed) pointwise kernel
-
-
 class FlatLoops:
     """Loop nests of pointwise kernels other than the plain one (mixed into KernelWriter)."""
 
@@ -302,77 +283,6 @@ class FlatLoops:
                 self.store(n, "flat", self.run_node(n, "flat"))
         self.scopes.pop()
         self.locals = {k: v for k, v in self.locals.items() if not v[2]}
-
-    def transposed_dim(self):
-        """The dim to run innermost when more indices step by 1 along it than along the last
-        (a pointwise kernel over a transposed view), or None."""
-        g = self.g
-        n = len(g.outer)
-        if n < 2 or any(type(s) is not int for s in g.outer):
-            return None
-        names = [f"o{d}" for d in range(n)]
-        votes = stride_one_votes(self._probe_run, names)
-        best = max(range(n), key=lambda d: (votes[names[d]], d))
-        if best == n - 1 or votes[names[best]] <= votes[names[-1]]:
-            return None
-        if g.outer[best] < 16 or g.outer[-1] < 2:
-            return None
-        self.last_dim_contiguous = votes[names[-1]] > 0
-        return best
-
-    def transposed_loops(self, p, parallel):
-        """Note [Codegen: transposed pointwise kernels]: dim p innermost in blocks of
-        TRANSPOSE_TILE, the last dim just outside it: the block's rows of the other operands
-        stay in L1 while the last dim walks them."""
-        g, body = self.g, self.code
-        n = len(g.outer)
-        if not self.last_dim_contiguous:  # nothing steps by 1 along the last dim: no blocks
-            return self.reordered_loops(p, parallel)
-        last, var = f"o{n - 1}", f"o{p}"
-        T, size = TRANSPOSE_TILE, g.outer[p]
-        outer = [d for d in range(n - 1) if d != p]
-        if parallel:
-            c = len(outer) + 1
-            body.writeline("#pragma omp parallel for" + (f" collapse({c})" if c > 1 else ""))
-        depth = 0
-        for d in outer:
-            body.writeline(f"for (int64_t o{d} = 0; o{d} < {g.outer[d]}; o{d}++) {{")
-            body.level += 1
-            depth += 1
-        body.writeline(f"for (int64_t {var}b = 0; {var}b < {size}; {var}b += {T}) {{")
-        body.level += 1
-        body.writeline(f"const int64_t {var}e = {var}b + {T} < {size} ? {var}b + {T} : {size};")
-        body.writeline(f"for (int64_t {last} = 0; {last} < {g.outer[-1]}; {last}++) {{")
-        body.writeline("    #pragma omp simd")
-        body.writeline(f"    for (int64_t {var} = {var}b; {var} < {var}e; {var}++) {{")
-        body.level += 2
-        self.flat_body()
-        for _ in range(depth + 3):
-            body.level -= 1
-            body.writeline("}")
-
-    def reordered_loops(self, p, parallel):
-        """Dim p innermost over its whole range, the others outside in order: an NHWC kernel
-        (every index steps by 1 along the channels, none along the width) runs its channels
-        inside."""
-        g, body = self.g, self.code
-        outer = [d for d in range(len(g.outer)) if d != p]
-        if parallel:
-            c, work = 0, 1
-            while c < len(outer) and work < 4 * self.nthreads:
-                work *= g.outer[outer[c]]
-                c += 1
-            body.writeline("#pragma omp parallel for" + (f" collapse({c})" if c > 1 else ""))
-        for d in outer:
-            body.writeline(f"for (int64_t o{d} = 0; o{d} < {g.outer[d]}; o{d}++) {{")
-            body.level += 1
-        body.writeline("#pragma omp simd")
-        body.writeline(f"for (int64_t o{p} = 0; o{p} < {g.outer[p]}; o{p}++) {{")
-        body.level += 1
-        self.flat_body()
-        for _ in range(len(outer) + 1):
-            body.level -= 1
-            body.writeline("}")
 
 
 def merged_inner(run, sizes, prefix="r"):
