@@ -20,9 +20,11 @@ import os
 import time
 
 import torch
+import torch.autograd.profiler as _profiler
 
 from kiln import config, logs
 from kiln.backend import codecache
+from kiln.backend.codegen.wrapper import rt
 from kiln.backend.decompositions import DECOMPOSITIONS
 from kiln.backend.ir import sizes_of, strides_of, to_expr, use_shape_env
 from kiln.exc import BackendCompilerFailed
@@ -50,8 +52,15 @@ class CompiledGraph:
         self.cpp_src = cpp_src
         self.fallback_ops = list(fallback_ops)
         self.kernel_count = cpp_src.count('extern "C" int kernel')
+        n = self.kernel_count
+        self.label = None if config.profile_kernels else f"kiln graph ({n} kernel{'s' * (n != 1)})"
 
     def __call__(self, *args):
+        # under torch.profiler each call is one range (`config.profile_kernels` adds one per
+        # kernel, and then the wrapper opens the graph's range itself)
+        if _profiler._is_profiler_enabled and self.label:
+            with rt.record_function(self.label):
+                return self.call(*args)
         return self.call(*args)
 
 

@@ -8,7 +8,7 @@ from kiln.autograd.tracer import trace_aten
 from kiln.backend.compile import _graph_key
 from kiln.backend.decompositions import DECOMPOSITIONS
 from kiln.backend.profile import kernel_table, table_from_profiler
-from tests.backend.helpers import check
+from tests.backend.helpers import check, compile_fn
 
 
 def softmax_mm(x, w):
@@ -118,3 +118,15 @@ def test_symbolic_sizes_labelled(monkeypatch):
     labels = [ev.key for ev in prof.key_averages() if ev.key.startswith("kiln:")]
     assert any(k.split(" ")[1] == "kernel0" and "s0" in k for k in labels), labels
     kiln.reset()
+
+
+def test_every_compiled_graph_is_one_profiler_range():
+    """Without profile_kernels a compiled graph call still shows as one named range."""
+    x = torch.randn(64, 32)
+    compiled = compile_fn(lambda a: (torch.softmax(a, -1),), [x])
+    assert compiled.label == "kiln graph (1 kernel)"
+    with torch.profiler.profile() as prof:
+        for _ in range(3):
+            compiled(x)
+    rows = {e.key: e.count for e in prof.key_averages()}
+    assert rows.get("kiln graph (1 kernel)") == 3, rows
