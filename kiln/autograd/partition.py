@@ -58,8 +58,25 @@ class JointInfo:
 
 
 def is_size_node(n):
-    """Whether a node computes a size (its val is a torch.SymInt): sym_size or operator.*."""
-    return n.op == "call_function" and isinstance(n.meta.get("val"), torch.SymInt)
+    """Whether a node computes a size or a float of sizes (val a torch.SymInt / SymFloat)."""
+    return n.op == "call_function" and isinstance(n.meta.get("val"), torch.SymInt | torch.SymFloat)
+
+
+def _ints_for_floats(saved):
+    """`saved` with each float of sizes replaced by the int sizes it is computed from.
+
+    Note [Partitioner: saved floats]: a float of sizes (`n / (n - 1)`, Note [Tracer: float sizes])
+    is never saved: the backward recomputes it from the int sizes, which are saved as ints
+    (Note [Partitioner: saved sizes]); the runtime only saves tensors and ints.
+    """
+    out, todo = set(), list(saved)
+    while todo:
+        n = todo.pop()
+        if isinstance(n.meta.get("val"), torch.SymFloat):
+            todo.extend(n.all_input_nodes)
+        else:
+            out.add(n)
+    return out
 
 
 # Note [Partitioner: saved sizes]
@@ -160,6 +177,7 @@ def _sunk(info):
 
 
 def _split(joint, info, saved):
+    saved = _ints_for_floats(saved)
     saved = [n for n in info.nodes if n in saved and not is_size_node(n)] + [
         n for n in info.nodes if n in saved and is_size_node(n)
     ]  # graph order, tensors first (Note [Partitioner: saved sizes])
@@ -236,6 +254,8 @@ def _nbytes(n):
     val = n.meta.get("val")
     if isinstance(val, torch.SymInt):
         return 1
+    if isinstance(val, torch.SymFloat):
+        return 2  # recomputed from its int sizes when the cut falls here
     if not isinstance(val, torch.Tensor):
         return math.inf
     return max(1, hint_of(from_torch(val.numel())) * val.element_size())

@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kiln.autograd import layouts, shape_rules
 from kiln.exc import Unsupported
-from kiln.frontend.shapes import SymNode, from_torch, hint_of, to_torch
+from kiln.frontend.shapes import SymNode, exact_floats, from_torch, hint_of, to_torch
 
 aten = torch.ops.aten
 
@@ -666,13 +666,41 @@ class SizeNodes:
         node = from_torch(v) if isinstance(v, _SYM_TYPES) else v
         if not isinstance(node, SymNode):
             return node
+        if node.kind == "float":
+            return self.float_node(node)
         if node.kind != "int":
-            value = node.guard_float("", 0) if node.kind == "float" else node.guard_bool("", 0)
-            return value  # a float or bool size fact: specialised (never a graph value)
+            return node.guard_bool("", 0)  # a bool size fact: specialised (never a graph value)
         expr = node.env.simplify(node.expr)
         if expr.is_Integer:
             return int(expr)
         return self.node(expr, node.env)
+
+    def float_node(self, node):
+        """A float computed from sizes (`n / (n - 1)`): a node `operator.truediv(num, den)`.
+
+        Note [Tracer: float sizes]: decompositions compute Python floats from sizes (batch norm's
+        `1.0 / n` and unbiased factor `n / (n - 1)`). The float's exact value is a rational
+        function of the sizes; the graph computes it as one true division of two int size nodes,
+        so it is the correctly rounded value of that rational, as Python's own division of exact
+        ints gives (a float coefficient that is not a small dyadic keeps the old specialisation).
+        """
+        env = node.env
+        expr = exact_floats(env.simplify(node.expr))
+        if not expr.free_symbols:
+            return float(expr)
+        key = ("float", expr)
+        found = self.memo.get(key)
+        if found is not None and found.graph is self.graph:
+            return found
+        num, den = sympy.fraction(sympy.together(expr))
+        if not (num.is_integer and den.is_integer):
+            return node.guard_float("", 0)  # not exactly computable from sizes: specialise
+        out = self.graph.call_function(
+            operator.truediv, (self._value(num, env), self._value(den, env))
+        )
+        out.meta["val"] = torch.SymFloat(SymNode(expr, env, "float"))
+        self.memo[key] = out
+        return out
 
     def node(self, expr, env):
         found = self.memo.get(expr)

@@ -536,6 +536,8 @@ class SymNode:
         expr = sympy.sympify(expr)
         if kind != "float":
             expr = self.env.simplify(expr)
+        else:
+            expr = exact_floats(expr)
         if isinstance(expr, sympy.logic.boolalg.BooleanAtom):
             kind = "bool"
         return SymNode(expr, self.env, kind)
@@ -547,7 +549,7 @@ class SymNode:
         return SymNode(sympy.true if num else sympy.false, self.env, "bool")
 
     def wrap_float(self, num):
-        return SymNode(sympy.Float(num), self.env, "float")
+        return SymNode(exact_floats(sympy.Float(num)), self.env, "float")
 
     def clone(self):
         return self
@@ -617,22 +619,30 @@ class SymNode:
     def sym_float(self):
         return self._new(_as_number(self), "float")
 
-    def _to_int(self, fn):
+    def _to_int(self, fn, rounding=None):
+        """An int from a float: symbolic when the float is an exact rational of sizes."""
         if self.kind == "int":
             return self
+        if rounding is not None and self.expr.free_symbols and not self.expr.has(sympy.Float):
+            return self._new(rounding(self.expr), "int")  # Note [Shapes: float sizes]
         return self.wrap_int(int(fn(self.guard_float("", 0))))  # a float: specialise
 
     def ceil(self):
-        return self._to_int(math.ceil)
+        return self._to_int(math.ceil, sympy.ceiling)
 
     def floor(self):
-        return self._to_int(math.floor)
+        return self._to_int(math.floor, sympy.floor)
+
+    def _trunc_rounding(self):
+        """floor for a float known nonnegative (trunc == floor there), else None (specialise)."""
+        nonneg = self.env.static_value(sympy.Ge(self.expr, 0)) if self.kind == "float" else None
+        return sympy.floor if nonneg else None
 
     def trunc(self):
-        return self._to_int(math.trunc)
+        return self._to_int(math.trunc, self._trunc_rounding())
 
     def sym_int(self):
-        return self._to_int(math.trunc)
+        return self._to_int(math.trunc, self._trunc_rounding())
 
     def round(self, ndigits=None):
         value = round(self.guard_float("", 0), ndigits)
@@ -765,6 +775,29 @@ class SymNode:
 # ShapeEnv.evaluate/specialize and is a shape guard; `guard_or_false/true` and
 # `statically_known_true` answer from the static facts only (no guard), as torch defines them.
 # Floats never become guards: a fact or value over a float specialises its size symbols.
+
+
+# Note [Shapes: float sizes]
+# A float computed from sizes (`1.0 / n`, `n / (n - 1)`, `s * 1.5`) is a float-kind SymNode. A
+# float constant that is a small dyadic rational (p / q, both < 2**20: 2.0, 1.5, 0.25 ...) is
+# made that exact sympy Rational, since its products with sizes are exact in a double; the
+# expression is then an exact rational function of the sizes: `floor`/`ceil` of it are exact
+# int size expressions (`floor(s*3/2)`), no guard, and a graph can compute the float itself with
+# one correctly rounded division (Note [Tracer: float sizes]). Another float constant (0.1)
+# stays a sympy Float: rounding it would not be exact, so it specialises, as before.
+EXACT_FLOAT_LIMIT = 2**20
+
+
+def exact_floats(expr):
+    """`expr` with each float constant that is a small dyadic rational made that Rational."""
+
+    def exact(f):
+        p, q = float(f).as_integer_ratio()
+        ok = abs(p) < EXACT_FLOAT_LIMIT and q < EXACT_FLOAT_LIMIT
+        return sympy.Rational(p, q) if ok else f
+
+    floats = expr.atoms(sympy.Float)
+    return expr.xreplace({f: exact(f) for f in floats}) if floats else expr
 
 
 def _as_number(node):

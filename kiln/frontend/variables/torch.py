@@ -12,6 +12,7 @@ import operator
 import types
 
 import torch
+import torch.nn.functional as F
 
 from kiln.exc import unimplemented
 from kiln.frontend import shapes
@@ -265,6 +266,12 @@ _STATEFUL_PREFIXES = (
 )
 
 
+def _resize():
+    from kiln.frontend.variables import resize
+
+    return resize
+
+
 def _tensor_cls():
     from kiln.frontend.variables.tensor import TensorVariable
 
@@ -389,6 +396,11 @@ class TorchVariable(PythonValueVariable):
                 return args[0].numel_var(tx)
             if len(args) == 1 and isinstance(args[0], TensorVariable):
                 return ConstantVariable(fn(args[0].example))
+        if fn is torch.nn.functional.interpolate or fn in _resize().MAX_POOL1D:
+            rule = _resize().interpolate if fn is F.interpolate else _resize().max_pool1d
+            out = rule(tx, args, kwargs)  # Note [Shapes: interpolate], [Shapes: max_pool1d]
+            if out is not None:
+                return out
         has_tensor = any(isinstance(a, _tensor_cls()) for a in [*args, *kwargs.values()])
         name = getattr(fn, "__name__", "")
         if not has_tensor and name.startswith(_STATEFUL_PREFIXES):
