@@ -209,14 +209,21 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
     def global_source(self, name):
         return GlobalSource(name, self.output.globals_name(self.f_globals))
 
-    def get_local(self, name):
-        if name not in self.symbolic_locals:
-            unimplemented(f"UnboundLocalError: {name!r}")
-        v = self.symbolic_locals[name]
+    def get_local(self, name, free=False):
+        """The value of a local (or cell) of this frame; an unbound one (never assigned,
+        deleted, an `except ... as name` after its handler) raises as Python does: in the
+        traced code, UnboundLocalError (NameError for a free variable of a nested function)."""
+        v = self.symbolic_locals.get(name)
         if isinstance(v, LazyVariable):
             v = self.symbolic_locals[name] = v.realize(self)
-        if isinstance(v, DeletedVariable):
-            unimplemented(f"UnboundLocalError: {name!r}")
+        if v is None or isinstance(v, DeletedVariable):
+            from kiln.frontend.variables.exceptions import raise_observed
+
+            if free:
+                message = f"cannot access free variable {name!r} where it is not associated"
+                raise_observed(self, NameError, message + " with a value in enclosing scope")
+            message = f"cannot access local variable {name!r} where it is not associated"
+            raise_observed(self, UnboundLocalError, message + " with a value")
         return v
 
     def realize_all(self):
@@ -304,7 +311,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
     def load_closure_var(self, name):
         ref = self.closure[name]
         if isinstance(ref, CellRefVariable):
-            return ref.tx.get_local(ref.name)
+            return ref.tx.get_local(ref.name, free=True)
         cell, source = ref
         stored = self.output.side_effects.pending_cell(cell)  # a store made while tracing
         if stored is None and self.is_root:
