@@ -11,6 +11,12 @@ and rolled back when that instruction breaks (it then runs in Python and makes t
 In-place mutations of containers and new objects that existed before the instruction cannot be
 rolled back: they bump `version`, and a break after such a mutation is not placed (the frame
 runs eagerly instead).
+
+Note [Side effects: one variable per mutable container]
+A real list, dict or deque reached from a source is wrapped once per frame: reaching it again
+(`self.log` read in __enter__ and again in __exit__, or through another name) gives the same
+variable, so each read sees the mutations made before it and the replay writes the final
+contents once. (Two variables would each replay their own contents: the first append lost.)
 """
 
 from kiln.bytecode import emit
@@ -24,8 +30,27 @@ class SideEffects:
     def __init__(self):
         self.log = {}  # key -> (kind, payload), ordered by each key's last mutation
         self.cell_objects = {}  # id(real cell) -> free variable name (inlined code reads it)
+        self.containers = {}  # id(real list/dict/deque from a source) -> (it, its variable)
         self.version = 0
         self.step_serial = 0  # set by the root translator before each instruction
+
+    def tracked_container(self, tx, value, source):
+        """The variable already wrapping this real mutable container (a list, dict or deque
+        reached again, through the same or another source: one variable, so that every read
+        sees every mutation), or None. Another source is guarded to be the same object."""
+        from kiln.frontend.guards import GuardKind
+
+        hit = self.containers.get(id(value))
+        if hit is None:
+            return None
+        var = hit[1]
+        if var.source != source:
+            tx.output.guards.add(GuardKind.ALIASING, source, var.source)
+        return var
+
+    def track_container(self, value, var):
+        self.containers[id(value)] = (value, var)  # (the value kept alive: ids stay unique)
+        return var
 
     def __bool__(self):
         return bool(self.log)

@@ -178,6 +178,19 @@ def wrap_value(tx, value, source):
     if isinstance(value, enum.Enum):
         guards.add(GuardKind.ID_MATCH, source, value)
         return ConstantVariable(value, source=source)
+    if type(value) in _MUTABLE:  # Note [Side effects: one variable per mutable container]
+        var = tx.output.side_effects.tracked_container(tx, value, source)
+        if var is None:
+            var = tx.output.side_effects.track_container(value, _wrap(tx, value, source))
+        return var
+    return _wrap(tx, value, source)
+
+
+_MUTABLE = (list, dict, collections.OrderedDict, collections.deque)
+
+
+def _wrap(tx, value, source):
+    guards = tx.output.guards
     if type(value) in (tuple, list):
         guards.add(GuardKind.LIST_LENGTH, source, (type(value), len(value)))
         items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]
