@@ -3,6 +3,7 @@ F.interpolate with scale factors (Note [Shapes: interpolate]), pooling, batch no
 in training (Note [Tracer: float sizes])."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -155,3 +156,34 @@ def test_max_pool1d_output_length_is_symbolic(backend):
             torch.testing.assert_close(x.grad, xr.grad)
     assert kiln.counters["frames"]["total"] == 2
     assert not [m for m in cap.messages["recompiles"] if "specialised" in m]
+
+
+def _float_sizes(x):
+    h = x.shape[1]
+    a = int(h * 1.5)  # exact: (h * 3) // 2
+    b = math.floor(float(h) * 0.5)
+    c = math.ceil(h / 4)
+    d = math.floor(x.shape[0] / 3)  # one inexact division, last: still exact to floor
+    return x.new_ones(a, b, c, d).sum() + x.sum()
+
+
+def test_floats_of_sizes_floored_back_stay_symbolic():
+    compiled = kiln.compile(_float_sizes, backend="eager", dynamic=True)
+    with LogCapture("recompiles") as cap:
+        for shape in [(4, 6), (7, 9), (12, 30), (3, 5)]:
+            x = torch.randn(*shape)
+            torch.testing.assert_close(compiled(x), _float_sizes(x))
+    assert kiln.counters["frames"]["total"] == 1
+    assert not cap.messages["recompiles"]
+
+
+def _inexact(x):
+    return x.new_ones(math.floor(x.shape[0] * 0.1)).sum() + x.shape[0] / 3 * 1.5
+
+
+def test_inexact_float_of_a_size_specialises_with_a_guard():
+    compiled = kiln.compile(_inexact, backend="eager", dynamic=True)
+    for n in (30, 30, 40):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x), _inexact(x))
+    assert kiln.counters["frames"]["total"] == 2

@@ -3,12 +3,13 @@
 import builtins
 import functools
 import itertools
+import math
 import operator
 
 import torch
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables import sym
+from kiln.frontend.variables import sym, symfloat
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -23,6 +24,7 @@ from kiln.frontend.variables.lists import (
     _set_values,
 )
 from kiln.frontend.variables.sym import SymNodeVariable
+from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.frontend.variables.tensor import TensorVariable
 
 _SEQUENCE_OPS = {operator.add, operator.iadd, operator.mul, operator.imul}
@@ -41,7 +43,9 @@ def binary_op(tx, fn, a, b):
         fn = _INPLACE[fn]  # `n += t` for a number n is `n = n + t` (no in-place, a new tensor)
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [a, b], {})
-    if isinstance(a, SymNodeVariable) or isinstance(b, SymNodeVariable):
+    if isinstance(a, SymNodeVariable | SizeFloatVariable) or isinstance(
+        b, SymNodeVariable | SizeFloatVariable
+    ):
         return sym.binary(tx, fn, a, b)  # Note [Shapes: SymNodeVariable]
     if sym.has_symbolic(a) or sym.has_symbolic(b):
         a, b = sym.as_sequence(a), sym.as_sequence(b)  # `(-1,) + x.shape[1:]`: item by item
@@ -261,6 +265,9 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(args[0].truthy(tx))
         if fn is operator.not_ and len(args) == 1:
             return ConstantVariable(not args[0].truthy(tx))
+        if fn in symfloat.ROUNDINGS and len(args) == 1 and not kwargs:
+            if isinstance(args[0], SizeFloatVariable):  # math.floor(n * 1.5): an int size
+                return symfloat.to_int(tx, symfloat.ROUNDINGS[fn], args[0])
         if getattr(fn, "__module__", None) in _PURE_MODULES:
             # math.sqrt(n) of a size: on its value (a guard); floats are not sizes
             args = [sym.specialised(a) for a in args]
@@ -476,6 +483,10 @@ class BuiltinVariable(VariableTracker):
     def _convert(self, tx, fn, obj):
         if isinstance(obj, TensorVariable):
             unimplemented(f"{fn.__name__}() of a tensor reads tensor data")
+        if fn is float and isinstance(obj, SymNodeVariable):
+            return symfloat.to_float(obj)  # Note [Shapes: float sizes in traced code]
+        if fn is int and isinstance(obj, SizeFloatVariable):
+            return symfloat.to_int(tx, math.floor, obj)  # trunc of a nonnegative float
         return fold(fn, obj.as_python_constant())
 
     def _call_int(self, tx, obj=None):

@@ -115,14 +115,22 @@ class SymNodeVariable(VariableTracker):
 
 
 def specialised(v):
-    """A SymNodeVariable as the constant of its value (a guard); anything else as it is."""
+    """A SymNodeVariable (or size float) as the constant of its value (a guard); else v itself."""
+    from kiln.frontend.variables.symfloat import SizeFloatVariable
+
+    if isinstance(v, SizeFloatVariable):
+        return ConstantVariable(v.as_python_constant())
     return ConstantVariable(v.evaluate()) if isinstance(v, SymNodeVariable) else v
 
 
 def binary(tx, fn, a, b):
     """`a <fn> b` with at least one SymNodeVariable and no tensor (Note [Shapes: SymNodeVariable])."""
+    from kiln.frontend.variables import symfloat
     from kiln.frontend.variables.builtin import binary_op
 
+    result = symfloat.binary(tx, fn, a, b)  # Note [Shapes: float sizes in traced code]
+    if result is not None:
+        return result
     op = ARITH_OPS.get(fn)
     if op is None or not (is_int_like(a) and is_int_like(b)):
         # a float, a sequence repeat, a shift ...: the size as its concrete value
