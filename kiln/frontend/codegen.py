@@ -27,6 +27,7 @@ class PyCodegen:
         self.graph_outputs = []  # TensorVariables, in graph output order
         self._output_index = {}
         self._temps = {}  # id(mutable container) -> local holding the rebuilt object
+        self.class_temps = {}  # id(local class) -> local holding it, built again
         self.temp_names = []
         self.compile_callees = False  # rebuild user callables as kiln-compiled frames
         self.callee_factory = callee_factory

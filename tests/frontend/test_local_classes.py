@@ -91,10 +91,15 @@ def test_local_exception_class():
     run_and_compare(local_exception_class, t(3), expected_graphs=1, expected_breaks=0)
 
 
-def test_escaping_class_runs_eagerly():
+def test_escaping_class_is_built_again_per_call():
+    """A class (or an instance of it) that leaves the frame: the transformed code runs the
+    class statement again, so each call returns a new class, as in eager; one graph."""
+    import kiln
+
     def returns_class(x):
         class K:
-            pass
+            def f(self):
+                return 1
 
         return x + 1, K.__name__, K
 
@@ -105,13 +110,78 @@ def test_escaping_class_runs_eagerly():
 
         return K(x + 1)
 
-    # a new class per call, as in eager (the frame runs eagerly)
-    f = run_and_compare.__globals__["kiln"].compile(returns_class, backend="eager")
+    kiln.reset()
+    f = kiln.compile(returns_class, backend="eager")
     a, b = f(t(2))[2], f(t(2))[2]
-    assert a is not b and a.__name__ == "K"
-    g = run_and_compare.__globals__["kiln"].compile(returns_instance, backend="eager")
+    assert (
+        a is not b and a.__name__ == "K" and a.__qualname__ == returns_class(t(2))[2].__qualname__
+    )
+    assert a().f() == 1
+    g = kiln.compile(returns_instance, backend="eager")
     x = t(2)
     assert torch.equal(g(x).v, x + 1) and type(g(x)) is not type(g(x))
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+    assert kiln.counters["stats"]["unique_graphs"] == 2
+
+
+class Holder:
+    pass
+
+
+def test_local_classes_stored_on_an_input():
+    """Instances of a local subclass of a local class stored on an input, the base class too:
+    rebuilt once per call (the instance's class derives from the stored class)."""
+    import kiln
+
+    def stored(x, box):
+        class A:
+            def __init__(self, v):
+                self.v = v
+
+        class B(A):
+            def g(self):
+                return self.v * 2
+
+        box.b = B(x)
+        box.cls = A
+        return box.b.g(), A(3)
+
+    kiln.reset()
+    compiled = kiln.compile(stored, backend="eager")
+    boxes = []
+    for f in (stored, compiled, compiled):
+        box = Holder()
+        out, a3 = f(t(2) + 1, box)
+        boxes.append(box)
+        assert isinstance(box.b, box.cls) and isinstance(a3, box.cls) and a3.v == 3
+        assert type(box.b).__qualname__ == "test_local_classes_stored_on_an_input.<locals>." + (
+            "stored.<locals>.B"
+        )
+        torch.testing.assert_close(out, box.b.v * 2)
+    assert boxes[1].cls is not boxes[2].cls  # a new class per call, as in eager
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+    assert kiln.counters["stats"]["unique_graphs"] == 1
+
+
+def test_local_class_live_at_a_graph_break():
+    import kiln
+
+    def f(x):
+        class K:
+            def __init__(self, v):
+                self.v = v
+
+        k = K(x * 2)
+        kiln.graph_break()
+        return k.v + 1, type(k).__name__
+
+    kiln.reset()
+    compiled = kiln.compile(f, backend="eager")
+    x = t(3)
+    for _ in range(2):
+        out, name = compiled(x)
+        torch.testing.assert_close(out, x * 2 + 1)
+        assert name == "K"
 
 
 def test_class_body_with_side_effect_is_not_traced():

@@ -13,9 +13,12 @@ it for real with `builtins.__build_class__` while tracing (its free variables mu
 the frame never rebinds). Its instances are then traced as instances of any plain user class.
 Each call of the eager function makes a new class; the compiled frame uses the class made while
 tracing, which is only sound while neither the class nor an instance of it leaves the frame
-(their identity, and later changes to the class, would be shared between calls): rebuilding one
-in the transformed code (a return value, a live local at a graph break) is not supported and the
-frame runs eagerly.
+(their identity, and later changes to the class, would be shared between calls). So where one
+leaves the frame (a return value, a stored attribute, an instance of it, a live local at a graph
+break) the transformed code builds the class again, as the eager class statement does: it calls
+`__build_class__` with the same body function (its constant cells), name and bases (a local base
+built first), once per transformed code (`load_class`); instances rebuilt with `make_object`
+take that class. Each call thus returns a new class, whose methods are those kiln traced.
 """
 
 import builtins
@@ -50,6 +53,31 @@ def is_local_class(cls):
     return cls in LOCAL_CLASSES
 
 
+_RECIPES = weakref.WeakKeyDictionary()  # local class -> (body function, name, bases)
+
+
+def load_class(cg, cls):
+    """Push `cls` in the transformed code: a local class is built again by its class statement
+    (Note [Classes: local classes]), once per transformed code."""
+    from kiln.bytecode import emit
+
+    if not is_local_class(cls):
+        cg.load_object(cls)
+        return
+    temp = cg.class_temps.get(id(cls))
+    if temp is None:
+        fn, name, bases = _RECIPES[cls]
+        cg.load_object(builtins.__build_class__, push_null=True)
+        cg.load_object(fn)
+        cg.extend(emit.load_const(name))
+        for base in bases:
+            load_class(cg, base)
+        cg.extend(emit.call(2 + len(bases)))
+        temp = cg.class_temps[id(cls)] = cg.new_temp()
+        cg.extend(emit.store_fast(temp))
+    cg.extend(emit.load_fast(temp))
+
+
 class BuildClassVariable(VariableTracker):
     """`builtins.__build_class__` as LOAD_BUILD_CLASS pushes it."""
 
@@ -73,6 +101,7 @@ class BuildClassVariable(VariableTracker):
         except Exception as e:
             unimplemented(f"class {name} raised {type(e).__name__} while being built: {e}")
         LOCAL_CLASSES.add(cls)
+        _RECIPES[cls] = (fn, name, tuple(bases))
         return LocalClassVariable(cls)
 
     def reconstruct(self, cg):
@@ -86,7 +115,7 @@ class LocalClassVariable(UserDefinedClassVariable):
     """A class made while tracing (Note [Classes: local classes])."""
 
     def reconstruct(self, cg):
-        unimplemented(f"class {self.value.__qualname__}, defined in the compiled frame, escapes")
+        load_class(cg, self.value)
 
     def __repr__(self):
         return f"LocalClassVariable({self.value.__qualname__})"

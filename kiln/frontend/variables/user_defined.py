@@ -117,8 +117,9 @@ class UserDefinedClassVariable(PythonValueVariable):
     def reconstruct(self, cg):
         if self.source is not None:
             return super().reconstruct(cg)
-        _not_local(self.value)
-        cg.load_object(self.value)
+        from kiln.frontend.variables.classes import load_class
+
+        load_class(cg, self.value)
 
     def __repr__(self):
         return f"UserDefinedClassVariable({self.value.__qualname__})"
@@ -445,10 +446,10 @@ class NewObjectVariable(VariableTracker):
 
     def reconstruct(self, cg):
         from kiln.bytecode import emit
+        from kiln.frontend.variables.classes import load_class
 
-        _not_local(self.cls)
         cg.load_object(make_object, push_null=True)
-        cg.load_object(self.cls)
+        load_class(cg, self.cls)
         for k, v in self.attrs.items():
             cg.extend(emit.load_const(k))
             cg.reconstruct(v)
@@ -516,14 +517,6 @@ def _enum_lookup(tx, cls, value):
         if member._value_ == v or member._value_ is v:
             return ConstantVariable(member)
     raise_observed(tx, ValueError, f"{v!r} is not a valid {cls.__qualname__}")
-
-
-def _not_local(cls):
-    """A class made while tracing is never rebuilt (Note [Classes: local classes])."""
-    from kiln.frontend.variables.classes import is_local_class
-
-    if is_local_class(cls):
-        unimplemented(f"{cls.__qualname__}, a class defined in the compiled frame, escapes")
 
 
 def _dict_method_owner(cls, name):
