@@ -251,7 +251,11 @@ class GraphLowering:
         cl_conv = self.channels_last and target in _CONV_TENSOR_ARGS
         if cl_conv:
             n = _CONV_TENSOR_ARGS[target]
-            args = (*(self._to_channels_last(a) for a in args[:n]), *args[n:])
+            weight = n - 1  # the last tensor argument: the weight
+            cl_args = [
+                self._to_channels_last(a, weight=i == weight) for i, a in enumerate(args[:n])
+            ]
+            args = (*cl_args, *args[n:])
         arg_vals = [a.meta.get("val") if hasattr(a, "meta") else None for a in node.args]
         cargs = []
         for a, v in zip(args, arg_vals):
@@ -325,8 +329,9 @@ class GraphLowering:
 
     # --- channels-last convolutions (see the Note) -----------------------------------------------
 
-    def _to_channels_last(self, value):
-        """value realized with channels-last strides (a copy kernel unless it is already)."""
+    def _to_channels_last(self, value, weight=False):
+        """value realized with channels-last strides (a copy kernel unless it is already; a
+        weight that is a graph input: converted at run time once per version of it)."""
         size = tuple(value.get_size())
         st = _cl_stride(size)
         rl = value.realized_layout()
@@ -336,12 +341,29 @@ class GraphLowering:
             and rl[1].size == rl[0].layout.size
         ):
             return value
+        if weight and isinstance(value, InputBuffer):
+            return self._cached_channels_last(value, st)
         if isinstance(value, StorageBox) and not value.is_realized():
             value.realize(st)
             return value
         box = StorageBox(Pointwise(value.get_dtype(), list(size), value.make_loader()), self)
         box.realize(st)
         return box
+
+    def _cached_channels_last(self, value, stride):
+        """`rt.channels_last(weight)`: a channels-last copy the runtime keeps while the weight
+        is unchanged (Note [Backend: channels-last convolutions])."""
+        kernel = ExternKernel(
+            self._name("extern"), "rt.channels_last", [value.realized_layout()], {}, []
+        )
+        out = ExternBuffer(
+            self._name(), Layout(value.layout.size, stride, value.layout.dtype), kernel
+        )
+        kernel.outputs = [out]
+        self.buffers[out.name] = out
+        self.operations.append(kernel)
+        self.cl_ids.add(id(out))
+        return out
 
     def _follow_channels_last(self, out, args):
         """A 4-d unrealized result of channels-last inputs is realized channels-last too."""
@@ -409,7 +431,10 @@ class GraphLowering:
 # activations a training forward saves for its backward. Those keep the chosen layout, the
 # compiled graph reports it (`output_strides`), and the AOT layer gives the backward graph's
 # inputs those strides before compiling it (Note [AOT: saved activations keep their layout]), so
-# a ResNet's activations stay NHWC from the first convolution to the last weight gradient.
+# a ResNet's activations stay NHWC from the first convolution to the last weight gradient. A
+# weight that is a graph input is converted by `rt.channels_last`, which keeps the copy until the
+# weight changes (same tensor, same version counter, same memory): an inference graph converts
+# its weights once, not on every call.
 
 
 def _cl_stride(size):

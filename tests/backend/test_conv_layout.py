@@ -127,3 +127,33 @@ def test_channels_last_input_gives_eager_strides(grad):
         out, ref = kiln.compile(conv, backend="kiln")(x), conv(x)
     assert out.stride() == ref.stride()
     torch.testing.assert_close(out, ref)
+
+
+def test_weights_converted_once_and_again_when_changed():
+    """A graph-input weight's channels-last copy is kept while the weight is unchanged; an
+    in-place update, a new `.data` or another tensor gives a fresh copy (results = eager)."""
+    from kiln.backend.codegen.wrapper import rt
+
+    torch.manual_seed(0)
+    conv = nn.Conv2d(3, 8, 3, padding=1)
+    x = torch.randn(2, 3, 9, 9)
+    compiled = aot_module(conv, kc.compile_aten_graph, decompositions=DECOMPOSITIONS)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), conv(x), atol=1e-5, rtol=1e-5)
+        first = rt._channels_last.get(conv.weight)[2]
+        compiled(x)
+        assert rt._channels_last.get(conv.weight)[2] is first  # kept
+        conv.weight.mul_(2)  # in place: the version counter moves
+        torch.testing.assert_close(compiled(x), conv(x), atol=1e-5, rtol=1e-5)
+        assert rt._channels_last.get(conv.weight)[2] is not first
+        conv.weight.data = torch.randn(8, 3, 3, 3)  # new memory
+        torch.testing.assert_close(compiled(x), conv(x), atol=1e-5, rtol=1e-5)
+    with torch.inference_mode():  # inference tensors have no version counter: never kept
+        w = torch.randn(8, 3, 3, 3)
+        xi = torch.randn(2, 3, 9, 9)
+        want = F.conv2d(xi, w, padding=1)
+        gm = trace_aten(
+            lambda a, b: (F.conv2d(a, b, padding=1),), [xi, w], decompositions=DECOMPOSITIONS
+        )
+        got = kc.compile_aten_graph(gm, [xi, w])(xi, w)[0]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -75,6 +75,26 @@ class rt:
     def view(t, size, stride, offset):
         return t.as_strided(size, stride, t.storage_offset() + offset)
 
+    _channels_last = None  # tensor -> (version, data_ptr, channels-last copy), weakly keyed
+
+    @staticmethod
+    def channels_last(t):
+        """A channels-last copy of t, kept while t is unchanged (a conv weight between calls)."""
+        if rt._channels_last is None:
+            from torch.utils.weak import WeakIdKeyDictionary
+
+            rt._channels_last = WeakIdKeyDictionary()
+        try:
+            version = t._version
+        except RuntimeError:  # an inference tensor has no version counter: never kept
+            return t.detach().contiguous(memory_format=torch.channels_last)
+        hit = rt._channels_last.get(t)
+        if hit is not None and hit[0] == version and hit[1] == t.data_ptr():
+            return hit[2]
+        out = t.detach().contiguous(memory_format=torch.channels_last)
+        rt._channels_last[t] = (version, t.data_ptr(), out)
+        return out
+
     @staticmethod
     def index_error():
         raise IndexError("index out of bounds in a kiln kernel (eager raises the same error)")
@@ -162,6 +182,8 @@ class WrapperCodegen:
             name = f"op{len(self.ops)}"
             if isinstance(op, torch._ops.OpOverload):
                 self.ops[op] = (name, f"rt.resolve({str(op)!r})")
+            elif isinstance(op, str) and op.startswith("rt."):  # a runtime helper of ours
+                self.ops[op] = (name, op)
             else:
                 self.ops[op] = (name, self.literal(op))
         return self.ops[op][0]
