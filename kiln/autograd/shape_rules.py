@@ -497,6 +497,17 @@ def upsample(x, output_size, *args, **kwargs):
     return Sizes((*x[: len(x) - len(output_size)], *output_size))
 
 
+def adaptive_pool(x, output_size):
+    """_adaptive_avg_pool2d/3d(x, output_size): the output size given (for the last dims)."""
+    return upsample(x, output_size)
+
+
+def adaptive_max_pool(x, output_size):
+    """adaptive_max_pool2d/3d: output and indices, both of the output size given."""
+    out = upsample(x, output_size)
+    return out, out
+
+
 def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, *args, **kwargs):
     """_embedding_bag(_forward_only): output [bags, D], offset2bag [n], bag_size [offsets],
     max_indices ([bags, D] for mode max, else [0]) — the meta kernel's sizes."""
@@ -893,6 +904,14 @@ SHAPE_RULES.update(
         aten.unfold.default: unfold,
         aten.unfold_backward.default: input_sizes_arg,
         aten.pixel_shuffle.default: pixel_shuffle,
+        aten._adaptive_avg_pool2d.default: adaptive_pool,
+        aten._adaptive_avg_pool3d.default: adaptive_pool,
+        aten.adaptive_max_pool2d.default: adaptive_max_pool,
+        aten.adaptive_max_pool3d.default: adaptive_max_pool,
+        aten._adaptive_avg_pool2d_backward.default: grad_of_second,
+        aten._adaptive_avg_pool3d_backward.default: grad_of_second,
+        aten.adaptive_max_pool2d_backward.default: grad_of_second,
+        aten.adaptive_max_pool3d_backward.default: grad_of_second,
         aten.avg_pool3d.default: pool3d,
         aten.max_pool3d_with_indices.default: max_pool3d_with_indices,
         aten.avg_pool3d_backward.default: grad_of_second,

@@ -258,6 +258,8 @@ CASES = [
         lambda a, b, c: ((M(a, b, 2 * c, 6), [2 * c, 6], [a, b, c, 3]), {}),
         N3,
     ),
+    (aten._adaptive_avg_pool2d.default, lambda a, b, c: ((M(a, 3, b + 4, c), [3, 2]), {}), N3),
+    (aten.adaptive_max_pool2d.default, lambda a, b, c: ((M(a, 3, b + 4, c), [3, 2]), {}), N3),
     (aten.mse_loss_backward.default, lambda a, b, c: ((M(()), M(a, b), M(a, b), 1), {}), N3),
     # ceil_mode pooling: the last window dropped where it would start in the padding
     (

@@ -187,3 +187,42 @@ def test_inexact_float_of_a_size_specialises_with_a_guard():
         x = torch.randn(n)
         torch.testing.assert_close(compiled(x), _inexact(x))
     assert kiln.counters["frames"]["total"] == 2
+
+
+class _ConvOps(nn.Module):
+    """Strided/dilated conv, transposed conv, pools, and the interpolate variants."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=2, padding=1, dilation=2)
+        self.convt = nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1)
+
+    def forward(self, x):
+        up = F.interpolate(x, scale_factor=(2, 1.5), mode="bilinear", align_corners=True)
+        return (
+            self.convt(self.conv(x)).sum()
+            + F.avg_pool2d(x, 3, 2, 1).sum()
+            + F.adaptive_avg_pool2d(x, 3).sum()
+            + F.adaptive_max_pool2d(x, 2).sum()
+            + up.sum()
+            + F.upsample_nearest(x, scale_factor=2).sum()
+            + F.max_pool2d(x, 3, 2, 1, ceil_mode=True).sum()
+        )
+
+
+@pytest.mark.filterwarnings("ignore:`nn.functional.upsample_nearest` is deprecated")
+def test_conv_pool_and_upsample_ops_stay_symbolic():
+    model = _ConvOps()
+    ref = copy.deepcopy(model)
+    compiled = kiln.compile(model, backend="aot_eager")
+    with LogCapture("recompiles") as cap:
+        for n in [9, 12, 17]:
+            x = torch.randn(2, 3, n, n + 1)
+            out, expected = compiled(x), ref(x)
+            torch.testing.assert_close(out, expected, **TOL)
+            out.backward()
+            expected.backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, **TOL)
+    assert kiln.counters["frames"]["total"] == 2
+    assert not [m for m in cap.messages["recompiles"] if "specialis" in m], cap.messages

@@ -62,8 +62,20 @@ def scaled_size(tx, size, scale):
     return binary(tx, operator.floordiv, out, ConstantVariable(q)) if q != 1 else out
 
 
-def interpolate(tx, args, kwargs):
+# the deprecated wrappers of F.interpolate, and the arguments they add
+WRAPPERS = {
+    F.upsample: {},
+    F.upsample_nearest: {"mode": "nearest"},
+    F.upsample_bilinear: {"mode": "bilinear", "align_corners": True},
+}
+
+
+def interpolate(tx, args, kwargs, fn=F.interpolate):
     """F.interpolate with scale factors on a symbolic tensor as size nodes + upsample; else None."""
+    extra = WRAPPERS.get(fn, {})
+    if any(k in kwargs for k in extra):
+        return None
+    kwargs = {**kwargs, **{k: ConstantVariable(v) for k, v in extra.items()}}
     from kiln.frontend.variables.lists import ListVariable
     from kiln.frontend.variables.tensor import TensorVariable
     from kiln.frontend.variables.torch import call_tensor_op
@@ -108,7 +120,7 @@ _MAX_POOL1D_SIGNATURE = inspect.signature(F._max_pool1d)
 MAX_POOL1D = (F.max_pool1d, F._max_pool1d, torch.max_pool1d)
 
 
-def max_pool1d(tx, args, kwargs):
+def max_pool1d(tx, args, kwargs, fn=None):
     """max_pool1d on a symbolic tensor as max_pool1d_with_indices(...)[0]; else None."""
     from kiln.frontend.variables.tensor import TensorVariable
     from kiln.frontend.variables.torch import call_tensor_op

@@ -396,9 +396,9 @@ class TorchVariable(PythonValueVariable):
                 return args[0].numel_var(tx)
             if len(args) == 1 and isinstance(args[0], TensorVariable):
                 return ConstantVariable(fn(args[0].example))
-        if fn is torch.nn.functional.interpolate or fn in _resize().MAX_POOL1D:
-            rule = _resize().interpolate if fn is F.interpolate else _resize().max_pool1d
-            out = rule(tx, args, kwargs)  # Note [Shapes: interpolate], [Shapes: max_pool1d]
+        if fn is F.interpolate or fn in _resize().WRAPPERS or fn in _resize().MAX_POOL1D:
+            rule = _resize().max_pool1d if fn in _resize().MAX_POOL1D else _resize().interpolate
+            out = rule(tx, args, kwargs, fn)  # Note [Shapes: interpolate], [Shapes: max_pool1d]
             if out is not None:
                 return out
         has_tensor = any(isinstance(a, _tensor_cls()) for a in [*args, *kwargs.values()])
