@@ -34,6 +34,10 @@ def transcendental(x):
     return torch.sin(x) * torch.tanh(x) + torch.log1p(x.abs()) + torch.cos(x) * torch.sigmoid(x)
 
 
+def transpose_add(x, y):
+    return x.t() * 2 + y
+
+
 def softmax(x):
     return torch.softmax(x, -1)
 
@@ -55,6 +59,12 @@ def workloads():
         "chain": (chain, (x, y), 3 * x.numel() * 4),
         # sin/cos/tanh/log1p/sigmoid: Sleef vector calls in kiln (codegen/vecmath.py)
         "transcendental": (transcendental, (torch.randn(2048, 1024),), 2 * 2048 * 1024 * 4),
+        # y is read across its rows (staged through tiles in kiln: codegen/cpp_transpose.py)
+        "transpose_add": (
+            transpose_add,
+            (torch.randn(2048, 2048), torch.randn(2048, 2048)),
+            3 * 2048 * 2048 * 4,
+        ),
         "softmax": (softmax, (torch.randn(8192, 1024),), 2 * 8192 * 1024 * 4),
         "layer_norm": (
             layer_norm,
