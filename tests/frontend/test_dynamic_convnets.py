@@ -95,6 +95,10 @@ def test_resnet_trains_over_batch_and_image_sizes(backend):
     assert _run(ResNet(widths=(16, 16, 32)), backend, True, [(2, 16), (3, 24), (9, 19)]) == 2
 
 
+def test_resnet_eval_over_batch_and_image_sizes():
+    assert _run(ResNet(widths=(16, 16, 32)), "aot_eager", False, [(2, 16), (4, 33), (7, 22)]) == 2
+
+
 def test_resnet_kiln_backend_one_symbolic_compile():
     # dynamic=True: one symbolic compile serves every size (the static one is skipped for time)
     shapes = [(2, 16), (5, 21), (9, 40)]
