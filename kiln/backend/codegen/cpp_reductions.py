@@ -10,6 +10,14 @@ A column reduction sums rows into a block of outputs side by side, vectorized al
             for (o0 = ob; o0 < oe; o0++) acc0[o0 - ob] += g[256*r0 + o0];
     }
 
+# Note [Codegen: rows split across threads]
+A column kernel with fewer blocks of outputs than threads (a batch norm's 16 or 64 channels over
+N*H*W rows) would run on one thread. Its rows are split instead: each reduction loop opens a
+parallel region, every thread accumulates its share of the rows (`omp for schedule(static)` over
+the outermost row loop) into its own accumulators, writes them to its row of `acc_p[thread][B]`,
+and after the region the rows are folded into the block's accumulators in thread order, so a
+given thread count always gives the same result. Per-output steps between loops run serially.
+
 # Note [Codegen: column segments]
 A kernel may hold several reduction loops in a row with per-output steps between them: an NHWC
 batch norm's mean, then the variance around that mean, then the running statistics and rsqrt.
@@ -42,6 +50,18 @@ COLUMN_BLOCK = 64  # outputs per block in column reductions
 SUM_CHUNK = 1024  # elements a float32 sum adds in float before its double accumulator
 COLUMN_CHUNK = 256  # rows a float32 column sum adds in float before its double accumulators
 COLUMN_TYPES = ("sum", "prod", "max", "min", "any", "all")  # reductions a column kernel does
+
+
+# how a thread's partial result p folds into an accumulator a (Note [Codegen: rows split across
+# threads]); a partial is never NaN (its NaN flag is kept apart)
+_COMBINE = {
+    "sum": "{a} += {p};",
+    "prod": "{a} *= {p};",
+    "max": "{a} = {p} > {a} ? {p} : {a};",
+    "min": "{a} = {p} < {a} ? {p} : {a};",
+    "any": "{a} |= {p};",
+    "all": "{a} &= {p};",
+}
 
 
 def _acc_init(rt, vd):
@@ -143,6 +163,12 @@ class ColumnReductions:
         pieces = None
         if not (par and k == 1):  # pieces follow each other: the parallel loops are the others
             pieces = cpp_tiling.plan_pieces(self._probe_run, last, g.outer[-1])
+        # Note [Codegen: rows split across threads]
+        self.row_split = 0
+        if par and not pieces and all(type(x) is int for x in (*g.outer, *g.inner)):
+            blocks = prod(g.outer[:-1]) * -(-g.outer[-1] // COLUMN_BLOCK)
+            if blocks < self.nthreads and prod(g.inner) >= 4 * COLUMN_CHUNK:
+                self.row_split, par = self.nthreads, False
         if par:
             c = k - 1 if pieces else k
             body.writeline(
@@ -205,6 +231,44 @@ class ColumnReductions:
         dtype = compute_dtype(n.buf.layout.dtype)
         self.locals[n.name] = (CSEVar(f"lane_{n.name}[{slot}]", dtype), ix, False)
 
+    def _declare_acc(self, n, a, B, parts=0):
+        """Accumulator arrays of reduction n (with parts: `a_p[parts][B]`, one row a thread)."""
+        rt, vd = n.reduction_type, compute_dtype(n.buf.data.src_dtype)
+        body = self.code
+        if parts:
+            body.writeline(f"{_acc_ctype(rt, vd)} {a}_p[{parts}][{B}];")
+            body.writeline(f"int {a}_pnan[{parts}][{B}];")
+            body.writeline(
+                f"for (int t = 0; t < {parts}; t++) for (int64_t j = 0; j < {B}; j++) "
+                f"{{ {a}_p[t][j] = {_acc_init(rt, vd)}; {a}_pnan[t][j] = 0; }}"
+            )
+            return
+        body.writeline(f"{_acc_ctype(rt, vd)} {a}[{B}];")
+        body.writeline(f"int {a}_nan[{B}];")
+        body.writeline(
+            f"for (int64_t j = 0; j < {B}; j++) {{ {a}[j] = {_acc_init(rt, vd)}; {a}_nan[j] = 0; }}"
+        )
+
+    def _combine_parts(self, reds, accs, B):
+        """End of the parallel region: each thread's partials into its row; then the rows into
+        the block's accumulators in thread order (the same result for the same thread count)."""
+        body = self.code
+        for n in reds:
+            a = accs[n.name]
+            body.writeline(
+                f"for (int64_t j = 0; j < {B}; j++) {{ {a}_p[kt][j] = {a}[j]; "
+                f"{a}_pnan[kt][j] = {a}_nan[j]; }}"
+            )
+        body.level -= 1
+        body.writeline("}")
+        for n in reds:
+            a = accs[n.name]
+            fold = _COMBINE[n.reduction_type].format(a=f"{a}[j]", p=f"{a}_p[t][j]")
+            body.writeline(
+                f"for (int t = 0; t < {self.row_split}; t++) for (int64_t j = 0; j < {B}; j++) "
+                f"{{ {fold} {a}_nan[j] |= {a}_pnan[t][j]; }}"
+            )
+
     def column_lanes(self, nodes, slot, lanes, spill):
         """Per-output steps between reduction loops, one lane loop."""
         body = self.code
@@ -225,17 +289,22 @@ class ColumnReductions:
         g, body = self.g, self.code
         accs = {}
         reds = [n for n in nodes if g.roles[n.name] == "red"]
+        nt = self.row_split
         for n in reds:
             a = f"acc{self.n}"
             self.n += 1
             accs[n.name] = a
-            rt, vd = n.reduction_type, compute_dtype(n.buf.data.src_dtype)
-            body.writeline(f"{_acc_ctype(rt, vd)} {a}[{B}];")
-            body.writeline(f"int {a}_nan[{B}];")
-            body.writeline(
-                f"for (int64_t j = 0; j < {B}; j++) {{ {a}[j] = {_acc_init(rt, vd)}; "
-                f"{a}_nan[j] = 0; }}"
-            )
+            self._declare_acc(n, a, B)
+            if nt:  # one row of partial results per thread, in thread order
+                self._declare_acc(n, a, B, parts=nt)
+        if nt:
+            body.writeline(f"#pragma omp parallel num_threads({nt})")
+            body.writeline("{")
+            body.level += 1
+            body.writeline("const int kt = omp_get_thread_num();")
+            for n in reds:  # this thread's accumulators (they shadow the block's)
+                self._declare_acc(n, accs[n.name], B)
+        pragma = "#pragma omp for schedule(static)" if nt else None
         inner = list(enumerate(g.inner))
         saved = self.subst, self.piece_ranges
         merge = self._merged_inner()
@@ -261,6 +330,9 @@ class ColumnReductions:
             start, end = 0, cexpr(size)
             if k == len(inner) - 1 and chunked:
                 if blocked:
+                    if pragma:
+                        body.writeline(pragma)
+                        pragma = None
                     body.writeline(f"for (int64_t rb = 0; rb < {rows}; rb += {COLUMN_CHUNK}) {{")
                     body.level += 1
                     start, end = (
@@ -270,6 +342,9 @@ class ColumnReductions:
                 for a in chunked:
                     body.writeline(f"float {a}_f[{B}];")
                     body.writeline(f"for (int64_t j = 0; j < {B}; j++) {a}_f[j] = 0;")
+            if pragma:
+                body.writeline(pragma)
+                pragma = None
             body.writeline(f"for (int64_t r{d} = {start}; r{d} < {end}; r{d}++) {{")
             body.level += 1
         body.writeline("#pragma omp simd")
@@ -302,6 +377,8 @@ class ColumnReductions:
                     body.level -= 1
                     body.writeline("}")
         self.subst, self.piece_ranges = saved
+        if nt:
+            self._combine_parts(reds, accs, B)
         body.writeline(lanes)
         body.level += 1
         for n in reds:
