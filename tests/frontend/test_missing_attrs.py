@@ -111,3 +111,19 @@ def test_attribute_added_later_recompiles():
     m.register_buffer("bias2", torch.ones(3))
     torch.testing.assert_close(compiled(x, m, t), fn(x, m, t))
     assert kiln.counters["stats"]["recompiles"] >= 2
+
+
+def test_hasattr_sees_a_tensors_own_attributes():
+    """hasattr on an input tensor reads its instance __dict__ too (guarded): an attribute set on
+    the tensor later is seen, as in eager."""
+
+    def fn(x, t):
+        return x + (1 if hasattr(t, "extra") else 2) + (3 if hasattr(t, "shape") else 4)
+
+    kiln.reset()
+    x, t = torch.randn(3), torch.randn(3)
+    compiled = kiln.compile(fn, backend="eager")
+    torch.testing.assert_close(compiled(x, t), fn(x, t))
+    t.extra = 1
+    torch.testing.assert_close(compiled(x, t), fn(x, t))
+    torch.testing.assert_close(compiled(x, t), x + 4)

@@ -308,9 +308,7 @@ class BuiltinVariable(VariableTracker):
 
     def _call_hasattr(self, tx, obj, name):
         n = name.as_python_constant()
-        if isinstance(obj, TensorVariable):
-            return ConstantVariable(hasattr(torch.Tensor, n) or n in ("shape", "dtype"))
-        if hasattr(obj, "hasattr"):
+        if hasattr(obj, "hasattr"):  # a tensor: its class, then its instance __dict__ (guarded)
             return obj.hasattr(tx, n)
         if obj.is_python_constant():
             return ConstantVariable(hasattr(obj.as_python_constant(), n))
