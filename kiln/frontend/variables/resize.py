@@ -77,20 +77,11 @@ def interpolate(tx, args, kwargs, fn=F.interpolate):
         return None
     kwargs = {**kwargs, **{k: ConstantVariable(v) for k, v in extra.items()}}
     from kiln.frontend.variables.lists import ListVariable
-    from kiln.frontend.variables.tensor import TensorVariable
     from kiln.frontend.variables.torch import call_tensor_op
 
-    try:
-        bound = _SIGNATURE.bind(*args, **kwargs)
-    except TypeError:
+    x, c = _symbolic_call(_SIGNATURE, args, kwargs)
+    if x is None:
         return None
-    x = bound.arguments.get("input")
-    if not isinstance(x, TensorVariable) or not x.is_symbolic():
-        return None
-    rest = {k: v for k, v in bound.arguments.items() if k != "input"}
-    if not all(v.is_python_constant() for v in rest.values()):
-        return None
-    c = {k: v.as_python_constant() for k, v in rest.items()}
     if c.get("size") is not None or c.get("recompute_scale_factor") or c.get("antialias"):
         return None
     scale, dim = c.get("scale_factor"), x.example.dim()
@@ -122,20 +113,11 @@ MAX_POOL1D = (F.max_pool1d, F._max_pool1d, torch.max_pool1d)
 
 def max_pool1d(tx, args, kwargs, fn=None):
     """max_pool1d on a symbolic tensor as max_pool1d_with_indices(...)[0]; else None."""
-    from kiln.frontend.variables.tensor import TensorVariable
     from kiln.frontend.variables.torch import call_tensor_op
 
-    try:
-        bound = _MAX_POOL1D_SIGNATURE.bind(*args, **kwargs)
-    except TypeError:
+    x, c = _symbolic_call(_MAX_POOL1D_SIGNATURE, args, kwargs)
+    if x is None:
         return None
-    x = bound.arguments.get("input")
-    if not isinstance(x, TensorVariable) or not x.is_symbolic():
-        return None
-    rest = {k: v for k, v in bound.arguments.items() if k != "input"}
-    if not all(v.is_python_constant() for v in rest.values()):
-        return None
-    c = {k: v.as_python_constant() for k, v in rest.items()}
     if c.pop("return_indices", False):
         return None
     if c.get("stride") is None:
@@ -153,3 +135,21 @@ def max_pool1d(tx, args, kwargs, fn=None):
 def _rest(c):
     defaults = {"padding": 0, "dilation": 1, "ceil_mode": False}
     return [ConstantVariable(c.get(k, d)) for k, d in defaults.items()]
+
+
+def _symbolic_call(signature, args, kwargs):
+    """(the symbolic input tensor, the other arguments' constant values) of a call, or (None,
+    None) when the input is not a symbolic tensor or another argument is not a constant."""
+    from kiln.frontend.variables.tensor import TensorVariable
+
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return None, None
+    x = bound.arguments.get("input")
+    if not isinstance(x, TensorVariable) or not x.is_symbolic():
+        return None, None
+    rest = {k: v for k, v in bound.arguments.items() if k != "input"}
+    if not all(v.is_python_constant() for v in rest.values()):
+        return None, None
+    return x, {k: v.as_python_constant() for k, v in rest.items()}
