@@ -135,3 +135,22 @@ class LogCapture(logging.Handler):
     def __exit__(self, *exc):
         for c in self.channels:
             logging.getLogger(f"kiln.{c}").removeHandler(self)
+
+
+def run_on_fresh_objects(fn, make, x):
+    """fn(x, obj) eagerly, then compiled twice, each on a fresh `make()`: the results (or the
+    exception raised) and each object's attributes afterwards equal eager's; the backend."""
+    kiln.reset()
+    backend = CountingBackend()
+    compiled = kiln.compile(fn, backend=backend)
+    results = []
+    for f in (fn, compiled, compiled):
+        obj = make()
+        try:
+            out = f(x, obj)
+        except Exception as e:
+            out = (type(e).__name__, str(e))
+        results.append((out, dict(vars(obj)) if hasattr(obj, "__dict__") else None))
+    for got in results[1:]:
+        assert_same(results[0], got)
+    return backend

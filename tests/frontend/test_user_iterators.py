@@ -3,7 +3,7 @@ loops, iter() and next(it, default) step __next__ as eager does (Note [Objects: 
 protocol]): outputs, the iterator's state after the call, graph and break counts."""
 
 import torch
-from frontend_helpers import CountingBackend, assert_same, run_and_compare
+from frontend_helpers import assert_same, run_and_compare, run_on_fresh_objects
 
 import kiln
 
@@ -117,38 +117,20 @@ def test_next_raises_stop_iteration():
     run_and_compare(next_without_default, torch.randn(3), expected_graphs=1, expected_breaks=0)
 
 
-def _eager_vs_compiled(fn, make):
-    kiln.reset()
-    backend = CountingBackend()
-    compiled = kiln.compile(fn, backend=backend)
-    x = torch.randn(3)
-    results = []
-    for f in (fn, compiled, compiled):
-        obj = make()
-        try:
-            out = f(x, obj)
-        except Exception as e:
-            out = (type(e).__name__, str(e))
-        results.append((out, dict(vars(obj))))
-    for got in results[1:]:
-        assert_same(results[0], got)
-    return backend
-
-
 def test_input_iterator_state_replayed():
-    backend = _eager_vs_compiled(input_iterator, lambda: Count(3))
+    backend = run_on_fresh_objects(input_iterator, lambda: Count(3), torch.randn(3))
     assert backend.calls == 1
     assert kiln.counters["stats"]["graph_breaks"] == 0
 
 
 def test_iter_then_next():
-    backend = _eager_vs_compiled(explicit_iter, lambda: Count(1))
+    backend = run_on_fresh_objects(explicit_iter, lambda: Count(1), torch.randn(3))
     assert backend.calls == 1
     assert kiln.counters["stats"]["graph_breaks"] == 0
 
 
 def test_next_raising_other_error_is_eager_exact():
-    _eager_vs_compiled(raising_next, lambda: Bad(2))
+    run_on_fresh_objects(raising_next, lambda: Bad(2), torch.randn(3))
 
 
 def test_graph_break_in_loop_body():

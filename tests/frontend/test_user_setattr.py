@@ -4,7 +4,7 @@ mapping, super().__setattr__ / object.__setattr__), the final store replayed aft
 
 import pytest
 import torch
-from frontend_helpers import CountingBackend, assert_same
+from frontend_helpers import run_on_fresh_objects
 
 import kiln
 
@@ -52,45 +52,27 @@ def reads_slots(x, s):
     return x * s.a
 
 
-def run_both(fn, make, x):
-    """Eager on one object, compiled (twice, fresh objects) on others: results and objects."""
-    kiln.reset()
-    backend = CountingBackend()
-    compiled = kiln.compile(fn, backend=backend)
-    results = []
-    for f in (fn, compiled, compiled):
-        obj = make()
-        try:
-            out = f(x, obj)
-        except Exception as e:
-            out = (type(e).__name__, str(e))
-        results.append(
-            (out, {k: v for k, v in vars(obj).items()} if hasattr(obj, "__dict__") else None)
-        )
-    for got in results[1:]:
-        assert_same(results[0], got)
-    return backend
-
-
 def test_store_through_setattr_maps_key_and_replays():
-    backend = run_both(set_alias, Validated, torch.randn(3))
+    backend = run_on_fresh_objects(set_alias, Validated, torch.randn(3))
     assert backend.calls == 1
     assert kiln.counters["stats"]["graph_breaks"] == 0
     assert kiln.counters["stats"]["recompiles"] == 0
 
 
 def test_store_through_setattr_then_object_setattr():
-    backend = run_both(set_then_object_setattr, Validated, torch.randn(3))
+    backend = run_on_fresh_objects(set_then_object_setattr, Validated, torch.randn(3))
     assert backend.calls == 1
     assert kiln.counters["stats"]["graph_breaks"] == 0
 
 
 def test_setattr_raising_is_eager_exact():
-    run_both(bad_value, Validated, torch.randn(3))  # TypeError raised by Python at the store
+    run_on_fresh_objects(
+        bad_value, Validated, torch.randn(3)
+    )  # TypeError raised by Python at the store
 
 
 def test_slots_are_read():
-    backend = run_both(reads_slots, lambda: Slotted(3), torch.randn(3))
+    backend = run_on_fresh_objects(reads_slots, lambda: Slotted(3), torch.randn(3))
     assert backend.calls == 1
     assert kiln.counters["stats"]["graph_breaks"] == 0
 
@@ -107,5 +89,5 @@ def test_store_then_read_sees_new_value(value):
             super().__init__()
             object.__setattr__(self, "kind", value)
 
-    run_both(fn, Cfg, torch.randn(2))
+    run_on_fresh_objects(fn, Cfg, torch.randn(2))
     assert kiln.counters["stats"]["graph_breaks"] == 0
