@@ -8,6 +8,7 @@ lives in `FrameCache.miss`, which runs only when no guard passes.
 """
 
 import functools
+import inspect
 import types
 import weakref
 
@@ -20,12 +21,20 @@ from kiln.frontend.codegen import NoBreakHere, transformed_code, transformed_cod
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
 from kiln.frontend.output_graph import OutputGraph
 from kiln.frontend.shapes import FrameShapes, changed_dims
-from kiln.frontend.source import LocalSource
+from kiln.frontend.source import GetItemSource, LocalSource
 from kiln.frontend.translator import InstructionTranslator
 
 _all_caches = weakref.WeakSet()
 _logged_breaks = set()  # (reason, user location) already printed on the graph_breaks channel
 _recorders = []  # explain(): objects with on_graph(gm, fn), on_break(record), on_entry(entry)
+
+
+def _first_arg_source(code):
+    """Where the frame's first positional argument (the module) is: its own name, or item 0 of
+    `*args` in a decorator's `wrapper(*args, **kwargs)`."""
+    if code.co_argcount == 0 and code.co_flags & inspect.CO_VARARGS:
+        return GetItemSource(LocalSource(code.co_varnames[code.co_kwonlyargcount]), 0)
+    return LocalSource(code.co_varnames[0])
 
 
 class CacheEntry:
@@ -293,7 +302,7 @@ class FrameCache:
         )
         output.dynamic_ints = dynamic_ints
         if self.module_root:
-            output.guards.add(GuardKind.NO_HOOKS, LocalSource(fn.__code__.co_varnames[0]))
+            output.guards.add(GuardKind.NO_HOOKS, _first_arg_source(fn.__code__))
             output.uses_modules = True
             self._check_module_hooks(args[0])
         tx = InstructionTranslator(output, fn, args, kwargs)

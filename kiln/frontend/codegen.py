@@ -123,9 +123,15 @@ def _graph_call(output, body):
 def transformed_code(output, code, return_var):
     """The transformed code object of a frame that traced to `return return_var` in one graph."""
     body = PyCodegen(output)
-    output.side_effects.codegen(body)
-    body.reconstruct(return_var)  # (a SizeVariable rebuilds torch.Size from its items)
-    body.extend(emit.return_value())
+    result = []
+
+    def load_result():  # (a SizeVariable rebuilds torch.Size from its items)
+        body.reconstruct(return_var)
+        result.append(body.new_temp())
+        body.extend(emit.store_fast(result[0]))
+
+    output.side_effects.codegen(body, before_stores=load_result)
+    body.extend(emit.load_fast(result[0]) + emit.return_value())
     new_code = assemble(code, _graph_call(output, body) + body.instrs, body.temp_names)
     _log_bytecode(code, new_code)
     return new_code

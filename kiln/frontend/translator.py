@@ -598,6 +598,12 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
             return False
         if getattr(v, "value", None) is not None or v.source is not None:
             return False
+        try:
+            typ = v.python_type()  # (an object made while tracing: its class is known)
+        except Exception:
+            typ = None
+        if typ is not None and typ is not type(None):
+            return False
         unimplemented(f"`is None` of {v}")
 
     def POP_JUMP_IF_NONE(self, inst):
