@@ -359,7 +359,12 @@ class _Functionalizer:
         if same is True:
             self.alias_to[n] = n.args[0]  # Note [Functionalize: ops that may return self]
             return
-        if same is None and is_view_op(func) and isinstance(n.args[0], torch.fx.Node) and n.args[0] in self.root:
+        if (
+            same is None
+            and is_view_op(func)
+            and isinstance(n.args[0], torch.fx.Node)
+            and n.args[0] in self.root
+        ):
             return self.view(n, func)
         new = self.copy(n)
         self.env[n] = new

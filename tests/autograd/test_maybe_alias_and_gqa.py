@@ -4,12 +4,11 @@
 import torch
 import torch.nn.functional as F
 
+import kiln
 from kiln.autograd.functionalize import functionalize
 from kiln.autograd.shape_rules import Sizes, symbolic_sizes
 from kiln.autograd.tracer import format_graph, trace_aten
 from kiln.frontend.shapes import ShapeEnv
-
-import kiln
 
 aten = torch.ops.aten
 
