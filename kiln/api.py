@@ -12,7 +12,7 @@ from kiln.exc import KilnError
 _BUILTIN_BACKENDS = {
     "eager": "kiln.api:eager_backend",
     "aot_eager": "kiln.autograd.aot:aot_eager",
-    "kiln": "kiln.backend.compile:kiln_backend",
+    "kiln": "kiln.backend.compile_fx:kiln_backend",
 }
 _BACKENDS = {}
 
@@ -102,7 +102,7 @@ def _compile(model, *, backend_fn, backend_name, fullgraph, dynamic=None):
 
     import torch
 
-    from kiln.frontend.cache import FrameCache, make_wrapper
+    from kiln.frontend.frame_cache import FrameCache, make_wrapper
 
     if isinstance(model, OptimizedModule):
         model = model._orig_mod
@@ -146,7 +146,7 @@ def _compile(model, *, backend_fn, backend_name, fullgraph, dynamic=None):
 def _make_optimized_module_class():
     import torch
 
-    from kiln.frontend.cache import FrameCache, make_wrapper, module_eager
+    from kiln.frontend.frame_cache import FrameCache, make_wrapper, module_eager
 
     class OptimizedModule(torch.nn.Module):
         """A compiled nn.Module: calls run the compiled forward; everything else is `_orig_mod`'s.
@@ -229,7 +229,7 @@ OptimizedModule = _make_optimized_module_class()
 # --- the rest of the public API -----------------------------------------------------------------
 def reset():
     """Forget every compiled entry and clear kiln.counters."""
-    from kiln.frontend.cache import reset_all
+    from kiln.frontend.frame_cache import reset_all
     from kiln.frontend.resume import clear_cache
     from kiln.logs import counters
 
@@ -245,16 +245,16 @@ def reset():
 
 def mark_dynamic(t, dim):
     """Trace dimension(s) `dim` of tensor `t` with a size symbol from the next compilation on."""
-    from kiln.frontend import shapes
+    from kiln.frontend import frame_shapes
 
-    shapes.mark_dynamic(t, dim)
+    frame_shapes.mark_dynamic(t, dim)
 
 
 def mark_static(t, dim):
     """Never make dimension(s) `dim` of tensor `t` symbolic (not even under dynamic=True)."""
-    from kiln.frontend import shapes
+    from kiln.frontend import frame_shapes
 
-    shapes.mark_static(t, dim)
+    frame_shapes.mark_static(t, dim)
 
 
 def graph_break():
@@ -288,6 +288,6 @@ def explain(fn, **compile_kwargs):
 
 
 def _marker(obj, name):
-    from kiln.frontend.cache import kiln_marker
+    from kiln.frontend.frame_cache import kiln_marker
 
     return kiln_marker(obj, name)

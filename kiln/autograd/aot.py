@@ -27,24 +27,17 @@ from kiln.autograd.aot_runtime import (
     _make_function,
     _mutated_inputs_alias,
 )
+from kiln.autograd.aten_tracer import Tracer, format_graph
 from kiln.autograd.functionalize import _is_impure, functionalize
 from kiln.autograd.partition import (
     default_partition,
     min_cut_rematerialization_partition,
     saved_bytes,
 )
-from kiln.autograd.tracer import (
-    ProxyTensor,
-    Tracer,
-    fake_like,
-    format_graph,
-    is_symbolic,
-    sym_sizes,
-    sym_strides,
-)
 from kiln.exc import Unsupported
-from kiln.frontend.shapes import ShapeEnv, SymNode, contiguous_strides, from_torch, hint_of
-from kiln.frontend.shapes import _render as render
+from kiln.symbolic.fake import ProxyTensor, fake_like, is_symbolic, sym_sizes, sym_strides
+from kiln.symbolic.shape_env import ShapeEnv, SymNode, contiguous_strides, from_torch, hint_of
+from kiln.symbolic.shape_env import _render as render
 
 __all__ = [
     "aot_autograd",

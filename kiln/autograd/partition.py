@@ -18,8 +18,8 @@ import operator
 import torch
 import torch.fx
 
-from kiln.autograd.tracer import is_view_op
-from kiln.frontend.shapes import from_torch, hint_of
+from kiln.symbolic.fake import is_view_op
+from kiln.symbolic.shape_env import from_torch, hint_of
 
 aten = torch.ops.aten
 

@@ -108,7 +108,7 @@ def load_library(path):
     lib = _libraries.get(path)
     if lib is None:
         lib = ctypes.CDLL(path)
-        from kiln.backend.compile import num_threads
+        from kiln.backend.compile_fx import num_threads
 
         lib.kiln_set_num_threads.argtypes = [ctypes.c_int]
         lib.kiln_set_num_threads(num_threads())

@@ -171,7 +171,7 @@ def _compile(gm, example_inputs):
         )
     retraced = _needs_decomposition(gm)
     if retraced:
-        from kiln.autograd.tracer import trace_aten
+        from kiln.autograd.aten_tracer import trace_aten
 
         env = gm.meta.get("shape_env")
         gm = trace_aten(gm, list(example_inputs), decompositions=DECOMPOSITIONS)
@@ -238,7 +238,7 @@ def kiln_backend(gm, example_inputs):
         isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
     ):
         return gm.forward
-    from kiln.autograd.tracer import trace_aten
+    from kiln.autograd.aten_tracer import trace_aten
 
     aten_gm = trace_aten(gm, list(example_inputs), decompositions=DECOMPOSITIONS)
     compiled = compile_aten_graph(aten_gm, example_inputs)

@@ -19,7 +19,7 @@ import math
 import sympy
 import torch
 
-from kiln.backend.sizes import (  # noqa: F401 (re-exported: lowerings import them from here)
+from kiln.symbolic.sizes import (  # noqa: F401 (re-exported: lowerings import them from here)
     HINTS,
     REPLACEMENTS,
     cexpr,

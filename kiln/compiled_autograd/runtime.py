@@ -18,9 +18,8 @@ import torch
 import torch.autograd.variable
 
 from kiln import logs
-from kiln.autograd.tracer import ProxyTensor
 from kiln.compiled_autograd import hooks as H
-from kiln.compiled_autograd.cache import CacheNode, Entry, anti_unify, lookup
+from kiln.compiled_autograd.backward_cache import CacheNode, Entry, anti_unify, lookup
 from kiln.compiled_autograd.capture import capture
 from kiln.compiled_autograd.collect import collect
 from kiln.compiled_autograd.split import (
@@ -31,6 +30,7 @@ from kiln.compiled_autograd.split import (
     split_sinks,
 )
 from kiln.exc import KilnError, Unsupported
+from kiln.symbolic.fake import ProxyTensor
 
 __all__ = ["enable", "disable", "reset", "active", "maybe_enable"]
 
@@ -289,7 +289,7 @@ def _compile_fn(compiler_fn, gm):
 
 def _compile_whole(compiler_fn, gm):
     # a size-generic graph (it reads `sizes`): kiln's frontend traces it with symbolic sizes
-    # from the first call (Note [Shapes: size-generic graph modules] in kiln/frontend/cache.py)
+    # from the first call (Note [Shapes: size-generic graph modules] in kiln/frontend/frame_cache.py)
     gm.meta["kiln_dynamic"] = any(
         n.op == "placeholder" and n.name == "sizes" and n.users for n in gm.graph.nodes
     )

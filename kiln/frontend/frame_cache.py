@@ -16,10 +16,10 @@ import torch.fx
 
 from kiln import config, logs
 from kiln.exc import CompiledAutogradCall, Unsupported
-from kiln.frontend.codegen import NoBreakHere, transformed_code, transformed_code_at_break
+from kiln.frontend.bytecode_gen import NoBreakHere, transformed_code, transformed_code_at_break
+from kiln.frontend.frame_shapes import FrameShapes, changed_dims
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
 from kiln.frontend.output_graph import OutputGraph
-from kiln.frontend.shapes import FrameShapes, changed_dims
 from kiln.frontend.source import LocalSource
 from kiln.frontend.translator import InstructionTranslator
 

@@ -8,11 +8,12 @@ import torch.fx
 
 from kiln import config, logs
 from kiln.exc import BackendCompilerFailed
-from kiln.frontend import shapes
+from kiln.frontend.frame_shapes import FrameShapes
 from kiln.frontend.guards import GuardKind, GuardSet, is_module_state
 from kiln.frontend.side_effects import SideEffects
 from kiln.frontend.source import GetItemSource, LocalSource
 from kiln.frontend.variables.tensor import TensorVariable
+from kiln.symbolic import shape_env
 
 _unique = itertools.count()
 
@@ -42,8 +43,8 @@ class OutputGraph:
         self.extra_globals = {}  # guard names -> foreign globals dicts
         self._foreign_globals = {}
         # Note [Shapes: wiring]: one ShapeEnv per frame compilation
-        self.shape_env = shapes.ShapeEnv()
-        self.frame_shapes = frame_shapes if frame_shapes is not None else shapes.FrameShapes()
+        self.shape_env = shape_env.ShapeEnv()
+        self.frame_shapes = frame_shapes if frame_shapes is not None else FrameShapes()
         self.dynamic = dynamic
         self.fake_inputs = fake_inputs  # tensor inputs traced as fakes (the frame has symbols)
         self.input_shapes = {}  # tensor source name -> sizes: for FrameShapes
@@ -72,7 +73,7 @@ class OutputGraph:
         if dims:
             self.fake_inputs = True
         if self.fake_inputs:
-            from kiln.autograd.tracer import fake_like, sym_strides
+            from kiln.symbolic.fake import fake_like, sym_strides
 
             sizes = self.shape_env.sizes_of(value, name, dims)
             example = fake_like(value, requires_grad=value.requires_grad, sizes=sizes)
@@ -111,10 +112,10 @@ class OutputGraph:
         if dynamic and is_module_state(source):
             dynamic = None  # parameters and buffers keep their sizes under dynamic=True
         dims = self.frame_shapes.dynamic_dims(source.name(), value, dynamic)
-        dims = {d for d in dims if value.shape[d] >= shapes.MIN_SYMBOL_VALUE}
+        dims = {d for d in dims if value.shape[d] >= shape_env.MIN_SYMBOL_VALUE}
         if dims and not value.is_contiguous():
             # a dense layout (transposed, channels-last) gets symbolic strides; others stay static
-            from kiln.autograd.shape_rules import dense_strides
+            from kiln.symbolic.shape_rules import dense_strides
 
             dense = dense_strides(list(value.shape), tuple(value.stride()))
             if dense is None or value.storage_offset() != 0:
@@ -145,12 +146,12 @@ class OutputGraph:
         self.guards.add(GuardKind.TYPE_MATCH, source, int)
         for prev_source, _, node in self.graph_inputs:
             if prev_source == source:
-                return SymNodeVariable(node, shapes.from_torch(node.meta["example_value"]))
+                return SymNodeVariable(node, shape_env.from_torch(node.meta["example_value"]))
         sym = self.shape_env.create_size(value, name)
-        if not isinstance(sym, shapes.SymNode):
+        if not isinstance(sym, shape_env.SymNode):
             return ConstantVariable(sym, source=source)
         node = self._placeholder(source)
-        node.meta["example_value"] = shapes.to_torch(sym)
+        node.meta["example_value"] = shape_env.to_torch(sym)
         node.meta["source"] = name
         self.graph_inputs.append((source, value, node))
         self.fake_inputs = True

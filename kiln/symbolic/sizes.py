@@ -35,7 +35,7 @@ def to_expr(v):
         return _replaced(expr)
     if isinstance(v, sympy.Basic):
         return _replaced(v)
-    expr = getattr(v, "expr", None)  # kiln.frontend.shapes.SymNode
+    expr = getattr(v, "expr", None)  # kiln.symbolic.shape_env.SymNode
     if isinstance(expr, sympy.Basic):
         return _replaced(expr)
     if isinstance(v, bool):

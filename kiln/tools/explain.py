@@ -1,6 +1,6 @@
 """kiln.explain(fn)(*args): run once under capture and report graphs, ops, breaks and guards."""
 
-from kiln.frontend import cache as _cache
+from kiln.frontend import frame_cache as _cache
 
 
 class ExplainOutput:

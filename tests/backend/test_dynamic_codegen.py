@@ -7,11 +7,11 @@ import torch.nn.functional as F
 from kiln import logs
 from kiln.autograd import tracer
 from kiln.backend import ir
-from kiln.backend.compile import CompiledGraph, compile_aten_graph
+from kiln.backend.compile_fx import CompiledGraph, compile_aten_graph
 from kiln.backend.decompositions import DECOMPOSITIONS
 from kiln.backend.ir import Ix, set_range
-from kiln.frontend import shapes
-from kiln.frontend.shapes import ShapeEnv
+from kiln.symbolic import shape_env
+from kiln.symbolic.shape_env import ShapeEnv
 
 
 def sym_compile(fn, inputs, dynamic):
@@ -195,7 +195,7 @@ def test_size_inputs_and_outputs():
     env = ShapeEnv()
     x = torch.randn(4, 6)
     fx = tracer.fake_like(x, sizes=env.sizes_of(x, "x", {0}))
-    n = shapes.to_torch(env.create_size(3, "n"))
+    n = shape_env.to_torch(env.create_size(3, "n"))
 
     def fn(x, n):
         return x.view(-1, 2) * n, x.shape[0] * 2, torch.zeros(n, 2) + x.shape[0]
@@ -220,7 +220,7 @@ def test_unbindable_symbol_runs_the_graph_eagerly(capsys):
     n = env.create_size(3, "n") * env.create_size(4, "m")
     g = torch.fx.Graph()
     a = g.placeholder("arg0_1")
-    a.meta["val"] = shapes.to_torch(n)
+    a.meta["val"] = shape_env.to_torch(n)
     z = g.call_function(torch.ops.aten.zeros.default, ([a, 2],))
     z.meta["val"] = tracer.fake_like(torch.zeros(12, 2), sizes=(n, 2))
     g.output((z,))

@@ -6,8 +6,9 @@ import pytest
 import sympy
 import torch
 
-from kiln.frontend import shapes
-from kiln.frontend.shapes import FrameShapes, ShapeEnv, SymNode, changed_dims, sym_max, sym_min
+from kiln.frontend import frame_shapes
+from kiln.frontend.frame_shapes import FrameShapes, changed_dims
+from kiln.symbolic.shape_env import ShapeEnv, SymNode, sym_max, sym_min
 
 
 def _guard(env, **tensors):
@@ -17,10 +18,10 @@ def _guard(env, **tensors):
 
 def test_static_helpers_unchanged():
     x = torch.empty(3, 4)
-    assert shapes.size_of(x, 1) == 4 and type(shapes.size_of(x, 1)) is int
-    assert shapes.sizes_of(x) == (3, 4)
-    assert shapes.strides_of(x.t()) == (1, 4)
-    assert shapes.numel_of(x) == 12
+    assert frame_shapes.size_of(x, 1) == 4 and type(frame_shapes.size_of(x, 1)) is int
+    assert frame_shapes.sizes_of(x) == (3, 4)
+    assert frame_shapes.strides_of(x.t()) == (1, 4)
+    assert frame_shapes.numel_of(x) == 12
 
 
 def test_arithmetic_with_ints_and_symbols():
@@ -162,9 +163,9 @@ def test_frame_shapes_sequence_and_marks():
     assert frame2.dynamic_dims("L['x']", x1) == {0}  # the env then specialises the 1
 
     y = torch.empty(3, 4, 5)
-    shapes.mark_dynamic(y, 0)
-    shapes.mark_dynamic(y, [-1])
-    shapes.mark_static(y, 2)
+    frame_shapes.mark_dynamic(y, 0)
+    frame_shapes.mark_dynamic(y, [-1])
+    frame_shapes.mark_static(y, 2)
     assert y._kiln_dynamic_dims == {0, 2} and y._kiln_static_dims == {2}
     fresh = FrameShapes()
     assert fresh.dynamic_dims("L['y']", y) == {0}

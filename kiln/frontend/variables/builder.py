@@ -349,6 +349,6 @@ _SIGNATURE = inspect.signature
 
 
 def _marker(obj, name):
-    from kiln.frontend.cache import kiln_marker
+    from kiln.frontend.frame_cache import kiln_marker
 
     return kiln_marker(obj, name)

@@ -275,7 +275,7 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
 
 
 def _marker(obj, name):
-    from kiln.frontend.cache import kiln_marker
+    from kiln.frontend.frame_cache import kiln_marker
 
     return kiln_marker(obj, name)
 

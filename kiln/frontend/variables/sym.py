@@ -3,7 +3,7 @@
 Note [Shapes: SymNodeVariable]
 A size read from a tensor with a dynamic dimension (`x.size(0)`, `x.shape`, `len(x)`, `x.numel()`)
 is a SymNodeVariable: an FX node of the graph (`call_method size`, `operator.floordiv` ...) and its
-traced value, a `kiln.frontend.shapes.SymNode` (a sympy expression over the frame's size symbols).
+traced value, a `kiln.symbolic.shape_env.SymNode` (a sympy expression over the frame's size symbols).
 Arithmetic that keeps an int (`+ - * // %`, unary minus, `max/min`) stays symbolic: one more node.
 What needs a concrete answer evaluates on the hints and the ShapeEnv records the fact as a guard:
 comparisons and `bool()` (a fact such as `s0 > 5`), `int()`, a use as a Python index, range bound
@@ -18,9 +18,9 @@ import operator
 import torch
 
 from kiln.exc import unimplemented
-from kiln.frontend import shapes
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.symbolic import shape_env
 
 # Operators whose result is again a size (int in, int out): recorded as nodes.
 ARITH_OPS = {
@@ -67,12 +67,12 @@ class SymNodeVariable(VariableTracker):
     @staticmethod
     def create(tx, node, value):
         """A SymNodeVariable for `node` computing `value`; a constant when the value is an int."""
-        value = shapes.from_torch(value)
-        if not isinstance(value, shapes.SymNode):
+        value = shape_env.from_torch(value)
+        if not isinstance(value, shape_env.SymNode):
             if not node.users:
                 tx.output.graph.erase_node(node)
             return ConstantVariable(value)
-        node.meta["example_value"] = shapes.to_torch(value)
+        node.meta["example_value"] = shape_env.to_torch(value)
         return SymNodeVariable(node, value)
 
     # --- what the value is -----------------------------------------------------------------
@@ -237,7 +237,7 @@ def min_max(tx, fn, items):
     if not all(is_int_like(i) for i in items) or not items:
         return None
     target = torch.sym_max if fn is builtins.max else torch.sym_min
-    pick = shapes.sym_max if fn is builtins.max else shapes.sym_min
+    pick = shape_env.sym_max if fn is builtins.max else shape_env.sym_min
     acc = items[0]
     for item in items[1:]:
         if isinstance(acc, ConstantVariable) and isinstance(item, ConstantVariable):
@@ -269,7 +269,9 @@ class SliceVariable(VariableTracker):
             for p in self.parts
         ]
         vals = [
-            shapes.to_torch(p.value) if isinstance(p, SymNodeVariable) else p.as_python_constant()
+            shape_env.to_torch(p.value)
+            if isinstance(p, SymNodeVariable)
+            else p.as_python_constant()
             for p in self.parts
         ]
         return slice(*fx), slice(*vals)

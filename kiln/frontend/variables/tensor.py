@@ -7,12 +7,13 @@ import torch
 
 from kiln import config
 from kiln.exc import CompiledAutogradCall, unimplemented
-from kiln.frontend import shapes
+from kiln.frontend import frame_shapes
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.lists import SizeVariable, TupleVariable
+from kiln.symbolic import shape_env
 
 # Attributes answered from metadata at trace time (specialised; guarded by TENSOR_MATCH).
 _META_ATTRS = {
@@ -89,11 +90,11 @@ class TensorVariable(VariableTracker):
 
     def traced_sizes(self):
         """The sizes of the traced value: ints, and SymNodes for dynamic dimensions."""
-        return [shapes.from_torch(s) for s in self.example.shape]
+        return [shape_env.from_torch(s) for s in self.example.shape]
 
     def is_symbolic(self):
         """Whether some size of this tensor is symbolic."""
-        return any(isinstance(s, shapes.SymNode) for s in self.traced_sizes())
+        return any(isinstance(s, shape_env.SymNode) for s in self.traced_sizes())
 
     def size_var(self, tx=None, dim=None):
         """`x.shape` / `x.size(dim)`: constants, or SymNodeVariables (size nodes in the graph)."""
@@ -105,7 +106,7 @@ class TensorVariable(VariableTracker):
         return self._size_item(tx, dim % len(sizes), sizes[dim])
 
     def _size_item(self, tx, dim, size):
-        if not isinstance(size, shapes.SymNode):
+        if not isinstance(size, shape_env.SymNode):
             return ConstantVariable(size)
         return tx.output.size_node(self, dim, size)
 
@@ -114,7 +115,7 @@ class TensorVariable(VariableTracker):
         n = 1
         for s in self.traced_sizes():
             n = n * s
-        if not isinstance(n, shapes.SymNode):
+        if not isinstance(n, shape_env.SymNode):
             return ConstantVariable(n)
         from kiln.frontend.variables.sym import SymNodeVariable
 
@@ -195,7 +196,7 @@ class TensorVariable(VariableTracker):
             if name in ("numel", "nelement"):
                 return self.numel_var(tx)
             if name == "stride":
-                strides = shapes.strides_of(self.example)
+                strides = frame_shapes.strides_of(self.example)
                 if not cargs and not ckw:
                     return TupleVariable([ConstantVariable(s) for s in strides])
                 return ConstantVariable(strides[cargs[0] if cargs else ckw["dim"]])
@@ -224,7 +225,7 @@ class TensorVariable(VariableTracker):
             unimplemented("iteration over a 0-d tensor")
         from kiln.frontend.variables.torch import call_tensor_op
 
-        n = shapes.size_of(self.example, 0)
+        n = frame_shapes.size_of(self.example, 0)
         return [
             call_tensor_op(tx, "call_function", operator.getitem, [self, ConstantVariable(i)], {})
             for i in range(n)

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from kiln.exc import unimplemented
-from kiln.frontend import shapes
 from kiln.frontend.variables.base import PythonValueVariable
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.symbolic import shape_env
 
 _META = torch.device("meta")
 
@@ -83,7 +83,7 @@ class _Unpack:
         if isinstance(v, SymNodeVariable):
             # Note [Shapes: SymNodeVariable]: the size node in the graph, a SymInt in the fake run
             self.symbolic = True
-            return v.proxy, shapes.to_torch(v.value)
+            return v.proxy, shape_env.to_torch(v.value)
         if isinstance(v, SliceVariable):
             self.symbolic = True
             return v.fx_and_value()
@@ -168,25 +168,25 @@ def _as_fakes(result, device):
 
     Note [Shapes: factories]: a factory given a SymInt (`torch.zeros(b, 3)`, `torch.arange(T)`)
     runs on meta and gives a plain meta tensor with symbolic sizes; every tensor of such a frame is
-    made a fake (kiln.autograd.tracer.ProxyTensor) so that later ops see symbolic sizes through
+    made a fake (kiln.symbolic.fake.ProxyTensor) so that later ops see symbolic sizes through
     their shape rules.
     """
-    from kiln.autograd.tracer import ProxyTensor, is_fake
+    from kiln.symbolic.fake import ProxyTensor, is_fake
 
     if isinstance(result, (tuple, list)):
         return type(result)(_as_fakes(r, device) for r in result)
     if not isinstance(result, torch.Tensor) or is_fake(result) or result.layout != torch.strided:
         return result
-    sizes = [shapes.from_torch(v) for v in result.shape]
-    strides = [shapes.from_torch(v) for v in result.stride()]
-    offset = shapes.from_torch(result.storage_offset())
+    sizes = [shape_env.from_torch(v) for v in result.shape]
+    strides = [shape_env.from_torch(v) for v in result.stride()]
+    offset = shape_env.from_torch(result.storage_offset())
     meta = torch.empty_strided(
-        [shapes.hint_of(v) for v in sizes],
-        [shapes.hint_of(v) for v in strides],
+        [shape_env.hint_of(v) for v in sizes],
+        [shape_env.hint_of(v) for v in strides],
         dtype=result.dtype,
         device="meta",
     )
-    symbolic = any(isinstance(v, shapes.SymNode) for v in (*sizes, *strides, offset))
+    symbolic = any(isinstance(v, shape_env.SymNode) for v in (*sizes, *strides, offset))
     if not symbolic:
         return ProxyTensor(meta, device, None, result.requires_grad)
     return ProxyTensor(meta, device, None, result.requires_grad, sizes, strides, offset)
