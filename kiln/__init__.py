@@ -5,7 +5,6 @@ from kiln.api import (
     OptimizedModule,
     compile,
     disable,
-    explain,
     graph_break,
     list_backends,
     lookup_backend,
@@ -15,6 +14,7 @@ from kiln.api import (
     reset,
 )
 from kiln.logs import counters
+from kiln.tools.explain import explain
 
 _LAZY_SUBMODULES = ("compiled_autograd", "bytecode", "frontend", "autograd", "backend", "tools")
 

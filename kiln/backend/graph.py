@@ -7,6 +7,7 @@ import torch
 
 from kiln import config, logs
 from kiln.backend import lowering as L
+from kiln.backend import lowering_reductions, lowering_views  # noqa: F401 (they register lowerings)
 from kiln.backend.ir import (
     RANGES,
     Buffer,

@@ -24,7 +24,7 @@ from kiln.backend.ir import sizes_of as val_sizes
 aten = torch.ops.aten
 prims = torch.ops.prims
 
-LOWERINGS = {}  # OpOverload -> lowering function
+LOWERINGS = {}  # OpOverload -> lowering function (with lowering_reductions.py, lowering_views.py; graph.py imports all three)
 
 
 class NotLowered(Exception):
@@ -687,6 +687,3 @@ EXTERN_ALWAYS = {
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     aten.as_strided.default,
 }
-
-# The other lowering tables register themselves on import.
-from kiln.backend import lowering_reductions, lowering_views  # noqa: E402, F401

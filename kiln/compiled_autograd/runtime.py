@@ -30,6 +30,8 @@ from kiln.compiled_autograd.split import (
     split_sinks,
 )
 from kiln.exc import KilnError, Unsupported
+from kiln.frontend.entry import compile_callable
+from kiln.registry import resolve as resolve_backend
 from kiln.symbolic.fake import ProxyTensor
 
 __all__ = ["enable", "disable", "reset", "active", "maybe_enable"]
@@ -148,15 +150,17 @@ def maybe_enable(backend):
 
 
 class _BackendCompiler:
-    """compiler_fn for `config.compiled_autograd`: kiln.compile(gm, backend=..., fullgraph=True)."""
+    """compiler_fn for `config.compiled_autograd`: the graph compiled as by
+    `kiln.compile(gm, backend=..., fullgraph=True)`."""
 
     def __init__(self, backend):
         self.backend = backend
 
     def __call__(self, gm):
-        import kiln
-
-        return kiln.compile(gm, backend=self.backend, fullgraph=True)
+        backend_fn, backend_name = resolve_backend(self.backend)
+        return compile_callable(
+            gm, backend_fn=backend_fn, backend_name=backend_name, fullgraph=True
+        )
 
 
 def reset():

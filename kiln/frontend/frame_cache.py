@@ -186,9 +186,7 @@ class FrameCache:
     def run_eager(self, args, kwargs):
         """The frame as plain Python (inside compiled autograd when config asks for it)."""
         if config.compiled_autograd:
-            from kiln.compiled_autograd import maybe_enable
-
-            with maybe_enable(self.backend):
+            with backward_scope(self.backend):
                 return self.eager(*args, **kwargs)
         return self.eager(*args, **kwargs)
 
@@ -368,27 +366,34 @@ class FrameCache:
             unimplemented("global module hooks")
 
 
+# Note [Frontend: the backward scope]
+# With `config.compiled_autograd` on, an eager run of a frame and transformed code (which may call
+# `.backward()` after a graph break) run inside compiled autograd's scope for the frame's backend,
+# so that the backward graph is captured whole. Compiled autograd sits above the frontend in the
+# layer order (docs/ARCHITECTURE.md): its scope is registered here (by kiln.api), not imported.
+_backward_scopes = []
+
+
+def register_backward_scope(scope):
+    """Register `scope(backend)`, a context manager around frames that may run `.backward()`."""
+    _backward_scopes[:] = [scope]
+
+
+def backward_scope(backend):
+    """The registered backward scope for `backend` (Note [Frontend: the backward scope])."""
+    return _backward_scopes[0](backend)
+
+
 def _with_compiled_autograd(fn, backend):
-    """Run a transformed function inside `kiln.compiled_autograd.maybe_enable(backend)`, so that a
-    `.backward()` it runs (after a graph break) captures the whole backward graph."""
-    from kiln.compiled_autograd import maybe_enable
+    """Run a transformed function inside the backward scope (compiled autograd's `maybe_enable`),
+    so that a `.backward()` it runs (after a graph break) captures the whole backward graph."""
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        with maybe_enable(backend):
+        with backward_scope(backend):
             return fn(*args, **kwargs)
 
     return run
-
-
-def kiln_marker(obj, name):
-    """A marker kiln set on a function it made (`_kiln_orig_fn`, `_kiln_disabled`), or None.
-
-    Read from the function's own __dict__: objects such as `torch.ops` answer any getattr.
-    """
-    if not isinstance(obj, types.FunctionType):
-        return None
-    return obj.__dict__.get(name)
 
 
 class ClosureFrameCache(FrameCache):

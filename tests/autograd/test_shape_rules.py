@@ -495,9 +495,7 @@ def test_propagate_uses_rule_or_specialises():
     n, m = sizes[id(x)]
     args, kwargs = layouts.hint_args((x, [m, n]), {})
     assert args[1] == [4, 6] and env.guards == []
-    res = layouts.propagate(
-        aten.view.default, (x, [m, n]), {}, aten.view.default(*args), sizes_of
-    )
+    res = layouts.propagate(aten.view.default, (x, [m, n]), {}, aten.view.default(*args), sizes_of)
     assert [str(s) for s in res] == ["s1", "s0"]
     outs = aten.native_layer_norm.default(x, [4], None, None, 1e-5)
     res = layouts.propagate(

@@ -15,6 +15,7 @@ import torch
 from kiln import config
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
 from kiln.frontend.source import GetItemSource
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
@@ -84,16 +85,14 @@ def _is_skipped_function(value):
 def _kiln_special(value):
     """kiln's own markers (graph_break, disabled functions, compiled wrappers), and functions
     torch keeps out of compilers (`torch._dynamo.disable`, torch's `_disable_dynamo`)."""
-    from kiln import api
-
-    if value is api.graph_break:
+    if value is graph_break:
         return GraphBreakVariable()
     from kiln.frontend.variables.checkpoint import checkpoint_function
 
     checkpoint = checkpoint_function(value)  # (a function torch keeps out of compilers)
     if checkpoint is not None:
         return checkpoint
-    if _marker(value, "_kiln_disabled"):
+    if kiln_marker(value, "_kiln_disabled"):
         return DisabledFunctionVariable(value)
     from kiln.frontend.variables.functions import is_torch_disabled
 
@@ -136,12 +135,10 @@ def wrap_value(tx, value, source):
     special = _kiln_special(value)
     if special is not None:
         return special
-    from kiln.api import OptimizedModule
-
-    if isinstance(value, OptimizedModule):
+    if is_optimized_module(value):
         value = value._orig_mod
         source = _attr(source, "_orig_mod") if source is not None else None
-    elif _marker(value, "_kiln_orig_fn"):
+    elif kiln_marker(value, "_kiln_orig_fn"):
         # a kiln-compiled function called from traced code: trace the original (the wrapper
         # object is what the guard pins, so the wrapped function cannot change under it)
         if source is not None:
@@ -346,9 +343,3 @@ def _builtin_fns():
 
 _BUILTIN_FNS = _builtin_fns()
 _SIGNATURE = inspect.signature
-
-
-def _marker(obj, name):
-    from kiln.frontend.frame_cache import kiln_marker
-
-    return kiln_marker(obj, name)

@@ -5,6 +5,7 @@ import types
 
 from kiln import config
 from kiln.exc import unimplemented
+from kiln.frontend.markers import kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
@@ -260,7 +261,7 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
     code = fn.__code__
     if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         unimplemented(f"calling coroutine function {fn.__qualname__}")
-    if _marker(fn, "_kiln_disabled") or is_torch_disabled(fn):
+    if kiln_marker(fn, "_kiln_disabled") or is_torch_disabled(fn):
         unimplemented(f"call to a function kept out of compilation: {fn.__qualname__}")
     local_vars = bind_args(tx, fn, args, kwargs, fn_source, defaults, kwdefaults)
     if closure is None:
@@ -272,12 +273,6 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
             closure[name] = (cell, fn_source, i)
     sub = InliningTranslator(tx, fn, code, local_vars, closure)
     return sub.run_inline()
-
-
-def _marker(obj, name):
-    from kiln.frontend.frame_cache import kiln_marker
-
-    return kiln_marker(obj, name)
 
 
 class PartialVariable(VariableTracker):

@@ -1,6 +1,7 @@
 """Small families: NULL, bound methods of tensors and constants, modules, kiln's own markers."""
 
 from kiln.exc import unimplemented
+from kiln.frontend.markers import graph_break
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, fold, is_literal
 
@@ -221,9 +222,7 @@ class GraphBreakVariable(VariableTracker):
         unimplemented("kiln.graph_break() called")
 
     def reconstruct(self, cg):
-        from kiln import api
-
-        cg.load_object(api.graph_break)
+        cg.load_object(graph_break)
 
 
 class DisabledFunctionVariable(VariableTracker):

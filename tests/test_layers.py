@@ -1,0 +1,205 @@
+"""The import graph of kiln/ holds its layers: no module-level cycle, no import against the layer
+order (docs/ARCHITECTURE.md, "Layers"), in-function imports only where ALLOWED_IN_FUNCTION says why.
+
+Run with `-s` to see the summary line (modules, layers, in-function imports).
+"""
+
+import ast
+import collections
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+KILN = ROOT / "kiln"
+
+# The layer order, lowest first: (layer, modules or packages in it, layers it may import).
+# A module may import any module of its own layer, and of the layers its row names. The same table
+# is in docs/ARCHITECTURE.md.
+LAYERS = (
+    ("base", ("kiln.config", "kiln.exc", "kiln.logs", "kiln.contracts"), ()),
+    ("symbolic", ("kiln.symbolic",), ("base",)),
+    ("bytecode", ("kiln.bytecode",), ("base",)),
+    ("autograd", ("kiln.autograd",), ("symbolic", "base")),
+    ("backend", ("kiln.backend",), ("autograd", "symbolic", "base")),
+    ("registry", ("kiln.registry",), ("base",)),
+    ("frontend", ("kiln.frontend",), ("registry", "bytecode", "symbolic", "base")),
+    (
+        "compiled_autograd",
+        ("kiln.compiled_autograd",),
+        ("frontend", "registry", "autograd", "symbolic", "base"),
+    ),
+    ("api", ("kiln.api",), ("compiled_autograd", "frontend", "registry", "base")),
+    ("tools", ("kiln.tools", "kiln.__main__"), ("api", "frontend", "base")),
+    ("package", ("kiln",), ("tools", "api", "base")),
+)
+_EVERY_LAYER = tuple(name for name, _, _ in LAYERS)
+
+# In-function imports that stay, by (importing module, imported module): each with its reason.
+ALLOWED_IN_FUNCTION = {}
+
+
+def _modules():
+    out = {}
+    for path in sorted(KILN.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def layer_of(module):
+    """The layer of a kiln module (the longest matching prefix in LAYERS)."""
+    best = None
+    for name, members, _ in LAYERS:
+        for m in members:
+            inside = module == m or (m != "kiln" and module.startswith(m + "."))
+            if inside and (best is None or len(m) > len(best[1])):
+                best = (name, m)
+    return best[0] if best else None
+
+
+_MAY_IMPORT = {name: set(may) | {name} for name, _, may in LAYERS}
+
+
+def allowed(importer, imported):
+    """Whether the layer order lets module `importer` import module `imported`."""
+    if not imported.startswith("kiln"):
+        return True
+    return layer_of(imported) in _MAY_IMPORT[layer_of(importer)]
+
+
+def _resolve(module, path, node):
+    """The modules an import statement names: kiln modules as module names, others by top name."""
+    if isinstance(node, ast.Import):
+        return [
+            a.name if a.name.split(".")[0] == "kiln" else a.name.split(".")[0] for a in node.names
+        ]
+    if node.level:
+        base = module.split(".")
+        if path.name != "__init__.py":
+            base = base[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module
+    if target.split(".")[0] != "kiln":
+        return [target.split(".")[0]]
+    return [f"{target}.{a.name}" if f"{target}.{a.name}" in MODULES else target for a in node.names]
+
+
+def _owner(name):
+    """The kiln module that an imported dotted name lives in."""
+    while name not in MODULES and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+def imports():
+    """(module, imported module, line, in a function?) for every import statement in kiln/."""
+    out = []
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+
+        def visit(node, in_function, module=module, path=path):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.Import | ast.ImportFrom):
+                    for target in _resolve(module, path, child):
+                        target = _owner(target) if target.startswith("kiln") else target
+                        out.append((module, target, child.lineno, in_function))
+                inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+                visit(child, inner)
+
+        visit(tree, False)
+    return out
+
+
+def _cycles(edges):
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    graph = collections.defaultdict(set)
+    for a, b in edges:
+        graph[a].add(b)
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            for w in children:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                    break
+                if w in on_stack:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        found.append(sorted(comp))
+    return found
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in MODULES if layer_of(m) is None] == []
+
+
+def test_no_module_level_import_cycle():
+    edges = {(a, b) for a, b, _, f in imports() if not f and b in MODULES and a != b}
+    assert _cycles(edges) == []
+
+
+def test_imports_follow_the_layer_order():
+    bad = [
+        f"{a}:{line} imports {b} ({layer_of(a)} -> {layer_of(b)})"
+        for a, b, line, _ in imports()
+        if b in MODULES and not allowed(a, b)
+    ]
+    assert bad == [], "imports against the layer order:\n" + "\n".join(bad)
+
+
+def test_in_function_imports_only_where_allowed():
+    found = {(a, b) for a, b, _, f in imports() if f}
+    extra = sorted(found - set(ALLOWED_IN_FUNCTION))
+    stale = sorted(set(ALLOWED_IN_FUNCTION) - found)
+    assert extra == [], "in-function imports not in ALLOWED_IN_FUNCTION:\n" + "\n".join(
+        f"{a} -> {b}" for a, b in extra
+    )
+    assert stale == [], f"ALLOWED_IN_FUNCTION entries no longer needed: {stale}"
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")}) == [["a", "b", "c"]]
+
+
+def test_summary(capsys):
+    found = imports()
+    in_function = [x for x in found if x[3]]
+    with capsys.disabled():
+        print(
+            f"\nkiln import graph: {len(MODULES)} modules, {len(LAYERS)} layers "
+            f"({' < '.join(name for name, _, _ in LAYERS)}), "
+            f"{len(found) - len(in_function)} module-level imports, "
+            f"{len(in_function)} in-function imports "
+            f"({len(ALLOWED_IN_FUNCTION)} allowlisted pairs)"
+        )
