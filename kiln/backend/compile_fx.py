@@ -23,16 +23,17 @@ import torch
 import torch.autograd.profiler as _profiler
 
 from kiln import config, logs
+from kiln.autograd.aot import aot_autograd
+from kiln.autograd.aten_tracer import trace_aten
 from kiln.backend import codecache
-from kiln.backend.codegen.wrapper import rt
+from kiln.backend.codegen.cpp import generate_cpp
+from kiln.backend.codegen.wrapper import WrapperCodegen, rt
 from kiln.backend.decompositions import DECOMPOSITIONS
+from kiln.backend.graph import GraphLowering, GraphNotSupported
 from kiln.backend.ir import sizes_of, strides_of, to_expr, use_shape_env
+from kiln.backend.lowering import LOWERINGS
+from kiln.backend.scheduler import plan_memory, schedule
 from kiln.exc import BackendCompilerFailed
-
-
-def num_threads():
-    """OpenMP threads for kernels."""
-    return config.num_threads or torch.get_num_threads()
 
 
 class CompiledGraph:
@@ -84,7 +85,7 @@ def _graph_key(gm, example_inputs):
     h.update(_backend_source_hash().encode())
     h.update(f"{torch.__version__}|{torch.__file__}".encode())
     h.update(gm.code.encode())
-    h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{num_threads()}".encode())
+    h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{codecache.num_threads()}".encode())
     h.update(f"{config.profile_kernels}".encode())  # Note [Backend: kernel profiling]
     # the layout choices depend on these (Note [Backend: channels-last convolutions])
     free = gm.meta.get("free_layout_outputs", ())
@@ -137,23 +138,16 @@ def _load(wrapper_src, cpp_src, consts, gm, extras=()):
 
 def lower_and_generate(gm, example_inputs):
     """(GraphLowering, groups, cpp source, wrapper source, extras, output sources) of a graph."""
-    from kiln.backend.codegen.cpp import generate_cpp
-    from kiln.backend.codegen.wrapper import WrapperCodegen
-    from kiln.backend.graph import GraphLowering
-    from kiln.backend.scheduler import plan_memory, schedule
-
     graph = GraphLowering(gm, example_inputs).run()
     groups = schedule(graph)
     stores, free_after, inplace = plan_memory(graph, groups)
-    cpp_src, signatures = generate_cpp(graph, groups, stores, num_threads(), inplace)
+    cpp_src, signatures = generate_cpp(graph, groups, stores, codecache.num_threads(), inplace)
     w = WrapperCodegen(graph, groups, stores, free_after, signatures, inplace)
     wrapper_src = w.generate()
     return graph, groups, cpp_src, wrapper_src, w.extras, w.output_sources
 
 
 def _needs_decomposition(gm):
-    from kiln.backend.lowering import LOWERINGS
-
     return any(
         n.op == "call_function" and n.target in DECOMPOSITIONS and n.target not in LOWERINGS
         for n in gm.graph.nodes
@@ -171,8 +165,6 @@ def _compile(gm, example_inputs):
         )
     retraced = _needs_decomposition(gm)
     if retraced:
-        from kiln.autograd.aten_tracer import trace_aten
-
         env = gm.meta.get("shape_env")
         gm = trace_aten(gm, list(example_inputs), decompositions=DECOMPOSITIONS)
         if env is not None:
@@ -196,8 +188,6 @@ def compile_aten_graph(gm, example_inputs):
     try:
         return _compile(gm, example_inputs)
     except Exception as e:
-        from kiln.backend.graph import GraphNotSupported
-
         if isinstance(e, GraphNotSupported):
             logs.log("perf_hints", "kiln: graph runs eagerly: %s", e)
         else:
@@ -221,25 +211,10 @@ def _eager(gm):
 
 def kiln_backend(gm, example_inputs):
     """The "kiln" backend for torch-level graphs (contract 1): AOT autograd + compile_aten_graph."""
-    try:
-        from kiln.autograd.aot import aot_autograd
-    except ImportError:
-        aot_autograd = None
-    if aot_autograd is not None:
-        backend = aot_autograd(
-            fw_compiler=compile_aten_graph,
-            bw_compiler=compile_aten_graph,
-            inference_compiler=compile_aten_graph,
-            decompositions=DECOMPOSITIONS,
-        )
-        return backend(gm, example_inputs)
-    # Without AOT autograd (not built yet): inference graphs only; anything needing grad runs eagerly.
-    if torch.is_grad_enabled() and any(
-        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
-    ):
-        return gm.forward
-    from kiln.autograd.aten_tracer import trace_aten
-
-    aten_gm = trace_aten(gm, list(example_inputs), decompositions=DECOMPOSITIONS)
-    compiled = compile_aten_graph(aten_gm, example_inputs)
-    return compiled
+    backend = aot_autograd(
+        fw_compiler=compile_aten_graph,
+        bw_compiler=compile_aten_graph,
+        inference_compiler=compile_aten_graph,
+        decompositions=DECOMPOSITIONS,
+    )
+    return backend(gm, example_inputs)

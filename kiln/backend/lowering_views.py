@@ -6,8 +6,11 @@ import torch
 
 from kiln.backend.ir import (
     Ix,
+    Layout,
     Pointwise,
     View,
+    _atom,
+    cexpr,
     contiguous_strides,
     floordiv,
     known_eq,
@@ -42,7 +45,6 @@ def _norm_dim(d, n):
 
 def _strided(fn):
     """Wrap a (size, stride, offset) -> (size, stride, offset) | None rule as a Layout rule."""
-    from kiln.backend.ir import Layout
 
     def rule(layout):
         r = fn(layout.size, layout.stride, layout.offset)
@@ -409,8 +411,6 @@ def _indirect(ld, size):
 
 def clamp_ix(e, n):
     """An index forced into [0, n) (for loads whose value a where() discards)."""
-    from kiln.backend.ir import _atom, cexpr
-
     lo, hi = e.bounds()
     if known_nonneg(lo) and known_lt(hi, n):
         return e

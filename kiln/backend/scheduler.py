@@ -13,6 +13,8 @@ and scalar statements. Each node has a role in its group:
     loop segments, the row max and sum kept in registers, only the output written.
 """
 
+import heapq
+
 from kiln.backend.ir import (
     Buffer,
     ComputedBuffer,
@@ -222,8 +224,6 @@ def _add(g, n, role, outer, inner, retag):
 def _topological(graph):
     """The operations in dependency order, otherwise in creation order (late-bound loaders can
     make an earlier-created loop read a buffer realized after it)."""
-    import heapq
-
     ops_ = list(graph.operations)
     producer = {}
     for i, op in enumerate(ops_):

@@ -17,7 +17,7 @@ import threading
 import torch
 import torch.autograd.variable
 
-from kiln import logs
+from kiln import config, logs
 from kiln.compiled_autograd import hooks as H
 from kiln.compiled_autograd.backward_cache import CacheNode, Entry, anti_unify, lookup
 from kiln.compiled_autograd.capture import capture
@@ -142,8 +142,6 @@ def active():
 def maybe_enable(backend):
     """The context the frontend enters around a compiled frame: `enable` when
     `kiln.config.compiled_autograd` is on (the graph compiled with `backend`, fullgraph=True)."""
-    from kiln import config
-
     if not config.compiled_autograd or _stack():
         return contextlib.nullcontext()
     return enable(_BackendCompiler(backend))

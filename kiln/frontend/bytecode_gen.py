@@ -5,13 +5,25 @@ def f(x, mod):                       def f(x, mod):   # transformed
     return torch.log(y)                  return ___out[0]
 """
 
+import dis
 import sys
 
+import torch
+
 from kiln import logs
-from kiln.bytecode import decode, emit, encode, first_resume
+from kiln.bytecode import PY312_PLUS, PY313_PLUS, decode, emit, encode, first_resume, format_code
 from kiln.exc import unimplemented
+from kiln.frontend.resume import (
+    ResumeUnsupported,
+    TailCall,
+    make_resume_function,
+    origin,
+    run_resume,
+)
+from kiln.frontend.translator import decode as decode_indexed
 from kiln.frontend.variables.dicts import ConstDictVariable
-from kiln.frontend.variables.lists import ListVariable, SetVariable
+from kiln.frontend.variables.lists import ListVariable, SetVariable, undo_iterators
+from kiln.frontend.variables.misc import DeletedVariable, NullVariable, WithExitVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
 GRAPH_OUT = "___kiln_graph_out"
@@ -99,8 +111,6 @@ def assemble(code, body, temps=()):
 
 def _log_bytecode(code, new_code):
     if logs.enabled("bytecode"):
-        from kiln.bytecode import format_code
-
         text = f"{format_code(code)}\n--- transformed ---\n{format_code(new_code)}"
         logs.log("bytecode", "bytecode of %s:\n%s", code.co_qualname, text)
 
@@ -186,9 +196,6 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     Note [Resume: breaks in resume functions] and Note [Resume: tail calls]. Breaks inside
     try/except blocks, or at other instructions, raise NoBreakHere: the frame runs eagerly.
     """
-    from kiln.frontend.resume import ResumeUnsupported, make_resume_function, origin
-    from kiln.frontend.variables.misc import DeletedVariable, NullVariable, WithExitVariable
-
     inst = instructions[e.root_index]
     if getattr(e, "no_resume", False):
         raise NoBreakHere("the graph so far holds code from a try/except block")
@@ -200,8 +207,6 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     base_code, base_index, base_insts = code, e.root_index, instructions
     found = origin(code)
     if found is not None:
-        from kiln.frontend.translator import decode as decode_indexed
-
         base_index = found[1].get(e.root_index)
         if base_index is None:
             raise NoBreakHere("inside a resume function's prologue")
@@ -232,8 +237,6 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         raise NoBreakHere("side effects inside the call that broke")
     output.rollback(e.root_checkpoint)
     output.side_effects.restore(e.root_effects_snapshot)  # the instruction makes them itself
-    from kiln.frontend.variables.lists import undo_iterators
-
     undo_iterators()
     if kind == "resume_here" and not _real_ops(output) and not output.side_effects:
         raise NoBreakHere("inside a try block that starts the frame")
@@ -289,12 +292,8 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
             body.extend(emit.store_fast(temps[k]))
         is_resume = found is not None and tail_calls
         if is_resume:
-            from kiln.frontend.resume import TailCall
-
             body.load_object(TailCall, push_null=True)
         elif tail_calls:
-            from kiln.frontend.resume import run_resume
-
             body.load_object(run_resume, push_null=True)
         body.load_object(resume_factory(resume.code), push_null=not tail_calls)
         extra = 1 if tail_calls else 0
@@ -391,8 +390,6 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
 
 def _real_ops(output):
     """Whether the graph holds an op other than grad-mode switches."""
-    import torch
-
     return any(
         n.op in ("call_function", "call_method") and n.target is not torch._C._set_grad_enabled
         for n in output.graph.nodes
@@ -422,8 +419,6 @@ def _check_handlers(tx, inst, open_withs):
 def _exit_with_blocks(tx, output, open_withs):
     """Append the exits of the open with blocks (innermost first) to the graph, so that it ends
     in the grad mode the frame started with (the transformed code enters them again)."""
-    import torch
-
     if not open_withs:
         return
     mode = tx.initial_grad_mode
@@ -462,8 +457,6 @@ def _park(body, stack, withs, rebuild, upto):
 
 
 def _is_null(v):
-    from kiln.frontend.variables.misc import NullVariable
-
     return isinstance(v, NullVariable)
 
 
@@ -519,8 +512,6 @@ def _run_instruction(body, inst, e):
 def _for_iter_exit():
     """The target of an emitted FOR_ITER: where an exhausted iterator continues (3.12+: an
     END_FOR that the interpreter skips, 3.13: and the POP_TOP after it)."""
-    from kiln.bytecode import PY312_PLUS, PY313_PLUS
-
     if PY313_PLUS:
         return emit.inst("END_FOR") + emit.pop_top()
     if PY312_PLUS:
@@ -531,15 +522,11 @@ def _for_iter_exit():
 def _for_iter_resume_index(for_iter):
     """Index of the instruction an exhausted FOR_ITER continues at (Note [Bytecode: version
     differences]); resume.py refuses the 3.12+ indexes after END_FOR for now."""
-    from kiln.bytecode import PY312_PLUS, PY313_PLUS
-
     return for_iter.target_index + (2 if PY313_PLUS else 1 if PY312_PLUS else 0)
 
 
 def _stack_effect(inst):
     """Net stack effect of the instruction a break executes (calls counted whole)."""
-    import dis
-
     if inst.opname == "CALL":
         return -(inst.arg + 2) + 1  # NULL|self, callable, args -> result
     if inst.opname == "CALL_KW":
@@ -551,9 +538,6 @@ def _stack_effect(inst):
 
 def _callee_slot(inst, stack):
     """Stack position of the callable of a CALL (the frame that broke inside)."""
-    from kiln.bytecode import PY313_PLUS
-    from kiln.frontend.variables.misc import NullVariable
-
     if inst.opname == "CALL_FUNCTION_EX":
         kw = inst.arg & 1
         slot = len(stack) - (3 if PY313_PLUS else 2) - kw

@@ -7,7 +7,11 @@ binding happens on a hit; everything else (tracing, logging, the recompile reaso
 lives in `FrameCache.miss`, which runs only when no guard passes.
 """
 
+import dis
 import functools
+import io
+import os
+import re
 import types
 import weakref
 
@@ -15,7 +19,7 @@ import torch
 import torch.fx
 
 from kiln import config, logs
-from kiln.exc import CompiledAutogradCall, Unsupported
+from kiln.exc import CompiledAutogradCall, Unsupported, unimplemented
 from kiln.frontend.bytecode_gen import NoBreakHere, transformed_code, transformed_code_at_break
 from kiln.frontend.frame_shapes import FrameShapes, changed_dims
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
@@ -350,8 +354,6 @@ class FrameCache:
         )
 
     def _check_module_hooks(self, mod):
-        from kiln.exc import unimplemented
-
         if (
             mod._forward_hooks
             or mod._forward_pre_hooks
@@ -359,8 +361,6 @@ class FrameCache:
             or getattr(mod, "_backward_pre_hooks", None)
         ):
             unimplemented(f"module hooks on {type(mod).__name__}")
-        import torch
-
         g = torch.nn.modules.module
         if g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks:
             unimplemented("global module hooks")
@@ -471,11 +471,6 @@ def reset_all():
 
 def dump_entry(debug_dir, fn, entry, index):
     """KILN_DEBUG_DIR: a frame's guard source, graph code and bytecode as files."""
-    import dis
-    import io
-    import os
-    import re
-
     name = re.sub(r"[^0-9A-Za-z_.]+", "_", fn.__qualname__)
     folder = os.path.join(debug_dir, "frontend", f"{name}_{index}")
     os.makedirs(folder, exist_ok=True)

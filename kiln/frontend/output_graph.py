@@ -12,8 +12,12 @@ from kiln.frontend.frame_shapes import FrameShapes
 from kiln.frontend.guards import GuardKind, GuardSet, is_module_state
 from kiln.frontend.side_effects import SideEffects
 from kiln.frontend.source import GetItemSource, LocalSource
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.symbolic import shape_env
+from kiln.symbolic.fake import fake_like, sym_strides
+from kiln.symbolic.layouts import dense_strides
 
 _unique = itertools.count()
 
@@ -73,8 +77,6 @@ class OutputGraph:
         if dims:
             self.fake_inputs = True
         if self.fake_inputs:
-            from kiln.symbolic.fake import fake_like, sym_strides
-
             sizes = self.shape_env.sizes_of(value, name, dims)
             example = fake_like(value, requires_grad=value.requires_grad, sizes=sizes)
             if dims:
@@ -115,8 +117,6 @@ class OutputGraph:
         dims = {d for d in dims if value.shape[d] >= shape_env.MIN_SYMBOL_VALUE}
         if dims and not value.is_contiguous():
             # a dense layout (transposed, channels-last) gets symbolic strides; others stay static
-            from kiln.symbolic.shape_rules import dense_strides
-
             dense = dense_strides(list(value.shape), tuple(value.stride()))
             if dense is None or value.storage_offset() != 0:
                 return set()
@@ -138,9 +138,6 @@ class OutputGraph:
 
     def add_int_input(self, value, source):
         """An int input made dynamic: a placeholder whose value is a size symbol (range-guarded)."""
-        from kiln.frontend.variables.constant import ConstantVariable
-        from kiln.frontend.variables.sym import SymNodeVariable
-
         name = source.name()
         self.input_ints[name] = value
         self.guards.add(GuardKind.TYPE_MATCH, source, int)
@@ -159,8 +156,6 @@ class OutputGraph:
 
     def size_node(self, tensor, dim, size):
         """`tensor.size(dim)` as a SymNodeVariable (one node per tensor and dim)."""
-        from kiln.frontend.variables.sym import SymNodeVariable
-
         key = (tensor.proxy, dim)
         var = self._size_nodes.get(key)
         if var is not None and not getattr(var.proxy, "_erased", False):

@@ -2,7 +2,9 @@
 
 import itertools
 
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.source import AttrSource
 
 _serial = itertools.count()
 
@@ -71,8 +73,6 @@ class VariableTracker:
         """Source of a function found on the value's class: `obj.__class__.name[.more]`."""
         if self.source is None:
             return None
-        from kiln.frontend.source import AttrSource
-
         src = AttrSource(AttrSource(self.source, "__class__"), name)
         for m in more:
             src = AttrSource(src, m)
@@ -120,8 +120,6 @@ class BoundMethodVariable(VariableTracker):
         return self.obj.call_method(tx, self.name, args, kwargs)
 
     def reconstruct(self, cg):
-        from kiln.bytecode import emit
-
         cg.reconstruct(self.obj)
         cg.extend(emit.load_attr(self.name))
 

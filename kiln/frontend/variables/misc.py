@@ -1,9 +1,22 @@
 """Small families: NULL, bound methods of tensors and constants, modules, kiln's own markers."""
 
+import contextlib
+import dataclasses
+import enum
+import inspect
+import types
+
+import torch
+
+from kiln import config
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.markers import graph_break
-from kiln.frontend.variables.base import PythonValueVariable, VariableTracker
+from kiln.frontend.source import AttrSource
+from kiln.frontend.variables.base import BoundMethodVariable, PythonValueVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, fold, is_literal
+from kiln.frontend.variables.exceptions import ObservedException, make_exception
+from kiln.frontend.variables.user_attrs import call_object_slot
 
 
 class ConstantObjectVariable(PythonValueVariable):
@@ -16,8 +29,6 @@ class ConstantObjectVariable(PythonValueVariable):
         except AttributeError:
             unimplemented(f"{type(self.value).__name__} has no attribute {name!r}")
         if callable(attr) and not isinstance(attr, type) and is_frozen(self.value):
-            from kiln.frontend.variables.base import BoundMethodVariable
-
             return BoundMethodVariable(self, name)
         return wrap_frozen(attr, f"attribute {name!r} of {type(self.value).__name__}")
 
@@ -44,11 +55,6 @@ class ConstantObjectVariable(PythonValueVariable):
 
 
 def _frozen_types():
-    import dataclasses
-    import inspect
-
-    import torch
-
     return (
         dataclasses.Field,
         type(dataclasses.MISSING),
@@ -62,8 +68,6 @@ def _frozen_types():
 def is_frozen(value):
     """Objects kiln treats as immutable constants (their types never change them after creation,
     and nothing in traced code does)."""
-    import types
-
     if isinstance(value, _frozen_types()):
         return True
     if isinstance(value, types.MappingProxyType):
@@ -73,9 +77,6 @@ def is_frozen(value):
 
 def wrap_frozen(value, what):
     """A constant (literal, enum member, frozen object, tuple of them) as a VariableTracker."""
-    import enum
-    import inspect
-
     from kiln.frontend.variables.lists import TupleVariable
 
     if is_literal(value) or isinstance(value, enum.Enum):
@@ -136,8 +137,6 @@ class TensorMethodVariable(VariableTracker):
         self.name = name
 
     def reconstruct(self, cg):
-        from kiln.bytecode import emit
-
         cg.reconstruct(self.tensor)
         cg.extend(emit.load_attr(self.name))
 
@@ -184,7 +183,6 @@ class PythonModuleVariable(VariableTracker):
         return type(self.value)
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.source import AttrSource
         from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
 
         try:
@@ -202,8 +200,6 @@ class PythonModuleVariable(VariableTracker):
 
 
 def _is_skipped_module(mod):
-    from kiln import config
-
     name = getattr(mod, "__name__", "")
     return any(name == m or name.startswith(m + ".") for m in config.skip_modules) or name in (
         "math",
@@ -249,8 +245,6 @@ class OpaqueCallableVariable(VariableTracker):
         return type(self.value)
 
     def call_function(self, tx, args, kwargs):
-        from kiln.frontend.variables.user_attrs import call_object_slot
-
         done = call_object_slot(tx, self.value, args, kwargs)
         if done is not None:
             return done
@@ -277,8 +271,6 @@ class GradModeVariable(VariableTracker):
         return self.cls
 
     def enter(self, tx):
-        import torch
-
         self.prev = torch.is_grad_enabled()
         _set_grad(tx, self.mode)
         return ConstantVariable(None)
@@ -289,10 +281,6 @@ class GradModeVariable(VariableTracker):
 
     def load_fresh(self, cg):
         """A new manager with the same enter/exit (Note [Graph breaks: with blocks])."""
-        import torch
-
-        from kiln.bytecode import emit
-
         cg.load_object(torch.enable_grad if self.mode else torch.no_grad, push_null=True)
         cg.extend(emit.call(0))
 
@@ -305,8 +293,6 @@ class NullContextVariable(VariableTracker):
         self.enter_result = enter_result
 
     def python_type(self):
-        import contextlib
-
         return contextlib.nullcontext
 
     def enter(self, tx):
@@ -316,10 +302,6 @@ class NullContextVariable(VariableTracker):
         return ConstantVariable(None)
 
     def reconstruct(self, cg):
-        import contextlib
-
-        from kiln.bytecode import emit
-
         cg.load_object(contextlib.nullcontext, push_null=True)
         cg.reconstruct(self.enter_result)
         cg.extend(emit.call(1))
@@ -328,8 +310,6 @@ class NullContextVariable(VariableTracker):
 
 
 def _set_grad(tx, mode):
-    import torch
-
     if torch.is_grad_enabled() != mode:
         node = tx.output.create_node("call_function", torch._C._set_grad_enabled, (mode,), {})
         node.meta["example_value"] = None
@@ -385,13 +365,6 @@ class WithExitVariable(VariableTracker):
 
 def context_manager(tx, cm):
     """The traced manager BEFORE_WITH enters (Note [Blocks: context managers]), or a break."""
-    import contextlib
-    import inspect
-    import types
-
-    import torch
-
-    from kiln.frontend.source import AttrSource
     from kiln.frontend.variables.builder import wrap_value
     from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 
@@ -452,8 +425,6 @@ class SuppressVariable(VariableTracker):
         self.types = types
 
     def python_type(self):
-        import contextlib
-
         return contextlib.suppress
 
     def enter(self, tx):
@@ -466,10 +437,6 @@ class SuppressVariable(VariableTracker):
         return ConstantVariable(issubclass(exc.cls, self.types))
 
     def reconstruct(self, cg):
-        import contextlib
-
-        from kiln.bytecode import emit
-
         cg.load_object(contextlib.suppress, push_null=True)
         for t in self.types:
             cg.load_object(t)
@@ -498,8 +465,6 @@ class GeneratorContextVariable(VariableTracker):
         self.gen = None
 
     def python_type(self):
-        import contextlib
-
         return contextlib._GeneratorContextManager
 
     def enter(self, tx):
@@ -543,10 +508,6 @@ class GeneratorContextVariable(VariableTracker):
     def reconstruct(self, cg):
         """A new manager over the same generator function and arguments (before it is entered:
         a break placed at its with statement, Note [Blocks: rewinding to a with statement])."""
-        import contextlib
-
-        from kiln.bytecode import emit
-
         if self.gen is not None:
             unimplemented("rebuilding a contextmanager that was entered")
         cg.load_object(contextlib._GeneratorContextManager, push_null=True)
@@ -566,8 +527,6 @@ class GeneratorContextVariable(VariableTracker):
         return ConstantVariable(False)
 
     def exit_exception(self, tx, exc):
-        from kiln.frontend.variables.exceptions import ObservedException
-
         try:
             if self._resume(ObservedException(exc)) is not None:
                 unimplemented("contextmanager generator yielded twice (RuntimeError)")
@@ -580,11 +539,7 @@ class GeneratorContextVariable(VariableTracker):
 
 def special_instance(tx, cls, args, kwargs):
     """Instances of exception classes and of contextlib's managers made while tracing, or None."""
-    import contextlib
-
     if issubclass(cls, BaseException):
-        from kiln.frontend.variables.exceptions import make_exception
-
         return make_exception(tx, cls, args, kwargs)
     if cls is contextlib.suppress and not kwargs:
         types = tuple(a.as_python_constant() for a in args)

@@ -17,9 +17,13 @@ import operator
 
 import torch
 
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.variables import symfloat
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.lists import BaseListVariable, SizeVariable, TupleVariable
+from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.symbolic import shape_env
 
 # Operators whose result is again a size (int in, int out): recorded as nodes.
@@ -116,8 +120,6 @@ class SymNodeVariable(VariableTracker):
 
 def specialised(v):
     """A SymNodeVariable (or size float) as the constant of its value (a guard); else v itself."""
-    from kiln.frontend.variables.symfloat import SizeFloatVariable
-
     if isinstance(v, SizeFloatVariable):
         return ConstantVariable(v.as_python_constant())
     return ConstantVariable(v.evaluate()) if isinstance(v, SymNodeVariable) else v
@@ -125,7 +127,6 @@ def specialised(v):
 
 def binary(tx, fn, a, b):
     """`a <fn> b` with at least one SymNodeVariable and no tensor (Note [Shapes: SymNodeVariable])."""
-    from kiln.frontend.variables import symfloat
     from kiln.frontend.variables.builtin import binary_op
 
     result = symfloat.binary(tx, fn, a, b)  # Note [Shapes: float sizes in traced code]
@@ -152,8 +153,6 @@ def binary(tx, fn, a, b):
 
 def has_symbolic(v):
     """A SymNodeVariable, or a sequence (`x.shape`) holding one."""
-    from kiln.frontend.variables.lists import BaseListVariable
-
     if isinstance(v, SymNodeVariable):
         return True
     return isinstance(v, BaseListVariable) and any(isinstance(i, SymNodeVariable) for i in v.items)
@@ -161,8 +160,6 @@ def has_symbolic(v):
 
 def _compare_sequences(tx, fn, a, b):
     """`x.shape == y.shape` (and !=) item by item: each equality a fact."""
-    from kiln.frontend.variables.lists import BaseListVariable
-
     if fn not in (operator.eq, operator.ne):
         return None
     a, b = as_sequence(a), as_sequence(b)
@@ -184,8 +181,6 @@ def _compare_sequences(tx, fn, a, b):
 
 def as_sequence(v):
     """A constant tuple (`(4, 3)`, a torch.Size) as a TupleVariable of constants."""
-    from kiln.frontend.variables.lists import SizeVariable, TupleVariable
-
     if isinstance(v, ConstantVariable) and type(v.value) in (tuple, torch.Size):
         cls = SizeVariable if type(v.value) is torch.Size else TupleVariable
         return cls([ConstantVariable(i) for i in v.value])
@@ -277,8 +272,6 @@ class SliceVariable(VariableTracker):
         return slice(*fx), slice(*vals)
 
     def reconstruct(self, cg):
-        from kiln.bytecode import emit
-
         for p in self.parts:
             cg.reconstruct(p)
         cg.extend(emit.build_slice(len(self.parts)))

@@ -12,7 +12,13 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import SizeVariable, TupleVariable
+from kiln.frontend.variables.misc import TensorMethodVariable
+from kiln.frontend.variables.sym import SymNodeVariable
+from kiln.frontend.variables.tensor_hooks import register_hook
+from kiln.frontend.variables.torch import call_tensor_op
+from kiln.frontend.variables.user_defined import _dunder_missing
 from kiln.symbolic import shape_env
 
 # Attributes answered from metadata at trace time (specialised; guarded by TENSOR_MATCH).
@@ -117,8 +123,6 @@ class TensorVariable(VariableTracker):
             n = n * s
         if not isinstance(n, shape_env.SymNode):
             return ConstantVariable(n)
-        from kiln.frontend.variables.sym import SymNodeVariable
-
         node = tx.output.create_node("call_method", "numel", (self.proxy,), {})
         return SymNodeVariable.create(tx, node, n)
 
@@ -128,16 +132,12 @@ class TensorVariable(VariableTracker):
         if name in _META_ATTRS:
             return ConstantVariable(_META_ATTRS[name](self))
         if name in _TENSOR_ATTRS:
-            from kiln.frontend.variables.torch import call_tensor_op
-
             return call_tensor_op(
                 tx, "call_function", getattr, [self, ConstantVariable(name)], {}, what=name
             )
         if name in ("grad", "data", "grad_fn", "_version", "storage"):
             unimplemented(f"Tensor.{name} inside the compiled frame")
         if callable(getattr(torch.Tensor, name, None)):
-            from kiln.frontend.variables.misc import TensorMethodVariable
-
             return TensorMethodVariable(self, name)
         self.missing_attr(tx, name)
 
@@ -165,9 +165,6 @@ class TensorVariable(VariableTracker):
     def missing_attr(self, tx, name):
         """`x.name` that Tensor's class does not have: AttributeError (raised in the traced
         code), unless the tensor may carry it in its instance __dict__ (a break)."""
-        from kiln.frontend.variables.exceptions import raise_observed
-        from kiln.frontend.variables.user_defined import _dunder_missing
-
         cls = self.python_type()
         _dunder_missing(cls, name)
         if inspect.getattr_static(cls, name, _NOT_FOUND) is not _NOT_FOUND:
@@ -176,13 +173,9 @@ class TensorVariable(VariableTracker):
         raise_observed(tx, AttributeError, f"{cls.__name__!r} object has no attribute {name!r}")
 
     def call_method(self, tx, name, args, kwargs):
-        from kiln.frontend.variables.torch import call_tensor_op
-
         if name == "backward" and config.compiled_autograd:
             raise CompiledAutogradCall("Tensor.backward() runs through compiled autograd")
         if name == "register_hook":
-            from kiln.frontend.variables.tensor_hooks import register_hook
-
             return register_hook(tx, self, args, kwargs)
         if name in _BREAKING_METHODS:
             unimplemented(_BREAKING_METHODS[name])
@@ -223,8 +216,6 @@ class TensorVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         if self.example.dim() == 0:
             unimplemented("iteration over a 0-d tensor")
-        from kiln.frontend.variables.torch import call_tensor_op
-
         n = frame_shapes.size_of(self.example, 0)
         return [
             call_tensor_op(tx, "call_function", operator.getitem, [self, ConstantVariable(i)], {})
