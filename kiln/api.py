@@ -7,7 +7,6 @@ The backend registry is `kiln.registry`, the compiled module and function wrappe
 import functools
 import sys
 
-from kiln.compiled_autograd import maybe_enable
 from kiln.exc import KilnError
 from kiln.frontend import frame_cache, frame_shapes
 from kiln.frontend.entry import OptimizedModule, compile_callable
@@ -78,6 +77,8 @@ def compile(model=None, *, backend="kiln", fullgraph=False, dynamic=None, mode=N
 # --- compiled autograd, registered with the frontend ----------------------------------------------
 def _compiled_autograd_scope(backend):
     """`kiln.compiled_autograd.maybe_enable(backend)` (Note [Frontend: the backward scope])."""
+    from kiln.compiled_autograd import maybe_enable
+
     return maybe_enable(backend)
 
 

@@ -34,7 +34,120 @@ LAYERS = (
 _EVERY_LAYER = tuple(name for name, _, _ in LAYERS)
 
 # In-function imports that stay, by (importing module, imported module): each with its reason.
-ALLOWED_IN_FUNCTION = {}
+ALLOWED_IN_FUNCTION = {
+    (
+        "kiln.api",
+        "kiln.compiled_autograd",
+    ): "import time: compiled autograd (and AOT autograd under it) loads when a backward first runs under config.compiled_autograd",
+    (
+        "kiln.autograd.partition",
+        "networkx",
+    ): "import time: networkx loads only for the min-cut partition",
+    (
+        "kiln.tools.cli",
+        "kiln_bench",
+    ): "optional: the benchmark harness is not a dependency of kiln; only `kiln bench` needs it",
+    (
+        "kiln.frontend.variables.functions",
+        "kiln.frontend.translator",
+    ): "cycle: the translator builds function variables; calling one inlines it with InliningTranslator",
+    (
+        "kiln.frontend.variables.misc",
+        "kiln.frontend.translator",
+    ): "cycle: the translator builds these variables; a generator/context-manager body is inlined with InliningTranslator",
+    (
+        "kiln.frontend.blocks",
+        "kiln.frontend.variables.classes",
+    ): "cycle: class bodies (LOAD_BUILD_CLASS) open a block; classes.py runs the body with the translator",
+    (
+        "kiln.frontend.variables.constant",
+        "kiln.frontend.variables.exceptions",
+    ): "cycle: folding a constant that raises becomes a traced exception; exception variables hold constants",
+    (
+        "kiln.frontend.variables.constant",
+        "kiln.frontend.variables.misc",
+    ): "cycle: methods of constants (str.format ...) are misc's ConstantMethodVariable, which returns constants",
+    (
+        "kiln.frontend.variables.exceptions",
+        "kiln.frontend.variables.functions",
+    ): "cycle: user exception classes' methods are inlined; functions raise exception variables",
+    (
+        "kiln.frontend.variables.exceptions",
+        "kiln.frontend.variables.lists",
+    ): "cycle: exception .args is a tuple variable; tuples raise IndexError variables",
+    (
+        "kiln.frontend.variables.functions",
+        "kiln.frontend.variables.autograd_function",
+    ): "cycle: calling an autograd.Function's apply; its forward/backward are function variables",
+    (
+        "kiln.frontend.variables.lists",
+        "kiln.frontend.variables.builtin",
+    ): "cycle: sorting and comparing sequences use the builtins' comparison; builtins build lists",
+    (
+        "kiln.frontend.variables.lists",
+        "kiln.frontend.variables.dicts",
+    ): "cycle: dict(...) of a list of pairs, list of dict items; dicts build lists",
+    (
+        "kiln.frontend.variables.misc",
+        "kiln.frontend.variables.functions",
+    ): "cycle: functools/contextlib wrappers call user functions; functions return these wrappers",
+    (
+        "kiln.frontend.variables.misc",
+        "kiln.frontend.variables.lists",
+    ): "cycle: small families return tuples/lists; lists hold them",
+    (
+        "kiln.frontend.variables.misc",
+        "kiln.frontend.variables.tensor",
+    ): "cycle: grad-mode and autocast context managers act on tensors; tensor methods return them",
+    (
+        "kiln.frontend.variables.misc",
+        "kiln.frontend.variables.user_defined",
+    ): "cycle: super() and object.__new__ on user objects; user objects use these families",
+    (
+        "kiln.frontend.variables.sym",
+        "kiln.frontend.variables.builtin",
+    ): "cycle: SymInt arithmetic goes through the builtins' binary ops; builtins make SymInts",
+    (
+        "kiln.frontend.variables.symfloat",
+        "kiln.frontend.variables.sym",
+    ): "cycle: SymFloat <-> SymInt conversions and mixed arithmetic",
+    (
+        "kiln.frontend.variables.torch",
+        "kiln.frontend.variables.tensor",
+    ): "cycle: torch.* calls return tensor variables; tensor methods call torch functions",
+    (
+        "kiln.frontend.variables.torch",
+        "kiln.frontend.variables.resize",
+    ): "cycle: interpolate/pooling size rules return tensors through torch.py's call path",
+    (
+        "kiln.frontend.variables.user_attrs",
+        "kiln.frontend.variables.functions",
+    ): "cycle: user __getattr__/__setattr__ are inlined; functions read user attributes",
+    (
+        "kiln.frontend.variables.user_attrs",
+        "kiln.frontend.variables.user_defined",
+    ): "cycle: attribute protocol of user objects; user objects delegate to it",
+    (
+        "kiln.frontend.variables.user_defined",
+        "kiln.frontend.variables.builtin",
+    ): "cycle: user classes that subclass builtins; builtins called on user objects",
+    (
+        "kiln.frontend.variables.user_defined",
+        "kiln.frontend.variables.classes",
+    ): "cycle: class objects made while tracing; their instances are user objects",
+    (
+        "kiln.frontend.variables.user_defined",
+        "kiln.frontend.variables.autograd_function",
+    ): "cycle: a user class that is an autograd.Function",
+    (
+        "kiln.frontend.variables.user_protocol",
+        "kiln.frontend.variables.builtin",
+    ): "cycle: __eq__/__lt__/__len__ ... of user objects through the builtins; builtins dispatch to them",
+    (
+        "kiln.frontend.variables.user_protocol",
+        "kiln.frontend.variables.user_defined",
+    ): "cycle: the protocol methods act on user objects, which dispatch to them",
+}
 
 
 def _modules():

@@ -18,6 +18,7 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables import logging_vars
+from kiln.frontend.variables.base import register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.checkpoint import checkpoint_function
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
@@ -344,3 +345,6 @@ def _builtin_fns():
 
 _BUILTIN_FNS = _builtin_fns()
 _SIGNATURE = inspect.signature
+
+
+register_builder(wrap_value, wrap_constant_like)

@@ -11,7 +11,7 @@ import torch
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import sym, symfloat
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, raise_observed
@@ -520,8 +520,6 @@ class BuiltinVariable(VariableTracker):
         return fold(round, obj.as_python_constant(), nd.as_python_constant())
 
     def _call_type(self, tx, obj):
-        from kiln.frontend.variables.builder import wrap_constant_like
-
         return wrap_constant_like(tx, obj.python_type())
 
     def _call_callable(self, tx, obj):

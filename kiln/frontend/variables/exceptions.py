@@ -9,7 +9,7 @@ import types
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker
+from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 
 # dunders a user exception class may define and still be made by kiln (anything else, e.g.
@@ -166,7 +166,6 @@ class ExceptionVariable(VariableTracker):
         return True
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_constant_like
         from kiln.frontend.variables.lists import TupleVariable
 
         if name == "args":

@@ -10,7 +10,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.markers import kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import TupleVariable
@@ -47,8 +47,6 @@ class UserFunctionVariable(BaseFunctionVariable):
         if name in ("__name__", "__qualname__", "__module__", "__doc__", "__code__"):
             return ConstantVariable(getattr(self.fn, name))
         if name == "__wrapped__" and hasattr(self.fn, "__wrapped__"):
-            from kiln.frontend.variables.builder import wrap_value
-
             src = AttrSource(self.source, name) if self.source is not None else None
             return wrap_value(tx, self.fn.__wrapped__, src)
         unimplemented(f"attribute {name!r} of function {self.fn.__qualname__}")
@@ -183,8 +181,6 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
 
 
 def _wrap_default(tx, value, source):
-    from kiln.frontend.variables.builder import wrap_value
-
     if isinstance(value, VariableTracker):
         return value
     if is_literal(value):
@@ -354,8 +350,6 @@ def _is_dataclass(tx, obj):
 
 def _replace(tx, obj, **changes):
     """dataclasses.replace(obj, **changes): a new instance from obj's init fields."""
-    from kiln.frontend.variables.builder import wrap_constant_like
-
     cls = obj.python_type()
     if not dataclasses.is_dataclass(cls):
         unimplemented(f"dataclasses.replace() of a {cls.__name__}")

@@ -10,7 +10,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker
+from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.misc import wrap_frozen
@@ -343,8 +343,6 @@ def make_deque(tx, args, kwargs):
 
 def wrap_deque(tx, value, source):
     """A deque reached from a source: its items (guarded by length and maxlen)."""
-    from kiln.frontend.variables.builder import wrap_value
-
     tx.output.guards.add(GuardKind.LIST_LENGTH, source, (type(value), len(value)))
     tx.output.guards.add(GuardKind.CONSTANT_MATCH, AttrSource(source, "maxlen"), value.maxlen)
     items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]

@@ -13,7 +13,13 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.markers import graph_break
 from kiln.frontend.source import AttrSource
-from kiln.frontend.variables.base import BoundMethodVariable, PythonValueVariable, VariableTracker
+from kiln.frontend.variables.base import (
+    BoundMethodVariable,
+    PythonValueVariable,
+    VariableTracker,
+    wrap_constant_like,
+    wrap_value,
+)
 from kiln.frontend.variables.constant import ConstantVariable, fold, is_literal
 from kiln.frontend.variables.exceptions import ObservedException, make_exception
 from kiln.frontend.variables.user_attrs import call_object_slot
@@ -183,8 +189,6 @@ class PythonModuleVariable(VariableTracker):
         return type(self.value)
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
-
         try:
             attr = getattr(self.value, name)
         except AttributeError:
@@ -365,7 +369,6 @@ class WithExitVariable(VariableTracker):
 
 def context_manager(tx, cm):
     """The traced manager BEFORE_WITH enters (Note [Blocks: context managers]), or a break."""
-    from kiln.frontend.variables.builder import wrap_value
     from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 
     if isinstance(cm, UserDefinedObjectVariable) and type(cm.value) in (
@@ -408,8 +411,6 @@ class UserContextVariable(VariableTracker):
         return self.obj.call_method(tx, "__exit__", [none, none, none], {})
 
     def exit_exception(self, tx, exc):
-        from kiln.frontend.variables.builder import wrap_constant_like
-
         cls = wrap_constant_like(tx, exc.cls)
         return self.obj.call_method(tx, "__exit__", [cls, exc, ConstantVariable(None)], {})
 

@@ -9,7 +9,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.constant import ConstantVariable as Const
 from kiln.frontend.variables.exceptions import raise_observed
@@ -45,8 +45,6 @@ class NNModuleVariable(VariableTracker):
         return GetItemSource(AttrSource(self.source, dict_name), key)
 
     def _child(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_value
-
         mod = self.value
         d = mod.__dict__
         if name in d.get("_parameters", {}):
@@ -91,16 +89,12 @@ class NNModuleVariable(VariableTracker):
         raise_observed(tx, AttributeError, f"{cls.__name__!r} object has no attribute {name!r}")
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_value
-
         if self.source is None:
             unimplemented("attribute of a module without a source")
         stored = tx.output.side_effects.load_attr(self, name)
         if stored is not None:
             return stored
         if name == "__class__":  # pinned by the TYPE_MATCH guard on the module
-            from kiln.frontend.variables.builder import wrap_constant_like
-
             return wrap_constant_like(tx, type(self.value))
         child = self._child(tx, name)
         if child is not None:
@@ -115,8 +109,6 @@ class NNModuleVariable(VariableTracker):
         if isinstance(static, staticmethod):
             return wrap_value(tx, static.__func__, None)
         if isinstance(static, classmethod):
-            from kiln.frontend.variables.builder import wrap_constant_like
-
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, type(mod)))
         if inspect.isfunction(static):
             return UserMethodVariable(static, self, source=self._class_attr_source(name))
@@ -167,8 +159,6 @@ class NNModuleVariable(VariableTracker):
         their keys (a hook added or removed recompiles) and each hook by what it is; hooks taking
         kwargs or always called, and backward hooks, are not traced.
         """
-        from kiln.frontend.variables.builder import wrap_value
-
         mod = self.value
         for name in ("_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs"):
             if getattr(mod, name, None):
@@ -386,8 +376,6 @@ class NewModuleVariable(NNModuleVariable):
         self.ctor_kwargs = dict(ctor_kwargs)
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_constant_like
-
         mod = self.value
         if name in mod._parameters or name in mod._buffers:
             return ConstantVariable(None)  # (an optional weight left out: None)

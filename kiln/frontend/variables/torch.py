@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables.base import PythonValueVariable, VariableTracker
+from kiln.frontend.variables.base import PythonValueVariable, VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.functions import inline_call
@@ -329,8 +329,6 @@ class TorchVariable(PythonValueVariable):
     """A function or class from torch (torch.sin, F.relu, torch.Tensor ...), called into the graph."""
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_constant_like
-
         try:
             attr = getattr(self.value, name)
         except AttributeError:

@@ -22,7 +22,13 @@ from kiln.frontend.source import (
     dict_get,
 )
 from kiln.frontend.variables import logging_vars
-from kiln.frontend.variables.base import BoundMethodVariable, PythonValueVariable, VariableTracker
+from kiln.frontend.variables.base import (
+    BoundMethodVariable,
+    PythonValueVariable,
+    VariableTracker,
+    wrap_constant_like,
+    wrap_value,
+)
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import (
@@ -48,8 +54,6 @@ class UserDefinedClassVariable(PythonValueVariable):
     """A class object (guarded by identity)."""
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_value
-
         if name == "apply":
             from kiln.frontend.variables import autograd_function as af
 
@@ -175,8 +179,6 @@ class UserDefinedObjectVariable(VariableTracker):
         return name in d
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_value
-
         if self.source is None:
             unimplemented(f"attribute {name!r} of an object without a source")
         if self.value is os.environ and name in ("get", "__getitem__", "__contains__"):
@@ -192,8 +194,6 @@ class UserDefinedObjectVariable(VariableTracker):
             return stored
         cls = type(self.value)
         if name == "__class__":  # pinned by the TYPE_MATCH guard on the object
-            from kiln.frontend.variables.builder import wrap_constant_like
-
             return wrap_constant_like(tx, cls)
         try:
             static = inspect.getattr_static(cls, name)
@@ -220,8 +220,6 @@ class UserDefinedObjectVariable(VariableTracker):
         if isinstance(static, staticmethod):
             return wrap_value(tx, static.__func__, None)
         if isinstance(static, classmethod):
-            from kiln.frontend.variables.builder import wrap_constant_like
-
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, cls))
         if isinstance(static, types.FunctionType):
             return UserMethodVariable(static, self, source=self._class_attr_source(name))
@@ -266,8 +264,6 @@ class SuperVariable(VariableTracker):
                 if isinstance(attr, types.FunctionType):
                     return UserMethodVariable(attr, self.obj)
                 if isinstance(attr, staticmethod):
-                    from kiln.frontend.variables.builder import wrap_value
-
                     return wrap_value(tx, attr.__func__, None)
                 if klass is dict and name in ("get", "__getitem__", "__contains__"):
                     if isinstance(self.obj, NewObjectVariable):
@@ -382,8 +378,6 @@ class NewObjectVariable(VariableTracker):
         return ConstantVariable(name in self.attrs or hasattr(self.cls, name))
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_constant_like
-
         if name in self.attrs:
             return self.attrs[name]
         if name == "__class__":
@@ -655,8 +649,6 @@ class DictReadVariable(VariableTracker):
         self.name = name
 
     def call_function(self, tx, args, kwargs):
-        from kiln.frontend.variables.builder import wrap_value
-
         if self.obj.source is None or kwargs or not args or not args[0].is_python_constant():
             unimplemented(f"dict.{self.name} of {self.obj}")
         key = args[0].as_python_constant()
