@@ -7,6 +7,7 @@ The backend registry is `kiln.registry`, the compiled module and function wrappe
 import functools
 import sys
 
+from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
 from kiln.frontend import frame_cache, frame_shapes
 from kiln.frontend.entry import OptimizedModule, compile_callable
@@ -66,12 +67,10 @@ def compile(model=None, *, backend="kiln", fullgraph=False, dynamic=None, mode=N
     if dynamic not in (None, True, False):
         raise TypeError(f"kiln.compile: dynamic must be None, True or False, got {dynamic!r}")
     backend_fn, backend_name = _resolve_backend(backend, mode, options)
-    settings = dict(
-        backend_fn=backend_fn, backend_name=backend_name, fullgraph=fullgraph, dynamic=dynamic
-    )
+    settings = CompileSettings(backend_fn, backend_name, fullgraph, dynamic, mode, options)
     if model is None:
-        return lambda m: compile_callable(m, **settings)
-    return compile_callable(model, **settings)
+        return lambda m: compile_callable(m, settings)
+    return compile_callable(model, settings)
 
 
 # --- compiled autograd, registered with the frontend ----------------------------------------------

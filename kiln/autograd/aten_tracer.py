@@ -24,6 +24,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from kiln.contracts import GraphMeta
 from kiln.exc import Unsupported
 from kiln.symbolic.fake import (
     _METADATA_QUERIES,
@@ -451,5 +452,5 @@ def trace_aten(fn, example_inputs, *, decompositions=None, input_names=None):
         out = fn(*proxies)
     spec = tracer.output(out)
     gm = tracer.graph_module()
-    gm.meta["out_spec"] = spec
+    GraphMeta.update(gm, out_spec=spec)
     return gm

@@ -9,7 +9,6 @@ from kiln import config, logs
 from kiln.backend import lowering as L
 from kiln.backend import lowering_reductions, lowering_views  # noqa: F401 (they register lowerings)
 from kiln.backend.ir import (
-    RANGES,
     Buffer,
     ComputedBuffer,
     ExternBuffer,
@@ -28,11 +27,13 @@ from kiln.backend.ir import (
     is_sym,
     known_eq,
     norm,
+    ranges,
     sizes_of,
     strides_of,
     to_expr,
     use_shape_env,
 )
+from kiln.contracts import GraphMeta
 
 
 class GraphNotSupported(Exception):
@@ -145,8 +146,8 @@ class GraphLowering:
     # --- the interpreter -------------------------------------------------------------------------
 
     def run(self):
-        RANGES.clear()
-        use_shape_env(self.gm.meta.get("shape_env") if hasattr(self.gm, "meta") else None)
+        ranges().clear()
+        use_shape_env(GraphMeta.of(self.gm).shape_env)
         self.channels_last = _wants_channels_last(self.gm)
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
@@ -222,9 +223,9 @@ class GraphLowering:
             for a in _flat(args) + _flat(kwargs):
                 if L.is_ir(a):
                     self.note_use(a)
-            L.V.graph, L.V.val, L.V.current_target = self, val, target
             try:
-                out = fn(*args, **kwargs)
+                with L.lowering_node(self, val, target):
+                    out = fn(*args, **kwargs)
                 if _matches(out, val):
                     if self.channels_last:
                         self._follow_channels_last(out, args)
@@ -304,7 +305,7 @@ class GraphLowering:
         return result
 
     def output(self, node):
-        free = self.gm.meta.get("free_layout_outputs", ()) if hasattr(self.gm, "meta") else ()
+        free = GraphMeta.of(self.gm).free_layout_outputs
         for i, v in enumerate(_flat_out(node.args[0])):
             out = self._output_value(v)
             if self.channels_last and out[0] in ("buf", "view") and i not in free:
@@ -428,7 +429,7 @@ class GraphLowering:
 # ATen disagrees), and a 4-d pointwise result of channels-last values is realized channels-last too
 # (its StorageBox's val says so, and the kernel's loop order follows the strides). Graph outputs
 # get exactly eager's strides (a copy kernel where the chosen layout differs; a non-dense output
-# that would differ runs eagerly), except the ones `gm.meta["free_layout_outputs"]` lists: the
+# that would differ runs eagerly), except the ones `GraphMeta.free_layout_outputs` lists: the
 # activations a training forward saves for its backward. Those keep the chosen layout, the
 # compiled graph reports it (`output_strides`), and the AOT layer gives the backward graph's
 # inputs those strides before compiling it (Note [AOT: saved activations keep their layout]), so

@@ -6,8 +6,10 @@ positions of the op's arguments and returns an IR value (or a tuple of them). A 
 failure). Every lowered result is checked against the FX node's meta value (size and dtype).
 """
 
+import contextlib
 import functools
 import math
+import threading
 
 import torch
 
@@ -31,11 +33,29 @@ class NotLowered(Exception):
     """This lowering does not handle these arguments: run the op as an extern instead."""
 
 
-class V:
-    """The lowering context: the current GraphLowering and the meta value of the node lowered."""
+class _LoweringContext(threading.local):
+    """The node being lowered, in this thread: its GraphLowering, meta value and ATen target.
 
-    graph = None
-    val = None
+    Set by `lowering_node` around one lowering call and restored after it (lowerings run inside
+    one another: a decomposition lowers through other lowerings)."""
+
+    graph = None  # the GraphLowering
+    val = None  # node.meta["val"] of the node lowered
+    current_target = None  # its OpOverload (one lowering serves several overloads)
+
+
+V = _LoweringContext()
+
+
+@contextlib.contextmanager
+def lowering_node(graph, val, target):
+    """Lower one node: V.graph, V.val and V.current_target are its, until the block ends."""
+    saved = V.graph, V.val, V.current_target
+    V.graph, V.val, V.current_target = graph, val, target
+    try:
+        yield
+    finally:
+        V.graph, V.val, V.current_target = saved
 
 
 def register_lowering(*packets):

@@ -29,6 +29,7 @@ from kiln.compiled_autograd.split import (
     split_chunks,
     split_sinks,
 )
+from kiln.contracts import CompileSettings, GraphMeta
 from kiln.exc import KilnError, Unsupported
 from kiln.frontend.entry import compile_callable
 from kiln.registry import resolve as resolve_backend
@@ -156,9 +157,7 @@ class _BackendCompiler:
 
     def __call__(self, gm):
         backend_fn, backend_name = resolve_backend(self.backend)
-        return compile_callable(
-            gm, backend_fn=backend_fn, backend_name=backend_name, fullgraph=True
-        )
+        return compile_callable(gm, CompileSettings(backend_fn, backend_name, fullgraph=True))
 
 
 def reset():
@@ -292,8 +291,11 @@ def _compile_fn(compiler_fn, gm):
 def _compile_whole(compiler_fn, gm):
     # a size-generic graph (it reads `sizes`): kiln's frontend traces it with symbolic sizes
     # from the first call (Note [Shapes: size-generic graph modules] in kiln/frontend/frame_cache.py)
-    gm.meta["kiln_dynamic"] = any(
-        n.op == "placeholder" and n.name == "sizes" and n.users for n in gm.graph.nodes
+    GraphMeta.update(
+        gm,
+        kiln_dynamic=any(
+            n.op == "placeholder" and n.name == "sizes" and n.users for n in gm.graph.nodes
+        ),
     )
     try:
         compiled = compiler_fn(gm)

@@ -35,12 +35,14 @@ lost): the frame runs eagerly (codegen._check_handlers).
 """
 
 import builtins
+import dataclasses
 import inspect
 import sys
 from types import ModuleType
 
 import torch
 
+from kiln.contracts import BreakState
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.resume import origin
 from kiln.frontend.variables.base import next_serial
@@ -60,6 +62,18 @@ from kiln.frontend.variables.misc import (
 from kiln.frontend.variables.user_defined import UserDefinedClassVariable
 
 PY311 = sys.version_info[:2] == (3, 11)
+
+
+@dataclasses.dataclass(frozen=True)
+class RewindPoint:
+    """An earlier instruction a break inside a block may be moved to (Notes [Blocks: rewinding to
+    a with statement], [Blocks: rewinding to a try block]): the break state there, and what to
+    restore when moving there."""
+
+    serial: int  # the earliest point wins
+    grad_mode: bool
+    iterators: tuple  # (list iterator variable, its index then)
+    state: BreakState
 
 
 class BlockStackMixin:
@@ -378,45 +392,43 @@ class BlockStackMixin:
     def break_state(self, resume_here):
         """What a break at this instruction needs, kept in case a break inside the block it
         starts is placed here (Note [Blocks: rewinding to a with statement])."""
-        return {
-            "serial": next_serial(),
-            "resume_here": resume_here,  # resume at it (a try block), or run it (BEFORE_WITH)
-            "grad_mode": torch.is_grad_enabled(),
-            "index": self.current_inst.index,
-            "stack": list(self.stack_before),
-            "locals": self.locals_before,
-            "checkpoint": self.checkpoint,
-            "kw": self.kw_before,
-            "version": self.effects_before,
-            "snapshot": self.effects_snapshot,
-            "iterators": [
+        return RewindPoint(
+            serial=next_serial(),
+            grad_mode=torch.is_grad_enabled(),
+            iterators=tuple(
                 (v, v.index)
                 for v in [*self.stack_before, *self.locals_before.values()]
                 if isinstance(v, ListIteratorVariable)
-            ],
-        }
+            ),
+            state=BreakState(
+                tx=self,
+                index=self.current_inst.index,
+                stack=list(self.stack_before),
+                locals=self.locals_before,
+                checkpoint=self.checkpoint,
+                kw_names=self.kw_before,
+                effects_version=self.effects_before,
+                effects_snapshot=self.effects_snapshot,
+                # resume at it (a try block), or run it (BEFORE_WITH)
+                resume_here=resume_here,
+            ),
+        )
 
-    def rewind(self, e, state):
+    def rewind(self, e, point):
         """Place the break `e` at an earlier instruction (Notes [Blocks: rewinding to a with
         statement], [Blocks: rewinding to a try block])."""
         undo_iterators()
-        torch._C._set_grad_enabled(state["grad_mode"])  # (the graph is cut back to it)
-        for it, index in state["iterators"]:
+        torch._C._set_grad_enabled(point.grad_mode)  # (the graph is cut back to it)
+        for it, index in point.iterators:
             it.index = index
-        for v in state["stack"]:
+        state = point.state
+        for v in state.stack:
             if isinstance(v, GeneratorContextVariable):
                 v.gen = None  # not entered at the with statement
-        e.root_index = state["index"]
-        e.root_stack = state["stack"]
-        e.root_locals = state["locals"]
-        e.root_checkpoint = state["checkpoint"]
-        e.root_kw_names = state["kw"]
-        e.root_effects_version = state["version"]
-        e.root_effects_snapshot = state["snapshot"]
-        e.frames = [(self.code, state["index"], self.instructions[state["index"]].lineno)]
+        e.break_state = state
+        e.frames = [(self.code, state.index, self.instructions[state.index].lineno)]
         e.no_resume = False
-        e.resume_here = state["resume_here"]
-        where = "try block" if e.resume_here else "with statement"
+        where = "try block" if state.resume_here else "with statement"
         e.msg = f"{e.msg} (placed at the start of the enclosing {where})"
 
     # Note [Blocks: rewinding to a try block]

@@ -196,18 +196,19 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     Note [Resume: breaks in resume functions] and Note [Resume: tail calls]. Breaks inside
     try/except blocks, or at other instructions, raise NoBreakHere: the frame runs eagerly.
     """
-    inst = instructions[e.root_index]
-    if getattr(e, "no_resume", False):
+    state = e.break_state
+    inst = instructions[state.index]
+    if e.no_resume:
         raise NoBreakHere("the graph so far holds code from a try/except block")
-    stack = list(e.root_stack)
+    stack = list(state.stack)
     withs = [k for k, v in enumerate(stack) if isinstance(v, WithExitVariable)]
-    resume_here = getattr(e, "resume_here", False)  # Note [Blocks: rewinding to a try block]
-    _check_handlers(e.root_tx, None if resume_here else inst, [stack[k] for k in withs])
+    resume_here = state.resume_here  # Note [Blocks: rewinding to a try block]
+    _check_handlers(state.tx, None if resume_here else inst, [stack[k] for k in withs])
     # a break in a resume function is placed in the original code (same stack layout)
-    base_code, base_index, base_insts = code, e.root_index, instructions
+    base_code, base_index, base_insts = code, state.index, instructions
     found = origin(code)
     if found is not None:
-        base_index = found[1].get(e.root_index)
+        base_index = found[1].get(state.index)
         if base_index is None:
             raise NoBreakHere("inside a resume function's prologue")
         base_code = found[0]
@@ -231,12 +232,12 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         raise NoBreakHere("a raise inside a with block, or a bare raise")
     if kind == "FOR_ITER" and withs:
         raise NoBreakHere("FOR_ITER inside a with block")
-    if output.side_effects.version != e.root_effects_version:
+    if output.side_effects.version != state.effects_version:
         # the instruction (an inlined call) already mutated state before it broke: running it
         # again in Python would repeat those mutations
         raise NoBreakHere("side effects inside the call that broke")
-    output.rollback(e.root_checkpoint)
-    output.side_effects.restore(e.root_effects_snapshot)  # the instruction makes them itself
+    output.rollback(state.checkpoint)
+    output.side_effects.restore(state.effects_snapshot)  # the instruction makes them itself
     undo_iterators()
     if kind == "resume_here" and not _real_ops(output) and not output.side_effects:
         raise NoBreakHere("inside a try block that starts the frame")
@@ -244,10 +245,10 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         # nothing but grad-mode switches before it: resuming at the same BEFORE_WITH would
         # make no progress (a resume function returning itself forever)
         raise NoBreakHere("a with statement over a context manager kiln does not trace")
-    _exit_with_blocks(e.root_tx, output, [stack[k] for k in withs])
+    _exit_with_blocks(state.tx, output, [stack[k] for k in withs])
     live = sorted(
         n
-        for n, v in e.root_locals.items()
+        for n, v in state.locals.items()
         if not isinstance(v, DeletedVariable) and not n.startswith("__stack")  # resume's own
     )
     body = PyCodegen(output, callee_factory)
@@ -256,7 +257,7 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     for name in code.co_cellvars:
         # cell variables were traced symbolically: put their values in the real cells, which
         # the resume function shares
-        value = e.root_locals.get(name)
+        value = state.locals.get(name)
         if value is not None and not isinstance(value, DeletedVariable):
             body.reconstruct(value)
             body.extend(emit.store_deref(name))
@@ -303,7 +304,7 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
             body.extend(resume.emit_make_function())
             extra += 1
         if resume.first_local:
-            body.reconstruct(e.root_locals[resume.first_local])
+            body.reconstruct(state.locals[resume.first_local])
             extra += 1
         for k in resume.stack_args:
             x = layout[k]
@@ -314,7 +315,7 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
             else:
                 body.extend(x)
         for name in resume.live_locals:
-            body.reconstruct(e.root_locals[name])
+            body.reconstruct(state.locals[name])
         body.extend(emit.call(extra + len(resume.stack_args) + len(resume.live_locals)))
         body.extend(emit.return_value())
 
@@ -501,8 +502,8 @@ def _run_in_with_blocks(body, stack, withs, rebuild, inst, e):
 
 
 def _run_instruction(body, inst, e):
-    if inst.opname == "CALL" and e.root_kw_names:
-        body.extend(emit.call_kw(inst.arg, e.root_kw_names))
+    if inst.opname == "CALL" and e.break_state.kw_names:
+        body.extend(emit.call_kw(inst.arg, e.break_state.kw_names))
     elif inst.opname == "CALL":
         body.extend(emit.call(inst.arg))
     else:

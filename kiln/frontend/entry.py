@@ -10,12 +10,13 @@ from kiln.frontend.frame_cache import FrameCache, make_wrapper, module_eager
 from kiln.frontend.markers import kiln_marker
 
 
-def compile_callable(model, *, backend_fn, backend_name, fullgraph, dynamic=None):
-    """The compiled form of `model` (a function, method, callable object or nn.Module)."""
+def compile_callable(model, settings):
+    """The compiled form of `model` (a function, method, callable object or nn.Module) under
+    `settings` (kiln.contracts.CompileSettings)."""
     if isinstance(model, OptimizedModule):
         model = model._orig_mod
     if isinstance(model, torch.nn.Module):
-        return OptimizedModule(model, backend_fn, backend_name, fullgraph, dynamic)
+        return OptimizedModule(model, settings)
     if not callable(model):
         raise TypeError(
             f"kiln.compile expects a function or an nn.Module, got {type(model).__name__}"
@@ -25,29 +26,17 @@ def compile_callable(model, *, backend_fn, backend_name, fullgraph, dynamic=None
     if kiln_marker(model, "_kiln_orig_fn"):
         model = model._kiln_orig_fn
     if isinstance(model, types.MethodType):
-        inner = compile_callable(
-            model.__func__,
-            backend_fn=backend_fn,
-            backend_name=backend_name,
-            fullgraph=fullgraph,
-            dynamic=dynamic,
-        )
+        inner = compile_callable(model.__func__, settings)
         return types.MethodType(inner, model.__self__)
     if not isinstance(model, types.FunctionType):
         call = vars(type(model)).get("__call__")
         if isinstance(call, types.FunctionType):
-            inner = compile_callable(
-                call,
-                backend_fn=backend_fn,
-                backend_name=backend_name,
-                fullgraph=fullgraph,
-                dynamic=dynamic,
-            )
+            inner = compile_callable(call, settings)
             return types.MethodType(inner, model)
         raise TypeError(
             f"kiln.compile cannot compile {model!r}: not a Python function, method or nn.Module"
         )
-    cache = FrameCache(model, backend_fn, backend_name, fullgraph=fullgraph, dynamic=dynamic)
+    cache = FrameCache(model, settings)
     return make_wrapper(cache)
 
 
@@ -61,30 +50,16 @@ class OptimizedModule(torch.nn.Module):
 
     _kiln_optimized_module = True  # kiln.frontend.markers.is_optimized_module
 
-    def __init__(self, mod, backend_fn, backend_name, fullgraph, dynamic=None):
+    def __init__(self, mod, settings):
         d = self.__dict__
         d["_orig_mod"] = mod
-        d["_kiln_settings"] = (backend_fn, backend_name, fullgraph, dynamic)
+        d["_kiln_settings"] = settings
         forward = mod.forward
         if isinstance(forward, types.MethodType) and forward.__self__ is mod:
-            cache = FrameCache(
-                forward.__func__,
-                backend_fn,
-                backend_name,
-                fullgraph=fullgraph,
-                eager=module_eager,
-                module_root=True,
-                dynamic=dynamic,
-            )
+            cache = FrameCache(forward.__func__, settings, eager=module_eager, module_root=True)
             d["_kiln_call"] = types.MethodType(make_wrapper(cache), mod)
         else:
-            d["_kiln_call"] = compile_callable(
-                forward,
-                backend_fn=backend_fn,
-                backend_name=backend_name,
-                fullgraph=fullgraph,
-                dynamic=dynamic,
-            )
+            d["_kiln_call"] = compile_callable(forward, settings)
             cache = d["_kiln_call"]._kiln_cache if hasattr(d["_kiln_call"], "_kiln_cache") else None
         d["_kiln_cache"] = cache
 
@@ -115,4 +90,4 @@ class OptimizedModule(torch.nn.Module):
     def __deepcopy__(self, memo):
         """A compiled copy of a deep copy of the original (same compile settings)."""
         d = self.__dict__
-        return OptimizedModule(copy.deepcopy(d["_orig_mod"], memo), *d["_kiln_settings"])
+        return OptimizedModule(copy.deepcopy(d["_orig_mod"], memo), d["_kiln_settings"])

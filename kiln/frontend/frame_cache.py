@@ -19,6 +19,7 @@ import torch
 import torch.fx
 
 from kiln import config, logs
+from kiln.contracts import GraphMeta
 from kiln.exc import CompiledAutogradCall, Unsupported, unimplemented
 from kiln.frontend.bytecode_gen import NoBreakHere, transformed_code, transformed_code_at_break
 from kiln.frontend.frame_shapes import FrameShapes, changed_dims
@@ -61,22 +62,10 @@ class BreakRecord:
 class FrameCache:
     """The compiled entries of one function under one compile() configuration."""
 
-    def __init__(
-        self,
-        fn,
-        backend,
-        backend_name,
-        *,
-        fullgraph=False,
-        eager=None,
-        module_root=False,
-        dynamic=None,
-    ):
+    def __init__(self, fn, settings, *, eager=None, module_root=False):
         self.fn = fn
         self.eager = eager or fn
-        self.backend = backend
-        self.backend_name = backend_name
-        self.fullgraph = fullgraph
+        self.settings = settings  # kiln.contracts.CompileSettings, shared by the whole compile
         self.module_root = module_root
         self.entries = []  # [(guard, transformed_fn)]: the hot path reads only this
         self.entry_info = []  # [CacheEntry], parallel to entries
@@ -85,7 +74,6 @@ class FrameCache:
         self._limit_warned = False
         self.children = {}  # resume functions and callees that broke: their own frame caches
         self.dynamic_closure = False
-        self.dynamic = dynamic  # torch.compile's dynamic=: None (automatic), True, False
         self.frame_shapes = FrameShapes()  # sizes seen and dims made dynamic (automatic dynamic)
         self._shape_kinds = {}  # source name -> "tensor" | "int" (what FrameShapes tracks)
         _all_caches.add(self)
@@ -93,14 +81,7 @@ class FrameCache:
     def _child(self, key, fn, **kw):
         wrapper = self.children.get(key)
         if wrapper is None:
-            cache = FrameCache(
-                fn,
-                self.backend,
-                self.backend_name,
-                fullgraph=self.fullgraph,
-                dynamic=self.dynamic,
-                **kw,
-            )
+            cache = FrameCache(fn, self.settings, **kw)
             cache.children = self.children  # one table per root: a loop's resume functions
             wrapper = self.children[key] = make_wrapper(cache)  # are compiled once
         return wrapper
@@ -114,11 +95,7 @@ class FrameCache:
         if code.co_freevars:
             wrapper = self.children.get(code)
             if wrapper is None:
-                cache = ClosureFrameCache(
-                    code, self.fn.__globals__, self.backend, self.backend_name
-                )
-                cache.fullgraph = self.fullgraph
-                cache.dynamic = self.dynamic
+                cache = ClosureFrameCache(code, self.fn.__globals__, self.settings)
                 cache.children = self.children
                 wrapper = self.children[code] = make_closure_wrapper(cache)
             return wrapper
@@ -150,7 +127,11 @@ class FrameCache:
         the next entry is traced with size symbols and serves every later size. dynamic=False
         never does this; config.automatic_dynamic_shapes=False turns it off.
         """
-        if not self.entry_info or self.dynamic is False or not config.automatic_dynamic_shapes:
+        if (
+            not self.entry_info
+            or self.settings.dynamic is False
+            or not config.automatic_dynamic_shapes
+        ):
             return
         names = list(self.frame_shapes.sizes)
         values = eval_sources(self.entry_info[-1].guard, args, kwargs, names)
@@ -190,7 +171,7 @@ class FrameCache:
     def run_eager(self, args, kwargs):
         """The frame as plain Python (inside compiled autograd when config asks for it)."""
         if config.compiled_autograd:
-            with backward_scope(self.backend):
+            with backward_scope(self.settings.backend):
                 return self.eager(*args, **kwargs)
         return self.eager(*args, **kwargs)
 
@@ -233,7 +214,7 @@ class FrameCache:
             self.observe_shapes(args, kwargs)
             entry = self.compile(args, kwargs)
         except Unsupported as e:
-            if self.fullgraph:
+            if self.settings.fullgraph:
                 raise
             self._record_break(e)
             self.skip = True
@@ -273,12 +254,12 @@ class FrameCache:
     def compile(self, args, kwargs):
         """Trace the frame for these arguments: guard function + transformed function."""
         fn = self.fn
-        dynamic, dynamic_ints = self.dynamic, False
+        dynamic, dynamic_ints = self.settings.dynamic, False
         if self.module_root and isinstance(args[0], torch.fx.GraphModule):
             # Note [Shapes: size-generic graph modules]: a GraphModule made to serve many sizes
-            # (compiled autograd's graph reading `sizes`) says so in `gm.meta["kiln_dynamic"]`:
+            # (compiled autograd's graph reading `sizes`) says so in `GraphMeta.kiln_dynamic`:
             # its tensor dims and int inputs are symbolic from the first compile
-            if args[0].meta.get("kiln_dynamic") and dynamic is not False:
+            if GraphMeta.of(args[0]).kiln_dynamic and dynamic is not False:
                 dynamic, dynamic_ints = True, True
         fake_inputs = (
             dynamic is True
@@ -287,8 +268,7 @@ class FrameCache:
         )
         output = OutputGraph(
             fn,
-            self.backend,
-            self.backend_name,
+            self.settings,
             frame_shapes=self.frame_shapes,
             dynamic=dynamic,
             fake_inputs=fake_inputs,
@@ -304,8 +284,8 @@ class FrameCache:
             tx.run()
         except Unsupported as e:
             torch._C._set_grad_enabled(grad_mode)  # a traced `with no_grad()` may be open
-            allowed = not self.fullgraph or isinstance(e, CompiledAutogradCall)
-            if not allowed or getattr(e, "root_tx", None) is not tx:
+            allowed = not self.settings.fullgraph or isinstance(e, CompiledAutogradCall)
+            if not allowed or e.break_state is None or e.break_state.tx is not tx:
                 raise
             try:
                 new_code = transformed_code_at_break(
@@ -333,7 +313,7 @@ class FrameCache:
         )
         new_fn.__kwdefaults__ = fn.__kwdefaults__
         if config.compiled_autograd:
-            new_fn = _with_compiled_autograd(new_fn, self.backend)
+            new_fn = _with_compiled_autograd(new_fn, self.settings.backend)
         gm = getattr(output, "gm", None)
         if gm is not None:
             for r in _recorders:
@@ -405,11 +385,9 @@ class ClosureFrameCache(FrameCache):
     then the transformed code runs as `FunctionType(code, globals, name, None, fn.__closure__)`.
     """
 
-    def __init__(self, code, f_globals, backend, backend_name):
+    def __init__(self, code, f_globals, settings):
         cells = tuple(types.CellType() for _ in code.co_freevars)
-        super().__init__(
-            types.FunctionType(code, f_globals, code.co_name, None, cells), backend, backend_name
-        )
+        super().__init__(types.FunctionType(code, f_globals, code.co_name, None, cells), settings)
         self.dynamic_closure = True
 
     def miss_with(self, fn_obj, args, kwargs):

@@ -7,6 +7,7 @@ import torch
 import torch.fx
 
 from kiln import config, logs
+from kiln.contracts import GraphMeta
 from kiln.exc import BackendCompilerFailed
 from kiln.frontend.frame_shapes import FrameShapes
 from kiln.frontend.guards import GuardKind, GuardSet, is_module_state
@@ -31,12 +32,9 @@ def _placeholder_name(source):
 class OutputGraph:
     """One graph of one frame: its nodes, inputs (with the sources they load from), and guards."""
 
-    def __init__(
-        self, root_fn, backend, backend_name, *, frame_shapes=None, dynamic=None, fake_inputs=False
-    ):
+    def __init__(self, root_fn, settings, *, frame_shapes=None, dynamic=None, fake_inputs=False):
         self.root_fn = root_fn
-        self.backend = backend
-        self.backend_name = backend_name
+        self.settings = settings  # kiln.contracts.CompileSettings
         self.graph = torch.fx.Graph()
         self.guards = GuardSet()
         self.guards.add(GuardKind.GLOBAL_STATE, None, False)
@@ -223,8 +221,8 @@ class OutputGraph:
                 self.graph_inputs.remove((source, value, node))
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name="GraphModule")
         if self.has_symbols():
-            gm.meta["shape_env"] = self.shape_env
-        gm.meta["inputs_guarded"] = True  # Note [AOT: inputs the frontend guards]
+            GraphMeta.update(gm, shape_env=self.shape_env)
+        GraphMeta.update(gm, inputs_guarded=True)  # Note [AOT: inputs the frontend guards]
         example_inputs = [value for _, value, _ in self.graph_inputs]
         logs.counters["stats"]["unique_graphs"] += 1
         logs.counters["stats"]["calls_captured"] += self.count_calls()
@@ -233,13 +231,13 @@ class OutputGraph:
             logs.log("graph_code", "graph %s of %s:\n%s", name, self.root_fn.__qualname__, gm.code)
         self.gm = gm
         try:
-            compiled = self.backend(gm, example_inputs)
+            compiled = self.settings.backend(gm, example_inputs)
         except Exception as e:
             if config.raise_on_backend_error:
-                raise BackendCompilerFailed(self.backend_name, e) from e
+                raise BackendCompilerFailed(self.settings.backend_name, e) from e
             logs.warn(
                 "kiln: backend %r failed on a graph of %s (%s: %s); running the graph eagerly",
-                self.backend_name,
+                self.settings.backend_name,
                 self.root_fn.__qualname__,
                 type(e).__name__,
                 e,
@@ -248,7 +246,7 @@ class OutputGraph:
             compiled = gm.forward
         if not callable(compiled):
             raise BackendCompilerFailed(
-                self.backend_name, TypeError(f"backend returned {type(compiled).__name__}")
+                self.settings.backend_name, TypeError(f"backend returned {type(compiled).__name__}")
             )
         self.root_fn.__globals__[name] = compiled
         return name, [source for source, _, _ in self.graph_inputs]

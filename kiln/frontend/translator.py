@@ -17,6 +17,7 @@ import sys
 import torch
 
 from kiln.bytecode import decode as bytecode_decode
+from kiln.contracts import BreakState
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
 from kiln.frontend.source import AttrSource, ClosureSource, GetItemSource, GlobalSource, LocalSource
@@ -170,9 +171,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
                 raise
 
     def _annotate(self, e):
-        frames = getattr(e, "frames", None)
-        if frames is None:
-            e.frames = frames = []
+        frames = e.frames
         lineno = self.current_inst.lineno if self.current_inst else self.code.co_firstlineno
         loc = user_location(self.code, lineno)
         frames.append((self.code, self.current_inst.index, lineno))
@@ -801,16 +800,19 @@ class InstructionTranslator(InstructionTranslatorBase):
         rewinds = [traced[0].rewind] if traced and traced[0].rewind is not None else []
         if self.try_state is not None:
             rewinds.append(self.try_state)
-        if getattr(e, "root_tx", None) is not self:
+        if e.break_state is None or e.break_state.tx is not self:
             # What the graph-break path (resume functions) needs: where, and the live state.
             # The outermost root frame annotates last and wins.
-            e.root_tx = self
-            e.root_index = self.current_inst.index
-            e.root_stack = list(self.stack_before)
-            e.root_locals = self.locals_before
-            e.root_checkpoint = self.checkpoint
-            e.root_kw_names = self.kw_before
-            e.root_effects_version = self.effects_before
-            e.root_effects_snapshot = self.effects_snapshot
+            e.break_state = BreakState(
+                tx=self,
+                index=self.current_inst.index,
+                stack=list(self.stack_before),
+                locals=self.locals_before,
+                checkpoint=self.checkpoint,
+                kw_names=self.kw_before,
+                effects_version=self.effects_before,
+                effects_snapshot=self.effects_snapshot,
+                resume_here=e.break_state is not None and e.break_state.resume_here,
+            )
             if rewinds:
-                self.rewind(e, min(rewinds, key=lambda state: state["serial"]))
+                self.rewind(e, min(rewinds, key=lambda rewind: rewind.serial))

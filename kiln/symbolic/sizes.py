@@ -4,7 +4,9 @@ Conversions from what graphs carry (torch.SymInt, SymNode), proofs over every va
 (known_nonneg / known_lt / exact_div), hints for heuristics, and C++ / Python printing.
 """
 
+import contextlib
 import functools
+import threading
 
 import sympy
 import torch
@@ -17,11 +19,35 @@ import torch
 # (every symbolic branch below is behind a `type(x) is int` test). Facts about symbolic values are
 # PROVED, never assumed from hints: `known_nonneg(e)` substitutes s = d + 2 (d >= 0) and asks sympy
 # whether the cancelled rational function is nonnegative; anything not proved takes the general
-# (still correct) path. Hints (`HINTS`) only steer heuristics such as the column-reduction choice.
+# (still correct) path. Hints (`size_hint`) only steer heuristics such as the column-reduction choice.
 # Kernels print a symbol s0 as the argument `ks0` (cexpr), the wrapper as the local `s0` (pexpr).
 
-HINTS: dict = {}  # size Symbol -> hint (heuristics only, never correctness)
-REPLACEMENTS: dict = {}  # size Symbol -> what the ShapeEnv proved it equals (guarded: s1 -> s0)
+
+# Note [Backend: per-compile size state]
+# The hints and replacements of the graph being compiled are per thread and per compile: a
+# backend compiles inside `size_scope()` (kiln.backend.ir.compile_scope), which gives the thread
+# fresh state and restores the previous state on exit, so two threads compile at once and a
+# compile inside a compile (a fallback) leaves the outer one's state as it was.
+class _SizeState(threading.local):
+    """This thread's hints and replacements (Note [Backend: per-compile size state])."""
+
+    def __init__(self):
+        self.hints = {}  # size Symbol -> hint (heuristics only, never correctness)
+        self.replacements = {}  # size Symbol -> what the ShapeEnv proved it equals (s1 -> s0)
+
+
+_state = _SizeState()
+
+
+@contextlib.contextmanager
+def size_scope():
+    """Fresh hints and replacements for one compile; the previous ones come back on exit."""
+    saved = _state.hints, _state.replacements
+    _state.hints, _state.replacements = {}, {}
+    try:
+        yield
+    finally:
+        _state.hints, _state.replacements = saved
 
 
 def to_expr(v):
@@ -44,17 +70,16 @@ def to_expr(v):
 
 
 def use_shape_env(env):
-    """Take the hints and replacements of a graph's ShapeEnv (None: a static graph)."""
-    HINTS.clear()
-    REPLACEMENTS.clear()
-    if env is not None:
-        HINTS.update(env.var_to_val)
-        REPLACEMENTS.update(env.replacements)
+    """Take the hints and replacements of a graph's ShapeEnv (None: a static graph), for the
+    rest of the current size_scope()."""
+    _state.hints = dict(env.var_to_val) if env is not None else {}
+    _state.replacements = dict(env.replacements) if env is not None else {}
 
 
 def _replaced(e):
-    if REPLACEMENTS and not e.is_Integer:
-        e = sympy.expand(e.xreplace(REPLACEMENTS)) if e.free_symbols & REPLACEMENTS.keys() else e
+    replacements = _state.replacements
+    if replacements and not e.is_Integer:
+        e = sympy.expand(e.xreplace(replacements)) if e.free_symbols & replacements.keys() else e
     return norm(e)
 
 
@@ -172,7 +197,8 @@ def size_hint(e, default=8192):
     if type(e) is int:
         return e
     try:
-        v = sympy.sympify(e).xreplace({s: HINTS.get(s, default) for s in e.free_symbols})
+        hints = _state.hints
+        v = sympy.sympify(e).xreplace({s: hints.get(s, default) for s in e.free_symbols})
         return int(v)
     except (TypeError, ValueError):
         return default

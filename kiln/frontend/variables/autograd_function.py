@@ -95,7 +95,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
             grad_on and isinstance(a, _tensor_cls()) and a.example.requires_grad for a in args
         )
         ctx = AutogradCtxVariable(needs)
-        check_backward = any(needs) and tx.output.backend_name != "eager"
+        check_backward = any(needs) and tx.output.settings.backend_name != "eager"
         out = self._check_forward(
             tx, forward, setup if has_setup else None, ctx, args, check_backward
         )
