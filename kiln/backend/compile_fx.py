@@ -30,7 +30,7 @@ from kiln.backend.codegen.cpp import generate_cpp
 from kiln.backend.codegen.wrapper import WrapperCodegen, rt
 from kiln.backend.decompositions import DECOMPOSITIONS
 from kiln.backend.graph import GraphLowering, GraphNotSupported
-from kiln.backend.ir import compile_scope, sizes_of, strides_of, to_expr, use_shape_env
+from kiln.backend.ir import compile_scope, size_exprs, stride_exprs, to_expr, use_shape_env
 from kiln.backend.lowering import LOWERINGS
 from kiln.backend.scheduler import plan_memory, schedule
 from kiln.contracts import GraphMeta, OutputLayouts
@@ -109,7 +109,7 @@ def _graph_key(gm, example_inputs):
         if k < len(vals) and isinstance(vals[k], torch.SymInt):
             x = vals[k]
         if isinstance(x, torch.Tensor):
-            h.update(f"T{sizes_of(x)}{strides_of(x)}{x.dtype}{x.device.type}".encode())
+            h.update(f"T{size_exprs(x)}{stride_exprs(x)}{x.dtype}{x.device.type}".encode())
         elif isinstance(x, torch.SymInt) or hasattr(x, "expr"):
             h.update(f"Z{to_expr(x)}".encode())
         else:

@@ -28,8 +28,8 @@ from kiln.backend.ir import (
     known_eq,
     norm,
     ranges,
-    sizes_of,
-    strides_of,
+    size_exprs,
+    stride_exprs,
     to_expr,
     use_shape_env,
 )
@@ -179,7 +179,7 @@ class GraphLowering:
         if not isinstance(x, torch.Tensor):
             raise GraphNotSupported(f"non-tensor graph input {type(x).__name__}")
         _check_tensor(x)
-        buf = InputBuffer(f"arg{k}", Layout(sizes_of(x), strides_of(x), x.dtype))
+        buf = InputBuffer(f"arg{k}", Layout(size_exprs(x), stride_exprs(x), x.dtype))
         self.inputs.append(buf)
         self.buffers[buf.name] = buf
         if self.channels_last and _is_channels_last(x):  # a saved activation of a forward
@@ -278,8 +278,8 @@ class GraphLowering:
             if isinstance(v, torch.Tensor):
                 _check_tensor(v)
                 cl = cl_conv and v.dim() == 4
-                stride = _cl_stride(sizes_of(v)) if cl else strides_of(v)
-                lay = Layout(sizes_of(v), stride, v.dtype)
+                stride = _cl_stride(size_exprs(v)) if cl else stride_exprs(v)
+                lay = Layout(size_exprs(v), stride, v.dtype)
                 b = ExternBuffer(self._name(), lay, kernel)
                 self.buffers[b.name] = b
                 if cl:
@@ -385,10 +385,10 @@ class GraphLowering:
         val = node.meta.get("val")
         buf = self.buffers[out[1]]
         size, stride = (buf.layout.size, buf.layout.stride) if out[0] == "buf" else out[2:4]
-        want = strides_of(val) if isinstance(val, torch.Tensor) else None
+        want = stride_exprs(val) if isinstance(val, torch.Tensor) else None
         if want is None or _same_strides(size, stride, want):
             return out
-        if not is_dense(sizes_of(val), want):
+        if not is_dense(size_exprs(val), want):
             raise GraphNotSupported("channels-last layout for a non-dense graph output")
         value = self.env[node]
         box = StorageBox(Pointwise(value.get_dtype(), list(size), value.make_loader()), self)
@@ -610,7 +610,7 @@ def _matches(out, val):
     if isinstance(val, torch.Tensor):
         if not L.is_ir(out) or out.get_dtype() != val.dtype:
             return False
-        a, b = tuple(out.get_size()), sizes_of(val)
+        a, b = tuple(out.get_size()), size_exprs(val)
         return len(a) == len(b) and all(known_eq(x, y) for x, y in zip(a, b))
     if isinstance(val, (list, tuple)):
         return (

@@ -30,10 +30,10 @@ from kiln.symbolic.sizes import (  # noqa: F401 (re-exported: lowerings import t
     known_nonneg,
     norm,
     pexpr,
+    size_exprs,
     size_hint,
     size_scope,
-    sizes_of,
-    strides_of,
+    stride_exprs,
     to_expr,
     use_shape_env,
 )
@@ -765,10 +765,10 @@ def dense_stride_of(val, size):
     """The strides of meta value `val` when it has `size` and is dense, else None."""
     if not isinstance(val, torch.Tensor):
         return None
-    vs = sizes_of(val)
+    vs = size_exprs(val)
     if len(vs) != len(size) or not all(known_eq(a, b) for a, b in zip(vs, size)):
         return None
-    st = strides_of(val)
+    st = stride_exprs(val)
     return st if is_dense(vs, st) else None
 
 

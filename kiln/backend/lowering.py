@@ -19,9 +19,9 @@ from kiln.backend.ir import (
     is_sym,
     known_eq,
     ops,
+    size_exprs,
     to_expr,
 )
-from kiln.backend.ir import sizes_of as val_sizes
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -160,7 +160,8 @@ def scalar(x, dtype):
     return ops.constant(x, dtype)
 
 
-def sizes_of(args):
+def ir_sizes(args):
+    """The sizes of the IR values among `args`."""
     return [a.get_size() for a in args if is_ir(a)]
 
 
@@ -198,7 +199,7 @@ def make_pointwise(fn, *args, out_dtype=None, compute_dtype=None, size=None):
     """Pointwise over the broadcast of args: out[i] = fn(*(arg[i] as compute_dtype))."""
     ctype = compute_dtype or opmath(result_type(*args))
     out_dtype = out_dtype or result_type(*args)
-    size = size if size is not None else broadcast(*sizes_of(args)) if sizes_of(args) else ()
+    size = size if size is not None else broadcast(*ir_sizes(args)) if ir_sizes(args) else ()
     loaders = [loader_for(a, size, ctype) for a in args]
 
     def inner_fn(idx):
@@ -422,7 +423,7 @@ def _pow(a, b):
 def _where(cond, a, b):
     rt = result_type(a, b)
     ct = opmath(rt)
-    size = broadcast(*sizes_of([cond, a, b]))
+    size = broadcast(*ir_sizes([cond, a, b]))
     lc = loader_for(cond, size, torch.bool)
     la, lb = loader_for(a, size, ct), loader_for(b, size, ct)
     return box(Pointwise(rt, size, lambda i: ops.where(lc(i), la(i), lb(i))))
@@ -434,7 +435,7 @@ def _clamp(x, min=None, max=None):
         min, max = None, min
     rt = result_type(*[v for v in (x, min, max) if v is not None])
     ct = opmath(rt)
-    size = broadcast(*sizes_of([x, min, max]))
+    size = broadcast(*ir_sizes([x, min, max]))
     lx = loader_for(x, size, ct)
     lmin = loader_for(min, size, ct) if min is not None else None
     lmax = loader_for(max, size, ct) if max is not None else None
@@ -672,7 +673,7 @@ def _arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
     else:
         start, end, step = args
     dtype = dtype or V.val.dtype
-    n = val_sizes(V.val)[0]
+    n = size_exprs(V.val)[0]
     if any(isinstance(a, float) for a in (start, end, step)):
         raise NotLowered("float arange (eager computes in double with its own rounding)")
     if is_sym(step):

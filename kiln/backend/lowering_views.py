@@ -18,7 +18,7 @@ from kiln.backend.ir import (
     known_nonneg,
     ops,
     prod,
-    sizes_of,
+    size_exprs,
     to_expr,
 )
 from kiln.backend.lowering import (
@@ -213,7 +213,7 @@ def _slice_from_val(dim, start, step):
     val = V.val
     if step != 1 or not isinstance(val, torch.Tensor) or not known_nonneg(start):
         raise NotLowered("slice bounds not provable")
-    vs = sizes_of(val)
+    vs = size_exprs(val)
     if len(vs) <= dim:
         raise NotLowered("slice bounds not provable")
     return start, start + vs[dim], vs[dim]
@@ -475,7 +475,7 @@ def _index(x, indices):
     bshape = broadcast(*[indices[k].get_size() for k in pos])
     adjacent = pos == list(range(pos[0], pos[-1] + 1))
     nb = len(bshape)
-    out = sizes_of(V.val)
+    out = size_exprs(V.val)
     loaders = {k: loader_for(indices[k], bshape, indices[k].get_dtype()) for k in pos}
     rest = [k for k in range(len(xs)) if k not in pos]
     xl = x.make_loader()

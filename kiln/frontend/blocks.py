@@ -47,18 +47,18 @@ from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.resume import origin
 from kiln.frontend.variables.base import next_serial
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.ctx_managers import (
+    GeneratorContextVariable,
+    SuppressVariable,
+    WithExitVariable,
+    context_manager,
+)
 from kiln.frontend.variables.exceptions import (
     ExceptionVariable,
     ObservedException,
     make_exception,
 )
 from kiln.frontend.variables.lists import ListIteratorVariable, undo_iterators
-from kiln.frontend.variables.misc import (
-    GeneratorContextVariable,
-    SuppressVariable,
-    WithExitVariable,
-    context_manager,
-)
 from kiln.frontend.variables.user_defined import UserDefinedClassVariable
 
 PY311 = sys.version_info[:2] == (3, 11)

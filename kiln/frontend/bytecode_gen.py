@@ -21,9 +21,10 @@ from kiln.frontend.resume import (
     run_resume,
 )
 from kiln.frontend.translator import decode as decode_indexed
+from kiln.frontend.variables.ctx_managers import WithExitVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import ListVariable, SetVariable, undo_iterators
-from kiln.frontend.variables.misc import DeletedVariable, NullVariable, WithExitVariable
+from kiln.frontend.variables.misc import DeletedVariable, NullVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
 GRAPH_OUT = "___kiln_graph_out"

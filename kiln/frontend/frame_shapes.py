@@ -1,8 +1,8 @@
 """The frontend's sizes: the static view of a tensor's sizes and the automatic-dynamic policy.
 
-`size_of`/`sizes_of`/`strides_of`/`numel_of` give the frontend's static view (Python ints, pinned by
-the TENSOR_MATCH guard); `FrameShapes` decides which dimensions become dynamic (symbols of a
-`kiln.symbolic.shape_env.ShapeEnv`).
+`static_size`/`static_sizes`/`static_strides`/`static_numel` give the frontend's static view
+(Python ints, pinned by the TENSOR_MATCH guard); `FrameShapes` decides which dimensions become
+dynamic (symbols of a `kiln.symbolic.shape_env.ShapeEnv`).
 """
 
 import dataclasses
@@ -24,25 +24,25 @@ class SymSize:
         return self.hint
 
 
-def size_of(example, dim, source=None):
+def static_size(example, dim, source=None):
     """The traced value of `example.size(dim)` (an int while every size is static)."""
     return SymSize(int(example.shape[dim]), source, dim).specialize()
 
 
-def sizes_of(example, source=None):
+def static_sizes(example, source=None):
     """The traced value of `example.shape` as a tuple."""
-    return tuple(size_of(example, d, source) for d in range(example.dim()))
+    return tuple(static_size(example, d, source) for d in range(example.dim()))
 
 
-def strides_of(example):
+def static_strides(example):
     """The traced value of `example.stride()` as a tuple."""
     return tuple(int(s) for s in example.stride())
 
 
-def numel_of(example):
+def static_numel(example):
     """The traced value of `example.numel()`."""
     n = 1
-    for s in sizes_of(example):
+    for s in static_sizes(example):
         n *= s
     return n
 

@@ -27,6 +27,7 @@ from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.classes import constant_cell
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.ctx_managers import WithExitVariable, _Yielded
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
 from kiln.frontend.variables.functions import NestedUserFunctionVariable, inline_call
@@ -36,13 +37,7 @@ from kiln.frontend.variables.lists import (
     TupleVariable,
     start_instruction,
 )
-from kiln.frontend.variables.misc import (
-    DeletedVariable,
-    NullVariable,
-    OpaqueCallableVariable,
-    WithExitVariable,
-    _Yielded,
-)
+from kiln.frontend.variables.misc import DeletedVariable, NullVariable, OpaqueCallableVariable
 from kiln.frontend.variables.nn_module import NNModuleVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable

@@ -95,12 +95,12 @@ def is_sym(v):
     return isinstance(v, sympy.Basic)
 
 
-def sizes_of(t):
+def size_exprs(t):
     """Sizes of a tensor-like as ints / sympy expressions."""
     return tuple(to_expr(s) for s in t.shape)
 
 
-def strides_of(t):
+def stride_exprs(t):
     """Strides of a tensor-like as ints / sympy expressions."""
     return tuple(to_expr(s) for s in t.stride())
 

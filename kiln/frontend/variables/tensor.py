@@ -189,7 +189,7 @@ class TensorVariable(VariableTracker):
             if name in ("numel", "nelement"):
                 return self.numel_var(tx)
             if name == "stride":
-                strides = frame_shapes.strides_of(self.example)
+                strides = frame_shapes.static_strides(self.example)
                 if not cargs and not ckw:
                     return TupleVariable([ConstantVariable(s) for s in strides])
                 return ConstantVariable(strides[cargs[0] if cargs else ckw["dim"]])
@@ -216,7 +216,7 @@ class TensorVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         if self.example.dim() == 0:
             unimplemented("iteration over a 0-d tensor")
-        n = frame_shapes.size_of(self.example, 0)
+        n = frame_shapes.static_size(self.example, 0)
         return [
             call_tensor_op(tx, "call_function", operator.getitem, [self, ConstantVariable(i)], {})
             for i in range(n)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from kiln.exc import unimplemented
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.ctx_managers import GradModeVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.functions import inline_call
 from kiln.frontend.variables.lists import (
@@ -25,7 +26,7 @@ from kiln.frontend.variables.lists import (
     SizeVariable,
     TupleVariable,
 )
-from kiln.frontend.variables.misc import ConstantObjectVariable, GradModeVariable
+from kiln.frontend.variables.misc import ConstantObjectVariable
 from kiln.frontend.variables.nn_module import build_module, buildable_module
 from kiln.frontend.variables.sym import SliceVariable, SymNodeVariable
 from kiln.frontend.variables.tensor_hooks import has_pending_hooks

@@ -30,6 +30,7 @@ from kiln.frontend.variables.base import (
     wrap_value,
 )
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.ctx_managers import NullContextVariable, special_instance
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import (
     ExceptionInitVariable,
@@ -38,12 +39,7 @@ from kiln.frontend.variables.exceptions import (
 )
 from kiln.frontend.variables.functions import UserMethodVariable, bind_args, inline_call
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable, make_deque
-from kiln.frontend.variables.misc import (
-    ConstantObjectVariable,
-    NullContextVariable,
-    is_frozen,
-    special_instance,
-)
+from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
 from kiln.frontend.variables.user_attrs import ObjectSlotVariable
 from kiln.frontend.variables.user_protocol import user_iter_items, user_truthy
 
