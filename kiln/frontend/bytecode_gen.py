@@ -5,6 +5,7 @@ def f(x, mod):                       def f(x, mod):   # transformed
     return torch.log(y)                  return ___out[0]
 """
 
+import dataclasses
 import dis
 import sys
 
@@ -197,6 +198,34 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     Note [Resume: breaks in resume functions] and Note [Resume: tail calls]. Breaks inside
     try/except blocks, or at other instructions, raise NoBreakHere: the frame runs eagerly.
     """
+    site = _break_site(code, e, instructions)
+    _cut_graph_at(output, e.break_state, site)
+    writer = _BreakCodegen(output, code, e, site, resume_factory, callee_factory)
+    writer.write()
+    new_code = assemble(
+        code, _graph_call(output, writer.body) + writer.body.instrs, writer.body.temp_names
+    )
+    _log_bytecode(code, new_code)
+    return new_code
+
+
+@dataclasses.dataclass(frozen=True)
+class _BreakSite:
+    """Where a graph break is placed and how the transformed code continues there."""
+
+    inst: object  # the instruction of the break (in the traced code)
+    stack: list  # the value stack before it (VariableTrackers)
+    withs: list  # stack positions of open with-blocks (WithExitVariable)
+    kind: str  # "branch" | "FOR_ITER" | "BEFORE_WITH" | "RAISE_VARARGS" | "resume_here" | opname
+    branch: object  # the emit function of a data-dependent branch, else None
+    base_code: object  # the original code (a resume function's breaks are placed in it)
+    base_index: int  # the instruction's index in base_code
+    base_inst: object
+    in_resume: bool  # the traced code is a resume function
+
+
+def _break_site(code, e, instructions):
+    """Where break `e` goes, or NoBreakHere (Note [Graph breaks: the transformed code])."""
     state = e.break_state
     inst = instructions[state.index]
     if e.no_resume:
@@ -214,11 +243,6 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
             raise NoBreakHere("inside a resume function's prologue")
         base_code = found[0]
         base_insts = decode_indexed(base_code)
-    base_inst = base_insts[base_index]
-    # resume functions are tail calls (Note [Resume: tail calls]) also under
-    # config.compiled_autograd: run_resume runs them inside the root frame's transformed code,
-    # i.e. inside its compiled-autograd context (cache._with_compiled_autograd)
-    tail_calls = True
     branch = _BRANCHES.get(inst.opname)
     kind = "branch" if branch is not None else inst.opname
     if resume_here:
@@ -233,6 +257,21 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         raise NoBreakHere("a raise inside a with block, or a bare raise")
     if kind == "FOR_ITER" and withs:
         raise NoBreakHere("FOR_ITER inside a with block")
+    return _BreakSite(
+        inst,
+        stack,
+        withs,
+        kind,
+        branch,
+        base_code,
+        base_index,
+        base_insts[base_index],
+        found is not None,
+    )
+
+
+def _cut_graph_at(output, state, site):
+    """Cut the graph and the side effects back to where the break is placed."""
     if output.side_effects.version != state.effects_version:
         # the instruction (an inlined call) already mutated state before it broke: running it
         # again in Python would repeat those mutations
@@ -240,49 +279,81 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     output.rollback(state.checkpoint)
     output.side_effects.restore(state.effects_snapshot)  # the instruction makes them itself
     undo_iterators()
-    if kind == "resume_here" and not _real_ops(output) and not output.side_effects:
+    nothing_before = not _real_ops(output) and not output.side_effects
+    if site.kind == "resume_here" and nothing_before:
         raise NoBreakHere("inside a try block that starts the frame")
-    if kind == "BEFORE_WITH" and withs and not _real_ops(output) and not output.side_effects:
+    if site.kind == "BEFORE_WITH" and site.withs and nothing_before:
         # nothing but grad-mode switches before it: resuming at the same BEFORE_WITH would
         # make no progress (a resume function returning itself forever)
         raise NoBreakHere("a with statement over a context manager kiln does not trace")
-    _exit_with_blocks(state.tx, output, [stack[k] for k in withs])
-    live = sorted(
-        n
-        for n, v in state.locals.items()
-        if not isinstance(v, DeletedVariable) and not n.startswith("__stack")  # resume's own
-    )
-    body = PyCodegen(output, callee_factory)
-    body.closure_callee = resume_factory  # a code with free variables: entry(fn, *args)
-    output.side_effects.codegen(body)
-    for name in code.co_cellvars:
-        # cell variables were traced symbolically: put their values in the real cells, which
-        # the resume function shares
-        value = state.locals.get(name)
-        if value is not None and not isinstance(value, DeletedVariable):
-            body.reconstruct(value)
-            body.extend(emit.store_deref(name))
-    callee_slot = _callee_slot(inst, stack) if len(e.frames) > 1 else None
+    _exit_with_blocks(state.tx, output, [site.stack[k] for k in site.withs])
 
-    def rebuild(lo, hi):
+
+# Resume functions are tail calls (Note [Resume: tail calls]) also under config.compiled_autograd:
+# run_resume runs them inside the root frame's transformed code, i.e. inside its compiled-autograd
+# context (frame_cache._with_compiled_autograd).
+_TAIL_CALLS = True
+
+
+class _BreakCodegen:
+    """Writes the Python that runs at a break: rebuild the stack, run the instruction, call the
+    resume function(s) (Note [Graph breaks: the transformed code])."""
+
+    def __init__(self, output, code, e, site, resume_factory, callee_factory):
+        self.code, self.e, self.site = code, e, site
+        self.locals = e.break_state.locals
+        self.resume_factory = resume_factory
+        self.live = sorted(
+            n
+            for n, v in self.locals.items()
+            if not isinstance(v, DeletedVariable) and not n.startswith("__stack")  # resume's own
+        )
+        body = self.body = PyCodegen(output, callee_factory)
+        body.closure_callee = resume_factory  # a code with free variables: entry(fn, *args)
+        output.side_effects.codegen(body)
+        for name in code.co_cellvars:
+            # cell variables were traced symbolically: put their values in the real cells, which
+            # the resume function shares
+            value = self.locals.get(name)
+            if value is not None and not isinstance(value, DeletedVariable):
+                body.reconstruct(value)
+                body.extend(emit.store_deref(name))
+        self.callee_slot = _callee_slot(site.inst, site.stack) if len(e.frames) > 1 else None
+
+    def rebuild(self, lo, hi):
+        """Push stack positions lo..hi-1 (a callee that broke inside is compiled, see above)."""
+        body = self.body
         for k in range(lo, hi):
-            v = stack[k]
+            v = self.site.stack[k]
             if isinstance(v, NullVariable):
                 body.extend(emit.push_null())
             else:
-                body.compile_callees = k == callee_slot
+                body.compile_callees = k == self.callee_slot
                 body.reconstruct(v)
                 body.compile_callees = False
 
-    def call_resume(index, layout):
-        """layout: per stack position, None (on the value stack: a prefix), "null", a list of
+    def prefix_layout(self, depth):
+        """The layout of the first `depth` stack positions rebuilt in place."""
+        stack, withs = self.site.stack, self.site.withs
+        return [
+            ("with", stack[k].cm)
+            if k in withs
+            else ("null" if isinstance(stack[k], NullVariable) else None)
+            for k in range(depth)
+        ]
+
+    def call_resume(self, index, layout):
+        """Return the resume function at `index` called on the stack and the live locals.
+
+        layout: per stack position, None (on the value stack: a prefix), "null", a list of
         instructions that load it, or ("with", variable) for a with-slot."""
+        body, site = self.body, self.site
         depth = len(layout)
         nulls = [k for k, x in enumerate(layout) if x in ("null", "parked null")]
         with_slots = [k for k, x in enumerate(layout) if isinstance(x, tuple)]
         try:
             resume = make_resume_function(
-                base_code, index, depth, nulls, live, setup_with_blocks=with_slots
+                site.base_code, index, depth, nulls, self.live, setup_with_blocks=with_slots
             )
         except ResumeUnsupported as err:
             raise NoBreakHere(str(err)) from err
@@ -292,20 +363,19 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         temps = [body.new_temp() for _ in on_stack]
         for k in reversed(on_stack):
             body.extend(emit.store_fast(temps[k]))
-        is_resume = found is not None and tail_calls
-        if is_resume:
+        if site.in_resume and _TAIL_CALLS:
             body.load_object(TailCall, push_null=True)
-        elif tail_calls:
+        elif _TAIL_CALLS:
             body.load_object(run_resume, push_null=True)
-        body.load_object(resume_factory(resume.code), push_null=not tail_calls)
-        extra = 1 if tail_calls else 0
+        body.load_object(self.resume_factory(resume.code), push_null=not _TAIL_CALLS)
+        extra = 1 if _TAIL_CALLS else 0
         if resume.code.co_freevars:
             # the resume function shares this call's cells: made here, passed first
             # (Note [Cache: closures made per call])
             body.extend(resume.emit_make_function())
             extra += 1
         if resume.first_local:
-            body.reconstruct(state.locals[resume.first_local])
+            body.reconstruct(self.locals[resume.first_local])
             extra += 1
         for k in resume.stack_args:
             x = layout[k]
@@ -316,47 +386,46 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
             else:
                 body.extend(x)
         for name in resume.live_locals:
-            body.reconstruct(state.locals[name])
+            body.reconstruct(self.locals[name])
         body.extend(emit.call(extra + len(resume.stack_args) + len(resume.live_locals)))
         body.extend(emit.return_value())
 
-    def prefix_layout(depth):
-        return [
-            ("with", stack[k].cm)
-            if k in withs
-            else ("null" if isinstance(stack[k], NullVariable) else None)
-            for k in range(depth)
-        ]
-
-    if kind in ("branch", "FOR_ITER", "BEFORE_WITH", "resume_here") or not withs:
+    def write(self):
+        """The instructions after the graph call, by the kind of break."""
+        site, body, e = self.site, self.body, self.e
+        stack, withs, inst, kind = site.stack, site.withs, site.inst, site.kind
+        if kind not in ("branch", "FOR_ITER", "BEFORE_WITH", "resume_here") and withs:
+            layout = _run_in_with_blocks(body, stack, withs, self.rebuild, inst, e)
+            self.call_resume(site.base_index + 1, layout)
+            return
         if withs:
             # the value stack holds everything below the first with-slot (and a branch's
             # condition); the rest but the with-slots is parked in temps
             upto = len(stack) - 1 if kind == "branch" else len(stack)
-            layout = _park(body, stack, withs, rebuild, upto)
+            layout = _park(body, stack, withs, self.rebuild, upto)
         else:
-            rebuild(0, len(stack))
-            layout = prefix_layout(len(stack))
+            self.rebuild(0, len(stack))
+            layout = self.prefix_layout(len(stack))
         if kind == "branch":
             other = emit.nop()
-            body.extend(branch(other[0]))
-            call_resume(base_index + 1, layout[:-1])
+            body.extend(site.branch(other[0]))
+            self.call_resume(site.base_index + 1, layout[:-1])
             body.extend(other)
-            call_resume(base_inst.target_index, layout[:-1])
+            self.call_resume(site.base_inst.target_index, layout[:-1])
         elif kind == "FOR_ITER":
             exhausted = _for_iter_exit()
             body.extend(emit.inst("FOR_ITER", target=exhausted[0]))
-            call_resume(base_index + 1, layout + [None])
+            self.call_resume(site.base_index + 1, layout + [None])
             body.extend(exhausted)
-            call_resume(_for_iter_resume_index(base_inst), layout[:-1])
+            self.call_resume(_for_iter_resume_index(site.base_inst), layout[:-1])
         elif kind == "BEFORE_WITH" and not withs:
             # Note [Blocks: context managers]: Python enters the manager; the resume function
             # starts inside the block with its __exit__ as a plain stack value, which the
             # block's cleanup (kept in the copied exception table) calls
             _run_instruction(body, inst, e)
-            call_resume(base_index + 1, layout[:-1] + [None, None])
+            self.call_resume(site.base_index + 1, layout[:-1] + [None, None])
         elif kind in ("BEFORE_WITH", "resume_here"):
-            call_resume(base_index, layout)
+            self.call_resume(site.base_index, layout)
         elif kind == "RAISE_VARARGS":
             # an exception leaving the frame (Note [Blocks: exceptions while tracing]): Python
             # raises it; nothing follows
@@ -365,13 +434,7 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
             _run_instruction(body, inst, e)
             depth = len(stack) + _stack_effect(inst)
             pushes = _BREAKABLE_PUSHES[inst.opname]
-            call_resume(base_index + 1, layout[: depth - pushes] + [None] * pushes)
-    else:
-        layout = _run_in_with_blocks(body, stack, withs, rebuild, inst, e)
-        call_resume(base_index + 1, layout)
-    new_code = assemble(code, _graph_call(output, body) + body.instrs, body.temp_names)
-    _log_bytecode(code, new_code)
-    return new_code
+            self.call_resume(site.base_index + 1, layout[: depth - pushes] + [None] * pushes)
 
 
 # Note [Graph breaks: with blocks]
