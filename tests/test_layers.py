@@ -270,6 +270,18 @@ def test_in_function_imports_only_where_allowed():
     assert stale == [], f"ALLOWED_IN_FUNCTION entries no longer needed: {stale}"
 
 
+def test_the_documented_layer_table_is_this_one():
+    doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    section = doc.split("## Layers", 1)[1].split("##", 1)[0]
+    rows = [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| layer")
+    ]
+    documented = tuple((r[0], tuple(r[1].split()), tuple(r[2].split())) for r in rows)
+    assert documented == LAYERS
+
+
 def test_the_cycle_check_finds_a_cycle():
     assert _cycles({("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")}) == [["a", "b", "c"]]
 

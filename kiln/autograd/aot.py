@@ -505,9 +505,9 @@ def _guarded_key(args):
 
 # Note [AOT: symbolic sizes]
 # A torch-level graph whose placeholders carry symbolic example values (fakes with SymInt sizes,
-# SymInts for dynamic ints; contract 3) is traced on those instead of the real inputs: the ATen
-# graphs compute every size from their inputs (Note [Tracer: size nodes]), every fact the trace
-# relies on is recorded in the frame's ShapeEnv (`GraphMeta.shape_env`, set on every graph handed
+# SymInts for dynamic ints) is traced on those instead of the real inputs: the ATen graphs compute
+# every size from their inputs (Note [Tracer: size nodes]), every fact the trace relies on is
+# recorded in the frame's ShapeEnv (`GraphMeta.shape_env`, set on every graph handed
 # to a compiler), and one plan serves every call whose sizes satisfy the guards. The frontend
 # renders the env's guards after the backend returns, so only the plans compiled during that call
 # may add facts: a later symbolic compile that would add one is rolled back and compiled for the
@@ -741,7 +741,7 @@ class AOTCompiled:
 def aot_autograd(
     fw_compiler, bw_compiler=None, partition_fn=None, decompositions=None, inference_compiler=None
 ):
-    """A torch-level backend: ATen joint graph, partition, and fw/bw compilers (contract 2)."""
+    """A torch-level backend: ATen joint graph, partition, and fw/bw compilers of ATen graphs."""
     settings = (
         fw_compiler,
         bw_compiler or fw_compiler,

@@ -203,7 +203,7 @@ def _compile_in_scope(gm, example_inputs):
 
 
 def compile_aten_graph(gm, example_inputs):
-    """Compile an ATen-level FX graph (contract 2) into a callable returning its outputs."""
+    """Compile an ATen-level FX graph (from AOT autograd) into a callable returning its outputs."""
     try:
         return _compile(gm, example_inputs)
     except Exception as e:
@@ -229,7 +229,7 @@ def _eager(gm):
 
 
 def kiln_backend(gm, example_inputs):
-    """The "kiln" backend for torch-level graphs (contract 1): AOT autograd + compile_aten_graph."""
+    """The "kiln" backend for torch-level graphs (from the frontend): AOT autograd + compile_aten_graph."""
     backend = aot_autograd(
         fw_compiler=compile_aten_graph,
         bw_compiler=compile_aten_graph,

@@ -49,7 +49,7 @@ class ScalarArg:
 
 
 class SymArg:
-    """A size graph input (an int at run time) whose value is the expression `expr` (contract 3)."""
+    """A size graph input (an int at run time) whose value is the expression `expr` (symbolic graphs)."""
 
     def __init__(self, name, expr):
         self.name = name

@@ -13,7 +13,7 @@ import torch
 
 # Note [Backend: symbolic sizes]
 # A size, stride, offset or loop bound is a Python int or a sympy expression over the ShapeEnv's
-# size symbols s0, s1, ... (contract 3; every symbol is >= 2 at run time). `to_expr` converts what
+# size symbols s0, s1, ... (GraphMeta.shape_env; every symbol is >= 2 at run time). `to_expr` converts what
 # the graph carries (torch.SymInt wrapping a SymNode, a SymNode, an int) and turns constant
 # expressions back into ints, so a graph without symbols runs exactly the int code it always did
 # (every symbolic branch below is behind a `type(x) is int` test). Facts about symbolic values are
