@@ -21,6 +21,9 @@ contents once. (Two variables would each replay their own contents: the first ap
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.lists import DequeVariable
 
 
 class SideEffects:
@@ -38,8 +41,6 @@ class SideEffects:
         """The variable already wrapping this real mutable container (a list, dict or deque
         reached again, through the same or another source: one variable, so that every read
         sees every mutation), or None. Another source is guarded to be the same object."""
-        from kiln.frontend.guards import GuardKind
-
         hit = self.containers.get(id(value))
         if hit is None:
             return None
@@ -138,9 +139,6 @@ class SideEffects:
         value is loaded before the stores too: `kwargs["new"] = kwargs.pop("old"); return
         Out(cache=kwargs["new"])` returns the object its source `kwargs["old"]` held on entry.
         """
-        from kiln.frontend.variables.dicts import ConstDictVariable
-        from kiln.frontend.variables.lists import DequeVariable
-
         stores = []
         for key, (kind, payload) in self.log.items():
             if kind == "attr":

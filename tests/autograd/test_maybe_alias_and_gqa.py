@@ -5,10 +5,10 @@ import torch
 import torch.nn.functional as F
 
 import kiln
+from kiln.autograd.aten_tracer import format_graph, trace_aten
 from kiln.autograd.functionalize import functionalize
-from kiln.autograd.shape_rules import Sizes, symbolic_sizes
-from kiln.autograd.tracer import format_graph, trace_aten
-from kiln.frontend.shapes import ShapeEnv
+from kiln.symbolic.shape_env import ShapeEnv
+from kiln.symbolic.shape_rules import Sizes, symbolic_sizes
 
 aten = torch.ops.aten
 
