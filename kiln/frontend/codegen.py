@@ -242,10 +242,13 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         # make no progress (a resume function returning itself forever)
         raise NoBreakHere("a with statement over a context manager kiln does not trace")
     _exit_with_blocks(e.root_tx, output, [stack[k] for k in withs])
+    # a resume function's own __stackN arguments are not locals of the original code (placed
+    # there when its origin is known); otherwise they are live locals like any other
     live = sorted(
         n
         for n, v in e.root_locals.items()
-        if not isinstance(v, DeletedVariable) and not n.startswith("__stack")  # resume's own
+        if not isinstance(v, DeletedVariable)
+        and not (found is not None and n.startswith("__stack"))
     )
     body = PyCodegen(output, callee_factory)
     body.closure_callee = resume_factory  # a code with free variables: entry(fn, *args)
@@ -530,10 +533,10 @@ def _for_iter_exit():
 
 def _for_iter_resume_index(for_iter):
     """Index of the instruction an exhausted FOR_ITER continues at (Note [Bytecode: version
-    differences]); resume.py refuses the 3.12+ indexes after END_FOR for now."""
-    from kiln.bytecode import PY312_PLUS, PY313_PLUS
+    differences])."""
+    from kiln.bytecode import FOR_ITER_SKIPS
 
-    return for_iter.target_index + (2 if PY313_PLUS else 1 if PY312_PLUS else 0)
+    return for_iter.target_index + FOR_ITER_SKIPS
 
 
 def _stack_effect(inst):
