@@ -12,7 +12,16 @@ import sys
 import torch
 
 from kiln import logs
-from kiln.bytecode import PY312_PLUS, PY313_PLUS, decode, emit, encode, first_resume, format_code
+from kiln.bytecode import (
+    FOR_ITER_SKIPS,
+    PY312_PLUS,
+    PY313_PLUS,
+    decode,
+    emit,
+    encode,
+    first_resume,
+    format_code,
+)
 from kiln.exc import unimplemented
 from kiln.frontend.resume import (
     ResumeUnsupported,
@@ -309,10 +318,13 @@ class _BreakCodegen:
         self.code, self.e, self.site = code, e, site
         self.locals = e.break_state.locals
         self.resume_factory = resume_factory
+        # a resume function's own __stackN arguments are not locals of the original code (where
+        # its breaks are placed when its origin is known); otherwise they are live like any other
         self.live = sorted(
             n
             for n, v in self.locals.items()
-            if not isinstance(v, DeletedVariable) and not n.startswith("__stack")  # resume's own
+            if not isinstance(v, DeletedVariable)
+            and not (site.in_resume and n.startswith("__stack"))
         )
         body = self.body = PyCodegen(output, callee_factory)
         body.closure_callee = resume_factory  # a code with free variables: entry(fn, *args)
@@ -592,8 +604,8 @@ def _for_iter_exit():
 
 def _for_iter_resume_index(for_iter):
     """Index of the instruction an exhausted FOR_ITER continues at (Note [Bytecode: version
-    differences]); resume.py refuses the 3.12+ indexes after END_FOR for now."""
-    return for_iter.target_index + (2 if PY313_PLUS else 1 if PY312_PLUS else 0)
+    differences])."""
+    return for_iter.target_index + FOR_ITER_SKIPS
 
 
 def _stack_effect(inst):
