@@ -235,7 +235,11 @@ def main():
         compiled = run_module(module, "compiled", args.timeout, args.test_timeout, args.python)
         row = compare(plain, compiled)
         report["modules"][module] = row
-        total = [total[0] + row["tests"], total[1] + row["passed_plain"], total[2] + row["passed_compiled"]]
+        total = [
+            total[0] + row["tests"],
+            total[1] + row["passed_plain"],
+            total[2] + row["passed_compiled"],
+        ]
         print(
             f"{module:28s} tests {row['tests']:4d}  passed plain {row['passed_plain']:4d}"
             f"  passed compiled {row['passed_compiled']:4d}",
@@ -246,7 +250,9 @@ def main():
         if args.breaks:
             for reason, n in sorted(row["graph_breaks"].items(), key=lambda kv: -kv[1])[:10]:
                 print(f"    break x{n}: {reason[:160]}")
-    print(f"{'TOTAL':28s} tests {total[0]:4d}  passed plain {total[1]:4d}  passed compiled {total[2]:4d}")
+    print(
+        f"{'TOTAL':28s} tests {total[0]:4d}  passed plain {total[1]:4d}  passed compiled {total[2]:4d}"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

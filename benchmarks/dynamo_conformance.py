@@ -187,7 +187,9 @@ def run_file(folder, module, mode, args):
     env.setdefault("KILN_CACHE_DIR", "/tmp/kiln-cache-dynamo-conformance")
     cmd = [args.python, "-c", WORKER, folder, module, mode, str(args.test_timeout), ROOT]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env, cwd=folder)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=args.timeout, env=env, cwd=folder
+        )
     except subprocess.TimeoutExpired:
         return {"<file>": ["error", {"msg": f"file ran past {args.timeout}s"}]}
     for line in proc.stdout.splitlines()[::-1]:
@@ -197,7 +199,15 @@ def run_file(folder, module, mode, args):
     return {"<file>": ["error", {"msg": f"worker died (rc {proc.returncode}): {tail[:200]}"}]}
 
 
-COUNT_WORDS = ("frame_count", "op_count", "unique_graphs", "calls_captured", "frames", "!= 1", "!= 2")
+COUNT_WORDS = (
+    "frame_count",
+    "op_count",
+    "unique_graphs",
+    "calls_captured",
+    "frames",
+    "!= 1",
+    "!= 2",
+)
 
 
 def classify(info):
@@ -245,12 +255,23 @@ def main():
                 continue
             status, info = kiln.get(t, ["missing", {"msg": "not run under kiln"}])
             failures[t] = dict(info, reason=classify(info))
-        report[name] = {"tests": len(stock), "stock": len(passing), "kiln": len(ok), "failures": failures}
+        report[name] = {
+            "tests": len(stock),
+            "stock": len(passing),
+            "kiln": len(ok),
+            "failures": failures,
+        }
         totals = [totals[0] + len(passing), totals[1] + len(ok)]
         pct = 100.0 * len(ok) / len(passing) if passing else 100.0
-        print(f"{name:26s} tests {len(stock):4d}  pass stock {len(passing):4d}  pass kiln {len(ok):4d}  ({pct:5.1f}%)", flush=True)
+        print(
+            f"{name:26s} tests {len(stock):4d}  pass stock {len(passing):4d}  pass kiln {len(ok):4d}  ({pct:5.1f}%)",
+            flush=True,
+        )
         for t, f in failures.items():
-            print(f"    [{f['reason']}] {t}: {f.get('type', '')}: {f.get('msg', '')[:200]} @{f.get('where', '')}", flush=True)
+            print(
+                f"    [{f['reason']}] {t}: {f.get('type', '')}: {f.get('msg', '')[:200]} @{f.get('where', '')}",
+                flush=True,
+            )
     pct = 100.0 * totals[1] / totals[0] if totals[0] else 100.0
     print(f"{'TOTAL':26s} pass stock {totals[0]:4d}  pass kiln {totals[1]:4d}  ({pct:5.1f}%)")
     if args.json:

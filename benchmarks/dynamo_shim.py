@@ -51,7 +51,9 @@ class _Optimize:
     def __call__(self, fn):
         import kiln
 
-        return kiln.compile(fn, backend=self.backend, fullgraph=self.fullgraph, dynamic=self.dynamic)
+        return kiln.compile(
+            fn, backend=self.backend, fullgraph=self.fullgraph, dynamic=self.dynamic
+        )
 
     def __enter__(self):
         raise ShimLimitation("torch._dynamo.optimize(...) as a context manager")
@@ -72,7 +74,16 @@ def optimize_assert(backend="inductor", *, dynamic=None, **ignored):
     return _Optimize(backend, True, dynamic)
 
 
-def compile(model=None, *, fullgraph=False, dynamic=None, backend="inductor", mode=None, options=None, disable=False):  # noqa: A001
+def compile(
+    model=None,
+    *,
+    fullgraph=False,
+    dynamic=None,
+    backend="inductor",
+    mode=None,
+    options=None,
+    disable=False,
+):  # noqa: A001
     """torch.compile onto kiln.compile."""
     import kiln
 

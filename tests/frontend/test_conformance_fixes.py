@@ -1,6 +1,8 @@
 """Regressions found by the conformance runs (benchmarks/cpython_conformance.py,
 benchmarks/dynamo_conformance.py): each compiled function must return what eager Python returns."""
 
+from contextlib import closing, contextmanager
+
 import torch
 from frontend_helpers import run_and_compare
 
@@ -59,3 +61,59 @@ def generator_kept_across_a_call(x):
 
 def test_generator_object_stays_a_generator():
     run_and_compare(generator_kept_across_a_call, torch.randn(2))
+
+
+@contextmanager
+def _traps_runtime_error():
+    try:
+        yield
+    except RuntimeError:
+        raise SyntaxError("from the generator") from None
+
+
+def contextmanager_entered_by_hand(x):
+    ctx = _traps_runtime_error()
+    ctx.__enter__()  # (a break: the manager is rebuilt once, for the local and the call alike)
+    try:
+        ctx.__exit__(RuntimeError, None, None)
+    except SyntaxError as e:
+        return x + 1, str(e)
+    return x - 1, "not raised"
+
+
+def test_contextmanager_entered_by_hand_is_one_object():
+    run_and_compare(contextmanager_entered_by_hand, torch.randn(2))
+
+
+@contextmanager
+def _takes_a_and_b(a, *, b):
+    yield a + b
+
+
+def contextmanager_called_with_wrong_arguments(x):
+    try:
+        _takes_a_and_b(x)
+    except TypeError:
+        return x + 1
+    return x - 1
+
+
+def test_contextmanager_called_with_wrong_arguments_raises():
+    run_and_compare(contextmanager_called_with_wrong_arguments, torch.randn(2))
+
+
+def local_class_method_appends_to_frame_list(x):
+    state = []
+
+    class Closer:
+        def close(self):
+            state.append(1)
+
+    with closing(Closer()):
+        y = x + 1
+    return y, state
+
+
+def test_local_class_closing_over_a_frame_list_shares_it():
+    # (one call: each call makes a new class, which the resumed code's guards see as new)
+    run_and_compare(local_class_method_appends_to_frame_list, torch.randn(2), calls=1)

@@ -11,6 +11,8 @@ class GeneratorItemsVariable(ListIteratorVariable):
     """A generator called while tracing, run to its end: iterated over its items; it is a
     generator to `type()`, and is rebuilt as one (over the items not yet consumed)."""
 
+    keeps_identity = True
+
     def python_type(self):
         return types.GeneratorType
 
