@@ -245,6 +245,11 @@ def main():
             f"  passed compiled {row['passed_compiled']:4d}",
             flush=True,
         )
+        for test, msg in [*plain.items(), *compiled.items()]:
+            if test == "<module>":
+                print(f"    MODULE ERROR: {msg[1]}", flush=True)
+        if "<module>" in compiled:
+            continue
         for test, msg in row["differences"].items():
             print(f"    DIFF {test}: {msg}", flush=True)
         if args.breaks:

@@ -19,6 +19,8 @@ of those pass under kiln, then each remaining failure classified:
   kiln-crash    an exception raised inside kiln's own code
   graph-break   kiln broke the graph (or raised Unsupported under fullgraph) where torch captures,
                 seen as an Unsupported error or as a frame/op count assertion with breaks counted
+  graph-count   same results, but another number of frames/graphs/ops than the test expects
+                (kiln splits or counts differently with no graph break, e.g. recompiles)
   shim          a torch._dynamo feature the shim does not map (ShimLimitation, torch internals)
 """
 
@@ -58,6 +60,7 @@ WORKER = r"""
 import importlib, importlib.abc, importlib.util, json, os, signal, sys, traceback, unittest, warnings
 warnings.filterwarnings("ignore")
 folder, module, mode, test_timeout, root = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+folder = os.path.abspath(folder)
 sys.path.insert(0, folder)
 sys.path.insert(0, os.path.join(root, "benchmarks"))
 import torch
@@ -102,12 +105,18 @@ KILN_DIR = os.path.join(root, "kiln") + os.sep
 
 def describe(err):
     etype, value, tb = err
-    text = "".join(traceback.format_exception_only(etype, value)).strip().splitlines()
+    # the first non-empty line (torch's TestCase appends "To execute this test, run ..." lines)
+    text = [l for l in "".join(traceback.format_exception_only(etype, value)).splitlines() if l.strip()]
+    if etype.__name__ == "Unsupported":  # kiln's message: the reason, then "at <user line>"
+        text = [" | ".join(l.strip() for l in text)]
     frames = traceback.extract_tb(tb)
     in_kiln = bool(frames) and frames[-1].filename.startswith(KILN_DIR)
     where = f"{os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
-    return {"type": etype.__name__, "msg": (text[-1] if text else etype.__name__)[:300],
-            "in_kiln": in_kiln, "where": where}
+    # the line of the test file that failed (an assertion on counts, or on values)
+    own = [f for f in frames if os.path.abspath(f.filename).startswith(folder)]
+    line = (own[-1].line or "") if own else ""
+    return {"type": etype.__name__, "msg": (text[0] if text else etype.__name__)[:300],
+            "in_kiln": in_kiln, "where": where, "line": line[:200]}
 
 
 class Result(unittest.TestResult):
@@ -219,8 +228,10 @@ def classify(info):
         return "graph-break"
     if info.get("in_kiln"):
         return "kiln-crash"
-    if etype == "AssertionError" and info.get("breaks"):
-        return "graph-break"
+    if etype == "AssertionError" and any(w in info.get("line", "") for w in COUNT_WORDS):
+        # kiln made another number of graphs/frames/ops than torch: a break where torch
+        # captures ("graph-break"), or a graph cut or counted differently ("graph-count")
+        return "graph-break" if info.get("breaks") else "graph-count"
     if etype in ("AssertionError", "Timeout"):
         return "wrong-result" if etype == "AssertionError" else "timeout"
     return "other"
