@@ -117,3 +117,58 @@ def local_class_method_appends_to_frame_list(x):
 def test_local_class_closing_over_a_frame_list_shares_it():
     # (one call: each call makes a new class, which the resumed code's guards see as new)
     run_and_compare(local_class_method_appends_to_frame_list, torch.randn(2), calls=1)
+
+
+class _Base:
+    def f(self):
+        return "base"
+
+
+class _ClassAttrOverride(_Base):
+    __class__ = 413  # a class attribute named __class__ shadows the object's type
+
+    def f(self):
+        return super().f()
+
+
+def class_attribute_named_class(x):
+    obj = _ClassAttrOverride()
+    return x + 1, obj.__class__, obj.f()
+
+
+def test_class_attribute_named_class():
+    run_and_compare(class_attribute_named_class, torch.randn(2))
+
+
+def super_with_bad_arguments(x):
+    try:
+        super(1, int)
+    except TypeError as e:
+        first = str(e)
+    try:
+        super(_ClassAttrOverride, _Base())
+    except TypeError as e:
+        second = str(e)
+    return x + 1, first, second
+
+
+def test_super_with_bad_arguments_raises():
+    run_and_compare(super_with_bad_arguments, torch.randn(2))
+
+
+class _Child(_Base):
+    def f(self):
+        return "child+" + super(_Child, self).f()
+
+    @classmethod
+    def name(cls):
+        return super(_Child, cls).__name__
+
+
+def super_forms(x):
+    c = _Child()
+    return x + 1, c.f(), super(_Child, c).f()
+
+
+def test_two_argument_super_still_captured():
+    run_and_compare(super_forms, torch.randn(2), expected_graphs=1)

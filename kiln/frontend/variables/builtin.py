@@ -323,7 +323,20 @@ class BuiltinVariable(VariableTracker):
                 unimplemented("zero-argument super() outside a method")
             cls = tx.load_closure_var("__class__")
             obj = tx.get_local(code.co_varnames[0])
-        return SuperVariable(cls.as_python_constant(), obj)
+        klass = cls.as_python_constant()
+        if not isinstance(klass, type):
+            unimplemented("super() whose first argument is not a type (Python raises TypeError)")
+        if obj is None:
+            unimplemented("super() with one argument (an unbound super object)")
+        typ = obj.python_type()
+        bound = issubclass(typ, klass) or (
+            obj.is_python_constant()
+            and isinstance(obj.as_python_constant(), type)
+            and issubclass(obj.as_python_constant(), klass)
+        )
+        if not bound:
+            unimplemented("super(type, obj): obj is not an instance or subtype of type (TypeError)")
+        return SuperVariable(klass, obj)
 
     def _call_slice(self, tx, *args):
         return ConstantVariable(slice(*[a.as_python_constant() for a in args]))
