@@ -158,11 +158,11 @@ def test_super_with_bad_arguments_raises():
 
 class _Child(_Base):
     def f(self):
-        return "child+" + super(_Child, self).f()
+        return "child+" + super(_Child, self).f()  # noqa: UP008 (the two-argument form)
 
     @classmethod
     def name(cls):
-        return super(_Child, cls).__name__
+        return super(_Child, cls).__name__  # noqa: UP008
 
 
 def super_forms(x):
