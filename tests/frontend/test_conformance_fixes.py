@@ -1,6 +1,7 @@
 """Regressions found by the conformance runs (benchmarks/cpython_conformance.py,
 benchmarks/dynamo_conformance.py): each compiled function must return what eager Python returns."""
 
+import typing
 from contextlib import closing, contextmanager
 
 import torch
@@ -172,3 +173,17 @@ def super_forms(x):
 
 def test_two_argument_super_still_captured():
     run_and_compare(super_forms, torch.randn(2), expected_graphs=1)
+
+
+def typing_generics_at_run_time(x):
+    # (the typing module's generics on purpose: what older model code writes)
+    a = typing.List[int]  # noqa: UP006
+    b = typing.Dict[str, typing.List[int]]  # noqa: UP006
+    c = typing.Optional[torch.Tensor]  # noqa: UP045
+    d = typing.Tuple[int, ...]  # noqa: UP006
+    e = list[int]
+    return x + 1, a, b, c, d, e
+
+
+def test_typing_generics_subscripted_in_the_frame_are_captured():
+    run_and_compare(typing_generics_at_run_time, torch.randn(2), fullgraph=True, expected_graphs=1)

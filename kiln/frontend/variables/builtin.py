@@ -620,6 +620,11 @@ def getitem(tx, obj, index):
         return call_tensor_op(tx, "call_function", operator.getitem, [obj, index], {})
     if isinstance(index, TensorVariable):
         unimplemented("indexing a Python container with a tensor")
+    from kiln.frontend.variables.typing_vars import typing_subscript
+
+    folded = typing_subscript(tx, obj, index)
+    if folded is not None:
+        return folded
     return obj.call_method(tx, "__getitem__", [index], {})
 
 
