@@ -187,3 +187,28 @@ def typing_generics_at_run_time(x):
 
 def test_typing_generics_subscripted_in_the_frame_are_captured():
     run_and_compare(typing_generics_at_run_time, torch.randn(2), fullgraph=True, expected_graphs=1)
+
+
+def tuples_and_lists_added_to_constants(x, y):
+    out = (x, y)
+    out = () + out + ()
+    padded = (None,) + out + (1,)
+    return out, padded, [x] + [], x.shape + (1,)
+
+
+def test_traced_tuple_plus_constant_tuple_is_captured():
+    run_and_compare(
+        tuples_and_lists_added_to_constants,
+        torch.randn(2),
+        torch.randn(2),
+        fullgraph=True,
+    )
+
+
+def tensor_class_name(x):
+    return x + 1, f"{x.__class__.__name__} foo", x.__class__ is torch.Tensor
+
+
+def test_tensor_class_attribute_is_captured():
+    run_and_compare(tensor_class_name, torch.randn(2), fullgraph=True, expected_graphs=1)
+    run_and_compare(tensor_class_name, torch.nn.Parameter(torch.randn(2)), fullgraph=True)

@@ -54,6 +54,8 @@ def binary_op(tx, fn, a, b):
     if isinstance(a, SetVariable) and fn in _SET_OPS:
         result = a.call_method(tx, _SET_OPS[fn], [b], {})
         return a if _SET_OPS[fn].endswith("update") else result
+    if fn in (operator.add, operator.iadd):  # `() + t + ()`: a constant tuple/list joins items
+        a, b = _constant_sequence(a, b), _constant_sequence(b, a)
     if fn in _SEQUENCE_OPS and isinstance(a, BaseListVariable):
         if fn in (operator.add, operator.iadd) and isinstance(b, BaseListVariable):
             if fn is operator.iadd and isinstance(a, ListVariable):
@@ -84,6 +86,18 @@ def binary_op(tx, fn, a, b):
     if result is not None:
         return result
     unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
+
+
+def _constant_sequence(value, other):
+    """A constant tuple (list) as a TupleVariable (ListVariable) when added to traced items of
+    the same type; else `value` unchanged."""
+    if not isinstance(value, ConstantVariable) or not isinstance(other, BaseListVariable):
+        return value
+    if type(value.value) is tuple and isinstance(other, TupleVariable):
+        return TupleVariable([ConstantVariable(v) for v in value.value])
+    if type(value.value) is list and type(other) is ListVariable:
+        return ListVariable([ConstantVariable(v) for v in value.value])
+    return value
 
 
 def _zip_strict_error(lengths):
