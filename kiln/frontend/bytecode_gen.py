@@ -72,11 +72,12 @@ class PyCodegen:
         self.instrs.extend(instrs)
 
     def reconstruct(self, var):
-        if (
+        if var.source is None and (
             isinstance(var, (ListVariable, ConstDictVariable, NewObjectVariable, SetVariable))
-            and var.source is None
+            or getattr(var, "keeps_identity", False)
         ):
-            # Mutable containers are rebuilt once; every later use loads the same object.
+            # Mutable containers (and objects with state: a contextmanager, a generator) are
+            # rebuilt once; every later use loads the same object.
             name = self._temps.get(id(var))
             if name is not None:
                 self.extend(emit.load_fast(name))

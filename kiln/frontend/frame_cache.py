@@ -219,6 +219,9 @@ class FrameCache:
                     "recompiles", "recompiling %s, guards failed:\n%s", name, "\n".join(reasons)
                 )
         logs.counters["frames"]["total"] += 1
+        # The frame runs eagerly after (not inside) the except clause: an exception the user's
+        # code raises must not get kiln's Unsupported as its __context__.
+        entry = None
         try:
             self.observe_shapes(args, kwargs)
             entry = self.compile(args, kwargs)
@@ -226,19 +229,18 @@ class FrameCache:
             if self.settings.fullgraph:
                 raise
             self._record_break(e)
+        except Exception as e:
+            if not config.suppress_errors:
+                raise
+            logs.warn(
+                "kiln: internal error compiling %s (%s: %s); running eagerly",
+                name,
+                type(e).__name__,
+                e,
+            )
+        if entry is None:
             self.skip = True
             return self.run_eager(args, kwargs)
-        except Exception as e:
-            if config.suppress_errors:
-                logs.warn(
-                    "kiln: internal error compiling %s (%s: %s); running eagerly",
-                    name,
-                    type(e).__name__,
-                    e,
-                )
-                self.skip = True
-                return self.run_eager(args, kwargs)
-            raise
         logs.counters["frames"]["ok"] += 1
         self.entries.append((entry.guard, entry.code if self.dynamic_closure else entry.fn))
         self.entry_info.append(entry)

@@ -757,7 +757,9 @@ class InliningTranslator(InstructionTranslatorBase):
         """
         self.run_loop()
         if self.is_generator:
-            it = ListIteratorVariable(self.generated)
+            from kiln.frontend.variables.generators import GeneratorItemsVariable
+
+            it = GeneratorItemsVariable(self.generated)
             it.gen_return = self.return_value  # what `yield from` of it evaluates to
             return it
         return self.return_value

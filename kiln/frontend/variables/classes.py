@@ -131,7 +131,14 @@ def _constant_cell(tx, body, name):
         unimplemented(f"class body over non-constant free variable {name!r}")
     if _stores(owner.code, name) > 1:
         unimplemented(f"class body over free variable {name!r}, which the frame rebinds")
-    cell = types.CellType(value.as_python_constant())
+    constant = value.as_python_constant()
+    try:
+        hash(constant)
+    except TypeError:  # a list/dict/set: the class's methods must share the frame's own object
+        unimplemented(
+            f"class body over free variable {name!r} holding a mutable {type(constant).__name__}"
+        )
+    cell = types.CellType(constant)
     _CONSTANT_CELLS[id(cell)] = cell
     return cell
 

@@ -210,7 +210,7 @@ class UserDefinedObjectVariable(VariableTracker):
         if stored is not None:
             return stored
         cls = type(self.value)
-        if name == "__class__":  # pinned by the TYPE_MATCH guard on the object
+        if name == "__class__" and plain_class_attr(cls):  # pinned by the TYPE_MATCH guard
             return wrap_constant_like(tx, cls)
         try:
             static = inspect.getattr_static(cls, name)
@@ -259,6 +259,11 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def __repr__(self):
         return f"UserDefinedObjectVariable({type(self.value).__name__})"
+
+
+def plain_class_attr(cls):
+    """Whether `obj.__class__` is `type(obj)` (no class in the MRO defines a `__class__`)."""
+    return inspect.getattr_static(cls, "__class__", None) is object.__dict__["__class__"]
 
 
 class SuperVariable(VariableTracker):
@@ -409,7 +414,7 @@ class NewObjectVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if name in self.attrs:
             return self.attrs[name]
-        if name == "__class__":
+        if name == "__class__" and plain_class_attr(self.cls):
             return wrap_constant_like(tx, self.cls)
         if name == "__dict__":
             return AttrDictVariable(self)
