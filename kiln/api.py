@@ -114,6 +114,10 @@ def _compile(model, *, backend_fn, backend_name, fullgraph, dynamic=None):
         )
     if _marker(model, "_kiln_disabled"):
         return model
+    from kiln.frontend.variables.functions import is_torch_disabled
+
+    if is_torch_disabled(model):  # @torch.compiler.disable / @torch._dynamo.disable: uncompiled
+        return model
     if _marker(model, "_kiln_orig_fn"):
         model = model._kiln_orig_fn
     if isinstance(model, types.MethodType):

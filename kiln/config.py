@@ -15,6 +15,8 @@ skip_modules = (
     "kiln",
 )  # frames from these are never captured
 suppress_errors = False  # internal errors in kiln fall back to eager (True) or raise (False)
+verbose = False  # errors keep kiln's internal frames in their tracebacks (KILN_VERBOSE=1)
+warn_graph_breaks = True  # warn once per compiled function that breaks into several graphs
 
 # --- dynamic shapes ---
 automatic_dynamic_shapes = True  # a changed size recompiles once with that dimension symbolic

@@ -16,9 +16,9 @@ class Unsupported(KilnError):
         )
 
     def __str__(self):
-        if self.user_location:
-            return f"{self.msg}\n  at {self.user_location}"
-        return self.msg
+        text = f"{self.msg}\n  at {self.user_location}" if self.user_location else self.msg
+        details = getattr(self, "kiln_details", None)  # kiln.tools.errors.fullgraph_error
+        return f"{text}\n{details}" if details else text
 
 
 class CompiledAutogradCall(Unsupported):

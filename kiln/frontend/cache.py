@@ -84,6 +84,9 @@ class FrameCache:
         self.dynamic = dynamic  # torch.compile's dynamic=: None (automatic), True, False
         self.frame_shapes = FrameShapes()  # sizes seen and dims made dynamic (automatic dynamic)
         self._shape_kinds = {}  # source name -> "tensor" | "int" (what FrameShapes tracks)
+        self.root = self  # the cache of the function the user compiled (children point to it)
+        self.tree_breaks = []  # root only: breaks of the root and its children, for the warning
+        self.breaks_warned = False
         _all_caches.add(self)
 
     def _child(self, key, fn, **kw):
@@ -98,6 +101,7 @@ class FrameCache:
                 **kw,
             )
             cache.children = self.children  # one table per root: a loop's resume functions
+            cache.root = self.root
             wrapper = self.children[key] = make_wrapper(cache)  # are compiled once
         return wrapper
 
@@ -116,6 +120,7 @@ class FrameCache:
                 cache.fullgraph = self.fullgraph
                 cache.dynamic = self.dynamic
                 cache.children = self.children
+                cache.root = self.root
                 wrapper = self.children[code] = make_closure_wrapper(cache)
             return wrapper
         fn = types.FunctionType(code, self.fn.__globals__, code.co_name)
@@ -132,6 +137,8 @@ class FrameCache:
         self.entry_info.clear()
         self.skip = False
         self.breaks.clear()
+        self.tree_breaks.clear()
+        self.breaks_warned = False
         self._limit_warned = False
         self.frame_shapes = FrameShapes()
         self._shape_kinds.clear()
@@ -194,6 +201,18 @@ class FrameCache:
 
     def miss(self, args, kwargs):
         """No guard passed: compile a new entry (or run eagerly), then run it."""
+        try:
+            return self._miss(args, kwargs)
+        finally:
+            root = self.root
+            if root.tree_breaks and not root.breaks_warned:
+                root.breaks_warned = True
+                if config.warn_graph_breaks and not logs.enabled("graph_breaks") and not _recorders:
+                    from kiln.tools.errors import warn_graph_breaks
+
+                    warn_graph_breaks(root.fn, root.tree_breaks)
+
+    def _miss(self, args, kwargs):
         if self.skip:
             return self.run_eager(args, kwargs)
         if torch._C._is_any_autocast_enabled():
@@ -223,8 +242,14 @@ class FrameCache:
                     f"  entry {i}: {first_failure(e.guard, args, kwargs)}"
                     for i, e in enumerate(self.entry_info)
                 ]
+                code = self.fn.__code__
                 logs.log(
-                    "recompiles", "recompiling %s, guards failed:\n%s", name, "\n".join(reasons)
+                    "recompiles",
+                    "recompiling %s (%s:%d), guards failed:\n%s",
+                    name,
+                    code.co_filename,
+                    code.co_firstlineno,
+                    "\n".join(reasons),
                 )
         logs.counters["frames"]["total"] += 1
         try:
@@ -232,10 +257,18 @@ class FrameCache:
             entry = self.compile(args, kwargs)
         except Unsupported as e:
             if self.fullgraph:
+                from kiln.tools.errors import fullgraph_error
+
+                fullgraph_error(e, self.fn)  # adds the user's frames and a hint to e
                 raise
             self._record_break(e)
             self.skip = True
             return self.run_eager(args, kwargs)
+        except TypeError:
+            if not _binds(self.fn, args, kwargs):
+                # Python's own error, naming the function (`f() missing 1 required ...`)
+                return self.run_eager(args, kwargs)
+            raise
         except Exception as e:
             if config.suppress_errors:
                 logs.warn(
@@ -259,6 +292,7 @@ class FrameCache:
     def _record_break(self, e):
         record = BreakRecord(self.fn, e.msg, e.user_location)
         self.breaks.append(record)
+        self.root.tree_breaks.append(record)
         logs.counters["graph_breaks"][e.msg] += 1
         logs.counters["stats"]["graph_breaks"] += 1
         key = (e.msg, e.user_location)
@@ -449,12 +483,30 @@ def make_wrapper(cache):
         for guard, fn in entries:
             if guard(*args, **kwargs):
                 return fn(*args, **kwargs)
-        return miss(args, kwargs)
+        try:
+            return miss(args, kwargs)
+        except Unsupported as e:
+            if getattr(e, "kiln_trim", False):  # Note [Errors: what a fullgraph error shows]
+                raise e.with_traceback(None) from None
+            raise
 
     functools.update_wrapper(kiln_wrapper, cache.fn)
     kiln_wrapper._kiln_cache = cache
     kiln_wrapper._kiln_orig_fn = cache.fn
     return kiln_wrapper
+
+
+def _binds(fn, args, kwargs):
+    """Whether the arguments bind to fn's signature."""
+    import inspect
+
+    try:
+        inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
 
 
 def reset_all():

@@ -49,8 +49,13 @@ class ExplainOutput:
             lines.extend("    " + line for line in self.graphs[i].code.strip().splitlines())
         if self.breaks:
             lines.append("Break reasons:")
+            from kiln.tools.errors import hint_for
+
             for i, b in enumerate(self.breaks):
                 lines.append(f"  {i + 1}. {b.reason}\n     at {b.user_location}")
+                hint = hint_for(b.reason)
+                if hint:
+                    lines.append(f"     hint: {hint}")
         for i, g in enumerate(self.guards):
             lines.append(f"Guards of entry {i}:")
             lines.extend("    " + line for line in g.strip().splitlines())

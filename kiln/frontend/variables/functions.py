@@ -261,7 +261,9 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
     if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         unimplemented(f"calling coroutine function {fn.__qualname__}")
     if _marker(fn, "_kiln_disabled") or is_torch_disabled(fn):
-        unimplemented(f"call to a function kept out of compilation: {fn.__qualname__}")
+        from kiln.tools.errors import disabled_by
+
+        unimplemented(f"call to {fn.__qualname__}, kept out of compilation by {disabled_by(fn)}")
     local_vars = bind_args(tx, fn, args, kwargs, fn_source, defaults, kwdefaults)
     if closure is None:
         closure = {}

@@ -234,7 +234,10 @@ class DisabledFunctionVariable(VariableTracker):
         self.value = value
 
     def call_function(self, tx, args, kwargs):
-        unimplemented(f"call to kiln.disable'd function {getattr(self.value, '__qualname__', '?')}")
+        from kiln.tools.errors import disabled_by
+
+        name = getattr(self.value, "__qualname__", "?")
+        unimplemented(f"call to {name}, kept out of compilation by {disabled_by(self.value)}")
 
     reconstruct = _load_value
 
