@@ -166,9 +166,10 @@ def _compile(gm, example_inputs):
     if hit is not None:
         call = _load(hit["wrapper"], hit["cpp"], _constants(gm), gm)
         logs.counters["backend"]["graph_cache_hits"] += 1
-        return CompiledGraph(
+        compiled = CompiledGraph(
             call, hit["wrapper"], hit["cpp"], (), hit.get("sources"), hit.get("strides")
         )
+        return _dumped(gm, example_inputs, compiled)
     retraced = _needs_decomposition(gm)
     if retraced:
         from kiln.autograd.tracer import trace_aten
@@ -188,7 +189,17 @@ def _compile(gm, example_inputs):
     if not (retraced and graph.constants):
         entry = {"wrapper": wrapper_src, "cpp": cpp_src, "sources": sources, "strides": strides}
         codecache.graph_put(key, entry, disk=not extras)
-    return CompiledGraph(call, wrapper_src, cpp_src, graph.fallback_ops, sources, strides)
+    compiled = CompiledGraph(call, wrapper_src, cpp_src, graph.fallback_ops, sources, strides)
+    return _dumped(gm, example_inputs, compiled)
+
+
+def _dumped(gm, example_inputs, compiled):
+    """With KILN_DEBUG_DIR: the graph's files, run.py and report line (kiln/tools/debug_dir.py)."""
+    if not config.debug_dir:
+        return compiled
+    from kiln.tools import debug_dir
+
+    return debug_dir.on_backend_graph(gm, example_inputs, compiled)
 
 
 def compile_aten_graph(gm, example_inputs):

@@ -210,7 +210,7 @@ class FrameCache:
                 if config.warn_graph_breaks and not logs.enabled("graph_breaks") and not _recorders:
                     from kiln.tools.errors import warn_graph_breaks
 
-                    warn_graph_breaks(root.fn, root.tree_breaks)
+                    warn_graph_breaks(root.fn, root.tree_breaks, root.module_root)
 
     def _miss(self, args, kwargs):
         if self.skip:
@@ -237,6 +237,11 @@ class FrameCache:
                 self.skip = True
                 return self.run_eager(args, kwargs)
             logs.counters["stats"]["recompiles"] += 1
+            if config.debug_dir:
+                from kiln.tools import debug_dir
+
+                failures = [first_failure(e.guard, args, kwargs) for e in self.entry_info]
+                debug_dir.on_recompile(self.fn, [f"entry {i}: {f}" for i, f in enumerate(failures)])
             if logs.enabled("recompiles"):
                 reasons = [
                     f"  entry {i}: {first_failure(e.guard, args, kwargs)}"
@@ -301,10 +306,18 @@ class FrameCache:
             logs.log("graph_breaks", "graph break in %s: %s", self.fn.__qualname__, record)
         for r in _recorders:
             r.on_break(record)
+        if config.debug_dir:
+            from kiln.tools import debug_dir
+
+            debug_dir.on_break(record)
 
     def compile(self, args, kwargs):
         """Trace the frame for these arguments: guard function + transformed function."""
         fn = self.fn
+        if config.debug_dir:
+            from kiln.tools import debug_dir
+
+            debug_dir.on_frame_start(fn)
         dynamic, dynamic_ints = self.dynamic, False
         if self.module_root and isinstance(args[0], torch.fx.GraphModule):
             # Note [Shapes: size-generic graph modules]: a GraphModule made to serve many sizes
@@ -537,3 +550,6 @@ def dump_entry(debug_dir, fn, entry, index):
     dis.dis(entry.code, file=buf)
     with open(os.path.join(folder, "bytecode.txt"), "w") as f:
         f.write(buf.getvalue())
+    from kiln.tools import debug_dir
+
+    debug_dir.on_frame(fn, entry, index, folder)

@@ -123,9 +123,10 @@ def fullgraph_error(e, fn):
     return e
 
 
-def warn_graph_breaks(fn, breaks):
+def warn_graph_breaks(fn, breaks, module_root=False):
     """The once-per-function warning that a compiled function broke into several graphs."""
     code = fn.__code__
+    target = "model" if module_root else fn.__name__
     first = breaks[0]
     n = len(breaks)
     logs.warn(
@@ -139,7 +140,7 @@ def warn_graph_breaks(fn, breaks):
         code.co_firstlineno,
         first.reason,
         first.user_location,
-        fn.__name__,
+        target,
     )
 
 
