@@ -39,6 +39,11 @@ profile_kernels = False  # kernel/extern calls in torch.profiler ranges (kiln:<g
 cache_dir = os.path.expanduser("~/.cache/kiln")  # on-disk code and graph cache
 debug_dir = ""  # when set, every compiled frame's artefacts are dumped below it
 
+# --- minifier (kiln/tools/minifier.py) ---
+repro_after = ""  # "aot" | "backend": write repro.py when the code generator / backend fails
+repro_level = ""  # "accuracy": also when compiled outputs differ from eager
+repro_dir = ""  # where repro.py goes (default: the current directory)
+
 
 def _coerce(default, text):
     """Parse an environment string to the type of the default."""

@@ -205,10 +205,19 @@ def _dumped(gm, example_inputs, compiled):
 def compile_aten_graph(gm, example_inputs):
     """Compile an ATen-level FX graph (contract 2) into a callable returning its outputs."""
     try:
-        return _compile(gm, example_inputs)
+        compiled = _compile(gm, example_inputs)
+        if config.repro_after == "aot" and config.repro_level == "accuracy":
+            from kiln.tools.minifier import after_aot
+
+            after_aot(gm, example_inputs, compiled=compiled)
+        return compiled
     except Exception as e:
         from kiln.backend.graph import GraphNotSupported
 
+        if config.repro_after == "aot" and not isinstance(e, GraphNotSupported):
+            from kiln.tools.minifier import after_aot
+
+            after_aot(gm, example_inputs, error=e)
         if isinstance(e, GraphNotSupported):
             logs.log("perf_hints", "kiln: graph runs eagerly: %s", e)
         else:

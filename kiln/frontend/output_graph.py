@@ -236,8 +236,13 @@ class OutputGraph:
         if logs.enabled("graph_code"):
             logs.log("graph_code", "graph %s of %s:\n%s", name, self.root_fn.__qualname__, gm.code)
         self.gm = gm
+        backend = self.backend
+        if config.repro_after == "backend":  # kiln/tools/minifier.py
+            from kiln.tools.minifier import backend_with_repro
+
+            backend = backend_with_repro(backend, self.backend_name)
         try:
-            compiled = self.backend(gm, example_inputs)
+            compiled = backend(gm, example_inputs)
         except Exception as e:
             if config.raise_on_backend_error:
                 raise BackendCompilerFailed(self.backend_name, e) from e
