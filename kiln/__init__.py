@@ -16,7 +16,15 @@ from kiln.api import (
 )
 from kiln.logs import counters
 
-_LAZY_SUBMODULES = ("compiled_autograd", "bytecode", "frontend", "autograd", "backend", "tools")
+_LAZY_SUBMODULES = (
+    "compiled_autograd",
+    "bytecode",
+    "frontend",
+    "autograd",
+    "backend",
+    "tools",
+    "export",  # callable: kiln.export(model, args) (kiln/export/__init__.py)
+)
 
 
 def __getattr__(name):
@@ -25,6 +33,10 @@ def __getattr__(name):
         import importlib
 
         return importlib.import_module(f"kiln.{name}")
+    if name in ("save", "load"):  # kiln.save(program, path) / kiln.load(path)
+        from kiln.export import serialize
+
+        return getattr(serialize, name)
     raise AttributeError(f"module 'kiln' has no attribute {name!r}")
 
 
@@ -35,6 +47,7 @@ __all__ = [
     "counters",
     "disable",
     "explain",
+    "export",
     "graph_break",
     "list_backends",
     "lookup_backend",
@@ -42,4 +55,6 @@ __all__ = [
     "mark_static",
     "register_backend",
     "reset",
+    "load",
+    "save",
 ]
