@@ -62,6 +62,15 @@ class TensorMeta:
     device: str
     shape: list
     requires_grad: bool = False
+    example: list = None  # the sizes export saw (package=True compiles for them)
+
+    def example_tensor(self):
+        """A tensor of this spec at the export's sizes (random values)."""
+        dtype = getattr(torch, self.dtype)
+        size = self.example or [s if isinstance(s, int) else 2 for s in self.shape]
+        if dtype.is_floating_point:
+            return torch.randn(size, dtype=dtype, device=self.device)
+        return torch.zeros(size, dtype=dtype, device=self.device)
 
 
 @dataclasses.dataclass
@@ -166,6 +175,12 @@ class ExportedProgram:
             return self.finish(flat, call(*graph_args))
 
         return run
+
+    def example_inputs(self):
+        """(args, kwargs) of the export's input sizes with random values."""
+        flat = [m.example_tensor() if isinstance(m, TensorMeta) else m[1] for m in self.in_meta]
+        args, kwargs = pytree.tree_unflatten(flat, self.in_spec)
+        return args, kwargs
 
     # --- printing ---------------------------------------------------------------------------
     def __str__(self):
@@ -491,7 +506,11 @@ def _input_specs(flat, marks, cap):
                 shape.append(dim.name if dim is not None else int(s))
             in_meta.append(
                 TensorMeta(
-                    str(x.dtype).removeprefix("torch."), x.device.type, shape, x.requires_grad
+                    str(x.dtype).removeprefix("torch."),
+                    x.device.type,
+                    shape,
+                    x.requires_grad,
+                    [int(s) for s in x.shape],
                 )
             )
         elif x is None or isinstance(x, int | float | bool | str):

@@ -10,6 +10,11 @@ A zip archive (format version FORMAT_VERSION) holding, under `kiln_program/`:
                  names), output leaves, Dim ranges, shape guards over Dim names, and per state
                  tensor its dtype, shape, whether it is a parameter and its data member
   tensors/N.bin  each state tensor's bytes, contiguous, in the machine's byte order
+  package/...    with save(..., package=True): kiln's code cache after compiling the program for
+                 the export's input sizes (cpp/<key>.so and .cpp, graphs/<key>.json), and in
+                 format.json the host it was built for. load() copies it into config.cache_dir,
+                 so `program.compile("kiln")` at those sizes builds no C++ (same torch, compiler
+                 and CPU: the cache keys hold them; elsewhere kiln compiles as usual)
 Loading checks the format, the versions (another kiln or torch version is an error unless
 `allow_version_mismatch=True`) and every checksum, so a truncated or edited file is reported
 with the member at fault instead of running something else. Nothing in the file is executed.
@@ -48,11 +53,60 @@ def _tensor_bytes(t):
     return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
 
 
-def save(program, path):
-    """Write an ExportedProgram to `path` (Note [Export: file format])."""
+def _package(program):
+    """{member: bytes} of kiln's code cache after compiling the program at the export's sizes."""
+    import os
+    import tempfile
+
+    from kiln import config
+
+    saved = config.cache_dir
+    with tempfile.TemporaryDirectory(prefix="kiln-package-") as tmp:
+        config.cache_dir = tmp
+        try:
+            args, kwargs = program.example_inputs()
+            with torch.no_grad():
+                program.compile("kiln")(*args, **kwargs)
+        finally:
+            config.cache_dir = saved
+        out = {}
+        for dirpath, _, files in os.walk(tmp):
+            for f in sorted(files):
+                if f.endswith((".so", ".cpp", ".json")):
+                    full = os.path.join(dirpath, f)
+                    with open(full, "rb") as fh:
+                        out["package/" + os.path.relpath(full, tmp)] = fh.read()
+        return out
+
+
+def _unpack(data):
+    """Copy a package's cache files into config.cache_dir (files already there are kept)."""
+    import os
+    import tempfile
+
+    from kiln import config
+
+    for member, blob in data.items():
+        if not member.startswith("package/"):
+            continue
+        dest = os.path.join(config.cache_dir, member[len("package/") :])
+        if os.path.exists(dest):
+            continue
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, dest)
+
+
+def save(program, path, package=False):
+    """Write an ExportedProgram to `path` (Note [Export: file format]); `package=True` also
+    stores the compiled kernels for this host."""
     from kiln.export.program import TensorMeta
 
     members = {}
+    if package:
+        members.update(_package(program))
     members["graph.py"] = graph_to_text(program.graph_module).encode()
     state_index = []
     for i, (name, t) in enumerate(program.state.items()):
@@ -87,6 +141,7 @@ def save(program, path):
         format_version=FORMAT_VERSION,
         kiln_version=kiln_version(),
         torch_version=torch.__version__,
+        package=_host() if package else None,
         files={m: hashlib.sha256(data).hexdigest() for m, data in members.items()},
     )
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
@@ -94,6 +149,13 @@ def save(program, path):
         for m, data in members.items():
             z.writestr(ROOT + m, data)
     return path
+
+
+def _host():
+    from kiln import config
+    from kiln.backend import codecache
+
+    return dict(cpu=codecache._cpu_id(), compiler=codecache._compiler_id(config.cpp_compiler))
 
 
 def _json_constant(value):
@@ -155,6 +217,8 @@ def load(path, allow_version_mismatch=False):
             if hashlib.sha256(blob).hexdigest() != digest:
                 raise LoadError(f"{path}: {member} was edited or corrupted (checksum differs)")
             data[member] = blob
+    if header.get("package"):
+        _unpack(data)
     for needed in ("graph.py", "program.json"):
         if needed not in data:
             raise LoadError(f"{path}: {needed} is missing")

@@ -140,3 +140,25 @@ def test_load_in_a_fresh_process_without_the_source(saved, tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
     res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr
+
+
+def test_packaged_program_loads_without_compiling_cpp(saved, tmp_path, monkeypatch):
+    from kiln.backend import codecache
+
+    model, prog, _ = saved
+    path = tmp_path / "packaged.kiln"
+    monkeypatch.setattr(kiln.config, "cache_dir", str(tmp_path / "build"))
+    kiln.save(prog, path, package=True)
+    with zipfile.ZipFile(path) as z:
+        assert any(n.endswith(".so") for n in z.namelist())
+    monkeypatch.setattr(kiln.config, "cache_dir", str(tmp_path / "empty"))  # a cold cache
+    codecache.clear_memory_cache()
+    kiln.reset()
+    before = kiln.counters["backend"]["cpp_compiles"]
+    loaded = kiln.load(path)
+    fast = loaded.compile("kiln")
+    x = torch.randn(4, 6)  # the export's sizes
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x)[0], model(x)[0])
+    assert kiln.counters["backend"]["cpp_compiles"] == before  # 0 C++ compiles
+    assert kiln.counters["backend"]["cpp_disk_hits"] >= 1
