@@ -15,6 +15,7 @@ from kiln.api import (
     reset,
 )
 from kiln.logs import counters
+from kiln.tools import hooks as _tool_hooks  # noqa: F401  (debug dir, minifier: kiln.hooks)
 
 _LAZY_SUBMODULES = (
     "compiled_autograd",

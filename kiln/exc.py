@@ -17,7 +17,7 @@ class Unsupported(KilnError):
 
     def __str__(self):
         text = f"{self.msg}\n  at {self.user_location}" if self.user_location else self.msg
-        details = getattr(self, "kiln_details", None)  # kiln.tools.errors.fullgraph_error
+        details = getattr(self, "kiln_details", None)  # kiln.frontend.user_errors.fullgraph_error
         return f"{text}\n{details}" if details else text
 
 

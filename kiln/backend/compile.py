@@ -22,7 +22,7 @@ import time
 import torch
 import torch.autograd.profiler as _profiler
 
-from kiln import config, logs
+from kiln import config, hooks, logs
 from kiln.backend import codecache
 from kiln.backend.codegen.wrapper import rt
 from kiln.backend.decompositions import DECOMPOSITIONS
@@ -169,7 +169,7 @@ def _compile(gm, example_inputs):
         compiled = CompiledGraph(
             call, hit["wrapper"], hit["cpp"], (), hit.get("sources"), hit.get("strides")
         )
-        return _dumped(gm, example_inputs, compiled)
+        return compiled
     retraced = _needs_decomposition(gm)
     if retraced:
         from kiln.autograd.tracer import trace_aten
@@ -189,35 +189,19 @@ def _compile(gm, example_inputs):
     if not (retraced and graph.constants):
         entry = {"wrapper": wrapper_src, "cpp": cpp_src, "sources": sources, "strides": strides}
         codecache.graph_put(key, entry, disk=not extras)
-    compiled = CompiledGraph(call, wrapper_src, cpp_src, graph.fallback_ops, sources, strides)
-    return _dumped(gm, example_inputs, compiled)
-
-
-def _dumped(gm, example_inputs, compiled):
-    """With KILN_DEBUG_DIR: the graph's files, run.py and report line (kiln/tools/debug_dir.py)."""
-    if not config.debug_dir:
-        return compiled
-    from kiln.tools import debug_dir
-
-    return debug_dir.on_backend_graph(gm, example_inputs, compiled)
+    return CompiledGraph(call, wrapper_src, cpp_src, graph.fallback_ops, sources, strides)
 
 
 def compile_aten_graph(gm, example_inputs):
     """Compile an ATen-level FX graph (contract 2) into a callable returning its outputs."""
     try:
         compiled = _compile(gm, example_inputs)
-        if config.repro_after == "aot" and config.repro_level == "accuracy":
-            from kiln.tools.minifier import after_aot
-
-            after_aot(gm, example_inputs, compiled=compiled)
-        return compiled
+        return hooks.chain("backend_graph", compiled, gm, example_inputs)
     except Exception as e:
         from kiln.backend.graph import GraphNotSupported
 
-        if config.repro_after == "aot" and not isinstance(e, GraphNotSupported):
-            from kiln.tools.minifier import after_aot
-
-            after_aot(gm, example_inputs, error=e)
+        if not isinstance(e, GraphNotSupported):
+            hooks.fire("backend_error", gm, example_inputs, e)  # KILN_REPRO_AFTER=aot
         if isinstance(e, GraphNotSupported):
             logs.log("perf_hints", "kiln: graph runs eagerly: %s", e)
         else:

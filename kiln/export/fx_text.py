@@ -267,3 +267,20 @@ class _Reader:
 def graph_from_text(text):
     """The torch.fx.Graph that `graph_to_text` wrote (Note [FX text: parsing without running])."""
     return _Reader(text).read()
+
+
+def graph_module(text, constants=None):
+    """A GraphModule from FX text and its constants."""
+    root = torch.nn.Module()
+    for target, value in (constants or {}).items():
+        obj = root
+        *path, last = target.split(".")
+        for p in path:
+            if not hasattr(obj, p):
+                obj.add_module(p, torch.nn.Module())
+            obj = getattr(obj, p)
+        if isinstance(value, torch.nn.Parameter):
+            obj.register_parameter(last, value)
+        else:
+            obj.register_buffer(last, value)
+    return torch.fx.GraphModule(root, graph_from_text(text))

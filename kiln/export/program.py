@@ -26,15 +26,21 @@ checked, with each Dim's range, on every call. Non-tensor leaves were specialise
 frontend, so a call must pass the same value.
 """
 
+import ast
 import dataclasses
 import inspect
 import math
 
+import sympy
 import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from kiln import api
 from kiln.exc import KilnError
+from kiln.frontend import cache as frame_cache
+from kiln.frontend.guards import eval_sources
+from kiln.frontend.user_errors import hint_for
 
 
 class ExportError(KilnError):
@@ -161,9 +167,7 @@ class ExportedProgram:
 
     def compile(self, backend="kiln"):
         """A callable running the graph compiled by `backend` (a name or a callable)."""
-        from kiln.api import lookup_backend
-
-        fn = lookup_backend(backend)
+        fn = api.lookup_backend(backend)
         compiled = {}
 
         def run(*args, **kwargs):
@@ -235,8 +239,6 @@ class ExportedModule(torch.nn.Module):
 # --- guards as safe text ----------------------------------------------------------------------
 def eval_guard(text, values):
     """Evaluate a guard over Dim values; only arithmetic, comparisons and Mod/Eq/... calls."""
-    import ast
-
     funcs = {
         "Mod": lambda a, b: a % b,
         "FloorDiv": lambda a, b: a // b,
@@ -333,8 +335,6 @@ def _bind_names(fn, args, kwargs):
 
 def _mark_dims(fn, args, kwargs, dynamic_shapes):
     """Mark the dims dynamic_shapes names; returns {(id(tensor), dim): Dim}."""
-    from kiln.api import mark_dynamic
-
     if dynamic_shapes is None:
         return {}
     if isinstance(dynamic_shapes, dict):
@@ -360,7 +360,7 @@ def _mark_dims(fn, args, kwargs, dynamic_shapes):
                     raise ExportError(
                         f"Dim {dim.name}: min must be >= 2 (sizes 0 and 1 specialise)"
                     )
-                mark_dynamic(value, d)
+                api.mark_dynamic(value, d)
                 marks[(id(value), d)] = dim
         elif isinstance(value, list | tuple):
             for v, s in zip(value, spec):
@@ -375,8 +375,6 @@ def _mark_dims(fn, args, kwargs, dynamic_shapes):
 
 
 def _format_breaks(breaks):
-    from kiln.tools.errors import hint_for
-
     lines = [f"cannot export as one graph: {len(breaks)} graph break(s)"]
     for i, b in enumerate(breaks):
         lines.append(f"  {i + 1}. {b.reason}\n     at {b.user_location}")
@@ -388,9 +386,6 @@ def _format_breaks(breaks):
 
 def export(fn, args, kwargs=None, dynamic_shapes=None):
     """Capture fn(*args, **kwargs) as one graph (Note [Export: capture])."""
-    import kiln
-    from kiln.frontend import cache as frame_cache
-
     kwargs = dict(kwargs or {})
     args = tuple(args)
     module = fn if isinstance(fn, torch.nn.Module) else None
@@ -407,7 +402,7 @@ def export(fn, args, kwargs=None, dynamic_shapes=None):
     cap = _Capture()
     cap.call_args = (fn, *args) if module is not None else args
     cap.call_kwargs = kwargs
-    compiled = kiln.compile(fn, backend=cap.backend, dynamic=None if marks else False)
+    compiled = api.compile(fn, backend=cap.backend, dynamic=None if marks else False)
     frame_cache._recorders.append(cap)
     try:
         result = compiled(*args, **kwargs)
@@ -526,10 +521,6 @@ def _input_specs(flat, marks, cap):
 
 def _dim_guards(env, flat, marks, cap):
     """The environment's facts over Dim names (Note [Export: symbolic dims])."""
-    import sympy
-
-    from kiln.frontend.guards import eval_sources
-
     guard = cap.entries[0].guard
     bases = {}
     for sym, source in env.var_to_source.items():

@@ -23,13 +23,19 @@ with the member at fault instead of running something else. Nothing in the file 
 import hashlib
 import io
 import json
+import os
+import tempfile
 import zipfile
+from importlib.metadata import version
 
 import torch
 from torch.utils import _pytree as pytree
 
+from kiln import config
+from kiln.backend import codecache
 from kiln.exc import KilnError
-from kiln.export.fx_text import FormatError, graph_to_text
+from kiln.export.fx_text import FormatError, graph_module, graph_to_text
+from kiln.export.program import ExportedProgram, TensorMeta
 
 FORMAT_VERSION = 1
 ROOT = "kiln_program/"
@@ -41,8 +47,6 @@ class LoadError(KilnError):
 
 def kiln_version():
     try:
-        from importlib.metadata import version
-
         return version("torch-kiln")
     except Exception:
         return "0+unknown"
@@ -55,11 +59,6 @@ def _tensor_bytes(t):
 
 def _package(program):
     """{member: bytes} of kiln's code cache after compiling the program at the export's sizes."""
-    import os
-    import tempfile
-
-    from kiln import config
-
     saved = config.cache_dir
     with tempfile.TemporaryDirectory(prefix="kiln-package-") as tmp:
         config.cache_dir = tmp
@@ -81,11 +80,6 @@ def _package(program):
 
 def _unpack(data):
     """Copy a package's cache files into config.cache_dir (files already there are kept)."""
-    import os
-    import tempfile
-
-    from kiln import config
-
     for member, blob in data.items():
         if not member.startswith("package/"):
             continue
@@ -102,8 +96,6 @@ def _unpack(data):
 def save(program, path, package=False):
     """Write an ExportedProgram to `path` (Note [Export: file format]); `package=True` also
     stores the compiled kernels for this host."""
-    from kiln.export.program import TensorMeta
-
     members = {}
     if package:
         members.update(_package(program))
@@ -152,9 +144,6 @@ def save(program, path, package=False):
 
 
 def _host():
-    from kiln import config
-    from kiln.backend import codecache
-
     return dict(cpu=codecache._cpu_id(), compiler=codecache._compiler_id(config.cpp_compiler))
 
 
@@ -174,9 +163,6 @@ def _read(z, member):
 
 def load(path, allow_version_mismatch=False):
     """Read a file kiln.save wrote; returns the ExportedProgram (Note [Export: file format])."""
-    from kiln.export.program import ExportedProgram, TensorMeta
-    from kiln.tools.repro import graph_module
-
     try:
         z = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as e:

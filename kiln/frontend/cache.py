@@ -14,7 +14,7 @@ import weakref
 import torch
 import torch.fx
 
-from kiln import config, logs
+from kiln import config, hooks, logs
 from kiln.exc import CompiledAutogradCall, Unsupported
 from kiln.frontend.codegen import NoBreakHere, transformed_code, transformed_code_at_break
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
@@ -22,6 +22,7 @@ from kiln.frontend.output_graph import OutputGraph
 from kiln.frontend.shapes import FrameShapes, changed_dims
 from kiln.frontend.source import LocalSource
 from kiln.frontend.translator import InstructionTranslator
+from kiln.frontend.user_errors import fullgraph_error, warn_graph_breaks
 
 _all_caches = weakref.WeakSet()
 _logged_breaks = set()  # (reason, user location) already printed on the graph_breaks channel
@@ -208,8 +209,6 @@ class FrameCache:
             if root.tree_breaks and not root.breaks_warned:
                 root.breaks_warned = True
                 if config.warn_graph_breaks and not logs.enabled("graph_breaks") and not _recorders:
-                    from kiln.tools.errors import warn_graph_breaks
-
                     warn_graph_breaks(root.fn, root.tree_breaks, root.module_root)
 
     def _miss(self, args, kwargs):
@@ -237,11 +236,11 @@ class FrameCache:
                 self.skip = True
                 return self.run_eager(args, kwargs)
             logs.counters["stats"]["recompiles"] += 1
-            if config.debug_dir:
-                from kiln.tools import debug_dir
-
+            if config.debug_dir:  # the report (kiln/tools/debug_dir.py) lists the failures
                 failures = [first_failure(e.guard, args, kwargs) for e in self.entry_info]
-                debug_dir.on_recompile(self.fn, [f"entry {i}: {f}" for i, f in enumerate(failures)])
+                hooks.fire(
+                    "recompile", self.fn, [f"entry {i}: {f}" for i, f in enumerate(failures)]
+                )
             if logs.enabled("recompiles"):
                 reasons = [
                     f"  entry {i}: {first_failure(e.guard, args, kwargs)}"
@@ -262,8 +261,6 @@ class FrameCache:
             entry = self.compile(args, kwargs)
         except Unsupported as e:
             if self.fullgraph:
-                from kiln.tools.errors import fullgraph_error
-
                 fullgraph_error(e, self.fn)  # adds the user's frames and a hint to e
                 raise
             self._record_break(e)
@@ -306,18 +303,12 @@ class FrameCache:
             logs.log("graph_breaks", "graph break in %s: %s", self.fn.__qualname__, record)
         for r in _recorders:
             r.on_break(record)
-        if config.debug_dir:
-            from kiln.tools import debug_dir
-
-            debug_dir.on_break(record)
+        hooks.fire("graph_break", record)
 
     def compile(self, args, kwargs):
         """Trace the frame for these arguments: guard function + transformed function."""
         fn = self.fn
-        if config.debug_dir:
-            from kiln.tools import debug_dir
-
-            debug_dir.on_frame_start(fn)
+        hooks.fire("frame_start", fn)
         dynamic, dynamic_ints = self.dynamic, False
         if self.module_root and isinstance(args[0], torch.fx.GraphModule):
             # Note [Shapes: size-generic graph modules]: a GraphModule made to serve many sizes
@@ -550,6 +541,4 @@ def dump_entry(debug_dir, fn, entry, index):
     dis.dis(entry.code, file=buf)
     with open(os.path.join(folder, "bytecode.txt"), "w") as f:
         f.write(buf.getvalue())
-    from kiln.tools import debug_dir
-
-    debug_dir.on_frame(fn, entry, index, folder)
+    hooks.fire("frame_compiled", fn, entry, index, folder)

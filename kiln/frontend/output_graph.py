@@ -6,7 +6,7 @@ import re
 import torch
 import torch.fx
 
-from kiln import config, logs
+from kiln import config, hooks, logs
 from kiln.exc import BackendCompilerFailed
 from kiln.frontend import shapes
 from kiln.frontend.guards import GuardKind, GuardSet, is_module_state
@@ -236,11 +236,7 @@ class OutputGraph:
         if logs.enabled("graph_code"):
             logs.log("graph_code", "graph %s of %s:\n%s", name, self.root_fn.__qualname__, gm.code)
         self.gm = gm
-        backend = self.backend
-        if config.repro_after == "backend":  # kiln/tools/minifier.py
-            from kiln.tools.minifier import backend_with_repro
-
-            backend = backend_with_repro(backend, self.backend_name)
+        backend = hooks.chain("backend", self.backend, self.backend_name)  # KILN_REPRO_AFTER
         try:
             compiled = backend(gm, example_inputs)
         except Exception as e:

@@ -22,7 +22,11 @@ import os
 import re
 import time
 
+import torch
+import torch.autograd.profiler as _profiler
+
 from kiln import config
+from kiln.tools.repro import current_settings, write_script
 
 PROFILED_CALLS = 3
 
@@ -107,8 +111,6 @@ def _kind(gm):
 
 def on_backend_graph(gm, example_inputs, compiled):
     """The code generator compiled gm: write its files and run.py; returns `compiled`."""
-    from kiln.tools.repro import current_settings, write_script
-
     REPORT.reset_for(config.debug_dir)
     gid = len(REPORT.graphs)
     kind = _kind(gm)
@@ -154,9 +156,6 @@ def on_backend_graph(gm, example_inputs, compiled):
 
 def _profiled(call, info):
     """Note [Debug dir: kernel times]."""
-    import torch
-    import torch.autograd.profiler as _profiler
-
     left = [PROFILED_CALLS]
 
     def run(*args):

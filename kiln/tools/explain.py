@@ -1,6 +1,7 @@
 """kiln.explain(fn)(*args): run once under capture and report graphs, ops, breaks and guards."""
 
 from kiln.frontend import cache as _cache
+from kiln.frontend.user_errors import hint_for
 
 
 class ExplainOutput:
@@ -49,8 +50,6 @@ class ExplainOutput:
             lines.extend("    " + line for line in self.graphs[i].code.strip().splitlines())
         if self.breaks:
             lines.append("Break reasons:")
-            from kiln.tools.errors import hint_for
-
             for i, b in enumerate(self.breaks):
                 lines.append(f"  {i + 1}. {b.reason}\n     at {b.user_location}")
                 hint = hint_for(b.reason)

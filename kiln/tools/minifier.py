@@ -28,7 +28,9 @@ from kiln import config, logs
 from kiln.export.fx_text import graph_to_text
 from kiln.tools.repro import (
     Repro,
+    _flat,
     check,
+    constants_of,
     current_settings,
     load_script,
     script_text,
@@ -74,8 +76,6 @@ def _fresh(example_inputs):
 
 def accuracy_failure(gm, compiled, example_inputs):
     """Why compiled(inputs) differs from gm(inputs) beyond the tolerance, or None."""
-    from kiln.tools.repro import _flat
-
     inputs = _fresh(example_inputs)
     clones = [
         x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
@@ -275,8 +275,6 @@ def minify(path, out=None, log=print):
     text = graph_to_text(gm)
     specs = [spec_of(x) for x in inputs]
     const_file = None
-    from kiln.tools.repro import constants_of
-
     consts = constants_of(gm)
     if consts:
         const_file = os.path.basename(out) + ".pt"

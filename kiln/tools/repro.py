@@ -19,13 +19,18 @@ from the eager graph's beyond the tolerance.
 
 import dataclasses
 import os
+import runpy
 import sys
 
 import torch
 import torch.fx
 
 from kiln import config
-from kiln.export.fx_text import graph_from_text, graph_to_text
+from kiln.api import lookup_backend
+from kiln.autograd.tracer import trace_aten
+from kiln.backend.compile import compile_aten_graph
+from kiln.export.fx_text import graph_module, graph_to_text
+from kiln.frontend.shapes import SymNode, from_torch
 
 SETTINGS = ("cpp_compiler", "cpp_flags", "conv_channels_last", "partitioner", "fallback_random")
 
@@ -59,8 +64,6 @@ class InputSpec:
 
 def _hint(s):
     if isinstance(s, torch.SymInt):
-        from kiln.frontend.shapes import SymNode, from_torch
-
         node = from_torch(s)
         return int(node.hint) if isinstance(node, SymNode) else int(s)
     return int(s)
@@ -93,23 +96,6 @@ def constants_of(gm):
                 v = getattr(v, p)
             out[n.target] = v.detach() if isinstance(v, torch.Tensor) else v
     return out
-
-
-def graph_module(text, constants=None):
-    """A GraphModule from FX text and its constants."""
-    root = torch.nn.Module()
-    for target, value in (constants or {}).items():
-        obj = root
-        *path, last = target.split(".")
-        for p in path:
-            if not hasattr(obj, p):
-                obj.add_module(p, torch.nn.Module())
-            obj = getattr(obj, p)
-        if isinstance(value, torch.nn.Parameter):
-            obj.register_parameter(last, value)
-        else:
-            obj.register_buffer(last, value)
-    return torch.fx.GraphModule(root, graph_from_text(text))
 
 
 def script_text(text, inputs, level, settings, const_file=None):
@@ -183,8 +169,6 @@ class Repro:
 
 def load_script(path):
     """The Repro of a script file (its module-level GRAPH, INPUTS, LEVEL, SETTINGS, CONSTANTS)."""
-    import runpy
-
     ns = runpy.run_path(path, run_name="kiln_repro")
     consts = {}
     if ns.get("CONSTANTS"):
@@ -212,13 +196,8 @@ def compile_at_level(gm, inputs, level, settings):
                 setattr(config, k, settings[k])
         config.raise_on_backend_error = True
         if level == "aot":
-            from kiln.autograd.tracer import trace_aten
-            from kiln.backend.compile import compile_aten_graph
-
             aten = trace_aten(gm, list(inputs))
             return compile_aten_graph(aten, list(inputs))
-        from kiln.api import lookup_backend
-
         return lookup_backend(settings.get("backend", "kiln"))(gm, list(inputs))
     finally:
         for k, v in saved.items():

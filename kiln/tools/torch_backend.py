@@ -24,6 +24,7 @@ import torch
 import torch.fx
 
 from kiln import config, logs
+from kiln.api import lookup_backend
 
 _DYNAMO_META = ("example_value", "val", "tensor_dict", "grapharg", "unbacked_bindings")
 
@@ -108,13 +109,11 @@ class PerScalarValue:
         self.get(examples)
 
     def get(self, args):
-        from kiln.backend.compile import kiln_backend
-
         key = tuple(args[i].item() for i in self.positions)
         fn = self.compiled.get(key)
         if fn is None:
             gm = _with_constants(self.gm, self.positions, key)
-            fn = self.compiled[key] = kiln_backend(gm, list(args))
+            fn = self.compiled[key] = lookup_backend("kiln")(gm, list(args))
         return fn
 
     def __call__(self, *args):
@@ -123,8 +122,7 @@ class PerScalarValue:
 
 def kiln(gm, example_inputs):
     """The `torch.compile` backend "kiln": kiln's AOT autograd and code generator."""
-    from kiln.backend.compile import kiln_backend
-
+    kiln_backend = lookup_backend("kiln")
     examples = [materialize(x) for x in example_inputs]
     clean = clean_graph(gm)
     try:

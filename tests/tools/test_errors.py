@@ -8,7 +8,7 @@ import torch
 import kiln
 from kiln import config, logs
 from kiln.exc import Unsupported
-from kiln.tools.errors import HINTS, hint_for
+from kiln.frontend.user_errors import HINTS, hint_for
 
 
 def _inner(x):

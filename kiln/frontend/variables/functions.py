@@ -6,6 +6,7 @@ import types
 from kiln import config
 from kiln.exc import unimplemented
 from kiln.frontend.source import AttrSource, GetItemSource
+from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -261,8 +262,6 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
     if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         unimplemented(f"calling coroutine function {fn.__qualname__}")
     if _marker(fn, "_kiln_disabled") or is_torch_disabled(fn):
-        from kiln.tools.errors import disabled_by
-
         unimplemented(f"call to {fn.__qualname__}, kept out of compilation by {disabled_by(fn)}")
     local_vars = bind_args(tx, fn, args, kwargs, fn_source, defaults, kwdefaults)
     if closure is None:

@@ -1,6 +1,7 @@
 """Small families: NULL, bound methods of tensors and constants, modules, kiln's own markers."""
 
 from kiln.exc import unimplemented
+from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, fold, is_literal
 
@@ -234,8 +235,6 @@ class DisabledFunctionVariable(VariableTracker):
         self.value = value
 
     def call_function(self, tx, args, kwargs):
-        from kiln.tools.errors import disabled_by
-
         name = getattr(self.value, "__qualname__", "?")
         unimplemented(f"call to {name}, kept out of compilation by {disabled_by(self.value)}")
 
