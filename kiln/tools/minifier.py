@@ -18,6 +18,7 @@ nodes) then removes whatever else can go. The inputs of the result are exactly w
 read.
 """
 
+import argparse
 import os
 import sys
 
@@ -292,8 +293,6 @@ def minify(path, out=None, log=print):
 
 def main(argv):
     """`python -m kiln minify repro.py [--out FILE]`."""
-    import argparse
-
     p = argparse.ArgumentParser(prog="kiln minify", description=__doc__.splitlines()[0])
     p.add_argument(
         "repro", help="a repro.py written under KILN_REPRO_AFTER (or a debug-dir run.py)"
