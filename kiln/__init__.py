@@ -1,11 +1,12 @@
 """kiln: a just-in-time compiler for PyTorch programs."""
 
+import importlib
+
 from kiln import config
 from kiln.api import (
     OptimizedModule,
     compile,
     disable,
-    explain,
     graph_break,
     list_backends,
     lookup_backend,
@@ -16,6 +17,7 @@ from kiln.api import (
 )
 from kiln.logs import counters
 from kiln.tools import hooks as _tool_hooks  # noqa: F401  (debug dir, minifier: kiln.hooks)
+from kiln.tools.explain import explain
 
 _LAZY_SUBMODULES = (
     "compiled_autograd",
@@ -31,13 +33,9 @@ _LAZY_SUBMODULES = (
 def __getattr__(name):
     """`kiln.compiled_autograd.enable(...)` etc. without importing every stage with kiln."""
     if name in _LAZY_SUBMODULES:
-        import importlib
-
         return importlib.import_module(f"kiln.{name}")
     if name in ("save", "load"):  # kiln.save(program, path) / kiln.load(path)
-        from kiln.export import serialize
-
-        return getattr(serialize, name)
+        return getattr(importlib.import_module("kiln.export.serialize"), name)
     raise AttributeError(f"module 'kiln' has no attribute {name!r}")
 
 

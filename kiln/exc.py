@@ -14,11 +14,32 @@ class Unsupported(KilnError):
         self.user_location = (
             user_location  # "file:line: source text" of the user's code, once known
         )
+        # Set while the translators unwind (the graph-break path reads them):
+        self.frames = []  # [(code, instruction index, line)] of the traced frames, innermost first
+        self.no_resume = False  # no resume function can continue after this break
+        self.break_state = None  # kiln.contracts.BreakState, set by the root translator
+        # Set under fullgraph=True by kiln.frontend.user_errors.fullgraph_error:
+        self.kiln_details = None  # the user's frames and a hint, printed after the message
+        self.kiln_trim = False  # the entry wrapper drops kiln's frames from the traceback
+
+    @property
+    def root_index(self):
+        """The instruction index of the break in the root frame (BreakState.index)."""
+        return None if self.break_state is None else self.break_state.index
+
+    @property
+    def root_stack(self):
+        """The root frame's stack at the break (BreakState.stack)."""
+        return None if self.break_state is None else self.break_state.stack
+
+    @property
+    def root_locals(self):
+        """The root frame's locals at the break (BreakState.locals)."""
+        return None if self.break_state is None else self.break_state.locals
 
     def __str__(self):
         text = f"{self.msg}\n  at {self.user_location}" if self.user_location else self.msg
-        details = getattr(self, "kiln_details", None)  # kiln.frontend.user_errors.fullgraph_error
-        return f"{text}\n{details}" if details else text
+        return f"{text}\n{self.kiln_details}" if self.kiln_details else text
 
 
 class CompiledAutogradCall(Unsupported):

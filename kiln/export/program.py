@@ -38,7 +38,7 @@ from torch.utils import _pytree as pytree
 
 from kiln import api
 from kiln.exc import KilnError
-from kiln.frontend import cache as frame_cache
+from kiln.frontend import frame_cache
 from kiln.frontend.guards import eval_sources
 from kiln.frontend.user_errors import hint_for
 

@@ -27,10 +27,10 @@ import torch.fx
 
 from kiln import config
 from kiln.api import lookup_backend
-from kiln.autograd.tracer import trace_aten
-from kiln.backend.compile import compile_aten_graph
+from kiln.autograd.aten_tracer import trace_aten
+from kiln.backend.compile_fx import compile_aten_graph
 from kiln.export.fx_text import graph_module, graph_to_text
-from kiln.frontend.shapes import SymNode, from_torch
+from kiln.symbolic.shape_env import SymNode, from_torch
 
 SETTINGS = ("cpp_compiler", "cpp_flags", "conv_channels_last", "partitioner", "fallback_random")
 

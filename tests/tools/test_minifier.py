@@ -10,7 +10,7 @@ import torch
 
 import kiln
 from kiln import config
-from kiln.autograd.tracer import trace_aten
+from kiln.autograd.aten_tracer import trace_aten
 from kiln.backend.lowering import LOWERINGS
 from kiln.tools import repro as R
 from kiln.tools.minifier import minify
