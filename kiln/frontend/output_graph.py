@@ -6,7 +6,7 @@ import re
 import torch
 import torch.fx
 
-from kiln import config, logs
+from kiln import config, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import BackendCompilerFailed
 from kiln.frontend.frame_shapes import FrameShapes
@@ -230,8 +230,10 @@ class OutputGraph:
         if logs.enabled("graph_code"):
             logs.log("graph_code", "graph %s of %s:\n%s", name, self.root_fn.__qualname__, gm.code)
         self.gm = gm
+        settings = self.settings
+        backend = hooks.chain("backend", settings.backend, settings.backend_name)  # REPRO_AFTER
         try:
-            compiled = self.settings.backend(gm, example_inputs)
+            compiled = backend(gm, example_inputs)
         except Exception as e:
             if config.raise_on_backend_error:
                 raise BackendCompilerFailed(self.settings.backend_name, e) from e
