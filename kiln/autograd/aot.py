@@ -20,7 +20,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from kiln import config, logs
+from kiln import amp, config, logs
 from kiln.autograd.aot_runtime import (
     CompiledFunction,
     _finish,
@@ -202,7 +202,7 @@ def _trace(fn, inputs, decompositions, *, joint, examples=None):
         for i, (x, e) in enumerate(zip(inputs, examples))
     ]
     grad = torch.enable_grad() if joint else torch.no_grad()
-    with grad, tracer.tracing():
+    with grad, tracer.tracing(), amp.restore_after():
         seen = [
             _AsNonLeaf.apply(p) if joint and _non_leaf(x) else p for p, x in zip(primals, inputs)
         ]

@@ -41,6 +41,7 @@ from types import ModuleType
 
 import torch
 
+from kiln import amp
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.variables.base import next_serial
 from kiln.frontend.variables.constant import ConstantVariable
@@ -385,6 +386,7 @@ class BlockStackMixin:
             "serial": next_serial(),
             "resume_here": resume_here,  # resume at it (a try block), or run it (BEFORE_WITH)
             "grad_mode": torch.is_grad_enabled(),
+            "autocast": amp.snapshot(),
             "index": self.current_inst.index,
             "stack": list(self.stack_before),
             "locals": self.locals_before,
@@ -407,6 +409,7 @@ class BlockStackMixin:
 
         undo_iterators()
         torch._C._set_grad_enabled(state["grad_mode"])  # (the graph is cut back to it)
+        amp.restore(state["autocast"])
         for it, index in state["iterators"]:
             it.index = index
         for v in state["stack"]:

@@ -14,7 +14,7 @@ import weakref
 import torch
 import torch.fx
 
-from kiln import config, logs
+from kiln import amp, config, logs
 from kiln.exc import CompiledAutogradCall, Unsupported
 from kiln.frontend.codegen import NoBreakHere, transformed_code, transformed_code_at_break
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
@@ -297,7 +297,7 @@ class FrameCache:
             output.uses_modules = True
             self._check_module_hooks(args[0])
         tx = InstructionTranslator(output, fn, args, kwargs)
-        grad_mode = torch.is_grad_enabled()
+        grad_mode, autocast_state = torch.is_grad_enabled(), amp.snapshot()
         try:
             tx.run()
         except Unsupported as e:
@@ -317,6 +317,7 @@ class FrameCache:
             new_code = transformed_code(output, fn.__code__, tx.return_value)
         finally:
             torch._C._set_grad_enabled(grad_mode)
+            amp.restore(autocast_state)  # a traced `with torch.autocast()` may be open
         if output.uses_modules:
             output.guards.add(GuardKind.GLOBAL_STATE, None, True)
         if output.has_symbols():

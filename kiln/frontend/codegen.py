@@ -393,8 +393,11 @@ def _real_ops(output):
     """Whether the graph holds an op other than grad-mode switches."""
     import torch
 
+    from kiln.amp import STATE_NODES
+
+    switches = (torch._C._set_grad_enabled, *STATE_NODES)
     return any(
-        n.op in ("call_function", "call_method") and n.target is not torch._C._set_grad_enabled
+        n.op in ("call_function", "call_method") and n.target not in switches
         for n in output.graph.nodes
     )
 

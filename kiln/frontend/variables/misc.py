@@ -408,6 +408,14 @@ def context_manager(tx, cm):
         return NullContextVariable(result)
     if isinstance(cm, (GradModeVariable, NullContextVariable, SuppressVariable)):
         return cm
+    from kiln.frontend.variables import autocast
+
+    if isinstance(cm, autocast.AutocastVariable):
+        return cm
+    if isinstance(cm, UserDefinedObjectVariable) and isinstance(
+        cm.value, autocast.AUTOCAST_CLASSES
+    ):
+        return autocast.guarded_autocast(tx, cm)
     if isinstance(cm, GeneratorContextVariable):
         return cm
     if isinstance(cm, (NewObjectVariable, UserDefinedObjectVariable)):

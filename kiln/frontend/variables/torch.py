@@ -54,6 +54,12 @@ _BANNED = {
 }
 
 
+def _autocast():
+    from kiln.frontend.variables import autocast
+
+    return autocast
+
+
 def _device_of(value):
     try:
         return torch.device(value)
@@ -356,6 +362,8 @@ class TorchVariable(PythonValueVariable):
 
                     return ConstantObjectVariable(value)
                 return ConstantVariable(value)
+            if issubclass(fn, _autocast().AUTOCAST_CLASSES):
+                return _autocast().make_autocast(tx, fn, args, kwargs)
             if fn in (torch.no_grad, torch.enable_grad) and not args and not kwargs:
                 from kiln.frontend.variables.misc import GradModeVariable
 
@@ -384,6 +392,9 @@ class TorchVariable(PythonValueVariable):
             answer = _has_torch_function(tx, args)
             if answer is not None:
                 return ConstantVariable(answer)  # code asking "am I being compiled?" is, here
+        if fn in _autocast().STATE_QUERIES and all(a.is_python_constant() for a in args):
+            # Note [Autocast: traced under its state]: the trace-time state is the frame's
+            return ConstantVariable(fn(*[a.as_python_constant() for a in args]))
         folded = _FOLDED.get((getattr(fn, "__module__", None), getattr(fn, "__name__", None)))
         if folded is not None and not args and not kwargs:
             return ConstantVariable(folded)
