@@ -117,7 +117,25 @@ def _graph_call(output, body):
             source.reconstruct(call)
         call.extend(emit.call(len(input_sources)))
         call.extend(emit.store_fast(GRAPH_OUT))
+    _end_grad_mode(output, call)
     return call.instrs
+
+
+def _end_grad_mode(output, call):
+    """A graph whose grad-mode switches leave a mode other than the frame's (a plain
+    `torch.set_grad_enabled(b)` call) sets it after the graph: compiled graphs hold no switch."""
+    import torch
+
+    switches = [
+        n.args[0]
+        for n in output.graph.nodes
+        if n.op == "call_function" and n.target is torch._C._set_grad_enabled
+    ]
+    if switches:  # each sets the mode outright: the last one is where the graph ends
+        call.load_object(torch._C._set_grad_enabled, push_null=True)
+        call.load_object(switches[-1])
+        call.extend(emit.call(1))
+        call.extend(emit.pop_top())
 
 
 def transformed_code(output, code, return_var):

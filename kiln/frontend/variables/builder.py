@@ -49,8 +49,8 @@ def _is_torch_callable(value):
         return False  # a user function decorated by torch (@torch.no_grad() ...): not an op
     if isinstance(value, types.FunctionType):
         mod = value.__module__ or ""
-        if mod.startswith("torch.testing") or not _importable(value):
-            return False  # a lambda or local helper (torch's test lambdas): traced like user code
+        if _in_traced_module(mod) or not _importable(value):
+            return False  # a lambda or local helper, torch.optim's code: traced like user code
     elif isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         self_ = getattr(value, "__self__", None)
         if self_ is not None and not isinstance(self_, types.ModuleType):
@@ -60,6 +60,8 @@ def _is_torch_callable(value):
         mod = "torch._ops"  # torch.ops.aten.add.Tensor, packets, namespaces
     elif isinstance(value, type):
         mod = value.__module__ or ""  # torch classes: torch.Size, torch.no_grad ...
+        if _in_traced_module(mod):
+            return False  # torch.optim.Optimizer ...: a class whose methods are traced
     else:
         return False
     return mod == "torch" or mod.startswith("torch.")
@@ -74,10 +76,14 @@ def _importable(fn):
     return obj is fn or getattr(mod, fn.__name__, None) is fn
 
 
+def _in_traced_module(mod):
+    return any(mod == m or mod.startswith(m + ".") for m in config.traced_modules)
+
+
 def _is_skipped_function(value):
     mod = getattr(value, "__module__", None) or ""
-    if mod.startswith("torch.testing"):
-        return False  # torch's test helpers are user-level code: traced
+    if _in_traced_module(mod):
+        return False  # torch's test helpers, optimizers: traced (config.traced_modules)
     return any(mod == m or mod.startswith(m + ".") for m in config.skip_modules)
 
 
@@ -88,6 +94,10 @@ def _kiln_special(value):
 
     if value is api.graph_break:
         return GraphBreakVariable()
+    from kiln.frontend.variables import optim
+
+    if optim.is_dynamo_graph_break(value):
+        return optim.DynamoHintVariable()
     from kiln.frontend.variables.checkpoint import checkpoint_function
 
     checkpoint = checkpoint_function(value)  # (a function torch keeps out of compilers)

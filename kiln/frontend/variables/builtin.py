@@ -605,7 +605,20 @@ def getitem(tx, obj, index):
 
     if isinstance(obj, TensorVariable):
         return call_tensor_op(tx, "call_function", operator.getitem, [obj, index], {})
+    if isinstance(obj, BuiltinVariable) and isinstance(obj.fn, type):
+        # `list[Tensor]` (a type annotation, e.g. for typing.cast): a constant generic alias
+        arg = index.as_python_constant() if index.is_python_constant() else None
+        arg = getattr(index, "value", None) if arg is None else arg
+        if isinstance(arg, type):
+            from kiln.frontend.variables.misc import ConstantObjectVariable
+
+            return ConstantObjectVariable(obj.fn[arg])
     if isinstance(index, TensorVariable):
+        from kiln.frontend.variables.optim import tensor_keyed_item
+
+        item = tensor_keyed_item(tx, obj, index)
+        if item is not None:
+            return item
         unimplemented("indexing a Python container with a tensor")
     return obj.call_method(tx, "__getitem__", [index], {})
 

@@ -277,9 +277,13 @@ class GradModeVariable(VariableTracker):
     def python_type(self):
         return self.cls
 
+    applied = False  # torch.set_grad_enabled(b): switched when made, entering does nothing
+
     def enter(self, tx):
         import torch
 
+        if self.applied:
+            return ConstantVariable(None)
         self.prev = torch.is_grad_enabled()
         _set_grad(tx, self.mode)
         return ConstantVariable(None)
@@ -409,7 +413,10 @@ def context_manager(tx, cm):
     if isinstance(cm, (GradModeVariable, NullContextVariable, SuppressVariable)):
         return cm
     from kiln.frontend.variables import autocast
+    from kiln.frontend.variables.optim import ProfilerRangeVariable
 
+    if isinstance(cm, ProfilerRangeVariable):
+        return cm
     if isinstance(cm, autocast.AutocastVariable):
         return cm
     if isinstance(cm, UserDefinedObjectVariable) and isinstance(

@@ -132,6 +132,10 @@ class TensorVariable(VariableTracker):
             return call_tensor_op(
                 tx, "call_function", getattr, [self, ConstantVariable(name)], {}, what=name
             )
+        if name == "grad" and self.source is not None:
+            from kiln.frontend.variables.optim import read_grad
+
+            return read_grad(tx, self)
         if name in ("grad", "data", "grad_fn", "_version", "storage"):
             unimplemented(f"Tensor.{name} inside the compiled frame")
         if callable(getattr(torch.Tensor, name, None)):
@@ -183,6 +187,10 @@ class TensorVariable(VariableTracker):
             from kiln.frontend.variables.tensor_hooks import register_hook
 
             return register_hook(tx, self, args, kwargs)
+        if name in _optim().METHOD_REWRITES:  # Note [Optimizers: scalar tensors as op scalars]
+            done = _optim().rewrite_method(tx, self, name, args, kwargs)
+            if done is not None:
+                return done
         if name in _BREAKING_METHODS:
             unimplemented(_BREAKING_METHODS[name])
         if name in ("size", "stride") or name in _META_METHODS:
@@ -237,3 +245,9 @@ class TensorVariable(VariableTracker):
         return (
             f"TensorVariable({self.proxy.name}, {tuple(self.example.shape)}, {self.example.dtype})"
         )
+
+
+def _optim():
+    from kiln.frontend.variables import optim
+
+    return optim

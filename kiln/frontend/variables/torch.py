@@ -60,6 +60,12 @@ def _autocast():
     return autocast
 
 
+def _optim():
+    from kiln.frontend.variables import optim
+
+    return optim
+
+
 def _device_of(value):
     try:
         return torch.device(value)
@@ -341,6 +347,10 @@ class TorchVariable(PythonValueVariable):
 
     def call_function(self, tx, args, kwargs):
         fn = self.value
+        if fn in _optim().FOREACH_REWRITES:  # Note [Optimizers: scalar tensors as op scalars]
+            done = _optim().rewrite_foreach(tx, fn, args, kwargs)
+            if done is not None:
+                return done
         if fn in _BANNED:
             unimplemented(f"torch.{getattr(fn, '__name__', fn)} changes or reads global state")
         if isinstance(fn, type):
@@ -362,6 +372,8 @@ class TorchVariable(PythonValueVariable):
 
                     return ConstantObjectVariable(value)
                 return ConstantVariable(value)
+            if _optim().is_record_function(fn):
+                return _optim().ProfilerRangeVariable(fn)
             if issubclass(fn, _autocast().AUTOCAST_CLASSES):
                 return _autocast().make_autocast(tx, fn, args, kwargs)
             if fn in (torch.no_grad, torch.enable_grad) and not args and not kwargs:
@@ -371,7 +383,11 @@ class TorchVariable(PythonValueVariable):
             if fn is torch.set_grad_enabled and len(args) == 1 and args[0].is_python_constant():
                 from kiln.frontend.variables.misc import GradModeVariable
 
-                return GradModeVariable(bool(args[0].as_python_constant()), fn)
+                # set_grad_enabled(b) switches the mode when called (`with` only restores it)
+                var = GradModeVariable(bool(args[0].as_python_constant()), fn)
+                var.enter(tx)
+                var.applied = True
+                return var
             if issubclass(fn, torch.nn.Module):
                 from kiln.frontend.variables.nn_module import build_module, buildable_module
 
@@ -395,6 +411,8 @@ class TorchVariable(PythonValueVariable):
         if fn in _autocast().STATE_QUERIES and all(a.is_python_constant() for a in args):
             # Note [Autocast: traced under its state]: the trace-time state is the frame's
             return ConstantVariable(fn(*[a.as_python_constant() for a in args]))
+        if fn in _optim().FOLDED_QUERIES and not args and not kwargs:
+            return ConstantVariable(_optim().fold_query(fn))
         folded = _FOLDED.get((getattr(fn, "__module__", None), getattr(fn, "__name__", None)))
         if folded is not None and not args and not kwargs:
             return ConstantVariable(folded)
