@@ -9,6 +9,7 @@ import itertools
 import operator
 import sys
 import types
+import weakref
 
 import torch
 
@@ -201,6 +202,11 @@ _MUTABLE = (list, dict, collections.OrderedDict, collections.deque)
 
 def _wrap(tx, value, source):
     guards = tx.output.guards
+    if type(value) is weakref.ReferenceType:  # Note [Optimizers: weak references]
+        from kiln.frontend.variables.optim import WeakRefVariable
+
+        guards.add(GuardKind.TYPE_MATCH, source, weakref.ReferenceType)
+        return WeakRefVariable(value, source=source)
     if type(value) in (tuple, list):
         guards.add(GuardKind.LIST_LENGTH, source, (type(value), len(value)))
         items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]

@@ -230,3 +230,51 @@ def rewrite_method(tx, tensor, name, args, kwargs):
     if name.endswith("_"):
         return tensor.call_method(tx, "add_", [term], {})
     return _torch_call(tx, torch.add, [tensor, term])
+
+
+# Note [Optimizers: weak references]
+# An LR scheduler wraps `opt.step` in a function that reaches the optimizer through a
+# `weakref.ref` (lr_scheduler.patch_track_step_called). Calling a weak reference reached from a
+# source gives its referent, wrapped from the source `<ref>()`: the guard calls the reference
+# again, so a dead referent (None) or another object fails it like any changed value.
+
+
+@dataclasses.dataclass(frozen=True)
+class CallSource(Source):
+    """`base()` of a callable whose call has no effects (a weak reference)."""
+
+    source: Source
+
+    def name(self):
+        return f"{self.source.name()}()"
+
+    def reconstruct(self, cg):
+        load = type(cg)(cg.output)
+        self.source.reconstruct(load)
+        cg.extend(emit.with_null(load.instrs))
+        cg.extend(emit.call(0))
+
+    def base(self):
+        return self.source.base()
+
+
+class WeakRefVariable(VariableTracker):
+    """A `weakref.ref` reached from a source (Note [Optimizers: weak references])."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def call_function(self, tx, args, kwargs):
+        from kiln.exc import unimplemented
+        from kiln.frontend.variables.builder import wrap_value
+
+        if args or kwargs:
+            unimplemented("a weak reference called with arguments")
+        return wrap_value(tx, self.value(), CallSource(self.source))
+
+    def reconstruct(self, cg):
+        self.source.reconstruct(cg)
