@@ -9,7 +9,7 @@ from frontend_helpers import CountingBackend
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import kiln
-from kiln.autograd.tracer import trace_aten
+from kiln.autograd.aten_tracer import trace_aten
 
 BACKENDS = ["eager", "aot_eager", "kiln"]
 TOL = {torch.bfloat16: dict(rtol=2e-2, atol=2e-2), torch.float16: dict(rtol=1e-2, atol=1e-2)}

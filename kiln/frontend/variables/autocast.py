@@ -14,15 +14,18 @@ it would drift, tracing under it cannot. The backward is traced after the forwar
 so it runs without autocast, as eager's `loss.backward()` outside the region does; the casts'
 backward formulas cast the gradients back. With backend "eager" the nodes simply run in Python.
 The ATen-level graphs never contain enter/exit nodes (they are not ATen ops). Tracing that fails
-half-way must not leave the state switched: callers restore it (kiln.amp.restore_after()).
+half-way must not leave the state switched: callers restore it (kiln.symbolic.autocast_state.restore_after()).
 """
 
 import torch
 
-from kiln.amp import enter_autocast, exit_autocast, state_of
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.symbolic.autocast_state import enter_autocast, exit_autocast, state_of
 
 # torch's autocast classes (the deprecated per-device ones are subclasses of torch.autocast)
 AUTOCAST_CLASSES = (torch.amp.autocast_mode.autocast,)
@@ -95,8 +98,6 @@ class AutocastVariable(VariableTracker):
 
     def load_fresh(self, cg):
         """A new manager with the same settings (Note [Graph breaks: with blocks])."""
-        from kiln.bytecode import emit
-
         cg.load_object(torch.autocast, push_null=True)
         for v in (self.device, self.dtype, self.enabled, self.cache):
             cg.load_object(v)
@@ -116,9 +117,6 @@ class AutocastVariable(VariableTracker):
 def guarded_autocast(tx, cm):
     """A torch.autocast object passed in (a resume function re-entering its with block): its
     settings are read now and guarded."""
-    from kiln.frontend.guards import GuardKind
-    from kiln.frontend.source import AttrSource
-
     v = cm.value
     for attr in ("device", "fast_dtype", "_enabled", "_cache_enabled"):
         tx.output.guards.add(

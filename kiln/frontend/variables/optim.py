@@ -18,13 +18,20 @@ are; the ATen tracer and the code generator handle their list results
 """
 
 import collections
+import contextlib
 import dataclasses
 import sys
 
+import torch
+import torch.autograd.profiler as profiler
+from torch.utils import _foreach_utils
+
 from kiln.bytecode import emit
-from kiln.frontend.source import Source
-from kiln.frontend.variables.base import VariableTracker
+from kiln.exc import unimplemented
+from kiln.frontend.source import AttrSource, Source
+from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.lists import ListVariable
 
 
 def is_dynamo_graph_break(value):
@@ -34,7 +41,6 @@ def is_dynamo_graph_break(value):
 
 
 def is_record_function(value):
-    import torch.autograd.profiler as profiler
 
     return isinstance(value, type) and issubclass(value, profiler.record_function)
 
@@ -64,10 +70,6 @@ class ProfilerRangeVariable(VariableTracker):
 
     def load_fresh(self, cg):
         """A null context in its place (a resume function re-enters it)."""
-        import contextlib
-
-        from kiln.bytecode import emit
-
         cg.load_object(contextlib.nullcontext, push_null=True)
         cg.extend(emit.call(0))
 
@@ -105,8 +107,6 @@ class TensorKeyItemSource(Source):
 
 def tensor_keyed_item(tx, obj, index):
     """`obj[index]` for a real dict reached from a source and a tensor graph input, else None."""
-    from kiln.frontend.variables.builder import wrap_value
-
     real = getattr(obj, "value", None)
     if not isinstance(real, dict) or obj.source is None or index.source is None:
         return None
@@ -123,12 +123,6 @@ def tensor_keyed_item(tx, obj, index):
 def read_grad(tx, tensor):
     """`p.grad` of a tensor input: the real `.grad` from its own source (None or an input), as
     long as no backward ran in the graph so far (its value would be the one before)."""
-    import torch
-
-    from kiln.exc import unimplemented
-    from kiln.frontend.source import AttrSource
-    from kiln.frontend.variables.builder import wrap_value
-
     real = next((v for _, v, n in tx.output.graph_inputs if n is tensor.proxy), None)
     if real is None or tensor.source is None:
         unimplemented("Tensor.grad of a tensor made inside the compiled frame")
@@ -140,9 +134,6 @@ def read_grad(tx, tensor):
 
 
 def _queries():
-    import torch
-    from torch.utils import _foreach_utils
-
     return {
         # the default dtype is read unguarded, as every factory call traced today reads it
         torch.get_default_dtype,
@@ -170,8 +161,6 @@ def fold_query(fn):
 
 
 def _rewrites():
-    import torch
-
     return {
         torch._foreach_addcdiv_: (torch.div, True),
         torch._foreach_addcmul_: (torch.mul, True),
@@ -184,52 +173,37 @@ FOREACH_REWRITES = _rewrites()
 METHOD_REWRITES = {"addcdiv_": "div", "addcmul_": "mul", "addcdiv": "div", "addcmul": "mul"}
 
 
-def _torch_call(tx, fn, args, kwargs=None):
-    from kiln.frontend.variables.torch import TorchVariable
-
-    return TorchVariable(fn).call_function(tx, list(args), kwargs or {})
-
-
-def rewrite_foreach(tx, fn, args, kwargs):
+def rewrite_foreach(tx, fn, args, kwargs, call, tensor_cls):
     """`_foreach_addc{div,mul}[_](self, t1, t2, scalars_tensor)`, else None."""
-    import torch
-
-    from kiln.frontend.variables.lists import ListVariable
-    from kiln.frontend.variables.tensor import TensorVariable
-
     scalars = args[3] if len(args) == 4 else kwargs.get("scalars")
-    if not isinstance(scalars, TensorVariable) or len(args) < 3:
+    if not isinstance(scalars, tensor_cls) or len(args) < 3:
         return None
     op, inplace = FOREACH_REWRITES[fn]
     selfs, t1s, t2s = (a.unpack_var_sequence(tx) for a in args[:3])
     values = [
-        _torch_call(tx, torch.select, [scalars, ConstantVariable(0), ConstantVariable(i)])
+        call(torch.select, [scalars, ConstantVariable(0), ConstantVariable(i)])
         for i in range(len(selfs))
     ]
     outs = []
     for s, a, b, v in zip(selfs, t1s, t2s, values):
-        term = _torch_call(tx, op, [_torch_call(tx, torch.mul, [a, v]), b])
+        term = call(op, [call(torch.mul, [a, v]), b])
         if inplace:
             s.call_method(tx, "add_", [term], {})
         else:
-            outs.append(_torch_call(tx, torch.add, [s, term]))
+            outs.append(call(torch.add, [s, term]))
     return ConstantVariable(None) if inplace else ListVariable(outs)
 
 
-def rewrite_method(tx, tensor, name, args, kwargs):
+def rewrite_method(tx, tensor, name, args, kwargs, call, tensor_cls):
     """`t.addc{div,mul}[_](t1, t2, value=scalar_tensor)`, else None."""
-    import torch
-
-    from kiln.frontend.variables.tensor import TensorVariable
-
     value = kwargs.get("value", args[2] if len(args) == 3 else None)
-    if not isinstance(value, TensorVariable) or len(args) < 2 or value.example.dim() != 0:
+    if not isinstance(value, tensor_cls) or len(args) < 2 or value.example.dim() != 0:
         return None
     op = getattr(torch, METHOD_REWRITES[name])
-    term = _torch_call(tx, op, [_torch_call(tx, torch.mul, [args[0], value]), args[1]])
+    term = call(op, [call(torch.mul, [args[0], value]), args[1]])
     if name.endswith("_"):
         return tensor.call_method(tx, "add_", [term], {})
-    return _torch_call(tx, torch.add, [tensor, term])
+    return call(torch.add, [tensor, term])
 
 
 # Note [Optimizers: weak references]
@@ -269,9 +243,6 @@ class WeakRefVariable(VariableTracker):
         return type(self.value)
 
     def call_function(self, tx, args, kwargs):
-        from kiln.exc import unimplemented
-        from kiln.frontend.variables.builder import wrap_value
-
         if args or kwargs:
             unimplemented("a weak reference called with arguments")
         return wrap_value(tx, self.value(), CallSource(self.source))
