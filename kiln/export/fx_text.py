@@ -38,6 +38,17 @@ _CONSTANTS = {
     "True": True,
     "False": False,
     "NoneType": type(None),
+    "Ellipsis": Ellipsis,
+}
+_AUGOPS = {
+    ast.Add: operator.iadd,
+    ast.Sub: operator.isub,
+    ast.Mult: operator.imul,
+    ast.Div: operator.itruediv,
+    ast.FloorDiv: operator.ifloordiv,
+    ast.Mod: operator.imod,
+    ast.BitAnd: operator.iand,
+    ast.BitOr: operator.ior,
 }
 _BUILTIN_CALLS = {"device": torch.device, "slice": slice}
 _BINOPS = {
@@ -251,6 +262,14 @@ class _Reader:
                     op, target, args, kwargs = self.call(name, stmt.value)
                     node = self.graph.create_node(op, target, args, kwargs, name=name)
                 self.env[name] = node
+            elif (
+                isinstance(stmt, ast.AugAssign)
+                and isinstance(stmt.target, ast.Name)
+                and type(stmt.op) in _AUGOPS
+            ):  # FX prints operator.iadd(a, b) as `a += b;  iadd = a`
+                args = (self.value(stmt.target), self.value(stmt.value))
+                node = self.graph.create_node("call_function", _AUGOPS[type(stmt.op)], args)
+                self.env[stmt.target.id] = node
             elif isinstance(stmt, ast.Return):
                 self.graph.output(self.value(stmt.value) if stmt.value is not None else None)
                 returned = True

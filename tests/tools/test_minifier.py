@@ -11,6 +11,7 @@ import torch
 import kiln
 from kiln import config
 from kiln.autograd.aten_tracer import trace_aten
+from kiln.backend import codecache
 from kiln.backend.lowering import LOWERINGS
 from kiln.tools import repro as R
 from kiln.tools.minifier import minify
@@ -46,8 +47,10 @@ def _break_atan(monkeypatch):
 def tmp_config(tmp_path, monkeypatch):
     monkeypatch.setattr(config, "cache_dir", str(tmp_path / "cache"))
     monkeypatch.setattr(config, "repro_dir", str(tmp_path))
+    codecache.clear_memory_cache()  # compiled graphs of other tests (their key has no lowering)
     kiln.reset()
     yield tmp_path
+    codecache.clear_memory_cache()
     kiln.reset()
 
 
