@@ -27,6 +27,7 @@ class PyCodegen:
         self.graph_outputs = []  # TensorVariables, in graph output order
         self._output_index = {}
         self._temps = {}  # id(mutable container) -> local holding the rebuilt object
+        self._pinned = {}  # id(variable) -> (local holding its value, the variable)
         self.class_temps = {}  # id(local class) -> local holding it, built again
         self.temp_names = []
         self.compile_callees = False  # rebuild user callables as kiln-compiled frames
@@ -48,7 +49,28 @@ class PyCodegen:
     def extend(self, instrs):
         self.instrs.extend(instrs)
 
+    def pin(self, var):
+        """Load `var` now into a temporary that every later reconstruction of it loads.
+
+        Note [Side effects: outputs read before the stores]
+        A value traced from a source (`old = self.a`, `res = xs.pop()` on an input list) is
+        rebuilt by reading that source. The replayed stores change what sources read
+        (`self.a = new`, `xs[:] = [...]`), so the values the transformed code returns or hands
+        to a resume function (return value, stack, live locals, cells) are read first, between
+        the side effects' two phases, and the stores run after them.
+        """
+        if id(var) in self._pinned:
+            return
+        self.reconstruct(var)
+        name = self.new_temp()
+        self.extend(emit.store_fast(name))
+        self._pinned[id(var)] = (name, var)
+
     def reconstruct(self, var):
+        pinned = self._pinned.get(id(var))
+        if pinned is not None:
+            self.extend(emit.load_fast(pinned[0]))
+            return
         if (
             isinstance(var, (ListVariable, ConstDictVariable, NewObjectVariable, SetVariable))
             and var.source is None
@@ -123,7 +145,7 @@ def _graph_call(output, body):
 def transformed_code(output, code, return_var):
     """The transformed code object of a frame that traced to `return return_var` in one graph."""
     body = PyCodegen(output)
-    output.side_effects.codegen(body)
+    output.side_effects.codegen(body, pin=[return_var])
     body.reconstruct(return_var)  # (a SizeVariable rebuilds torch.Size from its items)
     body.extend(emit.return_value())
     new_code = assemble(code, _graph_call(output, body) + body.instrs, body.temp_names)
@@ -249,7 +271,10 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     )
     body = PyCodegen(output, callee_factory)
     body.closure_callee = resume_factory  # a code with free variables: entry(fn, *args)
-    output.side_effects.codegen(body)
+    callee_slot = _callee_slot(inst, stack) if len(e.frames) > 1 else None
+    pin = [v for k, v in enumerate(stack) if k != callee_slot and k not in withs]
+    pin += [e.root_locals[n] for n in live] + [e.root_locals.get(n) for n in code.co_cellvars]
+    output.side_effects.codegen(body, pin=[v for v in pin if v is not None])
     for name in code.co_cellvars:
         # cell variables were traced symbolically: put their values in the real cells, which
         # the resume function shares
@@ -257,7 +282,6 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         if value is not None and not isinstance(value, DeletedVariable):
             body.reconstruct(value)
             body.extend(emit.store_deref(name))
-    callee_slot = _callee_slot(inst, stack) if len(e.frames) > 1 else None
 
     def rebuild(lo, hi):
         for k in range(lo, hi):

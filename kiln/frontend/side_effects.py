@@ -125,8 +125,9 @@ class SideEffects:
         self.log = dict(snap)
 
     # --- replay ---------------------------------------------------------------------------------
-    def codegen(self, cg):
-        """Emit the replay (after the graph call, before anything reads the state).
+    def codegen(self, cg, pin=()):
+        """Emit the replay (after the graph call, before anything reads the state); the values
+        in `pin` are read before the stores (Note [Side effects: outputs read before the stores]).
 
         Note [Side effects: replay order]
         Two phases. First every value to store, and every object stored into, is loaded into a
@@ -208,8 +209,29 @@ class SideEffects:
             else:  # cell
                 v = _to_temp(cg, lambda payload=payload: cg.reconstruct(payload))
                 stores.append(emit.load_fast(v) + emit.store_deref(key[1]))
+        if stores:
+            for var in pin:
+                if _reads_state(var):
+                    cg.pin(var)
         for code in stores:
             cg.extend(code)
+
+
+def _reads_state(var):
+    """Whether rebuilding `var` reads a source (directly or through the items it holds)."""
+    from kiln.frontend.variables.dicts import ConstDictVariable
+    from kiln.frontend.variables.lists import BaseListVariable
+    from kiln.frontend.variables.misc import NullVariable
+
+    if isinstance(var, NullVariable):
+        return False
+    if var.source is not None:
+        return True
+    if isinstance(var, BaseListVariable):
+        return any(_reads_state(v) for v in var.items)
+    if isinstance(var, ConstDictVariable):
+        return any(_reads_state(v) for v in var.items.values())
+    return False
 
 
 def _to_temp(cg, load):

@@ -1,10 +1,12 @@
 """Python builtins (len, isinstance, range, min ...) and operator-module functions."""
 
+import abc
 import builtins
 import functools
 import itertools
 import math
 import operator
+import types
 
 import torch
 
@@ -178,6 +180,11 @@ def contains(tx, container, item):
         return container.call_method(tx, "__contains__", [item], {})
     if isinstance(container, TensorVariable):
         unimplemented("`in` on a tensor reads tensor data")
+    if isinstance(container, ConstantVariable) and item.is_python_constant():
+        # the container's own __contains__: substring for str/bytes, membership otherwise
+        value = item.as_python_constant()
+        if _foldable(value):
+            return fold(operator.contains, container.value, value)
     from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 
     if isinstance(container, (UserDefinedObjectVariable, NewObjectVariable)):
@@ -199,9 +206,38 @@ def contains(tx, container, item):
 
 
 def isinstance_check(tx, obj, cls):
-    """isinstance(obj, cls) from the traced value's Python type."""
-    typ = obj.python_type()
-    return ConstantVariable(issubclass(typ, cls))
+    """isinstance(obj, cls) as Python answers it, metaclass __instancecheck__ included.
+
+    Note [Builtins: isinstance]
+    isinstance(obj, cls) calls type(cls).__instancecheck__. For `type`, ABCMeta and
+    nn.Parameter's metaclass that amounts to issubclass(type(obj), cls) (which itself runs any
+    metaclass __subclasscheck__), answered from the traced value's Python type. Any other
+    __instancecheck__ may look at the instance itself (torch.BoolStorage checks the storage's
+    dtype): it is run on the real object where the trace has one, otherwise a graph break.
+    """
+    classes = cls if isinstance(cls, tuple) else (cls,)
+    if all(_type_decides(c) for c in classes):
+        return ConstantVariable(issubclass(obj.python_type(), cls))
+    if obj.is_python_constant():
+        return fold(isinstance, obj.as_python_constant(), cls)
+    unimplemented(f"isinstance with {cls!r}, whose metaclass has its own __instancecheck__")
+
+
+def _type_decides(cls):
+    """Whether isinstance(obj, cls) depends only on type(obj) (Note [Builtins: isinstance])."""
+    if isinstance(cls, tuple):
+        return all(_type_decides(c) for c in cls)
+    if isinstance(cls, types.UnionType):  # `int | None`: each member
+        return all(_type_decides(c) for c in cls.__args__)
+    check = getattr(type(cls), "__instancecheck__", None)
+    return check in _TYPE_ONLY_CHECKS
+
+
+_TYPE_ONLY_CHECKS = {
+    type.__instancecheck__,
+    abc.ABCMeta.__instancecheck__,
+    type(torch.nn.Parameter).__instancecheck__,
+}
 
 
 class BuiltinVariable(VariableTracker):

@@ -202,6 +202,10 @@ class TensorVariable(VariableTracker):
             if name == "is_contiguous":
                 return ConstantVariable(self.example.is_contiguous(*cargs, **ckw))
             return ConstantVariable(_META_METHODS[name](self))
+        if name == "new":
+            from kiln.frontend.variables.tensor_new import tensor_new
+
+            return tensor_new(tx, self, args, kwargs)
         if name == "__len__":
             if self.example.dim() == 0:
                 unimplemented("len() of a 0-d tensor")

@@ -157,10 +157,32 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         if name in _METADATA_RESULTS and is_literal(result):
             return ConstantVariable(result)
         unimplemented(f"{what} returned a non-tensor value ({type(result).__name__})")
+    mutated = _mutated_input(result, args, meta_args, kwargs, meta_kwargs)
     if tx.output.fake_inputs or unpack.symbolic:
         result = _as_fakes(result, device)
     node = tx.output.create_node(kind, target, node_args, node_kwargs)
+    if mutated is not None:
+        return mutated  # Note [Tensors: in-place results]
     return wrap_tensor_result(tx, node, result, device)
+
+
+def _mutated_input(result, args, meta_args, kwargs, meta_kwargs):
+    """The traced tensor an in-place op returned (its own meta tensor came back), else None.
+
+    Note [Tensors: in-place results]
+    `x.add_(1)`, `torch.add(a, b, out=x)`, `x += 1` return the very tensor they mutated, so the
+    result must be the same TensorVariable (`y is x` holds, and a later `y` is `x`'s node). The
+    meta run tells which: an in-place op on meta tensors returns its meta argument itself.
+    """
+    from kiln.frontend.variables.tensor import TensorVariable
+
+    if not isinstance(result, torch.Tensor):
+        return None
+    pairs = [*zip(args, meta_args), *((kwargs[k], meta_kwargs[k]) for k in kwargs)]
+    for var, meta in pairs:
+        if isinstance(var, TensorVariable) and meta is result:
+            return var
+    return None
 
 
 def _as_fakes(result, device):
