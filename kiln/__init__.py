@@ -15,6 +15,9 @@ from kiln.api import (
     reset,
 )
 from kiln.logs import counters
+from kiln.node_hooks import install as _install_node_hooks
+
+_install_node_hooks()  # Note [Compiled autograd: hooks on nodes]
 
 _LAZY_SUBMODULES = ("compiled_autograd", "bytecode", "frontend", "autograd", "backend", "tools")
 

@@ -11,9 +11,10 @@ import types
 import torch
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables import sym, symfloat
+from kiln.frontend.variables import dict_views, sym, symfloat
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
+from kiln.frontend.variables.dict_views import DictViewVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import (
     BaseListVariable,
@@ -53,6 +54,10 @@ def binary_op(tx, fn, a, b):
         a, b = sym.as_sequence(a), sym.as_sequence(b)  # `(-1,) + x.shape[1:]`: item by item
     if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
         return fold(fn, a.value, b.value)
+    if isinstance(a, DictViewVariable) or isinstance(b, DictViewVariable):
+        result = dict_views.set_op(tx, fn, a, b) if fn in dict_views._SET_OPS else None
+        if result is not None:
+            return result
     if isinstance(a, SetVariable) and fn in _SET_OPS:
         result = a.call_method(tx, _SET_OPS[fn], [b], {})
         return a if _SET_OPS[fn].endswith("update") else result
@@ -126,6 +131,10 @@ def compare_vars(tx, fn, a, b):
             kind = GuardKind.ALIASING if same else GuardKind.DISTINCT
             tx.output.guards.add(kind, a.source, b.source)
         return ConstantVariable(same if fn is operator.is_ else not same)
+    if isinstance(a, DictViewVariable) or isinstance(b, DictViewVariable):
+        result = dict_views.compare(tx, fn, a, b)  # Note [Dicts: views]
+        if result is not None:
+            return result
     if sym.has_symbolic(a) or sym.has_symbolic(b):
         result = sym.compare(tx, fn, a, b)  # a fact on the sizes: a shape guard
         if result is not None:
