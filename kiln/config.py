@@ -14,7 +14,9 @@ skip_modules = (
     "networkx",
     "kiln",
 )  # frames from these are never captured
-suppress_errors = False  # internal errors in kiln fall back to eager (True) or raise (False)
+strict = (
+    False  # an internal error in kiln raises (True: kiln's tests) instead of one warning + eager
+)
 
 # --- dynamic shapes ---
 automatic_dynamic_shapes = True  # a changed size recompiles once with that dimension symbolic
@@ -26,7 +28,6 @@ partitioner = "min_cut"  # "min_cut" (recompute cheap ops in backward) or "defau
 compiled_autograd = False  # route .backward() inside compiled code to compiled autograd
 
 # --- backend ---
-raise_on_backend_error = False  # a failing backend raises instead of falling back with a warning
 cpp_compiler = "g++"  # compiler for CPU kernels
 cpp_flags = "-O3 -march=native -fopenmp -fPIC -shared -std=c++17"  # never -ffast-math
 num_threads = 0  # OpenMP threads for kernels; 0 = torch.get_num_threads()

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 
-from kiln import config, logs
+from kiln import config, faults, logs
 
 _libraries = {}  # .so path -> ctypes.CDLL
 _graphs = {}  # graph key -> payload dict
@@ -78,6 +78,7 @@ def _dir(kind):
 
 def compile_cpp(source):
     """Path of the shared object for source, compiling it only if no process has yet."""
+    faults.hit("cpp_compile")
     key = cpp_key(source)
     so = os.path.join(_dir("cpp"), f"{key}.so")
     if os.path.exists(so):

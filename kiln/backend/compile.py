@@ -5,7 +5,7 @@
 
 A failure anywhere (no compiler, compile error, a bug) names its cause and falls back to running
 the ATen graph eagerly, with one warning (or raises BackendCompilerFailed under
-`config.raise_on_backend_error`).
+`config.strict`).
 
 A symbolic graph (contract 3: vals with SymInt sizes, `gm.meta["shape_env"]`) compiles ONCE for
 every size: kernels take the size symbols as arguments, the wrapper reads them from the inputs, and
@@ -22,7 +22,7 @@ import time
 import torch
 import torch.autograd.profiler as _profiler
 
-from kiln import config, logs
+from kiln import config, faults, logs
 from kiln.backend import codecache
 from kiln.backend.codegen.wrapper import rt
 from kiln.backend.decompositions import DECOMPOSITIONS
@@ -137,6 +137,7 @@ def _load(wrapper_src, cpp_src, consts, gm, extras=()):
 
 def lower_and_generate(gm, example_inputs):
     """(GraphLowering, groups, cpp source, wrapper source, extras, output sources) of a graph."""
+    faults.hit("lowering")
     from kiln.backend.codegen.cpp import generate_cpp
     from kiln.backend.codegen.wrapper import WrapperCodegen
     from kiln.backend.graph import GraphLowering
@@ -191,6 +192,9 @@ def _compile(gm, example_inputs):
     return CompiledGraph(call, wrapper_src, cpp_src, graph.fallback_ops, sources, strides)
 
 
+_warned = set()  # the frames a backend failure was reported for
+
+
 def compile_aten_graph(gm, example_inputs):
     """Compile an ATen-level FX graph (contract 2) into a callable returning its outputs."""
     try:
@@ -201,11 +205,17 @@ def compile_aten_graph(gm, example_inputs):
         if isinstance(e, GraphNotSupported):
             logs.log("perf_hints", "kiln: graph runs eagerly: %s", e)
         else:
-            if config.raise_on_backend_error:
+            if config.strict:
                 raise BackendCompilerFailed("kiln", e) from e
-            logs.warn(
-                "kiln backend failed, running this graph eagerly: %s: %s", type(e).__name__, e
-            )
+            where = logs.compiling.current
+            if where is None or where not in _warned:  # one warning per frame
+                _warned.add(where)
+                logs.warn(
+                    "kiln backend failed on a graph of %s, running this graph eagerly: %s: %s",
+                    where or "a graph",
+                    type(e).__name__,
+                    e,
+                )
         logs.counters["backend"]["eager_fallbacks"] += 1
         return _eager(gm)
 

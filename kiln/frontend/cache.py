@@ -14,8 +14,9 @@ import weakref
 import torch
 import torch.fx
 
-from kiln import config, logs
+from kiln import config, faults, logs
 from kiln.exc import CompiledAutogradCall, Unsupported
+from kiln.frontend import fallback
 from kiln.frontend.codegen import NoBreakHere, transformed_code, transformed_code_at_break
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
 from kiln.frontend.output_graph import OutputGraph
@@ -227,6 +228,7 @@ class FrameCache:
                     "recompiles", "recompiling %s, guards failed:\n%s", name, "\n".join(reasons)
                 )
         logs.counters["frames"]["total"] += 1
+        state = faults.GlobalState()
         try:
             self.observe_shapes(args, kwargs)
             entry = self.compile(args, kwargs)
@@ -237,24 +239,40 @@ class FrameCache:
             self.skip = True
             return self.run_eager(args, kwargs)
         except Exception as e:
-            if config.suppress_errors:
-                logs.warn(
-                    "kiln: internal error compiling %s (%s: %s); running eagerly",
-                    name,
-                    type(e).__name__,
-                    e,
-                )
-                self.skip = True
-                return self.run_eager(args, kwargs)
-            raise
+            state.restore()  # Note [Faults: the crash contract]
+            if fallback.reraise(self.fullgraph):
+                raise
+            return self._internal_error(e, "compiling", args, kwargs)
         logs.counters["frames"]["ok"] += 1
         self.entries.append((entry.guard, entry.code if self.dynamic_closure else entry.fn))
         self.entry_info.append(entry)
         for r in _recorders:
             r.on_entry(entry)
-        if self.dynamic_closure:
-            return entry.fn(*args[1:], **kwargs)
-        return entry.fn(*args, **kwargs)
+        state = faults.GlobalState()
+        try:
+            faults.hit("first_run")
+            if self.dynamic_closure:
+                return entry.fn(*args[1:], **kwargs)
+            return entry.fn(*args, **kwargs)
+        except Exception as e:
+            if not fallback.raised_by_kiln(e) or fallback.reraise(self.fullgraph):
+                raise
+            state.restore()
+            self._drop(entry)
+            return self._internal_error(e, "in the first run of the compiled", args, kwargs)
+
+    def _internal_error(self, e, when, args, kwargs):
+        """kiln failed on this frame: one warning, and the frame runs eagerly from now on."""
+        fn = self.eager if self.dynamic_closure else self.fn
+        fallback.warn(fn, e, when)
+        self.skip = True
+        return self.run_eager(args, kwargs)
+
+    def _drop(self, entry):
+        """Forget a compiled entry whose first run failed inside kiln."""
+        i = self.entry_info.index(entry)
+        del self.entry_info[i]
+        del self.entries[i]
 
     def _record_break(self, e):
         record = BreakRecord(self.fn, e.msg, e.user_location)

@@ -7,7 +7,7 @@ def f(x, mod):                       def f(x, mod):   # transformed
 
 import sys
 
-from kiln import logs
+from kiln import faults, logs
 from kiln.bytecode import decode, emit, encode, first_resume
 from kiln.exc import unimplemented
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -110,6 +110,7 @@ class PyCodegen:
 
 def assemble(code, body, temps=()):
     """A code object like `code` (arguments, cells, prologue up to RESUME) that runs `body`."""
+    faults.hit("bytecode")
     original = decode(code)
     prologue = original[: first_resume(original) + 1]
     varnames = code.co_varnames

@@ -6,7 +6,7 @@ import re
 import torch
 import torch.fx
 
-from kiln import config, logs
+from kiln import config, faults, logs
 from kiln.exc import BackendCompilerFailed
 from kiln.frontend import shapes
 from kiln.frontend.guards import GuardKind, GuardSet, is_module_state
@@ -236,15 +236,20 @@ class OutputGraph:
         if logs.enabled("graph_code"):
             logs.log("graph_code", "graph %s of %s:\n%s", name, self.root_fn.__qualname__, gm.code)
         self.gm = gm
+        state = faults.GlobalState()
+        code = self.root_fn.__code__
+        where = f"{self.root_fn.__qualname__} ({code.co_filename}:{code.co_firstlineno})"
         try:
-            compiled = self.backend(gm, example_inputs)
+            with logs.compiling(where):
+                compiled = self.backend(gm, example_inputs)
         except Exception as e:
-            if config.raise_on_backend_error:
+            state.restore()  # Note [Faults: the crash contract]
+            if config.strict:
                 raise BackendCompilerFailed(self.backend_name, e) from e
             logs.warn(
                 "kiln: backend %r failed on a graph of %s (%s: %s); running the graph eagerly",
                 self.backend_name,
-                self.root_fn.__qualname__,
+                where,
                 type(e).__name__,
                 e,
             )

@@ -16,6 +16,7 @@ import sys
 
 import torch
 
+from kiln import faults
 from kiln.bytecode import decode as bytecode_decode
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
@@ -795,6 +796,7 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def run(self):
         """Trace the frame; on success `self.return_value` holds the value it returns."""
+        faults.hit("translator")
         self.run_loop()
 
     def RETURN_VALUE(self, inst):
