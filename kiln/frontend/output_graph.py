@@ -7,7 +7,7 @@ import torch
 import torch.fx
 
 from kiln import config, faults, logs
-from kiln.exc import BackendCompilerFailed
+from kiln.exc import BackendCompilerFailed, Unsupported
 from kiln.frontend import shapes
 from kiln.frontend.guards import GuardKind, GuardSet, is_module_state
 from kiln.frontend.side_effects import SideEffects
@@ -244,7 +244,7 @@ class OutputGraph:
                 compiled = self.backend(gm, example_inputs)
         except Exception as e:
             state.restore()  # Note [Faults: the crash contract]
-            if config.strict:
+            if config.strict and not isinstance(e, Unsupported):  # (a refusal is no bug)
                 raise BackendCompilerFailed(self.backend_name, e) from e
             logs.warn(
                 "kiln: backend %r failed on a graph of %s (%s: %s); running the graph eagerly",

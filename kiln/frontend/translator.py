@@ -22,7 +22,7 @@ from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
 from kiln.frontend.source import GlobalSource, LocalSource
 from kiln.frontend.value_ops import ValueOpsMixin
-from kiln.frontend.variables.base import VariableTracker, next_serial
+from kiln.frontend.variables.base import VariableTracker, next_serial, probe
 from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -72,7 +72,7 @@ class LazyVariable(VariableTracker):
 
     def realize(self, tx):
         v = self.value
-        if getattr(v, "__name__", None) == "__exit__" and getattr(v, "__self__", None) is not None:
+        if probe(v, "__name__") == "__exit__" and probe(v, "__self__") is not None:
             # the __exit__ of a manager Python entered, on a resume function's stack (Note
             # [Blocks: context managers]): only ever called in Python, so nothing to guard
             from kiln.frontend.variables.misc import OpaqueCallableVariable

@@ -16,6 +16,7 @@ from kiln import config
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import GetItemSource
+from kiln.frontend.variables.base import probe
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -44,7 +45,7 @@ def _is_torch_callable(value):
     Instances of torch classes (optimizers, generators ...) and their bound methods are not:
     running them while tracing would run their effects (they are traced like user objects).
     """
-    wrapped = getattr(value, "__wrapped__", None) if isinstance(value, types.FunctionType) else None
+    wrapped = probe(value, "__wrapped__", None) if isinstance(value, types.FunctionType) else None
     if isinstance(wrapped, types.FunctionType) and not _is_torch_callable(wrapped):
         return False  # a user function decorated by torch (@torch.no_grad() ...): not an op
     if isinstance(value, types.FunctionType):
@@ -52,7 +53,7 @@ def _is_torch_callable(value):
         if mod.startswith("torch.testing") or not _importable(value):
             return False  # a lambda or local helper (torch's test lambdas): traced like user code
     elif isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
-        self_ = getattr(value, "__self__", None)
+        self_ = probe(value, "__self__", None)
         if self_ is not None and not isinstance(self_, types.ModuleType):
             return False  # a C method bound to an object
         mod = self_.__name__ if self_ is not None else (value.__module__ or "")
@@ -75,7 +76,7 @@ def _importable(fn):
 
 
 def _is_skipped_function(value):
-    mod = getattr(value, "__module__", None) or ""
+    mod = probe(value, "__module__", None) or ""
     if mod.startswith("torch.testing"):
         return False  # torch's test helpers are user-level code: traced
     return any(mod == m or mod.startswith(m + ".") for m in config.skip_modules)
@@ -117,7 +118,7 @@ def wrap_constant_like(tx, value):
         return PythonModuleVariable(value)
     if _is_builtin(value):
         return BuiltinVariable(value)
-    if getattr(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
+    if probe(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
         return TensorMethodDescriptorVariable(value)
     if _is_torch_callable(value) or (isinstance(value, type) and issubclass(value, torch.Tensor)):
         return TorchVariable(value)
@@ -255,7 +256,7 @@ def _wrap(tx, value, source):
         if issubclass(value, torch.Tensor) or _is_torch_callable(value):
             return TorchVariable(value, source=source)
         return UserDefinedClassVariable(value, source=source)
-    if getattr(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
+    if probe(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
         guards.add(GuardKind.ID_MATCH, source, value)  # `torch.Tensor.add` reached from a source
         return TensorMethodDescriptorVariable(value, source=source)
     if callable(value) and not hasattr(value, "__dict__"):
@@ -307,7 +308,7 @@ def _is_bound_c_method(value):
 
 
 def _is_builtin(value):
-    if isinstance(value, types.BuiltinFunctionType) and getattr(value, "__module__", "") == "math":
+    if isinstance(value, types.BuiltinFunctionType) and probe(value, "__module__", "") == "math":
         return True
     try:
         return value in _BUILTIN_FNS

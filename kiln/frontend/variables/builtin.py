@@ -2,6 +2,7 @@
 
 import abc
 import builtins
+import collections.abc
 import functools
 import itertools
 import math
@@ -214,6 +215,27 @@ def contains(tx, container, item):
     return ConstantVariable(False)
 
 
+def _has_keys(obj):
+    """Whether dict(obj) reads obj as a mapping: its class has `keys` (as CPython checks)."""
+    from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
+
+    if not isinstance(obj, (UserDefinedObjectVariable, NewObjectVariable)):
+        return False
+    return hasattr(obj.python_type(), "keys")
+
+
+def _mapping_items(tx, obj):
+    """{key: obj[key]} for key in obj.keys(): dict(mapping) as CPython builds it."""
+    if getattr(obj.python_type(), "keys", None) is collections.abc.Mapping.keys:
+        keys = ListIteratorVariable.over(tx, obj.call_method(tx, "__iter__", [], {}))
+    else:
+        keys = obj.call_method(tx, "keys", [], {})
+    out = {}
+    for k in keys.unpack_var_sequence(tx):
+        out[k.as_python_constant()] = getitem(tx, obj, k)
+    return out
+
+
 def isinstance_check(tx, obj, cls):
     """isinstance(obj, cls) as Python answers it, metaclass __instancecheck__ included.
 
@@ -395,10 +417,17 @@ class BuiltinVariable(VariableTracker):
                 obj = ConstDictVariable(obj.obj.dict_items)  # dict(d): d's own items
             if isinstance(obj, ConstDictVariable):
                 items.update(obj.items)
+            elif _has_keys(obj):
+                items.update(_mapping_items(tx, obj))
             else:
-                for pair in obj.unpack_var_sequence(tx):
-                    k, v = pair.unpack_var_sequence(tx)
-                    items[k.as_python_constant()] = v
+                for i, pair in enumerate(obj.unpack_var_sequence(tx)):
+                    kv = pair.unpack_var_sequence(tx)
+                    if len(kv) != 2:
+                        from kiln.frontend.variables.exceptions import raise_observed
+
+                        message = f"dictionary update sequence element #{i} has length {len(kv)}"
+                        raise_observed(tx, ValueError, f"{message}; 2 is required")
+                    items[kv[0].as_python_constant()] = kv[1]
         items.update(kwargs)
         return ConstDictVariable(items)
 

@@ -144,8 +144,9 @@ class NNModuleVariable(VariableTracker):
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, type(mod)))
         if inspect.isfunction(static):
             return UserMethodVariable(static, self, source=self._class_attr_source(name))
-        if isinstance(static, property) and static.fget is not None:
+        if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
             return inline_call(tx, static.fget, [self], {}, self._class_attr_source(name, "fget"))
+        # (a property implemented in C, e.g. pybind11's def_readonly: read, guarded by source)
         return wrap_value(tx, getattr(mod, name), AttrSource(self.source, name))
 
     def unpack_var_sequence(self, tx):

@@ -61,6 +61,17 @@ def _device_of(value):
         return None
 
 
+def _sequence_builder(typ):
+    """How to rebuild a traced sequence argument of type typ from an iterable of its items:
+    a namedtuple takes its fields positionally; torch.Size (whose items may be size nodes) and
+    other subclasses become a plain tuple or list."""
+    if typ in (tuple, list):
+        return typ
+    if issubclass(typ, tuple) and hasattr(typ, "_fields"):
+        return lambda items: typ(*items)
+    return list if issubclass(typ, list) else tuple
+
+
 class _Unpack:
     """Splits traced arguments into FX arguments and meta arguments."""
 
@@ -96,11 +107,13 @@ class _Unpack:
                 return val, _META
             return val, val
         if isinstance(v, BaseListVariable):
-            pairs = [self(i) for i in v.items]
             typ = v.python_type()
-            if typ is torch.Size:
-                typ = tuple
-            return typ(p[0] for p in pairs), typ(p[1] for p in pairs)
+            if typ is range:  # (a range's items are ints: the range itself)
+                r = v.as_python_constant()
+                return r, r
+            pairs = [self(i) for i in v.items]
+            build = _sequence_builder(typ)
+            return build(p[0] for p in pairs), build(p[1] for p in pairs)
         if isinstance(v, ConstDictVariable):
             pairs = {k: self(i) for k, i in v.items.items()}
             return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
