@@ -21,6 +21,7 @@ import contextlib
 import sys
 
 import torch
+from torch.utils import _python_dispatch
 
 # every point, in pipeline order
 STAGES = (
@@ -68,8 +69,8 @@ class GlobalState:
         self.autocast_cache = torch.is_autocast_cache_enabled()
         self.rng = torch.get_rng_state()
         self.cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-        self.function_modes = _stack(torch._C._len_torch_function_stack, "function")
-        self.dispatch_modes = _stack(torch._C._len_torch_dispatch_stack, "dispatch")
+        self.function_modes = _stack("function")
+        self.dispatch_modes = _stack("dispatch")
         self.trace = sys.gettrace()
         self.profile = sys.getprofile()
 
@@ -103,22 +104,22 @@ def _autocast_of(device):
     return torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
 
 
-def _stack(length, kind):
-    at = torch._C._get_function_stack_at if kind == "function" else torch._C._get_dispatch_stack_at
-    return [at(i) for i in range(length())]
+def _stack(kind):
+    if kind == "function":
+        at, length = torch._C._get_function_stack_at, torch._C._len_torch_function_stack
+        return [at(i) for i in range(length())]
+    return list(_python_dispatch._get_current_dispatch_mode_stack())
 
 
 def _restore_stack(saved, kind):
-    if kind == "function":
-        length, pop = torch._C._len_torch_function_stack, torch._C._pop_torch_function_stack
-        push = torch._C._push_on_torch_function_stack
-    else:
-        length, pop = torch._C._len_torch_dispatch_stack, torch._C._pop_torch_dispatch_stack
-        push = torch._C._push_on_torch_dispatch_stack
-    now = _stack(length, kind)
+    now = _stack(kind)
     if len(now) == len(saved) and all(a is b for a, b in zip(now, saved)):
         return
-    while length():
+    if kind == "function":
+        pop, push = torch._C._pop_torch_function_stack, torch._C._push_on_torch_function_stack
+    else:
+        pop, push = _python_dispatch._pop_mode, _python_dispatch._push_mode
+    for _ in now:
         pop()
     for mode in saved:
         push(mode)

@@ -83,14 +83,16 @@ class _Compiling:
     are about (`logs.compiling.current`)."""
 
     current = None
+    warned = False  # a backend warned about this frame already (one warning per frame)
 
     @contextlib.contextmanager
     def __call__(self, where):
-        previous, self.current = self.current, where
+        previous = self.current, self.warned
+        self.current, self.warned = where, False
         try:
             yield
         finally:
-            self.current = previous
+            self.current, self.warned = previous
 
 
 compiling = _Compiling()

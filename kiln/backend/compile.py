@@ -192,14 +192,13 @@ def _compile(gm, example_inputs):
     return CompiledGraph(call, wrapper_src, cpp_src, graph.fallback_ops, sources, strides)
 
 
-_warned = set()  # the frames a backend failure was reported for
-
-
 def compile_aten_graph(gm, example_inputs):
     """Compile an ATen-level FX graph (contract 2) into a callable returning its outputs."""
+    state = faults.GlobalState()
     try:
         return _compile(gm, example_inputs)
     except Exception as e:
+        state.restore()  # Note [Faults: the crash contract]
         from kiln.backend.graph import GraphNotSupported
 
         if isinstance(e, GraphNotSupported):
@@ -208,8 +207,8 @@ def compile_aten_graph(gm, example_inputs):
             if config.strict:
                 raise BackendCompilerFailed("kiln", e) from e
             where = logs.compiling.current
-            if where is None or where not in _warned:  # one warning per frame
-                _warned.add(where)
+            if not logs.compiling.warned:  # one warning per frame
+                logs.compiling.warned = where is not None
                 logs.warn(
                     "kiln backend failed on a graph of %s, running this graph eagerly: %s: %s",
                     where or "a graph",
