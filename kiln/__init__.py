@@ -1,11 +1,12 @@
 """kiln: a just-in-time compiler for PyTorch programs."""
 
+import importlib
+
 from kiln import config
 from kiln.api import (
     OptimizedModule,
     compile,
     disable,
-    explain,
     graph_break,
     list_backends,
     lookup_backend,
@@ -16,6 +17,7 @@ from kiln.api import (
 )
 from kiln.logs import counters
 from kiln.node_hooks import install as _install_node_hooks
+from kiln.tools.explain import explain
 
 _install_node_hooks()  # Note [Compiled autograd: hooks on nodes]
 
@@ -25,8 +27,6 @@ _LAZY_SUBMODULES = ("compiled_autograd", "bytecode", "frontend", "autograd", "ba
 def __getattr__(name):
     """`kiln.compiled_autograd.enable(...)` etc. without importing every stage with kiln."""
     if name in _LAZY_SUBMODULES:
-        import importlib
-
         return importlib.import_module(f"kiln.{name}")
     raise AttributeError(f"module 'kiln' has no attribute {name!r}")
 

@@ -15,6 +15,7 @@ import torch
 import torch.autograd.graph
 
 from kiln import node_hooks
+from kiln.autograd.aot import CompiledFunction
 from kiln.compiled_autograd import hooks as H
 from kiln.exc import Unsupported
 
@@ -86,8 +87,6 @@ _COMPILED_FUNCTION = []  # kiln.autograd.aot.CompiledFunction, imported on first
 def is_kiln_compiled_function(cls):
     """Whether an autograd.Function class is one of kiln's ahead-of-time CompiledFunctions."""
     if not _COMPILED_FUNCTION:
-        from kiln.autograd.aot import CompiledFunction
-
         _COMPILED_FUNCTION.append(CompiledFunction)
     return isinstance(cls, type) and issubclass(cls, _COMPILED_FUNCTION[0])
 

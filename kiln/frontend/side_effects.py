@@ -21,6 +21,10 @@ contents once. (Two variables would each replay their own contents: the first ap
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.lists import BaseListVariable, DequeVariable
+from kiln.frontend.variables.misc import NullVariable
 
 
 class SideEffects:
@@ -38,8 +42,6 @@ class SideEffects:
         """The variable already wrapping this real mutable container (a list, dict or deque
         reached again, through the same or another source: one variable, so that every read
         sees every mutation), or None. Another source is guarded to be the same object."""
-        from kiln.frontend.guards import GuardKind
-
         hit = self.containers.get(id(value))
         if hit is None:
             return None
@@ -136,9 +138,6 @@ class SideEffects:
         Then the stores run in program order (each key at its last mutation), so that stores
         with observable effects (a setter, Module.__setattr__) happen in eager's order.
         """
-        from kiln.frontend.variables.dicts import ConstDictVariable
-        from kiln.frontend.variables.lists import DequeVariable
-
         stores = []
         for key, (kind, payload) in self.log.items():
             if kind == "attr":
@@ -219,10 +218,6 @@ class SideEffects:
 
 def _reads_state(var):
     """Whether rebuilding `var` reads a source (directly or through the items it holds)."""
-    from kiln.frontend.variables.dicts import ConstDictVariable
-    from kiln.frontend.variables.lists import BaseListVariable
-    from kiln.frontend.variables.misc import NullVariable
-
     if isinstance(var, NullVariable):
         return False
     if var.source is not None:

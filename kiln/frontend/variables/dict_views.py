@@ -18,6 +18,8 @@ object, by value when both are constants; two different tensors are never equal 
 
 import operator
 
+import torch
+
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables.base import VariableTracker
@@ -162,13 +164,12 @@ def _views_equal(tx, view, other):
 
 def _values_equal(a, b):
     """Whether two dict values compare equal inside a pair (identity first, as tuples do)."""
-    from kiln.frontend.variables.builtin import _identical
-    from kiln.frontend.variables.tensor import TensorVariable
-
-    if _identical(a, b):
+    if a is b:
         return True
     if a.is_python_constant() and b.is_python_constant():
         return a.as_python_constant() == b.as_python_constant()
-    if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
-        return False  # distinct tensors: distinct hashes (by id), never equal pairs
+    if a.python_type() is torch.Tensor and b.python_type() is torch.Tensor:
+        # distinct traced tensors (each TensorVariable is one tensor): distinct hashes (by id),
+        # never equal pairs
+        return False
     unimplemented(f"comparing dict items {a} and {b}")

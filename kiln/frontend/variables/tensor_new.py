@@ -19,6 +19,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.lists import BaseListVariable, SizeVariable, TupleVariable
 from kiln.frontend.variables.sym import SymNodeVariable
+from kiln.frontend.variables.torch import call_tensor_op
 
 
 def _is_int(var):
@@ -35,9 +36,6 @@ def _is_data(var):
 
 def tensor_new(tx, tensor, args, kwargs):
     """`tensor.new(*args, **kwargs)` per Note [Tensors: Tensor.new]."""
-    from kiln.frontend.variables.tensor import TensorVariable
-    from kiln.frontend.variables.torch import call_tensor_op
-
     kwargs = dict(kwargs)
     if set(kwargs) - {"size", "device"}:
         unimplemented(f"Tensor.new() with keywords {sorted(kwargs)}")
@@ -46,7 +44,7 @@ def tensor_new(tx, tensor, args, kwargs):
         if args:
             unimplemented("Tensor.new() with both sizes and size=")
         args = [size] if isinstance(size, SizeVariable) else list(size.unpack_var_sequence(tx))
-    if len(args) == 1 and isinstance(args[0], TensorVariable) and not kwargs:
+    if len(args) == 1 and isinstance(args[0], type(tensor)) and not kwargs:
         other = args[0]
         if other.example.dtype != tensor.example.dtype or other.device != tensor.device:
             unimplemented("Tensor.new(tensor) of another dtype or device (eager raises)")
