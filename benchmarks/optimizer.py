@@ -58,8 +58,10 @@ def main():
     med = {k: statistics.median(v) for k, v in times.items()}
     for name, t in med.items():
         print(f"  {name:14s} {t * 1e3:8.2f} ms/step   eager/this {med['eager foreach'] / t:5.2f}x")
-    print(f"  kiln graphs: {kiln.counters['stats']['unique_graphs']}, "
-          f"breaks: {kiln.counters['stats']['graph_breaks']}")
+    print(
+        f"  kiln graphs: {kiln.counters['stats']['unique_graphs']}, "
+        f"breaks: {kiln.counters['stats']['graph_breaks']}"
+    )
 
 
 if __name__ == "__main__":

@@ -16,8 +16,11 @@ from kiln.api import (
     reset,
 )
 from kiln.logs import counters
+from kiln.node_hooks import install as _install_node_hooks
 from kiln.tools import hooks as _tool_hooks  # noqa: F401  (debug dir, minifier: kiln.hooks)
 from kiln.tools.explain import explain
+
+_install_node_hooks()  # Note [Compiled autograd: hooks on nodes]
 
 _LAZY_SUBMODULES = (
     "compiled_autograd",

@@ -19,7 +19,9 @@ traced_modules = (
     "torch.optim",
     "torch.amp.grad_scaler",
 )  # Python functions from these are traced like user code although their package is skipped
-suppress_errors = False  # internal errors in kiln fall back to eager (True) or raise (False)
+strict = (
+    False  # an internal error in kiln raises (True: kiln's tests) instead of one warning + eager
+)
 verbose = False  # errors keep kiln's internal frames in their tracebacks (KILN_VERBOSE=1)
 warn_graph_breaks = True  # warn once per compiled function that breaks into several graphs
 
@@ -33,7 +35,6 @@ partitioner = "min_cut"  # "min_cut" (recompute cheap ops in backward) or "defau
 compiled_autograd = False  # route .backward() inside compiled code to compiled autograd
 
 # --- backend ---
-raise_on_backend_error = False  # a failing backend raises instead of falling back with a warning
 cpp_compiler = "g++"  # compiler for CPU kernels
 cpp_flags = "-O3 -march=native -fopenmp -fPIC -shared -std=c++17"  # never -ffast-math
 num_threads = 0  # OpenMP threads for kernels; 0 = torch.get_num_threads()

@@ -1,6 +1,7 @@
 """Named log channels (KILN_LOGS="guards,recompiles") and the global counters."""
 
 import collections
+import contextlib
 import logging
 import os
 import sys
@@ -75,6 +76,26 @@ def log(channel, msg, *args):
     """Print a message on a channel if it is enabled."""
     if channel in _enabled:
         get_logger(channel).debug(msg, *args, extra={"channel": channel})
+
+
+class _Compiling:
+    """`with logs.compiling("fn (file:line)"):` names the user function a backend's warnings
+    are about (`logs.compiling.current`)."""
+
+    current = None
+    warned = False  # a backend warned about this frame already (one warning per frame)
+
+    @contextlib.contextmanager
+    def __call__(self, where):
+        previous = self.current, self.warned
+        self.current, self.warned = where, False
+        try:
+            yield
+        finally:
+            self.current, self.warned = previous
+
+
+compiling = _Compiling()
 
 
 def warn(msg, *args):

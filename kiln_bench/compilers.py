@@ -43,7 +43,7 @@ class Eager:
 def kiln_bench_config():
     """kiln's settings while benchmarking, restored afterwards.
 
-    A backend failure must show in the table (raise_on_backend_error), not fall back to eager
+    A kiln failure must show in the table (config.strict), not fall back to eager
     silently.
     """
     try:
@@ -51,12 +51,12 @@ def kiln_bench_config():
     except Exception:
         yield
         return
-    saved = config.raise_on_backend_error
-    config.raise_on_backend_error = True
+    saved = config.strict
+    config.strict = True
     try:
         yield
     finally:
-        config.raise_on_backend_error = saved
+        config.strict = saved
 
 
 class Kiln:

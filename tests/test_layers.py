@@ -15,7 +15,19 @@ KILN = ROOT / "kiln"
 # A module may import any module of its own layer, and of the layers its row names. The same table
 # is in docs/ARCHITECTURE.md.
 LAYERS = (
-    ("base", ("kiln.config", "kiln.exc", "kiln.logs", "kiln.contracts", "kiln.hooks"), ()),
+    (
+        "base",
+        (
+            "kiln.config",
+            "kiln.exc",
+            "kiln.logs",
+            "kiln.contracts",
+            "kiln.hooks",
+            "kiln.faults",
+            "kiln.node_hooks",
+        ),
+        (),
+    ),
     ("symbolic", ("kiln.symbolic",), ("base",)),
     ("bytecode", ("kiln.bytecode",), ("base",)),
     ("autograd", ("kiln.autograd",), ("symbolic", "base")),

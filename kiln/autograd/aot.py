@@ -20,7 +20,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from kiln import config, logs
+from kiln import config, faults, logs
 from kiln.autograd.aot_runtime import (
     CompiledFunction,
     _finish,
@@ -695,6 +695,7 @@ class AOTCompiled:
 
     def compile(self, args, examples=None):
         fw_compiler, bw_compiler, partition_fn, decomps, inference_compiler = self.settings
+        faults.hit("aot")
         decomps = _random_free(decomps)
         env = self.shape_env if examples is not None else None
         needs_grad = torch.is_grad_enabled() and any(

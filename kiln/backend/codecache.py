@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from kiln import config, logs
+from kiln import config, faults, logs
 
 _libraries = {}  # .so path -> ctypes.CDLL
 _graphs = {}  # graph key -> payload dict
@@ -79,6 +79,7 @@ def _dir(kind):
 
 def compile_cpp(source):
     """Path of the shared object for source, compiling it only if no process has yet."""
+    faults.hit("cpp_compile")
     key = cpp_key(source)
     so = os.path.join(_dir("cpp"), f"{key}.so")
     if os.path.exists(so):

@@ -5,7 +5,7 @@
 
 A failure anywhere (no compiler, compile error, a bug) names its cause and falls back to running
 the ATen graph eagerly, with one warning (or raises BackendCompilerFailed under
-`config.raise_on_backend_error`).
+`config.strict`).
 
 A symbolic graph (vals with SymInt sizes, `GraphMeta.shape_env`) compiles ONCE for
 every size: kernels take the size symbols as arguments, the wrapper reads them from the inputs, and
@@ -22,7 +22,7 @@ import time
 import torch
 import torch.autograd.profiler as _profiler
 
-from kiln import config, hooks, logs
+from kiln import config, faults, hooks, logs
 from kiln.autograd.aot import aot_autograd
 from kiln.autograd.aten_tracer import trace_aten
 from kiln.backend import codecache
@@ -151,6 +151,7 @@ def _load(wrapper_src, cpp_src, consts, gm, extras=()):
 
 def lower_and_generate(gm, example_inputs):
     """(GraphLowering, groups, cpp source, wrapper source, extras, output sources) of a graph."""
+    faults.hit("lowering")
     with compile_scope():
         graph = GraphLowering(gm, example_inputs).run()
         groups = schedule(graph)
@@ -205,18 +206,26 @@ def _compile_in_scope(gm, example_inputs):
 
 def compile_aten_graph(gm, example_inputs):
     """Compile an ATen-level FX graph (from AOT autograd) into a callable returning its outputs."""
+    state = faults.GlobalState()
     try:
         compiled = _compile(gm, example_inputs)
     except Exception as e:
+        state.restore()  # Note [Faults: the crash contract]
         if isinstance(e, GraphNotSupported):
             logs.log("perf_hints", "kiln: graph runs eagerly: %s", e)
         else:
             hooks.fire("backend_error", gm, example_inputs, e)  # KILN_REPRO_AFTER=aot
-            if config.raise_on_backend_error:
+            if config.strict:
                 raise BackendCompilerFailed("kiln", e) from e
-            logs.warn(
-                "kiln backend failed, running this graph eagerly: %s: %s", type(e).__name__, e
-            )
+            where = logs.compiling.current
+            if not logs.compiling.warned:  # one warning per frame
+                logs.compiling.warned = where is not None
+                logs.warn(
+                    "kiln backend failed on a graph of %s, running this graph eagerly: %s: %s",
+                    where or "a graph",
+                    type(e).__name__,
+                    e,
+                )
         logs.counters["backend"]["eager_fallbacks"] += 1
         return _eager(gm)
     return hooks.chain("backend_graph", compiled, gm, example_inputs)  # debug dir, minifier

@@ -14,6 +14,7 @@ import operator
 import torch
 import torch.autograd.graph
 
+from kiln import node_hooks
 from kiln.autograd.aot import CompiledFunction
 from kiln.compiled_autograd import hooks as H
 from kiln.exc import Unsupported
@@ -307,6 +308,10 @@ def collect(roots, grads, inputs, accumulate):
             _collect_node(g, k, nodes[k])
     if leaves:
         _collect_leaves(g, leaves)
+    if node_hooks.node_hooks_seen:  # Note [Compiled autograd: hooks on nodes]
+        for k in range(1, n):
+            if node_hooks.node_has_hooks(nodes[k]):
+                raise Unsupported(f"hooks registered on the autograd node {names[k]}")
 
     if inputs:
         ins = []

@@ -11,7 +11,7 @@ import sys
 
 import torch
 
-from kiln import logs
+from kiln import faults, logs
 from kiln.bytecode import (
     FOR_ITER_SKIPS,
     PY312_PLUS,
@@ -51,6 +51,7 @@ class PyCodegen:
         self.graph_outputs = []  # TensorVariables, in graph output order
         self._output_index = {}
         self._temps = {}  # id(mutable container) -> local holding the rebuilt object
+        self._pinned = {}  # id(variable) -> (local holding its value, the variable)
         self.class_temps = {}  # id(local class) -> local holding it, built again
         self.temp_names = []
         self.compile_callees = False  # rebuild user callables as kiln-compiled frames
@@ -72,7 +73,28 @@ class PyCodegen:
     def extend(self, instrs):
         self.instrs.extend(instrs)
 
+    def pin(self, var):
+        """Load `var` now into a temporary that every later reconstruction of it loads.
+
+        Note [Side effects: outputs read before the stores]
+        A value traced from a source (`old = self.a`, `res = xs.pop()` on an input list) is
+        rebuilt by reading that source. The replayed stores change what sources read
+        (`self.a = new`, `xs[:] = [...]`), so the values the transformed code returns or hands
+        to a resume function (return value, stack, live locals, cells) are read first, between
+        the side effects' two phases, and the stores run after them.
+        """
+        if id(var) in self._pinned:
+            return
+        self.reconstruct(var)
+        name = self.new_temp()
+        self.extend(emit.store_fast(name))
+        self._pinned[id(var)] = (name, var)
+
     def reconstruct(self, var):
+        pinned = self._pinned.get(id(var))
+        if pinned is not None:
+            self.extend(emit.load_fast(pinned[0]))
+            return
         if var.source is None and (
             isinstance(var, (ListVariable, ConstDictVariable, NewObjectVariable, SetVariable))
             or getattr(var, "keeps_identity", False)
@@ -113,6 +135,7 @@ class PyCodegen:
 
 def assemble(code, body, temps=()):
     """A code object like `code` (arguments, cells, prologue up to RESUME) that runs `body`."""
+    faults.hit("bytecode")
     original = decode(code)
     prologue = original[: first_resume(original) + 1]
     varnames = code.co_varnames
@@ -162,15 +185,9 @@ def _end_grad_mode(output, call):
 def transformed_code(output, code, return_var):
     """The transformed code object of a frame that traced to `return return_var` in one graph."""
     body = PyCodegen(output)
-    result = []
-
-    def load_result():  # (a SizeVariable rebuilds torch.Size from its items)
-        body.reconstruct(return_var)
-        result.append(body.new_temp())
-        body.extend(emit.store_fast(result[0]))
-
-    output.side_effects.codegen(body, before_stores=load_result)
-    body.extend(emit.load_fast(result[0]) + emit.return_value())
+    output.side_effects.codegen(body, pin=[return_var])
+    body.reconstruct(return_var)  # (a SizeVariable rebuilds torch.Size from its items)
+    body.extend(emit.return_value())
     new_code = assemble(code, _graph_call(output, body) + body.instrs, body.temp_names)
     _log_bytecode(code, new_code)
     return new_code
@@ -346,7 +363,11 @@ class _BreakCodegen:
         )
         body = self.body = PyCodegen(output, callee_factory)
         body.closure_callee = resume_factory  # a code with free variables: entry(fn, *args)
-        output.side_effects.codegen(body)
+        self.callee_slot = _callee_slot(site.inst, site.stack) if len(e.frames) > 1 else None
+        # Note [Side effects: outputs read before the stores]
+        pin = [v for k, v in enumerate(site.stack) if k != self.callee_slot and k not in site.withs]
+        pin += [self.locals[n] for n in self.live] + [self.locals.get(n) for n in code.co_cellvars]
+        output.side_effects.codegen(body, pin=[v for v in pin if v is not None])
         for name in code.co_cellvars:
             # cell variables were traced symbolically: put their values in the real cells, which
             # the resume function shares
@@ -354,7 +375,6 @@ class _BreakCodegen:
             if value is not None and not isinstance(value, DeletedVariable):
                 body.reconstruct(value)
                 body.extend(emit.store_deref(name))
-        self.callee_slot = _callee_slot(site.inst, site.stack) if len(e.frames) > 1 else None
 
     def rebuild(self, lo, hi):
         """Push stack positions lo..hi-1 (a callee that broke inside is compiled, see above)."""

@@ -19,9 +19,10 @@ import weakref
 import torch
 import torch.fx
 
-from kiln import config, hooks, logs
+from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import CompiledAutogradCall, Unsupported, unimplemented
+from kiln.frontend import fallback
 from kiln.frontend.bytecode_gen import NoBreakHere, transformed_code, transformed_code_at_break
 from kiln.frontend.frame_shapes import FrameShapes, changed_dims
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
@@ -249,9 +250,10 @@ class FrameCache:
                     "\n".join(reasons),
                 )
         logs.counters["frames"]["total"] += 1
+        state = faults.GlobalState()
         # The frame runs eagerly after (not inside) the except clause: an exception the user's
-        # code raises must not get kiln's Unsupported as its __context__.
-        entry = None
+        # code raises must not get kiln's error as its __context__.
+        entry = failure = None
         try:
             self.observe_shapes(args, kwargs)
             entry = self.compile(args, kwargs)
@@ -262,16 +264,16 @@ class FrameCache:
             self._record_break(e)
         except Exception as e:
             if isinstance(e, TypeError) and not _binds(self.fn, args, kwargs):
-                # Python's own error, naming the function (`f() missing 1 required ...`)
-                return self.run_eager(args, kwargs)
-            if not config.suppress_errors:
-                raise
-            logs.warn(
-                "kiln: internal error compiling %s (%s: %s); running eagerly",
-                name,
-                type(e).__name__,
-                e,
-            )
+                failure = "arguments"  # Python's own error, naming the function (run eagerly)
+            else:
+                state.restore()  # Note [Faults: the crash contract]
+                if fallback.reraise(self.settings.fullgraph):
+                    raise
+                failure = e
+        if failure == "arguments":
+            return self.run_eager(args, kwargs)
+        if failure is not None:
+            return self._internal_error(failure, "compiling", args, kwargs)
         if entry is None:
             self.skip = True
             return self.run_eager(args, kwargs)
@@ -280,9 +282,31 @@ class FrameCache:
         self.entry_info.append(entry)
         for r in _recorders:
             r.on_entry(entry)
-        if self.dynamic_closure:
-            return entry.fn(*args[1:], **kwargs)
-        return entry.fn(*args, **kwargs)
+        state = faults.GlobalState()
+        try:
+            faults.hit("first_run")
+            if self.dynamic_closure:
+                return entry.fn(*args[1:], **kwargs)
+            return entry.fn(*args, **kwargs)
+        except Exception as e:
+            if not fallback.raised_by_kiln(e) or fallback.reraise(self.settings.fullgraph):
+                raise
+            state.restore()
+            self._drop(entry)
+            return self._internal_error(e, "in the first run of the compiled", args, kwargs)
+
+    def _internal_error(self, e, when, args, kwargs):
+        """kiln failed on this frame: one warning, and the frame runs eagerly from now on."""
+        fn = self.eager if self.dynamic_closure else self.fn
+        fallback.warn(fn, e, when)
+        self.skip = True
+        return self.run_eager(args, kwargs)
+
+    def _drop(self, entry):
+        """Forget a compiled entry whose first run failed inside kiln."""
+        i = self.entry_info.index(entry)
+        del self.entry_info[i]
+        del self.entries[i]
 
     def _record_break(self, e):
         record = BreakRecord(self.fn, e.msg, e.user_location)

@@ -117,4 +117,6 @@ class FrameShapes:
             dims = set(range(t.dim()))
         else:
             dims = set(self.dynamic.get(source, ())) | set(getattr(t, "_kiln_dynamic_dims", ()))
-        return {d for d in dims if d not in static}
+        # (a source that held a tensor of another rank before, e.g. a resume function's stack
+        # slot in a loop over parameters: its recorded dims may not exist in this one)
+        return {d for d in dims if d not in static and d < t.dim()}

@@ -20,7 +20,7 @@ import re
 import torch
 
 from kiln import config as _config
-from kiln import logs
+from kiln import faults, logs
 from kiln.frontend.source import MISSING, AttrSource, GetItemSource, LocalSource, dict_get
 
 
@@ -298,6 +298,7 @@ def signature_text(code):
 
 def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
     """Generate the check function of one entry; `.source`, `.parts`, `.closure_values` on it."""
+    faults.hit("guards")
     namer = _Namer()
     parts = []  # readable, self-contained expressions: for the recompile reason
     body = []

@@ -6,9 +6,9 @@ import re
 import torch
 import torch.fx
 
-from kiln import config, hooks, logs
+from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
-from kiln.exc import BackendCompilerFailed
+from kiln.exc import BackendCompilerFailed, Unsupported
 from kiln.frontend.frame_shapes import FrameShapes
 from kiln.frontend.guards import GuardKind, GuardSet, is_module_state
 from kiln.frontend.side_effects import SideEffects
@@ -232,15 +232,20 @@ class OutputGraph:
         self.gm = gm
         settings = self.settings
         backend = hooks.chain("backend", settings.backend, settings.backend_name)  # REPRO_AFTER
+        state = faults.GlobalState()
+        code = self.root_fn.__code__
+        where = f"{self.root_fn.__qualname__} ({code.co_filename}:{code.co_firstlineno})"
         try:
-            compiled = backend(gm, example_inputs)
+            with logs.compiling(where):
+                compiled = backend(gm, example_inputs)
         except Exception as e:
-            if config.raise_on_backend_error:
+            state.restore()  # Note [Faults: the crash contract]
+            if config.strict and not isinstance(e, Unsupported):  # (a refusal is no bug)
                 raise BackendCompilerFailed(self.settings.backend_name, e) from e
             logs.warn(
                 "kiln: backend %r failed on a graph of %s (%s: %s); running the graph eagerly",
                 self.settings.backend_name,
-                self.root_fn.__qualname__,
+                where,
                 type(e).__name__,
                 e,
             )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import keyword
 import types
 
 from kiln.bytecode import (
@@ -276,7 +277,8 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         first = code.co_varnames[0]
         live = tuple(n for n in live if n != first)
     stack_names = [f"__stack{k}" for k in range(stack_depth) if k not in nulls]
-    argnames = ([first] if first else []) + stack_names + list(live)
+    argnames = ([first] if first else []) + stack_names + [safe_local_name(n) for n in live]
+    body = _rename_locals(body)  # Note [Resume: local names that are not identifiers]
     if len(set(argnames)) != len(argnames):
         raise ResumeUnsupported(f"duplicate argument names {argnames}")
 
@@ -301,7 +303,8 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
     # the original code before the resume point that no path from it reaches again is dropped
     insts = remove_unreachable(prologue + body, code.co_flags)
 
-    varnames = argnames + [v for v in code.co_varnames if v not in argnames and v not in cells]
+    others = [safe_local_name(v) for v in code.co_varnames if v not in cells]
+    varnames = argnames + [v for v in dict.fromkeys(others) if v not in argnames]
     flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
     if cells:
         flags |= inspect.CO_NESTED
@@ -338,6 +341,33 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         live_locals=live,
         first_local=first,
     )
+
+
+def safe_local_name(name):
+    """The name a local has in resume functions: itself, or an identifier made from it.
+
+    Note [Resume: local names that are not identifiers]
+    Locals need not be identifiers: pytest's assertion rewriting makes `@py_assert1`. A resume
+    function takes live locals as parameters, and parameters (and the guard functions written
+    over them) must be identifiers, so such a local is renamed in the resume function's code (its
+    loads and stores too), the same way every time: a break inside a resume function builds the
+    next one from the original code, whose names map to the same identifiers.
+    """
+    if name.isidentifier() and not keyword.iskeyword(name):
+        return name
+    return "___kiln_" + "".join(c if c.isalnum() or c == "_" else f"_{ord(c):x}_" for c in name)
+
+
+def _rename_locals(insts):
+    """Local-variable instructions of `insts` with their names made identifiers (in place)."""
+    for inst in insts:
+        if "FAST" not in inst.opname:
+            continue
+        if isinstance(inst.argval, str):
+            inst.argval = safe_local_name(inst.argval)
+        elif isinstance(inst.argval, tuple):
+            inst.argval = tuple(safe_local_name(n) for n in inst.argval)
+    return insts
 
 
 # 3.13 superinstructions that load a second local: the first half they split into.

@@ -23,7 +23,8 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.dicts import ConstDictVariable
-from kiln.frontend.variables.lists import DequeVariable
+from kiln.frontend.variables.lists import BaseListVariable, DequeVariable
+from kiln.frontend.variables.misc import NullVariable
 
 
 class SideEffects:
@@ -126,9 +127,9 @@ class SideEffects:
         self.log = dict(snap)
 
     # --- replay ---------------------------------------------------------------------------------
-    def codegen(self, cg, before_stores=None):
-        """Emit the replay (after the graph call, before anything reads the state);
-        `before_stores()` emits more loads between the two phases (the frame's return value).
+    def codegen(self, cg, pin=()):
+        """Emit the replay (after the graph call, before anything reads the state); the values
+        in `pin` are read before the stores (Note [Side effects: outputs read before the stores]).
 
         Note [Side effects: replay order]
         Two phases. First every value to store, and every object stored into, is loaded into a
@@ -209,10 +210,25 @@ class SideEffects:
             else:  # cell
                 v = _to_temp(cg, lambda payload=payload: cg.reconstruct(payload))
                 stores.append(emit.load_fast(v) + emit.store_deref(key[1]))
-        if before_stores is not None:
-            before_stores()
+        if stores:
+            for var in pin:
+                if _reads_state(var):
+                    cg.pin(var)
         for code in stores:
             cg.extend(code)
+
+
+def _reads_state(var):
+    """Whether rebuilding `var` reads a source (directly or through the items it holds)."""
+    if isinstance(var, NullVariable):
+        return False
+    if var.source is not None:
+        return True
+    if isinstance(var, BaseListVariable):
+        return any(_reads_state(v) for v in var.items)
+    if isinstance(var, ConstDictVariable):
+        return any(_reads_state(v) for v in var.items.values())
+    return False
 
 
 def _to_temp(cg, load):

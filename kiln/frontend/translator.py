@@ -16,6 +16,7 @@ import sys
 
 import torch
 
+from kiln import faults
 from kiln.bytecode import FOR_ITER_SKIPS, loads_cell
 from kiln.bytecode import decode as bytecode_decode
 from kiln.contracts import BreakState
@@ -23,7 +24,7 @@ from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
 from kiln.frontend.source import AttrSource, ClosureSource, GetItemSource, GlobalSource, LocalSource
 from kiln.frontend.value_ops import ValueOpsMixin
-from kiln.frontend.variables.base import VariableTracker, next_serial
+from kiln.frontend.variables.base import VariableTracker, next_serial, probe
 from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.classes import constant_cell
@@ -79,7 +80,7 @@ class LazyVariable(VariableTracker):
 
     def realize(self, tx):
         v = self.value
-        if getattr(v, "__name__", None) == "__exit__" and getattr(v, "__self__", None) is not None:
+        if probe(v, "__name__") == "__exit__" and probe(v, "__self__") is not None:
             # the __exit__ of a manager Python entered, on a resume function's stack (Note
             # [Blocks: context managers]): only ever called in Python, so nothing to guard
             return OpaqueCallableVariable(v, source=self.source)
@@ -800,6 +801,7 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def run(self):
         """Trace the frame; on success `self.return_value` holds the value it returns."""
+        faults.hit("translator")
         self.run_loop()
 
     def RETURN_VALUE(self, inst):

@@ -99,8 +99,8 @@ def backend_with_repro(backend, backend_name):
     """KILN_REPRO_AFTER=backend: the backend, writing repro.py when it raises (or is inaccurate)."""
 
     def run(gm, example_inputs):
-        saved = config.raise_on_backend_error
-        config.raise_on_backend_error = True  # the code generator raises instead of falling back
+        saved = config.strict
+        config.strict = True  # the code generator raises instead of falling back
         try:
             compiled = backend(gm, example_inputs)
         except Exception as e:
@@ -109,7 +109,7 @@ def backend_with_repro(backend, backend_name):
             )
             raise
         finally:
-            config.raise_on_backend_error = saved
+            config.strict = saved
         if config.repro_level == "accuracy":
             why = accuracy_failure(gm, compiled, example_inputs)
             if why:

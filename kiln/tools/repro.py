@@ -10,7 +10,7 @@ InputSpec per input (sizes, strides, dtype, device, requires_grad; inputs get ra
 that metadata, ints their value), the level it runs at and the kiln settings that matter. Graph
 constants (get_attr tensors) are saved beside it in `<script>.pt` as plain tensors. The levels:
   "aot"      an ATen graph as the code generator receives it (after AOT autograd): kiln's tracer
-             re-records it and `compile_aten_graph` compiles it (config.raise_on_backend_error on);
+             re-records it and `compile_aten_graph` compiles it (config.strict on);
   "backend"  a torch-level graph as the frontend hands it to a backend: the backend named in the
              settings compiles it (for "kiln": AOT autograd, then the code generator).
 A script fails when compiling or running raises, or, with `accuracy`, when an output differs
@@ -189,12 +189,12 @@ def _flat(out):
 
 def compile_at_level(gm, inputs, level, settings):
     """The compiled callable of gm at a level (raises what the compiler raises)."""
-    saved = {k: getattr(config, k) for k in (*SETTINGS, "raise_on_backend_error")}
+    saved = {k: getattr(config, k) for k in (*SETTINGS, "strict")}
     try:
         for k in SETTINGS:
             if k in settings:
                 setattr(config, k, settings[k])
-        config.raise_on_backend_error = True
+        config.strict = True
         if level == "aot":
             aten = trace_aten(gm, list(inputs))
             return compile_aten_graph(aten, list(inputs))

@@ -131,7 +131,7 @@ def kiln(gm, example_inputs):
             return PerScalarValue(clean, positions, examples)
         return kiln_backend(clean, examples)
     except Exception as e:
-        if config.raise_on_backend_error:
+        if config.strict:
             raise
         logs.warn(
             "kiln (torch.compile backend) failed, running this graph eagerly: %s: %s",

@@ -89,7 +89,7 @@ def test_missing_compiler_falls_back_with_warning(monkeypatch, tmp_path, capfd):
 def test_missing_compiler_raises_when_asked(monkeypatch, tmp_path):
     monkeypatch.setattr(config, "cpp_compiler", "no-such-g++")
     monkeypatch.setattr(config, "cache_dir", str(tmp_path))
-    monkeypatch.setattr(config, "raise_on_backend_error", True)
+    monkeypatch.setattr(config, "strict", True)
     with pytest.raises(BackendCompilerFailed, match="no-such-g"):
         compile_fn(lambda x: (x + 1,), [torch.randn(3)])
 

@@ -147,3 +147,12 @@ class BoundMethodVariable(VariableTracker):
 
     def __repr__(self):
         return f"BoundMethodVariable({self.obj!r}.{self.name})"
+
+
+def probe(value, name, default=None):
+    """getattr(value, name, default) for a user value kiln only inspects: a user __getattr__
+    that raises something else than AttributeError (a KeyError) reads as the attribute missing."""
+    try:
+        return getattr(value, name, default)
+    except Exception:
+        return default

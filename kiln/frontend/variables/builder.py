@@ -19,7 +19,7 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables import logging_vars, optim
-from kiln.frontend.variables.base import register_builder
+from kiln.frontend.variables.base import probe, register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.checkpoint import checkpoint_function
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
@@ -60,7 +60,7 @@ def _is_torch_callable(value):
     Instances of torch classes (optimizers, generators ...) and their bound methods are not:
     running them while tracing would run their effects (they are traced like user objects).
     """
-    wrapped = getattr(value, "__wrapped__", None) if isinstance(value, types.FunctionType) else None
+    wrapped = probe(value, "__wrapped__", None) if isinstance(value, types.FunctionType) else None
     if isinstance(wrapped, types.FunctionType) and not _is_torch_callable(wrapped):
         return False  # a user function decorated by torch (@torch.no_grad() ...): not an op
     if isinstance(value, types.FunctionType):
@@ -68,7 +68,7 @@ def _is_torch_callable(value):
         if _in_traced_module(mod) or not _importable(value):
             return False  # a lambda or local helper, torch.optim's code: traced like user code
     elif isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
-        self_ = getattr(value, "__self__", None)
+        self_ = probe(value, "__self__", None)
         if self_ is not None and not isinstance(self_, types.ModuleType):
             return False  # a C method bound to an object
         mod = self_.__name__ if self_ is not None else (value.__module__ or "")
@@ -97,7 +97,7 @@ def _in_traced_module(mod):
 
 
 def _is_skipped_function(value):
-    mod = getattr(value, "__module__", None) or ""
+    mod = probe(value, "__module__", None) or ""
     if _in_traced_module(mod):
         return False  # torch's test helpers, optimizers: traced (config.traced_modules)
     return any(mod == m or mod.startswith(m + ".") for m in config.skip_modules)
@@ -133,7 +133,7 @@ def wrap_constant_like(tx, value):
         return PythonModuleVariable(value)
     if _is_builtin(value):
         return BuiltinVariable(value)
-    if getattr(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
+    if probe(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
         return TensorMethodDescriptorVariable(value)
     if _is_torch_callable(value) or (isinstance(value, type) and issubclass(value, torch.Tensor)):
         return TorchVariable(value)
@@ -268,7 +268,7 @@ def _wrap(tx, value, source):
         if issubclass(value, torch.Tensor) or _is_torch_callable(value):
             return TorchVariable(value, source=source)
         return UserDefinedClassVariable(value, source=source)
-    if getattr(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
+    if probe(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
         guards.add(GuardKind.ID_MATCH, source, value)  # `torch.Tensor.add` reached from a source
         return TensorMethodDescriptorVariable(value, source=source)
     if callable(value) and not hasattr(value, "__dict__"):
@@ -320,7 +320,7 @@ def _is_bound_c_method(value):
 
 
 def _is_builtin(value):
-    if isinstance(value, types.BuiltinFunctionType) and getattr(value, "__module__", "") == "math":
+    if isinstance(value, types.BuiltinFunctionType) and probe(value, "__module__", "") == "math":
         return True
     try:
         return value in _BUILTIN_FNS

@@ -1,18 +1,22 @@
 """Python builtins (len, isinstance, range, min ...) and operator-module functions."""
 
+import abc
 import builtins
+import collections.abc
 import functools
 import itertools
 import math
 import operator
+import types
 
 import torch
 
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables import misc, optim, sym, symfloat
+from kiln.frontend.variables import dict_views, misc, optim, sym, symfloat
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
+from kiln.frontend.variables.dict_views import DictViewVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, raise_observed
 from kiln.frontend.variables.functions import BaseFunctionVariable, PartialVariable
@@ -61,6 +65,10 @@ def binary_op(tx, fn, a, b):
         a, b = sym.as_sequence(a), sym.as_sequence(b)  # `(-1,) + x.shape[1:]`: item by item
     if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
         return fold(fn, a.value, b.value)
+    if isinstance(a, DictViewVariable) or isinstance(b, DictViewVariable):
+        result = dict_views.set_op(tx, fn, a, b) if fn in dict_views._SET_OPS else None
+        if result is not None:
+            return result
     if isinstance(a, SetVariable) and fn in _SET_OPS:
         result = a.call_method(tx, _SET_OPS[fn], [b], {})
         return a if _SET_OPS[fn].endswith("update") else result
@@ -142,6 +150,10 @@ def compare_vars(tx, fn, a, b):
             kind = GuardKind.ALIASING if same else GuardKind.DISTINCT
             tx.output.guards.add(kind, a.source, b.source)
         return ConstantVariable(same if fn is operator.is_ else not same)
+    if isinstance(a, DictViewVariable) or isinstance(b, DictViewVariable):
+        result = dict_views.compare(tx, fn, a, b)  # Note [Dicts: views]
+        if result is not None:
+            return result
     if sym.has_symbolic(a) or sym.has_symbolic(b):
         result = sym.compare(tx, fn, a, b)  # a fact on the sizes: a shape guard
         if result is not None:
@@ -196,6 +208,11 @@ def contains(tx, container, item):
         return container.call_method(tx, "__contains__", [item], {})
     if isinstance(container, TensorVariable):
         unimplemented("`in` on a tensor reads tensor data")
+    if isinstance(container, ConstantVariable) and item.is_python_constant():
+        # the container's own __contains__: substring for str/bytes, membership otherwise
+        value = item.as_python_constant()
+        if _foldable(value):
+            return fold(operator.contains, container.value, value)
     if isinstance(container, (UserDefinedObjectVariable, NewObjectVariable)):
         return container.call_method(tx, "__contains__", [item], {})
     items = container.unpack_var_sequence(tx)
@@ -214,10 +231,58 @@ def contains(tx, container, item):
     return ConstantVariable(False)
 
 
+def _has_keys(obj):
+    """Whether dict(obj) reads obj as a mapping: its class has `keys` (as CPython checks)."""
+    if not isinstance(obj, (UserDefinedObjectVariable, NewObjectVariable)):
+        return False
+    return hasattr(obj.python_type(), "keys")
+
+
+def _mapping_items(tx, obj):
+    """{key: obj[key]} for key in obj.keys(): dict(mapping) as CPython builds it."""
+    if getattr(obj.python_type(), "keys", None) is collections.abc.Mapping.keys:
+        keys = ListIteratorVariable.over(tx, obj.call_method(tx, "__iter__", [], {}))
+    else:
+        keys = obj.call_method(tx, "keys", [], {})
+    out = {}
+    for k in keys.unpack_var_sequence(tx):
+        out[k.as_python_constant()] = getitem(tx, obj, k)
+    return out
+
+
 def isinstance_check(tx, obj, cls):
-    """isinstance(obj, cls) from the traced value's Python type."""
-    typ = obj.python_type()
-    return ConstantVariable(issubclass(typ, cls))
+    """isinstance(obj, cls) as Python answers it, metaclass __instancecheck__ included.
+
+    Note [Builtins: isinstance]
+    isinstance(obj, cls) calls type(cls).__instancecheck__. For `type`, ABCMeta and
+    nn.Parameter's metaclass that amounts to issubclass(type(obj), cls) (which itself runs any
+    metaclass __subclasscheck__), answered from the traced value's Python type. Any other
+    __instancecheck__ may look at the instance itself (torch.BoolStorage checks the storage's
+    dtype): it is run on the real object where the trace has one, otherwise a graph break.
+    """
+    classes = cls if isinstance(cls, tuple) else (cls,)
+    if all(_type_decides(c) for c in classes):
+        return ConstantVariable(issubclass(obj.python_type(), cls))
+    if obj.is_python_constant():
+        return fold(isinstance, obj.as_python_constant(), cls)
+    unimplemented(f"isinstance with {cls!r}, whose metaclass has its own __instancecheck__")
+
+
+def _type_decides(cls):
+    """Whether isinstance(obj, cls) depends only on type(obj) (Note [Builtins: isinstance])."""
+    if isinstance(cls, tuple):
+        return all(_type_decides(c) for c in cls)
+    if isinstance(cls, types.UnionType):  # `int | None`: each member
+        return all(_type_decides(c) for c in cls.__args__)
+    check = getattr(type(cls), "__instancecheck__", None)
+    return check in _TYPE_ONLY_CHECKS
+
+
+_TYPE_ONLY_CHECKS = {
+    type.__instancecheck__,
+    abc.ABCMeta.__instancecheck__,
+    type(torch.nn.Parameter).__instancecheck__,
+}
 
 
 class BuiltinVariable(VariableTracker):
@@ -373,10 +438,15 @@ class BuiltinVariable(VariableTracker):
                 obj = ConstDictVariable(obj.obj.dict_items)  # dict(d): d's own items
             if isinstance(obj, ConstDictVariable):
                 items.update(obj.items)
+            elif _has_keys(obj):
+                items.update(_mapping_items(tx, obj))
             else:
-                for pair in obj.unpack_var_sequence(tx):
-                    k, v = pair.unpack_var_sequence(tx)
-                    items[k.as_python_constant()] = v
+                for i, pair in enumerate(obj.unpack_var_sequence(tx)):
+                    kv = pair.unpack_var_sequence(tx)
+                    if len(kv) != 2:
+                        message = f"dictionary update sequence element #{i} has length {len(kv)}"
+                        raise_observed(tx, ValueError, f"{message}; 2 is required")
+                    items[kv[0].as_python_constant()] = kv[1]
         items.update(kwargs)
         return ConstDictVariable(items)
 

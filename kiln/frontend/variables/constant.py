@@ -31,6 +31,8 @@ def is_literal(value):
     """Whether a value is an immutable constant kiln may fold (tuples/frozensets of them too)."""
     if isinstance(value, (tuple, frozenset)) and type(value) in (tuple, frozenset):
         return all(is_literal(v) for v in value)
+    if type(value) is slice:  # (a slice may hold anything: a 0-d tensor bound is no constant)
+        return all(is_literal(v) for v in (value.start, value.stop, value.step))
     return type(value) in CONSTANT_TYPES
 
 

@@ -6,8 +6,9 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.dict_views import DictViewVariable
 from kiln.frontend.variables.exceptions import raise_observed
-from kiln.frontend.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
+from kiln.frontend.variables.lists import ListVariable, TupleVariable
 
 
 class ConstDictVariable(VariableTracker):
@@ -72,14 +73,8 @@ class ConstDictVariable(VariableTracker):
             return ConstantVariable(self._key(args[0]) in self.items)
         if name == "__len__":
             return ConstantVariable(len(self.items))
-        if name == "keys" and not args:
-            return ListIteratorVariable.over_dict(self, [ConstantVariable(k) for k in self.items])
-        if name == "values" and not args:
-            return ListIteratorVariable.over_dict(self, list(self.items.values()))
-        if name == "items" and not args:
-            return ListIteratorVariable.over_dict(
-                self, [TupleVariable([ConstantVariable(k), v]) for k, v in self.items.items()]
-            )
+        if name in ("keys", "values", "items") and not args:
+            return DictViewVariable(self, name)  # Note [Dicts: views]
         if name == "__setitem__" and len(args) == 2:
             self._mutate(tx)
             self.items[self._key(args[0])] = args[1]

@@ -268,7 +268,9 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
 
     if tx.inline_depth + 1 > config.inline_depth_limit:
         unimplemented(f"inlining depth limit ({config.inline_depth_limit}) at {fn.__qualname__}")
-    code = fn.__code__
+    code = getattr(fn, "__code__", None)
+    if not isinstance(code, types.CodeType):
+        unimplemented(f"call to {getattr(fn, '__qualname__', fn)!r}, implemented in C")
     if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         unimplemented(f"calling coroutine function {fn.__qualname__}")
     if kiln_marker(fn, "_kiln_disabled") or is_torch_disabled(fn):

@@ -417,6 +417,8 @@ class ListIteratorVariable(VariableTracker):
             return obj
         if type(obj) is ListVariable:
             return cls.over_list(obj)
+        if hasattr(obj, "iter_var"):  # a dict view (Note [Dicts: views])
+            return obj.iter_var(tx)
         if type(obj).__name__ == "ConstDictVariable":
             return cls.over_dict(obj, obj.unpack_var_sequence(tx), view=False)
         it = cls(obj.unpack_var_sequence(tx))

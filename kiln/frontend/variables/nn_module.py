@@ -29,6 +29,29 @@ def _no_global_hooks():
         unimplemented("global module hooks")
 
 
+_MISSING = object()
+
+
+def _class_attr(cls, name):
+    """`name` from the dicts of cls's MRO (what instance lookup finds on the class), or _MISSING.
+
+    Note [Modules: attribute order]
+    `mod.name` is looked up as Python does for any object: a data descriptor on the class
+    (a property), then the instance __dict__, then any other class attribute (methods, class
+    variables), and only when all of these miss, nn.Module.__getattr__ with _parameters,
+    _buffers and _modules. So a method named like a registered submodule is the method.
+    """
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return _MISSING
+
+
+def _is_data_descriptor(value):
+    typ = type(value)
+    return hasattr(typ, "__set__") or hasattr(typ, "__delete__")
+
+
 class NNModuleVariable(VariableTracker):
     """An nn.Module reached from a source (an argument, a global, an attribute of one)."""
 
@@ -96,15 +119,16 @@ class NNModuleVariable(VariableTracker):
             return stored
         if name == "__class__":  # pinned by the TYPE_MATCH guard on the module
             return wrap_constant_like(tx, type(self.value))
-        child = self._child(tx, name)
-        if child is not None:
-            return child
+        # Note [Modules: attribute order]: Python's order, then Module.__getattr__'s dicts.
         mod = self.value
-        if name in mod.__dict__:
+        static = _class_attr(type(mod), name)
+        is_data_descriptor = static is not _MISSING and _is_data_descriptor(static)
+        if name in mod.__dict__ and not is_data_descriptor:
             return wrap_value(tx, mod.__dict__[name], AttrSource(self.source, name))
-        try:
-            static = inspect.getattr_static(type(mod), name)
-        except AttributeError:
+        if static is _MISSING:
+            child = self._child(tx, name)
+            if child is not None:
+                return child
             self.missing_attr(tx, name)
         if isinstance(static, staticmethod):
             return wrap_value(tx, static.__func__, None)
@@ -112,8 +136,9 @@ class NNModuleVariable(VariableTracker):
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, type(mod)))
         if inspect.isfunction(static):
             return UserMethodVariable(static, self, source=self._class_attr_source(name))
-        if isinstance(static, property) and static.fget is not None:
+        if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
             return inline_call(tx, static.fget, [self], {}, self._class_attr_source(name, "fget"))
+        # (a property implemented in C, e.g. pybind11's def_readonly: read, guarded by source)
         return wrap_value(tx, getattr(mod, name), AttrSource(self.source, name))
 
     def unpack_var_sequence(self, tx):

@@ -18,6 +18,7 @@ from kiln.frontend.variables.lists import SizeVariable, TupleVariable
 from kiln.frontend.variables.misc import TensorMethodVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor_hooks import register_hook
+from kiln.frontend.variables.tensor_new import tensor_new
 from kiln.frontend.variables.torch import _call_torch, call_tensor_op
 from kiln.frontend.variables.user_defined import _dunder_missing
 from kiln.symbolic import shape_env
@@ -207,6 +208,8 @@ class TensorVariable(VariableTracker):
             if name == "is_contiguous":
                 return ConstantVariable(self.example.is_contiguous(*cargs, **ckw))
             return ConstantVariable(_META_METHODS[name](self))
+        if name == "new":
+            return tensor_new(tx, self, args, kwargs)
         if name == "__len__":
             if self.example.dim() == 0:
                 unimplemented("len() of a 0-d tensor")

@@ -81,6 +81,17 @@ def _device_of(value):
         return None
 
 
+def _sequence_builder(typ):
+    """How to rebuild a traced sequence argument of type typ from an iterable of its items:
+    a namedtuple takes its fields positionally; torch.Size (whose items may be size nodes) and
+    other subclasses become a plain tuple or list."""
+    if typ in (tuple, list):
+        return typ
+    if issubclass(typ, tuple) and hasattr(typ, "_fields"):
+        return lambda items: typ(*items)
+    return list if issubclass(typ, list) else tuple
+
+
 class _Unpack:
     """Splits traced arguments into FX arguments and meta arguments."""
 
@@ -113,11 +124,13 @@ class _Unpack:
                 return val, _META
             return val, val
         if isinstance(v, BaseListVariable):
-            pairs = [self(i) for i in v.items]
             typ = v.python_type()
-            if typ is torch.Size:
-                typ = tuple
-            return typ(p[0] for p in pairs), typ(p[1] for p in pairs)
+            if typ is range:  # (a range's items are ints: the range itself)
+                r = v.as_python_constant()
+                return r, r
+            pairs = [self(i) for i in v.items]
+            build = _sequence_builder(typ)
+            return build(p[0] for p in pairs), build(p[1] for p in pairs)
         if isinstance(v, ConstDictVariable):
             pairs = {k: self(i) for k, i in v.items.items()}
             return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
@@ -174,10 +187,32 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         if name in _METADATA_RESULTS and is_literal(result):
             return ConstantVariable(result)
         unimplemented(f"{what} returned a non-tensor value ({type(result).__name__})")
+    mutated = _mutated_input(result, args, meta_args, kwargs, meta_kwargs)
     if tx.output.fake_inputs or unpack.symbolic:
         result = _as_fakes(result, device)
     node = tx.output.create_node(kind, target, node_args, node_kwargs)
+    if mutated is not None:
+        return mutated  # Note [Tensors: in-place results]
     return wrap_tensor_result(tx, node, result, device)
+
+
+def _mutated_input(result, args, meta_args, kwargs, meta_kwargs):
+    """The traced tensor an in-place op returned (its own meta tensor came back), else None.
+
+    Note [Tensors: in-place results]
+    `x.add_(1)`, `torch.add(a, b, out=x)`, `x += 1` return the very tensor they mutated, so the
+    result must be the same TensorVariable (`y is x` holds, and a later `y` is `x`'s node). The
+    meta run tells which: an in-place op on meta tensors returns its meta argument itself.
+    """
+    from kiln.frontend.variables.tensor import TensorVariable
+
+    if not isinstance(result, torch.Tensor):
+        return None
+    pairs = [*zip(args, meta_args), *((kwargs[k], meta_kwargs[k]) for k in kwargs)]
+    for var, meta in pairs:
+        if isinstance(var, TensorVariable) and meta is result:
+            return var
+    return None
 
 
 def _as_fakes(result, device):

@@ -240,8 +240,9 @@ class UserDefinedObjectVariable(VariableTracker):
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, cls))
         if isinstance(static, types.FunctionType):
             return UserMethodVariable(static, self, source=self._class_attr_source(name))
-        if isinstance(static, property) and static.fget is not None:
+        if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
             return inline_call(tx, static.fget, [self], {}, self._class_attr_source(name, "fget"))
+        # (a property implemented in C, e.g. pybind11's def_readonly: read, guarded by source)
         return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
 
     def call_function(self, tx, args, kwargs):

@@ -1,0 +1,46 @@
+"""Which autograd nodes carry hooks registered on the node itself (grad_fn.register_hook).
+
+Installed when kiln is imported (the helper is cheap), so that hooks registered after that are
+seen; hooks registered on nodes before `import kiln` are not.
+"""
+
+import torch
+
+# Note [Compiled autograd: hooks on nodes]
+# `grad_fn.register_hook(h)` / `register_prehook(h)` (e.g. a post hook on a parameter's
+# AccumulateGrad node) live in C++ lists Python cannot read. Both go through one Python helper,
+# `_HookMixin._register_hook(dict, hook)`, which kiln wraps to learn that such hooks exist at all
+# (`node_hooks_seen`). From then on every backward probes each node: registering a no-op hook
+# returns a handle on the node's own hook dict, which shows whether the node has other hooks
+# (the no-op is removed at once). A backward with node hooks runs on the eager engine (the
+# hooks run where eager runs them: gradients equal eager's).
+node_hooks_seen = False  # set by the first hook registered on any node
+_HookMixin = torch.autograd.function._HookMixin
+_orig_node_register = _HookMixin.__dict__["_register_hook"].__func__
+
+
+def _node_register(backward_hooks, hook):
+    global node_hooks_seen
+    node_hooks_seen = True
+    return _orig_node_register(backward_hooks, hook)
+
+
+def _probe(*args):
+    return None
+
+
+def node_has_hooks(node):
+    """Whether a node has hooks registered on it (Note [Compiled autograd: hooks on nodes])."""
+    for register in (node.register_hook, node.register_prehook):
+        handle = register(_probe)
+        hooks = handle.hooks_dict_ref()
+        handle.remove()
+        if hooks:
+            return True
+    return False
+
+
+def install():
+    """Wrap the registration helper (idempotent)."""
+    if _HookMixin.__dict__["_register_hook"].__func__ is not _node_register:
+        _HookMixin._register_hook = staticmethod(_node_register)
