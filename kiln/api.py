@@ -48,21 +48,24 @@ def lookup_backend(backend):
     raise KilnError(f"unknown backend {backend!r}; known backends: {', '.join(list_backends())}")
 
 
+def list_mode_options(mode=None):
+    """The options a compile mode sets (every mode's when mode is None)."""
+    from kiln.modes import list_mode_options as _list
+
+    return _list(mode)
+
+
 def list_backends():
     """Names of every registered and built-in backend."""
     return sorted(set(_BUILTIN_BACKENDS) | set(_BACKENDS))
 
 
 # --- compile ------------------------------------------------------------------------------------
-_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
-
 def _resolve_backend(backend, mode, options):
     """The backend callable and its name; bad arguments raise naming the cause."""
-    if mode not in _MODES:
-        raise KilnError(f"unknown mode {mode!r}; expected one of {', '.join(map(str, _MODES))}")
-    if options is not None and not isinstance(options, dict):
-        raise TypeError(f"kiln.compile: options must be a dict, got {type(options).__name__}")
+    from kiln import modes
+
+    modes.resolve(mode, options)  # an unknown mode or option raises, listing the valid ones
     if mode is not None and options is not None:
         raise KilnError("kiln.compile: pass either mode or options, not both")
     if not callable(backend) and not isinstance(backend, str):
@@ -74,6 +77,8 @@ def _resolve_backend(backend, mode, options):
         raise KilnError(f"backend {name!r} is not available: {type(e).__name__}: {e}") from e
     if (mode is not None or options) and hasattr(fn, "with_options"):
         fn = fn.with_options(mode=mode, options=options or {})
+    elif mode not in (None, "default") or options:
+        modes.say_once(("mode", name), "kiln: backend %r ignores mode and options", name)
     return fn, name
 
 

@@ -219,17 +219,21 @@ def _eager(gm):
     return run
 
 
-def kiln_backend(gm, example_inputs):
-    """The "kiln" backend for torch-level graphs (contract 1): AOT autograd + compile_aten_graph."""
+def kiln_backend(gm, example_inputs, opts=None):
+    """The "kiln" backend for torch-level graphs (contract 1): AOT autograd + compile_aten_graph.
+
+    `opts` (from kiln.compile's mode/options, see kiln/modes.py) hold for every graph it makes,
+    the backward graph compiled later included."""
     try:
         from kiln.autograd.aot import aot_autograd
     except ImportError:
         aot_autograd = None
+    compiler = functools.partial(_compile_with_options, opts) if opts else compile_aten_graph
     if aot_autograd is not None:
         backend = aot_autograd(
-            fw_compiler=compile_aten_graph,
-            bw_compiler=compile_aten_graph,
-            inference_compiler=compile_aten_graph,
+            fw_compiler=compiler,
+            bw_compiler=compiler,
+            inference_compiler=compiler,
             decompositions=DECOMPOSITIONS,
         )
         return backend(gm, example_inputs)
@@ -241,5 +245,34 @@ def kiln_backend(gm, example_inputs):
     from kiln.autograd.tracer import trace_aten
 
     aten_gm = trace_aten(gm, list(example_inputs), decompositions=DECOMPOSITIONS)
-    compiled = compile_aten_graph(aten_gm, example_inputs)
+    compiled = compiler(aten_gm, example_inputs)
     return compiled
+
+
+def _compile_with_options(opts, gm, example_inputs):
+    """compile_aten_graph under a mode's options; then what the mode adds at run time."""
+    from kiln import modes
+
+    with modes.applied(opts):
+        compiled = compile_aten_graph(gm, example_inputs)
+    cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
+    if opts.get("cudagraphs") and not cuda:
+        modes.say_once(
+            "cudagraphs-cpu",
+            "kiln: mode %r has nothing to do for CPU graphs (CUDA graphs need CUDA tensors)",
+            "reduce-overhead",
+        )
+    if opts.get("max_autotune"):
+        modes.say_once(
+            "autotune", "kiln: mode 'max-autotune' has no kernel choices to time yet (default code)"
+        )
+    return compiled
+
+
+def _with_options(mode=None, options=None):
+    from kiln import modes
+
+    return modes.with_options(kiln_backend)(mode, options)
+
+
+kiln_backend.with_options = _with_options
