@@ -51,7 +51,9 @@ class CompiledGraph:
         self.wrapper_src = wrapper_src
         self.cpp_src = cpp_src
         self.fallback_ops = list(fallback_ops)
-        self.kernel_count = cpp_src.count('extern "C" int kernel')
+        self.kernel_count = cpp_src.count('extern "C" int kernel') + cpp_src.count(
+            "@triton.jit\ndef kernel"
+        )
         n = self.kernel_count
         self.label = None if config.profile_kernels else f"kiln graph ({n} kernel{'s' * (n != 1)})"
 
@@ -86,6 +88,7 @@ def _graph_key(gm, example_inputs):
     h.update(gm.code.encode())
     h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{num_threads()}".encode())
     h.update(f"{config.profile_kernels}".encode())  # Note [Backend: kernel profiling]
+    h.update(f"{config.cpu_backend}|{os.environ.get('TRITON_INTERPRET', '0')}".encode())
     # the layout choices depend on these (Note [Backend: channels-last convolutions])
     free = gm.meta.get("free_layout_outputs", ())
     h.update(f"{torch.is_grad_enabled()}|{config.conv_channels_last}|{sorted(free)}".encode())
@@ -128,8 +131,12 @@ def _constants(gm):
 
 
 def _load(wrapper_src, cpp_src, consts, gm, extras=()):
-    so = codecache.compile_cpp(cpp_src)
-    lib = codecache.load_library(so)
+    if cpp_src.startswith(TRITON_MARK):
+        from kiln.backend.codegen.triton import load_module
+
+        lib = load_module(cpp_src)
+    else:
+        lib = codecache.load_library(codecache.compile_cpp(cpp_src))
     ns = {}
     exec(compile(wrapper_src, "<kiln wrapper>", "exec"), ns)
     return ns["make"](lib, consts, list(extras), _eager(gm))
@@ -145,10 +152,32 @@ def lower_and_generate(gm, example_inputs):
     graph = GraphLowering(gm, example_inputs).run()
     groups = schedule(graph)
     stores, free_after, inplace = plan_memory(graph, groups)
-    cpp_src, signatures = generate_cpp(graph, groups, stores, num_threads(), inplace)
-    w = WrapperCodegen(graph, groups, stores, free_after, signatures, inplace)
+    if _uses_triton(graph):
+        from kiln.backend.codegen import triton
+
+        triton.check_runnable(graph)
+        cpp_src, signatures = triton.generate_triton(graph, groups, stores, inplace)
+        wrapper_cls = triton.triton_wrapper_class()
+    else:
+        cpp_src, signatures = generate_cpp(graph, groups, stores, num_threads(), inplace)
+        wrapper_cls = WrapperCodegen
+    w = wrapper_cls(graph, groups, stores, free_after, signatures, inplace)
     wrapper_src = w.generate()
     return graph, groups, cpp_src, wrapper_src, w.extras, w.output_sources
+
+
+TRITON_MARK = "import torch\nimport triton\n"  # how a Triton module's source begins
+
+
+def _uses_triton(graph):
+    """Triton kernels for CUDA graphs, and for CPU graphs under config.cpu_backend="triton"."""
+    if config.cpu_backend == "triton":
+        return True
+    return any(
+        getattr(getattr(b, "layout", None), "device", None) is not None
+        and b.layout.device.type == "cuda"
+        for b in graph.buffers.values()
+    )
 
 
 def _needs_decomposition(gm):
