@@ -156,6 +156,7 @@ def lower_and_generate(gm, example_inputs):
         from kiln.backend.codegen import triton
 
         triton.check_runnable(graph)
+        logs.counters["backend"]["triton_graphs"] += 1
         cpp_src, signatures = triton.generate_triton(graph, groups, stores, inplace)
         wrapper_cls = triton.triton_wrapper_class()
     else:

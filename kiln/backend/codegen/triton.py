@@ -482,7 +482,7 @@ class TritonKernel:
             src = accs[n.name] if looped else values[n.name]
             if rt in ("argmax", "argmin"):
                 idx = f"{src}_i" if looped else "rindex + xrzero"
-                w(f"_, red{self.n} = red_{rt}({src}, {idx}, 1)")
+                w(f"red{self.n} = red_{rt}({src}, {idx}, 1)")
             elif looped and _compensated(n):
                 w(f"red{self.n} = red_sum({src} - {src}_c, 1)")
             else:

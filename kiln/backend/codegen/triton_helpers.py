@@ -82,30 +82,8 @@ def minimum(a, b):
 
 
 @triton.jit
-def _sum(a, b):
-    return a + b
-
-
-@triton.jit
 def _prod(a, b):
     return a * b
-
-
-@triton.jit
-def _argmax(a, ai, b, bi):
-    """(value, index) pairs: the larger value, NaN first, the lower index on ties."""
-    a_nan = a != a
-    b_nan = b != b
-    take = (a > b) | (a_nan & ~b_nan) | (((a == b) | (a_nan & b_nan)) & (ai < bi))
-    return tl.where(take, a, b), tl.where(take, ai, bi)
-
-
-@triton.jit
-def _argmin(a, ai, b, bi):
-    a_nan = a != a
-    b_nan = b != b
-    take = (a < b) | (a_nan & ~b_nan) | (((a == b) | (a_nan & b_nan)) & (ai < bi))
-    return tl.where(take, a, b), tl.where(take, ai, bi)
 
 
 @triton.jit
@@ -118,24 +96,43 @@ def red_prod(x, axis: tl.constexpr):
     return tl.reduce(x, axis, _prod)
 
 
-@triton.jit
-def red_max(x, axis: tl.constexpr):
-    return tl.reduce(x, axis, maximum)
+if INTERPRET:  # the interpreter's max is numpy's nanmax, and a custom combine function runs
+    # element by element in Python: NaN put back by a sum (NaN when any element is)
 
+    @triton.jit
+    def red_max(x, axis: tl.constexpr):
+        nan = tl.max((x != x).to(tl.int32), axis) > 0
+        return tl.where(nan, tl.sum(x, axis), tl.max(x, axis))
 
-@triton.jit
-def red_min(x, axis: tl.constexpr):
-    return tl.reduce(x, axis, minimum)
+    @triton.jit
+    def red_min(x, axis: tl.constexpr):
+        nan = tl.max((x != x).to(tl.int32), axis) > 0
+        return tl.where(nan, tl.sum(x, axis), tl.min(x, axis))
+
+else:  # pragma: no cover (needs a GPU: Triton's own max drops NaN)
+
+    @triton.jit
+    def red_max(x, axis: tl.constexpr):
+        return tl.reduce(x, axis, maximum)
+
+    @triton.jit
+    def red_min(x, axis: tl.constexpr):
+        return tl.reduce(x, axis, minimum)
 
 
 @triton.jit
 def red_argmax(x, i, axis: tl.constexpr):
-    return tl.reduce((x, i), axis, _argmax)
+    """The lowest index i among the lanes holding the maximum (the first NaN if any)."""
+    m = tl.expand_dims(red_max(x, axis), axis)
+    best = (x == m) | ((m != m) & (x != x))
+    return tl.min(tl.where(best, i, 9223372036854775807), axis)
 
 
 @triton.jit
 def red_argmin(x, i, axis: tl.constexpr):
-    return tl.reduce((x, i), axis, _argmin)
+    m = tl.expand_dims(red_min(x, axis), axis)
+    best = (x == m) | ((m != m) & (x != x))
+    return tl.min(tl.where(best, i, 9223372036854775807), axis)
 
 
 # --- launch ---------------------------------------------------------------------------------------
