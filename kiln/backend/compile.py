@@ -89,6 +89,7 @@ def _graph_key(gm, example_inputs):
     h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{num_threads()}".encode())
     h.update(f"{config.profile_kernels}".encode())  # Note [Backend: kernel profiling]
     h.update(f"{config.cpu_backend}|{os.environ.get('TRITON_INTERPRET', '0')}".encode())
+    h.update(_device_id(example_inputs).encode())  # Triton kernels: capability, Triton version
     # the layout choices depend on these (Note [Backend: channels-last convolutions])
     free = gm.meta.get("free_layout_outputs", ())
     h.update(f"{torch.is_grad_enabled()}|{config.conv_channels_last}|{sorted(free)}".encode())
@@ -109,6 +110,19 @@ def _graph_key(gm, example_inputs):
             if isinstance(t, torch.Tensor):
                 h.update(_tensor_bytes(t))
     return h.hexdigest()[:40]
+
+
+def _device_id(example_inputs):
+    """'' on CPU; for CUDA inputs the device's capability and Triton's version."""
+    if not any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs):
+        return ""
+    try:
+        import triton
+
+        version = triton.__version__
+    except ImportError:
+        version = "none"
+    return f"cuda{torch.cuda.get_device_capability()}|triton{version}"
 
 
 def _tensor_bytes(t):
@@ -172,13 +186,7 @@ TRITON_MARK = "import torch\nimport triton\n"  # how a Triton module's source be
 
 def _uses_triton(graph):
     """Triton kernels for CUDA graphs, and for CPU graphs under config.cpu_backend="triton"."""
-    if config.cpu_backend == "triton":
-        return True
-    return any(
-        getattr(getattr(b, "layout", None), "device", None) is not None
-        and b.layout.device.type == "cuda"
-        for b in graph.buffers.values()
-    )
+    return config.cpu_backend == "triton" or graph.device.type == "cuda"
 
 
 def _needs_decomposition(gm):

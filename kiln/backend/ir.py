@@ -53,6 +53,7 @@ from kiln.backend.sizes import (  # noqa: F401 (re-exported: lowerings import th
 
 RANGES: dict = {}  # symbol -> (lo, hi) inclusive
 CPU = torch.device("cpu")
+DEVICE = [CPU]  # the device of the graph being lowered (GraphLowering.run): Layout's default
 _UNBOUNDED = (-(2**62), 2**62)
 
 
@@ -503,11 +504,11 @@ def _fmt(a):
 class Layout:
     """Size, stride, dtype, device and storage offset of a buffer."""
 
-    def __init__(self, size, stride, dtype, device=CPU, offset=0):
+    def __init__(self, size, stride, dtype, device=None, offset=0):
         self.size = tuple(s if type(s) is int else to_expr(s) for s in size)
         self.stride = tuple(s if type(s) is int else to_expr(s) for s in stride)
         self.dtype = dtype
-        self.device = device
+        self.device = device if device is not None else DEVICE[-1]
         self.offset = offset if type(offset) is int else to_expr(offset)
 
     def index(self, idx):

@@ -531,7 +531,7 @@ def _to_copy(
     non_blocking=False,
     memory_format=None,
 ):
-    if device is not None and torch.device(device).type != "cpu":
+    if device is not None and not _on_graph_device(device):
         raise NotLowered("device copy")
     if layout not in (None, torch.strided):
         raise NotLowered("layout")
@@ -598,8 +598,16 @@ def _full(size, value, dtype):
 
 
 def _check_device(device):
-    if device is not None and torch.device(device).type != "cpu":
+    if device is not None and not _on_graph_device(device):
         raise NotLowered("device")
+
+
+def _on_graph_device(device):
+    """Whether `device` is the device of the graph being lowered (cuda means cuda:current)."""
+    from kiln.backend.ir import DEVICE
+
+    d, g = torch.device(device), DEVICE[-1]
+    return d.type == g.type and (d.index is None or g.index is None or d.index == g.index)
 
 
 @register_lowering(aten.full.default)

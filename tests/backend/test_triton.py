@@ -7,6 +7,7 @@ persistent and looped reductions, symbolic sizes, the index-error flag, low prec
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from kiln import config, logs
 from tests.backend import test_ops
@@ -144,3 +145,10 @@ def test_triton_without_interpreter_is_refused_for_cpu(monkeypatch):
     assert getattr(out, "kiln_fallback", False)
     assert logs.counters["backend"]["eager_fallbacks"] == before + 1
     logs.counters["backend"]["triton_graphs"] += 1  # nothing to run through Triton here
+
+
+def test_constants_are_blocks():
+    """minimum(0, x) and logical ops of a constant: constants are blocks of the kernel's shape
+    (the interpreter cannot combine 0-d int1 values with blocks)."""
+    x = torch.randn(6, 9)
+    check(lambda x: (F.logsigmoid(x), (x > 0) | True, torch.clamp(x, min=0).sum(1)), [x])

@@ -71,24 +71,26 @@ def index_text(ix):
     """Triton source of an index (Ix renders C: `/` of non-negatives and the kiln_* helpers)."""
     text = ix.render() if isinstance(ix, Ix) else str(ix)
     text = text.replace(" / ", " // ")
-    text = text.replace("std::max<int64_t>", "tl.maximum").replace("std::min<int64_t>", "tl.minimum")
+    text = text.replace("std::max<int64_t>", "tl.maximum").replace(
+        "std::min<int64_t>", "tl.minimum"
+    )
     return text
 
 
-def literal(value, dtype):
-    """A Triton scalar of `value` in `dtype` (converted as eager converts a Python scalar)."""
+def literal(value, dtype, shape="[]"):
+    """A Triton block of `value` in `dtype` (converted as eager converts a Python scalar)."""
     if dtype == torch.bool:
-        return f"tl.full([], {bool(value)}, tl.int1)"
+        return f"tl.full({shape}, {bool(value)}, tl.int1)"
     if dtype.is_floating_point:
         v = float(value)
         if dtype in (torch.float16, torch.bfloat16):
             v = float(torch.tensor(v, dtype=dtype).item())
         text = repr(v) if math.isfinite(v) else f'float("{v}")'
-        return f"tl.full([], {text}, {TL_DTYPE[compute_dtype(dtype)]})"
+        return f"tl.full({shape}, {text}, {TL_DTYPE[compute_dtype(dtype)]})"
     v = int(value)
     info = torch.iinfo(dtype)
     v = (v - info.min) % (info.max - info.min + 1) + info.min
-    return f"tl.full([], {v}, {TL_DTYPE[dtype]})"
+    return f"tl.full({shape}, {v}, {TL_DTYPE[dtype]})"
 
 
 class TritonOverrides:
@@ -105,7 +107,8 @@ class TritonOverrides:
 
     def constant(self, value, dtype):
         cd = compute_dtype(dtype)
-        v = self._var(literal(value, dtype), cd)
+        # a block, never a 0-d scalar: the interpreter cannot mix int1 scalars with blocks
+        v = self._var(literal(value, dtype, self.k.shape), cd)
         self.k.const_values[v.name] = value
         return v
 
@@ -303,6 +306,7 @@ class TritonKernel:
         self.handler = TritonOverrides(self)
         self.err = False
         self.zero, self.mask = "xzero", "xmask"
+        self.shape = "[XBLOCK]"  # the block shape of values in the current context
         self.persistent = 0  # RBLOCK of a persistent reduction, else 0
         self.stored = False  # a store was written (a later loop reading it needs a barrier)
 
@@ -390,6 +394,7 @@ class TritonKernel:
     def generate(self):
         g, w = self.g, self.code.writeline
         two_d = bool(g.inner)
+        self.shape = "[XBLOCK, 1]" if two_d else "[XBLOCK]"
         xshape = "[:, None]" if two_d else ""
         w(f"xindex = tl.program_id(0).to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK){xshape}")
         w("xmask = xindex < xnumel")
@@ -437,7 +442,7 @@ class TritonKernel:
             self.code.level += 1
             self._rloop_head("roffset + tl.arange(0, RBLOCK)[None, :].to(tl.int64)")
             self.scopes.append({})
-        self.zero, self.mask = "xrzero", "xrmask"
+        self.zero, self.mask, self.shape = "xrzero", "xrmask", "[XBLOCK, RBLOCK]"
         values = {}
         for n in nodes:
             role = g.roles[n.name]
@@ -476,7 +481,7 @@ class TritonKernel:
             self.scopes.pop()
             self.code.level -= 1
             self.locals = {k: v for k, v in self.locals.items() if not v[2]}
-        self.zero, self.mask = "xzero", "xmask"
+        self.zero, self.mask, self.shape = "xzero", "xmask", "[XBLOCK, 1]"
         for n in reds:
             rt = n.reduction_type
             src = accs[n.name] if looped else values[n.name]
@@ -639,9 +644,9 @@ def check_runnable(graph):
     try:
         import triton  # noqa: F401
     except ImportError as e:
-        raise GraphNotSupported(f"Triton is not installed (pip install torch-kiln[gpu]): {e}")
-    devices = {getattr(b.layout, "device", None) for b in graph.buffers.values()
-               if hasattr(b, "layout")}
-    cpu = any(d is not None and d.type == "cpu" for d in devices)
+        raise GraphNotSupported(
+            f"Triton is not installed (pip install torch-kiln[gpu]): {e}"
+        ) from e
+    cpu = getattr(graph, "device", torch.device("cpu")).type == "cpu"
     if cpu and os.environ.get("TRITON_INTERPRET", "0") != "1":
         raise GraphNotSupported("Triton kernels for CPU tensors need TRITON_INTERPRET=1")
