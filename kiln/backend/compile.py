@@ -267,11 +267,15 @@ def kiln_backend(gm, example_inputs, opts=None):
     except ImportError:
         aot_autograd = None
     compiler = functools.partial(_compile_with_options, opts) if opts else compile_aten_graph
+
+    def role(name):
+        return functools.partial(_compile_with_options, opts, role=name) if opts else compiler
+
     if aot_autograd is not None:
         backend = aot_autograd(
-            fw_compiler=compiler,
-            bw_compiler=compiler,
-            inference_compiler=compiler,
+            fw_compiler=role("forward"),
+            bw_compiler=role("backward"),
+            inference_compiler=role("inference"),
             decompositions=DECOMPOSITIONS,
         )
         return backend(gm, example_inputs)
@@ -287,14 +291,18 @@ def kiln_backend(gm, example_inputs, opts=None):
     return compiled
 
 
-def _compile_with_options(opts, gm, example_inputs):
+def _compile_with_options(opts, gm, example_inputs, role="inference"):
     """compile_aten_graph under a mode's options; then what the mode adds at run time."""
     from kiln import modes
 
     with modes.applied(opts):
         compiled = compile_aten_graph(gm, example_inputs)
     cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
-    if opts.get("cudagraphs") and not cuda:
+    if opts.get("cudagraphs") and cuda and not getattr(compiled, "kiln_fallback", False):
+        from kiln.backend.cudagraphs import CUDAGraphed
+
+        compiled = CUDAGraphed(compiled, example_inputs, role=role)
+    elif opts.get("cudagraphs") and not cuda:
         modes.say_once(
             "cudagraphs-cpu",
             "kiln: mode %r has nothing to do for CPU graphs (CUDA graphs need CUDA tensors)",

@@ -152,3 +152,8 @@ def test_constants_are_blocks():
     (the interpreter cannot combine 0-d int1 values with blocks)."""
     x = torch.randn(6, 9)
     check(lambda x: (F.logsigmoid(x), (x > 0) | True, torch.clamp(x, min=0).sum(1)), [x])
+
+
+def test_bfloat16_stores_round_to_nearest_even():
+    x = torch.randn(1000)
+    check(lambda x: (x.bfloat16(), (x * 3).bfloat16().float() + 1), [x], atol=0, rtol=0)

@@ -120,8 +120,10 @@ class TritonOverrides:
         return self.k.indirect(value, size, wrap)
 
     def to_dtype(self, x, dtype, src=None):
-        if dtype in (torch.float16, torch.bfloat16):
-            return self._var(f"{x}.to({TL_DTYPE[dtype]}).to(tl.float32)", torch.float32)
+        if dtype == torch.bfloat16:
+            return self._var(f"round_bf16({x}.to(tl.float32))", torch.float32)
+        if dtype == torch.float16:
+            return self._var(f"{x}.to(tl.float16).to(tl.float32)", torch.float32)
         if x.dtype == dtype:
             return x
         if dtype == torch.bool:
@@ -364,6 +366,8 @@ class TritonKernel:
             self.params[name] = True
             dt = layout.dtype
             v = f"{value} != 0" if dt == torch.bool else f"{value}.to({TL_DTYPE[dt]})"
+            if dt == torch.bfloat16:  # rounded to nearest even (the interpreter's cast truncates)
+                v = f"round_bf16({value}.to(tl.float32)).to(tl.bfloat16)"
             if dt == torch.bool and value.dtype == torch.bool:
                 v = str(value)
             self.stored = True

@@ -22,6 +22,16 @@ else:  # pragma: no cover (needs a GPU)
     from triton.language.extra import libdevice  # noqa: F401
 
 
+if INTERPRET:
+    from kiln.backend.codegen.triton_interp import round_bf16  # noqa: F401
+else:  # pragma: no cover (needs a GPU)
+
+    @triton.jit
+    def round_bf16(x):
+        """float32 rounded to bfloat16's precision (to nearest even), still float32."""
+        return x.to(tl.bfloat16).to(tl.float32)
+
+
 # --- device functions (C semantics of the index helpers the loop IR renders) ---------------------
 @triton.jit
 def kiln_floordiv_idx(a, b):

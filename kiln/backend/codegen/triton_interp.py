@@ -44,3 +44,10 @@ for _name, _fn in _UNARY.items():
     globals()[_name] = _wrap(_fn)
 for _name in ("atan2", "hypot", "fmod", "pow", "copysign"):
     globals()[_name] = _wrap(getattr(torch, _name))
+
+
+def _round_bf16(t):
+    return t.float().bfloat16().float()
+
+
+round_bf16 = _wrap(_round_bf16)  # the interpreter's float32 -> bfloat16 cast truncates
