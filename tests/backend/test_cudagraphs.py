@@ -50,7 +50,7 @@ def _fresh():
 
 def test_warm_up_then_record_then_replay_with_static_input_copies():
     g, (x, w) = _graphed()
-    for k in range(4):
+    for _ in range(4):
         x = torch.randn(4, 8)  # new values each call: copied into the static input
         (got,) = g(x, w)
         torch.testing.assert_close(got, f(x, w)[0])

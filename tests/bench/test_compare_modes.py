@@ -9,7 +9,11 @@ def test_compare_names_a_mode_per_compiler():
     got = [(c.name, getattr(c, "mode", None)) for c in parse_compare("kiln,kiln@reduce-overhead")]
     assert got == [("eager", None), ("kiln", None), ("kiln@reduce-overhead", "reduce-overhead")]
     (tc,) = parse_compare("torch.compile@max-autotune")[1:]
-    assert (tc.name, tc.mode, tc.backend) == ("torch.compile@max-autotune", "max-autotune", "inductor")
+    assert (tc.name, tc.mode, tc.backend) == (
+        "torch.compile@max-autotune",
+        "max-autotune",
+        "inductor",
+    )
 
 
 def test_kiln_compiler_passes_its_mode():
