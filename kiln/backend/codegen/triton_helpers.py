@@ -188,4 +188,6 @@ def launch(kernel, args, xnumel, rnumel, rblock, err):
         kernel[grid](*args, XBLOCK=xb, num_warps=warps)
     else:
         kernel[grid](*args, XBLOCK=xb, RBLOCK=rb, num_warps=warps)
-    return int(flag.item()) if err else 0
+    if not err or (flag.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return 0  # no synchronisation inside a CUDA graph recording
+    return int(flag.item())
