@@ -2,6 +2,7 @@
 
 import importlib
 
+from kiln import modes
 from kiln.exc import KilnError
 
 # --- backend registry ---------------------------------------------------------------------------
@@ -50,9 +51,7 @@ def lookup_backend(backend):
 
 def list_mode_options(mode=None):
     """The options a compile mode sets (every mode's when mode is None)."""
-    from kiln.modes import list_mode_options as _list
-
-    return _list(mode)
+    return modes.list_mode_options(mode)
 
 
 def list_backends():
@@ -63,8 +62,6 @@ def list_backends():
 # --- compile ------------------------------------------------------------------------------------
 def _resolve_backend(backend, mode, options):
     """The backend callable and its name; bad arguments raise naming the cause."""
-    from kiln import modes
-
     modes.resolve(mode, options)  # an unknown mode or option raises, listing the valid ones
     if mode is not None and options is not None:
         raise KilnError("kiln.compile: pass either mode or options, not both")

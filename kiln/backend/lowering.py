@@ -12,6 +12,7 @@ import math
 import torch
 
 from kiln.backend.ir import (
+    DEVICE,
     Ix,
     Pointwise,
     is_sym,
@@ -604,8 +605,6 @@ def _check_device(device):
 
 def _on_graph_device(device):
     """Whether `device` is the device of the graph being lowered (cuda means cuda:current)."""
-    from kiln.backend.ir import DEVICE
-
     d, g = torch.device(device), DEVICE[-1]
     return d.type == g.type and (d.index is None or g.index is None or d.index == g.index)
 

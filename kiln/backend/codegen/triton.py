@@ -16,14 +16,22 @@ differ from C++ only in this file's ops handler and loop structure:
         return launch(kernel0_tl, (arg0_1, buf1), 64, 128, 128, False)
 """
 
+import hashlib
+import importlib.util
 import math
+import os
 import re
+import tempfile
 
 import sympy
 import torch
 
+from kiln import config
 from kiln.backend.codegen.common import CSEVar, IndentedBuffer, compute_dtype
+from kiln.backend.codegen.wrapper import WrapperCodegen
+from kiln.backend.graph import GraphNotSupported
 from kiln.backend.ir import Ix, prod, set_handler, set_range
+from kiln.backend.scheduler import Group
 from kiln.backend.sizes import _print
 
 TL_DTYPE = {
@@ -584,8 +592,6 @@ from kiln.backend.codegen.triton_helpers import libdevice, launch  # noqa: F401
 
 def generate_triton(graph, groups, stores, inplace=None):
     """The module source of all kernel groups: (source, {kernel name: [params]})."""
-    from kiln.backend.scheduler import Group
-
     parts = [PRELUDE]
     signatures = {}
     for g in groups:
@@ -598,7 +604,6 @@ def generate_triton(graph, groups, stores, inplace=None):
 
 def triton_wrapper_class():
     """The wrapper generator for Triton kernels: kernels take tensors, not pointers."""
-    from kiln.backend.codegen.wrapper import WrapperCodegen
 
     class TritonWrapperCodegen(WrapperCodegen):
         def kernel_arg(self, p):
@@ -613,13 +618,6 @@ _modules = {}  # source hash -> loaded module
 def load_module(source):
     """The generated module of a source, written below the cache dir (Triton reads its kernels'
     source files) and imported once per process."""
-    import hashlib
-    import importlib.util
-    import os
-    import tempfile
-
-    from kiln import config
-
     key = hashlib.sha256(source.encode()).hexdigest()[:40]
     mod = _modules.get(key)
     if mod is not None:
@@ -641,10 +639,6 @@ def load_module(source):
 
 def check_runnable(graph):
     """Raise GraphNotSupported where Triton cannot run this graph's kernels."""
-    import os
-
-    from kiln.backend.graph import GraphNotSupported
-
     try:
         import triton  # noqa: F401
     except ImportError as e:
