@@ -111,7 +111,12 @@ class CUDAGraphed:
                 return self.compiled(*args)
             if len(self.entries) >= MAX_ENTRIES:
                 if n == WARMUP + 1:
-                    logs.log("cudagraphs", "kiln: shape %s not recorded: %d shapes", key, n)
+                    logs.log(
+                        "cudagraphs",
+                        "kiln: inputs %s not recorded: %d recordings already (dynamic sizes)",
+                        key,
+                        len(self.entries),
+                    )
                 return self.compiled(*args)
             entry = self._record(key, args)
         return self._replay(entry, args)
