@@ -36,7 +36,7 @@ from blocks import Block
 
 import kiln
 import kiln.compiled_autograd as ca
-from kiln.compiled_autograd.cache import lookup
+from kiln.compiled_autograd.backward_cache import lookup
 from kiln.compiled_autograd.collect import collect
 
 

@@ -1,11 +1,12 @@
 """kiln: a just-in-time compiler for PyTorch programs."""
 
+import importlib
+
 from kiln import config
 from kiln.api import (
     OptimizedModule,
     compile,
     disable,
-    explain,
     graph_break,
     list_backends,
     list_mode_options,
@@ -16,6 +17,7 @@ from kiln.api import (
     reset,
 )
 from kiln.logs import counters
+from kiln.tools.explain import explain
 
 _LAZY_SUBMODULES = ("compiled_autograd", "bytecode", "frontend", "autograd", "backend", "tools")
 
@@ -23,8 +25,6 @@ _LAZY_SUBMODULES = ("compiled_autograd", "bytecode", "frontend", "autograd", "ba
 def __getattr__(name):
     """`kiln.compiled_autograd.enable(...)` etc. without importing every stage with kiln."""
     if name in _LAZY_SUBMODULES:
-        import importlib
-
         return importlib.import_module(f"kiln.{name}")
     raise AttributeError(f"module 'kiln' has no attribute {name!r}")
 

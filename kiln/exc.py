@@ -14,6 +14,25 @@ class Unsupported(KilnError):
         self.user_location = (
             user_location  # "file:line: source text" of the user's code, once known
         )
+        # Set while the translators unwind (the graph-break path reads them):
+        self.frames = []  # [(code, instruction index, line)] of the traced frames, innermost first
+        self.no_resume = False  # no resume function can continue after this break
+        self.break_state = None  # kiln.contracts.BreakState, set by the root translator
+
+    @property
+    def root_index(self):
+        """The instruction index of the break in the root frame (BreakState.index)."""
+        return None if self.break_state is None else self.break_state.index
+
+    @property
+    def root_stack(self):
+        """The root frame's stack at the break (BreakState.stack)."""
+        return None if self.break_state is None else self.break_state.stack
+
+    @property
+    def root_locals(self):
+        """The root frame's locals at the break (BreakState.locals)."""
+        return None if self.break_state is None else self.break_state.locals
 
     def __str__(self):
         if self.user_location:

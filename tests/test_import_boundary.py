@@ -1,11 +1,11 @@
-"""kiln/ must not import what DESIGN.md says we build ourselves."""
+"""kiln/ must not import what we build ourselves (docs/ARCHITECTURE.md)."""
 
 import ast
 import pathlib
 
 KILN = pathlib.Path(__file__).resolve().parent.parent / "kiln"
 
-# Module prefixes never imported inside kiln/ (DESIGN.md, "What we build, and what we import").
+# Module prefixes never imported inside kiln/: the parts of torch.compile we build ourselves.
 FORBIDDEN = (
     "torch._dynamo",
     "torch._inductor",

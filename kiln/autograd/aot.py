@@ -27,24 +27,18 @@ from kiln.autograd.aot_runtime import (
     _make_function,
     _mutated_inputs_alias,
 )
+from kiln.autograd.aten_tracer import Tracer, format_graph
 from kiln.autograd.functionalize import _is_impure, functionalize
 from kiln.autograd.partition import (
     default_partition,
     min_cut_rematerialization_partition,
     saved_bytes,
 )
-from kiln.autograd.tracer import (
-    ProxyTensor,
-    Tracer,
-    fake_like,
-    format_graph,
-    is_symbolic,
-    sym_sizes,
-    sym_strides,
-)
+from kiln.contracts import GraphMeta, output_layouts
 from kiln.exc import Unsupported
-from kiln.frontend.shapes import ShapeEnv, SymNode, contiguous_strides, from_torch, hint_of
-from kiln.frontend.shapes import _render as render
+from kiln.symbolic.fake import ProxyTensor, fake_like, is_symbolic, sym_sizes, sym_strides
+from kiln.symbolic.shape_env import ShapeEnv, SymNode, contiguous_strides, from_torch, hint_of
+from kiln.symbolic.shape_env import _render as render
 
 __all__ = [
     "aot_autograd",
@@ -275,7 +269,7 @@ def compile_inference(fn, inputs, decompositions, compiler, examples=None, shape
     gm.graph.eliminate_dead_code(is_impure_node=_is_impure)
     gm.recompile()
     if shape_env is not None:
-        gm.meta["shape_env"] = shape_env
+        GraphMeta.update(gm, shape_env=shape_env)
     _log_graph("inference graph", gm, next(_dump_ids))
     _tell_mutations(gm, res.mutated_inputs, inputs)
     compiled = compiler(gm, _fake_inputs(gm))
@@ -371,7 +365,7 @@ def compile_training(
     fw_gm, bw_gm = partition_fn(res.gm, _fake_inputs(res.gm), num_fwd_outputs=num_fwd)
     if shape_env is not None:
         for g in (res.gm, fw_gm, bw_gm):
-            g.meta["shape_env"] = shape_env
+            GraphMeta.update(g, shape_env=shape_env)
     _log_graph("forward graph", fw_gm, dump_id)
     _log_graph("backward graph", bw_gm, dump_id)
     if logs.enabled("aot_graphs"):
@@ -386,9 +380,9 @@ def compile_training(
         grad_deps.append([j for j, t in enumerate(tangent_nodes) if t in anc])
     _tell_mutations(fw_gm, res.mutated_inputs, inputs)
     num_tensors = num_saved - num_sizes
-    fw_gm.meta["free_layout_outputs"] = frozenset(range(num_fwd, num_fwd + num_tensors))
+    GraphMeta.update(fw_gm, free_layout_outputs=frozenset(range(num_fwd, num_fwd + num_tensors)))
     fw = fw_compiler(fw_gm, _fake_inputs(fw_gm))
-    _take_saved_layouts(bw_inputs[:num_tensors], getattr(fw, "output_strides", None), num_fwd)
+    _take_saved_layouts(bw_inputs[:num_tensors], output_layouts(fw).strides, num_fwd)
     bw = bw_compiler(bw_gm, _fake_inputs(bw_gm))
     plan = _Plan(
         num_inputs=len(inputs),
@@ -415,8 +409,8 @@ def compile_training(
 # Note [AOT: saved activations keep their layout]
 # The forward compiler may lay out the activations it saves for the backward as it likes (the
 # kiln backend keeps a convolution net's activations channels-last, Note [Backend: channels-last
-# convolutions]): `fw_gm.meta["free_layout_outputs"]` lists those outputs, and a compiled forward
-# that reports `output_strides` has its choice copied into the vals of the backward graph's
+# convolutions]): `GraphMeta.free_layout_outputs` lists those outputs, and a compiled forward
+# that reports `OutputLayouts.strides` has its choice copied into the vals of the backward graph's
 # inputs before the backward is compiled, so the backward reads them as they are instead of
 # copying each back to the traced layout. Only static strides of the same dense size are taken;
 # a forward that falls back to eager reports none, and the backward's input checks still copy
@@ -438,14 +432,15 @@ def _take_saved_layouts(saved_nodes, strides, first):
 
 
 def _tell_mutations(gm, mutated_inputs, inputs):
-    """gm.meta["input_mutations"]: {output k: input i} where output k is input i's new value
+    """GraphMeta.input_mutations: {output k: input i} where output k is input i's new value
     (the first outputs), for inputs that need no grad: a compiler may write it in place
     (Note [Backend: mutated inputs written in place]); the epilogue then copies nothing."""
-    gm.meta["input_mutations"] = {
+    mutations = {
         k: i
         for k, i in enumerate(mutated_inputs)
         if not (isinstance(inputs[i], torch.Tensor) and inputs[i].requires_grad)
     }
+    GraphMeta.update(gm, input_mutations=mutations)
 
 
 def _ancestor_set(o):
@@ -510,9 +505,9 @@ def _guarded_key(args):
 
 # Note [AOT: symbolic sizes]
 # A torch-level graph whose placeholders carry symbolic example values (fakes with SymInt sizes,
-# SymInts for dynamic ints; contract 3) is traced on those instead of the real inputs: the ATen
-# graphs compute every size from their inputs (Note [Tracer: size nodes]), every fact the trace
-# relies on is recorded in the frame's ShapeEnv (`gm.meta["shape_env"]`, set on every graph handed
+# SymInts for dynamic ints) is traced on those instead of the real inputs: the ATen graphs compute
+# every size from their inputs (Note [Tracer: size nodes]), every fact the trace relies on is
+# recorded in the frame's ShapeEnv (`GraphMeta.shape_env`, set on every graph handed
 # to a compiler), and one plan serves every call whose sizes satisfy the guards. The frontend
 # renders the env's guards after the backend returns, so only the plans compiled during that call
 # may add facts: a later symbolic compile that would add one is rolled back and compiled for the
@@ -632,7 +627,7 @@ class AOTCompiled:
         self.guarded = (
             examples is None
             and isinstance(fn, torch.fx.GraphModule)
-            and fn.meta.get("inputs_guarded", False)
+            and GraphMeta.of(fn).inputs_guarded
         )
         if example_inputs is not None:
             self.plan_for(list(example_inputs))
@@ -746,7 +741,7 @@ class AOTCompiled:
 def aot_autograd(
     fw_compiler, bw_compiler=None, partition_fn=None, decompositions=None, inference_compiler=None
 ):
-    """A torch-level backend: ATen joint graph, partition, and fw/bw compilers (contract 2)."""
+    """A torch-level backend: ATen joint graph, partition, and fw/bw compilers of ATen graphs."""
     settings = (
         fw_compiler,
         bw_compiler or fw_compiler,
@@ -759,8 +754,8 @@ def aot_autograd(
         examples = _symbolic_examples(gm)
         if examples is None:
             return AOTCompiled(gm, settings, example_inputs)
-        env = gm.meta.get("shape_env") or _env_of(examples)
-        gm.meta["shape_env"] = env
+        env = GraphMeta.of(gm).shape_env or _env_of(examples)
+        GraphMeta.update(gm, shape_env=env)
         return AOTCompiled(gm, settings, example_inputs, examples=examples, shape_env=env)
 
     backend.settings = settings

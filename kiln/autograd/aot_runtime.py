@@ -3,6 +3,8 @@ epilogue that writes mutated inputs back and rebuilds the user's outputs (split 
 
 import torch
 
+from kiln.contracts import output_layouts
+
 
 class CompiledFunction(torch.autograd.Function):
     """Base of the per-graph autograd.Functions (backward node: CompiledFunctionBackward)."""
@@ -87,13 +89,13 @@ def _plain(o):
 def _saved_to_check(plan, num_fw, num_tensors):
     """Positions of saved tensors that may share memory with a mutated input.
 
-    The compiler may say where each output's memory comes from (`output_sources` of a kiln
+    The compiler may say where each output's memory comes from (`OutputLayouts.sources` of a kiln
     CompiledGraph: "fresh", ("input", k) or None): a fresh buffer, or an input that is not
     mutated (inputs sharing memory with a mutated one run eagerly), needs no check per call.
     """
     if not plan.mutated_inputs:
         return []
-    sources = getattr(plan.forward, "output_sources", None)
+    sources = output_layouts(plan.forward).sources
     mutated = set(plan.mutated_inputs)
     check = []
     for j in range(num_tensors):

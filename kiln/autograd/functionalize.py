@@ -19,17 +19,17 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from kiln.autograd.tracer import (
+from kiln.autograd.aten_tracer import SizeNodes
+from kiln.exc import Unsupported
+from kiln.symbolic.fake import (
     _SYM_TYPES,
     METADATA_MUTATIONS,
     ProxyTensor,
-    SizeNodes,
     is_view_op,
     same_layout,
     same_sizes,
 )
-from kiln.exc import Unsupported
-from kiln.frontend.shapes import SymNode, from_torch
+from kiln.symbolic.shape_env import SymNode, from_torch
 
 aten = torch.ops.aten
 

@@ -18,8 +18,9 @@ import operator
 import torch
 import torch.fx
 
-from kiln.autograd.tracer import is_view_op
-from kiln.frontend.shapes import from_torch, hint_of
+from kiln.contracts import GraphMeta
+from kiln.symbolic.fake import is_view_op
+from kiln.symbolic.shape_env import from_torch, hint_of
 
 aten = torch.ops.aten
 
@@ -183,7 +184,7 @@ def _split(joint, info, saved):
     ]  # graph order, tensors first (Note [Partitioner: saved sizes])
     fw = extract_graph(joint, info.primals, info.fw_outs + saved, "forward")
     bw = extract_graph(joint, saved + info.tangents, info.bw_outs, "backward", _sunk(info))
-    fw.meta["num_saved"] = len(saved)
+    GraphMeta.update(fw, num_saved=len(saved))
     return fw, bw
 
 
@@ -308,7 +309,7 @@ def _add_user_edges(g, n):
 
 def saved_bytes(fw_gm):
     """Bytes of the values a forward graph saves for the backward."""
-    num_saved = fw_gm.meta.get("num_saved", 0)
+    num_saved = GraphMeta.of(fw_gm).num_saved
     outs = list(fw_gm.graph.output_node().args[0])
     saved = outs[len(outs) - num_saved :] if num_saved else []
     return sum(_nbytes(n) for n in saved if isinstance(n, torch.fx.Node))

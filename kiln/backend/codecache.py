@@ -11,10 +11,13 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
 import time
+
+import torch
 
 from kiln import config, logs
 
@@ -55,8 +58,6 @@ def _cpu_id():
         flags = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
         return hashlib.sha256((model + flags).encode()).hexdigest()[:16]
     except OSError:
-        import platform
-
         return platform.machine()
 
 
@@ -103,13 +104,16 @@ def compile_cpp(source):
     return so
 
 
+def num_threads():
+    """OpenMP threads for kernels."""
+    return config.num_threads or torch.get_num_threads()
+
+
 def load_library(path):
     """The loaded shared object (once per process)."""
     lib = _libraries.get(path)
     if lib is None:
         lib = ctypes.CDLL(path)
-        from kiln.backend.compile import num_threads
-
         lib.kiln_set_num_threads.argtypes = [ctypes.c_int]
         lib.kiln_set_num_threads(num_threads())
         _libraries[path] = lib

@@ -7,10 +7,9 @@ import torch
 
 from kiln import config, logs
 from kiln.backend import lowering as L
+from kiln.backend import lowering_reductions, lowering_views  # noqa: F401 (they register lowerings)
 from kiln.backend.ir import (
     CPU,
-    DEVICE,
-    RANGES,
     Buffer,
     ComputedBuffer,
     ExternBuffer,
@@ -24,16 +23,19 @@ from kiln.backend.ir import (
     View,
     contiguous_strides,
     dense_stride_of,
+    device_scope,
     floordiv,
     is_dense,
     is_sym,
     known_eq,
     norm,
-    sizes_of,
-    strides_of,
+    ranges,
+    size_exprs,
+    stride_exprs,
     to_expr,
     use_shape_env,
 )
+from kiln.contracts import GraphMeta
 
 
 class GraphNotSupported(Exception):
@@ -49,7 +51,7 @@ class ScalarArg:
 
 
 class SymArg:
-    """A size graph input (an int at run time) whose value is the expression `expr` (contract 3)."""
+    """A size graph input (an int at run time) whose value is the expression `expr` (symbolic graphs)."""
 
     def __init__(self, name, expr):
         self.name = name
@@ -146,15 +148,12 @@ class GraphLowering:
     # --- the interpreter -------------------------------------------------------------------------
 
     def run(self):
-        RANGES.clear()
-        use_shape_env(self.gm.meta.get("shape_env") if hasattr(self.gm, "meta") else None)
+        ranges().clear()
+        use_shape_env(GraphMeta.of(self.gm).shape_env)
         self.channels_last = _wants_channels_last(self.gm)
         self.device = graph_device(self.example_inputs)
-        DEVICE.append(self.device)
-        try:
+        with device_scope(self.device):
             return self._run()
-        finally:
-            DEVICE.pop()
 
     def _run(self):
         for node in self.gm.graph.nodes:
@@ -187,7 +186,7 @@ class GraphLowering:
         if not isinstance(x, torch.Tensor):
             raise GraphNotSupported(f"non-tensor graph input {type(x).__name__}")
         _check_tensor(x)
-        buf = InputBuffer(f"arg{k}", Layout(sizes_of(x), strides_of(x), x.dtype))
+        buf = InputBuffer(f"arg{k}", Layout(size_exprs(x), stride_exprs(x), x.dtype))
         self.inputs.append(buf)
         self.buffers[buf.name] = buf
         if self.channels_last and _is_channels_last(x):  # a saved activation of a forward
@@ -231,9 +230,9 @@ class GraphLowering:
             for a in _flat(args) + _flat(kwargs):
                 if L.is_ir(a):
                     self.note_use(a)
-            L.V.graph, L.V.val, L.V.current_target = self, val, target
             try:
-                out = fn(*args, **kwargs)
+                with L.lowering_node(self, val, target):
+                    out = fn(*args, **kwargs)
                 if _matches(out, val):
                     if self.channels_last:
                         self._follow_channels_last(out, args)
@@ -286,8 +285,8 @@ class GraphLowering:
             if isinstance(v, torch.Tensor):
                 _check_tensor(v)
                 cl = cl_conv and v.dim() == 4
-                stride = _cl_stride(sizes_of(v)) if cl else strides_of(v)
-                lay = Layout(sizes_of(v), stride, v.dtype)
+                stride = _cl_stride(size_exprs(v)) if cl else stride_exprs(v)
+                lay = Layout(size_exprs(v), stride, v.dtype)
                 b = ExternBuffer(self._name(), lay, kernel)
                 self.buffers[b.name] = b
                 if cl:
@@ -313,7 +312,7 @@ class GraphLowering:
         return result
 
     def output(self, node):
-        free = self.gm.meta.get("free_layout_outputs", ()) if hasattr(self.gm, "meta") else ()
+        free = GraphMeta.of(self.gm).free_layout_outputs
         for i, v in enumerate(_flat_out(node.args[0])):
             out = self._output_value(v)
             if self.channels_last and out[0] in ("buf", "view") and i not in free:
@@ -393,10 +392,10 @@ class GraphLowering:
         val = node.meta.get("val")
         buf = self.buffers[out[1]]
         size, stride = (buf.layout.size, buf.layout.stride) if out[0] == "buf" else out[2:4]
-        want = strides_of(val) if isinstance(val, torch.Tensor) else None
+        want = stride_exprs(val) if isinstance(val, torch.Tensor) else None
         if want is None or _same_strides(size, stride, want):
             return out
-        if not is_dense(sizes_of(val), want):
+        if not is_dense(size_exprs(val), want):
             raise GraphNotSupported("channels-last layout for a non-dense graph output")
         value = self.env[node]
         box = StorageBox(Pointwise(value.get_dtype(), list(size), value.make_loader()), self)
@@ -437,7 +436,7 @@ class GraphLowering:
 # ATen disagrees), and a 4-d pointwise result of channels-last values is realized channels-last too
 # (its StorageBox's val says so, and the kernel's loop order follows the strides). Graph outputs
 # get exactly eager's strides (a copy kernel where the chosen layout differs; a non-dense output
-# that would differ runs eagerly), except the ones `gm.meta["free_layout_outputs"]` lists: the
+# that would differ runs eagerly), except the ones `GraphMeta.free_layout_outputs` lists: the
 # activations a training forward saves for its backward. Those keep the chosen layout, the
 # compiled graph reports it (`output_strides`), and the AOT layer gives the backward graph's
 # inputs those strides before compiling it (Note [AOT: saved activations keep their layout]), so
@@ -627,7 +626,7 @@ def _matches(out, val):
     if isinstance(val, torch.Tensor):
         if not L.is_ir(out) or out.get_dtype() != val.dtype:
             return False
-        a, b = tuple(out.get_size()), sizes_of(val)
+        a, b = tuple(out.get_size()), size_exprs(val)
         return len(a) == len(b) and all(known_eq(x, y) for x, y in zip(a, b))
     if isinstance(val, (list, tuple)):
         return (

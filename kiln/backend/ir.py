@@ -15,13 +15,12 @@ of a list of index expressions that computes the element through the current `op
 import contextlib
 import itertools
 import math
+import threading
 
 import sympy
 import torch
 
-from kiln.backend.sizes import (  # noqa: F401 (re-exported: lowerings import them from here)
-    HINTS,
-    REPLACEMENTS,
+from kiln.symbolic.sizes import (  # noqa: F401 (re-exported: lowerings import them from here)
     cexpr,
     exact_div,
     floordiv,
@@ -31,9 +30,10 @@ from kiln.backend.sizes import (  # noqa: F401 (re-exported: lowerings import th
     known_nonneg,
     norm,
     pexpr,
+    size_exprs,
     size_hint,
-    sizes_of,
-    strides_of,
+    size_scope,
+    stride_exprs,
     to_expr,
     use_shape_env,
 )
@@ -43,7 +43,7 @@ from kiln.backend.sizes import (  # noqa: F401 (re-exported: lowerings import th
 # An index is an affine form over named symbols: loop variables ("i0", "r1"), indirect indices
 # ("ix3") and opaque atoms such as "(i0 / 7)"; coefficients and the constant are sizes (ints or,
 # for symbolic graphs, sympy expressions over s0, s1: `ks1*i0 + i1`). Every symbol has a known
-# inclusive range in RANGES (bounds may be symbolic: i1 in [0, s1 - 1]), which lets `//` and `%`
+# inclusive range in `ranges()` (bounds may be symbolic: i1 in [0, s1 - 1]), which lets `//` and `%`
 # simplify the arithmetic that reshapes produce: (8*i0 + i1) // 8 == i0 when 0 <= i1 < 8, and
 # (s1*i0 + i1) // s1 == i0 when 0 <= i1 < s1 (proved with known_lt). A symbolic atom's bounds are
 # rational over-approximations (hi / k >= floor(hi / k)), good enough for the next proof.
@@ -51,15 +51,62 @@ from kiln.backend.sizes import (  # noqa: F401 (re-exported: lowerings import th
 # 3*r0 + R // 128. Sums of atoms recombine (_fold_divmod): k*((X // k) % n) + X % k is X % (k*n)
 # and k*(X // k) + X % k is X, so a permuted flat index read back flat is affine again.
 
-RANGES: dict = {}  # symbol -> (lo, hi) inclusive
+
 CPU = torch.device("cpu")
-DEVICE = [CPU]  # the device of the graph being lowered (GraphLowering.run): Layout's default
+
+
+class _CompileState(threading.local):
+    """This thread's per-compile state: index-symbol ranges and the ops-handler stack
+    (Note [Backend: per-compile size state]; `compile_scope` gives a compile fresh state)."""
+
+    def __init__(self):
+        self.ranges = {}  # symbol -> (lo, hi) inclusive
+        self.handlers = []  # set_handler's stack; `ops.x(...)` goes to the innermost
+        self.device = CPU  # the device of the graph being lowered: Layout's default
+
+
+_state = _CompileState()
+
+
+def current_device():
+    """The device of the graph being lowered (CPU, or the CUDA device of a Triton graph)."""
+    return _state.device
+
+
+@contextlib.contextmanager
+def device_scope(device):
+    """Layouts made inside default to `device` (GraphLowering.run)."""
+    saved, _state.device = _state.device, device
+    try:
+        yield
+    finally:
+        _state.device = saved
+
+
+def ranges():
+    """symbol -> (lo, hi) inclusive, of the current compile."""
+    return _state.ranges
+
+
+@contextlib.contextmanager
+def compile_scope():
+    """Fresh per-compile state (ranges, ops handlers, size hints and replacements) for one graph's
+    compile; the previous state comes back on exit (Note [Backend: per-compile size state])."""
+    saved = _state.ranges, _state.handlers
+    _state.ranges, _state.handlers = {}, []
+    try:
+        with size_scope():
+            yield
+    finally:
+        _state.ranges, _state.handlers = saved
+
+
 _UNBOUNDED = (-(2**62), 2**62)
 
 
 def set_range(sym, lo, hi):
     """Declare the inclusive range of a symbol (loop variable or indirect index)."""
-    RANGES[sym] = (lo, hi)
+    _state.ranges[sym] = (lo, hi)
 
 
 class Ix:
@@ -126,7 +173,7 @@ class Ix:
     def bounds(self):
         lo = hi = self.const
         for s, c in self.terms.items():
-            a, b = RANGES.get(s, _UNBOUNDED)
+            a, b = _state.ranges.get(s, _UNBOUNDED)
             if type(c) is int and type(a) is int and type(b) is int:
                 lo += min(c * a, c * b)
                 hi += max(c * a, c * b)
@@ -307,7 +354,7 @@ def _n(v):
 
 
 def _atom(code, bounds, divmod_of=None):
-    RANGES[code] = bounds
+    _state.ranges[code] = bounds
     if divmod_of is not None:
         DIVMOD[code] = divmod_of
     return Ix({code: 1})
@@ -432,15 +479,13 @@ def contiguous_strides(size):
 
 # --- the ops handler (define-by-run) -------------------------------------------------------------
 
-_handlers = []
-
 
 class _OpsProxy:
     """`ops.add(a, b)` dispatches to the innermost handler installed by `set_handler`."""
 
     def __getattr__(self, name):
         def op(*args, **kwargs):
-            return getattr(_handlers[-1], name)(*args, **kwargs)
+            return getattr(_state.handlers[-1], name)(*args, **kwargs)
 
         op.__name__ = name
         return op
@@ -452,11 +497,11 @@ ops = _OpsProxy()
 @contextlib.contextmanager
 def set_handler(handler):
     """Install an ops handler for the duration of a with-block."""
-    _handlers.append(handler)
+    _state.handlers.append(handler)
     try:
         yield handler
     finally:
-        _handlers.pop()
+        _state.handlers.pop()
 
 
 class PrintHandler:
@@ -508,7 +553,7 @@ class Layout:
         self.size = tuple(s if type(s) is int else to_expr(s) for s in size)
         self.stride = tuple(s if type(s) is int else to_expr(s) for s in stride)
         self.dtype = dtype
-        self.device = device if device is not None else DEVICE[-1]
+        self.device = device if device is not None else _state.device
         self.offset = offset if type(offset) is int else to_expr(offset)
 
     def index(self, idx):
@@ -738,10 +783,10 @@ def dense_stride_of(val, size):
     """The strides of meta value `val` when it has `size` and is dense, else None."""
     if not isinstance(val, torch.Tensor):
         return None
-    vs = sizes_of(val)
+    vs = size_exprs(val)
     if len(vs) != len(size) or not all(known_eq(a, b) for a, b in zip(vs, size)):
         return None
-    st = strides_of(val)
+    st = stride_exprs(val)
     return st if is_dense(vs, st) else None
 
 

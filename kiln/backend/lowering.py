@@ -6,37 +6,57 @@ positions of the op's arguments and returns an IR value (or a tuple of them). A 
 failure). Every lowered result is checked against the FX node's meta value (size and dtype).
 """
 
+import contextlib
 import functools
 import math
+import threading
 
 import torch
 
 from kiln.backend.ir import (
-    DEVICE,
     Ix,
     Pointwise,
+    current_device,
     is_sym,
     known_eq,
     ops,
+    size_exprs,
     to_expr,
 )
-from kiln.backend.ir import sizes_of as val_sizes
 
 aten = torch.ops.aten
 prims = torch.ops.prims
 
-LOWERINGS = {}  # OpOverload -> lowering function
+LOWERINGS = {}  # OpOverload -> lowering function (with lowering_reductions.py, lowering_views.py; graph.py imports all three)
 
 
 class NotLowered(Exception):
     """This lowering does not handle these arguments: run the op as an extern instead."""
 
 
-class V:
-    """The lowering context: the current GraphLowering and the meta value of the node lowered."""
+class _LoweringContext(threading.local):
+    """The node being lowered, in this thread: its GraphLowering, meta value and ATen target.
 
-    graph = None
-    val = None
+    Set by `lowering_node` around one lowering call and restored after it (lowerings run inside
+    one another: a decomposition lowers through other lowerings)."""
+
+    graph = None  # the GraphLowering
+    val = None  # node.meta["val"] of the node lowered
+    current_target = None  # its OpOverload (one lowering serves several overloads)
+
+
+V = _LoweringContext()
+
+
+@contextlib.contextmanager
+def lowering_node(graph, val, target):
+    """Lower one node: V.graph, V.val and V.current_target are its, until the block ends."""
+    saved = V.graph, V.val, V.current_target
+    V.graph, V.val, V.current_target = graph, val, target
+    try:
+        yield
+    finally:
+        V.graph, V.val, V.current_target = saved
 
 
 def register_lowering(*packets):
@@ -141,7 +161,8 @@ def scalar(x, dtype):
     return ops.constant(x, dtype)
 
 
-def sizes_of(args):
+def ir_sizes(args):
+    """The sizes of the IR values among `args`."""
     return [a.get_size() for a in args if is_ir(a)]
 
 
@@ -179,7 +200,7 @@ def make_pointwise(fn, *args, out_dtype=None, compute_dtype=None, size=None):
     """Pointwise over the broadcast of args: out[i] = fn(*(arg[i] as compute_dtype))."""
     ctype = compute_dtype or opmath(result_type(*args))
     out_dtype = out_dtype or result_type(*args)
-    size = size if size is not None else broadcast(*sizes_of(args)) if sizes_of(args) else ()
+    size = size if size is not None else broadcast(*ir_sizes(args)) if ir_sizes(args) else ()
     loaders = [loader_for(a, size, ctype) for a in args]
 
     def inner_fn(idx):
@@ -403,7 +424,7 @@ def _pow(a, b):
 def _where(cond, a, b):
     rt = result_type(a, b)
     ct = opmath(rt)
-    size = broadcast(*sizes_of([cond, a, b]))
+    size = broadcast(*ir_sizes([cond, a, b]))
     lc = loader_for(cond, size, torch.bool)
     la, lb = loader_for(a, size, ct), loader_for(b, size, ct)
     return box(Pointwise(rt, size, lambda i: ops.where(lc(i), la(i), lb(i))))
@@ -415,7 +436,7 @@ def _clamp(x, min=None, max=None):
         min, max = None, min
     rt = result_type(*[v for v in (x, min, max) if v is not None])
     ct = opmath(rt)
-    size = broadcast(*sizes_of([x, min, max]))
+    size = broadcast(*ir_sizes([x, min, max]))
     lx = loader_for(x, size, ct)
     lmin = loader_for(min, size, ct) if min is not None else None
     lmax = loader_for(max, size, ct) if max is not None else None
@@ -605,7 +626,7 @@ def _check_device(device):
 
 def _on_graph_device(device):
     """Whether `device` is the device of the graph being lowered (cuda means cuda:current)."""
-    d, g = torch.device(device), DEVICE[-1]
+    d, g = torch.device(device), current_device()
     return d.type == g.type and (d.index is None or g.index is None or d.index == g.index)
 
 
@@ -659,7 +680,7 @@ def _arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
     else:
         start, end, step = args
     dtype = dtype or V.val.dtype
-    n = val_sizes(V.val)[0]
+    n = size_exprs(V.val)[0]
     if any(isinstance(a, float) for a in (start, end, step)):
         raise NotLowered("float arange (eager computes in double with its own rounding)")
     if is_sym(step):
@@ -694,6 +715,3 @@ EXTERN_ALWAYS = {
     aten._scaled_dot_product_flash_attention_for_cpu.default,
     aten.as_strided.default,
 }
-
-# The other lowering tables register themselves on import.
-from kiln.backend import lowering_reductions, lowering_views  # noqa: E402, F401

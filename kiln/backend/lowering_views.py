@@ -6,8 +6,11 @@ import torch
 
 from kiln.backend.ir import (
     Ix,
+    Layout,
     Pointwise,
     View,
+    _atom,
+    cexpr,
     contiguous_strides,
     floordiv,
     known_eq,
@@ -15,7 +18,7 @@ from kiln.backend.ir import (
     known_nonneg,
     ops,
     prod,
-    sizes_of,
+    size_exprs,
     to_expr,
 )
 from kiln.backend.lowering import (
@@ -42,7 +45,6 @@ def _norm_dim(d, n):
 
 def _strided(fn):
     """Wrap a (size, stride, offset) -> (size, stride, offset) | None rule as a Layout rule."""
-    from kiln.backend.ir import Layout
 
     def rule(layout):
         r = fn(layout.size, layout.stride, layout.offset)
@@ -211,7 +213,7 @@ def _slice_from_val(dim, start, step):
     val = V.val
     if step != 1 or not isinstance(val, torch.Tensor) or not known_nonneg(start):
         raise NotLowered("slice bounds not provable")
-    vs = sizes_of(val)
+    vs = size_exprs(val)
     if len(vs) <= dim:
         raise NotLowered("slice bounds not provable")
     return start, start + vs[dim], vs[dim]
@@ -409,8 +411,6 @@ def _indirect(ld, size):
 
 def clamp_ix(e, n):
     """An index forced into [0, n) (for loads whose value a where() discards)."""
-    from kiln.backend.ir import _atom, cexpr
-
     lo, hi = e.bounds()
     if known_nonneg(lo) and known_lt(hi, n):
         return e
@@ -475,7 +475,7 @@ def _index(x, indices):
     bshape = broadcast(*[indices[k].get_size() for k in pos])
     adjacent = pos == list(range(pos[0], pos[-1] + 1))
     nb = len(bshape)
-    out = sizes_of(V.val)
+    out = size_exprs(V.val)
     loaders = {k: loader_for(indices[k], bshape, indices[k].get_dtype()) for k in pos}
     rest = [k for k in range(len(xs)) if k not in pos]
     xl = x.make_loader()

@@ -13,6 +13,8 @@ and scalar statements. Each node has a role in its group:
     loop segments, the row max and sum kept in registers, only the output written.
 """
 
+import heapq
+
 from kiln.backend.ir import (
     Buffer,
     ComputedBuffer,
@@ -25,6 +27,7 @@ from kiln.backend.ir import (
     set_handler,
     set_range,
 )
+from kiln.contracts import GraphMeta
 
 
 class SchedNode:
@@ -222,8 +225,6 @@ def _add(g, n, role, outer, inner, retag):
 def _topological(graph):
     """The operations in dependency order, otherwise in creation order (late-bound loaders can
     make an earlier-created loop read a buffer realized after it)."""
-    import heapq
-
     ops_ = list(graph.operations)
     producer = {}
     for i, op in enumerate(ops_):
@@ -449,12 +450,12 @@ def _elementwise_over(g, a, b):
 # Note [Backend: mutated inputs written in place]
 # A graph input that the program mutates (BatchNorm's running statistics) comes back as a graph
 # output that the AOT runtime copies into the input. When the compiler is told which outputs are
-# new values of which inputs (`gm.meta["input_mutations"]`, {output: input}, set by the AOT layer
+# new values of which inputs (`GraphMeta.input_mutations`, {output: input}, set by the AOT layer
 # for inputs that need no grad), the kernel computing the new value writes it into the input's
 # memory directly, if the input is read nowhere after that kernel, by no ATen call, is no output
 # itself, and has the same layout; the runtime's copy is then skipped (same memory).
 def _plan_input_mutations(graph, groups, stores, consumers, inplace):
-    mutations = getattr(graph.gm, "meta", {}).get("input_mutations") or {}
+    mutations = GraphMeta.of(graph.gm).input_mutations or {}
     if not mutations:
         return
     taken = set(inplace.values()) | set(inplace)

@@ -8,6 +8,8 @@ import types
 import bytecode as bc
 from bytecode import instr as bc_instr
 
+from kiln.bytecode.inst import format as format_insts
+
 try:  # private: used to keep co_consts / co_names / co_varnames in their original order
     from bytecode.concrete import _ConvertBytecodeToConcrete
 except ImportError:  # pragma: no cover - another `bytecode` release: plain to_code() below
@@ -430,6 +432,4 @@ def linetable(positions, firstlineno, co_code=None) -> bytes:
 
 def format_code(code: types.CodeType, title=None) -> str:
     """Readable text of a code object (the `bytecode` log channel): see inst.format()."""
-    from kiln.bytecode.inst import format as format_insts
-
     return format_insts(decode(code), title=title or f"{code.co_qualname} ({code.co_filename})")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from kiln.bytecode.inst import Inst
+from kiln.bytecode.analysis import frame_states
+from kiln.bytecode.codec import BytecodeError
+from kiln.bytecode.inst import ExceptionEntry, Inst
 
 
 def retarget(insts, old: Inst, new: Inst):
@@ -54,8 +56,6 @@ def first_resume(insts):
 
 def clone(insts):
     """A deep copy of an instruction list: targets and exception entries point into the copy."""
-    from kiln.bytecode.inst import ExceptionEntry
-
     new = [i.copy() for i in insts]
     where = {id(old): n for n, old in enumerate(insts)}
     entries = {}
@@ -79,9 +79,6 @@ def clone(insts):
 def remove_unreachable(insts, flags=0):
     """The instructions reachable from the first one (jumps, fall-through, exception handlers);
     exception entries whose start/end were removed are moved onto kept instructions."""
-    from kiln.bytecode.analysis import frame_states
-    from kiln.bytecode.codec import BytecodeError
-
     try:
         states = frame_states(insts, (), flags)
     except ValueError as e:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dis
 
+from kiln.bytecode.codec import BytecodeError, decode
+from kiln.bytecode.edit import clone
 from kiln.bytecode.inst import PY311, PY312_PLUS, PY313_PLUS, Inst, make_inst
 
 _BINARY_OPS = {symbol: n for n, (_, symbol) in enumerate(dis._nb_ops)}  # "+" -> 0, "+=" -> 13
@@ -375,9 +377,6 @@ def with_block(load_ctx, body, depth):
     the with's entry, so an exception in the body calls __exit__ with it (and is re-raised
     unless __exit__ returns true). The sequence ends with a NOP that normal exits jump to.
     """
-    from kiln.bytecode.codec import BytecodeError, decode
-    from kiln.bytecode.edit import clone
-
     t = _template_cache.get("with")
     if t is None:
         t = _template_cache["with"] = decode(_kiln_with_template.__code__)

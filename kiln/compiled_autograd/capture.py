@@ -9,7 +9,7 @@
                                                          return []
 
 Note [Compiled autograd: capture through the engine]
-The real autograd engine runs the graph once with proxy grads (`kiln.autograd.tracer`) under our
+The real autograd engine runs the graph once with proxy grads (`kiln.autograd.aten_tracer`) under our
 TraceMode: every ATen call made by a C++ node's backward formula, by the engine's grad
 accumulation (InputBuffer) and by its output validation (sum_to, casts) is recorded, in the
 engine's own order. It runs as `torch.autograd.grad` towards the leaves (keep_graph=True), so no
@@ -35,10 +35,11 @@ import torch
 import torch.fx
 from torch.utils._python_dispatch import _pop_mode_temporarily
 
-from kiln.autograd.tracer import ProxyTensor, TraceMode, Tracer, fake_like, is_symbolic
+from kiln.autograd.aten_tracer import TraceMode, Tracer
 from kiln.compiled_autograd import hooks as H
 from kiln.compiled_autograd.collect import is_kiln_compiled_function, tensor_ident
 from kiln.exc import Unsupported
+from kiln.symbolic.fake import ProxyTensor, fake_like, is_symbolic
 
 __all__ = ["capture"]
 

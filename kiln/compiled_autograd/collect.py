@@ -14,6 +14,7 @@ import operator
 import torch
 import torch.autograd.graph
 
+from kiln.autograd.aot import CompiledFunction
 from kiln.compiled_autograd import hooks as H
 from kiln.exc import Unsupported
 
@@ -85,8 +86,6 @@ _COMPILED_FUNCTION = []  # kiln.autograd.aot.CompiledFunction, imported on first
 def is_kiln_compiled_function(cls):
     """Whether an autograd.Function class is one of kiln's ahead-of-time CompiledFunctions."""
     if not _COMPILED_FUNCTION:
-        from kiln.autograd.aot import CompiledFunction
-
         _COMPILED_FUNCTION.append(CompiledFunction)
     return isinstance(cls, type) and issubclass(cls, _COMPILED_FUNCTION[0])
 

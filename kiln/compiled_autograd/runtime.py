@@ -17,10 +17,9 @@ import threading
 import torch
 import torch.autograd.variable
 
-from kiln import logs
-from kiln.autograd.tracer import ProxyTensor
+from kiln import config, logs
 from kiln.compiled_autograd import hooks as H
-from kiln.compiled_autograd.cache import CacheNode, Entry, anti_unify, lookup
+from kiln.compiled_autograd.backward_cache import CacheNode, Entry, anti_unify, lookup
 from kiln.compiled_autograd.capture import capture
 from kiln.compiled_autograd.collect import collect
 from kiln.compiled_autograd.split import (
@@ -30,7 +29,11 @@ from kiln.compiled_autograd.split import (
     split_chunks,
     split_sinks,
 )
+from kiln.contracts import CompileSettings, GraphMeta
 from kiln.exc import KilnError, Unsupported
+from kiln.frontend.entry import compile_callable
+from kiln.registry import resolve as resolve_backend
+from kiln.symbolic.fake import ProxyTensor
 
 __all__ = ["enable", "disable", "reset", "active", "maybe_enable"]
 
@@ -140,23 +143,21 @@ def active():
 def maybe_enable(backend):
     """The context the frontend enters around a compiled frame: `enable` when
     `kiln.config.compiled_autograd` is on (the graph compiled with `backend`, fullgraph=True)."""
-    from kiln import config
-
     if not config.compiled_autograd or _stack():
         return contextlib.nullcontext()
     return enable(_BackendCompiler(backend))
 
 
 class _BackendCompiler:
-    """compiler_fn for `config.compiled_autograd`: kiln.compile(gm, backend=..., fullgraph=True)."""
+    """compiler_fn for `config.compiled_autograd`: the graph compiled as by
+    `kiln.compile(gm, backend=..., fullgraph=True)`."""
 
     def __init__(self, backend):
         self.backend = backend
 
     def __call__(self, gm):
-        import kiln
-
-        return kiln.compile(gm, backend=self.backend, fullgraph=True)
+        backend_fn, backend_name = resolve_backend(self.backend)
+        return compile_callable(gm, CompileSettings(backend_fn, backend_name, fullgraph=True))
 
 
 def reset():
@@ -289,9 +290,12 @@ def _compile_fn(compiler_fn, gm):
 
 def _compile_whole(compiler_fn, gm):
     # a size-generic graph (it reads `sizes`): kiln's frontend traces it with symbolic sizes
-    # from the first call (Note [Shapes: size-generic graph modules] in kiln/frontend/cache.py)
-    gm.meta["kiln_dynamic"] = any(
-        n.op == "placeholder" and n.name == "sizes" and n.users for n in gm.graph.nodes
+    # from the first call (Note [Shapes: size-generic graph modules] in kiln/frontend/frame_cache.py)
+    GraphMeta.update(
+        gm,
+        kiln_dynamic=any(
+            n.op == "placeholder" and n.name == "sizes" and n.users for n in gm.graph.nodes
+        ),
     )
     try:
         compiled = compiler_fn(gm)

@@ -35,22 +35,45 @@ lost): the frame runs eagerly (codegen._check_handlers).
 """
 
 import builtins
+import dataclasses
 import inspect
 import sys
 from types import ModuleType
 
 import torch
 
+from kiln.contracts import BreakState
 from kiln.exc import Unsupported, unimplemented
+from kiln.frontend.resume import origin
 from kiln.frontend.variables.base import next_serial
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.ctx_managers import (
+    GeneratorContextVariable,
+    SuppressVariable,
+    WithExitVariable,
+    context_manager,
+)
 from kiln.frontend.variables.exceptions import (
     ExceptionVariable,
     ObservedException,
     make_exception,
 )
+from kiln.frontend.variables.lists import ListIteratorVariable, undo_iterators
+from kiln.frontend.variables.user_defined import UserDefinedClassVariable
 
 PY311 = sys.version_info[:2] == (3, 11)
+
+
+@dataclasses.dataclass(frozen=True)
+class RewindPoint:
+    """An earlier instruction a break inside a block may be moved to (Notes [Blocks: rewinding to
+    a with statement], [Blocks: rewinding to a try block]): the break state there, and what to
+    restore when moving there."""
+
+    serial: int  # the earliest point wins
+    grad_mode: bool
+    iterators: tuple  # (list iterator variable, its index then)
+    state: BreakState
 
 
 class BlockStackMixin:
@@ -98,8 +121,6 @@ class BlockStackMixin:
         """Note [Blocks: ops inside try blocks]: whether a handler around the instruction that
         `entry` covers may catch what a graph op raises at run time (RuntimeError, IndexError,
         ValueError, their bases): the chain of handlers an exception would go through."""
-        from kiln.frontend.variables.misc import SuppressVariable, WithExitVariable
-
         for _ in range(64):
             if entry is None:
                 return False
@@ -202,8 +223,6 @@ class BlockStackMixin:
     def prologue_with_handler(self, entry):
         """Whether `entry` is the cleanup of a with block a resume function's prologue entered
         (its exit slot is the entry's depth - 1); it is then recorded as that block's handler."""
-        from kiln.frontend.variables.misc import WithExitVariable
-
         target = entry.target
         i = target.index
         if not (
@@ -299,8 +318,6 @@ class BlockStackMixin:
         unimplemented(f"raise of {v}")
 
     def LOAD_ASSERTION_ERROR(self, inst):
-        from kiln.frontend.variables.user_defined import UserDefinedClassVariable
-
         self.push(UserDefinedClassVariable(AssertionError))
 
     def PUSH_EXC_INFO(self, inst):
@@ -337,16 +354,12 @@ class BlockStackMixin:
     # --- with -----------------------------------------------------------------------------------
     def BEFORE_WITH(self, inst):
         """Note [Blocks: context managers]: which managers are traced (and which break)."""
-        from kiln.frontend.variables.misc import WithExitVariable, context_manager
-
         cm = context_manager(self, self.pop())
         nxt = self.instructions[self.ip]
         exit_var = WithExitVariable(cm)
         exit_var.before_inst = inst
         exit_var.slot = len(self.stack)
         if nxt.exn_tab_entry is None:
-            from kiln.frontend.resume import origin
-
             found = origin(self.code)
             if found is None or inst.index in found[1]:
                 unimplemented("with statement without a cleanup handler")
@@ -379,50 +392,43 @@ class BlockStackMixin:
     def break_state(self, resume_here):
         """What a break at this instruction needs, kept in case a break inside the block it
         starts is placed here (Note [Blocks: rewinding to a with statement])."""
-        from kiln.frontend.variables.lists import ListIteratorVariable
-
-        return {
-            "serial": next_serial(),
-            "resume_here": resume_here,  # resume at it (a try block), or run it (BEFORE_WITH)
-            "grad_mode": torch.is_grad_enabled(),
-            "index": self.current_inst.index,
-            "stack": list(self.stack_before),
-            "locals": self.locals_before,
-            "checkpoint": self.checkpoint,
-            "kw": self.kw_before,
-            "version": self.effects_before,
-            "snapshot": self.effects_snapshot,
-            "iterators": [
+        return RewindPoint(
+            serial=next_serial(),
+            grad_mode=torch.is_grad_enabled(),
+            iterators=tuple(
                 (v, v.index)
                 for v in [*self.stack_before, *self.locals_before.values()]
                 if isinstance(v, ListIteratorVariable)
-            ],
-        }
+            ),
+            state=BreakState(
+                tx=self,
+                index=self.current_inst.index,
+                stack=list(self.stack_before),
+                locals=self.locals_before,
+                checkpoint=self.checkpoint,
+                kw_names=self.kw_before,
+                effects_version=self.effects_before,
+                effects_snapshot=self.effects_snapshot,
+                # resume at it (a try block), or run it (BEFORE_WITH)
+                resume_here=resume_here,
+            ),
+        )
 
-    def rewind(self, e, state):
+    def rewind(self, e, point):
         """Place the break `e` at an earlier instruction (Notes [Blocks: rewinding to a with
         statement], [Blocks: rewinding to a try block])."""
-        from kiln.frontend.variables.lists import undo_iterators
-        from kiln.frontend.variables.misc import GeneratorContextVariable
-
         undo_iterators()
-        torch._C._set_grad_enabled(state["grad_mode"])  # (the graph is cut back to it)
-        for it, index in state["iterators"]:
+        torch._C._set_grad_enabled(point.grad_mode)  # (the graph is cut back to it)
+        for it, index in point.iterators:
             it.index = index
-        for v in state["stack"]:
+        state = point.state
+        for v in state.stack:
             if isinstance(v, GeneratorContextVariable):
                 v.gen = None  # not entered at the with statement
-        e.root_index = state["index"]
-        e.root_stack = state["stack"]
-        e.root_locals = state["locals"]
-        e.root_checkpoint = state["checkpoint"]
-        e.root_kw_names = state["kw"]
-        e.root_effects_version = state["version"]
-        e.root_effects_snapshot = state["snapshot"]
-        e.frames = [(self.code, state["index"], self.instructions[state["index"]].lineno)]
+        e.break_state = state
+        e.frames = [(self.code, state.index, self.instructions[state.index].lineno)]
         e.no_resume = False
-        e.resume_here = state["resume_here"]
-        where = "try block" if e.resume_here else "with statement"
+        where = "try block" if state.resume_here else "with statement"
         e.msg = f"{e.msg} (placed at the start of the enclosing {where})"
 
     # Note [Blocks: rewinding to a try block]
@@ -440,8 +446,6 @@ class BlockStackMixin:
 
     def WITH_EXCEPT_START(self, inst):
         """__exit__(type, value, traceback) of the with block an exception leaves (position 4)."""
-        from kiln.frontend.variables.misc import WithExitVariable
-
         exc = self.stack[-1]
         exit_var = self.stack[-4]
         if not isinstance(exit_var, WithExitVariable) or not isinstance(exc, ExceptionVariable):
@@ -489,8 +493,6 @@ def may_raise_at_run_time(node):
     """Whether a graph op can raise for values tracing did not see: one reading an integer or
     bool tensor (indexing, integer division, embedding, gather...), torch.linalg, random
     sampling with checked parameters."""
-    import torch
-
     if node.op not in ("call_function", "call_method"):
         return False
     target = node.target

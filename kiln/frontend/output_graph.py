@@ -7,12 +7,18 @@ import torch
 import torch.fx
 
 from kiln import config, logs
+from kiln.contracts import GraphMeta
 from kiln.exc import BackendCompilerFailed
-from kiln.frontend import shapes
+from kiln.frontend.frame_shapes import FrameShapes
 from kiln.frontend.guards import GuardKind, GuardSet, is_module_state
 from kiln.frontend.side_effects import SideEffects
 from kiln.frontend.source import GetItemSource, LocalSource
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor import TensorVariable
+from kiln.symbolic import shape_env
+from kiln.symbolic.fake import fake_like, sym_strides
+from kiln.symbolic.layouts import dense_strides
 
 _unique = itertools.count()
 
@@ -26,12 +32,9 @@ def _placeholder_name(source):
 class OutputGraph:
     """One graph of one frame: its nodes, inputs (with the sources they load from), and guards."""
 
-    def __init__(
-        self, root_fn, backend, backend_name, *, frame_shapes=None, dynamic=None, fake_inputs=False
-    ):
+    def __init__(self, root_fn, settings, *, frame_shapes=None, dynamic=None, fake_inputs=False):
         self.root_fn = root_fn
-        self.backend = backend
-        self.backend_name = backend_name
+        self.settings = settings  # kiln.contracts.CompileSettings
         self.graph = torch.fx.Graph()
         self.guards = GuardSet()
         self.guards.add(GuardKind.GLOBAL_STATE, None, False)
@@ -42,8 +45,8 @@ class OutputGraph:
         self.extra_globals = {}  # guard names -> foreign globals dicts
         self._foreign_globals = {}
         # Note [Shapes: wiring]: one ShapeEnv per frame compilation
-        self.shape_env = shapes.ShapeEnv()
-        self.frame_shapes = frame_shapes if frame_shapes is not None else shapes.FrameShapes()
+        self.shape_env = shape_env.ShapeEnv()
+        self.frame_shapes = frame_shapes if frame_shapes is not None else FrameShapes()
         self.dynamic = dynamic
         self.fake_inputs = fake_inputs  # tensor inputs traced as fakes (the frame has symbols)
         self.input_shapes = {}  # tensor source name -> sizes: for FrameShapes
@@ -72,8 +75,6 @@ class OutputGraph:
         if dims:
             self.fake_inputs = True
         if self.fake_inputs:
-            from kiln.autograd.tracer import fake_like, sym_strides
-
             sizes = self.shape_env.sizes_of(value, name, dims)
             example = fake_like(value, requires_grad=value.requires_grad, sizes=sizes)
             if dims:
@@ -111,11 +112,9 @@ class OutputGraph:
         if dynamic and is_module_state(source):
             dynamic = None  # parameters and buffers keep their sizes under dynamic=True
         dims = self.frame_shapes.dynamic_dims(source.name(), value, dynamic)
-        dims = {d for d in dims if value.shape[d] >= shapes.MIN_SYMBOL_VALUE}
+        dims = {d for d in dims if value.shape[d] >= shape_env.MIN_SYMBOL_VALUE}
         if dims and not value.is_contiguous():
             # a dense layout (transposed, channels-last) gets symbolic strides; others stay static
-            from kiln.autograd.shape_rules import dense_strides
-
             dense = dense_strides(list(value.shape), tuple(value.stride()))
             if dense is None or value.storage_offset() != 0:
                 return set()
@@ -137,20 +136,17 @@ class OutputGraph:
 
     def add_int_input(self, value, source):
         """An int input made dynamic: a placeholder whose value is a size symbol (range-guarded)."""
-        from kiln.frontend.variables.constant import ConstantVariable
-        from kiln.frontend.variables.sym import SymNodeVariable
-
         name = source.name()
         self.input_ints[name] = value
         self.guards.add(GuardKind.TYPE_MATCH, source, int)
         for prev_source, _, node in self.graph_inputs:
             if prev_source == source:
-                return SymNodeVariable(node, shapes.from_torch(node.meta["example_value"]))
+                return SymNodeVariable(node, shape_env.from_torch(node.meta["example_value"]))
         sym = self.shape_env.create_size(value, name)
-        if not isinstance(sym, shapes.SymNode):
+        if not isinstance(sym, shape_env.SymNode):
             return ConstantVariable(sym, source=source)
         node = self._placeholder(source)
-        node.meta["example_value"] = shapes.to_torch(sym)
+        node.meta["example_value"] = shape_env.to_torch(sym)
         node.meta["source"] = name
         self.graph_inputs.append((source, value, node))
         self.fake_inputs = True
@@ -158,8 +154,6 @@ class OutputGraph:
 
     def size_node(self, tensor, dim, size):
         """`tensor.size(dim)` as a SymNodeVariable (one node per tensor and dim)."""
-        from kiln.frontend.variables.sym import SymNodeVariable
-
         key = (tensor.proxy, dim)
         var = self._size_nodes.get(key)
         if var is not None and not getattr(var.proxy, "_erased", False):
@@ -227,8 +221,8 @@ class OutputGraph:
                 self.graph_inputs.remove((source, value, node))
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name="GraphModule")
         if self.has_symbols():
-            gm.meta["shape_env"] = self.shape_env
-        gm.meta["inputs_guarded"] = True  # Note [AOT: inputs the frontend guards]
+            GraphMeta.update(gm, shape_env=self.shape_env)
+        GraphMeta.update(gm, inputs_guarded=True)  # Note [AOT: inputs the frontend guards]
         example_inputs = [value for _, value, _ in self.graph_inputs]
         logs.counters["stats"]["unique_graphs"] += 1
         logs.counters["stats"]["calls_captured"] += self.count_calls()
@@ -237,13 +231,13 @@ class OutputGraph:
             logs.log("graph_code", "graph %s of %s:\n%s", name, self.root_fn.__qualname__, gm.code)
         self.gm = gm
         try:
-            compiled = self.backend(gm, example_inputs)
+            compiled = self.settings.backend(gm, example_inputs)
         except Exception as e:
             if config.raise_on_backend_error:
-                raise BackendCompilerFailed(self.backend_name, e) from e
+                raise BackendCompilerFailed(self.settings.backend_name, e) from e
             logs.warn(
                 "kiln: backend %r failed on a graph of %s (%s: %s); running the graph eagerly",
-                self.backend_name,
+                self.settings.backend_name,
                 self.root_fn.__qualname__,
                 type(e).__name__,
                 e,
@@ -252,7 +246,7 @@ class OutputGraph:
             compiled = gm.forward
         if not callable(compiled):
             raise BackendCompilerFailed(
-                self.backend_name, TypeError(f"backend returned {type(compiled).__name__}")
+                self.settings.backend_name, TypeError(f"backend returned {type(compiled).__name__}")
             )
         self.root_fn.__globals__[name] = compiled
         return name, [source for source, _, _ in self.graph_inputs]

@@ -21,6 +21,9 @@ contents once. (Two variables would each replay their own contents: the first ap
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.lists import DequeVariable
 
 
 class SideEffects:
@@ -38,8 +41,6 @@ class SideEffects:
         """The variable already wrapping this real mutable container (a list, dict or deque
         reached again, through the same or another source: one variable, so that every read
         sees every mutation), or None. Another source is guarded to be the same object."""
-        from kiln.frontend.guards import GuardKind
-
         hit = self.containers.get(id(value))
         if hit is None:
             return None
@@ -135,9 +136,6 @@ class SideEffects:
         Then the stores run in program order (each key at its last mutation), so that stores
         with observable effects (a setter, Module.__setattr__) happen in eager's order.
         """
-        from kiln.frontend.variables.dicts import ConstDictVariable
-        from kiln.frontend.variables.lists import DequeVariable
-
         stores = []
         for key, (kind, payload) in self.log.items():
             if kind == "attr":

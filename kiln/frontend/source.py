@@ -3,6 +3,7 @@
 import dataclasses
 
 from kiln.bytecode import emit
+from kiln.bytecode import emit as _emit
 
 
 class Source:
@@ -141,8 +142,6 @@ class DictGetSource(Source):
         return f"___dict_get({self.source.name()}, {self.key!r})"
 
     def reconstruct(self, cg):
-        from kiln.bytecode import emit as _emit
-
         cg.load_object(dict_get, push_null=True)
         self.source.reconstruct(cg)
         cg.extend(_emit.load_const(self.key))
@@ -163,8 +162,6 @@ class MappingGetSource(Source):
         return f"{self.source.name()}.get({self.key!r})"
 
     def reconstruct(self, cg):
-        from kiln.bytecode import emit as _emit
-
         load = type(cg)(cg.output)
         self.source.reconstruct(load)
         load.extend(_emit.load_attr("get"))

@@ -17,24 +17,30 @@ import sys
 import torch
 
 from kiln.bytecode import decode as bytecode_decode
+from kiln.contracts import BreakState
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
-from kiln.frontend.source import GlobalSource, LocalSource
+from kiln.frontend.source import AttrSource, ClosureSource, GetItemSource, GlobalSource, LocalSource
 from kiln.frontend.value_ops import ValueOpsMixin
 from kiln.frontend.variables.base import VariableTracker, next_serial
 from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
+from kiln.frontend.variables.builtin import BuiltinVariable
+from kiln.frontend.variables.classes import constant_cell
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.ctx_managers import WithExitVariable, _Yielded
 from kiln.frontend.variables.dicts import ConstDictVariable
-from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException
-from kiln.frontend.variables.functions import NestedUserFunctionVariable
+from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
+from kiln.frontend.variables.functions import NestedUserFunctionVariable, inline_call
 from kiln.frontend.variables.lists import (
     BaseListVariable,
     ListIteratorVariable,
     TupleVariable,
     start_instruction,
 )
-from kiln.frontend.variables.misc import DeletedVariable, NullVariable
+from kiln.frontend.variables.misc import DeletedVariable, NullVariable, OpaqueCallableVariable
+from kiln.frontend.variables.nn_module import NNModuleVariable
 from kiln.frontend.variables.tensor import TensorVariable
+from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 from kiln.frontend.variables.user_protocol import (
     is_user_iterator,
     is_user_object,
@@ -74,8 +80,6 @@ class LazyVariable(VariableTracker):
         if getattr(v, "__name__", None) == "__exit__" and getattr(v, "__self__", None) is not None:
             # the __exit__ of a manager Python entered, on a resume function's stack (Note
             # [Blocks: context managers]): only ever called in Python, so nothing to guard
-            from kiln.frontend.variables.misc import OpaqueCallableVariable
-
             return OpaqueCallableVariable(v, source=self.source)
         return wrap_value(tx, v, self.source)
 
@@ -162,9 +166,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
                 raise
 
     def _annotate(self, e):
-        frames = getattr(e, "frames", None)
-        if frames is None:
-            e.frames = frames = []
+        frames = e.frames
         lineno = self.current_inst.lineno if self.current_inst else self.code.co_firstlineno
         loc = user_location(self.code, lineno)
         frames.append((self.code, self.current_inst.index, lineno))
@@ -217,8 +219,6 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         if isinstance(v, LazyVariable):
             v = self.symbolic_locals[name] = v.realize(self)
         if v is None or isinstance(v, DeletedVariable):
-            from kiln.frontend.variables.exceptions import raise_observed
-
             if free:
                 message = f"cannot access free variable {name!r} where it is not associated"
                 raise_observed(self, NameError, message + " with a value in enclosing scope")
@@ -323,8 +323,6 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         except ValueError:
             unimplemented(f"free variable {name!r} referenced before assignment")
         if source is None:
-            from kiln.frontend.variables.classes import constant_cell
-
             if name == "__class__" or constant_cell(cell):  # Note [Classes: local classes]
                 return wrap_constant_like(self, value)
             if isinstance(value, VariableTracker):
@@ -396,8 +394,6 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
             self.push(attr)
 
     def LOAD_SUPER_ATTR(self, inst):  # 3.12+: super().name / super().name(...)
-        from kiln.frontend.variables.builtin import BuiltinVariable
-
         obj = self.pop()
         cls = self.pop()
         sup = self.pop()
@@ -414,12 +410,6 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
             self.push(attr)
 
     def STORE_ATTR(self, inst):
-        from kiln.frontend.variables.nn_module import NNModuleVariable
-        from kiln.frontend.variables.user_defined import (
-            NewObjectVariable,
-            UserDefinedObjectVariable,
-        )
-
         obj = self.pop()
         value = self.pop()
         name = inst.argval
@@ -435,8 +425,6 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         if setattr_ is not plain:
             if isinstance(obj, UserDefinedObjectVariable) and inspect.isfunction(setattr_):
                 # Note [Side effects: stores through a user __setattr__]
-                from kiln.frontend.variables.functions import inline_call
-
                 src = obj._class_attr_source("__setattr__")
                 inline_call(self, setattr_, [obj, ConstantVariable(name), value], {}, src)
                 return
@@ -719,8 +707,6 @@ class InliningTranslator(InstructionTranslatorBase):
                 cell, fn_source, i = ref
                 source = None
                 if fn_source is not None:
-                    from kiln.frontend.source import AttrSource, GetItemSource
-
                     source = AttrSource(
                         GetItemSource(AttrSource(fn_source, "__closure__"), i), "cell_contents"
                     )
@@ -763,8 +749,6 @@ class InliningTranslator(InstructionTranslatorBase):
 
     def YIELD_VALUE(self, inst):
         if self.suspendable:  # a contextmanager's generator: stops here, resumed later
-            from kiln.frontend.variables.misc import _Yielded
-
             raise _Yielded(self.pop())
         self.generated.append(self.pop())
         self.push(ConstantVariable(None))
@@ -782,8 +766,6 @@ class InstructionTranslator(InstructionTranslatorBase):
             name: LazyVariable(value, LocalSource(name, is_cell=name in cells))
             for name, value in bound.arguments.items()
         }
-        from kiln.frontend.source import ClosureSource
-
         closure = {}
         for i, name in enumerate(code.co_freevars):
             closure[name] = (fn.__closure__[i], ClosureSource(name, i))
@@ -803,8 +785,6 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def _annotate(self, e):
         super()._annotate(e)
-        from kiln.frontend.variables.misc import WithExitVariable
-
         traced = [
             v
             for v in self.stack_before
@@ -815,16 +795,19 @@ class InstructionTranslator(InstructionTranslatorBase):
         rewinds = [traced[0].rewind] if traced and traced[0].rewind is not None else []
         if self.try_state is not None:
             rewinds.append(self.try_state)
-        if getattr(e, "root_tx", None) is not self:
+        if e.break_state is None or e.break_state.tx is not self:
             # What the graph-break path (resume functions) needs: where, and the live state.
             # The outermost root frame annotates last and wins.
-            e.root_tx = self
-            e.root_index = self.current_inst.index
-            e.root_stack = list(self.stack_before)
-            e.root_locals = self.locals_before
-            e.root_checkpoint = self.checkpoint
-            e.root_kw_names = self.kw_before
-            e.root_effects_version = self.effects_before
-            e.root_effects_snapshot = self.effects_snapshot
+            e.break_state = BreakState(
+                tx=self,
+                index=self.current_inst.index,
+                stack=list(self.stack_before),
+                locals=self.locals_before,
+                checkpoint=self.checkpoint,
+                kw_names=self.kw_before,
+                effects_version=self.effects_before,
+                effects_snapshot=self.effects_snapshot,
+                resume_here=e.break_state is not None and e.break_state.resume_here,
+            )
             if rewinds:
-                self.rewind(e, min(rewinds, key=lambda state: state["serial"]))
+                self.rewind(e, min(rewinds, key=lambda rewind: rewind.serial))

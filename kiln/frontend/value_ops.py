@@ -22,6 +22,7 @@ from kiln.frontend.variables.lists import (
 )
 from kiln.frontend.variables.sym import build_slice
 from kiln.frontend.variables.tensor import TensorVariable
+from kiln.frontend.variables.torch import _Unpack
 
 PY311 = sys.version_info[:2] == (3, 11)
 PY313 = sys.version_info[:2] >= (3, 13)
@@ -59,8 +60,6 @@ class ValueOpsMixin:
 
     def tensor_setitem(self, obj, index, value):
         """`t[index] = value`: an in-place operator.setitem node (checked on the meta tensor)."""
-        from kiln.frontend.variables.torch import _Unpack
-
         unpack = _Unpack(self)
         node_index, meta_index = unpack(index)
         node_value, meta_value = unpack(value)

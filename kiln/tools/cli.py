@@ -7,6 +7,10 @@ import sys
 import tempfile
 import time
 
+import torch
+
+import kiln.config
+
 BENCH_EPILOG = """\
 compilers (--compare, comma-separated; eager is always run as the baseline):
   kiln                 kiln.compile(model, backend=--backend)
@@ -135,8 +139,6 @@ def run_bench(args):
     if args.list:
         list_models()
         return 0
-    import kiln.config
-
     saved = (dict(os.environ), kiln.config.cache_dir)
     tmp = None
     if not args.keep_cache:
@@ -178,8 +180,6 @@ def _run_bench(args):
         progress=not args.no_progress,
     )
     if settings.device.startswith("cuda"):
-        import torch
-
         if not torch.cuda.is_available():
             print("kiln bench: --device cuda but torch sees no CUDA device", file=sys.stderr)
             return 2

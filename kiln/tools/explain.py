@@ -1,6 +1,7 @@
 """kiln.explain(fn)(*args): run once under capture and report graphs, ops, breaks and guards."""
 
-from kiln.frontend import cache as _cache
+from kiln import api
+from kiln.frontend import frame_cache as _cache
 
 
 class ExplainOutput:
@@ -61,13 +62,11 @@ class ExplainOutput:
 
 def explain(fn, **compile_kwargs):
     """A function that runs `fn` once under a fresh compile and returns an ExplainOutput."""
-    import kiln
-
     compile_kwargs.setdefault("backend", "eager")
 
     def run(*args, **kwargs):
         out = ExplainOutput()
-        compiled = kiln.compile(fn, **compile_kwargs)
+        compiled = api.compile(fn, **compile_kwargs)
         _cache._recorders.append(out)
         try:
             compiled(*args, **kwargs)

@@ -547,7 +547,7 @@ def test_autocast_is_part_of_the_specialization():
 
 
 def test_two_cosines_golden_graphs():
-    from kiln.autograd.tracer import format_graph
+    from kiln.autograd.aten_tracer import format_graph
 
     rec = Recorder()
     aot_function(two_cosines, rec.fw_compiler, rec.bw_compiler)(

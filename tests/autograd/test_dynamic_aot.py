@@ -7,8 +7,9 @@ import torch.fx
 import torch.nn.functional as F
 
 from kiln.autograd.aot import aot_autograd, aot_function, nop
-from kiln.autograd.tracer import fake_like, format_graph, is_symbolic
-from kiln.frontend.shapes import ShapeEnv
+from kiln.autograd.aten_tracer import format_graph
+from kiln.symbolic.fake import fake_like, is_symbolic
+from kiln.symbolic.shape_env import ShapeEnv
 
 aten = torch.ops.aten
 

@@ -14,7 +14,7 @@ from kiln import logs
 from kiln.autograd.aot import aot_autograd
 from kiln.autograd.partition import min_cut_rematerialization_partition
 from kiln.backend.decompositions import decomposition_table
-from kiln.frontend.shapes import ShapeEnv, to_torch
+from kiln.symbolic.shape_env import ShapeEnv, to_torch
 
 
 @pytest.fixture(autouse=True)

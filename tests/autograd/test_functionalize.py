@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kiln.autograd.aten_tracer import format_graph, trace_aten
 from kiln.autograd.functionalize import OutputAlias, functional_variant, functionalize
-from kiln.autograd.tracer import format_graph, trace_aten
 from kiln.exc import Unsupported
 
 aten = torch.ops.aten

@@ -4,9 +4,9 @@ import pytest
 import sympy
 import torch
 
-from kiln.autograd import shape_rules
-from kiln.autograd.shape_rules import Sizes, contiguous_strides, rule_for, symbolic_sizes
-from kiln.frontend.shapes import ShapeEnv, SymNode, hint_of
+from kiln.symbolic import layouts, shape_rules
+from kiln.symbolic.shape_env import ShapeEnv, SymNode, hint_of
+from kiln.symbolic.shape_rules import Sizes, contiguous_strides, rule_for, symbolic_sizes
 
 aten = torch.ops.aten
 
@@ -484,23 +484,21 @@ def test_propagate_uses_rule_or_specialises():
     x = M(6, 4)
     sizes = {id(x): env.sizes_of(x, "L['x']")}
     sizes_of = lambda t: sizes[id(t)]
-    res = shape_rules.propagate(aten.sum.dim_IntList, (x, [1]), {}, torch.sum(x, [1]), sizes_of)
+    res = layouts.propagate(aten.sum.dim_IntList, (x, [1]), {}, torch.sum(x, [1]), sizes_of)
     assert str(res[0].expr) == "s0" and env.guards == []
     out = aten.nonzero.default(torch.zeros(6, 4))  # no rule: specialise, concrete sizes
-    res = shape_rules.propagate(aten.nonzero.default, (x,), {}, out, sizes_of)
+    res = layouts.propagate(aten.nonzero.default, (x,), {}, out, sizes_of)
     assert res == tuple(out.shape)
     assert {"L['x'].size()[0] == 6", "L['x'].size()[1] == 4"} <= set(env.guard_texts())
     env = ShapeEnv()
     sizes[id(x)] = env.sizes_of(x, "L['x']")
     n, m = sizes[id(x)]
-    args, kwargs = shape_rules.hint_args((x, [m, n]), {})
+    args, kwargs = layouts.hint_args((x, [m, n]), {})
     assert args[1] == [4, 6] and env.guards == []
-    res = shape_rules.propagate(
-        aten.view.default, (x, [m, n]), {}, aten.view.default(*args), sizes_of
-    )
+    res = layouts.propagate(aten.view.default, (x, [m, n]), {}, aten.view.default(*args), sizes_of)
     assert [str(s) for s in res] == ["s1", "s0"]
     outs = aten.native_layer_norm.default(x, [4], None, None, 1e-5)
-    res = shape_rules.propagate(
+    res = layouts.propagate(
         aten.native_layer_norm.default, (x, [4], None, None, 1e-5), {}, outs, sizes_of
     )
     assert [str(s) for s in res[1]] == ["s0", "1"]
@@ -564,7 +562,7 @@ def test_propagate_strides_match_meta(case):
         sym = {id(x): (Sizes(base), contiguous_strides(base))}
         if args[0] is not x:
             sym[id(args[0])] = _derive(x, args[0], sym)
-        sizes, strides = shape_rules.propagate(
+        sizes, strides = layouts.propagate(
             op, args, {}, out, lambda t, sym=sym: sym[id(t)][0], lambda t, sym=sym: sym[id(t)][1]
         )
         outs = out if isinstance(out, list | tuple) else [out]
@@ -591,15 +589,15 @@ def _derive(x, v, sym):
 def test_dense_strides():
     env = ShapeEnv()
     a, b, c = env.sizes_of(torch.empty(2, 3, 4), "L['x']")
-    assert [str(v) for v in shape_rules.dense_strides((a, b, c), (12, 4, 1))] == [
+    assert [str(v) for v in layouts.dense_strides((a, b, c), (12, 4, 1))] == [
         "s1*s2",
         "s2",
         "1",
     ]
-    cl = shape_rules.dense_strides((a, b, c), (12, 1, 3))  # channels-last-like
+    cl = layouts.dense_strides((a, b, c), (12, 1, 3))  # channels-last-like
     assert [str(v) for v in cl] == ["s1*s2", "1", "s1"]
-    assert shape_rules.dense_strides((a, b, c), (0, 4, 1))[0] == 0
-    assert shape_rules.dense_strides((a, b, c), (24, 8, 2)) is None
+    assert layouts.dense_strides((a, b, c), (0, 4, 1))[0] == 0
+    assert layouts.dense_strides((a, b, c), (24, 8, 2)) is None
 
 
 def test_same_shape_ops_unify_their_inputs():

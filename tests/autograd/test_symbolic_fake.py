@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kiln.autograd.tracer import FakeMode, fake_like, sym_sizes, sym_strides
-from kiln.frontend.shapes import ShapeEnv, SymNode, from_torch, to_torch
+from kiln.symbolic.fake import FakeMode, fake_like, sym_sizes, sym_strides
+from kiln.symbolic.shape_env import ShapeEnv, SymNode, from_torch, to_torch
 
 
 def fake(env, t, dims, name, requires_grad=False):
@@ -166,7 +166,7 @@ def test_specialisations_are_logged_with_their_op_and_facts_have_reasons(capsys)
 
 
 def test_a_symbol_is_solved_from_an_input_of_size_a_s_plus_b():
-    from kiln.autograd.tracer import trace_aten
+    from kiln.autograd.aten_tracer import trace_aten
 
     env = ShapeEnv()
     (n,) = env.sizes_of(torch.empty(5), "L['n']")

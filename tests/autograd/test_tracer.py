@@ -6,8 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kiln.autograd.tracer import ProxyTensor, format_graph, trace_aten
+from kiln.autograd.aten_tracer import format_graph, trace_aten
 from kiln.exc import Unsupported
+from kiln.symbolic.fake import ProxyTensor
 
 aten = torch.ops.aten
 

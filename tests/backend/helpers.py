@@ -3,8 +3,8 @@
 import torch
 from torch.utils import _pytree as pytree
 
-from kiln.autograd.tracer import trace_aten
-from kiln.backend.compile import CompiledGraph, compile_aten_graph
+from kiln.autograd.aten_tracer import trace_aten
+from kiln.backend.compile_fx import CompiledGraph, compile_aten_graph
 from kiln.backend.decompositions import DECOMPOSITIONS
 
 

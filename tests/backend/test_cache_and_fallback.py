@@ -10,8 +10,8 @@ import torch
 
 from kiln import config, logs
 from kiln.backend import codecache
-from kiln.backend import compile as compile_mod
-from kiln.backend.compile import CompiledGraph
+from kiln.backend import compile_fx as compile_mod
+from kiln.backend.compile_fx import CompiledGraph
 from kiln.exc import BackendCompilerFailed
 from tests.backend.helpers import compile_fn
 

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 
 import kiln
 from kiln.autograd.aot import aot_module
-from kiln.autograd.tracer import trace_aten
-from kiln.backend import compile as kc
+from kiln.autograd.aten_tracer import trace_aten
+from kiln.backend import compile_fx as kc
 from kiln.backend.decompositions import DECOMPOSITIONS
 from kiln.backend.ir import ExternBuffer
 from kiln_bench.models import build_resnet

@@ -10,7 +10,7 @@ import torch.nn as nn
 
 import kiln
 from kiln.autograd.aot import aot_module
-from kiln.backend import compile as kc
+from kiln.backend import compile_fx as kc
 from kiln.backend.codegen.wrapper import rt
 from kiln.backend.decompositions import DECOMPOSITIONS
 from kiln_bench.models import build_resnet

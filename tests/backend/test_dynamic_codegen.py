@@ -5,13 +5,14 @@ import torch
 import torch.nn.functional as F
 
 from kiln import logs
-from kiln.autograd import tracer
+from kiln.autograd.aten_tracer import trace_aten
 from kiln.backend import ir
-from kiln.backend.compile import CompiledGraph, compile_aten_graph
+from kiln.backend.compile_fx import CompiledGraph, compile_aten_graph
 from kiln.backend.decompositions import DECOMPOSITIONS
 from kiln.backend.ir import Ix, set_range
-from kiln.frontend import shapes
-from kiln.frontend.shapes import ShapeEnv
+from kiln.symbolic import shape_env
+from kiln.symbolic.fake import fake_like
+from kiln.symbolic.shape_env import ShapeEnv
 
 
 def sym_compile(fn, inputs, dynamic):
@@ -21,8 +22,8 @@ def sym_compile(fn, inputs, dynamic):
     for k, x in enumerate(inputs):
         dims = dynamic.get(k)
         sizes = env.sizes_of(x, f"L['a{k}']", dims) if dims else None
-        fakes.append(tracer.fake_like(x, sizes=sizes))
-    gm = tracer.trace_aten(fn, fakes, decompositions=DECOMPOSITIONS)
+        fakes.append(fake_like(x, sizes=sizes))
+    gm = trace_aten(fn, fakes, decompositions=DECOMPOSITIONS)
     gm.meta["shape_env"] = env
     specialised = {s: v for s, v in env.replacements.items() if v.is_Integer}
     assert not specialised, f"the tracer specialised {specialised}"
@@ -194,13 +195,13 @@ def test_size_inputs_and_outputs():
     by the wrapper; a tensor op with a size operand reads it as an index expression."""
     env = ShapeEnv()
     x = torch.randn(4, 6)
-    fx = tracer.fake_like(x, sizes=env.sizes_of(x, "x", {0}))
-    n = shapes.to_torch(env.create_size(3, "n"))
+    fx = fake_like(x, sizes=env.sizes_of(x, "x", {0}))
+    n = shape_env.to_torch(env.create_size(3, "n"))
 
     def fn(x, n):
         return x.view(-1, 2) * n, x.shape[0] * 2, torch.zeros(n, 2) + x.shape[0]
 
-    gm = tracer.trace_aten(fn, [fx, n], decompositions=DECOMPOSITIONS)
+    gm = trace_aten(fn, [fx, n], decompositions=DECOMPOSITIONS)
     gm.meta["shape_env"] = env
     compiled = compile_aten_graph(gm, [fx, n])
     assert_symbolic(compiled, "s0", "s1")
@@ -220,9 +221,9 @@ def test_unbindable_symbol_runs_the_graph_eagerly(capsys):
     n = env.create_size(3, "n") * env.create_size(4, "m")
     g = torch.fx.Graph()
     a = g.placeholder("arg0_1")
-    a.meta["val"] = shapes.to_torch(n)
+    a.meta["val"] = shape_env.to_torch(n)
     z = g.call_function(torch.ops.aten.zeros.default, ([a, 2],))
-    z.meta["val"] = tracer.fake_like(torch.zeros(12, 2), sizes=(n, 2))
+    z.meta["val"] = fake_like(torch.zeros(12, 2), sizes=(n, 2))
     g.output((z,))
     gm = torch.fx.GraphModule({}, g)
     gm.meta["shape_env"] = env
@@ -239,12 +240,12 @@ def test_unbindable_symbol_runs_the_graph_eagerly(capsys):
 def test_symbol_bound_from_a_linear_size():
     env = ShapeEnv()
     s0 = env.create_size(3, "n")
-    x = tracer.fake_like(torch.zeros(7), sizes=(2 * s0 + 1,))
+    x = fake_like(torch.zeros(7), sizes=(2 * s0 + 1,))
     g = torch.fx.Graph()
     a = g.placeholder("arg0_1")
     a.meta["val"] = x
     z = g.call_function(torch.ops.aten.zeros.default, ([s0, 2],))  # needs s0 itself
-    z.meta["val"] = tracer.fake_like(torch.zeros(3, 2), sizes=(s0, 2))
+    z.meta["val"] = fake_like(torch.zeros(3, 2), sizes=(s0, 2))
     y = g.call_function(torch.ops.aten.mul.Tensor, (a, 2.0))
     y.meta["val"] = x
     g.output((z, y))

@@ -188,7 +188,7 @@ def test_batchnorm_running_stats_written_in_place():
     bn2 = torch.nn.BatchNorm2d(4)
     x = torch.randn(2, 4, 5, 5, requires_grad=True)
     x2 = x.detach().clone().requires_grad_(True)
-    from kiln.backend import compile as backend_compile
+    from kiln.backend import compile_fx as backend_compile
 
     seen = []
     orig = backend_compile.compile_aten_graph

@@ -5,7 +5,7 @@ import torch
 import torch.nn as nn
 
 from kiln.autograd.aot import aot_module
-from kiln.backend import compile as kc
+from kiln.backend import compile_fx as kc
 from kiln.backend.decompositions import DECOMPOSITIONS
 from tests.autograd.aot_helpers import check_module_parity
 

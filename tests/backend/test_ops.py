@@ -434,7 +434,7 @@ def test_python_number_inputs_are_specialized_and_checked():
 
     import torch.fx
 
-    from kiln.backend.compile import CompiledGraph, compile_aten_graph
+    from kiln.backend.compile_fx import CompiledGraph, compile_aten_graph
 
     g = torch.fx.Graph()
     x, s = g.placeholder("x"), g.placeholder("s")

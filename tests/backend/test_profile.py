@@ -4,8 +4,8 @@ import torch
 
 import kiln
 from kiln import config
-from kiln.autograd.tracer import trace_aten
-from kiln.backend.compile import _graph_key
+from kiln.autograd.aten_tracer import trace_aten
+from kiln.backend.compile_fx import _graph_key
 from kiln.backend.decompositions import DECOMPOSITIONS
 from kiln.backend.profile import kernel_table, table_from_profiler
 from tests.backend.helpers import check, compile_fn

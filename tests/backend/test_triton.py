@@ -10,6 +10,12 @@ import torch
 import torch.nn.functional as F
 
 from kiln import config, logs
+from kiln.autograd.aten_tracer import trace_aten
+from kiln.backend.compile_fx import CompiledGraph, compile_aten_graph
+from kiln.backend.decompositions import DECOMPOSITIONS
+from kiln.contracts import GraphMeta
+from kiln.symbolic.fake import fake_like
+from kiln.symbolic.shape_env import ShapeEnv
 from tests.backend import test_ops
 from tests.backend.helpers import check, compile_fn
 
@@ -98,19 +104,14 @@ def test_low_precision_loads_compute_in_float32():
 def test_symbolic_sizes_are_kernel_arguments():
     """One compile serves every size: sizes are kernel arguments (ks0), never constants."""
     fn = lambda x, b: (torch.exp(x * 0.5) + b, (x * b).sum(1), x.softmax(-1))
-    from kiln.autograd import tracer
-    from kiln.backend.compile import CompiledGraph, compile_aten_graph
-    from kiln.backend.decompositions import DECOMPOSITIONS
-    from kiln.frontend.shapes import ShapeEnv
-
     env = ShapeEnv()
     x, b = torch.randn(5, 7), torch.randn(7)
     fakes = [
-        tracer.fake_like(x, sizes=env.sizes_of(x, "L['a0']", {0, 1})),
-        tracer.fake_like(b, sizes=env.sizes_of(b, "L['a1']", {0})),
+        fake_like(x, sizes=env.sizes_of(x, "L['a0']", {0, 1})),
+        fake_like(b, sizes=env.sizes_of(b, "L['a1']", {0})),
     ]
-    gm = tracer.trace_aten(fn, fakes, decompositions=DECOMPOSITIONS)
-    gm.meta["shape_env"] = env
+    gm = trace_aten(fn, fakes, decompositions=DECOMPOSITIONS)
+    GraphMeta.update(gm, shape_env=env)
     compiled = compile_aten_graph(gm, fakes)
     assert isinstance(compiled, CompiledGraph)
     assert "ks0" in compiled.cpp_src and "ks1" in compiled.cpp_src

@@ -40,6 +40,7 @@ from kiln.backend.codegen.cpp_reductions import (
 )
 from kiln.backend.codegen.cpp_transpose import LoopOrders
 from kiln.backend.ir import Ix, cexpr, prod, set_handler, set_range, size_hint
+from kiln.backend.scheduler import Group
 
 PRELUDE = r"""
 #include <algorithm>
@@ -844,8 +845,6 @@ _SIZE_ARG = re.compile(r"\bks(\d+)\b")  # size symbol s3 is the kernel argument 
 
 def generate_cpp(graph, groups, stores, nthreads, inplace=None):
     """The translation unit for all kernel groups: (source, {kernel name: [buffer params]})."""
-    from kiln.backend.scheduler import Group
-
     parts = [PRELUDE]
     signatures = {}
     vec_ops = set()

@@ -21,7 +21,7 @@ runs the kernel's nodes symbolically to find the cut points and the live indices
 
 import re
 
-from kiln.backend.ir import RANGES, Ix, set_handler, set_range
+from kiln.backend.ir import Ix, ranges, set_handler, set_range
 
 MIN_TILE = 8  # smallest inner tile worth a vector loop
 MAX_SEGMENTS = 16  # more cut points than this: keep the plain loop
@@ -215,7 +215,7 @@ def plan_pieces(run, var, size):
     (and the ranges set) and yields (value, store index or None) per node."""
     if type(size) is not int or size < 2 * MIN_TILE:
         return None
-    saved = RANGES.get(var)
+    saved = ranges().get(var)
     try:  # the whole range: the cut points, and whether any index needs a piece
         live, cuts = _probe(run, var, {}, {var: (0, size - 1)})
         cuts = sorted(c for c in cuts if 0 < c < size)
@@ -232,9 +232,9 @@ def plan_pieces(run, var, size):
         return pieces
     finally:
         if saved is None:
-            RANGES.pop(var, None)
+            ranges().pop(var, None)
         else:
-            RANGES[var] = saved
+            ranges()[var] = saved
 
 
 def _tile(run, var, p):

@@ -32,7 +32,7 @@ from kiln.backend.codegen.wrapper import WrapperCodegen
 from kiln.backend.graph import GraphNotSupported
 from kiln.backend.ir import Ix, prod, set_handler, set_range
 from kiln.backend.scheduler import Group
-from kiln.backend.sizes import _print
+from kiln.symbolic.sizes import _print
 
 TL_DTYPE = {
     torch.float32: "tl.float32",
@@ -602,14 +602,11 @@ def generate_triton(graph, groups, stores, inplace=None):
     return "\n\n".join(parts), signatures
 
 
-def triton_wrapper_class():
+class TritonWrapperCodegen(WrapperCodegen):
     """The wrapper generator for Triton kernels: kernels take tensors, not pointers."""
 
-    class TritonWrapperCodegen(WrapperCodegen):
-        def kernel_arg(self, p):
-            return p[1:] if _SIZE_ARG.fullmatch(p) else p
-
-    return TritonWrapperCodegen
+    def kernel_arg(self, p):
+        return p[1:] if _SIZE_ARG.fullmatch(p) else p
 
 
 _modules = {}  # source hash -> loaded module

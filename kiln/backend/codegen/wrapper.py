@@ -27,10 +27,11 @@ import re
 
 import sympy
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from kiln import config
 from kiln.backend.codegen.common import IndentedBuffer
-from kiln.backend.graph import PyValue
+from kiln.backend.graph import GraphNotSupported, PyValue
 from kiln.backend.ir import Buffer, InputBuffer, is_sym, pexpr
 from kiln.backend.scheduler import ExternGroup, Group, extern_reads
 
@@ -81,8 +82,6 @@ class rt:
     def channels_last(t):
         """A channels-last copy of t, kept while t is unchanged (a conv weight between calls)."""
         if rt._channels_last is None:
-            from torch.utils.weak import WeakIdKeyDictionary
-
             rt._channels_last = WeakIdKeyDictionary()
         try:
             version = t._version
@@ -263,8 +262,6 @@ class WrapperCodegen:
             self.used |= {p[1:] for p in params if _SIZE_PARAM.fullmatch(p)}
         missing = self.used - bound
         if missing:
-            from kiln.backend.graph import GraphNotSupported
-
             raise GraphNotSupported(
                 f"size symbols {sorted(missing)} cannot be computed from the graph's inputs"
             )

@@ -30,11 +30,16 @@ import types
 
 import torch
 
+from kiln.bytecode import emit
 from kiln.exc import Unsupported, unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.functions import inline_call
 from kiln.frontend.variables.lists import BaseListVariable, TupleVariable
+from kiln.frontend.variables.tensor import TensorVariable
+from kiln.frontend.variables.torch import TorchVariable, _Unpack, wrap_tensor_result
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
 FUNCTION_APPLY = torch.autograd.Function.apply.__func__
@@ -50,8 +55,6 @@ def is_autograd_function(cls):
 
 
 def _tensor_cls():
-    from kiln.frontend.variables.tensor import TensorVariable
-
     return TensorVariable
 
 
@@ -92,7 +95,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
             grad_on and isinstance(a, _tensor_cls()) and a.example.requires_grad for a in args
         )
         ctx = AutogradCtxVariable(needs)
-        check_backward = any(needs) and tx.output.backend_name != "eager"
+        check_backward = any(needs) and tx.output.settings.backend_name != "eager"
         out = self._check_forward(
             tx, forward, setup if has_setup else None, ctx, args, check_backward
         )
@@ -102,8 +105,6 @@ class AutogradFunctionApplyVariable(VariableTracker):
         """forward, backward and setup_context are pinned (what the checks traced)."""
         if self.cls_source is None:
             return
-        from kiln.frontend.guards import GuardKind
-
         for attr in ("forward", "backward", "setup_context")[: 3 if has_setup else 2]:
             src = AttrSource(self.cls_source, attr)
             tx.output.guards.add(GuardKind.ID_MATCH, src, getattr(self.cls, attr))
@@ -143,8 +144,6 @@ class AutogradFunctionApplyVariable(VariableTracker):
         return out
 
     def _trace_forward(self, tx, forward, setup, ctx, args):
-        from kiln.frontend.variables.functions import inline_call
-
         source = self._method_source("forward")
         if _amp_wrapped(forward, "decorate_fwd"):
             # torch.amp.custom_fwd with autocast off (every compiled frame: the global-state
@@ -165,9 +164,6 @@ class AutogradFunctionApplyVariable(VariableTracker):
         backward is traced here as well (on zero gradients, grad mode off as the engine runs
         it), and one with effects outside ctx, or that kiln cannot trace, makes the apply
         call a graph break: it then runs in Python, its backward with it."""
-        from kiln.frontend.variables.functions import inline_call
-        from kiln.frontend.variables.torch import TorchVariable
-
         backward = _static_function(self.cls, "backward")
         source = self._method_source("backward")
         if backward is None:
@@ -184,8 +180,6 @@ class AutogradFunctionApplyVariable(VariableTracker):
 
     def _apply_node(self, tx, args, out, ctx, any_needs):
         """The call_function node `MyFn.apply(*args)` with the forward's output metadata."""
-        from kiln.frontend.variables.torch import _Unpack, wrap_tensor_result
-
         items = out.items if isinstance(out, TupleVariable) else [out]
         if isinstance(out, BaseListVariable) and not isinstance(out, TupleVariable):
             unimplemented(f"{self.cls.__qualname__}.forward returned a list")
@@ -207,8 +201,6 @@ class AutogradFunctionApplyVariable(VariableTracker):
         return wrap_tensor_result(tx, node, result, tensors[0].device)
 
     def reconstruct(self, cg):
-        from kiln.bytecode import emit
-
         if self.cls_source is not None:
             self.cls_source.reconstruct(cg)
         else:
@@ -279,8 +271,6 @@ class AutogradCtxVariable(NewObjectVariable):
         self.non_differentiable = set()
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.base import BoundMethodVariable
-
         if name == "needs_input_grad" and name not in self.attrs:
             return TupleVariable([ConstantVariable(b) for b in self.needs_input_grad])
         if name in ("saved_tensors", "saved_variables") and name not in self.attrs:

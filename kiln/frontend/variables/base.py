@@ -2,9 +2,33 @@
 
 import itertools
 
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.source import AttrSource
 
 _serial = itertools.count()
+
+# Note [Variables: the builder is registered]
+# Every family turns Python values into trackers with builder.py's `wrap_value` and
+# `wrap_constant_like`, and builder.py dispatches to every family, so it sits above them all. The
+# families call the two through the forwarders below, bound by builder.py when it is imported (the
+# translator imports it before any tracing), instead of importing builder.py inside functions.
+_builder = {}
+
+
+def register_builder(wrap_value, wrap_constant_like):
+    """Bind the forwarders below to builder.py's functions."""
+    _builder.update(wrap_value=wrap_value, wrap_constant_like=wrap_constant_like)
+
+
+def wrap_value(tx, value, source):
+    """builder.wrap_value (Note [Variables: the builder is registered])."""
+    return _builder["wrap_value"](tx, value, source)
+
+
+def wrap_constant_like(tx, value):
+    """builder.wrap_constant_like (Note [Variables: the builder is registered])."""
+    return _builder["wrap_constant_like"](tx, value)
 
 
 def next_serial():
@@ -71,8 +95,6 @@ class VariableTracker:
         """Source of a function found on the value's class: `obj.__class__.name[.more]`."""
         if self.source is None:
             return None
-        from kiln.frontend.source import AttrSource
-
         src = AttrSource(AttrSource(self.source, "__class__"), name)
         for m in more:
             src = AttrSource(src, m)
@@ -120,8 +142,6 @@ class BoundMethodVariable(VariableTracker):
         return self.obj.call_method(tx, self.name, args, kwargs)
 
     def reconstruct(self, cg):
-        from kiln.bytecode import emit
-
         cg.reconstruct(self.obj)
         cg.extend(emit.load_attr(self.name))
 

@@ -15,12 +15,27 @@ import torch
 from kiln import config
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.source import GetItemSource
+from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
+from kiln.frontend.source import AttrSource, GetItemSource
+from kiln.frontend.variables import logging_vars
+from kiln.frontend.variables.base import register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
+from kiln.frontend.variables.checkpoint import checkpoint_function
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
-from kiln.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
-from kiln.frontend.variables.lists import ListVariable, RangeVariable, SizeVariable, TupleVariable
+from kiln.frontend.variables.functions import (
+    PartialVariable,
+    UserFunctionVariable,
+    UserMethodVariable,
+    is_torch_disabled,
+)
+from kiln.frontend.variables.lists import (
+    ListVariable,
+    RangeVariable,
+    SizeVariable,
+    TupleVariable,
+    wrap_deque,
+)
 from kiln.frontend.variables.misc import (
     DisabledFunctionVariable,
     GraphBreakVariable,
@@ -84,23 +99,15 @@ def _is_skipped_function(value):
 def _kiln_special(value):
     """kiln's own markers (graph_break, disabled functions, compiled wrappers), and functions
     torch keeps out of compilers (`torch._dynamo.disable`, torch's `_disable_dynamo`)."""
-    from kiln import api
-
-    if value is api.graph_break:
+    if value is graph_break:
         return GraphBreakVariable()
-    from kiln.frontend.variables.checkpoint import checkpoint_function
-
     checkpoint = checkpoint_function(value)  # (a function torch keeps out of compilers)
     if checkpoint is not None:
         return checkpoint
-    if _marker(value, "_kiln_disabled"):
+    if kiln_marker(value, "_kiln_disabled"):
         return DisabledFunctionVariable(value)
-    from kiln.frontend.variables.functions import is_torch_disabled
-
     if is_torch_disabled(value):
         return DisabledFunctionVariable(value)
-    from kiln.frontend.variables import logging_vars
-
     if logging_vars.is_effect_function(value):  # warnings.warn, logging.warning ...
         return logging_vars.EffectCallVariable(value.__name__, fn=value)
     return None
@@ -136,12 +143,10 @@ def wrap_value(tx, value, source):
     special = _kiln_special(value)
     if special is not None:
         return special
-    from kiln.api import OptimizedModule
-
-    if isinstance(value, OptimizedModule):
+    if is_optimized_module(value):
         value = value._orig_mod
         source = _attr(source, "_orig_mod") if source is not None else None
-    elif _marker(value, "_kiln_orig_fn"):
+    elif kiln_marker(value, "_kiln_orig_fn"):
         # a kiln-compiled function called from traced code: trace the original (the wrapper
         # object is what the guard pins, so the wrapped function cannot change under it)
         if source is not None:
@@ -210,8 +215,6 @@ def _wrap(tx, value, source):
         items = {k: wrap_value(tx, v, GetItemSource(source, k)) for k, v in value.items()}
         return ConstDictVariable(items, user_cls=type(value), source=source)
     if type(value) is collections.deque:
-        from kiln.frontend.variables.lists import wrap_deque
-
         return wrap_deque(tx, value, source)
     if type(value) is range:
         guards.add(GuardKind.CONSTANT_MATCH, source, value)
@@ -224,8 +227,6 @@ def _wrap(tx, value, source):
             guards.add(GuardKind.ID_MATCH, source, value)
         return PythonModuleVariable(value, source=source)
     if type(value) is functools.partial:
-        from kiln.frontend.variables.functions import PartialVariable
-
         guards.add(GuardKind.TYPE_MATCH, source, functools.partial)
         fn = wrap_value(tx, value.func, _attr(source, "func"))
         args = wrap_value(tx, value.args, _attr(source, "args")).unpack_var_sequence(tx)
@@ -316,8 +317,6 @@ def _is_builtin(value):
 
 
 def _attr(source, name):
-    from kiln.frontend.source import AttrSource
-
     return AttrSource(source, name)
 
 
@@ -348,7 +347,4 @@ _BUILTIN_FNS = _builtin_fns()
 _SIGNATURE = inspect.signature
 
 
-def _marker(obj, name):
-    from kiln.frontend.cache import kiln_marker
-
-    return kiln_marker(obj, name)
+register_builder(wrap_value, wrap_constant_like)

@@ -9,10 +9,13 @@ import operator
 import torch
 
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import sym, symfloat
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.exceptions import ExceptionVariable, raise_observed
+from kiln.frontend.variables.functions import BaseFunctionVariable, PartialVariable
 from kiln.frontend.variables.lists import (
     BaseListVariable,
     ListIteratorVariable,
@@ -23,9 +26,17 @@ from kiln.frontend.variables.lists import (
     TupleVariable,
     _set_values,
 )
+from kiln.frontend.variables.nn_module import NNModuleVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.frontend.variables.tensor import TensorVariable
+from kiln.frontend.variables.torch import TorchVariable, call_tensor_op
+from kiln.frontend.variables.user_defined import (
+    NewObjectVariable,
+    SuperVariable,
+    UserDefinedObjectVariable,
+)
+from kiln.frontend.variables.user_protocol import is_user_object, user_binary_op, user_text
 
 _SEQUENCE_OPS = {operator.add, operator.iadd, operator.mul, operator.imul}
 _IS_OPS = {operator.is_, operator.is_not}
@@ -37,8 +48,6 @@ def _all_const(vars_):
 
 def binary_op(tx, fn, a, b):
     """a <op> b for an operator-module function."""
-    from kiln.frontend.variables.torch import call_tensor_op
-
     if isinstance(b, TensorVariable) and not isinstance(a, TensorVariable) and fn in _INPLACE:
         fn = _INPLACE[fn]  # `n += t` for a number n is `n = n + t` (no in-place, a new tensor)
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
@@ -78,8 +87,6 @@ def binary_op(tx, fn, a, b):
             return fold(fn, ca, cb)
         if fn in (operator.mod, operator.imod) and type(ca) is str and _is_exception(b):
             return fold(fn, ca, cb)  # "error: %s" % e (a modelled exception's str/repr)
-    from kiln.frontend.variables.user_protocol import user_binary_op
-
     result = user_binary_op(tx, fn, a, b)  # Note [Objects: operator protocol]
     if result is not None:
         return result
@@ -100,8 +107,6 @@ def _zip_strict_error(lengths):
 
 
 def _is_exception(var):
-    from kiln.frontend.variables.exceptions import ExceptionVariable
-
     return isinstance(var, ExceptionVariable)
 
 
@@ -118,8 +123,6 @@ def compare_vars(tx, fn, a, b):
         if same is None:
             unimplemented(f"`is` between {a} and {b}")
         if a.source is not None and b.source is not None and a.source != b.source:
-            from kiln.frontend.guards import GuardKind
-
             # identity between two inputs is what it was: same objects, or distinct ones
             kind = GuardKind.ALIASING if same else GuardKind.DISTINCT
             tx.output.guards.add(kind, a.source, b.source)
@@ -178,8 +181,6 @@ def contains(tx, container, item):
         return container.call_method(tx, "__contains__", [item], {})
     if isinstance(container, TensorVariable):
         unimplemented("`in` on a tensor reads tensor data")
-    from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
-
     if isinstance(container, (UserDefinedObjectVariable, NewObjectVariable)):
         return container.call_method(tx, "__contains__", [item], {})
     items = container.unpack_var_sequence(tx)
@@ -244,8 +245,6 @@ class BuiltinVariable(VariableTracker):
                 acc = args[0].call_function(tx, [acc, item], {})
             return acc
         if fn is functools.partial and args:
-            from kiln.frontend.variables.functions import PartialVariable
-
             return PartialVariable(args[0], list(args[1:]), dict(kwargs))
         if fn in _ITERTOOLS and not kwargs:
             if fn is itertools.product:
@@ -315,8 +314,6 @@ class BuiltinVariable(VariableTracker):
         unimplemented(f"hasattr on {obj}")
 
     def _call_super(self, tx, cls=None, obj=None):
-        from kiln.frontend.variables.user_defined import SuperVariable
-
         if cls is None:
             code = tx.code
             if "__class__" not in tx.closure or not code.co_argcount:
@@ -343,8 +340,6 @@ class BuiltinVariable(VariableTracker):
     def _call_dict(self, tx, obj=None, **kwargs):
         items = {}
         if obj is not None:
-            from kiln.frontend.variables.user_defined import NewObjectVariable
-
             if isinstance(obj, NewObjectVariable) and obj.dict_items is not None:
                 obj = obj.var_getattr(tx, "__iter__")  # a Python __iter__ override: unsupported
                 obj = ConstDictVariable(obj.obj.dict_items)  # dict(d): d's own items
@@ -403,8 +398,6 @@ class BuiltinVariable(VariableTracker):
         item = it.next_item()
         if item is None:
             if default is None:
-                from kiln.frontend.variables.exceptions import raise_observed
-
                 raise_observed(tx, StopIteration)
             return default
         return item
@@ -501,9 +494,6 @@ class BuiltinVariable(VariableTracker):
 
     def _text(self, tx, fn, obj):
         """str(obj) / repr(obj) of a user object: its Python __str__ / __repr__, inlined."""
-        from kiln.frontend.variables.exceptions import ExceptionVariable
-        from kiln.frontend.variables.user_protocol import is_user_object, user_text
-
         if isinstance(obj, ExceptionVariable):
             return obj.call_method(tx, f"__{fn.__name__}__", [], {})
         if is_user_object(obj):
@@ -530,15 +520,9 @@ class BuiltinVariable(VariableTracker):
         return fold(round, obj.as_python_constant(), nd.as_python_constant())
 
     def _call_type(self, tx, obj):
-        from kiln.frontend.variables.builder import wrap_constant_like
-
         return wrap_constant_like(tx, obj.python_type())
 
     def _call_callable(self, tx, obj):
-        from kiln.frontend.variables.functions import BaseFunctionVariable
-        from kiln.frontend.variables.nn_module import NNModuleVariable
-        from kiln.frontend.variables.torch import TorchVariable
-
         if isinstance(
             obj, (BaseFunctionVariable, NNModuleVariable, TorchVariable, BuiltinVariable)
         ):
@@ -588,8 +572,6 @@ def sort_items(tx, items, key=None, reverse=None):
 
 def unary_op(tx, fn, obj):
     """-x, +x, ~x, abs(x)."""
-    from kiln.frontend.variables.torch import call_tensor_op
-
     if isinstance(obj, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [obj], {})
     if isinstance(obj, SymNodeVariable):
@@ -601,8 +583,6 @@ def unary_op(tx, fn, obj):
 
 def getitem(tx, obj, index):
     """obj[index]."""
-    from kiln.frontend.variables.torch import call_tensor_op
-
     if isinstance(obj, TensorVariable):
         return call_tensor_op(tx, "call_function", operator.getitem, [obj, index], {})
     if isinstance(index, TensorVariable):

@@ -13,6 +13,10 @@ with no input requiring grad it gives the parameters inside `fn` no gradient at 
 plain call would not reproduce.
 """
 
+import sys
+
+import torch.utils.checkpoint as ckpt
+
 from kiln.exc import unimplemented
 from kiln.frontend.variables.base import VariableTracker
 
@@ -27,8 +31,6 @@ class CheckpointVariable(VariableTracker):
         self.value = value
 
     def call_function(self, tx, args, kwargs):
-        import torch.utils.checkpoint as ckpt
-
         kwargs = dict(kwargs)
         reentrant = kwargs.pop("use_reentrant", None)
         if (
@@ -58,8 +60,6 @@ class CheckpointVariable(VariableTracker):
 
 def checkpoint_function(value):
     """A CheckpointVariable when `value` is torch.utils.checkpoint.checkpoint, else None."""
-    import sys
-
     mod = sys.modules.get("torch.utils.checkpoint")
     if mod is not None and value is getattr(mod, "checkpoint", None):
         return CheckpointVariable(value)

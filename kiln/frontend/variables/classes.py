@@ -25,12 +25,15 @@ import builtins
 import dis
 import functools
 import inspect
+import sys
 import types
 import weakref
 
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.blocks import MISSING, global_value
 from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.functions import NestedUserFunctionVariable
 from kiln.frontend.variables.user_defined import UserDefinedClassVariable
 
 LOCAL_CLASSES = weakref.WeakSet()  # classes made while tracing (never rebuilt)
@@ -59,8 +62,6 @@ _RECIPES = weakref.WeakKeyDictionary()  # local class -> (body function, name, b
 def load_class(cg, cls):
     """Push `cls` in the transformed code: a local class is built again by its class statement
     (Note [Classes: local classes]), once per transformed code."""
-    from kiln.bytecode import emit
-
     if not is_local_class(cls):
         cg.load_object(cls)
         return
@@ -82,8 +83,6 @@ class BuildClassVariable(VariableTracker):
     """`builtins.__build_class__` as LOAD_BUILD_CLASS pushes it."""
 
     def call_function(self, tx, args, kwargs):
-        from kiln.frontend.variables.functions import NestedUserFunctionVariable
-
         if kwargs or len(args) < 2 or not isinstance(args[0], NestedUserFunctionVariable):
             unimplemented("class statement with keywords (metaclass=...) or an unknown body")
         body, name = args[0], args[1].as_python_constant()
@@ -245,12 +244,8 @@ def _step(inst, stack, stored, f_globals, reject):
 
 
 def _py311():
-    import sys
-
     return sys.version_info[:2] == (3, 11)
 
 
 def _py313():
-    import sys
-
     return sys.version_info[:2] >= (3, 13)

@@ -4,6 +4,7 @@ import operator
 
 import torch
 
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables.base import PythonValueVariable
 
@@ -59,8 +60,6 @@ class ConstantVariable(PythonValueVariable):
         unimplemented(f"iteration over {self.value!r}")
 
     def reconstruct(self, cg):
-        from kiln.bytecode import emit
-
         if is_literal(self.value) and not isinstance(self.value, (torch.dtype, torch.device)):
             cg.extend(emit.load_const(self.value))
         else:

@@ -6,6 +6,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
 
 
@@ -48,8 +49,6 @@ class ConstDictVariable(VariableTracker):
     def _key_error(self, tx, key):
         """A missing key raises KeyError as Python does (Note [Blocks: exceptions while
         tracing]), unless the class has a __missing__ kiln does not run."""
-        from kiln.frontend.variables.exceptions import raise_observed
-
         if getattr(self.user_cls, "__missing__", None) is not None:
             unimplemented(f"KeyError {key!r} while tracing ({self.user_cls.__name__}.__missing__)")
         raise_observed(tx, KeyError, key)

@@ -7,8 +7,10 @@ except KeyError as e: -> str(e), e.args, type(e), isinstance(e, LookupError) rea
 import inspect
 import types
 
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_constant_like
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
 
 # dunders a user exception class may define and still be made by kiln (anything else, e.g.
 # __init__, __str__ or __new__, is user code the instance would run: not modelled)
@@ -85,8 +87,6 @@ class ExceptionInitVariable(VariableTracker):
         self.exc = exc
 
     def call_function(self, tx, args, kwargs):
-        from kiln.frontend.variables.constant import ConstantVariable
-
         if kwargs or not isinstance(self.exc, ExceptionVariable):
             unimplemented("BaseException.__init__ with keywords, or on another object")
         self.exc.args = list(args)
@@ -105,16 +105,12 @@ def make_exception_object(cls, args, attrs):
 
 def raise_observed(tx, cls, *args):
     """Raise `cls(*args)` (constants) from a modelled builtin, as Python would."""
-    from kiln.frontend.variables.constant import ConstantVariable
-
     raise ObservedException(ExceptionVariable(cls, [ConstantVariable(a) for a in args]))
 
 
 def observe(exc):
     """Raise a real exception `exc` (from running a pure builtin on constants) in the traced code,
     if kiln models its class and its args are literals; else return."""
-    from kiln.frontend.variables.constant import ConstantVariable, is_literal
-
     cls = type(exc)
     if cls.__module__ == "builtins" and modelled(cls) and all(is_literal(a) for a in exc.args):
         var = ExceptionVariable(cls, [ConstantVariable(a) for a in exc.args])
@@ -130,8 +126,6 @@ class ExceptionVariable(VariableTracker):
     """An exception instance: its class, its args and the attributes Python sets on it."""
 
     def __init__(self, cls, args, **kw):
-        from kiln.frontend.variables.constant import ConstantVariable
-
         super().__init__(**kw)
         self.cls = cls
         self.args = list(args)
@@ -172,8 +166,6 @@ class ExceptionVariable(VariableTracker):
         return True
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_constant_like
-        from kiln.frontend.variables.constant import ConstantVariable, is_literal
         from kiln.frontend.variables.lists import TupleVariable
 
         if name == "args":
@@ -192,14 +184,10 @@ class ExceptionVariable(VariableTracker):
         if is_literal(static) and self.cls.__module__ != "builtins":
             return ConstantVariable(static)
         if name in ("__str__", "__repr__", "with_traceback", "add_note"):
-            from kiln.frontend.variables.base import BoundMethodVariable
-
             return BoundMethodVariable(self, name)
         unimplemented(f"attribute {name!r} of a {self.cls.__name__} made while tracing")
 
     def call_method(self, tx, name, args, kwargs):
-        from kiln.frontend.variables.constant import ConstantVariable
-
         if name in _TEXT and not args and not kwargs:
             fn = _text_method(self.cls, name)
             if isinstance(fn, types.FunctionType):
@@ -215,8 +203,6 @@ class ExceptionVariable(VariableTracker):
 
     def reconstruct(self, cg):
         """The exception in the transformed code (a break at the `raise` that raises it)."""
-        from kiln.bytecode import emit
-
         if self.caught or any(
             not (v.is_python_constant() and v.as_python_constant() in (None, False))
             for k, v in self.attrs.items()

@@ -1,15 +1,20 @@
 """User functions: called by inlining their bytecode into the current trace."""
 
+import dataclasses
+import functools
 import inspect
 import types
 
 from kiln import config
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.markers import kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import TupleVariable
+from kiln.frontend.variables.misc import ConstantObjectVariable
 
 
 class BaseFunctionVariable(VariableTracker):
@@ -42,9 +47,6 @@ class UserFunctionVariable(BaseFunctionVariable):
         if name in ("__name__", "__qualname__", "__module__", "__doc__", "__code__"):
             return ConstantVariable(getattr(self.fn, name))
         if name == "__wrapped__" and hasattr(self.fn, "__wrapped__"):
-            from kiln.frontend.source import AttrSource
-            from kiln.frontend.variables.builder import wrap_value
-
             src = AttrSource(self.source, name) if self.source is not None else None
             return wrap_value(tx, self.fn.__wrapped__, src)
         unimplemented(f"attribute {name!r} of function {self.fn.__qualname__}")
@@ -69,10 +71,6 @@ class UserFunctionVariable(BaseFunctionVariable):
             # a closure: this call's function object with its own cells, through the entry
             # of its code (Note [Cache: closures made per call]); a wrapper of the traced
             # function object would run the cells of the call that was traced
-            import functools
-
-            from kiln.bytecode import emit
-
             cg.load_object(functools.partial, push_null=True)
             cg.load_object(cg.closure_callee(self.fn.__code__))
             self.source.reconstruct(cg)
@@ -117,8 +115,6 @@ class UserMethodVariable(UserFunctionVariable):
         return super().var_getattr(tx, name)
 
     def reconstruct(self, cg):
-        from kiln.bytecode import emit
-
         cg.load_object(types.MethodType, push_null=True)
         cg.load_object(cg.callee(self.fn) if cg.compile_callees else self.fn)
         compile_callees, cg.compile_callees = cg.compile_callees, False
@@ -158,8 +154,6 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
     def reconstruct(self, cg):
         """MAKE_FUNCTION again, closing over the root frame's real cells (kept up to date by
         the transformed code before anything is rebuilt)."""
-        from kiln.bytecode import emit
-
         cells = [self.closure.get(name) for name in self.code.co_freevars]
         if any(c is None or not getattr(c.tx, "is_root", False) for c in cells):
             unimplemented("rebuilding a function that closes over an inlined frame's cells")
@@ -187,8 +181,6 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
 
 
 def _wrap_default(tx, value, source):
-    from kiln.frontend.variables.builder import wrap_value
-
     if isinstance(value, VariableTracker):
         return value
     if is_literal(value):
@@ -260,7 +252,7 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
     code = fn.__code__
     if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         unimplemented(f"calling coroutine function {fn.__qualname__}")
-    if _marker(fn, "_kiln_disabled") or is_torch_disabled(fn):
+    if kiln_marker(fn, "_kiln_disabled") or is_torch_disabled(fn):
         unimplemented(f"call to a function kept out of compilation: {fn.__qualname__}")
     local_vars = bind_args(tx, fn, args, kwargs, fn_source, defaults, kwdefaults)
     if closure is None:
@@ -274,12 +266,6 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
     return sub.run_inline()
 
 
-def _marker(obj, name):
-    from kiln.frontend.cache import kiln_marker
-
-    return kiln_marker(obj, name)
-
-
 class PartialVariable(VariableTracker):
     """`functools.partial(fn, *args, **kwargs)` made while tracing."""
 
@@ -290,8 +276,6 @@ class PartialVariable(VariableTracker):
         self.kwargs = kwargs
 
     def python_type(self):
-        import functools
-
         return functools.partial
 
     def call_function(self, tx, args, kwargs):
@@ -307,10 +291,6 @@ class PartialVariable(VariableTracker):
         unimplemented(f"functools.partial.{name}")
 
     def reconstruct(self, cg):
-        import functools
-
-        from kiln.bytecode import emit
-
         if self.source is not None:  # the partial object itself
             return super().reconstruct(cg)
         cg.load_object(functools.partial, push_null=True)
@@ -334,10 +314,6 @@ class PartialVariable(VariableTracker):
 
 
 def _fields(tx, obj):
-    import dataclasses
-
-    from kiln.frontend.variables.misc import ConstantObjectVariable
-
     value = obj.as_python_constant() if obj.is_python_constant() else None
     cls = value if isinstance(value, type) else obj.python_type()
     if not dataclasses.is_dataclass(cls):
@@ -346,8 +322,6 @@ def _fields(tx, obj):
 
 
 def _signature(tx, obj, *, follow_wrapped=True):
-    from kiln.frontend.variables.misc import ConstantObjectVariable
-
     fn = obj.get_function() if isinstance(obj, UserFunctionVariable) else None
     if fn is None:
         unimplemented(f"inspect.signature() of {obj}")
@@ -369,8 +343,6 @@ def _signature(tx, obj, *, follow_wrapped=True):
 
 
 def _is_dataclass(tx, obj):
-    import dataclasses
-
     value = obj.as_python_constant() if obj.is_python_constant() else None
     cls = value if isinstance(value, type) else obj.python_type()
     return ConstantVariable(dataclasses.is_dataclass(cls))
@@ -378,10 +350,6 @@ def _is_dataclass(tx, obj):
 
 def _replace(tx, obj, **changes):
     """dataclasses.replace(obj, **changes): a new instance from obj's init fields."""
-    import dataclasses
-
-    from kiln.frontend.variables.builder import wrap_constant_like
-
     cls = obj.python_type()
     if not dataclasses.is_dataclass(cls):
         unimplemented(f"dataclasses.replace() of a {cls.__name__}")
@@ -398,8 +366,6 @@ def _replace(tx, obj, **changes):
 
 
 def _folded_functions():
-    import dataclasses
-
     return {
         dataclasses.fields: _fields,
         dataclasses.is_dataclass: _is_dataclass,

@@ -1,13 +1,19 @@
 """Sequences: tuple, list, torch.Size, range, and iterators over them."""
 
+import collections
 import operator
 from collections import deque
 
+import torch
+
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import AttrSource, GetItemSource
+from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.exceptions import raise_observed
+from kiln.frontend.variables.misc import wrap_frozen
 
 
 class BaseListVariable(VariableTracker):
@@ -108,8 +114,6 @@ class TupleVariable(BaseListVariable):
         if name in fields:
             return self.items[list(fields).index(name)]
         if name in ("_replace", "_asdict") and hasattr(self.tuple_cls, "_fields"):
-            from kiln.frontend.variables.base import BoundMethodVariable
-
             return BoundMethodVariable(self, name)
         return super().var_getattr(tx, name)
 
@@ -143,13 +147,9 @@ class SizeVariable(TupleVariable):
         super().__init__(items, **kw)
 
     def python_type(self):
-        import torch
-
         return torch.Size
 
     def as_python_constant(self):
-        import torch
-
         return torch.Size(i.as_python_constant() for i in self.items)
 
     def getitem(self, tx, index):
@@ -172,8 +172,6 @@ class SizeVariable(TupleVariable):
         if self.is_python_constant():
             cg.load_object(self.as_python_constant())
             return
-        import torch
-
         cg.load_object(torch.Size, push_null=True)  # symbolic sizes: torch.Size((s0, 3))
         for item in self.items:
             cg.reconstruct(item)
@@ -258,8 +256,6 @@ class DequeVariable(ListVariable):
             del self.items[: max(0, len(self.items) - maxlen)]
 
     def python_type(self):
-        import collections
-
         return collections.deque
 
     def is_python_constant(self):
@@ -320,8 +316,6 @@ class DequeVariable(ListVariable):
         if self.source is not None:
             self.source.reconstruct(cg)
             return
-        import collections
-
         cg.load_object(collections.deque, push_null=True)
         for item in self.items:
             cg.reconstruct(item)
@@ -349,10 +343,6 @@ def make_deque(tx, args, kwargs):
 
 def wrap_deque(tx, value, source):
     """A deque reached from a source: its items (guarded by length and maxlen)."""
-    from kiln.frontend.guards import GuardKind
-    from kiln.frontend.source import AttrSource, GetItemSource
-    from kiln.frontend.variables.builder import wrap_value
-
     tx.output.guards.add(GuardKind.LIST_LENGTH, source, (type(value), len(value)))
     tx.output.guards.add(GuardKind.CONSTANT_MATCH, AttrSource(source, "maxlen"), value.maxlen)
     items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]
@@ -666,8 +656,6 @@ _SET_PURE = {
 
 
 def _wrap_const(value):
-    from kiln.frontend.variables.misc import wrap_frozen
-
     return wrap_frozen(value, "set item")
 
 

@@ -28,9 +28,12 @@ import itertools
 import logging
 import warnings
 
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.lists import TupleVariable
+from kiln.frontend.variables.sym import SymNodeVariable
 
 # Logger methods replayed after the graph (the *_once ones are Hugging Face's lru_cache'd ones).
 LOGGER_METHODS = frozenset(
@@ -80,9 +83,6 @@ def is_effect_function(value):
 def replayable_argument(v):
     """A value the transformed code can load again: literals, classes, sizes (symbolic ones
     are int outputs of the graph), tuples of them."""
-    from kiln.frontend.variables.lists import TupleVariable
-    from kiln.frontend.variables.sym import SymNodeVariable
-
     if isinstance(v, SymNodeVariable):
         return True  # a symbolic size: an int output of the graph
     if isinstance(v, TupleVariable):
@@ -116,8 +116,6 @@ class EffectCallVariable(VariableTracker):
         return ConstantVariable(None)
 
     def reconstruct(self, cg):
-        from kiln.bytecode import emit
-
         if self.obj is not None:
             cg.reconstruct(self.obj)
             cg.extend(emit.load_attr(self.name))

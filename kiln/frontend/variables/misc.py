@@ -1,8 +1,26 @@
 """Small families: NULL, bound methods of tensors and constants, modules, kiln's own markers."""
 
+import dataclasses
+import enum
+import inspect
+import types
+
+import torch
+
+from kiln import config
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.variables.base import PythonValueVariable, VariableTracker
+from kiln.frontend.markers import graph_break
+from kiln.frontend.source import AttrSource
+from kiln.frontend.variables.base import (
+    BoundMethodVariable,
+    PythonValueVariable,
+    VariableTracker,
+    wrap_constant_like,
+    wrap_value,
+)
 from kiln.frontend.variables.constant import ConstantVariable, fold, is_literal
+from kiln.frontend.variables.user_attrs import call_object_slot
 
 
 class ConstantObjectVariable(PythonValueVariable):
@@ -15,8 +33,6 @@ class ConstantObjectVariable(PythonValueVariable):
         except AttributeError:
             unimplemented(f"{type(self.value).__name__} has no attribute {name!r}")
         if callable(attr) and not isinstance(attr, type) and is_frozen(self.value):
-            from kiln.frontend.variables.base import BoundMethodVariable
-
             return BoundMethodVariable(self, name)
         return wrap_frozen(attr, f"attribute {name!r} of {type(self.value).__name__}")
 
@@ -43,11 +59,6 @@ class ConstantObjectVariable(PythonValueVariable):
 
 
 def _frozen_types():
-    import dataclasses
-    import inspect
-
-    import torch
-
     return (
         dataclasses.Field,
         type(dataclasses.MISSING),
@@ -61,8 +72,6 @@ def _frozen_types():
 def is_frozen(value):
     """Objects kiln treats as immutable constants (their types never change them after creation,
     and nothing in traced code does)."""
-    import types
-
     if isinstance(value, _frozen_types()):
         return True
     if isinstance(value, types.MappingProxyType):
@@ -72,9 +81,6 @@ def is_frozen(value):
 
 def wrap_frozen(value, what):
     """A constant (literal, enum member, frozen object, tuple of them) as a VariableTracker."""
-    import enum
-    import inspect
-
     from kiln.frontend.variables.lists import TupleVariable
 
     if is_literal(value) or isinstance(value, enum.Enum):
@@ -135,8 +141,6 @@ class TensorMethodVariable(VariableTracker):
         self.name = name
 
     def reconstruct(self, cg):
-        from kiln.bytecode import emit
-
         cg.reconstruct(self.tensor)
         cg.extend(emit.load_attr(self.name))
 
@@ -183,9 +187,6 @@ class PythonModuleVariable(VariableTracker):
         return type(self.value)
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.source import AttrSource
-        from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
-
         try:
             attr = getattr(self.value, name)
         except AttributeError:
@@ -201,8 +202,6 @@ class PythonModuleVariable(VariableTracker):
 
 
 def _is_skipped_module(mod):
-    from kiln import config
-
     name = getattr(mod, "__name__", "")
     return any(name == m or name.startswith(m + ".") for m in config.skip_modules) or name in (
         "math",
@@ -221,9 +220,7 @@ class GraphBreakVariable(VariableTracker):
         unimplemented("kiln.graph_break() called")
 
     def reconstruct(self, cg):
-        from kiln import api
-
-        cg.load_object(api.graph_break)
+        cg.load_object(graph_break)
 
 
 class DisabledFunctionVariable(VariableTracker):
@@ -250,8 +247,6 @@ class OpaqueCallableVariable(VariableTracker):
         return type(self.value)
 
     def call_function(self, tx, args, kwargs):
-        from kiln.frontend.variables.user_attrs import call_object_slot
-
         done = call_object_slot(tx, self.value, args, kwargs)
         if done is not None:
             return done
@@ -259,345 +254,6 @@ class OpaqueCallableVariable(VariableTracker):
         unimplemented(f"call to {name} (not traceable)")
 
     reconstruct = _load_value
-
-
-class GradModeVariable(VariableTracker):
-    """`torch.no_grad()` / `enable_grad()` / `set_grad_enabled(b)` used in a `with` statement.
-
-    Entering records `torch._C._set_grad_enabled(mode)` in the graph and switches the mode while
-    tracing (meta results see it); the exit records and switches back to the mode before.
-    """
-
-    def __init__(self, mode, cls, **kw):
-        super().__init__(**kw)
-        self.mode = mode
-        self.cls = cls
-        self.prev = None
-
-    def python_type(self):
-        return self.cls
-
-    def enter(self, tx):
-        import torch
-
-        self.prev = torch.is_grad_enabled()
-        _set_grad(tx, self.mode)
-        return ConstantVariable(None)
-
-    def exit(self, tx):
-        _set_grad(tx, self.prev)
-        return ConstantVariable(None)
-
-    def load_fresh(self, cg):
-        """A new manager with the same enter/exit (Note [Graph breaks: with blocks])."""
-        import torch
-
-        from kiln.bytecode import emit
-
-        cg.load_object(torch.enable_grad if self.mode else torch.no_grad, push_null=True)
-        cg.extend(emit.call(0))
-
-
-class NullContextVariable(VariableTracker):
-    """`contextlib.nullcontext(enter_result)`: entering returns enter_result, nothing else."""
-
-    def __init__(self, enter_result, **kw):
-        super().__init__(**kw)
-        self.enter_result = enter_result
-
-    def python_type(self):
-        import contextlib
-
-        return contextlib.nullcontext
-
-    def enter(self, tx):
-        return self.enter_result
-
-    def exit(self, tx):
-        return ConstantVariable(None)
-
-    def reconstruct(self, cg):
-        import contextlib
-
-        from kiln.bytecode import emit
-
-        cg.load_object(contextlib.nullcontext, push_null=True)
-        cg.reconstruct(self.enter_result)
-        cg.extend(emit.call(1))
-
-    load_fresh = reconstruct
-
-
-def _set_grad(tx, mode):
-    import torch
-
-    if torch.is_grad_enabled() != mode:
-        node = tx.output.create_node("call_function", torch._C._set_grad_enabled, (mode,), {})
-        node.meta["example_value"] = None
-        torch._C._set_grad_enabled(mode)
-
-
-class WithExitVariable(VariableTracker):
-    """The `__exit__` BEFORE_WITH leaves on the stack for a traced context manager."""
-
-    def __init__(self, cm, **kw):
-        super().__init__(**kw)
-        self.cm = cm
-
-    def call_function(self, tx, args, kwargs):
-        if not all(a.is_python_constant() and a.as_python_constant() is None for a in args):
-            unimplemented("__exit__ with an exception")
-        tx.exit_with(self)
-        return self.cm.exit(tx)
-
-    def exit_exception(self, tx, exc):
-        """__exit__(type(exc), exc, tb) of a with block an exception leaves: whether it is
-        suppressed (WITH_EXCEPT_START)."""
-        tx.exit_with(self)
-        exit_exception = getattr(self.cm, "exit_exception", None)
-        if exit_exception is None:  # grad mode, nullcontext: restore, never suppress
-            self.cm.exit(tx)
-            return ConstantVariable(False)
-        return exit_exception(tx, exc)
-
-
-# Note [Blocks: context managers]
-# BEFORE_WITH traces these managers (context_manager()): grad-mode managers and nullcontext
-# (entering/leaving only sets state; a graph break inside their block leaves and re-enters them,
-# Note [Graph breaks: with blocks]); contextlib.suppress; user classes whose __enter__/__exit__
-# are Python functions (inlined, the exception path too: __exit__(type, exc, None) decides
-# whether the exception is suppressed); contextlib.contextmanager generators (run up to their
-# yield on enter, resumed on exit, the exception thrown in at the yield on an exceptional exit).
-# A graph break inside the block of one of the last three cannot be placed (their enter/exit
-# are user code that must run exactly once each): the frame runs eagerly (`resumable` False).
-# Any other manager (C __enter__/__exit__: threading.Lock, RLock, inference_mode, files...) is a
-# graph break at BEFORE_WITH: the graph so far runs, Python runs the BEFORE_WITH (enters the
-# manager), and the resume function starts inside the block with the manager's __exit__ as a
-# plain value in the block's stack slot (no guard: it is only ever called in Python). Its copied
-# exception table keeps the block's cleanup, so an exception leaving the block calls __exit__ as
-# in eager; the block's code is traced into the resume function's graph; the __exit__ call after
-# the block is a break (Python calls it) and another resume function continues after it. A break
-# inside such a block cannot be placed (its cleanup is an untraced handler: the resume function
-# runs eagerly), nor a graph op that may raise at run time (Note [Blocks: ops inside try blocks]:
-# the graph call is outside the block's cleanup, and a lock would stay taken).
-# Tracing lock.acquire()/release() as replayed side effects instead would not be sound: the
-# graph's tensor reads and in-place updates inside the block would not run under the lock.
-
-
-def context_manager(tx, cm):
-    """The traced manager BEFORE_WITH enters (Note [Blocks: context managers]), or a break."""
-    import contextlib
-    import inspect
-    import types
-
-    import torch
-
-    from kiln.frontend.source import AttrSource
-    from kiln.frontend.variables.builder import wrap_value
-    from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
-
-    if isinstance(cm, UserDefinedObjectVariable) and type(cm.value) in (
-        torch.no_grad,
-        torch.enable_grad,
-    ):
-        # a grad-mode manager passed in (a resume function re-entering a with block): its type
-        # is guarded, and its enter/exit only set and restore the mode
-        return GradModeVariable(type(cm.value) is torch.enable_grad, type(cm.value))
-    if isinstance(cm, UserDefinedObjectVariable) and type(cm.value) is contextlib.nullcontext:
-        result = wrap_value(tx, cm.value.enter_result, AttrSource(cm.source, "enter_result"))
-        return NullContextVariable(result)
-    if isinstance(cm, (GradModeVariable, NullContextVariable, SuppressVariable)):
-        return cm
-    if isinstance(cm, GeneratorContextVariable):
-        return cm
-    if isinstance(cm, (NewObjectVariable, UserDefinedObjectVariable)):
-        cls = cm.python_type()
-        enter = inspect.getattr_static(cls, "__enter__", None)
-        exit_ = inspect.getattr_static(cls, "__exit__", None)
-        if isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType):
-            return UserContextVariable(cm)
-    unimplemented(f"with statement over {cm} (context manager)")
-
-
-class UserContextVariable(VariableTracker):
-    """A user object whose __enter__/__exit__ are Python functions: both are inlined."""
-
-    resumable = False
-
-    def __init__(self, obj, **kw):
-        super().__init__(**kw)
-        self.obj = obj
-
-    def enter(self, tx):
-        return self.obj.call_method(tx, "__enter__", [], {})
-
-    def exit(self, tx):
-        none = ConstantVariable(None)
-        return self.obj.call_method(tx, "__exit__", [none, none, none], {})
-
-    def exit_exception(self, tx, exc):
-        from kiln.frontend.variables.builder import wrap_constant_like
-
-        cls = wrap_constant_like(tx, exc.cls)
-        return self.obj.call_method(tx, "__exit__", [cls, exc, ConstantVariable(None)], {})
-
-
-class SuppressVariable(VariableTracker):
-    """`contextlib.suppress(*types)`: an exception of one of the types leaving the block is
-    swallowed."""
-
-    resumable = False
-
-    def __init__(self, types, **kw):
-        super().__init__(**kw)
-        self.types = types
-
-    def python_type(self):
-        import contextlib
-
-        return contextlib.suppress
-
-    def enter(self, tx):
-        return ConstantVariable(None)
-
-    def exit(self, tx):
-        return ConstantVariable(None)
-
-    def exit_exception(self, tx, exc):
-        return ConstantVariable(issubclass(exc.cls, self.types))
-
-    def reconstruct(self, cg):
-        import contextlib
-
-        from kiln.bytecode import emit
-
-        cg.load_object(contextlib.suppress, push_null=True)
-        for t in self.types:
-            cg.load_object(t)
-        cg.extend(emit.call(len(self.types)))
-
-
-class _Yielded(Exception):
-    """A suspendable generator translator reached a yield."""
-
-    def __init__(self, value):
-        super().__init__()
-        self.value = value
-
-
-class GeneratorContextVariable(VariableTracker):
-    """`@contextlib.contextmanager` called while tracing: the generator runs to its yield on
-    enter and on from there on exit (Note [Blocks: context managers])."""
-
-    resumable = False
-
-    def __init__(self, fn, args, kwargs, **kw):
-        super().__init__(**kw)
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
-        self.gen = None
-
-    def python_type(self):
-        import contextlib
-
-        return contextlib._GeneratorContextManager
-
-    def enter(self, tx):
-        from kiln.frontend.translator import InliningTranslator
-        from kiln.frontend.variables.functions import UserFunctionVariable, bind_args
-
-        fn_var = self.fn
-        if not isinstance(fn_var, UserFunctionVariable) or type(fn_var) is not (
-            UserFunctionVariable
-        ):
-            unimplemented(f"contextmanager over {fn_var}")
-        fn = fn_var.fn
-        if self.gen is not None:
-            unimplemented(f"contextmanager {fn.__qualname__} entered twice")
-        local_vars = bind_args(tx, fn, self.args, self.kwargs, fn_var.source)
-        closure = {
-            name: (cell, fn_var.source, i)  # as inline_call reads them
-            for i, (name, cell) in enumerate(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
-        }
-        self.gen = InliningTranslator(tx, fn, fn.__code__, local_vars, closure)
-        self.gen.suspendable = True
-        value = self._resume(None)
-        if value is None:
-            unimplemented(f"contextmanager {fn.__qualname__} did not yield (RuntimeError)")
-        return value
-
-    def _resume(self, exc):
-        """Run the generator on to its next yield (its value) or its end (None); `exc` is thrown
-        in at the yield."""
-        gen = self.gen
-        try:
-            if exc is not None:
-                gen.unwind(exc)
-            elif gen.current_inst is not None and gen.current_inst.opname == "YIELD_VALUE":
-                gen.push(ConstantVariable(None))
-            gen.run_loop()
-        except _Yielded as y:
-            return y.value
-        return None
-
-    def reconstruct(self, cg):
-        """A new manager over the same generator function and arguments (before it is entered:
-        a break placed at its with statement, Note [Blocks: rewinding to a with statement])."""
-        import contextlib
-
-        from kiln.bytecode import emit
-
-        if self.gen is not None:
-            unimplemented("rebuilding a contextmanager that was entered")
-        cg.load_object(contextlib._GeneratorContextManager, push_null=True)
-        cg.reconstruct(self.fn)
-        for a in self.args:
-            cg.reconstruct(a)
-        cg.extend(emit.build_tuple(len(self.args)))
-        for k, v in self.kwargs.items():
-            cg.extend(emit.load_const(k))
-            cg.reconstruct(v)
-        cg.extend(emit.build_map(len(self.kwargs)))
-        cg.extend(emit.call(3))
-
-    def exit(self, tx):
-        if self._resume(None) is not None:
-            unimplemented("contextmanager generator yielded twice (RuntimeError)")
-        return ConstantVariable(False)
-
-    def exit_exception(self, tx, exc):
-        from kiln.frontend.variables.exceptions import ObservedException
-
-        try:
-            if self._resume(ObservedException(exc)) is not None:
-                unimplemented("contextmanager generator yielded twice (RuntimeError)")
-        except ObservedException as raised:
-            if raised.var is exc:
-                return ConstantVariable(False)  # the generator let it through
-            raise
-        return ConstantVariable(True)  # caught inside the generator: suppressed
-
-
-def special_instance(tx, cls, args, kwargs):
-    """Instances of exception classes and of contextlib's managers made while tracing, or None."""
-    import contextlib
-
-    if issubclass(cls, BaseException):
-        from kiln.frontend.variables.exceptions import make_exception
-
-        return make_exception(tx, cls, args, kwargs)
-    if cls is contextlib.suppress and not kwargs:
-        types = tuple(a.as_python_constant() for a in args)
-        if not all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
-            unimplemented("contextlib.suppress of non-exception types")
-        return SuppressVariable(types)
-    if cls is contextlib._GeneratorContextManager and len(args) == 3 and not kwargs:
-        fn, fargs, fkwargs = args
-        return GeneratorContextVariable(
-            fn, fargs.unpack_var_sequence(tx), dict(getattr(fkwargs, "items", {}))
-        )
-    return None
 
 
 __all__ = ["ConstantVariable"]

@@ -5,13 +5,18 @@ import types
 
 import torch
 
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables.base import VariableTracker
-from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.constant import ConstantVariable as Const
+from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.functions import UserMethodVariable, inline_call
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable
+from kiln.frontend.variables.misc import wrap_frozen
+from kiln.frontend.variables.user_defined import _dunder_missing
 
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
@@ -40,8 +45,6 @@ class NNModuleVariable(VariableTracker):
         return GetItemSource(AttrSource(self.source, dict_name), key)
 
     def _child(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_value
-
         mod = self.value
         d = mod.__dict__
         if name in d.get("_parameters", {}):
@@ -63,8 +66,6 @@ class NNModuleVariable(VariableTracker):
     def _guard_attr_dicts(self, tx):
         """Guard the keys of the dicts Module.__getattr__ looks in (the instance __dict__,
         _parameters, _buffers, _modules): where an attribute kiln found missing could appear."""
-        from kiln.frontend.guards import GuardKind
-
         mod = self.value
         for attr, d in [("__dict__", mod.__dict__)] + [
             (k, mod.__dict__.get(k)) for k in ("_parameters", "_buffers", "_modules")
@@ -77,9 +78,6 @@ class NNModuleVariable(VariableTracker):
     def missing_attr(self, tx, name):
         """`mod.name` found nowhere: Module.__getattr__ raises AttributeError (kiln raises it
         in the traced code, with guards on where it could appear), else a break."""
-        from kiln.frontend.variables.exceptions import raise_observed
-        from kiln.frontend.variables.user_defined import _dunder_missing
-
         cls = type(self.value)
         _dunder_missing(cls, name)
         if (
@@ -91,16 +89,12 @@ class NNModuleVariable(VariableTracker):
         raise_observed(tx, AttributeError, f"{cls.__name__!r} object has no attribute {name!r}")
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_value
-
         if self.source is None:
             unimplemented("attribute of a module without a source")
         stored = tx.output.side_effects.load_attr(self, name)
         if stored is not None:
             return stored
         if name == "__class__":  # pinned by the TYPE_MATCH guard on the module
-            from kiln.frontend.variables.builder import wrap_constant_like
-
             return wrap_constant_like(tx, type(self.value))
         child = self._child(tx, name)
         if child is not None:
@@ -115,8 +109,6 @@ class NNModuleVariable(VariableTracker):
         if isinstance(static, staticmethod):
             return wrap_value(tx, static.__func__, None)
         if isinstance(static, classmethod):
-            from kiln.frontend.variables.builder import wrap_constant_like
-
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, type(mod)))
         if inspect.isfunction(static):
             return UserMethodVariable(static, self, source=self._class_attr_source(name))
@@ -167,9 +159,6 @@ class NNModuleVariable(VariableTracker):
         their keys (a hook added or removed recompiles) and each hook by what it is; hooks taking
         kwargs or always called, and backward hooks, are not traced.
         """
-        from kiln.frontend.variables.builder import wrap_value
-        from kiln.frontend.variables.constant import ConstantVariable as Const
-
         mod = self.value
         for name in ("_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs"):
             if getattr(mod, name, None):
@@ -271,8 +260,6 @@ class NNModuleVariable(VariableTracker):
     def reconstruct(self, cg):
         if cg.compile_callees and self.source is not None:
             # a module whose call broke the graph inside: call it through kiln's frame entry
-            from kiln.bytecode import emit
-
             forward = inspect.getattr_static(type(self.value), "forward")
             cg.load_object(types.MethodType, push_null=True)
             cg.load_object(cg.callee(forward, module_root=True))
@@ -356,7 +343,6 @@ def buildable_module(cls):
 
 def build_module(tx, cls, args, kwargs):
     """`cls(*args, **kwargs)` made while tracing (Note [Modules: built while tracing])."""
-    from kiln.frontend.variables.constant import is_literal
 
     def const(v):
         if not v.is_python_constant() or not _literal_tree(v.as_python_constant(), is_literal):
@@ -390,9 +376,6 @@ class NewModuleVariable(NNModuleVariable):
         self.ctor_kwargs = dict(ctor_kwargs)
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_constant_like
-        from kiln.frontend.variables.misc import wrap_frozen
-
         mod = self.value
         if name in mod._parameters or name in mod._buffers:
             return ConstantVariable(None)  # (an optional weight left out: None)
@@ -424,8 +407,6 @@ class NewModuleVariable(NNModuleVariable):
 
     def reconstruct(self, cg):
         """`cls(*args, **kwargs)` again: an equal module (the trace never changed it)."""
-        from kiln.bytecode import emit
-
         temps = getattr(cg, "_temps", {})  # one module however often it is rebuilt
         if id(self) in temps:
             cg.extend(emit.load_fast(temps[id(self)]))

@@ -20,6 +20,10 @@ import torch
 import torch.nn.functional as F
 
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.lists import ListVariable
+from kiln.frontend.variables.sym import SymNodeVariable, binary, specialised
+from kiln.frontend.variables.tensor import TensorVariable
+from kiln.frontend.variables.torch import call_tensor_op
 
 _NEAREST = {"nearest": "upsample_nearest", "nearest-exact": "_upsample_nearest_exact"}
 _LINEAR = {
@@ -50,8 +54,6 @@ def exact_scale(scale):
 
 def scaled_size(tx, size, scale):
     """The traced value of `floor(float(size) * scale)` for a size variable (Note above)."""
-    from kiln.frontend.variables.sym import SymNodeVariable, binary, specialised
-
     if not isinstance(size, SymNodeVariable):
         return ConstantVariable(math.floor(float(size.as_python_constant()) * scale))
     ratio = exact_scale(scale)
@@ -76,9 +78,6 @@ def interpolate(tx, args, kwargs, fn=F.interpolate):
     if any(k in kwargs for k in extra):
         return None
     kwargs = {**kwargs, **{k: ConstantVariable(v) for k, v in extra.items()}}
-    from kiln.frontend.variables.lists import ListVariable
-    from kiln.frontend.variables.torch import call_tensor_op
-
     x, c = _symbolic_call(_SIGNATURE, args, kwargs)
     if x is None:
         return None
@@ -113,8 +112,6 @@ MAX_POOL1D = (F.max_pool1d, F._max_pool1d, torch.max_pool1d)
 
 def max_pool1d(tx, args, kwargs, fn=None):
     """max_pool1d on a symbolic tensor as max_pool1d_with_indices(...)[0]; else None."""
-    from kiln.frontend.variables.torch import call_tensor_op
-
     x, c = _symbolic_call(_MAX_POOL1D_SIGNATURE, args, kwargs)
     if x is None:
         return None
@@ -140,8 +137,6 @@ def _rest(c):
 def _symbolic_call(signature, args, kwargs):
     """(the symbolic input tensor, the other arguments' constant values) of a call, or (None,
     None) when the input is not a symbolic tensor or another argument is not a constant."""
-    from kiln.frontend.variables.tensor import TensorVariable
-
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError:

@@ -3,7 +3,7 @@
 Note [Shapes: SymNodeVariable]
 A size read from a tensor with a dynamic dimension (`x.size(0)`, `x.shape`, `len(x)`, `x.numel()`)
 is a SymNodeVariable: an FX node of the graph (`call_method size`, `operator.floordiv` ...) and its
-traced value, a `kiln.frontend.shapes.SymNode` (a sympy expression over the frame's size symbols).
+traced value, a `kiln.symbolic.shape_env.SymNode` (a sympy expression over the frame's size symbols).
 Arithmetic that keeps an int (`+ - * // %`, unary minus, `max/min`) stays symbolic: one more node.
 What needs a concrete answer evaluates on the hints and the ShapeEnv records the fact as a guard:
 comparisons and `bool()` (a fact such as `s0 > 5`), `int()`, a use as a Python index, range bound
@@ -17,10 +17,14 @@ import operator
 
 import torch
 
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend import shapes
+from kiln.frontend.variables import symfloat
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.lists import BaseListVariable, SizeVariable, TupleVariable
+from kiln.frontend.variables.symfloat import SizeFloatVariable
+from kiln.symbolic import shape_env
 
 # Operators whose result is again a size (int in, int out): recorded as nodes.
 ARITH_OPS = {
@@ -67,12 +71,12 @@ class SymNodeVariable(VariableTracker):
     @staticmethod
     def create(tx, node, value):
         """A SymNodeVariable for `node` computing `value`; a constant when the value is an int."""
-        value = shapes.from_torch(value)
-        if not isinstance(value, shapes.SymNode):
+        value = shape_env.from_torch(value)
+        if not isinstance(value, shape_env.SymNode):
             if not node.users:
                 tx.output.graph.erase_node(node)
             return ConstantVariable(value)
-        node.meta["example_value"] = shapes.to_torch(value)
+        node.meta["example_value"] = shape_env.to_torch(value)
         return SymNodeVariable(node, value)
 
     # --- what the value is -----------------------------------------------------------------
@@ -116,8 +120,6 @@ class SymNodeVariable(VariableTracker):
 
 def specialised(v):
     """A SymNodeVariable (or size float) as the constant of its value (a guard); else v itself."""
-    from kiln.frontend.variables.symfloat import SizeFloatVariable
-
     if isinstance(v, SizeFloatVariable):
         return ConstantVariable(v.as_python_constant())
     return ConstantVariable(v.evaluate()) if isinstance(v, SymNodeVariable) else v
@@ -125,7 +127,6 @@ def specialised(v):
 
 def binary(tx, fn, a, b):
     """`a <fn> b` with at least one SymNodeVariable and no tensor (Note [Shapes: SymNodeVariable])."""
-    from kiln.frontend.variables import symfloat
     from kiln.frontend.variables.builtin import binary_op
 
     result = symfloat.binary(tx, fn, a, b)  # Note [Shapes: float sizes in traced code]
@@ -152,8 +153,6 @@ def binary(tx, fn, a, b):
 
 def has_symbolic(v):
     """A SymNodeVariable, or a sequence (`x.shape`) holding one."""
-    from kiln.frontend.variables.lists import BaseListVariable
-
     if isinstance(v, SymNodeVariable):
         return True
     return isinstance(v, BaseListVariable) and any(isinstance(i, SymNodeVariable) for i in v.items)
@@ -161,8 +160,6 @@ def has_symbolic(v):
 
 def _compare_sequences(tx, fn, a, b):
     """`x.shape == y.shape` (and !=) item by item: each equality a fact."""
-    from kiln.frontend.variables.lists import BaseListVariable
-
     if fn not in (operator.eq, operator.ne):
         return None
     a, b = as_sequence(a), as_sequence(b)
@@ -184,8 +181,6 @@ def _compare_sequences(tx, fn, a, b):
 
 def as_sequence(v):
     """A constant tuple (`(4, 3)`, a torch.Size) as a TupleVariable of constants."""
-    from kiln.frontend.variables.lists import SizeVariable, TupleVariable
-
     if isinstance(v, ConstantVariable) and type(v.value) in (tuple, torch.Size):
         cls = SizeVariable if type(v.value) is torch.Size else TupleVariable
         return cls([ConstantVariable(i) for i in v.value])
@@ -237,7 +232,7 @@ def min_max(tx, fn, items):
     if not all(is_int_like(i) for i in items) or not items:
         return None
     target = torch.sym_max if fn is builtins.max else torch.sym_min
-    pick = shapes.sym_max if fn is builtins.max else shapes.sym_min
+    pick = shape_env.sym_max if fn is builtins.max else shape_env.sym_min
     acc = items[0]
     for item in items[1:]:
         if isinstance(acc, ConstantVariable) and isinstance(item, ConstantVariable):
@@ -269,14 +264,14 @@ class SliceVariable(VariableTracker):
             for p in self.parts
         ]
         vals = [
-            shapes.to_torch(p.value) if isinstance(p, SymNodeVariable) else p.as_python_constant()
+            shape_env.to_torch(p.value)
+            if isinstance(p, SymNodeVariable)
+            else p.as_python_constant()
             for p in self.parts
         ]
         return slice(*fx), slice(*vals)
 
     def reconstruct(self, cg):
-        from kiln.bytecode import emit
-
         for p in self.parts:
             cg.reconstruct(p)
         cg.extend(emit.build_slice(len(self.parts)))

@@ -7,12 +7,19 @@ import torch
 
 from kiln import config
 from kiln.exc import CompiledAutogradCall, unimplemented
-from kiln.frontend import shapes
+from kiln.frontend import frame_shapes
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import SizeVariable, TupleVariable
+from kiln.frontend.variables.misc import TensorMethodVariable
+from kiln.frontend.variables.sym import SymNodeVariable
+from kiln.frontend.variables.tensor_hooks import register_hook
+from kiln.frontend.variables.torch import call_tensor_op
+from kiln.frontend.variables.user_defined import _dunder_missing
+from kiln.symbolic import shape_env
 
 # Attributes answered from metadata at trace time (specialised; guarded by TENSOR_MATCH).
 _META_ATTRS = {
@@ -89,11 +96,11 @@ class TensorVariable(VariableTracker):
 
     def traced_sizes(self):
         """The sizes of the traced value: ints, and SymNodes for dynamic dimensions."""
-        return [shapes.from_torch(s) for s in self.example.shape]
+        return [shape_env.from_torch(s) for s in self.example.shape]
 
     def is_symbolic(self):
         """Whether some size of this tensor is symbolic."""
-        return any(isinstance(s, shapes.SymNode) for s in self.traced_sizes())
+        return any(isinstance(s, shape_env.SymNode) for s in self.traced_sizes())
 
     def size_var(self, tx=None, dim=None):
         """`x.shape` / `x.size(dim)`: constants, or SymNodeVariables (size nodes in the graph)."""
@@ -105,7 +112,7 @@ class TensorVariable(VariableTracker):
         return self._size_item(tx, dim % len(sizes), sizes[dim])
 
     def _size_item(self, tx, dim, size):
-        if not isinstance(size, shapes.SymNode):
+        if not isinstance(size, shape_env.SymNode):
             return ConstantVariable(size)
         return tx.output.size_node(self, dim, size)
 
@@ -114,10 +121,8 @@ class TensorVariable(VariableTracker):
         n = 1
         for s in self.traced_sizes():
             n = n * s
-        if not isinstance(n, shapes.SymNode):
+        if not isinstance(n, shape_env.SymNode):
             return ConstantVariable(n)
-        from kiln.frontend.variables.sym import SymNodeVariable
-
         node = tx.output.create_node("call_method", "numel", (self.proxy,), {})
         return SymNodeVariable.create(tx, node, n)
 
@@ -127,16 +132,12 @@ class TensorVariable(VariableTracker):
         if name in _META_ATTRS:
             return ConstantVariable(_META_ATTRS[name](self))
         if name in _TENSOR_ATTRS:
-            from kiln.frontend.variables.torch import call_tensor_op
-
             return call_tensor_op(
                 tx, "call_function", getattr, [self, ConstantVariable(name)], {}, what=name
             )
         if name in ("grad", "data", "grad_fn", "_version", "storage"):
             unimplemented(f"Tensor.{name} inside the compiled frame")
         if callable(getattr(torch.Tensor, name, None)):
-            from kiln.frontend.variables.misc import TensorMethodVariable
-
             return TensorMethodVariable(self, name)
         self.missing_attr(tx, name)
 
@@ -164,9 +165,6 @@ class TensorVariable(VariableTracker):
     def missing_attr(self, tx, name):
         """`x.name` that Tensor's class does not have: AttributeError (raised in the traced
         code), unless the tensor may carry it in its instance __dict__ (a break)."""
-        from kiln.frontend.variables.exceptions import raise_observed
-        from kiln.frontend.variables.user_defined import _dunder_missing
-
         cls = self.python_type()
         _dunder_missing(cls, name)
         if inspect.getattr_static(cls, name, _NOT_FOUND) is not _NOT_FOUND:
@@ -175,13 +173,9 @@ class TensorVariable(VariableTracker):
         raise_observed(tx, AttributeError, f"{cls.__name__!r} object has no attribute {name!r}")
 
     def call_method(self, tx, name, args, kwargs):
-        from kiln.frontend.variables.torch import call_tensor_op
-
         if name == "backward" and config.compiled_autograd:
             raise CompiledAutogradCall("Tensor.backward() runs through compiled autograd")
         if name == "register_hook":
-            from kiln.frontend.variables.tensor_hooks import register_hook
-
             return register_hook(tx, self, args, kwargs)
         if name in _BREAKING_METHODS:
             unimplemented(_BREAKING_METHODS[name])
@@ -195,7 +189,7 @@ class TensorVariable(VariableTracker):
             if name in ("numel", "nelement"):
                 return self.numel_var(tx)
             if name == "stride":
-                strides = shapes.strides_of(self.example)
+                strides = frame_shapes.static_strides(self.example)
                 if not cargs and not ckw:
                     return TupleVariable([ConstantVariable(s) for s in strides])
                 return ConstantVariable(strides[cargs[0] if cargs else ckw["dim"]])
@@ -222,9 +216,7 @@ class TensorVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         if self.example.dim() == 0:
             unimplemented("iteration over a 0-d tensor")
-        from kiln.frontend.variables.torch import call_tensor_op
-
-        n = shapes.size_of(self.example, 0)
+        n = frame_shapes.static_size(self.example, 0)
         return [
             call_tensor_op(tx, "call_function", operator.getitem, [self, ConstantVariable(i)], {})
             for i in range(n)

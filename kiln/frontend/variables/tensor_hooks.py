@@ -19,18 +19,14 @@ import itertools
 
 from kiln.exc import unimplemented
 from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.functions import NestedUserFunctionVariable, UserFunctionVariable
+from kiln.frontend.variables.logging_vars import EffectCallVariable
 
 _serial = itertools.count()
 
 
 def register_hook(tx, tensor, args, kwargs):
     """Record `tensor.register_hook(hook)`; returns the (opaque) handle."""
-    from kiln.frontend.variables.functions import (
-        NestedUserFunctionVariable,
-        UserFunctionVariable,
-    )
-    from kiln.frontend.variables.logging_vars import EffectCallVariable
-
     if kwargs or len(args) != 1:
         unimplemented("Tensor.register_hook with these arguments")
     if tensor.source is None:

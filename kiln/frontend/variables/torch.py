@@ -15,9 +15,23 @@ import torch
 import torch.nn.functional as F
 
 from kiln.exc import unimplemented
-from kiln.frontend import shapes
-from kiln.frontend.variables.base import PythonValueVariable
+from kiln.frontend.variables.base import PythonValueVariable, VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.ctx_managers import GradModeVariable
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.functions import inline_call
+from kiln.frontend.variables.lists import (
+    BaseListVariable,
+    ListVariable,
+    SizeVariable,
+    TupleVariable,
+)
+from kiln.frontend.variables.misc import ConstantObjectVariable
+from kiln.frontend.variables.nn_module import build_module, buildable_module
+from kiln.frontend.variables.sym import SliceVariable, SymNodeVariable
+from kiln.frontend.variables.tensor_hooks import has_pending_hooks
+from kiln.symbolic import shape_env
+from kiln.symbolic.fake import ProxyTensor, is_fake
 
 _META = torch.device("meta")
 
@@ -71,9 +85,6 @@ class _Unpack:
         self.symbolic = False  # a symbolic size is among the arguments
 
     def __call__(self, v):
-        from kiln.frontend.variables.dicts import ConstDictVariable
-        from kiln.frontend.variables.lists import BaseListVariable
-        from kiln.frontend.variables.sym import SliceVariable, SymNodeVariable
         from kiln.frontend.variables.tensor import TensorVariable
 
         if isinstance(v, TensorVariable):
@@ -83,7 +94,7 @@ class _Unpack:
         if isinstance(v, SymNodeVariable):
             # Note [Shapes: SymNodeVariable]: the size node in the graph, a SymInt in the fake run
             self.symbolic = True
-            return v.proxy, shapes.to_torch(v.value)
+            return v.proxy, shape_env.to_torch(v.value)
         if isinstance(v, SliceVariable):
             self.symbolic = True
             return v.fx_and_value()
@@ -168,25 +179,23 @@ def _as_fakes(result, device):
 
     Note [Shapes: factories]: a factory given a SymInt (`torch.zeros(b, 3)`, `torch.arange(T)`)
     runs on meta and gives a plain meta tensor with symbolic sizes; every tensor of such a frame is
-    made a fake (kiln.autograd.tracer.ProxyTensor) so that later ops see symbolic sizes through
+    made a fake (kiln.symbolic.fake.ProxyTensor) so that later ops see symbolic sizes through
     their shape rules.
     """
-    from kiln.autograd.tracer import ProxyTensor, is_fake
-
     if isinstance(result, (tuple, list)):
         return type(result)(_as_fakes(r, device) for r in result)
     if not isinstance(result, torch.Tensor) or is_fake(result) or result.layout != torch.strided:
         return result
-    sizes = [shapes.from_torch(v) for v in result.shape]
-    strides = [shapes.from_torch(v) for v in result.stride()]
-    offset = shapes.from_torch(result.storage_offset())
+    sizes = [shape_env.from_torch(v) for v in result.shape]
+    strides = [shape_env.from_torch(v) for v in result.stride()]
+    offset = shape_env.from_torch(result.storage_offset())
     meta = torch.empty_strided(
-        [shapes.hint_of(v) for v in sizes],
-        [shapes.hint_of(v) for v in strides],
+        [shape_env.hint_of(v) for v in sizes],
+        [shape_env.hint_of(v) for v in strides],
         dtype=result.dtype,
         device="meta",
     )
-    symbolic = any(isinstance(v, shapes.SymNode) for v in (*sizes, *strides, offset))
+    symbolic = any(isinstance(v, shape_env.SymNode) for v in (*sizes, *strides, offset))
     if not symbolic:
         return ProxyTensor(meta, device, None, result.requires_grad)
     return ProxyTensor(meta, device, None, result.requires_grad, sizes, strides, offset)
@@ -202,7 +211,6 @@ def _contains_tensor(x):
 
 def wrap_tensor_result(tx, node, result, device):
     """Wrap a meta result (tensor, or tuple/list of them) of `node`."""
-    from kiln.frontend.variables.lists import ListVariable, TupleVariable
     from kiln.frontend.variables.tensor import TensorVariable
 
     if isinstance(result, torch.Tensor):
@@ -296,9 +304,6 @@ _HAS_TORCH_FUNCTION = {
 
 def _has_torch_function(tx, args):
     """Fold `has_torch_function(...)` over traced values; None when it cannot be known."""
-    from kiln.frontend.variables.base import VariableTracker
-    from kiln.frontend.variables.lists import BaseListVariable
-
     items = list(args)
     while items:
         v = items.pop()
@@ -325,8 +330,6 @@ class TorchVariable(PythonValueVariable):
     """A function or class from torch (torch.sin, F.relu, torch.Tensor ...), called into the graph."""
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_constant_like
-
         try:
             attr = getattr(self.value, name)
         except AttributeError:
@@ -339,8 +342,6 @@ class TorchVariable(PythonValueVariable):
             unimplemented(f"torch.{getattr(fn, '__name__', fn)} changes or reads global state")
         if isinstance(fn, type):
             if fn in (torch.Size,) and len(args) == 1:
-                from kiln.frontend.variables.lists import SizeVariable
-
                 return SizeVariable(args[0].unpack_var_sequence(tx))
             if fn in (torch.device, torch.dtype, torch.finfo, torch.iinfo) and all(
                 a.is_python_constant() for a in [*args, *kwargs.values()]
@@ -352,28 +353,18 @@ class TorchVariable(PythonValueVariable):
                 except Exception as e:
                     unimplemented(f"{fn.__name__}(...) raised {type(e).__name__}: {e}")
                 if fn in (torch.finfo, torch.iinfo):
-                    from kiln.frontend.variables.misc import ConstantObjectVariable
-
                     return ConstantObjectVariable(value)
                 return ConstantVariable(value)
             if fn in (torch.no_grad, torch.enable_grad) and not args and not kwargs:
-                from kiln.frontend.variables.misc import GradModeVariable
-
                 return GradModeVariable(fn is torch.enable_grad, fn)
             if fn is torch.set_grad_enabled and len(args) == 1 and args[0].is_python_constant():
-                from kiln.frontend.variables.misc import GradModeVariable
-
                 return GradModeVariable(bool(args[0].as_python_constant()), fn)
             if issubclass(fn, torch.nn.Module):
-                from kiln.frontend.variables.nn_module import build_module, buildable_module
-
                 if buildable_module(fn):
                     return build_module(tx, fn, args, kwargs)
                 unimplemented(f"creating a {fn.__name__} module inside the compiled frame")
             unimplemented(f"calling torch class {fn.__name__}")
         if fn in (torch.autograd.grad, torch.autograd.backward):
-            from kiln.frontend.variables.tensor_hooks import has_pending_hooks
-
             if has_pending_hooks(tx.output.side_effects):
                 unimplemented("autograd.grad after a hook registration (registered after a graph)")
         if fn is torch.is_grad_enabled and not args:
@@ -410,8 +401,6 @@ class TorchVariable(PythonValueVariable):
             if not (fn.__module__ or "").startswith(_TRACEABLE_HELPER_MODULES):
                 # torch internals run as Python (a graph break), never traced or probed
                 unimplemented(f"call to torch function {fn.__module__}.{name}")
-            from kiln.frontend.variables.functions import inline_call
-
             return inline_call(tx, fn, args, kwargs, None)  # nn helpers: traced
         probe = fn not in (torch.autograd.grad, torch.autograd.backward)  # (frees the graph)
         if (
@@ -421,8 +410,6 @@ class TorchVariable(PythonValueVariable):
         ):
             # a torch helper written in Python that computes no tensor (argument checks,
             # canonicalisation): traced like user code
-            from kiln.frontend.variables.functions import inline_call
-
             return inline_call(tx, fn, args, kwargs, None)
         return call_tensor_op(tx, "call_function", fn, args, kwargs)
 

@@ -16,7 +16,7 @@ import inspect
 
 from kiln.exc import unimplemented
 from kiln.frontend.source import AttrSource
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
 
 
@@ -45,8 +45,6 @@ def raw_store_attr(tx, obj, name, value):
 def raw_load_attr(tx, obj, name):
     """`object.__getattribute__(obj, name)`: the instance dict, then the class (no
     __getattr__ hook, no custom __getattribute__)."""
-    from kiln.frontend.variables.builder import wrap_value
-
     if name == "__dict__":
         if any(k[0] == "attr" and k[1] == id(obj.value) for k in tx.output.side_effects.log):
             unimplemented("__dict__ of an object stored into while tracing")

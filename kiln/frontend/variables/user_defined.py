@@ -8,12 +8,40 @@ import inspect
 import os
 import types
 
+import torch
+
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.source import AttrSource
-from kiln.frontend.variables.base import PythonValueVariable, VariableTracker
-from kiln.frontend.variables.constant import ConstantVariable
-from kiln.frontend.variables.exceptions import raise_observed
-from kiln.frontend.variables.functions import UserMethodVariable, inline_call
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import (
+    MISSING,
+    AttrSource,
+    DictGetSource,
+    GetItemSource,
+    MappingGetSource,
+    dict_get,
+)
+from kiln.frontend.variables import logging_vars
+from kiln.frontend.variables.base import (
+    BoundMethodVariable,
+    PythonValueVariable,
+    VariableTracker,
+    wrap_constant_like,
+    wrap_value,
+)
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.ctx_managers import NullContextVariable, special_instance
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.exceptions import (
+    ExceptionInitVariable,
+    ObservedException,
+    raise_observed,
+)
+from kiln.frontend.variables.functions import UserMethodVariable, bind_args, inline_call
+from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable, make_deque
+from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
+from kiln.frontend.variables.user_attrs import ObjectSlotVariable
+from kiln.frontend.variables.user_protocol import user_iter_items, user_truthy
 
 _ABSENT = object()
 
@@ -22,8 +50,6 @@ class UserDefinedClassVariable(PythonValueVariable):
     """A class object (guarded by identity)."""
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_value
-
         if name == "apply":
             from kiln.frontend.variables import autograd_function as af
 
@@ -47,9 +73,6 @@ class UserDefinedClassVariable(PythonValueVariable):
     def hasattr(self, tx, name):
         """hasattr(cls, name); the keys of the class dicts along the MRO are guarded (a class
         attribute set later recompiles)."""
-        from kiln.frontend.guards import GuardKind
-        from kiln.frontend.source import GetItemSource
-
         cls = self.value
         found = hasattr(cls, name)
         if self.source is None or type(cls) is not type:
@@ -64,24 +87,16 @@ class UserDefinedClassVariable(PythonValueVariable):
         return ConstantVariable(found)
 
     def call_function(self, tx, args, kwargs):
-        from kiln.frontend.variables.misc import special_instance
-
         cls = self.value
         made = special_instance(tx, cls, args, kwargs)  # exceptions, contextlib managers
         if made is not None:
             return made
         if cls is contextlib.nullcontext and len(args) <= 1 and set(kwargs) <= {"enter_result"}:
-            from kiln.frontend.variables.misc import NullContextVariable
-
             result = args[0] if args else kwargs.get("enter_result", ConstantVariable(None))
             return NullContextVariable(result)
         if cls is collections.deque:
-            from kiln.frontend.variables.lists import make_deque
-
             return make_deque(tx, args, kwargs)
         if cls is collections.defaultdict and len(args) <= 2 and not kwargs:
-            from kiln.frontend.variables.dicts import ConstDictVariable
-
             factory = args[0] if args else None
             if factory is not None and factory.is_python_constant():
                 factory = None if factory.as_python_constant() is None else factory
@@ -95,9 +110,6 @@ class UserDefinedClassVariable(PythonValueVariable):
             return BuiltinVariable(cls).call_function(tx, args, kwargs)
         if issubclass(cls, tuple) and hasattr(cls, "_fields") and cls.__new__ is not tuple.__new__:
             # a namedtuple: bind the fields like its generated __new__ does
-            from kiln.frontend.variables.functions import bind_args
-            from kiln.frontend.variables.lists import TupleVariable
-
             bound = bind_args(tx, cls.__new__, [self, *args], kwargs, None)
             return TupleVariable([bound[f] for f in cls._fields], tuple_cls=cls)
         if issubclass(cls, enum.Enum) and len(args) == 1 and not kwargs:
@@ -150,8 +162,6 @@ class UserDefinedObjectVariable(VariableTracker):
     def has_plain_attr(self, tx, name):
         """Whether the object has attribute `name` in its class or instance __dict__ (the dict's
         keys are guarded), or None when Python could find it otherwise (__getattr__, slots)."""
-        from kiln.frontend.guards import GuardKind
-
         cls = type(self.value)
         if inspect.getattr_static(cls, name, _ABSENT) is not _ABSENT:
             return True
@@ -165,16 +175,12 @@ class UserDefinedObjectVariable(VariableTracker):
         return name in d
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_value
-
         if self.source is None:
             unimplemented(f"attribute {name!r} of an object without a source")
         if self.value is os.environ and name in ("get", "__getitem__", "__contains__"):
             return EnvironReadVariable(self, name)
         if type(self.value) is dict and name in ("get", "__getitem__", "__contains__"):
             return DictReadVariable(self, name)  # (a dict with keys kiln does not wrap)
-        from kiln.frontend.variables import logging_vars
-
         if logging_vars.is_logger(self.value):
             method = logging_vars.logger_method(self, name)
             if method is not None:
@@ -184,8 +190,6 @@ class UserDefinedObjectVariable(VariableTracker):
             return stored
         cls = type(self.value)
         if name == "__class__":  # pinned by the TYPE_MATCH guard on the object
-            from kiln.frontend.variables.builder import wrap_constant_like
-
             return wrap_constant_like(tx, cls)
         try:
             static = inspect.getattr_static(cls, name)
@@ -212,8 +216,6 @@ class UserDefinedObjectVariable(VariableTracker):
         if isinstance(static, staticmethod):
             return wrap_value(tx, static.__func__, None)
         if isinstance(static, classmethod):
-            from kiln.frontend.variables.builder import wrap_constant_like
-
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, cls))
         if isinstance(static, types.FunctionType):
             return UserMethodVariable(static, self, source=self._class_attr_source(name))
@@ -229,13 +231,9 @@ class UserDefinedObjectVariable(VariableTracker):
         unimplemented(f"call to {what} (a {type(self.value).__name__}, not traced)")
 
     def truthy(self, tx):
-        from kiln.frontend.variables.user_protocol import user_truthy
-
         return user_truthy(tx, self)
 
     def unpack_var_sequence(self, tx):
-        from kiln.frontend.variables.user_protocol import user_iter_items
-
         return user_iter_items(tx, self)
 
     def __repr__(self):
@@ -262,8 +260,6 @@ class SuperVariable(VariableTracker):
                 if isinstance(attr, types.FunctionType):
                     return UserMethodVariable(attr, self.obj)
                 if isinstance(attr, staticmethod):
-                    from kiln.frontend.variables.builder import wrap_value
-
                     return wrap_value(tx, attr.__func__, None)
                 if klass is dict and name in ("get", "__getitem__", "__contains__"):
                     if isinstance(self.obj, NewObjectVariable):
@@ -278,12 +274,8 @@ class SuperVariable(VariableTracker):
                     return _ObjectInitVariable()
                 if klass is object and name in ("__setattr__", "__getattribute__"):
                     if isinstance(self.obj, UserDefinedObjectVariable):
-                        from kiln.frontend.variables.user_attrs import ObjectSlotVariable
-
                         return ObjectSlotVariable(self.obj, name)
                 if issubclass(klass, BaseException) and name == "__init__":
-                    from kiln.frontend.variables.exceptions import ExceptionInitVariable
-
                     return ExceptionInitVariable(self.obj)
                 unimplemented(f"super().{name} is a {type(attr).__name__}")
         unimplemented(f"super() has no attribute {name!r}")
@@ -305,8 +297,6 @@ def dict_base(cls):
 def _plain_class(cls):
     """A class whose instances kiln can build itself: plain attribute bags, and subclasses of
     dict/OrderedDict (Hugging Face's ModelOutput dataclasses) whose other bases are Python."""
-    import torch
-
     if type(cls) not in (type, abc.ABCMeta) or getattr(cls, "__abstractmethods__", None):
         return False  # (an abstract class: Python raises)
     base = dict_base(cls)
@@ -384,8 +374,6 @@ class NewObjectVariable(VariableTracker):
         return ConstantVariable(name in self.attrs or hasattr(self.cls, name))
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.builder import wrap_constant_like
-
         if name in self.attrs:
             return self.attrs[name]
         if name == "__class__":
@@ -410,12 +398,8 @@ class NewObjectVariable(VariableTracker):
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, self.cls))
         if self.dict_base is not None and _dict_method_owner(self.cls, name) is not None:
             return DictMethodVariable(self, name)
-        from kiln.frontend.variables.constant import is_literal
-
         if is_literal(static):
             return ConstantVariable(static)
-        from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
-
         if is_frozen(static):
             return ConstantObjectVariable(static)
         unimplemented(f"class attribute {self.cls.__name__}.{name}")
@@ -433,19 +417,14 @@ class NewObjectVariable(VariableTracker):
     def truthy(self, tx):
         if self.dict_base is not None:
             unimplemented(f"bool() of a {self.cls.__name__} (a dict subclass)")
-        from kiln.frontend.variables.user_protocol import user_truthy
-
         return user_truthy(tx, self)
 
     def unpack_var_sequence(self, tx):
         if self.dict_base is not None and _dict_method_owner(self.cls, "__iter__") is not None:
             return [ConstantVariable(k) for k in self.dict_items]
-        from kiln.frontend.variables.user_protocol import user_iter_items
-
         return user_iter_items(tx, self)
 
     def reconstruct(self, cg):
-        from kiln.bytecode import emit
         from kiln.frontend.variables.classes import load_class
 
         cg.load_object(make_object, push_null=True)
@@ -494,8 +473,6 @@ def call_getattr_hook(tx, obj, name):
 def hasattr_by_getattr(tx, obj, name):
     """hasattr as Python runs it: the attribute is read (a property's getter is inlined) and an
     AttributeError it raises means False."""
-    from kiln.frontend.variables.exceptions import ObservedException
-
     try:
         obj.var_getattr(tx, name)
     except ObservedException as e:
@@ -539,8 +516,6 @@ class AttrDictVariable(VariableTracker):
         return dict
 
     def call_method(self, tx, name, args, kwargs):
-        from kiln.frontend.variables.dicts import ConstDictVariable
-
         view = ConstDictVariable(self.obj.attrs)
         if name in ("__setitem__", "pop", "update", "clear", "setdefault"):
             tx.output.side_effects.mutate_new_object(self.obj)
@@ -551,16 +526,12 @@ class AttrDictVariable(VariableTracker):
         return view.call_method(tx, name, args, kwargs)
 
     def var_getattr(self, tx, name):
-        from kiln.frontend.variables.base import BoundMethodVariable
-
         return BoundMethodVariable(self, name)
 
     def unpack_var_sequence(self, tx):
         return [ConstantVariable(k) for k in self.obj.attrs]
 
     def reconstruct(self, cg):
-        from kiln.bytecode import emit
-
         cg.reconstruct(self.obj)
         cg.extend(emit.load_attr("__dict__"))
 
@@ -579,8 +550,6 @@ class DictMethodVariable(VariableTracker):
         self.name = name
 
     def call_function(self, tx, args, kwargs):
-        from kiln.frontend.variables.dicts import ConstDictVariable
-
         obj, name = self.obj, self.name
         if name == "__setattr__" and len(args) == 2 and not kwargs:
             tx.output.side_effects.mutate_new_object(obj)
@@ -589,8 +558,6 @@ class DictMethodVariable(VariableTracker):
         if name == "__getattribute__" and len(args) == 1:
             return obj.var_getattr(tx, _const_key(args[0]))
         if name == "__iter__" and not args:
-            from kiln.frontend.variables.lists import ListIteratorVariable
-
             return ListIteratorVariable([ConstantVariable(k) for k in obj.dict_items])
         if obj.dict_items is None or name not in _DICT_READS + _DICT_WRITES:
             unimplemented(f"{name} of {obj}")
@@ -641,9 +608,6 @@ class EnvironReadVariable(VariableTracker):
         self.name = name
 
     def call_function(self, tx, args, kwargs):
-        from kiln.frontend.guards import GuardKind
-        from kiln.frontend.source import MappingGetSource
-
         if kwargs or not args or len(args) > 2 or not args[0].is_python_constant():
             unimplemented(f"os.environ.{self.name} with these arguments")
         key = args[0].as_python_constant()
@@ -681,15 +645,9 @@ class DictReadVariable(VariableTracker):
         self.name = name
 
     def call_function(self, tx, args, kwargs):
-        from kiln.frontend.guards import GuardKind
-        from kiln.frontend.source import MISSING, DictGetSource, dict_get
-        from kiln.frontend.variables.builder import wrap_value
-
         if self.obj.source is None or kwargs or not args or not args[0].is_python_constant():
             unimplemented(f"dict.{self.name} of {self.obj}")
         key = args[0].as_python_constant()
-        from kiln.frontend.variables.constant import is_literal
-
         if not is_literal(key):
             unimplemented(f"dict.{self.name} with the key {key!r} (not a literal)")
         source = DictGetSource(self.obj.source, key)

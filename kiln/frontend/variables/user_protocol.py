@@ -1,11 +1,14 @@
 """Operators and builtins on user objects: the Python dunders their classes define, inlined."""
 
+import builtins
 import operator
 import types
 
 from kiln.exc import unimplemented
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.exceptions import ObservedException, raise_observed
 from kiln.frontend.variables.functions import inline_call
+from kiln.frontend.variables.lists import ListIteratorVariable
 
 # Note [Objects: operator protocol]
 # An operator or builtin applied to a user object runs the Python dunder its class defines
@@ -126,8 +129,6 @@ def user_truthy(tx, var):
 def user_iter_items(tx, var):
     """The items of `iter(obj)` when __iter__ is a Python function returning a list iterator
     or a generator (whose items are traced to the end: Note [Generators: eager consumption])."""
-    from kiln.frontend.variables.lists import ListIteratorVariable
-
     it = call_dunder(tx, var, "__iter__", [])
     if not isinstance(it, ListIteratorVariable):
         unimplemented(f"iteration over a {var.python_type().__name__} ({it})")
@@ -163,8 +164,6 @@ def is_user_iterator(var):
 def user_iter(tx, var):
     """iter(obj) of a user object with a Python __iter__: a list iterator (a list's, a
     generator's items) or a user iterator; None when the class has no Python __iter__."""
-    from kiln.frontend.variables.lists import ListIteratorVariable
-
     if not isinstance(user_method(var, "__iter__"), types.FunctionType):
         return None
     it = call_dunder(tx, var, "__iter__", [])
@@ -175,8 +174,6 @@ def user_iter(tx, var):
 
 def user_next(tx, it):
     """next(it) of a user iterator: the item, or None at its end (StopIteration)."""
-    from kiln.frontend.variables.exceptions import ObservedException
-
     try:
         return call_dunder(tx, it, "__next__", [])
     except ObservedException as e:
@@ -189,10 +186,7 @@ def user_iter_builtin(tx, fn, args, kwargs):
     """`next(it[, default])` / `iter(obj)` on user objects (Note [Objects: iterator protocol]);
     None for any other call. (Reached from the translator's calls: builtin's own next/iter know
     kiln's list iterators only.)"""
-    import builtins
-
     from kiln.frontend.variables.builtin import BuiltinVariable
-    from kiln.frontend.variables.exceptions import raise_observed
 
     if type(fn) is not BuiltinVariable or kwargs or not args or not is_user_object(args[0]):
         return None

@@ -5,13 +5,27 @@ def f(x, mod):                       def f(x, mod):   # transformed
     return torch.log(y)                  return ___out[0]
 """
 
+import dataclasses
+import dis
 import sys
 
+import torch
+
 from kiln import logs
-from kiln.bytecode import decode, emit, encode, first_resume
+from kiln.bytecode import PY312_PLUS, PY313_PLUS, decode, emit, encode, first_resume, format_code
 from kiln.exc import unimplemented
+from kiln.frontend.resume import (
+    ResumeUnsupported,
+    TailCall,
+    make_resume_function,
+    origin,
+    run_resume,
+)
+from kiln.frontend.translator import decode as decode_indexed
+from kiln.frontend.variables.ctx_managers import WithExitVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
-from kiln.frontend.variables.lists import ListVariable, SetVariable
+from kiln.frontend.variables.lists import ListVariable, SetVariable, undo_iterators
+from kiln.frontend.variables.misc import DeletedVariable, NullVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
 GRAPH_OUT = "___kiln_graph_out"
@@ -99,8 +113,6 @@ def assemble(code, body, temps=()):
 
 def _log_bytecode(code, new_code):
     if logs.enabled("bytecode"):
-        from kiln.bytecode import format_code
-
         text = f"{format_code(code)}\n--- transformed ---\n{format_code(new_code)}"
         logs.log("bytecode", "bytecode of %s:\n%s", code.co_qualname, text)
 
@@ -186,32 +198,51 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     Note [Resume: breaks in resume functions] and Note [Resume: tail calls]. Breaks inside
     try/except blocks, or at other instructions, raise NoBreakHere: the frame runs eagerly.
     """
-    from kiln.frontend.resume import ResumeUnsupported, make_resume_function, origin
-    from kiln.frontend.variables.misc import DeletedVariable, NullVariable, WithExitVariable
+    site = _break_site(code, e, instructions)
+    _cut_graph_at(output, e.break_state, site)
+    writer = _BreakCodegen(output, code, e, site, resume_factory, callee_factory)
+    writer.write()
+    new_code = assemble(
+        code, _graph_call(output, writer.body) + writer.body.instrs, writer.body.temp_names
+    )
+    _log_bytecode(code, new_code)
+    return new_code
 
-    inst = instructions[e.root_index]
-    if getattr(e, "no_resume", False):
+
+@dataclasses.dataclass(frozen=True)
+class _BreakSite:
+    """Where a graph break is placed and how the transformed code continues there."""
+
+    inst: object  # the instruction of the break (in the traced code)
+    stack: list  # the value stack before it (VariableTrackers)
+    withs: list  # stack positions of open with-blocks (WithExitVariable)
+    kind: str  # "branch" | "FOR_ITER" | "BEFORE_WITH" | "RAISE_VARARGS" | "resume_here" | opname
+    branch: object  # the emit function of a data-dependent branch, else None
+    base_code: object  # the original code (a resume function's breaks are placed in it)
+    base_index: int  # the instruction's index in base_code
+    base_inst: object
+    in_resume: bool  # the traced code is a resume function
+
+
+def _break_site(code, e, instructions):
+    """Where break `e` goes, or NoBreakHere (Note [Graph breaks: the transformed code])."""
+    state = e.break_state
+    inst = instructions[state.index]
+    if e.no_resume:
         raise NoBreakHere("the graph so far holds code from a try/except block")
-    stack = list(e.root_stack)
+    stack = list(state.stack)
     withs = [k for k, v in enumerate(stack) if isinstance(v, WithExitVariable)]
-    resume_here = getattr(e, "resume_here", False)  # Note [Blocks: rewinding to a try block]
-    _check_handlers(e.root_tx, None if resume_here else inst, [stack[k] for k in withs])
+    resume_here = state.resume_here  # Note [Blocks: rewinding to a try block]
+    _check_handlers(state.tx, None if resume_here else inst, [stack[k] for k in withs])
     # a break in a resume function is placed in the original code (same stack layout)
-    base_code, base_index, base_insts = code, e.root_index, instructions
+    base_code, base_index, base_insts = code, state.index, instructions
     found = origin(code)
     if found is not None:
-        from kiln.frontend.translator import decode as decode_indexed
-
-        base_index = found[1].get(e.root_index)
+        base_index = found[1].get(state.index)
         if base_index is None:
             raise NoBreakHere("inside a resume function's prologue")
         base_code = found[0]
         base_insts = decode_indexed(base_code)
-    base_inst = base_insts[base_index]
-    # resume functions are tail calls (Note [Resume: tail calls]) also under
-    # config.compiled_autograd: run_resume runs them inside the root frame's transformed code,
-    # i.e. inside its compiled-autograd context (cache._with_compiled_autograd)
-    tail_calls = True
     branch = _BRANCHES.get(inst.opname)
     kind = "branch" if branch is not None else inst.opname
     if resume_here:
@@ -226,58 +257,103 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         raise NoBreakHere("a raise inside a with block, or a bare raise")
     if kind == "FOR_ITER" and withs:
         raise NoBreakHere("FOR_ITER inside a with block")
-    if output.side_effects.version != e.root_effects_version:
+    return _BreakSite(
+        inst,
+        stack,
+        withs,
+        kind,
+        branch,
+        base_code,
+        base_index,
+        base_insts[base_index],
+        found is not None,
+    )
+
+
+def _cut_graph_at(output, state, site):
+    """Cut the graph and the side effects back to where the break is placed."""
+    if output.side_effects.version != state.effects_version:
         # the instruction (an inlined call) already mutated state before it broke: running it
         # again in Python would repeat those mutations
         raise NoBreakHere("side effects inside the call that broke")
-    output.rollback(e.root_checkpoint)
-    output.side_effects.restore(e.root_effects_snapshot)  # the instruction makes them itself
-    from kiln.frontend.variables.lists import undo_iterators
-
+    output.rollback(state.checkpoint)
+    output.side_effects.restore(state.effects_snapshot)  # the instruction makes them itself
     undo_iterators()
-    if kind == "resume_here" and not _real_ops(output) and not output.side_effects:
+    nothing_before = not _real_ops(output) and not output.side_effects
+    if site.kind == "resume_here" and nothing_before:
         raise NoBreakHere("inside a try block that starts the frame")
-    if kind == "BEFORE_WITH" and withs and not _real_ops(output) and not output.side_effects:
+    if site.kind == "BEFORE_WITH" and site.withs and nothing_before:
         # nothing but grad-mode switches before it: resuming at the same BEFORE_WITH would
         # make no progress (a resume function returning itself forever)
         raise NoBreakHere("a with statement over a context manager kiln does not trace")
-    _exit_with_blocks(e.root_tx, output, [stack[k] for k in withs])
-    live = sorted(
-        n
-        for n, v in e.root_locals.items()
-        if not isinstance(v, DeletedVariable) and not n.startswith("__stack")  # resume's own
-    )
-    body = PyCodegen(output, callee_factory)
-    body.closure_callee = resume_factory  # a code with free variables: entry(fn, *args)
-    output.side_effects.codegen(body)
-    for name in code.co_cellvars:
-        # cell variables were traced symbolically: put their values in the real cells, which
-        # the resume function shares
-        value = e.root_locals.get(name)
-        if value is not None and not isinstance(value, DeletedVariable):
-            body.reconstruct(value)
-            body.extend(emit.store_deref(name))
-    callee_slot = _callee_slot(inst, stack) if len(e.frames) > 1 else None
+    _exit_with_blocks(state.tx, output, [site.stack[k] for k in site.withs])
 
-    def rebuild(lo, hi):
+
+# Resume functions are tail calls (Note [Resume: tail calls]) also under config.compiled_autograd:
+# run_resume runs them inside the root frame's transformed code, i.e. inside its compiled-autograd
+# context (frame_cache._with_compiled_autograd).
+_TAIL_CALLS = True
+
+
+class _BreakCodegen:
+    """Writes the Python that runs at a break: rebuild the stack, run the instruction, call the
+    resume function(s) (Note [Graph breaks: the transformed code])."""
+
+    def __init__(self, output, code, e, site, resume_factory, callee_factory):
+        self.code, self.e, self.site = code, e, site
+        self.locals = e.break_state.locals
+        self.resume_factory = resume_factory
+        self.live = sorted(
+            n
+            for n, v in self.locals.items()
+            if not isinstance(v, DeletedVariable) and not n.startswith("__stack")  # resume's own
+        )
+        body = self.body = PyCodegen(output, callee_factory)
+        body.closure_callee = resume_factory  # a code with free variables: entry(fn, *args)
+        output.side_effects.codegen(body)
+        for name in code.co_cellvars:
+            # cell variables were traced symbolically: put their values in the real cells, which
+            # the resume function shares
+            value = self.locals.get(name)
+            if value is not None and not isinstance(value, DeletedVariable):
+                body.reconstruct(value)
+                body.extend(emit.store_deref(name))
+        self.callee_slot = _callee_slot(site.inst, site.stack) if len(e.frames) > 1 else None
+
+    def rebuild(self, lo, hi):
+        """Push stack positions lo..hi-1 (a callee that broke inside is compiled, see above)."""
+        body = self.body
         for k in range(lo, hi):
-            v = stack[k]
+            v = self.site.stack[k]
             if isinstance(v, NullVariable):
                 body.extend(emit.push_null())
             else:
-                body.compile_callees = k == callee_slot
+                body.compile_callees = k == self.callee_slot
                 body.reconstruct(v)
                 body.compile_callees = False
 
-    def call_resume(index, layout):
-        """layout: per stack position, None (on the value stack: a prefix), "null", a list of
+    def prefix_layout(self, depth):
+        """The layout of the first `depth` stack positions rebuilt in place."""
+        stack, withs = self.site.stack, self.site.withs
+        return [
+            ("with", stack[k].cm)
+            if k in withs
+            else ("null" if isinstance(stack[k], NullVariable) else None)
+            for k in range(depth)
+        ]
+
+    def call_resume(self, index, layout):
+        """Return the resume function at `index` called on the stack and the live locals.
+
+        layout: per stack position, None (on the value stack: a prefix), "null", a list of
         instructions that load it, or ("with", variable) for a with-slot."""
+        body, site = self.body, self.site
         depth = len(layout)
         nulls = [k for k, x in enumerate(layout) if x in ("null", "parked null")]
         with_slots = [k for k, x in enumerate(layout) if isinstance(x, tuple)]
         try:
             resume = make_resume_function(
-                base_code, index, depth, nulls, live, setup_with_blocks=with_slots
+                site.base_code, index, depth, nulls, self.live, setup_with_blocks=with_slots
             )
         except ResumeUnsupported as err:
             raise NoBreakHere(str(err)) from err
@@ -287,24 +363,19 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
         temps = [body.new_temp() for _ in on_stack]
         for k in reversed(on_stack):
             body.extend(emit.store_fast(temps[k]))
-        is_resume = found is not None and tail_calls
-        if is_resume:
-            from kiln.frontend.resume import TailCall
-
+        if site.in_resume and _TAIL_CALLS:
             body.load_object(TailCall, push_null=True)
-        elif tail_calls:
-            from kiln.frontend.resume import run_resume
-
+        elif _TAIL_CALLS:
             body.load_object(run_resume, push_null=True)
-        body.load_object(resume_factory(resume.code), push_null=not tail_calls)
-        extra = 1 if tail_calls else 0
+        body.load_object(self.resume_factory(resume.code), push_null=not _TAIL_CALLS)
+        extra = 1 if _TAIL_CALLS else 0
         if resume.code.co_freevars:
             # the resume function shares this call's cells: made here, passed first
             # (Note [Cache: closures made per call])
             body.extend(resume.emit_make_function())
             extra += 1
         if resume.first_local:
-            body.reconstruct(e.root_locals[resume.first_local])
+            body.reconstruct(self.locals[resume.first_local])
             extra += 1
         for k in resume.stack_args:
             x = layout[k]
@@ -315,47 +386,46 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
             else:
                 body.extend(x)
         for name in resume.live_locals:
-            body.reconstruct(e.root_locals[name])
+            body.reconstruct(self.locals[name])
         body.extend(emit.call(extra + len(resume.stack_args) + len(resume.live_locals)))
         body.extend(emit.return_value())
 
-    def prefix_layout(depth):
-        return [
-            ("with", stack[k].cm)
-            if k in withs
-            else ("null" if isinstance(stack[k], NullVariable) else None)
-            for k in range(depth)
-        ]
-
-    if kind in ("branch", "FOR_ITER", "BEFORE_WITH", "resume_here") or not withs:
+    def write(self):
+        """The instructions after the graph call, by the kind of break."""
+        site, body, e = self.site, self.body, self.e
+        stack, withs, inst, kind = site.stack, site.withs, site.inst, site.kind
+        if kind not in ("branch", "FOR_ITER", "BEFORE_WITH", "resume_here") and withs:
+            layout = _run_in_with_blocks(body, stack, withs, self.rebuild, inst, e)
+            self.call_resume(site.base_index + 1, layout)
+            return
         if withs:
             # the value stack holds everything below the first with-slot (and a branch's
             # condition); the rest but the with-slots is parked in temps
             upto = len(stack) - 1 if kind == "branch" else len(stack)
-            layout = _park(body, stack, withs, rebuild, upto)
+            layout = _park(body, stack, withs, self.rebuild, upto)
         else:
-            rebuild(0, len(stack))
-            layout = prefix_layout(len(stack))
+            self.rebuild(0, len(stack))
+            layout = self.prefix_layout(len(stack))
         if kind == "branch":
             other = emit.nop()
-            body.extend(branch(other[0]))
-            call_resume(base_index + 1, layout[:-1])
+            body.extend(site.branch(other[0]))
+            self.call_resume(site.base_index + 1, layout[:-1])
             body.extend(other)
-            call_resume(base_inst.target_index, layout[:-1])
+            self.call_resume(site.base_inst.target_index, layout[:-1])
         elif kind == "FOR_ITER":
             exhausted = _for_iter_exit()
             body.extend(emit.inst("FOR_ITER", target=exhausted[0]))
-            call_resume(base_index + 1, layout + [None])
+            self.call_resume(site.base_index + 1, layout + [None])
             body.extend(exhausted)
-            call_resume(_for_iter_resume_index(base_inst), layout[:-1])
+            self.call_resume(_for_iter_resume_index(site.base_inst), layout[:-1])
         elif kind == "BEFORE_WITH" and not withs:
             # Note [Blocks: context managers]: Python enters the manager; the resume function
             # starts inside the block with its __exit__ as a plain stack value, which the
             # block's cleanup (kept in the copied exception table) calls
             _run_instruction(body, inst, e)
-            call_resume(base_index + 1, layout[:-1] + [None, None])
+            self.call_resume(site.base_index + 1, layout[:-1] + [None, None])
         elif kind in ("BEFORE_WITH", "resume_here"):
-            call_resume(base_index, layout)
+            self.call_resume(site.base_index, layout)
         elif kind == "RAISE_VARARGS":
             # an exception leaving the frame (Note [Blocks: exceptions while tracing]): Python
             # raises it; nothing follows
@@ -364,13 +434,7 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
             _run_instruction(body, inst, e)
             depth = len(stack) + _stack_effect(inst)
             pushes = _BREAKABLE_PUSHES[inst.opname]
-            call_resume(base_index + 1, layout[: depth - pushes] + [None] * pushes)
-    else:
-        layout = _run_in_with_blocks(body, stack, withs, rebuild, inst, e)
-        call_resume(base_index + 1, layout)
-    new_code = assemble(code, _graph_call(output, body) + body.instrs, body.temp_names)
-    _log_bytecode(code, new_code)
-    return new_code
+            self.call_resume(site.base_index + 1, layout[: depth - pushes] + [None] * pushes)
 
 
 # Note [Graph breaks: with blocks]
@@ -391,8 +455,6 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
 
 def _real_ops(output):
     """Whether the graph holds an op other than grad-mode switches."""
-    import torch
-
     return any(
         n.op in ("call_function", "call_method") and n.target is not torch._C._set_grad_enabled
         for n in output.graph.nodes
@@ -422,8 +484,6 @@ def _check_handlers(tx, inst, open_withs):
 def _exit_with_blocks(tx, output, open_withs):
     """Append the exits of the open with blocks (innermost first) to the graph, so that it ends
     in the grad mode the frame started with (the transformed code enters them again)."""
-    import torch
-
     if not open_withs:
         return
     mode = tx.initial_grad_mode
@@ -462,8 +522,6 @@ def _park(body, stack, withs, rebuild, upto):
 
 
 def _is_null(v):
-    from kiln.frontend.variables.misc import NullVariable
-
     return isinstance(v, NullVariable)
 
 
@@ -508,8 +566,8 @@ def _run_in_with_blocks(body, stack, withs, rebuild, inst, e):
 
 
 def _run_instruction(body, inst, e):
-    if inst.opname == "CALL" and e.root_kw_names:
-        body.extend(emit.call_kw(inst.arg, e.root_kw_names))
+    if inst.opname == "CALL" and e.break_state.kw_names:
+        body.extend(emit.call_kw(inst.arg, e.break_state.kw_names))
     elif inst.opname == "CALL":
         body.extend(emit.call(inst.arg))
     else:
@@ -519,8 +577,6 @@ def _run_instruction(body, inst, e):
 def _for_iter_exit():
     """The target of an emitted FOR_ITER: where an exhausted iterator continues (3.12+: an
     END_FOR that the interpreter skips, 3.13: and the POP_TOP after it)."""
-    from kiln.bytecode import PY312_PLUS, PY313_PLUS
-
     if PY313_PLUS:
         return emit.inst("END_FOR") + emit.pop_top()
     if PY312_PLUS:
@@ -531,15 +587,11 @@ def _for_iter_exit():
 def _for_iter_resume_index(for_iter):
     """Index of the instruction an exhausted FOR_ITER continues at (Note [Bytecode: version
     differences]); resume.py refuses the 3.12+ indexes after END_FOR for now."""
-    from kiln.bytecode import PY312_PLUS, PY313_PLUS
-
     return for_iter.target_index + (2 if PY313_PLUS else 1 if PY312_PLUS else 0)
 
 
 def _stack_effect(inst):
     """Net stack effect of the instruction a break executes (calls counted whole)."""
-    import dis
-
     if inst.opname == "CALL":
         return -(inst.arg + 2) + 1  # NULL|self, callable, args -> result
     if inst.opname == "CALL_KW":
@@ -551,9 +603,6 @@ def _stack_effect(inst):
 
 def _callee_slot(inst, stack):
     """Stack position of the callable of a CALL (the frame that broke inside)."""
-    from kiln.bytecode import PY313_PLUS
-    from kiln.frontend.variables.misc import NullVariable
-
     if inst.opname == "CALL_FUNCTION_EX":
         kw = inst.arg & 1
         slot = len(stack) - (3 if PY313_PLUS else 2) - kw

@@ -4,24 +4,50 @@ Conversions from what graphs carry (torch.SymInt, SymNode), proofs over every va
 (known_nonneg / known_lt / exact_div), hints for heuristics, and C++ / Python printing.
 """
 
+import contextlib
 import functools
+import threading
 
 import sympy
 import torch
 
 # Note [Backend: symbolic sizes]
 # A size, stride, offset or loop bound is a Python int or a sympy expression over the ShapeEnv's
-# size symbols s0, s1, ... (contract 3; every symbol is >= 2 at run time). `to_expr` converts what
+# size symbols s0, s1, ... (GraphMeta.shape_env; every symbol is >= 2 at run time). `to_expr` converts what
 # the graph carries (torch.SymInt wrapping a SymNode, a SymNode, an int) and turns constant
 # expressions back into ints, so a graph without symbols runs exactly the int code it always did
 # (every symbolic branch below is behind a `type(x) is int` test). Facts about symbolic values are
 # PROVED, never assumed from hints: `known_nonneg(e)` substitutes s = d + 2 (d >= 0) and asks sympy
 # whether the cancelled rational function is nonnegative; anything not proved takes the general
-# (still correct) path. Hints (`HINTS`) only steer heuristics such as the column-reduction choice.
+# (still correct) path. Hints (`size_hint`) only steer heuristics such as the column-reduction choice.
 # Kernels print a symbol s0 as the argument `ks0` (cexpr), the wrapper as the local `s0` (pexpr).
 
-HINTS: dict = {}  # size Symbol -> hint (heuristics only, never correctness)
-REPLACEMENTS: dict = {}  # size Symbol -> what the ShapeEnv proved it equals (guarded: s1 -> s0)
+
+# Note [Backend: per-compile size state]
+# The hints and replacements of the graph being compiled are per thread and per compile: a
+# backend compiles inside `size_scope()` (kiln.backend.ir.compile_scope), which gives the thread
+# fresh state and restores the previous state on exit, so two threads compile at once and a
+# compile inside a compile (a fallback) leaves the outer one's state as it was.
+class _SizeState(threading.local):
+    """This thread's hints and replacements (Note [Backend: per-compile size state])."""
+
+    def __init__(self):
+        self.hints = {}  # size Symbol -> hint (heuristics only, never correctness)
+        self.replacements = {}  # size Symbol -> what the ShapeEnv proved it equals (s1 -> s0)
+
+
+_state = _SizeState()
+
+
+@contextlib.contextmanager
+def size_scope():
+    """Fresh hints and replacements for one compile; the previous ones come back on exit."""
+    saved = _state.hints, _state.replacements
+    _state.hints, _state.replacements = {}, {}
+    try:
+        yield
+    finally:
+        _state.hints, _state.replacements = saved
 
 
 def to_expr(v):
@@ -35,7 +61,7 @@ def to_expr(v):
         return _replaced(expr)
     if isinstance(v, sympy.Basic):
         return _replaced(v)
-    expr = getattr(v, "expr", None)  # kiln.frontend.shapes.SymNode
+    expr = getattr(v, "expr", None)  # kiln.symbolic.shape_env.SymNode
     if isinstance(expr, sympy.Basic):
         return _replaced(expr)
     if isinstance(v, bool):
@@ -44,17 +70,16 @@ def to_expr(v):
 
 
 def use_shape_env(env):
-    """Take the hints and replacements of a graph's ShapeEnv (None: a static graph)."""
-    HINTS.clear()
-    REPLACEMENTS.clear()
-    if env is not None:
-        HINTS.update(env.var_to_val)
-        REPLACEMENTS.update(env.replacements)
+    """Take the hints and replacements of a graph's ShapeEnv (None: a static graph), for the
+    rest of the current size_scope()."""
+    _state.hints = dict(env.var_to_val) if env is not None else {}
+    _state.replacements = dict(env.replacements) if env is not None else {}
 
 
 def _replaced(e):
-    if REPLACEMENTS and not e.is_Integer:
-        e = sympy.expand(e.xreplace(REPLACEMENTS)) if e.free_symbols & REPLACEMENTS.keys() else e
+    replacements = _state.replacements
+    if replacements and not e.is_Integer:
+        e = sympy.expand(e.xreplace(replacements)) if e.free_symbols & replacements.keys() else e
     return norm(e)
 
 
@@ -70,12 +95,12 @@ def is_sym(v):
     return isinstance(v, sympy.Basic)
 
 
-def sizes_of(t):
+def size_exprs(t):
     """Sizes of a tensor-like as ints / sympy expressions."""
     return tuple(to_expr(s) for s in t.shape)
 
 
-def strides_of(t):
+def stride_exprs(t):
     """Strides of a tensor-like as ints / sympy expressions."""
     return tuple(to_expr(s) for s in t.stride())
 
@@ -172,7 +197,8 @@ def size_hint(e, default=8192):
     if type(e) is int:
         return e
     try:
-        v = sympy.sympify(e).xreplace({s: HINTS.get(s, default) for s in e.free_symbols})
+        hints = _state.hints
+        v = sympy.sympify(e).xreplace({s: hints.get(s, default) for s in e.free_symbols})
         return int(v)
     except (TypeError, ValueError):
         return default

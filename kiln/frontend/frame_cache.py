@@ -7,7 +7,11 @@ binding happens on a hit; everything else (tracing, logging, the recompile reaso
 lives in `FrameCache.miss`, which runs only when no guard passes.
 """
 
+import dis
 import functools
+import io
+import os
+import re
 import types
 import weakref
 
@@ -15,11 +19,12 @@ import torch
 import torch.fx
 
 from kiln import config, logs
-from kiln.exc import CompiledAutogradCall, Unsupported
-from kiln.frontend.codegen import NoBreakHere, transformed_code, transformed_code_at_break
+from kiln.contracts import GraphMeta
+from kiln.exc import CompiledAutogradCall, Unsupported, unimplemented
+from kiln.frontend.bytecode_gen import NoBreakHere, transformed_code, transformed_code_at_break
+from kiln.frontend.frame_shapes import FrameShapes, changed_dims
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
 from kiln.frontend.output_graph import OutputGraph
-from kiln.frontend.shapes import FrameShapes, changed_dims
 from kiln.frontend.source import LocalSource
 from kiln.frontend.translator import InstructionTranslator
 
@@ -57,22 +62,10 @@ class BreakRecord:
 class FrameCache:
     """The compiled entries of one function under one compile() configuration."""
 
-    def __init__(
-        self,
-        fn,
-        backend,
-        backend_name,
-        *,
-        fullgraph=False,
-        eager=None,
-        module_root=False,
-        dynamic=None,
-    ):
+    def __init__(self, fn, settings, *, eager=None, module_root=False):
         self.fn = fn
         self.eager = eager or fn
-        self.backend = backend
-        self.backend_name = backend_name
-        self.fullgraph = fullgraph
+        self.settings = settings  # kiln.contracts.CompileSettings, shared by the whole compile
         self.module_root = module_root
         self.entries = []  # [(guard, transformed_fn)]: the hot path reads only this
         self.entry_info = []  # [CacheEntry], parallel to entries
@@ -81,7 +74,6 @@ class FrameCache:
         self._limit_warned = False
         self.children = {}  # resume functions and callees that broke: their own frame caches
         self.dynamic_closure = False
-        self.dynamic = dynamic  # torch.compile's dynamic=: None (automatic), True, False
         self.frame_shapes = FrameShapes()  # sizes seen and dims made dynamic (automatic dynamic)
         self._shape_kinds = {}  # source name -> "tensor" | "int" (what FrameShapes tracks)
         _all_caches.add(self)
@@ -89,14 +81,7 @@ class FrameCache:
     def _child(self, key, fn, **kw):
         wrapper = self.children.get(key)
         if wrapper is None:
-            cache = FrameCache(
-                fn,
-                self.backend,
-                self.backend_name,
-                fullgraph=self.fullgraph,
-                dynamic=self.dynamic,
-                **kw,
-            )
+            cache = FrameCache(fn, self.settings, **kw)
             cache.children = self.children  # one table per root: a loop's resume functions
             wrapper = self.children[key] = make_wrapper(cache)  # are compiled once
         return wrapper
@@ -110,11 +95,7 @@ class FrameCache:
         if code.co_freevars:
             wrapper = self.children.get(code)
             if wrapper is None:
-                cache = ClosureFrameCache(
-                    code, self.fn.__globals__, self.backend, self.backend_name
-                )
-                cache.fullgraph = self.fullgraph
-                cache.dynamic = self.dynamic
+                cache = ClosureFrameCache(code, self.fn.__globals__, self.settings)
                 cache.children = self.children
                 wrapper = self.children[code] = make_closure_wrapper(cache)
             return wrapper
@@ -146,7 +127,11 @@ class FrameCache:
         the next entry is traced with size symbols and serves every later size. dynamic=False
         never does this; config.automatic_dynamic_shapes=False turns it off.
         """
-        if not self.entry_info or self.dynamic is False or not config.automatic_dynamic_shapes:
+        if (
+            not self.entry_info
+            or self.settings.dynamic is False
+            or not config.automatic_dynamic_shapes
+        ):
             return
         names = list(self.frame_shapes.sizes)
         values = eval_sources(self.entry_info[-1].guard, args, kwargs, names)
@@ -186,9 +171,7 @@ class FrameCache:
     def run_eager(self, args, kwargs):
         """The frame as plain Python (inside compiled autograd when config asks for it)."""
         if config.compiled_autograd:
-            from kiln.compiled_autograd import maybe_enable
-
-            with maybe_enable(self.backend):
+            with backward_scope(self.settings.backend):
                 return self.eager(*args, **kwargs)
         return self.eager(*args, **kwargs)
 
@@ -231,7 +214,7 @@ class FrameCache:
             self.observe_shapes(args, kwargs)
             entry = self.compile(args, kwargs)
         except Unsupported as e:
-            if self.fullgraph:
+            if self.settings.fullgraph:
                 raise
             self._record_break(e)
             self.skip = True
@@ -271,12 +254,12 @@ class FrameCache:
     def compile(self, args, kwargs):
         """Trace the frame for these arguments: guard function + transformed function."""
         fn = self.fn
-        dynamic, dynamic_ints = self.dynamic, False
+        dynamic, dynamic_ints = self.settings.dynamic, False
         if self.module_root and isinstance(args[0], torch.fx.GraphModule):
             # Note [Shapes: size-generic graph modules]: a GraphModule made to serve many sizes
-            # (compiled autograd's graph reading `sizes`) says so in `gm.meta["kiln_dynamic"]`:
+            # (compiled autograd's graph reading `sizes`) says so in `GraphMeta.kiln_dynamic`:
             # its tensor dims and int inputs are symbolic from the first compile
-            if args[0].meta.get("kiln_dynamic") and dynamic is not False:
+            if GraphMeta.of(args[0]).kiln_dynamic and dynamic is not False:
                 dynamic, dynamic_ints = True, True
         fake_inputs = (
             dynamic is True
@@ -285,8 +268,7 @@ class FrameCache:
         )
         output = OutputGraph(
             fn,
-            self.backend,
-            self.backend_name,
+            self.settings,
             frame_shapes=self.frame_shapes,
             dynamic=dynamic,
             fake_inputs=fake_inputs,
@@ -302,8 +284,8 @@ class FrameCache:
             tx.run()
         except Unsupported as e:
             torch._C._set_grad_enabled(grad_mode)  # a traced `with no_grad()` may be open
-            allowed = not self.fullgraph or isinstance(e, CompiledAutogradCall)
-            if not allowed or getattr(e, "root_tx", None) is not tx:
+            allowed = not self.settings.fullgraph or isinstance(e, CompiledAutogradCall)
+            if not allowed or e.break_state is None or e.break_state.tx is not tx:
                 raise
             try:
                 new_code = transformed_code_at_break(
@@ -331,7 +313,7 @@ class FrameCache:
         )
         new_fn.__kwdefaults__ = fn.__kwdefaults__
         if config.compiled_autograd:
-            new_fn = _with_compiled_autograd(new_fn, self.backend)
+            new_fn = _with_compiled_autograd(new_fn, self.settings.backend)
         gm = getattr(output, "gm", None)
         if gm is not None:
             for r in _recorders:
@@ -352,8 +334,6 @@ class FrameCache:
         )
 
     def _check_module_hooks(self, mod):
-        from kiln.exc import unimplemented
-
         if (
             mod._forward_hooks
             or mod._forward_pre_hooks
@@ -361,34 +341,39 @@ class FrameCache:
             or getattr(mod, "_backward_pre_hooks", None)
         ):
             unimplemented(f"module hooks on {type(mod).__name__}")
-        import torch
-
         g = torch.nn.modules.module
         if g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks:
             unimplemented("global module hooks")
 
 
+# Note [Frontend: the backward scope]
+# With `config.compiled_autograd` on, an eager run of a frame and transformed code (which may call
+# `.backward()` after a graph break) run inside compiled autograd's scope for the frame's backend,
+# so that the backward graph is captured whole. Compiled autograd sits above the frontend in the
+# layer order (docs/ARCHITECTURE.md): its scope is registered here (by kiln.api), not imported.
+_backward_scopes = []
+
+
+def register_backward_scope(scope):
+    """Register `scope(backend)`, a context manager around frames that may run `.backward()`."""
+    _backward_scopes[:] = [scope]
+
+
+def backward_scope(backend):
+    """The registered backward scope for `backend` (Note [Frontend: the backward scope])."""
+    return _backward_scopes[0](backend)
+
+
 def _with_compiled_autograd(fn, backend):
-    """Run a transformed function inside `kiln.compiled_autograd.maybe_enable(backend)`, so that a
-    `.backward()` it runs (after a graph break) captures the whole backward graph."""
-    from kiln.compiled_autograd import maybe_enable
+    """Run a transformed function inside the backward scope (compiled autograd's `maybe_enable`),
+    so that a `.backward()` it runs (after a graph break) captures the whole backward graph."""
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        with maybe_enable(backend):
+        with backward_scope(backend):
             return fn(*args, **kwargs)
 
     return run
-
-
-def kiln_marker(obj, name):
-    """A marker kiln set on a function it made (`_kiln_orig_fn`, `_kiln_disabled`), or None.
-
-    Read from the function's own __dict__: objects such as `torch.ops` answer any getattr.
-    """
-    if not isinstance(obj, types.FunctionType):
-        return None
-    return obj.__dict__.get(name)
 
 
 class ClosureFrameCache(FrameCache):
@@ -400,11 +385,9 @@ class ClosureFrameCache(FrameCache):
     then the transformed code runs as `FunctionType(code, globals, name, None, fn.__closure__)`.
     """
 
-    def __init__(self, code, f_globals, backend, backend_name):
+    def __init__(self, code, f_globals, settings):
         cells = tuple(types.CellType() for _ in code.co_freevars)
-        super().__init__(
-            types.FunctionType(code, f_globals, code.co_name, None, cells), backend, backend_name
-        )
+        super().__init__(types.FunctionType(code, f_globals, code.co_name, None, cells), settings)
         self.dynamic_closure = True
 
     def miss_with(self, fn_obj, args, kwargs):
@@ -466,11 +449,6 @@ def reset_all():
 
 def dump_entry(debug_dir, fn, entry, index):
     """KILN_DEBUG_DIR: a frame's guard source, graph code and bytecode as files."""
-    import dis
-    import io
-    import os
-    import re
-
     name = re.sub(r"[^0-9A-Za-z_.]+", "_", fn.__qualname__)
     folder = os.path.join(debug_dir, "frontend", f"{name}_{index}")
     os.makedirs(folder, exist_ok=True)

@@ -1,13 +1,13 @@
 """Backend entry points: `compile_aten_graph(gm, example_inputs)` and the "kiln" backend.
 
-    lower (graph.py, lowering.py) → schedule (scheduler.py) → C++ (codegen/cpp.py)
-    → wrapper (codegen/wrapper.py) → compile + load (codecache.py) → callable
+    lower (graph.py, lowering.py) → schedule (scheduler.py) → C++ (codegen/cpp.py) or Triton
+    (codegen/triton.py: CUDA graphs, or CPU ones under config.cpu_backend="triton") → wrapper (codegen/wrapper.py) → compile + load (codecache.py) → callable
 
 A failure anywhere (no compiler, compile error, a bug) names its cause and falls back to running
 the ATen graph eagerly, with one warning (or raises BackendCompilerFailed under
 `config.raise_on_backend_error`).
 
-A symbolic graph (contract 3: vals with SymInt sizes, `gm.meta["shape_env"]`) compiles ONCE for
+A symbolic graph (vals with SymInt sizes, `GraphMeta.shape_env`) compiles ONCE for
 every size: kernels take the size symbols as arguments, the wrapper reads them from the inputs, and
 the cache key holds the size expressions, never their hints. An op that cannot be lowered for
 symbolic sizes runs as an ATen call (a perf_hints line names it); a graph the wrapper cannot bind
@@ -22,17 +22,21 @@ import time
 import torch
 import torch.autograd.profiler as _profiler
 
-from kiln import config, logs
+from kiln import config, logs, modes
+from kiln.autograd.aot import aot_autograd
+from kiln.autograd.aten_tracer import trace_aten
 from kiln.backend import codecache
-from kiln.backend.codegen.wrapper import rt
+from kiln.backend.codegen import triton
+from kiln.backend.codegen.cpp import generate_cpp
+from kiln.backend.codegen.wrapper import WrapperCodegen, rt
+from kiln.backend.cudagraphs import CUDAGraphed
 from kiln.backend.decompositions import DECOMPOSITIONS
-from kiln.backend.ir import sizes_of, strides_of, to_expr, use_shape_env
+from kiln.backend.graph import GraphLowering, GraphNotSupported
+from kiln.backend.ir import compile_scope, size_exprs, stride_exprs, to_expr, use_shape_env
+from kiln.backend.lowering import LOWERINGS
+from kiln.backend.scheduler import plan_memory, schedule
+from kiln.contracts import GraphMeta, OutputLayouts
 from kiln.exc import BackendCompilerFailed
-
-
-def num_threads():
-    """OpenMP threads for kernels."""
-    return config.num_threads or torch.get_num_threads()
 
 
 class CompiledGraph:
@@ -42,12 +46,14 @@ class CompiledGraph:
         self, call, wrapper_src, cpp_src, fallback_ops=(), output_sources=None, output_strides=None
     ):
         self.call = call
-        # per output: its static strides (or None); the AOT layer gives the backward graph's saved
-        # inputs these (Note [AOT: saved activations keep their layout])
-        self.output_strides = output_strides
-        # per output: "fresh" | ("input", k) | None (see WrapperCodegen.output_source); the AOT
-        # runtime checks only the outputs that may alias a mutated input
-        self.output_sources = output_sources
+        # per output: its static strides (or None): the AOT layer gives the backward graph's saved
+        # inputs these (Note [AOT: saved activations keep their layout]); and "fresh" |
+        # ("input", k) | None (WrapperCodegen.output_source): the AOT runtime checks only the
+        # outputs that may alias a mutated input
+        self.layouts = OutputLayouts(
+            strides=None if output_strides is None else tuple(output_strides),
+            sources=None if output_sources is None else tuple(output_sources),
+        )
         self.wrapper_src = wrapper_src
         self.cpp_src = cpp_src
         self.fallback_ops = list(fallback_ops)
@@ -56,6 +62,16 @@ class CompiledGraph:
         )
         n = self.kernel_count
         self.label = None if config.profile_kernels else f"kiln graph ({n} kernel{'s' * (n != 1)})"
+
+    @property
+    def output_strides(self):
+        """Per output: its static strides, or None (OutputLayouts.strides)."""
+        return self.layouts.strides
+
+    @property
+    def output_sources(self):
+        """Per output: where its memory comes from (OutputLayouts.sources)."""
+        return self.layouts.sources
 
     def __call__(self, *args):
         # under torch.profiler each call is one range (`config.profile_kernels` adds one per
@@ -81,17 +97,17 @@ def _backend_source_hash():
 
 
 def _graph_key(gm, example_inputs):
-    use_shape_env(gm.meta.get("shape_env"))
+    use_shape_env(GraphMeta.of(gm).shape_env)
     h = hashlib.sha256()
     h.update(_backend_source_hash().encode())
     h.update(f"{torch.__version__}|{torch.__file__}".encode())
     h.update(gm.code.encode())
-    h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{num_threads()}".encode())
+    h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{codecache.num_threads()}".encode())
     h.update(f"{config.profile_kernels}".encode())  # Note [Backend: kernel profiling]
     h.update(f"{config.cpu_backend}|{os.environ.get('TRITON_INTERPRET', '0')}".encode())
     h.update(_device_id(example_inputs).encode())  # Triton kernels: capability, Triton version
     # the layout choices depend on these (Note [Backend: channels-last convolutions])
-    free = gm.meta.get("free_layout_outputs", ())
+    free = GraphMeta.of(gm).free_layout_outputs
     h.update(f"{torch.is_grad_enabled()}|{config.conv_channels_last}|{sorted(free)}".encode())
     # symbolic sizes enter as their expressions (s0), never their hints: one entry for all sizes
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
@@ -99,7 +115,7 @@ def _graph_key(gm, example_inputs):
         if k < len(vals) and isinstance(vals[k], torch.SymInt):
             x = vals[k]
         if isinstance(x, torch.Tensor):
-            h.update(f"T{sizes_of(x)}{strides_of(x)}{x.dtype}{x.device.type}".encode())
+            h.update(f"T{size_exprs(x)}{stride_exprs(x)}{x.dtype}{x.device.type}".encode())
         elif isinstance(x, torch.SymInt) or hasattr(x, "expr"):
             h.update(f"Z{to_expr(x)}".encode())
         else:
@@ -146,9 +162,7 @@ def _constants(gm):
 
 def _load(wrapper_src, cpp_src, consts, gm, extras=()):
     if cpp_src.startswith(TRITON_MARK):
-        from kiln.backend.codegen.triton import load_module
-
-        lib = load_module(cpp_src)
+        lib = triton.load_module(cpp_src)
     else:
         lib = codecache.load_library(codecache.compile_cpp(cpp_src))
     ns = {}
@@ -158,26 +172,21 @@ def _load(wrapper_src, cpp_src, consts, gm, extras=()):
 
 def lower_and_generate(gm, example_inputs):
     """(GraphLowering, groups, cpp source, wrapper source, extras, output sources) of a graph."""
-    from kiln.backend.codegen.cpp import generate_cpp
-    from kiln.backend.codegen.wrapper import WrapperCodegen
-    from kiln.backend.graph import GraphLowering
-    from kiln.backend.scheduler import plan_memory, schedule
-
-    graph = GraphLowering(gm, example_inputs).run()
-    groups = schedule(graph)
-    stores, free_after, inplace = plan_memory(graph, groups)
-    if _uses_triton(graph):
-        from kiln.backend.codegen import triton
-
-        triton.check_runnable(graph)
-        logs.counters["backend"]["triton_graphs"] += 1
-        cpp_src, signatures = triton.generate_triton(graph, groups, stores, inplace)
-        wrapper_cls = triton.triton_wrapper_class()
-    else:
-        cpp_src, signatures = generate_cpp(graph, groups, stores, num_threads(), inplace)
-        wrapper_cls = WrapperCodegen
-    w = wrapper_cls(graph, groups, stores, free_after, signatures, inplace)
-    wrapper_src = w.generate()
+    with compile_scope():
+        graph = GraphLowering(gm, example_inputs).run()
+        groups = schedule(graph)
+        stores, free_after, inplace = plan_memory(graph, groups)
+        if _uses_triton(graph):
+            triton.check_runnable(graph)
+            logs.counters["backend"]["triton_graphs"] += 1
+            cpp_src, signatures = triton.generate_triton(graph, groups, stores, inplace)
+            wrapper_cls = triton.TritonWrapperCodegen
+        else:
+            threads = codecache.num_threads()
+            cpp_src, signatures = generate_cpp(graph, groups, stores, threads, inplace)
+            wrapper_cls = WrapperCodegen
+        w = wrapper_cls(graph, groups, stores, free_after, signatures, inplace)
+        wrapper_src = w.generate()
     return graph, groups, cpp_src, wrapper_src, w.extras, w.output_sources
 
 
@@ -190,8 +199,6 @@ def _uses_triton(graph):
 
 
 def _needs_decomposition(gm):
-    from kiln.backend.lowering import LOWERINGS
-
     return any(
         n.op == "call_function" and n.target in DECOMPOSITIONS and n.target not in LOWERINGS
         for n in gm.graph.nodes
@@ -199,6 +206,11 @@ def _needs_decomposition(gm):
 
 
 def _compile(gm, example_inputs):
+    with compile_scope():  # Note [Backend: per-compile size state]
+        return _compile_in_scope(gm, example_inputs)
+
+
+def _compile_in_scope(gm, example_inputs):
     key = _graph_key(gm, example_inputs)
     hit = codecache.graph_get(key)
     if hit is not None:
@@ -209,12 +221,10 @@ def _compile(gm, example_inputs):
         )
     retraced = _needs_decomposition(gm)
     if retraced:
-        from kiln.autograd.tracer import trace_aten
-
-        env = gm.meta.get("shape_env")
+        env = GraphMeta.of(gm).shape_env
         gm = trace_aten(gm, list(example_inputs), decompositions=DECOMPOSITIONS)
         if env is not None:
-            gm.meta["shape_env"] = env
+            GraphMeta.update(gm, shape_env=env)
     t0 = time.perf_counter()
     graph, groups, cpp_src, wrapper_src, extras, sources = lower_and_generate(gm, example_inputs)
     if logs.enabled("output_code"):
@@ -230,12 +240,10 @@ def _compile(gm, example_inputs):
 
 
 def compile_aten_graph(gm, example_inputs):
-    """Compile an ATen-level FX graph (contract 2) into a callable returning its outputs."""
+    """Compile an ATen-level FX graph (from AOT autograd) into a callable returning its outputs."""
     try:
         return _compile(gm, example_inputs)
     except Exception as e:
-        from kiln.backend.graph import GraphNotSupported
-
         if isinstance(e, GraphNotSupported):
             logs.log("perf_hints", "kiln: graph runs eagerly: %s", e)
         else:
@@ -258,49 +266,28 @@ def _eager(gm):
 
 
 def kiln_backend(gm, example_inputs, opts=None):
-    """The "kiln" backend for torch-level graphs (contract 1): AOT autograd + compile_aten_graph.
-
-    `opts` (from kiln.compile's mode/options, see kiln/modes.py) hold for every graph it makes,
-    the backward graph compiled later included."""
-    try:
-        from kiln.autograd.aot import aot_autograd
-    except ImportError:
-        aot_autograd = None
-    compiler = functools.partial(_compile_with_options, opts) if opts else compile_aten_graph
-
-    def role(name):
-        return functools.partial(_compile_with_options, opts, role=name) if opts else compiler
-
-    if aot_autograd is not None:
-        backend = aot_autograd(
-            fw_compiler=role("forward"),
-            bw_compiler=role("backward"),
-            inference_compiler=role("inference"),
-            decompositions=DECOMPOSITIONS,
+    """The "kiln" backend for torch-level graphs (from the frontend): AOT autograd +
+    compile_aten_graph. `opts` (kiln.compile's mode/options, kiln/modes.py) hold for every graph it
+    makes, the backward graph compiled later included."""
+    if opts:
+        fw, bw, inf = (
+            functools.partial(_compile_with_options, opts, role=r)
+            for r in ("forward", "backward", "inference")
         )
-        return backend(gm, example_inputs)
-    # Without AOT autograd (not built yet): inference graphs only; anything needing grad runs eagerly.
-    if torch.is_grad_enabled() and any(
-        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs
-    ):
-        return gm.forward
-    from kiln.autograd.tracer import trace_aten
-
-    aten_gm = trace_aten(gm, list(example_inputs), decompositions=DECOMPOSITIONS)
-    compiled = compiler(aten_gm, example_inputs)
-    return compiled
+    else:
+        fw = bw = inf = compile_aten_graph
+    backend = aot_autograd(
+        fw_compiler=fw, bw_compiler=bw, inference_compiler=inf, decompositions=DECOMPOSITIONS
+    )
+    return backend(gm, example_inputs)
 
 
 def _compile_with_options(opts, gm, example_inputs, role="inference"):
     """compile_aten_graph under a mode's options; then what the mode adds at run time."""
-    from kiln import modes
-
     with modes.applied(opts):
         compiled = compile_aten_graph(gm, example_inputs)
     cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
     if opts.get("cudagraphs") and cuda and not getattr(compiled, "kiln_fallback", False):
-        from kiln.backend.cudagraphs import CUDAGraphed
-
         compiled = CUDAGraphed(compiled, example_inputs, role=role)
     elif opts.get("cudagraphs") and not cuda:
         modes.say_once(
@@ -315,10 +302,4 @@ def _compile_with_options(opts, gm, example_inputs, role="inference"):
     return compiled
 
 
-def _with_options(mode=None, options=None):
-    from kiln import modes
-
-    return modes.with_options(kiln_backend)(mode, options)
-
-
-kiln_backend.with_options = _with_options
+kiln_backend.with_options = modes.with_options(kiln_backend)

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from kiln.frontend.shapes import SymNode, contiguous_strides, hint_of  # noqa: F401
+from kiln.symbolic.shape_env import SymNode, contiguous_strides, hint_of  # noqa: F401
 
 aten = torch.ops.aten
 
@@ -957,39 +957,3 @@ def symbolic_sizes(op, args, kwargs=None):
     """Output Sizes of `op` on `args` (tensors already replaced by Sizes), or None if no rule."""
     rule = rule_for(op)
     return None if rule is None else rule(*args, **(kwargs or {}))
-
-
-# The propagation of sizes and strides (rule or specialisation) lives in layouts.py; its names
-# stay reachable here (shape_rules.propagate, shape_rules.dense_strides, ...).
-_MOVED = frozenset(
-    """
-    hint_args
-    _specialise
-    _has_symnode
-    _concrete
-    _matches
-    dense_strides
-    _is_one
-    _less
-    _view_strides
-    _expand_strides
-    _unsqueeze_strides
-    _squeeze_strides
-    _slice_strides
-    _drop_dim_strides
-    VIEW_STRIDE_RULES
-    _strides_match
-    _output_strides
-    propagate
-    _rule_sizes
-    _concrete_strides
-    """.split()
-)
-
-
-def __getattr__(name):
-    if name in _MOVED:
-        from kiln.autograd import layouts
-
-        return getattr(layouts, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

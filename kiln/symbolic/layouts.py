@@ -11,15 +11,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from kiln import logs
-from kiln.autograd.shape_rules import (
-    Sizes,
-    _dims,
-    _norm_dim,
-    numel,
-    rule_for,
-    transpose,
-)
-from kiln.frontend.shapes import SymNode, contiguous_strides, hint_of
+from kiln.symbolic.shape_env import SymNode, contiguous_strides, hint_of
+from kiln.symbolic.shape_rules import Sizes, _dims, _norm_dim, numel, rule_for, transpose
 
 aten = torch.ops.aten
 

@@ -1,0 +1,93 @@
+"""The frontend's entry: a function, method or nn.Module made into frame caches and the wrapper
+that users call (`kiln.compile` resolves the backend and calls `compile_callable`)."""
+
+import copy
+import types
+
+import torch
+
+from kiln.frontend.frame_cache import FrameCache, make_wrapper, module_eager
+from kiln.frontend.markers import kiln_marker
+
+
+def compile_callable(model, settings):
+    """The compiled form of `model` (a function, method, callable object or nn.Module) under
+    `settings` (kiln.contracts.CompileSettings)."""
+    if isinstance(model, OptimizedModule):
+        model = model._orig_mod
+    if isinstance(model, torch.nn.Module):
+        return OptimizedModule(model, settings)
+    if not callable(model):
+        raise TypeError(
+            f"kiln.compile expects a function or an nn.Module, got {type(model).__name__}"
+        )
+    if kiln_marker(model, "_kiln_disabled"):
+        return model
+    if kiln_marker(model, "_kiln_orig_fn"):
+        model = model._kiln_orig_fn
+    if isinstance(model, types.MethodType):
+        inner = compile_callable(model.__func__, settings)
+        return types.MethodType(inner, model.__self__)
+    if not isinstance(model, types.FunctionType):
+        call = vars(type(model)).get("__call__")
+        if isinstance(call, types.FunctionType):
+            inner = compile_callable(call, settings)
+            return types.MethodType(inner, model)
+        raise TypeError(
+            f"kiln.compile cannot compile {model!r}: not a Python function, method or nn.Module"
+        )
+    cache = FrameCache(model, settings)
+    return make_wrapper(cache)
+
+
+class OptimizedModule(torch.nn.Module):
+    """A compiled nn.Module: calls run the compiled forward; everything else is `_orig_mod`'s.
+
+    It holds no state of its own: attribute reads, writes and deletes, state_dict(),
+    parameters(), train()/eval() ... act on the original module, so `torch.save(m._orig_mod)`
+    and optimizers built from `m.parameters()` see the same objects.
+    """
+
+    _kiln_optimized_module = True  # kiln.frontend.markers.is_optimized_module
+
+    def __init__(self, mod, settings):
+        d = self.__dict__
+        d["_orig_mod"] = mod
+        d["_kiln_settings"] = settings
+        forward = mod.forward
+        if isinstance(forward, types.MethodType) and forward.__self__ is mod:
+            cache = FrameCache(forward.__func__, settings, eager=module_eager, module_root=True)
+            d["_kiln_call"] = types.MethodType(make_wrapper(cache), mod)
+        else:
+            d["_kiln_call"] = compile_callable(forward, settings)
+            cache = d["_kiln_call"]._kiln_cache if hasattr(d["_kiln_call"], "_kiln_cache") else None
+        d["_kiln_cache"] = cache
+
+    def __call__(self, *args, **kwargs):
+        return self.__dict__["_kiln_call"](*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        return self.__dict__["_kiln_call"](*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_orig_mod"], name)
+
+    def __setattr__(self, name, value):
+        setattr(self.__dict__["_orig_mod"], name, value)
+
+    def __delattr__(self, name):
+        delattr(self.__dict__["_orig_mod"], name)
+
+    def __dir__(self):
+        return dir(self.__dict__["_orig_mod"])
+
+    def __repr__(self):
+        return f"OptimizedModule({self.__dict__['_orig_mod']!r})"
+
+    def __getstate__(self):
+        raise TypeError("pickle OptimizedModule._orig_mod instead of the compiled wrapper")
+
+    def __deepcopy__(self, memo):
+        """A compiled copy of a deep copy of the original (same compile settings)."""
+        d = self.__dict__
+        return OptimizedModule(copy.deepcopy(d["_orig_mod"], memo), d["_kiln_settings"])

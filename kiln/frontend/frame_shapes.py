@@ -1,0 +1,120 @@
+"""The frontend's sizes: the static view of a tensor's sizes and the automatic-dynamic policy.
+
+`static_size`/`static_sizes`/`static_strides`/`static_numel` give the frontend's static view
+(Python ints, pinned by the TENSOR_MATCH guard); `FrameShapes` decides which dimensions become
+dynamic (symbols of a `kiln.symbolic.shape_env.ShapeEnv`).
+"""
+
+import dataclasses
+
+from kiln import logs
+from kiln.symbolic.shape_env import MIN_SYMBOL_VALUE
+
+
+@dataclasses.dataclass(frozen=True)
+class SymSize:
+    """One size of one traced tensor: where it came from and its concrete value (hint)."""
+
+    hint: int
+    tensor_source: object = None
+    dim: int = 0
+
+    def specialize(self):
+        """The concrete int; the tensor's TENSOR_MATCH guard already pins it."""
+        return self.hint
+
+
+def static_size(example, dim, source=None):
+    """The traced value of `example.size(dim)` (an int while every size is static)."""
+    return SymSize(int(example.shape[dim]), source, dim).specialize()
+
+
+def static_sizes(example, source=None):
+    """The traced value of `example.shape` as a tuple."""
+    return tuple(static_size(example, d, source) for d in range(example.dim()))
+
+
+def static_strides(example):
+    """The traced value of `example.stride()` as a tuple."""
+    return tuple(int(s) for s in example.stride())
+
+
+def static_numel(example):
+    """The traced value of `example.numel()`."""
+    n = 1
+    for s in static_sizes(example):
+        n *= s
+    return n
+
+
+# ---------------------------------------------------------------------------------------------
+# Which dimensions are dynamic
+
+
+def mark_dynamic(t, dim):
+    """Mark dimension(s) of tensor `t` dynamic for the next compilation."""
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    marked = set(getattr(t, "_kiln_dynamic_dims", ()))
+    marked.update(d % t.dim() for d in dims)
+    t._kiln_dynamic_dims = marked
+
+
+def mark_static(t, dim):
+    """Mark dimension(s) of tensor `t` static (never made dynamic)."""
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    marked = set(getattr(t, "_kiln_static_dims", ()))
+    marked.update(d % t.dim() for d in dims)
+    t._kiln_static_dims = marked
+
+
+def changed_dims(old_shapes, new_shapes):
+    """The automatic-dynamic policy: `{source: {dim}}` of dims whose size changed (not to/from 0/1).
+
+    A source whose rank changed, or that is new, gets no dims (it recompiles static).
+    """
+    out = {}
+    for source, new in new_shapes.items():
+        old = old_shapes.get(source)
+        if old is None or len(old) != len(new):
+            continue
+        dims = {
+            d
+            for d, (a, b) in enumerate(zip(old, new))
+            if a != b and a is not None and a >= MIN_SYMBOL_VALUE and b >= MIN_SYMBOL_VALUE
+        }
+        if dims:
+            out[source] = dims
+    return out
+
+
+class FrameShapes:
+    """Per-frame automatic-dynamic state: last sizes seen and the dims already made dynamic."""
+
+    def __init__(self):
+        self.sizes = {}  # source -> tuple of last sizes
+        self.dynamic = {}  # source -> set of dims made dynamic
+
+    def update(self, new_shapes):
+        """Record one call's shapes; returns `{source: {dim}}` newly made dynamic (for logs)."""
+        newly = {}
+        for source, dims in changed_dims(self.sizes, new_shapes).items():
+            fresh = dims - self.dynamic.get(source, set())
+            if fresh:
+                newly[source] = fresh
+                self.dynamic.setdefault(source, set()).update(fresh)
+                for d in sorted(fresh):
+                    old, new = self.sizes[source][d], new_shapes[source][d]
+                    logs.log("recompiles", f"{source} dim {d} became dynamic: size {old} -> {new}")
+        self.sizes.update({s: tuple(v) for s, v in new_shapes.items()})
+        return newly
+
+    def dynamic_dims(self, source, t, dynamic=None):
+        """The dims of tensor `t` (at `source`) to trace symbolically under `dynamic=` (torch's)."""
+        static = getattr(t, "_kiln_static_dims", set())
+        if dynamic is False:
+            return set()
+        if dynamic is True:
+            dims = set(range(t.dim()))
+        else:
+            dims = set(self.dynamic.get(source, ())) | set(getattr(t, "_kiln_dynamic_dims", ()))
+        return {d for d in dims if d not in static}
