@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo bench test lint format clean
+.PHONY: demo bench test lint format clean test-pythons
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,5 +34,21 @@ format: $(STAMP)
 	$(PY) -m ruff check --fix kiln kiln_bench tests benchmarks
 	$(PY) -m ruff format kiln kiln_bench tests benchmarks
 
+# The whole suite on the other supported Pythons, each in its own venv built from pyenv's
+# interpreter (not part of CI: torch there is PyPI's CUDA build, ~5 GB per Python, run on the CPU).
+PYENV_ROOT    ?= $(shell pyenv root 2>/dev/null)
+OTHER_PYTHONS := 3.12.1 3.13.0
+
+.venv-%/.installed: pyproject.toml constraints.txt
+	$(PYENV_ROOT)/versions/$(filter $*.%,$(OTHER_PYTHONS))/bin/python -m venv .venv-$*
+	.venv-$*/bin/python -m pip install -q --upgrade pip
+	.venv-$*/bin/python -m pip install -q -c constraints.txt -e ".[dev,bench]"
+	touch $@
+
+test-pythons: $(foreach v,$(OTHER_PYTHONS),.venv-$(basename $(v))/.installed)
+	status=0; for v in $(basename $(OTHER_PYTHONS)); do \
+	  echo "== Python $$v"; .venv-$$v/bin/python -m pytest -n 2 tests || status=1; \
+	done; exit $$status
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) .venv-3.* build *.egg-info .pytest_cache

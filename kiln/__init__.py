@@ -17,15 +17,26 @@ from kiln.api import (
     reset,
 )
 from kiln.logs import counters
+from kiln.tools import hooks as _tool_hooks  # noqa: F401  (debug dir, minifier: kiln.hooks)
 from kiln.tools.explain import explain
 
-_LAZY_SUBMODULES = ("compiled_autograd", "bytecode", "frontend", "autograd", "backend", "tools")
+_LAZY_SUBMODULES = (
+    "compiled_autograd",
+    "bytecode",
+    "frontend",
+    "autograd",
+    "backend",
+    "tools",
+    "export",  # callable: kiln.export(model, args) (kiln/export/__init__.py)
+)
 
 
 def __getattr__(name):
     """`kiln.compiled_autograd.enable(...)` etc. without importing every stage with kiln."""
     if name in _LAZY_SUBMODULES:
         return importlib.import_module(f"kiln.{name}")
+    if name in ("save", "load"):  # kiln.save(program, path) / kiln.load(path)
+        return getattr(importlib.import_module("kiln.export.serialize"), name)
     raise AttributeError(f"module 'kiln' has no attribute {name!r}")
 
 
@@ -36,6 +47,7 @@ __all__ = [
     "counters",
     "disable",
     "explain",
+    "export",
     "graph_break",
     "list_backends",
     "list_mode_options",
@@ -44,4 +56,6 @@ __all__ = [
     "mark_static",
     "register_backend",
     "reset",
+    "load",
+    "save",
 ]

@@ -15,6 +15,8 @@ skip_modules = (
     "kiln",
 )  # frames from these are never captured
 suppress_errors = False  # internal errors in kiln fall back to eager (True) or raise (False)
+verbose = False  # errors keep kiln's internal frames in their tracebacks (KILN_VERBOSE=1)
+warn_graph_breaks = True  # warn once per compiled function that breaks into several graphs
 
 # --- dynamic shapes ---
 automatic_dynamic_shapes = True  # a changed size recompiles once with that dimension symbolic
@@ -39,6 +41,11 @@ profile_kernels = False  # kernel/extern calls in torch.profiler ranges (kiln:<g
 # --- files ---
 cache_dir = os.path.expanduser("~/.cache/kiln")  # on-disk code and graph cache
 debug_dir = ""  # when set, every compiled frame's artefacts are dumped below it
+
+# --- minifier (kiln/tools/minifier.py) ---
+repro_after = ""  # "aot" | "backend": write repro.py when the code generator / backend fails
+repro_level = ""  # "accuracy": also when compiled outputs differ from eager
+repro_dir = ""  # where repro.py goes (default: the current directory)
 
 
 def _coerce(default, text):

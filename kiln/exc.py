@@ -18,6 +18,9 @@ class Unsupported(KilnError):
         self.frames = []  # [(code, instruction index, line)] of the traced frames, innermost first
         self.no_resume = False  # no resume function can continue after this break
         self.break_state = None  # kiln.contracts.BreakState, set by the root translator
+        # Set under fullgraph=True by kiln.frontend.user_errors.fullgraph_error:
+        self.kiln_details = None  # the user's frames and a hint, printed after the message
+        self.kiln_trim = False  # the entry wrapper drops kiln's frames from the traceback
 
     @property
     def root_index(self):
@@ -35,9 +38,8 @@ class Unsupported(KilnError):
         return None if self.break_state is None else self.break_state.locals
 
     def __str__(self):
-        if self.user_location:
-            return f"{self.msg}\n  at {self.user_location}"
-        return self.msg
+        text = f"{self.msg}\n  at {self.user_location}" if self.user_location else self.msg
+        return f"{text}\n{self.kiln_details}" if self.kiln_details else text
 
 
 class CompiledAutogradCall(Unsupported):

@@ -27,6 +27,7 @@ class ModelSpec:
     builder: object  # (device, dtype, batch=None) -> (model, example_inputs, loss_fn)
     tags: tuple  # "builtin" | "hf", "quick", "conv", "transformer", "pointwise", ...
     about: str  # one line for `kiln bench --list`
+    modes: tuple = ("inference", "training")  # the modes it is measured in
 
     def build(self, device="cpu", dtype=torch.float32, batch=None):
         """Build the model (in train mode) and its inputs on a device in a dtype."""
@@ -41,14 +42,25 @@ REGISTRY: dict[str, ModelSpec] = {}
 QUICK = ("pointwise", "mlp", "nanogpt")
 
 
-def register(name, tags, about):
+def register(name, tags, about, modes=("inference", "training")):
     """Decorator adding a builder to the registry."""
 
     def wrap(builder):
-        REGISTRY[name] = ModelSpec(name, builder, tuple(tags), about)
+        REGISTRY[name] = ModelSpec(name, builder, tuple(tags), about, tuple(modes))
         return builder
 
     return wrap
+
+
+def compile_model(compile_fn, model):
+    """What a compiler runs: `compile_fn(model)`, or, for a model that compiles only its parts
+    (a generation loop compiles its language model, the loop stays Python as users write it),
+    the model after `model.compile_parts(compile_fn)`."""
+    parts = getattr(model, "compile_parts", None)
+    if parts is None:
+        return compile_fn(model)
+    parts(compile_fn)
+    return model
 
 
 def _ce_loss(num_classes, shape, device):
@@ -431,6 +443,92 @@ def build_hf_vit(device, dtype, batch=None):
         HFWrapper(ViTForImageClassification(cfg), ["pixel_values"]), [pixels], device, dtype
     )
     return model, placed, _ce_loss(10, (batch,), device)
+
+
+def _llama_config():
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=_VOCAB,
+        hidden_size=_SMALL["hidden"],
+        intermediate_size=_SMALL["ffn"],
+        num_hidden_layers=_SMALL["layers"],
+        num_attention_heads=_SMALL["heads"],
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        attention_dropout=0.0,
+    )
+
+
+class HFDefaultCache(nn.Module):
+    """A causal LM called as users call it: `model(input_ids)`, `use_cache` left at its default
+    (the model makes a DynamicCache inside forward and returns it); the logits."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(ids).logits
+
+
+@register(
+    "hf_llama_cache",
+    ("hf", "transformer", "decoder"),
+    "HF LLaMA causal LM with its default KV cache (made in forward), T=64",
+)
+def build_hf_llama_cache(device, dtype, batch=None):
+    _quiet_transformers()
+    from transformers import LlamaForCausalLM
+
+    batch = batch or 4
+    ids = torch.randint(0, _VOCAB, (batch, 64))
+    model, placed = _place(HFDefaultCache(LlamaForCausalLM(_llama_config())), [ids], device, dtype)
+    return model, placed, _ce_loss(_VOCAB, tuple(ids.shape), device)
+
+
+class HFGenerate(nn.Module):
+    """Greedy generation as users write it: a prefill, then `steps` decode steps feeding back
+    `out.past_key_values` (a growing DynamicCache). Only the language model is compiled
+    (compile_parts); the loop is Python. Returns the logits of every generated position."""
+
+    def __init__(self, model, steps):
+        super().__init__()
+        self.model = model
+        self.steps = steps
+        self.__dict__["step"] = model  # the (compiled) model the loop calls; not a submodule
+
+    def compile_parts(self, compile_fn):
+        self.__dict__["step"] = compile_fn(self.model)
+
+    def forward(self, prompt):
+        from transformers import DynamicCache
+
+        step = self.__dict__["step"]
+        out = step(prompt, past_key_values=DynamicCache(config=self.model.config), use_cache=True)
+        logits = [out.logits[:, -1:]]
+        for _ in range(self.steps):
+            nxt = logits[-1].argmax(-1)
+            out = step(nxt, past_key_values=out.past_key_values, use_cache=True)
+            logits.append(out.logits)
+        return torch.cat(logits, 1)
+
+
+@register(
+    "hf_llama_generate",
+    ("hf", "transformer", "decoder"),
+    "HF LLaMA greedy generation: prefill T=32, then 16 decode steps with a growing cache",
+    modes=("inference",),
+)
+def build_hf_llama_generate(device, dtype, batch=None):
+    _quiet_transformers()
+    from transformers import LlamaForCausalLM
+
+    batch = batch or 4
+    ids = torch.randint(0, _VOCAB, (batch, 32))
+    model = HFGenerate(LlamaForCausalLM(_llama_config()), steps=16)
+    model, placed = _place(model, [ids], device, dtype)
+    return model, placed, _ce_loss(_VOCAB, (batch, 17), device)
 
 
 def select(names=None, tags=None):

@@ -360,7 +360,7 @@ class Runner:
         def fresh(compiler):
             model = copy.deepcopy(base)
             opt = _make_optimizer(s.optimizer, model) if mode == "training" else None
-            return Live(compiler, model, compiler.compile(model), opt)
+            return Live(compiler, model, suite.compile_model(compiler.compile, model), opt)
 
         def step(live):
             return _step(live.fn, live.model, live.opt, inputs, loss_fn, mode)
@@ -475,7 +475,7 @@ class Runner:
         specs = suite.select(self.s.models)
         if self.s.explain and specs:
             self.explain_first(specs[0])
-        cases = [(spec, mode) for spec in specs for mode in self.s.modes]
+        cases = [(spec, mode) for spec in specs for mode in self.s.modes if mode in spec.modes]
         bar = _progress(len(cases) + 1, enabled=self.s.progress)
         bar.set_postfix_str("start-up + per-call overhead")
         self.measure_overhead()

@@ -15,7 +15,11 @@ KILN = ROOT / "kiln"
 # A module may import any module of its own layer, and of the layers its row names. The same table
 # is in docs/ARCHITECTURE.md.
 LAYERS = (
-    ("base", ("kiln.config", "kiln.exc", "kiln.logs", "kiln.contracts", "kiln.modes"), ()),
+    (
+        "base",
+        ("kiln.config", "kiln.exc", "kiln.logs", "kiln.contracts", "kiln.hooks", "kiln.modes"),
+        (),
+    ),
     ("symbolic", ("kiln.symbolic",), ("base",)),
     ("bytecode", ("kiln.bytecode",), ("base",)),
     ("autograd", ("kiln.autograd",), ("symbolic", "base")),
@@ -28,8 +32,13 @@ LAYERS = (
         ("frontend", "registry", "autograd", "symbolic", "base"),
     ),
     ("api", ("kiln.api",), ("compiled_autograd", "frontend", "registry", "base")),
-    ("tools", ("kiln.tools", "kiln.__main__"), ("api", "frontend", "base")),
-    ("package", ("kiln",), ("tools", "api", "base")),
+    ("export", ("kiln.export",), ("api", "frontend", "backend", "symbolic", "base")),
+    (
+        "tools",
+        ("kiln.tools", "kiln.__main__"),
+        ("export", "api", "frontend", "backend", "autograd", "symbolic", "base"),
+    ),
+    ("package", ("kiln",), ("tools", "export", "api", "base")),
 )
 _EVERY_LAYER = tuple(name for name, _, _ in LAYERS)
 
@@ -43,6 +52,13 @@ autograd.partition -> networkx
     import time: networkx loads only for the min-cut partition
 tools.cli -> kiln_bench
     optional: the benchmark harness is not a dependency of kiln; only `kiln bench` needs it
+tools.cli -> tools.minifier
+    import time: `kiln bench` does not load the minifier (and the backend under it)
+tools.hooks -> tools.debug_dir
+    import time: `import kiln` registers the hooks; the debug dir report (and the backend under
+    its run.py scripts) loads only when KILN_DEBUG_DIR is set
+tools.hooks -> tools.minifier
+    import time: the minifier (and the backend under it) loads only under KILN_REPRO_AFTER
 frontend.variables.functions -> frontend.translator
     cycle: the translator builds function variables; calling one inlines it with
     InliningTranslator

@@ -132,6 +132,37 @@ def _same_meta(a, b):
     return False
 
 
+# Note [Functionalize: ops that may return self]
+# `x.to(dtype)` and `x.contiguous()` return x itself when nothing changes (same dtype, device,
+# strides; no copy=True), and a new tensor otherwise; their schemas mark the result as an alias
+# either way. Decompositions use them so (batch norm's `out.to(x.dtype)`), and the result may
+# then be mutated in place (`out += shortcut`). Which case happened is read from the traced
+# values: the same metadata means the op returned its input, and the node is that input (a write
+# to it is a write to the input, as for an in-place op returning self); otherwise it is a fresh
+# value like any other op's.
+_MAYBE_ALIAS = (aten.to, aten.contiguous)
+
+
+def _returns_self(n, func):
+    """Whether the traced `to`/`contiguous` node n returned its input itself (None: unknown,
+    treated as a view)."""
+    src = n.args[0] if n.args else None
+    out, src = n.meta.get("val"), src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+    if not isinstance(out, torch.Tensor) or not isinstance(src, torch.Tensor):
+        return None
+    names = [a.name for a in func._schema.arguments]
+    if "copy" in names:
+        i = names.index("copy")
+        if (n.args[i] if i < len(n.args) else n.kwargs.get("copy", False)) is True:
+            return False
+    if (out.dtype, out.device, out.layout) != (src.dtype, src.device, src.layout):
+        return False
+    sizes = [*out.shape, *out.stride(), *src.shape, *src.stride()]
+    if not all(isinstance(x, int) for x in sizes):
+        return None  # (symbolic sizes: left to the view path)
+    return tuple(out.shape) == tuple(src.shape) and out.stride() == src.stride()
+
+
 def _val(x):
     return x.meta["val"] if isinstance(x, torch.fx.Node) else x
 
@@ -324,7 +355,16 @@ class _Functionalizer:
         written = _written_args(func)
         if written:
             return self.mutation(n, func, written)
-        if is_view_op(func) and isinstance(n.args[0], torch.fx.Node) and n.args[0] in self.root:
+        same = _returns_self(n, func) if func.overloadpacket in _MAYBE_ALIAS else None
+        if same is True:
+            self.alias_to[n] = n.args[0]  # Note [Functionalize: ops that may return self]
+            return
+        if (
+            same is None
+            and is_view_op(func)
+            and isinstance(n.args[0], torch.fx.Node)
+            and n.args[0] in self.root
+        ):
             return self.view(n, func)
         new = self.copy(n)
         self.env[n] = new

@@ -22,7 +22,7 @@ import time
 import torch
 import torch.autograd.profiler as _profiler
 
-from kiln import config, logs, modes
+from kiln import config, hooks, logs, modes
 from kiln.autograd.aot import aot_autograd
 from kiln.autograd.aten_tracer import trace_aten
 from kiln.backend import codecache
@@ -216,9 +216,10 @@ def _compile_in_scope(gm, example_inputs):
     if hit is not None:
         call = _load(hit["wrapper"], hit["cpp"], _constants(gm), gm)
         logs.counters["backend"]["graph_cache_hits"] += 1
-        return CompiledGraph(
+        compiled = CompiledGraph(
             call, hit["wrapper"], hit["cpp"], (), hit.get("sources"), hit.get("strides")
         )
+        return compiled
     retraced = _needs_decomposition(gm)
     if retraced:
         env = GraphMeta.of(gm).shape_env
@@ -242,11 +243,12 @@ def _compile_in_scope(gm, example_inputs):
 def compile_aten_graph(gm, example_inputs):
     """Compile an ATen-level FX graph (from AOT autograd) into a callable returning its outputs."""
     try:
-        return _compile(gm, example_inputs)
+        compiled = _compile(gm, example_inputs)
     except Exception as e:
         if isinstance(e, GraphNotSupported):
             logs.log("perf_hints", "kiln: graph runs eagerly: %s", e)
         else:
+            hooks.fire("backend_error", gm, example_inputs, e)  # KILN_REPRO_AFTER=aot
             if config.raise_on_backend_error:
                 raise BackendCompilerFailed("kiln", e) from e
             logs.warn(
@@ -254,6 +256,7 @@ def compile_aten_graph(gm, example_inputs):
             )
         logs.counters["backend"]["eager_fallbacks"] += 1
         return _eager(gm)
+    return hooks.chain("backend_graph", compiled, gm, example_inputs)  # debug dir, minifier
 
 
 def _eager(gm):

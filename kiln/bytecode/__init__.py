@@ -20,6 +20,7 @@ from kiln.bytecode.edit import (
     retarget,
 )
 from kiln.bytecode.inst import (
+    FOR_ITER_SKIPS,
     PY311,
     PY312,
     PY312_PLUS,
@@ -28,7 +29,9 @@ from kiln.bytecode.inst import (
     ExceptionEntry,
     Inst,
     format,
+    loads_cell,
     make_inst,
+    skipped_at_loop_exit,
 )
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "PY312_PLUS",
     "PY313",
     "PY313_PLUS",
+    "FOR_ITER_SKIPS",
     "BytecodeError",
     "ExceptionEntry",
     "Inst",
@@ -49,8 +53,10 @@ __all__ = [
     "insert_before",
     "remove_unreachable",
     "retarget",
+    "skipped_at_loop_exit",
     "encode",
     "format",
     "format_code",
+    "loads_cell",
     "make_inst",
 ]

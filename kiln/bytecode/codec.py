@@ -208,14 +208,38 @@ class _ArgConverter:
         return arg
 
 
-def encode(insts: list[Inst], like: types.CodeType, **replace) -> types.CodeType:
+def _fill_index_map(index_map, out, at):
+    """index_map[n] = index in decode(<the result>) of insts[n] (Note [Bytecode: index map])."""
+    instr_before = []
+    count = 0
+    for item in out:
+        instr_before.append(count)
+        count += isinstance(item, bc.Instr)
+    instr_before.append(count)
+    for n, k in enumerate(at):
+        index_map[n] = instr_before[k]
+
+
+# Note [Bytecode: index map]
+# encode() may emit more instructions than it is given: a NOP in front of a 3.13 call that
+# starts a try range (Note [Bytecode: 3.13 errors from callee frames]), a 3.13 superinstruction
+# split in two, a 3.12+ backward conditional jump rewritten as a forward jump over a
+# JUMP_BACKWARD. Code that maps instructions of the result back to its input (resume functions:
+# Note [Resume: breaks in resume functions]) passes `index_map` and gets, for each input index,
+# the index of its first instruction in decode(result).
+
+
+def encode(
+    insts: list[Inst], like: types.CodeType, *, index_map: dict | None = None, **replace
+) -> types.CodeType:
     """Assemble instructions into a code object shaped like `like`, with `co_*` fields replaced.
 
     Offsets, jump args and directions, EXTENDED_ARG, inline caches, the exception table, the
     line/position table and co_stacksize are all recomputed. Accepted overrides: co_varnames,
     co_argcount, co_posonlyargcount, co_kwonlyargcount, co_flags, co_firstlineno, co_name,
     co_qualname, co_filename, co_cellvars, co_freevars (co_nlocals is derived). Instructions with
-    no positions take the previous instruction's location.
+    no positions take the previous instruction's location. `index_map` (a dict) receives each
+    input index's position in decode(result) (Note [Bytecode: index map]).
     """
     unknown = set(replace) - set(_FIELDS) - {"co_varnames", "co_nlocals"}
     if unknown:
@@ -269,6 +293,7 @@ def encode(insts: list[Inst], like: types.CodeType, **replace) -> types.CodeType
             raise BytecodeError("a jump or exception target is not in the instruction list")
 
     current = None  # (ExceptionEntry, TryBegin) of the open range
+    at = [0] * len(insts)
     for n, inst in enumerate(insts):
         entry = inst.exn_tab_entry
         if current is not None and current[0] is not entry:
@@ -287,6 +312,7 @@ def encode(insts: list[Inst], like: types.CodeType, **replace) -> types.CodeType
             if prev is None or _semantics(prev) != _semantics(entry):
                 # Note [Bytecode: 3.13 errors from callee frames]
                 out.append(bc.Instr("NOP", location=loc))
+        at[n] = len(out)  # where this instruction's own first Instr goes
         if inst.target is None:
             split = _SPLIT_SUPER.get(inst.opname)
             if split and any(local_index.get(v, 0) > 15 for v in inst.argval):
@@ -315,6 +341,8 @@ def encode(insts: list[Inst], like: types.CodeType, **replace) -> types.CodeType
             out.append(bc.Instr(opname, target, location=loc))
     if current is not None:
         out.append(bc.TryEnd(current[1]))
+    if index_map is not None:
+        _fill_index_map(index_map, out, at)
 
     try:
         # Note [Bytecode: stack size]: our own dataflow (kiln.bytecode.analysis) over reachable

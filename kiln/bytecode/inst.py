@@ -145,6 +145,29 @@ def _short(inst):
     return f"{inst.opname}{where}"
 
 
+# How many instructions at its target an exhausted FOR_ITER jumps over: 3.12 END_FOR, 3.13
+# END_FOR and the POP_TOP after it (Note [Bytecode: version differences]).
+FOR_ITER_SKIPS = 2 if PY313_PLUS else 1 if PY312_PLUS else 0
+
+
+def skipped_at_loop_exit(insts, n) -> bool:
+    """Whether insts[n] is one an exhausted FOR_ITER jumps over (3.12+): it never runs after a
+    loop ends, so nothing may resume there (the loop's exit is FOR_ITER_SKIPS further on)."""
+    for k in range(FOR_ITER_SKIPS):
+        if n - k >= 0 and insts[n - k].opname == "END_FOR":
+            return True
+    return False
+
+
+def loads_cell(inst, cells) -> bool:
+    """Whether `inst` pushes a cell object (to build a closure): LOAD_CLOSURE on 3.11/3.12; on
+    3.13, where LOAD_CLOSURE is a pseudo-op, a LOAD_FAST of a name in `cells` (the code's
+    co_cellvars and co_freevars). Works on Inst and dis.Instruction alike."""
+    if inst.opname == "LOAD_CLOSURE":
+        return True
+    return PY313_PLUS and inst.opname == "LOAD_FAST" and inst.argval in cells
+
+
 def make_inst(opname, arg=None, argval=None, *, target=None, argrepr=None):
     """A new Inst; argrepr defaults to a readable form of argval."""
     if opname not in dis.opmap:

@@ -12,7 +12,16 @@ import sys
 import torch
 
 from kiln import logs
-from kiln.bytecode import PY312_PLUS, PY313_PLUS, decode, emit, encode, first_resume, format_code
+from kiln.bytecode import (
+    FOR_ITER_SKIPS,
+    PY312_PLUS,
+    PY313_PLUS,
+    decode,
+    emit,
+    encode,
+    first_resume,
+    format_code,
+)
 from kiln.exc import unimplemented
 from kiln.frontend.resume import (
     ResumeUnsupported,
@@ -63,11 +72,12 @@ class PyCodegen:
         self.instrs.extend(instrs)
 
     def reconstruct(self, var):
-        if (
+        if var.source is None and (
             isinstance(var, (ListVariable, ConstDictVariable, NewObjectVariable, SetVariable))
-            and var.source is None
+            or getattr(var, "keeps_identity", False)
         ):
-            # Mutable containers are rebuilt once; every later use loads the same object.
+            # Mutable containers (and objects with state: a contextmanager, a generator) are
+            # rebuilt once; every later use loads the same object.
             name = self._temps.get(id(var))
             if name is not None:
                 self.extend(emit.load_fast(name))
@@ -135,9 +145,15 @@ def _graph_call(output, body):
 def transformed_code(output, code, return_var):
     """The transformed code object of a frame that traced to `return return_var` in one graph."""
     body = PyCodegen(output)
-    output.side_effects.codegen(body)
-    body.reconstruct(return_var)  # (a SizeVariable rebuilds torch.Size from its items)
-    body.extend(emit.return_value())
+    result = []
+
+    def load_result():  # (a SizeVariable rebuilds torch.Size from its items)
+        body.reconstruct(return_var)
+        result.append(body.new_temp())
+        body.extend(emit.store_fast(result[0]))
+
+    output.side_effects.codegen(body, before_stores=load_result)
+    body.extend(emit.load_fast(result[0]) + emit.return_value())
     new_code = assemble(code, _graph_call(output, body) + body.instrs, body.temp_names)
     _log_bytecode(code, new_code)
     return new_code
@@ -303,10 +319,13 @@ class _BreakCodegen:
         self.code, self.e, self.site = code, e, site
         self.locals = e.break_state.locals
         self.resume_factory = resume_factory
+        # a resume function's own __stackN arguments are not locals of the original code (where
+        # its breaks are placed when its origin is known); otherwise they are live like any other
         self.live = sorted(
             n
             for n, v in self.locals.items()
-            if not isinstance(v, DeletedVariable) and not n.startswith("__stack")  # resume's own
+            if not isinstance(v, DeletedVariable)
+            and not (site.in_resume and n.startswith("__stack"))
         )
         body = self.body = PyCodegen(output, callee_factory)
         body.closure_callee = resume_factory  # a code with free variables: entry(fn, *args)
@@ -586,8 +605,8 @@ def _for_iter_exit():
 
 def _for_iter_resume_index(for_iter):
     """Index of the instruction an exhausted FOR_ITER continues at (Note [Bytecode: version
-    differences]); resume.py refuses the 3.12+ indexes after END_FOR for now."""
-    return for_iter.target_index + (2 if PY313_PLUS else 1 if PY312_PLUS else 0)
+    differences])."""
+    return for_iter.target_index + FOR_ITER_SKIPS
 
 
 def _stack_effect(inst):

@@ -8,6 +8,7 @@ import torch
 
 from kiln.frontend.frame_cache import FrameCache, make_wrapper, module_eager
 from kiln.frontend.markers import kiln_marker
+from kiln.frontend.variables.functions import is_torch_disabled
 
 
 def compile_callable(model, settings):
@@ -22,6 +23,8 @@ def compile_callable(model, settings):
             f"kiln.compile expects a function or an nn.Module, got {type(model).__name__}"
         )
     if kiln_marker(model, "_kiln_disabled"):
+        return model
+    if is_torch_disabled(model):  # @torch.compiler.disable / @torch._dynamo.disable: uncompiled
         return model
     if kiln_marker(model, "_kiln_orig_fn"):
         model = model._kiln_orig_fn

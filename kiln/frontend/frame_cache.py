@@ -9,6 +9,7 @@ lives in `FrameCache.miss`, which runs only when no guard passes.
 
 import dis
 import functools
+import inspect
 import io
 import os
 import re
@@ -18,19 +19,28 @@ import weakref
 import torch
 import torch.fx
 
-from kiln import config, logs
+from kiln import config, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import CompiledAutogradCall, Unsupported, unimplemented
 from kiln.frontend.bytecode_gen import NoBreakHere, transformed_code, transformed_code_at_break
 from kiln.frontend.frame_shapes import FrameShapes, changed_dims
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
 from kiln.frontend.output_graph import OutputGraph
-from kiln.frontend.source import LocalSource
+from kiln.frontend.source import GetItemSource, LocalSource
 from kiln.frontend.translator import InstructionTranslator
+from kiln.frontend.user_errors import fullgraph_error, warn_graph_breaks
 
 _all_caches = weakref.WeakSet()
 _logged_breaks = set()  # (reason, user location) already printed on the graph_breaks channel
 _recorders = []  # explain(): objects with on_graph(gm, fn), on_break(record), on_entry(entry)
+
+
+def _first_arg_source(code):
+    """Where the frame's first positional argument (the module) is: its own name, or item 0 of
+    `*args` in a decorator's `wrapper(*args, **kwargs)`."""
+    if code.co_argcount == 0 and code.co_flags & inspect.CO_VARARGS:
+        return GetItemSource(LocalSource(code.co_varnames[code.co_kwonlyargcount]), 0)
+    return LocalSource(code.co_varnames[0])
 
 
 class CacheEntry:
@@ -76,6 +86,9 @@ class FrameCache:
         self.dynamic_closure = False
         self.frame_shapes = FrameShapes()  # sizes seen and dims made dynamic (automatic dynamic)
         self._shape_kinds = {}  # source name -> "tensor" | "int" (what FrameShapes tracks)
+        self.root = self  # the cache of the function the user compiled (children point to it)
+        self.tree_breaks = []  # root only: breaks of the root and its children, for the warning
+        self.breaks_warned = False
         _all_caches.add(self)
 
     def _child(self, key, fn, **kw):
@@ -83,6 +96,7 @@ class FrameCache:
         if wrapper is None:
             cache = FrameCache(fn, self.settings, **kw)
             cache.children = self.children  # one table per root: a loop's resume functions
+            cache.root = self.root
             wrapper = self.children[key] = make_wrapper(cache)  # are compiled once
         return wrapper
 
@@ -97,6 +111,7 @@ class FrameCache:
             if wrapper is None:
                 cache = ClosureFrameCache(code, self.fn.__globals__, self.settings)
                 cache.children = self.children
+                cache.root = self.root
                 wrapper = self.children[code] = make_closure_wrapper(cache)
             return wrapper
         fn = types.FunctionType(code, self.fn.__globals__, code.co_name)
@@ -113,6 +128,8 @@ class FrameCache:
         self.entry_info.clear()
         self.skip = False
         self.breaks.clear()
+        self.tree_breaks.clear()
+        self.breaks_warned = False
         self._limit_warned = False
         self.frame_shapes = FrameShapes()
         self._shape_kinds.clear()
@@ -177,6 +194,16 @@ class FrameCache:
 
     def miss(self, args, kwargs):
         """No guard passed: compile a new entry (or run eagerly), then run it."""
+        try:
+            return self._miss(args, kwargs)
+        finally:
+            root = self.root
+            if root.tree_breaks and not root.breaks_warned:
+                root.breaks_warned = True
+                if config.warn_graph_breaks and not logs.enabled("graph_breaks") and not _recorders:
+                    warn_graph_breaks(root.fn, root.tree_breaks, root.module_root)
+
+    def _miss(self, args, kwargs):
         if self.skip:
             return self.run_eager(args, kwargs)
         if torch._C._is_any_autocast_enabled():
@@ -201,35 +228,52 @@ class FrameCache:
                 self.skip = True
                 return self.run_eager(args, kwargs)
             logs.counters["stats"]["recompiles"] += 1
+            if config.debug_dir:  # the report (kiln/tools/debug_dir.py) lists the failures
+                failures = [first_failure(e.guard, args, kwargs) for e in self.entry_info]
+                hooks.fire(
+                    "recompile", self.fn, [f"entry {i}: {f}" for i, f in enumerate(failures)]
+                )
             if logs.enabled("recompiles"):
                 reasons = [
                     f"  entry {i}: {first_failure(e.guard, args, kwargs)}"
                     for i, e in enumerate(self.entry_info)
                 ]
+                code = self.fn.__code__
                 logs.log(
-                    "recompiles", "recompiling %s, guards failed:\n%s", name, "\n".join(reasons)
+                    "recompiles",
+                    "recompiling %s (%s:%d), guards failed:\n%s",
+                    name,
+                    code.co_filename,
+                    code.co_firstlineno,
+                    "\n".join(reasons),
                 )
         logs.counters["frames"]["total"] += 1
+        # The frame runs eagerly after (not inside) the except clause: an exception the user's
+        # code raises must not get kiln's Unsupported as its __context__.
+        entry = None
         try:
             self.observe_shapes(args, kwargs)
             entry = self.compile(args, kwargs)
         except Unsupported as e:
             if self.settings.fullgraph:
+                fullgraph_error(e, self.fn)  # adds the user's frames and a hint to e
                 raise
             self._record_break(e)
+        except Exception as e:
+            if isinstance(e, TypeError) and not _binds(self.fn, args, kwargs):
+                # Python's own error, naming the function (`f() missing 1 required ...`)
+                return self.run_eager(args, kwargs)
+            if not config.suppress_errors:
+                raise
+            logs.warn(
+                "kiln: internal error compiling %s (%s: %s); running eagerly",
+                name,
+                type(e).__name__,
+                e,
+            )
+        if entry is None:
             self.skip = True
             return self.run_eager(args, kwargs)
-        except Exception as e:
-            if config.suppress_errors:
-                logs.warn(
-                    "kiln: internal error compiling %s (%s: %s); running eagerly",
-                    name,
-                    type(e).__name__,
-                    e,
-                )
-                self.skip = True
-                return self.run_eager(args, kwargs)
-            raise
         logs.counters["frames"]["ok"] += 1
         self.entries.append((entry.guard, entry.code if self.dynamic_closure else entry.fn))
         self.entry_info.append(entry)
@@ -242,6 +286,7 @@ class FrameCache:
     def _record_break(self, e):
         record = BreakRecord(self.fn, e.msg, e.user_location)
         self.breaks.append(record)
+        self.root.tree_breaks.append(record)
         logs.counters["graph_breaks"][e.msg] += 1
         logs.counters["stats"]["graph_breaks"] += 1
         key = (e.msg, e.user_location)
@@ -250,10 +295,12 @@ class FrameCache:
             logs.log("graph_breaks", "graph break in %s: %s", self.fn.__qualname__, record)
         for r in _recorders:
             r.on_break(record)
+        hooks.fire("graph_break", record)
 
     def compile(self, args, kwargs):
         """Trace the frame for these arguments: guard function + transformed function."""
         fn = self.fn
+        hooks.fire("frame_start", fn)
         dynamic, dynamic_ints = self.settings.dynamic, False
         if self.module_root and isinstance(args[0], torch.fx.GraphModule):
             # Note [Shapes: size-generic graph modules]: a GraphModule made to serve many sizes
@@ -275,7 +322,7 @@ class FrameCache:
         )
         output.dynamic_ints = dynamic_ints
         if self.module_root:
-            output.guards.add(GuardKind.NO_HOOKS, LocalSource(fn.__code__.co_varnames[0]))
+            output.guards.add(GuardKind.NO_HOOKS, _first_arg_source(fn.__code__))
             output.uses_modules = True
             self._check_module_hooks(args[0])
         tx = InstructionTranslator(output, fn, args, kwargs)
@@ -432,12 +479,28 @@ def make_wrapper(cache):
         for guard, fn in entries:
             if guard(*args, **kwargs):
                 return fn(*args, **kwargs)
-        return miss(args, kwargs)
+        try:
+            return miss(args, kwargs)
+        except Unsupported as e:
+            if getattr(e, "kiln_trim", False):  # Note [Errors: what a fullgraph error shows]
+                raise e.with_traceback(None) from None
+            raise
 
     functools.update_wrapper(kiln_wrapper, cache.fn)
     kiln_wrapper._kiln_cache = cache
     kiln_wrapper._kiln_orig_fn = cache.fn
     return kiln_wrapper
+
+
+def _binds(fn, args, kwargs):
+    """Whether the arguments bind to fn's signature."""
+    try:
+        inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
+    except TypeError:
+        return False
+    except ValueError:
+        return True
+    return True
 
 
 def reset_all():
@@ -463,3 +526,4 @@ def dump_entry(debug_dir, fn, entry, index):
     dis.dis(entry.code, file=buf)
     with open(os.path.join(folder, "bytecode.txt"), "w") as f:
         f.write(buf.getvalue())
+    hooks.fire("frame_compiled", fn, entry, index, folder)

@@ -85,6 +85,9 @@ class GuardSet:
         return iter(self._guards.values())
 
 
+_IDENT = re.compile(r"\W")
+
+
 class _Namer:
     """Names the expected values bound into the guard function's closure."""
 
@@ -98,7 +101,7 @@ class _Namer:
             key = (type(value), value) if by_value else id(value)
         if key in self._ids:
             return self._ids[key]
-        name = f"___{hint}"
+        name = f"___{_IDENT.sub('_', hint)}"  # a type's __name__ may be any str ("typing.io")
         if name in self.values:
             name = f"___{hint}_{len(self.values)}"
         self.values[name] = value

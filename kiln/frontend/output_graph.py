@@ -6,7 +6,7 @@ import re
 import torch
 import torch.fx
 
-from kiln import config, logs
+from kiln import config, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import BackendCompilerFailed
 from kiln.frontend.frame_shapes import FrameShapes
@@ -230,8 +230,10 @@ class OutputGraph:
         if logs.enabled("graph_code"):
             logs.log("graph_code", "graph %s of %s:\n%s", name, self.root_fn.__qualname__, gm.code)
         self.gm = gm
+        settings = self.settings
+        backend = hooks.chain("backend", settings.backend, settings.backend_name)  # REPRO_AFTER
         try:
-            compiled = self.settings.backend(gm, example_inputs)
+            compiled = backend(gm, example_inputs)
         except Exception as e:
             if config.raise_on_backend_error:
                 raise BackendCompilerFailed(self.settings.backend_name, e) from e
@@ -248,5 +250,38 @@ class OutputGraph:
             raise BackendCompilerFailed(
                 self.settings.backend_name, TypeError(f"backend returned {type(compiled).__name__}")
             )
-        self.root_fn.__globals__[name] = compiled
+        self.root_fn.__globals__[name] = _restoring_grad_mode(compiled, gm.graph)
         return name, [source for source, _, _ in self.graph_inputs]
+
+
+def _restoring_grad_mode(compiled, graph):
+    """`compiled`, or, when the graph switches grad mode, a wrapper that leaves grad mode as the
+    graph's end would if a call raises midway (Note [Output graph: grad mode on errors])."""
+    modes = [
+        n.args[0]
+        for n in graph.nodes
+        if n.op == "call_function" and n.target is torch._C._set_grad_enabled
+    ]
+    if not modes:
+        return compiled
+    end_mode = modes[-1]
+
+    def call(*args):
+        try:
+            return compiled(*args)
+        except BaseException:
+            torch._C._set_grad_enabled(end_mode)
+            raise
+
+    return call
+
+
+# Note [Output graph: grad mode on errors]
+# Traced `with torch.no_grad()` blocks are `_set_grad_enabled` nodes in the graph, so an op that
+# raises at run time (an index out of range, a failed check) skips the nodes that leave the
+# block: eagerly, the block's __exit__ would have restored the mode on the way out. The graph is
+# guarded on the grad mode it starts in and ends in the mode its last switch sets (the frame's
+# own mode after every traced block has closed, or what a bare set_grad_enabled() set), so on
+# an exception the wrapper sets that end mode: an error raised in generated code never leaves
+# grad mode changed (a bare set_grad_enabled() after the failing op is the one case it
+# approximates: eagerly it would not have run yet).

@@ -32,6 +32,7 @@ from kiln.bytecode import (
     first_resume,
     make_inst,
     remove_unreachable,
+    skipped_at_loop_exit,
 )
 
 # Note [Resume: layout]
@@ -53,8 +54,8 @@ from kiln.bytecode import (
 # a local that is not an argument becomes LOAD_FAST_CHECK (a local the caller did not pass raises
 # UnboundLocalError instead of reading NULL).
 # Not supported (ResumeUnsupported is raised; the frontend then runs the frame eagerly):
-# generators and coroutines; resuming between 3.11's PRECALL / KW_NAMES and their CALL; at a
-# loop's END_FOR; code that makes cells after its prologue (3.12+ comprehensions over captured
+# generators and coroutines; resuming between 3.11's PRECALL / KW_NAMES and their CALL; at an
+# instruction an exhausted FOR_ITER skips (3.12+ END_FOR, 3.13 and the POP_TOP after it); code that makes cells after its prologue (3.12+ comprehensions over captured
 # variables: MAKE_CELL / LOAD_FAST_AND_CLEAR on a cell mid-body). Never resume inside an except/finally handler (the live exception cannot be
 # restored; analysis cannot tell, the caller must not ask).
 
@@ -249,8 +250,9 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         raise ResumeUnsupported(f"cannot resume at instruction {resume_index} of {code.co_name}")
     target = insts[resume_index]
     before = insts[resume_index - 1]
-    if target.opname == "END_FOR" or before.opname == "END_FOR":
-        raise ResumeUnsupported("cannot resume at a loop's END_FOR (exhausted FOR_ITER skips it)")
+    if skipped_at_loop_exit(insts, resume_index):
+        # a finished loop continues after them (codegen: _for_iter_resume_index)
+        raise ResumeUnsupported(f"cannot resume at {target.opname}: an exhausted FOR_ITER skips it")
     if before.opname in ("PRECALL", "KW_NAMES") and not before.is_terminator:
         # 3.11 PRECALL may have rewritten the NULL slot; KW_NAMES sets a hidden register
         raise ResumeUnsupported(f"cannot resume between {before.opname} and its CALL")
@@ -305,8 +307,10 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         flags |= inspect.CO_NESTED
     offset = target.offset
     name = f"__resume_at_{offset}"
+    where = {}
     new_code = encode(
         insts,
+        index_map=where,
         like=code,
         co_varnames=tuple(varnames),
         co_argcount=len(argnames),
@@ -318,14 +322,12 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         co_name=name,
         co_qualname=f"{code.co_qualname}.{name}",
     )
-    decoded = decode(new_code)
-    if len(decoded) == len(insts) and all(a.opname == b.opname for a, b in zip(decoded, insts)):
-        origins = {
-            k: i.kiln_origin
-            for k, i in enumerate(insts)
-            if getattr(i, "kiln_origin", None) is not None
-        }
-        _origins[new_code] = (base[0] if base is not None else code, origins)
+    origins = {
+        where[k]: i.kiln_origin
+        for k, i in enumerate(insts)
+        if getattr(i, "kiln_origin", None) is not None
+    }
+    _origins[new_code] = (base[0] if base is not None else code, origins)
     return ResumeFunction(
         code=new_code,
         original=code,

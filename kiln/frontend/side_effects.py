@@ -126,15 +126,18 @@ class SideEffects:
         self.log = dict(snap)
 
     # --- replay ---------------------------------------------------------------------------------
-    def codegen(self, cg):
-        """Emit the replay (after the graph call, before anything reads the state).
+    def codegen(self, cg, before_stores=None):
+        """Emit the replay (after the graph call, before anything reads the state);
+        `before_stores()` emits more loads between the two phases (the frame's return value).
 
         Note [Side effects: replay order]
         Two phases. First every value to store, and every object stored into, is loaded into a
         temporary: reads see the state before the call (`old = self.a; self.a = new;
         xs.append(old)` appends the old value, though its source `self.a` is stored first).
         Then the stores run in program order (each key at its last mutation), so that stores
-        with observable effects (a setter, Module.__setattr__) happen in eager's order.
+        with observable effects (a setter, Module.__setattr__) happen in eager's order. A return
+        value is loaded before the stores too: `kwargs["new"] = kwargs.pop("old"); return
+        Out(cache=kwargs["new"])` returns the object its source `kwargs["old"]` held on entry.
         """
         stores = []
         for key, (kind, payload) in self.log.items():
@@ -206,6 +209,8 @@ class SideEffects:
             else:  # cell
                 v = _to_temp(cg, lambda payload=payload: cg.reconstruct(payload))
                 stores.append(emit.load_fast(v) + emit.store_deref(key[1]))
+        if before_stores is not None:
+            before_stores()
         for code in stores:
             cg.extend(code)
 

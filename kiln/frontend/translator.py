@@ -16,6 +16,7 @@ import sys
 
 import torch
 
+from kiln.bytecode import FOR_ITER_SKIPS, loads_cell
 from kiln.bytecode import decode as bytecode_decode
 from kiln.contracts import BreakState
 from kiln.exc import Unsupported, unimplemented
@@ -121,6 +122,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         self.instructions = decode(code)
         self.symbolic_locals = dict(symbolic_locals)
         self.closure = closure  # freevar name -> (cell, source) or CellRefVariable
+        self.cell_names = frozenset(code.co_cellvars + code.co_freevars)
         self.inline_depth = inline_depth
         self.stack = []
         self.ip = 0
@@ -249,6 +251,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
 
     # --- locals, constants, globals, cells ------------------------------------------------------
     def LOAD_FAST(self, inst):
+        if loads_cell(inst, self.cell_names):  # 3.13: the cell itself, for a closure
+            self.LOAD_CLOSURE(inst)
+            return
         self.push(self.get_local(inst.argval))
 
     LOAD_FAST_CHECK = LOAD_FAST
@@ -516,8 +521,10 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
 
     def MAKE_FUNCTION(self, inst):
         code = self.pop().as_python_constant()
-        flags = 0 if PY313 else inst.arg
-        self._make_function(code, flags)
+        if PY313:  # the attributes follow, one SET_FUNCTION_ATTRIBUTE per flag
+            self.push(NestedUserFunctionVariable(code, self.f_globals))
+            return
+        self._make_function(code, inst.arg)
 
     def _make_function(self, code, flags):
         closure = self.pop() if flags & 0x08 else None
@@ -543,6 +550,8 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
     def SET_FUNCTION_ATTRIBUTE(self, inst):  # 3.13
         fn = self.pop()
         value = self.pop()
+        if not isinstance(fn, NestedUserFunctionVariable):
+            unimplemented(f"SET_FUNCTION_ATTRIBUTE on {fn}")
         if inst.arg == 0x08:
             cells = value.unpack_var_sequence(self)
             if not all(isinstance(c, CellRefVariable) for c in cells):
@@ -585,6 +594,12 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         if v.is_python_constant() or isinstance(v, (TensorVariable, BaseListVariable)):
             return False
         if getattr(v, "value", None) is not None or v.source is not None:
+            return False
+        try:
+            typ = v.python_type()  # (an object made while tracing: its class is known)
+        except Exception:
+            typ = None
+        if typ is not None and typ is not type(None):
             return False
         unimplemented(f"`is None` of {v}")
 
@@ -637,10 +652,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         # the target; 3.13 skips END_FOR and the POP_TOP after it.
         self.pop()
         self.jump(inst)
-        if PY312:
-            self.ip += 1
-        elif PY313:
-            self.ip += 2
+        self.ip += FOR_ITER_SKIPS
 
     def END_FOR(self, inst):  # 3.12: pops two; 3.13: pops one
         self.pop()
@@ -658,9 +670,10 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
             self.push(ListIteratorVariable(v.unpack_var_sequence(self)))
 
     def SEND(self, inst):
-        """`yield from it` (3.11): the next item of a known iterator, else its return value."""
-        if not PY311:
-            unimplemented("SEND (yield from / await) on this Python")
+        """`yield from it`: the next item of a known iterator, else its return value.
+
+        [it, None] -> [it, item], or exhausted: 3.11 [value] and a jump past the loop; 3.12+
+        [it, value] and a jump to END_SEND, which drops `it`."""
         v = self.pop()
         it = self.stack[-1]
         if not (isinstance(v, ConstantVariable) and v.value is None):
@@ -671,8 +684,17 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         if item is not None:
             self.push(item)
             return
-        self.stack[-1] = getattr(it, "gen_return", None) or ConstantVariable(None)
+        value = getattr(it, "gen_return", None) or ConstantVariable(None)
+        if PY311:
+            self.stack[-1] = value
+        else:
+            self.push(value)
         self.jump(inst)
+
+    def END_SEND(self, inst):  # 3.12+: [it, value] -> [value]
+        value = self.pop()
+        self.pop()
+        self.push(value)
 
     def RETURN_CONST(self, inst):  # 3.12+
         self.push(ConstantVariable(inst.argval))
@@ -735,7 +757,9 @@ class InliningTranslator(InstructionTranslatorBase):
         """
         self.run_loop()
         if self.is_generator:
-            it = ListIteratorVariable(self.generated)
+            from kiln.frontend.variables.generators import GeneratorItemsVariable
+
+            it = GeneratorItemsVariable(self.generated)
             it.gen_return = self.return_value  # what `yield from` of it evaluates to
             return it
         return self.return_value

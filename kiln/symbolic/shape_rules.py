@@ -624,17 +624,23 @@ def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bi
     return tuple(Sizes(o) if (m and o is not None) else None for o, m in zip(outs, mask))
 
 
-def sdpa(q, k, v, *args, **kwargs):
+def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """scaled_dot_product_attention: q's sizes with v's last dim."""
     _check_equal(q[-1], k[-1], "sdpa")
     _check_equal(k[-2], v[-2], "sdpa")
-    broadcast_shapes(Sizes(q[:-2]), Sizes(k[:-2]), Sizes(v[:-2]))
+    if enable_gqa and len(q) >= 3:
+        # grouped-query attention: q's heads a multiple of k's and v's (checked on the hints)
+        _check_equal(k[-3], v[-3], "sdpa")
+        broadcast_shapes(Sizes(q[:-3]), Sizes(k[:-3]), Sizes(v[:-3]))
+    else:
+        broadcast_shapes(Sizes(q[:-2]), Sizes(k[:-2]), Sizes(v[:-2]))
     return Sizes((*q[:-1], v[-1]))
 
 
 def sdpa_flash_cpu(q, k, v, *args, **kwargs):
-    """_scaled_dot_product_flash_attention_for_cpu: output and logsumexp [B, H, L]."""
-    sdpa(q, k, v)
+    """_scaled_dot_product_flash_attention_for_cpu ([B, H, L, E], grouped-query heads allowed):
+    output and logsumexp [B, H, L]."""
+    sdpa(q, k, v, enable_gqa=len(q) == 4)
     return Sizes((*q[:-1], v[-1])), Sizes(q[:-1])
 
 

@@ -1,4 +1,4 @@
-"""The `kiln` command line: `kiln bench` (the model suite against eager and torch.compile)."""
+"""The `kiln` command line: `kiln bench` (the suite against eager and torch.compile), `kiln minify`."""
 
 import argparse
 import os
@@ -216,6 +216,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="kiln", description="kiln: a JIT compiler for PyTorch")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     bench_parser(sub)
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "minify":
+        from kiln.tools.minifier import main as minify_main
+
+        return minify_main(argv[1:])
+    sub.add_parser("minify", help="shrink a repro.py to the smallest graph that still fails")
     args = parser.parse_args(argv)
     if args.command == "bench":
         return run_bench(args)

@@ -2,6 +2,7 @@
 
 from kiln import api
 from kiln.frontend import frame_cache as _cache
+from kiln.frontend.user_errors import hint_for
 
 
 class ExplainOutput:
@@ -52,6 +53,9 @@ class ExplainOutput:
             lines.append("Break reasons:")
             for i, b in enumerate(self.breaks):
                 lines.append(f"  {i + 1}. {b.reason}\n     at {b.user_location}")
+                hint = hint_for(b.reason)
+                if hint:
+                    lines.append(f"     hint: {hint}")
         for i, g in enumerate(self.guards):
             lines.append(f"Guards of entry {i}:")
             lines.extend("    " + line for line in g.strip().splitlines())

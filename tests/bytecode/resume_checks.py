@@ -58,8 +58,8 @@ def resume_points(code):
         s = states[r]
         if s is None or not normal[r] or A.MAYBE_NULL in s.stack:
             continue
-        if insts[r].opname == "END_FOR" or insts[r - 1].opname == "END_FOR":
-            continue  # only reached by an exhausted FOR_ITER, which skips them (3.12+)
+        if B.skipped_at_loop_exit(insts, r):
+            continue  # an exhausted FOR_ITER skips it (3.12+): never a resume point
         if insts[r - 1].opname in ("PRECALL", "KW_NAMES"):
             continue  # resume.py refuses these (the frontend never breaks there)
         live = lives[r] - cells
@@ -286,6 +286,8 @@ def all_checks():
         check_with_recipe,
         check_nested_resume,
         check_resume_at_call_in_try,
+        check_resume_after_loop_exit,
+        check_resume_origins_complete,
         check_stdlib_functions,
         check_random_programs,
         check_unsupported,
@@ -419,3 +421,75 @@ def check_resume_at_call_in_try():
     resumed = types.FunctionType(rf.code, h.__globals__)
     assert resumed(Obj()) == "caught attr"
     assert resumed(types.SimpleNamespace(prop=3)) == 3
+
+
+def check_resume_after_loop_exit():
+    """Where an exhausted loop continues (FOR_ITER's target + FOR_ITER_SKIPS) is a resume point
+    on every version; what FOR_ITER skips there (3.12+ END_FOR, 3.13 its POP_TOP) is not."""
+
+    def f(xs):
+        total = 0
+        for x in xs:
+            total += x
+        return total * 2
+
+    insts = B.decode(f.__code__)
+    for_iter = next(n for n, i in enumerate(insts) if i.opname == "FOR_ITER")
+    exit_index = insts.index(insts[for_iter].target) + B.FOR_ITER_SKIPS
+    assert insts[exit_index].opname == "LOAD_FAST", insts[exit_index]
+    state = A.frame_states(insts, ("xs",))[exit_index]
+    rf = R.make_resume_function(f.__code__, exit_index, state.depth, (), ("total",))
+    resumed = types.FunctionType(rf.code, f.__globals__)
+    assert resumed(5) == 10
+    for n in range(len(insts)):
+        if B.skipped_at_loop_exit(insts, n):
+            try:
+                R.make_resume_function(f.__code__, n, 0, (), ("total",))
+                raise AssertionError(f"resumed at {insts[n]!r}, which FOR_ITER skips")
+            except R.ResumeUnsupported:
+                pass
+
+
+def check_resume_origins_complete():
+    """Note [Bytecode: index map]: every instruction of a resume function's copied body maps
+    back to the original instruction it copies, also where encode() adds instructions (the
+    3.13 NOP in front of a call that starts a try range, split superinstructions)."""
+
+    def f(g, x, y):
+        with open(__file__) as fh:  # noqa: F841  (a with block around the calls)
+            try:
+                a = g(x) + y
+                b = g(a, y) + x
+            except KeyError:
+                return "caught"
+        return a + b
+
+    code = f.__code__
+    insts = B.decode(code)
+    # resume at each call (3.11: at its PRECALL): the copied body then starts with that call
+    calls = [n - B.PY311 for n, i in enumerate(insts) if i.opname == "CALL"]
+    states = A.frame_states(insts, ("g", "x", "y"))
+    checked = 0
+    for r in calls:
+        s = states[r]
+        if s is None or A.MAYBE_NULL in s.stack:
+            continue
+        live = tuple(sorted(A.livevars(insts, r) & s.assigned - {"fh"}))
+        rf = R.make_resume_function(
+            code, r, s.depth, s.null_positions, live, setup_with_blocks=s.with_positions
+        )
+        original, index = R.origin(rf.code)
+        assert original is code
+        resumed = B.decode(rf.code)
+        body = range(next(n for n, i in enumerate(resumed) if i.opname == "JUMP_FORWARD") + 1)
+        for n, inst in enumerate(resumed):
+            if n in body or inst.opname == "NOP":
+                continue
+            if n not in index and resumed[n - 1].opname == "LOAD_FAST_CHECK":
+                continue  # the second half of a split 3.13 LOAD_FAST_LOAD_FAST
+            assert n in index, f"resume at {r}: #{n} {inst!r} has no origin"
+            there = insts[index[n]]
+            same = there.opname == inst.opname or (inst.is_jump and there.is_jump)
+            assert same or there.opname in ("LOAD_FAST", "LOAD_FAST_LOAD_FAST"), (inst, there)
+        checked += 1
+    assert checked >= 2, checked

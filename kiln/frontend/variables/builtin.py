@@ -63,6 +63,8 @@ def binary_op(tx, fn, a, b):
     if isinstance(a, SetVariable) and fn in _SET_OPS:
         result = a.call_method(tx, _SET_OPS[fn], [b], {})
         return a if _SET_OPS[fn].endswith("update") else result
+    if fn in (operator.add, operator.iadd):  # `() + t + ()`: a constant tuple/list joins items
+        a, b = _constant_sequence(a, b), _constant_sequence(b, a)
     if fn in _SEQUENCE_OPS and isinstance(a, BaseListVariable):
         if fn in (operator.add, operator.iadd) and isinstance(b, BaseListVariable):
             if fn is operator.iadd and isinstance(a, ListVariable):
@@ -91,6 +93,18 @@ def binary_op(tx, fn, a, b):
     if result is not None:
         return result
     unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
+
+
+def _constant_sequence(value, other):
+    """A constant tuple (list) as a TupleVariable (ListVariable) when added to traced items of
+    the same type; else `value` unchanged."""
+    if not isinstance(value, ConstantVariable) or not isinstance(other, BaseListVariable):
+        return value
+    if type(value.value) is tuple and isinstance(other, TupleVariable):
+        return TupleVariable([ConstantVariable(v) for v in value.value])
+    if type(value.value) is list and type(other) is ListVariable:
+        return ListVariable([ConstantVariable(v) for v in value.value])
+    return value
 
 
 def _zip_strict_error(lengths):
@@ -320,7 +334,20 @@ class BuiltinVariable(VariableTracker):
                 unimplemented("zero-argument super() outside a method")
             cls = tx.load_closure_var("__class__")
             obj = tx.get_local(code.co_varnames[0])
-        return SuperVariable(cls.as_python_constant(), obj)
+        klass = cls.as_python_constant()
+        if not isinstance(klass, type):
+            unimplemented("super() whose first argument is not a type (Python raises TypeError)")
+        if obj is None:
+            unimplemented("super() with one argument (an unbound super object)")
+        typ = obj.python_type()
+        bound = issubclass(typ, klass) or (
+            obj.is_python_constant()
+            and isinstance(obj.as_python_constant(), type)
+            and issubclass(obj.as_python_constant(), klass)
+        )
+        if not bound:
+            unimplemented("super(type, obj): obj is not an instance or subtype of type (TypeError)")
+        return SuperVariable(klass, obj)
 
     def _call_slice(self, tx, *args):
         return ConstantVariable(slice(*[a.as_python_constant() for a in args]))
@@ -587,6 +614,11 @@ def getitem(tx, obj, index):
         return call_tensor_op(tx, "call_function", operator.getitem, [obj, index], {})
     if isinstance(index, TensorVariable):
         unimplemented("indexing a Python container with a tensor")
+    from kiln.frontend.variables.typing_vars import typing_subscript
+
+    folded = typing_subscript(tx, obj, index)
+    if folded is not None:
+        return folded
     return obj.call_method(tx, "__getitem__", [index], {})
 
 

@@ -29,7 +29,7 @@ import sys
 import types
 import weakref
 
-from kiln.bytecode import emit
+from kiln.bytecode import emit, loads_cell
 from kiln.exc import unimplemented
 from kiln.frontend.blocks import MISSING, global_value
 from kiln.frontend.variables.base import VariableTracker
@@ -131,7 +131,14 @@ def _constant_cell(tx, body, name):
         unimplemented(f"class body over non-constant free variable {name!r}")
     if _stores(owner.code, name) > 1:
         unimplemented(f"class body over free variable {name!r}, which the frame rebinds")
-    cell = types.CellType(value.as_python_constant())
+    constant = value.as_python_constant()
+    try:
+        hash(constant)
+    except TypeError:  # a list/dict/set: the class's methods must share the frame's own object
+        unimplemented(
+            f"class body over free variable {name!r} holding a mutable {type(constant).__name__}"
+        )
+    cell = types.CellType(constant)
     _CONSTANT_CELLS[id(cell)] = cell
     return cell
 
@@ -159,16 +166,19 @@ def _check_body(code, f_globals, name):
     def reject(why):
         unimplemented(f"class {name}: its body {why} (it could have side effects)")
 
+    cells = frozenset(code.co_cellvars + code.co_freevars)
     try:
         for inst in dis.get_instructions(code):
-            _step(inst, stack, stored, f_globals, reject)
+            _step(inst, stack, stored, f_globals, reject, cells)
     except IndexError:
         reject("has a stack kiln cannot follow")
 
 
-def _step(inst, stack, stored, f_globals, reject):
+def _step(inst, stack, stored, f_globals, reject, cells=()):
     """One instruction of a class body on a stack of tags (what each value is)."""
     op = inst.opname
+    if loads_cell(inst, cells):  # a cell for a method's closure (3.13: LOAD_FAST)
+        op = "LOAD_CLOSURE"
     if op in _NO_STACK:
         return
     if op in ("LOAD_NAME", "LOAD_GLOBAL"):

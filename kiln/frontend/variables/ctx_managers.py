@@ -219,6 +219,7 @@ class GeneratorContextVariable(VariableTracker):
     enter and on from there on exit (Note [Blocks: context managers])."""
 
     resumable = False
+    keeps_identity = True  # rebuilt once per transformed code (the local and `ctx.__enter__`)
 
     def __init__(self, fn, args, kwargs, **kw):
         super().__init__(**kw)
@@ -299,6 +300,23 @@ class GeneratorContextVariable(VariableTracker):
         return ConstantVariable(True)  # caught inside the generator: suppressed
 
 
+def _check_binds(fn_var, args, kwargs):
+    """Calling the generator function (in `_GeneratorContextManager.__init__`) raises TypeError
+    when the arguments do not bind: a graph break, so that Python raises it."""
+    import inspect
+
+    fn = getattr(fn_var, "fn", None)
+    if fn is None:
+        return
+    names = [k.as_python_constant() if hasattr(k, "as_python_constant") else k for k in kwargs]
+    try:
+        inspect.signature(fn).bind(*range(len(args)), **dict.fromkeys(names))
+    except TypeError:
+        unimplemented(f"contextmanager {fn.__qualname__} called with arguments that do not bind")
+    except ValueError:  # no signature
+        unimplemented(f"contextmanager over {fn!r}")
+
+
 def special_instance(tx, cls, args, kwargs):
     """Instances of exception classes and of contextlib's managers made while tracing, or None."""
     if issubclass(cls, BaseException):
@@ -310,7 +328,7 @@ def special_instance(tx, cls, args, kwargs):
         return SuppressVariable(types)
     if cls is contextlib._GeneratorContextManager and len(args) == 3 and not kwargs:
         fn, fargs, fkwargs = args
-        return GeneratorContextVariable(
-            fn, fargs.unpack_var_sequence(tx), dict(getattr(fkwargs, "items", {}))
-        )
+        fargs, fkwargs = fargs.unpack_var_sequence(tx), dict(getattr(fkwargs, "items", {}))
+        _check_binds(fn, fargs, fkwargs)
+        return GeneratorContextVariable(fn, fargs, fkwargs)
     return None

@@ -10,6 +10,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.markers import kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
+from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -253,7 +254,7 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
     if code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         unimplemented(f"calling coroutine function {fn.__qualname__}")
     if kiln_marker(fn, "_kiln_disabled") or is_torch_disabled(fn):
-        unimplemented(f"call to a function kept out of compilation: {fn.__qualname__}")
+        unimplemented(f"call to {fn.__qualname__}, kept out of compilation by {disabled_by(fn)}")
     local_vars = bind_args(tx, fn, args, kwargs, fn_source, defaults, kwdefaults)
     if closure is None:
         closure = {}

@@ -12,6 +12,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.markers import graph_break
 from kiln.frontend.source import AttrSource
+from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables.base import (
     BoundMethodVariable,
     PythonValueVariable,
@@ -231,7 +232,8 @@ class DisabledFunctionVariable(VariableTracker):
         self.value = value
 
     def call_function(self, tx, args, kwargs):
-        unimplemented(f"call to kiln.disable'd function {getattr(self.value, '__qualname__', '?')}")
+        name = getattr(self.value, "__qualname__", "?")
+        unimplemented(f"call to {name}, kept out of compilation by {disabled_by(self.value)}")
 
     reconstruct = _load_value
 

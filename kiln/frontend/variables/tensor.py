@@ -129,6 +129,10 @@ class TensorVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if name == "shape":
             return self.size_var(tx)
+        if name == "__class__":  # pinned by the tensor's guard (its exact type)
+            from kiln.frontend.variables.builder import wrap_constant_like
+
+            return wrap_constant_like(tx, self.python_type())
         if name in _META_ATTRS:
             return ConstantVariable(_META_ATTRS[name](self))
         if name in _TENSOR_ATTRS:

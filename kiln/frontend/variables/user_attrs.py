@@ -60,7 +60,7 @@ def raw_load_attr(tx, obj, name):
         (d is not None and name in d) or inspect.getattr_static(cls, name, None) is not None
     ):
         unimplemented(f"object.__getattribute__ of {cls.__name__}.{name} (missing: no hook)")
-    return obj.var_getattr(tx, name)
+    return obj.plain_getattr(tx, name)
 
 
 class ObjectSlotVariable(VariableTracker):

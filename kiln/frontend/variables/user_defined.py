@@ -1,6 +1,5 @@
 """Instances and classes defined by the user (read-only while tracing, for now)."""
 
-import abc
 import collections
 import contextlib
 import enum
@@ -118,7 +117,9 @@ class UserDefinedClassVariable(PythonValueVariable):
             obj = NewObjectVariable(cls)
             init = inspect.getattr_static(cls, "__init__")
             if isinstance(init, types.FunctionType):
-                inline_call(tx, init, [obj, *args], kwargs, None)
+                # (a wrapped __init__, as transformers' metaclass makes, reads its cells by source)
+                src = AttrSource(self.source, "__init__") if self.source is not None else None
+                inline_call(tx, init, [obj, *args], kwargs, src)
             elif init in _DICT_INITS:
                 DictMethodVariable(obj, "__init__").call_function(tx, list(args), kwargs)
             elif args or kwargs:
@@ -135,6 +136,14 @@ class UserDefinedClassVariable(PythonValueVariable):
 
     def __repr__(self):
         return f"UserDefinedClassVariable({self.value.__qualname__})"
+
+
+# Note [Objects: a Python __getattribute__]
+# `obj.name` on an object whose class defines __getattribute__ in Python (Hugging Face's configs
+# map `num_hidden_layers` to `n_layer` through `attribute_map`) runs that function: it is inlined,
+# and the `super().__getattribute__(key)` / `object.__getattribute__(self, key)` it ends with is
+# the plain lookup (plain_getattr). A class that also has __getattr__ (called when the custom
+# lookup raises AttributeError) is a break.
 
 
 class UserDefinedObjectVariable(VariableTracker):
@@ -175,6 +184,18 @@ class UserDefinedObjectVariable(VariableTracker):
         return name in d
 
     def var_getattr(self, tx, name):
+        cls = type(self.value)
+        hook = inspect.getattr_static(cls, "__getattribute__", None)
+        if isinstance(hook, types.FunctionType) and name != "__class__":
+            # Note [Objects: a Python __getattribute__]
+            if hasattr(cls, "__getattr__"):
+                unimplemented(f"{cls.__name__} has both __getattribute__ and __getattr__")
+            src = self._class_attr_source("__getattribute__")
+            return inline_call(tx, hook, [self, ConstantVariable(name)], {}, src)
+        return self.plain_getattr(tx, name)
+
+    def plain_getattr(self, tx, name):
+        """`object.__getattribute__(obj, name)` as Python runs it (no custom __getattribute__)."""
         if self.source is None:
             unimplemented(f"attribute {name!r} of an object without a source")
         if self.value is os.environ and name in ("get", "__getitem__", "__contains__"):
@@ -189,7 +210,7 @@ class UserDefinedObjectVariable(VariableTracker):
         if stored is not None:
             return stored
         cls = type(self.value)
-        if name == "__class__":  # pinned by the TYPE_MATCH guard on the object
+        if name == "__class__" and plain_class_attr(cls):  # pinned by the TYPE_MATCH guard
             return wrap_constant_like(tx, cls)
         try:
             static = inspect.getattr_static(cls, name)
@@ -238,6 +259,11 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def __repr__(self):
         return f"UserDefinedObjectVariable({type(self.value).__name__})"
+
+
+def plain_class_attr(cls):
+    """Whether `obj.__class__` is `type(obj)` (no class in the MRO defines a `__class__`)."""
+    return inspect.getattr_static(cls, "__class__", None) is object.__dict__["__class__"]
 
 
 class SuperVariable(VariableTracker):
@@ -294,10 +320,22 @@ def dict_base(cls):
     return None
 
 
+# Note [Classes: metaclasses that keep type.__call__]
+# `cls(...)` runs the metaclass's __call__. A metaclass that does not override it (ABCMeta, or
+# transformers' _BCCacheNameMeta, which only hooks class-level __setattr__) makes instances exactly
+# as `type` does: __new__ then __init__. Such classes are built in the graph as plain classes are;
+# a metaclass with its own __call__ (EnumMeta, singletons, registries) is not inlined here.
+
+
+def _plain_metaclass(meta):
+    """Whether instances of a class with this metaclass are made by type.__call__."""
+    return isinstance(meta, type) and issubclass(meta, type) and meta.__call__ is type.__call__
+
+
 def _plain_class(cls):
     """A class whose instances kiln can build itself: plain attribute bags, and subclasses of
     dict/OrderedDict (Hugging Face's ModelOutput dataclasses) whose other bases are Python."""
-    if type(cls) not in (type, abc.ABCMeta) or getattr(cls, "__abstractmethods__", None):
+    if not _plain_metaclass(type(cls)) or getattr(cls, "__abstractmethods__", None):
         return False  # (an abstract class: Python raises)
     base = dict_base(cls)
     if cls.__new__ is not (object.__new__ if base is None else dict.__new__):
@@ -376,7 +414,7 @@ class NewObjectVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if name in self.attrs:
             return self.attrs[name]
-        if name == "__class__":
+        if name == "__class__" and plain_class_attr(self.cls):
             return wrap_constant_like(tx, self.cls)
         if name == "__dict__":
             return AttrDictVariable(self)

@@ -1,0 +1,155 @@
+"""Maps the entry points that PyTorch's frontend tests use (torch._dynamo.*, torch.compile) onto kiln.
+
+Installed only inside a conformance worker process (`benchmarks/dynamo_conformance.py`), never by
+kiln itself: `install()` replaces, in every loaded `torch._dynamo` module and in `torch`, the
+entry points below, so that a test written for TorchDynamo compiles its functions with kiln.
+
+| torch entry point                              | under the shim                                       |
+| ---------------------------------------------- | ---------------------------------------------------- |
+| torch._dynamo.optimize(backend, nopython=)     | kiln.compile(fn, backend=..., fullgraph=nopython)    |
+| torch._dynamo.optimize_assert(backend)         | kiln.compile(fn, backend=..., fullgraph=True)        |
+| torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...)                                |
+| torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
+| torch._dynamo.disable / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
+| torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
+| testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
+| backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
+
+`testing.CompileCounter` needs no mapping: it is a plain backend callable (gm, example_inputs).
+What the shim cannot map raises `ShimLimitation`, so the runner can tell those failures apart:
+`optimize(...)` used as a context manager (kiln has no frame-evaluation hook that would compile
+every frame run inside a block) and backends kiln does not have.
+"""
+
+import sys
+
+BACKENDS = {None: "kiln", "inductor": "kiln", "eager": "eager", "aot_eager": "aot_eager"}
+
+
+class ShimLimitation(RuntimeError):
+    """A torch._dynamo feature this shim does not map onto kiln."""
+
+
+def _backend(backend):
+    import kiln
+
+    if callable(backend):
+        return backend
+    if backend in BACKENDS:
+        return BACKENDS[backend]
+    if backend in kiln.list_backends():
+        return backend
+    raise ShimLimitation(f"backend {backend!r} has no kiln equivalent")
+
+
+class _Optimize:
+    """What optimize() returns: a decorator (the context-manager form is a shim limitation)."""
+
+    def __init__(self, backend, fullgraph, dynamic):
+        self.backend, self.fullgraph, self.dynamic = _backend(backend), fullgraph, dynamic
+
+    def __call__(self, fn):
+        import kiln
+
+        return kiln.compile(
+            fn, backend=self.backend, fullgraph=self.fullgraph, dynamic=self.dynamic
+        )
+
+    def __enter__(self):
+        raise ShimLimitation("torch._dynamo.optimize(...) as a context manager")
+
+    def __exit__(self, *exc):
+        return False
+
+
+def optimize(backend="inductor", *, nopython=False, dynamic=None, disable=False, **ignored):
+    """torch._dynamo.optimize onto kiln.compile."""
+    if disable:
+        return lambda fn: fn
+    return _Optimize(backend, nopython, dynamic)
+
+
+def optimize_assert(backend="inductor", *, dynamic=None, **ignored):
+    """torch._dynamo.optimize_assert: every graph break is an error."""
+    return _Optimize(backend, True, dynamic)
+
+
+def compile(
+    model=None,
+    *,
+    fullgraph=False,
+    dynamic=None,
+    backend="inductor",
+    mode=None,
+    options=None,
+    disable=False,
+):  # noqa: A001
+    """torch.compile onto kiln.compile."""
+    import kiln
+
+    if disable:
+        return model if model is not None else (lambda m: m)
+    settings = dict(backend=_backend(backend), fullgraph=fullgraph, dynamic=dynamic)
+    if model is None:
+        return lambda m: kiln.compile(m, **settings)
+    return kiln.compile(model, **settings)
+
+
+def _make_counter_with_backend(base):
+    class CompileCounterWithBackend(base):
+        """Counts frames and ops, then runs kiln's backend of that name."""
+
+        def __call__(self, gm, example_inputs):
+            import kiln
+
+            self.frame_count += 1
+            for node in gm.graph.nodes:
+                if "call" in node.op:
+                    self.op_count += 1
+            self.graphs.append(gm)
+            return kiln.lookup_backend(_backend(self.backend))(gm, example_inputs)
+
+    return CompileCounterWithBackend
+
+
+def install():
+    """Replace torch._dynamo's entry points with kiln's, in every loaded torch._dynamo module."""
+    import torch
+    import torch._dynamo
+    import torch._dynamo.testing
+    import torch._dynamo.utils
+
+    import kiln
+
+    stock_reset = torch._dynamo.reset
+    stock_disable = torch._dynamo.disable
+
+    def disable(fn=None, recursive=True, **torch_internal):
+        if torch_internal or not recursive:  # torch's own use (torch/_compile.py), not a test's
+            return stock_disable(fn, recursive, **torch_internal)
+        return kiln.disable(fn)
+
+    def reset():
+        kiln.reset()
+        stock_reset()
+
+    originals = {
+        "optimize": (torch._dynamo.optimize, optimize),
+        "optimize_assert": (torch._dynamo.optimize_assert, optimize_assert),
+        "reset": (stock_reset, reset),
+        "disable": (stock_disable, disable),
+        "graph_break": (torch._dynamo.graph_break, kiln.graph_break),
+        "mark_dynamic": (torch._dynamo.mark_dynamic, kiln.mark_dynamic),
+        "counters": (torch._dynamo.utils.counters, kiln.counters),
+        "CompileCounterWithBackend": (
+            torch._dynamo.testing.CompileCounterWithBackend,
+            _make_counter_with_backend(torch._dynamo.testing.CompileCounterWithBackend),
+        ),
+    }
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "torch._dynamo" or name.startswith("torch._dynamo.")):
+            continue
+        for attr, (old, new) in originals.items():
+            if getattr(module, attr, None) is old:
+                setattr(module, attr, new)
+    torch.compile = compile

@@ -1,0 +1,48 @@
+"""Extension points the stages call and kiln.tools registers into (no stage imports kiln.tools).
+
+    hooks.register("graph_break", fn)         # kiln.tools.hooks does this when kiln is imported
+    hooks.fire("graph_break", record)         # the frontend, when a frame breaks
+    compiled = hooks.chain("backend_graph", compiled, gm, example_inputs)
+
+Events (arguments after the value for chain):
+  frame_start(fn)                       the frontend starts tracing a frame
+  frame_compiled(fn, entry, index, folder)  a frame's entry was dumped to the debug dir
+  graph_break(record)                   a graph break was recorded
+  recompile(fn, reasons)                a frame recompiles (reasons: the guards that failed)
+  backend(backend_fn, name) -> fn       chain: the backend the frontend is about to call
+  backend_graph(compiled, gm, inputs) -> compiled   chain: the code generator compiled a graph
+  backend_error(gm, inputs, error)      the code generator raised on a graph
+"""
+
+_HOOKS = {
+    name: []
+    for name in (
+        "frame_start",
+        "frame_compiled",
+        "graph_break",
+        "recompile",
+        "backend",
+        "backend_graph",
+        "backend_error",
+    )
+}
+
+
+def register(event, fn):
+    """Call fn on every `event` from now on."""
+    if fn not in _HOOKS[event]:
+        _HOOKS[event].append(fn)
+    return fn
+
+
+def fire(event, *args):
+    """Call every function registered for event."""
+    for fn in _HOOKS[event]:
+        fn(*args)
+
+
+def chain(event, value, *args):
+    """Pass value through every function registered for event; returns the last result."""
+    for fn in _HOOKS[event]:
+        value = fn(value, *args)
+    return value
