@@ -32,6 +32,7 @@ from kiln.frontend.variables.ctx_managers import WithExitVariable, _Yielded
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
 from kiln.frontend.variables.functions import NestedUserFunctionVariable, inline_call
+from kiln.frontend.variables.generators import GeneratorItemsVariable
 from kiln.frontend.variables.lists import (
     BaseListVariable,
     ListIteratorVariable,
@@ -757,8 +758,6 @@ class InliningTranslator(InstructionTranslatorBase):
         """
         self.run_loop()
         if self.is_generator:
-            from kiln.frontend.variables.generators import GeneratorItemsVariable
-
             it = GeneratorItemsVariable(self.generated)
             it.gen_return = self.return_value  # what `yield from` of it evaluates to
             return it

@@ -31,6 +31,7 @@ from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import TorchVariable, call_tensor_op
+from kiln.frontend.variables.typing_vars import typing_subscript
 from kiln.frontend.variables.user_defined import (
     NewObjectVariable,
     SuperVariable,
@@ -614,8 +615,6 @@ def getitem(tx, obj, index):
         return call_tensor_op(tx, "call_function", operator.getitem, [obj, index], {})
     if isinstance(index, TensorVariable):
         unimplemented("indexing a Python container with a tensor")
-    from kiln.frontend.variables.typing_vars import typing_subscript
-
     folded = typing_subscript(tx, obj, index)
     if folded is not None:
         return folded

@@ -303,8 +303,6 @@ class GeneratorContextVariable(VariableTracker):
 def _check_binds(fn_var, args, kwargs):
     """Calling the generator function (in `_GeneratorContextManager.__init__`) raises TypeError
     when the arguments do not bind: a graph break, so that Python raises it."""
-    import inspect
-
     fn = getattr(fn_var, "fn", None)
     if fn is None:
         return

@@ -10,7 +10,7 @@ from kiln.exc import CompiledAutogradCall, unimplemented
 from kiln.frontend import frame_shapes
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import SizeVariable, TupleVariable
@@ -130,8 +130,6 @@ class TensorVariable(VariableTracker):
         if name == "shape":
             return self.size_var(tx)
         if name == "__class__":  # pinned by the tensor's guard (its exact type)
-            from kiln.frontend.variables.builder import wrap_constant_like
-
             return wrap_constant_like(tx, self.python_type())
         if name in _META_ATTRS:
             return ConstantVariable(_META_ATTRS[name](self))

@@ -11,6 +11,7 @@ import types
 import typing
 
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables.base import wrap_constant_like
 
 # the classes whose instances are typing's subscriptable generics
 _GENERIC_TYPES = tuple(
@@ -48,8 +49,6 @@ def _constant_of(var, pinned):
 
 def typing_subscript(tx, obj, index):
     """`generic[index]` folded to its alias (Note [Typing: subscripts folded]), or None."""
-    from kiln.frontend.variables.builder import wrap_constant_like
-
     try:
         kind = obj.python_type()
     except Exception:
