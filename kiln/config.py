@@ -14,6 +14,11 @@ skip_modules = (
     "networkx",
     "kiln",
 )  # frames from these are never captured
+traced_modules = (
+    "torch.testing",
+    "torch.optim",
+    "torch.amp.grad_scaler",
+)  # Python functions from these are traced like user code although their package is skipped
 suppress_errors = False  # internal errors in kiln fall back to eager (True) or raise (False)
 verbose = False  # errors keep kiln's internal frames in their tracebacks (KILN_VERBOSE=1)
 warn_graph_breaks = True  # warn once per compiled function that breaks into several graphs

@@ -36,6 +36,7 @@ from kiln.autograd.partition import (
 )
 from kiln.contracts import GraphMeta, output_layouts
 from kiln.exc import Unsupported
+from kiln.symbolic import autocast_state as amp
 from kiln.symbolic.fake import ProxyTensor, fake_like, is_symbolic, sym_sizes, sym_strides
 from kiln.symbolic.shape_env import ShapeEnv, SymNode, contiguous_strides, from_torch, hint_of
 from kiln.symbolic.shape_env import _render as render
@@ -196,7 +197,7 @@ def _trace(fn, inputs, decompositions, *, joint, examples=None):
         for i, (x, e) in enumerate(zip(inputs, examples))
     ]
     grad = torch.enable_grad() if joint else torch.no_grad()
-    with grad, tracer.tracing():
+    with grad, tracer.tracing(), amp.restore_after():
         seen = [
             _AsNonLeaf.apply(p) if joint and _non_leaf(x) else p for p, x in zip(primals, inputs)
         ]

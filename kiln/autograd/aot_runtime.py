@@ -127,7 +127,9 @@ def _finish(plan, args, graph_outs):
         a = args[i]
         if v.data_ptr() == a.data_ptr() and v.stride() == a.stride() and not v.requires_grad:
             continue  # written in place by the compiled graph (same memory, same layout)
-        if v.requires_grad:  # Note [AOT: mutated inputs that require grad]
+        if v.requires_grad and not (a.is_leaf and a.requires_grad):
+            # Note [AOT: mutated inputs that require grad] (a leaf that requires grad can only
+            # have been written under no_grad, as an optimizer writes its parameters)
             with torch.enable_grad():
                 args[i].copy_(v)
         else:

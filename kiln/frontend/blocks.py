@@ -60,6 +60,7 @@ from kiln.frontend.variables.exceptions import (
 )
 from kiln.frontend.variables.lists import ListIteratorVariable, undo_iterators
 from kiln.frontend.variables.user_defined import UserDefinedClassVariable
+from kiln.symbolic import autocast_state as amp
 
 PY311 = sys.version_info[:2] == (3, 11)
 
@@ -72,6 +73,7 @@ class RewindPoint:
 
     serial: int  # the earliest point wins
     grad_mode: bool
+    autocast: tuple  # kiln.amp.snapshot() then
     iterators: tuple  # (list iterator variable, its index then)
     state: BreakState
 
@@ -395,6 +397,7 @@ class BlockStackMixin:
         return RewindPoint(
             serial=next_serial(),
             grad_mode=torch.is_grad_enabled(),
+            autocast=amp.snapshot(),
             iterators=tuple(
                 (v, v.index)
                 for v in [*self.stack_before, *self.locals_before.values()]
@@ -419,6 +422,7 @@ class BlockStackMixin:
         statement], [Blocks: rewinding to a try block])."""
         undo_iterators()
         torch._C._set_grad_enabled(point.grad_mode)  # (the graph is cut back to it)
+        amp.restore(point.autocast)
         for it, index in point.iterators:
             it.index = index
         state = point.state

@@ -36,6 +36,7 @@ from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import ListVariable, SetVariable, undo_iterators
 from kiln.frontend.variables.misc import DeletedVariable, NullVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
+from kiln.symbolic.autocast_state import STATE_NODES
 
 GRAPH_OUT = "___kiln_graph_out"
 PY311 = sys.version_info[:2] == (3, 11)
@@ -139,7 +140,23 @@ def _graph_call(output, body):
             source.reconstruct(call)
         call.extend(emit.call(len(input_sources)))
         call.extend(emit.store_fast(GRAPH_OUT))
+    _end_grad_mode(output, call)
     return call.instrs
+
+
+def _end_grad_mode(output, call):
+    """A graph whose grad-mode switches leave a mode other than the frame's (a plain
+    `torch.set_grad_enabled(b)` call) sets it after the graph: compiled graphs hold no switch."""
+    switches = [
+        n.args[0]
+        for n in output.graph.nodes
+        if n.op == "call_function" and n.target is torch._C._set_grad_enabled
+    ]
+    if switches:  # each sets the mode outright: the last one is where the graph ends
+        call.load_object(torch._C._set_grad_enabled, push_null=True)
+        call.load_object(switches[-1])
+        call.extend(emit.call(1))
+        call.extend(emit.pop_top())
 
 
 def transformed_code(output, code, return_var):
@@ -474,8 +491,9 @@ class _BreakCodegen:
 
 def _real_ops(output):
     """Whether the graph holds an op other than grad-mode switches."""
+    switches = (torch._C._set_grad_enabled, *STATE_NODES)
     return any(
-        n.op in ("call_function", "call_method") and n.target is not torch._C._set_grad_enabled
+        n.op in ("call_function", "call_method") and n.target not in switches
         for n in output.graph.nodes
     )
 

@@ -29,6 +29,7 @@ from kiln.frontend.output_graph import OutputGraph
 from kiln.frontend.source import GetItemSource, LocalSource
 from kiln.frontend.translator import InstructionTranslator
 from kiln.frontend.user_errors import fullgraph_error, warn_graph_breaks
+from kiln.symbolic import autocast_state as amp
 
 _all_caches = weakref.WeakSet()
 _logged_breaks = set()  # (reason, user location) already printed on the graph_breaks channel
@@ -326,7 +327,7 @@ class FrameCache:
             output.uses_modules = True
             self._check_module_hooks(args[0])
         tx = InstructionTranslator(output, fn, args, kwargs)
-        grad_mode = torch.is_grad_enabled()
+        grad_mode, autocast_state = torch.is_grad_enabled(), amp.snapshot()
         try:
             tx.run()
         except Unsupported as e:
@@ -346,6 +347,7 @@ class FrameCache:
             new_code = transformed_code(output, fn.__code__, tx.return_value)
         finally:
             torch._C._set_grad_enabled(grad_mode)
+            amp.restore(autocast_state)  # a traced `with torch.autocast()` may be open
         if output.uses_modules:
             output.guards.add(GuardKind.GLOBAL_STATE, None, True)
         if output.has_symbols():

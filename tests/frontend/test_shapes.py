@@ -26,7 +26,7 @@ def test_static_helpers_unchanged():
 
 def test_arithmetic_with_ints_and_symbols():
     env = ShapeEnv()
-    a, b = env.static_sizes(torch.empty(10, 6), "L['x']")
+    a, b = env.sizes_of(torch.empty(10, 6), "L['x']")
     assert isinstance(a, SymNode) and a.hint == 10
     assert str((a + 1).expr) == "s0 + 1" and (1 + a).hint == 11
     assert (a - b).hint == 4 and (20 - a).hint == 10
@@ -44,7 +44,7 @@ def test_arithmetic_with_ints_and_symbols():
 
 def test_bool_and_comparisons_record_guards():
     env = ShapeEnv()
-    (n,) = env.static_sizes(torch.empty(10), "L['x']")
+    (n,) = env.sizes_of(torch.empty(10), "L['x']")
     assert (n > 1) is True and (n != 1) is True and (n >= 2) is True  # static from the range
     assert bool(n) is True and (n * n > 0) is True
     assert env.guards == []
@@ -62,8 +62,8 @@ def test_bool_and_comparisons_record_guards():
 
 def test_equality_becomes_a_replacement():
     env = ShapeEnv()
-    (a,) = env.static_sizes(torch.empty(7), "L['x']")
-    (b,) = env.static_sizes(torch.empty(7), "L['y']")
+    (a,) = env.sizes_of(torch.empty(7), "L['x']")
+    (b,) = env.sizes_of(torch.empty(7), "L['y']")
     assert a == b
     assert env.replacements == {b.expr: a.expr}
     assert (b - a) == 0  # now static: no second guard
@@ -77,7 +77,7 @@ def test_equality_becomes_a_replacement():
 
 def test_divisibility_fact():
     env = ShapeEnv()
-    (n,) = env.static_sizes(torch.empty(24), "L['x']")
+    (n,) = env.sizes_of(torch.empty(24), "L['x']")
     assert n % 8 == 0
     assert env.guard_texts()[-1] == "(L['x'].size()[0] % 8) == 0"
     assert (n % 8) == 0 and len(env.guards) == 1  # known now, no new guard
@@ -88,7 +88,7 @@ def test_divisibility_fact():
 
 def test_zero_one_specialisation():
     env = ShapeEnv()
-    sizes = env.static_sizes(torch.empty(1, 0, 5), "L['x']")
+    sizes = env.sizes_of(torch.empty(1, 0, 5), "L['x']")
     assert sizes[0] == 1 and sizes[1] == 0 and type(sizes[0]) is int and type(sizes[1]) is int
     assert isinstance(sizes[2], SymNode)
     assert env.guard_texts()[:2] == ["L['x'].size()[0] == 1", "L['x'].size()[1] == 0"]
@@ -98,7 +98,7 @@ def test_zero_one_specialisation():
 
 def test_int_and_index_specialise():
     env = ShapeEnv()
-    a, b = env.static_sizes(torch.empty(4, 6), "L['x']")
+    a, b = env.sizes_of(torch.empty(4, 6), "L['x']")
     assert list(range(a)) == [0, 1, 2, 3]
     assert int(b // 2) == 3
     texts = env.guard_texts()
@@ -110,7 +110,7 @@ def test_int_and_index_specialise():
 
 def test_evaluate_static_and_dynamic_facts():
     env = ShapeEnv()
-    a, b = env.static_sizes(torch.empty(4, 6), "L['x']")
+    a, b = env.sizes_of(torch.empty(4, 6), "L['x']")
     s0, s1 = a.expr, b.expr
     assert env.evaluate(sympy.Ge(s0 * s1, 4)) is True and env.guards == []
     assert env.evaluate(sympy.Eq(s0, 1)) is False and env.guards == []
@@ -130,7 +130,7 @@ def test_guard_expression_matches_the_traced_decisions():
         return out
 
     env = ShapeEnv()
-    n, m = env.static_sizes(torch.empty(6, 6), "L['x']")
+    n, m = env.sizes_of(torch.empty(6, 6), "L['x']")
     traced = program(n, m)
     for nn, mm in itertools.product(range(0, 14), range(0, 14)):
         holds = _guard(env, x=torch.empty(nn, mm))
@@ -175,7 +175,7 @@ def test_frame_shapes_sequence_and_marks():
 
 def test_render_and_format():
     env = ShapeEnv()
-    a, b = env.static_sizes(torch.empty(4, 6), "L['x']")
+    a, b = env.sizes_of(torch.empty(4, 6), "L['x']")
     expr = sym_max(a, b // 2).expr + sympy.Mod(a.expr, 3) - b.expr**2
     text = env.render(expr)
     value = eval(text, {"L": {"x": torch.empty(10, 7)}})
@@ -186,7 +186,7 @@ def test_render_and_format():
 
 def test_static_facts_about_mod_and_floor():
     env = ShapeEnv()
-    a, b = env.static_sizes(torch.empty(12, 6), "L['x']")
+    a, b = env.sizes_of(torch.empty(12, 6), "L['x']")
     s0, s1 = a.expr, b.expr
     assert env.static_value(sympy.Lt(sympy.Mod(s0, 8), 8)) is True
     assert env.static_value(sympy.Ge(sympy.Mod(s0 * s1, 2), 0)) is True
@@ -213,7 +213,7 @@ def test_frame_shapes_logs_the_new_dynamic_dim():
 
 def test_floats_and_powers():
     env = ShapeEnv()
-    (n,) = env.static_sizes(torch.empty(10), "L['x']")
+    (n,) = env.sizes_of(torch.empty(10), "L['x']")
     sq = n**2
     assert str(sq.expr) == "s0**2" and env.guards == []
     assert eval(env.render(sq.expr), {"L": {"x": torch.empty(7)}}) == 49
@@ -234,7 +234,7 @@ def test_seed_example_policy_compiles_at_most_twice():
         frame.update({"L['x']": tuple(x.shape)})
         env = ShapeEnv()
         dims = frame.dynamic_dims("L['x']", x)
-        (n,) = env.static_sizes(x, "L['x']", dynamic_dims=dims)
+        (n,) = env.sizes_of(x, "L['x']", dynamic_dims=dims)
         expr = env.guard_expr()
         if not isinstance(n, SymNode):  # a static entry pins the size (TENSOR_MATCH's job)
             expr = f"tuple(L['x'].shape) == {tuple(x.shape)}"

@@ -51,7 +51,7 @@ class CSEVar:
 CTYPES = {
     torch.float32: ("float", "float"),
     torch.float64: ("double", "double"),
-    torch.float16: ("_Float16", "float"),
+    torch.float16: ("uint16_t", "float"),  # its bits (kiln_f16_to_f)
     torch.bfloat16: ("uint16_t", "float"),
     torch.int64: ("int64_t", "int64_t"),
     torch.int32: ("int32_t", "int32_t"),

@@ -60,7 +60,32 @@ static inline uint16_t kiln_f_to_bf16(float f) {
     return static_cast<uint16_t>(u >> 16);
 }
 static inline float kiln_round_bf16(float f) { return kiln_bf16_to_f(kiln_f_to_bf16(f)); }
-static inline float kiln_round_f16(float f) { return static_cast<float>(static_cast<_Float16>(f)); }
+// float16 as its bits, converted with integer and float arithmetic and selects by mask (exact,
+// round to nearest even, subnormals, inf and nan as eager's casts): gcc 12 vectorizes no loop over
+// _Float16 conversions, and vectorizes these (Note [Codegen: low-precision floats])
+static inline float kiln_f16_to_f(uint16_t x) {
+    uint32_t u = static_cast<uint32_t>(x & 0x7fffu) << 13; float f; std::memcpy(&f, &u, 4);
+    f *= 5.192296858534828e+33f;  // 2^112 rebiases the exponent; subnormals come out exact
+    std::memcpy(&u, &f, 4);
+    u |= 0x7f800000u & (0u - static_cast<uint32_t>((x & 0x7c00u) == 0x7c00u));  // inf, nan
+    u |= static_cast<uint32_t>(x & 0x8000u) << 16;
+    std::memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t kiln_f_to_f16(float f) {
+    uint32_t u; std::memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    u &= 0x7fffffffu;
+    uint32_t big = 0x7c00u | (0x200u & (0u - static_cast<uint32_t>(u > 0x7f800000u)));
+    float a; std::memcpy(&a, &u, 4);
+    float d = a + 0.5f;  // a subnormal result: the float adder rounds it to nearest even
+    uint32_t du; std::memcpy(&du, &d, 4);
+    uint32_t sub = du - 0x3f000000u;
+    uint32_t norm = (u + 0xc8000fffu + ((u >> 13) & 1u)) >> 13;
+    uint32_t m_big = 0u - static_cast<uint32_t>(u >= 0x47800000u);
+    uint32_t m_sub = 0u - static_cast<uint32_t>(u < 0x38800000u);
+    return static_cast<uint16_t>((big & m_big) | (~m_big & ((sub & m_sub) | (norm & ~m_sub))) | sign);
+}
+static inline float kiln_round_f16(float f) { return kiln_f16_to_f(kiln_f_to_f16(f)); }
 template <typename T> static inline T kiln_maximum(T a, T b) {  // a tie gives b, as eager
     return a != a ? a : (b != b ? b : (a > b ? a : b));
 }
@@ -289,6 +314,12 @@ class CppOverrides:
     def indirect_indexing(self, value, size, wrap=True):
         return self.w.indirect(value, size, wrap)
 
+    # Note [Codegen: low-precision floats]
+    # bfloat16 and float16 buffers are stored as their 16 bits (uint16_t), loaded into float,
+    # computed in float and rounded to nearest even at the store, as eager's kernels compute each
+    # op (a fused chain keeps its intermediates in float, as inductor does; an explicit `.to()`
+    # rounds in place, kiln_round_*). The conversions are integer/float arithmetic with selects
+    # by mask, so loops over them vectorize like float loops (gcc vectorizes no _Float16 cast).
     def to_dtype(self, x, dtype, src=None):
         if dtype == torch.bfloat16:
             return self._var(f"kiln_round_bf16(static_cast<float>({x}))", torch.float32)
@@ -510,7 +541,7 @@ class KernelWriter(cpp_tiling.FlatLoops, LoopOrders, ColumnReductions):
         if dt == torch.bfloat16:
             expr = f"kiln_bf16_to_f({expr})"
         elif dt == torch.float16:
-            expr = f"static_cast<float>({expr})"
+            expr = f"kiln_f16_to_f({expr})"
         elif dt == torch.bool:  # gcc vectorizes no loop that loads a bool: load its byte
             expr = f"(reinterpret_cast<const uint8_t*>({name})[{index.render()}] != 0)"
         return self.cse(expr, compute_dtype(dt))
@@ -539,6 +570,8 @@ class KernelWriter(cpp_tiling.FlatLoops, LoopOrders, ColumnReductions):
             dt = layout.dtype
             if dt == torch.bfloat16:
                 v = f"kiln_f_to_bf16(static_cast<float>({value}))"
+            elif dt == torch.float16:
+                v = f"kiln_f_to_f16(static_cast<float>({value}))"
             else:
                 v = f"static_cast<{storage_ctype(dt)}>({value})"
             self.code.writeline(f"{name}[{ix.render()}] = {v};")

@@ -9,6 +9,7 @@ import itertools
 import operator
 import sys
 import types
+import weakref
 
 import torch
 
@@ -17,7 +18,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables import logging_vars
+from kiln.frontend.variables import logging_vars, optim
 from kiln.frontend.variables.base import register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.checkpoint import checkpoint_function
@@ -64,8 +65,8 @@ def _is_torch_callable(value):
         return False  # a user function decorated by torch (@torch.no_grad() ...): not an op
     if isinstance(value, types.FunctionType):
         mod = value.__module__ or ""
-        if mod.startswith("torch.testing") or not _importable(value):
-            return False  # a lambda or local helper (torch's test lambdas): traced like user code
+        if _in_traced_module(mod) or not _importable(value):
+            return False  # a lambda or local helper, torch.optim's code: traced like user code
     elif isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         self_ = getattr(value, "__self__", None)
         if self_ is not None and not isinstance(self_, types.ModuleType):
@@ -75,6 +76,8 @@ def _is_torch_callable(value):
         mod = "torch._ops"  # torch.ops.aten.add.Tensor, packets, namespaces
     elif isinstance(value, type):
         mod = value.__module__ or ""  # torch classes: torch.Size, torch.no_grad ...
+        if _in_traced_module(mod):
+            return False  # torch.optim.Optimizer ...: a class whose methods are traced
     else:
         return False
     return mod == "torch" or mod.startswith("torch.")
@@ -89,10 +92,14 @@ def _importable(fn):
     return obj is fn or getattr(mod, fn.__name__, None) is fn
 
 
+def _in_traced_module(mod):
+    return any(mod == m or mod.startswith(m + ".") for m in config.traced_modules)
+
+
 def _is_skipped_function(value):
     mod = getattr(value, "__module__", None) or ""
-    if mod.startswith("torch.testing"):
-        return False  # torch's test helpers are user-level code: traced
+    if _in_traced_module(mod):
+        return False  # torch's test helpers, optimizers: traced (config.traced_modules)
     return any(mod == m or mod.startswith(m + ".") for m in config.skip_modules)
 
 
@@ -101,6 +108,8 @@ def _kiln_special(value):
     torch keeps out of compilers (`torch._dynamo.disable`, torch's `_disable_dynamo`)."""
     if value is graph_break:
         return GraphBreakVariable()
+    if optim.is_dynamo_graph_break(value):
+        return optim.DynamoHintVariable()
     checkpoint = checkpoint_function(value)  # (a function torch keeps out of compilers)
     if checkpoint is not None:
         return checkpoint
@@ -196,6 +205,9 @@ _MUTABLE = (list, dict, collections.OrderedDict, collections.deque)
 
 def _wrap(tx, value, source):
     guards = tx.output.guards
+    if type(value) is weakref.ReferenceType:  # Note [Optimizers: weak references]
+        guards.add(GuardKind.TYPE_MATCH, source, weakref.ReferenceType)
+        return optim.WeakRefVariable(value, source=source)
     if type(value) in (tuple, list):
         guards.add(GuardKind.LIST_LENGTH, source, (type(value), len(value)))
         items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]

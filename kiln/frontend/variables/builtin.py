@@ -10,7 +10,7 @@ import torch
 
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables import sym, symfloat
+from kiln.frontend.variables import misc, optim, sym, symfloat
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -613,7 +613,16 @@ def getitem(tx, obj, index):
     """obj[index]."""
     if isinstance(obj, TensorVariable):
         return call_tensor_op(tx, "call_function", operator.getitem, [obj, index], {})
+    if isinstance(obj, BuiltinVariable) and isinstance(obj.fn, type):
+        # `list[Tensor]` (a type annotation, e.g. for typing.cast): a constant generic alias
+        arg = index.as_python_constant() if index.is_python_constant() else None
+        arg = getattr(index, "value", None) if arg is None else arg
+        if isinstance(arg, type):
+            return misc.ConstantObjectVariable(obj.fn[arg])
     if isinstance(index, TensorVariable):
+        item = optim.tensor_keyed_item(tx, obj, index)
+        if item is not None:
+            return item
         unimplemented("indexing a Python container with a tensor")
     folded = typing_subscript(tx, obj, index)
     if folded is not None:

@@ -10,6 +10,7 @@ import torch
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.source import AttrSource
+from kiln.frontend.variables import autocast, optim
 from kiln.frontend.variables.base import (
     VariableTracker,
     wrap_constant_like,
@@ -36,7 +37,11 @@ class GradModeVariable(VariableTracker):
     def python_type(self):
         return self.cls
 
+    applied = False  # torch.set_grad_enabled(b): switched when made, entering does nothing
+
     def enter(self, tx):
+        if self.applied:
+            return ConstantVariable(None)
         self.prev = torch.is_grad_enabled()
         _set_grad(tx, self.mode)
         return ConstantVariable(None)
@@ -145,6 +150,12 @@ def context_manager(tx, cm):
         return NullContextVariable(result)
     if isinstance(cm, (GradModeVariable, NullContextVariable, SuppressVariable)):
         return cm
+    if isinstance(cm, (autocast.AutocastVariable, optim.ProfilerRangeVariable)):
+        return cm
+    if isinstance(cm, UserDefinedObjectVariable) and isinstance(
+        cm.value, autocast.AUTOCAST_CLASSES
+    ):
+        return autocast.guarded_autocast(tx, cm)
     if isinstance(cm, GeneratorContextVariable):
         return cm
     if isinstance(cm, (NewObjectVariable, UserDefinedObjectVariable)):

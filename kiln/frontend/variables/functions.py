@@ -50,6 +50,8 @@ class UserFunctionVariable(BaseFunctionVariable):
         if name == "__wrapped__" and hasattr(self.fn, "__wrapped__"):
             src = AttrSource(self.source, name) if self.source is not None else None
             return wrap_value(tx, self.fn.__wrapped__, src)
+        if name == "__get__" and type(self) is UserFunctionVariable:
+            return FunctionGetVariable(self)
         unimplemented(f"attribute {name!r} of function {self.fn.__qualname__}")
 
     def call_function(self, tx, args, kwargs):
@@ -122,6 +124,22 @@ class UserMethodVariable(UserFunctionVariable):
         cg.reconstruct(self.obj)  # the object itself (a module: not its compiled forward)
         cg.compile_callees = compile_callees
         cg.extend(emit.call(2))
+
+
+class FunctionGetVariable(VariableTracker):
+    """`fn.__get__` of a plain function: calling it with an object binds the function to it."""
+
+    def __init__(self, fn_var, **kw):
+        super().__init__(**kw)
+        self.fn_var = fn_var
+
+    def call_function(self, tx, args, kwargs):
+        if kwargs or not 1 <= len(args) <= 2:
+            unimplemented("function.__get__ with these arguments")
+        obj = args[0]
+        if obj.is_python_constant() and obj.as_python_constant() is None:
+            return self.fn_var  # looked up on the class: the function itself
+        return UserMethodVariable(self.fn_var.fn, obj, source=self.fn_var.source)
 
 
 class NestedUserFunctionVariable(BaseFunctionVariable):

@@ -10,6 +10,7 @@ from kiln.exc import CompiledAutogradCall, unimplemented
 from kiln.frontend import frame_shapes
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
+from kiln.frontend.variables import optim
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.exceptions import raise_observed
@@ -17,7 +18,7 @@ from kiln.frontend.variables.lists import SizeVariable, TupleVariable
 from kiln.frontend.variables.misc import TensorMethodVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor_hooks import register_hook
-from kiln.frontend.variables.torch import call_tensor_op
+from kiln.frontend.variables.torch import _call_torch, call_tensor_op
 from kiln.frontend.variables.user_defined import _dunder_missing
 from kiln.symbolic import shape_env
 
@@ -137,6 +138,8 @@ class TensorVariable(VariableTracker):
             return call_tensor_op(
                 tx, "call_function", getattr, [self, ConstantVariable(name)], {}, what=name
             )
+        if name == "grad" and self.source is not None:
+            return optim.read_grad(tx, self)
         if name in ("grad", "data", "grad_fn", "_version", "storage"):
             unimplemented(f"Tensor.{name} inside the compiled frame")
         if callable(getattr(torch.Tensor, name, None)):
@@ -179,6 +182,12 @@ class TensorVariable(VariableTracker):
             raise CompiledAutogradCall("Tensor.backward() runs through compiled autograd")
         if name == "register_hook":
             return register_hook(tx, self, args, kwargs)
+        if name in optim.METHOD_REWRITES:  # Note [Optimizers: scalar tensors as op scalars]
+            done = optim.rewrite_method(
+                tx, self, name, args, kwargs, _call_torch(tx), TensorVariable
+            )
+            if done is not None:
+                return done
         if name in _BREAKING_METHODS:
             unimplemented(_BREAKING_METHODS[name])
         if name in ("size", "stride") or name in _META_METHODS:

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from kiln.exc import unimplemented
+from kiln.frontend.variables import autocast, optim
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.ctx_managers import GradModeVariable
@@ -66,6 +67,11 @@ _BANNED = {
     torch.save,
     torch.load,
 }
+
+
+def _call_torch(tx):
+    """`call(fn, args)`: a torch function called from traced code (for optim's rewrites)."""
+    return lambda fn, args: TorchVariable(fn).call_function(tx, list(args), {})
 
 
 def _device_of(value):
@@ -338,6 +344,12 @@ class TorchVariable(PythonValueVariable):
 
     def call_function(self, tx, args, kwargs):
         fn = self.value
+        if fn in optim.FOREACH_REWRITES:  # Note [Optimizers: scalar tensors as op scalars]
+            from kiln.frontend.variables.tensor import TensorVariable
+
+            done = optim.rewrite_foreach(tx, fn, args, kwargs, _call_torch(tx), TensorVariable)
+            if done is not None:
+                return done
         if fn in _BANNED:
             unimplemented(f"torch.{getattr(fn, '__name__', fn)} changes or reads global state")
         if isinstance(fn, type):
@@ -355,10 +367,18 @@ class TorchVariable(PythonValueVariable):
                 if fn in (torch.finfo, torch.iinfo):
                     return ConstantObjectVariable(value)
                 return ConstantVariable(value)
+            if optim.is_record_function(fn):
+                return optim.ProfilerRangeVariable(fn)
+            if issubclass(fn, autocast.AUTOCAST_CLASSES):
+                return autocast.make_autocast(tx, fn, args, kwargs)
             if fn in (torch.no_grad, torch.enable_grad) and not args and not kwargs:
                 return GradModeVariable(fn is torch.enable_grad, fn)
             if fn is torch.set_grad_enabled and len(args) == 1 and args[0].is_python_constant():
-                return GradModeVariable(bool(args[0].as_python_constant()), fn)
+                # set_grad_enabled(b) switches the mode when called (`with` only restores it)
+                var = GradModeVariable(bool(args[0].as_python_constant()), fn)
+                var.enter(tx)
+                var.applied = True
+                return var
             if issubclass(fn, torch.nn.Module):
                 if buildable_module(fn):
                     return build_module(tx, fn, args, kwargs)
@@ -375,6 +395,11 @@ class TorchVariable(PythonValueVariable):
             answer = _has_torch_function(tx, args)
             if answer is not None:
                 return ConstantVariable(answer)  # code asking "am I being compiled?" is, here
+        if fn in autocast.STATE_QUERIES and all(a.is_python_constant() for a in args):
+            # Note [Autocast: traced under its state]: the trace-time state is the frame's
+            return ConstantVariable(fn(*[a.as_python_constant() for a in args]))
+        if fn in optim.FOLDED_QUERIES and not args and not kwargs:
+            return ConstantVariable(optim.fold_query(fn))
         folded = _FOLDED.get((getattr(fn, "__module__", None), getattr(fn, "__name__", None)))
         if folded is not None and not args and not kwargs:
             return ConstantVariable(folded)

@@ -1,0 +1,251 @@
+"""What `torch.optim`'s step functions meet on their way: profiler ranges and Dynamo's hints.
+
+Note [Optimizers: tracing opt.step()]
+`Optimizer.step` is wrapped by `profile_hook_step` (a `record_function` range around the step
+hooks and the step) and by `_use_grad_for_differentiable` (grad mode off, with two
+`torch._dynamo.graph_break()` calls around the body). Both are traced:
+- `record_function(name)` in a `with` statement enters and leaves nothing in the graph: the range
+  would only label the ops for the profiler, and every compiled graph is a profiler range of its
+  own (the step's kernels show up under the graph's range instead);
+- `torch._dynamo.graph_break()` is a hint for Dynamo's own AOT (which must see the no_grad region
+  as an inference graph); a graph break never changes results, and ours needs none here (the
+  grad-mode switch is a node, Note [Blocks: context managers]), so it is a no-op.
+The optimizer asks `torch.compiler.is_compiling()` (True here) and then takes the paths written
+for compilers: state steps stay tensors (`_get_value`), grouping by device and dtype is left to
+the compiler, `capturable` checks are skipped. Its `torch._foreach_*` calls are recorded as they
+are; the ATen tracer and the code generator handle their list results
+(Note [Foreach: list-returning ops]).
+"""
+
+import collections
+import contextlib
+import dataclasses
+import sys
+
+import torch
+import torch.autograd.profiler as profiler
+from torch.utils import _foreach_utils
+
+from kiln.bytecode import emit
+from kiln.exc import unimplemented
+from kiln.frontend.source import AttrSource, Source
+from kiln.frontend.variables.base import VariableTracker, wrap_value
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.lists import ListVariable
+
+
+def is_dynamo_graph_break(value):
+    """`torch._dynamo.graph_break` (compared without importing torch._dynamo)."""
+    dynamo = sys.modules.get("torch._dynamo")
+    return dynamo is not None and value is getattr(dynamo, "graph_break", None)
+
+
+def is_record_function(value):
+
+    return isinstance(value, type) and issubclass(value, profiler.record_function)
+
+
+class DynamoHintVariable(VariableTracker):
+    """`torch._dynamo.graph_break()`: nothing to do here (Note [Optimizers: tracing opt.step()])."""
+
+    def call_function(self, tx, args, kwargs):
+        return ConstantVariable(None)
+
+
+class ProfilerRangeVariable(VariableTracker):
+    """`torch.autograd.profiler.record_function(name)` entered in a `with`: no graph effect."""
+
+    def __init__(self, cls, **kw):
+        super().__init__(**kw)
+        self.cls = cls
+
+    def python_type(self):
+        return self.cls
+
+    def enter(self, tx):
+        return ConstantVariable(None)
+
+    def exit(self, tx):
+        return ConstantVariable(None)
+
+    def load_fresh(self, cg):
+        """A null context in its place (a resume function re-enters it)."""
+        cg.load_object(contextlib.nullcontext, push_null=True)
+        cg.extend(emit.call(0))
+
+    reconstruct = load_fresh
+
+
+# Note [Optimizers: state keyed by parameters]
+# `self.state[p]` reads a defaultdict keyed by parameter tensors. When the dict and the parameter
+# both come from sources (the optimizer object and its param_groups), the item is wrapped from
+# its own source `<state>[<param>]` (TensorKeyItemSource): its guard reads the real dict with the
+# real parameter as key (a missing key fails the guard, and the frame recompiles). A parameter
+# with no state yet gets its empty dict now, in the real defaultdict, as eager's
+# `defaultdict.__missing__` would at this very read (the insertion of an empty dict is all it
+# does); the state's initial tensors are then traced as stores into that dict (side effects).
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorKeyItemSource(Source):
+    """`base[key]` where key is another source's object (a dict keyed by tensors)."""
+
+    source: Source
+    key: Source
+
+    def name(self):
+        return f"{self.source.name()}[{self.key.name()}]"
+
+    def reconstruct(self, cg):
+        self.source.reconstruct(cg)
+        self.key.reconstruct(cg)
+        cg.extend(emit.binary_subscr())
+
+    def base(self):
+        return self.source.base()
+
+
+def tensor_keyed_item(tx, obj, index):
+    """`obj[index]` for a real dict reached from a source and a tensor graph input, else None."""
+    real = getattr(obj, "value", None)
+    if not isinstance(real, dict) or obj.source is None or index.source is None:
+        return None
+    key = next((v for _, v, n in tx.output.graph_inputs if n is index.proxy), None)
+    if key is None:
+        return None
+    if key not in real:
+        if type(real) is not collections.defaultdict or real.default_factory is not dict:
+            return None
+        real[key]  # defaultdict.__missing__ now (Note [Optimizers: state keyed by parameters])
+    return wrap_value(tx, real[key], TensorKeyItemSource(obj.source, index.source))
+
+
+def read_grad(tx, tensor):
+    """`p.grad` of a tensor input: the real `.grad` from its own source (None or an input), as
+    long as no backward ran in the graph so far (its value would be the one before)."""
+    real = next((v for _, v, n in tx.output.graph_inputs if n is tensor.proxy), None)
+    if real is None or tensor.source is None:
+        unimplemented("Tensor.grad of a tensor made inside the compiled frame")
+    if any(
+        n.target in (torch.autograd.backward, torch.autograd.grad) for n in tx.output.graph.nodes
+    ):
+        unimplemented("Tensor.grad after a backward inside the compiled frame")
+    return wrap_value(tx, real.grad, AttrSource(tensor.source, "grad"))
+
+
+def _queries():
+    return {
+        # the default dtype is read unguarded, as every factory call traced today reads it
+        torch.get_default_dtype,
+        _foreach_utils._get_fused_kernels_supported_devices,
+        _foreach_utils._get_foreach_kernels_supported_devices,
+    }
+
+
+FOLDED_QUERIES = _queries()
+
+
+def fold_query(fn):
+    """The value of a query the optimizers make (constant for the process), as a Python value."""
+    value = fn()
+    return tuple(value) if isinstance(value, list) else value
+
+
+# Note [Optimizers: scalar tensors as op scalars]
+# Under a compiler the optimizers keep `step_size` etc. as tensors (`_get_value`,
+# `_stack_if_compiling`) and pass them where an op takes a Scalar: `p.addcdiv_(a, b, value=t)`,
+# `torch._foreach_addcdiv_(ps, as_, bs, t)`. Eager would read the value out (`.item()`); a trace
+# cannot. These calls are written as the ops they compute, in the kernel's order: addcdiv is
+# `self + value * t1 / t2` (value times t1 first), addcmul `self + value * t1 * t2`; a stacked
+# scalars tensor is split into one 0-d tensor per list element.
+
+
+def _rewrites():
+    return {
+        torch._foreach_addcdiv_: (torch.div, True),
+        torch._foreach_addcmul_: (torch.mul, True),
+        torch._foreach_addcdiv: (torch.div, False),
+        torch._foreach_addcmul: (torch.mul, False),
+    }
+
+
+FOREACH_REWRITES = _rewrites()
+METHOD_REWRITES = {"addcdiv_": "div", "addcmul_": "mul", "addcdiv": "div", "addcmul": "mul"}
+
+
+def rewrite_foreach(tx, fn, args, kwargs, call, tensor_cls):
+    """`_foreach_addc{div,mul}[_](self, t1, t2, scalars_tensor)`, else None."""
+    scalars = args[3] if len(args) == 4 else kwargs.get("scalars")
+    if not isinstance(scalars, tensor_cls) or len(args) < 3:
+        return None
+    op, inplace = FOREACH_REWRITES[fn]
+    selfs, t1s, t2s = (a.unpack_var_sequence(tx) for a in args[:3])
+    values = [
+        call(torch.select, [scalars, ConstantVariable(0), ConstantVariable(i)])
+        for i in range(len(selfs))
+    ]
+    outs = []
+    for s, a, b, v in zip(selfs, t1s, t2s, values):
+        term = call(op, [call(torch.mul, [a, v]), b])
+        if inplace:
+            s.call_method(tx, "add_", [term], {})
+        else:
+            outs.append(call(torch.add, [s, term]))
+    return ConstantVariable(None) if inplace else ListVariable(outs)
+
+
+def rewrite_method(tx, tensor, name, args, kwargs, call, tensor_cls):
+    """`t.addc{div,mul}[_](t1, t2, value=scalar_tensor)`, else None."""
+    value = kwargs.get("value", args[2] if len(args) == 3 else None)
+    if not isinstance(value, tensor_cls) or len(args) < 2 or value.example.dim() != 0:
+        return None
+    op = getattr(torch, METHOD_REWRITES[name])
+    term = call(op, [call(torch.mul, [args[0], value]), args[1]])
+    if name.endswith("_"):
+        return tensor.call_method(tx, "add_", [term], {})
+    return call(torch.add, [tensor, term])
+
+
+# Note [Optimizers: weak references]
+# An LR scheduler wraps `opt.step` in a function that reaches the optimizer through a
+# `weakref.ref` (lr_scheduler.patch_track_step_called). Calling a weak reference reached from a
+# source gives its referent, wrapped from the source `<ref>()`: the guard calls the reference
+# again, so a dead referent (None) or another object fails it like any changed value.
+
+
+@dataclasses.dataclass(frozen=True)
+class CallSource(Source):
+    """`base()` of a callable whose call has no effects (a weak reference)."""
+
+    source: Source
+
+    def name(self):
+        return f"{self.source.name()}()"
+
+    def reconstruct(self, cg):
+        load = type(cg)(cg.output)
+        self.source.reconstruct(load)
+        cg.extend(emit.with_null(load.instrs))
+        cg.extend(emit.call(0))
+
+    def base(self):
+        return self.source.base()
+
+
+class WeakRefVariable(VariableTracker):
+    """A `weakref.ref` reached from a source (Note [Optimizers: weak references])."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def call_function(self, tx, args, kwargs):
+        if args or kwargs:
+            unimplemented("a weak reference called with arguments")
+        return wrap_value(tx, self.value(), CallSource(self.source))
+
+    def reconstruct(self, cg):
+        self.source.reconstruct(cg)

@@ -1,0 +1,175 @@
+"""torch.autocast inside compiled code: traced under its casting policy, no break, every backend."""
+
+import copy
+import warnings
+
+import pytest
+import torch
+from frontend_helpers import CountingBackend
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import kiln
+from kiln.autograd.aten_tracer import trace_aten
+
+BACKENDS = ["eager", "aot_eager", "kiln"]
+TOL = {torch.bfloat16: dict(rtol=2e-2, atol=2e-2), torch.float16: dict(rtol=1e-2, atol=1e-2)}
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    kiln.reset()
+    yield
+    assert not torch._C._is_any_autocast_enabled()
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 8)
+    )
+
+
+def _compare(fn, model, x, backend, dtype, graphs=1, breaks=0):
+    """fn(model, x) eager and compiled: outputs, dtypes, grads; graph and break counts."""
+    m_eager, m_comp = copy.deepcopy(model), copy.deepcopy(model)
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected = fn(m_eager, xe)
+    cf = kiln.compile(fn, backend=backend)
+    for _ in range(2):
+        got = cf(m_comp, xc)
+        assert got.dtype == expected.dtype
+        torch.testing.assert_close(got.float(), expected.float(), **TOL[dtype])
+    expected.float().sum().backward()
+    xc.grad = None
+    for p in m_comp.parameters():
+        p.grad = None
+    got.float().sum().backward()
+    torch.testing.assert_close(xc.grad, xe.grad, **TOL[dtype])
+    for (name, pe), pc in zip(m_eager.named_parameters(), m_comp.parameters()):
+        assert pc.grad.dtype == pe.grad.dtype, name
+        torch.testing.assert_close(
+            pc.grad, pe.grad, **TOL[dtype], msg=lambda s, name=name: f"{name}: {s}"
+        )
+    assert kiln.counters["stats"]["unique_graphs"] == graphs
+    assert kiln.counters["stats"]["graph_breaks"] == breaks
+    return cf
+
+
+def autocast_region(m, x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = m(x)
+    return y.float().softmax(-1)
+
+
+def autocast_fp16(m, x):
+    with torch.autocast("cpu", dtype=torch.float16):
+        y = m(x)
+    return y.float() * 2
+
+
+def nested_disable(m, x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a = m[0](x)
+        with torch.autocast("cpu", enabled=False):
+            b = a.float() @ m[0].weight  # float32 inside the disabled region
+        c = m[3](m[2](m[1](b @ m[0].weight.t())))
+    return c.float() + b.sum()
+
+
+def query_inside(m, x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        on = torch.is_autocast_enabled("cpu")
+        dt = torch.get_autocast_dtype("cpu")
+        y = m(x)
+    return y.float() + (1.0 if on and dt is torch.bfloat16 else 0.0)
+
+
+def break_inside(m, x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = m[0](x)
+        print("inside autocast")
+        z = m[1:](y)
+    return z.float() + 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_autocast_region_one_graph(backend):
+    _compare(autocast_region, _model(), torch.randn(4, 16), backend, torch.bfloat16)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_autocast_fp16(backend):
+    _compare(autocast_fp16, _model(), torch.randn(4, 16), backend, torch.float16)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nested_autocast_disabled_region(backend):
+    _compare(nested_disable, _model(), torch.randn(4, 16), backend, torch.bfloat16)
+
+
+def test_state_queries_fold_inside_region():
+    _compare(query_inside, _model(), torch.randn(4, 16), "aot_eager", torch.bfloat16)
+
+
+@pytest.mark.parametrize("backend", ["eager", "kiln"])
+def test_break_inside_region_reenters_it(backend, capsys):
+    _compare(break_inside, _model(), torch.randn(4, 16), backend, torch.bfloat16, 2, 1)
+    assert "inside autocast" in capsys.readouterr().out
+
+
+def cuda_autocast(m, x):
+    with torch.autocast("cuda", dtype=torch.float16):
+        return m(x) * 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA autocast is real here")
+def test_cuda_autocast_without_cuda_is_a_noop_as_in_eager():
+    m, x = _model(), torch.randn(4, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = cuda_autocast(m, x)
+        got = kiln.compile(cuda_autocast, backend="kiln")(m, x)
+    assert got.dtype == expected.dtype == torch.float32
+    torch.testing.assert_close(got, expected)
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+
+
+def test_aten_graph_holds_the_casts_eager_autocast_inserts():
+    backend = CountingBackend()
+    m, x = _model(), torch.randn(4, 16)
+    kiln.compile(autocast_region, backend=backend)(m, x)
+    (gm,) = backend.graphs
+    aten = trace_aten(gm, backend.example_inputs[0])
+    casts = [
+        n.kwargs.get("dtype")
+        for n in aten.graph.nodes
+        if n.target is torch.ops.aten._to_copy.default
+    ]
+    # the same casts as eager autocast makes (seen at the same dispatch level)
+    seen = []
+
+    class Casts(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._to_copy.default:
+                seen.append((kwargs or {}).get("dtype"))
+            return func(*args, **(kwargs or {}))
+
+    with Casts():
+        autocast_region(m, x)
+    assert sorted(map(str, casts)) == sorted(map(str, seen))
+    assert casts.count(torch.bfloat16) >= 4
+    # the torch-level graph records the state switches, the ATen graph only ops
+    assert not any("autocast" in str(n.target) for n in aten.graph.nodes)
+    assert not torch._C._is_any_autocast_enabled()
+
+
+def test_outer_state_not_left_switched_after_a_failed_trace():
+    def bad(m, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = m(x)
+            raise ValueError("boom")
+        return y
+
+    with pytest.raises(ValueError, match="boom"):
+        kiln.compile(bad)(_model(), torch.randn(4, 16))
+    assert not torch.is_autocast_enabled("cpu")
