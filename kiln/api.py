@@ -7,6 +7,7 @@ The backend registry is `kiln.registry`, the compiled module and function wrappe
 import functools
 import sys
 
+from kiln import modes
 from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
 from kiln.frontend import frame_cache, frame_shapes
@@ -28,6 +29,7 @@ __all__ = [
     "disable",
     "graph_break",
     "list_backends",
+    "list_mode_options",
     "lookup_backend",
     "mark_dynamic",
     "mark_static",
@@ -35,16 +37,16 @@ __all__ = [
     "reset",
 ]
 
+
 # --- compile ------------------------------------------------------------------------------------
-_MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+def list_mode_options(mode=None):
+    """The options a compile mode sets (every mode's when mode is None)."""
+    return modes.list_mode_options(mode)
 
 
 def _resolve_backend(backend, mode, options):
     """The backend callable and its name; bad arguments raise naming the cause."""
-    if mode not in _MODES:
-        raise KilnError(f"unknown mode {mode!r}; expected one of {', '.join(map(str, _MODES))}")
-    if options is not None and not isinstance(options, dict):
-        raise TypeError(f"kiln.compile: options must be a dict, got {type(options).__name__}")
+    modes.resolve(mode, options)  # an unknown mode or option raises, listing the valid ones
     if mode is not None and options is not None:
         raise KilnError("kiln.compile: pass either mode or options, not both")
     if not callable(backend) and not isinstance(backend, str):
@@ -52,6 +54,8 @@ def _resolve_backend(backend, mode, options):
     fn, name = _resolve(backend)
     if (mode is not None or options) and hasattr(fn, "with_options"):
         fn = fn.with_options(mode=mode, options=options or {})
+    elif mode not in (None, "default") or options:
+        modes.say_once(("mode", name), "kiln: backend %r ignores mode and options", name)
     return fn, name
 
 

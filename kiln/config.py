@@ -39,6 +39,9 @@ cpp_compiler = "g++"  # compiler for CPU kernels
 cpp_flags = "-O3 -march=native -fopenmp -fPIC -shared -std=c++17"  # never -ffast-math
 num_threads = 0  # OpenMP threads for kernels; 0 = torch.get_num_threads()
 conv_channels_last = True  # inference graphs with 2D convolutions run them NHWC (channels-last)
+cpu_backend = (
+    "cpp"  # CPU graphs' kernels: "cpp" (C++/OpenMP) or "triton" (needs TRITON_INTERPRET=1)
+)
 profile_kernels = False  # kernel/extern calls in torch.profiler ranges (kiln:<graph> kernelN ...)
 
 # --- files ---

@@ -17,6 +17,7 @@ CHANNELS = (
     "compiled_autograd",
     "compiled_autograd_verbose",
     "perf_hints",
+    "cudagraphs",
 )
 
 # counters["stats"]["unique_graphs"], counters["frames"]["total"], ... (cleared by kiln.reset()).

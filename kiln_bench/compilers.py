@@ -64,9 +64,10 @@ class Kiln:
 
     kind = "kiln"
 
-    def __init__(self, name="kiln", backend="kiln"):
+    def __init__(self, name="kiln", backend="kiln", mode=None):
         self.name = name
         self.backend = backend
+        self.mode = mode
 
     def available(self):
         try:
@@ -84,7 +85,7 @@ class Kiln:
     def compile(self, model):
         import kiln
 
-        return kiln.compile(model, backend=self.backend)
+        return kiln.compile(model, backend=self.backend, mode=self.mode)
 
     def reset(self):
         import kiln
@@ -112,9 +113,10 @@ class TorchCompile:
 
     kind = "torch.compile"
 
-    def __init__(self, name="torch.compile", backend="inductor"):
+    def __init__(self, name="torch.compile", backend="inductor", mode=None):
         self.name = name
         self.backend = backend
+        self.mode = mode
 
     def available(self):
         try:
@@ -126,7 +128,7 @@ class TorchCompile:
     def compile(self, model):
         import torch
 
-        return torch.compile(model, backend=self.backend)
+        return torch.compile(model, backend=self.backend, mode=self.mode)
 
     def reset(self):
         import torch._dynamo
@@ -155,18 +157,23 @@ def _most_common(counter):
 
 
 def parse_compare(spec, kiln_backend="kiln"):
-    """Compiler adapters from "eager,kiln,kiln:aot_eager,torch.compile"; eager always first."""
+    """Compiler adapters from "eager,kiln,kiln:aot_eager,torch.compile,kiln@reduce-overhead"
+    (`@mode`: a compile mode); eager always first."""
     compilers = [Eager()]
     for item in (s.strip() for s in spec.split(",")):
         if not item or item == "eager":
             continue
+        item, _, mode = item.partition("@")
+        suffix = f"@{mode}" if mode else ""
+        mode = mode or None
         head, _, backend = item.partition(":")
         if head == "kiln":
             backend = backend or kiln_backend
-            compilers.append(Kiln("kiln" if backend == "kiln" else f"kiln:{backend}", backend))
+            label = ("kiln" if backend == "kiln" else f"kiln:{backend}") + suffix
+            compilers.append(Kiln(label, backend, mode))
         elif head in ("torch.compile", "torch", "inductor"):
             label = "torch.compile" + (f":{backend}" if backend and backend != "inductor" else "")
-            compilers.append(TorchCompile(label, backend or "inductor"))
+            compilers.append(TorchCompile(label + suffix, backend or "inductor", mode))
         else:
             raise ValueError(
                 f"unknown compiler {item!r}; use eager, kiln[:backend], torch.compile[:backend]"

@@ -25,6 +25,7 @@ LAYERS = (
             "kiln.hooks",
             "kiln.faults",
             "kiln.node_hooks",
+            "kiln.modes",
         ),
         (),
     ),
@@ -117,6 +118,10 @@ frontend.variables.user_protocol -> frontend.variables.builtin
     them
 frontend.variables.user_protocol -> frontend.variables.user_defined
     cycle: the protocol methods act on user objects, which dispatch to them
+backend.codegen.triton -> triton
+    optional dependency (the [gpu] extra): imported only when a graph is given Triton kernels
+backend.compile_fx -> triton
+    optional dependency: Triton's version enters the cache key of CUDA graphs only
 frontend.variables.ctx_managers -> frontend.translator
     cycle: a @contextmanager generator's body is inlined with InliningTranslator; the translator
     builds these managers
@@ -139,7 +144,7 @@ def _allowlist(table):
     return out
 
 
-_THIRD_PARTY = {"networkx", "kiln_bench"}
+_THIRD_PARTY = {"networkx", "kiln_bench", "triton"}
 ALLOWED_IN_FUNCTION = _allowlist(ALLOWED_IN_FUNCTION_TABLE)
 
 

@@ -1,7 +1,7 @@
 """Backend entry points: `compile_aten_graph(gm, example_inputs)` and the "kiln" backend.
 
-    lower (graph.py, lowering.py) → schedule (scheduler.py) → C++ (codegen/cpp.py)
-    → wrapper (codegen/wrapper.py) → compile + load (codecache.py) → callable
+    lower (graph.py, lowering.py) → schedule (scheduler.py) → C++ (codegen/cpp.py) or Triton
+    (codegen/triton.py: CUDA graphs, or CPU ones under config.cpu_backend="triton") → wrapper (codegen/wrapper.py) → compile + load (codecache.py) → callable
 
 A failure anywhere (no compiler, compile error, a bug) names its cause and falls back to running
 the ATen graph eagerly, with one warning (or raises BackendCompilerFailed under
@@ -22,12 +22,14 @@ import time
 import torch
 import torch.autograd.profiler as _profiler
 
-from kiln import config, faults, hooks, logs
+from kiln import config, faults, hooks, logs, modes
 from kiln.autograd.aot import aot_autograd
 from kiln.autograd.aten_tracer import trace_aten
 from kiln.backend import codecache
+from kiln.backend.codegen import triton
 from kiln.backend.codegen.cpp import generate_cpp
 from kiln.backend.codegen.wrapper import WrapperCodegen, rt
+from kiln.backend.cudagraphs import CUDAGraphed
 from kiln.backend.decompositions import DECOMPOSITIONS
 from kiln.backend.graph import GraphLowering, GraphNotSupported
 from kiln.backend.ir import compile_scope, size_exprs, stride_exprs, to_expr, use_shape_env
@@ -55,7 +57,9 @@ class CompiledGraph:
         self.wrapper_src = wrapper_src
         self.cpp_src = cpp_src
         self.fallback_ops = list(fallback_ops)
-        self.kernel_count = cpp_src.count('extern "C" int kernel')
+        self.kernel_count = cpp_src.count('extern "C" int kernel') + cpp_src.count(
+            "@triton.jit\ndef kernel"
+        )
         n = self.kernel_count
         self.label = None if config.profile_kernels else f"kiln graph ({n} kernel{'s' * (n != 1)})"
 
@@ -100,6 +104,8 @@ def _graph_key(gm, example_inputs):
     h.update(gm.code.encode())
     h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{codecache.num_threads()}".encode())
     h.update(f"{config.profile_kernels}".encode())  # Note [Backend: kernel profiling]
+    h.update(f"{config.cpu_backend}|{os.environ.get('TRITON_INTERPRET', '0')}".encode())
+    h.update(_device_id(example_inputs).encode())  # Triton kernels: capability, Triton version
     # the layout choices depend on these (Note [Backend: channels-last convolutions])
     free = GraphMeta.of(gm).free_layout_outputs
     h.update(f"{torch.is_grad_enabled()}|{config.conv_channels_last}|{sorted(free)}".encode())
@@ -122,6 +128,19 @@ def _graph_key(gm, example_inputs):
     return h.hexdigest()[:40]
 
 
+def _device_id(example_inputs):
+    """'' on CPU; for CUDA inputs the device's capability and Triton's version."""
+    if not any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs):
+        return ""
+    try:
+        import triton
+
+        version = triton.__version__
+    except ImportError:
+        version = "none"
+    return f"cuda{torch.cuda.get_device_capability()}|triton{version}"
+
+
 def _tensor_bytes(t):
     """The data of a constant for the cache key (its identity when it has no readable data)."""
     try:
@@ -142,8 +161,10 @@ def _constants(gm):
 
 
 def _load(wrapper_src, cpp_src, consts, gm, extras=()):
-    so = codecache.compile_cpp(cpp_src)
-    lib = codecache.load_library(so)
+    if cpp_src.startswith(TRITON_MARK):
+        lib = triton.load_module(cpp_src)
+    else:
+        lib = codecache.load_library(codecache.compile_cpp(cpp_src))
     ns = {}
     exec(compile(wrapper_src, "<kiln wrapper>", "exec"), ns)
     return ns["make"](lib, consts, list(extras), _eager(gm))
@@ -156,10 +177,26 @@ def lower_and_generate(gm, example_inputs):
         graph = GraphLowering(gm, example_inputs).run()
         groups = schedule(graph)
         stores, free_after, inplace = plan_memory(graph, groups)
-        cpp_src, signatures = generate_cpp(graph, groups, stores, codecache.num_threads(), inplace)
-        w = WrapperCodegen(graph, groups, stores, free_after, signatures, inplace)
+        if _uses_triton(graph):
+            triton.check_runnable(graph)
+            logs.counters["backend"]["triton_graphs"] += 1
+            cpp_src, signatures = triton.generate_triton(graph, groups, stores, inplace)
+            wrapper_cls = triton.TritonWrapperCodegen
+        else:
+            threads = codecache.num_threads()
+            cpp_src, signatures = generate_cpp(graph, groups, stores, threads, inplace)
+            wrapper_cls = WrapperCodegen
+        w = wrapper_cls(graph, groups, stores, free_after, signatures, inplace)
         wrapper_src = w.generate()
     return graph, groups, cpp_src, wrapper_src, w.extras, w.output_sources
+
+
+TRITON_MARK = "import torch\nimport triton\n"  # how a Triton module's source begins
+
+
+def _uses_triton(graph):
+    """Triton kernels for CUDA graphs, and for CPU graphs under config.cpu_backend="triton"."""
+    return config.cpu_backend == "triton" or graph.device.type == "cuda"
 
 
 def _needs_decomposition(gm):
@@ -240,12 +277,41 @@ def _eager(gm):
     return run
 
 
-def kiln_backend(gm, example_inputs):
-    """The "kiln" backend for torch-level graphs (from the frontend): AOT autograd + compile_aten_graph."""
+def kiln_backend(gm, example_inputs, opts=None):
+    """The "kiln" backend for torch-level graphs (from the frontend): AOT autograd +
+    compile_aten_graph. `opts` (kiln.compile's mode/options, kiln/modes.py) hold for every graph it
+    makes, the backward graph compiled later included."""
+    if opts:
+        fw, bw, inf = (
+            functools.partial(_compile_with_options, opts, role=r)
+            for r in ("forward", "backward", "inference")
+        )
+    else:
+        fw = bw = inf = compile_aten_graph
     backend = aot_autograd(
-        fw_compiler=compile_aten_graph,
-        bw_compiler=compile_aten_graph,
-        inference_compiler=compile_aten_graph,
-        decompositions=DECOMPOSITIONS,
+        fw_compiler=fw, bw_compiler=bw, inference_compiler=inf, decompositions=DECOMPOSITIONS
     )
     return backend(gm, example_inputs)
+
+
+def _compile_with_options(opts, gm, example_inputs, role="inference"):
+    """compile_aten_graph under a mode's options; then what the mode adds at run time."""
+    with modes.applied(opts):
+        compiled = compile_aten_graph(gm, example_inputs)
+    cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
+    if opts.get("cudagraphs") and cuda and not getattr(compiled, "kiln_fallback", False):
+        compiled = CUDAGraphed(compiled, example_inputs, role=role)
+    elif opts.get("cudagraphs") and not cuda:
+        modes.say_once(
+            "cudagraphs-cpu",
+            "kiln: mode %r has nothing to do for CPU graphs (CUDA graphs need CUDA tensors)",
+            "reduce-overhead",
+        )
+    if opts.get("max_autotune"):
+        modes.say_once(
+            "autotune", "kiln: mode 'max-autotune' has no kernel choices to time yet (default code)"
+        )
+    return compiled
+
+
+kiln_backend.with_options = modes.with_options(kiln_backend)

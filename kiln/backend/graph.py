@@ -9,6 +9,7 @@ from kiln import config, logs
 from kiln.backend import lowering as L
 from kiln.backend import lowering_reductions, lowering_views  # noqa: F401 (they register lowerings)
 from kiln.backend.ir import (
+    CPU,
     Buffer,
     ComputedBuffer,
     ExternBuffer,
@@ -22,6 +23,7 @@ from kiln.backend.ir import (
     View,
     contiguous_strides,
     dense_stride_of,
+    device_scope,
     floordiv,
     is_dense,
     is_sym,
@@ -149,6 +151,11 @@ class GraphLowering:
         ranges().clear()
         use_shape_env(GraphMeta.of(self.gm).shape_env)
         self.channels_last = _wants_channels_last(self.gm)
+        self.device = graph_device(self.example_inputs)
+        with device_scope(self.device):
+            return self._run()
+
+    def _run(self):
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 self.env[node] = self.placeholder(node, len(self.inputs))
@@ -190,8 +197,8 @@ class GraphLowering:
         t = getattr(self.gm, node.target)
         if not isinstance(t, torch.Tensor):
             raise GraphNotSupported(f"get_attr of {type(t).__name__}")
-        if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.device.type != "cpu":
-            raise GraphNotSupported(f"constant {node.target} has no CPU data ({type(t).__name__})")
+        if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.device != self.device:
+            raise GraphNotSupported(f"constant {node.target} has no data on {self.device}")
         _check_tensor(t)
         name = f"const{len(self.constants)}"
         self.constants[name] = t
@@ -591,8 +598,17 @@ def _size_value(val, example):
     return None
 
 
+def graph_device(example_inputs):
+    """The one device of a graph's tensors (CPU, or one CUDA device: Triton kernels)."""
+    devs = {x.device for x in example_inputs if isinstance(x, torch.Tensor)}
+    devs.discard(torch.device("meta"))
+    if len(devs) > 1:
+        raise GraphNotSupported(f"tensors on several devices: {sorted(map(str, devs))}")
+    return devs.pop() if devs else CPU
+
+
 def _check_tensor(x):
-    if x.device.type not in ("cpu", "meta") or x.layout != torch.strided:
+    if x.device.type not in ("cpu", "meta", "cuda") or x.layout != torch.strided:
         raise GraphNotSupported(f"tensor on {x.device} / {x.layout}")
     if x.dtype.is_complex or x.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
         raise GraphNotSupported(f"dtype {x.dtype}")

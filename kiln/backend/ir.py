@@ -52,6 +52,9 @@ from kiln.symbolic.sizes import (  # noqa: F401 (re-exported: lowerings import t
 # and k*(X // k) + X % k is X, so a permuted flat index read back flat is affine again.
 
 
+CPU = torch.device("cpu")
+
+
 class _CompileState(threading.local):
     """This thread's per-compile state: index-symbol ranges and the ops-handler stack
     (Note [Backend: per-compile size state]; `compile_scope` gives a compile fresh state)."""
@@ -59,9 +62,25 @@ class _CompileState(threading.local):
     def __init__(self):
         self.ranges = {}  # symbol -> (lo, hi) inclusive
         self.handlers = []  # set_handler's stack; `ops.x(...)` goes to the innermost
+        self.device = CPU  # the device of the graph being lowered: Layout's default
 
 
 _state = _CompileState()
+
+
+def current_device():
+    """The device of the graph being lowered (CPU, or the CUDA device of a Triton graph)."""
+    return _state.device
+
+
+@contextlib.contextmanager
+def device_scope(device):
+    """Layouts made inside default to `device` (GraphLowering.run)."""
+    saved, _state.device = _state.device, device
+    try:
+        yield
+    finally:
+        _state.device = saved
 
 
 def ranges():
@@ -82,7 +101,6 @@ def compile_scope():
         _state.ranges, _state.handlers = saved
 
 
-CPU = torch.device("cpu")
 _UNBOUNDED = (-(2**62), 2**62)
 
 
@@ -531,11 +549,11 @@ def _fmt(a):
 class Layout:
     """Size, stride, dtype, device and storage offset of a buffer."""
 
-    def __init__(self, size, stride, dtype, device=CPU, offset=0):
+    def __init__(self, size, stride, dtype, device=None, offset=0):
         self.size = tuple(s if type(s) is int else to_expr(s) for s in size)
         self.stride = tuple(s if type(s) is int else to_expr(s) for s in stride)
         self.dtype = dtype
-        self.device = device
+        self.device = device if device is not None else _state.device
         self.offset = offset if type(offset) is int else to_expr(offset)
 
     def index(self, idx):

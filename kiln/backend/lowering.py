@@ -16,6 +16,7 @@ import torch
 from kiln.backend.ir import (
     Ix,
     Pointwise,
+    current_device,
     is_sym,
     known_eq,
     ops,
@@ -552,7 +553,7 @@ def _to_copy(
     non_blocking=False,
     memory_format=None,
 ):
-    if device is not None and torch.device(device).type != "cpu":
+    if device is not None and not _on_graph_device(device):
         raise NotLowered("device copy")
     if layout not in (None, torch.strided):
         raise NotLowered("layout")
@@ -619,8 +620,14 @@ def _full(size, value, dtype):
 
 
 def _check_device(device):
-    if device is not None and torch.device(device).type != "cpu":
+    if device is not None and not _on_graph_device(device):
         raise NotLowered("device")
+
+
+def _on_graph_device(device):
+    """Whether `device` is the device of the graph being lowered (cuda means cuda:current)."""
+    d, g = torch.device(device), current_device()
+    return d.type == g.type and (d.index is None or g.index is None or d.index == g.index)
 
 
 @register_lowering(aten.full.default)

@@ -24,6 +24,8 @@ examples:
   kiln bench --compare kiln:eager,kiln:aot_eager,kiln --models all
   kiln bench --threads 1 --timer cpu          every model; steady timings on a shared machine
   kiln bench --list
+  kiln bench --device cuda --compare kiln,kiln@reduce-overhead,torch.compile,torch.compile@reduce-overhead
+                                              GPU: default and reduce-overhead side by side
 """
 
 

@@ -1,8 +1,15 @@
 """Backend tests share one kernel cache directory per test session (g++ runs once per source)."""
 
+import os
+
 import pytest
+import torch
 
 from kiln import config
+
+# Triton kernels on CPU tensors run in Triton's interpreter (read when triton is imported)
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True, scope="session")

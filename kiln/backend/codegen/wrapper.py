@@ -372,7 +372,7 @@ class WrapperCodegen:
             return
         body.writeline(
             f"{buf.name} = empty_strided({self.st(lay.size)}, {self.st(lay.stride)}, "
-            f"dtype={lay.dtype})"
+            f"dtype={lay.dtype}{_device_kw(lay)})"
         )
 
     def kernel_call(self, body, grp):
@@ -382,7 +382,7 @@ class WrapperCodegen:
             if n.name in self.stores:
                 self.alloc(body, n.buf)
         params = self.signatures[grp.name]
-        ptrs = ", ".join(p[1:] if _SIZE_PARAM.fullmatch(p) else f"{p}.data_ptr()" for p in params)
+        ptrs = ", ".join(self.kernel_arg(p) for p in params)
         with self.profiled(body, grp.name, self.kernel_label(grp)):
             body.writeline(f"if {grp.name}({ptrs}): rt.index_error()")
         for n in grp.nodes:
@@ -394,6 +394,10 @@ class WrapperCodegen:
                 else:
                     size, stride = self.st(lb.size), self.st(lb.stride)
                     body.writeline(f"{n.name} = {a}.as_strided({size}, {stride})  # in place")
+
+    def kernel_arg(self, p):
+        """A kernel argument: a size (`ks0` is the wrapper's s0) or a buffer's pointer."""
+        return p[1:] if _SIZE_PARAM.fullmatch(p) else f"{p}.data_ptr()"
 
     def extern_call(self, body, k):
         op = self.op_ref(k.op)
@@ -479,6 +483,12 @@ class WrapperCodegen:
         if first is None:
             return op
         return f"{op} -> [{', '.join(map(str, first.layout.size))}]"
+
+
+def _device_kw(layout):
+    """`, device=...` for a buffer off the CPU (allocated by torch's caching allocator)."""
+    dev = getattr(layout, "device", None)
+    return "" if dev is None or dev.type == "cpu" else f", device={str(dev)!r}"
 
 
 def _plural(n, word):

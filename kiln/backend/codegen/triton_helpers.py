@@ -1,0 +1,193 @@
+"""What generated Triton modules import: device functions, libdevice (or its CPU stand-in under
+TRITON_INTERPRET=1), block-size heuristics and the launcher.
+
+Note [Triton: libdevice under the interpreter]
+Triton's interpreter cannot call libdevice (extern functions). Generated kernels call
+`libdevice.<fn>` by name; on a GPU that is Triton's libdevice, under TRITON_INTERPRET=1 it is
+`triton_interp` (the same functions computed by torch's CPU kernels on the interpreter's arrays),
+so one kernel source serves both and the CPU run checks the kernel's structure, masks and indices.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+if INTERPRET:
+    from kiln.backend.codegen import triton_interp as libdevice
+else:  # pragma: no cover (needs a GPU)
+    from triton.language.extra import libdevice  # noqa: F401
+
+
+if INTERPRET:
+    from kiln.backend.codegen.triton_interp import round_bf16  # noqa: F401
+else:  # pragma: no cover (needs a GPU)
+
+    @triton.jit
+    def round_bf16(x):
+        """float32 rounded to bfloat16's precision (to nearest even), still float32."""
+        return x.to(tl.bfloat16).to(tl.float32)
+
+
+# --- device functions (C semantics of the index helpers the loop IR renders) ---------------------
+@triton.jit
+def kiln_floordiv_idx(a, b):
+    q = a // b
+    return tl.where((a % b != 0) & ((a < 0) != (b < 0)), q - 1, q)
+
+
+@triton.jit
+def kiln_mod_idx(a, b):
+    m = a % b
+    return tl.where(m < 0, m + b, m)
+
+
+@triton.jit
+def kiln_clamp_idx(a, n):
+    return tl.where(a < 0, 0, tl.where(a >= n, tl.where(n > 0, n - 1, 0), a))
+
+
+@triton.jit
+def floordiv_i(a, b):
+    q = a // b
+    return tl.where((a % b != 0) & ((a < 0) != (b < 0)), q - 1, q)
+
+
+@triton.jit
+def remainder_i(a, b):
+    m = a % b
+    return tl.where((m != 0) & ((m < 0) != (b < 0)), m + b, m)
+
+
+@triton.jit
+def floordiv_f(a, b):
+    """Eager's floor_divide for floats (kiln_floordiv_f in the C++ prelude)."""
+    mod = libdevice.fmod(a, b)
+    div = (a - mod) / b
+    div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    fl = libdevice.floor(div)
+    fl = tl.where(div - fl > 0.5, fl + 1, fl)
+    fl = tl.where(div == 0, libdevice.copysign(div * 0, a / b), fl)
+    return tl.where(b == 0, a / b, fl)
+
+
+@triton.jit
+def remainder_f(a, b):
+    m = libdevice.fmod(a, b)
+    return tl.where((m != 0) & ((b < 0) != (m < 0)), m + b, m)
+
+
+@triton.jit
+def maximum(a, b):
+    """NaN wins; a tie gives b (eager's signed zeros)."""
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def minimum(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def _prod(a, b):
+    return a * b
+
+
+@triton.jit
+def red_sum(x, axis: tl.constexpr):
+    return tl.sum(x, axis)  # a tree (pairwise under the interpreter), not a sequential fold
+
+
+@triton.jit
+def red_prod(x, axis: tl.constexpr):
+    return tl.reduce(x, axis, _prod)
+
+
+if INTERPRET:  # the interpreter's max is numpy's nanmax, and a custom combine function runs
+    # element by element in Python: NaN put back by a sum (NaN when any element is)
+
+    @triton.jit
+    def red_max(x, axis: tl.constexpr):
+        nan = tl.max((x != x).to(tl.int32), axis) > 0
+        return tl.where(nan, tl.sum(x, axis), tl.max(x, axis))
+
+    @triton.jit
+    def red_min(x, axis: tl.constexpr):
+        nan = tl.max((x != x).to(tl.int32), axis) > 0
+        return tl.where(nan, tl.sum(x, axis), tl.min(x, axis))
+
+else:  # pragma: no cover (needs a GPU: Triton's own max drops NaN)
+
+    @triton.jit
+    def red_max(x, axis: tl.constexpr):
+        return tl.reduce(x, axis, maximum)
+
+    @triton.jit
+    def red_min(x, axis: tl.constexpr):
+        return tl.reduce(x, axis, minimum)
+
+
+@triton.jit
+def red_argmax(x, i, axis: tl.constexpr):
+    """The lowest index i among the lanes holding the maximum (the first NaN if any)."""
+    m = tl.expand_dims(red_max(x, axis), axis)
+    best = (x == m) | ((m != m) & (x != x))
+    return tl.min(tl.where(best, i, 9223372036854775807), axis)
+
+
+@triton.jit
+def red_argmin(x, i, axis: tl.constexpr):
+    m = tl.expand_dims(red_min(x, axis), axis)
+    best = (x == m) | ((m != m) & (x != x))
+    return tl.min(tl.where(best, i, 9223372036854775807), axis)
+
+
+# --- launch ---------------------------------------------------------------------------------------
+# Note [Triton: block sizes]
+# Pointwise kernels: XBLOCK up to 1024 (4 warps; 8 from 2048 elements on). Reductions: the whole
+# row in one block when its extent is static and at most PERSISTENT_MAX (RBLOCK = the next power
+# of two, fixed in the kernel), else RBLOCK_LOOP elements per step; XBLOCK rows per program so that
+# a block holds about 4096 elements. Under the interpreter every program is a Python call: blocks
+# are as large as the work (up to 2**16 elements) so that a graph runs in few programs.
+PERSISTENT_MAX = 1024
+RBLOCK_LOOP = 512
+
+
+def _pow2(n):
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def block_sizes(xnumel, rnumel, rblock):
+    """(XBLOCK, RBLOCK, num_warps) for a launch; rblock: the kernel's persistent RBLOCK or 0."""
+    if rnumel is None:  # pointwise
+        cap = 1 << 16 if INTERPRET else 1024
+        x = min(_pow2(xnumel), cap)
+        return x, 1, (8 if x >= 2048 else 4)
+    r = rblock or (min(_pow2(rnumel), 1 << 12) if INTERPRET else RBLOCK_LOOP)
+    budget = (1 << 16) if INTERPRET else 4096
+    x = max(1, min(_pow2(xnumel), budget // r, 1 << 12))
+    return x, r, (8 if x * r >= 2048 else 4)
+
+
+def launch(kernel, args, xnumel, rnumel, rblock, err):
+    """Run a kernel over xnumel outputs (rnumel reduced elements each); the index-error flag."""
+    if xnumel <= 0:
+        return 0
+    xb, rb, warps = block_sizes(xnumel, rnumel, rblock)
+    args = (*args, xnumel) if rnumel is None else (*args, xnumel, rnumel)
+    flag = None
+    if err:
+        dev = next(a.device for a in args if isinstance(a, torch.Tensor))
+        flag = torch.zeros(1, dtype=torch.int32, device=dev)
+        args = (*args, flag)
+    grid = (triton.cdiv(xnumel, xb),)
+    if rnumel is None:
+        kernel[grid](*args, XBLOCK=xb, num_warps=warps)
+    else:
+        kernel[grid](*args, XBLOCK=xb, RBLOCK=rb, num_warps=warps)
+    if not err or (flag.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return 0  # no synchronisation inside a CUDA graph recording
+    return int(flag.item())

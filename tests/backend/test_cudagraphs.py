@@ -1,0 +1,166 @@
+"""mode="reduce-overhead": the CUDA-graph rules (Note [CUDA graphs: rules]) with a fake recorder
+on CPU; the same through torch.cuda.CUDAGraph where CUDA exists."""
+
+import pytest
+import torch
+
+from kiln import logs
+from kiln.backend import cudagraphs
+from kiln.backend.cudagraphs import CUDAGraphed
+from tests.backend.helpers import compile_fn
+
+
+class FakeRecorder:
+    """Records the function; a replay reruns it and writes the recorded outputs (as a CUDA graph
+    replay writes the same memory)."""
+
+    recordings = 0
+
+    def __init__(self):
+        FakeRecorder.recordings += 1
+
+    @staticmethod
+    def accepts(t):
+        return True
+
+    def record(self, fn):
+        self.fn = fn
+        self.outs = fn()
+        return self.outs
+
+    def replay(self):
+        for o, n in zip(self.outs, self.fn()):
+            o.copy_(n)
+
+
+def f(x, w):
+    return ((x @ w).relu() + 1,)
+
+
+def _graphed(fn=f, inputs=None, **kw):
+    inputs = inputs or [torch.randn(4, 8), torch.randn(8, 3)]
+    return CUDAGraphed(compile_fn(fn, inputs), inputs, recorder=FakeRecorder, **kw), inputs
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    FakeRecorder.recordings = 0
+    logs.counters["cudagraphs"].clear()
+
+
+def test_warm_up_then_record_then_replay_with_static_input_copies():
+    g, (x, w) = _graphed()
+    for _ in range(4):
+        x = torch.randn(4, 8)  # new values each call: copied into the static input
+        (got,) = g(x, w)
+        torch.testing.assert_close(got, f(x, w)[0])
+    c = logs.counters["cudagraphs"]
+    assert FakeRecorder.recordings == 1 and c["recorded"] == 1
+    assert c["replays"] == 3  # the first call is the warm-up
+
+
+def test_unchanged_inputs_are_not_copied_changed_ones_are():
+    g, (x, w) = _graphed()
+    g(x, w)
+    g(x, w)  # records
+    before = logs.counters["cudagraphs"]["input_copies"]
+    g(x, w)
+    assert logs.counters["cudagraphs"]["input_copies"] == before  # same tensors, same versions
+    w.mul_(2)  # a parameter updated in place: its version moves, it is copied again
+    (got,) = g(x, w)
+    assert logs.counters["cudagraphs"]["input_copies"] == before + 1
+    torch.testing.assert_close(got, f(x, w)[0])
+
+
+def test_one_recording_per_shape_and_a_limit(monkeypatch, capsys):
+    monkeypatch.setattr(cudagraphs, "MAX_ENTRIES", 2)
+    logs.set_logs("cudagraphs")
+    try:  # a graph for every size (what a dynamic graph is): f itself
+        w = torch.randn(8, 3)
+        g = CUDAGraphed(f, [torch.randn(4, 8), w], recorder=FakeRecorder)
+        for n in (2, 3, 5):
+            for _ in range(3):
+                x = torch.randn(n, 8)
+                torch.testing.assert_close(g(x, w)[0], f(x, w)[0])
+    finally:
+        logs.set_logs("")
+    assert FakeRecorder.recordings == 2  # the third shape runs unrecorded
+    assert "not recorded: 2 recordings already" in capsys.readouterr().err
+
+
+def test_earlier_outputs_are_not_overwritten_under_the_caller():
+    g, (x, w) = _graphed()
+    g(x, w)
+    x1, x2 = torch.randn(4, 8), torch.randn(4, 8)
+    (y1,) = g(x1, w)
+    (y2,) = g(x2, w)  # replays into the same memory: y1 is moved out first
+    torch.testing.assert_close(y1, f(x1, w)[0])
+    torch.testing.assert_close(y2, f(x2, w)[0])
+    assert logs.counters["cudagraphs"]["outputs_copied"] == 1
+    del y1, y2
+    g(x1, w)  # nothing held: nothing copied
+    assert logs.counters["cudagraphs"]["outputs_copied"] == 1
+
+
+def _skip_reason(capsys, **kw):
+    logs.set_logs("cudagraphs")
+    try:
+        g, (x, w) = _graphed(**kw)
+        for _ in range(3):
+            torch.testing.assert_close(g(x, w)[0], f(x, w)[0])
+    finally:
+        logs.set_logs("")
+    assert FakeRecorder.recordings == 0
+    return capsys.readouterr().err
+
+
+def test_training_graphs_are_not_recorded(capsys):
+    assert "a training graph" in _skip_reason(capsys, role="forward")
+
+
+def test_input_mutated_in_place_is_not_recorded(capsys):
+    """An output written over input 0 (Note [Backend: mutated inputs written in place]): a replay
+    would write the static copy, not the caller's tensor."""
+
+    class Mutating:
+        output_sources = [("input", 0), "fresh"]
+
+        def __call__(self, x, w):
+            return (x.add_(1), x @ w)
+
+    logs.set_logs("cudagraphs")
+    try:
+        x, w = torch.randn(4, 8), torch.randn(8, 3)
+        g = CUDAGraphed(Mutating(), [x, w], recorder=FakeRecorder)
+        for _ in range(3):
+            want = x.clone().add_(1)
+            got = g(x, w)
+            torch.testing.assert_close(x, want)  # the caller's tensor was mutated
+            assert got[0] is x
+    finally:
+        logs.set_logs("")
+    assert "output 0 aliases input 0" in capsys.readouterr().err and FakeRecorder.recordings == 0
+
+
+def test_cpu_tensors_are_not_recorded_by_the_cuda_recorder(capsys):
+    logs.set_logs("cudagraphs")
+    try:
+        inputs = [torch.randn(4, 8), torch.randn(8, 3)]
+        g = CUDAGraphed(compile_fn(f, inputs), inputs)  # the real recorder
+        torch.testing.assert_close(g(*inputs)[0], f(*inputs)[0])
+    finally:
+        logs.set_logs("")
+    assert "input 0 is a CPU tensor" in capsys.readouterr().err and g.skip
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_reduce_overhead_on_cuda_replays():  # pragma: no cover (runs where CUDA exists)
+    import kiln
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU()).cuda().eval()
+    compiled = kiln.compile(model, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(8, 64, device="cuda")
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-5, rtol=1e-5)
+    assert logs.counters["cudagraphs"]["replays"] >= 2
