@@ -32,7 +32,7 @@ def triton_path(monkeypatch):
     from tests.backend.triton_bounds import checked
 
     monkeypatch.setattr(config, "cpu_backend", "triton")
-    monkeypatch.setattr(config, "raise_on_backend_error", True)
+    monkeypatch.setattr(config, "strict", True)
     checked(monkeypatch)
     before = logs.counters["backend"]["triton_graphs"]
     yield
