@@ -25,6 +25,7 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import BaseListVariable, DequeVariable
 from kiln.frontend.variables.misc import NullVariable
+from kiln.frontend.variables.user_defined import NewObjectVariable
 
 
 class SideEffects:
@@ -218,17 +219,26 @@ class SideEffects:
             cg.extend(code)
 
 
-def _reads_state(var):
-    """Whether rebuilding `var` reads a source (directly or through the items it holds)."""
+def _reads_state(var, seen=None):
+    """Whether rebuilding `var` reads a source (directly or through the items it holds: a
+    list's, a dict's, or the attributes of an object made in the frame, `Out(cache=kwargs["x"])`)."""
     if isinstance(var, NullVariable):
         return False
     if var.source is not None:
         return True
+    seen = set() if seen is None else seen
+    if id(var) in seen:
+        return False
+    seen.add(id(var))
     if isinstance(var, BaseListVariable):
-        return any(_reads_state(v) for v in var.items)
-    if isinstance(var, ConstDictVariable):
-        return any(_reads_state(v) for v in var.items.values())
-    return False
+        items = var.items
+    elif isinstance(var, ConstDictVariable):
+        items = var.items.values()
+    elif isinstance(var, NewObjectVariable):
+        items = [*var.attrs.values(), *(var.dict_items or {}).values()]
+    else:
+        return False
+    return any(_reads_state(v, seen) for v in items)
 
 
 def _to_temp(cg, load):

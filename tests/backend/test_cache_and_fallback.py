@@ -78,6 +78,7 @@ def test_second_process_compiles_nothing(tmp_path):
 def test_missing_compiler_falls_back_with_warning(monkeypatch, tmp_path, capfd):
     monkeypatch.setattr(config, "cpp_compiler", "no-such-g++")
     monkeypatch.setattr(config, "cache_dir", str(tmp_path))
+    monkeypatch.setattr(config, "strict", False)  # this test is about the fallback to eager
     x = torch.randn(4, 4)
     fn = lambda x: (x.exp() - 1,)
     compiled = compile_fn(fn, [x])

@@ -187,13 +187,37 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         if name in _METADATA_RESULTS and is_literal(result):
             return ConstantVariable(result)
         unimplemented(f"{what} returned a non-tensor value ({type(result).__name__})")
-    mutated = _mutated_input(result, args, meta_args, kwargs, meta_kwargs)
+    mutated = None
+    if _mutates(target, kwargs):
+        mutated = _mutated_input(result, args, meta_args, kwargs, meta_kwargs)
     if tx.output.fake_inputs or unpack.symbolic:
         result = _as_fakes(result, device)
     node = tx.output.create_node(kind, target, node_args, node_kwargs)
     if mutated is not None:
         return mutated  # Note [Tensors: in-place results]
     return wrap_tensor_result(tx, node, result, device)
+
+
+_INPLACE_NAMES = ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow")
+_INPLACE_NAMES += ("and", "or", "xor", "lshift", "rshift")
+_INPLACE_OPERATORS = frozenset(getattr(operator, f"i{n}") for n in _INPLACE_NAMES)
+_INPLACE_DUNDERS = frozenset(f"__i{n}__" for n in _INPLACE_NAMES)
+
+
+def _mutates(target, kwargs):
+    """Whether the op writes into a tensor argument: `x.add_()`, `out=`, `x += 1`.
+
+    Only these may return a mutated input (Note [Tensors: in-place results]). An op that merely
+    returns its input unchanged (`y.float()` on a float32 meta example, `.to()`, `.contiguous()`)
+    is no mutation: its meta example may have the wrong dtype (an op traced under autocast runs
+    on meta tensors, which autocast does not cast), so the identity of the meta result is no proof.
+    """
+    if "out" in kwargs or target in _INPLACE_OPERATORS:
+        return True
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if not isinstance(name, str):
+        return False
+    return name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__"))
 
 
 def _mutated_input(result, args, meta_args, kwargs, meta_kwargs):

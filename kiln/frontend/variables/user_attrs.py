@@ -46,11 +46,21 @@ def raw_load_attr(tx, obj, name):
     """`object.__getattribute__(obj, name)`: the instance dict, then the class (no
     __getattr__ hook, no custom __getattribute__)."""
     if name == "__dict__":
-        if any(k[0] == "attr" and k[1] == id(obj.value) for k in tx.output.side_effects.log):
-            unimplemented("__dict__ of an object stored into while tracing")
         if obj.source is None:
             unimplemented(f"__dict__ of {obj} without a source")
-        return wrap_value(tx, obj.value.__dict__, AttrSource(obj.source, "__dict__"))
+        d = wrap_value(tx, obj.value.__dict__, AttrSource(obj.source, "__dict__"))
+        # the stores made while tracing are in the instance dict (replayed before it is read)
+        log = tx.output.side_effects.log
+        stored = [p for k, (_, p) in log.items() if k[0] == "attr" and k[1] == id(obj.value)]
+        if stored and not isinstance(getattr(d, "items", None), dict):  # a ConstDictVariable
+            unimplemented("__dict__ of an object stored into while tracing")
+        cls = obj.python_type()
+        for _, key, value, _ in stored:
+            static = inspect.getattr_static(cls, key, None)
+            if static is not None and hasattr(static, "__set__"):
+                unimplemented(f"__dict__ of an object stored into through {cls.__name__}.{key}")
+            d.items[key] = value
+        return d
     stored = tx.output.side_effects.load_attr(obj, name)
     if stored is not None:
         return stored
