@@ -1,4 +1,4 @@
-"""kiln as a `torch.compile` backend: `torch.compile(model, backend="kiln")`.
+"""kiln as a backend of torch's own compiler (`backend="kiln"` given to torch.compile).
 
 Installing the distribution `torch-kiln` registers `kiln = kiln.tools.torch_backend:kiln` in the
 `torch_dynamo_backends` entry-point group (pyproject.toml), where torch looks up backend names it
