@@ -403,18 +403,23 @@ class BlockStackMixin:
                 for v in [*self.stack_before, *self.locals_before.values()]
                 if isinstance(v, ListIteratorVariable)
             ),
-            state=BreakState(
-                tx=self,
-                index=self.current_inst.index,
-                stack=list(self.stack_before),
-                locals=self.locals_before,
-                checkpoint=self.checkpoint,
-                kw_names=self.kw_before,
-                effects_version=self.effects_before,
-                effects_snapshot=self.effects_snapshot,
-                # resume at it (a try block), or run it (BEFORE_WITH)
-                resume_here=resume_here,
-            ),
+            # resume at it (a try block), or run it (BEFORE_WITH)
+            state=self.break_state_here(resume_here),
+        )
+
+    def break_state_here(self, resume_here=False):
+        """The BreakState of a break at the current instruction: where, and the live state
+        from before it ran."""
+        return BreakState(
+            tx=self,
+            index=self.current_inst.index,
+            stack=list(self.stack_before),
+            locals=self.locals_before,
+            checkpoint=self.checkpoint,
+            kw_names=self.kw_before,
+            effects_version=self.effects_before,
+            effects_snapshot=self.effects_snapshot,
+            resume_here=resume_here,
         )
 
     def rewind(self, e, point):

@@ -19,7 +19,6 @@ import torch
 from kiln import faults
 from kiln.bytecode import FOR_ITER_SKIPS, loads_cell
 from kiln.bytecode import decode as bytecode_decode
-from kiln.contracts import BreakState
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
 from kiln.frontend.source import AttrSource, ClosureSource, GetItemSource, GlobalSource, LocalSource
@@ -823,16 +822,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         if e.break_state is None or e.break_state.tx is not self:
             # What the graph-break path (resume functions) needs: where, and the live state.
             # The outermost root frame annotates last and wins.
-            e.break_state = BreakState(
-                tx=self,
-                index=self.current_inst.index,
-                stack=list(self.stack_before),
-                locals=self.locals_before,
-                checkpoint=self.checkpoint,
-                kw_names=self.kw_before,
-                effects_version=self.effects_before,
-                effects_snapshot=self.effects_snapshot,
-                resume_here=e.break_state is not None and e.break_state.resume_here,
+            e.break_state = self.break_state_here(
+                resume_here=e.break_state is not None and e.break_state.resume_here
             )
             if rewinds:
                 self.rewind(e, min(rewinds, key=lambda rewind: rewind.serial))
