@@ -38,6 +38,7 @@ class GuardKind(enum.IntEnum):
     GLOBAL_STATE = 8
     DISTINCT = 9  # two inputs are not the same object (an `is` folded to False)
     SHAPE_ENV = 10  # the facts of the frame's ShapeEnv about its dynamic sizes (after tensors)
+    STATE_QUERY = 11  # a folded torch query still answers the same (Note [Torch: folded queries])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,6 +177,10 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
                 ]
             ),
         ]
+    if k == GuardKind.STATE_QUERY:
+        fn, answer = v
+        expected = answer if answer is None or isinstance(answer, bool) else namer(answer, "q")
+        return [f"{namer(fn, fn.__name__)}() is {expected}"]
     if k == GuardKind.GLOBAL_STATE:
         grad = torch.is_grad_enabled()
         return [
@@ -244,7 +249,8 @@ def _order(guard):
     once its parent's type is checked), then cheap kinds first."""
     if guard.kind == GuardKind.SHAPE_ENV:
         return (True, 0, 0)  # after every tensor's type and rank, before global state
-    return (guard.kind == GuardKind.GLOBAL_STATE, _depth(guard.source), guard.kind)
+    last = guard.kind in (GuardKind.GLOBAL_STATE, GuardKind.STATE_QUERY)
+    return (last, _depth(guard.source), guard.kind)
 
 
 class _Hoister:

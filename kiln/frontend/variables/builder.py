@@ -18,7 +18,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables import logging_vars, optim
+from kiln.frontend.variables import logging_vars, optim, torch_queries
 from kiln.frontend.variables.base import probe, register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.checkpoint import checkpoint_function
@@ -136,6 +136,8 @@ def wrap_constant_like(tx, value):
     if probe(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
         return TensorMethodDescriptorVariable(value)
     if _is_torch_callable(value) or (isinstance(value, type) and issubclass(value, torch.Tensor)):
+        return TorchVariable(value)
+    if torch_queries.is_query(value):
         return TorchVariable(value)
     if isinstance(value, type):
         return UserDefinedClassVariable(value)
@@ -260,6 +262,9 @@ def _wrap(tx, value, source):
         guards.add(GuardKind.ID_MATCH, _attr(source, "__func__"), value.__func__)
         obj = wrap_value(tx, value.__self__, _attr(source, "__self__"))
         return UserMethodVariable(value.__func__, obj)
+    if torch_queries.is_query(value):  # (torch._C._get_tracing_state is bound to no module)
+        guards.add(GuardKind.ID_MATCH, source, value)
+        return TorchVariable(value, source=source)
     if _is_builtin(value) or _is_torch_callable(value):
         guards.add(GuardKind.ID_MATCH, source, value)
         return wrap_constant_like(tx, value)

@@ -134,6 +134,8 @@ def _is_exception(var):
 
 
 def _foldable(value):
+    if isinstance(value, (torch.finfo, torch.iinfo)):
+        return True  # immutable records of constants (`torch.finfo(a) == torch.finfo(b)`)
     return is_literal(value) or (
         isinstance(value, (torch.Size, tuple, list)) and all(_foldable(v) for v in value)
     )

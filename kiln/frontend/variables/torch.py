@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables import autocast, optim
+from kiln.frontend.variables import autocast, optim, torch_queries
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.ctx_managers import GradModeVariable
@@ -446,6 +446,11 @@ class TorchVariable(PythonValueVariable):
         if fn in (torch.autograd.grad, torch.autograd.backward):
             if has_pending_hooks(tx.output.side_effects):
                 unimplemented("autograd.grad after a hook registration (registered after a graph)")
+        folded = torch_queries.fold(tx, fn, args, kwargs)  # Note [Torch: folded queries]
+        if folded is not None:
+            return folded
+        if fn is torch.jit.annotate and len(args) == 2 and not kwargs:
+            return args[1]  # `annotate(type, value)` is value (a hint for TorchScript)
         if fn is torch.is_grad_enabled and not args:
             return ConstantVariable(torch.is_grad_enabled())  # guarded; traced `with` blocks set it
         if _is_compiling_query(fn):
