@@ -13,7 +13,7 @@ import torch
 
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables import dict_views, misc, optim, sym, symfloat
+from kiln.frontend.variables import dict_views, misc, optim, sym, symfloat, tensor_minmax
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dict_views import DictViewVariable
@@ -529,9 +529,10 @@ class BuiltinVariable(VariableTracker):
                 return result
         if _all_const(items):
             return fold(fn, [i.as_python_constant() for i in items])
-        if fn in (builtins.min, builtins.max) and len(items) == 2:
-            if any(isinstance(i, TensorVariable) for i in items):
-                unimplemented(f"{fn.__name__}() of tensors reads tensor data")
+        if fn in (builtins.min, builtins.max) and len(items) >= 2:
+            result = tensor_minmax.tensor_min_max(tx, fn, items)  # Note [Tensors: builtin max/min]
+            if result is not None:
+                return result
         unimplemented(f"{fn.__name__}() of non-constants")
 
     def _call_min(self, tx, *args, **kwargs):
