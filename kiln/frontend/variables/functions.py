@@ -15,7 +15,7 @@ from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wr
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import TupleVariable
-from kiln.frontend.variables.misc import ConstantObjectVariable
+from kiln.frontend.variables.misc import ConstantObjectVariable, DeletedVariable
 
 
 class BaseFunctionVariable(VariableTracker):
@@ -143,7 +143,7 @@ class FunctionGetVariable(VariableTracker):
 
 
 class NestedUserFunctionVariable(BaseFunctionVariable):
-    """A function made by MAKE_FUNCTION while tracing (lambdas, comprehensions) without cells."""
+    """A function made by MAKE_FUNCTION while tracing (lambdas, nested functions, closures)."""
 
     def __init__(self, code, globals_, defaults=None, kwdefaults=None, **kw):
         super().__init__(**kw)
@@ -170,12 +170,13 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
             closure=self.closure,
         )
 
+    keeps_identity = True  # rebuilt once per transformed code: `return f, f` is one object
+
     def reconstruct(self, cg):
-        """MAKE_FUNCTION again, closing over the root frame's real cells (kept up to date by
-        the transformed code before anything is rebuilt)."""
+        """MAKE_FUNCTION again over the cells it closes over (Note [Functions: rebuilt closures])."""
         cells = [self.closure.get(name) for name in self.code.co_freevars]
-        if any(c is None or not getattr(c.tx, "is_root", False) for c in cells):
-            unimplemented("rebuilding a function that closes over an inlined frame's cells")
+        if any(c is None for c in cells):
+            unimplemented("rebuilding a function that closes over cells kiln does not track")
         if self.defaults:
             for d in self.defaults:
                 cg.reconstruct(d)
@@ -185,8 +186,9 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
                 cg.extend(emit.load_const(k))
                 cg.reconstruct(v)
             cg.extend(emit.build_map(len(self.kwdefaults)))
+        fills = []  # (how to store into the cell, the variable whose value it holds)
         for c in cells:
-            cg.extend(emit.load_closure(c.name))
+            fills.append(_load_cell(cg, c))
         if cells:
             cg.extend(emit.build_tuple(len(cells)))
         cg.extend(
@@ -197,6 +199,62 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
                 closure=bool(cells),
             )
         )
+        if any(f is not None for f in fills):
+            # the values go in after the function exists: a cell may hold the function itself
+            temp = cg.new_temp()
+            cg.extend(emit.copy(1) + emit.store_fast(temp))
+            cg._temps[id(self)] = temp
+            for f in fills:
+                if f is not None:
+                    store, value = f
+                    cg.reconstruct(value)
+                    cg.extend(store)
+
+
+# Note [Functions: rebuilt closures]
+# A function made while tracing (MAKE_FUNCTION) that escapes the frame (returned, stored, left on
+# the stack at a graph break) is made again by the transformed code, over the cells it closes over:
+#   - a cell of the root frame (its cellvars): the frame's own real cell (LOAD_CLOSURE); its
+#     value, traced symbolically, is stored into it (STORE_DEREF) once the function exists;
+#   - a free variable of the root frame (a resume function's shared cells, a closure's own):
+#     the real cell, loaded as is (stores to it are replayed as side effects);
+#   - a cell of an inlined call: that frame never ran, so a new cell (`types.CellType()`) is made
+#     once per transformed code (functions that shared it still share it) and given the value the
+#     cell had when tracing ended.
+# Values go into the cells after MAKE_FUNCTION, so a recursive function (its own cell holds it)
+# loads the function just made. A cell whose variable was never assigned (or was deleted) stays
+# empty, as in Python.
+
+
+def _cell_value(tx, name):
+    value = tx.symbolic_locals.get(name)
+    if value is None or isinstance(value, DeletedVariable) or hasattr(value, "realize"):
+        return None  # never assigned, deleted, or (a LazyVariable) an argument still in its cell
+    return value
+
+
+def _load_cell(cg, ref):
+    """Push the cell `ref` stands for; (store instructions, value) to fill it, or None."""
+    if not hasattr(ref, "tx"):  # a FrameCellVariable: a free variable of the root frame
+        _cell, source = ref.ref
+        cg.extend(emit.load_closure(source.var_name))
+        return None
+    tx, name = ref.tx, ref.name
+    value = _cell_value(tx, name)
+    if getattr(tx, "is_root", False):
+        cg.extend(emit.load_closure(name))
+        return (emit.store_deref(name), value) if value is not None else None
+    key = ("cell", id(tx), name)
+    temp = cg._temps.get(key)
+    if temp is not None:
+        cg.extend(emit.load_fast(temp))
+        return None
+    temp = cg._temps[key] = cg.new_temp()
+    cg.load_object(types.CellType, push_null=True)
+    cg.extend(emit.call(0) + emit.copy(1) + emit.store_fast(temp))
+    if value is None:
+        return None
+    return (emit.load_fast(temp) + emit.store_attr("cell_contents"), value)
 
 
 def _wrap_default(tx, value, source):
