@@ -137,6 +137,8 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
         if v is None or isinstance(v, bool):
             return [f"{s} is {v!r}"]
         t = namer(type(v), type(v).__name__)
+        if isinstance(v, float) and math.isnan(v):
+            return [f"___type({s}) is {t} and {s} != {s}"]  # NaN: the same argument again
         if isinstance(v, _CONSTANT_INLINE) or (isinstance(v, float) and math.isfinite(v)):
             return [f"___type({s}) is {t} and {s} == {v!r}"]
         return [f"___type({s}) is {t} and {s} == {namer(v, 'const')}"]

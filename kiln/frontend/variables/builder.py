@@ -18,7 +18,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables import logging_vars, optim, torch_queries
+from kiln.frontend.variables import logging_vars, optim, torch_queries, unspec_float
 from kiln.frontend.variables.base import probe, register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.checkpoint import checkpoint_function
@@ -178,6 +178,11 @@ def wrap_value(tx, value, source):
         tx.output.input_ints[source.name()] = value
         if value >= 2 and tx.output.is_dynamic_int(source):
             return tx.output.add_int_input(value, source)
+    if type(value) is float:
+        # Note [Shapes: unspecialised floats]: a float whose value changed is a graph input
+        tx.output.input_floats[source.name()] = value
+        if unspec_float.is_dynamic_float(tx.output, source):
+            return unspec_float.float_input(tx, value, source)
     if type(value) in (bool, type(None)) or (type(value) in (int, float) and config.specialize_int):
         guards.add(GuardKind.CONSTANT_MATCH, source, value)
         return ConstantVariable(value, source=source)

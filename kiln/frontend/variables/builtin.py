@@ -13,7 +13,15 @@ import torch
 
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables import dict_views, misc, optim, sym, symfloat, tensor_minmax
+from kiln.frontend.variables import (
+    dict_views,
+    misc,
+    optim,
+    sym,
+    symfloat,
+    tensor_minmax,
+    unspec_float,
+)
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dict_views import DictViewVariable
@@ -36,6 +44,7 @@ from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import TorchVariable, call_tensor_op
 from kiln.frontend.variables.typing_vars import typing_subscript
+from kiln.frontend.variables.unspec_float import SymFloatVariable
 from kiln.frontend.variables.user_defined import (
     NewObjectVariable,
     SuperVariable,
@@ -57,6 +66,10 @@ def binary_op(tx, fn, a, b):
         fn = _INPLACE[fn]  # `n += t` for a number n is `n = n + t` (no in-place, a new tensor)
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [a, b], {})
+    if isinstance(a, SymFloatVariable) or isinstance(b, SymFloatVariable):
+        result = unspec_float.binary(tx, fn, a, b)  # Note [Shapes: unspecialised floats]
+        if result is not None:
+            return result
     if isinstance(a, SymNodeVariable | SizeFloatVariable) or isinstance(
         b, SymNodeVariable | SizeFloatVariable
     ):

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables import autocast, optim, torch_queries
+from kiln.frontend.variables import autocast, optim, torch_queries, unspec_float
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.ctx_managers import GradModeVariable
@@ -31,6 +31,7 @@ from kiln.frontend.variables.misc import ConstantObjectVariable
 from kiln.frontend.variables.nn_module import build_module, buildable_module
 from kiln.frontend.variables.sym import SliceVariable, SymNodeVariable
 from kiln.frontend.variables.tensor_hooks import has_pending_hooks
+from kiln.frontend.variables.unspec_float import SymFloatVariable
 from kiln.symbolic import shape_env
 from kiln.symbolic.fake import ProxyTensor, is_fake
 
@@ -115,6 +116,8 @@ class _Unpack:
         if isinstance(v, SliceVariable):
             self.symbolic = True
             return v.fx_and_value()
+        if isinstance(v, SymFloatVariable):
+            return v.proxy, v.value  # Note [Shapes: unspecialised floats]
         if isinstance(v, ConstantVariable):
             val = v.value
             if isinstance(val, slice):
@@ -143,6 +146,8 @@ class _Unpack:
 def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
     """Record `target(*args, **kwargs)` in the graph (kind call_function/call_method), run on meta."""
     what = what or (target if isinstance(target, str) else getattr(target, "__name__", str(target)))
+    has_tensor = any(isinstance(a, _tensor_cls()) for a in [*args, *kwargs.values()])
+    args, kwargs = unspec_float.settle_args(target, args, kwargs, has_tensor)
     unpack = _Unpack(tx)
     pairs = [unpack(a) for a in args]
     kw_pairs = {k: unpack(v) for k, v in kwargs.items()}
