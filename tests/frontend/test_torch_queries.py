@@ -109,3 +109,13 @@ def test_python_value_queries_on_tensors():
         return r.reshape(s[:2]) + s[1:].numel() + s.index(3) + (x.shape == (4, 3))
 
     run_and_compare(fn, X, fullgraph=True, expected_graphs=1)
+
+
+def test_is_tensor_like():
+    def fn(x):
+        if torch.overrides.is_tensor_like(x):
+            return (x * 2,)
+        return (torch.ones(10) + x,)
+
+    run_and_compare(fn, torch.randn(10), fullgraph=True, expected_graphs=1)
+    run_and_compare(fn, 4, fullgraph=True, expected_graphs=1)

@@ -73,8 +73,21 @@ def _module(name):
     return obj
 
 
+def _is_tensor_like(v):
+    """`torch.overrides.is_tensor_like(v)` of a traced value, or None when not known."""
+    if isinstance(v, ConstantVariable):
+        return torch.overrides.is_tensor_like(v.value)
+    if getattr(v, "proxy", None) is not None and getattr(v, "example", None) is not None:
+        # a TensorVariable (not imported: tensor.py imports this module's users)
+        return v.python_type() in (torch.Tensor, torch.nn.Parameter) or None
+    return None
+
+
 def fold(tx, fn, args, kwargs):
-    """The folded answer of a query called with no arguments, else None."""
+    """The folded answer of a query (None when fn is none, or the answer is not known)."""
+    if fn is torch.overrides.is_tensor_like and len(args) == 1 and not kwargs:
+        answer = _is_tensor_like(args[0])
+        return ConstantVariable(answer) if answer is not None else None
     if args or kwargs or not is_query(fn):
         return None
     kind, value = QUERIES[_key(fn)]
