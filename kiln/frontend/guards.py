@@ -39,6 +39,7 @@ class GuardKind(enum.IntEnum):
     DISTINCT = 9  # two inputs are not the same object (an `is` folded to False)
     SHAPE_ENV = 10  # the facts of the frame's ShapeEnv about its dynamic sizes (after tensors)
     STATE_QUERY = 11  # a folded torch query still answers the same (Note [Torch: folded queries])
+    FLOAT_COMPARE = 12  # a float input compares with a number as before (unspecialised floats)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +180,10 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
                 ]
             ),
         ]
+    if k == GuardKind.FLOAT_COMPARE:
+        symbol, c, answer = v  # (Note [Shapes: unspecialised floats])
+        ctext = repr(c) if math.isfinite(c) else namer(c, "c")
+        return [f"___type({s}) is float and ({s} {symbol} {ctext}) is {answer!r}"]
     if k == GuardKind.STATE_QUERY:
         fn, answer = v
         expected = answer if answer is None or isinstance(answer, bool) else namer(answer, "q")

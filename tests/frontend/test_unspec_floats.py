@@ -65,11 +65,29 @@ def test_returned_float_is_computed_again():
     assert graphs == 2  # torch.compile: 2
 
 
-def test_branch_on_the_float_specialises_and_stays_correct():
+def test_branch_on_the_float_is_guarded_by_the_comparison():
     def fn(x, lr):
         return x + 1 if lr > 0.25 else x - 1
 
-    _calls(fn, [(X, 0.1 * i) for i in range(1, 6)])  # (torch.compile: 3, kiln one per value)
+    graphs, _ = _calls(fn, [(X, 0.1 * i) for i in range(1, 6)])
+    assert graphs == 3  # torch.compile: 3 (the constant, then one per answer)
+
+
+def test_equality_branch_and_nan():
+    def fn(x, y):
+        if y == 5.0:
+            return x + 2
+        return x + y
+
+    graphs, _ = _calls(fn, [(X, 3.0), (X, 4.0), (X, 5.0), (X, float("nan")), (X, 6.0)])
+    assert graphs == 3  # 3.0 (a constant), then `y == 5.0` False, then True
+
+
+def test_specialising_use_still_guards_the_value():
+    def fn(x, s):
+        return x + int(s)  # int() specialises: each value its own entry
+
+    _calls(fn, [(X, 1.5), (X, 2.5), (X, 2.5), (X, 3.5)])
 
 
 def test_nan_argument_does_not_recompile():

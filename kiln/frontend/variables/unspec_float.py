@@ -11,7 +11,9 @@ fed the Python float on each call, guarded on its type only, so one entry serves
     `torch.tensor(s)`; interpolate / upsample) take its value instead, with a guard.
   - `+ - * / ** //` with numbers or other such floats are nodes too (operator functions on
     Python floats, so the value is Python's own).
-  - Anything else (a comparison, `bool`, `int()`, `math.*`, formatting, a Python constant wanted
+  - A comparison of a float input with a number (`if lr > 0.25`) is answered and guarded by
+    the same comparison (GuardKind.FLOAT_COMPARE), as torch.compile guards on a SymFloat fact.
+  - Anything else (another comparison, `bool`, `int()`, `math.*`, formatting, a Python constant wanted
     by kiln) specialises: the value, with a guard on each float input it was computed from.
 The frame cache learns which float sources changed (FrameShapes, kind "float"); NaN is equal to
 NaN there and in guards, so a NaN argument does not recompile.
@@ -37,6 +39,17 @@ _ARITH = {
     operator.pow: operator.pow,
     operator.ipow: operator.pow,
 }
+
+_COMPARE = {
+    operator.lt: "<",
+    operator.le: "<=",
+    operator.gt: ">",
+    operator.ge: ">=",
+    operator.eq: "==",
+    operator.ne: "!=",
+}
+_FLIPPED = {operator.lt: operator.gt, operator.le: operator.ge, operator.gt: operator.lt}
+_FLIPPED.update({operator.ge: operator.le, operator.eq: operator.eq, operator.ne: operator.ne})
 
 # Tensor ops whose output shape may depend on a float argument: they get its value.
 _SHAPE_FROM_FLOAT = ("interpolate", "upsample", "upsample_nearest", "upsample_bilinear")
@@ -119,8 +132,22 @@ def _operand(v):
     return None
 
 
+def compare(tx, fn, a, b):
+    """`s < 0.5` of a float input and a number: the answer, guarded by the same comparison
+    (not by the value: `if lr > 0.25` recompiles only when the answer changes); else None."""
+    if not isinstance(a, SymFloatVariable):
+        a, b, fn = b, a, _FLIPPED[fn]
+    if a.source is None or not isinstance(b, ConstantVariable) or type(b.value) not in (int, float):
+        return None
+    answer = fn(a.value, b.value)
+    tx.output.guards.add(GuardKind.FLOAT_COMPARE, a.source, (_COMPARE[fn], b.value, answer))
+    return ConstantVariable(answer)
+
+
 def binary(tx, fn, a, b):
     """`a <op> b` with a SymFloatVariable and a number (or another): a node; else None."""
+    if fn in _COMPARE:
+        return compare(tx, fn, a, b)
     op = _ARITH.get(fn)
     pa, pb = _operand(a), _operand(b)
     if op is None or pa is None or pb is None:
