@@ -96,7 +96,8 @@ class CellRefVariable(VariableTracker):
 
 
 class FrameCellVariable(VariableTracker):
-    """A free variable's real cell of the root frame, captured by a function made while tracing."""
+    """A real cell (a free variable of the root frame or of an inlined function with a source),
+    captured by a function made while tracing."""
 
     def __init__(self, ref):
         super().__init__()
@@ -391,8 +392,6 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
             if isinstance(ref, CellRefVariable):
                 self.push(ref)
                 return
-            if not self.is_root:
-                unimplemented("capturing a free variable of an inlined function in a new function")
             self.push(FrameCellVariable(ref))  # Note [Functions: rebuilt closures]
             return
         self.push(CellRefVariable(self, name))
@@ -437,7 +436,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         obj = self.pop()
         value = self.pop()
         name = inst.argval
-        if isinstance(obj, (NewObjectVariable, ExceptionVariable)):
+        if isinstance(obj, (NewObjectVariable, ExceptionVariable, NestedUserFunctionVariable)):
             obj.setattr(self, name, value)
             return
         if not isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)):

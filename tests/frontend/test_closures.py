@@ -190,3 +190,41 @@ def test_import_inside_function():
         return F.relu(x) + math.pi + sqrt(2)
 
     run_and_compare(fn, X, fullgraph=True, expected_graphs=1)
+
+
+def test_closure_over_inlined_function_free_variable():
+    def outer(v1):
+        def fn2(v2):
+            def fn3(v3):
+                return v1 + v2 + v3
+
+            return fn3
+
+        return fn2
+
+    fn2 = outer(torch.ones(3))
+
+    def fn(x):
+        f3 = fn2(x * 2)
+        return f3(x), f3
+
+    kiln.reset()
+    (out, f3), (out_e, f3_e) = kiln.compile(fn, backend="eager", fullgraph=True)(X[0]), fn(X[0])
+    torch.testing.assert_close(out, out_e)
+    torch.testing.assert_close(f3(X[0]), f3_e(X[0]))
+
+
+def test_function_name_set_in_frame():
+    def fn(x):
+        def parse(v):
+            return v * 2
+
+        parse.__name__ = "my_parse"
+        parse.__qualname__ = "outer.my_parse"
+        return parse(x), parse, parse.__name__
+
+    kiln.reset()
+    (out, parse, name) = kiln.compile(fn, backend="eager", fullgraph=True)(X)
+    torch.testing.assert_close(out, X * 2)
+    assert name == parse.__name__ == "my_parse" and parse.__qualname__ == "outer.my_parse"
+    torch.testing.assert_close(parse(X), X * 2)

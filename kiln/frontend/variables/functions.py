@@ -156,6 +156,33 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
     def python_type(self):
         return types.FunctionType
 
+    _NAMES = ("__name__", "__qualname__", "__module__", "__doc__")
+
+    def _names(self):
+        names = {
+            "__name__": self.code.co_name,
+            "__qualname__": getattr(self.code, "co_qualname", self.code.co_name),
+            "__module__": self.globals.get("__name__"),
+        }
+        return {**names, **getattr(self, "attrs", {})}
+
+    def var_getattr(self, tx, name):
+        names = self._names()
+        if name in names:
+            return ConstantVariable(names[name])
+        if name == "__code__":
+            return ConstantVariable(self.code)
+        unimplemented(f"attribute {name!r} of a function made in the frame")
+
+    def setattr(self, tx, name, value):
+        """`f.__name__ = "x"` (functools.wraps, torch's _ntuple): kept, and set on the rebuilt one."""
+        if name not in self._NAMES or not value.is_python_constant():
+            unimplemented(f"attribute assignment .{name} on a function made in the frame")
+        c = value.as_python_constant()
+        if not isinstance(c, (str, type(None))):
+            unimplemented(f"attribute assignment .{name} = {type(c).__name__} on a function")
+        self.attrs = {**getattr(self, "attrs", {}), name: c}
+
     def call_function(self, tx, args, kwargs):
         cells = tuple(types.CellType() for _ in self.code.co_freevars) or None
         fn = types.FunctionType(self.code, self.globals, self.code.co_name, None, cells)
@@ -199,6 +226,8 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
                 closure=bool(cells),
             )
         )
+        for name, c in getattr(self, "attrs", {}).items():
+            cg.extend(emit.copy(1) + emit.load_const(c) + emit.swap(2) + emit.store_attr(name))
         if any(f is not None for f in fills):
             # the values go in after the function exists: a cell may hold the function itself
             temp = cg.new_temp()
@@ -216,14 +245,15 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
 # the stack at a graph break) is made again by the transformed code, over the cells it closes over:
 #   - a cell of the root frame (its cellvars): the frame's own real cell (LOAD_CLOSURE); its
 #     value, traced symbolically, is stored into it (STORE_DEREF) once the function exists;
-#   - a free variable of the root frame (a resume function's shared cells, a closure's own):
-#     the real cell, loaded as is (stores to it are replayed as side effects);
+#   - a free variable of the root frame (a resume function's shared cells, a closure's own) or
+#     of an inlined function with a source (`fn.__closure__[i]`): the real cell, loaded as is
+#     (stores to it are replayed as side effects);
 #   - a cell of an inlined call: that frame never ran, so a new cell (`types.CellType()`) is made
 #     once per transformed code (functions that shared it still share it) and given the value the
 #     cell had when tracing ended.
 # Values go into the cells after MAKE_FUNCTION, so a recursive function (its own cell holds it)
 # loads the function just made. A cell whose variable was never assigned (or was deleted) stays
-# empty, as in Python.
+# empty, as in Python. Names set on the function (`f.__name__ = ...`) are set on the rebuilt one.
 
 
 def _cell_value(tx, name):
@@ -235,9 +265,14 @@ def _cell_value(tx, name):
 
 def _load_cell(cg, ref):
     """Push the cell `ref` stands for; (store instructions, value) to fill it, or None."""
-    if not hasattr(ref, "tx"):  # a FrameCellVariable: a free variable of the root frame
+    if not hasattr(ref, "tx"):  # a FrameCellVariable: a real cell (a free variable)
         _cell, source = ref.ref
-        cg.extend(emit.load_closure(source.var_name))
+        if hasattr(source, "var_name"):  # of the root frame
+            cg.extend(emit.load_closure(source.var_name))
+        elif isinstance(source, AttrSource) and source.attr == "cell_contents":
+            source.source.reconstruct(cg)  # `fn.__closure__[i]` of an inlined function
+        else:
+            unimplemented("rebuilding a function over a cell reached without a source")
         return None
     tx, name = ref.tx, ref.name
     value = _cell_value(tx, name)
