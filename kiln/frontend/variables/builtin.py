@@ -434,6 +434,9 @@ class BuiltinVariable(VariableTracker):
         return ConstantVariable(slice(*[a.as_python_constant() for a in args]))
 
     def _call_divmod(self, tx, a, b):
+        if isinstance(a, SymNodeVariable) or isinstance(b, SymNodeVariable):
+            q, r = binary_op(tx, operator.floordiv, a, b), binary_op(tx, operator.mod, a, b)
+            return TupleVariable([q, r])  # sizes: `//` and `%` as size expressions
         return fold(divmod, a.as_python_constant(), b.as_python_constant())
 
     def _call_range(self, tx, *args):
@@ -540,6 +543,8 @@ class BuiltinVariable(VariableTracker):
             result = sym.min_max(tx, fn, items)
             if result is not None:
                 return result
+            if not any(isinstance(i, TensorVariable) for i in items):
+                items = [sym.specialised(i) for i in items]  # `min(n, 8.5)`: on the values
         if _all_const(items):
             return fold(fn, [i.as_python_constant() for i in items])
         if fn in (builtins.min, builtins.max) and len(items) >= 2:
@@ -629,6 +634,8 @@ class BuiltinVariable(VariableTracker):
         unimplemented(f"repr() of {obj}")
 
     def _call_round(self, tx, obj, nd=None):
+        if nd is None and isinstance(obj, SymNodeVariable):
+            return obj  # round() of an int size is the size
         if nd is None:
             return self._convert(tx, round, obj)
         return fold(round, obj.as_python_constant(), nd.as_python_constant())
