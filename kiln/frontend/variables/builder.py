@@ -18,7 +18,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables import logging_vars, optim
+from kiln.frontend.variables import control_flow, logging_vars, optim
 from kiln.frontend.variables.base import probe, register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.checkpoint import checkpoint_function
@@ -119,6 +119,8 @@ def _kiln_special(value):
         return DisabledFunctionVariable(value)
     if logging_vars.is_effect_function(value):  # warnings.warn, logging.warning ...
         return logging_vars.EffectCallVariable(value.__name__, fn=value)
+    if control_flow.handles(value):  # torch.cond, torch.while_loop ...
+        return control_flow.ControlFlowOpVariable(value)
     return None
 
 
