@@ -100,7 +100,9 @@ def _cond_impl(pred, key, operands):
 
 def _cond_meta(pred, key, operands):
     device = operands[0].device if operands else pred.device
-    return [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in branches(key).outputs]
+    return [
+        torch.empty(shape, dtype=dtype, device=device) for shape, dtype in branches(key).outputs
+    ]
 
 
 def _differentiable(t):
@@ -125,7 +127,11 @@ class _CondFunction(torch.autograd.Function):
     def backward(ctx, *grads):
         pred, *operands = ctx.saved_tensors
         got = torch.ops.kiln.cond_backward(pred, ctx.key, operands, list(grads))
-        return (None, None, *[g if ctx.needs_input_grad[i + 2] else None for i, g in enumerate(got)])
+        return (
+            None,
+            None,
+            *[g if ctx.needs_input_grad[i + 2] else None for i, g in enumerate(got)],
+        )
 
 
 def _cond_autograd(pred, key, operands):

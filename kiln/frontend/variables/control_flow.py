@@ -101,6 +101,8 @@ def cond(tx, pred, true_fn, false_fn, operands):
     f_graph, f_out = _trace_branch(tx, false_fn, items, "false_fn")
     t_items, f_items = _outputs(t_out, "true_fn"), _outputs(f_out, "false_fn")
     _check_same(t_items, f_items)
+    _check_no_alias(t_graph, t_items, "true_fn")
+    _check_no_alias(f_graph, f_items, "false_fn")
     lifted = _lift([t_graph, f_graph], [t_items, f_items])
     outputs = [(tuple(v.example.shape), v.example.dtype) for v in t_items]
     key = control_ops.register_branches(
@@ -194,6 +196,28 @@ def _check_same(t_items, f_items):
             )
 
 
+def _storage(t):
+    return t.untyped_storage()._cdata
+
+
+def _check_no_alias(graph, items, name):
+    """An output that is (a view of) an operand, a tensor of the frame or another output: torch.cond
+    refuses it."""
+    own = set(graph.nodes)
+    inputs = [n for n in graph.nodes if n.op == "placeholder"]
+    inputs += [a for n in graph.nodes for a in n.all_input_nodes if a not in own]
+    inputs += [v.proxy for v in items if v.proxy not in own]
+    seen = {
+        _storage(n.meta["example_value"])
+        for n in inputs
+        if isinstance(n.meta.get("example_value"), torch.Tensor)
+    }
+    for v in items:
+        if _storage(v.example) in seen:
+            unimplemented(f"torch.cond: {name} returns an alias of its input (torch.cond raises)")
+        seen.add(_storage(v.example))
+
+
 def _lift(graphs, outputs):
     """Finish the branch graphs: the frame's nodes they read become extra placeholders (the
     same list in both); returns those nodes of the frame's graph."""
@@ -222,11 +246,11 @@ def _lift(graphs, outputs):
                 ph = graph.placeholder(f"lifted{j}")
                 ph.meta["example_value"] = n.meta["example_value"]
                 phs[n] = ph
+        swap = phs.get
         for node in list(graph.nodes):
             if node.op != "placeholder":
-                node.args = torch.fx.node.map_arg(node.args, lambda a: phs.get(a, a))
-                node.kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: phs.get(a, a))
+                node.args = torch.fx.node.map_arg(node.args, lambda a, swap=swap: swap(a, a))
+                node.kwargs = torch.fx.node.map_arg(node.kwargs, lambda a, swap=swap: swap(a, a))
         graph.output(tuple(phs.get(v.proxy, v.proxy) for v in items))
         graph.lint()
     return lifted
-
