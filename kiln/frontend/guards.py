@@ -329,6 +329,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
         "___dict_get": dict_get,
+        "___from_numpy": torch.from_numpy,  # NumpyTensorSource
         "___missing": MISSING,
         "___is_any_autocast_enabled": torch._C._is_any_autocast_enabled,
         "___global_forward_hooks": torch.nn.modules.module._global_forward_hooks,

@@ -2,6 +2,8 @@
 
 import dataclasses
 
+import torch
+
 from kiln.bytecode import emit
 from kiln.bytecode import emit as _emit
 
@@ -167,6 +169,24 @@ class MappingGetSource(Source):
         load.extend(_emit.load_attr("get"))
         cg.extend(_emit.with_null(load.instrs))
         cg.extend(_emit.load_const(self.key))
+        cg.extend(_emit.call(1))
+
+    def base(self):
+        return self.source.base()
+
+
+@dataclasses.dataclass(frozen=True)
+class NumpyTensorSource(Source):
+    """`torch.from_numpy(base)`: the tensor of an ndarray input (Note [NumPy: arrays as tensors])."""
+
+    source: Source
+
+    def name(self):
+        return f"___from_numpy({self.source.name()})"
+
+    def reconstruct(self, cg):
+        cg.load_object(torch.from_numpy, push_null=True)
+        self.source.reconstruct(cg)
         cg.extend(_emit.call(1))
 
     def base(self):
