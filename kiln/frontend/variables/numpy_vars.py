@@ -22,6 +22,7 @@ Inside a compiled function, as torch.compile does:
 """
 
 import operator
+import warnings
 
 import numpy as np
 import torch
@@ -147,6 +148,8 @@ class NumpyNdarrayVariable(VariableTracker):
         return call(tx, fn, [self, *args], kwargs)
 
     def _getitem(self, tx, index):
+        if isinstance(index, ConstantVariable) and type(index.value) is tuple:
+            index = TupleVariable([ConstantVariable(v) for v in index.value])
         items = index.items if isinstance(index, TupleVariable) else [index]
         plain = []
         for i in items:
@@ -239,8 +242,9 @@ def special(value):
         return NumpyConstVariable(value)
     if isinstance(value, np.ufunc) or type(value).__name__ == "_ArrayFunctionDispatcher":
         return NumpyFunctionVariable(value)
-    if type(value).__name__ == "function" and (value.__module__ or "").startswith("numpy"):
-        return NumpyFunctionVariable(value)
+    if type(value).__name__ in ("function", "builtin_function_or_method"):
+        if (getattr(value, "__module__", None) or "").startswith("numpy"):
+            return NumpyFunctionVariable(value)  # (np.zeros, np.arange, np.array are C functions)
     return None
 
 
@@ -302,7 +306,8 @@ def _probe(fn, args, kwargs):
     pargs = [_probe_value(a) for a in args]
     pkwargs = {k: _probe_value(v) for k, v in kwargs.items()}
     try:
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (a warning of the stand-ins is not the user's)
             return np.asarray(fn(*pargs, **pkwargs))
     except Exception as e:
         unimplemented(f"{_name(fn)} raised {type(e).__name__} on NumPy's dtype probe: {e}")
