@@ -11,7 +11,8 @@ under a key made from their code. The frame's graph then holds one node
 that every backend treats as an operator: "eager" calls it, the ATen tracer (aot_eager, kiln)
 records it like any op (its Meta kernel gives the outputs' metadata), the kiln backend runs it
 as an extern call. At run time the operator reads `pred` and runs exactly one branch graph, so
-a NaN, an error or an effect of the other branch never happens.
+a NaN, an error or an effect of the other branch never happens. Under a compiling backend
+(aot_eager, kiln) each branch graph is compiled by that backend the first time it runs.
 
 Gradients: the operator's Autograd kernel is an autograd.Function whose backward calls
 `kiln::cond_backward(pred, key, operands, grads)`. Its kernel re-runs the chosen branch with
@@ -29,22 +30,51 @@ import hashlib
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from kiln import config, logs
+
 _LIB = torch.library.Library("kiln", "DEF")
 _LIB.define("cond(Tensor pred, str key, Tensor[] operands) -> Tensor[]")
 _LIB.define("cond_backward(Tensor pred, str key, Tensor[] operands, Tensor?[] grads) -> Tensor[]")
 
 
 class Branches:
-    """The two branch graphs of one `torch.cond` and the metadata of their outputs."""
+    """The two branch graphs of one `torch.cond` and the metadata of their outputs; `compiler`
+    (the frame's backend, or None) compiles a branch the first time it runs."""
 
-    def __init__(self, true_fn, false_fn, outputs):
+    def __init__(self, true_fn, false_fn, outputs, compiler=None):
         self.true_fn = true_fn
         self.false_fn = false_fn
         self.outputs = outputs  # [(shape, dtype)] per output, the same for both branches
+        self.compiler = compiler
+        self.compiled = {}
 
     def pick(self, pred):
-        """The branch `pred` (a real one-element tensor) selects."""
+        """The branch graph `pred` (a real one-element tensor) selects."""
         return self.true_fn if bool(pred) else self.false_fn
+
+    def run(self, pred, operands):
+        """Run the branch `pred` selects (compiled on its first run when there is a compiler)."""
+        which = bool(pred)
+        operands = [o.detach() for o in operands]  # (below autograd: an inference call)
+        fn = self.compiled.get(which)
+        if fn is None:
+            fn = self.compiled[which] = self._compile(self.pick(pred), operands)
+        return fn(*operands)
+
+    def _compile(self, gm, operands):
+        if self.compiler is None:
+            return gm
+        try:
+            return self.compiler(gm, operands)
+        except Exception as e:  # Note [Faults: the crash contract]: the graph runs as it is
+            if config.strict:
+                raise
+            logs.warn(
+                "kiln: compiling a torch.cond branch failed (%s: %s); running it eagerly",
+                type(e).__name__,
+                e,
+            )
+            return gm
 
 
 _BRANCHES = {}
@@ -68,12 +98,12 @@ def _importable(fn):
     return "<locals>" not in getattr(fn, "__qualname__", "<locals>")
 
 
-def register_branches(true_fn, false_fn, outputs):
+def register_branches(true_fn, false_fn, outputs, compiler=None, compiler_name=""):
     """Register a pair of branch GraphModules; the key the `kiln::cond` node names them by."""
-    text = _describe(true_fn) + "\n---\n" + _describe(false_fn) + repr(outputs)
+    text = _describe(true_fn) + "\n---\n" + _describe(false_fn) + repr(outputs) + compiler_name
     key = "cond_" + hashlib.sha256(text.encode()).hexdigest()[:16]
     if key not in _BRANCHES:
-        _BRANCHES[key] = Branches(true_fn, false_fn, outputs)
+        _BRANCHES[key] = Branches(true_fn, false_fn, outputs, compiler)
     return key
 
 
@@ -94,7 +124,7 @@ def _aliases(out, operands):
 
 
 def _cond_impl(pred, key, operands):
-    outs = branches(key).pick(pred)(*operands)
+    outs = branches(key).run(pred, operands)
     return [o.clone() if _aliases(o, operands) else o.contiguous() for o in outs]
 
 

@@ -77,6 +77,22 @@ def test_gradients_equal_eager(backend, sign):
     assert_same(grads[0], grads[1])
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "kiln"])
+def test_branches_are_compiled_by_the_backend(backend):
+    def fn(x):
+        return torch.cond(x.sum() > 0, lambda a: a.sin() + 1, lambda a: a.cos() - 1, (x,))
+
+    compiled = _compiled(fn, backend)
+    x = torch.randn(8)
+    for v in (x.abs(), -x.abs()):
+        torch.testing.assert_close(compiled(v), fn(v))
+    (entry,) = [
+        b for b in control_ops._BRANCHES.values() if b.true_fn.code.count("sin") and b.compiler
+    ][-1:]
+    assert len(entry.compiled) == 2
+    assert not any(isinstance(f, torch.fx.GraphModule) for f in entry.compiled.values())
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_only_one_branch_runs(backend):
     bad_index = torch.tensor([100])

@@ -36,6 +36,10 @@ from kiln.frontend.variables.torch import _mutates, wrap_tensor_result
 from kiln.symbolic import control_ops
 from kiln.symbolic.fake import is_symbolic
 
+# Built-in backends that compile each branch graph too (the first time it runs); "eager" and
+# user callables (handed the frame's graphs only) run the branch graphs as they are.
+_COMPILING_BACKENDS = ("aot_eager", "kiln")
+
 _COND = getattr(torch, "cond", None)
 _WHILE_LOOP = getattr(torch, "while_loop", None)
 
@@ -105,10 +109,14 @@ def cond(tx, pred, true_fn, false_fn, operands):
     _check_no_alias(f_graph, f_items, "false_fn")
     lifted = _lift([t_graph, f_graph], [t_items, f_items])
     outputs = [(tuple(v.example.shape), v.example.dtype) for v in t_items]
+    settings = tx.output.settings
+    compiler = settings.backend if settings.backend_name in _COMPILING_BACKENDS else None
     key = control_ops.register_branches(
         torch.fx.GraphModule(torch.nn.Module(), t_graph, class_name="CondTrue"),
         torch.fx.GraphModule(torch.nn.Module(), f_graph, class_name="CondFalse"),
         outputs,
+        compiler,
+        settings.backend_name if compiler is not None else "",
     )
     proxies = [v.proxy for v in items] + lifted
     examples = [v.example for v in items] + [n.meta["example_value"] for n in lifted]

@@ -814,10 +814,36 @@ def operator_call(tx, fn, args):
             {},
         )
         return target
+    if any(isinstance(a, TensorVariable) for a in args):
+        return _with_tensor(tx, fn, args)
     ufunc = _OPERATORS.get(fn)
-    if ufunc is None or any(isinstance(a, TensorVariable) for a in args):
+    if ufunc is None:
         unimplemented(f"operator {getattr(fn, '__name__', fn)} with a numpy array")
     return call(tx, ufunc, args, {})
+
+
+def _with_tensor(tx, fn, args):
+    """`np.float64(2) * t`: torch's operator, the NumPy scalar taken as a Python number is (a
+    0-d tensor of the dtype torch gives Python numbers of its kind)."""
+    plain = []
+    for a in args:
+        if isinstance(a, NumpyNdarrayVariable):
+            if not a.scalar:
+                unimplemented(f"operator {getattr(fn, '__name__', fn)} of an ndarray and a tensor")
+            dt = a.tensor.example.dtype
+            if dt.is_floating_point:
+                dt = torch.get_default_dtype()
+            elif dt.is_complex:
+                dt = (
+                    torch.complex128
+                    if torch.get_default_dtype() == torch.float64
+                    else torch.complex64
+                )
+            elif dt != torch.bool:
+                dt = torch.int64
+            a = _cast(tx, a.tensor, dt)
+        plain.append(a)
+    return torch_vars.call_tensor_op(tx, "call_function", _OUT_OF_PLACE.get(fn, fn), plain, {})
 
 
 _OUT_OF_PLACE = {fn: getattr(operator, fn.__name__[1:]) for fn in _INPLACE}
