@@ -251,3 +251,23 @@ def test_reading_array_data_breaks():
         kiln.compile(fn, backend="eager", fullgraph=True)(A)
     kiln.reset()
     np_same(fn(A), kiln.compile(fn, backend="eager")(A))
+
+
+def test_numpy_scalar_with_a_tensor():
+    def fn(t, a):
+        return np.sum(a) * t, t - a.max(), np.add(1, 2) + t
+
+    check(fn, torch.randn(3), A)
+
+
+def test_arrays_cross_a_graph_break():
+    def fn(a):
+        b = np.exp(a) + 1
+        print("between the graphs")
+        return np.log(b) * 2, b
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    np_same(fn(F64), compiled(F64))
+    assert kiln.counters["stats"]["graph_breaks"] == 1
+    assert kiln.counters["stats"]["unique_graphs"] == 2
