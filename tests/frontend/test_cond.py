@@ -287,3 +287,34 @@ def test_double_backward_is_refused():
         torch.autograd.grad(compiled(x), x, create_graph=True)
     (g,) = torch.autograd.grad(compiled(x), x)  # a first-order gradient is fine
     assert torch.equal(g, torch.full((2,), 3.0))
+
+
+def _raises(a):
+    raise ValueError("no")
+
+
+def test_branch_raising_breaks_and_eager_raises():
+    def fn(x):
+        return torch.cond(x.sum() > 0, _raises, lambda a: a - 1, (x,))
+
+    kiln.reset()
+    with pytest.raises(Unsupported, match="true_fn raises an exception"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(3))
+    kiln.reset()
+    with pytest.raises(Exception):  # (what eager torch.cond raises, from Python)
+        kiln.compile(fn, backend="eager")(torch.ones(3))
+
+
+def test_cond_in_a_frame_with_symbolic_sizes():
+    def fn(x, y):
+        z = x.sum(0)  # x has a dynamic first dim
+        return z + torch.cond(y.sum() > 0, lambda a: a * 2, lambda a: a / 2, (y,))
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    y = torch.randn(4)
+    for n in (3, 5, 7):
+        x = torch.randn(n, 4)
+        torch.testing.assert_close(compiled(x, y), fn(x, y))
+        torch.testing.assert_close(compiled(x, -y), fn(x, -y))
+    assert kiln.counters["stats"]["graph_breaks"] == 0

@@ -18,7 +18,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables import control_flow, logging_vars, numpy_vars, optim
+from kiln.frontend.variables import control_flow, logging_vars, numpy_shapes, numpy_vars, optim
 from kiln.frontend.variables.base import probe, register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.checkpoint import checkpoint_function
@@ -364,3 +364,4 @@ _SIGNATURE = inspect.signature
 
 
 register_builder(wrap_value, wrap_constant_like)
+numpy_shapes.register()

@@ -29,6 +29,7 @@ import torch.fx
 
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.variables.base import PythonValueVariable
+from kiln.frontend.variables.exceptions import ObservedException
 from kiln.frontend.variables.lists import BaseListVariable, ListVariable, TupleVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor import TensorVariable
@@ -160,6 +161,8 @@ def _trace_branch(tx, fn, items, name):
         result = fn.call_function(tx, args, {})
     except Unsupported as e:
         unimplemented(f"torch.cond: {name} is not traceable: {e.msg}")
+    except ObservedException:  # (raised by the branch: eager torch.cond raises it too)
+        unimplemented(f"torch.cond: {name} raises an exception")
     finally:
         if prev is None:
             del output.create_node
