@@ -35,6 +35,7 @@ from kiln import config, logs
 _LIB = torch.library.Library("kiln", "DEF")
 _LIB.define("cond(Tensor pred, str key, Tensor[] operands) -> Tensor[]")
 _LIB.define("cond_backward(Tensor pred, str key, Tensor[] operands, Tensor?[] grads) -> Tensor[]")
+_LIB.define("while_loop(str key, Tensor[] carried, Tensor[] additional) -> Tensor[]")
 
 
 class Branches:
@@ -54,11 +55,15 @@ class Branches:
 
     def run(self, pred, operands):
         """Run the branch `pred` selects (compiled on its first run when there is a compiler)."""
-        which = bool(pred)
+        return self.call(bool(pred), operands)
+
+    def call(self, which, operands):
+        """Run the true (True) or false (False) graph on `operands` (compiled on its first run)."""
         operands = [o.detach() for o in operands]  # (below autograd: an inference call)
         fn = self.compiled.get(which)
         if fn is None:
-            fn = self.compiled[which] = self._compile(self.pick(pred), operands)
+            gm = self.true_fn if which else self.false_fn
+            fn = self.compiled[which] = self._compile(gm, operands)
         return fn(*operands)
 
     def _compile(self, gm, operands):
@@ -215,6 +220,36 @@ def _cond_backward_meta(pred, key, operands, grads):
     return [torch.empty_like(o) for o in operands]
 
 
+def _while_impl(key, carried, additional):
+    """Note [Control flow: while_loop as an operator]: the graphs are (cond_fn, body_fn)."""
+    entry = branches(key)
+    values = list(carried)
+    while bool(entry.call(True, [*values, *additional])[0]):
+        values = list(entry.call(False, [*values, *additional]))
+    return [v.clone() if _aliases(v, [*carried, *additional]) else v.contiguous() for v in values]
+
+
+def _while_meta(key, carried, additional):
+    return [torch.empty_like(c, memory_format=torch.contiguous_format) for c in carried]
+
+
+def _while_autograd(key, carried, additional):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in [*carried, *additional]):
+        raise RuntimeError("kiln: gradients through torch.while_loop are not supported")
+    with torch._C._AutoDispatchBelowAutograd():
+        return torch.ops.kiln.while_loop(key, carried, additional)
+
+
+# Note [Control flow: while_loop as an operator]
+# `torch.while_loop(cond_fn, body_fn, carried)` is `kiln::while_loop(key, carried, additional)`:
+# the two graphs are registered like cond's (cond_fn as the "true" graph, body_fn as the
+# "false" one), `additional` are the tensors they read from the frame. The loop runs at run time
+# (each graph compiled on its first run under a compiling backend). No gradient: the frontend
+# breaks the graph when a carried or read tensor requires grad, and the operator refuses it.
+
+_LIB.impl("while_loop", _while_impl, "CompositeExplicitAutograd")
+_LIB.impl("while_loop", _while_meta, "Meta")
+_LIB.impl("while_loop", _while_autograd, "Autograd")
 _LIB.impl("cond", _cond_impl, "CompositeExplicitAutograd")
 _LIB.impl("cond", _cond_meta, "Meta")
 _LIB.impl("cond", _cond_autograd, "Autograd")
@@ -224,3 +259,4 @@ _LIB.impl("cond_backward", _cond_backward_autograd, "Autograd")
 
 COND = torch.ops.kiln.cond.default
 COND_BACKWARD = torch.ops.kiln.cond_backward.default
+WHILE_LOOP = torch.ops.kiln.while_loop.default

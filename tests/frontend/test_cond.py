@@ -268,13 +268,41 @@ def test_non_tensor_operand_breaks():
     _breaks_with(fn, torch.ones(3), match="operand .* is not a tensor")
 
 
-def test_while_loop_is_a_named_break():
+def test_while_loop_with_an_int_carried_value_is_a_named_break():
     def fn(x):
         return torch.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, a * 2), (0, x))
 
     kiln.reset()
-    with pytest.raises(Unsupported, match="while_loop is not captured"):
+    with pytest.raises(Unsupported, match="while_loop carried value .* is not a tensor"):
         kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(2))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_while_loop_runs_at_run_time(backend):
+    limit = torch.tensor(50.0)
+
+    def body(i, a):
+        return i + 1, a * 2 + limit / 100
+
+    def below(i, a):
+        return a.sum() < limit
+
+    def fn(x):
+        i, a = torch.while_loop(below, body, (torch.zeros((), dtype=torch.int64), x))
+        return i, a + 1
+
+    compiled = _compiled(fn, backend)
+    for x in (torch.ones(2), torch.full((2,), 0.1), torch.full((2,), 30.0)):  # 5, 8, 0 trips
+        assert_same(fn(x), compiled(x))
+
+
+def test_while_loop_needing_grad_is_a_named_break():
+    def fn(x):
+        return torch.while_loop(lambda a: a.sum() < 30, lambda a: (a * 2,), (x,))
+
+    kiln.reset()
+    with pytest.raises(Unsupported, match="require grad"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(2, requires_grad=True))
 
 
 def test_double_backward_is_refused():

@@ -17,7 +17,10 @@ torch.cond raises its own error: branches whose outputs differ in number, shape,
 outputs that are not tensors, operands that are not tensors. What kiln does not capture is a
 graph break too, with the reason: a branch with side effects (a print, a store to a list or an
 object), a branch that mutates a tensor in place, a branch kiln cannot trace, symbolic sizes.
-`torch.while_loop` and the other control-flow operators are graph breaks that name them.
+`torch.while_loop(cond_fn, body_fn, carried)` is traced the same way into one `kiln::while_loop`
+node (Note [Control flow: while_loop as an operator]) when its carried values are tensors that
+need no gradient; other uses, and the other control-flow operators (torch._higher_order_ops's
+map, scan, ...), are graph breaks that name them.
 """
 
 import contextlib
@@ -61,6 +64,8 @@ class ControlFlowOpVariable(PythonValueVariable):
         fn = self.value
         if fn is _COND:
             return cond(tx, *_bind_cond(args, kwargs))
+        if fn is _WHILE_LOOP and len(args) == 3 and not kwargs:
+            return while_loop(tx, *args)
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
         unimplemented(f"control-flow operator {name} is not captured (it runs in Python)")
 
@@ -130,6 +135,46 @@ def cond(tx, pred, true_fn, false_fn, operands):
     if isinstance(t_out, TupleVariable):
         return TupleVariable(out.items)
     return ListVariable(out.items)
+
+
+def while_loop(tx, cond_fn, body_fn, carried):
+    """`torch.while_loop(cond_fn, body_fn, carried)`: one `kiln::while_loop` node whose loop runs
+    at run time (Note [Control flow: while_loop as an operator])."""
+    items = _operand_items(tx, carried)
+    for v in items:
+        if not isinstance(v, TensorVariable):
+            unimplemented(f"torch.while_loop carried value {v} is not a tensor")
+        if is_symbolic(v.example):
+            unimplemented("torch.while_loop on tensors with symbolic sizes")
+    if not items:
+        unimplemented("torch.while_loop without carried values")
+    c_graph, c_out = _trace_branch(tx, cond_fn, items, "cond_fn")
+    b_graph, b_out = _trace_branch(tx, body_fn, items, "body_fn")
+    (c_item,) = _outputs(c_out, "cond_fn") if isinstance(c_out, TensorVariable) else [None]
+    if c_item is None or c_item.example.numel() != 1 or c_item.example.dtype != torch.bool:
+        unimplemented("torch.while_loop: cond_fn does not return a one-element bool tensor")
+    b_items = _outputs(b_out, "body_fn")
+    _check_same(items, b_items)
+    lifted = _lift([c_graph, b_graph], [[c_item], b_items])
+    examples = [v.example for v in items] + [n.meta["example_value"] for n in lifted]
+    if torch.is_grad_enabled() and any(e.requires_grad for e in examples):
+        unimplemented("torch.while_loop on tensors that require grad (no gradient is captured)")
+    settings = tx.output.settings
+    compiler = settings.backend if settings.backend_name in _COMPILING_BACKENDS else None
+    key = control_ops.register_branches(
+        torch.fx.GraphModule(torch.nn.Module(), c_graph, class_name="WhileCond"),
+        torch.fx.GraphModule(torch.nn.Module(), b_graph, class_name="WhileBody"),
+        [(tuple(v.example.shape), v.example.dtype) for v in items],
+        compiler,
+        "while" + (settings.backend_name if compiler is not None else ""),
+    )
+    result = control_ops.WHILE_LOOP(key, examples[: len(items)], examples[len(items) :])
+    proxies = [v.proxy for v in items]
+    node = tx.output.create_node(
+        "call_function", control_ops.WHILE_LOOP, (key, proxies, lifted), {}
+    )
+    out = wrap_tensor_result(tx, node, list(result), items[0].device)
+    return TupleVariable(out.items)
 
 
 def _operand_items(tx, operands):
