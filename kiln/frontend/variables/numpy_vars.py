@@ -30,7 +30,7 @@ import torch
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.source import NumpyTensorSource
+from kiln.frontend.source import AttrSource, NumpyTensorSource
 from kiln.frontend.variables import tensor as tensor_vars
 from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import BoundMethodVariable, PythonValueVariable, VariableTracker
@@ -74,6 +74,8 @@ def wrap_array(tx, value, source):
     if not value.flags.writeable or any(s < 0 or s % value.itemsize for s in value.strides):
         unimplemented("a read-only numpy array or one with negative strides")
     tx.output.guards.add(GuardKind.TYPE_MATCH, source, np.ndarray)
+    flags = AttrSource(AttrSource(source, "flags"), "writeable")
+    tx.output.guards.add(GuardKind.CONSTANT_MATCH, flags, True)  # (the graph may write into it)
     tensor = tx.output.add_graph_input(torch.from_numpy(value), NumpyTensorSource(source))
     return NumpyNdarrayVariable(tensor, source=source)
 

@@ -186,6 +186,19 @@ def test_guards_recompile_on_dtype_and_shape():
     assert kiln.counters["stats"]["unique_graphs"] == 3
 
 
+def test_read_only_array_is_not_written():
+    def fn(a):
+        return a * 2
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    np_same(fn(A), compiled(A.copy()))
+    frozen = A.copy()
+    frozen.flags.writeable = False  # a guard fails: the frame runs in Python (a break)
+    np_same(fn(frozen), compiled(frozen))
+    assert kiln.counters["stats"]["unique_graphs"] == 1
+
+
 def test_setitem_and_inplace_on_an_input_array():
     def fn(a):
         a[0] = 7
