@@ -21,7 +21,14 @@ import torch
 
 from kiln import config as _config
 from kiln import faults, logs
-from kiln.frontend.source import MISSING, AttrSource, GetItemSource, LocalSource, dict_get
+from kiln.frontend.source import (
+    MISSING,
+    AttrSource,
+    GetItemSource,
+    LocalSource,
+    dict_get,
+    tensor_of_array,
+)
 
 
 class GuardKind(enum.IntEnum):
@@ -329,7 +336,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
         "___dict_get": dict_get,
-        "___from_numpy": torch.from_numpy,  # NumpyTensorSource
+        "___from_numpy": tensor_of_array,  # NumpyTensorSource
         "___missing": MISSING,
         "___is_any_autocast_enabled": torch._C._is_any_autocast_enabled,
         "___global_forward_hooks": torch.nn.modules.module._global_forward_hooks,

@@ -185,12 +185,20 @@ class NumpyTensorSource(Source):
         return f"___from_numpy({self.source.name()})"
 
     def reconstruct(self, cg):
-        cg.load_object(torch.from_numpy, push_null=True)
+        cg.load_object(tensor_of_array, push_null=True)
         self.source.reconstruct(cg)
         cg.extend(_emit.call(1))
 
     def base(self):
         return self.source.base()
+
+
+def tensor_of_array(array):
+    """`torch.from_numpy(array)` of a writeable array (a read-only one fails the guard that reads
+    it, before torch warns about it)."""
+    if not array.flags.writeable:
+        raise ValueError("a read-only numpy array")
+    return torch.from_numpy(array)
 
 
 def is_from_local(source):
