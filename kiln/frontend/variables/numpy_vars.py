@@ -149,6 +149,13 @@ class NumpyNdarrayVariable(VariableTracker):
             unimplemented(f"ndarray.{name}() is not traced")
         return call(tx, fn, [self, *args], kwargs)
 
+    def unpack_var_sequence(self, tx):
+        """`for row in a`: the rows, arrays (NumPy scalars for a 1-d array)."""
+        if self.ndim == 0:
+            unimplemented("iteration over a 0-d array")
+        rows = self.tensor.unpack_var_sequence(tx)
+        return [NumpyNdarrayVariable(r, scalar=self.ndim == 1) for r in rows]
+
     def _getitem(self, tx, index):
         if isinstance(index, ConstantVariable) and type(index.value) is tuple:
             index = TupleVariable([ConstantVariable(v) for v in index.value])
@@ -591,12 +598,27 @@ _INPLACE = {
 
 
 def involved(*values):
-    """Whether an operator's operands include an ndarray (the operator is numpy's)."""
-    return any(isinstance(v, NumpyNdarrayVariable) for v in values)
+    """Whether an operator's operands include an ndarray or a numpy dtype (numpy's operator)."""
+    return any(isinstance(v, (NumpyNdarrayVariable, NumpyConstVariable)) for v in values)
+
+
+def _fold_constants(fn, args):
+    """`a.dtype == np.float32`: an operator on numpy constants, folded while tracing."""
+    values = [
+        a.value if isinstance(a, NumpyConstVariable) else a.as_python_constant() for a in args
+    ]
+    result = fn(*values)
+    if type(result) in (bool, np.bool_):
+        return ConstantVariable(bool(result))
+    unimplemented(f"operator {getattr(fn, '__name__', fn)} of numpy constants")
 
 
 def operator_call(tx, fn, args):
     """`a <op> b` / `<op> a` with an ndarray operand: the ufunc numpy calls."""
+    if not any(isinstance(a, NumpyNdarrayVariable) for a in args):
+        if all(isinstance(a, NumpyConstVariable) or a.is_python_constant() for a in args):
+            return _fold_constants(fn, args)
+        unimplemented(f"operator {getattr(fn, '__name__', fn)} of {args}")
     if fn in _INPLACE:
         target = args[0]
         if not isinstance(target, NumpyNdarrayVariable) or target.scalar:

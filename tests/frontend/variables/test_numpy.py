@@ -158,6 +158,14 @@ def test_attributes_are_constants():
     check(fn, A, F32, graphs=0)
 
 
+def test_dtype_comparisons_and_iteration():
+    def fn(a, b):
+        out = [row.sum() for row in a] + [v * 2 for v in b[0]]
+        return out, a.dtype == np.int64, b.dtype != np.float32, a.dtype == b.dtype
+
+    check(fn, A, F32)
+
+
 def test_tensor_numpy_and_from_numpy():
     def fn(t, a):
         x = t.numpy() * 2  # float32 ndarray
