@@ -89,6 +89,10 @@ def _describe(gm):
     """The code of a branch graph and the identity of its targets (for the key)."""
     parts = [gm.code]
     for node in gm.graph.nodes:
+        val = node.meta.get("example_value")
+        if node.op == "placeholder" and isinstance(val, torch.Tensor):
+            # (a compiled branch is specialised on its inputs' layouts)
+            parts.append(f"{tuple(val.shape)} {val.stride()} {val.dtype}")
         if node.op == "call_function":
             t = node.target
             name = f"{getattr(t, '__module__', '')}.{getattr(t, '__qualname__', t)}"
@@ -103,9 +107,12 @@ def _importable(fn):
     return "<locals>" not in getattr(fn, "__qualname__", "<locals>")
 
 
-def register_branches(true_fn, false_fn, outputs, compiler=None, compiler_name=""):
-    """Register a pair of branch GraphModules; the key the `kiln::cond` node names them by."""
-    text = _describe(true_fn) + "\n---\n" + _describe(false_fn) + repr(outputs) + compiler_name
+def register_branches(true_fn, false_fn, outputs, compiler=None, compiler_name="", device=""):
+    """Register a pair of branch GraphModules; the key the `kiln::cond` node names them by
+    (their code, their inputs' layouts, the device and the compiler: what a compiled branch is
+    specialised on)."""
+    text = _describe(true_fn) + "\n---\n" + _describe(false_fn) + repr(outputs)
+    text += f"\n{compiler_name} {device}"
     key = "cond_" + hashlib.sha256(text.encode()).hexdigest()[:16]
     if key not in _BRANCHES:
         _BRANCHES[key] = Branches(true_fn, false_fn, outputs, compiler)

@@ -93,6 +93,26 @@ def test_branches_are_compiled_by_the_backend(backend):
     assert not any(isinstance(f, torch.fx.GraphModule) for f in entry.compiled.values())
 
 
+def _halves(a):
+    return a.sum(0) / 2
+
+
+def _doubles(a):
+    return a.sum(0) * 2
+
+
+def test_same_branches_on_other_shapes_are_other_entries():
+    def fn(x):
+        return torch.cond(x.sum() > 0, _halves, _doubles, (x,))
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="kiln", fullgraph=True, dynamic=False)
+    for rows in (3, 5):  # the same branch code; each shape its own compiled branch
+        x = torch.rand(rows, 4)
+        torch.testing.assert_close(compiled(x), fn(x))
+        torch.testing.assert_close(compiled(x.t()), fn(x.t()))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_only_one_branch_runs(backend):
     bad_index = torch.tensor([100])

@@ -123,6 +123,7 @@ def cond(tx, pred, true_fn, false_fn, operands):
         outputs,
         compiler,
         settings.backend_name if compiler is not None else "",
+        str(items[0].device if items else pred.device),
     )
     proxies = [v.proxy for v in items] + lifted
     examples = [v.example for v in items] + [n.meta["example_value"] for n in lifted]
@@ -167,6 +168,7 @@ def while_loop(tx, cond_fn, body_fn, carried):
         [(tuple(v.example.shape), v.example.dtype) for v in items],
         compiler,
         "while" + (settings.backend_name if compiler is not None else ""),
+        str(items[0].device),
     )
     result = control_ops.WHILE_LOOP(key, examples[: len(items)], examples[len(items) :])
     proxies = [v.proxy for v in items]
