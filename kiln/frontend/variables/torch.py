@@ -183,11 +183,10 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
 
     try:
         with ctx:
-            result = run(meta_args, meta_kwargs)
-            if not _mutates(target, kwargs):  # Note [Autocast: meta examples]
-                result = autocast.autocast_dtypes(
-                    run, result, meta_args, meta_kwargs, unpack.devices
-                )
+            if _mutates(target, kwargs):
+                result = run(meta_args, meta_kwargs)
+            else:  # Note [Autocast: meta examples]
+                result = autocast.run_under_autocast(run, meta_args, meta_kwargs, unpack.devices)
     except Exception as e:
         unimplemented(f"{what} on meta tensors raised {type(e).__name__}: {e}")
     if explicit_device is not None:
