@@ -13,7 +13,7 @@ import torch
 
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables import dict_views, misc, optim, sym, symfloat
+from kiln.frontend.variables import dict_views, misc, optim, stdlib, sym, symfloat
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dict_views import DictViewVariable
@@ -36,6 +36,7 @@ from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import TorchVariable, call_tensor_op
 from kiln.frontend.variables.typing_vars import typing_subscript
+from kiln.frontend.variables.user_attrs import class_decides_hasattr
 from kiln.frontend.variables.user_defined import (
     NewObjectVariable,
     SuperVariable,
@@ -72,6 +73,11 @@ def binary_op(tx, fn, a, b):
     if isinstance(a, SetVariable) and fn in _SET_OPS:
         result = a.call_method(tx, _SET_OPS[fn], [b], {})
         return a if _SET_OPS[fn].endswith("update") else result
+    if isinstance(a, ConstDictVariable) and fn in (operator.or_, operator.ior):
+        result = a.call_method(tx, "__ior__" if fn is operator.ior else "__or__", [b], {})
+        if result.is_python_constant() and result.as_python_constant() is NotImplemented:
+            unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
+        return result
     if fn in (operator.add, operator.iadd):  # `() + t + ()`: a constant tuple/list joins items
         a, b = _constant_sequence(a, b), _constant_sequence(b, a)
     if fn in _SEQUENCE_OPS and isinstance(a, BaseListVariable):
@@ -304,6 +310,11 @@ class BuiltinVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         fn = self.fn
         name = getattr(fn, "__name__", str(fn))
+        if fn in stdlib.CALLS:
+            try:
+                return stdlib.CALLS[fn](tx, *args, **kwargs)
+            except TypeError as e:
+                unimplemented(f"{name} with these arguments ({e})")
         handler = getattr(self, f"_call_{name}", None)
         if handler is not None and fn is getattr(builtins, name, None):
             try:
@@ -391,6 +402,9 @@ class BuiltinVariable(VariableTracker):
             return obj.hasattr(tx, n)
         if obj.is_python_constant():
             return ConstantVariable(hasattr(obj.as_python_constant(), n))
+        found = class_decides_hasattr(obj, n)
+        if found is not None:
+            return ConstantVariable(found)
         unimplemented(f"hasattr on {obj}")
 
     def _call_super(self, tx, cls=None, obj=None):
@@ -474,6 +488,9 @@ class BuiltinVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__", "__module__", "__doc__"):
             return ConstantVariable(getattr(self.fn, name))
+        modelled = stdlib.class_method(self.fn, name)
+        if modelled is not None:
+            return modelled
         return super().var_getattr(tx, name)
 
     def _call_set(self, tx, obj=None):
@@ -740,7 +757,16 @@ _ITERTOOLS_MORE = {
     itertools.starmap,
     itertools.pairwise,
 }
-BUILTIN_CLASSES = frozenset({set, frozenset, map, filter, *_ITERTOOLS_MORE})  # called like builtins
+BUILTIN_CLASSES = frozenset(
+    {
+        set,
+        frozenset,
+        map,
+        filter,
+        *_ITERTOOLS_MORE,
+        *(c for c in stdlib.CALLS if isinstance(c, type)),
+    }
+)  # called like builtins
 
 
 def _is_none_const(v):

@@ -15,6 +15,7 @@ from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wr
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import TupleVariable
+from kiln.frontend.variables import stdlib
 from kiln.frontend.variables.misc import ConstantObjectVariable
 
 
@@ -52,6 +53,8 @@ class UserFunctionVariable(BaseFunctionVariable):
             return wrap_value(tx, self.fn.__wrapped__, src)
         if name == "__get__" and type(self) is UserFunctionVariable:
             return FunctionGetVariable(self)
+        if name in _FUNCTION_DATA or name in getattr(self.fn, "__dict__", {}):
+            return _function_data(tx, self, name)
         unimplemented(f"attribute {name!r} of function {self.fn.__qualname__}")
 
     def call_function(self, tx, args, kwargs):
@@ -199,6 +202,25 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
         )
 
 
+# Note [Functions: data attributes]
+# `fn.__defaults__`, `fn.__kwdefaults__`, `fn.__dict__` and the attributes a user set on a function
+# (`fn.calls = 0`, functools.wraps' `__wrapped__`) are writable: with a source they are read
+# through it (so guarded like any attribute); without one (a function object made or reached
+# with no path) only literal values fold, anything else breaks.
+_FUNCTION_DATA = ("__defaults__", "__kwdefaults__", "__dict__", "__annotations__")
+
+
+def _function_data(tx, var, name):
+    value = getattr(var.fn, name)
+    if var.source is not None:
+        return wrap_value(tx, value, AttrSource(var.source, name))
+    if is_literal(value):
+        return ConstantVariable(value)
+    if type(value) is dict and all(map(is_literal, [*value, *value.values()])):
+        return ConstDictVariable({k: ConstantVariable(v) for k, v in value.items()})
+    unimplemented(f"attribute {name!r} of function {var.fn.__qualname__} (no source)")
+
+
 def _wrap_default(tx, value, source):
     if isinstance(value, VariableTracker):
         return value
@@ -311,6 +333,14 @@ class PartialVariable(VariableTracker):
             return ConstDictVariable(dict(self.kwargs))
         unimplemented(f"functools.partial.{name}")
 
+    def hasattr(self, tx, name):
+        """A partial made while tracing has no instance attributes: its class decides."""
+        if name in ("func", "args", "keywords") or hasattr(functools.partial, name):
+            return ConstantVariable(True)
+        if self.source is not None:
+            unimplemented(f"hasattr on a functools.partial from outside the frame ({name!r})")
+        return ConstantVariable(False)
+
     def reconstruct(self, cg):
         if self.source is not None:  # the partial object itself
             return super().reconstruct(cg)
@@ -395,4 +425,4 @@ def _folded_functions():
     }
 
 
-_FOLDED_FUNCTIONS = _folded_functions()
+_FOLDED_FUNCTIONS = {**_folded_functions(), **stdlib.FOLDED}

@@ -20,7 +20,7 @@ from kiln.frontend.source import (
     MappingGetSource,
     dict_get,
 )
-from kiln.frontend.variables import logging_vars
+from kiln.frontend.variables import logging_vars, stdlib
 from kiln.frontend.variables.base import (
     BoundMethodVariable,
     PythonValueVariable,
@@ -107,6 +107,10 @@ class UserDefinedClassVariable(PythonValueVariable):
 
         if cls in BUILTIN_CLASSES:
             return BuiltinVariable(cls).call_function(tx, args, kwargs)
+        if cls is collections.OrderedDict:  # the dict, keeping the class (move_to_end ...)
+            d = BuiltinVariable(dict).call_function(tx, args, kwargs)
+            d.user_cls = cls
+            return d
         if issubclass(cls, tuple) and hasattr(cls, "_fields") and cls.__new__ is not tuple.__new__:
             # a namedtuple: bind the fields like its generated __new__ does
             bound = bind_args(tx, cls.__new__, [self, *args], kwargs, None)
@@ -246,6 +250,8 @@ class UserDefinedObjectVariable(VariableTracker):
         return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
 
     def call_function(self, tx, args, kwargs):
+        if stdlib.is_lru_cached(self.value):  # Note [Stdlib: lru_cache'd functions]
+            return stdlib.call_lru_cached(tx, self, args, kwargs)
         call = inspect.getattr_static(type(self.value), "__call__", None)
         if isinstance(call, types.FunctionType):
             return inline_call(tx, call, [self, *args], kwargs, self._class_attr_source("__call__"))
