@@ -11,11 +11,11 @@ from kiln.exc import unimplemented
 from kiln.frontend.markers import kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.user_errors import disabled_by
+from kiln.frontend.variables import stdlib
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import TupleVariable
-from kiln.frontend.variables import stdlib
 from kiln.frontend.variables.misc import ConstantObjectVariable
 
 
