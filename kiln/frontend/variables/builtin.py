@@ -201,7 +201,16 @@ def _identical(a, b):
         return a.as_python_constant() is b.as_python_constant()  # functions, classes, builtins
     if type(a) is not type(b) and (isinstance(a, TensorVariable) or isinstance(b, TensorVariable)):
         return False
+    if _exact_type(a) is not _exact_type(b) and _exact_type(a) and _exact_type(b):
+        return False  # objects of two types are two objects
     return None
+
+
+def _exact_type(var):
+    try:
+        return var.python_type()
+    except Exception:
+        return None
 
 
 _MISSING = object()

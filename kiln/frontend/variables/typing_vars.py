@@ -10,8 +10,9 @@ by an ID_MATCH guard on its source (a rebound global recompiles).
 import types
 import typing
 
+from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables.base import wrap_constant_like
+from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 
 # the classes whose instances are typing's subscriptable generics
 _GENERIC_TYPES = tuple(
@@ -68,9 +69,46 @@ def typing_subscript(tx, obj, index):
         return None
     for source, value in pinned:
         tx.output.guards.add(GuardKind.ID_MATCH, source, value)
+    if isinstance(generic, type) and issubclass(generic, typing.Generic):
+        return UserGenericAliasVariable(alias)
     return wrap_constant_like(tx, alias)
 
 
 def _is_generic_class(value):
-    """A builtin class subscripted as a generic (`list[int]`, `dict[str, int]`)."""
-    return value in (list, dict, tuple, set, frozenset, type)
+    """A builtin class subscripted as a generic (`list[int]`, `dict[str, int]`), or a user class
+    deriving from typing.Generic (`Box[int]`)."""
+    if value in (list, dict, tuple, set, frozenset, type):
+        return True
+    return isinstance(value, type) and issubclass(value, typing.Generic) and value is not typing.Generic
+
+
+# Note [Typing: calling a user generic alias]
+# `Box[int](v)` calls typing's _GenericAlias.__call__: it makes `Box(v)`, then sets the instance's
+# `__orig_class__` to the alias (ignoring an AttributeError). kiln does the same on an object it
+# builds; an object it cannot store into breaks.
+class UserGenericAliasVariable(VariableTracker):
+    """`Box[int]` of a user class deriving from typing.Generic."""
+
+    def __init__(self, alias, **kw):
+        super().__init__(**kw)
+        self.alias = alias
+
+    def python_type(self):
+        return type(self.alias)
+
+    def is_python_constant(self):
+        return True
+
+    def as_python_constant(self):
+        return self.alias
+
+    def call_function(self, tx, args, kwargs):
+        obj = wrap_constant_like(tx, self.alias.__origin__).call_function(tx, args, kwargs)
+        if not hasattr(obj, "store_attr"):
+            unimplemented(f"{self.alias}(...): setting __orig_class__ on {obj}")
+        tx.output.side_effects.mutate_new_object(obj)
+        obj.store_attr("__orig_class__", self)
+        return obj
+
+    def reconstruct(self, cg):
+        cg.load_object(self.alias)

@@ -281,8 +281,17 @@ class SuperVariable(VariableTracker):
         self.cls = cls
         self.obj = obj
 
+    def _bound_class(self):
+        """The class itself when super() is bound to a class (in a classmethod), else None."""
+        if self.obj.is_python_constant():
+            value = self.obj.as_python_constant()
+            if isinstance(value, type) and issubclass(value, self.cls):
+                return value
+        return None
+
     def var_getattr(self, tx, name):
-        mro = self.obj.python_type().__mro__
+        owner = self._bound_class()
+        mro = (owner if owner is not None else self.obj.python_type()).__mro__
         try:
             start = mro.index(self.cls) + 1
         except ValueError:
@@ -290,6 +299,13 @@ class SuperVariable(VariableTracker):
         for klass in mro[start:]:
             if name in vars(klass):
                 attr = vars(klass)[name]
+                if isinstance(attr, classmethod) and isinstance(attr.__func__, types.FunctionType):
+                    cls_var = self.obj if owner is not None else wrap_constant_like(tx, mro[0])
+                    return UserMethodVariable(attr.__func__, cls_var)
+                if owner is not None and isinstance(attr, types.FunctionType):
+                    return wrap_value(tx, attr, None)  # super(C, C).f: the plain function
+                if owner is not None:
+                    unimplemented(f"super(cls, cls).{name} is a {type(attr).__name__}")
                 if isinstance(attr, types.FunctionType):
                     return UserMethodVariable(attr, self.obj)
                 if isinstance(attr, staticmethod):
