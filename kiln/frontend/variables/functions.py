@@ -226,6 +226,8 @@ def _wrap_default(tx, value, source):
         return value
     if is_literal(value):
         return ConstantVariable(value)
+    if type(value) is object:  # a sentinel (`def pop(self, key, default=__marker)`): no state
+        return ConstantObjectVariable(value)
     if source is None:
         unimplemented("non-constant default argument of an unguarded function")
     return wrap_value(tx, value, source)
@@ -414,7 +416,9 @@ def _replace(tx, obj, **changes):
     if changes:
         unimplemented(f"dataclasses.replace(): unknown fields {sorted(changes)}")
     if obj.source is not None:  # the class through its source: its __init__ reads cells
-        return wrap_value(tx, cls, AttrSource(obj.source, "__class__")).call_function(tx, [], kwargs)
+        return wrap_value(tx, cls, AttrSource(obj.source, "__class__")).call_function(
+            tx, [], kwargs
+        )
     return wrap_constant_like(tx, cls).call_function(tx, [], kwargs)
 
 

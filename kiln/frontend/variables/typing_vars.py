@@ -79,7 +79,11 @@ def _is_generic_class(value):
     deriving from typing.Generic (`Box[int]`)."""
     if value in (list, dict, tuple, set, frozenset, type):
         return True
-    return isinstance(value, type) and issubclass(value, typing.Generic) and value is not typing.Generic
+    return (
+        isinstance(value, type)
+        and issubclass(value, typing.Generic)
+        and value is not typing.Generic
+    )
 
 
 # Note [Typing: calling a user generic alias]

@@ -40,7 +40,7 @@ from kiln.frontend.variables.functions import UserMethodVariable, bind_args, inl
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable, make_deque
 from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
 from kiln.frontend.variables.user_attrs import ObjectSlotVariable
-from kiln.frontend.variables.user_protocol import user_iter_items, user_truthy
+from kiln.frontend.variables.user_protocol import mapping_view, user_iter_items, user_truthy
 
 _ABSENT = object()
 
@@ -107,6 +107,9 @@ class UserDefinedClassVariable(PythonValueVariable):
 
         if cls in BUILTIN_CLASSES:
             return BuiltinVariable(cls).call_function(tx, args, kwargs)
+        view = mapping_view(cls, args, kwargs)  # Note [Objects: mapping views of user mappings]
+        if view is not None:
+            return view
         if cls is collections.OrderedDict:  # the dict, keeping the class (move_to_end ...)
             d = BuiltinVariable(dict).call_function(tx, args, kwargs)
             d.user_cls = cls
