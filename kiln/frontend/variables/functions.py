@@ -415,10 +415,11 @@ def _replace(tx, obj, **changes):
         kwargs[f.name] = changes.pop(f.name) if f.name in changes else obj.var_getattr(tx, f.name)
     if changes:
         unimplemented(f"dataclasses.replace(): unknown fields {sorted(changes)}")
-    if obj.source is not None:  # the class through its source: its __init__ reads cells
-        return wrap_value(tx, cls, AttrSource(obj.source, "__class__")).call_function(
-            tx, [], kwargs
-        )
+    # the class through a source: its __init__ reads cells, its defaults are guarded
+    source = AttrSource(obj.source, "__class__") if obj.source is not None else None
+    source = source or getattr(obj, "class_source", None)
+    if source is not None:
+        return wrap_value(tx, cls, source).call_function(tx, [], kwargs)
     return wrap_constant_like(tx, cls).call_function(tx, [], kwargs)
 
 

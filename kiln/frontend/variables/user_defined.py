@@ -122,6 +122,7 @@ class UserDefinedClassVariable(PythonValueVariable):
             return _enum_lookup(tx, cls, args[0])
         if _plain_class(cls):
             obj = NewObjectVariable(cls)
+            obj.class_source = self.source
             init = inspect.getattr_static(cls, "__init__")
             if isinstance(init, types.FunctionType):
                 # (a wrapped __init__, as transformers' metaclass makes, reads its cells by source)
@@ -405,6 +406,7 @@ class NewObjectVariable(VariableTracker):
         self.attrs = {}
         self.dict_base = dict_base(cls)
         self.dict_items = {} if self.dict_base is not None else None
+        self.class_source = None  # where the class was read when `cls(...)` made it
 
     def python_type(self):
         return self.cls
