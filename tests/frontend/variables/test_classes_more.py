@@ -101,7 +101,8 @@ def supers(x):
 
 def generics(x):
     b = Box[int](x)
-    return b.v + 1, isinstance(b, Box), Box[int], list[int], typing.Optional[int]
+    runtime_aliases = (typing.List[int], typing.Optional[int])  # noqa: UP006, UP045
+    return b.v + 1, isinstance(b, Box), Box[int], list[int], runtime_aliases
 
 
 def enums(x):

@@ -93,8 +93,8 @@ def strings(x):
     return (
         x + 1,
         f"{3.14159:.2f}|{7:03d}|{'a':>3}|{x.shape[0]!r}",
-        "%s-%d-%.1f" % ("a", 2, 1.5),
-        f"{1}+{2}",
+        "%s-%d-%.1f" % ("a", 2, 1.5),  # noqa: UP031
+        "{}+{b}".format(x.shape[0], b=2),  # noqa: UP032
         ",".join(["a", "b"]).split(","),
         "Abc".startswith("A"),
         " x ".strip().upper(),
