@@ -148,6 +148,8 @@ class FunctionGetVariable(VariableTracker):
 class NestedUserFunctionVariable(BaseFunctionVariable):
     """A function made by MAKE_FUNCTION while tracing (lambdas, comprehensions) without cells."""
 
+    keeps_identity = True  # rebuilt once: the code after a break sees one function object
+
     def __init__(self, code, globals_, defaults=None, kwdefaults=None, **kw):
         super().__init__(**kw)
         self.closure = {}  # freevar name -> CellRefVariable
@@ -155,6 +157,7 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
         self.globals = globals_
         self.defaults = defaults
         self.kwdefaults = kwdefaults
+        self.annotations = None  # what MAKE_FUNCTION was given (a tuple of pairs or a dict)
 
     def python_type(self):
         return types.FunctionType
@@ -188,6 +191,8 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
                 cg.extend(emit.load_const(k))
                 cg.reconstruct(v)
             cg.extend(emit.build_map(len(self.kwdefaults)))
+        if self.annotations is not None:
+            cg.reconstruct(self.annotations)
         for c in cells:
             cg.extend(emit.load_closure(c.name))
         if cells:
@@ -197,6 +202,7 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
                 self.code,
                 defaults=bool(self.defaults),
                 kwdefaults=bool(self.kwdefaults),
+                annotations=self.annotations is not None,
                 closure=bool(cells),
             )
         )
@@ -313,6 +319,8 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
 
 class PartialVariable(VariableTracker):
     """`functools.partial(fn, *args, **kwargs)` made while tracing."""
+
+    keeps_identity = True
 
     def __init__(self, fn, args, kwargs, **kw):
         super().__init__(**kw)

@@ -44,6 +44,8 @@ class OperatorGetterVariable(VariableTracker):
     """`operator.itemgetter(*items)` / `attrgetter(*names)` / `methodcaller(name, ...)` made while
     tracing: calling it reads the items / attributes / calls the method of its argument."""
 
+    keeps_identity = True
+
     def __init__(self, cls, args, kwargs, **kw):
         super().__init__(**kw)
         self.cls = cls
