@@ -660,6 +660,14 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(any("__call__" in vars(k) for k in typ.__mro__))
         unimplemented(f"callable() of {obj}")
 
+    def _call_locals(self, tx):
+        return stdlib.frame_locals(tx)  # Note [Stdlib: locals()]
+
+    def _call_vars(self, tx, *obj):
+        if obj:
+            unimplemented("vars(obj)")
+        return stdlib.frame_locals(tx)
+
     def _call_sorted(self, tx, obj, key=None, reverse=None):
         return ListVariable(sort_items(tx, obj.unpack_var_sequence(tx), key, reverse))
 

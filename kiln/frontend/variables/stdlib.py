@@ -302,3 +302,25 @@ class _Call(VariableTracker):
 
     def reconstruct(self, cg):
         cg.load_object(self.real)
+
+
+# Note [Stdlib: locals()]
+# locals() in a function returns a new dict of the frame's bound locals, cell contents and free
+# variables. The traced frame's values are kiln's symbolic locals (the real frame has not stored
+# them), so locals() must be answered while tracing: calling it at a graph break would read the
+# transformed frame, where those names are not yet bound (eval("x < y", locals()) then raised
+# NameError). Unbound names are left out, as Python does.
+def frame_locals(tx):
+    """locals() of the frame `tx` traces: a dict of its bound names."""
+    code = tx.code
+    items = {}
+    for name in dict.fromkeys([*code.co_varnames, *code.co_cellvars]):
+        v = tx.symbolic_locals.get(name)
+        if v is None or type(v).__name__ == "DeletedVariable":
+            continue
+        items[name] = tx.get_local(name)
+    for name in code.co_freevars:
+        if name not in tx.closure:
+            unimplemented(f"locals(): free variable {name!r} kiln does not hold")
+        items[name] = tx.load_closure_var(name)
+    return ConstDictVariable(items)

@@ -51,3 +51,30 @@ def test_annotations_of_a_function_made_inside():
         return w.__annotations__, w.__defaults__
 
     assert _compare(fn, 1)[0] == {"a": int, "b": "str", "return": float}
+
+
+def test_locals_sees_the_traced_values():
+    def fn(a):
+        x = {1}
+        y = {1, 2}
+        del a
+        names = sorted(locals())  # `a` deleted: not there
+        return eval("x < y", locals()), names  # eval breaks; locals() is answered while tracing
+
+    assert _compare(fn, 1) == (True, ["x", "y"])
+
+
+def test_locals_of_a_frame_with_cells():
+    def fn(t):
+        c = t + 1
+
+        def inner():
+            return c
+
+        return t * 2, sorted(locals()), locals()["c"]
+
+    kiln.reset()
+    expected = fn(torch.ones(1))
+    got = kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(1))
+    assert got[1] == expected[1]
+    torch.testing.assert_close(got[2], expected[2])
