@@ -70,6 +70,14 @@ def binary_op(tx, fn, a, b):
         result = dict_views.set_op(tx, fn, a, b) if fn in dict_views._SET_OPS else None
         if result is not None:
             return result
+    if isinstance(a, SetVariable) and fn in _SET_OPS and _not_a_set(b):
+        if fn in _SET_CMP:
+            return ConstantVariable(fn is operator.ne)  # `{1} == 1`: NotImplemented both ways
+        names = f"'{a.python_type().__name__}' and '{type(b.as_python_constant()).__name__}'"
+        symbol = _SET_SYMBOLS[fn]
+        if fn in (operator.le, operator.lt, operator.ge, operator.gt):
+            raise_observed(tx, TypeError, f"'{symbol}' not supported between instances of {names}")
+        raise_observed(tx, TypeError, f"unsupported operand type(s) for {symbol}: {names}")
     if isinstance(a, SetVariable) and fn in _SET_OPS:
         result = a.call_method(tx, _SET_OPS[fn], [b], {})
         return a if _SET_OPS[fn].endswith("update") else result
@@ -766,6 +774,30 @@ _SET_OPS = {
     operator.ge: "__ge__",
     operator.gt: "__gt__",
 }
+_SET_CMP = {operator.eq, operator.ne}
+_SET_SYMBOLS = {
+    operator.or_: "|",
+    operator.and_: "&",
+    operator.sub: "-",
+    operator.xor: "^",
+    operator.ior: "|=",
+    operator.iand: "&=",
+    operator.isub: "-=",
+    operator.ixor: "^=",
+    operator.le: "<=",
+    operator.lt: "<",
+    operator.ge: ">=",
+    operator.gt: ">",
+}
+
+
+def _not_a_set(var):
+    """A literal that is no set (an int, a str, None ...): set operators reject it."""
+    if not isinstance(var, ConstantVariable):
+        return False
+    return not isinstance(var.value, (set, frozenset))
+
+
 _ITERTOOLS_MORE = {
     itertools.accumulate,
     itertools.islice,

@@ -162,6 +162,18 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
     def python_type(self):
         return types.FunctionType
 
+    def var_getattr(self, tx, name):
+        """The names MAKE_FUNCTION gives (no store to a made function is traced: fixed)."""
+        if name == "__name__":
+            return ConstantVariable(self.code.co_name)
+        if name == "__qualname__":
+            return ConstantVariable(self.code.co_qualname)
+        if name == "__module__":
+            return ConstantVariable(self.globals.get("__name__"))
+        if name == "__code__":
+            return ConstantVariable(self.code)
+        return super().var_getattr(tx, name)
+
     def call_function(self, tx, args, kwargs):
         cells = tuple(types.CellType() for _ in self.code.co_freevars) or None
         fn = types.FunctionType(self.code, self.globals, self.code.co_name, None, cells)

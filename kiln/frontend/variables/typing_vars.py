@@ -7,6 +7,7 @@ computed while tracing and the result is a constant of the graph's frame. The ge
 by an ID_MATCH guard on its source (a rebound global recompiles).
 """
 
+import inspect
 import types
 import typing
 
@@ -41,7 +42,7 @@ def _constant_of(var, pinned):
             return tuple(v for v, _ in values), True
         return None, False
     value = getattr(var, "value", None)
-    if isinstance(value, type) or isinstance(value, _GENERIC_TYPES):
+    if isinstance(value, (type, typing.TypeVar)) or isinstance(value, _GENERIC_TYPES):
         if var.source is not None:
             pinned.append((var.source, value))
         return value, True
@@ -54,7 +55,7 @@ def typing_subscript(tx, obj, index):
         kind = obj.python_type()
     except Exception:
         return None
-    if not (kind is type or issubclass(kind, _GENERIC_TYPES)):  # (cheap: most subscripts)
+    if not (issubclass(kind, type) or issubclass(kind, _GENERIC_TYPES)):  # (cheap: most)
         return None
     pinned = []
     generic, ok = _constant_of(obj, pinned)
@@ -79,6 +80,13 @@ def _is_generic_class(value):
     deriving from typing.Generic (`Box[int]`)."""
     if value in (list, dict, tuple, set, frozenset, type):
         return True
+    hook = (
+        inspect.getattr_static(value, "__class_getitem__", None)
+        if isinstance(value, type)
+        else None
+    )
+    if isinstance(hook, classmethod) and hook.__func__ is types.GenericAlias:
+        return True  # `__class_getitem__ = classmethod(GenericAlias)` (collections.abc ...)
     return (
         isinstance(value, type)
         and issubclass(value, typing.Generic)

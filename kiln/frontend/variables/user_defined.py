@@ -371,9 +371,7 @@ def _plain_class(cls):
         return False
     if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)):
         return False
-    if any(vars(k).get("__slots__", ()) for k in cls.__mro__ if k.__flags__ & _HEAPTYPE):
-        return False  # (empty __slots__, as in collections.abc, leave instances a __dict__)
-    if "__dict__" not in dir(cls):
+    if not _plain_slots(cls):
         return False
     setattr_ = inspect.getattr_static(cls, "__setattr__")
     if setattr_ is not object.__setattr__ and not isinstance(setattr_, types.FunctionType):
@@ -384,6 +382,22 @@ def _plain_class(cls):
     return init is object.__init__ or init in _DICT_INITS or isinstance(init, types.FunctionType)
 
 
+def _plain_slots(cls):
+    """Instances keep their attributes in a __dict__, or in plain __slots__ fields (member
+    descriptors, set by make_object with object.__setattr__; torch's OrderedSet)."""
+    for k in cls.__mro__:
+        if not k.__flags__ & _HEAPTYPE:
+            continue
+        slots = vars(k).get("__slots__", ())
+        slots = (slots,) if isinstance(slots, str) else slots
+        for name in slots:
+            if name in ("__dict__", "__weakref__"):
+                continue
+            if not isinstance(vars(k).get(name), types.MemberDescriptorType):
+                return False
+    return True
+
+
 def make_object(cls, attrs, items=None):
     """The transformed code's way to build an object made while tracing (and its dict items,
     stored with the C dict class's own __setitem__, bypassing overrides)."""
@@ -392,7 +406,11 @@ def make_object(cls, attrs, items=None):
         setitem = dict_base(cls).__setitem__
         for k, v in items.items():
             setitem(obj, k, v)
-    obj.__dict__.update(attrs)
+    if hasattr(obj, "__dict__"):
+        obj.__dict__.update(attrs)
+    else:  # a class with __slots__ only
+        for k, v in attrs.items():
+            object.__setattr__(obj, k, v)
     return obj
 
 
@@ -423,7 +441,11 @@ class NewObjectVariable(VariableTracker):
                 unimplemented(f"property {self.cls.__name__}.{name} has no setter")
             inline_call(tx, static.fset, [self, value], {}, None)
             return
-        if static is not None and hasattr(static, "__set__"):
+        slot = (
+            isinstance(static, types.MemberDescriptorType)
+            and static.__objclass__ in self.cls.__mro__
+        )
+        if static is not None and hasattr(static, "__set__") and not slot:
             unimplemented(f"assignment to the descriptor {self.cls.__name__}.{name}")
         setattr_ = inspect.getattr_static(self.cls, "__setattr__")
         if isinstance(setattr_, types.FunctionType):
@@ -468,6 +490,8 @@ class NewObjectVariable(VariableTracker):
             return ConstantVariable(static)
         if is_frozen(static):
             return ConstantObjectVariable(static)
+        if isinstance(static, type):  # `_base_type = BaseException`: a class held by the class
+            return wrap_constant_like(tx, static)
         unimplemented(f"class attribute {self.cls.__name__}.{name}")
 
     def call_function(self, tx, args, kwargs):

@@ -218,3 +218,31 @@ def test_deepcopy_of_a_tensor_requiring_grad_breaks():
         return copy.deepcopy([x])[0] + 1
 
     run_and_compare(fn, torch.randn(3, requires_grad=True), expected_breaks=1)
+
+
+def test_set_operators_with_a_non_set_raise_as_eager():
+    def fn(x, op):
+        try:
+            op({1, 2}, 1)
+        except TypeError as e:
+            return x + 1, str(e)
+        return x, "no error"
+
+    import operator
+
+    for op in (operator.sub, operator.or_, operator.lt, operator.ge):
+        run_and_compare(fn, torch.randn(3), op, fullgraph=True, expected_breaks=0)
+    run_and_compare(lambda x: (x, {1} == 1, {1} != 1), torch.randn(3), fullgraph=True)
+
+
+def test_torch_ordered_set_is_traced():
+    from torch.utils._ordered_set import OrderedSet
+
+    def fn(x):
+        s = OrderedSet(["c", "b", "a"])
+        s.add("d")
+        s.discard("b")
+        u = s | OrderedSet(["z"])
+        return x + len(s), list(s), list(u), "c" in s, u
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
