@@ -4,6 +4,7 @@ import abc
 import builtins
 import collections.abc
 import functools
+import inspect
 import itertools
 import math
 import operator
@@ -464,9 +465,12 @@ class BuiltinVariable(VariableTracker):
     def _call_dict(self, tx, obj=None, **kwargs):
         items = {}
         if obj is not None:
-            if isinstance(obj, NewObjectVariable) and obj.dict_items is not None:
-                obj = obj.var_getattr(tx, "__iter__")  # a Python __iter__ override: unsupported
-                obj = ConstDictVariable(obj.obj.dict_items)  # dict(d): d's own items
+            if (
+                isinstance(obj, NewObjectVariable)
+                and obj.dict_items is not None
+                and inspect.getattr_static(obj.cls, "__iter__") is dict.__iter__
+            ):
+                obj = ConstDictVariable(obj.dict_items)  # dict(d): d's own items (C's fast path)
             if isinstance(obj, ConstDictVariable):
                 items.update(obj.items)
             elif _has_keys(obj):

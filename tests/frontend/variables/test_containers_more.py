@@ -246,3 +246,20 @@ def test_torch_ordered_set_is_traced():
         return x + len(s), list(s), list(u), "c" in s, u
 
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_dict_of_a_dict_subclass_overriding_iter_uses_keys():
+    class ReversedDict(dict):
+        def keys(self):
+            return reversed(list(dict.keys(self)))
+
+        __iter__ = keys
+
+    def fn(x):
+        d = ReversedDict([("a", 1), ("b", 2)])
+        return x + 1, list(dict(d).items())  # not the fast copy: keys() decides the order
+
+    kiln.reset()
+    expected = fn(torch.zeros(1))
+    got = kiln.compile(fn, backend="eager")(torch.zeros(1))
+    assert got[1] == expected[1] == [("b", 2), ("a", 1)]
