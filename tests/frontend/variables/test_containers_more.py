@@ -263,3 +263,22 @@ def test_dict_of_a_dict_subclass_overriding_iter_uses_keys():
     expected = fn(torch.zeros(1))
     got = kiln.compile(fn, backend="eager")(torch.zeros(1))
     assert got[1] == expected[1] == [("b", 2), ("a", 1)]
+
+
+def test_container_methods_called_on_the_class():
+    def fn(x):
+        p, q = frozenset("abc"), frozenset("bef")
+        s = set("ab")
+        set.add(s, "z")
+        return (
+            x + 1,
+            frozenset.__and__(p, q),
+            frozenset.__or__(p, q),
+            frozenset.__lt__(p, p),
+            frozenset.issubset(q, p),
+            frozenset.__contains__(p, "a"),
+            s,
+            set.__sub__(s, {"a"}),
+        )
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
