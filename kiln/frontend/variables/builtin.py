@@ -201,6 +201,8 @@ def _identical(a, b):
         return va is vb
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         return False
+    if isinstance(a, NewObjectVariable) and isinstance(b, NewObjectVariable):
+        return False  # two objects made while tracing (one variable per object)
     if (
         not isinstance(a, ConstantVariable)
         and not isinstance(b, ConstantVariable)

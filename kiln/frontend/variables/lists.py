@@ -682,4 +682,14 @@ def _set_item(var):
 def _set_values(tx, var):
     if isinstance(var, SetVariable):
         return var.values
+    if isinstance(var, ConstantVariable) and not _iterable(var.value):
+        raise_observed(tx, TypeError, f"'{type(var.value).__name__}' object is not iterable")
     return {_set_item(v) for v in var.unpack_var_sequence(tx)}
+
+
+def _iterable(value):
+    try:
+        iter(value)
+    except TypeError:
+        return False
+    return True

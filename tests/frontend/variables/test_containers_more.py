@@ -282,3 +282,25 @@ def test_container_methods_called_on_the_class():
         )
 
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+class _Plain:
+    pass
+
+
+def test_set_methods_under_assert_raises_and_identity_of_new_objects():
+    import unittest
+
+    class Case(unittest.TestCase):
+        def runTest(self):
+            pass
+
+    case = Case()
+
+    def fn(x):
+        s = {1, 2}
+        case.assertRaises(TypeError, s.issubset, 1)  # 'int' object is not iterable
+        a, b = _Plain(), _Plain()
+        return x + 1, s.issubset.__name__, a is b, a is a
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
