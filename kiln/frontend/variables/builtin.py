@@ -71,6 +71,8 @@ def binary_op(tx, fn, a, b):
         result = dict_views.set_op(tx, fn, a, b) if fn in dict_views._SET_OPS else None
         if result is not None:
             return result
+    if fn in _SET_CMP and _set_vs_other(a, b):
+        return ConstantVariable(fn is operator.ne)  # NotImplemented both ways: identity, distinct
     if isinstance(a, SetVariable) and fn in _SET_OPS and _not_a_set(b):
         if fn in _SET_CMP:
             return ConstantVariable(fn is operator.ne)  # `{1} == 1`: NotImplemented both ways
@@ -795,6 +797,16 @@ _SET_SYMBOLS = {
     operator.ge: ">=",
     operator.gt: ">",
 }
+
+
+def _set_vs_other(a, b):
+    """A set compared with a list, tuple, dict or non-set literal (never equal)."""
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, SetVariable) and (
+            _not_a_set(y) or isinstance(y, (BaseListVariable, ConstDictVariable))
+        ):
+            return True
+    return False
 
 
 def _not_a_set(var):

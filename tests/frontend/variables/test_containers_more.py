@@ -304,3 +304,20 @@ def test_set_methods_under_assert_raises_and_identity_of_new_objects():
         return x + 1, s.issubset.__name__, a is b, a is a
 
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_a_set_never_equals_a_list_dict_or_str():
+    def fn(x):
+        p = set("abc")
+        return (
+            x + 1,
+            p == dict.fromkeys("abc"),
+            p != dict.fromkeys("abc"),
+            p == list("abc"),
+            ["a"] == {"a"},
+            p != "abc",
+            frozenset("ab") == {"a", "b"},
+            {"a"} == {"a": 1}.keys(),
+        )
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
