@@ -546,8 +546,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
 
     def _make_function(self, code, flags):
         closure = self.pop() if flags & 0x08 else None
-        if flags & 0x04:
-            self.pop()  # annotations
+        annotations = self.pop() if flags & 0x04 else None
         kwdefaults = self.pop() if flags & 0x02 else None
         defaults = self.pop() if flags & 0x01 else None
         fn = NestedUserFunctionVariable(
@@ -556,6 +555,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
             defaults=defaults.unpack_var_sequence(self) if defaults is not None else None,
             kwdefaults=dict(kwdefaults.items) if kwdefaults is not None else None,
         )
+        fn.annotations = annotations
         if closure is not None:
             fn.closure = dict(zip(code.co_freevars, _cell_refs(closure.unpack_var_sequence(self))))
         elif code.co_freevars:
@@ -573,6 +573,8 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
             fn.defaults = value.unpack_var_sequence(self)
         elif inst.arg == 0x02:
             fn.kwdefaults = dict(value.items)
+        elif inst.arg == 0x04:
+            fn.annotations = value
         self.push(fn)
 
     # --- control flow ---------------------------------------------------------------------------

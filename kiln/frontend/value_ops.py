@@ -23,6 +23,7 @@ from kiln.frontend.variables.lists import (
 from kiln.frontend.variables.sym import build_slice
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import _Unpack
+from kiln.frontend.variables.user_protocol import is_user_object
 
 PY311 = sys.version_info[:2] == (3, 11)
 PY313 = sys.version_info[:2] >= (3, 13)
@@ -98,6 +99,9 @@ class ValueOpsMixin:
             return
         if isinstance(obj, ConstDictVariable):
             obj.call_method(self, "pop", [index], {})
+            return
+        if is_user_object(obj):  # a Python __delitem__ (a MutableMapping)
+            obj.call_method(self, "__delitem__", [index], {})
             return
         unimplemented(f"del {obj}[...]")
 

@@ -18,6 +18,7 @@ half-way must not leave the state switched: callers restore it (kiln.symbolic.au
 """
 
 import torch
+from torch.utils import _pytree as pytree
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
@@ -26,6 +27,7 @@ from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.symbolic.autocast_state import enter_autocast, exit_autocast, state_of
+from kiln.symbolic.fake import ProxyTensor
 
 # torch's autocast classes (the deprecated per-device ones are subclasses of torch.autocast)
 AUTOCAST_CLASSES = (torch.amp.autocast_mode.autocast,)
@@ -41,6 +43,72 @@ STATE_QUERIES = {
     torch.get_autocast_cpu_dtype,
     torch.is_autocast_cpu_enabled,
 }
+
+
+# Note [Autocast: frames called under autocast]
+# The usual mixed-precision loop enters autocast outside the compiled model:
+# `with torch.autocast("cpu", dtype=torch.bfloat16): loss = loss_fn(model(x))`. Such a frame is
+# traced under the state it was called with (example dtypes as Note [Autocast: meta examples]
+# says) and guarded on every device's autocast settings, so a call under other settings compiles
+# another entry. The AOT stage traces the forward under that state, which puts PyTorch's casts
+# into the ATen graph, runs the compiled graph with autocast off (the casts are in it), and traces
+# the backward with autocast off, as eager's `loss.backward()` after the `with` block runs.
+# Before, these frames ran eagerly: a compiled model under AMP was never compiled at all.
+
+
+def run_under_autocast(call, args, kwargs, devices):
+    """`call(args, kwargs)` on meta examples, giving the dtypes autocast gives in eager.
+
+    Note [Autocast: meta examples]
+    A frame with static shapes traces on plain meta tensors, and the meta device has no Autocast
+    dispatch key: `a @ b` inside `torch.autocast("cpu", dtype=torch.bfloat16)` came out float32,
+    so `y.dtype` and every branch on it differed from eager, and an op autocast makes legal
+    (`scaled_dot_product_attention` of a float32 query and a bfloat16 value) raised. While
+    autocast is on for a device of the arguments, the op first runs on fake tensors of that device
+    (which carry the Autocast key, so PyTorch's own policy decides the result dtype), then on the
+    meta examples with their floating-point arguments cast to that dtype, as autocast casts them
+    (a cast to the promoted dtype changes nothing for ops autocast leaves alone); a result whose
+    dtype still differs is cast. The meta run keeps the examples' autograd metadata. Callers pass
+    only ops that write no argument: the fake run shares the meta arguments' tensors.
+    """
+    on = [d for d in devices if d.type != "meta" and torch.is_autocast_enabled(d.type)]
+    if not on:
+        return call(args, kwargs)
+
+    def fake(x):
+        if (
+            isinstance(x, torch.Tensor)
+            and x.device.type == "meta"
+            and not isinstance(x, ProxyTensor)
+        ):
+            return ProxyTensor(x, on[0])
+        return x
+
+    try:
+        cast = call(*pytree.tree_map(fake, (args, kwargs)))
+    except Exception:  # no fake kernel for it: the meta run decides (and raises if it must)
+        return call(args, kwargs)
+    cast_leaves = pytree.tree_leaves(cast)
+    floats = {c.dtype for c in cast_leaves if isinstance(c, torch.Tensor) and c.is_floating_point()}
+    if len(floats) == 1:
+        target = floats.pop()
+
+        def to_target(x):
+            if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != target:
+                return x.to(target)
+            return x
+
+        args, kwargs = pytree.tree_map(to_target, (args, kwargs))
+    leaves, spec = pytree.tree_flatten(call(args, kwargs))
+    if len(cast_leaves) != len(leaves):
+        return pytree.tree_unflatten(leaves, spec)
+    out = [
+        r.to(c.dtype)
+        if isinstance(r, torch.Tensor) and isinstance(c, torch.Tensor) and r.dtype != c.dtype
+        else r
+        for r, c in zip(leaves, cast_leaves)
+    ]
+    return pytree.tree_unflatten(out, spec)
 
 
 def make_autocast(tx, cls, args, kwargs):

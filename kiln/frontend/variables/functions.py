@@ -11,6 +11,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.markers import kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.user_errors import disabled_by
+from kiln.frontend.variables import stdlib
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -52,6 +53,8 @@ class UserFunctionVariable(BaseFunctionVariable):
             return wrap_value(tx, self.fn.__wrapped__, src)
         if name == "__get__" and type(self) is UserFunctionVariable:
             return FunctionGetVariable(self)
+        if name in _FUNCTION_DATA or name in getattr(self.fn, "__dict__", {}):
+            return _function_data(tx, self, name)
         unimplemented(f"attribute {name!r} of function {self.fn.__qualname__}")
 
     def call_function(self, tx, args, kwargs):
@@ -145,6 +148,8 @@ class FunctionGetVariable(VariableTracker):
 class NestedUserFunctionVariable(BaseFunctionVariable):
     """A function made by MAKE_FUNCTION while tracing (lambdas, nested functions, closures)."""
 
+    keeps_identity = True  # rebuilt once: the code after a break sees one function object
+
     def __init__(self, code, globals_, defaults=None, kwdefaults=None, **kw):
         super().__init__(**kw)
         self.closure = {}  # freevar name -> CellRefVariable
@@ -152,6 +157,7 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
         self.globals = globals_
         self.defaults = defaults
         self.kwdefaults = kwdefaults
+        self.annotations = None  # what MAKE_FUNCTION was given (a tuple of pairs or a dict)
 
     def python_type(self):
         return types.FunctionType
@@ -172,7 +178,7 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
             return ConstantVariable(names[name])
         if name == "__code__":
             return ConstantVariable(self.code)
-        unimplemented(f"attribute {name!r} of a function made in the frame")
+        return super().var_getattr(tx, name)
 
     def setattr(self, tx, name, value):
         """`f.__name__ = "x"` (functools.wraps, torch's _ntuple): kept, and set on the rebuilt one."""
@@ -197,8 +203,6 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
             closure=self.closure,
         )
 
-    keeps_identity = True  # rebuilt once per transformed code: `return f, f` is one object
-
     def reconstruct(self, cg):
         """MAKE_FUNCTION again over the cells it closes over (Note [Functions: rebuilt closures])."""
         cells = [self.closure.get(name) for name in self.code.co_freevars]
@@ -213,6 +217,8 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
                 cg.extend(emit.load_const(k))
                 cg.reconstruct(v)
             cg.extend(emit.build_map(len(self.kwdefaults)))
+        if self.annotations is not None:
+            cg.reconstruct(self.annotations)
         fills = []  # (how to store into the cell, the variable whose value it holds)
         for c in cells:
             fills.append(_load_cell(cg, c))
@@ -223,6 +229,7 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
                 self.code,
                 defaults=bool(self.defaults),
                 kwdefaults=bool(self.kwdefaults),
+                annotations=self.annotations is not None,
                 closure=bool(cells),
             )
         )
@@ -292,11 +299,32 @@ def _load_cell(cg, ref):
     return (emit.load_fast(temp) + emit.store_attr("cell_contents"), value)
 
 
+# Note [Functions: data attributes]
+# `fn.__defaults__`, `fn.__kwdefaults__`, `fn.__dict__` and the attributes a user set on a function
+# (`fn.calls = 0`, functools.wraps' `__wrapped__`) are writable: with a source they are read
+# through it (so guarded like any attribute); without one (a function object made or reached
+# with no path) only literal values fold, anything else breaks.
+_FUNCTION_DATA = ("__defaults__", "__kwdefaults__", "__dict__", "__annotations__")
+
+
+def _function_data(tx, var, name):
+    value = getattr(var.fn, name)
+    if var.source is not None:
+        return wrap_value(tx, value, AttrSource(var.source, name))
+    if is_literal(value):
+        return ConstantVariable(value)
+    if type(value) is dict and all(map(is_literal, [*value, *value.values()])):
+        return ConstDictVariable({k: ConstantVariable(v) for k, v in value.items()})
+    unimplemented(f"attribute {name!r} of function {var.fn.__qualname__} (no source)")
+
+
 def _wrap_default(tx, value, source):
     if isinstance(value, VariableTracker):
         return value
     if is_literal(value):
         return ConstantVariable(value)
+    if type(value) is object:  # a sentinel (`def pop(self, key, default=__marker)`): no state
+        return ConstantObjectVariable(value)
     if source is None:
         unimplemented("non-constant default argument of an unguarded function")
     return wrap_value(tx, value, source)
@@ -383,6 +411,8 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
 class PartialVariable(VariableTracker):
     """`functools.partial(fn, *args, **kwargs)` made while tracing."""
 
+    keeps_identity = True
+
     def __init__(self, fn, args, kwargs, **kw):
         super().__init__(**kw)
         self.fn = fn
@@ -403,6 +433,14 @@ class PartialVariable(VariableTracker):
         if name == "keywords":
             return ConstDictVariable(dict(self.kwargs))
         unimplemented(f"functools.partial.{name}")
+
+    def hasattr(self, tx, name):
+        """A partial made while tracing has no instance attributes: its class decides."""
+        if name in ("func", "args", "keywords") or hasattr(functools.partial, name):
+            return ConstantVariable(True)
+        if self.source is not None:
+            unimplemented(f"hasattr on a functools.partial from outside the frame ({name!r})")
+        return ConstantVariable(False)
 
     def reconstruct(self, cg):
         if self.source is not None:  # the partial object itself
@@ -476,6 +514,11 @@ def _replace(tx, obj, **changes):
         kwargs[f.name] = changes.pop(f.name) if f.name in changes else obj.var_getattr(tx, f.name)
     if changes:
         unimplemented(f"dataclasses.replace(): unknown fields {sorted(changes)}")
+    # the class through a source: its __init__ reads cells, its defaults are guarded
+    source = AttrSource(obj.source, "__class__") if obj.source is not None else None
+    source = source or getattr(obj, "class_source", None)
+    if source is not None:
+        return wrap_value(tx, cls, source).call_function(tx, [], kwargs)
     return wrap_constant_like(tx, cls).call_function(tx, [], kwargs)
 
 
@@ -488,4 +531,4 @@ def _folded_functions():
     }
 
 
-_FOLDED_FUNCTIONS = _folded_functions()
+_FOLDED_FUNCTIONS = {**_folded_functions(), **stdlib.FOLDED}

@@ -70,6 +70,16 @@ _BANNED = {
 }
 
 
+# torch functions answered first by another family's module (torch.from_numpy -> numpy_vars),
+# registered by it: fn(tx, torch_fn, args, kwargs) -> a tracker, or None to go on as usual.
+_FUNCTION_HOOKS = {}
+
+
+def register_function(torch_fn, fn):
+    """Calls of `torch_fn` are first offered to fn."""
+    _FUNCTION_HOOKS[torch_fn] = fn
+
+
 def _call_torch(tx):
     """`call(fn, args)`: a torch function called from traced code (for optim's rewrites)."""
     return lambda fn, args: TorchVariable(fn).call_function(tx, list(args), {})
@@ -170,12 +180,18 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
     if kind == "call_method" and what in ("cuda", "cpu", "numpy", "tolist", "item", "data_ptr"):
         unimplemented(f"Tensor.{what}() is not traced")
     ctx = torch.device("meta") if not unpack.has_tensor else contextlib.nullcontext()
+
+    def run(margs, mkwargs):
+        if kind == "call_method":
+            return getattr(margs[0], target)(*margs[1:], **mkwargs)
+        return target(*margs, **mkwargs)
+
     try:
         with ctx:
-            if kind == "call_method":
-                result = getattr(meta_args[0], target)(*meta_args[1:], **meta_kwargs)
-            else:
-                result = target(*meta_args, **meta_kwargs)
+            if _mutates(target, kwargs):
+                result = run(meta_args, meta_kwargs)
+            else:  # Note [Autocast: meta examples]
+                result = autocast.run_under_autocast(run, meta_args, meta_kwargs, unpack.devices)
     except Exception as e:
         unimplemented(f"{what} on meta tensors raised {type(e).__name__}: {e}")
     if explicit_device is not None:
@@ -408,6 +424,11 @@ class TorchVariable(PythonValueVariable):
 
     def call_function(self, tx, args, kwargs):
         fn = self.value
+        hook = _FUNCTION_HOOKS.get(fn) if not isinstance(fn, type) else None
+        if hook is not None:
+            done = hook(tx, fn, args, kwargs)
+            if done is not None:
+                return done
         if fn in optim.FOREACH_REWRITES:  # Note [Optimizers: scalar tensors as op scalars]
             from kiln.frontend.variables.tensor import TensorVariable
 
