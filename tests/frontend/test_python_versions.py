@@ -56,7 +56,7 @@ def test_yield_from_in_one_graph():
 
 # --- closures: 3.13 MAKE_FUNCTION + SET_FUNCTION_ATTRIBUTE, LOAD_FAST of a cell ------------------
 def lambda_closure(x):
-    k = 3
+    k = 3  # noqa: F841 (read by eval and vars)
     g = lambda y: y * k + x  # noqa: E731
     return g(x) + 1
 
@@ -286,3 +286,40 @@ def test_comprehension_over_an_iterator_kiln_does_not_model(capsys):
     got = kiln.compile(comp_over_opaque_iterator, backend="eager")(torch.ones(2), numbers(4))
     assert got[0] == expected[0] == [0, 2, 4, 6]
     torch.testing.assert_close(got[1], expected[1])
+
+
+# --- calls that read the running frame's locals are no place for a break -------------------------
+def locals_in_match(w):
+    match w:
+        case x:
+            out = locals()
+            del out["w"]
+            return out, x
+
+
+def locals_after_tensor_work(x):
+    y = x + 1
+    names = sorted(locals())
+    return y * 2, names
+
+
+def eval_reads_locals(x):
+    k = 3  # noqa: F841 (read by eval and vars)
+    return eval("x * k"), vars()["k"], dir()
+
+
+@pytest.mark.parametrize(
+    "fn,args",
+    [
+        (locals_in_match, ((1, 2),)),
+        (locals_after_tensor_work, (t(3),)),
+        (eval_reads_locals, (t(3),)),
+    ],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
+def test_frame_reading_builtins_see_every_local(fn, args):
+    """locals(), vars(), dir() and eval/exec without a locals mapping read the running frame: the
+    transformed code keeps the locals elsewhere, so the frame runs eagerly (locals() gave {})."""
+    run_and_compare(fn, *args)
+    reasons = list(kiln.counters["graph_breaks"])
+    assert reasons and all("reads the frame's local variables" in r for r in reasons), reasons
