@@ -21,7 +21,15 @@ import torch
 
 from kiln import config as _config
 from kiln import faults, logs
-from kiln.frontend.source import MISSING, AttrSource, GetItemSource, LocalSource, dict_get
+from kiln.frontend.source import (
+    MISSING,
+    AttrSource,
+    GetItemSource,
+    LocalSource,
+    dict_get,
+    tensor_of_array,
+)
+from kiln.symbolic import autocast_state as amp
 
 
 class GuardKind(enum.IntEnum):
@@ -180,7 +188,7 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
         grad = torch.is_grad_enabled()
         return [
             f"___is_grad_enabled() is {grad!r}",
-            "not ___is_any_autocast_enabled()",
+            _autocast_guard(namer),
             f"___kiln_config.compiled_autograd is {bool(_config.compiled_autograd)!r}",
             *(
                 [
@@ -191,6 +199,13 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
             ),
         ]
     raise AssertionError(f"unknown guard kind {k}")
+
+
+def _autocast_guard(namer):
+    """The entry autocast state (Note [Autocast: frames called under autocast])."""
+    if not torch._C._is_any_autocast_enabled():
+        return "not ___is_any_autocast_enabled()"
+    return f"___autocast_settings() == {namer(amp.settings(), 'autocast')}"
 
 
 def _dynamic_layout_parts(s, t, layout):
@@ -329,8 +344,10 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
         "___dict_get": dict_get,
+        "___from_numpy": tensor_of_array,  # NumpyTensorSource
         "___missing": MISSING,
         "___is_any_autocast_enabled": torch._C._is_any_autocast_enabled,
+        "___autocast_settings": amp.settings,
         "___global_forward_hooks": torch.nn.modules.module._global_forward_hooks,
         "___global_forward_pre_hooks": torch.nn.modules.module._global_forward_pre_hooks,
     }

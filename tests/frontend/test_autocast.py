@@ -1,5 +1,6 @@
 """torch.autocast inside compiled code: traced under its casting policy, no break, every backend."""
 
+import contextlib
 import copy
 import warnings
 
@@ -203,3 +204,46 @@ def test_in_place_op_inside_region_keeps_its_identity():
     got = kiln.compile(f, fullgraph=True)(x)
     assert got[:2] == expected[:2] == (True, torch.bfloat16)
     torch.testing.assert_close(got[2], expected[2])
+
+
+def called_under_autocast(m, x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return m(x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_model_called_under_autocast_is_compiled(backend):
+    # Note [Autocast: frames called under autocast]: the compiled module is entered with autocast
+    # already on (the usual AMP loop); it ran eagerly before.
+    model = _model()
+    m_eager, m_comp = copy.deepcopy(model), copy.deepcopy(model)
+    compiled = kiln.compile(m_comp, backend=backend)
+    x = torch.randn(4, 16)
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected = called_under_autocast(m_eager, xe)
+    for _ in range(2):
+        got = called_under_autocast(compiled, xc)
+        assert got.dtype == expected.dtype == torch.bfloat16
+        torch.testing.assert_close(got, expected, **TOL[torch.bfloat16])
+    expected.float().square().sum().backward()  # backward outside autocast, as users write it
+    got.float().square().sum().backward()
+    torch.testing.assert_close(xc.grad, xe.grad, **TOL[torch.bfloat16])
+    for (name, pe), pc in zip(m_eager.named_parameters(), m_comp.parameters()):
+        assert pc.grad.dtype == pe.grad.dtype == torch.float32, name
+        torch.testing.assert_close(pc.grad, pe.grad, rtol=2e-2, atol=5e-2)
+    assert kiln.counters["stats"]["unique_graphs"] == 1
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+
+
+def test_autocast_settings_at_entry_are_guarded():
+    model = _model().eval()
+    compiled = kiln.compile(model, backend="aot_eager")
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        for dtype in (torch.bfloat16, torch.float16, None, torch.bfloat16):
+            ctx = torch.autocast("cpu", dtype=dtype) if dtype else contextlib.nullcontext()
+            with ctx:
+                expected, got = model(x), compiled(x)
+            assert got.dtype == expected.dtype == (dtype or torch.float32)
+            torch.testing.assert_close(got.float(), expected.float(), **TOL[torch.bfloat16])
+    assert kiln.counters["stats"]["unique_graphs"] == 3  # bf16, fp16, none; bf16 again hits

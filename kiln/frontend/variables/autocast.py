@@ -45,6 +45,17 @@ STATE_QUERIES = {
 }
 
 
+# Note [Autocast: frames called under autocast]
+# The usual mixed-precision loop enters autocast outside the compiled model:
+# `with torch.autocast("cpu", dtype=torch.bfloat16): loss = loss_fn(model(x))`. Such a frame is
+# traced under the state it was called with (example dtypes as Note [Autocast: meta examples]
+# says) and guarded on every device's autocast settings, so a call under other settings compiles
+# another entry. The AOT stage traces the forward under that state, which puts PyTorch's casts
+# into the ATen graph, runs the compiled graph with autocast off (the casts are in it), and traces
+# the backward with autocast off, as eager's `loss.backward()` after the `with` block runs.
+# Before, these frames ran eagerly: a compiled model under AMP was never compiled at all.
+
+
 def autocast_dtypes(call, result, args, kwargs, devices):
     """`result` of `call(args, kwargs)` on meta examples, with the dtypes autocast gives in eager.
 

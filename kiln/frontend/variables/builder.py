@@ -18,7 +18,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables import logging_vars, optim
+from kiln.frontend.variables import control_flow, logging_vars, numpy_shapes, numpy_vars, optim
 from kiln.frontend.variables.base import probe, register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.checkpoint import checkpoint_function
@@ -119,7 +119,9 @@ def _kiln_special(value):
         return DisabledFunctionVariable(value)
     if logging_vars.is_effect_function(value):  # warnings.warn, logging.warning ...
         return logging_vars.EffectCallVariable(value.__name__, fn=value)
-    return None
+    if control_flow.handles(value):  # torch.cond, torch.while_loop ...
+        return control_flow.ControlFlowOpVariable(value)
+    return numpy_vars.special(value)  # numpy functions and dtypes (or None)
 
 
 def wrap_constant_like(tx, value):
@@ -167,6 +169,8 @@ def wrap_value(tx, value, source):
         if isinstance(value, types.FunctionType) and not _is_skipped_function(value):
             return UserFunctionVariable(value)
         return wrap_constant_like(tx, value)
+    if numpy_vars.is_numpy_array(value):  # Note [NumPy: arrays as tensors]
+        return numpy_vars.wrap_array(tx, value, source)
     if isinstance(value, torch.Tensor):
         if value.layout != torch.strided:
             unimplemented(f"a {value.layout} tensor input (only strided tensors are traced)")
@@ -360,3 +364,4 @@ _SIGNATURE = inspect.signature
 
 
 register_builder(wrap_value, wrap_constant_like)
+numpy_shapes.register()

@@ -13,7 +13,7 @@ import torch
 
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables import dict_views, misc, optim, sym, symfloat
+from kiln.frontend.variables import dict_views, misc, numpy_vars, optim, sym, symfloat
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dict_views import DictViewVariable
@@ -53,6 +53,8 @@ def _all_const(vars_):
 
 def binary_op(tx, fn, a, b):
     """a <op> b for an operator-module function."""
+    if numpy_vars.involved(a, b):  # Note [NumPy: arrays as tensors]
+        return numpy_vars.operator_call(tx, fn, [a, b])
     if isinstance(b, TensorVariable) and not isinstance(a, TensorVariable) and fn in _INPLACE:
         fn = _INPLACE[fn]  # `n += t` for a number n is `n = n + t` (no in-place, a new tensor)
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
@@ -670,6 +672,8 @@ def sort_items(tx, items, key=None, reverse=None):
 
 def unary_op(tx, fn, obj):
     """-x, +x, ~x, abs(x)."""
+    if numpy_vars.involved(obj):
+        return numpy_vars.operator_call(tx, fn, [obj])
     if isinstance(obj, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [obj], {})
     if isinstance(obj, SymNodeVariable):

@@ -69,6 +69,16 @@ _BANNED = {
 }
 
 
+# torch functions answered first by another family's module (torch.from_numpy -> numpy_vars),
+# registered by it: fn(tx, torch_fn, args, kwargs) -> a tracker, or None to go on as usual.
+_FUNCTION_HOOKS = {}
+
+
+def register_function(torch_fn, fn):
+    """Calls of `torch_fn` are first offered to fn."""
+    _FUNCTION_HOOKS[torch_fn] = fn
+
+
 def _call_torch(tx):
     """`call(fn, args)`: a torch function called from traced code (for optim's rewrites)."""
     return lambda fn, args: TorchVariable(fn).call_function(tx, list(args), {})
@@ -410,6 +420,11 @@ class TorchVariable(PythonValueVariable):
 
     def call_function(self, tx, args, kwargs):
         fn = self.value
+        hook = _FUNCTION_HOOKS.get(fn) if not isinstance(fn, type) else None
+        if hook is not None:
+            done = hook(tx, fn, args, kwargs)
+            if done is not None:
+                return done
         if fn in optim.FOREACH_REWRITES:  # Note [Optimizers: scalar tensors as op scalars]
             from kiln.frontend.variables.tensor import TensorVariable
 
