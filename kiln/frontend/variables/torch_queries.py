@@ -10,6 +10,8 @@ is a Python constant while kiln traces. Three kinds (the table `QUERIES`):
   process   fixed for the process (CUDA present or not): the answer read now, no guard
 """
 
+import types
+
 import torch
 
 from kiln.frontend.guards import GuardKind
@@ -49,6 +51,8 @@ def _key(fn):
 
 def is_query(fn):
     """Whether fn is one of the folded queries."""
+    if not isinstance(fn, (types.FunctionType, types.BuiltinFunctionType)):
+        return False  # never probe a user object's attributes (its __getattr__ may raise)
     try:
         return _key(fn) in QUERIES and _resolves(fn)
     except TypeError:
