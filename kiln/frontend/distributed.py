@@ -81,6 +81,41 @@ class DDPCall:
             modules["module"] = orig
 
 
+def is_fsdp(mod):
+    """Whether mod was given to `torch.distributed.fsdp.fully_shard` (its class is FSDP's)."""
+    return any(c.__name__ == "FSDPModule" and "fsdp" in c.__module__ for c in type(mod).__mro__)
+
+
+class HookedModuleCall:
+    """`mod(*args)` with mod's forward compiled: the module's hooks run in Python around it.
+
+    Note [FSDP: hooks stay Python]: `fully_shard` puts the all-gather of the parameters in a
+    forward pre-hook and the reshard in a forward hook (and registers the gradients'
+    reduce-scatter from there); between them the module's parameters are ordinary unsharded
+    tensors (the same objects every step: FSDP resizes their storage). As with DDP's forward,
+    the communication runs as eager runs it, and only the forward body is a graph.
+    """
+
+    def __init__(self, mod, forward):
+        self.mod = mod
+        self.forward = forward
+
+    def __call__(self, *args, **kwargs):
+        d = self.mod.__dict__
+        old = d.get("forward", _MISSING)
+        d["forward"] = self.forward
+        try:
+            return self.mod(*args, **kwargs)
+        finally:
+            if old is _MISSING:
+                del d["forward"]
+            else:
+                d["forward"] = old
+
+
+_MISSING = object()
+
+
 def active_ddp():
     """The DDP module whose inner forward runs now, else None."""
     return None if DDP is None else DDP._active_ddp_module

@@ -63,6 +63,10 @@ class OptimizedModule(torch.nn.Module):
             d["_kiln_call"] = distributed.DDPCall(mod, lambda m: OptimizedModule(m, settings))
             d["_kiln_cache"] = None
             return
+        if distributed.is_fsdp(mod):  # Note [FSDP: hooks stay Python]
+            d["_kiln_call"] = distributed.HookedModuleCall(mod, compile_callable(forward, settings))
+            d["_kiln_cache"] = None
+            return
         if isinstance(forward, types.MethodType) and forward.__self__ is mod:
             cache = FrameCache(forward.__func__, settings, eager=module_eager, module_root=True)
             d["_kiln_call"] = types.MethodType(make_wrapper(cache), mod)
