@@ -1,0 +1,62 @@
+"""torch.amp.GradScaler("cpu") training loops with a compiled model and a compiled
+`scaler.step(opt); scaler.update()`: equal to eager every step, including the skipped step of an
+inf gradient (parameters unchanged, the scale halved) and the scale's growth."""
+
+import copy
+
+import pytest
+import torch
+
+import kiln
+
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+
+
+def step_fn(opt, scaler):
+    scaler.step(opt)
+    scaler.update()
+
+
+def run(mod, opt, scaler, forward, step, steps, inf_at):
+    """Per step: (loss, scale, parameters after the step)."""
+    out = []
+    for i in range(steps):
+        x = torch.randn(4, 8, generator=torch.Generator().manual_seed(i))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = forward(x).float().pow(2).mean()
+        scaler.scale(loss).backward()
+        if i in inf_at:
+            mod[0].weight.grad[0, 0] = float("inf")
+        step(opt, scaler)
+        opt.zero_grad()
+        params = [p.detach().clone() for p in mod.parameters()]
+        out.append((loss.detach(), scaler.get_scale(), scaler._growth_tracker.item(), params))
+    return out
+
+
+@pytest.mark.parametrize("opt_name", ["SGD", "Adam"])
+def test_grad_scaler_loop_equals_eager(opt_name):
+    kiln.reset()
+    ref_mod = model()
+    mod = copy.deepcopy(ref_mod)
+
+    def make(m):
+        opt = getattr(torch.optim, opt_name)(m.parameters(), lr=0.05)
+        return opt, torch.amp.GradScaler("cpu", init_scale=2.0**8, growth_interval=2)
+
+    inf_at = {2}
+    ref = run(ref_mod, *make(ref_mod), ref_mod, step_fn, 6, inf_at)
+    got = run(mod, *make(mod), kiln.compile(mod), kiln.compile(step_fn), 6, inf_at)
+    for i, (a, b) in enumerate(zip(got, ref)):
+        torch.testing.assert_close(a[0], b[0], msg=f"loss at step {i}")
+        assert a[1:3] == b[1:3], f"scale/growth tracker at step {i}: {a[1:3]} vs eager {b[1:3]}"
+        for p, q in zip(a[3], b[3]):
+            torch.testing.assert_close(p, q, msg=f"parameters at step {i}")
+    # the inf step is skipped (parameters as before it) and halves the scale
+    for p, q in zip(got[2][3], got[1][3]):
+        assert torch.equal(p, q)
+    assert got[2][1] == got[1][1] / 2
+    assert got[5][1] > got[3][1]  # two good steps in a row: the scale grew again
