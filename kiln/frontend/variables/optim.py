@@ -21,6 +21,7 @@ import collections
 import contextlib
 import dataclasses
 import sys
+import types
 
 import torch
 import torch.autograd.profiler as profiler
@@ -38,6 +39,25 @@ def is_dynamo_graph_break(value):
     """`torch._dynamo.graph_break` (compared without importing torch._dynamo)."""
     dynamo = sys.modules.get("torch._dynamo")
     return dynamo is not None and value is getattr(dynamo, "graph_break", None)
+
+
+def dynamo_unpatched(fn):
+    """The original of a torch.optim function that Dynamo's TorchPatcher wrapped in
+    `torch._dynamo.disable` (`Optimizer._init_group`, ...), else None.
+
+    Note [Optimizers: Dynamo's patches]: once torch.compile has run in the process, Dynamo has
+    replaced each optimizer class's `_init_group` by a disabled wrapper, because Dynamo's own
+    optimizer support builds the state itself. The wrapper says nothing about the function: the
+    function is torch.optim's, which kiln traces, so kiln traces the original (`__wrapped__`).
+    """
+    if not isinstance(fn, types.FunctionType) or not fn.__code__.co_filename.endswith(
+        "torch/_dynamo/eval_frame.py"
+    ):
+        return None
+    orig = getattr(fn, "__wrapped__", None)
+    if isinstance(orig, types.FunctionType) and orig.__module__.startswith("torch.optim."):
+        return orig
+    return None
 
 
 def is_record_function(value):
