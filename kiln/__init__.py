@@ -2,20 +2,8 @@
 
 import importlib
 
-from kiln import config
-from kiln.api import (
-    OptimizedModule,
-    compile,
-    disable,
-    graph_break,
-    list_backends,
-    list_mode_options,
-    lookup_backend,
-    mark_dynamic,
-    mark_static,
-    register_backend,
-    reset,
-)
+from kiln import api, config
+from kiln.api import *  # noqa: F403  (the public API: api.__all__)
 from kiln.logs import counters
 from kiln.node_hooks import install as _install_node_hooks
 from kiln.tools import hooks as _tool_hooks  # noqa: F401  (debug dir, minifier: kiln.hooks)
@@ -43,22 +31,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'kiln' has no attribute {name!r}")
 
 
-__all__ = [
-    "OptimizedModule",
-    "compile",
-    "config",
-    "counters",
-    "disable",
-    "explain",
-    "export",
-    "graph_break",
-    "list_backends",
-    "list_mode_options",
-    "lookup_backend",
-    "mark_dynamic",
-    "mark_static",
-    "register_backend",
-    "reset",
-    "load",
-    "save",
-]
+__all__ = [*api.__all__, "config", "counters", "explain", "export", "load", "save"]  # noqa: F405

@@ -24,6 +24,7 @@ from kiln.exc import Unsupported
 from kiln.symbolic.fake import (
     _SYM_TYPES,
     METADATA_MUTATIONS,
+    FakeMode,
     ProxyTensor,
     is_view_op,
     same_layout,
@@ -188,7 +189,11 @@ class _Functionalizer:
         args, kwargs = pytree.tree_map_only(_SYM_TYPES, self.sizes.arg, (tuple(args), kwargs))
         node = self.graph.create_node("call_function", op, tuple(args), kwargs, name=name)
         vargs, vkwargs = pytree.tree_map_only(torch.fx.Node, _val, (tuple(args), kwargs))
-        node.meta["val"] = op(*vargs, **vkwargs)
+        if any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves((vargs, vkwargs))):
+            node.meta["val"] = op(*vargs, **vkwargs)
+        else:  # a factory (ones([2, s])): no fake argument routes it, so run it under FakeMode
+            with FakeMode():
+                node.meta["val"] = op(*vargs, **vkwargs)
         return node
 
     def copy(self, n):

@@ -43,7 +43,12 @@ def falcon():
     return T.FalconForCausalLM(cfg)
 
 
-DECODERS = [llama, gpt2, qwen2, mistral, gpt_neox, phi, falcon]
+def opt():
+    cfg = T.OPTConfig(**SMALL, ffn_dim=64, word_embed_proj_dim=32, max_position_embeddings=64)
+    return T.OPTForCausalLM(cfg)
+
+
+DECODERS = [llama, gpt2, qwen2, mistral, gpt_neox, phi, falcon, opt]
 
 
 def ids(n):
@@ -93,7 +98,15 @@ def generate(model, prompt, steps):
 
 @pytest.mark.parametrize(
     "make,backend",
-    [(llama, "eager"), (gpt2, "eager"), (qwen2, "aot_eager"), (llama, "kiln"), (gpt2, "kiln")],
+    [
+        (llama, "eager"),
+        (gpt2, "eager"),
+        (qwen2, "aot_eager"),
+        (opt, "aot_eager"),  # its decode step makes torch.ones([b, past + 1]): a symbolic factory
+        (llama, "kiln"),
+        (gpt2, "kiln"),
+        (opt, "kiln"),
+    ],
     ids=lambda v: getattr(v, "__name__", v),
 )
 def test_generation_loop_compiles_at_most_three_times(make, backend):

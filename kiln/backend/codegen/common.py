@@ -62,6 +62,47 @@ CTYPES = {
 }
 
 
+class KernelBase:
+    """What the C++ and Triton kernel writers share: the group, its buffers, CSE, parameters."""
+
+    def __init__(self, group, graph, stores, inplace=None):
+        mine = group.names()
+        # buffer of this group -> the buffer of this group whose memory it is written over
+        self.alias = {b: a for b, a in (inplace or {}).items() if b in mine}
+        self.g = group
+        self.graph = graph
+        self.stores = stores
+        self.code = IndentedBuffer(1)
+        self.scopes = [{}]  # CSE maps, innermost last
+        self.n = 0
+        self.locals = {}  # buffer name -> (CSEVar, store Ix, is_loop_local)
+        self.params = {}  # buffer name -> is_output
+        self.const_values = {}  # text of a float constant -> its value
+
+    def declare(self, name, expr, dtype):
+        """The line defining a new temporary (each language's syntax)."""
+        raise NotImplementedError
+
+    def cse(self, expr, dtype):
+        """The temporary holding expr: an existing one from an enclosing scope, else a new one."""
+        for scope in reversed(self.scopes):
+            if expr in scope:
+                return scope[expr]
+        name = f"tmp{self.n}"
+        self.n += 1
+        self.code.writeline(self.declare(name, expr, dtype))
+        v = CSEVar(name, dtype)
+        self.scopes[-1][expr] = v
+        return v
+
+    def param_name(self, name):
+        """The kernel parameter a buffer is read through (registered as an input)."""
+        name = self.alias.get(name, name)
+        if name not in self.params:
+            self.params[name] = False
+        return name
+
+
 def storage_ctype(dtype):
     return CTYPES[dtype][0]
 

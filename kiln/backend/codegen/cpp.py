@@ -27,6 +27,7 @@ from kiln.backend.codegen import cpp_tiling, vecmath
 from kiln.backend.codegen.common import (
     CSEVar,
     IndentedBuffer,
+    KernelBase,
     compute_ctype,
     compute_dtype,
     cpp_constant,
@@ -481,25 +482,14 @@ class CppOverrides:
         raise AttributeError(f"C++ backend has no op {name!r}")
 
 
-class KernelWriter(cpp_tiling.FlatLoops, LoopOrders, ColumnReductions):
+class KernelWriter(KernelBase, cpp_tiling.FlatLoops, LoopOrders, ColumnReductions):
     """Writes one Group as a C++ function."""
 
     def __init__(self, group, graph, stores, nthreads, inplace=None):
-        # buffer of this group -> the buffer of this group whose memory it is written over
-        mine = group.names()
-        self.alias = {b: a for b, a in (inplace or {}).items() if b in mine}
-        self.g = group
-        self.graph = graph
-        self.stores = stores
+        super().__init__(group, graph, stores, inplace)
         self.nthreads = max(nthreads, 1)
-        self.code = IndentedBuffer(1)
-        self.scopes = [{}]  # CSE maps, innermost last
-        self.n = 0
-        self.locals = {}  # buffer name -> (CSEVar, store Ix, is_loop_local)
-        self.params = {}  # buffer name -> is_output
         self.handler = CppOverrides(self)
         self.vec_ops = set()  # ops calling vecmath's vector functions
-        self.const_values = {}  # C++ text of a float constant -> its value
         self.int_values = {}  # C++ text of an integer constant -> its value
         self.index_vals = {}  # name of an int64 index_expr value -> its Ix
         self.subst = {}  # loop variable -> its expression in a tiled piece (cpp_tiling)
@@ -508,23 +498,8 @@ class KernelWriter(cpp_tiling.FlatLoops, LoopOrders, ColumnReductions):
 
     # --- values ----------------------------------------------------------------------------------
 
-    def cse(self, expr, dtype):
-        for scope in reversed(self.scopes):
-            if expr in scope:
-                return scope[expr]
-        name = f"tmp{self.n}"
-        self.n += 1
-        self.code.writeline(f"{compute_ctype(dtype)} {name} = {expr};")
-        v = CSEVar(name, dtype)
-        self.scopes[-1][expr] = v
-        return v
-
-    def param_name(self, name):
-        """The kernel parameter a buffer is read through (registered as an input)."""
-        name = self.alias.get(name, name)
-        if name not in self.params:
-            self.params[name] = False
-        return name
+    def declare(self, name, expr, dtype):
+        return f"{compute_ctype(dtype)} {name} = {expr};"
 
     def storage_ctype_of(self, name):
         return storage_ctype(self.graph.buffers[name].layout.dtype)

@@ -27,7 +27,7 @@ import sympy
 import torch
 
 from kiln import config
-from kiln.backend.codegen.common import CSEVar, IndentedBuffer, compute_dtype
+from kiln.backend.codegen.common import IndentedBuffer, KernelBase, compute_dtype
 from kiln.backend.codegen.wrapper import WrapperCodegen
 from kiln.backend.graph import GraphNotSupported
 from kiln.backend.ir import Ix, prod, set_handler, set_range
@@ -298,21 +298,11 @@ class TritonOverrides:
 # RBLOCK-wide steps with [XBLOCK, RBLOCK] accumulators reduced after the loop. Every load and store
 # is masked, and its index broadcast to the block (`zero`), so a value read at an outer index
 # inside a loop has the loop's shape. Masked-off lanes of a reduction hold its identity.
-class TritonKernel:
+class TritonKernel(KernelBase):
     """Writes one Group as a Triton kernel and its launcher."""
 
     def __init__(self, group, graph, stores, inplace=None):
-        mine = group.names()
-        self.alias = {b: a for b, a in (inplace or {}).items() if b in mine}
-        self.g = group
-        self.graph = graph
-        self.stores = stores
-        self.code = IndentedBuffer(1)
-        self.scopes = [{}]
-        self.n = 0
-        self.locals = {}  # buffer name -> (CSEVar, store Ix, is_loop_local)
-        self.params = {}  # buffer name -> is_output
-        self.const_values = {}
+        super().__init__(group, graph, stores, inplace)
         self.handler = TritonOverrides(self)
         self.err = False
         self.zero, self.mask = "xzero", "xmask"
@@ -320,22 +310,8 @@ class TritonKernel:
         self.persistent = 0  # RBLOCK of a persistent reduction, else 0
         self.stored = False  # a store was written (a later loop reading it needs a barrier)
 
-    def cse(self, expr, dtype):
-        for scope in reversed(self.scopes):
-            if expr in scope:
-                return scope[expr]
-        name = f"tmp{self.n}"
-        self.n += 1
-        self.code.writeline(f"{name} = {expr}")
-        v = CSEVar(name, dtype)
-        self.scopes[-1][expr] = v
-        return v
-
-    def param_name(self, name):
-        name = self.alias.get(name, name)
-        if name not in self.params:
-            self.params[name] = False
-        return name
+    def declare(self, name, expr, dtype):
+        return f"{name} = {expr}"
 
     def load(self, name, index):
         loc = self.locals.get(name)
