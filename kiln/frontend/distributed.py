@@ -36,11 +36,16 @@ met; a bucket that reaches DDP's cap (the first one: DDP's first-bucket cap) clo
 before it go to the next piece. The pieces are compiled by the original backend one by one at the
 first call, with the real values that flow between them as examples (no fake propagation needed).
 Graphs with symbolic sizes, or with effect nodes (grad mode, autocast: nodes with no value), are
-not split.
+not split. The pieces match DDP's first bucketing by size; from the second step DDP rebuilds its
+buckets in the order gradients became ready, and the gradients of one piece become ready
+together, in an order autograd picks: a rebuilt bucket may straddle two pieces (torch.compile's
+DDPOptimizer has the same limit). The test checks the overlap itself: a bucket is all-reduced
+before autograd reaches the model's input.
 """
 
 import functools
 import operator
+import sys
 
 import torch
 import torch.fx
@@ -82,8 +87,11 @@ class DDPCall:
 
 
 def is_fsdp(mod):
-    """Whether mod was given to `torch.distributed.fsdp.fully_shard` (its class is FSDP's)."""
-    return any(c.__name__ == "FSDPModule" and "fsdp" in c.__module__ for c in type(mod).__mro__)
+    """Whether mod was given to `torch.distributed.fsdp.fully_shard` (its class is FSDP's);
+    torch.distributed.fsdp is not imported here (it is heavy): unimported, no module is one."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    cls = getattr(fsdp, "FSDPModule", None)
+    return cls is not None and isinstance(mod, cls)
 
 
 class HookedModuleCall:

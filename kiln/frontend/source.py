@@ -98,7 +98,7 @@ def key_text(key):
     (whose repr names `device`, which guard code does not see)."""
     if isinstance(key, torch.device):
         return f"___device({str(key)!r})"
-    if isinstance(key, tuple):
+    if type(key) is tuple and any(isinstance(k, torch.device) for k in key):
         return "(" + "".join(key_text(k) + ", " for k in key) + ")"
     return repr(key)
 
