@@ -377,24 +377,29 @@ def build_hf_bert(device, dtype, batch=None):
     return _hf_lm(BertForMaskedLM(cfg), ["input_ids", "attention_mask"], [ids, mask], device, dtype)
 
 
-@register("hf_llama", ("hf", "transformer"), "HF LLaMA causal LM, 2 layers, d=128, GQA 4/2, T=64")
-def build_hf_llama(device, dtype, batch=None):
-    _quiet_transformers()
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _llama_config():
+    from transformers import LlamaConfig
 
-    batch = batch or 4
-    cfg = LlamaConfig(
+    return LlamaConfig(
         vocab_size=_VOCAB,
         hidden_size=_SMALL["hidden"],
         intermediate_size=_SMALL["ffn"],
         num_hidden_layers=_SMALL["layers"],
         num_attention_heads=_SMALL["heads"],
         num_key_value_heads=2,
-        max_position_embeddings=128,
+        max_position_embeddings=256,
         attention_dropout=0.0,
     )
+
+
+@register("hf_llama", ("hf", "transformer"), "HF LLaMA causal LM, 2 layers, d=128, GQA 4/2, T=64")
+def build_hf_llama(device, dtype, batch=None):
+    _quiet_transformers()
+    from transformers import LlamaForCausalLM
+
+    batch = batch or 4
     ids = torch.randint(0, _VOCAB, (batch, 64))
-    return _hf_lm(LlamaForCausalLM(cfg), ["input_ids"], [ids], device, dtype)
+    return _hf_lm(LlamaForCausalLM(_llama_config()), ["input_ids"], [ids], device, dtype)
 
 
 @register("hf_t5", ("hf", "transformer"), "HF T5 encoder-decoder, 2+2 layers, d=128, T=32")
@@ -443,21 +448,6 @@ def build_hf_vit(device, dtype, batch=None):
         HFWrapper(ViTForImageClassification(cfg), ["pixel_values"]), [pixels], device, dtype
     )
     return model, placed, _ce_loss(10, (batch,), device)
-
-
-def _llama_config():
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        vocab_size=_VOCAB,
-        hidden_size=_SMALL["hidden"],
-        intermediate_size=_SMALL["ffn"],
-        num_hidden_layers=_SMALL["layers"],
-        num_attention_heads=_SMALL["heads"],
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        attention_dropout=0.0,
-    )
 
 
 class HFDefaultCache(nn.Module):

@@ -30,6 +30,7 @@ Note [Bench: memory]
   CUDA both are torch.cuda.max_memory_allocated() above the allocation at the start.
 """
 
+import contextlib
 import copy
 import ctypes
 import dataclasses
@@ -93,6 +94,9 @@ class Settings:
     backend: str = "kiln"
     device: str = "cpu"
     dtype: str = "float32"
+    amp: str | None = (
+        None  # "bfloat16"/"float16": each step's forward and loss under torch.autocast
+    )
     iters: int = 20
     warmup: int = 3
     threads: int = 0
@@ -189,14 +193,17 @@ class Live:
     opt: object  # the optimizer in training mode, else None
 
 
-def _step(fn, model, opt, inputs, loss_fn, mode):
-    """One inference call, or one training step; returns (output, loss)."""
+def _step(fn, model, opt, inputs, loss_fn, mode, amp=None):
+    """One inference call, or one training step; returns (output, loss). With `amp` (a dtype)
+    the forward and the loss run under torch.autocast, the backward outside it, as users write."""
+    autocast = torch.autocast(inputs[0].device.type, dtype=amp) if amp else contextlib.nullcontext()
     if mode == "inference":
-        with torch.no_grad():
+        with torch.no_grad(), autocast:
             return fn(*inputs), None
     opt.zero_grad(set_to_none=True)
-    out = fn(*inputs)
-    loss = loss_fn(out)
+    with autocast:
+        out = fn(*inputs)
+        loss = loss_fn(out)
     loss.backward()
     opt.step()
     return out, loss
@@ -265,6 +272,7 @@ class Runner:
         self.s = settings
         self.device = torch.device(settings.device)
         self.dtype = DTYPES[settings.dtype]
+        self.amp = DTYPES[settings.amp] if settings.amp else None
         self.compilers = parse_compare(settings.compare, settings.backend)
         self.unavailable = {c.name: c.available() for c in self.compilers}
         self.rows: list[Row] = []
@@ -363,7 +371,7 @@ class Runner:
             return Live(compiler, model, suite.compile_model(compiler.compile, model), opt)
 
         def step(live):
-            return _step(live.fn, live.model, live.opt, inputs, loss_fn, mode)
+            return _step(live.fn, live.model, live.opt, inputs, loss_fn, mode, self.amp)
 
         # the reference: eager, one step from a fresh copy
         ref_live = fresh(Eager())
@@ -393,7 +401,7 @@ class Runner:
                 row.break_reason = c.break_reason()
                 phase = "accuracy"
                 ok, row.max_err, row.worst = compare(
-                    _snapshot(live.model, out, loss, mode), reference, self.dtype
+                    _snapshot(live.model, out, loss, mode), reference, self.amp or self.dtype
                 )
                 row.accuracy = "pass" if ok else "FAIL"
                 del live, out, loss
@@ -525,7 +533,7 @@ def environment(settings, runner=None):
         "cpu_count": os.cpu_count(),
         "torch_threads": runner.torch_threads if runner else torch.get_num_threads(),
         "device": settings.device,
-        "dtype": settings.dtype,
+        "dtype": settings.dtype + (f" (autocast {settings.amp})" if settings.amp else ""),
         "timer": settings.timer,
         "python": sys.version.split()[0],
         "torch": torch.__version__,

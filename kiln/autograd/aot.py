@@ -332,8 +332,8 @@ def trace_joint(fn, inputs, decompositions=None, examples=None):
     lifted = list(tracer.grad_constants)
     wrt = [primals[i] for i in grad_inputs] + lifted
     grads = [None] * len(wrt)
-    if diff:
-        with torch.enable_grad(), tracer.tracing():
+    if diff:  # the backward runs outside autocast, as after eager's `with autocast(): loss = ...`
+        with torch.enable_grad(), tracer.tracing(), _autocast_off():
             got = torch.autograd.grad(diff_vals, wrt, tangents, allow_unused=True)
         grads = list(got)
     tracer.output(tuple(outs) + tuple(grads))
@@ -468,6 +468,16 @@ def _autocast_state():
     return tuple(
         (d, torch.get_autocast_dtype(d)) for d in _AUTOCAST_DEVICES if torch.is_autocast_enabled(d)
     )
+
+
+@contextlib.contextmanager
+def _autocast_off():
+    """Autocast disabled on every device where it is on (Note [Autocast: frames called under
+    autocast])."""
+    with contextlib.ExitStack() as stack:
+        for device, _ in _autocast_state():
+            stack.enter_context(torch.autocast(device, enabled=False))
+        yield
 
 
 def _key(args, dynamic=None):
@@ -729,9 +739,7 @@ class AOTCompiled:
         if plan.mutated_inputs and _mutated_inputs_alias(args, plan.mutated_inputs):
             logs.log("perf_hints", "aot: a mutated input aliases another input; running eagerly")
             return self.fn(*args)
-        with contextlib.ExitStack() as stack:
-            for device, _ in _autocast_state():  # the graph holds its casts already
-                stack.enter_context(torch.autocast(device, enabled=False))
+        with _autocast_off():  # the graph holds its casts already
             if plan.function is not None:
                 outs = plan.function.apply(*args, *plan.lifted)
             else:

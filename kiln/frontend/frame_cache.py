@@ -208,10 +208,6 @@ class FrameCache:
     def _miss(self, args, kwargs):
         if self.skip:
             return self.run_eager(args, kwargs)
-        if torch._C._is_any_autocast_enabled():
-            # meta tensors do not see autocast: frames called under autocast run eagerly
-            logs.counters["frames"]["autocast_eager"] += 1
-            return self.run_eager(args, kwargs)
         name = self.fn.__qualname__
         if self.entries:
             if len(self.entries) >= config.cache_size_limit:

@@ -29,6 +29,7 @@ from kiln.frontend.source import (
     dict_get,
     key_text,
 )
+from kiln.symbolic import autocast_state as amp
 
 
 class GuardKind(enum.IntEnum):
@@ -188,7 +189,7 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
         grad = torch.is_grad_enabled()
         return [
             f"___is_grad_enabled() is {grad!r}",
-            "not ___is_any_autocast_enabled()",
+            _autocast_guard(namer),
             f"___kiln_config.compiled_autograd is {bool(_config.compiled_autograd)!r}",
             *(
                 [
@@ -199,6 +200,13 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
             ),
         ]
     raise AssertionError(f"unknown guard kind {k}")
+
+
+def _autocast_guard(namer):
+    """The entry autocast state (Note [Autocast: frames called under autocast])."""
+    if not torch._C._is_any_autocast_enabled():
+        return "not ___is_any_autocast_enabled()"
+    return f"___autocast_settings() == {namer(amp.settings(), 'autocast')}"
 
 
 def _dynamic_layout_parts(s, t, layout):
@@ -340,6 +348,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___dict_get": dict_get,
         "___missing": MISSING,
         "___is_any_autocast_enabled": torch._C._is_any_autocast_enabled,
+        "___autocast_settings": amp.settings,
         "___global_forward_hooks": torch.nn.modules.module._global_forward_hooks,
         "___global_forward_pre_hooks": torch.nn.modules.module._global_forward_pre_hooks,
     }

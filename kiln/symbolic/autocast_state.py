@@ -8,7 +8,15 @@ import contextlib
 
 import torch
 
-__all__ = ["enter_autocast", "exit_autocast", "state_of", "snapshot", "restore", "restore_after"]
+__all__ = [
+    "enter_autocast",
+    "exit_autocast",
+    "state_of",
+    "settings",
+    "snapshot",
+    "restore",
+    "restore_after",
+]
 
 _DEVICES = ("cpu", "cuda")
 
@@ -39,6 +47,11 @@ def state_of(device):
         torch.get_autocast_dtype(device),
         torch.is_autocast_cache_enabled(),
     )
+
+
+def settings():
+    """Every device's autocast settings: what a frame compiled under autocast is guarded on."""
+    return tuple((d, *state_of(d)) for d in _DEVICES)
 
 
 def _depth():

@@ -75,6 +75,11 @@ def bench_parser(sub=None):
     )
     p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     p.add_argument(
+        "--amp",
+        choices=["bfloat16", "float16"],
+        help="run each step's forward and loss under torch.autocast in this dtype",
+    )
+    p.add_argument(
         "--dtype", default="float32", choices=["float32", "float64", "bfloat16", "float16"]
     )
     p.add_argument(
@@ -170,6 +175,7 @@ def _run_bench(args):
         backend=args.backend,
         device=args.device,
         dtype=args.dtype,
+        amp=args.amp,
         iters=args.iters if args.iters is not None else (10 if args.quick else 20),
         warmup=args.warmup if args.warmup is not None else (2 if args.quick else 3),
         threads=args.threads,

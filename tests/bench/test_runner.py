@@ -127,3 +127,14 @@ def test_most_common_break_reason():
     assert _most_common(collections.Counter()) == ""
     c = collections.Counter({"rare\nmore": 1, "often: data-dependent branch\ndetail": 3})
     assert _most_common(c) == "often: data-dependent branch"
+
+
+def test_amp_steps_run_under_autocast_and_kiln_captures_them():
+    # --amp bfloat16: the forward and loss under torch.autocast; kiln compiles the model (a frame
+    # called under autocast) and matches eager within bf16 tolerance.
+    runner = Runner(_settings(models="mlp", compare="kiln:aot_eager", amp="bfloat16")).run()
+    rows = _rows(runner)
+    for mode in ("inference", "training"):
+        r = rows[("mlp", mode, "kiln:aot_eager")]
+        assert r.status == "ok" and r.accuracy == "pass", r
+        assert (r.graphs, r.breaks) == (1, 0), r

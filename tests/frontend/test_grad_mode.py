@@ -1,5 +1,6 @@
 """Grad mode inside compiled code: traced `with` blocks, guards, breaks around them."""
 
+import pytest
 import torch
 from frontend_helpers import run_and_compare
 
@@ -82,15 +83,19 @@ def test_function_decorated_with_no_grad_is_traced_through_its_wrapper():
     assert torch.is_grad_enabled()
 
 
-def test_called_under_autocast_runs_eagerly_without_recompiling():
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_called_under_autocast_compiles_one_entry_per_state(backend):
+    # Note [Autocast: frames called under autocast]: the entry state is guarded, so a call under
+    # autocast compiles once and every later call under the same state hits that entry.
     kiln.reset()
-    f = kiln.compile(lambda a, b: a @ b, backend="eager")
+    f = kiln.compile(lambda a, b: a @ b, backend=backend)
     a, b = torch.randn(4, 4), torch.randn(4, 4)
-    f(a, b)
+    assert f(a, b).dtype == torch.float32
     with torch.autocast("cpu", dtype=torch.bfloat16):
         for _ in range(3):
             out = f(a, b)
             assert out.dtype == torch.bfloat16
+            torch.testing.assert_close(out, a @ b)  # eager under the same autocast
     assert f(a, b).dtype == torch.float32
-    assert kiln.counters["stats"]["recompiles"] == 0
-    assert kiln.counters["frames"]["autocast_eager"] == 3
+    assert kiln.counters["stats"]["recompiles"] == 1
+    assert kiln.counters["stats"]["unique_graphs"] == 2

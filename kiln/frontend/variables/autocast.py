@@ -18,6 +18,7 @@ half-way must not leave the state switched: callers restore it (kiln.symbolic.au
 """
 
 import torch
+from torch.utils import _pytree as pytree
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
@@ -26,6 +27,7 @@ from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.symbolic.autocast_state import enter_autocast, exit_autocast, state_of
+from kiln.symbolic.fake import ProxyTensor
 
 # torch's autocast classes (the deprecated per-device ones are subclasses of torch.autocast)
 AUTOCAST_CLASSES = (torch.amp.autocast_mode.autocast,)
@@ -41,6 +43,57 @@ STATE_QUERIES = {
     torch.get_autocast_cpu_dtype,
     torch.is_autocast_cpu_enabled,
 }
+
+
+# Note [Autocast: frames called under autocast]
+# The usual mixed-precision loop enters autocast outside the compiled model:
+# `with torch.autocast("cpu", dtype=torch.bfloat16): loss = loss_fn(model(x))`. Such a frame is
+# traced under the state it was called with (example dtypes as Note [Autocast: meta examples]
+# says) and guarded on every device's autocast settings, so a call under other settings compiles
+# another entry. The AOT stage traces the forward under that state, which puts PyTorch's casts
+# into the ATen graph, runs the compiled graph with autocast off (the casts are in it), and traces
+# the backward with autocast off, as eager's `loss.backward()` after the `with` block runs.
+# Before, these frames ran eagerly: a compiled model under AMP was never compiled at all.
+
+
+def autocast_dtypes(call, result, args, kwargs, devices):
+    """`result` of `call(args, kwargs)` on meta examples, with the dtypes autocast gives in eager.
+
+    Note [Autocast: meta examples]
+    A frame with static shapes traces on plain meta tensors, and the meta device has no Autocast
+    dispatch key: `a @ b` inside `torch.autocast("cpu", dtype=torch.bfloat16)` came out float32,
+    so `y.dtype` and every branch on it differed from eager. While autocast is on for a device of
+    the arguments, the op runs once more on fake tensors of that device (which carry the Autocast
+    key, so PyTorch's own policy decides) and each meta result whose dtype differs is cast
+    (`.to`, so autograd metadata stays that of a result). Callers pass only ops that write no
+    argument: the fake run shares the meta arguments' storage-less tensors.
+    """
+    on = [d for d in devices if d.type != "meta" and torch.is_autocast_enabled(d.type)]
+    if not on:
+        return result
+
+    def fake(x):
+        if (
+            isinstance(x, torch.Tensor)
+            and x.device.type == "meta"
+            and not isinstance(x, ProxyTensor)
+        ):
+            return ProxyTensor(x, on[0])
+        return x
+
+    fargs, fkwargs = pytree.tree_map(fake, (args, kwargs))
+    cast = call(fargs, fkwargs)
+    leaves, spec = pytree.tree_flatten(result)
+    cast_leaves = pytree.tree_leaves(cast)
+    if len(cast_leaves) != len(leaves):
+        return result
+    out = [
+        r.to(c.dtype)
+        if isinstance(r, torch.Tensor) and isinstance(c, torch.Tensor) and r.dtype != c.dtype
+        else r
+        for r, c in zip(leaves, cast_leaves)
+    ]
+    return pytree.tree_unflatten(out, spec)
 
 
 def make_autocast(tx, cls, args, kwargs):

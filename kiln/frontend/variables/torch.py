@@ -165,12 +165,19 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
     if kind == "call_method" and what in ("cuda", "cpu", "numpy", "tolist", "item", "data_ptr"):
         unimplemented(f"Tensor.{what}() is not traced")
     ctx = torch.device("meta") if not unpack.has_tensor else contextlib.nullcontext()
+
+    def run(margs, mkwargs):
+        if kind == "call_method":
+            return getattr(margs[0], target)(*margs[1:], **mkwargs)
+        return target(*margs, **mkwargs)
+
     try:
         with ctx:
-            if kind == "call_method":
-                result = getattr(meta_args[0], target)(*meta_args[1:], **meta_kwargs)
-            else:
-                result = target(*meta_args, **meta_kwargs)
+            result = run(meta_args, meta_kwargs)
+            if not _mutates(target, kwargs):  # Note [Autocast: meta examples]
+                result = autocast.autocast_dtypes(
+                    run, result, meta_args, meta_kwargs, unpack.devices
+                )
     except Exception as e:
         unimplemented(f"{what} on meta tensors raised {type(e).__name__}: {e}")
     if explicit_device is not None:
