@@ -6,6 +6,14 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo bench test lint format clean test-pythons
 
+# The whole test suite with one interpreter ($(1)), as `make test` and `make test-pythons` run it.
+# torch.compile's Dynamo, once imported, changes torch.optim's disable wrappers process-wide: the
+# kiln-inside-torch.compile tests run in a process of their own.
+define run_suite
+$(1) -m pytest -n 2 tests --ignore=tests/tools/test_torch_backend.py && \
+	  $(1) -m pytest tests/tools/test_torch_backend.py
+endef
+
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -24,10 +32,7 @@ bench: $(STAMP)
 test: $(STAMP)            ## lint, format check, the whole test suite
 	$(PY) -m ruff check kiln kiln_bench tests benchmarks
 	$(PY) -m ruff format --check kiln kiln_bench tests benchmarks
-	$(PY) -m pytest -n 2 tests --ignore=tests/tools/test_torch_backend.py
-	# torch.compile's Dynamo, once imported, changes torch.optim's disable wrappers process-wide:
-	# the kiln-inside-torch.compile tests run in a process of their own.
-	$(PY) -m pytest tests/tools/test_torch_backend.py
+	$(call run_suite,$(PY))
 
 lint: $(STAMP)
 	$(PY) -m ruff check kiln kiln_bench tests benchmarks
@@ -50,7 +55,7 @@ OTHER_PYTHONS := 3.12.1 3.13.0
 
 test-pythons: $(foreach v,$(OTHER_PYTHONS),.venv-$(basename $(v))/.installed)
 	status=0; for v in $(basename $(OTHER_PYTHONS)); do \
-	  echo "== Python $$v"; .venv-$$v/bin/python -m pytest -n 2 tests || status=1; \
+	  echo "== Python $$v"; { $(call run_suite,.venv-$$v/bin/python); } || status=1; \
 	done; exit $$status
 
 clean:

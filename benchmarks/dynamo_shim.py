@@ -13,6 +13,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.disable / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
+| testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 
 `testing.CompileCounter` needs no mapping: it is a plain backend callable (gm, example_inputs).
@@ -112,6 +113,11 @@ def _make_counter_with_backend(base):
     return CompileCounterWithBackend
 
 
+def _unsupported(a, b):
+    """torch._dynamo.testing.unsupported: returns b, and no compiler traces it."""
+    return b
+
+
 def install():
     """Replace torch._dynamo's entry points with kiln's, in every loaded torch._dynamo module."""
     import torch
@@ -145,6 +151,9 @@ def install():
             torch._dynamo.testing.CompileCounterWithBackend,
             _make_counter_with_backend(torch._dynamo.testing.CompileCounterWithBackend),
         ),
+        # a C function Dynamo cannot trace (it returns its second argument): tests count on the
+        # graph break it makes; kiln would put a torch C function in the graph, so it is disabled
+        "unsupported": (torch._dynamo.testing.unsupported, kiln.disable(_unsupported)),
     }
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "torch._dynamo" or name.startswith("torch._dynamo.")):

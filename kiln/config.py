@@ -18,6 +18,7 @@ traced_modules = (
     "torch.testing",
     "torch.optim",
     "torch.amp.grad_scaler",
+    "torch.utils._ordered_set",  # OrderedSet: a plain Python MutableSet over a dict
 )  # Python functions from these are traced like user code although their package is skipped
 strict = (
     False  # an internal error in kiln raises (True: kiln's tests) instead of one warning + eager

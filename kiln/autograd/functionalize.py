@@ -63,16 +63,19 @@ class FunctionalizeResult:
 # metadata mutation]); anything else (inputs, resize_, set_) raises Unsupported, and the caller
 # falls back to eager for that graph.
 
-# metadata mutations with a view twin (allowed on fresh values, see metadata_mutation)
+# metadata mutations with a view twin (allowed on fresh values, see metadata_mutation), by overload:
+# the twin's overload name differs at times (transpose_.default is transpose.int: nn.GRU's output)
 _METADATA_FUNCTIONAL = {
-    "t_": "t",
-    "transpose_": "transpose",
-    "squeeze_": "squeeze",
-    "unsqueeze_": "unsqueeze",
-    "as_strided_": "as_strided",
-    "swapaxes_": "swapaxes",
-    "swapdims_": "swapdims",
-    "detach_": "alias",
+    aten.t_.default: aten.t.default,
+    aten.transpose_.default: aten.transpose.int,
+    aten.squeeze_.default: aten.squeeze.default,
+    aten.squeeze_.dim: aten.squeeze.dim,
+    aten.squeeze_.dims: aten.squeeze.dims,
+    aten.unsqueeze_.default: aten.unsqueeze.default,
+    aten.as_strided_.default: aten.as_strided.default,
+    aten.swapaxes_.default: aten.swapaxes.default,
+    aten.swapdims_.default: aten.swapdims.default,
+    aten.detach_.default: aten.alias.default,
 }
 
 # in-place / out= ops whose functional twin is not found by name
@@ -354,7 +357,7 @@ class _Functionalizer:
             return
         name = func._schema.name.split("::")[-1]
         if name in METADATA_MUTATIONS:
-            return self.metadata_mutation(n, func, name)
+            return self.metadata_mutation(n, func)
         if func is aten.native_batch_norm.default and n.args[5] and n.args[3] is not None:
             return self.batch_norm(n)
         written = _written_args(func)
@@ -376,16 +379,12 @@ class _Functionalizer:
         if isinstance(n.meta.get("val"), ProxyTensor):
             self._make_root(n, new)
 
-    def metadata_mutation(self, n, func, name):
+    def metadata_mutation(self, n, func):
         """x.squeeze_() on a fresh value without views: continue with squeeze(x) (a new root)."""
         a = n.args[0]
         while a in self.alias_to and isinstance(self.alias_to[a], torch.fx.Node):
             a = self.alias_to[a]
-        fop = None
-        if name in _METADATA_FUNCTIONAL:
-            packet = getattr(aten, _METADATA_FUNCTIONAL[name])
-            over = func._overloadname
-            fop = getattr(packet, over if over in packet.overloads() else "default", None)
+        fop = _METADATA_FUNCTIONAL.get(func)
         fresh = a in self.root and self.root[a] is a and a.op == "call_function"
         if fop is None or not fresh or any(p[0] is a for p in self.parent.values()):
             raise Unsupported(f"functionalize: metadata-mutating operator {func} on {a.name}")

@@ -31,6 +31,7 @@ from kiln.frontend.resume import (
     run_resume,
 )
 from kiln.frontend.translator import decode as decode_indexed
+from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.ctx_managers import WithExitVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import ListVariable, SetVariable, undo_iterators
@@ -307,6 +308,8 @@ def _break_site(code, e, instructions):
         raise NoBreakHere("a raise inside a with block, or a bare raise")
     if kind == "FOR_ITER" and withs:
         raise NoBreakHere("FOR_ITER inside a with block")
+    if kind == "CALL" and _reads_frame_locals(stack, inst.arg):
+        raise NoBreakHere("a call that reads the frame's local variables")
     return _BreakSite(
         inst,
         stack,
@@ -318,6 +321,26 @@ def _break_site(code, e, instructions):
         base_insts[base_index],
         found is not None,
     )
+
+
+# Note [Graph breaks: calls that read the frame's locals]
+# The transformed code keeps the frame's locals in kiln's state until the resume function gets
+# them as arguments: a builtin that reads the running frame's local variables (locals(), vars() and
+# dir() without arguments, exec/eval without a locals mapping) would see them missing there
+# (`match w: case x: locals()` gave {}), so such a call is no place for a break: the frame runs
+# eagerly. {builtin: the largest number of arguments with which it still reads the frame}
+_FRAME_READERS = {locals: 0, vars: 0, dir: 0, exec: 1, eval: 1}
+
+
+def _reads_frame_locals(stack, argc):
+    """Whether the CALL with `argc` arguments on `stack` calls a builtin that reads the frame."""
+    if len(stack) < argc + 2:
+        return False
+    for v in stack[-(argc + 2) : -argc or None][:2]:
+        fn = getattr(v, "fn", None) if isinstance(v, BuiltinVariable) else None
+        if fn in _FRAME_READERS and argc <= _FRAME_READERS[fn]:
+            return True
+    return False
 
 
 def _cut_graph_at(output, state, site):

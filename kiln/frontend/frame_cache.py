@@ -24,7 +24,7 @@ from kiln.contracts import GraphMeta
 from kiln.exc import CompiledAutogradCall, Unsupported, unimplemented
 from kiln.frontend import fallback
 from kiln.frontend.bytecode_gen import NoBreakHere, transformed_code, transformed_code_at_break
-from kiln.frontend.frame_shapes import FrameShapes, changed_dims
+from kiln.frontend.frame_shapes import FrameShapes, changed_dims, changed_floats
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
 from kiln.frontend.output_graph import OutputGraph
 from kiln.frontend.source import GetItemSource, LocalSource
@@ -159,13 +159,20 @@ class FrameCache:
             kind = self._shape_kinds.get(name)
             if kind == "tensor" and isinstance(v, torch.Tensor):
                 new[name] = tuple(v.shape)
-            elif kind == "int" and type(v) is int:
+            elif kind in ("int", "float") and type(v) is (int if kind == "int" else float):
                 new[name] = (v,)
         self._update_shapes(new)
 
     def _update_shapes(self, new):
         """FrameShapes.update, with int inputs logged as values (`n became dynamic: 2 -> 3`)."""
         fs = self.frame_shapes
+        floats = {n: v for n, v in new.items() if self._shape_kinds.get(n) == "float"}
+        for name in changed_floats(fs.sizes, {n: v[0] for n, v in floats.items()}):
+            if name not in fs.dynamic:  # Note [Shapes: unspecialised floats]
+                fs.dynamic[name] = {0}
+                logs.log("recompiles", f"{name} became dynamic (a float input)")
+        fs.sizes.update(floats)
+        new = {n: v for n, v in new.items() if n not in floats}
         ints = {n: v for n, v in new.items() if self._shape_kinds.get(n) == "int"}
         for name, dims in changed_dims(fs.sizes, ints).items():
             if name not in fs.dynamic:
@@ -398,9 +405,10 @@ class FrameCache:
             self._shape_kinds[name] = "tensor"
         for name in output.input_ints:
             self._shape_kinds[name] = "int"
-        self._update_shapes(
-            {**output.input_shapes, **{n: (v,) for n, v in output.input_ints.items()}}
-        )
+        for name in output.input_floats:
+            self._shape_kinds[name] = "float"
+        scalars = {**output.input_ints, **output.input_floats}
+        self._update_shapes({**output.input_shapes, **{n: (v,) for n, v in scalars.items()}})
 
     def _check_module_hooks(self, mod):
         if (

@@ -6,6 +6,7 @@ dynamic (symbols of a `kiln.symbolic.shape_env.ShapeEnv`).
 """
 
 import dataclasses
+import math
 
 from kiln import logs
 from kiln.symbolic.shape_env import MIN_SYMBOL_VALUE
@@ -84,6 +85,19 @@ def changed_dims(old_shapes, new_shapes):
         }
         if dims:
             out[source] = dims
+    return out
+
+
+def changed_floats(old, new):
+    """The float sources whose value changed (Note [Shapes: unspecialised floats]); NaN == NaN."""
+    out = []
+    for name, value in new.items():
+        prev = old.get(name)
+        if prev is None:
+            continue
+        prev = prev[0]
+        if not (prev == value or (math.isnan(prev) and math.isnan(value))):
+            out.append(name)
     return out
 
 

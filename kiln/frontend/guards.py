@@ -28,6 +28,7 @@ from kiln.frontend.source import (
     LocalSource,
     dict_get,
     key_text,
+    tensor_of_array,
 )
 from kiln.symbolic import autocast_state as amp
 
@@ -46,6 +47,8 @@ class GuardKind(enum.IntEnum):
     GLOBAL_STATE = 8
     DISTINCT = 9  # two inputs are not the same object (an `is` folded to False)
     SHAPE_ENV = 10  # the facts of the frame's ShapeEnv about its dynamic sizes (after tensors)
+    STATE_QUERY = 11  # a folded torch query still answers the same (Note [Torch: folded queries])
+    FLOAT_COMPARE = 12  # a float input compares with a number as before (unspecialised floats)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +147,8 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
         if v is None or isinstance(v, bool):
             return [f"{s} is {v!r}"]
         t = namer(type(v), type(v).__name__)
+        if isinstance(v, float) and math.isnan(v):
+            return [f"___type({s}) is {t} and {s} != {s}"]  # NaN: the same argument again
         if isinstance(v, _CONSTANT_INLINE) or (isinstance(v, float) and math.isfinite(v)):
             return [f"___type({s}) is {t} and {s} == {v!r}"]
         return [f"___type({s}) is {t} and {s} == {namer(v, 'const')}"]
@@ -185,6 +190,14 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
                 ]
             ),
         ]
+    if k == GuardKind.FLOAT_COMPARE:
+        symbol, c, answer = v  # (Note [Shapes: unspecialised floats])
+        ctext = repr(c) if math.isfinite(c) else namer(c, "c")
+        return [f"___type({s}) is float and ({s} {symbol} {ctext}) is {answer!r}"]
+    if k == GuardKind.STATE_QUERY:
+        fn, answer = v
+        expected = answer if answer is None or isinstance(answer, bool) else namer(answer, "q")
+        return [f"{namer(fn, fn.__name__)}() is {expected}"]
     if k == GuardKind.GLOBAL_STATE:
         grad = torch.is_grad_enabled()
         return [
@@ -260,7 +273,8 @@ def _order(guard):
     once its parent's type is checked), then cheap kinds first."""
     if guard.kind == GuardKind.SHAPE_ENV:
         return (True, 0, 0)  # after every tensor's type and rank, before global state
-    return (guard.kind == GuardKind.GLOBAL_STATE, _depth(guard.source), guard.kind)
+    last = guard.kind in (GuardKind.GLOBAL_STATE, GuardKind.STATE_QUERY)
+    return (last, _depth(guard.source), guard.kind)
 
 
 class _Hoister:
@@ -346,6 +360,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
         "___dict_get": dict_get,
+        "___from_numpy": tensor_of_array,  # NumpyTensorSource
         "___missing": MISSING,
         "___is_any_autocast_enabled": torch._C._is_any_autocast_enabled,
         "___autocast_settings": amp.settings,

@@ -51,6 +51,7 @@ class OutputGraph:
         self.fake_inputs = fake_inputs  # tensor inputs traced as fakes (the frame has symbols)
         self.input_shapes = {}  # tensor source name -> sizes: for FrameShapes
         self.input_ints = {}  # int source name -> value: for FrameShapes
+        self.input_floats = {}  # float source name -> value: for FrameShapes
         self._size_nodes = {}  # (tensor node, dim) -> SymNodeVariable of `x.size(dim)`
         self.dynamic_ints = False  # every int input is a size symbol (a size-generic graph)
 

@@ -185,6 +185,32 @@ class MappingGetSource(Source):
         return self.source.base()
 
 
+@dataclasses.dataclass(frozen=True)
+class NumpyTensorSource(Source):
+    """`torch.from_numpy(base)`: the tensor of an ndarray input (Note [NumPy: arrays as tensors])."""
+
+    source: Source
+
+    def name(self):
+        return f"___from_numpy({self.source.name()})"
+
+    def reconstruct(self, cg):
+        cg.load_object(tensor_of_array, push_null=True)
+        self.source.reconstruct(cg)
+        cg.extend(_emit.call(1))
+
+    def base(self):
+        return self.source.base()
+
+
+def tensor_of_array(array):
+    """`torch.from_numpy(array)` of a writeable array (a read-only one fails the guard that reads
+    it, before torch warns about it)."""
+    if not array.flags.writeable:
+        raise ValueError("a read-only numpy array")
+    return torch.from_numpy(array)
+
+
 def is_from_local(source):
     """Whether a source is rooted in the frame's locals (as opposed to globals or closures)."""
     return isinstance(source.base(), LocalSource)

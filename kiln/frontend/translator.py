@@ -95,6 +95,22 @@ class CellRefVariable(VariableTracker):
         self.name = name
 
 
+class FrameCellVariable(VariableTracker):
+    """A real cell (a free variable of the root frame or of an inlined function with a source),
+    captured by a function made while tracing."""
+
+    def __init__(self, ref):
+        super().__init__()
+        self.ref = ref  # (cell, ClosureSource)
+
+
+def _cell_refs(cells):
+    """The closure entries of a function made while tracing, by what its cells are."""
+    if not all(isinstance(c, CellRefVariable | FrameCellVariable) for c in cells):
+        unimplemented("closure over cells kiln does not track")
+    return cells
+
+
 class CellObjectVariable(VariableTracker):
     """A real closure cell reached from a source (`fn.__closure__[i]`), stored into."""
 
@@ -376,7 +392,8 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
             if isinstance(ref, CellRefVariable):
                 self.push(ref)
                 return
-            unimplemented("capturing a free variable of the frame in a new function")
+            self.push(FrameCellVariable(ref))  # Note [Functions: rebuilt closures]
+            return
         self.push(CellRefVariable(self, name))
 
     # --- attributes -----------------------------------------------------------------------------
@@ -419,7 +436,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         obj = self.pop()
         value = self.pop()
         name = inst.argval
-        if isinstance(obj, (NewObjectVariable, ExceptionVariable)):
+        if isinstance(obj, (NewObjectVariable, ExceptionVariable, NestedUserFunctionVariable)):
             obj.setattr(self, name, value)
             return
         if not isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)):
@@ -529,8 +546,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
 
     def _make_function(self, code, flags):
         closure = self.pop() if flags & 0x08 else None
-        if flags & 0x04:
-            self.pop()  # annotations
+        annotations = self.pop() if flags & 0x04 else None
         kwdefaults = self.pop() if flags & 0x02 else None
         defaults = self.pop() if flags & 0x01 else None
         fn = NestedUserFunctionVariable(
@@ -539,11 +555,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
             defaults=defaults.unpack_var_sequence(self) if defaults is not None else None,
             kwdefaults=dict(kwdefaults.items) if kwdefaults is not None else None,
         )
+        fn.annotations = annotations
         if closure is not None:
-            cells = closure.unpack_var_sequence(self)
-            if not all(isinstance(c, CellRefVariable) for c in cells):
-                unimplemented("closure over cells kiln does not track")
-            fn.closure = dict(zip(code.co_freevars, cells))
+            fn.closure = dict(zip(code.co_freevars, _cell_refs(closure.unpack_var_sequence(self))))
         elif code.co_freevars:
             unimplemented("function with free variables and no closure")
         self.push(fn)
@@ -554,14 +568,13 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         if not isinstance(fn, NestedUserFunctionVariable):
             unimplemented(f"SET_FUNCTION_ATTRIBUTE on {fn}")
         if inst.arg == 0x08:
-            cells = value.unpack_var_sequence(self)
-            if not all(isinstance(c, CellRefVariable) for c in cells):
-                unimplemented("closure over cells kiln does not track")
-            fn.closure = dict(zip(fn.code.co_freevars, cells))
+            fn.closure = dict(zip(fn.code.co_freevars, _cell_refs(value.unpack_var_sequence(self))))
         elif inst.arg == 0x01:
             fn.defaults = value.unpack_var_sequence(self)
         elif inst.arg == 0x02:
             fn.kwdefaults = dict(value.items)
+        elif inst.arg == 0x04:
+            fn.annotations = value
         self.push(fn)
 
     # --- control flow ---------------------------------------------------------------------------
@@ -726,6 +739,8 @@ class InliningTranslator(InstructionTranslatorBase):
         for name, ref in closure.items():
             if isinstance(ref, CellRefVariable):
                 closure_refs[name] = ref
+            elif isinstance(ref, FrameCellVariable):
+                closure_refs[name] = ref.ref  # the root frame's real cell, read from its source
             else:
                 cell, fn_source, i = ref
                 source = None

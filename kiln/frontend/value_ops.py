@@ -23,6 +23,7 @@ from kiln.frontend.variables.lists import (
 from kiln.frontend.variables.sym import build_slice
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import _Unpack
+from kiln.frontend.variables.user_protocol import is_user_object
 
 PY311 = sys.version_info[:2] == (3, 11)
 PY313 = sys.version_info[:2] >= (3, 13)
@@ -98,6 +99,9 @@ class ValueOpsMixin:
             return
         if isinstance(obj, ConstDictVariable):
             obj.call_method(self, "pop", [index], {})
+            return
+        if is_user_object(obj):  # a Python __delitem__ (a MutableMapping)
+            obj.call_method(self, "__delitem__", [index], {})
             return
         unimplemented(f"del {obj}[...]")
 
@@ -185,35 +189,50 @@ class ValueOpsMixin:
             s.values.add(_set_item(v))
         self.push(s)
 
+    # Note [Value ops: containers on the stack]
+    # The list/set/dict a comprehension or a display builds is new on 3.11 (the comprehension is a
+    # frame of its own); on 3.12+ comprehensions are inlined (PEP 709), so after a graph break in
+    # the loop the container is an argument of the resume function: each add is a mutation of it
+    # (recorded, so the transformed code replays it), and one kiln does not model is a graph break.
+
+    def _stack_container(self, inst, kind):
+        """The container LIST_APPEND & co. add to, marked as mutated."""
+        target = self.stack[-inst.arg]
+        if not isinstance(target, kind):
+            unimplemented(f"{inst.opname} to {target}")
+        target._mutate(self)
+        return target
+
     def SET_ADD(self, inst):
         v = self.pop()
-        self.stack[-inst.arg].add(self, v)
+        self._stack_container(inst, SetVariable).values.add(_set_item(v))
 
     def SET_UPDATE(self, inst):
         v = self.pop()
-        self.stack[-inst.arg].call_method(self, "update", [v], {})
+        self._stack_container(inst, SetVariable).call_method(self, "update", [v], {})
 
     def LIST_APPEND(self, inst):
         v = self.pop()
-        self.stack[-inst.arg].items.append(v)
+        self._stack_container(inst, ListVariable).items.append(v)
 
     def LIST_EXTEND(self, inst):
         v = self.pop()
-        self.stack[-inst.arg].items.extend(v.unpack_var_sequence(self))
+        items = v.unpack_var_sequence(self)
+        self._stack_container(inst, ListVariable).items.extend(items)
 
     def LIST_TO_TUPLE(self, inst):  # 3.11
         self.push(TupleVariable(self.pop().unpack_var_sequence(self)))
 
     def MAP_ADD(self, inst):
         v = self.pop()
-        k = self.pop()
-        self.stack[-inst.arg].items[k.as_python_constant()] = v
+        key = self.pop().as_python_constant()
+        self._stack_container(inst, ConstDictVariable).items[key] = v
 
     def DICT_UPDATE(self, inst):
         v = self.pop()
         if not isinstance(v, ConstDictVariable):
             unimplemented(f"dict update from {v}")
-        self.stack[-inst.arg].items.update(v.items)
+        self._stack_container(inst, ConstDictVariable).items.update(v.items)
 
     DICT_MERGE = DICT_UPDATE
 

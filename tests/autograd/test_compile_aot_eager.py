@@ -62,3 +62,18 @@ def test_seed_002_graph_breaks_aot_eager():
     if kiln.counters["stats"]["unique_graphs"] != 3:
         pytest.xfail("frontend: graphs after a graph break are not captured yet")
     assert kiln.counters["stats"]["unique_graphs"] == 3
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "kiln"])
+def test_gru_captured_without_fallback(backend):
+    """nn.GRU's forward ends with stack(...).transpose_(0, 1) on a fresh value: functionalized as
+    transpose.int, so the graph runs through the backend (no fallback), outputs and grads as eager."""
+    torch.manual_seed(0)
+    gru = nn.GRU(4, 6, batch_first=True)
+    kiln.reset()
+    check_module_parity(
+        gru, torch.randn(2, 3, 4), compile_fn=lambda m: kiln.compile(m, backend=backend)
+    )
+    assert kiln.counters["stats"]["unique_graphs"] == 1
+    assert not kiln.counters["stats"].get("backend_failures"), dict(kiln.counters["stats"])
+    assert not kiln.counters["graph_breaks"]

@@ -162,3 +162,38 @@ def test_foreach_inplace_ops():
 
     res = run_functional(f, torch.randn(3), torch.randn(3), torch.randn(3))
     assert res.mutated_inputs == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda y: y.transpose_(0, 1),
+        lambda y: y.t_(),
+        lambda y: y.swapaxes_(0, 1),
+        lambda y: y.swapdims_(1, 0),
+        lambda y: y.unsqueeze_(1).squeeze_(1),
+        lambda y: y.unsqueeze_(0).squeeze_(),
+        lambda y: y.unsqueeze_(2).squeeze_([2]),
+        lambda y: y.as_strided_((3, 2), (1, 3)),
+    ],
+    ids=[
+        "transpose_",
+        "t_",
+        "swapaxes_",
+        "swapdims_",
+        "squeeze_dim",
+        "squeeze_",
+        "squeeze_dims",
+        "as_strided_",
+    ],
+)
+def test_inplace_view_ops_on_fresh_values(mutate):
+    """Each in-place view op on a fresh value becomes its view twin (transpose_ is transpose.int)."""
+
+    def f(x):
+        y = x * 2
+        mutate(y)
+        return y + 1, y, y.shape[0]
+
+    res = run_functional(f, torch.randn(2, 3))
+    assert not [n for n in res.gm.graph.nodes if str(n.target).endswith("_.default")]

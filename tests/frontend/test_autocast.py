@@ -247,3 +247,19 @@ def test_autocast_settings_at_entry_are_guarded():
             assert got.dtype == expected.dtype == (dtype or torch.float32)
             torch.testing.assert_close(got.float(), expected.float(), **TOL[torch.bfloat16])
     assert kiln.counters["stats"]["unique_graphs"] == 3  # bf16, fp16, none; bf16 again hits
+
+
+def test_op_made_legal_by_autocast_traces():
+    # SDPA of a float32 query/key (promoted by a float32 rotary table, as in LLaMA) and a bf16
+    # value: legal under autocast (it casts all three), an error on plain meta examples.
+    def f(q, k, v, cos):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            v = torch.nn.functional.linear(v, torch.eye(8))
+            q, k = q * cos, k * cos
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    args = [torch.randn(2, 4, 5, 8) for _ in range(3)] + [torch.randn(5, 8)]
+    expected = f(*args)
+    got = kiln.compile(f, fullgraph=True)(*args)
+    assert got.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(got, expected, **TOL[torch.bfloat16])

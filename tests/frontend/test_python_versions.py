@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import kiln
-from tests.frontend.frontend_helpers import run_and_compare
+from tests.frontend.frontend_helpers import assert_same, run_and_compare
 
 
 def t(*shape):
@@ -56,7 +56,7 @@ def test_yield_from_in_one_graph():
 
 # --- closures: 3.13 MAKE_FUNCTION + SET_FUNCTION_ATTRIBUTE, LOAD_FAST of a cell ------------------
 def lambda_closure(x):
-    k = 3
+    k = 3  # noqa: F841 (read by eval and vars)
     g = lambda y: y * k + x  # noqa: E731
     return g(x) + 1
 
@@ -224,3 +224,102 @@ def test_error_in_generated_code_restores_grad_mode(fn, grad_mode, backend, caps
             assert str(compiled_error.value) == str(eager_error.value)
         assert torch.is_grad_enabled() is grad_mode
     assert torch.is_grad_enabled()
+
+
+# --- comprehensions: inlined into the frame on 3.12+ (PEP 709) ------------------------------------
+def noisy_double(v):
+    print("item")
+    return v * 2
+
+
+def list_comp_break_in_body(x):
+    return [noisy_double(x + i) for i in range(3)]
+
+
+def dict_comp_break_in_body(x):
+    return {i: noisy_double(x + i) for i in range(3)}
+
+
+def set_comp_break_in_body(x):
+    return {noisy_double(i) for i in range(3)}, x + 1
+
+
+def display_break_between_items(x, xs):
+    return [*xs, noisy_double(x), *xs], {**{"a": x}, "b": noisy_double(x), **{"c": 1}}
+
+
+@pytest.mark.parametrize(
+    "fn,args",
+    [
+        (list_comp_break_in_body, (t(3),)),
+        (dict_comp_break_in_body, (t(3),)),
+        (set_comp_break_in_body, (t(3),)),
+        (display_break_between_items, (t(3), [1, 2])),
+    ],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
+def test_comprehension_with_break_in_body(fn, args, capsys):
+    """3.12+: after a break in the body the list/dict/set being built is an argument of the resume
+    function; the items added after the break are kept (they were lost: `[]` on 3.12). (The
+    resume functions are specialised on the loop variable: recompiles are allowed here.)"""
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    expected = fn(*args)
+    for _ in range(2):
+        assert_same(expected, compiled(*args))
+
+
+def comp_over_opaque_iterator(x, it):
+    print("before")
+    return [v * 2 for v in it], x + 1
+
+
+def numbers(n):
+    yield from range(n)
+
+
+def test_comprehension_over_an_iterator_kiln_does_not_model(capsys):
+    """Each step of a real generator is a graph break inside the inlined comprehension (3.12+):
+    the items already appended survive every resume function."""
+    kiln.reset()
+    expected = comp_over_opaque_iterator(torch.ones(2), numbers(4))
+    got = kiln.compile(comp_over_opaque_iterator, backend="eager")(torch.ones(2), numbers(4))
+    assert got[0] == expected[0] == [0, 2, 4, 6]
+    torch.testing.assert_close(got[1], expected[1])
+
+
+# --- calls that read the running frame's locals are no place for a break -------------------------
+def locals_in_match(w):
+    match w:
+        case x:
+            out = locals()
+            del out["w"]
+            return out, x
+
+
+def locals_after_tensor_work(x):
+    y = x + 1
+    names = sorted(locals())
+    return y * 2, names
+
+
+def eval_reads_locals(x):
+    k = 3  # noqa: F841 (read by eval and vars)
+    return eval("x * k"), vars()["k"], dir()
+
+
+@pytest.mark.parametrize(
+    "fn,args",
+    [
+        (locals_in_match, ((1, 2),)),
+        (locals_after_tensor_work, (t(3),)),
+        (eval_reads_locals, (t(3),)),
+    ],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
+def test_frame_reading_builtins_see_every_local(fn, args):
+    """locals(), vars(), dir() and eval/exec without a locals mapping read the running frame: the
+    transformed code keeps the locals elsewhere, so the frame runs eagerly (locals() gave {})."""
+    run_and_compare(fn, *args)
+    reasons = list(kiln.counters["graph_breaks"])
+    assert reasons and all("reads the frame's local variables" in r for r in reasons), reasons

@@ -56,21 +56,24 @@ STATE_QUERIES = {
 # Before, these frames ran eagerly: a compiled model under AMP was never compiled at all.
 
 
-def autocast_dtypes(call, result, args, kwargs, devices):
-    """`result` of `call(args, kwargs)` on meta examples, with the dtypes autocast gives in eager.
+def run_under_autocast(call, args, kwargs, devices):
+    """`call(args, kwargs)` on meta examples, giving the dtypes autocast gives in eager.
 
     Note [Autocast: meta examples]
     A frame with static shapes traces on plain meta tensors, and the meta device has no Autocast
     dispatch key: `a @ b` inside `torch.autocast("cpu", dtype=torch.bfloat16)` came out float32,
-    so `y.dtype` and every branch on it differed from eager. While autocast is on for a device of
-    the arguments, the op runs once more on fake tensors of that device (which carry the Autocast
-    key, so PyTorch's own policy decides) and each meta result whose dtype differs is cast
-    (`.to`, so autograd metadata stays that of a result). Callers pass only ops that write no
-    argument: the fake run shares the meta arguments' storage-less tensors.
+    so `y.dtype` and every branch on it differed from eager, and an op autocast makes legal
+    (`scaled_dot_product_attention` of a float32 query and a bfloat16 value) raised. While
+    autocast is on for a device of the arguments, the op first runs on fake tensors of that device
+    (which carry the Autocast key, so PyTorch's own policy decides the result dtype), then on the
+    meta examples with their floating-point arguments cast to that dtype, as autocast casts them
+    (a cast to the promoted dtype changes nothing for ops autocast leaves alone); a result whose
+    dtype still differs is cast. The meta run keeps the examples' autograd metadata. Callers pass
+    only ops that write no argument: the fake run shares the meta arguments' tensors.
     """
     on = [d for d in devices if d.type != "meta" and torch.is_autocast_enabled(d.type)]
     if not on:
-        return result
+        return call(args, kwargs)
 
     def fake(x):
         if (
@@ -81,12 +84,24 @@ def autocast_dtypes(call, result, args, kwargs, devices):
             return ProxyTensor(x, on[0])
         return x
 
-    fargs, fkwargs = pytree.tree_map(fake, (args, kwargs))
-    cast = call(fargs, fkwargs)
-    leaves, spec = pytree.tree_flatten(result)
+    try:
+        cast = call(*pytree.tree_map(fake, (args, kwargs)))
+    except Exception:  # no fake kernel for it: the meta run decides (and raises if it must)
+        return call(args, kwargs)
     cast_leaves = pytree.tree_leaves(cast)
+    floats = {c.dtype for c in cast_leaves if isinstance(c, torch.Tensor) and c.is_floating_point()}
+    if len(floats) == 1:
+        target = floats.pop()
+
+        def to_target(x):
+            if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != target:
+                return x.to(target)
+            return x
+
+        args, kwargs = pytree.tree_map(to_target, (args, kwargs))
+    leaves, spec = pytree.tree_flatten(call(args, kwargs))
     if len(cast_leaves) != len(leaves):
-        return result
+        return pytree.tree_unflatten(leaves, spec)
     out = [
         r.to(c.dtype)
         if isinstance(r, torch.Tensor) and isinstance(c, torch.Tensor) and r.dtype != c.dtype

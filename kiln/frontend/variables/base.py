@@ -141,12 +141,23 @@ class BoundMethodVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         return self.obj.call_method(tx, self.name, args, kwargs)
 
+    def var_getattr(self, tx, name):
+        if name == "__name__":  # (unittest's assertRaises names the callable it was given)
+            return _constant(self.name)
+        if name == "__qualname__":
+            return _constant(f"{self.obj.python_type().__qualname__}.{self.name}")
+        return super().var_getattr(tx, name)
+
     def reconstruct(self, cg):
         cg.reconstruct(self.obj)
         cg.extend(emit.load_attr(self.name))
 
     def __repr__(self):
         return f"BoundMethodVariable({self.obj!r}.{self.name})"
+
+
+def _constant(value):
+    return wrap_constant_like(None, value)
 
 
 def probe(value, name, default=None):

@@ -18,7 +18,15 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables import logging_vars, optim
+from kiln.frontend.variables import (
+    control_flow,
+    logging_vars,
+    numpy_shapes,
+    numpy_vars,
+    optim,
+    torch_queries,
+    unspec_float,
+)
 from kiln.frontend.variables.base import probe, register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.checkpoint import checkpoint_function
@@ -119,7 +127,9 @@ def _kiln_special(value):
         return DisabledFunctionVariable(value)
     if logging_vars.is_effect_function(value):  # warnings.warn, logging.warning ...
         return logging_vars.EffectCallVariable(value.__name__, fn=value)
-    return None
+    if control_flow.handles(value):  # torch.cond, torch.while_loop ...
+        return control_flow.ControlFlowOpVariable(value)
+    return numpy_vars.special(value)  # numpy functions and dtypes (or None)
 
 
 def wrap_constant_like(tx, value):
@@ -136,6 +146,8 @@ def wrap_constant_like(tx, value):
     if probe(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
         return TensorMethodDescriptorVariable(value)
     if _is_torch_callable(value) or (isinstance(value, type) and issubclass(value, torch.Tensor)):
+        return TorchVariable(value)
+    if torch_queries.is_query(value):
         return TorchVariable(value)
     if isinstance(value, type):
         return UserDefinedClassVariable(value)
@@ -167,6 +179,8 @@ def wrap_value(tx, value, source):
         if isinstance(value, types.FunctionType) and not _is_skipped_function(value):
             return UserFunctionVariable(value)
         return wrap_constant_like(tx, value)
+    if numpy_vars.is_numpy_array(value):  # Note [NumPy: arrays as tensors]
+        return numpy_vars.wrap_array(tx, value, source)
     if isinstance(value, torch.Tensor):
         if value.layout != torch.strided:
             unimplemented(f"a {value.layout} tensor input (only strided tensors are traced)")
@@ -176,6 +190,11 @@ def wrap_value(tx, value, source):
         tx.output.input_ints[source.name()] = value
         if value >= 2 and tx.output.is_dynamic_int(source):
             return tx.output.add_int_input(value, source)
+    if type(value) is float:
+        # Note [Shapes: unspecialised floats]: a float whose value changed is a graph input
+        tx.output.input_floats[source.name()] = value
+        if unspec_float.is_dynamic_float(tx.output, source):
+            return unspec_float.float_input(tx, value, source)
     if type(value) in (bool, type(None)) or (type(value) in (int, float) and config.specialize_int):
         guards.add(GuardKind.CONSTANT_MATCH, source, value)
         return ConstantVariable(value, source=source)
@@ -276,6 +295,9 @@ def _wrap(tx, value, source):
         guards.add(GuardKind.ID_MATCH, _attr(source, "__func__"), value.__func__)
         obj = wrap_value(tx, value.__self__, _attr(source, "__self__"))
         return UserMethodVariable(value.__func__, obj)
+    if torch_queries.is_query(value):  # (torch._C._get_tracing_state is bound to no module)
+        guards.add(GuardKind.ID_MATCH, source, value)
+        return TorchVariable(value, source=source)
     if _is_builtin(value) or _is_torch_callable(value):
         guards.add(GuardKind.ID_MATCH, source, value)
         return wrap_constant_like(tx, value)
@@ -376,3 +398,4 @@ _SIGNATURE = inspect.signature
 
 
 register_builder(wrap_value, wrap_constant_like)
+numpy_shapes.register()

@@ -5,6 +5,7 @@ import builtins
 import collections.abc
 import enum
 import functools
+import inspect
 import itertools
 import math
 import operator
@@ -14,7 +15,17 @@ import torch
 
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables import dict_views, misc, optim, sym, symfloat
+from kiln.frontend.variables import (
+    dict_views,
+    misc,
+    numpy_vars,
+    optim,
+    stdlib,
+    sym,
+    symfloat,
+    tensor_minmax,
+    unspec_float,
+)
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dict_views import DictViewVariable
@@ -37,6 +48,8 @@ from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import TorchVariable, call_tensor_op
 from kiln.frontend.variables.typing_vars import typing_subscript
+from kiln.frontend.variables.unspec_float import SymFloatVariable
+from kiln.frontend.variables.user_attrs import class_decides_hasattr
 from kiln.frontend.variables.user_defined import (
     NewObjectVariable,
     SuperVariable,
@@ -54,10 +67,16 @@ def _all_const(vars_):
 
 def binary_op(tx, fn, a, b):
     """a <op> b for an operator-module function."""
+    if numpy_vars.involved(a, b):  # Note [NumPy: arrays as tensors]
+        return numpy_vars.operator_call(tx, fn, [a, b])
     if isinstance(b, TensorVariable) and not isinstance(a, TensorVariable) and fn in _INPLACE:
         fn = _INPLACE[fn]  # `n += t` for a number n is `n = n + t` (no in-place, a new tensor)
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [a, b], {})
+    if isinstance(a, SymFloatVariable) or isinstance(b, SymFloatVariable):
+        result = unspec_float.binary(tx, fn, a, b)  # Note [Shapes: unspecialised floats]
+        if result is not None:
+            return result
     if isinstance(a, SymNodeVariable | SizeFloatVariable) or isinstance(
         b, SymNodeVariable | SizeFloatVariable
     ):
@@ -70,9 +89,24 @@ def binary_op(tx, fn, a, b):
         result = dict_views.set_op(tx, fn, a, b) if fn in dict_views._SET_OPS else None
         if result is not None:
             return result
+    if fn in _SET_CMP and _set_vs_other(a, b):
+        return ConstantVariable(fn is operator.ne)  # NotImplemented both ways: identity, distinct
+    if isinstance(a, SetVariable) and fn in _SET_OPS and _not_a_set(b):
+        if fn in _SET_CMP:
+            return ConstantVariable(fn is operator.ne)  # `{1} == 1`: NotImplemented both ways
+        names = f"'{a.python_type().__name__}' and '{type(b.as_python_constant()).__name__}'"
+        symbol = _SET_SYMBOLS[fn]
+        if fn in (operator.le, operator.lt, operator.ge, operator.gt):
+            raise_observed(tx, TypeError, f"'{symbol}' not supported between instances of {names}")
+        raise_observed(tx, TypeError, f"unsupported operand type(s) for {symbol}: {names}")
     if isinstance(a, SetVariable) and fn in _SET_OPS:
         result = a.call_method(tx, _SET_OPS[fn], [b], {})
         return a if _SET_OPS[fn].endswith("update") else result
+    if isinstance(a, ConstDictVariable) and fn in (operator.or_, operator.ior):
+        result = a.call_method(tx, "__ior__" if fn is operator.ior else "__or__", [b], {})
+        if result.is_python_constant() and result.as_python_constant() is NotImplemented:
+            unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
+        return result
     if fn in (operator.add, operator.iadd):  # `() + t + ()`: a constant tuple/list joins items
         a, b = _constant_sequence(a, b), _constant_sequence(b, a)
     if fn in _SEQUENCE_OPS and isinstance(a, BaseListVariable):
@@ -135,6 +169,8 @@ def _is_exception(var):
 
 
 def _foldable(value):
+    if isinstance(value, (torch.finfo, torch.iinfo)):
+        return True  # immutable records of constants (`torch.finfo(a) == torch.finfo(b)`)
     return is_literal(value) or (
         isinstance(value, (torch.Size, tuple, list)) and all(_foldable(v) for v in value)
     )
@@ -187,6 +223,8 @@ def _identical(a, b):
         return va is vb
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
         return False
+    if isinstance(a, NewObjectVariable) and isinstance(b, NewObjectVariable):
+        return False  # two objects made while tracing (one variable per object)
     if (
         not isinstance(a, ConstantVariable)
         and not isinstance(b, ConstantVariable)
@@ -196,7 +234,16 @@ def _identical(a, b):
         return a.as_python_constant() is b.as_python_constant()  # functions, classes, builtins
     if type(a) is not type(b) and (isinstance(a, TensorVariable) or isinstance(b, TensorVariable)):
         return False
+    if _exact_type(a) is not _exact_type(b) and _exact_type(a) and _exact_type(b):
+        return False  # objects of two types are two objects
     return None
+
+
+def _exact_type(var):
+    try:
+        return var.python_type()
+    except Exception:
+        return None
 
 
 _MISSING = object()
@@ -305,6 +352,11 @@ class BuiltinVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         fn = self.fn
         name = getattr(fn, "__name__", str(fn))
+        if fn in stdlib.CALLS:
+            try:
+                return stdlib.CALLS[fn](tx, *args, **kwargs)
+            except TypeError as e:
+                unimplemented(f"{name} with these arguments ({e})")
         handler = getattr(self, f"_call_{name}", None)
         if handler is not None and fn is getattr(builtins, name, None):
             try:
@@ -402,6 +454,9 @@ class BuiltinVariable(VariableTracker):
             return obj.hasattr(tx, n)
         if obj.is_python_constant():
             return ConstantVariable(hasattr(obj.as_python_constant(), n))
+        found = class_decides_hasattr(obj, n)
+        if found is not None:
+            return ConstantVariable(found)
         unimplemented(f"hasattr on {obj}")
 
     def _call_super(self, tx, cls=None, obj=None):
@@ -430,6 +485,9 @@ class BuiltinVariable(VariableTracker):
         return ConstantVariable(slice(*[a.as_python_constant() for a in args]))
 
     def _call_divmod(self, tx, a, b):
+        if isinstance(a, SymNodeVariable) or isinstance(b, SymNodeVariable):
+            q, r = binary_op(tx, operator.floordiv, a, b), binary_op(tx, operator.mod, a, b)
+            return TupleVariable([q, r])  # sizes: `//` and `%` as size expressions
         return fold(divmod, a.as_python_constant(), b.as_python_constant())
 
     def _call_range(self, tx, *args):
@@ -444,9 +502,12 @@ class BuiltinVariable(VariableTracker):
     def _call_dict(self, tx, obj=None, **kwargs):
         items = {}
         if obj is not None:
-            if isinstance(obj, NewObjectVariable) and obj.dict_items is not None:
-                obj = obj.var_getattr(tx, "__iter__")  # a Python __iter__ override: unsupported
-                obj = ConstDictVariable(obj.obj.dict_items)  # dict(d): d's own items
+            if (
+                isinstance(obj, NewObjectVariable)
+                and obj.dict_items is not None
+                and inspect.getattr_static(obj.cls, "__iter__") is dict.__iter__
+            ):
+                obj = ConstDictVariable(obj.dict_items)  # dict(d): d's own items (C's fast path)
             if isinstance(obj, ConstDictVariable):
                 items.update(obj.items)
             elif _has_keys(obj):
@@ -485,6 +546,9 @@ class BuiltinVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__", "__module__", "__doc__"):
             return ConstantVariable(getattr(self.fn, name))
+        modelled = stdlib.class_method(self.fn, name)
+        if modelled is not None:
+            return modelled
         return super().var_getattr(tx, name)
 
     def _call_set(self, tx, obj=None):
@@ -536,11 +600,14 @@ class BuiltinVariable(VariableTracker):
             result = sym.min_max(tx, fn, items)
             if result is not None:
                 return result
+            if not any(isinstance(i, TensorVariable) for i in items):
+                items = [sym.specialised(i) for i in items]  # `min(n, 8.5)`: on the values
         if _all_const(items):
             return fold(fn, [i.as_python_constant() for i in items])
-        if fn in (builtins.min, builtins.max) and len(items) == 2:
-            if any(isinstance(i, TensorVariable) for i in items):
-                unimplemented(f"{fn.__name__}() of tensors reads tensor data")
+        if fn in (builtins.min, builtins.max) and len(items) >= 2:
+            result = tensor_minmax.tensor_min_max(tx, fn, items)  # Note [Tensors: builtin max/min]
+            if result is not None:
+                return result
         unimplemented(f"{fn.__name__}() of non-constants")
 
     def _call_min(self, tx, *args, **kwargs):
@@ -624,6 +691,8 @@ class BuiltinVariable(VariableTracker):
         unimplemented(f"repr() of {obj}")
 
     def _call_round(self, tx, obj, nd=None):
+        if nd is None and isinstance(obj, SymNodeVariable):
+            return obj  # round() of an int size is the size
         if nd is None:
             return self._convert(tx, round, obj)
         return fold(round, obj.as_python_constant(), nd.as_python_constant())
@@ -644,6 +713,14 @@ class BuiltinVariable(VariableTracker):
         if type(typ) is type and typ.__module__ != "builtins":  # a user class's instance
             return ConstantVariable(any("__call__" in vars(k) for k in typ.__mro__))
         unimplemented(f"callable() of {obj}")
+
+    def _call_locals(self, tx):
+        return stdlib.frame_locals(tx)  # Note [Stdlib: locals()]
+
+    def _call_vars(self, tx, *obj):
+        if obj:
+            unimplemented("vars(obj)")
+        return stdlib.frame_locals(tx)
 
     def _call_sorted(self, tx, obj, key=None, reverse=None):
         return ListVariable(sort_items(tx, obj.unpack_var_sequence(tx), key, reverse))
@@ -681,6 +758,8 @@ def sort_items(tx, items, key=None, reverse=None):
 
 def unary_op(tx, fn, obj):
     """-x, +x, ~x, abs(x)."""
+    if numpy_vars.involved(obj):
+        return numpy_vars.operator_call(tx, fn, [obj])
     if isinstance(obj, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [obj], {})
     if isinstance(obj, SymNodeVariable):
@@ -743,6 +822,40 @@ _SET_OPS = {
     operator.ge: "__ge__",
     operator.gt: "__gt__",
 }
+_SET_CMP = {operator.eq, operator.ne}
+_SET_SYMBOLS = {
+    operator.or_: "|",
+    operator.and_: "&",
+    operator.sub: "-",
+    operator.xor: "^",
+    operator.ior: "|=",
+    operator.iand: "&=",
+    operator.isub: "-=",
+    operator.ixor: "^=",
+    operator.le: "<=",
+    operator.lt: "<",
+    operator.ge: ">=",
+    operator.gt: ">",
+}
+
+
+def _set_vs_other(a, b):
+    """A set compared with a list, tuple, dict or non-set literal (never equal)."""
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, SetVariable) and (
+            _not_a_set(y) or isinstance(y, (BaseListVariable, ConstDictVariable))
+        ):
+            return True
+    return False
+
+
+def _not_a_set(var):
+    """A literal that is no set (an int, a str, None ...): set operators reject it."""
+    if not isinstance(var, ConstantVariable):
+        return False
+    return not isinstance(var.value, (set, frozenset))
+
+
 _ITERTOOLS_MORE = {
     itertools.accumulate,
     itertools.islice,
@@ -751,7 +864,16 @@ _ITERTOOLS_MORE = {
     itertools.starmap,
     itertools.pairwise,
 }
-BUILTIN_CLASSES = frozenset({set, frozenset, map, filter, *_ITERTOOLS_MORE})  # called like builtins
+BUILTIN_CLASSES = frozenset(
+    {
+        set,
+        frozenset,
+        map,
+        filter,
+        *_ITERTOOLS_MORE,
+        *(c for c in stdlib.CALLS if isinstance(c, type)),
+    }
+)  # called like builtins
 
 
 def _is_none_const(v):

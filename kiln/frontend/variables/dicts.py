@@ -37,6 +37,17 @@ class ConstDictVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         return [ConstantVariable(k) for k in self.items]
 
+    def _ordered(self):
+        return issubclass(self.user_cls, collections.OrderedDict)
+
+    def _popitem_kwargs(self):
+        return {"last"} if self._ordered() else set()
+
+    def var_getattr(self, tx, name):
+        if name == "default_factory" and self.user_cls is collections.defaultdict:
+            return self.default_factory or ConstantVariable(None)
+        return super().var_getattr(tx, name)
+
     def _mutate(self, tx):
         if self.user_cls not in (dict, collections.OrderedDict, collections.defaultdict):
             unimplemented(f"mutation of a {self.user_cls.__name__}")
@@ -101,12 +112,38 @@ class ConstDictVariable(VariableTracker):
             self._mutate(tx)
             self.items.clear()
             return ConstantVariable(None)
-        if name == "popitem" and not args:
+        if name == "popitem" and not args and set(kwargs) <= self._popitem_kwargs():
+            last = kwargs["last"].truthy(tx) if "last" in kwargs else True
             if not self.items:
-                unimplemented("popitem of an empty dict")
+                raise_observed(tx, KeyError, "popitem(): dictionary is empty")
             self._mutate(tx)
-            k, v = self.items.popitem()
-            return TupleVariable([ConstantVariable(k), v])
+            k = next(reversed(self.items)) if last else next(iter(self.items))
+            return TupleVariable([ConstantVariable(k), self.items.pop(k)])
+        if name == "move_to_end" and self._ordered() and len(args) + len(kwargs) <= 2 and args:
+            key = self._key(args[0])
+            last = args[1] if len(args) > 1 else kwargs.get("last", ConstantVariable(True))
+            if key not in self.items:
+                raise_observed(tx, KeyError, key)
+            self._mutate(tx)
+            value = self.items.pop(key)
+            if last.truthy(tx):
+                self.items[key] = value
+            else:
+                self.items = {key: value, **self.items}
+            return ConstantVariable(None)
+        if name == "__delitem__" and len(args) == 1:
+            self.call_method(tx, "pop", args, {})
+            return ConstantVariable(None)
+        if name in ("__or__", "__ior__") and len(args) == 1:
+            other = args[0]
+            if name == "__ior__":
+                self.call_method(tx, "update", [other], {})  # any mapping or pairs
+                return self
+            if not isinstance(other, ConstDictVariable):
+                return ConstantVariable(NotImplemented)
+            return ConstDictVariable(
+                {**self.items, **other.items}, self.user_cls, self.default_factory
+            )
         if name == "pop" and 1 <= len(args) <= 2:
             self._mutate(tx)
             key = self._key(args[0])

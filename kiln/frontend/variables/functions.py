@@ -11,12 +11,12 @@ from kiln.exc import unimplemented
 from kiln.frontend.markers import kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.user_errors import disabled_by
-from kiln.frontend.variables import optim
+from kiln.frontend.variables import optim, stdlib
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import TupleVariable
-from kiln.frontend.variables.misc import ConstantObjectVariable
+from kiln.frontend.variables.misc import ConstantObjectVariable, DeletedVariable
 
 
 class BaseFunctionVariable(VariableTracker):
@@ -53,6 +53,8 @@ class UserFunctionVariable(BaseFunctionVariable):
             return wrap_value(tx, self.fn.__wrapped__, src)
         if name == "__get__" and type(self) is UserFunctionVariable:
             return FunctionGetVariable(self)
+        if name in _FUNCTION_DATA or name in getattr(self.fn, "__dict__", {}):
+            return _function_data(tx, self, name)
         unimplemented(f"attribute {name!r} of function {self.fn.__qualname__}")
 
     def call_function(self, tx, args, kwargs):
@@ -144,7 +146,9 @@ class FunctionGetVariable(VariableTracker):
 
 
 class NestedUserFunctionVariable(BaseFunctionVariable):
-    """A function made by MAKE_FUNCTION while tracing (lambdas, comprehensions) without cells."""
+    """A function made by MAKE_FUNCTION while tracing (lambdas, nested functions, closures)."""
+
+    keeps_identity = True  # rebuilt once: the code after a break sees one function object
 
     def __init__(self, code, globals_, defaults=None, kwdefaults=None, **kw):
         super().__init__(**kw)
@@ -153,9 +157,37 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
         self.globals = globals_
         self.defaults = defaults
         self.kwdefaults = kwdefaults
+        self.annotations = None  # what MAKE_FUNCTION was given (a tuple of pairs or a dict)
 
     def python_type(self):
         return types.FunctionType
+
+    _NAMES = ("__name__", "__qualname__", "__module__", "__doc__")
+
+    def _names(self):
+        names = {
+            "__name__": self.code.co_name,
+            "__qualname__": getattr(self.code, "co_qualname", self.code.co_name),
+            "__module__": self.globals.get("__name__"),
+        }
+        return {**names, **getattr(self, "attrs", {})}
+
+    def var_getattr(self, tx, name):
+        names = self._names()
+        if name in names:
+            return ConstantVariable(names[name])
+        if name == "__code__":
+            return ConstantVariable(self.code)
+        return super().var_getattr(tx, name)
+
+    def setattr(self, tx, name, value):
+        """`f.__name__ = "x"` (functools.wraps, torch's _ntuple): kept, and set on the rebuilt one."""
+        if name not in self._NAMES or not value.is_python_constant():
+            unimplemented(f"attribute assignment .{name} on a function made in the frame")
+        c = value.as_python_constant()
+        if not isinstance(c, (str, type(None))):
+            unimplemented(f"attribute assignment .{name} = {type(c).__name__} on a function")
+        self.attrs = {**getattr(self, "attrs", {}), name: c}
 
     def call_function(self, tx, args, kwargs):
         cells = tuple(types.CellType() for _ in self.code.co_freevars) or None
@@ -172,11 +204,10 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
         )
 
     def reconstruct(self, cg):
-        """MAKE_FUNCTION again, closing over the root frame's real cells (kept up to date by
-        the transformed code before anything is rebuilt)."""
+        """MAKE_FUNCTION again over the cells it closes over (Note [Functions: rebuilt closures])."""
         cells = [self.closure.get(name) for name in self.code.co_freevars]
-        if any(c is None or not getattr(c.tx, "is_root", False) for c in cells):
-            unimplemented("rebuilding a function that closes over an inlined frame's cells")
+        if any(c is None for c in cells):
+            unimplemented("rebuilding a function that closes over cells kiln does not track")
         if self.defaults:
             for d in self.defaults:
                 cg.reconstruct(d)
@@ -186,8 +217,11 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
                 cg.extend(emit.load_const(k))
                 cg.reconstruct(v)
             cg.extend(emit.build_map(len(self.kwdefaults)))
+        if self.annotations is not None:
+            cg.reconstruct(self.annotations)
+        fills = []  # (how to store into the cell, the variable whose value it holds)
         for c in cells:
-            cg.extend(emit.load_closure(c.name))
+            fills.append(_load_cell(cg, c))
         if cells:
             cg.extend(emit.build_tuple(len(cells)))
         cg.extend(
@@ -195,9 +229,93 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
                 self.code,
                 defaults=bool(self.defaults),
                 kwdefaults=bool(self.kwdefaults),
+                annotations=self.annotations is not None,
                 closure=bool(cells),
             )
         )
+        for name, c in getattr(self, "attrs", {}).items():
+            cg.extend(emit.copy(1) + emit.load_const(c) + emit.swap(2) + emit.store_attr(name))
+        if any(f is not None for f in fills):
+            # the values go in after the function exists: a cell may hold the function itself
+            temp = cg.new_temp()
+            cg.extend(emit.copy(1) + emit.store_fast(temp))
+            cg._temps[id(self)] = temp
+            for f in fills:
+                if f is not None:
+                    store, value = f
+                    cg.reconstruct(value)
+                    cg.extend(store)
+
+
+# Note [Functions: rebuilt closures]
+# A function made while tracing (MAKE_FUNCTION) that escapes the frame (returned, stored, left on
+# the stack at a graph break) is made again by the transformed code, over the cells it closes over:
+#   - a cell of the root frame (its cellvars): the frame's own real cell (LOAD_CLOSURE); its
+#     value, traced symbolically, is stored into it (STORE_DEREF) once the function exists;
+#   - a free variable of the root frame (a resume function's shared cells, a closure's own) or
+#     of an inlined function with a source (`fn.__closure__[i]`): the real cell, loaded as is
+#     (stores to it are replayed as side effects);
+#   - a cell of an inlined call: that frame never ran, so a new cell (`types.CellType()`) is made
+#     once per transformed code (functions that shared it still share it) and given the value the
+#     cell had when tracing ended.
+# Values go into the cells after MAKE_FUNCTION, so a recursive function (its own cell holds it)
+# loads the function just made. A cell whose variable was never assigned (or was deleted) stays
+# empty, as in Python. Names set on the function (`f.__name__ = ...`) are set on the rebuilt one.
+
+
+def _cell_value(tx, name):
+    value = tx.symbolic_locals.get(name)
+    if value is None or isinstance(value, DeletedVariable) or hasattr(value, "realize"):
+        return None  # never assigned, deleted, or (a LazyVariable) an argument still in its cell
+    return value
+
+
+def _load_cell(cg, ref):
+    """Push the cell `ref` stands for; (store instructions, value) to fill it, or None."""
+    if not hasattr(ref, "tx"):  # a FrameCellVariable: a real cell (a free variable)
+        _cell, source = ref.ref
+        if hasattr(source, "var_name"):  # of the root frame
+            cg.extend(emit.load_closure(source.var_name))
+        elif isinstance(source, AttrSource) and source.attr == "cell_contents":
+            source.source.reconstruct(cg)  # `fn.__closure__[i]` of an inlined function
+        else:
+            unimplemented("rebuilding a function over a cell reached without a source")
+        return None
+    tx, name = ref.tx, ref.name
+    value = _cell_value(tx, name)
+    if getattr(tx, "is_root", False):
+        cg.extend(emit.load_closure(name))
+        return (emit.store_deref(name), value) if value is not None else None
+    key = ("cell", id(tx), name)
+    temp = cg._temps.get(key)
+    if temp is not None:
+        cg.extend(emit.load_fast(temp))
+        return None
+    temp = cg._temps[key] = cg.new_temp()
+    cg.load_object(types.CellType, push_null=True)
+    cg.extend(emit.call(0) + emit.copy(1) + emit.store_fast(temp))
+    if value is None:
+        return None
+    return (emit.load_fast(temp) + emit.store_attr("cell_contents"), value)
+
+
+# Note [Functions: data attributes]
+# `fn.__defaults__`, `fn.__kwdefaults__`, `fn.__dict__` and the attributes a user set on a function
+# (`fn.calls = 0`, functools.wraps' `__wrapped__`) are writable: with a source they are read
+# through it (so guarded like any attribute); without one (a function object made or reached
+# with no path) only literal values fold, anything else breaks.
+_FUNCTION_DATA = ("__defaults__", "__kwdefaults__", "__dict__", "__annotations__")
+
+
+def _function_data(tx, var, name):
+    value = getattr(var.fn, name)
+    if var.source is not None:
+        return wrap_value(tx, value, AttrSource(var.source, name))
+    if is_literal(value):
+        return ConstantVariable(value)
+    if type(value) is dict and all(map(is_literal, [*value, *value.values()])):
+        return ConstDictVariable({k: ConstantVariable(v) for k, v in value.items()})
+    unimplemented(f"attribute {name!r} of function {var.fn.__qualname__} (no source)")
 
 
 def _wrap_default(tx, value, source):
@@ -205,6 +323,8 @@ def _wrap_default(tx, value, source):
         return value
     if is_literal(value):
         return ConstantVariable(value)
+    if type(value) is object:  # a sentinel (`def pop(self, key, default=__marker)`): no state
+        return ConstantObjectVariable(value)
     if source is None:
         unimplemented("non-constant default argument of an unguarded function")
     return wrap_value(tx, value, source)
@@ -294,6 +414,8 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
 class PartialVariable(VariableTracker):
     """`functools.partial(fn, *args, **kwargs)` made while tracing."""
 
+    keeps_identity = True
+
     def __init__(self, fn, args, kwargs, **kw):
         super().__init__(**kw)
         self.fn = fn
@@ -314,6 +436,14 @@ class PartialVariable(VariableTracker):
         if name == "keywords":
             return ConstDictVariable(dict(self.kwargs))
         unimplemented(f"functools.partial.{name}")
+
+    def hasattr(self, tx, name):
+        """A partial made while tracing has no instance attributes: its class decides."""
+        if name in ("func", "args", "keywords") or hasattr(functools.partial, name):
+            return ConstantVariable(True)
+        if self.source is not None:
+            unimplemented(f"hasattr on a functools.partial from outside the frame ({name!r})")
+        return ConstantVariable(False)
 
     def reconstruct(self, cg):
         if self.source is not None:  # the partial object itself
@@ -387,6 +517,11 @@ def _replace(tx, obj, **changes):
         kwargs[f.name] = changes.pop(f.name) if f.name in changes else obj.var_getattr(tx, f.name)
     if changes:
         unimplemented(f"dataclasses.replace(): unknown fields {sorted(changes)}")
+    # the class through a source: its __init__ reads cells, its defaults are guarded
+    source = AttrSource(obj.source, "__class__") if obj.source is not None else None
+    source = source or getattr(obj, "class_source", None)
+    if source is not None:
+        return wrap_value(tx, cls, source).call_function(tx, [], kwargs)
     return wrap_constant_like(tx, cls).call_function(tx, [], kwargs)
 
 
@@ -399,4 +534,4 @@ def _folded_functions():
     }
 
 
-_FOLDED_FUNCTIONS = _folded_functions()
+_FOLDED_FUNCTIONS = {**_folded_functions(), **stdlib.FOLDED}

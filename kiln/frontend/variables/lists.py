@@ -107,6 +107,13 @@ class TupleVariable(BaseListVariable):
     def python_type(self):
         return self.tuple_cls
 
+    def as_python_constant(self):
+        items = [i.as_python_constant() for i in self.items]
+        if self.tuple_cls is tuple:
+            return tuple(items)
+        make = getattr(self.tuple_cls, "_make", None)  # a namedtuple; else a structseq
+        return make(items) if make is not None else self.tuple_cls(items)
+
     def var_getattr(self, tx, name):
         fields = getattr(self.tuple_cls, "__match_args__", None) or getattr(
             self.tuple_cls, "_fields", ()
@@ -675,4 +682,14 @@ def _set_item(var):
 def _set_values(tx, var):
     if isinstance(var, SetVariable):
         return var.values
+    if isinstance(var, ConstantVariable) and not _iterable(var.value):
+        raise_observed(tx, TypeError, f"'{type(var.value).__name__}' object is not iterable")
     return {_set_item(v) for v in var.unpack_var_sequence(tx)}
+
+
+def _iterable(value):
+    try:
+        iter(value)
+    except TypeError:
+        return False
+    return True

@@ -17,6 +17,7 @@ from kiln.frontend.variables.base import (
     BoundMethodVariable,
     PythonValueVariable,
     VariableTracker,
+    probe,
     wrap_constant_like,
     wrap_value,
 )
@@ -238,6 +239,19 @@ class DisabledFunctionVariable(VariableTracker):
     reconstruct = _load_value
 
 
+_CONTAINER_TYPES = (set, frozenset, dict, list, tuple)
+
+
+def _exact_type(var):
+    """The Python type of a container kiln models itself (not a user object), else None."""
+    if hasattr(var, "value") or not hasattr(var, "items") and not hasattr(var, "values"):
+        return None
+    try:
+        return var.python_type()
+    except Exception:
+        return None
+
+
 class OpaqueCallableVariable(VariableTracker):
     """A callable kiln does not trace into (C functions outside torch, other packages)."""
 
@@ -249,6 +263,10 @@ class OpaqueCallableVariable(VariableTracker):
         return type(self.value)
 
     def call_function(self, tx, args, kwargs):
+        owner = probe(self.value, "__objclass__", None)
+        if owner in _CONTAINER_TYPES and args and _exact_type(args[0]) is owner:
+            # `frozenset.__and__(p, q)`, `set.add(s, x)`: the method of a container kiln models
+            return args[0].call_method(tx, self.value.__name__, list(args[1:]), kwargs)
         done = call_object_slot(tx, self.value, args, kwargs)
         if done is not None:
             return done

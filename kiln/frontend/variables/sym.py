@@ -38,6 +38,8 @@ ARITH_OPS = {
     operator.imul: operator.mul,
     operator.ifloordiv: operator.floordiv,
     operator.imod: operator.mod,
+    operator.pow: operator.pow,  # (a nonnegative int exponent only: see binary)
+    operator.ipow: operator.pow,
 }
 
 COMPARE_OPS = {operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge}
@@ -136,6 +138,8 @@ def binary(tx, fn, a, b):
     if op is None or not (is_int_like(a) and is_int_like(b)):
         # a float, a sequence repeat, a shift ...: the size as its concrete value
         return binary_op(tx, fn, specialised(a), specialised(b))
+    if op is operator.pow and not (isinstance(b, ConstantVariable) and b.value >= 0):
+        return binary_op(tx, fn, specialised(a), specialised(b))  # (a float result)
     if op in (operator.floordiv, operator.mod):
         # the divisor must be known nonzero; Python's floor semantics with negative operands are
         # not modelled by the size expressions: specialise those

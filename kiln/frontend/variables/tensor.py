@@ -79,6 +79,14 @@ _BREAKING_METHODS = {
 
 _NOT_FOUND = object()
 
+# Methods answered by another family's module (Tensor.numpy -> numpy_vars), registered by it.
+_METHOD_HOOKS = {}
+
+
+def register_method(name, fn):
+    """`t.name(...)` is answered by fn(tx, t, args, kwargs)."""
+    _METHOD_HOOKS[name] = fn
+
 
 class TensorVariable(VariableTracker):
     """A tensor in the graph under construction."""
@@ -189,6 +197,8 @@ class TensorVariable(VariableTracker):
             )
             if done is not None:
                 return done
+        if name in _METHOD_HOOKS:
+            return _METHOD_HOOKS[name](tx, self, args, kwargs)
         if name in _BREAKING_METHODS:
             unimplemented(_BREAKING_METHODS[name])
         if name in ("size", "stride") or name in _META_METHODS:

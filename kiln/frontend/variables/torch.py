@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables import autocast, optim
+from kiln.frontend.variables import autocast, optim, torch_queries, unspec_float
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.ctx_managers import GradModeVariable
@@ -31,6 +31,7 @@ from kiln.frontend.variables.misc import ConstantObjectVariable
 from kiln.frontend.variables.nn_module import build_module, buildable_module
 from kiln.frontend.variables.sym import SliceVariable, SymNodeVariable
 from kiln.frontend.variables.tensor_hooks import has_pending_hooks
+from kiln.frontend.variables.unspec_float import SymFloatVariable
 from kiln.symbolic import shape_env
 from kiln.symbolic.fake import ProxyTensor, is_fake
 
@@ -67,6 +68,16 @@ _BANNED = {
     torch.save,
     torch.load,
 }
+
+
+# torch functions answered first by another family's module (torch.from_numpy -> numpy_vars),
+# registered by it: fn(tx, torch_fn, args, kwargs) -> a tracker, or None to go on as usual.
+_FUNCTION_HOOKS = {}
+
+
+def register_function(torch_fn, fn):
+    """Calls of `torch_fn` are first offered to fn."""
+    _FUNCTION_HOOKS[torch_fn] = fn
 
 
 def _call_torch(tx):
@@ -115,6 +126,8 @@ class _Unpack:
         if isinstance(v, SliceVariable):
             self.symbolic = True
             return v.fx_and_value()
+        if isinstance(v, SymFloatVariable):
+            return v.proxy, v.value  # Note [Shapes: unspecialised floats]
         if isinstance(v, ConstantVariable):
             val = v.value
             if isinstance(val, slice):
@@ -143,6 +156,8 @@ class _Unpack:
 def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
     """Record `target(*args, **kwargs)` in the graph (kind call_function/call_method), run on meta."""
     what = what or (target if isinstance(target, str) else getattr(target, "__name__", str(target)))
+    has_tensor = any(isinstance(a, _tensor_cls()) for a in [*args, *kwargs.values()])
+    args, kwargs = unspec_float.settle_args(target, args, kwargs, has_tensor)
     unpack = _Unpack(tx)
     pairs = [unpack(a) for a in args]
     kw_pairs = {k: unpack(v) for k, v in kwargs.items()}
@@ -173,11 +188,10 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
 
     try:
         with ctx:
-            result = run(meta_args, meta_kwargs)
-            if not _mutates(target, kwargs):  # Note [Autocast: meta examples]
-                result = autocast.autocast_dtypes(
-                    run, result, meta_args, meta_kwargs, unpack.devices
-                )
+            if _mutates(target, kwargs):
+                result = run(meta_args, meta_kwargs)
+            else:  # Note [Autocast: meta examples]
+                result = autocast.run_under_autocast(run, meta_args, meta_kwargs, unpack.devices)
     except Exception as e:
         unimplemented(f"{what} on meta tensors raised {type(e).__name__}: {e}")
     if explicit_device is not None:
@@ -410,6 +424,11 @@ class TorchVariable(PythonValueVariable):
 
     def call_function(self, tx, args, kwargs):
         fn = self.value
+        hook = _FUNCTION_HOOKS.get(fn) if not isinstance(fn, type) else None
+        if hook is not None:
+            done = hook(tx, fn, args, kwargs)
+            if done is not None:
+                return done
         if fn in optim.FOREACH_REWRITES:  # Note [Optimizers: scalar tensors as op scalars]
             from kiln.frontend.variables.tensor import TensorVariable
 
@@ -457,6 +476,11 @@ class TorchVariable(PythonValueVariable):
         if fn in (torch.autograd.grad, torch.autograd.backward):
             if has_pending_hooks(tx.output.side_effects):
                 unimplemented("autograd.grad after a hook registration (registered after a graph)")
+        folded = torch_queries.fold(tx, fn, args, kwargs)  # Note [Torch: folded queries]
+        if folded is not None:
+            return folded
+        if fn is torch.jit.annotate and len(args) == 2 and not kwargs:
+            return args[1]  # `annotate(type, value)` is value (a hint for TorchScript)
         if fn is torch.is_grad_enabled and not args:
             return ConstantVariable(torch.is_grad_enabled())  # guarded; traced `with` blocks set it
         if _is_compiling_query(fn):

@@ -7,11 +7,13 @@ computed while tracing and the result is a constant of the graph's frame. The ge
 by an ID_MATCH guard on its source (a rebound global recompiles).
 """
 
+import inspect
 import types
 import typing
 
+from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables.base import wrap_constant_like
+from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 
 # the classes whose instances are typing's subscriptable generics
 _GENERIC_TYPES = tuple(
@@ -40,7 +42,7 @@ def _constant_of(var, pinned):
             return tuple(v for v, _ in values), True
         return None, False
     value = getattr(var, "value", None)
-    if isinstance(value, type) or isinstance(value, _GENERIC_TYPES):
+    if isinstance(value, (type, typing.TypeVar)) or isinstance(value, _GENERIC_TYPES):
         if var.source is not None:
             pinned.append((var.source, value))
         return value, True
@@ -53,7 +55,7 @@ def typing_subscript(tx, obj, index):
         kind = obj.python_type()
     except Exception:
         return None
-    if not (kind is type or issubclass(kind, _GENERIC_TYPES)):  # (cheap: most subscripts)
+    if not (issubclass(kind, type) or issubclass(kind, _GENERIC_TYPES)):  # (cheap: most)
         return None
     pinned = []
     generic, ok = _constant_of(obj, pinned)
@@ -68,9 +70,57 @@ def typing_subscript(tx, obj, index):
         return None
     for source, value in pinned:
         tx.output.guards.add(GuardKind.ID_MATCH, source, value)
+    if isinstance(generic, type) and issubclass(generic, typing.Generic):
+        return UserGenericAliasVariable(alias)
     return wrap_constant_like(tx, alias)
 
 
 def _is_generic_class(value):
-    """A builtin class subscripted as a generic (`list[int]`, `dict[str, int]`)."""
-    return value in (list, dict, tuple, set, frozenset, type)
+    """A builtin class subscripted as a generic (`list[int]`, `dict[str, int]`), or a user class
+    deriving from typing.Generic (`Box[int]`)."""
+    if value in (list, dict, tuple, set, frozenset, type):
+        return True
+    hook = (
+        inspect.getattr_static(value, "__class_getitem__", None)
+        if isinstance(value, type)
+        else None
+    )
+    if isinstance(hook, classmethod) and hook.__func__ is types.GenericAlias:
+        return True  # `__class_getitem__ = classmethod(GenericAlias)` (collections.abc ...)
+    return (
+        isinstance(value, type)
+        and issubclass(value, typing.Generic)
+        and value is not typing.Generic
+    )
+
+
+# Note [Typing: calling a user generic alias]
+# `Box[int](v)` calls typing's _GenericAlias.__call__: it makes `Box(v)`, then sets the instance's
+# `__orig_class__` to the alias (ignoring an AttributeError). kiln does the same on an object it
+# builds; an object it cannot store into breaks.
+class UserGenericAliasVariable(VariableTracker):
+    """`Box[int]` of a user class deriving from typing.Generic."""
+
+    def __init__(self, alias, **kw):
+        super().__init__(**kw)
+        self.alias = alias
+
+    def python_type(self):
+        return type(self.alias)
+
+    def is_python_constant(self):
+        return True
+
+    def as_python_constant(self):
+        return self.alias
+
+    def call_function(self, tx, args, kwargs):
+        obj = wrap_constant_like(tx, self.alias.__origin__).call_function(tx, args, kwargs)
+        if not hasattr(obj, "store_attr"):
+            unimplemented(f"{self.alias}(...): setting __orig_class__ on {obj}")
+        tx.output.side_effects.mutate_new_object(obj)
+        obj.store_attr("__orig_class__", self)
+        return obj
+
+    def reconstruct(self, cg):
+        cg.load_object(self.alias)

@@ -113,3 +113,24 @@ def call_object_slot(tx, fn, args, kwargs):
     if isinstance(obj, UserDefinedObjectVariable):
         return ObjectSlotVariable(obj, name).call_function(tx, rest, kwargs)
     return None
+
+
+# Note [Attributes: hasattr decided by the class]
+# A value of a builtin container type (tuple, list, dict, set, deque, a namedtuple class with
+# `__slots__ = ()`) has no instance attributes: every attribute it has comes from its class, so
+# `hasattr(value, name)` is `hasattr(type(value), name)`, whatever the items are (tensors
+# included). Any other type (one with an instance __dict__, slots or a __getattr__) is not decided
+# here.
+def class_decides_hasattr(obj, name):
+    """hasattr(obj, name) when obj's type has no instance attributes, else None."""
+    try:
+        typ = obj.python_type()
+    except Exception:
+        return None
+    if not isinstance(typ, type) or typ.__dictoffset__ != 0 or hasattr(typ, "__getattr__"):
+        return None
+    for c in typ.__mro__:
+        plain_namedtuple = "_fields" in c.__dict__ and c.__dict__.get("__slots__") == ()
+        if c.__module__ not in ("builtins", "collections") and not plain_namedtuple:
+            return None
+    return hasattr(typ, name)

@@ -20,7 +20,7 @@ from kiln.frontend.source import (
     MappingGetSource,
     dict_get,
 )
-from kiln.frontend.variables import logging_vars
+from kiln.frontend.variables import logging_vars, stdlib
 from kiln.frontend.variables.base import (
     BoundMethodVariable,
     PythonValueVariable,
@@ -40,7 +40,7 @@ from kiln.frontend.variables.functions import UserMethodVariable, bind_args, inl
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable, make_deque
 from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
 from kiln.frontend.variables.user_attrs import ObjectSlotVariable
-from kiln.frontend.variables.user_protocol import user_iter_items, user_truthy
+from kiln.frontend.variables.user_protocol import mapping_view, user_iter_items, user_truthy
 
 _ABSENT = object()
 
@@ -107,6 +107,13 @@ class UserDefinedClassVariable(PythonValueVariable):
 
         if cls in BUILTIN_CLASSES:
             return BuiltinVariable(cls).call_function(tx, args, kwargs)
+        view = mapping_view(cls, args, kwargs)  # Note [Objects: mapping views of user mappings]
+        if view is not None:
+            return view
+        if cls is collections.OrderedDict:  # the dict, keeping the class (move_to_end ...)
+            d = BuiltinVariable(dict).call_function(tx, args, kwargs)
+            d.user_cls = cls
+            return d
         if issubclass(cls, tuple) and hasattr(cls, "_fields") and cls.__new__ is not tuple.__new__:
             # a namedtuple: bind the fields like its generated __new__ does
             bound = bind_args(tx, cls.__new__, [self, *args], kwargs, None)
@@ -115,6 +122,7 @@ class UserDefinedClassVariable(PythonValueVariable):
             return _enum_lookup(tx, cls, args[0])
         if _plain_class(cls):
             obj = NewObjectVariable(cls)
+            obj.class_source = self.source
             init = inspect.getattr_static(cls, "__init__")
             if isinstance(init, types.FunctionType):
                 # (a wrapped __init__, as transformers' metaclass makes, reads its cells by source)
@@ -246,6 +254,8 @@ class UserDefinedObjectVariable(VariableTracker):
         return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
 
     def call_function(self, tx, args, kwargs):
+        if stdlib.is_lru_cached(self.value):  # Note [Stdlib: lru_cache'd functions]
+            return stdlib.call_lru_cached(tx, self, args, kwargs)
         call = inspect.getattr_static(type(self.value), "__call__", None)
         if isinstance(call, types.FunctionType):
             return inline_call(tx, call, [self, *args], kwargs, self._class_attr_source("__call__"))
@@ -275,8 +285,17 @@ class SuperVariable(VariableTracker):
         self.cls = cls
         self.obj = obj
 
+    def _bound_class(self):
+        """The class itself when super() is bound to a class (in a classmethod), else None."""
+        if self.obj.is_python_constant():
+            value = self.obj.as_python_constant()
+            if isinstance(value, type) and issubclass(value, self.cls):
+                return value
+        return None
+
     def var_getattr(self, tx, name):
-        mro = self.obj.python_type().__mro__
+        owner = self._bound_class()
+        mro = (owner if owner is not None else self.obj.python_type()).__mro__
         try:
             start = mro.index(self.cls) + 1
         except ValueError:
@@ -284,6 +303,13 @@ class SuperVariable(VariableTracker):
         for klass in mro[start:]:
             if name in vars(klass):
                 attr = vars(klass)[name]
+                if isinstance(attr, classmethod) and isinstance(attr.__func__, types.FunctionType):
+                    cls_var = self.obj if owner is not None else wrap_constant_like(tx, mro[0])
+                    return UserMethodVariable(attr.__func__, cls_var)
+                if owner is not None and isinstance(attr, types.FunctionType):
+                    return wrap_value(tx, attr, None)  # super(C, C).f: the plain function
+                if owner is not None:
+                    unimplemented(f"super(cls, cls).{name} is a {type(attr).__name__}")
                 if isinstance(attr, types.FunctionType):
                     return UserMethodVariable(attr, self.obj)
                 if isinstance(attr, staticmethod):
@@ -345,9 +371,7 @@ def _plain_class(cls):
         return False
     if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)):
         return False
-    if any(vars(k).get("__slots__", ()) for k in cls.__mro__ if k.__flags__ & _HEAPTYPE):
-        return False  # (empty __slots__, as in collections.abc, leave instances a __dict__)
-    if "__dict__" not in dir(cls):
+    if not _plain_slots(cls):
         return False
     setattr_ = inspect.getattr_static(cls, "__setattr__")
     if setattr_ is not object.__setattr__ and not isinstance(setattr_, types.FunctionType):
@@ -358,6 +382,22 @@ def _plain_class(cls):
     return init is object.__init__ or init in _DICT_INITS or isinstance(init, types.FunctionType)
 
 
+def _plain_slots(cls):
+    """Instances keep their attributes in a __dict__, or in plain __slots__ fields (member
+    descriptors, set by make_object with object.__setattr__; torch's OrderedSet)."""
+    for k in cls.__mro__:
+        if not k.__flags__ & _HEAPTYPE:
+            continue
+        slots = vars(k).get("__slots__", ())
+        slots = (slots,) if isinstance(slots, str) else slots
+        for name in slots:
+            if name in ("__dict__", "__weakref__"):
+                continue
+            if not isinstance(vars(k).get(name), types.MemberDescriptorType):
+                return False
+    return True
+
+
 def make_object(cls, attrs, items=None):
     """The transformed code's way to build an object made while tracing (and its dict items,
     stored with the C dict class's own __setitem__, bypassing overrides)."""
@@ -366,7 +406,11 @@ def make_object(cls, attrs, items=None):
         setitem = dict_base(cls).__setitem__
         for k, v in items.items():
             setitem(obj, k, v)
-    obj.__dict__.update(attrs)
+    if hasattr(obj, "__dict__"):
+        obj.__dict__.update(attrs)
+    else:  # a class with __slots__ only
+        for k, v in attrs.items():
+            object.__setattr__(obj, k, v)
     return obj
 
 
@@ -380,6 +424,7 @@ class NewObjectVariable(VariableTracker):
         self.attrs = {}
         self.dict_base = dict_base(cls)
         self.dict_items = {} if self.dict_base is not None else None
+        self.class_source = None  # where the class was read when `cls(...)` made it
 
     def python_type(self):
         return self.cls
@@ -396,7 +441,11 @@ class NewObjectVariable(VariableTracker):
                 unimplemented(f"property {self.cls.__name__}.{name} has no setter")
             inline_call(tx, static.fset, [self, value], {}, None)
             return
-        if static is not None and hasattr(static, "__set__"):
+        slot = (
+            isinstance(static, types.MemberDescriptorType)
+            and static.__objclass__ in self.cls.__mro__
+        )
+        if static is not None and hasattr(static, "__set__") and not slot:
             unimplemented(f"assignment to the descriptor {self.cls.__name__}.{name}")
         setattr_ = inspect.getattr_static(self.cls, "__setattr__")
         if isinstance(setattr_, types.FunctionType):
@@ -441,6 +490,8 @@ class NewObjectVariable(VariableTracker):
             return ConstantVariable(static)
         if is_frozen(static):
             return ConstantObjectVariable(static)
+        if isinstance(static, type):  # `_base_type = BaseException`: a class held by the class
+            return wrap_constant_like(tx, static)
         unimplemented(f"class attribute {self.cls.__name__}.{name}")
 
     def call_function(self, tx, args, kwargs):

@@ -1,14 +1,17 @@
 """Operators and builtins on user objects: the Python dunders their classes define, inlined."""
 
 import builtins
+import collections.abc
 import operator
 import types
 
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.exceptions import ObservedException, raise_observed
 from kiln.frontend.variables.functions import inline_call
-from kiln.frontend.variables.lists import ListIteratorVariable
+from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable
 
 # Note [Objects: operator protocol]
 # An operator or builtin applied to a user object runs the Python dunder its class defines
@@ -199,4 +202,59 @@ def user_iter_builtin(tx, fn, args, kwargs):
         raise_observed(tx, StopIteration)
     if fn.fn is builtins.iter and len(args) == 1:
         return user_iter(tx, args[0])
+    return None
+
+
+# Note [Objects: mapping views of user mappings]
+# collections.abc.Mapping's keys()/values()/items() return KeysView/ValuesView/ItemsView(self):
+# live views whose iteration runs the mapping's Python __iter__ and __getitem__. kiln keeps the
+# view as the mapping plus a kind and reads the mapping at each use (iteration, len, `in` on
+# keys), as Python does, so a mapping changed after the view was made is seen changed.
+_VIEW_KINDS = {
+    collections.abc.KeysView: "keys",
+    collections.abc.ValuesView: "values",
+    collections.abc.ItemsView: "items",
+}
+
+
+class MappingViewVariable(VariableTracker):
+    """KeysView / ValuesView / ItemsView(mapping) of a user mapping object."""
+
+    def __init__(self, cls, mapping, **kw):
+        super().__init__(**kw)
+        self.cls = cls
+        self.mapping = mapping
+
+    def python_type(self):
+        return self.cls
+
+    def unpack_var_sequence(self, tx):
+        keys = user_iter_items(tx, self.mapping)
+        kind = _VIEW_KINDS[self.cls]
+        if kind == "keys":
+            return keys
+        values = [self.mapping.call_method(tx, "__getitem__", [k], {}) for k in keys]
+        if kind == "values":
+            return values
+        return [TupleVariable([k, v]) for k, v in zip(keys, values)]
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__len__" and not args and not kwargs:
+            return self.mapping.call_method(tx, "__len__", [], {})
+        if name == "__iter__" and not args and not kwargs:
+            return ListIteratorVariable(self.unpack_var_sequence(tx))
+        if name == "__contains__" and len(args) == 1 and _VIEW_KINDS[self.cls] == "keys":
+            return self.mapping.call_method(tx, "__contains__", args, {})
+        unimplemented(f"{self.cls.__name__}.{name}")
+
+    def reconstruct(self, cg):
+        cg.load_object(self.cls, push_null=True)
+        cg.reconstruct(self.mapping)
+        cg.extend(emit.call(1))
+
+
+def mapping_view(cls, args, kwargs):
+    """`KeysView(m)` (...) of a user mapping object, or None."""
+    if cls in _VIEW_KINDS and len(args) == 1 and not kwargs and is_user_object(args[0]):
+        return MappingViewVariable(cls, args[0])
     return None

@@ -1,0 +1,326 @@
+"""The standard library that model code leans on, modelled: operator's getters, more of itertools,
+copy, dict.fromkeys, lru_cache'd functions of constants, id().
+
+Each entry of CALLS takes (tx, *args, **kwargs) of traced values and returns a traced value, as
+the library function would (a TypeError Python raises for other arguments is a graph break).
+"""
+
+import copy
+import functools
+import itertools
+import operator
+
+import torch
+
+from kiln.bytecode import emit
+from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.lists import (
+    BaseListVariable,
+    DequeVariable,
+    ListIteratorVariable,
+    ListVariable,
+    SetVariable,
+    TupleVariable,
+)
+
+
+def _is_tensor(var):
+    """A TensorVariable (by its example value: tensor.py imports this module's importers)."""
+    return isinstance(getattr(var, "example", None), torch.Tensor)
+
+
+def _const(var, what):
+    if not var.is_python_constant():
+        unimplemented(f"{what} is not a constant ({var})")
+    return var.as_python_constant()
+
+
+# --- operator.itemgetter / attrgetter / methodcaller --------------------------------------------
+class OperatorGetterVariable(VariableTracker):
+    """`operator.itemgetter(*items)` / `attrgetter(*names)` / `methodcaller(name, ...)` made while
+    tracing: calling it reads the items / attributes / calls the method of its argument."""
+
+    keeps_identity = True
+
+    def __init__(self, cls, args, kwargs, **kw):
+        super().__init__(**kw)
+        self.cls = cls
+        self.args = list(args)
+        self.kwargs = dict(kwargs)
+
+    def python_type(self):
+        return self.cls
+
+    def call_function(self, tx, args, kwargs):
+        if len(args) != 1 or kwargs:
+            unimplemented(f"{self.cls.__name__} object called with these arguments")
+        obj = args[0]
+        if self.cls is operator.methodcaller:
+            name = _const(self.args[0], "methodcaller's method name")
+            return obj.var_getattr(tx, name).call_function(tx, self.args[1:], self.kwargs)
+        if self.cls is operator.itemgetter:
+            got = [obj.call_method(tx, "__getitem__", [a], {}) for a in self.args]
+        else:
+            got = [_dotted(tx, obj, _const(a, "attrgetter's name")) for a in self.args]
+        return got[0] if len(got) == 1 else TupleVariable(got)
+
+    def reconstruct(self, cg):
+        cg.load_object(self.cls, push_null=True)
+        for a in [*self.args, *self.kwargs.values()]:
+            cg.reconstruct(a)
+        n = len(self.args) + len(self.kwargs)
+        cg.extend(emit.call_kw(n, tuple(self.kwargs)) if self.kwargs else emit.call(n))
+
+
+def _dotted(tx, obj, name):
+    for part in name.split("."):
+        obj = obj.var_getattr(tx, part)
+    return obj
+
+
+def _getter(cls):
+    def make(tx, *args, **kwargs):
+        if not args or (kwargs and cls is not operator.methodcaller):
+            unimplemented(f"operator.{cls.__name__} with these arguments")
+        return OperatorGetterVariable(cls, args, kwargs)
+
+    return make
+
+
+# --- itertools ------------------------------------------------------------------------------------
+def _combinations(tx, iterable, r):
+    items = iterable.unpack_var_sequence(tx)
+    return ListIteratorVariable(
+        [TupleVariable(list(c)) for c in itertools.combinations(items, _const(r, "r"))]
+    )
+
+
+def _permutations(tx, iterable, r=None):
+    items = iterable.unpack_var_sequence(tx)
+    n = None if r is None else _const(r, "r")
+    return ListIteratorVariable([TupleVariable(list(p)) for p in itertools.permutations(items, n)])
+
+
+def _groupby(tx, iterable, key=None):
+    """groupby over traced items whose keys are constants; each group a list iterator."""
+    items = iterable.unpack_var_sequence(tx)
+    none_key = key is None or (key.is_python_constant() and key.as_python_constant() is None)
+    groups = []
+    for item in items:
+        k = item if none_key else key.call_function(tx, [item], {})
+        kc = _const(k, "groupby key")
+        if groups and groups[-1][0] == kc:
+            groups[-1][2].append(item)
+        else:
+            groups.append((kc, k, [item]))
+    return ListIteratorVariable(
+        [TupleVariable([k, ListIteratorVariable(group)]) for _, k, group in groups]
+    )
+
+
+def _chain_from_iterable(tx, iterable):
+    return ListIteratorVariable(
+        [i for seq in iterable.unpack_var_sequence(tx) for i in seq.unpack_var_sequence(tx)]
+    )
+
+
+# --- copy -----------------------------------------------------------------------------------------
+# Note [Stdlib: copy and deepcopy]
+# copy.copy of a list / dict / set / deque made or read while tracing is a new container of the
+# same items; of an immutable value (constants, tuples) the value itself, as Python returns it.
+# copy.deepcopy copies containers recursively, keeping Python's memo (an object reached twice is
+# copied once); a tensor that does not require grad is cloned (what Tensor.__deepcopy__ does for
+# it: same values, a new storage); anything else (user objects, tensors requiring grad, whose copy
+# is a new leaf) breaks.
+def _copy(tx, obj):
+    if obj.is_python_constant() and is_literal(obj.as_python_constant()):
+        return obj
+    if isinstance(obj, TupleVariable) and obj.tuple_cls is tuple:
+        return obj
+    return _shallow(obj, list(obj.items) if isinstance(obj, BaseListVariable) else None)
+
+
+def _shallow(obj, items):
+    if isinstance(obj, DequeVariable):
+        return DequeVariable(items, maxlen=obj.maxlen)
+    if type(obj) is ListVariable:
+        return ListVariable(items)
+    if isinstance(obj, ConstDictVariable) and obj.user_cls in _DICT_CLASSES:
+        return ConstDictVariable(dict(obj.items), obj.user_cls, obj.default_factory)
+    if isinstance(obj, SetVariable):
+        return SetVariable(obj.values, frozen=obj.frozen)
+    unimplemented(f"copy.copy of {obj}")
+
+
+_DICT_CLASSES = (dict,)
+
+
+def _deepcopy(tx, obj, memo=None):
+    if memo is not None:
+        unimplemented("copy.deepcopy with a memo argument")
+    return _deep(tx, obj, {})
+
+
+def _deep(tx, obj, memo):
+    if id(obj) in memo:
+        return memo[id(obj)]
+    if obj.is_python_constant() and is_literal(obj.as_python_constant()):
+        return obj
+    if _is_tensor(obj):
+        if obj.example.requires_grad:
+            unimplemented("copy.deepcopy of a tensor that requires grad (a new leaf)")
+        result = obj.call_method(tx, "clone", [], {})
+    elif isinstance(obj, (ListVariable, TupleVariable)) and type(obj) in (
+        ListVariable,
+        TupleVariable,
+    ):
+        items = [_deep(tx, i, memo) for i in obj.items]
+        if isinstance(obj, TupleVariable):
+            if all(a is b for a, b in zip(items, obj.items)):
+                return obj  # (Python returns the tuple itself when no item changed)
+            result = TupleVariable(items, tuple_cls=obj.tuple_cls)
+        else:
+            result = ListVariable(items)
+    elif isinstance(obj, ConstDictVariable) and obj.user_cls in _DICT_CLASSES:
+        result = ConstDictVariable({k: _deep(tx, v, memo) for k, v in obj.items.items()})
+    else:
+        unimplemented(f"copy.deepcopy of {obj}")
+    memo[id(obj)] = result
+    return result
+
+
+# --- dict.fromkeys --------------------------------------------------------------------------------
+def _fromkeys(tx, iterable, value=None):
+    value = ConstantVariable(None) if value is None else value
+    keys = iterable.unpack_var_sequence(tx)
+    return ConstDictVariable({_const(k, "dict key"): value for k in keys})
+
+
+class FromKeysVariable(VariableTracker):
+    """`dict.fromkeys` looked up on dict (a classmethod)."""
+
+    def __init__(self, cls, **kw):
+        super().__init__(**kw)
+        self.cls = cls
+
+    def call_function(self, tx, args, kwargs):
+        if kwargs or not 1 <= len(args) <= 2:
+            unimplemented("dict.fromkeys with these arguments")
+        d = _fromkeys(tx, *args)
+        d.user_cls = self.cls
+        return d
+
+    def reconstruct(self, cg):
+        cg.load_object(self.cls.fromkeys)
+
+
+# --- functools.lru_cache --------------------------------------------------------------------------
+# Note [Stdlib: lru_cache'd functions]
+# A call of an lru_cache'd function with literal arguments runs the real function while tracing
+# (filling its cache as the first eager call would) and folds a literal result: the function is
+# taken as pure, as lru_cache assumes (a later eager call would not run its body either). Other
+# arguments, or a result that is not a literal, break.
+def call_lru_cached(tx, var, args, kwargs):
+    """`f(*args)` of a functools.lru_cache wrapper `var` (an object read from a source)."""
+    values = [*args, *kwargs.values()]
+    if not all(v.is_python_constant() and is_literal(v.as_python_constant()) for v in values):
+        unimplemented("an lru_cache'd function called with non-literal arguments")
+    if var.source is not None:
+        tx.output.guards.add(GuardKind.ID_MATCH, var.source, var.value)
+    cargs = [a.as_python_constant() for a in args]
+    ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+    try:
+        result = var.value(*cargs, **ckw)
+    except Exception as e:
+        unimplemented(f"an lru_cache'd function raised {type(e).__name__} while tracing")
+    if not is_literal(result):
+        unimplemented("an lru_cache'd function returned a non-literal value")
+    return ConstantVariable(result)
+
+
+def is_lru_cached(value):
+    return isinstance(value, functools._lru_cache_wrapper)
+
+
+# --- id() -----------------------------------------------------------------------------------------
+# Note [Stdlib: id()]
+# id(obj) of an object that exists before the frame is a constant once the object itself is pinned:
+# an ID_MATCH guard on its source (the next call with another object recompiles). Classes and
+# functions kiln holds as constants are the objects themselves. An object made while tracing gets
+# a new id on every call, and a tensor input is not pinned by identity: those break.
+def _id(tx, obj):
+    value = getattr(obj, "value", getattr(obj, "fn", _NONE))
+    if value is _NONE or _is_tensor(obj):
+        unimplemented(f"id() of {obj}")
+    if obj.source is not None:
+        tx.output.guards.add(GuardKind.ID_MATCH, obj.source, value)
+        return ConstantVariable(id(value))
+    if isinstance(value, type) or callable(value) and hasattr(value, "__code__"):
+        return ConstantVariable(id(value))
+    unimplemented(f"id() of {obj} (made or computed while tracing)")
+
+
+_NONE = object()
+
+CALLS = {
+    operator.itemgetter: _getter(operator.itemgetter),
+    operator.attrgetter: _getter(operator.attrgetter),
+    operator.methodcaller: _getter(operator.methodcaller),
+    itertools.combinations: _combinations,
+    itertools.permutations: _permutations,
+    itertools.groupby: _groupby,
+    id: _id,
+}
+FOLDED = {copy.copy: _copy, copy.deepcopy: _deepcopy}
+CLASS_METHODS = {(itertools.chain, "from_iterable"): _chain_from_iterable}
+
+
+def class_method(cls, name):
+    """A variable for `cls.name` when stdlib models it (dict.fromkeys ...), else None."""
+    if name == "fromkeys" and cls is dict:
+        return FromKeysVariable(cls)
+    fn = CLASS_METHODS.get((cls, name))
+    if fn is None:
+        return None
+    return _Call(fn, getattr(cls, name))
+
+
+class _Call(VariableTracker):
+    """A modelled library callable held by its handler."""
+
+    def __init__(self, handler, real, **kw):
+        super().__init__(**kw)
+        self.handler = handler
+        self.real = real
+
+    def call_function(self, tx, args, kwargs):
+        return self.handler(tx, *args, **kwargs)
+
+    def reconstruct(self, cg):
+        cg.load_object(self.real)
+
+
+# Note [Stdlib: locals()]
+# locals() in a function returns a new dict of the frame's bound locals, cell contents and free
+# variables. The traced frame's values are kiln's symbolic locals (the real frame has not stored
+# them), so locals() must be answered while tracing: calling it at a graph break would read the
+# transformed frame, where those names are not yet bound (eval("x < y", locals()) then raised
+# NameError). Unbound names are left out, as Python does.
+def frame_locals(tx):
+    """locals() of the frame `tx` traces: a dict of its bound names."""
+    code = tx.code
+    items = {}
+    for name in dict.fromkeys([*code.co_varnames, *code.co_cellvars]):
+        v = tx.symbolic_locals.get(name)
+        if v is None or type(v).__name__ == "DeletedVariable":
+            continue
+        items[name] = tx.get_local(name)
+    for name in code.co_freevars:
+        if name not in tx.closure:
+            unimplemented(f"locals(): free variable {name!r} kiln does not hold")
+        items[name] = tx.load_closure_var(name)
+    return ConstDictVariable(items)

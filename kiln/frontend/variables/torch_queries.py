@@ -1,0 +1,99 @@
+"""torch functions that answer a question with a Python value, folded while tracing.
+
+Note [Torch: folded queries]
+Code asks torch about its situation: "am I traced by FX / exported to ONNX / scripted?", "are
+deterministic algorithms on?", "is CUDA there?". None of these puts anything in a graph: the answer
+is a Python constant while kiln traces. Three kinds (the table `QUERIES`):
+  never     kiln is none of these tracers: the answer inside kiln is fixed (False / None)
+  state     global state a user may change between calls: the answer read now, with a guard
+            (GuardKind.STATE_QUERY) that calls the function again before each run of the entry
+  process   fixed for the process (CUDA present or not): the answer read now, no guard
+"""
+
+import torch
+
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables.constant import ConstantVariable
+
+_NEVER = "never"
+_STATE = "state"
+_PROCESS = "process"
+
+
+def _table():
+    rows = {
+        ("torch.fx._symbolic_trace", "is_fx_tracing"): (_NEVER, False),
+        ("torch.fx._symbolic_trace", "is_fx_symbolic_tracing"): (_NEVER, False),
+        ("torch.onnx", "is_in_onnx_export"): (_NEVER, False),
+        ("torch.onnx._globals", "is_in_onnx_export"): (_NEVER, False),
+        ("torch._C", "_get_tracing_state"): (_NEVER, None),
+        ("torch", "are_deterministic_algorithms_enabled"): (_STATE, None),
+        ("torch", "is_deterministic_algorithms_warn_only_enabled"): (_STATE, None),
+        ("torch", "is_inference_mode_enabled"): (_STATE, None),
+        ("torch", "get_default_dtype"): (_STATE, None),
+        ("torch.cuda", "is_available"): (_PROCESS, None),
+        ("torch.backends.mps", "is_available"): (_PROCESS, None),
+    }
+    return rows
+
+
+QUERIES = _table()
+
+
+def _key(fn):
+    mod = getattr(fn, "__module__", None)
+    if mod is None and fn is torch._C._get_tracing_state:
+        mod = "torch._C"
+    return (mod, getattr(fn, "__name__", None))
+
+
+def is_query(fn):
+    """Whether fn is one of the folded queries."""
+    try:
+        return _key(fn) in QUERIES and _resolves(fn)
+    except TypeError:
+        return False
+
+
+def _resolves(fn):
+    """The table names a function by module and name: it must be that very function."""
+    mod, name = _key(fn)
+    if mod == "torch._C":
+        return getattr(torch._C, name, None) is fn
+    module = _module(mod)
+    return module is not None and getattr(module, name, None) is fn
+
+
+def _module(name):
+    obj = torch
+    for part in name.split(".")[1:]:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _is_tensor_like(v):
+    """`torch.overrides.is_tensor_like(v)` of a traced value, or None when not known."""
+    if isinstance(v, ConstantVariable):
+        return torch.overrides.is_tensor_like(v.value)
+    if getattr(v, "proxy", None) is not None and getattr(v, "example", None) is not None:
+        # a TensorVariable (not imported: tensor.py imports this module's users)
+        return v.python_type() in (torch.Tensor, torch.nn.Parameter) or None
+    return None
+
+
+def fold(tx, fn, args, kwargs):
+    """The folded answer of a query (None when fn is none, or the answer is not known)."""
+    if fn is torch.overrides.is_tensor_like and len(args) == 1 and not kwargs:
+        answer = _is_tensor_like(args[0])
+        return ConstantVariable(answer) if answer is not None else None
+    if args or kwargs or not is_query(fn):
+        return None
+    kind, value = QUERIES[_key(fn)]
+    if kind == _NEVER:
+        return ConstantVariable(value)
+    value = fn()
+    if kind == _STATE:
+        tx.output.guards.add(GuardKind.STATE_QUERY, None, (fn, value))
+    return ConstantVariable(value)

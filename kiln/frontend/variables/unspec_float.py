@@ -1,0 +1,175 @@
+"""Python floats traced as graph inputs, not specialised per value (automatic dynamic floats).
+
+Note [Shapes: unspecialised floats]
+A float argument of a frame is a constant at first (a guard on its value), as torch.compile does.
+When a call brings another value (a learning rate, `x.mean().item()` handed to a resume function
+after the break `.item()` makes), the next entry takes it as a graph input instead: a placeholder
+fed the Python float on each call, guarded on its type only, so one entry serves every value
+(torch.compile: a SymFloat input; repro 16: 3 graphs, not one per value until the cache limit).
+  - Tensor ops take it as their scalar argument (`x * scale`): the node reads the placeholder.
+    Ops whose result *shape* may follow the float (no tensor argument: `torch.arange(s)`,
+    `torch.tensor(s)`; interpolate / upsample) take its value instead, with a guard.
+  - `+ - * / ** //` with numbers or other such floats are nodes too (operator functions on
+    Python floats, so the value is Python's own).
+  - A comparison of a float input with a number (`if lr > 0.25`) is answered and guarded by
+    the same comparison (GuardKind.FLOAT_COMPARE), as torch.compile guards on a SymFloat fact.
+  - Anything else (another comparison, `bool`, `int()`, `math.*`, formatting, a Python constant wanted
+    by kiln) specialises: the value, with a guard on each float input it was computed from.
+The frame cache learns which float sources changed (FrameShapes, kind "float"); NaN is equal to
+NaN there and in guards, so a NaN argument does not recompile.
+"""
+
+import operator
+
+from kiln.bytecode import emit
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import GetItemSource, LocalSource
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable
+
+_ARITH = {
+    operator.add: operator.add,
+    operator.iadd: operator.add,
+    operator.sub: operator.sub,
+    operator.isub: operator.sub,
+    operator.mul: operator.mul,
+    operator.imul: operator.mul,
+    operator.truediv: operator.truediv,
+    operator.itruediv: operator.truediv,
+    operator.pow: operator.pow,
+    operator.ipow: operator.pow,
+}
+
+_COMPARE = {
+    operator.lt: "<",
+    operator.le: "<=",
+    operator.gt: ">",
+    operator.ge: ">=",
+    operator.eq: "==",
+    operator.ne: "!=",
+}
+_FLIPPED = {operator.lt: operator.gt, operator.le: operator.ge, operator.gt: operator.lt}
+_FLIPPED.update({operator.ge: operator.le, operator.eq: operator.eq, operator.ne: operator.ne})
+
+# Tensor ops whose output shape may depend on a float argument: they get its value.
+_SHAPE_FROM_FLOAT = ("interpolate", "upsample", "upsample_nearest", "upsample_bilinear")
+
+
+class SymFloatVariable(VariableTracker):
+    """A float that is a value in the graph (Note [Shapes: unspecialised floats])."""
+
+    def __init__(self, output, proxy, value, inputs, parts=None, **kw):
+        super().__init__(**kw)
+        self.output = output
+        self.proxy = proxy
+        self.value = value  # this call's value (for meta runs and specialisation)
+        self.inputs = tuple(inputs)  # ((source, value), ...) of the float inputs it is made of
+        self.parts = parts  # (operator, a, b) it was computed by, or None for an input
+
+    def python_type(self):
+        return float
+
+    def is_python_constant(self):
+        return True  # code kiln does not model reads the value: a specialisation (guarded)
+
+    def as_python_constant(self):
+        """The value; from now on the float inputs it depends on are guarded on theirs."""
+        for source, value in self.inputs:
+            self.output.guards.add(GuardKind.CONSTANT_MATCH, source, value)
+        return self.value
+
+    def truthy(self, tx):
+        return bool(self.as_python_constant())
+
+    def reconstruct(self, cg):
+        """An input from its source; a computed float by the same Python operations again."""
+        if self.source is not None:
+            self.source.reconstruct(cg)
+            return
+        if self.parts is None:
+            cg.reconstruct(ConstantVariable(self.as_python_constant()))
+            return
+        op, a, b = self.parts
+        cg.load_object(op, push_null=True)
+        cg.reconstruct(a)
+        cg.reconstruct(b)
+        cg.extend(emit.call(2))
+
+    def __repr__(self):
+        return f"SymFloatVariable({self.proxy.name}={self.value!r})"
+
+
+def is_dynamic_float(output, source):
+    """Whether the float at `source` changed value before (automatic dynamic), and may be an
+    input: an argument or an item of one (object attributes stay constants, as in torch)."""
+    if output.dynamic is False or 0 not in output.frame_shapes.dynamic.get(source.name(), ()):
+        return False
+    while isinstance(source, GetItemSource):
+        source = source.source
+    return isinstance(source, LocalSource)
+
+
+def float_input(tx, value, source):
+    """A float input made dynamic: a placeholder, guarded on its type."""
+    output = tx.output
+    output.guards.add(GuardKind.TYPE_MATCH, source, float)
+    for prev_source, _, node in output.graph_inputs:
+        if prev_source == source:
+            return SymFloatVariable(output, node, value, [(source, value)], source=source)
+    node = output._placeholder(source)
+    node.meta["example_value"] = value
+    node.meta["source"] = source.name()
+    output.graph_inputs.append((source, value, node))
+    return SymFloatVariable(output, node, value, [(source, value)], source=source)
+
+
+def _operand(v):
+    """(graph argument, value, inputs) of an arithmetic operand, or None."""
+    if isinstance(v, SymFloatVariable):
+        return v.proxy, v.value, v.inputs
+    if isinstance(v, ConstantVariable) and type(v.value) in (int, float):
+        return v.value, v.value, ()
+    return None
+
+
+def compare(tx, fn, a, b):
+    """`s < 0.5` of a float input and a number: the answer, guarded by the same comparison
+    (not by the value: `if lr > 0.25` recompiles only when the answer changes); else None."""
+    if not isinstance(a, SymFloatVariable):
+        a, b, fn = b, a, _FLIPPED[fn]
+    if a.source is None or not isinstance(b, ConstantVariable) or type(b.value) not in (int, float):
+        return None
+    answer = fn(a.value, b.value)
+    tx.output.guards.add(GuardKind.FLOAT_COMPARE, a.source, (_COMPARE[fn], b.value, answer))
+    return ConstantVariable(answer)
+
+
+def binary(tx, fn, a, b):
+    """`a <op> b` with a SymFloatVariable and a number (or another): a node; else None."""
+    if fn in _COMPARE:
+        return compare(tx, fn, a, b)
+    op = _ARITH.get(fn)
+    pa, pb = _operand(a), _operand(b)
+    if op is None or pa is None or pb is None:
+        return None
+    try:
+        value = op(pa[1], pb[1])
+    except (ArithmeticError, ValueError):
+        return None  # raised on this value: specialised, so Python raises it
+    if not isinstance(value, float):
+        return None  # (a complex power): specialised
+    node = tx.output.create_node("call_function", op, (pa[0], pb[0]), {})
+    node.meta["example_value"] = value
+    return SymFloatVariable(tx.output, node, value, pa[2] + pb[2], parts=(op, a, b))
+
+
+def settle_args(target, args, kwargs, has_tensor):
+    """A tensor op's arguments, with floats it may not read as graph values specialised."""
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if has_tensor and not any(s in name for s in _SHAPE_FROM_FLOAT):
+        return args, kwargs
+
+    def settle(v):
+        return ConstantVariable(v.as_python_constant()) if isinstance(v, SymFloatVariable) else v
+
+    return [settle(a) for a in args], {k: settle(v) for k, v in kwargs.items()}

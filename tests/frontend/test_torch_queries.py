@@ -1,0 +1,121 @@
+"""torch functions answering with Python values fold while tracing (Note [Torch: folded queries])."""
+
+from typing import Any
+
+import pytest
+import torch
+
+import kiln
+from tests.frontend.frontend_helpers import CountingBackend, run_and_compare
+
+X = torch.randn(4, 3)
+
+
+def test_tracer_queries_fold_to_false():
+    def fn(x):
+        r = x + 1
+        if torch.fx._symbolic_trace.is_fx_tracing():
+            r = r * 2
+        if torch.onnx.is_in_onnx_export() or torch.jit.is_scripting():
+            r = r * 3
+        if torch._C._get_tracing_state() is None:
+            r = r - 1
+        return r
+
+    run_and_compare(fn, X, fullgraph=True, expected_graphs=1)
+
+
+def test_process_query_folds():
+    def fn(x):
+        return x + 1 if torch.cuda.is_available() else x - 1
+
+    run_and_compare(fn, X, fullgraph=True, expected_graphs=1)
+
+
+def test_deterministic_query_is_guarded():
+    def fn(x):
+        return x * 2 if torch.are_deterministic_algorithms_enabled() else x * 3
+
+    kiln.reset()
+    backend = CountingBackend()
+    f = kiln.compile(fn, backend=backend, fullgraph=True)
+    was = torch.are_deterministic_algorithms_enabled()
+    try:
+        for flag in (False, True, False, True):
+            torch.use_deterministic_algorithms(flag)
+            torch.testing.assert_close(f(X), fn(X))
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert backend.calls == 2  # one entry per answer, each reused
+
+
+def test_inference_mode_query_is_guarded():
+    def fn(x):
+        return x + torch.is_inference_mode_enabled()
+
+    kiln.reset()
+    f = kiln.compile(fn, backend="eager", fullgraph=True)
+    torch.testing.assert_close(f(X), fn(X))
+    with torch.inference_mode():
+        x = torch.randn(4, 3)
+        torch.testing.assert_close(f(x), fn(x))
+
+
+def test_default_dtype_is_guarded():
+    def fn(x):
+        return x.to(torch.get_default_dtype()) + 1
+
+    kiln.reset()
+    f = kiln.compile(fn, backend="eager", fullgraph=True)
+    assert f(X).dtype == torch.float32
+    old = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        assert f(X).dtype == fn(X).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(old)
+
+
+@pytest.mark.parametrize("hint", [torch.Tensor, Any])
+def test_jit_annotate_is_its_value(hint):
+    def fn(x):
+        y = torch.jit.annotate(hint, x + 1)
+        return y * 2
+
+    run_and_compare(fn, X, fullgraph=True, expected_graphs=1)
+
+
+def test_finfo_iinfo_compare_and_attributes():
+    def fn(x):
+        fi = torch.finfo(x.dtype)
+        r = x.clamp(fi.min, fi.max) + fi.eps + fi.tiny + fi.bits
+        if fi == torch.finfo(torch.float32) and torch.iinfo(torch.int8) != torch.iinfo(torch.int16):
+            r = r + torch.iinfo(torch.int32).max
+        return r
+
+    run_and_compare(fn, X, fullgraph=True, expected_graphs=1)
+    run_and_compare(fn, X.double(), fullgraph=True, expected_graphs=1)
+
+
+def test_python_value_queries_on_tensors():
+    def fn(x):
+        d = x.dtype
+        r = x + torch.numel(x) + d.itemsize + d.is_floating_point + d.is_signed
+        if torch.is_tensor(x) and torch.is_floating_point(x) and not torch.is_complex(x):
+            r = r + 1
+        if x.device.type == "cpu" and x.device.index is None and x.device == torch.device("cpu"):
+            r = r + 2
+        s = x.size() + (2,)
+        return r.reshape(s[:2]) + s[1:].numel() + s.index(3) + (x.shape == (4, 3))
+
+    run_and_compare(fn, X, fullgraph=True, expected_graphs=1)
+
+
+def test_is_tensor_like():
+    def fn(x):
+        if torch.overrides.is_tensor_like(x):
+            return (x * 2,)
+        return (torch.ones(10) + x,)
+
+    run_and_compare(fn, torch.randn(10), fullgraph=True, expected_graphs=1)
+    run_and_compare(fn, 4, fullgraph=True, expected_graphs=1)

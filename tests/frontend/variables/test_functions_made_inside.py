@@ -1,0 +1,80 @@
+"""Functions and partials made while tracing keep their identity and annotations across a graph
+break (the code after the break sees the very object the break's call got)."""
+
+import functools
+
+import torch
+
+import kiln
+
+
+def target(x):
+    "target's doc"
+    return x + 1
+
+
+def _compare(fn, *args):
+    kiln.reset()
+    expected = fn(*args)
+    got = kiln.compile(fn, backend="eager")(*args)
+    assert got == expected
+    return got
+
+
+def test_update_wrapper_on_a_function_made_inside():
+    def fn(x):
+        def wrapper(*a):
+            return target(*a)
+
+        functools.update_wrapper(wrapper, target)  # runs at a break, on the rebuilt function
+        return wrapper.__name__, wrapper.__doc__, wrapper.__wrapped__ is target
+
+    assert _compare(fn, 1) == ("target", "target's doc", True)
+
+
+def test_partial_identity_across_a_break():
+    def fn(x):
+        p = functools.partial(target, 1)
+        seen = [p]
+        print("break")
+        return seen[0] is p, p()
+
+    assert _compare(fn, torch.zeros(1)) == (True, 2)
+
+
+def test_annotations_of_a_function_made_inside():
+    def fn(x):
+        def w(a: int, b: "str" = "q") -> float:
+            pass
+
+        print("break")
+        return w.__annotations__, w.__defaults__
+
+    assert _compare(fn, 1)[0] == {"a": int, "b": "str", "return": float}
+
+
+def test_locals_sees_the_traced_values():
+    def fn(a):
+        x = {1}
+        y = {1, 2}
+        del a
+        names = sorted(locals())  # `a` deleted: not there
+        return eval("x < y", locals()), names  # eval breaks; locals() is answered while tracing
+
+    assert _compare(fn, 1) == (True, ["x", "y"])
+
+
+def test_locals_of_a_frame_with_cells():
+    def fn(t):
+        c = t + 1
+
+        def inner():
+            return c
+
+        return t * 2, sorted(locals()), locals()["c"]
+
+    kiln.reset()
+    expected = fn(torch.ones(1))
+    got = kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(1))
+    assert got[1] == expected[1]
+    torch.testing.assert_close(got[2], expected[2])

@@ -1,0 +1,147 @@
+"""itertools, operator, functools, math and string formatting inside compiled code, with
+fullgraph=True, compared with eager."""
+
+import functools
+import itertools
+import math
+import operator
+
+import pytest
+import torch
+from frontend_helpers import run_and_compare
+
+import kiln
+
+
+class Holder:
+    def __init__(self, v):
+        self.v = v
+        self.inner = self
+
+
+@functools.cache
+def doubled(n):
+    return n * 2
+
+
+def iterators(x):
+    r = list(itertools.chain([1], [2])) + list(itertools.chain.from_iterable([[3], [4, 5]]))
+    r += [a * b for a, b in itertools.product([1, 2], [3])]
+    r += [a or 0 for a, b in itertools.zip_longest([1, 2], [3])]
+    r += list(itertools.accumulate([1, 2, 3])) + list(itertools.islice([5, 6, 7], 2))
+    r += list(itertools.repeat(1, 2)) + list(itertools.starmap(operator.add, [(1, 2)]))
+    r += [sum(c) for c in itertools.combinations([1, 2, 3], 2)]
+    r += [a * 10 + b for a, b in itertools.permutations([1, 2, 3], 2)]
+    r += [len(p) for p in itertools.permutations([1, 2])]
+    r += [a + b for a, b in itertools.pairwise([1, 2, 3])]
+    r += [k * 10 + len(list(g)) for k, g in itertools.groupby([1, 1, 2, 1])]
+    r += [k for k, _ in itertools.groupby(["aa", "ab", "b"], key=lambda s: s[0])]
+    return x + len(r), r
+
+
+def tensors_through_iterators(x):
+    parts = [x, x * 2, x * 3]
+    total = sum(a * b for a, b in itertools.combinations(parts, 2))
+    return total, list(itertools.chain.from_iterable([parts[:1], parts[2:]]))
+
+
+def getters(x):
+    first_two = operator.itemgetter(1, 0)
+    v = operator.attrgetter("v")
+    deep = operator.attrgetter("inner.v")
+    count_ones = operator.methodcaller("count", 1)
+    h = Holder(x)
+    return (
+        first_two([5, x]),
+        operator.itemgetter("k")({"k": x}),
+        v(h) + deep(h),
+        count_ones([1, 1, 2]),
+        sorted([(2, "b"), (1, "a")], key=operator.itemgetter(0)),
+    )
+
+
+def operator_functions(x):
+    return (
+        x * operator.mul(2, 3) + operator.neg(1) + operator.getitem([1, 2], 0),
+        operator.truth(1),
+        operator.contains([1], 1),
+        operator.index(3),
+        operator.floordiv(7, 2),
+        operator.add(x, 1),
+    )
+
+
+def functools_calls(x):
+    return (
+        x + functools.reduce(operator.add, [1, 2, 3]) + doubled(3),
+        functools.partial(operator.add, 1)(2),
+        functools.reduce(lambda a, b: a * b, [x, x, 2]),
+    )
+
+
+def maths(x):
+    return (
+        x * math.sqrt(4) + math.floor(2.5) + math.ceil(2.1) + math.log(math.e),
+        math.prod([2, 3]),
+        math.gcd(4, 6),
+        math.isclose(1.0, 1.0),
+        math.inf > 1,
+    )
+
+
+def strings(x):
+    return (
+        x + 1,
+        f"{3.14159:.2f}|{7:03d}|{'a':>3}|{x.shape[0]!r}",
+        "%s-%d-%.1f" % ("a", 2, 1.5),  # noqa: UP031
+        "{}+{b}".format(x.shape[0], b=2),  # noqa: UP032
+        ",".join(["a", "b"]).split(","),
+        "Abc".startswith("A"),
+        " x ".strip().upper(),
+        "a_b".replace("_", "-"),
+        "abc".find("c"),
+    )
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        iterators,
+        tensors_through_iterators,
+        getters,
+        operator_functions,
+        functools_calls,
+        maths,
+        strings,
+    ],
+)
+def test_stdlib(fn):
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_getters_made_inside_are_returned():
+    def fn(x):
+        return (
+            x + 1,
+            operator.itemgetter(1),
+            operator.attrgetter("v", "inner"),
+            operator.methodcaller("pop", 0),
+        )
+
+    kiln.reset()
+    out = kiln.compile(fn, backend="eager", fullgraph=True)(torch.zeros(1))
+    assert out[1]([4, 5]) == 5
+    h = Holder(3)
+    assert out[2](h) == (3, h)
+    assert out[3]([7, 8]) == 7
+
+
+def test_lru_cached_function_of_a_tensor_breaks():
+    @functools.lru_cache
+    def cached(t):
+        return t + 1
+
+    def fn(x):
+        return cached(x) * 2
+
+    run_and_compare(fn, torch.randn(3), expected_breaks=1)
