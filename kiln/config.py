@@ -34,6 +34,7 @@ assume_static_by_default = True  # first compile treats every size as static
 fallback_random = False  # random ops draw exactly what eager draws (no functional RNG)
 partitioner = "min_cut"  # "min_cut" (recompute cheap ops in backward) or "default"
 compiled_autograd = False  # route .backward() inside compiled code to compiled autograd
+ddp_split_graphs = True  # under DDP, one graph per gradient bucket (backward overlaps all-reduce)
 
 # --- backend ---
 cpp_compiler = "g++"  # compiler for CPU kernels

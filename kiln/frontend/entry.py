@@ -6,6 +6,7 @@ import types
 
 import torch
 
+from kiln.frontend import distributed
 from kiln.frontend.frame_cache import FrameCache, make_wrapper, module_eager
 from kiln.frontend.markers import kiln_marker
 from kiln.frontend.variables.functions import is_torch_disabled
@@ -58,6 +59,14 @@ class OptimizedModule(torch.nn.Module):
         d["_orig_mod"] = mod
         d["_kiln_settings"] = settings
         forward = mod.forward
+        if distributed.is_ddp(mod):  # Note [DDP: DDP's forward stays Python]
+            d["_kiln_call"] = distributed.DDPCall(mod, lambda m: OptimizedModule(m, settings))
+            d["_kiln_cache"] = None
+            return
+        if distributed.is_fsdp(mod):  # Note [FSDP: hooks stay Python]
+            d["_kiln_call"] = distributed.HookedModuleCall(mod, compile_callable(forward, settings))
+            d["_kiln_cache"] = None
+            return
         if isinstance(forward, types.MethodType) and forward.__self__ is mod:
             cache = FrameCache(forward.__func__, settings, eager=module_eager, module_root=True)
             d["_kiln_call"] = types.MethodType(make_wrapper(cache), mod)

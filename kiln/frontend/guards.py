@@ -27,6 +27,7 @@ from kiln.frontend.source import (
     GetItemSource,
     LocalSource,
     dict_get,
+    key_text,
     tensor_of_array,
 )
 from kiln.symbolic import autocast_state as amp
@@ -156,7 +157,8 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
         return [f"___type({s}) is {namer(typ, typ.__name__)} and ___len({s}) == {n}"]
     if k == GuardKind.DICT_KEYS:
         typ, keys = v
-        return [f"___type({s}) is {namer(typ, typ.__name__)} and ___list({s}) == {list(keys)!r}"]
+        expected = "[" + ", ".join(key_text(key) for key in keys) + "]"
+        return [f"___type({s}) is {namer(typ, typ.__name__)} and ___list({s}) == {expected}"]
     if k == GuardKind.ALIASING:
         return [f"{s} is {ref(v)}"]
     if k == GuardKind.DISTINCT:
@@ -294,7 +296,7 @@ class _Hoister:
         if isinstance(source, AttrSource):
             expr = f"{self(source.source)}.{source.attr}"
         elif isinstance(source, GetItemSource):
-            expr = f"{self(source.source)}[{source.index!r}]"
+            expr = f"{self(source.source)}[{key_text(source.index)}]"
         elif type(source).__name__ == "DictGetSource":
             expr = f"___dict_get({self(source.source)}, {source.key!r})"
         else:
@@ -353,6 +355,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___type": type,
         "___len": len,
         "___list": list,
+        "___device": torch.device,  # keys rendered by source.key_text
         "___is_grad_enabled": torch.is_grad_enabled,
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,

@@ -93,6 +93,16 @@ class AttrSource(Source):
         return self.source.base()
 
 
+def key_text(key):
+    """A constant dict key as guard code: its repr, or `___device('cpu')` for a torch.device
+    (whose repr names `device`, which guard code does not see)."""
+    if isinstance(key, torch.device):
+        return f"___device({str(key)!r})"
+    if type(key) is tuple and any(isinstance(k, torch.device) for k in key):
+        return "(" + "".join(key_text(k) + ", " for k in key) + ")"
+    return repr(key)
+
+
 @dataclasses.dataclass(frozen=True)
 class GetItemSource(Source):
     """`base[index]` for a constant index (int or str)."""
@@ -101,7 +111,7 @@ class GetItemSource(Source):
     index: object
 
     def name(self):
-        return f"{self.source.name()}[{self.index!r}]"
+        return f"{self.source.name()}[{key_text(self.index)}]"
 
     def reconstruct(self, cg):
         self.source.reconstruct(cg)

@@ -219,7 +219,16 @@ def wrap_value(tx, value, source):
     return _wrap(tx, value, source)
 
 
-_MUTABLE = (list, dict, collections.OrderedDict, collections.deque)
+_MUTABLE = (list, dict, collections.OrderedDict, collections.defaultdict, collections.deque)
+
+
+def _const_keyed_defaultdict(value):
+    """Whether a defaultdict is traced as a dict of constant keys: its keys are literals, and an
+    empty one has a Python function as factory (GradScaler's per-optimizer states); an empty
+    `defaultdict(dict)` may be keyed by tensors (Note [Optimizers: state keyed by parameters])."""
+    if not all(is_literal(k) for k in value):
+        return False
+    return bool(value) or isinstance(value.default_factory, types.FunctionType)
 
 
 def _wrap(tx, value, source):
@@ -245,6 +254,13 @@ def _wrap(tx, value, source):
         guards.add(GuardKind.DICT_KEYS, source, (type(value), tuple(value)))
         items = {k: wrap_value(tx, v, GetItemSource(source, k)) for k, v in value.items()}
         return ConstDictVariable(items, user_cls=type(value), source=source)
+    if type(value) is collections.defaultdict and _const_keyed_defaultdict(value):
+        guards.add(GuardKind.DICT_KEYS, source, (type(value), tuple(value)))
+        items = {k: wrap_value(tx, v, GetItemSource(source, k)) for k, v in value.items()}
+        factory = wrap_value(tx, value.default_factory, _attr(source, "default_factory"))
+        return ConstDictVariable(
+            items, user_cls=type(value), default_factory=factory, source=source
+        )
     if type(value) is collections.deque:
         return wrap_deque(tx, value, source)
     if type(value) is range:

@@ -3,6 +3,7 @@
 import abc
 import builtins
 import collections.abc
+import enum
 import functools
 import inspect
 import itertools
@@ -216,8 +217,8 @@ def _identical(a, b):
         if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
             if type(va) is not type(vb):
                 return False
-            if isinstance(va, (bool, type(None), type(Ellipsis))) or va is vb:
-                return va is vb
+            if isinstance(va, (bool, type(None), type(Ellipsis), enum.Enum)) or va is vb:
+                return va is vb  # (enum members are singletons: OptState.READY is ...)
             return None
         return va is vb
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
@@ -421,6 +422,16 @@ class BuiltinVariable(VariableTracker):
         if obj.is_python_constant():
             return fold(len, obj.as_python_constant())
         return obj.call_method(tx, "__len__", [], {})
+
+    def _call_id(self, tx, obj):
+        """id() of an object reached from a source: a constant, the object's identity guarded."""
+        value = getattr(obj, "value", None)
+        if obj.source is None or isinstance(obj, (TensorVariable, ConstantVariable)):
+            unimplemented(f"id() of {obj}")
+        if not isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
+            unimplemented(f"id() of {obj}")
+        tx.output.guards.add(GuardKind.ID_MATCH, obj.source, value)
+        return ConstantVariable(id(value))
 
     def _call_isinstance(self, tx, obj, cls):
         c = cls.as_python_constant()

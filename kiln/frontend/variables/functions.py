@@ -11,7 +11,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.markers import kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.user_errors import disabled_by
-from kiln.frontend.variables import stdlib
+from kiln.frontend.variables import optim, stdlib
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -387,6 +387,9 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
     """Trace the body of a user function inside the current frame; returns its result."""
     from kiln.frontend.translator import InliningTranslator
 
+    unpatched = optim.dynamo_unpatched(fn)  # Note [Optimizers: Dynamo's patches]
+    if unpatched is not None:
+        fn, fn_source = unpatched, fn_source and AttrSource(fn_source, "__wrapped__")
     if tx.inline_depth + 1 > config.inline_depth_limit:
         unimplemented(f"inlining depth limit ({config.inline_depth_limit}) at {fn.__qualname__}")
     code = getattr(fn, "__code__", None)

@@ -21,6 +21,7 @@ import collections
 import contextlib
 import dataclasses
 import sys
+import types
 
 import torch
 import torch.autograd.profiler as profiler
@@ -31,13 +32,32 @@ from kiln.exc import unimplemented
 from kiln.frontend.source import AttrSource, Source
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
-from kiln.frontend.variables.lists import ListVariable
+from kiln.frontend.variables.lists import ListVariable, TupleVariable
 
 
 def is_dynamo_graph_break(value):
     """`torch._dynamo.graph_break` (compared without importing torch._dynamo)."""
     dynamo = sys.modules.get("torch._dynamo")
     return dynamo is not None and value is getattr(dynamo, "graph_break", None)
+
+
+def dynamo_unpatched(fn):
+    """The original of a torch.optim function that Dynamo's TorchPatcher wrapped in
+    `torch._dynamo.disable` (`Optimizer._init_group`, ...), else None.
+
+    Note [Optimizers: Dynamo's patches]: once torch.compile has run in the process, Dynamo has
+    replaced each optimizer class's `_init_group` by a disabled wrapper, because Dynamo's own
+    optimizer support builds the state itself. The wrapper says nothing about the function: the
+    function is torch.optim's, which kiln traces, so kiln traces the original (`__wrapped__`).
+    """
+    if not isinstance(fn, types.FunctionType) or not fn.__code__.co_filename.endswith(
+        "torch/_dynamo/eval_frame.py"
+    ):
+        return None
+    orig = getattr(fn, "__wrapped__", None)
+    if isinstance(orig, types.FunctionType) and orig.__module__.startswith("torch.optim."):
+        return orig
+    return None
 
 
 def is_record_function(value):
@@ -192,6 +212,32 @@ def rewrite_foreach(tx, fn, args, kwargs, call, tensor_cls):
         else:
             outs.append(call(torch.add, [s, term]))
     return ConstantVariable(None) if inplace else ListVariable(outs)
+
+
+# Note [Optimizers: GradScaler's unscale]
+# `torch._amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)` writes two
+# things and returns None: every gradient is multiplied by inv_scale (an inf or nan stays one),
+# and found_inf (a 1-element float tensor, 0 or 1) becomes 1 when any gradient holds an inf or
+# a nan. It is traced as those ops: `g.mul_(inv_scale)` per gradient and
+# `found_inf.copy_(max(found_inf, any non-finite))`, which is the kernel's result whatever the
+# order (found_inf only ever goes from 0 to 1).
+
+
+def amp_unscale(tx, args, kwargs, call):
+    """`_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale)` traced as
+    its ops (Note [Optimizers: GradScaler's unscale]); None when the arguments are others."""
+    if len(args) != 3 or kwargs or not isinstance(args[0], (ListVariable, TupleVariable)):
+        return None
+    grads, found_inf, inv_scale = args[0].unpack_var_sequence(tx), args[1], args[2]
+    flags = [call(torch.any, [call(torch.logical_not, [call(torch.isfinite, [g])])]) for g in grads]
+    for g in grads:
+        g.call_method(tx, "mul_", [inv_scale], {})
+    if flags:
+        any_bad = call(torch.any, [call(torch.stack, [ListVariable(flags)])])
+        bad = any_bad.call_method(tx, "to", [ConstantVariable(found_inf.example.dtype)], {})
+        found = call(torch.maximum, [found_inf, bad])
+        found_inf.call_method(tx, "copy_", [found], {})
+    return ConstantVariable(None)
 
 
 def rewrite_method(tx, tensor, name, args, kwargs, call, tensor_cls):

@@ -435,6 +435,10 @@ class TorchVariable(PythonValueVariable):
             done = optim.rewrite_foreach(tx, fn, args, kwargs, _call_torch(tx), TensorVariable)
             if done is not None:
                 return done
+        if fn is torch._amp_foreach_non_finite_check_and_unscale_:
+            done = optim.amp_unscale(tx, args, kwargs, _call_torch(tx))
+            if done is not None:
+                return done
         if fn in _BANNED:
             unimplemented(f"torch.{getattr(fn, '__name__', fn)} changes or reads global state")
         if isinstance(fn, type):
