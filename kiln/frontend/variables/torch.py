@@ -403,6 +403,11 @@ def _has_torch_function(tx, args):
     return False
 
 
+def _qualified(fn):
+    """(module, name) of a function, recognised by name (kiln never touches torch.jit itself)."""
+    return getattr(fn, "__module__", None), getattr(fn, "__name__", None)
+
+
 def _is_compiling_query(fn):
     """torch.compiler.is_compiling / is_dynamo_compiling (without importing torch._dynamo)."""
     name = getattr(fn, "__name__", "")
@@ -479,7 +484,7 @@ class TorchVariable(PythonValueVariable):
         folded = torch_queries.fold(tx, fn, args, kwargs)  # Note [Torch: folded queries]
         if folded is not None:
             return folded
-        if fn is torch.jit.annotate and len(args) == 2 and not kwargs:
+        if _qualified(fn) == ("torch.jit", "annotate") and len(args) == 2 and not kwargs:
             return args[1]  # `annotate(type, value)` is value (a hint for TorchScript)
         if fn is torch.is_grad_enabled and not args:
             return ConstantVariable(torch.is_grad_enabled())  # guarded; traced `with` blocks set it
