@@ -37,6 +37,8 @@ class SideEffects:
         self.cell_objects = {}  # id(real cell) -> free variable name (inlined code reads it)
         self.containers = {}  # id(real list/dict/deque from a source) -> (it, its variable)
         self.version = 0
+        self.records = 0  # stores/calls recorded so far (Note [Generators: effects outside])
+        self.written = []  # serials of pre-existing objects and cells written, in order
         self.step_serial = 0  # set by the root translator before each instruction
 
     def tracked_container(self, tx, value, source):
@@ -59,6 +61,7 @@ class SideEffects:
         return bool(self.log)
 
     def _record(self, key, kind, payload):
+        self.records += 1
         self.log.pop(key, None)
         self.log[key] = (kind, payload)
 
@@ -86,6 +89,7 @@ class SideEffects:
         return hit[1][2] if hit is not None else None
 
     def mutate_container(self, var):
+        self.written.append(var.serial)
         if var.source is not None:
             self._record(("container", id(var)), "container", var)
         if var.serial < self.step_serial:
@@ -93,6 +97,10 @@ class SideEffects:
             # in Python would repeat the mutation (objects made by the instruction itself would
             # be made afresh)
             self.version += 1
+
+    def write_cell_ref(self, ref):
+        """A store into an enclosing traced frame's cell (`nonlocal`, a walrus in a genexp)."""
+        self.written.append(ref.serial)
 
     def store_global(self, name, value):
         self._record(("global", name), "global", value)
@@ -117,6 +125,7 @@ class SideEffects:
 
     def mutate_new_object(self, var):
         """An object made while tracing got an attribute: like a container mutation."""
+        self.written.append(var.serial)
         if var.serial < self.step_serial:
             self.version += 1
 

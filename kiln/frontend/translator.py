@@ -358,6 +358,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin):
         if name in self.closure:
             ref = self.closure[name]
             if isinstance(ref, CellRefVariable):
+                self.output.side_effects.write_cell_ref(ref)
                 ref.tx.symbolic_locals[ref.name] = v
                 return
             if not self.is_root:
@@ -770,8 +771,20 @@ class InliningTranslator(InstructionTranslatorBase):
         A generator called while tracing is traced to its end at once and its items are handed to
         the consumer as a list iterator. The body has no effects outside the graph (anything
         else is unimplemented), so consuming it early only adds unused graph nodes.
+
+        Note [Generators: effects outside]
+        A body that writes anything that existed before it ran (a cell of the enclosing frame,
+        as `any((last := n) == 1 for n in xs)` does; a list, attribute, global; a replayed call)
+        is unimplemented: run to its end here, it would make every write, where a consumer that
+        stops early (any, all, next, zip, break) makes only some in eager.
         """
+        effects = self.output.side_effects
+        floor, records, written = next_serial(), effects.records, len(effects.written)
         self.run_loop()
+        if self.is_generator and (
+            effects.records > records or any(s < floor for s in effects.written[written:])
+        ):
+            unimplemented("a generator whose body writes state from outside it (runs lazily)")
         if self.is_generator:
             it = GeneratorItemsVariable(self.generated)
             it.gen_return = self.return_value  # what `yield from` of it evaluates to

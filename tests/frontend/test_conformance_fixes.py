@@ -212,3 +212,34 @@ def tensor_class_name(x):
 def test_tensor_class_attribute_is_captured():
     run_and_compare(tensor_class_name, torch.randn(2), fullgraph=True, expected_graphs=1)
     run_and_compare(tensor_class_name, torch.nn.Parameter(torch.randn(2)), fullgraph=True)
+
+
+# --- Note [Generators: effects outside]: a generator stopped early makes only some writes ----------
+def walrus_in_genexp_any(x):
+    last = None
+    found = any((last := n) == 1 for n in [1, 2, 3])  # eager stops at the first item
+    return x + 1, found, last
+
+
+def append_in_genexp_all(x):
+    out = []
+    ok = all(out.append(n) or n < 2 for n in range(5))  # eager stops at n == 2
+    return x * 2, ok, out
+
+
+def pure_genexp_summed(x):
+    return sum(x * i for i in range(3))
+
+
+def test_generator_writing_outside_itself_runs_lazily():
+    for fn in (walrus_in_genexp_any, append_in_genexp_all):
+        kiln.reset()
+        run_and_compare(fn, torch.ones(2))  # compares every returned value with eager
+        reasons = list(kiln.counters["graph_breaks"])
+        assert any("writes state from outside it" in r for r in reasons), reasons
+
+
+def test_generator_without_outside_writes_stays_in_the_graph():
+    kiln.reset()
+    run_and_compare(pure_genexp_summed, torch.ones(2))
+    assert kiln.counters["stats"]["graph_breaks"] == 0
