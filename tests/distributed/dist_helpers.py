@@ -13,10 +13,28 @@ import subprocess
 import sys
 import traceback
 
+import pytest
 import torch
+import torch.distributed as dist
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TIMEOUT_S = 420
+
+
+NEEDS_GLOO = pytest.mark.skipif(
+    not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed gloo"
+)
+
+
+def results_fixture(worker):
+    """A module-scoped fixture: every scenario of the worker script next to this file, run once."""
+
+    @pytest.fixture(scope="module")
+    def results(tmp_path_factory):
+        path = pathlib.Path(__file__).with_name(worker)
+        return run_workers(path, tmp_path_factory.mktemp(path.stem))
+
+    return results
 
 
 def free_port():

@@ -2,22 +2,11 @@
 127.0.0.1, started here; losses, gradients, parameters and buffers equal every step
 (tests/distributed/ddp_worker.py runs every scenario in one spawn)."""
 
-import pathlib
-
 import pytest
-import torch.distributed as dist
-from dist_helpers import run_workers
+from dist_helpers import NEEDS_GLOO, results_fixture
 
-pytestmark = pytest.mark.skipif(
-    not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed gloo"
-)
-
-WORKER = pathlib.Path(__file__).with_name("ddp_worker.py")
-
-
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    return run_workers(WORKER, tmp_path_factory.mktemp("ddp"))
+pytestmark = NEEDS_GLOO
+results = results_fixture("ddp_worker.py")
 
 
 def passed(results, name):

@@ -1,22 +1,10 @@
 """`fully_shard` (FSDP2) models compiled per block and whole, against eager FSDP: 2 gloo processes
 on 127.0.0.1 (fully_shard runs on CPU/gloo in torch 2.13), results equal every step."""
 
-import pathlib
+from dist_helpers import NEEDS_GLOO, results_fixture
 
-import pytest
-import torch.distributed as dist
-from dist_helpers import run_workers
-
-pytestmark = pytest.mark.skipif(
-    not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed gloo"
-)
-
-WORKER = pathlib.Path(__file__).with_name("fsdp_worker.py")
-
-
-@pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    return run_workers(WORKER, tmp_path_factory.mktemp("fsdp"))
+pytestmark = NEEDS_GLOO
+results = results_fixture("fsdp_worker.py")
 
 
 def test_per_block_compile(results):
