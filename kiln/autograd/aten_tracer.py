@@ -441,6 +441,9 @@ class Tracer(_FakeDispatch):
 # runs we answer True, as torch.compile's own tracing does; the flag is restored afterwards. The
 # user's saved-tensor hooks (checkpointing, offloading) are likewise not applied to the proxies
 # autograd saves while we trace: they apply at run time to what CompiledFunction saves.
+# Known limit (Note [Tracer: imports during a trace] in tests/conftest.py): a module imported for
+# the first time inside the trace also sees True at import time (transformers then leaves its
+# ModelOutput classes unregistered as pytree nodes).
 
 
 def trace_aten(fn, example_inputs, *, decompositions=None, input_names=None):
