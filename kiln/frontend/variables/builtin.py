@@ -250,6 +250,20 @@ _MISSING = object()
 _PURE_MODULES = {"math", "operator", "_operator"}
 
 
+def _frozen_membership(container, item):
+    """A constant looked up in a frozenset reached from a source (immutable: its identity is
+    guarded, so the answer is a constant)."""
+    if not isinstance(container, UserDefinedObjectVariable) or container.source is None:
+        return False
+    if type(container.value) is not frozenset or not item.is_python_constant():
+        return False
+    try:
+        hash(item.as_python_constant())
+    except TypeError:
+        return False
+    return True
+
+
 def contains(tx, container, item):
     """`item in container`."""
     if isinstance(container, ConstDictVariable):
@@ -261,6 +275,9 @@ def contains(tx, container, item):
         value = item.as_python_constant()
         if _foldable(value):
             return fold(operator.contains, container.value, value)
+    if _frozen_membership(container, item):  # `type(v) in _ATOMIC_TYPES` (3.13's dataclasses)
+        tx.output.guards.add(GuardKind.ID_MATCH, container.source, container.value)
+        return ConstantVariable(item.as_python_constant() in container.value)
     if isinstance(container, (UserDefinedObjectVariable, NewObjectVariable)):
         return container.call_method(tx, "__contains__", [item], {})
     items = container.unpack_var_sequence(tx)
