@@ -151,11 +151,12 @@ def test_id_of_an_object_made_inside_breaks():
     assert any("id()" in reason for reason in kiln.counters["graph_breaks"])
 
 
-_TYPES = frozenset({int, float, str, type(None)})  # a frozenset of non-literals, as 3.13's dataclasses
+# a frozenset of non-literals, as 3.13's dataclasses has
+_TYPES = frozenset({int, float, str, type(None)})
 
 
 def frozenset_of_types_membership(x):
-    return x + 1, type(3) in _TYPES, type(x) in _TYPES, list not in _TYPES
+    return x + 1, int in _TYPES, type(x) in _TYPES, list not in _TYPES
 
 
 def test_membership_in_a_frozenset_from_a_global():
