@@ -7,9 +7,10 @@ type. The corpus is not ours (it ships with torch, `torch.testing._internal`, an
 `expecttest` package: `pip install -e .[bench]`), so it measures what a torch user would meet.
 
     .venv/bin/python benchmarks/conformance.py --backend eager|aot_eager|kiln [--grad]
-        [--dtype float32] [--samples 1] [--ops abs,add] [--json PATH]
+        [--dtype float32] [--samples 1] [--ops abs,add] [--device cuda] [--jobs 8] [--json PATH]
 
-Ops run in worker processes (a crash or a hang costs one op, not the sweep). Printed: the pass
+Ops run in worker processes (a crash or a hang costs one op, not the sweep), `--jobs` of them
+side by side over disjoint slices of the ops. Printed: the pass
 rate, then every failure with its first line.
 """
 
@@ -17,6 +18,7 @@ import argparse
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 WORKER = r"""
 import json, sys, warnings
@@ -26,7 +28,7 @@ import kiln
 from torch.testing._internal.common_methods_invocations import op_db
 
 backend, dtype, samples, grad = sys.argv[1], getattr(torch, sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
-names = set(sys.argv[5].split(","))
+names, device = set(sys.argv[5].split(",")), sys.argv[6]
 torch.set_num_threads(1)
 
 
@@ -125,12 +127,12 @@ for op in op_db:
     key = f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
     if key not in names:
         continue
-    if dtype not in op.supported_dtypes("cpu") or (grad and not op.supports_autograd):
+    if dtype not in op.supported_dtypes(device) or (grad and not op.supports_autograd):
         print(json.dumps({"op": key, "status": "skip"}), flush=True)
         continue
     status, why = "pass", ""
     try:
-        sample_list = list(op.sample_inputs("cpu", dtype, requires_grad=grad))[:samples]
+        sample_list = list(op.sample_inputs(device, dtype, requires_grad=grad))[:samples]
     except Exception as e:
         print(json.dumps({"op": key, "status": "skip", "why": f"samples: {e}"[:200]}), flush=True)
         continue
@@ -181,7 +183,7 @@ def sweep(names, args, timeout):
     pending = list(names)
     while pending:
         cmd = [sys.executable, "-c", WORKER, args.backend, args.dtype, str(args.samples)]
-        cmd += ["1" if args.grad else "0", ",".join(pending)]
+        cmd += ["1" if args.grad else "0", ",".join(pending), args.device]
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             stdout, crash = out.stdout, out.returncode != 0
@@ -211,12 +213,20 @@ def main(argv=None):
     p.add_argument("--ops", default=None, help="comma-separated OpInfo names (default: all)")
     p.add_argument("--timeout", type=int, default=3600)
     p.add_argument("--json", default=None)
+    p.add_argument("--device", default="cpu", help="cpu or cuda: where the samples are made")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes side by side")
     args = p.parse_args(argv)
     names = args.ops.split(",") if args.ops else op_names()
-    results = sweep(names, args, args.timeout)
+    with ThreadPoolExecutor(args.jobs) as pool:  # slices interleaved: slow ops spread out
+        parts = pool.map(
+            lambda i: sweep(names[i :: args.jobs], args, args.timeout), range(args.jobs)
+        )
+        results = {k: v for part in parts for k, v in part.items()}
+    results = {n: results[n] for n in names if n in results}
     ran = [r for r in results.values() if r["status"] != "skip"]
     passed = [r for r in ran if r["status"] == "pass"]
-    what = f"backend={args.backend} dtype={args.dtype} grad={args.grad} samples={args.samples}"
+    what = f"backend={args.backend} device={args.device} dtype={args.dtype} grad={args.grad}"
+    what += f" samples={args.samples}"
     print(f"{what}: {len(passed)}/{len(ran)} pass ({100 * len(passed) / max(len(ran), 1):.1f}%),")
     print(f"{len(results) - len(ran)} skipped (dtype or autograd unsupported by the op)")
     hows = {h: sum(1 for r in passed if r.get("how") == h) for h in ("graph", "fallback", "eager")}

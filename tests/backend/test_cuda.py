@@ -1,0 +1,147 @@
+"""CUDA tensors through the kiln backend: Triton kernels on a GPU against eager on the same GPU.
+
+Skipped where CUDA is absent (CI, the CPU machines); the Triton kernels' structure is tested on CPU
+by test_triton.py under Triton's interpreter. Here the backend's op tests and model parity tests
+run again with CUDA as the default device (`torch.set_default_device`), strict (a graph that falls
+back to eager fails), and each must send at least one graph through Triton.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+from kiln import config, logs
+from tests.backend import test_model_parity, test_ops
+from tests.backend.helpers import check
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.fixture(autouse=True)
+def on_cuda(monkeypatch):
+    """CUDA by default, strict, and at least one graph through Triton."""
+    real_special = test_ops.special
+
+    def special(shape, dtype=torch.float32, seed=0):
+        with torch.device("cpu"):
+            return real_special(shape, dtype, seed).to("cuda")
+
+    monkeypatch.setattr(test_ops, "special", special)
+    monkeypatch.setattr(config, "strict", True)
+    before = logs.counters["backend"]["triton_graphs"]
+    with torch.device("cuda"):
+        yield
+    torch.cuda.synchronize()
+    assert logs.counters["backend"]["triton_graphs"] > before, "no graph went through Triton"
+
+
+# every op test of test_ops.py but the out-of-bounds one (an index error in eager CUDA code is a
+# device-side assert that ends the process's CUDA context)
+OPS_TESTS = [
+    "test_binary_noncontiguous_and_mixed_dtypes",
+    "test_int_and_bool_ops",
+    "test_reductions_float",
+    "test_reductions_precision_large",
+    "test_reductions_bf16_and_f64",
+    "test_views",
+    "test_indexing_cat_pad",
+    "test_creation_and_conversion",
+    "test_zero_size_and_scalars",
+    "test_scatter_views",
+    "test_softmax_int_overloads",
+    "test_python_number_inputs_are_specialized_and_checked",
+]
+
+
+@pytest.mark.parametrize("name", OPS_TESTS)
+def test_ops_on_cuda(name):
+    getattr(test_ops, name)()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_unary_on_cuda(dtype):
+    test_ops.test_unary_float(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_binary_broadcast_on_cuda(dtype):
+    test_ops.test_binary_broadcast_float(dtype)
+
+
+@pytest.mark.parametrize("name", ["mlp", "conv_bn", "attention"])
+def test_training_parity_on_cuda(name):
+    make, inp = {
+        "mlp": (test_model_parity.MLP, (4, 16)),
+        "conv_bn": (test_model_parity.ConvBN, (2, 3, 6, 6)),
+        "attention": (test_model_parity.Attention, (2, 5, 16)),
+    }[name]
+    torch.manual_seed(0)
+    from tests.autograd.aot_helpers import check_module_parity
+
+    check_module_parity(make(), torch.randn(inp), compile_fn=test_model_parity.kiln_module)
+
+
+def test_hf_llama_training_parity_on_cuda():
+    test_model_parity.test_hf_training_parity("llama")
+
+
+def test_kernels_are_on_the_current_stream():
+    """Kernels and ATen calls of a compiled graph run on the caller's stream."""
+    f = kiln.compile(lambda x, w: (x @ w).relu().sum(-1) + x.sin().mean(-1), backend="kiln")
+    x, w = torch.randn(256, 256), torch.randn(256, 256)
+    want = (x @ w).relu().sum(-1) + x.sin().mean(-1)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        got = f(x, w)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
+
+
+def test_dynamic_sizes_one_compile_on_cuda():
+    logs.counters["stats"].clear()
+    f = kiln.compile(lambda x: torch.softmax(x * 2, -1) + x.mean(0), backend="kiln", dynamic=True)
+    for n in (8, 16, 33, 100):
+        x = torch.randn(n, 700)
+        torch.testing.assert_close(f(x), torch.softmax(x * 2, -1) + x.mean(0))
+    assert logs.counters["stats"]["unique_graphs"] == 1
+
+
+def test_cpu_scalar_tensor_with_cuda_tensors():
+    """A 0-d CPU tensor may meet CUDA tensors (eager allows it): same result as eager."""
+    f = kiln.compile(lambda x, s: x * s + 1, backend="kiln")
+    x, s = torch.randn(64), torch.tensor(3.0, device="cpu")
+    config.strict = False  # mixed devices may run the graph's kernels eagerly; never wrongly
+    torch.testing.assert_close(f(x, s), x * s + 1)
+
+
+def test_dropout_is_random_per_call_on_cuda():
+    f = kiln.compile(lambda x: F.dropout(x, 0.5, training=True), backend="kiln")
+    x = torch.ones(4096)
+    a, b = f(x), f(x)
+    assert not torch.equal(a, b)
+    assert set(a.unique().tolist()) <= {0.0, 2.0}
+    assert 0.4 < (a == 0).float().mean().item() < 0.6
+
+
+def test_low_precision_layer_norm_on_cuda():
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.randn(64, 512, dtype=dtype)
+        w, b = torch.randn(512, dtype=dtype), torch.randn(512, dtype=dtype)
+        compiled = check(
+            lambda x, w, b: F.layer_norm(x, (512,), w, b), [x, w, b], atol=2e-2, rtol=2e-2
+        )
+        assert "tl.float32" in compiled.cpp_src
+
+
+def test_reduce_overhead_replays_a_model_on_cuda():
+    """mode="reduce-overhead": a model in eval mode replays its recording and matches eager."""
+    logs.counters["cudagraphs"].clear()
+    model = test_model_parity.MLP().eval()
+    compiled = kiln.compile(model, backend="kiln", mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(4, 16)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert logs.counters["cudagraphs"]["replays"] >= 2
