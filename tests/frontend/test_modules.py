@@ -217,3 +217,48 @@ def test_ordered_dict_input():
 
     d = collections.OrderedDict(a=torch.randn(2), b=torch.randn(2))
     run_and_compare(lambda d: (d["a"] * d["b"], d), d, expected_graphs=1, expected_breaks=0)
+
+
+class ScaledCall(nn.Module):
+    """A module whose class wraps Module.__call__ (as transformers' checkpointing layers do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.boost = False
+
+    def forward(self, x, scale=1.0):
+        return self.lin(x) * scale
+
+    def __call__(self, *args, **kwargs):
+        if self.boost and self.training:
+            kwargs["scale"] = 3.0
+        return super().__call__(*args, **kwargs)
+
+
+class CallsScaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([ScaledCall(), ScaledCall()])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x, scale=2.0)
+        return x.relu()
+
+
+def test_overriding_call_is_inlined_in_one_graph():
+    model, x = CallsScaled(), torch.randn(2, 4)
+    backend = CountingBackend()
+    compiled = kiln.compile(model, backend=backend, fullgraph=True)
+    assert_same(model(x), compiled(x))
+    model.layers[0].boost = True  # the override's branch is guarded: a recompile, same results
+    assert_same(model(x), compiled(x))
+    assert backend.calls == 2
+
+
+def test_overriding_call_keeps_the_forward_hooks():
+    model, x = CallsScaled(), torch.randn(2, 4)
+    model.layers[1].register_forward_hook(lambda mod, args, out: out + 1)
+    compiled = kiln.compile(model, backend=CountingBackend(), fullgraph=True)
+    assert_same(model(x), compiled(x))

@@ -5,6 +5,8 @@ import functools
 import inspect
 import types
 
+import torch
+
 from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
@@ -383,10 +385,15 @@ def is_torch_disabled(fn):
     )
 
 
+_MODULE_CALLS = (torch.nn.Module.__call__, torch.nn.Module._call_impl)
+
+
 def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None, closure=None):
     """Trace the body of a user function inside the current frame; returns its result."""
     from kiln.frontend.translator import InliningTranslator
 
+    if fn in _MODULE_CALLS and args and hasattr(args[0], "call_module"):  # an NNModuleVariable
+        return args[0].call_module(tx, args[1:], kwargs)  # Note [Modules: an overriding __call__]
     unpatched = optim.dynamo_unpatched(fn)  # Note [Optimizers: Dynamo's patches]
     if unpatched is not None:
         fn, fn_source = unpatched, fn_source and AttrSource(fn_source, "__wrapped__")

@@ -152,6 +152,20 @@ class NNModuleVariable(VariableTracker):
         unimplemented(f"iteration over {type(mod).__name__}")
 
     def call_function(self, tx, args, kwargs):
+        call = type(self.value).__call__
+        if call is torch.nn.Module.__call__:
+            return self.call_module(tx, args, kwargs)
+        # Note [Modules: an overriding __call__]
+        # A class may wrap Module.__call__ (transformers' GradientCheckpointingLayer does, to
+        # switch to checkpointing in training): its __call__ is inlined like any method, guarded
+        # by its source, and the `super().__call__(...)` inside it comes back to call_module
+        # (inline_call routes Module.__call__ and _call_impl on a module here).
+        if not inspect.isfunction(call):
+            unimplemented(f"{type(self.value).__name__}.__call__ is not a Python function")
+        return inline_call(tx, call, [self, *args], kwargs, self._class_attr_source("__call__"))
+
+    def call_module(self, tx, args, kwargs):
+        """Module.__call__ itself: forward, with the module's forward hooks when it has any."""
         mod = self.value
         if self.source is None:
             unimplemented("calling a module without a source")
@@ -165,8 +179,6 @@ class NNModuleVariable(VariableTracker):
         forward = inspect.getattr_static(type(mod), "forward")
         if not inspect.isfunction(forward):
             unimplemented(f"{type(mod).__name__}.forward is not a Python function")
-        if type(mod).__call__ is not torch.nn.Module.__call__:
-            unimplemented(f"{type(mod).__name__} overrides __call__")
         if not hooked:
             tx.output.guards.add(GuardKind.NO_HOOKS, self.source)
             return inline_call(
