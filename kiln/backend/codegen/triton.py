@@ -334,6 +334,7 @@ class TritonKernel(KernelBase):
             w(f"{name} = tl.where({name} < 0, {name} + {n}, {name})")
         w(f"{name}_bad = (({name} < 0) | ({name} >= {n})) & {self.mask}")
         w(f"tl.store(kiln_err + {self.zero}, 1, {name}_bad)")
+        w(f'tl.device_assert({name}_bad == 0, "kiln: index out of bounds")')
         w(f"{name} = tl.where({name}_bad, 0, {name})")
         self.err = True
         set_range(name, 0, max(size - 1, 0) if type(size) is int else size - 1)
