@@ -14,6 +14,8 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton import knobs
+from triton.runtime import driver
 
 from kiln import config
 
@@ -187,29 +189,54 @@ def block_sizes(xnumel, rnumel, rblock):
 # on CUDA reading it would synchronise with the device after every such kernel, so the kernel
 # asserts on the device instead (`debug=True`, no integer-overflow checks), as eager CUDA code
 # does: an out-of-bounds index is a device-side assert in both.
-_compiled = {}  # (jit kernel, launch constants, specialization) -> Triton's compiled kernel
+_compiled = {}  # (jit kernel, launch constants, specialization) -> _Relaunch
 _flags = {}  # device -> the index flag of CUDA kernels (written only before their assert fires)
 
 
 def _spec(a):
-    if isinstance(a, torch.Tensor):
-        return a.dtype, a.data_ptr() % 16 == 0
     if type(a) is int:
         return -(2**31) <= a < 2**31, a == 1, a % 16 == 0
+    if isinstance(a, torch.Tensor):
+        return a.dtype, a.data_ptr() % 16 == 0
     return type(a), a
+
+
+class _Relaunch:
+    """One compiled kernel, called through its launcher with the current stream (the work of
+    Triton's `compiled[grid](*args)` minus its per-call closure and metadata), or through
+    `compiled[grid]` while a launch hook is set (a profiler's)."""
+
+    def __init__(self, compiled):
+        self.compiled, self.hooks = compiled, knobs.runtime
+        self.run = compiled.run  # loads the binary
+        self.function, self.metadata = compiled.function, compiled.packed_metadata
+        self.device, self.stream = (
+            driver.active.get_current_device,
+            driver.active.get_current_stream,
+        )
+
+    def __call__(self, grid, args):
+        if self.hooks.launch_enter_hook is None and self.hooks.launch_exit_hook is None:
+            stream = self.stream(self.device())
+            self.run(grid, 1, 1, stream, self.function, self.metadata, None, None, None, *args)
+        else:
+            self.compiled[(grid, 1, 1)](*args)
 
 
 def _launch_cuda(kernel, args, consts, grid, warps, err):
     key = (kernel, consts, warps, *map(_spec, args))
-    compiled = _compiled.get(key) if config.triton_fast_launch else None
-    if compiled is not None:
-        compiled[(grid, 1, 1)](*args, *consts)
+    relaunch = _compiled.get(key) if config.triton_fast_launch else None
+    if relaunch is not None:
+        relaunch(grid, (*args, *consts))
         return 0
     names = ("XBLOCK", "RBLOCK")[: len(consts)]
     options = {"debug": True, "sanitize_overflow": False} if err else {}
     compiled = kernel[(grid,)](*args, **dict(zip(names, consts)), num_warps=warps, **options)
-    if config.triton_fast_launch and compiled is not None and hasattr(compiled, "__getitem__"):
-        _compiled[key] = compiled
+    if config.triton_fast_launch and compiled is not None:
+        try:
+            _compiled[key] = _Relaunch(compiled)
+        except AttributeError:  # a Triton without these: its own launcher
+            config.triton_fast_launch = False
     return 0
 
 
