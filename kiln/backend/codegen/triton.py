@@ -505,6 +505,8 @@ class TritonKernel(KernelBase):
         out.writeline("@triton.jit")
         consts = "XBLOCK: tl.constexpr" + (", RBLOCK: tl.constexpr" if g.inner else "")
         out.writeline(f"def {g.name}_tl({', '.join(sig)}, {consts}):")
+        dtypes = (f"{p} {str(self.graph.buffers[p].layout.dtype)[6:]}" for p in params)
+        out.writeline(f"    # {', '.join(dtypes)}")  # Note [Triton: launches on CUDA]
         out.lines += self.code.lines
         out.writeline("")
         out.writeline("")

@@ -183,8 +183,9 @@ def block_sizes(xnumel, rnumel, rblock):
 # compute their specialization, look the compiled kernel up, check globals: 10-20 us, more than
 # many of our kernels run. The first launch of each specialization goes that way and returns the
 # compiled kernel; later launches with the same specialization key call it directly. The key is a
-# superset of what Triton specializes on: per tensor its dtype and 16-byte alignment, per int
-# its width (32/64 bits), whether it is 1 and whether 16 divides it; anything else by value.
+# superset of what Triton specializes on: per int its width (32/64 bits), whether it is 1 and
+# whether 16 divides it; per tensor its 16-byte alignment, and its dtype, which the kernel's source
+# names in a comment (`# arg0_1 float32, buf1 bfloat16`): one source, one set of pointer dtypes.
 # Index checks: under the interpreter a kernel sets a flag the launcher reads (a clean IndexError);
 # on CUDA reading it would synchronise with the device after every such kernel, so the kernel
 # asserts on the device instead (`debug=True`, no integer-overflow checks), as eager CUDA code
@@ -193,12 +194,18 @@ _compiled = {}  # (jit kernel, launch constants, specialization) -> _Relaunch
 _flags = {}  # device -> the index flag of CUDA kernels (written only before their assert fires)
 
 
-def _spec(a):
-    if type(a) is int:
-        return -(2**31) <= a < 2**31, a == 1, a % 16 == 0
-    if isinstance(a, torch.Tensor):
-        return a.dtype, a.data_ptr() % 16 == 0
-    return type(a), a
+def _spec(args):
+    """The specialization key of a launch's arguments (Note [Triton: launches on CUDA])."""
+    return tuple(
+        [
+            (a == 1, a & 15 == 0, -2147483648 <= a < 2147483648)
+            if type(a) is int
+            else a.data_ptr() & 15 == 0
+            if isinstance(a, torch.Tensor)
+            else (type(a), a)
+            for a in args
+        ]
+    )
 
 
 class _Relaunch:
@@ -224,7 +231,7 @@ class _Relaunch:
 
 
 def _launch_cuda(kernel, args, consts, grid, warps, err):
-    key = (kernel, consts, warps, *map(_spec, args))
+    key = (kernel, consts, warps, _spec(args))
     relaunch = _compiled.get(key) if config.triton_fast_launch else None
     if relaunch is not None:
         relaunch(grid, (*args, *consts))
