@@ -189,3 +189,39 @@ def test_out_of_bounds_index_is_a_device_assert(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert out.returncode != 0
     assert "device-side assert" in out.stderr or "index out of bounds" in out.stderr, out.stderr
+
+
+def test_reduce_overhead_training_steps_on_cuda():
+    """Training under reduce-overhead: forward and backward replayed, parameters as in eager."""
+    import copy
+
+    logs.counters["cudagraphs"].clear()
+    torch.manual_seed(0)
+    model = test_model_parity.MLP()
+    ref = copy.deepcopy(model)
+    compiled = kiln.compile(model, backend="kiln", mode="reduce-overhead")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ref, model)]
+    for _ in range(5):
+        x = torch.randn(4, 16)
+        for m, opt in zip((ref, compiled), opts):
+            opt.zero_grad()
+            m(x).pow(2).mean().backward()
+            opt.step()
+        for p, q in zip(ref.parameters(), model.parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
+    assert logs.counters["cudagraphs"]["replays"] >= 4
+
+
+def test_reduce_overhead_graphs_across_a_break_on_cuda():
+    def fn(x):
+        y = x.sin() * 2
+        kiln.graph_break()
+        return (y + 1).cos()
+
+    logs.counters["cudagraphs"].clear()
+    compiled = kiln.compile(fn, backend="kiln", mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(5):
+            x = torch.randn(1000)
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert logs.counters["cudagraphs"]["replays"] >= 6
