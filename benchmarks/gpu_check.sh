@@ -2,7 +2,7 @@
 # The GPU checks in one command (issue 14): the CUDA tests, the op conformance sweep on CUDA and
 # the GPU benchmark, each under its own time limit, each writing one log to $OUT.
 #     OUT=results/gpu bash benchmarks/gpu_check.sh [probe] [tests] [sweep] [grad] [launch] [bench]
-#         [benchhf] [bench16]
+#         [benchhf] [tune] [bench16]
 # (no stage named: all of them). BENCH_MODELS / BENCH16_MODELS pick the benchmark's models. On a
 # machine without kiln installed, PYTHONPATH=. is enough: kiln runs from the checkout. `probe`
 # checks kiln's direct kernel relaunch first and turns it off for the later stages if it fails.
@@ -11,6 +11,7 @@ OUT=${OUT:-results/gpu}
 JOBS=${JOBS:-12}
 BENCH_MODELS=${BENCH_MODELS:-mlp,resnet,nanogpt,attention,pointwise}
 BENCHHF_MODELS=${BENCHHF_MODELS:-hf_gpt2,hf_bert,hf_llama,hf_t5,hf_vit,hf_llama_cache,hf_llama_generate}
+TUNE_MODELS=${TUNE_MODELS:-mlp,nanogpt,hf_llama}
 BENCH16_MODELS=${BENCH16_MODELS:-mlp,nanogpt,attention,hf_llama,hf_gpt2,hf_bert}
 CMP=kiln,kiln@reduce-overhead,torch.compile,torch.compile@reduce-overhead
 STAGES=${*:-probe tests sweep grad launch bench benchhf bench16}
@@ -50,6 +51,9 @@ for stage in $STAGES; do
         --compare $CMP --models "$BENCH_MODELS" --no-progress --out /tmp/bench32 ;;
     benchhf) TAIL=40 step benchhf "${T_BENCHHF:-240}" $PY -m kiln bench --device cuda --mode both \
         --compare $CMP --models "$BENCHHF_MODELS" --no-progress --out /tmp/benchhf ;;
+    tune) TAIL=30 step tune "${T_TUNE:-150}" $PY -m kiln bench --device cuda --mode inference \
+        --compare kiln,kiln@max-autotune-no-cudagraphs,torch.compile --models "$TUNE_MODELS" \
+        --no-progress --out /tmp/tune ;;
     bench16) TAIL=40 step bench16 "${T_BENCH:-240}" $PY -m kiln bench --device cuda --mode both \
         --dtype bfloat16 --compare $CMP --models "$BENCH16_MODELS" --no-progress --out /tmp/bench16 ;;
     esac

@@ -307,9 +307,12 @@ def _compile_with_options(opts, gm, example_inputs, role="inference"):
             "kiln: mode %r has nothing to do for CPU graphs (CUDA graphs need CUDA tensors)",
             "reduce-overhead",
         )
-    if opts.get("max_autotune"):
+    triton_kernels = "@triton.jit" in (getattr(compiled, "cpp_src", "") or "")
+    if opts.get("max_autotune") and not triton_kernels:
         modes.say_once(
-            "autotune", "kiln: mode 'max-autotune' has no kernel choices to time yet (default code)"
+            "autotune",
+            "kiln: mode 'max-autotune' times Triton kernels (CUDA); C++ kernels have no choices"
+            " timed yet (default code)",
         )
     return compiled
 

@@ -225,3 +225,14 @@ def test_reduce_overhead_graphs_across_a_break_on_cuda():
             x = torch.randn(1000)
             torch.testing.assert_close(compiled(x), fn(x))
     assert logs.counters["cudagraphs"]["replays"] >= 6
+
+
+def test_max_autotune_on_cuda():
+    """mode="max-autotune-no-cudagraphs": Triton kernels' configurations timed, results as eager."""
+    logs.counters["backend"].clear()
+    fn = lambda x: torch.softmax(x * 2, -1) + x.sum(-1, keepdim=True)  # noqa: E731
+    compiled = kiln.compile(fn, backend="kiln", mode="max-autotune-no-cudagraphs")
+    for n in (4096, 300):
+        x = torch.randn(64, n)
+        torch.testing.assert_close(compiled(x), fn(x), rtol=1e-4, atol=1e-4)
+    assert logs.counters["backend"]["autotune_timed"] >= 2
