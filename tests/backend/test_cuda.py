@@ -84,6 +84,10 @@ def test_training_parity_on_cuda(name):
 
 def test_hf_llama_training_parity_on_cuda():
     pytest.importorskip("transformers")
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "autograd"))
     from tests.autograd import test_hf_models as hf
     from tests.autograd.aot_helpers import check_module_parity
 
