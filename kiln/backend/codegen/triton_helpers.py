@@ -14,8 +14,12 @@ import os
 import torch
 import triton
 import triton.language as tl
-from triton import knobs
 from triton.runtime import driver
+
+try:
+    from triton import knobs
+except ImportError:  # a Triton before 3.4: its own launcher only
+    knobs = None
 
 from kiln import config
 from kiln.backend.codegen import triton_tune
@@ -240,7 +244,7 @@ def _launch_cuda(kernel, args, consts, grid, warps, err):
     names = ("XBLOCK", "RBLOCK")[: len(consts)]
     options = {"debug": True, "sanitize_overflow": False} if err else {}
     compiled = kernel[(grid,)](*args, **dict(zip(names, consts)), num_warps=warps, **options)
-    if config.triton_fast_launch and compiled is not None:
+    if config.triton_fast_launch and compiled is not None and knobs is not None:
         try:
             _compiled[key] = _Relaunch(compiled)
         except AttributeError:  # a Triton without these: its own launcher
