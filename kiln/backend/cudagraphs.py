@@ -138,13 +138,19 @@ class CUDAGraphed:
 
     def _record(self, key, args):
         self.static |= {k for k, a in enumerate(args) if isinstance(a, torch.nn.Parameter)}
-        inputs = [
-            a if k in self.static or not isinstance(a, torch.Tensor) else a.detach().clone()
-            for k, a in enumerate(args)
-        ]
+        inputs, writers = [], []
+        for k, a in enumerate(args):
+            if k in self.static or not isinstance(a, torch.Tensor):
+                inputs.append(a)
+                writers.append(None)
+            else:
+                static, writer = _static_copy(a)
+                inputs.append(static)
+                writers.append(writer)
         rec = self.recorder()
         outputs = rec.record(lambda: self.compiled(*inputs))
         entry = _Entry(rec, inputs, list(outputs), [_stamp(a) for a in args])
+        entry.writers = writers
         fixed = {_storage(inputs[k]) for k in self.static if isinstance(inputs[k], torch.Tensor)}
         entry.replayed = [  # outputs in memory a replay writes (not a parameter passed through)
             isinstance(o, torch.Tensor) and _storage(o) not in fixed for o in entry.outputs
@@ -173,7 +179,8 @@ class CUDAGraphed:
             else:
                 stamp = _stamp(a)
                 if stamp is None or not _same(stamp, entry.seen[k], a):
-                    s.copy_(a)
+                    writer, index = entry.writers[k]
+                    writer.copy_(a[index] if index else a)
                     entry.seen[k] = stamp
                     logs.counters["cudagraphs"]["input_copies"] += 1
         entry.recorder.replay()
@@ -184,6 +191,32 @@ class CUDAGraphed:
         ]
         entry.returned = [weakref.ref(o) for o, p in zip(out, entry.replayed) if p]
         return tuple(out)
+
+
+def _static_copy(a):
+    """A recording's copy of input a, in a's exact layout (the graph was compiled for it), and
+    how a call writes the next input into it: (tensor to copy into, index of a to copy or None).
+    A broadcast input (stride 0 over a dimension longer than 1: an expanded mask) is kept
+    broadcast: its one row is the copy's memory, the copy is that row expanded."""
+    a = a.detach()
+    if any(st == 0 and n > 1 for n, st in zip(a.shape, a.stride())):
+        index = tuple(
+            slice(0, 1) if st == 0 and n > 1 else slice(None) for n, st in zip(a.shape, a.stride())
+        )
+        row = _exact_clone(a[index])
+        return row.expand(a.shape), (row, index)
+    static = _exact_clone(a)
+    return static, (static, None)
+
+
+def _exact_clone(a):
+    """A copy with a's sizes and strides (a non-overlapping layout)."""
+    out = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
+    try:
+        out.copy_(a)
+    except RuntimeError:  # an overlapping layout other than broadcast: a dense copy
+        return a.clone(memory_format=torch.contiguous_format)
+    return out
 
 
 def _storage(t):

@@ -251,3 +251,20 @@ def test_graph_feeding_a_graph_sees_each_replays_values(monkeypatch):
             x = torch.randn(16)
             torch.testing.assert_close(compiled(x), fn(x))
     assert FakeRecorder.recordings == 2 and logs.counters["cudagraphs"]["replays"] >= 6
+
+
+def test_broadcast_input_keeps_its_layout():
+    """An expanded input (stride 0: HF's attention mask saved for the backward) is recorded in
+    its own layout; each call's new values are copied into its one row (a dense copy did not
+    match the compiled strides, and the wrapper's layout fix cannot write a stride-0 tensor)."""
+
+    def fn(x, m):
+        return ((x * m).sum(-1),)
+
+    x = torch.randn(4, 8)
+    m = torch.randn(1, 8).expand(4, 8)
+    g = CUDAGraphed(compile_fn(fn, [x, m]), [x, m], recorder=FakeRecorder)
+    for _ in range(4):
+        m = torch.randn(1, 8).expand(4, 8)
+        torch.testing.assert_close(g(x, m)[0], fn(x, m)[0])
+    assert FakeRecorder.recordings == 1 and logs.counters["cudagraphs"]["replays"] == 3
