@@ -67,7 +67,16 @@ class ProxyTensor(torch.Tensor):
         r._symbolic = symbolic
         return r
 
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        # See Note [Tracer: composite ops on symbolic sizes]
+        kwargs = kwargs or {}
+        with torch._C.DisableTorchFunctionSubclass():
+            if _symbolic_call(args) or (kwargs and _symbolic_call(kwargs.values())):
+                if not torch._C._dispatch_tls_is_dispatch_key_included(_PYTHON_DISPATCHER):
+                    with torch._C._EnablePythonDispatcher():
+                        return func(*args, **kwargs)
+            return func(*args, **kwargs)
 
     def __repr__(self, *, tensor_contents=None):
         name = f"{self._node.name}: " if self._node is not None else ""
@@ -77,6 +86,32 @@ class ProxyTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         # Only reached outside a trace (a TraceMode handles everything inside one): fake mode.
         return _FakeDispatch().dispatch(func, args, kwargs or {})
+
+
+# Note [Tracer: composite ops on symbolic sizes]
+# A CompositeImplicitAutograd op (matmul, and linear or scaled_dot_product_attention through it)
+# decomposes in C++ before any __torch_dispatch__ sees it, and some of those C++ bodies read
+# concrete sizes: torch 2.11's matmul calls `sizes()` and `numel()` on its inputs, which on our
+# symbolic tensors pins every symbol to its hint (or raises "Cannot call numel() on tensor with
+# symbolic sizes"); torch 2.13's matmul reads SymInts. torch ships SymInt-aware Python bodies for
+# such ops (`py_kernels[CompositeImplicitAutograd]`, from torch._decomp), which the dispatcher uses
+# only while the Python dispatcher is on, as torch's own symbolic tracing runs. So a torch call with
+# a symbolic ProxyTensor among its arguments runs with the Python dispatcher on (every torch
+# version alike; the ops reached inside it too); calls on static fakes run as before. Shown by
+# tests/autograd/test_symbolic_fake.py (matmul, linear, sdpa over symbolic batch and sequence).
+
+_PYTHON_DISPATCHER = torch._C.DispatchKey.PythonDispatcher
+
+
+def _symbolic_call(args):
+    """Whether a torch call's arguments (one list/tuple level deep) hold a symbolic tensor."""
+    for x in args:
+        if isinstance(x, list | tuple):
+            if any(getattr(y, "_symbolic", False) for y in x):
+                return True
+        elif getattr(x, "_symbolic", False):
+            return True
+    return False
 
 
 def is_fake(x):
