@@ -83,7 +83,17 @@ def test_training_parity_on_cuda(name):
 
 
 def test_hf_llama_training_parity_on_cuda():
-    test_model_parity.test_hf_training_parity("llama")
+    pytest.importorskip("transformers")
+    from tests.autograd import test_hf_models as hf
+    from tests.autograd.aot_helpers import check_module_parity
+
+    torch.manual_seed(0)
+    with torch.device("cpu"):  # the inputs come from a CPU generator
+        model, inputs = hf.llama()
+    inputs = {k: v.cuda() for k, v in inputs.items()}
+    check_module_parity(
+        model.cuda(), rtol=1e-4, atol=1e-4, compile_fn=test_model_parity.kiln_module, **inputs
+    )
 
 
 def test_kernels_are_on_the_current_stream():
@@ -145,3 +155,37 @@ def test_reduce_overhead_replays_a_model_on_cuda():
             x = torch.randn(4, 16)
             torch.testing.assert_close(compiled(x), model(x))
     assert logs.counters["cudagraphs"]["replays"] >= 2
+
+
+def test_direct_relaunch_matches_the_jit_launcher():
+    """Note [Triton: launches on CUDA]: relaunched compiled kernels give the JIT path's results,
+    also for inputs of another alignment (a new specialization) and another size."""
+    f = kiln.compile(lambda x, i: (x[i].softmax(-1) * 2).sum(0), backend="kiln")
+    base = torch.randn(4096 * 66)
+    for offset, n in ((0, 33), (1, 33), (0, 65), (3, 65)):
+        x = base[offset : offset + 4096 * n].view(n, 4096)[:, :1000]
+        i = torch.randint(0, n, (7,))
+        want = (x[i].softmax(-1) * 2).sum(0)
+        for fast in (False, True, True):
+            config.triton_fast_launch = fast
+            torch.testing.assert_close(f(x, i), want)
+    config.triton_fast_launch = True
+
+
+def test_out_of_bounds_index_is_a_device_assert(tmp_path):
+    """An index out of bounds stops a CUDA kernel with a device-side assert, as in eager CUDA
+    code (run in a subprocess: the assert ends the process's CUDA context)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "oob.py"
+    script.write_text(
+        "import torch, kiln\n"
+        "f = kiln.compile(lambda x, i: x[i] + 1, backend='kiln')\n"
+        "x = torch.randn(10, device='cuda')\n"
+        "f(x, torch.tensor([1, 2], device='cuda'))\n"
+        "print(f(x, torch.tensor([1, 20], device='cuda')).sum().item())\n"
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    assert "device-side assert" in out.stderr or "index out of bounds" in out.stderr, out.stderr

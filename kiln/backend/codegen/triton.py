@@ -334,6 +334,7 @@ class TritonKernel(KernelBase):
             w(f"{name} = tl.where({name} < 0, {name} + {n}, {name})")
         w(f"{name}_bad = (({name} < 0) | ({name} >= {n})) & {self.mask}")
         w(f"tl.store(kiln_err + {self.zero}, 1, {name}_bad)")
+        w(f'tl.device_assert({name}_bad == 0, "kiln: index out of bounds")')
         w(f"{name} = tl.where({name}_bad, 0, {name})")
         self.err = True
         set_range(name, 0, max(size - 1, 0) if type(size) is int else size - 1)
@@ -504,6 +505,8 @@ class TritonKernel(KernelBase):
         out.writeline("@triton.jit")
         consts = "XBLOCK: tl.constexpr" + (", RBLOCK: tl.constexpr" if g.inner else "")
         out.writeline(f"def {g.name}_tl({', '.join(sig)}, {consts}):")
+        dtypes = (f"{p} {str(self.graph.buffers[p].layout.dtype)[6:]}" for p in params)
+        out.writeline(f"    # {', '.join(dtypes)}")  # Note [Triton: launches on CUDA]
         out.lines += self.code.lines
         out.writeline("")
         out.writeline("")

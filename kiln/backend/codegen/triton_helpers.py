@@ -8,11 +8,16 @@ Triton's interpreter cannot call libdevice (extern functions). Generated kernels
 so one kernel source serves both and the CPU run checks the kernel's structure, masks and indices.
 """
 
+import functools
 import os
 
 import torch
 import triton
 import triton.language as tl
+from triton import knobs
+from triton.runtime import driver
+
+from kiln import config
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
@@ -160,6 +165,7 @@ def _pow2(n):
     return 1 << max(int(n) - 1, 0).bit_length()
 
 
+@functools.lru_cache(maxsize=4096)
 def block_sizes(xnumel, rnumel, rblock):
     """(XBLOCK, RBLOCK, num_warps) for a launch; rblock: the kernel's persistent RBLOCK or 0."""
     if rnumel is None:  # pointwise
@@ -172,22 +178,96 @@ def block_sizes(xnumel, rnumel, rblock):
     return x, r, (8 if x * r >= 2048 else 4)
 
 
+# Note [Triton: launches on CUDA]
+# `kernel[grid](...)` goes through Triton's JIT dispatcher on every call: bind the arguments,
+# compute their specialization, look the compiled kernel up, check globals: 10-20 us, more than
+# many of our kernels run. The first launch of each specialization goes that way and returns the
+# compiled kernel; later launches with the same specialization key call it directly. The key is a
+# superset of what Triton specializes on: per int its width (32/64 bits), whether it is 1 and
+# whether 16 divides it; per tensor its 16-byte alignment, and its dtype, which the kernel's source
+# names in a comment (`# arg0_1 float32, buf1 bfloat16`): one source, one set of pointer dtypes.
+# Index checks: under the interpreter a kernel sets a flag the launcher reads (a clean IndexError);
+# on CUDA reading it would synchronise with the device after every such kernel, so the kernel
+# asserts on the device instead (`debug=True`, no integer-overflow checks), as eager CUDA code
+# does: an out-of-bounds index is a device-side assert in both.
+_compiled = {}  # (jit kernel, launch constants, specialization) -> _Relaunch
+_flags = {}  # device -> the index flag of CUDA kernels (written only before their assert fires)
+
+
+def _spec(args):
+    """The specialization key of a launch's arguments (Note [Triton: launches on CUDA])."""
+    return tuple(
+        [
+            (a == 1, a & 15 == 0, -2147483648 <= a < 2147483648)
+            if type(a) is int
+            else a.data_ptr() & 15 == 0
+            if isinstance(a, torch.Tensor)
+            else (type(a), a)
+            for a in args
+        ]
+    )
+
+
+class _Relaunch:
+    """One compiled kernel, called through its launcher with the current stream (the work of
+    Triton's `compiled[grid](*args)` minus its per-call closure and metadata), or through
+    `compiled[grid]` while a launch hook is set (a profiler's)."""
+
+    def __init__(self, compiled):
+        self.compiled, self.hooks = compiled, knobs.runtime
+        self.run = compiled.run  # loads the binary
+        self.function, self.metadata = compiled.function, compiled.packed_metadata
+        self.device, self.stream = (
+            driver.active.get_current_device,
+            driver.active.get_current_stream,
+        )
+
+    def __call__(self, grid, args):
+        if self.hooks.launch_enter_hook is None and self.hooks.launch_exit_hook is None:
+            stream = self.stream(self.device())
+            self.run(grid, 1, 1, stream, self.function, self.metadata, None, None, None, *args)
+        else:
+            self.compiled[(grid, 1, 1)](*args)
+
+
+def _launch_cuda(kernel, args, consts, grid, warps, err):
+    key = (kernel, consts, warps, _spec(args))
+    relaunch = _compiled.get(key) if config.triton_fast_launch else None
+    if relaunch is not None:
+        relaunch(grid, (*args, *consts))
+        return 0
+    names = ("XBLOCK", "RBLOCK")[: len(consts)]
+    options = {"debug": True, "sanitize_overflow": False} if err else {}
+    compiled = kernel[(grid,)](*args, **dict(zip(names, consts)), num_warps=warps, **options)
+    if config.triton_fast_launch and compiled is not None:
+        try:
+            _compiled[key] = _Relaunch(compiled)
+        except AttributeError:  # a Triton without these: its own launcher
+            config.triton_fast_launch = False
+    return 0
+
+
 def launch(kernel, args, xnumel, rnumel, rblock, err):
     """Run a kernel over xnumel outputs (rnumel reduced elements each); the index-error flag."""
     if xnumel <= 0:
         return 0
     xb, rb, warps = block_sizes(xnumel, rnumel, rblock)
     args = (*args, xnumel) if rnumel is None else (*args, xnumel, rnumel)
+    consts = (xb,) if rnumel is None else (xb, rb)
+    grid = -(-xnumel // xb)
+    if not INTERPRET:  # pragma: no cover (needs a GPU)
+        if err:
+            dev = next(a.device for a in args if isinstance(a, torch.Tensor))
+            flag = _flags.get(dev)
+            if flag is None:
+                flag = _flags[dev] = torch.zeros(1, dtype=torch.int32, device=dev)
+            args = (*args, flag)
+        return _launch_cuda(kernel, args, consts, grid, warps, err)
     flag = None
     if err:
         dev = next(a.device for a in args if isinstance(a, torch.Tensor))
         flag = torch.zeros(1, dtype=torch.int32, device=dev)
         args = (*args, flag)
-    grid = (triton.cdiv(xnumel, xb),)
-    if rnumel is None:
-        kernel[grid](*args, XBLOCK=xb, num_warps=warps)
-    else:
-        kernel[grid](*args, XBLOCK=xb, RBLOCK=rb, num_warps=warps)
-    if not err or (flag.is_cuda and torch.cuda.is_current_stream_capturing()):
-        return 0  # no synchronisation inside a CUDA graph recording
-    return int(flag.item())
+    names = ("XBLOCK", "RBLOCK")[: len(consts)]
+    kernel[(grid,)](*args, **dict(zip(names, consts)), num_warps=warps)
+    return int(flag.item()) if err else 0

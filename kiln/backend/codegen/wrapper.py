@@ -128,6 +128,7 @@ class WrapperCodegen:
         self.signatures = signatures
         self.extras = []  # objects that are not Python literals (makes the graph memory-only)
         self.ops = {}
+        self.own = set()  # buffers this wrapper allocates (storage offset 0)
         self.used = set()  # names of the size symbols the wrapper's code uses
         self.profile = config.profile_kernels  # Note [Backend: kernel profiling]
         self.labels = {}  # label variable -> its text after the graph's tag
@@ -171,6 +172,9 @@ class WrapperCodegen:
         bl = buf.layout
         if (layout.size, layout.stride, layout.offset) == (bl.size, bl.stride, bl.offset):
             return buf.name
+        if buf.name in self.own and bl.offset == 0:  # storage offset 0: no rt.view call
+            size, stride = self.st(layout.size), self.st(layout.stride)
+            return f"{buf.name}.as_strided({size}, {stride}, {self.sx(layout.offset)})"
         return (
             f"rt.view({buf.name}, {self.st(layout.size)}, {self.st(layout.stride)}, "
             f"{self.sx(layout.offset - bl.offset)})"
@@ -358,6 +362,7 @@ class WrapperCodegen:
 
     def alloc(self, body, buf):
         lay = buf.layout
+        self.own.add(buf.name)  # memory of ours, at storage offset 0
         free = self.pool.get(_key(buf))
         if free:
             old = free.pop()
@@ -388,6 +393,8 @@ class WrapperCodegen:
         for n in grp.nodes:
             if n.name in self.inplace:
                 a = self.inplace[n.name]
+                if a in self.own:
+                    self.own.add(n.name)
                 la, lb = self.graph.buffers[a].layout, n.buf.layout
                 if (la.size, la.stride) == (lb.size, lb.stride):
                     body.writeline(f"{n.name} = {a}  # written in place")
