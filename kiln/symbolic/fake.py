@@ -72,7 +72,9 @@ class ProxyTensor(torch.Tensor):
         # See Note [Tracer: composite ops on symbolic sizes]
         kwargs = kwargs or {}
         with torch._C.DisableTorchFunctionSubclass():
-            if _symbolic_call(args) or (kwargs and _symbolic_call(kwargs.values())):
+            if func in _MATMUL_CALLS and (
+                _symbolic_call(args) or (kwargs and _symbolic_call(kwargs.values()))
+            ):
                 if not torch._C._dispatch_tls_is_dispatch_key_included(_PYTHON_DISPATCHER):
                     with torch._C._EnablePythonDispatcher():
                         return func(*args, **kwargs)
@@ -89,17 +91,34 @@ class ProxyTensor(torch.Tensor):
 
 
 # Note [Tracer: composite ops on symbolic sizes]
-# A CompositeImplicitAutograd op (matmul, and linear or scaled_dot_product_attention through it)
-# decomposes in C++ before any __torch_dispatch__ sees it, and some of those C++ bodies read
-# concrete sizes: torch 2.11's matmul calls `sizes()` and `numel()` on its inputs, which on our
-# symbolic tensors pins every symbol to its hint (or raises "Cannot call numel() on tensor with
-# symbolic sizes"); torch 2.13's matmul reads SymInts. torch ships SymInt-aware Python bodies for
-# such ops (`py_kernels[CompositeImplicitAutograd]`, from torch._decomp), which the dispatcher uses
-# only while the Python dispatcher is on, as torch's own symbolic tracing runs. So a torch call with
-# a symbolic ProxyTensor among its arguments runs with the Python dispatcher on (every torch
-# version alike; the ops reached inside it too); calls on static fakes run as before. Shown by
-# tests/autograd/test_symbolic_fake.py (matmul, linear, sdpa over symbolic batch and sequence).
+# A CompositeImplicitAutograd op decomposes in C++ before any __torch_dispatch__ sees it, and
+# torch 2.11's matmul body reads concrete sizes: `sizes()` and `numel()` of its inputs, which on
+# our symbolic tensors pins every symbol to its hint (or raises "Cannot call numel() on tensor
+# with symbolic sizes"); torch 2.13's reads SymInts. torch ships a SymInt-aware Python body for
+# matmul (`py_kernels[CompositeImplicitAutograd]`, from torch._decomp), which the dispatcher uses
+# only while the Python dispatcher is on. So the torch calls that reach matmul (the table below:
+# matmul itself, linear, attention, tensordot/inner) run with the Python dispatcher on
+# when a symbolic ProxyTensor is among their arguments, on every torch version alike. Only these:
+# with the dispatcher on, every op that has a Python body takes it, and some of those bodies
+# (upsampling's) ask torch's own ShapeEnv questions our SymNodes do not answer. Calls on static
+# fakes run as before. Shown by tests/autograd/test_symbolic_fake.py.
 
+_MATMUL_CALLS = frozenset(
+    f
+    for f in (
+        torch.matmul,
+        torch.Tensor.matmul,
+        torch.Tensor.__matmul__,
+        torch.Tensor.__rmatmul__,
+        getattr(torch.linalg, "matmul", None),
+        torch.nn.functional.linear,
+        torch.nn.functional.scaled_dot_product_attention,
+        torch.tensordot,
+        torch.inner,
+        torch.Tensor.inner,
+    )
+    if f is not None
+)
 _PYTHON_DISPATCHER = torch._C.DispatchKey.PythonDispatcher
 
 

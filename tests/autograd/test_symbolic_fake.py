@@ -205,6 +205,8 @@ def test_composite_ops_keep_symbols_and_leave_the_dispatcher_as_it_was():
     v = fake_like(torch.randn(16))  # a static fake (the frontend's examples are all fakes)
     assert text(torch.matmul(v, x.transpose(1, 2))) == "(s0, s1)"
     assert text(torch.dot(x[0, 0], v)) == "()"
+    assert text(torch.tensordot(x, w, dims=([2], [1]))) == "(s0, s1, 32)"
+    assert text(torch.inner(x, w)) == "(s0, s1, 32)"
     y = fake(env, torch.empty(2, 1, 5, 16), {0}, "y")
     assert text(torch.matmul(y, x.transpose(1, 2))) == "(s2, s0, 5, s1)"  # broadcast batch
     assert not torch._C._dispatch_tls_is_dispatch_key_included(on)
