@@ -17,7 +17,7 @@ endef
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,bench,gpu]"
 	touch $(STAMP)
 
 demo: $(STAMP)            ## kiln's main job: compile models, check against eager, time them

@@ -1,19 +1,23 @@
 #!/bin/bash
 # The GPU checks in one command (issue 14): the CUDA tests, the op conformance sweep on CUDA and
-# the GPU benchmark, each under its own time limit, each writing one log to $OUT.
+# the GPU benchmark, each stage under its own time limit, each writing one log to $OUT.
 #     OUT=results/gpu bash benchmarks/gpu_check.sh [probe] [tests] [sweep] [grad] [launch] [bench]
-#         [benchhf] [bench16]
-# (no stage named: all of them). BENCH_MODELS / BENCH16_MODELS pick the benchmark's models. On a
-# machine without kiln installed, PYTHONPATH=. is enough: kiln runs from the checkout. `probe`
-# checks kiln's direct kernel relaunch first and turns it off for the later stages if it fails.
+#         [benchhf] [tune] [bench16]
+# (no stage named: all of them). BENCH_MODELS, BENCHHF_MODELS, TUNE_MODELS and BENCH16_MODELS pick
+# the benchmarks' models; BENCH16_MODE their mode; T_<STAGE> their limits in seconds. A benchmark
+# stage runs one `kiln bench` per model, so a stage cut by its limit keeps the models it finished.
+# On a machine without kiln installed, PYTHONPATH=. is enough: kiln runs from the checkout.
+# `probe` checks kiln's direct kernel relaunch and turns it off for the later stages if it fails.
 PY=${PY:-python3}
 OUT=${OUT:-results/gpu}
 JOBS=${JOBS:-12}
 BENCH_MODELS=${BENCH_MODELS:-mlp,resnet,nanogpt,attention,pointwise}
 BENCHHF_MODELS=${BENCHHF_MODELS:-hf_gpt2,hf_bert,hf_llama,hf_t5,hf_vit,hf_llama_cache,hf_llama_generate}
+TUNE_MODELS=${TUNE_MODELS:-mlp,nanogpt,hf_llama}
 BENCH16_MODELS=${BENCH16_MODELS:-mlp,nanogpt,attention,hf_llama,hf_gpt2,hf_bert}
+BENCH16_MODE=${BENCH16_MODE:-both}
 CMP=kiln,kiln@reduce-overhead,torch.compile,torch.compile@reduce-overhead
-STAGES=${*:-probe tests sweep grad launch bench benchhf bench16}
+STAGES=${*:-probe tests sweep grad launch bench benchhf tune bench16}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-cache}
 
@@ -28,6 +32,21 @@ step() {  # step NAME SECONDS COMMAND...: the command's output in $OUT/NAME.txt,
     return $rc
 }
 
+per_model() {  # per_model NAME SECONDS MODELS BENCH-ARGS...: one `kiln bench` per model
+    local name=$1 limit=$2 models=$3 start=$SECONDS
+    shift 3
+    echo "== $name (limit ${limit}s)"
+    : >"$OUT/$name.txt"
+    for m in ${models//,/ }; do
+        local left=$((limit - (SECONDS - start)))
+        [ "$left" -le 5 ] && echo "== $name: no time left for $m" && break
+        timeout "$left" $PY -m kiln bench --device cuda --models "$m" --no-progress \
+            --out "/tmp/$name-$m" "$@" >>"$OUT/$name.txt" 2>&1
+        echo "== $name/$m: rc=$? at $((SECONDS - start))s"
+    done
+    grep -E "^[a-z_0-9]+ +(inference|training) " "$OUT/$name.txt" | grep -v " eager "
+}
+
 $PY -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"
 for stage in $STAGES; do
     case $stage in
@@ -38,7 +57,6 @@ for stage in $STAGES; do
             export KILN_TRITON_FAST_LAUNCH=0
             echo "== direct relaunch failed: off for the later stages"
         fi ;;
-    launch) TAIL=60 step launch "${T_LAUNCH:-120}" $PY benchmarks/launch_overhead.py ;;
     tests) TAIL=25 step tests "${T_TESTS:-150}" $PY -m pytest -q -n 8 -rf -p no:cacheprovider \
         tests/backend/test_cuda.py tests/backend/test_cudagraphs.py tests/test_modes.py \
         tests/frontend/test_modules.py ;;
@@ -46,11 +64,12 @@ for stage in $STAGES; do
         --backend kiln --device cuda --jobs "$JOBS" --timeout 120 ;;
     grad) KILN_STRICT=1 TAIL=40 step sweep_grad "${T_GRAD:-170}" $PY benchmarks/conformance.py \
         --backend kiln --device cuda --jobs "$JOBS" --timeout 120 --grad ;;
-    bench) TAIL=40 step bench32 "${T_BENCH:-240}" $PY -m kiln bench --device cuda --mode both \
-        --compare $CMP --models "$BENCH_MODELS" --no-progress --out /tmp/bench32 ;;
-    benchhf) TAIL=40 step benchhf "${T_BENCHHF:-240}" $PY -m kiln bench --device cuda --mode both \
-        --compare $CMP --models "$BENCHHF_MODELS" --no-progress --out /tmp/benchhf ;;
-    bench16) TAIL=40 step bench16 "${T_BENCH:-240}" $PY -m kiln bench --device cuda --mode both \
-        --dtype bfloat16 --compare $CMP --models "$BENCH16_MODELS" --no-progress --out /tmp/bench16 ;;
+    launch) TAIL=60 step launch "${T_LAUNCH:-120}" $PY benchmarks/launch_overhead.py ;;
+    bench) per_model bench32 "${T_BENCH:-300}" "$BENCH_MODELS" --mode both --compare $CMP ;;
+    benchhf) per_model benchhf "${T_BENCHHF:-300}" "$BENCHHF_MODELS" --mode both --compare $CMP ;;
+    tune) per_model tune "${T_TUNE:-150}" "$TUNE_MODELS" --mode inference \
+        --compare kiln,kiln@max-autotune-no-cudagraphs,torch.compile ;;
+    bench16) per_model bench16 "${T_BENCH16:-240}" "$BENCH16_MODELS" --mode "$BENCH16_MODE" \
+        --dtype bfloat16 --compare $CMP ;;
     esac
 done

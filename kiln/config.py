@@ -44,6 +44,7 @@ conv_channels_last = True  # inference graphs with 2D convolutions run them NHWC
 cpu_backend = (
     "cpp"  # CPU graphs' kernels: "cpp" (C++/OpenMP) or "triton" (needs TRITON_INTERPRET=1)
 )
+autotune_max_candidates = 8  # max-autotune: configurations timed per Triton kernel and size
 triton_fast_launch = True  # CUDA: relaunch Triton's compiled kernel per specialization directly
 profile_kernels = False  # kernel/extern calls in torch.profiler ranges (kiln:<graph> kernelN ...)
 

@@ -25,7 +25,7 @@ import torch.autograd.profiler as _profiler
 from kiln import config, faults, hooks, logs, modes
 from kiln.autograd.aot import aot_autograd
 from kiln.autograd.aten_tracer import trace_aten
-from kiln.backend import codecache
+from kiln.backend import codecache, cudagraphs
 from kiln.backend.codegen import triton
 from kiln.backend.codegen.cpp import generate_cpp
 from kiln.backend.codegen.wrapper import WrapperCodegen, rt
@@ -298,7 +298,7 @@ def _compile_with_options(opts, gm, example_inputs, role="inference"):
     """compile_aten_graph under a mode's options; then what the mode adds at run time."""
     with modes.applied(opts):
         compiled = compile_aten_graph(gm, example_inputs)
-    cuda = any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs)
+    cuda = cudagraphs.recordable(example_inputs)
     if opts.get("cudagraphs") and cuda and not getattr(compiled, "kiln_fallback", False):
         compiled = CUDAGraphed(compiled, example_inputs, role=role)
     elif opts.get("cudagraphs") and not cuda:
@@ -307,9 +307,12 @@ def _compile_with_options(opts, gm, example_inputs, role="inference"):
             "kiln: mode %r has nothing to do for CPU graphs (CUDA graphs need CUDA tensors)",
             "reduce-overhead",
         )
-    if opts.get("max_autotune"):
+    triton_kernels = "@triton.jit" in (getattr(compiled, "cpp_src", "") or "")
+    if opts.get("max_autotune") and not triton_kernels:
         modes.say_once(
-            "autotune", "kiln: mode 'max-autotune' has no kernel choices to time yet (default code)"
+            "autotune",
+            "kiln: mode 'max-autotune' times Triton kernels (CUDA); C++ kernels have no choices"
+            " timed yet (default code)",
         )
     return compiled
 

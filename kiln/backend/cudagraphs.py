@@ -7,17 +7,24 @@
 
 Note [CUDA graphs: rules]
 - Every tensor input has a static copy made at recording time; a call copies an input into it
-  unless the input is the recorded tensor, unchanged since (same memory, same version counter:
-  parameters and buffers of an inference model cost nothing). Inputs named `static` are used in
-  place (no copy); if one moved (a parameter replaced), the call runs unrecorded.
+  unless the input is the recorded tensor, unchanged since (same memory, same version counter).
+  Parameters (and inputs named `static`) are used in place, never copied: their memory is the
+  recording's input (an optimizer step updates them there); if one moved (a parameter replaced),
+  the call runs unrecorded.
 - One recording per shape entry (sizes, strides, dtypes of the inputs); beyond MAX_ENTRIES shapes
   the graph runs unrecorded (dynamic sizes would record too many).
-- Not recorded, with the reason on KILN_LOGS=cudagraphs: CPU tensors among the inputs, an output
-  that aliases an input (an input mutated in place: replay would write the static copy), training
-  graphs (the saved activations would be overwritten by the next replay).
+- Not recorded, with the reason on KILN_LOGS=cudagraphs: CPU tensors among the inputs, an input
+  the graph writes in place (replay would write the static copy, not the caller's tensor).
 - A replay writes the same output memory: outputs of an earlier replay that the caller still
   holds are moved to memory of their own first (never overwritten under the user; a copy only
   when one is alive).
+- Training graphs are recorded too, forward and backward each: the activations a forward saves
+  are among its outputs, held by autograd until the backward has run, so the rule above keeps
+  them when a second forward replays before the first backward (gradient accumulation over
+  micro-batches, say); in a plain step they are dead by the next replay and cost nothing. The
+  backward's gradients are outputs as well: a `.grad` that autograd took over as it is, still
+  alive at the next backward replay, is moved out the same way. Random ops replay with fresh
+  numbers (CUDA graphs advance the generator's offset per replay).
 The recorder is pluggable: CudaRecorder (torch.cuda.CUDAGraph) on a GPU, a fake one in the CPU
 tests, so that the rules above are tested without a GPU.
 """
@@ -30,6 +37,11 @@ from kiln import logs
 
 WARMUP = 1  # unrecorded runs per shape before recording
 MAX_ENTRIES = 8  # recordings per graph
+
+
+def recordable(example_inputs):
+    """Whether the recorder in use takes a graph with these inputs (CUDA tensors for CUDA's)."""
+    return any(isinstance(x, torch.Tensor) and RECORDER.accepts(x) for x in example_inputs)
 
 
 class CudaRecorder:
@@ -55,6 +67,9 @@ class CudaRecorder:
         self.graph.replay()
 
 
+RECORDER = CudaRecorder  # what compile_fx records with (the CPU tests put a fake one here)
+
+
 def _key(args):
     return tuple(
         (tuple(a.shape), a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else a
@@ -76,19 +91,19 @@ class _Entry:
 class CUDAGraphed:
     """A compiled graph replayed from recordings (Note [CUDA graphs: rules])."""
 
-    def __init__(self, compiled, example_inputs, static=(), recorder=CudaRecorder, role=None):
+    def __init__(self, compiled, example_inputs, static=(), recorder=None, role=None):
+        recorder = recorder or RECORDER
         self.compiled = compiled
         self.static = set(static)
         self.recorder = recorder
         self.entries = {}
         self.warm = {}
         self.skip = None
+        self.role = role
         sources = getattr(compiled, "output_sources", None) or []
-        if role in ("forward", "backward"):
-            self.skip = "a training graph (its saved activations would be overwritten)"
         for k, src in enumerate(sources):
-            if isinstance(src, tuple) and src[0] == "input":
-                self.skip = f"output {k} aliases input {src[1]} (an input mutated in place)"
+            if isinstance(src, (tuple, list)) and src[0] == "written":
+                self.skip = f"output {k} is input {src[1]} written in place (a mutated input)"
         for k, x in enumerate(example_inputs):
             if isinstance(x, torch.Tensor) and not recorder.accepts(x):
                 self.skip = f"input {k} is a {x.device.type.upper()} tensor"
@@ -122,6 +137,7 @@ class CUDAGraphed:
         return self._replay(entry, args)
 
     def _record(self, key, args):
+        self.static |= {k for k, a in enumerate(args) if isinstance(a, torch.nn.Parameter)}
         inputs = [
             a if k in self.static or not isinstance(a, torch.Tensor) else a.detach().clone()
             for k, a in enumerate(args)
@@ -129,12 +145,24 @@ class CUDAGraphed:
         rec = self.recorder()
         outputs = rec.record(lambda: self.compiled(*inputs))
         entry = _Entry(rec, inputs, list(outputs), [_stamp(a) for a in args])
+        fixed = {_storage(inputs[k]) for k in self.static if isinstance(inputs[k], torch.Tensor)}
+        entry.replayed = [  # outputs in memory a replay writes (not a parameter passed through)
+            isinstance(o, torch.Tensor) and _storage(o) not in fixed for o in entry.outputs
+        ]
         self.entries[key] = entry
         logs.counters["cudagraphs"]["recorded"] += 1
-        logs.log("cudagraphs", "kiln: recorded a graph for inputs %s", key)
+        logs.log("cudagraphs", "kiln: recorded a %s graph for inputs %s", self.role or "", key)
         return entry
 
     def _replay(self, entry, args):
+        # first the earlier outputs the caller holds (one may be a static input, a saved one)
+        with torch.no_grad():  # Note [CUDA graphs: rules]
+            for ref in entry.returned:
+                t = ref()
+                if t is not None:  # `.data =`: autograd's saved copies keep their version
+                    t.data = t.clone()
+                    logs.counters["cudagraphs"]["outputs_copied"] += 1
+        entry.returned = []
         for k, (a, s) in enumerate(zip(args, entry.inputs)):
             if not isinstance(a, torch.Tensor):
                 continue
@@ -144,28 +172,44 @@ class CUDAGraphed:
                     return self.compiled(*args)
             else:
                 stamp = _stamp(a)
-                if stamp is None or stamp != entry.seen[k]:
+                if stamp is None or not _same(stamp, entry.seen[k], a):
                     s.copy_(a)
                     entry.seen[k] = stamp
                     logs.counters["cudagraphs"]["input_copies"] += 1
-        with torch.no_grad():  # Note [CUDA graphs: rules]: keep earlier outputs the caller holds
-            for ref in entry.returned:
-                t = ref()
-                if t is not None:
-                    t.set_(t.clone())
-                    logs.counters["cudagraphs"]["outputs_copied"] += 1
         entry.recorder.replay()
         logs.counters["cudagraphs"]["replays"] += 1
-        out = [o.detach() if isinstance(o, torch.Tensor) else o for o in entry.outputs]
-        entry.returned = [weakref.ref(o) for o in out if isinstance(o, torch.Tensor)]
+        out = [  # Note [CUDA graphs: stamps and version counters]
+            (o.data if p else o.detach()) if isinstance(o, torch.Tensor) else o
+            for o, p in zip(entry.outputs, entry.replayed)
+        ]
+        entry.returned = [weakref.ref(o) for o, p in zip(out, entry.replayed) if p]
         return tuple(out)
 
 
+def _storage(t):
+    return t.untyped_storage().data_ptr()
+
+
+# Note [CUDA graphs: stamps and version counters]
+# A call skips copying an input into the recording when it is the tensor copied last time, unchanged
+# since: the same object (a weak reference), the same version, memory and layout. Memory and
+# version alone would not do: a replay rewrites its outputs' memory without touching any version
+# counter, so the next output of a graph feeding this one (a graph break between them, or the
+# activations a forward saves for the backward) has the memory and version of the last. The
+# outputs of a replay are handed out as `.data` aliases, each with a version counter of its own:
+# copying the next call's inputs into the recording (or writing its outputs) then never looks
+# like an in-place change to a tensor autograd saved. A parameter passed through is handed out as
+# `.detach()`: an optimizer step before the backward is then seen, as eager sees it.
 def _stamp(t):
-    """(memory, version) of a tensor: equal stamps mean equal contents (None: cannot tell)."""
+    """What `_same` compares (None: cannot tell, always copy)."""
     if not isinstance(t, torch.Tensor):
         return None
     try:
-        return (t.data_ptr(), t._version, tuple(t.shape), t.stride())
-    except RuntimeError:  # an inference tensor has no version counter
+        return (weakref.ref(t), t._version, t.data_ptr(), tuple(t.shape), t.stride())
+    except (RuntimeError, TypeError):  # an inference tensor has no version counter
         return None
+
+
+def _same(stamp, seen, t):
+    """Whether t is the tensor a stamp was taken of, unchanged since."""
+    return seen is not None and seen[0]() is t and stamp[1:] == seen[1:]

@@ -84,6 +84,10 @@ def test_training_parity_on_cuda(name):
 
 def test_hf_llama_training_parity_on_cuda():
     pytest.importorskip("transformers")
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "autograd"))
     from tests.autograd import test_hf_models as hf
     from tests.autograd.aot_helpers import check_module_parity
 
@@ -189,3 +193,50 @@ def test_out_of_bounds_index_is_a_device_assert(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert out.returncode != 0
     assert "device-side assert" in out.stderr or "index out of bounds" in out.stderr, out.stderr
+
+
+def test_reduce_overhead_training_steps_on_cuda():
+    """Training under reduce-overhead: forward and backward replayed, parameters as in eager."""
+    import copy
+
+    logs.counters["cudagraphs"].clear()
+    torch.manual_seed(0)
+    model = test_model_parity.MLP()
+    ref = copy.deepcopy(model)
+    compiled = kiln.compile(model, backend="kiln", mode="reduce-overhead")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ref, model)]
+    for _ in range(5):
+        x = torch.randn(4, 16)
+        for m, opt in zip((ref, compiled), opts):
+            opt.zero_grad()
+            m(x).pow(2).mean().backward()
+            opt.step()
+        for p, q in zip(ref.parameters(), model.parameters()):
+            torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5)
+    assert logs.counters["cudagraphs"]["replays"] >= 4
+
+
+def test_reduce_overhead_graphs_across_a_break_on_cuda():
+    def fn(x):
+        y = x.sin() * 2
+        kiln.graph_break()
+        return (y + 1).cos()
+
+    logs.counters["cudagraphs"].clear()
+    compiled = kiln.compile(fn, backend="kiln", mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(5):
+            x = torch.randn(1000)
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert logs.counters["cudagraphs"]["replays"] >= 6
+
+
+def test_max_autotune_on_cuda():
+    """mode="max-autotune-no-cudagraphs": Triton kernels' configurations timed, results as eager."""
+    logs.counters["backend"].clear()
+    fn = lambda x: torch.softmax(x * 2, -1) + x.sum(-1, keepdim=True)  # noqa: E731
+    compiled = kiln.compile(fn, backend="kiln", mode="max-autotune-no-cudagraphs")
+    for n in (4096, 300):
+        x = torch.randn(64, n)
+        torch.testing.assert_close(compiled(x), fn(x), rtol=1e-4, atol=1e-4)
+    assert logs.counters["backend"]["autotune_timed"] >= 2

@@ -26,7 +26,7 @@ import tempfile
 import sympy
 import torch
 
-from kiln import config
+from kiln import config, modes
 from kiln.backend.codegen.common import IndentedBuffer, KernelBase, compute_dtype
 from kiln.backend.codegen.wrapper import WrapperCodegen
 from kiln.backend.graph import GraphNotSupported
@@ -514,7 +514,8 @@ class TritonKernel(KernelBase):
         rn = kexpr(rnumel) if g.inner else "None"
         out.writeline(
             f"    return launch({g.name}_tl, ({''.join(a + ', ' for a in args)}), "
-            f"{kexpr(outer)}, {rn}, {self.persistent}, {self.err})"
+            f"{kexpr(outer)}, {rn}, {self.persistent}, {self.err}"
+            f"{', tune=True' if modes.current('max_autotune') else ''})"
         )
         return out.getvalue(), args
 

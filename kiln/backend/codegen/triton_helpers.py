@@ -14,10 +14,15 @@ import os
 import torch
 import triton
 import triton.language as tl
-from triton import knobs
 from triton.runtime import driver
 
+try:
+    from triton import knobs
+except ImportError:  # a Triton before 3.4: its own launcher only
+    knobs = None
+
 from kiln import config
+from kiln.backend.codegen import triton_tune
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
@@ -239,7 +244,7 @@ def _launch_cuda(kernel, args, consts, grid, warps, err):
     names = ("XBLOCK", "RBLOCK")[: len(consts)]
     options = {"debug": True, "sanitize_overflow": False} if err else {}
     compiled = kernel[(grid,)](*args, **dict(zip(names, consts)), num_warps=warps, **options)
-    if config.triton_fast_launch and compiled is not None:
+    if config.triton_fast_launch and compiled is not None and knobs is not None:
         try:
             _compiled[key] = _Relaunch(compiled)
         except AttributeError:  # a Triton without these: its own launcher
@@ -247,27 +252,45 @@ def _launch_cuda(kernel, args, consts, grid, warps, err):
     return 0
 
 
-def launch(kernel, args, xnumel, rnumel, rblock, err):
-    """Run a kernel over xnumel outputs (rnumel reduced elements each); the index-error flag."""
+def launch(kernel, args, xnumel, rnumel, rblock, err, tune=False):
+    """Run a kernel over xnumel outputs (rnumel reduced elements each); the index-error flag.
+    `tune`: block sizes and warps timed on the first launch (Note [Triton: autotuning])."""
     if xnumel <= 0:
         return 0
-    xb, rb, warps = block_sizes(xnumel, rnumel, rblock)
+    cfg = block_sizes(xnumel, rnumel, rblock)
     args = (*args, xnumel) if rnumel is None else (*args, xnumel, rnumel)
-    consts = (xb,) if rnumel is None else (xb, rb)
-    grid = -(-xnumel // xb)
-    if not INTERPRET:  # pragma: no cover (needs a GPU)
-        if err:
-            dev = next(a.device for a in args if isinstance(a, torch.Tensor))
-            flag = _flags.get(dev)
-            if flag is None:
-                flag = _flags[dev] = torch.zeros(1, dtype=torch.int32, device=dev)
-            args = (*args, flag)
-        return _launch_cuda(kernel, args, consts, grid, warps, err)
     flag = None
     if err:
         dev = next(a.device for a in args if isinstance(a, torch.Tensor))
-        flag = torch.zeros(1, dtype=torch.int32, device=dev)
+        if INTERPRET:
+            flag = torch.zeros(1, dtype=torch.int32, device=dev)
+        else:  # pragma: no cover (needs a GPU)
+            flag = _flags.get(dev)
+            if flag is None:
+                flag = _flags[dev] = torch.zeros(1, dtype=torch.int32, device=dev)
         args = (*args, flag)
+    if tune:
+        cfg = triton_tune.best(
+            kernel,
+            args,
+            xnumel,
+            rnumel,
+            rblock,
+            cfg,
+            _spec(args),
+            lambda c, a: _run(kernel, a, c, xnumel, rnumel is not None, err),
+        )
+    _run(kernel, args, cfg, xnumel, rnumel is not None, err)
+    return int(flag.item()) if err and INTERPRET else 0
+
+
+def _run(kernel, args, cfg, xnumel, reduction, err):
+    """One launch with a configuration (XBLOCK, RBLOCK, warps)."""
+    xb, rb, warps = cfg
+    consts = (xb, rb) if reduction else (xb,)
+    grid = -(-xnumel // xb)
+    if not INTERPRET:  # pragma: no cover (needs a GPU)
+        return _launch_cuda(kernel, args, consts, grid, warps, err)
     names = ("XBLOCK", "RBLOCK")[: len(consts)]
     kernel[(grid,)](*args, **dict(zip(names, consts)), num_warps=warps)
-    return int(flag.item()) if err else 0
+    return 0

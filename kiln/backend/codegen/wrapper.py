@@ -273,13 +273,16 @@ class WrapperCodegen:
 
     def output_source(self, o):
         """Where an output's memory comes from: "fresh" (allocated by this call), ("input", k)
-        (graph input k or a view of it), or None (unknown: an ATen call's result may alias)."""
+        (graph input k or a view of it), ("written", k) (input k, written by this call: Note
+        [Backend: mutated inputs written in place]) or None (unknown: an ATen call's result may
+        alias)."""
         if o[0] not in ("buf", "view"):
             return None
         buf = self.graph.buffers[self.inplace.get(o[1], o[1])]
         if isinstance(buf, InputBuffer):
             if buf in self.graph.inputs:
-                return ("input", self.graph.inputs.index(buf))
+                kind = "written" if o[1] in self.inplace else "input"
+                return (kind, self.graph.inputs.index(buf))
             return None  # a constant
         if hasattr(buf, "data") or (hasattr(buf, "kernel") and buf.kernel.out_variant):
             return "fresh"

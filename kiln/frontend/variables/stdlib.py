@@ -19,6 +19,7 @@ from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import (
+    _ITER_UNDO,
     BaseListVariable,
     DequeVariable,
     ListIteratorVariable,
@@ -120,6 +121,40 @@ def _groupby(tx, iterable, key=None):
     return ListIteratorVariable(
         [TupleVariable([k, ListIteratorVariable(group)]) for _, k, group in groups]
     )
+
+
+class CountVariable(ListIteratorVariable):
+    """`itertools.count(start, step)` made in the frame: an endless iterator of numbers (its
+    position is the iterator's index, so a graph break rolls it back like any iterator)."""
+
+    def __init__(self, start, step, **kw):
+        super().__init__((), **kw)
+        self.start, self.step = start, step
+
+    def python_type(self):
+        return itertools.count
+
+    def next_item(self):
+        _ITER_UNDO.append((self, self.index))
+        self.index += 1
+        return ConstantVariable(self.start + (self.index - 1) * self.step)
+
+    def unpack_var_sequence(self, tx):
+        unimplemented("all items of an endless itertools.count")
+
+    def reconstruct(self, cg):
+        cg.load_object(itertools.count, push_null=True)
+        cg.extend(emit.load_const(self.start + self.index * self.step))
+        cg.extend(emit.load_const(self.step))
+        cg.extend(emit.call(2))
+
+
+def _count(tx, start=None, step=None):
+    start = 0 if start is None else _const(start, "start")
+    step = 1 if step is None else _const(step, "step")
+    if not all(type(v) in (int, float) for v in (start, step)):
+        unimplemented("itertools.count of non-numbers")
+    return CountVariable(start, step)
 
 
 def _chain_from_iterable(tx, iterable):
@@ -273,6 +308,7 @@ CALLS = {
     itertools.combinations: _combinations,
     itertools.permutations: _permutations,
     itertools.groupby: _groupby,
+    itertools.count: _count,
     id: _id,
 }
 FOLDED = {copy.copy: _copy, copy.deepcopy: _deepcopy}

@@ -145,3 +145,37 @@ def test_lru_cached_function_of_a_tensor_breaks():
         return cached(x) * 2
 
     run_and_compare(fn, torch.randn(3), expected_breaks=1)
+
+
+def test_itertools_count_made_inside():
+    def fn(x):
+        c = itertools.count(2, 3)
+        ticket = itertools.count()
+        y = x * next(c) + next(c)
+        pairs = [(next(ticket), v) for v in (5, 6)]
+        return y, pairs, next(ticket)
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_itertools_count_escapes_where_it_stands():
+    def fn(x):
+        c = itertools.count(1)
+        next(c)
+        return x + next(c), c
+
+    kiln.reset()
+    y, c = kiln.compile(fn, backend="eager", fullgraph=True)(torch.zeros(2))
+    assert y.tolist() == [2.0, 2.0] and next(c) == 3
+
+
+def test_itertools_count_across_a_graph_break():
+    def fn(x):
+        c = itertools.count(10)
+        a = next(c)
+        kiln.graph_break()
+        return x + a + next(c)
+
+    # (the resumed frame gets the count object itself; next() on it is Python's, as for
+    # iter(list) objects: a second break, with the right numbers)
+    run_and_compare(fn, torch.randn(3))

@@ -1,0 +1,141 @@
+"""mode="max-autotune" for Triton kernels: block sizes and warps timed once per kernel and size.
+
+Note [Triton: autotuning]
+A kernel compiled under max-autotune launches with `tune=True`. Its first launch for a size
+(xnumel, rnumel) and argument specialization times a few candidate configurations and keeps the
+fastest, in memory and on disk (`<cache_dir>/triton/tuning.json`, keyed by the kernel's source,
+the sizes, the device and Triton's version), so a later process starts from it. Candidates:
+- pointwise: XBLOCK 64 to 2048 with 2, 4 or 8 warps (never more elements than the work);
+- persistent reductions (the row in one block, RBLOCK fixed by the kernel): rows per program and
+  warps;
+- looped reductions: RBLOCK 64 to 2048 elements per step and rows per program, 4 or 8 warps.
+Timing runs the kernel on copies of its tensor arguments (a kernel that writes over an input must
+not see its own output), on a GPU with Triton's `do_bench` (median of a few milliseconds of runs),
+under the interpreter with the wall clock (there it only checks that every candidate computes the
+same thing: the tests compare each with eager). The default heuristics (`block_sizes`) are always
+among the candidates, so a tuned kernel is never slower than default by more than timing noise.
+"""
+
+import hashlib
+import json
+import os
+import time
+
+import torch
+import triton
+import triton.testing
+
+from kiln import config, logs
+
+_tuned = {}  # (kernel, xnumel, rnumel, spec) -> (XBLOCK, RBLOCK, warps)
+_disk = None  # the tuning file's entries, loaded once
+
+
+def _pow2(n):
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def candidates(xnumel, rnumel, rblock, default):
+    """(XBLOCK, RBLOCK, warps) configurations worth timing for one launch; default first."""
+    out = [default]
+    xcap = max(_pow2(xnumel), 1)
+    if rnumel is None:
+        for x, w in ((64, 2), (128, 4), (256, 4), (512, 4), (1024, 4), (1024, 8), (2048, 8)):
+            if x <= max(xcap, 64):
+                out.append((x, 1, w))
+    elif rblock:  # persistent: RBLOCK is the kernel's
+        for x in (1, 2, 4, 8, 16, 32, 64):
+            if x <= xcap and x * rblock <= 16384:
+                for w in (4, 8) if x * rblock >= 2048 else (2, 4):
+                    out.append((x, rblock, w))
+    else:
+        rcap = max(_pow2(rnumel), 16)
+        for r in (64, 128, 256, 512, 1024, 2048):
+            if r > rcap:
+                continue
+            for x in (1, 2, 4, 8, 16, 32):
+                if x <= xcap and 512 <= x * r <= 8192:
+                    out.append((x, r, 8 if x * r >= 4096 else 4))
+    seen, unique = set(), []
+    for c in out:
+        if c not in seen:
+            seen.add(c)
+            unique.append(c)
+    return unique[: config.autotune_max_candidates]
+
+
+def _path():
+    return os.path.join(config.cache_dir, "triton", "tuning.json")
+
+
+def _disk_key(kernel, xnumel, rnumel, spec, args):
+    src = getattr(kernel, "src", "") or ""
+    dev = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+    name = torch.cuda.get_device_name(dev) if dev is not None and dev.type == "cuda" else "cpu"
+    text = f"{src}|{xnumel}|{rnumel}|{spec}|{name}|{triton.__version__}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _load():
+    global _disk
+    if _disk is None:
+        try:
+            with open(_path()) as f:
+                _disk = json.load(f)
+        except (OSError, ValueError):
+            _disk = {}
+    return _disk
+
+
+def _save(key, best):
+    disk = _load()
+    disk[key] = list(best)
+    os.makedirs(os.path.dirname(_path()), exist_ok=True)
+    tmp = f"{_path()}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(disk, f)
+    os.replace(tmp, _path())
+
+
+def best(kernel, args, xnumel, rnumel, rblock, default, spec, run):
+    """The fastest configuration for this launch; `run(config, args)` launches the kernel."""
+    key = (kernel, xnumel, rnumel, spec)
+    hit = _tuned.get(key)
+    if hit is not None:
+        return hit
+    dkey = _disk_key(kernel, xnumel, rnumel, spec, args)
+    stored = _load().get(dkey)
+    if stored is not None:
+        _tuned[key] = tuple(stored)
+        logs.counters["backend"]["autotune_disk_hits"] += 1
+        return _tuned[key]
+    copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+    timed = []
+    for cfg in candidates(xnumel, rnumel, rblock, default):
+        try:
+            timed.append((_time(lambda cfg=cfg: run(cfg, copies), copies), cfg))
+        except Exception as e:  # a configuration Triton cannot compile (resources): not a choice
+            logs.log("output_code", "kiln: autotune candidate %s failed: %s", cfg, e)
+    choice = min(timed)[1] if timed else default
+    logs.counters["backend"]["autotune_timed"] += 1
+    logs.log(
+        "output_code",
+        "kiln: autotuned %s (x=%s r=%s): %s of %d",
+        getattr(kernel, "__name__", kernel),
+        xnumel,
+        rnumel,
+        choice,
+        len(timed),
+    )
+    _tuned[key] = choice
+    _save(dkey, choice)
+    return choice
+
+
+def _time(fn, args):
+    """Seconds per run: Triton's benchmark on a GPU, one wall-clock run under the interpreter."""
+    if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):  # pragma: no cover (GPU)
+        return triton.testing.do_bench(fn, warmup=2, rep=8, return_mode="median")
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
