@@ -67,7 +67,18 @@ class ProxyTensor(torch.Tensor):
         r._symbolic = symbolic
         return r
 
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        # See Note [Tracer: composite ops on symbolic sizes]
+        kwargs = kwargs or {}
+        with torch._C.DisableTorchFunctionSubclass():
+            if func in _MATMUL_CALLS and (
+                _symbolic_call(args) or (kwargs and _symbolic_call(kwargs.values()))
+            ):
+                if not torch._C._dispatch_tls_is_dispatch_key_included(_PYTHON_DISPATCHER):
+                    with torch._C._EnablePythonDispatcher():
+                        return func(*args, **kwargs)
+            return func(*args, **kwargs)
 
     def __repr__(self, *, tensor_contents=None):
         name = f"{self._node.name}: " if self._node is not None else ""
@@ -77,6 +88,49 @@ class ProxyTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         # Only reached outside a trace (a TraceMode handles everything inside one): fake mode.
         return _FakeDispatch().dispatch(func, args, kwargs or {})
+
+
+# Note [Tracer: composite ops on symbolic sizes]
+# A CompositeImplicitAutograd op decomposes in C++ before any __torch_dispatch__ sees it, and
+# torch 2.11's matmul body reads concrete sizes: `sizes()` and `numel()` of its inputs, which on
+# our symbolic tensors pins every symbol to its hint (or raises "Cannot call numel() on tensor
+# with symbolic sizes"); torch 2.13's reads SymInts. torch ships a SymInt-aware Python body for
+# matmul (`py_kernels[CompositeImplicitAutograd]`, from torch._decomp), which the dispatcher uses
+# only while the Python dispatcher is on. So the torch calls that reach matmul (the table below:
+# matmul itself, linear, attention, tensordot/inner) run with the Python dispatcher on
+# when a symbolic ProxyTensor is among their arguments, on every torch version alike. Only these:
+# with the dispatcher on, every op that has a Python body takes it, and some of those bodies
+# (upsampling's) ask torch's own ShapeEnv questions our SymNodes do not answer. Calls on static
+# fakes run as before. Shown by tests/autograd/test_symbolic_fake.py.
+
+_MATMUL_CALLS = frozenset(
+    f
+    for f in (
+        torch.matmul,
+        torch.Tensor.matmul,
+        torch.Tensor.__matmul__,
+        torch.Tensor.__rmatmul__,
+        getattr(torch.linalg, "matmul", None),
+        torch.nn.functional.linear,
+        torch.nn.functional.scaled_dot_product_attention,
+        torch.tensordot,
+        torch.inner,
+        torch.Tensor.inner,
+    )
+    if f is not None
+)
+_PYTHON_DISPATCHER = torch._C.DispatchKey.PythonDispatcher
+
+
+def _symbolic_call(args):
+    """Whether a torch call's arguments (one list/tuple level deep) hold a symbolic tensor."""
+    for x in args:
+        if isinstance(x, list | tuple):
+            if any(getattr(y, "_symbolic", False) for y in x):
+                return True
+        elif getattr(x, "_symbolic", False):
+            return True
+    return False
 
 
 def is_fake(x):

@@ -353,6 +353,18 @@ def bmm(a, b):
     return Sizes([a[0], a[1], b[2]])
 
 
+def mv(a, v):
+    """mv: [n, k] @ [k] (matmul of a matrix, or folded batch, with a vector)."""
+    _check_equal(a[1], v[0], "mv")
+    return Sizes([a[0]])
+
+
+def dot(a, b):
+    """dot/vdot: [k] . [k] -> []."""
+    _check_equal(a[0], b[0], "dot")
+    return Sizes()
+
+
 def addmm(bias, a, b, *, beta=1, alpha=1):
     """addmm: bias broadcast to mm's sizes."""
     out = mm(a, b)
@@ -882,6 +894,9 @@ SHAPE_RULES.update(
         aten.mm.default: mm,
         aten.bmm.default: bmm,
         aten.addmm.default: addmm,
+        aten.mv.default: mv,
+        aten.dot.default: dot,
+        aten.vdot.default: dot,
         aten.baddbmm.default: baddbmm,
         aten.matmul.default: matmul,
         aten.convolution.default: convolution,

@@ -102,6 +102,8 @@ CASES = [
     (aten.mm.default, lambda a, b, c: ((M(a, b), M(b, c)), {}), N3),
     (aten.bmm.default, lambda a, b, c: ((M(a, b, c), M(a, c, b)), {}), N3),
     (aten.addmm.default, lambda a, b, c: ((M(c), M(a, b), M(b, c)), {}), N3),
+    (aten.mv.default, lambda a, b, c: ((M(a, b), M(b)), {}), N3),
+    (aten.dot.default, lambda a, b, c: ((M(a), M(a)), {}), N3),
     (aten.baddbmm.default, lambda a, b, c: ((M(a, 1, c), M(a, b, 5), M(a, 5, c)), {}), N3),
     (aten.matmul.default, lambda a, b, c: ((M(a, 1, b, c), M(a, c, b)), {}), N3),
     (aten.matmul.default, lambda a, b, c: ((M(b), M(a, b, c)), {}), N3),

@@ -188,3 +188,28 @@ def test_metadata_queries_and_pooling_keep_symbols():
     (g,) = torch.autograd.grad(out.sum(), img)
     assert text(g) == "(s0, 3, s1, s2)"
     assert_unspecialised(env)
+
+
+def test_composite_ops_keep_symbols_and_leave_the_dispatcher_as_it_was():
+    # Note [Tracer: composite ops on symbolic sizes]: matmul decomposes before our dispatch sees
+    # it; each batched/folded/broadcast form (and linear through it) must keep the symbols.
+    env = ShapeEnv()
+    torch.manual_seed(0)
+    x = fake(env, torch.empty(3, 5, 16), {0, 1}, "x")
+    w = torch.randn(32, 16)
+    on = torch._C.DispatchKey.PythonDispatcher
+    assert not torch._C._dispatch_tls_is_dispatch_key_included(on)
+    assert text(F.linear(x, w)) == "(s0, s1, 32)"  # 3-D @ 2-D: folded into one mm
+    assert text(x @ x.transpose(1, 2)) == "(s0, s1, s1)"  # batched
+    assert text(torch.matmul(x[0], w.t())) == "(s1, 32)" and text(x.matmul(w[0])) == "(s0, s1)"
+    v = fake_like(torch.randn(16))  # a static fake (the frontend's examples are all fakes)
+    assert text(torch.matmul(v, x.transpose(1, 2))) == "(s0, s1)"
+    assert text(torch.dot(x[0, 0], v)) == "()"
+    assert text(torch.tensordot(x, w, dims=([2], [1]))) == "(s0, s1, 32)"
+    assert text(torch.inner(x, w)) == "(s0, s1, 32)"
+    y = fake(env, torch.empty(2, 1, 5, 16), {0}, "y")
+    assert text(torch.matmul(y, x.transpose(1, 2))) == "(s2, s0, 5, s1)"  # broadcast batch
+    assert not torch._C._dispatch_tls_is_dispatch_key_included(on)
+    assert_unspecialised(env)
+    static = fake_like(torch.empty(3, 5, 16))
+    assert text(F.linear(static, w)) == "(3, 5, 32)"

@@ -31,7 +31,11 @@ from kiln.frontend.variables.base import probe, register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.checkpoint import checkpoint_function
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
-from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.dicts import (
+    ConstDictVariable,
+    IdentityKeyedDictVariable,
+    is_identity_keyed,
+)
 from kiln.frontend.variables.functions import (
     PartialVariable,
     UserFunctionVariable,
@@ -254,6 +258,9 @@ def _wrap(tx, value, source):
         guards.add(GuardKind.DICT_KEYS, source, (type(value), tuple(value)))
         items = {k: wrap_value(tx, v, GetItemSource(source, k)) for k, v in value.items()}
         return ConstDictVariable(items, user_cls=type(value), source=source)
+    if is_identity_keyed(value):  # Note [Dicts: identity-keyed tables]
+        guards.add(GuardKind.TYPE_MATCH, source, dict)  # (its first read pins the items)
+        return IdentityKeyedDictVariable(dict(value), source=source)
     if type(value) is collections.defaultdict and _const_keyed_defaultdict(value):
         guards.add(GuardKind.DICT_KEYS, source, (type(value), tuple(value)))
         items = {k: wrap_value(tx, v, GetItemSource(source, k)) for k, v in value.items()}

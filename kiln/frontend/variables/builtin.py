@@ -29,7 +29,7 @@ from kiln.frontend.variables import (
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dict_views import DictViewVariable
-from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.dicts import ConstDictVariable, IdentityKeyedDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, raise_observed
 from kiln.frontend.variables.functions import BaseFunctionVariable, PartialVariable
 from kiln.frontend.variables.lists import (
@@ -266,7 +266,7 @@ def _frozen_membership(container, item):
 
 def contains(tx, container, item):
     """`item in container`."""
-    if isinstance(container, ConstDictVariable):
+    if isinstance(container, (ConstDictVariable, IdentityKeyedDictVariable)):
         return container.call_method(tx, "__contains__", [item], {})
     if isinstance(container, TensorVariable):
         unimplemented("`in` on a tensor reads tensor data")

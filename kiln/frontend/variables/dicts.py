@@ -4,8 +4,9 @@ import collections
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.variables.base import VariableTracker
-from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables.base import VariableTracker, wrap_value
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dict_views import DictViewVariable
 from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import ListVariable, TupleVariable
@@ -182,3 +183,83 @@ class ConstDictVariable(VariableTracker):
 
     def __repr__(self):
         return f"ConstDictVariable({self.items!r})"
+
+
+# Note [Dicts: identity-keyed tables]
+# A module-level table keyed by classes, functions or typing forms (huggingface_hub's
+# `_BASIC_TYPE_VALIDATORS = {Union: ..., list: ..., types.UnionType: ...}`, read by the strict
+# dataclass validators that transformers' configs run on every attribute write) has keys that are
+# no literals, so it cannot be a ConstDictVariable (its guards and sources spell keys as text).
+# Such keys hash and compare by identity, and so do the values we allow (or they are literals):
+# the first read adds one guard that pins the whole table, `d == snapshot` (identity comparisons,
+# a few entries), and the reads `d[k]`, `d.get(k)`, `k in d`, `len(d)` fold to the snapshot's
+# values; a table only passed along keeps its type guard alone. Anything else (writes, iteration)
+# breaks with its reason.
+
+
+def is_identity_keyed(value):
+    """Whether a plain dict's keys and values are literals or objects that hash and compare by
+    identity (classes, functions, typing forms), at least one key not a literal."""
+
+    def plain(x):
+        return is_literal(x) or (
+            type(x).__hash__ is object.__hash__ and type(x).__eq__ is object.__eq__
+        )
+
+    return (
+        type(value) is dict
+        and not all(is_literal(k) for k in value)
+        and all(plain(k) and plain(v) for k, v in value.items())
+    )
+
+
+class IdentityKeyedDictVariable(VariableTracker):
+    """A dict reached from a source whose keys are compared by identity; read-only while traced
+    (Note [Dicts: identity-keyed tables])."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value  # the snapshot the guard compares with
+
+    def python_type(self):
+        return dict
+
+    def truthy(self, tx):
+        self._read(tx)
+        return bool(self.value)
+
+    def _key(self, var):
+        if var.is_python_constant():
+            return var.as_python_constant()
+        if type(getattr(var, "value", None)).__eq__ is object.__eq__:
+            return var.value  # a class or function variable (identity is what the dict sees)
+        unimplemented(f"key {var} of a dict keyed by objects")
+
+    def _wrap(self, tx, value):
+        return wrap_value(tx, value, None)  # pinned by the snapshot guard
+
+    def _read(self, tx):
+        tx.output.guards.add(GuardKind.CONSTANT_MATCH, self.source, self.value)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in ("__getitem__", "get", "__contains__", "__len__") and not kwargs:
+            self._read(tx)
+        if name in ("__getitem__", "get", "__contains__") and not kwargs and args:
+            key = self._key(args[0])
+            if name == "__contains__" and len(args) == 1:
+                return ConstantVariable(key in self.value)
+            if key in self.value and len(args) <= (1 if name == "__getitem__" else 2):
+                return self._wrap(tx, self.value[key])
+            if name == "get" and len(args) <= 2:
+                return args[1] if len(args) == 2 else ConstantVariable(None)
+            if name == "__getitem__" and len(args) == 1:
+                raise_observed(tx, KeyError, key)
+        if name == "__len__" and not args and not kwargs:
+            return ConstantVariable(len(self.value))
+        unimplemented(f"dict.{name} of a dict keyed by objects (only reads are traced)")
+
+    def reconstruct(self, cg):
+        self.source.reconstruct(cg)
+
+    def __repr__(self):
+        return f"IdentityKeyedDictVariable({len(self.value)} items)"

@@ -4,6 +4,8 @@ with fullgraph=True, compared with eager (outputs and mutated inputs)."""
 import collections
 import collections.abc
 import copy
+import types
+import typing
 from collections import OrderedDict, defaultdict
 
 import pytest
@@ -321,3 +323,55 @@ def test_a_set_never_equals_a_list_dict_or_str():
         )
 
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def _scale(x):
+    return x * 2
+
+
+def _shift(x):
+    return x + 1
+
+
+# Note [Dicts: identity-keyed tables]: a module table keyed by classes and typing forms
+_BY_TYPE = {list: _scale, tuple: _shift, typing.Union: _shift, types.UnionType: _scale, "n": 3}
+_OPTIONAL_INT = int | None  # (a field's annotation, as the validators read it)
+
+
+def test_a_table_keyed_by_classes_and_typing_forms_is_read_and_guarded():
+    def fn(x, items):
+        f = _BY_TYPE[type(items)]
+        g = _BY_TYPE.get(typing.get_origin(_OPTIONAL_INT), _shift)
+        h = _BY_TYPE.get(dict)  # absent
+        return f(x), g(x), h, dict in _BY_TYPE, tuple in _BY_TYPE, len(_BY_TYPE), _BY_TYPE["n"]
+
+    compiled = run_and_compare(fn, torch.randn(3), [1], fullgraph=True, expected_breaks=0)
+    x = torch.randn(3)
+    _BY_TYPE[list] = _shift  # the guard sees the table changed: recompiled, not stale
+    try:
+        assert torch.equal(compiled(x, [1])[0], x + 1)
+    finally:
+        _BY_TYPE[list] = _scale
+    assert torch.equal(compiled(x, (1,))[0], x + 1)
+
+
+def test_a_missing_key_of_an_identity_keyed_table_raises_as_eager():
+    def fn(x):
+        try:
+            return _BY_TYPE[set](x)
+        except KeyError as e:
+            return x - 1, e.args[0] is set
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_writing_an_identity_keyed_table_breaks_with_its_reason():
+    table = {list: _scale}
+
+    def fn(x):
+        table[tuple] = _shift
+        return x + 1
+
+    run_and_compare(fn, torch.randn(3), expected_breaks=1)
+    assert table == {list: _scale, tuple: _shift}
+    assert any("keyed by objects" in r for r in kiln.counters["graph_breaks"])
