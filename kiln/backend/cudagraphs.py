@@ -1,4 +1,5 @@
-"""mode="reduce-overhead": record a compiled inference graph into a CUDA graph, then replay it.
+"""mode="reduce-overhead": record a compiled graph (inference, forward or backward) into a CUDA
+graph, then replay it.
 
     graphed = CUDAGraphed(compiled, example_inputs, static={2, 3})   # 2, 3: parameters
     graphed(x)   # warm-up: runs the compiled graph
@@ -6,8 +7,9 @@
     graphed(x2)  # copies x2 into the recording's static input, replays: one launch
 
 Note [CUDA graphs: rules]
-- Every tensor input has a static copy made at recording time; a call copies an input into it
-  unless the input is the recorded tensor, unchanged since (same memory, same version counter).
+- Every tensor input has a static copy made at recording time, in the input's exact layout (a
+  broadcast input stays broadcast); a call copies an input into it unless it is the tensor copied
+  last time, unchanged since (Note [CUDA graphs: stamps and version counters]).
   Parameters (and inputs named `static`) are used in place, never copied: their memory is the
   recording's input (an optimizer step updates them there); if one moved (a parameter replaced),
   the call runs unrecorded.
@@ -80,11 +82,13 @@ def _key(args):
 class _Entry:
     """One recording: its static inputs and outputs."""
 
-    def __init__(self, recorder, inputs, outputs, seen):
+    def __init__(self, recorder, inputs, writers, outputs, replayed, seen):
         self.recorder = recorder
         self.inputs = inputs
-        self.seen = seen  # per input: (data_ptr, version) of the tensor last copied in, or None
+        self.writers = writers  # per input: (tensor to copy into, index of the input) or None
+        self.seen = seen  # per input: the stamp of the tensor last copied in, or None
         self.outputs = outputs
+        self.replayed = replayed  # per output: in memory a replay writes (not a parameter)
         self.returned = []  # weak references to the outputs handed out by the last run
 
 
@@ -149,12 +153,10 @@ class CUDAGraphed:
                 writers.append(writer)
         rec = self.recorder()
         outputs = rec.record(lambda: self.compiled(*inputs))
-        entry = _Entry(rec, inputs, list(outputs), [_stamp(a) for a in args])
-        entry.writers = writers
         fixed = {_storage(inputs[k]) for k in self.static if isinstance(inputs[k], torch.Tensor)}
-        entry.replayed = [  # outputs in memory a replay writes (not a parameter passed through)
-            isinstance(o, torch.Tensor) and _storage(o) not in fixed for o in entry.outputs
-        ]
+        replayed = [isinstance(o, torch.Tensor) and _storage(o) not in fixed for o in outputs]
+        seen = [_stamp(a) for a in args]
+        entry = _Entry(rec, inputs, writers, list(outputs), replayed, seen)
         self.entries[key] = entry
         logs.counters["cudagraphs"]["recorded"] += 1
         logs.log("cudagraphs", "kiln: recorded a %s graph for inputs %s", self.role or "", key)
