@@ -682,6 +682,8 @@ def _set_item(var):
 def _set_values(tx, var):
     if isinstance(var, SetVariable):
         return var.values
+    if hasattr(var, "base_set"):  # a set subclass instance: its items (Note [Sets: subclass ...])
+        return var.base_set.values
     if isinstance(var, ConstantVariable) and not _iterable(var.value):
         raise_observed(tx, TypeError, f"'{type(var.value).__name__}' object is not iterable")
     return {_set_item(v) for v in var.unpack_var_sequence(tx)}

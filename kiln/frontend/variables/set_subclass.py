@@ -1,0 +1,416 @@
+"""Instances of user subclasses of set and frozenset made while tracing.
+
+Note [Sets: subclass instances]
+`class S(set): ...; s = S([1, 2])` is a user object (attributes, Python methods, identity: a
+NewObjectVariable) that also holds a builtin set (a SetVariable of the base type, `self.set`).
+An attribute is looked up along the class's MRO as Python does: a Python method of the subclass is
+inlined; one found on `set`/`frozenset` runs the C semantics on the held set (SetMethodVariable).
+Python's C set methods return the *base* type (`S(...) | S(...)`, `.copy()`, `.union()` give a
+plain `set`/`frozenset`), and so do these; the in-place operators of a `set` subclass return the
+object itself. Operators (`|`, `==`, `<=` ...) follow Python's binary protocol: a subclass that
+overrides the dunder (or the reflected one, tried first when the right operand's type is a
+subclass of the left's) is inlined, else the C slot answers, NotImplemented for a non-set. Items
+are Python constants, as in SetVariable. The object escapes as `make_set_object(cls, attrs,
+items)`: the base type's own __new__/update, bypassing a Python __init__. A class with its own
+__new__, a metaclass __call__ or a C base other than set/frozenset is not modelled (a break).
+"""
+
+import inspect
+import operator
+import types
+
+from kiln.bytecode import emit
+from kiln.exc import unimplemented
+from kiln.frontend.source import AttrSource
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.classes import load_class
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.exceptions import raise_observed
+from kiln.frontend.variables.functions import inline_call
+from kiln.frontend.variables.lists import (
+    BaseListVariable,
+    ListIteratorVariable,
+    SetVariable,
+    _set_values,
+)
+from kiln.frontend.variables.user_defined import (
+    _HEAPTYPE,
+    INSTANCE_MAKERS,
+    NewObjectVariable,
+    _plain_metaclass,
+    _plain_slots,
+)
+from kiln.frontend.variables.user_protocol import user_iter_items, user_method, user_truthy
+
+_BASES = (set, frozenset)
+_PLAIN = (list, tuple, dict)  # (their operators return NotImplemented for a set operand)
+
+# operator -> (dunder, reflected dunder, C set function on the values) for the binary protocol
+_BINARY = {
+    operator.or_: ("__or__", "__ror__", operator.or_),
+    operator.and_: ("__and__", "__rand__", operator.and_),
+    operator.sub: ("__sub__", "__rsub__", operator.sub),
+    operator.xor: ("__xor__", "__rxor__", operator.xor),
+    operator.eq: ("__eq__", "__eq__", operator.eq),
+    operator.ne: ("__ne__", "__ne__", operator.ne),
+    operator.lt: ("__lt__", "__gt__", operator.lt),
+    operator.le: ("__le__", "__ge__", operator.le),
+    operator.gt: ("__gt__", "__lt__", operator.gt),
+    operator.ge: ("__ge__", "__le__", operator.ge),
+}
+_INPLACE = {
+    operator.ior: ("__ior__", operator.or_),
+    operator.iand: ("__iand__", operator.and_),
+    operator.isub: ("__isub__", operator.sub),
+    operator.ixor: ("__ixor__", operator.xor),
+}
+_INPLACE_UPDATE = {
+    "__ior__": "update",
+    "__iand__": "intersection_update",
+    "__isub__": "difference_update",
+    "__ixor__": "symmetric_difference_update",
+}
+_DUNDER_OPS = {d: op for op, (d, _, _) in _BINARY.items()}
+_REFLECTED_OPS = {"__ror__", "__rand__", "__rsub__", "__rxor__"}
+_SYMBOLS = {
+    operator.or_: "|",
+    operator.and_: "&",
+    operator.sub: "-",
+    operator.xor: "^",
+    operator.lt: "<",
+    operator.le: "<=",
+    operator.gt: ">",
+    operator.ge: ">=",
+}
+# the set methods answered by SetVariable (C semantics on the items)
+_DELEGATED = {
+    "add",
+    "remove",
+    "discard",
+    "clear",
+    "pop",
+    "update",
+    "intersection_update",
+    "difference_update",
+    "symmetric_difference_update",
+    "union",
+    "intersection",
+    "difference",
+    "symmetric_difference",
+    "issubset",
+    "issuperset",
+    "isdisjoint",
+    "copy",
+    "__contains__",
+    "__len__",
+}
+
+
+def set_base(cls):
+    """set or frozenset when `cls` is a user subclass of one, else None."""
+    if not isinstance(cls, type) or cls in _BASES:
+        return None
+    for k in cls.__mro__:
+        if k in _BASES:
+            return k
+    return None
+
+
+def _modelled_class(cls, base):
+    """A subclass kiln builds itself: Python classes over set/frozenset, made by type.__call__,
+    with the base's own __new__ and attributes in a __dict__ or plain slots."""
+    if not _plain_metaclass(type(cls)) or getattr(cls, "__abstractmethods__", None):
+        return False
+    if cls.__new__ is not base.__new__:
+        return False
+    if not all(k in (object, base) or k.__flags__ & _HEAPTYPE for k in cls.__mro__):
+        return False
+    if not _plain_slots(cls):
+        return False
+    for name in ("__setattr__", "__getattribute__", "__getattr__"):
+        hook = inspect.getattr_static(cls, name, None)
+        if hook is not None and not isinstance(hook, types.FunctionType):
+            if hook not in (getattr(object, name, None), getattr(base, name, None)):
+                return False
+    if isinstance(inspect.getattr_static(cls, "__getattribute__"), types.FunctionType):
+        return False
+    return True
+
+
+def make_instance(tx, cls_var, args, kwargs):
+    """`S(...)` for a set/frozenset subclass: the new object, or None when `cls` is not one."""
+    cls = cls_var.value
+    base = set_base(cls)
+    if base is None:
+        return None
+    if not _modelled_class(cls, base):
+        unimplemented(
+            f"an instance of {cls.__qualname__} (a {base.__name__} subclass kiln does "
+            "not build: own __new__, metaclass, C base or attribute hooks)"
+        )
+    obj = SetObjectVariable(cls, base)
+    obj.class_source = cls_var.source
+    init = inspect.getattr_static(cls, "__init__")
+    python_init = isinstance(init, types.FunctionType)
+    if base is frozenset:  # frozenset.__new__ takes the items
+        if len(args) > 1 or (kwargs and not python_init):
+            unimplemented(f"{cls.__name__}() with these arguments (Python raises TypeError)")
+        if args:
+            obj.set.values = set(_set_values(tx, args[0]))
+    if python_init:
+        src = AttrSource(cls_var.source, "__init__") if cls_var.source is not None else None
+        inline_call(tx, init, [obj, *args], kwargs, src)
+    elif base is set:
+        obj.init_items(tx, args, kwargs)
+    elif init is not object.__init__:
+        unimplemented(f"{cls.__name__}.__init__ is a {type(init).__name__}")
+    return obj
+
+
+def make_set_object(cls, attrs, items):
+    """The transformed code's way to build a set/frozenset subclass instance made while tracing
+    (the base type's __new__ and update: a Python __init__ does not run again)."""
+    base = set_base(cls)
+    obj = base.__new__(cls, items) if base is frozenset else base.__new__(cls)
+    if base is set:
+        set.update(obj, items)
+    if hasattr(obj, "__dict__"):
+        obj.__dict__.update(attrs)
+    else:
+        for k, v in attrs.items():
+            object.__setattr__(obj, k, v)
+    return obj
+
+
+def _owner(cls, name):
+    """The class along cls's MRO whose __dict__ holds `name`, or None."""
+    for k in cls.__mro__:
+        if name in vars(k):
+            return k
+    return None
+
+
+def is_set_like(var):
+    """A builtin set/frozenset or an instance of a subclass (a set operand of the C slots)."""
+    return isinstance(var, (SetVariable, SetObjectVariable))
+
+
+class SetObjectVariable(NewObjectVariable):
+    """An instance of a user subclass of set/frozenset made while tracing: its attributes and
+    its items (Note [Sets: subclass instances])."""
+
+    def __init__(self, cls, base, **kw):
+        super().__init__(cls, **kw)
+        self.base = base
+        self.set = SetVariable((), frozen=base is frozenset)
+
+    @property
+    def base_set(self):
+        """The held builtin set (what the C set functions read)."""
+        return self.set
+
+    def init_items(self, tx, args, kwargs):
+        """set.__init__(self, [iterable]): clear, then add the iterable's items."""
+        if kwargs or len(args) > 1:
+            unimplemented(f"{self.cls.__name__}() with these arguments (Python raises TypeError)")
+        values = set(_set_values(tx, args[0])) if args else set()
+        tx.output.side_effects.mutate_new_object(self)
+        self.set._mutate(tx)
+        self.set.values = values
+        return ConstantVariable(None)
+
+    def var_getattr(self, tx, name):
+        if name in self.attrs or name in ("__class__", "__dict__"):
+            return super().var_getattr(tx, name)
+        owner = _owner(self.cls, name)
+        if owner in _BASES:
+            return SetMethodVariable(self, name, owner)
+        return super().var_getattr(tx, name)
+
+    def base_call(self, tx, name, args, kwargs):
+        """The C method `name` of the base type called on this object."""
+        if name == "__init__" and self.base is set:
+            return self.init_items(tx, args, kwargs)
+        if name == "__init__":  # object.__init__ (frozenset's): the items came from __new__
+            return ConstantVariable(None)
+        if kwargs:
+            unimplemented(f"{self.base.__name__}.{name} with keyword arguments")
+        if name == "__iter__" and not args:
+            return ListIteratorVariable.over(tx, self.set)
+        if name in _DUNDER_OPS and len(args) == 1:
+            return _c_slot(tx, _DUNDER_OPS[name], self, args[0])
+        if name in _REFLECTED_OPS and len(args) == 1:
+            op = {"__ror__": operator.or_, "__rand__": operator.and_}.get(name)
+            op = op or {"__rsub__": operator.sub, "__rxor__": operator.xor}[name]
+            return _c_slot(tx, op, args[0], self)
+        if name in _INPLACE_UPDATE and len(args) == 1:
+            if not is_set_like(args[0]):
+                return ConstantVariable(NotImplemented)
+            if self.base is frozenset:
+                unimplemented(f"frozenset.{name}")
+            tx.output.side_effects.mutate_new_object(self)
+            self.set.call_method(tx, _INPLACE_UPDATE[name], args, {})
+            return self
+        if name in _DELEGATED:
+            if name in ("add", "remove", "discard", "clear", "pop") or name.endswith("update"):
+                if self.base is frozenset:
+                    unimplemented(f"frozenset has no {name}")
+                tx.output.side_effects.mutate_new_object(self)
+            return self.set.call_method(tx, name, args, {})
+        unimplemented(f"{self.base.__name__}.{name} of a {self.cls.__name__}")
+
+    def c_method(self, name, owner):
+        """`owner.name` (a C method of set/frozenset) bound to this object."""
+        if not issubclass(self.cls, owner):
+            unimplemented(f"{owner.__name__}.{name} called on a {self.cls.__name__}")
+        return SetMethodVariable(self, name, owner)
+
+    def truthy(self, tx):
+        for name in ("__bool__", "__len__"):
+            if isinstance(user_method(self, name), types.FunctionType):
+                return user_truthy(tx, self)
+        return bool(self.set.values)
+
+    def unpack_var_sequence(self, tx):
+        if isinstance(user_method(self, "__iter__"), types.FunctionType):
+            return user_iter_items(tx, self)
+        return self.set.unpack_var_sequence(tx)
+
+    def iter_var(self, tx):
+        """iter(obj) with set's own __iter__ (ListIteratorVariable.over asks for it)."""
+        if isinstance(user_method(self, "__iter__"), types.FunctionType):
+            return ListIteratorVariable(user_iter_items(tx, self))
+        return ListIteratorVariable.over(tx, self.set)
+
+    def reconstruct(self, cg):
+        cg.load_object(make_set_object, push_null=True)
+        load_class(cg, self.cls)
+        for k, v in self.attrs.items():
+            cg.extend(emit.load_const(k))
+            cg.reconstruct(v)
+        cg.extend(emit.build_map(len(self.attrs)))
+        SetVariable(self.set.values).reconstruct(cg)
+        cg.extend(emit.call(3))
+
+    def __repr__(self):
+        return f"SetObjectVariable({self.cls.__name__}, {self.set.values!r})"
+
+
+class SetMethodVariable(VariableTracker):
+    """A C method of set/frozenset bound to a subclass instance (or called unbound on one)."""
+
+    def __init__(self, obj, name, owner, **kw):
+        super().__init__(**kw)
+        self.obj = obj
+        self.name = name
+        self.owner = owner
+
+    def python_type(self):
+        return types.BuiltinMethodType
+
+    def var_getattr(self, tx, name):
+        if name == "__name__":
+            return ConstantVariable(self.name)
+        if name == "__self__":
+            return self.obj
+        unimplemented(f"attribute {name!r} of {self.owner.__name__}.{self.name}")
+
+    def call_function(self, tx, args, kwargs):
+        return self.obj.base_call(tx, self.name, list(args), kwargs)
+
+    def __repr__(self):
+        return f"SetMethodVariable({self.obj!r}.{self.name})"
+
+
+def _values(var):
+    return var.set.values if isinstance(var, SetObjectVariable) else var.values
+
+
+def _result_set(like, values):
+    """A new builtin set of the base type of `like` (Python's make_new_set_basetype)."""
+    frozen = issubclass(like.python_type(), frozenset)
+    return SetVariable(values, frozen=frozen)
+
+
+def _c_slot(tx, op, a, b):
+    """The C set slot for `a <op> b` (set_or, set_richcompare ...): NotImplemented when either
+    side is no set."""
+    if not (is_set_like(a) and is_set_like(b)):
+        return ConstantVariable(NotImplemented)
+    result = op(set(_values(a)), set(_values(b)))
+    if isinstance(result, bool):
+        return ConstantVariable(result)
+    return _result_set(a, result)
+
+
+def involved(a, b):
+    """Whether `a <op> b` has a set/frozenset subclass instance on either side."""
+    return isinstance(a, SetObjectVariable) or isinstance(b, SetObjectVariable)
+
+
+def _side(tx, obj, dunder, other):
+    """obj's `dunder(other)`: its Python override inlined, the C slot for a set, else
+    NotImplemented; unimplemented for an operand kiln cannot answer for."""
+    if isinstance(obj, SetObjectVariable):
+        fn = user_method(obj, dunder)
+        if isinstance(fn, types.FunctionType):
+            return inline_call(tx, fn, [obj, other], {}, None)
+        return obj.base_call(tx, dunder, [other], {})
+    if isinstance(obj, SetVariable):
+        op = _DUNDER_OPS.get(dunder)
+        if op is None:
+            op = {"__ror__": operator.or_, "__rand__": operator.and_}.get(dunder)
+            op = op or {"__rsub__": operator.sub, "__rxor__": operator.xor}[dunder]
+            return _c_slot(tx, op, other, obj)
+        return _c_slot(tx, op, obj, other)
+    if isinstance(obj, ConstantVariable) and not isinstance(obj.value, (set, frozenset)):
+        return ConstantVariable(NotImplemented)  # an int, str, None, tuple ...: no set operator
+    if isinstance(obj, (BaseListVariable, ConstDictVariable)) and obj.python_type() in _PLAIN:
+        return ConstantVariable(NotImplemented)  # list/tuple/dict: no operator with a set
+    unimplemented(f"{dunder} between a set subclass instance and {obj}")
+
+
+def _not_implemented(var):
+    return var.is_python_constant() and var.as_python_constant() is NotImplemented
+
+
+def binary_op(tx, fn, a, b):
+    """`a <op> b` with a set/frozenset subclass instance on a side (Python's binary protocol),
+    or None for an operator that is not a set operator."""
+    if fn in _INPLACE:
+        dunder, op = _INPLACE[fn]
+        if isinstance(a, SetObjectVariable):
+            impl = user_method(a, dunder)
+            if isinstance(impl, types.FunctionType):
+                result = inline_call(tx, impl, [a, b], {}, None)
+            elif a.base is set:
+                result = a.base_call(tx, dunder, [b], {})
+            else:
+                result = ConstantVariable(NotImplemented)
+            if not _not_implemented(result):
+                return result
+        fn = op
+    if fn not in _BINARY:
+        return None
+    fwd, rev, _ = _BINARY[fn]
+    ta, tb = a.python_type(), b.python_type()
+    order = [(a, fwd, b), (b, rev, a)]
+    if ta is not tb and issubclass(tb, ta) and isinstance(b, SetObjectVariable):
+        if isinstance(user_method(b, rev), types.FunctionType):
+            order.reverse()  # the right operand's subclass overrides the reflected method
+    for obj, dunder, other in order:
+        result = _side(tx, obj, dunder, other)
+        if not _not_implemented(result):
+            return result
+    if fn is operator.eq or fn is operator.ne:
+        return ConstantVariable((fn is operator.ne) != (a is b))  # identity (two objects)
+    names = f"'{ta.__name__}' and '{tb.__name__}'"
+    if fn in (operator.lt, operator.le, operator.gt, operator.ge):
+        raise_observed(
+            tx, TypeError, f"'{_SYMBOLS[fn]}' not supported between instances of {names}"
+        )
+    raise_observed(tx, TypeError, f"unsupported operand type(s) for {_SYMBOLS[fn]}: {names}")
+
+
+INSTANCE_MAKERS.append(make_instance)

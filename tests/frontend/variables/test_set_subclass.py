@@ -1,0 +1,222 @@
+"""Instances of user subclasses of set and frozenset made inside compiled code (methods, operators
+and their result types, overrides, attributes, escapes), with fullgraph=True, compared with eager."""
+
+import pytest
+import torch
+from frontend_helpers import run_and_compare
+
+import kiln
+
+
+class S(set):
+    pass
+
+
+class F(frozenset):
+    pass
+
+
+class Tagged(set):
+    def __init__(self, items, tag="t"):
+        super().__init__(items)
+        self.tag = tag
+
+    def total(self):
+        return sum(self) + len(self.tag)
+
+
+class Shifted(set):
+    def add(self, item):
+        return super().add(item + 1)
+
+    def __contains__(self, item):
+        return set.__contains__(self, item - 1)
+
+
+class OwnOr(set):
+    def __or__(self, other):
+        return OwnOr(set.__or__(self, other))
+
+    def __ror__(self, other):
+        return "ror"
+
+
+class OwnIter(set):
+    def __iter__(self):
+        return iter(sorted(set.__iter__(self), reverse=True))
+
+
+class FrozenInit(frozenset):
+    def __init__(self, items, scale=2):
+        self.scale = scale
+
+
+def basics(x):
+    t = S([1, 2, 3])
+    t.add(4)
+    t.discard(1)
+    t.update([7], (8,))
+    return x + len(t) + (2 in t) + (5 in t), type(t) is S, isinstance(t, set), sorted(t), bool(t)
+
+
+def local_class(x):
+    class L(set):
+        pass
+
+    t = L([1, 2, 3])
+    return x + len(t) + (2 in t), type(t).__name__
+
+
+def result_types(x):
+    p, q = S("abc"), S("bef")
+    return x, p | q, p & q, p - q, p ^ q, p.union(q), p.copy(), p.intersection("bz"), type(p | q)
+
+
+def frozen_result_types(x):
+    p, q = F("abc"), F("bef")
+    return x, p | q, p & q, p - {"a"}, {"a", "z"} | p, p.copy(), type(p.copy())
+
+
+def comparisons(x):
+    p, q, r = S("abc"), S("ab"), F("abc")
+    return (
+        x,
+        p == r,
+        p == {"a", "b", "c"},
+        {"a", "b", "c"} == p,
+        p != q,
+        q < p,
+        q <= p,
+        p > q,
+        p >= r,
+        p == [1],
+        p != "abc",
+        p.issubset("abcd"),
+        p.isdisjoint(q),
+    )
+
+
+def inplace(x):
+    p = S("abc")
+    alias = p
+    p |= {"z"}
+    p -= {"a"}
+    p &= {"b", "c", "z"}
+    p ^= {"q"}
+    f = F("ab")
+    g = f
+    f |= {"c"}
+    return x, p is alias, sorted(p), type(f), f is g, sorted(f)
+
+
+def attributes_and_methods(x):
+    t = Tagged([1, 2], tag="abc")
+    t.extra = x
+    return t.total() + t.extra, t.tag, t.__dict__["tag"], sorted(t)
+
+
+def overrides(x):
+    s = Shifted([1, 2])
+    s.add(3)
+    o = OwnOr([1])
+    return x, sorted(s), 2 in s, 9 in s, type(o | {2}), sorted(o | {2}), {3} | o, set.add
+
+
+def own_iter(x):
+    s = OwnIter([1, 3, 2])
+    return x, list(s), [i for i in s], set(s) == {1, 2, 3}, s | {4}
+
+
+def frozen_init(x):
+    f = FrozenInit([1, 2], scale=3)
+    return x * f.scale, sorted(f), type(f)
+
+
+def unbound_methods(x):
+    p, q = S("abc"), S("bef")
+    s = Shifted([1])
+    set.add(s, 5)  # the C method, not the override
+    return (
+        x,
+        S.__or__(p, q),
+        set.__sub__(p, q),
+        S.__eq__(p, p),
+        S.issubset(q, p),
+        set.__contains__(s, 5),
+        frozenset.__and__(F("ab"), F("b")),
+    )
+
+
+def escapes(x):
+    t = Tagged([1, 2], tag="z")
+    t.add(3)
+    f = F([4])
+    return x + 1, t, f, t.tag
+
+
+def errors(x):
+    s = S([1])
+    try:
+        s.remove(7)
+    except KeyError:
+        x = x + 1
+    try:
+        x = x + (s < 3)
+    except TypeError as e:
+        return x, str(e)
+    return x
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        basics,
+        local_class,
+        result_types,
+        frozen_result_types,
+        comparisons,
+        inplace,
+        attributes_and_methods,
+        overrides,
+        own_iter,
+        frozen_init,
+        unbound_methods,
+        escapes,
+        errors,
+    ],
+)
+def test_set_subclass_instances(fn):
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_escaped_instance_keeps_its_class_and_attributes():
+    def fn(x):
+        t = Tagged([1, 2], tag="q")
+        t.seen = True
+        return x, t
+
+    _, got = kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(2))
+    assert type(got) is Tagged and got == {1, 2} and vars(got) == {"tag": "q", "seen": True}
+
+
+def test_stored_into_an_input():
+    def fn(x, box):
+        box.append(S([1, 2]))
+        box.append(F("a"))
+        return x + 1
+
+    run_and_compare(fn, torch.randn(3), [], fullgraph=True, expected_breaks=0)
+
+
+def test_own_new_breaks_with_a_reason():
+    class OwnNew(set):
+        def __new__(cls, *a):
+            return set.__new__(cls)
+
+    def fn(x):
+        return x + len(OwnNew([1]))
+
+    x = torch.randn(3)
+    torch.testing.assert_close(kiln.compile(fn, backend="eager")(x), fn(x))
+    with pytest.raises(kiln.exc.Unsupported, match="set subclass kiln does not build"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(3))
