@@ -694,6 +694,8 @@ class BuiltinVariable(VariableTracker):
         """str(obj) / repr(obj) of a user object: its Python __str__ / __repr__, inlined."""
         if isinstance(obj, ExceptionVariable):
             return obj.call_method(tx, f"__{fn.__name__}__", [], {})
+        if hasattr(obj, "text_of"):  # Note [Sets: subclass instances]
+            return ConstantVariable(obj.text_of(tx, 1 if fn is str else 2, ""))
         if is_user_object(obj):
             result = user_text(tx, obj, f"__{fn.__name__}__")
             if result is not None:

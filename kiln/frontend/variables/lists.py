@@ -12,7 +12,7 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
-from kiln.frontend.variables.exceptions import raise_observed
+from kiln.frontend.variables.exceptions import ObservedException, observe, raise_observed
 from kiln.frontend.variables.misc import wrap_frozen
 
 
@@ -583,11 +583,17 @@ class SetVariable(VariableTracker):
             unimplemented(f"set.{name} with keyword arguments")
         if name in _SET_MUTATORS:
             self._mutate(tx)
-            values = [_set_values(tx, a) for a in args] if name.endswith("update") else []
+            try:
+                values = [_set_values(tx, a) for a in args] if name.endswith("update") else []
+            except ObservedException:
+                first = args[0]
+                if isinstance(first, ConstantVariable) and not _iterable(first.value):
+                    raise  # (the first argument: Python raises before changing the set)
+                unimplemented(f"set.{name} of a bad item (Python changes the set up to it)")
             if name == "add" and len(args) == 1:
                 self.values.add(_set_item(args[0]))
             elif name in ("remove", "discard") and len(args) == 1:
-                item = _set_item(args[0])
+                item = _set_item(args[0], key=True)
                 if name == "remove" and item not in self.values:
                     raise_observed(tx, KeyError, item)
                 self.values.discard(item)
@@ -598,21 +604,29 @@ class SetVariable(VariableTracker):
                     raise_observed(tx, KeyError, "pop from an empty set")
                 return _wrap_const(self.values.pop())
             elif name.endswith("update"):
-                getattr(self.values, name)(*values)
+                try:
+                    getattr(self.values, name)(*values)
+                except TypeError as e:  # (its arity: checked before it changes the set)
+                    observe(e)
+                    raise
             else:
-                unimplemented(f"set.{name} with these arguments")
+                _arity_error(name, args)
             return ConstantVariable(None)
         if name == "__contains__" and len(args) == 1:
-            return ConstantVariable(_set_item(args[0]) in self.values)
+            return ConstantVariable(_set_item(args[0], key=True) in self.values)
         if name == "__len__" and not args:
             return ConstantVariable(len(self.values))
-        if name == "copy" and not args:
+        if name == "copy":
+            if args:
+                _arity_error(name, args, frozenset if self.frozen else set)
             return SetVariable(self.values, self.frozen)
         if name in _SET_PURE:
             values = [_set_values(tx, a) for a in args]
             try:
                 result = getattr(self.as_python_constant(), name)(*values)
             except Exception as e:
+                if type(e) is TypeError:  # its arity: Python's own error
+                    observe(e)
                 unimplemented(f"set.{name} raised {type(e).__name__}: {e}")
             if isinstance(result, (set, frozenset)):
                 return SetVariable(result, isinstance(result, frozenset))
@@ -668,15 +682,29 @@ def _wrap_const(value):
     return wrap_frozen(value, "set item")
 
 
-def _set_item(var):
+def _set_item(var, key=False):
+    """The constant item `var`; a key looked up (in, remove, discard) that is a set is looked up
+    as the frozenset Python makes of it; an unhashable one raises Python's TypeError."""
     if not var.is_python_constant():
         unimplemented(f"set item {var} is not a constant")
     value = var.as_python_constant()
+    if key and isinstance(value, set):
+        value = frozenset(value)
     try:
         hash(value)
-    except TypeError:
+    except TypeError as e:
+        observe(e)
         unimplemented(f"unhashable set item {type(value).__name__}")
     return value
+
+
+def _arity_error(name, args, base=set):
+    """set.<name> called with arguments it does not take: Python's TypeError."""
+    try:
+        getattr(base(), name)(*[None] * len(args))
+    except TypeError as e:
+        observe(e)
+    unimplemented(f"set.{name} with these arguments")
 
 
 def _set_values(tx, var):

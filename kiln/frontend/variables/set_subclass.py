@@ -44,6 +44,7 @@ from kiln.frontend.variables.user_defined import (
 from kiln.frontend.variables.user_protocol import user_iter_items, user_method, user_truthy
 
 _BASES = (set, frozenset)
+_OBJECT_FORMAT = None  # (user_method's answer for a __format__ only `object` has)
 _PLAIN = (list, tuple, dict)  # (their operators return NotImplemented for a set operand)
 
 # operator -> (dunder, reflected dunder, C set function on the values) for the binary protocol
@@ -282,6 +283,26 @@ class SetObjectVariable(NewObjectVariable):
         if isinstance(user_method(self, "__iter__"), types.FunctionType):
             return ListIteratorVariable(user_iter_items(tx, self))
         return ListIteratorVariable.over(tx, self.set)
+
+    def text_of(self, tx, conv, spec):
+        """The text f"{obj!conv:spec}" formats (conv 0: format(), 1: str(), 2: repr()): the
+        class's Python __str__/__repr__ inlined, else set's repr, `S({1, 2})` or `S()`."""
+        if conv == 0 and (spec or user_method(self, "__format__") is not _OBJECT_FORMAT):
+            unimplemented(f"format() of a {self.cls.__name__} with a format spec or __format__")
+        if conv == 3:
+            unimplemented(f"ascii() of a {self.cls.__name__}")
+        for name in ("__str__", "__repr__") if conv < 2 else ("__repr__",):
+            fn = user_method(self, name)
+            if isinstance(fn, types.FunctionType):
+                result = inline_call(tx, fn, [self], {}, None)
+                if not (result.is_python_constant() and type(result.as_python_constant()) is str):
+                    unimplemented(f"{name} of a {self.cls.__name__} returned {result}")
+                return result.as_python_constant()
+            if fn is not None:  # set's own repr (its __str__ is object's)
+                break
+        if not self.set.values:
+            return f"{self.cls.__name__}()"
+        return f"{self.cls.__name__}({self.set.values!r})"
 
     def reconstruct(self, cg):
         cg.load_object(make_set_object, push_null=True)

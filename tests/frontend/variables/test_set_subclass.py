@@ -167,6 +167,34 @@ def errors(x):
     return x
 
 
+class Named(frozenset):
+    def __repr__(self):
+        return "Named!"
+
+
+def text(x):
+    s, f, e = S([3]), F(["a"]), S()
+    return x, f"{s} {f!r} {e}", repr(s), str(f), f"{Named([1])}", str(Named()), f"{s!s:>8}"
+
+
+def python_errors(x):
+    out = []
+    for call in (
+        lambda: S([1]).isdisjoint(),
+        lambda: F([1]).copy(1),
+        lambda: S([1]).add([2]),
+        lambda: S([1]).symmetric_difference_update(),
+        lambda: {1}.union([[1]]),
+        lambda: S([1]) | 1,
+        lambda: 1 < F([1]),
+    ):
+        try:
+            call()
+        except TypeError as e:
+            out.append(str(e))
+    return x, out, set() in S([frozenset()]), {2} in {frozenset({2})}
+
+
 @pytest.mark.parametrize(
     "fn",
     [
@@ -183,6 +211,8 @@ def errors(x):
         unbound_methods,
         escapes,
         errors,
+        text,
+        python_errors,
     ],
 )
 def test_set_subclass_instances(fn):
