@@ -15,16 +15,18 @@ items)`: the base type's own __new__/update, bypassing a Python __init__. A clas
 __new__, a metaclass __call__ or a C base other than set/frozenset is not modelled (a break).
 """
 
+import dataclasses
 import inspect
 import operator
 import types
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.source import AttrSource
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import AttrSource, Source
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.classes import load_class
-from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.functions import inline_call
@@ -38,6 +40,7 @@ from kiln.frontend.variables.user_defined import (
     _HEAPTYPE,
     INSTANCE_MAKERS,
     NewObjectVariable,
+    UserDefinedObjectVariable,
     _plain_metaclass,
     _plain_slots,
 )
@@ -194,40 +197,36 @@ def _owner(cls, name):
 
 def is_set_like(var):
     """A builtin set/frozenset or an instance of a subclass (a set operand of the C slots)."""
-    return isinstance(var, (SetVariable, SetObjectVariable))
+    return isinstance(var, (SetVariable, SetProtocol))
 
 
-class SetObjectVariable(NewObjectVariable):
-    """An instance of a user subclass of set/frozenset made while tracing: its attributes and
-    its items (Note [Sets: subclass instances])."""
-
-    def __init__(self, cls, base, **kw):
-        super().__init__(cls, **kw)
-        self.base = base
-        self.set = SetVariable((), frozen=base is frozenset)
+class SetProtocol:
+    """The set behaviour of a subclass instance (`cls`, `base`, its items in `set`), mixed into
+    the variables of objects made in the frame and of inputs."""
 
     @property
     def base_set(self):
         """The held builtin set (what the C set functions read)."""
         return self.set
 
+    def mutating(self, tx):
+        """The items are about to change."""
+        tx.output.side_effects.mutate_new_object(self)
+        self.set._mutate(tx)
+
     def init_items(self, tx, args, kwargs):
         """set.__init__(self, [iterable]): clear, then add the iterable's items."""
         if kwargs or len(args) > 1:
             unimplemented(f"{self.cls.__name__}() with these arguments (Python raises TypeError)")
         values = set(_set_values(tx, args[0])) if args else set()
-        tx.output.side_effects.mutate_new_object(self)
-        self.set._mutate(tx)
+        self.mutating(tx)
         self.set.values = values
         return ConstantVariable(None)
 
-    def var_getattr(self, tx, name):
-        if name in self.attrs or name in ("__class__", "__dict__"):
-            return super().var_getattr(tx, name)
+    def set_method(self, name):
+        """`obj.name` when set/frozenset defines it (the subclass does not): the C method."""
         owner = _owner(self.cls, name)
-        if owner in _BASES:
-            return SetMethodVariable(self, name, owner)
-        return super().var_getattr(tx, name)
+        return SetMethodVariable(self, name, owner) if owner in _BASES else None
 
     def base_call(self, tx, name, args, kwargs):
         """The C method `name` of the base type called on this object."""
@@ -250,14 +249,14 @@ class SetObjectVariable(NewObjectVariable):
                 return ConstantVariable(NotImplemented)
             if self.base is frozenset:
                 unimplemented(f"frozenset.{name}")
-            tx.output.side_effects.mutate_new_object(self)
+            self.mutating(tx)
             self.set.call_method(tx, _INPLACE_UPDATE[name], args, {})
             return self
         if name in _DELEGATED:
             if name in ("add", "remove", "discard", "clear", "pop") or name.endswith("update"):
                 if self.base is frozenset:
                     unimplemented(f"frozenset has no {name}")
-                tx.output.side_effects.mutate_new_object(self)
+                self.mutating(tx)
             return self.set.call_method(tx, name, args, {})
         unimplemented(f"{self.base.__name__}.{name} of a {self.cls.__name__}")
 
@@ -304,6 +303,23 @@ class SetObjectVariable(NewObjectVariable):
             return f"{self.cls.__name__}()"
         return f"{self.cls.__name__}({self.set.values!r})"
 
+
+class SetObjectVariable(SetProtocol, NewObjectVariable):
+    """An instance of a user subclass of set/frozenset made while tracing: its attributes and
+    its items (Note [Sets: subclass instances])."""
+
+    def __init__(self, cls, base, **kw):
+        super().__init__(cls, **kw)
+        self.base = base
+        self.set = SetVariable((), frozen=base is frozenset)
+
+    def var_getattr(self, tx, name):
+        if name not in self.attrs and name not in ("__class__", "__dict__"):
+            method = self.set_method(name)
+            if method is not None:
+                return method
+        return super().var_getattr(tx, name)
+
     def reconstruct(self, cg):
         cg.load_object(make_set_object, push_null=True)
         load_class(cg, self.cls)
@@ -316,6 +332,64 @@ class SetObjectVariable(NewObjectVariable):
 
     def __repr__(self):
         return f"SetObjectVariable({self.cls.__name__}, {self.set.values!r})"
+
+
+class SetInputVariable(SetProtocol, UserDefinedObjectVariable):
+    """An instance of a user subclass of set/frozenset reached from a source: its type and its
+    items guarded, its attributes read through the source; changing its items is a break."""
+
+    def __init__(self, value, base, **kw):
+        super().__init__(value, **kw)
+        self.cls = type(value)
+        self.base = base
+        self.set = SetVariable(base(value), frozen=base is frozenset)
+
+    def mutating(self, tx):
+        unimplemented(f"changing the items of a {self.cls.__name__} reached from an input")
+
+    def var_getattr(self, tx, name):
+        if name != "__class__" and tx.output.side_effects.load_attr(self, name) is None:
+            d = getattr(self.value, "__dict__", {})
+            method = None if name in d else self.set_method(name)
+            if method is not None:
+                return method
+        return super().var_getattr(tx, name)
+
+    def __repr__(self):
+        return f"SetInputVariable({self.cls.__name__}, {self.set.values!r})"
+
+
+@dataclasses.dataclass(frozen=True)
+class SetItemsSource(Source):
+    """`type(base).__mro__[index].copy(base)`: the items of a set subclass instance as a plain
+    set/frozenset (what the guard on its items compares)."""
+
+    source: Source
+    index: int
+
+    def name(self):
+        base = self.source.name()
+        return f"___type({base}).__mro__[{self.index}].copy({base})"
+
+    def reconstruct(self, cg):
+        unimplemented("rebuilding the items of a set subclass input")
+
+    def base(self):
+        return self.source.base()
+
+
+def wrap_input(tx, value, source):
+    """A set/frozenset subclass instance reached from `source` whose items are literals: its
+    variable, guarded by type and items; None for any other value."""
+    cls = type(value)
+    base = set_base(cls)
+    if base is None or not _modelled_class(cls, base) or not all(is_literal(v) for v in value):
+        return None
+    guards = tx.output.guards
+    guards.add(GuardKind.TYPE_MATCH, source, cls)
+    items = SetItemsSource(source, cls.__mro__.index(base))
+    guards.add(GuardKind.CONSTANT_MATCH, items, base(value))
+    return SetInputVariable(value, base, source=source)
 
 
 class SetMethodVariable(VariableTracker):
@@ -345,7 +419,7 @@ class SetMethodVariable(VariableTracker):
 
 
 def _values(var):
-    return var.set.values if isinstance(var, SetObjectVariable) else var.values
+    return var.set.values if isinstance(var, SetProtocol) else var.values
 
 
 def _result_set(like, values):
@@ -367,16 +441,16 @@ def _c_slot(tx, op, a, b):
 
 def involved(a, b):
     """Whether `a <op> b` has a set/frozenset subclass instance on either side."""
-    return isinstance(a, SetObjectVariable) or isinstance(b, SetObjectVariable)
+    return isinstance(a, SetProtocol) or isinstance(b, SetProtocol)
 
 
 def _side(tx, obj, dunder, other):
     """obj's `dunder(other)`: its Python override inlined, the C slot for a set, else
     NotImplemented; unimplemented for an operand kiln cannot answer for."""
-    if isinstance(obj, SetObjectVariable):
+    if isinstance(obj, SetProtocol):
         fn = user_method(obj, dunder)
         if isinstance(fn, types.FunctionType):
-            return inline_call(tx, fn, [obj, other], {}, None)
+            return inline_call(tx, fn, [obj, other], {}, obj._class_attr_source(dunder))
         return obj.base_call(tx, dunder, [other], {})
     if isinstance(obj, SetVariable):
         op = _DUNDER_OPS.get(dunder)
@@ -401,10 +475,10 @@ def binary_op(tx, fn, a, b):
     or None for an operator that is not a set operator."""
     if fn in _INPLACE:
         dunder, op = _INPLACE[fn]
-        if isinstance(a, SetObjectVariable):
+        if isinstance(a, SetProtocol):
             impl = user_method(a, dunder)
             if isinstance(impl, types.FunctionType):
-                result = inline_call(tx, impl, [a, b], {}, None)
+                result = inline_call(tx, impl, [a, b], {}, a._class_attr_source(dunder))
             elif a.base is set:
                 result = a.base_call(tx, dunder, [b], {})
             else:
@@ -417,7 +491,7 @@ def binary_op(tx, fn, a, b):
     fwd, rev, _ = _BINARY[fn]
     ta, tb = a.python_type(), b.python_type()
     order = [(a, fwd, b), (b, rev, a)]
-    if ta is not tb and issubclass(tb, ta) and isinstance(b, SetObjectVariable):
+    if ta is not tb and issubclass(tb, ta) and isinstance(b, SetProtocol):
         if isinstance(user_method(b, rev), types.FunctionType):
             order.reverse()  # the right operand's subclass overrides the reflected method
     for obj, dunder, other in order:

@@ -250,3 +250,38 @@ def test_own_new_breaks_with_a_reason():
     torch.testing.assert_close(kiln.compile(fn, backend="eager")(x), fn(x))
     with pytest.raises(kiln.exc.Unsupported, match="set subclass kiln does not build"):
         kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(3))
+
+
+def test_inputs_guarded_by_type_and_items():
+    def fn(x, s):
+        return x + len(s) + (2 in s), s | {9}, s == {1, 2}, f"{s}", s.union([5]), s
+
+    compiled = kiln.compile(fn, backend="eager", fullgraph=True)
+    for s in (S([1, 2]), S([1, 2]), S([3]), F([1, 2]), Tagged([2], tag="q"), S()):
+        x = torch.randn(3)
+        got, want = compiled(x, s), fn(x, s)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1:5] == want[1:5] and type(got[1]) is type(want[1])
+        assert got[5] is s  # the input itself, returned
+
+
+def test_input_attributes_and_overrides():
+    def fn(x, s):
+        return x + s.total(), 3 in s, sorted(s), s.tag, s | {1}
+
+    t = Tagged([1, 2], tag="ab")
+    run_and_compare(fn, torch.randn(3), t, fullgraph=True, expected_breaks=0)
+    run_and_compare(lambda x, s: (x, 3 in s, 1 in s), torch.randn(3), Shifted([2]), fullgraph=True)
+
+
+def test_input_mutation_breaks_and_stays_correct():
+    def fn(x, s):
+        s.add(7)
+        return x + len(s)
+
+    s1, s2 = S([1]), S([1])
+    x = torch.randn(3)
+    torch.testing.assert_close(kiln.compile(fn, backend="eager")(x, s1), fn(x, s2))
+    assert s1 == s2
+    with pytest.raises(kiln.exc.Unsupported, match="reached from an input"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(x, S([1]))
