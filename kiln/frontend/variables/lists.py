@@ -586,10 +586,10 @@ class SetVariable(VariableTracker):
             try:
                 values = [_set_values(tx, a) for a in args] if name.endswith("update") else []
             except ObservedException:
-                first = args[0]
-                if isinstance(first, ConstantVariable) and not _iterable(first.value):
-                    raise  # (the first argument: Python raises before changing the set)
-                unimplemented(f"set.{name} of a bad item (Python changes the set up to it)")
+                if name in ("intersection_update", "symmetric_difference_update"):
+                    raise  # (Python builds the other set first: this one is unchanged)
+                _update_until_bad(tx, self.values, name, args)
+                raise
             if name == "add" and len(args) == 1:
                 self.values.add(_set_item(args[0]))
             elif name in ("remove", "discard") and len(args) == 1:
@@ -685,6 +685,8 @@ def _wrap_const(value):
 def _set_item(var, key=False):
     """The constant item `var`; a key looked up (in, remove, discard) that is a set is looked up
     as the frozenset Python makes of it; an unhashable one raises Python's TypeError."""
+    if key and hasattr(var, "key_value"):  # a set subclass instance looked up
+        return var.key_value()
     if not var.is_python_constant():
         unimplemented(f"set item {var} is not a constant")
     value = var.as_python_constant()
@@ -696,6 +698,25 @@ def _set_item(var, key=False):
         observe(e)
         unimplemented(f"unhashable set item {type(value).__name__}")
     return value
+
+
+def _update_until_bad(tx, values, name, args):
+    """set.update / difference_update whose items hold a bad one (unhashable, not iterable):
+    Python adds (discards) the items before it, then raises; done here, then the error raised."""
+    if not all(isinstance(a, (SetVariable, ConstantVariable, BaseListVariable)) for a in args):
+        unimplemented(f"set.{name} of a bad item in an iterator (Python changes the set up to it)")
+    change = values.add if name == "update" else values.discard
+    for a in args:
+        for v in list(_set_values(tx, a)) if isinstance(a, SetVariable) else _items(tx, a):
+            change(v)
+
+
+def _items(tx, var):
+    """The items of a constant or list/tuple, one by one (raising at the first bad one)."""
+    if isinstance(var, ConstantVariable) and not _iterable(var.value):
+        _set_values(tx, var)  # (raises Python's TypeError)
+    for item in var.unpack_var_sequence(tx):
+        yield _set_item(item)
 
 
 def _arity_error(name, args, base=set):

@@ -223,6 +223,15 @@ class SetProtocol:
         self.set.values = values
         return ConstantVariable(None)
 
+    def key_value(self):
+        """This object looked up in a set (in, remove, discard): the frozenset of its items, as
+        Python finds it (a set's key is made a frozenset; a frozenset's hash and == are its
+        items'), unless the class defines its own __hash__ or __eq__."""
+        for name in ("__hash__", "__eq__"):
+            if isinstance(user_method(self, name), types.FunctionType):
+                unimplemented(f"a {self.cls.__name__} with its own {name} looked up in a set")
+        return frozenset(self.set.values)
+
     def set_method(self, name):
         """`obj.name` when set/frozenset defines it (the subclass does not): the C method."""
         owner = _owner(self.cls, name)

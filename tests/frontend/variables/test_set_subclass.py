@@ -192,7 +192,24 @@ def python_errors(x):
             call()
         except TypeError as e:
             out.append(str(e))
-    return x, out, set() in S([frozenset()]), {2} in {frozenset({2})}
+    s, t = S([1]), S([1])
+    for call in (lambda: s.update([2], [[3]]), lambda: t.difference_update((1, {4}))):
+        try:
+            call()
+        except TypeError as e:
+            out.append(str(e))
+    keys = S([frozenset("ab"), 1])
+    keys.discard(F("ab"))
+    return (
+        x,
+        out,
+        set() in S([frozenset()]),
+        {2} in {frozenset({2})},
+        s,
+        t,
+        keys,
+        S("a") in F([frozenset("a")]),
+    )
 
 
 @pytest.mark.parametrize(
