@@ -619,7 +619,7 @@ class SetVariable(VariableTracker):
         if name == "copy":
             if args:
                 _arity_error(name, args, frozenset if self.frozen else set)
-            return SetVariable(self.values, self.frozen)
+            return self if self.frozen else SetVariable(self.values)  # (a frozenset's is itself)
         if name in _SET_PURE:
             values = [_set_values(tx, a) for a in args]
             try:

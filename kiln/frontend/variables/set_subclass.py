@@ -261,6 +261,8 @@ class SetProtocol:
             self.mutating(tx)
             self.set.call_method(tx, _INPLACE_UPDATE[name], args, {})
             return self
+        if name == "copy" and not args:  # a new set/frozenset of the base type
+            return SetVariable(self.set.values, frozen=self.base is frozenset)
         if name in _DELEGATED:
             if name in ("add", "remove", "discard", "clear", "pop") or name.endswith("update"):
                 if self.base is frozenset:

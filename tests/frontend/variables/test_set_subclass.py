@@ -172,6 +172,11 @@ class Named(frozenset):
         return "Named!"
 
 
+def copies(x):
+    f, p = F("ab"), frozenset("ab")
+    return x, f.copy() is f, f.copy() is f.copy(), p.copy() is p, type(f.copy()), S("a").copy()
+
+
 def text(x):
     s, f, e = S([3]), F(["a"]), S()
     return x, f"{s} {f!r} {e}", repr(s), str(f), f"{Named([1])}", str(Named()), f"{s!s:>8}"
@@ -230,6 +235,7 @@ def python_errors(x):
         errors,
         text,
         python_errors,
+        copies,
     ],
 )
 def test_set_subclass_instances(fn):
