@@ -187,6 +187,11 @@ def make_set_object(cls, attrs, items):
     return obj
 
 
+def bind_method(fn, obj):
+    """`set.add` bound to `obj` (the transformed code's rebuilt SetMethodVariable)."""
+    return fn.__get__(obj)
+
+
 def _owner(cls, name):
     """The class along cls's MRO whose __dict__ holds `name`, or None."""
     for k in cls.__mro__:
@@ -425,6 +430,12 @@ class SetMethodVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         return self.obj.base_call(tx, self.name, list(args), kwargs)
 
+    def reconstruct(self, cg):
+        cg.load_object(bind_method, push_null=True)
+        cg.load_object(getattr(self.owner, self.name))
+        cg.reconstruct(self.obj)
+        cg.extend(emit.call(2))
+
     def __repr__(self):
         return f"SetMethodVariable({self.obj!r}.{self.name})"
 
@@ -484,8 +495,13 @@ def _not_implemented(var):
 def binary_op(tx, fn, a, b):
     """`a <op> b` with a set/frozenset subclass instance on a side (Python's binary protocol),
     or None for an operator that is not a set operator."""
+    symbol = _SYMBOLS.get(fn)
     if fn in _INPLACE:
         dunder, op = _INPLACE[fn]
+        symbol = _SYMBOLS[op] + "="
+        if isinstance(a, SetVariable) and not a.frozen and is_set_like(b):
+            a.call_method(tx, _INPLACE_UPDATE[dunder], [b], {})  # set.__ior__: in place
+            return a
         if isinstance(a, SetProtocol):
             impl = user_method(a, dunder)
             if isinstance(impl, types.FunctionType):
@@ -513,10 +529,8 @@ def binary_op(tx, fn, a, b):
         return ConstantVariable((fn is operator.ne) != (a is b))  # identity (two objects)
     names = f"'{ta.__name__}' and '{tb.__name__}'"
     if fn in (operator.lt, operator.le, operator.gt, operator.ge):
-        raise_observed(
-            tx, TypeError, f"'{_SYMBOLS[fn]}' not supported between instances of {names}"
-        )
-    raise_observed(tx, TypeError, f"unsupported operand type(s) for {_SYMBOLS[fn]}: {names}")
+        raise_observed(tx, TypeError, f"'{symbol}' not supported between instances of {names}")
+    raise_observed(tx, TypeError, f"unsupported operand type(s) for {symbol}: {names}")
 
 
 INSTANCE_MAKERS.append(make_instance)

@@ -106,7 +106,15 @@ def inplace(x):
     f = F("ab")
     g = f
     f |= {"c"}
-    return x, p is alias, sorted(p), type(f), f is g, sorted(f)
+    plain = {"k"}
+    same = plain
+    plain |= S("m")
+    plain -= F("k")
+    try:
+        p |= 1
+    except TypeError as e:
+        msg = str(e)
+    return x, p is alias, sorted(p), type(f), f is g, sorted(f), plain is same, plain, msg
 
 
 def attributes_and_methods(x):
@@ -308,3 +316,15 @@ def test_input_mutation_breaks_and_stays_correct():
     assert s1 == s2
     with pytest.raises(kiln.exc.Unsupported, match="reached from an input"):
         kiln.compile(fn, backend="eager", fullgraph=True)(x, S([1]))
+
+
+def test_live_across_a_graph_break():
+    def fn(x):
+        t = Tagged([1], tag="g")
+        t.add(2)
+        alias = t
+        kiln.graph_break()
+        t.add(3)
+        return x + len(alias), t is alias, t, alias.tag, sorted(alias)
+
+    run_and_compare(fn, torch.randn(3))  # (the resumed frame's t.add(3): an input changed)
