@@ -130,8 +130,8 @@ def _modelled_class(cls, base):
         return False
     if not all(k in (object, base) or k.__flags__ & _HEAPTYPE for k in cls.__mro__):
         return False
-    if not _plain_slots(cls):
-        return False
+    if not _plain_slots(cls) or hasattr(cls, "__del__"):
+        return False  # (a finalizer: when the object dies is observable)
     for name in ("__setattr__", "__getattribute__", "__getattr__"):
         hook = inspect.getattr_static(cls, name, None)
         if hook is not None and not isinstance(hook, types.FunctionType):
@@ -151,7 +151,7 @@ def make_instance(tx, cls_var, args, kwargs):
     if not _modelled_class(cls, base):
         unimplemented(
             f"an instance of {cls.__qualname__} (a {base.__name__} subclass kiln does "
-            "not build: own __new__, metaclass, C base or attribute hooks)"
+            "not build: own __new__, metaclass, C base, attribute hooks or __del__)"
         )
     obj = SetObjectVariable(cls, base)
     obj.class_source = cls_var.source

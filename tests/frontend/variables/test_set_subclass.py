@@ -269,10 +269,12 @@ def test_stored_into_an_input():
     run_and_compare(fn, torch.randn(3), [], fullgraph=True, expected_breaks=0)
 
 
-def test_own_new_breaks_with_a_reason():
-    class OwnNew(set):
-        def __new__(cls, *a):
-            return set.__new__(cls)
+@pytest.mark.parametrize("hook", ["__new__", "__del__"])
+def test_own_new_or_finalizer_breaks_with_a_reason(hook):
+    def method(self, *a):
+        return set.__new__(self) if hook == "__new__" else None
+
+    OwnNew = type("OwnNew", (set,), {hook: method})
 
     def fn(x):
         return x + len(OwnNew([1]))
