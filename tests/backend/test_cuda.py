@@ -6,6 +6,8 @@ run again with CUDA as the default device (`torch.set_default_device`), strict (
 back to eager fails), and each must send at least one graph through Triton.
 """
 
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -36,22 +38,15 @@ def on_cuda(monkeypatch):
     assert logs.counters["backend"]["triton_graphs"] > before, "no graph went through Triton"
 
 
-# every op test of test_ops.py but the out-of-bounds one (an index error in eager CUDA code is a
-# device-side assert that ends the process's CUDA context)
-OPS_TESTS = [
-    "test_binary_noncontiguous_and_mixed_dtypes",
-    "test_int_and_bool_ops",
-    "test_reductions_float",
-    "test_reductions_precision_large",
-    "test_reductions_bf16_and_f64",
-    "test_views",
-    "test_indexing_cat_pad",
-    "test_creation_and_conversion",
-    "test_zero_size_and_scalars",
-    "test_scatter_views",
-    "test_softmax_int_overloads",
-    "test_python_number_inputs_are_specialized_and_checked",
-]
+# every argument-free op test of test_ops.py but the out-of-bounds one (an index error in eager
+# CUDA code is a device-side assert that ends the process's CUDA context)
+OPS_TESTS = sorted(
+    name
+    for name, fn in vars(test_ops).items()
+    if name.startswith("test_")
+    and not inspect.signature(fn).parameters
+    and name != "test_index_out_of_bounds_raises"
+)
 
 
 @pytest.mark.parametrize("name", OPS_TESTS)
