@@ -12,7 +12,12 @@ overrides the dunder (or the reflected one, tried first when the right operand's
 subclass of the left's) is inlined, else the C slot answers, NotImplemented for a non-set. Items
 are Python constants, as in SetVariable. The object escapes as `make_set_object(cls, attrs,
 items)`: the base type's own __new__/update, bypassing a Python __init__. A class with its own
-__new__, a metaclass __call__ or a C base other than set/frozenset is not modelled (a break).
+__new__, a metaclass __call__, a __del__ or a C base other than set/frozenset is not modelled (a
+break). An instance reached from a source (an argument, a global) is a SetInputVariable: its type
+and its items guarded (the items compared as a plain set), its attributes read through the
+source; changing its items is a break (not replayed). In f-strings, str() and repr() an instance
+is `S({1, 2})` (set's repr), or its class's Python __str__/__repr__. Looked up in a set, it is
+the frozenset of its items (as Python makes of a set key, and as a frozenset hashes).
 """
 
 import dataclasses
@@ -50,18 +55,18 @@ _BASES = (set, frozenset)
 _OBJECT_FORMAT = None  # (user_method's answer for a __format__ only `object` has)
 _PLAIN = (list, tuple, dict)  # (their operators return NotImplemented for a set operand)
 
-# operator -> (dunder, reflected dunder, C set function on the values) for the binary protocol
+# operator -> (dunder, reflected dunder) of Python's binary protocol
 _BINARY = {
-    operator.or_: ("__or__", "__ror__", operator.or_),
-    operator.and_: ("__and__", "__rand__", operator.and_),
-    operator.sub: ("__sub__", "__rsub__", operator.sub),
-    operator.xor: ("__xor__", "__rxor__", operator.xor),
-    operator.eq: ("__eq__", "__eq__", operator.eq),
-    operator.ne: ("__ne__", "__ne__", operator.ne),
-    operator.lt: ("__lt__", "__gt__", operator.lt),
-    operator.le: ("__le__", "__ge__", operator.le),
-    operator.gt: ("__gt__", "__lt__", operator.gt),
-    operator.ge: ("__ge__", "__le__", operator.ge),
+    operator.or_: ("__or__", "__ror__"),
+    operator.and_: ("__and__", "__rand__"),
+    operator.sub: ("__sub__", "__rsub__"),
+    operator.xor: ("__xor__", "__rxor__"),
+    operator.eq: ("__eq__", "__eq__"),
+    operator.ne: ("__ne__", "__ne__"),
+    operator.lt: ("__lt__", "__gt__"),
+    operator.le: ("__le__", "__ge__"),
+    operator.gt: ("__gt__", "__lt__"),
+    operator.ge: ("__ge__", "__le__"),
 }
 _INPLACE = {
     operator.ior: ("__ior__", operator.or_),
@@ -75,8 +80,8 @@ _INPLACE_UPDATE = {
     "__isub__": "difference_update",
     "__ixor__": "symmetric_difference_update",
 }
-_DUNDER_OPS = {d: op for op, (d, _, _) in _BINARY.items()}
-_REFLECTED_OPS = {"__ror__", "__rand__", "__rsub__", "__rxor__"}
+_DUNDER_OPS = {d: op for op, (d, _) in _BINARY.items()}
+_REFLECTED_OPS = {r: op for op, (d, r) in _BINARY.items() if r.startswith("__r")}
 _SYMBOLS = {
     operator.or_: "|",
     operator.and_: "&",
@@ -255,9 +260,7 @@ class SetProtocol:
         if name in _DUNDER_OPS and len(args) == 1:
             return _c_slot(tx, _DUNDER_OPS[name], self, args[0])
         if name in _REFLECTED_OPS and len(args) == 1:
-            op = {"__ror__": operator.or_, "__rand__": operator.and_}.get(name)
-            op = op or {"__rsub__": operator.sub, "__rxor__": operator.xor}[name]
-            return _c_slot(tx, op, args[0], self)
+            return _c_slot(tx, _REFLECTED_OPS[name], args[0], self)
         if name in _INPLACE_UPDATE and len(args) == 1:
             if not is_set_like(args[0]):
                 return ConstantVariable(NotImplemented)
@@ -475,12 +478,9 @@ def _side(tx, obj, dunder, other):
             return inline_call(tx, fn, [obj, other], {}, obj._class_attr_source(dunder))
         return obj.base_call(tx, dunder, [other], {})
     if isinstance(obj, SetVariable):
-        op = _DUNDER_OPS.get(dunder)
-        if op is None:
-            op = {"__ror__": operator.or_, "__rand__": operator.and_}.get(dunder)
-            op = op or {"__rsub__": operator.sub, "__rxor__": operator.xor}[dunder]
-            return _c_slot(tx, op, other, obj)
-        return _c_slot(tx, op, obj, other)
+        if dunder in _REFLECTED_OPS:
+            return _c_slot(tx, _REFLECTED_OPS[dunder], other, obj)
+        return _c_slot(tx, _DUNDER_OPS[dunder], obj, other)
     if isinstance(obj, ConstantVariable) and not isinstance(obj.value, (set, frozenset)):
         return ConstantVariable(NotImplemented)  # an int, str, None, tuple ...: no set operator
     if isinstance(obj, (BaseListVariable, ConstDictVariable)) and obj.python_type() in _PLAIN:
@@ -515,7 +515,7 @@ def binary_op(tx, fn, a, b):
         fn = op
     if fn not in _BINARY:
         return None
-    fwd, rev, _ = _BINARY[fn]
+    fwd, rev = _BINARY[fn]
     ta, tb = a.python_type(), b.python_type()
     order = [(a, fwd, b), (b, rev, a)]
     if ta is not tb and issubclass(tb, ta) and isinstance(b, SetProtocol):
