@@ -15,7 +15,8 @@ items)`: the base type's own __new__/update, bypassing a Python __init__. A clas
 __new__, a metaclass __call__, a __del__ or a C base other than set/frozenset is not modelled (a
 break). An instance reached from a source (an argument, a global) is a SetInputVariable: its type
 and its items guarded (the items compared as a plain set), its attributes read through the
-source; changing its items is a break (not replayed). In f-strings, str() and repr() an instance
+source; its changed items are stored into it after the graph (a replayed call, one per object,
+with the items it has at the end). In f-strings, str() and repr() an instance
 is `S({1, 2})` (set's repr), or its class's Python __str__/__repr__. Looked up in a set, it is
 the frozenset of its items (as Python makes of a set key, and as a frozenset hashes).
 """
@@ -355,7 +356,8 @@ class SetObjectVariable(SetProtocol, NewObjectVariable):
 
 class SetInputVariable(SetProtocol, UserDefinedObjectVariable):
     """An instance of a user subclass of set/frozenset reached from a source: its type and its
-    items guarded, its attributes read through the source; changing its items is a break."""
+    items guarded, its attributes read through the source; its new items are stored into it
+    after the graph (Note [Sets: subclass instances])."""
 
     def __init__(self, value, base, **kw):
         super().__init__(value, **kw)
@@ -364,7 +366,11 @@ class SetInputVariable(SetProtocol, UserDefinedObjectVariable):
         self.set = SetVariable(base(value), frozen=base is frozenset)
 
     def mutating(self, tx):
-        unimplemented(f"changing the items of a {self.cls.__name__} reached from an input")
+        effects = tx.output.side_effects
+        effects.mutate_new_object(self)  # (an instruction that changed it is not re-run)
+        self.set._mutate(tx)
+        # one replay per object, after its last change, with its items at the end of the trace
+        effects.record_call(("set_items", id(self)), _StoreItems(), [self, self.set], {})
 
     def var_getattr(self, tx, name):
         if name != "__class__" and tx.output.side_effects.load_attr(self, name) is None:
@@ -397,6 +403,19 @@ class SetItemsSource(Source):
         return self.source.base()
 
 
+def store_set_items(obj, items):
+    """The transformed code's replay of a set subclass input's changed items."""
+    set.clear(obj)
+    set.update(obj, items)
+
+
+class _StoreItems(VariableTracker):
+    """store_set_items, loaded by the replay."""
+
+    def reconstruct(self, cg):
+        cg.load_object(store_set_items)
+
+
 def wrap_input(tx, value, source):
     """A set/frozenset subclass instance reached from `source` whose items are literals: its
     variable, guarded by type and items; None for any other value."""
@@ -404,11 +423,15 @@ def wrap_input(tx, value, source):
     base = set_base(cls)
     if base is None or not _modelled_class(cls, base) or not all(is_literal(v) for v in value):
         return None
+    effects = tx.output.side_effects
+    var = effects.tracked_container(tx, value, source)  # (one variable per object)
+    if var is not None:
+        return var
     guards = tx.output.guards
     guards.add(GuardKind.TYPE_MATCH, source, cls)
     items = SetItemsSource(source, cls.__mro__.index(base))
     guards.add(GuardKind.CONSTANT_MATCH, items, base(value))
-    return SetInputVariable(value, base, source=source)
+    return effects.track_container(value, SetInputVariable(value, base, source=source))
 
 
 class SetMethodVariable(VariableTracker):
