@@ -260,18 +260,33 @@ class ValueOpsMixin:
     def FORMAT_VALUE(self, inst):  # 3.11, 3.12
         flags = inst.arg
         spec = self.pop().as_python_constant() if flags & 0x04 else ""
-        value = self.pop().as_python_constant()
-        conv = flags & 0x03
+        var, conv = self.pop(), flags & 0x03
+        if hasattr(var, "text_of"):  # an object kiln formats itself (a set subclass instance)
+            value, conv = var.text_of(self, conv, spec), 0
+        else:
+            value = var.as_python_constant()
         value = {0: value, 1: str(value), 2: repr(value), 3: ascii(value)}[conv]
         self.push(ConstantVariable(format(value, spec)))
 
     def FORMAT_SIMPLE(self, inst):  # 3.13
-        self.push(ConstantVariable(format(self.pop().as_python_constant())))
+        var = self.pop()
+        if hasattr(var, "text_of"):
+            self.push(ConstantVariable(var.text_of(self, 0, "")))
+            return
+        self.push(ConstantVariable(format(var.as_python_constant())))
 
     def FORMAT_WITH_SPEC(self, inst):  # 3.13
         spec = self.pop().as_python_constant()
-        self.push(ConstantVariable(format(self.pop().as_python_constant(), spec)))
+        var = self.pop()
+        if hasattr(var, "text_of"):
+            self.push(ConstantVariable(var.text_of(self, 0, spec)))
+            return
+        self.push(ConstantVariable(format(var.as_python_constant(), spec)))
 
     def CONVERT_VALUE(self, inst):  # 3.13
+        var = self.pop()
+        if hasattr(var, "text_of"):
+            self.push(ConstantVariable(var.text_of(self, inst.arg, "")))
+            return
         fn = {1: str, 2: repr, 3: ascii}[inst.arg]
-        self.push(ConstantVariable(fn(self.pop().as_python_constant())))
+        self.push(ConstantVariable(fn(var.as_python_constant())))

@@ -24,6 +24,7 @@ from kiln.frontend.variables import (
     numpy_shapes,
     numpy_vars,
     optim,
+    set_subclass,
     torch_queries,
     unspec_float,
 )
@@ -325,6 +326,9 @@ def _wrap(tx, value, source):
         else:
             guards.add(GuardKind.ID_MATCH, source, value)
         return OpaqueCallableVariable(value, source=source)
+    made = set_subclass.wrap_input(tx, value, source)  # Note [Sets: subclass instances]
+    if made is not None:
+        return made
     guards.add(GuardKind.TYPE_MATCH, source, type(value))
     return UserDefinedObjectVariable(value, source=source)
 

@@ -20,6 +20,7 @@ from kiln.frontend.variables import (
     misc,
     numpy_vars,
     optim,
+    set_subclass,
     stdlib,
     sym,
     symfloat,
@@ -85,6 +86,10 @@ def binary_op(tx, fn, a, b):
         a, b = sym.as_sequence(a), sym.as_sequence(b)  # `(-1,) + x.shape[1:]`: item by item
     if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
         return fold(fn, a.value, b.value)
+    if set_subclass.involved(a, b):  # Note [Sets: subclass instances]
+        result = set_subclass.binary_op(tx, fn, a, b)
+        if result is not None:
+            return result
     if isinstance(a, DictViewVariable) or isinstance(b, DictViewVariable):
         result = dict_views.set_op(tx, fn, a, b) if fn in dict_views._SET_OPS else None
         if result is not None:
@@ -689,6 +694,8 @@ class BuiltinVariable(VariableTracker):
         """str(obj) / repr(obj) of a user object: its Python __str__ / __repr__, inlined."""
         if isinstance(obj, ExceptionVariable):
             return obj.call_method(tx, f"__{fn.__name__}__", [], {})
+        if hasattr(obj, "text_of"):  # Note [Sets: subclass instances]
+            return ConstantVariable(obj.text_of(tx, 1 if fn is str else 2, ""))
         if is_user_object(obj):
             result = user_text(tx, obj, f"__{fn.__name__}__")
             if result is not None:

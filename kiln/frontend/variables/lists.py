@@ -12,7 +12,7 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
-from kiln.frontend.variables.exceptions import raise_observed
+from kiln.frontend.variables.exceptions import ObservedException, observe, raise_observed
 from kiln.frontend.variables.misc import wrap_frozen
 
 
@@ -583,11 +583,17 @@ class SetVariable(VariableTracker):
             unimplemented(f"set.{name} with keyword arguments")
         if name in _SET_MUTATORS:
             self._mutate(tx)
-            values = [_set_values(tx, a) for a in args] if name.endswith("update") else []
+            try:
+                values = [_set_values(tx, a) for a in args] if name.endswith("update") else []
+            except ObservedException:
+                if name in ("intersection_update", "symmetric_difference_update"):
+                    raise  # (Python builds the other set first: this one is unchanged)
+                _update_until_bad(tx, self.values, name, args)
+                raise
             if name == "add" and len(args) == 1:
                 self.values.add(_set_item(args[0]))
             elif name in ("remove", "discard") and len(args) == 1:
-                item = _set_item(args[0])
+                item = _set_item(args[0], key=True)
                 if name == "remove" and item not in self.values:
                     raise_observed(tx, KeyError, item)
                 self.values.discard(item)
@@ -598,21 +604,29 @@ class SetVariable(VariableTracker):
                     raise_observed(tx, KeyError, "pop from an empty set")
                 return _wrap_const(self.values.pop())
             elif name.endswith("update"):
-                getattr(self.values, name)(*values)
+                try:
+                    getattr(self.values, name)(*values)
+                except TypeError as e:  # (its arity: checked before it changes the set)
+                    observe(e)
+                    raise
             else:
-                unimplemented(f"set.{name} with these arguments")
+                _arity_error(name, args)
             return ConstantVariable(None)
         if name == "__contains__" and len(args) == 1:
-            return ConstantVariable(_set_item(args[0]) in self.values)
+            return ConstantVariable(_set_item(args[0], key=True) in self.values)
         if name == "__len__" and not args:
             return ConstantVariable(len(self.values))
-        if name == "copy" and not args:
-            return SetVariable(self.values, self.frozen)
+        if name == "copy":
+            if args:
+                _arity_error(name, args, frozenset if self.frozen else set)
+            return self if self.frozen else SetVariable(self.values)  # (a frozenset's is itself)
         if name in _SET_PURE:
             values = [_set_values(tx, a) for a in args]
             try:
                 result = getattr(self.as_python_constant(), name)(*values)
             except Exception as e:
+                if type(e) is TypeError:  # its arity: Python's own error
+                    observe(e)
                 unimplemented(f"set.{name} raised {type(e).__name__}: {e}")
             if isinstance(result, (set, frozenset)):
                 return SetVariable(result, isinstance(result, frozenset))
@@ -668,20 +682,57 @@ def _wrap_const(value):
     return wrap_frozen(value, "set item")
 
 
-def _set_item(var):
+def _set_item(var, key=False):
+    """The constant item `var`; a key looked up (in, remove, discard) that is a set is looked up
+    as the frozenset Python makes of it; an unhashable one raises Python's TypeError."""
+    if key and hasattr(var, "key_value"):  # a set subclass instance looked up
+        return var.key_value()
     if not var.is_python_constant():
         unimplemented(f"set item {var} is not a constant")
     value = var.as_python_constant()
+    if key and isinstance(value, set):
+        value = frozenset(value)
     try:
         hash(value)
-    except TypeError:
+    except TypeError as e:
+        observe(e)
         unimplemented(f"unhashable set item {type(value).__name__}")
     return value
+
+
+def _update_until_bad(tx, values, name, args):
+    """set.update / difference_update whose items hold a bad one (unhashable, not iterable):
+    Python adds (discards) the items before it, then raises; done here, then the error raised."""
+    if not all(isinstance(a, (SetVariable, ConstantVariable, BaseListVariable)) for a in args):
+        unimplemented(f"set.{name} of a bad item in an iterator (Python changes the set up to it)")
+    change = values.add if name == "update" else values.discard
+    for a in args:
+        for v in list(_set_values(tx, a)) if isinstance(a, SetVariable) else _items(tx, a):
+            change(v)
+
+
+def _items(tx, var):
+    """The items of a constant or list/tuple, one by one (raising at the first bad one)."""
+    if isinstance(var, ConstantVariable) and not _iterable(var.value):
+        _set_values(tx, var)  # (raises Python's TypeError)
+    for item in var.unpack_var_sequence(tx):
+        yield _set_item(item)
+
+
+def _arity_error(name, args, base=set):
+    """set.<name> called with arguments it does not take: Python's TypeError."""
+    try:
+        getattr(base(), name)(*[None] * len(args))
+    except TypeError as e:
+        observe(e)
+    unimplemented(f"set.{name} with these arguments")
 
 
 def _set_values(tx, var):
     if isinstance(var, SetVariable):
         return var.values
+    if hasattr(var, "base_set"):  # a set subclass instance: its items (Note [Sets: subclass ...])
+        return var.base_set.values
     if isinstance(var, ConstantVariable) and not _iterable(var.value):
         raise_observed(tx, TypeError, f"'{type(var.value).__name__}' object is not iterable")
     return {_set_item(v) for v in var.unpack_var_sequence(tx)}

@@ -267,6 +267,10 @@ class OpaqueCallableVariable(VariableTracker):
         if owner in _CONTAINER_TYPES and args and _exact_type(args[0]) is owner:
             # `frozenset.__and__(p, q)`, `set.add(s, x)`: the method of a container kiln models
             return args[0].call_method(tx, self.value.__name__, list(args[1:]), kwargs)
+        if owner in (set, frozenset) and args and hasattr(args[0], "c_method"):
+            # `set.__or__(s, t)` on an instance of a subclass (Note [Sets: subclass instances])
+            method = args[0].c_method(self.value.__name__, owner)
+            return method.call_function(tx, list(args[1:]), kwargs)
         done = call_object_slot(tx, self.value, args, kwargs)
         if done is not None:
             return done

@@ -43,6 +43,9 @@ from kiln.frontend.variables.user_attrs import ObjectSlotVariable
 from kiln.frontend.variables.user_protocol import mapping_view, user_iter_items, user_truthy
 
 _ABSENT = object()
+# (tx, class variable, args, kwargs) -> the new instance, or None: makers of instances of user
+# subclasses of other builtins, registered by their modules (set_subclass.py)
+INSTANCE_MAKERS = []
 
 
 class UserDefinedClassVariable(PythonValueVariable):
@@ -120,6 +123,10 @@ class UserDefinedClassVariable(PythonValueVariable):
             return TupleVariable([bound[f] for f in cls._fields], tuple_cls=cls)
         if issubclass(cls, enum.Enum) and len(args) == 1 and not kwargs:
             return _enum_lookup(tx, cls, args[0])
+        for make in INSTANCE_MAKERS:  # instances of subclasses of other builtins (sets)
+            made = make(tx, self, args, kwargs)
+            if made is not None:
+                return made
         if _plain_class(cls):
             obj = NewObjectVariable(cls)
             obj.class_source = self.source
@@ -314,6 +321,8 @@ class SuperVariable(VariableTracker):
                     return UserMethodVariable(attr, self.obj)
                 if isinstance(attr, staticmethod):
                     return wrap_value(tx, attr.__func__, None)
+                if klass in (set, frozenset) and hasattr(self.obj, "c_method"):
+                    return self.obj.c_method(name, klass)  # Note [Sets: subclass instances]
                 if klass is dict and name in ("get", "__getitem__", "__contains__"):
                     if isinstance(self.obj, NewObjectVariable):
                         return DictMethodVariable(self.obj, name)
