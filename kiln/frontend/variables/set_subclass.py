@@ -37,6 +37,8 @@ from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.functions import inline_call
 from kiln.frontend.variables.lists import (
+    _SET_MUTATORS,
+    _SET_PURE,
     BaseListVariable,
     ListIteratorVariable,
     SetVariable,
@@ -94,27 +96,15 @@ _SYMBOLS = {
     operator.ge: ">=",
 }
 # the set methods answered by SetVariable (C semantics on the items)
-_DELEGATED = {
-    "add",
-    "remove",
-    "discard",
-    "clear",
-    "pop",
-    "update",
-    "intersection_update",
-    "difference_update",
-    "symmetric_difference_update",
-    "union",
-    "intersection",
-    "difference",
-    "symmetric_difference",
-    "issubset",
-    "issuperset",
-    "isdisjoint",
-    "copy",
-    "__contains__",
-    "__len__",
-}
+_DELEGATED = (
+    _SET_MUTATORS
+    | {m for m in _SET_PURE if not m.startswith("__")}
+    | {
+        "copy",
+        "__contains__",
+        "__len__",
+    }
+)
 
 
 def set_base(cls):
