@@ -63,6 +63,13 @@ class PyCodegen:
         """The kiln-compiled wrapper of a user function (a break inside it: its own frame)."""
         return self.callee_factory(fn, module_root)
 
+    def rebuilt(self, restore=None):
+        """What has been rebuilt into temps so far; with `restore`, go back to that."""
+        if restore is None:
+            return dict(self._temps), dict(self.class_temps)
+        self._temps, self.class_temps = dict(restore[0]), dict(restore[1])
+        return restore
+
     def new_temp(self):
         name = f"___kiln_tmp_{len(self.temp_names)}"
         self.temp_names.append(name)
@@ -488,14 +495,18 @@ class _BreakCodegen:
         if kind == "branch":
             other = emit.nop()
             body.extend(site.branch(other[0]))
+            built = body.rebuilt()  # Note [Graph breaks: two continuations]
             self.call_resume(site.base_index + 1, layout[:-1])
             body.extend(other)
+            body.rebuilt(built)
             self.call_resume(site.base_inst.target_index, layout[:-1])
         elif kind == "FOR_ITER":
             exhausted = _for_iter_exit()
             body.extend(emit.inst("FOR_ITER", target=exhausted[0]))
+            built = body.rebuilt()  # Note [Graph breaks: two continuations]
             self.call_resume(site.base_index + 1, layout + [None])
             body.extend(exhausted)
+            body.rebuilt(built)
             self.call_resume(_for_iter_resume_index(site.base_inst), layout[:-1])
         elif kind == "BEFORE_WITH" and not withs:
             # Note [Blocks: context managers]: Python enters the manager; the resume function
@@ -514,6 +525,13 @@ class _BreakCodegen:
             depth = len(stack) + _stack_effect(inst)
             pushes = _BREAKABLE_PUSHES[inst.opname]
             self.call_resume(site.base_index + 1, layout[: depth - pushes] + [None] * pushes)
+
+
+# Note [Graph breaks: two continuations]
+# A break at a branch or at a FOR_ITER writes two calls of resume functions, one per way out,
+# and only one runs. An object rebuilt for the first (a set made in the frame, live in both) is
+# stored in a temp the second would load without it having been stored: each continuation
+# starts from the temps made before the split, and rebuilds the rest itself.
 
 
 # Note [Graph breaks: with blocks]

@@ -301,3 +301,22 @@ def test_break_in_frame_with_cells():
             torch.testing.assert_close(a, b)
     assert kiln.counters["stats"]["graph_breaks"] == 1
     assert kiln.counters["stats"]["recompiles"] == 0
+
+
+def test_object_rebuilt_for_both_ways_out_of_a_loop():
+    """A break at the FOR_ITER of a resumed loop writes two continuations (next item, loop
+    done); a set made in the frame and live in both is rebuilt in each (Note [Graph breaks: two
+    continuations]): the second read a temp only the first stored (UnboundLocalError)."""
+
+    def fn():
+        out = []
+        for a in (1, 2):
+            for b in (3, 4):
+                kiln.graph_break()
+                s = set("ab")
+                s.add(b + a)
+                out.append(len(s))
+        return out, sorted(map(str, s))
+
+    kiln.reset()
+    assert kiln.compile(fn, backend="eager")() == fn()
