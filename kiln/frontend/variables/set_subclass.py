@@ -51,6 +51,7 @@ from kiln.frontend.variables.user_defined import (
     UserDefinedObjectVariable,
     _plain_metaclass,
     _plain_slots,
+    load_attrs,
 )
 from kiln.frontend.variables.user_protocol import user_iter_items, user_method, user_truthy
 
@@ -333,10 +334,7 @@ class SetObjectVariable(SetProtocol, NewObjectVariable):
     def reconstruct(self, cg):
         cg.load_object(make_set_object, push_null=True)
         load_class(cg, self.cls)
-        for k, v in self.attrs.items():
-            cg.extend(emit.load_const(k))
-            cg.reconstruct(v)
-        cg.extend(emit.build_map(len(self.attrs)))
+        load_attrs(cg, self.attrs)
         SetVariable(self.set.values).reconstruct(cg)
         cg.extend(emit.call(3))
 

@@ -528,10 +528,7 @@ class NewObjectVariable(VariableTracker):
 
         cg.load_object(make_object, push_null=True)
         load_class(cg, self.cls)
-        for k, v in self.attrs.items():
-            cg.extend(emit.load_const(k))
-            cg.reconstruct(v)
-        cg.extend(emit.build_map(len(self.attrs)))
+        load_attrs(cg, self.attrs)
         if self.dict_items is None:
             cg.extend(emit.call(2))
             return
@@ -762,3 +759,11 @@ class DictReadVariable(VariableTracker):
             tx.output.guards.add(GuardKind.TYPE_MATCH, source, type(value))  # present
             return ConstantVariable(True)
         return wrap_value(tx, value, source)
+
+
+def load_attrs(cg, attrs):
+    """Push a dict of an object's instance attributes (name -> traced value), rebuilt."""
+    for k, v in attrs.items():
+        cg.extend(emit.load_const(k))
+        cg.reconstruct(v)
+    cg.extend(emit.build_map(len(attrs)))
