@@ -272,7 +272,7 @@ def compile_inference(fn, inputs, decompositions, compiler, examples=None, shape
     if shape_env is not None:
         GraphMeta.update(gm, shape_env=shape_env)
     _log_graph("inference graph", gm, next(_dump_ids))
-    _tell_mutations(gm, res.mutated_inputs, inputs)
+    _tell_mutations(gm, res.mutated_inputs, inputs, inference=True)
     compiled = compiler(gm, _fake_inputs(gm))
     return _Plan(
         num_inputs=len(inputs),
@@ -313,8 +313,10 @@ def trace_joint(fn, inputs, decompositions=None, examples=None):
     diff, diff_vals = [], []
     for idx, v in candidates:
         if isinstance(v, ProxyTensor) and v.requires_grad:
-            if idx < len(mutated) and type(v.grad_fn).__name__ == "_AsNonLeafBackward":
-                continue  # not actually rewritten by a differentiable op
+            if idx < len(mutated) and (
+                v.grad_fn is None or type(v.grad_fn).__name__ == "_AsNonLeafBackward"
+            ):
+                continue  # not rewritten by a differentiable op (a leaf written under no_grad)
             diff.append(idx)
             diff_vals.append(v)
     grad_inputs = [
@@ -432,14 +434,15 @@ def _take_saved_layouts(saved_nodes, strides, first):
         node.meta["val"] = ProxyTensor(meta, val.device)
 
 
-def _tell_mutations(gm, mutated_inputs, inputs):
+def _tell_mutations(gm, mutated_inputs, inputs, inference=False):
     """GraphMeta.input_mutations: {output k: input i} where output k is input i's new value
-    (the first outputs), for inputs that need no grad: a compiler may write it in place
+    (the first outputs), for inputs that need no grad or all inputs of an inference plan (whose
+    epilogue copies under no_grad: an optimizer's parameters): a compiler may write it in place
     (Note [Backend: mutated inputs written in place]); the epilogue then copies nothing."""
     mutations = {
         k: i
         for k, i in enumerate(mutated_inputs)
-        if not (isinstance(inputs[i], torch.Tensor) and inputs[i].requires_grad)
+        if inference or not (isinstance(inputs[i], torch.Tensor) and inputs[i].requires_grad)
     }
     GraphMeta.update(gm, input_mutations=mutations)
 

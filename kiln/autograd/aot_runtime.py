@@ -123,10 +123,12 @@ def _mutated_inputs_alias(args, mutated):
 def _finish(plan, args, graph_outs):
     """Epilogue: copy mutated inputs, rebuild the user's outputs (aliases regenerated as views)."""
     nm = len(plan.mutated_inputs)
+    written = []
     for i, v in zip(plan.mutated_inputs, graph_outs[:nm]):
         a = args[i]
         if v.data_ptr() == a.data_ptr() and v.stride() == a.stride() and not v.requires_grad:
-            continue  # written in place by the compiled graph (same memory, same layout)
+            written.append(a)  # written in place by the compiled graph (same memory, same layout)
+            continue
         if v.requires_grad and not (a.is_leaf and a.requires_grad):
             # Note [AOT: mutated inputs that require grad] (a leaf that requires grad can only
             # have been written under no_grad, as an optimizer writes its parameters)
@@ -135,6 +137,8 @@ def _finish(plan, args, graph_outs):
         else:
             with torch.no_grad():
                 args[i].copy_(v)
+    if written:  # what eager's in-place ops do: autograd sees the tensors as modified
+        torch.autograd.graph.increment_version(written)
     for (owner, name), v in zip(plan.mutated_constants, graph_outs[nm:]):
         with torch.no_grad():  # a tensor the graph closed over (not an input), written in place
             getattr(owner, name).copy_(v)

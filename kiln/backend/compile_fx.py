@@ -223,10 +223,16 @@ def _compile_in_scope(gm, example_inputs):
         return compiled
     retraced = _needs_decomposition(gm)
     if retraced:
-        env = GraphMeta.of(gm).shape_env
+        meta = GraphMeta.of(gm)
         gm = trace_aten(gm, list(example_inputs), decompositions=DECOMPOSITIONS)
-        if env is not None:
-            GraphMeta.update(gm, shape_env=env)
+        if meta.shape_env is not None:
+            GraphMeta.update(gm, shape_env=meta.shape_env)
+        # the same inputs and outputs in the same order: the facts about them still hold
+        GraphMeta.update(
+            gm,
+            input_mutations=meta.input_mutations,
+            free_layout_outputs=meta.free_layout_outputs,
+        )
     t0 = time.perf_counter()
     graph, groups, cpp_src, wrapper_src, extras, sources = lower_and_generate(gm, example_inputs)
     if logs.enabled("output_code"):

@@ -7,6 +7,8 @@ lowering.py as it is (and becomes an ATen extern call if it has no lowering).
 import torch
 from torch._decomp import get_decompositions
 
+from kiln.backend.decomp_foreach import foreach_decompositions
+
 aten = torch.ops.aten
 
 DECOMPOSE = [
@@ -51,6 +53,9 @@ DECOMPOSE = [
     aten.addcmul,
     aten.addcdiv,
     aten.lerp,
+    aten.addcmul_,  # the in-place forms (an optimizer's state updates) as well, so that the
+    aten.addcdiv_,  # functionalized graph needs no second trace to decompose them
+    aten.lerp_,
     aten.xlogy,
     aten.logit,
     aten.clamp_min,
@@ -110,6 +115,7 @@ DECOMPOSE = [
 
 
 DECOMPOSITIONS = get_decompositions([op for op in DECOMPOSE])
+DECOMPOSITIONS.update(foreach_decompositions())  # Note [Foreach: one op per tensor]
 
 
 def _squeeze_as_view(x, dim=None):

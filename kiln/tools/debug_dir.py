@@ -257,7 +257,7 @@ def render(report=None):
                     _e(g["kind"]),
                     f'<span class="num">{g["nodes"]}</span>',
                     f'<span class="num">{len(g["kernels"])}</span>',
-                    _e(", ".join(g["externs"]) or "-"),
+                    _e(", ".join(map(str, g["externs"])) or "-"),
                     " ".join(f'<a href="{_e(p)}">{_e(n)}</a>' for n, p in g["files"].items())
                     + (f"<br>no run.py: {_e(g['run_error'])}" if g["run_error"] else ""),
                 ]

@@ -193,6 +193,32 @@ FOREACH_REWRITES = _rewrites()
 METHOD_REWRITES = {"addcdiv_": "div", "addcmul_": "mul", "addcdiv": "div", "addcmul": "mul"}
 
 
+def _stacked_items(scalars, n, tensor_cls):
+    """The n 0-d tensors that `torch.stack` made `scalars` of, else None.
+
+    Adam's step sizes are `torch.stack([lr / bc for bc in ...])` under a compiler
+    (`_stack_if_compiling`); each parameter's update reads its own element. Read from the stack,
+    every parameter's loop would wait for the steps of all parameters and read one buffer they
+    all share (the scheduler would then fuse all same-sized updates into one loop); read from
+    its own 0-d tensor, each parameter's update is one loop with its step's math in front.
+    """
+    node = scalars.proxy
+    if node.target is not torch.stack or node.kwargs or len(node.args) != 1:
+        return None
+    items = node.args[0]
+    if not isinstance(items, (list, tuple)) or len(items) != n:
+        return None
+    out = []
+    for item in items:
+        example = getattr(item, "meta", {}).get("example_value")
+        if not isinstance(example, torch.Tensor) or example.dim() != 0:
+            return None
+        if example.dtype != scalars.example.dtype:
+            return None
+        out.append(tensor_cls(item, example, scalars.device, is_leaf_input=False))
+    return out
+
+
 def rewrite_foreach(tx, fn, args, kwargs, call, tensor_cls):
     """`_foreach_addc{div,mul}[_](self, t1, t2, scalars_tensor)`, else None."""
     scalars = args[3] if len(args) == 4 else kwargs.get("scalars")
@@ -200,7 +226,7 @@ def rewrite_foreach(tx, fn, args, kwargs, call, tensor_cls):
         return None
     op, inplace = FOREACH_REWRITES[fn]
     selfs, t1s, t2s = (a.unpack_var_sequence(tx) for a in args[:3])
-    values = [
+    values = _stacked_items(scalars, len(selfs), tensor_cls) or [
         call(torch.select, [scalars, ConstantVariable(0), ConstantVariable(i)])
         for i in range(len(selfs))
     ]
