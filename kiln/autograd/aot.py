@@ -261,6 +261,11 @@ def compile_inference(fn, inputs, decompositions, compiler, examples=None, shape
     if tracer.grad_constants and torch.is_grad_enabled():
         return None  # Note [AOT: closed-over tensors]: a training plan is needed
     res = _forward_metadata(tracer, flat)
+    return _inference_plan(res, flat, spec, inputs, compiler, shape_env)
+
+
+def _inference_plan(res, flat, spec, inputs, compiler, shape_env):
+    """The inference plan of a functionalized forward `res` (all values) and its outputs."""
     outputs, graph_idx = _output_plan(res, flat)
     gm = res.gm
     out = gm.graph.output_node()
@@ -297,6 +302,7 @@ class JointTrace:
     grad_inputs: list  # inputs that get a gradient, in the joint's grad output order
     out_spec: object
     lifted: list  # closed-over tensors requiring grad: extra CompiledFunction inputs
+    flat: list = None  # the traced outputs (values the forward returned)
 
 
 def trace_joint(fn, inputs, decompositions=None, examples=None):
@@ -319,6 +325,8 @@ def trace_joint(fn, inputs, decompositions=None, examples=None):
                 continue  # not rewritten by a differentiable op (a leaf written under no_grad)
             diff.append(idx)
             diff_vals.append(v)
+    if not diff:  # nothing differentiable: the forward trace is all an inference plan needs
+        return JointTrace(None, meta, outputs, graph_idx, [], [], spec, [], flat)
     grad_inputs = [
         i for i, p in enumerate(primals) if isinstance(p, torch.Tensor) and p.requires_grad
     ]
@@ -341,7 +349,7 @@ def trace_joint(fn, inputs, decompositions=None, examples=None):
     tracer.output(tuple(outs) + tuple(grads))
     grad_inputs = grad_inputs + [len(primals) + j for j in range(len(lifted))]
     return JointTrace(
-        tracer.graph_module(), meta, outputs, graph_idx, diff, grad_inputs, spec, lifted
+        tracer.graph_module(), meta, outputs, graph_idx, diff, grad_inputs, spec, lifted, flat
     )
 
 
@@ -354,11 +362,22 @@ def compile_training(
     partition_fn,
     examples=None,
     shape_env=None,
+    inference_compiler=None,
 ):
-    """Joint trace, functionalize, partition, compile both halves: the plan for grad calls."""
+    """Joint trace, functionalize, partition, compile both halves: the plan for grad calls.
+
+    When nothing differentiable comes out (an optimizer step: parameters written under
+    no_grad), the forward trace is compiled by `inference_compiler` as the inference plan, under
+    no_grad, without tracing the function a second time (or None without one).
+    """
     jt = trace_joint(fn, inputs, decompositions, examples)
     if not jt.diff:
-        return None
+        if inference_compiler is None:
+            return None
+        with torch.no_grad():
+            return _inference_plan(
+                jt.meta, jt.flat, jt.out_spec, inputs, inference_compiler, shape_env
+            )
     res = functionalize(jt.joint)
     if res.mutated_inputs != jt.meta.mutated_inputs or res.mutated_constants:
         raise Unsupported("aot: the backward mutates its inputs or the graph mutates a constant")
@@ -718,7 +737,8 @@ class AOTCompiled:
             plan = compile_inference(self.fn, args, decomps, inference_compiler, examples, env)
             if plan is not None:
                 return plan
-        plan = compile_training(
+        # nothing differentiable coming out, this is the inference plan (compile_training)
+        return compile_training(
             self.fn,
             args,
             decomps,
@@ -727,11 +747,8 @@ class AOTCompiled:
             _partitioner(partition_fn),
             examples,
             env,
+            inference_compiler,
         )
-        if plan is not None:
-            return plan
-        with torch.no_grad():  # nothing differentiable came out: the inference plan
-            return compile_inference(self.fn, args, decomps, inference_compiler, examples, env)
 
     def __call__(self, *args):
         """Run fn's compiled plan for these inputs; returns what fn returns (same structure)."""

@@ -51,22 +51,28 @@ def _binary(name):
 
 
 def _addc(name):
-    """addcmul / addcdiv: `self + value * t1 (* or /) t2`; a 0-d tensor value (the `.Tensor`
-    overload's per-element scalars) is multiplied in first, as Note [Optimizers: scalar tensors
-    as op scalars] writes it."""
+    """addcmul / addcdiv: `self + value * t1 (* or /) t2` in the CPU kernel's order (value times
+    t1 first); a 0-d tensor value (the `.Tensor` overload's per-element scalars) as well."""
     op = torch.mul if name == "addcmul" else torch.div
 
     def element(inplace, t, t1, t2, value=1):
-        if isinstance(value, torch.Tensor):
-            term = op(torch.mul(t1, value), t2)
-            return t.add_(term) if inplace else torch.add(t, term)
-        return _method(name, inplace)(t, t1, t2, value=value)
+        term = op(torch.mul(t1, value) if value is not None else t1, t2)
+        return t.add_(term) if inplace else torch.add(t, term)
 
     return element
 
 
 def _lerp(inplace, t, end, weight):
-    return _method("lerp", inplace)(t, end, weight)
+    """A Python float weight picks the CPU kernel's branch now (`|w| < 0.5`: `t + w * (end -
+    t)`, else `end - (end - t) * (1 - w)`): four ops instead of the general rule's selects."""
+    if isinstance(weight, torch.Tensor):
+        return _method("lerp", inplace)(t, end, weight)
+    diff = torch.sub(end, t)
+    if abs(weight) < 0.5:
+        out = torch.add(t, torch.mul(diff, weight))
+    else:
+        out = torch.sub(end, torch.mul(diff, 1 - weight))
+    return t.copy_(out) if inplace else out
 
 
 def _pow(inplace, t, exponent):

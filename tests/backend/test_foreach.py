@@ -128,3 +128,6 @@ def test_optimizer_step_updates_each_parameter_in_one_pass_in_place(name, compil
     assert "empty_strided(" not in last.wrapper_src.split("def call")[1]
     # one loop per weight (the biases, tiny, may share one), and one for the step counters
     assert last.kernel_count <= 2 * 3 + 1, last.cpp_src
+    # the weights' loops are one C++ function, called for each (Note [Codegen: kernels with the
+    # same code])
+    assert last.cpp_src.count("// the code of kernel") >= 2, last.cpp_src

@@ -851,16 +851,43 @@ class KernelWriter(KernelBase, cpp_tiling.FlatLoops, LoopOrders, ColumnReduction
 _SIZE_ARG = re.compile(r"\bks(\d+)\b")  # size symbol s3 is the kernel argument ks3
 
 
+# Note [Codegen: kernels with the same code]
+# An optimizer step updates each parameter with the same loop: 100 Linear layers give 100 copies
+# of one weight kernel and 100 of one bias kernel, differing only in their names and the names of
+# their pointer arguments. The second and later copies are emitted as one-line calls of the first
+# (`return kernel3(arg12, arg14, arg15);`), so the C++ compiler optimizes each distinct loop once:
+# compile time grows with the number of distinct loops, not with the number of parameters.
+def _canonical(name, src, params):
+    """The kernel's source with its name and parameter names replaced by positional ones."""
+    if not params:
+        return src.replace(name, "KERNEL", 1)
+    names = {p: f"kp{i}" for i, p in enumerate(params)}
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    return pattern.sub(lambda m: names[m.group(1)], src.replace(name, "KERNEL", 1))
+
+
+def _forwarder(src, first, params):
+    """A kernel whose code equals kernel `first`'s: its signature, calling `first`."""
+    head = src.split("{", 1)[0]
+    return f"{head}{{  // the code of {first}\n    return {first}({', '.join(params)});\n}}\n"
+
+
 def generate_cpp(graph, groups, stores, nthreads, inplace=None):
     """The translation unit for all kernel groups: (source, {kernel name: [buffer params]})."""
     parts = [PRELUDE]
     signatures = {}
     vec_ops = set()
+    seen = {}  # canonical source -> the first kernel with it
     for g in groups:
         if isinstance(g, Group):
             writer = KernelWriter(g, graph, stores, nthreads, inplace or {})
             src, params = writer.generate()
-            parts.append(src)
+            key = _canonical(g.name, src, params)
+            if key in seen:  # Note [Codegen: kernels with the same code]
+                parts.append(_forwarder(src, seen[key], params))
+            else:
+                seen[key] = g.name
+                parts.append(src)
             signatures[g.name] = params
             vec_ops |= writer.vec_ops
     parts.insert(1, vecmath.prelude(vec_ops))
