@@ -29,6 +29,7 @@ from kiln.autograd.aot_runtime import (
 )
 from kiln.autograd.aten_tracer import Tracer, format_graph
 from kiln.autograd.functionalize import _is_impure, functionalize
+from kiln.autograd.lift_floats import lift, lifted_positions, outputs_match
 from kiln.autograd.partition import (
     default_partition,
     min_cut_rematerialization_partition,
@@ -662,9 +663,22 @@ class AOTCompiled:
             and isinstance(fn, torch.fx.GraphModule)
             and GraphMeta.of(fn).inputs_guarded
         )
+        self.lifted = lifted_positions(fn)  # Note [AOT: floats lifted to tensors]
         if example_inputs is not None:
-            self.plan_for(list(example_inputs))
+            self._first_plan(list(example_inputs))
         self.frozen = not self.own_env
+
+    def _first_plan(self, args):
+        """The plan for the example inputs: with lifted floats if that traces, else without."""
+        if self.lifted:
+            try:
+                plan = self.plan_for(lift(args, self.lifted))
+                if plan is None or outputs_match(self.fn, plan):
+                    return
+            except Exception as e:  # an op that takes only a Scalar got the tensor
+                logs.log("recompiles", f"aot: float inputs specialised ({type(e).__name__}: {e})")
+            self.lifted, self.plans, self.last_plan = (), {}, None
+        self.plan_for(args)
 
     def symbolic_plan(self, args):
         """The symbolic plan for these args if one applies (compiled on first use), else None."""
@@ -752,13 +766,14 @@ class AOTCompiled:
 
     def __call__(self, *args):
         """Run fn's compiled plan for these inputs; returns what fn returns (same structure)."""
-        args = list(args)
+        given = args
+        args = lift(args, self.lifted) if self.lifted else list(args)
         plan = self.plan_for(args)
         if plan is None:
-            return self.fn(*args)
+            return self.fn(*given)
         if plan.mutated_inputs and _mutated_inputs_alias(args, plan.mutated_inputs):
             logs.log("perf_hints", "aot: a mutated input aliases another input; running eagerly")
-            return self.fn(*args)
+            return self.fn(*given)
         with _autocast_off():  # the graph holds its casts already
             if plan.function is not None:
                 outs = plan.function.apply(*args, *plan.lifted)

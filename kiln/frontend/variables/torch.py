@@ -156,7 +156,12 @@ class _Unpack:
 def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
     """Record `target(*args, **kwargs)` in the graph (kind call_function/call_method), run on meta."""
     what = what or (target if isinstance(target, str) else getattr(target, "__name__", str(target)))
-    has_tensor = any(isinstance(a, _tensor_cls()) for a in [*args, *kwargs.values()])
+    tensor_cls = _tensor_cls()
+    has_tensor = any(  # a tensor, or a list of them (the _foreach_* ops)
+        isinstance(a, tensor_cls)
+        or (isinstance(a, BaseListVariable) and any(isinstance(i, tensor_cls) for i in a.items))
+        for a in [*args, *kwargs.values()]
+    )
     args, kwargs = unspec_float.settle_args(target, args, kwargs, has_tensor)
     unpack = _Unpack(tx)
     pairs = [unpack(a) for a in args]

@@ -23,7 +23,7 @@ import operator
 
 from kiln.bytecode import emit
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.source import GetItemSource, LocalSource
+from kiln.frontend.source import AttrSource, GetItemSource, LocalSource
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 
@@ -101,12 +101,34 @@ class SymFloatVariable(VariableTracker):
 
 def is_dynamic_float(output, source):
     """Whether the float at `source` changed value before (automatic dynamic), and may be an
-    input: an argument or an item of one (object attributes stay constants, as in torch)."""
+    input: an argument or an item of one (object attributes stay constants, as in torch), or an
+    optimizer's hyper-parameter (Note [Optimizers: float hyper-parameters])."""
     if output.dynamic is False or 0 not in output.frame_shapes.dynamic.get(source.name(), ()):
         return False
+    if is_param_group_item(source):
+        return True
     while isinstance(source, GetItemSource):
         source = source.source
     return isinstance(source, LocalSource)
+
+
+# Note [Optimizers: float hyper-parameters]
+# An LR scheduler writes a new float into `opt.param_groups[i]["lr"]` before every step. Like a
+# float argument (Note [Shapes: unspecialised floats]), an item of a `param_groups` entry whose
+# value changed becomes a graph input; its placeholder is marked `lift_float` so that the AOT
+# layer passes it to the traced graph as a 0-d float64 tensor instead of specialising the plan on
+# its value (Note [AOT: floats lifted to tensors]): 20 steps of a cosine schedule are two frames
+# and three plans (the step that creates the state, the first lr, every later lr), not one per
+# value up to the cache limit.
+def is_param_group_item(source):
+    """Whether source is `<x>.param_groups[i][key]...` (an optimizer's hyper-parameter)."""
+    while isinstance(source, GetItemSource):
+        base = source.source
+        if isinstance(base, GetItemSource) and isinstance(base.index, int):
+            if isinstance(base.source, AttrSource) and base.source.attr == "param_groups":
+                return True
+        source = base
+    return False
 
 
 def float_input(tx, value, source):
@@ -119,6 +141,8 @@ def float_input(tx, value, source):
     node = output._placeholder(source)
     node.meta["example_value"] = value
     node.meta["source"] = source.name()
+    if is_param_group_item(source):
+        node.meta["lift_float"] = True  # Note [Optimizers: float hyper-parameters]
     output.graph_inputs.append((source, value, node))
     return SymFloatVariable(output, node, value, [(source, value)], source=source)
 
