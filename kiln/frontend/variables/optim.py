@@ -33,6 +33,7 @@ from kiln.frontend.source import AttrSource, Source
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.lists import ListVariable, TupleVariable
+from kiln.frontend.variables.unspec_float import SymFloatVariable
 
 
 def is_dynamo_graph_break(value):
@@ -180,17 +181,46 @@ def fold_query(fn):
 # scalars tensor is split into one 0-d tensor per list element.
 
 
+# A float hyper-parameter that is a graph value (Note [Optimizers: float hyper-parameters])
+# meets the same ops as a Scalar: `_foreach_add_(params, grads, alpha=-lr)` (SGD),
+# `_foreach_addcdiv_(params, grads, avg, value=-lr)` (RMSprop). They are written the same way:
+# `self + alpha * other` as `self + other * alpha`, so that the float stays an input of the graph.
+
+
 def _rewrites():
     return {
         torch._foreach_addcdiv_: (torch.div, True),
         torch._foreach_addcmul_: (torch.mul, True),
         torch._foreach_addcdiv: (torch.div, False),
         torch._foreach_addcmul: (torch.mul, False),
+        torch._foreach_add_: (torch.add, True),
+        torch._foreach_sub_: (torch.sub, True),
+        torch._foreach_add: (torch.add, False),
+        torch._foreach_sub: (torch.sub, False),
     }
 
 
 FOREACH_REWRITES = _rewrites()
+_ALPHA_OPS = (torch.add, torch.sub)
 METHOD_REWRITES = {"addcdiv_": "div", "addcmul_": "mul", "addcdiv": "div", "addcmul": "mul"}
+METHOD_REWRITES.update({"add_": "add", "sub_": "sub", "add": "add", "sub": "sub"})
+
+
+def _rewrite_alpha(tx, fn, args, kwargs, call):
+    """`_foreach_{add,sub}[_](selfs, others, alpha=<float graph value>)`, else None."""
+    alpha = kwargs.get("alpha", args[2] if len(args) == 3 else None)
+    if not isinstance(alpha, SymFloatVariable) or len(args) < 2:
+        return None
+    if not isinstance(args[1], (ListVariable, TupleVariable)):
+        return None
+    op, inplace = FOREACH_REWRITES[fn]
+    selfs, others = (a.unpack_var_sequence(tx) for a in args[:2])
+    terms = [call(torch.mul, [o, alpha]) for o in others]
+    if inplace:
+        for s, t in zip(selfs, terms):
+            s.call_method(tx, op.__name__ + "_", [t], {})
+        return ConstantVariable(None)
+    return ListVariable([call(op, [s, t]) for s, t in zip(selfs, terms)])
 
 
 def _stacked_items(scalars, n, tensor_cls):
@@ -220,16 +250,22 @@ def _stacked_items(scalars, n, tensor_cls):
 
 
 def rewrite_foreach(tx, fn, args, kwargs, call, tensor_cls):
-    """`_foreach_addc{div,mul}[_](self, t1, t2, scalars_tensor)`, else None."""
-    scalars = args[3] if len(args) == 4 else kwargs.get("scalars")
-    if not isinstance(scalars, tensor_cls) or len(args) < 3:
-        return None
+    """`_foreach_addc{div,mul}[_](self, t1, t2, scalars_tensor or float graph value)`, and
+    `_foreach_{add,sub}[_]` with a float graph value as alpha; else None."""
     op, inplace = FOREACH_REWRITES[fn]
+    if op in _ALPHA_OPS:
+        return _rewrite_alpha(tx, fn, args, kwargs, call)
+    scalars = args[3] if len(args) == 4 else kwargs.get("scalars", kwargs.get("value"))
+    if len(args) < 3 or not isinstance(scalars, (tensor_cls, SymFloatVariable)):
+        return None
     selfs, t1s, t2s = (a.unpack_var_sequence(tx) for a in args[:3])
-    values = _stacked_items(scalars, len(selfs), tensor_cls) or [
-        call(torch.select, [scalars, ConstantVariable(0), ConstantVariable(i)])
-        for i in range(len(selfs))
-    ]
+    if isinstance(scalars, SymFloatVariable):
+        values = [scalars] * len(selfs)
+    else:
+        values = _stacked_items(scalars, len(selfs), tensor_cls) or [
+            call(torch.select, [scalars, ConstantVariable(0), ConstantVariable(i)])
+            for i in range(len(selfs))
+        ]
     outs = []
     for s, a, b, v in zip(selfs, t1s, t2s, values):
         term = call(op, [call(torch.mul, [a, v]), b])
@@ -267,11 +303,23 @@ def amp_unscale(tx, args, kwargs, call):
 
 
 def rewrite_method(tx, tensor, name, args, kwargs, call, tensor_cls):
-    """`t.addc{div,mul}[_](t1, t2, value=scalar_tensor)`, else None."""
-    value = kwargs.get("value", args[2] if len(args) == 3 else None)
-    if not isinstance(value, tensor_cls) or len(args) < 2 or value.example.dim() != 0:
-        return None
+    """`t.addc{div,mul}[_](t1, t2, value=scalar_tensor or float graph value)`,
+    `t.{add,sub}[_](other, alpha=float graph value)`; else None."""
     op = getattr(torch, METHOD_REWRITES[name])
+    if op in _ALPHA_OPS:
+        alpha = kwargs.get("alpha", args[1] if len(args) == 2 else None)
+        if not isinstance(alpha, SymFloatVariable) or not args:
+            return None
+        term = call(torch.mul, [args[0], alpha])
+        if name.endswith("_"):
+            return tensor.call_method(tx, name, [term], {})
+        return call(op, [tensor, term])
+    value = kwargs.get("value", args[2] if len(args) == 3 else None)
+    if len(args) < 2 or not (
+        isinstance(value, SymFloatVariable)
+        or (isinstance(value, tensor_cls) and value.example.dim() == 0)
+    ):
+        return None
     term = call(op, [call(torch.mul, [args[0], value]), args[1]])
     if name.endswith("_"):
         return tensor.call_method(tx, "add_", [term], {})

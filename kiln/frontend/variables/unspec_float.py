@@ -168,6 +168,16 @@ def compare(tx, fn, a, b):
     return ConstantVariable(answer)
 
 
+def unary(tx, fn, a):
+    """`-s`, `+s`, `abs(s)` of a SymFloatVariable: a node (SGD's `alpha=-lr`); else None."""
+    if fn not in (operator.neg, operator.pos, abs) or not isinstance(a, SymFloatVariable):
+        return None
+    value = fn(a.value)
+    node = tx.output.create_node("call_function", fn, (a.proxy,), {})
+    node.meta["example_value"] = value
+    return SymFloatVariable(tx.output, node, value, a.inputs, parts=None)
+
+
 def binary(tx, fn, a, b):
     """`a <op> b` with a SymFloatVariable and a number (or another): a node; else None."""
     if fn in _COMPARE:
