@@ -102,23 +102,38 @@ class HookedModuleCall:
     reduce-scatter from there); between them the module's parameters are ordinary unsharded
     tensors (the same objects every step: FSDP resizes their storage). As with DDP's forward,
     the communication runs as eager runs it, and only the forward body is a graph.
+
+    Whole-model compile of an FSDP model: each `fully_shard` block inside the root gets its
+    own compiled forward the same way (`blocks`), installed for the duration of the root's call:
+    the root's forward breaks at each block call (its hooks communicate), and the block's
+    forward is then a graph even where the root's frame runs on eagerly (a break inside a
+    `for block in self.layers` loop). Installed only while the root runs: outside it the blocks
+    are the user's own modules, with no instance `forward`.
     """
 
-    def __init__(self, mod, forward):
+    def __init__(self, mod, forward, blocks=()):
         self.mod = mod
         self.forward = forward
+        self.blocks = list(blocks)  # [(fully_shard submodule, its compiled forward)]
 
     def __call__(self, *args, **kwargs):
-        d = self.mod.__dict__
-        old = d.get("forward", _MISSING)
-        d["forward"] = self.forward
+        installed = [(self.mod, self.forward), *self.blocks]
+        olds = [m.__dict__.get("forward", _MISSING) for m, _ in installed]
+        for m, f in installed:
+            m.__dict__["forward"] = f
         try:
             return self.mod(*args, **kwargs)
         finally:
-            if old is _MISSING:
-                del d["forward"]
-            else:
-                d["forward"] = old
+            for (m, _), old in zip(installed, olds):
+                if old is _MISSING:
+                    del m.__dict__["forward"]
+                else:
+                    m.__dict__["forward"] = old
+
+
+def fsdp_blocks(mod):
+    """The `fully_shard` modules under mod (not mod itself), outermost first."""
+    return [m for m in mod.modules() if m is not mod and is_fsdp(m)]
 
 
 _MISSING = object()

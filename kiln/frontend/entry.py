@@ -64,7 +64,12 @@ class OptimizedModule(torch.nn.Module):
             d["_kiln_cache"] = None
             return
         if distributed.is_fsdp(mod):  # Note [FSDP: hooks stay Python]
-            d["_kiln_call"] = distributed.HookedModuleCall(mod, compile_callable(forward, settings))
+            blocks = [
+                (b, compile_callable(b.forward, settings)) for b in distributed.fsdp_blocks(mod)
+            ]
+            d["_kiln_call"] = distributed.HookedModuleCall(
+                mod, compile_callable(forward, settings), blocks
+            )
             d["_kiln_cache"] = None
             return
         if isinstance(forward, types.MethodType) and forward.__self__ is mod:

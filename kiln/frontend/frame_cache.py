@@ -24,6 +24,7 @@ from kiln.contracts import GraphMeta
 from kiln.exc import CompiledAutogradCall, Unsupported, unimplemented
 from kiln.frontend import fallback
 from kiln.frontend.bytecode_gen import NoBreakHere, transformed_code, transformed_code_at_break
+from kiln.frontend.distributed import HookedModuleCall
 from kiln.frontend.frame_shapes import FrameShapes, changed_dims, changed_floats
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
 from kiln.frontend.output_graph import OutputGraph
@@ -215,6 +216,8 @@ class FrameCache:
     def _miss(self, args, kwargs):
         if self.skip:
             return self.run_eager(args, kwargs)
+        if self.module_root and args and _hooks_run_around(args[0]):
+            return self._hooked_call(args, kwargs)
         name = self.fn.__qualname__
         if self.entries:
             if len(self.entries) >= config.cache_size_limit:
@@ -410,6 +413,21 @@ class FrameCache:
         scalars = {**output.input_ints, **output.input_floats}
         self._update_shapes({**output.input_shapes, **{n: (v,) for n, v in scalars.items()}})
 
+    def _hooked_call(self, args, kwargs):
+        """Note [Modules: hooks around a compiled forward]
+        A module called through kiln's frame entry (the model given to kiln.compile, or a block
+        whose call broke the graph of its caller) with forward hooks and no others: its hooks
+        run in Python as `Module.__call__` runs them, around its forward compiled as a plain
+        frame (guarded by its own guards, not by the absence of hooks). FSDP's blocks are such
+        modules (Note [FSDP: hooks stay Python]); before, the whole call ran eagerly."""
+        mod = args[0]
+        forward = self._child(("hooked forward", self.fn), self.fn)
+        call = HookedModuleCall(mod, types.MethodType(forward, mod))
+        if config.compiled_autograd:
+            with backward_scope(self.settings.backend):
+                return call(*args[1:], **kwargs)
+        return call(*args[1:], **kwargs)
+
     def _check_module_hooks(self, mod):
         if (
             mod._forward_hooks
@@ -421,6 +439,18 @@ class FrameCache:
         g = torch.nn.modules.module
         if g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks:
             unimplemented("global module hooks")
+
+
+def _hooks_run_around(mod):
+    """Whether mod's hooks are forward hooks only (run in Python around its compiled forward)."""
+    if not isinstance(mod, torch.nn.Module) or not (mod._forward_hooks or mod._forward_pre_hooks):
+        return False
+    if mod._backward_hooks or getattr(mod, "_backward_pre_hooks", None):
+        return False
+    if getattr(mod, "_forward_hooks_always_called", None):
+        return False
+    g = torch.nn.modules.module
+    return not (g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks)
 
 
 # Note [Frontend: the backward scope]

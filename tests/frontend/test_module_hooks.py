@@ -79,3 +79,93 @@ def test_hook_with_kwargs_runs_in_python():
     x = torch.randn(3, 4)
     kiln.reset()
     torch.testing.assert_close(kiln.compile(m, backend="eager")(x), ref(x))
+
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, scale=1.0, bias=None):
+        y = self.lin(x) * scale
+        return y if bias is None else y + bias
+
+
+class Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Scaled()
+
+    def forward(self, x, b):
+        return self.inner(x, bias=b).relu()
+
+
+def pre_with_kwargs(mod, args, kwargs):
+    kwargs = dict(kwargs)
+    kwargs["scale"] = 2.0
+    return (args[0] + 1,), kwargs
+
+
+def post_with_kwargs(mod, args, kwargs, out):
+    return out - kwargs["bias"] * args[0].sum()
+
+
+def _outer_pair():
+    torch.manual_seed(0)
+    m = Outer()
+    torch.manual_seed(0)
+    ref = Outer()
+    for mod in (m, ref):
+        mod.inner.register_forward_pre_hook(pre_with_kwargs, with_kwargs=True)
+        mod.inner.register_forward_hook(post_with_kwargs, with_kwargs=True)
+    return m, ref
+
+
+def test_hooks_with_kwargs_on_a_submodule_are_traced():
+    m, ref = _outer_pair()
+    x, b = torch.randn(3, 4), torch.randn(4)
+    kiln.reset()
+    opt = kiln.compile(m, backend="eager")
+    for _ in range(2):
+        torch.testing.assert_close(opt(x, b), ref(x, b))
+    stats = kiln.counters["stats"]
+    assert stats["graph_breaks"] == 0 and stats["unique_graphs"] == 1
+
+
+def test_hooks_of_the_compiled_module_run_in_python_around_its_compiled_forward():
+    calls = []
+    torch.manual_seed(0)
+    m = Scaled()
+    torch.manual_seed(0)
+    ref = Scaled()
+    for mod in (m, ref):
+        mod.register_forward_pre_hook(pre_with_kwargs, with_kwargs=True)
+        mod.register_forward_hook(lambda mod_, args, out: calls.append(1))
+    x, b = torch.randn(3, 4), torch.randn(4)
+    kiln.reset()
+    opt = kiln.compile(m, backend="eager")
+    for _ in range(2):
+        torch.testing.assert_close(opt(x, bias=b), ref(x, bias=b))
+    assert len(calls) == 4  # once per call, compiled and eager
+    stats = kiln.counters["stats"]
+    assert stats["graph_breaks"] == 0 and stats["unique_graphs"] == 1  # the forward (hooks: Python)
+
+
+def test_a_break_in_a_hook_keeps_the_submodule_forward_compiled():
+    def pre_breaking(mod, args, kwargs):
+        kiln.graph_break()
+        return pre_with_kwargs(mod, args, kwargs)
+
+    m, ref = _outer_pair()
+    for mod in (m, ref):
+        mod.inner._forward_pre_hooks.clear()
+        mod.inner._forward_pre_hooks_with_kwargs.clear()
+        mod.inner.register_forward_pre_hook(pre_breaking, with_kwargs=True)
+    x, b = torch.randn(3, 4), torch.randn(4)
+    kiln.reset()
+    opt = kiln.compile(m, backend="eager")
+    for _ in range(2):
+        torch.testing.assert_close(opt(x, b), ref(x, b))
+    # Outer.forward before and after the call, and Scaled.forward (hooks in Python around it)
+    assert kiln.counters["stats"]["unique_graphs"] >= 2
+    assert kiln.counters["stats"]["graph_breaks"] == 1

@@ -8,10 +8,12 @@ import torch
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.distributed import is_fsdp
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.constant import ConstantVariable as Const
+from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.functions import UserMethodVariable, inline_call
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable
@@ -50,6 +52,22 @@ def _class_attr(cls, name):
 def _is_data_descriptor(value):
     typ = type(value)
     return hasattr(typ, "__set__") or hasattr(typ, "__delete__")
+
+
+def _kwargs(kwargs):
+    """The keyword arguments of a module call as the dict a with_kwargs hook receives."""
+    return ConstDictVariable(kwargs)
+
+
+def _args_kwargs_pair(tx, result):
+    """(args, kwargs) from a with_kwargs pre-hook's non-None result: an (args, kwargs) pair."""
+    pair = result.unpack_var_sequence(tx) if isinstance(result, TupleVariable) else None
+    if not pair or len(pair) != 2 or not isinstance(pair[1], ConstDictVariable):
+        unimplemented(f"a forward pre-hook with kwargs returned {result}, not (args, kwargs)")
+    args = pair[0].unpack_var_sequence(tx)
+    if not all(isinstance(k, str) for k in pair[1].items):
+        unimplemented("a forward pre-hook returned kwargs with a key that is not a string")
+    return list(args), dict(pair[1].items)
 
 
 class NNModuleVariable(VariableTracker):
@@ -169,6 +187,11 @@ class NNModuleVariable(VariableTracker):
         mod = self.value
         if self.source is None:
             unimplemented("calling a module without a source")
+        if is_fsdp(mod):  # Note [Modules: hooks around a compiled forward]
+            unimplemented(
+                f"a fully_shard {type(mod).__name__}: FSDP's hooks (all-gather, reshard) run in "
+                "Python around its forward, compiled as a frame of its own"
+            )
         hooked = bool(mod._forward_hooks or mod._forward_pre_hooks)
         if mod._backward_hooks or getattr(mod, "_backward_pre_hooks", None):
             unimplemented(f"backward hooks on {type(mod).__name__}")
@@ -191,15 +214,15 @@ class NNModuleVariable(VariableTracker):
 
         Note [Modules: forward hooks]
         `_call_impl` calls each pre-hook as hook(module, args) (a non-None result replaces args,
-        a non-tuple one wrapped in a tuple), then forward, then each hook as hook(module, args,
-        output) (a non-None result replaces the output). The hook dictionaries are guarded by
-        their keys (a hook added or removed recompiles) and each hook by what it is; hooks taking
-        kwargs or always called, and backward hooks, are not traced.
+        a non-tuple one wrapped in a tuple), or, registered `with_kwargs=True`, as
+        hook(module, args, kwargs) (a non-None result must be an (args, kwargs) pair, which
+        replaces both); then forward, then each hook as hook(module, args, output), or
+        hook(module, args, kwargs, output) with kwargs (a non-None result replaces the output).
+        The hook dictionaries are guarded by their keys (a hook added or removed recompiles) and
+        each hook by what it is; hooks always called (even when forward raises) and backward
+        hooks are not traced.
         """
         mod = self.value
-        for name in ("_forward_hooks_with_kwargs", "_forward_pre_hooks_with_kwargs"):
-            if getattr(mod, name, None):
-                unimplemented(f"forward hooks with kwargs on {type(mod).__name__}")
         if getattr(mod, "_forward_hooks_always_called", None):
             unimplemented(f"always-called forward hooks on {type(mod).__name__}")
         guards = tx.output.guards
@@ -218,10 +241,19 @@ class NNModuleVariable(VariableTracker):
 
         def hooks(name):
             src = AttrSource(self.source, name)
-            return [wrap_value(tx, h, GetItemSource(src, k)) for k, h in getattr(mod, name).items()]
+            return [
+                (k, wrap_value(tx, h, GetItemSource(src, k))) for k, h in getattr(mod, name).items()
+            ]
 
-        args = list(args)
-        for hook in hooks("_forward_pre_hooks"):
+        pre_kw = set(getattr(mod, "_forward_pre_hooks_with_kwargs", {}))
+        post_kw = set(getattr(mod, "_forward_hooks_with_kwargs", {}))
+        args, kwargs = list(args), dict(kwargs)
+        for key, hook in hooks("_forward_pre_hooks"):
+            if key in pre_kw:
+                result = hook.call_function(tx, [self, TupleVariable(args), _kwargs(kwargs)], {})
+                if not (isinstance(result, Const) and result.value is None):
+                    args, kwargs = _args_kwargs_pair(tx, result)
+                continue
             result = hook.call_function(tx, [self, TupleVariable(list(args))], {})
             if not (isinstance(result, Const) and result.value is None):
                 args = (
@@ -230,8 +262,11 @@ class NNModuleVariable(VariableTracker):
                     else [result]
                 )
         out = inline_call(tx, forward, [self, *args], kwargs, self._class_attr_source("forward"))
-        for hook in hooks("_forward_hooks"):
-            result = hook.call_function(tx, [self, TupleVariable(list(args)), out], {})
+        for key, hook in hooks("_forward_hooks"):
+            hook_args = [self, TupleVariable(list(args))]
+            if key in post_kw:
+                hook_args.append(_kwargs(kwargs))
+            result = hook.call_function(tx, [*hook_args, out], {})
             if not (isinstance(result, Const) and result.value is None):
                 out = result
         return out
