@@ -7,8 +7,8 @@ import torch
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.guards import GuardKind
 from kiln.frontend.distributed import is_fsdp
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
