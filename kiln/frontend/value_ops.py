@@ -10,7 +10,7 @@ import operator
 import sys
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables.builtin import binary_op, compare_vars, contains, getitem, unary_op
+from kiln.frontend.variables.builtin import getitem
 from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import (
@@ -20,6 +20,7 @@ from kiln.frontend.variables.lists import (
     _set_item,
     unpack_error,
 )
+from kiln.frontend.variables.operators import binary_op, compare_vars, contains, unary_op
 from kiln.frontend.variables.sym import build_slice
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import _Unpack

@@ -55,7 +55,7 @@ class BaseListVariable(VariableTracker):
 
     def find(self, tx, value):
         """The index of the first item equal to `value` (identity first, then ==), or None."""
-        from kiln.frontend.variables.builtin import _identical, compare_vars
+        from kiln.frontend.variables.operators import _identical, compare_vars
 
         for i, item in enumerate(self.items):
             if _identical(item, value) or compare_vars(tx, operator.eq, item, value).truthy(tx):
@@ -63,7 +63,7 @@ class BaseListVariable(VariableTracker):
         return None
 
     def call_method(self, tx, name, args, kwargs):
-        from kiln.frontend.variables.builtin import compare_vars
+        from kiln.frontend.variables.operators import compare_vars
 
         if name == "__getitem__" and len(args) == 1:
             return self.getitem(tx, args[0].as_python_constant())

@@ -108,7 +108,7 @@ def user_binary_op(tx, fn, a, b):
             unimplemented(f"!= of a {ta.__name__}: __eq__ returned {eq}")
         return ConstantVariable(not eq.as_python_constant())
     if fn is operator.eq and (is_user_object(a) or is_user_object(b)):
-        from kiln.frontend.variables.builtin import compare_vars
+        from kiln.frontend.variables.operators import compare_vars
         from kiln.frontend.variables.user_defined import NewObjectVariable
 
         if isinstance(a, NewObjectVariable) or isinstance(b, NewObjectVariable):
