@@ -399,6 +399,9 @@ def undo_iterators():
     _ITER_UNDO.clear()
 
 
+_NOT_ITERABLE = (int, float, complex, bool, type(None))  # `for x in 1`: TypeError
+
+
 class ListIteratorVariable(VariableTracker):
     """An iterator over known items (a list, tuple, range, zip, enumerate ... of traced values)."""
 
@@ -428,6 +431,8 @@ class ListIteratorVariable(VariableTracker):
             return obj.iter_var(tx)
         if type(obj).__name__ == "ConstDictVariable":
             return cls.over_dict(obj, obj.unpack_var_sequence(tx), view=False)
+        if isinstance(obj, ConstantVariable) and type(obj.value) in _NOT_ITERABLE:
+            raise_observed(tx, TypeError, f"'{type(obj.value).__name__}' object is not iterable")
         it = cls(obj.unpack_var_sequence(tx))
         if isinstance(obj, SetVariable):
             it.watched = (obj, len(obj.values), "Set changed size during iteration")

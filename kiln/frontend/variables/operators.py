@@ -1,5 +1,6 @@
 """Python's operators on traced values: `a + b`, `a == b`, `a is b`, `x in c`, `-x`."""
 
+import collections
 import enum
 import operator
 
@@ -64,6 +65,9 @@ def binary_op(tx, fn, a, b):
         result = dict_views.set_op(tx, fn, a, b) if fn in dict_views._SET_OPS else None
         if result is not None:
             return result
+    if fn in _SET_CMP and isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable):
+        same = _dicts_equal(tx, a, b)  # Note [Dicts: equality]
+        return ConstantVariable(same if fn is operator.eq else not same)
     if fn in _SET_CMP and _set_vs_other(a, b):
         return ConstantVariable(fn is operator.ne)  # NotImplemented both ways: identity, distinct
     if isinstance(a, SetVariable) and fn in _SET_OPS and _not_a_set(b):
@@ -112,6 +116,33 @@ def binary_op(tx, fn, a, b):
     if result is not None:
         return result
     unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
+
+
+# Note [Dicts: equality]
+# `a == b` of two dicts is dict's own comparison: equal lengths, then for each key of `a` in its
+# order, the key is in `b` and the two values compare equal (`is` first, then `==`, traced, so a
+# user __eq__ is inlined and a tensor's truth breaks as it would anywhere). Two OrderedDicts also
+# need their keys in the same order. `!=` is its negation. A dict subclass with its own __eq__
+# breaks.
+_DICT_EQS = {dict.__eq__, collections.OrderedDict.__eq__}
+
+
+def _dicts_equal(tx, a, b):
+    """Whether two traced dicts compare equal (Note [Dicts: equality])."""
+    for d in (a, b):
+        if getattr(d.user_cls, "__eq__", None) not in _DICT_EQS:
+            unimplemented(f"== of a {d.user_cls.__name__} (its own __eq__)")
+    if len(a.items) != len(b.items):
+        return False
+    ordered = all(issubclass(d.user_cls, collections.OrderedDict) for d in (a, b))
+    if ordered and list(a.items) != list(b.items):
+        return False
+    for key, value in a.items.items():
+        if key not in b.items:
+            return False
+        if not compare_vars(tx, operator.eq, value, b.items[key]).truthy(tx):
+            return False
+    return True
 
 
 def _constant_sequence(value, other):
