@@ -23,7 +23,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.dicts import ConstDictVariable
-from kiln.frontend.variables.lists import BaseListVariable, DequeVariable
+from kiln.frontend.variables.lists import BaseListVariable, DequeVariable, SetVariable
 from kiln.frontend.variables.misc import NullVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
@@ -183,6 +183,12 @@ class SideEffects:
                 new = _to_temp(cg, build_dict)
                 d = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
                 stores.append(_calls(d, (("clear", None), ("update", new))))
+            elif kind == "container" and isinstance(payload, SetVariable):
+                # s.clear(); s.update(new)  (Note [Sets: inputs])
+                var = payload
+                new = _to_temp(cg, lambda var=var: var.build_items(cg))
+                s = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
+                stores.append(_calls(s, (("clear", None), ("update", new))))
             elif kind == "container":
                 var = payload
                 new = _to_temp(cg, lambda var=var: _build_list(cg, var.items))

@@ -2,6 +2,7 @@
 
 import collections
 import operator
+import types
 from collections import deque
 
 import torch
@@ -639,13 +640,23 @@ class SetVariable(VariableTracker):
         unimplemented(f"set.{name}")
 
     def reconstruct(self, cg):
+        if self.source is not None:  # an input: itself (its changes are written back to it)
+            self.source.reconstruct(cg)
+            return
         if self.frozen:
             cg.load_object(frozenset, push_null=True)
-        for v in self.values:
-            _wrap_const(v).reconstruct(cg)
-        cg.extend(emit.build_set(len(self.values)))
+        self.build_items(cg)
         if self.frozen:
             cg.extend(emit.call(1))
+
+    def build_items(self, cg):
+        """Emit code that pushes a new set of the items."""
+        for v in self.values:
+            if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
+                cg.load_object(v)  # (an input's items: Note [Sets: inputs])
+            else:
+                _wrap_const(v).reconstruct(cg)
+        cg.extend(emit.build_set(len(self.values)))
 
     def __repr__(self):
         return f"SetVariable({self.values!r})"

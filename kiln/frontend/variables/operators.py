@@ -120,7 +120,7 @@ def binary_op(tx, fn, a, b):
 
 # Note [Dicts: equality]
 # `a == b` of two dicts is dict's own comparison: equal lengths, then for each key of `a` in its
-# order, the key is in `b` and the two values compare equal (`is` first, then `==`, traced, so a
+# order, the key is in `b` and the two values are equal (the same object, else `==` traced, so a
 # user __eq__ is inlined and a tensor's truth breaks as it would anywhere). Two OrderedDicts also
 # need their keys in the same order. `!=` is its negation. A dict subclass with its own __eq__
 # breaks.
@@ -140,6 +140,8 @@ def _dicts_equal(tx, a, b):
     for key, value in a.items.items():
         if key not in b.items:
             return False
+        if _identical(value, b.items[key]):
+            continue  # (PyObject_RichCompareBool: the same object is equal)
         if not compare_vars(tx, operator.eq, value, b.items[key]).truthy(tx):
             return False
     return True
@@ -272,6 +274,8 @@ def contains(tx, container, item):
         return ConstantVariable(item.as_python_constant() in container.value)
     if isinstance(container, (UserDefinedObjectVariable, NewObjectVariable)):
         return container.call_method(tx, "__contains__", [item], {})
+    if isinstance(container, SetVariable) and item.is_python_constant():
+        return container.call_method(tx, "__contains__", [item], {})  # (hash, then ==)
     items = container.unpack_var_sequence(tx)
     if isinstance(item, SymNodeVariable):
         result = sym.contains(tx, items, item)

@@ -40,7 +40,13 @@ from kiln.frontend.variables.functions import UserMethodVariable, bind_args, inl
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable, make_deque
 from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
 from kiln.frontend.variables.user_attrs import ObjectSlotVariable
-from kiln.frontend.variables.user_protocol import mapping_view, user_iter_items, user_truthy
+from kiln.frontend.variables.user_protocol import (
+    ObjectCompareVariable,
+    is_user_object,
+    mapping_view,
+    user_iter_items,
+    user_truthy,
+)
 
 _ABSENT = object()
 # (tx, class variable, args, kwargs) -> the new instance, or None: makers of instances of user
@@ -339,6 +345,8 @@ class SuperVariable(VariableTracker):
                         return ObjectSlotVariable(self.obj, name)
                 if issubclass(klass, BaseException) and name == "__init__":
                     return ExceptionInitVariable(self.obj)
+                if klass is object and name in ("__eq__", "__ne__") and is_user_object(self.obj):
+                    return ObjectCompareVariable(self.obj, name)
                 unimplemented(f"super().{name} is a {type(attr).__name__}")
         unimplemented(f"super() has no attribute {name!r}")
 

@@ -147,6 +147,36 @@ def _number_declines(a, b):
     return False
 
 
+class ObjectCompareVariable(VariableTracker):
+    """`object.__eq__` / `object.__ne__` bound to a user object (`super().__ne__(other)`):
+    __eq__ is identity (else NotImplemented); __ne__ inverts the class's __eq__ (NotImplemented
+    kept), as object's rich comparison does."""
+
+    def __init__(self, obj, name, **kw):
+        super().__init__(**kw)
+        self.obj = obj
+        self.name = name
+
+    def _identity(self, other):
+        from kiln.frontend.variables.user_defined import NewObjectVariable
+
+        if other is self.obj:
+            return ConstantVariable(True)
+        if isinstance(self.obj, NewObjectVariable) or isinstance(other, NewObjectVariable):
+            return ConstantVariable(NotImplemented)  # (one variable per object made in the trace)
+        unimplemented(f"object.__eq__ of {self.obj} and {other}")
+
+    def call_function(self, tx, args, kwargs):
+        if kwargs or len(args) != 1:
+            unimplemented(f"object.{self.name} with these arguments")
+        eq = call_dunder(tx, self.obj, "__eq__", args)
+        if self.name == "__eq__" or eq is None:
+            eq = self._identity(args[0])
+        if self.name == "__eq__" or _not_implemented(eq):
+            return eq
+        return ConstantVariable(not eq.truthy(tx))
+
+
 def user_truthy(tx, var):
     """bool(obj): __bool__, else __len__ != 0, else True."""
     result = call_dunder(tx, var, "__bool__", [])
