@@ -13,7 +13,6 @@ import types
 import torch
 
 from kiln.exc import unimplemented
-from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import (
     misc,
     optim,
@@ -73,6 +72,13 @@ def _zip_strict_error(lengths):
 
 
 _PURE_MODULES = {"math", "operator", "_operator"}
+
+
+def _made_in_frame(var):
+    """A set, list, dict or object made while tracing: one variable per object."""
+    return var.source is None and isinstance(
+        var, (SetVariable, ListVariable, ConstDictVariable, NewObjectVariable)
+    )
 
 
 def _has_keys(obj):
@@ -148,7 +154,11 @@ class BuiltinVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         fn = self.fn
         name = getattr(fn, "__name__", str(fn))
-        if fn in stdlib.CALLS:
+        if fn is builtins.id and len(args) == 1 and _made_in_frame(args[0]):
+            return misc.ObjectIdVariable(
+                args[0]
+            )  # Note [Builtins: id() of objects made in the frame]
+        if fn in stdlib.CALLS:  # (id() of anything else: Note [Stdlib: id()])
             try:
                 return stdlib.CALLS[fn](tx, *args, **kwargs)
             except TypeError as e:
@@ -218,16 +228,6 @@ class BuiltinVariable(VariableTracker):
         if obj.is_python_constant():
             return fold(len, obj.as_python_constant())
         return obj.call_method(tx, "__len__", [], {})
-
-    def _call_id(self, tx, obj):
-        """id() of an object reached from a source: a constant, the object's identity guarded."""
-        value = getattr(obj, "value", None)
-        if obj.source is None or isinstance(obj, (TensorVariable, ConstantVariable)):
-            unimplemented(f"id() of {obj}")
-        if not isinstance(obj, (UserDefinedObjectVariable, NNModuleVariable)):
-            unimplemented(f"id() of {obj}")
-        tx.output.guards.add(GuardKind.ID_MATCH, obj.source, value)
-        return ConstantVariable(id(value))
 
     def _call_isinstance(self, tx, obj, cls):
         c = cls.as_python_constant()
@@ -354,6 +354,9 @@ class BuiltinVariable(VariableTracker):
         return s
 
     def _call_frozenset(self, tx, obj=None):
+        if obj is not None and obj.python_type() is frozenset:
+            if isinstance(obj, SetVariable) or isinstance(obj, ConstantVariable):
+                return obj  # frozenset(fs) is fs
         s = self._call_set(tx, obj)
         s.frozen = True
         return s

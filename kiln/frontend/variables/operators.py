@@ -21,6 +21,7 @@ from kiln.frontend.variables.lists import (
     SizeVariable,
     TupleVariable,
 )
+from kiln.frontend.variables.misc import ObjectIdVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.frontend.variables.tensor import TensorVariable
@@ -182,6 +183,8 @@ def compare_vars(tx, fn, a, b):
             kind = GuardKind.ALIASING if same else GuardKind.DISTINCT
             tx.output.guards.add(kind, a.source, b.source)
         return ConstantVariable(same if fn is operator.is_ else not same)
+    if isinstance(a, ObjectIdVariable) and isinstance(b, ObjectIdVariable) and fn in _SET_CMP:
+        return ConstantVariable(a.same_as(tx, b) == (fn is operator.eq))  # Note [Builtins: id() ...]
     if isinstance(a, DictViewVariable) or isinstance(b, DictViewVariable):
         result = dict_views.compare(tx, fn, a, b)  # Note [Dicts: views]
         if result is not None:

@@ -149,3 +149,46 @@ def update_until_bad_key(x):
 
 def test_dict_update_stops_at_an_unhashable_key():
     run_and_compare(update_until_bad_key, torch.ones(2), fullgraph=True)
+
+
+class FrozenSub(frozenset):
+    pass
+
+
+def ids_of_objects_made_here(x):
+    p = frozenset("abc")
+    q = FrozenSub("abc")
+    copied = q.copy()
+    items = [1]
+    alias = items
+    return (
+        x + 1,
+        id(p) == id(p.copy()),
+        id(p) == id(frozenset.copy(p)),
+        id(copied) != id(q),
+        type(copied) is frozenset,
+        id(items) == id(alias),
+        id(items) == id([1]),
+        id({}) != id(items),
+        frozenset(p) is p,
+    )
+
+
+def test_id_of_objects_made_in_the_frame():
+    run_and_compare(ids_of_objects_made_here, torch.ones(2), fullgraph=True)
+
+
+def id_escapes(x):
+    return x + 1, id([1]) > 0
+
+
+def test_id_number_escaping_runs_the_frame_eagerly():
+    run_and_compare(id_escapes, torch.ones(2), expected_breaks=1)
+
+
+def ids_of_two_temporaries(x):
+    return x + 1, id([]) == id([])  # CPython may reuse the first list's address
+
+
+def test_ids_of_two_temporaries_are_not_guessed():
+    run_and_compare(ids_of_two_temporaries, torch.ones(2), expected_breaks=1)
