@@ -184,7 +184,8 @@ def compare_vars(tx, fn, a, b):
             tx.output.guards.add(kind, a.source, b.source)
         return ConstantVariable(same if fn is operator.is_ else not same)
     if isinstance(a, ObjectIdVariable) and isinstance(b, ObjectIdVariable) and fn in _SET_CMP:
-        return ConstantVariable(a.same_as(tx, b) == (fn is operator.eq))  # Note [Builtins: id() ...]
+        same = a.same_as(tx, b)  # Note [Builtins: id() of objects made in the frame]
+        return ConstantVariable(same == (fn is operator.eq))
     if isinstance(a, DictViewVariable) or isinstance(b, DictViewVariable):
         result = dict_views.compare(tx, fn, a, b)  # Note [Dicts: views]
         if result is not None:
