@@ -1,5 +1,7 @@
 """Memory planning of the wrapper: views instead of copies, buffer reuse, in-place stores."""
 
+import re
+
 import torch
 
 from tests.backend.helpers import check
@@ -230,3 +232,35 @@ def test_mutated_input_read_after_its_update_keeps_its_old_value():
     out = kiln.compile(f, backend="kiln")(x, buf)
     torch.testing.assert_close(out, f(x, buf2))
     torch.testing.assert_close(buf, buf2)
+
+
+def test_mm_with_a_transposed_weight_is_one_linear_call():
+    # Note [Wrapper: linear for a transposed weight]: mm(x, t(w)) and addmm(b, x, t(w)) become
+    # linear.out(x, w[, b]) with no Python transpose; an mm of an untransposed operand stays mm
+    x, w, b, m = torch.randn(6, 16), torch.randn(8, 16), torch.randn(8), torch.randn(8, 5)
+
+    def f(x, w, b, m):
+        y = aten.mm.default(x, aten.t.default(w))
+        z = aten.addmm.default(b, x, aten.t.default(w))
+        return aten.mm.default(aten.relu.default(y), m), z
+
+    c = check(f, [x, w, b, m], atol=1e-5, rtol=1e-5)
+    assert c.wrapper_src.count("rt.resolve('aten.linear.out')") == 1, c.wrapper_src
+    assert c.wrapper_src.count("rt.resolve('aten.mm.out')") == 1, c.wrapper_src
+    assert ".t()" not in c.wrapper_src, c.wrapper_src
+
+
+def test_a_view_read_by_several_externs_is_made_once():
+    # the q, k and v projections of one activation: one view, bound to a local, deleted with
+    # its buffer (Note [Wrapper: cheap views])
+    x, ws = torch.randn(2, 3, 16), [torch.randn(16, 8) for _ in range(3)]
+
+    def f(x, w0, w1, w2):
+        h = aten.view.default(aten.relu.default(x), [6, 16])
+        return tuple(aten.mm.default(h, w) for w in (w0, w1, w2))
+
+    c = check(f, [x, *ws], atol=1e-5, rtol=1e-5)
+    src = c.wrapper_src
+    assert src.count(".view((6, 16))") == 1, src
+    (local,) = set(re.findall(r"(buf\d+_v\d+) = ", src))
+    assert src.count(local) == 1 + 3 + 1, src  # bound, read by the three mm calls, deleted

@@ -76,7 +76,7 @@ def test_seed_jit_example_two_entries():
     assert [getattr(o, "__name__", o) for o in ops0] == ["mul", "exp", "log"]
     assert [getattr(o, "__name__", o) for o in ops1] == ["neg", "exp", "log"]
     # the guard functions are plain functions of (x, mod)
-    guard_a, guard_b = (g for g, _ in cache.entries)
+    guard_a, guard_b = (e.guard for e in cache.entry_info)
     assert guard_a(x, a) and not guard_a(x, b)
     assert guard_b(x, b) and not guard_b(x, a)
 
@@ -357,3 +357,20 @@ def test_bound_c_methods_are_guarded_by_what_they_are_bound_to():
     o = Other(a=1)
     got = cf(o, torch.ones(2))
     assert got[0] == ["other"] and torch.equal(got[1], torch.full((2,), 2.0))
+
+
+def test_the_entry_that_ran_last_is_checked_first():
+    # Note [Cache: most recent entry first]: a hit moves its entry to the front of the hot list
+    def f(x, n):
+        return x * n
+
+    cf = kiln.compile(f, backend="eager", dynamic=False)
+    x = torch.randn(3)
+    for n in (2, 3, 2):
+        torch.testing.assert_close(cf(x, n), f(x, n))
+    cache = cf._kiln_cache
+    first, second = cache.entry_info  # compile order is kept
+    assert cache.entries[0][0] is first.guard
+    torch.testing.assert_close(cf(x, 3), f(x, 3))
+    assert cache.entries[0][0] is second.guard
+    assert [e[0] for e in cache.entries] == [second.guard, first.guard]

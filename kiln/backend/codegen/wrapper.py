@@ -35,6 +35,8 @@ from kiln.backend.graph import GraphNotSupported, PyValue
 from kiln.backend.ir import Buffer, InputBuffer, is_sym, pexpr
 from kiln.backend.scheduler import ExternGroup, Group, extern_reads
 
+aten = torch.ops.aten
+
 _SIZE_PARAM = re.compile(r"ks\d+")  # a kernel's size argument (symbol s0 is ks0)
 
 
@@ -100,8 +102,10 @@ class rt:
 
     @staticmethod
     def resolve(qualname):
+        """The op's C++ entry point: what `OpOverload.__call__` calls, without its Python frame."""
         ns, name, overload = qualname.split(".")
-        return getattr(getattr(getattr(torch.ops, ns), name), overload)
+        op = getattr(getattr(getattr(torch.ops, ns), name), overload)
+        return getattr(op, "_op", op)
 
     # a profiler range (Note [Backend: kernel profiling]): the C++ fast path, torch's Python one
     # where it is missing
@@ -132,6 +136,9 @@ class WrapperCodegen:
         self.used = set()  # names of the size symbols the wrapper's code uses
         self.profile = config.profile_kernels  # Note [Backend: kernel profiling]
         self.labels = {}  # label variable -> its text after the graph's tag
+        self.views = {}  # view expression -> the local holding it (Note [Wrapper: cheap views])
+        self.views_of = {}  # buffer name -> the locals holding views of it
+        self.pending = []  # lines binding views, written before the extern call that uses them
 
     def sx(self, e):
         """Python source of a size (int or symbolic expression)."""
@@ -169,7 +176,17 @@ class WrapperCodegen:
         return f"extras[{len(self.extras) - 1}]"
 
     def tensor_arg(self, buf, layout):
-        return self.view_of(buf.name, buf.layout, layout.size, layout.stride, layout.offset)
+        """An extern's tensor argument: the buffer, or a local bound to its view once per call."""
+        expr = self.view_of(buf.name, buf.layout, layout.size, layout.stride, layout.offset)
+        if expr == buf.name:
+            return expr
+        name = self.views.get(expr)
+        if name is None:
+            mine = self.views_of.setdefault(buf.name, [])
+            name = self.views[expr] = f"{buf.name}_v{len(mine)}"
+            mine.append(name)
+            self.pending.append(f"{name} = {expr}")
+        return name
 
     # Note [Wrapper: cheap views]
     # A view of a buffer costs a call per graph run: `rt.view` (as_strided at the tensor's storage
@@ -177,7 +194,9 @@ class WrapperCodegen:
     # a row-major reshape of a row-major buffer is `.view(size)` and a 2-d transpose `.t()` (a
     # weight fed to mm); the runtime tensor has the compiled strides (inputs are fixed to them
     # at entry, up to size-1 dimensions, which neither cares about). Otherwise a buffer of ours
-    # (storage offset 0) is one as_strided call, anything else rt.view.
+    # (storage offset 0) is one as_strided call, anything else rt.view. An extern's argument view
+    # is bound to a local once per call (`buf1_v0 = buf1.view((4, 128))`): the q, k and v
+    # projections read the same view of one buffer; the local is deleted with its buffer.
     def view_of(self, name, src, size, stride, offset):
         """The cheapest Python expression for buffer `name` (layout `src`) seen as a view."""
         if offset == src.offset:
@@ -185,9 +204,8 @@ class WrapperCodegen:
                 return name
             if _row_major(src.size, src.stride) and _row_major(size, stride):
                 return f"{name}.view({self.st(size)})"
-            if len(size) == 2 and len(src.size) == 2:
-                if (tuple(size), tuple(stride)) == (tuple(src.size[::-1]), tuple(src.stride[::-1])):
-                    return f"{name}.t()"
+            if _transposed(src, size, stride, offset):
+                return f"{name}.t()"
         if name in self.own and src.offset == 0:
             return f"{name}.as_strided({self.st(size)}, {self.st(stride)}, {self.sx(offset)})"
         return (
@@ -372,7 +390,14 @@ class WrapperCodegen:
             if later > len(self.pool.get(key, [])):
                 self.pool.setdefault(key, []).append(name)
                 return
-        body.writeline(f"del {name}")
+        body.writeline(f"del {self.dead(name)}")
+
+    def dead(self, name):
+        """The names to `del` with a buffer: it and the locals holding its views."""
+        views = self.views_of.pop(name, ())
+        if views:
+            self.views = {e: v for e, v in self.views.items() if v not in views}
+        return ", ".join([name, *views])
 
     def alloc(self, body, buf):
         lay = buf.layout
@@ -382,10 +407,10 @@ class WrapperCodegen:
             old = free.pop()
             ol = self.graph.buffers[old].layout
             if (ol.size, ol.stride) == (lay.size, lay.stride):
-                body.writeline(f"{buf.name} = {old}; del {old}")
+                body.writeline(f"{buf.name} = {old}; del {self.dead(old)}")
             else:  # the same memory seen with another shape
                 view = self.view_of(old, ol, lay.size, lay.stride, ol.offset)
-                body.writeline(f"{buf.name} = {view}; del {old}")
+                body.writeline(f"{buf.name} = {view}; del {self.dead(old)}")
             return
         body.writeline(
             f"{buf.name} = empty_strided({self.st(lay.size)}, {self.st(lay.stride)}, "
@@ -419,9 +444,13 @@ class WrapperCodegen:
         return p[1:] if _SIZE_PARAM.fullmatch(p) else f"{p}.data_ptr()"
 
     def extern_call(self, body, k):
-        op = self.op_ref(k.op)
-        args = [self.literal(a) for a in k.args]
+        linear = self.as_linear(k)
+        op = self.op_ref(aten.linear.out if linear else k.op)
+        args = linear or [self.literal(a) for a in k.args]
         kwargs = [f"{key}={self.literal(v)}" for key, v in k.kwargs.items()]
+        for line in self.pending:
+            body.writeline(line)
+        self.pending.clear()
         outs = k.outputs
         extern = f"extern{sum(v.startswith('label_extern') for v in self.labels)}"
         if k.out_variant:
@@ -444,6 +473,29 @@ class WrapperCodegen:
                     f"if {o.name}.stride() != {stride}: "
                     f"{o.name} = rt.fix({o.name}, {self.st(lay.size)}, {stride})"
                 )
+
+    # Note [Wrapper: linear for a transposed weight]
+    # A linear layer reaches the wrapper as mm(x, w viewed transposed) (addmm with a bias). As
+    # `aten.linear.out(x, w[, bias])` the transpose happens in C++: linear's 2-d path is that same
+    # mm (addmm with the bias) of x and w.t(), so the numbers are the same, and the call costs
+    # one Python call instead of two (a decode step of a small decoder runs 15 of them).
+    def as_linear(self, k):
+        """The arguments of linear.out for an mm.out/addmm.out extern whose weight is a transposed
+        buffer, else None."""
+        if not k.out_variant or k.kwargs or k.op not in (aten.mm.out, aten.addmm.out):
+            return None
+        *rest, w = k.args
+        if not (isinstance(w, tuple) and len(w) == 2 and isinstance(w[0], Buffer)):
+            return None
+        buf, lay = w
+        if not _transposed(buf.layout, lay.size, lay.stride, lay.offset):
+            return None
+        if k.op == aten.mm.out:
+            return [self.literal(rest[0]), buf.name]
+        bias, x = rest
+        if not (isinstance(bias, tuple) and len(bias[1].size) == 1):
+            return None  # linear's bias is 1-d
+        return [self.literal(x), buf.name, self.literal(bias)]
 
     # Note [Backend: kernel profiling]
     # Under `config.profile_kernels` every kernel and extern call runs inside a profiler range
@@ -524,6 +576,16 @@ def _flat(xs):
             yield from _flat(x)
         else:
             yield x
+
+
+def _transposed(src, size, stride, offset):
+    """Whether a view is the 2-d transpose of a buffer of layout `src`, at its own offset."""
+    return (
+        offset == src.offset
+        and len(size) == 2
+        and len(src.size) == 2
+        and (tuple(size), tuple(stride)) == (tuple(src.size[::-1]), tuple(src.stride[::-1]))
+    )
 
 
 def _row_major(size, stride):
