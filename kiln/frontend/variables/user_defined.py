@@ -167,6 +167,9 @@ class UserDefinedClassVariable(PythonValueVariable):
 # lookup raises AttributeError) is a break.
 
 
+_SLOT = types.MemberDescriptorType
+
+
 class UserDefinedObjectVariable(VariableTracker):
     """An instance of a user class, reached from a source (type-guarded)."""
 
@@ -182,6 +185,12 @@ class UserDefinedObjectVariable(VariableTracker):
             return ConstantVariable(True)
         if isinstance(inspect.getattr_static(type(self.value), name, None), property):
             return hasattr_by_getattr(tx, self, name)
+        if isinstance(inspect.getattr_static(type(self.value), name, None), _SLOT):
+            if hasattr(self.value, name):  # read through its source: guarded
+                return hasattr_by_getattr(tx, self, name)
+            unimplemented(
+                f"hasattr of the unset __slots__ field {name!r} (no guard keeps it unset)"
+            )
         found = self.has_plain_attr(tx, name)
         hook = inspect.getattr_static(type(self.value), "__getattr__", None)
         if found is None and isinstance(hook, types.FunctionType):
@@ -472,6 +481,8 @@ class NewObjectVariable(VariableTracker):
 
     def hasattr(self, tx, name):
         static = inspect.getattr_static(self.cls, name, None)
+        if isinstance(static, types.MemberDescriptorType):  # a __slots__ field: set, or not
+            return ConstantVariable(name in self.attrs)
         if name not in self.attrs and (
             isinstance(static, property) or (static is None and "__getattr__" in dir(self.cls))
         ):
