@@ -184,11 +184,13 @@ class SideEffects:
                 d = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
                 stores.append(_calls(d, (("clear", None), ("update", new))))
             elif kind == "container" and isinstance(payload, SetVariable):
-                # s.clear(); s.update(new)  (Note [Sets: inputs])
+                # s.difference_update(removed); s.update(added)  (Note [Sets: inputs])
                 var = payload
-                new = _to_temp(cg, lambda var=var: var.build_items(cg))
+                gone, new = var.initial - var.values, var.values - var.initial
+                gone_t = _to_temp(cg, lambda gone=gone: SetVariable.build_set(cg, gone))
+                new_t = _to_temp(cg, lambda new=new: SetVariable.build_set(cg, new))
                 s = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
-                stores.append(_calls(s, (("clear", None), ("update", new))))
+                stores.append(_calls(s, (("difference_update", gone_t), ("update", new_t))))
             elif kind == "container":
                 var = payload
                 new = _to_temp(cg, lambda var=var: _build_list(cg, var.items))

@@ -232,9 +232,11 @@ _MUTABLE = (list, dict, collections.OrderedDict, collections.defaultdict, collec
 # A set (or a frozenset that is no literal) reached from a source whose items are literals,
 # functions or plain classes is a SetVariable holding the real items, guarded by its type and
 # contents (`type(s) is set and s == <copy>`: a key added, removed or changed recompiles). `x in
-# s`, len(s) and the set operators are then answered while tracing; mutations are written back
-# to the object itself (s.clear(); s.update(new)), and the set is returned as itself. Sets of
-# other items (tensors, user objects whose == may run code) stay opaque objects.
+# s`, len(s) and the set operators are then answered while tracing, in the object's own order
+# (iteration, str(), pop() read the object itself until the trace changes it); changes are
+# written back to the object itself (s.difference_update(removed); s.update(added), so the items
+# it kept keep their places), and the set is returned as itself. Sets of other items (tensors,
+# user objects whose == may run code) stay opaque objects.
 def _plain_set_item(value):
     if is_literal(value) or isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
         return True
@@ -246,7 +248,9 @@ def _wrap_set(tx, value, source):
     if type(value) not in (set, frozenset) or not all(map(_plain_set_item, value)):
         return None
     tx.output.guards.add(GuardKind.CONSTANT_MATCH, source, type(value)(value))
-    return SetVariable(value, frozen=type(value) is frozenset, source=source)
+    var = SetVariable(value, frozen=type(value) is frozenset, source=source)
+    var.real, var.initial = value, frozenset(value)
+    return var
 
 
 def _const_keyed_defaultdict(value):

@@ -555,6 +555,9 @@ class SetVariable(VariableTracker):
     """A set (or frozenset) of Python constants made while tracing; the items are the real
     constants, kept in a real set (so iteration order is Python's own)."""
 
+    real = None  # an input not changed yet: the object itself (its order: Note [Sets: inputs])
+    initial = None  # an input: its items when read (what the write-back changes)
+
     def __init__(self, values, frozen=False, **kw):
         super().__init__(**kw)
         self.values = set(values)
@@ -567,13 +570,19 @@ class SetVariable(VariableTracker):
         return True
 
     def as_python_constant(self):
+        if self.real is not None:
+            return self.real  # (its own order; the folds that read it do not change it)
         return frozenset(self.values) if self.frozen else set(self.values)
 
     def truthy(self, tx):
         return bool(self.values)
 
+    def _ordered(self):
+        """The items in Python's iteration order."""
+        return list(self.real if self.real is not None else self.values)
+
     def unpack_var_sequence(self, tx):
-        return [_wrap_const(v) for v in self.values]
+        return [_wrap_const(v) for v in self._ordered()]
 
     def add(self, tx, var):
         self._mutate(tx)
@@ -583,11 +592,14 @@ class SetVariable(VariableTracker):
         if self.frozen:
             unimplemented("mutation of a frozenset")
         tx.output.side_effects.mutate_container(self)
+        self.real = None
 
     def call_method(self, tx, name, args, kwargs):
         if kwargs:
             unimplemented(f"set.{name} with keyword arguments")
         if name in _SET_MUTATORS:
+            if name == "pop" and self.initial is not None:
+                unimplemented("pop() of a set input (which item depends on the set's history)")
             self._mutate(tx)
             try:
                 values = [_set_values(tx, a) for a in args] if name.endswith("update") else []
@@ -625,7 +637,9 @@ class SetVariable(VariableTracker):
         if name == "copy":
             if args:
                 _arity_error(name, args, frozenset if self.frozen else set)
-            return self if self.frozen else SetVariable(self.values)  # (a frozenset's is itself)
+            if self.frozen:
+                return self  # (a frozenset's copy is itself)
+            return SetVariable(self.real if self.real is not None else self.values)  # (its order)
         if name in _SET_PURE:
             values = [_set_values(tx, a) for a in args]
             try:
@@ -635,7 +649,9 @@ class SetVariable(VariableTracker):
                     observe(e)
                 unimplemented(f"set.{name} raised {type(e).__name__}: {e}")
             if isinstance(result, (set, frozenset)):
-                return SetVariable(result, isinstance(result, frozenset))
+                var = SetVariable((), isinstance(result, frozenset))
+                var.values = result  # Python's own result (a copy may order the items anew)
+                return var
             return _wrap_const(result)
         unimplemented(f"set.{name}")
 
@@ -651,12 +667,17 @@ class SetVariable(VariableTracker):
 
     def build_items(self, cg):
         """Emit code that pushes a new set of the items."""
-        for v in self.values:
+        self.build_set(cg, self.values)
+
+    @staticmethod
+    def build_set(cg, values):
+        """Emit code that pushes a new set of these items."""
+        for v in values:
             if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
                 cg.load_object(v)  # (an input's items: Note [Sets: inputs])
             else:
                 _wrap_const(v).reconstruct(cg)
-        cg.extend(emit.build_set(len(self.values)))
+        cg.extend(emit.build_set(len(values)))
 
     def __repr__(self):
         return f"SetVariable({self.values!r})"

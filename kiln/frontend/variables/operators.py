@@ -71,14 +71,19 @@ def binary_op(tx, fn, a, b):
         return ConstantVariable(same if fn is operator.eq else not same)
     if fn in _SET_CMP and _set_vs_other(a, b):
         return ConstantVariable(fn is operator.ne)  # NotImplemented both ways: identity, distinct
-    if isinstance(a, SetVariable) and fn in _SET_OPS and _not_a_set(b):
+    if isinstance(a, SetVariable) and fn in _SET_OPS and (_not_a_set(b) or _plain_non_set(b)):
         if fn in _SET_CMP:
             return ConstantVariable(fn is operator.ne)  # `{1} == 1`: NotImplemented both ways
-        names = f"'{a.python_type().__name__}' and '{type(b.as_python_constant()).__name__}'"
+        names = f"'{a.python_type().__name__}' and '{b.python_type().__name__}'"
         symbol = _SET_SYMBOLS[fn]
         if fn in (operator.le, operator.lt, operator.ge, operator.gt):
             raise_observed(tx, TypeError, f"'{symbol}' not supported between instances of {names}")
         raise_observed(tx, TypeError, f"unsupported operand type(s) for {symbol}: {names}")
+    if isinstance(a, SetVariable) and fn in _SET_OPS and not _is_set(b):
+        result = user_binary_op(tx, fn, a, b)  # set's own slots decline: the other side's
+        if result is not None:
+            return result
+        unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
     if isinstance(a, SetVariable) and fn in _SET_OPS:
         result = a.call_method(tx, _SET_OPS[fn], [b], {})
         return a if _SET_OPS[fn].endswith("update") else result
@@ -354,6 +359,24 @@ def _set_vs_other(a, b):
         ):
             return True
     return False
+
+
+def _is_set(var):
+    """A set or frozenset (set operators take only these)."""
+    if isinstance(var, SetVariable):
+        return True
+    return isinstance(var, ConstantVariable) and isinstance(var.value, (set, frozenset))
+
+
+def _plain_non_set(var):
+    """A list, tuple or dict of Python's own classes: set operators reject it (TypeError)."""
+    return isinstance(var, (BaseListVariable, ConstDictVariable)) and var.python_type() in (
+        list,
+        tuple,
+        dict,
+        collections.OrderedDict,
+        collections.defaultdict,
+    )
 
 
 def _not_a_set(var):

@@ -192,3 +192,28 @@ def ids_of_two_temporaries(x):
 
 def test_ids_of_two_temporaries_are_not_guessed():
     run_and_compare(ids_of_two_temporaries, torch.ones(2), expected_breaks=1)
+
+
+def set_operators_with_non_sets(x, s, d):
+    t = {1, 2}
+
+    def ior_dict():
+        u = {1}
+        u |= d
+        return u
+
+    w = {5}
+    w |= Bag([7])  # set's |= declines a Bag: Bag.__ror__ makes a new Bag
+    return (
+        x + 1,
+        _catch(lambda: t | d),
+        _catch(ior_dict),
+        _catch(lambda: t <= [1]),
+        _catch(lambda: s - d),
+        type(w).__name__,
+        sorted(w),
+    )
+
+
+def test_set_operators_with_non_sets():
+    run_and_compare(set_operators_with_non_sets, torch.ones(2), {1, 2, 3}, {1: 2}, fullgraph=True)

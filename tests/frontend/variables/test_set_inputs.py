@@ -114,3 +114,45 @@ def test_unchanged_input_set_returned_as_itself():
     compiled = kiln.compile(returns_itself, backend="eager", fullgraph=True)
     s = {1, 2}
     assert compiled(torch.zeros(1), s)[1] is s
+
+
+def text_and_order(x, s):
+    return x + 1, str(s), list(s), [i for i in s], str(s.copy()), list(s | {"zz"})
+
+
+def test_an_input_set_is_read_in_its_own_order():
+    s = set()
+    for word in ("gallahad", "lancelot", "robin", "arthur", "bedevere"):
+        s.update(word)  # (a history whose order a copy need not keep)
+    run_and_compare(text_and_order, torch.ones(2), s, fullgraph=True)
+
+
+def adds_and_discards(x, s):
+    s.discard("b")
+    s.add("q")
+    s.add("r")
+    return x + 1
+
+
+def test_written_back_set_keeps_its_items_in_place():
+    eager_set, compiled_set = set("abcdefg"), set("abcdefg")
+    adds_and_discards(torch.ones(1), eager_set)
+    kiln.reset()
+    kiln.compile(adds_and_discards, backend="eager", fullgraph=True)(torch.ones(1), compiled_set)
+    assert list(compiled_set) == list(eager_set)
+
+
+def pops(x, s):
+    return x + 1, s.pop()
+
+
+def test_pop_of_an_input_set_breaks():
+    kiln.reset()
+    compiled = kiln.compile(pops, backend="eager")
+    eager_set, compiled_set = set(range(40)), set(range(40))
+    for s in (eager_set, compiled_set):
+        s.pop()  # (the next pop continues after this one)
+        s.add(0)
+    assert pops(torch.ones(1), eager_set)[1] == compiled(torch.ones(1), compiled_set)[1]
+    assert eager_set == compiled_set
+    assert kiln.counters["stats"]["graph_breaks"] == 1
