@@ -509,7 +509,7 @@ class NewObjectVariable(VariableTracker):
         if isinstance(static, property) and static.fget is not None:
             return inline_call(tx, static.fget, [self], {}, None)
         if isinstance(static, staticmethod):
-            return wrap_constant_like(tx, static.__func__)
+            return wrap_value(tx, static.__func__, None)
         if isinstance(static, classmethod):
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, self.cls))
         if self.dict_base is not None and _dict_method_owner(self.cls, name) is not None:

@@ -161,3 +161,16 @@ def frozenset_of_types_membership(x):
 
 def test_membership_in_a_frozenset_from_a_global():
     run_and_compare(frozenset_of_types_membership, torch.randn(3), fullgraph=True)
+
+
+def staticmethod_on_a_local_instance(x):
+    class Doubler:
+        @staticmethod
+        def twice(t):
+            return t + t
+
+    return Doubler().twice(x)
+
+
+def test_staticmethod_through_an_instance_made_inside():
+    run_and_compare(staticmethod_on_a_local_instance, torch.ones(2, 3), fullgraph=True)
