@@ -455,6 +455,16 @@ class NewObjectVariable(VariableTracker):
     def python_type(self):
         return self.cls
 
+    def _class_attr_source(self, name, *more):
+        """`cls.name[.more]` through where the class was read (its methods' cells then have a
+        source: `Foo(...)` inside Foo's own methods)."""
+        if self.source is not None or self.class_source is None:
+            return super()._class_attr_source(name, *more)
+        src = AttrSource(self.class_source, name)
+        for m in more:
+            src = AttrSource(src, m)
+        return src
+
     def store_attr(self, name, value):
         self.attrs[name] = value
 
