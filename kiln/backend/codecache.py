@@ -9,11 +9,14 @@ inputs' metadata, so that a warm start skips lowering too.
 import ctypes
 import functools
 import hashlib
+import importlib.machinery
+import importlib.util
 import json
 import os
 import platform
 import shutil
 import subprocess
+import sysconfig
 import tempfile
 import time
 
@@ -31,7 +34,21 @@ class CompilerError(RuntimeError):
 
 def _flags():
     extra = "-fwrapv -fno-math-errno"  # eager semantics for int overflow; errno is unobservable
+    include = python_include()
+    if include:  # Note [C++: Python entry points]
+        extra += f" -DKILN_PY_ENTRY -I{include}"
     return f"{config.cpp_flags} {extra}".split()
+
+
+@functools.lru_cache(None)
+def _python_include():
+    path = sysconfig.get_paths().get("include") or ""
+    return path if os.path.exists(os.path.join(path, "Python.h")) else ""
+
+
+def python_include():
+    """The folder of Python.h when kernels get Python entry points, else ""."""
+    return _python_include() if config.cpp_python_entry else ""
 
 
 @functools.lru_cache(None)
@@ -117,8 +134,22 @@ def load_library(path):
         lib = ctypes.CDLL(path)
         lib.kiln_set_num_threads.argtypes = [ctypes.c_int]
         lib.kiln_set_num_threads(num_threads())
+        lib.kiln_py = _python_module(lib, path)
         _libraries[path] = lib
     return lib
+
+
+def _python_module(lib, path):
+    """The .so's `kiln_kernels` module (Note [C++: Python entry points]), or None."""
+    try:
+        lib.PyInit_kiln_kernels  # noqa: B018 (compiled without Python.h: absent)
+    except AttributeError:
+        return None
+    loader = importlib.machinery.ExtensionFileLoader("kiln_kernels", path)
+    spec = importlib.util.spec_from_file_location("kiln_kernels", path, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
 
 
 def graph_get(key):

@@ -58,6 +58,11 @@ class rt:
 
     @staticmethod
     def bind(lib, name, nargs, nsizes=0):
+        """Kernel `name` of a library: its Python entry point, else through ctypes (Note [C++:
+        Python entry points])."""
+        module = getattr(lib, "kiln_py", None)
+        if module is not None:
+            return getattr(module, name)
         fn = getattr(lib, name)
         fn.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * nsizes
         fn.restype = ctypes.c_int
