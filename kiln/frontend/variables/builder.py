@@ -46,6 +46,7 @@ from kiln.frontend.variables.functions import (
 from kiln.frontend.variables.lists import (
     ListVariable,
     RangeVariable,
+    SetVariable,
     SizeVariable,
     TupleVariable,
     wrap_deque,
@@ -224,7 +225,32 @@ def wrap_value(tx, value, source):
     return _wrap(tx, value, source)
 
 
-_MUTABLE = (list, dict, collections.OrderedDict, collections.defaultdict, collections.deque)
+_MUTABLE = (list, dict, collections.OrderedDict, collections.defaultdict, collections.deque, set)
+
+
+# Note [Sets: inputs]
+# A set (or a frozenset that is no literal) reached from a source whose items are literals,
+# functions or plain classes is a SetVariable holding the real items, guarded by its type and
+# contents (`type(s) is set and s == <copy>`: a key added, removed or changed recompiles). `x in
+# s`, len(s) and the set operators are then answered while tracing, in the object's own order
+# (iteration, str(), pop() read the object itself until the trace changes it); changes are
+# written back to the object itself (s.difference_update(removed); s.update(added), so the items
+# it kept keep their places), and the set is returned as itself. Sets of other items (tensors,
+# user objects whose == may run code) stay opaque objects.
+def _plain_set_item(value):
+    if is_literal(value) or isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+        return True
+    return isinstance(value, type) and type(value) is type
+
+
+def _wrap_set(tx, value, source):
+    """A set/frozenset input as a SetVariable (Note [Sets: inputs]), or None."""
+    if type(value) not in (set, frozenset) or not all(map(_plain_set_item, value)):
+        return None
+    tx.output.guards.add(GuardKind.CONSTANT_MATCH, source, type(value)(value))
+    var = SetVariable(value, frozen=type(value) is frozenset, source=source)
+    var.real, var.initial = value, frozenset(value)
+    return var
 
 
 def _const_keyed_defaultdict(value):
@@ -271,6 +297,9 @@ def _wrap(tx, value, source):
         )
     if type(value) is collections.deque:
         return wrap_deque(tx, value, source)
+    made = _wrap_set(tx, value, source)
+    if made is not None:
+        return made
     if type(value) is range:
         guards.add(GuardKind.CONSTANT_MATCH, source, value)
         return RangeVariable(value, source=source)

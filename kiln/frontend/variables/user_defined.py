@@ -40,7 +40,13 @@ from kiln.frontend.variables.functions import UserMethodVariable, bind_args, inl
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable, make_deque
 from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
 from kiln.frontend.variables.user_attrs import ObjectSlotVariable
-from kiln.frontend.variables.user_protocol import mapping_view, user_iter_items, user_truthy
+from kiln.frontend.variables.user_protocol import (
+    ObjectCompareVariable,
+    is_user_object,
+    mapping_view,
+    user_iter_items,
+    user_truthy,
+)
 
 _ABSENT = object()
 # (tx, class variable, args, kwargs) -> the new instance, or None: makers of instances of user
@@ -164,6 +170,9 @@ class UserDefinedClassVariable(PythonValueVariable):
 # guard).
 
 
+_SLOT = types.MemberDescriptorType
+
+
 class UserDefinedObjectVariable(VariableTracker):
     """An instance of a user class, reached from a source (type-guarded)."""
 
@@ -179,6 +188,12 @@ class UserDefinedObjectVariable(VariableTracker):
             return ConstantVariable(True)
         if isinstance(inspect.getattr_static(type(self.value), name, None), property):
             return hasattr_by_getattr(tx, self, name)
+        if isinstance(inspect.getattr_static(type(self.value), name, None), _SLOT):
+            if hasattr(self.value, name):  # read through its source: guarded
+                return hasattr_by_getattr(tx, self, name)
+            unimplemented(
+                f"hasattr of the unset __slots__ field {name!r} (no guard keeps it unset)"
+            )
         found = self.has_plain_attr(tx, name)
         hook = inspect.getattr_static(type(self.value), "__getattr__", None)
         if found is None and isinstance(hook, types.FunctionType):
@@ -346,6 +361,8 @@ class SuperVariable(VariableTracker):
                         return ObjectSlotVariable(self.obj, name)
                 if issubclass(klass, BaseException) and name == "__init__":
                     return ExceptionInitVariable(self.obj)
+                if klass is object and name in ("__eq__", "__ne__") and is_user_object(self.obj):
+                    return ObjectCompareVariable(self.obj, name)
                 unimplemented(f"super().{name} is a {type(attr).__name__}")
         unimplemented(f"super() has no attribute {name!r}")
 
@@ -445,6 +462,16 @@ class NewObjectVariable(VariableTracker):
     def python_type(self):
         return self.cls
 
+    def _class_attr_source(self, name, *more):
+        """`cls.name[.more]` through where the class was read (its methods' cells then have a
+        source: `Foo(...)` inside Foo's own methods)."""
+        if self.source is not None or self.class_source is None:
+            return super()._class_attr_source(name, *more)
+        src = AttrSource(self.class_source, name)
+        for m in more:
+            src = AttrSource(src, m)
+        return src
+
     def store_attr(self, name, value):
         self.attrs[name] = value
 
@@ -471,6 +498,8 @@ class NewObjectVariable(VariableTracker):
 
     def hasattr(self, tx, name):
         static = inspect.getattr_static(self.cls, name, None)
+        if isinstance(static, types.MemberDescriptorType):  # a __slots__ field: set, or not
+            return ConstantVariable(name in self.attrs)
         if name not in self.attrs and (
             isinstance(static, property) or (static is None and "__getattr__" in dir(self.cls))
         ):
@@ -497,7 +526,7 @@ class NewObjectVariable(VariableTracker):
         if isinstance(static, property) and static.fget is not None:
             return inline_call(tx, static.fget, [self], {}, None)
         if isinstance(static, staticmethod):
-            return wrap_constant_like(tx, static.__func__)
+            return wrap_value(tx, static.__func__, None)
         if isinstance(static, classmethod):
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, self.cls))
         if self.dict_base is not None and _dict_method_owner(self.cls, name) is not None:
