@@ -40,6 +40,7 @@ ddp_split_graphs = True  # under DDP, one graph per gradient bucket (backward ov
 cpp_compiler = "g++"  # compiler for CPU kernels
 cpp_flags = "-O3 -march=native -fopenmp -fPIC -shared -std=c++17"  # never -ffast-math
 num_threads = 0  # OpenMP threads for kernels; 0 = torch.get_num_threads()
+fast_kernel_calls = True  # call C++ kernels through kiln_fastcall (built once), not ctypes
 conv_channels_last = True  # inference graphs with 2D convolutions run them NHWC (channels-last)
 cpu_backend = (
     "cpp"  # CPU graphs' kernels: "cpp" (C++/OpenMP) or "triton" (needs TRITON_INTERPRET=1)

@@ -87,7 +87,9 @@ frontend.variables.exceptions -> frontend.variables.lists
 frontend.variables.functions -> frontend.variables.autograd_function
     cycle: calling an autograd.Function's apply; its forward/backward are function variables
 frontend.variables.lists -> frontend.variables.builtin
-    cycle: sorting and comparing sequences use the builtins' comparison; builtins build lists
+    cycle: sorting sequences uses the builtins' sort; builtins build lists
+frontend.variables.lists -> frontend.variables.operators
+    cycle: comparing sequences compares their items; operators build lists (`a + b`)
 frontend.variables.lists -> frontend.variables.dicts
     cycle: dict(...) of a list of pairs, list of dict items; dicts build lists
 frontend.variables.misc -> frontend.variables.lists
@@ -95,8 +97,8 @@ frontend.variables.misc -> frontend.variables.lists
 frontend.variables.misc -> frontend.variables.tensor
     cycle: tensor methods (TensorMethodVariable) return tensor variables, which make their methods
     here
-frontend.variables.sym -> frontend.variables.builtin
-    cycle: SymInt arithmetic goes through the builtins' binary ops; builtins make SymInts
+frontend.variables.sym -> frontend.variables.operators
+    cycle: SymInt arithmetic goes through the operators' binary ops; operators make SymInts
 frontend.variables.symfloat -> frontend.variables.sym
     cycle: SymFloat <-> SymInt conversions and mixed arithmetic
 frontend.variables.torch -> frontend.variables.tensor
@@ -114,7 +116,10 @@ frontend.variables.user_defined -> frontend.variables.classes
 frontend.variables.user_defined -> frontend.variables.autograd_function
     cycle: a user class that is an autograd.Function
 frontend.variables.user_protocol -> frontend.variables.builtin
-    cycle: __eq__/__lt__/__len__ ... of user objects through the builtins; builtins dispatch to
+    cycle: next()/iter() of user objects are answered before the builtins; builtins dispatch to
+    them
+frontend.variables.user_protocol -> frontend.variables.operators
+    cycle: __eq__/__lt__ ... of user objects compare through the operators; operators dispatch to
     them
 frontend.variables.user_protocol -> frontend.variables.user_defined
     cycle: the protocol methods act on user objects, which dispatch to them

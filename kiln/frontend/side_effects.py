@@ -23,7 +23,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.dicts import ConstDictVariable
-from kiln.frontend.variables.lists import BaseListVariable, DequeVariable
+from kiln.frontend.variables.lists import BaseListVariable, DequeVariable, SetVariable
 from kiln.frontend.variables.misc import NullVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
@@ -183,6 +183,14 @@ class SideEffects:
                 new = _to_temp(cg, build_dict)
                 d = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
                 stores.append(_calls(d, (("clear", None), ("update", new))))
+            elif kind == "container" and isinstance(payload, SetVariable):
+                # s.difference_update(removed); s.update(added)  (Note [Sets: inputs])
+                var = payload
+                gone, new = var.initial - var.values, var.values - var.initial
+                gone_t = _to_temp(cg, lambda gone=gone: SetVariable.build_set(cg, gone))
+                new_t = _to_temp(cg, lambda new=new: SetVariable.build_set(cg, new))
+                s = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
+                stores.append(_calls(s, (("difference_update", gone_t), ("update", new_t))))
             elif kind == "container":
                 var = payload
                 new = _to_temp(cg, lambda var=var: _build_list(cg, var.items))

@@ -10,7 +10,7 @@ import operator
 import sys
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables.builtin import binary_op, compare_vars, contains, getitem, unary_op
+from kiln.frontend.variables.builtin import getitem
 from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import (
@@ -20,10 +20,11 @@ from kiln.frontend.variables.lists import (
     _set_item,
     unpack_error,
 )
+from kiln.frontend.variables.operators import binary_op, compare_vars, contains, unary_op
 from kiln.frontend.variables.sym import build_slice
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import _Unpack
-from kiln.frontend.variables.user_protocol import is_user_object
+from kiln.frontend.variables.user_protocol import is_user_object, user_text
 
 PY311 = sys.version_info[:2] == (3, 11)
 PY313 = sys.version_info[:2] >= (3, 13)
@@ -260,33 +261,31 @@ class ValueOpsMixin:
     def FORMAT_VALUE(self, inst):  # 3.11, 3.12
         flags = inst.arg
         spec = self.pop().as_python_constant() if flags & 0x04 else ""
-        var, conv = self.pop(), flags & 0x03
-        if hasattr(var, "text_of"):  # an object kiln formats itself (a set subclass instance)
-            value, conv = var.text_of(self, conv, spec), 0
-        else:
-            value = var.as_python_constant()
-        value = {0: value, 1: str(value), 2: repr(value), 3: ascii(value)}[conv]
-        self.push(ConstantVariable(format(value, spec)))
+        var = self.pop()
+        self.push(ConstantVariable(self._format_text(var, flags & 0x03, spec)))
 
     def FORMAT_SIMPLE(self, inst):  # 3.13
-        var = self.pop()
-        if hasattr(var, "text_of"):
-            self.push(ConstantVariable(var.text_of(self, 0, "")))
-            return
-        self.push(ConstantVariable(format(var.as_python_constant())))
+        self.push(ConstantVariable(self._format_text(self.pop(), 0, "")))
 
     def FORMAT_WITH_SPEC(self, inst):  # 3.13
         spec = self.pop().as_python_constant()
-        var = self.pop()
-        if hasattr(var, "text_of"):
-            self.push(ConstantVariable(var.text_of(self, 0, spec)))
-            return
-        self.push(ConstantVariable(format(var.as_python_constant(), spec)))
+        self.push(ConstantVariable(self._format_text(self.pop(), 0, spec)))
 
     def CONVERT_VALUE(self, inst):  # 3.13
-        var = self.pop()
-        if hasattr(var, "text_of"):
-            self.push(ConstantVariable(var.text_of(self, inst.arg, "")))
-            return
-        fn = {1: str, 2: repr, 3: ascii}[inst.arg]
-        self.push(ConstantVariable(fn(var.as_python_constant())))
+        self.push(ConstantVariable(self._format_text(self.pop(), inst.arg, "")))
+
+    def _format_text(self, var, conv, spec):
+        """The text of `{var!conv:spec}` in an f-string (conv: 0 none, 1 !s, 2 !r, 3 !a)."""
+        if hasattr(var, "text_of"):  # an object kiln formats itself (a set subclass instance)
+            return format(var.text_of(self, conv, spec), spec)
+        if is_user_object(var) and conv in (0, 1, 2):
+            # a user object: its Python __str__ / __repr__ (object.__format__ is str() for "")
+            if conv == 0 and (var.python_type().__format__ is not object.__format__ or spec):
+                unimplemented(f"format() of a {var.python_type().__name__} with spec {spec!r}")
+            text = user_text(self, var, "__repr__" if conv == 2 else "__str__")
+            if text is None:
+                unimplemented(f"f-string of a {var.python_type().__name__} (object's default)")
+            return format(text.as_python_constant(), spec)
+        value = var.as_python_constant()
+        value = {0: value, 1: str(value), 2: repr(value), 3: ascii(value)}[conv]
+        return format(value, spec)

@@ -374,3 +374,36 @@ def test_the_entry_that_ran_last_is_checked_first():
     torch.testing.assert_close(cf(x, 3), f(x, 3))
     assert cache.entries[0][0] is second.guard
     assert [e[0] for e in cache.entries] == [second.guard, first.guard]
+
+
+def test_a_function_without_defaults_has_no_guard_on_them():
+    # a call traced through it bound every parameter, so defaults given later change nothing
+    def helper(x, k):
+        return x * k
+
+    def f(x):
+        return helper(x, 2) + 1
+
+    cf = kiln.compile(f, backend="eager")
+    x = torch.randn(4)
+    torch.testing.assert_close(cf(x), f(x))
+    src = cf._kiln_cache.entry_info[0].guard_source
+    assert "__code__" in src and "__defaults__" not in src and "__kwdefaults__" not in src, src
+    helper.__defaults__ = (5,)
+    torch.testing.assert_close(cf(x), f(x))
+    assert len(cf._kiln_cache.entry_info) == 1
+
+
+def test_a_changed_default_that_a_call_uses_recompiles():
+    def helper(x, k=2):
+        return x * k
+
+    def f(x):
+        return helper(x)
+
+    cf = kiln.compile(f, backend="eager")
+    x = torch.randn(4)
+    torch.testing.assert_close(cf(x), f(x))
+    helper.__defaults__ = (3,)
+    torch.testing.assert_close(cf(x), f(x))
+    assert len(cf._kiln_cache.entry_info) == 2

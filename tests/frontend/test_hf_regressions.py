@@ -94,6 +94,22 @@ def test_python_getattribute_is_inlined():
     torch.testing.assert_close(fn(x, cfg), f(x, cfg))
 
 
+def test_python_getattribute_values_are_guarded_through_the_instance_dict():
+    # Note [Objects: a Python __getattribute__]: the guard reads `cfg.__dict__['n_layer']`, not
+    # `cfg.num_layers` through the Python hook on every call
+    def f(x, cfg):
+        return x * cfg.num_layers
+
+    x, cfg = torch.randn(4), Config()
+    fn = kiln.compile(f, backend="eager")
+    torch.testing.assert_close(fn(x, cfg), f(x, cfg))
+    guard = fn._kiln_cache.entry_info[0].guard_source
+    assert "['n_layer']" in guard and ".num_layers" not in guard, guard
+    cfg.n_layer = 7
+    torch.testing.assert_close(fn(x, cfg), f(x, cfg))
+    assert len(fn._kiln_cache.entry_info) == 2
+
+
 class Cache:
     def __init__(self):
         self.layers = []

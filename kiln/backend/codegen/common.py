@@ -2,8 +2,11 @@
 
 import contextlib
 import math
+import re
 
 import torch
+
+SIZE_PARAM = re.compile(r"ks\d+")  # a kernel's size parameter (symbol s0 is ks0)
 
 
 class IndentedBuffer:

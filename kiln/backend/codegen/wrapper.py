@@ -23,21 +23,19 @@ import contextlib
 import ctypes
 import hashlib
 import math
-import re
 
 import sympy
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from kiln import config
-from kiln.backend.codegen.common import IndentedBuffer
+from kiln.backend import fastcall
+from kiln.backend.codegen.common import SIZE_PARAM, IndentedBuffer
 from kiln.backend.graph import GraphNotSupported, PyValue
 from kiln.backend.ir import Buffer, InputBuffer, is_sym, pexpr
 from kiln.backend.scheduler import ExternGroup, Group, extern_reads
 
 aten = torch.ops.aten
-
-_SIZE_PARAM = re.compile(r"ks\d+")  # a kernel's size argument (symbol s0 is ks0)
 
 
 def _key(buf):
@@ -58,7 +56,14 @@ class rt:
 
     @staticmethod
     def bind(lib, name, nargs, nsizes=0):
+        """Kernel `name` of a library as a callable of ints: a kiln_fastcall.Kernel, else
+        through ctypes (Note [C++: calling kernels])."""
         fn = getattr(lib, name)
+        if not isinstance(fn, ctypes._CFuncPtr):  # (a Triton module's launcher)
+            return fn
+        fast = fastcall.module()
+        if fast is not None and nargs + nsizes <= fastcall.MAX_ARGS:
+            return fast.Kernel(ctypes.cast(fn, ctypes.c_void_p).value)
         fn.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int64] * nsizes
         fn.restype = ctypes.c_int
         return fn
@@ -276,7 +281,7 @@ class WrapperCodegen:
             for name in g.constants:
                 head.writeline(f"{name} = consts[{name!r}]")
             for k, params in self.signatures.items():
-                nsizes = sum(1 for p in params if _SIZE_PARAM.fullmatch(p))
+                nsizes = sum(1 for p in params if SIZE_PARAM.fullmatch(p))
                 extra = f", {nsizes}" if nsizes else ""
                 head.writeline(f"{k} = rt.bind(lib, {k!r}, {len(params) - nsizes}{extra})")
             for name, expr in self.ops.values():
@@ -292,7 +297,7 @@ class WrapperCodegen:
         with head.indent():
             head.writeline("return call")
         for params in self.signatures.values():
-            self.used |= {p[1:] for p in params if _SIZE_PARAM.fullmatch(p)}
+            self.used |= {p[1:] for p in params if SIZE_PARAM.fullmatch(p)}
         missing = self.used - bound
         if missing:
             raise GraphNotSupported(
@@ -441,7 +446,7 @@ class WrapperCodegen:
 
     def kernel_arg(self, p):
         """A kernel argument: a size (`ks0` is the wrapper's s0) or a buffer's pointer."""
-        return p[1:] if _SIZE_PARAM.fullmatch(p) else f"{p}.data_ptr()"
+        return p[1:] if SIZE_PARAM.fullmatch(p) else f"{p}.data_ptr()"
 
     def extern_call(self, body, k):
         linear = self.as_linear(k)

@@ -46,6 +46,7 @@ from kiln.frontend.variables.functions import (
 from kiln.frontend.variables.lists import (
     ListVariable,
     RangeVariable,
+    SetVariable,
     SizeVariable,
     TupleVariable,
     wrap_deque,
@@ -224,7 +225,32 @@ def wrap_value(tx, value, source):
     return _wrap(tx, value, source)
 
 
-_MUTABLE = (list, dict, collections.OrderedDict, collections.defaultdict, collections.deque)
+_MUTABLE = (list, dict, collections.OrderedDict, collections.defaultdict, collections.deque, set)
+
+
+# Note [Sets: inputs]
+# A set (or a frozenset that is no literal) reached from a source whose items are literals,
+# functions or plain classes is a SetVariable holding the real items, guarded by its type and
+# contents (`type(s) is set and s == <copy>`: a key added, removed or changed recompiles). `x in
+# s`, len(s) and the set operators are then answered while tracing, in the object's own order
+# (iteration, str(), pop() read the object itself until the trace changes it); changes are
+# written back to the object itself (s.difference_update(removed); s.update(added), so the items
+# it kept keep their places), and the set is returned as itself. Sets of other items (tensors,
+# user objects whose == may run code) stay opaque objects.
+def _plain_set_item(value):
+    if is_literal(value) or isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+        return True
+    return isinstance(value, type) and type(value) is type
+
+
+def _wrap_set(tx, value, source):
+    """A set/frozenset input as a SetVariable (Note [Sets: inputs]), or None."""
+    if type(value) not in (set, frozenset) or not all(map(_plain_set_item, value)):
+        return None
+    tx.output.guards.add(GuardKind.CONSTANT_MATCH, source, type(value)(value))
+    var = SetVariable(value, frozen=type(value) is frozenset, source=source)
+    var.real, var.initial = value, frozenset(value)
+    return var
 
 
 def _const_keyed_defaultdict(value):
@@ -271,6 +297,9 @@ def _wrap(tx, value, source):
         )
     if type(value) is collections.deque:
         return wrap_deque(tx, value, source)
+    made = _wrap_set(tx, value, source)
+    if made is not None:
+        return made
     if type(value) is range:
         guards.add(GuardKind.CONSTANT_MATCH, source, value)
         return RangeVariable(value, source=source)
@@ -336,11 +365,19 @@ def _wrap(tx, value, source):
 def _guard_function(guards, fn, source):
     """A user function is pinned by its code, globals and literal defaults (its closure
     contents are guarded where they are read), so a closure made again per call with the
-    same code and cell contents does not recompile."""
+    same code and cell contents does not recompile.
+
+    A function without defaults gets no guard on them: a call traced through it bound every
+    parameter explicitly (a call that does not bind breaks the graph), and defaults given to
+    it later would not change that binding. Most inlined functions have none: a decoder's guard
+    skips 40 functions' two checks on every call.
+    """
     guards.add(GuardKind.ID_MATCH, _attr(source, "__code__"), fn.__code__)
     guards.add(GuardKind.ID_MATCH, _attr(source, "__globals__"), fn.__globals__)
     defaults = fn.__defaults__
-    if defaults is None or all(is_literal(d) for d in defaults):
+    if defaults is None:
+        pass
+    elif all(is_literal(d) for d in defaults):
         guards.add(GuardKind.CONSTANT_MATCH, _attr(source, "__defaults__"), defaults)
     else:
         guards.add(GuardKind.LIST_LENGTH, _attr(source, "__defaults__"), (tuple, len(defaults)))
@@ -350,9 +387,7 @@ def _guard_function(guards, fn, source):
                     GuardKind.CONSTANT_MATCH, GetItemSource(_attr(source, "__defaults__"), i), d
                 )
     kw = fn.__kwdefaults__
-    if kw is None:
-        guards.add(GuardKind.CONSTANT_MATCH, _attr(source, "__kwdefaults__"), None)
-    else:
+    if kw is not None:
         guards.add(GuardKind.DICT_KEYS, _attr(source, "__kwdefaults__"), (dict, tuple(kw)))
         for k, d in kw.items():
             if is_literal(d):

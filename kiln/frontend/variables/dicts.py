@@ -8,8 +8,18 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dict_views import DictViewVariable
-from kiln.frontend.variables.exceptions import raise_observed
+from kiln.frontend.variables.exceptions import observe, raise_observed
 from kiln.frontend.variables.lists import ListVariable, TupleVariable
+
+
+def hashable_key(value):
+    """`value` as a dict key; an unhashable one raises Python's TypeError in the traced code."""
+    try:
+        hash(value)
+    except TypeError as e:
+        observe(e)
+        unimplemented(f"unhashable dict key {type(value).__name__}")
+    return value
 
 
 class ConstDictVariable(VariableTracker):
@@ -57,7 +67,7 @@ class ConstDictVariable(VariableTracker):
     def _key(self, var):
         if not var.is_python_constant():
             unimplemented(f"dict key {var} is not a constant")
-        return var.as_python_constant()
+        return hashable_key(var.as_python_constant())
 
     def _key_error(self, tx, key):
         """A missing key raises KeyError as Python does (Note [Blocks: exceptions while
@@ -98,7 +108,8 @@ class ConstDictVariable(VariableTracker):
             elif args:
                 for pair in args[0].unpack_var_sequence(tx):
                     k, v = pair.unpack_var_sequence(tx)
-                    other[self._key(k)] = v
+                    self._mutate(tx)  # (pairs before a bad key are in, as in Python)
+                    self.items[self._key(k)] = v
             other.update(kwargs)
             self._mutate(tx)
             self.items.update(other)

@@ -17,6 +17,7 @@ from kiln.frontend.variables import optim, stdlib
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import TupleVariable
 from kiln.frontend.variables.misc import ConstantObjectVariable, DeletedVariable
 
@@ -332,6 +333,34 @@ def _wrap_default(tx, value, source):
     return wrap_value(tx, value, source)
 
 
+# Note [Functions: arguments that do not bind]
+# A call whose arguments do not fit the function's parameters raises TypeError in Python before
+# the body runs (`assertRaises(TypeError, s.isdisjoint)`), so the trace raises it too, with
+# Python's own message: a stub function with the same parameters (names, kinds, which have
+# defaults; its body empty) and the same __qualname__ is called on placeholders, and the
+# TypeError it raises is the one the traced code sees. Were the stub to accept the arguments,
+# the call is not understood: a graph break.
+def _raise_bind_error(tx, fn, shell, args, kwargs):
+    """Raise, in the traced code, the TypeError calling `fn` with these arguments raises."""
+    params = list(inspect.signature(shell or fn).parameters.values())
+    stub_params = [p.replace(default=None) if p.default is not p.empty else p for p in params]
+    stub_params = [p.replace(annotation=p.empty) for p in stub_params]
+    stub = _signature_stub(inspect.Signature(stub_params))
+    stub.__qualname__ = fn.__qualname__
+    try:
+        stub(*[None] * len(args), **dict.fromkeys(kwargs))
+    except TypeError as e:
+        raise_observed(tx, TypeError, str(e))
+    unimplemented(f"arguments of {fn.__qualname__} do not bind")
+
+
+def _signature_stub(sig):
+    """A function with signature `sig` (defaults None) and an empty body."""
+    namespace = {}
+    exec(f"def stub{sig}:\n    pass\n", namespace)  # noqa: S102 (parameter names only)
+    return namespace["stub"]
+
+
 def bind_args(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None):
     """Bind traced arguments to the parameters of `fn`: {name: VariableTracker}."""
     code = fn.__code__
@@ -343,7 +372,7 @@ def bind_args(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None):
         and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
     ):
         if len(args) != code.co_argcount:
-            unimplemented(f"{fn.__qualname__} takes {code.co_argcount} arguments, got {len(args)}")
+            _raise_bind_error(tx, fn, None, args, kwargs)
         return dict(zip(code.co_varnames, args))
     if defaults is None and fn.__defaults__:
         src = AttrSource(fn_source, "__defaults__") if fn_source else None
@@ -363,8 +392,8 @@ def bind_args(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None):
     shell.__kwdefaults__ = dict(kwdefaults) if kwdefaults else None
     try:
         bound = inspect.signature(shell).bind(*args, **kwargs)
-    except TypeError as e:
-        unimplemented(f"arguments of {fn.__qualname__} do not bind: {e}")
+    except TypeError:
+        _raise_bind_error(tx, fn, shell, args, kwargs)
     bound.apply_defaults()
     out = {}
     for name, value in bound.arguments.items():

@@ -2,6 +2,7 @@
 
 import collections
 import operator
+import types
 from collections import deque
 
 import torch
@@ -55,7 +56,7 @@ class BaseListVariable(VariableTracker):
 
     def find(self, tx, value):
         """The index of the first item equal to `value` (identity first, then ==), or None."""
-        from kiln.frontend.variables.builtin import _identical, compare_vars
+        from kiln.frontend.variables.operators import _identical, compare_vars
 
         for i, item in enumerate(self.items):
             if _identical(item, value) or compare_vars(tx, operator.eq, item, value).truthy(tx):
@@ -63,7 +64,7 @@ class BaseListVariable(VariableTracker):
         return None
 
     def call_method(self, tx, name, args, kwargs):
-        from kiln.frontend.variables.builtin import compare_vars
+        from kiln.frontend.variables.operators import compare_vars
 
         if name == "__getitem__" and len(args) == 1:
             return self.getitem(tx, args[0].as_python_constant())
@@ -399,6 +400,9 @@ def undo_iterators():
     _ITER_UNDO.clear()
 
 
+_NOT_ITERABLE = (int, float, complex, bool, type(None))  # `for x in 1`: TypeError
+
+
 class ListIteratorVariable(VariableTracker):
     """An iterator over known items (a list, tuple, range, zip, enumerate ... of traced values)."""
 
@@ -428,6 +432,8 @@ class ListIteratorVariable(VariableTracker):
             return obj.iter_var(tx)
         if type(obj).__name__ == "ConstDictVariable":
             return cls.over_dict(obj, obj.unpack_var_sequence(tx), view=False)
+        if isinstance(obj, ConstantVariable) and type(obj.value) in _NOT_ITERABLE:
+            raise_observed(tx, TypeError, f"'{type(obj.value).__name__}' object is not iterable")
         it = cls(obj.unpack_var_sequence(tx))
         if isinstance(obj, SetVariable):
             it.watched = (obj, len(obj.values), "Set changed size during iteration")
@@ -549,6 +555,9 @@ class SetVariable(VariableTracker):
     """A set (or frozenset) of Python constants made while tracing; the items are the real
     constants, kept in a real set (so iteration order is Python's own)."""
 
+    real = None  # an input not changed yet: the object itself (its order: Note [Sets: inputs])
+    initial = None  # an input: its items when read (what the write-back changes)
+
     def __init__(self, values, frozen=False, **kw):
         super().__init__(**kw)
         self.values = set(values)
@@ -561,13 +570,19 @@ class SetVariable(VariableTracker):
         return True
 
     def as_python_constant(self):
+        if self.real is not None:
+            return self.real  # (its own order; the folds that read it do not change it)
         return frozenset(self.values) if self.frozen else set(self.values)
 
     def truthy(self, tx):
         return bool(self.values)
 
+    def _ordered(self):
+        """The items in Python's iteration order."""
+        return list(self.real if self.real is not None else self.values)
+
     def unpack_var_sequence(self, tx):
-        return [_wrap_const(v) for v in self.values]
+        return [_wrap_const(v) for v in self._ordered()]
 
     def add(self, tx, var):
         self._mutate(tx)
@@ -577,11 +592,14 @@ class SetVariable(VariableTracker):
         if self.frozen:
             unimplemented("mutation of a frozenset")
         tx.output.side_effects.mutate_container(self)
+        self.real = None
 
     def call_method(self, tx, name, args, kwargs):
         if kwargs:
             unimplemented(f"set.{name} with keyword arguments")
         if name in _SET_MUTATORS:
+            if name == "pop" and self.initial is not None:
+                unimplemented("pop() of a set input (which item depends on the set's history)")
             self._mutate(tx)
             try:
                 values = [_set_values(tx, a) for a in args] if name.endswith("update") else []
@@ -619,7 +637,9 @@ class SetVariable(VariableTracker):
         if name == "copy":
             if args:
                 _arity_error(name, args, frozenset if self.frozen else set)
-            return self if self.frozen else SetVariable(self.values)  # (a frozenset's is itself)
+            if self.frozen:
+                return self  # (a frozenset's copy is itself)
+            return SetVariable(self.real if self.real is not None else self.values)  # (its order)
         if name in _SET_PURE:
             values = [_set_values(tx, a) for a in args]
             try:
@@ -629,18 +649,35 @@ class SetVariable(VariableTracker):
                     observe(e)
                 unimplemented(f"set.{name} raised {type(e).__name__}: {e}")
             if isinstance(result, (set, frozenset)):
-                return SetVariable(result, isinstance(result, frozenset))
+                var = SetVariable((), isinstance(result, frozenset))
+                var.values = result  # Python's own result (a copy may order the items anew)
+                return var
             return _wrap_const(result)
         unimplemented(f"set.{name}")
 
     def reconstruct(self, cg):
+        if self.source is not None:  # an input: itself (its changes are written back to it)
+            self.source.reconstruct(cg)
+            return
         if self.frozen:
             cg.load_object(frozenset, push_null=True)
-        for v in self.values:
-            _wrap_const(v).reconstruct(cg)
-        cg.extend(emit.build_set(len(self.values)))
+        self.build_items(cg)
         if self.frozen:
             cg.extend(emit.call(1))
+
+    def build_items(self, cg):
+        """Emit code that pushes a new set of the items."""
+        self.build_set(cg, self.values)
+
+    @staticmethod
+    def build_set(cg, values):
+        """Emit code that pushes a new set of these items."""
+        for v in values:
+            if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
+                cg.load_object(v)  # (an input's items: Note [Sets: inputs])
+            else:
+                _wrap_const(v).reconstruct(cg)
+        cg.extend(emit.build_set(len(values)))
 
     def __repr__(self):
         return f"SetVariable({self.values!r})"

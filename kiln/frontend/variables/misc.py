@@ -98,6 +98,41 @@ def wrap_frozen(value, what):
     unimplemented(f"{what} is a {type(value).__name__}")
 
 
+# Note [Builtins: id() of objects made in the frame]
+# id(obj) of a set, list, dict or object made while tracing has no number yet (the object exists
+# only once the transformed code runs), but identity is known: one variable per object, so two
+# ids are equal when they are ids of the same variable, and differ when they are not and one of
+# the two objects is still held by a local (a live object's address is not reused; two
+# temporaries, `id([]) == id([])`, may share one in CPython: a break). `id(a) == id(b)` / `!=`
+# fold to that; any other use of the number (printing it, arithmetic, returning it) is a break.
+class ObjectIdVariable(VariableTracker):
+    """id() of an object made while tracing (Note [Builtins: id() of objects made in the
+    frame])."""
+
+    def __init__(self, obj, **kw):
+        super().__init__(**kw)
+        self.obj = obj
+
+    def python_type(self):
+        return int
+
+    def same_as(self, tx, other):
+        """Whether this id equals `other` (another id of an object made while tracing)."""
+        if self.obj is other.obj:
+            return True
+        while tx is not None:  # two objects differ in id while one of them is alive
+            if any(v is self.obj or v is other.obj for v in tx.symbolic_locals.values()):
+                return False
+            tx = getattr(tx, "parent", None)
+        unimplemented("ids of two objects no local holds (Python may reuse a freed address)")
+
+    def reconstruct(self, cg):
+        unimplemented(f"the id() of {self.obj} leaves the traced code")
+
+    def __repr__(self):
+        return f"ObjectIdVariable({self.obj!r})"
+
+
 class NullVariable(VariableTracker):
     """The NULL that PUSH_NULL / LOAD_GLOBAL put below a callable."""
 

@@ -53,7 +53,13 @@ from kiln.frontend.variables.user_defined import (
     _plain_slots,
     load_attrs,
 )
-from kiln.frontend.variables.user_protocol import user_iter_items, user_method, user_truthy
+from kiln.frontend.variables.user_protocol import (
+    call_dunder,
+    is_user_object,
+    user_iter_items,
+    user_method,
+    user_truthy,
+)
 
 _BASES = (set, frozenset)
 _OBJECT_FORMAT = None  # (user_method's answer for a __format__ only `object` has)
@@ -492,6 +498,9 @@ def _side(tx, obj, dunder, other):
         if dunder in _REFLECTED_OPS:
             return _c_slot(tx, _REFLECTED_OPS[dunder], other, obj)
         return _c_slot(tx, _DUNDER_OPS[dunder], obj, other)
+    if is_user_object(obj):  # another user class (an OrderedSet): its Python dunder
+        result = call_dunder(tx, obj, dunder, [other])
+        return ConstantVariable(NotImplemented) if result is None else result
     if isinstance(obj, ConstantVariable) and not isinstance(obj.value, (set, frozenset)):
         return ConstantVariable(NotImplemented)  # an int, str, None, tuple ...: no set operator
     if isinstance(obj, (BaseListVariable, ConstDictVariable)) and obj.python_type() in _PLAIN:

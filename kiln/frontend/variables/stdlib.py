@@ -17,7 +17,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
-from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.dicts import ConstDictVariable, hashable_key
 from kiln.frontend.variables.lists import (
     _ITER_UNDO,
     BaseListVariable,
@@ -232,7 +232,7 @@ def _deep(tx, obj, memo):
 def _fromkeys(tx, iterable, value=None):
     value = ConstantVariable(None) if value is None else value
     keys = iterable.unpack_var_sequence(tx)
-    return ConstDictVariable({_const(k, "dict key"): value for k in keys})
+    return ConstDictVariable({hashable_key(_const(k, "dict key")): value for k in keys})
 
 
 class FromKeysVariable(VariableTracker):

@@ -129,7 +129,7 @@ def specialised(v):
 
 def binary(tx, fn, a, b):
     """`a <fn> b` with at least one SymNodeVariable and no tensor (Note [Shapes: SymNodeVariable])."""
-    from kiln.frontend.variables.builtin import binary_op
+    from kiln.frontend.variables.operators import binary_op
 
     result = symfloat.binary(tx, fn, a, b)  # Note [Shapes: float sizes in traced code]
     if result is not None:

@@ -40,7 +40,13 @@ from kiln.frontend.variables.functions import UserMethodVariable, bind_args, inl
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable, make_deque
 from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
 from kiln.frontend.variables.user_attrs import ObjectSlotVariable
-from kiln.frontend.variables.user_protocol import mapping_view, user_iter_items, user_truthy
+from kiln.frontend.variables.user_protocol import (
+    ObjectCompareVariable,
+    is_user_object,
+    mapping_view,
+    user_iter_items,
+    user_truthy,
+)
 
 _ABSENT = object()
 # (tx, class variable, args, kwargs) -> the new instance, or None: makers of instances of user
@@ -158,7 +164,13 @@ class UserDefinedClassVariable(PythonValueVariable):
 # map `num_hidden_layers` to `n_layer` through `attribute_map`) runs that function: it is inlined,
 # and the `super().__getattribute__(key)` / `object.__getattribute__(self, key)` it ends with is
 # the plain lookup (plain_getattr). A class that also has __getattr__ (called when the custom
-# lookup raises AttributeError) is a break.
+# lookup raises AttributeError) is a break. A value the plain lookup finds in the instance dict
+# is guarded as `obj.__dict__[name]`, the dict read once per guard: as `obj.name` each guard
+# check would run the Python hook again (two frames per config read, 20 us of a decoder's
+# guard).
+
+
+_SLOT = types.MemberDescriptorType
 
 
 class UserDefinedObjectVariable(VariableTracker):
@@ -176,6 +188,12 @@ class UserDefinedObjectVariable(VariableTracker):
             return ConstantVariable(True)
         if isinstance(inspect.getattr_static(type(self.value), name, None), property):
             return hasattr_by_getattr(tx, self, name)
+        if isinstance(inspect.getattr_static(type(self.value), name, None), _SLOT):
+            if hasattr(self.value, name):  # read through its source: guarded
+                return hasattr_by_getattr(tx, self, name)
+            unimplemented(
+                f"hasattr of the unset __slots__ field {name!r} (no guard keeps it unset)"
+            )
         found = self.has_plain_attr(tx, name)
         hook = inspect.getattr_static(type(self.value), "__getattr__", None)
         if found is None and isinstance(hook, types.FunctionType):
@@ -238,7 +256,11 @@ class UserDefinedObjectVariable(VariableTracker):
             unimplemented(f"data descriptor {name!r} of {cls.__name__}")
         d = getattr(self.value, "__dict__", None)
         if d is not None and name in d:
-            return wrap_value(tx, d[name], AttrSource(self.source, name))
+            source = AttrSource(self.source, name)
+            if cls.__getattribute__ is not object.__getattribute__:
+                # Note [Objects: a Python __getattribute__]: the guard reads the instance dict
+                source = GetItemSource(AttrSource(self.source, "__dict__"), name)
+            return wrap_value(tx, d[name], source)
         if static is None:
             _dunder_missing(cls, name)
             if hasattr(cls, "__getattr__"):
@@ -339,6 +361,8 @@ class SuperVariable(VariableTracker):
                         return ObjectSlotVariable(self.obj, name)
                 if issubclass(klass, BaseException) and name == "__init__":
                     return ExceptionInitVariable(self.obj)
+                if klass is object and name in ("__eq__", "__ne__") and is_user_object(self.obj):
+                    return ObjectCompareVariable(self.obj, name)
                 unimplemented(f"super().{name} is a {type(attr).__name__}")
         unimplemented(f"super() has no attribute {name!r}")
 
@@ -438,6 +462,16 @@ class NewObjectVariable(VariableTracker):
     def python_type(self):
         return self.cls
 
+    def _class_attr_source(self, name, *more):
+        """`cls.name[.more]` through where the class was read (its methods' cells then have a
+        source: `Foo(...)` inside Foo's own methods)."""
+        if self.source is not None or self.class_source is None:
+            return super()._class_attr_source(name, *more)
+        src = AttrSource(self.class_source, name)
+        for m in more:
+            src = AttrSource(src, m)
+        return src
+
     def store_attr(self, name, value):
         self.attrs[name] = value
 
@@ -464,6 +498,8 @@ class NewObjectVariable(VariableTracker):
 
     def hasattr(self, tx, name):
         static = inspect.getattr_static(self.cls, name, None)
+        if isinstance(static, types.MemberDescriptorType):  # a __slots__ field: set, or not
+            return ConstantVariable(name in self.attrs)
         if name not in self.attrs and (
             isinstance(static, property) or (static is None and "__getattr__" in dir(self.cls))
         ):
@@ -490,7 +526,7 @@ class NewObjectVariable(VariableTracker):
         if isinstance(static, property) and static.fget is not None:
             return inline_call(tx, static.fget, [self], {}, None)
         if isinstance(static, staticmethod):
-            return wrap_constant_like(tx, static.__func__)
+            return wrap_value(tx, static.__func__, None)
         if isinstance(static, classmethod):
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, self.cls))
         if self.dict_base is not None and _dict_method_owner(self.cls, name) is not None:

@@ -8,7 +8,7 @@ import types
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables.base import VariableTracker
-from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
 from kiln.frontend.variables.exceptions import ObservedException, raise_observed
 from kiln.frontend.variables.functions import inline_call
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable
@@ -108,13 +108,73 @@ def user_binary_op(tx, fn, a, b):
             unimplemented(f"!= of a {ta.__name__}: __eq__ returned {eq}")
         return ConstantVariable(not eq.as_python_constant())
     if fn is operator.eq and (is_user_object(a) or is_user_object(b)):
-        from kiln.frontend.variables.builtin import compare_vars
+        from kiln.frontend.variables.operators import compare_vars
         from kiln.frontend.variables.user_defined import NewObjectVariable
 
         if isinstance(a, NewObjectVariable) or isinstance(b, NewObjectVariable):
             return ConstantVariable(a is b)  # (an object made while tracing is itself only)
         return compare_vars(tx, operator.is_, a, b)  # object's identity equality (guarded)
+    if _number_declines(a, b):
+        ta, tb = ta.__name__, tb.__name__
+        if fn in _COMPARE_DUNDERS:
+            raise_observed(
+                tx,
+                TypeError,
+                f"'{_SYMBOLS[fn]}' not supported between instances of '{ta}' and '{tb}'",
+            )
+        raise_observed(
+            tx, TypeError, f"unsupported operand type(s) for {_SYMBOLS[fn]}: '{ta}' and '{tb}'"
+        )
     return None
+
+
+# Note [Objects: operators no side takes]
+# When the user object's dunders return NotImplemented (or it has none) and the other operand is
+# an int, float, complex, bool or None, the number's own slots decline too (they take numbers
+# only), so Python raises TypeError: `OrderedSet() - 1`. The error is raised in the traced code
+# with Python's message. Other operands (str, tuple, list: concatenation and repetition have
+# their own rules and messages) stay a graph break.
+_NUMBERS = (int, float, complex, bool, type(None))
+_SYMBOLS = {fn: symbol for symbol, fn in {**BINARY_OPS, **COMPARE_OPS}.items()}
+_SYMBOLS[operator.pow] = "** or pow()"
+
+
+def _number_declines(a, b):
+    """A user object and a number (or None): Note [Objects: operators no side takes]."""
+    for obj, other in ((a, b), (b, a)):
+        if is_user_object(obj) and isinstance(other, ConstantVariable):
+            return type(other.value) in _NUMBERS
+    return False
+
+
+class ObjectCompareVariable(VariableTracker):
+    """`object.__eq__` / `object.__ne__` bound to a user object (`super().__ne__(other)`):
+    __eq__ is identity (else NotImplemented); __ne__ inverts the class's __eq__ (NotImplemented
+    kept), as object's rich comparison does."""
+
+    def __init__(self, obj, name, **kw):
+        super().__init__(**kw)
+        self.obj = obj
+        self.name = name
+
+    def _identity(self, other):
+        from kiln.frontend.variables.user_defined import NewObjectVariable
+
+        if other is self.obj:
+            return ConstantVariable(True)
+        if isinstance(self.obj, NewObjectVariable) or isinstance(other, NewObjectVariable):
+            return ConstantVariable(NotImplemented)  # (one variable per object made in the trace)
+        unimplemented(f"object.__eq__ of {self.obj} and {other}")
+
+    def call_function(self, tx, args, kwargs):
+        if kwargs or len(args) != 1:
+            unimplemented(f"object.{self.name} with these arguments")
+        eq = call_dunder(tx, self.obj, "__eq__", args)
+        if self.name == "__eq__" or eq is None:
+            eq = self._identity(args[0])
+        if self.name == "__eq__" or _not_implemented(eq):
+            return eq
+        return ConstantVariable(not eq.truthy(tx))
 
 
 def user_truthy(tx, var):

@@ -142,3 +142,30 @@ def test_function_attribute_is_guarded():
         torch.testing.assert_close(compiled(x), x * 4)
     finally:
         with_calls.scale = 3
+
+
+class Slotted:
+    __slots__ = ("x", "y")
+
+
+class SlottedSet(set):
+    __slots__ = ("x", "y", "__dict__")
+
+
+def slots_made_inside(x):
+    p, s = Slotted(), SlottedSet([1])
+    p.x = 1
+    s.x = 2
+    return x + 1, hasattr(p, "x"), hasattr(p, "y"), hasattr(s, "x"), hasattr(s, "y")
+
+
+def slots_of_an_input(x, p):
+    return x + 1, hasattr(p, "x")
+
+
+def test_hasattr_on_unset_slots():
+    run_and_compare(slots_made_inside, torch.ones(2), fullgraph=True)
+    p = Slotted()
+    p.x = 3
+    run_and_compare(slots_of_an_input, torch.ones(2), p, fullgraph=True)
+    run_and_compare(slots_of_an_input, torch.ones(2), Slotted(), expected_breaks=1)

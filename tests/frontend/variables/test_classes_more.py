@@ -161,3 +161,37 @@ def frozenset_of_types_membership(x):
 
 def test_membership_in_a_frozenset_from_a_global():
     run_and_compare(frozenset_of_types_membership, torch.randn(3), fullgraph=True)
+
+
+def staticmethod_on_a_local_instance(x):
+    class Doubler:
+        @staticmethod
+        def twice(t):
+            return t + t
+
+    return Doubler().twice(x)
+
+
+def test_staticmethod_through_an_instance_made_inside():
+    run_and_compare(staticmethod_on_a_local_instance, torch.ones(2, 3), fullgraph=True)
+
+
+def _make_vector_sum():
+    class Vec:  # a class of the enclosing function: its methods read it from a cell
+        def __init__(self, val):
+            self.val = val
+
+        def __add__(self, other):
+            return Vec(self.val + other.val)
+
+        def __mul__(self, other):
+            return Vec(self.val * other.val)
+
+    def vector_sum(a, b):
+        return (Vec(a) + Vec(b) * Vec(a)).val
+
+    return vector_sum
+
+
+def test_methods_of_a_closure_class_that_name_it():
+    run_and_compare(_make_vector_sum(), torch.ones(2), torch.full((2,), 3.0), fullgraph=True)

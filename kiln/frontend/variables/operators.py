@@ -1,0 +1,386 @@
+"""Python's operators on traced values: `a + b`, `a == b`, `a is b`, `x in c`, `-x`."""
+
+import collections
+import enum
+import operator
+
+import torch
+
+from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables import dict_views, numpy_vars, set_subclass, sym, unspec_float
+from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
+from kiln.frontend.variables.dict_views import DictViewVariable
+from kiln.frontend.variables.dicts import ConstDictVariable, IdentityKeyedDictVariable
+from kiln.frontend.variables.exceptions import ExceptionVariable, raise_observed
+from kiln.frontend.variables.lists import (
+    BaseListVariable,
+    ListVariable,
+    RangeVariable,
+    SetVariable,
+    SizeVariable,
+    TupleVariable,
+)
+from kiln.frontend.variables.misc import ObjectIdVariable
+from kiln.frontend.variables.sym import SymNodeVariable
+from kiln.frontend.variables.symfloat import SizeFloatVariable
+from kiln.frontend.variables.tensor import TensorVariable
+from kiln.frontend.variables.torch import call_tensor_op
+from kiln.frontend.variables.unspec_float import SymFloatVariable
+from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
+from kiln.frontend.variables.user_protocol import user_binary_op
+
+_SEQUENCE_OPS = {operator.add, operator.iadd, operator.mul, operator.imul}
+_IS_OPS = {operator.is_, operator.is_not}
+
+
+def _all_const(vars_):
+    return all(v.is_python_constant() for v in vars_)
+
+
+def binary_op(tx, fn, a, b):
+    """a <op> b for an operator-module function."""
+    if numpy_vars.involved(a, b):  # Note [NumPy: arrays as tensors]
+        return numpy_vars.operator_call(tx, fn, [a, b])
+    if isinstance(b, TensorVariable) and not isinstance(a, TensorVariable) and fn in _INPLACE:
+        fn = _INPLACE[fn]  # `n += t` for a number n is `n = n + t` (no in-place, a new tensor)
+    if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
+        return call_tensor_op(tx, "call_function", fn, [a, b], {})
+    if isinstance(a, SymFloatVariable) or isinstance(b, SymFloatVariable):
+        result = unspec_float.binary(tx, fn, a, b)  # Note [Shapes: unspecialised floats]
+        if result is not None:
+            return result
+    if isinstance(a, SymNodeVariable | SizeFloatVariable) or isinstance(
+        b, SymNodeVariable | SizeFloatVariable
+    ):
+        return sym.binary(tx, fn, a, b)  # Note [Shapes: SymNodeVariable]
+    if sym.has_symbolic(a) or sym.has_symbolic(b):
+        a, b = sym.as_sequence(a), sym.as_sequence(b)  # `(-1,) + x.shape[1:]`: item by item
+    if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
+        return fold(fn, a.value, b.value)
+    if set_subclass.involved(a, b):  # Note [Sets: subclass instances]
+        result = set_subclass.binary_op(tx, fn, a, b)
+        if result is not None:
+            return result
+    if isinstance(a, DictViewVariable) or isinstance(b, DictViewVariable):
+        result = dict_views.set_op(tx, fn, a, b) if fn in dict_views._SET_OPS else None
+        if result is not None:
+            return result
+    if fn in _SET_CMP and isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable):
+        same = _dicts_equal(tx, a, b)  # Note [Dicts: equality]
+        return ConstantVariable(same if fn is operator.eq else not same)
+    if fn in _SET_CMP and _set_vs_other(a, b):
+        return ConstantVariable(fn is operator.ne)  # NotImplemented both ways: identity, distinct
+    if isinstance(a, SetVariable) and fn in _SET_OPS and (_not_a_set(b) or _plain_non_set(b)):
+        if fn in _SET_CMP:
+            return ConstantVariable(fn is operator.ne)  # `{1} == 1`: NotImplemented both ways
+        names = f"'{a.python_type().__name__}' and '{b.python_type().__name__}'"
+        symbol = _SET_SYMBOLS[fn]
+        if fn in (operator.le, operator.lt, operator.ge, operator.gt):
+            raise_observed(tx, TypeError, f"'{symbol}' not supported between instances of {names}")
+        raise_observed(tx, TypeError, f"unsupported operand type(s) for {symbol}: {names}")
+    if isinstance(a, SetVariable) and fn in _SET_OPS and not _is_set(b):
+        result = user_binary_op(tx, fn, a, b)  # set's own slots decline: the other side's
+        if result is not None:
+            return result
+        unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
+    if isinstance(a, SetVariable) and fn in _SET_OPS:
+        result = a.call_method(tx, _SET_OPS[fn], [b], {})
+        return a if _SET_OPS[fn].endswith("update") else result
+    if isinstance(a, ConstDictVariable) and fn in (operator.or_, operator.ior):
+        result = a.call_method(tx, "__ior__" if fn is operator.ior else "__or__", [b], {})
+        if result.is_python_constant() and result.as_python_constant() is NotImplemented:
+            unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
+        return result
+    if fn in (operator.add, operator.iadd):  # `() + t + ()`: a constant tuple/list joins items
+        a, b = _constant_sequence(a, b), _constant_sequence(b, a)
+    if fn in _SEQUENCE_OPS and isinstance(a, BaseListVariable):
+        if fn in (operator.add, operator.iadd) and isinstance(b, BaseListVariable):
+            if fn is operator.iadd and isinstance(a, ListVariable):
+                a._mutate(tx)
+                a.items.extend(b.items)
+                return a
+            cls = SizeVariable if isinstance(a, SizeVariable) else type(a)
+            if isinstance(a, RangeVariable):
+                unimplemented("range + sequence")
+            return cls(a.items + b.items)
+        if fn in (operator.mul, operator.imul) and isinstance(b, ConstantVariable):
+            return type(a)(a.items * b.value)
+    if (
+        fn in (operator.mul,)
+        and isinstance(b, BaseListVariable)
+        and isinstance(a, ConstantVariable)
+    ):
+        return type(b)(b.items * a.value)
+    if _all_const([a, b]):
+        ca, cb = a.as_python_constant(), b.as_python_constant()
+        if _foldable(ca) and _foldable(cb):
+            return fold(fn, ca, cb)
+        if fn in (operator.mod, operator.imod) and type(ca) is str and _is_exception(b):
+            return fold(fn, ca, cb)  # "error: %s" % e (a modelled exception's str/repr)
+    result = user_binary_op(tx, fn, a, b)  # Note [Objects: operator protocol]
+    if result is not None:
+        return result
+    unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
+
+
+# Note [Dicts: equality]
+# `a == b` of two dicts is dict's own comparison: equal lengths, then for each key of `a` in its
+# order, the key is in `b` and the two values are equal (the same object, else `==` traced, so a
+# user __eq__ is inlined and a tensor's truth breaks as it would anywhere). Two OrderedDicts also
+# need their keys in the same order. `!=` is its negation. A dict subclass with its own __eq__
+# breaks.
+_DICT_EQS = {dict.__eq__, collections.OrderedDict.__eq__}
+
+
+def _dicts_equal(tx, a, b):
+    """Whether two traced dicts compare equal (Note [Dicts: equality])."""
+    for d in (a, b):
+        if getattr(d.user_cls, "__eq__", None) not in _DICT_EQS:
+            unimplemented(f"== of a {d.user_cls.__name__} (its own __eq__)")
+    if len(a.items) != len(b.items):
+        return False
+    ordered = all(issubclass(d.user_cls, collections.OrderedDict) for d in (a, b))
+    if ordered and list(a.items) != list(b.items):
+        return False
+    for key, value in a.items.items():
+        if key not in b.items:
+            return False
+        if _identical(value, b.items[key]):
+            continue  # (PyObject_RichCompareBool: the same object is equal)
+        if not compare_vars(tx, operator.eq, value, b.items[key]).truthy(tx):
+            return False
+    return True
+
+
+def _constant_sequence(value, other):
+    """A constant tuple (list) as a TupleVariable (ListVariable) when added to traced items of
+    the same type; else `value` unchanged."""
+    if not isinstance(value, ConstantVariable) or not isinstance(other, BaseListVariable):
+        return value
+    if type(value.value) is tuple and isinstance(other, TupleVariable):
+        return TupleVariable([ConstantVariable(v) for v in value.value])
+    if type(value.value) is list and type(other) is ListVariable:
+        return ListVariable([ConstantVariable(v) for v in value.value])
+    return value
+
+
+def _is_exception(var):
+    return isinstance(var, ExceptionVariable)
+
+
+def _foldable(value):
+    if isinstance(value, (torch.finfo, torch.iinfo)):
+        return True  # immutable records of constants (`torch.finfo(a) == torch.finfo(b)`)
+    return is_literal(value) or (
+        isinstance(value, (torch.Size, tuple, list)) and all(_foldable(v) for v in value)
+    )
+
+
+def compare_vars(tx, fn, a, b):
+    """a <cmp> b, including `is` / `is not`."""
+    if fn in _IS_OPS:
+        same = _identical(a, b)
+        if same is None:
+            unimplemented(f"`is` between {a} and {b}")
+        if a.source is not None and b.source is not None and a.source != b.source:
+            # identity between two inputs is what it was: same objects, or distinct ones
+            kind = GuardKind.ALIASING if same else GuardKind.DISTINCT
+            tx.output.guards.add(kind, a.source, b.source)
+        return ConstantVariable(same if fn is operator.is_ else not same)
+    if isinstance(a, ObjectIdVariable) and isinstance(b, ObjectIdVariable) and fn in _SET_CMP:
+        same = a.same_as(tx, b)  # Note [Builtins: id() of objects made in the frame]
+        return ConstantVariable(same == (fn is operator.eq))
+    if isinstance(a, DictViewVariable) or isinstance(b, DictViewVariable):
+        result = dict_views.compare(tx, fn, a, b)  # Note [Dicts: views]
+        if result is not None:
+            return result
+    if sym.has_symbolic(a) or sym.has_symbolic(b):
+        result = sym.compare(tx, fn, a, b)  # a fact on the sizes: a shape guard
+        if result is not None:
+            return result
+    if fn in (operator.eq, operator.ne) and not isinstance(a, TensorVariable):
+        if not isinstance(b, TensorVariable) and not (_all_const([a, b])):
+            same = _identical(a, b)
+            if same is True:
+                return ConstantVariable(fn is operator.eq)
+    return binary_op(tx, fn, a, b)
+
+
+def _identical(a, b):
+    """Whether two traced values are the same object (None when it cannot be known)."""
+    if a is b:
+        return True
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, ConstantVariable) and x.value is None:
+            if isinstance(y, ConstantVariable):
+                return y.value is None
+            return False
+    va, vb = getattr(a, "value", _MISSING), getattr(b, "value", _MISSING)
+    if va is not _MISSING and vb is not _MISSING:
+        if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
+            if type(va) is not type(vb):
+                return False
+            if isinstance(va, (bool, type(None), type(Ellipsis), enum.Enum)) or va is vb:
+                return va is vb  # (enum members are singletons: OptState.READY is ...)
+            return None
+        return va is vb
+    if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+        return False
+    if isinstance(a, NewObjectVariable) and isinstance(b, NewObjectVariable):
+        return False  # two objects made while tracing (one variable per object)
+    if (
+        not isinstance(a, ConstantVariable)
+        and not isinstance(b, ConstantVariable)
+        and a.is_python_constant()
+        and b.is_python_constant()
+    ):
+        return a.as_python_constant() is b.as_python_constant()  # functions, classes, builtins
+    if type(a) is not type(b) and (isinstance(a, TensorVariable) or isinstance(b, TensorVariable)):
+        return False
+    if _exact_type(a) is not _exact_type(b) and _exact_type(a) and _exact_type(b):
+        return False  # objects of two types are two objects
+    return None
+
+
+def _exact_type(var):
+    try:
+        return var.python_type()
+    except Exception:
+        return None
+
+
+_MISSING = object()
+
+
+def _frozen_membership(container, item):
+    """A constant looked up in a frozenset reached from a source (immutable: its identity is
+    guarded, so the answer is a constant)."""
+    if not isinstance(container, UserDefinedObjectVariable) or container.source is None:
+        return False
+    if type(container.value) is not frozenset or not item.is_python_constant():
+        return False
+    try:
+        hash(item.as_python_constant())
+    except TypeError:
+        return False
+    return True
+
+
+def contains(tx, container, item):
+    """`item in container`."""
+    if isinstance(container, (ConstDictVariable, IdentityKeyedDictVariable)):
+        return container.call_method(tx, "__contains__", [item], {})
+    if isinstance(container, TensorVariable):
+        unimplemented("`in` on a tensor reads tensor data")
+    if isinstance(container, ConstantVariable) and item.is_python_constant():
+        # the container's own __contains__: substring for str/bytes, membership otherwise
+        value = item.as_python_constant()
+        if _foldable(value):
+            return fold(operator.contains, container.value, value)
+    if _frozen_membership(container, item):  # `type(v) in _ATOMIC_TYPES` (3.13's dataclasses)
+        tx.output.guards.add(GuardKind.ID_MATCH, container.source, container.value)
+        return ConstantVariable(item.as_python_constant() in container.value)
+    if isinstance(container, (UserDefinedObjectVariable, NewObjectVariable)):
+        return container.call_method(tx, "__contains__", [item], {})
+    if isinstance(container, SetVariable) and item.is_python_constant():
+        return container.call_method(tx, "__contains__", [item], {})  # (hash, then ==)
+    items = container.unpack_var_sequence(tx)
+    if isinstance(item, SymNodeVariable):
+        result = sym.contains(tx, items, item)
+        if result is not None:
+            return result
+    for i in items:
+        same = _identical(i, item)
+        if same:
+            return ConstantVariable(True)
+        if not (i.is_python_constant() and item.is_python_constant()):
+            unimplemented(f"`in` comparing {i} and {item}")
+        if i.as_python_constant() == item.as_python_constant():
+            return ConstantVariable(True)
+    return ConstantVariable(False)
+
+
+def unary_op(tx, fn, obj):
+    """-x, +x, ~x, abs(x)."""
+    if numpy_vars.involved(obj):
+        return numpy_vars.operator_call(tx, fn, [obj])
+    if isinstance(obj, TensorVariable):
+        return call_tensor_op(tx, "call_function", fn, [obj], {})
+    if isinstance(obj, SymNodeVariable):
+        return sym.unary(tx, fn, obj)
+    if obj.is_python_constant():
+        return fold(fn, obj.as_python_constant())
+    unimplemented(f"{fn.__name__} of {obj}")
+
+
+_INPLACE = {
+    BINARY_OPS[k + "="]: BINARY_OPS[k]
+    for k in ("+", "-", "*", "/", "//", "%", "**", "@", "<<", ">>", "&", "|", "^")
+}
+_SET_OPS = {
+    operator.or_: "__or__",
+    operator.and_: "__and__",
+    operator.sub: "__sub__",
+    operator.xor: "__xor__",
+    operator.ior: "update",
+    operator.iand: "intersection_update",
+    operator.isub: "difference_update",
+    operator.ixor: "symmetric_difference_update",
+    operator.eq: "__eq__",
+    operator.ne: "__ne__",
+    operator.le: "__le__",
+    operator.lt: "__lt__",
+    operator.ge: "__ge__",
+    operator.gt: "__gt__",
+}
+_SET_CMP = {operator.eq, operator.ne}
+_SET_SYMBOLS = {
+    operator.or_: "|",
+    operator.and_: "&",
+    operator.sub: "-",
+    operator.xor: "^",
+    operator.ior: "|=",
+    operator.iand: "&=",
+    operator.isub: "-=",
+    operator.ixor: "^=",
+    operator.le: "<=",
+    operator.lt: "<",
+    operator.ge: ">=",
+    operator.gt: ">",
+}
+
+
+def _set_vs_other(a, b):
+    """A set compared with a list, tuple, dict or non-set literal (never equal)."""
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, SetVariable) and (
+            _not_a_set(y) or isinstance(y, (BaseListVariable, ConstDictVariable))
+        ):
+            return True
+    return False
+
+
+def _is_set(var):
+    """A set or frozenset (set operators take only these)."""
+    if isinstance(var, SetVariable):
+        return True
+    return isinstance(var, ConstantVariable) and isinstance(var.value, (set, frozenset))
+
+
+def _plain_non_set(var):
+    """A list, tuple or dict of Python's own classes: set operators reject it (TypeError)."""
+    return isinstance(var, (BaseListVariable, ConstDictVariable)) and var.python_type() in (
+        list,
+        tuple,
+        dict,
+        collections.OrderedDict,
+        collections.defaultdict,
+    )
+
+
+def _not_a_set(var):
+    """A literal that is no set (an int, a str, None ...): set operators reject it."""
+    if not isinstance(var, ConstantVariable):
+        return False
+    return not isinstance(var.value, (set, frozenset))
