@@ -67,10 +67,8 @@ def test_float_lr_schedule_compiles_once(name, sched, backend):
         assert plans == half[2] and plans <= 3, (plans, half)
 
 
-# `-lr` (SGD, RMSprop, Adagrad) folds the float in builtin.unary_op today: one frame per value
-# until the cache limit. unspec_float.unary makes it a node once unary_op calls it (three lines,
-# in a file another helper owns): then this passes, and the marker goes.
-@pytest.mark.xfail(strict=True, reason="builtin.unary_op does not call unspec_float.unary yet")
+# `-lr` (SGD, RMSprop, Adagrad): unary_op makes it a node of the unspecialised float, not a
+# folded constant (one frame per value until the cache limit, before)
 @pytest.mark.parametrize("name", ["SGD", "RMSprop", "Adagrad"])
 def test_negated_float_lr_compiles_once(name):
     torch.manual_seed(0)

@@ -309,6 +309,9 @@ def unary_op(tx, fn, obj):
         return call_tensor_op(tx, "call_function", fn, [obj], {})
     if isinstance(obj, SymNodeVariable):
         return sym.unary(tx, fn, obj)
+    result = unspec_float.unary(tx, fn, obj)  # Note [Shapes: unspecialised floats]
+    if result is not None:
+        return result
     if obj.is_python_constant():
         return fold(fn, obj.as_python_constant())
     unimplemented(f"{fn.__name__} of {obj}")
