@@ -264,3 +264,16 @@ def test_a_view_read_by_several_externs_is_made_once():
     assert src.count(".view((6, 16))") == 1, src
     (local,) = set(re.findall(r"(buf\d+_v\d+) = ", src))
     assert src.count(local) == 1 + 3 + 1, src  # bound, read by the three mm calls, deleted
+
+
+def test_a_leading_slice_of_an_input_is_not_a_reshape():
+    # position_ids[:, :64] of a (1, 128) buffer (Hugging Face BERT): row-major at offset 0 like
+    # a reshape, but fewer elements, so no .view(size) (it raised at run time)
+    ids, x = torch.arange(128).view(1, 128), torch.randn(4, 64)
+
+    def f(ids, x):
+        s = aten.slice.Tensor(ids, 1, 0, 64)
+        return s, aten.add.Tensor(x, aten.mul.Tensor(s, 2))
+
+    c = check(f, [ids, x])
+    assert ".view((1, 64))" not in c.wrapper_src, c.wrapper_src

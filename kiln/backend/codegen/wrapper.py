@@ -208,7 +208,8 @@ class WrapperCodegen:
             if (tuple(size), tuple(stride)) == (tuple(src.size), tuple(src.stride)):
                 return name
             if _row_major(src.size, src.stride) and _row_major(size, stride):
-                return f"{name}.view({self.st(size)})"
+                if _numel(size) == _numel(src.size):  # (else a slice of it: as_strided)
+                    return f"{name}.view({self.st(size)})"
             if _transposed(src, size, stride, offset):
                 return f"{name}.t()"
         if name in self.own and src.offset == 0:
@@ -591,6 +592,13 @@ def _transposed(src, size, stride, offset):
         and len(src.size) == 2
         and (tuple(size), tuple(stride)) == (tuple(src.size[::-1]), tuple(src.stride[::-1]))
     )
+
+
+def _numel(size):
+    n = 1
+    for x in size:
+        n = n * x
+    return sympy.expand(n) if is_sym(n) else n
 
 
 def _row_major(size, stride):
