@@ -61,11 +61,12 @@ def _cpu_id():
         return platform.machine()
 
 
-def cpp_key(source):
+def cpp_key(source, extra_flags=()):
     """The cache key of a translation unit."""
     comp = config.cpp_compiler
     h = hashlib.sha256()
-    for part in (source, comp, " ".join(_flags()), _compiler_id(comp), _cpu_id()):
+    flags = " ".join([*_flags(), *extra_flags])
+    for part in (source, comp, flags, _compiler_id(comp), _cpu_id()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]
@@ -77,13 +78,14 @@ def _dir(kind):
     return d
 
 
-def compile_cpp(source):
-    """Path of the shared object for source, compiling it only if no process has yet."""
+def compile_cpp(source, extra_flags=(), kind="cpp"):
+    """Path of the shared object for source, compiling it only if no process has yet; `kind`
+    names its counters (`cpp_compiles`, `cpp_disk_hits`)."""
     faults.hit("cpp_compile")
-    key = cpp_key(source)
+    key = cpp_key(source, extra_flags)
     so = os.path.join(_dir("cpp"), f"{key}.so")
     if os.path.exists(so):
-        logs.counters["backend"]["cpp_disk_hits"] += 1
+        logs.counters["backend"][f"{kind}_disk_hits"] += 1
         return so
     src = os.path.join(_dir("cpp"), f"{key}.cpp")
     fd, tmp_src = tempfile.mkstemp(suffix=".cpp", dir=os.path.dirname(src))
@@ -91,7 +93,7 @@ def compile_cpp(source):
         f.write(source)
     os.replace(tmp_src, src)
     tmp_so = f"{so}.{os.getpid()}.{time.monotonic_ns()}.tmp"
-    cmd = [config.cpp_compiler, *_flags(), src, "-o", tmp_so]
+    cmd = [config.cpp_compiler, *_flags(), *extra_flags, src, "-o", tmp_so]
     t0 = time.perf_counter()
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -100,7 +102,7 @@ def compile_cpp(source):
     if res.returncode != 0:
         raise CompilerError(f"C++ compilation failed ({' '.join(cmd)}):\n{res.stderr[-4000:]}")
     os.replace(tmp_so, so)
-    logs.counters["backend"]["cpp_compiles"] += 1
+    logs.counters["backend"][f"{kind}_compiles"] += 1
     logs.log("output_code", "compiled %s in %.2fs", so, time.perf_counter() - t0)
     return so
 

@@ -16,16 +16,13 @@ called through ctypes as before.
 """
 
 import functools
-import hashlib
 import importlib.machinery
 import importlib.util
 import os
-import subprocess
-import sys
 import sysconfig
-import tempfile
 
 from kiln import config, logs
+from kiln.backend import codecache
 
 MAX_ARGS = 64  # kernel parameters a Kernel object calls with (more: ctypes)
 
@@ -118,28 +115,11 @@ def _include():
 @functools.lru_cache(None)
 def _build(compiler, include):
     """The built module, or None (logged) when it cannot be built here."""
-    src = _source()
-    key = hashlib.sha256(f"{src}|{compiler}|{include}|{sys.version}".encode()).hexdigest()[:24]
-    folder = os.path.join(config.cache_dir, "fastcall")
-    os.makedirs(folder, exist_ok=True)
-    so = os.path.join(folder, f"kiln_fastcall_{key}.so")
-    if not os.path.exists(so):
-        fd, cpp = tempfile.mkstemp(suffix=".cpp", dir=folder)
-        with os.fdopen(fd, "w") as f:
-            f.write(src)
-        tmp = f"{so}.{os.getpid()}.tmp"
-        cmd = [compiler, "-O2", "-fPIC", "-shared", f"-I{include}", cpp, "-o", tmp]
-        try:
-            res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        except OSError as e:
-            logs.log("output_code", "kiln_fastcall not built (%s): kernels through ctypes", e)
-            return None
-        finally:
-            os.unlink(cpp)
-        if res.returncode != 0:
-            logs.log("output_code", "kiln_fastcall not built: %s", res.stderr[-2000:])
-            return None
-        os.replace(tmp, so)
+    try:
+        so = codecache.compile_cpp(_source(), [f"-I{include}"], kind="fastcall")
+    except codecache.CompilerError as e:
+        logs.log("output_code", "kiln_fastcall not built (%s): kernels through ctypes", e)
+        return None
     loader = importlib.machinery.ExtensionFileLoader("kiln_fastcall", so)
     spec = importlib.util.spec_from_file_location("kiln_fastcall", so, loader=loader)
     module = importlib.util.module_from_spec(spec)
