@@ -42,6 +42,9 @@ cpp_flags = "-O3 -march=native -fopenmp -fPIC -shared -std=c++17"  # never -ffas
 num_threads = 0  # OpenMP threads for kernels; 0 = torch.get_num_threads()
 fast_kernel_calls = True  # call C++ kernels through kiln_fastcall (built once), not ctypes
 conv_channels_last = True  # inference graphs with 2D convolutions run them NHWC (channels-last)
+cpu_low_precision_matmul = (
+    "auto"  # bf16/fp16 CPU mm/conv in float32: "auto" (no native), "float32", "native"
+)
 cpu_backend = (
     "cpp"  # CPU graphs' kernels: "cpp" (C++/OpenMP) or "triton" (needs TRITON_INTERPRET=1)
 )

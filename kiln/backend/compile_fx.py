@@ -30,6 +30,7 @@ from kiln.backend.codegen import triton
 from kiln.backend.codegen.cpp import generate_cpp
 from kiln.backend.codegen.wrapper import WrapperCodegen, rt
 from kiln.backend.cudagraphs import CUDAGraphed
+from kiln.backend.decomp_low_precision import low_precision_decompositions
 from kiln.backend.decompositions import DECOMPOSITIONS
 from kiln.backend.graph import GraphLowering, GraphNotSupported
 from kiln.backend.ir import compile_scope, size_exprs, stride_exprs, to_expr, use_shape_env
@@ -294,8 +295,9 @@ def kiln_backend(gm, example_inputs, opts=None):
         )
     else:
         fw = bw = inf = compile_aten_graph
+    decompositions = {**DECOMPOSITIONS, **low_precision_decompositions()}
     backend = aot_autograd(
-        fw_compiler=fw, bw_compiler=bw, inference_compiler=inf, decompositions=DECOMPOSITIONS
+        fw_compiler=fw, bw_compiler=bw, inference_compiler=inf, decompositions=decompositions
     )
     return backend(gm, example_inputs)
 
