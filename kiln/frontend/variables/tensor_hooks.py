@@ -11,15 +11,37 @@ backward gives `x` then goes through the hook as in eager.
 Hooks on tensors made inside the graph still break: under aot_eager/kiln such a tensor's
 gradient from uses inside the graph flows inside the compiled backward and never reaches a
 hook on the graph's output. A tensor that does not require grad breaks (Python raises), and so
-does a hook that the transformed code could not load again. The handle that register_hook
-returns cannot be used inside the frame (`h.remove()` breaks).
+does a hook that the transformed code could not load again.
+
+Note [Side effects: hook handles]
+The handle that `register_hook` returns inside the frame stands for a registration that happens
+after the graph. If it escapes (returned, stored on an object or a global, live at a break), the
+transformed code makes it first as an empty RemovableHandle (`new_handle`), once per call, and
+the replayed registration (`register_deferred`) then points it at the real hook entry, so the
+caller holds a handle that removes the hook as eager's does. `h.remove()` inside the frame
+cancels the pending registration (the hook would be removed before any backward could run it):
+the replay skips it, and the escaping handle stays empty (removing it again does nothing, as in
+eager).
 """
 
+import collections
+import functools
 import itertools
+import types
 
+import torch
+from torch.utils.hooks import RemovableHandle
+
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.variables.base import VariableTracker
-from kiln.frontend.variables.functions import NestedUserFunctionVariable, UserFunctionVariable
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.functions import (
+    NestedUserFunctionVariable,
+    PartialVariable,
+    UserFunctionVariable,
+)
 from kiln.frontend.variables.logging_vars import EffectCallVariable
 
 _serial = itertools.count()
@@ -29,20 +51,146 @@ def register_hook(tx, tensor, args, kwargs):
     """Record `tensor.register_hook(hook)`; returns the (opaque) handle."""
     if kwargs or len(args) != 1:
         unimplemented("Tensor.register_hook with these arguments")
-    if tensor.source is None:
-        unimplemented("Tensor.register_hook() on a tensor made inside the compiled frame")
     if not tensor.example.requires_grad:
         unimplemented("Tensor.register_hook() on a tensor that does not require grad")
     (hook,) = args
+    if tensor.source is None:
+        return hook_intermediate(tx, tensor, hook)
     if type(hook) is UserFunctionVariable and hook.source is not None:
         pass
     elif isinstance(hook, NestedUserFunctionVariable) and not hook.code.co_freevars:
         pass
     else:
         unimplemented(f"Tensor.register_hook() with the hook {hook} (not reloadable)")
-    method = EffectCallVariable("Tensor.register_hook", obj=tensor, name="register_hook")
-    tx.output.side_effects.record_call(("hook", next(_serial)), method, [hook], {})
-    return HookHandleVariable()
+    handle = HookHandleVariable(("hook", next(_serial)), tensor, hook)
+    handle.record(tx, removed=False)
+    return handle
+
+
+# --- hooks on tensors made in the frame ----------------------------------------------------------
+# Note [Side effects: hooks on intermediate tensors]
+# `y = x * 2; y.register_hook(h)` adds h to the gradient that flows into y from EVERY use of y,
+# those traced before the registration included. The node that made y is renamed in place: a
+# copy of it (`y_raw`) is put before it, and the node itself becomes `tensor_hooks_N(y_raw)`, an
+# identity autograd.Function whose backward runs the hooks in registration order (a hook that
+# returns None leaves the gradient as it is). Every use of y, earlier or later, now reads the
+# hooked value, so eager's gradients come out, under every backend: "eager" runs the Function,
+# aot_eager and kiln trace its backward (the hook's tensor code) into the backward graph.
+#
+# The hook must be a value kiln can build at compile time (a function from a source, guarded by
+# identity; a function made in the frame without closure cells; functools.partial of those with
+# constant arguments), and tensor code without effects: it is traced once, speculatively, on a
+# zero gradient (side effects: "Unsafe side effect", a break; its guards stay). A view breaks
+# (the identity copies, and a view's writes must reach its base).
+
+
+class _RunHooks(torch.autograd.Function):
+    """Identity forward; the backward passes the gradient through `hooks`."""
+
+    @staticmethod
+    def forward(ctx, x, hooks):
+        ctx.hooks = hooks
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        for hook in ctx.hooks:
+            out = hook(grad)
+            if out is not None:
+                grad = out
+        return grad, None
+
+
+def hooks_target(hooks):
+    """The graph's target for a tensor with these hooks (a named function FX can print)."""
+
+    def run(x):
+        return _RunHooks.apply(x, hooks)
+
+    run.__name__ = run.__qualname__ = f"tensor_hooks_{next(_serial)}"
+    run.tensor_hooks = hooks
+    return run
+
+
+def hook_intermediate(tx, tensor, hook):
+    """`y.register_hook(h)` for a y made in the frame (Note [Side effects: hooks on
+    intermediate tensors])."""
+    node = tensor.proxy
+    if node.op not in ("call_function", "call_method", "call_module"):
+        unimplemented(f"Tensor.register_hook() on a tensor made by a {node.op} node")
+    if tensor.example._is_view():
+        unimplemented("Tensor.register_hook() on a view made in the compiled frame")
+    value = _hook_value(tx, hook)
+    _check_hook(tx, tensor, hook)
+    hooks = getattr(node.target, "tensor_hooks", None)
+    if hooks is not None:  # a second hook on y: appended (they run in registration order)
+        node.target = hooks_target((*hooks, value))
+        return HookHandleVariable(None, tensor, hook, in_graph=True)
+    graph = tx.output.graph
+    with graph.inserting_before(node):
+        raw = graph.create_node(node.op, node.target, node.args, node.kwargs)
+    raw.meta = dict(node.meta)
+    node.op, node.target = "call_function", hooks_target((value,))
+    node.args, node.kwargs = (raw,), {}
+    return HookHandleVariable(None, tensor, hook, in_graph=True)
+
+
+def _hook_value(tx, hook):
+    """The hook as a Python object made at compile time, or a break."""
+    if type(hook) is UserFunctionVariable:
+        if hook.source is not None:
+            tx.output.guards.add(GuardKind.ID_MATCH, hook.source, hook.fn)
+        return hook.fn
+    if isinstance(hook, NestedUserFunctionVariable) and not hook.code.co_freevars:
+        if getattr(hook, "attrs", None) or hook.annotations:
+            unimplemented("Tensor.register_hook() with a function carrying attributes")
+        defaults = _constant(hook.defaults)
+        kwdefaults = _constant(hook.kwdefaults)
+        fn = types.FunctionType(hook.code, hook.globals, hook.code.co_name, defaults)
+        fn.__kwdefaults__ = kwdefaults
+        return fn
+    if isinstance(hook, PartialVariable):
+        fn = _hook_value(tx, hook.fn)
+        args = [_constant(a) for a in hook.args]
+        kwargs = {k: _constant(v) for k, v in hook.kwargs.items()}
+        return functools.partial(fn, *args, **kwargs)
+    unimplemented(f"Tensor.register_hook() on a tensor made in the frame with the hook {hook}")
+
+
+def _constant(var):
+    if var is None:
+        return None
+    if not var.is_python_constant():
+        unimplemented(f"Tensor.register_hook() with a hook bound to {var} (not a constant)")
+    return var.as_python_constant()
+
+
+def _check_hook(tx, tensor, hook):
+    """Trace the hook once on a zero gradient (grad mode off, as the engine runs it); its nodes
+    are dropped, a side effect is a break."""
+    from kiln.frontend.variables.torch import TorchVariable
+
+    output = tx.output
+    checkpoint = output.last_node()
+    effects = output.side_effects
+    snapshot, version = effects.snapshot(), effects.version
+    prev = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(False)
+    try:
+        grad = TorchVariable(torch.zeros_like).call_function(tx, [tensor], {})
+        hook.call_function(tx, [grad], {})
+    except BaseException:
+        output.rollback(checkpoint)
+        raise
+    finally:
+        torch._C._set_grad_enabled(prev)
+    changed = effects.version != version or effects.log.keys() != snapshot.keys()
+    if changed or any(effects.log[k] is not snapshot[k] for k in snapshot):
+        effects.restore(snapshot)
+        unimplemented(
+            "Unsafe side effect in a hook on a tensor made in the frame (it runs in backward)"
+        )
+    output.rollback(checkpoint)
 
 
 def has_pending_hooks(side_effects):
@@ -50,14 +198,55 @@ def has_pending_hooks(side_effects):
     return any(key[0] == "hook" for key in side_effects.log)
 
 
+_NO_HOOKS = collections.OrderedDict()  # what an empty handle points at (never filled)
+
+
+def new_handle():
+    """The handle of a registration the transformed code makes later (Note [Side effects: hook
+    handles]); removing it does nothing until `register_deferred` binds it."""
+    return RemovableHandle(_NO_HOOKS)
+
+
+def register_deferred(tensor, hook, handle, removed):
+    """The replayed `tensor.register_hook(hook)`, its real handle's entry given to `handle`."""
+    if not removed:
+        handle.__dict__.update(tensor.register_hook(hook).__dict__)
+
+
 class HookHandleVariable(VariableTracker):
     """The RemovableHandle of a registration made after the graph."""
 
+    keeps_identity = True  # rebuilt once per call: `return h, h` gives the same object
+
+    def __init__(self, key, tensor, hook, in_graph=False, **kw):
+        super().__init__(**kw)
+        self.key, self.tensor, self.hook = key, tensor, hook
+        self.in_graph = in_graph  # a hook on a tensor made in the frame (inside the graph)
+
+    def python_type(self):
+        return RemovableHandle
+
+    def record(self, tx, removed):
+        """(Re)record the replayed registration, cancelled once removed in the frame."""
+        fn = EffectCallVariable("Tensor.register_hook", fn=register_deferred)
+        args = [self.tensor, self.hook, self, ConstantVariable(removed)]
+        tx.output.side_effects.record_call(self.key, fn, args, {})
+
     def call_method(self, tx, name, args, kwargs):
+        if self.in_graph:
+            unimplemented(f"RemovableHandle.{name} of a hook on a tensor made in the frame")
+        if name == "remove" and not args and not kwargs:
+            self.record(tx, removed=True)
+            return ConstantVariable(None)
         unimplemented(f"RemovableHandle.{name} of a hook registered in the compiled frame")
 
     def var_getattr(self, tx, name):
+        if name == "remove":
+            return BoundMethodVariable(self, name)
         unimplemented(f"RemovableHandle.{name} of a hook registered in the compiled frame")
 
     def reconstruct(self, cg):
-        unimplemented("the handle of a hook registered in the compiled frame escapes")
+        if self.in_graph:
+            unimplemented("the handle of a hook on a tensor made in the frame escapes")
+        cg.load_object(new_handle, push_null=True)
+        cg.extend(emit.call(0))
