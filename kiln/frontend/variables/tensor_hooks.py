@@ -120,8 +120,8 @@ def hook_intermediate(tx, tensor, hook):
         unimplemented(f"Tensor.register_hook() on a tensor made by a {node.op} node")
     if tensor.example._is_view():
         unimplemented("Tensor.register_hook() on a view made in the compiled frame")
+    _check_hook(tx, tensor, hook)  # (first: a hook with effects breaks for that reason)
     value = _hook_value(tx, hook)
-    _check_hook(tx, tensor, hook)
     hooks = getattr(node.target, "tensor_hooks", None)
     if hooks is not None:  # a second hook on y: appended (they run in registration order)
         node.target = hooks_target((*hooks, value))
