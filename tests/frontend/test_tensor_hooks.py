@@ -189,3 +189,56 @@ def test_escaping_handle_removes_the_real_hook():
     x.grad = None
     compiled(x, w, Holder()).backward()  # registers again (a new hook)
     assert torch.equal(x.grad, torch.full((3,), 6.0))
+
+
+class Scale:
+    def __init__(self, val):
+        self.val = val
+
+
+SCALE = Scale(torch.tensor(5.0))
+
+
+def closure_hooks_on_input(x, w):
+    obj = SCALE
+    y = x.sin()
+    x.register_hook(lambda g: g * obj.val + y)  # closes over an argument and a graph value
+    x.register_hook(functools.partial(add_k, k=2.0))
+    return (y * w).sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_input_hooks_closures_and_partials(backend):
+    stats = run(closure_hooks_on_input, backend)
+    assert stats["graph_breaks"] == 0 and stats["unique_graphs"] == 1
+
+
+def scale_own_grad(t):
+    t.grad.mul_(5)
+
+
+def post_hook_on_input(x, w):
+    x.register_post_accumulate_grad_hook(scale_own_grad)
+    return (x * w).sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_post_accumulate_grad_hook_on_input(backend):
+    stats = run(post_hook_on_input, backend)  # x.grad compared: five times eager's gradient
+    assert stats["graph_breaks"] == 0 and stats["unique_graphs"] == 1
+
+
+def post_hook_on_intermediate(x, w):
+    y = x * w
+    y.register_post_accumulate_grad_hook(scale_own_grad)
+    return y.sum()
+
+
+def test_post_accumulate_grad_hook_on_intermediate_raises_like_eager():
+    with pytest.raises(RuntimeError) as eager:
+        post_hook_on_intermediate(torch.randn(2, requires_grad=True), torch.randn(2))
+    with pytest.raises(RuntimeError) as compiled:
+        kiln.compile(post_hook_on_intermediate, backend="eager")(
+            torch.randn(2, requires_grad=True), torch.randn(2)
+        )
+    assert str(compiled.value) == str(eager.value)

@@ -56,15 +56,37 @@ def register_hook(tx, tensor, args, kwargs):
     (hook,) = args
     if tensor.source is None:
         return hook_intermediate(tx, tensor, hook)
-    if type(hook) is UserFunctionVariable and hook.source is not None:
-        pass
-    elif isinstance(hook, NestedUserFunctionVariable) and not hook.code.co_freevars:
-        pass
-    else:
-        unimplemented(f"Tensor.register_hook() with the hook {hook} (not reloadable)")
-    handle = HookHandleVariable(("hook", next(_serial)), tensor, hook)
+    return _register_after_graph(tx, tensor, hook, "register_hook")
+
+
+def register_post_accumulate_grad_hook(tx, tensor, args, kwargs):
+    """Record `leaf.register_post_accumulate_grad_hook(hook)` (an input leaf: registered after
+    the graph, as register_hook on an input)."""
+    if kwargs or len(args) != 1:
+        unimplemented("Tensor.register_post_accumulate_grad_hook with these arguments")
+    if tensor.source is None or not tensor.example.requires_grad or not tensor.example.is_leaf:
+        unimplemented("Tensor.register_post_accumulate_grad_hook() on a tensor made in the frame")
+    return _register_after_graph(tx, tensor, args[0], "register_post_accumulate_grad_hook")
+
+
+def _register_after_graph(tx, tensor, hook, method):
+    if not _reloadable(hook):
+        unimplemented(f"Tensor.{method}() with the hook {hook} (not reloadable)")
+    handle = HookHandleVariable(("hook", next(_serial)), tensor, hook, method=method)
     handle.record(tx, removed=False)
     return handle
+
+
+def _reloadable(var):
+    """Whether the transformed code can load the hook again: from a source, a function made in
+    the frame (over the cells it closes over), functools.partial of those and constants."""
+    if var.source is not None or var.is_python_constant():
+        return True
+    if isinstance(var, NestedUserFunctionVariable):
+        return True
+    if isinstance(var, PartialVariable):
+        return all(_reloadable(v) for v in (var.fn, *var.args, *var.kwargs.values()))
+    return False
 
 
 # --- hooks on tensors made in the frame ----------------------------------------------------------
@@ -207,10 +229,11 @@ def new_handle():
     return RemovableHandle(_NO_HOOKS)
 
 
-def register_deferred(tensor, hook, handle, removed):
-    """The replayed `tensor.register_hook(hook)`, its real handle's entry given to `handle`."""
+def register_deferred(tensor, hook, handle, removed, method="register_hook"):
+    """The replayed `tensor.register_hook(hook)` (or `method`), its real handle's entry given to
+    `handle`."""
     if not removed:
-        handle.__dict__.update(tensor.register_hook(hook).__dict__)
+        handle.__dict__.update(getattr(tensor, method)(hook).__dict__)
 
 
 class HookHandleVariable(VariableTracker):
@@ -218,9 +241,9 @@ class HookHandleVariable(VariableTracker):
 
     keeps_identity = True  # rebuilt once per call: `return h, h` gives the same object
 
-    def __init__(self, key, tensor, hook, in_graph=False, **kw):
+    def __init__(self, key, tensor, hook, in_graph=False, method="register_hook", **kw):
         super().__init__(**kw)
-        self.key, self.tensor, self.hook = key, tensor, hook
+        self.key, self.tensor, self.hook, self.method = key, tensor, hook, method
         self.in_graph = in_graph  # a hook on a tensor made in the frame (inside the graph)
 
     def python_type(self):
@@ -230,6 +253,7 @@ class HookHandleVariable(VariableTracker):
         """(Re)record the replayed registration, cancelled once removed in the frame."""
         fn = EffectCallVariable("Tensor.register_hook", fn=register_deferred)
         args = [self.tensor, self.hook, self, ConstantVariable(removed)]
+        args += [ConstantVariable(self.method)] if self.method != "register_hook" else []
         tx.output.side_effects.record_call(self.key, fn, args, {})
 
     def call_method(self, tx, name, args, kwargs):
