@@ -96,6 +96,11 @@ class UserDefinedClassVariable(PythonValueVariable):
 
     def call_function(self, tx, args, kwargs):
         cls = self.value
+        if isinstance(cls, type) and issubclass(cls, torch.autograd.Function):
+            from kiln.frontend.variables import autograd_function as af
+
+            if af.is_autograd_function(cls):  # `MyFn()` (deprecated): only its .apply is used
+                return af.function_instance(tx, cls, self.source, args, kwargs)
         made = special_instance(tx, cls, args, kwargs)  # exceptions, contextlib managers
         if made is not None:
             return made
