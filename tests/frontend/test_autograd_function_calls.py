@@ -142,3 +142,35 @@ def test_enum_and_tensor_list_arguments(backend):
         torch.testing.assert_close(xc.grad, xe.grad)
     stats = kiln.counters["stats"]
     assert stats["graph_breaks"] == 0 and stats["unique_graphs"] == 2  # one per enum member
+
+
+class WithSizes(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2, [1, 2, 3]
+
+    @staticmethod
+    def backward(ctx, g, _sizes):
+        return g * 2
+
+
+def with_sizes(x):
+    out, sizes = WithSizes.apply(x)
+    sizes.append(4)  # the caller's own new list
+    return out * len(sizes), sizes
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_returning_a_list_of_constants(backend):
+    x0 = torch.randn(3)
+    kiln.reset()
+    compiled = kiln.compile(with_sizes, backend=backend, fullgraph=True)
+    xe, xc = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+    (oe, se), (oc, sc) = with_sizes(xe), compiled(xc)
+    assert sc == se == [1, 2, 3, 4]
+    assert compiled(xc)[1] == [1, 2, 3, 4]  # a new list each call
+    torch.testing.assert_close(oc, oe)
+    oe.sum().backward()
+    oc.sum().backward()
+    torch.testing.assert_close(xc.grad, xe.grad)
+    assert kiln.counters["stats"]["graph_breaks"] == 0

@@ -187,10 +187,16 @@ class AutogradFunctionApplyVariable(VariableTracker):
         if isinstance(out, BaseListVariable) and not isinstance(out, TupleVariable):
             unimplemented(f"{self.cls.__qualname__}.forward returned a list")
         tensors = [v for v in items if isinstance(v, _tensor_cls())]
-        if not tensors or not all(isinstance(v, _tensor_cls()) or _is_constant(v) for v in items):
+        if not tensors or not all(
+            isinstance(v, _tensor_cls()) or _constant_output(v) for v in items
+        ):
             unimplemented(f"{self.cls.__qualname__}.forward returned {out} (tensors expected)")
-        examples = []
-        for v in items:
+        examples, containers = [], {}
+        for k, v in enumerate(items):
+            if isinstance(v, BaseListVariable):  # a list/tuple of constants: made anew below
+                containers[k] = v
+                examples.append(None)
+                continue
             if not isinstance(v, _tensor_cls()):
                 examples.append(v.as_python_constant())
                 continue
@@ -203,7 +209,14 @@ class AutogradFunctionApplyVariable(VariableTracker):
         target = apply_target(self.cls, baked)
         node = tx.output.create_node("call_function", target, node_args, {})
         result = tuple(examples) if isinstance(out, TupleVariable) else examples[0]
-        return wrap_tensor_result(tx, node, result, tensors[0].device)
+        wrapped = wrap_tensor_result(tx, node, result, tensors[0].device)
+        for k, v in containers.items():
+            # apply returns forward's own (new) list: a new one of the same constants
+            fresh = [ConstantVariable(i.as_python_constant()) for i in v.items]
+            wrapped.items[k] = (
+                type(v)(fresh) if type(v) is not TupleVariable else TupleVariable(fresh)
+            )
+        return wrapped
 
     def reconstruct(self, cg):
         if self.cls_source is not None:
@@ -338,6 +351,13 @@ def _overrides(cls, name):
 
 def _is_constant(v):
     return v.is_python_constant() and is_literal(v.as_python_constant())
+
+
+def _constant_output(v):
+    """A constant output of forward, or a list/tuple of constants."""
+    if isinstance(v, BaseListVariable) and v.python_type() in (list, tuple):
+        return all(_is_constant(i) for i in v.items)
+    return _is_constant(v)
 
 
 def _baked(v):
