@@ -174,3 +174,41 @@ def test_forward_returning_a_list_of_constants(backend):
     oc.sum().backward()
     torch.testing.assert_close(xc.grad, xe.grad)
     assert kiln.counters["stats"]["graph_breaks"] == 0
+
+
+def _backward(ctx, g):
+    result, w = ctx.saved_tensors
+    gx = g * result.sin() * w if ctx.needs_input_grad[0] else None
+    gw = g * result if ctx.needs_input_grad[1] else None
+    return gx, gw
+
+
+def _forward(ctx, x, w):
+    result = x + x
+    ctx.save_for_backward(result, w)
+    return result * w
+
+
+class EagerBackward(torch.autograd.Function):
+    forward = staticmethod(_forward)
+    backward = staticmethod(_backward)
+
+
+class CompiledBackward(torch.autograd.Function):
+    forward = staticmethod(_forward)
+    backward = staticmethod(kiln.compile(_backward, backend="eager", fullgraph=True))
+
+
+def test_compiled_backward_reads_saved_tensors_and_needs_input_grad():
+    kiln.reset()
+    for needs in [(True, False), (False, True), (True, True), (True, False)]:
+        eager = [torch.randn(4, requires_grad=n) for n in needs]
+        comp = [t.detach().clone().requires_grad_(t.requires_grad) for t in eager]
+        EagerBackward.apply(*eager).sum().backward()
+        CompiledBackward.apply(*comp).sum().backward()
+        for a, b in zip(eager, comp):
+            assert (a.grad is None) == (b.grad is None)
+            if a.grad is not None:
+                torch.testing.assert_close(b.grad, a.grad)
+    stats = kiln.counters["stats"]
+    assert stats["graph_breaks"] == 0 and stats["unique_graphs"] == 3  # one per needs pattern

@@ -257,6 +257,10 @@ class UserDefinedObjectVariable(VariableTracker):
         if isinstance(static, types.MemberDescriptorType) and hasattr(self.value, name):
             # a __slots__ field (stores into it are breaks): read like an instance attribute
             return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
+        if name in _BACKWARD_CTX_READS and isinstance(self.value, _BACKWARD_CTX):
+            # a custom Function's ctx inside a compiled backward: what forward saved, and which
+            # inputs need a gradient (read through the source, as the guards read them)
+            return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
         if static is not None and hasattr(static, "__set__") and not isinstance(static, property):
             unimplemented(f"data descriptor {name!r} of {cls.__name__}")
         d = getattr(self.value, "__dict__", None)
@@ -374,6 +378,8 @@ class SuperVariable(VariableTracker):
 
 _DICT_BASES = (dict, collections.OrderedDict)
 _DICT_INITS = (dict.__init__, collections.OrderedDict.__init__)
+_BACKWARD_CTX = torch.autograd.function.BackwardCFunction
+_BACKWARD_CTX_READS = ("saved_tensors", "needs_input_grad")
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
 
 
