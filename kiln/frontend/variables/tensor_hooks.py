@@ -1,4 +1,5 @@
-"""`x.register_hook(fn)` inside compiled code, for a tensor that is an input of the frame.
+"""`x.register_hook(fn)` inside compiled code: on an input, after the graph; on a tensor made in
+the frame, inside it.
 
 Note [Side effects: tensor hooks replayed after the graph]
 A hook changes nothing until a backward pass reaches its tensor, and no backward pass runs
@@ -8,10 +9,12 @@ is recorded like a logging call (SideEffects.record_call) and the transformed co
 `x.register_hook(fn)` on the real input right after the graph; the gradient the compiled
 backward gives `x` then goes through the hook as in eager.
 
-Hooks on tensors made inside the graph still break: under aot_eager/kiln such a tensor's
-gradient from uses inside the graph flows inside the compiled backward and never reaches a
-hook on the graph's output. A tensor that does not require grad breaks (Python raises), and so
-does a hook that the transformed code could not load again.
+A hook on a tensor made inside the graph cannot wait for the end of the graph (the gradient of
+its uses inside the graph flows inside the compiled backward and never reaches a hook on the
+graph's output): it becomes a node of the graph (Note [Side effects: hooks on intermediate
+tensors]). A tensor that does not require grad breaks (Python raises), and so does a hook that
+the transformed code could not load again. `register_post_accumulate_grad_hook` on an input
+leaf is registered after the graph the same way.
 
 Note [Side effects: hook handles]
 The handle that `register_hook` returns inside the frame stands for a registration that happens
