@@ -242,3 +242,22 @@ def test_post_accumulate_grad_hook_on_intermediate_raises_like_eager():
             torch.randn(2, requires_grad=True), torch.randn(2)
         )
     assert str(compiled.value) == str(eager.value)
+
+
+def bad_index_hook(g):
+    return g[10]  # fails only when a backward runs it
+
+
+def hook_failing_in_backward(x, w):
+    y = x * w
+    y.register_hook(bad_index_hook)
+    return y.sum()
+
+
+def test_intermediate_hook_that_raises_raises_in_backward_like_eager():
+    x, w = torch.randn(3, requires_grad=True), torch.randn(3)
+    out = kiln.compile(hook_failing_in_backward, backend="eager")(x, w)  # no error here
+    with pytest.raises(IndexError):
+        out.backward()
+    with pytest.raises(IndexError):
+        hook_failing_in_backward(x, w).backward()

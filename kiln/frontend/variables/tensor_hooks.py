@@ -36,7 +36,7 @@ import torch
 from torch.utils.hooks import RemovableHandle
 
 from kiln.bytecode import emit
-from kiln.exc import unimplemented
+from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
@@ -204,9 +204,13 @@ def _check_hook(tx, tensor, hook):
     try:
         grad = TorchVariable(torch.zeros_like).call_function(tx, [tensor], {})
         hook.call_function(tx, [grad], {})
-    except BaseException:
+    except Unsupported:
         output.rollback(checkpoint)
         raise
+    except Exception as e:  # eager would raise it in backward, not here: run the frame in Python
+        output.rollback(checkpoint)
+        effects.restore(snapshot)
+        unimplemented(f"a hook on a tensor made in the frame raises {type(e).__name__} when traced")
     finally:
         torch._C._set_grad_enabled(prev)
     changed = effects.version != version or effects.log.keys() != snapshot.keys()
