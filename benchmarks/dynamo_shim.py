@@ -12,6 +12,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
 | torch._dynamo.disable / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
+| torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
@@ -122,6 +123,7 @@ def install():
     """Replace torch._dynamo's entry points with kiln's, in every loaded torch._dynamo module."""
     import torch
     import torch._dynamo
+    import torch._dynamo.compiled_autograd
     import torch._dynamo.testing
     import torch._dynamo.utils
 
@@ -139,7 +141,10 @@ def install():
         kiln.reset()
         stock_reset()
 
+    import kiln.compiled_autograd
+
     originals = {
+        "_enable": (torch._dynamo.compiled_autograd._enable, kiln.compiled_autograd.enable),
         "optimize": (torch._dynamo.optimize, optimize),
         "optimize_assert": (torch._dynamo.optimize_assert, optimize_assert),
         "reset": (stock_reset, reset),

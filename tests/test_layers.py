@@ -68,6 +68,9 @@ tools.hooks -> tools.debug_dir
     its run.py scripts) loads only when KILN_DEBUG_DIR is set
 tools.hooks -> tools.minifier
     import time: the minifier (and the backend under it) loads only under KILN_REPRO_AFTER
+frontend.variables.tensor_hooks -> frontend.variables.torch
+    cycle: torch.py asks tensor_hooks about pending registrations; the check of a hook on an
+    intermediate tensor makes its zero gradient with TorchVariable(torch.zeros_like)
 frontend.variables.functions -> frontend.translator
     cycle: the translator builds function variables; calling one inlines it with
     InliningTranslator

@@ -25,8 +25,10 @@ trace, into the backward graph. For those backends the backward is checked first
 the backend's failure makes kiln run the graph eagerly with a warning: still right.
 """
 
+import enum
 import inspect
 import types
+import warnings
 
 import torch
 
@@ -38,6 +40,7 @@ from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.functions import inline_call
 from kiln.frontend.variables.lists import BaseListVariable, TupleVariable
+from kiln.frontend.variables.logging_vars import EffectCallVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import TorchVariable, _Unpack, wrap_tensor_result
 from kiln.frontend.variables.user_defined import NewObjectVariable
@@ -72,8 +75,6 @@ class AutogradFunctionApplyVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         cls = self.cls
         name = cls.__qualname__
-        if kwargs:
-            unimplemented(f"{name}.apply with keyword arguments")
         forward = _static_function(cls, "forward")
         setup = _static_function(cls, "setup_context")
         if forward is None:
@@ -84,10 +85,12 @@ class AutogradFunctionApplyVariable(VariableTracker):
         has_setup = inspect.getattr_static(cls, "setup_context") is not base_setup
         if has_setup and setup is None:
             unimplemented(f"{name}.setup_context is not a staticmethod written in Python")
+        if kwargs:
+            args, kwargs = _bind_keywords(forward, args, kwargs, setup_style=has_setup), {}
         if getattr(cls, "generate_vmap_rule", False) or _overrides(cls, "jvp"):
             unimplemented(f"{name} defines vmap/jvp rules (not traced)")
         for a in args:
-            if not (isinstance(a, _tensor_cls()) or _is_constant(a)):
+            if not _apply_argument(a):
                 unimplemented(f"{name}.apply argument {a} (only tensors and constants)")
         self._guard_methods(tx, has_setup)
         grad_on = torch.is_grad_enabled()
@@ -184,10 +187,16 @@ class AutogradFunctionApplyVariable(VariableTracker):
         if isinstance(out, BaseListVariable) and not isinstance(out, TupleVariable):
             unimplemented(f"{self.cls.__qualname__}.forward returned a list")
         tensors = [v for v in items if isinstance(v, _tensor_cls())]
-        if not tensors or not all(isinstance(v, _tensor_cls()) or _is_constant(v) for v in items):
+        if not tensors or not all(
+            isinstance(v, _tensor_cls()) or _constant_output(v) for v in items
+        ):
             unimplemented(f"{self.cls.__qualname__}.forward returned {out} (tensors expected)")
-        examples = []
-        for v in items:
+        examples, containers = [], {}
+        for k, v in enumerate(items):
+            if isinstance(v, BaseListVariable):  # a list/tuple of constants: made anew below
+                containers[k] = v
+                examples.append(None)
+                continue
             if not isinstance(v, _tensor_cls()):
                 examples.append(v.as_python_constant())
                 continue
@@ -195,10 +204,19 @@ class AutogradFunctionApplyVariable(VariableTracker):
             grad = any_needs and differentiable and id(v.proxy) not in ctx.non_differentiable
             examples.append(_output_example(v.example, grad))
         unpack = _Unpack(tx)
-        node_args = tuple(unpack(a)[0] for a in args)
-        node = tx.output.create_node("call_function", apply_target(self.cls), node_args, {})
+        baked = {k: a.as_python_constant() for k, a in enumerate(args) if _baked(a)}
+        node_args = tuple(unpack(a)[0] for k, a in enumerate(args) if k not in baked)
+        target = apply_target(self.cls, baked)
+        node = tx.output.create_node("call_function", target, node_args, {})
         result = tuple(examples) if isinstance(out, TupleVariable) else examples[0]
-        return wrap_tensor_result(tx, node, result, tensors[0].device)
+        wrapped = wrap_tensor_result(tx, node, result, tensors[0].device)
+        for k, v in containers.items():
+            # apply returns forward's own (new) list: a new one of the same constants
+            fresh = [ConstantVariable(i.as_python_constant()) for i in v.items]
+            wrapped.items[k] = (
+                type(v)(fresh) if type(v) is not TupleVariable else TupleVariable(fresh)
+            )
+        return wrapped
 
     def reconstruct(self, cg):
         if self.cls_source is not None:
@@ -211,11 +229,49 @@ class AutogradFunctionApplyVariable(VariableTracker):
         return f"AutogradFunctionApplyVariable({self.cls.__qualname__})"
 
 
-def apply_target(cls):
+def function_instance(tx, cls, cls_source, args, kwargs):
+    """`MyFn()`: Function.__init__ only warns (DeprecationWarning, replayed after the graph);
+    the instance stands for its class, whose static methods are all it offers."""
+    if args or kwargs or _overrides(cls, "__init__") or _overrides(cls, "__new__"):
+        unimplemented(f"creating an instance of {cls.__qualname__} while tracing")
+    message = (
+        f"{cls} should not be instantiated. Methods on autograd functions are all static, so "
+        "you should invoke them on the class itself. Instantiating an autograd function will "
+        "raise an error in a future version of PyTorch."
+    )
+    warn = EffectCallVariable("warnings.warn", fn=warnings.warn)
+    const = ConstantVariable
+    warn.call_function(tx, [const(message), const(DeprecationWarning)], {"stacklevel": const(2)})
+    return AutogradFunctionInstanceVariable(cls, cls_source)
+
+
+class AutogradFunctionInstanceVariable(VariableTracker):
+    """An instance of a torch.autograd.Function subclass made in the frame (`MyFn()`)."""
+
+    def __init__(self, cls, cls_source=None, **kw):
+        super().__init__(**kw)
+        self.cls, self.cls_source = cls, cls_source
+
+    def python_type(self):
+        return self.cls
+
+    def var_getattr(self, tx, name):
+        if name == "apply":
+            return AutogradFunctionApplyVariable(self.cls, self.cls_source)
+        unimplemented(f"attribute {name!r} of an instance of {self.cls.__qualname__}")
+
+    def reconstruct(self, cg):
+        unimplemented(f"an instance of {self.cls.__qualname__} made in the frame escapes")
+
+
+def apply_target(cls, baked=None):
     """The graph's target for `cls.apply`: a function named after the class (FX would print a
     torch function by its module path, and `torch.autograd.function.apply` does not exist)."""
 
     def apply(*args):
+        if baked:  # the enum members back in their places
+            it = iter(args)
+            args = [baked[k] if k in baked else next(it) for k in range(len(args) + len(baked))]
         return cls.apply(*args)
 
     apply.__name__ = apply.__qualname__ = f"{cls.__name__}_apply"
@@ -242,6 +298,52 @@ def _static_function(cls, name):
     return None
 
 
+def _bind_keywords(forward, args, kwargs, setup_style):
+    """`MyFn.apply(x, factor=6)`: the arguments in forward's order.
+
+    Note [Autograd functions: keyword arguments]
+    Function.apply binds keywords in two ways. With setup_context it binds them in Python by
+    inspect.signature(forward) and fills in every default. Without it, C++ places each keyword
+    at its name's position in forward's code (after ctx; a functools.wraps wrapper's own names,
+    not a __signature__) and fills in nothing: a gap before the last keyword raises TypeError,
+    the trailing parameters keep forward's defaults. The node is the positional call that eager
+    makes; a call that does not bind (TypeError) or a forward with *args/**kwargs breaks."""
+    if setup_style:
+        markers = [object() for _ in range(len(args) + len(kwargs))]
+        by_marker = dict(zip(map(id, markers), [*args, *kwargs.values()]))
+        try:
+            bound = inspect.signature(forward).bind(
+                *markers[: len(args)], **dict(zip(kwargs, markers[len(args) :]))
+            )
+        except TypeError:
+            unimplemented("apply with arguments that do not bind (Python raises TypeError)")
+        bound.apply_defaults()
+        if bound.kwargs:
+            unimplemented("apply with keyword-only arguments")
+        out = []
+        for value in bound.args:
+            if id(value) in by_marker:
+                out.append(by_marker[id(value)])
+            elif is_literal(value):
+                out.append(ConstantVariable(value))
+            else:
+                unimplemented("apply with a default argument that is not a constant")
+        return out
+    code = forward.__code__
+    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or code.co_kwonlyargcount:
+        unimplemented("apply with keyword arguments for a forward with *args/**kwargs")
+    names = code.co_varnames[1 : code.co_argcount]
+    if len(args) > len(names) or set(kwargs) - set(names[len(args) :]):
+        unimplemented("apply with arguments that do not bind (Python raises TypeError)")
+    last = max(names.index(k) for k in kwargs)
+    out = list(args)
+    for name in names[len(args) : last + 1]:
+        if name not in kwargs:
+            unimplemented(f"apply missing the argument {name!r} (Python raises TypeError)")
+        out.append(kwargs[name])
+    return out
+
+
 def _overrides(cls, name):
     base = inspect.getattr_static(torch.autograd.Function, name, None)
     return inspect.getattr_static(cls, name, None) is not base
@@ -249,6 +351,29 @@ def _overrides(cls, name):
 
 def _is_constant(v):
     return v.is_python_constant() and is_literal(v.as_python_constant())
+
+
+def _constant_output(v):
+    """A constant output of forward, or a list/tuple of constants."""
+    if isinstance(v, BaseListVariable) and v.python_type() in (list, tuple):
+        return all(_is_constant(i) for i in v.items)
+    return _is_constant(v)
+
+
+def _baked(v):
+    """An enum member argument: held by the node's target (FX cannot print it in the graph)."""
+    return v.is_python_constant() and isinstance(v.as_python_constant(), enum.Enum)
+
+
+def _apply_argument(v):
+    """What the apply node can take: tensors, constants, enum members (baked into the target),
+    and lists/tuples of those (a new list each call: a forward that mutates one breaks as a
+    side effect outside ctx)."""
+    if isinstance(v, _tensor_cls()) or _is_constant(v) or _baked(v):
+        return True
+    if isinstance(v, BaseListVariable) and v.python_type() in (list, tuple):
+        return all(isinstance(i, _tensor_cls()) or _is_constant(i) for i in v.items)
+    return False
 
 
 def _output_example(example, requires_grad):

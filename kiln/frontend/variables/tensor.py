@@ -17,7 +17,10 @@ from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import SizeVariable, TupleVariable
 from kiln.frontend.variables.misc import TensorMethodVariable
 from kiln.frontend.variables.sym import SymNodeVariable
-from kiln.frontend.variables.tensor_hooks import register_hook
+from kiln.frontend.variables.tensor_hooks import (
+    register_hook,
+    register_post_accumulate_grad_hook,
+)
 from kiln.frontend.variables.tensor_new import tensor_new
 from kiln.frontend.variables.torch import _call_torch, call_tensor_op
 from kiln.frontend.variables.user_defined import _dunder_missing
@@ -191,6 +194,8 @@ class TensorVariable(VariableTracker):
             raise CompiledAutogradCall("Tensor.backward() runs through compiled autograd")
         if name == "register_hook":
             return register_hook(tx, self, args, kwargs)
+        if name == "register_post_accumulate_grad_hook":
+            return register_post_accumulate_grad_hook(tx, self, args, kwargs)
         if name in optim.METHOD_REWRITES:  # Note [Optimizers: scalar tensors as op scalars]
             done = optim.rewrite_method(
                 tx, self, name, args, kwargs, _call_torch(tx), TensorVariable

@@ -1,4 +1,5 @@
-"""`x.register_hook(fn)` inside compiled code, for a tensor that is an input of the frame.
+"""`x.register_hook(fn)` inside compiled code: on an input, after the graph; on a tensor made in
+the frame, inside it.
 
 Note [Side effects: tensor hooks replayed after the graph]
 A hook changes nothing until a backward pass reaches its tensor, and no backward pass runs
@@ -8,18 +9,42 @@ is recorded like a logging call (SideEffects.record_call) and the transformed co
 `x.register_hook(fn)` on the real input right after the graph; the gradient the compiled
 backward gives `x` then goes through the hook as in eager.
 
-Hooks on tensors made inside the graph still break: under aot_eager/kiln such a tensor's
-gradient from uses inside the graph flows inside the compiled backward and never reaches a
-hook on the graph's output. A tensor that does not require grad breaks (Python raises), and so
-does a hook that the transformed code could not load again. The handle that register_hook
-returns cannot be used inside the frame (`h.remove()` breaks).
+A hook on a tensor made inside the graph cannot wait for the end of the graph (the gradient of
+its uses inside the graph flows inside the compiled backward and never reaches a hook on the
+graph's output): it becomes a node of the graph (Note [Side effects: hooks on intermediate
+tensors]). A tensor that does not require grad breaks (Python raises), and so does a hook that
+the transformed code could not load again. `register_post_accumulate_grad_hook` on an input
+leaf is registered after the graph the same way.
+
+Note [Side effects: hook handles]
+The handle that `register_hook` returns inside the frame stands for a registration that happens
+after the graph. If it escapes (returned, stored on an object or a global, live at a break), the
+transformed code makes it first as an empty RemovableHandle (`new_handle`), once per call, and
+the replayed registration (`register_deferred`) then points it at the real hook entry, so the
+caller holds a handle that removes the hook as eager's does. `h.remove()` inside the frame
+cancels the pending registration (the hook would be removed before any backward could run it):
+the replay skips it, and the escaping handle stays empty (removing it again does nothing, as in
+eager).
 """
 
+import collections
+import functools
 import itertools
+import types
 
-from kiln.exc import unimplemented
-from kiln.frontend.variables.base import VariableTracker
-from kiln.frontend.variables.functions import NestedUserFunctionVariable, UserFunctionVariable
+import torch
+from torch.utils.hooks import RemovableHandle
+
+from kiln.bytecode import emit
+from kiln.exc import Unsupported, unimplemented
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.functions import (
+    NestedUserFunctionVariable,
+    PartialVariable,
+    UserFunctionVariable,
+)
 from kiln.frontend.variables.logging_vars import EffectCallVariable
 
 _serial = itertools.count()
@@ -29,20 +54,172 @@ def register_hook(tx, tensor, args, kwargs):
     """Record `tensor.register_hook(hook)`; returns the (opaque) handle."""
     if kwargs or len(args) != 1:
         unimplemented("Tensor.register_hook with these arguments")
-    if tensor.source is None:
-        unimplemented("Tensor.register_hook() on a tensor made inside the compiled frame")
     if not tensor.example.requires_grad:
         unimplemented("Tensor.register_hook() on a tensor that does not require grad")
     (hook,) = args
-    if type(hook) is UserFunctionVariable and hook.source is not None:
-        pass
-    elif isinstance(hook, NestedUserFunctionVariable) and not hook.code.co_freevars:
-        pass
-    else:
-        unimplemented(f"Tensor.register_hook() with the hook {hook} (not reloadable)")
-    method = EffectCallVariable("Tensor.register_hook", obj=tensor, name="register_hook")
-    tx.output.side_effects.record_call(("hook", next(_serial)), method, [hook], {})
-    return HookHandleVariable()
+    if tensor.source is None:
+        return hook_intermediate(tx, tensor, hook)
+    return _register_after_graph(tx, tensor, hook, "register_hook")
+
+
+def register_post_accumulate_grad_hook(tx, tensor, args, kwargs):
+    """Record `leaf.register_post_accumulate_grad_hook(hook)` (an input leaf: registered after
+    the graph, as register_hook on an input)."""
+    if kwargs or len(args) != 1:
+        unimplemented("Tensor.register_post_accumulate_grad_hook with these arguments")
+    if tensor.source is None or not tensor.example.requires_grad or not tensor.example.is_leaf:
+        unimplemented("Tensor.register_post_accumulate_grad_hook() on a tensor made in the frame")
+    return _register_after_graph(tx, tensor, args[0], "register_post_accumulate_grad_hook")
+
+
+def _register_after_graph(tx, tensor, hook, method):
+    if not _reloadable(hook):
+        unimplemented(f"Tensor.{method}() with the hook {hook} (not reloadable)")
+    handle = HookHandleVariable(("hook", next(_serial)), tensor, hook, method=method)
+    handle.record(tx, removed=False)
+    return handle
+
+
+def _reloadable(var):
+    """Whether the transformed code can load the hook again: from a source, a function made in
+    the frame (over the cells it closes over), functools.partial of those and constants."""
+    if var.source is not None or var.is_python_constant():
+        return True
+    if isinstance(var, NestedUserFunctionVariable):
+        return True
+    if isinstance(var, PartialVariable):
+        return all(_reloadable(v) for v in (var.fn, *var.args, *var.kwargs.values()))
+    return False
+
+
+# --- hooks on tensors made in the frame ----------------------------------------------------------
+# Note [Side effects: hooks on intermediate tensors]
+# `y = x * 2; y.register_hook(h)` adds h to the gradient that flows into y from EVERY use of y,
+# those traced before the registration included. The node that made y is renamed in place: a
+# copy of it (`y_raw`) is put before it, and the node itself becomes `tensor_hooks_N(y_raw)`, an
+# identity autograd.Function whose backward runs the hooks in registration order (a hook that
+# returns None leaves the gradient as it is). Every use of y, earlier or later, now reads the
+# hooked value, so eager's gradients come out, under every backend: "eager" runs the Function,
+# aot_eager and kiln trace its backward (the hook's tensor code) into the backward graph.
+#
+# The hook must be a value kiln can build at compile time (a function from a source, guarded by
+# identity; a function made in the frame without closure cells; functools.partial of those with
+# constant arguments), and tensor code without effects: it is traced once, speculatively, on a
+# zero gradient (side effects: "Unsafe side effect", a break; its guards stay). A view breaks
+# (the identity copies, and a view's writes must reach its base).
+
+
+class _RunHooks(torch.autograd.Function):
+    """Identity forward; the backward passes the gradient through `hooks`."""
+
+    @staticmethod
+    def forward(ctx, x, hooks):
+        ctx.hooks = hooks
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        for hook in ctx.hooks:
+            out = hook(grad)
+            if out is not None:
+                grad = out
+        return grad, None
+
+
+def hooks_target(hooks):
+    """The graph's target for a tensor with these hooks (a named function FX can print)."""
+
+    def run(x):
+        return _RunHooks.apply(x, hooks)
+
+    run.__name__ = run.__qualname__ = f"tensor_hooks_{next(_serial)}"
+    run.tensor_hooks = hooks
+    return run
+
+
+def hook_intermediate(tx, tensor, hook):
+    """`y.register_hook(h)` for a y made in the frame (Note [Side effects: hooks on
+    intermediate tensors])."""
+    node = tensor.proxy
+    if node.op not in ("call_function", "call_method", "call_module"):
+        unimplemented(f"Tensor.register_hook() on a tensor made by a {node.op} node")
+    if tensor.example._is_view():
+        unimplemented("Tensor.register_hook() on a view made in the compiled frame")
+    _check_hook(tx, tensor, hook)  # (first: a hook with effects breaks for that reason)
+    value = _hook_value(tx, hook)
+    hooks = getattr(node.target, "tensor_hooks", None)
+    if hooks is not None:  # a second hook on y: appended (they run in registration order)
+        node.target = hooks_target((*hooks, value))
+        return HookHandleVariable(None, tensor, hook, in_graph=True)
+    graph = tx.output.graph
+    with graph.inserting_before(node):
+        raw = graph.create_node(node.op, node.target, node.args, node.kwargs)
+    raw.meta = dict(node.meta)
+    node.op, node.target = "call_function", hooks_target((value,))
+    node.args, node.kwargs = (raw,), {}
+    return HookHandleVariable(None, tensor, hook, in_graph=True)
+
+
+def _hook_value(tx, hook):
+    """The hook as a Python object made at compile time, or a break."""
+    if type(hook) is UserFunctionVariable:
+        if hook.source is not None:
+            tx.output.guards.add(GuardKind.ID_MATCH, hook.source, hook.fn)
+        return hook.fn
+    if isinstance(hook, NestedUserFunctionVariable) and not hook.code.co_freevars:
+        if getattr(hook, "attrs", None) or hook.annotations:
+            unimplemented("Tensor.register_hook() with a function carrying attributes")
+        defaults = _constant(hook.defaults)
+        kwdefaults = _constant(hook.kwdefaults)
+        fn = types.FunctionType(hook.code, hook.globals, hook.code.co_name, defaults)
+        fn.__kwdefaults__ = kwdefaults
+        return fn
+    if isinstance(hook, PartialVariable):
+        fn = _hook_value(tx, hook.fn)
+        args = [_constant(a) for a in hook.args]
+        kwargs = {k: _constant(v) for k, v in hook.kwargs.items()}
+        return functools.partial(fn, *args, **kwargs)
+    unimplemented(f"Tensor.register_hook() on a tensor made in the frame with the hook {hook}")
+
+
+def _constant(var):
+    if var is None:
+        return None
+    if not var.is_python_constant():
+        unimplemented(f"Tensor.register_hook() with a hook bound to {var} (not a constant)")
+    return var.as_python_constant()
+
+
+def _check_hook(tx, tensor, hook):
+    """Trace the hook once on a zero gradient (grad mode off, as the engine runs it); its nodes
+    are dropped, a side effect is a break."""
+    from kiln.frontend.variables.torch import TorchVariable
+
+    output = tx.output
+    checkpoint = output.last_node()
+    effects = output.side_effects
+    snapshot, version = effects.snapshot(), effects.version
+    prev = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(False)
+    try:
+        grad = TorchVariable(torch.zeros_like).call_function(tx, [tensor], {})
+        hook.call_function(tx, [grad], {})
+    except Unsupported:
+        output.rollback(checkpoint)
+        raise
+    except Exception as e:  # eager would raise it in backward, not here: run the frame in Python
+        output.rollback(checkpoint)
+        effects.restore(snapshot)
+        unimplemented(f"a hook on a tensor made in the frame raises {type(e).__name__} when traced")
+    finally:
+        torch._C._set_grad_enabled(prev)
+    changed = effects.version != version or effects.log.keys() != snapshot.keys()
+    if changed or any(effects.log[k] is not snapshot[k] for k in snapshot):
+        effects.restore(snapshot)
+        unimplemented(
+            "Unsafe side effect in a hook on a tensor made in the frame (it runs in backward)"
+        )
+    output.rollback(checkpoint)
 
 
 def has_pending_hooks(side_effects):
@@ -50,14 +227,57 @@ def has_pending_hooks(side_effects):
     return any(key[0] == "hook" for key in side_effects.log)
 
 
+_NO_HOOKS = collections.OrderedDict()  # what an empty handle points at (never filled)
+
+
+def new_handle():
+    """The handle of a registration the transformed code makes later (Note [Side effects: hook
+    handles]); removing it does nothing until `register_deferred` binds it."""
+    return RemovableHandle(_NO_HOOKS)
+
+
+def register_deferred(tensor, hook, handle, removed, method="register_hook"):
+    """The replayed `tensor.register_hook(hook)` (or `method`), its real handle's entry given to
+    `handle`."""
+    if not removed:
+        handle.__dict__.update(getattr(tensor, method)(hook).__dict__)
+
+
 class HookHandleVariable(VariableTracker):
     """The RemovableHandle of a registration made after the graph."""
 
+    keeps_identity = True  # rebuilt once per call: `return h, h` gives the same object
+
+    def __init__(self, key, tensor, hook, in_graph=False, method="register_hook", **kw):
+        super().__init__(**kw)
+        self.key, self.tensor, self.hook, self.method = key, tensor, hook, method
+        self.in_graph = in_graph  # a hook on a tensor made in the frame (inside the graph)
+
+    def python_type(self):
+        return RemovableHandle
+
+    def record(self, tx, removed):
+        """(Re)record the replayed registration, cancelled once removed in the frame."""
+        fn = EffectCallVariable("Tensor.register_hook", fn=register_deferred)
+        args = [self.tensor, self.hook, self, ConstantVariable(removed)]
+        args += [ConstantVariable(self.method)] if self.method != "register_hook" else []
+        tx.output.side_effects.record_call(self.key, fn, args, {})
+
     def call_method(self, tx, name, args, kwargs):
+        if self.in_graph:
+            unimplemented(f"RemovableHandle.{name} of a hook on a tensor made in the frame")
+        if name == "remove" and not args and not kwargs:
+            self.record(tx, removed=True)
+            return ConstantVariable(None)
         unimplemented(f"RemovableHandle.{name} of a hook registered in the compiled frame")
 
     def var_getattr(self, tx, name):
+        if name == "remove":
+            return BoundMethodVariable(self, name)
         unimplemented(f"RemovableHandle.{name} of a hook registered in the compiled frame")
 
     def reconstruct(self, cg):
-        unimplemented("the handle of a hook registered in the compiled frame escapes")
+        if self.in_graph:
+            unimplemented("the handle of a hook on a tensor made in the frame escapes")
+        cg.load_object(new_handle, push_null=True)
+        cg.extend(emit.call(0))

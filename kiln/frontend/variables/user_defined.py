@@ -96,6 +96,11 @@ class UserDefinedClassVariable(PythonValueVariable):
 
     def call_function(self, tx, args, kwargs):
         cls = self.value
+        if isinstance(cls, type) and issubclass(cls, torch.autograd.Function):
+            from kiln.frontend.variables import autograd_function as af
+
+            if af.is_autograd_function(cls):  # `MyFn()` (deprecated): only its .apply is used
+                return af.function_instance(tx, cls, self.source, args, kwargs)
         made = special_instance(tx, cls, args, kwargs)  # exceptions, contextlib managers
         if made is not None:
             return made
@@ -252,6 +257,10 @@ class UserDefinedObjectVariable(VariableTracker):
         if isinstance(static, types.MemberDescriptorType) and hasattr(self.value, name):
             # a __slots__ field (stores into it are breaks): read like an instance attribute
             return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
+        if name in _BACKWARD_CTX_READS and isinstance(self.value, _BACKWARD_CTX):
+            # a custom Function's ctx inside a compiled backward: what forward saved, and which
+            # inputs need a gradient (read through the source, as the guards read them)
+            return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
         if static is not None and hasattr(static, "__set__") and not isinstance(static, property):
             unimplemented(f"data descriptor {name!r} of {cls.__name__}")
         d = getattr(self.value, "__dict__", None)
@@ -369,6 +378,8 @@ class SuperVariable(VariableTracker):
 
 _DICT_BASES = (dict, collections.OrderedDict)
 _DICT_INITS = (dict.__init__, collections.OrderedDict.__init__)
+_BACKWARD_CTX = torch.autograd.function.BackwardCFunction
+_BACKWARD_CTX_READS = ("saved_tensors", "needs_input_grad")
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
 
 

@@ -1,0 +1,214 @@
+"""How `MyFn.apply` may be called inside compiled code: keyword arguments bound to forward's
+names with defaults (Note [Autograd functions: keyword arguments]), `MyFn().apply` on a
+deprecated instance (its DeprecationWarning replayed), enum members and lists of tensors as
+arguments. Outputs, gradients and warnings equal eager under every backend."""
+
+import enum
+import warnings
+
+import pytest
+import torch
+
+import kiln
+
+BACKENDS = ["eager", "aot_eager", "kiln"]
+
+
+class ScaledSin(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, factor=2.0, shift=0.5):
+        ctx.save_for_backward(x)
+        ctx.factor = factor
+        return factor * torch.sin(x) + shift
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * ctx.factor * torch.cos(x), None, None
+
+
+class AddScaled(torch.autograd.Function):
+    """setup_context style: forward has no ctx."""
+
+    @staticmethod
+    def forward(x, y, alpha=1.0):
+        return x + alpha * y
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.alpha = inputs[2]
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, g * ctx.alpha, None
+
+
+def keyword_calls(x, y):
+    a = ScaledSin.apply(x, factor=2.0, shift=1.0)
+    b = ScaledSin.apply(x, factor=3.0)  # shift keeps forward's default
+    c = AddScaled.apply(y=y, x=x)
+    d = AddScaled.apply(x, y, alpha=0.25)
+    return a + b + c + d
+
+
+def run(fn, *inputs, backend):
+    """Eager and compiled on fresh leaves: outputs and gradients compared; the stats."""
+    eager_in = [t.detach().clone().requires_grad_() for t in inputs]
+    comp_in = [t.detach().clone().requires_grad_() for t in inputs]
+    kiln.reset()
+    expected = fn(*eager_in)
+    got = kiln.compile(fn, backend=backend, fullgraph=True)(*comp_in)
+    torch.testing.assert_close(got, expected)
+    expected.sum().backward()
+    got.sum().backward()
+    for a, b in zip(eager_in, comp_in):
+        torch.testing.assert_close(b.grad, a.grad)
+    return kiln.counters["stats"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_keyword_arguments_bind_like_apply(backend):
+    stats = run(keyword_calls, torch.randn(4), torch.randn(4), backend=backend)
+    assert stats["graph_breaks"] == 0 and stats["unique_graphs"] == 1
+
+
+def unknown_keyword(x):
+    return ScaledSin.apply(x, scale=3.0)
+
+
+def skips_a_parameter(x):
+    return ScaledSin.apply(x, shift=1.0)  # without setup_context no default fills `factor`
+
+
+@pytest.mark.parametrize("fn", [unknown_keyword, skips_a_parameter])
+def test_keyword_that_does_not_bind_raises_like_eager(fn):
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(TypeError) as eager:
+        fn(x)
+    with pytest.raises(TypeError) as compiled:
+        kiln.compile(fn, backend="eager")(x)  # a break: apply raises in Python
+    assert str(compiled.value) == str(eager.value)
+
+
+def via_instance(x):
+    return ScaledSin().apply(x) * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_instance_apply_warns_like_eager(backend):
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        stats = run(via_instance, torch.randn(4), backend=backend)
+    kinds = [w.category for w in seen if "should not be instantiated" in str(w.message)]
+    assert kinds == [DeprecationWarning, DeprecationWarning]  # eager's, then the compiled one
+    assert stats["graph_breaks"] == 0 and stats["unique_graphs"] == 1
+
+
+class Mode(enum.Enum):
+    SIN = 0
+    COS = 1
+
+
+class Wave(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, mode, parts):
+        ctx.save_for_backward(x)
+        ctx.mode = mode
+        base = x.sin() if mode is Mode.SIN else x.cos()
+        return base * (parts[0] + parts[1])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        d = x.cos() if ctx.mode is Mode.SIN else -x.sin()
+        return g * d * 7.0, None, None
+
+
+def wave(x, mode):
+    return Wave.apply(x, mode, [torch.full((), 3.0), torch.full((), 4.0)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_enum_and_tensor_list_arguments(backend):
+    x0 = torch.randn(5)
+    kiln.reset()
+    compiled = kiln.compile(wave, backend=backend, fullgraph=True)
+    for mode in (Mode.SIN, Mode.COS, Mode.SIN):
+        xe, xc = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+        expected, got = wave(xe, mode), compiled(xc, mode)
+        torch.testing.assert_close(got, expected)
+        expected.sum().backward()
+        got.sum().backward()
+        torch.testing.assert_close(xc.grad, xe.grad)
+    stats = kiln.counters["stats"]
+    assert stats["graph_breaks"] == 0 and stats["unique_graphs"] == 2  # one per enum member
+
+
+class WithSizes(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2, [1, 2, 3]
+
+    @staticmethod
+    def backward(ctx, g, _sizes):
+        return g * 2
+
+
+def with_sizes(x):
+    out, sizes = WithSizes.apply(x)
+    sizes.append(4)  # the caller's own new list
+    return out * len(sizes), sizes
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_returning_a_list_of_constants(backend):
+    x0 = torch.randn(3)
+    kiln.reset()
+    compiled = kiln.compile(with_sizes, backend=backend, fullgraph=True)
+    xe, xc = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+    (oe, se), (oc, sc) = with_sizes(xe), compiled(xc)
+    assert sc == se == [1, 2, 3, 4]
+    assert compiled(xc)[1] == [1, 2, 3, 4]  # a new list each call
+    torch.testing.assert_close(oc, oe)
+    oe.sum().backward()
+    oc.sum().backward()
+    torch.testing.assert_close(xc.grad, xe.grad)
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+
+
+def _backward(ctx, g):
+    result, w = ctx.saved_tensors
+    gx = g * result.sin() * w if ctx.needs_input_grad[0] else None
+    gw = g * result if ctx.needs_input_grad[1] else None
+    return gx, gw
+
+
+def _forward(ctx, x, w):
+    result = x + x
+    ctx.save_for_backward(result, w)
+    return result * w
+
+
+class EagerBackward(torch.autograd.Function):
+    forward = staticmethod(_forward)
+    backward = staticmethod(_backward)
+
+
+class CompiledBackward(torch.autograd.Function):
+    forward = staticmethod(_forward)
+    backward = staticmethod(kiln.compile(_backward, backend="eager", fullgraph=True))
+
+
+def test_compiled_backward_reads_saved_tensors_and_needs_input_grad():
+    kiln.reset()
+    for needs in [(True, False), (False, True), (True, True), (True, False)]:
+        eager = [torch.randn(4, requires_grad=n) for n in needs]
+        comp = [t.detach().clone().requires_grad_(t.requires_grad) for t in eager]
+        EagerBackward.apply(*eager).sum().backward()
+        CompiledBackward.apply(*comp).sum().backward()
+        for a, b in zip(eager, comp):
+            assert (a.grad is None) == (b.grad is None)
+            if a.grad is not None:
+                torch.testing.assert_close(b.grad, a.grad)
+    stats = kiln.counters["stats"]
+    assert stats["graph_breaks"] == 0 and stats["unique_graphs"] == 3  # one per needs pattern
