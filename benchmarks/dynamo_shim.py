@@ -14,6 +14,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
+| torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 
 `testing.CompileCounter` needs no mapping: it is a plain backend callable (gm, example_inputs).
@@ -122,6 +123,7 @@ def install():
     """Replace torch._dynamo's entry points with kiln's, in every loaded torch._dynamo module."""
     import torch
     import torch._dynamo
+    import torch._dynamo.exc
     import torch._dynamo.testing
     import torch._dynamo.utils
 
@@ -154,6 +156,8 @@ def install():
         # a C function Dynamo cannot trace (it returns its second argument): tests count on the
         # graph break it makes; kiln would put a torch C function in the graph, so it is disabled
         "unsupported": (torch._dynamo.testing.unsupported, kiln.disable(_unsupported)),
+        # `with self.assertRaises(Unsupported)`: a compile error under fullgraph (kiln's class)
+        "Unsupported": (torch._dynamo.exc.Unsupported, kiln.exc.Unsupported),
     }
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "torch._dynamo" or name.startswith("torch._dynamo.")):

@@ -208,7 +208,9 @@ class BlockStackMixin:
 
     def escape(self, exc):
         """An exception leaves the root frame: a break where Python raises it again."""
-        e = Unsupported(f"{exc.var.cls.__name__} raised and not caught in the compiled frame")
+        e = Unsupported(
+            f"Observed exception: {exc.var.cls.__name__} raised and not caught in the compiled frame"
+        )
         if self.exc_info is not None or self.current_inst.opname == "RERAISE":
             e.no_resume = True  # inside a handler: the live exception cannot be rebuilt
         raise e

@@ -14,6 +14,7 @@ import torch
 
 from kiln.exc import unimplemented
 from kiln.frontend.variables import (
+    dicts,
     misc,
     optim,
     stdlib,
@@ -342,7 +343,7 @@ class BuiltinVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__", "__module__", "__doc__"):
             return ConstantVariable(getattr(self.fn, name))
-        modelled = stdlib.class_method(self.fn, name)
+        modelled = stdlib.class_method(self.fn, name) or dicts.class_method(self.fn, name)
         if modelled is not None:
             return modelled
         return super().var_getattr(tx, name)

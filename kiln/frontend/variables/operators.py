@@ -8,7 +8,14 @@ import torch
 
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables import dict_views, numpy_vars, set_subclass, sym, unspec_float
+from kiln.frontend.variables import (
+    dict_views,
+    dicts,
+    numpy_vars,
+    set_subclass,
+    sym,
+    unspec_float,
+)
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dict_views import DictViewVariable
 from kiln.frontend.variables.dicts import ConstDictVariable, IdentityKeyedDictVariable
@@ -62,6 +69,11 @@ def binary_op(tx, fn, a, b):
         result = set_subclass.binary_op(tx, fn, a, b)
         if result is not None:
             return result
+    if fn in _INPLACE and (
+        isinstance(a, DictViewVariable)
+        or (isinstance(b, DictViewVariable) and isinstance(a, SetVariable))
+    ):
+        fn = _INPLACE[fn]  # views have no in-place operators, set's take sets only: `a = a op b`
     if isinstance(a, DictViewVariable) or isinstance(b, DictViewVariable):
         result = dict_views.set_op(tx, fn, a, b) if fn in dict_views._SET_OPS else None
         if result is not None:
@@ -90,6 +102,10 @@ def binary_op(tx, fn, a, b):
     if isinstance(a, ConstDictVariable) and fn in (operator.or_, operator.ior):
         result = a.call_method(tx, "__ior__" if fn is operator.ior else "__or__", [b], {})
         if result.is_python_constant() and result.as_python_constant() is NotImplemented:
+            if isinstance(b, (ConstantVariable, BaseListVariable, SetVariable)):
+                # a builtin literal, list, tuple or set declines a dict too: TypeError
+                names = f"'{a.python_type().__name__}' and '{b.python_type().__name__}'"
+                raise_observed(tx, TypeError, f"unsupported operand type(s) for |: {names}")
             unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
         return result
     if fn in (operator.add, operator.iadd):  # `() + t + ()`: a constant tuple/list joins items
@@ -151,6 +167,9 @@ def _dicts_equal(tx, a, b):
         if not compare_vars(tx, operator.eq, value, b.items[key]).truthy(tx):
             return False
     return True
+
+
+dicts.EQUALITY["dicts"] = _dicts_equal
 
 
 def _constant_sequence(value, other):

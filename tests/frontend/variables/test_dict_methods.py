@@ -1,0 +1,117 @@
+"""dict methods read from the class, dict errors raised as eager raises them, and the in-place
+and mixed set operators of dict views, with fullgraph=True, compared with eager."""
+
+import operator
+from collections import OrderedDict
+
+import pytest
+import torch
+from frontend_helpers import run_and_compare
+
+import kiln
+
+
+def test_dict_methods_called_on_the_class():
+    def fn(x):
+        d = {"a": 1, "b": 2}
+        same = {"a": 1, "b": 2}
+        od = OrderedDict(p=3)
+        dict.update(d, c=3)
+        dict.setdefault(d, "e", 5)
+        popped = dict.pop(d, "e")
+        it = dict.__iter__(d)
+        return (
+            x + dict.get(d, "a") + dict.get(od, "p"),  # OrderedDict keeps dict's get
+            dict.__eq__(d, same),
+            dict.__ne__(d, same),
+            d.__eq__(1),  # NotImplemented, as eager
+            "c" in dict.keys(d),
+            sorted(dict.values(d)),
+            dict.copy(d),
+            dict.__ior__(same, {"z": 0}),
+            popped,
+            next(it),
+            d,
+        )
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_dict_method_the_subclass_overrides_breaks():
+    def fn(x):
+        return x + len(dict.keys(OrderedDict(a=1)))  # bypasses OrderedDict.keys
+
+    with pytest.raises(kiln.exc.Unsupported, match="overrides it"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(2))
+
+
+def test_dict_errors_are_raised_as_eager_raises_them():
+    def bad_pair(x):
+        try:
+            {}.update([(1, 2, 3)])
+        except ValueError as e:
+            return x + 1, str(e)
+        return x
+
+    def two_args(x):
+        try:
+            {}.update({}, {})
+        except TypeError as e:
+            return x + 1, str(e)
+        return x
+
+    def unhashable_key(x):
+        try:
+            return {[1, 2]: x}
+        except TypeError as e:
+            return x + 1, str(e)
+
+    def or_with_an_int(x):
+        try:
+            return {"a": x} | 1
+        except TypeError as e:
+            return x + 1, str(e)
+
+    for fn in (bad_pair, two_args, unhashable_key, or_with_an_int):
+        run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_an_uncaught_exception_under_fullgraph_says_so():
+    def fn(x):
+        return {[1]: x}
+
+    with pytest.raises(kiln.exc.Unsupported, match="Observed exception: TypeError"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(2))
+
+
+class _MySet(set):
+    pass
+
+
+_OPS = ["or_", "and_", "xor", "sub", "ior", "iand", "ixor", "isub", "lt", "le", "gt", "ge", "eq"]
+
+
+@pytest.mark.parametrize("name", _OPS)
+def test_dict_views_with_sets_views_and_set_subclasses(name):
+    op = getattr(operator, name)
+
+    def fn(x):
+        keys = {"one": 1, "two": 2, "three": 3}.keys()
+        items = {"one": 1, "two": 2}.items()
+        s = {"one", "four"}
+        u = _MySet({"one", "four"})
+        pairs = {("one", 1)}
+        results = (
+            op(keys, s),
+            op(s, keys),  # `s op= keys` makes a new set: s is left as it was
+            op(keys, u),
+            op(u, keys),
+            op(items, u),
+            op(u, items),
+            op(items, pairs),
+            op(pairs, items),
+            op(keys, items),
+        )
+        return x + 1, results, [type(r) for r in results], s, u, pairs
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
