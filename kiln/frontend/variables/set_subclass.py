@@ -34,8 +34,8 @@ from kiln.frontend.variables import dict_views
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.classes import load_class
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
-from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.dict_views import DictViewVariable
+from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.functions import inline_call
 from kiln.frontend.variables.lists import (
