@@ -256,6 +256,16 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(found)
         unimplemented(f"hasattr on {obj}")
 
+    def _call_setattr(self, tx, obj, name, value):
+        """setattr(obj, "name", value): exactly `obj.name = value` (STORE_ATTR)."""
+        n = name.as_python_constant()
+        if type(n) is not str:
+            unimplemented(f"setattr with a {type(n).__name__} name")
+        tx.push(value)
+        tx.push(obj)
+        tx.STORE_ATTR(types.SimpleNamespace(argval=n, opname="STORE_ATTR"))
+        return ConstantVariable(None)
+
     def _call_super(self, tx, cls=None, obj=None):
         if cls is None:
             code = tx.code
