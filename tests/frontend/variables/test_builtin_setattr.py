@@ -13,10 +13,10 @@ def test_setattr_on_new_objects_functions_and_inputs():
         def inner():
             pass
 
-        setattr(inner, "__name__", "renamed"  # noqa: B010 (the builtin is what is tested)
+        setattr(inner, "__name__", "renamed")  # noqa: B010 (the builtin is what is tested)
         made = _Box()
-        setattr(made, "value", x + 1  # noqa: B010 (the builtin is what is tested)
-        setattr(box, "count", 3  # noqa: B010 (the builtin is what is tested)
+        setattr(made, "value", x + 1)  # noqa: B010 (the builtin is what is tested)
+        setattr(box, "count", 3)  # noqa: B010 (the builtin is what is tested)
         return inner.__name__, made.value, box.count
 
     run_and_compare(fn, torch.randn(3), _Box(), fullgraph=True, expected_breaks=0)
