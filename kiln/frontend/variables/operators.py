@@ -218,12 +218,26 @@ def compare_vars(tx, fn, a, b):
         result = sym.compare(tx, fn, a, b)  # a fact on the sizes: a shape guard
         if result is not None:
             return result
+    if fn in (operator.eq, operator.ne) and _plain_classes(a, b):
+        same = a.as_python_constant() is b.as_python_constant()  # type.__eq__: identity
+        return ConstantVariable(same == (fn is operator.eq))
     if fn in (operator.eq, operator.ne) and not isinstance(a, TensorVariable):
         if not isinstance(b, TensorVariable) and not (_all_const([a, b])):
             same = _identical(a, b)
             if same is True:
                 return ConstantVariable(fn is operator.eq)
     return binary_op(tx, fn, a, b)
+
+
+def _plain_classes(a, b):
+    """Two classes whose metaclass compares them as `type` does (by identity)."""
+    for v in (a, b):
+        if isinstance(v, ConstantVariable) or not v.is_python_constant():
+            return False
+        c = v.as_python_constant()
+        if not isinstance(c, type) or type(c).__eq__ is not type.__eq__:
+            return False
+    return True
 
 
 def _identical(a, b):

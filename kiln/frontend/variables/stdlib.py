@@ -5,6 +5,7 @@ Each entry of CALLS takes (tx, *args, **kwargs) of traced values and returns a t
 the library function would (a TypeError Python raises for other arguments is a graph break).
 """
 
+import collections
 import copy
 import functools
 import itertools
@@ -317,7 +318,7 @@ CLASS_METHODS = {(itertools.chain, "from_iterable"): _chain_from_iterable}
 
 def class_method(cls, name):
     """A variable for `cls.name` when stdlib models it (dict.fromkeys ...), else None."""
-    if name == "fromkeys" and cls is dict:
+    if name == "fromkeys" and cls in (dict, collections.OrderedDict):
         return FromKeysVariable(cls)
     fn = CLASS_METHODS.get((cls, name))
     if fn is None:

@@ -63,6 +63,9 @@ class UserDefinedClassVariable(PythonValueVariable):
 
             if af.is_autograd_function(self.value):
                 return af.AutogradFunctionApplyVariable(self.value, self.source)
+        modelled = stdlib.class_method(self.value, name)  # OrderedDict.fromkeys ...
+        if modelled is not None:
+            return modelled
         try:
             static = inspect.getattr_static(self.value, name)
         except AttributeError:

@@ -115,3 +115,24 @@ def test_dict_views_with_sets_views_and_set_subclasses(name):
         return x + 1, results, [type(r) for r in results], s, u, pairs
 
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+class _SubDict(dict):
+    pass
+
+
+def test_ordered_dict_fromkeys_and_class_equality():
+    def fn(x):
+        d = OrderedDict.fromkeys("abc")
+        d.move_to_end("a")
+        return (
+            x + 1,
+            d,
+            type(d),
+            dict == OrderedDict,
+            OrderedDict == OrderedDict,
+            _SubDict != dict,
+            type(d) == OrderedDict,
+        )
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
