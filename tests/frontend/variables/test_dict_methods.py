@@ -129,10 +129,10 @@ def test_ordered_dict_fromkeys_and_class_equality():
             x + 1,
             d,
             type(d),
-            dict == OrderedDict,
-            OrderedDict == OrderedDict,
-            _SubDict != dict,
-            type(d) == OrderedDict,
+            dict == OrderedDict,  # noqa: E721 (== of classes is what is tested)
+            OrderedDict == OrderedDict,  # noqa: E721 (== of classes is what is tested)
+            _SubDict != dict,  # noqa: E721 (== of classes is what is tested)
+            type(d) == OrderedDict,  # noqa: E721 (== of classes is what is tested)
         )
 
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
