@@ -637,6 +637,7 @@ class InliningTranslator(InstructionTranslatorBase):
         """
         effects = self.output.side_effects
         floor, records, written = next_serial(), effects.records, len(effects.written)
+        reach = [*self.symbolic_locals.values(), *self.closure.values()]
         self.run_loop()
         if self.is_generator and (
             effects.records > records or any(s < floor for s in effects.written[written:])
@@ -645,6 +646,7 @@ class InliningTranslator(InstructionTranslatorBase):
         if self.is_generator:
             it = GeneratorItemsVariable(self.generated)
             it.gen_return = self.return_value  # what `yield from` of it evaluates to
+            it.reach = reach  # what its code could read (Note [Lists: growing by an iterator...])
             return it
         return self.return_value
 

@@ -332,7 +332,10 @@ class BuiltinVariable(VariableTracker):
     def _call_map(self, tx, fn, *seqs):
         """map(): applied at once (Note [Generators: eager consumption])."""
         rows = zip(*[s.unpack_var_sequence(tx) for s in seqs])
-        return ListIteratorVariable([fn.call_function(tx, list(r), {}) for r in rows])
+        it = ListIteratorVariable([fn.call_function(tx, list(r), {}) for r in rows])
+        it.ran_ahead = not isinstance(fn, BuiltinVariable)  # (a builtin reads no list)
+        it.reach = [fn]  # Note [Lists: growing by an iterator that ran ahead]
+        return it
 
     def _call_filter(self, tx, fn, seq):
         items = seq.unpack_var_sequence(tx)
@@ -341,7 +344,10 @@ class BuiltinVariable(VariableTracker):
             test = item if _is_none_const(fn) else fn.call_function(tx, [item], {})
             if test.truthy(tx):
                 keep.append(item)
-        return ListIteratorVariable(keep)
+        it = ListIteratorVariable(keep)
+        it.ran_ahead = not (_is_none_const(fn) or isinstance(fn, BuiltinVariable))
+        it.reach = [fn]
+        return it
 
     def _call_pow(self, tx, base, exp, mod=None):
         if mod is None:
