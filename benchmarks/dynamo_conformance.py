@@ -21,6 +21,8 @@ of those pass under kiln, then each remaining failure classified:
                 seen as an Unsupported error or as a frame/op count assertion with breaks counted
   graph-count   same results, but another number of frames/graphs/ops than the test expects
                 (kiln splits or counts differently with no graph break, e.g. recompiles)
+  graph-text    same results; an assertExpectedInline of torch's printed graph differs
+  message       the error the test expects was raised, with another text (kiln's reason)
   shim          a torch._dynamo feature the shim does not map (ShimLimitation, torch internals,
                 torch's log records that a LoggingTestCase counts)
 """
@@ -210,6 +212,8 @@ def run_file(folder, module, mode, args):
 
 
 COUNT_WORDS = (
+    "graphs)",  # len(eager.graphs), len(backend.graphs)
+    "counters[",  # counters["graph_break"] / ["unimplemented"]: breaks counted as torch counts
     "frame_count",
     "op_count",
     "unique_graphs",
@@ -237,6 +241,10 @@ def classify(info):
         # kiln made another number of graphs/frames/ops than torch: a break where torch
         # captures ("graph-break"), or a graph cut or counted differently ("graph-count")
         return "graph-break" if info.get("breaks") else "graph-count"
+    if etype == "AssertionError" and "ExpectedInline" in info.get("line", ""):
+        return "graph-text"  # same values; the graph prints differently (names, layout)
+    if etype == "AssertionError" and "does not match" in msg:
+        return "message"  # the expected error was raised, its text differs (kiln's reason)
     if etype in ("AssertionError", "Timeout"):
         return "wrong-result" if etype == "AssertionError" else "timeout"
     return "other"
