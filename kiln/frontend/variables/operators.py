@@ -78,6 +78,8 @@ def binary_op(tx, fn, a, b):
         result = dict_views.set_op(tx, fn, a, b) if fn in dict_views._SET_OPS else None
         if result is not None:
             return result
+    if fn in _DICT_OBJECT_OPS:
+        a, b = _dict_objects_as_dicts(a, b, _DICT_OBJECT_OPS[fn])
     if fn in _SET_CMP and isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable):
         same = _dicts_equal(tx, a, b)  # Note [Dicts: equality]
         return ConstantVariable(same if fn is operator.eq else not same)
@@ -170,6 +172,33 @@ def _dicts_equal(tx, a, b):
 
 
 dicts.EQUALITY["dicts"] = _dicts_equal
+
+# operator -> the dict dunders it runs (forward, reflected)
+_DICT_OBJECT_OPS = {
+    operator.eq: ("__eq__",),
+    operator.ne: ("__ne__",),
+    operator.or_: ("__or__", "__ror__"),
+}
+
+
+def _dict_objects_as_dicts(a, b, dunders):
+    """`a <op> b` of dicts where a side is an instance of a dict subclass made while tracing
+    whose class keeps dict's `dunders`: dict's C operator reads its items only, so it stands as a
+    plain dict of them (`SimpleDict(x=1) == {"x": 1}`, `sd | d` a plain dict). Else unchanged."""
+
+    def items_of(var):
+        if isinstance(var, ConstDictVariable):
+            return var
+        if isinstance(var, NewObjectVariable) and var.dict_items is not None:
+            cls = var.python_type()
+            if all(getattr(cls, d, None) is getattr(dict, d) for d in dunders):
+                return ConstDictVariable(var.dict_items)
+        return None
+
+    a2, b2 = items_of(a), items_of(b)
+    if a2 is None or b2 is None or (a2 is a and b2 is b):
+        return a, b
+    return a2, b2
 
 
 def _constant_sequence(value, other):

@@ -671,8 +671,17 @@ class AttrDictVariable(VariableTracker):
         cg.extend(emit.load_attr("__dict__"))
 
 
-_DICT_READS = ("__getitem__", "get", "__contains__", "__len__", "keys", "values", "items")
-_DICT_WRITES = ("__setitem__", "__delitem__", "pop", "setdefault", "update", "clear", "__init__")
+_DICT_READS = ("__getitem__", "get", "__contains__", "__len__", "keys", "values", "items", "copy")
+_DICT_WRITES = (
+    "__setitem__",
+    "__delitem__",
+    "pop",
+    "popitem",
+    "setdefault",
+    "update",
+    "clear",
+    "__init__",
+)
 
 
 class DictMethodVariable(VariableTracker):

@@ -136,3 +136,27 @@ def test_ordered_dict_fromkeys_and_class_equality():
         )
 
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_dict_subclass_instances_made_in_the_frame():
+    def fn(x):
+        a = _SubDict(a=1)
+        b = _SubDict(b=2)
+        c = a.copy()  # dict.copy: a plain dict
+        a["z"] = 3
+        last = a.popitem()
+        return (
+            x + 1,
+            a == _SubDict(a=1),
+            a != {"a": 1},
+            a | b,  # dict.__or__: a plain dict
+            type(a | b),
+            c,
+            type(c),
+            last,
+            b == a,
+            a,
+            type(a),
+        )
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
