@@ -118,8 +118,9 @@ def describe(err):
     # the line of the test file that failed (an assertion on counts, or on values)
     own = [f for f in frames if os.path.abspath(f.filename).startswith(folder)]
     line = (own[-1].line or "") if own else ""
+    in_dynamo = bool(frames) and "/torch/_dynamo/" in frames[-1].filename
     return {"type": etype.__name__, "msg": (text[0] if text else etype.__name__)[:300],
-            "in_kiln": in_kiln, "where": where, "line": line[:200]}
+            "in_kiln": in_kiln, "in_dynamo": in_dynamo, "where": where, "line": line[:200]}
 
 
 class Result(unittest.TestResult):
@@ -233,6 +234,8 @@ def classify(info):
         return "graph-break"
     if info.get("in_kiln"):
         return "kiln-crash"
+    if info.get("in_dynamo") and etype != "Unsupported":
+        return "shim"  # torch's own dynamo machinery (export, its checks) run under the shim
     if etype == "AssertionError" and "records" in info.get("line", ""):
         # a LoggingTestCase counting torch's own log records (recompiles, graph breaks): kiln
         # logs through its own channels, which the shim does not map
