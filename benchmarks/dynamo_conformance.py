@@ -118,7 +118,8 @@ def describe(err):
     # the line of the test file that failed (an assertion on counts, or on values)
     own = [f for f in frames if os.path.abspath(f.filename).startswith(folder)]
     line = (own[-1].line or "") if own else ""
-    in_dynamo = bool(frames) and "/torch/_dynamo/" in frames[-1].filename
+    last = frames[-1].filename if frames else ""
+    in_dynamo = "/torch/_dynamo/" in last and not last.endswith(("testing.py", "test_case.py"))
     return {"type": etype.__name__, "msg": (text[0] if text else etype.__name__)[:300],
             "in_kiln": in_kiln, "in_dynamo": in_dynamo, "where": where, "line": line[:200]}
 
