@@ -506,6 +506,10 @@ class BuiltinVariable(VariableTracker):
             value = obj.as_python_constant()
             if _foldable(value) or (isinstance(value, type) and type(value) is type):
                 return ConstantVariable(repr(value))  # (a class's repr: its module and name)
+            if isinstance(obj, ConstDictVariable) and all(
+                is_literal(k) and is_literal(v) for k, v in value.items()
+            ):
+                return ConstantVariable(repr(value))  # {'a': 1}, OrderedDict({'a': 1})
         unimplemented(f"repr() of {obj}")
 
     def _call_round(self, tx, obj, nd=None):

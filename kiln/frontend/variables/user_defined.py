@@ -107,13 +107,13 @@ class UserDefinedClassVariable(PythonValueVariable):
             return NullContextVariable(result)
         if cls is collections.deque:
             return make_deque(tx, args, kwargs)
-        if cls is collections.defaultdict and len(args) <= 2 and not kwargs:
+        if cls is collections.defaultdict and len(args) <= 2:
             factory = args[0] if args else None
             if factory is not None and factory.is_python_constant():
                 factory = None if factory.as_python_constant() is None else factory
             d = ConstDictVariable({}, user_cls=cls, default_factory=factory)
-            if len(args) == 2:
-                d.call_method(tx, "update", [args[1]], {})
+            if len(args) == 2 or kwargs:  # defaultdict(f, items, **more): dict's update
+                d.call_method(tx, "update", args[1:], kwargs)
             return d
         from kiln.frontend.variables.builtin import BUILTIN_CLASSES, BuiltinVariable
 

@@ -2,7 +2,7 @@
 and mixed set operators of dict views, with fullgraph=True, compared with eager."""
 
 import operator
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 
 import pytest
 import torch
@@ -158,5 +158,17 @@ def test_dict_subclass_instances_made_in_the_frame():
             a,
             type(a),
         )
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_defaultdict_with_items_and_keywords_and_dict_repr():
+    def fn(x):
+        d = dict([("a", 1), ("b", 2)], c=3)
+        dd = defaultdict(list, d, d=4, e=5)
+        dd["x"].append(42)
+        counts = defaultdict(int, a=1, b=2)
+        counts["c"] += 1
+        return x + 1, d, dd, counts, repr(OrderedDict(a=1, b=2)), repr({"q": (1, 2)})
 
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
