@@ -245,10 +245,14 @@ class ListVariable(BaseListVariable):
         if name == "__setitem__" and len(args) == 2:
             self._mutate(tx)
             index = args[0].as_python_constant()
-            if isinstance(index, slice):
-                self.items[index] = args[1].unpack_var_sequence(tx)
-            else:
-                self.items[index] = args[1]
+            try:  # the real list raises what Python raises (a bad index type, out of range)
+                if isinstance(index, slice):
+                    self.items[index] = args[1].unpack_var_sequence(tx)
+                else:
+                    self.items[index] = args[1]
+            except (TypeError, IndexError, ValueError) as e:
+                observe(e)
+                unimplemented(f"list.__setitem__ raised {type(e).__name__}")
             return ConstantVariable(None)
         return super().call_method(tx, name, args, kwargs)
 

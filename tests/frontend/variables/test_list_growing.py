@@ -59,3 +59,19 @@ def test_growing_in_a_callee_by_a_generator_made_by_the_caller_matches_eager():
         return x + 1, grow(y, (y[-1] + z for z in range(3)))
 
     run_and_compare(fn, torch.randn(3))
+
+
+def test_list_item_assignment_errors_are_raised_as_eager():
+    def fn(x):
+        y = [1, 2]
+        try:
+            y[None] = 3  # TypeError (kiln's own list raised it inside kiln before)
+        except TypeError as e:
+            a = str(e)
+        try:
+            y[5] = 3
+        except IndexError as e:
+            b = str(e)
+        return x + 1, a, b, y
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
