@@ -17,6 +17,15 @@ from kiln.frontend.variables.lists import ListIteratorVariable, ListVariable, Tu
 EQUALITY = {}
 
 
+def not_iterable(var):
+    """A constant Python cannot iterate (`d.update(1)`, `dict.fromkeys(1)`)."""
+    try:
+        iter(var.value)
+    except TypeError:
+        return True
+    return False
+
+
 def dict_key(var):
     """The Python key of a traced value put in a dict (BUILD_MAP, d[k] = v)."""
     if not var.is_python_constant():
@@ -117,6 +126,9 @@ class ConstDictVariable(VariableTracker):
             other = {}
             if args and isinstance(args[0], ConstDictVariable):
                 other.update(args[0].items)
+            elif args and isinstance(args[0], ConstantVariable) and not_iterable(args[0]):
+                kind = type(args[0].value).__name__
+                raise_observed(tx, TypeError, f"'{kind}' object is not iterable")
             elif args:
                 for i, pair in enumerate(args[0].unpack_var_sequence(tx)):
                     kv = pair.unpack_var_sequence(tx)
@@ -194,7 +206,25 @@ class ConstDictVariable(VariableTracker):
             return ConstDictVariable(self.items, self.user_cls, self.default_factory)
         if name == "list" and not args:
             return ListVariable([ConstantVariable(k) for k in self.items])
+        self._argument_error(tx, name, args, kwargs)
         unimplemented(f"dict.{name}")
+
+    def _argument_error(self, tx, name, args, kwargs):
+        """A call dict rejects whatever its items (a wrong argument count or type): the
+        TypeError Python raises, found by making the call on an empty dict of the same class."""
+        if self.user_cls not in (dict, collections.OrderedDict) or not hasattr(dict, name):
+            return
+        values = [*args, *kwargs.values()]
+        if not all(v.is_python_constant() for v in values):
+            return
+        cargs = [a.as_python_constant() for a in args]
+        ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+        try:
+            getattr(self.user_cls(), name)(*cargs, **ckw)
+        except TypeError as e:
+            raise_observed(tx, TypeError, str(e))
+        except Exception:
+            return
 
     def reconstruct(self, cg):
         if self.source is not None:  # never mutated while tracing: the object itself
@@ -273,9 +303,11 @@ class DictClassMethodVariable(VariableTracker):
 
 
 def class_method(cls, name):
-    """`dict.<name>` as a variable when it is a method of instances (Note [Dicts: methods read
-    from the class]), else None."""
-    if cls is not dict:
+    """`dict.<name>` (or `Sub.<name>` of a dict subclass that keeps dict's) as a variable when
+    it is a method of instances (Note [Dicts: methods read from the class]), else None."""
+    if not (isinstance(cls, type) and issubclass(cls, dict)):
+        return None
+    if getattr(cls, name, None) is not getattr(dict, name, None):
         return None
     static = inspect.getattr_static(dict, name, None)
     if isinstance(static, (_METHOD_DESCRIPTOR, _SLOT_WRAPPER)) and name != "__new__":

@@ -18,7 +18,8 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
-from kiln.frontend.variables.dicts import ConstDictVariable, hashable_key
+from kiln.frontend.variables.dicts import ConstDictVariable, hashable_key, not_iterable
+from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import (
     _ITER_UNDO,
     BaseListVariable,
@@ -243,7 +244,20 @@ class FromKeysVariable(VariableTracker):
         super().__init__(**kw)
         self.cls = cls
 
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__"):
+            return ConstantVariable(getattr(self.cls.fromkeys, name))
+        return super().var_getattr(tx, name)
+
     def call_function(self, tx, args, kwargs):
+        if not kwargs and len(args) > 2:
+            raise_observed(tx, TypeError, f"fromkeys expected at most 2 arguments, got {len(args)}")
+        if not kwargs and not args:
+            raise_observed(tx, TypeError, "fromkeys expected at least 1 argument, got 0")
+        if not kwargs and isinstance(args[0], ConstantVariable) and not_iterable(args[0]):
+            raise_observed(
+                tx, TypeError, f"'{type(args[0].value).__name__}' object is not iterable"
+            )
         if kwargs or not 1 <= len(args) <= 2:
             unimplemented("dict.fromkeys with these arguments")
         d = _fromkeys(tx, *args)

@@ -31,6 +31,7 @@ from kiln.frontend.variables.base import (
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.ctx_managers import NullContextVariable, special_instance
 from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.dicts import class_method as dict_class_method
 from kiln.frontend.variables.exceptions import (
     ExceptionInitVariable,
     ObservedException,
@@ -64,6 +65,8 @@ class UserDefinedClassVariable(PythonValueVariable):
             if af.is_autograd_function(self.value):
                 return af.AutogradFunctionApplyVariable(self.value, self.source)
         modelled = stdlib.class_method(self.value, name)  # OrderedDict.fromkeys ...
+        if modelled is None:
+            modelled = dict_class_method(self.value, name)  # SimpleDict.values (dict's)
         if modelled is not None:
             return modelled
         try:

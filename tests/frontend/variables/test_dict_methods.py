@@ -172,3 +172,29 @@ def test_defaultdict_with_items_and_keywords_and_dict_repr():
         return x + 1, d, dd, counts, repr(OrderedDict(a=1, b=2)), repr({"q": (1, 2)})
 
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_dict_calls_with_bad_arguments_raise_as_eager():
+    def fn(x):
+        out = []
+        d = {"a": 1}
+        calls = (
+            lambda: d.popitem(1),
+            lambda: d.keys(1),
+            lambda: d.pop(),
+            lambda: d.setdefault([[]]),
+            lambda: d.update(1),
+            lambda: dict.fromkeys(),
+            lambda: dict.fromkeys(1, 2),
+            lambda: d.get(),
+        )
+        for call in calls:
+            try:
+                call()
+                out.append("no error")
+            except TypeError as e:
+                out.append(str(e))
+        sub = _SubDict(a=1, b=2)
+        return x + 1, out, d, sorted(_SubDict.values(sub)), _SubDict.get(sub, "a")
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
