@@ -315,6 +315,8 @@ class BuiltinVariable(VariableTracker):
                 and inspect.getattr_static(obj.cls, "__iter__") is dict.__iter__
             ):
                 obj = ConstDictVariable(obj.dict_items)  # dict(d): d's own items (C's fast path)
+            if isinstance(obj, dicts.MappingProxyVariable):
+                obj = obj.dict_var  # dict(mappingproxy): its dict's items
             if isinstance(obj, ConstDictVariable):
                 items.update(obj.items)
             elif _has_keys(obj):

@@ -2,10 +2,12 @@
 
 import collections
 import inspect
+import types
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables import dict_views
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dict_views import DictViewVariable
@@ -124,6 +126,8 @@ class ConstDictVariable(VariableTracker):
             raise_observed(tx, TypeError, f"update expected at most 1 argument, got {len(args)}")
         if name == "update" and len(args) <= 1:
             other = {}
+            if args and isinstance(args[0], MappingProxyVariable):
+                args = [args[0].dict_var]  # its dict's items (Note [Dicts: mappingproxy])
             if args and isinstance(args[0], ConstDictVariable):
                 other.update(args[0].items)
             elif args and isinstance(args[0], ConstantVariable) and not_iterable(args[0]):
@@ -250,6 +254,57 @@ class ConstDictVariable(VariableTracker):
 
     def __repr__(self):
         return f"ConstDictVariable({self.items!r})"
+
+
+# Note [Dicts: mappingproxy]
+# types.MappingProxyType(d) (and a dict view's `.mapping`) is a read-only, live view of d: every
+# read reads d as it is now, a write raises TypeError. The variable holds d's variable; it is
+# rebuilt as MappingProxyType over d rebuilt (the same object when d came from a source, so
+# later changes of d show through it after the frame too).
+class MappingProxyVariable(VariableTracker):
+    """A mappingproxy over a traced dict (Note [Dicts: mappingproxy])."""
+
+    _READS = ("__getitem__", "get", "__contains__", "__len__", "keys", "values", "items")
+
+    def __init__(self, dict_var, **kw):
+        super().__init__(**kw)
+        self.dict_var = dict_var
+
+    def python_type(self):
+        return types.MappingProxyType
+
+    def truthy(self, tx):
+        return self.dict_var.truthy(tx)
+
+    def unpack_var_sequence(self, tx):
+        return self.dict_var.unpack_var_sequence(tx)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in self._READS or name in ("__iter__", "copy"):
+            return self.dict_var.call_method(tx, name, args, kwargs)
+        if name in ("__setitem__", "__delitem__"):
+            raise_observed(tx, TypeError, "'mappingproxy' object does not support item assignment")
+        unimplemented(f"mappingproxy.{name}")
+
+    def reconstruct(self, cg):
+        cg.load_object(types.MappingProxyType, push_null=True)
+        cg.reconstruct(self.dict_var)
+        cg.extend(emit.call(1))
+
+    def __repr__(self):
+        return f"MappingProxyVariable({self.dict_var!r})"
+
+
+dict_views.MAPPING_PROXY["make"] = MappingProxyVariable
+
+
+def make_mapping_proxy(args, kwargs):
+    """types.MappingProxyType(d) of a traced dict, or None."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], ConstDictVariable):
+        return MappingProxyVariable(args[0])
+    if len(args) == 1 and not kwargs and isinstance(args[0], MappingProxyVariable):
+        return MappingProxyVariable(args[0].dict_var)
+    return None
 
 
 def _is_dict_type(var):

@@ -189,6 +189,8 @@ def _dict_objects_as_dicts(a, b, dunders):
     def items_of(var):
         if isinstance(var, ConstDictVariable):
             return var
+        if isinstance(var, dicts.MappingProxyVariable):
+            return var.dict_var  # its operators are its dict's (Note [Dicts: mappingproxy])
         if isinstance(var, NewObjectVariable) and var.dict_items is not None:
             cls = var.python_type()
             if all(getattr(cls, d, None) is getattr(dict, d) for d in dunders):

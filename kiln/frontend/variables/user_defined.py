@@ -30,7 +30,7 @@ from kiln.frontend.variables.base import (
 )
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.ctx_managers import NullContextVariable, special_instance
-from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.dicts import ConstDictVariable, make_mapping_proxy
 from kiln.frontend.variables.dicts import class_method as dict_class_method
 from kiln.frontend.variables.exceptions import (
     ExceptionInitVariable,
@@ -122,6 +122,10 @@ class UserDefinedClassVariable(PythonValueVariable):
 
         if cls in BUILTIN_CLASSES:
             return BuiltinVariable(cls).call_function(tx, args, kwargs)
+        if cls is types.MappingProxyType:  # Note [Dicts: mappingproxy]
+            proxy = make_mapping_proxy(args, kwargs)
+            if proxy is not None:
+                return proxy
         view = mapping_view(cls, args, kwargs)  # Note [Objects: mapping views of user mappings]
         if view is not None:
             return view

@@ -2,6 +2,7 @@
 and mixed set operators of dict views, with fullgraph=True, compared with eager."""
 
 import operator
+import types
 from collections import OrderedDict, defaultdict
 
 import pytest
@@ -198,3 +199,50 @@ def test_dict_calls_with_bad_arguments_raise_as_eager():
         return x + 1, out, d, sorted(_SubDict.values(sub)), _SubDict.get(sub, "a")
 
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+_GLOBAL_TABLE = {"a": 2, "b": 3}
+
+
+def test_mapping_proxies_made_in_the_frame_are_live_read_only_views():
+    def fn(x):
+        d = {"a": 2, "b": 3, "c": 5}  # (literal values: the helper compares the proxies)
+        mp = types.MappingProxyType(d)
+        y = torch.sin(x * mp["a"])
+        for v in mp.values():
+            y = y + torch.cos(x * v)
+        keys = d.keys().mapping
+        d["z"] = 1  # seen through both views
+        merged = {"q": 0}
+        merged.update(mp)
+        try:
+            mp["new"] = 1
+        except TypeError as e:
+            error = str(e)
+        return (
+            y,
+            mp,
+            type(mp),
+            len(mp),
+            "z" in mp,
+            dict(keys),
+            keys == d,
+            merged,
+            error,
+            isinstance(keys, types.MappingProxyType),
+        )
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_a_mapping_proxy_of_a_global_dict_sees_later_changes():
+    def fn(x):
+        mp = types.MappingProxyType(_GLOBAL_TABLE)
+        return x * mp["a"], mp
+
+    _, mp = kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(3))
+    _GLOBAL_TABLE["later"] = 1
+    try:
+        assert mp["later"] == 1
+    finally:
+        del _GLOBAL_TABLE["later"]
