@@ -10,6 +10,7 @@ import copy
 import functools
 import itertools
 import operator
+import sys
 
 import torch
 
@@ -29,6 +30,7 @@ from kiln.frontend.variables.lists import (
     SetVariable,
     TupleVariable,
 )
+from kiln.frontend.variables.torch_queries import no_active_exception
 
 
 def _is_tensor(var):
@@ -316,7 +318,17 @@ def _id(tx, obj):
 
 _NONE = object()
 
+
+def _exc_info(tx):
+    """sys.exc_info() outside any handled exception (Note [Torch: no active exception])."""
+    if tx.current_exception() is not None or not no_active_exception():
+        unimplemented("sys.exc_info() while an exception is handled (its traceback)")
+    tx.output.guards.add(GuardKind.STATE_QUERY, None, (no_active_exception, True))
+    return TupleVariable([ConstantVariable(None)] * 3)
+
+
 CALLS = {
+    sys.exc_info: _exc_info,
     operator.itemgetter: _getter(operator.itemgetter),
     operator.attrgetter: _getter(operator.attrgetter),
     operator.methodcaller: _getter(operator.methodcaller),
