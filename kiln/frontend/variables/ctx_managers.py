@@ -290,18 +290,30 @@ class GeneratorContextVariable(VariableTracker):
         from kiln.frontend.translator import InliningTranslator
 
         fn_var = self.fn
-        if not isinstance(fn_var, UserFunctionVariable) or type(fn_var) is not (
+        if type(fn_var).__name__ == "NestedUserFunctionVariable":
+            # a generator function made in the frame: its code over the cells it closes over
+            code = fn_var.code
+            cells = tuple(types.CellType() for _ in code.co_freevars) or None
+            fn = types.FunctionType(code, fn_var.globals, code.co_name, None, cells)
+            if self.gen is not None:
+                unimplemented(f"contextmanager {fn.__qualname__} entered twice")
+            local_vars = bind_args(
+                tx, fn, self.args, self.kwargs, None, fn_var.defaults, fn_var.kwdefaults
+            )
+            closure = dict(fn_var.closure)
+        elif not isinstance(fn_var, UserFunctionVariable) or type(fn_var) is not (
             UserFunctionVariable
         ):
             unimplemented(f"contextmanager over {fn_var}")
-        fn = fn_var.fn
-        if self.gen is not None:
-            unimplemented(f"contextmanager {fn.__qualname__} entered twice")
-        local_vars = bind_args(tx, fn, self.args, self.kwargs, fn_var.source)
-        closure = {
-            name: (cell, fn_var.source, i)  # as inline_call reads them
-            for i, (name, cell) in enumerate(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
-        }
+        else:
+            fn = fn_var.fn
+            if self.gen is not None:
+                unimplemented(f"contextmanager {fn.__qualname__} entered twice")
+            local_vars = bind_args(tx, fn, self.args, self.kwargs, fn_var.source)
+            closure = {
+                name: (cell, fn_var.source, i)  # as inline_call reads them
+                for i, (name, cell) in enumerate(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+            }
         self.gen = InliningTranslator(tx, fn, fn.__code__, local_vars, closure)
         self.gen.suspendable = True
         value = self._resume(None)
