@@ -633,6 +633,9 @@ BUILTIN_CLASSES = frozenset(
 )  # called like builtins
 
 
+dicts.EQUALITY["as_dict"] = lambda tx, m: BuiltinVariable(dict).call_function(tx, [m], {})
+
+
 def _is_none_const(v):
     return v.is_python_constant() and v.as_python_constant() is None
 

@@ -14,8 +14,9 @@ from kiln.frontend.variables.dict_views import DictViewVariable
 from kiln.frontend.variables.exceptions import observe, raise_observed
 from kiln.frontend.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
 
-# Set by operators.py (which imports this module): (tx, a, b) -> whether two traced dicts are
-# equal, as `a == b` decides it (Note [Dicts: equality]).
+# Set by operators.py and builtin.py (which import this module): "dicts": (tx, a, b) -> whether
+# two traced dicts are equal, as `a == b` decides it (Note [Dicts: equality]); "as_dict":
+# (tx, mapping) -> dict(mapping) traced.
 EQUALITY = {}
 
 
@@ -128,6 +129,8 @@ class ConstDictVariable(VariableTracker):
             other = {}
             if args and isinstance(args[0], MappingProxyVariable):
                 args = [args[0].dict_var]  # its dict's items (Note [Dicts: mappingproxy])
+            if args and not isinstance(args[0], ConstDictVariable) and _has_keys(args[0]):
+                args = [EQUALITY["as_dict"](tx, args[0])]  # a mapping: dict(m)'s items
             if args and isinstance(args[0], ConstDictVariable):
                 other.update(args[0].items)
             elif args and isinstance(args[0], ConstantVariable) and not_iterable(args[0]):
@@ -305,6 +308,14 @@ def make_mapping_proxy(args, kwargs):
     if len(args) == 1 and not kwargs and isinstance(args[0], MappingProxyVariable):
         return MappingProxyVariable(args[0].dict_var)
     return None
+
+
+def _has_keys(var):
+    """Whether dict.update reads `var` as a mapping (a dict, or an object with `keys`)."""
+    try:
+        return hasattr(var.python_type(), "keys")
+    except Exception:
+        return False
 
 
 def _is_dict_type(var):

@@ -700,6 +700,11 @@ class DictMethodVariable(VariableTracker):
         self.obj = obj
         self.name = name
 
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__"):  # (unittest's assertRaises names the callable)
+            return ConstantVariable(self.name if name == "__name__" else f"dict.{self.name}")
+        return super().var_getattr(tx, name)
+
     def call_function(self, tx, args, kwargs):
         obj, name = self.obj, self.name
         if name == "__setattr__" and len(args) == 2 and not kwargs:

@@ -246,3 +246,27 @@ def test_a_mapping_proxy_of_a_global_dict_sees_later_changes():
         assert mp["later"] == 1
     finally:
         del _GLOBAL_TABLE["later"]
+
+
+class _Mapping:
+    def keys(self):
+        return ["a", "b"]
+
+    def __getitem__(self, key):
+        return key * 2
+
+
+def test_update_with_mappings_reads_them_as_mappings():
+    def fn(x):
+        d = _SubDict(a=1)
+        d.update(_SubDict(d=5))  # (read as pairs before: a ValueError eager does not raise)
+        e = {"q": 1}
+        e.update(_SubDict(z=2))
+        e.update(_Mapping())
+        try:
+            d.clear(1)
+        except TypeError as err:
+            msg = str(err)
+        return x + 1, d, e, msg, d.clear.__name__
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
