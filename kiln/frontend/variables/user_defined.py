@@ -733,7 +733,7 @@ class DictMethodVariable(VariableTracker):
                 args = [BuiltinVariable(dict).call_function(tx, [args[0]], {})]
         elif name == "__delitem__":
             name = "pop"
-        elif name == "setdefault":
+        elif name == "setdefault" and 1 <= len(args) <= 2 and not kwargs:
             key = _const_key(args[0])
             if key not in obj.dict_items:
                 tx.output.side_effects.mutate_new_object(obj)

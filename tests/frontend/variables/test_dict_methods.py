@@ -270,3 +270,15 @@ def test_update_with_mappings_reads_them_as_mappings():
         return x + 1, d, e, msg, d.clear.__name__
 
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_setdefault_without_arguments_on_a_dict_subclass_object_raises_as_eager():
+    def fn(x):
+        d = _SubDict(a=1)
+        try:
+            d.setdefault()  # (crashed kiln with an IndexError)
+        except TypeError as e:
+            msg = str(e)
+        return x + 1, msg, d.setdefault("b", 2), d
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
