@@ -15,6 +15,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
+| torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 
 `testing.CompileCounter` needs no mapping: it is a plain backend callable (gm, example_inputs).
@@ -124,6 +125,7 @@ def install():
     import torch
     import torch._dynamo
     import torch._dynamo.compiled_autograd
+    import torch._dynamo.exc
     import torch._dynamo.testing
     import torch._dynamo.utils
 
@@ -159,11 +161,15 @@ def install():
         # a C function Dynamo cannot trace (it returns its second argument): tests count on the
         # graph break it makes; kiln would put a torch C function in the graph, so it is disabled
         "unsupported": (torch._dynamo.testing.unsupported, kiln.disable(_unsupported)),
+        # `with self.assertRaises(Unsupported)`: a compile error under fullgraph (kiln's class)
+        "Unsupported": (torch._dynamo.exc.Unsupported, kiln.exc.Unsupported),
     }
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "torch._dynamo" or name.startswith("torch._dynamo.")):
             continue
         for attr, (old, new) in originals.items():
+            if attr == "Unsupported" and name != "torch._dynamo.exc":
+                continue  # what tests import; torch's own modules keep catching their class
             if getattr(module, attr, None) is old:
                 setattr(module, attr, new)
     torch.compile = compile

@@ -208,7 +208,14 @@ class BlockStackMixin:
 
     def escape(self, exc):
         """An exception leaves the root frame: a break where Python raises it again."""
-        e = Unsupported(f"{exc.var.cls.__name__} raised and not caught in the compiled frame")
+        args = exc.var.args
+        text = ""
+        if len(args) == 1 and args[0].is_python_constant():
+            text = f": {args[0].as_python_constant()}"  # what it says, as in eager's message
+        e = Unsupported(
+            f"Observed exception: {exc.var.cls.__name__} raised and not caught in the "
+            f"compiled frame{text}"
+        )
         if self.exc_info is not None or self.current_inst.opname == "RERAISE":
             e.no_resume = True  # inside a handler: the live exception cannot be rebuilt
         raise e

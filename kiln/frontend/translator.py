@@ -589,6 +589,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         self.push(module.var_getattr(self, inst.argval))
 
 
+GENERATOR_ITEMS_LIMIT = 1000  # items a generator may yield while run ahead of time
+
+
 class InliningTranslator(InstructionTranslatorBase):
     """Traces a called user function inside its caller's graph."""
 
@@ -637,6 +640,7 @@ class InliningTranslator(InstructionTranslatorBase):
         """
         effects = self.output.side_effects
         floor, records, written = next_serial(), effects.records, len(effects.written)
+        reach = [*self.symbolic_locals.values(), *self.closure.values()]
         self.run_loop()
         if self.is_generator and (
             effects.records > records or any(s < floor for s in effects.written[written:])
@@ -645,6 +649,7 @@ class InliningTranslator(InstructionTranslatorBase):
         if self.is_generator:
             it = GeneratorItemsVariable(self.generated)
             it.gen_return = self.return_value  # what `yield from` of it evaluates to
+            it.reach = reach  # what its code could read (Note [Lists: growing by an iterator...])
             return it
         return self.return_value
 
@@ -659,6 +664,13 @@ class InliningTranslator(InstructionTranslatorBase):
         if self.suspendable:  # a contextmanager's generator: stops here, resumed later
             raise _Yielded(self.pop())
         self.generated.append(self.pop())
+        if len(self.generated) > GENERATOR_ITEMS_LIMIT:
+            # run to its end ahead of time (Note [Generators: eager consumption]), an endless
+            # generator (`while True: yield i`) would never return
+            unimplemented(
+                f"a generator yielding more than {GENERATOR_ITEMS_LIMIT} items while traced "
+                "(it may never end)"
+            )
         self.push(ConstantVariable(None))
 
 

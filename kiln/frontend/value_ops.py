@@ -12,7 +12,7 @@ import sys
 from kiln.exc import unimplemented
 from kiln.frontend.variables.builtin import getitem
 from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
-from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.dicts import ConstDictVariable, dict_key
 from kiln.frontend.variables.lists import (
     ListVariable,
     SetVariable,
@@ -168,7 +168,7 @@ class ValueOpsMixin:
         flat = self.popn(2 * inst.arg)
         items = {}
         for k, v in zip(flat[::2], flat[1::2]):
-            items[k.as_python_constant()] = v
+            items[dict_key(k)] = v  # (an unhashable key raises TypeError, as in Python)
         self.push(ConstDictVariable(items))
 
     def BUILD_CONST_KEY_MAP(self, inst):  # 3.11, 3.12

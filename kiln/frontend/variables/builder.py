@@ -457,6 +457,7 @@ def _builtin_fns():
     }
     fns |= {v for v in vars(operator).values() if isinstance(v, types.BuiltinFunctionType)}
     fns |= {functools.reduce, functools.partial, itertools.product, itertools.chain}
+    fns.add(sys.exc_info)  # Note [Torch: no active exception]
     return frozenset(fns)
 
 

@@ -14,6 +14,7 @@ import torch
 
 from kiln.exc import unimplemented
 from kiln.frontend.variables import (
+    dicts,
     misc,
     optim,
     stdlib,
@@ -255,6 +256,16 @@ class BuiltinVariable(VariableTracker):
             return ConstantVariable(found)
         unimplemented(f"hasattr on {obj}")
 
+    def _call_setattr(self, tx, obj, name, value):
+        """setattr(obj, "name", value): exactly `obj.name = value` (STORE_ATTR)."""
+        n = name.as_python_constant()
+        if type(n) is not str:
+            unimplemented(f"setattr with a {type(n).__name__} name")
+        tx.push(value)
+        tx.push(obj)
+        tx.STORE_ATTR(types.SimpleNamespace(argval=n, opname="STORE_ATTR"))
+        return ConstantVariable(None)
+
     def _call_super(self, tx, cls=None, obj=None):
         if cls is None:
             code = tx.code
@@ -304,6 +315,8 @@ class BuiltinVariable(VariableTracker):
                 and inspect.getattr_static(obj.cls, "__iter__") is dict.__iter__
             ):
                 obj = ConstDictVariable(obj.dict_items)  # dict(d): d's own items (C's fast path)
+            if isinstance(obj, dicts.MappingProxyVariable):
+                obj = obj.dict_var  # dict(mappingproxy): its dict's items
             if isinstance(obj, ConstDictVariable):
                 items.update(obj.items)
             elif _has_keys(obj):
@@ -321,7 +334,10 @@ class BuiltinVariable(VariableTracker):
     def _call_map(self, tx, fn, *seqs):
         """map(): applied at once (Note [Generators: eager consumption])."""
         rows = zip(*[s.unpack_var_sequence(tx) for s in seqs])
-        return ListIteratorVariable([fn.call_function(tx, list(r), {}) for r in rows])
+        it = ListIteratorVariable([fn.call_function(tx, list(r), {}) for r in rows])
+        it.ran_ahead = not isinstance(fn, BuiltinVariable)  # (a builtin reads no list)
+        it.reach = [fn]  # Note [Lists: growing by an iterator that ran ahead]
+        return it
 
     def _call_filter(self, tx, fn, seq):
         items = seq.unpack_var_sequence(tx)
@@ -330,7 +346,10 @@ class BuiltinVariable(VariableTracker):
             test = item if _is_none_const(fn) else fn.call_function(tx, [item], {})
             if test.truthy(tx):
                 keep.append(item)
-        return ListIteratorVariable(keep)
+        it = ListIteratorVariable(keep)
+        it.ran_ahead = not (_is_none_const(fn) or isinstance(fn, BuiltinVariable))
+        it.reach = [fn]
+        return it
 
     def _call_pow(self, tx, base, exp, mod=None):
         if mod is None:
@@ -342,7 +361,7 @@ class BuiltinVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__", "__module__", "__doc__"):
             return ConstantVariable(getattr(self.fn, name))
-        modelled = stdlib.class_method(self.fn, name)
+        modelled = stdlib.class_method(self.fn, name) or dicts.class_method(self.fn, name)
         if modelled is not None:
             return modelled
         return super().var_getattr(tx, name)
@@ -489,6 +508,10 @@ class BuiltinVariable(VariableTracker):
             value = obj.as_python_constant()
             if _foldable(value) or (isinstance(value, type) and type(value) is type):
                 return ConstantVariable(repr(value))  # (a class's repr: its module and name)
+            if isinstance(obj, ConstDictVariable) and all(
+                is_literal(k) and is_literal(v) for k, v in value.items()
+            ):
+                return ConstantVariable(repr(value))  # {'a': 1}, OrderedDict({'a': 1})
         unimplemented(f"repr() of {obj}")
 
     def _call_round(self, tx, obj, nd=None):
@@ -608,6 +631,9 @@ BUILTIN_CLASSES = frozenset(
         *(c for c in stdlib.CALLS if isinstance(c, type)),
     }
 )  # called like builtins
+
+
+dicts.EQUALITY["as_dict"] = lambda tx, m: BuiltinVariable(dict).call_function(tx, [m], {})
 
 
 def _is_none_const(v):

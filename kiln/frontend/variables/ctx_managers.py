@@ -55,6 +55,50 @@ class GradModeVariable(VariableTracker):
         cg.load_object(torch.enable_grad if self.mode else torch.no_grad, push_null=True)
         cg.extend(emit.call(0))
 
+    def call_function(self, tx, args, kwargs):
+        """`torch.no_grad()(fn)`, `@torch.set_grad_enabled(b)`: fn run under the mode."""
+        if len(args) != 1 or kwargs or not callable_var(args[0]):
+            unimplemented(f"calling a {self.cls.__name__} object with these arguments")
+        if self.applied:  # set_grad_enabled(b) as a decorator restores the mode it switched
+            _set_grad(tx, self.prev)
+        return GradModeFunctionVariable(args[0], self.mode, self.cls)
+
+
+def callable_var(var):
+    """Whether a traced value is a function kiln can call (a decorator's argument)."""
+    try:
+        return callable(var.python_type()) and var.python_type() in _FUNCTION_TYPES
+    except Exception:
+        return False
+
+
+_FUNCTION_TYPES = (types.FunctionType, types.MethodType, types.BuiltinFunctionType)
+
+
+class GradModeFunctionVariable(VariableTracker):
+    """A function decorated by a grad mode (`torch.no_grad()(fn)`): each call runs it inside
+    that mode, as the decorator's `with` block does."""
+
+    def __init__(self, fn, mode, cls, **kw):
+        super().__init__(**kw)
+        self.fn = fn
+        self.mode = mode
+        self.cls = cls
+
+    def python_type(self):
+        return types.FunctionType
+
+    def call_function(self, tx, args, kwargs):
+        cm = GradModeVariable(self.mode, self.cls)
+        cm.enter(tx)
+        try:
+            return self.fn.call_function(tx, args, kwargs)
+        finally:
+            cm.exit(tx)
+
+    def reconstruct(self, cg):
+        unimplemented(f"a function decorated by {self.cls.__name__} leaving the compiled frame")
+
 
 class NullContextVariable(VariableTracker):
     """`contextlib.nullcontext(enter_result)`: entering returns enter_result, nothing else."""
@@ -246,18 +290,30 @@ class GeneratorContextVariable(VariableTracker):
         from kiln.frontend.translator import InliningTranslator
 
         fn_var = self.fn
-        if not isinstance(fn_var, UserFunctionVariable) or type(fn_var) is not (
+        if type(fn_var).__name__ == "NestedUserFunctionVariable":
+            # a generator function made in the frame: its code over the cells it closes over
+            code = fn_var.code
+            cells = tuple(types.CellType() for _ in code.co_freevars) or None
+            fn = types.FunctionType(code, fn_var.globals, code.co_name, None, cells)
+            if self.gen is not None:
+                unimplemented(f"contextmanager {fn.__qualname__} entered twice")
+            local_vars = bind_args(
+                tx, fn, self.args, self.kwargs, None, fn_var.defaults, fn_var.kwdefaults
+            )
+            closure = dict(fn_var.closure)
+        elif not isinstance(fn_var, UserFunctionVariable) or type(fn_var) is not (
             UserFunctionVariable
         ):
             unimplemented(f"contextmanager over {fn_var}")
-        fn = fn_var.fn
-        if self.gen is not None:
-            unimplemented(f"contextmanager {fn.__qualname__} entered twice")
-        local_vars = bind_args(tx, fn, self.args, self.kwargs, fn_var.source)
-        closure = {
-            name: (cell, fn_var.source, i)  # as inline_call reads them
-            for i, (name, cell) in enumerate(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
-        }
+        else:
+            fn = fn_var.fn
+            if self.gen is not None:
+                unimplemented(f"contextmanager {fn.__qualname__} entered twice")
+            local_vars = bind_args(tx, fn, self.args, self.kwargs, fn_var.source)
+            closure = {
+                name: (cell, fn_var.source, i)  # as inline_call reads them
+                for i, (name, cell) in enumerate(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+            }
         self.gen = InliningTranslator(tx, fn, fn.__code__, local_vars, closure)
         self.gen.suspendable = True
         value = self._resume(None)

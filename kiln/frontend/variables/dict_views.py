@@ -31,6 +31,8 @@ from kiln.frontend.variables.lists import (
     _set_values,
 )
 
+# set by dicts.py (which imports this module): dict variable -> its mappingproxy variable
+MAPPING_PROXY = {}
 _KINDS = {"keys": type({}.keys()), "values": type({}.values()), "items": type({}.items())}
 _EQ = {operator.eq, operator.ne}
 _ORDER = {operator.lt, operator.le, operator.gt, operator.ge}
@@ -64,6 +66,11 @@ class DictViewVariable(VariableTracker):
         return ListIteratorVariable.over_dict(
             self.dict_var, self.unpack_var_sequence(tx), view=False
         )
+
+    def var_getattr(self, tx, name):
+        if name == "mapping":  # a read-only live view of the dict (Note [Dicts: mappingproxy])
+            return MAPPING_PROXY["make"](self.dict_var)
+        return super().var_getattr(tx, name)
 
     def call_method(self, tx, name, args, kwargs):
         if kwargs:

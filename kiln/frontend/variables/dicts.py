@@ -1,15 +1,39 @@
 """Dicts with constant keys."""
 
 import collections
+import inspect
+import types
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables import dict_views
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dict_views import DictViewVariable
 from kiln.frontend.variables.exceptions import observe, raise_observed
-from kiln.frontend.variables.lists import ListVariable, TupleVariable
+from kiln.frontend.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
+
+# Set by operators.py and builtin.py (which import this module): "dicts": (tx, a, b) -> whether
+# two traced dicts are equal, as `a == b` decides it (Note [Dicts: equality]); "as_dict":
+# (tx, mapping) -> dict(mapping) traced.
+EQUALITY = {}
+
+
+def not_iterable(var):
+    """A constant Python cannot iterate (`d.update(1)`, `dict.fromkeys(1)`)."""
+    try:
+        iter(var.value)
+    except TypeError:
+        return True
+    return False
+
+
+def dict_key(var):
+    """The Python key of a traced value put in a dict (BUILD_MAP, d[k] = v)."""
+    if not var.is_python_constant():
+        unimplemented(f"dict key {var} is not a constant")
+    return hashable_key(var.as_python_constant())
 
 
 def hashable_key(value):
@@ -65,9 +89,7 @@ class ConstDictVariable(VariableTracker):
         tx.output.side_effects.mutate_container(self)
 
     def _key(self, var):
-        if not var.is_python_constant():
-            unimplemented(f"dict key {var} is not a constant")
-        return hashable_key(var.as_python_constant())
+        return dict_key(var)
 
     def _key_error(self, tx, key):
         """A missing key raises KeyError as Python does (Note [Blocks: exceptions while
@@ -101,13 +123,26 @@ class ConstDictVariable(VariableTracker):
             self._mutate(tx)
             self.items[self._key(args[0])] = args[1]
             return ConstantVariable(None)
+        if name == "update" and len(args) > 1:
+            raise_observed(tx, TypeError, f"update expected at most 1 argument, got {len(args)}")
         if name == "update" and len(args) <= 1:
             other = {}
+            if args and isinstance(args[0], MappingProxyVariable):
+                args = [args[0].dict_var]  # its dict's items (Note [Dicts: mappingproxy])
+            if args and not isinstance(args[0], ConstDictVariable) and _has_keys(args[0]):
+                args = [EQUALITY["as_dict"](tx, args[0])]  # a mapping: dict(m)'s items
             if args and isinstance(args[0], ConstDictVariable):
                 other.update(args[0].items)
+            elif args and isinstance(args[0], ConstantVariable) and not_iterable(args[0]):
+                kind = type(args[0].value).__name__
+                raise_observed(tx, TypeError, f"'{kind}' object is not iterable")
             elif args:
-                for pair in args[0].unpack_var_sequence(tx):
-                    k, v = pair.unpack_var_sequence(tx)
+                for i, pair in enumerate(args[0].unpack_var_sequence(tx)):
+                    kv = pair.unpack_var_sequence(tx)
+                    if len(kv) != 2:
+                        message = f"dictionary update sequence element #{i} has length {len(kv)}"
+                        raise_observed(tx, ValueError, f"{message}; 2 is required")
+                    k, v = kv
                     self._mutate(tx)  # (pairs before a bad key are in, as in Python)
                     self.items[self._key(k)] = v
             other.update(kwargs)
@@ -146,6 +181,16 @@ class ConstDictVariable(VariableTracker):
         if name == "__delitem__" and len(args) == 1:
             self.call_method(tx, "pop", args, {})
             return ConstantVariable(None)
+        if name in ("__eq__", "__ne__") and len(args) == 1 and not kwargs:
+            other = args[0]
+            if not isinstance(other, ConstDictVariable):
+                if _is_dict_type(other):
+                    unimplemented(f"dict.{name} with {other}")
+                return ConstantVariable(NotImplemented)
+            same = EQUALITY["dicts"](tx, self, other)
+            return ConstantVariable(same if name == "__eq__" else not same)
+        if name == "__iter__" and not args and not kwargs:
+            return ListIteratorVariable.over(tx, self)
         if name in ("__or__", "__ior__") and len(args) == 1:
             other = args[0]
             if name == "__ior__":
@@ -168,7 +213,25 @@ class ConstDictVariable(VariableTracker):
             return ConstDictVariable(self.items, self.user_cls, self.default_factory)
         if name == "list" and not args:
             return ListVariable([ConstantVariable(k) for k in self.items])
+        self._argument_error(tx, name, args, kwargs)
         unimplemented(f"dict.{name}")
+
+    def _argument_error(self, tx, name, args, kwargs):
+        """A call dict rejects whatever its items (a wrong argument count or type): the
+        TypeError Python raises, found by making the call on an empty dict of the same class."""
+        if self.user_cls not in (dict, collections.OrderedDict) or not hasattr(dict, name):
+            return
+        values = [*args, *kwargs.values()]
+        if not all(v.is_python_constant() for v in values):
+            return
+        cargs = [a.as_python_constant() for a in args]
+        ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+        try:
+            getattr(self.user_cls(), name)(*cargs, **ckw)
+        except TypeError as e:
+            raise_observed(tx, TypeError, str(e))
+        except Exception:
+            return
 
     def reconstruct(self, cg):
         if self.source is not None:  # never mutated while tracing: the object itself
@@ -194,6 +257,132 @@ class ConstDictVariable(VariableTracker):
 
     def __repr__(self):
         return f"ConstDictVariable({self.items!r})"
+
+
+# Note [Dicts: mappingproxy]
+# types.MappingProxyType(d) (and a dict view's `.mapping`) is a read-only, live view of d: every
+# read reads d as it is now, a write raises TypeError. The variable holds d's variable; it is
+# rebuilt as MappingProxyType over d rebuilt (the same object when d came from a source, so
+# later changes of d show through it after the frame too).
+class MappingProxyVariable(VariableTracker):
+    """A mappingproxy over a traced dict (Note [Dicts: mappingproxy])."""
+
+    _READS = ("__getitem__", "get", "__contains__", "__len__", "keys", "values", "items")
+
+    def __init__(self, dict_var, **kw):
+        super().__init__(**kw)
+        self.dict_var = dict_var
+
+    def python_type(self):
+        return types.MappingProxyType
+
+    def truthy(self, tx):
+        return self.dict_var.truthy(tx)
+
+    def unpack_var_sequence(self, tx):
+        return self.dict_var.unpack_var_sequence(tx)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in self._READS or name in ("__iter__", "copy"):
+            return self.dict_var.call_method(tx, name, args, kwargs)
+        if name in ("__setitem__", "__delitem__"):
+            raise_observed(tx, TypeError, "'mappingproxy' object does not support item assignment")
+        unimplemented(f"mappingproxy.{name}")
+
+    def reconstruct(self, cg):
+        cg.load_object(types.MappingProxyType, push_null=True)
+        cg.reconstruct(self.dict_var)
+        cg.extend(emit.call(1))
+
+    def __repr__(self):
+        return f"MappingProxyVariable({self.dict_var!r})"
+
+
+dict_views.MAPPING_PROXY["make"] = MappingProxyVariable
+
+
+def make_mapping_proxy(args, kwargs):
+    """types.MappingProxyType(d) of a traced dict, or None."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], ConstDictVariable):
+        return MappingProxyVariable(args[0])
+    if len(args) == 1 and not kwargs and isinstance(args[0], MappingProxyVariable):
+        return MappingProxyVariable(args[0].dict_var)
+    return None
+
+
+def _has_keys(var):
+    """Whether dict.update reads `var` as a mapping (a dict, or an object with `keys`)."""
+    try:
+        return hasattr(var.python_type(), "keys")
+    except Exception:
+        return False
+
+
+def _is_dict_type(var):
+    try:
+        return issubclass(var.python_type(), dict)
+    except Exception:
+        return True  # unknown: not answered here
+
+
+# Note [Dicts: methods read from the class]
+# `dict.get(d, k)`, `dict.__ior__(d, other)`, `OrderedDict.update(d, ...)` call dict's C method
+# with `d` as self. When d's class does not override that method (a plain dict, an OrderedDict's
+# `get`, a dict subclass's `update`), this is exactly `d.get(k)`, traced as such. A method the
+# class overrides (`dict.keys(od)` bypasses OrderedDict's keys) or a self that is no dict we model
+# breaks.
+class DictClassMethodVariable(VariableTracker):
+    """`dict.<name>`: a method of the dict class, unbound (Note [Dicts: methods read from the
+    class])."""
+
+    def __init__(self, name, **kw):
+        super().__init__(**kw)
+        self.name = name
+
+    def python_type(self):
+        return type(inspect.getattr_static(dict, self.name))
+
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__"):
+            return ConstantVariable(getattr(getattr(dict, self.name), name))
+        return super().var_getattr(tx, name)
+
+    def call_function(self, tx, args, kwargs):
+        if not args:
+            unimplemented(f"dict.{self.name} without self")
+        obj, rest = args[0], list(args[1:])
+        try:
+            cls = obj.python_type()
+        except Exception:
+            cls = None
+        if cls is None or not issubclass(cls, dict):
+            unimplemented(f"dict.{self.name} of {obj}")
+        if getattr(cls, self.name, None) is not getattr(dict, self.name):
+            unimplemented(f"dict.{self.name} of a {cls.__name__} (which overrides it)")
+        return obj.call_method(tx, self.name, rest, kwargs)
+
+    def reconstruct(self, cg):
+        cg.load_object(getattr(dict, self.name))
+
+    def __repr__(self):
+        return f"DictClassMethodVariable({self.name})"
+
+
+def class_method(cls, name):
+    """`dict.<name>` (or `Sub.<name>` of a dict subclass that keeps dict's) as a variable when
+    it is a method of instances (Note [Dicts: methods read from the class]), else None."""
+    if not (isinstance(cls, type) and issubclass(cls, dict)):
+        return None
+    if getattr(cls, name, None) is not getattr(dict, name, None):
+        return None
+    static = inspect.getattr_static(dict, name, None)
+    if isinstance(static, (_METHOD_DESCRIPTOR, _SLOT_WRAPPER)) and name != "__new__":
+        return DictClassMethodVariable(name)
+    return None
+
+
+_METHOD_DESCRIPTOR = type(dict.get)
+_SLOT_WRAPPER = type(dict.__eq__)
 
 
 # Note [Dicts: identity-keyed tables]

@@ -181,11 +181,37 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
             return ConstantVariable(names[name])
         if name == "__code__":
             return ConstantVariable(self.code)
+        stored = getattr(self, "attr_vars", {})
+        if name in stored:
+            return stored[name]
+        if name == "__doc__":  # what Python makes of the code (its first constant, by version)
+            cells = tuple(types.CellType() for _ in self.code.co_freevars) or None
+            return ConstantVariable(types.FunctionType(self.code, {}, None, None, cells).__doc__)
+        if name == "__annotations__" and self.annotations is None:
+            return self._own("__annotations__", {})  # made on first read, then the same dict
+        if name == "__dict__":
+            return self._own("__dict__", {})  # functools.update_wrapper updates it
         return super().var_getattr(tx, name)
 
+    def hasattr(self, tx, name):
+        """hasattr(f, name): a function has its type's attributes and those set on it."""
+        found = name in getattr(self, "attr_vars", {}) or hasattr(types.FunctionType, name)
+        return ConstantVariable(found)
+
+    def _own(self, name, items):
+        """An attribute dict the function holds (one variable, mutated in place)."""
+        self.attr_vars = {**getattr(self, "attr_vars", {}), name: ConstDictVariable(items)}
+        return self.attr_vars[name]
+
     def setattr(self, tx, name, value):
-        """`f.__name__ = "x"` (functools.wraps, torch's _ntuple): kept, and set on the rebuilt one."""
-        if name not in self._NAMES or not value.is_python_constant():
+        """`f.__name__ = "x"` (functools.wraps, torch's _ntuple): kept, and set on the rebuilt one;
+        other attributes (`__wrapped__`, `__annotations__`) are held as the variables given."""
+        if name in ("__code__", "__defaults__", "__kwdefaults__", "__dict__", "__closure__"):
+            unimplemented(f"attribute assignment .{name} on a function made in the frame")
+        if name not in self._NAMES:
+            self.attr_vars = {**getattr(self, "attr_vars", {}), name: value}
+            return
+        if not value.is_python_constant():
             unimplemented(f"attribute assignment .{name} on a function made in the frame")
         c = value.as_python_constant()
         if not isinstance(c, (str, type(None))):
@@ -238,6 +264,16 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
         )
         for name, c in getattr(self, "attrs", {}).items():
             cg.extend(emit.copy(1) + emit.load_const(c) + emit.swap(2) + emit.store_attr(name))
+        for name, var in getattr(self, "attr_vars", {}).items():
+            if name == "__dict__":  # its entries, set one by one
+                for key, item in var.items.items():
+                    cg.extend(emit.copy(1))
+                    cg.reconstruct(item)
+                    cg.extend(emit.swap(2) + emit.store_attr(key))
+                continue
+            cg.extend(emit.copy(1))
+            cg.reconstruct(var)
+            cg.extend(emit.swap(2) + emit.store_attr(name))
         if any(f is not None for f in fills):
             # the values go in after the function exists: a cell may hold the function itself
             temp = cg.new_temp()

@@ -12,6 +12,7 @@ class GeneratorItemsVariable(ListIteratorVariable):
     generator to `type()`, and is rebuilt as one (over the items not yet consumed)."""
 
     keeps_identity = True
+    ran_ahead = True  # Note [Lists: growing by an iterator that ran ahead]
 
     def python_type(self):
         return types.GeneratorType

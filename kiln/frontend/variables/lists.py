@@ -14,6 +14,7 @@ from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.exceptions import ObservedException, observe, raise_observed
+from kiln.frontend.variables.list_growth import items_for_growing
 from kiln.frontend.variables.misc import wrap_frozen
 
 
@@ -202,8 +203,9 @@ class ListVariable(BaseListVariable):
             self.items.append(args[0])
             return ConstantVariable(None)
         if name == "extend" and len(args) == 1:
+            items = items_for_growing(tx, args[0], self, f"{self.python_type().__name__}.extend")
             self._mutate(tx)
-            self.items.extend(args[0].unpack_var_sequence(tx))
+            self.items.extend(items)
             return ConstantVariable(None)
         if name == "insert" and len(args) == 2:
             self._mutate(tx)
@@ -243,10 +245,14 @@ class ListVariable(BaseListVariable):
         if name == "__setitem__" and len(args) == 2:
             self._mutate(tx)
             index = args[0].as_python_constant()
-            if isinstance(index, slice):
-                self.items[index] = args[1].unpack_var_sequence(tx)
-            else:
-                self.items[index] = args[1]
+            try:  # the real list raises what Python raises (a bad index type, out of range)
+                if isinstance(index, slice):
+                    self.items[index] = args[1].unpack_var_sequence(tx)
+                else:
+                    self.items[index] = args[1]
+            except (TypeError, IndexError, ValueError) as e:
+                observe(e)
+                unimplemented(f"list.__setitem__ raised {type(e).__name__}")
             return ConstantVariable(None)
         return super().call_method(tx, name, args, kwargs)
 
@@ -296,7 +302,10 @@ class DequeVariable(ListVariable):
             return ConstantVariable(None)
         if name in ("appendleft", "extendleft") and len(args) == 1:
             self._mutate(tx)
-            new = [args[0]] if name == "appendleft" else args[0].unpack_var_sequence(tx)
+            if name == "appendleft":
+                new = [args[0]]
+            else:
+                new = items_for_growing(tx, args[0], self, "deque.extendleft")
             self.items[:0] = list(reversed(new))
             self._bound(left=True)
             return ConstantVariable(None)
@@ -415,6 +424,8 @@ _NOT_ITERABLE = (int, float, complex, bool, type(None))  # `for x in 1`: TypeErr
 
 class ListIteratorVariable(VariableTracker):
     """An iterator over known items (a list, tuple, range, zip, enumerate ... of traced values)."""
+
+    ran_ahead = False  # items computed by user code before they were asked for (map, generator)
 
     def __init__(self, items, **kw):
         super().__init__(**kw)

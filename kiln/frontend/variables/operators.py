@@ -8,7 +8,14 @@ import torch
 
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables import dict_views, numpy_vars, set_subclass, sym, unspec_float
+from kiln.frontend.variables import (
+    dict_views,
+    dicts,
+    numpy_vars,
+    set_subclass,
+    sym,
+    unspec_float,
+)
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dict_views import DictViewVariable
 from kiln.frontend.variables.dicts import ConstDictVariable, IdentityKeyedDictVariable
@@ -62,10 +69,17 @@ def binary_op(tx, fn, a, b):
         result = set_subclass.binary_op(tx, fn, a, b)
         if result is not None:
             return result
+    if fn in _INPLACE and (
+        isinstance(a, DictViewVariable)
+        or (isinstance(b, DictViewVariable) and isinstance(a, SetVariable))
+    ):
+        fn = _INPLACE[fn]  # views have no in-place operators, set's take sets only: `a = a op b`
     if isinstance(a, DictViewVariable) or isinstance(b, DictViewVariable):
         result = dict_views.set_op(tx, fn, a, b) if fn in dict_views._SET_OPS else None
         if result is not None:
             return result
+    if fn in _DICT_OBJECT_OPS:
+        a, b = _dict_objects_as_dicts(a, b, _DICT_OBJECT_OPS[fn])
     if fn in _SET_CMP and isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable):
         same = _dicts_equal(tx, a, b)  # Note [Dicts: equality]
         return ConstantVariable(same if fn is operator.eq else not same)
@@ -90,6 +104,10 @@ def binary_op(tx, fn, a, b):
     if isinstance(a, ConstDictVariable) and fn in (operator.or_, operator.ior):
         result = a.call_method(tx, "__ior__" if fn is operator.ior else "__or__", [b], {})
         if result.is_python_constant() and result.as_python_constant() is NotImplemented:
+            if isinstance(b, (ConstantVariable, BaseListVariable, SetVariable)):
+                # a builtin literal, list, tuple or set declines a dict too: TypeError
+                names = f"'{a.python_type().__name__}' and '{b.python_type().__name__}'"
+                raise_observed(tx, TypeError, f"unsupported operand type(s) for |: {names}")
             unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b}")
         return result
     if fn in (operator.add, operator.iadd):  # `() + t + ()`: a constant tuple/list joins items
@@ -153,6 +171,38 @@ def _dicts_equal(tx, a, b):
     return True
 
 
+dicts.EQUALITY["dicts"] = _dicts_equal
+
+# operator -> the dict dunders it runs (forward, reflected)
+_DICT_OBJECT_OPS = {
+    operator.eq: ("__eq__",),
+    operator.ne: ("__ne__",),
+    operator.or_: ("__or__", "__ror__"),
+}
+
+
+def _dict_objects_as_dicts(a, b, dunders):
+    """`a <op> b` of dicts where a side is an instance of a dict subclass made while tracing
+    whose class keeps dict's `dunders`: dict's C operator reads its items only, so it stands as a
+    plain dict of them (`SimpleDict(x=1) == {"x": 1}`, `sd | d` a plain dict). Else unchanged."""
+
+    def items_of(var):
+        if isinstance(var, ConstDictVariable):
+            return var
+        if isinstance(var, dicts.MappingProxyVariable):
+            return var.dict_var  # its operators are its dict's (Note [Dicts: mappingproxy])
+        if isinstance(var, NewObjectVariable) and var.dict_items is not None:
+            cls = var.python_type()
+            if all(getattr(cls, d, None) is getattr(dict, d) for d in dunders):
+                return ConstDictVariable(var.dict_items)
+        return None
+
+    a2, b2 = items_of(a), items_of(b)
+    if a2 is None or b2 is None or (a2 is a and b2 is b):
+        return a, b
+    return a2, b2
+
+
 def _constant_sequence(value, other):
     """A constant tuple (list) as a TupleVariable (ListVariable) when added to traced items of
     the same type; else `value` unchanged."""
@@ -199,12 +249,26 @@ def compare_vars(tx, fn, a, b):
         result = sym.compare(tx, fn, a, b)  # a fact on the sizes: a shape guard
         if result is not None:
             return result
+    if fn in (operator.eq, operator.ne) and _plain_classes(a, b):
+        same = a.as_python_constant() is b.as_python_constant()  # type.__eq__: identity
+        return ConstantVariable(same == (fn is operator.eq))
     if fn in (operator.eq, operator.ne) and not isinstance(a, TensorVariable):
         if not isinstance(b, TensorVariable) and not (_all_const([a, b])):
             same = _identical(a, b)
             if same is True:
                 return ConstantVariable(fn is operator.eq)
     return binary_op(tx, fn, a, b)
+
+
+def _plain_classes(a, b):
+    """Two classes whose metaclass compares them as `type` does (by identity)."""
+    for v in (a, b):
+        if isinstance(v, ConstantVariable) or not v.is_python_constant():
+            return False
+        c = v.as_python_constant()
+        if not isinstance(c, type) or type(c).__eq__ is not type.__eq__:
+            return False
+    return True
 
 
 def _identical(a, b):

@@ -30,9 +30,11 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, Source
+from kiln.frontend.variables import dict_views
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.classes import load_class
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.dict_views import DictViewVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.functions import inline_call
@@ -498,6 +500,8 @@ def _side(tx, obj, dunder, other):
         if dunder in _REFLECTED_OPS:
             return _c_slot(tx, _REFLECTED_OPS[dunder], other, obj)
         return _c_slot(tx, _DUNDER_OPS[dunder], obj, other)
+    if isinstance(obj, DictViewVariable) and obj.kind != "values":
+        return _view_side(tx, obj, dunder, other)
     if is_user_object(obj):  # another user class (an OrderedSet): its Python dunder
         result = call_dunder(tx, obj, dunder, [other])
         return ConstantVariable(NotImplemented) if result is None else result
@@ -506,6 +510,20 @@ def _side(tx, obj, dunder, other):
     if isinstance(obj, (BaseListVariable, ConstDictVariable)) and obj.python_type() in _PLAIN:
         return ConstantVariable(NotImplemented)  # list/tuple/dict: no operator with a set
     unimplemented(f"{dunder} between a set subclass instance and {obj}")
+
+
+def _view_side(tx, view, dunder, other):
+    """A keys/items view's `dunder(other)` against a set subclass instance: the view's C slots
+    read the other operand's items only, so it stands as the plain set of its items."""
+    plain = SetVariable(set(_values(other))) if isinstance(other, SetProtocol) else other
+    if dunder in _REFLECTED_OPS:
+        op, left, right = _REFLECTED_OPS[dunder], plain, view
+    else:
+        op, left, right = _DUNDER_OPS[dunder], view, plain
+    if op in (operator.or_, operator.and_, operator.sub, operator.xor):
+        return dict_views.set_op(tx, op, left, right)
+    result = dict_views.compare(tx, op, left, right)
+    return ConstantVariable(NotImplemented) if result is None else result
 
 
 def _not_implemented(var):

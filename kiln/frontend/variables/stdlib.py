@@ -5,10 +5,12 @@ Each entry of CALLS takes (tx, *args, **kwargs) of traced values and returns a t
 the library function would (a TypeError Python raises for other arguments is a graph break).
 """
 
+import collections
 import copy
 import functools
 import itertools
 import operator
+import sys
 
 import torch
 
@@ -17,7 +19,8 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
-from kiln.frontend.variables.dicts import ConstDictVariable, hashable_key
+from kiln.frontend.variables.dicts import ConstDictVariable, hashable_key, not_iterable
+from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import (
     _ITER_UNDO,
     BaseListVariable,
@@ -27,6 +30,7 @@ from kiln.frontend.variables.lists import (
     SetVariable,
     TupleVariable,
 )
+from kiln.frontend.variables.torch_queries import no_active_exception
 
 
 def _is_tensor(var):
@@ -242,7 +246,20 @@ class FromKeysVariable(VariableTracker):
         super().__init__(**kw)
         self.cls = cls
 
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__"):
+            return ConstantVariable(getattr(self.cls.fromkeys, name))
+        return super().var_getattr(tx, name)
+
     def call_function(self, tx, args, kwargs):
+        if not kwargs and len(args) > 2:
+            raise_observed(tx, TypeError, f"fromkeys expected at most 2 arguments, got {len(args)}")
+        if not kwargs and not args:
+            raise_observed(tx, TypeError, "fromkeys expected at least 1 argument, got 0")
+        if not kwargs and isinstance(args[0], ConstantVariable) and not_iterable(args[0]):
+            raise_observed(
+                tx, TypeError, f"'{type(args[0].value).__name__}' object is not iterable"
+            )
         if kwargs or not 1 <= len(args) <= 2:
             unimplemented("dict.fromkeys with these arguments")
         d = _fromkeys(tx, *args)
@@ -301,7 +318,17 @@ def _id(tx, obj):
 
 _NONE = object()
 
+
+def _exc_info(tx):
+    """sys.exc_info() outside any handled exception (Note [Torch: no active exception])."""
+    if tx.current_exception() is not None or not no_active_exception():
+        unimplemented("sys.exc_info() while an exception is handled (its traceback)")
+    tx.output.guards.add(GuardKind.STATE_QUERY, None, (no_active_exception, True))
+    return TupleVariable([ConstantVariable(None)] * 3)
+
+
 CALLS = {
+    sys.exc_info: _exc_info,
     operator.itemgetter: _getter(operator.itemgetter),
     operator.attrgetter: _getter(operator.attrgetter),
     operator.methodcaller: _getter(operator.methodcaller),
@@ -317,7 +344,7 @@ CLASS_METHODS = {(itertools.chain, "from_iterable"): _chain_from_iterable}
 
 def class_method(cls, name):
     """A variable for `cls.name` when stdlib models it (dict.fromkeys ...), else None."""
-    if name == "fromkeys" and cls is dict:
+    if name == "fromkeys" and cls in (dict, collections.OrderedDict):
         return FromKeysVariable(cls)
     fn = CLASS_METHODS.get((cls, name))
     if fn is None:

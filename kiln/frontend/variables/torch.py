@@ -472,6 +472,9 @@ class TorchVariable(PythonValueVariable):
                 return autocast.make_autocast(tx, fn, args, kwargs)
             if fn in (torch.no_grad, torch.enable_grad) and not args and not kwargs:
                 return GradModeVariable(fn is torch.enable_grad, fn)
+            if fn in (torch.no_grad, torch.enable_grad) and len(args) == 1 and not kwargs:
+                # `torch.no_grad(fn)`: the decorator form (no_grad()(fn))
+                return GradModeVariable(fn is torch.enable_grad, fn).call_function(tx, args, {})
             if fn is torch.set_grad_enabled and len(args) == 1 and args[0].is_python_constant():
                 # set_grad_enabled(b) switches the mode when called (`with` only restores it)
                 var = GradModeVariable(bool(args[0].as_python_constant()), fn)
@@ -491,6 +494,11 @@ class TorchVariable(PythonValueVariable):
             return folded
         if _qualified(fn) == ("torch.jit", "annotate") and len(args) == 2 and not kwargs:
             return args[1]  # `annotate(type, value)` is value (a hint for TorchScript)
+        if fn is torch._C._set_grad_enabled and len(args) == 1 and not kwargs:
+            mode = args[0].as_python_constant() if args[0].is_python_constant() else None
+            if isinstance(mode, bool):  # what set_grad_enabled(b) does when called
+                GradModeVariable(mode, torch.set_grad_enabled).enter(tx)
+                return ConstantVariable(None)
         if fn is torch.is_grad_enabled and not args:
             return ConstantVariable(torch.is_grad_enabled())  # guarded; traced `with` blocks set it
         if _is_compiling_query(fn):

@@ -10,6 +10,7 @@ is a Python constant while kiln traces. Three kinds (the table `QUERIES`):
   process   fixed for the process (CUDA present or not): the answer read now, no guard
 """
 
+import sys
 import types
 
 import torch
@@ -101,3 +102,14 @@ def fold(tx, fn, args, kwargs):
     if kind == _STATE:
         tx.output.guards.add(GuardKind.STATE_QUERY, None, (fn, value))
     return ConstantVariable(value)
+
+
+# Note [Torch: no active exception]
+# sys.exc_info() in a compiled frame outside any except block the trace is in answers what the
+# caller handles: (None, None, None) when nothing is. That is folded with a STATE_QUERY guard that
+# asks the same before each run (an entry traced outside a handler is not used inside one). An
+# exception being handled (in the trace or by the caller) has a traceback kiln does not model: a
+# break.
+def no_active_exception():
+    """Whether no exception is being handled (what the guard asks)."""
+    return sys.exc_info()[0] is None

@@ -30,7 +30,8 @@ from kiln.frontend.variables.base import (
 )
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.ctx_managers import NullContextVariable, special_instance
-from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.dicts import ConstDictVariable, make_mapping_proxy
+from kiln.frontend.variables.dicts import class_method as dict_class_method
 from kiln.frontend.variables.exceptions import (
     ExceptionInitVariable,
     ObservedException,
@@ -63,6 +64,11 @@ class UserDefinedClassVariable(PythonValueVariable):
 
             if af.is_autograd_function(self.value):
                 return af.AutogradFunctionApplyVariable(self.value, self.source)
+        modelled = stdlib.class_method(self.value, name)  # OrderedDict.fromkeys ...
+        if modelled is None:
+            modelled = dict_class_method(self.value, name)  # SimpleDict.values (dict's)
+        if modelled is not None:
+            return modelled
         try:
             static = inspect.getattr_static(self.value, name)
         except AttributeError:
@@ -109,18 +115,22 @@ class UserDefinedClassVariable(PythonValueVariable):
             return NullContextVariable(result)
         if cls is collections.deque:
             return make_deque(tx, args, kwargs)
-        if cls is collections.defaultdict and len(args) <= 2 and not kwargs:
+        if cls is collections.defaultdict and len(args) <= 2:
             factory = args[0] if args else None
             if factory is not None and factory.is_python_constant():
                 factory = None if factory.as_python_constant() is None else factory
             d = ConstDictVariable({}, user_cls=cls, default_factory=factory)
-            if len(args) == 2:
-                d.call_method(tx, "update", [args[1]], {})
+            if len(args) == 2 or kwargs:  # defaultdict(f, items, **more): dict's update
+                d.call_method(tx, "update", args[1:], kwargs)
             return d
         from kiln.frontend.variables.builtin import BUILTIN_CLASSES, BuiltinVariable
 
         if cls in BUILTIN_CLASSES:
             return BuiltinVariable(cls).call_function(tx, args, kwargs)
+        if cls is types.MappingProxyType:  # Note [Dicts: mappingproxy]
+            proxy = make_mapping_proxy(args, kwargs)
+            if proxy is not None:
+                return proxy
         view = mapping_view(cls, args, kwargs)  # Note [Objects: mapping views of user mappings]
         if view is not None:
             return view
@@ -679,8 +689,17 @@ class AttrDictVariable(VariableTracker):
         cg.extend(emit.load_attr("__dict__"))
 
 
-_DICT_READS = ("__getitem__", "get", "__contains__", "__len__", "keys", "values", "items")
-_DICT_WRITES = ("__setitem__", "__delitem__", "pop", "setdefault", "update", "clear", "__init__")
+_DICT_READS = ("__getitem__", "get", "__contains__", "__len__", "keys", "values", "items", "copy")
+_DICT_WRITES = (
+    "__setitem__",
+    "__delitem__",
+    "pop",
+    "popitem",
+    "setdefault",
+    "update",
+    "clear",
+    "__init__",
+)
 
 
 class DictMethodVariable(VariableTracker):
@@ -691,6 +710,11 @@ class DictMethodVariable(VariableTracker):
         super().__init__(**kw)
         self.obj = obj
         self.name = name
+
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__"):  # (unittest's assertRaises names the callable)
+            return ConstantVariable(self.name if name == "__name__" else f"dict.{self.name}")
+        return super().var_getattr(tx, name)
 
     def call_function(self, tx, args, kwargs):
         obj, name = self.obj, self.name
@@ -720,7 +744,7 @@ class DictMethodVariable(VariableTracker):
                 args = [BuiltinVariable(dict).call_function(tx, [args[0]], {})]
         elif name == "__delitem__":
             name = "pop"
-        elif name == "setdefault":
+        elif name == "setdefault" and 1 <= len(args) <= 2 and not kwargs:
             key = _const_key(args[0])
             if key not in obj.dict_items:
                 tx.output.side_effects.mutate_new_object(obj)
