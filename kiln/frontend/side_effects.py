@@ -40,6 +40,7 @@ class SideEffects:
         self.version = 0
         self.records = 0  # stores/calls recorded so far (Note [Generators: effects outside])
         self.written = []  # serials of pre-existing objects and cells written, in order
+        self.written_vars = []  # the same objects and cells (Note [Generators: read after writes])
         self.step_serial = 0  # set by the root translator before each instruction
 
     def tracked_container(self, tx, value, source):
@@ -96,6 +97,7 @@ class SideEffects:
 
     def mutate_container(self, var):
         self.written.append(var.serial)
+        self.written_vars.append(var)
         if var.source is not None:
             self._record(("container", id(var)), "container", var)
         if var.serial < self.step_serial:
@@ -107,6 +109,7 @@ class SideEffects:
     def write_cell_ref(self, ref):
         """A store into an enclosing traced frame's cell (`nonlocal`, a walrus in a genexp)."""
         self.written.append(ref.serial)
+        self.written_vars.append(ref)
 
     def store_global(self, name, value):
         self._record(("global", name), "global", value)
@@ -132,6 +135,7 @@ class SideEffects:
     def mutate_new_object(self, var):
         """An object made while tracing got an attribute: like a container mutation."""
         self.written.append(var.serial)
+        self.written_vars.append(var)
         if var.serial < self.step_serial:
             self.version += 1
 

@@ -647,7 +647,7 @@ class InliningTranslator(InstructionTranslatorBase):
         ):
             unimplemented("a generator whose body writes state from outside it (runs lazily)")
         if self.is_generator:
-            it = GeneratorItemsVariable(self.generated)
+            it = GeneratorItemsVariable(self.generated).watch(effects)
             it.gen_return = self.return_value  # what `yield from` of it evaluates to
             it.reach = reach  # what its code could read (Note [Lists: growing by an iterator...])
             return it

@@ -4,6 +4,7 @@ import types
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.variables.list_growth import _reaches, _unimplemented_frame
 from kiln.frontend.variables.lists import ListIteratorVariable
 
 
@@ -12,6 +13,30 @@ class GeneratorItemsVariable(ListIteratorVariable):
     generator to `type()`, and is rebuilt as one (over the items not yet consumed)."""
 
     keeps_identity = True
+    effects = None  # the frame's SideEffects and their counts when the generator ran
+    marks = (0, 0)
+
+    def watch(self, effects):
+        """Check each later item against the writes made after the generator ran."""
+        self.effects, self.marks = effects, (effects.records, len(effects.written_vars))
+        return self
+
+    def next_item(self):
+        # Note [Generators: read after writes]
+        # The generator ran to its end when it was called (Note [Generators: eager consumption]);
+        # eager makes item k only when it is asked for, after the consumer's work on items
+        # 0..k-1. If that work wrote anything the generator's code may read (an object or cell
+        # reachable from what it was given; a global, attribute or outside container: counted
+        # by `records`), the items made ahead may differ from eager's: the frame runs in Python.
+        if self.effects is not None and self.index < len(self.items):
+            records, start = self.marks
+            written = self.effects.written_vars[start:]
+            if self.effects.records > records or any(_reaches(self.reach, v) for v in written):
+                _unimplemented_frame(
+                    "a generator run ahead of time whose consumer wrote what it may read"
+                )
+        return super().next_item()
+
     ran_ahead = True  # Note [Lists: growing by an iterator that ran ahead]
 
     def python_type(self):
