@@ -211,6 +211,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
 
     def load_global_value(self, name):
         if self.f_globals is self.output.root_fn.__globals__:
+            self.output.side_effects.note_read(("global", name))
             stored = self.output.side_effects.load_global(name)
             if stored is not None:
                 return stored
@@ -327,8 +328,10 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
     def load_closure_var(self, name):
         ref = self.closure[name]
         if isinstance(ref, CellRefVariable):
+            self.output.side_effects.note_read(("ref", ref.tx, ref.name))
             return ref.tx.get_local(ref.name, free=True)
         cell, source = ref
+        self.output.side_effects.note_read(("cell", id(cell)))
         stored = self.output.side_effects.pending_cell(cell)  # a store made while tracing
         if stored is None and self.is_root:
             stored = self.output.side_effects.load_cell(name)
@@ -352,14 +355,14 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         if name in self.closure:
             ref = self.closure[name]
             if isinstance(ref, CellRefVariable):
-                self.output.side_effects.write_cell_ref(ref)
-                ref.tx.symbolic_locals[ref.name] = v
+                self.output.side_effects.write_cell_ref(ref, v)
                 return
             if not self.is_root:
                 self.store_inlined_cell(name, ref, v)
                 return
             self.output.side_effects.store_cell(name, v, ref[0])
             return
+        self.output.side_effects.check_write(("ref", self, name))
         self.symbolic_locals[name] = v
 
     def store_inlined_cell(self, name, ref, v):
@@ -376,6 +379,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 return
         if source is None:
             unimplemented(f"assignment to free variable {name!r} of a function without a source")
+        self.output.side_effects.check_write(("cell", id(cell)))
         self.output.side_effects.store_attr(
             CellObjectVariable(cell, source.source), "cell_contents", v
         )
@@ -634,10 +638,24 @@ class InliningTranslator(InstructionTranslatorBase):
         as `any((last := n) == 1 for n in xs)` does; a list, attribute, global; a replayed call)
         is unimplemented: run to its end here, it would make every write, where a consumer that
         stops early (any, all, next, zip, break) makes only some in eager.
+
+        Note [Generators: reads of later writes]
+        Run early, a body also reads early: `g = (i for i in xs if t); t = True; list(g)` sees
+        the old `t`. The cells and globals a body reads are remembered (SideEffects.note_read);
+        writing one while the generator is not finished is unimplemented, and such a generator
+        is not rebuilt at a break (the code after the break could write them): the frame then
+        runs eagerly.
         """
         effects = self.output.side_effects
         floor, records, written = next_serial(), effects.records, len(effects.written)
-        self.run_loop()
+        reads = set()
+        if self.is_generator:
+            effects.lazy_readers.append(reads)
+        try:
+            self.run_loop()
+        finally:
+            if self.is_generator:
+                effects.lazy_readers.remove(reads)
         if self.is_generator and (
             effects.records > records or any(s < floor for s in effects.written[written:])
         ):
@@ -645,6 +663,8 @@ class InliningTranslator(InstructionTranslatorBase):
         if self.is_generator:
             it = GeneratorItemsVariable(self.generated)
             it.gen_return = self.return_value  # what `yield from` of it evaluates to
+            it.lazy_reads = bool(reads)
+            effects.note_generator(it, reads)
             return it
         return self.return_value
 

@@ -12,6 +12,19 @@ class GeneratorItemsVariable(ListIteratorVariable):
     generator to `type()`, and is rebuilt as one (over the items not yet consumed)."""
 
     keeps_identity = True
+    finished = False  # raised StopIteration (Note [Generators: reads of later writes])
+    lazy_reads = False  # its body read cells or globals
+    stale = False  # one of them was written before it finished
+
+    def next_item(self):
+        item = super().next_item()
+        if item is None:
+            self.finished = True
+        return item
+
+    def unpack_var_sequence(self, tx):
+        self.finished = True
+        return super().unpack_var_sequence(tx)
 
     def python_type(self):
         return types.GeneratorType
@@ -25,6 +38,8 @@ class GeneratorItemsVariable(ListIteratorVariable):
         unimplemented(f"generator attribute .{name} on a generator run to its end while tracing")
 
     def reconstruct(self, cg):
+        if self.stale or (self.lazy_reads and not self.finished):
+            unimplemented("rebuilding a generator whose body read variables the frame may write")
         cg.load_object(generator_over, push_null=True)
         for item in self.items[self.index :]:
             cg.reconstruct(item)
