@@ -406,10 +406,7 @@ def _is_bound_c_method(value):
 def _is_builtin(value):
     if isinstance(value, types.BuiltinFunctionType) and probe(value, "__module__", "") == "math":
         return True
-    try:
-        return value in _BUILTIN_FNS
-    except TypeError:
-        return False
+    return id(value) in _BUILTIN_IDS  # (not `in a set`: that runs a user __hash__ / __eq__)
 
 
 def _attr(source, name):
@@ -440,6 +437,7 @@ def _builtin_fns():
 
 
 _BUILTIN_FNS = _builtin_fns()
+_BUILTIN_IDS = frozenset(id(f) for f in _BUILTIN_FNS)
 _SIGNATURE = inspect.signature
 
 

@@ -54,6 +54,7 @@ from kiln.frontend.variables.user_defined import (
     NewObjectVariable,
     SuperVariable,
     UserDefinedObjectVariable,
+    plain_class_attr,
 )
 from kiln.frontend.variables.user_protocol import is_user_object, user_text
 
@@ -112,10 +113,23 @@ def isinstance_check(tx, obj, cls):
     """
     classes = cls if isinstance(cls, tuple) else (cls,)
     if all(_type_decides(c) for c in classes):
-        return ConstantVariable(issubclass(obj.python_type(), cls))
+        t = obj.python_type()
+        if not issubclass(t, cls) and not _class_is_type(t):
+            # Python then asks obj.__class__ (a proxy's __getattribute__, a `__class__` property
+            # or class attribute may answer another class)
+            unimplemented(f"isinstance of a {t.__name__}, whose __class__ is not its type")
+        return ConstantVariable(issubclass(t, cls))
     if obj.is_python_constant():
         return fold(isinstance, obj.as_python_constant(), cls)
     unimplemented(f"isinstance with {cls!r}, whose metaclass has its own __instancecheck__")
+
+
+def _class_is_type(t):
+    """Whether `obj.__class__` is `type(obj)` for instances of `t` (no Python __getattribute__,
+    no `__class__` of its own in the MRO)."""
+    if not plain_class_attr(t):
+        return False
+    return not isinstance(inspect.getattr_static(t, "__getattribute__", None), types.FunctionType)
 
 
 def _type_decides(cls):

@@ -39,7 +39,12 @@ from kiln.frontend.variables.exceptions import (
 from kiln.frontend.variables.functions import UserMethodVariable, bind_args, inline_call
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable, make_deque
 from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
-from kiln.frontend.variables.user_attrs import ObjectSlotVariable
+from kiln.frontend.variables.user_attrs import (
+    ObjectSlotVariable,
+    has_instance_dict,
+    instance_static,
+    no_attribute_message,
+)
 from kiln.frontend.variables.user_protocol import (
     ObjectCompareVariable,
     is_user_object,
@@ -186,16 +191,16 @@ class UserDefinedObjectVariable(VariableTracker):
     def hasattr(self, tx, name):
         if tx.output.side_effects.load_attr(self, name) is not None:
             return ConstantVariable(True)
-        if isinstance(inspect.getattr_static(type(self.value), name, None), property):
+        if isinstance(instance_static(type(self.value), name, None), property):
             return hasattr_by_getattr(tx, self, name)
-        if isinstance(inspect.getattr_static(type(self.value), name, None), _SLOT):
+        if isinstance(instance_static(type(self.value), name, None), _SLOT):
             if hasattr(self.value, name):  # read through its source: guarded
                 return hasattr_by_getattr(tx, self, name)
             unimplemented(
                 f"hasattr of the unset __slots__ field {name!r} (no guard keeps it unset)"
             )
         found = self.has_plain_attr(tx, name)
-        hook = inspect.getattr_static(type(self.value), "__getattr__", None)
+        hook = instance_static(type(self.value), "__getattr__", None)
         if found is None and isinstance(hook, types.FunctionType):
             if name not in getattr(self.value, "__dict__", {}):
                 return hasattr_by_getattr(tx, self, name)  # (the hook is inlined)
@@ -205,7 +210,7 @@ class UserDefinedObjectVariable(VariableTracker):
         """Whether the object has attribute `name` in its class or instance __dict__ (the dict's
         keys are guarded), or None when Python could find it otherwise (__getattr__, slots)."""
         cls = type(self.value)
-        if inspect.getattr_static(cls, name, _ABSENT) is not _ABSENT:
+        if instance_static(cls, name, _ABSENT) is not _ABSENT:
             return True
         d = getattr(self.value, "__dict__", None)
         if type(d) is not dict or self.source is None or not all(type(k) is str for k in d):
@@ -218,7 +223,7 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def var_getattr(self, tx, name):
         cls = type(self.value)
-        hook = inspect.getattr_static(cls, "__getattribute__", None)
+        hook = instance_static(cls, "__getattribute__", None)
         if isinstance(hook, types.FunctionType) and name != "__class__":
             # Note [Objects: a Python __getattribute__]
             if hasattr(cls, "__getattr__"):
@@ -245,10 +250,7 @@ class UserDefinedObjectVariable(VariableTracker):
         cls = type(self.value)
         if name == "__class__" and plain_class_attr(cls):  # pinned by the TYPE_MATCH guard
             return wrap_constant_like(tx, cls)
-        try:
-            static = inspect.getattr_static(cls, name)
-        except AttributeError:
-            static = None
+        static = instance_static(cls, name, None)
         if isinstance(static, types.MemberDescriptorType) and hasattr(self.value, name):
             # a __slots__ field (stores into it are breaks): read like an instance attribute
             return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
@@ -285,7 +287,7 @@ class UserDefinedObjectVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         if stdlib.is_lru_cached(self.value):  # Note [Stdlib: lru_cache'd functions]
             return stdlib.call_lru_cached(tx, self, args, kwargs)
-        call = inspect.getattr_static(type(self.value), "__call__", None)
+        call = instance_static(type(self.value), "__call__", None)
         if isinstance(call, types.FunctionType):
             return inline_call(tx, call, [self, *args], kwargs, self._class_attr_source("__call__"))
         what = getattr(self.value, "__qualname__", None) or type(self.value).__name__
@@ -406,10 +408,12 @@ def _plain_class(cls):
         return False
     if not _plain_slots(cls):
         return False
+    if instance_static(cls, "__del__", None) is not None:
+        return False  # (an object made in the graph is only made if it outlives it: no __del__)
     setattr_ = inspect.getattr_static(cls, "__setattr__")
     if setattr_ is not object.__setattr__ and not isinstance(setattr_, types.FunctionType):
         return False
-    if not isinstance(inspect.getattr_static(cls, "__getattr__", _NO_HOOK), types.FunctionType):
+    if not isinstance(instance_static(cls, "__getattr__", _NO_HOOK), types.FunctionType):
         return False  # (a Python __getattr__ is inlined)
     init = inspect.getattr_static(cls, "__init__")
     return init is object.__init__ or init in _DICT_INITS or isinstance(init, types.FunctionType)
@@ -478,7 +482,7 @@ class NewObjectVariable(VariableTracker):
     def setattr(self, tx, name, value):
         """`obj.name = value`: the class's __setattr__ or data descriptor if it has one."""
         tx.output.side_effects.mutate_new_object(self)
-        static = inspect.getattr_static(self.cls, name, None)
+        static = instance_static(self.cls, name, None)
         if isinstance(static, property):
             if static.fset is None:
                 unimplemented(f"property {self.cls.__name__}.{name} has no setter")
@@ -490,31 +494,36 @@ class NewObjectVariable(VariableTracker):
         )
         if static is not None and hasattr(static, "__set__") and not slot:
             unimplemented(f"assignment to the descriptor {self.cls.__name__}.{name}")
-        setattr_ = inspect.getattr_static(self.cls, "__setattr__")
+        setattr_ = instance_static(self.cls, "__setattr__")
         if isinstance(setattr_, types.FunctionType):
             inline_call(tx, setattr_, [self, ConstantVariable(name), value], {}, None)
             return
+        if not slot and not has_instance_dict(self.cls):  # `object()`, a class with __slots__
+            if static is not None:
+                unimplemented(f"assignment to the read-only {self.cls.__name__}.{name}")
+            raise_observed(tx, AttributeError, no_attribute_message(self.cls, name))
         self.store_attr(name, value)
 
     def hasattr(self, tx, name):
-        static = inspect.getattr_static(self.cls, name, None)
+        static = instance_static(self.cls, name, None)
         if isinstance(static, types.MemberDescriptorType):  # a __slots__ field: set, or not
             return ConstantVariable(name in self.attrs)
         if name not in self.attrs and (
             isinstance(static, property) or (static is None and "__getattr__" in dir(self.cls))
         ):
             return hasattr_by_getattr(tx, self, name)
-        return ConstantVariable(name in self.attrs or hasattr(self.cls, name))
+        found = instance_static(self.cls, name, _ABSENT) is not _ABSENT
+        return ConstantVariable(name in self.attrs or found)
 
     def var_getattr(self, tx, name):
         if name in self.attrs:
             return self.attrs[name]
         if name == "__class__" and plain_class_attr(self.cls):
             return wrap_constant_like(tx, self.cls)
-        if name == "__dict__":
+        if name == "__dict__" and has_instance_dict(self.cls):
             return AttrDictVariable(self)
         try:
-            static = inspect.getattr_static(self.cls, name)
+            static = instance_static(self.cls, name)
         except AttributeError:
             _dunder_missing(self.cls, name)
             if "__getattr__" in dir(self.cls):
@@ -593,7 +602,7 @@ def _dunder_missing(cls, name):
 def call_getattr_hook(tx, obj, name):
     """`obj.name` not found the ordinary way: the class's Python __getattr__, inlined."""
     cls = obj.python_type()
-    hook = inspect.getattr_static(cls, "__getattr__")
+    hook = instance_static(cls, "__getattr__")
     if not isinstance(hook, types.FunctionType) or cls.__getattribute__ is not (
         object.__getattribute__
     ):
