@@ -41,6 +41,11 @@ from kiln.frontend.variables.lists import (
 from kiln.frontend.variables.misc import DeletedVariable, NullVariable, OpaqueCallableVariable
 from kiln.frontend.variables.nn_module import NNModuleVariable
 from kiln.frontend.variables.tensor import TensorVariable
+from kiln.frontend.variables.user_attrs import (
+    has_instance_dict,
+    instance_static,
+    no_attribute_message,
+)
 from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 from kiln.frontend.variables.user_protocol import (
     user_iter_builtin,
@@ -452,9 +457,14 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 return
             # the replay would call it later than eager did, and reads would not see its result
             unimplemented(f"assignment through {type(obj.value).__name__}.__setattr__")
-        static = inspect.getattr_static(type(obj.value), name, None)
+        cls = type(obj.value)
+        static = instance_static(cls, name, None)
         if static is not None and hasattr(static, "__set__"):
-            unimplemented(f"assignment to the descriptor {type(obj.value).__name__}.{name}")
+            unimplemented(f"assignment to the descriptor {cls.__name__}.{name}")
+        if not has_instance_dict(cls):  # `object()`, a class with __slots__ only
+            if static is not None:
+                unimplemented(f"assignment to the read-only {cls.__name__}.{name}")
+            raise_observed(self, AttributeError, no_attribute_message(cls, name))
         if isinstance(obj, NNModuleVariable):
             mod = obj.value
             if name in mod._parameters or name in mod._modules:

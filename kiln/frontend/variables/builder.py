@@ -28,7 +28,7 @@ from kiln.frontend.variables import (
     torch_queries,
     unspec_float,
 )
-from kiln.frontend.variables.base import probe, register_builder
+from kiln.frontend.variables.base import lookup_hooked, probe, register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.checkpoint import checkpoint_function
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
@@ -167,6 +167,12 @@ def wrap_constant_like(tx, value):
 def wrap_value(tx, value, source):
     """Wrap a value reached from `source`, installing its guards (`source` may be None)."""
     guards = tx.output.guards
+    if lookup_hooked(type(value)):
+        # a proxy: isinstance() and getattr() on it run its code (kiln must not look at it)
+        if source is None:
+            unimplemented(f"a {type(value).__name__} (its own __getattribute__) without a source")
+        guards.add(GuardKind.TYPE_MATCH, source, type(value))
+        return UserDefinedObjectVariable(value, source=source)
     special = _kiln_special(value)
     if special is not None:
         return special

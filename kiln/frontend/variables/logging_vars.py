@@ -70,7 +70,7 @@ _serial = itertools.count()
 
 
 def is_logger(value):
-    return isinstance(value, (logging.Logger, logging.LoggerAdapter))
+    return issubclass(type(value), (logging.Logger, logging.LoggerAdapter))  # (runs no hook)
 
 
 _EFFECT_IDS = frozenset(id(f) for f in EFFECT_FUNCTIONS)

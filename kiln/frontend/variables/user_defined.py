@@ -145,7 +145,12 @@ class UserDefinedClassVariable(PythonValueVariable):
             if isinstance(init, types.FunctionType):
                 # (a wrapped __init__, as transformers' metaclass makes, reads its cells by source)
                 src = AttrSource(self.source, "__init__") if self.source is not None else None
-                inline_call(tx, init, [obj, *args], kwargs, src)
+                result = inline_call(tx, init, [obj, *args], kwargs, src)
+                if not (result.is_python_constant() and result.as_python_constant() is None):
+                    if not result.is_python_constant():
+                        unimplemented(f"{cls.__qualname__}.__init__ returns a traced value")
+                    kind = type(result.as_python_constant()).__name__
+                    raise_observed(tx, TypeError, f"__init__() should return None, not '{kind}'")
             elif init in _DICT_INITS:
                 DictMethodVariable(obj, "__init__").call_function(tx, list(args), kwargs)
             elif args or kwargs:
@@ -224,6 +229,10 @@ class UserDefinedObjectVariable(VariableTracker):
     def var_getattr(self, tx, name):
         cls = type(self.value)
         hook = instance_static(cls, "__getattribute__", None)
+        if type(hook) is not type(object.__getattribute__) and not isinstance(
+            hook, types.FunctionType
+        ):
+            unimplemented(f"attribute of a {cls.__name__} (its __getattribute__ is no function)")
         if isinstance(hook, types.FunctionType) and name != "__class__":
             # Note [Objects: a Python __getattribute__]
             if hasattr(cls, "__getattr__"):
@@ -415,6 +424,9 @@ def _plain_class(cls):
         return False
     if not isinstance(instance_static(cls, "__getattr__", _NO_HOOK), types.FunctionType):
         return False  # (a Python __getattr__ is inlined)
+    getattribute = instance_static(cls, "__getattribute__")
+    if type(getattribute) is not type(object.__getattribute__):
+        return False  # (its own __getattribute__: a function, or any other descriptor)
     init = inspect.getattr_static(cls, "__init__")
     return init is object.__init__ or init in _DICT_INITS or isinstance(init, types.FunctionType)
 

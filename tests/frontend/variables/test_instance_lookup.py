@@ -127,3 +127,83 @@ def reads_a_list_of_hooked_objects(x):
 
 def test_wrapping_objects_runs_none_of_their_hooks():
     run_and_compare(reads_a_list_of_hooked_objects, torch.ones(2))
+
+
+class Twice(int):
+    __eq__ = str.__eq__  # a slot wrapper of another class: Python raises TypeError
+
+
+def equal_to_itself(x, make):
+    obj = make()
+    try:
+        same = obj == obj  # asks __eq__ (no identity shortcut outside containers)
+    except TypeError:
+        return x - 1
+    return x + int(same)
+
+
+class NeverEqual:
+    def __eq__(self, other):
+        return False
+
+
+def test_eq_of_an_object_with_itself_asks_eq():
+    run_and_compare(equal_to_itself, torch.ones(2), lambda: Twice(3))
+    run_and_compare(equal_to_itself, torch.ones(2), NeverEqual)
+
+
+class BadInit:
+    def __init__(self):
+        return 10
+
+
+def init_returning_a_value(x):
+    try:
+        BadInit()
+    except TypeError as e:
+        return x - 1, str(e)
+    return x + 1, ""
+
+
+def test_init_returning_a_value_raises():
+    run_and_compare(init_returning_a_value, torch.ones(2))
+
+
+class Counter:
+    count = 0
+
+    def __get__(self, obj, objtype=None):
+        def lookup(name):
+            Counter.count += 1
+            raise AttributeError(name)
+
+        return lookup
+
+
+class HookedByDescriptor:
+    __getattribute__ = Counter()  # not a function: not inlined, and never run by kiln itself
+
+
+def attribute_through_descriptor_hook(x, obj):
+    before = Counter.count
+    try:
+        _ = obj.attr
+    except AttributeError:
+        pass
+    return x + (Counter.count - before)
+
+
+def test_getattribute_that_is_no_function_runs_once():
+    run_and_compare(attribute_through_descriptor_hook, torch.ones(2), HookedByDescriptor())
+
+
+def store_into_input_without_dict(x, obj):
+    try:
+        obj.extra = 1
+    except AttributeError:
+        return x - 1
+    return x + 1
+
+
+def test_store_into_an_input_object_without_a_dict_raises():
+    run_and_compare(store_into_input_without_dict, torch.ones(2), Slotted())
