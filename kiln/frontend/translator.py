@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from kiln import faults
+from kiln import config, faults
 from kiln.bytecode import decode as bytecode_decode
 from kiln.bytecode import loads_cell
 from kiln.exc import Unsupported, unimplemented
@@ -206,7 +206,20 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         return out
 
     def jump(self, inst):
+        if inst.target_index <= self.current_inst.index:  # Note [Translator: long loops]
+            output = self.output
+            output.loop_passes = getattr(output, "loop_passes", 0) + 1
+            if output.loop_passes > config.loop_pass_limit:
+                e = Unsupported(f"more than {config.loop_pass_limit} loop passes in one trace")
+                e.eager_frame = True
+                raise e
         self.ip = inst.target_index
+
+    # Note [Translator: long loops]
+    # Loops are unrolled into the trace. A loop of a million passes (or one per item of a long
+    # list) would take minutes to trace and make a graph as long, so past config.loop_pass_limit
+    # backward jumps in one trace the frame runs eagerly: no graph break inside the loop would
+    # help (each resume function would unroll the rest again).
 
     def call_function(self, fn, args, kwargs):
         result = user_iter_builtin(self, fn, args, kwargs)

@@ -81,7 +81,16 @@ class UserDefinedClassVariable(PythonValueVariable):
         if isinstance(static, classmethod):
             return UserMethodVariable(static.__func__, self)
         src = AttrSource(self.source, name) if self.source is not None else None
-        return wrap_value(tx, getattr(self.value, name), src)
+        value = getattr(self.value, name)
+        if (
+            src is None
+            and isinstance(value, types.BuiltinMethodType)
+            and value.__self__ is self.value
+        ):
+            # (`A.mro` of a class made in the frame: rebuilt as a constant, it would stay bound
+            # to the class made while tracing, not to the one the transformed code makes)
+            unimplemented(f"{self.value.__name__}.{name}, a C method bound to the class")
+        return wrap_value(tx, value, src)
 
     def hasattr(self, tx, name):
         """hasattr(cls, name); the keys of the class dicts along the MRO are guarded (a class
@@ -455,10 +464,15 @@ def make_object(cls, attrs, items=None):
         setitem = dict_base(cls).__setitem__
         for k, v in items.items():
             setitem(obj, k, v)
-    if hasattr(obj, "__dict__"):
-        obj.__dict__.update(attrs)
-    else:  # a class with __slots__ only
-        for k, v in attrs.items():
+    for k, v in attrs.items():
+        # one store per attribute, in order, as the traced code made them (the instance keeps
+        # the class's shared keys, PEP 412, as eager's objects do; `obj.__dict__.update` would
+        # make a dict of its own); a name behind a data descriptor goes to the dict itself
+        if hasattr(instance_static(cls, k, None), "__set__") and not isinstance(
+            instance_static(cls, k), types.MemberDescriptorType
+        ):
+            obj.__dict__[k] = v
+        else:
             object.__setattr__(obj, k, v)
     return obj
 
