@@ -25,8 +25,12 @@ from kiln.frontend.source import (
     MISSING,
     AttrSource,
     GetItemSource,
+    IterHasSource,
+    IterRestSource,
     LocalSource,
     dict_get,
+    iter_has,
+    iter_rest,
     key_text,
     tensor_of_array,
 )
@@ -299,6 +303,10 @@ class _Hoister:
             expr = f"{self(source.source)}[{key_text(source.index)}]"
         elif type(source).__name__ == "DictGetSource":
             expr = f"___dict_get({self(source.source)}, {source.key!r})"
+        elif isinstance(source, IterRestSource):
+            expr = f"___iter_rest({self(source.source)})"
+        elif isinstance(source, IterHasSource):
+            expr = f"___iter_has({self(source.source)}, {source.n})"
         else:
             expr = source.name()
         name = self.names[source] = f"___s{len(self.names)}"
@@ -361,6 +369,8 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___dispatch_keys": torch._C._dispatch_keys,
         "___dict_get": dict_get,
         "___from_numpy": tensor_of_array,  # NumpyTensorSource
+        "___iter_rest": iter_rest,  # IterRestSource
+        "___iter_has": iter_has,  # IterHasSource
         "___missing": MISSING,
         "___is_any_autocast_enabled": torch._C._is_any_autocast_enabled,
         "___autocast_settings": amp.settings,

@@ -24,6 +24,7 @@ from typing import NamedTuple
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import advance_iter
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import BaseListVariable, DequeVariable, SetVariable
 from kiln.frontend.variables.misc import NullVariable
@@ -71,8 +72,13 @@ class SideEffects:
         self.containers[id(value)] = (value, var)  # (the value kept alive: ids stay unique)
         return var
 
+    def track_iterator(self, var):
+        """An iterator input: advanced after the graph by the items the trace took from it."""
+        self._record(("iterator", id(var)), "iterator", var)
+        return var
+
     def __bool__(self):
-        return bool(self.log)
+        return any(kind != "iterator" or var.index for kind, var in self.log.values())
 
     def _record(self, key, kind, payload):
         self.records += 1
@@ -208,6 +214,11 @@ class SideEffects:
         """
         stores = []
         for key, (kind, payload) in self.log.items():
+            if kind == "iterator":
+                if payload.index:
+                    it = _to_temp(cg, lambda var=payload: var.source.reconstruct(cg))
+                    stores.append(_advance(cg, it, payload.index))
+                continue
             if kind == "attr":
                 obj_var, name, value, raw = payload
                 v = _to_temp(cg, lambda value=value: cg.reconstruct(value))
@@ -290,6 +301,20 @@ class SideEffects:
                     cg.pin(var)
         for code in stores:
             cg.extend(code)
+
+
+def _advance(cg, it, n):
+    """`advance_iter(it, n)`: an iterator input takes the items the graph consumed."""
+    cg.load_object(advance_iter)
+    f = cg.new_temp()
+    cg.extend(emit.store_fast(f))
+    return (
+        emit.with_null(emit.load_fast(f))
+        + emit.load_fast(it)
+        + emit.load_const(n)
+        + emit.call(2)
+        + emit.pop_top()
+    )
 
 
 def _reads_state(var, seen=None):

@@ -211,6 +211,62 @@ def tensor_of_array(array):
     return torch.from_numpy(array)
 
 
+TUPLE_ITERATOR = type(iter(()))
+
+
+def iter_rest(it):
+    """The items a tuple iterator has left, as a tuple (it is not advanced)."""
+    state = it.__reduce__()
+    return state[1][0][state[2] :] if len(state) == 3 else ()
+
+
+def iter_has(it, n):
+    """Whether a tuple iterator has more than `n` items left."""
+    return len(iter_rest(it)) > n
+
+
+def advance_iter(it, n):
+    """Advance an iterator by `n` items (the replay of items a graph consumed)."""
+    for _ in range(n):
+        next(it)
+
+
+@dataclasses.dataclass(frozen=True)
+class IterRestSource(Source):
+    """`___iter_rest(base)`: the items a tuple-iterator input has left (Note [Iterators: inputs])."""
+
+    source: Source
+
+    def name(self):
+        return f"___iter_rest({self.source.name()})"
+
+    def reconstruct(self, cg):
+        cg.load_object(iter_rest, push_null=True)
+        self.source.reconstruct(cg)
+        cg.extend(_emit.call(1))
+
+    def base(self):
+        return self.source.base()
+
+
+@dataclasses.dataclass(frozen=True)
+class IterHasSource(Source):
+    """`___iter_has(base, n)`: whether a tuple-iterator input has more than n items left (only the
+    items a trace takes are guarded: Note [Iterators: inputs])."""
+
+    source: Source
+    n: int
+
+    def name(self):
+        return f"___iter_has({self.source.name()}, {self.n})"
+
+    def reconstruct(self, cg):
+        raise NotImplementedError("a guard-only source")
+
+    def base(self):
+        return self.source.base()
+
+
 def is_from_local(source):
     """Whether a source is rooted in the frame's locals (as opposed to globals or closures)."""
     return isinstance(source.base(), LocalSource)

@@ -38,7 +38,9 @@ def train(model, mod, ref, steps=3):
         opt.zero_grad()
         ref_opt.zero_grad()
     s = kiln.counters["stats"]
-    return {k: s.get(k, 0) for k in ("graph_breaks", "unique_graphs")}
+    reasons = kiln.counters["graph_breaks"]
+    other = sum(n for r, n in reasons.items() if "fully_shard" not in r)
+    return {**{k: s.get(k, 0) for k in ("graph_breaks", "unique_graphs")}, "other_breaks": other}
 
 
 def per_block(rank, world):

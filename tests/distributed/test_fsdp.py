@@ -23,3 +23,6 @@ def test_whole_model_compile(results):
     assert r["ok"], r.get("error")
     assert r["graph_breaks"] > 0
     assert r["unique_graphs"] >= 3  # the three Linear blocks' forwards
+    # the glue between blocks (the ReLUs, the rest of Sequential's loop) is compiled too: the
+    # only breaks are at the blocks (Note [Iterators: inputs])
+    assert r["other_breaks"] == 0

@@ -274,9 +274,10 @@ def test_graph_breaks_logged_once_per_location():
             g(torch.randn(2))
     finally:
         logs.set_logs("")
-    # two locations (the print, and the loop's FOR_ITER in the resume function), once each
+    # one location (the print: the resume function traces on through the loop's iterator), logged
+    # once for three iterations and two wrappers
     messages = cap.messages["graph_breaks"]
-    assert len(messages) == 2 and len(set(messages)) == 2
+    assert len(messages) == 1 and "print" in messages[0]
 
 
 def cells_and_break(x):

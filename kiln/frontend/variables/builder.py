@@ -17,7 +17,14 @@ from kiln import config
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
-from kiln.frontend.source import AttrSource, GetItemSource
+from kiln.frontend.source import (
+    TUPLE_ITERATOR,
+    AttrSource,
+    GetItemSource,
+    IterHasSource,
+    IterRestSource,
+    iter_rest,
+)
 from kiln.frontend.variables import (
     control_flow,
     logging_vars,
@@ -44,6 +51,7 @@ from kiln.frontend.variables.functions import (
     is_torch_disabled,
 )
 from kiln.frontend.variables.lists import (
+    InputIteratorVariable,
     ListVariable,
     RangeVariable,
     SetVariable,
@@ -303,6 +311,19 @@ def _wrap(tx, value, source):
         )
     if type(value) is collections.deque:
         return wrap_deque(tx, value, source)
+    if type(value) is TUPLE_ITERATOR:  # Note [Iterators: inputs]
+        guards.add(GuardKind.TYPE_MATCH, source, TUPLE_ITERATOR)
+        rest = iter_rest(value)
+
+        def item(k):
+            """The k-th item left, wrapped and guarded when the trace takes it (None: none)."""
+            guards.add(GuardKind.CONSTANT_MATCH, IterHasSource(source, k), k < len(rest))
+            if k < len(rest):
+                return wrap_value(tx, rest[k], GetItemSource(IterRestSource(source), k))
+            return None
+
+        it = InputIteratorVariable(item, source=source)
+        return tx.output.side_effects.track_iterator(it)
     made = _wrap_set(tx, value, source)
     if made is not None:
         return made

@@ -405,6 +405,16 @@ def undo_iterators():
 _NOT_ITERABLE = (int, float, complex, bool, type(None))  # `for x in 1`: TypeError
 
 
+# Note [Iterators: inputs]
+# A tuple iterator reaching a frame from outside (most often the `for` loop's iterator that a
+# resume function receives on its stack, `iter((remaining items))`) is traced as an iterator
+# over its remaining items: the guards check its type and the items it has left
+# (`___iter_rest(it)`, read without advancing it), as a tuple input's. The real iterator is
+# shared with the caller, so the items the trace takes from it are taken from it after the
+# graph (`advance_iter`, a side effect), and a rebuild passes the real iterator on. Iterators
+# over lists, dicts and generators stay opaque (their containers can change under them).
+
+
 class ListIteratorVariable(VariableTracker):
     """An iterator over known items (a list, tuple, range, zip, enumerate ... of traced values)."""
 
@@ -519,6 +529,36 @@ class ListIteratorVariable(VariableTracker):
             cg.reconstruct(item)
         cg.extend(emit.build_tuple(len(self.items) - self.index))
         cg.extend(emit.get_iter())
+
+
+class InputIteratorVariable(ListIteratorVariable):
+    """A tuple iterator from outside the frame: its items wrapped (and guarded) one by one as the
+    trace takes them, advanced by the replay as far as the trace advanced it (Note [Iterators:
+    inputs])."""
+
+    def __init__(self, item, **kw):
+        super().__init__((), **kw)
+        self.item = item  # k -> the k-th item left, wrapped and guarded; None past the end
+        self.ended = False
+
+    def _fetch(self, upto):
+        while not self.ended and len(self.items) < upto:
+            got = self.item(len(self.items))
+            if got is None:
+                self.ended = True
+            else:
+                self.items.append(got)
+
+    def next_item(self):
+        self._fetch(self.index + 1)
+        return super().next_item()
+
+    def unpack_var_sequence(self, tx):
+        self._fetch(float("inf"))
+        return super().unpack_var_sequence(tx)
+
+    def reconstruct(self, cg):
+        self.source.reconstruct(cg)  # the real iterator, advanced by the replay
 
 
 def unpack_error(tx, seq, expected, got, at_least=False):
