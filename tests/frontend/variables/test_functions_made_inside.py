@@ -1,6 +1,7 @@
 """Functions and partials made while tracing keep their identity and annotations across a graph
 break (the code after the break sees the very object the break's call got)."""
 
+import dataclasses
 import functools
 
 import torch
@@ -78,3 +79,22 @@ def test_locals_of_a_frame_with_cells():
     got = kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(1))
     assert got[1] == expected[1]
     torch.testing.assert_close(got[2], expected[2])
+
+
+def dataclass_with_options_made_inside(x):
+    @dataclasses.dataclass(eq=False)  # `wrap`, made by dataclasses' code, breaks inside
+    class Point:
+        a: int
+        b: int = 2
+
+    p = Point(1)
+    return x + p.a + p.b
+
+
+def test_function_made_by_another_module_keeps_its_globals():
+    # rebuilt at the break with MAKE_FUNCTION, `wrap` got this module's globals: NameError
+    x = torch.ones(2)
+    expected = dataclass_with_options_made_inside(x)
+    compiled = kiln.compile(dataclass_with_options_made_inside, backend="eager")
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), expected)
