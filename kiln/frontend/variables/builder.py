@@ -373,7 +373,10 @@ def _wrap(tx, value, source):
     if probe(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
         guards.add(GuardKind.ID_MATCH, source, value)  # `torch.Tensor.add` reached from a source
         return TensorMethodDescriptorVariable(value, source=source)
-    if callable(value) and not hasattr(value, "__dict__"):
+    # (no hasattr(value, "__dict__"): reading it makes the dict of a partial or a method-less
+    # object, which changes what Python does with it later: partial(p, ...) no longer flattens p)
+    has_dict = type(value).__dictoffset__ != 0 or hasattr(value, "__dict__")
+    if callable(value) and not has_dict:
         if _is_bound_c_method(value):
             # Python makes a new bound object per access (`out.keys`), so an identity guard would
             # fail on every call; it is reloaded from its source, so pin what it is bound to.

@@ -198,7 +198,16 @@ class BuiltinVariable(VariableTracker):
                 acc = args[0].call_function(tx, [acc, item], {})
             return acc
         if fn is functools.partial and args:
-            return PartialVariable(args[0], list(args[1:]), dict(kwargs))
+            inner = args[0]
+            if isinstance(inner, PartialVariable):
+                # partial(partial(f, a), b) is partial(f, a, b), as C's partial_new flattens a
+                # partial without a __dict__ (one from an input may have one: not decided here)
+                if inner.source is not None:
+                    unimplemented("functools.partial of a partial input")
+                return PartialVariable(
+                    inner.fn, [*inner.args, *args[1:]], {**inner.kwargs, **kwargs}
+                )
+            return PartialVariable(inner, list(args[1:]), dict(kwargs))
         if fn in _ITERTOOLS and not kwargs:
             if fn is itertools.product:
                 lists = [a.unpack_var_sequence(tx) for a in args]
