@@ -17,6 +17,7 @@ class Unsupported(KilnError):
         # Set while the translators unwind (the graph-break path reads them):
         self.frames = []  # [(code, instruction index, line)] of the traced frames, innermost first
         self.no_resume = False  # no resume function can continue after this break
+        self.eager_frame = False  # no graph break helps: the whole frame runs eagerly
         self.break_state = None  # kiln.contracts.BreakState, set by the root translator
         # Set under fullgraph=True by kiln.frontend.user_errors.fullgraph_error:
         self.kiln_details = None  # the user's frames and a hint, printed after the message

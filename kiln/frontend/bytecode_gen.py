@@ -286,6 +286,8 @@ def _break_site(code, e, instructions):
     """Where break `e` goes, or NoBreakHere (Note [Graph breaks: the transformed code])."""
     state = e.break_state
     inst = instructions[state.index]
+    if e.eager_frame:
+        raise NoBreakHere("the frame runs eagerly")
     if e.no_resume:
         raise NoBreakHere("the graph so far holds code from a try/except block")
     stack = list(state.stack)

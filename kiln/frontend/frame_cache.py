@@ -195,10 +195,13 @@ class FrameCache:
 
     def _has_marked_dims(self, args, kwargs):
         def marked(v):
-            return isinstance(v, torch.Tensor) and bool(getattr(v, "_kiln_dynamic_dims", None))
+            return issubclass(type(v), torch.Tensor) and bool(
+                getattr(v, "_kiln_dynamic_dims", None)
+            )
 
         for v in (*args, *kwargs.values()):
-            items = v.values() if isinstance(v, dict) else v if isinstance(v, list | tuple) else [v]
+            t = type(v)  # (not isinstance: a proxy's __class__ would run its code)
+            items = v.values() if issubclass(t, dict) else v if issubclass(t, list | tuple) else [v]
             if any(marked(i) for i in items):
                 return True
         return False

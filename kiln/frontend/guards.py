@@ -392,7 +392,8 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "    except Exception:  # a failing access is a failing guard\n"
         "        return False\n    return True\n"
     )
-    used = [n for n in closure_values if re.search(rf"\b{re.escape(n)}\b", source)]
+    words = set(re.findall(r"\w+", source))  # (one scan: a guard may hold hundreds of names)
+    used = [n for n in closure_values if n in words]
     maker_src = f"def ___make_guard({', '.join(used)}):\n" + "".join(
         "    " + line + "\n" for line in source.splitlines()
     )

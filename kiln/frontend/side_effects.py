@@ -19,6 +19,8 @@ variable, so each read sees the mutations made before it and the replay writes t
 contents once. (Two variables would each replay their own contents: the first append lost.)
 """
 
+from typing import NamedTuple
+
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
@@ -27,6 +29,15 @@ from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import BaseListVariable, DequeVariable, SetVariable
 from kiln.frontend.variables.misc import NullVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
+
+_UNSET = object()
+
+
+class EffectsSnapshot(NamedTuple):
+    """SideEffects.snapshot(): the recorded stores and how many traced-cell writes were made."""
+
+    log: dict
+    cell_writes: int
 
 
 class SideEffects:
@@ -42,6 +53,9 @@ class SideEffects:
         self.written = []  # serials of pre-existing objects and cells written, in order
         self.written_vars = []  # the same objects and cells (Note [Generators: read after writes])
         self.step_serial = 0  # set by the root translator before each instruction
+        self.cell_undo = []  # (frame locals, name, old value) per traced-cell write
+        self.lazy_readers = []  # per generator body being traced: the cells/globals it read
+        self.lazy_reads = {}  # cell or global key -> the generators whose body read it
 
     def tracked_container(self, tx, value, source):
         """The variable already wrapping this real mutable container (a list, dict or deque
@@ -106,15 +120,23 @@ class SideEffects:
             # be made afresh)
             self.version += 1
 
-    def write_cell_ref(self, ref):
-        """A store into an enclosing traced frame's cell (`nonlocal`, a walrus in a genexp)."""
+    def write_cell_ref(self, ref, value):
+        """A store into an enclosing traced frame's cell (`nonlocal`, a walrus in a genexp);
+        journaled, so that an instruction that breaks leaves the cell as it found it."""
+        self.check_write(("ref", ref.tx, ref.name))
         self.written.append(ref.serial)
         self.written_vars.append(ref)
+        frame_locals = ref.tx.symbolic_locals
+        self.cell_undo.append((frame_locals, ref.name, frame_locals.get(ref.name, _UNSET)))
+        frame_locals[ref.name] = value
 
     def store_global(self, name, value):
+        self.check_write(("global", name))
         self._record(("global", name), "global", value)
 
     def store_cell(self, name, value, cell=None):
+        if cell is not None:
+            self.check_write(("cell", id(cell)))
         self._record(("cell", name), "cell", value)
         if cell is not None:
             self.cell_objects[id(cell)] = name
@@ -139,12 +161,46 @@ class SideEffects:
         if var.serial < self.step_serial:
             self.version += 1
 
+    # --- generators run early (Note [Generators: reads of later writes]) ------------------------
+    def note_read(self, key):
+        """A cell or global read: remembered for each generator body being traced."""
+        for keys in self.lazy_readers:
+            keys.add(key)
+
+    def note_generator(self, gen, keys):
+        """`gen` was run to its end while tracing, reading these cells and globals."""
+        for key in keys:
+            self.lazy_reads.setdefault(key, []).append(gen)
+
+    def check_write(self, key):
+        """A cell or global is written: unimplemented while a generator that read it is not
+        finished (its items were computed with the old value)."""
+        for gen in self.lazy_reads.get(key, ()):
+            if not gen.finished:
+                gen.stale = True
+                unimplemented(
+                    "a variable read by an unfinished generator is written (generators run lazily)"
+                )
+
     def snapshot(self):
         """The recorded stores, to undo an instruction that broke."""
-        return dict(self.log)
+        return EffectsSnapshot(dict(self.log), len(self.cell_undo))
+
+    def changed_since(self, snap):
+        """Whether anything was stored since `snap` (a speculative trace must leave no effect)."""
+        if self.log.keys() != snap.log.keys() or len(self.cell_undo) != snap.cell_writes:
+            return True
+        return any(self.log[k] is not snap.log[k] for k in snap.log)
 
     def restore(self, snap):
-        self.log = dict(snap)
+        log, cell_writes = snap
+        self.log = dict(log)
+        while len(self.cell_undo) > cell_writes:
+            frame_locals, name, old = self.cell_undo.pop()
+            if old is _UNSET:
+                frame_locals.pop(name, None)
+            else:
+                frame_locals[name] = old
 
     # --- replay ---------------------------------------------------------------------------------
     def codegen(self, cg, pin=()):

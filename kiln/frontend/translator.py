@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from kiln import faults
+from kiln import config, faults
 from kiln.bytecode import decode as bytecode_decode
 from kiln.bytecode import loads_cell
 from kiln.exc import Unsupported, unimplemented
@@ -41,6 +41,11 @@ from kiln.frontend.variables.lists import (
 from kiln.frontend.variables.misc import DeletedVariable, NullVariable, OpaqueCallableVariable
 from kiln.frontend.variables.nn_module import NNModuleVariable
 from kiln.frontend.variables.tensor import TensorVariable
+from kiln.frontend.variables.user_attrs import (
+    has_instance_dict,
+    instance_static,
+    no_attribute_message,
+)
 from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 from kiln.frontend.variables.user_protocol import (
     user_iter_builtin,
@@ -201,7 +206,20 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         return out
 
     def jump(self, inst):
+        if inst.target_index <= self.current_inst.index:  # Note [Translator: long loops]
+            output = self.output
+            output.loop_passes = getattr(output, "loop_passes", 0) + 1
+            if output.loop_passes > config.loop_pass_limit:
+                e = Unsupported(f"more than {config.loop_pass_limit} loop passes in one trace")
+                e.eager_frame = True
+                raise e
         self.ip = inst.target_index
+
+    # Note [Translator: long loops]
+    # Loops are unrolled into the trace. A loop of a million passes (or one per item of a long
+    # list) would take minutes to trace and make a graph as long, so past config.loop_pass_limit
+    # backward jumps in one trace the frame runs eagerly: no graph break inside the loop would
+    # help (each resume function would unroll the rest again).
 
     def call_function(self, fn, args, kwargs):
         result = user_iter_builtin(self, fn, args, kwargs)
@@ -211,6 +229,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
 
     def load_global_value(self, name):
         if self.f_globals is self.output.root_fn.__globals__:
+            self.output.side_effects.note_read(("global", name))
             stored = self.output.side_effects.load_global(name)
             if stored is not None:
                 return stored
@@ -327,8 +346,10 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
     def load_closure_var(self, name):
         ref = self.closure[name]
         if isinstance(ref, CellRefVariable):
+            self.output.side_effects.note_read(("ref", ref.tx, ref.name))
             return ref.tx.get_local(ref.name, free=True)
         cell, source = ref
+        self.output.side_effects.note_read(("cell", id(cell)))
         stored = self.output.side_effects.pending_cell(cell)  # a store made while tracing
         if stored is None and self.is_root:
             stored = self.output.side_effects.load_cell(name)
@@ -352,14 +373,14 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         if name in self.closure:
             ref = self.closure[name]
             if isinstance(ref, CellRefVariable):
-                self.output.side_effects.write_cell_ref(ref)
-                ref.tx.symbolic_locals[ref.name] = v
+                self.output.side_effects.write_cell_ref(ref, v)
                 return
             if not self.is_root:
                 self.store_inlined_cell(name, ref, v)
                 return
             self.output.side_effects.store_cell(name, v, ref[0])
             return
+        self.output.side_effects.check_write(("ref", self, name))
         self.symbolic_locals[name] = v
 
     def store_inlined_cell(self, name, ref, v):
@@ -376,6 +397,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 return
         if source is None:
             unimplemented(f"assignment to free variable {name!r} of a function without a source")
+        self.output.side_effects.check_write(("cell", id(cell)))
         self.output.side_effects.store_attr(
             CellObjectVariable(cell, source.source), "cell_contents", v
         )
@@ -448,9 +470,14 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 return
             # the replay would call it later than eager did, and reads would not see its result
             unimplemented(f"assignment through {type(obj.value).__name__}.__setattr__")
-        static = inspect.getattr_static(type(obj.value), name, None)
+        cls = type(obj.value)
+        static = instance_static(cls, name, None)
         if static is not None and hasattr(static, "__set__"):
-            unimplemented(f"assignment to the descriptor {type(obj.value).__name__}.{name}")
+            unimplemented(f"assignment to the descriptor {cls.__name__}.{name}")
+        if not has_instance_dict(cls):  # `object()`, a class with __slots__ only
+            if static is not None:
+                unimplemented(f"assignment to the read-only {cls.__name__}.{name}")
+            raise_observed(self, AttributeError, no_attribute_message(cls, name))
         if isinstance(obj, NNModuleVariable):
             mod = obj.value
             if name in mod._parameters or name in mod._modules:
@@ -637,11 +664,25 @@ class InliningTranslator(InstructionTranslatorBase):
         as `any((last := n) == 1 for n in xs)` does; a list, attribute, global; a replayed call)
         is unimplemented: run to its end here, it would make every write, where a consumer that
         stops early (any, all, next, zip, break) makes only some in eager.
+
+        Note [Generators: reads of later writes]
+        Run early, a body also reads early: `g = (i for i in xs if t); t = True; list(g)` sees
+        the old `t`. The cells and globals a body reads are remembered (SideEffects.note_read);
+        writing one while the generator is not finished is unimplemented, and such a generator
+        is not rebuilt at a break (the code after the break could write them): the frame then
+        runs eagerly.
         """
         effects = self.output.side_effects
         floor, records, written = next_serial(), effects.records, len(effects.written)
         reach = [*self.symbolic_locals.values(), *self.closure.values()]
-        self.run_loop()
+        reads = set()
+        if self.is_generator:
+            effects.lazy_readers.append(reads)
+        try:
+            self.run_loop()
+        finally:
+            if self.is_generator:
+                effects.lazy_readers.remove(reads)
         if self.is_generator and (
             effects.records > records or any(s < floor for s in effects.written[written:])
         ):
@@ -650,6 +691,8 @@ class InliningTranslator(InstructionTranslatorBase):
             it = GeneratorItemsVariable(self.generated).watch(effects)
             it.gen_return = self.return_value  # what `yield from` of it evaluates to
             it.reach = reach  # what its code could read (Note [Lists: growing by an iterator...])
+            it.lazy_reads = bool(reads)
+            effects.note_generator(it, reads)
             return it
         return self.return_value
 

@@ -140,8 +140,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
             raise
         finally:
             torch._C._set_grad_enabled(prev)
-        changed = effects.version != version or effects.log.keys() != snapshot.keys()
-        if changed or any(effects.log[k] is not snapshot[k] for k in snapshot):
+        if effects.version != version or effects.changed_since(snapshot):
             unimplemented(f"{self.cls.__qualname__} has side effects outside ctx")
         output.rollback(checkpoint)
         return out

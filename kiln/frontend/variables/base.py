@@ -162,8 +162,53 @@ def _constant(value):
 
 def probe(value, name, default=None):
     """getattr(value, name, default) for a user value kiln only inspects: a user __getattr__
-    that raises something else than AttributeError (a KeyError) reads as the attribute missing."""
+    that raises something else than AttributeError (a KeyError) reads as the attribute missing,
+    and a lookup that would run Python code of the value's class (a __getattr__ or
+    __getattribute__, a property) reads as missing too (the user's code runs when the program
+    runs it, not when kiln looks)."""
+    cls = type(value)
+    if cls.__flags__ & _HEAPTYPE and _lookup_runs_code(cls, value, name):
+        return default
     try:
         return getattr(value, name, default)
     except Exception:
         return default
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
+_ABSENT = object()
+_SLOT_WRAPPER = type(object.__getattribute__)
+
+
+def _class_lookup(cls, name):
+    for k in cls.__mro__:
+        d = vars(k)
+        if name in d:
+            return d[name]
+    return _ABSENT
+
+
+def lookup_hooked(cls):
+    """Whether reading any attribute of a cls instance (isinstance reads `__class__` when the type
+    does not match) runs Python code: a __getattribute__ of its own, or a `__class__` property."""
+    if not cls.__flags__ & _HEAPTYPE:
+        return False
+    if type(_class_lookup(cls, "__getattribute__")) is not _SLOT_WRAPPER:
+        return True
+    return _class_lookup(cls, "__class__") is not object.__dict__["__class__"]
+
+
+def _lookup_runs_code(cls, value, name):
+    """Whether getattr(value, name) would call Python code of cls."""
+    if type(_class_lookup(cls, "__getattribute__")) is not _SLOT_WRAPPER:
+        return True  # (a Python function, or any other object standing for it)
+    static = _class_lookup(cls, name)
+    if static is not _ABSENT:
+        kind = type(static)
+        return kind is property or bool(kind.__flags__ & _HEAPTYPE and hasattr(kind, "__get__"))
+    if _class_lookup(cls, "__getattr__") is _ABSENT:
+        return False
+    try:
+        return name not in object.__getattribute__(value, "__dict__")
+    except Exception:
+        return True

@@ -35,7 +35,7 @@ from kiln.frontend.variables import (
     torch_queries,
     unspec_float,
 )
-from kiln.frontend.variables.base import probe, register_builder
+from kiln.frontend.variables.base import lookup_hooked, probe, register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.checkpoint import checkpoint_function
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
@@ -175,6 +175,12 @@ def wrap_constant_like(tx, value):
 def wrap_value(tx, value, source):
     """Wrap a value reached from `source`, installing its guards (`source` may be None)."""
     guards = tx.output.guards
+    if lookup_hooked(type(value)):
+        # a proxy: isinstance() and getattr() on it run its code (kiln must not look at it)
+        if source is None:
+            unimplemented(f"a {type(value).__name__} (its own __getattribute__) without a source")
+        guards.add(GuardKind.TYPE_MATCH, source, type(value))
+        return UserDefinedObjectVariable(value, source=source)
     special = _kiln_special(value)
     if special is not None:
         return special
@@ -367,7 +373,10 @@ def _wrap(tx, value, source):
     if probe(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
         guards.add(GuardKind.ID_MATCH, source, value)  # `torch.Tensor.add` reached from a source
         return TensorMethodDescriptorVariable(value, source=source)
-    if callable(value) and not hasattr(value, "__dict__"):
+    # (no hasattr(value, "__dict__"): reading it makes the dict of a partial or a method-less
+    # object, which changes what Python does with it later: partial(p, ...) no longer flattens p)
+    has_dict = type(value).__dictoffset__ != 0 or hasattr(value, "__dict__")
+    if callable(value) and not has_dict:
         if _is_bound_c_method(value):
             # Python makes a new bound object per access (`out.keys`), so an identity guard would
             # fail on every call; it is reloaded from its source, so pin what it is bound to.
@@ -427,10 +436,7 @@ def _is_bound_c_method(value):
 def _is_builtin(value):
     if isinstance(value, types.BuiltinFunctionType) and probe(value, "__module__", "") == "math":
         return True
-    try:
-        return value in _BUILTIN_FNS
-    except TypeError:
-        return False
+    return id(value) in _BUILTIN_IDS  # (not `in a set`: that runs a user __hash__ / __eq__)
 
 
 def _attr(source, name):
@@ -462,6 +468,7 @@ def _builtin_fns():
 
 
 _BUILTIN_FNS = _builtin_fns()
+_BUILTIN_IDS = frozenset(id(f) for f in _BUILTIN_FNS)
 _SIGNATURE = inspect.signature
 
 

@@ -55,6 +55,7 @@ from kiln.frontend.variables.user_defined import (
     NewObjectVariable,
     SuperVariable,
     UserDefinedObjectVariable,
+    plain_class_attr,
 )
 from kiln.frontend.variables.user_protocol import is_user_object, user_text
 
@@ -113,10 +114,23 @@ def isinstance_check(tx, obj, cls):
     """
     classes = cls if isinstance(cls, tuple) else (cls,)
     if all(_type_decides(c) for c in classes):
-        return ConstantVariable(issubclass(obj.python_type(), cls))
+        t = obj.python_type()
+        if not issubclass(t, cls) and not _class_is_type(t):
+            # Python then asks obj.__class__ (a proxy's __getattribute__, a `__class__` property
+            # or class attribute may answer another class)
+            unimplemented(f"isinstance of a {t.__name__}, whose __class__ is not its type")
+        return ConstantVariable(issubclass(t, cls))
     if obj.is_python_constant():
         return fold(isinstance, obj.as_python_constant(), cls)
     unimplemented(f"isinstance with {cls!r}, whose metaclass has its own __instancecheck__")
+
+
+def _class_is_type(t):
+    """Whether `obj.__class__` is `type(obj)` for instances of `t` (no Python __getattribute__,
+    no `__class__` of its own in the MRO)."""
+    if not plain_class_attr(t):
+        return False
+    return not isinstance(inspect.getattr_static(t, "__getattribute__", None), types.FunctionType)
 
 
 def _type_decides(cls):
@@ -185,7 +199,16 @@ class BuiltinVariable(VariableTracker):
                 acc = args[0].call_function(tx, [acc, item], {})
             return acc
         if fn is functools.partial and args:
-            return PartialVariable(args[0], list(args[1:]), dict(kwargs))
+            inner = args[0]
+            if isinstance(inner, PartialVariable):
+                # partial(partial(f, a), b) is partial(f, a, b), as C's partial_new flattens a
+                # partial without a __dict__ (one from an input may have one: not decided here)
+                if inner.source is not None:
+                    unimplemented("functools.partial of a partial input")
+                return PartialVariable(
+                    inner.fn, [*inner.args, *args[1:]], {**inner.kwargs, **kwargs}
+                )
+            return PartialVariable(inner, list(args[1:]), dict(kwargs))
         if fn in _ITERTOOLS and not kwargs:
             if fn is itertools.product:
                 lists = [a.unpack_var_sequence(tx) for a in args]

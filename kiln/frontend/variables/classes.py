@@ -21,6 +21,7 @@ built first), once per transformed code (`load_class`); instances rebuilt with `
 take that class. Each call thus returns a new class, whose methods are those kiln traced.
 """
 
+import abc
 import builtins
 import dis
 import functools
@@ -38,6 +39,7 @@ from kiln.frontend.variables.user_defined import UserDefinedClassVariable
 
 LOCAL_CLASSES = weakref.WeakSet()  # classes made while tracing (never rebuilt)
 _CONSTANT_CELLS = {}  # id -> cell made by _constant_cell (its value never changes)
+_PLAIN_METACLASSES = (type, abc.ABCMeta)  # (making a class runs no user code)
 _DECORATORS = (staticmethod, classmethod, property, functools.cached_property)
 _NO_STACK = {
     "RESUME",
@@ -92,6 +94,13 @@ class BuildClassVariable(VariableTracker):
             if not isinstance(value, type):
                 unimplemented(f"class {name} with base {b}")
             bases.append(value)
+        for base in bases:
+            if type(base) not in _PLAIN_METACLASSES:
+                # its metaclass's __prepare__/__new__/__init__ run while the class is built
+                unimplemented(f"class {name} with a base of metaclass {type(base).__name__}")
+            hooked = [k for k in base.__mro__ if "__init_subclass__" in vars(k) and k is not object]
+            if hooked:
+                unimplemented(f"class {name}: {hooked[0].__name__}.__init_subclass__ would run")
         cells = [_constant_cell(tx, body, v) for v in body.code.co_freevars]
         _check_body(body.code, body.globals, name)
         fn = types.FunctionType(body.code, body.globals, name, None, tuple(cells) or None)

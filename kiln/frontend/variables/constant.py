@@ -4,6 +4,7 @@ import operator
 
 import torch
 
+from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables.base import PythonValueVariable
@@ -58,6 +59,8 @@ class ConstantVariable(PythonValueVariable):
 
     def unpack_var_sequence(self, tx):
         if isinstance(self.value, (str, range, tuple, bytes, frozenset)):
+            if isinstance(self.value, range) and not short_range(self.value):
+                unimplemented(f"iteration over {self.value!r} (too long to unroll)")
             return [ConstantVariable(v) for v in self.value]
         unimplemented(f"iteration over {self.value!r}")
 
@@ -121,3 +124,11 @@ COMPARE_OPS = {
     ">": operator.gt,
     ">=": operator.ge,
 }
+
+
+def short_range(r):
+    """Whether a range has at most config.range_items_limit items (they are kept one by one)."""
+    try:
+        return len(r) <= config.range_items_limit
+    except OverflowError:  # (more than sys.maxsize items)
+        return False

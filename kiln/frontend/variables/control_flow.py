@@ -215,8 +215,7 @@ def _trace_branch(tx, fn, items, name):
             del output.create_node
         else:
             output.create_node = prev
-    changed = effects.version != version or effects.log.keys() != snapshot.keys()
-    if changed or any(effects.log[k] is not snapshot[k] for k in snapshot):
+    if effects.version != version or effects.changed_since(snapshot):
         unimplemented(f"torch.cond: {name} has side effects (not captured)")
     for node in graph.nodes:
         if node.op in ("call_function", "call_method") and (

@@ -262,6 +262,15 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
                 closure=bool(cells),
             )
         )
+        if self.globals is not cg.output.root_fn.__globals__:
+            # made by code of another module (dataclasses' `wrap`): MAKE_FUNCTION in the
+            # transformed code would give it this frame's globals
+            made = cg.new_temp()
+            cg.extend(emit.store_fast(made))
+            cg.load_object(with_globals, push_null=True)
+            cg.extend(emit.load_fast(made))
+            cg.load_object(self.globals)
+            cg.extend(emit.call(2))
         for name, c in getattr(self, "attrs", {}).items():
             cg.extend(emit.copy(1) + emit.load_const(c) + emit.swap(2) + emit.store_attr(name))
         for name, var in getattr(self, "attr_vars", {}).items():
@@ -284,6 +293,15 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
                     store, value = f
                     cg.reconstruct(value)
                     cg.extend(store)
+
+
+def with_globals(fn, f_globals):
+    """`fn` made again over other globals (same code, defaults, cells and annotations)."""
+    out = types.FunctionType(fn.__code__, f_globals, fn.__name__, fn.__defaults__, fn.__closure__)
+    out.__kwdefaults__ = fn.__kwdefaults__
+    out.__annotations__ = fn.__annotations__
+    out.__qualname__ = fn.__qualname__
+    return out
 
 
 # Note [Functions: rebuilt closures]

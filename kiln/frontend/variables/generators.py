@@ -35,9 +35,19 @@ class GeneratorItemsVariable(ListIteratorVariable):
                 _unimplemented_frame(
                     "a generator run ahead of time whose consumer wrote what it may read"
                 )
-        return super().next_item()
+        item = super().next_item()
+        if item is None:
+            self.finished = True
+        return item
 
     ran_ahead = True  # Note [Lists: growing by an iterator that ran ahead]
+    finished = False  # raised StopIteration (Note [Generators: reads of later writes])
+    lazy_reads = False  # its body read cells or globals
+    stale = False  # one of them was written before it finished
+
+    def unpack_var_sequence(self, tx):
+        self.finished = True
+        return super().unpack_var_sequence(tx)
 
     def python_type(self):
         return types.GeneratorType
@@ -51,6 +61,8 @@ class GeneratorItemsVariable(ListIteratorVariable):
         unimplemented(f"generator attribute .{name} on a generator run to its end while tracing")
 
     def reconstruct(self, cg):
+        if self.stale or (self.lazy_reads and not self.finished):
+            unimplemented("rebuilding a generator whose body read variables the frame may write")
         cg.load_object(generator_over, push_null=True)
         for item in self.items[self.index :]:
             cg.reconstruct(item)

@@ -12,7 +12,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_value
-from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.constant import ConstantVariable, short_range
 from kiln.frontend.variables.exceptions import ObservedException, observe, raise_observed
 from kiln.frontend.variables.list_growth import items_for_growing
 from kiln.frontend.variables.misc import wrap_frozen
@@ -372,6 +372,8 @@ class RangeVariable(BaseListVariable):
     container = list
 
     def __init__(self, value, **kw):
+        if not short_range(value):  # (its items are kept one by one: range(sys.maxsize))
+            unimplemented(f"{value!r} (too long to keep its items)")
         super().__init__([ConstantVariable(v) for v in value], **kw)
         self.value = value
 

@@ -70,14 +70,15 @@ _serial = itertools.count()
 
 
 def is_logger(value):
-    return isinstance(value, (logging.Logger, logging.LoggerAdapter))
+    return issubclass(type(value), (logging.Logger, logging.LoggerAdapter))  # (runs no hook)
+
+
+_EFFECT_IDS = frozenset(id(f) for f in EFFECT_FUNCTIONS)
 
 
 def is_effect_function(value):
-    try:
-        return value in EFFECT_FUNCTIONS
-    except TypeError:
-        return False
+    # (by identity: `value in a set` would run a user class's __hash__ and __eq__)
+    return id(value) in _EFFECT_IDS
 
 
 def replayable_argument(v):

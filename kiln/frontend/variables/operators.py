@@ -255,7 +255,7 @@ def compare_vars(tx, fn, a, b):
     if fn in (operator.eq, operator.ne) and not isinstance(a, TensorVariable):
         if not isinstance(b, TensorVariable) and not (_all_const([a, b])):
             same = _identical(a, b)
-            if same is True:
+            if same is True and _eq_by_identity(_exact_type(a)):
                 return ConstantVariable(fn is operator.eq)
     return binary_op(tx, fn, a, b)
 
@@ -305,6 +305,15 @@ def _identical(a, b):
     if _exact_type(a) is not _exact_type(b) and _exact_type(a) and _exact_type(b):
         return False  # objects of two types are two objects
     return None
+
+
+def _eq_by_identity(t):
+    """Whether `x == x` is True for every x of type t without running user code: object's own
+    __eq__/__ne__, or a builtin container (its items compare with the identity shortcut). A
+    class with its own __eq__ is asked (it may answer False, raise, or record the call)."""
+    if t in (list, tuple, dict, set, frozenset):
+        return True
+    return t is not None and t.__eq__ is object.__eq__ and t.__ne__ is object.__ne__
 
 
 def _exact_type(var):

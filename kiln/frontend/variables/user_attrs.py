@@ -12,12 +12,41 @@ break). Guards on attributes read before the store stay on the old value: the ne
 seeing the new value, recompiles.
 """
 
-import inspect
+import sys
 
 from kiln.exc import unimplemented
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
+
+_ABSENT = object()
+
+
+def instance_static(cls, name, default=_ABSENT):
+    """What `name` is in the class dicts along cls.__mro__, as an instance's attribute lookup
+    sees it (not inspect.getattr_static(cls, ...), which also finds the metaclass's attributes:
+    a class has `__name__`, `mro` and a `__dict__` descriptor, its instances need not)."""
+    for k in cls.__mro__:
+        d = vars(k)
+        if name in d:
+            return d[name]
+    if default is _ABSENT:
+        raise AttributeError(name)
+    return default
+
+
+def has_instance_dict(cls):
+    """Whether instances of `cls` have a __dict__ (no __slots__ without "__dict__" along the MRO,
+    not `object` itself)."""
+    return cls.__dictoffset__ != 0
+
+
+def no_attribute_message(cls, name):
+    """Python's message for storing a new attribute into an instance without a __dict__."""
+    message = f"{cls.__name__!r} object has no attribute {name!r}"
+    if sys.version_info >= (3, 13):
+        message += " and no __dict__ for setting new attributes"
+    return message
 
 
 def _const_name(var):
@@ -31,7 +60,7 @@ def raw_store_attr(tx, obj, name, value):
     from kiln.frontend.variables.functions import inline_call
 
     cls = obj.python_type()
-    static = inspect.getattr_static(cls, name, None)
+    static = instance_static(cls, name, None)
     if isinstance(static, property):
         if static.fset is None:
             unimplemented(f"property {cls.__name__}.{name} has no setter")
@@ -56,7 +85,7 @@ def raw_load_attr(tx, obj, name):
             unimplemented("__dict__ of an object stored into while tracing")
         cls = obj.python_type()
         for _, key, value, _ in stored:
-            static = inspect.getattr_static(cls, key, None)
+            static = instance_static(cls, key, None)
             if static is not None and hasattr(static, "__set__"):
                 unimplemented(f"__dict__ of an object stored into through {cls.__name__}.{key}")
             d.items[key] = value
@@ -67,7 +96,7 @@ def raw_load_attr(tx, obj, name):
     cls = obj.python_type()
     d = getattr(obj.value, "__dict__", None)
     if hasattr(cls, "__getattr__") and not (
-        (d is not None and name in d) or inspect.getattr_static(cls, name, None) is not None
+        (d is not None and name in d) or instance_static(cls, name, None) is not None
     ):
         unimplemented(f"object.__getattribute__ of {cls.__name__}.{name} (missing: no hook)")
     return obj.plain_getattr(tx, name)
@@ -133,4 +162,4 @@ def class_decides_hasattr(obj, name):
         plain_namedtuple = "_fields" in c.__dict__ and c.__dict__.get("__slots__") == ()
         if c.__module__ not in ("builtins", "collections") and not plain_namedtuple:
             return None
-    return hasattr(typ, name)
+    return instance_static(typ, name, None) is not None

@@ -40,7 +40,12 @@ from kiln.frontend.variables.exceptions import (
 from kiln.frontend.variables.functions import UserMethodVariable, bind_args, inline_call
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable, make_deque
 from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
-from kiln.frontend.variables.user_attrs import ObjectSlotVariable
+from kiln.frontend.variables.user_attrs import (
+    ObjectSlotVariable,
+    has_instance_dict,
+    instance_static,
+    no_attribute_message,
+)
 from kiln.frontend.variables.user_protocol import (
     ObjectCompareVariable,
     is_user_object,
@@ -82,7 +87,16 @@ class UserDefinedClassVariable(PythonValueVariable):
         if isinstance(static, classmethod):
             return UserMethodVariable(static.__func__, self)
         src = AttrSource(self.source, name) if self.source is not None else None
-        return wrap_value(tx, getattr(self.value, name), src)
+        value = getattr(self.value, name)
+        if (
+            src is None
+            and isinstance(value, types.BuiltinMethodType)
+            and value.__self__ is self.value
+        ):
+            # (`A.mro` of a class made in the frame: rebuilt as a constant, it would stay bound
+            # to the class made while tracing, not to the one the transformed code makes)
+            unimplemented(f"{self.value.__name__}.{name}, a C method bound to the class")
+        return wrap_value(tx, value, src)
 
     def hasattr(self, tx, name):
         """hasattr(cls, name); the keys of the class dicts along the MRO are guarded (a class
@@ -155,7 +169,12 @@ class UserDefinedClassVariable(PythonValueVariable):
             if isinstance(init, types.FunctionType):
                 # (a wrapped __init__, as transformers' metaclass makes, reads its cells by source)
                 src = AttrSource(self.source, "__init__") if self.source is not None else None
-                inline_call(tx, init, [obj, *args], kwargs, src)
+                result = inline_call(tx, init, [obj, *args], kwargs, src)
+                if not (result.is_python_constant() and result.as_python_constant() is None):
+                    if not result.is_python_constant():
+                        unimplemented(f"{cls.__qualname__}.__init__ returns a traced value")
+                    kind = type(result.as_python_constant()).__name__
+                    raise_observed(tx, TypeError, f"__init__() should return None, not '{kind}'")
             elif init in _DICT_INITS:
                 DictMethodVariable(obj, "__init__").call_function(tx, list(args), kwargs)
             elif args or kwargs:
@@ -201,16 +220,16 @@ class UserDefinedObjectVariable(VariableTracker):
     def hasattr(self, tx, name):
         if tx.output.side_effects.load_attr(self, name) is not None:
             return ConstantVariable(True)
-        if isinstance(inspect.getattr_static(type(self.value), name, None), property):
+        if isinstance(instance_static(type(self.value), name, None), property):
             return hasattr_by_getattr(tx, self, name)
-        if isinstance(inspect.getattr_static(type(self.value), name, None), _SLOT):
+        if isinstance(instance_static(type(self.value), name, None), _SLOT):
             if hasattr(self.value, name):  # read through its source: guarded
                 return hasattr_by_getattr(tx, self, name)
             unimplemented(
                 f"hasattr of the unset __slots__ field {name!r} (no guard keeps it unset)"
             )
         found = self.has_plain_attr(tx, name)
-        hook = inspect.getattr_static(type(self.value), "__getattr__", None)
+        hook = instance_static(type(self.value), "__getattr__", None)
         if found is None and isinstance(hook, types.FunctionType):
             if name not in getattr(self.value, "__dict__", {}):
                 return hasattr_by_getattr(tx, self, name)  # (the hook is inlined)
@@ -220,7 +239,7 @@ class UserDefinedObjectVariable(VariableTracker):
         """Whether the object has attribute `name` in its class or instance __dict__ (the dict's
         keys are guarded), or None when Python could find it otherwise (__getattr__, slots)."""
         cls = type(self.value)
-        if inspect.getattr_static(cls, name, _ABSENT) is not _ABSENT:
+        if instance_static(cls, name, _ABSENT) is not _ABSENT:
             return True
         d = getattr(self.value, "__dict__", None)
         if type(d) is not dict or self.source is None or not all(type(k) is str for k in d):
@@ -233,7 +252,11 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def var_getattr(self, tx, name):
         cls = type(self.value)
-        hook = inspect.getattr_static(cls, "__getattribute__", None)
+        hook = instance_static(cls, "__getattribute__", None)
+        if type(hook) is not type(object.__getattribute__) and not isinstance(
+            hook, types.FunctionType
+        ):
+            unimplemented(f"attribute of a {cls.__name__} (its __getattribute__ is no function)")
         if isinstance(hook, types.FunctionType) and name != "__class__":
             # Note [Objects: a Python __getattribute__]
             if hasattr(cls, "__getattr__"):
@@ -260,10 +283,7 @@ class UserDefinedObjectVariable(VariableTracker):
         cls = type(self.value)
         if name == "__class__" and plain_class_attr(cls):  # pinned by the TYPE_MATCH guard
             return wrap_constant_like(tx, cls)
-        try:
-            static = inspect.getattr_static(cls, name)
-        except AttributeError:
-            static = None
+        static = instance_static(cls, name, None)
         if isinstance(static, types.MemberDescriptorType) and hasattr(self.value, name):
             # a __slots__ field (stores into it are breaks): read like an instance attribute
             return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
@@ -304,7 +324,7 @@ class UserDefinedObjectVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         if stdlib.is_lru_cached(self.value):  # Note [Stdlib: lru_cache'd functions]
             return stdlib.call_lru_cached(tx, self, args, kwargs)
-        call = inspect.getattr_static(type(self.value), "__call__", None)
+        call = instance_static(type(self.value), "__call__", None)
         if isinstance(call, types.FunctionType):
             return inline_call(tx, call, [self, *args], kwargs, self._class_attr_source("__call__"))
         what = getattr(self.value, "__qualname__", None) or type(self.value).__name__
@@ -427,11 +447,16 @@ def _plain_class(cls):
         return False
     if not _plain_slots(cls):
         return False
+    if instance_static(cls, "__del__", None) is not None:
+        return False  # (an object made in the graph is only made if it outlives it: no __del__)
     setattr_ = inspect.getattr_static(cls, "__setattr__")
     if setattr_ is not object.__setattr__ and not isinstance(setattr_, types.FunctionType):
         return False
-    if not isinstance(inspect.getattr_static(cls, "__getattr__", _NO_HOOK), types.FunctionType):
+    if not isinstance(instance_static(cls, "__getattr__", _NO_HOOK), types.FunctionType):
         return False  # (a Python __getattr__ is inlined)
+    getattribute = instance_static(cls, "__getattribute__")
+    if type(getattribute) is not type(object.__getattribute__):
+        return False  # (its own __getattribute__: a function, or any other descriptor)
     init = inspect.getattr_static(cls, "__init__")
     return init is object.__init__ or init in _DICT_INITS or isinstance(init, types.FunctionType)
 
@@ -460,10 +485,15 @@ def make_object(cls, attrs, items=None):
         setitem = dict_base(cls).__setitem__
         for k, v in items.items():
             setitem(obj, k, v)
-    if hasattr(obj, "__dict__"):
-        obj.__dict__.update(attrs)
-    else:  # a class with __slots__ only
-        for k, v in attrs.items():
+    for k, v in attrs.items():
+        # one store per attribute, in order, as the traced code made them (the instance keeps
+        # the class's shared keys, PEP 412, as eager's objects do; `obj.__dict__.update` would
+        # make a dict of its own); a name behind a data descriptor goes to the dict itself
+        if hasattr(instance_static(cls, k, None), "__set__") and not isinstance(
+            instance_static(cls, k), types.MemberDescriptorType
+        ):
+            obj.__dict__[k] = v
+        else:
             object.__setattr__(obj, k, v)
     return obj
 
@@ -499,7 +529,7 @@ class NewObjectVariable(VariableTracker):
     def setattr(self, tx, name, value):
         """`obj.name = value`: the class's __setattr__ or data descriptor if it has one."""
         tx.output.side_effects.mutate_new_object(self)
-        static = inspect.getattr_static(self.cls, name, None)
+        static = instance_static(self.cls, name, None)
         if isinstance(static, property):
             if static.fset is None:
                 unimplemented(f"property {self.cls.__name__}.{name} has no setter")
@@ -511,31 +541,36 @@ class NewObjectVariable(VariableTracker):
         )
         if static is not None and hasattr(static, "__set__") and not slot:
             unimplemented(f"assignment to the descriptor {self.cls.__name__}.{name}")
-        setattr_ = inspect.getattr_static(self.cls, "__setattr__")
+        setattr_ = instance_static(self.cls, "__setattr__")
         if isinstance(setattr_, types.FunctionType):
             inline_call(tx, setattr_, [self, ConstantVariable(name), value], {}, None)
             return
+        if not slot and not has_instance_dict(self.cls):  # `object()`, a class with __slots__
+            if static is not None:
+                unimplemented(f"assignment to the read-only {self.cls.__name__}.{name}")
+            raise_observed(tx, AttributeError, no_attribute_message(self.cls, name))
         self.store_attr(name, value)
 
     def hasattr(self, tx, name):
-        static = inspect.getattr_static(self.cls, name, None)
+        static = instance_static(self.cls, name, None)
         if isinstance(static, types.MemberDescriptorType):  # a __slots__ field: set, or not
             return ConstantVariable(name in self.attrs)
         if name not in self.attrs and (
             isinstance(static, property) or (static is None and "__getattr__" in dir(self.cls))
         ):
             return hasattr_by_getattr(tx, self, name)
-        return ConstantVariable(name in self.attrs or hasattr(self.cls, name))
+        found = instance_static(self.cls, name, _ABSENT) is not _ABSENT
+        return ConstantVariable(name in self.attrs or found)
 
     def var_getattr(self, tx, name):
         if name in self.attrs:
             return self.attrs[name]
         if name == "__class__" and plain_class_attr(self.cls):
             return wrap_constant_like(tx, self.cls)
-        if name == "__dict__":
+        if name == "__dict__" and has_instance_dict(self.cls):
             return AttrDictVariable(self)
         try:
-            static = inspect.getattr_static(self.cls, name)
+            static = instance_static(self.cls, name)
         except AttributeError:
             _dunder_missing(self.cls, name)
             if "__getattr__" in dir(self.cls):
@@ -614,7 +649,7 @@ def _dunder_missing(cls, name):
 def call_getattr_hook(tx, obj, name):
     """`obj.name` not found the ordinary way: the class's Python __getattr__, inlined."""
     cls = obj.python_type()
-    hook = inspect.getattr_static(cls, "__getattr__")
+    hook = instance_static(cls, "__getattr__")
     if not isinstance(hook, types.FunctionType) or cls.__getattribute__ is not (
         object.__getattribute__
     ):

@@ -1,9 +1,11 @@
 """Functions and partials made while tracing keep their identity and annotations across a graph
 break (the code after the break sees the very object the break's call got)."""
 
+import dataclasses
 import functools
 
 import torch
+from frontend_helpers import run_and_compare
 
 import kiln
 
@@ -78,3 +80,51 @@ def test_locals_of_a_frame_with_cells():
     got = kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(1))
     assert got[1] == expected[1]
     torch.testing.assert_close(got[2], expected[2])
+
+
+def dataclass_with_options_made_inside(x):
+    @dataclasses.dataclass(eq=False)  # `wrap`, made by dataclasses' code, breaks inside
+    class Point:
+        a: int
+        b: int = 2
+
+    p = Point(1)
+    return x + p.a + p.b
+
+
+def test_function_made_by_another_module_keeps_its_globals():
+    # rebuilt at the break with MAKE_FUNCTION, `wrap` got this module's globals: NameError
+    x = torch.ones(2)
+    expected = dataclass_with_options_made_inside(x)
+    compiled = kiln.compile(dataclass_with_options_made_inside, backend="eager")
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), expected)
+
+
+def fields_of(p):
+    return p.func, p.args, p.keywords
+
+
+def nested_partials(x):
+    inner = functools.partial(torch.add, x)
+    nested = functools.partial(inner, alpha=2)  # flattened, as C's partial does
+    return nested(x), fields_of(nested)
+
+
+def test_partial_of_a_partial_is_flattened():
+    run_and_compare(nested_partials, torch.ones(2))
+
+
+def partial_of_input(x, p):
+    nested = functools.partial(p, alpha=2)
+    return nested.func is p, nested(x)
+
+
+def test_partial_of_an_input_partial_keeps_it_flattenable():
+    # kiln reading the input's __dict__ made one, and the partial made from it stopped flattening
+    p = functools.partial(torch.add, torch.ones(2))
+    compiled = kiln.compile(partial_of_input, backend="eager")
+    expected = partial_of_input(torch.ones(2), p)
+    got = compiled(torch.ones(2), p)
+    assert got[0] == expected[0] is False
+    torch.testing.assert_close(got[1], expected[1])

@@ -1,0 +1,53 @@
+"""Loops too long to unroll (Note [Translator: long loops]) and ranges too long to keep item by
+item: the frame runs eagerly, quickly, with eager's result."""
+
+import sys
+import time
+
+import torch
+from frontend_helpers import run_and_compare
+
+import kiln
+from kiln import config
+
+
+def long_loop(x):
+    total = 0
+    for i in range(config.loop_pass_limit + 5):
+        total += i
+    return x + total
+
+
+def test_loop_past_the_limit_runs_eagerly():
+    start = time.perf_counter()
+    run_and_compare(long_loop, torch.ones(2))
+    assert time.perf_counter() - start < 60
+
+
+def length_of_a_huge_range(x):
+    r = range(sys.maxsize)
+    return x + 1, r.__len__(), len(r), r[-1]
+
+
+def test_huge_range_is_not_kept_item_by_item():
+    start = time.perf_counter()
+    run_and_compare(length_of_a_huge_range, torch.ones(2))
+    assert time.perf_counter() - start < 60
+
+
+def short_loop(x):
+    for _ in range(100):
+        x = x + 1
+    return x
+
+
+def test_short_loop_is_still_one_graph():
+    run_and_compare(short_loop, torch.ones(2), expected_graphs=1)
+
+
+def test_loop_limit_counts_passes_of_one_trace(monkeypatch):
+    monkeypatch.setattr(config, "loop_pass_limit", 50)
+    kiln.reset()
+    compiled = kiln.compile(short_loop, backend="eager")
+    torch.testing.assert_close(compiled(torch.ones(2)), short_loop(torch.ones(2)))
+    assert kiln.counters["stats"]["unique_graphs"] == 0  # ran eagerly

@@ -1,0 +1,83 @@
+"""Classes made by class statements inside compiled frames (Note [Classes: local classes]):
+bound methods of the class, bases whose metaclass or __init_subclass__ runs code, and the
+objects rebuilt after a break keeping their class's shared keys."""
+
+import sys
+
+import torch
+from frontend_helpers import assert_same, run_and_compare
+
+import kiln
+
+
+def same_as_eager(fn, x):
+    """Eager and compiled (twice) return the same; each call makes new classes, and the resume
+    functions guard on them, so recompiles are expected here (not run_and_compare)."""
+    expected = fn(x)
+    compiled = kiln.compile(fn, backend="eager")
+    for _ in range(2):
+        assert_same(expected, compiled(x))
+
+
+made = []
+
+
+class Registered(type):
+    def __new__(mcls, name, bases, ns):
+        made.append(name)
+        return super().__new__(mcls, name, bases, ns)
+
+
+class Base(metaclass=Registered):
+    pass
+
+
+class Hooked:
+    def __init_subclass__(cls):
+        made.append(cls.__name__)
+
+
+def mro_of_a_local_class(x):
+    class A:
+        pass
+
+    class B(A):
+        pass
+
+    order = B.mro()  # C method bound to the class made while tracing
+    return x + 1, order == [B, A, object], order[1] is A
+
+
+def test_bound_c_method_of_a_local_class():
+    run_and_compare(mro_of_a_local_class, torch.ones(2))
+
+
+def subclass_with_metaclass(x):
+    del made[:]
+
+    class Child(Base):
+        pass
+
+    class Other(Hooked):
+        pass
+
+    return x + len(made), list(made), type(Child).__name__, Other.__name__
+
+
+def test_local_subclass_runs_metaclass_and_init_subclass():
+    same_as_eager(subclass_with_metaclass, torch.ones(2))
+
+
+def attribute_sizes(x):
+    class A:
+        pass
+
+    a, b = A(), A()
+    b.x = 1
+    b.y = 2
+    kiln.graph_break()
+    return x + 1, sys.getsizeof(vars(b)), sys.getsizeof(vars(a)), list(vars(b))
+
+
+def test_rebuilt_objects_share_their_class_keys():
+    same_as_eager(attribute_sizes, torch.ones(2))
