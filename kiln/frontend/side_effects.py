@@ -75,7 +75,7 @@ class SideEffects:
 
     def track_iterator(self, var):
         """An iterator input: advanced after the graph by the items the trace took from it."""
-        self._record(("iterator", id(var)), "iterator", var)
+        self.log[("iterator", id(var))] = ("iterator", var)  # (not a store: `records` unchanged)
         return var
 
     def __bool__(self):

@@ -35,7 +35,11 @@ def _unimplemented_frame(msg):
 
 
 def _reaches(values, target):
-    """Whether `target` may be found from `values` (Note [Lists: growing by an iterator...])."""
+    """Whether `target` may be found from `values` (Note [Lists: growing by an iterator...]).
+    An object from outside the frame (with a source) that kiln cannot look into may hold
+    anything that existed before, but not a `target` made in the frame: only a store (recorded
+    as a side effect, and counted by the callers) could have put it there."""
+    made_here = getattr(target, "source", None) is None
     seen, todo = set(), list(values)
     while todo:
         v = todo.pop()
@@ -56,6 +60,10 @@ def _reaches(values, target):
             todo.extend([*v.closure.values(), *(v.defaults or ())])
         elif type(v).__name__ in ("UserFunctionVariable", "BuiltinVariable", "TorchVariable"):
             continue  # reaches globals only, and the list is not reachable from globals
+        elif type(v).__name__ == "NewObjectVariable" and v.source is None:
+            todo.extend([*v.attrs.values(), *(v.dict_items or {}).values()])
+        elif made_here and getattr(v, "source", None) is not None:
+            continue  # (see the docstring)
         else:
             return True  # an object kiln does not look into
     return False

@@ -263,7 +263,12 @@ def compare_vars(tx, fn, a, b):
 def _plain_classes(a, b):
     """Two classes whose metaclass compares them as `type` does (by identity)."""
     for v in (a, b):
-        if isinstance(v, ConstantVariable) or not v.is_python_constant():
+        # (asked of class variables only: is_python_constant() specialises a symbolic value)
+        if isinstance(v, ConstantVariable) or not isinstance(
+            getattr(v, "value", getattr(v, "fn", None)), type
+        ):
+            return False
+        if not v.is_python_constant():
             return False
         c = v.as_python_constant()
         if not isinstance(c, type) or type(c).__eq__ is not type.__eq__:

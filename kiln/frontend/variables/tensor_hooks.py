@@ -213,8 +213,8 @@ def _check_hook(tx, tensor, hook):
         unimplemented(f"a hook on a tensor made in the frame raises {type(e).__name__} when traced")
     finally:
         torch._C._set_grad_enabled(prev)
-    changed = effects.version != version or effects.log.keys() != snapshot.keys()
-    if changed or any(effects.log[k] is not snapshot[k] for k in snapshot):
+    changed = effects.version != version or effects.changed_since(snapshot)
+    if changed:
         effects.restore(snapshot)
         unimplemented(
             "Unsafe side effect in a hook on a tensor made in the frame (it runs in backward)"
