@@ -2,6 +2,7 @@
 
 import collections
 import operator
+import sys
 import types
 from collections import deque
 
@@ -424,6 +425,15 @@ _NOT_ITERABLE = (int, float, complex, bool, type(None))  # `for x in 1`: TypeErr
 # over lists, dicts and generators stay opaque (their containers can change under them).
 
 
+# Note [Iterators: exhausted list iterators]
+# A list's iterator that has once ended (a `for` loop ran it out, list(it), a next() that raised
+# StopIteration) drops its list: items appended later are not seen by it, while an iterator that
+# merely reached the end by next() calls still sees them. The live iterator models the drop by
+# moving its index to _DEAD (past any length, undone as any step is), and is rebuilt as an
+# ended list iterator.
+_DEAD = sys.maxsize
+
+
 class ListIteratorVariable(VariableTracker):
     """An iterator over known items (a list, tuple, range, zip, enumerate ... of traced values)."""
 
@@ -495,6 +505,9 @@ class ListIteratorVariable(VariableTracker):
             if self.end_error is not None and not self.failed:
                 self.failed = True
                 raise_observed(None, ValueError, self.end_error)
+            if self.live_list is not None and self.index != _DEAD:
+                _ITER_UNDO.append((self, self.index))
+                self.index = _DEAD  # Note [Iterators: exhausted list iterators]
             return None
         item = self.items[self.index]
         _ITER_UNDO.append((self, self.index))
@@ -509,7 +522,7 @@ class ListIteratorVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         rest = self.items[self.index :]
         _ITER_UNDO.append((self, self.index))
-        self.index = len(self.items)
+        self.index = len(self.items) if self.live_list is None else _DEAD
         if self.end_error is not None or self.watched is not None:
             self.next_item()  # (raises what Python's iterator raises at its end)
         return rest
@@ -529,6 +542,10 @@ class ListIteratorVariable(VariableTracker):
             unimplemented("rebuilding a zip(strict=True) iterator or one that raised")
         if self.watched is not None and self._size_changed():
             unimplemented("rebuilding an iterator over a dict or set that changed size")
+        if self.index == _DEAD:
+            cg.load_object(exhausted_list_iter, push_null=True)
+            cg.extend(emit.call(0))
+            return
         if self.live_list is not None and self.live_list.items is self.items:
             # the same list object, advanced to where the trace is
             cg.load_object(list_iter_at, push_null=True)
@@ -591,6 +608,13 @@ def _not_found(tx, value, message):
             unimplemented(f"ValueError: {message.format('<traced value>')}")
         message = message.format(value.as_python_constant())
     raise_observed(tx, ValueError, message)
+
+
+def exhausted_list_iter():
+    """A list iterator that has ended (it sees nothing appended to its list afterwards)."""
+    it = iter([])
+    next(it, None)
+    return it
 
 
 def list_iter_at(lst, index):
