@@ -438,6 +438,7 @@ class ListIteratorVariable(VariableTracker):
     """An iterator over known items (a list, tuple, range, zip, enumerate ... of traced values)."""
 
     ran_ahead = False  # items computed by user code before they were asked for (map, generator)
+    keeps_identity = True  # rebuilt once: a local and an argument on the stack are one iterator
 
     def __init__(self, items, **kw):
         super().__init__(**kw)

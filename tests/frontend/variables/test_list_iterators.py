@@ -55,3 +55,18 @@ def test_stop_iteration_ends_it():
 
 def test_ended_iterator_is_rebuilt_ended():
     run_and_compare(ended_iterator_across_a_break, torch.ones(2))
+
+
+def take_two_after_a_break(it):
+    print("break")
+    return [next(it), next(it)]
+
+
+def iterator_local_and_argument(x):
+    it = iter([1, 2, 3, 4])
+    taken = take_two_after_a_break(it)  # `it` is both a local and an argument at the break
+    return x + 1, taken, list(it)
+
+
+def test_iterator_rebuilt_once_for_a_local_and_an_argument():
+    run_and_compare(iterator_local_and_argument, torch.ones(2))
