@@ -1,6 +1,7 @@
 """Sequences: tuple, list, torch.Size, range, and iterators over them."""
 
 import collections
+import itertools
 import operator
 import sys
 import types
@@ -425,6 +426,13 @@ _NOT_ITERABLE = (int, float, complex, bool, type(None))  # `for x in 1`: TypeErr
 # over lists, dicts and generators stay opaque (their containers can change under them).
 
 
+# Note [Iterators: itertools kinds]
+# The itertools iterators over traced items (repeat, islice, product, combinations ...) are built
+# at once as an iterator over their items, with `kind` the class they stand for: type() and
+# isinstance see that class, and a rebuild makes an object of it (repeat(x, n), islice(items,
+# None), chain(items)), or breaks where it cannot (a list iterator in their place would show
+# another type, repr and size).
+
 # Note [Iterators: exhausted list iterators]
 # A list's iterator that has once ended (a `for` loop ran it out, list(it), a next() that raised
 # StopIteration) drops its list: items appended later are not seen by it, while an iterator that
@@ -489,8 +497,10 @@ class ListIteratorVariable(VariableTracker):
     watched = None  # (dict or set, its size, Python's error when the size changes)
     failed = False  # raised one of those errors
 
+    kind = None  # the itertools class the iterator stands for (Note [Iterators: itertools kinds])
+
     def python_type(self):
-        return type(iter([]))
+        return self.kind or type(iter([]))
 
     def next_item(self):
         """The next item, or None when exhausted."""
@@ -508,7 +518,14 @@ class ListIteratorVariable(VariableTracker):
                 raise_observed(None, ValueError, self.end_error)
             if self.live_list is not None and self.index != _DEAD:
                 _ITER_UNDO.append((self, self.index))
-                self.index = _DEAD  # Note [Iterators: exhausted list iterators]
+                self.index = _DEAD  # Note [Iterators: itertools kinds]
+            # The itertools iterators over traced items (repeat, islice, product, combinations ...) are built
+            # at once as an iterator over their items, with `kind` the class they stand for: type() and
+            # isinstance see that class, and a rebuild makes an object of it (repeat(x, n), islice(items,
+            # None), chain(items)), or breaks where it cannot (a list iterator in their place would show
+            # another type, repr and size).
+
+            # Note [Iterators: exhausted list iterators]
             return None
         item = self.items[self.index]
         _ITER_UNDO.append((self, self.index))
@@ -543,6 +560,9 @@ class ListIteratorVariable(VariableTracker):
             unimplemented("rebuilding a zip(strict=True) iterator or one that raised")
         if self.watched is not None and self._size_changed():
             unimplemented("rebuilding an iterator over a dict or set that changed size")
+        if self.kind is not None:
+            self._reconstruct_kind(cg)
+            return
         if self.index == _DEAD:
             cg.load_object(exhausted_list_iter, push_null=True)
             cg.extend(emit.call(0))
@@ -558,6 +578,27 @@ class ListIteratorVariable(VariableTracker):
             cg.reconstruct(item)
         cg.extend(emit.build_tuple(len(self.items) - self.index))
         cg.extend(emit.get_iter())
+
+    def _reconstruct_kind(self, cg):
+        """Rebuild an itertools iterator as an object of its own class with the items left."""
+        if self.failed or self.end_error is not None or self.watched is not None:
+            unimplemented(f"rebuilding an itertools.{self.kind.__name__} iterator that raised")
+        rest = self.items[self.index :]
+        if self.kind is itertools.repeat:
+            cg.load_object(itertools.repeat, push_null=True)
+            cg.reconstruct(self.repeated)
+            cg.extend(emit.load_const(len(rest)))
+            cg.extend(emit.call(2))
+            return
+        if self.kind not in (itertools.islice, itertools.chain):
+            unimplemented(f"rebuilding an itertools.{self.kind.__name__} iterator")
+        cg.load_object(self.kind, push_null=True)
+        for item in rest:
+            cg.reconstruct(item)
+        cg.extend(emit.build_tuple(len(rest)))
+        if self.kind is itertools.islice:  # islice(items, None): the same items
+            cg.extend(emit.load_const(None))
+        cg.extend(emit.call(2 if self.kind is itertools.islice else 1))
 
 
 class InputIteratorVariable(ListIteratorVariable):
