@@ -111,6 +111,12 @@ class TupleVariable(BaseListVariable):
     def python_type(self):
         return self.tuple_cls
 
+    @property
+    def keeps_identity(self):
+        """An instance with a __dict__ (a namedtuple's subclass) is rebuilt once: its attributes
+        set after a break live on that one object."""
+        return self.tuple_cls.__dictoffset__ != 0
+
     def as_python_constant(self):
         items = [i.as_python_constant() for i in self.items]
         if self.tuple_cls is tuple:
