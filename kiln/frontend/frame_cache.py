@@ -80,6 +80,9 @@ class BreakRecord:
         return f"{self.reason}\n    at {self.user_location}"
 
 
+_FRAME_READERS = {"_getframe", "_getframemodulename"}  # names of sys's caller-frame readers
+
+
 class FrameCache:
     """The compiled entries of one function under one compile() configuration."""
 
@@ -132,6 +135,9 @@ class FrameCache:
         """A user function (or module forward) that broke inside: compiled as its own frame."""
         if module_root:
             return self._child((fn, True), fn, eager=module_eager, module_root=True)
+        if _FRAME_READERS & set(getattr(getattr(fn, "__code__", None), "co_names", ())):
+            # it reads its caller's frame (namedtuple's __module__): a wrapper would be that caller
+            return fn
         return self._child((fn, False), fn)
 
     def clear(self):

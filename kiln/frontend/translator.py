@@ -690,6 +690,10 @@ class InliningTranslator(InstructionTranslatorBase):
         if self.is_generator:
             it = GeneratorItemsVariable(self.generated).watch(effects)
             it.gen_return = self.return_value  # what `yield from` of it evaluates to
+            it.names = (
+                getattr(self.fn, "__name__", self.code.co_name),
+                getattr(self.fn, "__qualname__", self.code.co_name),
+            )
             it.reach = reach  # what its code could read (Note [Lists: growing by an iterator...])
             it.lazy_reads = bool(reads)
             effects.note_generator(it, reads)

@@ -192,3 +192,23 @@ def test_identity_equality_of_inputs_is_guarded():
     compiled = run_and_compare(equal_inputs, t(3), p, p, expected_graphs=1)
     x = t(3)
     torch.testing.assert_close(compiled(x, p, q), equal_inputs(x, p, q))
+
+
+class CountingDict(dict):
+    """A dict subclass whose __eq__ declines plain dicts, as collections.Counter's does."""
+
+    def __eq__(self, other):
+        if not isinstance(other, CountingDict):
+            return NotImplemented
+        return dict.__eq__(self, other)
+
+    __hash__ = None
+
+
+def dict_subclass_declining_eq(x, d):
+    plain = {"a": 1, "b": 2}
+    return x + 1, d == plain, plain == d, d != plain, d == {"a": 1}
+
+
+def test_declined_eq_falls_to_the_builtin_base():
+    run_and_compare(dict_subclass_declining_eq, torch.ones(2), CountingDict(a=1, b=2))

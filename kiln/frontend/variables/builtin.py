@@ -12,7 +12,7 @@ import types
 
 import torch
 
-from kiln.exc import unimplemented
+from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.variables import (
     dicts,
     misc,
@@ -212,13 +212,17 @@ class BuiltinVariable(VariableTracker):
         if fn in _ITERTOOLS and not kwargs:
             if fn is itertools.product:
                 lists = [a.unpack_var_sequence(tx) for a in args]
-                return ListIteratorVariable(
+                it = ListIteratorVariable(
                     [TupleVariable(list(p)) for p in itertools.product(*lists)]
                 )
-            if fn is itertools.chain:
-                return ListIteratorVariable([i for a in args for i in a.unpack_var_sequence(tx)])
+            else:
+                it = ListIteratorVariable([i for a in args for i in a.unpack_var_sequence(tx)])
+            it.kind = fn  # Note [Iterators: itertools kinds]
+            return it
         if fn in _ITERTOOLS_MORE:
-            return _itertools_call(tx, fn, args, kwargs)
+            it = _itertools_call(tx, fn, args, kwargs)
+            it.kind = fn
+            return it
         if fn is operator.getitem and len(args) == 2:
             return getitem(tx, *args)
         if fn is operator.contains and len(args) == 2:
@@ -663,11 +667,24 @@ def _is_none_const(v):
     return v.is_python_constant() and v.as_python_constant() is None
 
 
+def _is_iterator(var):
+    """Whether `var` is an iterator (consumed by iterating it), not a sequence."""
+    try:
+        return hasattr(var.python_type(), "__next__")
+    except Unsupported:
+        return True
+
+
 def _itertools_call(tx, fn, args, kwargs):
     """Finite itertools iterators over traced items, built at once."""
     if fn is itertools.repeat and not kwargs and len(args) == 2:
-        return ListIteratorVariable([args[0]] * args[1].as_python_constant())
+        it = ListIteratorVariable([args[0]] * args[1].as_python_constant())
+        it.repeated = args[0]
+        return it
     if fn is itertools.islice and not kwargs and 2 <= len(args) <= 4:
+        if _is_iterator(args[0]):
+            # (it takes items from it one by one as it is iterated, up to its stop)
+            unimplemented("itertools.islice over an iterator")
         items = args[0].unpack_var_sequence(tx)
         bounds = [a.as_python_constant() for a in args[1:]]
         return ListIteratorVariable(items[slice(*bounds)])

@@ -67,9 +67,18 @@ class GeneratorItemsVariable(ListIteratorVariable):
         for item in self.items[self.index :]:
             cg.reconstruct(item)
         cg.extend(emit.build_tuple(len(self.items) - self.index))
-        cg.extend(emit.call(1))
+        cg.extend(emit.load_const(self.names[0]) + emit.load_const(self.names[1]))
+        cg.extend(emit.call(3))
+
+    names = ("generator_over", "generator_over")  # the function's __name__, __qualname__
 
 
-def generator_over(items):
-    """A generator yielding `items` (a traced generator rebuilt in the transformed code)."""
+def _yield_from(items):
     yield from items
+
+
+def generator_over(items, name, qualname):
+    """A generator yielding `items`, named as the traced one (rebuilt in the transformed code)."""
+    gen = _yield_from(items)
+    gen.__name__, gen.__qualname__ = name, qualname
+    return gen

@@ -1,7 +1,9 @@
 """Sequences: tuple, list, torch.Size, range, and iterators over them."""
 
 import collections
+import itertools
 import operator
+import sys
 import types
 from collections import deque
 
@@ -108,6 +110,12 @@ class TupleVariable(BaseListVariable):
 
     def python_type(self):
         return self.tuple_cls
+
+    @property
+    def keeps_identity(self):
+        """An instance with a __dict__ (a namedtuple's subclass) is rebuilt once: its attributes
+        set after a break live on that one object."""
+        return self.tuple_cls.__dictoffset__ != 0
 
     def as_python_constant(self):
         items = [i.as_python_constant() for i in self.items]
@@ -424,10 +432,27 @@ _NOT_ITERABLE = (int, float, complex, bool, type(None))  # `for x in 1`: TypeErr
 # over lists, dicts and generators stay opaque (their containers can change under them).
 
 
+# Note [Iterators: itertools kinds]
+# The itertools iterators over traced items (repeat, islice, product, combinations ...) are built
+# at once as an iterator over their items, with `kind` the class they stand for: type() and
+# isinstance see that class, and a rebuild makes an object of it (repeat(x, n), islice(items,
+# None), chain(items)), or breaks where it cannot (a list iterator in their place would show
+# another type, repr and size).
+
+# Note [Iterators: exhausted list iterators]
+# A list's iterator that has once ended (a `for` loop ran it out, list(it), a next() that raised
+# StopIteration) drops its list: items appended later are not seen by it, while an iterator that
+# merely reached the end by next() calls still sees them. The live iterator models the drop by
+# moving its index to _DEAD (past any length, undone as any step is), and is rebuilt as an
+# ended list iterator.
+_DEAD = sys.maxsize
+
+
 class ListIteratorVariable(VariableTracker):
     """An iterator over known items (a list, tuple, range, zip, enumerate ... of traced values)."""
 
     ran_ahead = False  # items computed by user code before they were asked for (map, generator)
+    keeps_identity = True  # rebuilt once: a local and an argument on the stack are one iterator
 
     def __init__(self, items, **kw):
         super().__init__(**kw)
@@ -478,8 +503,10 @@ class ListIteratorVariable(VariableTracker):
     watched = None  # (dict or set, its size, Python's error when the size changes)
     failed = False  # raised one of those errors
 
+    kind = None  # the itertools class the iterator stands for (Note [Iterators: itertools kinds])
+
     def python_type(self):
-        return type(iter([]))
+        return self.kind or type(iter([]))
 
     def next_item(self):
         """The next item, or None when exhausted."""
@@ -495,6 +522,16 @@ class ListIteratorVariable(VariableTracker):
             if self.end_error is not None and not self.failed:
                 self.failed = True
                 raise_observed(None, ValueError, self.end_error)
+            if self.live_list is not None and self.index != _DEAD:
+                _ITER_UNDO.append((self, self.index))
+                self.index = _DEAD  # Note [Iterators: itertools kinds]
+            # The itertools iterators over traced items (repeat, islice, product, combinations ...) are built
+            # at once as an iterator over their items, with `kind` the class they stand for: type() and
+            # isinstance see that class, and a rebuild makes an object of it (repeat(x, n), islice(items,
+            # None), chain(items)), or breaks where it cannot (a list iterator in their place would show
+            # another type, repr and size).
+
+            # Note [Iterators: exhausted list iterators]
             return None
         item = self.items[self.index]
         _ITER_UNDO.append((self, self.index))
@@ -509,7 +546,7 @@ class ListIteratorVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         rest = self.items[self.index :]
         _ITER_UNDO.append((self, self.index))
-        self.index = len(self.items)
+        self.index = len(self.items) if self.live_list is None else _DEAD
         if self.end_error is not None or self.watched is not None:
             self.next_item()  # (raises what Python's iterator raises at its end)
         return rest
@@ -529,6 +566,13 @@ class ListIteratorVariable(VariableTracker):
             unimplemented("rebuilding a zip(strict=True) iterator or one that raised")
         if self.watched is not None and self._size_changed():
             unimplemented("rebuilding an iterator over a dict or set that changed size")
+        if self.kind is not None:
+            self._reconstruct_kind(cg)
+            return
+        if self.index == _DEAD:
+            cg.load_object(exhausted_list_iter, push_null=True)
+            cg.extend(emit.call(0))
+            return
         if self.live_list is not None and self.live_list.items is self.items:
             # the same list object, advanced to where the trace is
             cg.load_object(list_iter_at, push_null=True)
@@ -540,6 +584,27 @@ class ListIteratorVariable(VariableTracker):
             cg.reconstruct(item)
         cg.extend(emit.build_tuple(len(self.items) - self.index))
         cg.extend(emit.get_iter())
+
+    def _reconstruct_kind(self, cg):
+        """Rebuild an itertools iterator as an object of its own class with the items left."""
+        if self.failed or self.end_error is not None or self.watched is not None:
+            unimplemented(f"rebuilding an itertools.{self.kind.__name__} iterator that raised")
+        rest = self.items[self.index :]
+        if self.kind is itertools.repeat:
+            cg.load_object(itertools.repeat, push_null=True)
+            cg.reconstruct(self.repeated)
+            cg.extend(emit.load_const(len(rest)))
+            cg.extend(emit.call(2))
+            return
+        if self.kind not in (itertools.islice, itertools.chain):
+            unimplemented(f"rebuilding an itertools.{self.kind.__name__} iterator")
+        cg.load_object(self.kind, push_null=True)
+        for item in rest:
+            cg.reconstruct(item)
+        cg.extend(emit.build_tuple(len(rest)))
+        if self.kind is itertools.islice:  # islice(items, None): the same items
+            cg.extend(emit.load_const(None))
+        cg.extend(emit.call(2 if self.kind is itertools.islice else 1))
 
 
 class InputIteratorVariable(ListIteratorVariable):
@@ -591,6 +656,13 @@ def _not_found(tx, value, message):
             unimplemented(f"ValueError: {message.format('<traced value>')}")
         message = message.format(value.as_python_constant())
     raise_observed(tx, ValueError, message)
+
+
+def exhausted_list_iter():
+    """A list iterator that has ended (it sees nothing appended to its list afterwards)."""
+    it = iter([])
+    next(it, None)
+    return it
 
 
 def list_iter_at(lst, index):

@@ -99,15 +99,19 @@ def _getter(cls):
 # --- itertools ------------------------------------------------------------------------------------
 def _combinations(tx, iterable, r):
     items = iterable.unpack_var_sequence(tx)
-    return ListIteratorVariable(
+    it = ListIteratorVariable(
         [TupleVariable(list(c)) for c in itertools.combinations(items, _const(r, "r"))]
     )
+    it.kind = itertools.combinations  # Note [Iterators: itertools kinds]
+    return it
 
 
 def _permutations(tx, iterable, r=None):
     items = iterable.unpack_var_sequence(tx)
     n = None if r is None else _const(r, "r")
-    return ListIteratorVariable([TupleVariable(list(p)) for p in itertools.permutations(items, n)])
+    it = ListIteratorVariable([TupleVariable(list(p)) for p in itertools.permutations(items, n)])
+    it.kind = itertools.permutations
+    return it
 
 
 def _groupby(tx, iterable, key=None):

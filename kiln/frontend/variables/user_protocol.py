@@ -75,6 +75,17 @@ def call_dunder(tx, var, name, args):
     return inline_call(tx, fn, [var, *args], {}, var._class_attr_source(name))
 
 
+def _builtin_base_compares(cls):
+    """Whether a builtin base of `cls` (dict, list ...) has its own C __eq__, which answers when
+    the Python dunders return NotImplemented."""
+    return any(
+        k is not object
+        and "__eq__" in vars(k)
+        and not isinstance(vars(k)["__eq__"], types.FunctionType)
+        for k in cls.__mro__
+    )
+
+
 def _not_implemented(result):
     return result.is_python_constant() and result.as_python_constant() is NotImplemented
 
@@ -102,6 +113,11 @@ def user_binary_op(tx, fn, a, b):
             result = call_dunder(tx, obj, name, [other])
             if result is not None and not _not_implemented(result):
                 return result
+    if fn in (operator.eq, operator.ne):
+        for obj in (a, b):
+            if is_user_object(obj) and _builtin_base_compares(obj.python_type()):
+                # (dict.__eq__(d, counter) compares the items: not object's identity)
+                unimplemented(f"{fwd} of a {obj.python_type().__name__} falls to its C base's")
     if fn is operator.ne and (is_user_object(a) or is_user_object(b)):
         eq = user_binary_op(tx, operator.eq, a, b)  # object.__ne__ inverts __eq__
         if not eq.is_python_constant():
