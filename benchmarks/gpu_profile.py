@@ -7,6 +7,7 @@ the Python functions the kiln call spends most time in (cProfile).
 
 `--dump DIR` keeps kiln's debug dir and torch.compile's trace for each model below DIR.
 `--variants` adds kiln rows with settings changed (conv_channels_last=False on conv models).
+`--externs` times the host cost of the ATen calls a linear layer can become (nanogpt's sizes).
 """
 
 import argparse
@@ -81,6 +82,36 @@ def kernels(fn, inputs, calls, sync):
     return count / calls, total / calls, per
 
 
+def externs(device, sync, calls=2000):
+    """Per-call µs of the forms a linear layer's extern call can take (issue time, no sync)."""
+    aten = torch.ops.aten
+    x, w, b = (torch.randn(s, device=device) for s in ((256, 128), (384, 128), (384,)))
+    out = torch.empty(256, 384, device=device)
+    wt = w.t()
+    forms = {
+        "aten.linear.out(x, w, b)": lambda: aten.linear.out(x, w, b, out=out),
+        "aten.addmm.out(b, x, w.t())": lambda: aten.addmm.out(b, x, wt, out=out),
+        "torch.addmm(b, x, w.t(), out=)": lambda: torch.addmm(b, x, wt, out=out),
+        "aten.mm.out(x, w.t())": lambda: aten.mm.out(x, wt, out=out),
+        "torch.mm(x, w.t(), out=)": lambda: torch.mm(x, wt, out=out),
+        "w.t()": lambda: w.t(),
+        "out.view(256, 384)": lambda: out.view(256, 384),
+        "torch.empty_strided": lambda: torch.empty_strided(
+            (256, 384), (384, 1), dtype=torch.float32, device=device
+        ),
+    }
+    for label, fn in forms.items():
+        for _ in range(50):
+            fn()
+        sync()
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        issued = time.perf_counter()
+        sync()
+        print(f"extern {label:34} issue {(issued - t) / calls * 1e6:7.2f} us", flush=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="mlp,resnet,nanogpt,hf_llama")
@@ -88,9 +119,12 @@ def main(argv=None):
     p.add_argument("--device", default="cuda")
     p.add_argument("--dump", default="")
     p.add_argument("--variants", action="store_true")
+    p.add_argument("--externs", action="store_true")
     args = p.parse_args(argv)
     cuda = args.device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if args.externs:
+        externs(args.device, sync)
     for name in args.models.split(","):
         model, inputs, _ = REGISTRY[name].build(args.device)
         model.eval()

@@ -171,6 +171,34 @@ def test_direct_relaunch_matches_the_jit_launcher():
     config.triton_fast_launch = True
 
 
+def test_launch_hits_and_launch_hooks():
+    """A repeated launch takes the hit path; a launch hook set later (a profiler's) is called."""
+    from triton import knobs
+
+    from kiln.backend.codegen import triton_helpers
+
+    f = kiln.compile(lambda x: (x * 2).sin() + 1, backend="kiln")
+    x = torch.randn(1000, device="cuda")
+    for _ in range(3):
+        torch.testing.assert_close(f(x), (x * 2).sin() + 1)
+    assert any(key[2] == 1000 for key in triton_helpers._hits)
+    seen = []
+    hook = lambda *args: seen.append(args)  # noqa: E731
+    chain = knobs.runtime.launch_enter_hook
+    if hasattr(chain, "add"):
+        chain.add(hook)
+    else:
+        knobs.runtime.launch_enter_hook = hook
+    try:
+        torch.testing.assert_close(f(x), (x * 2).sin() + 1)
+    finally:
+        if hasattr(chain, "add"):
+            chain.remove(hook)
+        else:
+            knobs.runtime.launch_enter_hook = chain
+    assert seen
+
+
 def test_out_of_bounds_index_is_a_device_assert(tmp_path):
     """An index out of bounds stops a CUDA kernel with a device-side assert, as in eager CUDA
     code (run in a subprocess: the assert ends the process's CUDA context)."""
