@@ -193,7 +193,8 @@ def block_sizes(xnumel, rnumel, rblock):
 # names in a comment (`# arg0_1 float32, buf1 bfloat16`): one source, one set of pointer dtypes.
 # A launch's hit path is one dictionary lookup, keyed by the kernel, the current device, the
 # sizes and the arguments' specialization, then the compiled kernel's launcher called with the
-# current stream: grid, block sizes and trailing arguments are stored with the entry. Launch
+# current stream: grid, block sizes and trailing arguments are stored with the entry (keyed by
+# the kernel's id: a JITFunction's hash is computed, ~2 µs; the entry keeps it alive). Launch
 # hooks (a profiler's) send launches through Triton's own runner, which calls them; Triton 3.5+
 # keeps an empty HookChain, not None, when none is set (it was taken for a hook: on the H100
 # every launch went the slow way).
@@ -202,7 +203,7 @@ def block_sizes(xnumel, rnumel, rblock):
 # asserts on the device instead (`debug=True`, no integer-overflow checks), as eager CUDA code
 # does: an out-of-bounds index is a device-side assert in both.
 _compiled = {}  # (jit kernel, launch constants, warps, specialization) -> _Relaunch
-_hits = {}  # (jit kernel, device, xnumel, rnumel, specialization) -> launch entry (the hit path)
+_hits = {}  # (id of the jit kernel, device, xnumel, rnumel, spec) -> launch entry (the hit path)
 _flags = {}  # device -> the index flag of CUDA kernels (written only before their assert fires)
 _device = getattr(torch._C, "_cuda_getDevice", None)  # the current CUDA device's index
 _stream = None  # Triton's driver's current-stream function, bound at the first CUDA launch
@@ -288,10 +289,10 @@ def launch(kernel, args, xnumel, rnumel, rblock, err, tune=False):
         if _stream is None:
             _bind_driver()
         dev = _device()
-        hit_key = (kernel, dev, xnumel, rnumel, _spec(args))
+        hit_key = (id(kernel), dev, xnumel, rnumel, _spec(args))  # (a JITFunction hashes slowly)
         hit = _hits.get(hit_key)
         if hit is not None and not _hooked():
-            run, function, metadata, grid, tail = hit
+            run, function, metadata, grid, tail, _ = hit
             run(grid, 1, 1, _stream(dev), function, metadata, None, None, None, *args, *tail)
             return 0
     cfg = block_sizes(xnumel, rnumel, rblock)
@@ -323,7 +324,8 @@ def launch(kernel, args, xnumel, rnumel, rblock, err, tune=False):
         consts = cfg[:2] if rnumel is not None else cfg[:1]
         grid = -(-xnumel // cfg[0])
         tail = (*extra, *consts)
-        _hits[hit_key] = (relaunch.run, relaunch.function, relaunch.metadata, grid, tail)
+        # the entry holds the kernel: its id stays unique while the entry lives
+        _hits[hit_key] = (relaunch.run, relaunch.function, relaunch.metadata, grid, tail, kernel)
     return int(flag.item()) if err and INTERPRET else 0
 
 
