@@ -20,8 +20,16 @@ from tests.backend.helpers import check
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
+# tests whose graphs may rightly not reach Triton in this process: mixed CPU/CUDA graphs run
+# eagerly (correctly), and the device-assert test compiles in a subprocess
+NO_TRITON_NEEDED = {
+    "test_cpu_scalar_tensor_with_cuda_tensors",
+    "test_out_of_bounds_index_is_a_device_assert",
+}
+
+
 @pytest.fixture(autouse=True)
-def on_cuda(monkeypatch):
+def on_cuda(monkeypatch, request):
     """CUDA by default, strict, and at least one graph through Triton."""
     real_special = test_ops.special
 
@@ -35,7 +43,8 @@ def on_cuda(monkeypatch):
     with torch.device("cuda"):
         yield
     torch.cuda.synchronize()
-    assert logs.counters["backend"]["triton_graphs"] > before, "no graph went through Triton"
+    if request.node.name not in NO_TRITON_NEEDED:
+        assert logs.counters["backend"]["triton_graphs"] > before, "no graph went through Triton"
 
 
 # every argument-free op test of test_ops.py but the out-of-bounds one (an index error in eager
