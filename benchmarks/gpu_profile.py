@@ -6,7 +6,8 @@ the Python functions the kiln call spends most time in (cProfile).
     python benchmarks/gpu_profile.py [--models mlp,resnet] [--calls 200] [--dump DIR]
 
 `--dump DIR` keeps kiln's debug dir and torch.compile's trace for each model below DIR.
-`--variants` adds kiln rows with settings changed (conv_channels_last=False on conv models).
+`--variants` adds kiln rows with settings changed: Triton's own launcher instead of kiln's
+relaunch (Note [Triton: launches on CUDA]), and conv_channels_last=False on conv models.
 `--externs` times the host cost of the ATen calls a linear layer can become (nanogpt's sizes).
 """
 
@@ -136,14 +137,13 @@ def main(argv=None):
             torch._inductor.config.trace.enabled = True
         rows = [("eager", model, {})]
         rows.append(("kiln", kiln.compile(model, backend="kiln"), {}))
-        if args.variants and name in ("resnet",):
-            rows.append(
-                (
-                    "kiln conv_channels_last=False",
-                    kiln.compile(model, backend="kiln"),
-                    {"conv_channels_last": False},
-                )
-            )
+        if args.variants:
+            variants = [{"triton_fast_launch": False}]
+            if name == "resnet":
+                variants.append({"conv_channels_last": False})
+            for settings in variants:
+                label = "kiln " + " ".join(f"{k}={v}" for k, v in settings.items())
+                rows.append((label, kiln.compile(model, backend="kiln"), settings))
         rows.append(("torch.compile", torch.compile(model), {}))
         print(f"== {name}", flush=True)
         tops = {}
