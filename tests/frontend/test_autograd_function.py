@@ -125,8 +125,9 @@ def check(fn, *inputs, backend="eager", graphs=1, breaks=0, failures=0):
     compiled = kiln.compile(fn, backend=backend)
     got = compiled(*comp_in)
     assert_same(expected, got)
-    outs = [o for o in (expected if isinstance(expected, tuple) else (expected,)) if o is not None]
-    gots = [o for o in (got if isinstance(got, tuple) else (got,)) if o is not None]
+    outs = [o for o in (expected if isinstance(expected, tuple) else (expected,))]
+    gots = [o for o in (got if isinstance(got, tuple) else (got,))]
+    outs, gots = ([o for o in x if isinstance(o, torch.Tensor)] for x in (outs, gots))
     loss_e = sum(o.float().sum() for o in outs if o.requires_grad)
     if isinstance(loss_e, torch.Tensor):
         loss_e.backward()
@@ -297,13 +298,81 @@ class InPlace(torch.autograd.Function):
         return g * 2
 
 
+class AddInPlace(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        x.add_(w)
+        ctx.mark_dirty(x)
+        return x, x * 3
+
+    @staticmethod
+    def backward(ctx, g, g3):
+        return g + 3 * g3, (g + 3 * g3).sum(0)
+
+
 def in_place(x):
     y = x + 1
     return InPlace.apply(y) + 1
 
 
-def test_mark_dirty_breaks_and_stays_right():
-    check(in_place, torch.randn(3, requires_grad=True), graphs=2, breaks=1)
+def in_place_discarded(w):
+    # the apply's result is dropped: y itself was changed, and its gradient goes through the
+    # function's backward (PyTorch's test_mark_dirty_discarded_output_grad)
+    y = torch.ones(2, 2) @ w
+    InPlace.apply(y)
+    return y.sum()
+
+
+def in_place_identity(x):
+    y = x * 2
+    z = InPlace.apply(y)
+    return z * 1, z is y, y + 0
+
+
+def in_place_gains_grad(x, w):
+    # y needs no grad; the function's other input does: y comes back requiring grad
+    y = x * 2
+    out, tripled = AddInPlace.apply(y, w)
+    return out + 1, tripled, out is y, y.requires_grad
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mark_dirty_returns_the_input_changed_in_place(backend):
+    """Note [Autograd functions: mark_dirty]: one graph; values, identity and gradients as eager."""
+    check(in_place, torch.randn(3, requires_grad=True), backend=backend)
+    check(in_place_discarded, torch.eye(2, requires_grad=True), backend=backend)
+    check(in_place_identity, torch.randn(3, requires_grad=True), backend=backend)
+    check(
+        in_place_gains_grad, torch.randn(2, 3), torch.randn(3, requires_grad=True), backend=backend
+    )
+    with torch.no_grad():
+        check(in_place_identity, torch.randn(3), backend=backend)
+
+
+def in_place_on_input(x):
+    return InPlace.apply(x) + 1
+
+
+def in_place_on_view(x):
+    return InPlace.apply(x.view_as(x)) + 1
+
+
+def in_place_on_leaf():
+    return InPlace.apply(torch.ones(3, requires_grad=True))
+
+
+def test_mark_dirty_of_an_input_a_view_or_a_leaf_breaks():
+    """The frame's own input is changed in Python; a view or a leaf that requires grad raises
+    eager's error (run in Python, where eager raises it)."""
+    check(in_place_on_input, torch.randn(3), graphs=1, breaks=1)
+    for fn, x in ((in_place_on_view, torch.randn(3, requires_grad=True)), (in_place_on_leaf, None)):
+        kiln.reset()
+        args = [] if x is None else [x]
+        with pytest.raises(RuntimeError) as want:
+            fn(*[a.clone() for a in args]) if x is None else fn(x)
+        with pytest.raises(RuntimeError) as got:
+            kiln.compile(fn, backend="eager")(*args)
+        assert str(got.value) == str(want.value)
 
 
 def item_backward(x):

@@ -13,8 +13,8 @@ Before the node is made, the forward is traced speculatively on the traced value
 as Function.apply runs it) with a symbolic ctx that understands save_for_backward,
 saved_tensors, mark_non_differentiable, set_materialize_grads, needs_input_grad and attributes.
 The trace proves the forward is tensor code without effects outside ctx (a print, a store on a
-module or a list, `ctx.mark_dirty`, data-dependent code: a graph break at the apply call, which
-then runs in Python) and gives the metadata of its outputs; its nodes are dropped again (the
+module or a list, data-dependent code: a graph break at the apply call, which then runs in
+Python) and gives the metadata of its outputs; its nodes are dropped again (the
 node calls the real forward). Its guards stay: they pin what the check relied on.
 
 Each backend then sees an ordinary call: "eager" runs `MyFn.apply` as is; aot_eager and kiln
@@ -202,6 +202,9 @@ class AutogradFunctionApplyVariable(VariableTracker):
             differentiable = v.example.dtype.is_floating_point or v.example.dtype.is_complex
             grad = any_needs and differentiable and id(v.proxy) not in ctx.non_differentiable
             examples.append(_output_example(v.example, grad))
+        dirty = self._dirty_outputs(args, items, ctx)
+        for k in dirty:
+            examples[k] = _dirty_example(items[k], examples[k])
         unpack = _Unpack(tx)
         baked = {k: a.as_python_constant() for k, a in enumerate(args) if _baked(a)}
         node_args = tuple(unpack(a)[0] for k, a in enumerate(args) if k not in baked)
@@ -215,7 +218,39 @@ class AutogradFunctionApplyVariable(VariableTracker):
             wrapped.items[k] = (
                 type(v)(fresh) if type(v) is not TupleVariable else TupleVariable(fresh)
             )
+        for k in dirty:  # apply returns the input itself, changed in place
+            items[k].example = examples[k]
+            if isinstance(out, TupleVariable):
+                wrapped.items[k] = items[k]
+            else:
+                wrapped = items[k]
         return wrapped
+
+    # Note [Autograd functions: mark_dirty]
+    # A forward that changes an input in place and says so (`x.mul_(3); ctx.mark_dirty(x);
+    # return x`) makes apply return that very tensor, its history rebased onto the function's
+    # backward. The node `MyFn.apply(x)` does the change when it runs (eager FX, or the ATen
+    # trace, which functionalizes it), so the apply result is the input's own TensorVariable (`z
+    # is x`; later reads of x read the node after the apply ran) with the output's
+    # requires_grad, and the node stays in the graph when its result is unused. Only tensors
+    # made in the frame qualify: an input of the frame, a view, a leaf that requires grad (eager
+    # raises) or a dirty tensor the forward does not return are a graph break.
+    def _dirty_outputs(self, args, items, ctx):
+        """Positions of the outputs that are inputs the forward marked dirty."""
+        name = self.cls.__qualname__
+        positions = []
+        for d in ctx.dirty:
+            if not any(d is a for a in args):
+                unimplemented(f"{name}: ctx.mark_dirty of a tensor that is not an input")
+            if d.source is not None:
+                unimplemented(f"{name}: ctx.mark_dirty of an input of the compiled frame")
+            if d.example._is_view() or (d.example.requires_grad and d.example.is_leaf):
+                unimplemented(f"{name}: ctx.mark_dirty of a view or of a leaf that requires grad")
+            where = [k for k, v in enumerate(items) if v is d]
+            if not where:
+                unimplemented(f"{name}: a tensor marked dirty is not returned by forward")
+            positions += where
+        return positions
 
     def reconstruct(self, cg):
         if self.cls_source is not None:
@@ -375,6 +410,13 @@ def _apply_argument(v):
     return False
 
 
+def _dirty_example(var, example):
+    """The example of an input returned changed in place: its own, with the output's grad."""
+    if example.requires_grad == var.example.requires_grad:
+        return var.example
+    return example
+
+
 def _output_example(example, requires_grad):
     """A new tensor like `example`: a non-leaf that requires grad when the output will."""
     out = example.detach()
@@ -393,6 +435,7 @@ class AutogradCtxVariable(NewObjectVariable):
         self.needs_input_grad = needs_input_grad
         self.saved = ()
         self.non_differentiable = set()
+        self.dirty = []  # the tensors ctx.mark_dirty named (Note [Autograd functions: mark_dirty])
 
     def var_getattr(self, tx, name):
         if name == "needs_input_grad" and name not in self.attrs:
@@ -420,8 +463,13 @@ class AutogradCtxVariable(NewObjectVariable):
         elif name == "set_materialize_grads":
             if len(args) != 1 or not args[0].is_python_constant():
                 unimplemented("ctx.set_materialize_grads with a non-constant")
-        else:  # mark_dirty: the forward mutates an input in place
-            unimplemented(f"ctx.{name} (an autograd.Function that mutates its inputs)")
+        elif name == "mark_dirty":  # the forward mutated these inputs in place
+            for a in args:
+                if not isinstance(a, _tensor_cls()):
+                    unimplemented(f"ctx.mark_dirty of {a}")
+                self.dirty.append(a)
+        else:
+            unimplemented(f"ctx.{name} in an autograd.Function forward")
         return ConstantVariable(None)
 
     def setattr(self, tx, name, value):
