@@ -191,6 +191,10 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
             return self._own("__annotations__", {})  # made on first read, then the same dict
         if name == "__dict__":
             return self._own("__dict__", {})  # functools.update_wrapper updates it
+        if name == "__type_params__" and hasattr(types.FunctionType, name):
+            # 3.12+ (functools.WRAPPER_ASSIGNMENTS reads it): () but for a generic function,
+            # whose SET_FUNCTION_TYPE_PARAMS kiln does not trace
+            return ConstantVariable(())
         return super().var_getattr(tx, name)
 
     def hasattr(self, tx, name):
