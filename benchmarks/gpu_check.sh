@@ -1,13 +1,15 @@
 #!/bin/bash
 # The GPU checks in one command (issue 14): the CUDA tests, the op conformance sweep on CUDA and
 # the GPU benchmark, each stage under its own time limit, each writing one log to $OUT.
-#     OUT=results/gpu bash benchmarks/gpu_check.sh [probe] [tests] [sweep] [grad] [launch] [bench]
-#         [benchhf] [tune] [bench16]
+#     OUT=results/gpu bash benchmarks/gpu_check.sh [probe] [tests] [sweep] [grad] [launch] [profile]
+#         [bench] [benchhf] [tune] [bench16]
 # (no stage named: all of them). BENCH_MODELS, BENCHHF_MODELS, TUNE_MODELS and BENCH16_MODELS pick
 # the benchmarks' models; BENCH16_MODE their mode; T_<STAGE> their limits in seconds. A benchmark
 # stage runs one `kiln bench` per model, so a stage cut by its limit keeps the models it finished.
 # On a machine without kiln installed, PYTHONPATH=. is enough: kiln runs from the checkout.
 # `probe` checks kiln's direct kernel relaunch and turns it off for the later stages if it fails.
+# Seen on an H200 (2026-11-26): tests ~40 s, profile ~80 s, bench ~50-90 s per model; a machine
+# takes 30-160 s to start. Within a 15-minute lease: `tests profile bench` with BENCH_MODELS of 4.
 PY=${PY:-python3}
 OUT=${OUT:-results/gpu}
 JOBS=${JOBS:-12}
@@ -17,7 +19,7 @@ TUNE_MODELS=${TUNE_MODELS:-mlp,nanogpt,hf_llama}
 BENCH16_MODELS=${BENCH16_MODELS:-mlp,nanogpt,attention,hf_llama,hf_gpt2,hf_bert}
 BENCH16_MODE=${BENCH16_MODE:-both}
 CMP=kiln,kiln@reduce-overhead,torch.compile,torch.compile@reduce-overhead
-STAGES=${*:-probe tests sweep grad launch bench benchhf tune bench16}
+STAGES=${*:-probe tests sweep grad launch profile bench benchhf tune bench16}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-cache}
 
@@ -64,6 +66,7 @@ for stage in $STAGES; do
         --backend kiln --device cuda --jobs "$JOBS" --timeout 120 ;;
     grad) KILN_STRICT=1 TAIL=40 step sweep_grad "${T_GRAD:-170}" $PY benchmarks/conformance.py \
         --backend kiln --device cuda --jobs "$JOBS" --timeout 120 --grad ;;
+    profile) TAIL=20 step profile "${T_PROFILE:-150}" $PY benchmarks/gpu_profile.py ;;
     launch) TAIL=60 step launch "${T_LAUNCH:-120}" $PY benchmarks/gpu_profile.py --variants \
         --models nanogpt,mlp,pointwise ;;
     bench) per_model bench32 "${T_BENCH:-300}" "$BENCH_MODELS" --mode both --compare $CMP ;;
