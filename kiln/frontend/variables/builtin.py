@@ -36,6 +36,7 @@ from kiln.frontend.variables.lists import (
     TupleVariable,
     _set_values,
 )
+from kiln.frontend.variables.live_iters import ReversedListIteratorVariable
 from kiln.frontend.variables.nn_module import NNModuleVariable
 from kiln.frontend.variables.operators import (
     _all_const,
@@ -437,6 +438,8 @@ class BuiltinVariable(VariableTracker):
         return it
 
     def _call_reversed(self, tx, obj):
+        if type(obj) is ListVariable:  # Note [Iterators: reversed lists]
+            return ReversedListIteratorVariable(obj)
         return ListIteratorVariable(list(reversed(obj.unpack_var_sequence(tx))))
 
     def _fold_or_reduce(self, tx, fn, args):
