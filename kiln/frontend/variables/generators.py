@@ -21,7 +21,7 @@ class GeneratorItemsVariable(ListIteratorVariable):
         self.effects, self.marks = effects, (effects.records, len(effects.written_vars))
         return self
 
-    def next_item(self):
+    def next_item(self, tx=None):
         # Note [Generators: read after writes]
         # The generator ran to its end when it was called (Note [Generators: eager consumption]);
         # eager makes item k only when it is asked for, after the consumer's work on items
@@ -35,7 +35,7 @@ class GeneratorItemsVariable(ListIteratorVariable):
                 _unimplemented_frame(
                     "a generator run ahead of time whose consumer wrote what it may read"
                 )
-        item = super().next_item()
+        item = super().next_item(tx)
         if item is None:
             self.finished = True
         return item

@@ -508,7 +508,7 @@ class ListIteratorVariable(VariableTracker):
     def python_type(self):
         return self.kind or type(iter([]))
 
-    def next_item(self):
+    def next_item(self, tx=None):
         """The next item, or None when exhausted."""
         if self.watched is not None and not self.failed:
             message = self.watched[2]
@@ -553,7 +553,7 @@ class ListIteratorVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__next__":
-            item = self.next_item()
+            item = self.next_item(tx)
             if item is None:
                 raise_observed(tx, StopIteration)
             return item
@@ -625,9 +625,9 @@ class InputIteratorVariable(ListIteratorVariable):
             else:
                 self.items.append(got)
 
-    def next_item(self):
+    def next_item(self, tx=None):
         self._fetch(self.index + 1)
-        return super().next_item()
+        return super().next_item(tx)
 
     def unpack_var_sequence(self, tx):
         self._fetch(float("inf"))
