@@ -1,0 +1,36 @@
+"""issubclass / isinstance around `SomeABC.register(cls)` (the register call breaks the graph):
+compiled answers equal eager's, in the frame, in a loop, and on later calls."""
+
+from collections.abc import Hashable, Iterable, Sized
+
+import torch
+from frontend_helpers import assert_same
+
+import kiln
+
+
+def compare(fn, *args):
+    """Eager vs compiled, called twice (each call makes new classes and registers them, so the
+    compiled entries recompile: the helper's no-recompile check does not apply)."""
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    for _ in range(2):
+        assert_same(fn(*args), compiled(*args))
+
+
+def register_in_a_loop_over_abcs(x):
+    out = []
+    for B in Hashable, Iterable, Sized:
+
+        class C:
+            __hash__ = None
+
+        out.append(issubclass(C, B))
+        B.register(C)  # B: an item of the loop's tuple iterator, which the resume receives
+        out.append(issubclass(C, B))
+        out.append(isinstance(C(), B))
+    return x + 1, out
+
+
+def test_register_on_an_item_of_the_loop_iterator_inside_a_resume_function():
+    compare(register_in_a_loop_over_abcs, torch.ones(2))
