@@ -1,6 +1,7 @@
 """issubclass / isinstance around `SomeABC.register(cls)` (the register call breaks the graph):
 compiled answers equal eager's, in the frame, in a loop, and on later calls."""
 
+import abc
 from collections.abc import Hashable, Iterable, Sized
 
 import torch
@@ -34,3 +35,19 @@ def register_in_a_loop_over_abcs(x):
 
 def test_register_on_an_item_of_the_loop_iterator_inside_a_resume_function():
     compare(register_in_a_loop_over_abcs, torch.ones(2))
+
+
+def register_on_an_abc_made_in_the_frame(x):
+    class D(abc.ABC):
+        pass
+
+    class E:
+        pass
+
+    before = issubclass(E, D)
+    D.register(E)  # on the class the transformed code makes, not the one made while tracing
+    return x + 1, before, issubclass(E, D), isinstance(E(), D)
+
+
+def test_register_on_an_abc_made_in_the_frame_binds_to_the_rebuilt_class():
+    compare(register_on_an_abc_made_in_the_frame, torch.ones(2))
