@@ -51,3 +51,22 @@ def register_on_an_abc_made_in_the_frame(x):
 
 def test_register_on_an_abc_made_in_the_frame_binds_to_the_rebuilt_class():
     compare(register_on_an_abc_made_in_the_frame, torch.ones(2))
+
+
+class Registry(abc.ABC):
+    pass
+
+
+def asks_the_abc(x, cls):
+    return x + 1, issubclass(cls, Registry), isinstance(cls(), (Registry, int))
+
+
+def test_a_registration_after_the_compile_is_seen_by_the_compiled_frame():
+    class Late:
+        pass
+
+    compiled = kiln.compile(asks_the_abc, backend="eager")
+    x = torch.ones(2)
+    assert compiled(x, Late)[1:] == asks_the_abc(x, Late)[1:] == (False, False)
+    Registry.register(Late)
+    assert compiled(x, Late)[1:] == asks_the_abc(x, Late)[1:] == (True, True)

@@ -13,6 +13,7 @@ import types
 import torch
 
 from kiln.exc import Unsupported, unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import (
     dicts,
     misc,
@@ -108,6 +109,33 @@ def _mapping_items(tx, obj):
     return out
 
 
+# Note [Builtins: ABC registrations]
+# isinstance/issubclass against an ABC (a class whose metaclass is ABCMeta) also answer from its
+# registry: `SomeABC.register(C)` changes the answer for C and its subclasses. kiln folds the
+# answer while tracing, so an entry that folded one is guarded on the ABC cache token
+# (abc.get_cache_token(), which every register() changes): a registration after the compile
+# recompiles instead of giving the old answer. (register() itself is not traced: a break.)
+_ABC_TOKEN_CHECKS = {}  # token -> (check, True), the STATE_QUERY guard's value
+
+
+def guard_abc_registry(tx, cls):
+    """Guard on the ABC registry where `cls` (a class, tuple or union) involves an ABC."""
+    if isinstance(cls, types.UnionType):
+        cls = cls.__args__
+    classes = cls if isinstance(cls, tuple) else (cls,)
+    if not any(isinstance(c, abc.ABCMeta) for c in classes):
+        return
+    token = abc.get_cache_token()
+    check = _ABC_TOKEN_CHECKS.get(token)
+    if check is None:
+
+        def abc_registry_unchanged():
+            return abc.get_cache_token() == token
+
+        check = _ABC_TOKEN_CHECKS[token] = (abc_registry_unchanged, True)
+    tx.output.guards.add(GuardKind.STATE_QUERY, None, check)
+
+
 def isinstance_check(tx, obj, cls):
     """isinstance(obj, cls) as Python answers it, metaclass __instancecheck__ included.
 
@@ -119,6 +147,7 @@ def isinstance_check(tx, obj, cls):
     dtype): it is run on the real object where the trace has one, otherwise a graph break.
     """
     classes = cls if isinstance(cls, tuple) else (cls,)
+    guard_abc_registry(tx, cls)
     if all(_type_decides(c) for c in classes):
         t = obj.python_type()
         if not issubclass(t, cls) and not _class_is_type(t):
@@ -270,6 +299,7 @@ class BuiltinVariable(VariableTracker):
         return isinstance_check(tx, obj, c)
 
     def _call_issubclass(self, tx, a, b):
+        guard_abc_registry(tx, b.as_python_constant())
         return fold(issubclass, a.as_python_constant(), b.as_python_constant())
 
     def _call_getattr(self, tx, obj, name, default=None):
