@@ -71,7 +71,17 @@ def load_class(cg, cls):
     if temp is None:
         fn, name, bases = _RECIPES[cls]
         cg.load_object(builtins.__build_class__, push_null=True)
-        cg.load_object(fn)
+        values = [c.cell_contents for c in fn.__closure__ or ()]
+        if any(is_local_class(v) for v in values):
+            # its body (and so its methods) over the classes the transformed code makes, not
+            # those made while tracing (`raise Err` in a method of a local class, Err local)
+            cg.load_object(body_over, push_null=True)
+            cg.load_object(fn)
+            for v in values:
+                load_class(cg, v)  # (a constant that is no local class: loaded as it is)
+            cg.extend(emit.call(1 + len(values)))
+        else:
+            cg.load_object(fn)
         cg.extend(emit.load_const(name))
         for base in bases:
             load_class(cg, base)
@@ -79,6 +89,12 @@ def load_class(cg, cls):
         temp = cg.class_temps[id(cls)] = cg.new_temp()
         cg.extend(emit.store_fast(temp))
     cg.extend(emit.load_fast(temp))
+
+
+def body_over(fn, *values):
+    """The class body function `fn` with new cells holding `values` (load_class)."""
+    cells = tuple(types.CellType(v) for v in values)
+    return types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, None, cells)
 
 
 class BuildClassVariable(VariableTracker):
