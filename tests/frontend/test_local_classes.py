@@ -229,3 +229,24 @@ def method_raises_a_local_exception_class(x):
 
 def test_rebuilt_local_class_methods_see_the_rebuilt_classes_they_close_over():
     run_and_compare(method_raises_a_local_exception_class, torch.ones(2))
+
+
+def method_raises_an_exception_object_of_the_frame(x):
+    exc = TypeError("bad")
+
+    class BadIterable:
+        def __iter__(self):
+            raise exc
+
+    b = BadIterable()
+    kiln.graph_break()
+    try:
+        iter(b)
+    except TypeError as e:
+        return x + 1, e is exc
+    return x - 1, False
+
+
+def test_local_class_over_an_exception_object_raises_that_object():
+    # (a class statement that breaks makes a new class per call: the resume recompiles)
+    run_and_compare(method_raises_an_exception_object_of_the_frame, torch.ones(2), calls=1)

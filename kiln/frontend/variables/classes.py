@@ -34,6 +34,7 @@ from kiln.bytecode import emit, loads_cell
 from kiln.exc import unimplemented
 from kiln.frontend.blocks import MISSING, global_value
 from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.exceptions import ExceptionVariable
 from kiln.frontend.variables.functions import NestedUserFunctionVariable
 from kiln.frontend.variables.user_defined import UserDefinedClassVariable
 
@@ -154,6 +155,10 @@ def _constant_cell(tx, body, name):
     value = owner.symbolic_locals.get(ref.name)
     if value is None or not value.is_python_constant():
         unimplemented(f"class body over non-constant free variable {name!r}")
+    if isinstance(value, ExceptionVariable):
+        # (its constant is a copy: `raise exc` in a method would raise another object than the
+        # frame's `exc`)
+        unimplemented(f"class body over free variable {name!r} holding an exception object")
     if _stores(owner.code, name) > 1:
         unimplemented(f"class body over free variable {name!r}, which the frame rebinds")
     constant = value.as_python_constant()
