@@ -4,9 +4,10 @@ between making the iterator and consuming it are seen (eager is the oracle)."""
 import itertools
 
 import torch
-from frontend_helpers import run_and_compare
+from frontend_helpers import LogCapture, run_and_compare
 
 import kiln
+from kiln import logs
 
 
 def reversed_sees_writes_and_appends(x):
@@ -169,3 +170,22 @@ def map_calls_its_function_at_each_step(x):
 
 def test_map_over_a_list_calls_its_function_as_items_are_asked_for():
     run_and_compare(map_calls_its_function_at_each_step, torch.ones(2), fullgraph=True)
+
+
+def many_constants_left_at_a_break(x):
+    data = itertools.chain.from_iterable(itertools.repeat(range(6), 3000))
+    first = next(data)
+    kiln.graph_break()
+    return x + 1, first, sum(data)
+
+
+def test_an_iterator_over_many_constants_is_rebuilt_as_one_constant():
+    logs.set_logs("bytecode")
+    try:
+        with LogCapture("bytecode") as cap:
+            run_and_compare(many_constants_left_at_a_break, torch.ones(2))
+    finally:
+        logs.set_logs("")
+    root = [m for m in cap.messages["bytecode"] if "bytecode of many_constants" in m]
+    lines = root[0].count("\n") if root else None
+    assert lines is not None and lines < 200, "the 17999 items are one constant, not one load each"

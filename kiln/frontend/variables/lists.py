@@ -14,7 +14,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_value
-from kiln.frontend.variables.constant import ConstantVariable, short_range
+from kiln.frontend.variables.constant import ConstantVariable, is_literal, short_range
 from kiln.frontend.variables.exceptions import ObservedException, observe, raise_observed
 from kiln.frontend.variables.list_growth import items_for_growing
 from kiln.frontend.variables.misc import wrap_frozen
@@ -580,9 +580,7 @@ class ListIteratorVariable(VariableTracker):
             cg.extend(emit.load_const(self.index))
             cg.extend(emit.call(2))
             return
-        for item in self.items[self.index :]:
-            cg.reconstruct(item)
-        cg.extend(emit.build_tuple(len(self.items) - self.index))
+        _rebuild_tuple(cg, self.items[self.index :])
         cg.extend(emit.get_iter())
 
     def _reconstruct_kind(self, cg):
@@ -599,12 +597,21 @@ class ListIteratorVariable(VariableTracker):
         if self.kind not in (itertools.islice, itertools.chain):
             unimplemented(f"rebuilding an itertools.{self.kind.__name__} iterator")
         cg.load_object(self.kind, push_null=True)
-        for item in rest:
-            cg.reconstruct(item)
-        cg.extend(emit.build_tuple(len(rest)))
+        _rebuild_tuple(cg, rest)
         if self.kind is itertools.islice:  # islice(items, None): the same items
             cg.extend(emit.load_const(None))
         cg.extend(emit.call(2 if self.kind is itertools.islice else 1))
+
+
+def _rebuild_tuple(cg, items):
+    """Push a tuple of `items`: one constant when they all are literals (an iterator over many
+    constants left at a break: `chain.from_iterable(repeat(range(6), 10000))`)."""
+    if all(type(v) is ConstantVariable and is_literal(v.value) for v in items):
+        cg.extend(emit.load_const(tuple(v.value for v in items)))
+        return
+    for item in items:
+        cg.reconstruct(item)
+    cg.extend(emit.build_tuple(len(items)))
 
 
 class InputIteratorVariable(ListIteratorVariable):
