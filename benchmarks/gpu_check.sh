@@ -64,7 +64,8 @@ for stage in $STAGES; do
         --backend kiln --device cuda --jobs "$JOBS" --timeout 120 ;;
     grad) KILN_STRICT=1 TAIL=40 step sweep_grad "${T_GRAD:-170}" $PY benchmarks/conformance.py \
         --backend kiln --device cuda --jobs "$JOBS" --timeout 120 --grad ;;
-    launch) TAIL=60 step launch "${T_LAUNCH:-120}" $PY benchmarks/launch_overhead.py ;;
+    launch) TAIL=60 step launch "${T_LAUNCH:-120}" $PY benchmarks/gpu_profile.py --variants \
+        --models nanogpt,mlp,pointwise ;;
     bench) per_model bench32 "${T_BENCH:-300}" "$BENCH_MODELS" --mode both --compare $CMP ;;
     benchhf) per_model benchhf "${T_BENCHHF:-300}" "$BENCHHF_MODELS" --mode both --compare $CMP ;;
     tune) per_model tune "${T_TUNE:-150}" "$TUNE_MODELS" --mode inference \

@@ -218,6 +218,8 @@ def _compile_in_scope(gm, example_inputs):
     if hit is not None:
         call = _load(hit["wrapper"], hit["cpp"], _constants(gm), gm)
         logs.counters["backend"]["graph_cache_hits"] += 1
+        if hit["cpp"].startswith(TRITON_MARK):  # (counted as lowering counts a new one)
+            logs.counters["backend"]["triton_graphs"] += 1
         compiled = CompiledGraph(
             call, hit["wrapper"], hit["cpp"], (), hit.get("sources"), hit.get("strides")
         )

@@ -29,6 +29,9 @@ DECOMPOSE = [
     aten._native_batch_norm_legit,
     aten._native_batch_norm_legit_no_training,
     aten._native_batch_norm_legit_functional,
+    aten.cudnn_batch_norm,  # what batch_norm picks for CUDA inputs: as native_batch_norm, fused
+    aten.cudnn_batch_norm_backward,  # (left as extern calls, each output was copied to a layout)
+    aten.miopen_batch_norm_backward,
     aten.rms_norm,
     # activations and their backward formulas
     aten.gelu_backward,

@@ -157,3 +157,58 @@ def test_weights_converted_once_and_again_when_changed():
         )
         got = kc.compile_aten_graph(gm, [xi, w])(xi, w)[0]
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def _cudnn_bn_relu(x, w, mean, var, gamma, beta):
+    y = F.conv2d(x, w, padding=1)
+    y = torch.ops.aten.cudnn_batch_norm(y, gamma, beta, mean, var, False, 0.1, 1e-5)[0]
+    return (torch.relu(y),)
+
+
+def test_cudnn_batch_norm_is_fused_like_native():
+    """batch_norm on CUDA inputs traces as cudnn_batch_norm: decomposed as native_batch_norm is
+    (it used to stay an extern call whose channels-last output was copied to NCHW every call)."""
+    inputs = [
+        torch.randn(2, 3, 8, 8),
+        torch.randn(4, 3, 3, 3),
+        torch.randn(4),
+        torch.rand(4) + 0.5,
+        torch.randn(4),
+        torch.randn(4),
+    ]
+    gm = trace_aten(_cudnn_bn_relu, inputs, decompositions=DECOMPOSITIONS)
+    assert "cudnn_batch_norm" not in gm.code
+    graph = kc.lower_and_generate(gm, inputs)[0]
+    externs = [b.kernel.op for b in graph.buffers.values() if isinstance(b, ExternBuffer)]
+    assert [op for op in externs if not isinstance(op, str)] == [torch.ops.aten.convolution.default]
+
+    def native(x, w, mean, var, gamma, beta):
+        y = F.conv2d(x, w, padding=1)
+        y = torch.ops.aten.native_batch_norm(y, gamma, beta, mean, var, False, 0.1, 1e-5)[0]
+        return (torch.relu(y),)
+
+    compiled = kc.compile_aten_graph(gm, inputs)
+    torch.testing.assert_close(compiled(*inputs)[0], native(*inputs)[0], atol=1e-4, rtol=1e-4)
+
+
+def test_cudnn_batch_norm_training_updates_running_stats():
+    """Training-mode cudnn_batch_norm: output, gradients and the running stats as eager's
+    native_batch_norm gives them."""
+
+    def run(op, compile_):
+        torch.manual_seed(0)
+        x = torch.randn(4, 3, 5, 5, requires_grad=True)
+        gamma, beta = torch.randn(3, requires_grad=True), torch.randn(3, requires_grad=True)
+        mean, var = torch.zeros(3), torch.ones(3)
+
+        def f(x, gamma, beta, mean, var):
+            return op(x, gamma, beta, mean, var, True, 0.1, 1e-5)[0] * 2
+
+        fn = kiln.compile(f, backend="kiln") if compile_ else f
+        fn(x, gamma, beta, mean, var).square().sum().backward()
+        return [x.grad, gamma.grad, beta.grad, mean, var]
+
+    got = run(torch.ops.aten.cudnn_batch_norm, True)
+    want = run(torch.ops.aten.native_batch_norm, False)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)

@@ -191,26 +191,54 @@ def block_sizes(xnumel, rnumel, rblock):
 # superset of what Triton specializes on: per int its width (32/64 bits), whether it is 1 and
 # whether 16 divides it; per tensor its 16-byte alignment, and its dtype, which the kernel's source
 # names in a comment (`# arg0_1 float32, buf1 bfloat16`): one source, one set of pointer dtypes.
+# A launch's hit path is one dictionary lookup, keyed by the kernel, the current device, the
+# sizes and the arguments' specialization, then the compiled kernel's launcher called with the
+# current stream: grid, block sizes and trailing arguments are stored with the entry (keyed by
+# the kernel's id: a JITFunction's hash is computed, ~2 µs; the entry keeps it alive). Launch
+# hooks (a profiler's) send launches through Triton's own runner, which calls them; Triton 3.5+
+# keeps an empty HookChain, not None, when none is set (it was taken for a hook: on the H100
+# every launch went the slow way).
 # Index checks: under the interpreter a kernel sets a flag the launcher reads (a clean IndexError);
 # on CUDA reading it would synchronise with the device after every such kernel, so the kernel
 # asserts on the device instead (`debug=True`, no integer-overflow checks), as eager CUDA code
 # does: an out-of-bounds index is a device-side assert in both.
-_compiled = {}  # (jit kernel, launch constants, specialization) -> _Relaunch
+_compiled = {}  # (jit kernel, launch constants, warps, specialization) -> _Relaunch
+_hits = {}  # (id of the jit kernel, device, xnumel, rnumel, spec) -> launch entry (the hit path)
 _flags = {}  # device -> the index flag of CUDA kernels (written only before their assert fires)
+_device = getattr(torch._C, "_cuda_getDevice", None)  # the current CUDA device's index
+_stream = None  # Triton's driver's current-stream function, bound at the first CUDA launch
+
+
+def _bind_driver():  # pragma: no cover (needs a GPU)
+    """The driver's device and stream functions (looked up once: `driver.active` needs a GPU)."""
+    global _device, _stream
+    _device = _device or driver.active.get_current_device
+    _stream = driver.active.get_current_stream
 
 
 def _spec(args):
     """The specialization key of a launch's arguments (Note [Triton: launches on CUDA])."""
     return tuple(
         [
-            (a == 1, a & 15 == 0, -2147483648 <= a < 2147483648)
-            if type(a) is int
-            else a.data_ptr() & 15 == 0
+            a.data_ptr() & 15 == 0
             if isinstance(a, torch.Tensor)
+            else (a == 1, a & 15 == 0, -2147483648 <= a < 2147483648)
+            if type(a) is int
+            else float
+            if type(a) is float  # (Triton passes floats as fp32, never specialised on value)
             else (type(a), a)
             for a in args
         ]
     )
+
+
+def _hooked():
+    """Whether a launch hook is set (an empty HookChain is none: Note [Triton: launches on CUDA])."""
+    rt = knobs.runtime
+    for hook in (rt.launch_enter_hook, rt.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return True
+    return False
 
 
 class _Relaunch:
@@ -219,37 +247,36 @@ class _Relaunch:
     `compiled[grid]` while a launch hook is set (a profiler's)."""
 
     def __init__(self, compiled):
-        self.compiled, self.hooks = compiled, knobs.runtime
+        self.compiled = compiled
         self.run = compiled.run  # loads the binary
         self.function, self.metadata = compiled.function, compiled.packed_metadata
-        self.device, self.stream = (
-            driver.active.get_current_device,
-            driver.active.get_current_stream,
-        )
 
     def __call__(self, grid, args):
-        if self.hooks.launch_enter_hook is None and self.hooks.launch_exit_hook is None:
-            stream = self.stream(self.device())
-            self.run(grid, 1, 1, stream, self.function, self.metadata, None, None, None, *args)
-        else:
+        if _hooked():
             self.compiled[(grid, 1, 1)](*args)
+        else:
+            if _stream is None:
+                _bind_driver()
+            stream = _stream(_device())
+            self.run(grid, 1, 1, stream, self.function, self.metadata, None, None, None, *args)
 
 
 def _launch_cuda(kernel, args, consts, grid, warps, err):
+    """A launch through the relaunch cache, or Triton's JIT the first time; the _Relaunch."""
     key = (kernel, consts, warps, _spec(args))
     relaunch = _compiled.get(key) if config.triton_fast_launch else None
     if relaunch is not None:
         relaunch(grid, (*args, *consts))
-        return 0
+        return relaunch
     names = ("XBLOCK", "RBLOCK")[: len(consts)]
     options = {"debug": True, "sanitize_overflow": False} if err else {}
     compiled = kernel[(grid,)](*args, **dict(zip(names, consts)), num_warps=warps, **options)
     if config.triton_fast_launch and compiled is not None and knobs is not None:
         try:
-            _compiled[key] = _Relaunch(compiled)
+            relaunch = _compiled[key] = _Relaunch(compiled)
         except AttributeError:  # a Triton without these: its own launcher
             config.triton_fast_launch = False
-    return 0
+    return relaunch
 
 
 def launch(kernel, args, xnumel, rnumel, rblock, err, tune=False):
@@ -257,8 +284,19 @@ def launch(kernel, args, xnumel, rnumel, rblock, err, tune=False):
     `tune`: block sizes and warps timed on the first launch (Note [Triton: autotuning])."""
     if xnumel <= 0:
         return 0
+    hit_key = None
+    if not INTERPRET and not tune and config.triton_fast_launch:  # pragma: no cover (GPU)
+        if _stream is None:
+            _bind_driver()
+        dev = _device()
+        hit_key = (id(kernel), dev, xnumel, rnumel, _spec(args))  # (a JITFunction hashes slowly)
+        hit = _hits.get(hit_key)
+        if hit is not None and not _hooked():
+            run, function, metadata, grid, tail, _ = hit
+            run(grid, 1, 1, _stream(dev), function, metadata, None, None, None, *args, *tail)
+            return 0
     cfg = block_sizes(xnumel, rnumel, rblock)
-    args = (*args, xnumel) if rnumel is None else (*args, xnumel, rnumel)
+    extra = (xnumel,) if rnumel is None else (xnumel, rnumel)
     flag = None
     if err:
         dev = next(a.device for a in args if isinstance(a, torch.Tensor))
@@ -268,7 +306,8 @@ def launch(kernel, args, xnumel, rnumel, rblock, err, tune=False):
             flag = _flags.get(dev)
             if flag is None:
                 flag = _flags[dev] = torch.zeros(1, dtype=torch.int32, device=dev)
-        args = (*args, flag)
+        extra = (*extra, flag)
+    args = (*args, *extra)
     if tune:
         cfg = triton_tune.best(
             kernel,
@@ -280,7 +319,13 @@ def launch(kernel, args, xnumel, rnumel, rblock, err, tune=False):
             _spec(args),
             lambda c, a: _run(kernel, a, c, xnumel, rnumel is not None, err),
         )
-    _run(kernel, args, cfg, xnumel, rnumel is not None, err)
+    relaunch = _run(kernel, args, cfg, xnumel, rnumel is not None, err)
+    if hit_key is not None and isinstance(relaunch, _Relaunch):  # pragma: no cover (GPU)
+        consts = cfg[:2] if rnumel is not None else cfg[:1]
+        grid = -(-xnumel // cfg[0])
+        tail = (*extra, *consts)
+        # the entry holds the kernel: its id stays unique while the entry lives
+        _hits[hit_key] = (relaunch.run, relaunch.function, relaunch.metadata, grid, tail, kernel)
     return int(flag.item()) if err and INTERPRET else 0
 
 
@@ -293,4 +338,4 @@ def _run(kernel, args, cfg, xnumel, reduction, err):
         return _launch_cuda(kernel, args, consts, grid, warps, err)
     names = ("XBLOCK", "RBLOCK")[: len(consts)]
     kernel[(grid,)](*args, **dict(zip(names, consts)), num_warps=warps)
-    return 0
+    return None

@@ -138,6 +138,7 @@ class WrapperCodegen:
         self.extras = []  # objects that are not Python literals (makes the graph memory-only)
         self.ops = {}
         self.own = set()  # buffers this wrapper allocates (storage offset 0)
+        self.held = {}  # local -> the layout its tensor has, where not its buffer's (Note [Wrapper: reuse without views])
         self.used = set()  # names of the size symbols the wrapper's code uses
         self.profile = config.profile_kernels  # Note [Backend: kernel profiling]
         self.labels = {}  # label variable -> its text after the graph's tag
@@ -182,7 +183,7 @@ class WrapperCodegen:
 
     def tensor_arg(self, buf, layout):
         """An extern's tensor argument: the buffer, or a local bound to its view once per call."""
-        expr = self.view_of(buf.name, buf.layout, layout.size, layout.stride, layout.offset)
+        expr = self.view_from(buf.name, buf.layout, layout.size, layout.stride, layout.offset)
         if expr == buf.name:
             return expr
         name = self.views.get(expr)
@@ -262,10 +263,11 @@ class WrapperCodegen:
         self.output_sources = [self.output_source(o) for o in g.outputs]
         for o in g.outputs:
             if o[0] == "buf":
-                outs.append(o[1])
+                lay = g.buffers[o[1]].layout
+                outs.append(self.view_from(o[1], lay, lay.size, lay.stride, lay.offset))
             elif o[0] == "view":
                 _, name, size, stride, off = o
-                outs.append(self.view_of(name, g.buffers[name].layout, size, stride, off))
+                outs.append(self.view_from(name, g.buffers[name].layout, size, stride, off))
             elif o[0] == "py":
                 outs.append(o[1])
             else:
@@ -405,18 +407,46 @@ class WrapperCodegen:
             self.views = {e: v for e, v in self.views.items() if v not in views}
         return ", ".join([name, *views])
 
-    def alloc(self, body, buf):
+    # Note [Wrapper: reuse without views]
+    # A reused buffer (Note [Backend: buffer reuse]) or a kernel's output written in place into
+    # a buffer of another shape is the same memory under another name. Kernels take only its
+    # pointer, so the local is bound to the old tensor as it is (`buf5 = buf2`) and the layout
+    # that tensor really has is remembered (`held`); a view is made only where the shape is
+    # read: an extern's argument (Note [Wrapper: cheap views]) or `out=`, and an output. A view
+    # costs 1-4 µs per call: nanogpt's forward made 22 of them for reuses alone.
+    def layout_of(self, name):
+        """The layout of the tensor local `name` holds (Note [Wrapper: reuse without views])."""
+        held = self.held.get(name)
+        return held if held is not None else self.graph.buffers[name].layout
+
+    def view_from(self, name, own, size, stride, offset):
+        """Local `name` (its buffer's layout `own`) seen with a layout whose offset is in the
+        buffer's frame, from the tensor the local really holds."""
+        held = self.held.get(name)
+        if held is None:
+            return self.view_of(name, own, size, stride, offset)
+        return self.view_of(name, held, size, stride, offset - own.offset + held.offset)
+
+    def rebind(self, body, name, old, old_layout, layout, comment):
+        """`name = old` for the same memory; the layout it holds remembered where it differs."""
+        body.writeline(f"{name} = {old}{comment}")
+        if (old_layout.size, old_layout.stride) != (layout.size, layout.stride):
+            self.held[name] = old_layout
+
+    def alloc(self, body, buf, shaped=False):
+        """Allocate a buffer, or take a freed one's memory; `shaped`: with its own layout (an
+        ATen call's out=), else maybe as the old tensor (Note [Wrapper: reuse without views])."""
         lay = buf.layout
         self.own.add(buf.name)  # memory of ours, at storage offset 0
         free = self.pool.get(_key(buf))
         if free:
             old = free.pop()
-            ol = self.graph.buffers[old].layout
-            if (ol.size, ol.stride) == (lay.size, lay.stride):
-                body.writeline(f"{buf.name} = {old}; del {self.dead(old)}")
-            else:  # the same memory seen with another shape
+            ol = self.layout_of(old)
+            if shaped and (ol.size, ol.stride) != (lay.size, lay.stride):
                 view = self.view_of(old, ol, lay.size, lay.stride, ol.offset)
                 body.writeline(f"{buf.name} = {view}; del {self.dead(old)}")
+            else:
+                self.rebind(body, buf.name, old, ol, lay, f"; del {self.dead(old)}")
             return
         body.writeline(
             f"{buf.name} = empty_strided({self.st(lay.size)}, {self.st(lay.stride)}, "
@@ -438,12 +468,8 @@ class WrapperCodegen:
                 a = self.inplace[n.name]
                 if a in self.own:
                     self.own.add(n.name)
-                la, lb = self.graph.buffers[a].layout, n.buf.layout
-                if (la.size, la.stride) == (lb.size, lb.stride):
-                    body.writeline(f"{n.name} = {a}  # written in place")
-                else:
-                    view = self.view_of(a, la, lb.size, lb.stride, la.offset)
-                    body.writeline(f"{n.name} = {view}  # in place")
+                la = self.layout_of(a)
+                self.rebind(body, n.name, a, la, n.buf.layout, "  # written in place")
 
     def kernel_arg(self, p):
         """A kernel argument: a size (`ks0` is the wrapper's s0) or a buffer's pointer."""
@@ -460,7 +486,7 @@ class WrapperCodegen:
         outs = k.outputs
         extern = f"extern{sum(v.startswith('label_extern') for v in self.labels)}"
         if k.out_variant:
-            self.alloc(body, outs[0])
+            self.alloc(body, outs[0], shaped=True)
             with self.profiled(body, extern, self.extern_label(k)):
                 body.writeline(f"{op}({', '.join(args + kwargs + ['out=' + outs[0].name])})")
             return
