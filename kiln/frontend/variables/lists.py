@@ -524,14 +524,7 @@ class ListIteratorVariable(VariableTracker):
                 raise_observed(None, ValueError, self.end_error)
             if self.live_list is not None and self.index != _DEAD:
                 _ITER_UNDO.append((self, self.index))
-                self.index = _DEAD  # Note [Iterators: itertools kinds]
-            # The itertools iterators over traced items (repeat, islice, product, combinations ...) are built
-            # at once as an iterator over their items, with `kind` the class they stand for: type() and
-            # isinstance see that class, and a rebuild makes an object of it (repeat(x, n), islice(items,
-            # None), chain(items)), or breaks where it cannot (a list iterator in their place would show
-            # another type, repr and size).
-
-            # Note [Iterators: exhausted list iterators]
+                self.index = _DEAD  # Note [Iterators: exhausted list iterators]
             return None
         item = self.items[self.index]
         _ITER_UNDO.append((self, self.index))
