@@ -262,8 +262,15 @@ class SideEffects:
                 # s.difference_update(removed); s.update(added)  (Note [Sets: inputs])
                 var = payload
                 gone, new = var.initial - var.values, var.values - var.initial
+                # (added in the order the trace added them: the order of a set's items depends
+                # on the order they went in)
+                new = [v for v in var.added or () if v in new] + [
+                    v for v in new if v not in (var.added or ())
+                ]
                 gone_t = _to_temp(cg, lambda gone=gone: SetVariable.build_set(cg, gone))
-                new_t = _to_temp(cg, lambda new=new: SetVariable.build_set(cg, new))
+                new_t = _to_temp(
+                    cg, lambda new=new: SetVariable.build_set(cg, new, emit.build_tuple)
+                )
                 s = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
                 stores.append(_calls(s, (("difference_update", gone_t), ("update", new_t))))
             elif kind == "container":

@@ -733,28 +733,53 @@ class SetVariable(VariableTracker):
                     raise  # (Python builds the other set first: this one is unchanged)
                 _update_until_bad(tx, self.values, name, args)
                 raise
-            if name == "add" and len(args) == 1:
-                self.values.add(_set_item(args[0]))
-            elif name in ("remove", "discard") and len(args) == 1:
-                item = _set_item(args[0], key=True)
-                if name == "remove" and item not in self.values:
-                    raise_observed(tx, KeyError, item)
-                self.values.discard(item)
-            elif name == "clear" and not args:
-                self.values.clear()
-            elif name == "pop" and not args:
-                if not self.values:
-                    raise_observed(tx, KeyError, "pop from an empty set")
-                return _wrap_const(self.values.pop())
-            elif name.endswith("update"):
-                try:
-                    getattr(self.values, name)(*values)
-                except TypeError as e:  # (its arity: checked before it changes the set)
-                    observe(e)
-                    raise
-            else:
-                _arity_error(name, args)
+            before = set(self.values) if self.initial is not None else None
+            self._apply(tx, name, args, values)
+            if before is not None:
+                # the items added, in the order eager adds them (Note [Sets: inputs])
+                added = [_set_item(args[0])] if name == "add" else [v for vs in values for v in vs]
+                for v in list(self.added):
+                    if v not in self.values:
+                        del self.added[v]
+                for v in added:
+                    if v in self.values and v not in before:
+                        self.added[v] = None
+            if name == "pop":
+                return self.popped
             return ConstantVariable(None)
+        return self._call_query(tx, name, args)
+
+    added = None  # an input: the items added to it, in order (the write-back adds them so)
+    popped = None
+
+    def _apply(self, tx, name, args, values):
+        """Run a mutator on the items."""
+        if self.initial is not None and self.added is None:
+            self.added = {}
+        if name == "add" and len(args) == 1:
+            self.values.add(_set_item(args[0]))
+        elif name in ("remove", "discard") and len(args) == 1:
+            item = _set_item(args[0], key=True)
+            if name == "remove" and item not in self.values:
+                raise_observed(tx, KeyError, item)
+            self.values.discard(item)
+        elif name == "clear" and not args:
+            self.values.clear()
+        elif name == "pop" and not args:
+            if not self.values:
+                raise_observed(tx, KeyError, "pop from an empty set")
+            self.popped = _wrap_const(self.values.pop())
+        elif name.endswith("update"):
+            try:
+                getattr(self.values, name)(*values)
+            except TypeError as e:  # (its arity: checked before it changes the set)
+                observe(e)
+                raise
+        else:
+            _arity_error(name, args)
+
+    def _call_query(self, tx, name, args):
+        """A method that does not change the set."""
         if name == "__contains__" and len(args) == 1:
             return ConstantVariable(_set_item(args[0], key=True) in self.values)
         if name == "__len__" and not args:
@@ -795,14 +820,14 @@ class SetVariable(VariableTracker):
         self.build_set(cg, self.values)
 
     @staticmethod
-    def build_set(cg, values):
-        """Emit code that pushes a new set of these items."""
+    def build_set(cg, values, build=emit.build_set):
+        """Emit code that pushes a new set of these items (with emit.build_tuple: a tuple)."""
         for v in values:
             if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
                 cg.load_object(v)  # (an input's items: Note [Sets: inputs])
             else:
                 _wrap_const(v).reconstruct(cg)
-        cg.extend(emit.build_set(len(values)))
+        cg.extend(build(len(values)))
 
     def __repr__(self):
         return f"SetVariable({self.values!r})"
