@@ -290,6 +290,10 @@ def store_subscr():
     return [make_inst("STORE_SUBSCR")]
 
 
+def delete_subscr():
+    return [make_inst("DELETE_SUBSCR")]
+
+
 def get_iter():
     return [make_inst("GET_ITER")]
 

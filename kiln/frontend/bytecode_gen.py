@@ -34,6 +34,7 @@ from kiln.frontend.translator import decode as decode_indexed
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.ctx_managers import WithExitVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.functions import UserMethodVariable
 from kiln.frontend.variables.lists import ListVariable, SetVariable, undo_iterators
 from kiln.frontend.variables.misc import DeletedVariable, NullVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
@@ -398,6 +399,12 @@ class _BreakCodegen:
         self.callee_slot = _callee_slot(site.inst, site.stack) if len(e.frames) > 1 else None
         # Note [Side effects: outputs read before the stores]
         pin = [v for k, v in enumerate(site.stack) if k != self.callee_slot and k not in site.withs]
+        callee = site.stack[self.callee_slot] if self.callee_slot is not None else None
+        if isinstance(callee, UserMethodVariable):
+            # the callee is rebuilt as a compiled frame, after the stores: the object it is bound
+            # to is read before them (`B.register(C)` with B an item of a loop's iterator input,
+            # which the replay advances)
+            pin.append(callee.obj)
         pin += [self.locals[n] for n in self.live] + [self.locals.get(n) for n in code.co_cellvars]
         output.side_effects.codegen(body, pin=[v for v in pin if v is not None])
         for name in code.co_cellvars:

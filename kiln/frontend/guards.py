@@ -339,6 +339,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
     faults.hit("guards")
     namer = _Namer()
     parts = []  # readable, self-contained expressions: for the recompile reason
+    in_parts = set()  # (a list input of 30000 items has as many guards: no list scan per part)
     body = []
     hoist = _Hoister()
     seen = set()
@@ -346,7 +347,8 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
     for g in sorted(guard_set, key=_order):
         d = dyn.get(g.source.name()) if g.kind == GuardKind.TENSOR_MATCH else None
         for p in _expr_parts(g, namer, g.source.name() if g.source else "", lambda s: s.name(), d):
-            if p not in parts:
+            if p not in in_parts:
+                in_parts.add(p)
                 parts.append(p)
         s = hoist(g.source)
         body.extend(hoist.lines)

@@ -106,7 +106,7 @@ class JumpOpsMixin:
         elif not isinstance(it, ListIteratorVariable):
             unimplemented(f"iteration over {it}")
         else:
-            item = it.next_item()
+            item = it.next_item(self)
         if item is not None:
             self.push(item)
             return
@@ -142,7 +142,7 @@ class JumpOpsMixin:
             unimplemented("sending a value into a generator")
         if not isinstance(it, ListIteratorVariable):
             unimplemented(f"yield from {it}")
-        item = it.next_item()
+        item = it.next_item(self)
         if item is not None:
             self.push(item)
             return

@@ -24,7 +24,7 @@ from typing import NamedTuple
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.source import advance_iter
+from kiln.frontend.source import GetItemSource, advance_iter
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import BaseListVariable, DequeVariable, SetVariable
 from kiln.frontend.variables.misc import NullVariable
@@ -242,6 +242,10 @@ class SideEffects:
                     continue
                 stores.append(emit.load_fast(v) + emit.load_fast(o) + emit.store_attr(name))
             elif kind == "container" and isinstance(payload, ConstDictVariable):
+                by_key = _dict_stores(cg, payload)
+                if by_key is not None:
+                    stores.append(by_key)
+                    continue
                 # new = {...}; d.clear(); d.update(new)  (the new contents may read the old)
                 var = payload
 
@@ -258,8 +262,15 @@ class SideEffects:
                 # s.difference_update(removed); s.update(added)  (Note [Sets: inputs])
                 var = payload
                 gone, new = var.initial - var.values, var.values - var.initial
+                # (added in the order the trace added them: the order of a set's items depends
+                # on the order they went in)
+                new = [v for v in var.added or () if v in new] + [
+                    v for v in new if v not in (var.added or ())
+                ]
                 gone_t = _to_temp(cg, lambda gone=gone: SetVariable.build_set(cg, gone))
-                new_t = _to_temp(cg, lambda new=new: SetVariable.build_set(cg, new))
+                new_t = _to_temp(
+                    cg, lambda new=new: SetVariable.build_set(cg, new, emit.build_tuple)
+                )
                 s = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
                 stores.append(_calls(s, (("difference_update", gone_t), ("update", new_t))))
             elif kind == "container":
@@ -355,6 +366,44 @@ def _build_list(cg, items):
     for item in items:
         cg.reconstruct(item)
     cg.extend(emit.build_list(len(items)))
+
+
+# Note [Side effects: dicts replayed key by key]
+# A dict input whose keys the trace only set, added or deleted (its surviving keys keep their
+# order, the new ones follow) is replayed by key: `del d[k]` for the keys deleted, `d[k] = v`
+# for the values changed and the keys added, in the dict's final order. Other changes (a key
+# deleted and added again, an OrderedDict moved) replace the contents (clear, update). Replaying
+# by key leaves alone what the trace did not touch: a module's globals (`globals()[k] = v`) keep
+# the names the transformed code itself loads (`___kiln_obj_...`, installed while it is made).
+def _dict_stores(cg, var):
+    """The replay of a dict input by key, or None (Note [Side effects: dicts replayed key by
+    key])."""
+    initial = getattr(var, "initial_keys", None)
+    if initial is None:
+        return None
+    final = list(var.items)
+    kept = [k for k in initial if k in var.items]
+    if final[: len(kept)] != kept:
+        return None
+    unchanged = {
+        k
+        for k in kept
+        if var.items[k].source is not None
+        and var.items[k].source.name() == GetItemSource(var.source, k).name()
+    }
+    values = {
+        k: _to_temp(cg, lambda v=var.items[k]: cg.reconstruct(v))
+        for k in final
+        if k not in unchanged
+    }
+    d = _to_temp(cg, lambda: var.source.reconstruct(cg))
+    code = []
+    for k in initial:
+        if k not in var.items:
+            code += emit.load_fast(d) + emit.load_const(k) + emit.delete_subscr()
+    for k, v in values.items():
+        code += emit.load_fast(v) + emit.load_fast(d) + emit.load_const(k) + emit.store_subscr()
+    return code
 
 
 def _calls(obj, calls):

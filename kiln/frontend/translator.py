@@ -33,7 +33,7 @@ from kiln.frontend.variables.ctx_managers import WithExitVariable, _Yielded
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
 from kiln.frontend.variables.functions import NestedUserFunctionVariable, inline_call
-from kiln.frontend.variables.generators import GeneratorItemsVariable
+from kiln.frontend.variables.generators import GeneratorItemsVariable, yields_use_sent_value
 from kiln.frontend.variables.lists import (
     TupleVariable,
     start_instruction,
@@ -696,6 +696,7 @@ class InliningTranslator(InstructionTranslatorBase):
             )
             it.reach = reach  # what its code could read (Note [Lists: growing by an iterator...])
             it.lazy_reads = bool(reads)
+            it.uses_sent = yields_use_sent_value(self.code)
             effects.note_generator(it, reads)
             return it
         return self.return_value

@@ -2,6 +2,7 @@
 
 import torch
 
+import kiln
 from tests.frontend.frontend_helpers import run_and_compare
 
 
@@ -207,3 +208,45 @@ def test_class_over_rebound_variable_is_not_traced():
         return x + K().get()
 
     run_and_compare(f, t(3), calls=1)
+
+
+def method_raises_a_local_exception_class(x):
+    class Stop(Exception):
+        pass
+
+    class Raises:
+        def __eq__(self, other):
+            raise Stop
+
+    items = [Raises(), 1]
+    kiln.graph_break()  # both classes are built again; Raises's methods see the new Stop
+    try:
+        items.__contains__(1)
+    except Stop:
+        return x + 1
+    return x - 1
+
+
+def test_rebuilt_local_class_methods_see_the_rebuilt_classes_they_close_over():
+    run_and_compare(method_raises_a_local_exception_class, torch.ones(2))
+
+
+def method_raises_an_exception_object_of_the_frame(x):
+    exc = TypeError("bad")
+
+    class BadIterable:
+        def __iter__(self):
+            raise exc
+
+    b = BadIterable()
+    kiln.graph_break()
+    try:
+        iter(b)
+    except TypeError as e:
+        return x + 1, e is exc
+    return x - 1, False
+
+
+def test_local_class_over_an_exception_object_raises_that_object():
+    # (a class statement that breaks makes a new class per call: the resume recompiles)
+    run_and_compare(method_raises_an_exception_object_of_the_frame, torch.ones(2), calls=1)

@@ -298,7 +298,9 @@ def _wrap(tx, value, source):
     if type(value) in (dict, collections.OrderedDict) and all(is_literal(k) for k in value):
         guards.add(GuardKind.DICT_KEYS, source, (type(value), tuple(value)))
         items = {k: wrap_value(tx, v, GetItemSource(source, k)) for k, v in value.items()}
-        return ConstDictVariable(items, user_cls=type(value), source=source)
+        d = ConstDictVariable(items, user_cls=type(value), source=source)
+        d.initial_keys = tuple(value)  # Note [Side effects: dicts replayed key by key]
+        return d
     if is_identity_keyed(value):  # Note [Dicts: identity-keyed tables]
         guards.add(GuardKind.TYPE_MATCH, source, dict)  # (its first read pins the items)
         return IdentityKeyedDictVariable(dict(value), source=source)

@@ -13,6 +13,7 @@ import types
 import torch
 
 from kiln.exc import Unsupported, unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import (
     dicts,
     misc,
@@ -35,6 +36,12 @@ from kiln.frontend.variables.lists import (
     SetVariable,
     TupleVariable,
     _set_values,
+)
+from kiln.frontend.variables.live_iters import (
+    LazyIteratorVariable,
+    ReversedListIteratorVariable,
+    lazy_islice,
+    lazy_sources_ok,
 )
 from kiln.frontend.variables.nn_module import NNModuleVariable
 from kiln.frontend.variables.operators import (
@@ -102,6 +109,33 @@ def _mapping_items(tx, obj):
     return out
 
 
+# Note [Builtins: ABC registrations]
+# isinstance/issubclass against an ABC (a class whose metaclass is ABCMeta) also answer from its
+# registry: `SomeABC.register(C)` changes the answer for C and its subclasses. kiln folds the
+# answer while tracing, so an entry that folded one is guarded on the ABC cache token
+# (abc.get_cache_token(), which every register() changes): a registration after the compile
+# recompiles instead of giving the old answer. (register() itself is not traced: a break.)
+_ABC_TOKEN_CHECKS = {}  # token -> (check, True), the STATE_QUERY guard's value
+
+
+def guard_abc_registry(tx, cls):
+    """Guard on the ABC registry where `cls` (a class, tuple or union) involves an ABC."""
+    if isinstance(cls, types.UnionType):
+        cls = cls.__args__
+    classes = cls if isinstance(cls, tuple) else (cls,)
+    if not any(isinstance(c, abc.ABCMeta) for c in classes):
+        return
+    token = abc.get_cache_token()
+    check = _ABC_TOKEN_CHECKS.get(token)
+    if check is None:
+
+        def abc_registry_unchanged():
+            return abc.get_cache_token() == token
+
+        check = _ABC_TOKEN_CHECKS[token] = (abc_registry_unchanged, True)
+    tx.output.guards.add(GuardKind.STATE_QUERY, None, check)
+
+
 def isinstance_check(tx, obj, cls):
     """isinstance(obj, cls) as Python answers it, metaclass __instancecheck__ included.
 
@@ -113,6 +147,7 @@ def isinstance_check(tx, obj, cls):
     dtype): it is run on the real object where the trace has one, otherwise a graph break.
     """
     classes = cls if isinstance(cls, tuple) else (cls,)
+    guard_abc_registry(tx, cls)
     if all(_type_decides(c) for c in classes):
         t = obj.python_type()
         if not issubclass(t, cls) and not _class_is_type(t):
@@ -215,6 +250,8 @@ class BuiltinVariable(VariableTracker):
                 it = ListIteratorVariable(
                     [TupleVariable(list(p)) for p in itertools.product(*lists)]
                 )
+            elif lazy_sources_ok(args):
+                return LazyIteratorVariable(tx, itertools.chain, args, (0,))
             else:
                 it = ListIteratorVariable([i for a in args for i in a.unpack_var_sequence(tx)])
             it.kind = fn  # Note [Iterators: itertools kinds]
@@ -262,6 +299,7 @@ class BuiltinVariable(VariableTracker):
         return isinstance_check(tx, obj, c)
 
     def _call_issubclass(self, tx, a, b):
+        guard_abc_registry(tx, b.as_python_constant())
         return fold(issubclass, a.as_python_constant(), b.as_python_constant())
 
     def _call_getattr(self, tx, obj, name, default=None):
@@ -359,7 +397,10 @@ class BuiltinVariable(VariableTracker):
         return ConstDictVariable(items)
 
     def _call_map(self, tx, fn, *seqs):
-        """map(): applied at once (Note [Generators: eager consumption])."""
+        """map(): applied at each step over a list or iterator (Note [Iterators: lazy over live
+        sources]), else at once (Note [Generators: eager consumption])."""
+        if seqs and lazy_sources_ok(seqs):
+            return LazyIteratorVariable(tx, map, seqs, fn=fn)
         rows = zip(*[s.unpack_var_sequence(tx) for s in seqs])
         it = ListIteratorVariable([fn.call_function(tx, list(r), {}) for r in rows])
         it.ran_ahead = not isinstance(fn, BuiltinVariable)  # (a builtin reads no list)
@@ -367,6 +408,8 @@ class BuiltinVariable(VariableTracker):
         return it
 
     def _call_filter(self, tx, fn, seq):
+        if lazy_sources_ok([seq]):
+            return LazyIteratorVariable(tx, filter, [seq], fn=None if _is_none_const(fn) else fn)
         items = seq.unpack_var_sequence(tx)
         keep = []
         for item in items:
@@ -413,7 +456,7 @@ class BuiltinVariable(VariableTracker):
     def _call_next(self, tx, it, default=None):
         if not isinstance(it, ListIteratorVariable):
             unimplemented(f"next() on {it}")
-        item = it.next_item()
+        item = it.next_item(tx)
         if item is None:
             if default is None:
                 raise_observed(tx, StopIteration)
@@ -422,6 +465,8 @@ class BuiltinVariable(VariableTracker):
 
     def _call_enumerate(self, tx, obj, start=None):
         s = start.as_python_constant() if start is not None else 0
+        if lazy_sources_ok([obj]) and type(s) is int:
+            return LazyIteratorVariable(tx, enumerate, [obj], (s,))
         return ListIteratorVariable(
             [
                 TupleVariable([ConstantVariable(i + s), v])
@@ -430,6 +475,8 @@ class BuiltinVariable(VariableTracker):
         )
 
     def _call_zip(self, tx, *objs, strict=None):
+        if strict is None and objs and lazy_sources_ok(objs):
+            return LazyIteratorVariable(tx, zip, objs)
         seqs = [o.unpack_var_sequence(tx) for o in objs]
         it = ListIteratorVariable([TupleVariable(list(t)) for t in zip(*seqs)])
         if strict is not None and strict.as_python_constant():
@@ -437,6 +484,8 @@ class BuiltinVariable(VariableTracker):
         return it
 
     def _call_reversed(self, tx, obj):
+        if type(obj) is ListVariable:  # Note [Iterators: reversed lists]
+            return ReversedListIteratorVariable(obj)
         return ListIteratorVariable(list(reversed(obj.unpack_var_sequence(tx))))
 
     def _fold_or_reduce(self, tx, fn, args):
@@ -682,6 +731,11 @@ def _itertools_call(tx, fn, args, kwargs):
         it.repeated = args[0]
         return it
     if fn is itertools.islice and not kwargs and 2 <= len(args) <= 4:
+        if lazy_sources_ok(args[:1]):
+            bounds = [a.as_python_constant() for a in args[1:]]
+            it = lazy_islice(tx, args[0], bounds)
+            if it is not None:
+                return it
         if _is_iterator(args[0]):
             # (it takes items from it one by one as it is iterated, up to its stop)
             unimplemented("itertools.islice over an iterator")
@@ -690,18 +744,29 @@ def _itertools_call(tx, fn, args, kwargs):
         return ListIteratorVariable(items[slice(*bounds)])
     if fn is itertools.zip_longest and set(kwargs) <= {"fillvalue"}:
         fill = kwargs.get("fillvalue", ConstantVariable(None))
+        if args and lazy_sources_ok(args):  # Note [Iterators: lazy over live sources]
+            return LazyIteratorVariable(tx, fn, args, (False,) * len(args), fn=fill)
         seqs = [a.unpack_var_sequence(tx) for a in args]
         rows = itertools.zip_longest(*seqs, fillvalue=fill)
         return ListIteratorVariable([TupleVariable(list(r)) for r in rows])
     if fn is itertools.starmap and not kwargs and len(args) == 2:
+        if lazy_sources_ok(args[1:]):
+            return LazyIteratorVariable(tx, fn, args[1:], fn=args[0])
         rows = args[1].unpack_var_sequence(tx)
         return ListIteratorVariable(
             [args[0].call_function(tx, r.unpack_var_sequence(tx), {}) for r in rows]
         )
     if fn is itertools.pairwise and not kwargs and len(args) == 1:
+        if lazy_sources_ok(args):
+            return LazyIteratorVariable(tx, fn, args, (None, False))
         items = args[0].unpack_var_sequence(tx)
         return ListIteratorVariable([TupleVariable([a, b]) for a, b in zip(items, items[1:])])
     if fn is itertools.accumulate and set(kwargs) <= {"initial"} and 1 <= len(args) <= 2:
+        if lazy_sources_ok(args[:1]):
+            func = None if len(args) == 1 or _is_none_const(args[1]) else args[1]
+            initial = kwargs.get("initial")
+            initial = None if initial is None or _is_none_const(initial) else initial
+            return LazyIteratorVariable(tx, fn, args[:1], (None, initial), fn=func)
         items = args[0].unpack_var_sequence(tx)
         out = []
         acc = kwargs.get("initial")

@@ -34,6 +34,7 @@ from kiln.bytecode import emit, loads_cell
 from kiln.exc import unimplemented
 from kiln.frontend.blocks import MISSING, global_value
 from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.exceptions import ExceptionVariable
 from kiln.frontend.variables.functions import NestedUserFunctionVariable
 from kiln.frontend.variables.user_defined import UserDefinedClassVariable
 
@@ -71,7 +72,17 @@ def load_class(cg, cls):
     if temp is None:
         fn, name, bases = _RECIPES[cls]
         cg.load_object(builtins.__build_class__, push_null=True)
-        cg.load_object(fn)
+        values = [c.cell_contents for c in fn.__closure__ or ()]
+        if any(is_local_class(v) for v in values):
+            # its body (and so its methods) over the classes the transformed code makes, not
+            # those made while tracing (`raise Err` in a method of a local class, Err local)
+            cg.load_object(body_over, push_null=True)
+            cg.load_object(fn)
+            for v in values:
+                load_class(cg, v)  # (a constant that is no local class: loaded as it is)
+            cg.extend(emit.call(1 + len(values)))
+        else:
+            cg.load_object(fn)
         cg.extend(emit.load_const(name))
         for base in bases:
             load_class(cg, base)
@@ -79,6 +90,12 @@ def load_class(cg, cls):
         temp = cg.class_temps[id(cls)] = cg.new_temp()
         cg.extend(emit.store_fast(temp))
     cg.extend(emit.load_fast(temp))
+
+
+def body_over(fn, *values):
+    """The class body function `fn` with new cells holding `values` (load_class)."""
+    cells = tuple(types.CellType(v) for v in values)
+    return types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, None, cells)
 
 
 class BuildClassVariable(VariableTracker):
@@ -138,6 +155,10 @@ def _constant_cell(tx, body, name):
     value = owner.symbolic_locals.get(ref.name)
     if value is None or not value.is_python_constant():
         unimplemented(f"class body over non-constant free variable {name!r}")
+    if isinstance(value, ExceptionVariable):
+        # (its constant is a copy: `raise exc` in a method would raise another object than the
+        # frame's `exc`)
+        unimplemented(f"class body over free variable {name!r} holding an exception object")
     if _stores(owner.code, name) > 1:
         unimplemented(f"class body over free variable {name!r}, which the frame rebinds")
     constant = value.as_python_constant()

@@ -14,7 +14,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_value
-from kiln.frontend.variables.constant import ConstantVariable, short_range
+from kiln.frontend.variables.constant import ConstantVariable, is_literal, short_range
 from kiln.frontend.variables.exceptions import ObservedException, observe, raise_observed
 from kiln.frontend.variables.list_growth import items_for_growing
 from kiln.frontend.variables.misc import wrap_frozen
@@ -508,7 +508,7 @@ class ListIteratorVariable(VariableTracker):
     def python_type(self):
         return self.kind or type(iter([]))
 
-    def next_item(self):
+    def next_item(self, tx=None):
         """The next item, or None when exhausted."""
         if self.watched is not None and not self.failed:
             message = self.watched[2]
@@ -524,14 +524,7 @@ class ListIteratorVariable(VariableTracker):
                 raise_observed(None, ValueError, self.end_error)
             if self.live_list is not None and self.index != _DEAD:
                 _ITER_UNDO.append((self, self.index))
-                self.index = _DEAD  # Note [Iterators: itertools kinds]
-            # The itertools iterators over traced items (repeat, islice, product, combinations ...) are built
-            # at once as an iterator over their items, with `kind` the class they stand for: type() and
-            # isinstance see that class, and a rebuild makes an object of it (repeat(x, n), islice(items,
-            # None), chain(items)), or breaks where it cannot (a list iterator in their place would show
-            # another type, repr and size).
-
-            # Note [Iterators: exhausted list iterators]
+                self.index = _DEAD  # Note [Iterators: exhausted list iterators]
             return None
         item = self.items[self.index]
         _ITER_UNDO.append((self, self.index))
@@ -553,7 +546,7 @@ class ListIteratorVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__next__":
-            item = self.next_item()
+            item = self.next_item(tx)
             if item is None:
                 raise_observed(tx, StopIteration)
             return item
@@ -580,9 +573,7 @@ class ListIteratorVariable(VariableTracker):
             cg.extend(emit.load_const(self.index))
             cg.extend(emit.call(2))
             return
-        for item in self.items[self.index :]:
-            cg.reconstruct(item)
-        cg.extend(emit.build_tuple(len(self.items) - self.index))
+        _rebuild_tuple(cg, self.items[self.index :])
         cg.extend(emit.get_iter())
 
     def _reconstruct_kind(self, cg):
@@ -599,12 +590,21 @@ class ListIteratorVariable(VariableTracker):
         if self.kind not in (itertools.islice, itertools.chain):
             unimplemented(f"rebuilding an itertools.{self.kind.__name__} iterator")
         cg.load_object(self.kind, push_null=True)
-        for item in rest:
-            cg.reconstruct(item)
-        cg.extend(emit.build_tuple(len(rest)))
+        _rebuild_tuple(cg, rest)
         if self.kind is itertools.islice:  # islice(items, None): the same items
             cg.extend(emit.load_const(None))
         cg.extend(emit.call(2 if self.kind is itertools.islice else 1))
+
+
+def _rebuild_tuple(cg, items):
+    """Push a tuple of `items`: one constant when they all are literals (an iterator over many
+    constants left at a break: `chain.from_iterable(repeat(range(6), 10000))`)."""
+    if all(type(v) is ConstantVariable and is_literal(v.value) for v in items):
+        cg.extend(emit.load_const(tuple(v.value for v in items)))
+        return
+    for item in items:
+        cg.reconstruct(item)
+    cg.extend(emit.build_tuple(len(items)))
 
 
 class InputIteratorVariable(ListIteratorVariable):
@@ -625,9 +625,9 @@ class InputIteratorVariable(ListIteratorVariable):
             else:
                 self.items.append(got)
 
-    def next_item(self):
+    def next_item(self, tx=None):
         self._fetch(self.index + 1)
-        return super().next_item()
+        return super().next_item(tx)
 
     def unpack_var_sequence(self, tx):
         self._fetch(float("inf"))
@@ -733,28 +733,53 @@ class SetVariable(VariableTracker):
                     raise  # (Python builds the other set first: this one is unchanged)
                 _update_until_bad(tx, self.values, name, args)
                 raise
-            if name == "add" and len(args) == 1:
-                self.values.add(_set_item(args[0]))
-            elif name in ("remove", "discard") and len(args) == 1:
-                item = _set_item(args[0], key=True)
-                if name == "remove" and item not in self.values:
-                    raise_observed(tx, KeyError, item)
-                self.values.discard(item)
-            elif name == "clear" and not args:
-                self.values.clear()
-            elif name == "pop" and not args:
-                if not self.values:
-                    raise_observed(tx, KeyError, "pop from an empty set")
-                return _wrap_const(self.values.pop())
-            elif name.endswith("update"):
-                try:
-                    getattr(self.values, name)(*values)
-                except TypeError as e:  # (its arity: checked before it changes the set)
-                    observe(e)
-                    raise
-            else:
-                _arity_error(name, args)
+            before = set(self.values) if self.initial is not None else None
+            self._apply(tx, name, args, values)
+            if before is not None:
+                # the items added, in the order eager adds them (Note [Sets: inputs])
+                added = [_set_item(args[0])] if name == "add" else [v for vs in values for v in vs]
+                for v in list(self.added):
+                    if v not in self.values:
+                        del self.added[v]
+                for v in added:
+                    if v in self.values and v not in before:
+                        self.added[v] = None
+            if name == "pop":
+                return self.popped
             return ConstantVariable(None)
+        return self._call_query(tx, name, args)
+
+    added = None  # an input: the items added to it, in order (the write-back adds them so)
+    popped = None
+
+    def _apply(self, tx, name, args, values):
+        """Run a mutator on the items."""
+        if self.initial is not None and self.added is None:
+            self.added = {}
+        if name == "add" and len(args) == 1:
+            self.values.add(_set_item(args[0]))
+        elif name in ("remove", "discard") and len(args) == 1:
+            item = _set_item(args[0], key=True)
+            if name == "remove" and item not in self.values:
+                raise_observed(tx, KeyError, item)
+            self.values.discard(item)
+        elif name == "clear" and not args:
+            self.values.clear()
+        elif name == "pop" and not args:
+            if not self.values:
+                raise_observed(tx, KeyError, "pop from an empty set")
+            self.popped = _wrap_const(self.values.pop())
+        elif name.endswith("update"):
+            try:
+                getattr(self.values, name)(*values)
+            except TypeError as e:  # (its arity: checked before it changes the set)
+                observe(e)
+                raise
+        else:
+            _arity_error(name, args)
+
+    def _call_query(self, tx, name, args):
+        """A method that does not change the set."""
         if name == "__contains__" and len(args) == 1:
             return ConstantVariable(_set_item(args[0], key=True) in self.values)
         if name == "__len__" and not args:
@@ -795,14 +820,14 @@ class SetVariable(VariableTracker):
         self.build_set(cg, self.values)
 
     @staticmethod
-    def build_set(cg, values):
-        """Emit code that pushes a new set of these items."""
+    def build_set(cg, values, build=emit.build_set):
+        """Emit code that pushes a new set of these items (with emit.build_tuple: a tuple)."""
         for v in values:
             if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
                 cg.load_object(v)  # (an input's items: Note [Sets: inputs])
             else:
                 _wrap_const(v).reconstruct(cg)
-        cg.extend(emit.build_set(len(values)))
+        cg.extend(build(len(values)))
 
     def __repr__(self):
         return f"SetVariable({self.values!r})"

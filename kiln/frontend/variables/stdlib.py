@@ -142,7 +142,7 @@ class CountVariable(ListIteratorVariable):
     def python_type(self):
         return itertools.count
 
-    def next_item(self):
+    def next_item(self, tx=None):
         _ITER_UNDO.append((self, self.index))
         self.index += 1
         return ConstantVariable(self.start + (self.index - 1) * self.step)

@@ -96,6 +96,11 @@ class UserDefinedClassVariable(PythonValueVariable):
             # (`A.mro` of a class made in the frame: rebuilt as a constant, it would stay bound
             # to the class made while tracing, not to the one the transformed code makes)
             unimplemented(f"{self.value.__name__}.{name}, a C method bound to the class")
+        if src is None and isinstance(value, types.MethodType) and value.__self__ is self.value:
+            # a metaclass's Python method (`D.register` of an ABC made in the frame): bound to
+            # this class variable, so that a rebuild binds it to the class the transformed code
+            # makes, not to the class made while tracing
+            return UserMethodVariable(value.__func__, self)
         return wrap_value(tx, value, src)
 
     def hasattr(self, tx, name):

@@ -156,3 +156,20 @@ def test_pop_of_an_input_set_breaks():
     assert pops(torch.ones(1), eager_set)[1] == compiled(torch.ones(1), compiled_set)[1]
     assert eager_set == compiled_set
     assert kiln.counters["stats"]["graph_breaks"] == 1
+
+
+def adds_many(x, s):
+    s.discard("a")
+    for word in ("kiwi", "fig", "plum", "pear", "lime", "date", "sloe", "yuzu", "nut", "pea"):
+        s.add(word)
+    s.update(["rye", "oat"])
+    return x + 1
+
+
+def test_written_back_set_adds_its_items_in_the_order_the_frame_added_them():
+    # (where two items collide in the set's table, the order they went in decides its order)
+    eager_set, compiled_set = set("abcdefg"), set("abcdefg")
+    adds_many(torch.ones(1), eager_set)
+    kiln.reset()
+    kiln.compile(adds_many, backend="eager", fullgraph=True)(torch.ones(1), compiled_set)
+    assert list(compiled_set) == list(eager_set)
