@@ -41,6 +41,7 @@ from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.functions import inline_call
 from kiln.frontend.variables.lists import BaseListVariable, TupleVariable
 from kiln.frontend.variables.logging_vars import EffectCallVariable
+from kiln.frontend.variables.speculation import Speculation
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import TorchVariable, _Unpack, wrap_tensor_result
 from kiln.frontend.variables.user_defined import NewObjectVariable
@@ -119,30 +120,23 @@ class AutogradFunctionApplyVariable(VariableTracker):
     def _check_forward(self, tx, forward, setup, ctx, args, check_backward):
         """Trace the forward (and setup_context, and the backward where the backend traces it)
         speculatively; drop their nodes; the forward's outputs."""
-        output = tx.output
-        checkpoint = output.last_node()
-        effects = output.side_effects
-        snapshot, version = effects.snapshot(), effects.version
-        prev = torch.is_grad_enabled()
-        torch._C._set_grad_enabled(False)
         what = "forward"
-        try:
-            out = self._trace_forward(tx, forward, setup, ctx, args)
-            if check_backward:  # (no backward runs without an input that needs grad)
-                what = "backward"
-                self._trace_backward(tx, ctx, out)
-        except Unsupported as e:
-            e.msg = f"{self.cls.__qualname__}.{what} is not traceable: {e.msg}"
-            e.args = (e.msg, *e.args[1:])
-            raise
-        except BaseException:
-            output.rollback(checkpoint)  # (an exception raised by the traced code)
-            raise
-        finally:
-            torch._C._set_grad_enabled(prev)
-        if effects.version != version or effects.changed_since(snapshot):
+        with Speculation(tx) as spec:
+            try:
+                out = self._trace_forward(tx, forward, setup, ctx, args)
+                if check_backward:  # (no backward runs without an input that needs grad)
+                    what = "backward"
+                    self._trace_backward(tx, ctx, out)
+            except Unsupported as e:
+                e.msg = f"{self.cls.__qualname__}.{what} is not traceable: {e.msg}"
+                e.args = (e.msg, *e.args[1:])
+                raise
+            except BaseException:
+                spec.drop_nodes()  # (an exception raised by the traced code)
+                raise
+        if spec.had_effects():
             unimplemented(f"{self.cls.__qualname__} has side effects outside ctx")
-        output.rollback(checkpoint)
+        spec.drop_nodes()
         return out
 
     def _trace_forward(self, tx, forward, setup, ctx, args):

@@ -46,6 +46,7 @@ from kiln.frontend.variables.functions import (
     UserFunctionVariable,
 )
 from kiln.frontend.variables.logging_vars import EffectCallVariable
+from kiln.frontend.variables.speculation import Speculation
 
 _serial = itertools.count()
 
@@ -195,31 +196,25 @@ def _check_hook(tx, tensor, hook):
     are dropped, a side effect is a break."""
     from kiln.frontend.variables.torch import TorchVariable
 
-    output = tx.output
-    checkpoint = output.last_node()
-    effects = output.side_effects
-    snapshot, version = effects.snapshot(), effects.version
-    prev = torch.is_grad_enabled()
-    torch._C._set_grad_enabled(False)
-    try:
-        grad = TorchVariable(torch.zeros_like).call_function(tx, [tensor], {})
-        hook.call_function(tx, [grad], {})
-    except Unsupported:
-        output.rollback(checkpoint)
-        raise
-    except Exception as e:  # eager would raise it in backward, not here: run the frame in Python
-        output.rollback(checkpoint)
-        effects.restore(snapshot)
-        unimplemented(f"a hook on a tensor made in the frame raises {type(e).__name__} when traced")
-    finally:
-        torch._C._set_grad_enabled(prev)
-    changed = effects.version != version or effects.changed_since(snapshot)
-    if changed:
-        effects.restore(snapshot)
+    with Speculation(tx) as spec:
+        try:
+            grad = TorchVariable(torch.zeros_like).call_function(tx, [tensor], {})
+            hook.call_function(tx, [grad], {})
+        except Unsupported:
+            spec.drop_nodes()
+            raise
+        except Exception as e:  # eager would raise it in backward, not here: run it in Python
+            spec.drop_nodes()
+            spec.undo_effects()
+            unimplemented(
+                f"a hook on a tensor made in the frame raises {type(e).__name__} when traced"
+            )
+    if spec.had_effects():
+        spec.undo_effects()
         unimplemented(
             "Unsafe side effect in a hook on a tensor made in the frame (it runs in backward)"
         )
-    output.rollback(checkpoint)
+    spec.drop_nodes()
 
 
 def has_pending_hooks(side_effects):
