@@ -459,6 +459,8 @@ class BuiltinVariable(VariableTracker):
         item = it.next_item(tx)
         if item is None:
             if default is None:
+                if hasattr(it, "returned"):  # a generator's: StopIteration(its return value)
+                    it.raise_stop()
                 raise_observed(tx, StopIteration)
             return default
         return item
@@ -536,10 +538,10 @@ class BuiltinVariable(VariableTracker):
         return unary_op(tx, operator.abs, obj)
 
     def _call_any(self, tx, obj):
-        return ConstantVariable(any(i.truthy(tx) for i in obj.unpack_var_sequence(tx)))
+        return ConstantVariable(any(i.truthy(tx) for i in _items_in_turn(tx, obj)))
 
     def _call_all(self, tx, obj):
-        return ConstantVariable(all(i.truthy(tx) for i in obj.unpack_var_sequence(tx)))
+        return ConstantVariable(all(i.truthy(tx) for i in _items_in_turn(tx, obj)))
 
     def _convert(self, tx, fn, obj):
         if isinstance(obj, TensorVariable):
@@ -787,3 +789,13 @@ def _itertools_call(tx, fn, args, kwargs):
 
 
 _UNARY_FNS = {operator.neg, operator.pos, operator.invert, operator.abs}
+
+
+def _items_in_turn(tx, obj):
+    """The items of `obj`; a generator's made one at a time, as the consumer asks for them (any
+    and all stop at the first that decides)."""
+    if not getattr(obj, "steps_lazily", False):
+        yield from obj.unpack_var_sequence(tx)
+        return
+    while (item := obj.next_item(tx)) is not None:
+        yield item
