@@ -33,7 +33,11 @@ from kiln.frontend.variables.ctx_managers import WithExitVariable, _Yielded
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
 from kiln.frontend.variables.functions import NestedUserFunctionVariable, inline_call
-from kiln.frontend.variables.generators import LazyGeneratorVariable, cleanup_throw
+from kiln.frontend.variables.generators import (
+    LazyGeneratorVariable,
+    cleanup_throw,
+    close_freed_generators,
+)
 from kiln.frontend.variables.lists import (
     TupleVariable,
     start_instruction,
@@ -380,7 +384,6 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 return
             self.output.side_effects.store_cell(name, v, ref[0])
             return
-        self.output.side_effects.check_write(("ref", self, name))
         self.symbolic_locals[name] = v
 
     def store_inlined_cell(self, name, ref, v):
@@ -397,7 +400,6 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 return
         if source is None:
             unimplemented(f"assignment to free variable {name!r} of a function without a source")
-        self.output.side_effects.check_write(("cell", id(cell)))
         self.output.side_effects.store_attr(
             CellObjectVariable(cell, source.source), "cell_contents", v
         )
@@ -700,6 +702,7 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def RETURN_VALUE(self, inst):
         self.return_value = self.pop()
+        close_freed_generators(self, self.return_value)  # Note [Generators: closed when freed]
         raise _Stop
 
     def _annotate(self, e):

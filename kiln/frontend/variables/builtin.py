@@ -398,7 +398,8 @@ class BuiltinVariable(VariableTracker):
 
     def _call_map(self, tx, fn, *seqs):
         """map(): applied at each step over a list or iterator (Note [Iterators: lazy over live
-        sources]), else at once (Note [Generators: eager consumption])."""
+        sources]), else at once (a break where its code may read a list it grows: Note [Lists:
+        growing by an iterator that ran ahead])."""
         if seqs and lazy_sources_ok(seqs):
             return LazyIteratorVariable(tx, map, seqs, fn=fn)
         rows = zip(*[s.unpack_var_sequence(tx) for s in seqs])

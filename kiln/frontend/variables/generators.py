@@ -1,6 +1,5 @@
 """Generator objects made while tracing: stepped to each yield (Note [Generators: lazy])."""
 
-import dis
 import sys
 import types
 
@@ -15,6 +14,7 @@ from kiln.frontend.variables.exceptions import (
     make_exception,
     raise_observed,
 )
+from kiln.frontend.variables.list_growth import _reaches
 from kiln.frontend.variables.lists import _ITER_UNDO, ListIteratorVariable
 
 PY311 = sys.version_info[:2] == (3, 11)
@@ -56,12 +56,15 @@ class LazyGeneratorVariable(ListIteratorVariable):
             getattr(fn, "__name__", code.co_name),
             getattr(fn, "__qualname__", code.co_name),
         )
-        self.uses_sent = yields_use_sent_value(code)
         self.started = False
         self.finished = False
         self.running = False
         self.returned = None  # the return value of the step that ended it (StopIteration's)
         self.rebuilt = None  # (items, return value, state) once drained for a rebuild
+        output = gen_tx.output
+        if not hasattr(output, "lazy_generators"):
+            output.lazy_generators = []
+        output.lazy_generators.append(self)  # (Note [Generators: closed when freed])
 
     # --- steps and their undo -------------------------------------------------------------------
     @property
@@ -281,12 +284,8 @@ class LazyGeneratorVariable(ListIteratorVariable):
             self.rebuilt = ((), ConstantVariable(None), "finished")
             return self.rebuilt
         state = "started" if self.started else "new"
-        if self.started and self.uses_sent:
-            # Note [Generators: rebuilt part way]
-            unimplemented(
-                "rebuilding a generator suspended at a yield whose value its code uses "
-                "(send() would reach that code)"
-            )
+        if self.started:
+            self._check_sent_dropped()
         effects = self.gen.output.side_effects
         floor, records, written = next_serial(), effects.records, len(effects.written)
         reads = set()
@@ -295,6 +294,7 @@ class LazyGeneratorVariable(ListIteratorVariable):
         try:
             while (item := self.step(None)) is not None:
                 items.append(item)
+                self._check_sent_dropped()
                 if len(items) > DRAIN_LIMIT:
                     unimplemented(
                         f"rebuilding a suspended generator that yields more than {DRAIN_LIMIT} "
@@ -313,8 +313,108 @@ class LazyGeneratorVariable(ListIteratorVariable):
         self.rebuilt = (items, self.returned, state)
         return self.rebuilt
 
+    def _check_sent_dropped(self):
+        """Note [Generators: rebuilt part way]: a value sent at the yield the generator is
+        suspended at must reach no code (the rebuilt generator drops it)."""
+        if self.sent_value_used():
+            unimplemented(
+                "rebuilding a generator suspended at a yield whose value its code uses "
+                "(send() would reach that code)"
+            )
+
+    def sent_value_used(self):
+        """Whether a value sent in now would reach code: the yield's value is used (anything
+        but POP_TOP after it), or the `yield from` it is in delegates to an iterator that is
+        no generator, or to one that uses it."""
+        sub = self.delegate()
+        if sub is not None:
+            return not isinstance(sub, LazyGeneratorVariable) or sub.sent_value_used()
+        g = self.gen
+        for inst in g.instructions[g.current_inst.index + 1 :]:
+            if inst.opname not in ("RESUME", "CACHE", "NOP"):
+                return inst.opname != "POP_TOP"
+        return True
+
+    def has_cleanup(self):
+        """Whether close() would run code of the body: it is suspended at a yield inside a try
+        or with block (or delegating to a generator that is)."""
+        g = self.gen
+        if not self.started or self.finished or g.current_inst is None:
+            return False
+        sub = self.delegate()
+        if isinstance(sub, LazyGeneratorVariable) and sub.has_cleanup():
+            return True
+        inst = g.current_inst
+        return inst.exn_tab_entry is not None and not g.in_generator_handler(inst)
+
     def __repr__(self):
         return f"LazyGeneratorVariable({self.names[1]})"
+
+
+# Note [Generators: closed when freed]
+# CPython closes a suspended generator when its last reference goes (GeneratorExit at the yield:
+# its finally blocks and handlers run then). kiln does not count references; it knows the end
+# of the frame. When the root frame returns, a generator of the trace that close() would run code
+# of (suspended inside a try or with block) and that nothing outlives the frame with (the return
+# value, a store the frame makes) is closed there, as eager does when the frame's locals go, if
+# it is a local of the root frame (one held elsewhere, a temporary or an inlined function's
+# local, was freed earlier, at a point kiln does not know). At a break, such a generator that
+# the live state does not hold was freed before the break. Those cases, and a close that raises
+# (eager prints it as ignored), are unimplemented: the frame runs in Python.
+def _held_by(values, gen):
+    return _reaches(values, gen)
+
+
+def _logged_values(effects):
+    """The variables the frame's recorded stores hold."""
+    out, todo = [], [payload for _, payload in effects.log.values()]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, (tuple, list)):
+            todo.extend(v)
+        elif hasattr(v, "python_type"):
+            out.append(v)
+    return out
+
+
+def close_freed_generators(tx, ret):
+    """At the root frame's return: close what eager closes as the frame's locals go."""
+    gens = [g for g in getattr(tx.output, "lazy_generators", ()) if g.has_cleanup()]
+    if not gens:
+        return
+    kept = [ret, *_logged_values(tx.output.side_effects)]
+    local_vars = list(tx.symbolic_locals.values())
+    for gen in gens:
+        if _held_by(kept, gen):
+            continue  # it outlives the frame (rebuilt: Note [Generators: drained at a break])
+        if not any(v is gen for v in local_vars):
+            unimplemented(
+                "a suspended generator with cleanup code (finally/except/with) freed before "
+                "the frame returns (CPython closes it then)"
+            )
+    for v in local_vars:
+        if any(v is g for g in gens) and not _held_by(kept, v):
+            try:
+                v.close(tx)
+            except ObservedException as e:
+                unimplemented(
+                    f"closing a generator as the frame returns raised {e.var.cls.__name__} "
+                    "(CPython prints it as ignored)"
+                )
+
+
+def check_freed_generators(output, live):
+    """At a break: a suspended generator with cleanup code that the live state does not hold
+    was closed in eager before the break (Note [Generators: closed when freed])."""
+    gens = [g for g in getattr(output, "lazy_generators", ()) if g.has_cleanup()]
+    if gens:
+        kept = [*live, *_logged_values(output.side_effects)]
+        for gen in gens:
+            if not _held_by(kept, gen):
+                unimplemented(
+                    "a suspended generator with cleanup code (finally/except/with) freed "
+                    "before the break (CPython closes it then)"
+                )
 
 
 # Note [Generators: drained at a break]
@@ -373,13 +473,15 @@ def cleanup_throw(tx):
 
 
 # Note [Generators: rebuilt part way]
-# A generator run ahead of time (Note [Generators: eager consumption]) is rebuilt at a break as a
+# A generator drained at a break (Note [Generators: drained at a break]) is rebuilt as a
 # generator over the items not yet taken, returning what the traced one returned, in the state
 # the eager one is in: not started (send(non-None) raises TypeError, as on a new generator),
 # started (suspended at a yield: send(v) resumes it), or finished (send raises StopIteration).
-# A started one is rebuilt only when each yield of its code drops the value sent in (`yield x`
-# as a statement): the run ahead of time saw None at every yield, so a value sent after the break
-# would have to reach code that already ran (`return (yield 1)` returns it). That is a break.
+# A started one is rebuilt only when each yield it is suspended at from then on (where it is at
+# the break, and each one the drain reaches) drops the value sent in (`yield x` as a statement;
+# in a `yield from`, the same of the subgenerator's yield): the drain sent None at each, so a
+# value sent after the break would have to reach code that already ran (`return (yield 1)`
+# returns it). That is a break.
 def _items_then(items, ret):
     for item in items:  # noqa: UP028 (yield from would pass a sent value on to the tuple)
         yield item
@@ -404,16 +506,3 @@ def generator_over(items, ret, name, qualname, state):
                 pass
     gen.__name__, gen.__qualname__ = name, qualname
     return gen
-
-
-def yields_use_sent_value(code):
-    """Whether a yield of `code` uses the value sent in (anything but POP_TOP after it)."""
-    after_yield = False
-    for inst in dis.get_instructions(code):
-        if inst.opname == "YIELD_VALUE":
-            after_yield = True
-        elif after_yield and inst.opname not in ("RESUME", "CACHE", "NOP"):
-            if inst.opname != "POP_TOP":
-                return True
-            after_yield = False
-    return False
