@@ -660,6 +660,7 @@ class InliningTranslator(InstructionTranslatorBase):
 
     def RETURN_VALUE(self, inst):
         self.return_value = self.pop()
+        close_freed_generators(self, self.return_value)  # Note [Generators: closed when freed]
         raise _Stop
 
     def RETURN_GENERATOR(self, inst):

@@ -339,7 +339,7 @@ class LazyGeneratorVariable(ListIteratorVariable):
         """Whether close() would run code of the body: it is suspended at a yield inside a try
         or with block (or delegating to a generator that is)."""
         g = self.gen
-        if not self.started or self.finished or g.current_inst is None:
+        if not self.started or self.finished or self.running or g.current_inst is None:
             return False
         sub = self.delegate()
         if isinstance(sub, LazyGeneratorVariable) and sub.has_cleanup():
@@ -353,13 +353,14 @@ class LazyGeneratorVariable(ListIteratorVariable):
 
 # Note [Generators: closed when freed]
 # CPython closes a suspended generator when its last reference goes (GeneratorExit at the yield:
-# its finally blocks and handlers run then). kiln does not count references; it knows the end
-# of the frame. When the root frame returns, a generator of the trace that close() would run code
-# of (suspended inside a try or with block) and that nothing outlives the frame with (the return
-# value, a store the frame makes) is closed there, as eager does when the frame's locals go, if
-# it is a local of the root frame (one held elsewhere, a temporary or an inlined function's
-# local, was freed earlier, at a point kiln does not know). At a break, such a generator that
-# the live state does not hold was freed before the break. Those cases, and a close that raises
+# its finally blocks and handlers run then). kiln does not count references; it knows when a
+# frame returns. When a traced frame (the root, an inlined call, a generator's body) returns, a
+# generator of the trace that close() would run code of (suspended inside a try or with block)
+# and that is one of the frame's locals (or on its stack), while nothing else holds it (the
+# return value, a store the trace made, the callers' locals and stacks), is closed there, as
+# eager does when the frame's locals go. At the root's return, one that nothing holds and that
+# was not closed that way was freed earlier (a temporary), at a point kiln does not know; at a
+# break, one that the live state does not hold likewise. Those cases, and a close that raises
 # (eager prints it as ignored), are unimplemented: the frame runs in Python.
 def _held_by(values, gen):
     return _reaches(values, gen)
@@ -378,29 +379,31 @@ def _logged_values(effects):
 
 
 def close_freed_generators(tx, ret):
-    """At the root frame's return: close what eager closes as the frame's locals go."""
+    """A frame returns `ret`: close what eager closes as its locals go."""
     gens = [g for g in getattr(tx.output, "lazy_generators", ()) if g.has_cleanup()]
     if not gens:
         return
     kept = [ret, *_logged_values(tx.output.side_effects)]
-    local_vars = list(tx.symbolic_locals.values())
-    for gen in gens:
-        if _held_by(kept, gen):
-            continue  # it outlives the frame (rebuilt: Note [Generators: drained at a break])
-        if not any(v is gen for v in local_vars):
-            unimplemented(
-                "a suspended generator with cleanup code (finally/except/with) freed before "
-                "the frame returns (CPython closes it then)"
-            )
-    for v in local_vars:
-        if any(v is g for g in gens) and not _held_by(kept, v):
+    caller = getattr(tx, "parent", None)
+    while caller is not None:  # what the callers (and the stepped generators) still hold
+        kept += [*caller.symbolic_locals.values(), *caller.stack_before, *caller.stack]
+        caller = getattr(caller, "parent", None)
+    dying = [*tx.symbolic_locals.values(), *tx.stack]
+    freed = [g for g in gens if not _held_by(kept, g)]
+    for v in dying:
+        if any(v is g for g in freed) and v.has_cleanup():
             try:
                 v.close(tx)
             except ObservedException as e:
                 unimplemented(
-                    f"closing a generator as the frame returns raised {e.var.cls.__name__} "
+                    f"closing a generator as its frame returns raised {e.var.cls.__name__} "
                     "(CPython prints it as ignored)"
                 )
+    if tx.is_root and any(g.has_cleanup() for g in freed):
+        unimplemented(
+            "a suspended generator with cleanup code (finally/except/with) freed before "
+            "the frame returns (CPython closes it then)"
+        )
 
 
 def check_freed_generators(output, live):
