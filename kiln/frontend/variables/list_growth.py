@@ -54,7 +54,13 @@ def _reaches(values, target):
             g = v.gen
             refs = [r for r in g.closure.values() if not isinstance(r, tuple)]
             todo.extend([*g.symbolic_locals.values(), *g.stack, *refs])
-        elif type(v).__name__ in ("FrameCellVariable", "TensorVariable", "RangeVariable"):
+        elif type(v).__name__ in (
+            "FrameCellVariable",
+            "TensorVariable",
+            "RangeVariable",
+            "NullVariable",
+            "SymNodeVariable",
+        ):
             continue  # a real cell holds no object made in the frame; tensors hold no lists
         elif isinstance(getattr(v, "items", None), list):  # a list, tuple, iterator of items
             todo.extend(v.items)
