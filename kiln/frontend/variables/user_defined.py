@@ -598,6 +598,8 @@ class NewObjectVariable(VariableTracker):
             return ConstantObjectVariable(static)
         if isinstance(static, type):  # `_base_type = BaseException`: a class held by the class
             return wrap_constant_like(tx, static)
+        if type(static) is tuple and all(isinstance(k, type) for k in static):  # (int, float)
+            return TupleVariable([wrap_constant_like(tx, k) for k in static])
         unimplemented(f"class attribute {self.cls.__name__}.{name}")
 
     def call_function(self, tx, args, kwargs):
