@@ -194,3 +194,30 @@ def test_a_generator_suspended_in_yield_from_is_rebuilt():
     gen = kiln.compile(return_suspended_in_yield_from, backend="eager", fullgraph=True)(t)
     got = list(gen)
     assert all(torch.equal(a, b) for a, b in zip(got, [t + 2, t + 3], strict=True))
+
+
+SCALE = [1.0]
+
+
+def _reads_and_writes_globals(t):
+    LOG.append("started")  # an outside write: a drain would not do
+    for k in range(2):
+        yield t * SCALE[0] + k
+
+
+def return_a_new_generator(t):
+    return t.cos(), _reads_and_writes_globals(t)
+
+
+def test_a_new_generator_is_rebuilt_by_calling_its_function_again():
+    t = torch.randn(3)
+    LOG.clear()
+    y, gen = kiln.compile(return_a_new_generator, backend="eager", fullgraph=True)(t)
+    assert LOG == [] and gen.__name__ == "_reads_and_writes_globals"
+    SCALE[0] = 3.0  # read when the items are asked for, as in eager
+    try:
+        got = list(gen)
+    finally:
+        SCALE[0] = 1.0
+    assert LOG == ["started"] and torch.equal(y, t.cos())
+    assert all(torch.equal(a, b) for a, b in zip(got, [t * 3.0, t * 3.0 + 1], strict=True))

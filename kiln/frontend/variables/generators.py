@@ -268,6 +268,22 @@ class LazyGeneratorVariable(ListIteratorVariable):
 
     # --- a rebuild at a break -------------------------------------------------------------------
     def reconstruct(self, cg):
+        call = getattr(self.gen, "call_args", None)
+        if not self.started and call is not None:
+            # not started: called again, on the same function and arguments (its body runs
+            # lazily in Python, as in eager)
+            args, kwargs = call
+            cg.load_object(_call, push_null=True)
+            cg.load_object(self.gen.fn)
+            for a in args:
+                cg.reconstruct(a)
+            cg.extend(emit.build_tuple(len(args)))
+            for k, v in kwargs.items():
+                cg.extend(emit.load_const(k))
+                cg.reconstruct(v)
+            cg.extend(emit.build_map(len(kwargs)))
+            cg.extend(emit.call(3))
+            return
         items, ret, state = self.rebuilt or self._drain()
         cg.load_object(generator_over, push_null=True)
         for item in items:
@@ -422,13 +438,20 @@ def check_freed_generators(output, live):
 
 # Note [Generators: drained at a break]
 # At a break (or a return of the frame) with a generator of the trace not finished, its state
-# is the body's translator, which Python cannot be handed. If the rest of the body is pure, it is
+# is the body's translator, which Python cannot be handed. One not started is made again by
+# calling its function (the same object) on the same arguments. Of a started one, if the rest
+# of the body is pure, it is
 # stepped to its end there (its values joining the graph) and the generator is rebuilt over the
 # items not yet taken (Note [Generators: rebuilt part way]). "Pure": no write to anything that
 # existed before the drain (an object, cell, global; a replayed call), no read of a cell or
 # global (the code after the break may write it before the items are asked for), no exception,
 # at most DRAIN_LIMIT items. Anything else is unimplemented: the frame runs in Python.
 _PEP479 = "generator raised StopIteration"
+
+
+def _call(fn, args, kwargs):
+    """fn(*args, **kwargs): a generator not started, made again in the transformed code."""
+    return fn(*args, **kwargs)
 
 
 def raise_stop(gen):
