@@ -293,3 +293,29 @@ def test_an_exception_out_of_the_body_reaches_the_caller():
     with pytest.raises(kiln.exc.Unsupported, match="ZeroDivisionError raised and not caught"):
         kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(2))
     run_and_compare(fn, torch.ones(2))  # (eager raises it too)
+
+
+def _inner_fails_to_close(t):
+    try:
+        yield t
+    finally:
+        raise KeyError("inner")
+
+
+def _outer_catches(t):
+    try:
+        yield from _inner_fails_to_close(t)
+    except KeyError as e:
+        LOG.append(("outer caught", str(e)))
+
+
+def close_through_yield_from(t):
+    LOG.clear()
+    g = _outer_catches(t)
+    a = next(g)
+    g.close()  # the inner's KeyError is raised in the outer at its yield from
+    return a, list(LOG)
+
+
+def test_close_through_yield_from_raises_the_inner_error_in_the_outer():
+    _fullgraph(close_through_yield_from, torch.randn(3))

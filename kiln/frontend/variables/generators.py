@@ -166,12 +166,14 @@ class LazyGeneratorVariable(ListIteratorVariable):
         if sub is None:
             return False
         if not isinstance(sub, LazyGeneratorVariable):
-            if issubclass(exc.var.cls, GeneratorExit) or not hasattr(sub, "throw_into"):
-                return False  # (a list iterator has neither close nor throw)
-            return False
+            return False  # (an iterator of items has neither close nor throw)
         g = self.gen
         if issubclass(exc.var.cls, GeneratorExit):
-            sub.close(tx)  # (its own error, if any, is raised at the yield instead)
+            try:
+                sub.close(tx)
+            except ObservedException as raised:  # raised at the yield instead
+                g.unwind(raised)
+                return True
             return False
         try:
             item = sub.step(tx, exc=exc)
