@@ -221,3 +221,28 @@ def test_a_new_generator_is_rebuilt_by_calling_its_function_again():
         SCALE[0] = 1.0
     assert LOG == ["started"] and torch.equal(y, t.cos())
     assert all(torch.equal(a, b) for a, b in zip(got, [t * 3.0, t * 3.0 + 1], strict=True))
+
+
+def _key_that_breaks(v):
+    kiln.graph_break()
+    return -v
+
+
+def _counts(n):
+    for i in range(n):
+        yield i * 10
+
+
+def instruction_that_steps_then_breaks(t):
+    gen = _counts(4)
+    first = next(gen)
+    # sorted() steps the generator to its end, then its key breaks: the instruction runs again
+    # in Python, on the generator as it was before it (its steps undone, then drained: pure)
+    rest = sorted(gen, key=_key_that_breaks)
+    return t + first, rest
+
+
+def test_steps_of_an_instruction_that_breaks_are_undone():
+    run_and_compare(instruction_that_steps_then_breaks, torch.randn(3))
+    reasons = list(kiln.counters["graph_breaks"])
+    assert reasons == ["kiln.graph_break() called"], reasons  # a break at the call, resumed
