@@ -246,3 +246,22 @@ def test_steps_of_an_instruction_that_breaks_are_undone():
     run_and_compare(instruction_that_steps_then_breaks, torch.randn(3))
     reasons = list(kiln.counters["graph_breaks"])
     assert reasons == ["kiln.graph_break() called"], reasons  # a break at the call, resumed
+
+
+def _adds_in_place(t):
+    yield t + 1
+    yield t.add_(1)  # in place: at the consumer's step in eager
+
+
+def break_before_an_in_place_item(t):
+    gen = _adds_in_place(t)
+    a = next(gen)
+    kiln.graph_break()
+    before = t.clone()  # eager: t not yet changed
+    return a, before, next(gen)
+
+
+def test_a_generator_whose_rest_changes_a_tensor_in_place_is_not_drained():
+    run_and_compare(break_before_an_in_place_item, torch.zeros(3))
+    reasons = list(kiln.counters["graph_breaks"])
+    assert any("in place" in r for r in reasons), reasons

@@ -226,6 +226,8 @@ class LazyGeneratorVariable(ListIteratorVariable):
     def close(self, tx):
         """gen.close(): GeneratorExit at the yield; RuntimeError if the body yields again."""
         if not self.started or self.finished:
+            _ITER_UNDO.append((self, self.index))  # (a step, undone with the instruction)
+            self._saved.append(self._snapshot())
             self.started = self.finished = True
             return ConstantVariable(None)
         exit_exc = ObservedException(ExceptionVariable(GeneratorExit, []))
@@ -304,7 +306,8 @@ class LazyGeneratorVariable(ListIteratorVariable):
         state = "started" if self.started else "new"
         if self.started:
             self._check_sent_dropped()
-        effects = self.gen.output.side_effects
+        output = self.gen.output
+        effects, first = output.side_effects, output.last_node()
         floor, records, written = next_serial(), effects.records, len(effects.written)
         reads = set()
         effects.lazy_readers.append(reads)
@@ -326,6 +329,8 @@ class LazyGeneratorVariable(ListIteratorVariable):
             effects.lazy_readers.remove(reads)
         if effects.records > records or any(s < floor for s in effects.written[written:]):
             unimplemented("rebuilding a suspended generator whose rest writes state outside it")
+        if any(_mutates(n) for n in _nodes_after(output.graph, first)):
+            unimplemented("rebuilding a suspended generator whose rest changes a tensor in place")
         if reads:
             unimplemented("rebuilding a generator whose body read variables the frame may write")
         self.rebuilt = (items, self.returned, state)
@@ -449,6 +454,25 @@ def check_freed_generators(output, live):
 # global (the code after the break may write it before the items are asked for), no exception,
 # at most DRAIN_LIMIT items. Anything else is unimplemented: the frame runs in Python.
 _PEP479 = "generator raised StopIteration"
+
+
+def _nodes_after(graph, node):
+    """The graph's nodes made after `node` (all of them when it is None)."""
+    out = []
+    for n in reversed(graph.nodes):
+        if n is node:
+            break
+        out.append(n)
+    return out
+
+
+def _mutates(node):
+    """Whether a graph op writes into a tensor (an in-place method or function, item store)."""
+    target = node.target
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    return node.op in ("call_function", "call_method") and (
+        name == "setitem" or (name.endswith("_") and not name.endswith("__"))
+    )
 
 
 def _call(fn, args, kwargs):
