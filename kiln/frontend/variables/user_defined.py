@@ -600,6 +600,9 @@ class NewObjectVariable(VariableTracker):
             return wrap_constant_like(tx, static)
         if type(static) is tuple and all(isinstance(k, type) for k in static):  # (int, float)
             return TupleVariable([wrap_constant_like(tx, k) for k in static])
+        src = self._class_attr_source(name)
+        if type(static) is dict and src is not None:  # a class's table: read (guarded) from it
+            return wrap_value(tx, static, src)
         unimplemented(f"class attribute {self.cls.__name__}.{name}")
 
     def call_function(self, tx, args, kwargs):
