@@ -34,6 +34,9 @@ DRAIN_LIMIT = 1000  # items a suspended generator may yield when drained at a br
 #   the end     a return leaves the value for StopIteration (`yield from` evaluates to it); an
 #               exception leaves the generator finished; a StopIteration raised in the body is
 #               RuntimeError (PEP 479).
+# Consumers that stop early or interleave take its items one at a time (for loops, next, zip,
+# map, enumerate, islice: Note [Iterators: lazy over live sources]; any, all, `in`, list.extend,
+# deque.extendleft: `steps_lazily`); list(), sorted(), sum() ... step it to its end.
 # The iterators' undo (_ITER_UNDO, Note [Iterators: lazy over live sources]) sees the number of
 # steps taken as `index`: each step keeps the translator's state from before it, and setting
 # `index` back restores it, so a root instruction that breaks after stepping the generator runs
