@@ -54,23 +54,40 @@ class ConstDictVariable(VariableTracker):
         self.items = dict(items)
         self.user_cls = user_cls
         self.default_factory = default_factory  # a defaultdict's factory (a VariableTracker)
+        # dict's own methods changed this OrderedDict's keys behind its order list (Note
+        # [Dicts: dict's methods on an OrderedDict]); `storage_only` while such a method runs
+        self.od_stale = False
+        self.storage_only = False
 
     def python_type(self):
         return self.user_cls
 
     def is_python_constant(self):
-        return self.user_cls is not collections.defaultdict and all(
-            v.is_python_constant() for v in self.items.values()
+        return (
+            self.user_cls is not collections.defaultdict
+            and not self.od_stale
+            and all(v.is_python_constant() for v in self.items.values())
         )
 
     def as_python_constant(self):
+        self.check_order("as a constant")
         return self.user_cls((k, v.as_python_constant()) for k, v in self.items.items())
 
     def truthy(self, tx):
         return bool(self.items)
 
     def unpack_var_sequence(self, tx):
+        self.check_order("iterated")
         return [ConstantVariable(k) for k in self.items]
+
+    def check_order(self, what):
+        """Break where an OrderedDict whose order list dict's methods bypassed would be read
+        through that list (Note [Dicts: dict's methods on an OrderedDict])."""
+        if self.od_stale and not self.storage_only:
+            unimplemented(
+                f"{self.user_cls.__name__} {what} after dict's own methods changed its keys "
+                "(its order list no longer matches its items)"
+            )
 
     def _ordered(self):
         return issubclass(self.user_cls, collections.OrderedDict)
@@ -99,6 +116,46 @@ class ConstDictVariable(VariableTracker):
         raise_observed(tx, KeyError, key)
 
     def call_method(self, tx, name, args, kwargs):
+        if self.od_stale and not _inherited(self.user_cls, name):
+            other = args[0] if args else None
+            if not (name in ("__eq__", "__ne__") and _plain_dict_operand(other)):
+                self.check_order(f".{name}()")
+        return self._call_method(tx, name, args, kwargs)
+
+    def call_dict_method(self, tx, name, args, kwargs):
+        """dict's own method `name` run on this dict's items, bypassing its class's override
+        (`dict.keys(od)`, `dict.__or__(od, d)`; Note [Dicts: dict's methods on an
+        OrderedDict])."""
+        if _inherited(self.user_cls, name):
+            return self.call_method(tx, name, args, kwargs)
+        if name == "copy" and not args and not kwargs:
+            return ConstDictVariable(self.items)
+        if name == "__or__" and len(args) == 1 and not kwargs:
+            if not isinstance(args[0], ConstDictVariable):
+                return ConstantVariable(NotImplemented)
+            args[0].check_order("merged")
+            return ConstDictVariable({**self.items, **args[0].items})
+        if name in ("__eq__", "__ne__") and len(args) == 1 and not kwargs:
+            other = args[0]
+            if not isinstance(other, ConstDictVariable):
+                return self._call_method(tx, name, args, kwargs)
+            same = EQUALITY["dicts"](tx, self, other, ordered=False)
+            return ConstantVariable(same if name == "__eq__" else not same)
+        keys = list(self.items)
+        cls, self.user_cls, self.storage_only = self.user_cls, dict, True
+        try:
+            result = self._call_method(tx, name, args, kwargs)
+        finally:
+            self.user_cls, self.storage_only = cls, False
+        if list(self.items) != keys and issubclass(cls, collections.OrderedDict):
+            if self.source is not None:
+                unimplemented(
+                    f"dict.{name} changing the keys of an {cls.__name__} that outlives the frame"
+                )
+            self.od_stale = True
+        return result
+
+    def _call_method(self, tx, name, args, kwargs):
         if name == "__getitem__" and len(args) == 1:
             key = self._key(args[0])
             if key not in self.items and self.default_factory is not None:
@@ -159,8 +216,12 @@ class ConstDictVariable(VariableTracker):
             self._mutate(tx)
             self.items.clear()
             return ConstantVariable(None)
-        if name == "popitem" and not args and set(kwargs) <= self._popitem_kwargs():
-            last = kwargs["last"].truthy(tx) if "last" in kwargs else True
+        if (
+            name == "popitem"
+            and len(args) <= len(self._popitem_kwargs()) - len(kwargs)
+            and (set(kwargs) <= self._popitem_kwargs())
+        ):
+            last = kwargs.get("last", args[0] if args else ConstantVariable(True)).truthy(tx)
             if not self.items:
                 raise_observed(tx, KeyError, "popitem(): dictionary is empty")
             self._mutate(tx)
@@ -201,6 +262,13 @@ class ConstDictVariable(VariableTracker):
             return ConstDictVariable(
                 {**self.items, **other.items}, self.user_cls, self.default_factory
             )
+        if name == "__ror__" and len(args) == 1 and not kwargs:
+            other = args[0]  # `other | self`, other's class a base of self's
+            if not isinstance(other, ConstDictVariable):
+                return ConstantVariable(NotImplemented)
+            other.check_order("merged")
+            merged = {**other.items, **self.items}
+            return ConstDictVariable(merged, self.user_cls, self.default_factory)
         if name == "pop" and 1 <= len(args) <= 2:
             self._mutate(tx)
             key = self._key(args[0])
@@ -237,6 +305,7 @@ class ConstDictVariable(VariableTracker):
         if self.source is not None:  # never mutated while tracing: the object itself
             self.source.reconstruct(cg)
             return
+        self.check_order("rebuilt")
         if self.user_cls not in (dict, collections.OrderedDict, collections.defaultdict):
             unimplemented(f"rebuilding a {self.user_cls.__name__}")
         nargs = 1
@@ -326,59 +395,98 @@ def _is_dict_type(var):
 
 
 # Note [Dicts: methods read from the class]
-# `dict.get(d, k)`, `dict.__ior__(d, other)`, `OrderedDict.update(d, ...)` call dict's C method
-# with `d` as self. When d's class does not override that method (a plain dict, an OrderedDict's
-# `get`, a dict subclass's `update`), this is exactly `d.get(k)`, traced as such. A method the
-# class overrides (`dict.keys(od)` bypasses OrderedDict's keys) or a self that is no dict we model
-# breaks.
-class DictClassMethodVariable(VariableTracker):
-    """`dict.<name>`: a method of the dict class, unbound (Note [Dicts: methods read from the
-    class])."""
+# `dict.get(d, k)`, `dict.__ior__(d, other)`, `OrderedDict.move_to_end(d, k)` call a C method of
+# dict (or of OrderedDict / defaultdict) with `d` as self. When d's class does not override that
+# method (a plain dict, an OrderedDict's `get`, a dict subclass's `update`), this is exactly
+# `d.get(k)`, traced as such. When it does (`dict.keys(od)` bypasses OrderedDict's keys), dict's
+# own method runs on d's items (Note [Dicts: dict's methods on an OrderedDict]). A self that is
+# no dict we model breaks.
 
-    def __init__(self, name, **kw):
+# Note [Dicts: dict's methods on an OrderedDict]
+# An OrderedDict is a dict (its items, the storage) plus a list of its keys in order, which its
+# own methods keep in step. dict's methods called on it (`dict.update(od, d)`, `dict.pop(od, k)`,
+# `dict.clear(od)`) change the storage only: `dict.keys(od)`, `len(od)`, `od[k]`, `k in od`,
+# `od == {...}` read the storage and see the change; iterating `od`, `repr(od)`, `od.keys()` and
+# OrderedDict's own methods walk the stale list (CPython then shows old keys or raises KeyError).
+# kiln models the storage: after such a change (`od_stale`) the reads of the storage (methods
+# OrderedDict inherits from dict, dict's own methods, == with a plain dict) are traced and every
+# read through the order list breaks, as does rebuilding the dict; an OrderedDict from outside
+# the frame breaks at the change itself. `dict.copy(od)` and `dict.__or__(od, d)` are plain
+# dicts; `dict.__eq__` ignores order.
+
+
+def _inherited(cls, name):
+    """Whether `cls` (a dict class) keeps dict's own `name`."""
+    return getattr(cls, name, None) is getattr(dict, name, None)
+
+
+def _plain_dict_operand(var):
+    """Whether `var` is a traced dict no OrderedDict (`od == d` then compares storages)."""
+    return isinstance(var, ConstDictVariable) and not var._ordered()
+
+
+_DICT_CLASSES = (collections.OrderedDict, collections.defaultdict, dict)
+
+
+class DictClassMethodVariable(VariableTracker):
+    """`dict.<name>` (or `OrderedDict.<name>`): a method of a dict class, unbound (Note [Dicts:
+    methods read from the class])."""
+
+    def __init__(self, name, owner=dict, **kw):
         super().__init__(**kw)
         self.name = name
+        self.owner = owner
 
     def python_type(self):
-        return type(inspect.getattr_static(dict, self.name))
+        return type(inspect.getattr_static(self.owner, self.name))
 
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__"):
-            return ConstantVariable(getattr(getattr(dict, self.name), name))
+            return ConstantVariable(getattr(getattr(self.owner, self.name), name))
         return super().var_getattr(tx, name)
 
     def call_function(self, tx, args, kwargs):
+        label = f"{self.owner.__name__}.{self.name}"
         if not args:
-            unimplemented(f"dict.{self.name} without self")
+            unimplemented(f"{label} without self")
         obj, rest = args[0], list(args[1:])
         try:
             cls = obj.python_type()
         except Exception:
             cls = None
-        if cls is None or not issubclass(cls, dict):
-            unimplemented(f"dict.{self.name} of {obj}")
-        if getattr(cls, self.name, None) is not getattr(dict, self.name):
-            unimplemented(f"dict.{self.name} of a {cls.__name__} (which overrides it)")
-        return obj.call_method(tx, self.name, rest, kwargs)
+        if cls is None or not issubclass(cls, self.owner):
+            unimplemented(f"{label} of {obj}")
+        if getattr(cls, self.name, None) is getattr(self.owner, self.name):
+            return obj.call_method(tx, self.name, rest, kwargs)
+        if self.owner is dict and isinstance(obj, ConstDictVariable):
+            return obj.call_dict_method(tx, self.name, rest, kwargs)
+        unimplemented(f"{label} of a {cls.__name__} (which overrides it)")
 
     def reconstruct(self, cg):
-        cg.load_object(getattr(dict, self.name))
+        cg.load_object(getattr(self.owner, self.name))
 
     def __repr__(self):
-        return f"DictClassMethodVariable({self.name})"
+        return f"DictClassMethodVariable({self.owner.__name__}.{self.name})"
 
 
 def class_method(cls, name):
-    """`dict.<name>` (or `Sub.<name>` of a dict subclass that keeps dict's) as a variable when
-    it is a method of instances (Note [Dicts: methods read from the class]), else None."""
-    if not (isinstance(cls, type) and issubclass(cls, dict)):
+    """`dict.<name>` (or `Sub.<name>` of a dict subclass that keeps dict's, OrderedDict's or
+    defaultdict's) as a variable when it is a C method of instances (Note [Dicts: methods read
+    from the class]), else None."""
+    if not (isinstance(cls, type) and issubclass(cls, dict)) or name == "__new__":
         return None
-    if getattr(cls, name, None) is not getattr(dict, name, None):
-        return None
-    static = inspect.getattr_static(dict, name, None)
-    if isinstance(static, (_METHOD_DESCRIPTOR, _SLOT_WRAPPER)) and name != "__new__":
-        return DictClassMethodVariable(name)
+    for owner in _DICT_CLASSES:
+        if issubclass(cls, owner) and getattr(cls, name, None) is getattr(owner, name, None):
+            static = inspect.getattr_static(owner, name, None)
+            if isinstance(static, (_METHOD_DESCRIPTOR, _SLOT_WRAPPER)):
+                return DictClassMethodVariable(name, _defining(owner, name))
+            return None
     return None
+
+
+def _defining(owner, name):
+    """The dict class among `owner`'s bases that defines `name` (dict for inherited ones)."""
+    return owner if owner is dict or not _inherited(owner, name) else dict
 
 
 _METHOD_DESCRIPTOR = type(dict.get)

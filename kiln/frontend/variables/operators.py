@@ -101,6 +101,15 @@ def binary_op(tx, fn, a, b):
     if isinstance(a, SetVariable) and fn in _SET_OPS:
         result = a.call_method(tx, _SET_OPS[fn], [b], {})
         return a if _SET_OPS[fn].endswith("update") else result
+    if (
+        fn is operator.or_
+        and isinstance(a, ConstDictVariable)
+        and isinstance(b, ConstDictVariable)
+        and issubclass(b.user_cls, a.user_cls)
+        and b.user_cls is not a.user_cls
+        and getattr(b.user_cls, "__ror__", None) is not getattr(a.user_cls, "__ror__", None)
+    ):
+        return b.call_method(tx, "__ror__", [a], {})  # a subclass's reflected method first
     if isinstance(a, ConstDictVariable) and fn in (operator.or_, operator.ior):
         result = a.call_method(tx, "__ior__" if fn is operator.ior else "__or__", [b], {})
         if result.is_python_constant() and result.as_python_constant() is NotImplemented:
@@ -151,14 +160,19 @@ def binary_op(tx, fn, a, b):
 _DICT_EQS = {dict.__eq__, collections.OrderedDict.__eq__}
 
 
-def _dicts_equal(tx, a, b):
-    """Whether two traced dicts compare equal (Note [Dicts: equality])."""
+def _dicts_equal(tx, a, b, ordered=None):
+    """Whether two traced dicts compare equal (Note [Dicts: equality]); `ordered=False` is
+    dict.__eq__'s comparison, which ignores an OrderedDict's order."""
     for d in (a, b):
         if getattr(d.user_cls, "__eq__", None) not in _DICT_EQS:
             unimplemented(f"== of a {d.user_cls.__name__} (its own __eq__)")
     if len(a.items) != len(b.items):
         return False
-    ordered = all(issubclass(d.user_cls, collections.OrderedDict) for d in (a, b))
+    if ordered is None:
+        ordered = all(issubclass(d.user_cls, collections.OrderedDict) for d in (a, b))
+    if ordered:
+        a.check_order("compared")
+        b.check_order("compared")
     if ordered and list(a.items) != list(b.items):
         return False
     for key, value in a.items.items():
