@@ -56,6 +56,7 @@ class SideEffects:
         self.cell_undo = []  # (frame locals, name, old value) per traced-cell write
         self.lazy_readers = []  # per generator body being traced: the cells/globals it read
         self.lazy_reads = {}  # cell or global key -> the generators whose body read it
+        self.attr_order = {}  # ("attr"/"dictitem", id, name) -> when first stored (dict order)
 
     def tracked_container(self, tx, value, source):
         """The variable already wrapping this real mutable container (a list, dict or deque
@@ -102,7 +103,22 @@ class SideEffects:
         replayed with it (Note [Side effects: stores through a user __setattr__])."""
         if obj_var.source is None:
             unimplemented(f"attribute store .{name} on an object without a source")
-        self._record(("attr", id(obj_var.value), name), "attr", (obj_var, name, value, raw))
+        key = ("attr", id(obj_var.value), name)
+        self.attr_order.setdefault(key, len(self.attr_order))
+        if key in self.log and name not in (getattr(obj_var.value, "__dict__", None) or ()):
+            # a new attribute stored again: replayed where it was first stored, so that the
+            # instance dict gets its keys in eager's order
+            self.records += 1
+            self.log[key] = ("attr", (obj_var, name, value, raw))
+            return
+        self._record(key, "attr", (obj_var, name, value, raw))
+
+    def store_dict_item(self, obj_var, name, value):
+        """`obj.__dict__[name] = value` for a name behind a data descriptor of obj's class
+        (Note [Objects: the instance __dict__ as a view])."""
+        key = ("dictitem", id(obj_var.value), name)
+        self.attr_order.setdefault(key, len(self.attr_order))
+        self._record(key, "attr", (obj_var, name, value, "dict"))
 
     def load_attr(self, obj_var, name):
         """The value stored while tracing, or None."""
@@ -227,6 +243,15 @@ class SideEffects:
                 obj_var, name, value, raw = payload
                 v = _to_temp(cg, lambda value=value: cg.reconstruct(value))
                 o = _to_temp(cg, lambda obj_var=obj_var: obj_var.source.reconstruct(cg))
+                if raw == "dict":  # o.__dict__[name] = v
+                    stores.append(
+                        emit.load_fast(v)
+                        + emit.load_fast(o)
+                        + emit.load_attr("__dict__")
+                        + emit.load_const(name)
+                        + emit.store_subscr()
+                    )
+                    continue
                 if raw:
                     cg.load_object(object.__setattr__)
                     f = cg.new_temp()

@@ -45,6 +45,7 @@ from kiln.frontend.variables.user_attrs import (
     has_instance_dict,
     instance_static,
     no_attribute_message,
+    raw_store_attr,
 )
 from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 from kiln.frontend.variables.user_protocol import (
@@ -472,6 +473,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             unimplemented(f"assignment through {type(obj.value).__name__}.__setattr__")
         cls = type(obj.value)
         static = instance_static(cls, name, None)
+        if isinstance(obj, UserDefinedObjectVariable) and isinstance(static, property):
+            raw_store_attr(self, obj, name, value)  # its Python setter, inlined
+            return
         if static is not None and hasattr(static, "__set__"):
             unimplemented(f"assignment to the descriptor {cls.__name__}.{name}")
         if not has_instance_dict(cls):  # `object()`, a class with __slots__ only

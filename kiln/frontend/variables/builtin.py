@@ -382,6 +382,8 @@ class BuiltinVariable(VariableTracker):
                 obj = ConstDictVariable(obj.dict_items)  # dict(d): d's own items (C's fast path)
             if isinstance(obj, dicts.MappingProxyVariable):
                 obj = obj.dict_var  # dict(mappingproxy): its dict's items
+            if hasattr(obj, "dict_snapshot"):
+                obj = obj.dict_snapshot(tx)  # dict(obj.__dict__): the attributes now
             if isinstance(obj, ConstDictVariable):
                 items.update(obj.items)
             elif _has_keys(obj):

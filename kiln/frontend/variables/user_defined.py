@@ -38,6 +38,7 @@ from kiln.frontend.variables.exceptions import (
     raise_observed,
 )
 from kiln.frontend.variables.functions import UserMethodVariable, bind_args, inline_call
+from kiln.frontend.variables.instance_dict import instance_dict_view
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable, make_deque
 from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
 from kiln.frontend.variables.user_attrs import (
@@ -288,6 +289,10 @@ class UserDefinedObjectVariable(VariableTracker):
         cls = type(self.value)
         if name == "__class__" and plain_class_attr(cls):  # pinned by the TYPE_MATCH guard
             return wrap_constant_like(tx, cls)
+        if name == "__dict__":
+            view = instance_dict_view(self)  # Note [Objects: the instance __dict__ as a view]
+            if view is not None:
+                return view
         static = instance_static(cls, name, None)
         if isinstance(static, types.MemberDescriptorType) and hasattr(self.value, name):
             # a __slots__ field (stores into it are breaks): read like an instance attribute
@@ -299,7 +304,8 @@ class UserDefinedObjectVariable(VariableTracker):
         if static is not None and hasattr(static, "__set__") and not isinstance(static, property):
             unimplemented(f"data descriptor {name!r} of {cls.__name__}")
         d = getattr(self.value, "__dict__", None)
-        if d is not None and name in d:
+        if d is not None and name in d and not isinstance(static, property):
+            # (a property is a data descriptor: it wins over the instance dict)
             source = AttrSource(self.source, name)
             if cls.__getattribute__ is not object.__getattribute__:
                 # Note [Objects: a Python __getattribute__]: the guard reads the instance dict
