@@ -78,6 +78,12 @@ def binary_op(tx, fn, a, b):
         result = dict_views.set_op(tx, fn, a, b) if fn in dict_views._SET_OPS else None
         if result is not None:
             return result
+    if fn in (operator.or_, operator.ior) and _dict_object_vs_builtin(a, b):
+        names = f"'{a.python_type().__name__}' and '{b.python_type().__name__}'"
+        raise_observed(tx, TypeError, f"unsupported operand type(s) for |: {names}")
+    if fn is operator.ior and isinstance(a, NewObjectVariable) and a.dict_items is not None:
+        if getattr(a.cls, "__ior__", None) is dict.__ior__:  # `sd |= d`: its items, in place
+            return a.var_getattr(tx, "__ior__").call_function(tx, [b], {})
     if fn in _DICT_OBJECT_OPS:
         a, b = _dict_objects_as_dicts(a, b, _DICT_OBJECT_OPS[fn])
     if fn in _SET_CMP and isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable):
@@ -215,6 +221,16 @@ def _dict_objects_as_dicts(a, b, dunders):
     if a2 is None or b2 is None or (a2 is a and b2 is b):
         return a, b
     return a2, b2
+
+
+def _dict_object_vs_builtin(a, b):
+    """`sd | 1`: a dict-subclass instance made while tracing that keeps dict's `|`, and a
+    builtin literal, list, tuple or set, which declines a dict too (TypeError)."""
+    if not (isinstance(a, NewObjectVariable) and a.dict_items is not None):
+        return False
+    if any(getattr(a.cls, d, None) is not getattr(dict, d) for d in ("__or__", "__ior__")):
+        return False
+    return isinstance(b, (ConstantVariable, BaseListVariable, SetVariable))
 
 
 def _constant_sequence(value, other):

@@ -20,7 +20,7 @@ from kiln.frontend.source import (
     MappingGetSource,
     dict_get,
 )
-from kiln.frontend.variables import logging_vars, stdlib
+from kiln.frontend.variables import dict_subclass, logging_vars, stdlib
 from kiln.frontend.variables.base import (
     BoundMethodVariable,
     PythonValueVariable,
@@ -30,7 +30,7 @@ from kiln.frontend.variables.base import (
 )
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.ctx_managers import NullContextVariable, special_instance
-from kiln.frontend.variables.dicts import ConstDictVariable, make_mapping_proxy
+from kiln.frontend.variables.dicts import ConstDictVariable, hashable_key, make_mapping_proxy
 from kiln.frontend.variables.dicts import class_method as dict_class_method
 from kiln.frontend.variables.exceptions import (
     ExceptionInitVariable,
@@ -73,6 +73,8 @@ class UserDefinedClassVariable(PythonValueVariable):
         modelled = stdlib.class_method(self.value, name)  # OrderedDict.fromkeys ...
         if modelled is None:
             modelled = dict_class_method(self.value, name)  # SimpleDict.values (dict's)
+        if modelled is None and name == "fromkeys":
+            modelled = dict_subclass.subclass_fromkeys(self)
         if modelled is not None:
             return modelled
         try:
@@ -279,6 +281,10 @@ class UserDefinedObjectVariable(VariableTracker):
             return EnvironReadVariable(self, name)
         if type(self.value) is dict and name in ("get", "__getitem__", "__contains__"):
             return DictReadVariable(self, name)  # (a dict with keys kiln does not wrap)
+        if isinstance(self.value, dict) and type(self.value) is not dict:
+            method = dict_subclass.read_method(tx, self, name)  # `d.get(k)` of a subclass
+            if method is not None:
+                return method
         if logging_vars.is_logger(self.value):
             method = logging_vars.logger_method(self, name)
             if method is not None:
@@ -342,9 +348,17 @@ class UserDefinedObjectVariable(VariableTracker):
         unimplemented(f"call to {what} (a {type(self.value).__name__}, not traced)")
 
     def truthy(self, tx):
+        if isinstance(self.value, dict):
+            found = dict_subclass.storage_truthy(tx, self)
+            if found is not None:
+                return found
         return user_truthy(tx, self)
 
     def unpack_var_sequence(self, tx):
+        if isinstance(self.value, dict) and dict_subclass.c_owner(type(self.value), "__iter__"):
+            storage = dict_subclass.storage_of(tx, self)
+            if storage is not None:
+                return storage.unpack_var_sequence(tx)
         return user_iter_items(tx, self)
 
     def __repr__(self):
@@ -398,6 +412,8 @@ class SuperVariable(VariableTracker):
                 if klass is dict and name in ("get", "__getitem__", "__contains__"):
                     if isinstance(self.obj, NewObjectVariable):
                         return DictMethodVariable(self.obj, name)
+                    if dict_subclass.storage_of(tx, self.obj) is not None:
+                        return dict_subclass.StorageReadVariable(self.obj, name)
                     return DictReadVariable(self.obj, name)
                 if isinstance(self.obj, NewObjectVariable):
                     if klass in _DICT_BASES and self.obj.dict_items is not None:
@@ -618,6 +634,8 @@ class NewObjectVariable(VariableTracker):
 
     def truthy(self, tx):
         if self.dict_base is not None:
+            if "__bool__" not in dir(self.cls) and _dict_method_owner(self.cls, "__len__"):
+                return bool(self.dict_items)
             unimplemented(f"bool() of a {self.cls.__name__} (a dict subclass)")
         return user_truthy(tx, self)
 
@@ -661,6 +679,10 @@ def call_getattr_hook(tx, obj, name):
     """`obj.name` not found the ordinary way: the class's Python __getattr__, inlined."""
     cls = obj.python_type()
     hook = instance_static(cls, "__getattr__")
+    if hook is dict.get and isinstance(obj, UserDefinedObjectVariable):
+        method = dict_subclass.read_method(tx, obj, "get")  # `__getattr__ = dict.get`
+        if method is not None:
+            return method.call_function(tx, [ConstantVariable(name)], {})
     if not isinstance(hook, types.FunctionType) or cls.__getattribute__ is not (
         object.__getattribute__
     ):
@@ -772,6 +794,10 @@ class DictMethodVariable(VariableTracker):
             return obj.var_getattr(tx, _const_key(args[0]))
         if name == "__iter__" and not args:
             return ListIteratorVariable([ConstantVariable(k) for k in obj.dict_items])
+        if obj.dict_items is not None:
+            result = dict_subclass.operator_method(tx, obj, name, args, kwargs)
+            if result is not None:
+                return result
         if obj.dict_items is None or name not in _DICT_READS + _DICT_WRITES:
             unimplemented(f"{name} of {obj}")
         view = ConstDictVariable(obj.dict_items)
@@ -791,7 +817,7 @@ class DictMethodVariable(VariableTracker):
         elif name == "__delitem__":
             name = "pop"
         elif name == "setdefault" and 1 <= len(args) <= 2 and not kwargs:
-            key = _const_key(args[0])
+            key = hashable_key(_const_key(args[0]))
             if key not in obj.dict_items:
                 tx.output.side_effects.mutate_new_object(obj)
                 obj.dict_items[key] = args[1] if len(args) > 1 else ConstantVariable(None)
