@@ -25,6 +25,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import GetItemSource, advance_iter
+from kiln.frontend.variables.dict_keys import is_stand_in, key_var
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import BaseListVariable, DequeVariable, SetVariable
 from kiln.frontend.variables.misc import NullVariable
@@ -276,7 +277,7 @@ class SideEffects:
 
                 def build_dict(var=var):
                     for k, v in var.items.items():
-                        cg.extend(emit.load_const(k))
+                        cg.reconstruct(key_var(k))
                         cg.reconstruct(v)
                     cg.extend(emit.build_map(len(var.items)))
 
@@ -404,7 +405,7 @@ def _dict_stores(cg, var):
     """The replay of a dict input by key, or None (Note [Side effects: dicts replayed key by
     key])."""
     initial = getattr(var, "initial_keys", None)
-    if initial is None:
+    if initial is None or any(is_stand_in(k) for k in var.items):
         return None
     final = list(var.items)
     kept = [k for k in initial if k in var.items]

@@ -394,7 +394,7 @@ class BuiltinVariable(VariableTracker):
                     if len(kv) != 2:
                         message = f"dictionary update sequence element #{i} has length {len(kv)}"
                         raise_observed(tx, ValueError, f"{message}; 2 is required")
-                    items[kv[0].as_python_constant()] = kv[1]
+                    items[dicts.dict_key(kv[0])] = kv[1]
         items.update(kwargs)
         return ConstDictVariable(items)
 

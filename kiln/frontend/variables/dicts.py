@@ -10,6 +10,7 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import dict_views
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.dict_keys import is_stand_in, key_var, object_key
 from kiln.frontend.variables.dict_views import DictViewVariable
 from kiln.frontend.variables.exceptions import observe, raise_observed
 from kiln.frontend.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
@@ -30,9 +31,10 @@ def not_iterable(var):
 
 
 def dict_key(var):
-    """The Python key of a traced value put in a dict (BUILD_MAP, d[k] = v)."""
+    """The Python key of a traced value put in a dict (BUILD_MAP, d[k] = v): the constant, or a
+    stand-in for an object (Note [Dicts: keys that are objects])."""
     if not var.is_python_constant():
-        unimplemented(f"dict key {var} is not a constant")
+        return object_key(var, dict_key)
     return hashable_key(var.as_python_constant())
 
 
@@ -66,11 +68,14 @@ class ConstDictVariable(VariableTracker):
         return (
             self.user_cls is not collections.defaultdict
             and not self.od_stale
+            and not any(is_stand_in(k) for k in self.items)
             and all(v.is_python_constant() for v in self.items.values())
         )
 
     def as_python_constant(self):
         self.check_order("as a constant")
+        if any(is_stand_in(k) for k in self.items):
+            unimplemented("a dict keyed by objects as a constant")
         return self.user_cls((k, v.as_python_constant()) for k, v in self.items.items())
 
     def truthy(self, tx):
@@ -78,7 +83,7 @@ class ConstDictVariable(VariableTracker):
 
     def unpack_var_sequence(self, tx):
         self.check_order("iterated")
-        return [ConstantVariable(k) for k in self.items]
+        return [key_var(k) for k in self.items]
 
     def check_order(self, what):
         """Break where an OrderedDict whose order list dict's methods bypassed would be read
@@ -226,7 +231,7 @@ class ConstDictVariable(VariableTracker):
                 raise_observed(tx, KeyError, "popitem(): dictionary is empty")
             self._mutate(tx)
             k = next(reversed(self.items)) if last else next(iter(self.items))
-            return TupleVariable([ConstantVariable(k), self.items.pop(k)])
+            return TupleVariable([key_var(k), self.items.pop(k)])
         if name == "move_to_end" and self._ordered() and len(args) + len(kwargs) <= 2 and args:
             key = self._key(args[0])
             last = args[1] if len(args) > 1 else kwargs.get("last", ConstantVariable(True))
@@ -280,7 +285,7 @@ class ConstDictVariable(VariableTracker):
         if name == "copy" and not args:
             return ConstDictVariable(self.items, self.user_cls, self.default_factory)
         if name == "list" and not args:
-            return ListVariable([ConstantVariable(k) for k in self.items])
+            return ListVariable([key_var(k) for k in self.items])
         self._argument_error(tx, name, args, kwargs)
         unimplemented(f"dict.{name}")
 
@@ -318,7 +323,7 @@ class ConstDictVariable(VariableTracker):
             else:
                 cg.reconstruct(self.default_factory)
         for k, v in self.items.items():
-            cg.extend(emit.load_const(k))
+            cg.reconstruct(key_var(k))
             cg.reconstruct(v)
         cg.extend(emit.build_map(len(self.items)))
         if self.user_cls is not dict:
