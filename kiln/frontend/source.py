@@ -1,6 +1,7 @@
 """Sources: where a traced value came from, as guard expression text and as load bytecode."""
 
 import dataclasses
+import gc
 
 import torch
 
@@ -141,6 +142,29 @@ MISSING = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
 def dict_get(obj, key):
     """`dict.get(obj, key)` ignoring overrides of subclasses (MISSING when absent)."""
     return dict.get(obj, key, MISSING)
+
+
+def proxied_dict(proxy):
+    """The mapping a types.MappingProxyType reads (its only referent)."""
+    return gc.get_referents(proxy)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxiedDictSource(Source):
+    """The dict behind a mappingproxy (Note [Dicts: mappingproxy])."""
+
+    source: Source
+
+    def name(self):
+        return f"___proxied_dict({self.source.name()})"
+
+    def reconstruct(self, cg):
+        cg.load_object(proxied_dict, push_null=True)
+        self.source.reconstruct(cg)
+        cg.extend(_emit.call(1))
+
+    def base(self):
+        return self.source.base()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -337,7 +337,9 @@ class ConstDictVariable(VariableTracker):
 # types.MappingProxyType(d) (and a dict view's `.mapping`) is a read-only, live view of d: every
 # read reads d as it is now, a write raises TypeError. The variable holds d's variable; it is
 # rebuilt as MappingProxyType over d rebuilt (the same object when d came from a source, so
-# later changes of d show through it after the frame too).
+# later changes of d show through it after the frame too). A mappingproxy from outside the frame
+# holds the variable of its dict, reached as `___proxied_dict(mp)` (the proxy's only referent):
+# one variable per dict, so the frame's changes of d made through another name show through mp.
 class MappingProxyVariable(VariableTracker):
     """A mappingproxy over a traced dict (Note [Dicts: mappingproxy])."""
 
@@ -364,6 +366,9 @@ class MappingProxyVariable(VariableTracker):
         unimplemented(f"mappingproxy.{name}")
 
     def reconstruct(self, cg):
+        if self.source is not None:  # a mappingproxy from outside the frame: itself
+            self.source.reconstruct(cg)
+            return
         cg.load_object(types.MappingProxyType, push_null=True)
         cg.reconstruct(self.dict_var)
         cg.extend(emit.call(1))
