@@ -55,6 +55,8 @@ class ConstDictVariable(VariableTracker):
         super().__init__(**kw)
         self.items = dict(items)
         self.user_cls = user_cls
+        if isinstance(default_factory, ConstantVariable) and default_factory.value is None:
+            default_factory = None  # (an input defaultdict without a factory)
         self.default_factory = default_factory  # a defaultdict's factory (a VariableTracker)
         # dict's own methods changed this OrderedDict's keys behind its order list (Note
         # [Dicts: dict's methods on an OrderedDict]); `storage_only` while such a method runs
@@ -116,7 +118,9 @@ class ConstDictVariable(VariableTracker):
     def _key_error(self, tx, key):
         """A missing key raises KeyError as Python does (Note [Blocks: exceptions while
         tracing]), unless the class has a __missing__ kiln does not run."""
-        if getattr(self.user_cls, "__missing__", None) is not None:
+        plain_missing = self.user_cls is collections.defaultdict and self.default_factory is None
+        if getattr(self.user_cls, "__missing__", None) is not None and not plain_missing:
+            # (a defaultdict without a factory: its __missing__ raises KeyError(key))
             unimplemented(f"KeyError {key!r} while tracing ({self.user_cls.__name__}.__missing__)")
         raise_observed(tx, KeyError, key)
 
@@ -479,10 +483,46 @@ class DictClassMethodVariable(VariableTracker):
         return f"DictClassMethodVariable({self.owner.__name__}.{self.name})"
 
 
+# Note [Dicts: __new__ of subclasses]
+# `dict.__new__(cls)` (and `super().__new__(cls, ...)` inside a dict subclass's own __new__) makes
+# an empty instance of cls, ignoring its other arguments: a ConstDictVariable for dict or
+# OrderedDict, else an instance of the subclass made while tracing (NewObjectVariable, registered
+# by user_defined.py), whose __init__ the caller then runs. `Sub(...)` of a subclass with a Python
+# __new__ inlines that __new__, which must return such an instance of Sub. The transformed code
+# rebuilds instances with the C class's __new__, never the Python one again.
+NEW_OBJECT = {}  # "make": cls -> a new instance variable of a dict subclass, or None
+
+
+class DictNewVariable(VariableTracker):
+    """`dict.__new__` / `OrderedDict.__new__` (Note [Dicts: __new__ of subclasses])."""
+
+    def __init__(self, owner, **kw):
+        super().__init__(**kw)
+        self.owner = owner
+
+    def call_function(self, tx, args, kwargs):
+        if not args or not args[0].is_python_constant():
+            unimplemented(f"{self.owner.__name__}.__new__ without a class")
+        cls = args[0].as_python_constant()
+        if not (isinstance(cls, type) and issubclass(cls, self.owner)):
+            unimplemented(f"{self.owner.__name__}.__new__({cls!r})")
+        if cls in (dict, collections.OrderedDict):
+            return ConstDictVariable({}, user_cls=cls)
+        made = NEW_OBJECT["make"](cls)
+        if made is None:
+            unimplemented(f"{self.owner.__name__}.__new__ of {cls.__qualname__}")
+        return made
+
+    def reconstruct(self, cg):
+        cg.load_object(self.owner.__new__)
+
+
 def class_method(cls, name):
     """`dict.<name>` (or `Sub.<name>` of a dict subclass that keeps dict's, OrderedDict's or
     defaultdict's) as a variable when it is a C method of instances (Note [Dicts: methods read
     from the class]), else None."""
+    if name == "__new__" and cls in (dict, collections.OrderedDict):
+        return DictNewVariable(cls)
     if not (isinstance(cls, type) and issubclass(cls, dict)) or name == "__new__":
         return None
     for owner in _DICT_CLASSES:

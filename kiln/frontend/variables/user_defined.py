@@ -30,7 +30,13 @@ from kiln.frontend.variables.base import (
 )
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.ctx_managers import NullContextVariable, special_instance
-from kiln.frontend.variables.dicts import ConstDictVariable, hashable_key, make_mapping_proxy
+from kiln.frontend.variables.dicts import NEW_OBJECT as dicts_new_object
+from kiln.frontend.variables.dicts import (
+    ConstDictVariable,
+    DictNewVariable,
+    hashable_key,
+    make_mapping_proxy,
+)
 from kiln.frontend.variables.dicts import class_method as dict_class_method
 from kiln.frontend.variables.exceptions import (
     ExceptionInitVariable,
@@ -170,25 +176,39 @@ class UserDefinedClassVariable(PythonValueVariable):
             made = make(tx, self, args, kwargs)
             if made is not None:
                 return made
+        if dict_base(cls) is not None and _plain_class(cls, own_new=True):
+            new = inspect.getattr_static(cls, "__new__")
+            if isinstance(new, staticmethod):  # Note [Dicts: __new__ of subclasses]
+                src = AttrSource(self.source, "__new__") if self.source is not None else None
+                obj = inline_call(tx, new.__func__, [self, *args], kwargs, src)
+                if not (isinstance(obj, NewObjectVariable) and obj.cls is cls):
+                    unimplemented(f"{cls.__qualname__}.__new__ returns {obj}")
+                obj.class_source = self.source
+                return self._init(tx, obj, args, kwargs)
         if _plain_class(cls):
             obj = NewObjectVariable(cls)
             obj.class_source = self.source
-            init = inspect.getattr_static(cls, "__init__")
-            if isinstance(init, types.FunctionType):
-                # (a wrapped __init__, as transformers' metaclass makes, reads its cells by source)
-                src = AttrSource(self.source, "__init__") if self.source is not None else None
-                result = inline_call(tx, init, [obj, *args], kwargs, src)
-                if not (result.is_python_constant() and result.as_python_constant() is None):
-                    if not result.is_python_constant():
-                        unimplemented(f"{cls.__qualname__}.__init__ returns a traced value")
-                    kind = type(result.as_python_constant()).__name__
-                    raise_observed(tx, TypeError, f"__init__() should return None, not '{kind}'")
-            elif init in _DICT_INITS:
-                DictMethodVariable(obj, "__init__").call_function(tx, list(args), kwargs)
-            elif args or kwargs:
-                unimplemented(f"{cls.__qualname__}() takes no arguments")
-            return obj
+            return self._init(tx, obj, args, kwargs)
         unimplemented(f"creating an instance of {cls.__qualname__} while tracing")
+
+    def _init(self, tx, obj, args, kwargs):
+        """`obj.__init__(*args, **kwargs)` of a new instance of this class, then the object."""
+        cls = self.value
+        init = inspect.getattr_static(cls, "__init__")
+        if isinstance(init, types.FunctionType):
+            # (a wrapped __init__, as transformers' metaclass makes, reads its cells by source)
+            src = AttrSource(self.source, "__init__") if self.source is not None else None
+            result = inline_call(tx, init, [obj, *args], kwargs, src)
+            if not (result.is_python_constant() and result.as_python_constant() is None):
+                if not result.is_python_constant():
+                    unimplemented(f"{cls.__qualname__}.__init__ returns a traced value")
+                kind = type(result.as_python_constant()).__name__
+                raise_observed(tx, TypeError, f"__init__() should return None, not '{kind}'")
+        elif init in _DICT_INITS:
+            DictMethodVariable(obj, "__init__").call_function(tx, list(args), kwargs)
+        elif args or kwargs:
+            unimplemented(f"{cls.__qualname__}() takes no arguments")
+        return obj
 
     def reconstruct(self, cg):
         if self.source is not None:
@@ -401,6 +421,8 @@ class SuperVariable(VariableTracker):
                     return UserMethodVariable(attr.__func__, cls_var)
                 if owner is not None and isinstance(attr, types.FunctionType):
                     return wrap_value(tx, attr, None)  # super(C, C).f: the plain function
+                if owner is not None and name == "__new__" and klass in _DICT_BASES:
+                    return DictNewVariable(klass)  # super().__new__(cls)
                 if owner is not None:
                     unimplemented(f"super(cls, cls).{name} is a {type(attr).__name__}")
                 if isinstance(attr, types.FunctionType):
@@ -460,13 +482,17 @@ def _plain_metaclass(meta):
     return isinstance(meta, type) and issubclass(meta, type) and meta.__call__ is type.__call__
 
 
-def _plain_class(cls):
+def _plain_class(cls, own_new=False):
     """A class whose instances kiln can build itself: plain attribute bags, and subclasses of
-    dict/OrderedDict (Hugging Face's ModelOutput dataclasses) whose other bases are Python."""
+    dict/OrderedDict (Hugging Face's ModelOutput dataclasses) whose other bases are Python.
+    own_new: a dict subclass may have a Python __new__ (inlined by the caller)."""
     if not _plain_metaclass(type(cls)) or getattr(cls, "__abstractmethods__", None):
         return False  # (an abstract class: Python raises)
     base = dict_base(cls)
-    if cls.__new__ is not (object.__new__ if base is None else dict.__new__):
+    python_new = isinstance(inspect.getattr_static(cls, "__new__"), staticmethod)
+    if not (own_new and base is not None and python_new) and cls.__new__ is not (
+        object.__new__ if base is None else dict.__new__
+    ):
         return False
     if not all(k is object or k in _DICT_BASES or k.__flags__ & _HEAPTYPE for k in cls.__mro__):
         return False
@@ -507,7 +533,7 @@ def _plain_slots(cls):
 def make_object(cls, attrs, items=None):
     """The transformed code's way to build an object made while tracing (and its dict items,
     stored with the C dict class's own __setitem__, bypassing overrides)."""
-    obj = cls.__new__(cls)
+    obj = (dict_base(cls) or object).__new__(cls)  # (never a Python __new__ again)
     if items is not None:
         setitem = dict_base(cls).__setitem__
         for k, v in items.items():
@@ -724,6 +750,16 @@ def _dict_method_owner(cls, name):
         if name in vars(k):
             return k if k in _DICT_BASES or k is object else None
     return None
+
+
+def _new_dict_object(cls):
+    """A new instance of a dict subclass `cls` (dict.__new__(cls)), or None."""
+    if _plain_class(cls, own_new=True):
+        return NewObjectVariable(cls)
+    return None
+
+
+dicts_new_object["make"] = _new_dict_object
 
 
 class AttrDictVariable(VariableTracker):

@@ -108,3 +108,22 @@ def test_or_with_an_ordered_dict_on_the_right():
         return x + 1, type(left), left, type(right), right
 
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_a_defaultdict_without_a_factory_raises_key_error():
+    from collections import defaultdict
+
+    def fn(x, given):
+        d = defaultdict()
+        try:
+            d[1] += 42
+        except KeyError as e:
+            d[1] = 1
+            err = repr(e)
+        try:
+            given["zz"]
+        except KeyError as e:
+            err2 = repr(e)
+        return x + d[1], d, err, err2
+
+    run_and_compare(fn, torch.randn(3), defaultdict(None, {"a": 1}), fullgraph=True)

@@ -148,3 +148,44 @@ def test_setdefault_with_an_unhashable_key_raises_as_eager():
         return x
 
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+class WithNew(dict):
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(cls, *args, **kwargs)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.made = True
+
+
+class OrderedWithNew(OrderedDict):
+    def __new__(cls, *args, **kwargs):
+        return super().__new__(cls)
+
+
+def test_a_subclass_with_its_own_new_made_in_the_frame():
+    def fn(x):
+        c = WithNew(a=1)
+        c["key"] = x
+        o = OrderedWithNew(z=2)
+        return c["key"] + c["a"], "key" in c, c.made, type(c), c, type(o), o
+
+    run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def test_dict_new_of_a_class_argument():
+    def fn(x, klass):
+        d = dict.__new__(klass)
+        d["x"] = x * 2
+        if isinstance(d, Plain):
+            d.attr = 3
+        return d
+
+    for klass in (Plain, dict, OrderedDict):
+        kiln.reset()
+        got = kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(2), klass)
+        want = fn(torch.ones(2), klass)
+        assert type(got) is type(want) and list(got) == list(want)
+        torch.testing.assert_close(got["x"], want["x"])
+        assert getattr(got, "attr", None) == getattr(want, "attr", None)
