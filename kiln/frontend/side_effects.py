@@ -32,6 +32,7 @@ from kiln.frontend.variables.misc import NullVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
 _UNSET = object()
+DELETED = NullVariable()  # the value of an attribute deleted while tracing (never read)
 
 
 class EffectsSnapshot(NamedTuple):
@@ -105,6 +106,8 @@ class SideEffects:
         if obj_var.source is None:
             unimplemented(f"attribute store .{name} on an object without a source")
         key = ("attr", id(obj_var.value), name)
+        if self.is_deleted(obj_var, name):
+            unimplemented(f"attribute .{name} stored again after its deletion while tracing")
         self.attr_order.setdefault(key, len(self.attr_order))
         if key in self.log and name not in (getattr(obj_var.value, "__dict__", None) or ()):
             # a new attribute stored again: replayed where it was first stored, so that the
@@ -124,7 +127,21 @@ class SideEffects:
     def load_attr(self, obj_var, name):
         """The value stored while tracing, or None."""
         hit = self.log.get(("attr", id(getattr(obj_var, "value", None)), name))
+        if hit is not None and hit[1][2] is DELETED:
+            unimplemented(f"read of the attribute .{name} deleted while tracing")
         return hit[1][2] if hit is not None else None
+
+    def delete_attr(self, obj_var, name):
+        """`del obj.name` of an instance attribute (Note [Objects: the instance __dict__ as a
+        view]): replayed as `del obj.name`."""
+        key = ("attr", id(obj_var.value), name)
+        self.attr_order.setdefault(key, len(self.attr_order))
+        self._record(key, "attr", (obj_var, name, DELETED, True))
+
+    def is_deleted(self, obj_var, name):
+        """Whether `obj.name` was deleted while tracing (and not stored again)."""
+        hit = self.log.get(("attr", id(getattr(obj_var, "value", None)), name))
+        return hit is not None and hit[1][2] is DELETED
 
     def mutate_container(self, var):
         self.written.append(var.serial)
@@ -242,6 +259,10 @@ class SideEffects:
                 continue
             if kind == "attr":
                 obj_var, name, value, raw = payload
+                if value is DELETED:  # del o.name
+                    o = _to_temp(cg, lambda obj_var=obj_var: obj_var.source.reconstruct(cg))
+                    stores.append(emit.load_fast(o) + emit.delete_attr(name))
+                    continue
                 v = _to_temp(cg, lambda value=value: cg.reconstruct(value))
                 o = _to_temp(cg, lambda obj_var=obj_var: obj_var.source.reconstruct(cg))
                 if raw == "dict":  # o.__dict__[name] = v

@@ -34,6 +34,7 @@ from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
 from kiln.frontend.variables.functions import NestedUserFunctionVariable, inline_call
 from kiln.frontend.variables.generators import GeneratorItemsVariable, yields_use_sent_value
+from kiln.frontend.variables.instance_dict import delete_instance_attr
 from kiln.frontend.variables.lists import (
     TupleVariable,
     start_instruction,
@@ -493,6 +494,12 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         self.output.side_effects.store_attr(obj, name, value)
 
     def DELETE_ATTR(self, inst):
+        obj = self.pop()
+        if isinstance(obj, UserDefinedObjectVariable):
+            delete_instance_attr(
+                self, obj, inst.argval
+            )  # Note [Objects: the instance __dict__ as a view]
+            return
         unimplemented(f"attribute deletion .{inst.argval} (side effect)")
 
     # --- stack manipulation ---------------------------------------------------------------------

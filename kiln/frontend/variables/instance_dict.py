@@ -11,8 +11,11 @@ order it was first stored. A write through the view is recorded as the attribute
 `object.__setattr__(obj, key, v)` would make, and replayed as such; a key behind a data
 descriptor (a property backed by the dict) is stored into the dict itself, replayed as
 `obj.__dict__[key] = v`. `copy()`, `dict(obj.__dict__)` and the views of keys/values/items are
-made from the state at the time of the call. Deleting keys, and objects whose dict is not a
-plain dict of str keys, break.
+made from the state at the time of the call. `del obj.name` of an instance attribute is recorded
+as a deletion (replayed as `del obj.name`): the key leaves the view, a read of the attribute
+raises AttributeError when the class has no such attribute either (else breaks), and storing it
+again breaks (eager would move it to the end). Deleting through the view, and objects whose dict
+is not a plain dict of str keys, break.
 """
 
 import types
@@ -76,7 +79,8 @@ class InstanceDictVariable(VariableTracker):
             if k[0] in ("attr", "dictitem") and k[1] == id(self.obj.value) and k[2] not in real
         ]
         stored.sort(key=lambda name: effects.attr_order.get(self._log_key(name), 0))
-        return list(real) + list(dict.fromkeys(stored))
+        keys = list(real) + list(dict.fromkeys(stored))
+        return [k for k in keys if not effects.is_deleted(self.obj, k)]
 
     def _value(self, tx, name):
         hit = tx.output.side_effects.log.get(self._log_key(name))
@@ -154,3 +158,18 @@ class InstanceDictVariable(VariableTracker):
 
     def __repr__(self):
         return f"InstanceDictVariable({self.obj!r})"
+
+
+def delete_instance_attr(tx, obj, name):
+    """`del obj.name` on a user object from outside the frame (Note [Objects: the instance
+    __dict__ as a view])."""
+    cls = type(obj.value)
+    if cls.__delattr__ is not object.__delattr__ or obj.source is None:
+        unimplemented(f"attribute deletion .{name} of a {cls.__name__} (its own __delattr__)")
+    static = instance_static(cls, name, None)
+    if static is not None and (hasattr(static, "__set__") or hasattr(static, "__delete__")):
+        unimplemented(f"attribute deletion .{name} through the descriptor {cls.__name__}.{name}")
+    view = instance_dict_view(obj)
+    if view is None or name not in view._keys(tx):
+        unimplemented(f"attribute deletion .{name} of an attribute the object does not have")
+    tx.output.side_effects.delete_attr(obj, name)

@@ -246,6 +246,11 @@ class UserDefinedObjectVariable(VariableTracker):
         return type(self.value)
 
     def hasattr(self, tx, name):
+        if tx.output.side_effects.is_deleted(self, name):
+            try:
+                self._deleted_attr(tx, name)
+            except ObservedException:
+                return ConstantVariable(False)
         if tx.output.side_effects.load_attr(self, name) is not None:
             return ConstantVariable(True)
         if isinstance(instance_static(type(self.value), name, None), property):
@@ -278,6 +283,14 @@ class UserDefinedObjectVariable(VariableTracker):
             return None
         return name in d
 
+    def _deleted_attr(self, tx, name):
+        """`obj.name` after `del obj.name` in the frame: AttributeError when nothing else
+        answers (no class attribute, no __getattr__), else a break."""
+        cls = type(self.value)
+        if instance_static(cls, name, None) is None and not hasattr(cls, "__getattr__"):
+            raise_observed(tx, AttributeError, f"{cls.__name__!r} object has no attribute {name!r}")
+        unimplemented(f"attribute .{name} read after its deletion (the class has one too)")
+
     def var_getattr(self, tx, name):
         cls = type(self.value)
         hook = instance_static(cls, "__getattribute__", None)
@@ -309,6 +322,8 @@ class UserDefinedObjectVariable(VariableTracker):
             method = logging_vars.logger_method(self, name)
             if method is not None:
                 return method
+        if tx.output.side_effects.is_deleted(self, name):
+            self._deleted_attr(tx, name)
         stored = tx.output.side_effects.load_attr(self, name)
         if stored is not None:
             return stored

@@ -1,6 +1,7 @@
 """`obj.__dict__` of a user object from outside the frame: a live view that sees the attribute
 stores made in the frame and whose writes are attribute stores, compared with eager."""
 
+import pytest
 import torch
 from frontend_helpers import CountingBackend, assert_same
 
@@ -131,3 +132,43 @@ def test_a_value_read_through_the_dict_is_guarded():
     assert compiled(t, obj).item() == 3  # the dict's value, not the property's
     obj.__dict__["x"] = 5
     assert compiled(t, obj).item() == 5
+
+
+class Slotted:
+    value = 9  # a class attribute behind the instance one
+
+    def __init__(self):
+        self.value = 1
+        self.other = 2
+
+
+def test_deleting_an_attribute_from_outside_the_frame():
+    def fn(x, obj):
+        del obj.a
+        missing = not hasattr(obj, "a")
+        try:
+            obj.a  # noqa: B018 (the read raises)
+        except AttributeError as e:
+            err = str(e)
+        return x * len(obj.__dict__), "a" in obj.__dict__, missing, err, list(obj.__dict__), obj
+
+    compare(fn, Point)
+
+
+def test_reading_a_deleted_attribute_the_class_also_has_breaks():
+    def fn(x, obj):
+        del obj.value
+        return x + obj.value
+
+    with pytest.raises(kiln.exc.Unsupported, match="after its deletion"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(1), Slotted())
+
+
+def test_storing_a_deleted_attribute_again_breaks():
+    def fn(x, obj):
+        del obj.a
+        obj.a = 5  # eager moves it to the end of the dict
+        return x + obj.a
+
+    with pytest.raises(kiln.exc.Unsupported, match="after its deletion"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(1), Point())
