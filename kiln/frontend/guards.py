@@ -305,6 +305,8 @@ class _Hoister:
             expr = f"{self(source.source)}[{key_text(source.index)}]"
         elif type(source).__name__ == "DictGetSource":
             expr = f"___dict_get({self(source.source)}, {source.key!r})"
+        elif type(source).__name__ == "DictGetByKeySource":
+            expr = f"___dict_get({self(source.source)}, {self(source.key_source)})"
         elif isinstance(source, IterRestSource):
             expr = f"___iter_rest({self(source.source)})"
         elif isinstance(source, ProxiedDictSource):

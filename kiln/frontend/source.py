@@ -188,6 +188,27 @@ class DictGetSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class DictGetByKeySource(Source):
+    """`dict.get(base, key)` where the key is itself read from a source (an object key: the
+    guard looks it up with the object the call is given)."""
+
+    source: Source
+    key_source: Source
+
+    def name(self):
+        return f"___dict_get({self.source.name()}, {self.key_source.name()})"
+
+    def reconstruct(self, cg):
+        cg.load_object(dict_get, push_null=True)
+        self.source.reconstruct(cg)
+        self.key_source.reconstruct(cg)
+        cg.extend(_emit.call(2))
+
+    def base(self):
+        return self.source.base()
+
+
+@dataclasses.dataclass(frozen=True)
 class MappingGetSource(Source):
     """`base.get(key)` of a mapping kiln reads by key only (os.environ)."""
 

@@ -15,6 +15,7 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import (
     MISSING,
     AttrSource,
+    DictGetByKeySource,
     DictGetSource,
     GetItemSource,
     MappingGetSource,
@@ -935,12 +936,9 @@ class DictReadVariable(VariableTracker):
         self.name = name
 
     def call_function(self, tx, args, kwargs):
-        if self.obj.source is None or kwargs or not args or not args[0].is_python_constant():
+        if self.obj.source is None or kwargs or not args:
             unimplemented(f"dict.{self.name} of {self.obj}")
-        key = args[0].as_python_constant()
-        if not is_literal(key):
-            unimplemented(f"dict.{self.name} with the key {key!r} (not a literal)")
-        source = DictGetSource(self.obj.source, key)
+        key, source = _read_key(self.obj, self.name, args[0])
         value = dict_get(self.obj.value, key)
         if value is MISSING:
             tx.output.guards.add(GuardKind.ID_MATCH, source, MISSING)
@@ -953,6 +951,23 @@ class DictReadVariable(VariableTracker):
             tx.output.guards.add(GuardKind.TYPE_MATCH, source, type(value))  # present
             return ConstantVariable(True)
         return wrap_value(tx, value, source)
+
+
+def _read_key(obj, name, var):
+    """The real key of `dict.name(obj, var)` and the source of the item it reads: a literal
+    key, or an object read from a source (the guard looks the item up with the object the call
+    is given, so its identity need not be pinned) whose hash and == run no user code."""
+    if var.is_python_constant() and is_literal(var.as_python_constant()):
+        key = var.as_python_constant()
+        return key, DictGetSource(obj.source, key)
+    if var.is_python_constant():
+        key = var.as_python_constant()
+    else:
+        key = getattr(var, "value", _ABSENT)
+    plain = type(key).__hash__ is object.__hash__ and type(key).__eq__ is object.__eq__
+    if key is _ABSENT or var.source is None or not (plain or isinstance(key, type)):
+        unimplemented(f"dict.{name} with the key {var} (not a literal)")
+    return key, DictGetByKeySource(obj.source, var.source)
 
 
 def load_attrs(cg, attrs):

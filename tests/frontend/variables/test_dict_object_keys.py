@@ -122,3 +122,26 @@ def test_an_object_from_outside_the_frame_breaks():
 
     with pytest.raises(kiln.exc.Unsupported, match="from outside the frame"):
         kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(1), Plain(1))
+
+
+def test_an_input_dict_read_with_an_object_key():
+    registry = {}
+
+    def fn(x, obj, table):
+        registry[obj]["seen"] = x  # the inner dict, reached by the object
+        hit = _add in table
+        return x * 2 + table[3], hit, table.get(Plain, 0), registry[obj]
+
+    a = Plain(1)
+    registry[a] = {}
+    table = {_add: None, 3: torch.ones(3)}
+    compiled = kiln.compile(fn, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    got = compiled(x, a, table)
+    torch.testing.assert_close(got[0], x * 2 + 1)
+    assert got[1:3] == (True, 0) and got[3] is registry[a] and registry[a]["seen"] is x
+
+    b = Plain(2)  # another object: the guard looks it up, finds nothing, recompiles
+    registry[b] = {}
+    got = compiled(x, b, {3: torch.zeros(3)})
+    assert got[1] is False and registry[b]["seen"] is x and "seen" in registry[a]
