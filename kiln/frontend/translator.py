@@ -34,6 +34,7 @@ from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
 from kiln.frontend.variables.functions import NestedUserFunctionVariable, inline_call
 from kiln.frontend.variables.generators import GeneratorItemsVariable, yields_use_sent_value
+from kiln.frontend.variables.instance_dict import delete_instance_attr
 from kiln.frontend.variables.lists import (
     TupleVariable,
     start_instruction,
@@ -45,6 +46,7 @@ from kiln.frontend.variables.user_attrs import (
     has_instance_dict,
     instance_static,
     no_attribute_message,
+    raw_store_attr,
 )
 from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 from kiln.frontend.variables.user_protocol import (
@@ -472,6 +474,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             unimplemented(f"assignment through {type(obj.value).__name__}.__setattr__")
         cls = type(obj.value)
         static = instance_static(cls, name, None)
+        if isinstance(obj, UserDefinedObjectVariable) and isinstance(static, property):
+            raw_store_attr(self, obj, name, value)  # its Python setter, inlined
+            return
         if static is not None and hasattr(static, "__set__"):
             unimplemented(f"assignment to the descriptor {cls.__name__}.{name}")
         if not has_instance_dict(cls):  # `object()`, a class with __slots__ only
@@ -489,6 +494,12 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         self.output.side_effects.store_attr(obj, name, value)
 
     def DELETE_ATTR(self, inst):
+        obj = self.pop()
+        if isinstance(obj, UserDefinedObjectVariable):
+            delete_instance_attr(
+                self, obj, inst.argval
+            )  # Note [Objects: the instance __dict__ as a view]
+            return
         unimplemented(f"attribute deletion .{inst.argval} (side effect)")
 
     # --- stack manipulation ---------------------------------------------------------------------
