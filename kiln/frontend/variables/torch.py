@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables import autocast, optim, torch_queries, unspec_float
+from kiln.frontend.variables import autocast, ctx_managers, optim, torch_queries, unspec_float
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.ctx_managers import GradModeVariable
@@ -416,7 +416,7 @@ def _has_torch_function(tx, args):
 # recorded), and no callback the profiler would call on exit (`on_trace_ready`, a `schedule`,
 # trace observers) is given; every argument is a constant flag. Other forms stay a graph break,
 # and Python runs the profiler.
-_PROFILERS = (torch.profiler.profile, torch.autograd.profiler.profile)
+_PROFILERS = ctx_managers.PROFILERS
 _PROFILER_CALLBACKS = frozenset(
     ("schedule", "on_trace_ready", "execution_trace_observer", "custom_trace_id_callback")
 )
