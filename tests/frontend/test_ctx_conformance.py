@@ -1,6 +1,7 @@
 """Context managers and class attributes met in PyTorch's own frontend tests: grad-mode managers
 kept as values across breaks, graphs of grad switches only, profilers, class-held tuples."""
 
+import ctx_other_module
 import torch
 from frontend_helpers import CountingBackend, run_and_compare
 
@@ -156,3 +157,23 @@ def test_set_grad_enabled_object_enter_sets_its_mode():
         run_and_compare(reenter_after_switch, x, expected_graphs=1)
     finally:
         torch.set_grad_enabled(True)
+
+
+def bump_other_module(x):
+    ctx_other_module.bump()
+    with ctx_other_module.bumped(x) as y:
+        z = y * ctx_other_module.counter
+    return z + ctx_other_module.bump()
+
+
+def test_globals_of_another_module_are_assigned_and_read_back():
+    ctx_other_module.counter = 0
+    x = torch.rand(3)
+    expected = bump_other_module(x)
+    assert ctx_other_module.counter == 13
+    ctx_other_module.counter = 0
+    backend = CountingBackend()
+    got = kiln.compile(bump_other_module, backend=backend, fullgraph=True)(x)
+    torch.testing.assert_close(got, expected)
+    assert ctx_other_module.counter == 13
+    assert backend.calls == 1
