@@ -90,9 +90,14 @@ class AutogradFunctionApplyVariable(VariableTracker):
             args, kwargs = _bind_keywords(forward, args, kwargs, setup_style=has_setup), {}
         if getattr(cls, "generate_vmap_rule", False) or _overrides(cls, "jvp"):
             unimplemented(f"{name} defines vmap/jvp rules (not traced)")
-        for a in args:
-            if not _apply_argument(a):
+        objects = {}  # Note [Autograd functions: objects as arguments]
+        for k, a in enumerate(args):
+            if _apply_argument(a):
+                continue
+            fields = _object_fields(tx, a)
+            if fields is None:
                 unimplemented(f"{name}.apply argument {a} (only tensors and constants)")
+            objects[k] = fields
         self._guard_methods(tx, has_setup)
         grad_on = torch.is_grad_enabled()
         needs = tuple(
@@ -103,7 +108,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
         out = self._check_forward(
             tx, forward, setup if has_setup else None, ctx, args, check_backward
         )
-        return self._apply_node(tx, args, out, ctx, any(needs))
+        return self._apply_node(tx, args, out, ctx, any(needs), objects)
 
     def _guard_methods(self, tx, has_setup):
         """forward, backward and setup_context are pinned (what the checks traced)."""
@@ -174,7 +179,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
         ]
         inline_call(tx, backward, [ctx, *grads], {}, source)
 
-    def _apply_node(self, tx, args, out, ctx, any_needs):
+    def _apply_node(self, tx, args, out, ctx, any_needs, objects):
         """The call_function node `MyFn.apply(*args)` with the forward's output metadata."""
         items = out.items if isinstance(out, TupleVariable) else [out]
         if isinstance(out, BaseListVariable) and not isinstance(out, TupleVariable):
@@ -201,8 +206,10 @@ class AutogradFunctionApplyVariable(VariableTracker):
             examples[k] = _dirty_example(items[k], examples[k])
         unpack = _Unpack(tx)
         baked = {k: a.as_python_constant() for k, a in enumerate(args) if _baked(a)}
-        node_args = tuple(unpack(a)[0] for k, a in enumerate(args) if k not in baked)
-        target = apply_target(self.cls, baked)
+        shown = [TupleVariable(objects[k][1]) if k in objects else a for k, a in enumerate(args)]
+        node_args = tuple(unpack(a)[0] for k, a in enumerate(shown) if k not in baked)
+        layouts = {k: (type_, names) for k, (type_, _, names) in objects.items()}
+        target = apply_target(self.cls, baked, layouts)
         node = tx.output.create_node("call_function", target, node_args, {})
         result = tuple(examples) if isinstance(out, TupleVariable) else examples[0]
         wrapped = wrap_tensor_result(tx, node, result, tensors[0].device)
@@ -292,19 +299,81 @@ class AutogradFunctionInstanceVariable(VariableTracker):
         unimplemented(f"an instance of {self.cls.__qualname__} made in the frame escapes")
 
 
-def apply_target(cls, baked=None):
+def apply_target(cls, baked=None, objects=None):
     """The graph's target for `cls.apply`: a function named after the class (FX would print a
-    torch function by its module path, and `torch.autograd.function.apply` does not exist)."""
+    torch function by its module path, and `torch.autograd.function.apply` does not exist).
+    `objects`: position -> (class, attribute names) of the objects passed by their fields."""
 
     def apply(*args):
         if baked:  # the enum members back in their places
             it = iter(args)
             args = [baked[k] if k in baked else next(it) for k in range(len(args) + len(baked))]
+        if objects:
+            args = [
+                rebuilt_object(*objects[k], a) if k in objects else a for k, a in enumerate(args)
+            ]
         return cls.apply(*args)
 
     apply.__name__ = apply.__qualname__ = f"{cls.__name__}_apply"
     apply.autograd_function = cls
     return apply
+
+
+# Note [Autograd functions: objects as arguments]
+# `MyFn.apply(x, cfg)` where cfg is a plain object (a dataclass, a class without __slots__, a
+# custom __new__ or __getattribute__) whose instance attributes are all tensors and constants:
+# the node gets cfg's attribute values as one tuple argument (tensors as graph values), and its
+# target rebuilds an object of cfg's class from them before calling the real apply, so forward
+# reads the same attributes. The speculative forward checked that forward only reads cfg (a
+# store on it is an effect outside ctx: a break), so a copy stands for it. For an input of the
+# frame the attribute names are guarded (the instance dict's keys) and each value is read
+# through its source (tensors become graph inputs, constants are guarded).
+
+
+def rebuilt_object(cls, names, values):
+    """An object of `cls` with these instance attributes (made without calling __init__)."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(zip(names, values))
+    return obj
+
+
+def _object_fields(tx, var):
+    """(class, field VariableTrackers, names) of a plain object apply can take by its fields,
+    or None (Note [Autograd functions: objects as arguments])."""
+    from kiln.frontend.variables.user_defined import UserDefinedObjectVariable
+
+    cls = (
+        var.python_type()
+        if isinstance(var, (NewObjectVariable, UserDefinedObjectVariable))
+        else None
+    )
+    if (
+        cls is None
+        or isinstance(var, AutogradCtxVariable)
+        or issubclass(cls, torch.nn.Module)
+        or cls.__new__ is not object.__new__
+        or cls.__getattribute__ is not object.__getattribute__
+        or hasattr(cls, "__getattr__")
+        or "__slots__" in vars(cls)
+        or "__dict__" not in dir(cls)
+    ):
+        return None
+    if isinstance(var, NewObjectVariable):
+        if var.dict_base is not None:
+            return None
+        names = list(var.attrs)
+        fields = [var.attrs[n] for n in names]
+    else:
+        d = var.value.__dict__
+        if type(d) is not dict or not all(type(n) is str for n in d) or var.source is None:
+            return None
+        if var.has_plain_attr(tx, "") is None:  # (guards the instance dict's keys)
+            return None
+        names = list(d)
+        fields = [var.var_getattr(tx, n) for n in names]
+    if not all(isinstance(f, _tensor_cls()) or _is_constant(f) for f in fields):
+        return None
+    return cls, fields, tuple(names)
 
 
 def _amp_wrapped(fn, name):
