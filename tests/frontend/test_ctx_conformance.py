@@ -177,3 +177,24 @@ def test_globals_of_another_module_are_assigned_and_read_back():
     torch.testing.assert_close(got, expected)
     assert ctx_other_module.counter == 13
     assert backend.calls == 1
+
+
+def chained_exceptions(t):
+    v = ValueError(1, 2, 3)
+    v.__context__ = TypeError("inner")
+    w = KeyError("k")
+    suppressed_before = w.__suppress_context__
+    w.__cause__ = v
+    return t.sin(), v, w, suppressed_before, w.__suppress_context__, w.__cause__ is v
+
+
+def test_exception_with_context_and_cause_is_returned():
+    x = torch.randn(2)
+    expected = chained_exceptions(x)
+    got = kiln.compile(chained_exceptions, fullgraph=True)(x)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[3:] == expected[3:] == (False, True, True)
+    v, w = got[1], got[2]
+    assert type(v) is ValueError and v.args == (1, 2, 3)
+    assert type(v.__context__) is TypeError and v.__context__.args == ("inner",)
+    assert w.__cause__ is v and w.__suppress_context__ and w.__traceback__ is None
