@@ -198,3 +198,34 @@ def test_exception_with_context_and_cause_is_returned():
     assert type(v) is ValueError and v.args == (1, 2, 3)
     assert type(v.__context__) is TypeError and v.__context__.args == ("inner",)
     assert w.__cause__ is v and w.__suppress_context__ and w.__traceback__ is None
+
+
+class AliasingModule(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_parameter("a", torch.nn.Parameter(torch.ones(4) * 2))
+        self.lin = torch.nn.Linear(4, 4)
+
+    def __getattr__(self, name):
+        if name == "lin":  # the module's own __getattr__ answers for a submodule too
+            return 7
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == "a_copy":
+                return self.a
+            raise
+
+    def forward(self, x):
+        return x * self.a * self.a_copy * self.lin, hasattr(self, "missing")
+
+
+def test_module_with_its_own_getattr_is_traced():
+    mod = AliasingModule()
+    x = torch.rand(4)
+    expected = mod(x)
+    backend = CountingBackend()
+    got = kiln.compile(mod, backend=backend, fullgraph=True)(x)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1] is expected[1] is False
+    assert backend.calls == 1
