@@ -221,7 +221,7 @@ class OutputGraph:
         Returns (name of the compiled callable installed in the root function's globals,
         the sources of its inputs), or (None, []) when the graph holds no tensor op.
         """
-        if self.only_grad_switches():
+        if self.only_grad_switches() and (not outputs or self.count_calls() == 0):
             return None, []
         self.graph.output(tuple(v.proxy for v in outputs))
         self._remove_dead_sizes()
@@ -294,7 +294,7 @@ def _restoring_grad_mode(compiled, graph):
 # Note [Output graph: a graph of grad-mode switches only]
 # A graph whose only calls are `_set_grad_enabled` switches (the part of a frame before a graph
 # break inside `with torch.no_grad()`, where the with block's enter and exit are all it traced)
-# computes nothing: it goes to no backend, as torch.compile sends none. The mode it would leave is
+# and that has no outputs computes nothing: it goes to no backend, as torch.compile sends none. The mode it would leave is
 # still set after it (bytecode_gen._end_grad_mode reads the switches from the graph).
 
 # Note [Output graph: grad mode on errors]
