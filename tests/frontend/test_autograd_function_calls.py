@@ -304,3 +304,66 @@ def test_object_argument_written_by_forward_breaks():
     out = kiln.compile(fn)(torch.ones(2), counter)
     torch.testing.assert_close(out, torch.full((2,), 2.0))
     assert counter.n == 1
+
+
+class Collecting(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, found):
+        found.append(x.sin())  # made under no_grad: needs no grad
+        found.append(x.cos() * 2)
+        return x * 3, x.exp()
+
+    @staticmethod
+    def backward(ctx, g1, g2):
+        return g1 * 3 + g2, None
+
+
+def collect_into_new_list(x):
+    found = []
+    a, b = Collecting.apply(x, found)
+    return a + b, found, len(found)
+
+
+def collect_into_given_list(x, found):
+    return Collecting.apply(x, found)[0] * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_appends_to_a_list_argument(backend):
+    kiln.reset()
+    for fn, extra in ((collect_into_new_list, ()), (collect_into_given_list, ([torch.ones(3)],))):
+        x0 = torch.randn(3)
+        xe, xc = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+        extra_e = [list(e) for e in extra]
+        extra_c = [list(e) for e in extra]
+        expected = fn(xe, *extra_e)
+        got = kiln.compile(fn, backend=backend, fullgraph=True)(xc, *extra_c)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        got = got if isinstance(got, tuple) else (got,)
+        torch.testing.assert_close(got, expected)
+        if len(got) > 1:  # the appended tensors need no grad, as in eager
+            assert [t.requires_grad for t in got[1]] == [t.requires_grad for t in expected[1]]
+        torch.testing.assert_close(extra_c, extra_e)  # the caller's list got the same items
+        expected[0].sum().backward()
+        got[0].sum().backward()
+        torch.testing.assert_close(xc.grad, xe.grad)
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+
+
+class Popping(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, found):
+        found.pop()
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3, None
+
+
+def test_forward_changing_a_list_argument_otherwise_breaks():
+    def fn(x, found):
+        return Popping.apply(x, [*found])
+
+    with pytest.raises(kiln.exc.Unsupported, match="other than by appending"):
+        kiln.compile(fn, fullgraph=True)(torch.ones(2), [torch.ones(1)])
