@@ -25,7 +25,7 @@ import torch.autograd.profiler as _profiler
 from kiln import config, faults, hooks, logs, modes
 from kiln.autograd.aot import aot_autograd
 from kiln.autograd.aten_tracer import trace_aten
-from kiln.backend import codecache, cudagraphs
+from kiln.backend import codecache, cpu_tune, cudagraphs, lowering_matmul
 from kiln.backend.codegen import triton
 from kiln.backend.codegen.cpp import generate_cpp
 from kiln.backend.codegen.wrapper import WrapperCodegen, rt
@@ -105,6 +105,7 @@ def _graph_key(gm, example_inputs):
     h.update(gm.code.encode())
     h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{codecache.num_threads()}".encode())
     h.update(f"{config.profile_kernels}".encode())  # Note [Backend: kernel profiling]
+    h.update(f"{modes.current('max_autotune')}|{lowering_matmul.chosen_names()}".encode())
     h.update(f"{config.cpu_backend}|{os.environ.get('TRITON_INTERPRET', '0')}".encode())
     h.update(_device_id(example_inputs).encode())  # Triton kernels: capability, Triton version
     # the layout choices depend on these (Note [Backend: channels-last convolutions])
@@ -208,7 +209,8 @@ def _needs_decomposition(gm):
 
 
 def _compile(gm, example_inputs):
-    with compile_scope():  # Note [Backend: per-compile size state]
+    loops = cpu_tune.matmuls_as_loops(gm, compile_aten_graph, _backend_source_hash())
+    with lowering_matmul.as_loops(loops), compile_scope():  # Note [Backend: per-compile size state]
         return _compile_in_scope(gm, example_inputs)
 
 
@@ -316,13 +318,6 @@ def _compile_with_options(opts, gm, example_inputs, role="inference"):
             "cudagraphs-cpu",
             "kiln: mode %r has nothing to do for CPU graphs (CUDA graphs need CUDA tensors)",
             "reduce-overhead",
-        )
-    triton_kernels = "@triton.jit" in (getattr(compiled, "cpp_src", "") or "")
-    if opts.get("max_autotune") and not triton_kernels:
-        modes.say_once(
-            "autotune",
-            "kiln: mode 'max-autotune' times Triton kernels (CUDA); C++ kernels have no choices"
-            " timed yet (default code)",
         )
     return compiled
 

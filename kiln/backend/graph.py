@@ -7,7 +7,7 @@ import torch
 
 from kiln import config, logs
 from kiln.backend import lowering as L
-from kiln.backend import lowering_reductions, lowering_views  # noqa: F401 (they register lowerings)
+from kiln.backend import lowering_matmul, lowering_reductions, lowering_views  # noqa: F401 (they register lowerings)
 from kiln.backend.ir import (
     CPU,
     Buffer,
@@ -226,7 +226,10 @@ class GraphLowering:
         _check_val(val)
         has_py = any(isinstance(a, PyValue) for a in _flat(args) + _flat(kwargs))
         fn = L.LOWERINGS.get(target)
-        if fn is not None and not has_py and target not in L.EXTERN_OUT:
+        loops = target in L.EXTERN_OUT and lowering_matmul.chosen(node.name)
+        if loops:
+            fn = lowering_matmul.LOOP_LOWERINGS[target]  # Note [Matmuls as loops]
+        if fn is not None and not has_py and (target not in L.EXTERN_OUT or loops):
             for a in _flat(args) + _flat(kwargs):
                 if L.is_ir(a):
                     self.note_use(a)

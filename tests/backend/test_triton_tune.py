@@ -22,7 +22,7 @@ from kiln.backend.codegen import triton_tune  # noqa: E402
 def _fresh(tmp_path, monkeypatch):
     monkeypatch.setattr(config, "cache_dir", str(tmp_path))
     monkeypatch.setattr(triton_tune, "_tuned", {})
-    monkeypatch.setattr(triton_tune, "_disk", None)
+    monkeypatch.setattr(triton_tune._disk, "entries", None)
     logs.counters["backend"].clear()
     kiln.reset()
 
@@ -85,7 +85,7 @@ def test_choice_is_kept_on_disk_for_a_new_process(monkeypatch):
     assert stored and all(len(v) == 3 for v in stored.values())
     # a new process: nothing in memory, the file read
     monkeypatch.setattr(triton_tune, "_tuned", {})
-    monkeypatch.setattr(triton_tune, "_disk", None)
+    monkeypatch.setattr(triton_tune._disk, "entries", None)
     logs.counters["backend"].clear()
     kiln.reset()
     torch.testing.assert_close(_tuned(fn, x), fn(x))

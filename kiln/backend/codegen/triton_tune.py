@@ -17,8 +17,6 @@ among the candidates, so a tuned kernel is never slower than default by more tha
 """
 
 import hashlib
-import json
-import os
 import time
 
 import torch
@@ -26,9 +24,10 @@ import triton
 import triton.testing
 
 from kiln import config, logs
+from kiln.backend.tuning_cache import TuningCache
 
 _tuned = {}  # (kernel, xnumel, rnumel, spec) -> (XBLOCK, RBLOCK, warps)
-_disk = None  # the tuning file's entries, loaded once
+_disk = TuningCache("triton", "tuning.json")
 
 
 def _pow2(n):
@@ -64,37 +63,12 @@ def candidates(xnumel, rnumel, rblock, default):
     return unique[: config.autotune_max_candidates]
 
 
-def _path():
-    return os.path.join(config.cache_dir, "triton", "tuning.json")
-
-
 def _disk_key(kernel, xnumel, rnumel, spec, args):
     src = getattr(kernel, "src", "") or ""
     dev = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
     name = torch.cuda.get_device_name(dev) if dev is not None and dev.type == "cuda" else "cpu"
     text = f"{src}|{xnumel}|{rnumel}|{spec}|{name}|{triton.__version__}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def _load():
-    global _disk
-    if _disk is None:
-        try:
-            with open(_path()) as f:
-                _disk = json.load(f)
-        except (OSError, ValueError):
-            _disk = {}
-    return _disk
-
-
-def _save(key, best):
-    disk = _load()
-    disk[key] = list(best)
-    os.makedirs(os.path.dirname(_path()), exist_ok=True)
-    tmp = f"{_path()}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(disk, f)
-    os.replace(tmp, _path())
 
 
 def best(kernel, args, xnumel, rnumel, rblock, default, spec, run):
@@ -104,7 +78,7 @@ def best(kernel, args, xnumel, rnumel, rblock, default, spec, run):
     if hit is not None:
         return hit
     dkey = _disk_key(kernel, xnumel, rnumel, spec, args)
-    stored = _load().get(dkey)
+    stored = _disk.get(dkey)
     if stored is not None:
         _tuned[key] = tuple(stored)
         logs.counters["backend"]["autotune_disk_hits"] += 1
@@ -128,7 +102,7 @@ def best(kernel, args, xnumel, rnumel, rblock, default, spec, run):
         len(timed),
     )
     _tuned[key] = choice
-    _save(dkey, choice)
+    _disk.put(dkey, list(choice))
     return choice
 
 

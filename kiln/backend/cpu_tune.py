@@ -1,0 +1,141 @@
+"""mode="max-autotune" on CPU: each matmul timed as an ATen call and as loop IR, the faster kept.
+
+Note [CPU: autotuning matmuls]
+Under max-autotune, before a CPU graph is lowered, every mm/addmm/bmm that may be written as
+loops (Note [Matmuls as loops]: float32/float64, static sizes) and may win that way (operands
+contiguous along k, at most `MAX_ROWS` rows: elsewhere a BLAS GEMM's register blocking always
+won) is timed both ways on random inputs of its sizes and strides, each as a one-op graph
+compiled by kiln (the wrapper's call included in both). The loops are kept only when faster by
+a margin (`MARGIN`), so timing noise leaves the BLAS call; in the graph they are then also fused
+with the ops after them, which the timing does not credit. Choices are kept in memory and on
+disk (`<cache_dir>/cpu_tuning.json`), keyed by the op, sizes, strides, dtype, arguments, thread
+count, CPU, compiler and kiln's backend source, so a later process compiles at once. What a
+graph chose enters its cache key. Timing takes the best of a few interleaved rounds of at least
+a millisecond each (wall clock: a kernel may run on several threads).
+"""
+
+import hashlib
+import time
+
+import torch
+
+from kiln import config, logs, modes
+from kiln.autograd.aten_tracer import trace_aten
+from kiln.backend import codecache
+from kiln.backend.lowering_matmul import LOOP_LOWERINGS, as_loops, offered
+from kiln.backend.tuning_cache import TuningCache
+
+MARGIN = 0.9  # loops are chosen when they take at most this fraction of the ATen call's time
+ROUNDS = 5
+
+_disk = TuningCache("cpu_tuning.json")
+_tuned = {}  # disk key -> "loops" | "aten"
+
+
+def matmuls_as_loops(gm, compile_graph, salt):
+    """The names of gm's matmul nodes that run faster as loops (None unless max-autotune)."""
+    if not modes.current("max_autotune"):
+        return None
+    names = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target not in LOOP_LOWERINGS:
+            continue
+        val = node.meta.get("val")
+        args = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
+        if offered(node.target, val, args) and _worth_timing(args) and not node.kwargs.get("out"):
+            if _choice(node.target, args, dict(node.kwargs), compile_graph, salt) == "loops":
+                names.add(node.name)
+    return frozenset(names)
+
+
+MAX_ROWS = 64  # above this many rows (M) a BLAS GEMM's register blocking always won
+
+
+def _worth_timing(args):
+    """Whether the loops could win: both operands contiguous along k (the dot product
+    vectorizes) and few rows. Other matmuls stay ATen calls without being timed."""
+    a, b = [x for x in args if isinstance(x, torch.Tensor)][-2:]
+    return a.stride(-1) == 1 and b.stride(-2) == 1 and a.shape[-2] <= MAX_ROWS
+
+
+def _key(target, args, kwargs, salt):
+    parts = [str(target), repr(sorted(kwargs.items())), str(codecache.num_threads())]
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            parts.append(f"{tuple(a.shape)}{a.stride()}{a.dtype}")
+        else:
+            parts.append(repr(a))
+    parts += [codecache._cpu_id(), config.cpp_compiler, config.cpp_flags, salt]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
+
+
+def _choice(target, args, kwargs, compile_graph, salt):
+    key = _key(target, args, kwargs, salt)
+    hit = _tuned.get(key) or _disk.get(key)
+    if hit is not None:
+        _tuned[key] = hit
+        logs.counters["backend"]["autotune_disk_hits"] += 1
+        return hit
+    inputs = [_like(a) for a in args]
+    tensors = [a for a in inputs if isinstance(a, torch.Tensor)]
+    positions = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor)]
+
+    def call(*ts):
+        full = list(inputs)
+        for i, t in zip(positions, ts):
+            full[i] = t
+        return (target(*full, **kwargs),)
+
+    with as_loops(()):
+        gm = trace_aten(call, tensors)
+    loop_names = [n.name for n in gm.graph.nodes if n.target is target]
+    with modes.applied({"max_autotune": False}):
+        aten = compile_graph(gm, tensors)
+        with as_loops(loop_names):
+            loops = compile_graph(gm, tensors)
+    if getattr(loops, "kiln_fallback", False) or getattr(aten, "kiln_fallback", False):
+        aten_time, loops_time = 1.0, float("inf")
+    else:
+        torch.testing.assert_close(loops(*tensors)[0], aten(*tensors)[0], rtol=1e-3, atol=1e-3)
+        aten_time, loops_time = _time(lambda: aten(*tensors), lambda: loops(*tensors))
+    choice = "loops" if loops_time <= MARGIN * aten_time else "aten"
+    logs.counters["backend"]["autotune_timed"] += 1
+    logs.log(
+        "output_code",
+        "kiln: autotuned %s %s: aten %.1fus, loops %.1fus -> %s",
+        target,
+        [tuple(a.shape) for a in tensors],
+        aten_time * 1e6,
+        loops_time * 1e6,
+        choice,
+    )
+    _tuned[key] = choice
+    _disk.put(key, choice)
+    return choice
+
+
+def _like(a):
+    """A random tensor with a's sizes, strides and dtype (other arguments as they are)."""
+    if not isinstance(a, torch.Tensor):
+        return a
+    t = torch.empty_strided(tuple(a.shape), a.stride(), dtype=a.dtype)
+    return t.normal_() if t.numel() else t
+
+
+def _time(*fns):
+    """Seconds per call of each: the best of ROUNDS rounds of at least a millisecond, the
+    functions' rounds interleaved so that a slower moment of the machine falls on all."""
+    n = []
+    for fn in fns:
+        fn()
+        start = time.perf_counter()
+        fn()
+        n.append(max(1, int(1e-3 / max(time.perf_counter() - start, 1e-7))))
+    best = [float("inf")] * len(fns)
+    for _ in range(ROUNDS):
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            for _ in range(n[i]):
+                fn()
+            best[i] = min(best[i], (time.perf_counter() - start) / n[i])
+    return best

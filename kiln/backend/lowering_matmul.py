@@ -1,0 +1,124 @@
+"""Matmuls as loop IR: mm, addmm and bmm as a sum over k, the choice max-autotune times on CPU.
+
+Note [Matmuls as loops]
+By default a matmul is an ATen call (an extern: MKL or oneDNN). Written as loop IR instead,
+`out[m, n] = sum_k a[m, k] * b[k, n]` is a row reduction the C++ generator turns into a dot
+product per output, vectorized along k when both operands are contiguous in k (x @ w.t() of a
+linear layer), accumulated in double as every float reduction is, and the ops after it (bias,
+activation, residual add) fuse into the same kernel. It has no register blocking, so it loses to
+a BLAS GEMM once both M and N are large; it wins where the BLAS call's fixed cost dominates: a
+decode step's [1..8, K] x [K, N], small layers, batched attention scores of short sequences.
+Which one a graph gets is timed per shape under mode="max-autotune" (kiln/backend/cpu_tune.py);
+default mode always calls ATen. Only float32/float64 with static sizes are offered.
+"""
+
+import contextlib
+import threading
+
+import torch
+
+from kiln.backend.ir import Pointwise, Reduction, StorageBox, View, ops
+from kiln.backend.lowering import V, aten, box, loader_for, make_pointwise
+
+_state = threading.local()
+
+
+@contextlib.contextmanager
+def as_loops(node_names):
+    """Lower the matmul nodes named here as loop IR (not ATen calls) while compiling (None:
+    those named by an enclosing block, or none)."""
+    saved = getattr(_state, "names", frozenset())
+    _state.names = saved if node_names is None else frozenset(node_names)
+    try:
+        yield
+    finally:
+        _state.names = saved
+
+
+def chosen(node_name):
+    """Whether this matmul node is lowered as loops in the graph being compiled."""
+    return node_name in getattr(_state, "names", ())
+
+
+def chosen_names():
+    """The matmul nodes lowered as loops in the graph being compiled, sorted (its cache key)."""
+    return sorted(getattr(_state, "names", ()))
+
+
+def offered(target, val, args):
+    """Whether a matmul node may be written as loops (dtype, device, static sizes)."""
+    if target not in LOOP_LOWERINGS or not isinstance(val, torch.Tensor):
+        return False
+    tensors = [a for a in args if isinstance(a, torch.Tensor)] + [val]
+    return all(
+        t.dtype in (torch.float32, torch.float64)
+        and t.device.type == "cpu"
+        and all(type(s) is int for s in t.shape)
+        and all(type(s) is int for s in t.stride())
+        for t in tensors
+    )
+
+
+def _realize_operand(x):
+    """Realize the computation under an operand's views: inlined into the sum, a producer's ops
+    (a bias and an activation) would run once per output instead of once per element."""
+    while isinstance(x, View):
+        x = x.base
+    if isinstance(x, StorageBox):
+        x.realize()
+
+
+def _sum_over_k(a, b, batched):
+    """The realized [.., M, N] sum over k of a[.., m, k] * b[.., k, n]."""
+    _realize_operand(a)
+    _realize_operand(b)
+    *batch, m, k = a.get_size()
+    n = b.get_size()[-1]
+    dtype = a.get_dtype()
+    load_a, load_b = a.make_loader(), b.make_loader()
+
+    def inner(idx, ridx):
+        *bi, i, j = idx
+        (r,) = ridx
+        return ops.mul(load_a([*bi, i, r]), load_b([*bi, r, j]))
+
+    red = Reduction(dtype, (*batch, m, n) if batched else (m, n), (k,), "sum", inner, dtype)
+    out = V.graph.new_box(red, None)
+    out.realize()
+    return out
+
+
+def _mm(a, b):
+    return _sum_over_k(a, b, batched=False)
+
+
+def _bmm(a, b):
+    return _sum_over_k(a, b, batched=True)
+
+
+def _addmm(bias, a, b, *, beta=1, alpha=1):
+    # eager: beta * bias + alpha * (a @ b), the bias ignored (NaN included) when beta is 0
+    prod = _sum_over_k(a, b, batched=False)
+    size = prod.get_size()
+    dtype = prod.get_dtype()
+    if beta == 0:
+        return make_pointwise(lambda p: ops.mul(p, ops.constant(alpha, dtype)), prod)
+    load_bias = loader_for(bias, size, dtype)
+    load_prod = prod.make_loader()
+
+    def fn(idx):
+        p, c = load_prod(idx), load_bias(idx)
+        if alpha != 1:
+            p = ops.mul(p, ops.constant(alpha, dtype))
+        if beta != 1:
+            c = ops.mul(c, ops.constant(beta, dtype))
+        return ops.add(c, p)
+
+    return box(Pointwise(dtype, size, fn))
+
+
+LOOP_LOWERINGS = {
+    aten.mm.default: _mm,
+    aten.bmm.default: _bmm,
+    aten.addmm.default: _addmm,
+}
