@@ -44,7 +44,7 @@ from kiln.frontend.variables.logging_vars import EffectCallVariable
 from kiln.frontend.variables.speculation import Speculation
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import TorchVariable, _Unpack, wrap_tensor_result
-from kiln.frontend.variables.user_defined import NewObjectVariable
+from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 
 FUNCTION_APPLY = torch.autograd.Function.apply.__func__
 
@@ -397,8 +397,6 @@ def rebuilt_object(cls, names, values):
 def _object_fields(tx, var):
     """(class, field VariableTrackers, names) of a plain object apply can take by its fields,
     or None (Note [Autograd functions: objects as arguments])."""
-    from kiln.frontend.variables.user_defined import UserDefinedObjectVariable
-
     cls = (
         var.python_type()
         if isinstance(var, (NewObjectVariable, UserDefinedObjectVariable))
