@@ -2,8 +2,8 @@
 
 Note [CPU: autotuning matmuls]
 Under max-autotune, before a CPU graph is lowered, every mm/addmm/bmm that may be written as
-loops (Note [Matmuls as loops]: float32/float64, static sizes) and may win that way (operands
-contiguous along k, at most `MAX_ROWS` rows: elsewhere a BLAS GEMM's register blocking always
+loops (Note [Matmuls as loops]: float32/float64, static sizes) and may win that way (at most
+`MAX_ROWS` rows, b contiguous along k or n: elsewhere a BLAS GEMM's register blocking always
 won) is timed both ways on random inputs of its sizes and strides, each as a one-op graph
 compiled by kiln (the wrapper's call included in both). The loops are kept only when faster by
 a margin (`MARGIN`), so timing noise leaves the BLAS call; in the graph they are then also fused
@@ -52,10 +52,12 @@ MAX_ROWS = 64  # above this many rows (M) a BLAS GEMM's register blocking always
 
 
 def _worth_timing(args):
-    """Whether the loops could win: both operands contiguous along k (the dot product
-    vectorizes) and few rows. Other matmuls stay ATen calls without being timed."""
+    """Whether the loops could win: few rows, and b contiguous along k with a (a dot product
+    per output, vectorized along k) or along n (outputs side by side, vectorized along n: a
+    column reduction). Other matmuls stay ATen calls without being timed."""
     a, b = [x for x in args if isinstance(x, torch.Tensor)][-2:]
-    return a.stride(-1) == 1 and b.stride(-2) == 1 and a.shape[-2] <= MAX_ROWS
+    along_k = a.stride(-1) == 1 and b.stride(-2) == 1
+    return (along_k or b.stride(-1) == 1) and a.shape[-2] <= MAX_ROWS
 
 
 def _key(target, args, kwargs, salt):

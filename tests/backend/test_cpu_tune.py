@@ -6,7 +6,7 @@ import torch
 
 import kiln
 from kiln import config, logs
-from kiln.backend import cpu_tune, lowering_matmul
+from kiln.backend import codecache, cpu_tune, lowering_matmul
 from kiln.backend.compile_fx import CompiledGraph
 from tests.backend.helpers import compile_fn
 
@@ -16,6 +16,7 @@ def _fresh(tmp_path, monkeypatch):
     monkeypatch.setattr(config, "cache_dir", str(tmp_path))
     monkeypatch.setattr(cpu_tune, "_tuned", {})
     monkeypatch.setattr(cpu_tune._disk, "entries", None)
+    codecache.clear_memory_cache()  # graphs compiled by earlier tests
     logs.counters["backend"].clear()
     kiln.reset()
 
