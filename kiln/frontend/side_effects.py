@@ -89,9 +89,11 @@ class SideEffects:
         self.log.pop(key, None)
         self.log[key] = (kind, payload)
 
-    def load_global(self, name):
-        """The value stored while tracing into the root function's global `name`, or None."""
-        hit = self.log.get(("global", name))
+    def load_global(self, name, globals_name=""):
+        """The value stored while tracing into global `name` of the root function's module (or
+        of the module whose globals dict the guard name `globals_name` binds), or None."""
+        key = ("global", name) if not globals_name else ("global", name, globals_name)
+        hit = self.log.get(key)
         return hit[1] if hit is not None else None
 
     def load_cell(self, name):
@@ -164,9 +166,15 @@ class SideEffects:
         self.cell_undo.append((frame_locals, ref.name, frame_locals.get(ref.name, _UNSET)))
         frame_locals[ref.name] = value
 
-    def store_global(self, name, value):
-        self.check_write(("global", name))
-        self._record(("global", name), "global", value)
+    def has_global_stores(self):
+        return any(key[0] == "global" for key in self.log)
+
+    def store_global(self, name, value, globals_name=""):
+        """`global name; name = value` in the root function's module, or in another module's
+        (Note [Side effects: globals of another module])."""
+        key = ("global", name) if not globals_name else ("global", name, globals_name)
+        self.check_write(key)
+        self._record(key, "global", value)
 
     def store_cell(self, name, value, cell=None):
         if cell is not None:
@@ -351,6 +359,11 @@ class SideEffects:
                 else:
                     code += emit.call(len(values))
                 stores.append(code + emit.pop_top())
+            elif kind == "global" and len(key) == 3:  # another module's: its dict[name] = v
+                v = _to_temp(cg, lambda payload=payload: cg.reconstruct(payload))
+                d = _to_temp(cg, lambda key=key: cg.load_global_dict(key[2]))
+                code = emit.load_fast(v) + emit.load_fast(d) + emit.load_const(key[1])
+                stores.append(code + emit.store_subscr())
             elif kind == "global":
                 v = _to_temp(cg, lambda payload=payload: cg.reconstruct(payload))
                 stores.append(emit.load_fast(v) + emit.store_global(key[1]))
@@ -463,3 +476,10 @@ def _calls(obj, calls):
             code += emit.load_fast(arg)
         code += emit.call(int(arg is not None)) + emit.pop_top()
     return code
+
+
+# Note [Side effects: globals of another module]
+# A function inlined from another module assigns that module's globals (`global _count;
+# _count += 1`). The store is recorded under the guard name of that module's globals dict (the
+# dict the transformed code reaches as an extra global, output_graph.globals_name), later reads
+# in the trace see it, and it is replayed after the graph as `<that dict>[name] = value`.

@@ -235,6 +235,12 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             stored = self.output.side_effects.load_global(name)
             if stored is not None:
                 return stored
+        else:  # Note [Side effects: globals of another module]
+            gname = self.output.globals_name(self.f_globals)
+            self.output.side_effects.note_read(("global", name, gname))
+            stored = self.output.side_effects.load_global(name, gname)
+            if stored is not None:
+                return stored
         if name in self.f_globals:
             return wrap_value(self, self.f_globals[name], self.global_source(name))
         value = global_value(self.f_globals, name)  # a builtin
@@ -334,9 +340,8 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             self.push(NULL)
 
     def STORE_GLOBAL(self, inst):
-        if self.f_globals is not self.output.root_fn.__globals__:
-            unimplemented(f"assignment to global {inst.argval!r} of another module")
-        self.output.side_effects.store_global(inst.argval, self.pop())
+        gname = self.output.globals_name(self.f_globals)  # '' for the root function's
+        self.output.side_effects.store_global(inst.argval, self.pop(), gname)
 
     def LOAD_DEREF(self, inst):
         name = inst.argval

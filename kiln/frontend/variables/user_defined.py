@@ -662,6 +662,9 @@ class NewObjectVariable(VariableTracker):
             return ConstantObjectVariable(static)
         if isinstance(static, type):  # `_base_type = BaseException`: a class held by the class
             return wrap_constant_like(tx, static)
+        src = self._class_attr_source(name)
+        if src is not None:  # (e.g. a tuple of types: read through the class, guarded)
+            return wrap_value(tx, static, src)
         unimplemented(f"class attribute {self.cls.__name__}.{name}")
 
     def call_function(self, tx, args, kwargs):
