@@ -69,13 +69,13 @@ def _scalar_part(a):
 def _guarded_key(args, dynamic=None):
     """The plan key of a call whose tensors' metadata the frontend's guards already checked;
     `dynamic` (a symbolic graph's) leaves out its dynamic scalars."""
-    scalars = tuple(
-        _scalar_part(a)
-        for i, a in enumerate(args)
-        if not isinstance(a, torch.Tensor) and not (dynamic and dynamic.get(i) is True)
-    )
+    scalars = []  # (a loop: this runs on every call of a compiled graph)
+    for i, a in enumerate(args):
+        if not isinstance(a, torch.Tensor) and not (dynamic and dynamic.get(i) is True):
+            scalars.append(_scalar_part(a))
     kind = "guarded" if dynamic is None else "guarded symbolic"
-    return (torch.is_grad_enabled(), _autocast_state(), kind, scalars)
+    amp = _autocast_state() if torch._C._is_any_autocast_enabled() else ()
+    return (torch._C.is_grad_enabled(), amp, kind, tuple(scalars))
 
 
 # Note [AOT: symbolic sizes]

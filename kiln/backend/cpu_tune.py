@@ -2,14 +2,16 @@
 
 Note [CPU: autotuning matmuls]
 Under max-autotune, before a CPU graph is lowered, every mm/addmm/bmm that may be written as
-loops (Note [Matmuls as loops]: float32/float64, static sizes) is timed both ways on random
-inputs of its sizes and strides: the ATen call and as loops, each in a one-op graph compiled by kiln (the wrapper's call included in both). The
-loops are kept only when faster by a margin (`MARGIN`), so timing noise leaves the BLAS call; in
-the graph they are then also fused with the ops after them, which the timing does not credit.
-Choices are kept in memory and on disk (`<cache_dir>/cpu_tuning.json`), keyed by the op, sizes,
-strides, dtype, arguments, thread count, CPU, compiler and kiln's backend source, so a later
-process compiles at once. What a graph chose enters its cache key. Timing takes the best of a
-few rounds of at least a millisecond each (wall clock: a kernel may run on several threads).
+loops (Note [Matmuls as loops]: float32/float64, static sizes) and may win that way (at most
+`MAX_ROWS` rows, b contiguous along k or n: elsewhere a BLAS GEMM's register blocking always
+won) is timed both ways on random inputs of its sizes and strides, each as a one-op graph
+compiled by kiln (the wrapper's call included in both). The loops are kept only when faster by
+a margin (`MARGIN`), so timing noise leaves the BLAS call; in the graph they are then also fused
+with the ops after them, which the timing does not credit. Choices are kept in memory and on
+disk (`<cache_dir>/cpu_tuning.json`), keyed by the op, sizes, strides, dtype, arguments, thread
+count, CPU, compiler and kiln's backend source, so a later process compiles at once. What a
+graph chose enters its cache key. Timing takes the best of a few interleaved rounds of at least
+a millisecond each (wall clock: a kernel may run on several threads).
 """
 
 import hashlib
@@ -40,10 +42,22 @@ def matmuls_as_loops(gm, compile_graph, salt):
             continue
         val = node.meta.get("val")
         args = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in node.args]
-        if offered(node.target, val, args) and not node.kwargs.get("out"):
+        if offered(node.target, val, args) and _worth_timing(args) and not node.kwargs.get("out"):
             if _choice(node.target, args, dict(node.kwargs), compile_graph, salt) == "loops":
                 names.add(node.name)
     return frozenset(names)
+
+
+MAX_ROWS = 64  # above this many rows (M) a BLAS GEMM's register blocking always won
+
+
+def _worth_timing(args):
+    """Whether the loops could win: few rows, and b contiguous along k with a (a dot product
+    per output, vectorized along k) or along n (outputs side by side, vectorized along n: a
+    column reduction). Other matmuls stay ATen calls without being timed."""
+    a, b = [x for x in args if isinstance(x, torch.Tensor)][-2:]
+    along_k = a.stride(-1) == 1 and b.stride(-2) == 1
+    return (along_k or b.stride(-1) == 1) and a.shape[-2] <= MAX_ROWS
 
 
 def _key(target, args, kwargs, salt):

@@ -4,7 +4,8 @@ Note [Matmuls as loops]
 By default a matmul is an ATen call (an extern: MKL or oneDNN). Written as loop IR instead,
 `out[m, n] = sum_k a[m, k] * b[k, n]` is a row reduction the C++ generator turns into a dot
 product per output, vectorized along k when both operands are contiguous in k (x @ w.t() of a
-linear layer), accumulated in double as every float reduction is, and the ops after it (bias,
+linear layer), or a column reduction vectorized along n when b is contiguous in n (x @ W of
+GPT-2's Conv1D), accumulated in double as every float reduction is, and the ops after it (bias,
 activation, residual add) fuse into the same kernel. It has no register blocking, so it loses to
 a BLAS GEMM once both M and N are large; it wins where the BLAS call's fixed cost dominates: a
 decode step's [1..8, K] x [K, N], small layers, batched attention scores of short sequences.

@@ -28,10 +28,12 @@ from kiln.frontend.source import (
     IterHasSource,
     IterRestSource,
     LocalSource,
+    ProxiedDictSource,
     dict_get,
     iter_has,
     iter_rest,
     key_text,
+    proxied_dict,
     tensor_of_array,
 )
 from kiln.symbolic import autocast_state as amp
@@ -303,8 +305,12 @@ class _Hoister:
             expr = f"{self(source.source)}[{key_text(source.index)}]"
         elif type(source).__name__ == "DictGetSource":
             expr = f"___dict_get({self(source.source)}, {source.key!r})"
+        elif type(source).__name__ == "DictGetByKeySource":
+            expr = f"___dict_get({self(source.source)}, {self(source.key_source)})"
         elif isinstance(source, IterRestSource):
             expr = f"___iter_rest({self(source.source)})"
+        elif isinstance(source, ProxiedDictSource):
+            expr = f"___proxied_dict({self(source.source)})"
         elif isinstance(source, IterHasSource):
             expr = f"___iter_has({self(source.source)}, {source.n})"
         else:
@@ -370,6 +376,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
         "___dict_get": dict_get,
+        "___proxied_dict": proxied_dict,  # ProxiedDictSource
         "___from_numpy": tensor_of_array,  # NumpyTensorSource
         "___iter_rest": iter_rest,  # IterRestSource
         "___iter_has": iter_has,  # IterHasSource

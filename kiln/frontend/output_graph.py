@@ -205,6 +205,15 @@ class OutputGraph:
     def count_calls(self):
         return sum(1 for n in self.graph.nodes if n.op in ("call_function", "call_method"))
 
+    def only_grad_switches(self):
+        """Whether every call in the graph is a grad-mode switch (Note [Output graph: a graph
+        of grad-mode switches only])."""
+        return all(
+            n.target is torch._C._set_grad_enabled
+            for n in self.graph.nodes
+            if n.op in ("call_function", "call_method")
+        )
+
     # --- compiling ------------------------------------------------------------------------------
     def compile_subgraph(self, outputs):
         """Finish the graph with `outputs` (TensorVariables); call the backend once.
@@ -212,7 +221,7 @@ class OutputGraph:
         Returns (name of the compiled callable installed in the root function's globals,
         the sources of its inputs), or (None, []) when the graph holds no tensor op.
         """
-        if self.count_calls() == 0:
+        if self.only_grad_switches() and (not outputs or self.count_calls() == 0):
             return None, []
         self.graph.output(tuple(v.proxy for v in outputs))
         self._remove_dead_sizes()
@@ -281,6 +290,12 @@ def _restoring_grad_mode(compiled, graph):
 
     return call
 
+
+# Note [Output graph: a graph of grad-mode switches only]
+# A graph whose only calls are `_set_grad_enabled` switches (the part of a frame before a graph
+# break inside `with torch.no_grad()`, where the with block's enter and exit are all it traced)
+# and that has no outputs computes nothing: it goes to no backend, as torch.compile sends none. The mode it would leave is
+# still set after it (bytecode_gen._end_grad_mode reads the switches from the graph).
 
 # Note [Output graph: grad mode on errors]
 # Traced `with torch.no_grad()` blocks are `_set_grad_enabled` nodes in the graph, so an op that

@@ -25,12 +25,14 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import GetItemSource, advance_iter
+from kiln.frontend.variables.dict_keys import is_stand_in, key_var
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import BaseListVariable, DequeVariable, SetVariable
 from kiln.frontend.variables.misc import NullVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
 _UNSET = object()
+DELETED = NullVariable()  # the value of an attribute deleted while tracing (never read)
 
 
 class EffectsSnapshot(NamedTuple):
@@ -54,6 +56,7 @@ class SideEffects:
         self.step_serial = 0  # set by the root translator before each instruction
         self.cell_undo = []  # (frame locals, name, old value) per traced-cell write
         self.lazy_readers = []  # per generator drained at a break: the cells/globals it read
+        self.attr_order = {}  # ("attr"/"dictitem", id, name) -> when first stored (dict order)
 
     def tracked_container(self, tx, value, source):
         """The variable already wrapping this real mutable container (a list, dict or deque
@@ -84,9 +87,11 @@ class SideEffects:
         self.log.pop(key, None)
         self.log[key] = (kind, payload)
 
-    def load_global(self, name):
-        """The value stored while tracing into the root function's global `name`, or None."""
-        hit = self.log.get(("global", name))
+    def load_global(self, name, globals_name=""):
+        """The value stored while tracing into global `name` of the root function's module (or
+        of the module whose globals dict the guard name `globals_name` binds), or None."""
+        key = ("global", name) if not globals_name else ("global", name, globals_name)
+        hit = self.log.get(key)
         return hit[1] if hit is not None else None
 
     def load_cell(self, name):
@@ -100,12 +105,43 @@ class SideEffects:
         replayed with it (Note [Side effects: stores through a user __setattr__])."""
         if obj_var.source is None:
             unimplemented(f"attribute store .{name} on an object without a source")
-        self._record(("attr", id(obj_var.value), name), "attr", (obj_var, name, value, raw))
+        key = ("attr", id(obj_var.value), name)
+        if self.is_deleted(obj_var, name):
+            unimplemented(f"attribute .{name} stored again after its deletion while tracing")
+        self.attr_order.setdefault(key, len(self.attr_order))
+        if key in self.log and name not in (getattr(obj_var.value, "__dict__", None) or ()):
+            # a new attribute stored again: replayed where it was first stored, so that the
+            # instance dict gets its keys in eager's order
+            self.records += 1
+            self.log[key] = ("attr", (obj_var, name, value, raw))
+            return
+        self._record(key, "attr", (obj_var, name, value, raw))
+
+    def store_dict_item(self, obj_var, name, value):
+        """`obj.__dict__[name] = value` for a name behind a data descriptor of obj's class
+        (Note [Objects: the instance __dict__ as a view])."""
+        key = ("dictitem", id(obj_var.value), name)
+        self.attr_order.setdefault(key, len(self.attr_order))
+        self._record(key, "attr", (obj_var, name, value, "dict"))
 
     def load_attr(self, obj_var, name):
         """The value stored while tracing, or None."""
         hit = self.log.get(("attr", id(getattr(obj_var, "value", None)), name))
+        if hit is not None and hit[1][2] is DELETED:
+            unimplemented(f"read of the attribute .{name} deleted while tracing")
         return hit[1][2] if hit is not None else None
+
+    def delete_attr(self, obj_var, name):
+        """`del obj.name` of an instance attribute (Note [Objects: the instance __dict__ as a
+        view]): replayed as `del obj.name`."""
+        key = ("attr", id(obj_var.value), name)
+        self.attr_order.setdefault(key, len(self.attr_order))
+        self._record(key, "attr", (obj_var, name, DELETED, True))
+
+    def is_deleted(self, obj_var, name):
+        """Whether `obj.name` was deleted while tracing (and not stored again)."""
+        hit = self.log.get(("attr", id(getattr(obj_var, "value", None)), name))
+        return hit is not None and hit[1][2] is DELETED
 
     def mutate_container(self, var):
         self.written.append(var.serial)
@@ -125,8 +161,14 @@ class SideEffects:
         self.cell_undo.append((frame_locals, ref.name, frame_locals.get(ref.name, _UNSET)))
         frame_locals[ref.name] = value
 
-    def store_global(self, name, value):
-        self._record(("global", name), "global", value)
+    def has_global_stores(self):
+        return any(key[0] == "global" for key in self.log)
+
+    def store_global(self, name, value, globals_name=""):
+        """`global name; name = value` in the root function's module, or in another module's
+        (Note [Side effects: globals of another module])."""
+        key = ("global", name) if not globals_name else ("global", name, globals_name)
+        self._record(key, "global", value)
 
     def store_cell(self, name, value, cell=None):
         self._record(("cell", name), "cell", value)
@@ -201,8 +243,21 @@ class SideEffects:
                 continue
             if kind == "attr":
                 obj_var, name, value, raw = payload
+                if value is DELETED:  # del o.name
+                    o = _to_temp(cg, lambda obj_var=obj_var: obj_var.source.reconstruct(cg))
+                    stores.append(emit.load_fast(o) + emit.delete_attr(name))
+                    continue
                 v = _to_temp(cg, lambda value=value: cg.reconstruct(value))
                 o = _to_temp(cg, lambda obj_var=obj_var: obj_var.source.reconstruct(cg))
+                if raw == "dict":  # o.__dict__[name] = v
+                    stores.append(
+                        emit.load_fast(v)
+                        + emit.load_fast(o)
+                        + emit.load_attr("__dict__")
+                        + emit.load_const(name)
+                        + emit.store_subscr()
+                    )
+                    continue
                 if raw:
                     cg.load_object(object.__setattr__)
                     f = cg.new_temp()
@@ -227,7 +282,7 @@ class SideEffects:
 
                 def build_dict(var=var):
                     for k, v in var.items.items():
-                        cg.extend(emit.load_const(k))
+                        cg.reconstruct(key_var(k))
                         cg.reconstruct(v)
                     cg.extend(emit.build_map(len(var.items)))
 
@@ -280,6 +335,11 @@ class SideEffects:
                 else:
                     code += emit.call(len(values))
                 stores.append(code + emit.pop_top())
+            elif kind == "global" and len(key) == 3:  # another module's: its dict[name] = v
+                v = _to_temp(cg, lambda payload=payload: cg.reconstruct(payload))
+                d = _to_temp(cg, lambda key=key: cg.load_global_dict(key[2]))
+                code = emit.load_fast(v) + emit.load_fast(d) + emit.load_const(key[1])
+                stores.append(code + emit.store_subscr())
             elif kind == "global":
                 v = _to_temp(cg, lambda payload=payload: cg.reconstruct(payload))
                 stores.append(emit.load_fast(v) + emit.store_global(key[1]))
@@ -355,7 +415,7 @@ def _dict_stores(cg, var):
     """The replay of a dict input by key, or None (Note [Side effects: dicts replayed key by
     key])."""
     initial = getattr(var, "initial_keys", None)
-    if initial is None:
+    if initial is None or any(is_stand_in(k) for k in var.items):
         return None
     final = list(var.items)
     kept = [k for k in initial if k in var.items]
@@ -392,3 +452,10 @@ def _calls(obj, calls):
             code += emit.load_fast(arg)
         code += emit.call(int(arg is not None)) + emit.pop_top()
     return code
+
+
+# Note [Side effects: globals of another module]
+# A function inlined from another module assigns that module's globals (`global _count;
+# _count += 1`). The store is recorded under the guard name of that module's globals dict (the
+# dict the transformed code reaches as an extra global, output_graph.globals_name), later reads
+# in the trace see it, and it is replayed after the graph as `<that dict>[name] = value`.

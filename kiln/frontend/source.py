@@ -1,6 +1,7 @@
 """Sources: where a traced value came from, as guard expression text and as load bytecode."""
 
 import dataclasses
+import gc
 
 import torch
 
@@ -143,6 +144,29 @@ def dict_get(obj, key):
     return dict.get(obj, key, MISSING)
 
 
+def proxied_dict(proxy):
+    """The mapping a types.MappingProxyType reads (its only referent)."""
+    return gc.get_referents(proxy)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxiedDictSource(Source):
+    """The dict behind a mappingproxy (Note [Dicts: mappingproxy])."""
+
+    source: Source
+
+    def name(self):
+        return f"___proxied_dict({self.source.name()})"
+
+    def reconstruct(self, cg):
+        cg.load_object(proxied_dict, push_null=True)
+        self.source.reconstruct(cg)
+        cg.extend(_emit.call(1))
+
+    def base(self):
+        return self.source.base()
+
+
 @dataclasses.dataclass(frozen=True)
 class DictGetSource(Source):
     """`dict.get(base, key)` of a dict-subclass object (its own get/__getitem__ bypassed)."""
@@ -157,6 +181,27 @@ class DictGetSource(Source):
         cg.load_object(dict_get, push_null=True)
         self.source.reconstruct(cg)
         cg.extend(_emit.load_const(self.key))
+        cg.extend(_emit.call(2))
+
+    def base(self):
+        return self.source.base()
+
+
+@dataclasses.dataclass(frozen=True)
+class DictGetByKeySource(Source):
+    """`dict.get(base, key)` where the key is itself read from a source (an object key: the
+    guard looks it up with the object the call is given)."""
+
+    source: Source
+    key_source: Source
+
+    def name(self):
+        return f"___dict_get({self.source.name()}, {self.key_source.name()})"
+
+    def reconstruct(self, cg):
+        cg.load_object(dict_get, push_null=True)
+        self.source.reconstruct(cg)
+        self.key_source.reconstruct(cg)
         cg.extend(_emit.call(2))
 
     def base(self):

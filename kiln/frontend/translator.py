@@ -38,6 +38,7 @@ from kiln.frontend.variables.generators import (
     cleanup_throw,
     close_freed_generators,
 )
+from kiln.frontend.variables.instance_dict import delete_instance_attr
 from kiln.frontend.variables.lists import (
     TupleVariable,
     start_instruction,
@@ -49,6 +50,7 @@ from kiln.frontend.variables.user_attrs import (
     has_instance_dict,
     instance_static,
     no_attribute_message,
+    raw_store_attr,
 )
 from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 from kiln.frontend.variables.user_protocol import (
@@ -237,6 +239,12 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             stored = self.output.side_effects.load_global(name)
             if stored is not None:
                 return stored
+        else:  # Note [Side effects: globals of another module]
+            gname = self.output.globals_name(self.f_globals)
+            self.output.side_effects.note_read(("global", name, gname))
+            stored = self.output.side_effects.load_global(name, gname)
+            if stored is not None:
+                return stored
         if name in self.f_globals:
             return wrap_value(self, self.f_globals[name], self.global_source(name))
         value = global_value(self.f_globals, name)  # a builtin
@@ -336,9 +344,8 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             self.push(NULL)
 
     def STORE_GLOBAL(self, inst):
-        if self.f_globals is not self.output.root_fn.__globals__:
-            unimplemented(f"assignment to global {inst.argval!r} of another module")
-        self.output.side_effects.store_global(inst.argval, self.pop())
+        gname = self.output.globals_name(self.f_globals)  # '' for the root function's
+        self.output.side_effects.store_global(inst.argval, self.pop(), gname)
 
     def LOAD_DEREF(self, inst):
         name = inst.argval
@@ -474,6 +481,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             unimplemented(f"assignment through {type(obj.value).__name__}.__setattr__")
         cls = type(obj.value)
         static = instance_static(cls, name, None)
+        if isinstance(obj, UserDefinedObjectVariable) and isinstance(static, property):
+            raw_store_attr(self, obj, name, value)  # its Python setter, inlined
+            return
         if static is not None and hasattr(static, "__set__"):
             unimplemented(f"assignment to the descriptor {cls.__name__}.{name}")
         if not has_instance_dict(cls):  # `object()`, a class with __slots__ only
@@ -491,6 +501,12 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         self.output.side_effects.store_attr(obj, name, value)
 
     def DELETE_ATTR(self, inst):
+        obj = self.pop()
+        if isinstance(obj, UserDefinedObjectVariable):
+            delete_instance_attr(
+                self, obj, inst.argval
+            )  # Note [Objects: the instance __dict__ as a view]
+            return
         unimplemented(f"attribute deletion .{inst.argval} (side effect)")
 
     # --- stack manipulation ---------------------------------------------------------------------

@@ -226,7 +226,7 @@ class ValueOpsMixin:
 
     def MAP_ADD(self, inst):
         v = self.pop()
-        key = self.pop().as_python_constant()
+        key = dict_key(self.pop())
         self._stack_container(inst, ConstDictVariable).items[key] = v
 
     def DICT_UPDATE(self, inst):

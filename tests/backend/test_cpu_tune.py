@@ -6,7 +6,7 @@ import torch
 
 import kiln
 from kiln import config, logs
-from kiln.backend import cpu_tune, lowering_matmul
+from kiln.backend import codecache, cpu_tune, lowering_matmul
 from kiln.backend.compile_fx import CompiledGraph
 from tests.backend.helpers import compile_fn
 
@@ -16,6 +16,7 @@ def _fresh(tmp_path, monkeypatch):
     monkeypatch.setattr(config, "cache_dir", str(tmp_path))
     monkeypatch.setattr(cpu_tune, "_tuned", {})
     monkeypatch.setattr(cpu_tune._disk, "entries", None)
+    codecache.clear_memory_cache()  # graphs compiled by earlier tests
     logs.counters["backend"].clear()
     kiln.reset()
 
@@ -130,3 +131,16 @@ def test_default_mode_times_nothing():
     with torch.no_grad():
         kiln.compile(model)(x)
     assert logs.counters["backend"]["autotune_timed"] == 0
+
+
+def test_max_autotune_graph_is_not_the_default_graph_from_the_cache(monkeypatch):
+    """The same graph compiled in default mode, then under max-autotune, compiles again (the
+    mode and the choices are in the graph's cache key)."""
+    monkeypatch.setattr(cpu_tune, "_time", lambda *fns: [2.0, 1.0])  # loops win
+    model, x = _model(), torch.randn(3, 32)
+    with torch.no_grad():
+        kiln.compile(model)(x)
+        assert logs.counters["backend"]["graphs_compiled"] == 1
+        out = kiln.compile(model, mode="max-autotune-no-cudagraphs")(x)
+    torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
+    assert logs.counters["backend"]["graph_cache_hits"] == 0

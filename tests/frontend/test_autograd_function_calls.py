@@ -3,6 +3,7 @@ names with defaults (Note [Autograd functions: keyword arguments]), `MyFn().appl
 deprecated instance (its DeprecationWarning replayed), enum members and lists of tensors as
 arguments. Outputs, gradients and warnings equal eager under every backend."""
 
+import dataclasses
 import enum
 import warnings
 
@@ -212,3 +213,157 @@ def test_compiled_backward_reads_saved_tensors_and_needs_input_grad():
                 torch.testing.assert_close(b.grad, a.grad)
     stats = kiln.counters["stats"]
     assert stats["graph_breaks"] == 0 and stats["unique_graphs"] == 3  # one per needs pattern
+
+
+@dataclasses.dataclass
+class Scales:
+    power: int
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+class Scaled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scales, z):
+        ctx.save_for_backward(scales.a, scales.b)
+        ctx.power = scales.power
+        return x.clone() * scales.a * scales.b**scales.power + z
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return g * a * b**ctx.power, None, g * 2
+
+
+def scaled(x, scales, z):
+    return Scaled.apply(x, scales, z)
+
+
+def scaled_made_here(x, z):
+    return Scaled.apply(x, Scales(3, x.detach() * 2, z.detach() + 1), z)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_object_argument_passed_by_its_fields(backend):
+    kiln.reset()
+    compiled = kiln.compile(scaled, backend=backend, fullgraph=True)
+    for power, a, b in ((2, 2.5, 3.5), (2, 1.5, 0.5)):
+        grads = []
+        for f in (scaled, compiled):
+            x = torch.tensor([2.0, -1.0], requires_grad=True)
+            z = torch.tensor(3.0, requires_grad=True)
+            s = Scales(power, torch.tensor(a, requires_grad=True), torch.tensor(b))
+            out = f(x, s, z)
+            out.sum().backward()
+            grads.append((out, x.grad, z.grad, s.a.grad))
+        torch.testing.assert_close(grads[1][:3], grads[0][:3])
+        assert grads[0][3] is None and grads[1][3] is None
+    stats = kiln.counters["stats"]
+    assert stats["graph_breaks"] == 0 and stats["unique_graphs"] == 1  # new tensors: one graph
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_object_argument_made_in_the_frame(backend):
+    kiln.reset()
+    compiled = kiln.compile(scaled_made_here, backend=backend, fullgraph=True)
+    x0 = torch.tensor([2.0, -1.0])
+    xe, xc = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+    z = torch.tensor(3.0)
+    expected, got = scaled_made_here(xe, z), compiled(xc, z)
+    torch.testing.assert_close(got, expected)
+    expected.sum().backward()
+    got.sum().backward()
+    torch.testing.assert_close(xc.grad, xe.grad)
+
+
+class Counter:
+    def __init__(self):
+        self.n = 0
+        self.scale = torch.tensor(2.0)
+
+
+class Counting(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, counter):
+        counter.n += 1  # a store on the argument: an effect outside ctx
+        return x * counter.scale
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2, None
+
+
+def test_object_argument_written_by_forward_breaks():
+    def fn(x, counter):
+        return Counting.apply(x, counter)
+
+    kiln.reset()
+    counter = Counter()
+    with pytest.raises(kiln.exc.Unsupported, match="side effects outside ctx"):
+        kiln.compile(fn, fullgraph=True)(torch.ones(2), counter)
+    out = kiln.compile(fn)(torch.ones(2), counter)
+    torch.testing.assert_close(out, torch.full((2,), 2.0))
+    assert counter.n == 1
+
+
+class Collecting(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, found):
+        found.append(x.sin())  # made under no_grad: needs no grad
+        found.append(x.cos() * 2)
+        return x * 3, x.exp()
+
+    @staticmethod
+    def backward(ctx, g1, g2):
+        return g1 * 3 + g2, None
+
+
+def collect_into_new_list(x):
+    found = []
+    a, b = Collecting.apply(x, found)
+    return a + b, found, len(found)
+
+
+def collect_into_given_list(x, found):
+    return Collecting.apply(x, found)[0] * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_appends_to_a_list_argument(backend):
+    kiln.reset()
+    for fn, extra in ((collect_into_new_list, ()), (collect_into_given_list, ([torch.ones(3)],))):
+        x0 = torch.randn(3)
+        xe, xc = x0.clone().requires_grad_(), x0.clone().requires_grad_()
+        extra_e = [list(e) for e in extra]
+        extra_c = [list(e) for e in extra]
+        expected = fn(xe, *extra_e)
+        got = kiln.compile(fn, backend=backend, fullgraph=True)(xc, *extra_c)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        got = got if isinstance(got, tuple) else (got,)
+        torch.testing.assert_close(got, expected)
+        if len(got) > 1:  # the appended tensors need no grad, as in eager
+            assert [t.requires_grad for t in got[1]] == [t.requires_grad for t in expected[1]]
+        torch.testing.assert_close(extra_c, extra_e)  # the caller's list got the same items
+        expected[0].sum().backward()
+        got[0].sum().backward()
+        torch.testing.assert_close(xc.grad, xe.grad)
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+
+
+class Popping(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, found):
+        found.pop()
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3, None
+
+
+def test_forward_changing_a_list_argument_otherwise_breaks():
+    def fn(x, found):
+        return Popping.apply(x, [*found])
+
+    with pytest.raises(kiln.exc.Unsupported, match="other than by appending"):
+        kiln.compile(fn, fullgraph=True)(torch.ones(2), [torch.ones(1)])

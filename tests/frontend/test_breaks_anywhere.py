@@ -177,7 +177,9 @@ def nested_modes(x):
 
 def test_break_inside_nested_grad_modes(capsys):
     x = t(3).requires_grad_()
-    run_and_compare(nested_modes, x, expected_graphs=3, expected_breaks=2)
+    # graph 1: both muls | graph 2: c and d | after the second print only the with block's
+    # exits are left: a graph of grad switches only goes to no backend (the mode is still set)
+    run_and_compare(nested_modes, x, expected_graphs=2, expected_breaks=2)
     assert capsys.readouterr().out == "inner True\nouter False\n" * 3
 
 

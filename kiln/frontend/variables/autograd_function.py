@@ -39,12 +39,12 @@ from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.functions import inline_call
-from kiln.frontend.variables.lists import BaseListVariable, TupleVariable
+from kiln.frontend.variables.lists import BaseListVariable, ListVariable, TupleVariable
 from kiln.frontend.variables.logging_vars import EffectCallVariable
 from kiln.frontend.variables.speculation import Speculation
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import TorchVariable, _Unpack, wrap_tensor_result
-from kiln.frontend.variables.user_defined import NewObjectVariable
+from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 
 FUNCTION_APPLY = torch.autograd.Function.apply.__func__
 
@@ -90,9 +90,14 @@ class AutogradFunctionApplyVariable(VariableTracker):
             args, kwargs = _bind_keywords(forward, args, kwargs, setup_style=has_setup), {}
         if getattr(cls, "generate_vmap_rule", False) or _overrides(cls, "jvp"):
             unimplemented(f"{name} defines vmap/jvp rules (not traced)")
-        for a in args:
-            if not _apply_argument(a):
+        objects = {}  # Note [Autograd functions: objects as arguments]
+        for k, a in enumerate(args):
+            if _apply_argument(a):
+                continue
+            fields = _object_fields(tx, a)
+            if fields is None:
                 unimplemented(f"{name}.apply argument {a} (only tensors and constants)")
+            objects[k] = fields
         self._guard_methods(tx, has_setup)
         grad_on = torch.is_grad_enabled()
         needs = tuple(
@@ -100,10 +105,38 @@ class AutogradFunctionApplyVariable(VariableTracker):
         )
         ctx = AutogradCtxVariable(needs)
         check_backward = any(needs) and tx.output.settings.backend_name != "eager"
+        # Note [Autograd functions: appends to a list argument]
+        lists = {k: a for k, a in enumerate(args) if type(a) is ListVariable}
+        traced = [ListVariable(list(a.items)) if k in lists else a for k, a in enumerate(args)]
         out = self._check_forward(
-            tx, forward, setup if has_setup else None, ctx, args, check_backward
+            tx, forward, setup if has_setup else None, ctx, traced, check_backward
         )
-        return self._apply_node(tx, args, out, ctx, any(needs))
+        appended = self._appended(lists, traced, out)
+        result = self._apply_node(tx, args, out, ctx, any(needs), objects, appended)
+        if appended:
+            result, extras = result
+            for k, items in extras.items():
+                for item in items:
+                    args[k].call_method(tx, "append", [item], {})
+        return result
+
+    def _appended(self, lists, traced, out):
+        """Position -> (length before, items) of the list arguments forward appended to."""
+        name = self.cls.__qualname__
+        outs = out.items if isinstance(out, TupleVariable) else [out]
+        appended = {}
+        for k, orig in lists.items():
+            now, n = traced[k].items, len(orig.items)
+            if len(now) < n or any(a is not b for a, b in zip(now, orig.items)):
+                unimplemented(f"{name}.forward changes a list argument other than by appending")
+            for item in now[n:]:
+                if not isinstance(item, _tensor_cls()) or item.example._is_view():
+                    unimplemented(f"{name}.forward appends {item} to a list argument")
+                if any(item is v for v in [*outs, *traced]):
+                    unimplemented(f"{name}.forward appends an input or an output to a list")
+            if len(now) > n:
+                appended[k] = (n, now[n:])
+        return appended
 
     def _guard_methods(self, tx, has_setup):
         """forward, backward and setup_context are pinned (what the checks traced)."""
@@ -174,7 +207,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
         ]
         inline_call(tx, backward, [ctx, *grads], {}, source)
 
-    def _apply_node(self, tx, args, out, ctx, any_needs):
+    def _apply_node(self, tx, args, out, ctx, any_needs, objects, appended):
         """The call_function node `MyFn.apply(*args)` with the forward's output metadata."""
         items = out.items if isinstance(out, TupleVariable) else [out]
         if isinstance(out, BaseListVariable) and not isinstance(out, TupleVariable):
@@ -201,10 +234,24 @@ class AutogradFunctionApplyVariable(VariableTracker):
             examples[k] = _dirty_example(items[k], examples[k])
         unpack = _Unpack(tx)
         baked = {k: a.as_python_constant() for k, a in enumerate(args) if _baked(a)}
-        node_args = tuple(unpack(a)[0] for k, a in enumerate(args) if k not in baked)
-        target = apply_target(self.cls, baked)
+        shown = [TupleVariable(objects[k][1]) if k in objects else a for k, a in enumerate(args)]
+        node_args = tuple(unpack(a)[0] for k, a in enumerate(shown) if k not in baked)
+        layouts = {k: (type_, names) for k, (type_, _, names) in objects.items()}
+        grown = {k: (n, len(items)) for k, (n, items) in appended.items()}
+        target = apply_target(self.cls, baked, layouts, grown)
         node = tx.output.create_node("call_function", target, node_args, {})
         result = tuple(examples) if isinstance(out, TupleVariable) else examples[0]
+        if appended:
+            if dirty or containers:
+                unimplemented(f"{self.cls.__qualname__}.forward appends to a list and returns more")
+            extra = [
+                _output_example(i.example, False) for _, items in appended.values() for i in items
+            ]
+            flat = wrap_tensor_result(tx, node, (*examples, *extra), tensors[0].device).items
+            main, rest = flat[: len(examples)], iter(flat[len(examples) :])
+            wrapped = TupleVariable(main) if isinstance(out, TupleVariable) else main[0]
+            extras = {k: [next(rest) for _ in items] for k, (_, items) in appended.items()}
+            return wrapped, extras
         wrapped = wrap_tensor_result(tx, node, result, tensors[0].device)
         for k, v in containers.items():
             # apply returns forward's own (new) list: a new one of the same constants
@@ -292,19 +339,96 @@ class AutogradFunctionInstanceVariable(VariableTracker):
         unimplemented(f"an instance of {self.cls.__qualname__} made in the frame escapes")
 
 
-def apply_target(cls, baked=None):
+def apply_target(cls, baked=None, objects=None, grown=None):
     """The graph's target for `cls.apply`: a function named after the class (FX would print a
-    torch function by its module path, and `torch.autograd.function.apply` does not exist)."""
+    torch function by its module path, and `torch.autograd.function.apply` does not exist).
+    `objects`: position -> (class, attribute names) of the objects passed by their fields;
+    `grown`: position -> (length, count) of the list arguments forward appends to (the items
+    are returned after forward's outputs)."""
 
     def apply(*args):
         if baked:  # the enum members back in their places
             it = iter(args)
             args = [baked[k] if k in baked else next(it) for k in range(len(args) + len(baked))]
-        return cls.apply(*args)
+        if objects:
+            args = [
+                rebuilt_object(*objects[k], a) if k in objects else a for k, a in enumerate(args)
+            ]
+        out = cls.apply(*args)
+        if grown:
+            outs = out if isinstance(out, tuple) else (out,)
+            extra = [t for k, (n, m) in grown.items() for t in args[k][n : n + m]]
+            return (*outs, *extra)
+        return out
 
     apply.__name__ = apply.__qualname__ = f"{cls.__name__}_apply"
     apply.autograd_function = cls
     return apply
+
+
+# Note [Autograd functions: objects as arguments]
+# `MyFn.apply(x, cfg)` where cfg is a plain object (a dataclass, a class without __slots__, a
+# custom __new__ or __getattribute__) whose instance attributes are all tensors and constants:
+# the node gets cfg's attribute values as one tuple argument (tensors as graph values), and its
+# target rebuilds an object of cfg's class from them before calling the real apply, so forward
+# reads the same attributes. The speculative forward checked that forward only reads cfg (a
+# store on it is an effect outside ctx: a break), so a copy stands for it. For an input of the
+# frame the attribute names are guarded (the instance dict's keys) and each value is read
+# through its source (tensors become graph inputs, constants are guarded).
+
+
+# Note [Autograd functions: appends to a list argument]
+# `MyFn.apply(x, found)` whose forward does `found.append(t)` for a tensor t it made: the trace
+# of forward gets a copy of the list (so the append is no effect outside ctx), and what was
+# appended to the copy is all that may change (no other change, no input, output or view
+# appended). At run time the node's list argument is a new list each call; its target returns
+# the items forward appended after forward's outputs (made under no_grad, they need no grad),
+# and the traced list gets them appended after the node, as eager's list does (a list of the
+# caller's is then changed as every traced list change is).
+
+
+def rebuilt_object(cls, names, values):
+    """An object of `cls` with these instance attributes (made without calling __init__)."""
+    obj = object.__new__(cls)
+    obj.__dict__.update(zip(names, values))
+    return obj
+
+
+def _object_fields(tx, var):
+    """(class, field VariableTrackers, names) of a plain object apply can take by its fields,
+    or None (Note [Autograd functions: objects as arguments])."""
+    cls = (
+        var.python_type()
+        if isinstance(var, (NewObjectVariable, UserDefinedObjectVariable))
+        else None
+    )
+    if (
+        cls is None
+        or isinstance(var, AutogradCtxVariable)
+        or issubclass(cls, torch.nn.Module)
+        or cls.__new__ is not object.__new__
+        or cls.__getattribute__ is not object.__getattribute__
+        or hasattr(cls, "__getattr__")
+        or "__slots__" in vars(cls)
+        or "__dict__" not in dir(cls)
+    ):
+        return None
+    if isinstance(var, NewObjectVariable):
+        if var.dict_base is not None:
+            return None
+        names = list(var.attrs)
+        fields = [var.attrs[n] for n in names]
+    else:
+        d = var.value.__dict__
+        if type(d) is not dict or not all(type(n) is str for n in d) or var.source is None:
+            return None
+        if var.has_plain_attr(tx, "") is None:  # (guards the instance dict's keys)
+            return None
+        names = list(d)
+        fields = [var.var_getattr(tx, n) for n in names]
+    if not all(isinstance(f, _tensor_cls()) or _is_constant(f) for f in fields):
+        return None
+    return cls, fields, tuple(names)
 
 
 def _amp_wrapped(fn, name):

@@ -23,7 +23,9 @@ from kiln.frontend.source import (
     GetItemSource,
     IterHasSource,
     IterRestSource,
+    ProxiedDictSource,
     iter_rest,
+    proxied_dict,
 )
 from kiln.frontend.variables import (
     control_flow,
@@ -43,6 +45,7 @@ from kiln.frontend.variables.dicts import (
     ConstDictVariable,
     IdentityKeyedDictVariable,
     is_identity_keyed,
+    make_mapping_proxy,
 )
 from kiln.frontend.variables.functions import (
     PartialVariable,
@@ -278,6 +281,15 @@ def _const_keyed_defaultdict(value):
 
 def _wrap(tx, value, source):
     guards = tx.output.guards
+    if type(value) is types.MappingProxyType:  # Note [Dicts: mappingproxy]
+        guards.add(GuardKind.TYPE_MATCH, source, types.MappingProxyType)
+        mapping = proxied_dict(value)
+        if type(mapping) in _MUTABLE:
+            inner = wrap_value(tx, mapping, ProxiedDictSource(source))
+            made = make_mapping_proxy([inner], {})
+            if made is not None:
+                made.source = source
+                return made
     if type(value) is weakref.ReferenceType:  # Note [Optimizers: weak references]
         guards.add(GuardKind.TYPE_MATCH, source, weakref.ReferenceType)
         return optim.WeakRefVariable(value, source=source)

@@ -382,6 +382,8 @@ class BuiltinVariable(VariableTracker):
                 obj = ConstDictVariable(obj.dict_items)  # dict(d): d's own items (C's fast path)
             if isinstance(obj, dicts.MappingProxyVariable):
                 obj = obj.dict_var  # dict(mappingproxy): its dict's items
+            if hasattr(obj, "dict_snapshot"):
+                obj = obj.dict_snapshot(tx)  # dict(obj.__dict__): the attributes now
             if isinstance(obj, ConstDictVariable):
                 items.update(obj.items)
             elif _has_keys(obj):
@@ -392,7 +394,7 @@ class BuiltinVariable(VariableTracker):
                     if len(kv) != 2:
                         message = f"dictionary update sequence element #{i} has length {len(kv)}"
                         raise_observed(tx, ValueError, f"{message}; 2 is required")
-                    items[kv[0].as_python_constant()] = kv[1]
+                    items[dicts.dict_key(kv[0])] = kv[1]
         items.update(kwargs)
         return ConstDictVariable(items)
 

@@ -40,7 +40,8 @@ class GradModeVariable(VariableTracker):
     applied = False  # torch.set_grad_enabled(b): switched when made, entering does nothing
 
     def enter(self, tx):
-        if self.applied:
+        if self.applied:  # set_grad_enabled.__enter__ sets the mode again (its prev is kept)
+            _set_grad(tx, self.mode)
             return ConstantVariable(None)
         self.prev = torch.is_grad_enabled()
         _set_grad(tx, self.mode)
@@ -55,6 +56,17 @@ class GradModeVariable(VariableTracker):
         cg.load_object(torch.enable_grad if self.mode else torch.no_grad, push_null=True)
         cg.extend(emit.call(0))
 
+    def reconstruct(self, cg):
+        """The manager as a live value after a graph break (Note [Ctx: grad-mode managers as
+        values])."""
+        if not self.applied:
+            self.load_fresh(cg)
+            return
+        cg.load_object(rebuilt_set_grad_enabled, push_null=True)
+        cg.load_object(self.mode)
+        cg.load_object(self.prev)
+        cg.extend(emit.call(2))
+
     def call_function(self, tx, args, kwargs):
         """`torch.no_grad()(fn)`, `@torch.set_grad_enabled(b)`: fn run under the mode."""
         if len(args) != 1 or kwargs or not callable_var(args[0]):
@@ -62,6 +74,24 @@ class GradModeVariable(VariableTracker):
         if self.applied:  # set_grad_enabled(b) as a decorator restores the mode it switched
             _set_grad(tx, self.prev)
         return GradModeFunctionVariable(args[0], self.mode, self.cls)
+
+
+def rebuilt_set_grad_enabled(mode, prev):
+    """A `torch.set_grad_enabled` object with these fields, made without switching the mode."""
+    cm = object.__new__(torch.set_grad_enabled)
+    cm.mode, cm.prev = mode, prev
+    return cm
+
+
+# Note [Ctx: grad-mode managers as values]
+# A grad-mode manager can outlive a graph break without being entered (`ctx =
+# torch.set_grad_enabled(True)`, a break, then `with ctx:`; or the manager passed to a call whose
+# arguments break). `torch.no_grad()` / `enable_grad()` objects hold nothing: a fresh one is
+# rebuilt. A `set_grad_enabled(b)` object switched the mode when made (that switch is in the
+# graph) and remembers the mode before it (`prev`), which its __exit__ restores: it is rebuilt
+# with both fields set and no switch. A frame (a resume function, a callee) that meets such an
+# object reads both fields through its source (guarded constants): __enter__ sets `mode`,
+# __exit__ sets `prev`, as Python runs them.
 
 
 def callable_var(var):
@@ -178,6 +208,10 @@ class WithExitVariable(VariableTracker):
 # graph's tensor reads and in-place updates inside the block would not run under the lock.
 
 
+_FIELDS = ("mode", "prev")  # of a torch.set_grad_enabled object
+PROFILERS = (torch.profiler.profile, torch.autograd.profiler.profile)
+
+
 def context_manager(tx, cm):
     """The traced manager BEFORE_WITH enters (Note [Blocks: context managers]), or a break."""
     from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
@@ -189,6 +223,15 @@ def context_manager(tx, cm):
         # a grad-mode manager passed in (a resume function re-entering a with block): its type
         # is guarded, and its enter/exit only set and restore the mode
         return GradModeVariable(type(cm.value) is torch.enable_grad, type(cm.value))
+    if isinstance(cm, UserDefinedObjectVariable) and type(cm.value) is torch.set_grad_enabled:
+        # Note [Ctx: grad-mode managers as values]
+        fields = [wrap_value(tx, getattr(cm.value, f), AttrSource(cm.source, f)) for f in _FIELDS]
+        if not all(f.is_python_constant() for f in fields):
+            unimplemented("a torch.set_grad_enabled object whose mode is not a constant")
+        mode, prev = (bool(f.as_python_constant()) for f in fields)
+        var = GradModeVariable(mode, torch.set_grad_enabled)
+        var.applied, var.prev = True, prev
+        return var
     if isinstance(cm, UserDefinedObjectVariable) and type(cm.value) is contextlib.nullcontext:
         result = wrap_value(tx, cm.value.enter_result, AttrSource(cm.source, "enter_result"))
         return NullContextVariable(result)
@@ -202,6 +245,9 @@ def context_manager(tx, cm):
         return autocast.guarded_autocast(tx, cm)
     if isinstance(cm, GeneratorContextVariable):
         return cm
+    if isinstance(cm, UserDefinedObjectVariable) and isinstance(cm.value, PROFILERS):
+        # (a profiler bound by `with profile() as p`: Note [Torch: profilers in a with])
+        unimplemented(f"with statement over a {type(cm.value).__name__} profiler (Python runs it)")
     if isinstance(cm, (NewObjectVariable, UserDefinedObjectVariable)):
         cls = cm.python_type()
         enter = inspect.getattr_static(cls, "__enter__", None)

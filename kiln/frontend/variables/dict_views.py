@@ -24,6 +24,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.dict_keys import is_stand_in, key_var
 from kiln.frontend.variables.lists import (
     ListIteratorVariable,
     SetVariable,
@@ -56,10 +57,10 @@ class DictViewVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         items = self.dict_var.items
         if self.kind == "keys":
-            return [ConstantVariable(k) for k in items]
+            return [key_var(k) for k in items]
         if self.kind == "values":
             return list(items.values())
-        return [TupleVariable([ConstantVariable(k), v]) for k, v in items.items()]
+        return [TupleVariable([key_var(k), v]) for k, v in items.items()]
 
     def iter_var(self, tx):
         """iter(view): an iterator that raises if the dict changes size while it runs."""
@@ -91,6 +92,8 @@ class DictViewVariable(VariableTracker):
         """The view's contents as a Python set (keys; items whose values are constants)."""
         if self.kind == "values":
             unimplemented("a dict values view used as a set")
+        if any(is_stand_in(k) for k in self.dict_var.items):
+            unimplemented("a view of a dict keyed by objects used as a set")
         if self.kind == "keys":
             return set(self.dict_var.items)
         pairs = set()

@@ -10,6 +10,7 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import dict_views
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.dict_keys import is_stand_in, key_var, object_key
 from kiln.frontend.variables.dict_views import DictViewVariable
 from kiln.frontend.variables.exceptions import observe, raise_observed
 from kiln.frontend.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
@@ -30,9 +31,10 @@ def not_iterable(var):
 
 
 def dict_key(var):
-    """The Python key of a traced value put in a dict (BUILD_MAP, d[k] = v)."""
+    """The Python key of a traced value put in a dict (BUILD_MAP, d[k] = v): the constant, or a
+    stand-in for an object (Note [Dicts: keys that are objects])."""
     if not var.is_python_constant():
-        unimplemented(f"dict key {var} is not a constant")
+        return object_key(var, dict_key)
     return hashable_key(var.as_python_constant())
 
 
@@ -53,24 +55,46 @@ class ConstDictVariable(VariableTracker):
         super().__init__(**kw)
         self.items = dict(items)
         self.user_cls = user_cls
+        if isinstance(default_factory, ConstantVariable) and default_factory.value is None:
+            default_factory = None  # (an input defaultdict without a factory)
         self.default_factory = default_factory  # a defaultdict's factory (a VariableTracker)
+        # dict's own methods changed this OrderedDict's keys behind its order list (Note
+        # [Dicts: dict's methods on an OrderedDict]); `storage_only` while such a method runs
+        self.od_stale = False
+        self.storage_only = False
 
     def python_type(self):
         return self.user_cls
 
     def is_python_constant(self):
-        return self.user_cls is not collections.defaultdict and all(
-            v.is_python_constant() for v in self.items.values()
+        return (
+            self.user_cls is not collections.defaultdict
+            and not self.od_stale
+            and not any(is_stand_in(k) for k in self.items)
+            and all(v.is_python_constant() for v in self.items.values())
         )
 
     def as_python_constant(self):
+        self.check_order("as a constant")
+        if any(is_stand_in(k) for k in self.items):
+            unimplemented("a dict keyed by objects as a constant")
         return self.user_cls((k, v.as_python_constant()) for k, v in self.items.items())
 
     def truthy(self, tx):
         return bool(self.items)
 
     def unpack_var_sequence(self, tx):
-        return [ConstantVariable(k) for k in self.items]
+        self.check_order("iterated")
+        return [key_var(k) for k in self.items]
+
+    def check_order(self, what):
+        """Break where an OrderedDict whose order list dict's methods bypassed would be read
+        through that list (Note [Dicts: dict's methods on an OrderedDict])."""
+        if self.od_stale and not self.storage_only:
+            unimplemented(
+                f"{self.user_cls.__name__} {what} after dict's own methods changed its keys "
+                "(its order list no longer matches its items)"
+            )
 
     def _ordered(self):
         return issubclass(self.user_cls, collections.OrderedDict)
@@ -94,11 +118,53 @@ class ConstDictVariable(VariableTracker):
     def _key_error(self, tx, key):
         """A missing key raises KeyError as Python does (Note [Blocks: exceptions while
         tracing]), unless the class has a __missing__ kiln does not run."""
-        if getattr(self.user_cls, "__missing__", None) is not None:
+        plain_missing = self.user_cls is collections.defaultdict and self.default_factory is None
+        if getattr(self.user_cls, "__missing__", None) is not None and not plain_missing:
+            # (a defaultdict without a factory: its __missing__ raises KeyError(key))
             unimplemented(f"KeyError {key!r} while tracing ({self.user_cls.__name__}.__missing__)")
         raise_observed(tx, KeyError, key)
 
     def call_method(self, tx, name, args, kwargs):
+        if self.od_stale and not _inherited(self.user_cls, name):
+            other = args[0] if args else None
+            if not (name in ("__eq__", "__ne__") and _plain_dict_operand(other)):
+                self.check_order(f".{name}()")
+        return self._call_method(tx, name, args, kwargs)
+
+    def call_dict_method(self, tx, name, args, kwargs):
+        """dict's own method `name` run on this dict's items, bypassing its class's override
+        (`dict.keys(od)`, `dict.__or__(od, d)`; Note [Dicts: dict's methods on an
+        OrderedDict])."""
+        if _inherited(self.user_cls, name):
+            return self.call_method(tx, name, args, kwargs)
+        if name == "copy" and not args and not kwargs:
+            return ConstDictVariable(self.items)
+        if name == "__or__" and len(args) == 1 and not kwargs:
+            if not isinstance(args[0], ConstDictVariable):
+                return ConstantVariable(NotImplemented)
+            args[0].check_order("merged")
+            return ConstDictVariable({**self.items, **args[0].items})
+        if name in ("__eq__", "__ne__") and len(args) == 1 and not kwargs:
+            other = args[0]
+            if not isinstance(other, ConstDictVariable):
+                return self._call_method(tx, name, args, kwargs)
+            same = EQUALITY["dicts"](tx, self, other, ordered=False)
+            return ConstantVariable(same if name == "__eq__" else not same)
+        keys = list(self.items)
+        cls, self.user_cls, self.storage_only = self.user_cls, dict, True
+        try:
+            result = self._call_method(tx, name, args, kwargs)
+        finally:
+            self.user_cls, self.storage_only = cls, False
+        if list(self.items) != keys and issubclass(cls, collections.OrderedDict):
+            if self.source is not None:
+                unimplemented(
+                    f"dict.{name} changing the keys of an {cls.__name__} that outlives the frame"
+                )
+            self.od_stale = True
+        return result
+
+    def _call_method(self, tx, name, args, kwargs):
         if name == "__getitem__" and len(args) == 1:
             key = self._key(args[0])
             if key not in self.items and self.default_factory is not None:
@@ -159,13 +225,17 @@ class ConstDictVariable(VariableTracker):
             self._mutate(tx)
             self.items.clear()
             return ConstantVariable(None)
-        if name == "popitem" and not args and set(kwargs) <= self._popitem_kwargs():
-            last = kwargs["last"].truthy(tx) if "last" in kwargs else True
+        if (
+            name == "popitem"
+            and len(args) <= len(self._popitem_kwargs()) - len(kwargs)
+            and (set(kwargs) <= self._popitem_kwargs())
+        ):
+            last = kwargs.get("last", args[0] if args else ConstantVariable(True)).truthy(tx)
             if not self.items:
                 raise_observed(tx, KeyError, "popitem(): dictionary is empty")
             self._mutate(tx)
             k = next(reversed(self.items)) if last else next(iter(self.items))
-            return TupleVariable([ConstantVariable(k), self.items.pop(k)])
+            return TupleVariable([key_var(k), self.items.pop(k)])
         if name == "move_to_end" and self._ordered() and len(args) + len(kwargs) <= 2 and args:
             key = self._key(args[0])
             last = args[1] if len(args) > 1 else kwargs.get("last", ConstantVariable(True))
@@ -201,6 +271,13 @@ class ConstDictVariable(VariableTracker):
             return ConstDictVariable(
                 {**self.items, **other.items}, self.user_cls, self.default_factory
             )
+        if name == "__ror__" and len(args) == 1 and not kwargs:
+            other = args[0]  # `other | self`, other's class a base of self's
+            if not isinstance(other, ConstDictVariable):
+                return ConstantVariable(NotImplemented)
+            other.check_order("merged")
+            merged = {**other.items, **self.items}
+            return ConstDictVariable(merged, self.user_cls, self.default_factory)
         if name == "pop" and 1 <= len(args) <= 2:
             self._mutate(tx)
             key = self._key(args[0])
@@ -212,7 +289,7 @@ class ConstDictVariable(VariableTracker):
         if name == "copy" and not args:
             return ConstDictVariable(self.items, self.user_cls, self.default_factory)
         if name == "list" and not args:
-            return ListVariable([ConstantVariable(k) for k in self.items])
+            return ListVariable([key_var(k) for k in self.items])
         self._argument_error(tx, name, args, kwargs)
         unimplemented(f"dict.{name}")
 
@@ -237,6 +314,7 @@ class ConstDictVariable(VariableTracker):
         if self.source is not None:  # never mutated while tracing: the object itself
             self.source.reconstruct(cg)
             return
+        self.check_order("rebuilt")
         if self.user_cls not in (dict, collections.OrderedDict, collections.defaultdict):
             unimplemented(f"rebuilding a {self.user_cls.__name__}")
         nargs = 1
@@ -249,7 +327,7 @@ class ConstDictVariable(VariableTracker):
             else:
                 cg.reconstruct(self.default_factory)
         for k, v in self.items.items():
-            cg.extend(emit.load_const(k))
+            cg.reconstruct(key_var(k))
             cg.reconstruct(v)
         cg.extend(emit.build_map(len(self.items)))
         if self.user_cls is not dict:
@@ -263,7 +341,9 @@ class ConstDictVariable(VariableTracker):
 # types.MappingProxyType(d) (and a dict view's `.mapping`) is a read-only, live view of d: every
 # read reads d as it is now, a write raises TypeError. The variable holds d's variable; it is
 # rebuilt as MappingProxyType over d rebuilt (the same object when d came from a source, so
-# later changes of d show through it after the frame too).
+# later changes of d show through it after the frame too). A mappingproxy from outside the frame
+# holds the variable of its dict, reached as `___proxied_dict(mp)` (the proxy's only referent):
+# one variable per dict, so the frame's changes of d made through another name show through mp.
 class MappingProxyVariable(VariableTracker):
     """A mappingproxy over a traced dict (Note [Dicts: mappingproxy])."""
 
@@ -290,6 +370,9 @@ class MappingProxyVariable(VariableTracker):
         unimplemented(f"mappingproxy.{name}")
 
     def reconstruct(self, cg):
+        if self.source is not None:  # a mappingproxy from outside the frame: itself
+            self.source.reconstruct(cg)
+            return
         cg.load_object(types.MappingProxyType, push_null=True)
         cg.reconstruct(self.dict_var)
         cg.extend(emit.call(1))
@@ -326,59 +409,134 @@ def _is_dict_type(var):
 
 
 # Note [Dicts: methods read from the class]
-# `dict.get(d, k)`, `dict.__ior__(d, other)`, `OrderedDict.update(d, ...)` call dict's C method
-# with `d` as self. When d's class does not override that method (a plain dict, an OrderedDict's
-# `get`, a dict subclass's `update`), this is exactly `d.get(k)`, traced as such. A method the
-# class overrides (`dict.keys(od)` bypasses OrderedDict's keys) or a self that is no dict we model
-# breaks.
-class DictClassMethodVariable(VariableTracker):
-    """`dict.<name>`: a method of the dict class, unbound (Note [Dicts: methods read from the
-    class])."""
+# `dict.get(d, k)`, `dict.__ior__(d, other)`, `OrderedDict.move_to_end(d, k)` call a C method of
+# dict (or of OrderedDict / defaultdict) with `d` as self. When d's class does not override that
+# method (a plain dict, an OrderedDict's `get`, a dict subclass's `update`), this is exactly
+# `d.get(k)`, traced as such. When it does (`dict.keys(od)` bypasses OrderedDict's keys), dict's
+# own method runs on d's items (Note [Dicts: dict's methods on an OrderedDict]). A self that is
+# no dict we model breaks.
 
-    def __init__(self, name, **kw):
+# Note [Dicts: dict's methods on an OrderedDict]
+# An OrderedDict is a dict (its items, the storage) plus a list of its keys in order, which its
+# own methods keep in step. dict's methods called on it (`dict.update(od, d)`, `dict.pop(od, k)`,
+# `dict.clear(od)`) change the storage only: `dict.keys(od)`, `len(od)`, `od[k]`, `k in od`,
+# `od == {...}` read the storage and see the change; iterating `od`, `repr(od)`, `od.keys()` and
+# OrderedDict's own methods walk the stale list (CPython then shows old keys or raises KeyError).
+# kiln models the storage: after such a change (`od_stale`) the reads of the storage (methods
+# OrderedDict inherits from dict, dict's own methods, == with a plain dict) are traced and every
+# read through the order list breaks, as does rebuilding the dict; an OrderedDict from outside
+# the frame breaks at the change itself. `dict.copy(od)` and `dict.__or__(od, d)` are plain
+# dicts; `dict.__eq__` ignores order.
+
+
+def _inherited(cls, name):
+    """Whether `cls` (a dict class) keeps dict's own `name`."""
+    return getattr(cls, name, None) is getattr(dict, name, None)
+
+
+def _plain_dict_operand(var):
+    """Whether `var` is a traced dict no OrderedDict (`od == d` then compares storages)."""
+    return isinstance(var, ConstDictVariable) and not var._ordered()
+
+
+_DICT_CLASSES = (collections.OrderedDict, collections.defaultdict, dict)
+
+
+class DictClassMethodVariable(VariableTracker):
+    """`dict.<name>` (or `OrderedDict.<name>`): a method of a dict class, unbound (Note [Dicts:
+    methods read from the class])."""
+
+    def __init__(self, name, owner=dict, **kw):
         super().__init__(**kw)
         self.name = name
+        self.owner = owner
 
     def python_type(self):
-        return type(inspect.getattr_static(dict, self.name))
+        return type(inspect.getattr_static(self.owner, self.name))
 
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__"):
-            return ConstantVariable(getattr(getattr(dict, self.name), name))
+            return ConstantVariable(getattr(getattr(self.owner, self.name), name))
         return super().var_getattr(tx, name)
 
     def call_function(self, tx, args, kwargs):
+        label = f"{self.owner.__name__}.{self.name}"
         if not args:
-            unimplemented(f"dict.{self.name} without self")
+            unimplemented(f"{label} without self")
         obj, rest = args[0], list(args[1:])
         try:
             cls = obj.python_type()
         except Exception:
             cls = None
-        if cls is None or not issubclass(cls, dict):
-            unimplemented(f"dict.{self.name} of {obj}")
-        if getattr(cls, self.name, None) is not getattr(dict, self.name):
-            unimplemented(f"dict.{self.name} of a {cls.__name__} (which overrides it)")
-        return obj.call_method(tx, self.name, rest, kwargs)
+        if cls is None or not issubclass(cls, self.owner):
+            unimplemented(f"{label} of {obj}")
+        if getattr(cls, self.name, None) is getattr(self.owner, self.name):
+            return obj.call_method(tx, self.name, rest, kwargs)
+        if self.owner is dict and isinstance(obj, ConstDictVariable):
+            return obj.call_dict_method(tx, self.name, rest, kwargs)
+        unimplemented(f"{label} of a {cls.__name__} (which overrides it)")
 
     def reconstruct(self, cg):
-        cg.load_object(getattr(dict, self.name))
+        cg.load_object(getattr(self.owner, self.name))
 
     def __repr__(self):
-        return f"DictClassMethodVariable({self.name})"
+        return f"DictClassMethodVariable({self.owner.__name__}.{self.name})"
+
+
+# Note [Dicts: __new__ of subclasses]
+# `dict.__new__(cls)` (and `super().__new__(cls, ...)` inside a dict subclass's own __new__) makes
+# an empty instance of cls, ignoring its other arguments: a ConstDictVariable for dict or
+# OrderedDict, else an instance of the subclass made while tracing (NewObjectVariable, registered
+# by user_defined.py), whose __init__ the caller then runs. `Sub(...)` of a subclass with a Python
+# __new__ inlines that __new__, which must return such an instance of Sub. The transformed code
+# rebuilds instances with the C class's __new__, never the Python one again.
+NEW_OBJECT = {}  # "make": cls -> a new instance variable of a dict subclass, or None
+
+
+class DictNewVariable(VariableTracker):
+    """`dict.__new__` / `OrderedDict.__new__` (Note [Dicts: __new__ of subclasses])."""
+
+    def __init__(self, owner, **kw):
+        super().__init__(**kw)
+        self.owner = owner
+
+    def call_function(self, tx, args, kwargs):
+        if not args or not args[0].is_python_constant():
+            unimplemented(f"{self.owner.__name__}.__new__ without a class")
+        cls = args[0].as_python_constant()
+        if not (isinstance(cls, type) and issubclass(cls, self.owner)):
+            unimplemented(f"{self.owner.__name__}.__new__({cls!r})")
+        if cls in (dict, collections.OrderedDict):
+            return ConstDictVariable({}, user_cls=cls)
+        made = NEW_OBJECT["make"](cls)
+        if made is None:
+            unimplemented(f"{self.owner.__name__}.__new__ of {cls.__qualname__}")
+        return made
+
+    def reconstruct(self, cg):
+        cg.load_object(self.owner.__new__)
 
 
 def class_method(cls, name):
-    """`dict.<name>` (or `Sub.<name>` of a dict subclass that keeps dict's) as a variable when
-    it is a method of instances (Note [Dicts: methods read from the class]), else None."""
-    if not (isinstance(cls, type) and issubclass(cls, dict)):
+    """`dict.<name>` (or `Sub.<name>` of a dict subclass that keeps dict's, OrderedDict's or
+    defaultdict's) as a variable when it is a C method of instances (Note [Dicts: methods read
+    from the class]), else None."""
+    if name == "__new__" and cls in (dict, collections.OrderedDict):
+        return DictNewVariable(cls)
+    if not (isinstance(cls, type) and issubclass(cls, dict)) or name == "__new__":
         return None
-    if getattr(cls, name, None) is not getattr(dict, name, None):
-        return None
-    static = inspect.getattr_static(dict, name, None)
-    if isinstance(static, (_METHOD_DESCRIPTOR, _SLOT_WRAPPER)) and name != "__new__":
-        return DictClassMethodVariable(name)
+    for owner in _DICT_CLASSES:
+        if issubclass(cls, owner) and getattr(cls, name, None) is getattr(owner, name, None):
+            static = inspect.getattr_static(owner, name, None)
+            if isinstance(static, (_METHOD_DESCRIPTOR, _SLOT_WRAPPER)):
+                return DictClassMethodVariable(name, _defining(owner, name))
+            return None
     return None
+
+
+def _defining(owner, name):
+    """The dict class among `owner`'s bases that defines `name` (dict for inherited ones)."""
+    return owner if owner is dict or not _inherited(owner, name) else dict
 
 
 _METHOD_DESCRIPTOR = type(dict.get)

@@ -122,8 +122,13 @@ def _text_method(cls, name):
     return next(vars(k)[name] for k in cls.__mro__ if name in vars(k))
 
 
+_CHAINING = ("__cause__", "__context__", "__suppress_context__")  # set by assignment too
+
+
 class ExceptionVariable(VariableTracker):
     """An exception instance: its class, its args and the attributes Python sets on it."""
+
+    keeps_identity = True  # rebuilt once: `e2.__cause__ = e; return e, e2` gives e twice
 
     def __init__(self, cls, args, **kw):
         super().__init__(**kw)
@@ -161,6 +166,8 @@ class ExceptionVariable(VariableTracker):
                 unimplemented(f"assignment to {self.cls.__name__}.{name}")
         tx.output.side_effects.mutate_new_object(self)
         self.attrs[name] = value
+        if name == "__cause__":  # (as BaseException's setter does)
+            self.attrs["__suppress_context__"] = ConstantVariable(True)
 
     def truthy(self, tx):
         return True
@@ -203,13 +210,21 @@ class ExceptionVariable(VariableTracker):
 
     def reconstruct(self, cg):
         """The exception in the transformed code (a break at the `raise` that raises it)."""
-        if self.caught or any(
-            not (v.is_python_constant() and v.as_python_constant() in (None, False))
-            for k, v in self.attrs.items()
-            if k.startswith("__")
+        traceback = self.attrs["__traceback__"]
+        if self.caught or not (
+            traceback.is_python_constant() and traceback.as_python_constant() is None
         ):
-            unimplemented(f"rebuilding a {self.cls.__name__} that was raised (traceback, context)")
-        user = {k: v for k, v in self.attrs.items() if not k.startswith("__")}
+            unimplemented(f"rebuilding a {self.cls.__name__} that was raised (traceback)")
+        # user attributes, and the chaining ones the code set (`e.__context__ = other`)
+        user = {
+            k: v
+            for k, v in self.attrs.items()
+            if not k.startswith("__")
+            or (
+                k in _CHAINING
+                and not (v.is_python_constant() and v.as_python_constant() in (None, False))
+            )
+        }
         cg.load_object(make_exception_object, push_null=True)
         cg.load_object(self.cls)
         for a in self.args:

@@ -184,13 +184,15 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
         stored = getattr(self, "attr_vars", {})
         if name in stored:
             return stored[name]
+        if "__dict__" in stored and name in stored["__dict__"].items:
+            return stored["__dict__"].items[name]  # set through f.__dict__ (update_wrapper)
         if name == "__doc__":  # what Python makes of the code (its first constant, by version)
             cells = tuple(types.CellType() for _ in self.code.co_freevars) or None
             return ConstantVariable(types.FunctionType(self.code, {}, None, None, cells).__doc__)
         if name == "__annotations__" and self.annotations is None:
             return self._own("__annotations__", {})  # made on first read, then the same dict
         if name == "__dict__":
-            return self._own("__dict__", {})  # functools.update_wrapper updates it
+            return self._dict()
         if name == "__type_params__" and hasattr(types.FunctionType, name):
             # 3.12+ (functools.WRAPPER_ASSIGNMENTS reads it): () but for a generic function,
             # whose SET_FUNCTION_TYPE_PARAMS kiln does not trace
@@ -199,8 +201,24 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
 
     def hasattr(self, tx, name):
         """hasattr(f, name): a function has its type's attributes and those set on it."""
-        found = name in getattr(self, "attr_vars", {}) or hasattr(types.FunctionType, name)
-        return ConstantVariable(found)
+        held = getattr(self, "attr_vars", {})
+        in_dict = "__dict__" in held and name in held["__dict__"].items
+        return ConstantVariable(name in held or in_dict or hasattr(types.FunctionType, name))
+
+    # Note [Functions: the __dict__ of a function made in the frame]
+    # Attributes set on a function made in the frame (`f.foo = 1`, `__wrapped__`) are held in
+    # attr_vars until its __dict__ is read; from then on they live in one dict variable, the
+    # function's __dict__, so `functools.update_wrapper(wrapper, f)` (contextmanager, wraps)
+    # copies them with `wrapper.__dict__.update(f.__dict__)`, and later reads and stores go
+    # through that dict. `__annotations__` is not in a function's __dict__.
+    def _dict(self):
+        """The function's __dict__: one dict variable holding the attributes set on it."""
+        held = getattr(self, "attr_vars", {})
+        if "__dict__" not in held:
+            entries = {k: v for k, v in held.items() if k != "__annotations__"}
+            rest = {k: v for k, v in held.items() if k == "__annotations__"}
+            self.attr_vars = {**rest, "__dict__": ConstDictVariable(entries)}
+        return self.attr_vars["__dict__"]
 
     def _own(self, name, items):
         """An attribute dict the function holds (one variable, mutated in place)."""
@@ -213,7 +231,11 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
         if name in ("__code__", "__defaults__", "__kwdefaults__", "__dict__", "__closure__"):
             unimplemented(f"attribute assignment .{name} on a function made in the frame")
         if name not in self._NAMES:
-            self.attr_vars = {**getattr(self, "attr_vars", {}), name: value}
+            held = getattr(self, "attr_vars", {})
+            if "__dict__" in held and name != "__annotations__":
+                held["__dict__"].items[name] = value  # Note [Functions: the __dict__ of ...]
+            else:
+                self.attr_vars = {**held, name: value}
             return
         if not value.is_python_constant():
             unimplemented(f"attribute assignment .{name} on a function made in the frame")

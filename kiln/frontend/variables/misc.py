@@ -224,6 +224,9 @@ class PythonModuleVariable(VariableTracker):
         return type(self.value)
 
     def var_getattr(self, tx, name):
+        stored = _stored_module_global(tx, self.value, name)
+        if stored is not None:  # assigned while tracing (`global name` in a function of it)
+            return stored
         try:
             attr = getattr(self.value, name)
         except AttributeError:
@@ -236,6 +239,17 @@ class PythonModuleVariable(VariableTracker):
 
     def __repr__(self):
         return f"PythonModuleVariable({self.value.__name__})"
+
+
+def _stored_module_global(tx, mod, name):
+    """The value traced code stored into global `name` of module `mod`, or None
+    (Note [Side effects: globals of another module])."""
+    effects = tx.output.side_effects
+    d = getattr(mod, "__dict__", None)
+    if type(d) is not dict or not effects.has_global_stores():
+        return None
+    gname = "" if d is tx.output.root_fn.__globals__ else tx.output.globals_name(d)
+    return effects.load_global(name, gname)
 
 
 def _is_skipped_module(mod):

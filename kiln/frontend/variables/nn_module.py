@@ -70,6 +70,9 @@ def _args_kwargs_pair(tx, result):
     return list(args), dict(pair[1].items)
 
 
+_MODULE_GETATTR = torch.nn.Module.__getattr__
+
+
 class NNModuleVariable(VariableTracker):
     """An nn.Module reached from a source (an argument, a global, an attribute of one)."""
 
@@ -143,6 +146,18 @@ class NNModuleVariable(VariableTracker):
         is_data_descriptor = static is not _MISSING and _is_data_descriptor(static)
         if name in mod.__dict__ and not is_data_descriptor:
             return wrap_value(tx, mod.__dict__[name], AttrSource(self.source, name))
+        hook = inspect.getattr_static(type(mod), "__getattr__", None)
+        if (
+            static is _MISSING
+            and isinstance(hook, types.FunctionType)
+            and hook is not _MODULE_GETATTR
+        ):
+            # a module class's own __getattr__ runs for every name the ordinary lookup misses
+            # (its parameters, buffers and submodules too): inlined
+            if type(mod).__getattribute__ is not object.__getattribute__:
+                unimplemented(f"{type(mod).__name__} has a custom __getattribute__")
+            src = self._class_attr_source("__getattr__")
+            return inline_call(tx, hook, [self, Const(name)], {}, src)
         if static is _MISSING:
             child = self._child(tx, name)
             if child is not None:

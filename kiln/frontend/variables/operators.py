@@ -78,6 +78,12 @@ def binary_op(tx, fn, a, b):
         result = dict_views.set_op(tx, fn, a, b) if fn in dict_views._SET_OPS else None
         if result is not None:
             return result
+    if fn in (operator.or_, operator.ior) and _dict_object_vs_builtin(a, b):
+        names = f"'{a.python_type().__name__}' and '{b.python_type().__name__}'"
+        raise_observed(tx, TypeError, f"unsupported operand type(s) for |: {names}")
+    if fn is operator.ior and isinstance(a, NewObjectVariable) and a.dict_items is not None:
+        if getattr(a.cls, "__ior__", None) is dict.__ior__:  # `sd |= d`: its items, in place
+            return a.var_getattr(tx, "__ior__").call_function(tx, [b], {})
     if fn in _DICT_OBJECT_OPS:
         a, b = _dict_objects_as_dicts(a, b, _DICT_OBJECT_OPS[fn])
     if fn in _SET_CMP and isinstance(a, ConstDictVariable) and isinstance(b, ConstDictVariable):
@@ -101,6 +107,15 @@ def binary_op(tx, fn, a, b):
     if isinstance(a, SetVariable) and fn in _SET_OPS:
         result = a.call_method(tx, _SET_OPS[fn], [b], {})
         return a if _SET_OPS[fn].endswith("update") else result
+    if (
+        fn is operator.or_
+        and isinstance(a, ConstDictVariable)
+        and isinstance(b, ConstDictVariable)
+        and issubclass(b.user_cls, a.user_cls)
+        and b.user_cls is not a.user_cls
+        and getattr(b.user_cls, "__ror__", None) is not getattr(a.user_cls, "__ror__", None)
+    ):
+        return b.call_method(tx, "__ror__", [a], {})  # a subclass's reflected method first
     if isinstance(a, ConstDictVariable) and fn in (operator.or_, operator.ior):
         result = a.call_method(tx, "__ior__" if fn is operator.ior else "__or__", [b], {})
         if result.is_python_constant() and result.as_python_constant() is NotImplemented:
@@ -151,14 +166,19 @@ def binary_op(tx, fn, a, b):
 _DICT_EQS = {dict.__eq__, collections.OrderedDict.__eq__}
 
 
-def _dicts_equal(tx, a, b):
-    """Whether two traced dicts compare equal (Note [Dicts: equality])."""
+def _dicts_equal(tx, a, b, ordered=None):
+    """Whether two traced dicts compare equal (Note [Dicts: equality]); `ordered=False` is
+    dict.__eq__'s comparison, which ignores an OrderedDict's order."""
     for d in (a, b):
         if getattr(d.user_cls, "__eq__", None) not in _DICT_EQS:
             unimplemented(f"== of a {d.user_cls.__name__} (its own __eq__)")
     if len(a.items) != len(b.items):
         return False
-    ordered = all(issubclass(d.user_cls, collections.OrderedDict) for d in (a, b))
+    if ordered is None:
+        ordered = all(issubclass(d.user_cls, collections.OrderedDict) for d in (a, b))
+    if ordered:
+        a.check_order("compared")
+        b.check_order("compared")
     if ordered and list(a.items) != list(b.items):
         return False
     for key, value in a.items.items():
@@ -201,6 +221,16 @@ def _dict_objects_as_dicts(a, b, dunders):
     if a2 is None or b2 is None or (a2 is a and b2 is b):
         return a, b
     return a2, b2
+
+
+def _dict_object_vs_builtin(a, b):
+    """`sd | 1`: a dict-subclass instance made while tracing that keeps dict's `|`, and a
+    builtin literal, list, tuple or set, which declines a dict too (TypeError)."""
+    if not (isinstance(a, NewObjectVariable) and a.dict_items is not None):
+        return False
+    if any(getattr(a.cls, d, None) is not getattr(dict, d) for d in ("__or__", "__ior__")):
+        return False
+    return isinstance(b, (ConstantVariable, BaseListVariable, SetVariable))
 
 
 def _constant_sequence(value, other):

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables import autocast, optim, torch_queries, unspec_float
+from kiln.frontend.variables import autocast, ctx_managers, optim, torch_queries, unspec_float
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.ctx_managers import GradModeVariable
@@ -408,6 +408,31 @@ def _has_torch_function(tx, args):
     return False
 
 
+# Note [Torch: profilers in a with]
+# `with torch.profiler.profile():` (or torch.autograd.profiler.profile) inside a compiled frame is
+# entered and left as nothing, as torch.compile does: the block's ops are traced into the graph
+# around it, and the compiled graph's own profiler range stands for them. Only the plain form is
+# modelled: the profiler object is not bound (`with profile() as p` would let code read what it
+# recorded), and no callback the profiler would call on exit (`on_trace_ready`, a `schedule`,
+# trace observers) is given; every argument is a constant flag. Other forms stay a graph break,
+# and Python runs the profiler.
+_PROFILERS = ctx_managers.PROFILERS
+_PROFILER_CALLBACKS = frozenset(
+    ("schedule", "on_trace_ready", "execution_trace_observer", "custom_trace_id_callback")
+)
+
+
+def _ignorable_profiler(tx, args, kwargs):
+    """Whether `profile(*args, **kwargs)` here is `with profile(<constant flags>):` with no `as`
+    target (Note [Torch: profilers in a with])."""
+    if set(kwargs) & _PROFILER_CALLBACKS:
+        return False
+    if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+        return False
+    ahead = tx.instructions[tx.ip : tx.ip + 2]
+    return [i.opname for i in ahead] == ["BEFORE_WITH", "POP_TOP"]
+
+
 def _qualified(fn):
     """(module, name) of a function, recognised by name (kiln never touches torch.jit itself)."""
     return getattr(fn, "__module__", None), getattr(fn, "__name__", None)
@@ -468,6 +493,8 @@ class TorchVariable(PythonValueVariable):
                 return ConstantVariable(value)
             if optim.is_record_function(fn):
                 return optim.ProfilerRangeVariable(fn)
+            if fn in _PROFILERS and _ignorable_profiler(tx, args, kwargs):
+                return optim.ProfilerRangeVariable(fn)  # Note [Torch: profilers in a with]
             if issubclass(fn, autocast.AUTOCAST_CLASSES):
                 return autocast.make_autocast(tx, fn, args, kwargs)
             if fn in (torch.no_grad, torch.enable_grad) and not args and not kwargs:

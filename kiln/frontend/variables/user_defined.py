@@ -15,12 +15,13 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import (
     MISSING,
     AttrSource,
+    DictGetByKeySource,
     DictGetSource,
     GetItemSource,
     MappingGetSource,
     dict_get,
 )
-from kiln.frontend.variables import logging_vars, stdlib
+from kiln.frontend.variables import dict_subclass, logging_vars, stdlib
 from kiln.frontend.variables.base import (
     BoundMethodVariable,
     PythonValueVariable,
@@ -30,7 +31,13 @@ from kiln.frontend.variables.base import (
 )
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.ctx_managers import NullContextVariable, special_instance
-from kiln.frontend.variables.dicts import ConstDictVariable, make_mapping_proxy
+from kiln.frontend.variables.dicts import NEW_OBJECT as dicts_new_object
+from kiln.frontend.variables.dicts import (
+    ConstDictVariable,
+    DictNewVariable,
+    hashable_key,
+    make_mapping_proxy,
+)
 from kiln.frontend.variables.dicts import class_method as dict_class_method
 from kiln.frontend.variables.exceptions import (
     ExceptionInitVariable,
@@ -38,6 +45,7 @@ from kiln.frontend.variables.exceptions import (
     raise_observed,
 )
 from kiln.frontend.variables.functions import UserMethodVariable, bind_args, inline_call
+from kiln.frontend.variables.instance_dict import instance_dict_view
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable, make_deque
 from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
 from kiln.frontend.variables.user_attrs import (
@@ -72,6 +80,8 @@ class UserDefinedClassVariable(PythonValueVariable):
         modelled = stdlib.class_method(self.value, name)  # OrderedDict.fromkeys ...
         if modelled is None:
             modelled = dict_class_method(self.value, name)  # SimpleDict.values (dict's)
+        if modelled is None and name == "fromkeys":
+            modelled = dict_subclass.subclass_fromkeys(self)
         if modelled is not None:
             return modelled
         try:
@@ -167,25 +177,39 @@ class UserDefinedClassVariable(PythonValueVariable):
             made = make(tx, self, args, kwargs)
             if made is not None:
                 return made
+        if dict_base(cls) is not None and _plain_class(cls, own_new=True):
+            new = inspect.getattr_static(cls, "__new__")
+            if isinstance(new, staticmethod):  # Note [Dicts: __new__ of subclasses]
+                src = AttrSource(self.source, "__new__") if self.source is not None else None
+                obj = inline_call(tx, new.__func__, [self, *args], kwargs, src)
+                if not (isinstance(obj, NewObjectVariable) and obj.cls is cls):
+                    unimplemented(f"{cls.__qualname__}.__new__ returns {obj}")
+                obj.class_source = self.source
+                return self._init(tx, obj, args, kwargs)
         if _plain_class(cls):
             obj = NewObjectVariable(cls)
             obj.class_source = self.source
-            init = inspect.getattr_static(cls, "__init__")
-            if isinstance(init, types.FunctionType):
-                # (a wrapped __init__, as transformers' metaclass makes, reads its cells by source)
-                src = AttrSource(self.source, "__init__") if self.source is not None else None
-                result = inline_call(tx, init, [obj, *args], kwargs, src)
-                if not (result.is_python_constant() and result.as_python_constant() is None):
-                    if not result.is_python_constant():
-                        unimplemented(f"{cls.__qualname__}.__init__ returns a traced value")
-                    kind = type(result.as_python_constant()).__name__
-                    raise_observed(tx, TypeError, f"__init__() should return None, not '{kind}'")
-            elif init in _DICT_INITS:
-                DictMethodVariable(obj, "__init__").call_function(tx, list(args), kwargs)
-            elif args or kwargs:
-                unimplemented(f"{cls.__qualname__}() takes no arguments")
-            return obj
+            return self._init(tx, obj, args, kwargs)
         unimplemented(f"creating an instance of {cls.__qualname__} while tracing")
+
+    def _init(self, tx, obj, args, kwargs):
+        """`obj.__init__(*args, **kwargs)` of a new instance of this class, then the object."""
+        cls = self.value
+        init = inspect.getattr_static(cls, "__init__")
+        if isinstance(init, types.FunctionType):
+            # (a wrapped __init__, as transformers' metaclass makes, reads its cells by source)
+            src = AttrSource(self.source, "__init__") if self.source is not None else None
+            result = inline_call(tx, init, [obj, *args], kwargs, src)
+            if not (result.is_python_constant() and result.as_python_constant() is None):
+                if not result.is_python_constant():
+                    unimplemented(f"{cls.__qualname__}.__init__ returns a traced value")
+                kind = type(result.as_python_constant()).__name__
+                raise_observed(tx, TypeError, f"__init__() should return None, not '{kind}'")
+        elif init in _DICT_INITS:
+            DictMethodVariable(obj, "__init__").call_function(tx, list(args), kwargs)
+        elif args or kwargs:
+            unimplemented(f"{cls.__qualname__}() takes no arguments")
+        return obj
 
     def reconstruct(self, cg):
         if self.source is not None:
@@ -223,6 +247,11 @@ class UserDefinedObjectVariable(VariableTracker):
         return type(self.value)
 
     def hasattr(self, tx, name):
+        if tx.output.side_effects.is_deleted(self, name):
+            try:
+                self._deleted_attr(tx, name)
+            except ObservedException:
+                return ConstantVariable(False)
         if tx.output.side_effects.load_attr(self, name) is not None:
             return ConstantVariable(True)
         if isinstance(instance_static(type(self.value), name, None), property):
@@ -255,6 +284,14 @@ class UserDefinedObjectVariable(VariableTracker):
             return None
         return name in d
 
+    def _deleted_attr(self, tx, name):
+        """`obj.name` after `del obj.name` in the frame: AttributeError when nothing else
+        answers (no class attribute, no __getattr__), else a break."""
+        cls = type(self.value)
+        if instance_static(cls, name, None) is None and not hasattr(cls, "__getattr__"):
+            raise_observed(tx, AttributeError, f"{cls.__name__!r} object has no attribute {name!r}")
+        unimplemented(f"attribute .{name} read after its deletion (the class has one too)")
+
     def var_getattr(self, tx, name):
         cls = type(self.value)
         hook = instance_static(cls, "__getattribute__", None)
@@ -278,16 +315,26 @@ class UserDefinedObjectVariable(VariableTracker):
             return EnvironReadVariable(self, name)
         if type(self.value) is dict and name in ("get", "__getitem__", "__contains__"):
             return DictReadVariable(self, name)  # (a dict with keys kiln does not wrap)
+        if isinstance(self.value, dict) and type(self.value) is not dict:
+            method = dict_subclass.read_method(tx, self, name)  # `d.get(k)` of a subclass
+            if method is not None:
+                return method
         if logging_vars.is_logger(self.value):
             method = logging_vars.logger_method(self, name)
             if method is not None:
                 return method
+        if tx.output.side_effects.is_deleted(self, name):
+            self._deleted_attr(tx, name)
         stored = tx.output.side_effects.load_attr(self, name)
         if stored is not None:
             return stored
         cls = type(self.value)
         if name == "__class__" and plain_class_attr(cls):  # pinned by the TYPE_MATCH guard
             return wrap_constant_like(tx, cls)
+        if name == "__dict__":
+            view = instance_dict_view(self)  # Note [Objects: the instance __dict__ as a view]
+            if view is not None:
+                return view
         static = instance_static(cls, name, None)
         if isinstance(static, types.MemberDescriptorType) and hasattr(self.value, name):
             # a __slots__ field (stores into it are breaks): read like an instance attribute
@@ -299,7 +346,8 @@ class UserDefinedObjectVariable(VariableTracker):
         if static is not None and hasattr(static, "__set__") and not isinstance(static, property):
             unimplemented(f"data descriptor {name!r} of {cls.__name__}")
         d = getattr(self.value, "__dict__", None)
-        if d is not None and name in d:
+        if d is not None and name in d and not isinstance(static, property):
+            # (a property is a data descriptor: it wins over the instance dict)
             source = AttrSource(self.source, name)
             if cls.__getattribute__ is not object.__getattribute__:
                 # Note [Objects: a Python __getattribute__]: the guard reads the instance dict
@@ -336,9 +384,17 @@ class UserDefinedObjectVariable(VariableTracker):
         unimplemented(f"call to {what} (a {type(self.value).__name__}, not traced)")
 
     def truthy(self, tx):
+        if isinstance(self.value, dict):
+            found = dict_subclass.storage_truthy(tx, self)
+            if found is not None:
+                return found
         return user_truthy(tx, self)
 
     def unpack_var_sequence(self, tx):
+        if isinstance(self.value, dict) and dict_subclass.c_owner(type(self.value), "__iter__"):
+            storage = dict_subclass.storage_of(tx, self)
+            if storage is not None:
+                return storage.unpack_var_sequence(tx)
         return user_iter_items(tx, self)
 
     def __repr__(self):
@@ -381,6 +437,8 @@ class SuperVariable(VariableTracker):
                     return UserMethodVariable(attr.__func__, cls_var)
                 if owner is not None and isinstance(attr, types.FunctionType):
                     return wrap_value(tx, attr, None)  # super(C, C).f: the plain function
+                if owner is not None and name == "__new__" and klass in _DICT_BASES:
+                    return DictNewVariable(klass)  # super().__new__(cls)
                 if owner is not None:
                     unimplemented(f"super(cls, cls).{name} is a {type(attr).__name__}")
                 if isinstance(attr, types.FunctionType):
@@ -392,6 +450,8 @@ class SuperVariable(VariableTracker):
                 if klass is dict and name in ("get", "__getitem__", "__contains__"):
                     if isinstance(self.obj, NewObjectVariable):
                         return DictMethodVariable(self.obj, name)
+                    if dict_subclass.storage_of(tx, self.obj) is not None:
+                        return dict_subclass.StorageReadVariable(self.obj, name)
                     return DictReadVariable(self.obj, name)
                 if isinstance(self.obj, NewObjectVariable):
                     if klass in _DICT_BASES and self.obj.dict_items is not None:
@@ -438,13 +498,17 @@ def _plain_metaclass(meta):
     return isinstance(meta, type) and issubclass(meta, type) and meta.__call__ is type.__call__
 
 
-def _plain_class(cls):
+def _plain_class(cls, own_new=False):
     """A class whose instances kiln can build itself: plain attribute bags, and subclasses of
-    dict/OrderedDict (Hugging Face's ModelOutput dataclasses) whose other bases are Python."""
+    dict/OrderedDict (Hugging Face's ModelOutput dataclasses) whose other bases are Python.
+    own_new: a dict subclass may have a Python __new__ (inlined by the caller)."""
     if not _plain_metaclass(type(cls)) or getattr(cls, "__abstractmethods__", None):
         return False  # (an abstract class: Python raises)
     base = dict_base(cls)
-    if cls.__new__ is not (object.__new__ if base is None else dict.__new__):
+    python_new = isinstance(inspect.getattr_static(cls, "__new__"), staticmethod)
+    if not (own_new and base is not None and python_new) and cls.__new__ is not (
+        object.__new__ if base is None else dict.__new__
+    ):
         return False
     if not all(k is object or k in _DICT_BASES or k.__flags__ & _HEAPTYPE for k in cls.__mro__):
         return False
@@ -485,7 +549,7 @@ def _plain_slots(cls):
 def make_object(cls, attrs, items=None):
     """The transformed code's way to build an object made while tracing (and its dict items,
     stored with the C dict class's own __setitem__, bypassing overrides)."""
-    obj = cls.__new__(cls)
+    obj = (dict_base(cls) or object).__new__(cls)  # (never a Python __new__ again)
     if items is not None:
         setitem = dict_base(cls).__setitem__
         for k, v in items.items():
@@ -598,10 +662,8 @@ class NewObjectVariable(VariableTracker):
             return ConstantObjectVariable(static)
         if isinstance(static, type):  # `_base_type = BaseException`: a class held by the class
             return wrap_constant_like(tx, static)
-        if type(static) is tuple and all(isinstance(k, type) for k in static):  # (int, float)
-            return TupleVariable([wrap_constant_like(tx, k) for k in static])
         src = self._class_attr_source(name)
-        if type(static) is dict and src is not None:  # a class's table: read (guarded) from it
+        if src is not None:  # (e.g. a tuple of types: read through the class, guarded)
             return wrap_value(tx, static, src)
         unimplemented(f"class attribute {self.cls.__name__}.{name}")
 
@@ -617,6 +679,8 @@ class NewObjectVariable(VariableTracker):
 
     def truthy(self, tx):
         if self.dict_base is not None:
+            if "__bool__" not in dir(self.cls) and _dict_method_owner(self.cls, "__len__"):
+                return bool(self.dict_items)
             unimplemented(f"bool() of a {self.cls.__name__} (a dict subclass)")
         return user_truthy(tx, self)
 
@@ -660,6 +724,10 @@ def call_getattr_hook(tx, obj, name):
     """`obj.name` not found the ordinary way: the class's Python __getattr__, inlined."""
     cls = obj.python_type()
     hook = instance_static(cls, "__getattr__")
+    if hook is dict.get and isinstance(obj, UserDefinedObjectVariable):
+        method = dict_subclass.read_method(tx, obj, "get")  # `__getattr__ = dict.get`
+        if method is not None:
+            return method.call_function(tx, [ConstantVariable(name)], {})
     if not isinstance(hook, types.FunctionType) or cls.__getattribute__ is not (
         object.__getattribute__
     ):
@@ -701,6 +769,16 @@ def _dict_method_owner(cls, name):
         if name in vars(k):
             return k if k in _DICT_BASES or k is object else None
     return None
+
+
+def _new_dict_object(cls):
+    """A new instance of a dict subclass `cls` (dict.__new__(cls)), or None."""
+    if _plain_class(cls, own_new=True):
+        return NewObjectVariable(cls)
+    return None
+
+
+dicts_new_object["make"] = _new_dict_object
 
 
 class AttrDictVariable(VariableTracker):
@@ -771,6 +849,10 @@ class DictMethodVariable(VariableTracker):
             return obj.var_getattr(tx, _const_key(args[0]))
         if name == "__iter__" and not args:
             return ListIteratorVariable([ConstantVariable(k) for k in obj.dict_items])
+        if obj.dict_items is not None:
+            result = dict_subclass.operator_method(tx, obj, name, args, kwargs)
+            if result is not None:
+                return result
         if obj.dict_items is None or name not in _DICT_READS + _DICT_WRITES:
             unimplemented(f"{name} of {obj}")
         view = ConstDictVariable(obj.dict_items)
@@ -790,7 +872,7 @@ class DictMethodVariable(VariableTracker):
         elif name == "__delitem__":
             name = "pop"
         elif name == "setdefault" and 1 <= len(args) <= 2 and not kwargs:
-            key = _const_key(args[0])
+            key = hashable_key(_const_key(args[0]))
             if key not in obj.dict_items:
                 tx.output.side_effects.mutate_new_object(obj)
                 obj.dict_items[key] = args[1] if len(args) > 1 else ConstantVariable(None)
@@ -857,12 +939,9 @@ class DictReadVariable(VariableTracker):
         self.name = name
 
     def call_function(self, tx, args, kwargs):
-        if self.obj.source is None or kwargs or not args or not args[0].is_python_constant():
+        if self.obj.source is None or kwargs or not args:
             unimplemented(f"dict.{self.name} of {self.obj}")
-        key = args[0].as_python_constant()
-        if not is_literal(key):
-            unimplemented(f"dict.{self.name} with the key {key!r} (not a literal)")
-        source = DictGetSource(self.obj.source, key)
+        key, source = _read_key(self.obj, self.name, args[0])
         value = dict_get(self.obj.value, key)
         if value is MISSING:
             tx.output.guards.add(GuardKind.ID_MATCH, source, MISSING)
@@ -875,6 +954,23 @@ class DictReadVariable(VariableTracker):
             tx.output.guards.add(GuardKind.TYPE_MATCH, source, type(value))  # present
             return ConstantVariable(True)
         return wrap_value(tx, value, source)
+
+
+def _read_key(obj, name, var):
+    """The real key of `dict.name(obj, var)` and the source of the item it reads: a literal
+    key, or an object read from a source (the guard looks the item up with the object the call
+    is given, so its identity need not be pinned) whose hash and == run no user code."""
+    if var.is_python_constant() and is_literal(var.as_python_constant()):
+        key = var.as_python_constant()
+        return key, DictGetSource(obj.source, key)
+    if var.is_python_constant():
+        key = var.as_python_constant()
+    else:
+        key = getattr(var, "value", _ABSENT)
+    plain = type(key).__hash__ is object.__hash__ and type(key).__eq__ is object.__eq__
+    if key is _ABSENT or var.source is None or not (plain or isinstance(key, type)):
+        unimplemented(f"dict.{name} with the key {var} (not a literal)")
+    return key, DictGetByKeySource(obj.source, var.source)
 
 
 def load_attrs(cg, attrs):

@@ -38,9 +38,14 @@ def test_dict_methods_called_on_the_class():
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
 
 
+class _OwnKeys(dict):
+    def keys(self):
+        return ["z"]
+
+
 def test_dict_method_the_subclass_overrides_breaks():
     def fn(x):
-        return x + len(dict.keys(OrderedDict(a=1)))  # bypasses OrderedDict.keys
+        return x + len(dict.keys(_OwnKeys(a=1)))  # bypasses _OwnKeys.keys
 
     with pytest.raises(kiln.exc.Unsupported, match="overrides it"):
         kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(2))

@@ -128,3 +128,47 @@ def test_partial_of_an_input_partial_keeps_it_flattenable():
     got = compiled(torch.ones(2), p)
     assert got[0] == expected[0] is False
     torch.testing.assert_close(got[1], expected[1])
+
+
+def _attribs(**kw):
+    def decorate(func):
+        for k, v in kw.items():
+            setattr(func, k, v)
+        return func
+
+    return decorate
+
+
+def test_attributes_set_on_a_function_are_copied_by_update_wrapper():
+    """A decorator's setattr, then functools.wraps: the wrapper's __dict__ holds them (as
+    contextlib.contextmanager's wrapper does), and reads after see them."""
+
+    def fn(x):
+        @_attribs(foo="bar", n=2)
+        def inner(a):
+            return a + 1
+
+        @functools.wraps(inner)
+        def wrapper(*a):
+            return inner(*a)
+
+        wrapper.extra = 3
+        return x * wrapper.n, wrapper.foo, sorted(wrapper.__dict__), wrapper.extra
+
+    run_and_compare(fn, torch.ones(2))
+
+
+def test_a_contextmanager_keeps_the_attributes_of_its_function():
+    import contextlib
+
+    def fn(x):
+        @contextlib.contextmanager
+        @_attribs(foo="bar")
+        def cm(y):
+            yield y + 1
+
+        with cm(x) as v:
+            out = v * 2
+        return out, cm.foo, cm.__name__
+
+    run_and_compare(fn, torch.ones(2))

@@ -1,0 +1,185 @@
+"""Dict keys that are not literals: objects, functions, typing forms, frozen dataclasses.
+
+Note [Dicts: keys that are objects]
+A traced dict holds its items under Python keys: a literal key is itself. A key that is an object
+is held by a stand-in that hashes and compares as Python's dict sees that object, and keeps the
+variable it came from (to give back on iteration and to rebuild the dict):
+
+| the key                                              | stand-in    | hash / == as           |
+| ---------------------------------------------------- | ----------- | ---------------------- |
+| a class, a C function or slot not bound to an        | ObjectKey   | the object itself (its |
+| instance, a typing form (guarded by identity where   |             | own hash and ==, no    |
+| read from a source)                                  |             | user code runs)        |
+| an object made in the frame whose class keeps        | ObjectKey   | identity (one variable |
+| object's __hash__ and __eq__; a functools.partial or |             | per object)            |
+| a function made in the frame                         |             |                        |
+| a frozen dataclass instance made in the frame (its   | FieldsKey   | its class and its      |
+| generated __hash__ and __eq__)                       |             | fields, as a tuple     |
+| a tuple (a namedtuple) holding any of these          | TupleKey    | the tuple of its items |
+
+A stand-in equals the object it stands for, so a key reached as a constant (`int`) and the same
+key reached as a variable find the same item. Anything else (a class with its own __hash__ or
+__eq__, a tensor, a list, a user object or function from outside the frame, whose identity the
+guards do not pin) is not a key kiln models: a break with its reason.
+"""
+
+import dataclasses
+import types
+import typing
+
+from kiln.exc import unimplemented
+from kiln.frontend.variables.constant import ConstantVariable
+
+_C_CALLABLES = (
+    types.BuiltinFunctionType,
+    types.MethodWrapperType,
+    types.WrapperDescriptorType,
+    types.MethodDescriptorType,
+)
+
+
+class ObjectKey:
+    """A dict key standing for an object (Note [Dicts: keys that are objects])."""
+
+    __slots__ = ("var", "obj", "by_value")
+
+    def __init__(self, var, obj, by_value):
+        self.var = var
+        self.obj = obj  # the real object, or the variable of an object made in the frame
+        self.by_value = by_value
+
+    def __hash__(self):
+        return hash(self.obj) if self.by_value else id(self.obj)
+
+    def __eq__(self, other):
+        other = other.obj if isinstance(other, ObjectKey) else other
+        return self.obj is other or (self.by_value and self.obj == other)
+
+    def __repr__(self):
+        return f"ObjectKey({self.var!r})"
+
+
+class FieldsKey:
+    """A frozen dataclass instance made in the frame, as a dict key: its class and fields."""
+
+    __slots__ = ("var", "cls", "fields")
+
+    def __init__(self, var, cls, fields):
+        self.var = var
+        self.cls = cls
+        self.fields = fields
+
+    def __hash__(self):
+        return hash(self.fields)
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, FieldsKey) and other.cls is self.cls and other.fields == self.fields
+        )
+
+    def __repr__(self):
+        return f"FieldsKey({self.var!r})"
+
+
+class TupleKey:
+    """A tuple holding object keys, as a dict key: equal to the tuple of its items."""
+
+    __slots__ = ("var", "items")
+
+    def __init__(self, var, items):
+        self.var = var
+        self.items = items
+
+    def __hash__(self):
+        return hash(self.items)
+
+    def __eq__(self, other):
+        return self.items == (other.items if isinstance(other, TupleKey) else other)
+
+    def __repr__(self):
+        return f"TupleKey({self.var!r})"
+
+
+STAND_INS = (ObjectKey, FieldsKey, TupleKey)
+
+
+def is_stand_in(key):
+    """Whether a traced dict's key stands for an object (not a Python constant)."""
+    return isinstance(key, STAND_INS)
+
+
+def _plain_identity(cls):
+    return cls.__hash__ is object.__hash__ and cls.__eq__ is object.__eq__
+
+
+def _typing_form(value):
+    return (
+        value is typing.Union
+        or isinstance(value, (types.UnionType, types.GenericAlias))
+        or (type(value).__module__ == "typing" and type(value).__name__.startswith("_"))
+    )
+
+
+def _pinned(value):
+    """Whether a real object is a key kiln can hold by itself: its identity is what the guards
+    pin (a class, a C function or slot not bound to an instance, a typing form), and its hash
+    and == run no user code."""
+    if isinstance(value, type) or _typing_form(value):
+        return True
+    if isinstance(value, _C_CALLABLES):
+        owner = getattr(value, "__self__", None)
+        return owner is None or isinstance(owner, (type, types.ModuleType))
+    return False
+
+
+def _generated(fn):
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_filename == "<string>"  # made by dataclasses
+
+
+def _frozen_dataclass(cls):
+    params = getattr(cls, "__dataclass_params__", None)
+    return (
+        params is not None
+        and params.frozen
+        and params.eq
+        and _generated(vars(cls).get("__hash__"))
+        and _generated(vars(cls).get("__eq__"))
+    )
+
+
+def object_key(var, const_key):
+    """The stand-in for `var` as a dict key (Note [Dicts: keys that are objects]); const_key
+    turns a variable that is a Python constant into its key."""
+    if var.is_python_constant():
+        return const_key(var)
+    items = getattr(var, "items", None)
+    if isinstance(items, list) and isinstance(var.python_type(), type):
+        if issubclass(var.python_type(), tuple):
+            return TupleKey(var, tuple(object_key(i, const_key) for i in items))
+    value = getattr(var, "value", _NO_VALUE)
+    if value is not _NO_VALUE and _pinned(value):
+        return ObjectKey(var, value, by_value=not _plain_identity(type(value)))
+    if var.source is not None:
+        unimplemented(f"dict key {var} (an object from outside the frame)")
+    cls = getattr(var, "cls", None)
+    if isinstance(cls, type) and getattr(var, "attrs", None) is not None:  # made in the frame
+        if _frozen_dataclass(cls):
+            names = [f.name for f in dataclasses.fields(cls) if f.compare]
+            if all(n in var.attrs for n in names):
+                fields = tuple(object_key(var.attrs[n], const_key) for n in names)
+                return FieldsKey(var, cls, fields)
+        if _plain_identity(cls):
+            return ObjectKey(var, var, by_value=False)
+        unimplemented(f"dict key {cls.__name__} (its own __hash__ or __eq__)")
+    if getattr(var, "keeps_identity", False) is True and _plain_identity(var.python_type()):
+        return ObjectKey(var, var, by_value=False)  # a partial or a function made in the frame
+    unimplemented(f"dict key {var} is not a constant")
+
+
+_NO_VALUE = object()
+
+
+def key_var(key):
+    """The variable of a traced dict's key (a stand-in's own, else a constant)."""
+    return key.var if is_stand_in(key) else ConstantVariable(key)
