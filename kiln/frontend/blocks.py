@@ -192,10 +192,6 @@ class BlockStackMixin:
         inst = self.current_inst
         entry = inst.exn_tab_entry
         if entry is None or self.in_generator_handler(inst):
-            if getattr(self, "is_generator", False) and not getattr(self, "suspendable", False):
-                # Note [Generators: eager consumption]: eager Python would raise it later, at
-                # the consumer's next()
-                unimplemented(f"{exc.var.cls.__name__} raised inside a generator")
             if self.is_root:
                 self.escape(exc)
             raise exc

@@ -35,6 +35,7 @@ from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.ctx_managers import WithExitVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.functions import UserMethodVariable
+from kiln.frontend.variables.generators import check_freed_generators
 from kiln.frontend.variables.lists import ListVariable, SetVariable, undo_iterators
 from kiln.frontend.variables.misc import DeletedVariable, NullVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
@@ -406,6 +407,7 @@ class _BreakCodegen:
             # which the replay advances)
             pin.append(callee.obj)
         pin += [self.locals[n] for n in self.live] + [self.locals.get(n) for n in code.co_cellvars]
+        check_freed_generators(output, [v for v in pin if v is not None])
         output.side_effects.codegen(body, pin=[v for v in pin if v is not None])
         for name in code.co_cellvars:
             # cell variables were traced symbolically: put their values in the real cells, which

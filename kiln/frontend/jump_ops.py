@@ -138,15 +138,16 @@ class JumpOpsMixin:
         [it, value] and a jump to END_SEND, which drops `it`."""
         v = self.pop()
         it = self.stack[-1]
-        if not (isinstance(v, ConstantVariable) and v.value is None):
-            unimplemented("sending a value into a generator")
+        sends = getattr(it, "steps_lazily", False) and hasattr(it, "send")  # a generator
+        if not sends and not (isinstance(v, ConstantVariable) and v.value is None):
+            unimplemented("sending a value into an iterator that is no generator")
         if not isinstance(it, ListIteratorVariable):
             unimplemented(f"yield from {it}")
-        item = it.next_item(self)
+        item = it.step(self, value=v) if sends else it.next_item(self)
         if item is not None:
             self.push(item)
             return
-        value = getattr(it, "gen_return", None) or ConstantVariable(None)
+        value = (it.returned if sends else None) or ConstantVariable(None)
         if PY311:
             self.stack[-1] = value
         else:

@@ -51,13 +51,11 @@ class SideEffects:
         self.cell_objects = {}  # id(real cell) -> free variable name (inlined code reads it)
         self.containers = {}  # id(real list/dict/deque from a source) -> (it, its variable)
         self.version = 0
-        self.records = 0  # stores/calls recorded so far (Note [Generators: effects outside])
+        self.records = 0  # stores/calls recorded so far (Note [Generators: drained at a break])
         self.written = []  # serials of pre-existing objects and cells written, in order
-        self.written_vars = []  # the same objects and cells (Note [Generators: read after writes])
         self.step_serial = 0  # set by the root translator before each instruction
         self.cell_undo = []  # (frame locals, name, old value) per traced-cell write
-        self.lazy_readers = []  # per generator body being traced: the cells/globals it read
-        self.lazy_reads = {}  # cell or global key -> the generators whose body read it
+        self.lazy_readers = []  # per generator drained at a break: the cells/globals it read
         self.attr_order = {}  # ("attr"/"dictitem", id, name) -> when first stored (dict order)
 
     def tracked_container(self, tx, value, source):
@@ -147,7 +145,6 @@ class SideEffects:
 
     def mutate_container(self, var):
         self.written.append(var.serial)
-        self.written_vars.append(var)
         if var.source is not None:
             self._record(("container", id(var)), "container", var)
         if var.serial < self.step_serial:
@@ -159,9 +156,7 @@ class SideEffects:
     def write_cell_ref(self, ref, value):
         """A store into an enclosing traced frame's cell (`nonlocal`, a walrus in a genexp);
         journaled, so that an instruction that breaks leaves the cell as it found it."""
-        self.check_write(("ref", ref.tx, ref.name))
         self.written.append(ref.serial)
-        self.written_vars.append(ref)
         frame_locals = ref.tx.symbolic_locals
         self.cell_undo.append((frame_locals, ref.name, frame_locals.get(ref.name, _UNSET)))
         frame_locals[ref.name] = value
@@ -173,12 +168,9 @@ class SideEffects:
         """`global name; name = value` in the root function's module, or in another module's
         (Note [Side effects: globals of another module])."""
         key = ("global", name) if not globals_name else ("global", name, globals_name)
-        self.check_write(key)
         self._record(key, "global", value)
 
     def store_cell(self, name, value, cell=None):
-        if cell is not None:
-            self.check_write(("cell", id(cell)))
         self._record(("cell", name), "cell", value)
         if cell is not None:
             self.cell_objects[id(cell)] = name
@@ -199,30 +191,14 @@ class SideEffects:
     def mutate_new_object(self, var):
         """An object made while tracing got an attribute: like a container mutation."""
         self.written.append(var.serial)
-        self.written_vars.append(var)
         if var.serial < self.step_serial:
             self.version += 1
 
-    # --- generators run early (Note [Generators: reads of later writes]) ------------------------
+    # --- generators drained at a break (Note [Generators: drained at a break]) ------------------
     def note_read(self, key):
-        """A cell or global read: remembered for each generator body being traced."""
+        """A cell or global read: remembered for each generator body being drained."""
         for keys in self.lazy_readers:
             keys.add(key)
-
-    def note_generator(self, gen, keys):
-        """`gen` was run to its end while tracing, reading these cells and globals."""
-        for key in keys:
-            self.lazy_reads.setdefault(key, []).append(gen)
-
-    def check_write(self, key):
-        """A cell or global is written: unimplemented while a generator that read it is not
-        finished (its items were computed with the old value)."""
-        for gen in self.lazy_reads.get(key, ()):
-            if not gen.finished:
-                gen.stale = True
-                unimplemented(
-                    "a variable read by an unfinished generator is written (generators run lazily)"
-                )
 
     def snapshot(self):
         """The recorded stores, to undo an instruction that broke."""

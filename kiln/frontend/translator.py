@@ -33,7 +33,11 @@ from kiln.frontend.variables.ctx_managers import WithExitVariable, _Yielded
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
 from kiln.frontend.variables.functions import NestedUserFunctionVariable, inline_call
-from kiln.frontend.variables.generators import GeneratorItemsVariable, yields_use_sent_value
+from kiln.frontend.variables.generators import (
+    LazyGeneratorVariable,
+    cleanup_throw,
+    close_freed_generators,
+)
 from kiln.frontend.variables.instance_dict import delete_instance_attr
 from kiln.frontend.variables.lists import (
     TupleVariable,
@@ -387,7 +391,6 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 return
             self.output.side_effects.store_cell(name, v, ref[0])
             return
-        self.output.side_effects.check_write(("ref", self, name))
         self.symbolic_locals[name] = v
 
     def store_inlined_cell(self, name, ref, v):
@@ -404,7 +407,6 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 return
         if source is None:
             unimplemented(f"assignment to free variable {name!r} of a function without a source")
-        self.output.side_effects.check_write(("cell", id(cell)))
         self.output.side_effects.store_attr(
             CellObjectVariable(cell, source.source), "cell_contents", v
         )
@@ -632,9 +634,6 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         self.push(module.var_getattr(self, inst.argval))
 
 
-GENERATOR_ITEMS_LIMIT = 1000  # items a generator may yield while run ahead of time
-
-
 class InliningTranslator(InstructionTranslatorBase):
     """Traces a called user function inside its caller's graph."""
 
@@ -664,78 +663,32 @@ class InliningTranslator(InstructionTranslatorBase):
         self.parent = parent
         self.fn = fn
         self.is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
-        self.suspendable = False  # stop at each yield (GeneratorContextVariable)
-        self.generated = []
+        self.suspendable = False  # stop at each yield (generators, GeneratorContextVariable)
 
     def run_inline(self):
-        """Trace the call; a generator runs to completion and yields an iterator of its items.
-
-        Note [Generators: eager consumption]
-        A generator called while tracing is traced to its end at once and its items are handed to
-        the consumer as a list iterator. The body has no effects outside the graph (anything
-        else is unimplemented), so consuming it early only adds unused graph nodes.
-
-        Note [Generators: effects outside]
-        A body that writes anything that existed before it ran (a cell of the enclosing frame,
-        as `any((last := n) == 1 for n in xs)` does; a list, attribute, global; a replayed call)
-        is unimplemented: run to its end here, it would make every write, where a consumer that
-        stops early (any, all, next, zip, break) makes only some in eager.
-
-        Note [Generators: reads of later writes]
-        Run early, a body also reads early: `g = (i for i in xs if t); t = True; list(g)` sees
-        the old `t`. The cells and globals a body reads are remembered (SideEffects.note_read);
-        writing one while the generator is not finished is unimplemented, and such a generator
-        is not rebuilt at a break (the code after the break could write them): the frame then
-        runs eagerly.
-        """
-        effects = self.output.side_effects
-        floor, records, written = next_serial(), effects.records, len(effects.written)
-        reach = [*self.symbolic_locals.values(), *self.closure.values()]
-        reads = set()
+        """Trace the call: its return value; a generator function's call makes a generator
+        object whose body runs as it is stepped (Note [Generators: lazy])."""
         if self.is_generator:
-            effects.lazy_readers.append(reads)
-        try:
-            self.run_loop()
-        finally:
-            if self.is_generator:
-                effects.lazy_readers.remove(reads)
-        if self.is_generator and (
-            effects.records > records or any(s < floor for s in effects.written[written:])
-        ):
-            unimplemented("a generator whose body writes state from outside it (runs lazily)")
-        if self.is_generator:
-            it = GeneratorItemsVariable(self.generated).watch(effects)
-            it.gen_return = self.return_value  # what `yield from` of it evaluates to
-            it.names = (
-                getattr(self.fn, "__name__", self.code.co_name),
-                getattr(self.fn, "__qualname__", self.code.co_name),
-            )
-            it.reach = reach  # what its code could read (Note [Lists: growing by an iterator...])
-            it.lazy_reads = bool(reads)
-            it.uses_sent = yields_use_sent_value(self.code)
-            effects.note_generator(it, reads)
-            return it
+            self.suspendable = True
+            return LazyGeneratorVariable(self)
+        self.run_loop()
         return self.return_value
 
     def RETURN_VALUE(self, inst):
         self.return_value = self.pop()
+        close_freed_generators(self, self.return_value)  # Note [Generators: closed when freed]
         raise _Stop
 
     def RETURN_GENERATOR(self, inst):
         self.push(ConstantVariable(None))
 
     def YIELD_VALUE(self, inst):
-        if self.suspendable:  # a contextmanager's generator: stops here, resumed later
-            raise _Yielded(self.pop())
-        self.generated.append(self.pop())
-        if len(self.generated) > GENERATOR_ITEMS_LIMIT:
-            # run to its end ahead of time (Note [Generators: eager consumption]), an endless
-            # generator (`while True: yield i`) would never return
-            unimplemented(
-                f"a generator yielding more than {GENERATOR_ITEMS_LIMIT} items while traced "
-                "(it may never end)"
-            )
-        self.push(ConstantVariable(None))
+        if not self.suspendable:
+            unimplemented("yield outside a generator's translator")
+        raise _Yielded(self.pop())  # the generator stops here, resumed later
+
+    def CLEANUP_THROW(self, inst):  # 3.12+
+        cleanup_throw(self)
 
 
 class InstructionTranslator(InstructionTranslatorBase):
@@ -766,6 +719,7 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def RETURN_VALUE(self, inst):
         self.return_value = self.pop()
+        close_freed_generators(self, self.return_value)  # Note [Generators: closed when freed]
         raise _Stop
 
     def _annotate(self, e):

@@ -233,10 +233,8 @@ def pure_genexp_summed(x):
 
 def test_generator_writing_outside_itself_runs_lazily():
     for fn in (walrus_in_genexp_any, append_in_genexp_all):
-        kiln.reset()
-        run_and_compare(fn, torch.ones(2))  # compares every returned value with eager
-        reasons = list(kiln.counters["graph_breaks"])
-        assert any("writes state from outside it" in r for r in reasons), reasons
+        # stepped by any()/all() one item at a time (Note [Generators: lazy]): captured
+        run_and_compare(fn, torch.ones(2), expected_graphs=1, expected_breaks=0)
 
 
 def test_generator_without_outside_writes_stays_in_the_graph():

@@ -1,6 +1,6 @@
-"""Generators run to their end while tracing (Note [Generators: eager consumption]) must not see
-values that eager Python, running them lazily, would not: cells and globals written after the
-generator was made, and writes undone when the instruction that made them breaks."""
+"""Generators stepped while tracing (Note [Generators: lazy]) see what eager Python, running them
+lazily, sees: cells and globals written after the generator was made, and not writes undone
+when the instruction that made them breaks."""
 
 import torch
 from frontend_helpers import run_and_compare

@@ -400,7 +400,8 @@ class BuiltinVariable(VariableTracker):
 
     def _call_map(self, tx, fn, *seqs):
         """map(): applied at each step over a list or iterator (Note [Iterators: lazy over live
-        sources]), else at once (Note [Generators: eager consumption])."""
+        sources]), else at once (a break where its code may read a list it grows: Note [Lists:
+        growing by an iterator that ran ahead])."""
         if seqs and lazy_sources_ok(seqs):
             return LazyIteratorVariable(tx, map, seqs, fn=fn)
         rows = zip(*[s.unpack_var_sequence(tx) for s in seqs])
@@ -461,6 +462,8 @@ class BuiltinVariable(VariableTracker):
         item = it.next_item(tx)
         if item is None:
             if default is None:
+                if hasattr(it, "returned"):  # a generator's: StopIteration(its return value)
+                    it.raise_stop()
                 raise_observed(tx, StopIteration)
             return default
         return item
@@ -538,10 +541,10 @@ class BuiltinVariable(VariableTracker):
         return unary_op(tx, operator.abs, obj)
 
     def _call_any(self, tx, obj):
-        return ConstantVariable(any(i.truthy(tx) for i in obj.unpack_var_sequence(tx)))
+        return ConstantVariable(any(i.truthy(tx) for i in _items_in_turn(tx, obj)))
 
     def _call_all(self, tx, obj):
-        return ConstantVariable(all(i.truthy(tx) for i in obj.unpack_var_sequence(tx)))
+        return ConstantVariable(all(i.truthy(tx) for i in _items_in_turn(tx, obj)))
 
     def _convert(self, tx, fn, obj):
         if isinstance(obj, TensorVariable):
@@ -789,3 +792,13 @@ def _itertools_call(tx, fn, args, kwargs):
 
 
 _UNARY_FNS = {operator.neg, operator.pos, operator.invert, operator.abs}
+
+
+def _items_in_turn(tx, obj):
+    """The items of `obj`; a generator's made one at a time, as the consumer asks for them (any
+    and all stop at the first that decides)."""
+    if not getattr(obj, "steps_lazily", False):
+        yield from obj.unpack_var_sequence(tx)
+        return
+    while (item := obj.next_item(tx)) is not None:
+        yield item

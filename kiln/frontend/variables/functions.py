@@ -516,6 +516,7 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
     if kiln_marker(fn, "_kiln_disabled") or is_torch_disabled(fn):
         unimplemented(f"call to {fn.__qualname__}, kept out of compilation by {disabled_by(fn)}")
     local_vars = bind_args(tx, fn, args, kwargs, fn_source, defaults, kwdefaults)
+    own_fn = closure is None and defaults is None and kwdefaults is None  # (`fn` is the real one)
     if closure is None:
         closure = {}
     if code.co_freevars and not closure:
@@ -524,6 +525,7 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
         for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__)):
             closure[name] = (cell, fn_source, i)
     sub = InliningTranslator(tx, fn, code, local_vars, closure)
+    sub.call_args = (list(args), dict(kwargs)) if own_fn else None  # (a new generator's rebuild)
     return sub.run_inline()
 
 

@@ -7,9 +7,9 @@ from kiln.frontend.variables.constant import ConstantVariable
 # Note [Lists: growing by an iterator that ran ahead]
 # list.extend / deque.extend(left) over an iterator that is no list or tuple take its items one at
 # a time, appending each before the next is made: a generator or map whose code reads the list
-# (`y.extend(y[-1] + z for z in r)`) sees it grow. kiln runs such code ahead of time (Note
-# [Generators: eager consumption]), so its items were made from the list as it was before. That
-# is a break, not a different list, unless the code cannot reach the list: the list was made in
+# (`y.extend(y[-1] + z for z in r)`) sees it grow. A generator is stepped that way (Note
+# [Generators: lazy]); a map over items known at once runs ahead of time, so its items were made
+# from the list as it was before. That is a break, not a different list, unless the code cannot reach the list: the list was made in
 # the frame (no global or attribute leads to it) and is not among what the code was given (its
 # arguments, the cells it closes over, the containers and closures found in them). `reach` holds
 # those; an iterator without it (or an object kiln cannot look into) counts as reaching.
@@ -50,7 +50,17 @@ def _reaches(values, target):
         seen.add(id(v))
         if hasattr(v, "tx") and hasattr(v, "name"):  # a cell of a traced frame: its value now
             todo.append(v.tx.symbolic_locals.get(v.name))
-        elif type(v).__name__ in ("FrameCellVariable", "TensorVariable", "RangeVariable"):
+        elif type(v).__name__ == "LazyGeneratorVariable":  # its suspended frame
+            g = v.gen
+            refs = [r for r in g.closure.values() if not isinstance(r, tuple)]
+            todo.extend([*g.symbolic_locals.values(), *g.stack, *refs])
+        elif type(v).__name__ in (
+            "FrameCellVariable",
+            "TensorVariable",
+            "RangeVariable",
+            "NullVariable",
+            "SymNodeVariable",
+        ):
             continue  # a real cell holds no object made in the frame; tensors hold no lists
         elif isinstance(getattr(v, "items", None), list):  # a list, tuple, iterator of items
             todo.extend(v.items)

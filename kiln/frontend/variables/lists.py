@@ -210,6 +210,11 @@ class ListVariable(BaseListVariable):
             self._mutate(tx)
             self.items.append(args[0])
             return ConstantVariable(None)
+        if name == "extend" and len(args) == 1 and getattr(args[0], "steps_lazily", False):
+            self._mutate(tx)  # a generator: each item is appended before the next is made
+            while (item := args[0].next_item(tx)) is not None:
+                self.items.append(item)
+            return ConstantVariable(None)
         if name == "extend" and len(args) == 1:
             items = items_for_growing(tx, args[0], self, f"{self.python_type().__name__}.extend")
             self._mutate(tx)
@@ -312,6 +317,11 @@ class DequeVariable(ListVariable):
             self._mutate(tx)
             if name == "appendleft":
                 new = [args[0]]
+            elif getattr(args[0], "steps_lazily", False):  # a generator: one item at a time
+                while (item := args[0].next_item(tx)) is not None:
+                    self.items.insert(0, item)
+                    self._bound(left=True)
+                return ConstantVariable(None)
             else:
                 new = items_for_growing(tx, args[0], self, "deque.extendleft")
             self.items[:0] = list(reversed(new))

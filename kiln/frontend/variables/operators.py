@@ -375,6 +375,11 @@ def _frozen_membership(container, item):
     return True
 
 
+def _in_turn(tx, it):
+    while (item := it.next_item(tx)) is not None:
+        yield item
+
+
 def contains(tx, container, item):
     """`item in container`."""
     if isinstance(container, (ConstDictVariable, IdentityKeyedDictVariable)):
@@ -393,7 +398,10 @@ def contains(tx, container, item):
         return container.call_method(tx, "__contains__", [item], {})
     if isinstance(container, SetVariable) and item.is_python_constant():
         return container.call_method(tx, "__contains__", [item], {})  # (hash, then ==)
-    items = container.unpack_var_sequence(tx)
+    if getattr(container, "steps_lazily", False) and not isinstance(item, SymNodeVariable):
+        items = _in_turn(tx, container)  # a generator: stepped only until the item is found
+    else:
+        items = container.unpack_var_sequence(tx)
     if isinstance(item, SymNodeVariable):
         result = sym.contains(tx, items, item)
         if result is not None:

@@ -207,7 +207,7 @@ def user_truthy(tx, var):
 
 def user_iter_items(tx, var):
     """The items of `iter(obj)` when __iter__ is a Python function returning a list iterator
-    or a generator (whose items are traced to the end: Note [Generators: eager consumption])."""
+    or a generator (stepped to its end: Note [Generators: lazy])."""
     it = call_dunder(tx, var, "__iter__", [])
     if not isinstance(it, ListIteratorVariable):
         unimplemented(f"iteration over a {var.python_type().__name__} ({it})")
