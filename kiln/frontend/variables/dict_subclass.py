@@ -21,8 +21,7 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import DictGetSource
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
-from kiln.frontend.variables.dicts import ConstDictVariable, not_iterable
-from kiln.frontend.variables.exceptions import raise_observed
+from kiln.frontend.variables.dicts import ConstDictVariable, check_fromkeys_count, check_iterable
 
 _C_DICTS = (dict, collections.OrderedDict)
 _READS = ("__getitem__", "get", "__contains__", "__len__", "keys", "values", "items", "__iter__")
@@ -161,17 +160,11 @@ class SubclassFromKeysVariable(VariableTracker):
         return super().var_getattr(tx, name)
 
     def call_function(self, tx, args, kwargs):
-        if not kwargs and len(args) > 2:
-            raise_observed(tx, TypeError, f"fromkeys expected at most 2 arguments, got {len(args)}")
-        if not kwargs and not args:
-            raise_observed(tx, TypeError, "fromkeys expected at least 1 argument, got 0")
+        check_fromkeys_count(tx, args, kwargs)
         if kwargs:
             unimplemented("dict.fromkeys with keyword arguments")
-        obj = self.class_var.call_function(tx, [], {})
-        if isinstance(args[0], ConstantVariable) and not_iterable(args[0]):
-            raise_observed(
-                tx, TypeError, f"'{type(args[0].value).__name__}' object is not iterable"
-            )
+        obj = self.class_var.call_function(tx, [], {})  # (made before the keys are iterated)
+        check_iterable(tx, args[0])
         value = args[1] if len(args) == 2 else ConstantVariable(None)
         for key in args[0].unpack_var_sequence(tx):
             obj.call_method(tx, "__setitem__", [key, value], {})

@@ -30,6 +30,20 @@ def not_iterable(var):
     return False
 
 
+def check_fromkeys_count(tx, args, kwargs):
+    """fromkeys's TypeErrors for the number of its positional arguments, as CPython raises them."""
+    if not kwargs and len(args) > 2:
+        raise_observed(tx, TypeError, f"fromkeys expected at most 2 arguments, got {len(args)}")
+    if not kwargs and not args:
+        raise_observed(tx, TypeError, "fromkeys expected at least 1 argument, got 0")
+
+
+def check_iterable(tx, var):
+    """A constant that is not iterable raises TypeError as iter() would."""
+    if isinstance(var, ConstantVariable) and not_iterable(var):
+        raise_observed(tx, TypeError, f"'{type(var.value).__name__}' object is not iterable")
+
+
 def dict_key(var):
     """The Python key of a traced value put in a dict (BUILD_MAP, d[k] = v): the constant, or a
     stand-in for an object (Note [Dicts: keys that are objects])."""

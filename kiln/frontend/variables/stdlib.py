@@ -19,8 +19,12 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
-from kiln.frontend.variables.dicts import ConstDictVariable, hashable_key, not_iterable
-from kiln.frontend.variables.exceptions import raise_observed
+from kiln.frontend.variables.dicts import (
+    ConstDictVariable,
+    check_fromkeys_count,
+    check_iterable,
+    hashable_key,
+)
 from kiln.frontend.variables.lists import (
     _ITER_UNDO,
     BaseListVariable,
@@ -256,14 +260,9 @@ class FromKeysVariable(VariableTracker):
         return super().var_getattr(tx, name)
 
     def call_function(self, tx, args, kwargs):
-        if not kwargs and len(args) > 2:
-            raise_observed(tx, TypeError, f"fromkeys expected at most 2 arguments, got {len(args)}")
-        if not kwargs and not args:
-            raise_observed(tx, TypeError, "fromkeys expected at least 1 argument, got 0")
-        if not kwargs and isinstance(args[0], ConstantVariable) and not_iterable(args[0]):
-            raise_observed(
-                tx, TypeError, f"'{type(args[0].value).__name__}' object is not iterable"
-            )
+        check_fromkeys_count(tx, args, kwargs)
+        if not kwargs:
+            check_iterable(tx, args[0])
         if kwargs or not 1 <= len(args) <= 2:
             unimplemented("dict.fromkeys with these arguments")
         d = _fromkeys(tx, *args)
