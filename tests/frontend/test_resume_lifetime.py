@@ -12,6 +12,11 @@ import kiln
 from kiln.frontend.resume import call_moving
 from tests.frontend.frontend_helpers import run_and_compare
 
+# The first op run on meta tensors in a process imports torch._dynamo lazily (torch's
+# `_disable_dynamo`), and that import's frames sit in a reference cycle with the frames that
+# called it, kiln's trace among them, until a collection: do it once, outside any test.
+torch.empty(1, device="meta") + 1
+
 
 class Obj:
     pass
