@@ -212,6 +212,10 @@ def run_resume(fn, box):
 #   box's items and calls the entry through `call_moving`, which empties the box before the call:
 #   a `fn(*args)` would keep the tuple `args` alive in the caller's frame until fn returns;
 # - a compile (a miss) reads the box, then runs the entry the same way.
+# What this does not cover: the call that traces a frame holds what the trace saw (its translator,
+# sometimes in a reference cycle with the frames of the trace) until the next collection; and a
+# local never read again is released at the break (it is no live local of the resume function),
+# where eager keeps it to the end of the function, as torch.compile does.
 _movers: dict[int, types.FunctionType] = {}
 
 
