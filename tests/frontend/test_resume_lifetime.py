@@ -48,10 +48,13 @@ def checked_right_after_del(x):
 def test_weak_reference_called_after_the_frame_let_go():
     # no collection here: the tracing call's cycles may hold o, so the call that counts is the
     # second, which runs the compiled entries
+    kiln.reset()
     x = torch.randn(3)
     compiled = kiln.compile(checked_right_after_del, backend="eager")
     compiled(x)
+    compiled(x)
     expected, got = checked_right_after_del(x), compiled(x)
+    assert kiln.counters["stats"]["recompiles"] == 0
     assert got[1] is expected[1] is True
     torch.testing.assert_close(got[0], expected[0])
 
