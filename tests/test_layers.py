@@ -95,6 +95,9 @@ frontend.variables.lists -> frontend.variables.operators
     cycle: comparing sequences compares their items; operators build lists (`a + b`)
 frontend.variables.lists -> frontend.variables.dicts
     cycle: dict(...) of a list of pairs, list of dict items; dicts build lists
+frontend.variables.misc -> frontend.variables.dicts
+    cycle: a constant's method returning a dict of constants (str.maketrans) makes a dict
+    variable; dicts use misc's small families
 frontend.variables.misc -> frontend.variables.lists
     cycle: small families return tuples/lists; lists hold them
 frontend.variables.misc -> frontend.variables.tensor
@@ -108,6 +111,9 @@ frontend.variables.torch -> frontend.variables.tensor
     cycle: torch.* calls return tensor variables; tensor methods call torch functions
 frontend.variables.torch -> frontend.variables.resize
     cycle: interpolate/pooling size rules return tensors through torch.py's call path
+frontend.variables.stdlib -> frontend.variables.functions
+    cycle: library helpers modelled as Python (Counter's C counting loop) are inlined; functions
+    call stdlib's models
 frontend.variables.user_attrs -> frontend.variables.functions
     cycle: user __getattr__/__setattr__ are inlined; functions read user attributes
 frontend.variables.user_attrs -> frontend.variables.user_defined

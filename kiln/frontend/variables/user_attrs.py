@@ -17,7 +17,7 @@ import types
 
 from kiln.exc import unimplemented
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables.base import VariableTracker, wrap_value
+from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
 
 _ABSENT = object()
@@ -182,7 +182,6 @@ def python_get(static):
 
 def descriptor_get(tx, obj, cls, name, static, class_source):
     """Note [Objects: descriptors with a Python __get__]."""
-    from kiln.frontend.variables.base import wrap_constant_like
     from kiln.frontend.variables.functions import inline_call
 
     owner = next(i for i, k in enumerate(cls.__mro__) if name in vars(k))
