@@ -156,9 +156,22 @@ class NullContextVariable(VariableTracker):
 
 def _set_grad(tx, mode):
     if torch.is_grad_enabled() != mode:
-        node = tx.output.create_node("call_function", torch._C._set_grad_enabled, (mode,), {})
-        node.meta["example_value"] = None
-        torch._C._set_grad_enabled(mode)
+        record_grad_switch(tx, mode)
+
+
+def record_grad_switch(tx, mode):
+    """Record `torch._C._set_grad_enabled(mode)` in the graph and switch the mode while tracing."""
+    node = tx.output.create_node("call_function", torch._C._set_grad_enabled, (mode,), {})
+    node.meta["example_value"] = None
+    torch._C._set_grad_enabled(mode)
+
+
+# Note [Ctx: a bare _set_grad_enabled is recorded]
+# The grad-mode managers (`no_grad`, `enable_grad`, `set_grad_enabled(b)`) record a switch only
+# where the mode changes, as torch.compile coalesces them. A direct `torch._C._set_grad_enabled(b)`
+# call (what user context managers' __enter__/__exit__ often do) is recorded every time, even when
+# it sets the mode already in force, as torch.compile records it: the graphs (and their op
+# counts) agree, and a no-op switch costs nothing.
 
 
 class WithExitVariable(VariableTracker):

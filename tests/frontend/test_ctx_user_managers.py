@@ -1,0 +1,69 @@
+"""User context managers whose __enter__/__exit__ switch grad mode with `torch._C._set_grad_enabled`,
+traced into one graph (Note [Ctx: a bare _set_grad_enabled is recorded])."""
+
+import contextlib
+
+import torch
+from frontend_helpers import CountingBackend, run_and_compare
+
+
+class GradSwitch:
+    def __init__(self, mode):
+        self.prev = torch.is_grad_enabled()
+        self.mode = mode
+
+    def __enter__(self):
+        torch._C._set_grad_enabled(self.mode)
+
+    def __exit__(self, *exc):
+        torch._C._set_grad_enabled(self.prev)
+
+
+@contextlib.contextmanager
+def grad_switch(mode):
+    prev = torch.is_grad_enabled()
+    try:
+        yield torch._C._set_grad_enabled(mode)
+    finally:
+        torch._C._set_grad_enabled(prev)
+
+
+def switched(x, ctx):
+    with ctx(True):
+        x = x + 1
+        if torch.is_grad_enabled():
+            x = x * 2
+        with ctx(False):
+            x = x * 1.5 if torch.is_grad_enabled() else x - 3
+        x = torch.relu(x)
+    return x - 1, torch.is_grad_enabled()
+
+
+def _switches(gm):
+    return [n.args[0] for n in gm.graph.nodes if n.target is torch._C._set_grad_enabled]
+
+
+def test_bare_switches_are_recorded_even_when_the_mode_is_unchanged():
+    for ctx in (GradSwitch, grad_switch):
+        x = torch.rand(2, 3, requires_grad=True)
+        backend = CountingBackend()
+        run_and_compare(switched, x, ctx, backend=backend, fullgraph=True, expected_graphs=1)
+        # grad mode on already: the enter and exit of the outer manager still switch (to True)
+        assert _switches(backend.graphs[0]) == [True, False, True, True]
+        with torch.no_grad():
+            backend = CountingBackend()
+            run_and_compare(switched, x, ctx, backend=backend, fullgraph=True, expected_graphs=1)
+            assert _switches(backend.graphs[0]) == [True, False, True, False]
+
+
+def no_grad_inside_no_grad(x):
+    with torch.no_grad():
+        with torch.no_grad():
+            y = x * 2
+    return y + x
+
+
+def test_grad_mode_managers_still_coalesce():
+    backend = CountingBackend()
+    run_and_compare(no_grad_inside_no_grad, torch.rand(3, requires_grad=True), backend=backend)
+    assert _switches(backend.graphs[0]) == [False, True]
