@@ -2,9 +2,12 @@
 traced into one graph (Note [Ctx: a bare _set_grad_enabled is recorded])."""
 
 import contextlib
+import io
 
 import torch
 from frontend_helpers import CountingBackend, run_and_compare
+
+import kiln
 
 
 class GradSwitch:
@@ -67,3 +70,32 @@ def test_grad_mode_managers_still_coalesce():
     backend = CountingBackend()
     run_and_compare(no_grad_inside_no_grad, torch.rand(3, requires_grad=True), backend=backend)
     assert _switches(backend.graphs[0]) == [False, True]
+
+
+def redirected(t, buf):
+    y = t.sin()
+    with contextlib.redirect_stdout(buf):
+        y = y + t.cos()
+        print("inside", end="")
+    return y.tan()
+
+
+def redirected_tensors_only(t):
+    y = t.sin()
+    with contextlib.redirect_stderr(io.StringIO()):
+        y = y + t.cos()
+    return y.tan()
+
+
+def test_redirect_stdout_breaks_at_the_with_statement():
+    # its __enter__ swaps sys.stdout: Python runs the with statement, the rest is compiled
+    for _ in range(2):
+        buf = io.StringIO()
+        t = torch.randn(3)
+        expected = redirected(t, buf)
+        assert buf.getvalue() == "inside"
+        buf = io.StringIO()
+        got = kiln.compile(redirected)(t, buf)
+        assert torch.allclose(got, expected) and buf.getvalue() == "inside"
+    kiln.reset()
+    run_and_compare(redirected_tensors_only, torch.randn(3), expected_graphs=3)

@@ -223,6 +223,7 @@ class WithExitVariable(VariableTracker):
 
 _FIELDS = ("mode", "prev")  # of a torch.set_grad_enabled object
 PROFILERS = (torch.profiler.profile, torch.autograd.profiler.profile)
+_STREAM_SWAPS = (contextlib.redirect_stdout, contextlib.redirect_stderr)
 
 
 def context_manager(tx, cm):
@@ -263,6 +264,10 @@ def context_manager(tx, cm):
         unimplemented(f"with statement over a {type(cm.value).__name__} profiler (Python runs it)")
     if isinstance(cm, (NewObjectVariable, UserDefinedObjectVariable)):
         cls = cm.python_type()
+        if issubclass(cls, _STREAM_SWAPS):
+            # its __enter__ swaps sys.stdout/stderr (a module attribute kiln does not replay):
+            # Python runs the with statement, the block resumes in a graph of its own
+            unimplemented(f"context manager {cls} not supported (it swaps a sys stream)")
         enter = inspect.getattr_static(cls, "__enter__", None)
         exit_ = inspect.getattr_static(cls, "__exit__", None)
         if isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType):
