@@ -4,6 +4,7 @@ traced into one graph (Note [Ctx: a bare _set_grad_enabled is recorded])."""
 import contextlib
 import io
 
+import pytest
 import torch
 from frontend_helpers import CountingBackend, run_and_compare
 
@@ -132,3 +133,40 @@ def test_break_before_a_contextmanager_yield_is_placed_at_the_with():
     got = kiln.compile(around_a_breaking_manager, backend=backend)(x)
     assert torch.allclose(got, expected) and LOG == ["enter", "exit"]
     assert backend.calls == 3  # before the with, its block, after it
+
+
+def decorated_inside(z):
+    @torch.autograd.graph.disable_saved_tensors_hooks("not here")
+    def f(x, y):
+        return x * y
+
+    return f(z, z.cos()) + 1
+
+
+def block_with_a_break(x):
+    with torch.autograd.graph.disable_saved_tensors_hooks("not here"):
+        y = x.sin()
+        kiln.graph_break()
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+            return y * 2  # eagerly: registering hooks inside the block raises
+
+
+def test_disable_saved_tensors_hooks_traced_without_a_break():
+    # Note [Ctx: disable_saved_tensors_hooks]
+    z = torch.randn(3, requires_grad=True)
+    run_and_compare(decorated_inside, z, fullgraph=True, expected_graphs=1)
+
+
+def test_disable_saved_tensors_hooks_raises_as_eagerly():
+    z = torch.randn(3, requires_grad=True)
+    f = kiln.compile(decorated_inside)
+    f(z)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        with pytest.raises(RuntimeError, match="not here"):
+            decorated_inside(z)
+        with pytest.raises(RuntimeError, match="not here"):
+            f(z)  # the guard fails; the with statement runs in Python and raises
+    with pytest.raises(RuntimeError, match="not here"):
+        block_with_a_break(z)
+    with pytest.raises(RuntimeError, match="not here"):
+        kiln.compile(block_with_a_break)(z)
