@@ -102,39 +102,6 @@ def test_redirect_stdout_breaks_at_the_with_statement():
     run_and_compare(redirected_tensors_only, torch.randn(3), expected_graphs=3)
 
 
-LOG = []
-
-
-@contextlib.contextmanager
-def breaks_before_yield(x):
-    kiln.graph_break()
-    LOG.append("enter")
-    try:
-        yield x.cos()
-    finally:
-        LOG.append("exit")
-
-
-def around_a_breaking_manager(x):
-    y = x.sin()
-    with breaks_before_yield(x) as z:
-        y = y + z.neg()
-    return y.tan()
-
-
-def test_break_before_a_contextmanager_yield_is_placed_at_the_with():
-    # Note [Ctx: a break inside a contextmanager's enter]: entered and left once, as eagerly
-    x = torch.randn(3)
-    LOG.clear()
-    expected = around_a_breaking_manager(x)
-    assert LOG == ["enter", "exit"]
-    LOG.clear()
-    backend = CountingBackend()
-    got = kiln.compile(around_a_breaking_manager, backend=backend)(x)
-    assert torch.allclose(got, expected) and LOG == ["enter", "exit"]
-    assert backend.calls == 3  # before the with, its block, after it
-
-
 def decorated_inside(z):
     @torch.autograd.graph.disable_saved_tensors_hooks("not here")
     def f(x, y):

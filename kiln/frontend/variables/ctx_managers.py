@@ -8,7 +8,7 @@ import types
 import torch
 
 from kiln.bytecode import emit
-from kiln.exc import Unsupported, unimplemented
+from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables import autocast, optim
@@ -383,13 +383,7 @@ class GeneratorContextVariable(VariableTracker):
             }
         self.gen = InliningTranslator(tx, fn, fn.__code__, local_vars, closure)
         self.gen.suspendable = True
-        try:
-            value = self._resume(None)
-        except Unsupported:
-            # a break before the yield: the with statement runs in Python, entering afresh
-            # (Note [Ctx: a break inside a contextmanager's enter])
-            self.gen = None
-            raise
+        value = self._resume(None)
         if value is None:
             unimplemented(f"contextmanager {fn.__qualname__} did not yield (RuntimeError)")
         return value
@@ -407,13 +401,6 @@ class GeneratorContextVariable(VariableTracker):
         except _Yielded as y:
             return y.value
         return None
-
-    # Note [Ctx: a break inside a contextmanager's enter]
-    # A graph break in the generator before its yield (traced from BEFORE_WITH) is placed at the
-    # with statement: nothing of the generator has run yet in Python, so the manager is rebuilt
-    # unentered (reconstruct) and Python enters it, as the eager program does; the block resumes
-    # in a resume function. Effects the generator made on older objects before the break keep
-    # the frame eager (the side-effect version check of the break).
 
     def reconstruct(self, cg):
         """A new manager over the same generator function and arguments (before it is entered:
