@@ -869,8 +869,7 @@ class DictMethodVariable(VariableTracker):
                 return result
         if obj.dict_items is None or name not in _DICT_READS + _DICT_WRITES:
             unimplemented(f"{name} of {obj}")
-        view = ConstDictVariable(obj.dict_items)
-        view._mutate = lambda tx: None
+        view = _storage_var(obj)
         if name == "__init__":
             name = "update"
             if not args and not kwargs:
@@ -898,6 +897,17 @@ class DictMethodVariable(VariableTracker):
         if self.name == "__delitem__":
             return ConstantVariable(None)
         return result
+
+
+def _storage_var(obj):
+    """One dict variable over a dict subclass object's items, shared by every call: the views
+    `obj.keys()` / `.items()` / `.mapping` return stay live as the object changes."""
+    view = getattr(obj, "_storage", None)
+    if view is None:
+        view = obj._storage = ConstDictVariable({})
+        view._mutate = lambda tx: None  # (the side effect is recorded on the object)
+    view.items = obj.dict_items  # (shared, not copied: stores elsewhere change it in place)
+    return view
 
 
 def _const_key(var):
