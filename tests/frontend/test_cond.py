@@ -366,3 +366,15 @@ def test_cond_in_a_frame_with_symbolic_sizes():
         torch.testing.assert_close(compiled(x, y), fn(x, y))
         torch.testing.assert_close(compiled(x, -y), fn(x, -y))
     assert kiln.counters["stats"]["graph_breaks"] == 0
+
+
+_COND_OP = torch.cond.__globals__["cond_op"]  # what eager torch.cond compiles a call of
+
+
+def cond_operator_called_directly(x):
+    return _COND_OP(x.sum() > 0, lambda t: t + 1, lambda t: t - 1, (x * 2,))
+
+
+def test_cond_operator_called_directly_is_one_graph():
+    for x in (torch.ones(3), -torch.ones(3)):
+        run_and_compare(cond_operator_called_directly, x, fullgraph=True, expected_graphs=1)

@@ -29,6 +29,7 @@ from kiln.frontend.source import (
 )
 from kiln.frontend.variables import (
     control_flow,
+    ctx_managers,
     logging_vars,
     numpy_shapes,
     numpy_vars,
@@ -144,6 +145,8 @@ def _kiln_special(value):
         return DisabledFunctionVariable(value)
     if logging_vars.is_effect_function(value):  # warnings.warn, logging.warning ...
         return logging_vars.EffectCallVariable(value.__name__, fn=value)
+    if value is ctx_managers.DISABLE_SAVED_HOOKS:
+        return ctx_managers.DisableSavedHooksFnVariable(value)
     if control_flow.handles(value):  # torch.cond, torch.while_loop ...
         return control_flow.ControlFlowOpVariable(value)
     return numpy_vars.special(value)  # numpy functions and dtypes (or None)

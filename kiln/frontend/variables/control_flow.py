@@ -46,11 +46,18 @@ _COMPILING_BACKENDS = ("aot_eager", "kiln")
 
 _COND = getattr(torch, "cond", None)
 _WHILE_LOOP = getattr(torch, "while_loop", None)
+# Note [Control flow: the cond operator called directly]
+# Eager torch.cond compiles a wrapper that calls the operator object `cond_op(pred, true_fn,
+# false_fn, operands)` (read from torch.cond's globals, never imported): kiln
+# asked to compile that wrapper (torch.compile routed to kiln) traces the operator as torch.cond.
+_COND_OP = getattr(_COND, "__globals__", {}).get("cond_op")
 
 
 def handles(fn):
     """Whether `fn` is a control-flow operator this module answers for."""
     if fn is _COND or fn is _WHILE_LOOP:
+        return True
+    if _COND_OP is not None and fn is _COND_OP:
         return True
     if not isinstance(fn, types.FunctionType):
         return False
@@ -62,7 +69,7 @@ class ControlFlowOpVariable(PythonValueVariable):
 
     def call_function(self, tx, args, kwargs):
         fn = self.value
-        if fn is _COND:
+        if fn is _COND or (fn is _COND_OP and len(args) == 4 and not kwargs):
             return cond(tx, *_bind_cond(args, kwargs))
         if fn is _WHILE_LOOP and len(args) == 3 and not kwargs:
             return while_loop(tx, *args)

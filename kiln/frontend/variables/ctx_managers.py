@@ -9,6 +9,7 @@ import torch
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables import autocast, optim
 from kiln.frontend.variables.base import (
@@ -156,9 +157,22 @@ class NullContextVariable(VariableTracker):
 
 def _set_grad(tx, mode):
     if torch.is_grad_enabled() != mode:
-        node = tx.output.create_node("call_function", torch._C._set_grad_enabled, (mode,), {})
-        node.meta["example_value"] = None
-        torch._C._set_grad_enabled(mode)
+        record_grad_switch(tx, mode)
+
+
+def record_grad_switch(tx, mode):
+    """Record `torch._C._set_grad_enabled(mode)` in the graph and switch the mode while tracing."""
+    node = tx.output.create_node("call_function", torch._C._set_grad_enabled, (mode,), {})
+    node.meta["example_value"] = None
+    torch._C._set_grad_enabled(mode)
+
+
+# Note [Ctx: a bare _set_grad_enabled is recorded]
+# The grad-mode managers (`no_grad`, `enable_grad`, `set_grad_enabled(b)`) record a switch only
+# where the mode changes, as torch.compile coalesces them. A direct `torch._C._set_grad_enabled(b)`
+# call (what user context managers' __enter__/__exit__ often do) is recorded every time, even when
+# it sets the mode already in force, as torch.compile records it: the graphs (and their op
+# counts) agree, and a no-op switch costs nothing.
 
 
 class WithExitVariable(VariableTracker):
@@ -210,6 +224,7 @@ class WithExitVariable(VariableTracker):
 
 _FIELDS = ("mode", "prev")  # of a torch.set_grad_enabled object
 PROFILERS = (torch.profiler.profile, torch.autograd.profiler.profile)
+_STREAM_SWAPS = (contextlib.redirect_stdout, contextlib.redirect_stderr)
 
 
 def context_manager(tx, cm):
@@ -237,6 +252,8 @@ def context_manager(tx, cm):
         return NullContextVariable(result)
     if isinstance(cm, (GradModeVariable, NullContextVariable, SuppressVariable)):
         return cm
+    if isinstance(cm, DisableSavedHooksVariable):
+        return cm
     if isinstance(cm, (autocast.AutocastVariable, optim.ProfilerRangeVariable)):
         return cm
     if isinstance(cm, UserDefinedObjectVariable) and isinstance(
@@ -250,6 +267,10 @@ def context_manager(tx, cm):
         unimplemented(f"with statement over a {type(cm.value).__name__} profiler (Python runs it)")
     if isinstance(cm, (NewObjectVariable, UserDefinedObjectVariable)):
         cls = cm.python_type()
+        if issubclass(cls, _STREAM_SWAPS):
+            # its __enter__ swaps sys.stdout/stderr (a module attribute kiln does not replay):
+            # Python runs the with statement, the block resumes in a graph of its own
+            unimplemented(f"context manager {cls} not supported (it swaps a sys stream)")
         enter = inspect.getattr_static(cls, "__enter__", None)
         exit_ = inspect.getattr_static(cls, "__exit__", None)
         if isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType):
@@ -443,3 +464,94 @@ def special_instance(tx, cls, args, kwargs):
         _check_binds(fn, fargs, fkwargs)
         return GeneratorContextVariable(fn, fargs, fkwargs)
     return None
+
+
+# --- torch.autograd.graph.disable_saved_tensors_hooks ---------------------------------------------
+# Note [Ctx: disable_saved_tensors_hooks]
+# `with disable_saved_tensors_hooks(msg):` (or the decorator form) makes registering saved-tensor
+# hooks inside the block raise RuntimeError(msg), and entering it raises that error at once when
+# hooks are registered already; it changes no op. So a traced block needs no node: entering is
+# guarded on no saved-tensor hooks being registered (a STATE_QUERY guard; with hooks registered
+# the with statement is a graph break and Python raises), and Python code inside the block (a
+# hook registration included) is a graph break placed at the with statement (`resumable` False):
+# Python enters the real manager, so the block's Python runs under it as eagerly. The state it
+# leaves after the block is the state before it, so nothing is replayed.
+DISABLE_SAVED_HOOKS = torch.autograd.graph.disable_saved_tensors_hooks
+
+
+def saved_hooks_registered():
+    """Whether saved-tensor hooks are registered now (entering the manager raises then)."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+
+
+class DisableSavedHooksFnVariable(VariableTracker):
+    """`torch.autograd.graph.disable_saved_tensors_hooks` before it is called."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def call_function(self, tx, args, kwargs):
+        msg = args[0].as_python_constant() if len(args) == 1 and args[0].is_python_constant() else 0
+        if kwargs or not isinstance(msg, str):
+            unimplemented("disable_saved_tensors_hooks with an argument other than a constant str")
+        return DisableSavedHooksVariable(msg)
+
+    def reconstruct(self, cg):
+        cg.load_object(self.value)
+
+
+class DisableSavedHooksVariable(VariableTracker):
+    """`disable_saved_tensors_hooks(msg)` (Note [Ctx: disable_saved_tensors_hooks])."""
+
+    resumable = False
+
+    def __init__(self, msg, **kw):
+        super().__init__(**kw)
+        self.msg = msg
+
+    def python_type(self):
+        return contextlib._GeneratorContextManager
+
+    def enter(self, tx):
+        tx.output.guards.add(GuardKind.STATE_QUERY, None, (saved_hooks_registered, False))
+        if saved_hooks_registered():
+            unimplemented("disable_saved_tensors_hooks with saved-tensor hooks registered (raises)")
+        return ConstantVariable(None)
+
+    def exit(self, tx):
+        return ConstantVariable(None)
+
+    def call_function(self, tx, args, kwargs):
+        """`@disable_saved_tensors_hooks(msg)` on a function: each call runs inside the block."""
+        if len(args) != 1 or kwargs or not callable_var(args[0]):
+            unimplemented("calling a disable_saved_tensors_hooks object with these arguments")
+        return DisableSavedHooksFunctionVariable(args[0], self.msg)
+
+    def reconstruct(self, cg):
+        cg.load_object(DISABLE_SAVED_HOOKS, push_null=True)
+        cg.extend(emit.load_const(self.msg))
+        cg.extend(emit.call(1))
+
+    load_fresh = reconstruct
+
+
+class DisableSavedHooksFunctionVariable(VariableTracker):
+    """A function decorated by `disable_saved_tensors_hooks(msg)`."""
+
+    def __init__(self, fn, msg, **kw):
+        super().__init__(**kw)
+        self.fn, self.msg = fn, msg
+
+    def python_type(self):
+        return types.FunctionType
+
+    def call_function(self, tx, args, kwargs):
+        DisableSavedHooksVariable(self.msg).enter(tx)
+        return self.fn.call_function(tx, args, kwargs)
+
+    def reconstruct(self, cg):
+        unimplemented("a function decorated by disable_saved_tensors_hooks leaving the frame")

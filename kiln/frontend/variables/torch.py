@@ -18,7 +18,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.variables import autocast, ctx_managers, optim, torch_queries, unspec_float
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
-from kiln.frontend.variables.ctx_managers import GradModeVariable
+from kiln.frontend.variables.ctx_managers import GradModeVariable, record_grad_switch
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.functions import inline_call
 from kiln.frontend.variables.lists import (
@@ -523,8 +523,8 @@ class TorchVariable(PythonValueVariable):
             return args[1]  # `annotate(type, value)` is value (a hint for TorchScript)
         if fn is torch._C._set_grad_enabled and len(args) == 1 and not kwargs:
             mode = args[0].as_python_constant() if args[0].is_python_constant() else None
-            if isinstance(mode, bool):  # what set_grad_enabled(b) does when called
-                GradModeVariable(mode, torch.set_grad_enabled).enter(tx)
+            if isinstance(mode, bool):  # Note [Ctx: a bare _set_grad_enabled is recorded]
+                record_grad_switch(tx, mode)
                 return ConstantVariable(None)
         if fn is torch.is_grad_enabled and not args:
             return ConstantVariable(torch.is_grad_enabled())  # guarded; traced `with` blocks set it
