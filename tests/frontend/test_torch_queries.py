@@ -119,3 +119,40 @@ def test_is_tensor_like():
 
     run_and_compare(fn, torch.randn(10), fullgraph=True, expected_graphs=1)
     run_and_compare(fn, 4, fullgraph=True, expected_graphs=1)
+
+
+# --- torch's comptime.force_static / assert_static (Note [Torch: comptime static sizes]) ----------
+
+
+def test_mark_static_inside_the_frame_specialises_the_size():
+    from torch._dynamo.comptime import comptime
+
+    def fn(x):
+        torch._dynamo.mark_static(x, 0)
+        comptime.assert_static(x.size(0))
+        return x * x.size(0)
+
+    kiln.reset()
+    backend = CountingBackend()
+    f = kiln.compile(fn, backend=backend, dynamic=True, fullgraph=True)
+    for shape in [(12, 5), (12, 6), (13, 6)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(f(x), fn(x))
+    # dim 1 stays dynamic (one entry for (12, 5) and (12, 6)); dim 0 is pinned: 13 recompiles
+    assert backend.calls == 2
+    assert all(isinstance(a, torch.Tensor) for a in backend.example_inputs[1])
+
+
+def test_assert_static_of_a_dynamic_size_breaks():
+    from torch._dynamo.comptime import comptime
+
+    def fn(x):
+        comptime.assert_static(x.size(0))
+        return x + 1
+
+    kiln.reset()
+    x = torch.randn(12, 5)
+    with pytest.raises(kiln.exc.Unsupported, match="assert_static"):
+        kiln.compile(fn, backend="eager", dynamic=True, fullgraph=True)(x)
+    kiln.reset()
+    torch.testing.assert_close(kiln.compile(fn, backend="eager", dynamic=True)(x), fn(x))
