@@ -156,3 +156,44 @@ def test_assert_static_of_a_dynamic_size_breaks():
         kiln.compile(fn, backend="eager", dynamic=True, fullgraph=True)(x)
     kiln.reset()
     torch.testing.assert_close(kiln.compile(fn, backend="eager", dynamic=True)(x), fn(x))
+
+
+# --- torch._check of a Python condition (Note [Torch: torch._check of a Python condition]) -------
+
+
+def test_torch_check_of_a_size_is_a_guard_not_a_break():
+    def fn(x):
+        torch._check(x.size(0) != 3)
+        torch._check(x.size(0) != 4, lambda: "not four")
+        torch._check(True)
+        return x + 2
+
+    kiln.reset()
+    backend = CountingBackend()
+    f = kiln.compile(fn, backend=backend, dynamic=True, fullgraph=True)
+    for n in (12, 13, 14):
+        x = torch.randn(n)
+        torch.testing.assert_close(f(x), fn(x))
+    assert backend.calls == 1
+    # the guard Ne(s0, 3) fails for size 3: the new trace breaks and the call raises as eager
+    g = kiln.compile(fn, backend="eager", dynamic=True)
+    g(torch.randn(12))
+    for n in (3, 4):
+        with pytest.raises(RuntimeError) as compiled:
+            g(torch.randn(n))
+        with pytest.raises(RuntimeError) as eager:
+            fn(torch.randn(n))
+        assert str(compiled.value) == str(eager.value)
+
+
+def test_torch_check_false_constant_raises_as_eager():
+    def fn(x):
+        torch._check(x.dim() == 3, lambda: "three dims")
+        return x + 1
+
+    kiln.reset()
+    f = kiln.compile(fn, backend="eager")
+    with pytest.raises(RuntimeError, match="three dims"):
+        f(torch.randn(2))
+    with pytest.raises(kiln.exc.Unsupported, match="torch._check"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(2))

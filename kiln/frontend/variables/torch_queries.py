@@ -97,6 +97,8 @@ def fold(tx, fn, args, kwargs):
         return ConstantVariable(answer) if answer is not None else None
     if _comptime_name(fn) is not None:
         return _comptime_static(fn, args, kwargs)
+    if fn is torch._check and len(args) in (1, 2) and set(kwargs) <= {"message"}:
+        return _torch_check(tx, args[0])
     if args or kwargs or not is_query(fn):
         return None
     kind, value = QUERIES[_key(fn)]
@@ -155,4 +157,22 @@ def _comptime_static(fn, args, kwargs):
         v.evaluate()
     elif not v.is_python_constant():
         unimplemented(f"comptime.{name} of {type(v).__name__}")
+    return ConstantVariable(None)
+
+
+# Note [Torch: torch._check of a Python condition]
+# `torch._check(cond)` raises RuntimeError when cond is false. A condition on sizes (`x.size(0) !=
+# 3`, a symbolic bool) is answered now with the guard that keeps it true (as torch does for a size
+# with a value); a constant is answered now. A true answer is a no-op; a false one breaks the graph,
+# so the call runs in Python and raises what eager raises. A tensor condition is not handled here.
+def _torch_check(tx, cond):
+    """The traced `torch._check(cond)`: None (ConstantVariable) when it holds; None when not handled."""
+    if isinstance(cond, SymNodeVariable):
+        holds = cond.truthy(tx)
+    elif cond.is_python_constant() and isinstance(cond.as_python_constant(), bool):
+        holds = cond.as_python_constant()
+    else:
+        return None
+    if not holds:
+        unimplemented("torch._check of a false condition (raises in Python)")
     return ConstantVariable(None)
