@@ -119,3 +119,81 @@ def test_is_tensor_like():
 
     run_and_compare(fn, torch.randn(10), fullgraph=True, expected_graphs=1)
     run_and_compare(fn, 4, fullgraph=True, expected_graphs=1)
+
+
+# --- torch's comptime.force_static / assert_static (Note [Torch: comptime static sizes]) ----------
+
+
+def test_mark_static_inside_the_frame_specialises_the_size():
+    from torch._dynamo.comptime import comptime
+
+    def fn(x):
+        torch._dynamo.mark_static(x, 0)
+        comptime.assert_static(x.size(0))
+        return x * x.size(0)
+
+    kiln.reset()
+    backend = CountingBackend()
+    f = kiln.compile(fn, backend=backend, dynamic=True, fullgraph=True)
+    for shape in [(12, 5), (12, 6), (13, 6)]:
+        x = torch.randn(shape)
+        torch.testing.assert_close(f(x), fn(x))
+    # dim 1 stays dynamic (one entry for (12, 5) and (12, 6)); dim 0 is pinned: 13 recompiles
+    assert backend.calls == 2
+    assert all(isinstance(a, torch.Tensor) for a in backend.example_inputs[1])
+
+
+def test_assert_static_of_a_dynamic_size_breaks():
+    from torch._dynamo.comptime import comptime
+
+    def fn(x):
+        comptime.assert_static(x.size(0))
+        return x + 1
+
+    kiln.reset()
+    x = torch.randn(12, 5)
+    with pytest.raises(kiln.exc.Unsupported, match="assert_static"):
+        kiln.compile(fn, backend="eager", dynamic=True, fullgraph=True)(x)
+    kiln.reset()
+    torch.testing.assert_close(kiln.compile(fn, backend="eager", dynamic=True)(x), fn(x))
+
+
+# --- torch._check of a Python condition (Note [Torch: torch._check of a Python condition]) -------
+
+
+def test_torch_check_of_a_size_is_a_guard_not_a_break():
+    def fn(x):
+        torch._check(x.size(0) != 3)
+        torch._check(x.size(0) != 4, lambda: "not four")
+        torch._check(True)
+        return x + 2
+
+    kiln.reset()
+    backend = CountingBackend()
+    f = kiln.compile(fn, backend=backend, dynamic=True, fullgraph=True)
+    for n in (12, 13, 14):
+        x = torch.randn(n)
+        torch.testing.assert_close(f(x), fn(x))
+    assert backend.calls == 1
+    # the guard Ne(s0, 3) fails for size 3: the new trace breaks and the call raises as eager
+    g = kiln.compile(fn, backend="eager", dynamic=True)
+    g(torch.randn(12))
+    for n in (3, 4):
+        with pytest.raises(RuntimeError) as compiled:
+            g(torch.randn(n))
+        with pytest.raises(RuntimeError) as eager:
+            fn(torch.randn(n))
+        assert str(compiled.value) == str(eager.value)
+
+
+def test_torch_check_false_constant_raises_as_eager():
+    def fn(x):
+        torch._check(x.dim() == 3, lambda: "three dims")
+        return x + 1
+
+    kiln.reset()
+    f = kiln.compile(fn, backend="eager")
+    with pytest.raises(RuntimeError, match="three dims"):
+        f(torch.randn(2))
+    with pytest.raises(kiln.exc.Unsupported, match="torch._check"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(2))

@@ -15,8 +15,10 @@ import types
 
 import torch
 
+from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.sym import SymNodeVariable
 
 _NEVER = "never"
 _STATE = "state"
@@ -93,6 +95,10 @@ def fold(tx, fn, args, kwargs):
     if fn is torch.overrides.is_tensor_like and len(args) == 1 and not kwargs:
         answer = _is_tensor_like(args[0])
         return ConstantVariable(answer) if answer is not None else None
+    if _comptime_name(fn) is not None:
+        return _comptime_static(fn, args, kwargs)
+    if fn is torch._check and len(args) in (1, 2) and set(kwargs) <= {"message"}:
+        return _torch_check(tx, args[0])
     if args or kwargs or not is_query(fn):
         return None
     kind, value = QUERIES[_key(fn)]
@@ -113,3 +119,60 @@ def fold(tx, fn, args, kwargs):
 def no_active_exception():
     """Whether no exception is being handled (what the guard asks)."""
     return sys.exc_info()[0] is None
+
+
+# Note [Torch: comptime static sizes]
+# torch's `comptime.force_static(v)` / `comptime.assert_static(v)` (what `torch._dynamo.mark_static`
+# calls inside a compiled frame) are no-ops when run eagerly and act on the trace when compiled:
+#   force_static   a symbolic int becomes its value, with the guard `Eq(s, value)` (later reads
+#                  of the same size then are that constant); a constant is already static
+#   assert_static  the value must not be symbolic (torch raises AssertionError while compiling;
+#                  kiln breaks the graph, and the call runs as the no-op it is in eager)
+# Recognised by module and qualified name, and only when torch's own function is that very object.
+_COMPTIME = ("force_static", "assert_static")
+
+
+def _comptime_name(fn):
+    """ "force_static"/"assert_static" when fn is torch's comptime helper of that name, else None."""
+    if not isinstance(fn, types.FunctionType) or fn.__module__ != "torch._dynamo.comptime":
+        return None
+    name = fn.__name__
+    owner = getattr(sys.modules.get("torch._dynamo.comptime"), "comptime", None)
+    if name not in _COMPTIME or fn.__qualname__ != f"_Comptime.{name}":
+        return None
+    return name if getattr(owner, name, None) is fn else None
+
+
+def _comptime_static(fn, args, kwargs):
+    """The traced call of comptime.force_static / assert_static (Note [Torch: comptime static sizes])."""
+    name = _comptime_name(fn)
+    if len(args) != 1 or kwargs:
+        unimplemented(f"comptime.{name} with {len(args)} arguments")
+    (v,) = args
+    if isinstance(v, SymNodeVariable):
+        if v.value.env.substitute(v.value.expr).is_Integer:
+            return ConstantVariable(None)  # a size already specialised (force_static before)
+        if name == "assert_static":
+            unimplemented("comptime.assert_static of a dynamic size")
+        v.evaluate()
+    elif not v.is_python_constant():
+        unimplemented(f"comptime.{name} of {type(v).__name__}")
+    return ConstantVariable(None)
+
+
+# Note [Torch: torch._check of a Python condition]
+# `torch._check(cond)` raises RuntimeError when cond is false. A condition on sizes (`x.size(0) !=
+# 3`, a symbolic bool) is answered now with the guard that keeps it true (as torch does for a size
+# with a value); a constant is answered now. A true answer is a no-op; a false one breaks the graph,
+# so the call runs in Python and raises what eager raises. A tensor condition is not handled here.
+def _torch_check(tx, cond):
+    """The traced `torch._check(cond)`: None (ConstantVariable) when it holds; None when not handled."""
+    if isinstance(cond, SymNodeVariable):
+        holds = cond.truthy(tx)
+    elif cond.is_python_constant() and isinstance(cond.as_python_constant(), bool):
+        holds = cond.as_python_constant()
+    else:
+        return None
+    if not holds:
+        unimplemented("torch._check of a false condition (raises in Python)")
+    return ConstantVariable(None)
