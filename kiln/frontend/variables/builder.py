@@ -7,6 +7,7 @@ import functools
 import inspect
 import itertools
 import operator
+import re
 import sys
 import types
 import weakref
@@ -63,6 +64,7 @@ from kiln.frontend.variables.lists import (
     wrap_deque,
 )
 from kiln.frontend.variables.misc import (
+    ConstantObjectVariable,
     DisabledFunctionVariable,
     GraphBreakVariable,
     OpaqueCallableVariable,
@@ -290,6 +292,9 @@ def _wrap(tx, value, source):
             if made is not None:
                 made.source = source
                 return made
+    if type(value) is re.Pattern:  # a compiled regex: pinned, its methods fold on constants
+        guards.add(GuardKind.ID_MATCH, source, value)
+        return ConstantObjectVariable(value, source=source)
     if type(value) is weakref.ReferenceType:  # Note [Optimizers: weak references]
         guards.add(GuardKind.TYPE_MATCH, source, weakref.ReferenceType)
         return optim.WeakRefVariable(value, source=source)
