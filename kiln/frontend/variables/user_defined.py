@@ -13,7 +13,6 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import (
-    is_builtin_class,
     MISSING,
     AttrSource,
     DictGetByKeySource,
@@ -21,6 +20,7 @@ from kiln.frontend.source import (
     GetItemSource,
     MappingGetSource,
     dict_get,
+    is_builtin_class,
 )
 from kiln.frontend.variables import dict_subclass, logging_vars, stdlib
 from kiln.frontend.variables.base import (
