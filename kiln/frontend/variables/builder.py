@@ -483,6 +483,7 @@ def _builtin_fns():
     fns |= {v for v in vars(operator).values() if isinstance(v, types.BuiltinFunctionType)}
     fns |= {functools.reduce, functools.partial, itertools.product, itertools.chain}
     fns.add(sys.exc_info)  # Note [Torch: no active exception]
+    fns.add(itertools.tee)  # Note [Stdlib: itertools.tee]
     return frozenset(fns)
 
 
