@@ -12,8 +12,10 @@ import torch
 # `_HookMixin._register_hook(dict, hook)`, which kiln wraps to learn that such hooks exist at all
 # (`node_hooks_seen`). From then on every backward probes each node: registering a no-op hook
 # returns a handle on the node's own hook dict, which shows whether the node has other hooks
-# (the no-op is removed at once). A backward with node hooks runs on the eager engine (the
-# hooks run where eager runs them: gradients equal eager's).
+# (the no-op is removed at once) and lists them. Post hooks on a parameter's AccumulateGrad are
+# captured: the graph calls them after the accumulation and its post-accumulate-grad hooks, with
+# eager's arguments `((), (grad,))`. Any other node hook (a pre hook, a hook on another node) makes
+# the backward run on the eager engine (the hooks run where eager runs them).
 node_hooks_seen = False  # set by the first hook registered on any node
 _HookMixin = torch.autograd.function._HookMixin
 _orig_node_register = _HookMixin.__dict__["_register_hook"].__func__
@@ -29,15 +31,16 @@ def _probe(*args):
     return None
 
 
-def node_has_hooks(node):
-    """Whether a node has hooks registered on it (Note [Compiled autograd: hooks on nodes])."""
-    for register in (node.register_hook, node.register_prehook):
+def node_hooks(node):
+    """(pre hooks, post hooks) registered on a node itself, in registration order (Note
+    [Compiled autograd: hooks on nodes])."""
+    found = []
+    for register in (node.register_prehook, node.register_hook):
         handle = register(_probe)
         hooks = handle.hooks_dict_ref()
         handle.remove()
-        if hooks:
-            return True
-    return False
+        found.append(list(hooks.values()) if hooks else [])
+    return tuple(found)
 
 
 def install():

@@ -456,6 +456,11 @@ class Capture:
                         H.call_hook, (self.hook(hi), var), {"hook_type": "post_acc_grad_hook"}
                     )
                     n.meta["kiln_origin"] = self.origin
+                for hi in g.node_post.get(k, ()):  # Note [Compiled autograd: hooks on nodes]
+                    n = graph.call_function(
+                        H.call_hook, (self.hook(hi), gr._node), {"hook_type": "node_post_hook"}
+                    )
+                    n.meta["kiln_origin"] = self.origin
         else:
             for gr in got:
                 if gr is None:

@@ -101,6 +101,7 @@ class AutogradGraph:
         self.sizes = []  # per NodeCall: tuple of size groups (tuples of ints)
         self.inputs = []  # graph inputs (tensors)
         self.hooks = []  # hooks and opaque nodes
+        self.node_post = {}  # AccumulateGrad NodeCall k -> [hook index] of the node's post hooks
         self.alias = {}  # data_ptr -> first input index at that address
         self.alias_full = {}  # tensor_ident -> first input index (only for shared addresses)
         self.alias_full_ptrs = set()
@@ -310,8 +311,12 @@ def collect(roots, grads, inputs, accumulate):
         _collect_leaves(g, leaves)
     if node_hooks.node_hooks_seen:  # Note [Compiled autograd: hooks on nodes]
         for k in range(1, n):
-            if node_hooks.node_has_hooks(nodes[k]):
+            pre, post = node_hooks.node_hooks(nodes[k])
+            if pre or (post and names[k] != _ACCUMULATE_GRAD):
                 raise Unsupported(f"hooks registered on the autograd node {names[k]}")
+            if post:
+                g.node_post[k] = [g.add_hook(h) for h in post]
+                g.keys[k] = (*g.keys[k], ("node post hooks", len(post)))
 
     if inputs:
         ins = []

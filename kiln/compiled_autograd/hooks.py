@@ -157,6 +157,14 @@ def call_hook(hook, *args, hook_type):
         if out is not None:
             raise RuntimeError("post accumulate grad hooks cannot return a value")
         return None
+    if hook_type == "node_post_hook":  # on an AccumulateGrad: no grad_inputs, its grad
+        (grad,) = args
+        out = hook((), (grad,))
+        if out is not None and len(out) != 0:
+            raise RuntimeError(
+                f"hook returned {len(out)} values where AccumulateGrad has no grad_inputs"
+            )
+        return None
     raise ValueError(f"unknown hook_type {hook_type!r}")
 
 

@@ -262,6 +262,7 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     _cut_graph_at(output, e.break_state, site)
     writer = _BreakCodegen(output, code, e, site, resume_factory, callee_factory)
     writer.write()
+    writer.release_dropped_locals()
     new_code = assemble(
         code, _graph_call(output, writer.body) + writer.body.instrs, writer.body.temp_names
     )
@@ -464,8 +465,8 @@ class _BreakCodegen:
             body.load_object(TailCall, push_null=True)
         elif _TAIL_CALLS:
             body.load_object(run_resume, push_null=True)
-        body.load_object(self.resume_factory(resume.code), push_null=not _TAIL_CALLS)
-        extra = 1 if _TAIL_CALLS else 0
+        body.load_object(self.resume_factory(resume.code, box=True), push_null=not _TAIL_CALLS)
+        extra = 0
         if resume.code.co_freevars:
             # the resume function shares this call's cells: made here, passed first
             # (Note [Cache: closures made per call])
@@ -484,8 +485,44 @@ class _BreakCodegen:
                 body.extend(x)
         for name in resume.live_locals:
             body.reconstruct(self.locals[name])
-        body.extend(emit.call(extra + len(resume.stack_args) + len(resume.live_locals)))
+        body.extend(emit.build_list(extra + len(resume.stack_args) + len(resume.live_locals)))
+        # Note [Resume: arguments moved, not held]: this frame returns right after the call
+        for name in (*_fast_locals(self.code), GRAPH_OUT, *body.temp_names):
+            body.extend(emit.load_const(None) + emit.store_fast(name))
+        body.extend(emit.call(2 if _TAIL_CALLS else 1))
         body.extend(emit.return_value())
+
+    def release_dropped_locals(self):
+        """Before the instruction Python runs, unbind the locals the trace deleted or rebound.
+
+        Note [Resume: locals dropped before the break]
+        The transformed code runs the unsupported instruction in the frame whose locals are
+        still the ones it started with; a `del obj` or `obj = None` traced before the break has
+        not happened to them, so `gc.collect()` or a weak reference called there would see obj
+        alive. Each local that the trace deleted or rebound, and that no later instruction of
+        the transformed code loads (the rebuilt values read their sources), is set to None
+        just before the instruction; eager had already let go of its value.
+        """
+        body = self.body
+        at = getattr(body, "instruction_at", None)
+        if at is None:
+            return
+        loaded = set()
+        for inst in body.instrs[at:]:
+            if inst.opname.startswith("LOAD_FAST"):
+                names = inst.argval if isinstance(inst.argval, tuple) else (inst.argval,)
+                loaded.update(names)
+        release = []
+        for name in _fast_locals(self.code):
+            v = self.locals.get(name)
+            unchanged = (
+                v is not None
+                and not isinstance(v, DeletedVariable)
+                and (v.source is not None and v.source.name() == name)
+            )
+            if not unchanged and name not in loaded:
+                release += emit.load_const(None) + emit.store_fast(name)
+        body.instrs[at:at] = release
 
     def write(self):
         """The instructions after the graph call, by the kind of break."""
@@ -674,7 +711,14 @@ def _run_in_with_blocks(body, stack, withs, rebuild, inst, e):
     return layout[:depth]
 
 
+def _fast_locals(code):
+    """The names of code's fast locals that are not cells."""
+    cells = set(code.co_cellvars) | set(code.co_freevars)
+    return [n for n in code.co_varnames if n not in cells]
+
+
 def _run_instruction(body, inst, e):
+    body.instruction_at = len(body.instrs)  # (where release_dropped_locals inserts)
     if inst.opname == "CALL" and e.break_state.kw_names:
         body.extend(emit.call_kw(inst.arg, e.break_state.kw_names))
     elif inst.opname == "CALL":

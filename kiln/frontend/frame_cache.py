@@ -36,6 +36,7 @@ from kiln.frontend.distributed import HookedModuleCall
 from kiln.frontend.frame_shapes import FrameShapes, changed_dims, changed_floats
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
 from kiln.frontend.output_graph import OutputGraph
+from kiln.frontend.resume import call_moving
 from kiln.frontend.source import GetItemSource, LocalSource
 from kiln.frontend.translator import InstructionTranslator
 from kiln.frontend.user_errors import fullgraph_error, warn_graph_breaks
@@ -114,11 +115,12 @@ class FrameCache:
             wrapper = self.children[key] = make_wrapper(cache)  # are compiled once
         return wrapper
 
-    def _resume_wrapper(self, code):
+    def _resume_wrapper(self, code, box=False):
         """The kiln-compiled function of a resume code object.
 
         With cells or free variables it is `entry(fn, *args)`: the transformed code builds the
-        resume function with its own cells (MAKE_FUNCTION) and passes it first.
+        resume function with its own cells (MAKE_FUNCTION) and passes it first. With `box`, the
+        function that takes the arguments as one list (Note [Resume: arguments moved, not held]).
         """
         if code.co_freevars:
             wrapper = self.children.get(code)
@@ -127,9 +129,15 @@ class FrameCache:
                 cache.children = self.children
                 cache.root = self.root
                 wrapper = self.children[code] = make_closure_wrapper(cache)
+        else:
+            fn = types.FunctionType(code, self.fn.__globals__, code.co_name)
+            wrapper = self._child(code, fn)
+        if not box:
             return wrapper
-        fn = types.FunctionType(code, self.fn.__globals__, code.co_name)
-        return self._child(code, fn)
+        boxed = self.children.get((code, "box"))
+        if boxed is None:
+            boxed = self.children[(code, "box")] = make_box_wrapper(wrapper._kiln_cache)
+        return boxed
 
     def _callee(self, fn, module_root=False):
         """A user function (or module forward) that broke inside: compiled as its own frame."""
@@ -216,8 +224,8 @@ class FrameCache:
         """The frame as plain Python (inside compiled autograd when config asks for it)."""
         if config.compiled_autograd:
             with backward_scope(self.settings.backend):
-                return self.eager(*args, **kwargs)
-        return self.eager(*args, **kwargs)
+                return _call(self.eager, args, kwargs)
+        return _call(self.eager, args, kwargs)
 
     def miss(self, args, kwargs):
         """No guard passed: compile a new entry (or run eagerly), then run it."""
@@ -309,13 +317,17 @@ class FrameCache:
         try:
             faults.hit("first_run")
             if self.dynamic_closure:
-                return entry.fn(*args[1:], **kwargs)
-            return entry.fn(*args, **kwargs)
+                return _call(entry.fn, _rest(args), kwargs)
+            return _call(entry.fn, args, kwargs)
         except Exception as e:
             if not fallback.raised_by_kiln(e) or fallback.reraise(self.settings.fullgraph):
                 raise
             state.restore()
             self._drop(entry)
+            if type(args) is list and not args:  # a box, emptied by the run: no eager rerun
+                fallback.warn(self.fn, e, "in the first run of the compiled")
+                self.skip = True
+                raise
             return self._internal_error(e, "in the first run of the compiled", args, kwargs)
 
     def _internal_error(self, e, when, args, kwargs):
@@ -522,7 +534,22 @@ class ClosureFrameCache(FrameCache):
         return super().compile(args[1:], kwargs)
 
     def run_eager(self, args, kwargs):
-        return super().run_eager(args[1:], kwargs)
+        return super().run_eager(_rest(args), kwargs)
+
+
+def _call(fn, args, kwargs):
+    """fn(*args, **kwargs); a box (a list of arguments) is moved into fn's frame."""
+    if type(args) is list:  # Note [Resume: arguments moved, not held]
+        return call_moving(fn, args)
+    return fn(*args, **kwargs)
+
+
+def _rest(args):
+    """The arguments after the first (a box loses its first item in place)."""
+    if type(args) is list:
+        del args[0]
+        return args
+    return args[1:]
 
 
 def _to_front(entries, entry):
@@ -547,6 +574,32 @@ def make_closure_wrapper(cache):
 
     kiln_closure_entry._kiln_cache = cache
     return kiln_closure_entry
+
+
+def make_box_wrapper(cache):
+    """`entry(box)`: make_wrapper's or make_closure_wrapper's lookup with the arguments in a
+    list that is emptied into the frame that runs (Note [Resume: arguments moved, not held])."""
+    entries = cache.entries
+    function = types.FunctionType
+    closure = cache.dynamic_closure
+
+    def kiln_box_entry(box):
+        for entry in entries:
+            guard, fn = entry
+            if guard(*box):
+                if entries[0] is not entry:  # Note [Cache: most recent entry first]
+                    _to_front(entries, entry)
+                if closure:
+                    fn_obj = box.pop(0)
+                    fn = function(fn, fn_obj.__globals__, fn_obj.__name__, None, fn_obj.__closure__)
+                    fn_obj = None
+                return call_moving(fn, box)
+        if closure:
+            cache.fn = cache.eager = box[0]  # (as miss_with: trace against this call's cells)
+        return cache.miss(box, {})
+
+    kiln_box_entry._kiln_cache = cache
+    return kiln_box_entry
 
 
 def module_eager(mod, *args, **kwargs):

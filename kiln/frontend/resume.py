@@ -172,31 +172,89 @@ def origin(code):
 
 
 class TailCall:
-    """`return resume(*args)` of a resume function's transformed code, returned instead of
-    called, so that a loop that breaks in every iteration does not nest one Python call per
-    iteration (Note [Resume: tail calls])."""
+    """`return resume(box)` of a resume function's transformed code, returned instead of called,
+    so that a loop that breaks in every iteration does not nest one Python call per iteration
+    (Note [Resume: tail calls])."""
 
-    __slots__ = ("fn", "args")
+    __slots__ = ("fn", "box")
 
-    def __init__(self, fn, *args):
+    def __init__(self, fn, box):
         self.fn = fn
-        self.args = args
+        self.box = box
 
 
-def run_resume(fn, *args):
+def run_resume(fn, box):
     """Call a resume function from a frame's transformed code; run the tail calls it returns.
 
     Note [Resume: tail calls]
     The transformed code of a user frame calls its resume function through run_resume; the
-    transformed code of a resume function returns TailCall(next resume function, args) instead
+    transformed code of a resume function returns TailCall(next resume function, box) instead
     of calling it. run_resume keeps calling until a real value comes back, so the Python stack
     stays flat however many breaks (loop iterations) follow. Only resume functions return
     TailCall, and only run_resume calls resume functions.
     """
-    result = fn(*args)
+    result = fn(box)
     while type(result) is TailCall:
-        result = result.fn(*result.args)
+        fn, box = result.fn, result.box
+        result = None
+        result = fn(box)
     return result
+
+
+# Note [Resume: arguments moved, not held]
+# In eager Python a frame's locals die when the frame deletes them: `del obj; gc.collect()` frees
+# obj, and a tensor dropped after a graph break frees its memory there. A resume function's
+# arguments must not outlive that either, so nothing between the broken frame and the resume
+# function's own frame holds them:
+# - the transformed code loads the arguments into a list (the box), then sets every local of its
+#   own frame (and the graph's output list) to None before the call: it returns right after;
+# - the resume function's wrapper takes the box (FrameCache.box_call), checks its guards on the
+#   box's items and calls the entry through `call_moving`, which empties the box before the call:
+#   a `fn(*args)` would keep the tuple `args` alive in the caller's frame until fn returns;
+# - a compile (a miss) reads the box, then runs the entry the same way.
+# What this does not cover: the call that traces a frame holds what the trace saw (its translator,
+# sometimes in a reference cycle with the frames of the trace) until the next collection; and a
+# local never read again is released at the break (it is no live local of the resume function),
+# where eager keeps it to the end of the function, as torch.compile does.
+_movers: dict[int, types.FunctionType] = {}
+
+
+def _mover_template(fn, box):
+    return None
+
+
+def _make_mover(n):
+    """`fn(*box)` for a box of n items, the box emptied between loading them and the call."""
+    code = _mover_template.__code__
+    insts = decode(code)
+    body = [
+        *emit.load_fast("box"),
+        *emit.load_method("reverse"),
+        *emit.call(0),
+        *emit.pop_top(),
+        *emit.with_null(emit.load_fast("fn")),
+        *emit.load_fast("box"),
+        *emit.unpack_sequence(n),  # the reversed box's last item (the first argument) lowest
+        *emit.load_fast("box"),
+        *emit.load_method("clear"),
+        *emit.call(0),
+        *emit.pop_top(),
+        *emit.call(n),
+        *emit.return_value(),
+    ]
+    mover_code = encode(
+        insts[: first_resume(insts) + 1] + body, like=code, co_name=f"call_moving_{n}"
+    )
+    return types.FunctionType(mover_code, {}, mover_code.co_name)
+
+
+def call_moving(fn, box):
+    """fn(*box), the box (a list) emptied before fn runs (Note [Resume: arguments moved, not
+    held])."""
+    mover = _movers.get(len(box))
+    if mover is None:
+        mover = _movers[len(box)] = _make_mover(len(box))
+    return mover(fn, box)
 
 
 def make_resume_function(

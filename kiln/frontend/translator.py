@@ -708,6 +708,7 @@ class InstructionTranslator(InstructionTranslatorBase):
             closure[name] = (fn.__closure__[i], ClosureSource(name, i))
         super().__init__(output, code, fn.__globals__, symbolic_locals, closure, 0)
         self.fn = fn
+        self.arg_values = dict(bound.arguments)  # (what a weak reference's call checks)
         self.is_root = True
         self.try_state = None  # Note [Blocks: rewinding to a try block]
         self.initial_grad_mode = torch.is_grad_enabled()

@@ -537,3 +537,24 @@ def test_exception_with_python_init_escapes():
     with pytest.raises(DetailedError) as info:
         kiln.compile(custom_init_escapes, backend="eager")(t(3))
     assert info.value.code == 3 and str(info.value) == "escaping [3]"
+
+
+def _divide_by_zero():
+    return 1 / 0
+
+
+def traceback_lines(x, fn):
+    try:
+        fn()
+    except ZeroDivisionError as ex:
+        tb = ex.__traceback__
+    lines = []
+    while tb is not None:
+        lines.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return x + len(lines), lines
+
+
+def test_traceback_of_caught_exception_is_the_real_one():
+    # Note [Exceptions: tracebacks are not traced]: never None in place of eager's traceback
+    run_and_compare(traceback_lines, t(3), _divide_by_zero)

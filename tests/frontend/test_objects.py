@@ -1,9 +1,12 @@
 """Objects of plain user classes and dataclasses created inside compiled frames."""
 
 import dataclasses
+import functools
 
 import torch
 from frontend_helpers import run_and_compare
+
+import kiln
 
 
 class Box:
@@ -160,3 +163,65 @@ def test_is_between_functions():
         return x * 2 if fn is helper else x
 
     run_and_compare(f, torch.randn(2), helper, expected_graphs=1, expected_breaks=0)
+
+
+class _Computed:
+    """A non-data descriptor with a Python __get__ that counts its calls."""
+
+    def __init__(self, get):
+        self.get = get
+        self.calls = 0
+
+    def __get__(self, obj, owner=None):
+        self.calls += 1
+        return self.get(obj)
+
+
+class _WithComputed:
+    def __init__(self, n=0):
+        self.n = n
+
+    def _next(self):
+        self.n += 1
+        return self.n
+
+    x = _Computed(_next)
+
+    def scaled(self, k, t):
+        return t * k + self.n
+
+    triple = functools.partialmethod(scaled, 3)
+
+
+def _computed_on_new_object(t):
+    a = _WithComputed()
+    return t + a.x, a.x, a.triple(t)
+
+
+def _computed_on_input(t, a):
+    return t + a.x, a.x, a.triple(t)
+
+
+def test_descriptor_with_python_get_on_object_made_in_frame():
+    # Note [Objects: descriptors with a Python __get__]: __get__(desc, obj, cls), not the descriptor
+    vars(_WithComputed)["x"].calls = 0
+    run_and_compare(_computed_on_new_object, torch.randn(3))
+    assert vars(_WithComputed)["x"].calls == 6  # eager's two reads, and two per compiled call
+
+
+def test_descriptor_with_python_get_on_input_object():
+    # (the object is mutated by each call: a fresh one per call, not run_and_compare)
+    x = torch.randn(3)
+    expected = _computed_on_input(x, _WithComputed(5))
+    compiled = kiln.compile(_computed_on_input, backend="eager")
+    descriptor = vars(_WithComputed)["x"]
+    for _ in range(2):
+        descriptor.calls = 0
+        a = _WithComputed(5)
+        got = compiled(x, a)
+        assert (
+            descriptor.calls == 2 and a.n == 7
+        )  # traced: never called while tracing or by a guard
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1] == expected[1]
+        torch.testing.assert_close(got[2], expected[2])

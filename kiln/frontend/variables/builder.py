@@ -484,6 +484,9 @@ def _builtin_fns():
     fns |= {functools.reduce, functools.partial, itertools.product, itertools.chain}
     fns.add(sys.exc_info)  # Note [Torch: no active exception]
     fns.add(itertools.tee)  # Note [Stdlib: itertools.tee]
+    fns.add(bytes)
+    if hasattr(collections, "_count_elements"):  # Counter's C helper (stdlib.CALLS models it)
+        fns.add(collections._count_elements)
     return frozenset(fns)
 
 

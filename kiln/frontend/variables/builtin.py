@@ -81,6 +81,7 @@ def _zip_strict_error(lengths):
 
 
 _PURE_MODULES = {"math", "operator", "_operator"}
+_IMMUTABLE_TYPES = (str, bytes, int, float, complex, bool)  # their methods fold on constants
 
 
 def _made_in_frame(var):
@@ -244,11 +245,14 @@ class BuiltinVariable(VariableTracker):
                     inner.fn, [*inner.args, *args[1:]], {**inner.kwargs, **kwargs}
                 )
             return PartialVariable(inner, list(args[1:]), dict(kwargs))
-        if fn in _ITERTOOLS and not kwargs:
+        if fn in _ITERTOOLS and (
+            not kwargs or (fn is itertools.product and set(kwargs) == {"repeat"})
+        ):
             if fn is itertools.product:
                 lists = [a.unpack_var_sequence(tx) for a in args]
+                repeat = kwargs["repeat"].as_python_constant() if kwargs else 1
                 it = ListIteratorVariable(
-                    [TupleVariable(list(p)) for p in itertools.product(*lists)]
+                    [TupleVariable(list(p)) for p in itertools.product(*lists, repeat=repeat)]
                 )
             elif lazy_sources_ok(args):
                 return LazyIteratorVariable(tx, itertools.chain, args, (0,))
@@ -285,6 +289,14 @@ class BuiltinVariable(VariableTracker):
         unimplemented(f"builtin {name} with these arguments")
 
     # --- builtins (one method each, `_call_<name>`) --------------------------------------------
+    def _call_bytes(self, tx, *args, **kwargs):
+        values = [*args, *kwargs.values()]
+        if not all(v.is_python_constant() for v in values):
+            unimplemented("bytes() of non-constants")
+        cargs = [a.as_python_constant() for a in args]
+        ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+        return fold(lambda: bytes(*cargs, **ckw))
+
     def _call_len(self, tx, obj):
         if isinstance(obj, (BaseListVariable, ConstDictVariable)):
             return ConstantVariable(len(obj.items))
@@ -437,6 +449,9 @@ class BuiltinVariable(VariableTracker):
         modelled = stdlib.class_method(self.fn, name) or dicts.class_method(self.fn, name)
         if modelled is not None:
             return modelled
+        if self.fn in _IMMUTABLE_TYPES and not name.startswith("__"):
+            if callable(getattr(self.fn, name, None)):  # str.maketrans, int.from_bytes ...
+                return misc.ConstantMethodVariable(self.fn, name)  # (folded on constants)
         return super().var_getattr(tx, name)
 
     def _call_set(self, tx, obj=None):

@@ -177,6 +177,12 @@ class ExceptionVariable(VariableTracker):
 
         if name == "args":
             return TupleVariable(list(self.args))
+        if name == "__traceback__" and self.caught:
+            # Note [Exceptions: tracebacks are not traced]
+            # Eager's traceback links the frames the exception passed through; a raise kiln
+            # traced passed through none, so the attribute would read None. Reading it is a
+            # break, and as a caught exception cannot be rebuilt, the frame runs in Python.
+            unimplemented(f"the traceback of a {self.cls.__name__} raised while tracing")
         if name in self.attrs:
             return self.attrs[name]
         if name == "__class__":

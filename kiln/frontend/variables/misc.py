@@ -197,6 +197,10 @@ class ConstantMethodVariable(VariableTracker):
         self.name = name
 
     def call_function(self, tx, args, kwargs):
+        if self.name == "join" and len(args) == 1 and not args[0].is_python_constant():
+            items = args[0].unpack_var_sequence(tx)  # `sep.join(map(...))`: its items, consumed
+            if all(i.is_python_constant() for i in items):
+                args = [ConstantVariable(tuple(i.as_python_constant() for i in items))]
         if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
             if self.name == "format" and isinstance(self.value, str):
                 unimplemented("str.format of a non-constant")
@@ -208,6 +212,13 @@ class ConstantMethodVariable(VariableTracker):
             from kiln.frontend.variables.lists import ListVariable
 
             return ListVariable([ConstantVariable(v) for v in result.value])  # str.split ...
+        if type(result.value) is dict and all(
+            map(is_literal, (*result.value, *result.value.values()))
+        ):
+            from kiln.frontend.variables.dicts import ConstDictVariable
+
+            items = {k: ConstantVariable(v) for k, v in result.value.items()}
+            return ConstDictVariable(items)  # str.maketrans
         if not is_literal(result.value):
             unimplemented(f"{type(self.value).__name__}.{self.name} returned a non-constant")
         return result

@@ -365,7 +365,28 @@ class WeakRefVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         if args or kwargs:
             unimplemented("a weak reference called with arguments")
-        return wrap_value(tx, self.value(), CallSource(self.source))
+        referent = self.value()
+        if referent is not None and _dropped_by_frame(tx, referent):
+            unimplemented("calling a weak reference to an object the frame let go of")
+        return wrap_value(tx, referent, CallSource(self.source))
+
+
+def _dropped_by_frame(tx, referent):
+    """Whether an argument of the root frame was `referent` and its local no longer is.
+
+    The guard calls the reference when the frame starts; a `del x` or `x = None` traced since
+    may free the referent in eager before the call, which a traced answer cannot see.
+    """
+    root = tx
+    while getattr(root, "parent", None) is not None:
+        root = root.parent
+    for name, value in getattr(root, "arg_values", {}).items():
+        if value is referent:
+            now = root.symbolic_locals.get(name)
+            source = getattr(now, "source", None)
+            if source is None or source.name() != name:
+                return True
+    return False
 
     def reconstruct(self, cg):
         self.source.reconstruct(cg)

@@ -400,6 +400,20 @@ def _exc_info(tx):
     return TupleVariable([ConstantVariable(None)] * 3)
 
 
+def _count_elements_py(mapping, iterable):
+    """collections._count_elements (C) as Python: what Counter(iterable) and .update run."""
+    get = mapping.get
+    for elem in iterable:
+        mapping[elem] = get(elem, 0) + 1
+
+
+def _count_elements(tx, mapping, iterable):
+    """Counter's C helper, traced as its Python equivalent (the mapping's own get/setitem)."""
+    from kiln.frontend.variables.functions import inline_call
+
+    return inline_call(tx, _count_elements_py, [mapping, iterable], {}, None)
+
+
 CALLS = {
     sys.exc_info: _exc_info,
     operator.itemgetter: _getter(operator.itemgetter),
@@ -412,6 +426,8 @@ CALLS = {
     itertools.tee: _tee,
     id: _id,
 }
+if hasattr(collections, "_count_elements"):  # (the C helper; absent, Counter is Python already)
+    CALLS[collections._count_elements] = _count_elements
 FOLDED = {copy.copy: _copy, copy.deepcopy: _deepcopy}
 CLASS_METHODS = {(itertools.chain, "from_iterable"): _chain_from_iterable}
 

@@ -13,9 +13,10 @@ seeing the new value, recompiles.
 """
 
 import sys
+import types
 
 from kiln.exc import unimplemented
-from kiln.frontend.source import AttrSource
+from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
 
@@ -163,3 +164,31 @@ def class_decides_hasattr(obj, name):
         if c.__module__ not in ("builtins", "collections") and not plain_namedtuple:
             return None
     return instance_static(typ, name, None) is not None
+
+
+# Note [Objects: descriptors with a Python __get__]
+# `obj.name` where the class holds a non-data descriptor whose type defines __get__ in Python (a
+# computed attribute, functools' cached-property-like helpers written by users) is
+# `type(desc).__get__(desc, obj, type(obj))`: inlined. The descriptor itself is read from the
+# defining class's __dict__ (`cls.name` would call __get__ with obj None); its source, when the
+# class has one, is `<class>.__mro__[i].__dict__[name]`.
+
+
+def python_get(static):
+    """The Python __get__ of a descriptor's type, else None."""
+    get = next((vars(k)["__get__"] for k in type(static).__mro__ if "__get__" in vars(k)), None)
+    return get if isinstance(get, types.FunctionType) else None
+
+
+def descriptor_get(tx, obj, cls, name, static, class_source):
+    """Note [Objects: descriptors with a Python __get__]."""
+    from kiln.frontend.variables.base import wrap_constant_like
+    from kiln.frontend.variables.functions import inline_call
+
+    owner = next(i for i, k in enumerate(cls.__mro__) if name in vars(k))
+    source = None
+    if class_source is not None:
+        mro = GetItemSource(AttrSource(class_source, "__mro__"), owner)
+        source = GetItemSource(AttrSource(mro, "__dict__"), name)
+    desc = wrap_value(tx, static, source)
+    return inline_call(tx, python_get(static), [desc, obj, wrap_constant_like(tx, cls)], {}, None)

@@ -51,9 +51,11 @@ from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable, m
 from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
 from kiln.frontend.variables.user_attrs import (
     ObjectSlotVariable,
+    descriptor_get,
     has_instance_dict,
     instance_static,
     no_attribute_message,
+    python_get,
 )
 from kiln.frontend.variables.user_protocol import (
     ObjectCompareVariable,
@@ -372,6 +374,8 @@ class UserDefinedObjectVariable(VariableTracker):
             return UserMethodVariable(static, self, source=self._class_attr_source(name))
         if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
             return inline_call(tx, static.fget, [self], {}, self._class_attr_source(name, "fget"))
+        if python_get(static) is not None:  # Note [Objects: descriptors with a Python __get__]
+            return descriptor_get(tx, self, cls, name, static, AttrSource(self.source, "__class__"))
         # (a property implemented in C, e.g. pybind11's def_readonly: read, guarded by source)
         return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
 
@@ -593,6 +597,12 @@ class NewObjectVariable(VariableTracker):
             src = AttrSource(src, m)
         return src
 
+    def _class_source(self):
+        """Where the class can be read: `obj.__class__`, or where `cls(...)` read it."""
+        if self.source is not None:
+            return AttrSource(self.source, "__class__")
+        return self.class_source
+
     def store_attr(self, name, value):
         self.attrs[name] = value
 
@@ -663,6 +673,10 @@ class NewObjectVariable(VariableTracker):
             return ConstantObjectVariable(static)
         if isinstance(static, type):  # `_base_type = BaseException`: a class held by the class
             return wrap_constant_like(tx, static)
+        if python_get(static) is not None:  # Note [Objects: descriptors with a Python __get__]
+            return descriptor_get(tx, self, self.cls, name, static, self._class_source())
+        if hasattr(type(static), "__get__"):  # (`cls.name` would call it without the object)
+            unimplemented(f"the descriptor {self.cls.__name__}.{name} ({type(static).__name__})")
         src = self._class_attr_source(name)
         if src is not None:  # (e.g. a tuple of types: read through the class, guarded)
             return wrap_value(tx, static, src)
@@ -856,8 +870,7 @@ class DictMethodVariable(VariableTracker):
                 return result
         if obj.dict_items is None or name not in _DICT_READS + _DICT_WRITES:
             unimplemented(f"{name} of {obj}")
-        view = ConstDictVariable(obj.dict_items)
-        view._mutate = lambda tx: None
+        view = _storage_var(obj)
         if name == "__init__":
             name = "update"
             if not args and not kwargs:
@@ -885,6 +898,17 @@ class DictMethodVariable(VariableTracker):
         if self.name == "__delitem__":
             return ConstantVariable(None)
         return result
+
+
+def _storage_var(obj):
+    """One dict variable over a dict subclass object's items, shared by every call: the views
+    `obj.keys()` / `.items()` / `.mapping` return stay live as the object changes."""
+    view = getattr(obj, "_storage", None)
+    if view is None:
+        view = obj._storage = ConstDictVariable({})
+        view._mutate = lambda tx: None  # (the side effect is recorded on the object)
+    view.items = obj.dict_items  # (shared, not copied: stores elsewhere change it in place)
+    return view
 
 
 def _const_key(var):

@@ -189,3 +189,19 @@ def test_dict_new_of_a_class_argument():
         assert type(got) is type(want) and list(got) == list(want)
         torch.testing.assert_close(got["x"], want["x"])
         assert getattr(got, "attr", None) == getattr(want, "attr", None)
+
+
+def _views_of_a_subclass_made_in_frame(x):
+    class Dict(dict):
+        pass
+
+    d = Dict()
+    keys, items, mapping = d.keys(), d.items(), d.keys().mapping
+    d["foo"] = x
+    d.update(bar=1)
+    return list(keys), [k for k, _ in items], dict(mapping)["foo"] + 1, len(mapping)
+
+
+def test_views_of_a_dict_subclass_made_in_the_frame_are_live():
+    # the views read the object's items as they are now, not when the view was made
+    run_and_compare(_views_of_a_subclass_made_in_frame, torch.randn(2))

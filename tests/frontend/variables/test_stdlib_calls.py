@@ -1,6 +1,7 @@
 """itertools, operator, functools, math and string formatting inside compiled code, with
 fullgraph=True, compared with eager."""
 
+import collections
 import functools
 import itertools
 import math
@@ -179,3 +180,39 @@ def test_itertools_count_across_a_graph_break():
     # (the resumed frame gets the count object itself; next() on it is Python's, as for
     # iter(list) objects: a second break, with the right numbers)
     run_and_compare(fn, torch.randn(3))
+
+
+def _class_methods_of_immutable_types(x):
+    table = str.maketrans("ab", "xy")
+    return (
+        x + 1,
+        "abc".translate(table),
+        str.capitalize("a b"),
+        int.from_bytes(b"\x01\x00", "big"),
+        (255).to_bytes(2, "big"),
+        bytes([65, 66]),
+        " ".join(map(str.upper, "a b".split())),
+    )
+
+
+def test_class_methods_of_immutable_types_fold():
+    run_and_compare(_class_methods_of_immutable_types, torch.randn(2), fullgraph=True)
+
+
+def _counter(x):
+    c = collections.Counter("abca")
+    c.update(["b", "b"])
+    return x * c["a"] + c["b"], dict(c)
+
+
+def test_counter_counts_in_python():
+    # collections._count_elements (C) traced as its Python equivalent
+    run_and_compare(_counter, torch.randn(2), fullgraph=True)
+
+
+def _product_repeat(x):
+    return x + len(list(itertools.product([1, 2], "ab", repeat=2)))
+
+
+def test_itertools_product_with_repeat():
+    run_and_compare(_product_repeat, torch.randn(2), fullgraph=True)
