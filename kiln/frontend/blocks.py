@@ -44,6 +44,7 @@ import torch
 
 from kiln.contracts import BreakState
 from kiln.exc import Unsupported, unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.resume import origin
 from kiln.frontend.variables.base import next_serial
 from kiln.frontend.variables.constant import ConstantVariable
@@ -59,6 +60,7 @@ from kiln.frontend.variables.exceptions import (
     make_exception,
 )
 from kiln.frontend.variables.lists import ListIteratorVariable, undo_iterators
+from kiln.frontend.variables.torch_queries import no_active_exception
 from kiln.frontend.variables.user_defined import UserDefinedClassVariable
 from kiln.symbolic import autocast_state as amp
 
@@ -291,11 +293,19 @@ class BlockStackMixin:
         return target is not None and target.opname == "CALL_INTRINSIC_1"
 
     # --- raise and except -----------------------------------------------------------------------
+    def _no_active_exception(self):
+        """What a bare `raise` raises with no exception handled here nor by the caller (guarded,
+        as sys.exc_info() is: Note [Torch: no active exception])."""
+        if not no_active_exception():
+            unimplemented("bare raise re-raising the caller's handled exception")
+        self.output.guards.add(GuardKind.STATE_QUERY, None, (no_active_exception, True))
+        return ExceptionVariable(RuntimeError, [ConstantVariable("No active exception to reraise")])
+
     def RAISE_VARARGS(self, inst):
         if inst.arg == 0:
             exc = self.current_exception()
             if exc is None:
-                unimplemented("bare raise with no active exception (RuntimeError)")
+                exc = self._no_active_exception()
             raise ObservedException(exc)
         cause = self.pop() if inst.arg == 2 else None
         exc = self.as_exception(self.pop())

@@ -304,7 +304,7 @@ class _Hoister:
         elif isinstance(source, GetItemSource):
             expr = f"{self(source.source)}[{key_text(source.index)}]"
         elif type(source).__name__ == "DictGetSource":
-            expr = f"___dict_get({self(source.source)}, {source.key!r})"
+            expr = f"___dict_get({self(source.source)}, {key_text(source.key)})"
         elif type(source).__name__ == "DictGetByKeySource":
             expr = f"___dict_get({self(source.source)}, {self(source.key_source)})"
         elif isinstance(source, IterRestSource):

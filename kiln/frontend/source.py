@@ -1,5 +1,6 @@
 """Sources: where a traced value came from, as guard expression text and as load bytecode."""
 
+import builtins
 import dataclasses
 import gc
 
@@ -94,14 +95,33 @@ class AttrSource(Source):
         return self.source.base()
 
 
+def is_builtin_class(value):
+    """A class guard code names as a builtin (`str`, `int`): builtins holds it by its name."""
+    return isinstance(value, type) and getattr(builtins, value.__name__, None) is value
+
+
 def key_text(key):
-    """A constant dict key as guard code: its repr, or `___device('cpu')` for a torch.device
-    (whose repr names `device`, which guard code does not see)."""
+    """A constant dict key as guard code: its repr, `___device('cpu')` for a torch.device
+    (whose repr names `device`, which guard code does not see), a builtin class by its name."""
     if isinstance(key, torch.device):
         return f"___device({str(key)!r})"
-    if type(key) is tuple and any(isinstance(k, torch.device) for k in key):
+    if is_builtin_class(key):
+        return key.__name__
+    if type(key) is tuple and any(isinstance(k, torch.device) or is_builtin_class(k) for k in key):
         return "(" + "".join(key_text(k) + ", " for k in key) + ")"
     return repr(key)
+
+
+def _load_key(cg, key):
+    """Push a dict key: a constant, or a tuple holding builtin classes built item by item."""
+    if is_builtin_class(key):
+        cg.load_object(key)
+    elif type(key) is tuple and any(is_builtin_class(k) for k in key):
+        for k in key:
+            _load_key(cg, k)
+        cg.extend(_emit.build_tuple(len(key)))
+    else:
+        cg.extend(_emit.load_const(key))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +200,7 @@ class DictGetSource(Source):
     def reconstruct(self, cg):
         cg.load_object(dict_get, push_null=True)
         self.source.reconstruct(cg)
-        cg.extend(_emit.load_const(self.key))
+        _load_key(cg, self.key)
         cg.extend(_emit.call(2))
 
     def base(self):

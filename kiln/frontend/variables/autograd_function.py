@@ -205,7 +205,12 @@ class AutogradFunctionApplyVariable(VariableTracker):
         grads = [
             zeros.call_function(tx, [v], {}) if isinstance(v, _tensor_cls()) else v for v in items
         ]
-        inline_call(tx, backward, [ctx, *grads], {}, source)
+        output, before = tx.output, getattr(tx.output, "checking_backward", False)
+        output.checking_backward = True  # (Tensor.data reads as detach(): nothing here runs)
+        try:
+            inline_call(tx, backward, [ctx, *grads], {}, source)
+        finally:
+            output.checking_backward = before
 
     def _apply_node(self, tx, args, out, ctx, any_needs, objects, appended):
         """The call_function node `MyFn.apply(*args)` with the forward's output metadata."""

@@ -7,6 +7,7 @@ import functools
 import inspect
 import itertools
 import operator
+import re
 import sys
 import types
 import weakref
@@ -64,6 +65,7 @@ from kiln.frontend.variables.lists import (
     wrap_deque,
 )
 from kiln.frontend.variables.misc import (
+    ConstantObjectVariable,
     DisabledFunctionVariable,
     GraphBreakVariable,
     OpaqueCallableVariable,
@@ -293,6 +295,9 @@ def _wrap(tx, value, source):
             if made is not None:
                 made.source = source
                 return made
+    if type(value) is re.Pattern:  # a compiled regex: pinned, its methods fold on constants
+        guards.add(GuardKind.ID_MATCH, source, value)
+        return ConstantObjectVariable(value, source=source)
     if type(value) is weakref.ReferenceType:  # Note [Optimizers: weak references]
         guards.add(GuardKind.TYPE_MATCH, source, weakref.ReferenceType)
         return optim.WeakRefVariable(value, source=source)
@@ -481,6 +486,7 @@ def _builtin_fns():
     fns |= {v for v in vars(operator).values() if isinstance(v, types.BuiltinFunctionType)}
     fns |= {functools.reduce, functools.partial, itertools.product, itertools.chain}
     fns.add(sys.exc_info)  # Note [Torch: no active exception]
+    fns.add(itertools.tee)  # Note [Stdlib: itertools.tee]
     fns.add(bytes)
     if hasattr(collections, "_count_elements"):  # Counter's C helper (stdlib.CALLS models it)
         fns.add(collections._count_elements)

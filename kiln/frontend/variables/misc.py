@@ -3,6 +3,7 @@
 import dataclasses
 import enum
 import inspect
+import re
 import types
 
 import torch
@@ -68,6 +69,8 @@ def _frozen_types():
         inspect.Parameter,
         torch.finfo,
         torch.iinfo,
+        re.Pattern,  # (a compiled regex and its matches: their methods are pure)
+        re.Match,
     )
 
 

@@ -25,6 +25,7 @@ from kiln.frontend.variables.dicts import (
     check_iterable,
     hashable_key,
 )
+from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import (
     _ITER_UNDO,
     BaseListVariable,
@@ -167,6 +168,75 @@ def _count(tx, start=None, step=None):
     if not all(type(v) in (int, float) for v in (start, step)):
         unimplemented("itertools.count of non-numbers")
     return CountVariable(start, step)
+
+
+# Note [Stdlib: itertools.tee]
+# tee(iterable, n) made in the frame is n TeeVariables over one shared buffer: a tee that is
+# ahead pulls the next item from the one real iterator (as Python's does, so a generator's code
+# runs when the first tee asks, and the source is advanced only as far as the furthest tee),
+# later tees read the buffer. The buffer's length is undone with the iterators' positions at a
+# break (_ITER_UNDO). Rebuilding tees at a graph break (their shared state) is not modelled: the
+# break takes the whole frame back to Python.
+class _TeeBuffer:
+    """The items the tees of one tee() call took from their source, in order."""
+
+    def __init__(self, source):
+        self.source = source
+        self.items = []
+        self.index = 0  # how many of `items` are valid (undone at a break)
+
+    def item(self, tx, i):
+        if i < self.index:
+            return self.items[i]
+        del self.items[self.index :]
+        item = self.source.next_item(tx)
+        if item is None:
+            return None
+        _ITER_UNDO.append((self, self.index))
+        self.items.append(item)
+        self.index += 1
+        return item
+
+
+class TeeVariable(ListIteratorVariable):
+    """One iterator returned by itertools.tee (Note [Stdlib: itertools.tee])."""
+
+    def __init__(self, buffer, **kw):
+        super().__init__((), **kw)
+        self.buffer = buffer
+
+    def python_type(self):
+        return _TEE_TYPE
+
+    def next_item(self, tx=None):
+        item = self.buffer.item(tx, self.index)
+        if item is not None:
+            _ITER_UNDO.append((self, self.index))
+            self.index += 1
+        return item
+
+    def unpack_var_sequence(self, tx):
+        out = []
+        while (item := self.next_item(tx)) is not None:
+            out.append(item)
+        return out
+
+    def reconstruct(self, cg):
+        unimplemented("an itertools.tee iterator kept across a graph break")
+
+
+_TEE_TYPE = type(itertools.tee(())[0])
+
+
+def _tee(tx, iterable, n=None):
+    count = 2 if n is None else _const(n, "tee's n")
+    if type(count) is not int:
+        unimplemented("itertools.tee with a non-int n")
+    if count < 0:
+        raise_observed(tx, ValueError, "n must be >= 0")
+    source = ListIteratorVariable.over(tx, iterable)
+    buffer = _TeeBuffer(source)
+    return TupleVariable([TeeVariable(buffer) for _ in range(count)])
 
 
 def _chain_from_iterable(tx, iterable):
@@ -353,6 +423,7 @@ CALLS = {
     itertools.permutations: _permutations,
     itertools.groupby: _groupby,
     itertools.count: _count,
+    itertools.tee: _tee,
     id: _id,
 }
 if hasattr(collections, "_count_elements"):  # (the C helper; absent, Counter is Python already)

@@ -152,6 +152,10 @@ class TensorVariable(VariableTracker):
             )
         if name == "grad" and self.source is not None:
             return optim.read_grad(tx, self)
+        if name == "data" and getattr(tx.output, "checking_backward", False):
+            # an autograd.Function's backward being checked (its nodes are dropped; the engine
+            # runs the real one): `.data` is an alias outside autograd, as detach() is
+            return TensorMethodVariable(self, "detach").call_function(tx, [], {})
         if name in ("grad", "data", "grad_fn", "_version", "storage"):
             unimplemented(f"Tensor.{name} inside the compiled frame")
         if callable(getattr(torch.Tensor, name, None)):

@@ -20,6 +20,7 @@ from kiln.frontend.source import (
     GetItemSource,
     MappingGetSource,
     dict_get,
+    is_builtin_class,
 )
 from kiln.frontend.variables import dict_subclass, logging_vars, stdlib
 from kiln.frontend.variables.base import (
@@ -987,6 +988,9 @@ def _read_key(obj, name, var):
     if var.is_python_constant() and is_literal(var.as_python_constant()):
         key = var.as_python_constant()
         return key, DictGetSource(obj.source, key)
+    key = _builtin_class_tuple(var)
+    if key is not None:  # `_cache[type(pattern), pattern, flags]` (the re module's cache)
+        return key, DictGetSource(obj.source, key)
     if var.is_python_constant():
         key = var.as_python_constant()
     else:
@@ -995,6 +999,23 @@ def _read_key(obj, name, var):
     if key is _ABSENT or var.source is None or not (plain or isinstance(key, type)):
         unimplemented(f"dict.{name} with the key {var} (not a literal)")
     return key, DictGetByKeySource(obj.source, var.source)
+
+
+def _builtin_class_tuple(var):
+    """The real key of a tuple made of literals and builtin classes (`(str, 'a+', 0)`), else
+    None: it hashes and compares with no user code, and guard code names each class."""
+    items = getattr(var, "items", None)
+    if not isinstance(var, TupleVariable) or not isinstance(items, list):
+        return None
+    key = []
+    for item in items:
+        if not item.is_python_constant():
+            return None
+        value = item.as_python_constant()
+        if not (is_literal(value) or is_builtin_class(value)):
+            return None
+        key.append(value)
+    return tuple(key)
 
 
 def load_attrs(cg, attrs):
