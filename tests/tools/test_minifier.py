@@ -89,7 +89,10 @@ def _sixty_cos(x, y):
 
 
 def test_numerical_error_is_found_with_accuracy_level(tmp_config, monkeypatch):
-    x, y = torch.randn(16), torch.randn(16)
+    # seeded: the 12 tanh steps after the cos contract differences, and for about 1 input in 30
+    # a cos computing sin ends within the tolerance (the test then failed by the order tests ran)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(16, generator=g), torch.randn(16, generator=g)
     gm = trace_aten(_sixty_cos, [x, y])
     assert _count(gm) == 60
     settings = R.current_settings(accuracy=True)
