@@ -13,6 +13,7 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables import autocast, optim
 from kiln.frontend.variables.base import (
+    PythonValueVariable,
     VariableTracker,
     wrap_constant_like,
     wrap_value,
@@ -484,15 +485,8 @@ def saved_hooks_registered():
     return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
 
 
-class DisableSavedHooksFnVariable(VariableTracker):
+class DisableSavedHooksFnVariable(PythonValueVariable):
     """`torch.autograd.graph.disable_saved_tensors_hooks` before it is called."""
-
-    def __init__(self, value, **kw):
-        super().__init__(**kw)
-        self.value = value
-
-    def python_type(self):
-        return type(self.value)
 
     def call_function(self, tx, args, kwargs):
         msg = args[0].as_python_constant() if len(args) == 1 and args[0].is_python_constant() else 0
