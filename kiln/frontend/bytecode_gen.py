@@ -36,8 +36,9 @@ from kiln.frontend.variables.ctx_managers import WithExitVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.functions import UserMethodVariable
 from kiln.frontend.variables.generators import check_freed_generators
-from kiln.frontend.variables.lists import ListVariable, SetVariable, undo_iterators
+from kiln.frontend.variables.lists import ListVariable, undo_iterators
 from kiln.frontend.variables.misc import DeletedVariable, NullVariable
+from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
 from kiln.symbolic.autocast_state import STATE_NODES
 

@@ -27,8 +27,9 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import GetItemSource, advance_iter
 from kiln.frontend.variables.dict_keys import is_stand_in, key_var
 from kiln.frontend.variables.dicts import ConstDictVariable
-from kiln.frontend.variables.lists import BaseListVariable, DequeVariable, SetVariable
+from kiln.frontend.variables.lists import BaseListVariable, DequeVariable
 from kiln.frontend.variables.misc import NullVariable
+from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
 _UNSET = object()

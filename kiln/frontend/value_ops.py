@@ -13,14 +13,9 @@ from kiln.exc import unimplemented
 from kiln.frontend.variables.builtin import getitem
 from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable, dict_key
-from kiln.frontend.variables.lists import (
-    ListVariable,
-    SetVariable,
-    TupleVariable,
-    _set_item,
-    unpack_error,
-)
+from kiln.frontend.variables.lists import ListVariable, TupleVariable, unpack_error
 from kiln.frontend.variables.operators import binary_op, compare_vars, contains, unary_op
+from kiln.frontend.variables.sets import SetVariable, _set_item
 from kiln.frontend.variables.sym import build_slice
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import _Unpack

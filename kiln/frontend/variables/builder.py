@@ -59,7 +59,6 @@ from kiln.frontend.variables.lists import (
     InputIteratorVariable,
     ListVariable,
     RangeVariable,
-    SetVariable,
     SizeVariable,
     TupleVariable,
     wrap_deque,
@@ -75,6 +74,7 @@ from kiln.frontend.variables.misc import (
     _is_skipped_module,
 )
 from kiln.frontend.variables.nn_module import NNModuleVariable
+from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.torch import TorchVariable
 from kiln.frontend.variables.user_defined import (
     UserDefinedClassVariable,

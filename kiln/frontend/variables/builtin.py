@@ -33,9 +33,7 @@ from kiln.frontend.variables.lists import (
     ListIteratorVariable,
     ListVariable,
     RangeVariable,
-    SetVariable,
     TupleVariable,
-    _set_values,
 )
 from kiln.frontend.variables.live_iters import (
     LazyIteratorVariable,
@@ -52,6 +50,7 @@ from kiln.frontend.variables.operators import (
     contains,
     unary_op,
 )
+from kiln.frontend.variables.sets import SetVariable, _set_values
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.frontend.variables.tensor import TensorVariable

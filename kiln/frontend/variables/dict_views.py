@@ -25,12 +25,8 @@ from kiln.exc import unimplemented
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.dict_keys import is_stand_in, key_var
-from kiln.frontend.variables.lists import (
-    ListIteratorVariable,
-    SetVariable,
-    TupleVariable,
-    _set_values,
-)
+from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable
+from kiln.frontend.variables.sets import SetVariable, _set_values
 
 # set by dicts.py (which imports this module): dict variable -> its mappingproxy variable
 MAPPING_PROXY = {}

@@ -24,11 +24,11 @@ from kiln.frontend.variables.lists import (
     BaseListVariable,
     ListVariable,
     RangeVariable,
-    SetVariable,
     SizeVariable,
     TupleVariable,
 )
 from kiln.frontend.variables.misc import ObjectIdVariable
+from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.frontend.variables.tensor import TensorVariable

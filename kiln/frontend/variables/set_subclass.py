@@ -38,14 +38,8 @@ from kiln.frontend.variables.dict_views import DictViewVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.functions import inline_call
-from kiln.frontend.variables.lists import (
-    _SET_MUTATORS,
-    _SET_PURE,
-    BaseListVariable,
-    ListIteratorVariable,
-    SetVariable,
-    _set_values,
-)
+from kiln.frontend.variables.lists import BaseListVariable, ListIteratorVariable
+from kiln.frontend.variables.sets import _SET_MUTATORS, _SET_PURE, SetVariable, _set_values
 from kiln.frontend.variables.user_defined import (
     _HEAPTYPE,
     INSTANCE_MAKERS,

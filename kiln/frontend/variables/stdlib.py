@@ -32,9 +32,9 @@ from kiln.frontend.variables.lists import (
     DequeVariable,
     ListIteratorVariable,
     ListVariable,
-    SetVariable,
     TupleVariable,
 )
+from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.torch_queries import no_active_exception
 
 

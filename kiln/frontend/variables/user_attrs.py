@@ -128,11 +128,8 @@ _OBJECT_SLOTS = {object.__setattr__: "__setattr__", object.__getattribute__: "__
 def call_object_slot(tx, fn, args, kwargs):
     """`object.__setattr__(obj, ...)` / `object.__getattribute__(obj, ...)` called directly on
     a user object: its result, or None when `fn` is something else."""
-    from kiln.frontend.variables.user_defined import (
-        DictMethodVariable,
-        NewObjectVariable,
-        UserDefinedObjectVariable,
-    )
+    from kiln.frontend.variables.dict_objects import DictMethodVariable
+    from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 
     name = _OBJECT_SLOTS.get(fn) if type(fn) is type(object.__setattr__) else None
     if name is None or not args:

@@ -1,0 +1,268 @@
+"""Sets: set and frozenset of Python constants made while tracing, and set inputs."""
+
+import types
+
+from kiln.bytecode import emit
+from kiln.exc import unimplemented
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.exceptions import ObservedException, observe, raise_observed
+from kiln.frontend.variables.lists import BaseListVariable
+from kiln.frontend.variables.misc import wrap_frozen
+
+
+class SetVariable(VariableTracker):
+    """A set (or frozenset) of Python constants made while tracing; the items are the real
+    constants, kept in a real set (so iteration order is Python's own)."""
+
+    real = None  # an input not changed yet: the object itself (its order: Note [Sets: inputs])
+    initial = None  # an input: its items when read (what the write-back changes)
+
+    def __init__(self, values, frozen=False, **kw):
+        super().__init__(**kw)
+        self.values = set(values)
+        self.frozen = frozen
+
+    def python_type(self):
+        return frozenset if self.frozen else set
+
+    def is_python_constant(self):
+        return True
+
+    def as_python_constant(self):
+        if self.real is not None:
+            return self.real  # (its own order; the folds that read it do not change it)
+        return frozenset(self.values) if self.frozen else set(self.values)
+
+    def truthy(self, tx):
+        return bool(self.values)
+
+    def _ordered(self):
+        """The items in Python's iteration order."""
+        return list(self.real if self.real is not None else self.values)
+
+    def unpack_var_sequence(self, tx):
+        return [_wrap_const(v) for v in self._ordered()]
+
+    def add(self, tx, var):
+        self._mutate(tx)
+        self.values.add(_set_item(var))
+
+    def _mutate(self, tx):
+        if self.frozen:
+            unimplemented("mutation of a frozenset")
+        tx.output.side_effects.mutate_container(self)
+        self.real = None
+
+    def call_method(self, tx, name, args, kwargs):
+        if kwargs:
+            unimplemented(f"set.{name} with keyword arguments")
+        if name in _SET_MUTATORS:
+            if name == "pop" and self.initial is not None:
+                unimplemented("pop() of a set input (which item depends on the set's history)")
+            self._mutate(tx)
+            try:
+                values = [_set_values(tx, a) for a in args] if name.endswith("update") else []
+            except ObservedException:
+                if name in ("intersection_update", "symmetric_difference_update"):
+                    raise  # (Python builds the other set first: this one is unchanged)
+                _update_until_bad(tx, self.values, name, args)
+                raise
+            before = set(self.values) if self.initial is not None else None
+            self._apply(tx, name, args, values)
+            if before is not None:
+                # the items added, in the order eager adds them (Note [Sets: inputs])
+                added = [_set_item(args[0])] if name == "add" else [v for vs in values for v in vs]
+                for v in list(self.added):
+                    if v not in self.values:
+                        del self.added[v]
+                for v in added:
+                    if v in self.values and v not in before:
+                        self.added[v] = None
+            if name == "pop":
+                return self.popped
+            return ConstantVariable(None)
+        return self._call_query(tx, name, args)
+
+    added = None  # an input: the items added to it, in order (the write-back adds them so)
+    popped = None
+
+    def _apply(self, tx, name, args, values):
+        """Run a mutator on the items."""
+        if self.initial is not None and self.added is None:
+            self.added = {}
+        if name == "add" and len(args) == 1:
+            self.values.add(_set_item(args[0]))
+        elif name in ("remove", "discard") and len(args) == 1:
+            item = _set_item(args[0], key=True)
+            if name == "remove" and item not in self.values:
+                raise_observed(tx, KeyError, item)
+            self.values.discard(item)
+        elif name == "clear" and not args:
+            self.values.clear()
+        elif name == "pop" and not args:
+            if not self.values:
+                raise_observed(tx, KeyError, "pop from an empty set")
+            self.popped = _wrap_const(self.values.pop())
+        elif name.endswith("update"):
+            try:
+                getattr(self.values, name)(*values)
+            except TypeError as e:  # (its arity: checked before it changes the set)
+                observe(e)
+                raise
+        else:
+            _arity_error(name, args)
+
+    def _call_query(self, tx, name, args):
+        """A method that does not change the set."""
+        if name == "__contains__" and len(args) == 1:
+            return ConstantVariable(_set_item(args[0], key=True) in self.values)
+        if name == "__len__" and not args:
+            return ConstantVariable(len(self.values))
+        if name == "copy":
+            if args:
+                _arity_error(name, args, frozenset if self.frozen else set)
+            if self.frozen:
+                return self  # (a frozenset's copy is itself)
+            return SetVariable(self.real if self.real is not None else self.values)  # (its order)
+        if name in _SET_PURE:
+            values = [_set_values(tx, a) for a in args]
+            try:
+                result = getattr(self.as_python_constant(), name)(*values)
+            except Exception as e:
+                if type(e) is TypeError:  # its arity: Python's own error
+                    observe(e)
+                unimplemented(f"set.{name} raised {type(e).__name__}: {e}")
+            if isinstance(result, (set, frozenset)):
+                var = SetVariable((), isinstance(result, frozenset))
+                var.values = result  # Python's own result (a copy may order the items anew)
+                return var
+            return _wrap_const(result)
+        unimplemented(f"set.{name}")
+
+    def reconstruct(self, cg):
+        if self.source is not None:  # an input: itself (its changes are written back to it)
+            self.source.reconstruct(cg)
+            return
+        if self.frozen:
+            cg.load_object(frozenset, push_null=True)
+        self.build_items(cg)
+        if self.frozen:
+            cg.extend(emit.call(1))
+
+    def build_items(self, cg):
+        """Emit code that pushes a new set of the items."""
+        self.build_set(cg, self.values)
+
+    @staticmethod
+    def build_set(cg, values, build=emit.build_set):
+        """Emit code that pushes a new set of these items (with emit.build_tuple: a tuple)."""
+        for v in values:
+            if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
+                cg.load_object(v)  # (an input's items: Note [Sets: inputs])
+            else:
+                _wrap_const(v).reconstruct(cg)
+        cg.extend(build(len(values)))
+
+    def __repr__(self):
+        return f"SetVariable({self.values!r})"
+
+
+_SET_MUTATORS = {
+    "add",
+    "remove",
+    "discard",
+    "clear",
+    "pop",
+    "update",
+    "intersection_update",
+    "difference_update",
+    "symmetric_difference_update",
+}
+_SET_PURE = {
+    "union",
+    "intersection",
+    "difference",
+    "symmetric_difference",
+    "issubset",
+    "issuperset",
+    "isdisjoint",
+    "__or__",
+    "__and__",
+    "__sub__",
+    "__xor__",
+    "__eq__",
+    "__ne__",
+    "__le__",
+    "__lt__",
+    "__ge__",
+    "__gt__",
+}
+
+
+def _wrap_const(value):
+    return wrap_frozen(value, "set item")
+
+
+def _set_item(var, key=False):
+    """The constant item `var`; a key looked up (in, remove, discard) that is a set is looked up
+    as the frozenset Python makes of it; an unhashable one raises Python's TypeError."""
+    if key and hasattr(var, "key_value"):  # a set subclass instance looked up
+        return var.key_value()
+    if not var.is_python_constant():
+        unimplemented(f"set item {var} is not a constant")
+    value = var.as_python_constant()
+    if key and isinstance(value, set):
+        value = frozenset(value)
+    try:
+        hash(value)
+    except TypeError as e:
+        observe(e)
+        unimplemented(f"unhashable set item {type(value).__name__}")
+    return value
+
+
+def _update_until_bad(tx, values, name, args):
+    """set.update / difference_update whose items hold a bad one (unhashable, not iterable):
+    Python adds (discards) the items before it, then raises; done here, then the error raised."""
+    if not all(isinstance(a, (SetVariable, ConstantVariable, BaseListVariable)) for a in args):
+        unimplemented(f"set.{name} of a bad item in an iterator (Python changes the set up to it)")
+    change = values.add if name == "update" else values.discard
+    for a in args:
+        for v in list(_set_values(tx, a)) if isinstance(a, SetVariable) else _items(tx, a):
+            change(v)
+
+
+def _items(tx, var):
+    """The items of a constant or list/tuple, one by one (raising at the first bad one)."""
+    if isinstance(var, ConstantVariable) and not _iterable(var.value):
+        _set_values(tx, var)  # (raises Python's TypeError)
+    for item in var.unpack_var_sequence(tx):
+        yield _set_item(item)
+
+
+def _arity_error(name, args, base=set):
+    """set.<name> called with arguments it does not take: Python's TypeError."""
+    try:
+        getattr(base(), name)(*[None] * len(args))
+    except TypeError as e:
+        observe(e)
+    unimplemented(f"set.{name} with these arguments")
+
+
+def _set_values(tx, var):
+    if isinstance(var, SetVariable):
+        return var.values
+    if hasattr(var, "base_set"):  # a set subclass instance: its items (Note [Sets: subclass ...])
+        return var.base_set.values
+    if isinstance(var, ConstantVariable) and not _iterable(var.value):
+        raise_observed(tx, TypeError, f"'{type(var.value).__name__}' object is not iterable")
+    return {_set_item(v) for v in var.unpack_var_sequence(tx)}
+
+
+def _iterable(value):
+    try:
+        iter(value)
+    except TypeError:
+        return False
+    return True
