@@ -1,5 +1,7 @@
 """The public API: compile() forms and argument errors, backends, reset, disable, explain."""
 
+import functools
+
 import pytest
 import torch
 
@@ -73,6 +75,18 @@ def test_lambda_bound_method_and_callable_object():
     c = kiln.compile(thing, backend=backend)
     torch.testing.assert_close(c(x), x - 3)
     assert len(calls) == 3
+
+
+def test_c_function_and_partial_compile_through_a_calling_frame():
+    backend, calls = counting()
+    x, y = torch.randn(3), torch.randn(3)
+    s = kiln.compile(torch.sin, backend=backend, fullgraph=True)
+    torch.testing.assert_close(s(x), torch.sin(x))
+    add2 = kiln.compile(functools.partial(torch.add, alpha=2), backend=backend, fullgraph=True)
+    torch.testing.assert_close(add2(x, y), torch.add(x, y, alpha=2))
+    assert len(calls) == 2 and s.__name__ == "sin"
+    with pytest.raises(TypeError, match="takes 1 positional argument"):
+        kiln.compile(torch.sin, backend=backend)(x, x, x)  # eager's own error, after the break
 
 
 def test_named_backends_eager():

@@ -37,11 +37,20 @@ def compile_callable(model, settings):
         if isinstance(call, types.FunctionType):
             inner = compile_callable(call, settings)
             return types.MethodType(inner, model)
-        raise TypeError(
-            f"kiln.compile cannot compile {model!r}: not a Python function, method or nn.Module"
-        )
+        return compile_callable(_calling(model), settings)  # `kiln.compile(torch.sin)`, a partial
     cache = FrameCache(model, settings)
     return make_wrapper(cache)
+
+
+def _calling(target):
+    """A Python function whose frame calls `target` (a C function, a partial ...): what kiln
+    compiles for a callable with no frame of its own, as torch.compile does."""
+
+    def call(*args, **kwargs):
+        return target(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = getattr(target, "__name__", type(target).__name__)
+    return call
 
 
 class OptimizedModule(torch.nn.Module):
