@@ -16,6 +16,8 @@ import enum
 import inspect
 import math
 import re
+import types
+import weakref
 
 import torch
 
@@ -126,6 +128,41 @@ class _Namer:
         return name
 
 
+# Note [Guards: identity without ownership]
+# An identity guard (`x is ___A`, `___type(x) is ___A`) that held its object would keep alive what
+# the program let go: a class made per call, a function or object passed once (CPython's
+# test_lru_cache_weakrefable: `del A` must free the class). Objects that can die (classes defined in
+# Python, functions, instances) are held by a weak reference: the guard compares with its referent,
+# `x is ___A() is not None`; once the object is gone the guard fails (no later object can pass by
+# reusing its address), and the entry just recompiles if asked. C types, modules and builtins live
+# as long as the interpreter: those stay plain, readable `x is ___float32`.
+
+
+def _held_weakly(value):
+    """Whether an identity guard holds `value` by a weak reference (Note [Guards: identity ...])."""
+    if isinstance(value, type):
+        return bool(value.__flags__ & _HEAPTYPE) and not _long_lived(value)
+    if isinstance(value, (types.ModuleType, types.BuiltinFunctionType)) or value is MISSING:
+        return False
+    if isinstance(value, types.FunctionType) and _long_lived(value):
+        return False
+    try:
+        weakref.ref(value)
+    except TypeError:
+        return False
+    return True
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
+_LONG_LIVED = ("builtins", "torch", "typing", "abc", "enum", "collections", "functools", "kiln")
+
+
+def _long_lived(value):
+    """A class or function of the library (torch's, the standard library's core): kept plain."""
+    module = getattr(value, "__module__", None) or ""
+    return module.split(".")[0] in _LONG_LIVED
+
+
 def _readable_hint(value):
     if value is MISSING:
         return "missing"
@@ -146,8 +183,16 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
     v = guard.value
     k = guard.kind
     if k == GuardKind.ID_MATCH:
+        if _held_weakly(v):  # (v is never None: None is not weakly referenced)
+            return [
+                f"{s} is {namer(weakref.ref(v), _readable_hint(v), ('weak', id(v)))}() is not None"
+            ]
         return [f"{s} is {namer(v, _readable_hint(v))}"]
     if k == GuardKind.TYPE_MATCH:
+        if _held_weakly(v):
+            return [
+                f"___type({s}) is {namer(weakref.ref(v), _readable_hint(v), ('weak', id(v)))}()"
+            ]
         return [f"___type({s}) is {namer(v, _readable_hint(v))}"]
     if k == GuardKind.CONSTANT_MATCH:
         if v is None or isinstance(v, bool):

@@ -27,7 +27,7 @@ def f(x, mod):
 SEED_GUARD_A = """\
 def guard(x, mod):
     try:
-        if not (___type(mod) is ___A): return False
+        if not (___type(mod) is ___A()): return False
         if not (not mod._forward_hooks and not mod._forward_pre_hooks and not mod._backward_hooks and not mod._backward_pre_hooks): return False
         if not (___type(x) is ___Tensor): return False
         if not (x.dtype is ___float32): return False

@@ -49,6 +49,17 @@ def checked_right_after_del(x):
     return x + 1, w() is None  # traced: the answer must not be the trace's
 
 
+def run_fresh(code):
+    """Run `code` in a new Python process with the repository importable; it must succeed."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests" / "frontend")]),
+    }
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_weak_reference_called_after_the_frame_let_go():
     # No collection here: the tracing call's cycles may hold o, so the call that counts is the
     # third. In a fresh process: after torch's eager torch.cond has run torch.compile in this one
@@ -64,13 +75,7 @@ def test_weak_reference_called_after_the_frame_let_go():
         "assert got[1] is expected[1] is True, (got, expected)\n"
         "torch.testing.assert_close(got[0], expected[0])\n"
     )
-    root = pathlib.Path(__file__).resolve().parents[2]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests" / "frontend")]),
-    }
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    run_fresh(code)
 
 
 def test_local_deleted_after_a_break_is_freed():
@@ -146,3 +151,57 @@ def test_call_moving_empties_the_box_before_the_call():
     assert call_moving(f, box) == 3
     assert seen == [[]] and box == []
     assert call_moving(lambda: "none", []) == "none"
+
+
+def class_made_and_deleted(x):
+    class Local:
+        @staticmethod
+        def scale(t):
+            return t * 3
+
+    w_class, w_static = weakref.ref(Local), weakref.ref(Local.scale)
+    y = Local.scale(x)
+    del Local
+    collect()
+    return y, w_class() is None, w_static() is None
+
+
+def test_class_made_in_the_frame_dies_at_del():
+    # Note [Guards: identity without ownership]: the resume function's guards pin the class and
+    # its static function by identity, weakly; the static function is reloaded from the class.
+    # (A new class per call: each call recompiles, as under torch.compile. In a fresh process,
+    # as test_weak_reference_called_after_the_frame_let_go, for the same reason.)
+    code = (
+        "import torch, kiln\n"
+        "from tests.frontend.test_resume_lifetime import class_made_and_deleted as f\n"
+        "x = torch.randn(3)\n"
+        "expected = f(x)\n"
+        "assert expected[1:] == (True, True)\n"
+        "got = kiln.compile(f, backend='eager')(x)\n"
+        "assert got[1:] == expected[1:], got\n"
+        "torch.testing.assert_close(got[0], expected[0])\n"
+    )
+    run_fresh(code)
+
+
+def test_identity_guard_on_a_dead_class_fails_and_recompiles():
+    def f(x, obj):
+        return x + obj.k
+
+    def make():
+        class Local:
+            k = 2
+
+        return Local()
+
+    counts = []
+    cf = kiln.compile(f, backend=lambda gm, ex: counts.append(1) or gm.forward)
+    x = torch.randn(3)
+    first = make()
+    w = weakref.ref(type(first))
+    torch.testing.assert_close(cf(x, first), x + 2)
+    del first
+    gc.collect()
+    assert w() is None  # the entry's TYPE_MATCH guard does not keep the class alive
+    torch.testing.assert_close(cf(x, make()), x + 2)  # a new class: the guard fails, recompiles
+    assert len(counts) == 2

@@ -93,8 +93,9 @@ class UserDefinedClassVariable(PythonValueVariable):
                 message = f"type object {self.value.__name__!r} has no attribute {name!r}"
                 raise_observed(tx, AttributeError, message)
             unimplemented(f"class {self.value.__name__} has no attribute {name!r}")
-        if isinstance(static, staticmethod):
-            return wrap_value(tx, static.__func__, None)
+        if isinstance(static, staticmethod):  # (read from its source: no copy held by kiln)
+            src = AttrSource(self.source, name) if self.source is not None else None
+            return wrap_value(tx, static.__func__, src)
         if isinstance(static, classmethod):
             return UserMethodVariable(static.__func__, self)
         src = AttrSource(self.source, name) if self.source is not None else None
