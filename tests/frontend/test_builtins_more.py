@@ -185,3 +185,14 @@ def sorted_with_untraced_key(x):
 def test_break_after_an_iterator_was_consumed_sees_it_unconsumed():
     # sorted() read d.items() before breaking; the call runs again in Python on all items
     run_and_compare(sorted_with_untraced_key, t(3), expected_breaks=1)
+
+
+def tuple_of_a_tuple_is_the_tuple(x, given):
+    t = (0, 1, 2, 3)
+    return x + 1, tuple(t) is t, tuple(given) is given, tuple([x, 2]), tuple(x.shape)
+
+
+def test_tuple_of_an_exact_tuple_is_the_same_object():
+    # CPython's tuple(t) returns t itself (test_tuple.test_constructors); a rebuilt copy is not
+    x = torch.randn(3)
+    run_and_compare(tuple_of_a_tuple_is_the_tuple, x, (x, 1), fullgraph=True)

@@ -377,6 +377,8 @@ class BuiltinVariable(VariableTracker):
         return RangeVariable(range(*[a.as_python_constant() for a in args]))
 
     def _call_tuple(self, tx, obj=None):
+        if isinstance(obj, (TupleVariable, ConstantVariable)) and obj.python_type() is tuple:
+            return obj  # tuple(t) is t
         return TupleVariable([] if obj is None else obj.unpack_var_sequence(tx))
 
     def _call_list(self, tx, obj=None):
