@@ -90,6 +90,18 @@ def _not_implemented(result):
     return result.is_python_constant() and result.as_python_constant() is NotImplemented
 
 
+def _object_ne(tx, obj, other):
+    """`object.__ne__(obj, other)`: the class's __eq__, inverted, or NotImplemented with it."""
+    eq = call_dunder(tx, obj, "__eq__", [other])
+    if eq is None:  # object.__eq__: True for the object itself, else NotImplemented
+        return ConstantVariable(False) if obj is other else ConstantVariable(NotImplemented)
+    if _not_implemented(eq):
+        return eq
+    if not eq.is_python_constant():
+        unimplemented(f"!= of a {obj.python_type().__name__}: __eq__ returned {eq}")
+    return ConstantVariable(not eq.as_python_constant())
+
+
 def user_binary_op(tx, fn, a, b):
     """`a <op> b` with a user object on either side (Note [Objects: operator protocol]), or
     None when neither side defines the operator."""
@@ -110,7 +122,10 @@ def user_binary_op(tx, fn, a, b):
         unimplemented(f"{fwd} between {ta.__name__} and its subclass {tb.__name__}")
     for obj, other, name in ((a, b, fwd), (b, a, rev)):
         if is_user_object(obj):
-            result = call_dunder(tx, obj, name, [other])
+            if name == "__ne__" and user_method(obj, "__ne__") is None:
+                result = _object_ne(tx, obj, other)
+            else:
+                result = call_dunder(tx, obj, name, [other])
             if result is not None and not _not_implemented(result):
                 return result
     if fn in (operator.eq, operator.ne):
@@ -118,18 +133,14 @@ def user_binary_op(tx, fn, a, b):
             if is_user_object(obj) and _builtin_base_compares(obj.python_type()):
                 # (dict.__eq__(d, counter) compares the items: not object's identity)
                 unimplemented(f"{fwd} of a {obj.python_type().__name__} falls to its C base's")
-    if fn is operator.ne and (is_user_object(a) or is_user_object(b)):
-        eq = user_binary_op(tx, operator.eq, a, b)  # object.__ne__ inverts __eq__
-        if not eq.is_python_constant():
-            unimplemented(f"!= of a {ta.__name__}: __eq__ returned {eq}")
-        return ConstantVariable(not eq.as_python_constant())
-    if fn is operator.eq and (is_user_object(a) or is_user_object(b)):
+    if fn in (operator.eq, operator.ne) and (is_user_object(a) or is_user_object(b)):
         from kiln.frontend.variables.operators import compare_vars
         from kiln.frontend.variables.user_defined import NewObjectVariable
 
+        same = operator.is_ if fn is operator.eq else operator.is_not  # NotImplemented both ways
         if isinstance(a, NewObjectVariable) or isinstance(b, NewObjectVariable):
-            return ConstantVariable(a is b)  # (an object made while tracing is itself only)
-        return compare_vars(tx, operator.is_, a, b)  # object's identity equality (guarded)
+            return ConstantVariable(same(a, b))  # (an object made while tracing is itself only)
+        return compare_vars(tx, same, a, b)  # identity (guarded)
     if _number_declines(a, b):
         ta, tb = ta.__name__, tb.__name__
         if fn in _COMPARE_DUNDERS:

@@ -217,3 +217,43 @@ def set_operators_with_non_sets(x, s, d):
 
 def test_set_operators_with_non_sets():
     run_and_compare(set_operators_with_non_sets, torch.ones(2), {1, 2, 3}, {1: 2}, fullgraph=True)
+
+
+CALLS = []
+
+
+class EqDeclines:
+    """Inherits object.__ne__, which runs this __eq__ and declines with it."""
+
+    def __eq__(self, other):
+        CALLS.append("EqDeclines.__eq__")
+        return NotImplemented
+
+
+class BothDecline:
+    def __eq__(self, other):
+        CALLS.append("BothDecline.__eq__")
+        return NotImplemented
+
+    def __ne__(self, other):
+        CALLS.append("BothDecline.__ne__")
+        return NotImplemented
+
+
+class EqAnswers:
+    def __eq__(self, other):
+        CALLS.append("EqAnswers.__eq__")
+        return isinstance(other, EqAnswers)
+
+
+def not_equal_order(x):
+    CALLS.clear()
+    a, b, c = EqDeclines(), BothDecline(), EqAnswers()
+    results = [a != b, b != a, c != a, a != c, c != EqAnswers(), a != a]
+    return x + 1, results, list(CALLS)
+
+
+def test_not_equal_runs_object_ne_then_the_reflected_ne():
+    # object.__ne__ calls the class's own __eq__ (and declines with it) before the other side's
+    # __ne__ is tried; both declining falls back to identity (CPython's test_ne_high_priority)
+    run_and_compare(not_equal_order, torch.randn(2), fullgraph=True)
