@@ -30,6 +30,7 @@ from kiln.frontend.resume import (
     origin,
     run_resume,
 )
+from kiln.frontend.side_effects import pin_state_reads
 from kiln.frontend.translator import decode as decode_indexed
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.ctx_managers import WithExitVariable
@@ -411,6 +412,7 @@ class _BreakCodegen:
         pin += [self.locals[n] for n in self.live] + [self.locals.get(n) for n in code.co_cellvars]
         check_freed_generators(output, [v for v in pin if v is not None])
         output.side_effects.codegen(body, pin=[v for v in pin if v is not None])
+        pin_state_reads(body, pin)  # Note [Graph breaks: values read before the instruction]
         for name in code.co_cellvars:
             # cell variables were traced symbolically: put their values in the real cells, which
             # the resume function shares

@@ -24,7 +24,7 @@ from typing import NamedTuple
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.source import GetItemSource, advance_iter
+from kiln.frontend.source import GetItemSource, LocalSource, advance_iter
 from kiln.frontend.variables.dict_keys import is_stand_in, key_var
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import BaseListVariable, DequeVariable
@@ -367,6 +367,26 @@ def _advance(cg, it, n):
         + emit.call(2)
         + emit.pop_top()
     )
+
+
+def pin_state_reads(cg, values):
+    """Load now the values whose rebuilding reads state other than the frame's own locals.
+
+    Note [Graph breaks: values read before the instruction]
+    At a break the transformed code runs the instruction in Python, then hands the live locals
+    to the resume function. A local traced from a source (`orig = sys.stdout`, `w = self.w`) is
+    rebuilt by reading that source; read after the instruction, it would see what the
+    instruction did (`with redirect_stdout(f)` sets sys.stdout: orig became f). So each such
+    value is loaded into a temporary before the instruction; a plain local of the frame (its own
+    name, not a cell) cannot change under the instruction and is read where it is needed.
+    """
+    for var in values:
+        if var is None or not _reads_state(var):
+            continue
+        source = var.source
+        if isinstance(source, LocalSource) and not source.is_cell:
+            continue
+        cg.pin(var)
 
 
 def _reads_state(var, seen=None):

@@ -321,3 +321,50 @@ def test_object_rebuilt_for_both_ways_out_of_a_loop():
 
     kiln.reset()
     assert kiln.compile(fn, backend="eager")() == fn()
+
+
+class _Settings:
+    stack = None
+
+
+SETTINGS = _Settings()
+
+
+@torch.compiler.disable
+def _push_level():
+    SETTINGS.stack = [*SETTINGS.stack, len(SETTINGS.stack)]
+
+
+def attribute_read_then_a_break_that_changes_it(x):
+    old = SETTINGS.stack
+    _push_level()  # a break: Python runs the call, which changes what `old` was read from
+    return x + len(old), old, SETTINGS.stack
+
+
+def test_local_read_from_state_keeps_its_value_across_the_break():
+    # Note [Graph breaks: values read before the instruction]
+    x = torch.randn(3)
+    SETTINGS.stack = [0]
+    expected = attribute_read_then_a_break_that_changes_it(x)
+    SETTINGS.stack = [0]
+    got = kiln.compile(attribute_read_then_a_break_that_changes_it, backend="eager")(x)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1:] == expected[1:] == ([0], [0, 1])
+
+
+def stdout_swapped_in_a_with_block():
+    import contextlib
+    import io
+    import sys
+
+    f = io.StringIO()
+    orig = sys.stdout
+    with contextlib.redirect_stdout(f):
+        print("inside", file=sys.stdout)
+    return sys.stdout is orig, f.getvalue()
+
+
+def test_stream_read_before_redirect_stdout_is_the_original():
+    # CPython's test_contextlib TestRedirectStdout: `orig` is read before the with block swaps
+    expected = stdout_swapped_in_a_with_block()
+    assert kiln.compile(stdout_swapped_in_a_with_block, backend="eager")() == expected
