@@ -62,6 +62,21 @@ def is_local_class(cls):
 _RECIPES = weakref.WeakKeyDictionary()  # local class -> (body function, name, bases)
 
 
+def local_owner(fn):
+    """The class made in the frame whose body defined the function `fn`, or None."""
+    for cls in list(_RECIPES.keys()):
+        if vars(cls).get(fn.__name__) is fn:
+            return cls
+    return None
+
+
+def load_class_function(cg, cls, name):
+    """Push `vars(cls)[name]` of a local class as the transformed code builds it: the function
+    its body makes at run time (its `__class__` cell and free variables are the run's own)."""
+    load_class(cg, cls)
+    cg.extend(emit.load_attr("__dict__") + emit.load_const(name) + emit.binary_subscr())
+
+
 def load_class(cg, cls):
     """Push `cls` in the transformed code: a local class is built again by its class statement
     (Note [Classes: local classes]), once per transformed code."""

@@ -124,8 +124,14 @@ class UserMethodVariable(UserFunctionVariable):
         return super().var_getattr(tx, name)
 
     def reconstruct(self, cg):
+        from kiln.frontend.variables.classes import load_class_function, local_owner
+
         cg.load_object(types.MethodType, push_null=True)
-        cg.load_object(cg.callee(self.fn) if cg.compile_callees else self.fn)
+        owner = local_owner(self.fn)
+        if owner is not None:  # a method of a class made in the frame: the run's own function
+            load_class_function(cg, owner, self.fn.__name__)
+        else:
+            cg.load_object(cg.callee(self.fn) if cg.compile_callees else self.fn)
         compile_callees, cg.compile_callees = cg.compile_callees, False
         cg.reconstruct(self.obj)  # the object itself (a module: not its compiled forward)
         cg.compile_callees = compile_callees

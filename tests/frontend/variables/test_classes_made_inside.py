@@ -81,3 +81,24 @@ def attribute_sizes(x):
 
 def test_rebuilt_objects_share_their_class_keys():
     same_as_eager(attribute_sizes, torch.ones(2))
+
+
+def super_call_that_breaks_in_a_local_class(x):
+    marker = object()  # a free variable of the class body: the class is made in Python
+
+    class Base:
+        def method(self, t):
+            return t + 1, marker
+
+    class Child(Base):
+        def method(self, t, /):
+            return super().method(t)  # breaks inside: Child.method runs as the run's function
+
+    out, got = Child().method(x)
+    return out, got is marker
+
+
+def test_method_of_a_local_class_is_the_runs_own_at_a_break():
+    # the method a break hands to Python is the one the run's class statement made: its
+    # __class__ cell (zero-argument super) and free variables are the run's, not the trace's
+    same_as_eager(super_call_that_breaks_in_a_local_class, torch.randn(3))
