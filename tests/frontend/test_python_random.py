@@ -1,0 +1,118 @@
+"""Python `random` / `np.random` calls in compiled frames: results and RNG state as in eager.
+
+kiln does not trace these calls (torch.compile turns them into graph inputs drawn at run time);
+they break the graph and run eagerly, so the draws and the generator state after the call must
+match eager exactly. Under fullgraph the call is refused with a reason, never guessed.
+"""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import kiln
+from kiln.exc import Unsupported
+from tests.frontend.frontend_helpers import assert_same
+
+
+def _eager_and_compiled(fn, args, seed):
+    """fn run eagerly and compiled from the same seed: both results and both RNG states."""
+    kiln.reset()
+    compiled = kiln.compile(fn)
+    random.seed(seed)
+    np.random.seed(seed)
+    expected = fn(*args)
+    expected_state = (random.getstate(), np.random.get_state()[1].tolist())
+    random.seed(seed)
+    np.random.seed(seed)
+    got = compiled(*args)
+    got_state = (random.getstate(), np.random.get_state()[1].tolist())
+    return expected, got, expected_state, got_state
+
+
+def test_random_int_scales_a_tensor():
+    def fn(n):
+        torch.manual_seed(7)
+        return torch.rand(n, 2) * random.randint(3, 90)
+
+    for seed in (0, 1, 2):
+        expected, got, es, gs = _eager_and_compiled(fn, (3,), seed)
+        assert_same(expected, got)
+        assert es == gs
+
+
+def test_random_draws_around_a_graph_break():
+    def fn(x):
+        first = random.random()
+        y = x * random.uniform(2.0, 5.0)
+        y.sum().item()
+        second = random.randrange(1, 40)
+        return y + first, second
+
+    x = torch.arange(6.0).reshape(2, 3)
+    expected, got, es, gs = _eager_and_compiled(fn, (x,), 11)
+    assert_same(expected, got)
+    assert es == gs
+
+
+def test_random_sizes_for_a_factory():
+    def fn(x):
+        a = random.randrange(0, 4)
+        b = random.randrange(0, 4)
+        return x - 1, torch.zeros(a, b, 2)
+
+    for seed in (3, 4, 5):
+        expected, got, es, gs = _eager_and_compiled(fn, (torch.ones(3),), seed)
+        assert_same(expected, got)
+        assert es == gs
+
+
+def test_loop_until_random_values_differ():
+    def fn(x):
+        first = random.randrange(0, 3)
+        other = first
+        while other == first:
+            other = random.randrange(0, 3)
+        return x + other
+
+    for seed in (1, 10, 23):
+        expected, got, es, gs = _eager_and_compiled(fn, (torch.ones(2),), seed)
+        assert_same(expected, got)
+        assert es == gs
+
+
+def test_numpy_random_before_a_tensor():
+    def fn(x):
+        noise = np.random.uniform(-1.0, 1.0, size=(3,))
+        return x + torch.from_numpy(noise)
+
+    expected, got, es, gs = _eager_and_compiled(fn, (torch.zeros(3, dtype=torch.float64),), 5)
+    assert_same(expected, got)
+    assert es == gs
+
+
+def test_each_call_draws_again():
+    def fn(x):
+        return (x + 1) * random.uniform(0.0, 1.0)
+
+    kiln.reset()
+    compiled = kiln.compile(fn)
+    random.seed(2)
+    expected = [fn(torch.ones(2)) for _ in range(4)]
+    random.seed(2)
+    got = [compiled(torch.ones(2)) for _ in range(4)]
+    for e, g in zip(expected, got):
+        assert_same(e, g)
+    assert not torch.equal(got[0], got[1])
+
+
+def test_fullgraph_refuses_python_random():
+    def fn(x):
+        return x * random.random()
+
+    kiln.reset()
+    state = random.getstate()
+    with pytest.raises(Unsupported):
+        kiln.compile(fn, fullgraph=True)(torch.ones(2))
+    random.setstate(state)
