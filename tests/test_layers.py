@@ -83,16 +83,24 @@ frontend.variables.constant -> frontend.variables.exceptions
 frontend.variables.constant -> frontend.variables.misc
     cycle: methods of constants (str.format ...) are misc's ConstantMethodVariable, which returns
     constants
+frontend.variables.dict_objects -> frontend.variables.builtin
+    cycle: dict-subclass __init__ of an iterable builds the dict with builtins' dict(); builtins
+    call dict-subclass methods
 frontend.variables.exceptions -> frontend.variables.functions
     cycle: user exception classes' methods are inlined; functions raise exception variables
 frontend.variables.exceptions -> frontend.variables.lists
     cycle: exception .args is a tuple variable; tuples raise IndexError variables
+frontend.variables.functions -> frontend.variables.classes
+    cycle: a method of a class made in the frame is rebuilt from that class; classes hold
+    function variables of their bodies
 frontend.variables.functions -> frontend.variables.autograd_function
     cycle: calling an autograd.Function's apply; its forward/backward are function variables
 frontend.variables.lists -> frontend.variables.builtin
     cycle: sorting sequences uses the builtins' sort; builtins build lists
 frontend.variables.lists -> frontend.variables.operators
     cycle: comparing sequences compares their items; operators build lists (`a + b`)
+frontend.variables.lists -> frontend.variables.sets
+    cycle: an iterator over a set checks its size; sets build on BaseListVariable
 frontend.variables.lists -> frontend.variables.dicts
     cycle: dict(...) of a list of pairs, list of dict items; dicts build lists
 frontend.variables.misc -> frontend.variables.dicts
@@ -114,6 +122,9 @@ frontend.variables.torch -> frontend.variables.resize
 frontend.variables.stdlib -> frontend.variables.functions
     cycle: library helpers modelled as Python (Counter's C counting loop) are inlined; functions
     call stdlib's models
+frontend.variables.user_attrs -> frontend.variables.dict_objects
+    cycle: object.__setattr__ on a dict-subclass object is its dict method; dict objects read
+    user attributes
 frontend.variables.user_attrs -> frontend.variables.functions
     cycle: user __getattr__/__setattr__ are inlined; functions read user attributes
 frontend.variables.user_attrs -> frontend.variables.user_defined
