@@ -268,11 +268,20 @@ class ListVariable(BaseListVariable):
         return super().call_method(tx, name, args, kwargs)
 
 
+# the iterator class of a sequence variable's class (deque_iters registers the deque's)
+ITERATORS = {}
+
+
 class DequeVariable(ListVariable):
     """A collections.deque: its items (a list-like traced value) and maxlen. Mutations are
     replayed after the graph as `d.clear(); d.extend(items)` (SideEffects.codegen); a deque made
-    while tracing is rebuilt as `deque(items, maxlen)`. (Python raises when a deque changes
-    while it is iterated; the trace iterates over the items as they were.)"""
+    while tracing is rebuilt as `deque(items, maxlen)`. `state` counts the changes its iterators
+    check (Note [Deques: iterators])."""
+
+    state = 0
+
+    def iter_var(self, tx, reverse=False):
+        return ITERATORS[DequeVariable](self, reverse)
 
     def __init__(self, items, maxlen=None, **kw):
         super().__init__(items, **kw)
@@ -308,7 +317,9 @@ class DequeVariable(ListVariable):
         if kwargs:
             unimplemented(f"deque.{name} with keyword arguments")
         if name in ("append", "extend"):
+            before = len(self.items)
             super().call_method(tx, name, args, kwargs)
+            self.state += len(self.items) > before  # (one or more items added)
             self._bound(left=False)
             return ConstantVariable(None)
         if name in ("appendleft", "extendleft") and len(args) == 1:
@@ -317,11 +328,13 @@ class DequeVariable(ListVariable):
                 new = [args[0]]
             elif getattr(args[0], "steps_lazily", False):  # a generator: one item at a time
                 while (item := args[0].next_item(tx)) is not None:
+                    self.state += 1
                     self.items.insert(0, item)
                     self._bound(left=True)
                 return ConstantVariable(None)
             else:
                 new = items_for_growing(tx, args[0], self, "deque.extendleft")
+            self.state += bool(new)
             self.items[:0] = list(reversed(new))
             self._bound(left=True)
             return ConstantVariable(None)
@@ -329,10 +342,15 @@ class DequeVariable(ListVariable):
             if not self.items:
                 raise_observed(tx, IndexError, "pop from an empty deque")
             self._mutate(tx)
+            self.state += 1
             return self.items.pop(0 if name == "popleft" else -1)
+        if name == "clear" and not args:
+            self.state += bool(self.items)
+            return super().call_method(tx, name, args, kwargs)
         if name == "rotate" and len(args) <= 1:
             self._mutate(tx)
             n = args[0].as_python_constant() if args else 1
+            self.state += len(self.items) > 1
             if self.items:
                 n %= len(self.items)
                 self.items[:] = self.items[-n:] + self.items[:-n] if n else self.items
