@@ -106,7 +106,10 @@ _COUNTED = [lambda d: d.append(9), lambda d: d.popleft(), lambda d: d.rotate(0),
 _NOT_COUNTED = [lambda d: d.__setitem__(1, 7), lambda d: d.reverse(), lambda d: d.extend([])]
 
 
-@pytest.mark.parametrize("op", _COUNTED + _NOT_COUNTED)
+_IDS = ["append", "popleft", "rotate0", "del", "imul2", "setitem", "reverse", "extend_nothing"]
+
+
+@pytest.mark.parametrize("op", _COUNTED + _NOT_COUNTED, ids=_IDS)
 def test_deque_iterator_sees_changes_as_python(op):
     run_and_compare(_mutate_while_iterating(op), torch.randn(3), expected_breaks=0)
 
