@@ -15,7 +15,7 @@ from kiln.frontend.source import (
     dict_get,
     is_builtin_class,
 )
-from kiln.frontend.variables import dict_subclass
+from kiln.frontend.variables import dict_subclass, lists
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable, hashable_key, key_and_default
@@ -100,8 +100,10 @@ class DictMethodVariable(VariableTracker):
             return ConstantVariable(None)
         if name == "__getattribute__" and len(args) == 1:
             return obj.var_getattr(tx, _const_key(args[0]))
-        if name == "__iter__" and not args:
-            return ListIteratorVariable([ConstantVariable(k) for k in obj.dict_items])
+        if name == "__iter__" and not args:  # (it raises as Python's when the object changes size)
+            keys = [ConstantVariable(k) for k in obj.dict_items]
+            ordered = self.owner is collections.OrderedDict
+            return ListIteratorVariable.over_dict(_LiveItems(obj, ordered), keys, view=False)
         if obj.dict_items is not None:
             result = dict_subclass.operator_method(tx, obj, name, args, kwargs)
             if result is not None:
@@ -147,6 +149,19 @@ class DictMethodVariable(VariableTracker):
         if self.name == "__delitem__":
             return ConstantVariable(None)
         return result
+
+
+class _LiveItems:
+    """The items of a dict-subclass object made while tracing as they are now (what an iterator
+    over them watches), and the C class whose iterator it is."""
+
+    def __init__(self, obj, ordered):
+        self.obj = obj
+        self.user_cls = collections.OrderedDict if ordered else dict
+
+    @property
+    def items(self):
+        return self.obj.dict_items
 
 
 def _storage_var(obj):
@@ -260,3 +275,14 @@ def _builtin_class_tuple(var):
             return None
         key.append(value)
     return tuple(key)
+
+
+def _dict_object_iter(tx, obj):
+    """iter(obj) of a dict-subclass object made while tracing whose class keeps the C __iter__
+    (it watches the object's size), or None."""
+    if dict_subclass.c_owner(obj.python_type(), "__iter__") is None:
+        return None
+    return DictMethodVariable(obj, "__iter__").call_function(tx, [], {})
+
+
+lists.ITERATORS["dict object"] = _dict_object_iter

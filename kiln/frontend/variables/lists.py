@@ -268,7 +268,8 @@ class ListVariable(BaseListVariable):
         return super().call_method(tx, name, args, kwargs)
 
 
-# the iterator class of a sequence variable's class (deque_iters registers the deque's)
+# iterator makers registered by the modules that know them: the deque's (deque_iters), a
+# dict-subclass object's (dict_objects)
 ITERATORS = {}
 
 
@@ -502,8 +503,12 @@ class ListIteratorVariable(VariableTracker):
             return obj
         if type(obj) is ListVariable:
             return cls.over_list(obj)
-        if hasattr(obj, "iter_var"):  # a dict view (Note [Dicts: views])
+        if hasattr(obj, "iter_var"):  # a dict view (Note [Dicts: views]), a deque
             return obj.iter_var(tx)
+        if getattr(obj, "dict_items", None) is not None:  # a dict-subclass object made here
+            it = ITERATORS["dict object"](tx, obj)
+            if it is not None:
+                return it
         if type(obj).__name__ == "ConstDictVariable":
             return cls.over_dict(obj, obj.unpack_var_sequence(tx), view=False)
         if isinstance(obj, ConstantVariable) and type(obj.value) in _NOT_ITERABLE:
@@ -520,7 +525,12 @@ class ListIteratorVariable(VariableTracker):
         """An iterator over a dict (or its keys/values/items view) that raises as Python's does
         when the dict changes size while it is iterated."""
         it = cls(items)
-        it.watched = (d, len(d.items), "dictionary changed size during iteration")
+        if issubclass(getattr(d, "user_cls", dict), collections.OrderedDict):
+            # an OrderedDict's iterator raises once, then ends (a dict's and a set's go on raising)
+            it.watched = (d, len(d.items), "OrderedDict mutated during iteration")
+            it.sticky = False
+        else:
+            it.watched = (d, len(d.items), "dictionary changed size during iteration")
         it.view = view
         return it
 
@@ -530,6 +540,7 @@ class ListIteratorVariable(VariableTracker):
     end_error = None  # zip(strict=True) of unequal lengths: its ValueError at the end
     watched = None  # (dict or set, its size, Python's error when the size changes)
     failed = False  # raised one of those errors
+    sticky = True  # every next() raises it again once raised (a dict's, a set's iterator)
 
     kind = None  # the itertools class the iterator stands for (Note [Iterators: itertools kinds])
 
@@ -538,7 +549,7 @@ class ListIteratorVariable(VariableTracker):
 
     def next_item(self, tx=None):
         """The next item, or None when exhausted."""
-        if self.watched is not None and not self.failed:
+        if self.watched is not None and (not self.failed or self.sticky):
             message = self.watched[2]
             if self._size_changed():
                 if self.view and self.index == 0:  # Python would iterate the dict as it is now

@@ -8,6 +8,8 @@ import pytest
 import torch
 from frontend_helpers import run_and_compare
 
+import kiln
+
 
 def _add_keeps_left_maxlen(x):
     left = deque([x, x + 1, x + 2, x + 3], maxlen=3)
@@ -136,3 +138,19 @@ def _reversed_live(x):
 @pytest.mark.parametrize("fn", [_empty_then_append, _reversed_live])
 def test_deque_iterators_match_eager(fn):
     run_and_compare(fn, torch.randn(3), expected_breaks=0)
+
+
+def _set_first(d, x):
+    d[0] = x
+    d.reverse()
+    return len(d)
+
+
+def test_items_set_in_an_input_deque_keep_its_iterators():
+    # (replayed as d[i] = v: clear/extend would count as changes and break `it`)
+    compiled = kiln.compile(_set_first, backend="eager")
+    for _ in range(2):
+        d = deque([1, 2, 3])
+        it = iter(d)
+        assert compiled(d, 7) == 3
+        assert list(it) == [3, 2, 7]

@@ -88,3 +88,25 @@ def test_calling_with_a_dict_subclass_runs_none_of_its_methods():
         assert compiled(d, 1) == 3
         assert Counting.reads == 0
         assert list(dict.items(d)) == [("a", 1), ("b", 2), ("k", 1)]
+
+
+def _iterate_after_delete(kind):
+    def fn(x):
+        d = kind.fromkeys("abc")
+        it = iter(d)
+        del d[next(it)]
+        out = []
+        for _ in range(2):
+            try:
+                out.append(next(it))
+            except (RuntimeError, StopIteration) as e:
+                out.append(repr(e))
+        return out, x + 1
+
+    return fn
+
+
+@pytest.mark.parametrize("kind", [collections.OrderedDict, Sub, dict], ids=lambda k: k.__name__)
+def test_iterator_after_a_delete_raises_as_python(kind):
+    # an OrderedDict's raises once then ends; a dict's raises again
+    run_and_compare(_iterate_after_delete(kind), torch.randn(3), expected_breaks=0)
