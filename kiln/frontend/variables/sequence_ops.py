@@ -69,7 +69,7 @@ def _count(var):
 def _own_op(var, dunder):
     """Whether var's class has its own `dunder` (not its builtin kind's; torch.Size's is known)."""
     t = var.python_type()
-    return t is not torch.Size and getattr(t, dunder, None) is not getattr(_kind(var), dunder)
+    return t is not torch.Size and getattr(t, dunder, None) is not getattr(_kind(var), dunder, None)
 
 
 def sequence_op(tx, fn, a, b):
