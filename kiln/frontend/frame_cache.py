@@ -215,7 +215,13 @@ class FrameCache:
 
         for v in (*args, *kwargs.values()):
             t = type(v)  # (not isinstance: a proxy's __class__ would run its code)
-            items = v.values() if issubclass(t, dict) else v if issubclass(t, list | tuple) else [v]
+            # (the C methods: a subclass's own values() / __iter__ is user code, run once per call)
+            if issubclass(t, dict):
+                items = dict.values(v)
+            elif issubclass(t, list | tuple):
+                items = (list if issubclass(t, list) else tuple).__iter__(v)
+            else:
+                items = [v]
             if any(marked(i) for i in items):
                 return True
         return False

@@ -309,6 +309,14 @@ class SideEffects:
                 var = payload
                 new = _to_temp(cg, lambda var=var: _build_list(cg, var.items))
                 xs = _to_temp(cg, lambda var=var: var.source.reconstruct(cg))
+                if isinstance(var, DequeVariable) and var.state == 0:
+                    # only items set (d[i] = v, reverse()): stored one by one, as a change that
+                    # clear/extend would count breaks the deque's iterators (Note [Deques:
+                    # iterators])
+                    f = _to_temp(cg, lambda: cg.load_object(store_deque_items))
+                    code = emit.with_null(emit.load_fast(f)) + emit.load_fast(xs)
+                    stores.append(code + emit.load_fast(new) + emit.call(2) + emit.pop_top())
+                    continue
                 if isinstance(var, DequeVariable):
                     # d.clear(); d.extend(new)  (the same maxlen: all of them fit)
                     stores.append(_calls(xs, (("clear", None), ("extend", new))))
@@ -353,6 +361,12 @@ class SideEffects:
                     cg.pin(var)
         for code in stores:
             cg.extend(code)
+
+
+def store_deque_items(d, items):
+    """`d[i] = items[i]` for each i: a deque's items set in place (its length unchanged)."""
+    for i, item in enumerate(items):
+        d[i] = item
 
 
 def _advance(cg, it, n):

@@ -13,7 +13,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.variables.builtin import getitem
 from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable, dict_key
-from kiln.frontend.variables.lists import ListVariable, TupleVariable, unpack_error
+from kiln.frontend.variables.lists import DequeVariable, ListVariable, TupleVariable, unpack_error
 from kiln.frontend.variables.operators import binary_op, compare_vars, contains, unary_op
 from kiln.frontend.variables.sets import SetVariable, _set_item
 from kiln.frontend.variables.sym import build_slice
@@ -87,11 +87,15 @@ class ValueOpsMixin:
         obj = self.pop()
         if isinstance(obj, ListVariable) and index.is_python_constant():
             i = index.as_python_constant()
+            if isinstance(obj, DequeVariable) and not isinstance(i, int):
+                unimplemented(f"del deque[{i!r}] (TypeError in Python)")
             obj._mutate(self)
             try:
                 del obj.items[i]
             except (IndexError, TypeError) as e:
                 unimplemented(f"del list[{i!r}] raised {type(e).__name__}")
+            if isinstance(obj, DequeVariable):
+                obj.state += 1  # Note [Deques: iterators]
             return
         if isinstance(obj, ConstDictVariable):
             obj.call_method(self, "pop", [index], {})

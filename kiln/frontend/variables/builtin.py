@@ -15,6 +15,7 @@ import torch
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import (
+    deque_iters,  # noqa: F401 (registers the deque's iterators)
     dicts,
     misc,
     optim,
@@ -30,6 +31,7 @@ from kiln.frontend.variables.exceptions import ExceptionVariable, raise_observed
 from kiln.frontend.variables.functions import BaseFunctionVariable, PartialVariable
 from kiln.frontend.variables.lists import (
     BaseListVariable,
+    DequeVariable,
     ListIteratorVariable,
     ListVariable,
     RangeVariable,
@@ -507,6 +509,8 @@ class BuiltinVariable(VariableTracker):
     def _call_reversed(self, tx, obj):
         if type(obj) is ListVariable:  # Note [Iterators: reversed lists]
             return ReversedListIteratorVariable(obj)
+        if isinstance(obj, DequeVariable):  # Note [Deques: iterators]
+            return obj.iter_var(tx, reverse=True)
         return ListIteratorVariable(list(reversed(obj.unpack_var_sequence(tx))))
 
     def _fold_or_reduce(self, tx, fn, args):

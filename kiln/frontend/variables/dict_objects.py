@@ -1,6 +1,7 @@
 """Objects made while tracing that keep dict items: dict-subclass methods, `obj.__dict__`, guarded
 reads of a dict subclass given to the frame, and `os.environ` reads."""
 
+import collections
 import os
 
 from kiln.bytecode import emit
@@ -14,10 +15,10 @@ from kiln.frontend.source import (
     dict_get,
     is_builtin_class,
 )
-from kiln.frontend.variables import dict_subclass
+from kiln.frontend.variables import dict_subclass, lists
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
-from kiln.frontend.variables.dicts import ConstDictVariable, hashable_key
+from kiln.frontend.variables.dicts import ConstDictVariable, hashable_key, key_and_default
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable
 
 _ABSENT = object()
@@ -67,14 +68,24 @@ _DICT_WRITES = (
 )
 
 
+# Note [Dicts: OrderedDict's methods]
+# A C method called on a dict-subclass instance made while tracing is dict's or OrderedDict's,
+# whichever the class (or super()) finds first. OrderedDict's run on the items as an ordered
+# dict: `popitem(last=False)`, `move_to_end`, and `setdefault` / `pop` taking `key` and `default`
+# by name too; dict's take no keywords (the TypeError Python raises). OrderedDict.copy of a
+# subclass instance makes `type(self)()` and fills it through the class's __setitem__: a break.
+
+
 class DictMethodVariable(VariableTracker):
     """A C method of dict/OrderedDict (or object.__setattr__) on an object made while tracing,
     run on its symbolic items: `out.keys()`, `super().__setitem__(k, v)` in a dict subclass."""
 
-    def __init__(self, obj, name, **kw):
+    def __init__(self, obj, name, owner=None, **kw):
         super().__init__(**kw)
         self.obj = obj
         self.name = name
+        # the C class whose method this is (super() names it; else the object's class finds it)
+        self.owner = owner or dict_subclass.c_owner(obj.python_type(), name) or dict
 
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__"):  # (unittest's assertRaises names the callable)
@@ -89,15 +100,23 @@ class DictMethodVariable(VariableTracker):
             return ConstantVariable(None)
         if name == "__getattribute__" and len(args) == 1:
             return obj.var_getattr(tx, _const_key(args[0]))
-        if name == "__iter__" and not args:
-            return ListIteratorVariable([ConstantVariable(k) for k in obj.dict_items])
+        if name == "__iter__" and not args:  # (it raises as Python's when the object changes size)
+            keys = [ConstantVariable(k) for k in obj.dict_items]
+            ordered = self.owner is collections.OrderedDict
+            return ListIteratorVariable.over_dict(_LiveItems(obj, ordered), keys, view=False)
         if obj.dict_items is not None:
             result = dict_subclass.operator_method(tx, obj, name, args, kwargs)
             if result is not None:
                 return result
-        if obj.dict_items is None or name not in _DICT_READS + _DICT_WRITES:
+        ordered = self.owner is collections.OrderedDict  # Note [Dicts: OrderedDict's methods]
+        if ordered and name == "copy":
+            kind = obj.python_type().__name__
+            unimplemented(f"OrderedDict.copy of a {kind}: type(self)() filled by its __setitem__")
+        allowed = _DICT_READS + _DICT_WRITES + (("move_to_end",) if ordered else ())
+        if obj.dict_items is None or name not in allowed:
             unimplemented(f"{name} of {obj}")
         view = _storage_var(obj)
+        view.user_cls = collections.OrderedDict if ordered else dict
         if name == "__init__":
             name = "update"
             if not args and not kwargs:
@@ -112,19 +131,37 @@ class DictMethodVariable(VariableTracker):
                 args = [BuiltinVariable(dict).call_function(tx, [args[0]], {})]
         elif name == "__delitem__":
             name = "pop"
-        elif name == "setdefault" and 1 <= len(args) <= 2 and not kwargs:
+        elif name in ("setdefault", "pop") and kwargs and ordered:
+            bound = key_and_default(args, kwargs)  # OrderedDict's take them by name too
+            if bound is None:
+                unimplemented(f"OrderedDict.{name} with these arguments")
+            args, kwargs = bound, {}
+        if name == "setdefault" and 1 <= len(args) <= 2 and not kwargs:
             key = hashable_key(_const_key(args[0]))
             if key not in obj.dict_items:
                 tx.output.side_effects.mutate_new_object(obj)
                 obj.dict_items[key] = args[1] if len(args) > 1 else ConstantVariable(None)
             return obj.dict_items[key]
-        if name in _DICT_WRITES or name == "pop":
+        if name in _DICT_WRITES or name == "move_to_end":
             tx.output.side_effects.mutate_new_object(obj)
         result = view.call_method(tx, name, args, kwargs)
         obj.dict_items = view.items
         if self.name == "__delitem__":
             return ConstantVariable(None)
         return result
+
+
+class _LiveItems:
+    """The items of a dict-subclass object made while tracing as they are now (what an iterator
+    over them watches), and the C class whose iterator it is."""
+
+    def __init__(self, obj, ordered):
+        self.obj = obj
+        self.user_cls = collections.OrderedDict if ordered else dict
+
+    @property
+    def items(self):
+        return self.obj.dict_items
 
 
 def _storage_var(obj):
@@ -148,10 +185,12 @@ class EnvironReadVariable(VariableTracker):
     """`os.environ.get(k)` / `os.environ[k]` / `k in os.environ` for a constant key: read while
     tracing, guarded by the value (a changed variable recompiles). Writes run in Python."""
 
-    def __init__(self, obj, name, **kw):
+    def __init__(self, obj, name, owner=None, **kw):
         super().__init__(**kw)
         self.obj = obj
         self.name = name
+        # the C class whose method this is (super() names it; else the object's class finds it)
+        self.owner = owner or dict_subclass.c_owner(obj.python_type(), name) or dict
 
     def call_function(self, tx, args, kwargs):
         if kwargs or not args or len(args) > 2 or not args[0].is_python_constant():
@@ -176,10 +215,12 @@ class EnvironReadVariable(VariableTracker):
 class DictReadVariable(VariableTracker):
     """`super().get` / `__getitem__` / `__contains__` of a dict-subclass object: a guarded read."""
 
-    def __init__(self, obj, name, **kw):
+    def __init__(self, obj, name, owner=None, **kw):
         super().__init__(**kw)
         self.obj = obj
         self.name = name
+        # the C class whose method this is (super() names it; else the object's class finds it)
+        self.owner = owner or dict_subclass.c_owner(obj.python_type(), name) or dict
 
     def call_function(self, tx, args, kwargs):
         if self.obj.source is None or kwargs or not args:
@@ -234,3 +275,14 @@ def _builtin_class_tuple(var):
             return None
         key.append(value)
     return tuple(key)
+
+
+def _dict_object_iter(tx, obj):
+    """iter(obj) of a dict-subclass object made while tracing whose class keeps the C __iter__
+    (it watches the object's size), or None."""
+    if dict_subclass.c_owner(obj.python_type(), "__iter__") is None:
+        return None
+    return DictMethodVariable(obj, "__iter__").call_function(tx, [], {})
+
+
+lists.ITERATORS["dict object"] = _dict_object_iter

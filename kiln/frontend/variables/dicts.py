@@ -30,6 +30,17 @@ def not_iterable(var):
     return False
 
 
+def key_and_default(args, kwargs):
+    """`key` and `default` given by position or name, as positions; None if they do not bind."""
+    bound = dict(zip(("key", "default"), args))
+    if len(args) > 2 or set(kwargs) - {"key", "default"} or set(kwargs) & set(bound):
+        return None
+    bound |= kwargs
+    if "key" not in bound:
+        return None
+    return [bound["key"]] + ([bound["default"]] if "default" in bound else [])
+
+
 def check_fromkeys_count(tx, args, kwargs):
     """fromkeys's TypeErrors for the number of its positional arguments, as CPython raises them."""
     if not kwargs and len(args) > 2:
@@ -143,6 +154,11 @@ class ConstDictVariable(VariableTracker):
             other = args[0] if args else None
             if not (name in ("__eq__", "__ne__") and _plain_dict_operand(other)):
                 self.check_order(f".{name}()")
+        if kwargs and name in ("setdefault", "pop") and self._ordered():
+            bound = key_and_default(args, kwargs)  # OrderedDict's take them by name too
+            if bound is None:
+                unimplemented(f"{self.user_cls.__name__}.{name} with these arguments")
+            args, kwargs = bound, {}
         return self._call_method(tx, name, args, kwargs)
 
     def call_dict_method(self, tx, name, args, kwargs):
@@ -179,6 +195,9 @@ class ConstDictVariable(VariableTracker):
         return result
 
     def _call_method(self, tx, name, args, kwargs):
+        if kwargs and name not in ("update", "popitem", "move_to_end"):
+            self._argument_error(tx, name, args, kwargs)  # (dict's methods take no keywords)
+            unimplemented(f"{self.user_cls.__name__}.{name} with keyword arguments")
         if name == "__getitem__" and len(args) == 1:
             key = self._key(args[0])
             if key not in self.items and self.default_factory is not None:

@@ -268,11 +268,21 @@ class ListVariable(BaseListVariable):
         return super().call_method(tx, name, args, kwargs)
 
 
+# iterator makers registered by the modules that know them: the deque's (deque_iters), a
+# dict-subclass object's (dict_objects)
+ITERATORS = {}
+
+
 class DequeVariable(ListVariable):
     """A collections.deque: its items (a list-like traced value) and maxlen. Mutations are
     replayed after the graph as `d.clear(); d.extend(items)` (SideEffects.codegen); a deque made
-    while tracing is rebuilt as `deque(items, maxlen)`. (Python raises when a deque changes
-    while it is iterated; the trace iterates over the items as they were.)"""
+    while tracing is rebuilt as `deque(items, maxlen)`. `state` counts the changes its iterators
+    check (Note [Deques: iterators])."""
+
+    state = 0
+
+    def iter_var(self, tx, reverse=False):
+        return ITERATORS[DequeVariable](self, reverse)
 
     def __init__(self, items, maxlen=None, **kw):
         super().__init__(items, **kw)
@@ -308,7 +318,9 @@ class DequeVariable(ListVariable):
         if kwargs:
             unimplemented(f"deque.{name} with keyword arguments")
         if name in ("append", "extend"):
+            before = len(self.items)
             super().call_method(tx, name, args, kwargs)
+            self.state += len(self.items) > before  # (one or more items added)
             self._bound(left=False)
             return ConstantVariable(None)
         if name in ("appendleft", "extendleft") and len(args) == 1:
@@ -317,11 +329,13 @@ class DequeVariable(ListVariable):
                 new = [args[0]]
             elif getattr(args[0], "steps_lazily", False):  # a generator: one item at a time
                 while (item := args[0].next_item(tx)) is not None:
+                    self.state += 1
                     self.items.insert(0, item)
                     self._bound(left=True)
                 return ConstantVariable(None)
             else:
                 new = items_for_growing(tx, args[0], self, "deque.extendleft")
+            self.state += bool(new)
             self.items[:0] = list(reversed(new))
             self._bound(left=True)
             return ConstantVariable(None)
@@ -329,10 +343,15 @@ class DequeVariable(ListVariable):
             if not self.items:
                 raise_observed(tx, IndexError, "pop from an empty deque")
             self._mutate(tx)
+            self.state += 1
             return self.items.pop(0 if name == "popleft" else -1)
+        if name == "clear" and not args:
+            self.state += bool(self.items)
+            return super().call_method(tx, name, args, kwargs)
         if name == "rotate" and len(args) <= 1:
             self._mutate(tx)
             n = args[0].as_python_constant() if args else 1
+            self.state += len(self.items) > 1
             if self.items:
                 n %= len(self.items)
                 self.items[:] = self.items[-n:] + self.items[:-n] if n else self.items
@@ -484,8 +503,12 @@ class ListIteratorVariable(VariableTracker):
             return obj
         if type(obj) is ListVariable:
             return cls.over_list(obj)
-        if hasattr(obj, "iter_var"):  # a dict view (Note [Dicts: views])
+        if hasattr(obj, "iter_var"):  # a dict view (Note [Dicts: views]), a deque
             return obj.iter_var(tx)
+        if getattr(obj, "dict_items", None) is not None:  # a dict-subclass object made here
+            it = ITERATORS["dict object"](tx, obj)
+            if it is not None:
+                return it
         if type(obj).__name__ == "ConstDictVariable":
             return cls.over_dict(obj, obj.unpack_var_sequence(tx), view=False)
         if isinstance(obj, ConstantVariable) and type(obj.value) in _NOT_ITERABLE:
@@ -502,7 +525,12 @@ class ListIteratorVariable(VariableTracker):
         """An iterator over a dict (or its keys/values/items view) that raises as Python's does
         when the dict changes size while it is iterated."""
         it = cls(items)
-        it.watched = (d, len(d.items), "dictionary changed size during iteration")
+        if issubclass(getattr(d, "user_cls", dict), collections.OrderedDict):
+            # an OrderedDict's iterator raises once, then ends (a dict's and a set's go on raising)
+            it.watched = (d, len(d.items), "OrderedDict mutated during iteration")
+            it.sticky = False
+        else:
+            it.watched = (d, len(d.items), "dictionary changed size during iteration")
         it.view = view
         return it
 
@@ -512,6 +540,7 @@ class ListIteratorVariable(VariableTracker):
     end_error = None  # zip(strict=True) of unequal lengths: its ValueError at the end
     watched = None  # (dict or set, its size, Python's error when the size changes)
     failed = False  # raised one of those errors
+    sticky = True  # every next() raises it again once raised (a dict's, a set's iterator)
 
     kind = None  # the itertools class the iterator stands for (Note [Iterators: itertools kinds])
 
@@ -520,7 +549,7 @@ class ListIteratorVariable(VariableTracker):
 
     def next_item(self, tx=None):
         """The next item, or None when exhausted."""
-        if self.watched is not None and not self.failed:
+        if self.watched is not None and (not self.failed or self.sticky):
             message = self.watched[2]
             if self._size_changed():
                 if self.view and self.index == 0:  # Python would iterate the dict as it is now

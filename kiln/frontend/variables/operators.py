@@ -12,6 +12,7 @@ from kiln.frontend.variables import (
     dict_views,
     dicts,
     numpy_vars,
+    sequence_ops,
     set_subclass,
     sym,
     unspec_float,
@@ -23,8 +24,6 @@ from kiln.frontend.variables.exceptions import ExceptionVariable, raise_observed
 from kiln.frontend.variables.lists import (
     BaseListVariable,
     ListVariable,
-    RangeVariable,
-    SizeVariable,
     TupleVariable,
 )
 from kiln.frontend.variables.misc import ObjectIdVariable
@@ -127,24 +126,10 @@ def binary_op(tx, fn, a, b):
         return result
     if fn in (operator.add, operator.iadd):  # `() + t + ()`: a constant tuple/list joins items
         a, b = _constant_sequence(a, b), _constant_sequence(b, a)
-    if fn in _SEQUENCE_OPS and isinstance(a, BaseListVariable):
-        if fn in (operator.add, operator.iadd) and isinstance(b, BaseListVariable):
-            if fn is operator.iadd and isinstance(a, ListVariable):
-                a._mutate(tx)
-                a.items.extend(b.items)
-                return a
-            cls = SizeVariable if isinstance(a, SizeVariable) else type(a)
-            if isinstance(a, RangeVariable):
-                unimplemented("range + sequence")
-            return cls(a.items + b.items)
-        if fn in (operator.mul, operator.imul) and isinstance(b, ConstantVariable):
-            return type(a)(a.items * b.value)
-    if (
-        fn in (operator.mul,)
-        and isinstance(b, BaseListVariable)
-        and isinstance(a, ConstantVariable)
-    ):
-        return type(b)(b.items * a.value)
+    if fn in _SEQUENCE_OPS and (isinstance(a, BaseListVariable) or isinstance(b, BaseListVariable)):
+        result = sequence_ops.sequence_op(tx, fn, a, b)  # Note [Sequences: + and *]
+        if result is not None:
+            return result
     if _all_const([a, b]):
         ca, cb = a.as_python_constant(), b.as_python_constant()
         if _foldable(ca) and _foldable(cb):

@@ -459,7 +459,7 @@ class SuperVariable(VariableTracker):
                     return DictReadVariable(self.obj, name)
                 if isinstance(self.obj, NewObjectVariable):
                     if klass in _DICT_BASES and self.obj.dict_items is not None:
-                        return DictMethodVariable(self.obj, name)
+                        return DictMethodVariable(self.obj, name, klass)
                     if klass is object and name in ("__setattr__", "__getattribute__"):
                         return DictMethodVariable(self.obj, name)
                 if klass is object and name == "__init__":
