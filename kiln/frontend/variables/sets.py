@@ -125,6 +125,8 @@ class SetVariable(VariableTracker):
             if self.frozen:
                 return self  # (a frozenset's copy is itself)
             return SetVariable(self.real if self.real is not None else self.values)  # (its order)
+        if name in ("isdisjoint", "issuperset") and len(args) == 1 and _is_iterator(args[0]):
+            return _stop_early(tx, self.values, name, args[0])
         if name in _SET_PURE:
             values = [_set_values(tx, a) for a in args]
             try:
@@ -239,6 +241,21 @@ def _items(tx, var):
         _set_values(tx, var)  # (raises Python's TypeError)
     for item in var.unpack_var_sequence(tx):
         yield _set_item(item)
+
+
+def _is_iterator(var):
+    """An iterator (a generator, iter(list) ...): consuming it is seen by the program."""
+    return hasattr(var, "next_item") and not isinstance(var, SetVariable)
+
+
+def _stop_early(tx, values, name, it):
+    """`s.isdisjoint(it)` / `s.issuperset(it)` of an iterator: Python takes items only until
+    one decides (a common item; an item not in s), leaving the rest of `it` unconsumed."""
+    while (item := it.next_item(tx)) is not None:
+        found = _set_item(item, key=True) in values
+        if found == (name == "isdisjoint"):
+            return ConstantVariable(False)
+    return ConstantVariable(True)
 
 
 def _arity_error(name, args, base=set):

@@ -375,3 +375,24 @@ def test_writing_an_identity_keyed_table_breaks_with_its_reason():
     run_and_compare(fn, torch.randn(3), expected_breaks=1)
     assert table == {list: _scale, tuple: _shift}
     assert any("keyed by objects" in r for r in kiln.counters["graph_breaks"])
+
+
+def set_queries_over_generators(x):
+    taken = []
+
+    def numbers():
+        for i in (1, 2, 3, 4):
+            taken.append(i)
+            yield i
+
+    disjoint = {2, 9}.isdisjoint(numbers())  # stops at 2
+    superset = {1, 2, 7}.issuperset(numbers())  # stops at 3
+    subset = {1}.issubset(numbers())  # builds a set of all of them
+    rest = iter([5, 6, 7])
+    superset_of_iter = {5}.issuperset(rest)  # stops at 6: 7 is left for next()
+    return x + 1, disjoint, superset, subset, superset_of_iter, next(rest), taken
+
+
+def test_set_queries_take_items_only_until_one_decides():
+    # CPython stops isdisjoint/issuperset at the deciding item; the rest stays unconsumed
+    run_and_compare(set_queries_over_generators, torch.randn(2), fullgraph=True)
