@@ -1,5 +1,6 @@
 """Sets: set and frozenset of Python constants made while tracing, and set inputs."""
 
+import sys
 import types
 
 from kiln.bytecode import emit
@@ -125,7 +126,7 @@ class SetVariable(VariableTracker):
             if self.frozen:
                 return self  # (a frozenset's copy is itself)
             return SetVariable(self.real if self.real is not None else self.values)  # (its order)
-        if name in ("isdisjoint", "issuperset") and len(args) == 1 and _is_iterator(args[0]):
+        if name in _STOPS_EARLY and len(args) == 1 and _is_iterator(args[0]):
             return _stop_early(tx, self.values, name, args[0])
         if name in _SET_PURE:
             values = [_set_values(tx, a) for a in args]
@@ -248,9 +249,25 @@ def _is_iterator(var):
     return hasattr(var, "next_item") and not isinstance(var, SetVariable)
 
 
+# the queries that take an iterator's items only until one decides (issubset since 3.13)
+_STOPS_EARLY = ("isdisjoint", "issuperset") + (("issubset",) if sys.version_info >= (3, 13) else ())
+
+
 def _stop_early(tx, values, name, it):
-    """`s.isdisjoint(it)` / `s.issuperset(it)` of an iterator: Python takes items only until
-    one decides (a common item; an item not in s), leaving the rest of `it` unconsumed."""
+    """`s.isdisjoint(it)` / `s.issuperset(it)` / `s.issubset(it)` of an iterator: Python takes
+    items only until one decides (a common item; an item not in s; the last of s found),
+    leaving the rest of `it` unconsumed."""
+    if name == "issubset":
+        if not values:
+            unimplemented("set().issubset(iterator)")  # (whether it takes an item: not modelled)
+        seen = set()
+        while (item := it.next_item(tx)) is not None:
+            key = _set_item(item, key=True)
+            if key in values:
+                seen.add(key)
+                if len(seen) == len(values):
+                    return ConstantVariable(True)
+        return ConstantVariable(False)
     while (item := it.next_item(tx)) is not None:
         found = _set_item(item, key=True) in values
         if found == (name == "isdisjoint"):
