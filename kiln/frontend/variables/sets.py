@@ -249,8 +249,8 @@ def _is_iterator(var):
     return hasattr(var, "next_item") and not isinstance(var, SetVariable)
 
 
-# the queries that take an iterator's items only until one decides (issubset since 3.13)
-_STOPS_EARLY = ("isdisjoint", "issuperset") + (("issubset",) if sys.version_info >= (3, 13) else ())
+# the queries that take an iterator's items only until one decides (issubset since 3.12)
+_STOPS_EARLY = ("isdisjoint", "issuperset") + (("issubset",) if sys.version_info >= (3, 12) else ())
 
 
 def _stop_early(tx, values, name, it):
