@@ -68,6 +68,17 @@ _DICT_WRITES = (
 )
 
 
+class _DictMethodOf(VariableTracker):
+    """Method `name` of a dict-like object: the C class it comes from is `owner`."""
+
+    def __init__(self, obj, name, owner=None, **kw):
+        super().__init__(**kw)
+        self.obj = obj
+        self.name = name
+        # the C class whose method this is (super() names it; else the object's class finds it)
+        self.owner = owner or dict_subclass.c_owner(obj.python_type(), name) or dict
+
+
 # Note [Dicts: OrderedDict's methods]
 # A C method called on a dict-subclass instance made while tracing is dict's or OrderedDict's,
 # whichever the class (or super()) finds first. OrderedDict's run on the items as an ordered
@@ -76,16 +87,9 @@ _DICT_WRITES = (
 # subclass instance makes `type(self)()` and fills it through the class's __setitem__: a break.
 
 
-class DictMethodVariable(VariableTracker):
+class DictMethodVariable(_DictMethodOf):
     """A C method of dict/OrderedDict (or object.__setattr__) on an object made while tracing,
     run on its symbolic items: `out.keys()`, `super().__setitem__(k, v)` in a dict subclass."""
-
-    def __init__(self, obj, name, owner=None, **kw):
-        super().__init__(**kw)
-        self.obj = obj
-        self.name = name
-        # the C class whose method this is (super() names it; else the object's class finds it)
-        self.owner = owner or dict_subclass.c_owner(obj.python_type(), name) or dict
 
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__"):  # (unittest's assertRaises names the callable)
@@ -181,16 +185,9 @@ def _const_key(var):
     return var.as_python_constant()
 
 
-class EnvironReadVariable(VariableTracker):
+class EnvironReadVariable(_DictMethodOf):
     """`os.environ.get(k)` / `os.environ[k]` / `k in os.environ` for a constant key: read while
     tracing, guarded by the value (a changed variable recompiles). Writes run in Python."""
-
-    def __init__(self, obj, name, owner=None, **kw):
-        super().__init__(**kw)
-        self.obj = obj
-        self.name = name
-        # the C class whose method this is (super() names it; else the object's class finds it)
-        self.owner = owner or dict_subclass.c_owner(obj.python_type(), name) or dict
 
     def call_function(self, tx, args, kwargs):
         if kwargs or not args or len(args) > 2 or not args[0].is_python_constant():
@@ -212,15 +209,8 @@ class EnvironReadVariable(VariableTracker):
         return ConstantVariable(value)
 
 
-class DictReadVariable(VariableTracker):
+class DictReadVariable(_DictMethodOf):
     """`super().get` / `__getitem__` / `__contains__` of a dict-subclass object: a guarded read."""
-
-    def __init__(self, obj, name, owner=None, **kw):
-        super().__init__(**kw)
-        self.obj = obj
-        self.name = name
-        # the C class whose method this is (super() names it; else the object's class finds it)
-        self.owner = owner or dict_subclass.c_owner(obj.python_type(), name) or dict
 
     def call_function(self, tx, args, kwargs):
         if self.obj.source is None or kwargs or not args:
