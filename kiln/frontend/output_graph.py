@@ -24,9 +24,13 @@ _unique = itertools.count()
 
 
 def _placeholder_name(source):
-    name = re.sub(r"[^0-9a-zA-Z_]+", "_", source.name()).strip("_")
-    name = name.replace("___G_", "G_").replace("___closure_", "closure_")
-    return f"L_{name}" if name and not name[0].isdigit() else f"L_{name}_"
+    """Dynamo's placeholder name for a source: `L['xs'][0]` -> `L_xs_0_`, `G['w']` -> `G_w_`."""
+    name = source.name().replace("___closure_", "closure_")
+    scope = "L"
+    if name.startswith("___G["):
+        scope, name = "G", name[len("___G") :]
+    name = re.sub(r"_+", "_", re.sub(r"[^0-9a-zA-Z_]+", "_", name)).strip("_")
+    return f"{scope}_{name}_"
 
 
 class OutputGraph:

@@ -225,7 +225,7 @@ def test_graph_code_and_bytecode_channels():
         cf(torch.randn(2))
     (code,) = cap.messages["graph_code"]
     (bytecode,) = cap.messages["bytecode"]
-    assert "sin = l_x.sin()" in code, code
+    assert "sin = l_x_.sin()" in code, code
     assert "--- transformed ---" in bytecode and "__kiln_compiled_fn_" in bytecode
 
 
