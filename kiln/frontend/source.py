@@ -282,7 +282,8 @@ TUPLE_ITERATOR = type(iter(()))
 def iter_rest(it):
     """The items a tuple iterator has left, as a tuple (it is not advanced)."""
     state = it.__reduce__()
-    return state[1][0][state[2] :] if len(state) == 3 else ()
+    # tuple's own slicing: the iterator reads the tuple's items, not a subclass's __getitem__
+    return tuple.__getitem__(state[1][0], slice(state[2], None)) if len(state) == 3 else ()
 
 
 def iter_has(it, n):

@@ -91,3 +91,23 @@ def test_a_break_per_layer_does_not_recompile_per_layer():
     assert kiln.counters["stats"]["recompiles"] == 1
     assert kiln.counters["frames"]["ok"] == kiln.counters["frames"]["total"]
     assert kiln.counters["stats"]["unique_graphs"] <= 3
+
+
+class _ShoutingTuple(tuple):
+    """A tuple whose subscript is overridden: iterating it still yields the tuple's own items."""
+
+    def __getitem__(self, key):
+        return f"{key}!"
+
+
+def test_iterator_over_tuple_subclass_reads_tuple_items():
+    def first(t, x):
+        it = iter(t)  # breaks: T.__iter__ is C; the resume gets a tuple iterator as input
+        return x + next(it)
+
+    kiln.reset()
+    compiled = kiln.compile(first)
+    x = torch.ones(2)
+    torch.testing.assert_close(
+        compiled(_ShoutingTuple((1, 2)), x), first(_ShoutingTuple((1, 2)), x)
+    )
