@@ -212,10 +212,18 @@ def run_resume(fn, box):
 #   box's items and calls the entry through `call_moving`, which empties the box before the call:
 #   a `fn(*args)` would keep the tuple `args` alive in the caller's frame until fn returns;
 # - a compile (a miss) reads the box, then runs the entry the same way.
+# - the prologue pushes each stack argument and sets its local to None (`_take`): the value lives on
+#   the stack only, as in eager, even when the resume function runs as written (a failed trace).
 # What this does not cover: the call that traces a frame holds what the trace saw (its translator,
 # sometimes in a reference cycle with the frames of the trace) until the next collection; and a
 # local never read again is released at the break (it is no live local of the resume function),
 # where eager keeps it to the end of the function, as torch.compile does.
+def _take(name):
+    """Push a stack argument and clear its local: the stack holds it, as eager's stack did (a
+    `del` of the local it is stored to frees it; Note [Resume: arguments moved, not held])."""
+    return emit.load_fast(name) + emit.load_const(None) + emit.store_fast(name)
+
+
 _movers: dict[int, types.FunctionType] = {}
 
 
@@ -348,10 +356,10 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         if k in nulls:
             prologue += emit.push_null()
         elif k in withs:
-            prologue += emit.load_fast(f"__stack{k}")
+            prologue += _take(f"__stack{k}")
             prologue += [make_inst("BEFORE_WITH")] + emit.pop_top()
         else:
-            prologue += emit.load_fast(f"__stack{k}")
+            prologue += _take(f"__stack{k}")
     prologue += emit.jump_forward(target)
     for inst in prologue:
         inst.lineno, inst.positions = target.lineno, target.positions

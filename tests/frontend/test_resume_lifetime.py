@@ -8,6 +8,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 import weakref
 
 import torch
@@ -205,3 +206,50 @@ def test_identity_guard_on_a_dead_class_fails_and_recompiles():
     assert w() is None  # the entry's TYPE_MATCH guard does not keep the class alive
     torch.testing.assert_close(cf(x, make()), x + 2)  # a new class: the guard fails, recompiles
     assert len(counts) == 2
+
+
+_SCRATCH = types.ModuleType("kiln_test_scratch")
+_MADE = []
+
+
+class Finalized:
+    """An object with __del__: making one breaks the graph, so it reaches the resume function as
+    a stack value (`__stack0`)."""
+
+    def __init__(self):
+        _MADE.append(weakref.ref(self))
+
+    def __del__(self):
+        pass
+
+
+class SetsModuleAttr:
+    """A context manager whose __enter__ cannot be traced after a side effect: the resume
+    function that enters it runs eagerly, as written."""
+
+    def __enter__(self):
+        self.entered = True
+        _SCRATCH.flag = True
+        return self
+
+    def __exit__(self, *exc):
+        _SCRATCH.flag = False
+
+
+def deleted_in_an_eager_resume_function(x):
+    o = Finalized()
+    with SetsModuleAttr():
+        del o
+        collect()
+        freed = _MADE[-1]() is None
+    return x + 1, freed
+
+
+def test_stack_value_deleted_in_a_resume_function_that_runs_eagerly_is_freed():
+    x = torch.randn(2)
+    expected = deleted_in_an_eager_resume_function(x)
+    compiled = kiln.compile(deleted_in_an_eager_resume_function, backend="eager")
+    for _ in range(2):  # the tracing call and a cached one
+        got = compiled(x)
+        assert got[1] is expected[1] is True
+        torch.testing.assert_close(got[0], expected[0])
