@@ -63,10 +63,12 @@ _RECIPES = weakref.WeakKeyDictionary()  # local class -> (body function, name, b
 
 
 def local_owner(fn):
-    """The class made in the frame whose body defined the function `fn`, or None."""
+    """`(cls, name)`: the class made in the frame whose body defined `fn` (a function or any
+    callable its body made, e.g. a decorator's instance) as `name`, or None."""
     for cls in list(_RECIPES.keys()):
-        if vars(cls).get(fn.__name__) is fn:
-            return cls
+        for name, member in vars(cls).items():
+            if member is fn:
+                return cls, name
     return None
 
 

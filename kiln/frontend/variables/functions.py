@@ -129,13 +129,22 @@ class UserMethodVariable(UserFunctionVariable):
         cg.load_object(types.MethodType, push_null=True)
         owner = local_owner(self.fn)
         if owner is not None:  # a method of a class made in the frame: the run's own function
-            load_class_function(cg, owner, self.fn.__name__)
+            load_class_function(cg, *owner)
         else:
             cg.load_object(cg.callee(self.fn) if cg.compile_callees else self.fn)
         compile_callees, cg.compile_callees = cg.compile_callees, False
         cg.reconstruct(self.obj)  # the object itself (a module: not its compiled forward)
         cg.compile_callees = compile_callees
         cg.extend(emit.call(2))
+
+
+def bound_classmethod(cm, owner):
+    """`cls.f` for a classmethod `cm` of the class `owner` (a variable): its function bound to it.
+    Wrapping anything but a function (another descriptor, a decorator's object) it is left to
+    Python: up to 3.12 classmethod chains to the wrapped object's own __get__."""
+    if not isinstance(cm.__func__, types.FunctionType):
+        unimplemented(f"a classmethod over {type(cm.__func__).__name__} (not a function)")
+    return UserMethodVariable(cm.__func__, owner)
 
 
 class FunctionGetVariable(VariableTracker):

@@ -43,7 +43,12 @@ from kiln.frontend.variables.exceptions import (
     ObservedException,
     raise_observed,
 )
-from kiln.frontend.variables.functions import UserMethodVariable, bind_args, inline_call
+from kiln.frontend.variables.functions import (
+    UserMethodVariable,
+    bind_args,
+    bound_classmethod,
+    inline_call,
+)
 from kiln.frontend.variables.instance_dict import instance_dict_view
 from kiln.frontend.variables.lists import TupleVariable, make_deque
 from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
@@ -97,7 +102,7 @@ class UserDefinedClassVariable(PythonValueVariable):
             src = AttrSource(self.source, name) if self.source is not None else None
             return wrap_value(tx, static.__func__, src)
         if isinstance(static, classmethod):
-            return UserMethodVariable(static.__func__, self)
+            return bound_classmethod(static, self)
         src = AttrSource(self.source, name) if self.source is not None else None
         value = getattr(self.value, name)
         if (
@@ -368,7 +373,7 @@ class UserDefinedObjectVariable(VariableTracker):
         if isinstance(static, staticmethod):
             return wrap_value(tx, static.__func__, None)
         if isinstance(static, classmethod):
-            return UserMethodVariable(static.__func__, wrap_constant_like(tx, cls))
+            return bound_classmethod(static, wrap_constant_like(tx, cls))
         if isinstance(static, types.FunctionType):
             return UserMethodVariable(static, self, source=self._class_attr_source(name))
         if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
@@ -663,7 +668,7 @@ class NewObjectVariable(VariableTracker):
         if isinstance(static, staticmethod):
             return wrap_value(tx, static.__func__, None)
         if isinstance(static, classmethod):
-            return UserMethodVariable(static.__func__, wrap_constant_like(tx, self.cls))
+            return bound_classmethod(static, wrap_constant_like(tx, self.cls))
         if self.dict_base is not None and _dict_method_owner(self.cls, name) is not None:
             return DictMethodVariable(self, name)
         if is_literal(static):
