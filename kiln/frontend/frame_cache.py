@@ -299,6 +299,8 @@ class FrameCache:
                 fullgraph_error(e, self.fn)  # adds the user's frames and a hint to e
                 raise
             self._record_break(e)
+            # no resume: the frame runs in Python (torch.compile's counter of the same name)
+            logs.counters["unimplemented"][e.msg] += 1
         except Exception as e:
             if isinstance(e, TypeError) and not _binds(self.fn, args, kwargs):
                 failure = "arguments"  # Python's own error, naming the function (run eagerly)
@@ -408,7 +410,11 @@ class FrameCache:
                 raise e from None
             self._record_break(e)
         else:
-            new_code = transformed_code(output, fn.__code__, tx.return_value)
+            try:
+                new_code = transformed_code(output, fn.__code__, tx.return_value)
+            except Unsupported as e:  # (rebuilding the returned values: at the return)
+                tx._annotate(e)
+                raise
         finally:
             torch._C._set_grad_enabled(grad_mode)
             amp.restore(autocast_state)  # a traced `with torch.autocast()` may be open
