@@ -38,7 +38,7 @@ from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_
 from kiln.frontend.output_graph import OutputGraph
 from kiln.frontend.resume import call_moving
 from kiln.frontend.source import GetItemSource, LocalSource
-from kiln.frontend.translator import InstructionTranslator
+from kiln.frontend.translator import InstructionTranslator, user_location
 from kiln.frontend.user_errors import fullgraph_error, warn_graph_breaks
 from kiln.symbolic import autocast_state as amp
 
@@ -413,7 +413,8 @@ class FrameCache:
             try:
                 new_code = transformed_code(output, fn.__code__, tx.return_value)
             except Unsupported as e:  # (rebuilding the returned values: at the return)
-                tx._annotate(e)
+                if e.user_location is None:
+                    e.user_location = user_location(fn.__code__, tx.current_inst.lineno)
                 raise
         finally:
             torch._C._set_grad_enabled(grad_mode)
