@@ -38,7 +38,7 @@ from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_
 from kiln.frontend.output_graph import OutputGraph
 from kiln.frontend.resume import call_moving
 from kiln.frontend.source import GetItemSource, LocalSource
-from kiln.frontend.translator import InstructionTranslator
+from kiln.frontend.translator import InstructionTranslator, user_location
 from kiln.frontend.user_errors import fullgraph_error, warn_graph_breaks
 from kiln.symbolic import autocast_state as amp
 
@@ -299,6 +299,8 @@ class FrameCache:
                 fullgraph_error(e, self.fn)  # adds the user's frames and a hint to e
                 raise
             self._record_break(e)
+            # no resume: the frame runs in Python (torch.compile's counter of the same name)
+            logs.counters["unimplemented"][e.msg] += 1
         except Exception as e:
             if isinstance(e, TypeError) and not _binds(self.fn, args, kwargs):
                 failure = "arguments"  # Python's own error, naming the function (run eagerly)
@@ -408,7 +410,12 @@ class FrameCache:
                 raise e from None
             self._record_break(e)
         else:
-            new_code = transformed_code(output, fn.__code__, tx.return_value)
+            try:
+                new_code = transformed_code(output, fn.__code__, tx.return_value)
+            except Unsupported as e:  # (rebuilding the returned values: at the return)
+                if e.user_location is None:
+                    e.user_location = user_location(fn.__code__, tx.current_inst.lineno)
+                raise
         finally:
             torch._C._set_grad_enabled(grad_mode)
             amp.restore(autocast_state)  # a traced `with torch.autocast()` may be open
