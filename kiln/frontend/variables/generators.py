@@ -331,10 +331,7 @@ class LazyGeneratorVariable(ListIteratorVariable):
         finally:
             effects.lazy_readers.remove(reads)
         if effects.records > records or any(s < floor for s in effects.written[written:]):
-            unimplemented(
-                "Cannot reconstruct a generator with variable mutations: rebuilding a suspended "
-                "generator whose rest writes state outside it"
-            )
+            unimplemented("rebuilding a suspended generator whose rest writes state outside it")
         if any(_mutates(n) for n in _nodes_after(output.graph, first)):
             unimplemented("rebuilding a suspended generator whose rest changes a tensor in place")
         if reads:
