@@ -1,6 +1,7 @@
 """Python constants: numbers, strings, None, dtypes, devices, slices, Ellipsis, types of them."""
 
 import operator
+import sys
 
 import torch
 
@@ -41,6 +42,15 @@ def is_literal(value):
 _PURE_TYPES = (int, float, bool, complex, str, bytes, tuple, torch.dtype, torch.device)
 
 
+# Note [Constants: string identity]
+# A string made while tracing (`a[:3] + b[3:]`, `str(b"__add__", "ascii")`) is a new object, as in
+# eager; written as a code constant it would lose that: code objects intern their name-like string
+# constants and the assembler merges equal ones, so `c is a` would hold. A string equal to an
+# interned one but not that object is loaded as the object itself (`sys.intern(s) is s` asks
+# without changing the answer: if s is not interned it becomes the interned copy, which is what
+# the code constant would have made of it anyway).
+
+
 class ConstantVariable(PythonValueVariable):
     """A Python constant known while tracing (guarded by its source if it came from one)."""
 
@@ -65,7 +75,9 @@ class ConstantVariable(PythonValueVariable):
         unimplemented(f"iteration over {self.value!r}")
 
     def reconstruct(self, cg):
-        if is_literal(self.value) and not isinstance(self.value, (torch.dtype, torch.device)):
+        if type(self.value) is str and sys.intern(self.value) is not self.value:
+            cg.load_object(self.value)  # Note [Constants: string identity]
+        elif is_literal(self.value) and not isinstance(self.value, (torch.dtype, torch.device)):
             cg.extend(emit.load_const(self.value))
         else:
             cg.load_object(self.value)

@@ -1,0 +1,23 @@
+"""Strings made while tracing stay new objects across a graph break, as in eager (Note
+[Constants: string identity])."""
+
+import operator
+
+import torch
+from frontend_helpers import run_and_compare
+
+import kiln
+
+ADD = "__add__"
+
+
+def strings_made_in_the_frame(x):
+    a = b = "xyzpdq"
+    c = a[:3] + b[3:]  # equal to a, not a
+    name = str(b"__add__", "ascii")  # equal to an interned name, not it
+    kiln.graph_break()  # c and name are rebuilt by the transformed code
+    return x + 1, operator.is_(a, b), operator.is_(a, c), name is ADD, name == ADD, c == a
+
+
+def test_string_made_while_tracing_is_not_the_interned_constant():
+    run_and_compare(strings_made_in_the_frame, torch.randn(2))
