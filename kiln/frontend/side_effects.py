@@ -236,11 +236,13 @@ class SideEffects:
         Out(cache=kwargs["new"])` returns the object its source `kwargs["old"]` held on entry.
         """
         stores = []
+        advances = []  # after the stores: the step past a tuple's end may free it (its __del__
+        # sees the frame's cells stored, as in eager, where next() ran after them)
         for key, (kind, payload) in self.log.items():
             if kind == "iterator":
                 if payload.index:
                     it = _to_temp(cg, lambda var=payload: var.source.reconstruct(cg))
-                    stores.append(_advance(cg, it, payload.index))
+                    advances.append(_advance(cg, it, payload.index))
                 continue
             if kind == "attr":
                 obj_var, name, value, raw = payload
@@ -355,6 +357,7 @@ class SideEffects:
             else:  # cell
                 v = _to_temp(cg, lambda payload=payload: cg.reconstruct(payload))
                 stores.append(emit.load_fast(v) + emit.store_deref(key[1]))
+        stores += advances
         if stores:
             for var in pin:
                 if _reads_state(var):

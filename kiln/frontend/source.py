@@ -279,6 +279,12 @@ def tensor_of_array(array):
 TUPLE_ITERATOR = type(iter(()))
 
 
+def iter_tuple(it):
+    """The tuple a tuple iterator reads (an empty one once it has run out)."""
+    state = it.__reduce__()
+    return state[1][0] if len(state) == 3 else ()
+
+
 def iter_rest(it):
     """The items a tuple iterator has left, as a tuple (it is not advanced)."""
     state = it.__reduce__()
@@ -292,9 +298,10 @@ def iter_has(it, n):
 
 
 def advance_iter(it, n):
-    """Advance an iterator by `n` items (the replay of items a graph consumed)."""
+    """Advance an iterator by `n` steps (the replay of the items a graph consumed, and of the step
+    that found its end)."""
     for _ in range(n):
-        next(it)
+        next(it, None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -111,3 +111,46 @@ def test_iterator_over_tuple_subclass_reads_tuple_items():
     torch.testing.assert_close(
         compiled(_ShoutingTuple((1, 2)), x), first(_ShoutingTuple((1, 2)), x)
     )
+
+
+def free_after_running_out(make):
+    freed = []
+
+    class Tracked(tuple):
+        def __del__(self):
+            freed.append(it is not None)  # reads the frame's cell: stored before the step
+
+    it = None
+    it = iter(make(Tracked))  # breaks (Tracked is made here; its __iter__ is C)
+    try:
+        next(it)  # the iterator runs out: Python's lets go of its tuple here
+    except StopIteration:
+        pass
+    collected = list(freed)
+    return collected
+
+
+def test_tuple_iterator_that_runs_out_lets_go_of_its_tuple():
+    def make(cls):
+        return cls(())
+
+    expected = free_after_running_out(make)
+    assert expected == [True]
+    for _ in range(2):
+        assert kiln.compile(free_after_running_out, backend="eager")(make) == expected
+
+
+def drain(it, x):
+    for item in it:
+        x = x + item
+    return x
+
+
+def test_iterator_run_out_by_the_graph_is_run_out_after_it():
+    # a tuple iterator that found its end holds no tuple any more: __reduce__ shows it
+    kiln.reset()
+    compiled = kiln.compile(drain)
+    x = torch.ones(2)
+    eager_it, compiled_it = iter((1.0, 2.0)), iter((1.0, 2.0))
+    torch.testing.assert_close(compiled(compiled_it, x), drain(eager_it, x))
+    assert compiled_it.__reduce__() == eager_it.__reduce__()

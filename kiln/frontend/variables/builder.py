@@ -26,6 +26,7 @@ from kiln.frontend.source import (
     IterRestSource,
     ProxiedDictSource,
     iter_rest,
+    iter_tuple,
     proxied_dict,
 )
 from kiln.frontend.variables import (
@@ -344,7 +345,8 @@ def _wrap(tx, value, source):
                 return wrap_value(tx, rest[k], GetItemSource(IterRestSource(source), k))
             return None
 
-        it = InputIteratorVariable(item, source=source)
+        finalized = hasattr(type(iter_tuple(value)), "__del__")
+        it = InputIteratorVariable(item, finalized=finalized, source=source)
         return tx.output.side_effects.track_iterator(it)
     made = _wrap_set(tx, value, source)
     if made is not None:

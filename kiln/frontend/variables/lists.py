@@ -653,10 +653,11 @@ class InputIteratorVariable(ListIteratorVariable):
     trace takes them, advanced by the replay as far as the trace advanced it (Note [Iterators:
     inputs])."""
 
-    def __init__(self, item, **kw):
+    def __init__(self, item, finalized=False, **kw):
         super().__init__((), **kw)
         self.item = item  # k -> the k-th item left, wrapped and guarded; None past the end
         self.ended = False
+        self.finalized = finalized  # its tuple's class has __del__
 
     def _fetch(self, upto):
         while not self.ended and len(self.items) < upto:
@@ -668,11 +669,25 @@ class InputIteratorVariable(ListIteratorVariable):
 
     def next_item(self, tx=None):
         self._fetch(self.index + 1)
-        return super().next_item(tx)
+        item = super().next_item(tx)
+        if item is None:
+            self._run_out()
+        return item
 
     def unpack_var_sequence(self, tx):
         self._fetch(float("inf"))
-        return super().unpack_var_sequence(tx)
+        rest = super().unpack_var_sequence(tx)
+        self._run_out()
+        return rest
+
+    def _run_out(self):
+        """The trace found the end: the replay takes one step more, past it, as Python's did
+        (a tuple iterator lets go of its tuple there)."""
+        if self.index == len(self.items):
+            if self.finalized:  # (the step may free it: its __del__ runs at the next())
+                unimplemented("a tuple iterator running out over a tuple whose class has __del__")
+            _ITER_UNDO.append((self, self.index))
+            self.index += 1
 
     def reconstruct(self, cg):
         self.source.reconstruct(cg)  # the real iterator, advanced by the replay
