@@ -69,6 +69,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
         super().__init__(**kw)
         self.cls = cls
         self.cls_source = cls_source
+        self.forward_broke = False  # its forward broke inside: run it as a compiled frame
 
     def python_type(self):
         return types.MethodType
@@ -161,6 +162,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
                     what = "backward"
                     self._trace_backward(tx, ctx, out)
             except Unsupported as e:
+                self.forward_broke = what == "forward"
                 e.msg = f"{self.cls.__qualname__}.{what} is not traceable: {e.msg}"
                 e.args = (e.msg, *e.args[1:])
                 raise
@@ -299,6 +301,14 @@ class AutogradFunctionApplyVariable(VariableTracker):
         return positions
 
     def reconstruct(self, cg):
+        forward = _static_function(self.cls, "forward")
+        broke = cg.compile_callees and self.forward_broke
+        if broke and forward is not None and forward.__closure__ is None:
+            # Note [Autograd functions: a break inside forward]
+            sub = function_with_forward(self.cls, forward, cg.callee(forward))
+            if sub is not None:
+                cg.load_object(sub.apply)
+                return
         if self.cls_source is not None:
             self.cls_source.reconstruct(cg)
         else:
@@ -307,6 +317,38 @@ class AutogradFunctionApplyVariable(VariableTracker):
 
     def __repr__(self):
         return f"AutogradFunctionApplyVariable({self.cls.__qualname__})"
+
+
+# Note [Autograd functions: a break inside forward]
+# A forward kiln cannot trace to the end (a graph break in it) makes the apply call a graph
+# break; like any user function that broke inside, the forward then runs as its own compiled
+# frame. apply calls the forward it finds on its class, and the user's class is never changed
+# (another thread, a reentrant apply, code reading cls.forward would see it). So the call is
+# `Sub.apply(*args)` for a class kiln makes and owns: a subclass of the user's class, of the
+# same name, whose only own attribute is forward, the compiled wrapper of cls's forward.
+# backward, setup_context, vmap/jvp and every class attribute are read through to the user's
+# class; ctx and grad_fn are a node class of the same name ("MyFnBackward"), made for Sub by
+# Function's metaclass (so `type(ctx)` and `ctx._forward_cls` are Sub's). One Sub per
+# (compiled wrapper, class), kept on the wrapper. A class with its own metaclass or
+# __init_subclass__ (making a subclass could run user code) keeps the plain call: the
+# forward then runs uncompiled.
+def function_with_forward(cls, forward, compiled):
+    """A kiln-owned subclass of `cls` whose forward is `compiled` (None where not made)."""
+    if compiled is forward or type(cls) is not torch.autograd.function.FunctionMeta:
+        return None
+    if _overrides(cls, "__init_subclass__") or not isinstance(compiled, types.FunctionType):
+        return None
+    made = compiled.__dict__.setdefault("_kiln_function_classes", {})
+    sub = made.get(cls)
+    if sub is None:
+        attrs = {
+            "forward": staticmethod(compiled),
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__,
+        }
+        sub = made[cls] = type(cls)(cls.__name__, (cls,), attrs)
+    return sub
 
 
 def function_instance(tx, cls, cls_source, args, kwargs):

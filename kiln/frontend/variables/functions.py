@@ -67,6 +67,7 @@ class UserFunctionVariable(BaseFunctionVariable):
             cls = self.self_args()[0]  # `apply = MyFn.apply` called later
             if cls.is_python_constant() and af.is_autograd_function(cls.as_python_constant()):
                 apply = af.AutogradFunctionApplyVariable(cls.as_python_constant(), cls.source)
+                self.autograd_apply = apply  # rebuilt by it at a break in the call
                 return apply.call_function(tx, args, kwargs)
         folded = _FOLDED_FUNCTIONS.get(self.fn) if not self.self_args() else None
         if folded is not None:
@@ -126,6 +127,10 @@ class UserMethodVariable(UserFunctionVariable):
     def reconstruct(self, cg):
         from kiln.frontend.variables.classes import load_class_function, local_owner
 
+        apply = getattr(self, "autograd_apply", None)
+        if apply is not None and cg.compile_callees:  # `MyFn.apply` that broke when called
+            apply.reconstruct(cg)
+            return
         cg.load_object(types.MethodType, push_null=True)
         owner = local_owner(self.fn)
         if owner is not None:  # a method of a class made in the frame: the run's own function
