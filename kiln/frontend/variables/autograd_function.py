@@ -35,7 +35,9 @@ import torch
 from kiln.bytecode import emit
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.markers import is_allowed_in_graph
 from kiln.frontend.source import AttrSource
+from kiln.frontend.variables.allowed_calls import allowed_call
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.functions import inline_call
@@ -89,6 +91,9 @@ class AutogradFunctionApplyVariable(VariableTracker):
             unimplemented(f"{name}.setup_context is not a staticmethod written in Python")
         if kwargs:
             args, kwargs = _bind_keywords(forward, args, kwargs, setup_style=has_setup), {}
+        if is_allowed_in_graph(cls):  # Note [allow_in_graph: one opaque call]
+            self._guard_methods(tx, has_setup)
+            return allowed_call(tx, apply_target(cls), args, {}, f"{name}.apply")
         if getattr(cls, "generate_vmap_rule", False) or _overrides(cls, "jvp"):
             unimplemented(f"{name} defines vmap/jvp rules (not traced)")
         objects = {}  # Note [Autograd functions: objects as arguments]

@@ -10,10 +10,11 @@ import torch
 from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.markers import kiln_marker
+from kiln.frontend.markers import is_allowed_in_graph, kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables import optim, stdlib
+from kiln.frontend.variables.allowed_calls import allowed_call
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -69,6 +70,11 @@ class UserFunctionVariable(BaseFunctionVariable):
                 apply = af.AutogradFunctionApplyVariable(cls.as_python_constant(), cls.source)
                 self.autograd_apply = apply  # rebuilt by it at a break in the call
                 return apply.call_function(tx, args, kwargs)
+        if not self.self_args() and is_allowed_in_graph(self.fn):
+            name = self.fn.__qualname__  # Note [allow_in_graph: one opaque call]
+            out = allowed_call(tx, self.fn, args, kwargs, name, inline_without_tensors=True)
+            if out is not None:
+                return out
         folded = _FOLDED_FUNCTIONS.get(self.fn) if not self.self_args() else None
         if folded is not None:
             return folded(tx, *args, **kwargs)
