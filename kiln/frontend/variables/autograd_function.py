@@ -298,7 +298,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
             if d.source is not None:
                 unimplemented(f"{name}: ctx.mark_dirty of an input of the compiled frame")
             if d.example._is_view() or (d.example.requires_grad and d.example.is_leaf):
-                unimplemented(f"{name}: ctx.mark_dirty of a view or of a leaf that requires grad")
+                unimplemented(f"{name}: ctx.mark_dirty of {_dirty_kind(d.example)}")
             where = [k for k, v in enumerate(items) if v is d]
             if not where:
                 unimplemented(f"{name}: a tensor marked dirty is not returned by forward")
@@ -578,6 +578,16 @@ def _apply_argument(v):
     if isinstance(v, BaseListVariable) and v.python_type() in (list, tuple):
         return all(isinstance(i, _tensor_cls()) or _is_constant(i) for i in v.items)
     return False
+
+
+def _dirty_kind(example):
+    """What a tensor marked dirty is, in the words of eager's error where eager raises one."""
+    if not example._is_view():
+        return "a leaf Variable that requires grad (eager raises RuntimeError)"
+    base = example._base
+    if base is not None and base.is_leaf and base.requires_grad:
+        return "a view of a leaf Variable that requires grad (eager raises RuntimeError)"
+    return "a view"
 
 
 def _dirty_example(var, example):
