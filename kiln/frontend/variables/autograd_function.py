@@ -38,6 +38,7 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import is_allowed_in_graph
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.allowed_calls import allowed_call
+from kiln.frontend.variables.autograd_function_effects import leave_to_forward, start_serial
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.functions import inline_call
@@ -159,7 +160,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
     def _check_forward(self, tx, forward, setup, ctx, args, check_backward):
         """Trace the forward (and setup_context, and the backward where the backend traces it)
         speculatively; drop their nodes; the forward's outputs."""
-        what = "forward"
+        what, start = "forward", start_serial()
         with Speculation(tx) as spec:
             try:
                 out = self._trace_forward(tx, forward, setup, ctx, args)
@@ -174,8 +175,9 @@ class AutogradFunctionApplyVariable(VariableTracker):
             except BaseException:
                 spec.drop_nodes()  # (an exception raised by the traced code)
                 raise
-        if spec.had_effects():
-            unimplemented(f"{self.cls.__qualname__} has side effects outside ctx")
+        name = self.cls.__qualname__  # Note [Autograd functions: containers the forward changes]
+        if spec.had_effects() and not leave_to_forward(tx, spec, start, name):
+            unimplemented(f"{name} has side effects outside ctx")
         spec.drop_nodes()
         return out
 
