@@ -39,6 +39,13 @@ from kiln.frontend.markers import is_allowed_in_graph
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.allowed_calls import allowed_call
 from kiln.frontend.variables.autograd_function_effects import leave_to_forward, start_serial
+from kiln.frontend.variables.autograd_function_objects import (
+    module_fields,
+    object_tensor_names,
+    output_object,
+    rebuilt_module,
+    remade_object,
+)
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.functions import inline_call
@@ -227,12 +234,17 @@ class AutogradFunctionApplyVariable(VariableTracker):
         if isinstance(out, BaseListVariable) and not isinstance(out, TupleVariable):
             unimplemented(f"{self.cls.__qualname__}.forward returned a list")
         tensors = [v for v in items if isinstance(v, _tensor_cls())]
+        made = {k: o for k, v in enumerate(items) if (o := output_object(v, args)) is not None}
         if not tensors or not all(
-            isinstance(v, _tensor_cls()) or _constant_output(v) for v in items
+            isinstance(v, _tensor_cls()) or _constant_output(v) or k in made
+            for k, v in enumerate(items)
         ):
             unimplemented(f"{self.cls.__qualname__}.forward returned {out} (tensors expected)")
         examples, containers = [], {}
         for k, v in enumerate(items):
+            if k in made:  # Note [Autograd functions: objects among the outputs]
+                examples.append(None)
+                continue
             if isinstance(v, BaseListVariable):  # a list/tuple of constants: made anew below
                 containers[k] = v
                 examples.append(None)
@@ -252,9 +264,12 @@ class AutogradFunctionApplyVariable(VariableTracker):
         node_args = tuple(unpack(a)[0] for k, a in enumerate(shown) if k not in baked)
         layouts = {k: (type_, names) for k, (type_, _, names) in objects.items()}
         grown = {k: (n, len(items)) for k, (n, items) in appended.items()}
-        target = apply_target(self.cls, baked, layouts, grown)
+        outs = {k: object_tensor_names(names, fields) for k, (_, names, fields) in made.items()}
+        target = apply_target(self.cls, baked, layouts, grown, outs)
         node = tx.output.create_node("call_function", target, node_args, {})
         result = tuple(examples) if isinstance(out, TupleVariable) else examples[0]
+        if made:
+            return self._made_outputs(tx, node, out, examples, made, (dirty, containers, appended))
         if appended:
             if dirty or containers:
                 unimplemented(f"{self.cls.__qualname__}.forward appends to a list and returns more")
@@ -280,6 +295,21 @@ class AutogradFunctionApplyVariable(VariableTracker):
             else:
                 wrapped = items[k]
         return wrapped
+
+    def _made_outputs(self, tx, node, out, examples, made, others):
+        """The apply result where forward returned objects it made (Note [Autograd functions:
+        objects among the outputs]): the node's outputs, then the objects' tensors."""
+        if any(others) or not isinstance(out, TupleVariable):
+            unimplemented(f"{self.cls.__qualname__}.forward returns an object and more")
+        fields = [f for _, names, fs in made.values() for f in fs if isinstance(f, _tensor_cls())]
+        extra = [_output_example(f.example, False) for f in fields]
+        device = next(f.device for f in out.items if isinstance(f, _tensor_cls()))
+        flat = wrap_tensor_result(tx, node, (*examples, *extra), device).items
+        main, rest = list(flat[: len(examples)]), iter(flat[len(examples) :])
+        for k, (cls, names, fs) in made.items():
+            tensors = [next(rest) for f in fs if isinstance(f, _tensor_cls())]
+            main[k] = remade_object(cls, names, fs, tensors)
+        return TupleVariable(main)
 
     # Note [Autograd functions: mark_dirty]
     # A forward that changes an input in place and says so (`x.mul_(3); ctx.mark_dirty(x);
@@ -393,12 +423,13 @@ class AutogradFunctionInstanceVariable(VariableTracker):
         unimplemented(f"an instance of {self.cls.__qualname__} made in the frame escapes")
 
 
-def apply_target(cls, baked=None, objects=None, grown=None):
+def apply_target(cls, baked=None, objects=None, grown=None, made=None):
     """The graph's target for `cls.apply`: a function named after the class (FX would print a
     torch function by its module path, and `torch.autograd.function.apply` does not exist).
     `objects`: position -> (class, attribute names) of the objects passed by their fields;
     `grown`: position -> (length, count) of the list arguments forward appends to (the items
-    are returned after forward's outputs)."""
+    are returned after forward's outputs); `made`: output position -> tensor attribute names of
+    the objects forward returns (returned after its outputs, None in their places)."""
 
     def apply(*args):
         if baked:  # the enum members back in their places
@@ -409,6 +440,9 @@ def apply_target(cls, baked=None, objects=None, grown=None):
                 rebuilt_object(*objects[k], a) if k in objects else a for k, a in enumerate(args)
             ]
         out = cls.apply(*args)
+        if made:
+            extra = [getattr(out[k], n) for k, names in made.items() for n in names]
+            return (*(None if k in made else o for k, o in enumerate(out)), *extra)
         if grown:
             outs = out if isinstance(out, tuple) else (out,)
             extra = [t for k, (n, m) in grown.items() for t in args[k][n : n + m]]
@@ -443,6 +477,8 @@ def apply_target(cls, baked=None, objects=None, grown=None):
 
 def rebuilt_object(cls, names, values):
     """An object of `cls` with these instance attributes (made without calling __init__)."""
+    if issubclass(cls, torch.nn.Module):  # Note [Autograd functions: a module as argument]
+        return rebuilt_module(cls, names, values)
     obj = object.__new__(cls)
     obj.__dict__.update(zip(names, values))
     return obj
@@ -451,6 +487,9 @@ def rebuilt_object(cls, names, values):
 def _object_fields(tx, var):
     """(class, field VariableTrackers, names) of a plain object apply can take by its fields,
     or None (Note [Autograd functions: objects as arguments])."""
+    fields = module_fields(tx, var)
+    if fields is not None:
+        return fields
     cls = (
         var.python_type()
         if isinstance(var, (NewObjectVariable, UserDefinedObjectVariable))
