@@ -95,3 +95,27 @@ def test_module_with_parameters_breaks_and_matches_eager():
     with pytest.raises(kiln.exc.Unsupported, match="argument"):
         kiln.compile(fn, backend="eager", fullgraph=True)(x)
     torch.testing.assert_close(kiln.compile(fn, backend="eager")(x), fn(x))
+
+
+class SharesOutput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        return y, Extras(doubled=y, tag="shared", shifted=y + 1)
+
+    @staticmethod
+    def backward(ctx, g, extras):
+        return g * 2
+
+
+def test_object_holding_an_output_breaks_and_keeps_identity():
+    def fn(x):
+        y, extras = SharesOutput.apply(x)
+        return y, extras.doubled is y, extras.doubled.requires_grad
+
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(kiln.exc.Unsupported, match="tensors expected"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(x)
+    ref, res = fn(x), kiln.compile(fn, backend="eager")(x)
+    torch.testing.assert_close(res[0], ref[0])
+    assert res[1:] == ref[1:] == (True, True)

@@ -80,6 +80,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
         self.cls = cls
         self.cls_source = cls_source
         self.forward_broke = False  # its forward broke inside: run it as a compiled frame
+        self.forward_start = None  # the serial from which variables are the forward's
 
     def python_type(self):
         return types.MethodType
@@ -168,6 +169,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
         """Trace the forward (and setup_context, and the backward where the backend traces it)
         speculatively; drop their nodes; the forward's outputs."""
         what, start = "forward", start_serial()
+        self.forward_start = start  # (objects the forward made are newer)
         with Speculation(tx) as spec:
             try:
                 out = self._trace_forward(tx, forward, setup, ctx, args)
@@ -234,7 +236,8 @@ class AutogradFunctionApplyVariable(VariableTracker):
         if isinstance(out, BaseListVariable) and not isinstance(out, TupleVariable):
             unimplemented(f"{self.cls.__qualname__}.forward returned a list")
         tensors = [v for v in items if isinstance(v, _tensor_cls())]
-        made = {k: o for k, v in enumerate(items) if (o := output_object(v, args)) is not None}
+        start = self.forward_start
+        made = {k: o for k, v in enumerate(items) if (o := output_object(v, args, items, start))}
         if not tensors or not all(
             isinstance(v, _tensor_cls()) or _constant_output(v) or k in made
             for k, v in enumerate(items)

@@ -11,7 +11,8 @@ graph values as parameters: not done, a break.
 Note [Autograd functions: objects among the outputs]
 A forward that returns a plain object it made (`return y, Out(a=t1, b=t2)`, a dataclass): apply
 hands non-tensor outputs back untouched, so the caller gets forward's object, whose tensors were
-made under no_grad. The node's target returns the object's tensor attributes after forward's
+made under no_grad. Only an object the forward made, whose tensors are its own (not an input or
+output of the call, which it would share, nor a view). The node's target returns the object's tensor attributes after forward's
 outputs (None in the object's place), and the trace makes the object anew from them (a
 NewObjectVariable of the same class, its constant attributes as forward set them).
 """
@@ -70,10 +71,11 @@ def rebuilt_module(cls, names, values):
     return obj
 
 
-def output_object(var, args):
+def output_object(var, args, outputs, start):
     """(class, attribute names, their VariableTrackers) of a plain object forward made and
-    returns, or None (Note [Autograd functions: objects among the outputs])."""
-    if not isinstance(var, NewObjectVariable) or var.source is not None:
+    returns, or None (Note [Autograd functions: objects among the outputs]). `start`: the
+    serial of the first variable the forward's trace made (older objects are the caller's)."""
+    if not isinstance(var, NewObjectVariable) or var.source is not None or var.serial < start:
         return None
     if var.dict_base is not None or any(var is a for a in args):
         return None
@@ -90,6 +92,11 @@ def output_object(var, args):
     fields = [var.attrs[n] for n in names]
     if not all(_field_ok(f) for f in fields):
         return None
+    for f in fields:  # a tensor of its own: not an input or output (identity), nor a view
+        if isinstance(f, _tensor_cls()) and (
+            f.example._is_view() or any(f is v for v in [*args, *outputs])
+        ):
+            return None
     return cls, names, fields
 
 
