@@ -21,14 +21,13 @@ import torch
 
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.nn_module import NNModuleVariable
+from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
 _MODULE_STATE = frozenset(torch.nn.Module().__dict__) - {"training"}
 
 
 def _tensor_cls():
-    from kiln.frontend.variables.tensor import TensorVariable
-
     return TensorVariable
 
 
