@@ -152,6 +152,7 @@ def install():
         "reset": (stock_reset, reset),
         "disable": (stock_disable, disable),
         "graph_break": (torch._dynamo.graph_break, kiln.graph_break),
+        "allow_in_graph": (torch._dynamo.allow_in_graph, kiln.allow_in_graph),
         "mark_dynamic": (torch._dynamo.mark_dynamic, kiln.mark_dynamic),
         "counters": (torch._dynamo.utils.counters, kiln.counters),
         "CompileCounterWithBackend": (

@@ -12,7 +12,7 @@ from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
 from kiln.frontend import frame_cache, frame_shapes
 from kiln.frontend.entry import OptimizedModule, compile_callable
-from kiln.frontend.markers import graph_break, kiln_marker
+from kiln.frontend.markers import allow_in_graph, graph_break, kiln_marker
 from kiln.frontend.resume import clear_cache
 from kiln.logs import counters
 from kiln.registry import (  # noqa: F401 (re-exported: kiln.api.lookup_backend ...)
@@ -25,6 +25,7 @@ from kiln.registry import resolve as _resolve
 
 __all__ = [
     "OptimizedModule",
+    "allow_in_graph",
     "compile",
     "disable",
     "graph_break",

@@ -68,6 +68,11 @@ tools.hooks -> tools.debug_dir
     its run.py scripts) loads only when KILN_DEBUG_DIR is set
 tools.hooks -> tools.minifier
     import time: the minifier (and the backend under it) loads only under KILN_REPRO_AFTER
+frontend.variables.allowed_calls -> frontend.variables.tensor
+    cycle: function calls check for allow_in_graph marks; tensors call functions
+frontend.variables.allowed_calls -> frontend.variables.torch
+    cycle: an allow_in_graph call is recorded as a tensor op (call_tensor_op); torch.py calls
+    user functions
 frontend.variables.tensor_hooks -> frontend.variables.torch
     cycle: torch.py asks tensor_hooks about pending registrations; the check of a hook on an
     intermediate tensor makes its zero gradient with TorchVariable(torch.zeros_like)

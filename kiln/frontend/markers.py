@@ -1,6 +1,10 @@
-"""kiln's marks on user code: `graph_break()`, and the attributes kiln sets on functions it made."""
+"""kiln's marks on user code: `graph_break()`, `allow_in_graph()`, and the attributes kiln sets
+on functions it made."""
 
 import types
+import weakref
+
+_ALLOWED = weakref.WeakSet()  # what allow_in_graph marked (functions, autograd.Function classes)
 
 
 def graph_break():
@@ -20,3 +24,20 @@ def kiln_marker(obj, name):
 def is_optimized_module(value):
     """Whether `value` is a compiled nn.Module (`kiln.frontend.entry.OptimizedModule`)."""
     return getattr(type(value), "_kiln_optimized_module", False) is True
+
+
+def allow_in_graph(fn):
+    """Mark a function or torch.autograd.Function class: traced code calling it records one
+    opaque call in the graph (Note [allow_in_graph: one opaque call]) instead of tracing it."""
+    if not (isinstance(fn, (types.FunctionType, type))):
+        raise TypeError(f"allow_in_graph expects a function or a class, got {type(fn).__name__}")
+    _ALLOWED.add(fn)
+    return fn
+
+
+def is_allowed_in_graph(fn):
+    """Whether allow_in_graph marked `fn`."""
+    try:
+        return fn in _ALLOWED
+    except TypeError:  # (not weak-referenceable, or unhashable)
+        return False

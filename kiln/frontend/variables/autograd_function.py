@@ -35,7 +35,17 @@ import torch
 from kiln.bytecode import emit
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.markers import is_allowed_in_graph
 from kiln.frontend.source import AttrSource
+from kiln.frontend.variables.allowed_calls import allowed_call
+from kiln.frontend.variables.autograd_function_effects import leave_to_forward, start_serial
+from kiln.frontend.variables.autograd_function_objects import (
+    module_fields,
+    object_tensor_names,
+    output_object,
+    rebuilt_module,
+    remade_object,
+)
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.functions import inline_call
@@ -69,6 +79,8 @@ class AutogradFunctionApplyVariable(VariableTracker):
         super().__init__(**kw)
         self.cls = cls
         self.cls_source = cls_source
+        self.forward_broke = False  # its forward broke inside: run it as a compiled frame
+        self.forward_start = None  # the serial from which variables are the forward's
 
     def python_type(self):
         return types.MethodType
@@ -88,6 +100,9 @@ class AutogradFunctionApplyVariable(VariableTracker):
             unimplemented(f"{name}.setup_context is not a staticmethod written in Python")
         if kwargs:
             args, kwargs = _bind_keywords(forward, args, kwargs, setup_style=has_setup), {}
+        if is_allowed_in_graph(cls):  # Note [allow_in_graph: one opaque call]
+            self._guard_methods(tx, has_setup)
+            return allowed_call(tx, apply_target(cls), args, {}, f"{name}.apply")
         if getattr(cls, "generate_vmap_rule", False) or _overrides(cls, "jvp"):
             unimplemented(f"{name} defines vmap/jvp rules (not traced)")
         objects = {}  # Note [Autograd functions: objects as arguments]
@@ -153,7 +168,8 @@ class AutogradFunctionApplyVariable(VariableTracker):
     def _check_forward(self, tx, forward, setup, ctx, args, check_backward):
         """Trace the forward (and setup_context, and the backward where the backend traces it)
         speculatively; drop their nodes; the forward's outputs."""
-        what = "forward"
+        what, start = "forward", start_serial()
+        self.forward_start = start  # (objects the forward made are newer)
         with Speculation(tx) as spec:
             try:
                 out = self._trace_forward(tx, forward, setup, ctx, args)
@@ -161,14 +177,16 @@ class AutogradFunctionApplyVariable(VariableTracker):
                     what = "backward"
                     self._trace_backward(tx, ctx, out)
             except Unsupported as e:
+                self.forward_broke = what == "forward"
                 e.msg = f"{self.cls.__qualname__}.{what} is not traceable: {e.msg}"
                 e.args = (e.msg, *e.args[1:])
                 raise
             except BaseException:
                 spec.drop_nodes()  # (an exception raised by the traced code)
                 raise
-        if spec.had_effects():
-            unimplemented(f"{self.cls.__qualname__} has side effects outside ctx")
+        name = self.cls.__qualname__  # Note [Autograd functions: containers the forward changes]
+        if spec.had_effects() and not leave_to_forward(tx, spec, start, name):
+            unimplemented(f"{name} has side effects outside ctx")
         spec.drop_nodes()
         return out
 
@@ -218,12 +236,18 @@ class AutogradFunctionApplyVariable(VariableTracker):
         if isinstance(out, BaseListVariable) and not isinstance(out, TupleVariable):
             unimplemented(f"{self.cls.__qualname__}.forward returned a list")
         tensors = [v for v in items if isinstance(v, _tensor_cls())]
+        start = self.forward_start
+        made = {k: o for k, v in enumerate(items) if (o := output_object(v, args, items, start))}
         if not tensors or not all(
-            isinstance(v, _tensor_cls()) or _constant_output(v) for v in items
+            isinstance(v, _tensor_cls()) or _constant_output(v) or k in made
+            for k, v in enumerate(items)
         ):
             unimplemented(f"{self.cls.__qualname__}.forward returned {out} (tensors expected)")
         examples, containers = [], {}
         for k, v in enumerate(items):
+            if k in made:  # Note [Autograd functions: objects among the outputs]
+                examples.append(None)
+                continue
             if isinstance(v, BaseListVariable):  # a list/tuple of constants: made anew below
                 containers[k] = v
                 examples.append(None)
@@ -243,9 +267,12 @@ class AutogradFunctionApplyVariable(VariableTracker):
         node_args = tuple(unpack(a)[0] for k, a in enumerate(shown) if k not in baked)
         layouts = {k: (type_, names) for k, (type_, _, names) in objects.items()}
         grown = {k: (n, len(items)) for k, (n, items) in appended.items()}
-        target = apply_target(self.cls, baked, layouts, grown)
+        outs = {k: object_tensor_names(names, fields) for k, (_, names, fields) in made.items()}
+        target = apply_target(self.cls, baked, layouts, grown, outs)
         node = tx.output.create_node("call_function", target, node_args, {})
         result = tuple(examples) if isinstance(out, TupleVariable) else examples[0]
+        if made:
+            return self._made_outputs(tx, node, out, examples, made, (dirty, containers, appended))
         if appended:
             if dirty or containers:
                 unimplemented(f"{self.cls.__qualname__}.forward appends to a list and returns more")
@@ -272,6 +299,21 @@ class AutogradFunctionApplyVariable(VariableTracker):
                 wrapped = items[k]
         return wrapped
 
+    def _made_outputs(self, tx, node, out, examples, made, others):
+        """The apply result where forward returned objects it made (Note [Autograd functions:
+        objects among the outputs]): the node's outputs, then the objects' tensors."""
+        if any(others) or not isinstance(out, TupleVariable):
+            unimplemented(f"{self.cls.__qualname__}.forward returns an object and more")
+        fields = [f for _, names, fs in made.values() for f in fs if isinstance(f, _tensor_cls())]
+        extra = [_output_example(f.example, False) for f in fields]
+        device = next(f.device for f in out.items if isinstance(f, _tensor_cls()))
+        flat = wrap_tensor_result(tx, node, (*examples, *extra), device).items
+        main, rest = list(flat[: len(examples)]), iter(flat[len(examples) :])
+        for k, (cls, names, fs) in made.items():
+            tensors = [next(rest) for f in fs if isinstance(f, _tensor_cls())]
+            main[k] = remade_object(cls, names, fs, tensors)
+        return TupleVariable(main)
+
     # Note [Autograd functions: mark_dirty]
     # A forward that changes an input in place and says so (`x.mul_(3); ctx.mark_dirty(x);
     # return x`) makes apply return that very tensor, its history rebased onto the function's
@@ -291,7 +333,7 @@ class AutogradFunctionApplyVariable(VariableTracker):
             if d.source is not None:
                 unimplemented(f"{name}: ctx.mark_dirty of an input of the compiled frame")
             if d.example._is_view() or (d.example.requires_grad and d.example.is_leaf):
-                unimplemented(f"{name}: ctx.mark_dirty of a view or of a leaf that requires grad")
+                unimplemented(f"{name}: ctx.mark_dirty of {_dirty_kind(d.example)}")
             where = [k for k, v in enumerate(items) if v is d]
             if not where:
                 unimplemented(f"{name}: a tensor marked dirty is not returned by forward")
@@ -299,6 +341,14 @@ class AutogradFunctionApplyVariable(VariableTracker):
         return positions
 
     def reconstruct(self, cg):
+        forward = _static_function(self.cls, "forward")
+        broke = cg.compile_callees and self.forward_broke
+        if broke and forward is not None and forward.__closure__ is None:
+            # Note [Autograd functions: a break inside forward]
+            sub = function_with_forward(self.cls, forward, cg.callee(forward))
+            if sub is not None:
+                cg.load_object(sub.apply)
+                return
         if self.cls_source is not None:
             self.cls_source.reconstruct(cg)
         else:
@@ -307,6 +357,38 @@ class AutogradFunctionApplyVariable(VariableTracker):
 
     def __repr__(self):
         return f"AutogradFunctionApplyVariable({self.cls.__qualname__})"
+
+
+# Note [Autograd functions: a break inside forward]
+# A forward kiln cannot trace to the end (a graph break in it) makes the apply call a graph
+# break; like any user function that broke inside, the forward then runs as its own compiled
+# frame. apply calls the forward it finds on its class, and the user's class is never changed
+# (another thread, a reentrant apply, code reading cls.forward would see it). So the call is
+# `Sub.apply(*args)` for a class kiln makes and owns: a subclass of the user's class, of the
+# same name, whose only own attribute is forward, the compiled wrapper of cls's forward.
+# backward, setup_context, vmap/jvp and every class attribute are read through to the user's
+# class; ctx and grad_fn are a node class of the same name ("MyFnBackward"), made for Sub by
+# Function's metaclass (so `type(ctx)` and `ctx._forward_cls` are Sub's). One Sub per
+# (compiled wrapper, class), kept on the wrapper. A class with its own metaclass or
+# __init_subclass__ (making a subclass could run user code) keeps the plain call: the
+# forward then runs uncompiled.
+def function_with_forward(cls, forward, compiled):
+    """A kiln-owned subclass of `cls` whose forward is `compiled` (None where not made)."""
+    if compiled is forward or type(cls) is not torch.autograd.function.FunctionMeta:
+        return None
+    if _overrides(cls, "__init_subclass__") or not isinstance(compiled, types.FunctionType):
+        return None
+    made = compiled.__dict__.setdefault("_kiln_function_classes", {})
+    sub = made.get(cls)
+    if sub is None:
+        attrs = {
+            "forward": staticmethod(compiled),
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__,
+        }
+        sub = made[cls] = type(cls)(cls.__name__, (cls,), attrs)
+    return sub
 
 
 def function_instance(tx, cls, cls_source, args, kwargs):
@@ -344,12 +426,13 @@ class AutogradFunctionInstanceVariable(VariableTracker):
         unimplemented(f"an instance of {self.cls.__qualname__} made in the frame escapes")
 
 
-def apply_target(cls, baked=None, objects=None, grown=None):
+def apply_target(cls, baked=None, objects=None, grown=None, made=None):
     """The graph's target for `cls.apply`: a function named after the class (FX would print a
     torch function by its module path, and `torch.autograd.function.apply` does not exist).
     `objects`: position -> (class, attribute names) of the objects passed by their fields;
     `grown`: position -> (length, count) of the list arguments forward appends to (the items
-    are returned after forward's outputs)."""
+    are returned after forward's outputs); `made`: output position -> tensor attribute names of
+    the objects forward returns (returned after its outputs, None in their places)."""
 
     def apply(*args):
         if baked:  # the enum members back in their places
@@ -360,6 +443,9 @@ def apply_target(cls, baked=None, objects=None, grown=None):
                 rebuilt_object(*objects[k], a) if k in objects else a for k, a in enumerate(args)
             ]
         out = cls.apply(*args)
+        if made:
+            extra = [getattr(out[k], n) for k, names in made.items() for n in names]
+            return (*(None if k in made else o for k, o in enumerate(out)), *extra)
         if grown:
             outs = out if isinstance(out, tuple) else (out,)
             extra = [t for k, (n, m) in grown.items() for t in args[k][n : n + m]]
@@ -394,6 +480,8 @@ def apply_target(cls, baked=None, objects=None, grown=None):
 
 def rebuilt_object(cls, names, values):
     """An object of `cls` with these instance attributes (made without calling __init__)."""
+    if issubclass(cls, torch.nn.Module):  # Note [Autograd functions: a module as argument]
+        return rebuilt_module(cls, names, values)
     obj = object.__new__(cls)
     obj.__dict__.update(zip(names, values))
     return obj
@@ -402,6 +490,9 @@ def rebuilt_object(cls, names, values):
 def _object_fields(tx, var):
     """(class, field VariableTrackers, names) of a plain object apply can take by its fields,
     or None (Note [Autograd functions: objects as arguments])."""
+    fields = module_fields(tx, var)
+    if fields is not None:
+        return fields
     cls = (
         var.python_type()
         if isinstance(var, (NewObjectVariable, UserDefinedObjectVariable))
@@ -531,6 +622,16 @@ def _apply_argument(v):
     if isinstance(v, BaseListVariable) and v.python_type() in (list, tuple):
         return all(isinstance(i, _tensor_cls()) or _is_constant(i) for i in v.items)
     return False
+
+
+def _dirty_kind(example):
+    """What a tensor marked dirty is, in the words of eager's error where eager raises one."""
+    if not example._is_view():
+        return "a leaf Variable that requires grad (eager raises RuntimeError)"
+    base = example._base
+    if base is not None and base.is_leaf and base.requires_grad:
+        return "a view of a leaf Variable that requires grad (eager raises RuntimeError)"
+    return "a view"
 
 
 def _dirty_example(var, example):

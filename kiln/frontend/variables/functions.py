@@ -10,10 +10,11 @@ import torch
 from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.markers import kiln_marker
+from kiln.frontend.markers import is_allowed_in_graph, kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables import optim, stdlib
+from kiln.frontend.variables.allowed_calls import allowed_call
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -67,7 +68,13 @@ class UserFunctionVariable(BaseFunctionVariable):
             cls = self.self_args()[0]  # `apply = MyFn.apply` called later
             if cls.is_python_constant() and af.is_autograd_function(cls.as_python_constant()):
                 apply = af.AutogradFunctionApplyVariable(cls.as_python_constant(), cls.source)
+                self.autograd_apply = apply  # rebuilt by it at a break in the call
                 return apply.call_function(tx, args, kwargs)
+        if not self.self_args() and is_allowed_in_graph(self.fn):
+            name = self.fn.__qualname__  # Note [allow_in_graph: one opaque call]
+            out = allowed_call(tx, self.fn, args, kwargs, name, inline_without_tensors=True)
+            if out is not None:
+                return out
         folded = _FOLDED_FUNCTIONS.get(self.fn) if not self.self_args() else None
         if folded is not None:
             return folded(tx, *args, **kwargs)
@@ -126,6 +133,10 @@ class UserMethodVariable(UserFunctionVariable):
     def reconstruct(self, cg):
         from kiln.frontend.variables.classes import load_class_function, local_owner
 
+        apply = getattr(self, "autograd_apply", None)
+        if apply is not None and cg.compile_callees:  # `MyFn.apply` that broke when called
+            apply.reconstruct(cg)
+            return
         cg.load_object(types.MethodType, push_null=True)
         owner = local_owner(self.fn)
         if owner is not None:  # a method of a class made in the frame: the run's own function
