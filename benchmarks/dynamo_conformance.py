@@ -23,6 +23,9 @@ of those pass under kiln, then each remaining failure classified:
                 (kiln splits or counts differently with no graph break, e.g. recompiles)
   graph-text    same results; an assertExpectedInline of torch's printed graph differs
   message       the error the test expects was raised, with another text (kiln's reason)
+  torch-refuses the test asserts that torch.compile refuses the code (Unsupported under
+                fullgraph); kiln compiled it (whether kiln's result equals eager is for a test
+                of ours to show: this run only sees that the refusal did not happen)
   shim          a torch._dynamo feature the shim does not map (ShimLimitation, torch internals,
                 torch's log records that a LoggingTestCase counts)
 """
@@ -226,6 +229,9 @@ COUNT_WORDS = (
 )
 
 
+REFUSAL_WORDS = ("Unsupported not raised", "expected side effect error; not found")
+
+
 def classify(info):
     """The reason a test that passes on stock torch.compile fails under kiln."""
     msg, etype = info.get("msg", ""), info.get("type", "")
@@ -247,6 +253,8 @@ def classify(info):
         return "graph-break" if info.get("breaks") else "graph-count"
     if etype == "AssertionError" and "ExpectedInline" in info.get("line", ""):
         return "graph-text"  # same values; the graph prints differently (names, layout)
+    if etype == "AssertionError" and any(w in msg for w in REFUSAL_WORDS):
+        return "torch-refuses"  # the test asserts torch's own limit: kiln compiled it instead
     if etype == "AssertionError" and "does not match" in msg:
         return "message"  # the expected error was raised, its text differs (kiln's reason)
     if etype in ("AssertionError", "Timeout"):
