@@ -35,6 +35,7 @@ from kiln.frontend.variables import (
     numpy_shapes,
     numpy_vars,
     optim,
+    random_draws,
     set_subclass,
     torch_queries,
     unspec_float,
@@ -371,6 +372,9 @@ def _wrap(tx, value, source):
             return wrap_constant_like(tx, value)
         _guard_function(guards, value, source)
         return UserFunctionVariable(value, source=source)
+    draw = random_draws.wrap(tx, value, source)  # Note [Random: draws before the graph]
+    if draw is not None:
+        return draw
     if isinstance(value, types.BuiltinMethodType) and isinstance(value.__self__, torch.Tensor):
         # `x.add` reached as a value (e.g. passed to a resume function): a tensor method
         guards.add(GuardKind.TYPE_MATCH, source, type(value))

@@ -1,0 +1,109 @@
+"""Python `random` draws in a graph: drawn at run time before the graph runs, fed to it as inputs.
+
+Note [Random: draws before the graph]
+`x * random.uniform(0, 1)` in a compiled frame must draw a new value on every call and leave
+Python's generator where eager leaves it. torch.compile makes each draw a graph input that its
+generated code draws right before calling the graph. kiln does the same for the module-level
+float draws (`random.random`, `random.uniform`: bound methods of the module's hidden Random
+instance): the transformed code first calls them, in trace order, with the same constant
+arguments, each result into a temporary (`___kiln_draw_<i>`), then calls the graph, which reads
+them as float inputs. Nothing else the graph part of a frame does runs Python code, so drawing
+them first leaves the generator in eager's state, with eager's values.
+  - The value is a SymFloatVariable whose source is that temporary: tensor ops and float
+    arithmetic take it as a graph value; a read as a Python constant (a comparison, `int()`,
+    formatting) cannot be specialised on (the next call draws another value): a graph break.
+  - A traced draw advances a private copy of the generator (the value for meta runs is the one
+    this call will draw), never Python's own.
+  - A draw is a side effect (it bumps SideEffects.version): a break placed at an instruction
+    that drew inside it is refused, as re-running the instruction would draw twice.
+Other draws (`randint`, `randrange`, `choice`, a user's own `random.Random`) are not modelled:
+they break the graph and run in Python.
+"""
+
+import random
+
+from kiln.bytecode import emit
+from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.unspec_float import DrawSource, SymFloatVariable
+
+_FLOAT_DRAWS = ("random", "uniform")
+
+
+def wrap(tx, value, source):
+    """A RandomDrawVariable for `random.random` / `random.uniform`, else None."""
+    if getattr(value, "__self__", None) is not random._inst:
+        return None
+    name = getattr(value, "__name__", None)
+    if name not in _FLOAT_DRAWS or getattr(random, name, None) is not value:
+        return None
+    if source is not None:
+        tx.output.guards.add(GuardKind.ID_MATCH, source, value)
+    return RandomDrawVariable(value, source=source)
+
+
+class RandomDrawVariable(VariableTracker):
+    """`random.random` / `random.uniform` (Note [Random: draws before the graph])."""
+
+    def __init__(self, fn, **kw):
+        super().__init__(**kw)
+        self.fn = fn
+
+    def python_type(self):
+        return type(self.fn)
+
+    def as_python_constant(self):
+        return self.fn
+
+    def is_python_constant(self):
+        return True
+
+    def call_function(self, tx, args, kwargs):
+        values = []
+        for a in (*args, *kwargs.values()):
+            if not a.is_python_constant() or type(a.as_python_constant()) not in (int, float):
+                unimplemented(f"random.{self.fn.__name__}() of a non-constant argument ({a})")
+            values.append(a.as_python_constant())
+        call_args = tuple(values[: len(args)])
+        call_kwargs = dict(zip(kwargs, values[len(args) :]))
+        output = tx.output
+        draws = output.__dict__.setdefault("random_draws", [])
+        rng = output.__dict__.get("random_mirror")
+        if rng is None:  # a copy of Python's generator: tracing never advances the real one
+            rng = output.random_mirror = random.Random()
+            rng.setstate(random.getstate())
+        try:
+            value = getattr(rng, self.fn.__name__)(*call_args, **call_kwargs)
+        except TypeError as e:
+            unimplemented(f"random.{self.fn.__name__}() raises {e}")
+        source = DrawSource(f"___kiln_draw_{len(draws)}")
+        draws.append((source, self.fn, call_args, call_kwargs))
+        output.side_effects.version += 1  # (Note [Random: draws before the graph])
+        node = output._placeholder(source)
+        node.meta["example_value"] = value
+        node.meta["source"] = source.name()
+        node.meta["lift_float"] = True  # a new value per call: never a plan per value
+        output.graph_inputs.append((source, value, node))
+        return SymFloatVariable(output, node, value, [(source, value)], source=source)
+
+    def __repr__(self):
+        return f"RandomDrawVariable(random.{self.fn.__name__})"
+
+
+def emit_draws(output, cg):
+    """The draws of the graph's frame, in trace order, each into its temporary; their names."""
+    names = []
+    for source, fn, args, kwargs in output.__dict__.get("random_draws", ()):
+        cg.load_object(fn, push_null=True)
+        for a in args:
+            cg.extend(emit.load_const(a))
+        if kwargs:
+            for a in kwargs.values():
+                cg.extend(emit.load_const(a))
+            cg.extend(emit.call_kw(len(args) + len(kwargs), tuple(kwargs)))
+        else:
+            cg.extend(emit.call(len(args)))
+        cg.extend(emit.store_fast(source.temp))
+        names.append(source.temp)
+    return names
