@@ -194,3 +194,24 @@ def test_draws_in_a_loop_with_aot():
         random.seed(seed)
         assert_same(expected, compiled(torch.ones(2)))
         assert random.getstate() == state
+
+
+def test_numpy_draws_stay_in_one_graph():
+    def fn(x):
+        a = np.random.uniform(low=-1, high=1, size=(4, 1))
+        b = np.random.randn(4, 1)
+        return x + torch.from_numpy(a + b), np.random.uniform(), torch.tensor([a, a])
+
+    kiln.reset()
+    graphs, backend = _counting()
+    compiled = kiln.compile(fn, backend=backend, fullgraph=True)
+    x = torch.ones(4, 1, dtype=torch.float64)
+    for seed in (0, 8):
+        np.random.seed(seed)
+        expected = [fn(x) for _ in range(2)]
+        state = np.random.get_state()[1].tolist()
+        np.random.seed(seed)
+        got = [compiled(x) for _ in range(2)]
+        assert_same(expected, got)
+        assert np.random.get_state()[1].tolist() == state
+    assert len(graphs) == 1

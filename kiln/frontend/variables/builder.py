@@ -160,6 +160,9 @@ def wrap_constant_like(tx, value):
     special = _kiln_special(value)
     if special is not None:
         return special
+    draw = random_draws.wrap(tx, value, None)  # Note [Random: draws before the graph]
+    if draw is not None:
+        return draw
     if is_literal(value):
         return ConstantVariable(value)
     if isinstance(value, types.ModuleType):
@@ -193,6 +196,9 @@ def wrap_value(tx, value, source):
     special = _kiln_special(value)
     if special is not None:
         return special
+    draw = random_draws.wrap(tx, value, source)  # Note [Random: draws before the graph]
+    if draw is not None:
+        return draw
     if is_optimized_module(value):
         value = value._orig_mod
         source = _attr(source, "_orig_mod") if source is not None else None
@@ -372,9 +378,6 @@ def _wrap(tx, value, source):
             return wrap_constant_like(tx, value)
         _guard_function(guards, value, source)
         return UserFunctionVariable(value, source=source)
-    draw = random_draws.wrap(tx, value, source)  # Note [Random: draws before the graph]
-    if draw is not None:
-        return draw
     if isinstance(value, types.BuiltinMethodType) and isinstance(value.__self__, torch.Tensor):
         # `x.add` reached as a value (e.g. passed to a resume function): a tensor method
         guards.add(GuardKind.TYPE_MATCH, source, type(value))

@@ -22,25 +22,62 @@ they break the graph and run in Python.
 
 import random
 
+import numpy as np
+import torch
+
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import NumpyTensorSource
 from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.numpy_vars import NumpyNdarrayVariable
+from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.unspec_float import DrawSource, SymFloatVariable
+from kiln.symbolic.fake import fake_like
 
 _FLOAT_DRAWS = ("random", "uniform")
+_NUMPY_DRAWS = ("uniform", "rand", "randn", "random", "random_sample", "normal", "standard_normal")
+
+
+def _owner(value):
+    """(module, its hidden generator, the draws modelled) of a module-level draw, else None."""
+    owner = getattr(value, "__self__", None)
+    if owner is random._inst:
+        return random, _FLOAT_DRAWS
+    if owner is np.random.mtrand._rand:
+        return np.random, _NUMPY_DRAWS
+    return None
 
 
 def wrap(tx, value, source):
-    """A RandomDrawVariable for `random.random` / `random.uniform`, else None."""
-    if getattr(value, "__self__", None) is not random._inst:
-        return None
+    """A RandomDrawVariable for a float draw of `random` / `np.random`, else None."""
+    owner = _owner(value)
     name = getattr(value, "__name__", None)
-    if name not in _FLOAT_DRAWS or getattr(random, name, None) is not value:
+    if owner is None or name not in owner[1] or getattr(owner[0], name, None) is not value:
         return None
     if source is not None:
         tx.output.guards.add(GuardKind.ID_MATCH, source, value)
     return RandomDrawVariable(value, source=source)
+
+
+def _mirror(output, module):
+    """A copy of `module`'s generator: tracing never advances the real one."""
+    mirrors = output.__dict__.setdefault("random_mirrors", {})
+    if module not in mirrors:
+        if module is random:
+            rng = random.Random()
+            rng.setstate(random.getstate())
+        else:
+            rng = np.random.RandomState()
+            rng.set_state(np.random.get_state())
+        mirrors[module] = rng
+    return mirrors[module]
+
+
+def _is_arg(value):
+    if type(value) is tuple:
+        return all(type(v) is int for v in value)
+    return value is None or type(value) in (int, float)
 
 
 class RandomDrawVariable(VariableTracker):
@@ -62,22 +99,25 @@ class RandomDrawVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         values = []
         for a in (*args, *kwargs.values()):
-            if not a.is_python_constant() or type(a.as_python_constant()) not in (int, float):
+            if not a.is_python_constant() or not _is_arg(a.as_python_constant()):
                 unimplemented(f"random.{self.fn.__name__}() of a non-constant argument ({a})")
             values.append(a.as_python_constant())
         call_args = tuple(values[: len(args)])
         call_kwargs = dict(zip(kwargs, values[len(args) :]))
         output = tx.output
         draws = output.__dict__.setdefault("random_draws", [])
-        rng = output.__dict__.get("random_mirror")
-        if rng is None:  # a copy of Python's generator: tracing never advances the real one
-            rng = output.random_mirror = random.Random()
-            rng.setstate(random.getstate())
+        rng = _mirror(output, _owner(self.fn)[0])
         try:
             value = getattr(rng, self.fn.__name__)(*call_args, **call_kwargs)
-        except TypeError as e:
+        except (TypeError, ValueError, OverflowError) as e:
             unimplemented(f"random.{self.fn.__name__}() raises {e}")
         source = DrawSource(f"___kiln_draw_{len(draws)}")
+        if type(value) is np.ndarray and value.dtype == np.float64:
+            draws.append((source, self.fn, call_args, call_kwargs))
+            output.side_effects.version += 1
+            return _array_input(output, value, source)
+        if type(value) is not float:
+            unimplemented(f"random.{self.fn.__name__}() gives a {type(value).__name__}")
         draws.append((source, self.fn, call_args, call_kwargs))
         output.side_effects.version += 1  # (Note [Random: draws before the graph])
         node = output._placeholder(source)
@@ -89,6 +129,22 @@ class RandomDrawVariable(VariableTracker):
 
     def __repr__(self):
         return f"RandomDrawVariable(random.{self.fn.__name__})"
+
+
+def _array_input(output, value, source):
+    """An ndarray drawn at run time: a tensor input `torch.from_numpy(<temp>)` (no guards)."""
+    tensor_source = NumpyTensorSource(source)
+    node = output._placeholder(tensor_source)
+    t = torch.from_numpy(value)
+    if output.fake_inputs:
+        example = fake_like(t)
+    else:
+        example = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+    node.meta["example_value"] = example
+    node.meta["source"] = tensor_source.name()
+    output.graph_inputs.append((tensor_source, t, node))
+    tensor = TensorVariable(node, example, t.device, source=tensor_source)
+    return NumpyNdarrayVariable(tensor, source=source)
 
 
 def emit_draws(output, cg):
