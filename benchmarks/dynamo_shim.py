@@ -16,6 +16,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
+| torch._dynamo.config.capture_scalar_outputs    | kiln.config.capture_scalar_outputs (read through)    |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 
 `testing.CompileCounter` needs no mapping: it is a plain backend callable (gm, example_inputs).
@@ -120,6 +121,24 @@ def _unsupported(a, b):
     return b
 
 
+# torch._dynamo.config switches kiln has under the same name: under the shim kiln reads (and
+# writes) torch's, so `@torch._dynamo.config.patch(capture_scalar_outputs=True)` reaches kiln
+_CONFIG = ("capture_scalar_outputs",)
+
+
+def _mirror_config(kiln_config, torch_config):
+    """kiln.config's switches in _CONFIG read through to torch._dynamo.config."""
+
+    def switch(name):
+        return property(
+            lambda self: getattr(torch_config, name),
+            lambda self, value: setattr(torch_config, name, value),
+        )
+
+    cls = type(kiln_config)
+    kiln_config.__class__ = type("MirroredConfig", (cls,), {n: switch(n) for n in _CONFIG})
+
+
 def install():
     """Replace torch._dynamo's entry points with kiln's, in every loaded torch._dynamo module."""
     import torch
@@ -173,3 +192,4 @@ def install():
             if getattr(module, attr, None) is old:
                 setattr(module, attr, new)
     torch.compile = compile
+    _mirror_config(kiln.config, torch._dynamo.config)

@@ -37,7 +37,9 @@ from kiln.frontend.variables import (
     optim,
     random_draws,
     set_subclass,
+    tensor_of_list,
     torch_queries,
+    unbacked,
     unspec_float,
 )
 from kiln.frontend.variables.base import lookup_hooked, probe, register_builder
@@ -81,6 +83,9 @@ from kiln.frontend.variables.user_defined import (
     UserDefinedClassVariable,
     UserDefinedObjectVariable,
 )
+
+# modules that register torch-function / tensor-method hooks when imported
+_HOOK_MODULES = (tensor_of_list, unbacked)
 
 
 def _is_torch_callable(value):

@@ -22,12 +22,13 @@ from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.lists import BaseListVariable, ListVariable
 from kiln.frontend.variables.numpy_vars import NumpyNdarrayVariable
 from kiln.frontend.variables.tensor import TensorVariable
+from kiln.frontend.variables.unbacked import is_item_scalar, leaf_dtype, scalar_leaf
 
 _t = numpy_vars._t
 
 
 def _is_graph_leaf(v):
-    return isinstance(v, (TensorVariable, NumpyNdarrayVariable))
+    return isinstance(v, (TensorVariable, NumpyNdarrayVariable)) or is_item_scalar(v)
 
 
 def _has_graph_leaf(v):
@@ -37,6 +38,8 @@ def _has_graph_leaf(v):
 
 
 def _leaf_dtype(v):
+    if is_item_scalar(v):
+        return leaf_dtype(v)
     if isinstance(v, TensorVariable):
         return v.example.dtype
     if isinstance(v, NumpyNdarrayVariable):
@@ -60,6 +63,10 @@ def _leaf(tx, v, dtype):
     """One leaf as a tensor of `dtype` (a scalar for tensors and numbers)."""
     if isinstance(v, ConstantVariable):
         return _t(tx, torch.tensor, [v.value], {"dtype": dtype})
+    if is_item_scalar(v):
+        if leaf_dtype(v).is_floating_point and not (dtype.is_floating_point or dtype.is_complex):
+            unimplemented("torch.tensor of a float into an integer dtype (eager raises)")
+        return scalar_leaf(tx, v, dtype)
     if isinstance(v, NumpyNdarrayVariable):
         t = v.tensor
     else:
@@ -92,6 +99,8 @@ def tensor_of_list(tx, fn, args, kwargs):
     if fn is torch.tensor and args and isinstance(args[0], BaseListVariable):
         if _has_graph_leaf(args[0]):
             return _tensor(tx, args, kwargs)
+    if fn is torch.tensor and args and is_item_scalar(args[0]):
+        return _tensor(tx, args, kwargs)
     return numpy_vars.torch_from_numpy(tx, fn, args, kwargs)
 
 

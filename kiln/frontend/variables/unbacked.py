@@ -1,0 +1,120 @@
+"""`t.item()` kept in the graph under config.capture_scalar_outputs: scalars read from tensor data.
+
+Note [Shapes: item() in the graph]
+With `config.capture_scalar_outputs` (torch.compile's switch of the same name), `t.item()` of a
+one-element int or float tensor is a node `t.item()` of the graph whose value is an unbacked
+symbol (Note [Shapes: unbacked scalars]): no value at trace time, never guarded.
+  - An int is a SymNodeVariable: `max(n, 1024)`, `n + 1` stay symbolic and a tensor op takes it
+    as a size (`torch.ones(max(x.item(), 1024))`).
+  - A float is an ItemFloatVariable: `torch.tensor([v.item()])` takes it (tensor_of_list).
+  - Anything that needs its value in Python (a branch, `int()`, formatting, an op kiln does not
+    model with it) is a graph break with a data-dependent reason.
+  - Left live at a break or returned, a float leaves the graph as `torch.scalar_tensor(v,
+    dtype=float64)` and Python reads it back with `.item()` (exact: a double holds any float32 or
+    float64 value), as torch.compile does; an int leaves as an int output of the graph.
+Without the switch, `.item()` is a graph break (the default, as in torch.compile).
+Bool and complex tensors, and tensors whose element count is symbolic, still break.
+"""
+
+import torch
+
+from kiln import config
+from kiln.bytecode import emit
+from kiln.exc import unimplemented
+from kiln.frontend.variables import tensor as tensor_vars
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.sym import SymNodeVariable
+from kiln.symbolic import shape_env
+
+
+def tensor_item(tx, tensor, args, kwargs):
+    """`t.item()`: a graph node with an unbacked value, or a graph break (see the note)."""
+    if not config.capture_scalar_outputs:
+        unimplemented("Tensor.item() reads tensor data")
+    if args or kwargs:
+        unimplemented("Tensor.item() with arguments")
+    ex = tensor.example
+    sizes = [shape_env.from_torch(s) for s in ex.shape]
+    if any(isinstance(s, shape_env.SymNode) for s in sizes):
+        unimplemented("Tensor.item() of a tensor with a symbolic size")
+    numel = 1
+    for s in sizes:
+        numel *= s
+    if numel != 1:
+        unimplemented("Tensor.item() of a tensor of more than one element (eager raises)")
+    if ex.dtype.is_complex or ex.dtype == torch.bool:
+        unimplemented(f"Tensor.item() of a {ex.dtype} tensor")
+    kind = "float" if ex.dtype.is_floating_point else "int"
+    output = tx.output
+    node = output.create_node("call_method", "item", (tensor.proxy,), {})
+    value = output.shape_env.create_unbacked(kind)
+    node.meta["example_value"] = shape_env.to_torch(value)
+    if kind == "int":
+        return SymNodeVariable(node, value)
+    return ItemFloatVariable(output, node, value)
+
+
+class ItemFloatVariable(VariableTracker):
+    """A float read from tensor data in the graph (Note [Shapes: item() in the graph])."""
+
+    def __init__(self, output, proxy, value, **kw):
+        super().__init__(**kw)
+        self.output = output
+        self.proxy = proxy
+        self.value = value  # an unbacked SymNode of kind float
+        self._tensor = None
+
+    def python_type(self):
+        return float
+
+    def is_python_constant(self):
+        return False
+
+    def as_python_constant(self):
+        unimplemented("data-dependent: a float read from tensor data (`.item()`) used in Python")
+
+    def truthy(self, tx):
+        self.as_python_constant()
+
+    def as_tensor(self, dtype=torch.float64):
+        """`torch.scalar_tensor(v, dtype=dtype)` in the graph."""
+        node = self.output.create_node(
+            "call_function", torch.scalar_tensor, (self.proxy,), {"dtype": dtype}
+        )
+        example = torch.empty((), dtype=dtype, device="meta")
+        node.meta["example_value"] = example
+        return tensor_vars.TensorVariable(node, example, torch.device("cpu"))
+
+    def reconstruct(self, cg):
+        t = self._tensor
+        if t is None or getattr(t.proxy, "_erased", False):
+            t = self._tensor = self.as_tensor()
+        cg.load_object(torch.Tensor.item, push_null=True)
+        cg.reconstruct_tensor(t)
+        cg.extend(emit.call(1))
+
+    def __repr__(self):
+        return f"ItemFloatVariable({self.proxy.name})"
+
+
+def is_item_scalar(v):
+    """An int or float read by `.item()` in the graph (an unbacked value)."""
+    if isinstance(v, ItemFloatVariable):
+        return True
+    return isinstance(v, SymNodeVariable) and not v.value.has_hint()
+
+
+def scalar_leaf(tx, v, dtype):
+    """An item scalar as a 0-d tensor of `dtype` in the graph (torch.tensor of it)."""
+    node = tx.output.create_node("call_function", torch.scalar_tensor, (v.proxy,), {"dtype": dtype})
+    example = torch.empty((), dtype=dtype, device="meta")
+    node.meta["example_value"] = example
+    return tensor_vars.TensorVariable(node, example, torch.device("cpu"))
+
+
+def leaf_dtype(v):
+    """The dtype torch.tensor infers for an item scalar (as for a Python float or int)."""
+    return torch.get_default_dtype() if isinstance(v, ItemFloatVariable) else torch.int64
+
+
+tensor_vars.register_method("item", tensor_item)
