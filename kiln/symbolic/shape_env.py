@@ -36,7 +36,8 @@ from kiln.exc import Unsupported
 # source: arithmetic and `max/min` on it stay symbolic, facts about it that follow statically
 # (`Max(u0, 1024) >= 0`) are answered, and any other question (a branch, `int()`, a guard) cannot
 # be answered on a hint nor guarded on the inputs: `hint()` raises Unsupported, a graph break.
-# Unbacked symbols are not size symbols: `_static_value` does not assume them >= 2.
+# Unbacked symbols are not size symbols: `_static_value` does not assume them >= 2. kiln's AOT
+# refuses graphs with `.item()` (aten._local_scalar_dense): the backend then runs them as traced.
 
 # Note [Shapes: wiring]
 # Frontend: one ShapeEnv per frame compilation; a tensor input's sizes are
@@ -150,9 +151,7 @@ class ShapeEnv:
             raise Unsupported(
                 f"data-dependent: {expr} needs a value read from tensor data (`.item()`)"
             )
-        value = expr.xreplace(
-            {k: sympy.Integer(v) for k, v in self.var_to_val.items()}
-        )
+        value = expr.xreplace({k: sympy.Integer(v) for k, v in self.var_to_val.items()})
         if isinstance(value, sympy.logic.boolalg.BooleanAtom):
             return bool(value)
         return int(value) if value.is_Integer else value

@@ -12,6 +12,7 @@ symbol (Note [Shapes: unbacked scalars]): no value at trace time, never guarded.
   - Left live at a break or returned, a float leaves the graph as `torch.scalar_tensor(v,
     dtype=float64)` and Python reads it back with `.item()` (exact: a double holds any float32 or
     float64 value), as torch.compile does; an int leaves as an int output of the graph.
+`t.tolist()` of a 1-d tensor of static size is `[t[0].item(), t[1].item(), ...]`.
 Without the switch, `.item()` is a graph break (the default, as in torch.compile).
 Bool and complex tensors, and tensors whose element count is symbolic, still break.
 """
@@ -23,6 +24,8 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables import tensor as tensor_vars
 from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.lists import ListVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.symbolic import shape_env
 
@@ -117,4 +120,19 @@ def leaf_dtype(v):
     return torch.get_default_dtype() if isinstance(v, ItemFloatVariable) else torch.int64
 
 
+def tensor_tolist(tx, tensor, args, kwargs):
+    """`t.tolist()` of a 1-d tensor of static size: `[t[0].item(), ...]` in the graph."""
+    if not config.capture_scalar_outputs:
+        unimplemented("Tensor.tolist() reads tensor data")
+    ex = tensor.example
+    if args or kwargs or ex.dim() != 1 or not isinstance(shape_env.from_torch(ex.shape[0]), int):
+        unimplemented("Tensor.tolist() of a tensor that is not 1-d of a static size")
+    items = []
+    for k in range(ex.shape[0]):
+        element = tensor.call_method(tx, "__getitem__", [ConstantVariable(k)], {})
+        items.append(tensor_item(tx, element, [], {}))
+    return ListVariable(items)
+
+
 tensor_vars.register_method("item", tensor_item)
+tensor_vars.register_method("tolist", tensor_tolist)
