@@ -17,6 +17,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
 | torch._dynamo.config.capture_scalar_outputs    | kiln.config.capture_scalar_outputs (read through)    |
+| torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 
 `testing.CompileCounter` needs no mapping: it is a plain backend callable (gm, example_inputs).
@@ -121,22 +122,28 @@ def _unsupported(a, b):
     return b
 
 
-# torch._dynamo.config switches kiln has under the same name: under the shim kiln reads (and
-# writes) torch's, so `@torch._dynamo.config.patch(capture_scalar_outputs=True)` reaches kiln
-_CONFIG = ("capture_scalar_outputs",)
+# torch config switches kiln has under the same name (torch's config module of each): under the
+# shim kiln reads (and writes) torch's, so `@torch._dynamo.config.patch(capture_scalar_outputs=
+# True)` reaches kiln
+_CONFIG = {
+    "capture_scalar_outputs": "torch._dynamo.config",
+    "symbol_guard_limit_before_specialize": "torch.fx.experimental._config",
+}
 
 
-def _mirror_config(kiln_config, torch_config):
-    """kiln.config's switches in _CONFIG read through to torch._dynamo.config."""
+def _mirror_config(kiln_config):
+    """kiln.config's switches in _CONFIG read through to torch's config modules."""
+    import importlib
 
-    def switch(name):
+    def switch(name, module):
+        torch_config = importlib.import_module(module)
         return property(
             lambda self: getattr(torch_config, name),
             lambda self, value: setattr(torch_config, name, value),
         )
 
-    cls = type(kiln_config)
-    kiln_config.__class__ = type("MirroredConfig", (cls,), {n: switch(n) for n in _CONFIG})
+    props = {name: switch(name, module) for name, module in _CONFIG.items()}
+    kiln_config.__class__ = type("MirroredConfig", (type(kiln_config),), props)
 
 
 def install():
@@ -192,4 +199,4 @@ def install():
             if getattr(module, attr, None) is old:
                 setattr(module, attr, new)
     torch.compile = compile
-    _mirror_config(kiln.config, torch._dynamo.config)
+    _mirror_config(kiln.config)

@@ -11,7 +11,7 @@ import operator
 import sympy
 import torch
 
-from kiln import logs
+from kiln import config, logs
 from kiln.exc import Unsupported
 
 # Note [Shapes: guards from facts]
@@ -67,6 +67,7 @@ class ShapeEnv:
         self.replacements = {}  # Symbol -> expr it equals (learned from facts)
         self.divisible = set()  # (expr, k) with Mod(expr, k) == 0 known
         self.guards = []  # recorded boolean facts, as sympy expressions (before simplification)
+        self.guard_counts = {}  # Symbol -> recorded facts naming it (Note [Shapes: a limit ...])
         self.unbacked = set()  # symbols of values read from tensor data: no hint, never guarded
         self._static = {}  # fact -> static_value (cleared when a fact is learned)
         self.reason = None  # what is being traced (e.g. an ATen op), for guard_reasons and logs
@@ -216,7 +217,23 @@ class ShapeEnv:
         self.guards.append(recorded)
         self.guard_reasons.append(self.reason)
         self._learn(recorded)
+        self._count_guards(fact)
         return value
+
+    def _count_guards(self, fact):
+        """Note [Shapes: a limit on guards per symbol]
+        With config.symbol_guard_limit_before_specialize = n (torch's ShapeEnv setting of that
+        name), a symbol that more than n recorded facts mention is specialised to its hint
+        (`Eq(s, hint)`): one guard instead of many, at the price of a recompile per value."""
+        limit = config.symbol_guard_limit_before_specialize
+        if limit is None:
+            return
+        for sym in sorted(fact.free_symbols, key=str):
+            if sym not in self.var_to_val or sym in self.replacements:
+                continue
+            self.guard_counts[sym] = self.guard_counts.get(sym, 0) + 1
+            if self.guard_counts[sym] > limit:
+                self.specialize(sym)
 
     def specialize(self, expr):
         """The hint of `expr` as an int, recording `Eq(expr, hint)`."""
