@@ -116,3 +116,23 @@ def test_more_than_one_element_breaks(capture):
     kiln.reset()
     with pytest.raises(Unsupported):
         kiln.compile(fn, fullgraph=True)(torch.ones(2))
+
+
+def test_split_by_item_sizes(capture):
+    def fn(x, i):
+        a, b = i.tolist()
+        return torch.split(x * 2, [a, b]), torch.split(x, [a, 1, b - 1], dim=0)
+
+    compiled, graphs = _counted(fn, fullgraph=True)
+    for values in ([7, 3], [2, 8]):
+        x = torch.randn(10, requires_grad=True)
+        i = torch.tensor(values)
+        expected, got = fn(x, i), compiled(x, i)
+        assert_same(expected, got)
+        sum(t.sum() * k for k, t in enumerate(got[0] + got[1], 1)).backward()
+        grad, x.grad = x.grad, None
+        sum(t.sum() * k for k, t in enumerate(expected[0] + expected[1], 1)).backward()
+        assert_same(grad, x.grad)
+    assert len(graphs) == 1
+    with pytest.raises(RuntimeError):  # the sizes do not add up: split raises, as eagerly
+        compiled(torch.randn(10), torch.tensor([4, 4]))

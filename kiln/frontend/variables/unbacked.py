@@ -12,7 +12,8 @@ symbol (Note [Shapes: unbacked scalars]): no value at trace time, never guarded.
   - Left live at a break or returned, a float leaves the graph as `torch.scalar_tensor(v,
     dtype=float64)` and Python reads it back with `.item()` (exact: a double holds any float32 or
     float64 value), as torch.compile does; an int leaves as an int output of the graph.
-`t.tolist()` of a 1-d tensor of static size is `[t[0].item(), t[1].item(), ...]`.
+`torch.split(x, [n, m])` by such ints gives views of those sizes (the op checks their sum when it
+runs, as eagerly). `t.tolist()` of a 1-d tensor of static size is `[t[0].item(), t[1].item(), ...]`.
 Without the switch, `.item()` is a graph break (the default, as in torch.compile).
 Bool and complex tensors, and tensors whose element count is symbolic, still break.
 """
@@ -23,11 +24,13 @@ from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables import tensor as tensor_vars
+from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
-from kiln.frontend.variables.lists import ListVariable
+from kiln.frontend.variables.lists import BaseListVariable, ListVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.symbolic import shape_env
+from kiln.symbolic.fake import ProxyTensor
 
 
 def tensor_item(tx, tensor, args, kwargs):
@@ -134,5 +137,54 @@ def tensor_tolist(tx, tensor, args, kwargs):
     return ListVariable(items)
 
 
+def split_by_items(tx, fn, args, kwargs):
+    """`torch.split(x, [n, m, ...], dim)` with sizes read by `.item()`: views of x whose sizes
+    are those symbols; torch's split checks that they add up when the graph runs (as eagerly).
+    None (torch.split as usual) when no size is such a value."""
+    if len(args) < 2 or not isinstance(args[1], BaseListVariable):
+        return None
+    sizes = args[1].items
+    if not any(is_item_scalar(v) for v in sizes):
+        return None
+    x = args[0]
+    dim = args[2] if len(args) > 2 else kwargs.get("dim", ConstantVariable(0))
+    if len(args) > 3 or set(kwargs) - {"dim"} or not isinstance(x, tensor_vars.TensorVariable):
+        unimplemented("torch.split by sizes read from tensor data with these arguments")
+    if (
+        not all(
+            is_item_scalar(v) or (isinstance(v, ConstantVariable) and type(v.value) is int)
+            for v in sizes
+        )
+        or not dim.is_python_constant()
+    ):
+        unimplemented("torch.split by sizes read from tensor data with these arguments")
+    ex = x.example
+    dim = dim.as_python_constant()
+    dim = dim + ex.dim() if dim < 0 else dim
+    x_sizes = [shape_env.from_torch(n) for n in ex.shape]
+    x_strides = [shape_env.from_torch(n) for n in ex.stride()]
+    if any(isinstance(n, shape_env.SymNode) for n in (*x_sizes, *x_strides)):
+        unimplemented("torch.split by sizes read from tensor data of a tensor of symbolic size")
+    offset = shape_env.from_torch(ex.storage_offset())
+    parts = []
+    for v in sizes:
+        n = v.value
+        part_sizes = [n if d == dim else x_sizes[d] for d in range(ex.dim())]
+        parts.append(_view(ex, x.device, part_sizes, x_strides, offset))
+        offset = offset + n * x_strides[dim]
+    node_sizes = [v.proxy if is_item_scalar(v) else v.value for v in sizes]
+    node = tx.output.create_node("call_function", torch.split, (x.proxy, node_sizes, dim), {})
+    return torch_vars.wrap_tensor_result(tx, node, tuple(parts), x.device)
+
+
+def _view(ex, device, sizes, strides, offset):
+    """A fake view of `ex` with these (partly unbacked) sizes and storage offset."""
+    meta = torch.empty_strided(
+        [shape_env.hint_of(n) for n in sizes], strides, dtype=ex.dtype, device="meta"
+    )
+    return ProxyTensor(meta, device, None, ex.requires_grad, sizes, strides, offset)
+
+
 tensor_vars.register_method("item", tensor_item)
+torch_vars.register_function(torch.split, split_by_items)
 tensor_vars.register_method("tolist", tensor_tolist)
