@@ -215,3 +215,26 @@ def test_numpy_draws_stay_in_one_graph():
         assert_same(expected, got)
         assert np.random.get_state()[1].tolist() == state
     assert len(graphs) == 1
+
+
+def _maybe_shift(y):
+    if random.random() < 0.5:  # a branch on a draw: a break inside this call
+        return y + 1
+    return y
+
+
+def test_break_after_a_draw_inside_a_call():
+    def fn(x):
+        return _maybe_shift(x * 2) * 3
+
+    kiln.reset()
+    graphs, backend = _counting()
+    compiled = kiln.compile(fn, backend=backend)
+    for seed in range(4):
+        random.seed(seed)
+        expected = fn(torch.ones(2))
+        state = random.getstate()
+        random.seed(seed)
+        assert_same(expected, compiled(torch.ones(2)))
+        assert random.getstate() == state
+    assert graphs  # the call runs in Python between graphs, not the whole frame

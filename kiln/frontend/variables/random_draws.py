@@ -14,8 +14,10 @@ them first leaves the generator in eager's state, with eager's values.
     formatting) cannot be specialised on (the next call draws another value): a graph break.
   - A traced draw advances a private copy of the generator (the value for meta runs is the one
     this call will draw), never Python's own.
-  - A draw is a side effect (it bumps SideEffects.version): a break placed at an instruction
-    that drew inside it is refused, as re-running the instruction would draw twice.
+  - The draws are kept with the side effects (SideEffects.draws) and rolled back with them: a
+    break placed at an instruction that drew inside it (a call of a function that draws, then
+    breaks) drops those draws, since Python runs the instruction and draws them itself; a
+    speculative trace that drew counts as one with effects.
 Other draws (`randint`, `randrange`, `choice`, a user's own `random.Random`) are not modelled:
 they break the graph and run in Python.
 """
@@ -105,7 +107,7 @@ class RandomDrawVariable(VariableTracker):
         call_args = tuple(values[: len(args)])
         call_kwargs = dict(zip(kwargs, values[len(args) :]))
         output = tx.output
-        draws = output.__dict__.setdefault("random_draws", [])
+        draws = output.side_effects.draws
         rng = _mirror(output, _owner(self.fn)[0])
         try:
             value = getattr(rng, self.fn.__name__)(*call_args, **call_kwargs)
@@ -114,12 +116,10 @@ class RandomDrawVariable(VariableTracker):
         source = DrawSource(f"___kiln_draw_{len(draws)}")
         if type(value) is np.ndarray and value.dtype == np.float64:
             draws.append((source, self.fn, call_args, call_kwargs))
-            output.side_effects.version += 1
             return _array_input(output, value, source)
         if type(value) is not float:
             unimplemented(f"random.{self.fn.__name__}() gives a {type(value).__name__}")
         draws.append((source, self.fn, call_args, call_kwargs))
-        output.side_effects.version += 1  # (Note [Random: draws before the graph])
         node = output._placeholder(source)
         node.meta["example_value"] = value
         node.meta["source"] = source.name()
@@ -150,7 +150,7 @@ def _array_input(output, value, source):
 def emit_draws(output, cg):
     """The draws of the graph's frame, in trace order, each into its temporary; their names."""
     names = []
-    for source, fn, args, kwargs in output.__dict__.get("random_draws", ()):
+    for source, fn, args, kwargs in output.side_effects.draws:
         cg.load_object(fn, push_null=True)
         for a in args:
             cg.extend(emit.load_const(a))
