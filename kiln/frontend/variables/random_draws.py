@@ -23,6 +23,7 @@ they break the graph and run in Python.
 """
 
 import random
+import types
 
 import numpy as np
 import torch
@@ -43,7 +44,9 @@ _NUMPY_DRAWS = ("uniform", "rand", "randn", "random", "random_sample", "normal",
 
 def _owner(value):
     """(module, its hidden generator, the draws modelled) of a module-level draw, else None."""
-    owner = getattr(value, "__self__", None)
+    if type(value) not in (types.MethodType, types.BuiltinMethodType):
+        return None  # (never getattr on other objects: a user __getattr__ would run)
+    owner = value.__self__
     if owner is random._inst:
         return random, _FLOAT_DRAWS
     if owner is np.random.mtrand._rand:
@@ -54,8 +57,10 @@ def _owner(value):
 def wrap(tx, value, source):
     """A RandomDrawVariable for a float draw of `random` / `np.random`, else None."""
     owner = _owner(value)
-    name = getattr(value, "__name__", None)
-    if owner is None or name not in owner[1] or getattr(owner[0], name, None) is not value:
+    if owner is None:
+        return None
+    name = value.__name__
+    if name not in owner[1] or getattr(owner[0], name, None) is not value:
         return None
     if source is not None:
         tx.output.guards.add(GuardKind.ID_MATCH, source, value)
