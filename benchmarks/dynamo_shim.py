@@ -16,6 +16,8 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
+| torch._dynamo.config.capture_scalar_outputs    | kiln.config.capture_scalar_outputs (read through)    |
+| torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 
 `testing.CompileCounter` needs no mapping: it is a plain backend callable (gm, example_inputs).
@@ -120,6 +122,30 @@ def _unsupported(a, b):
     return b
 
 
+# torch config switches kiln has under the same name (torch's config module of each): under the
+# shim kiln reads (and writes) torch's, so `@torch._dynamo.config.patch(capture_scalar_outputs=
+# True)` reaches kiln
+_CONFIG = {
+    "capture_scalar_outputs": "torch._dynamo.config",
+    "symbol_guard_limit_before_specialize": "torch.fx.experimental._config",
+}
+
+
+def _mirror_config(kiln_config):
+    """kiln.config's switches in _CONFIG read through to torch's config modules."""
+    import importlib
+
+    def switch(name, module):
+        torch_config = importlib.import_module(module)
+        return property(
+            lambda self: getattr(torch_config, name),
+            lambda self, value: setattr(torch_config, name, value),
+        )
+
+    props = {name: switch(name, module) for name, module in _CONFIG.items()}
+    kiln_config.__class__ = type("MirroredConfig", (type(kiln_config),), props)
+
+
 def install():
     """Replace torch._dynamo's entry points with kiln's, in every loaded torch._dynamo module."""
     import torch
@@ -174,3 +200,4 @@ def install():
             if getattr(module, attr, None) is old:
                 setattr(module, attr, new)
     torch.compile = compile
+    _mirror_config(kiln.config)

@@ -32,6 +32,7 @@ from kiln.frontend.resume import (
 )
 from kiln.frontend.side_effects import pin_state_reads
 from kiln.frontend.translator import decode as decode_indexed
+from kiln.frontend.variables import random_draws
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.ctx_managers import WithExitVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -169,6 +170,7 @@ def _graph_call(output, body):
     if name is None and body.graph_outputs:
         unimplemented("returning a tensor made without a tensor op")
     call = PyCodegen(output)
+    body.temp_names.extend(random_draws.emit_draws(output, call))  # Note [Random: draws ...]
     if name is not None:
         call.extend(emit.load_global(name, push_null=True))
         for source in input_sources:

@@ -41,6 +41,7 @@ class EffectsSnapshot(NamedTuple):
 
     log: dict
     cell_writes: int
+    draws: int = 0  # random draws made (Note [Random: draws before the graph])
 
 
 class SideEffects:
@@ -58,6 +59,7 @@ class SideEffects:
         self.cell_undo = []  # (frame locals, name, old value) per traced-cell write
         self.lazy_readers = []  # per generator drained at a break: the cells/globals it read
         self.attr_order = {}  # ("attr"/"dictitem", id, name) -> when first stored (dict order)
+        self.draws = []  # random draws, made before the graph (Note [Random: draws before the graph])
 
     def tracked_container(self, tx, value, source):
         """The variable already wrapping this real mutable container (a list, dict or deque
@@ -203,17 +205,20 @@ class SideEffects:
 
     def snapshot(self):
         """The recorded stores, to undo an instruction that broke."""
-        return EffectsSnapshot(dict(self.log), len(self.cell_undo))
+        return EffectsSnapshot(dict(self.log), len(self.cell_undo), len(self.draws))
 
     def changed_since(self, snap):
         """Whether anything was stored since `snap` (a speculative trace must leave no effect)."""
         if self.log.keys() != snap.log.keys() or len(self.cell_undo) != snap.cell_writes:
             return True
+        if len(self.draws) != snap.draws:
+            return True
         return any(self.log[k] is not snap.log[k] for k in snap.log)
 
     def restore(self, snap):
-        log, cell_writes = snap
+        log, cell_writes, draws = snap
         self.log = dict(log)
+        del self.draws[draws:]  # the instruction runs in Python: it draws them itself
         while len(self.cell_undo) > cell_writes:
             frame_locals, name, old = self.cell_undo.pop()
             if old is _UNSET:

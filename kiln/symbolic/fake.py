@@ -377,7 +377,7 @@ _METADATA_QUERIES = _queries()
 
 def _hint_value(v):
     node = from_torch(v)
-    return node.hint if isinstance(node, SymNode) else node
+    return hint_of(node) if isinstance(node, SymNode) else node  # (unbacked: a stand-in)
 
 
 class _NoEnv:

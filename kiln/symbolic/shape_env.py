@@ -11,7 +11,8 @@ import operator
 import sympy
 import torch
 
-from kiln import logs
+from kiln import config, logs
+from kiln.exc import Unsupported
 
 # Note [Shapes: guards from facts]
 # A dynamic size is a sympy symbol with a hint (the size of the tensor seen at compile time) and a
@@ -29,6 +30,15 @@ from kiln import logs
 # so facts that follow from the ranges (`s0 > 1`, `s0 != 1`, `s0*s1 > 0`) are static: `evaluate`
 # returns them with no guard, and only the range guard `source >= 2` stays in the guard expression.
 
+# Note [Shapes: unbacked scalars]
+# Under config.capture_scalar_outputs, `t.item()` stays in the graph (torch.compile: an unbacked
+# SymInt/SymFloat from aten._local_scalar_dense). Its value is a symbol `u<n>` with no hint and no
+# source: arithmetic and `max/min` on it stay symbolic, facts about it that follow statically
+# (`Max(u0, 1024) >= 0`) are answered, and any other question (a branch, `int()`, a guard) cannot
+# be answered on a hint nor guarded on the inputs: `hint()` raises Unsupported, a graph break.
+# Unbacked symbols are not size symbols: `_static_value` does not assume them >= 2. kiln's AOT
+# refuses graphs with `.item()` (aten._local_scalar_dense): the backend then runs them as traced.
+
 # Note [Shapes: wiring]
 # Frontend: one ShapeEnv per frame compilation; a tensor input's sizes are
 # `env.sizes_of(example, source_name, frame_shapes.dynamic_dims(source_name, t, dynamic))`;
@@ -43,6 +53,7 @@ from kiln import logs
 
 
 MIN_SYMBOL_VALUE = 2  # sizes 0 and 1 are specialised, so every size symbol is >= 2
+UNBACKED_HINT = 8192  # what meta tensors take for a size read from tensor data (as torch does)
 
 
 class ShapeEnv:
@@ -56,6 +67,8 @@ class ShapeEnv:
         self.replacements = {}  # Symbol -> expr it equals (learned from facts)
         self.divisible = set()  # (expr, k) with Mod(expr, k) == 0 known
         self.guards = []  # recorded boolean facts, as sympy expressions (before simplification)
+        self.guard_counts = {}  # Symbol -> recorded facts naming it (Note [Shapes: a limit ...])
+        self.unbacked = set()  # symbols of values read from tensor data: no hint, never guarded
         self._static = {}  # fact -> static_value (cleared when a fact is learned)
         self.reason = None  # what is being traced (e.g. an ATen op), for guard_reasons and logs
         self.guard_reasons = []  # per recorded guard: self.reason when it was recorded
@@ -78,6 +91,14 @@ class ShapeEnv:
             self.replacements[sym] = sympy.Integer(hint)  # guard `source == hint`
             return sympy.Integer(hint)
         return sym
+
+    def create_unbacked(self, kind):
+        """A SymNode for a value read from tensor data (`.item()`): no hint, so any fact about it
+        that does not follow statically is a graph break (Note [Shapes: unbacked scalars])."""
+        name = f"u{len(self.unbacked)}"
+        sym = sympy.Symbol(name, integer=True) if kind == "int" else sympy.Symbol(name, real=True)
+        self.unbacked.add(sym)
+        return SymNode(sym, self, kind)
 
     def create_size(self, hint, source):
         """The traced value of a dynamic size: a SymNode, or an int for 0/1."""
@@ -126,12 +147,21 @@ class ShapeEnv:
 
     def hint(self, expr):
         """The value of `expr` on the hints."""
-        value = sympy.sympify(expr).xreplace(
-            {k: sympy.Integer(v) for k, v in self.var_to_val.items()}
-        )
+        expr = sympy.sympify(expr)
+        if self.unbacked and expr.free_symbols & self.unbacked:
+            raise Unsupported(
+                f"data-dependent: {expr} needs a value read from tensor data (`.item()`)"
+            )
+        value = expr.xreplace({k: sympy.Integer(v) for k, v in self.var_to_val.items()})
         if isinstance(value, sympy.logic.boolalg.BooleanAtom):
             return bool(value)
         return int(value) if value.is_Integer else value
+
+    def fallback_hint(self, expr):
+        """A stand-in value of an expr over unbacked symbols, for meta tensors' sizes only
+        (never for a decision: those go through `hint`, which refuses)."""
+        expr = sympy.sympify(expr).xreplace({u: UNBACKED_HINT for u in self.unbacked})
+        return self.hint(expr)
 
     def static_value(self, fact):
         """True/False when `fact` follows from the replacements and the ranges, else None."""
@@ -149,7 +179,7 @@ class ShapeEnv:
             return bool(fact)
         if not isinstance(fact, sympy.core.relational.Relational):
             return None
-        size_symbols = fact.free_symbols
+        size_symbols = fact.free_symbols - self.unbacked
         fact = fact.replace(sympy.Mod, _bounded_mod)  # 0 <= Mod(e, k) <= k - 1 for integer k > 0
         if isinstance(fact, sympy.logic.boolalg.BooleanAtom):
             return bool(fact)
@@ -187,7 +217,23 @@ class ShapeEnv:
         self.guards.append(recorded)
         self.guard_reasons.append(self.reason)
         self._learn(recorded)
+        self._count_guards(fact)
         return value
+
+    def _count_guards(self, fact):
+        """Note [Shapes: a limit on guards per symbol]
+        With config.symbol_guard_limit_before_specialize = n (torch's ShapeEnv setting of that
+        name), a symbol that more than n recorded facts mention is specialised to its hint
+        (`Eq(s, hint)`): one guard instead of many, at the price of a recompile per value."""
+        limit = config.symbol_guard_limit_before_specialize
+        if limit is None:
+            return
+        for sym in sorted(fact.free_symbols, key=str):
+            if sym not in self.var_to_val or sym in self.replacements:
+                continue
+            self.guard_counts[sym] = self.guard_counts.get(sym, 0) + 1
+            if self.guard_counts[sym] > limit:
+                self.specialize(sym)
 
     def specialize(self, expr):
         """The hint of `expr` as an int, recording `Eq(expr, hint)`."""
@@ -481,7 +527,7 @@ class SymNode:
         return self.constant is not None
 
     def has_hint(self):
-        return True
+        return not (self.env.unbacked and self.expr.free_symbols & self.env.unbacked)
 
     def maybe_as_int(self):
         return self._number() if self.kind == "int" else None
@@ -846,7 +892,9 @@ def is_symbolic(value):
 
 def hint_of(value):
     """The concrete value of an int or SymNode (no guard)."""
-    return value.hint if isinstance(value, SymNode) else value
+    if not isinstance(value, SymNode):
+        return value
+    return value.hint if value.has_hint() else value.env.fallback_hint(value.expr)
 
 
 def contiguous_strides(sizes):

@@ -36,8 +36,11 @@ from kiln.frontend.variables import (
     numpy_shapes,
     numpy_vars,
     optim,
+    random_draws,
     set_subclass,
+    tensor_of_list,
     torch_queries,
+    unbacked,
     unspec_float,
 )
 from kiln.frontend.variables.base import lookup_hooked, probe, register_builder
@@ -81,6 +84,9 @@ from kiln.frontend.variables.user_defined import (
     UserDefinedClassVariable,
     UserDefinedObjectVariable,
 )
+
+# modules that register torch-function / tensor-method hooks when imported
+_HOOK_MODULES = (tensor_of_list, unbacked)
 
 
 def _is_torch_callable(value):
@@ -160,6 +166,9 @@ def wrap_constant_like(tx, value):
     special = _kiln_special(value)
     if special is not None:
         return special
+    draw = random_draws.wrap(tx, value, None)  # Note [Random: draws before the graph]
+    if draw is not None:
+        return draw
     if is_literal(value):
         return ConstantVariable(value)
     if isinstance(value, types.ModuleType):
@@ -193,6 +202,9 @@ def wrap_value(tx, value, source):
     special = _kiln_special(value)
     if special is not None:
         return special
+    draw = random_draws.wrap(tx, value, source)  # Note [Random: draws before the graph]
+    if draw is not None:
+        return draw
     if is_optimized_module(value):
         value = value._orig_mod
         source = _attr(source, "_orig_mod") if source is not None else None

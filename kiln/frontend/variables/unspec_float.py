@@ -19,11 +19,13 @@ The frame cache learns which float sources changed (FrameShapes, kind "float"); 
 NaN there and in guards, so a NaN argument does not recompile.
 """
 
+import dataclasses
 import operator
 
 from kiln.bytecode import emit
+from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.source import AttrSource, GetItemSource, LocalSource
+from kiln.frontend.source import AttrSource, GetItemSource, LocalSource, Source
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 
@@ -55,6 +57,20 @@ _FLIPPED.update({operator.ge: operator.le, operator.eq: operator.eq, operator.ne
 _SHAPE_FROM_FLOAT = ("interpolate", "upsample", "upsample_nearest", "upsample_bilinear")
 
 
+@dataclasses.dataclass(frozen=True)
+class DrawSource(Source):
+    """A float drawn by `random` at run time, before the graph (Note [Random: draws before the
+    graph]): the transformed code's temporary holding it. Never guarded (a new value per call)."""
+
+    temp: str
+
+    def name(self):
+        return self.temp
+
+    def reconstruct(self, cg):
+        cg.extend(emit.load_fast(self.temp))
+
+
 class SymFloatVariable(VariableTracker):
     """A float that is a value in the graph (Note [Shapes: unspecialised floats])."""
 
@@ -69,11 +85,18 @@ class SymFloatVariable(VariableTracker):
     def python_type(self):
         return float
 
+    def drawn(self):
+        """Whether it is made of a value drawn at run time (never specialised on)."""
+        return any(isinstance(source, DrawSource) for source, _ in self.inputs)
+
     def is_python_constant(self):
-        return True  # code kiln does not model reads the value: a specialisation (guarded)
+        # code kiln does not model reads the value: a specialisation (guarded)
+        return not self.drawn()
 
     def as_python_constant(self):
         """The value; from now on the float inputs it depends on are guarded on theirs."""
+        if self.drawn():
+            unimplemented("a float drawn by `random` at run time read as a Python constant")
         for source, value in self.inputs:
             self.output.guards.add(GuardKind.CONSTANT_MATCH, source, value)
         return self.value
@@ -161,7 +184,12 @@ def compare(tx, fn, a, b):
     (not by the value: `if lr > 0.25` recompiles only when the answer changes); else None."""
     if not isinstance(a, SymFloatVariable):
         a, b, fn = b, a, _FLIPPED[fn]
-    if a.source is None or not isinstance(b, ConstantVariable) or type(b.value) not in (int, float):
+    if (
+        a.source is None
+        or a.drawn()
+        or not isinstance(b, ConstantVariable)
+        or type(b.value) not in (int, float)
+    ):
         return None
     answer = fn(a.value, b.value)
     tx.output.guards.add(GuardKind.FLOAT_COMPARE, a.source, (_COMPARE[fn], b.value, answer))

@@ -1,0 +1,190 @@
+"""`t.item()` kept in the graph under config.capture_scalar_outputs: scalars read from tensor data.
+
+Note [Shapes: item() in the graph]
+With `config.capture_scalar_outputs` (torch.compile's switch of the same name), `t.item()` of a
+one-element int or float tensor is a node `t.item()` of the graph whose value is an unbacked
+symbol (Note [Shapes: unbacked scalars]): no value at trace time, never guarded.
+  - An int is a SymNodeVariable: `max(n, 1024)`, `n + 1` stay symbolic and a tensor op takes it
+    as a size (`torch.ones(max(x.item(), 1024))`).
+  - A float is an ItemFloatVariable: `torch.tensor([v.item()])` takes it (tensor_of_list).
+  - Anything that needs its value in Python (a branch, `int()`, formatting, an op kiln does not
+    model with it) is a graph break with a data-dependent reason.
+  - Left live at a break or returned, a float leaves the graph as `torch.scalar_tensor(v,
+    dtype=float64)` and Python reads it back with `.item()` (exact: a double holds any float32 or
+    float64 value), as torch.compile does; an int leaves as an int output of the graph.
+`torch.split(x, [n, m])` by such ints gives views of those sizes (the op checks their sum when it
+runs, as eagerly). `t.tolist()` of a 1-d tensor of static size is `[t[0].item(), t[1].item(), ...]`.
+Without the switch, `.item()` is a graph break (the default, as in torch.compile).
+Bool and complex tensors, and tensors whose element count is symbolic, still break.
+"""
+
+import torch
+
+from kiln import config
+from kiln.bytecode import emit
+from kiln.exc import unimplemented
+from kiln.frontend.variables import tensor as tensor_vars
+from kiln.frontend.variables import torch as torch_vars
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.lists import BaseListVariable, ListVariable
+from kiln.frontend.variables.sym import SymNodeVariable
+from kiln.symbolic import shape_env
+from kiln.symbolic.fake import ProxyTensor
+
+
+def tensor_item(tx, tensor, args, kwargs):
+    """`t.item()`: a graph node with an unbacked value, or a graph break (see the note)."""
+    if not config.capture_scalar_outputs:
+        unimplemented("Tensor.item() reads tensor data")
+    if args or kwargs:
+        unimplemented("Tensor.item() with arguments")
+    ex = tensor.example
+    sizes = [shape_env.from_torch(s) for s in ex.shape]
+    if any(isinstance(s, shape_env.SymNode) for s in sizes):
+        unimplemented("Tensor.item() of a tensor with a symbolic size")
+    numel = 1
+    for s in sizes:
+        numel *= s
+    if numel != 1:
+        unimplemented("Tensor.item() of a tensor of more than one element (eager raises)")
+    if ex.dtype.is_complex or ex.dtype == torch.bool:
+        unimplemented(f"Tensor.item() of a {ex.dtype} tensor")
+    kind = "float" if ex.dtype.is_floating_point else "int"
+    output = tx.output
+    node = output.create_node("call_method", "item", (tensor.proxy,), {})
+    value = output.shape_env.create_unbacked(kind)
+    node.meta["example_value"] = shape_env.to_torch(value)
+    if kind == "int":
+        return SymNodeVariable(node, value)
+    return ItemFloatVariable(output, node, value)
+
+
+class ItemFloatVariable(VariableTracker):
+    """A float read from tensor data in the graph (Note [Shapes: item() in the graph])."""
+
+    def __init__(self, output, proxy, value, **kw):
+        super().__init__(**kw)
+        self.output = output
+        self.proxy = proxy
+        self.value = value  # an unbacked SymNode of kind float
+        self._tensor = None
+
+    def python_type(self):
+        return float
+
+    def is_python_constant(self):
+        return False
+
+    def as_python_constant(self):
+        unimplemented("data-dependent: a float read from tensor data (`.item()`) used in Python")
+
+    def truthy(self, tx):
+        self.as_python_constant()
+
+    def as_tensor(self, dtype=torch.float64):
+        """`torch.scalar_tensor(v, dtype=dtype)` in the graph."""
+        node = self.output.create_node(
+            "call_function", torch.scalar_tensor, (self.proxy,), {"dtype": dtype}
+        )
+        example = torch.empty((), dtype=dtype, device="meta")
+        node.meta["example_value"] = example
+        return tensor_vars.TensorVariable(node, example, torch.device("cpu"))
+
+    def reconstruct(self, cg):
+        t = self._tensor
+        if t is None or getattr(t.proxy, "_erased", False):
+            t = self._tensor = self.as_tensor()
+        cg.load_object(torch.Tensor.item, push_null=True)
+        cg.reconstruct_tensor(t)
+        cg.extend(emit.call(1))
+
+    def __repr__(self):
+        return f"ItemFloatVariable({self.proxy.name})"
+
+
+def is_item_scalar(v):
+    """An int or float read by `.item()` in the graph (an unbacked value)."""
+    if isinstance(v, ItemFloatVariable):
+        return True
+    return isinstance(v, SymNodeVariable) and not v.value.has_hint()
+
+
+def scalar_leaf(tx, v, dtype):
+    """An item scalar as a 0-d tensor of `dtype` in the graph (torch.tensor of it)."""
+    node = tx.output.create_node("call_function", torch.scalar_tensor, (v.proxy,), {"dtype": dtype})
+    example = torch.empty((), dtype=dtype, device="meta")
+    node.meta["example_value"] = example
+    return tensor_vars.TensorVariable(node, example, torch.device("cpu"))
+
+
+def leaf_dtype(v):
+    """The dtype torch.tensor infers for an item scalar (as for a Python float or int)."""
+    return torch.get_default_dtype() if isinstance(v, ItemFloatVariable) else torch.int64
+
+
+def tensor_tolist(tx, tensor, args, kwargs):
+    """`t.tolist()` of a 1-d tensor of static size: `[t[0].item(), ...]` in the graph."""
+    if not config.capture_scalar_outputs:
+        unimplemented("Tensor.tolist() reads tensor data")
+    ex = tensor.example
+    if args or kwargs or ex.dim() != 1 or not isinstance(shape_env.from_torch(ex.shape[0]), int):
+        unimplemented("Tensor.tolist() of a tensor that is not 1-d of a static size")
+    items = []
+    for k in range(ex.shape[0]):
+        element = tensor.call_method(tx, "__getitem__", [ConstantVariable(k)], {})
+        items.append(tensor_item(tx, element, [], {}))
+    return ListVariable(items)
+
+
+def split_by_items(tx, fn, args, kwargs):
+    """`torch.split(x, [n, m, ...], dim)` with sizes read by `.item()`: views of x whose sizes
+    are those symbols; torch's split checks that they add up when the graph runs (as eagerly).
+    None (torch.split as usual) when no size is such a value."""
+    if len(args) < 2 or not isinstance(args[1], BaseListVariable):
+        return None
+    sizes = args[1].items
+    if not any(is_item_scalar(v) for v in sizes):
+        return None
+    x = args[0]
+    dim = args[2] if len(args) > 2 else kwargs.get("dim", ConstantVariable(0))
+    if len(args) > 3 or set(kwargs) - {"dim"} or not isinstance(x, tensor_vars.TensorVariable):
+        unimplemented("torch.split by sizes read from tensor data with these arguments")
+    if (
+        not all(
+            is_item_scalar(v) or (isinstance(v, ConstantVariable) and type(v.value) is int)
+            for v in sizes
+        )
+        or not dim.is_python_constant()
+    ):
+        unimplemented("torch.split by sizes read from tensor data with these arguments")
+    ex = x.example
+    dim = dim.as_python_constant()
+    dim = dim + ex.dim() if dim < 0 else dim
+    x_sizes = [shape_env.from_torch(n) for n in ex.shape]
+    x_strides = [shape_env.from_torch(n) for n in ex.stride()]
+    if any(isinstance(n, shape_env.SymNode) for n in (*x_sizes, *x_strides)):
+        unimplemented("torch.split by sizes read from tensor data of a tensor of symbolic size")
+    offset = shape_env.from_torch(ex.storage_offset())
+    parts = []
+    for v in sizes:
+        n = v.value
+        part_sizes = [n if d == dim else x_sizes[d] for d in range(ex.dim())]
+        parts.append(_view(ex, x.device, part_sizes, x_strides, offset))
+        offset = offset + n * x_strides[dim]
+    node_sizes = [v.proxy if is_item_scalar(v) else v.value for v in sizes]
+    node = tx.output.create_node("call_function", torch.split, (x.proxy, node_sizes, dim), {})
+    return torch_vars.wrap_tensor_result(tx, node, tuple(parts), x.device)
+
+
+def _view(ex, device, sizes, strides, offset):
+    """A fake view of `ex` with these (partly unbacked) sizes and storage offset."""
+    meta = torch.empty_strided(
+        [shape_env.hint_of(n) for n in sizes], strides, dtype=ex.dtype, device="meta"
+    )
+    return ProxyTensor(meta, device, None, ex.requires_grad, sizes, strides, offset)
+
+
+tensor_vars.register_method("item", tensor_item)
+torch_vars.register_function(torch.split, split_by_items)
+tensor_vars.register_method("tolist", tensor_tolist)

@@ -1,0 +1,138 @@
+"""`t.item()` / `t.tolist()` kept in the graph under config.capture_scalar_outputs: eager's
+results, one graph for every value, a graph break wherever Python needs the value (Note [Shapes:
+item() in the graph])."""
+
+import pytest
+import torch
+
+import kiln
+from kiln.exc import Unsupported
+from tests.frontend.frontend_helpers import assert_same
+
+
+@pytest.fixture
+def capture(monkeypatch):
+    monkeypatch.setattr(kiln.config, "capture_scalar_outputs", True)
+
+
+def _counted(fn, fullgraph=False, backend=None):
+    kiln.reset()
+    graphs = []
+
+    def count(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward if backend is None else kiln.lookup_backend(backend)(gm, example_inputs)
+
+    return kiln.compile(fn, backend=count, fullgraph=fullgraph), graphs
+
+
+def test_int_item_as_a_size(capture):
+    def fn(x):
+        return torch.ones(max(x.item(), 16)), torch.zeros(2, max(x.item() * 2, 1))
+
+    compiled, graphs = _counted(fn, fullgraph=True)
+    for v in (3, 40, 16, 0):
+        x = torch.tensor([v])
+        assert_same(fn(x), compiled(x))
+    assert len(graphs) == 1
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda v: torch.tensor([v.item()]),
+        lambda v: torch.tensor([[v.item()], [2.0]]),
+        lambda v: torch.tensor(v.item()),
+        lambda v: torch.tensor((v.item(), 3), dtype=torch.float64),
+        lambda v: torch.tensor([v.sum().to(torch.int32).item(), 7]),
+    ],
+)
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_item_into_torch_tensor(capture, make, backend):
+    compiled, graphs = _counted(make, fullgraph=True, backend=backend)
+    for v in (torch.tensor([0.1234567]), torch.tensor([-3.75]), torch.tensor([1e-3])):
+        expected = make(v)
+        got = compiled(v)
+        assert_same(expected, got)
+        assert got.dtype == expected.dtype
+    assert len(graphs) == 1
+
+
+def test_float_item_returned_and_branched_on(capture):
+    def fn(x):
+        x = x + 1
+        y = x.item()
+        if y > 2:
+            return x * 2, y
+        return x * 3, y
+
+    compiled, graphs = _counted(fn)
+    for v in (3.0, 0.5, 1.0 / 3.0):
+        x = torch.tensor([v])
+        expected, got = fn(x), compiled(x)
+        assert_same(expected[0], got[0])
+        assert type(got[1]) is float and got[1] == expected[1]
+    assert graphs and "item" in graphs[0].code
+
+
+def test_tolist_of_ints(capture):
+    def fn(x, i):
+        a, b = i.tolist()
+        return torch.zeros(max(a + b, 1), 2), x.sum() * 2, a * 2
+
+    compiled, graphs = _counted(fn, fullgraph=True)
+    for values in ([7, 3], [0, 5]):
+        args = (torch.ones(3), torch.tensor(values))
+        assert_same(fn(*args), compiled(*args))
+    assert len(graphs) == 1
+
+
+def test_off_by_default():
+    def fn(x):
+        return torch.ones(max(x.item(), 4))
+
+    kiln.reset()
+    with pytest.raises(Unsupported):
+        kiln.compile(fn, fullgraph=True)(torch.tensor([2]))
+
+
+def test_arithmetic_on_a_data_dependent_size_breaks(capture):
+    def fn(x):
+        return torch.ones(x.item() + 1)  # (eager raises for a negative size)
+
+    compiled, graphs = _counted(fn)
+    for v in (0, 3):
+        x = torch.tensor([v])
+        assert_same(fn(x), compiled(x))
+    kiln.reset()
+    with pytest.raises(Unsupported):
+        kiln.compile(fn, fullgraph=True)(torch.tensor([2]))
+
+
+def test_more_than_one_element_breaks(capture):
+    def fn(x):
+        return x.item()
+
+    kiln.reset()
+    with pytest.raises(Unsupported):
+        kiln.compile(fn, fullgraph=True)(torch.ones(2))
+
+
+def test_split_by_item_sizes(capture):
+    def fn(x, i):
+        a, b = i.tolist()
+        return torch.split(x * 2, [a, b]), torch.split(x, [a, 1, b - 1], dim=0)
+
+    compiled, graphs = _counted(fn, fullgraph=True)
+    for values in ([7, 3], [2, 8]):
+        x = torch.randn(10, requires_grad=True)
+        i = torch.tensor(values)
+        expected, got = fn(x, i), compiled(x, i)
+        assert_same(expected, got)
+        sum(t.sum() * k for k, t in enumerate(got[0] + got[1], 1)).backward()
+        grad, x.grad = x.grad, None
+        sum(t.sum() * k for k, t in enumerate(expected[0] + expected[1], 1)).backward()
+        assert_same(grad, x.grad)
+    assert len(graphs) == 1
+    with pytest.raises(RuntimeError):  # the sizes do not add up: split raises, as eagerly
+        compiled(torch.randn(10), torch.tensor([4, 4]))
