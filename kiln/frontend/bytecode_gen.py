@@ -322,6 +322,14 @@ def _break_site(code, e, instructions):
         raise NoBreakHere("a raise inside a with block, or a bare raise")
     if kind == "FOR_ITER" and withs:
         raise NoBreakHere("FOR_ITER inside a with block")
+    if (
+        kind == "BEFORE_WITH"
+        and withs
+        and found is not None
+        and base_index == min(found[1].values())
+    ):
+        # the resume function at this BEFORE_WITH would be this one again (an endless loop)
+        raise NoBreakHere("at the with statement this resume function starts at")
     if kind == "CALL" and _reads_frame_locals(stack, inst.arg):
         raise NoBreakHere("a call that reads the frame's local variables")
     return _BreakSite(
