@@ -21,6 +21,7 @@ from kiln.bytecode import decode as bytecode_decode
 from kiln.bytecode import loads_cell
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
+from kiln.frontend import node_meta
 from kiln.frontend.jump_ops import JumpOpsMixin
 from kiln.frontend.source import AttrSource, ClosureSource, GetItemSource, GlobalSource, LocalSource
 from kiln.frontend.value_ops import ValueOpsMixin
@@ -179,8 +180,10 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 if handler is None:
                     unimplemented(f"opcode {inst.opname} is not supported")
                 self.note_handlers(inst)
+                last = self.output.last_node()
                 try:
                     handler(inst)
+                    node_meta.mark_new_nodes(self.output.graph, last, self.code, inst)
                 except ObservedException as exc:
                     self.unwind(exc)  # Note [Blocks: exceptions while tracing]
             except _Stop:
@@ -313,6 +316,8 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
 
     def STORE_FAST(self, inst):
         v = self.pop()
+        if isinstance(v, TensorVariable):  # Note [Graph: node names and lines]
+            node_meta.name_after_local(v, inst.argval, self.output.graph)
         self.symbolic_locals[inst.argval] = DeletedVariable() if v is NULL else v
 
     def STORE_FAST_STORE_FAST(self, inst):  # 3.13
