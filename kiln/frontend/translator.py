@@ -316,18 +316,23 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
 
     def STORE_FAST(self, inst):
         v = self.pop()
-        if isinstance(v, TensorVariable):  # Note [Graph: node names and lines]
-            node_meta.name_after_local(v, inst.argval, self.output.graph)
+        self._name_node(v, inst.argval)
         self.symbolic_locals[inst.argval] = DeletedVariable() if v is NULL else v
+
+    def _name_node(self, v, name):
+        if isinstance(v, TensorVariable):  # Note [Graph: node names and lines]
+            node_meta.name_after_local(v, name, self.output.graph)
 
     def STORE_FAST_STORE_FAST(self, inst):  # 3.13
         a, b = inst.argval
-        self.symbolic_locals[a] = self.pop()
-        self.symbolic_locals[b] = self.pop()
+        for name in (a, b):
+            self.symbolic_locals[name] = v = self.pop()
+            self._name_node(v, name)
 
     def STORE_FAST_LOAD_FAST(self, inst):  # 3.13
         a, b = inst.argval
-        self.symbolic_locals[a] = self.pop()
+        self.symbolic_locals[a] = v = self.pop()
+        self._name_node(v, a)
         self.push(self.get_local(b))
 
     def DELETE_FAST(self, inst):
