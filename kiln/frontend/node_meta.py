@@ -35,5 +35,7 @@ def name_after_local(var, name, graph):
         return
     if node.op in ("placeholder", "output", "get_attr") or not name.isidentifier():
         return
+    if name == "self" or any(p.target == name for p in graph.find_nodes(op="placeholder")):
+        return  # the generated forward's own names: its module and its arguments
     node.meta["named_by_local"] = True
     node._rename(name)

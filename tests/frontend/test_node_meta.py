@@ -39,3 +39,17 @@ def test_nodes_carry_their_line():
     assert lines["x"] == "x = torch.ones(2)" and lines["cos"] == "return x * 2, a.cos()"
     code = backend.graphs[0].print_readable(False)
     assert code.count("code: x = torch.ones(2)") == 1
+
+
+def shadowing(x):
+    self = x.sin()
+    L_x_ = self * 2
+    return L_x_ + x
+
+
+def test_names_of_the_forward_itself_are_not_taken():
+    backend = CountingBackend()
+    x = torch.randn(3)
+    assert torch.equal(kiln.compile(shadowing, backend=backend)(x), shadowing(x))
+    code = backend.graphs[0].code
+    assert "self =" not in code and "L_x_ =" not in code.split("\n", 2)[2]
