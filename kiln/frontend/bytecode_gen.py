@@ -33,7 +33,7 @@ from kiln.frontend.resume import (
 from kiln.frontend.side_effects import pin_state_reads
 from kiln.frontend.translator import decode as decode_indexed
 from kiln.frontend.variables.builtin import BuiltinVariable
-from kiln.frontend.variables.ctx_managers import WithExitVariable
+from kiln.frontend.variables.ctx_managers import SAVED_HOOKS_SWITCHES, WithExitVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.functions import UserMethodVariable
 from kiln.frontend.variables.generators import check_freed_generators
@@ -322,14 +322,6 @@ def _break_site(code, e, instructions):
         raise NoBreakHere("a raise inside a with block, or a bare raise")
     if kind == "FOR_ITER" and withs:
         raise NoBreakHere("FOR_ITER inside a with block")
-    if (
-        kind == "BEFORE_WITH"
-        and withs
-        and found is not None
-        and base_index == min(found[1].values())
-    ):
-        # the resume function at this BEFORE_WITH would be this one again (an endless loop)
-        raise NoBreakHere("at the with statement this resume function starts at")
     if kind == "CALL" and _reads_frame_locals(stack, inst.arg):
         raise NoBreakHere("a call that reads the frame's local variables")
     return _BreakSite(
@@ -610,8 +602,8 @@ class _BreakCodegen:
 
 
 def _real_ops(output):
-    """Whether the graph holds an op other than grad-mode switches."""
-    switches = (torch._C._set_grad_enabled, *STATE_NODES)
+    """Whether the graph holds an op other than grad-mode, autocast and saved-hooks switches."""
+    switches = (torch._C._set_grad_enabled, *STATE_NODES, *SAVED_HOOKS_SWITCHES)
     return any(
         n.op in ("call_function", "call_method") and n.target not in switches
         for n in output.graph.nodes

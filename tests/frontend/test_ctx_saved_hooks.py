@@ -1,6 +1,8 @@
 """`disable_saved_tensors_hooks` traced as graph switches, and a break inside its block
 (Note [Ctx: disable_saved_tensors_hooks])."""
 
+import os
+
 import pytest
 import torch
 from frontend_helpers import CountingBackend, run_and_compare
@@ -94,3 +96,43 @@ def test_hooks_registered_after_the_break_raise_as_eagerly():
 def test_kiln_backend_runs_the_switches():
     z = torch.randn(3, requires_grad=True)
     run_and_compare(nested, z, backend="kiln", fullgraph=True, expected_graphs=1)
+
+
+class EnterBreaks:
+    """A manager whose __enter__ makes a call kiln does not trace."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        self.log.append(("enter", os.getpid() > 0))  # a call kiln does not trace
+
+    def __exit__(self, *exc):
+        self.log.append("exit")
+
+
+@kiln.disable
+def made_in_python(log):
+    return EnterBreaks(log)
+
+
+def user_manager_after_a_break(x, log):
+    with disable("no hooks"):
+        y = x * 2
+        with made_in_python(log):  # a break at the call: the resume starts at the with
+            y = y + 1
+    return y, HOOKS._saved_tensors_hooks_get_disabled_error_message()
+
+
+def test_with_statement_at_the_start_of_a_resume_function_runs_once():
+    # the resume function starts at the inner with statement with nothing before it but the
+    # re-entered block's switches; a break there cannot be placed at it again (it would resume
+    # in itself forever): that resume function runs in Python
+    x = torch.randn(3, requires_grad=True)
+    log, expected = [], None
+    expected = user_manager_after_a_break(x, log)
+    got_log = []
+    got = kiln.compile(user_manager_after_a_break)(x, got_log)
+    assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
+    assert got_log == log == [("enter", True), "exit"]
+    assert got[1] is None

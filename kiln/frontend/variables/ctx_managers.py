@@ -488,6 +488,7 @@ def special_instance(tx, cls, args, kwargs):
 DISABLE_SAVED_HOOKS = torch.autograd.graph.disable_saved_tensors_hooks
 _HOOKS = torch._C._autograd
 _UNREAD = object()
+SAVED_HOOKS_SWITCHES = (_HOOKS._saved_tensors_hooks_disable, _HOOKS._saved_tensors_hooks_enable)
 
 
 def saved_hooks_registered():
