@@ -136,3 +136,18 @@ def test_with_statement_at_the_start_of_a_resume_function_runs_once():
     assert torch.equal(got[0], expected[0]) and got[1] == expected[1]
     assert got_log == log == [("enter", True), "exit"]
     assert got[1] is None
+
+
+def enters_a_given_manager(x, cm):
+    with cm:
+        return x + 1
+
+
+def test_a_manager_passed_in_is_consumed_as_eagerly():
+    # entering a contextmanager object consumes it: a second `with` over it raises
+    for f in (enters_a_given_manager, kiln.compile(enters_a_given_manager)):
+        cm = disable("given")
+        assert torch.equal(f(torch.ones(1), cm), torch.full((1,), 2.0))
+        with pytest.raises((RuntimeError, AttributeError)):
+            with cm:
+                pass

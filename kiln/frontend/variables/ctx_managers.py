@@ -517,11 +517,22 @@ def _record_hooks_switch(tx, msg):
     tx.output.saved_hooks_message = msg
 
 
+def fresh_disable_saved_hooks(msg):
+    """A new `disable_saved_tensors_hooks(msg)` manager for a resume function to re-enter."""
+    cm = DISABLE_SAVED_HOOKS(msg)
+    cm.kiln_resume_slot = True
+    return cm
+
+
 def is_disable_saved_hooks(value):
-    """Whether a live object is a `disable_saved_tensors_hooks(msg)` manager (not yet entered)."""
-    return type(value) is contextlib._GeneratorContextManager and getattr(
-        value, "func", None
-    ) is getattr(DISABLE_SAVED_HOOKS, "__wrapped__", None)
+    """Whether a live object is a manager made by fresh_disable_saved_hooks, not yet entered.
+    (One made by the user is entered in Python: entering consumes it, which a trace would
+    not do.)"""
+    return (
+        type(value) is contextlib._GeneratorContextManager
+        and getattr(value, "kiln_resume_slot", False)
+        and getattr(value, "func", None) is getattr(DISABLE_SAVED_HOOKS, "__wrapped__", None)
+    )
 
 
 def passed_disable_saved_hooks(tx, cm):
@@ -588,7 +599,11 @@ class DisableSavedHooksVariable(VariableTracker):
         cg.extend(emit.load_const(self.msg))
         cg.extend(emit.call(1))
 
-    load_fresh = reconstruct
+    def load_fresh(self, cg):
+        """The manager a resume function re-enters (Note [Graph breaks: with blocks])."""
+        cg.load_object(fresh_disable_saved_hooks, push_null=True)
+        cg.extend(emit.load_const(self.msg))
+        cg.extend(emit.call(1))
 
 
 class DisableSavedHooksFunctionVariable(VariableTracker):
