@@ -34,7 +34,7 @@ from kiln.frontend.side_effects import pin_state_reads
 from kiln.frontend.translator import decode as decode_indexed
 from kiln.frontend.variables import random_draws
 from kiln.frontend.variables.builtin import BuiltinVariable
-from kiln.frontend.variables.ctx_managers import WithExitVariable
+from kiln.frontend.variables.ctx_managers import SAVED_HOOKS_SWITCHES, WithExitVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.functions import UserMethodVariable
 from kiln.frontend.variables.generators import check_freed_generators
@@ -604,8 +604,8 @@ class _BreakCodegen:
 
 
 def _real_ops(output):
-    """Whether the graph holds an op other than grad-mode switches."""
-    switches = (torch._C._set_grad_enabled, *STATE_NODES)
+    """Whether the graph holds an op other than grad-mode, autocast and saved-hooks switches."""
+    switches = (torch._C._set_grad_enabled, *STATE_NODES, *SAVED_HOOKS_SWITCHES)
     return any(
         n.op in ("call_function", "call_method") and n.target not in switches
         for n in output.graph.nodes

@@ -394,6 +394,7 @@ class FrameCache:
             self._check_module_hooks(args[0])
         tx = InstructionTranslator(output, fn, args, kwargs)
         grad_mode, autocast_state = torch.is_grad_enabled(), amp.snapshot()
+        default_dtype = torch.get_default_dtype()  # Note [Torch: set_default_dtype traced]
         try:
             tx.run()
         except Unsupported as e:
@@ -419,6 +420,7 @@ class FrameCache:
         finally:
             torch._C._set_grad_enabled(grad_mode)
             amp.restore(autocast_state)  # a traced `with torch.autocast()` may be open
+            torch.set_default_dtype(default_dtype)
         if output.uses_modules:
             output.guards.add(GuardKind.GLOBAL_STATE, None, True)
         if output.has_symbols():

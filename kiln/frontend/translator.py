@@ -20,6 +20,7 @@ from kiln import config, faults
 from kiln.bytecode import decode as bytecode_decode
 from kiln.bytecode import loads_cell
 from kiln.exc import Unsupported, unimplemented
+from kiln.frontend import node_meta
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
 from kiln.frontend.jump_ops import JumpOpsMixin
 from kiln.frontend.source import AttrSource, ClosureSource, GetItemSource, GlobalSource, LocalSource
@@ -179,8 +180,10 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 if handler is None:
                     unimplemented(f"opcode {inst.opname} is not supported")
                 self.note_handlers(inst)
+                last = self.output.last_node()
                 try:
                     handler(inst)
+                    node_meta.mark_new_nodes(self.output.graph, last, self.code, inst)
                 except ObservedException as exc:
                     self.unwind(exc)  # Note [Blocks: exceptions while tracing]
             except _Stop:
@@ -313,16 +316,23 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
 
     def STORE_FAST(self, inst):
         v = self.pop()
+        self._name_node(v, inst.argval)
         self.symbolic_locals[inst.argval] = DeletedVariable() if v is NULL else v
+
+    def _name_node(self, v, name):
+        if isinstance(v, TensorVariable):  # Note [Graph: node names and lines]
+            node_meta.name_after_local(v, name, self.output.graph)
 
     def STORE_FAST_STORE_FAST(self, inst):  # 3.13
         a, b = inst.argval
-        self.symbolic_locals[a] = self.pop()
-        self.symbolic_locals[b] = self.pop()
+        for name in (a, b):
+            self.symbolic_locals[name] = v = self.pop()
+            self._name_node(v, name)
 
     def STORE_FAST_LOAD_FAST(self, inst):  # 3.13
         a, b = inst.argval
-        self.symbolic_locals[a] = self.pop()
+        self.symbolic_locals[a] = v = self.pop()
+        self._name_node(v, a)
         self.push(self.get_local(b))
 
     def DELETE_FAST(self, inst):

@@ -32,6 +32,7 @@ from kiln.frontend.source import (
 from kiln.frontend.variables import (
     control_flow,
     ctx_managers,
+    default_dtype,  # noqa: F401  (registers torch.set_default_dtype)
     logging_vars,
     numpy_shapes,
     numpy_vars,

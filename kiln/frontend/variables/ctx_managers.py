@@ -2,6 +2,7 @@
 managers (@contextmanager), user classes with __enter__/__exit__, and the `with` exit slot."""
 
 import contextlib
+import functools
 import inspect
 import types
 
@@ -255,6 +256,8 @@ def context_manager(tx, cm):
         return cm
     if isinstance(cm, DisableSavedHooksVariable):
         return cm
+    if isinstance(cm, UserDefinedObjectVariable) and is_disable_saved_hooks(cm.value):
+        return passed_disable_saved_hooks(tx, cm)  # Note [Ctx: disable_saved_tensors_hooks]
     if isinstance(cm, (autocast.AutocastVariable, optim.ProfilerRangeVariable)):
         return cm
     if isinstance(cm, UserDefinedObjectVariable) and isinstance(
@@ -471,18 +474,78 @@ def special_instance(tx, cls, args, kwargs):
 # Note [Ctx: disable_saved_tensors_hooks]
 # `with disable_saved_tensors_hooks(msg):` (or the decorator form) makes registering saved-tensor
 # hooks inside the block raise RuntimeError(msg), and entering it raises that error at once when
-# hooks are registered already; it changes no op. So a traced block needs no node: entering is
-# guarded on no saved-tensor hooks being registered (a STATE_QUERY guard; with hooks registered
-# the with statement is a graph break and Python raises), and Python code inside the block (a
-# hook registration included) is a graph break placed at the with statement (`resumable` False):
-# Python enters the real manager, so the block's Python runs under it as eagerly. The state it
-# leaves after the block is the state before it, so nothing is replayed.
+# hooks are registered already; it changes no op. Entering is guarded on no saved-tensor hooks
+# being registered (a STATE_QUERY guard; with hooks registered the with statement is a graph
+# break and Python raises) and on the message disabled before it (what its exit restores). The
+# graph records the switches as eager runs them, as torch.compile does:
+# `_saved_tensors_hooks_disable(msg)` on entry, and on exit `_saved_tensors_hooks_enable()` or
+# `_saved_tensors_hooks_disable(prev)`; the message in force is tracked while tracing
+# (`output.saved_hooks_message`), so nested blocks restore their outer one. A graph break inside
+# the block leaves and re-enters it (Note [Graph breaks: with blocks]): the graph ends with the
+# exit, the instruction runs in Python inside a fresh manager with the same message (a hook
+# registration there raises as eagerly), and the resume function enters the manager it is passed
+# (a `_GeneratorContextManager` over this function, its message a guarded constant) again.
 DISABLE_SAVED_HOOKS = torch.autograd.graph.disable_saved_tensors_hooks
+_HOOKS = torch._C._autograd
+_UNREAD = object()
+SAVED_HOOKS_SWITCHES = (_HOOKS._saved_tensors_hooks_disable, _HOOKS._saved_tensors_hooks_enable)
 
 
 def saved_hooks_registered():
     """Whether saved-tensor hooks are registered now (entering the manager raises then)."""
-    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+    return _HOOKS._top_saved_tensors_default_hooks(False) is not None
+
+
+@functools.lru_cache(None)
+def _message_query(msg):
+    """A guard query: whether the disabled-hooks message in force is `msg` (None: enabled)."""
+
+    def saved_hooks_message_is():
+        return _HOOKS._saved_tensors_hooks_get_disabled_error_message() == msg
+
+    return saved_hooks_message_is
+
+
+def _record_hooks_switch(tx, msg):
+    """Record `_saved_tensors_hooks_disable(msg)` (`_enable()` for None) in the graph."""
+    if msg is None:
+        node = tx.output.create_node("call_function", _HOOKS._saved_tensors_hooks_enable, (), {})
+    else:
+        fn = _HOOKS._saved_tensors_hooks_disable
+        node = tx.output.create_node("call_function", fn, (msg,), {})
+    node.meta["example_value"] = None
+    tx.output.saved_hooks_message = msg
+
+
+def fresh_disable_saved_hooks(msg):
+    """A new `disable_saved_tensors_hooks(msg)` manager for a resume function to re-enter."""
+    cm = DISABLE_SAVED_HOOKS(msg)
+    cm.kiln_resume_slot = True
+    return cm
+
+
+def is_disable_saved_hooks(value):
+    """Whether a live object is a manager made by fresh_disable_saved_hooks, not yet entered.
+    (One made by the user is entered in Python: entering consumes it, which a trace would
+    not do.)"""
+    return (
+        type(value) is contextlib._GeneratorContextManager
+        and getattr(value, "kiln_resume_slot", False)
+        and getattr(value, "func", None) is getattr(DISABLE_SAVED_HOOKS, "__wrapped__", None)
+    )
+
+
+def passed_disable_saved_hooks(tx, cm):
+    """A `disable_saved_tensors_hooks(msg)` object passed in (a resume function re-entering the
+    block): its message read as a guarded constant."""
+    args = wrap_value(tx, cm.value.args, AttrSource(cm.source, "args"))
+    items = args.unpack_var_sequence(tx) if hasattr(args, "unpack_var_sequence") else None
+    if not items or len(items) != 1 or not items[0].is_python_constant():
+        unimplemented("a disable_saved_tensors_hooks object whose message is not a constant")
+    msg = items[0].as_python_constant()
+    if not isinstance(msg, str) or cm.value.kwds:
+        unimplemented("a disable_saved_tensors_hooks object whose message is not a constant str")
+    return DisableSavedHooksVariable(msg)
 
 
 class DisableSavedHooksFnVariable(PythonValueVariable):
@@ -501,11 +564,10 @@ class DisableSavedHooksFnVariable(PythonValueVariable):
 class DisableSavedHooksVariable(VariableTracker):
     """`disable_saved_tensors_hooks(msg)` (Note [Ctx: disable_saved_tensors_hooks])."""
 
-    resumable = False
-
     def __init__(self, msg, **kw):
         super().__init__(**kw)
         self.msg = msg
+        self.prev = None
 
     def python_type(self):
         return contextlib._GeneratorContextManager
@@ -514,9 +576,16 @@ class DisableSavedHooksVariable(VariableTracker):
         tx.output.guards.add(GuardKind.STATE_QUERY, None, (saved_hooks_registered, False))
         if saved_hooks_registered():
             unimplemented("disable_saved_tensors_hooks with saved-tensor hooks registered (raises)")
+        prev = getattr(tx.output, "saved_hooks_message", _UNREAD)
+        if prev is _UNREAD:  # the state the frame starts in
+            prev = _HOOKS._saved_tensors_hooks_get_disabled_error_message()
+            tx.output.guards.add(GuardKind.STATE_QUERY, None, (_message_query(prev), True))
+        self.prev = prev
+        _record_hooks_switch(tx, self.msg)
         return ConstantVariable(None)
 
     def exit(self, tx):
+        _record_hooks_switch(tx, self.prev)
         return ConstantVariable(None)
 
     def call_function(self, tx, args, kwargs):
@@ -530,7 +599,11 @@ class DisableSavedHooksVariable(VariableTracker):
         cg.extend(emit.load_const(self.msg))
         cg.extend(emit.call(1))
 
-    load_fresh = reconstruct
+    def load_fresh(self, cg):
+        """The manager a resume function re-enters (Note [Graph breaks: with blocks])."""
+        cg.load_object(fresh_disable_saved_hooks, push_null=True)
+        cg.extend(emit.load_const(self.msg))
+        cg.extend(emit.call(1))
 
 
 class DisableSavedHooksFunctionVariable(VariableTracker):
@@ -544,8 +617,12 @@ class DisableSavedHooksFunctionVariable(VariableTracker):
         return types.FunctionType
 
     def call_function(self, tx, args, kwargs):
-        DisableSavedHooksVariable(self.msg).enter(tx)
-        return self.fn.call_function(tx, args, kwargs)
+        cm = DisableSavedHooksVariable(self.msg)
+        cm.enter(tx)
+        try:
+            return self.fn.call_function(tx, args, kwargs)
+        finally:
+            cm.exit(tx)
 
     def reconstruct(self, cg):
         unimplemented("a function decorated by disable_saved_tensors_hooks leaving the frame")

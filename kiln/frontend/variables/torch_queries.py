@@ -105,6 +105,8 @@ def fold(tx, fn, args, kwargs):
     if kind == _NEVER:
         return ConstantVariable(value)
     value = fn()
+    if fn is torch.get_default_dtype and hasattr(tx.output, "entry_default_dtype"):
+        return ConstantVariable(value)  # set by the trace (Note [Torch: set_default_dtype traced])
     if kind == _STATE:
         tx.output.guards.add(GuardKind.STATE_QUERY, None, (fn, value))
     return ConstantVariable(value)
