@@ -3,6 +3,7 @@ that users call (`kiln.compile` resolves the backend and calls `compile_callable
 
 import copy
 import types
+import weakref
 
 import torch
 
@@ -53,6 +54,24 @@ def _calling(target):
     return call
 
 
+# Note [Cache: one per module and settings]
+# `torch.compile(m)` twice with the same settings gives two wrappers over one frame cache, as
+# torch.compile's cache lives on the code object: the second wrapper finds the first one's entries
+# (their guards hold for any call) instead of compiling again.
+_MODULE_CACHES = weakref.WeakKeyDictionary()  # module -> [(forward function, settings, cache)]
+
+
+def _module_cache(mod, func, settings):
+    """The frame cache of `mod`'s forward under `settings`, shared by its OptimizedModules."""
+    caches = _MODULE_CACHES.setdefault(mod, [])
+    for f, s, cache in caches:
+        if f is func and s == settings:
+            return cache
+    cache = FrameCache(func, settings, eager=module_eager, module_root=True)
+    caches.append((func, settings, cache))
+    return cache
+
+
 class OptimizedModule(torch.nn.Module):
     """A compiled nn.Module: calls run the compiled forward; everything else is `_orig_mod`'s.
 
@@ -82,7 +101,7 @@ class OptimizedModule(torch.nn.Module):
             d["_kiln_cache"] = None
             return
         if isinstance(forward, types.MethodType) and forward.__self__ is mod:
-            cache = FrameCache(forward.__func__, settings, eager=module_eager, module_root=True)
+            cache = _module_cache(mod, forward.__func__, settings)
             d["_kiln_call"] = types.MethodType(make_wrapper(cache), mod)
         else:
             d["_kiln_call"] = compile_callable(forward, settings)
