@@ -90,7 +90,7 @@ def _hooked_meta(x, token):
     return torch.empty_like(x)
 
 
-class _Hooked(torch.autograd.Function):
+class Hooked(torch.autograd.Function):
     """Autograd of `kiln::hooked`: identity forward, `run_hooks` backward."""
 
     @staticmethod
@@ -106,7 +106,7 @@ class _Hooked(torch.autograd.Function):
 
 
 def _hooked_autograd(x, token):
-    return _Hooked.apply(x, token)
+    return Hooked.apply(x, token)
 
 
 def _traced(tensors):
