@@ -54,21 +54,23 @@ def _calling(target):
     return call
 
 
-# Note [Cache: one per module and settings]
-# `torch.compile(m)` twice with the same settings gives two wrappers over one frame cache, as
-# torch.compile's cache lives on the code object: the second wrapper finds the first one's entries
-# (their guards hold for any call) instead of compiling again.
-_MODULE_CACHES = weakref.WeakKeyDictionary()  # module -> [(forward function, settings, cache)]
+# Note [Cache: one per forward and settings]
+# `torch.compile(m)` twice, or on two modules of one class, with the same settings gives wrappers
+# over one frame cache of the class's forward, as torch.compile's cache lives on the code object:
+# an entry's guards check everything it read from `self` (they hold for any module they pass on),
+# so a second wrapper finds the entries the first one compiled instead of compiling again.
+_FORWARD_CACHES = weakref.WeakKeyDictionary()  # forward function -> [(settings, cache)]
 
 
-def _module_cache(mod, func, settings):
-    """The frame cache of `mod`'s forward under `settings`, shared by its OptimizedModules."""
-    caches = _MODULE_CACHES.setdefault(mod, [])
-    for f, s, cache in caches:
-        if f is func and s == settings:
+def _forward_cache(func, settings):
+    """The frame cache of the forward function `func` under `settings`, shared by every
+    OptimizedModule with that forward."""
+    caches = _FORWARD_CACHES.setdefault(func, [])
+    for s, cache in caches:
+        if s == settings:
             return cache
     cache = FrameCache(func, settings, eager=module_eager, module_root=True)
-    caches.append((func, settings, cache))
+    caches.append((settings, cache))
     return cache
 
 
@@ -101,7 +103,7 @@ class OptimizedModule(torch.nn.Module):
             d["_kiln_cache"] = None
             return
         if isinstance(forward, types.MethodType) and forward.__self__ is mod:
-            cache = _module_cache(mod, forward.__func__, settings)
+            cache = _forward_cache(forward.__func__, settings)
             d["_kiln_call"] = types.MethodType(make_wrapper(cache), mod)
         else:
             d["_kiln_call"] = compile_callable(forward, settings)
