@@ -28,6 +28,8 @@ import weakref
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from kiln.symbolic.shape_rules import SHAPE_RULES, Sizes, first_sizes
+
 _LIB = torch.library.Library("kiln", "FRAGMENT")
 _LIB.define("hook_token(Tensor x) -> Tensor")
 _LIB.define("hooked(Tensor x, Tensor token) -> Tensor")
@@ -144,3 +146,10 @@ _LIB.impl("run_hooks", _run_hooks_autograd, "Autograd")
 HOOK_TOKEN = torch.ops.kiln.hook_token.default
 HOOKED = torch.ops.kiln.hooked.default
 RUN_HOOKS = torch.ops.kiln.run_hooks.default
+
+
+def _token_sizes(x):
+    return Sizes((1,))
+
+
+SHAPE_RULES.update({HOOK_TOKEN: _token_sizes, HOOKED: first_sizes, RUN_HOOKS: first_sizes})
