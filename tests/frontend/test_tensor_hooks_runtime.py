@@ -132,3 +132,20 @@ def test_compiled_autograd_one_backward_graph_for_every_object():
         torch.testing.assert_close(got[1], want[1])
     assert len(backward_graphs) == 1
     assert "run_hooks" in backward_graphs[0].code
+
+
+def twin_hooks(x, box):
+    a = x.sin()
+    b = x.sin()  # the same computation: its own hooks all the same
+    a.register_hook(lambda g: box.calls.append("a") or g * 2)
+    b.register_hook(lambda g: box.calls.append("b") or g * box.val)
+    return (a + b * b).sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_equal_tensors_keep_their_own_hooks(backend):
+    x0 = torch.randn(3)
+    want = _run(twin_hooks, twin_hooks, x0, 3.0)
+    got = _run(twin_hooks, kiln.compile(twin_hooks, backend=backend, fullgraph=True), x0, 3.0)
+    torch.testing.assert_close(got[1], want[1])
+    assert sorted(got[2]) == sorted(want[2]) == ["a", "b"]
