@@ -104,11 +104,14 @@ def _reloadable(var):
 # hooked value, so eager's gradients come out, under every backend: "eager" runs the Function,
 # aot_eager and kiln trace its backward (the hook's tensor code) into the backward graph.
 #
-# The hook must be a value kiln can build at compile time (a function from a source, guarded by
-# identity; a function made in the frame without closure cells; functools.partial of those with
-# constant arguments), and tensor code without effects: it is traced once, speculatively, on a
-# zero gradient (side effects: "Unsafe side effect", a break; its guards stay). A view breaks
-# (the identity copies, and a view's writes must reach its base).
+# The hook is traced into the graph when kiln can build it at compile time (a function made in
+# the frame without closure cells, functools.partial of one with constant arguments) and it is
+# tensor code without effects: it is traced once, speculatively, on a zero gradient. Any other
+# hook the transformed code can load again (a function from a global or a cell, which may be
+# rebound; a closure over the frame's objects; a bound method; a partial of an object; a hook
+# with side effects) is called at backward time as it is, with the real gradient (Note [Hooks:
+# given at run time] in kiln/symbolic/hook_ops.py). A view breaks (the identity copies, and a
+# view's writes must reach its base).
 
 
 class _RunHooks(torch.autograd.Function):
