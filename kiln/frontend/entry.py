@@ -59,18 +59,20 @@ def _calling(target):
 # over one frame cache of the class's forward, as torch.compile's cache lives on the code object:
 # an entry's guards check everything it read from `self` (they hold for any module they pass on),
 # so a second wrapper finds the entries the first one compiled instead of compiling again.
-_FORWARD_CACHES = weakref.WeakKeyDictionary()  # forward function -> [(settings, cache)]
+# The table holds the caches by weak reference: a cache lives as long as a wrapper using it.
+_FORWARD_CACHES = weakref.WeakKeyDictionary()  # forward function -> [(settings, weakref to cache)]
 
 
 def _forward_cache(func, settings):
     """The frame cache of the forward function `func` under `settings`, shared by every
     OptimizedModule with that forward."""
     caches = _FORWARD_CACHES.setdefault(func, [])
-    for s, cache in caches:
+    caches[:] = [(s, ref) for s, ref in caches if ref() is not None]
+    for s, ref in caches:
         if s == settings:
-            return cache
+            return ref()
     cache = FrameCache(func, settings, eager=module_eager, module_root=True)
-    caches.append((settings, cache))
+    caches.append((settings, weakref.ref(cache)))
     return cache
 
 
