@@ -2,6 +2,9 @@
 cache (Note [Cache: one per forward and settings]); a method read from a module is guarded
 against an instance attribute of that name (which Python would find first)."""
 
+import gc
+import weakref
+
 import torch
 
 import kiln
@@ -54,3 +57,14 @@ def test_method_shadowed_after_compiling():
     torch.testing.assert_close(compiled(x), m(x))
     del m.helper
     torch.testing.assert_close(compiled(x), m(x))
+
+
+def test_shared_cache_dies_with_its_wrappers():
+    kiln.reset()
+    m = Scaled()
+    first, second = kiln.compile(m, backend="eager"), kiln.compile(m, backend="eager")
+    assert first._kiln_cache is second._kiln_cache
+    ref = weakref.ref(first._kiln_cache)
+    del first, second
+    gc.collect()
+    assert ref() is None
