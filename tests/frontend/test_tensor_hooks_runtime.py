@@ -149,3 +149,21 @@ def test_equal_tensors_keep_their_own_hooks(backend):
     got = _run(twin_hooks, kiln.compile(twin_hooks, backend=backend, fullgraph=True), x0, 3.0)
     torch.testing.assert_close(got[1], want[1])
     assert sorted(got[2]) == sorted(want[2]) == ["a", "b"]
+
+
+def hook_then_break(x, box):
+    y = x * 3
+    y.register_hook(lambda g: box.calls.append(g.clone()) or g * 2)
+    print("a graph break")  # the hook is attached after the first graph
+    return y.sin().sum() + y.sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hook_attached_before_a_graph_break(backend, capsys):
+    x0 = torch.randn(3)
+    want = _run(hook_then_break, hook_then_break, x0, 1.0)
+    got = _run(hook_then_break, kiln.compile(hook_then_break, backend=backend), x0, 1.0)
+    torch.testing.assert_close(got[1], want[1])
+    assert len(got[2]) == len(want[2]) == 1
+    torch.testing.assert_close(got[2][0], want[2][0])
+    assert kiln.counters["stats"]["graph_breaks"] == 1
