@@ -3,8 +3,8 @@
 Note [Hooks: given at run time]
 A hook on a tensor made in a compiled frame that kiln cannot (or should not) build at compile time
 (a closure over the frame's objects, a bound method, functools.partial of a user object, a hook
-with side effects, a function read from a global or a cell that may be rebound) is not traced:
-it is called at backward time with the real gradient, as eager calls it. The frame's graph gets
+with side effects) is not traced: it is called at backward time with the real gradient, as eager
+calls it. The frame's graph gets
 
     token = torch.ops.kiln.hook_token(y_raw)    # a fresh one-element int64 tensor per call
     y = torch.ops.kiln.hooked(y_raw, token)     # identity; its backward is run_hooks(grad, token)
@@ -66,6 +66,12 @@ def _box(token):
 def attach(token, hook):
     """After the graph: `hook` runs on the gradient of the tensor this token belongs to."""
     _box(token).hooks.append(hook)
+
+
+def attach_all(hooks, token):
+    """`attach` of each of `hooks`, in order."""
+    for hook in hooks:
+        attach(token, hook)
 
 
 def _run(grad, token):

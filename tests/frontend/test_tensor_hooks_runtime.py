@@ -167,3 +167,24 @@ def test_hook_attached_before_a_graph_break(backend, capsys):
     assert len(got[2]) == len(want[2]) == 1
     torch.testing.assert_close(got[2][0], want[2][0])
     assert kiln.counters["stats"]["graph_breaks"] == 1
+
+
+def triple(g):
+    return g * 3
+
+
+def traced_then_run_time(x, box):
+    y = x.exp()
+    y.register_hook(triple)  # traced into the graph ...
+    y.register_hook(lambda g: g + box.val)  # ... until a hook that runs at backward time
+    y.register_hook(lambda g: g * 0.5)
+    return (y * y).sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_traced_hooks_keep_their_order_with_run_time_ones(backend):
+    compiled = kiln.compile(traced_then_run_time, backend=backend, fullgraph=True)
+    x0 = torch.randn(4)
+    want = _run(traced_then_run_time, traced_then_run_time, x0, 2.0)
+    got = _run(traced_then_run_time, compiled, x0, 2.0)
+    torch.testing.assert_close(got[1], want[1])

@@ -104,14 +104,15 @@ def _reloadable(var):
 # hooked value, so eager's gradients come out, under every backend: "eager" runs the Function,
 # aot_eager and kiln trace its backward (the hook's tensor code) into the backward graph.
 #
-# The hook is traced into the graph when kiln can build it at compile time (a function made in
-# the frame without closure cells, functools.partial of one with constant arguments) and it is
-# tensor code without effects: it is traced once, speculatively, on a zero gradient. Any other
-# hook the transformed code can load again (a function from a global or a cell, which may be
-# rebound; a closure over the frame's objects; a bound method; a partial of an object; a hook
-# with side effects) is called at backward time as it is, with the real gradient (Note [Hooks:
-# given at run time] in kiln/symbolic/hook_ops.py). A view breaks (the identity copies, and a
-# view's writes must reach its base).
+# The hook is traced into the graph when kiln can build it at compile time (a function from a
+# source, guarded by identity; a function made in the frame without closure cells;
+# functools.partial of those with constant arguments) and it is tensor code without effects: it
+# is traced once, speculatively, on a zero gradient. Any other hook the transformed code can load
+# again (a closure over the frame's objects, a bound method, a partial of an object, a hook with
+# side effects or one that raises) is called at backward time as it is, with the real gradient
+# (Note [Hooks: given at run time] in kiln/symbolic/hook_ops.py); so are the hooks of that tensor
+# traced before it, and after it, in registration order. A view breaks (the identity copies, and
+# a view's writes must reach its base).
 
 
 class _RunHooks(torch.autograd.Function):
@@ -150,7 +151,7 @@ def hook_intermediate(tx, tensor, hook):
         unimplemented(f"Tensor.register_hook() on a tensor made by a {node.op} node")
     if tensor.example._is_view():
         unimplemented("Tensor.register_hook() on a view made in the compiled frame")
-    if hook.source is not None or node.target is hook_ops.HOOKED:
+    if node.target is hook_ops.HOOKED:  # y has a hook called at run time: so are the later ones
         return hook_at_run_time(tx, tensor, hook)
     try:
         value = _hook_value(tx, hook)
@@ -183,20 +184,29 @@ def hook_at_run_time(tx, tensor, hook):
     if tensor.device.type != "cpu":
         unimplemented("a hook called at run time on a tensor made in the frame off the CPU")
     node = tensor.proxy
-    if getattr(node.target, "tensor_hooks", None) is not None:
-        unimplemented("a hook called at run time after hooks traced into the graph, on one tensor")
     graph = tx.output.graph
+    traced = None
     if node.target is hook_ops.HOOKED:  # a second hook on y: attached to the same token
         token_node = node.args[1]
     else:
+        traced = getattr(node.target, "tensor_hooks", None)
+        if traced is None:
+            with graph.inserting_before(node):
+                raw = graph.create_node(node.op, node.target, node.args, node.kwargs)
+            raw.meta = dict(node.meta)
+        else:  # y's hooks traced so far are called at run time too, first, in their order
+            (raw,) = node.args
         with graph.inserting_before(node):
-            raw = graph.create_node(node.op, node.target, node.args, node.kwargs)
             token_node = graph.create_node("call_function", hook_ops.HOOK_TOKEN, (raw,), {})
-        raw.meta = dict(node.meta)
         token_node.meta["example_value"] = hook_ops.HOOK_TOKEN(tensor.example)
         node.op, node.target = "call_function", hook_ops.HOOKED
         node.args, node.kwargs = (raw, token_node), {}
     token = TensorVariable(token_node, token_node.meta["example_value"], torch.device("cpu"))
+    if traced:
+        earlier = EffectCallVariable(
+            "Tensor.register_hook", fn=functools.partial(hook_ops.attach_all, traced)
+        )
+        tx.output.side_effects.record_call(("hook", next(_serial)), earlier, [token], {})
     attach = EffectCallVariable("Tensor.register_hook", fn=hook_ops.attach)
     tx.output.side_effects.record_call(("hook", next(_serial)), attach, [token, hook], {})
     return HookHandleVariable(None, tensor, hook, in_graph=True)
