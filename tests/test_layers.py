@@ -76,6 +76,9 @@ frontend.variables.allowed_calls -> frontend.variables.torch
 frontend.variables.tensor_hooks -> frontend.variables.torch
     cycle: torch.py asks tensor_hooks about pending registrations; the check of a hook on an
     intermediate tensor makes its zero gradient with TorchVariable(torch.zeros_like)
+frontend.variables.tensor_hooks -> frontend.variables.tensor
+    cycle: tensor.py routes register_hook here; a hook called at run time wraps its token
+    node as a TensorVariable
 frontend.variables.functions -> frontend.translator
     cycle: the translator builds function variables; calling one inlines it with
     InliningTranslator

@@ -39,6 +39,7 @@ from kiln.autograd.aten_tracer import TraceMode, Tracer
 from kiln.compiled_autograd import hooks as H
 from kiln.compiled_autograd.collect import is_kiln_compiled_function, tensor_ident
 from kiln.exc import Unsupported
+from kiln.symbolic import hook_ops
 from kiln.symbolic.fake import ProxyTensor, fake_like, is_symbolic
 
 __all__ = ["capture"]
@@ -305,6 +306,18 @@ class Capture:
                 args_of[n] = value
         raise Unsupported("an ahead-of-time backward graph without an output")
 
+    def hooked_apply(self, k):
+        """The backward of `kiln::hooked` (hooks called at run time): one `run_hooks(grad, token)`
+        node, the token an input (Note [Hooks: given at run time])."""
+
+        def apply(grad):
+            self.set_origin(k)
+            (i,) = self.g.node_inputs[k]
+            # (called by the engine inside the capture's TraceMode: the op is recorded)
+            return hook_ops.RUN_HOOKS(grad, self.input(i)), None
+
+        return apply
+
     def opaque_apply(self, k, node):
         """A custom autograd.Function backward kept as an opaque call (run for real later)."""
         needs = node.needs_input_grad
@@ -363,6 +376,8 @@ class Capture:
                         fn = self.aot_apply(k, node)
                         if fn is None:
                             raise Unsupported("a CompiledFunction whose backward graph is unknown")
+                    elif node._forward_cls is hook_ops.Hooked:
+                        fn = self.hooked_apply(k)
                     else:
                         fn = self.opaque_apply(k, node)
                     node.apply = fn

@@ -18,6 +18,7 @@ from kiln import node_hooks
 from kiln.autograd.aot import CompiledFunction
 from kiln.compiled_autograd import hooks as H
 from kiln.exc import Unsupported
+from kiln.symbolic import hook_ops
 
 __all__ = [
     "AutogradGraph",
@@ -398,6 +399,8 @@ def _collect_node(g, k, node):
         if is_kiln_compiled_function(cls):
             idxs = g.add_inputs(node.saved_tensors, key, sizes)  # (None raises Unsupported)
             sizes.append(node.kiln_sizes)  # a symbolic plan's saved sizes (ints)
+        elif cls is hook_ops.Hooked:  # its token is an input (Note [Hooks: given at run time])
+            idxs = g.add_inputs(node.saved_tensors, key, sizes)
         else:
             if len(node.next_functions) != len(node.needs_input_grad):
                 raise Unsupported(f"{name}: a custom Function with non-tensor inputs")

@@ -3,6 +3,7 @@ that users call (`kiln.compile` resolves the backend and calls `compile_callable
 
 import copy
 import types
+import weakref
 
 import torch
 
@@ -53,6 +54,28 @@ def _calling(target):
     return call
 
 
+# Note [Cache: one per forward and settings]
+# `torch.compile(m)` twice, or on two modules of one class, with the same settings gives wrappers
+# over one frame cache of the class's forward, as torch.compile's cache lives on the code object:
+# an entry's guards check everything it read from `self` (they hold for any module they pass on),
+# so a second wrapper finds the entries the first one compiled instead of compiling again.
+# The table holds the caches by weak reference: a cache lives as long as a wrapper using it.
+_FORWARD_CACHES = weakref.WeakKeyDictionary()  # forward function -> [(settings, weakref to cache)]
+
+
+def _forward_cache(func, settings):
+    """The frame cache of the forward function `func` under `settings`, shared by every
+    OptimizedModule with that forward."""
+    caches = _FORWARD_CACHES.setdefault(func, [])
+    caches[:] = [(s, ref) for s, ref in caches if ref() is not None]
+    for s, ref in caches:
+        if s == settings:
+            return ref()
+    cache = FrameCache(func, settings, eager=module_eager, module_root=True)
+    caches.append((settings, weakref.ref(cache)))
+    return cache
+
+
 class OptimizedModule(torch.nn.Module):
     """A compiled nn.Module: calls run the compiled forward; everything else is `_orig_mod`'s.
 
@@ -82,7 +105,7 @@ class OptimizedModule(torch.nn.Module):
             d["_kiln_cache"] = None
             return
         if isinstance(forward, types.MethodType) and forward.__self__ is mod:
-            cache = FrameCache(forward.__func__, settings, eager=module_eager, module_root=True)
+            cache = _forward_cache(forward.__func__, settings)
             d["_kiln_call"] = types.MethodType(make_wrapper(cache), mod)
         else:
             d["_kiln_call"] = compile_callable(forward, settings)

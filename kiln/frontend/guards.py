@@ -57,6 +57,7 @@ class GuardKind(enum.IntEnum):
     SHAPE_ENV = 10  # the facts of the frame's ShapeEnv about its dynamic sizes (after tensors)
     STATE_QUERY = 11  # a folded torch query still answers the same (Note [Torch: folded queries])
     FLOAT_COMPARE = 12  # a float input compares with a number as before (unspecialised floats)
+    NOT_IN = 13  # a key is not in a dict (an instance attribute that would shadow a method)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,6 +211,8 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
         typ, keys = v
         expected = "[" + ", ".join(key_text(key) for key in keys) + "]"
         return [f"___type({s}) is {namer(typ, typ.__name__)} and ___list({s}) == {expected}"]
+    if k == GuardKind.NOT_IN:
+        return [f"{v!r} not in {s}"]
     if k == GuardKind.ALIASING:
         return [f"{s} is {ref(v)}"]
     if k == GuardKind.DISTINCT:

@@ -146,6 +146,8 @@ class NNModuleVariable(VariableTracker):
         is_data_descriptor = static is not _MISSING and _is_data_descriptor(static)
         if name in mod.__dict__ and not is_data_descriptor:
             return wrap_value(tx, mod.__dict__[name], AttrSource(self.source, name))
+        if static is not _MISSING and not is_data_descriptor:  # (set on the instance, it wins)
+            tx.output.guards.add(GuardKind.NOT_IN, AttrSource(self.source, "__dict__"), name)
         hook = inspect.getattr_static(type(mod), "__getattr__", None)
         if (
             static is _MISSING

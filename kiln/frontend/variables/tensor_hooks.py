@@ -47,6 +47,7 @@ from kiln.frontend.variables.functions import (
 )
 from kiln.frontend.variables.logging_vars import EffectCallVariable
 from kiln.frontend.variables.speculation import Speculation
+from kiln.symbolic import hook_ops
 
 _serial = itertools.count()
 
@@ -103,11 +104,15 @@ def _reloadable(var):
 # hooked value, so eager's gradients come out, under every backend: "eager" runs the Function,
 # aot_eager and kiln trace its backward (the hook's tensor code) into the backward graph.
 #
-# The hook must be a value kiln can build at compile time (a function from a source, guarded by
-# identity; a function made in the frame without closure cells; functools.partial of those with
-# constant arguments), and tensor code without effects: it is traced once, speculatively, on a
-# zero gradient (side effects: "Unsafe side effect", a break; its guards stay). A view breaks
-# (the identity copies, and a view's writes must reach its base).
+# The hook is traced into the graph when kiln can build it at compile time (a function from a
+# source, guarded by identity; a function made in the frame without closure cells;
+# functools.partial of those with constant arguments) and it is tensor code without effects: it
+# is traced once, speculatively, on a zero gradient. Any other hook the transformed code can load
+# again (a closure over the frame's objects, a bound method, a partial of an object, a hook with
+# side effects or one that raises) is called at backward time as it is, with the real gradient
+# (Note [Hooks: given at run time] in kiln/symbolic/hook_ops.py); so are the hooks of that tensor
+# traced before it, and after it, in registration order. A view breaks (the identity copies, and
+# a view's writes must reach its base).
 
 
 class _RunHooks(torch.autograd.Function):
@@ -146,8 +151,15 @@ def hook_intermediate(tx, tensor, hook):
         unimplemented(f"Tensor.register_hook() on a tensor made by a {node.op} node")
     if tensor.example._is_view():
         unimplemented("Tensor.register_hook() on a view made in the compiled frame")
-    _check_hook(tx, tensor, hook)  # (first: a hook with effects breaks for that reason)
-    value = _hook_value(tx, hook)
+    if node.target is hook_ops.HOOKED:  # y has a hook called at run time: so are the later ones
+        return hook_at_run_time(tx, tensor, hook)
+    try:
+        value = _hook_value(tx, hook)
+        _check_hook(tx, tensor, hook)
+    except Unsupported:
+        if not _reloadable(hook):
+            raise
+        return hook_at_run_time(tx, tensor, hook)
     hooks = getattr(node.target, "tensor_hooks", None)
     if hooks is not None:  # a second hook on y: appended (they run in registration order)
         node.target = hooks_target((*hooks, value))
@@ -158,6 +170,45 @@ def hook_intermediate(tx, tensor, hook):
     raw.meta = dict(node.meta)
     node.op, node.target = "call_function", hooks_target((value,))
     node.args, node.kwargs = (raw,), {}
+    return HookHandleVariable(None, tensor, hook, in_graph=True)
+
+
+def hook_at_run_time(tx, tensor, hook):
+    """`y.register_hook(h)` with h called at backward time as it is (Note [Hooks: given at run
+    time] in kiln/symbolic/hook_ops.py): y's node becomes `hooked(y_raw, token)`, and h is
+    attached to the token (a graph output) after the graph."""
+    from kiln.frontend.variables.tensor import TensorVariable
+
+    if not _reloadable(hook):
+        unimplemented(f"Tensor.register_hook() on a tensor made in the frame with the hook {hook}")
+    if tensor.device.type != "cpu":
+        unimplemented("a hook called at run time on a tensor made in the frame off the CPU")
+    node = tensor.proxy
+    graph = tx.output.graph
+    traced = None
+    if node.target is hook_ops.HOOKED:  # a second hook on y: attached to the same token
+        token_node = node.args[1]
+    else:
+        traced = getattr(node.target, "tensor_hooks", None)
+        if traced is None:
+            with graph.inserting_before(node):
+                raw = graph.create_node(node.op, node.target, node.args, node.kwargs)
+            raw.meta = dict(node.meta)
+        else:  # y's hooks traced so far are called at run time too, first, in their order
+            (raw,) = node.args
+        with graph.inserting_before(node):
+            token_node = graph.create_node("call_function", hook_ops.HOOK_TOKEN, (raw,), {})
+        token_node.meta["example_value"] = hook_ops.HOOK_TOKEN(tensor.example)
+        node.op, node.target = "call_function", hook_ops.HOOKED
+        node.args, node.kwargs = (raw, token_node), {}
+    token = TensorVariable(token_node, token_node.meta["example_value"], torch.device("cpu"))
+    if traced:
+        earlier = EffectCallVariable(
+            "Tensor.register_hook", fn=functools.partial(hook_ops.attach_all, traced)
+        )
+        tx.output.side_effects.record_call(("hook", next(_serial)), earlier, [token], {})
+    attach = EffectCallVariable("Tensor.register_hook", fn=hook_ops.attach)
+    tx.output.side_effects.record_call(("hook", next(_serial)), attach, [token, hook], {})
     return HookHandleVariable(None, tensor, hook, in_graph=True)
 
 
@@ -202,6 +253,7 @@ def _check_hook(tx, tensor, hook):
             hook.call_function(tx, [grad], {})
         except Unsupported:
             spec.drop_nodes()
+            spec.undo_effects()
             raise
         except Exception as e:  # eager would raise it in backward, not here: run it in Python
             spec.drop_nodes()
