@@ -225,3 +225,22 @@ def test_descriptor_with_python_get_on_input_object():
         torch.testing.assert_close(got[0], expected[0])
         assert got[1] == expected[1]
         torch.testing.assert_close(got[2], expected[2])
+
+
+class _WithHelper:
+    def helper(self, x):
+        return x + 1
+
+
+def _calls_helper(o, x):
+    return o.helper(x)
+
+
+def test_instance_attribute_shadowing_a_method_is_guarded():
+    # the second object's own `helper` wins over the class's method, as in eager
+    compiled = kiln.compile(_calls_helper)
+    plain, shadowed = _WithHelper(), _WithHelper()
+    shadowed.helper = lambda x: x * 100
+    x = torch.ones(2)
+    for o in (plain, shadowed, plain):
+        torch.testing.assert_close(compiled(o, x), _calls_helper(o, x))

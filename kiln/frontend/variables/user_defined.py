@@ -360,6 +360,9 @@ class UserDefinedObjectVariable(VariableTracker):
                 # Note [Objects: a Python __getattribute__]: the guard reads the instance dict
                 source = GetItemSource(AttrSource(self.source, "__dict__"), name)
             return wrap_value(tx, d[name], source)
+        if static is not None and d is not None and self.source is not None:
+            # a class attribute is read: an instance attribute set later would win over it
+            tx.output.guards.add(GuardKind.NOT_IN, AttrSource(self.source, "__dict__"), name)
         if static is None:
             _dunder_missing(cls, name)
             if hasattr(cls, "__getattr__"):
