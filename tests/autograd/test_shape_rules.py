@@ -4,7 +4,7 @@ import pytest
 import sympy
 import torch
 
-from kiln.symbolic import layouts, shape_rules
+from kiln.symbolic import hook_ops, layouts, shape_rules
 from kiln.symbolic.shape_env import ShapeEnv, SymNode, hint_of
 from kiln.symbolic.shape_rules import Sizes, contiguous_strides, rule_for, symbolic_sizes
 
@@ -318,6 +318,7 @@ CASES = [
         lambda a, b, c: ((M(a, b, 2 * c, 6), [2 * c, 6], [a, b, c, 3], False), {}),
         N3,
     ),
+    (hook_ops.HOOK_TOKEN, lambda a, b, c: ((M(a, b),), {}), N3),  # (a token: one element)
 ]
 
 
