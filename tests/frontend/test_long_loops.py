@@ -1,6 +1,7 @@
 """Loops too long to unroll (Note [Translator: long loops]) and ranges too long to keep item by
 item: the frame runs eagerly, quickly, with eager's result."""
 
+import itertools
 import sys
 import time
 
@@ -51,3 +52,15 @@ def test_loop_limit_counts_passes_of_one_trace(monkeypatch):
     compiled = kiln.compile(short_loop, backend="eager")
     torch.testing.assert_close(compiled(torch.ones(2)), short_loop(torch.ones(2)))
     assert kiln.counters["stats"]["unique_graphs"] == 0  # ran eagerly
+
+
+def repeats(x, n):
+    return x + sum(1 for _ in itertools.repeat(None, n))
+
+
+def test_repeat_longer_than_the_items_limit_breaks(monkeypatch):
+    monkeypatch.setattr(config, "range_items_limit", 10)
+    run_and_compare(repeats, torch.ones(2), 5)  # kept item by item
+    assert not kiln.counters["graph_breaks"]
+    run_and_compare(repeats, torch.ones(2), 11)
+    assert any("itertools.repeat" in r for r in kiln.counters["graph_breaks"])

@@ -12,6 +12,7 @@ import types
 
 import torch
 
+from kiln import config
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import (
@@ -752,7 +753,10 @@ def _is_iterator(var):
 def _itertools_call(tx, fn, args, kwargs):
     """Finite itertools iterators over traced items, built at once."""
     if fn is itertools.repeat and not kwargs and len(args) == 2:
-        it = ListIteratorVariable([args[0]] * args[1].as_python_constant())
+        times = args[1].as_python_constant()
+        if type(times) is not int or times > config.range_items_limit:
+            unimplemented(f"itertools.repeat(x, {times!r}) (its items are kept one by one)")
+        it = ListIteratorVariable([args[0]] * times)
         it.repeated = args[0]
         return it
     if fn is itertools.islice and not kwargs and 2 <= len(args) <= 4:
