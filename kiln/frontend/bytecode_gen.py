@@ -506,8 +506,7 @@ class _BreakCodegen:
         not happened to them, so `gc.collect()` or a weak reference called there would see obj
         alive. Each local that the trace deleted or rebound, and that no later instruction of
         the transformed code loads (the rebuilt values read their sources), is set to None
-        just before the instruction; eager had already let go of its value. So is each temp
-        not loaded again (the values the side effects' stores were read into).
+        just before the instruction; eager had already let go of its value.
         """
         body = self.body
         at = getattr(body, "instruction_at", None)
@@ -527,9 +526,6 @@ class _BreakCodegen:
                 and (v.source is not None and v.source.name() == name)
             )
             if not unchanged and name not in loaded:
-                release += emit.load_const(None) + emit.store_fast(name)
-        for name in body.temp_names:  # the side effects' temps (`obj.x = it` stored already)
-            if name not in loaded:
                 release += emit.load_const(None) + emit.store_fast(name)
         body.instrs[at:at] = release
 

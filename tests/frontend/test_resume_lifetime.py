@@ -261,29 +261,3 @@ def test_stack_value_deleted_in_a_resume_function_that_runs_eagerly_is_freed():
         "    torch.testing.assert_close(got[0], expected[0])\n"
     )
     run_fresh(code)
-
-
-class Node:
-    pass
-
-
-def cycle_dropped_before_a_break():
-    node = Node()
-    ref = weakref.ref(node)
-    container = set([node, 1])  # (breaks: a set item that is an object)
-    node.it = iter(container)  # a cycle: node -> iterator -> set -> node (breaks at iter)
-    del node, container
-    gc.collect()  # (breaks): the stored attribute's temps must not hold the cycle here
-    return ref() is None
-
-
-def test_values_stored_before_a_break_are_not_held_by_the_transformed_code():
-    code = (
-        "import kiln\n"
-        "from tests.frontend.test_resume_lifetime import cycle_dropped_before_a_break as f\n"
-        "assert f() is True\n"
-        "compiled = kiln.compile(f, backend='eager')\n"
-        "compiled()\n"
-        "assert compiled() is True and compiled() is True\n"
-    )
-    run_fresh(code)
