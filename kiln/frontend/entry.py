@@ -55,8 +55,8 @@ def _calling(target):
 
 
 # Note [Cache: one per forward and settings]
-# `torch.compile(m)` twice, or on two modules of one class, with the same settings gives wrappers
-# over one frame cache of the class's forward, as torch.compile's cache lives on the code object:
+# `kiln.compile(m)` twice, or on two modules of one class, with the same settings gives wrappers
+# over one frame cache of the class's forward (Dynamo's cache lives on the code object, too):
 # an entry's guards check everything it read from `self` (they hold for any module they pass on),
 # so a second wrapper finds the entries the first one compiled instead of compiling again.
 # The table holds the caches by weak reference: a cache lives as long as a wrapper using it.
