@@ -32,15 +32,20 @@ def _eager_and_compiled(fn, args, seed):
     return expected, got, expected_state, got_state
 
 
+def assert_same_run(fn, args, seed):
+    """fn compiled returns what eager returns and leaves both RNGs where eager leaves them."""
+    expected, got, expected_state, got_state = _eager_and_compiled(fn, args, seed)
+    assert_same(expected, got)
+    assert expected_state == got_state
+
+
 def test_random_int_scales_a_tensor():
     def fn(n):
         torch.manual_seed(7)
         return torch.rand(n, 2) * random.randint(3, 90)
 
     for seed in (0, 1, 2):
-        expected, got, es, gs = _eager_and_compiled(fn, (3,), seed)
-        assert_same(expected, got)
-        assert es == gs
+        assert_same_run(fn, (3,), seed)
 
 
 def test_random_draws_around_a_graph_break():
@@ -52,9 +57,7 @@ def test_random_draws_around_a_graph_break():
         return y + first, second
 
     x = torch.arange(6.0).reshape(2, 3)
-    expected, got, es, gs = _eager_and_compiled(fn, (x,), 11)
-    assert_same(expected, got)
-    assert es == gs
+    assert_same_run(fn, (x,), 11)
 
 
 def test_random_sizes_for_a_factory():
@@ -64,9 +67,7 @@ def test_random_sizes_for_a_factory():
         return x - 1, torch.zeros(a, b, 2)
 
     for seed in (3, 4, 5):
-        expected, got, es, gs = _eager_and_compiled(fn, (torch.ones(3),), seed)
-        assert_same(expected, got)
-        assert es == gs
+        assert_same_run(fn, (torch.ones(3),), seed)
 
 
 def test_loop_until_random_values_differ():
@@ -78,9 +79,7 @@ def test_loop_until_random_values_differ():
         return x + other
 
     for seed in (1, 10, 23):
-        expected, got, es, gs = _eager_and_compiled(fn, (torch.ones(2),), seed)
-        assert_same(expected, got)
-        assert es == gs
+        assert_same_run(fn, (torch.ones(2),), seed)
 
 
 def test_numpy_random_before_a_tensor():
@@ -88,9 +87,7 @@ def test_numpy_random_before_a_tensor():
         noise = np.random.uniform(-1.0, 1.0, size=(3,))
         return x + torch.from_numpy(noise)
 
-    expected, got, es, gs = _eager_and_compiled(fn, (torch.zeros(3, dtype=torch.float64),), 5)
-    assert_same(expected, got)
-    assert es == gs
+    assert_same_run(fn, (torch.zeros(3, dtype=torch.float64),), 5)
 
 
 def test_each_call_draws_again():
@@ -157,9 +154,7 @@ def test_draw_read_as_a_constant_breaks():
         return x - 1, int(r * 10)
 
     for seed in range(6):
-        expected, got, es, gs = _eager_and_compiled(fn, (torch.ones(2),), seed)
-        assert_same(expected, got)
-        assert es == gs
+        assert_same_run(fn, (torch.ones(2),), seed)
 
 
 def _draw_then_break(x):
@@ -173,9 +168,7 @@ def test_draw_in_a_callee_that_breaks():
         return _draw_then_break(x) * 2
 
     for seed in (1, 2):
-        expected, got, es, gs = _eager_and_compiled(fn, (torch.ones(2),), seed)
-        assert_same(expected, got)
-        assert es == gs
+        assert_same_run(fn, (torch.ones(2),), seed)
 
 
 def test_draws_in_a_loop_with_aot():
