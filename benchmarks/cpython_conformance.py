@@ -162,7 +162,7 @@ for index, test in enumerate(tests):
                 result.status[tid] = ("error", f"kiln.compile: {type(e).__name__}: {e}"[:240])
                 out[tid] = result.status[tid]
                 continue
-    before = dict(logs.counters["graph_breaks"]) if compiled else {}
+    before = dict(logs.counters["graph_break"]) if compiled else {}
     signal.alarm(test_timeout)
     try:
         test.run(result)
@@ -172,7 +172,7 @@ for index, test in enumerate(tests):
         signal.alarm(0)
     status = result.status.get(tid, ("ok", ""))
     if compiled:
-        after = logs.counters["graph_breaks"]
+        after = logs.counters["graph_break"]
         breaks = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
         status = (*status, breaks)
     out[tid] = status

@@ -28,6 +28,7 @@ strict = (
     False  # an internal error in kiln raises (True: kiln's tests) instead of one warning + eager
 )
 verbose = False  # errors keep kiln's internal frames in their tracebacks (KILN_VERBOSE=1)
+route_calls_of_eager_frames = True  # a frame run eagerly calls its callees' compiled frames
 warn_graph_breaks = True  # warn once per compiled function that breaks into several graphs
 
 # --- dynamic shapes ---

@@ -21,7 +21,7 @@ CHANNELS = (
 )
 
 # counters["stats"]["unique_graphs"], counters["frames"]["total"], ... (cleared by kiln.reset()).
-# counters["graph_breaks"][reason] counts every break; counters["unimplemented"][reason] those
+# counters["graph_break"][reason] counts every break; counters["unimplemented"][reason] those
 # that left a whole frame to run in Python (no resume).
 counters = collections.defaultdict(collections.Counter)
 

@@ -32,6 +32,7 @@ from kiln.contracts import GraphMeta
 from kiln.exc import CompiledAutogradCall, Unsupported, unimplemented
 from kiln.frontend import fallback
 from kiln.frontend.bytecode_gen import NoBreakHere, transformed_code, transformed_code_at_break
+from kiln.frontend.call_through import Router, routed_code
 from kiln.frontend.distributed import HookedModuleCall
 from kiln.frontend.frame_shapes import FrameShapes, changed_dims, changed_floats
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
@@ -95,6 +96,9 @@ class FrameCache:
         self.entries = []  # [(guard, transformed_fn)]: the hot path reads only this
         self.entry_info = []  # [CacheEntry], parallel to entries
         self.skip = False  # run eagerly from now on (a whole-frame break or the limit)
+        self.route_calls = False  # while skipped: callees through kiln (Note [Frames: callees...])
+        self._routed = None  # (function run eagerly, its routed copy)
+        self._routed_code = None
         self.breaks = []
         self._limit_warned = False
         self.children = {}  # resume functions and callees that broke: their own frame caches
@@ -151,7 +155,7 @@ class FrameCache:
     def clear(self):
         self.entries.clear()
         self.entry_info.clear()
-        self.skip = False
+        self.skip = self.route_calls = False
         self.breaks.clear()
         self.tree_breaks.clear()
         self.breaks_warned = False
@@ -227,11 +231,62 @@ class FrameCache:
         return False
 
     def run_eager(self, args, kwargs):
-        """The frame as plain Python (inside compiled autograd when config asks for it)."""
+        """The frame as plain Python (inside compiled autograd when config asks for it); one kiln
+        gave up on calls its callees through kiln (Note [Frames: callees of a frame run in
+        Python])."""
+        fn = self._routed_eager(args) if self.route_calls else self.eager
         if config.compiled_autograd:
             with backward_scope(self.settings.backend):
-                return _call(self.eager, args, kwargs)
-        return _call(self.eager, args, kwargs)
+                return _call(fn, args, kwargs)
+        return _call(fn, args, kwargs)
+
+    def give_up(self, route_calls=True):
+        """Run this frame eagerly from now on (with its callees through kiln, or not)."""
+        self.skip = True
+        self.route_calls = route_calls and config.route_calls_of_eager_frames
+
+    def _routed_eager(self, args):
+        """self.eager with its calls routed (call_through.routed_code); self.eager where the
+        copy cannot be made, or for a module with hooks (its own __call__ runs them)."""
+        base = self.fn if self.module_root else self.eager
+        if self.module_root and (not args or _has_hooks(args[0])):
+            return self.eager
+        if self._routed is not None and self._routed[0] is base:
+            return self._routed[1]
+        if self._routed_code is None:
+            try:
+                self._routed_code = routed_code(base.__code__, Router(self))
+            except Exception as e:  # (a shape of bytecode the copy does not handle: plain eager)
+                logs.log("graph_breaks", f"{base.__qualname__}: its callees run eagerly ({e})")
+                self.route_calls = False
+                return self.eager
+        code = self._routed_code
+        fn = types.FunctionType(
+            code, base.__globals__, base.__name__, base.__defaults__, base.__closure__
+        )
+        fn.__kwdefaults__ = base.__kwdefaults__
+        fn.__qualname__ = base.__qualname__
+        if not self.dynamic_closure:
+            self._routed = (base, fn)
+        return fn
+
+    def closure_callee(self, fn):
+        """A function made in a frame, compiled by its code: `entry(fn, *args)` with fn bound."""
+        entry = self.children.get(("routed", fn.__code__))
+        if entry is None:
+            cache = ClosureFrameCache(fn.__code__, fn.__globals__, self.settings)
+            cache.children = self.children
+            cache.root = self.root
+            entry = self.children[("routed", fn.__code__)] = make_closure_wrapper(cache)
+        if entry._kiln_cache.fn.__globals__ is not fn.__globals__:
+            return fn
+        return functools.partial(entry, fn)
+
+    def compiled_module(self, mod):
+        """A module called from a frame run in Python: its forward compiled, hooks kept."""
+        from kiln.frontend.entry import compile_callable  # (entry builds on this module)
+
+        return compile_callable(mod, self.settings)
 
     def miss(self, args, kwargs):
         """No guard passed: compile a new entry (or run eagerly), then run it."""
@@ -264,7 +319,7 @@ class FrameCache:
                         first_failure(self.entry_info[-1].guard, args, kwargs),
                     )
                 logs.counters["frames"]["cache_limit_hit"] += 1
-                self.skip = True
+                self.give_up()
                 return self.run_eager(args, kwargs)
             logs.counters["stats"]["recompiles"] += 1
             if config.debug_dir:  # the report (kiln/tools/debug_dir.py) lists the failures
@@ -314,7 +369,7 @@ class FrameCache:
         if failure is not None:
             return self._internal_error(failure, "compiling", args, kwargs)
         if entry is None:
-            self.skip = True
+            self.give_up()
             return self.run_eager(args, kwargs)
         logs.counters["frames"]["ok"] += 1
         self.entries.insert(0, (entry.guard, entry.code if self.dynamic_closure else entry.fn))
@@ -354,7 +409,7 @@ class FrameCache:
         record = BreakRecord(self.fn, e.msg, e.user_location)
         self.breaks.append(record)
         self.root.tree_breaks.append(record)
-        logs.counters["graph_breaks"][e.msg] += 1
+        logs.counters["graph_break"][e.msg] += 1
         logs.counters["stats"]["graph_breaks"] += 1
         key = (e.msg, e.user_location)
         if key not in _logged_breaks:  # each break is printed once per location
@@ -482,6 +537,21 @@ class FrameCache:
         g = torch.nn.modules.module
         if g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks:
             unimplemented("global module hooks")
+
+
+def _has_hooks(mod):
+    """Whether a module call runs hooks (its own, or the global module hooks)."""
+    g = torch.nn.modules.module
+    return bool(
+        not isinstance(mod, torch.nn.Module)
+        or mod._forward_hooks
+        or mod._forward_pre_hooks
+        or mod._backward_hooks
+        or getattr(mod, "_backward_pre_hooks", None)
+        or g._global_forward_hooks
+        or g._global_forward_pre_hooks
+        or g._global_backward_hooks
+    )
 
 
 def _hooks_run_around(mod):

@@ -38,7 +38,7 @@ def train(model, mod, ref, steps=3):
         opt.zero_grad()
         ref_opt.zero_grad()
     s = kiln.counters["stats"]
-    reasons = kiln.counters["graph_breaks"]
+    reasons = kiln.counters["graph_break"]
     other = sum(n for r, n in reasons.items() if "fully_shard" not in r)
     return {**{k: s.get(k, 0) for k in ("graph_breaks", "unique_graphs")}, "other_breaks": other}
 

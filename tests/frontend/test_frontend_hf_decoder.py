@@ -65,7 +65,7 @@ def assert_cache_equal(expected, got):
 
 def assert_no_breaks():
     stats = kiln.counters["stats"]
-    assert stats["graph_breaks"] == 0, dict(kiln.counters["graph_breaks"])
+    assert stats["graph_breaks"] == 0, dict(kiln.counters["graph_break"])
     assert stats["backend_failures"] == 0
 
 

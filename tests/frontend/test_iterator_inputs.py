@@ -63,7 +63,7 @@ def test_loop_resumed_after_a_break_stays_compiled():
     run_and_compare(sequential_glue, torch.randn(2, 4), seq)
     # the resume functions trace the rest of the loop: no frame falls back to eager
     assert (
-        kiln.counters["graph_breaks"].get(
+        kiln.counters["graph_break"].get(
             "iteration over UserDefinedObjectVariable(tuple_iterator)", 0
         )
         == 0

@@ -14,7 +14,7 @@ def t(*shape):
 
 def _no_impossible_breaks():
     """No break that could not be placed (those send the rest of the frame to eager)."""
-    reasons = list(kiln.counters["graph_breaks"])
+    reasons = list(kiln.counters["graph_break"])
     assert not [r for r in reasons if "no graph break possible" in r], reasons
 
 
@@ -171,7 +171,7 @@ def test_break_with_pending_call_in_with(fn, capsys):
     assert torch.is_grad_enabled()
     run_and_compare(fn, t(3).requires_grad_())
     assert torch.is_grad_enabled()
-    reasons = list(kiln.counters["graph_breaks"])
+    reasons = list(kiln.counters["graph_break"])
     assert not [r for r in reasons if "cleanup handler" in r or "UnboundLocalError" in r], reasons
     _no_impossible_breaks()
 
@@ -322,7 +322,7 @@ def test_frame_reading_builtins_see_every_local(fn, args, runs_eagerly):
     read the running frame, whose locals the transformed code keeps elsewhere, so that frame runs
     eagerly (locals() gave {} after a break before either fix)."""
     run_and_compare(fn, *args)
-    reasons = list(kiln.counters["graph_breaks"])
+    reasons = list(kiln.counters["graph_break"])
     if runs_eagerly:
         assert reasons and all("reads the frame's local variables" in r for r in reasons), reasons
     else:

@@ -99,7 +99,7 @@ def _compare(fn):
         results.append((f(x, cm), cm.log, cm.depth))
     for got in results[1:]:
         assert_same(results[0], got)
-    assert kiln.counters["stats"]["graph_breaks"] == 0, dict(kiln.counters["graph_breaks"])
+    assert kiln.counters["stats"]["graph_breaks"] == 0, dict(kiln.counters["graph_break"])
     assert backend.calls == 1
     assert kiln.counters["stats"]["recompiles"] == 0
 

@@ -374,7 +374,7 @@ def test_writing_an_identity_keyed_table_breaks_with_its_reason():
 
     run_and_compare(fn, torch.randn(3), expected_breaks=1)
     assert table == {list: _scale, tuple: _shift}
-    assert any("keyed by objects" in r for r in kiln.counters["graph_breaks"])
+    assert any("keyed by objects" in r for r in kiln.counters["graph_break"])
 
 
 def set_queries_over_generators(x):

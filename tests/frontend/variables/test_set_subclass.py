@@ -334,7 +334,7 @@ def _compare_on_fresh_inputs(fn, make, calls=3):
         torch.testing.assert_close(got[0], want[0])
         assert got[1:] == want[1:] and a == b and type(a) is type(b) and vars(a) == vars(b)
     assert kiln.counters["stats"]["unique_graphs"] == 1, dict(kiln.counters)
-    assert not kiln.counters["graph_breaks"], dict(kiln.counters)
+    assert not kiln.counters["graph_break"], dict(kiln.counters)
 
 
 def test_input_mutation_then_exception():
