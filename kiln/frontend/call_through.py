@@ -23,6 +23,12 @@ generators or coroutines, from neither the skipped packages (config.skip_modules
 standard library, nor kiln's own wrappers. A function made in a frame (a qualified name with
 `<locals>`) is compiled by its code object (Note [Cache: closures made per call]), so that each
 call's new function object does not compile again; one with defaults is left alone.
+
+What it costs: a routed callee is called through kiln's wrapper, so a traceback through it shows
+the wrapper's frame (and on a first call kiln's compile frames) between the caller's and the
+callee's, where Dynamo's hook leaves none; a callee that reads its caller's frame
+(`sys._getframe`, `inspect.currentframe`) is called as it is. `config.route_calls_of_eager_frames
+= False` runs such frames exactly as written.
 """
 
 from __future__ import annotations

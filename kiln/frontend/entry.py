@@ -7,7 +7,7 @@ import weakref
 
 import torch
 
-from kiln.frontend import distributed
+from kiln.frontend import distributed, frame_cache
 from kiln.frontend.frame_cache import FrameCache, make_wrapper, module_eager
 from kiln.frontend.markers import kiln_marker
 from kiln.frontend.variables.functions import is_torch_disabled
@@ -41,6 +41,9 @@ def compile_callable(model, settings):
         return compile_callable(_calling(model), settings)  # `kiln.compile(torch.sin)`, a partial
     cache = FrameCache(model, settings)
     return make_wrapper(cache)
+
+
+frame_cache._module_compiler[:] = [compile_callable]  # modules called from frames run in Python
 
 
 def _calling(target):

@@ -44,6 +44,7 @@ from kiln.frontend.user_errors import fullgraph_error, warn_graph_breaks
 from kiln.symbolic import autocast_state as amp
 
 _all_caches = weakref.WeakSet()
+_module_compiler = []  # [compile_callable(model, settings)]: entry.py registers it (it builds on us)
 _logged_breaks = set()  # (reason, user location) already printed on the graph_breaks channel
 _recorders = []  # explain(): objects with on_graph(gm, fn), on_break(record), on_entry(entry)
 
@@ -82,7 +83,9 @@ class BreakRecord:
         return f"{self.reason}\n    at {self.user_location}"
 
 
-_FRAME_READERS = {"_getframe", "_getframemodulename"}  # names of sys's caller-frame readers
+# names of the caller-frame readers (sys._getframe, inspect.currentframe().f_back): a function
+# that uses one is called as it is, never through a kiln wrapper (which would be its caller)
+_FRAME_READERS = {"_getframe", "_getframemodulename", "currentframe"}
 
 
 class FrameCache:
@@ -284,9 +287,7 @@ class FrameCache:
 
     def compiled_module(self, mod):
         """A module called from a frame run in Python: its forward compiled, hooks kept."""
-        from kiln.frontend.entry import compile_callable  # (entry builds on this module)
-
-        return compile_callable(mod, self.settings)
+        return _module_compiler[0](mod, self.settings)
 
     def miss(self, args, kwargs):
         """No guard passed: compile a new entry (or run eagerly), then run it."""
