@@ -31,6 +31,7 @@ from kiln.frontend.source import (
 )
 from kiln.frontend.variables import (
     control_flow,
+    control_loops,  # noqa: F401  (registers torch's map and scan)
     ctx_managers,
     default_dtype,  # noqa: F401  (registers torch.set_default_dtype)
     logging_vars,

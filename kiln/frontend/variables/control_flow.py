@@ -19,8 +19,9 @@ graph break too, with the reason: a branch with side effects (a print, a store t
 object), a branch that mutates a tensor in place, a branch kiln cannot trace, symbolic sizes.
 `torch.while_loop(cond_fn, body_fn, carried)` is traced the same way into one `kiln::while_loop`
 node (Note [Control flow: while_loop as an operator]) when its carried values are tensors that
-need no gradient; other uses, and the other control-flow operators (torch._higher_order_ops's
-map, scan, ...), are graph breaks that name them.
+need no gradient; other uses are graph breaks. torch._higher_order_ops's map and scan are
+unrolled into the frame's graph (control_loops.py, Note [Control flow: map and scan unrolled]);
+the other control-flow operators (associative_scan, ...) are graph breaks that name them.
 """
 
 import contextlib
@@ -44,6 +45,7 @@ from kiln.symbolic.fake import is_symbolic
 # user callables (handed the frame's graphs only) run the branch graphs as they are.
 _COMPILING_BACKENDS = ("aot_eager", "kiln")
 
+LOOP_OPS = {}  # torch's map and scan -> fn(tx, args, kwargs), filled by control_loops.py
 _COND = getattr(torch, "cond", None)
 _WHILE_LOOP = getattr(torch, "while_loop", None)
 # Note [Control flow: the cond operator called directly]
@@ -73,6 +75,9 @@ class ControlFlowOpVariable(PythonValueVariable):
             return cond(tx, *_bind_cond(args, kwargs))
         if fn is _WHILE_LOOP and len(args) == 3 and not kwargs:
             return while_loop(tx, *args)
+        loop = LOOP_OPS.get(fn)  # map, scan (control_loops.py)
+        if loop is not None:
+            return loop(tx, args, kwargs)
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
         unimplemented(f"control-flow operator {name} is not captured (it runs in Python)")
 
@@ -194,8 +199,9 @@ def _operand_items(tx, operands):
     return list(operands.unpack_var_sequence(tx))
 
 
-def _trace_branch(tx, fn, items, name):
-    """Trace `fn(*items)` into a graph of its own: (graph, the value it returns)."""
+def _trace_branch(tx, fn, items, name, pack=None, op="torch.cond"):
+    """Trace `fn(*items)` into a graph of its own: (graph, the value it returns); `pack` makes the
+    call's arguments from the items' placeholders."""
     graph = torch.fx.Graph()
     args = []
     for i, v in enumerate(items):
@@ -212,23 +218,23 @@ def _trace_branch(tx, fn, items, name):
     prev = output.__dict__.get("create_node")  # (a cond inside a branch of another)
     output.create_node = create_node  # every op the branch records goes to its graph
     try:
-        result = fn.call_function(tx, args, {})
+        result = fn.call_function(tx, pack(args) if pack else args, {})
     except Unsupported as e:
-        unimplemented(f"torch.cond: {name} is not traceable: {e.msg}")
+        unimplemented(f"{op}: {name} is not traceable: {e.msg}")
     except ObservedException:  # (raised by the branch: eager torch.cond raises it too)
-        unimplemented(f"torch.cond: {name} raises an exception")
+        unimplemented(f"{op}: {name} raises an exception")
     finally:
         if prev is None:
             del output.create_node
         else:
             output.create_node = prev
     if effects.version != version or effects.changed_since(snapshot):
-        unimplemented(f"torch.cond: {name} has side effects (not captured)")
+        unimplemented(f"{op}: {name} has side effects (not captured)")
     for node in graph.nodes:
         if node.op in ("call_function", "call_method") and (
             _mutates(node.target, node.kwargs) or node.target is operator.setitem
         ):
-            unimplemented(f"torch.cond: {name} mutates a tensor in place (not captured)")
+            unimplemented(f"{op}: {name} mutates a tensor in place (not captured)")
     return graph, result
 
 
@@ -245,18 +251,17 @@ def _outputs(out, name):
     return items
 
 
-def _check_same(t_items, f_items):
+def _check_same(t_items, f_items, op="torch.cond"):
     if len(t_items) != len(f_items):
         unimplemented(
-            f"torch.cond: the branches return {len(t_items)} and {len(f_items)} tensors "
-            "(torch.cond raises)"
+            f"{op}: the branches return {len(t_items)} and {len(f_items)} tensors ({op} raises)"
         )
     for i, (a, b) in enumerate(zip(t_items, f_items)):
         ea, eb = a.example, b.example
         if ea.shape != eb.shape or ea.dtype != eb.dtype or a.device != b.device:
             unimplemented(
-                f"torch.cond: output {i} differs between the branches "
-                f"({tuple(ea.shape)} {ea.dtype} vs {tuple(eb.shape)} {eb.dtype}; torch.cond raises)"
+                f"{op}: output {i} differs between the branches "
+                f"({tuple(ea.shape)} {ea.dtype} vs {tuple(eb.shape)} {eb.dtype}; {op} raises)"
             )
 
 
@@ -264,7 +269,7 @@ def _storage(t):
     return t.untyped_storage()._cdata
 
 
-def _check_no_alias(graph, items, name):
+def _check_no_alias(graph, items, name, op="torch.cond"):
     """An output that is (a view of) an operand, a tensor of the frame or another output: torch.cond
     refuses it."""
     own = set(graph.nodes)
@@ -278,7 +283,7 @@ def _check_no_alias(graph, items, name):
     }
     for v in items:
         if _storage(v.example) in seen:
-            unimplemented(f"torch.cond: {name} returns an alias of its input (torch.cond raises)")
+            unimplemented(f"{op}: {name} returns an alias of its input ({op} raises)")
         seen.add(_storage(v.example))
 
 
