@@ -19,7 +19,7 @@ the slot under the callable is a NULL. A `with` block's exit call (`__exit__` pu
 BEFORE_WITH, then `None, None, None`) has its callable in the lower slot.
 
 What is routed is what kiln would compile as a frame of its own: Python functions that are not
-generators or coroutines, from neither the skipped packages (config.skip_modules) nor the
+generators or coroutines (also as methods, a module's forward, an object's `__call__`), from neither the skipped packages (config.skip_modules) nor the
 standard library, nor kiln's own wrappers. A function made in a frame (a qualified name with
 `<locals>`) is compiled by its code object (Note [Cache: closures made per call]), so that each
 call's new function object does not compile again; one with defaults is left alone.
@@ -120,12 +120,17 @@ def _route_at(route, depth):
     return copy_inst(depth) + make_call + call(1) + swap(depth + 1) + pop_top()
 
 
+def is_plain(code) -> bool:
+    """Whether a code object is a plain function's (not a generator's or a coroutine's)."""
+    return not code.co_flags & _NOT_PLAIN
+
+
 def routable(fn) -> bool:
     """Whether a Python function is one kiln compiles as its own frame when it is called."""
     if type(fn) is not types.FunctionType or "_kiln_cache" in fn.__dict__:
         return False
     code = fn.__code__
-    if code.co_flags & _NOT_PLAIN:
+    if not is_plain(code):
         return False
     module = fn.__module__ or ""
     if any(module == m or module.startswith(m + ".") for m in config.skip_modules):
@@ -152,10 +157,16 @@ class Router:
             fn = obj.__func__
             compiled = self.function(fn)
             return obj if compiled is fn else types.MethodType(compiled, obj.__self__)
-        if issubclass(tp, torch.nn.Module) and not is_optimized_module(obj):
-            forward = getattr(tp, "forward", None)
-            if routable(forward):
+        if issubclass(tp, torch.nn.Module):
+            if not is_optimized_module(obj) and routable(getattr(tp, "forward", None)):
                 return self.cache.compiled_module(obj)
+            return obj
+        if not issubclass(tp, type):  # an object with a Python __call__ (not a class)
+            call = next(
+                (k.__dict__["__call__"] for k in tp.__mro__ if "__call__" in k.__dict__), None
+            )
+            if routable(call):
+                return types.MethodType(self.function(call), obj)
         return obj
 
     def function(self, fn):

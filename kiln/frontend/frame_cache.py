@@ -32,7 +32,7 @@ from kiln.contracts import GraphMeta
 from kiln.exc import CompiledAutogradCall, Unsupported, unimplemented
 from kiln.frontend import fallback
 from kiln.frontend.bytecode_gen import NoBreakHere, transformed_code, transformed_code_at_break
-from kiln.frontend.call_through import Router, routed_code
+from kiln.frontend.call_through import Router, is_plain, routed_code
 from kiln.frontend.distributed import HookedModuleCall
 from kiln.frontend.frame_shapes import FrameShapes, changed_dims, changed_floats
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
@@ -253,6 +253,8 @@ class FrameCache:
         copy cannot be made, or for a module with hooks (its own __call__ runs them)."""
         base = self.fn if self.module_root else self.eager
         if self.module_root and (not args or _has_hooks(args[0])):
+            return self.eager
+        if not is_plain(base.__code__):  # (a generator or coroutine function: run as written)
             return self.eager
         if self._routed is not None and self._routed[0] is base:
             return self._routed[1]

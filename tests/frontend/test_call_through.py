@@ -172,3 +172,38 @@ def test_a_frame_over_the_cache_limit_still_routes(monkeypatch):
         assert_same(fn(x, n), compiled(x, n))
     assert kiln.counters["frames"]["cache_limit_hit"] == 1
     assert ops_of(backend)[1:] == [["cos", "<built-in function mul>"]], ops_of(backend)
+
+
+class Scaler:
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, x):
+        return x * self.k
+
+
+def test_objects_with_a_python_call_are_routed():
+    scale = Scaler(3.0)
+
+    def fn(x):
+        with breaks_before_yield():
+            x = x + 1
+        return scale(x)
+
+    backend = CountingBackend()
+    run_and_compare(fn, torch.randn(3), backend=backend)
+    assert ops_of(backend) == [["<built-in function mul>"]], ops_of(backend)
+
+
+def test_a_generator_frame_run_in_python_runs_as_written():
+    def gen(x):
+        with breaks_before_yield():
+            x = x + 1
+        yield helper(x)
+        yield helper(x + 1)
+
+    def fn(x):
+        return list(kiln.compile(gen, backend="eager")(x))
+
+    x = torch.randn(3)
+    assert_same([helper(x + 1), helper(x + 2)], fn(x))
