@@ -360,6 +360,7 @@ class UserDefinedObjectVariable(VariableTracker):
             if cls.__getattribute__ is not object.__getattribute__:
                 # Note [Objects: a Python __getattribute__]: the guard reads the instance dict
                 source = GetItemSource(AttrSource(self.source, "__dict__"), name)
+                return wrap_value(tx, d[name], source)
             return wrap_loaded(tx, d[name], source)
         if static is not None and d is not None and self.source is not None:
             # a class attribute is read: an instance attribute set later would win over it
