@@ -98,6 +98,15 @@ class GuardSet:
         g = Guard(kind, source, value)
         self._guards.setdefault(g.key(), g)
 
+    def added_since(self, mark):
+        """The keys of the guards added since `mark` (`len(guards)` then), in order."""
+        return tuple(self._guards)[mark:]
+
+    def retract(self, keys):
+        """Drop these guards (Note [Hooks: read from their source at run time])."""
+        for key in keys:
+            self._guards.pop(key, None)
+
     def __len__(self):
         return len(self._guards)
 

@@ -25,7 +25,7 @@ from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
 from kiln.frontend.jump_ops import JumpOpsMixin
 from kiln.frontend.source import AttrSource, ClosureSource, GetItemSource, GlobalSource, LocalSource
 from kiln.frontend.value_ops import ValueOpsMixin
-from kiln.frontend.variables.base import VariableTracker, next_serial, probe
+from kiln.frontend.variables.base import VariableTracker, next_serial, probe, wrap_loaded
 from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.classes import constant_cell
@@ -62,6 +62,8 @@ PY311 = sys.version_info[:2] == (3, 11)
 PY313 = sys.version_info[:2] >= (3, 13)
 
 NULL = NullVariable()
+# the instructions between a load and the CALL it is an argument of (3.11's PRECALL)
+_KEEPS_FRESH = frozenset(("PRECALL", "CALL"))
 
 
 def decode(code):
@@ -150,6 +152,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         self.stack = []
         self.ip = 0
         self.kw_names = ()
+        self.fresh_function = None  # (var, guard keys) of a function the last load wrapped
         self.current_inst = None
         self.stack_before = []
         self.return_value = None
@@ -175,6 +178,8 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 self.output.side_effects.step_serial = next_serial()
                 start_instruction()
             self.ip += 1
+            if inst.opname not in _KEEPS_FRESH:  # Note [Hooks: read from their source at run time]
+                self.fresh_function = None
             handler = getattr(self, inst.opname, None)
             try:
                 if handler is None:
@@ -183,6 +188,8 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 last = self.output.last_node()
                 try:
                     handler(inst)
+                    if inst.opname == "CALL":  # (its arguments are consumed)
+                        self.fresh_function = None
                     node_meta.mark_new_nodes(self.output.graph, last, self.code, inst)
                 except ObservedException as exc:
                     self.unwind(exc)  # Note [Blocks: exceptions while tracing]
@@ -249,7 +256,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             if stored is not None:
                 return stored
         if name in self.f_globals:
-            return wrap_value(self, self.f_globals[name], self.global_source(name))
+            return wrap_loaded(self, self.f_globals[name], self.global_source(name))
         value = global_value(self.f_globals, name)  # a builtin
         if value is not MISSING:
             return wrap_constant_like(self, value)
@@ -386,7 +393,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             if isinstance(value, VariableTracker):
                 return value
             unimplemented(f"free variable {name!r} of a function reached without a source")
-        return wrap_value(self, value, source)
+        return wrap_loaded(self, value, source)
 
     def STORE_DEREF(self, inst):
         name = inst.argval

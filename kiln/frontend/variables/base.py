@@ -1,6 +1,7 @@
 """VariableTracker: the symbolic value on the interpreter's stack, with the Source it came from."""
 
 import itertools
+import types
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
@@ -29,6 +30,19 @@ def wrap_value(tx, value, source):
 def wrap_constant_like(tx, value):
     """builder.wrap_constant_like (Note [Variables: the builder is registered])."""
     return _builder["wrap_constant_like"](tx, value)
+
+
+def wrap_loaded(tx, value, source):
+    """`wrap_value` for what a load instruction (LOAD_DEREF, LOAD_GLOBAL, LOAD_ATTR) reads from
+    `source` into a variable nothing else keeps: a plain function is remembered on `tx` with the
+    guards its wrapping added (Note [Hooks: read from their source at run time])."""
+    guards = tx.output.guards
+    mark = len(guards)
+    var = wrap_value(tx, value, source)
+    if type(value) is types.FunctionType and getattr(var, "fn", None) is value:
+        if var.source is source and hasattr(tx, "fresh_function"):
+            tx.fresh_function = (var, guards.added_since(mark))
+    return var
 
 
 def next_serial():

@@ -20,7 +20,7 @@ from kiln.frontend.variables.base import (
     VariableTracker,
     probe,
     wrap_constant_like,
-    wrap_value,
+    wrap_loaded,
 )
 from kiln.frontend.variables.constant import ConstantVariable, fold, is_literal
 from kiln.frontend.variables.user_attrs import call_object_slot
@@ -246,7 +246,7 @@ class PythonModuleVariable(VariableTracker):
         except AttributeError:
             unimplemented(f"module {self.value.__name__} has no attribute {name!r}")
         if self.source is not None and not _is_skipped_module(self.value):
-            return wrap_value(tx, attr, AttrSource(self.source, name))
+            return wrap_loaded(tx, attr, AttrSource(self.source, name))
         return wrap_constant_like(tx, attr)
 
     reconstruct = _load_value

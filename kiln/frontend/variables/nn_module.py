@@ -10,7 +10,12 @@ from kiln.exc import unimplemented
 from kiln.frontend.distributed import is_fsdp
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
+from kiln.frontend.variables.base import (
+    VariableTracker,
+    wrap_constant_like,
+    wrap_loaded,
+    wrap_value,
+)
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.constant import ConstantVariable as Const
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -145,7 +150,7 @@ class NNModuleVariable(VariableTracker):
         static = _class_attr(type(mod), name)
         is_data_descriptor = static is not _MISSING and _is_data_descriptor(static)
         if name in mod.__dict__ and not is_data_descriptor:
-            return wrap_value(tx, mod.__dict__[name], AttrSource(self.source, name))
+            return wrap_loaded(tx, mod.__dict__[name], AttrSource(self.source, name))
         if static is not _MISSING and not is_data_descriptor:  # (set on the instance, it wins)
             tx.output.guards.add(GuardKind.NOT_IN, AttrSource(self.source, "__dict__"), name)
         hook = inspect.getattr_static(type(mod), "__getattr__", None)

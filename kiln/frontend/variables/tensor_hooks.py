@@ -77,9 +77,53 @@ def register_post_accumulate_grad_hook(tx, tensor, args, kwargs):
 def _register_after_graph(tx, tensor, hook, method):
     if not _reloadable(hook):
         unimplemented(f"Tensor.{method}() with the hook {hook} (not reloadable)")
+    loaded = _loaded_hook(tx, hook)
+    if loaded is not None:
+        hook = ReadAtRunTime(source=hook.source)
     handle = HookHandleVariable(("hook", next(_serial)), tensor, hook, method=method)
     handle.record(tx, removed=False)
+    if loaded is not None:
+        tx.output.guards.retract(loaded)
     return handle
+
+
+# Note [Hooks: read from their source at run time]
+# `y.register_hook(my_hook)` with `my_hook` a function read from a closure cell, a global or an
+# attribute registers whatever that name holds at this call: rebinding it between calls changes
+# the hook in eager, and must neither recompile nor run the old one. Wrapping the function
+# guards it (its code, globals, defaults), which only tracing INTO it needs. So a function that
+# the instruction right before the call loaded from its source (LOAD_DEREF, LOAD_GLOBAL,
+# LOAD_ATTR of a module or object: `wrap_loaded` remembers it and the guards it added, as
+# `tx.fresh_function`, until the next instruction other than PRECALL/CALL) is used by nothing
+# but the registration. The hook is then never traced: on a tensor made in the frame it is called
+# at backward time (Note [Hooks: given at run time] in kiln/symbolic/hook_ops.py), on an input it
+# is registered after the graph, and in both the transformed code reads it from its source
+# where it replays the registration (`ReadAtRunTime`; the replay loads values before any
+# store, so it reads what the source held when the frame registered it), and the guards its
+# wrapping added are dropped. Guards another use of the function added earlier stay, and a later
+# use wraps it again and adds them again. A function read any other way (a local, an argument,
+# a container item) keeps the traced path, guarded by identity.
+#
+# Cost: such a hook is not traced into the graph: its gradient code runs as Python at backward
+# time (an extern call in the kiln backend, not fused), and on a tensor made in the frame it needs
+# the CPU (`hook_at_run_time`); off the CPU it is traced and guarded as before (a rebinding
+# recompiles there).
+
+
+class ReadAtRunTime(VariableTracker):
+    """A hook the transformed code reads from its source where it replays the registration."""
+
+    def __repr__(self):
+        return f"ReadAtRunTime({self.source.name()})"
+
+
+def _loaded_hook(tx, hook):
+    """The guards to drop when `hook` is a function the last load read from its source, else
+    None (Note [Hooks: read from their source at run time])."""
+    fresh = getattr(tx, "fresh_function", None)
+    if fresh is None or fresh[0] is not hook or hook.source is None:
+        return None
+    return fresh[1]
 
 
 def _reloadable(var):
@@ -151,8 +195,11 @@ def hook_intermediate(tx, tensor, hook):
         unimplemented(f"Tensor.register_hook() on a tensor made by a {node.op} node")
     if tensor.example._is_view():
         unimplemented("Tensor.register_hook() on a view made in the compiled frame")
-    if node.target is hook_ops.HOOKED:  # y has a hook called at run time: so are the later ones
-        return hook_at_run_time(tx, tensor, hook)
+    loaded = _loaded_hook(tx, hook)
+    if node.target is hook_ops.HOOKED or (loaded is not None and tensor.device.type == "cpu"):
+        # y has a hook called at run time (so are the later ones), or this one is read from its
+        # source at run time (Note [Hooks: read from their source at run time])
+        return hook_at_run_time(tx, tensor, hook, loaded)
     try:
         value = _hook_value(tx, hook)
         _check_hook(tx, tensor, hook)
@@ -173,10 +220,11 @@ def hook_intermediate(tx, tensor, hook):
     return HookHandleVariable(None, tensor, hook, in_graph=True)
 
 
-def hook_at_run_time(tx, tensor, hook):
+def hook_at_run_time(tx, tensor, hook, loaded=None):
     """`y.register_hook(h)` with h called at backward time as it is (Note [Hooks: given at run
     time] in kiln/symbolic/hook_ops.py): y's node becomes `hooked(y_raw, token)`, and h is
-    attached to the token (a graph output) after the graph."""
+    attached to the token (a graph output) after the graph. `loaded`: the guards to drop of a
+    hook read from its source there (Note [Hooks: read from their source at run time])."""
     from kiln.frontend.variables.tensor import TensorVariable
 
     if not _reloadable(hook):
@@ -208,7 +256,10 @@ def hook_at_run_time(tx, tensor, hook):
         )
         tx.output.side_effects.record_call(("hook", next(_serial)), earlier, [token], {})
     attach = EffectCallVariable("Tensor.register_hook", fn=hook_ops.attach)
-    tx.output.side_effects.record_call(("hook", next(_serial)), attach, [token, hook], {})
+    value = hook if loaded is None else ReadAtRunTime(source=hook.source)
+    tx.output.side_effects.record_call(("hook", next(_serial)), attach, [token, value], {})
+    if loaded is not None:
+        tx.output.guards.retract(loaded)
     return HookHandleVariable(None, tensor, hook, in_graph=True)
 
 

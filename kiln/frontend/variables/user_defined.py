@@ -21,6 +21,7 @@ from kiln.frontend.variables.base import (
     PythonValueVariable,
     VariableTracker,
     wrap_constant_like,
+    wrap_loaded,
     wrap_value,
 )
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
@@ -359,7 +360,8 @@ class UserDefinedObjectVariable(VariableTracker):
             if cls.__getattribute__ is not object.__getattribute__:
                 # Note [Objects: a Python __getattribute__]: the guard reads the instance dict
                 source = GetItemSource(AttrSource(self.source, "__dict__"), name)
-            return wrap_value(tx, d[name], source)
+                return wrap_value(tx, d[name], source)
+            return wrap_loaded(tx, d[name], source)
         if static is not None and d is not None and self.source is not None:
             # a class attribute is read: an instance attribute set later would win over it
             tx.output.guards.add(GuardKind.NOT_IN, AttrSource(self.source, "__dict__"), name)
