@@ -13,6 +13,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.disable / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
+| torch._dynamo.set_stance (torch.compiler's)    | kiln.set_stance (force_backend through the backend map) |
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
@@ -117,6 +118,15 @@ def _make_counter_with_backend(base):
     return CompileCounterWithBackend
 
 
+def set_stance(stance="default", *, skip_guard_eval_unsafe=False, force_backend=None):
+    """torch.compiler.set_stance onto kiln.set_stance (kiln always checks every guard)."""
+    import kiln
+
+    if force_backend is not None:
+        force_backend = _backend(force_backend)
+    return kiln.set_stance(stance, force_backend=force_backend)
+
+
 def _unsupported(a, b):
     """torch._dynamo.testing.unsupported: returns b, and no compiler traces it."""
     return b
@@ -178,6 +188,7 @@ def install():
         "reset": (stock_reset, reset),
         "disable": (stock_disable, disable),
         "graph_break": (torch._dynamo.graph_break, kiln.graph_break),
+        "set_stance": (torch._dynamo.set_stance, set_stance),
         "allow_in_graph": (torch._dynamo.allow_in_graph, kiln.allow_in_graph),
         "mark_dynamic": (torch._dynamo.mark_dynamic, kiln.mark_dynamic),
         "counters": (torch._dynamo.utils.counters, kiln.counters),

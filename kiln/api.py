@@ -14,6 +14,7 @@ from kiln.frontend import frame_cache, frame_shapes
 from kiln.frontend.entry import OptimizedModule, compile_callable
 from kiln.frontend.markers import allow_in_graph, graph_break, kiln_marker
 from kiln.frontend.resume import clear_cache
+from kiln.frontend.stance import set_stance
 from kiln.logs import counters
 from kiln.registry import (  # noqa: F401 (re-exported: kiln.api.lookup_backend ...)
     eager_backend,
@@ -36,6 +37,7 @@ __all__ = [
     "mark_static",
     "register_backend",
     "reset",
+    "set_stance",
 ]
 
 

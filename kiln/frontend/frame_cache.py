@@ -15,6 +15,7 @@ the call, so the order changes only speed. `entry_info` keeps the compile order 
 log, explain, automatic dynamic's "last compile").
 """
 
+import dataclasses
 import dis
 import functools
 import inspect
@@ -30,7 +31,7 @@ import torch.fx
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import CompiledAutogradCall, Unsupported, unimplemented
-from kiln.frontend import fallback
+from kiln.frontend import fallback, stance
 from kiln.frontend.bytecode_gen import NoBreakHere, transformed_code, transformed_code_at_break
 from kiln.frontend.call_through import Router, routed_code
 from kiln.frontend.distributed import HookedModuleCall
@@ -111,6 +112,7 @@ class FrameCache:
         self.root = self  # the cache of the function the user compiled (children point to it)
         self.tree_breaks = []  # root only: breaks of the root and its children, for the warning
         self.breaks_warned = False
+        self._forced = {}  # forced backend -> wrapper of this frame's cache under it
         _all_caches.add(self)
 
     def _child(self, key, fn, **kw):
@@ -289,6 +291,35 @@ class FrameCache:
         """A module called from a frame run in Python: its forward compiled, hooks kept."""
         return _module_compiler[0](mod, self.settings)
 
+    def under_stance(self, state, args, kwargs):
+        """A call under a stance that changes what a hit runs (Note [Stance: what each one
+        does]): the plain frame, or this frame's cache under the forced backend."""
+        if state.name == "force_eager":
+            return self.run_eager(args, kwargs)
+        wrapper = self._forced.get(state.backend)
+        if wrapper is None:
+            settings = dataclasses.replace(
+                self.settings, backend=state.backend, backend_name=state.backend_name
+            )
+            cache = FrameCache(self.fn, settings, eager=self.eager, module_root=self.module_root)
+            wrapper = self._forced[state.backend] = make_wrapper(cache)
+        return wrapper(*args, **kwargs)
+
+    def _stance_miss(self, args, kwargs):
+        """A miss under eager_on_recompile (the frame runs in Python) or fail_on_recompile."""
+        if stance.state.name == "eager_on_recompile":
+            return self.run_eager(args, kwargs)
+        code = self.fn.__code__
+        failures = [
+            f"  entry {i}: {first_failure(e.guard, args, kwargs)}"
+            for i, e in enumerate(self.entry_info)
+        ]
+        raise RuntimeError(
+            f"kiln: {self.fn.__qualname__} ({code.co_filename}:{code.co_firstlineno}) would "
+            "compile under the 'fail_on_recompile' stance"
+            + (", guards failed:\n" + "\n".join(failures) if failures else " (no entry yet)")
+        )
+
     def miss(self, args, kwargs):
         """No guard passed: compile a new entry (or run eagerly), then run it."""
         try:
@@ -303,6 +334,8 @@ class FrameCache:
     def _miss(self, args, kwargs):
         if self.skip:
             return self.run_eager(args, kwargs)
+        if stance.state.name in ("eager_on_recompile", "fail_on_recompile"):
+            return self._stance_miss(args, kwargs)
         if self.module_root and args and _hooks_run_around(args[0]):
             return self._hooked_call(args, kwargs)
         name = self.fn.__qualname__
@@ -697,8 +730,12 @@ def make_wrapper(cache):
     """The function users call: guarded lookup, else `cache.miss` (Note [Cache: the hot path])."""
     entries = cache.entries
     miss = cache.miss
+    own_backend = cache.settings.backend
 
     def kiln_wrapper(*args, **kwargs):
+        state = stance.state
+        if state.active and state.backend is not own_backend:  # force_eager, force_backend=
+            return cache.under_stance(state, args, kwargs)
         for entry in entries:
             guard, fn = entry
             if guard(*args, **kwargs):
