@@ -12,9 +12,11 @@ from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
 from kiln.frontend import frame_cache, frame_shapes
 from kiln.frontend.entry import OptimizedModule, compile_callable
+from kiln.frontend import markers
 from kiln.frontend.markers import allow_in_graph, graph_break, kiln_marker
 from kiln.frontend.resume import clear_cache
 from kiln.frontend.stance import set_stance
+from kiln.frontend.variables.builder import is_torch_callable
 from kiln.logs import counters
 from kiln.registry import (  # noqa: F401 (re-exported: kiln.api.lookup_backend ...)
     eager_backend,
@@ -29,6 +31,7 @@ __all__ = [
     "allow_in_graph",
     "compile",
     "disable",
+    "disallow_in_graph",
     "graph_break",
     "list_backends",
     "list_mode_options",
@@ -127,3 +130,17 @@ def disable(fn=None):
 
     kiln_disabled._kiln_disabled = True
     return kiln_disabled
+
+
+def disallow_in_graph(fn):
+    """Undo allow_in_graph on a function, or keep a torch function kiln puts in graphs (torch.sub)
+    out of them: traced code calling it breaks the graph and the call runs in Python."""
+    if markers.forget_allowed(fn):
+        return fn
+    if not is_torch_callable(fn) or isinstance(fn, type):
+        raise KilnError(
+            f"kiln.disallow_in_graph expects a torch function kiln puts in graphs or a function "
+            f"marked by allow_in_graph, got {getattr(fn, '__qualname__', fn)!r}"
+        )
+    markers.disallow(fn)
+    return fn

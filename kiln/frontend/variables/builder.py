@@ -91,14 +91,14 @@ from kiln.frontend.variables.user_defined import (
 _HOOK_MODULES = (tensor_of_list, unbacked)
 
 
-def _is_torch_callable(value):
+def is_torch_callable(value):
     """A torch *function* (Python or C), op overload or op namespace: put in the graph as a call.
 
     Instances of torch classes (optimizers, generators ...) and their bound methods are not:
     running them while tracing would run their effects (they are traced like user objects).
     """
     wrapped = probe(value, "__wrapped__", None) if isinstance(value, types.FunctionType) else None
-    if isinstance(wrapped, types.FunctionType) and not _is_torch_callable(wrapped):
+    if isinstance(wrapped, types.FunctionType) and not is_torch_callable(wrapped):
         return False  # a user function decorated by torch (@torch.no_grad() ...): not an op
     if isinstance(value, types.FunctionType):
         mod = value.__module__ or ""
@@ -179,7 +179,7 @@ def wrap_constant_like(tx, value):
         return BuiltinVariable(value)
     if probe(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
         return TensorMethodDescriptorVariable(value)
-    if _is_torch_callable(value) or (isinstance(value, type) and issubclass(value, torch.Tensor)):
+    if is_torch_callable(value) or (isinstance(value, type) and issubclass(value, torch.Tensor)):
         return TorchVariable(value)
     if torch_queries.is_query(value):
         return TorchVariable(value)
@@ -400,12 +400,12 @@ def _wrap(tx, value, source):
     if torch_queries.is_query(value):  # (torch._C._get_tracing_state is bound to no module)
         guards.add(GuardKind.ID_MATCH, source, value)
         return TorchVariable(value, source=source)
-    if _is_builtin(value) or _is_torch_callable(value):
+    if _is_builtin(value) or is_torch_callable(value):
         guards.add(GuardKind.ID_MATCH, source, value)
         return wrap_constant_like(tx, value)
     if isinstance(value, type):
         guards.add(GuardKind.ID_MATCH, source, value)
-        if issubclass(value, torch.Tensor) or _is_torch_callable(value):
+        if issubclass(value, torch.Tensor) or is_torch_callable(value):
             return TorchVariable(value, source=source)
         return UserDefinedClassVariable(value, source=source)
     if probe(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
