@@ -10,9 +10,8 @@ import sys
 from kiln import modes
 from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
-from kiln.frontend import frame_cache, frame_shapes
+from kiln.frontend import frame_cache, frame_shapes, markers
 from kiln.frontend.entry import OptimizedModule, compile_callable
-from kiln.frontend import markers
 from kiln.frontend.markers import allow_in_graph, graph_break, kiln_marker
 from kiln.frontend.resume import clear_cache
 from kiln.frontend.stance import set_stance
