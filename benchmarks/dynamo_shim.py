@@ -12,6 +12,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
 | torch._dynamo.disable / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
 | torch._dynamo.allow_in_graph / disallow_in_graph | kiln.allow_in_graph / kiln.disallow_in_graph        |
+| torch._dynamo.mark_static(t or module, index)  | kiln.mark_static(t or module, dim)                   |
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
 | torch._dynamo.set_stance (torch.compiler's)    | kiln.set_stance (force_backend through the backend map) |
@@ -193,6 +194,7 @@ def install():
         "allow_in_graph": (torch._dynamo.allow_in_graph, kiln.allow_in_graph),
         "disallow_in_graph": (torch._dynamo.disallow_in_graph, kiln.disallow_in_graph),
         "mark_dynamic": (torch._dynamo.mark_dynamic, kiln.mark_dynamic),
+        "mark_static": (torch._dynamo.mark_static, kiln.mark_static),
         "counters": (torch._dynamo.utils.counters, kiln.counters),
         "CompileCounterWithBackend": (
             torch._dynamo.testing.CompileCounterWithBackend,

@@ -7,6 +7,8 @@ The backend registry is `kiln.registry`, the compiled module and function wrappe
 import functools
 import sys
 
+import torch
+
 from kiln import modes
 from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
@@ -109,9 +111,17 @@ def mark_dynamic(t, dim):
     frame_shapes.mark_dynamic(t, dim)
 
 
-def mark_static(t, dim):
-    """Never make dimension(s) `dim` of tensor `t` symbolic (not even under dynamic=True)."""
-    frame_shapes.mark_static(t, dim)
+def mark_static(t, dim=None):
+    """Never make dimension(s) `dim` of tensor `t` symbolic (not even under dynamic=True; every
+    dimension when dim is None). Given an nn.Module class or instance: the ints read from its
+    attributes stay constants (each value compiles its own entry). Returns `t` (a decorator)."""
+    if (isinstance(t, type) and issubclass(t, torch.nn.Module)) or isinstance(t, torch.nn.Module):
+        if dim is not None:
+            raise TypeError("kiln.mark_static: a module takes no dim")
+        frame_shapes.mark_static_module(t)
+    else:
+        frame_shapes.mark_static(t, dim)
+    return t
 
 
 def disable(fn=None):

@@ -16,6 +16,7 @@ import torch
 
 from kiln import config
 from kiln.exc import unimplemented
+from kiln.frontend import frame_shapes
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
 from kiln.frontend.source import (
@@ -370,6 +371,8 @@ def _wrap(tx, value, source):
         return RangeVariable(value, source=source)
     if isinstance(value, torch.nn.Module):
         guards.add(GuardKind.TYPE_MATCH, source, type(value))
+        if frame_shapes.is_static_module(value):  # (its type is guarded: marks go with it)
+            tx.output.static_modules.add(source.name())
         return NNModuleVariable(value, source=source)
     if isinstance(value, types.ModuleType):
         if not _is_skipped_module(value):
