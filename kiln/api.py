@@ -13,7 +13,7 @@ from kiln import modes
 from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
 from kiln.frontend import frame_cache, frame_shapes, markers
-from kiln.frontend.entry import OptimizedModule, compile_callable
+from kiln.frontend.entry import DisabledModule, OptimizedModule, compile_callable
 from kiln.frontend.markers import allow_in_graph, graph_break, kiln_marker
 from kiln.frontend.resume import clear_cache
 from kiln.frontend.stance import set_stance
@@ -125,13 +125,21 @@ def mark_static(t, dim=None):
 
 
 def disable(fn=None):
-    """Keep a function out of capture (decorator); traced code calling it breaks the graph."""
+    """Keep a function out of capture (decorator); traced code calling it breaks the graph.
+
+    A module comes back as a module that runs in Python (kiln.compile leaves it alone); a module
+    class is marked so, for all its instances."""
     if fn is None:
         return disable
     if kiln_marker(fn, "_kiln_orig_fn"):
         fn = fn._kiln_orig_fn
     if isinstance(fn, OptimizedModule):
-        return fn._orig_mod
+        fn = fn._orig_mod
+    if isinstance(fn, torch.nn.Module):
+        return fn if markers.is_disabled_module(fn) else DisabledModule(fn)
+    if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
+        fn._kiln_disabled_module = True
+        return fn
 
     @functools.wraps(fn)
     def kiln_disabled(*args, **kwargs):

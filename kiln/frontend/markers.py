@@ -27,6 +27,12 @@ def is_optimized_module(value):
     return getattr(type(value), "_kiln_optimized_module", False) is True
 
 
+def is_disabled_module(value):
+    """Whether `value` is a module kiln.disable kept out of compilation (a DisabledModule, or an
+    instance of a module class given to kiln.disable)."""
+    return getattr(type(value), "_kiln_disabled_module", False) is True
+
+
 def allow_in_graph(fn):
     """Mark a function or torch.autograd.Function class: traced code calling it records one
     opaque call in the graph (Note [allow_in_graph: one opaque call]) instead of tracing it.

@@ -18,7 +18,7 @@ from kiln import config
 from kiln.exc import unimplemented
 from kiln.frontend import frame_shapes
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
+from kiln.frontend.markers import graph_break, is_disabled_module, is_optimized_module, kiln_marker
 from kiln.frontend.source import (
     TUPLE_ITERATOR,
     AttrSource,
@@ -371,6 +371,8 @@ def _wrap(tx, value, source):
         return RangeVariable(value, source=source)
     if isinstance(value, torch.nn.Module):
         guards.add(GuardKind.TYPE_MATCH, source, type(value))
+        if is_disabled_module(value):  # kiln.disable(module): its calls run in Python
+            return DisabledFunctionVariable(value, source=source)
         if frame_shapes.is_static_module(value):  # (its type is guarded: marks go with it)
             tx.output.static_modules.add(source.name())
         return NNModuleVariable(value, source=source)

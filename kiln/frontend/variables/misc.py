@@ -296,7 +296,7 @@ class DisabledFunctionVariable(VariableTracker):
         self.value = value
 
     def call_function(self, tx, args, kwargs):
-        name = getattr(self.value, "__qualname__", "?")
+        name = getattr(self.value, "__qualname__", None) or type(self.value).__qualname__
         unimplemented(f"call to {name}, kept out of compilation by {disabled_by(self.value)}")
 
     reconstruct = _load_value
