@@ -10,7 +10,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.optimize_assert(backend)         | kiln.compile(fn, backend=..., fullgraph=True)        |
 | torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...)                                |
 | torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
-| torch._dynamo.disable / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
+| torch._dynamo.disable(fn, recursive=) / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
 | torch._dynamo.allow_in_graph / disallow_in_graph | kiln.allow_in_graph / kiln.disallow_in_graph        |
 | torch._dynamo.mark_static(t or module, index)  | kiln.mark_static(t or module, dim)                   |
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
@@ -173,9 +173,9 @@ def install():
     stock_disable = torch._dynamo.disable
 
     def disable(fn=None, recursive=True, **torch_internal):
-        if torch_internal or not recursive:  # torch's own use (torch/_compile.py), not a test's
+        if torch_internal:  # torch's own use (torch/_compile.py), not a test's
             return stock_disable(fn, recursive, **torch_internal)
-        return kiln.disable(fn)
+        return kiln.disable(fn, recursive=recursive)
 
     def reset():
         kiln.reset()

@@ -6,6 +6,7 @@ The backend registry is `kiln.registry`, the compiled module and function wrappe
 
 import functools
 import sys
+import types
 
 import torch
 
@@ -124,17 +125,20 @@ def mark_static(t, dim=None):
     return t
 
 
-def disable(fn=None):
+def disable(fn=None, recursive=True):
     """Keep a function out of capture (decorator); traced code calling it breaks the graph.
 
     A module comes back as a module that runs in Python (kiln.compile leaves it alone); a module
-    class is marked so, for all its instances."""
+    class is marked so, for all its instances. With recursive=False only the function's own code
+    runs in Python: called from compiled code, the user functions it calls are compiled frames."""
     if fn is None:
-        return disable
+        return functools.partial(disable, recursive=recursive)
     if kiln_marker(fn, "_kiln_orig_fn"):
         fn = fn._kiln_orig_fn
     if isinstance(fn, OptimizedModule):
         fn = fn._orig_mod
+    if not recursive and not isinstance(fn, types.FunctionType):
+        raise TypeError(f"kiln.disable(recursive=False) takes a Python function, got {fn!r}")
     if isinstance(fn, torch.nn.Module):
         return fn if markers.is_disabled_module(fn) else DisabledModule(fn)
     if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
@@ -146,6 +150,8 @@ def disable(fn=None):
         return fn(*args, **kwargs)
 
     kiln_disabled._kiln_disabled = True
+    if not recursive:
+        kiln_disabled._kiln_shallow = fn  # (FrameCache._callee: its callees compiled)
     return kiln_disabled
 
 

@@ -8,7 +8,7 @@ import weakref
 import torch
 
 from kiln.frontend import distributed, frame_cache
-from kiln.frontend.frame_cache import FrameCache, make_wrapper, module_eager
+from kiln.frontend.frame_cache import FrameCache, make_wrapper, module_eager, shallow_frame
 from kiln.frontend.markers import is_disabled_module, kiln_marker
 from kiln.frontend.variables.functions import is_torch_disabled
 
@@ -28,6 +28,11 @@ def compile_callable(model, settings):
         raise TypeError(
             f"kiln.compile expects a function or an nn.Module, got {type(model).__name__}"
         )
+    shallow = kiln_marker(model, "_kiln_shallow")
+    if shallow is not None:  # kiln.disable(fn, recursive=False): in Python, callees compiled
+        cache = FrameCache(shallow, settings)
+        shallow_frame(cache)
+        return make_wrapper(cache)
     if kiln_marker(model, "_kiln_disabled"):
         return model
     if is_torch_disabled(model):  # @torch.compiler.disable / @torch._dynamo.disable: uncompiled

@@ -37,6 +37,7 @@ from kiln.frontend.call_through import Router, routed_code
 from kiln.frontend.distributed import HookedModuleCall
 from kiln.frontend.frame_shapes import FrameShapes, changed_dims, changed_floats
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
+from kiln.frontend.markers import kiln_marker
 from kiln.frontend.output_graph import OutputGraph
 from kiln.frontend.resume import call_moving
 from kiln.frontend.source import GetItemSource, LocalSource
@@ -100,6 +101,7 @@ class FrameCache:
         self.entries = []  # [(guard, transformed_fn)]: the hot path reads only this
         self.entry_info = []  # [CacheEntry], parallel to entries
         self.skip = False  # run eagerly from now on (a whole-frame break or the limit)
+        self.shallow = False  # kiln.disable(recursive=False): always in Python, callees compiled
         self.route_calls = False  # while skipped: callees through kiln (Note [Frames: callees...])
         self._routed = None  # (function run eagerly, its routed copy)
         self._routed_code = None
@@ -150,6 +152,11 @@ class FrameCache:
 
     def _callee(self, fn, module_root=False):
         """A user function (or module forward) that broke inside: compiled as its own frame."""
+        inner = kiln_marker(fn, "_kiln_shallow")
+        if inner is not None:  # kiln.disable(fn, recursive=False): fn in Python, callees compiled
+            wrapper = self._child(("shallow", inner), inner)
+            shallow_frame(wrapper._kiln_cache)
+            return wrapper
         if module_root:
             return self._child((fn, True), fn, eager=module_eager, module_root=True)
         if _FRAME_READERS & set(getattr(getattr(fn, "__code__", None), "co_names", ())):
@@ -161,6 +168,8 @@ class FrameCache:
         self.entries.clear()
         self.entry_info.clear()
         self.skip = self.route_calls = False
+        if self.shallow:
+            shallow_frame(self)
         self.breaks.clear()
         self.tree_breaks.clear()
         self.breaks_warned = False
@@ -628,6 +637,14 @@ def _with_compiled_autograd(fn, backend):
             return fn(*args, **kwargs)
 
     return run
+
+
+def shallow_frame(cache):
+    """Make `cache` the frame of a function kiln.disable(recursive=False) kept out: it runs in
+    Python, and the user functions it calls run as compiled frames (Note [Frames: callees of a
+    frame run in Python])."""
+    cache.shallow = True
+    cache.skip = cache.route_calls = True
 
 
 class ClosureFrameCache(FrameCache):

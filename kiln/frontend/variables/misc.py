@@ -11,7 +11,7 @@ import torch
 from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.markers import graph_break
+from kiln.frontend.markers import graph_break, kiln_marker
 from kiln.frontend.source import AttrSource
 from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables.base import (
@@ -299,7 +299,11 @@ class DisabledFunctionVariable(VariableTracker):
         name = getattr(self.value, "__qualname__", None) or type(self.value).__qualname__
         unimplemented(f"call to {name}, kept out of compilation by {disabled_by(self.value)}")
 
-    reconstruct = _load_value
+    def reconstruct(self, cg):
+        if kiln_marker(self.value, "_kiln_shallow") is not None and cg.callee_factory:
+            cg.load_object(cg.callee(self.value))  # (recursive=False: its callees compiled)
+        else:
+            _load_value(self, cg)
 
 
 _CONTAINER_TYPES = (set, frozenset, dict, list, tuple)

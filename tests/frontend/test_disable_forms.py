@@ -1,6 +1,7 @@
-"""kiln.disable on a module (a DisabledModule) or a module class, and kiln.compile on a module
-class: disabled modules run in Python with their hooks (compiled callers break the graph there);
-results equal eager's."""
+"""kiln.disable's forms: a module (a DisabledModule) or a module class (they run in Python with
+their hooks; compiled callers break the graph there), recursive=False (the function runs in
+Python, the user functions it calls are compiled), and kiln.compile of a module class; results
+equal eager's."""
 
 import torch
 
@@ -84,3 +85,40 @@ def test_disabled_module_class_and_compiled_module_class():
     ref.inner.register_forward_pre_hook(_doubled)
     torch.testing.assert_close(out, ref(x))
     assert kiln.compile(KeptOut()).forward.__func__ is Inner.forward  # left uncompiled
+
+
+def _leaf(x):
+    return torch.sin(x) * 3
+
+
+@kiln.disable(recursive=False)
+def _shallow(x):
+    y = torch.sigmoid(x)  # in Python
+    return _leaf(y.cos())  # a compiled frame
+
+
+def _calls_shallow(x):
+    return _shallow(torch.tan(x)) + 1
+
+
+def test_disable_not_recursive_compiles_the_callees():
+    be = Recording()
+    x = torch.randn(5)
+    torch.testing.assert_close(kiln.compile(_calls_shallow, backend=be)(x), _calls_shallow(x))
+    graph_targets = [be.targets(i) for i in range(len(be.graphs))]
+    assert any(torch.tan in t for t in graph_targets)
+    assert any(torch.sin in t for t in graph_targets)  # _leaf compiled
+    assert all(torch.sigmoid not in t for t in graph_targets)  # _shallow's own code ran in Python
+
+
+def test_disable_not_recursive_compiled_directly_and_called_eagerly():
+    be = Recording()
+    x = torch.randn(5)
+    torch.testing.assert_close(kiln.compile(_shallow, backend=be)(x), _shallow(x))
+    assert [torch.sin in be.targets(i) for i in range(len(be.graphs))] == [True]
+    before = len(be.graphs)
+    torch.testing.assert_close(_shallow(x), _leaf(torch.sigmoid(x).cos()))  # plain call: eager
+    assert len(be.graphs) == before
+    kiln.reset()
+    torch.testing.assert_close(kiln.compile(_calls_shallow, backend=be)(x), _calls_shallow(x))
+    assert all(torch.sigmoid not in be.targets(i) for i in range(len(be.graphs)))
