@@ -9,6 +9,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.optimize(backend, nopython=)     | kiln.compile(fn, backend=..., fullgraph=nopython)    |
 | torch._dynamo.optimize_assert(backend)         | kiln.compile(fn, backend=..., fullgraph=True)        |
 | torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...)                                |
+| torch.compile(disable=True), TORCHDYNAMO_DISABLE=1 | kiln.compile(fn, disable=True) (fn uncompiled)   |
 | torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
 | torch._dynamo.disable(fn, recursive=) / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
 | torch._dynamo.allow_in_graph / disallow_in_graph | kiln.allow_in_graph / kiln.disallow_in_graph        |
@@ -29,6 +30,7 @@ What the shim cannot map raises `ShimLimitation`, so the runner can tell those f
 every frame run inside a block) and backends kiln does not have.
 """
 
+import os
 import sys
 
 BACKENDS = {None: "kiln", "inductor": "kiln", "eager": "eager", "aot_eager": "aot_eager"}
@@ -72,8 +74,10 @@ class _Optimize:
 
 def optimize(backend="inductor", *, nopython=False, dynamic=None, disable=False, **ignored):
     """torch._dynamo.optimize onto kiln.compile."""
-    if disable:
-        return lambda fn: fn
+    if disable or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1":
+        import kiln
+
+        return lambda fn: kiln.compile(fn, disable=True)
     return _Optimize(backend, nopython, dynamic)
 
 
@@ -95,8 +99,10 @@ def compile(
     """torch.compile onto kiln.compile."""
     import kiln
 
+    # torch.compile reads TORCHDYNAMO_DISABLE when it is called: kiln.compile's disable=
+    disable = disable or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1"
     if disable:
-        return model if model is not None else (lambda m: m)
+        return kiln.compile(model, disable=True)
     settings = dict(backend=_backend(backend), fullgraph=fullgraph, dynamic=dynamic)
     if model is None:
         return lambda m: kiln.compile(m, **settings)

@@ -10,7 +10,7 @@ import types
 
 import torch
 
-from kiln import modes
+from kiln import config, modes
 from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
 from kiln.frontend import frame_cache, frame_shapes, markers
@@ -67,13 +67,25 @@ def _resolve_backend(backend, mode, options):
     return fn, name
 
 
-def compile(model=None, *, backend="kiln", fullgraph=False, dynamic=None, mode=None, options=None):
+def compile(
+    model=None,
+    *,
+    backend="kiln",
+    fullgraph=False,
+    dynamic=None,
+    mode=None,
+    options=None,
+    disable=False,
+):
     """Compile a function, method, lambda or nn.Module; usable as a decorator with or without args.
 
     `backend`: "eager" | "aot_eager" | "kiln" | a callable (gm, example_inputs) -> callable.
     `fullgraph=True` makes every graph break an error (kiln.exc.Unsupported).
     `dynamic`: None (sizes that change become symbolic), True (symbolic from the start), False.
+    `disable=True` (or config.disable, KILN_DISABLE=1) gives `model` back uncompiled.
     """
+    if disable or config.disable:
+        return model if model is not None else (lambda m: m)
     if not isinstance(fullgraph, bool):
         raise TypeError(f"kiln.compile: fullgraph must be a bool, got {fullgraph!r}")
     if dynamic not in (None, True, False):
