@@ -186,7 +186,7 @@ def wrap_constant_like(tx, value):
         return TorchVariable(value)
     if isinstance(value, type):
         return UserDefinedClassVariable(value)
-    if isinstance(value, enum.Enum):
+    if isinstance(value, enum.Enum | torch._C.DispatchKey):
         return ConstantVariable(value)
     if callable(value):
         return OpaqueCallableVariable(value)

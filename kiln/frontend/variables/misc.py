@@ -50,6 +50,14 @@ class ConstantObjectVariable(PythonValueVariable):
             unimplemented(f"{type(self.value).__name__}.{name} raised {type(e).__name__}: {e}")
         return wrap_frozen(result, f"{type(self.value).__name__}.{name}")
 
+    def binary_op(self, fn, other):
+        """`a <op> b` of two frozen objects (DispatchKeySet's `|`, `-`, `==`): folded."""
+        try:
+            result = fn(self.value, other.value)
+        except Exception as e:
+            unimplemented(f"{type(self.value).__name__} {fn.__name__} raised {type(e).__name__}")
+        return wrap_frozen(result, f"{type(self.value).__name__} {fn.__name__}")
+
     def unpack_var_sequence(self, tx):
         try:
             items = list(self.value)
@@ -69,6 +77,7 @@ def _frozen_types():
         inspect.Parameter,
         torch.finfo,
         torch.iinfo,
+        torch._C.DispatchKeySet,  # (its methods and operators make new sets)
         re.Pattern,  # (a compiled regex and its matches: their methods are pure)
         re.Match,
     )
@@ -88,7 +97,7 @@ def wrap_frozen(value, what):
     """A constant (literal, enum member, frozen object, tuple of them) as a VariableTracker."""
     from kiln.frontend.variables.lists import TupleVariable
 
-    if is_literal(value) or isinstance(value, enum.Enum):
+    if is_literal(value) or isinstance(value, enum.Enum | torch._C.DispatchKey):
         return ConstantVariable(value)
     if is_frozen(value) or value is inspect.Parameter.empty:
         return ConstantObjectVariable(value)

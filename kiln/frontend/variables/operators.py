@@ -26,7 +26,7 @@ from kiln.frontend.variables.lists import (
     ListVariable,
     TupleVariable,
 )
-from kiln.frontend.variables.misc import ObjectIdVariable
+from kiln.frontend.variables.misc import ConstantObjectVariable, ObjectIdVariable, is_frozen
 from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.symfloat import SizeFloatVariable
@@ -130,6 +130,8 @@ def binary_op(tx, fn, a, b):
         result = sequence_ops.sequence_op(tx, fn, a, b)  # Note [Sequences: + and *]
         if result is not None:
             return result
+    if _frozen_pair(a, b):
+        return a.binary_op(fn, b)
     if _all_const([a, b]):
         ca, cb = a.as_python_constant(), b.as_python_constant()
         if _foldable(ca) and _foldable(cb):
@@ -232,6 +234,16 @@ def _constant_sequence(value, other):
 
 def _is_exception(var):
     return isinstance(var, ExceptionVariable)
+
+
+def _frozen_pair(a, b):
+    """Two frozen objects of one type (DispatchKeySets): their operators fold."""
+    return (
+        isinstance(a, ConstantObjectVariable)
+        and isinstance(b, ConstantObjectVariable)
+        and type(a.value) is type(b.value)
+        and is_frozen(a.value)
+    )
 
 
 def _foldable(value):
