@@ -314,21 +314,6 @@ class FrameCache:
             wrapper = self._forced[state.backend] = make_wrapper(cache)
         return wrapper(*args, **kwargs)
 
-    def _stance_miss(self, args, kwargs):
-        """A miss under eager_on_recompile (the frame runs in Python) or fail_on_recompile."""
-        if stance.state.name == "eager_on_recompile":
-            return self.run_eager(args, kwargs)
-        code = self.fn.__code__
-        failures = [
-            f"  entry {i}: {first_failure(e.guard, args, kwargs)}"
-            for i, e in enumerate(self.entry_info)
-        ]
-        raise RuntimeError(
-            f"kiln: {self.fn.__qualname__} ({code.co_filename}:{code.co_firstlineno}) would "
-            "compile under the 'fail_on_recompile' stance"
-            + (", guards failed:\n" + "\n".join(failures) if failures else " (no entry yet)")
-        )
-
     def miss(self, args, kwargs):
         """No guard passed: compile a new entry (or run eagerly), then run it."""
         try:
@@ -343,8 +328,10 @@ class FrameCache:
     def _miss(self, args, kwargs):
         if self.skip:
             return self.run_eager(args, kwargs)
-        if stance.state.name in ("eager_on_recompile", "fail_on_recompile"):
-            return self._stance_miss(args, kwargs)
+        if stance.state.name == "eager_on_recompile":
+            return self.run_eager(args, kwargs)
+        if stance.state.name == "fail_on_recompile":
+            stance.fail_on_recompile(self.fn, [e.guard for e in self.entry_info], args, kwargs)
         if self.module_root and args and _hooks_run_around(args[0]):
             return self._hooked_call(args, kwargs)
         name = self.fn.__qualname__

@@ -15,6 +15,7 @@ that change what a hit runs (`state.active`); the other two act in `FrameCache.m
 
 import functools
 
+from kiln.frontend.guards import first_failure
 from kiln.registry import resolve
 
 STANCES = ("default", "force_eager", "eager_on_recompile", "fail_on_recompile")
@@ -35,6 +36,17 @@ def _swap(new):
     global state
     old, state = state, new
     return old
+
+
+def fail_on_recompile(fn, guards, args, kwargs):
+    """Raise the error of a miss of `fn` under the fail_on_recompile stance."""
+    code = fn.__code__
+    failures = [f"  entry {i}: {first_failure(g, args, kwargs)}" for i, g in enumerate(guards)]
+    raise RuntimeError(
+        f"kiln: {fn.__qualname__} ({code.co_filename}:{code.co_firstlineno}) would compile under "
+        "the 'fail_on_recompile' stance"
+        + (", guards failed:\n" + "\n".join(failures) if failures else " (no entry yet)")
+    )
 
 
 class set_stance:  # noqa: N801  (used like a function, as torch.compiler.set_stance is)
