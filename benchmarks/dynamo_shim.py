@@ -17,6 +17,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
 | torch._dynamo.set_stance (torch.compiler's)    | kiln.set_stance (force_backend through the backend map) |
+| torch._dynamo.substitute_in_graph(fn, ...)     | kiln.substitute_in_graph(fn, skip_signature_check=)  |
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
@@ -135,6 +136,15 @@ def set_stance(stance="default", *, skip_guard_eval_unsafe=False, force_backend=
     return kiln.set_stance(stance, force_backend=force_backend)
 
 
+def substitute_in_graph(
+    original_fn, *, can_constant_fold_through=False, skip_signature_check=False
+):
+    """torch._dynamo.substitute_in_graph onto kiln's (kiln folds constants wherever it can)."""
+    import kiln
+
+    return kiln.substitute_in_graph(original_fn, skip_signature_check=skip_signature_check)
+
+
 def _unsupported(a, b):
     """torch._dynamo.testing.unsupported: returns b, and no compiler traces it."""
     return b
@@ -197,6 +207,7 @@ def install():
         "disable": (stock_disable, disable),
         "graph_break": (torch._dynamo.graph_break, kiln.graph_break),
         "set_stance": (torch._dynamo.set_stance, set_stance),
+        "substitute_in_graph": (torch._dynamo.substitute_in_graph, substitute_in_graph),
         "allow_in_graph": (torch._dynamo.allow_in_graph, kiln.allow_in_graph),
         "disallow_in_graph": (torch._dynamo.disallow_in_graph, kiln.disallow_in_graph),
         "mark_dynamic": (torch._dynamo.mark_dynamic, kiln.mark_dynamic),

@@ -18,6 +18,7 @@ from kiln.frontend.entry import DisabledModule, OptimizedModule, compile_callabl
 from kiln.frontend.markers import allow_in_graph, graph_break, kiln_marker
 from kiln.frontend.resume import clear_cache
 from kiln.frontend.stance import set_stance
+from kiln.frontend.substitutes import substitute_in_graph
 from kiln.frontend.variables.builder import is_torch_callable
 from kiln.logs import counters
 from kiln.registry import (  # noqa: F401 (re-exported: kiln.api.lookup_backend ...)
@@ -43,6 +44,7 @@ __all__ = [
     "register_backend",
     "reset",
     "set_stance",
+    "substitute_in_graph",
 ]
 
 

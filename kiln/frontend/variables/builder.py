@@ -30,6 +30,7 @@ from kiln.frontend.source import (
     iter_tuple,
     proxied_dict,
 )
+from kiln.frontend.substitutes import substitute_of
 from kiln.frontend.variables import (
     control_flow,
     control_loops,  # noqa: F401  (registers torch's map and scan)
@@ -146,6 +147,9 @@ def _kiln_special(value):
     torch keeps out of compilers (`torch._dynamo.disable`, torch's `_disable_dynamo`)."""
     if value is graph_break:
         return GraphBreakVariable()
+    substitute = substitute_of(value)  # Note [Substitutes: Python stand-ins for C functions]
+    if substitute is not None:
+        return substitute
     if optim.is_dynamo_graph_break(value):
         return optim.DynamoHintVariable()
     checkpoint = checkpoint_function(value)  # (a function torch keeps out of compilers)

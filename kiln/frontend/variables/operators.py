@@ -319,6 +319,8 @@ def _identical(a, b):
                 return False
             if isinstance(va, (bool, type(None), type(Ellipsis), enum.Enum)) or va is vb:
                 return va is vb  # (enum members are singletons: OptState.READY is ...)
+            if type(va) in (int, str, bytes, float, complex) and va == va and vb == vb != va:
+                return False  # two values: two objects (equal ones may or may not be one; NaN)
             return None
         return va is vb
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
