@@ -80,3 +80,21 @@ def test_subclass_input_is_not_folded():
     assert kiln.compile(f, backend="eager")(z) == f(z)  # (the Python keys of the subclass)
     with pytest.raises(kiln.exc.Unsupported, match="subclass"):
         kiln.compile(f, backend="eager", fullgraph=True)(z)
+
+
+def branch_on_keys(x, keys):
+    if keys.has("CPU"):
+        return torch.sin(x + 1)
+    return torch.sin(x - 1)
+
+
+def test_key_set_argument_is_guarded_by_value():
+    be = Counting()
+    f = kiln.compile(branch_on_keys, backend=be, fullgraph=True)
+    for x in (torch.randn(2, 3), torch.randn(2, 3)):
+        keys = torch._C._dispatch_keys(x)
+        torch.testing.assert_close(f(x, keys), branch_on_keys(x, keys))
+    assert be.graphs == 1  # equal sets (new objects): the same entry
+    meta_keys = torch._C._dispatch_keys(torch.empty(2, device="meta"))
+    torch.testing.assert_close(f(x, meta_keys), branch_on_keys(x, meta_keys))
+    assert be.graphs == 2

@@ -315,6 +315,9 @@ def _wrap(tx, value, source):
             if made is not None:
                 made.source = source
                 return made
+    if type(value) is torch._C.DispatchKeySet:  # compared by value: its methods fold
+        guards.add(GuardKind.CONSTANT_MATCH, source, value)
+        return ConstantObjectVariable(value, source=source)
     if type(value) is re.Pattern:  # a compiled regex: pinned, its methods fold on constants
         guards.add(GuardKind.ID_MATCH, source, value)
         return ConstantObjectVariable(value, source=source)
