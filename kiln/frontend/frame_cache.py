@@ -328,12 +328,12 @@ class FrameCache:
     def _miss(self, args, kwargs):
         if self.skip:
             return self.run_eager(args, kwargs)
+        if self.module_root and args and _hooks_run_around(args[0]):
+            return self._hooked_call(args, kwargs)  # (its forward's own cache compiles, or not)
         if stance.state.name == "eager_on_recompile":
             return self.run_eager(args, kwargs)
         if stance.state.name == "fail_on_recompile":
             stance.fail_on_recompile(self.fn, [e.guard for e in self.entry_info], args, kwargs)
-        if self.module_root and args and _hooks_run_around(args[0]):
-            return self._hooked_call(args, kwargs)
         name = self.fn.__qualname__
         if self.entries:
             if len(self.entries) >= config.cache_size_limit:

@@ -120,3 +120,36 @@ def test_stance_decorated_function_called_from_compiled_code():
     x = torch.randn(4)
     torch.testing.assert_close(kiln.compile(outer, backend="eager")(x), outer(x))
     assert be.graphs == 0  # inner ran under force_eager
+
+
+class Hooked(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+def test_stances_on_a_compiled_module_with_hooks():
+    torch.manual_seed(0)
+    m = Hooked()
+    seen = []
+    m.register_forward_hook(lambda mod, args, out: seen.append(out.shape))
+    own, forced = Counting(), Counting()
+    cm = kiln.compile(m, backend=own)
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(cm(x), m(x))
+    with kiln.set_stance("force_eager"):
+        torch.testing.assert_close(cm(x), m(x))
+    with kiln.set_stance(force_backend=forced):
+        torch.testing.assert_close(cm(x), m(x))
+    with kiln.set_stance("fail_on_recompile"):
+        torch.testing.assert_close(cm(x), m(x))  # a hit (the hooks run around it)
+        with pytest.raises(RuntimeError, match="fail_on_recompile"):
+            cm(torch.randn(4, 2, 3))
+    with kiln.set_stance("eager_on_recompile"):
+        y = torch.randn(4, 2, 3)
+        torch.testing.assert_close(cm(y), m(y))
+    assert (own.graphs, forced.graphs) == (1, 1)
+    assert len(seen) == 10  # every call ran the hook once
