@@ -9,10 +9,15 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.optimize(backend, nopython=)     | kiln.compile(fn, backend=..., fullgraph=nopython)    |
 | torch._dynamo.optimize_assert(backend)         | kiln.compile(fn, backend=..., fullgraph=True)        |
 | torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...)                                |
+| torch.compile(disable=True), TORCHDYNAMO_DISABLE=1 | kiln.compile(fn, disable=True) (fn uncompiled)   |
 | torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
-| torch._dynamo.disable / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
+| torch._dynamo.disable(fn, recursive=) / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
+| torch._dynamo.allow_in_graph / disallow_in_graph | kiln.allow_in_graph / kiln.disallow_in_graph        |
+| torch._dynamo.mark_static(t or module, index)  | kiln.mark_static(t or module, dim)                   |
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
+| torch._dynamo.set_stance (torch.compiler's)    | kiln.set_stance (force_backend through the backend map) |
+| torch._dynamo.substitute_in_graph(fn, ...)     | kiln.substitute_in_graph(fn, skip_signature_check=)  |
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
@@ -26,6 +31,7 @@ What the shim cannot map raises `ShimLimitation`, so the runner can tell those f
 every frame run inside a block) and backends kiln does not have.
 """
 
+import os
 import sys
 
 BACKENDS = {None: "kiln", "inductor": "kiln", "eager": "eager", "aot_eager": "aot_eager"}
@@ -69,8 +75,10 @@ class _Optimize:
 
 def optimize(backend="inductor", *, nopython=False, dynamic=None, disable=False, **ignored):
     """torch._dynamo.optimize onto kiln.compile."""
-    if disable:
-        return lambda fn: fn
+    if disable or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1":
+        import kiln
+
+        return lambda fn: kiln.compile(fn, disable=True)
     return _Optimize(backend, nopython, dynamic)
 
 
@@ -92,8 +100,10 @@ def compile(
     """torch.compile onto kiln.compile."""
     import kiln
 
+    # torch.compile reads TORCHDYNAMO_DISABLE when it is called: kiln.compile's disable=
+    disable = disable or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1"
     if disable:
-        return model if model is not None else (lambda m: m)
+        return kiln.compile(model, disable=True)
     settings = dict(backend=_backend(backend), fullgraph=fullgraph, dynamic=dynamic)
     if model is None:
         return lambda m: kiln.compile(m, **settings)
@@ -115,6 +125,24 @@ def _make_counter_with_backend(base):
             return kiln.lookup_backend(_backend(self.backend))(gm, example_inputs)
 
     return CompileCounterWithBackend
+
+
+def set_stance(stance="default", *, skip_guard_eval_unsafe=False, force_backend=None):
+    """torch.compiler.set_stance onto kiln.set_stance (kiln always checks every guard)."""
+    import kiln
+
+    if force_backend is not None:
+        force_backend = _backend(force_backend)
+    return kiln.set_stance(stance, force_backend=force_backend)
+
+
+def substitute_in_graph(
+    original_fn, *, can_constant_fold_through=False, skip_signature_check=False
+):
+    """torch._dynamo.substitute_in_graph onto kiln's (kiln folds constants wherever it can)."""
+    import kiln
+
+    return kiln.substitute_in_graph(original_fn, skip_signature_check=skip_signature_check)
 
 
 def _unsupported(a, b):
@@ -161,9 +189,9 @@ def install():
     stock_disable = torch._dynamo.disable
 
     def disable(fn=None, recursive=True, **torch_internal):
-        if torch_internal or not recursive:  # torch's own use (torch/_compile.py), not a test's
+        if torch_internal:  # torch's own use (torch/_compile.py), not a test's
             return stock_disable(fn, recursive, **torch_internal)
-        return kiln.disable(fn)
+        return kiln.disable(fn, recursive=recursive)
 
     def reset():
         kiln.reset()
@@ -178,8 +206,12 @@ def install():
         "reset": (stock_reset, reset),
         "disable": (stock_disable, disable),
         "graph_break": (torch._dynamo.graph_break, kiln.graph_break),
+        "set_stance": (torch._dynamo.set_stance, set_stance),
+        "substitute_in_graph": (torch._dynamo.substitute_in_graph, substitute_in_graph),
         "allow_in_graph": (torch._dynamo.allow_in_graph, kiln.allow_in_graph),
+        "disallow_in_graph": (torch._dynamo.disallow_in_graph, kiln.disallow_in_graph),
         "mark_dynamic": (torch._dynamo.mark_dynamic, kiln.mark_dynamic),
+        "mark_static": (torch._dynamo.mark_static, kiln.mark_static),
         "counters": (torch._dynamo.utils.counters, kiln.counters),
         "CompileCounterWithBackend": (
             torch._dynamo.testing.CompileCounterWithBackend,

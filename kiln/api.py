@@ -6,14 +6,20 @@ The backend registry is `kiln.registry`, the compiled module and function wrappe
 
 import functools
 import sys
+import types
 
-from kiln import modes
+import torch
+
+from kiln import config, modes
 from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
-from kiln.frontend import frame_cache, frame_shapes
-from kiln.frontend.entry import OptimizedModule, compile_callable
+from kiln.frontend import frame_cache, frame_shapes, markers
+from kiln.frontend.entry import DisabledModule, OptimizedModule, compile_callable
 from kiln.frontend.markers import allow_in_graph, graph_break, kiln_marker
 from kiln.frontend.resume import clear_cache
+from kiln.frontend.stance import set_stance
+from kiln.frontend.substitutes import substitute_in_graph
+from kiln.frontend.variables.builder import is_torch_callable
 from kiln.logs import counters
 from kiln.registry import (  # noqa: F401 (re-exported: kiln.api.lookup_backend ...)
     eager_backend,
@@ -28,6 +34,7 @@ __all__ = [
     "allow_in_graph",
     "compile",
     "disable",
+    "disallow_in_graph",
     "graph_break",
     "list_backends",
     "list_mode_options",
@@ -36,6 +43,8 @@ __all__ = [
     "mark_static",
     "register_backend",
     "reset",
+    "set_stance",
+    "substitute_in_graph",
 ]
 
 
@@ -60,13 +69,25 @@ def _resolve_backend(backend, mode, options):
     return fn, name
 
 
-def compile(model=None, *, backend="kiln", fullgraph=False, dynamic=None, mode=None, options=None):
+def compile(
+    model=None,
+    *,
+    backend="kiln",
+    fullgraph=False,
+    dynamic=None,
+    mode=None,
+    options=None,
+    disable=False,
+):
     """Compile a function, method, lambda or nn.Module; usable as a decorator with or without args.
 
     `backend`: "eager" | "aot_eager" | "kiln" | a callable (gm, example_inputs) -> callable.
     `fullgraph=True` makes every graph break an error (kiln.exc.Unsupported).
     `dynamic`: None (sizes that change become symbolic), True (symbolic from the start), False.
+    `disable=True` (or config.disable, KILN_DISABLE=1) gives `model` back uncompiled.
     """
+    if disable or config.disable:
+        return model if model is not None else (lambda m: m)
     if not isinstance(fullgraph, bool):
         raise TypeError(f"kiln.compile: fullgraph must be a bool, got {fullgraph!r}")
     if dynamic not in (None, True, False):
@@ -105,23 +126,58 @@ def mark_dynamic(t, dim):
     frame_shapes.mark_dynamic(t, dim)
 
 
-def mark_static(t, dim):
-    """Never make dimension(s) `dim` of tensor `t` symbolic (not even under dynamic=True)."""
-    frame_shapes.mark_static(t, dim)
+def mark_static(t, dim=None):
+    """Never make dimension(s) `dim` of tensor `t` symbolic (not even under dynamic=True; every
+    dimension when dim is None). Given an nn.Module class or instance: the ints read from its
+    attributes stay constants (each value compiles its own entry). Returns `t` (a decorator)."""
+    if (isinstance(t, type) and issubclass(t, torch.nn.Module)) or isinstance(t, torch.nn.Module):
+        if dim is not None:
+            raise TypeError("kiln.mark_static: a module takes no dim")
+        frame_shapes.mark_static_module(t)
+    else:
+        frame_shapes.mark_static(t, dim)
+    return t
 
 
-def disable(fn=None):
-    """Keep a function out of capture (decorator); traced code calling it breaks the graph."""
+def disable(fn=None, recursive=True):
+    """Keep a function out of capture (decorator); traced code calling it breaks the graph.
+
+    A module comes back as a module that runs in Python (kiln.compile leaves it alone); a module
+    class is marked so, for all its instances. With recursive=False only the function's own code
+    runs in Python: called from compiled code, the user functions it calls are compiled frames."""
     if fn is None:
-        return disable
+        return functools.partial(disable, recursive=recursive)
     if kiln_marker(fn, "_kiln_orig_fn"):
         fn = fn._kiln_orig_fn
     if isinstance(fn, OptimizedModule):
-        return fn._orig_mod
+        fn = fn._orig_mod
+    if not recursive and not isinstance(fn, types.FunctionType):
+        raise TypeError(f"kiln.disable(recursive=False) takes a Python function, got {fn!r}")
+    if isinstance(fn, torch.nn.Module):
+        return fn if markers.is_disabled_module(fn) else DisabledModule(fn)
+    if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
+        fn._kiln_disabled_module = True
+        return fn
 
     @functools.wraps(fn)
     def kiln_disabled(*args, **kwargs):
         return fn(*args, **kwargs)
 
     kiln_disabled._kiln_disabled = True
+    if not recursive:
+        kiln_disabled._kiln_shallow = fn  # (FrameCache._callee: its callees compiled)
     return kiln_disabled
+
+
+def disallow_in_graph(fn):
+    """Undo allow_in_graph on a function, or keep a torch function kiln puts in graphs (torch.sub)
+    out of them: traced code calling it breaks the graph and the call runs in Python."""
+    if markers.forget_allowed(fn):
+        return fn
+    if not is_torch_callable(fn) or isinstance(fn, type):
+        raise KilnError(
+            f"kiln.disallow_in_graph expects a torch function kiln puts in graphs or a function "
+            f"marked by allow_in_graph, got {getattr(fn, '__qualname__', fn)!r}"
+        )
+    markers.disallow(fn)
+    return fn

@@ -4,6 +4,7 @@ import os
 import sys
 
 # --- frontend ---
+disable = False  # kiln.compile returns what it is given, uncompiled (KILN_DISABLE=1)
 cache_size_limit = 8  # compiled entries per code object before the frame runs eagerly
 inline_depth_limit = 32  # nested user-function inlining depth before a graph break
 loop_pass_limit = 10_000  # loop passes unrolled in one trace before its frame runs eagerly

@@ -156,6 +156,24 @@ def test_disable_keeps_function_out_of_capture():
     assert kiln.compile(helper, backend="eager") is helper
 
 
+def test_compile_disable_gives_the_function_back(monkeypatch):
+    backend, calls = counting()
+
+    def f(x):
+        return x.cos() + 1
+
+    assert kiln.compile(f, backend=backend, disable=True) is f
+    assert kiln.compile(backend=backend, disable=True)(f) is f
+    monkeypatch.setattr(kiln.config, "disable", True)
+    g = kiln.compile(f, backend=backend)
+    x = torch.randn(3)
+    torch.testing.assert_close(g(x), f(x))
+    assert g is f and calls == []
+    monkeypatch.setattr(kiln.config, "disable", False)
+    torch.testing.assert_close(kiln.compile(f, backend=backend)(x), f(x))
+    assert len(calls) == 1
+
+
 def test_graph_break_outside_compiled_code_is_a_no_op():
     assert kiln.graph_break() is None
 

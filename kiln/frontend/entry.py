@@ -8,8 +8,8 @@ import weakref
 import torch
 
 from kiln.frontend import distributed, frame_cache
-from kiln.frontend.frame_cache import FrameCache, make_wrapper, module_eager
-from kiln.frontend.markers import kiln_marker
+from kiln.frontend.frame_cache import FrameCache, make_wrapper, module_eager, shallow_frame
+from kiln.frontend.markers import is_disabled_module, kiln_marker
 from kiln.frontend.variables.functions import is_torch_disabled
 
 
@@ -18,12 +18,21 @@ def compile_callable(model, settings):
     `settings` (kiln.contracts.CompileSettings)."""
     if isinstance(model, OptimizedModule):
         model = model._orig_mod
+    if is_disabled_module(model):
+        return model
     if isinstance(model, torch.nn.Module):
         return OptimizedModule(model, settings)
+    if isinstance(model, type) and issubclass(model, torch.nn.Module):
+        return _compiled_class(model, settings)
     if not callable(model):
         raise TypeError(
             f"kiln.compile expects a function or an nn.Module, got {type(model).__name__}"
         )
+    shallow = kiln_marker(model, "_kiln_shallow")
+    if shallow is not None:  # kiln.disable(fn, recursive=False): in Python, callees compiled
+        cache = FrameCache(shallow, settings)
+        shallow_frame(cache)
+        return make_wrapper(cache)
     if kiln_marker(model, "_kiln_disabled"):
         return model
     if is_torch_disabled(model):  # @torch.compiler.disable / @torch._dynamo.disable: uncompiled
@@ -44,6 +53,47 @@ def compile_callable(model, settings):
 
 
 frame_cache._module_compiler[:] = [compile_callable]  # modules called from frames run in Python
+
+
+def _compiled_class(cls, settings):
+    """`kiln.compile(SomeModule)`: the class, its forward compiled for every instance (hooks run
+    around it in Python, as Module.__call__ runs them)."""
+    if is_disabled_module(cls):
+        return cls
+    forward = cls.forward
+    if not kiln_marker(forward, "_kiln_orig_fn"):
+        cls.forward = compile_callable(forward, settings)
+    return cls
+
+
+class DisabledModule(torch.nn.Module):
+    """`kiln.disable(module)`: calls run the module in Python (its hooks included) and compiled
+    code calling it breaks the graph; everything else is `_orig_mod`'s (as OptimizedModule)."""
+
+    _kiln_disabled_module = True  # kiln.frontend.markers.is_disabled_module
+
+    def __init__(self, mod):
+        self.__dict__["_orig_mod"] = mod
+
+    def __call__(self, *args, **kwargs):
+        return self.__dict__["_orig_mod"](*args, **kwargs)
+
+    forward = __call__
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_orig_mod"], name)
+
+    def __setattr__(self, name, value):
+        setattr(self.__dict__["_orig_mod"], name, value)
+
+    def __delattr__(self, name):
+        delattr(self.__dict__["_orig_mod"], name)
+
+    def __dir__(self):
+        return dir(self.__dict__["_orig_mod"])
+
+    def __repr__(self):
+        return f"DisabledModule({self.__dict__['_orig_mod']!r})"
 
 
 def _calling(target):

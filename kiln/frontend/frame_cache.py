@@ -15,6 +15,7 @@ the call, so the order changes only speed. `entry_info` keeps the compile order 
 log, explain, automatic dynamic's "last compile").
 """
 
+import dataclasses
 import dis
 import functools
 import inspect
@@ -30,12 +31,13 @@ import torch.fx
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import CompiledAutogradCall, Unsupported, unimplemented
-from kiln.frontend import fallback
+from kiln.frontend import fallback, stance
 from kiln.frontend.bytecode_gen import NoBreakHere, transformed_code, transformed_code_at_break
 from kiln.frontend.call_through import Router, is_plain, routed_code
 from kiln.frontend.distributed import HookedModuleCall
 from kiln.frontend.frame_shapes import FrameShapes, changed_dims, changed_floats
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
+from kiln.frontend.markers import kiln_marker
 from kiln.frontend.output_graph import OutputGraph
 from kiln.frontend.resume import call_moving
 from kiln.frontend.source import GetItemSource, LocalSource
@@ -99,6 +101,7 @@ class FrameCache:
         self.entries = []  # [(guard, transformed_fn)]: the hot path reads only this
         self.entry_info = []  # [CacheEntry], parallel to entries
         self.skip = False  # run eagerly from now on (a whole-frame break or the limit)
+        self.shallow = False  # kiln.disable(recursive=False): always in Python, callees compiled
         self.route_calls = False  # while skipped: callees through kiln (Note [Frames: callees...])
         self._routed = None  # (function run eagerly, its routed copy)
         self._routed_code = None
@@ -111,6 +114,7 @@ class FrameCache:
         self.root = self  # the cache of the function the user compiled (children point to it)
         self.tree_breaks = []  # root only: breaks of the root and its children, for the warning
         self.breaks_warned = False
+        self._forced = {}  # forced backend -> wrapper of this frame's cache under it
         _all_caches.add(self)
 
     def _child(self, key, fn, **kw):
@@ -148,6 +152,11 @@ class FrameCache:
 
     def _callee(self, fn, module_root=False):
         """A user function (or module forward) that broke inside: compiled as its own frame."""
+        inner = kiln_marker(fn, "_kiln_shallow")
+        if inner is not None:  # kiln.disable(fn, recursive=False): fn in Python, callees compiled
+            wrapper = self._child(("shallow", inner), inner)
+            shallow_frame(wrapper._kiln_cache)
+            return wrapper
         if module_root:
             return self._child((fn, True), fn, eager=module_eager, module_root=True)
         if _FRAME_READERS & set(getattr(getattr(fn, "__code__", None), "co_names", ())):
@@ -159,6 +168,8 @@ class FrameCache:
         self.entries.clear()
         self.entry_info.clear()
         self.skip = self.route_calls = False
+        if self.shallow:
+            shallow_frame(self)
         self.breaks.clear()
         self.tree_breaks.clear()
         self.breaks_warned = False
@@ -291,6 +302,20 @@ class FrameCache:
         """A module called from a frame run in Python: its forward compiled, hooks kept."""
         return _module_compiler[0](mod, self.settings)
 
+    def under_stance(self, state, args, kwargs):
+        """A call under a stance that changes what a hit runs (Note [Stance: what each one
+        does]): the plain frame, or this frame's cache under the forced backend."""
+        if state.name == "force_eager":
+            return self.run_eager(args, kwargs)
+        wrapper = self._forced.get(state.backend)
+        if wrapper is None:
+            settings = dataclasses.replace(
+                self.settings, backend=state.backend, backend_name=state.backend_name
+            )
+            cache = FrameCache(self.fn, settings, eager=self.eager, module_root=self.module_root)
+            wrapper = self._forced[state.backend] = make_wrapper(cache)
+        return wrapper(*args, **kwargs)
+
     def miss(self, args, kwargs):
         """No guard passed: compile a new entry (or run eagerly), then run it."""
         try:
@@ -306,7 +331,11 @@ class FrameCache:
         if self.skip:
             return self.run_eager(args, kwargs)
         if self.module_root and args and _hooks_run_around(args[0]):
-            return self._hooked_call(args, kwargs)
+            return self._hooked_call(args, kwargs)  # (its forward's own cache compiles, or not)
+        if stance.state.name == "eager_on_recompile":
+            return self.run_eager(args, kwargs)
+        if stance.state.name == "fail_on_recompile":
+            stance.fail_on_recompile(self.fn, [e.guard for e in self.entry_info], args, kwargs)
         name = self.fn.__qualname__
         if self.entries:
             if len(self.entries) >= config.cache_size_limit:
@@ -599,6 +628,14 @@ def _with_compiled_autograd(fn, backend):
     return run
 
 
+def shallow_frame(cache):
+    """Make `cache` the frame of a function kiln.disable(recursive=False) kept out: it runs in
+    Python, and the user functions it calls run as compiled frames (Note [Frames: callees of a
+    frame run in Python])."""
+    cache.shallow = True
+    cache.skip = cache.route_calls = True
+
+
 class ClosureFrameCache(FrameCache):
     """Entries of a code object whose function is made per call with that call's cells (resume
     functions of frames with cells): guards read the closure from the function passed first.
@@ -699,8 +736,12 @@ def make_wrapper(cache):
     """The function users call: guarded lookup, else `cache.miss` (Note [Cache: the hot path])."""
     entries = cache.entries
     miss = cache.miss
+    own_backend = cache.settings.backend
 
     def kiln_wrapper(*args, **kwargs):
+        state = stance.state
+        if state.active and state.backend is not own_backend:  # force_eager, force_backend=
+            return cache.under_stance(state, args, kwargs)
         for entry in entries:
             guard, fn = entry
             if guard(*args, **kwargs):

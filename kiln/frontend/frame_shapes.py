@@ -61,11 +61,24 @@ def mark_dynamic(t, dim):
 
 
 def mark_static(t, dim):
-    """Mark dimension(s) of tensor `t` static (never made dynamic)."""
-    dims = [dim] if isinstance(dim, int) else list(dim)
+    """Mark dimension(s) of tensor `t` static (never made dynamic); every one when dim is None."""
+    dims = range(t.dim()) if dim is None else [dim] if isinstance(dim, int) else list(dim)
     marked = set(getattr(t, "_kiln_static_dims", ()))
     marked.update(d % t.dim() for d in dims)
     t._kiln_static_dims = marked
+
+
+def mark_static_module(m):
+    """Keep the ints read from the attributes of module `m` (or of every instance of the module
+    class `m`) constants: never size symbols, whatever values they take."""
+    m._kiln_static_module = True
+
+
+def is_static_module(m):
+    """Whether mark_static_module marked module `m` or its class."""
+    return bool(
+        getattr(type(m), "_kiln_static_module", False) or vars(m).get("_kiln_static_module")
+    )
 
 
 def changed_dims(old_shapes, new_shapes):

@@ -259,8 +259,10 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
         return [f"___type({s}) is float and ({s} {symbol} {ctext}) is {answer!r}"]
     if k == GuardKind.STATE_QUERY:
         fn, answer = v
-        expected = answer if answer is None or isinstance(answer, bool) else namer(answer, "q")
-        return [f"{namer(fn, fn.__name__)}() is {expected}"]
+        if answer is None or isinstance(answer, bool):
+            return [f"{namer(fn, fn.__name__)}() is {answer}"]
+        # (an object made per call, such as a DispatchKeySet: compared by value)
+        return [f"{namer(fn, fn.__name__)}() == {namer(answer, 'q')}"]
     if k == GuardKind.GLOBAL_STATE:
         grad = torch.is_grad_enabled()
         return [

@@ -5,6 +5,7 @@ import types
 import weakref
 
 _ALLOWED = weakref.WeakSet()  # what allow_in_graph marked (functions, autograd.Function classes)
+_DISALLOWED = {}  # id -> torch function that disallow_in_graph keeps out of graphs (a break)
 
 
 def graph_break():
@@ -26,9 +27,18 @@ def is_optimized_module(value):
     return getattr(type(value), "_kiln_optimized_module", False) is True
 
 
+def is_disabled_module(value):
+    """Whether `value` is a module kiln.disable kept out of compilation (a DisabledModule, or an
+    instance of a module class given to kiln.disable)."""
+    return getattr(type(value), "_kiln_disabled_module", False) is True
+
+
 def allow_in_graph(fn):
     """Mark a function or torch.autograd.Function class: traced code calling it records one
-    opaque call in the graph (Note [allow_in_graph: one opaque call]) instead of tracing it."""
+    opaque call in the graph (Note [allow_in_graph: one opaque call]) instead of tracing it.
+    A torch function that disallow_in_graph kept out goes back into graphs."""
+    if _DISALLOWED.pop(id(fn), None) is not None:
+        return fn
     if not (isinstance(fn, (types.FunctionType, type))):
         raise TypeError(f"allow_in_graph expects a function or a class, got {type(fn).__name__}")
     _ALLOWED.add(fn)
@@ -41,3 +51,21 @@ def is_allowed_in_graph(fn):
         return fn in _ALLOWED
     except TypeError:  # (not weak-referenceable, or unhashable)
         return False
+
+
+def forget_allowed(fn):
+    """Undo allow_in_graph on `fn`; whether it was marked."""
+    if not is_allowed_in_graph(fn):
+        return False
+    _ALLOWED.discard(fn)
+    return True
+
+
+def disallow(fn):
+    """Keep the torch function `fn` out of graphs: traced code calling it breaks the graph."""
+    _DISALLOWED[id(fn)] = fn
+
+
+def is_disallowed_in_graph(fn):
+    """Whether disallow_in_graph keeps `fn` out of graphs."""
+    return _DISALLOWED.get(id(fn)) is fn

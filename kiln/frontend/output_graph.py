@@ -58,6 +58,7 @@ class OutputGraph:
         self.input_floats = {}  # float source name -> value: for FrameShapes
         self._size_nodes = {}  # (tensor node, dim) -> SymNodeVariable of `x.size(dim)`
         self.dynamic_ints = False  # every int input is a size symbol (a size-generic graph)
+        self.static_modules = set()  # source names of modules kiln.mark_static marked: ints stay
 
     # --- graph building ---------------------------------------------------------------------
     def create_node(self, kind, target, args, kwargs):
@@ -129,7 +130,7 @@ class OutputGraph:
         """Whether an int input at `source` is traced as a symbolic size: its value changed, or
         dynamic=True and it is an argument (or an item of one), not an attribute of an object
         (module settings such as `self.n_head` stay constants, as in torch)."""
-        if self.dynamic is False:
+        if self.dynamic is False or self._under_static_module(source):
             return False
         if self.dynamic_ints or 0 in self.frame_shapes.dynamic.get(source.name(), ()):
             return True
@@ -137,6 +138,14 @@ class OutputGraph:
             while isinstance(source, GetItemSource):
                 source = source.source
             return isinstance(source, LocalSource)
+        return False
+
+    def _under_static_module(self, source):
+        """Whether `source` is read from a module that kiln.mark_static marked."""
+        while source is not None and self.static_modules:
+            if source.name() in self.static_modules:
+                return True
+            source = getattr(source, "source", None)
         return False
 
     def add_int_input(self, value, source):

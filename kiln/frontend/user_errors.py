@@ -148,6 +148,8 @@ def disabled_by(fn):
     """The decorator the user wrote to keep `fn` out of compilation, as its source spells it."""
     if isinstance(getattr(fn, "__dict__", None), dict) and fn.__dict__.get("_kiln_disabled"):
         return "@kiln.disable"
+    if getattr(type(fn), "_kiln_disabled_module", False) is True:
+        return "kiln.disable"
     inner = getattr(fn, "_torchdynamo_orig_callable", None) or getattr(fn, "__wrapped__", None)
     code = getattr(inner, "__code__", None)
     if code is not None:

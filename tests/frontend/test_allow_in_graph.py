@@ -120,3 +120,46 @@ def test_allowed_function_without_tensor_arguments_is_traced():
     res = kiln.compile(fn, backend="eager")(x)
     torch.testing.assert_close(res, x * 3)
     assert seen == [2]
+
+
+def _adds_and_subtracts(x):
+    y = torch.add(x, 2)
+    y = torch.sub(y, 1) * 3
+    return torch.add(y, 1)
+
+
+def test_disallow_in_graph_breaks_on_a_torch_function_until_allowed_again():
+    be = Counting(torch.sub)
+    kiln.disallow_in_graph(torch.sub)
+    try:
+        x = torch.randn(6)
+        out = kiln.compile(_adds_and_subtracts, backend=be)(x)
+        torch.testing.assert_close(out, _adds_and_subtracts(x))
+        assert (be.graphs, be.calls) == (2, 0)  # one graph each side of the call run in Python
+    finally:
+        kiln.allow_in_graph(torch.sub)
+    kiln.reset()
+    be = Counting(torch.sub)
+    torch.testing.assert_close(
+        kiln.compile(_adds_and_subtracts, backend=be)(x), _adds_and_subtracts(x)
+    )
+    assert (be.graphs, be.calls) == (1, 1)
+
+
+def _plus_one(x):
+    return x + 1
+
+
+def test_disallow_in_graph_undoes_allow_in_graph_and_refuses_user_functions():
+    kiln.allow_in_graph(_plus_one)
+    kiln.disallow_in_graph(_plus_one)
+
+    def f(x):
+        return _plus_one(x.cos()) * 2
+
+    be = Counting(_plus_one)
+    x = torch.randn(3)
+    torch.testing.assert_close(kiln.compile(f, backend=be)(x), f(x))
+    assert (be.graphs, be.calls) == (1, 0)  # traced again (inlined), not an opaque call
+    with pytest.raises(RuntimeError, match="disallow_in_graph"):
+        kiln.disallow_in_graph(_plus_one)  # neither marked nor a torch function

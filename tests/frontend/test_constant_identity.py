@@ -21,3 +21,18 @@ def strings_made_in_the_frame(x):
 
 def test_string_made_while_tracing_is_not_the_interned_constant():
     run_and_compare(strings_made_in_the_frame, torch.randn(2))
+
+
+def identity_of_distinct_values(x, items, wanted):
+    hits = [i for i, item in enumerate(items) if item is wanted or item == wanted]
+    nan = float("nan")
+    return x * len(hits), hits, operator.is_not(3, wanted), operator.is_("a", "b"), nan is nan
+
+
+def test_is_between_two_different_constants_is_false():
+    compiled = kiln.compile(identity_of_distinct_values, backend="eager", fullgraph=True)
+    x = torch.randn(2)
+    for items, wanted in (([1, 2, 3, 2], 2), (["a", "b"], "c"), ([1.5, 2.5], 2.5)):
+        out, want = compiled(x, items, wanted), identity_of_distinct_values(x, items, wanted)
+        torch.testing.assert_close(out[0], want[0])
+        assert out[1:] == want[1:]

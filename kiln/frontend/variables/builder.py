@@ -16,8 +16,9 @@ import torch
 
 from kiln import config
 from kiln.exc import unimplemented
+from kiln.frontend import frame_shapes
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.markers import graph_break, is_optimized_module, kiln_marker
+from kiln.frontend.markers import graph_break, is_disabled_module, is_optimized_module, kiln_marker
 from kiln.frontend.source import (
     TUPLE_ITERATOR,
     AttrSource,
@@ -29,6 +30,7 @@ from kiln.frontend.source import (
     iter_tuple,
     proxied_dict,
 )
+from kiln.frontend.substitutes import substitute_of
 from kiln.frontend.variables import (
     control_flow,
     control_loops,  # noqa: F401  (registers torch's map and scan)
@@ -91,14 +93,14 @@ from kiln.frontend.variables.user_defined import (
 _HOOK_MODULES = (tensor_of_list, unbacked)
 
 
-def _is_torch_callable(value):
+def is_torch_callable(value):
     """A torch *function* (Python or C), op overload or op namespace: put in the graph as a call.
 
     Instances of torch classes (optimizers, generators ...) and their bound methods are not:
     running them while tracing would run their effects (they are traced like user objects).
     """
     wrapped = probe(value, "__wrapped__", None) if isinstance(value, types.FunctionType) else None
-    if isinstance(wrapped, types.FunctionType) and not _is_torch_callable(wrapped):
+    if isinstance(wrapped, types.FunctionType) and not is_torch_callable(wrapped):
         return False  # a user function decorated by torch (@torch.no_grad() ...): not an op
     if isinstance(value, types.FunctionType):
         mod = value.__module__ or ""
@@ -145,6 +147,9 @@ def _kiln_special(value):
     torch keeps out of compilers (`torch._dynamo.disable`, torch's `_disable_dynamo`)."""
     if value is graph_break:
         return GraphBreakVariable()
+    substitute = substitute_of(value)  # Note [Substitutes: Python stand-ins for C functions]
+    if substitute is not None:
+        return substitute
     if optim.is_dynamo_graph_break(value):
         return optim.DynamoHintVariable()
     checkpoint = checkpoint_function(value)  # (a function torch keeps out of compilers)
@@ -179,13 +184,13 @@ def wrap_constant_like(tx, value):
         return BuiltinVariable(value)
     if probe(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
         return TensorMethodDescriptorVariable(value)
-    if _is_torch_callable(value) or (isinstance(value, type) and issubclass(value, torch.Tensor)):
+    if is_torch_callable(value) or (isinstance(value, type) and issubclass(value, torch.Tensor)):
         return TorchVariable(value)
     if torch_queries.is_query(value):
         return TorchVariable(value)
     if isinstance(value, type):
         return UserDefinedClassVariable(value)
-    if isinstance(value, enum.Enum):
+    if isinstance(value, enum.Enum | torch._C.DispatchKey):
         return ConstantVariable(value)
     if callable(value):
         return OpaqueCallableVariable(value)
@@ -310,6 +315,9 @@ def _wrap(tx, value, source):
             if made is not None:
                 made.source = source
                 return made
+    if type(value) is torch._C.DispatchKeySet:  # compared by value: its methods fold
+        guards.add(GuardKind.CONSTANT_MATCH, source, value)
+        return ConstantObjectVariable(value, source=source)
     if type(value) is re.Pattern:  # a compiled regex: pinned, its methods fold on constants
         guards.add(GuardKind.ID_MATCH, source, value)
         return ConstantObjectVariable(value, source=source)
@@ -370,6 +378,10 @@ def _wrap(tx, value, source):
         return RangeVariable(value, source=source)
     if isinstance(value, torch.nn.Module):
         guards.add(GuardKind.TYPE_MATCH, source, type(value))
+        if is_disabled_module(value):  # kiln.disable(module): its calls run in Python
+            return DisabledFunctionVariable(value, source=source)
+        if frame_shapes.is_static_module(value):  # (its type is guarded: marks go with it)
+            tx.output.static_modules.add(source.name())
         return NNModuleVariable(value, source=source)
     if isinstance(value, types.ModuleType):
         if not _is_skipped_module(value):
@@ -400,12 +412,12 @@ def _wrap(tx, value, source):
     if torch_queries.is_query(value):  # (torch._C._get_tracing_state is bound to no module)
         guards.add(GuardKind.ID_MATCH, source, value)
         return TorchVariable(value, source=source)
-    if _is_builtin(value) or _is_torch_callable(value):
+    if _is_builtin(value) or is_torch_callable(value):
         guards.add(GuardKind.ID_MATCH, source, value)
         return wrap_constant_like(tx, value)
     if isinstance(value, type):
         guards.add(GuardKind.ID_MATCH, source, value)
-        if issubclass(value, torch.Tensor) or _is_torch_callable(value):
+        if issubclass(value, torch.Tensor) or is_torch_callable(value):
             return TorchVariable(value, source=source)
         return UserDefinedClassVariable(value, source=source)
     if probe(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):

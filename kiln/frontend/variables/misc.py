@@ -11,7 +11,7 @@ import torch
 from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.markers import graph_break
+from kiln.frontend.markers import graph_break, kiln_marker
 from kiln.frontend.source import AttrSource
 from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables.base import (
@@ -50,6 +50,14 @@ class ConstantObjectVariable(PythonValueVariable):
             unimplemented(f"{type(self.value).__name__}.{name} raised {type(e).__name__}: {e}")
         return wrap_frozen(result, f"{type(self.value).__name__}.{name}")
 
+    def binary_op(self, fn, other):
+        """`a <op> b` of two frozen objects (DispatchKeySet's `|`, `-`, `==`): folded."""
+        try:
+            result = fn(self.value, other.value)
+        except Exception as e:
+            unimplemented(f"{type(self.value).__name__} {fn.__name__} raised {type(e).__name__}")
+        return wrap_frozen(result, f"{type(self.value).__name__} {fn.__name__}")
+
     def unpack_var_sequence(self, tx):
         try:
             items = list(self.value)
@@ -69,6 +77,7 @@ def _frozen_types():
         inspect.Parameter,
         torch.finfo,
         torch.iinfo,
+        torch._C.DispatchKeySet,  # (its methods and operators make new sets)
         re.Pattern,  # (a compiled regex and its matches: their methods are pure)
         re.Match,
     )
@@ -88,7 +97,7 @@ def wrap_frozen(value, what):
     """A constant (literal, enum member, frozen object, tuple of them) as a VariableTracker."""
     from kiln.frontend.variables.lists import TupleVariable
 
-    if is_literal(value) or isinstance(value, enum.Enum):
+    if is_literal(value) or isinstance(value, enum.Enum | torch._C.DispatchKey):
         return ConstantVariable(value)
     if is_frozen(value) or value is inspect.Parameter.empty:
         return ConstantObjectVariable(value)
@@ -296,10 +305,14 @@ class DisabledFunctionVariable(VariableTracker):
         self.value = value
 
     def call_function(self, tx, args, kwargs):
-        name = getattr(self.value, "__qualname__", "?")
+        name = getattr(self.value, "__qualname__", None) or type(self.value).__qualname__
         unimplemented(f"call to {name}, kept out of compilation by {disabled_by(self.value)}")
 
-    reconstruct = _load_value
+    def reconstruct(self, cg):
+        if kiln_marker(self.value, "_kiln_shallow") is not None and cg.callee_factory:
+            cg.load_object(cg.callee(self.value))  # (recursive=False: its callees compiled)
+        else:
+            _load_value(self, cg)
 
 
 _CONTAINER_TYPES = (set, frozenset, dict, list, tuple)

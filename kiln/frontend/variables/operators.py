@@ -26,7 +26,7 @@ from kiln.frontend.variables.lists import (
     ListVariable,
     TupleVariable,
 )
-from kiln.frontend.variables.misc import ObjectIdVariable
+from kiln.frontend.variables.misc import ConstantObjectVariable, ObjectIdVariable, is_frozen
 from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.symfloat import SizeFloatVariable
@@ -130,6 +130,8 @@ def binary_op(tx, fn, a, b):
         result = sequence_ops.sequence_op(tx, fn, a, b)  # Note [Sequences: + and *]
         if result is not None:
             return result
+    if _frozen_pair(a, b):
+        return a.binary_op(fn, b)
     if _all_const([a, b]):
         ca, cb = a.as_python_constant(), b.as_python_constant()
         if _foldable(ca) and _foldable(cb):
@@ -234,6 +236,16 @@ def _is_exception(var):
     return isinstance(var, ExceptionVariable)
 
 
+def _frozen_pair(a, b):
+    """Two frozen objects of one type (DispatchKeySets): their operators fold."""
+    return (
+        isinstance(a, ConstantObjectVariable)
+        and isinstance(b, ConstantObjectVariable)
+        and type(a.value) is type(b.value)
+        and is_frozen(a.value)
+    )
+
+
 def _foldable(value):
     if isinstance(value, (torch.finfo, torch.iinfo)):
         return True  # immutable records of constants (`torch.finfo(a) == torch.finfo(b)`)
@@ -307,6 +319,8 @@ def _identical(a, b):
                 return False
             if isinstance(va, (bool, type(None), type(Ellipsis), enum.Enum)) or va is vb:
                 return va is vb  # (enum members are singletons: OptState.READY is ...)
+            if type(va) in (int, str, bytes, float, complex) and va == va and vb == vb != va:
+                return False  # two values: two objects (equal ones may or may not be one; NaN)
             return None
         return va is vb
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from kiln.exc import unimplemented
+from kiln.frontend.markers import is_disallowed_in_graph
 from kiln.frontend.variables import autocast, ctx_managers, optim, torch_queries, unspec_float
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
@@ -459,6 +460,9 @@ class TorchVariable(PythonValueVariable):
 
     def call_function(self, tx, args, kwargs):
         fn = self.value
+        if is_disallowed_in_graph(fn):
+            name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+            unimplemented(f"call to {name}, kept out of graphs by disallow_in_graph")
         hook = _FUNCTION_HOOKS.get(fn) if not isinstance(fn, type) else None
         if hook is not None:
             done = hook(tx, fn, args, kwargs)

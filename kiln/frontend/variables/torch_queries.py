@@ -18,11 +18,13 @@ import torch
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.misc import ConstantObjectVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 
 _NEVER = "never"
 _STATE = "state"
 _PROCESS = "process"
+_TENSOR = "tensor"
 
 
 def _table():
@@ -36,6 +38,9 @@ def _table():
         ("torch", "is_deterministic_algorithms_warn_only_enabled"): (_STATE, None),
         ("torch", "is_inference_mode_enabled"): (_STATE, None),
         ("torch", "get_default_dtype"): (_STATE, None),
+        ("torch._C", "_dispatch_tls_local_include_set"): (_STATE, None),
+        ("torch._C", "_dispatch_tls_local_exclude_set"): (_STATE, None),
+        ("torch._C", "_dispatch_keys"): (_TENSOR, None),
         ("torch.cuda", "is_available"): (_PROCESS, None),
         ("torch.backends.mps", "is_available"): (_PROCESS, None),
     }
@@ -46,10 +51,11 @@ QUERIES = _table()
 
 
 def _key(fn):
-    mod = getattr(fn, "__module__", None)
-    if mod is None and fn is torch._C._get_tracing_state:
-        mod = "torch._C"
-    return (mod, getattr(fn, "__name__", None))
+    name = getattr(fn, "__name__", None)
+    key = (getattr(fn, "__module__", None), name)
+    if key not in QUERIES and isinstance(name, str) and getattr(torch._C, name, None) is fn:
+        return ("torch._C", name)  # (pybind functions name no module, or an odd one)
+    return key
 
 
 def is_query(fn):
@@ -99,9 +105,13 @@ def fold(tx, fn, args, kwargs):
         return _comptime_static(fn, args, kwargs)
     if fn is torch._check and len(args) in (1, 2) and set(kwargs) <= {"message"}:
         return _torch_check(tx, args[0])
+    if fn is torch._C._dispatch_keys and len(args) == 1 and not kwargs:
+        return _dispatch_keys(tx, args[0])
     if args or kwargs or not is_query(fn):
         return None
     kind, value = QUERIES[_key(fn)]
+    if kind == _TENSOR:
+        return None
     if kind == _NEVER:
         return ConstantVariable(value)
     value = fn()
@@ -109,7 +119,45 @@ def fold(tx, fn, args, kwargs):
         return ConstantVariable(value)  # set by the trace (Note [Torch: set_default_dtype traced])
     if kind == _STATE:
         tx.output.guards.add(GuardKind.STATE_QUERY, None, (fn, value))
+    if isinstance(value, torch._C.DispatchKeySet):
+        return ConstantObjectVariable(value)
     return ConstantVariable(value)
+
+
+# Note [Torch: dispatch keys of a traced tensor]
+# `torch._C._dispatch_keys(t)` of a plain strided tensor is a constant while tracing. Of an input,
+# it is the keys of the real input (its TENSOR_MATCH guard checks them). Of a tensor the frame
+# makes, the keys of a tensor of its device and dtype (its backend key, ADInplaceOrView,
+# Autograd<backend>, Autocast<backend>; none of them depends on sizes or requires_grad), unless it
+# is an inference tensor (no autograd keys): made under inference mode, or a view of an inference
+# input. So: the keys of an empty tensor of that device and dtype made now, with a guard that
+# inference mode is as now, and no folding in a frame with an inference tensor input. A frame with
+# a tensor subclass input (its results may be subclass instances, with the Python keys), another
+# layout or conjugate/negative views are not folded either (a break).
+def _dispatch_keys(tx, v):
+    """The folded `torch._C._dispatch_keys(v)` of a traced tensor."""
+    example = getattr(v, "example", None)
+    if getattr(v, "proxy", None) is None or not isinstance(example, torch.Tensor):
+        unimplemented("torch._C._dispatch_keys of something not a traced tensor")
+    if v.python_type() not in (torch.Tensor, torch.nn.Parameter):
+        unimplemented("torch._C._dispatch_keys of a tensor subclass")
+    if example.layout != torch.strided or example.is_conj() or example.is_neg():
+        unimplemented("torch._C._dispatch_keys of a non-strided or conjugate/negative tensor")
+    inputs = [value for _, value, _ in tx.output.graph_inputs if isinstance(value, torch.Tensor)]
+    if any(type(t) not in (torch.Tensor, torch.nn.Parameter) for t in inputs):
+        unimplemented("torch._C._dispatch_keys in a frame with a tensor subclass input")
+    for _, value, node in tx.output.graph_inputs:
+        if node is v.proxy and isinstance(value, torch.Tensor):
+            return ConstantObjectVariable(torch._C._dispatch_keys(value))
+    if any(t.is_inference() for t in inputs):
+        unimplemented("torch._C._dispatch_keys in a frame with an inference tensor input")
+    inference = torch.is_inference_mode_enabled()
+    tx.output.guards.add(GuardKind.STATE_QUERY, None, (torch.is_inference_mode_enabled, inference))
+    try:
+        empty = torch.empty(0, dtype=example.dtype, device=v.device)
+    except Exception as e:
+        unimplemented(f"torch._C._dispatch_keys: {type(e).__name__}: {e}")
+    return ConstantObjectVariable(torch._C._dispatch_keys(empty))
 
 
 # Note [Torch: no active exception]

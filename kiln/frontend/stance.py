@@ -1,0 +1,89 @@
+"""The compiler's stance (`kiln.set_stance`): how compiled functions behave for a while.
+
+Note [Stance: what each one does]
+- "default": compiled functions compile on a miss and run their entries (kiln as always).
+  `force_backend=` compiles (and runs) with that backend instead: a frame keeps its entries of
+  each forced backend apart (`FrameCache.forced`), so code compiled by one never runs for another.
+- "force_eager": compiled functions run as the plain Python they were made from.
+- "eager_on_recompile": an entry whose guards pass still runs; a miss runs the frame in Python
+  instead of compiling it.
+- "fail_on_recompile": a miss raises RuntimeError instead of compiling (a frame kiln gave up on
+  still runs in Python: it compiles nothing).
+Only the wrapper users call looks at the stance on every call, and only for the two stances
+that change what a hit runs (`state.active`); the other two act in `FrameCache.miss`.
+"""
+
+import functools
+
+from kiln.frontend.guards import first_failure
+from kiln.registry import resolve
+
+STANCES = ("default", "force_eager", "eager_on_recompile", "fail_on_recompile")
+
+
+class _State:
+    """The stance in force: its name and the forced backend (a callable, or None)."""
+
+    def __init__(self, name="default", backend=None, backend_name=None):
+        self.name, self.backend, self.backend_name = name, backend, backend_name
+        self.active = name == "force_eager" or backend is not None  # (wrappers check on a hit)
+
+
+state = _State()
+
+
+def _swap(new):
+    global state
+    old, state = state, new
+    return old
+
+
+def fail_on_recompile(fn, guards, args, kwargs):
+    """Raise the error of a miss of `fn` under the fail_on_recompile stance."""
+    code = fn.__code__
+    failures = [f"  entry {i}: {first_failure(g, args, kwargs)}" for i, g in enumerate(guards)]
+    raise RuntimeError(
+        f"kiln: {fn.__qualname__} ({code.co_filename}:{code.co_firstlineno}) would compile under "
+        "the 'fail_on_recompile' stance"
+        + (", guards failed:\n" + "\n".join(failures) if failures else " (no entry yet)")
+    )
+
+
+class set_stance:  # noqa: N801  (used like a function, as torch.compiler.set_stance is)
+    """Set the compiler's stance now; as a context manager or decorator, only for that block or
+    call (Note [Stance: what each one does])."""
+
+    def __init__(self, stance="default", *, force_backend=None):
+        if stance not in STANCES:
+            raise ValueError(f"kiln.set_stance: unknown stance {stance!r}; one of {STANCES}")
+        if force_backend is not None and stance != "default":
+            raise RuntimeError("kiln.set_stance: force_backend needs the 'default' stance")
+        backend = name = None
+        if force_backend is not None:
+            backend, name = resolve(force_backend)
+        self.state = _State(stance, backend, name)
+        self.prev = _swap(self.state)
+
+    def __enter__(self):
+        _swap(self.state)
+        return self
+
+    def __exit__(self, *exc):
+        _swap(self.prev)
+        return False
+
+    def __call__(self, fn):
+        """As a decorator: the stance holds during each call of `fn` (and not after decorating)."""
+        _swap(self.prev)
+        wanted = self.state
+
+        @functools.wraps(fn)
+        def with_stance(*args, **kwargs):
+            prev = _swap(wanted)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _swap(prev)
+
+        with_stance._kiln_disabled = True  # (compiled code calling it breaks: it runs in Python)
+        return with_stance

@@ -1,0 +1,124 @@
+"""kiln.disable's forms: a module (a DisabledModule) or a module class (they run in Python with
+their hooks; compiled callers break the graph there), recursive=False (the function runs in
+Python, the user functions it calls are compiled), and kiln.compile of a module class; results
+equal eager's."""
+
+import torch
+
+import kiln
+
+
+class Recording:
+    """A backend that keeps the graphs it compiles and runs them as they are."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm.forward
+
+    def targets(self, i):
+        return {n.target for n in self.graphs[i].graph.nodes if n.op == "call_function"}
+
+
+class Inner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(torch.tanh(x))
+
+
+class Outer(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.out = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.out(self.inner(torch.cos(x)) * 2)
+
+
+def _doubled(mod, args):
+    return (args[0] * 2,)
+
+
+def test_disabled_module_instance_runs_in_python_with_its_hooks():
+    torch.manual_seed(0)
+    model = Outer(Inner())
+    model.inner.register_forward_pre_hook(_doubled)
+    x = torch.randn(3, 4)
+    expected = model(x)
+    model.inner = kiln.disable(model.inner)  # still a module: it can be a child
+    assert isinstance(model.inner, torch.nn.Module)
+    assert kiln.disable(model.inner) is model.inner
+    be = Recording()
+    torch.testing.assert_close(kiln.compile(model, backend=be)(x), expected)
+    assert len(be.graphs) == 2  # before and after the disabled call
+    assert torch.cos in be.targets(0) and torch.tanh not in be.targets(0)
+    assert all(torch.tanh not in be.targets(i) for i in range(2))
+    assert dict(model.state_dict()).keys() == dict(Outer(Inner()).state_dict()).keys()
+
+
+def test_disabled_module_class_and_compiled_module_class():
+    @kiln.disable
+    class KeptOut(Inner):
+        pass
+
+    be = Recording()
+
+    @kiln.compile(backend=be)
+    class Compiled(Outer):
+        pass
+
+    torch.manual_seed(0)
+    model = Compiled(KeptOut())
+    model.inner.register_forward_pre_hook(_doubled)
+    x = torch.randn(3, 4)
+    out = model(x)
+    assert len(be.graphs) == 2
+    assert all(torch.tanh not in be.targets(i) for i in range(2))
+    ref = Outer(Inner())
+    ref.load_state_dict(model.state_dict())
+    ref.inner.register_forward_pre_hook(_doubled)
+    torch.testing.assert_close(out, ref(x))
+    assert kiln.compile(KeptOut()).forward.__func__ is Inner.forward  # left uncompiled
+
+
+def _leaf(x):
+    return torch.sin(x) * 3
+
+
+@kiln.disable(recursive=False)
+def _shallow(x):
+    y = torch.sigmoid(x)  # in Python
+    return _leaf(y.cos())  # a compiled frame
+
+
+def _calls_shallow(x):
+    return _shallow(torch.tan(x)) + 1
+
+
+def test_disable_not_recursive_compiles_the_callees():
+    be = Recording()
+    x = torch.randn(5)
+    torch.testing.assert_close(kiln.compile(_calls_shallow, backend=be)(x), _calls_shallow(x))
+    graph_targets = [be.targets(i) for i in range(len(be.graphs))]
+    assert any(torch.tan in t for t in graph_targets)
+    assert any(torch.sin in t for t in graph_targets)  # _leaf compiled
+    assert all(torch.sigmoid not in t for t in graph_targets)  # _shallow's own code ran in Python
+
+
+def test_disable_not_recursive_compiled_directly_and_called_eagerly():
+    be = Recording()
+    x = torch.randn(5)
+    torch.testing.assert_close(kiln.compile(_shallow, backend=be)(x), _shallow(x))
+    assert [torch.sin in be.targets(i) for i in range(len(be.graphs))] == [True]
+    before = len(be.graphs)
+    torch.testing.assert_close(_shallow(x), _leaf(torch.sigmoid(x).cos()))  # plain call: eager
+    assert len(be.graphs) == before
+    kiln.reset()
+    torch.testing.assert_close(kiln.compile(_calls_shallow, backend=be)(x), _calls_shallow(x))
+    assert all(torch.sigmoid not in be.targets(i) for i in range(len(be.graphs)))
