@@ -139,6 +139,9 @@ def mark_static(t, dim=None):
     return t
 
 
+mark_static._kiln_traced_as = "mark_static"  # called in traced code: sizes made static there
+
+
 def disable(fn=None, recursive=True):
     """Keep a function out of capture (decorator); traced code calling it breaks the graph.
 

@@ -67,3 +67,16 @@ def test_mark_static_without_dim_pins_every_dim_of_a_tensor():
     kiln.mark_static(x)
     torch.testing.assert_close(f(x), x * 2)
     assert _symbolic_graphs(be) == 0
+
+
+def test_mark_static_called_inside_a_compiled_frame_makes_its_sizes_static():
+    def fn(x):
+        kiln.mark_static(x, 0)
+        return x * x.size(0)
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager", dynamic=True, fullgraph=True)
+    for n in (3, 4):
+        x = torch.randn(n, 2)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert kiln.counters["stats"]["unique_graphs"] == 2  # dim 0 static: one entry per size

@@ -42,6 +42,7 @@ from kiln.frontend.variables import (
     optim,
     random_draws,
     set_subclass,
+    static_marks,
     tensor_of_list,
     torch_queries,
     unbacked,
@@ -161,6 +162,8 @@ def _kiln_special(value):
         return DisabledFunctionVariable(value)
     if logging_vars.is_effect_function(value):  # warnings.warn, logging.warning ...
         return logging_vars.EffectCallVariable(value.__name__, fn=value)
+    if kiln_marker(value, "_kiln_traced_as") == "mark_static":  # kiln.mark_static in the frame
+        return static_marks.MarkStaticVariable(value)
     if value is ctx_managers.DISABLE_SAVED_HOOKS:
         return ctx_managers.DisableSavedHooksFnVariable(value)
     if control_flow.handles(value):  # torch.cond, torch.while_loop ...
