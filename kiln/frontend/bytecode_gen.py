@@ -36,6 +36,7 @@ from kiln.frontend.variables import random_draws
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.ctx_managers import SAVED_HOOKS_SWITCHES, WithExitVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.finalizers import LOCAL_STORES, after_local_store
 from kiln.frontend.variables.functions import UserMethodVariable
 from kiln.frontend.variables.generators import check_freed_generators
 from kiln.frontend.variables.lists import ListVariable, undo_iterators
@@ -232,6 +233,8 @@ _BREAKABLE_PUSHES = {
     "STORE_SUBSCR": 0,
     "DELETE_SUBSCR": 0,
     "STORE_GLOBAL": 0,
+    "STORE_FAST": 0,  # (Note [Finalizers: locals])
+    "DELETE_FAST": 0,
     "GET_ITER": 1,
     "LOAD_ATTR": 1,  # the plain form only (see _breakable)
 }
@@ -575,6 +578,8 @@ class _BreakCodegen:
             _run_instruction(body, inst, e)
         else:
             _run_instruction(body, inst, e)
+            if inst.opname in LOCAL_STORES:
+                self.live = after_local_store(self.locals, inst, self.live)
             depth = len(stack) + _stack_effect(inst)
             pushes = _BREAKABLE_PUSHES[inst.opname]
             self.call_resume(site.base_index + 1, layout[: depth - pushes] + [None] * pushes)

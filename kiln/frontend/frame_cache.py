@@ -448,6 +448,15 @@ class FrameCache:
             output.uses_modules = True
             self._check_module_hooks(args[0])
         tx = InstructionTranslator(output, fn, args, kwargs)
+        try:
+            return self._trace(fn, output, tx)
+        finally:
+            # the trace lets go of the frame's values now, not at the next collection: the
+            # translator can sit in reference cycles with what it made (Note [Finalizers: locals])
+            tx.__dict__.clear()
+
+    def _trace(self, fn, output, tx):
+        """Run the translator and build the cache entry (compile's body)."""
         grad_mode, autocast_state = torch.is_grad_enabled(), amp.snapshot()
         default_dtype = torch.get_default_dtype()  # Note [Torch: set_default_dtype traced]
         try:

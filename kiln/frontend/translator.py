@@ -33,6 +33,7 @@ from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.ctx_managers import WithExitVariable, _Yielded
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
+from kiln.frontend.variables.finalizers import check_local_drop
 from kiln.frontend.variables.functions import NestedUserFunctionVariable, inline_call
 from kiln.frontend.variables.generators import (
     LazyGeneratorVariable,
@@ -315,9 +316,19 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         self.push(self.get_local(b))
 
     def STORE_FAST(self, inst):
+        self._rebind(inst.argval)
         v = self.pop()
         self._name_node(v, inst.argval)
         self.symbolic_locals[inst.argval] = DeletedVariable() if v is NULL else v
+
+    def _rebind(self, *names):
+        """Break before a store dropping a root-frame local's value that may run a Python
+        __del__ (Note [Finalizers: locals])."""
+        if self.is_root:
+            for name in names:
+                old = self.symbolic_locals.get(name)
+                if old is not None:
+                    check_local_drop(old, name)
 
     def _name_node(self, v, name):
         if isinstance(v, TensorVariable):  # Note [Graph: node names and lines]
@@ -325,18 +336,21 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
 
     def STORE_FAST_STORE_FAST(self, inst):  # 3.13
         a, b = inst.argval
+        self._rebind(a, b)
         for name in (a, b):
             self.symbolic_locals[name] = v = self.pop()
             self._name_node(v, name)
 
     def STORE_FAST_LOAD_FAST(self, inst):  # 3.13
         a, b = inst.argval
+        self._rebind(a)
         self.symbolic_locals[a] = v = self.pop()
         self._name_node(v, a)
         self.push(self.get_local(b))
 
     def DELETE_FAST(self, inst):
         self.get_local(inst.argval)
+        self._rebind(inst.argval)
         self.symbolic_locals[inst.argval] = DeletedVariable()
 
     def LOAD_CONST(self, inst):

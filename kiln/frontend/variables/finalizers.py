@@ -1,0 +1,127 @@
+"""Stores that may drop the last reference to an object whose class has a Python __del__.
+
+Note [Finalizers: a store that may run __del__]
+In Python a store that drops the last reference to an object runs its class's __del__ right
+there, inside the store: `d[k] = None` over an object whose __del__ clears `d` makes the loop
+that iterates `d` raise at its next step. kiln replays the stores of objects from outside the
+frame after the graph (side_effects), so the finalizer would run later, after code that Python
+runs after it. The trace cannot know whether a reference is the last one (a refcount is not a
+guardable fact), so a store that drops a value whose class (looked up on the type, not the
+instance) defines __del__ in Python breaks the graph before the store: the store and everything
+after it run in Python, in Python's order. The values dropped are the old item or attribute, the
+items removed by clear/pop/popitem/remove, and, one level into traced containers, their items (a
+list of such objects dropped whole). Objects without a Python __del__ never break; C types'
+finalizers (files, generators) are not looked at.
+
+Note [Finalizers: locals]
+A frame's local can hold the last reference too: `for item in d.items()` over a dict whose
+value was just replaced holds the old value in `item` until the next iteration rebinds it, and
+its __del__ runs there. Rebinding a local of the root frame breaks before the store when its old
+value has a Python __del__ and may be held by the frame alone: the frame's argument (a resume
+function's arguments are moved into it: Note [Resume: arguments moved, not held]), or a tuple or
+list made while tracing holding one. A value read from an input container or attribute is held
+there (a store that drops it from there breaks first), so `for x in xs: ...` over a list of such
+objects is traced. The trace's own references to the frame's values are let go when the frame is
+compiled (FrameCache.compile), before the compiled code runs.
+"""
+
+from kiln.exc import unimplemented
+from kiln.frontend.source import LocalSource
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.misc import DeletedVariable
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
+_NO_VALUE = object()
+_DEPTH = 3  # how far into traced containers (lists of lists, dicts of lists) to look
+
+
+def finalizer_class(cls):
+    """cls when it (or a Python class along its MRO) defines __del__, else None."""
+    if not isinstance(cls, type) or not cls.__flags__ & _HEAPTYPE:
+        return None
+    for k in cls.__mro__:
+        if k.__flags__ & _HEAPTYPE and "__del__" in vars(k):
+            return cls
+    return None
+
+
+def _finalized(var, depth=_DEPTH):
+    """The class with a Python __del__ of the object `var` tracks (or of an item of a traced
+    container it is), or None."""
+    state = getattr(var, "__dict__", None)
+    if state is None:
+        return None
+    value = state.get("value", _NO_VALUE)
+    if value is not _NO_VALUE:
+        return finalizer_class(type(value))
+    items = state.get("items")
+    if depth and isinstance(items, dict | list):
+        for item in items.values() if isinstance(items, dict) else items:
+            cls = _finalized(item, depth - 1)
+            if cls is not None:
+                return cls
+    return None
+
+
+def check_drops(dropped, what):
+    """Break before a store that drops the values `dropped` (VariableTrackers) when one of them
+    may run a Python __del__ (Note [Finalizers: a store that may run __del__])."""
+    for var in dropped:
+        if var is None:
+            continue
+        _break(_finalized(var), what)
+
+
+def check_drop_value(value, what):
+    """check_drops for a real object (an attribute's or a cell's current value)."""
+    _break(finalizer_class(type(value)), what)
+
+
+def check_local_drop(var, name):
+    """Break before rebinding (or deleting) the root frame's local `name` whose value may be
+    held by the frame alone and run a Python __del__ when dropped (Note [Finalizers: locals])."""
+    _break(_held_by_frame(var), f"rebinding the local {name!r}")
+
+
+def _held_by_frame(var, depth=_DEPTH):
+    """Like _finalized, for a value no source outside the frame holds: one the frame got as an
+    argument (LocalSource), or a container made while tracing holding such values."""
+    source = getattr(var, "source", None)
+    if source is not None and not isinstance(source, LocalSource):
+        return None  # (held where it was read from: a store dropping it there breaks first)
+    state = getattr(var, "__dict__", None)
+    if state is None:
+        return None
+    value = state.get("value", _NO_VALUE)
+    if value is not _NO_VALUE:
+        return finalizer_class(type(value))
+    items = state.get("items")
+    if depth and isinstance(items, dict | list):
+        for item in items.values() if isinstance(items, dict) else items:
+            cls = _held_by_frame(item, depth - 1)
+            if cls is not None:
+                return cls
+    return None
+
+
+LOCAL_STORES = ("STORE_FAST", "DELETE_FAST")  # breakable local stores (3.13's pairs are not)
+
+
+def after_local_store(frame_locals, inst, live):
+    """The live locals once Python ran a break's STORE_FAST/DELETE_FAST: the resume function
+    gets the frame's own local (the value just stored), or none (Note [Finalizers: locals])."""
+    name = inst.argval
+    if inst.opname == "DELETE_FAST":
+        frame_locals[name] = DeletedVariable()
+        return [n for n in live if n != name]
+    frame_locals[name] = VariableTracker(source=LocalSource(name))
+    return sorted({*live, name})
+
+
+def _break(cls, what):
+    if cls is not None:
+        name = cls.__qualname__
+        unimplemented(
+            f"{what} may run {name}.__del__ (it may drop the last reference to a {name}, "
+            "whose finalizer Python runs at the store)"
+        )
