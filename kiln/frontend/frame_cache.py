@@ -356,6 +356,7 @@ class FrameCache:
             self._record_break(e)
             # no resume: the frame runs in Python (torch.compile's counter of the same name)
             logs.counters["unimplemented"][e.msg] += 1
+            _let_go(e)
         except Exception as e:
             if isinstance(e, TypeError) and not _binds(self.fn, args, kwargs):
                 failure = "arguments"  # Python's own error, naming the function (run eagerly)
@@ -474,6 +475,7 @@ class FrameCache:
                 e.msg = f"{e.msg} (no graph break possible: {why})"
                 raise e from None
             self._record_break(e)
+            _let_go(e)
         else:
             try:
                 new_code = transformed_code(output, fn.__code__, tx.return_value)
@@ -546,6 +548,14 @@ class FrameCache:
         g = torch.nn.modules.module
         if g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks:
             unimplemented("global module hooks")
+
+
+def _let_go(e):
+    """Drop what a graph break holds of the trace (its state, the frames it unwound), now rather
+    than at the next collection: the frame's values die where Python lets go of them (Note
+    [Finalizers: locals])."""
+    e.break_state = None
+    e.__traceback__ = e.__context__ = None
 
 
 def _has_hooks(mod):

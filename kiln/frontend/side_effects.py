@@ -243,11 +243,15 @@ class SideEffects:
         stores = []
         advances = []  # after the stores: the step past a tuple's end may free it (its __del__
         # sees the frame's cells stored, as in eager, where next() ran after them)
+        first = []  # before the stores: a dict's iterator (Note [Dicts: iterators at a break])
         for key, (kind, payload) in self.log.items():
             if kind == "iterator":
                 if payload.index:
                     it = _to_temp(cg, lambda var=payload: var.source.reconstruct(cg))
-                    advances.append(_advance(cg, it, payload.index))
+                    if getattr(payload, "advance_first", False):
+                        first.append(_advance(cg, it, payload.index))
+                    else:
+                        advances.append(_advance(cg, it, payload.index))
                 continue
             if kind == "attr":
                 obj_var, name, value, raw = payload
@@ -362,7 +366,7 @@ class SideEffects:
             else:  # cell
                 v = _to_temp(cg, lambda payload=payload: cg.reconstruct(payload))
                 stores.append(emit.load_fast(v) + emit.store_deref(key[1]))
-        stores += advances
+        stores = first + stores + advances
         if stores:
             for var in pin:
                 if _reads_state(var):

@@ -327,7 +327,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         if self.is_root:
             for name in names:
                 old = self.symbolic_locals.get(name)
-                if old is not None:
+                if old is None or any(v is old for v in self.stack):
+                    continue  # (still on the stack: a resume function's prologue moves it there)
+                if not any(v is old for k, v in self.symbolic_locals.items() if k != name):
                     check_local_drop(old, name)
 
     def _name_node(self, v, name):

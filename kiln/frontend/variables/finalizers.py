@@ -26,38 +26,44 @@ compiled (FrameCache.compile), before the compiled code runs.
 """
 
 from kiln.exc import unimplemented
-from kiln.frontend.source import LocalSource
+from kiln.frontend.source import LocalSource, finalizer_class
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.misc import DeletedVariable
 
-_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
 _NO_VALUE = object()
 _DEPTH = 3  # how far into traced containers (lists of lists, dicts of lists) to look
 
 
-def finalizer_class(cls):
-    """cls when it (or a Python class along its MRO) defines __del__, else None."""
-    if not isinstance(cls, type) or not cls.__flags__ & _HEAPTYPE:
+def _value_finalized(value, depth):
+    """finalizer_class of a real object, or of an item of a real tuple or list it is."""
+    cls = finalizer_class(type(value))
+    if cls is None and depth and type(value) in (tuple, list):
+        for item in value:
+            cls = _value_finalized(item, depth - 1)
+            if cls is not None:
+                break
+    return cls
+
+
+def _finalized(var, depth=_DEPTH, frame_only=False):
+    """The class with a Python __del__ of the object `var` tracks (or of an item of a container
+    it is), or None. frame_only: only values no source outside the frame holds, one the frame
+    got as an argument or reached from one (an item of a tuple argument), or a container made
+    while tracing holding such values (a value read from elsewhere is held there: a store
+    dropping it there breaks first)."""
+    source = getattr(var, "source", None)
+    if frame_only and source is not None and not isinstance(source.base(), LocalSource):
         return None
-    for k in cls.__mro__:
-        if k.__flags__ & _HEAPTYPE and "__del__" in vars(k):
-            return cls
-    return None
-
-
-def _finalized(var, depth=_DEPTH):
-    """The class with a Python __del__ of the object `var` tracks (or of an item of a traced
-    container it is), or None."""
     state = getattr(var, "__dict__", None)
     if state is None:
         return None
     value = state.get("value", _NO_VALUE)
     if value is not _NO_VALUE:
-        return finalizer_class(type(value))
+        return _value_finalized(value, depth)
     items = state.get("items")
     if depth and isinstance(items, dict | list):
         for item in items.values() if isinstance(items, dict) else items:
-            cls = _finalized(item, depth - 1)
+            cls = _finalized(item, depth - 1, frame_only)
             if cls is not None:
                 return cls
     return None
@@ -74,34 +80,13 @@ def check_drops(dropped, what):
 
 def check_drop_value(value, what):
     """check_drops for a real object (an attribute's or a cell's current value)."""
-    _break(finalizer_class(type(value)), what)
+    _break(_value_finalized(value, _DEPTH), what)
 
 
 def check_local_drop(var, name):
     """Break before rebinding (or deleting) the root frame's local `name` whose value may be
     held by the frame alone and run a Python __del__ when dropped (Note [Finalizers: locals])."""
-    _break(_held_by_frame(var), f"rebinding the local {name!r}")
-
-
-def _held_by_frame(var, depth=_DEPTH):
-    """Like _finalized, for a value no source outside the frame holds: one the frame got as an
-    argument (LocalSource), or a container made while tracing holding such values."""
-    source = getattr(var, "source", None)
-    if source is not None and not isinstance(source, LocalSource):
-        return None  # (held where it was read from: a store dropping it there breaks first)
-    state = getattr(var, "__dict__", None)
-    if state is None:
-        return None
-    value = state.get("value", _NO_VALUE)
-    if value is not _NO_VALUE:
-        return finalizer_class(type(value))
-    items = state.get("items")
-    if depth and isinstance(items, dict | list):
-        for item in items.values() if isinstance(items, dict) else items:
-            cls = _held_by_frame(item, depth - 1)
-            if cls is not None:
-                return cls
-    return None
+    _break(_finalized(var, frame_only=True), f"rebinding the local {name!r}")
 
 
 LOCAL_STORES = ("STORE_FAST", "DELETE_FAST")  # breakable local stores (3.13's pairs are not)

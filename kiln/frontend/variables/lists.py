@@ -521,10 +521,11 @@ class ListIteratorVariable(VariableTracker):
         return it
 
     @classmethod
-    def over_dict(cls, d, items, view=True):
+    def over_dict(cls, d, items, view=True, kind="keys"):
         """An iterator over a dict (or its keys/values/items view) that raises as Python's does
         when the dict changes size while it is iterated."""
         it = cls(items)
+        it.dict_kind = kind  # (Note [Dicts: iterators at a break])
         if issubclass(getattr(d, "user_cls", dict), collections.OrderedDict):
             # an OrderedDict's iterator raises once, then ends (a dict's and a set's go on raising)
             it.watched = (d, len(d.items), "OrderedDict mutated during iteration")
@@ -607,6 +608,8 @@ class ListIteratorVariable(VariableTracker):
             cg.load_object(exhausted_list_iter, push_null=True)
             cg.extend(emit.call(0))
             return
+        if self.watched is not None and ITERATORS.get("rebuild dict", _no)(cg, self):
+            return  # a real dict iterator (Note [Dicts: iterators at a break])
         if self.live_list is not None and self.live_list.items is self.items:
             # the same list object, advanced to where the trace is
             cg.load_object(list_iter_at, push_null=True)
@@ -635,6 +638,10 @@ class ListIteratorVariable(VariableTracker):
         if self.kind is itertools.islice:  # islice(items, None): the same items
             cg.extend(emit.load_const(None))
         cg.extend(emit.call(2 if self.kind is itertools.islice else 1))
+
+
+def _no(cg, it):
+    return False
 
 
 def _rebuild_tuple(cg, items):
