@@ -371,7 +371,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
 
     def STORE_GLOBAL(self, inst):
         gname = self.output.globals_name(self.f_globals)  # '' for the root function's
-        self.output.side_effects.store_global(inst.argval, self.pop(), gname)
+        self.output.side_effects.store_global(inst.argval, self.pop(), gname, self.f_globals)
 
     def LOAD_DEREF(self, inst):
         name = inst.argval

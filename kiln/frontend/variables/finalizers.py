@@ -78,6 +78,14 @@ def check_drops(dropped, what):
         _break(_finalized(var), what)
 
 
+def old_items(items, index):
+    """The items `items[index] = ...` replaces (an int or a slice), [] for a bad index."""
+    try:
+        return items[index] if isinstance(index, slice) else [items[index]]
+    except (TypeError, IndexError):
+        return []  # (the store raises what Python raises)
+
+
 def check_drop_value(value, what):
     """check_drops for a real object (an attribute's or a cell's current value)."""
     _break(_value_finalized(value, _DEPTH), what)
