@@ -33,7 +33,7 @@ from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.ctx_managers import WithExitVariable, _Yielded
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
-from kiln.frontend.variables.finalizers import check_local_drop
+from kiln.frontend.variables.finalizers import check_local_drop, frame_finalized
 from kiln.frontend.variables.functions import NestedUserFunctionVariable, inline_call
 from kiln.frontend.variables.generators import (
     LazyGeneratorVariable,
@@ -324,13 +324,25 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
     def _rebind(self, *names):
         """Break before a store dropping a root-frame local's value that may run a Python
         __del__ (Note [Finalizers: locals])."""
-        if self.is_root:
-            for name in names:
-                old = self.symbolic_locals.get(name)
-                if old is None or any(v is old for v in self.stack):
-                    continue  # (still on the stack: a resume function's prologue moves it there)
-                if not any(v is old for k, v in self.symbolic_locals.items() if k != name):
-                    check_local_drop(old, name)
+        if not self.is_root:
+            return
+        for name in names:
+            old = self.symbolic_locals.get(name)
+            if old is None or not frame_finalized(old):
+                continue
+            if any(v is old for v in self.stack):
+                continue  # (still on the stack: a resume function's prologue moves it there)
+            if not self._held_elsewhere(old, name):
+                check_local_drop(old, name)
+
+    def _held_elsewhere(self, var, name):
+        """Whether another local holds var, or the argument var was read from (`for x in xs`
+        over an argument list: xs holds x)."""
+        base = var.source.base() if var.source is not None else None
+        for k, v in self.symbolic_locals.items():
+            if k != name and (v is var or (base is not None and v.source == base)):
+                return True
+        return False
 
     def _name_node(self, v, name):
         if isinstance(v, TensorVariable):  # Note [Graph: node names and lines]

@@ -288,3 +288,18 @@ def test_a_dict_loop_that_breaks_once_is_traced_after_the_break():
     check(break_once_then_loop, make)
     # the resume function traced the rest of the loop over the real iterator: no break there
     assert kiln.counters["graph_break"].total() == 1, kiln.counters["graph_break"]
+
+
+def loop_over_finalized(x, xs, log):
+    for item in xs:  # each rebinding of item: xs still holds the old one
+        log.append(item.name)
+        x = x + 1
+    return x
+
+
+def test_a_loop_over_an_argument_list_of_finalized_objects_does_not_break():
+    def make():
+        log = []
+        return torch.ones(2), [Noted("a", log), Noted("b", log)], log
+
+    assert check(loop_over_finalized, make, breaks=0) == []

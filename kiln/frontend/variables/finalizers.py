@@ -91,6 +91,11 @@ def check_drop_value(value, what):
     _break(_value_finalized(value, _DEPTH), what)
 
 
+def frame_finalized(var):
+    """Whether the frame may hold the last reference to a Python __del__ through `var`."""
+    return _finalized(var, frame_only=True) is not None
+
+
 def check_local_drop(var, name):
     """Break before rebinding (or deleting) the root frame's local `name` whose value may be
     held by the frame alone and run a Python __del__ when dropped (Note [Finalizers: locals])."""
