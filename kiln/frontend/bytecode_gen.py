@@ -290,6 +290,7 @@ class _BreakSite:
     base_index: int  # the instruction's index in base_code
     base_inst: object
     in_resume: bool  # the traced code is a resume function
+    discards: bool = False  # a POP_TOP follows: Python drops the result at once
 
 
 def _break_site(code, e, instructions):
@@ -339,6 +340,7 @@ def _break_site(code, e, instructions):
         base_index,
         base_insts[base_index],
         found is not None,
+        base_index + 1 < len(base_insts) and base_insts[base_index + 1].opname == "POP_TOP",
     )
 
 
@@ -582,6 +584,12 @@ class _BreakCodegen:
                 self.live = after_local_store(self.locals, inst, self.live)
             depth = len(stack) + _stack_effect(inst)
             pushes = _BREAKABLE_PUSHES[inst.opname]
+            if pushes and site.discards:
+                # the result dies here, as in eager, not in the resume function's frame
+                # (a value whose __del__ runs then: Note [Finalizers: a store that may run __del__])
+                body.extend(emit.pop_top())
+                self.call_resume(site.base_index + 2, layout[: depth - pushes])
+                return
             self.call_resume(site.base_index + 1, layout[: depth - pushes] + [None] * pushes)
 
 

@@ -41,6 +41,7 @@ from kiln.frontend.resume import call_moving
 from kiln.frontend.source import GetItemSource, LocalSource
 from kiln.frontend.translator import InstructionTranslator, user_location
 from kiln.frontend.user_errors import fullgraph_error, warn_graph_breaks
+from kiln.frontend.variables.lists import _ITER_UNDO as ITER_UNDO
 from kiln.symbolic import autocast_state as amp
 
 _all_caches = weakref.WeakSet()
@@ -449,12 +450,15 @@ class FrameCache:
             output.uses_modules = True
             self._check_module_hooks(args[0])
         tx = InstructionTranslator(output, fn, args, kwargs)
+        steps = len(ITER_UNDO)
         try:
             return self._trace(fn, output, tx)
         finally:
             # the trace lets go of the frame's values now, not at the next collection: the
-            # translator can sit in reference cycles with what it made (Note [Finalizers: locals])
+            # translator can sit in reference cycles with what it made, the iterator steps of
+            # its last instruction hold its variables (Note [Finalizers: locals])
             tx.__dict__.clear()
+            del ITER_UNDO[steps:]
 
     def _trace(self, fn, output, tx):
         """Run the translator and build the cache entry (compile's body)."""

@@ -118,13 +118,13 @@ def test_dict_store_runs_the_finalizer_at_the_store():
 
 def dict_pop_clear_del(x, d, e, od, log):
     log.append(1)
-    kept = d.pop("a")  # (a popped value discarded at once would die when the resume function
-    log.append(2)  # that got it returns: not modelled)
+    d.pop("a")  # its result dropped at once: Noted.__del__ runs here
+    log.append(2)
     del e["k"]
     log.append(3)
     od.clear()
     log.append(4)
-    return x * 2, kept.name
+    return x * 2
 
 
 def test_dict_pop_del_and_ordered_dict_clear():
@@ -140,11 +140,11 @@ def list_and_deque_stores(x, xs, dq, log):
     log.append(1)
     xs[0] = 5
     log.append(2)
-    xs.remove(xs[-1])
+    xs.pop()
     log.append(3)
     del xs[0]
     log.append(4)
-    del dq[0]
+    dq.popleft()
     log.append(5)
     dq.append(7)  # a full deque (maxlen 2) drops its leftmost item
     log.append(6)
@@ -303,3 +303,28 @@ def test_a_loop_over_an_argument_list_of_finalized_objects_does_not_break():
         return torch.ones(2), [Noted("a", log), Noted("b", log)], log
 
     assert check(loop_over_finalized, make, breaks=0) == []
+
+
+class NotedDict(dict):
+    """A dict that appends "dict freed" to the log it holds when it is finalized."""
+
+    def __del__(self):
+        self["log"].append("dict freed")
+
+
+def exhaust_then_break(x, make_iter, log):
+    it = make_iter(NotedDict(log=log))  # made in Python (a class with __del__): a break
+    for _ in it:
+        pass  # the iterator ran out: it lets go of the dict here
+    kiln.graph_break()
+    log.append("after")
+    return x + 1
+
+
+def test_an_exhausted_dict_iterator_rebuilt_at_a_break_lets_go_of_its_dict():
+    for make_iter in (iter, lambda d: iter(d.items())):
+
+        def make(make_iter=make_iter):
+            return torch.ones(2), make_iter, []
+
+        check(exhaust_then_break, make)

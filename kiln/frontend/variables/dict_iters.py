@@ -19,6 +19,7 @@ count while iterated (Python's iterator may skip or repeat keys then) is not mod
 import collections
 
 from kiln.bytecode import emit
+from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import DictIterSource, dict_iter_dict, dict_iter_pos
 from kiln.frontend.variables import lists
@@ -31,11 +32,14 @@ _PLAIN = (dict, collections.defaultdict)  # (an OrderedDict's iterators are its 
 KINDS = {type(iter(getattr({}, kind)())): kind for kind in ("keys", "values", "items")}
 
 
-def dict_iter_at(d, kind, pos):
-    """iter(d.<kind>()) advanced by `pos` items (the transformed code's rebuilt iterator)."""
+def dict_iter_at(d, kind, pos, ran_out):
+    """iter(d.<kind>()) advanced by `pos` items, and past its end if the trace's found it (it
+    lets go of d then): the transformed code's rebuilt iterator."""
     it = iter(getattr(dict, kind)(d))
     for _ in range(pos):
         next(it)
+    if ran_out:
+        next(it, None)
     return it
 
 
@@ -53,7 +57,8 @@ def rebuild(cg, it):
         return False
     cg.load_object(dict_iter_at, push_null=True)
     d.source.reconstruct(cg)
-    cg.extend(emit.load_const(kind) + emit.load_const(it.index) + emit.call(3))
+    cg.extend(emit.load_const(kind) + emit.load_const(it.index))
+    cg.extend(emit.load_const(it.ran_out) + emit.call(4))
     return True
 
 
@@ -73,14 +78,14 @@ class DictIterInputVariable(ListIteratorVariable):
 def wrap_dict_iter(tx, value, source):
     """The variable of a dict-iterator input, or None (not traced into)."""
     pos = dict_iter_pos(value)
+    if pos is None or type(dict_iter_dict(value)) not in _PLAIN:
+        return None  # (its FOR_ITER runs in Python)
     guards = tx.output.guards
     guards.add(GuardKind.TYPE_MATCH, source, type(value))
     guards.add(GuardKind.CONSTANT_MATCH, DictIterSource(source, "pos"), pos)
-    if pos is None:
-        return None
     d = wrap_value(tx, dict_iter_dict(value), DictIterSource(source, "dict"))
-    if not isinstance(d, ConstDictVariable) or d.user_cls not in _PLAIN:
-        return None
+    if not isinstance(d, ConstDictVariable):
+        unimplemented("an iterator over a dict kiln does not trace")
     kind = KINDS[type(value)]
     if kind == "keys":
         items = [key_var(k) for k in d.items]

@@ -549,6 +549,7 @@ class ListIteratorVariable(VariableTracker):
     failed = False  # raised one of those errors
     sticky = True  # every next() raises it again once raised (a dict's, a set's iterator)
 
+    ran_out = False  # next() found the end
     kind = None  # the itertools class the iterator stands for (Note [Iterators: itertools kinds])
 
     def python_type(self):
@@ -565,6 +566,7 @@ class ListIteratorVariable(VariableTracker):
                 self.index = len(self.items)
                 raise_observed(None, RuntimeError, message)
         if self.index >= len(self.items):
+            self.ran_out = True  # (a dict's iterator lets go of its dict then)
             if self.end_error is not None and not self.failed:
                 self.failed = True
                 raise_observed(None, ValueError, self.end_error)
