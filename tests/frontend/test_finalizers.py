@@ -110,10 +110,7 @@ def test_dict_store_runs_the_finalizer_at_the_store():
         return torch.ones(2), {"a": Noted("a", log), "b": 1}, log
 
     msgs = check(dict_store, make)
-    assert msgs == [
-        "dict.__setitem__ may run Noted.__del__ (it may drop the last reference to a Noted, "
-        "whose finalizer Python runs at the store)"
-    ]
+    assert msgs == ["dict.__setitem__ may run Noted.__del__ (Python runs it at the store)"]
 
 
 def dict_pop_clear_del(x, d, e, od, log):

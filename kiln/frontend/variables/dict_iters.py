@@ -5,15 +5,17 @@ Note [Dicts: iterators at a break]
 function. Rebuilt as a tuple iterator over the items left, it would go on after Python code run
 at the break (the instruction itself, a __del__ it triggers) changed the dict's size, where
 Python's iterator raises "dictionary changed size during iteration" at its next step. So an
-iterator over a dict that outlives the frame, whose keys the trace left as they were, is rebuilt
-as a real iterator of d's keys/values/items advanced by the items taken (`dict_iter_at`). A
-resume function's trace reads such an iterator as an input: its dict (`DictIterSource`, guarded
-like any input dict) and how far it has run (guarded), the items from there on, and the dict's
-size the real iterator checks; the replay advances it by the items the trace took, before the
-stores (a store that changed the dict's size after the last step must not make it raise). One
-that finished or whose dict changed size is not traced into (its FOR_ITER runs in Python). The
-items left are taken as the dict's last ones: a dict that lost and gained keys of the same
-count while iterated (Python's iterator may skip or repeat keys then) is not modelled.
+iterator over a dict (or dict-subclass object's storage) that outlives the frame, whose keys the
+trace left as they were, is rebuilt as a real iterator of its keys/values/items advanced by the
+items taken, and past its end if the trace found it (it lets go of the dict there, as Python's
+did): `dict_iter_at`. A resume function's trace reads such an iterator of a plain dict as an
+input: its dict (`DictIterSource`, guarded like any input dict) and how far it has run (guarded),
+the items from there on, the size the real iterator checks; the replay advances it by the items
+the trace took, before the stores (a store that changed the dict's size after the last step must
+not make it raise). One that finished, whose dict changed size, or whose cached result tuple holds
+an object with a Python __del__ (`dict_iter_pos`) is not traced into: its FOR_ITER runs in
+Python. The items left are taken as the dict's last ones: a dict that lost and gained keys of
+the same count while iterated (Python's iterator may skip or repeat keys then) is not modelled.
 """
 
 import collections

@@ -9,20 +9,34 @@ runs after it. The trace cannot know whether a reference is the last one (a refc
 guardable fact), so a store that drops a value whose class (looked up on the type, not the
 instance) defines __del__ in Python breaks the graph before the store: the store and everything
 after it run in Python, in Python's order. The values dropped are the old item or attribute, the
-items removed by clear/pop/popitem/remove, and, one level into traced containers, their items (a
-list of such objects dropped whole). Objects without a Python __del__ never break; C types'
-finalizers (files, generators) are not looked at.
+items removed by clear/pop/popitem/remove/del, those a full deque pushes out, and, a few levels
+into containers, their items (a list of such objects dropped whole). Stores: dict/OrderedDict/
+defaultdict and list/deque items, attributes (assignment and deletion), free variables and
+globals. Objects without a Python __del__ never break; C types' finalizers (files, generators)
+are not looked at, nor are sets. A store that cannot be a break site (DELETE_ATTR, STORE_DEREF of
+the frame's own cell) makes the frame run in Python.
+
+A call that broke and whose result a POP_TOP discards (`d.pop(k)` as a statement) drops it in the
+transformed code, as Python does, not in the resume function's frame. A value consumed by another
+instruction after a break (`d.pop(k).name`) lives on the stack of the resume function's frame
+until that frame ends or breaks: its __del__ may run later than Python's (not modelled).
 
 Note [Finalizers: locals]
-A frame's local can hold the last reference too: `for item in d.items()` over a dict whose
-value was just replaced holds the old value in `item` until the next iteration rebinds it, and
-its __del__ runs there. Rebinding a local of the root frame breaks before the store when its old
-value has a Python __del__ and may be held by the frame alone: the frame's argument (a resume
-function's arguments are moved into it: Note [Resume: arguments moved, not held]), or a tuple or
-list made while tracing holding one. A value read from an input container or attribute is held
-there (a store that drops it from there breaks first), so `for x in xs: ...` over a list of such
-objects is traced. The trace's own references to the frame's values are let go when the frame is
-compiled (FrameCache.compile), before the compiled code runs.
+A frame's local can hold the last reference too: `v = d.pop(k)` after a break leaves the resume
+function's frame alone holding the value (Note [Resume: arguments moved, not held]), and
+`v = None` runs its __del__. Rebinding (or deleting) a local of the root frame breaks before the
+store (STORE_FAST and DELETE_FAST are break sites: Python runs the store, the resume function
+gets the new value) when its old value has a Python __del__ and may be held by the frame alone:
+the frame's argument, an item reached from one (of a tuple argument), or a container made while
+tracing holding one; and no other local, nor the argument it was read from, holds it (so
+`for x in xs` over a list argument is traced). A value read from an input container or attribute
+is held there (a store that drops it from there breaks first). The trace's own references to the
+frame's values are let go of when the frame is compiled (FrameCache.compile: the translator's
+state, the break's state and traceback, the iterator steps of the last instruction), not at the
+next collection. One difference stays: a dict items iterator reuses its result tuple, so in
+Python an item can live in the iterator until a later step; the rebuilt iterator (Note [Dicts:
+iterators at a break]) reuses its tuple on its own schedule, and such a __del__ may run a step
+earlier or later than Python's.
 """
 
 from kiln.exc import unimplemented
@@ -119,7 +133,4 @@ def after_local_store(frame_locals, inst, live):
 def _break(cls, what):
     if cls is not None:
         name = cls.__qualname__
-        unimplemented(
-            f"{what} may run {name}.__del__ (it may drop the last reference to a {name}, "
-            "whose finalizer Python runs at the store)"
-        )
+        unimplemented(f"{what} may run {name}.__del__ (Python runs it at the store)")
