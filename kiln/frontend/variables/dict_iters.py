@@ -73,6 +73,11 @@ class DictIterInputVariable(ListIteratorVariable):
     def python_type(self):
         return self.iter_type
 
+    def next_item(self, tx=None):
+        if self._size_changed():  # the real iterator raises: Python's step, not a traced one
+            unimplemented("the next step of a dict iterator whose dict changed size")
+        return super().next_item(tx)
+
     def reconstruct(self, cg):
         self.source.reconstruct(cg)  # the real iterator, advanced by the replay
 
