@@ -36,6 +36,7 @@ from kiln.frontend.variables import random_draws
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.ctx_managers import SAVED_HOOKS_SWITCHES, WithExitVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.finalizers import LOCAL_STORES, after_local_store
 from kiln.frontend.variables.functions import UserMethodVariable
 from kiln.frontend.variables.generators import check_freed_generators
 from kiln.frontend.variables.lists import ListVariable, undo_iterators
@@ -232,6 +233,8 @@ _BREAKABLE_PUSHES = {
     "STORE_SUBSCR": 0,
     "DELETE_SUBSCR": 0,
     "STORE_GLOBAL": 0,
+    "STORE_FAST": 0,  # (Note [Finalizers: locals])
+    "DELETE_FAST": 0,
     "GET_ITER": 1,
     "LOAD_ATTR": 1,  # the plain form only (see _breakable)
 }
@@ -287,6 +290,7 @@ class _BreakSite:
     base_index: int  # the instruction's index in base_code
     base_inst: object
     in_resume: bool  # the traced code is a resume function
+    discards: bool = False  # a POP_TOP follows: Python drops the result at once
 
 
 def _break_site(code, e, instructions):
@@ -336,6 +340,7 @@ def _break_site(code, e, instructions):
         base_index,
         base_insts[base_index],
         found is not None,
+        base_index + 1 < len(base_insts) and base_insts[base_index + 1].opname == "POP_TOP",
     )
 
 
@@ -575,8 +580,16 @@ class _BreakCodegen:
             _run_instruction(body, inst, e)
         else:
             _run_instruction(body, inst, e)
+            if inst.opname in LOCAL_STORES:
+                self.live = after_local_store(self.locals, inst, self.live)
             depth = len(stack) + _stack_effect(inst)
             pushes = _BREAKABLE_PUSHES[inst.opname]
+            if pushes and site.discards:
+                # the result dies here, as in eager, not in the resume function's frame
+                # (a value whose __del__ runs then: Note [Finalizers: a store that may run __del__])
+                body.extend(emit.pop_top())
+                self.call_resume(site.base_index + 2, layout[: depth - pushes])
+                return
             self.call_resume(site.base_index + 1, layout[: depth - pushes] + [None] * pushes)
 
 

@@ -43,6 +43,7 @@ from kiln.frontend.resume import call_moving
 from kiln.frontend.source import GetItemSource, LocalSource
 from kiln.frontend.translator import InstructionTranslator, user_location
 from kiln.frontend.user_errors import fullgraph_error, warn_graph_breaks
+from kiln.frontend.variables.lists import _ITER_UNDO as ITER_UNDO
 from kiln.symbolic import autocast_state as amp
 
 _all_caches = weakref.WeakSet()
@@ -388,6 +389,7 @@ class FrameCache:
             self._record_break(e)
             # no resume: the frame runs in Python (torch.compile's counter of the same name)
             logs.counters["unimplemented"][e.msg] += 1
+            _let_go(e)
         except Exception as e:
             if isinstance(e, TypeError) and not _binds(self.fn, args, kwargs):
                 failure = "arguments"  # Python's own error, naming the function (run eagerly)
@@ -480,6 +482,18 @@ class FrameCache:
             output.uses_modules = True
             self._check_module_hooks(args[0])
         tx = InstructionTranslator(output, fn, args, kwargs)
+        steps = len(ITER_UNDO)
+        try:
+            return self._trace(fn, output, tx)
+        finally:
+            # the trace lets go of the frame's values now, not at the next collection: the
+            # translator can sit in reference cycles with what it made, the iterator steps of
+            # its last instruction hold its variables (Note [Finalizers: locals])
+            tx.__dict__.clear()
+            del ITER_UNDO[steps:]
+
+    def _trace(self, fn, output, tx):
+        """Run the translator and build the cache entry (compile's body)."""
         grad_mode, autocast_state = torch.is_grad_enabled(), amp.snapshot()
         default_dtype = torch.get_default_dtype()  # Note [Torch: set_default_dtype traced]
         try:
@@ -497,6 +511,7 @@ class FrameCache:
                 e.msg = f"{e.msg} (no graph break possible: {why})"
                 raise e from None
             self._record_break(e)
+            _let_go(e)
         else:
             try:
                 new_code = transformed_code(output, fn.__code__, tx.return_value)
@@ -569,6 +584,14 @@ class FrameCache:
         g = torch.nn.modules.module
         if g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks:
             unimplemented("global module hooks")
+
+
+def _let_go(e):
+    """Drop what a graph break holds of the trace (its state, the frames it unwound), now rather
+    than at the next collection: the frame's values die where Python lets go of them (Note
+    [Finalizers: locals])."""
+    e.break_state = None
+    e.__traceback__ = e.__context__ = None
 
 
 def _has_hooks(mod):

@@ -26,12 +26,15 @@ from kiln import faults, logs
 from kiln.frontend.source import (
     MISSING,
     AttrSource,
+    DictIterSource,
     GetItemSource,
     IterHasSource,
     IterRestSource,
     LocalSource,
     ProxiedDictSource,
     dict_get,
+    dict_iter_dict,
+    dict_iter_pos,
     iter_has,
     iter_rest,
     key_text,
@@ -370,6 +373,8 @@ class _Hoister:
             expr = f"___iter_rest({self(source.source)})"
         elif isinstance(source, ProxiedDictSource):
             expr = f"___proxied_dict({self(source.source)})"
+        elif isinstance(source, DictIterSource):
+            expr = f"___dict_iter_{source.part}({self(source.source)})"
         elif isinstance(source, IterHasSource):
             expr = f"___iter_has({self(source.source)}, {source.n})"
         else:
@@ -439,6 +444,8 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___from_numpy": tensor_of_array,  # NumpyTensorSource
         "___iter_rest": iter_rest,  # IterRestSource
         "___iter_has": iter_has,  # IterHasSource
+        "___dict_iter_dict": dict_iter_dict,  # DictIterSource
+        "___dict_iter_pos": dict_iter_pos,
         "___missing": MISSING,
         "___is_any_autocast_enabled": torch._C._is_any_autocast_enabled,
         "___autocast_settings": amp.settings,

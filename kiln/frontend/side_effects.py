@@ -19,6 +19,8 @@ variable, so each read sees the mutations made before it and the replay writes t
 contents once. (Two variables would each replay their own contents: the first append lost.)
 """
 
+import inspect
+import types
 from typing import NamedTuple
 
 from kiln.bytecode import emit
@@ -27,6 +29,7 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import GetItemSource, LocalSource, advance_iter
 from kiln.frontend.variables.dict_keys import is_stand_in, key_var
 from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.finalizers import check_drop_value, check_drops, check_local_drop
 from kiln.frontend.variables.lists import BaseListVariable, DequeVariable
 from kiln.frontend.variables.misc import NullVariable
 from kiln.frontend.variables.sets import SetVariable
@@ -111,6 +114,7 @@ class SideEffects:
         key = ("attr", id(obj_var.value), name)
         if self.is_deleted(obj_var, name):
             unimplemented(f"attribute .{name} stored again after its deletion while tracing")
+        self._check_attr_drop(key, obj_var, name, "assignment")
         self.attr_order.setdefault(key, len(self.attr_order))
         if key in self.log and name not in (getattr(obj_var.value, "__dict__", None) or ()):
             # a new attribute stored again: replayed where it was first stored, so that the
@@ -124,6 +128,7 @@ class SideEffects:
         """`obj.__dict__[name] = value` for a name behind a data descriptor of obj's class
         (Note [Objects: the instance __dict__ as a view])."""
         key = ("dictitem", id(obj_var.value), name)
+        self._check_attr_drop(key, obj_var, name, "assignment")
         self.attr_order.setdefault(key, len(self.attr_order))
         self._record(key, "attr", (obj_var, name, value, "dict"))
 
@@ -138,8 +143,27 @@ class SideEffects:
         """`del obj.name` of an instance attribute (Note [Objects: the instance __dict__ as a
         view]): replayed as `del obj.name`."""
         key = ("attr", id(obj_var.value), name)
+        self._check_attr_drop(key, obj_var, name, "deletion")
         self.attr_order.setdefault(key, len(self.attr_order))
         self._record(key, "attr", (obj_var, name, DELETED, True))
+
+    def _check_attr_drop(self, key, obj_var, name, what):
+        """Break before a store over an attribute whose value may run a Python __del__ when
+        dropped (Note [Finalizers: a store that may run __del__])."""
+        what = f"attribute {what} .{name}"
+        hit = self.log.get(key)
+        if hit is not None:
+            if hit[1][2] is not DELETED:
+                check_drops([hit[1][2]], what)
+            return
+        state = getattr(obj_var.value, "__dict__", None)
+        old = state.get(name, _UNSET) if isinstance(state, dict) else _UNSET
+        if old is _UNSET and key[0] == "attr":
+            slot = inspect.getattr_static(type(obj_var.value), name, None)
+            if type(slot) is types.MemberDescriptorType:
+                old = getattr(obj_var.value, name, _UNSET)
+        if old is not _UNSET:
+            check_drop_value(old, what)
 
     def is_deleted(self, obj_var, name):
         """Whether `obj.name` was deleted while tracing (and not stored again)."""
@@ -159,21 +183,37 @@ class SideEffects:
     def write_cell_ref(self, ref, value):
         """A store into an enclosing traced frame's cell (`nonlocal`, a walrus in a genexp);
         journaled, so that an instruction that breaks leaves the cell as it found it."""
-        self.written.append(ref.serial)
         frame_locals = ref.tx.symbolic_locals
+        old = frame_locals.get(ref.name)
+        if old is not None:
+            check_local_drop(old, ref.name)
+        self.written.append(ref.serial)
         self.cell_undo.append((frame_locals, ref.name, frame_locals.get(ref.name, _UNSET)))
         frame_locals[ref.name] = value
 
     def has_global_stores(self):
         return any(key[0] == "global" for key in self.log)
 
-    def store_global(self, name, value, globals_name=""):
+    def store_global(self, name, value, globals_name="", f_globals=None):
         """`global name; name = value` in the root function's module, or in another module's
-        (Note [Side effects: globals of another module])."""
+        (Note [Side effects: globals of another module]); f_globals: that module's dict."""
         key = ("global", name) if not globals_name else ("global", name, globals_name)
+        old = self.load_global(name, globals_name)
+        if old is not None:
+            check_drops([old], f"assignment to the global {name!r}")
+        elif f_globals is not None and name in f_globals:
+            check_drop_value(f_globals[name], f"assignment to the global {name!r}")
         self._record(key, "global", value)
 
     def store_cell(self, name, value, cell=None):
+        old = self.load_cell(name)
+        if old is not None:
+            check_drops([old], f"assignment to the free variable {name!r}")
+        elif cell is not None:
+            try:
+                check_drop_value(cell.cell_contents, f"assignment to the free variable {name!r}")
+            except ValueError:
+                pass  # (an empty cell)
         self._record(("cell", name), "cell", value)
         if cell is not None:
             self.cell_objects[id(cell)] = name
@@ -243,11 +283,15 @@ class SideEffects:
         stores = []
         advances = []  # after the stores: the step past a tuple's end may free it (its __del__
         # sees the frame's cells stored, as in eager, where next() ran after them)
+        first = []  # before the stores: a dict's iterator (Note [Dicts: iterators at a break])
         for key, (kind, payload) in self.log.items():
             if kind == "iterator":
                 if payload.index:
                     it = _to_temp(cg, lambda var=payload: var.source.reconstruct(cg))
-                    advances.append(_advance(cg, it, payload.index))
+                    if getattr(payload, "advance_first", False):
+                        first.append(_advance(cg, it, payload.index))
+                    else:
+                        advances.append(_advance(cg, it, payload.index))
                 continue
             if kind == "attr":
                 obj_var, name, value, raw = payload
@@ -362,7 +406,7 @@ class SideEffects:
             else:  # cell
                 v = _to_temp(cg, lambda payload=payload: cg.reconstruct(payload))
                 stores.append(emit.load_fast(v) + emit.store_deref(key[1]))
-        stores += advances
+        stores = first + stores + advances
         if stores:
             for var in pin:
                 if _reads_state(var):

@@ -340,6 +340,68 @@ class IterHasSource(Source):
         return self.source.base()
 
 
+def dict_iter_dict(it):
+    """The dict a dict iterator reads, or None once it has finished (it lets go of it then)."""
+    for r in gc.get_referents(it):  # (its dict and its cached result tuple)
+        if isinstance(r, dict):
+            return r
+    return None
+
+
+def finalizer_class(cls):
+    """cls when it (or a Python class along its MRO) defines __del__, else None."""
+    if not isinstance(cls, type) or not cls.__flags__ & _HEAPTYPE:
+        return None
+    for k in cls.__mro__:
+        if k.__flags__ & _HEAPTYPE and "__del__" in vars(k):
+            return cls
+    return None
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
+
+
+def dict_iter_pos(it):
+    """How many items a dict iterator has taken, or None when it is not traced into: it has
+    finished, its dict changed size (its next step raises), or the result tuple it keeps for
+    reuse holds an object whose class has a Python __del__ (its next step may drop it). Note
+    [Dicts: iterators at a break]."""
+    d = None
+    for r in gc.get_referents(it):  # (its dict and its cached result tuple)
+        if isinstance(r, dict):
+            d = r
+        elif type(r) is tuple and any(finalizer_class(type(x)) for x in r):
+            return None
+    if d is None:
+        return None
+    left = it.__length_hint__()  # (0 also once the dict changed size)
+    if not left:
+        try:
+            it.__reduce__()  # (a copy runs on: it raises when the dict changed size)
+        except RuntimeError:
+            return None
+    return len(d) - left
+
+
+@dataclasses.dataclass(frozen=True)
+class DictIterSource(Source):
+    """`___dict_iter_<part>(base)` of a dict-iterator input: its dict, or how far it has run."""
+
+    source: Source
+    part: str  # "dict" or "pos"
+
+    def name(self):
+        return f"___dict_iter_{self.part}({self.source.name()})"
+
+    def reconstruct(self, cg):
+        cg.load_object(dict_iter_dict if self.part == "dict" else dict_iter_pos, push_null=True)
+        self.source.reconstruct(cg)
+        cg.extend(_emit.call(1))
+
+    def base(self):
+        return self.source.base()
+
+
 def is_from_local(source):
     """Whether a source is rooted in the frame's locals (as opposed to globals or closures)."""
     return isinstance(source.base(), LocalSource)

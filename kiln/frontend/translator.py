@@ -33,6 +33,7 @@ from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.ctx_managers import WithExitVariable, _Yielded
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
+from kiln.frontend.variables.finalizers import check_local_drop, frame_finalized
 from kiln.frontend.variables.functions import NestedUserFunctionVariable, inline_call
 from kiln.frontend.variables.generators import (
     LazyGeneratorVariable,
@@ -322,9 +323,33 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         self.push(self.get_local(b))
 
     def STORE_FAST(self, inst):
+        self._rebind(inst.argval)
         v = self.pop()
         self._name_node(v, inst.argval)
         self.symbolic_locals[inst.argval] = DeletedVariable() if v is NULL else v
+
+    def _rebind(self, *names):
+        """Break before a store dropping a root-frame local's value that may run a Python
+        __del__ (Note [Finalizers: locals])."""
+        if not self.is_root:
+            return
+        for name in names:
+            old = self.symbolic_locals.get(name)
+            if old is None or not frame_finalized(old):
+                continue
+            if any(v is old for v in self.stack):
+                continue  # (still on the stack: a resume function's prologue moves it there)
+            if not self._held_elsewhere(old, name):
+                check_local_drop(old, name)
+
+    def _held_elsewhere(self, var, name):
+        """Whether another local holds var, or the argument var was read from (`for x in xs`
+        over an argument list: xs holds x)."""
+        base = var.source.base() if var.source is not None else None
+        for k, v in self.symbolic_locals.items():
+            if k != name and (v is var or (base is not None and v.source == base)):
+                return True
+        return False
 
     def _name_node(self, v, name):
         if isinstance(v, TensorVariable):  # Note [Graph: node names and lines]
@@ -332,18 +357,21 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
 
     def STORE_FAST_STORE_FAST(self, inst):  # 3.13
         a, b = inst.argval
+        self._rebind(a, b)
         for name in (a, b):
             self.symbolic_locals[name] = v = self.pop()
             self._name_node(v, name)
 
     def STORE_FAST_LOAD_FAST(self, inst):  # 3.13
         a, b = inst.argval
+        self._rebind(a)
         self.symbolic_locals[a] = v = self.pop()
         self._name_node(v, a)
         self.push(self.get_local(b))
 
     def DELETE_FAST(self, inst):
         self.get_local(inst.argval)
+        self._rebind(inst.argval)
         self.symbolic_locals[inst.argval] = DeletedVariable()
 
     def LOAD_CONST(self, inst):
@@ -362,7 +390,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
 
     def STORE_GLOBAL(self, inst):
         gname = self.output.globals_name(self.f_globals)  # '' for the root function's
-        self.output.side_effects.store_global(inst.argval, self.pop(), gname)
+        self.output.side_effects.store_global(inst.argval, self.pop(), gname, self.f_globals)
 
     def LOAD_DEREF(self, inst):
         name = inst.argval

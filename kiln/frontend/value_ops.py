@@ -13,6 +13,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.variables.builtin import getitem
 from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable, dict_key
+from kiln.frontend.variables.finalizers import old_items
 from kiln.frontend.variables.lists import DequeVariable, ListVariable, TupleVariable, unpack_error
 from kiln.frontend.variables.operators import binary_op, compare_vars, contains, unary_op
 from kiln.frontend.variables.sets import SetVariable, _set_item
@@ -89,7 +90,7 @@ class ValueOpsMixin:
             i = index.as_python_constant()
             if isinstance(obj, DequeVariable) and not isinstance(i, int):
                 unimplemented(f"del deque[{i!r}] (TypeError in Python)")
-            obj._mutate(self)
+            obj._mutate(self, old_items(obj.items, i), "__delitem__")
             try:
                 del obj.items[i]
             except (IndexError, TypeError) as e:

@@ -52,6 +52,8 @@ from kiln.frontend.variables.base import lookup_hooked, probe, register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.checkpoint import checkpoint_function
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.dict_iters import KINDS as DICT_ITERATORS
+from kiln.frontend.variables.dict_iters import wrap_dict_iter
 from kiln.frontend.variables.dicts import (
     ConstDictVariable,
     IdentityKeyedDictVariable,
@@ -359,6 +361,10 @@ def _wrap(tx, value, source):
         )
     if type(value) is collections.deque:
         return wrap_deque(tx, value, source)
+    if type(value) in DICT_ITERATORS:  # Note [Dicts: iterators at a break]
+        made = wrap_dict_iter(tx, value, source)
+        if made is not None:
+            return made
     if type(value) is TUPLE_ITERATOR:  # Note [Iterators: inputs]
         guards.add(GuardKind.TYPE_MATCH, source, TUPLE_ITERATOR)
         rest = iter_rest(value)

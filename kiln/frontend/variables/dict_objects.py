@@ -38,7 +38,7 @@ class AttrDictVariable(VariableTracker):
         view = ConstDictVariable(self.obj.attrs)
         if name in ("__setitem__", "pop", "update", "clear", "setdefault"):
             tx.output.side_effects.mutate_new_object(self.obj)
-            view._mutate = lambda tx: None
+            view._mutate = lambda tx, *_: None
             result = view.call_method(tx, name, args, kwargs)
             self.obj.attrs = view.items
             return result
@@ -174,7 +174,7 @@ def _storage_var(obj):
     view = getattr(obj, "_storage", None)
     if view is None:
         view = obj._storage = ConstDictVariable({})
-        view._mutate = lambda tx: None  # (the side effect is recorded on the object)
+        view._mutate = lambda tx, *_: None  # (the side effect is recorded on the object)
     view.items = obj.dict_items  # (shared, not copied: stores elsewhere change it in place)
     return view
 

@@ -135,7 +135,7 @@ def operator_method(tx, obj, name, args, kwargs):
     mine, other = ConstDictVariable(obj.dict_items), args[0]
     if name == "__ior__":
         tx.output.side_effects.mutate_new_object(obj)
-        mine._mutate = lambda tx: None
+        mine._mutate = lambda tx, *_: None
         mine.call_method(tx, "update", [items_of(other) or other], {})
         obj.dict_items = mine.items
         return obj

@@ -61,7 +61,7 @@ class DictViewVariable(VariableTracker):
     def iter_var(self, tx):
         """iter(view): an iterator that raises if the dict changes size while it runs."""
         return ListIteratorVariable.over_dict(
-            self.dict_var, self.unpack_var_sequence(tx), view=False
+            self.dict_var, self.unpack_var_sequence(tx), view=False, kind=self.kind
         )
 
     def var_getattr(self, tx, name):

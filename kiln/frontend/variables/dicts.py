@@ -13,6 +13,7 @@ from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dict_keys import is_stand_in, key_var, object_key
 from kiln.frontend.variables.dict_views import DictViewVariable
 from kiln.frontend.variables.exceptions import observe, raise_observed
+from kiln.frontend.variables.finalizers import check_drops
 from kiln.frontend.variables.lists import ListIteratorVariable, ListVariable, TupleVariable
 
 # Set by operators.py and builtin.py (which import this module): "dicts": (tx, a, b) -> whether
@@ -132,9 +133,12 @@ class ConstDictVariable(VariableTracker):
             return self.default_factory or ConstantVariable(None)
         return super().var_getattr(tx, name)
 
-    def _mutate(self, tx):
+    def _mutate(self, tx, drops=(), what="a dict store"):
+        """Record a mutation; `drops`: the values it removes (Note [Finalizers: a store that
+        may run __del__])."""
         if self.user_cls not in (dict, collections.OrderedDict, collections.defaultdict):
             unimplemented(f"mutation of a {self.user_cls.__name__}")
+        check_drops(drops, f"{self.user_cls.__name__}.{what}")
         tx.output.side_effects.mutate_container(self)
 
     def _key(self, var):
@@ -219,8 +223,9 @@ class ConstDictVariable(VariableTracker):
         if name in ("keys", "values", "items") and not args:
             return DictViewVariable(self, name)  # Note [Dicts: views]
         if name == "__setitem__" and len(args) == 2:
-            self._mutate(tx)
-            self.items[self._key(args[0])] = args[1]
+            key = self._key(args[0])
+            self._mutate(tx, [self.items.get(key)], name)
+            self.items[key] = args[1]
             return ConstantVariable(None)
         if name == "update" and len(args) > 1:
             raise_observed(tx, TypeError, f"update expected at most 1 argument, got {len(args)}")
@@ -242,10 +247,12 @@ class ConstDictVariable(VariableTracker):
                         message = f"dictionary update sequence element #{i} has length {len(kv)}"
                         raise_observed(tx, ValueError, f"{message}; 2 is required")
                     k, v = kv
-                    self._mutate(tx)  # (pairs before a bad key are in, as in Python)
-                    self.items[self._key(k)] = v
+                    k = self._key(k)
+                    # (pairs before a bad key are in, as in Python)
+                    self._mutate(tx, [self.items.get(k)], name)
+                    self.items[k] = v
             other.update(kwargs)
-            self._mutate(tx)
+            self._mutate(tx, [self.items.get(k) for k in other], name)
             self.items.update(other)
             return ConstantVariable(None)
         if name == "setdefault" and 1 <= len(args) <= 2:
@@ -255,7 +262,7 @@ class ConstDictVariable(VariableTracker):
                 self.items[key] = args[1] if len(args) == 2 else ConstantVariable(None)
             return self.items[key]
         if name == "clear" and not args:
-            self._mutate(tx)
+            self._mutate(tx, self.items.values(), name)
             self.items.clear()
             return ConstantVariable(None)
         if (
@@ -266,8 +273,8 @@ class ConstDictVariable(VariableTracker):
             last = kwargs.get("last", args[0] if args else ConstantVariable(True)).truthy(tx)
             if not self.items:
                 raise_observed(tx, KeyError, "popitem(): dictionary is empty")
-            self._mutate(tx)
             k = next(reversed(self.items)) if last else next(iter(self.items))
+            self._mutate(tx, [self.items[k]], name)
             return TupleVariable([key_var(k), self.items.pop(k)])
         if name == "move_to_end" and self._ordered() and len(args) + len(kwargs) <= 2 and args:
             key = self._key(args[0])
@@ -312,8 +319,8 @@ class ConstDictVariable(VariableTracker):
             merged = {**other.items, **self.items}
             return ConstDictVariable(merged, self.user_cls, self.default_factory)
         if name == "pop" and 1 <= len(args) <= 2:
-            self._mutate(tx)
             key = self._key(args[0])
+            self._mutate(tx, [self.items.get(key)], name)
             if key in self.items:
                 return self.items.pop(key)
             if len(args) == 2:

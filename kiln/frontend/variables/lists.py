@@ -15,6 +15,7 @@ from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal, short_range
 from kiln.frontend.variables.exceptions import observe, raise_observed
+from kiln.frontend.variables.finalizers import check_drops, old_items
 from kiln.frontend.variables.list_growth import items_for_growing
 
 
@@ -200,7 +201,10 @@ class ListVariable(BaseListVariable):
     def _build(self, n):
         return emit.build_list(n)
 
-    def _mutate(self, tx):
+    def _mutate(self, tx, drops=(), what="store"):
+        """Record a mutation; `drops`: the items it removes (Note [Finalizers: a store that may
+        run __del__])."""
+        check_drops(drops, f"{self.python_type().__name__}.{what}")
         tx.output.side_effects.mutate_container(self)
 
     def call_method(self, tx, name, args, kwargs):
@@ -228,13 +232,13 @@ class ListVariable(BaseListVariable):
                 raise_observed(tx, IndexError, "pop from empty list")
             if not -len(self.items) <= index < len(self.items):
                 raise_observed(tx, IndexError, "pop index out of range")
-            self._mutate(tx)
+            self._mutate(tx, [self.items[index]], name)
             return self.items.pop(index)
         if name == "remove" and len(args) == 1:
             i = self.find(tx, args[0])
             if i is None:
                 _not_found(tx, args[0], "list.remove(x): x not in list")
-            self._mutate(tx)
+            self._mutate(tx, [self.items[i]], name)
             del self.items[i]
             return ConstantVariable(None)
         if name == "reverse" and not args:
@@ -250,12 +254,12 @@ class ListVariable(BaseListVariable):
             self.items[:] = sort_items(tx, self.items, kwargs.get("key"), kwargs.get("reverse"))
             return ConstantVariable(None)
         if name == "clear" and not args:
-            self._mutate(tx)
+            self._mutate(tx, self.items, name)
             self.items.clear()
             return ConstantVariable(None)
         if name == "__setitem__" and len(args) == 2:
-            self._mutate(tx)
             index = args[0].as_python_constant()
+            self._mutate(tx, old_items(self.items, index), name)
             try:  # the real list raises what Python raises (a bad index type, out of range)
                 if isinstance(index, slice):
                     self.items[index] = args[1].unpack_var_sequence(tx)
@@ -317,6 +321,8 @@ class DequeVariable(ListVariable):
     def call_method(self, tx, name, args, kwargs):
         if kwargs:
             unimplemented(f"deque.{name} with keyword arguments")
+        if self.maxlen is not None and name in ("append", "extend", "appendleft", "extendleft"):
+            check_drops(self.items, f"deque.{name}")  # (a full deque drops from the other end)
         if name in ("append", "extend"):
             before = len(self.items)
             super().call_method(tx, name, args, kwargs)
@@ -342,7 +348,7 @@ class DequeVariable(ListVariable):
         if name in ("pop", "popleft") and not args:
             if not self.items:
                 raise_observed(tx, IndexError, "pop from an empty deque")
-            self._mutate(tx)
+            self._mutate(tx, [self.items[0 if name == "popleft" else -1]], name)
             self.state += 1
             return self.items.pop(0 if name == "popleft" else -1)
         if name == "clear" and not args:
@@ -521,10 +527,11 @@ class ListIteratorVariable(VariableTracker):
         return it
 
     @classmethod
-    def over_dict(cls, d, items, view=True):
+    def over_dict(cls, d, items, view=True, kind="keys"):
         """An iterator over a dict (or its keys/values/items view) that raises as Python's does
         when the dict changes size while it is iterated."""
         it = cls(items)
+        it.dict_kind = kind  # (Note [Dicts: iterators at a break])
         if issubclass(getattr(d, "user_cls", dict), collections.OrderedDict):
             # an OrderedDict's iterator raises once, then ends (a dict's and a set's go on raising)
             it.watched = (d, len(d.items), "OrderedDict mutated during iteration")
@@ -542,6 +549,7 @@ class ListIteratorVariable(VariableTracker):
     failed = False  # raised one of those errors
     sticky = True  # every next() raises it again once raised (a dict's, a set's iterator)
 
+    ran_out = False  # next() found the end
     kind = None  # the itertools class the iterator stands for (Note [Iterators: itertools kinds])
 
     def python_type(self):
@@ -558,6 +566,7 @@ class ListIteratorVariable(VariableTracker):
                 self.index = len(self.items)
                 raise_observed(None, RuntimeError, message)
         if self.index >= len(self.items):
+            self.ran_out = True  # (a dict's iterator lets go of its dict then)
             if self.end_error is not None and not self.failed:
                 self.failed = True
                 raise_observed(None, ValueError, self.end_error)
@@ -607,6 +616,8 @@ class ListIteratorVariable(VariableTracker):
             cg.load_object(exhausted_list_iter, push_null=True)
             cg.extend(emit.call(0))
             return
+        if self.watched is not None and ITERATORS.get("rebuild dict", _no)(cg, self):
+            return  # a real dict iterator (Note [Dicts: iterators at a break])
         if self.live_list is not None and self.live_list.items is self.items:
             # the same list object, advanced to where the trace is
             cg.load_object(list_iter_at, push_null=True)
@@ -635,6 +646,10 @@ class ListIteratorVariable(VariableTracker):
         if self.kind is itertools.islice:  # islice(items, None): the same items
             cg.extend(emit.load_const(None))
         cg.extend(emit.call(2 if self.kind is itertools.islice else 1))
+
+
+def _no(cg, it):
+    return False
 
 
 def _rebuild_tuple(cg, items):

@@ -86,7 +86,7 @@ def sequence_op(tx, fn, a, b):
         if fn is operator.imul and _kind(a) is not tuple:
             if isinstance(a, DequeVariable):
                 a.state += _repeat_counts(a, n)  # Note [Deques: iterators]
-            a._mutate(tx)
+            a._mutate(tx, a.items if n <= 0 else (), "__imul__")
             a.items[:] = _repeat(a, n).items
             return a
         return _repeat(a, n)
