@@ -13,7 +13,7 @@ import torch
 from kiln import config, modes
 from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
-from kiln.frontend import frame_cache, frame_shapes, markers
+from kiln.frontend import backward_scope, frame_cache, frame_shapes, markers
 from kiln.frontend.entry import DisabledModule, OptimizedModule, compile_callable
 from kiln.frontend.markers import allow_in_graph, graph_break, kiln_marker
 from kiln.frontend.resume import clear_cache
@@ -107,7 +107,7 @@ def _compiled_autograd_scope(backend):
     return maybe_enable(backend)
 
 
-frame_cache.register_backward_scope(_compiled_autograd_scope)
+backward_scope.register_backward_scope(_compiled_autograd_scope)
 
 
 # --- the rest of the public API -----------------------------------------------------------------

@@ -385,7 +385,7 @@ def _cut_graph_at(output, state, site):
 
 # Resume functions are tail calls (Note [Resume: tail calls]) also under config.compiled_autograd:
 # run_resume runs them inside the root frame's transformed code, i.e. inside its compiled-autograd
-# context (frame_cache._with_compiled_autograd).
+# context (backward_scope.with_backward_scope).
 _TAIL_CALLS = True
 
 

@@ -32,6 +32,10 @@ from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import CompiledAutogradCall, Unsupported, unimplemented
 from kiln.frontend import fallback, stance
+from kiln.frontend.backward_scope import (
+    backward_scope,
+    with_backward_scope,
+)
 from kiln.frontend.bytecode_gen import NoBreakHere, transformed_code, transformed_code_at_break
 from kiln.frontend.call_through import Router, is_plain, routed_code
 from kiln.frontend.distributed import HookedModuleCall
@@ -537,7 +541,7 @@ class FrameCache:
         )
         new_fn.__kwdefaults__ = fn.__kwdefaults__
         if config.compiled_autograd:
-            new_fn = _with_compiled_autograd(new_fn, self.settings.backend)
+            new_fn = with_backward_scope(new_fn, self.settings.backend)
         gm = getattr(output, "gm", None)
         if gm is not None:
             for r in _recorders:
@@ -619,36 +623,6 @@ def _hooks_run_around(mod):
         return False
     g = torch.nn.modules.module
     return not (g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks)
-
-
-# Note [Frontend: the backward scope]
-# With `config.compiled_autograd` on, an eager run of a frame and transformed code (which may call
-# `.backward()` after a graph break) run inside compiled autograd's scope for the frame's backend,
-# so that the backward graph is captured whole. Compiled autograd sits above the frontend in the
-# layer order (docs/ARCHITECTURE.md): its scope is registered here (by kiln.api), not imported.
-_backward_scopes = []
-
-
-def register_backward_scope(scope):
-    """Register `scope(backend)`, a context manager around frames that may run `.backward()`."""
-    _backward_scopes[:] = [scope]
-
-
-def backward_scope(backend):
-    """The registered backward scope for `backend` (Note [Frontend: the backward scope])."""
-    return _backward_scopes[0](backend)
-
-
-def _with_compiled_autograd(fn, backend):
-    """Run a transformed function inside the backward scope (compiled autograd's `maybe_enable`),
-    so that a `.backward()` it runs (after a graph break) captures the whole backward graph."""
-
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        with backward_scope(backend):
-            return fn(*args, **kwargs)
-
-    return run
 
 
 def shallow_frame(cache):
