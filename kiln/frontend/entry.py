@@ -66,19 +66,9 @@ def _compiled_class(cls, settings):
     return cls
 
 
-class DisabledModule(torch.nn.Module):
-    """`kiln.disable(module)`: calls run the module in Python (its hooks included) and compiled
-    code calling it breaks the graph; everything else is `_orig_mod`'s (as OptimizedModule)."""
-
-    _kiln_disabled_module = True  # kiln.frontend.markers.is_disabled_module
-
-    def __init__(self, mod):
-        self.__dict__["_orig_mod"] = mod
-
-    def __call__(self, *args, **kwargs):
-        return self.__dict__["_orig_mod"](*args, **kwargs)
-
-    forward = __call__
+class _ModuleView(torch.nn.Module):
+    """A wrapper with no state of its own: attribute reads, writes and deletes act on the module
+    it wraps (`_orig_mod`)."""
 
     def __getattr__(self, name):
         return getattr(self.__dict__["_orig_mod"], name)
@@ -91,6 +81,21 @@ class DisabledModule(torch.nn.Module):
 
     def __dir__(self):
         return dir(self.__dict__["_orig_mod"])
+
+
+class DisabledModule(_ModuleView):
+    """`kiln.disable(module)`: calls run the module in Python (its hooks included) and compiled
+    code calling it breaks the graph; everything else is `_orig_mod`'s (as OptimizedModule)."""
+
+    _kiln_disabled_module = True  # kiln.frontend.markers.is_disabled_module
+
+    def __init__(self, mod):
+        self.__dict__["_orig_mod"] = mod
+
+    def __call__(self, *args, **kwargs):
+        return self.__dict__["_orig_mod"](*args, **kwargs)
+
+    forward = __call__
 
     def __repr__(self):
         return f"DisabledModule({self.__dict__['_orig_mod']!r})"
@@ -129,7 +134,7 @@ def _forward_cache(func, settings):
     return cache
 
 
-class OptimizedModule(torch.nn.Module):
+class OptimizedModule(_ModuleView):
     """A compiled nn.Module: calls run the compiled forward; everything else is `_orig_mod`'s.
 
     It holds no state of its own: attribute reads, writes and deletes, state_dict(),
@@ -170,18 +175,6 @@ class OptimizedModule(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         return self.__dict__["_kiln_call"](*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.__dict__["_orig_mod"], name)
-
-    def __setattr__(self, name, value):
-        setattr(self.__dict__["_orig_mod"], name, value)
-
-    def __delattr__(self, name):
-        delattr(self.__dict__["_orig_mod"], name)
-
-    def __dir__(self):
-        return dir(self.__dict__["_orig_mod"])
 
     def __repr__(self):
         return f"OptimizedModule({self.__dict__['_orig_mod']!r})"
