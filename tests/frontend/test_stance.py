@@ -3,19 +3,9 @@
 
 import pytest
 import torch
+from frontend_helpers import CountingBackend
 
 import kiln
-
-
-class Counting:
-    """A backend that counts the graphs it compiles and runs them as they are."""
-
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
 
 
 def _shifted(x, n):
@@ -29,24 +19,24 @@ def _default_stance():
 
 
 def test_force_eager_runs_the_plain_function():
-    be = Counting()
+    be = CountingBackend()
     f = kiln.compile(_shifted, backend=be)
     x = torch.randn(5)
     torch.testing.assert_close(f(x, 2), _shifted(x, 2))
     with kiln.set_stance("force_eager"):
         torch.testing.assert_close(f(x, 3), _shifted(x, 3))
         torch.testing.assert_close(f(x, 2), _shifted(x, 2))
-    assert be.graphs == 1  # n=3 was not compiled
+    assert be.calls == 1  # n=3 was not compiled
     kiln.set_stance("force_eager")  # as a plain call, until set back
     torch.testing.assert_close(f(x, 4), _shifted(x, 4))
     kiln.set_stance("default")
-    assert be.graphs == 1
+    assert be.calls == 1
     torch.testing.assert_close(f(x, 4), _shifted(x, 4))
-    assert be.graphs == 2
+    assert be.calls == 2
 
 
 def test_force_eager_as_a_decorator_holds_only_during_calls():
-    be = Counting()
+    be = CountingBackend()
     f = kiln.compile(_shifted, backend=be)
 
     @kiln.set_stance("force_eager")
@@ -55,15 +45,15 @@ def test_force_eager_as_a_decorator_holds_only_during_calls():
 
     x = torch.randn(3)
     torch.testing.assert_close(f(x, 1), _shifted(x, 1))  # decorating changed nothing
-    assert be.graphs == 1
+    assert be.calls == 1
     torch.testing.assert_close(outer(x), _shifted(x, 5))
-    assert be.graphs == 1
+    assert be.calls == 1
     torch.testing.assert_close(f(x, 7), _shifted(x, 7))  # default again after the call
-    assert be.graphs == 2
+    assert be.calls == 2
 
 
 def test_eager_on_recompile_keeps_hits_and_runs_misses_in_python():
-    be = Counting()
+    be = CountingBackend()
     f = kiln.compile(_shifted, backend=be, dynamic=False)
     x = torch.randn(4)
     f(x, 1)
@@ -72,11 +62,11 @@ def test_eager_on_recompile_keeps_hits_and_runs_misses_in_python():
         torch.testing.assert_close(f(x, 2), _shifted(x, 2))
         y = torch.randn(6)
         torch.testing.assert_close(f(y, 1), _shifted(y, 1))
-    assert be.graphs == 1
+    assert be.calls == 1
 
 
 def test_fail_on_recompile_raises_on_a_miss_only():
-    be = Counting()
+    be = CountingBackend()
     f = kiln.compile(_shifted, backend=be, dynamic=False)
     x = torch.randn(4)
     f(x, 1)
@@ -85,21 +75,21 @@ def test_fail_on_recompile_raises_on_a_miss_only():
         torch.testing.assert_close(f(y, 1), _shifted(y, 1))  # a hit runs
         with pytest.raises(RuntimeError, match="fail_on_recompile"):
             f(x, 2)
-    assert be.graphs == 1
+    assert be.calls == 1
     torch.testing.assert_close(f(x, 2), _shifted(x, 2))
 
 
 def test_force_backend_compiles_apart_from_the_compile_backend():
-    own, forced = Counting(), Counting()
+    own, forced = CountingBackend(), CountingBackend()
     f = kiln.compile(_shifted, backend=own)
     x = torch.randn(4)
     f(x, 1)
     with kiln.set_stance("default", force_backend=forced):
         torch.testing.assert_close(f(x, 1), _shifted(x, 1))
         torch.testing.assert_close(f(x, 1), _shifted(x, 1))
-    assert (own.graphs, forced.graphs) == (1, 1)  # the forced backend's own entry, made once
+    assert (own.calls, forced.calls) == (1, 1)  # the forced backend's own entry, made once
     f(x, 1)
-    assert own.graphs == 1
+    assert own.calls == 1
     with pytest.raises(RuntimeError, match="force_backend"):
         kiln.set_stance("force_eager", force_backend=forced)
     with pytest.raises(ValueError, match="unknown stance"):
@@ -107,7 +97,7 @@ def test_force_backend_compiles_apart_from_the_compile_backend():
 
 
 def test_stance_decorated_function_called_from_compiled_code():
-    be = Counting()
+    be = CountingBackend()
     inner = kiln.compile(_shifted, backend=be)
 
     @kiln.set_stance("force_eager")
@@ -119,7 +109,7 @@ def test_stance_decorated_function_called_from_compiled_code():
 
     x = torch.randn(4)
     torch.testing.assert_close(kiln.compile(outer, backend="eager")(x), outer(x))
-    assert be.graphs == 0  # inner ran under force_eager
+    assert be.calls == 0  # inner ran under force_eager
 
 
 class Hooked(torch.nn.Module):
@@ -136,7 +126,7 @@ def test_stances_on_a_compiled_module_with_hooks():
     m = Hooked()
     seen = []
     m.register_forward_hook(lambda mod, args, out: seen.append(out.shape))
-    own, forced = Counting(), Counting()
+    own, forced = CountingBackend(), CountingBackend()
     cm = kiln.compile(m, backend=own)
     x = torch.randn(2, 3)
     torch.testing.assert_close(cm(x), m(x))
@@ -151,5 +141,5 @@ def test_stances_on_a_compiled_module_with_hooks():
     with kiln.set_stance("eager_on_recompile"):
         y = torch.randn(4, 2, 3)
         torch.testing.assert_close(cm(y), m(y))
-    assert (own.graphs, forced.graphs) == (1, 1)
+    assert (own.calls, forced.calls) == (1, 1)
     assert len(seen) == 10  # every call ran the hook once

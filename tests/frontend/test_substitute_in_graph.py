@@ -5,17 +5,9 @@ import bisect
 
 import pytest
 import torch
+from frontend_helpers import CountingBackend
 
 import kiln
-
-
-class Counting:
-    def __init__(self):
-        self.graphs = 0
-
-    def __call__(self, gm, example_inputs):
-        self.graphs += 1
-        return gm.forward
 
 
 def scaled_by_rank(x, edges):
@@ -25,7 +17,7 @@ def scaled_by_rank(x, edges):
 def test_c_function_breaks_until_substituted():
     x, edges = torch.randn(4), [1.0, 2.0, 3.0]
     kiln.reset()
-    be = Counting()
+    be = CountingBackend()
     torch.testing.assert_close(
         kiln.compile(scaled_by_rank, backend=be)(x, edges), scaled_by_rank(x, edges)
     )
@@ -44,7 +36,7 @@ def test_c_function_breaks_until_substituted():
 
     try:
         kiln.reset()
-        be = Counting()
+        be = CountingBackend()
         f = kiln.compile(scaled_by_rank, backend=be, fullgraph=True)
         for edges in ([1.0, 2.0, 3.0], [3.0, 4.0], [0.0, 1.0, 2.0, 2.4]):
             torch.testing.assert_close(f(x, edges), scaled_by_rank(x, edges))
