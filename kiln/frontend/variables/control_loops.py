@@ -79,12 +79,6 @@ def _length(leaves, dim, op):
     return n
 
 
-def _probe(tx, fn, examples, pack, op):
-    """Trace fn once into a graph of its own; its outputs, checked as torch checks them."""
-    graph, out = cf._trace_branch(tx, fn, examples, "the function", pack=pack, op=op)
-    return graph, out
-
-
 def map_op(tx, f, xs, args):
     """Note [Control flow: map and scan unrolled]: torch._higher_order_ops.map."""
     op = "torch map"
@@ -98,7 +92,9 @@ def map_op(tx, f, xs, args):
     _no_shared_storage(leaves + tensor_args, op)
     n = _length(leaves, 0, op)
     slices = [_Example(v.example.select(0, 0), v) for v in leaves]
-    graph, out = _probe(tx, f, slices, lambda phs: [rebuild(phs), *args], op)
+    graph, out = cf._trace_branch(
+        tx, f, slices, "the function", pack=lambda phs: [rebuild(phs), *args], op=op
+    )
     out_leaves, out_rebuild = _tree(out, op, "the function returns")
     cf._check_no_alias(graph, out_leaves, "the function", op)
     steps = []
@@ -141,13 +137,8 @@ def scan_op(tx, combine_fn, init, xs, dim, reverse):
     k = len(init_leaves)
     examples = [_Example(v.example, v) for v in init_leaves]
     examples += [_Example(v.example.select(dim, 0), v) for v in xs_leaves]
-    graph, out = _probe(
-        tx,
-        combine_fn,
-        examples,
-        lambda phs: [init_rebuild(phs[:k]), xs_rebuild(phs[k:])],
-        op,
-    )
+    pack = lambda phs: [init_rebuild(phs[:k]), xs_rebuild(phs[k:])]  # noqa: E731
+    graph, out = cf._trace_branch(tx, combine_fn, examples, "the function", pack=pack, op=op)
     carry, ys = _pair(out, op)
     carry_leaves = _tree(carry, op, "the carry returned")[0]
     y_leaves, y_rebuild = _tree(ys, op, "the output returned")
