@@ -35,9 +35,9 @@ def _count(gm):
 
 def _break_atan(monkeypatch):
     """The code generator made to fail on atan: its C++ calls a function that does not exist."""
-    from kiln.backend.codegen import cpp, vecmath
+    from kiln.backend.codegen import cpp_ops, vecmath
 
-    monkeypatch.setitem(cpp.FLOAT_UNARY, "atan", "kiln_injected_no_such_atan({0})")
+    monkeypatch.setitem(cpp_ops.FLOAT_UNARY, "atan", "kiln_injected_no_such_atan({0})")
     for table in (vecmath.SLEEF_F32, vecmath.SLEEF_F64):
         if "atan" in table:
             monkeypatch.delitem(table, "atan")
