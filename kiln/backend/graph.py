@@ -8,6 +8,7 @@ import torch
 from kiln import config, logs
 from kiln.backend import lowering as L
 from kiln.backend import lowering_matmul, lowering_reductions, lowering_views  # noqa: F401 (they register lowerings)
+from kiln.backend.index_exprs import ranges
 from kiln.backend.ir import (
     CPU,
     Buffer,
@@ -29,7 +30,6 @@ from kiln.backend.ir import (
     is_sym,
     known_eq,
     norm,
-    ranges,
     size_exprs,
     stride_exprs,
     to_expr,

@@ -4,12 +4,12 @@ import functools
 
 import torch
 
+from kiln.backend.index_exprs import _atom
 from kiln.backend.ir import (
     Ix,
     Layout,
     Pointwise,
     View,
-    _atom,
     cexpr,
     contiguous_strides,
     floordiv,

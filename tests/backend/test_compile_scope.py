@@ -8,7 +8,8 @@ import torch
 
 import kiln
 from kiln.backend import lowering as L
-from kiln.backend.ir import compile_scope, ranges, set_range
+from kiln.backend.index_exprs import ranges
+from kiln.backend.ir import compile_scope, set_range
 from kiln.symbolic.shape_env import ShapeEnv
 from kiln.symbolic.sizes import size_hint, to_expr, use_shape_env
 

@@ -21,7 +21,8 @@ runs the kernel's nodes symbolically to find the cut points and the live indices
 
 import re
 
-from kiln.backend.ir import Ix, ranges, set_handler, set_range
+from kiln.backend.index_exprs import ranges
+from kiln.backend.ir import Ix, set_handler, set_range
 
 MIN_TILE = 8  # smallest inner tile worth a vector loop
 MAX_SEGMENTS = 16  # more cut points than this: keep the plain loop
