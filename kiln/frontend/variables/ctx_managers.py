@@ -218,10 +218,10 @@ class WithExitVariable(VariableTracker):
 # exception table keeps the block's cleanup, so an exception leaving the block calls __exit__ as
 # in eager; the block's code is traced into the resume function's graph; the __exit__ call after
 # the block is a break (Python calls it; for the kinds untraced_reason names, with the reason of
-# the with statement: one cause, one reason) and another resume function continues after it. A break
-# inside such a block cannot be placed (its cleanup is an untraced handler: the resume function
-# runs eagerly), nor a graph op that may raise at run time (Note [Blocks: ops inside try blocks]:
-# the graph call is outside the block's cleanup, and a lock would stay taken).
+# the with statement: one cause, one reason) and another resume function continues after it. A
+# break inside such a block cannot be placed (its cleanup is an untraced handler: the resume
+# function runs eagerly), nor a graph op that may raise at run time: the graph call is outside
+# the block's cleanup, and a lock would stay taken (Note [Blocks: ops inside try blocks]).
 # Tracing lock.acquire()/release() as replayed side effects instead would not be sound: the
 # graph's tensor reads and in-place updates inside the block would not run under the lock.
 
@@ -234,7 +234,8 @@ _STREAM_SWAPS = (contextlib.redirect_stdout, contextlib.redirect_stderr)
 def untraced_reason(cls):
     """Why kiln leaves managers of class `cls` to Python, or None when it does not by type."""
     if issubclass(cls, PROFILERS):
-        return f"a {cls.__name__} profiler used beyond `with {cls.__name__}():` (Python runs it)"
+        name = cls.__name__
+        return f"a {name} profiler not in the plain `with {name}(<flags>):` form (Python runs it)"
     if issubclass(cls, _STREAM_SWAPS):
         return f"context manager {cls} not supported (it swaps a sys stream)"
     return None
