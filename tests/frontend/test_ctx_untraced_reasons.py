@@ -4,6 +4,7 @@ construction, with statement and __exit__ carry one reason (ctx_managers.untrace
 import contextlib
 import io
 import sys
+import threading
 
 import torch
 from frontend_helpers import CountingBackend
@@ -74,3 +75,23 @@ def test_bound_profiler_breaks_for_one_reason():
     (reason,) = breaks
     assert "profile profiler" in reason and breaks[reason] == 3
     assert backend.calls >= 1  # `y * 2` after the block is compiled
+
+
+LOCK = threading.Lock()
+
+
+def under_lock(t):
+    y = t.sin()
+    with LOCK:
+        y = y + t.cos()
+    return y.tan()
+
+
+def test_c_manager_enter_and_exit_break_for_one_reason():
+    t = torch.randn(3)
+    got, expected, breaks, backend = _breaks(under_lock, t)
+    torch.testing.assert_close(got, expected)
+    assert not LOCK.locked()
+    assert len(breaks) == 1 and list(breaks.values()) == [2], breaks
+    assert "lock" in next(iter(breaks))
+    assert backend.calls == 3

@@ -238,7 +238,13 @@ def untraced_reason(cls):
         return f"a {name} profiler not in the plain `with {name}(<flags>):` form (Python runs it)"
     if issubclass(cls, _STREAM_SWAPS):
         return f"context manager {cls} not supported (it swaps a sys stream)"
-    return None
+    enter = inspect.getattr_static(cls, "__enter__", None)
+    exit_ = inspect.getattr_static(cls, "__exit__", None)
+    if enter is None or exit_ is None:
+        return None  # not a context manager: Python's with statement raises
+    if isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType):
+        return None  # traced (UserContextVariable)
+    return f"context manager {cls.__qualname__} without Python __enter__/__exit__ (Python runs it)"
 
 
 class EnteredExitVariable(OpaqueCallableVariable):
@@ -246,10 +252,9 @@ class EnteredExitVariable(OpaqueCallableVariable):
     only (Note [Blocks: context managers]), a break for the reason its with statement was one."""
 
     def call_function(self, tx, args, kwargs):
-        reason = untraced_reason(type(self.value.__self__))
-        if reason is not None:
-            unimplemented(reason)
-        return super().call_function(tx, args, kwargs)
+        cls = type(self.value.__self__)
+        reason = untraced_reason(cls)
+        unimplemented(reason or f"__exit__ of {cls.__qualname__}, a manager Python entered")
 
 
 def context_manager(tx, cm):
@@ -302,6 +307,7 @@ def context_manager(tx, cm):
         exit_ = inspect.getattr_static(cls, "__exit__", None)
         if isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType):
             return UserContextVariable(cm)
+        unimplemented(untraced_reason(cls) or f"with statement over a {cls.__qualname__} object")
     unimplemented(f"with statement over {cm} (context manager)")
 
 
