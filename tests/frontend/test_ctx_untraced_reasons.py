@@ -95,3 +95,20 @@ def test_c_manager_enter_and_exit_break_for_one_reason():
     assert len(breaks) == 1 and list(breaks.values()) == [2], breaks
     assert "lock" in next(iter(breaks))
     assert backend.calls == 3
+
+
+def reads_profiler_results(x):
+    with torch.profiler.profile() as prof:
+        y = x * 3
+    tree = prof.profiler.kineto_results.experimental_event_tree()
+    return y - 1, len(tree) > 0
+
+
+def test_pybind_method_break_names_its_class():
+    # two causes, two reasons: the profiler Python runs, and a C method of its results
+    x = torch.rand(4)
+    got, expected, breaks, _ = _breaks(reads_profiler_results, x)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1] == expected[1]
+    assert len(breaks) == 2, breaks
+    assert "call to _ProfilerResult.experimental_event_tree (not traceable)" in breaks, breaks
