@@ -18,7 +18,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
 | torch._dynamo.set_stance (torch.compiler's)    | kiln.set_stance (force_backend through the backend map) |
 | torch._dynamo.substitute_in_graph(fn, ...)     | kiln.substitute_in_graph(fn, skip_signature_check=)  |
-| torch._dynamo.export(f)(*args)                 | kiln.export(f, args): its graph on the call's arguments, unchecked as torch's, and its input specs and shape facts as the guards |
+| torch._dynamo.export(f)(*args)                 | kiln.export(f, args): its graph on the call's arguments (one the graph does not read is not checked, as torch's), its input specs and shape facts as the guards |
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
@@ -148,10 +148,13 @@ def substitute_in_graph(
 
 class _ExportedGraph:
     """What torch._dynamo.export returns as its graph module: the one captured graph, called with
-    the call's arguments. Like torch's, it does not check them: the guards come back beside it."""
+    the call's arguments. Like torch's, it ignores an argument the graph does not read; the ones
+    it reads are checked against kiln's specs (kiln exports static sizes where torch's default is
+    symbolic: another size raises instead of running a graph made for other sizes)."""
 
     def __init__(self, program):
         self.program = program
+        self.read = {leaf for role, leaf in program.placeholders if role == "input"}
 
     def __call__(self, *args, **kwargs):
         from torch.utils import _pytree as pytree
@@ -160,6 +163,12 @@ class _ExportedGraph:
         flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
         if spec != p.in_spec:
             raise TypeError(f"arguments of another structure than the exported call's: {spec}")
+        unread = [
+            i for i, m in enumerate(p.in_meta) if i not in self.read and not isinstance(m, list)
+        ]
+        p.check_inputs(
+            [p.in_meta[i].example_tensor() if i in unread else x for i, x in enumerate(flat)]
+        )
         return p.finish(flat, p.graph_module(*p.graph_args(flat)))
 
 
