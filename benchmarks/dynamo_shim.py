@@ -18,6 +18,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
 | torch._dynamo.set_stance (torch.compiler's)    | kiln.set_stance (force_backend through the backend map) |
 | torch._dynamo.substitute_in_graph(fn, ...)     | kiln.substitute_in_graph(fn, skip_signature_check=)  |
+| torch._dynamo.export(f)(*args)                 | kiln.export(f, args): its graph on the call's arguments (one the graph does not read is not checked, as torch's), its input specs and shape facts as the guards |
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
@@ -145,6 +146,59 @@ def substitute_in_graph(
     return kiln.substitute_in_graph(original_fn, skip_signature_check=skip_signature_check)
 
 
+class _ExportedGraph:
+    """What torch._dynamo.export returns as its graph module: the one captured graph, called with
+    the call's arguments. Like torch's, it ignores an argument the graph does not read; the ones
+    it reads are checked against kiln's specs (kiln exports static sizes where torch's default is
+    symbolic: another size raises instead of running a graph made for other sizes)."""
+
+    def __init__(self, program):
+        self.program = program
+        self.read = {leaf for role, leaf in program.placeholders if role == "input"}
+
+    def __call__(self, *args, **kwargs):
+        from torch.utils import _pytree as pytree
+
+        p = self.program
+        flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+        if spec != p.in_spec:
+            raise TypeError(f"arguments of another structure than the exported call's: {spec}")
+        unread = [
+            i for i, m in enumerate(p.in_meta) if i not in self.read and not isinstance(m, list)
+        ]
+        p.check_inputs(
+            [p.in_meta[i].example_tensor() if i in unread else x for i, x in enumerate(flat)]
+        )
+        return p.finish(flat, p.graph_module(*p.graph_args(flat)))
+
+
+_EXPORT_OPTIONS = ("aten_graph", "pre_dispatch", "decomposition_table", "dynamic_shapes")
+
+
+def _export(stock_export):
+    def export(f, *extra_args, **options):
+        """torch._dynamo.export(f)(*args) onto kiln.export: (graph module, guards)."""
+        if "_log_export_usage" in options:  # torch's own use (torch.export's strict path)
+            return stock_export(f, *extra_args, **options)
+        used = [k for k in _EXPORT_OPTIONS if options.get(k)]
+        if extra_args or used:
+            raise ShimLimitation(f"torch._dynamo.export with {used or 'extra arguments'}")
+
+        def capture(*args, **kwargs):
+            import torch._dynamo.eval_frame
+
+            import kiln
+
+            program = kiln.export(f, args, kwargs)
+            specs = [f"input leaf {i}: {m}" for i, m in enumerate(program.in_meta)]
+            result = torch._dynamo.eval_frame.ExportResult
+            return result(_ExportedGraph(program), specs + list(program.guards))
+
+        return capture
+
+    return export
+
+
 def _unsupported(a, b):
     """torch._dynamo.testing.unsupported: returns b, and no compiler traces it."""
     return b
@@ -208,6 +262,7 @@ def install():
         "graph_break": (torch._dynamo.graph_break, kiln.graph_break),
         "set_stance": (torch._dynamo.set_stance, set_stance),
         "substitute_in_graph": (torch._dynamo.substitute_in_graph, substitute_in_graph),
+        "export": (torch._dynamo.export, _export(torch._dynamo.export)),
         "allow_in_graph": (torch._dynamo.allow_in_graph, kiln.allow_in_graph),
         "disallow_in_graph": (torch._dynamo.disallow_in_graph, kiln.disallow_in_graph),
         "mark_dynamic": (torch._dynamo.mark_dynamic, kiln.mark_dynamic),

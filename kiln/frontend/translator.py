@@ -30,7 +30,7 @@ from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.classes import constant_cell
 from kiln.frontend.variables.constant import ConstantVariable
-from kiln.frontend.variables.ctx_managers import WithExitVariable, _Yielded
+from kiln.frontend.variables.ctx_managers import EnteredExitVariable, WithExitVariable, _Yielded
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
 from kiln.frontend.variables.finalizers import check_local_drop, frame_finalized
@@ -45,7 +45,7 @@ from kiln.frontend.variables.lists import (
     TupleVariable,
     start_instruction,
 )
-from kiln.frontend.variables.misc import DeletedVariable, NullVariable, OpaqueCallableVariable
+from kiln.frontend.variables.misc import DeletedVariable, NullVariable
 from kiln.frontend.variables.nn_module import NNModuleVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.user_attrs import (
@@ -91,7 +91,7 @@ class LazyVariable(VariableTracker):
         if probe(v, "__name__") == "__exit__" and probe(v, "__self__") is not None:
             # the __exit__ of a manager Python entered, on a resume function's stack (Note
             # [Blocks: context managers]): only ever called in Python, so nothing to guard
-            return OpaqueCallableVariable(v, source=self.source)
+            return EnteredExitVariable(v, source=self.source)
         return wrap_value(tx, v, self.source)
 
 

@@ -151,3 +151,40 @@ def test_a_manager_passed_in_is_consumed_as_eagerly():
         with pytest.raises((RuntimeError, AttributeError)):
             with cm:
                 pass
+
+
+def decorated_then_called(x):
+    @disable("from the call")
+    def f(y):
+        return y + 1, HOOKS._saved_tensors_hooks_get_disabled_error_message()
+
+    before = HOOKS._saved_tensors_hooks_get_disabled_error_message()
+    out, inside = f(x * 2)
+    return out, before, inside
+
+
+def decorated_then_called_pure(x):
+    @disable("from the call")
+    def f(y):
+        return y + 1
+
+    z = x * 2
+    return f(z)
+
+
+def test_decorating_switches_nothing_until_the_call():
+    # eager disables the hooks while the decorated function runs, not when it is decorated
+    # (torch.compile's graph switches at the decoration, before the ops that precede the call)
+    got = kiln.compile(decorated_then_called)(torch.ones(2))
+    expected = decorated_then_called(torch.ones(2))
+    assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:] == (None, "from the call")
+    backend = CountingBackend()
+    run_and_compare(decorated_then_called_pure, torch.ones(2), backend=backend, fullgraph=True)
+    ops = [n for n in backend.graphs[0].graph.nodes if n.op == "call_function"]
+    kinds = ["switch" if _switches_node(n) else "op" for n in ops]
+    assert kinds == ["op", "switch", "op", "switch"], ops
+    assert _switches(backend.graphs[0]) == ["from the call", None]
+
+
+def _switches_node(n):
+    return n.target in (HOOKS._saved_tensors_hooks_disable, HOOKS._saved_tensors_hooks_enable)

@@ -22,6 +22,7 @@ from kiln.frontend.variables.base import (
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.exceptions import ObservedException, make_exception
 from kiln.frontend.variables.functions import UserFunctionVariable, bind_args
+from kiln.frontend.variables.misc import OpaqueCallableVariable
 
 
 class GradModeVariable(VariableTracker):
@@ -216,10 +217,11 @@ class WithExitVariable(VariableTracker):
 # plain value in the block's stack slot (no guard: it is only ever called in Python). Its copied
 # exception table keeps the block's cleanup, so an exception leaving the block calls __exit__ as
 # in eager; the block's code is traced into the resume function's graph; the __exit__ call after
-# the block is a break (Python calls it) and another resume function continues after it. A break
-# inside such a block cannot be placed (its cleanup is an untraced handler: the resume function
-# runs eagerly), nor a graph op that may raise at run time (Note [Blocks: ops inside try blocks]:
-# the graph call is outside the block's cleanup, and a lock would stay taken).
+# the block is a break (Python calls it; for the kinds untraced_reason names, with the reason of
+# the with statement: one cause, one reason) and another resume function continues after it. A
+# break inside such a block cannot be placed (its cleanup is an untraced handler: the resume
+# function runs eagerly), nor a graph op that may raise at run time: the graph call is outside
+# the block's cleanup, and a lock would stay taken (Note [Blocks: ops inside try blocks]).
 # Tracing lock.acquire()/release() as replayed side effects instead would not be sound: the
 # graph's tensor reads and in-place updates inside the block would not run under the lock.
 
@@ -227,6 +229,32 @@ class WithExitVariable(VariableTracker):
 _FIELDS = ("mode", "prev")  # of a torch.set_grad_enabled object
 PROFILERS = (torch.profiler.profile, torch.autograd.profiler.profile)
 _STREAM_SWAPS = (contextlib.redirect_stdout, contextlib.redirect_stderr)
+
+
+def untraced_reason(cls):
+    """Why kiln leaves managers of class `cls` to Python, or None when it does not by type."""
+    if issubclass(cls, PROFILERS):
+        name = cls.__name__
+        return f"a {name} profiler not in the plain `with {name}(<flags>):` form (Python runs it)"
+    if issubclass(cls, _STREAM_SWAPS):
+        return f"context manager {cls} not supported (it swaps a sys stream)"
+    enter = inspect.getattr_static(cls, "__enter__", None)
+    exit_ = inspect.getattr_static(cls, "__exit__", None)
+    if enter is None or exit_ is None:
+        return None  # not a context manager: Python's with statement raises
+    if isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType):
+        return None  # traced (UserContextVariable)
+    return f"context manager {cls.__qualname__} without Python __enter__/__exit__ (Python runs it)"
+
+
+class EnteredExitVariable(OpaqueCallableVariable):
+    """The __exit__ of a manager Python entered, on a resume function's stack: called in Python
+    only (Note [Blocks: context managers]), a break for the reason its with statement was one."""
+
+    def call_function(self, tx, args, kwargs):
+        cls = type(self.value.__self__)
+        reason = untraced_reason(cls)
+        unimplemented(reason or f"__exit__ of {cls.__qualname__}, a manager Python entered")
 
 
 def context_manager(tx, cm):
@@ -268,17 +296,18 @@ def context_manager(tx, cm):
         return cm
     if isinstance(cm, UserDefinedObjectVariable) and isinstance(cm.value, PROFILERS):
         # (a profiler bound by `with profile() as p`: Note [Torch: profilers in a with])
-        unimplemented(f"with statement over a {type(cm.value).__name__} profiler (Python runs it)")
+        unimplemented(untraced_reason(type(cm.value)))
     if isinstance(cm, (NewObjectVariable, UserDefinedObjectVariable)):
         cls = cm.python_type()
         if issubclass(cls, _STREAM_SWAPS):
             # its __enter__ swaps sys.stdout/stderr (a module attribute kiln does not replay):
             # Python runs the with statement, the block resumes in a graph of its own
-            unimplemented(f"context manager {cls} not supported (it swaps a sys stream)")
+            unimplemented(untraced_reason(cls))
         enter = inspect.getattr_static(cls, "__enter__", None)
         exit_ = inspect.getattr_static(cls, "__exit__", None)
         if isinstance(enter, types.FunctionType) and isinstance(exit_, types.FunctionType):
             return UserContextVariable(cm)
+        unimplemented(untraced_reason(cls) or f"with statement over a {cls.__qualname__} object")
     unimplemented(f"with statement over {cm} (context manager)")
 
 

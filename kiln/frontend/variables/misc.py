@@ -328,6 +328,16 @@ def _exact_type(var):
         return None
 
 
+def _callable_name(fn):
+    """`Owner.name` of a bound C method (a pybind method's own __qualname__ is its binding's
+    internal record type), else the callable's qualified name."""
+    owner, name = probe(fn, "__self__", None), probe(fn, "__name__", None)
+    if owner is not None and isinstance(name, str) and not isinstance(owner, types.ModuleType):
+        cls = owner if isinstance(owner, type) else type(owner)
+        return f"{cls.__qualname__}.{name}"
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
 class OpaqueCallableVariable(VariableTracker):
     """A callable kiln does not trace into (C functions outside torch, other packages)."""
 
@@ -350,8 +360,7 @@ class OpaqueCallableVariable(VariableTracker):
         done = call_object_slot(tx, self.value, args, kwargs)
         if done is not None:
             return done
-        name = getattr(self.value, "__qualname__", None) or repr(self.value)
-        unimplemented(f"call to {name} (not traceable)")
+        unimplemented(f"call to {_callable_name(self.value)} (not traceable)")
 
     reconstruct = _load_value
 

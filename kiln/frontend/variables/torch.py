@@ -416,7 +416,8 @@ def _has_torch_function(tx, args):
 # modelled: the profiler object is not bound (`with profile() as p` would let code read what it
 # recorded), and no callback the profiler would call on exit (`on_trace_ready`, a `schedule`,
 # trace observers) is given; every argument is a constant flag. Other forms stay a graph break,
-# and Python runs the profiler.
+# and Python runs the profiler: its construction, its with statement and its __exit__ break with
+# one reason (ctx_managers.untraced_reason).
 _PROFILERS = ctx_managers.PROFILERS
 _PROFILER_CALLBACKS = frozenset(
     ("schedule", "on_trace_ready", "execution_trace_observer", "custom_trace_id_callback")
@@ -497,8 +498,10 @@ class TorchVariable(PythonValueVariable):
                 return ConstantVariable(value)
             if optim.is_record_function(fn):
                 return optim.ProfilerRangeVariable(fn)
-            if fn in _PROFILERS and _ignorable_profiler(tx, args, kwargs):
-                return optim.ProfilerRangeVariable(fn)  # Note [Torch: profilers in a with]
+            if fn in _PROFILERS:  # Note [Torch: profilers in a with]
+                if _ignorable_profiler(tx, args, kwargs):
+                    return optim.ProfilerRangeVariable(fn)
+                unimplemented(ctx_managers.untraced_reason(fn))
             if issubclass(fn, autocast.AUTOCAST_CLASSES):
                 return autocast.make_autocast(tx, fn, args, kwargs)
             if fn in (torch.no_grad, torch.enable_grad) and not args and not kwargs:
