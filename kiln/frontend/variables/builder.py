@@ -234,6 +234,8 @@ def wrap_value(tx, value, source):
         return wrap_constant_like(tx, value)
     if numpy_vars.is_numpy_array(value):  # Note [NumPy: arrays as tensors]
         return numpy_vars.wrap_array(tx, value, source)
+    if numpy_vars.is_numpy_scalar(value):  # Note [NumPy: scalar inputs]
+        return numpy_vars.wrap_scalar(tx, value, source)
     if isinstance(value, torch.Tensor):
         if value.layout != torch.strided:
             unimplemented(f"a {value.layout} tensor input (only strided tensors are traced)")

@@ -19,6 +19,14 @@ Inside a compiled function, as torch.compile does:
   names it; so is anything that reads array data into Python (`float(a.sum())`, `if a.any()`).
 - `torch.from_numpy(a)` / `torch.as_tensor(a)` is the array's tensor (same memory, as eagerly),
   `torch.tensor(a)` a copy; `t.numpy()` an ndarray of the tensor.
+
+Note [NumPy: scalar inputs]
+A NumPy scalar input (np.int64(3), np.float64(0.5)) is, as in torch.compile, a 0-d graph input
+`torch.from_numpy(np.asarray(value))` guarded by its type only: a loop that passes a new value on
+each call compiles once. It is a NumpyNdarrayVariable with `scalar` set, so arithmetic follows
+NumPy's scalar rules and gives NumPy scalars; anything that reads its value into Python (`if y`,
+`int(y)`, `range(y)`) is a graph break, as for any value of the graph. Returned or stored as it
+is, it is the caller's object (its source); item assignment raises in Python, so it breaks.
 """
 
 import operator
@@ -67,6 +75,14 @@ def is_numpy_array(value):
     return type(value) is np.ndarray
 
 
+_SCALAR_TYPES = frozenset(dt.type for dt in _DTYPES)
+
+
+def is_numpy_scalar(value):
+    """A NumPy scalar (np.int64(3), np.float32(0.5)) of a dtype torch has."""
+    return type(value) in _SCALAR_TYPES
+
+
 def wrap_array(tx, value, source):
     """An ndarray input: the graph input `torch.from_numpy(value)` (Note [NumPy: arrays as tensors])."""
     if np.dtype(value.dtype) not in _DTYPES:
@@ -78,6 +94,16 @@ def wrap_array(tx, value, source):
     tx.output.guards.add(GuardKind.CONSTANT_MATCH, flags, True)  # (the graph may write into it)
     tensor = tx.output.add_graph_input(torch.from_numpy(value), NumpyTensorSource(source))
     return NumpyNdarrayVariable(tensor, source=source)
+
+
+def wrap_scalar(tx, value, source):
+    """A NumPy scalar input: a 0-d graph input, so a new value of the same type reuses the graph
+    (Note [NumPy: scalar inputs])."""
+    tx.output.guards.add(GuardKind.TYPE_MATCH, source, type(value))
+    tensor = tx.output.add_graph_input(
+        torch.from_numpy(np.asarray(value)), NumpyTensorSource(source)
+    )
+    return NumpyNdarrayVariable(tensor, scalar=True, source=source)
 
 
 class NumpyNdarrayVariable(VariableTracker):
@@ -178,6 +204,8 @@ class NumpyNdarrayVariable(VariableTracker):
         return NumpyNdarrayVariable(out, scalar=ints)
 
     def _setitem(self, tx, index, value):
+        if self.scalar:
+            unimplemented("item assignment to a NumPy scalar (it raises)")
         if isinstance(value, NumpyNdarrayVariable):
             value = _cast(tx, value.tensor, self.tensor.example.dtype)
         elif not (
@@ -356,13 +384,40 @@ def _elementwise(tx, fn, torch_fn, args, kwargs):
         compute = np.result_type(*[_probe_value(a) for a in args])  # comparisons: promoted inputs
     else:
         compute = out_dtype
-    tensors = [_as_tensor(tx, a, torch_dtype(compute)) for a in args]
+    plain = torch_fn in _SCALAR_SECOND and _plain_number(args[1], compute)
+    tensors = [  # `a / 2`: the number itself (Note [NumPy: numbers as they are])
+        a if i == 1 and plain else _as_tensor(tx, a, torch_dtype(compute))
+        for i, a in enumerate(args)
+    ]
     out = _cast(tx, _t(tx, torch_fn, tensors), torch_dtype(out_dtype))
     scalar = (
         all(not isinstance(a, NumpyNdarrayVariable) or a.scalar or a.ndim == 0 for a in args)
         and out.example.dim() == 0
     )
     return _array(out, scalar=scalar)
+
+
+# Note [NumPy: numbers as they are]
+# `a / 2` with `a` an array: the first operand is cast to the result dtype NumPy computes in, so
+# torch's op with the Python number as its second argument computes in that dtype too (a Python
+# number never promotes a tensor of its own kind or a higher one), and the graph has one node
+# where a 0-d tensor of the number would add a second. Only for the ops with a (Tensor, Scalar)
+# form, and for numbers the compute dtype holds exactly (ints NumPy's probe accepted, floats
+# where the compute dtype is float64 or complex; never a bool: torch's `t - True` raises).
+_SCALAR_SECOND = {
+    torch.add, torch.sub, torch.mul, torch.div, torch.floor_divide, torch.remainder,
+    torch.fmod, torch.pow, torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge,
+}  # fmt: skip
+
+
+def _plain_number(v, compute):
+    """Whether `v` may go to torch's op as a Python number (Note [NumPy: numbers as they are])."""
+    if isinstance(v, NumpyNdarrayVariable) or not v.is_python_constant():
+        return False
+    c = v.as_python_constant()
+    if type(c) is int:  # (not a bool: torch's `t - True` raises)
+        return compute.kind in "iufc"
+    return type(c) is float and compute in (np.float64, np.complex128)
 
 
 def _axis(args, kwargs, ndim):
