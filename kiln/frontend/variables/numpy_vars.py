@@ -18,15 +18,8 @@ Inside a compiled function, as torch.compile does:
 - a numpy function without a row, or an argument kiln does not model, is a graph break that
   names it; so is anything that reads array data into Python (`float(a.sum())`, `if a.any()`).
 - `torch.from_numpy(a)` / `torch.as_tensor(a)` is the array's tensor (same memory, as eagerly),
-  `torch.tensor(a)` a copy; `t.numpy()` an ndarray of the tensor.
-
-Note [NumPy: scalar inputs]
-A NumPy scalar input (np.int64(3), np.float64(0.5)) is, as in torch.compile, a 0-d graph input
-`torch.from_numpy(np.asarray(value))` guarded by its type only: a loop that passes a new value on
-each call compiles once. It is a NumpyNdarrayVariable with `scalar` set, so arithmetic follows
-NumPy's scalar rules and gives NumPy scalars; anything that reads its value into Python (`if y`,
-`int(y)`, `range(y)`) is a graph break, as for any value of the graph. Returned or stored as it
-is, it is the caller's object (its source); item assignment raises in Python, so it breaks.
+  `torch.tensor(a)` a copy; `t.numpy()` an ndarray of the tensor;
+- a NumPy scalar input is a 0-d graph input (Note [NumPy: scalar inputs] in numpy_scalars.py).
 """
 
 import operator
@@ -61,6 +54,7 @@ _DTYPES = {
     np.dtype(np.complex128): torch.complex128,
 }
 _NP_OF = {v: k for k, v in _DTYPES.items()}
+DTYPES = tuple(_DTYPES)  # the numpy dtypes torch has
 
 
 def torch_dtype(np_dtype):
@@ -75,14 +69,6 @@ def is_numpy_array(value):
     return type(value) is np.ndarray
 
 
-_SCALAR_TYPES = frozenset(dt.type for dt in _DTYPES)
-
-
-def is_numpy_scalar(value):
-    """A NumPy scalar (np.int64(3), np.float32(0.5)) of a dtype torch has."""
-    return type(value) in _SCALAR_TYPES
-
-
 def wrap_array(tx, value, source):
     """An ndarray input: the graph input `torch.from_numpy(value)` (Note [NumPy: arrays as tensors])."""
     if np.dtype(value.dtype) not in _DTYPES:
@@ -94,16 +80,6 @@ def wrap_array(tx, value, source):
     tx.output.guards.add(GuardKind.CONSTANT_MATCH, flags, True)  # (the graph may write into it)
     tensor = tx.output.add_graph_input(torch.from_numpy(value), NumpyTensorSource(source))
     return NumpyNdarrayVariable(tensor, source=source)
-
-
-def wrap_scalar(tx, value, source):
-    """A NumPy scalar input: a 0-d graph input, so a new value of the same type reuses the graph
-    (Note [NumPy: scalar inputs])."""
-    tx.output.guards.add(GuardKind.TYPE_MATCH, source, type(value))
-    tensor = tx.output.add_graph_input(
-        torch.from_numpy(np.asarray(value)), NumpyTensorSource(source)
-    )
-    return NumpyNdarrayVariable(tensor, scalar=True, source=source)
 
 
 class NumpyNdarrayVariable(VariableTracker):
@@ -163,9 +139,9 @@ class NumpyNdarrayVariable(VariableTracker):
             dt = torch_dtype(_dtype_arg(args[0] if args else kwargs["dtype"]))
             if set(kwargs) - {"dtype"}:
                 unimplemented(f"ndarray.astype keywords {sorted(kwargs)}")
-            return _array(_cast(tx, self.tensor, dt, copy=True))
+            return _array(_cast(tx, self.tensor, dt, copy=True), scalar=self.scalar)
         if name == "copy" and not args and not kwargs:
-            return _array(_t(tx, torch.clone, [self.tensor]))
+            return _array(_t(tx, torch.clone, [self.tensor]), scalar=self.scalar)
         if name in ("reshape", "transpose") and len(args) > 1:
             args = [TupleVariable(list(args))]  # a.reshape(2, 3), a.transpose(1, 0)
         if name in ("flatten", "ravel") and not args and not kwargs:
@@ -372,8 +348,24 @@ def call(tx, fn, args, kwargs):
         return _reduction(tx, fn, rule, args, kwargs)
     rule = _OTHER.get(fn)
     if rule is not None:
-        return rule(tx, fn, args, kwargs)
+        return _as_numpy_gives(rule(tx, fn, args, kwargs), fn, args, kwargs)
     unimplemented(f"numpy function {_name(fn)} is not traced")
+
+
+def _as_numpy_gives(out, fn, args, kwargs):
+    """A 0-d result as the NumPy scalar NumPy's own call on the stand-ins gives (np.clip(s, 0,
+    1) of a scalar is a scalar, np.asarray(s) a 0-d array), else as it is."""
+    if not isinstance(out, NumpyNdarrayVariable) or out.scalar or out.ndim != 0:
+        return out
+    try:
+        probes = [_probe_value(a) for a in args]
+        kw = {k: _probe_value(v) for k, v in kwargs.items()}
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            scalar = isinstance(fn(*probes, **kw), np.generic)
+    except Exception:  # (an argument without a stand-in, or the stand-ins' own error)
+        return out
+    return NumpyNdarrayVariable(out.tensor, scalar=True) if scalar else out
 
 
 def _elementwise(tx, fn, torch_fn, args, kwargs):
@@ -384,6 +376,8 @@ def _elementwise(tx, fn, torch_fn, args, kwargs):
         compute = np.result_type(*[_probe_value(a) for a in args])  # comparisons: promoted inputs
     else:
         compute = out_dtype
+    if torch_fn in _INT_DIVISIONS and compute.kind in "iub" and not _nonzero(args[1]):
+        unimplemented(f"{_name(fn)} of integers by a value that may be 0 (NumPy gives 0)")
     plain = torch_fn in _SCALAR_SECOND and _plain_number(args[1], compute)
     tensors = [  # `a / 2`: the number itself (Note [NumPy: numbers as they are])
         a if i == 1 and plain else _as_tensor(tx, a, torch_dtype(compute))
@@ -408,6 +402,14 @@ _SCALAR_SECOND = {
     torch.add, torch.sub, torch.mul, torch.div, torch.floor_divide, torch.remainder,
     torch.fmod, torch.pow, torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge,
 }  # fmt: skip
+
+
+# integer x // 0, x % 0, fmod(x, 0): NumPy warns and gives 0, torch raises
+_INT_DIVISIONS = {torch.floor_divide, torch.remainder, torch.fmod}
+
+
+def _nonzero(v):
+    return v.is_python_constant() and v.as_python_constant() != 0
 
 
 def _plain_number(v, compute):
@@ -756,6 +758,8 @@ def torch_from_numpy(tx, fn, args, kwargs):
     if not args or not isinstance(args[0], NumpyNdarrayVariable):
         return None
     if fn is torch.from_numpy and not kwargs and len(args) == 1:
+        if args[0].scalar:
+            unimplemented("torch.from_numpy of a NumPy scalar (it raises)")
         return args[0].tensor
     if fn is torch.as_tensor and len(args) == 1 and set(kwargs) <= {"dtype"}:
         t = args[0].tensor

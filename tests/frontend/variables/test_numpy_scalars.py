@@ -115,3 +115,48 @@ def test_item_assignment_breaks_and_raises_as_in_python():
     kiln.reset()
     with pytest.raises(TypeError):
         kiln.compile(fn, backend="eager")(np.int64(1))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda s: s.copy(),
+        lambda s: s.astype(np.float32),
+        lambda s: s.T,
+        lambda s: np.transpose(s),
+        lambda s: np.clip(s, 0, 1),
+        lambda s: s.squeeze(),
+        lambda s: np.asarray(s),  # (a 0-d array, not a scalar)
+        lambda s: np.asarray(s).copy(),
+    ],
+)
+@pytest.mark.parametrize("value", [np.int64(3), np.float32(0.25)])
+def test_results_are_scalars_where_numpy_gives_scalars(fn, value):
+    kiln.reset()
+    np_same(fn(value), kiln.compile(fn, backend="eager", fullgraph=True)(value))
+
+
+def test_from_numpy_of_a_scalar_raises_as_in_python():
+    def fn(s):
+        return torch.from_numpy(s)
+
+    with pytest.raises(Unsupported, match="from_numpy of a NumPy scalar"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(np.int64(1))
+    kiln.reset()
+    with pytest.raises(TypeError):
+        kiln.compile(fn, backend="eager")(np.int64(1))
+
+
+@pytest.mark.parametrize("op", [np.floor_divide, np.remainder, np.fmod])
+def test_integer_division_by_an_input_that_may_be_zero(op):
+    def fn(a, s):
+        return op(a, s)
+
+    a = np.arange(4, dtype=np.int64)
+    with pytest.raises(Unsupported, match="may be 0"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(a, np.int64(0))
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    with np.errstate(divide="ignore"):
+        for s in (np.int64(0), np.int64(3)):
+            np_same(fn(a, s), compiled(a, s))
