@@ -29,7 +29,9 @@ def wrap_scalar(tx, value, source):
     """A NumPy scalar input: a 0-d graph input, so a new value of the same type reuses the graph
     (Note [NumPy: scalar inputs])."""
     tx.output.guards.add(GuardKind.TYPE_MATCH, source, type(value))
-    tensor = tx.output.add_graph_input(
-        torch.from_numpy(np.asarray(value)), NumpyTensorSource(source)
-    )
+    tensor_source = NumpyTensorSource(source)
+    # a source read again is the same input (its tensor, made once per trace)
+    made = [t for s, t, _ in tx.output.graph_inputs if s == tensor_source]
+    t = made[0] if made else torch.from_numpy(np.asarray(value))
+    tensor = tx.output.add_graph_input(t, tensor_source)
     return NumpyNdarrayVariable(tensor, scalar=True, source=source)

@@ -160,3 +160,33 @@ def test_integer_division_by_an_input_that_may_be_zero(op):
     with np.errstate(divide="ignore"):
         for s in (np.int64(0), np.int64(3)):
             np_same(fn(a, s), compiled(a, s))
+
+
+SHIFT = np.float64(0.5)
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = np.float32(2.0)
+
+    def forward(self, x):
+        return x * self.scale + self.scale * SHIFT + SHIFT
+
+
+def test_a_source_read_twice_is_one_input():
+    global SHIFT
+    kiln.reset()
+    backend = CountingBackend()
+    model = _Scaled()
+    compiled = kiln.compile(model, backend=backend)
+    x = torch.ones(3)
+    torch.testing.assert_close(compiled(x), model(x))
+    placeholders = [n for n in backend.graphs[0].graph.nodes if n.op == "placeholder"]
+    assert len(placeholders) == 3  # x, self.scale, SHIFT
+    model.scale, SHIFT = np.float32(3.0), np.float64(1.5)
+    try:
+        torch.testing.assert_close(compiled(x), model(x))
+    finally:
+        SHIFT = np.float64(0.5)
+    assert backend.calls == 1
