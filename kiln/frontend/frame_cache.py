@@ -31,7 +31,7 @@ import torch.fx
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import CompiledAutogradCall, Unsupported, unimplemented
-from kiln.frontend import fallback, stance
+from kiln.frontend import fallback, stance, transforms
 from kiln.frontend.backward_scope import (
     backward_scope,
     with_backward_scope,
@@ -335,6 +335,8 @@ class FrameCache:
     def _miss(self, args, kwargs):
         if self.skip:
             return self.run_eager(args, kwargs)
+        if transforms.active() is not None:  # Note [Frames: under torch.func transforms]
+            return transforms.run_under_transform(self, args, kwargs)
         if self.module_root and args and _hooks_run_around(args[0]):
             return self._hooked_call(args, kwargs)  # (its forward's own cache compiles, or not)
         if stance.state.name == "eager_on_recompile":

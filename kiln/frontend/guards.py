@@ -270,6 +270,7 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
         grad = torch.is_grad_enabled()
         return [
             f"___is_grad_enabled() is {grad!r}",
+            "___functorch_transform() is None",  # Note [Frames: under torch.func transforms]
             _autocast_guard(namer),
             f"___kiln_config.compiled_autograd is {bool(_config.compiled_autograd)!r}",
             *(
@@ -437,6 +438,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___list": list,
         "___device": torch.device,  # keys rendered by source.key_text
         "___is_grad_enabled": torch.is_grad_enabled,
+        "___functorch_transform": torch._C._functorch.peek_interpreter_stack,
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
         "___dict_get": dict_get,

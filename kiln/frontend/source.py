@@ -4,6 +4,7 @@ import builtins
 import dataclasses
 import gc
 
+import numpy as np
 import torch
 
 from kiln.bytecode import emit
@@ -270,7 +271,9 @@ class NumpyTensorSource(Source):
 
 def tensor_of_array(array):
     """`torch.from_numpy(array)` of a writeable array (a read-only one fails the guard that reads
-    it, before torch warns about it)."""
+    it, before torch warns about it); a 0-d tensor of a NumPy scalar (Note [NumPy: scalar inputs])."""
+    if isinstance(array, np.generic):
+        return torch.from_numpy(np.asarray(array))
     if not array.flags.writeable:
         raise ValueError("a read-only numpy array")
     return torch.from_numpy(array)

@@ -138,6 +138,7 @@ def guard(inputs):
         if not (inputs['x'].size()[0] >= 2): return False
         if not (inputs['y'].size()[0] >= 2): return False
         if not (___is_grad_enabled() is True): return False
+        if not (___functorch_transform() is None): return False
         if not (not ___is_any_autocast_enabled()): return False
         if not (___kiln_config.compiled_autograd is False): return False
     except Exception:  # a failing access is a failing guard

@@ -37,6 +37,7 @@ def guard(x, mod):
         if not (x.device == ___device_cpu): return False
         if not (___dispatch_keys(x) == ___keys): return False
         if not (___is_grad_enabled() is True): return False
+        if not (___functorch_transform() is None): return False
         if not (not ___is_any_autocast_enabled()): return False
         if not (___kiln_config.compiled_autograd is False): return False
         if not (not ___global_forward_hooks and not ___global_forward_pre_hooks): return False

@@ -37,6 +37,7 @@ from kiln.frontend.variables import (
     ctx_managers,
     default_dtype,  # noqa: F401  (registers torch.set_default_dtype)
     logging_vars,
+    numpy_scalars,
     numpy_shapes,
     numpy_vars,
     optim,
@@ -234,6 +235,8 @@ def wrap_value(tx, value, source):
         return wrap_constant_like(tx, value)
     if numpy_vars.is_numpy_array(value):  # Note [NumPy: arrays as tensors]
         return numpy_vars.wrap_array(tx, value, source)
+    if numpy_scalars.is_numpy_scalar(value):  # Note [NumPy: scalar inputs]
+        return numpy_scalars.wrap_scalar(tx, value, source)
     if isinstance(value, torch.Tensor):
         if value.layout != torch.strided:
             unimplemented(f"a {value.layout} tensor input (only strided tensors are traced)")

@@ -18,7 +18,8 @@ Inside a compiled function, as torch.compile does:
 - a numpy function without a row, or an argument kiln does not model, is a graph break that
   names it; so is anything that reads array data into Python (`float(a.sum())`, `if a.any()`).
 - `torch.from_numpy(a)` / `torch.as_tensor(a)` is the array's tensor (same memory, as eagerly),
-  `torch.tensor(a)` a copy; `t.numpy()` an ndarray of the tensor.
+  `torch.tensor(a)` a copy; `t.numpy()` an ndarray of the tensor;
+- a NumPy scalar input is a 0-d graph input (Note [NumPy: scalar inputs] in numpy_scalars.py).
 """
 
 import operator
@@ -53,6 +54,7 @@ _DTYPES = {
     np.dtype(np.complex128): torch.complex128,
 }
 _NP_OF = {v: k for k, v in _DTYPES.items()}
+DTYPES = tuple(_DTYPES)  # the numpy dtypes torch has
 
 
 def torch_dtype(np_dtype):
@@ -137,9 +139,9 @@ class NumpyNdarrayVariable(VariableTracker):
             dt = torch_dtype(_dtype_arg(args[0] if args else kwargs["dtype"]))
             if set(kwargs) - {"dtype"}:
                 unimplemented(f"ndarray.astype keywords {sorted(kwargs)}")
-            return _array(_cast(tx, self.tensor, dt, copy=True))
+            return _array(_cast(tx, self.tensor, dt, copy=True), scalar=self.scalar)
         if name == "copy" and not args and not kwargs:
-            return _array(_t(tx, torch.clone, [self.tensor]))
+            return _array(_t(tx, torch.clone, [self.tensor]), scalar=self.scalar)
         if name in ("reshape", "transpose") and len(args) > 1:
             args = [TupleVariable(list(args))]  # a.reshape(2, 3), a.transpose(1, 0)
         if name in ("flatten", "ravel") and not args and not kwargs:
@@ -178,6 +180,8 @@ class NumpyNdarrayVariable(VariableTracker):
         return NumpyNdarrayVariable(out, scalar=ints)
 
     def _setitem(self, tx, index, value):
+        if self.scalar:
+            unimplemented("item assignment to a NumPy scalar (it raises)")
         if isinstance(value, NumpyNdarrayVariable):
             value = _cast(tx, value.tensor, self.tensor.example.dtype)
         elif not (
@@ -344,8 +348,24 @@ def call(tx, fn, args, kwargs):
         return _reduction(tx, fn, rule, args, kwargs)
     rule = _OTHER.get(fn)
     if rule is not None:
-        return rule(tx, fn, args, kwargs)
+        return _as_numpy_gives(rule(tx, fn, args, kwargs), fn, args, kwargs)
     unimplemented(f"numpy function {_name(fn)} is not traced")
+
+
+def _as_numpy_gives(out, fn, args, kwargs):
+    """A 0-d result as the NumPy scalar NumPy's own call on the stand-ins gives (np.clip(s, 0,
+    1) of a scalar is a scalar, np.asarray(s) a 0-d array), else as it is."""
+    if not isinstance(out, NumpyNdarrayVariable) or out.scalar or out.ndim != 0:
+        return out
+    try:
+        probes = [_probe_value(a) for a in args]
+        kw = {k: _probe_value(v) for k, v in kwargs.items()}
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            scalar = isinstance(fn(*probes, **kw), np.generic)
+    except Exception:  # (an argument without a stand-in, or the stand-ins' own error)
+        return out
+    return NumpyNdarrayVariable(out.tensor, scalar=True) if scalar else out
 
 
 def _elementwise(tx, fn, torch_fn, args, kwargs):
@@ -356,13 +376,50 @@ def _elementwise(tx, fn, torch_fn, args, kwargs):
         compute = np.result_type(*[_probe_value(a) for a in args])  # comparisons: promoted inputs
     else:
         compute = out_dtype
-    tensors = [_as_tensor(tx, a, torch_dtype(compute)) for a in args]
+    if torch_fn in _INT_DIVISIONS and compute.kind in "iub" and not _nonzero(args[1]):
+        unimplemented(f"{_name(fn)} of integers by a value that may be 0 (NumPy gives 0)")
+    plain = torch_fn in _SCALAR_SECOND and _plain_number(args[1], compute)
+    tensors = [  # `a / 2`: the number itself (Note [NumPy: numbers as they are])
+        a if i == 1 and plain else _as_tensor(tx, a, torch_dtype(compute))
+        for i, a in enumerate(args)
+    ]
     out = _cast(tx, _t(tx, torch_fn, tensors), torch_dtype(out_dtype))
     scalar = (
         all(not isinstance(a, NumpyNdarrayVariable) or a.scalar or a.ndim == 0 for a in args)
         and out.example.dim() == 0
     )
     return _array(out, scalar=scalar)
+
+
+# Note [NumPy: numbers as they are]
+# `a / 2` with `a` an array: the first operand is cast to the result dtype NumPy computes in, so
+# torch's op with the Python number as its second argument computes in that dtype too (a Python
+# number never promotes a tensor of its own kind or a higher one), and the graph has one node
+# where a 0-d tensor of the number would add a second. Only for the ops with a (Tensor, Scalar)
+# form, and for numbers the compute dtype holds exactly (ints NumPy's probe accepted, floats
+# where the compute dtype is float64 or complex; never a bool: torch's `t - True` raises).
+_SCALAR_SECOND = {
+    torch.add, torch.sub, torch.mul, torch.div, torch.floor_divide, torch.remainder,
+    torch.fmod, torch.pow, torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge,
+}  # fmt: skip
+
+
+# integer x // 0, x % 0, fmod(x, 0): NumPy warns and gives 0, torch raises
+_INT_DIVISIONS = {torch.floor_divide, torch.remainder, torch.fmod}
+
+
+def _nonzero(v):
+    return v.is_python_constant() and v.as_python_constant() != 0
+
+
+def _plain_number(v, compute):
+    """Whether `v` may go to torch's op as a Python number (Note [NumPy: numbers as they are])."""
+    if isinstance(v, NumpyNdarrayVariable) or not v.is_python_constant():
+        return False
+    c = v.as_python_constant()
+    if type(c) is int:  # (not a bool: torch's `t - True` raises)
+        return compute.kind in "iufc"
+    return type(c) is float and compute in (np.float64, np.complex128)
 
 
 def _axis(args, kwargs, ndim):
@@ -701,6 +758,8 @@ def torch_from_numpy(tx, fn, args, kwargs):
     if not args or not isinstance(args[0], NumpyNdarrayVariable):
         return None
     if fn is torch.from_numpy and not kwargs and len(args) == 1:
+        if args[0].scalar:
+            unimplemented("torch.from_numpy of a NumPy scalar (it raises)")
         return args[0].tensor
     if fn is torch.as_tensor and len(args) == 1 and set(kwargs) <= {"dtype"}:
         t = args[0].tensor
