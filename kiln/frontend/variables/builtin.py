@@ -5,19 +5,18 @@ import builtins
 import collections.abc
 import functools
 import inspect
-import itertools
 import math
 import operator
 import types
 
 import torch
 
-from kiln import config
-from kiln.exc import Unsupported, unimplemented
+from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import (
     deque_iters,  # noqa: F401 (registers the deque's iterators)
     dicts,
+    itertools_calls,
     misc,
     optim,
     stdlib,
@@ -30,6 +29,7 @@ from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold,
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, raise_observed
 from kiln.frontend.variables.functions import BaseFunctionVariable, PartialVariable
+from kiln.frontend.variables.itertools_calls import is_none_const
 from kiln.frontend.variables.lists import (
     BaseListVariable,
     DequeVariable,
@@ -41,7 +41,6 @@ from kiln.frontend.variables.lists import (
 from kiln.frontend.variables.live_iters import (
     LazyIteratorVariable,
     ReversedListIteratorVariable,
-    lazy_islice,
     lazy_sources_ok,
 )
 from kiln.frontend.variables.nn_module import NNModuleVariable
@@ -54,6 +53,7 @@ from kiln.frontend.variables.operators import (
     unary_op,
 )
 from kiln.frontend.variables.sets import SetVariable, _set_values
+from kiln.frontend.variables.super_calls import SuperVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.frontend.variables.tensor import TensorVariable
@@ -62,7 +62,6 @@ from kiln.frontend.variables.typing_vars import typing_subscript
 from kiln.frontend.variables.user_attrs import class_decides_hasattr
 from kiln.frontend.variables.user_defined import (
     NewObjectVariable,
-    SuperVariable,
     UserDefinedObjectVariable,
     plain_class_attr,
 )
@@ -247,25 +246,8 @@ class BuiltinVariable(VariableTracker):
                     inner.fn, [*inner.args, *args[1:]], {**inner.kwargs, **kwargs}
                 )
             return PartialVariable(inner, list(args[1:]), dict(kwargs))
-        if fn in _ITERTOOLS and (
-            not kwargs or (fn is itertools.product and set(kwargs) == {"repeat"})
-        ):
-            if fn is itertools.product:
-                lists = [a.unpack_var_sequence(tx) for a in args]
-                repeat = kwargs["repeat"].as_python_constant() if kwargs else 1
-                it = ListIteratorVariable(
-                    [TupleVariable(list(p)) for p in itertools.product(*lists, repeat=repeat)]
-                )
-            elif lazy_sources_ok(args):
-                return LazyIteratorVariable(tx, itertools.chain, args, (0,))
-            else:
-                it = ListIteratorVariable([i for a in args for i in a.unpack_var_sequence(tx)])
-            it.kind = fn  # Note [Iterators: itertools kinds]
-            return it
-        if fn in _ITERTOOLS_MORE:
-            it = _itertools_call(tx, fn, args, kwargs)
-            it.kind = fn
-            return it
+        if fn in itertools_calls.ITERTOOLS:
+            return itertools_calls.itertools_call(tx, fn, args, kwargs)
         if fn is operator.getitem and len(args) == 2:
             return getitem(tx, *args)
         if fn is operator.contains and len(args) == 2:
@@ -428,15 +410,15 @@ class BuiltinVariable(VariableTracker):
 
     def _call_filter(self, tx, fn, seq):
         if lazy_sources_ok([seq]):
-            return LazyIteratorVariable(tx, filter, [seq], fn=None if _is_none_const(fn) else fn)
+            return LazyIteratorVariable(tx, filter, [seq], fn=None if is_none_const(fn) else fn)
         items = seq.unpack_var_sequence(tx)
         keep = []
         for item in items:
-            test = item if _is_none_const(fn) else fn.call_function(tx, [item], {})
+            test = item if is_none_const(fn) else fn.call_function(tx, [item], {})
             if test.truthy(tx):
                 keep.append(item)
         it = ListIteratorVariable(keep)
-        it.ran_ahead = not (_is_none_const(fn) or isinstance(fn, BuiltinVariable))
+        it.ran_ahead = not (is_none_const(fn) or isinstance(fn, BuiltinVariable))
         it.reach = [fn]
         return it
 
@@ -714,105 +696,19 @@ _COMPARE_FNS = {
     operator.is_not,
 }
 _BINARY_FNS = set(BINARY_OPS.values())
-_ITERTOOLS = {itertools.product, itertools.chain}
-_ITERTOOLS_MORE = {
-    itertools.accumulate,
-    itertools.islice,
-    itertools.repeat,
-    itertools.zip_longest,
-    itertools.starmap,
-    itertools.pairwise,
-}
 BUILTIN_CLASSES = frozenset(
     {
         set,
         frozenset,
         map,
         filter,
-        *_ITERTOOLS_MORE,
+        *itertools_calls.CLASSES,
         *(c for c in stdlib.CALLS if isinstance(c, type)),
     }
 )  # called like builtins
 
 
 dicts.EQUALITY["as_dict"] = lambda tx, m: BuiltinVariable(dict).call_function(tx, [m], {})
-
-
-def _is_none_const(v):
-    return v.is_python_constant() and v.as_python_constant() is None
-
-
-def _is_iterator(var):
-    """Whether `var` is an iterator (consumed by iterating it), not a sequence."""
-    try:
-        return hasattr(var.python_type(), "__next__")
-    except Unsupported:
-        return True
-
-
-def _itertools_call(tx, fn, args, kwargs):
-    """Finite itertools iterators over traced items, built at once."""
-    if fn is itertools.repeat and not kwargs and len(args) == 2:
-        times = args[1].as_python_constant()
-        if type(times) is not int or times > config.range_items_limit:
-            unimplemented(f"itertools.repeat(x, {times!r}) (its items are kept one by one)")
-        it = ListIteratorVariable([args[0]] * times)
-        it.repeated = args[0]
-        return it
-    if fn is itertools.islice and not kwargs and 2 <= len(args) <= 4:
-        if lazy_sources_ok(args[:1]):
-            bounds = [a.as_python_constant() for a in args[1:]]
-            it = lazy_islice(tx, args[0], bounds)
-            if it is not None:
-                return it
-        if _is_iterator(args[0]):
-            # (it takes items from it one by one as it is iterated, up to its stop)
-            unimplemented("itertools.islice over an iterator")
-        items = args[0].unpack_var_sequence(tx)
-        bounds = [a.as_python_constant() for a in args[1:]]
-        return ListIteratorVariable(items[slice(*bounds)])
-    if fn is itertools.zip_longest and set(kwargs) <= {"fillvalue"}:
-        fill = kwargs.get("fillvalue", ConstantVariable(None))
-        if args and lazy_sources_ok(args):  # Note [Iterators: lazy over live sources]
-            return LazyIteratorVariable(tx, fn, args, (False,) * len(args), fn=fill)
-        seqs = [a.unpack_var_sequence(tx) for a in args]
-        rows = itertools.zip_longest(*seqs, fillvalue=fill)
-        return ListIteratorVariable([TupleVariable(list(r)) for r in rows])
-    if fn is itertools.starmap and not kwargs and len(args) == 2:
-        if lazy_sources_ok(args[1:]):
-            return LazyIteratorVariable(tx, fn, args[1:], fn=args[0])
-        rows = args[1].unpack_var_sequence(tx)
-        return ListIteratorVariable(
-            [args[0].call_function(tx, r.unpack_var_sequence(tx), {}) for r in rows]
-        )
-    if fn is itertools.pairwise and not kwargs and len(args) == 1:
-        if lazy_sources_ok(args):
-            return LazyIteratorVariable(tx, fn, args, (None, False))
-        items = args[0].unpack_var_sequence(tx)
-        return ListIteratorVariable([TupleVariable([a, b]) for a, b in zip(items, items[1:])])
-    if fn is itertools.accumulate and set(kwargs) <= {"initial"} and 1 <= len(args) <= 2:
-        if lazy_sources_ok(args[:1]):
-            func = None if len(args) == 1 or _is_none_const(args[1]) else args[1]
-            initial = kwargs.get("initial")
-            initial = None if initial is None or _is_none_const(initial) else initial
-            return LazyIteratorVariable(tx, fn, args[:1], (None, initial), fn=func)
-        items = args[0].unpack_var_sequence(tx)
-        out = []
-        acc = kwargs.get("initial")
-        if acc is not None and not _is_none_const(acc):
-            out.append(acc)
-        else:
-            acc = None
-        for item in items:
-            if acc is None:
-                acc = item
-            elif len(args) == 2:
-                acc = args[1].call_function(tx, [acc, item], {})
-            else:
-                acc = binary_op(tx, operator.add, acc, item)
-            out.append(acc)
-        return ListIteratorVariable(out)
-    unimplemented(f"itertools.{fn.__name__} with these arguments")
 
 
 _UNARY_FNS = {operator.neg, operator.pos, operator.invert, operator.abs}

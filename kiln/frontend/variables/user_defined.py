@@ -35,12 +35,10 @@ from kiln.frontend.variables.dict_objects import (
 from kiln.frontend.variables.dicts import NEW_OBJECT as dicts_new_object
 from kiln.frontend.variables.dicts import (
     ConstDictVariable,
-    DictNewVariable,
     make_mapping_proxy,
 )
 from kiln.frontend.variables.dicts import class_method as dict_class_method
 from kiln.frontend.variables.exceptions import (
-    ExceptionInitVariable,
     ObservedException,
     raise_observed,
 )
@@ -54,7 +52,6 @@ from kiln.frontend.variables.instance_dict import instance_dict_view
 from kiln.frontend.variables.lists import TupleVariable, make_deque
 from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
 from kiln.frontend.variables.user_attrs import (
-    ObjectSlotVariable,
     descriptor_get,
     has_instance_dict,
     instance_static,
@@ -62,8 +59,6 @@ from kiln.frontend.variables.user_attrs import (
     python_get,
 )
 from kiln.frontend.variables.user_protocol import (
-    ObjectCompareVariable,
-    is_user_object,
     mapping_view,
     user_iter_items,
     user_truthy,
@@ -420,72 +415,7 @@ def plain_class_attr(cls):
     return inspect.getattr_static(cls, "__class__", None) is object.__dict__["__class__"]
 
 
-class SuperVariable(VariableTracker):
-    """`super()` / `super(cls, obj)`: attribute lookup from after `cls` in type(obj)'s MRO."""
-
-    def __init__(self, cls, obj, **kw):
-        super().__init__(**kw)
-        self.cls = cls
-        self.obj = obj
-
-    def _bound_class(self):
-        """The class itself when super() is bound to a class (in a classmethod), else None."""
-        if self.obj.is_python_constant():
-            value = self.obj.as_python_constant()
-            if isinstance(value, type) and issubclass(value, self.cls):
-                return value
-        return None
-
-    def var_getattr(self, tx, name):
-        owner = self._bound_class()
-        mro = (owner if owner is not None else self.obj.python_type()).__mro__
-        try:
-            start = mro.index(self.cls) + 1
-        except ValueError:
-            unimplemented(f"super(): {self.cls.__name__} is not in the MRO")
-        for klass in mro[start:]:
-            if name in vars(klass):
-                attr = vars(klass)[name]
-                if isinstance(attr, classmethod) and isinstance(attr.__func__, types.FunctionType):
-                    cls_var = self.obj if owner is not None else wrap_constant_like(tx, mro[0])
-                    return UserMethodVariable(attr.__func__, cls_var)
-                if owner is not None and isinstance(attr, types.FunctionType):
-                    return wrap_value(tx, attr, None)  # super(C, C).f: the plain function
-                if owner is not None and name == "__new__" and klass in _DICT_BASES:
-                    return DictNewVariable(klass)  # super().__new__(cls)
-                if owner is not None:
-                    unimplemented(f"super(cls, cls).{name} is a {type(attr).__name__}")
-                if isinstance(attr, types.FunctionType):
-                    return UserMethodVariable(attr, self.obj)
-                if isinstance(attr, staticmethod):
-                    return wrap_value(tx, attr.__func__, None)
-                if klass in (set, frozenset) and hasattr(self.obj, "c_method"):
-                    return self.obj.c_method(name, klass)  # Note [Sets: subclass instances]
-                if klass is dict and name in ("get", "__getitem__", "__contains__"):
-                    if isinstance(self.obj, NewObjectVariable):
-                        return DictMethodVariable(self.obj, name)
-                    if dict_subclass.storage_of(tx, self.obj) is not None:
-                        return dict_subclass.StorageReadVariable(self.obj, name)
-                    return DictReadVariable(self.obj, name)
-                if isinstance(self.obj, NewObjectVariable):
-                    if klass in _DICT_BASES and self.obj.dict_items is not None:
-                        return DictMethodVariable(self.obj, name, klass)
-                    if klass is object and name in ("__setattr__", "__getattribute__"):
-                        return DictMethodVariable(self.obj, name)
-                if klass is object and name == "__init__":
-                    return _ObjectInitVariable()
-                if klass is object and name in ("__setattr__", "__getattribute__"):
-                    if isinstance(self.obj, UserDefinedObjectVariable):
-                        return ObjectSlotVariable(self.obj, name)
-                if issubclass(klass, BaseException) and name == "__init__":
-                    return ExceptionInitVariable(self.obj)
-                if klass is object and name in ("__eq__", "__ne__") and is_user_object(self.obj):
-                    return ObjectCompareVariable(self.obj, name)
-                unimplemented(f"super().{name} is a {type(attr).__name__}")
-        unimplemented(f"super() has no attribute {name!r}")
-
-
-_DICT_BASES = (dict, collections.OrderedDict)
+DICT_BASES = (dict, collections.OrderedDict)
 _DICT_INITS = (dict.__init__, collections.OrderedDict.__init__)
 _BACKWARD_CTX = torch.autograd.function.BackwardCFunction
 _BACKWARD_CTX_READS = ("saved_tensors", "needs_input_grad")
@@ -495,7 +425,7 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
 def dict_base(cls):
     """The C dict class (dict or OrderedDict) a user class derives from, or None."""
     for k in cls.__mro__:
-        if k in _DICT_BASES:
+        if k in DICT_BASES:
             return k
     return None
 
@@ -524,7 +454,7 @@ def _plain_class(cls, own_new=False):
         object.__new__ if base is None else dict.__new__
     ):
         return False
-    if not all(k is object or k in _DICT_BASES or k.__flags__ & _HEAPTYPE for k in cls.__mro__):
+    if not all(k is object or k in DICT_BASES or k.__flags__ & _HEAPTYPE for k in cls.__mro__):
         return False
     if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)):
         return False
@@ -791,7 +721,7 @@ def _dict_method_owner(cls, name):
     or no such method)."""
     for k in cls.__mro__:
         if name in vars(k):
-            return k if k in _DICT_BASES or k is object else None
+            return k if k in DICT_BASES or k is object else None
     return None
 
 
@@ -805,7 +735,7 @@ def _new_dict_object(cls):
 dicts_new_object["make"] = _new_dict_object
 
 
-class _ObjectInitVariable(VariableTracker):
+class ObjectInitVariable(VariableTracker):
     """`super().__init__()` reaching object.__init__: nothing to do."""
 
     def call_function(self, tx, args, kwargs):
