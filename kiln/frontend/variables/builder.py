@@ -36,6 +36,7 @@ from kiln.frontend.variables import (
     control_loops,  # noqa: F401  (registers torch's map and scan)
     ctx_managers,
     default_dtype,  # noqa: F401  (registers torch.set_default_dtype)
+    functorch_vmap,
     logging_vars,
     numpy_shapes,
     numpy_vars,
@@ -170,6 +171,12 @@ def _kiln_special(value):
         return ctx_managers.DisableSavedHooksFnVariable(value)
     if control_flow.handles(value):  # torch.cond, torch.while_loop ...
         return control_flow.ControlFlowOpVariable(value)
+    if functorch_vmap.is_vmap(value):  # Note [Vmap: the body traced, vmap applied at run time]
+        return functorch_vmap.VmapFunctionVariable(value)
+    if functorch_vmap.is_interpreter_query(value):
+        return functorch_vmap.FunctorchInterpreterQueryVariable(value)
+    if functorch_vmap.is_transform_type(value):
+        return ConstantVariable(value)
     return numpy_vars.special(value)  # numpy functions and dtypes (or None)
 
 

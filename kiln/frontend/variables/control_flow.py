@@ -287,7 +287,7 @@ def _check_no_alias(graph, items, name, op="torch.cond"):
         seen.add(_storage(v.example))
 
 
-def _lift(graphs, outputs):
+def _lift(graphs, outputs, op="torch.cond"):
     """Finish the branch graphs: the frame's nodes they read become extra placeholders (the
     same list in both); returns those nodes of the frame's graph."""
     foreign = {}
@@ -303,9 +303,9 @@ def _lift(graphs, outputs):
     lifted = list(foreign)
     for n in lifted:
         if not isinstance(n.meta.get("example_value"), torch.Tensor):
-            unimplemented(f"torch.cond: a branch reads {n.name}, not a tensor")
+            unimplemented(f"{op}: a traced function reads {n.name}, not a tensor")
         if is_symbolic(n.meta["example_value"]):
-            unimplemented("torch.cond on tensors with symbolic sizes")
+            unimplemented(f"{op} on tensors with symbolic sizes")
     for graph, items in zip(graphs, outputs):
         first = next((n for n in graph.nodes if n.op != "placeholder"), None)
         where = graph.inserting_before(first) if first is not None else contextlib.nullcontext()

@@ -1,0 +1,221 @@
+"""torch.vmap in compiled code: the function traced once, one node that vmaps it at run time
+(Note [Vmap: the body traced, vmap applied at run time]); eager torch.vmap is the oracle."""
+
+import pytest
+import torch
+
+import kiln
+from kiln.exc import Unsupported
+from kiln.frontend.variables.functorch_vmap import VmapCall
+from tests.frontend.frontend_helpers import CountingBackend, run_and_compare
+
+BACKENDS = ["eager", "aot_eager", "kiln"]
+
+
+def _vmap_nodes(gm):
+    return [n for n in gm.graph.nodes if isinstance(n.target, VmapCall)]
+
+
+def _one_graph(fn, *args, **kw):
+    backend = CountingBackend()
+    run_and_compare(fn, *args, backend=backend, fullgraph=True, expected_graphs=1, **kw)
+    return backend.graphs[0]
+
+
+def test_vmap_is_one_node_of_one_graph():
+    def fn(x, y):
+        return torch.vmap(lambda a, b: (a * b).sum())(x, y) + 1
+
+    gm = _one_graph(fn, torch.randn(4, 3), torch.randn(4, 3))
+    assert len(_vmap_nodes(gm)) == 1
+
+
+def test_func_vmap_and_decorator():
+    def fn(x):
+        @torch.func.vmap
+        def norm(row):
+            return row / row.norm()
+
+        return norm(x)
+
+    _one_graph(fn, torch.randn(5, 3))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_values_every_backend(backend):
+    w = torch.randn(3, 2)
+
+    def body(a, b):
+        return (a @ w).relu() + b.sum()  # a closed-over tensor: not batched
+
+    def fn(x, y):
+        return torch.vmap(body)(x, y)
+
+    x, y = torch.randn(6, 3), torch.randn(6, 4)
+    kiln.reset()
+    compiled = kiln.compile(fn, backend=backend, fullgraph=True)
+    torch.testing.assert_close(compiled(x, y), fn(x, y))
+    torch.testing.assert_close(compiled(x * 2, y), fn(x * 2, y))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradients_through_vmap(backend):
+    def fn(x, w):
+        return torch.vmap(lambda row: (row * w).sin().sum())(x)
+
+    def grads(f):
+        x = torch.randn(4, 3, requires_grad=True)
+        w = torch.randn(3, requires_grad=True)
+        torch.manual_seed(0)
+        f(x, w).pow(2).sum().backward()
+        return x.grad, w.grad
+
+    torch.manual_seed(1)
+    want = grads(fn)
+    kiln.reset()
+    torch.manual_seed(1)
+    got = grads(kiln.compile(fn, backend=backend, fullgraph=True))
+    for a, b in zip(want, got):
+        torch.testing.assert_close(b, a)
+
+
+def test_in_dims_tuple_with_none_and_out_dims():
+    def fn(x, y):
+        return torch.vmap(lambda a, b: a + b, in_dims=(1, None), out_dims=1)(x, y)
+
+    _one_graph(fn, torch.randn(3, 5), torch.randn(3))
+
+
+def test_negative_in_dim_and_tuple_outputs_with_out_dims():
+    def fn(x):
+        return torch.vmap(lambda a: (a.sin(), a.cos().sum()), in_dims=-1, out_dims=(0, 0))(x)
+
+    _one_graph(fn, torch.randn(2, 3, 4))
+
+
+def test_list_output_keeps_its_type():
+    def fn(x):
+        return torch.vmap(lambda a: [a + 1, a * 2])(x)
+
+    _one_graph(fn, torch.randn(3, 2))
+
+
+def test_nested_vmap():
+    def fn(x, y):
+        inner = torch.vmap(lambda a, b: a * b, in_dims=(0, None))
+        return torch.vmap(inner, in_dims=(0, None))(x, y)
+
+    gm = _one_graph(fn, torch.randn(2, 3, 4), torch.randn(4))
+    assert len(_vmap_nodes(gm)) == 1  # the inner vmap is a node of the outer body
+
+
+def test_keyword_argument_is_not_batched():
+    def fn(x, s):
+        return torch.vmap(lambda a, scale: a * scale)(x, scale=s)
+
+    _one_graph(fn, torch.randn(4, 3), torch.randn(3))
+
+
+def test_constant_argument_with_in_dim_none():
+    def fn(x):
+        return torch.vmap(lambda a, p: a.pow(p), in_dims=(0, None))(x, 2)
+
+    _one_graph(fn, torch.randn(4, 3))
+
+
+def test_chunk_size():
+    def fn(x):
+        return torch.vmap(lambda a: a.softmax(0), chunk_size=2)(x)
+
+    _one_graph(fn, torch.randn(5, 3))
+
+
+def test_randomness_same():
+    def fn(x):
+        return torch.vmap(lambda a: a + torch.rand(()), randomness="same")(x)
+
+    compiled = kiln.compile(fn, backend=CountingBackend(), fullgraph=True)
+    out = compiled(torch.zeros(4, 3))
+    # one draw shared by every example, as randomness="same" gives in eager
+    torch.testing.assert_close(out, out[:1].expand(4, 3))
+
+
+def test_random_op_under_default_randomness_raises_like_eager():
+    def fn(x):
+        return torch.vmap(lambda a: a + torch.rand(3))(x)
+
+    kiln.reset()
+    with pytest.raises(RuntimeError) as eager:
+        fn(torch.zeros(4, 3))
+    with pytest.raises(RuntimeError) as compiled:
+        kiln.compile(fn, backend="eager")(torch.zeros(4, 3))
+    assert str(compiled.value) == str(eager.value)
+
+
+def test_the_interpreter_folds_with_its_level():
+    def body(a):
+        interp = torch._functorch.pyfunctorch.retrieve_current_functorch_interpreter()
+        if interp.key() == torch._C._functorch.TransformType.Vmap:
+            return a * interp.level() + interp.batch_size()
+        return a
+
+    def fn(x):
+        return torch.vmap(body)(x), torch.vmap(torch.vmap(body))(x)
+
+    _one_graph(fn, torch.randn(3, 2))
+
+
+def test_a_frame_run_under_an_outer_vmap_gets_its_own_entry():
+    def body(a):
+        return a * torch._functorch.pyfunctorch.retrieve_current_functorch_interpreter().level()
+
+    def fn(x):
+        return torch.vmap(body)(x)
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    x = torch.randn(2, 3, 4)
+    torch.testing.assert_close(compiled(x[0]), fn(x[0]))
+    torch.testing.assert_close(torch.vmap(compiled)(x), torch.vmap(fn)(x))  # level 2 inside
+
+
+def test_side_effect_in_the_body_is_a_break():
+    seen = []
+
+    def fn(x):
+        def body(a):
+            seen.append(1)
+            return a + 1
+
+        return torch.vmap(body)(x)
+
+    kiln.reset()
+    with pytest.raises(Unsupported, match="torch.vmap: the vmapped function has side effects"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(2, 3))
+    seen.clear()
+    out = kiln.compile(fn, backend="eager")(torch.randn(2, 3))
+    assert out.shape == (2, 3) and seen == [1]  # the call ran in Python (vmap calls body once)
+
+
+def test_in_place_change_of_an_input_is_a_break():
+    def fn(x):
+        return torch.vmap(lambda a: a.add_(1))(x)
+
+    run_and_compare(fn, torch.randn(3, 2), expected_breaks=1)
+
+
+def test_mismatched_batch_sizes_raise_like_eager():
+    def fn(x, y):
+        return torch.vmap(lambda a, b: a + b)(x, y)
+
+    run_and_compare(fn, torch.randn(3, 2), torch.randn(4, 2))
+
+
+def test_vmapped_function_returned_from_the_frame():
+    def fn(x):
+        f = torch.vmap(torch.sin, in_dims=1)
+        return f, x + 1
+
+    f, _ = kiln.compile(fn, backend="eager")(torch.randn(2))
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(f(x), torch.vmap(torch.sin, in_dims=1)(x))
