@@ -219,3 +219,39 @@ def test_vmapped_function_returned_from_the_frame():
     f, _ = kiln.compile(fn, backend="eager")(torch.randn(2))
     x = torch.randn(3, 4)
     torch.testing.assert_close(f(x), torch.vmap(torch.sin, in_dims=1)(x))
+
+
+def test_metadata_of_batched_tensors_is_not_folded():
+    def fn(x):
+        def body(a):
+            b = a * 2
+            return b + 1 if b.requires_grad else b - 1  # eager: False inside vmap
+
+        return torch.vmap(body)(x)
+
+    run_and_compare(fn, torch.randn(3, 2, requires_grad=True), expected_breaks=1)
+
+
+def test_list_in_dims_raises_like_eager():
+    def fn(x):
+        return torch.vmap(lambda a: a + 1, in_dims=[0])(x)
+
+    run_and_compare(fn, torch.randn(3, 2))
+
+
+def test_identity_body_returns_the_input_as_eager_does():
+    def fn(x):
+        y = torch.vmap(lambda a: a)(x)
+        y.add_(1)  # eager's result is x itself
+        return y
+
+    run_and_compare(fn, torch.randn(3, 2))
+
+
+def test_module_called_under_vmap():
+    lin = torch.nn.Linear(3, 2)
+
+    def fn(x):
+        return torch.vmap(lin)(x)
+
+    _one_graph(fn, torch.randn(4, 3))

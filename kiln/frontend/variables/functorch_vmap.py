@@ -17,8 +17,16 @@ The node's example results come from running that call on the meta examples (the
 strides are vmap's). What vmap refuses there (batch sizes that differ, no batched input, an op
 without a batching rule on meta, data-dependent control flow) is a graph break, so the call runs
 in Python and torch raises its own error. Also graph breaks, with the reason: in_dims other than
-an int or a flat tuple/list of ints and Nones, arguments or results other than tensors (and
+an int or a flat tuple of ints and Nones, arguments or results other than tensors (and
 constants given with in_dim None), symbolic sizes, autocast on, and a body kiln cannot trace.
+
+Note [Vmap: metadata]
+Inside vmap the function sees batched tensors, whose metadata is their own: `requires_grad` is
+False and `is_leaf` True even for a batch of a tensor that requires grad (autograd records the
+ops on the tensors underneath), `torch._C._dispatch_keys` has FuncTorchBatched, and the strides of
+an intermediate result depend on where the batching rules put the batch dimension. The traced
+per-example examples answer otherwise, so these queries are graph breaks while a body is traced
+(tensor.py's _VMAP_UNFOLDED, torch_queries._dispatch_keys); shapes, dtypes and devices fold.
 
 Note [Vmap: the functorch interpreter inside the body]
 `torch._functorch.pyfunctorch.retrieve_current_functorch_interpreter()` in a body answers the
@@ -172,7 +180,7 @@ def _in_dims(in_dims, args):
     """One in_dim (an int or None) per argument; a break for what kiln does not capture."""
     if isinstance(in_dims, int) and not isinstance(in_dims, bool):
         return [in_dims] * len(args)
-    if isinstance(in_dims, (tuple, list)):
+    if isinstance(in_dims, tuple):
         if len(in_dims) != len(args):
             unimplemented(
                 f"torch.vmap: in_dims has {len(in_dims)} entries for {len(args)} arguments "
@@ -182,7 +190,9 @@ def _in_dims(in_dims, args):
             if d is not None and (not isinstance(d, int) or isinstance(d, bool)):
                 unimplemented(f"torch.vmap: in_dims entry {d!r} (only ints and None are captured)")
         return list(in_dims)
-    unimplemented(f"torch.vmap: in_dims {in_dims!r} (an int or a tuple of ints expected)")
+    unimplemented(
+        f"torch.vmap: in_dims {in_dims!r} (an int or a tuple expected; torch.vmap raises)"
+    )
 
 
 def _per_example(v, dim):
@@ -190,6 +200,8 @@ def _per_example(v, dim):
     ex = v.example
     if ex.dim() == 0 or not -ex.dim() <= dim < ex.dim():
         unimplemented(f"torch.vmap: in_dim {dim} of a {ex.dim()}-d tensor (torch.vmap raises)")
+    if ex.shape[dim] == 0:
+        unimplemented("torch.vmap over a batch of size 0")
     return types.SimpleNamespace(example=ex.select(dim, 0), device=v.device)
 
 
