@@ -244,6 +244,14 @@ def wrap_value(tx, value, source):
     if isinstance(value, torch.Tensor):
         if value.layout != torch.strided:
             unimplemented(f"a {value.layout} tensor input (only strided tensors are traced)")
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            # Note [Tensors: subclass inputs are not traced]
+            # A tensor subclass decides its results' types and values in its own code
+            # (__torch_function__, __torch_dispatch__, overridden methods), which the trace on
+            # plain examples does not run: type(x), isinstance and the subclass's attributes came
+            # out as a plain tensor's, and the kiln backend returned plain tensors. So a subclass
+            # input is a graph break (the frame runs it in Python) until kiln models subclasses.
+            unimplemented(f"a tensor subclass input ({type(value).__name__}) is not traced")
         return tx.output.add_graph_input(value, source)
     if type(value) is int:
         # Note [Shapes: automatic dynamic]: an int whose value changed is a size symbol input
