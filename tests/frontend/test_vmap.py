@@ -255,3 +255,19 @@ def test_module_called_under_vmap():
         return torch.vmap(lin)(x)
 
     _one_graph(fn, torch.randn(4, 3))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.vmap(torch.sin, 0, 0, "error", 2),  # chunk_size is keyword-only
+        lambda: torch.vmap(torch.sin, randomness="sometimes"),
+        lambda: torch.vmap(torch.sin, chunk_size=0),
+    ],
+)
+def test_what_vmap_refuses_when_made_raises_like_eager(make):
+    def fn(x):
+        make()  # (never called)
+        return x + 1
+
+    run_and_compare(fn, torch.randn(2))

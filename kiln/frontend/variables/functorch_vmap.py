@@ -111,7 +111,7 @@ class VmapFunctionVariable(PythonValueVariable):
     def call_function(self, tx, args, kwargs):
         names = ("func", "in_dims", "out_dims", "randomness", "chunk_size")
         bound = dict(zip(names, args))
-        if len(args) > len(names):
+        if len(args) > len(names) - 1:  # (chunk_size is keyword-only)
             unimplemented("torch.vmap called with too many arguments (torch.vmap raises)")
         for k, v in kwargs.items():
             if k not in names or k in bound:
@@ -125,7 +125,13 @@ class VmapFunctionVariable(PythonValueVariable):
             if v is not None and not v.is_python_constant():
                 unimplemented(f"torch.vmap's {k} is not a constant")
             settings[k] = v
-        return VmappedVariable(bound["func"], settings)
+        vmapped = VmappedVariable(bound["func"], settings)
+        if vmapped.setting("randomness", "error") not in _RANDOMNESS:
+            unimplemented("torch.vmap: an unknown randomness (torch.vmap raises)")
+        chunk_size = vmapped.setting("chunk_size", None)
+        if chunk_size is not None and (type(chunk_size) is not int or chunk_size < 1):
+            unimplemented(f"torch.vmap: chunk_size {chunk_size!r} (torch.vmap raises)")
+        return vmapped
 
     def reconstruct(self, cg):
         if self.source is not None:
@@ -229,8 +235,6 @@ def trace_vmap(tx, vmapped, args, kwargs):
     out_dims = vmapped.setting("out_dims", 0)
     randomness = vmapped.setting("randomness", "error")
     chunk_size = vmapped.setting("chunk_size", None)
-    if randomness not in _RANDOMNESS:
-        unimplemented(f"torch.vmap: randomness {randomness!r} (torch.vmap raises)")
     dims = _in_dims(in_dims, args)
     tensors, items, slots = [], [], []
     for v, d in zip(args, dims):
