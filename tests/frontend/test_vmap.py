@@ -271,3 +271,12 @@ def test_what_vmap_refuses_when_made_raises_like_eager(make):
         return x + 1
 
     run_and_compare(fn, torch.randn(2))
+
+
+def test_tensors_made_on_a_device_inside_the_body():
+    def fn(x):
+        return torch.vmap(lambda a: a + torch.ones(3, device=a.device) + torch.zeros(3).to("cpu"))(
+            x
+        )
+
+    _one_graph(fn, torch.randn(2, 3))

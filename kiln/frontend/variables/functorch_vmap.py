@@ -101,8 +101,33 @@ class VmapCall:
         )
         return fn(*operands)
 
+    def settings(self):
+        """(in_dims, out_dims, randomness, chunk_size)."""
+        return self.in_dims, self.out_dims, self.randomness, self.chunk_size
+
     def __repr__(self):
         return f"VmapCall(in_dims={self.in_dims}, out_dims={self.out_dims})"
+
+
+def _is_device(a):
+    return isinstance(a, torch.device) or (
+        isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda", "xpu", "mps", "meta")
+    )
+
+
+def _on_meta(body):
+    """A copy of the body whose explicit devices are meta (the examples' device, Note [Tensors:
+    meta execution]): what the node's example results are computed with."""
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(body.graph, {})
+    graph.output(out)
+    meta = torch.device("meta")
+    for node in graph.nodes:
+        if "device" in node.kwargs:
+            node.kwargs = {**node.kwargs, "device": meta}
+        if node.op == "call_method" and node.target == "to":
+            node.args = tuple(meta if _is_device(a) else a for a in node.args)
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 
 class VmapFunctionVariable(PythonValueVariable):
@@ -290,9 +315,10 @@ def trace_vmap(tx, vmapped, args, kwargs):
     examples = [v.example for v, _ in tensors] + [n.meta["example_value"] for n in lifted]
     if any(d.type != "meta" and torch.is_autocast_enabled(d.type) for d in devices):
         unimplemented("torch.vmap under autocast is not captured")
+    probe = VmapCall(_on_meta(body), *call.settings())
     try:
         with torch.device("meta"):
-            result = autocast.run_under_autocast(lambda a, k: call(*a), examples, {}, [])
+            result = autocast.run_under_autocast(lambda a, k: probe(*a), examples, {}, [])
     except Exception as e:
         unimplemented(f"torch.vmap on meta tensors raised {type(e).__name__}: {e}")
     flat = [result] if isinstance(result, torch.Tensor) else list(result)
