@@ -280,3 +280,29 @@ def test_tensors_made_on_a_device_inside_the_body():
         )
 
     _one_graph(fn, torch.randn(2, 3))
+
+
+def test_a_tuple_of_tensors_argument():
+    def fn(x, y):
+        both = torch.vmap(lambda pair: pair[0] * pair[1])((x, y))
+        mixed = torch.vmap(lambda pair, z: pair[0] + pair[1] + z, in_dims=((0, None), 1))(
+            (x, y[0]), y.t()
+        )
+        listed = torch.vmap(lambda xs: xs[0] - xs[1], in_dims=1)([x, y])
+        return both, mixed, listed
+
+    _one_graph(fn, torch.randn(4, 3), torch.randn(4, 3))
+
+
+def test_a_constant_argument_with_an_in_dim_raises_like_eager():
+    def fn(x):
+        return torch.vmap(lambda a, p: a * p)(x, 2)
+
+    run_and_compare(fn, torch.randn(4, 3))
+
+
+def test_tuple_in_dims_for_a_list_raises_like_eager():
+    def fn(x):
+        return torch.vmap(lambda xs: xs[0] + xs[1], in_dims=((0, 0),))([x, x])
+
+    run_and_compare(fn, torch.randn(4, 3))

@@ -218,12 +218,27 @@ def _in_dims(in_dims, args):
                 "(torch.vmap raises)"
             )
         for d in in_dims:
-            if d is not None and (not isinstance(d, int) or isinstance(d, bool)):
-                unimplemented(f"torch.vmap: in_dims entry {d!r} (only ints and None are captured)")
+            for e in d if isinstance(d, tuple) else (d,):
+                if e is not None and (not isinstance(e, int) or isinstance(e, bool)):
+                    unimplemented(f"torch.vmap: in_dims entry {d!r} (ints and None are captured)")
         return list(in_dims)
     unimplemented(
         f"torch.vmap: in_dims {in_dims!r} (an int or a tuple expected; torch.vmap raises)"
     )
+
+
+def _tensor_sequence(v):
+    """A tuple or list (exactly) of tensors."""
+    return (
+        type(v) in (TupleVariable, ListVariable)
+        and bool(v.items)
+        and all(isinstance(i, TensorVariable) for i in v.items)
+    )
+
+
+def _sequence_with_tensors(v):
+    """A container of other shapes holding tensors (a pytree vmap flattens: not captured)."""
+    return not isinstance(v, TensorVariable) and not v.is_python_constant()
 
 
 def _per_example(v, dim):
@@ -262,13 +277,28 @@ def trace_vmap(tx, vmapped, args, kwargs):
     chunk_size = vmapped.setting("chunk_size", None)
     dims = _in_dims(in_dims, args)
     tensors, items, slots = [], [], []
+
+    def add(v, d):
+        if is_symbolic(v.example):
+            unimplemented("torch.vmap on tensors with symbolic sizes")
+        tensors.append((v, d))
+        items.append(_per_example(v, d) if d is not None else v)
+
     for v, d in zip(args, dims):
-        if isinstance(v, TensorVariable):
-            if is_symbolic(v.example):
-                unimplemented("torch.vmap on tensors with symbolic sizes")
-            tensors.append((v, d))
-            items.append(_per_example(v, d) if d is not None else v)
+        if isinstance(v, TensorVariable) and not isinstance(d, tuple):
+            add(v, d)
             slots.append(None)
+        elif _tensor_sequence(v):  # a tuple or list of tensors: in_dims apply to each
+            sub = d if isinstance(d, tuple) else (d,) * len(v.items)
+            if isinstance(d, tuple) and type(v) is not TupleVariable:
+                unimplemented(f"torch.vmap: in_dims entry {d!r} for a list (torch.vmap raises)")
+            if len(sub) != len(v.items) or any(isinstance(e, tuple) for e in sub):
+                unimplemented(f"torch.vmap: in_dims entry {d!r} does not match {v}")
+            for item, e in zip(v.items, sub):
+                add(item, e)
+            slots.append((type(v), len(v.items)))
+        elif isinstance(d, tuple) or _sequence_with_tensors(v):
+            unimplemented(f"torch.vmap: argument {v} with in_dim {d!r} (not captured)")
         elif d is not None:
             unimplemented(f"torch.vmap: in_dim {d} for a {v} argument (torch.vmap raises)")
         else:
@@ -284,7 +314,16 @@ def trace_vmap(tx, vmapped, args, kwargs):
 
     def pack(placeholders):
         it = iter(placeholders)
-        return [next(it) if s is None else s for s in slots]
+        out = []
+        for slot in slots:
+            if slot is None:
+                out.append(next(it))
+            elif isinstance(slot, tuple):
+                kind, n = slot
+                out.append(kind([next(it) for _ in range(n)]))
+            else:
+                out.append(slot)
+        return out
 
     levels = _levels(tx)
     levels.append((next(iter(sizes)), randomness))
