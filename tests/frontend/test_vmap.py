@@ -306,3 +306,11 @@ def test_tuple_in_dims_for_a_list_raises_like_eager():
         return torch.vmap(lambda xs: xs[0] + xs[1], in_dims=((0, 0),))([x, x])
 
     run_and_compare(fn, torch.randn(4, 3))
+
+
+def test_under_autocast_is_a_break_with_eager_values():
+    def fn(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return torch.vmap(lambda a: a @ w)(x)
+
+    run_and_compare(fn, torch.randn(4, 3, 2), torch.randn(2, 5), expected_breaks=1)

@@ -44,7 +44,6 @@ import torch
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables import autocast
 from kiln.frontend.variables import control_flow as cf
 from kiln.frontend.variables.base import BoundMethodVariable, PythonValueVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
@@ -311,6 +310,8 @@ def trace_vmap(tx, vmapped, args, kwargs):
     if len(sizes) != 1:
         unimplemented("torch.vmap: the batched arguments' sizes differ (torch.vmap raises)")
     devices = {v.device for v, _ in tensors}
+    if any(d.type != "meta" and torch.is_autocast_enabled(d.type) for d in devices):
+        unimplemented("torch.vmap under autocast is not captured")  # (meta has no autocast)
 
     def pack(placeholders):
         it = iter(placeholders)
@@ -352,12 +353,10 @@ def trace_vmap(tx, vmapped, args, kwargs):
         chunk_size,
     )
     examples = [v.example for v, _ in tensors] + [n.meta["example_value"] for n in lifted]
-    if any(d.type != "meta" and torch.is_autocast_enabled(d.type) for d in devices):
-        unimplemented("torch.vmap under autocast is not captured")
     probe = VmapCall(_on_meta(body), *call.settings())
     try:
         with torch.device("meta"):
-            result = autocast.run_under_autocast(lambda a, k: probe(*a), examples, {}, [])
+            result = probe(*examples)
     except Exception as e:
         unimplemented(f"torch.vmap on meta tensors raised {type(e).__name__}: {e}")
     flat = [result] if isinstance(result, torch.Tensor) else list(result)
