@@ -314,3 +314,52 @@ def test_under_autocast_is_a_break_with_eager_values():
             return torch.vmap(lambda a: a @ w)(x)
 
     run_and_compare(fn, torch.randn(4, 3, 2), torch.randn(2, 5), expected_breaks=1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_batch_size_that_changes_is_symbolic(backend):
+    w = torch.randn(3)
+
+    def fn(x, y):
+        body = lambda a, b: ((a * w).sum() + b.sum(), a.shape[0] * a)  # noqa: E731
+        return torch.vmap(body, in_dims=(0, None))(x, y)
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend=backend)
+    for n in (4, 5, 6, 7):
+        x, y = torch.randn(n, 3), torch.randn(2, 3)
+        for got, want in zip(compiled(x, y), fn(x, y)):
+            torch.testing.assert_close(got, want)
+            assert got.shape == want.shape and got.stride() == want.stride()
+    assert not kiln.counters["graph_break"]
+    assert kiln.counters["stats"]["unique_graphs"] == 2  # static, then one with a symbolic batch
+
+
+def test_symbolic_batch_sizes_compared_like_eager():
+    def fn(x, y):
+        return torch.vmap(lambda a, b: a.sum() + b.sum(), in_dims=(0, 1))(x, y)
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    for n in (4, 5, 6):
+        x, y = torch.randn(n, 3), torch.randn(2, n)
+        torch.testing.assert_close(compiled(x, y), fn(x, y))
+    with pytest.raises(ValueError, match="vmap"):
+        compiled(torch.randn(6, 3), torch.randn(2, 7))  # sizes differ: torch.vmap raises
+
+
+def test_symbolic_batch_size_read_from_the_interpreter_breaks():
+    def body(a):
+        return (
+            a * torch._functorch.pyfunctorch.retrieve_current_functorch_interpreter().batch_size()
+        )
+
+    def fn(x):
+        return torch.vmap(body)(x)
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    for n in (3, 4, 5):
+        torch.testing.assert_close(compiled(torch.ones(n, 2)), fn(torch.ones(n, 2)))
+    (reason,) = kiln.counters["graph_break"]
+    assert reason.endswith("a symbolic vmap batch size read from its interpreter")

@@ -17,8 +17,11 @@ The node's example results come from running that call on the meta examples (the
 strides are vmap's). What vmap refuses there (batch sizes that differ, no batched input, an op
 without a batching rule on meta, data-dependent control flow) is a graph break, so the call runs
 in Python and torch raises its own error. Also graph breaks, with the reason: in_dims other than
-an int or a flat tuple of ints and Nones, arguments or results other than tensors (and
-constants given with in_dim None), symbolic sizes, autocast on, and a body kiln cannot trace.
+an int or a tuple of ints and Nones (one level deep for a tuple or list of tensors), arguments or
+results other than tensors (and constants given with in_dim None), symbolic sizes other than the
+batch size, autocast on, and a body kiln cannot trace. A batch size that changed between calls is
+symbolic (the body, traced per example, does not see it; batch sizes of two arguments are compared
+as user code would compare them, with a guard); reading it from the interpreter breaks.
 
 Note [Vmap: metadata]
 Inside vmap the function sees batched tensors, whose metadata is their own: `requires_grad` is
@@ -37,6 +40,7 @@ transform) plus the depth of the traced vmap; a STATE_QUERY guard checks that th
 the level it was traced at. Outside a traced vmap the call is not folded.
 """
 
+import operator
 import types
 
 import torch
@@ -48,8 +52,9 @@ from kiln.frontend.variables import control_flow as cf
 from kiln.frontend.variables.base import BoundMethodVariable, PythonValueVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.lists import ListVariable, TupleVariable
+from kiln.frontend.variables.operators import binary_op
 from kiln.frontend.variables.tensor import TensorVariable
-from kiln.frontend.variables.torch import wrap_tensor_result
+from kiln.frontend.variables.torch import _as_fakes, wrap_tensor_result
 from kiln.symbolic.fake import is_symbolic
 
 VMAP = getattr(torch, "vmap", None)
@@ -226,6 +231,20 @@ def _in_dims(in_dims, args):
     )
 
 
+def _batch_size(tx, batched):
+    """The batch size (an int, or None when symbolic) once the batched arguments' sizes along
+    their in_dims are known equal (a symbolic comparison is guarded)."""
+    first = batched[0][0].size_var(tx, batched[0][1])
+    for v, d in batched[1:]:
+        if not binary_op(tx, operator.eq, first, v.size_var(tx, d)).truthy(tx):
+            unimplemented("torch.vmap: the batched arguments' sizes differ (torch.vmap raises)")
+    return first.as_python_constant() if isinstance(first, ConstantVariable) else None
+
+
+def _symbolic_sizes(t):
+    return any(not isinstance(s, int) for s in t.shape)
+
+
 def _tensor_sequence(v):
     """A tuple or list (exactly) of tensors."""
     return (
@@ -278,8 +297,8 @@ def trace_vmap(tx, vmapped, args, kwargs):
     tensors, items, slots = [], [], []
 
     def add(v, d):
-        if is_symbolic(v.example):
-            unimplemented("torch.vmap on tensors with symbolic sizes")
+        if is_symbolic(v.example) and (d is None or _symbolic_sizes(_per_example(v, d).example)):
+            unimplemented("torch.vmap on tensors with symbolic sizes other than the batch size")
         tensors.append((v, d))
         items.append(_per_example(v, d) if d is not None else v)
 
@@ -306,9 +325,7 @@ def trace_vmap(tx, vmapped, args, kwargs):
     batched = [v for v, d in tensors if d is not None]
     if not batched:
         unimplemented("torch.vmap: no argument is batched (torch.vmap raises)")
-    sizes = {v.example.shape[d] for v, d in tensors if d is not None}
-    if len(sizes) != 1:
-        unimplemented("torch.vmap: the batched arguments' sizes differ (torch.vmap raises)")
+    size = _batch_size(tx, [(v, d) for v, d in tensors if d is not None])
     devices = {v.device for v, _ in tensors}
     if any(d.type != "meta" and torch.is_autocast_enabled(d.type) for d in devices):
         unimplemented("torch.vmap under autocast is not captured")  # (meta has no autocast)
@@ -327,7 +344,7 @@ def trace_vmap(tx, vmapped, args, kwargs):
         return out
 
     levels = _levels(tx)
-    levels.append((next(iter(sizes)), randomness))
+    levels.append((size, randomness))
     try:
         graph, out = cf._trace_branch(
             tx,
@@ -359,6 +376,8 @@ def trace_vmap(tx, vmapped, args, kwargs):
             result = probe(*examples)
     except Exception as e:
         unimplemented(f"torch.vmap on meta tensors raised {type(e).__name__}: {e}")
+    if tx.output.fake_inputs:
+        result = _as_fakes(result, next(iter(devices)))
     flat = [result] if isinstance(result, torch.Tensor) else list(result)
     if len(flat) != len(out_items) or any(
         not isinstance(r, torch.Tensor) or r.dtype != v.example.dtype
@@ -417,6 +436,8 @@ class VmapInterpreterVariable(VariableTracker):
         }
 
     def call_method(self, tx, name, args, kwargs):
+        if name == "batch_size" and self.answers[name] is None:
+            unimplemented("a symbolic vmap batch size read from its interpreter")
         if name in self.answers and not args and not kwargs:
             return ConstantVariable(self.answers[name])
         unimplemented(f"functorch interpreter method {name!r} is not captured")
