@@ -363,3 +363,42 @@ def test_symbolic_batch_size_read_from_the_interpreter_breaks():
         torch.testing.assert_close(compiled(torch.ones(n, 2)), fn(torch.ones(n, 2)))
     (reason,) = kiln.counters["graph_break"]
     assert reason.endswith("a symbolic vmap batch size read from its interpreter")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_in_place_change_of_a_tensor_the_body_made(backend):
+    def fn(x):
+        def body(a):
+            b = a * 2
+            b.add_(1)
+            b[0] = 0.0
+            return b.relu_()
+
+        return torch.vmap(body)(x)
+
+    x = torch.randn(4, 3)
+    kiln.reset()
+    torch.testing.assert_close(kiln.compile(fn, backend=backend, fullgraph=True)(x), fn(x))
+
+
+def test_in_place_change_through_a_view_of_an_input_is_a_break():
+    def fn(x):
+        def body(a):
+            a[1:].mul_(2)  # writes the input (a view of it): not captured
+            return a + 1
+
+        return torch.vmap(body)(x)
+
+    run_and_compare(fn, torch.randn(4, 3), expected_breaks=1)
+
+
+def test_in_place_change_after_a_layout_dependent_copy_is_a_break():
+    def fn(x):
+        def body(a):
+            b = a.contiguous()  # the input itself, or a copy: the layout decides
+            b[0] = 1.0
+            return b
+
+        return torch.vmap(body, in_dims=1)(x)
+
+    run_and_compare(fn, torch.randn(3, 4), expected_breaks=1)

@@ -353,6 +353,7 @@ def trace_vmap(tx, vmapped, args, kwargs):
             "the vmapped function",
             pack=pack,
             op="torch.vmap",
+            local_writes=True,
         )
     finally:
         levels.pop()
