@@ -4,8 +4,8 @@ Note [Vmap: the body traced, vmap applied at run time]
 `torch.vmap(fn, in_dims, out_dims, randomness=, chunk_size=)(*args)` (torch.func.vmap is the same
 function) runs `fn` on one example of each batched argument at a time. kiln traces `fn` once into
 a graph of its own (the body), on per-example tensors (each batched argument without its batch
-dimension), as a torch.cond branch is traced (control_flow._trace_branch: side effects and
-in-place changes of a tensor are graph breaks). Tensors of the frame the body reads (closed-over
+dimension), as a torch.cond branch is traced (control_flow._trace_branch: side effects are graph
+breaks, and so are in-place changes of a tensor other than one the body made itself). Tensors of the frame the body reads (closed-over
 tensors, parameters, tensors given as keyword arguments, which vmap does not batch) become extra
 arguments with in_dim None. The frame's graph gets one node whose target is a `VmapCall`: a
 callable holding the body and vmap's settings that calls `torch.vmap(body, ...)(*operands)`. So
