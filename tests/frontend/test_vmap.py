@@ -402,3 +402,21 @@ def test_in_place_change_after_a_layout_dependent_copy_is_a_break():
         return torch.vmap(body, in_dims=1)(x)
 
     run_and_compare(fn, torch.randn(3, 4), expected_breaks=1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inner_vmap_reads_the_outer_example(backend):
+    def fn(x, w):
+        return torch.vmap(lambda a: torch.vmap(lambda b: (a * b * w).sum())(a.view(3, 1)))(x)
+
+    def grads(f):
+        x = torch.randn(4, 3, requires_grad=True, generator=torch.Generator().manual_seed(0))
+        w = torch.randn(1, requires_grad=True, generator=torch.Generator().manual_seed(1))
+        out = f(x, w)
+        out.sum().backward()
+        return out, x.grad, w.grad
+
+    kiln.reset()
+    got = grads(kiln.compile(fn, backend=backend, fullgraph=True))
+    for a, b in zip(got, grads(fn)):
+        torch.testing.assert_close(a, b)
