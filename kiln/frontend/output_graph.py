@@ -33,6 +33,16 @@ def _placeholder_name(source):
     return f"{scope}_{name}_"
 
 
+def _tensor_dict(value):
+    """The literal attributes set on an input tensor when it was traced (a placeholder's
+    `tensor_dict` meta, as torch.compile's: `torch._dynamo.mark_static_address` leaves its mark
+    there). Only literals are kept, so the graph holds no object alive."""
+    d = getattr(value, "__dict__", None)
+    if type(d) is not dict:
+        return {}
+    return {k: v for k, v in d.items() if type(v) in (str, int, float, bool, type(None))}
+
+
 class OutputGraph:
     """One graph of one frame: its nodes, inputs (with the sources they load from), and guards."""
 
@@ -94,6 +104,7 @@ class OutputGraph:
                 example.requires_grad_(True)
         node.meta["example_value"] = example
         node.meta["source"] = source.name()
+        node.meta["tensor_dict"] = _tensor_dict(value)
         if isinstance(value, torch.nn.Parameter):
             node.meta["is_parameter"] = True
         var = TensorVariable(node, example, value.device, source=source)

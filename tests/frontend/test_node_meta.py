@@ -53,3 +53,14 @@ def test_names_of_the_forward_itself_are_not_taken():
     assert torch.equal(kiln.compile(shadowing, backend=backend)(x), shadowing(x))
     code = backend.graphs[0].code
     assert "self =" not in code and "L_x_ =" not in code.split("\n", 2)[2]
+
+
+def test_placeholders_carry_the_literal_attributes_of_their_tensor():
+    backend = CountingBackend()
+    a, b = torch.randn(2), torch.randn(2)
+    a.tag = "pinned"  # a mark a backend may read (as torch's mark_static_address leaves one)
+    a.helper = object()  # not a literal: not kept (the graph holds nothing alive)
+    kiln.compile(lambda x, y: x + y, backend=backend, fullgraph=True)(a, b)
+    metas = {n.name: n.meta for n in backend.graphs[0].graph.nodes if n.op == "placeholder"}
+    assert metas["l_x_"]["tensor_dict"] == {"tag": "pinned"}
+    assert metas["l_y_"]["tensor_dict"] == {}

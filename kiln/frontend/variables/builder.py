@@ -36,6 +36,7 @@ from kiln.frontend.variables import (
     control_loops,  # noqa: F401  (registers torch's map and scan)
     ctx_managers,
     default_dtype,  # noqa: F401  (registers torch.set_default_dtype)
+    functorch_vmap,
     logging_vars,
     numpy_scalars,
     numpy_shapes,
@@ -171,6 +172,12 @@ def _kiln_special(value):
         return ctx_managers.DisableSavedHooksFnVariable(value)
     if control_flow.handles(value):  # torch.cond, torch.while_loop ...
         return control_flow.ControlFlowOpVariable(value)
+    if functorch_vmap.is_vmap(value):  # Note [Vmap: the body traced, vmap applied at run time]
+        return functorch_vmap.VmapFunctionVariable(value)
+    if functorch_vmap.is_interpreter_query(value):
+        return functorch_vmap.FunctorchInterpreterQueryVariable(value)
+    if functorch_vmap.is_transform_type(value):
+        return ConstantVariable(value)
     return numpy_vars.special(value)  # numpy functions and dtypes (or None)
 
 
@@ -240,6 +247,14 @@ def wrap_value(tx, value, source):
     if isinstance(value, torch.Tensor):
         if value.layout != torch.strided:
             unimplemented(f"a {value.layout} tensor input (only strided tensors are traced)")
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            # Note [Tensors: subclass inputs are not traced]
+            # A tensor subclass decides its results' types and values in its own code
+            # (__torch_function__, __torch_dispatch__, overridden methods), which the trace on
+            # plain examples does not run: type(x), isinstance and the subclass's attributes came
+            # out as a plain tensor's, and the kiln backend returned plain tensors. So a subclass
+            # input is a graph break (the frame runs it in Python) until kiln models subclasses.
+            unimplemented(f"a tensor subclass input ({type(value).__name__}) is not traced")
         return tx.output.add_graph_input(value, source)
     if type(value) is int:
         # Note [Shapes: automatic dynamic]: an int whose value changed is a size symbol input

@@ -199,9 +199,10 @@ def _operand_items(tx, operands):
     return list(operands.unpack_var_sequence(tx))
 
 
-def _trace_branch(tx, fn, items, name, pack=None, op="torch.cond"):
+def _trace_branch(tx, fn, items, name, pack=None, op="torch.cond", local_writes=False):
     """Trace `fn(*items)` into a graph of its own: (graph, the value it returns); `pack` makes the
-    call's arguments from the items' placeholders."""
+    call's arguments from the items' placeholders. `local_writes`: in-place changes of tensors the
+    graph made itself (sharing no memory with its inputs) are allowed."""
     graph = torch.fx.Graph()
     args = []
     for i, v in enumerate(items):
@@ -234,8 +235,48 @@ def _trace_branch(tx, fn, items, name, pack=None, op="torch.cond"):
         if node.op in ("call_function", "call_method") and (
             _mutates(node.target, node.kwargs) or node.target is operator.setitem
         ):
-            unimplemented(f"{op}: {name} mutates a tensor in place (not captured)")
+            if not (local_writes and _writes_own_tensor(graph, node)):
+                unimplemented(f"{op}: {name} mutates a tensor in place (not captured)")
     return graph, result
+
+
+# Ops that return their input or a copy depending on its layout: whether they alias at run time
+# is not told by the traced examples (under torch.vmap the layout is the batched tensor's).
+_LAYOUT_ALIASING = frozenset({"contiguous", "reshape", "reshape_as", "flatten", "unflatten"})
+
+
+def _may_alias_by_layout(node, own):
+    """Whether `node` or a node of `own` it is computed from is a _LAYOUT_ALIASING op."""
+    seen, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if n in seen or n not in own:
+            continue
+        seen.add(n)
+        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+        if name in _LAYOUT_ALIASING:
+            return True
+        todo.extend(n.all_input_nodes)
+    return False
+
+
+def _writes_own_tensor(graph, node):
+    """Whether an in-place op writes a tensor `graph` made (no `out=`; its memory is not that of
+    a placeholder or of a tensor read from outside the graph)."""
+    target = node.args[0] if node.args else None
+    if "out" in node.kwargs or not isinstance(target, torch.fx.Node) or target.op == "placeholder":
+        return False
+    own = set(graph.nodes)
+    outside = [n for n in graph.nodes if n.op == "placeholder"]
+    outside += [a for n in graph.nodes for a in n.all_input_nodes if a not in own]
+    written = target.meta.get("example_value")
+    if target not in own or type(written) is not torch.Tensor or _may_alias_by_layout(target, own):
+        return False
+    return all(
+        not isinstance(n.meta.get("example_value"), torch.Tensor)
+        or _storage(n.meta["example_value"]) != _storage(written)
+        for n in outside
+    )
 
 
 def _outputs(out, name):
@@ -287,7 +328,7 @@ def _check_no_alias(graph, items, name, op="torch.cond"):
         seen.add(_storage(v.example))
 
 
-def _lift(graphs, outputs):
+def _lift(graphs, outputs, op="torch.cond"):
     """Finish the branch graphs: the frame's nodes they read become extra placeholders (the
     same list in both); returns those nodes of the frame's graph."""
     foreign = {}
@@ -303,9 +344,9 @@ def _lift(graphs, outputs):
     lifted = list(foreign)
     for n in lifted:
         if not isinstance(n.meta.get("example_value"), torch.Tensor):
-            unimplemented(f"torch.cond: a branch reads {n.name}, not a tensor")
+            unimplemented(f"{op}: a traced function reads {n.name}, not a tensor")
         if is_symbolic(n.meta["example_value"]):
-            unimplemented("torch.cond on tensors with symbolic sizes")
+            unimplemented(f"{op} on tensors with symbolic sizes")
     for graph, items in zip(graphs, outputs):
         first = next((n for n in graph.nodes if n.op != "placeholder"), None)
         where = graph.inserting_before(first) if first is not None else contextlib.nullcontext()

@@ -64,6 +64,10 @@ _META_METHODS = {
     "size": None,
 }
 
+# What a batched tensor inside torch.vmap answers differently from the traced example: not folded
+# while a vmap body is traced (Note [Vmap: metadata] in functorch_vmap.py).
+_VMAP_UNFOLDED = frozenset({"requires_grad", "is_leaf", "stride", "is_contiguous"})
+
 # Methods that read tensor data or leave the graph: a graph break, never a guess.
 _BREAKING_METHODS = {
     "item": "Tensor.item() reads tensor data",
@@ -145,6 +149,8 @@ class TensorVariable(VariableTracker):
         if name == "__class__":  # pinned by the tensor's guard (its exact type)
             return wrap_constant_like(tx, self.python_type())
         if name in _META_ATTRS:
+            if name in _VMAP_UNFOLDED and tx.output.__dict__.get("vmap_levels"):
+                unimplemented(f"Tensor.{name} inside a traced torch.vmap (Note [Vmap: metadata])")
             return ConstantVariable(_META_ATTRS[name](self))
         if name in _TENSOR_ATTRS:
             return call_tensor_op(
@@ -211,6 +217,8 @@ class TensorVariable(VariableTracker):
         if name in _BREAKING_METHODS:
             unimplemented(_BREAKING_METHODS[name])
         if name in ("size", "stride") or name in _META_METHODS:
+            if name in _VMAP_UNFOLDED and tx.output.__dict__.get("vmap_levels"):
+                unimplemented(f"Tensor.{name}() inside a traced torch.vmap (Note [Vmap: metadata])")
             cargs = [a.as_python_constant() for a in args]
             ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
             if name == "size":

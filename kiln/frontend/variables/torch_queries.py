@@ -139,6 +139,8 @@ def _dispatch_keys(tx, v):
     example = getattr(v, "example", None)
     if getattr(v, "proxy", None) is None or not isinstance(example, torch.Tensor):
         unimplemented("torch._C._dispatch_keys of something not a traced tensor")
+    if tx.output.__dict__.get("vmap_levels"):
+        unimplemented("torch._C._dispatch_keys inside a traced torch.vmap (Note [Vmap: metadata])")
     if v.python_type() not in (torch.Tensor, torch.nn.Parameter):
         unimplemented("torch._C._dispatch_keys of a tensor subclass")
     if example.layout != torch.strided or example.is_conj() or example.is_neg():

@@ -1,0 +1,452 @@
+"""torch.vmap in traced code: the function traced once per example, one call that vmaps it.
+
+Note [Vmap: the body traced, vmap applied at run time]
+`torch.vmap(fn, in_dims, out_dims, randomness=, chunk_size=)(*args)` (torch.func.vmap is the same
+function) runs `fn` on one example of each batched argument at a time. kiln traces `fn` once into
+a graph of its own (the body), on per-example tensors (each batched argument without its batch
+dimension), as a torch.cond branch is traced (control_flow._trace_branch: side effects are graph
+breaks, and so are in-place changes of a tensor other than one the body made itself). Tensors of the frame the body reads (closed-over
+tensors, parameters, tensors given as keyword arguments, which vmap does not batch) become extra
+arguments with in_dim None. The frame's graph gets one node whose target is a `VmapCall`: a
+callable holding the body and vmap's settings that calls `torch.vmap(body, ...)(*operands)`. So
+eager runs torch's own vmap on the body's ops, and a backend that traces the graph at the ATen
+level (kiln's AOT tracer) traces through vmap and sees the batched ATen ops, gradients included.
+Randomness, chunking and vmap's own errors are torch's at run time.
+
+The node's example results come from running that call on the meta examples (their shapes and
+strides are vmap's). What vmap refuses there (batch sizes that differ, no batched input, an op
+without a batching rule on meta, data-dependent control flow) is a graph break, so the call runs
+in Python and torch raises its own error. Also graph breaks, with the reason: in_dims other than
+an int or a tuple of ints and Nones (one level deep for a tuple or list of tensors), arguments or
+results other than tensors (and constants given with in_dim None), symbolic sizes other than the
+batch size, autocast on, and a body kiln cannot trace. A batch size that changed between calls is
+symbolic (the body, traced per example, does not see it; batch sizes of two arguments are compared
+as user code would compare them, with a guard); reading it from the interpreter breaks.
+
+Note [Vmap: metadata]
+Inside vmap the function sees batched tensors, whose metadata is their own: `requires_grad` is
+False and `is_leaf` True even for a batch of a tensor that requires grad (autograd records the
+ops on the tensors underneath), `torch._C._dispatch_keys` has FuncTorchBatched, and the strides of
+an intermediate result depend on where the batching rules put the batch dimension. The traced
+per-example examples answer otherwise, so these queries are graph breaks while a body is traced
+(tensor.py's _VMAP_UNFOLDED, torch_queries._dispatch_keys); shapes, dtypes and devices fold.
+
+Note [Vmap: the functorch interpreter inside the body]
+`torch._functorch.pyfunctorch.retrieve_current_functorch_interpreter()` in a body answers the
+vmap level being traced: its `key()` (TransformType.Vmap), `level()`, `batch_size()` and
+`randomness()` fold to constants. vmap numbers its levels from the innermost transform around the
+call, so the level is the frame's functorch level (`maybe_current_level()`, None outside any
+transform) plus the depth of the traced vmap; a STATE_QUERY guard checks that the frame runs at
+the level it was traced at. Outside a traced vmap the call is not folded.
+"""
+
+import operator
+import types
+
+import torch
+
+from kiln.bytecode import emit
+from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables import control_flow as cf
+from kiln.frontend.variables.base import BoundMethodVariable, PythonValueVariable, VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.lists import ListVariable, TupleVariable
+from kiln.frontend.variables.operators import binary_op
+from kiln.frontend.variables.tensor import TensorVariable
+from kiln.frontend.variables.torch import _as_fakes, wrap_tensor_result
+from kiln.symbolic.fake import is_symbolic
+
+VMAP = getattr(torch, "vmap", None)
+_RANDOMNESS = ("error", "different", "same")
+_C_FUNCTORCH = getattr(torch._C, "_functorch", None)
+_TRANSFORM_VMAP = getattr(getattr(_C_FUNCTORCH, "TransformType", None), "Vmap", None)
+
+
+def is_vmap(value):
+    """Whether `value` is torch.vmap (torch.func.vmap)."""
+    return VMAP is not None and value is VMAP
+
+
+def is_interpreter_query(value):
+    """Whether `value` is functorch's `retrieve_current_functorch_interpreter`."""
+    return (
+        isinstance(value, types.FunctionType)
+        and value.__module__ == "torch._functorch.pyfunctorch"
+        and value.__qualname__ == "retrieve_current_functorch_interpreter"
+    )
+
+
+def is_transform_type(value):
+    """A value of functorch's TransformType enum (compared with an interpreter's key())."""
+    return _TRANSFORM_VMAP is not None and type(value) is type(_TRANSFORM_VMAP)
+
+
+class VmapCall:
+    """The target of a vmap node: `torch.vmap(body, ...)(*operands)`."""
+
+    __name__ = "vmap"
+    __qualname__ = "vmap"
+
+    def __init__(self, body, in_dims, out_dims, randomness, chunk_size):
+        self.body = body
+        self.in_dims = in_dims
+        self.out_dims = out_dims
+        self.randomness = randomness
+        self.chunk_size = chunk_size
+
+    def __call__(self, *operands):
+        fn = VMAP(
+            self.body,
+            in_dims=self.in_dims,
+            out_dims=self.out_dims,
+            randomness=self.randomness,
+            chunk_size=self.chunk_size,
+        )
+        return fn(*operands)
+
+    def settings(self):
+        """(in_dims, out_dims, randomness, chunk_size)."""
+        return self.in_dims, self.out_dims, self.randomness, self.chunk_size
+
+    def __repr__(self):
+        return f"VmapCall(in_dims={self.in_dims}, out_dims={self.out_dims})"
+
+
+def _is_device(a):
+    return isinstance(a, torch.device) or (
+        isinstance(a, str) and a.split(":")[0] in ("cpu", "cuda", "xpu", "mps", "meta")
+    )
+
+
+def _on_meta(body):
+    """A copy of the body whose explicit devices are meta (the examples' device, Note [Tensors:
+    meta execution]): what the node's example results are computed with."""
+    graph = torch.fx.Graph()
+    out = graph.graph_copy(body.graph, {})
+    graph.output(out)
+    meta = torch.device("meta")
+    for node in graph.nodes:
+        if "device" in node.kwargs:
+            node.kwargs = {**node.kwargs, "device": meta}
+        if node.op == "call_method" and node.target == "to":
+            node.args = tuple(meta if _is_device(a) else a for a in node.args)
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+class VmapFunctionVariable(PythonValueVariable):
+    """torch.vmap itself, before it is called."""
+
+    def call_function(self, tx, args, kwargs):
+        names = ("func", "in_dims", "out_dims", "randomness", "chunk_size")
+        bound = dict(zip(names, args))
+        if len(args) > len(names) - 1:  # (chunk_size is keyword-only)
+            unimplemented("torch.vmap called with too many arguments (torch.vmap raises)")
+        for k, v in kwargs.items():
+            if k not in names or k in bound:
+                unimplemented(f"torch.vmap argument {k!r} (torch.vmap raises)")
+            bound[k] = v
+        if "func" not in bound:
+            unimplemented("torch.vmap called without a function (torch.vmap raises)")
+        settings = {}
+        for k in names[1:]:
+            v = bound.get(k)
+            if v is not None and not v.is_python_constant():
+                unimplemented(f"torch.vmap's {k} is not a constant")
+            settings[k] = v
+        vmapped = VmappedVariable(bound["func"], settings)
+        if vmapped.setting("randomness", "error") not in _RANDOMNESS:
+            unimplemented("torch.vmap: an unknown randomness (torch.vmap raises)")
+        chunk_size = vmapped.setting("chunk_size", None)
+        if chunk_size is not None and (type(chunk_size) is not int or chunk_size < 1):
+            unimplemented(f"torch.vmap: chunk_size {chunk_size!r} (torch.vmap raises)")
+        return vmapped
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return super().reconstruct(cg)
+        cg.load_object(self.value)
+
+    def __repr__(self):
+        return "VmapFunctionVariable()"
+
+
+class VmappedVariable(VariableTracker):
+    """`torch.vmap(fn, ...)`: calls are traced (Note [Vmap: the body traced, vmap applied at run
+    time]); `settings` maps vmap's keyword names to the variables given (or None)."""
+
+    def __init__(self, fn, settings, **kw):
+        super().__init__(**kw)
+        self.fn = fn
+        self.settings = settings
+
+    def setting(self, name, default):
+        v = self.settings.get(name)
+        return default if v is None else v.as_python_constant()
+
+    def python_type(self):
+        return types.FunctionType
+
+    def call_function(self, tx, args, kwargs):
+        return trace_vmap(tx, self, args, kwargs)
+
+    def var_getattr(self, tx, name):
+        unimplemented(f"attribute {name!r} of a torch.vmap function")
+
+    def reconstruct(self, cg):
+        cg.load_object(VMAP, push_null=True)
+        cg.reconstruct(self.fn)
+        given = {k: v for k, v in self.settings.items() if v is not None}
+        for v in given.values():
+            cg.reconstruct(v)
+        cg.extend(emit.call_kw(1 + len(given), tuple(given)) if given else emit.call(1))
+
+    def __repr__(self):
+        return f"VmappedVariable({self.fn})"
+
+
+def _constant(v, what):
+    if v.is_python_constant() and not isinstance(v, TensorVariable):
+        return v.as_python_constant()
+    unimplemented(f"torch.vmap: {what} {v} is neither a tensor nor a constant")
+
+
+def _in_dims(in_dims, args):
+    """One in_dim (an int or None) per argument; a break for what kiln does not capture."""
+    if isinstance(in_dims, int) and not isinstance(in_dims, bool):
+        return [in_dims] * len(args)
+    if isinstance(in_dims, tuple):
+        if len(in_dims) != len(args):
+            unimplemented(
+                f"torch.vmap: in_dims has {len(in_dims)} entries for {len(args)} arguments "
+                "(torch.vmap raises)"
+            )
+        for d in in_dims:
+            for e in d if isinstance(d, tuple) else (d,):
+                if e is not None and (not isinstance(e, int) or isinstance(e, bool)):
+                    unimplemented(f"torch.vmap: in_dims entry {d!r} (ints and None are captured)")
+        return list(in_dims)
+    unimplemented(
+        f"torch.vmap: in_dims {in_dims!r} (an int or a tuple expected; torch.vmap raises)"
+    )
+
+
+def _batch_size(tx, batched):
+    """The batch size (an int, or None when symbolic) once the batched arguments' sizes along
+    their in_dims are known equal (a symbolic comparison is guarded)."""
+    first = batched[0][0].size_var(tx, batched[0][1])
+    for v, d in batched[1:]:
+        if not binary_op(tx, operator.eq, first, v.size_var(tx, d)).truthy(tx):
+            unimplemented("torch.vmap: the batched arguments' sizes differ (torch.vmap raises)")
+    return first.as_python_constant() if isinstance(first, ConstantVariable) else None
+
+
+def _symbolic_sizes(t):
+    return any(not isinstance(s, int) for s in t.shape)
+
+
+def _tensor_sequence(v):
+    """A tuple or list (exactly) of tensors."""
+    return (
+        type(v) in (TupleVariable, ListVariable)
+        and bool(v.items)
+        and all(isinstance(i, TensorVariable) for i in v.items)
+    )
+
+
+def _sequence_with_tensors(v):
+    """A container of other shapes holding tensors (a pytree vmap flattens: not captured)."""
+    return not isinstance(v, TensorVariable) and not v.is_python_constant()
+
+
+def _per_example(v, dim):
+    """The example a body placeholder traces with: `v`'s example without its batch dimension."""
+    ex = v.example
+    if ex.dim() == 0 or not -ex.dim() <= dim < ex.dim():
+        unimplemented(f"torch.vmap: in_dim {dim} of a {ex.dim()}-d tensor (torch.vmap raises)")
+    if ex.shape[dim] == 0:
+        unimplemented("torch.vmap over a batch of size 0")
+    return types.SimpleNamespace(example=ex.select(dim, 0), device=v.device)
+
+
+def _outputs(out):
+    """(the tensors the body returns, the structure: 'tensor', 'tuple' or 'list')."""
+    if isinstance(out, TensorVariable):
+        return [out], "tensor"
+    if type(out) in (TupleVariable, ListVariable):
+        items = list(out.items)
+        for v in items:
+            if not isinstance(v, TensorVariable):
+                unimplemented(f"torch.vmap: the function returns {v}, not a tensor")
+        return items, "tuple" if type(out) is TupleVariable else "list"
+    unimplemented(f"torch.vmap: the function returns {out} (tensors expected)")
+
+
+def _levels(tx):
+    """The vmap levels being traced in this frame: [(batch size, randomness)], innermost last."""
+    return tx.output.__dict__.setdefault("vmap_levels", [])
+
+
+def trace_vmap(tx, vmapped, args, kwargs):
+    """A call of `torch.vmap(fn, ...)` (Note [Vmap: the body traced, vmap applied at run time])."""
+    in_dims = vmapped.setting("in_dims", 0)
+    out_dims = vmapped.setting("out_dims", 0)
+    randomness = vmapped.setting("randomness", "error")
+    chunk_size = vmapped.setting("chunk_size", None)
+    dims = _in_dims(in_dims, args)
+    tensors, items, slots = [], [], []
+
+    def add(v, d):
+        if is_symbolic(v.example) and (d is None or _symbolic_sizes(_per_example(v, d).example)):
+            unimplemented("torch.vmap on tensors with symbolic sizes other than the batch size")
+        tensors.append((v, d))
+        items.append(_per_example(v, d) if d is not None else v)
+
+    for v, d in zip(args, dims):
+        if isinstance(v, TensorVariable) and not isinstance(d, tuple):
+            add(v, d)
+            slots.append(None)
+        elif _tensor_sequence(v):  # a tuple or list of tensors: in_dims apply to each
+            sub = d if isinstance(d, tuple) else (d,) * len(v.items)
+            if isinstance(d, tuple) and type(v) is not TupleVariable:
+                unimplemented(f"torch.vmap: in_dims entry {d!r} for a list (torch.vmap raises)")
+            if len(sub) != len(v.items) or any(isinstance(e, tuple) for e in sub):
+                unimplemented(f"torch.vmap: in_dims entry {d!r} does not match {v}")
+            for item, e in zip(v.items, sub):
+                add(item, e)
+            slots.append((type(v), len(v.items)))
+        elif isinstance(d, tuple) or _sequence_with_tensors(v):
+            unimplemented(f"torch.vmap: argument {v} with in_dim {d!r} (not captured)")
+        elif d is not None:
+            unimplemented(f"torch.vmap: in_dim {d} for a {v} argument (torch.vmap raises)")
+        else:
+            _constant(v, "argument")
+            slots.append(v)
+    batched = [v for v, d in tensors if d is not None]
+    if not batched:
+        unimplemented("torch.vmap: no argument is batched (torch.vmap raises)")
+    size = _batch_size(tx, [(v, d) for v, d in tensors if d is not None])
+    devices = {v.device for v, _ in tensors}
+    if any(d.type != "meta" and torch.is_autocast_enabled(d.type) for d in devices):
+        unimplemented("torch.vmap under autocast is not captured")  # (meta has no autocast)
+
+    def pack(placeholders):
+        it = iter(placeholders)
+        out = []
+        for slot in slots:
+            if slot is None:
+                out.append(next(it))
+            elif isinstance(slot, tuple):
+                kind, n = slot
+                out.append(kind([next(it) for _ in range(n)]))
+            else:
+                out.append(slot)
+        return out
+
+    levels = _levels(tx)
+    levels.append((size, randomness))
+    try:
+        graph, out = cf._trace_branch(
+            tx,
+            _KwargsCall(vmapped.fn, kwargs),
+            items,
+            "the vmapped function",
+            pack=pack,
+            op="torch.vmap",
+            local_writes=True,
+        )
+    finally:
+        levels.pop()
+    out_items, structure = _outputs(out)
+    lifted = cf._lift([graph], [out_items], op="torch.vmap")
+    (out_node,) = [n for n in graph.nodes if n.op == "output"]
+    values = out_node.args[0]
+    out_node.args = ({"tensor": values[0], "tuple": values, "list": list(values)}[structure],)
+    body = torch.fx.GraphModule(torch.nn.Module(), graph, class_name="VmapBody")
+    call = VmapCall(
+        body,
+        tuple(d for _, d in tensors) + (None,) * len(lifted),
+        out_dims,
+        randomness,
+        chunk_size,
+    )
+    examples = [v.example for v, _ in tensors] + [n.meta["example_value"] for n in lifted]
+    probe = VmapCall(_on_meta(body), *call.settings())
+    try:
+        with torch.device("meta"):
+            result = probe(*examples)
+    except Exception as e:
+        unimplemented(f"torch.vmap on meta tensors raised {type(e).__name__}: {e}")
+    if tx.output.fake_inputs:
+        result = _as_fakes(result, next(iter(devices)))
+    flat = [result] if isinstance(result, torch.Tensor) else list(result)
+    if len(flat) != len(out_items) or any(
+        not isinstance(r, torch.Tensor) or r.dtype != v.example.dtype
+        for r, v in zip(flat, out_items)
+    ):
+        unimplemented("torch.vmap: the batched results differ from the traced ones")
+    node = tx.output.create_node(
+        "call_function", call, tuple(v.proxy for v, _ in tensors) + tuple(lifted), {}
+    )
+    device = next(iter(devices))
+    return wrap_tensor_result(tx, node, result, device)
+
+
+class _KwargsCall(VariableTracker):
+    """`fn` called with the body's arguments and the (unbatched) keyword arguments given."""
+
+    def __init__(self, fn, kwargs, **kw):
+        super().__init__(**kw)
+        self.fn = fn
+        self.kwargs = kwargs
+
+    def call_function(self, tx, args, kwargs):
+        return self.fn.call_function(tx, args, {**self.kwargs, **kwargs})
+
+
+class FunctorchInterpreterQueryVariable(PythonValueVariable):
+    """`retrieve_current_functorch_interpreter` (Note [Vmap: the functorch interpreter inside
+    the body])."""
+
+    def call_function(self, tx, args, kwargs):
+        levels = _levels(tx)
+        if args or kwargs or not levels or _C_FUNCTORCH is None:
+            unimplemented("retrieve_current_functorch_interpreter outside a traced torch.vmap")
+        query = _C_FUNCTORCH.maybe_current_level
+        base = query()
+        tx.output.guards.add(GuardKind.STATE_QUERY, None, (query, base))
+        size, randomness = levels[-1]
+        return VmapInterpreterVariable((base or 0) + len(levels), size, randomness)
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return super().reconstruct(cg)
+        cg.load_object(self.value)
+
+
+class VmapInterpreterVariable(VariableTracker):
+    """The interpreter of a traced vmap level: its queries fold to constants."""
+
+    def __init__(self, level, batch_size, randomness, **kw):
+        super().__init__(**kw)
+        self.answers = {
+            "key": _TRANSFORM_VMAP,
+            "level": level,
+            "batch_size": batch_size,
+            "randomness": randomness,
+        }
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "batch_size" and self.answers[name] is None:
+            unimplemented("a symbolic vmap batch size read from its interpreter")
+        if name in self.answers and not args and not kwargs:
+            return ConstantVariable(self.answers[name])
+        unimplemented(f"functorch interpreter method {name!r} is not captured")
+
+    def var_getattr(self, tx, name):
+        if name in self.answers:
+            return BoundMethodVariable(self, name)
+        unimplemented(f"functorch interpreter attribute {name!r} is not captured")
+
+    def reconstruct(self, cg):
+        unimplemented("a functorch interpreter outliving its traced torch.vmap")
