@@ -14,6 +14,7 @@ import torch
 from kiln import faults, logs
 from kiln.bytecode import (
     FOR_ITER_SKIPS,
+    BytecodeError,
     PY312_PLUS,
     PY313_PLUS,
     decode,
@@ -30,6 +31,7 @@ from kiln.frontend.resume import (
     origin,
     run_resume,
 )
+from kiln.frontend.entered import after_suppressed, stays_entered
 from kiln.frontend.side_effects import pin_state_reads
 from kiln.frontend.translator import decode as decode_indexed
 from kiln.frontend.variables import random_draws
@@ -502,6 +504,19 @@ class _BreakCodegen:
         body.extend(emit.call(2 if _TAIL_CALLS else 1))
         body.extend(emit.return_value())
 
+    def after_with(self, handler):
+        """The index (in the base code) where the with block whose cleanup is `handler`
+        continues after its __exit__ suppressed an exception."""
+        try:
+            index = after_suppressed(self.e.break_state.tx.instructions, handler)
+        except BytecodeError as err:
+            raise NoBreakHere(str(err)) from err
+        if self.site.in_resume:
+            index = origin(self.code)[1].get(index)
+            if index is None:
+                raise NoBreakHere("a with block's suppress path outside the resume function")
+        return index
+
     def release_dropped_locals(self):
         """Before the instruction Python runs, unbind the locals the trace deleted or rebound.
 
@@ -539,7 +554,17 @@ class _BreakCodegen:
         site, body, e = self.site, self.body, self.e
         stack, withs, inst, kind = site.stack, site.withs, site.inst, site.kind
         if kind not in ("branch", "FOR_ITER", "BEFORE_WITH", "resume_here") and withs:
-            layout = _run_in_with_blocks(body, stack, withs, self.rebuild, inst, e)
+            exits = {}  # with slot -> the temp of its ExitOnError
+            layout = _run_in_with_blocks(body, stack, withs, self.rebuild, inst, e, exits)
+            for p, temp in exits.items():  # an __exit__ that suppressed the exception
+                after = self.after_with(stack[p].handler)
+                body.extend(emit.load_fast(temp) + emit.load_attr("suppressed"))
+                normal = emit.nop()
+                body.extend(emit.pop_jump_if_false(normal[0]))
+                built = body.rebuilt()  # Note [Graph breaks: two continuations]
+                self.call_resume(after, layout[:p])
+                body.extend(normal)
+                body.rebuilt(built)
             self.call_resume(site.base_index + 1, layout)
             return
         if withs:
@@ -656,7 +681,8 @@ def _exit_with_blocks(tx, output, open_withs):
             mode = node.args[0]
     torch._C._set_grad_enabled(mode)
     for v in reversed(open_withs):
-        v.cm.exit(tx)
+        if not stays_entered(v.cm):  # Note [Blocks: breaks inside a user with block]
+            v.cm.exit(tx)
 
 
 def _load_grad_ctx(cg, cm):
@@ -689,7 +715,7 @@ def _is_null(v):
     return isinstance(v, NullVariable)
 
 
-def _run_in_with_blocks(body, stack, withs, rebuild, inst, e):
+def _run_in_with_blocks(body, stack, withs, rebuild, inst, e, exits):
     """Note [Graph breaks: with blocks]: the instruction runs inside the re-entered contexts."""
     layout = [None] * len(stack)
     rebuild(0, withs[0])
@@ -717,10 +743,17 @@ def _run_in_with_blocks(body, stack, withs, rebuild, inst, e):
             null = k < kept and _is_null(stack[k])
             layout[k] = "parked null" if null else emit.load_fast(name)
         inner = body.instrs
+        if stays_entered(stack[p].cm):  # Note [Blocks: breaks inside a user with block]
+            body.instrs = []
+            exits[p] = body.new_temp()
+            stack[p].cm.load_around(body, exits[p])
+            load = body
+        else:
+            load = PyCodegen(body.output)
+            _load_grad_ctx(load, stack[p].cm)
+        load_instrs = load.instrs
         body.instrs = saved
-        load = PyCodegen(body.output)
-        _load_grad_ctx(load, stack[p].cm)
-        body.extend(emit.with_block(load.instrs, inner, depth=p))
+        body.extend(emit.with_block(load_instrs, inner, depth=p))
         layout[p] = ("with", stack[p].cm)
 
     if withs[-1] >= kept:

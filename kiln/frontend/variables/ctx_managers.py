@@ -10,6 +10,7 @@ import torch
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend import entered
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables import autocast, optim
@@ -301,6 +302,25 @@ class UserContextVariable(VariableTracker):
     def exit_exception(self, tx, exc):
         cls = wrap_constant_like(tx, exc.cls)
         return self.obj.call_method(tx, "__exit__", [cls, exc, ConstantVariable(None)], {})
+
+    @property
+    def stays_entered(self):
+        """Note [Blocks: breaks inside a user with block]: a break inside the block leaves the
+        manager entered when its object can be rebuilt there."""
+        from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
+
+        obj = self.obj
+        return isinstance(obj, NewObjectVariable) or (
+            isinstance(obj, UserDefinedObjectVariable) and obj.source is not None
+        )
+
+    def load_fresh(self, cg):
+        """What the resume function enters: the manager, entered already."""
+        entered.load_entered(cg, self.obj)
+
+    def load_around(self, cg, temp):
+        """What the instruction at a break runs inside: the manager's exit on an exception."""
+        entered.load_exit_on_error(cg, self.obj, temp)
 
 
 class SuppressVariable(VariableTracker):

@@ -1,0 +1,132 @@
+"""Graph breaks inside the with block of a traced user context manager, placed where they happen.
+
+    def f(x):                              # transformed f at the break:
+        with Ctx():        # traced enter     ___out = <graph: enter, x + 1>(x)
+            x = x + 1                          with ExitOnError(ctx):     # exits only on error
+            print(x)       # the break             print(x)
+            x = x * 2                          return resume(Entered(ctx), x)
+        return x                           # resume: `with Entered(ctx):` enters nothing; the
+                                           # traced block and its exit (the user's __exit__)
+
+Note [Blocks: breaks inside a user with block]
+A traced user manager's __enter__ ran once (in the graph so far and the replayed side effects);
+its __exit__ must run once, after the block, with eager's arguments. At a break inside its block
+the manager stays entered: the graph ends inside the block (no exit is traced there), the
+transformed code runs the instruction inside `with ExitOnError(ctx)`, which calls ctx.__exit__
+only when an exception leaves the instruction (its result decides suppression, as in eager), and
+passes `Entered(ctx)` in the block's stack slot to the resume function. The resume function's
+prologue enters it (nothing happens) and its copied cleanup code calls Entered.__exit__, which is
+ctx.__exit__: kiln traces both wrappers like any user manager, so the resumed block and the exit
+are captured in the resume function's graph. A resumed block that breaks again passes the same
+Entered object on. An exception an __exit__ suppresses at the break continues after that with
+statement (a resume function there). Nested user managers: each level the same. A level of a
+grad-mode manager (left and re-entered at the break, Note [Graph breaks: with blocks]) may sit
+inside user levels, not outside them (re-entering it would set the mode an inner user manager
+set). Any other layout, a generator-based manager, or an object kiln cannot rebuild keeps the
+rewind to the with statement (Note [Blocks: rewinding to a with statement]).
+"""
+
+from kiln.bytecode import BytecodeError, emit
+
+
+class ExitOnError:
+    """Around the instruction run at a break: exits the (still entered) manager only when an
+    exception leaves the block there."""
+
+    __slots__ = ("cm", "suppressed")
+
+    def __init__(self, cm):
+        self.cm = cm
+        self.suppressed = False
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, typ, value, tb):
+        if typ is None:
+            return False
+        result = type(self.cm).__exit__(self.cm, typ, value, tb)
+        self.suppressed = bool(result)
+        return result
+
+
+class Entered:
+    """A manager entered already: entering does nothing, exiting exits it."""
+
+    __slots__ = ("cm",)
+
+    def __init__(self, cm):
+        self.cm = cm
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, typ, value, tb):
+        return type(self.cm).__exit__(self.cm, typ, value, tb)
+
+
+def stays_entered(cm):
+    """Whether the manager of a with slot stays entered at a break inside its block."""
+    return bool(getattr(cm, "stays_entered", False))
+
+
+def placed_in_block(stack, slots, inst):
+    """Whether a break at `inst` is placed where it happens (not rewound); `slots`: the stack
+    positions of the open with blocks."""
+    levels = [stack[k].cm for k in slots]
+    if not any(stays_entered(cm) for cm in levels):
+        return False
+    other = False
+    for cm in levels:
+        if stays_entered(cm):
+            if other:
+                return False  # a user level inside a re-entered one
+        elif not getattr(cm, "resumable", True):
+            return False
+        else:
+            other = True
+    if inst.opname in ("FOR_ITER", "RAISE_VARARGS", "RERAISE", "WITH_EXCEPT_START"):
+        return False
+    if inst.opname in ("CALL", "CALL_KW") and inst.arg is not None:
+        consumed = inst.arg + 2 + (inst.opname == "CALL_KW")
+        if slots[-1] >= len(stack) - consumed:
+            return False  # the block's exit itself
+    return True
+
+
+def load_entered(cg, obj):
+    """Push what a resume function enters for this manager: Entered(obj), or obj itself when
+    it is an Entered already (a resumed block breaking again)."""
+    if obj.python_type() is Entered:
+        cg.reconstruct(obj)
+        return
+    cg.load_object(Entered, push_null=True)
+    cg.reconstruct(obj)
+    cg.extend(emit.call(1))
+
+
+def load_exit_on_error(cg, obj, temp):
+    """Push ExitOnError(obj), also stored in `temp` (its `suppressed` is read after the block)."""
+    cg.load_object(ExitOnError, push_null=True)
+    cg.reconstruct(obj)
+    cg.extend(emit.call(1))
+    cg.extend(emit.copy(1) + emit.store_fast(temp))
+
+
+_POPS = ("POP_TOP", "POP_EXCEPT", "POP_TOP", "POP_TOP")
+
+
+def after_suppressed(instructions, handler):
+    """Index of the instruction a with block's cleanup `handler` continues at when __exit__
+    suppresses the exception (the value stack is then as below the with slot)."""
+    i = handler.index + 1
+    while i < len(instructions) and instructions[i].opname in ("WITH_EXCEPT_START", "TO_BOOL"):
+        i += 1
+    jump = instructions[i] if i < len(instructions) else None
+    if jump is None or not jump.opname.endswith("_IF_TRUE") or jump.target_index is None:
+        raise BytecodeError(f"unexpected with cleanup at {handler!r}")
+    t = jump.target_index
+    names = tuple(inst.opname for inst in instructions[t : t + len(_POPS)])
+    if names != _POPS:
+        raise BytecodeError(f"unexpected suppress path {names}")
+    return t + len(_POPS)
