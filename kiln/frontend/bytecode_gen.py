@@ -14,9 +14,9 @@ import torch
 from kiln import faults, logs
 from kiln.bytecode import (
     FOR_ITER_SKIPS,
-    BytecodeError,
     PY312_PLUS,
     PY313_PLUS,
+    BytecodeError,
     decode,
     emit,
     encode,
@@ -24,6 +24,7 @@ from kiln.bytecode import (
     format_code,
 )
 from kiln.exc import unimplemented
+from kiln.frontend.entered import after_suppressed, stays_entered
 from kiln.frontend.resume import (
     ResumeUnsupported,
     TailCall,
@@ -31,7 +32,6 @@ from kiln.frontend.resume import (
     origin,
     run_resume,
 )
-from kiln.frontend.entered import after_suppressed, stays_entered
 from kiln.frontend.side_effects import pin_state_reads
 from kiln.frontend.translator import decode as decode_indexed
 from kiln.frontend.variables import random_draws

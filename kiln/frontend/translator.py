@@ -21,8 +21,8 @@ from kiln.bytecode import decode as bytecode_decode
 from kiln.bytecode import loads_cell
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend import node_meta
-from kiln.frontend.entered import placed_in_block
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
+from kiln.frontend.entered import placed_in_block
 from kiln.frontend.jump_ops import JumpOpsMixin
 from kiln.frontend.source import AttrSource, ClosureSource, GetItemSource, GlobalSource, LocalSource
 from kiln.frontend.value_ops import ValueOpsMixin

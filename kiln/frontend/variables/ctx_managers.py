@@ -307,7 +307,10 @@ class UserContextVariable(VariableTracker):
     def stays_entered(self):
         """Note [Blocks: breaks inside a user with block]: a break inside the block leaves the
         manager entered when its object can be rebuilt there."""
-        from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
+        from kiln.frontend.variables.user_defined import (
+            NewObjectVariable,
+            UserDefinedObjectVariable,
+        )
 
         obj = self.obj
         return isinstance(obj, NewObjectVariable) or (
