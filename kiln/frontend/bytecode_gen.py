@@ -556,6 +556,8 @@ class _BreakCodegen:
         if kind not in ("branch", "FOR_ITER", "BEFORE_WITH", "resume_here") and withs:
             exits = {}  # with slot -> the temp of its ExitOnError
             layout = _run_in_with_blocks(body, stack, withs, self.rebuild, inst, e, exits)
+            if inst.opname in LOCAL_STORES:  # (a store raises nothing: no suppressed exit)
+                self.live = after_local_store(self.locals, inst, self.live)
             for p, temp in exits.items():  # an __exit__ that suppressed the exception
                 after = self.after_with(stack[p].handler)
                 body.extend(emit.load_fast(temp) + emit.load_attr("suppressed"))

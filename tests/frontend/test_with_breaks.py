@@ -329,3 +329,36 @@ def test_no_recompile_on_later_calls():
         assert log == ["enter m", "exit m None"]
     assert kiln.counters["stats"]["recompiles"] == 0
     assert kiln.counters["stats"]["unique_graphs"] == 2
+
+
+class Finalized:
+    """Logs its finalizer into the list it is given."""
+
+    def __init__(self, log):
+        self.log = log
+
+    def __del__(self):
+        self.log.append("del")
+
+
+@pytest.mark.parametrize("user", [False, True])
+def test_store_break_inside_a_with_block(user):
+    """A local store that may run __del__ is a break; Python runs it inside the block and the
+    resume function gets the value just stored, not the one before."""
+
+    def fn(x, log):
+        obj = Finalized(log)
+        with Recorder(log, "m") if user else torch.no_grad():
+            y = x + 1
+            obj = 5
+            y = y * obj
+        return y, obj
+
+    log = []
+    expected = fn(torch.ones(2), log)
+    kiln.reset()
+    got_log = []
+    got = kiln.compile(fn, backend="eager")(torch.ones(2), got_log)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1] == expected[1] == 5
+    assert got_log == log == (["enter m", "del", "exit m None"] if user else ["del"])
