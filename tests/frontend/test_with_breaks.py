@@ -362,3 +362,73 @@ def test_store_break_inside_a_with_block(user):
     torch.testing.assert_close(got[0], expected[0])
     assert got[1] == expected[1] == 5
     assert got_log == log == (["enter m", "del", "exit m None"] if user else ["del"])
+
+
+def callee_that_breaks(x):
+    x = x + 1
+    kiln.graph_break()
+    return x * 2
+
+
+@pytest.mark.parametrize("kind", ["branch", "callee", "two managers", "return", "global"])
+def test_other_breaks_inside_a_user_block(kind):
+    def branch(x, log):
+        with Recorder(log):
+            y = x + 1
+            if y.sum() > 0:  # a data-dependent branch: the break
+                y = y * 2
+            y = y - 1
+        return y
+
+    def callee(x, log):
+        with Recorder(log):
+            y = callee_that_breaks(x)
+            y = y - 1
+        return y
+
+    def two(x, log):
+        with Recorder(log, "a"), Recorder(log, "b"):
+            y = x + 1
+            kiln.graph_break()
+            y = y - 1
+        return y
+
+    def returns_inside(x, log):
+        with Recorder(log):
+            y = x + 1
+            kiln.graph_break()
+            return y * 5
+
+    def global_manager(x, log):
+        with GLOBAL_MANAGER:
+            y = x + GLOBAL_MANAGER.depth
+            kiln.graph_break()
+            y = y * GLOBAL_MANAGER.depth
+        return y
+
+    fn = {
+        "branch": branch,
+        "callee": callee,
+        "two managers": two,
+        "return": returns_inside,
+        "global": global_manager,
+    }[kind]
+    graphs = 3 if kind == "callee" else 2  # (the callee's own two)
+    for sign in (1.0, -1.0):
+        run_and_compare(fn, torch.full((3,), sign), [], expected_graphs=graphs)
+        assert GLOBAL_MANAGER.depth == 0
+
+
+class Nesting:
+    """Counts how deep it is entered."""
+
+    depth = 0
+
+    def __enter__(self):
+        self.depth += 1
+
+    def __exit__(self, *exc):
+        self.depth -= 1
+
+
+GLOBAL_MANAGER = Nesting()
