@@ -16,7 +16,6 @@ from kiln.bytecode import (
     FOR_ITER_SKIPS,
     PY312_PLUS,
     PY313_PLUS,
-    BytecodeError,
     decode,
     emit,
     encode,
@@ -24,7 +23,7 @@ from kiln.bytecode import (
     format_code,
 )
 from kiln.exc import unimplemented
-from kiln.frontend.entered import after_suppressed, stays_entered
+from kiln.frontend.entered import after_with_index, resume_after_suppressed, stays_entered
 from kiln.frontend.resume import (
     ResumeUnsupported,
     TailCall,
@@ -504,17 +503,11 @@ class _BreakCodegen:
         body.extend(emit.call(2 if _TAIL_CALLS else 1))
         body.extend(emit.return_value())
 
-    def after_with(self, handler):
-        """The index (in the base code) where the with block whose cleanup is `handler`
-        continues after its __exit__ suppressed an exception."""
-        try:
-            index = after_suppressed(self.e.break_state.tx.instructions, handler)
-        except BytecodeError as err:
-            raise NoBreakHere(str(err)) from err
-        if self.site.in_resume:
-            index = origin(self.code)[1].get(index)
-            if index is None:
-                raise NoBreakHere("a with block's suppress path outside the resume function")
+    def after_with(self, p):
+        """Where the with block of slot p continues when its __exit__ suppressed an exception."""
+        index = after_with_index(self.e.break_state.tx, self.site.stack[p].handler, self.code)
+        if index is None:
+            raise NoBreakHere("after a with block kiln cannot resume at")
         return index
 
     def release_dropped_locals(self):
@@ -558,15 +551,7 @@ class _BreakCodegen:
             layout = _run_in_with_blocks(body, stack, withs, self.rebuild, inst, e, exits)
             if inst.opname in LOCAL_STORES:  # (a store raises nothing: no suppressed exit)
                 self.live = after_local_store(self.locals, inst, self.live)
-            for p, temp in exits.items():  # an __exit__ that suppressed the exception
-                after = self.after_with(stack[p].handler)
-                body.extend(emit.load_fast(temp) + emit.load_attr("suppressed"))
-                normal = emit.nop()
-                body.extend(emit.pop_jump_if_false(normal[0]))
-                built = body.rebuilt()  # Note [Graph breaks: two continuations]
-                self.call_resume(after, layout[:p])
-                body.extend(normal)
-                body.rebuilt(built)
+            resume_after_suppressed(body, exits, layout, self.call_resume, self.after_with)
             self.call_resume(site.base_index + 1, layout)
             return
         if withs:
@@ -629,7 +614,8 @@ class _BreakCodegen:
 
 # Note [Graph breaks: with blocks]
 # A break inside traced `with` blocks (grad-mode managers) leaves them and re-enters them, as
-# Python would see it from outside:
+# Python would see it from outside (user managers stay entered: Note [Blocks: breaks inside a
+# user with block]):
 #     ___out = <graph so far, ending with the exits of the open with blocks>(inputs...)
 #     with <ctx 1>:                      # emit.with_block: an exception in the instruction
 #         <rebuild the stack above it>   # reaches __exit__ as in the original
@@ -745,17 +731,15 @@ def _run_in_with_blocks(body, stack, withs, rebuild, inst, e, exits):
             null = k < kept and _is_null(stack[k])
             layout[k] = "parked null" if null else emit.load_fast(name)
         inner = body.instrs
-        if stays_entered(stack[p].cm):  # Note [Blocks: breaks inside a user with block]
-            body.instrs = []
+        load = body if stays_entered(stack[p].cm) else PyCodegen(body.output)
+        load.instrs = []
+        if load is body:  # the manager's own exit on an error: Note [Blocks: breaks inside ...]
             exits[p] = body.new_temp()
             stack[p].cm.load_around(body, exits[p])
-            load = body
         else:
-            load = PyCodegen(body.output)
             _load_grad_ctx(load, stack[p].cm)
-        load_instrs = load.instrs
-        body.instrs = saved
-        body.extend(emit.with_block(load_instrs, inner, depth=p))
+        load, body.instrs = load.instrs, saved
+        body.extend(emit.with_block(load, inner, depth=p))
         layout[p] = ("with", stack[p].cm)
 
     if withs[-1] >= kept:

@@ -16,17 +16,23 @@ transformed code runs the instruction inside `with ExitOnError(ctx)`, which call
 only when an exception leaves the instruction (its result decides suppression, as in eager), and
 passes `Entered(ctx)` in the block's stack slot to the resume function. The resume function's
 prologue enters it (nothing happens) and its copied cleanup code calls Entered.__exit__, which is
-ctx.__exit__: kiln traces both wrappers like any user manager, so the resumed block and the exit
-are captured in the resume function's graph. A resumed block that breaks again passes the same
+ctx.__exit__: kiln traces Entered like any user manager, so the resumed block and the exit are
+captured in the resume function's graph (ExitOnError only ever runs in Python). A resumed block that breaks again passes the same
 Entered object on. An exception an __exit__ suppresses at the break continues after that with
 statement (a resume function there). Nested user managers: each level the same. A level of a
 grad-mode manager (left and re-entered at the break, Note [Graph breaks: with blocks]) may sit
 inside user levels, not outside them (re-entering it would set the mode an inner user manager
-set). Any other layout, a generator-based manager, or an object kiln cannot rebuild keeps the
-rewind to the with statement (Note [Blocks: rewinding to a with statement]).
+set). Any other layout, a generator-based manager (its real generator cannot be made to stand
+at its yield without running its code again), an object kiln cannot rebuild, a break at the
+block's exit call itself, or one that cannot resume (an uncaught raise, a risky op in the block:
+`no_resume`) keeps the rewind to the with statement (Note [Blocks: rewinding to a with
+statement]). As with every traced with block, the graph before the break is called outside the
+manager: an error a graph op raises at run time does not reach __exit__ (Note [Blocks: ops
+inside try blocks]).
 """
 
 from kiln.bytecode import BytecodeError, emit
+from kiln.frontend.resume import origin
 
 
 class ExitOnError:
@@ -68,6 +74,16 @@ class Entered:
 def stays_entered(cm):
     """Whether the manager of a with slot stays entered at a break inside its block."""
     return bool(getattr(cm, "stays_entered", False))
+
+
+def withs_to_rewind(stack, slots, inst, no_resume):
+    """The open with blocks of traced managers a break at `inst` must be rewound out of
+    (Note [Blocks: rewinding to a with statement]): none when it is placed where it happens;
+    `slots`: the stack positions of the open with blocks."""
+    traced = [stack[k] for k in slots if not getattr(stack[k].cm, "resumable", True)]
+    if traced and not no_resume and placed_in_block(stack, slots, inst):
+        return []
+    return traced
 
 
 def placed_in_block(stack, slots, inst):
@@ -130,3 +146,28 @@ def after_suppressed(instructions, handler):
     if names != _POPS:
         raise BytecodeError(f"unexpected suppress path {names}")
     return t + len(_POPS)
+
+
+def after_with_index(tx, handler, code):
+    """The index in the original code (a resume function's breaks are placed there) where a
+    with block continues after its __exit__ suppressed an exception, or None."""
+    try:
+        index = after_suppressed(tx.instructions, handler)
+    except BytecodeError:
+        return None
+    found = origin(code)
+    return index if found is None else found[1].get(index)
+
+
+def resume_after_suppressed(body, exits, layout, call_resume, after_index):
+    """After the instruction's with blocks: where an ExitOnError (its temp in `exits`, by with
+    slot) saw its __exit__ suppress the exception, continue after that with statement."""
+    for p, temp in exits.items():
+        index = after_index(p)
+        body.extend(emit.load_fast(temp) + emit.load_attr("suppressed"))
+        normal = emit.nop()
+        body.extend(emit.pop_jump_if_false(normal[0]))
+        built = body.rebuilt()  # Note [Graph breaks: two continuations]
+        call_resume(index, layout[:p])
+        body.extend(normal)
+        body.rebuilt(built)

@@ -22,7 +22,7 @@ from kiln.bytecode import loads_cell
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend import node_meta
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
-from kiln.frontend.entered import placed_in_block
+from kiln.frontend.entered import withs_to_rewind
 from kiln.frontend.jump_ops import JumpOpsMixin
 from kiln.frontend.source import AttrSource, ClosureSource, GetItemSource, GlobalSource, LocalSource
 from kiln.frontend.value_ops import ValueOpsMixin
@@ -772,10 +772,7 @@ class InstructionTranslator(InstructionTranslatorBase):
     def _annotate(self, e):
         super()._annotate(e)
         slots = [k for k, v in enumerate(self.stack_before) if isinstance(v, WithExitVariable)]
-        traced = [self.stack_before[k] for k in slots]
-        traced = [v for v in traced if not getattr(v.cm, "resumable", True)]
-        if traced and placed_in_block(self.stack_before, slots, self.current_inst):
-            traced = []  # Note [Blocks: breaks inside a user with block]
+        traced = withs_to_rewind(self.stack_before, slots, self.current_inst, e.no_resume)
         if traced and getattr(traced[0], "rewind", None) is None:
             e.no_resume = True  # Note [Blocks: context managers]
         rewinds = [traced[0].rewind] if traced and traced[0].rewind is not None else []

@@ -209,8 +209,10 @@ class WithExitVariable(VariableTracker):
 # are Python functions (inlined, the exception path too: __exit__(type, exc, None) decides
 # whether the exception is suppressed); contextlib.contextmanager generators (run up to their
 # yield on enter, resumed on exit, the exception thrown in at the yield on an exceptional exit).
-# A graph break inside the block of one of the last three cannot be placed (their enter/exit
-# are user code that must run exactly once each): the frame runs eagerly (`resumable` False).
+# A graph break inside the block of one of the last three cannot leave and re-enter the manager
+# (their enter/exit are user code that must run exactly once each: `resumable` False): inside a
+# user class's block it is placed where it happens with the manager left entered (Note [Blocks:
+# breaks inside a user with block]); otherwise it is rewound to the with statement.
 # Any other manager (C __enter__/__exit__: threading.Lock, RLock, inference_mode, files...) is a
 # graph break at BEFORE_WITH: the graph so far runs, Python runs the BEFORE_WITH (enters the
 # manager), and the resume function starts inside the block with the manager's __exit__ as a
