@@ -451,6 +451,7 @@ class BlockStackMixin:
         e.break_state = state
         e.frames = [(self.code, state.index, self.instructions[state.index].lineno)]
         e.no_resume = False
+        e.rewind_fallback = None  # (Note [Blocks: breaks inside a user with block])
         where = "try block" if state.resume_here else "with statement"
         e.msg = f"{e.msg} (placed at the start of the enclosing {where})"
 

@@ -23,7 +23,12 @@ from kiln.bytecode import (
     format_code,
 )
 from kiln.exc import unimplemented
-from kiln.frontend.entered import after_with_index, resume_after_suppressed, stays_entered
+from kiln.frontend.entered import (
+    after_with_index,
+    resume_after_suppressed,
+    rewind_instead,
+    stays_entered,
+)
 from kiln.frontend.resume import (
     ResumeUnsupported,
     TailCall,
@@ -266,7 +271,12 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     Note [Resume: breaks in resume functions] and Note [Resume: tail calls]. Breaks inside
     try/except blocks, or at other instructions, raise NoBreakHere: the frame runs eagerly.
     """
-    site = _break_site(code, e, instructions)
+    try:
+        site = _break_site(code, e, instructions)
+    except NoBreakHere:
+        if not rewind_instead(e):  # Note [Blocks: breaks inside a user with block]
+            raise
+        site = _break_site(code, e, instructions)
     _cut_graph_at(output, e.break_state, site)
     writer = _BreakCodegen(output, code, e, site, resume_factory, callee_factory)
     writer.write()

@@ -26,7 +26,8 @@ set). Any other layout, a generator-based manager (its real generator cannot be 
 at its yield without running its code again), an object kiln cannot rebuild, a break at the
 block's exit call itself, or one that cannot resume (an uncaught raise, a risky op in the block:
 `no_resume`) keeps the rewind to the with statement (Note [Blocks: rewinding to a with
-statement]). As with every traced with block, the graph before the break is called outside the
+statement]); so does a break at an instruction no break can stop at (UNPACK_SEQUENCE...): the
+codegen applies the rewind kept in `e.rewind_fallback` then (rewind_instead). As with every traced with block, the graph before the break is called outside the
 manager: an error a graph op raises at run time does not reach __exit__ (Note [Blocks: ops
 inside try blocks]).
 """
@@ -76,14 +77,26 @@ def stays_entered(cm):
     return bool(getattr(cm, "stays_entered", False))
 
 
-def withs_to_rewind(stack, slots, inst, no_resume):
-    """The open with blocks of traced managers a break at `inst` must be rewound out of
-    (Note [Blocks: rewinding to a with statement]): none when it is placed where it happens;
-    `slots`: the stack positions of the open with blocks."""
+def withs_to_rewind(stack, slots, inst, e):
+    """The open with blocks of traced managers the break `e` at `inst` must be rewound out of
+    (Note [Blocks: rewinding to a with statement]): none when it is placed where it happens
+    (the rewind is kept in `e.rewind_fallback`); `slots`: the stack positions of the open with
+    blocks."""
     traced = [stack[k] for k in slots if not getattr(stack[k].cm, "resumable", True)]
-    if traced and not no_resume and placed_in_block(stack, slots, inst):
+    if traced and not e.no_resume and placed_in_block(stack, slots, inst):
+        e.rewind_fallback = traced[0].rewind
         return []
     return traced
+
+
+def rewind_instead(e):
+    """Where the break cannot be placed inside the block (an instruction no break can stop at),
+    rewind it to the with statement as before, if it can be; whether it was."""
+    point = getattr(e, "rewind_fallback", None)
+    if point is None:
+        return False
+    e.break_state.tx.rewind(e, point)
+    return True
 
 
 def placed_in_block(stack, slots, inst):

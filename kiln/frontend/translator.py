@@ -772,7 +772,7 @@ class InstructionTranslator(InstructionTranslatorBase):
     def _annotate(self, e):
         super()._annotate(e)
         slots = [k for k, v in enumerate(self.stack_before) if isinstance(v, WithExitVariable)]
-        traced = withs_to_rewind(self.stack_before, slots, self.current_inst, e.no_resume)
+        traced = withs_to_rewind(self.stack_before, slots, self.current_inst, e)
         if traced and getattr(traced[0], "rewind", None) is None:
             e.no_resume = True  # Note [Blocks: context managers]
         rewinds = [traced[0].rewind] if traced and traced[0].rewind is not None else []

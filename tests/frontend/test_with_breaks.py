@@ -432,3 +432,24 @@ class Nesting:
 
 
 GLOBAL_MANAGER = Nesting()
+
+
+class BreakingPair:
+    """Iterating it breaks: an unpacking of it is an instruction no break can stop at."""
+
+    def __iter__(self):
+        kiln.graph_break()
+        return iter((1, 2))
+
+
+def test_unplaceable_break_falls_back_to_the_rewind():
+    def fn(x):
+        x = x * 7
+        with GradSetter(False):
+            y = x + 1
+            a, b = BreakingPair()
+            y = y * a + b
+        return y
+
+    # the graph before the with statement stays; the with statement on runs in Python
+    run_and_compare(fn, torch.ones(2, requires_grad=True), expected_graphs=1)
