@@ -9,27 +9,27 @@
                                            # traced block and its exit (the user's __exit__)
 
 Note [Blocks: breaks inside a user with block]
-A traced user manager's __enter__ ran once (in the graph so far and the replayed side effects);
-its __exit__ must run once, after the block, with eager's arguments. At a break inside its block
-the manager stays entered: the graph ends inside the block (no exit is traced there), the
-transformed code runs the instruction inside `with ExitOnError(ctx)`, which calls ctx.__exit__
-only when an exception leaves the instruction (its result decides suppression, as in eager), and
-passes `Entered(ctx)` in the block's stack slot to the resume function. The resume function's
-prologue enters it (nothing happens) and its copied cleanup code calls Entered.__exit__, which is
+A traced user manager's __enter__ ran once (in the graph so far and the replayed side effects); its
+__exit__ must run once, after the block, with eager's arguments. At a break inside its block the
+manager stays entered: the graph ends inside the block (no exit is traced there), the transformed
+code runs the instruction inside `with ExitOnError(ctx)`, which calls ctx.__exit__ only when an
+exception leaves the instruction (its result decides suppression, as in eager), and passes
+`Entered(ctx)` in the block's stack slot to the resume function. The resume function's prologue
+enters it (nothing happens) and its copied cleanup code calls Entered.__exit__, which is
 ctx.__exit__: kiln traces Entered like any user manager, so the resumed block and the exit are
-captured in the resume function's graph (ExitOnError only ever runs in Python). A resumed block that breaks again passes the same
-Entered object on. An exception an __exit__ suppresses at the break continues after that with
-statement (a resume function there). Nested user managers: each level the same. A level of a
-grad-mode manager (left and re-entered at the break, Note [Graph breaks: with blocks]) may sit
-inside user levels, not outside them (re-entering it would set the mode an inner user manager
-set). Any other layout, a generator-based manager (its real generator cannot be made to stand
-at its yield without running its code again), an object kiln cannot rebuild, a break at the
-block's exit call itself, or one that cannot resume (an uncaught raise, a risky op in the block:
-`no_resume`) keeps the rewind to the with statement (Note [Blocks: rewinding to a with
-statement]); so does a break at an instruction no break can stop at (UNPACK_SEQUENCE...): the
-codegen applies the rewind kept in `e.rewind_fallback` then (rewind_instead). As with every traced with block, the graph before the break is called outside the
-manager: an error a graph op raises at run time does not reach __exit__ (Note [Blocks: ops
-inside try blocks]).
+captured in the resume function's graph (ExitOnError only ever runs in Python). A resumed block
+that breaks again passes the same Entered object on. An exception an __exit__ suppresses at the
+break continues after that with statement (a resume function there). Nested user managers: each
+level the same. A level of a grad-mode manager (left and re-entered at the break, Note [Graph
+breaks: with blocks]) may sit inside user levels, not outside them (re-entering it would set the
+mode an inner user manager set). Any other layout, a generator-based manager (its real generator
+cannot be made to stand at its yield without running its code again), an object kiln cannot
+rebuild, a break at the block's exit call itself, or one that cannot resume (an uncaught raise, a
+risky op in the block: `no_resume`) keeps the rewind to the with statement (Note [Blocks: rewinding
+to a with statement]); so does a break at an instruction no break can stop at (UNPACK_SEQUENCE...):
+the codegen applies the rewind kept in `e.rewind_fallback` then (rewind_instead). As with every
+traced with block, the graph before the break is called outside the manager: an error a graph op
+raises at run time does not reach __exit__ (Note [Blocks: ops inside try blocks]).
 """
 
 from kiln.bytecode import BytecodeError, emit
