@@ -24,7 +24,7 @@ from kiln.bytecode import (
 )
 from kiln.exc import unimplemented
 from kiln.frontend.entered import (
-    after_with_index,
+    after_with_indexes,
     resume_after_suppressed,
     rewind_instead,
     stays_entered,
@@ -515,10 +515,13 @@ class _BreakCodegen:
 
     def after_with(self, p):
         """Where the with block of slot p continues when its __exit__ suppressed an exception."""
-        index = after_with_index(self.e.break_state.tx, self.site.stack[p].handler, self.code)
-        if index is None:
+        site = self.site
+        found = after_with_indexes(
+            self.e.break_state.tx, site.stack, site.withs, site.inst, self.code
+        )
+        if found.get(p) is None:
             raise NoBreakHere("after a with block kiln cannot resume at")
-        return index
+        return found[p]
 
     def release_dropped_locals(self):
         """Before the instruction Python runs, unbind the locals the trace deleted or rebound.
@@ -684,7 +687,10 @@ def _exit_with_blocks(tx, output, open_withs):
 
 
 def _load_grad_ctx(cg, cm):
-    cm.load_fresh(cg)  # a new context manager with the same enter/exit
+    if stays_entered(cm):  # Note [Blocks: breaks inside a user with block]
+        cm.load_entered(cg)
+    else:
+        cm.load_fresh(cg)  # a new context manager with the same enter/exit
 
 
 def _park(body, stack, withs, rebuild, upto):

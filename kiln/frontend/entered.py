@@ -20,17 +20,22 @@ ctx.__exit__: kiln traces Entered like any user manager, so the resumed block an
 captured in the resume function's graph (ExitOnError only ever runs in Python). A resumed block
 that breaks again passes the same Entered object on. An exception an __exit__ suppresses at the
 break continues after that with statement (a resume function there). Nested user managers: each
-level the same. A level of a grad-mode manager (left and re-entered at the break, Note [Graph
-breaks: with blocks]) may sit inside user levels, not outside them (re-entering it would set the
-mode an inner user manager set). Any other layout, a generator-based manager (its real generator
-cannot be made to stand at its yield without running its code again), an object kiln cannot
-rebuild, a break at the block's exit call itself, or one that cannot resume (an uncaught raise, a
-risky op in the block: `no_resume`) keeps the rewind to the with statement (Note [Blocks: rewinding
-to a with statement]); so does a break at an instruction no break can stop at (UNPACK_SEQUENCE...):
-the codegen applies the rewind kept in `e.rewind_fallback` then (rewind_instead). As with every
-traced with block, the graph before the break is called outside the manager: an error a graph op
-raises at run time does not reach __exit__ (Note [Blocks: ops inside try blocks]).
+level the same. Grad-mode levels stay entered with them (kept_entered: no exit in the graph, the
+mode restored by ExitOnError(GradRestore(prev)) on an error, GradRestore(prev) passed on), so a
+user level inside one keeps the mode its enter set. Other levels (autocast, nullcontext,
+saved-tensor hooks) are left and re-entered (Note [Graph breaks: with blocks]): inside user levels
+only, as re-entering one would undo what an inner user manager set. Any other layout, a
+generator-based manager (its real generator cannot be made to stand at its yield without running
+its code again), an object kiln cannot rebuild, a break at the block's exit call itself, or one
+that cannot resume (an uncaught raise, a risky op in the block: `no_resume`) keeps the rewind to
+the with statement (Note [Blocks: rewinding to a with statement]); so does a break at an
+instruction no break can stop at (UNPACK_SEQUENCE...): the codegen applies the rewind kept in
+`e.rewind_fallback` then (rewind_instead). As with every traced with block, the graph before the
+break is called outside the manager: an error a graph op raises at run time does not reach __exit__
+(Note [Blocks: ops inside try blocks]).
 """
+
+import torch
 
 from kiln.bytecode import BytecodeError, emit
 from kiln.frontend.resume import origin
@@ -72,6 +77,23 @@ class Entered:
         return type(self.cm).__exit__(self.cm, typ, value, tb)
 
 
+class GradRestore:
+    """A grad-mode block entered already: entering does nothing, exiting sets the mode it was
+    entered from."""
+
+    __slots__ = ("prev",)
+
+    def __init__(self, prev):
+        self.prev = prev
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, typ, value, tb):
+        torch._C._set_grad_enabled(self.prev)
+        return False
+
+
 def stays_entered(cm):
     """Whether the manager of a with slot stays entered at a break inside its block."""
     return bool(getattr(cm, "stays_entered", False))
@@ -85,6 +107,9 @@ def withs_to_rewind(stack, slots, inst, e):
     traced = [stack[k] for k in slots if not getattr(stack[k].cm, "resumable", True)]
     if traced and not e.no_resume and placed_in_block(stack, slots, inst):
         e.rewind_fallback = traced[0].rewind
+        for k in slots:
+            if hasattr(stack[k].cm, "kept_entered"):
+                stack[k].cm.kept_entered = True  # grad-mode levels stay entered too
         return []
     return traced
 
@@ -107,7 +132,7 @@ def placed_in_block(stack, slots, inst):
         return False
     other = False
     for cm in levels:
-        if stays_entered(cm):
+        if stays_entered(cm) or hasattr(cm, "kept_entered"):
             if other:
                 return False  # a user level inside a re-entered one
         elif not getattr(cm, "resumable", True):
@@ -126,7 +151,7 @@ def placed_in_block(stack, slots, inst):
 def load_entered(cg, obj):
     """Push what a resume function enters for this manager: Entered(obj), or obj itself when
     it is an Entered already (a resumed block breaking again)."""
-    if obj.python_type() is Entered:
+    if obj.python_type() in (Entered, GradRestore):
         cg.reconstruct(obj)
         return
     cg.load_object(Entered, push_null=True)
@@ -134,12 +159,23 @@ def load_entered(cg, obj):
     cg.extend(emit.call(1))
 
 
-def load_exit_on_error(cg, obj, temp):
-    """Push ExitOnError(obj), also stored in `temp` (its `suppressed` is read after the block)."""
+def load_exit_on_error(cg, obj, temp, prev=None):
+    """Push ExitOnError(obj) (obj None: GradRestore(prev)), also stored in `temp` (its
+    `suppressed` is read after the block)."""
     cg.load_object(ExitOnError, push_null=True)
-    cg.reconstruct(obj)
+    if obj is None:
+        load_grad_restore(cg, prev)
+    else:
+        cg.reconstruct(obj)
     cg.extend(emit.call(1))
     cg.extend(emit.copy(1) + emit.store_fast(temp))
+
+
+def load_grad_restore(cg, prev):
+    """Push GradRestore(prev): a grad-mode block that stays entered."""
+    cg.load_object(GradRestore, push_null=True)
+    cg.extend(emit.load_const(bool(prev)))
+    cg.extend(emit.call(1))
 
 
 _POPS = ("POP_TOP", "POP_EXCEPT", "POP_TOP", "POP_TOP")
@@ -161,15 +197,28 @@ def after_suppressed(instructions, handler):
     return t + len(_POPS)
 
 
-def after_with_index(tx, handler, code):
-    """The index in the original code (a resume function's breaks are placed there) where a
-    with block continues after its __exit__ suppressed an exception, or None."""
-    try:
-        index = after_suppressed(tx.instructions, handler)
-    except BytecodeError:
-        return None
+def after_with_indexes(tx, stack, slots, inst, code):
+    """{with slot: the index in the original code (where a resume function's breaks are placed)
+    at which its with block continues after its __exit__ suppressed an exception}, for the
+    slots whose cleanup is known: a resume function's prologue entered its with blocks, and only
+    the cleanups its trace went through are recorded; the others are read from the code, from
+    the innermost out (after an inner block's suppress path, the outer block's cleanup covers)."""
     found = origin(code)
-    return index if found is None else found[1].get(index)
+    out = {}
+    entry = inst.exn_tab_entry
+    for p in reversed(slots):
+        handler = stack[p].handler
+        if handler is None and entry is not None and entry.depth - 1 == p:
+            handler = entry.target
+        if handler is None:
+            break
+        try:
+            index = after_suppressed(tx.instructions, handler)
+        except BytecodeError:
+            break
+        out[p] = index if found is None else found[1].get(index)
+        entry = tx.instructions[index - 1].exn_tab_entry
+    return out
 
 
 def resume_after_suppressed(body, exits, layout, call_resume, after_index):

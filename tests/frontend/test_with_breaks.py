@@ -299,20 +299,79 @@ def test_grad_mode_block_inside_a_user_block():
         run_and_compare(fn, torch.randn(3, requires_grad=True), expected_graphs=2)
 
 
-def test_user_block_inside_a_grad_mode_block_still_correct():
-    """A user level inside a re-entered grad-mode level keeps the rewind."""
+def test_user_block_inside_grad_mode_blocks():
+    """Grad-mode blocks around a user block stay entered at the break too: the mode the user's
+    enter set is the one the rest of the block runs in."""
+
+    def fn(x):
+        with torch.enable_grad():
+            with GradSetter(False):
+                with torch.enable_grad():
+                    a = x * 3
+                    kiln.graph_break()
+                    b = x * 4
+                c = x * 5
+            d = x * 6
+        return a, b, c, d, torch.is_grad_enabled()
+
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            run_and_compare(fn, torch.randn(3, requires_grad=True), expected_graphs=2)
+            assert torch.is_grad_enabled() == grad
+
+
+def raises_key_error_after_break():
+    kiln.graph_break()
+    raise KeyError("k")
+
+
+def test_suppressed_through_a_grad_mode_block():
+    class SuppressKeyError(GradSetter):
+        def __exit__(self, typ, value, tb):
+            super().__exit__(typ, value, tb)
+            return typ is KeyError
 
     def fn(x):
         with torch.no_grad():
-            a = x * 2
-            with GradSetter(True):
-                b = x * 3
-                kiln.graph_break()
-                c = x * 4
-            d = x * 5
-        return a, b, c, d
+            with SuppressKeyError(True):
+                a = x * 3
+                raises_key_error_after_break()
+            b = x * 5
+        return a, b, torch.is_grad_enabled()
 
-    run_and_compare(fn, torch.randn(3, requires_grad=True))
+    run_and_compare(fn, torch.randn(3, requires_grad=True), expected_graphs=2)
+
+
+@pytest.mark.parametrize("suppress", ["outer", "inner"])
+def test_nested_blocks_breaking_in_a_loop(suppress):
+    """Breaks in a resumed loop inside two user blocks (entered by the resume function), the
+    third one raising: each level's __exit__ once, the suppressing one continues after it."""
+
+    def boom(i):
+        kiln.graph_break()
+        if i == 2:
+            raise ValueError("three")
+        return i
+
+    def fn(x, log):
+        with torch.no_grad(), Recorder(log, "outer", suppress=suppress == "outer"):
+            with Recorder(log, "inner", suppress=suppress == "inner"):
+                for i in range(4):
+                    x = x * 2 + boom(i)
+                x = x - 1
+            x = x * 3
+        return x - 5
+
+    x = torch.ones(2)
+    expected_log = []
+    expected = fn(x, expected_log)
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    for _ in range(2):
+        log = []
+        torch.testing.assert_close(compiled(x, log), expected)
+        assert log == expected_log
+    assert kiln.counters["stats"]["unique_graphs"] == 4
 
 
 def test_no_recompile_on_later_calls():
@@ -495,3 +554,4 @@ def test_resume_function_guarded_on_the_manager_class():
         log.clear()
         torch.testing.assert_close(compiled(torch.ones(1), m), torch.full((1,), 4.0))
         assert log == [type(m).__name__.lower()]
+    assert kiln.counters["stats"]["unique_graphs"] >= 2  # (the block before and after the break)

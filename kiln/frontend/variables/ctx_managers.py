@@ -60,6 +60,21 @@ class GradModeVariable(VariableTracker):
         cg.load_object(torch.enable_grad if self.mode else torch.no_grad, push_null=True)
         cg.extend(emit.call(0))
 
+    # Note [Blocks: breaks inside a user with block]: set for a break inside a user block
+    kept_entered = False
+
+    @property
+    def stays_entered(self):
+        return self.kept_entered
+
+    def load_entered(self, cg):
+        """What the resume function enters for this block, entered already."""
+        entered.load_grad_restore(cg, self.prev)
+
+    def load_around(self, cg, temp):
+        """What the instruction at a break runs inside: the mode restored on an exception."""
+        entered.load_exit_on_error(cg, None, temp, self.prev)
+
     def reconstruct(self, cg):
         """The manager as a live value after a graph break (Note [Ctx: grad-mode managers as
         values])."""
@@ -319,7 +334,7 @@ class UserContextVariable(VariableTracker):
             isinstance(obj, UserDefinedObjectVariable) and obj.source is not None
         )
 
-    def load_fresh(self, cg):
+    def load_entered(self, cg):
         """What the resume function enters: the manager, entered already."""
         entered.load_entered(cg, self.obj)
 
