@@ -394,7 +394,8 @@ class BlockStackMixin:
 
     # Note [Blocks: rewinding to a with statement]
     # A graph break inside the block of a traced user manager (Note [Blocks: context managers])
-    # cannot be placed there: the manager's enter and exit are user code that must run once each.
+    # that cannot be placed there (Note [Blocks: breaks inside a user with block] says which can:
+    # the manager's enter and exit are user code that must run once each) is rewound.
     # The root translator keeps the state it had at the with statement's BEFORE_WITH (stack,
     # locals, graph checkpoint, side-effect snapshot and version, iterator positions), and the
     # break is placed at the BEFORE_WITH instead: the graph is cut back to it, Python enters the
@@ -450,6 +451,7 @@ class BlockStackMixin:
         e.break_state = state
         e.frames = [(self.code, state.index, self.instructions[state.index].lineno)]
         e.no_resume = False
+        e.rewind_fallback = None  # (Note [Blocks: breaks inside a user with block])
         where = "try block" if state.resume_here else "with statement"
         e.msg = f"{e.msg} (placed at the start of the enclosing {where})"
 

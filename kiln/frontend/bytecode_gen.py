@@ -23,6 +23,12 @@ from kiln.bytecode import (
     format_code,
 )
 from kiln.exc import unimplemented
+from kiln.frontend.entered import (
+    after_with_indexes,
+    resume_after_suppressed,
+    rewind_instead,
+    stays_entered,
+)
 from kiln.frontend.resume import (
     ResumeUnsupported,
     TailCall,
@@ -265,7 +271,12 @@ def transformed_code_at_break(output, code, e, instructions, resume_factory, cal
     Note [Resume: breaks in resume functions] and Note [Resume: tail calls]. Breaks inside
     try/except blocks, or at other instructions, raise NoBreakHere: the frame runs eagerly.
     """
-    site = _break_site(code, e, instructions)
+    try:
+        site = _break_site(code, e, instructions)
+    except NoBreakHere:
+        if not rewind_instead(e):  # Note [Blocks: breaks inside a user with block]
+            raise
+        site = _break_site(code, e, instructions)
     _cut_graph_at(output, e.break_state, site)
     writer = _BreakCodegen(output, code, e, site, resume_factory, callee_factory)
     writer.write()
@@ -502,6 +513,16 @@ class _BreakCodegen:
         body.extend(emit.call(2 if _TAIL_CALLS else 1))
         body.extend(emit.return_value())
 
+    def after_with(self, p):
+        """Where the with block of slot p continues when its __exit__ suppressed an exception."""
+        site = self.site
+        found = after_with_indexes(
+            self.e.break_state.tx, site.stack, site.withs, site.inst, self.code
+        )
+        if found.get(p) is None:
+            raise NoBreakHere("after a with block kiln cannot resume at")
+        return found[p]
+
     def release_dropped_locals(self):
         """Before the instruction Python runs, unbind the locals the trace deleted or rebound.
 
@@ -539,7 +560,11 @@ class _BreakCodegen:
         site, body, e = self.site, self.body, self.e
         stack, withs, inst, kind = site.stack, site.withs, site.inst, site.kind
         if kind not in ("branch", "FOR_ITER", "BEFORE_WITH", "resume_here") and withs:
-            layout = _run_in_with_blocks(body, stack, withs, self.rebuild, inst, e)
+            exits = {}  # with slot -> the temp of its ExitOnError
+            layout = _run_in_with_blocks(body, stack, withs, self.rebuild, inst, e, exits)
+            if inst.opname in LOCAL_STORES:  # (a store raises nothing: no suppressed exit)
+                self.live = after_local_store(self.locals, inst, self.live)
+            resume_after_suppressed(body, exits, layout, self.call_resume, self.after_with)
             self.call_resume(site.base_index + 1, layout)
             return
         if withs:
@@ -602,7 +627,8 @@ class _BreakCodegen:
 
 # Note [Graph breaks: with blocks]
 # A break inside traced `with` blocks (grad-mode managers) leaves them and re-enters them, as
-# Python would see it from outside:
+# Python would see it from outside (user managers stay entered: Note [Blocks: breaks inside a
+# user with block]):
 #     ___out = <graph so far, ending with the exits of the open with blocks>(inputs...)
 #     with <ctx 1>:                      # emit.with_block: an exception in the instruction
 #         <rebuild the stack above it>   # reaches __exit__ as in the original
@@ -656,11 +682,15 @@ def _exit_with_blocks(tx, output, open_withs):
             mode = node.args[0]
     torch._C._set_grad_enabled(mode)
     for v in reversed(open_withs):
-        v.cm.exit(tx)
+        if not stays_entered(v.cm):  # Note [Blocks: breaks inside a user with block]
+            v.cm.exit(tx)
 
 
 def _load_grad_ctx(cg, cm):
-    cm.load_fresh(cg)  # a new context manager with the same enter/exit
+    if stays_entered(cm):  # Note [Blocks: breaks inside a user with block]
+        cm.load_entered(cg)
+    else:
+        cm.load_fresh(cg)  # a new context manager with the same enter/exit
 
 
 def _park(body, stack, withs, rebuild, upto):
@@ -689,7 +719,7 @@ def _is_null(v):
     return isinstance(v, NullVariable)
 
 
-def _run_in_with_blocks(body, stack, withs, rebuild, inst, e):
+def _run_in_with_blocks(body, stack, withs, rebuild, inst, e, exits):
     """Note [Graph breaks: with blocks]: the instruction runs inside the re-entered contexts."""
     layout = [None] * len(stack)
     rebuild(0, withs[0])
@@ -717,10 +747,15 @@ def _run_in_with_blocks(body, stack, withs, rebuild, inst, e):
             null = k < kept and _is_null(stack[k])
             layout[k] = "parked null" if null else emit.load_fast(name)
         inner = body.instrs
-        body.instrs = saved
-        load = PyCodegen(body.output)
-        _load_grad_ctx(load, stack[p].cm)
-        body.extend(emit.with_block(load.instrs, inner, depth=p))
+        load = body if stays_entered(stack[p].cm) else PyCodegen(body.output)
+        load.instrs = []
+        if load is body:  # the manager's own exit on an error: Note [Blocks: breaks inside ...]
+            exits[p] = body.new_temp()
+            stack[p].cm.load_around(body, exits[p])
+        else:
+            _load_grad_ctx(load, stack[p].cm)
+        load, body.instrs = load.instrs, saved
+        body.extend(emit.with_block(load, inner, depth=p))
         layout[p] = ("with", stack[p].cm)
 
     if withs[-1] >= kept:

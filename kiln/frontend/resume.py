@@ -73,7 +73,9 @@ from kiln.bytecode import (
 #
 # The resume prologue re-enters ctx with BEFORE_WITH and the copied body exits it through the
 # original cleanup code. The context is therefore left and re-entered around the break (fine for
-# grad mode / autocast style managers, whose enter/exit only set and restore state).
+# grad mode / autocast style managers, whose enter/exit only set and restore state). A user
+# manager is not left: the frontend passes a wrapper whose enter does nothing (Note [Blocks:
+# breaks inside a user with block], kiln/frontend/entered.py).
 
 _GENERATOR_FLAGS = (
     inspect.CO_GENERATOR

@@ -22,6 +22,7 @@ from kiln.bytecode import loads_cell
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend import node_meta
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
+from kiln.frontend.entered import withs_to_rewind
 from kiln.frontend.jump_ops import JumpOpsMixin
 from kiln.frontend.source import AttrSource, ClosureSource, GetItemSource, GlobalSource, LocalSource
 from kiln.frontend.value_ops import ValueOpsMixin
@@ -770,11 +771,8 @@ class InstructionTranslator(InstructionTranslatorBase):
 
     def _annotate(self, e):
         super()._annotate(e)
-        traced = [
-            v
-            for v in self.stack_before
-            if isinstance(v, WithExitVariable) and not getattr(v.cm, "resumable", True)
-        ]
+        slots = [k for k, v in enumerate(self.stack_before) if isinstance(v, WithExitVariable)]
+        traced = withs_to_rewind(self.stack_before, slots, self.current_inst, e)
         if traced and getattr(traced[0], "rewind", None) is None:
             e.no_resume = True  # Note [Blocks: context managers]
         rewinds = [traced[0].rewind] if traced and traced[0].rewind is not None else []

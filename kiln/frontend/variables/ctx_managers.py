@@ -10,6 +10,7 @@ import torch
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend import entered
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables import autocast, optim
@@ -59,6 +60,21 @@ class GradModeVariable(VariableTracker):
         """A new manager with the same enter/exit (Note [Graph breaks: with blocks])."""
         cg.load_object(torch.enable_grad if self.mode else torch.no_grad, push_null=True)
         cg.extend(emit.call(0))
+
+    # Note [Blocks: breaks inside a user with block]: set for a break inside a user block
+    kept_entered = False
+
+    @property
+    def stays_entered(self):
+        return self.kept_entered
+
+    def load_entered(self, cg):
+        """What the resume function enters for this block, entered already."""
+        entered.load_grad_restore(cg, self.prev)
+
+    def load_around(self, cg, temp):
+        """What the instruction at a break runs inside: the mode restored on an exception."""
+        entered.load_exit_on_error(cg, None, temp, self.prev)
 
     def reconstruct(self, cg):
         """The manager as a live value after a graph break (Note [Ctx: grad-mode managers as
@@ -209,8 +225,10 @@ class WithExitVariable(VariableTracker):
 # are Python functions (inlined, the exception path too: __exit__(type, exc, None) decides
 # whether the exception is suppressed); contextlib.contextmanager generators (run up to their
 # yield on enter, resumed on exit, the exception thrown in at the yield on an exceptional exit).
-# A graph break inside the block of one of the last three cannot be placed (their enter/exit
-# are user code that must run exactly once each): the frame runs eagerly (`resumable` False).
+# A graph break inside the block of one of the last three cannot leave and re-enter the manager
+# (their enter/exit are user code that must run exactly once each: `resumable` False): inside a
+# user class's block it is placed where it happens with the manager left entered (Note [Blocks:
+# breaks inside a user with block]); otherwise it is rewound to the with statement.
 # Any other manager (C __enter__/__exit__: threading.Lock, RLock, inference_mode, files...) is a
 # graph break at BEFORE_WITH: the graph so far runs, Python runs the BEFORE_WITH (enters the
 # manager), and the resume function starts inside the block with the manager's __exit__ as a
@@ -330,6 +348,28 @@ class UserContextVariable(VariableTracker):
     def exit_exception(self, tx, exc):
         cls = wrap_constant_like(tx, exc.cls)
         return self.obj.call_method(tx, "__exit__", [cls, exc, ConstantVariable(None)], {})
+
+    @property
+    def stays_entered(self):
+        """Note [Blocks: breaks inside a user with block]: a break inside the block leaves the
+        manager entered when its object can be rebuilt there."""
+        from kiln.frontend.variables.user_defined import (
+            NewObjectVariable,
+            UserDefinedObjectVariable,
+        )
+
+        obj = self.obj
+        return isinstance(obj, NewObjectVariable) or (
+            isinstance(obj, UserDefinedObjectVariable) and obj.source is not None
+        )
+
+    def load_entered(self, cg):
+        """What the resume function enters: the manager, entered already."""
+        entered.load_entered(cg, self.obj)
+
+    def load_around(self, cg, temp):
+        """What the instruction at a break runs inside: the manager's exit on an exception."""
+        entered.load_exit_on_error(cg, self.obj, temp)
 
 
 class SuppressVariable(VariableTracker):
