@@ -36,7 +36,8 @@ from kiln.frontend.backward_scope import (
     backward_scope,
     with_backward_scope,
 )
-from kiln.frontend.bytecode_gen import NoBreakHere, transformed_code, transformed_code_at_break
+from kiln.frontend.break_codegen import NoBreakHere, transformed_code_at_break
+from kiln.frontend.bytecode_gen import transformed_code
 from kiln.frontend.call_through import Router, is_plain, routed_code
 from kiln.frontend.distributed import HookedModuleCall
 from kiln.frontend.frame_shapes import FrameShapes, changed_dims, changed_floats
