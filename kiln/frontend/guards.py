@@ -61,6 +61,7 @@ class GuardKind(enum.IntEnum):
     STATE_QUERY = 11  # a folded torch query still answers the same (Note [Torch: folded queries])
     FLOAT_COMPARE = 12  # a float input compares with a number as before (unspecialised floats)
     NOT_IN = 13  # a key is not in a dict (an instance attribute that would shadow a method)
+    SEPARATE_MEMORY = 14  # two tensor inputs share no storage (Note [Control flow: a branch ...])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +191,11 @@ def _readable_hint(value):
     return "obj"
 
 
+def _storage_id(t):
+    """The identity of a tensor's storage (views of one tensor share it)."""
+    return t.untyped_storage()._cdata
+
+
 def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
     """The expressions (one or more) that check a guard; `s` is the text of its source and
     `ref(source)` the text of another source; `dynamic_dims` those of a TENSOR_MATCH not pinned."""
@@ -229,6 +235,8 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
         return [f"{s} is {ref(v)}"]
     if k == GuardKind.DISTINCT:
         return [f"{s} is not {ref(v)}"]
+    if k == GuardKind.SEPARATE_MEMORY:
+        return [f"___storage_id({s}) != ___storage_id({ref(v)})"]
     if k == GuardKind.NO_HOOKS:
         hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
         return [" and ".join(f"not {s}.{h}" for h in hooks)]
@@ -436,6 +444,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___type": type,
         "___len": len,
         "___list": list,
+        "___storage_id": _storage_id,
         "___device": torch.device,  # keys rendered by source.key_text
         "___is_grad_enabled": torch.is_grad_enabled,
         "___functorch_transform": torch._C._functorch.peek_interpreter_stack,
