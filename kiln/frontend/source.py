@@ -3,6 +3,7 @@
 import builtins
 import dataclasses
 import gc
+import weakref
 
 import numpy as np
 import torch
@@ -163,6 +164,36 @@ MISSING = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
 def dict_get(obj, key):
     """`dict.get(obj, key)` ignoring overrides of subclasses (MISSING when absent)."""
     return dict.get(obj, key, MISSING)
+
+
+def weak_key_get(mapping, key):
+    """`mapping.get(key)` of a weakref.WeakKeyDictionary, read from its `data` (MISSING when
+    absent, or when the key cannot be weakly referenced)."""
+    try:
+        ref = weakref.ref(key)
+    except TypeError:
+        return MISSING
+    return mapping.data.get(ref, MISSING)
+
+
+@dataclasses.dataclass(frozen=True)
+class WeakKeyGetSource(Source):
+    """The item of a weakref.WeakKeyDictionary under a key read from a source."""
+
+    source: Source
+    key_source: Source
+
+    def name(self):
+        return f"___weak_key_get({self.source.name()}, {self.key_source.name()})"
+
+    def reconstruct(self, cg):
+        cg.load_object(weak_key_get, push_null=True)
+        self.source.reconstruct(cg)
+        self.key_source.reconstruct(cg)
+        cg.extend(_emit.call(2))
+
+    def base(self):
+        return self.source.base()
 
 
 def proxied_dict(proxy):

@@ -49,6 +49,7 @@ from kiln.frontend.variables import (
     torch_queries,
     unbacked,
     unspec_float,
+    weak_dicts,
 )
 from kiln.frontend.variables.base import lookup_hooked, probe, register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
@@ -463,6 +464,9 @@ def _wrap(tx, value, source):
             guards.add(GuardKind.ID_MATCH, source, value)
         return OpaqueCallableVariable(value, source=source)
     made = set_subclass.wrap_input(tx, value, source)  # Note [Sets: subclass instances]
+    if made is not None:
+        return made
+    made = weak_dicts.wrap_input(tx, value, source)  # Note [Dicts: weak-key dictionaries]
     if made is not None:
         return made
     guards.add(GuardKind.TYPE_MATCH, source, type(value))
