@@ -36,6 +36,7 @@ from kiln.frontend.variables import (
     control_loops,  # noqa: F401  (registers torch's map and scan)
     ctx_managers,
     default_dtype,  # noqa: F401  (registers torch.set_default_dtype)
+    enum_api,  # noqa: F401  (registers Enum's functional API)
     functorch_vmap,
     logging_vars,
     numpy_scalars,
