@@ -40,6 +40,7 @@ from kiln.frontend.source import (
     key_text,
     proxied_dict,
     tensor_of_array,
+    torch_attr,
     weak_key_get,
 )
 from kiln.symbolic import autocast_state as amp
@@ -453,6 +454,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___dispatch_keys": torch._C._dispatch_keys,
         "___dict_get": dict_get,
         "___weak_key_get": weak_key_get,  # WeakKeyGetSource
+        "___torch_attr": torch_attr,  # TorchAttrSource
         "___proxied_dict": proxied_dict,  # ProxiedDictSource
         "___from_numpy": tensor_of_array,  # NumpyTensorSource
         "___iter_rest": iter_rest,  # IterRestSource

@@ -166,6 +166,30 @@ def dict_get(obj, key):
     return dict.get(obj, key, MISSING)
 
 
+def torch_attr(path):
+    """The object at a dotted path under torch (`torch.overrides.get_default_nowrap_functions`)."""
+    obj = torch
+    for part in path.split(".")[1:]:
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchAttrSource(Source):
+    """An object of torch's modules by its dotted path: torch's objects are read without a
+    source, and this names one where a guard must call it (an lru_cache'd torch function)."""
+
+    path: str
+
+    def name(self):
+        return f"___torch_attr({self.path!r})"
+
+    def reconstruct(self, cg):
+        cg.load_object(torch_attr, push_null=True)
+        cg.extend(_emit.load_const(self.path))
+        cg.extend(_emit.call(1))
+
+
 def weak_key_get(mapping, key):
     """`mapping.get(key)` of a weakref.WeakKeyDictionary, read from its `data` (MISSING when
     absent, or when the key cannot be weakly referenced)."""
