@@ -192,6 +192,14 @@ def _torch_lru_cached(value):
     return stdlib.is_lru_cached(value) and isinstance(mod, str) and mod.split(".")[0] == "torch"
 
 
+def _resolves(path, value):
+    """Whether the dotted torch path names `value` itself."""
+    try:
+        return torch_attr(path) is value
+    except Exception:
+        return False
+
+
 def wrap_constant_like(tx, value):
     """Wrap a value that needs no guard (reached from torch, a builtin, or a literal)."""
     special = _kiln_special(value)
@@ -210,7 +218,7 @@ def wrap_constant_like(tx, value):
         return TensorMethodDescriptorVariable(value)
     if _torch_lru_cached(value):  # read from a torch module: named by its path for the guards
         path = f"{value.__module__}.{value.__qualname__}"
-        if torch_attr(path) is value:
+        if _resolves(path, value):
             return UserDefinedObjectVariable(value, source=TorchAttrSource(path))
     if is_torch_callable(value) or (isinstance(value, type) and issubclass(value, torch.Tensor)):
         return TorchVariable(value)

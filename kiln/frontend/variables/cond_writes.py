@@ -194,5 +194,7 @@ def write_back(tx, written, items, new_values, device):
     """In the frame's graph: each written tensor gets its new value (`x.copy_(new)`)."""
     by_proxy = {v.proxy: v for v in items}
     for w, new in zip(written, new_values):
-        var = by_proxy.get(w) or TensorVariable(w, _example(w), device)
+        var = by_proxy.get(w)
+        if var is None:  # (a tensor of the frame the branches read)
+            var = TensorVariable(w, _example(w), device)
         var.call_method(tx, "copy_", [new], {})
