@@ -40,6 +40,8 @@ from kiln.frontend.source import (
     key_text,
     proxied_dict,
     tensor_of_array,
+    torch_attr,
+    weak_key_get,
 )
 from kiln.symbolic import autocast_state as amp
 
@@ -61,6 +63,7 @@ class GuardKind(enum.IntEnum):
     STATE_QUERY = 11  # a folded torch query still answers the same (Note [Torch: folded queries])
     FLOAT_COMPARE = 12  # a float input compares with a number as before (unspecialised floats)
     NOT_IN = 13  # a key is not in a dict (an instance attribute that would shadow a method)
+    SEPARATE_MEMORY = 14  # two tensor inputs share no storage (Note [Control flow: a branch ...])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +193,11 @@ def _readable_hint(value):
     return "obj"
 
 
+def _storage_id(t):
+    """The identity of a tensor's storage (views of one tensor share it)."""
+    return t.untyped_storage()._cdata
+
+
 def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
     """The expressions (one or more) that check a guard; `s` is the text of its source and
     `ref(source)` the text of another source; `dynamic_dims` those of a TENSOR_MATCH not pinned."""
@@ -229,6 +237,8 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
         return [f"{s} is {ref(v)}"]
     if k == GuardKind.DISTINCT:
         return [f"{s} is not {ref(v)}"]
+    if k == GuardKind.SEPARATE_MEMORY:
+        return [f"___storage_id({s}) != ___storage_id({ref(v)})"]
     if k == GuardKind.NO_HOOKS:
         hooks = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
         return [" and ".join(f"not {s}.{h}" for h in hooks)]
@@ -436,12 +446,15 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___type": type,
         "___len": len,
         "___list": list,
+        "___storage_id": _storage_id,
         "___device": torch.device,  # keys rendered by source.key_text
         "___is_grad_enabled": torch.is_grad_enabled,
         "___functorch_transform": torch._C._functorch.peek_interpreter_stack,
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
         "___dict_get": dict_get,
+        "___weak_key_get": weak_key_get,  # WeakKeyGetSource
+        "___torch_attr": torch_attr,  # TorchAttrSource
         "___proxied_dict": proxied_dict,  # ProxiedDictSource
         "___from_numpy": tensor_of_array,  # NumpyTensorSource
         "___iter_rest": iter_rest,  # IterRestSource

@@ -3,6 +3,7 @@
 import builtins
 import dataclasses
 import gc
+import weakref
 
 import numpy as np
 import torch
@@ -163,6 +164,60 @@ MISSING = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
 def dict_get(obj, key):
     """`dict.get(obj, key)` ignoring overrides of subclasses (MISSING when absent)."""
     return dict.get(obj, key, MISSING)
+
+
+def torch_attr(path):
+    """The object at a dotted path under torch (`torch.overrides.get_default_nowrap_functions`)."""
+    obj = torch
+    for part in path.split(".")[1:]:
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchAttrSource(Source):
+    """An object of torch's modules by its dotted path: torch's objects are read without a
+    source, and this names one where a guard must call it (an lru_cache'd torch function)."""
+
+    path: str
+
+    def name(self):
+        return f"___torch_attr({self.path!r})"
+
+    def reconstruct(self, cg):
+        cg.load_object(torch_attr, push_null=True)
+        cg.extend(_emit.load_const(self.path))
+        cg.extend(_emit.call(1))
+
+
+def weak_key_get(mapping, key):
+    """`mapping.get(key)` of a weakref.WeakKeyDictionary, read from its `data` (MISSING when
+    absent, or when the key cannot be weakly referenced)."""
+    try:
+        ref = weakref.ref(key)
+    except TypeError:
+        return MISSING
+    return mapping.data.get(ref, MISSING)
+
+
+@dataclasses.dataclass(frozen=True)
+class WeakKeyGetSource(Source):
+    """The item of a weakref.WeakKeyDictionary under a key read from a source."""
+
+    source: Source
+    key_source: Source
+
+    def name(self):
+        return f"___weak_key_get({self.source.name()}, {self.key_source.name()})"
+
+    def reconstruct(self, cg):
+        cg.load_object(weak_key_get, push_null=True)
+        self.source.reconstruct(cg)
+        self.key_source.reconstruct(cg)
+        cg.extend(_emit.call(2))
+
+    def base(self):
+        return self.source.base()
 
 
 def proxied_dict(proxy):

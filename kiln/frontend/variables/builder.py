@@ -26,9 +26,11 @@ from kiln.frontend.source import (
     IterHasSource,
     IterRestSource,
     ProxiedDictSource,
+    TorchAttrSource,
     iter_rest,
     iter_tuple,
     proxied_dict,
+    torch_attr,
 )
 from kiln.frontend.substitutes import substitute_of
 from kiln.frontend.variables import (
@@ -36,6 +38,7 @@ from kiln.frontend.variables import (
     control_loops,  # noqa: F401  (registers torch's map and scan)
     ctx_managers,
     default_dtype,  # noqa: F401  (registers torch.set_default_dtype)
+    enum_api,  # noqa: F401  (registers Enum's functional API)
     functorch_vmap,
     logging_vars,
     numpy_scalars,
@@ -45,10 +48,12 @@ from kiln.frontend.variables import (
     random_draws,
     set_subclass,
     static_marks,
+    stdlib,
     tensor_of_list,
     torch_queries,
     unbacked,
     unspec_float,
+    weak_dicts,
 )
 from kiln.frontend.variables.base import lookup_hooked, probe, register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable
@@ -181,6 +186,20 @@ def _kiln_special(value):
     return numpy_vars.special(value)  # numpy functions and dtypes (or None)
 
 
+def _torch_lru_cached(value):
+    """An lru_cache'd function of torch's (`torch.overrides.get_default_nowrap_functions`)."""
+    mod = probe(value, "__module__", None)
+    return stdlib.is_lru_cached(value) and isinstance(mod, str) and mod.split(".")[0] == "torch"
+
+
+def _resolves(path, value):
+    """Whether the dotted torch path names `value` itself."""
+    try:
+        return torch_attr(path) is value
+    except Exception:
+        return False
+
+
 def wrap_constant_like(tx, value):
     """Wrap a value that needs no guard (reached from torch, a builtin, or a literal)."""
     special = _kiln_special(value)
@@ -197,6 +216,10 @@ def wrap_constant_like(tx, value):
         return BuiltinVariable(value)
     if probe(value, "__objclass__", None) in (torch._C.TensorBase, torch.Tensor):
         return TensorMethodDescriptorVariable(value)
+    if _torch_lru_cached(value):  # read from a torch module: named by its path for the guards
+        path = f"{value.__module__}.{value.__qualname__}"
+        if _resolves(path, value):
+            return UserDefinedObjectVariable(value, source=TorchAttrSource(path))
     if is_torch_callable(value) or (isinstance(value, type) and issubclass(value, torch.Tensor)):
         return TorchVariable(value)
     if torch_queries.is_query(value):
@@ -305,7 +328,16 @@ _MUTABLE = (list, dict, collections.OrderedDict, collections.defaultdict, collec
 def _plain_set_item(value):
     if is_literal(value) or isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
         return True
+    if type(value) is types.MethodWrapperType:  # `Tensor.grad.__get__`: hashed, compared by
+        return isinstance(value.__self__, _C_DESCRIPTORS)  # identity (its slot and descriptor)
     return isinstance(value, type) and type(value) is type
+
+
+_C_DESCRIPTORS = (
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+    types.WrapperDescriptorType,
+)
 
 
 def _wrap_set(tx, value, source):
@@ -439,6 +471,9 @@ def _wrap(tx, value, source):
     if torch_queries.is_query(value):  # (torch._C._get_tracing_state is bound to no module)
         guards.add(GuardKind.ID_MATCH, source, value)
         return TorchVariable(value, source=source)
+    if _torch_lru_cached(value):  # as the user's (Note [Stdlib: lru_cache'd functions])
+        guards.add(GuardKind.ID_MATCH, source, value)
+        return UserDefinedObjectVariable(value, source=source)
     if _is_builtin(value) or is_torch_callable(value):
         guards.add(GuardKind.ID_MATCH, source, value)
         return wrap_constant_like(tx, value)
@@ -463,6 +498,9 @@ def _wrap(tx, value, source):
             guards.add(GuardKind.ID_MATCH, source, value)
         return OpaqueCallableVariable(value, source=source)
     made = set_subclass.wrap_input(tx, value, source)  # Note [Sets: subclass instances]
+    if made is not None:
+        return made
+    made = weak_dicts.wrap_input(tx, value, source)  # Note [Dicts: weak-key dictionaries]
     if made is not None:
         return made
     guards.add(GuardKind.TYPE_MATCH, source, type(value))

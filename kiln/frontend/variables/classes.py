@@ -34,6 +34,7 @@ from kiln.bytecode import emit, loads_cell
 from kiln.exc import unimplemented
 from kiln.frontend.blocks import MISSING, global_value
 from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import MADE_WHILE_TRACING
 from kiln.frontend.variables.exceptions import ExceptionVariable
 from kiln.frontend.variables.functions import NestedUserFunctionVariable
 from kiln.frontend.variables.user_defined import UserDefinedClassVariable
@@ -82,6 +83,8 @@ def load_class_function(cg, cls, name):
 def load_class(cg, cls):
     """Push `cls` in the transformed code: a local class is built again by its class statement
     (Note [Classes: local classes]), once per transformed code."""
+    if cls in MADE_WHILE_TRACING:
+        unimplemented(f"{cls.__qualname__}, a class made while tracing, leaves the frame")
     if not is_local_class(cls):
         cg.load_object(cls)
         return

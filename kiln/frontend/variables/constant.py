@@ -2,6 +2,7 @@
 
 import operator
 import sys
+import weakref
 
 import torch
 
@@ -9,6 +10,10 @@ from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables.base import PythonValueVariable
+
+# Classes made for real while tracing that the transformed code cannot make again (Note [Enums:
+# classes made by the functional API]): neither they nor their instances may leave the frame.
+MADE_WHILE_TRACING = weakref.WeakSet()
 
 CONSTANT_TYPES = (
     int,
@@ -75,6 +80,8 @@ class ConstantVariable(PythonValueVariable):
         unimplemented(f"iteration over {self.value!r}")
 
     def reconstruct(self, cg):
+        if type(self.value) in MADE_WHILE_TRACING:
+            unimplemented(f"{self.value!r} of a class made while tracing leaves the frame")
         if type(self.value) is str and sys.intern(self.value) is not self.value:
             cg.load_object(self.value)  # Note [Constants: string identity]
         elif is_literal(self.value) and not isinstance(self.value, (torch.dtype, torch.device)):

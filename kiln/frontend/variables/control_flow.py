@@ -16,7 +16,8 @@ What torch.cond refuses is a graph break here, so that the call runs in Python a
 torch.cond raises its own error: branches whose outputs differ in number, shape, dtype or device,
 outputs that are not tensors, operands that are not tensors. What kiln does not capture is a
 graph break too, with the reason: a branch with side effects (a print, a store to a list or an
-object), a branch that mutates a tensor in place, a branch kiln cannot trace, symbolic sizes.
+object), a branch that writes a tensor in place in a way kiln cannot capture (Note [Control
+flow: a branch that writes its inputs], cond_writes.py), a branch kiln cannot trace, symbolic sizes.
 `torch.while_loop(cond_fn, body_fn, carried)` is traced the same way into one `kiln::while_loop`
 node (Note [Control flow: while_loop as an operator]) when its carried values are tensors that
 need no gradient; other uses are graph breaks. torch._higher_order_ops's map and scan are
@@ -32,6 +33,7 @@ import torch
 import torch.fx
 
 from kiln.exc import Unsupported, unimplemented
+from kiln.frontend.variables import cond_writes
 from kiln.frontend.variables.base import PythonValueVariable
 from kiln.frontend.variables.exceptions import ObservedException
 from kiln.frontend.variables.lists import BaseListVariable, ListVariable, TupleVariable
@@ -119,12 +121,22 @@ def cond(tx, pred, true_fn, false_fn, operands):
             unimplemented(f"torch.cond operand {v} is not a tensor (torch.cond raises)")
         if is_symbolic(v.example):
             unimplemented("torch.cond on tensors with symbolic sizes")
-    t_graph, t_out = _trace_branch(tx, true_fn, items, "true_fn")
-    f_graph, f_out = _trace_branch(tx, false_fn, items, "false_fn")
+    t_writes, f_writes = [], []
+    t_graph, t_out = _trace_branch(tx, true_fn, items, "true_fn", writes=t_writes)
+    f_graph, f_out = _trace_branch(tx, false_fn, items, "false_fn", writes=f_writes)
     t_items, f_items = _outputs(t_out, "true_fn"), _outputs(f_out, "false_fn")
     _check_same(t_items, f_items)
     _check_no_alias(t_graph, t_items, "true_fn")
     _check_no_alias(f_graph, f_items, "false_fn")
+    device = items[0].device if items else pred.device
+    # Note [Control flow: a branch that writes its inputs]
+    written = cond_writes.written_inputs(
+        tx, [(t_graph, t_writes), (f_graph, f_writes)], items, "torch.cond"
+    )
+    n_out = len(t_items)
+    if written:
+        t_items = t_items + cond_writes.clone_written(t_graph, items, written, device)
+        f_items = f_items + cond_writes.clone_written(f_graph, items, written, device)
     lifted = _lift([t_graph, f_graph], [t_items, f_items])
     outputs = [(tuple(v.example.shape), v.example.dtype) for v in t_items]
     settings = tx.output.settings
@@ -135,19 +147,19 @@ def cond(tx, pred, true_fn, false_fn, operands):
         outputs,
         compiler,
         settings.backend_name if compiler is not None else "",
-        str(items[0].device if items else pred.device),
+        str(device),
     )
     proxies = [v.proxy for v in items] + lifted
     examples = [v.example for v in items] + [n.meta["example_value"] for n in lifted]
     result = control_ops.COND(pred.example, key, examples)
     node = tx.output.create_node("call_function", control_ops.COND, (pred.proxy, key, proxies), {})
-    device = items[0].device if items else pred.device
     out = wrap_tensor_result(tx, node, list(result), device)
+    cond_writes.write_back(tx, written, items, out.items[n_out:], device)
     if isinstance(t_out, TensorVariable):
         return out.items[0]
     if isinstance(t_out, TupleVariable):
-        return TupleVariable(out.items)
-    return ListVariable(out.items)
+        return TupleVariable(out.items[:n_out])
+    return ListVariable(out.items[:n_out])
 
 
 def while_loop(tx, cond_fn, body_fn, carried):
@@ -199,10 +211,11 @@ def _operand_items(tx, operands):
     return list(operands.unpack_var_sequence(tx))
 
 
-def _trace_branch(tx, fn, items, name, pack=None, op="torch.cond", local_writes=False):
+def _trace_branch(tx, fn, items, name, pack=None, op="torch.cond", local_writes=False, writes=None):
     """Trace `fn(*items)` into a graph of its own: (graph, the value it returns); `pack` makes the
     call's arguments from the items' placeholders. `local_writes`: in-place changes of tensors the
-    graph made itself (sharing no memory with its inputs) are allowed."""
+    graph made itself (sharing no memory with its inputs) are allowed; `writes`: a list that
+    collects the other in-place ops (for cond_writes) instead of a graph break."""
     graph = torch.fx.Graph()
     args = []
     for i, v in enumerate(items):
@@ -235,29 +248,13 @@ def _trace_branch(tx, fn, items, name, pack=None, op="torch.cond", local_writes=
         if node.op in ("call_function", "call_method") and (
             _mutates(node.target, node.kwargs) or node.target is operator.setitem
         ):
-            if not (local_writes and _writes_own_tensor(graph, node)):
+            if writes is not None and _writes_own_tensor(graph, node):
+                continue
+            if writes is not None:
+                writes.append(node)
+            elif not (local_writes and _writes_own_tensor(graph, node)):
                 unimplemented(f"{op}: {name} mutates a tensor in place (not captured)")
     return graph, result
-
-
-# Ops that return their input or a copy depending on its layout: whether they alias at run time
-# is not told by the traced examples (under torch.vmap the layout is the batched tensor's).
-_LAYOUT_ALIASING = frozenset({"contiguous", "reshape", "reshape_as", "flatten", "unflatten"})
-
-
-def _may_alias_by_layout(node, own):
-    """Whether `node` or a node of `own` it is computed from is a _LAYOUT_ALIASING op."""
-    seen, todo = set(), [node]
-    while todo:
-        n = todo.pop()
-        if n in seen or n not in own:
-            continue
-        seen.add(n)
-        name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
-        if name in _LAYOUT_ALIASING:
-            return True
-        todo.extend(n.all_input_nodes)
-    return False
 
 
 def _writes_own_tensor(graph, node):
@@ -270,7 +267,11 @@ def _writes_own_tensor(graph, node):
     outside = [n for n in graph.nodes if n.op == "placeholder"]
     outside += [a for n in graph.nodes for a in n.all_input_nodes if a not in own]
     written = target.meta.get("example_value")
-    if target not in own or type(written) is not torch.Tensor or _may_alias_by_layout(target, own):
+    if (
+        target not in own
+        or type(written) is not torch.Tensor
+        or cond_writes.may_alias_by_layout(target, own)
+    ):
         return False
     return all(
         not isinstance(n.meta.get("example_value"), torch.Tensor)
@@ -306,8 +307,7 @@ def _check_same(t_items, f_items, op="torch.cond"):
             )
 
 
-def _storage(t):
-    return t.untyped_storage()._cdata
+_storage = cond_writes.storage
 
 
 def _check_no_alias(graph, items, name, op="torch.cond"):

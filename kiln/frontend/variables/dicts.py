@@ -7,7 +7,7 @@ import types
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables import dict_views
+from kiln.frontend.variables import dict_views, od_stale
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dict_keys import is_stand_in, key_var, object_key
@@ -88,6 +88,10 @@ class ConstDictVariable(VariableTracker):
         # [Dicts: dict's methods on an OrderedDict]); `storage_only` while such a method runs
         self.od_stale = False
         self.storage_only = False
+        # the order list of a stale OrderedDict and how it differs from the storage (Note
+        # [Dicts: OrderedDict's methods on a stale order list], od_stale.py); None: unknown
+        self.od_order = None
+        self.od_kind = None
 
     def python_type(self):
         return self.user_cls
@@ -155,6 +159,9 @@ class ConstDictVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         if self.od_stale and not _inherited(self.user_cls, name):
+            done = od_stale.call(tx, self, name, args, kwargs)
+            if done is not None:
+                return done
             other = args[0] if args else None
             if not (name in ("__eq__", "__ne__") and _plain_dict_operand(other)):
                 self.check_order(f".{name}()")
@@ -195,7 +202,7 @@ class ConstDictVariable(VariableTracker):
                 unimplemented(
                     f"dict.{name} changing the keys of an {cls.__name__} that outlives the frame"
                 )
-            self.od_stale = True
+            od_stale.dict_method_changed(self, keys)
         return result
 
     def _call_method(self, tx, name, args, kwargs):

@@ -178,7 +178,17 @@ class TensorMethodDescriptorVariable(VariableTracker):
             unimplemented(f"Tensor.{self.value.__name__} on a non-tensor")
         return args[0].call_method(tx, self.value.__name__, args[1:], kwargs)
 
+    def var_getattr(self, tx, name):
+        if name == "__get__" and isinstance(self.value, _C_FIELDS):
+            # `Tensor.grad.__get__`: a new method-wrapper per read, equal (and hashed) by its
+            # descriptor and slot (torch.overrides.get_default_nowrap_functions() holds them)
+            return ConstantObjectVariable(self.value.__get__)
+        return super().var_getattr(tx, name)
+
     reconstruct = _load_value
+
+
+_C_FIELDS = (types.GetSetDescriptorType, types.MemberDescriptorType)
 
 
 class TensorMethodVariable(VariableTracker):

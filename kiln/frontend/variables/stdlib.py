@@ -17,7 +17,7 @@ import torch
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import (
     ConstDictVariable,
@@ -34,6 +34,7 @@ from kiln.frontend.variables.lists import (
     ListVariable,
     TupleVariable,
 )
+from kiln.frontend.variables.optim import CallSource
 from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.torch_queries import no_active_exception
 
@@ -347,8 +348,12 @@ class FromKeysVariable(VariableTracker):
 # Note [Stdlib: lru_cache'd functions]
 # A call of an lru_cache'd function with literal arguments runs the real function while tracing
 # (filling its cache as the first eager call would) and folds a literal result: the function is
-# taken as pure, as lru_cache assumes (a later eager call would not run its body either). Other
-# arguments, or a result that is not a literal, break.
+# taken as pure, as lru_cache assumes (a later eager call would not run its body either). A call
+# without arguments of a function read from a source may return any object: every call returns
+# that same cached object, so it is wrapped as read from the source `f()` (optim.CallSource: the
+# guard calls it again, and a set is guarded by its contents like any set input,
+# `torch.overrides.get_default_nowrap_functions()`). Other arguments, or another result that is
+# not a literal, break.
 def call_lru_cached(tx, var, args, kwargs):
     """`f(*args)` of a functools.lru_cache wrapper `var` (an object read from a source)."""
     values = [*args, *kwargs.values()]
@@ -362,9 +367,11 @@ def call_lru_cached(tx, var, args, kwargs):
         result = var.value(*cargs, **ckw)
     except Exception as e:
         unimplemented(f"an lru_cache'd function raised {type(e).__name__} while tracing")
-    if not is_literal(result):
+    if is_literal(result):
+        return ConstantVariable(result)
+    if var.source is None or args or kwargs:
         unimplemented("an lru_cache'd function returned a non-literal value")
-    return ConstantVariable(result)
+    return wrap_value(tx, result, CallSource(var.source))
 
 
 def is_lru_cached(value):
