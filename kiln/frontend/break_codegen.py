@@ -565,6 +565,16 @@ def _run_in_with_blocks(body, stack, withs, rebuild, inst, e, exits):
         p = withs[j]
         hi = withs[j + 1] if j + 1 < len(withs) else len(stack)
         saved = body.instrs
+        # the manager's load is written before the block it opens, as it runs: an object both
+        # rebuild is stored in a temp by the first, which the second then loads
+        load = body if stays_entered(stack[p].cm) else PyCodegen(body.output)
+        load.instrs = []
+        if load is body:  # the manager's own exit on an error: Note [Blocks: breaks inside ...]
+            exits[p] = body.new_temp()
+            stack[p].cm.load_around(body, exits[p])
+        else:
+            _load_grad_ctx(load, stack[p].cm)
+        load = load.instrs
         body.instrs = []
         rebuild(p + 1, hi)
         if j + 1 < len(withs):
@@ -578,15 +588,7 @@ def _run_in_with_blocks(body, stack, withs, rebuild, inst, e, exits):
             body.extend(emit.store_fast(name))  # (safe for a NULL)
             null = k < kept and _is_null(stack[k])
             layout[k] = "parked null" if null else emit.load_fast(name)
-        inner = body.instrs
-        load = body if stays_entered(stack[p].cm) else PyCodegen(body.output)
-        load.instrs = []
-        if load is body:  # the manager's own exit on an error: Note [Blocks: breaks inside ...]
-            exits[p] = body.new_temp()
-            stack[p].cm.load_around(body, exits[p])
-        else:
-            _load_grad_ctx(load, stack[p].cm)
-        load, body.instrs = load.instrs, saved
+        inner, body.instrs = body.instrs, saved
         body.extend(emit.with_block(load, inner, depth=p))
         layout[p] = ("with", stack[p].cm)
 

@@ -29,6 +29,12 @@ the wrapper's frame (and on a first call kiln's compile frames) between the call
 callee's, where Dynamo's hook leaves none; a callee that reads its caller's frame
 (`sys._getframe`, `inspect.currentframe`) is called as it is. `config.route_calls_of_eager_frames
 = False` runs such frames exactly as written.
+
+Note [Frames: routing near the recursion limit]
+`route` runs before every call of such a frame, as one Python frame of its own. A program that
+sets the recursion limit just above its current depth (CPython's own tests do: the smallest limit
+`sys.setrecursionlimit` accepts, then a call) has room for that frame, but not for one more: so
+`route` calls no Python function (no generator expression, no helper) on the way to a builtin.
 """
 
 from __future__ import annotations
@@ -57,6 +63,16 @@ _NOT_PLAIN = (
     | inspect.CO_ITERABLE_COROUTINE
 )
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# callables that are never routed, answered without a further frame
+_NOT_ROUTED = frozenset(
+    {
+        types.BuiltinFunctionType,
+        types.MethodDescriptorType,
+        types.WrapperDescriptorType,
+        types.MethodWrapperType,
+        types.ClassMethodDescriptorType,
+    }
+)
 _STDLIB_DIRS = tuple(
     {os.path.abspath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib")}
 )
@@ -161,12 +177,16 @@ class Router:
             if not is_optimized_module(obj) and routable(getattr(tp, "forward", None)):
                 return self.cache.compiled_module(obj)
             return obj
-        if not issubclass(tp, type):  # an object with a Python __call__ (not a class)
-            call = next(
-                (k.__dict__["__call__"] for k in tp.__mro__ if "__call__" in k.__dict__), None
-            )
-            if routable(call):
-                return types.MethodType(self.function(call), obj)
+        if tp in _NOT_ROUTED or issubclass(tp, type):
+            return obj
+        # an object with a Python __call__: a loop, not a generator, so that routing a call
+        # adds no frame beyond this one (Note [Frames: routing near the recursion limit])
+        for k in tp.__mro__:
+            if "__call__" in k.__dict__:
+                call = k.__dict__["__call__"]
+                if routable(call):
+                    return types.MethodType(self.function(call), obj)
+                break
         return obj
 
     def function(self, fn):

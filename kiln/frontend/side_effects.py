@@ -33,6 +33,7 @@ from kiln.frontend.variables.finalizers import check_drop_value, check_drops, ch
 from kiln.frontend.variables.lists import BaseListVariable, DequeVariable
 from kiln.frontend.variables.misc import NullVariable
 from kiln.frontend.variables.sets import SetVariable
+from kiln.frontend.variables.user_attrs import instance_static
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
 _UNSET = object()
@@ -45,6 +46,18 @@ class EffectsSnapshot(NamedTuple):
     log: dict
     cell_writes: int
     draws: int = 0  # random draws made (Note [Random: draws before the graph])
+
+
+def _own_dict(obj):
+    """`obj.__dict__` read from its slot, not through a Python `__getattribute__` or property of
+    its class (whose calls the program would see), or None."""
+    slot = instance_static(type(obj), "__dict__", None)
+    if type(slot) in (types.GetSetDescriptorType, types.MemberDescriptorType):
+        try:
+            return slot.__get__(obj, type(obj))
+        except (AttributeError, TypeError):
+            return None
+    return None
 
 
 class SideEffects:
@@ -156,12 +169,16 @@ class SideEffects:
             if hit[1][2] is not DELETED:
                 check_drops([hit[1][2]], what)
             return
-        state = getattr(obj_var.value, "__dict__", None)
+        obj = obj_var.value
+        state = _own_dict(obj)
         old = state.get(name, _UNSET) if isinstance(state, dict) else _UNSET
         if old is _UNSET and key[0] == "attr":
-            slot = inspect.getattr_static(type(obj_var.value), name, None)
+            slot = inspect.getattr_static(type(obj), name, None)
             if type(slot) is types.MemberDescriptorType:
-                old = getattr(obj_var.value, name, _UNSET)
+                try:
+                    old = slot.__get__(obj, type(obj))
+                except AttributeError:
+                    old = _UNSET
         if old is not _UNSET:
             check_drop_value(old, what)
 

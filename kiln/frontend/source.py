@@ -28,6 +28,16 @@ class Source:
         return self.name()
 
 
+def _cached_name(source, make):
+    """The name of a chained source, made once: a guard on an item deep inside nested containers
+    would otherwise spell its whole chain again for each guard along it."""
+    name = source.__dict__.get("_name")
+    if name is None:
+        name = make()
+        object.__setattr__(source, "_name", name)  # (no field: equality and hash ignore it)
+    return name
+
+
 @dataclasses.dataclass(frozen=True)
 class LocalSource(Source):
     """A parameter or local variable of the compiled frame."""
@@ -87,7 +97,7 @@ class AttrSource(Source):
     attr: str
 
     def name(self):
-        return f"{self.source.name()}.{self.attr}"
+        return _cached_name(self, lambda: f"{self.source.name()}.{self.attr}")
 
     def reconstruct(self, cg):
         self.source.reconstruct(cg)
@@ -134,7 +144,7 @@ class GetItemSource(Source):
     index: object
 
     def name(self):
-        return f"{self.source.name()}[{key_text(self.index)}]"
+        return _cached_name(self, lambda: f"{self.source.name()}[{key_text(self.index)}]")
 
     def reconstruct(self, cg):
         self.source.reconstruct(cg)

@@ -3,6 +3,7 @@ callees of a frame run in Python]): functions, methods, modules, closures made p
 with keywords, *args and a `with` block's exit, each compared with eager."""
 
 import contextlib
+import sys
 
 import torch
 from frontend_helpers import CountingBackend, assert_same, run_and_compare
@@ -207,3 +208,29 @@ def test_a_generator_frame_run_in_python_runs_as_written():
 
     x = torch.randn(3)
     assert_same([helper(x + 1), helper(x + 2)], fn(x))
+
+
+def lowest_limit_then_builtin(x):
+    with breaks_before_yield():
+        x = x + 1
+    old = sys.getrecursionlimit()
+    depth = 1
+    while True:  # the smallest limit Python accepts here: no room for one more frame
+        try:
+            sys.setrecursionlimit(depth)
+        except RecursionError:
+            depth += 1
+        else:
+            break
+    sys.setrecursionlimit(old)  # a builtin, called with the frame at the limit
+    return x * 2, depth > 1
+
+
+def test_a_builtin_called_at_the_recursion_limit():
+    """Routing a builtin adds no frame (Note [Frames: routing near the recursion limit])."""
+    limit = sys.getrecursionlimit()
+    try:
+        run_and_compare(lowest_limit_then_builtin, torch.randn(3))
+    finally:
+        sys.setrecursionlimit(limit)
+    assert kiln.counters["unimplemented"], dict(kiln.counters)  # the frame ran in Python

@@ -555,3 +555,37 @@ def test_resume_function_guarded_on_the_manager_class():
         torch.testing.assert_close(compiled(torch.ones(1), m), torch.full((1,), 4.0))
         assert log == [type(m).__name__.lower()]
     assert kiln.counters["stats"]["unique_graphs"] >= 2  # (the block before and after the break)
+
+
+class Collector:
+    """A manager whose method, called inside its own block, breaks."""
+
+    def __init__(self):
+        self.items = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.items.append("exit")
+        return False
+
+    def add(self, x):
+        kiln.graph_break()  # (before any side effect: the break is placed at the call)
+        self.items.append(x.shape[0])
+        return x * 2
+
+
+def test_break_in_a_method_of_the_manager_made_in_the_frame():
+    """The manager is rebuilt once, before the block it opens, and the broken call's `self` is
+    that same object (the code at the break loads no temp before storing it)."""
+
+    def fn(x):
+        with Collector() as m:
+            y = m.add(x + 1)
+            y = y - 1
+        return y, m.items
+
+    kiln.reset()
+    run_and_compare(fn, torch.ones(3))
+    assert kiln.counters["frames"]["internal_errors"] == 0, dict(kiln.counters["frames"])

@@ -64,20 +64,26 @@ _RECIPES = weakref.WeakKeyDictionary()  # local class -> (body function, name, b
 
 
 def local_owner(fn):
-    """`(cls, name)`: the class made in the frame whose body defined `fn` (a function or any
-    callable its body made, e.g. a decorator's instance) as `name`, or None."""
+    """`(cls, name, wrapped)`: the class made in the frame whose body defined `fn` (a function or
+    any callable its body made, e.g. a decorator's instance) as `name`, or None; `wrapped`: fn is
+    the function of the staticmethod or classmethod stored there."""
     for cls in list(_RECIPES.keys()):
         for name, member in vars(cls).items():
             if member is fn:
-                return cls, name
+                return cls, name, False
+            if isinstance(member, (staticmethod, classmethod)) and member.__func__ is fn:
+                return cls, name, True
     return None
 
 
-def load_class_function(cg, cls, name):
+def load_class_function(cg, cls, name, wrapped=False):
     """Push `vars(cls)[name]` of a local class as the transformed code builds it: the function
-    its body makes at run time (its `__class__` cell and free variables are the run's own)."""
+    its body makes at run time (its `__class__` cell and free variables are the run's own);
+    `wrapped`: the function of the staticmethod or classmethod stored there."""
     load_class(cg, cls)
     cg.extend(emit.load_attr("__dict__") + emit.load_const(name) + emit.binary_subscr())
+    if wrapped:
+        cg.extend(emit.load_attr("__func__"))
 
 
 def load_class(cg, cls):

@@ -81,6 +81,21 @@ class UserFunctionVariable(BaseFunctionVariable):
         return inline_call(tx, self.fn, [*self.self_args(), *args], kwargs, self.source)
 
     def reconstruct(self, cg):
+        from kiln.frontend.variables.classes import load_class_function, local_owner
+
+        owner = local_owner(self.fn) if self.source is None else None
+        if owner is not None:
+            # a function of a class made in the frame (a staticmethod's, `C.f`): the one the
+            # run's class holds, whose `__class__` cell is that class (Note [Classes: local
+            # classes]); compiled by its code when it broke inside
+            if cg.compile_callees and self._closure_callee_ok(cg, sourced=False):
+                cg.load_object(functools.partial, push_null=True)
+                cg.load_object(cg.closure_callee(self.fn.__code__))
+                load_class_function(cg, *owner)
+                cg.extend(emit.call(2))
+            else:
+                load_class_function(cg, *owner)
+            return
         if cg.compile_callees and self.fn.__closure__ is None:
             cg.load_object(cg.callee(self.fn))  # it broke inside: it runs as its own frame
         elif cg.compile_callees and self._closure_callee_ok(cg):
@@ -96,10 +111,10 @@ class UserFunctionVariable(BaseFunctionVariable):
         else:
             cg.load_object(self.fn)
 
-    def _closure_callee_ok(self, cg):
+    def _closure_callee_ok(self, cg, sourced=True):
         fn = self.fn
         return (
-            self.source is not None
+            (self.source is not None or not sourced)
             and getattr(cg, "closure_callee", None) is not None
             and not fn.__defaults__
             and not fn.__kwdefaults__

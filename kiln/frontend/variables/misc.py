@@ -4,6 +4,7 @@ import dataclasses
 import enum
 import inspect
 import re
+import sys
 import types
 
 import torch
@@ -12,7 +13,7 @@ from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.markers import graph_break, kiln_marker
-from kiln.frontend.source import AttrSource
+from kiln.frontend.source import AttrSource, proxied_dict
 from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables.base import (
     BoundMethodVariable,
@@ -89,8 +90,28 @@ def is_frozen(value):
     if isinstance(value, _frozen_types()):
         return True
     if isinstance(value, types.MappingProxyType):
-        return all(is_literal(k) and (is_literal(v) or is_frozen(v)) for k, v in value.items())
+        return _proxy_only_reference(value) and all(
+            is_literal(k) and (is_literal(v) or is_frozen(v)) for k, v in value.items()
+        )
     return False
+
+
+# Note [Objects: a mappingproxy as a constant]
+# A mappingproxy is a live view of its dict: it is a constant only when nothing else holds that
+# dict (dataclasses' empty `Field.metadata`, a proxy made over a dict literal). A proxy over a
+# dict the program keeps (`field(metadata=d)`, then `d[k] = v`) shows each change of d, so it is
+# no constant: the read breaks. Who holds the dict is read from its reference count, compared
+# with that of a dict only a proxy holds, counted the same way.
+def _dict_references(proxy):
+    return sys.getrefcount(proxied_dict(proxy))
+
+
+_PRIVATE_DICT_REFERENCES = _dict_references(types.MappingProxyType({}))
+
+
+def _proxy_only_reference(proxy):
+    """Whether the dict behind `proxy` is held by that proxy alone."""
+    return _dict_references(proxy) <= _PRIVATE_DICT_REFERENCES
 
 
 def wrap_frozen(value, what):

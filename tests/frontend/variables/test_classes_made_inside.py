@@ -102,3 +102,37 @@ def test_method_of_a_local_class_is_the_runs_own_at_a_break():
     # the method a break hands to Python is the one the run's class statement made: its
     # __class__ cell (zero-argument super) and free variables are the run's, not the trace's
     same_as_eager(super_call_that_breaks_in_a_local_class, torch.randn(3))
+
+
+def static_and_class_methods_that_break(x):
+    class Base:
+        @staticmethod
+        def scale(cls, t):
+            return t * 2, cls.__name__
+
+        @classmethod
+        def shift(cls, t):
+            return t - 1, cls.__name__
+
+    class Mid(Base):
+        def scale(cls, t):  # a plain function, called on the class
+            return super().scale(cls, t)  # breaks: super(cls, cls).scale is a staticmethod
+
+    class Leaf(Mid):
+        @staticmethod
+        def scale(cls, t):
+            return super().scale(cls, t)
+
+        @classmethod
+        def shift(cls, t):
+            kiln.graph_break()
+            return super().shift(t + 1)
+
+    out = [Leaf.scale(Leaf, x), Leaf.shift(x)]
+    return out, Leaf.scale(Leaf, x + 1)
+
+
+def test_static_and_class_methods_of_a_local_class_at_a_break():
+    # the function of a staticmethod or classmethod handed to Python at a break is the run's own
+    # too: its zero-argument super() sees the class the run made
+    same_as_eager(static_and_class_methods_that_break, torch.randn(3))

@@ -1,6 +1,7 @@
 """types.MappingProxyType objects from outside the frame: live read-only views of their dict,
 with fullgraph=True, compared with eager."""
 
+import dataclasses
 import types
 
 import pytest
@@ -93,3 +94,32 @@ def test_a_missing_key_raises_key_error(key):
             return x + 1, repr(e)
 
     run_and_compare(fn, torch.randn(3), types.MappingProxyType({"a": 2}), fullgraph=True)
+
+
+def test_field_metadata_over_a_dict_the_frame_changes():
+    """A dataclass field's metadata over a dict the frame keeps is a live view, no constant
+    (Note [Objects: a mappingproxy as a constant]); the empty default metadata stays one."""
+
+    @dataclasses.dataclass
+    class Point:
+        x: int = dataclasses.field(metadata=SHARED_META)
+        y: int = 0
+
+    def fn(t, meta):
+        before = len(dataclasses.fields(Point)[0].metadata)
+        meta["unit"] = "m"
+        after = dict(dataclasses.fields(Point)[0].metadata)
+        plain = len(dataclasses.fields(Point)[1].metadata)
+        return t + before, after, plain
+
+    for _ in range(2):
+        SHARED_META.clear()
+        expected = fn(torch.ones(2), SHARED_META)
+        SHARED_META.clear()
+        kiln.reset()
+        got = kiln.compile(fn, backend="eager")(torch.ones(2), SHARED_META)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1:] == expected[1:] == ({"unit": "m"}, 0)
+
+
+SHARED_META = {}
