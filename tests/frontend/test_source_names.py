@@ -10,6 +10,7 @@ def test_a_chained_name_is_made_once():
     for k in range(300):
         source = GetItemSource(source, k) if k % 2 else AttrSource(source, f"a{k}")
         chain.append(source)
+        source.name()  # named as it is made, as the builder names each source it wraps
     text = chain[-1].name()
     assert text.startswith("x.a0[1].a2[3]") and text.endswith("[299]")
     assert chain[-1].name() is text  # the same string: not spelled again
