@@ -8,22 +8,15 @@ import threading
 import sympy
 import torch
 
-from kiln.symbolic.sizes import (  # noqa: F401 (re-exported: lowerings import them from here)
+from kiln.symbolic.sizes import (
     cexpr,
     exact_div,
-    floordiv,
-    is_sym,
-    known_eq,
     known_lt,
     known_nonneg,
     norm,
-    pexpr,
-    size_exprs,
     size_hint,
     size_scope,
-    stride_exprs,
     to_expr,
-    use_shape_env,
 )
 
 # --- index expressions ---------------------------------------------------------------------------
