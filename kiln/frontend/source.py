@@ -476,9 +476,10 @@ def is_from_local(source):
 
 
 def flatten_spec(t):
-    """`(inner names, ctx)` of a wrapper tensor subclass's `__tensor_flatten__()`."""
+    """`[inner names, ctx]` of a wrapper tensor subclass's `__tensor_flatten__()` (a list: the
+    guard compares it by equality, with its expected value held by the guard function)."""
     names, ctx = t.__tensor_flatten__()
-    return tuple(names), ctx
+    return [list(names), ctx]
 
 
 @dataclasses.dataclass(frozen=True)

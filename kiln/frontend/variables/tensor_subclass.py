@@ -84,7 +84,7 @@ def fake_subclass(guards, value, source):
     """The fake of a wrapper subclass input, installing the guards of its flatten spec and of its
     inner tensors (the outer tensor's TENSOR_MATCH is the caller's)."""
     names, ctx = value.__tensor_flatten__()
-    guards.add(GuardKind.CONSTANT_MATCH, FlattenSpecSource(source), (tuple(names), ctx))
+    guards.add(GuardKind.CONSTANT_MATCH, FlattenSpecSource(source), [list(names), ctx])
     inners = {}
     for n in names:
         inner = getattr(value, n)
@@ -95,6 +95,8 @@ def fake_subclass(guards, value, source):
         else:
             inners[n] = fake_like(inner, requires_grad=inner.requires_grad)
     fake = type(value).__tensor_unflatten__(inners, ctx, value.size(), value.stride())
+    if value.requires_grad and not fake.requires_grad and fake.is_leaf:
+        fake.requires_grad_(True)  # (an outer tensor that requires grad itself, as a leaf input)
     same = (
         type(fake) is type(value)
         and fake.dtype == value.dtype
@@ -117,7 +119,10 @@ class SubclassTensorVariable(TensorVariable):
         return type(self.example)
 
     def _subclass_attr(self, name):
-        """Whether `name` is defined by the subclass (not by torch.Tensor)."""
+        """Whether `name` is defined by the subclass (not by torch.Tensor), or set on the value
+        (its inner tensors among them)."""
+        if name in getattr(self.example, "__dict__", {}):
+            return True
         for k in type(self.example).__mro__:
             if k in (torch.Tensor, torch._C.TensorBase):
                 return False
