@@ -58,7 +58,6 @@ __all__ = [
     "aot_autograd",
     "aot_eager",
     "aot_function",
-    "aot_module",
     "nop",
     "CompiledFunction",
 ]

@@ -93,7 +93,9 @@ def desugar(gm, example_inputs, compile_flat):
     elif _needs_autograd(example_inputs, layouts):
         why = "autograd (an input requires grad)"
     if why is not None:
-        logs.log("perf_hints", "aot: a graph with tensor-subclass inputs and %s runs as traced", why)
+        logs.log(
+            "perf_hints", "aot: a graph with tensor-subclass inputs and %s runs as traced", why
+        )
         return gm.forward
     return Desugared(gm, layouts, example_inputs, compile_flat)
 

@@ -100,7 +100,9 @@ class ProxyTensor(torch.Tensor):
 # proxy modes do).
 def foreign_subclass(types):
     """Whether `types` (of a __torch_dispatch__ call) holds a wrapper subclass that is not ours."""
-    return any(not issubclass(t, ProxyTensor) and is_traceable_wrapper_subclass_type(t) for t in types)
+    return any(
+        not issubclass(t, ProxyTensor) and is_traceable_wrapper_subclass_type(t) for t in types
+    )
 
 
 # Note [Tracer: composite ops on symbolic sizes]

@@ -37,8 +37,8 @@ class Pair(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         halves = []
-        for side in ("left", "right"):
-            a, k = pytree.tree_map_only(Pair, lambda p: getattr(p, side), (args, kwargs))
+        for side in (lambda p: p.left, lambda p: p.right):
+            a, k = pytree.tree_map_only(Pair, side, (args, kwargs))
             halves.append(func(*a, **k))
         if not isinstance(halves[0], torch.Tensor):
             return halves[0]

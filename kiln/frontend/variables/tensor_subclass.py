@@ -67,12 +67,16 @@ def check_subclass(value):
         unimplemented(f"a tensor subclass input ({name}) with its own __torch_function__")
     names, ctx = value.__tensor_flatten__()
     if not _ctx_ok(ctx):
-        unimplemented(f"a tensor subclass input ({name}) whose flatten ctx is a {type(ctx).__name__}")
+        unimplemented(
+            f"a tensor subclass input ({name}) whose flatten ctx is a {type(ctx).__name__}"
+        )
     for n in names:
         inner = getattr(value, n)
         if type(inner) in (torch.Tensor, torch.nn.Parameter):
             if inner.layout != torch.strided:
-                unimplemented(f"a tensor subclass input ({name}) with a {inner.layout} inner tensor")
+                unimplemented(
+                    f"a tensor subclass input ({name}) with a {inner.layout} inner tensor"
+                )
             continue
         if not isinstance(inner, torch.Tensor):
             unimplemented(f"a tensor subclass input ({name}) whose inner {n!r} is no tensor")
@@ -106,7 +110,9 @@ def fake_subclass(guards, value, source):
         and fake.requires_grad == value.requires_grad
     )
     if not same:
-        unimplemented(f"a {type(value).__name__} rebuilt on fake inner tensors differs from the input")
+        unimplemented(
+            f"a {type(value).__name__} rebuilt on fake inner tensors differs from the input"
+        )
     return fake
 
 
