@@ -231,3 +231,28 @@ def test_plain_tensors_and_parameters_still_one_graph():
     kiln.reset()
     out = kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(3))
     assert type(out) is torch.Tensor
+
+
+class PairWithOwnAdd(Pair):
+    """A Pair whose `+` is its own Python code: not modelled."""
+
+    def __add__(self, other):
+        return self * 10
+
+    @staticmethod
+    def __tensor_unflatten__(inners, ctx, size, stride):
+        return PairWithOwnAdd(inners["left"], inners["right"], size, stride)
+
+
+def test_a_subclass_overriding_a_tensor_method_breaks_and_runs_its_own_code():
+    def fn(x):
+        return x + 1
+
+    x = PairWithOwnAdd(torch.randn(3), torch.randn(3))
+    kiln.reset()
+    with pytest.raises(Unsupported, match=r"PairWithOwnAdd\) overrides Tensor.__add__"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(x)
+    kiln.reset()
+    got, want = kiln.compile(fn, backend="eager")(x), fn(x)
+    torch.testing.assert_close(got.left, want.left)
+    torch.testing.assert_close(got.left, x.left * 10)

@@ -24,7 +24,8 @@ from kiln.symbolic.fake import fake_like
 # own __torch_dispatch__ on the fakes and its results have the types eager gives. Guards: the
 # outer tensor's (its exact type among them), the flatten spec (inner names and ctx, by
 # equality), each inner tensor's as a plain input's, nested subclasses recursively. What kiln does
-# not model stays a break with its reason: a `__torch_function__` of the subclass's own, an
+# not model stays a break with its reason: a `__torch_function__` of the subclass's own, a
+# Tensor method, operator or property the subclass overrides (Python code kiln would not run), an
 # attribute or method the subclass defines (its inner tensors among them), in-place writes to a
 # subclass value, symbolic sizes, a ctx that is not made of literals. Plain subclasses
 # (as_subclass, __torch_function__ only) are not traceable wrappers and keep breaking. The
@@ -57,14 +58,49 @@ def _ctx_ok(ctx):
     return is_literal(ctx) or type(ctx) is torch.Size
 
 
+# What a wrapper subclass may define of Tensor's own names: the rest (an operator, a method, a
+# property such as `shape`) changes what Tensor's behaviour kiln traces would give, so it breaks.
+_OWN_NAMES = frozenset(
+    {
+        "__new__",
+        "__init__",
+        "__repr__",
+        "__torch_dispatch__",
+        "__torch_function__",  # (checked on its own)
+        "__tensor_flatten__",
+        "__tensor_unflatten__",
+        "__module__",
+        "__qualname__",
+        "__doc__",
+        "__dict__",
+        "__weakref__",
+        "__slots__",
+        "__annotations__",
+        "__firstlineno__",
+        "__static_attributes__",
+    }
+)
+
+
+def check_class(cls, what="a tensor subclass"):
+    """Break unless a wrapper subclass type changes nothing of Tensor's but its dispatch."""
+    if _own_torch_function(cls):
+        unimplemented(f"{what} ({cls.__name__}) with its own __torch_function__")
+    for k in cls.__mro__:
+        if k in (torch.Tensor, torch._C.TensorBase):
+            break
+        for attr in vars(k):
+            if attr not in _OWN_NAMES and hasattr(torch.Tensor, attr):
+                unimplemented(f"{what} ({cls.__name__}) overrides Tensor.{attr}")
+
+
 def check_subclass(value):
     """Break unless `value` is a wrapper subclass kiln traces (nested ones recursively)."""
     cls = type(value)
     name = cls.__name__
     if not is_wrapper_subclass(value):
         unimplemented(f"a tensor subclass input ({name}) is not traced")
-    if _own_torch_function(cls):
-        unimplemented(f"a tensor subclass input ({name}) with its own __torch_function__")
+    check_class(cls, "a tensor subclass input")
     names, ctx = value.__tensor_flatten__()
     if not _ctx_ok(ctx):
         unimplemented(
@@ -120,6 +156,10 @@ class SubclassTensorVariable(TensorVariable):
     """A traced tensor whose value is a wrapper subclass (its example is a fake of it)."""
 
     wrapper_subclass = True
+
+    def __init__(self, proxy, example, device, **kwargs):
+        check_class(type(example), "a traced op made a tensor subclass")
+        super().__init__(proxy, example, device, **kwargs)
 
     def python_type(self):
         return type(self.example)
