@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 
-from kiln.autograd.aot import aot_module, nop  # noqa: E402
+from kiln.autograd.aot import nop  # noqa: E402
+from kiln.autograd.aot_module import aot_module  # noqa: E402
 from kiln.autograd.partition import (  # noqa: E402
     default_partition,
     min_cut_rematerialization_partition,

@@ -36,6 +36,7 @@ from kiln.symbolic.fake import (
     _resync,
     describe_val,
     fake_like,
+    foreign_subclass,
     is_symbolic,
     is_view_op,
     sym_sizes,
@@ -272,6 +273,8 @@ class TraceMode(TorchDispatchMode):
         self.tracer = tracer
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if foreign_subclass(types):  # Note [Tracer: wrapper subclasses over fakes]
+            return NotImplemented
         return self.tracer.dispatch(func, args, kwargs or {})
 
 

@@ -27,6 +27,7 @@ from kiln.frontend.source import (
     MISSING,
     AttrSource,
     DictIterSource,
+    FlattenSpecSource,
     GetItemSource,
     IterHasSource,
     IterRestSource,
@@ -35,6 +36,7 @@ from kiln.frontend.source import (
     dict_get,
     dict_iter_dict,
     dict_iter_pos,
+    flatten_spec,
     iter_has,
     iter_rest,
     key_text,
@@ -388,6 +390,8 @@ class _Hoister:
             expr = f"___dict_iter_{source.part}({self(source.source)})"
         elif isinstance(source, IterHasSource):
             expr = f"___iter_has({self(source.source)}, {source.n})"
+        elif isinstance(source, FlattenSpecSource):
+            expr = f"___flatten_spec({self(source.source)})"
         else:
             expr = source.name()
         name = self.names[source] = f"___s{len(self.names)}"
@@ -459,6 +463,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___from_numpy": tensor_of_array,  # NumpyTensorSource
         "___iter_rest": iter_rest,  # IterRestSource
         "___iter_has": iter_has,  # IterHasSource
+        "___flatten_spec": flatten_spec,  # FlattenSpecSource
         "___dict_iter_dict": dict_iter_dict,  # DictIterSource
         "___dict_iter_pos": dict_iter_pos,
         "___missing": MISSING,

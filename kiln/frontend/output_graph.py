@@ -8,14 +8,14 @@ import torch.fx
 
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
-from kiln.exc import BackendCompilerFailed, Unsupported
+from kiln.exc import BackendCompilerFailed, Unsupported, unimplemented
 from kiln.frontend.frame_shapes import FrameShapes
 from kiln.frontend.guards import GuardKind, GuardSet, is_module_state
 from kiln.frontend.side_effects import SideEffects
 from kiln.frontend.source import GetItemSource, LocalSource
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.sym import SymNodeVariable
-from kiln.frontend.variables.tensor import TensorVariable
+from kiln.frontend.variables.tensor import tensor_variable
 from kiln.symbolic import shape_env
 from kiln.symbolic.fake import fake_like, sym_strides
 from kiln.symbolic.layouts import dense_strides
@@ -74,8 +74,10 @@ class OutputGraph:
     def create_node(self, kind, target, args, kwargs):
         return self.graph.create_node(kind, target, tuple(args), dict(kwargs))
 
-    def add_graph_input(self, value, source):
-        """A tensor from outside the frame: a placeholder (deduplicated by identity), guarded."""
+    def add_graph_input(self, value, source, subclass=None):
+        """A tensor from outside the frame: a placeholder (deduplicated by identity), guarded.
+        `subclass` (guards, value, source) -> fake makes the example of a wrapper-subclass input
+        (Note [Tensors: wrapper subclass inputs])."""
         guards = self.guards
         prev = self._input_by_id.get(id(value))
         if prev is not None:
@@ -87,10 +89,16 @@ class OutputGraph:
         name = source.name()
         self.input_shapes[name] = tuple(value.shape)
         dims = self._dynamic_dims(value, source)
+        if subclass is not None and dims:
+            what = type(value).__name__
+            unimplemented(f"symbolic sizes of a tensor subclass input ({what}) are not traced")
+        fake = subclass(guards, value, source) if subclass is not None else None
         node = self._placeholder(source)
         if dims:
             self.fake_inputs = True
-        if self.fake_inputs:
+        if fake is not None:
+            example = fake
+        elif self.fake_inputs:
             sizes = self.shape_env.sizes_of(value, name, dims)
             example = fake_like(value, requires_grad=value.requires_grad, sizes=sizes)
             if dims:
@@ -107,7 +115,7 @@ class OutputGraph:
         node.meta["tensor_dict"] = _tensor_dict(value)
         if isinstance(value, torch.nn.Parameter):
             node.meta["is_parameter"] = True
-        var = TensorVariable(node, example, value.device, source=source)
+        var = tensor_variable(node, example, value.device, source=source)
         self.graph_inputs.append((source, value, node))
         self._input_by_id[id(value)] = (var, source)
         return var

@@ -473,3 +473,29 @@ class DictIterSource(Source):
 def is_from_local(source):
     """Whether a source is rooted in the frame's locals (as opposed to globals or closures)."""
     return isinstance(source.base(), LocalSource)
+
+
+def flatten_spec(t):
+    """`[inner names, ctx]` of a wrapper tensor subclass's `__tensor_flatten__()` (a list: the
+    guard compares it by equality, with its expected value held by the guard function)."""
+    names, ctx = t.__tensor_flatten__()
+    return [list(names), ctx]
+
+
+@dataclasses.dataclass(frozen=True)
+class FlattenSpecSource(Source):
+    """`___flatten_spec(base)`: the flatten spec of a wrapper-subclass input (guard only; Note
+    [Tensors: wrapper subclass inputs])."""
+
+    source: Source
+
+    def name(self):
+        return f"___flatten_spec({self.source.name()})"
+
+    def reconstruct(self, cg):
+        cg.load_object(flatten_spec, push_null=True)
+        self.source.reconstruct(cg)
+        cg.extend(_emit.call(1))
+
+    def base(self):
+        return self.source.base()

@@ -7,7 +7,7 @@ The ATen tracer that records these ops into an FX graph is `kiln.autograd.aten_t
 import torch
 import torch.fx
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass_type
 
 from kiln.exc import Unsupported
 from kiln.symbolic import layouts, shape_rules
@@ -87,7 +87,22 @@ class ProxyTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         # Only reached outside a trace (a TraceMode handles everything inside one): fake mode.
+        if foreign_subclass(types):
+            return NotImplemented
         return _FakeDispatch().dispatch(func, args, kwargs or {})
+
+
+# Note [Tracer: wrapper subclasses over fakes]
+# A traceable wrapper subclass (TwoTensor) built on our fakes runs its own __torch_dispatch__,
+# which calls the op again on its inner tensors. Our dispatch (ProxyTensor's, FakeMode's,
+# TraceMode's) does not know its type: it answers NotImplemented, so the dispatcher goes on to the
+# subclass's __torch_dispatch__, whose calls on the inner fakes come back to us (as torch's fake and
+# proxy modes do).
+def foreign_subclass(types):
+    """Whether `types` (of a __torch_dispatch__ call) holds a wrapper subclass that is not ours."""
+    return any(
+        not issubclass(t, ProxyTensor) and is_traceable_wrapper_subclass_type(t) for t in types
+    )
 
 
 # Note [Tracer: composite ops on symbolic sizes]
@@ -247,6 +262,10 @@ def _default_device():
 def _common_device(tensors):
     """The device an op on these tensors runs on: the first non-CPU-scalar one (as eager)."""
     devices = [t.device for t in tensors]
+    if any(t.device.type == "meta" for t in tensors) and any(is_fake(t) for t in tensors):
+        # a frontend meta example next to a fake (the inner fakes of a wrapper-subclass input):
+        # the fakes carry the real devices
+        tensors = [t for t in tensors if t.device.type != "meta"]
     for t in tensors:
         if not (t.device.type == "cpu" and t.dim() == 0):
             return t.device
@@ -639,4 +658,6 @@ class FakeMode(TorchDispatchMode):
     """Outside a trace: every ATen call (factories with SymInt sizes too) runs in fake mode."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if foreign_subclass(types):  # Note [Tracer: wrapper subclasses over fakes]
+            return NotImplemented
         return _FakeDispatch().dispatch(func, args, kwargs or {})

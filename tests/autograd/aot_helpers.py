@@ -4,7 +4,8 @@ import copy
 
 import torch
 
-from kiln.autograd.aot import aot_module, nop
+from kiln.autograd.aot import nop
+from kiln.autograd.aot_module import aot_module
 
 
 def flat_tensors(out):

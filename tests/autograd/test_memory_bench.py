@@ -6,7 +6,8 @@ import pathlib
 
 import torch
 
-from kiln.autograd.aot import aot_module, nop
+from kiln.autograd.aot import nop
+from kiln.autograd.aot_module import aot_module
 from kiln.autograd.partition import default_partition, min_cut_rematerialization_partition
 
 _PATH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "memory.py"

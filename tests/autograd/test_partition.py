@@ -4,7 +4,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kiln.autograd.aot import aot_function, aot_module
+from kiln.autograd.aot import aot_function
+from kiln.autograd.aot_module import aot_module
 from kiln.autograd.partition import (
     default_partition,
     is_random,

@@ -6,7 +6,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kiln
-from kiln.autograd.aot import aot_module
+from kiln.autograd.aot_module import aot_module
 from kiln.autograd.aten_tracer import trace_aten
 from kiln.backend import compile_fx as kc
 from kiln.backend.decompositions import DECOMPOSITIONS

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import kiln
-from kiln.autograd.aot import aot_module
+from kiln.autograd.aot_module import aot_module
 from kiln.backend import compile_fx as kc
 from kiln.backend.codegen.wrapper import rt
 from kiln.backend.decompositions import DECOMPOSITIONS

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from kiln.autograd.aot import aot_module
+from kiln.autograd.aot_module import aot_module
 from kiln.backend import compile_fx as kc
 from kiln.backend.decompositions import DECOMPOSITIONS
 from tests.autograd.aot_helpers import check_module_parity

@@ -62,16 +62,25 @@ def test_inference_mode_and_inference_inputs():
         kiln.compile(keys_and_sets, backend=be, fullgraph=True)(inference_x)
 
 
-def test_subclass_input_is_not_folded():
+class _Tagged(torch.Tensor):
+    """A plain subclass (no __tensor_flatten__): not traced."""
+
+
+def test_subclass_inputs_fold_only_when_traced():
     from torch.testing._internal.two_tensor import TwoTensor
 
     def f(x):
         return torch._C._dispatch_keys(x.sin())
 
     z = TwoTensor(torch.randn(3), torch.randn(3))
-    assert kiln.compile(f, backend="eager")(z) == f(z)  # (the Python keys of the subclass)
+    # a wrapper subclass is traced with a fake of itself: the Python keys of the subclass fold
+    be = CountingBackend()
+    assert kiln.compile(f, backend=be, fullgraph=True)(z) == f(z)
+    assert be.calls == 1
+    t = torch.randn(3).as_subclass(_Tagged)
+    assert kiln.compile(f, backend="eager")(t) == f(t)
     with pytest.raises(kiln.exc.Unsupported, match="subclass"):
-        kiln.compile(f, backend="eager", fullgraph=True)(z)
+        kiln.compile(f, backend="eager", fullgraph=True)(t)
 
 
 def branch_on_keys(x, keys):

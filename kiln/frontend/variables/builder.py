@@ -50,6 +50,7 @@ from kiln.frontend.variables import (
     static_marks,
     stdlib,
     tensor_of_list,
+    tensor_subclass,
     torch_queries,
     unbacked,
     unspec_float,
@@ -273,11 +274,13 @@ def wrap_value(tx, value, source):
         if type(value) not in (torch.Tensor, torch.nn.Parameter):
             # Note [Tensors: subclass inputs are not traced]
             # A tensor subclass decides its results' types and values in its own code
-            # (__torch_function__, __torch_dispatch__, overridden methods), which the trace on
-            # plain examples does not run: type(x), isinstance and the subclass's attributes came
-            # out as a plain tensor's, and the kiln backend returned plain tensors. So a subclass
-            # input is a graph break (the frame runs it in Python) until kiln models subclasses.
-            unimplemented(f"a tensor subclass input ({type(value).__name__}) is not traced")
+            # (__torch_function__, __torch_dispatch__, overridden methods), which a trace on
+            # plain examples does not run: type(x), isinstance and the subclass's attributes would
+            # come out as a plain tensor's. So a subclass input is a graph break (the frame runs
+            # it in Python), except a traceable wrapper subclass, whose example is a fake of the
+            # subclass itself (Note [Tensors: wrapper subclass inputs] in tensor_subclass.py).
+            tensor_subclass.check_subclass(value)
+            return tx.output.add_graph_input(value, source, tensor_subclass.fake_subclass)
         return tx.output.add_graph_input(value, source)
     if type(value) is int:
         # Note [Shapes: automatic dynamic]: an int whose value changed is a size symbol input

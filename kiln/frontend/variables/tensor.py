@@ -25,6 +25,7 @@ from kiln.frontend.variables.tensor_new import tensor_new
 from kiln.frontend.variables.torch import _call_torch, call_tensor_op
 from kiln.frontend.variables.user_defined import _dunder_missing
 from kiln.symbolic import shape_env
+from kiln.symbolic.fake import ProxyTensor
 
 # Attributes answered from metadata at trace time (specialised; guarded by TENSOR_MATCH).
 _META_ATTRS = {
@@ -95,8 +96,31 @@ def register_method(name, fn):
     _METHOD_HOOKS[name] = fn
 
 
+# (is_value, variable class) for example values of tensor subclasses kiln traces, registered by
+# their family's module (Note [Tensors: wrapper subclass inputs] in tensor_subclass.py)
+_SUBCLASS_VARIABLES = []
+
+
+def register_subclass_variable(is_value, cls):
+    """Traced tensors whose example satisfies is_value are instances of cls."""
+    _SUBCLASS_VARIABLES.append((is_value, cls))
+
+
+def tensor_variable(proxy, example, device, **kwargs):
+    """The variable of a traced tensor: a TensorVariable, or its subclass family's variable."""
+    if type(example) is not torch.Tensor:
+        for is_value, cls in _SUBCLASS_VARIABLES:
+            if is_value(example):
+                return cls(proxy, example, device, **kwargs)
+        if not isinstance(example, (ProxyTensor, torch.nn.Parameter)):
+            unimplemented(f"a traced op returned a {type(example).__name__} (a tensor subclass)")
+    return TensorVariable(proxy, example, device, **kwargs)
+
+
 class TensorVariable(VariableTracker):
     """A tensor in the graph under construction."""
+
+    wrapper_subclass = False
 
     def __init__(self, proxy, example, device, *, source=None, is_leaf_input=True):
         super().__init__(source=source)

@@ -13,6 +13,7 @@ import types
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from kiln.exc import unimplemented
 from kiln.frontend.markers import is_disallowed_in_graph
@@ -164,6 +165,10 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         for a in [*args, *kwargs.values()]
     )
     args, kwargs = unspec_float.settle_args(target, args, kwargs, has_tensor)
+    if _mutates(target, kwargs) and any(
+        getattr(a, "wrapper_subclass", False) for a in [*args, *kwargs.values()]
+    ):  # Note [Tensors: wrapper subclass inputs]
+        unimplemented(f"{what} writes into a tensor subclass value")
     unpack = _Unpack(tx)
     pairs = [unpack(a) for a in args]
     kw_pairs = {k: unpack(v) for k, v in kwargs.items()}
@@ -228,7 +233,7 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
 _INPLACE_NAMES = ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow")
 _INPLACE_NAMES += ("and", "or", "xor", "lshift", "rshift")
 _INPLACE_OPERATORS = frozenset(getattr(operator, f"i{n}") for n in _INPLACE_NAMES)
-_INPLACE_DUNDERS = frozenset(f"__i{n}__" for n in _INPLACE_NAMES)
+INPLACE_DUNDERS = frozenset(f"__i{n}__" for n in _INPLACE_NAMES)
 
 
 def _mutates(target, kwargs):
@@ -244,7 +249,7 @@ def _mutates(target, kwargs):
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     if not isinstance(name, str):
         return False
-    return name in _INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__"))
+    return name in INPLACE_DUNDERS or (name.endswith("_") and not name.endswith("__"))
 
 
 def _mutated_input(result, args, meta_args, kwargs, meta_kwargs):
@@ -278,6 +283,8 @@ def _as_fakes(result, device):
         return type(result)(_as_fakes(r, device) for r in result)
     if not isinstance(result, torch.Tensor) or is_fake(result) or result.layout != torch.strided:
         return result
+    if is_traceable_wrapper_subclass(result):  # its inner tensors are fakes already
+        return result
     sizes = [shape_env.from_torch(v) for v in result.shape]
     strides = [shape_env.from_torch(v) for v in result.stride()]
     offset = shape_env.from_torch(result.storage_offset())
@@ -303,11 +310,11 @@ def _contains_tensor(x):
 
 def wrap_tensor_result(tx, node, result, device):
     """Wrap a meta result (tensor, or tuple/list of them) of `node`."""
-    from kiln.frontend.variables.tensor import TensorVariable
+    from kiln.frontend.variables.tensor import tensor_variable
 
     if isinstance(result, torch.Tensor):
         node.meta["example_value"] = result
-        return TensorVariable(node, result, device)
+        return tensor_variable(node, result, device)
     if isinstance(result, (tuple, list)):
         node.meta["example_value"] = result
         items = []
@@ -315,7 +322,7 @@ def wrap_tensor_result(tx, node, result, device):
             if isinstance(r, torch.Tensor):
                 item = tx.output.create_node("call_function", operator.getitem, (node, i), {})
                 item.meta["example_value"] = r
-                items.append(TensorVariable(item, r, device))
+                items.append(tensor_variable(item, r, device))
             elif is_literal(r):
                 items.append(ConstantVariable(r))
             else:

@@ -14,6 +14,7 @@ import sys
 import types
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
@@ -141,25 +142,41 @@ def _dispatch_keys(tx, v):
         unimplemented("torch._C._dispatch_keys of something not a traced tensor")
     if tx.output.__dict__.get("vmap_levels"):
         unimplemented("torch._C._dispatch_keys inside a traced torch.vmap (Note [Vmap: metadata])")
-    if v.python_type() not in (torch.Tensor, torch.nn.Parameter):
+    wrapper = getattr(v, "wrapper_subclass", False)
+    if v.python_type() not in (torch.Tensor, torch.nn.Parameter) and not wrapper:
         unimplemented("torch._C._dispatch_keys of a tensor subclass")
     if example.layout != torch.strided or example.is_conj() or example.is_neg():
         unimplemented("torch._C._dispatch_keys of a non-strided or conjugate/negative tensor")
     inputs = [value for _, value, _ in tx.output.graph_inputs if isinstance(value, torch.Tensor)]
-    if any(type(t) not in (torch.Tensor, torch.nn.Parameter) for t in inputs):
+    if any(type(t) not in (torch.Tensor, torch.nn.Parameter) for t in _plain_parts(inputs)):
         unimplemented("torch._C._dispatch_keys in a frame with a tensor subclass input")
     for _, value, node in tx.output.graph_inputs:
         if node is v.proxy and isinstance(value, torch.Tensor):
             return ConstantObjectVariable(torch._C._dispatch_keys(value))
-    if any(t.is_inference() for t in inputs):
+    if any(t.is_inference() for t in _plain_parts(inputs)):
         unimplemented("torch._C._dispatch_keys in a frame with an inference tensor input")
     inference = torch.is_inference_mode_enabled()
     tx.output.guards.add(GuardKind.STATE_QUERY, None, (torch.is_inference_mode_enabled, inference))
+    if wrapper:
+        # the fake of a wrapper subclass is made as eager makes the real one: a wrapper of the
+        # real device and dtype (Note [Tensors: wrapper subclass inputs])
+        return ConstantObjectVariable(torch._C._dispatch_keys(example))
     try:
         empty = torch.empty(0, dtype=example.dtype, device=v.device)
     except Exception as e:
         unimplemented(f"torch._C._dispatch_keys: {type(e).__name__}: {e}")
     return ConstantObjectVariable(torch._C._dispatch_keys(empty))
+
+
+def _plain_parts(tensors):
+    """Tensors, with traceable wrapper subclasses replaced by their inner tensors (recursively)."""
+    out = []
+    for t in tensors:
+        if is_traceable_wrapper_subclass(t):
+            out.extend(_plain_parts([getattr(t, n) for n in t.__tensor_flatten__()[0]]))
+        else:
+            out.append(t)
+    return out
 
 
 # Note [Torch: no active exception]
