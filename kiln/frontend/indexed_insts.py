@@ -2,6 +2,7 @@
 
 from kiln.bytecode import decode as bytecode_decode
 from kiln.bytecode.code_cache import CodeCache
+from kiln.frontend.unbound_cells import unguarded_entry
 
 # Note [Translator: shared instruction lists]
 # A translator only reads its instructions (resume and call-through code edit their own copies
@@ -28,6 +29,7 @@ def _indexed_copy(code):
     for n, inst in enumerate(insts):
         inst.index = n
         inst.target_index = where[id(inst.target)] if inst.target is not None else None
+        inst.exn_tab_entry = unguarded_entry(inst)
         if inst.lineno is None:
             inst.lineno = insts[n - 1].lineno if n else code.co_firstlineno
     return insts
