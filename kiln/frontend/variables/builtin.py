@@ -730,12 +730,16 @@ def _items_in_turn(tx, obj):
 @functools.lru_cache(maxsize=256)
 def _takes_keywords(fn, handler, names):
     """Whether builtin `fn` takes all of these keyword arguments; where its signature is
-    unknown (min, max, dict), whether its handler sorts keywords out itself (takes **kwargs)."""
+    unknown (min, max, zip, dict), whether its handler takes them as keyword-only parameters
+    (named after the builtin's keywords) or sorts keywords out itself (**kwargs)."""
     var_kw = inspect.Parameter.VAR_KEYWORD
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
-        return any(p.kind == var_kw for p in inspect.signature(handler).parameters.values())
+        own = inspect.signature(handler).parameters.values()
+        if any(p.kind == var_kw for p in own):
+            return True
+        return set(names) <= {p.name for p in own if p.kind == inspect.Parameter.KEYWORD_ONLY}
     if any(p.kind == var_kw for p in params):
         return True
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
