@@ -88,6 +88,10 @@ class BlockStackMixin:
         """Record the cleanup of a with block a resume function's prologue entered; check the
         ops of a try block whose handler may catch their run-time errors."""
         entry = inst.exn_tab_entry
+        if entry is None and self.catch_region is None:  # (most instructions: nothing to do)
+            if self.is_root:
+                self.try_state = None
+            return
         in_with = entry is not None and any(entry.target is h for h in self.with_handlers)
         guarded = (
             entry is not None

@@ -27,6 +27,7 @@ from kiln.frontend.entered import (
     rewind_instead,
     stays_entered,
 )
+from kiln.frontend.indexed_insts import decode as decode_indexed
 from kiln.frontend.resume import (
     ResumeUnsupported,
     TailCall,
@@ -35,7 +36,6 @@ from kiln.frontend.resume import (
     run_resume,
 )
 from kiln.frontend.side_effects import pin_state_reads
-from kiln.frontend.translator import decode as decode_indexed
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.ctx_managers import SAVED_HOOKS_SWITCHES, WithExitVariable
 from kiln.frontend.variables.finalizers import LOCAL_STORES, after_local_store

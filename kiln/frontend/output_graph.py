@@ -224,7 +224,11 @@ class OutputGraph:
 
     def last_node(self):
         """A checkpoint: the graph's current last node (None when empty)."""
-        return next(iter(reversed(self.graph.nodes)), None)
+        # (called before every traced instruction: fx's node list is circular through its root
+        # sentinel, so the last node is root._prev; erased nodes are unlinked)
+        root = self.graph._root
+        last = root._prev
+        return None if last is root else last
 
     def rollback(self, checkpoint):
         """Drop the nodes made after `checkpoint` (placeholders stay; unused ones are pruned)."""

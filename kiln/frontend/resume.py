@@ -35,6 +35,7 @@ from kiln.bytecode import (
     remove_unreachable,
     skipped_at_loop_exit,
 )
+from kiln.frontend.unbound_cells import guard_cell_reads
 
 # Note [Resume: layout]
 #
@@ -370,6 +371,8 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         body = _check_unpassed_loads(body, set(argnames), set(cells))
     # the original code before the resume point that no path from it reaches again is dropped
     insts = remove_unreachable(prologue + body, code.co_flags)
+    if code.co_cellvars:  # Note [Resume: unbound cells of the original frame]
+        insts = guard_cell_reads(insts, set(code.co_cellvars))
 
     others = [safe_local_name(v) for v in code.co_varnames if v not in cells]
     varnames = argnames + [v for v in dict.fromkeys(others) if v not in argnames]

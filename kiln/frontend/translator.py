@@ -17,12 +17,12 @@ import sys
 import torch
 
 from kiln import config, faults
-from kiln.bytecode import decode as bytecode_decode
 from kiln.bytecode import loads_cell
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend import node_meta
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
 from kiln.frontend.entered import withs_to_rewind
+from kiln.frontend.indexed_insts import decode
 from kiln.frontend.jump_ops import JumpOpsMixin
 from kiln.frontend.source import AttrSource, ClosureSource, GetItemSource, GlobalSource, LocalSource
 from kiln.frontend.value_ops import ValueOpsMixin
@@ -66,18 +66,6 @@ PY313 = sys.version_info[:2] >= (3, 13)
 NULL = NullVariable()
 # the instructions between a load and the CALL it is an argument of (3.11's PRECALL)
 _KEEPS_FRESH = frozenset(("PRECALL", "CALL"))
-
-
-def decode(code):
-    """The instructions of a code object (kiln.bytecode.decode) with `index` and `target_index`."""
-    insts = bytecode_decode(code)
-    where = {id(inst): n for n, inst in enumerate(insts)}
-    for n, inst in enumerate(insts):
-        inst.index = n
-        inst.target_index = where[id(inst.target)] if inst.target is not None else None
-        if inst.lineno is None:
-            inst.lineno = insts[n - 1].lineno if n else code.co_firstlineno
-    return insts
 
 
 class LazyVariable(VariableTracker):

@@ -294,3 +294,36 @@ def test_number_plus_equals_tensor():
 
     run_and_compare(f, [torch.randn(2), torch.randn(2)], backend=backend)
     assert "0 +=" not in backend_graphs[0].code
+
+
+def _with_defaults(x, scale=2.0, *rest, shift=1.0, **extra):
+    return x * scale + shift + len(rest) + len(extra)
+
+
+def test_defaults_reassigned_between_calls_are_read_again():
+    """Signatures are cached per code; the default values still come from each call's function."""
+
+    def run(x):
+        a = _with_defaults(x)
+        b = _with_defaults(x, 3.0, 1, 2, shift=0.5, k=1)
+        return a + b
+
+    x = t(3)
+    saved = (_with_defaults.__defaults__, _with_defaults.__kwdefaults__)
+    compiled = kiln.compile(run, backend="eager")
+    try:
+        assert torch.allclose(compiled(x), run(x))
+        _with_defaults.__defaults__ = (5.0,)
+        _with_defaults.__kwdefaults__ = {"shift": -2.0}
+        assert torch.allclose(compiled(x), run(x))
+        _with_defaults.__kwdefaults__ = None  # shift now required: the call without it raises
+
+        def missing(x):
+            try:
+                return _with_defaults(x)
+            except TypeError as e:
+                return str(e)
+
+        assert kiln.compile(missing, backend="eager")(x) == missing(x)
+    finally:
+        _with_defaults.__defaults__, _with_defaults.__kwdefaults__ = saved

@@ -217,6 +217,9 @@ class BuiltinVariable(VariableTracker):
                 unimplemented(f"{name} with these arguments ({e})")
         handler = getattr(self, f"_call_{name}", None)
         if handler is not None and fn is getattr(builtins, name, None):
+            if kwargs and not _takes_keywords(fn, handler.__func__, tuple(kwargs)):
+                # (a handler's own parameter names are no keywords the builtin takes)
+                unimplemented(f"builtin {name} with keyword arguments {sorted(kwargs)}")
             try:
                 return handler(tx, *args, **kwargs)
             except TypeError as e:  # arguments the handler does not take: Python decides
@@ -369,7 +372,7 @@ class BuiltinVariable(VariableTracker):
     def _call_list(self, tx, obj=None):
         return ListVariable([] if obj is None else obj.unpack_var_sequence(tx))
 
-    def _call_dict(self, tx, obj=None, **kwargs):
+    def _call_dict(self, tx, obj=None, /, **kwargs):  # (dict(obj=1), dict(self=1): keys)
         items = {}
         if obj is not None:
             if (
@@ -722,3 +725,22 @@ def _items_in_turn(tx, obj):
         return
     while (item := obj.next_item(tx)) is not None:
         yield item
+
+
+@functools.lru_cache(maxsize=256)
+def _takes_keywords(fn, handler, names):
+    """Whether builtin `fn` takes all of these keyword arguments; where its signature is
+    unknown (min, max, zip, dict), whether its handler takes them as keyword-only parameters
+    (named after the builtin's keywords) or sorts keywords out itself (**kwargs)."""
+    var_kw = inspect.Parameter.VAR_KEYWORD
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        own = inspect.signature(handler).parameters.values()
+        if any(p.kind == var_kw for p in own):
+            return True
+        return set(names) <= {p.name for p in own if p.kind == inspect.Parameter.KEYWORD_ONLY}
+    if any(p.kind == var_kw for p in params):
+        return True
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return set(names) <= {p.name for p in params if p.kind in kinds}

@@ -115,7 +115,20 @@ class ConstDictVariable(VariableTracker):
 
     def unpack_var_sequence(self, tx):
         self.check_order("iterated")
-        return [key_var(k) for k in self.items]
+        # Note [Dicts: one variable per key]: iterating makes each key's variable once per dict
+        # (`next(iter(d))` in a loop over a big dict was quadratic in new variables); a key
+        # object is the same object at each iteration in Python too. By id, checked with `is`
+        # (1 and True are equal keys, not the same constant).
+        cache = self.__dict__.get("_key_vars")
+        if cache is None or len(cache) > 2 * len(self.items) + 64:
+            cache = self._key_vars = {}
+        out = []
+        for k in self.items:
+            hit = cache.get(id(k))
+            if hit is None or hit[0] is not k:
+                hit = cache[id(k)] = (k, key_var(k))
+            out.append(hit[1])
+        return out
 
     def check_order(self, what):
         """Break where an OrderedDict whose order list dict's methods bypassed would be read

@@ -21,6 +21,7 @@ from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import TupleVariable
 from kiln.frontend.variables.misc import ConstantObjectVariable, DeletedVariable
+from kiln.frontend.variables.signatures import DefaultSlot, code_signature
 
 
 class BaseFunctionVariable(VariableTracker):
@@ -507,19 +508,24 @@ def bind_args(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None):
             k: _wrap_default(tx, d, GetItemSource(src, k) if src else None)
             for k, d in fn.__kwdefaults__.items()
         }
-    cells = tuple(types.CellType() for _ in code.co_freevars) or None
-    shell = types.FunctionType(code, {}, code.co_name, None, cells)
-    shell.__defaults__ = tuple(defaults) if defaults else None
-    shell.__kwdefaults__ = dict(kwdefaults) if kwdefaults else None
+    defaults = list(defaults or ())
+    kwdefaults = dict(kwdefaults or {})
+    sig = code_signature(code, len(defaults), frozenset(kwdefaults))
     try:
-        bound = inspect.signature(shell).bind(*args, **kwargs)
+        bound = sig.bind(*args, **kwargs)
     except TypeError:
+        cells = tuple(types.CellType() for _ in code.co_freevars) or None
+        shell = types.FunctionType(code, {}, code.co_name, None, cells)
+        shell.__defaults__ = tuple(defaults) or None
+        shell.__kwdefaults__ = kwdefaults or None
         _raise_bind_error(tx, fn, shell, args, kwargs)
     bound.apply_defaults()
     out = {}
     for name, value in bound.arguments.items():
-        param = bound.signature.parameters[name]
-        if param.kind == inspect.Parameter.VAR_POSITIONAL:
+        param = sig.parameters[name]
+        if type(value) is DefaultSlot:  # Note [Signatures: cached per code]
+            value = defaults[value.key] if isinstance(value.key, int) else kwdefaults[value.key]
+        elif param.kind == inspect.Parameter.VAR_POSITIONAL:
             value = TupleVariable(list(value))
         elif param.kind == inspect.Parameter.VAR_KEYWORD:
             value = ConstDictVariable(dict(value))
