@@ -1,0 +1,47 @@
+"""Functions, builtins and containers inside compiled code: each case compares kiln with eager
+Python (the cases PyTorch's test/dynamo/test_functions.py exercises, in our own words)."""
+
+import collections
+import functools
+
+import pytest
+import torch
+from frontend_helpers import run_and_compare
+
+import kiln
+
+
+def _partial_has(name):
+    def fn(t):
+        p = functools.partial(lambda a, b: a * 2 + b, b=t)
+        return p(t) if hasattr(p, name) else t - 1
+
+    return fn
+
+
+@pytest.mark.parametrize("name", ["__name__", "__qualname__", "__code__", "func", "__dict__"])
+def test_hasattr_of_partial_made_in_frame(name):
+    # a partial instance has no __name__ although its class (a type) does
+    run_and_compare(_partial_has(name), torch.randn(3), fullgraph=True, expected_graphs=1)
+
+
+_TABLE = collections.defaultdict(dict)
+
+
+def _write_global_table(x):
+    _TABLE["a"] = x + 1
+    return _TABLE["b"], x * 2
+
+
+def test_empty_defaultdict_global_written():
+    # an empty defaultdict(dict) global stays an opaque object: writing it is a graph break
+    # with its reason (it used to recurse without end looking for the dict's items)
+    _TABLE.clear()
+    with pytest.raises(kiln.exc.Unsupported):
+        kiln.compile(_write_global_table, backend="eager", fullgraph=True)(torch.ones(3))
+    _TABLE.clear()
+    kiln.reset()
+    got = kiln.compile(_write_global_table, backend="eager")(torch.ones(3))
+    assert got[0] == {} and torch.equal(got[1], torch.ones(3) * 2)
+    assert list(_TABLE) == ["a", "b"] and torch.equal(_TABLE["a"], torch.ones(3) + 1)
+    assert kiln.counters["stats"]["graph_breaks"] == 1, dict(kiln.counters)
