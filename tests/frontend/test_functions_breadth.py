@@ -45,3 +45,41 @@ def test_empty_defaultdict_global_written():
     assert got[0] == {} and torch.equal(got[1], torch.ones(3) * 2)
     assert list(_TABLE) == ["a", "b"] and torch.equal(_TABLE["a"], torch.ones(3) + 1)
     assert kiln.counters["stats"]["graph_breaks"] == 1, dict(kiln.counters)
+
+
+def _queries(x):
+    if torch.distributed.is_available() and not torch.distributed.is_initialized():
+        x = x + 1
+    if torch.autograd._is_checkpoint_valid():
+        x = x * 2
+    if torch._C._are_functorch_transforms_active():
+        x = x - 100
+    if torch._C._get_privateuse1_backend_name() == "privateuseone":
+        x = x + 3
+    if x.dtype == torch.promote_types(torch.int32, torch.float32):
+        x = x.cos()
+    return x, torch.can_cast(torch.float32, torch.int8)
+
+
+def test_torch_state_queries_fold_in_one_graph():
+    run_and_compare(_queries, torch.randn(3), fullgraph=True, expected_graphs=1)
+
+
+def _tf32(x):
+    if torch.backends.cuda.matmul.allow_tf32:
+        return x.sin()
+    return x.cos()
+
+
+def test_cublas_flag_read_is_guarded():
+    before = torch.backends.cuda.matmul.allow_tf32
+    kiln.reset()
+    compiled = kiln.compile(_tf32, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    try:
+        for flag in (False, True, False):
+            torch.backends.cuda.matmul.allow_tf32 = flag
+            assert torch.equal(compiled(x), _tf32(x))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    assert kiln.counters["stats"]["unique_graphs"] == 2, dict(kiln.counters)

@@ -230,6 +230,9 @@ def wrap_constant_like(tx, value):
         return ConstantVariable(value)
     if callable(value):
         return OpaqueCallableVariable(value)
+    flags = torch_queries.backend_flags(value)  # Note [Torch: backend flags objects]
+    if flags is not None:
+        return flags
     unimplemented(f"value of type {type(value).__name__} from a library")
 
 
