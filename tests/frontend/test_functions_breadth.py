@@ -83,3 +83,21 @@ def test_cublas_flag_read_is_guarded():
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
     assert kiln.counters["stats"]["unique_graphs"] == 2, dict(kiln.counters)
+
+
+def _float_methods(t, m):
+    n, d = m.as_integer_ratio()
+    out = t * n / d + m.conjugate()
+    if m.is_integer():
+        out = out * 2
+    return out, m.hex()
+
+
+def test_float_methods_of_an_unspecialised_float_argument():
+    # the float becomes a graph input after its value changes; its own methods read the value
+    kiln.reset()
+    compiled = kiln.compile(_float_methods, backend="eager", fullgraph=True)
+    t = torch.ones(2)
+    for m in (1.0, 1.5, 2.0, 2.5, 3.0):
+        got, want = compiled(t, m), _float_methods(t, m)
+        assert torch.equal(got[0], want[0]) and got[1] == want[1], m
