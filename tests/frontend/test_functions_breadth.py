@@ -101,3 +101,16 @@ def test_float_methods_of_an_unspecialised_float_argument():
     for m in (1.0, 1.5, 2.0, 2.5, 3.0):
         got, want = compiled(t, m), _float_methods(t, m)
         assert torch.equal(got[0], want[0]) and got[1] == want[1], m
+
+
+class _Plain:
+    pass
+
+
+def _class_vs_literals(x):
+    hits = [_Plain == None, _Plain != None, _Plain == 3, "a" == _Plain, _Plain != "x"]  # noqa: E711
+    return x + sum(hits), hits
+
+
+def test_class_compared_with_literals():
+    run_and_compare(_class_vs_literals, torch.randn(2), fullgraph=True, expected_graphs=1)

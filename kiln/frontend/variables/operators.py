@@ -279,6 +279,9 @@ def compare_vars(tx, fn, a, b):
     if fn in (operator.eq, operator.ne) and _plain_classes(a, b):
         same = a.as_python_constant() is b.as_python_constant()  # type.__eq__: identity
         return ConstantVariable(same == (fn is operator.eq))
+    if fn in (operator.eq, operator.ne) and _class_and_literal(a, b):
+        # type.__eq__ and the literal's own __eq__ both give NotImplemented: identity, distinct
+        return ConstantVariable(fn is operator.ne)
     if fn in (operator.eq, operator.ne) and not isinstance(a, TensorVariable):
         if not isinstance(b, TensorVariable) and not (_all_const([a, b])):
             same = _identical(a, b)
@@ -301,6 +304,15 @@ def _plain_classes(a, b):
         if not isinstance(c, type) or type(c).__eq__ is not type.__eq__:
             return False
     return True
+
+
+def _class_and_literal(a, b):
+    """A plain class (compared as `type` compares) and a literal that is no class (None, a
+    number, a string): `==` between them is False."""
+    for x, y in ((a, b), (b, a)):
+        if isinstance(y, ConstantVariable) and is_literal(y.value) and _plain_classes(x, x):
+            return True
+    return False
 
 
 def _identical(a, b):
