@@ -114,3 +114,21 @@ def _class_vs_literals(x):
 
 def test_class_compared_with_literals():
     run_and_compare(_class_vs_literals, torch.randn(2), fullgraph=True, expected_graphs=1)
+
+
+def _deque_insert(x):
+    d = collections.deque([x, x + 1])
+    d.insert(0, "head")
+    d.insert(-1, x * 3)
+    d.insert(10, 5)
+    full = collections.deque([1, 2], maxlen=2)
+    try:
+        full.insert(1, 9)
+        err = None
+    except IndexError as e:
+        err = str(e)
+    return list(d), err, list(full)
+
+
+def test_deque_insert():
+    run_and_compare(_deque_insert, torch.randn(2), fullgraph=True, expected_graphs=1)
