@@ -132,3 +132,20 @@ def _deque_insert(x):
 
 def test_deque_insert():
     run_and_compare(_deque_insert, torch.randn(2), fullgraph=True, expected_graphs=1)
+
+
+def _od_fromkeys(x):
+    a = collections.OrderedDict.fromkeys(("p", "q"), value=x)
+    b = collections.OrderedDict.fromkeys(iterable="rs", value=2)
+    c = collections.OrderedDict.fromkeys(iterable=["t"])
+    errors = []
+    for kw in ({"foo": 1}, {"value": 1, "iterable": "a", "x": 2}):
+        try:
+            collections.OrderedDict.fromkeys("ab", **kw)
+        except TypeError as e:
+            errors.append(str(e))
+    return a["q"] * b["s"], list(a), dict(b), dict(c), errors
+
+
+def test_ordered_dict_fromkeys_with_keywords():
+    run_and_compare(_od_fromkeys, torch.randn(2), fullgraph=True, expected_graphs=1)
