@@ -149,3 +149,18 @@ def _od_fromkeys(x):
 
 def test_ordered_dict_fromkeys_with_keywords():
     run_and_compare(_od_fromkeys, torch.randn(2), fullgraph=True, expected_graphs=1)
+
+
+def _legacy_types(a, b):
+    half = a.type(torch.HalfTensor)
+    name = half.type()
+    c = b.type(name)
+    d = b.type("torch.DoubleTensor")
+    same = a.type(torch.float32)
+    return c, d, name, a.type(), same is a, c.dtype, d.dtype
+
+
+def test_tensor_legacy_type_names():
+    run_and_compare(
+        _legacy_types, torch.randn(3), torch.randn(3), fullgraph=True, expected_graphs=1
+    )

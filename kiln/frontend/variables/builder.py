@@ -50,6 +50,7 @@ from kiln.frontend.variables import (
     static_marks,
     stdlib,
     tensor_of_list,
+    tensor_type,  # noqa: F401  (registers Tensor.type)
     torch_queries,
     unbacked,
     unspec_float,
