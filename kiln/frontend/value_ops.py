@@ -16,7 +16,7 @@ from kiln.frontend.variables.dicts import ConstDictVariable, dict_key
 from kiln.frontend.variables.finalizers import old_items
 from kiln.frontend.variables.lists import DequeVariable, ListVariable, TupleVariable, unpack_error
 from kiln.frontend.variables.operators import binary_op, compare_vars, contains, unary_op
-from kiln.frontend.variables.sets import SetVariable, _set_item
+from kiln.frontend.variables.sets import SetVariable, _set_item, guard_tensor_items
 from kiln.frontend.variables.sym import build_slice
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import _Unpack
@@ -188,6 +188,7 @@ class ValueOpsMixin:
         s = SetVariable(())
         for v in self.popn(inst.arg):
             s.values.add(_set_item(v))
+        guard_tensor_items(self, s.values)  # Note [Sets: tensors as items]
         self.push(s)
 
     # Note [Value ops: containers on the stack]
@@ -206,7 +207,9 @@ class ValueOpsMixin:
 
     def SET_ADD(self, inst):
         v = self.pop()
-        self._stack_container(inst, SetVariable).values.add(_set_item(v))
+        s = self._stack_container(inst, SetVariable)
+        s.values.add(_set_item(v))
+        guard_tensor_items(self, s.values)
 
     def SET_UPDATE(self, inst):
         v = self.pop()

@@ -164,3 +164,48 @@ def test_tensor_legacy_type_names():
     run_and_compare(
         _legacy_types, torch.randn(3), torch.randn(3), fullgraph=True, expected_graphs=1
     )
+
+
+def _tensor_sets(a, b):
+    y = a.add_(1)  # the very tensor a
+    s = {a, b}
+    s.add(y)
+    fs = frozenset(s)
+    found = (y in s, a in fs, b.clone() in s, 3 in s, len(s), len(set([a, a, b])))
+    s.discard(b)
+    return found, len(s), a in s, b in s, list(s)
+
+
+def test_sets_of_tensors_by_identity():
+    run_and_compare(_tensor_sets, torch.zeros(2), torch.ones(3), fullgraph=True, expected_graphs=1)
+
+
+def _membership(p, q):
+    p.mul_(2)
+    return p in {q}, q * 1
+
+
+def test_set_membership_of_aliased_inputs_recompiles():
+    kiln.reset()
+    compiled = kiln.compile(_membership, backend="eager", fullgraph=True)
+    x, y = torch.ones(2), torch.ones(2)
+    assert compiled(x, y)[0] is False
+    assert compiled(x, x)[0] is True  # the same object twice: another entry
+    assert compiled(y, x)[0] is False
+    assert kiln.counters["stats"]["unique_graphs"] == 2, dict(kiln.counters)
+
+
+def _maybe_same(x):
+    y = x.float()  # x itself in eager (a float tensor)
+    return y is x, x.contiguous() is x, x + 1
+
+
+def test_tensor_that_may_be_its_operand_is_not_answered():
+    # kiln does not guess whether the node's output is its operand: `is` breaks, Python decides
+    kiln.reset()
+    compiled = kiln.compile(_maybe_same, backend="eager")
+    x = torch.ones(2)
+    got, want = compiled(x), _maybe_same(x)
+    assert got[:2] == want[:2] == (True, True) and torch.equal(got[2], want[2])
+    with pytest.raises(kiln.exc.Unsupported):
+        kiln.compile(lambda t: t.float() in {t}, backend="eager", fullgraph=True)(x)

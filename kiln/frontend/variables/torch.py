@@ -214,15 +214,19 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         if name in _METADATA_RESULTS and is_literal(result):
             return ConstantVariable(result)
         unimplemented(f"{what} returned a non-tensor value ({type(result).__name__})")
-    mutated = None
-    if _mutates(target, kwargs):
-        mutated = _mutated_input(result, args, meta_args, kwargs, meta_kwargs)
+    # Note [Tensors: in-place results]; an op that gave back its meta argument otherwise (`.to()`
+    # of its own dtype, `.contiguous()`) may return its input itself: remembered for `is`
+    given_back = _mutated_input(result, args, meta_args, kwargs, meta_kwargs)
+    mutated = given_back if _mutates(target, kwargs) else None
     if tx.output.fake_inputs or unpack.symbolic:
         result = _as_fakes(result, device)
     node = tx.output.create_node(kind, target, node_args, node_kwargs)
     if mutated is not None:
         return mutated  # Note [Tensors: in-place results]
-    return wrap_tensor_result(tx, node, result, device)
+    var = wrap_tensor_result(tx, node, result, device)
+    if given_back is not None:
+        var.may_be = given_back  # (identity with it unknown: Note [Operators: tensor identity])
+    return var
 
 
 _INPLACE_NAMES = ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow")
