@@ -12,6 +12,7 @@ import sys
 from kiln.exc import unimplemented
 from kiln.frontend.variables.builtin import getitem
 from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
+from kiln.frontend.variables.dict_keys import guard_tensor_keys
 from kiln.frontend.variables.dicts import ConstDictVariable, dict_key
 from kiln.frontend.variables.finalizers import old_items
 from kiln.frontend.variables.lists import DequeVariable, ListVariable, TupleVariable, unpack_error
@@ -169,6 +170,7 @@ class ValueOpsMixin:
         items = {}
         for k, v in zip(flat[::2], flat[1::2]):
             items[dict_key(k)] = v  # (an unhashable key raises TypeError, as in Python)
+        guard_tensor_keys(self, items)  # Note [Dicts: tensors as keys]
         self.push(ConstDictVariable(items))
 
     def BUILD_CONST_KEY_MAP(self, inst):  # 3.11, 3.12
@@ -230,7 +232,9 @@ class ValueOpsMixin:
     def MAP_ADD(self, inst):
         v = self.pop()
         key = dict_key(self.pop())
-        self._stack_container(inst, ConstDictVariable).items[key] = v
+        d = self._stack_container(inst, ConstDictVariable)
+        d.items[key] = v
+        guard_tensor_keys(self, d.items)
 
     def DICT_UPDATE(self, inst):
         v = self.pop()

@@ -209,3 +209,32 @@ def test_tensor_that_may_be_its_operand_is_not_answered():
     assert got[:2] == want[:2] == (True, True) and torch.equal(got[2], want[2])
     with pytest.raises(kiln.exc.Unsupported):
         kiln.compile(lambda t: t.float() in {t}, backend="eager", fullgraph=True)(x)
+
+
+_WEIGHT = torch.nn.Parameter(torch.ones(2))
+
+
+def _tensor_keyed(a, b):
+    d = {"a": a, _WEIGHT: 3}
+    d[b] = b * 2
+    d[a] = d.get(a, 0) + 1
+    found = (_WEIGHT in d, b.clone() in d, d.get(b.clone(), "missing"))
+    counts = {t: i for i, t in enumerate([a, b, a])}
+    return d["a"] + d[_WEIGHT], d[b], found, len(d), list(counts.values()), d.pop(b)
+
+
+def test_tensors_as_dict_keys():
+    run_and_compare(_tensor_keyed, torch.zeros(2), torch.ones(2), fullgraph=True, expected_graphs=1)
+
+
+def _keyed_pair(p, q):
+    return len({p: 1, q: 2}), p + q
+
+
+def test_dict_of_aliased_tensor_inputs_recompiles():
+    kiln.reset()
+    compiled = kiln.compile(_keyed_pair, backend="eager", fullgraph=True)
+    x, y = torch.ones(2), torch.ones(2)
+    assert compiled(x, y)[0] == 2
+    assert compiled(x, x)[0] == 1
+    assert kiln.counters["stats"]["unique_graphs"] == 2, dict(kiln.counters)
