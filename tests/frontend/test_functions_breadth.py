@@ -238,3 +238,23 @@ def test_dict_of_aliased_tensor_inputs_recompiles():
     assert compiled(x, y)[0] == 2
     assert compiled(x, x)[0] == 1
     assert kiln.counters["stats"]["unique_graphs"] == 2, dict(kiln.counters)
+
+
+_GROUPS = collections.defaultdict(list)
+_KEY = torch.nn.Parameter(torch.ones(2))
+
+
+def _group(x):
+    _GROUPS["a"].append(x + 1)
+    _GROUPS[_KEY].append(2)
+    return len(_GROUPS["missing"]), x * 2
+
+
+def test_empty_defaultdict_of_lists_input_traced():
+    _GROUPS.clear()
+    kiln.reset()
+    compiled = kiln.compile(_group, backend="eager", fullgraph=True)
+    got = compiled(torch.ones(2))
+    assert got[0] == 0 and torch.equal(got[1], torch.ones(2) * 2)
+    assert list(_GROUPS) == ["a", _KEY, "missing"] and _GROUPS[_KEY] == [2]
+    assert torch.equal(_GROUPS["a"][0], torch.ones(2) + 1) and _GROUPS["missing"] == []

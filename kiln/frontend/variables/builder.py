@@ -356,11 +356,17 @@ def _wrap_set(tx, value, source):
 
 def _const_keyed_defaultdict(value):
     """Whether a defaultdict is traced as a dict of constant keys: its keys are literals, and an
-    empty one has a Python function as factory (GradScaler's per-optimizer states); an empty
-    `defaultdict(dict)` may be keyed by tensors (Note [Optimizers: state keyed by parameters])."""
+    empty one has a Python function (GradScaler's per-optimizer states) or a builtin container or
+    number type as factory; an empty `defaultdict(dict)` is an optimizer's state, keyed by
+    parameters (Note [Optimizers: state keyed by parameters])."""
     if not all(is_literal(k) for k in value):
         return False
-    return bool(value) or isinstance(value.default_factory, types.FunctionType)
+    factory = value.default_factory
+    plain = any(factory is f for f in _PLAIN_FACTORIES)
+    return bool(value) or isinstance(factory, types.FunctionType) or plain
+
+
+_PLAIN_FACTORIES = (list, tuple, set, int, float, str)
 
 
 def _wrap(tx, value, source):
