@@ -10,7 +10,7 @@ import operator
 import sys
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables.builtin import getitem
+from kiln.frontend.variables.builtin import _has_keys, _mapping_items, getitem
 from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
 from kiln.frontend.variables.dict_keys import guard_tensor_keys
 from kiln.frontend.variables.dicts import ConstDictVariable, dict_key
@@ -238,9 +238,16 @@ class ValueOpsMixin:
 
     def DICT_UPDATE(self, inst):
         v = self.pop()
-        if not isinstance(v, ConstDictVariable):
+        target = self._stack_container(inst, ConstDictVariable)
+        if isinstance(v, ConstDictVariable):
+            target.items.update(v.items)
+        elif _has_keys(v):  # a user mapping: v.keys(), then v[k] for each (as CPython merges)
+            items = _mapping_items(self, v)
+            if inst.opname == "DICT_MERGE" and any(k in target.items for k in items):
+                unimplemented("** of a mapping repeating a keyword (TypeError in Python)")
+            target.items.update(items)
+        else:
             unimplemented(f"dict update from {v}")
-        self._stack_container(inst, ConstDictVariable).items.update(v.items)
 
     DICT_MERGE = DICT_UPDATE
 

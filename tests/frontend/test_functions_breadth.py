@@ -2,6 +2,7 @@
 Python (the cases PyTorch's test/dynamo/test_functions.py exercises, in our own words)."""
 
 import collections
+import collections.abc
 import functools
 
 import pytest
@@ -258,3 +259,35 @@ def test_empty_defaultdict_of_lists_input_traced():
     assert got[0] == 0 and torch.equal(got[1], torch.ones(2) * 2)
     assert list(_GROUPS) == ["a", _KEY, "missing"] and _GROUPS[_KEY] == [2]
     assert torch.equal(_GROUPS["a"][0], torch.ones(2) + 1) and _GROUPS["missing"] == []
+
+
+class _Settings(collections.abc.Mapping):
+    def __init__(self, **kw):
+        self._d = dict(kw)
+
+    def __getitem__(self, key):
+        return self._d[key] * 10
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self):
+        return len(self._d)
+
+
+def _scaled(x, alpha=1, beta=2):
+    return x * alpha + beta
+
+
+_SETTINGS = _Settings(alpha=3)
+
+
+def _star_star_mapping(x):
+    merged = {**_SETTINGS, "beta": 1}
+    local = _Settings(beta=0.5)
+    return _scaled(x, **_SETTINGS), _scaled(x, **local), merged
+
+
+def test_double_star_of_a_user_mapping():
+    # ** reads keys() then m[k] for each key: the mapping's own __getitem__ runs
+    run_and_compare(_star_star_mapping, torch.ones(2), fullgraph=True, expected_graphs=1)
