@@ -291,3 +291,23 @@ def _star_star_mapping(x):
 def test_double_star_of_a_user_mapping():
     # ** reads keys() then m[k] for each key: the mapping's own __getitem__ runs
     run_and_compare(_star_star_mapping, torch.ones(2), fullgraph=True, expected_graphs=1)
+
+
+def _foreach_with_tensor_scalars(xs, ys, w, s):
+    out = torch._foreach_lerp_(xs, ys, w)
+    pows = torch._foreach_pow(s, ys)
+    return out is xs, xs, pows
+
+
+def test_foreach_ops_with_0d_tensor_arguments():
+    xs = [torch.ones(2) * 4.0, torch.ones(3) * 2.0]
+    ys = [torch.ones(2), torch.ones(3) * 3.0]
+    run_and_compare(
+        _foreach_with_tensor_scalars,
+        xs,
+        ys,
+        torch.tensor(0.25),
+        torch.tensor(1.5),
+        fullgraph=True,
+        expected_graphs=1,
+    )

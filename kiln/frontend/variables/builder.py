@@ -39,6 +39,7 @@ from kiln.frontend.variables import (
     ctx_managers,
     default_dtype,  # noqa: F401  (registers torch.set_default_dtype)
     enum_api,  # noqa: F401  (registers Enum's functional API)
+    foreach_calls,  # noqa: F401  (registers foreach ops one tensor at a time)
     functorch_vmap,
     logging_vars,
     numpy_scalars,

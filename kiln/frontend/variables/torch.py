@@ -154,6 +154,14 @@ class _Unpack:
         unimplemented(f"argument {v} of a tensor op")
 
 
+_META_FALLBACKS = []  # (tx, target, args, kwargs) -> a variable, or None
+
+
+def register_meta_fallback(fn):
+    """fn traces an op whose meta run raised another way (or returns None)."""
+    _META_FALLBACKS.append(fn)
+
+
 def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
     """Record `target(*args, **kwargs)` in the graph (kind call_function/call_method), run on meta."""
     what = what or (target if isinstance(target, str) else getattr(target, "__name__", str(target)))
@@ -199,6 +207,10 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
             else:  # Note [Autocast: meta examples]
                 result = autocast.run_under_autocast(run, meta_args, meta_kwargs, unpack.devices)
     except Exception as e:
+        for fallback in _META_FALLBACKS:  # Note [Torch: foreach ops one tensor at a time]
+            done = fallback(tx, target, args, kwargs)
+            if done is not None:
+                return done
         unimplemented(f"{what} on meta tensors raised {type(e).__name__}: {e}")
     if explicit_device is not None:
         device = explicit_device
