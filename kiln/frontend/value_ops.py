@@ -10,13 +10,14 @@ import operator
 import sys
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables.builtin import getitem
+from kiln.frontend.variables.builtin import _has_keys, _mapping_items, getitem
 from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
+from kiln.frontend.variables.dict_keys import guard_tensor_keys
 from kiln.frontend.variables.dicts import ConstDictVariable, dict_key
 from kiln.frontend.variables.finalizers import old_items
 from kiln.frontend.variables.lists import DequeVariable, ListVariable, TupleVariable, unpack_error
 from kiln.frontend.variables.operators import binary_op, compare_vars, contains, unary_op
-from kiln.frontend.variables.sets import SetVariable, _set_item
+from kiln.frontend.variables.sets import SetVariable, _set_item, guard_tensor_items
 from kiln.frontend.variables.sym import build_slice
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import _Unpack
@@ -169,6 +170,7 @@ class ValueOpsMixin:
         items = {}
         for k, v in zip(flat[::2], flat[1::2]):
             items[dict_key(k)] = v  # (an unhashable key raises TypeError, as in Python)
+        guard_tensor_keys(self, items)  # Note [Dicts: tensors as keys]
         self.push(ConstDictVariable(items))
 
     def BUILD_CONST_KEY_MAP(self, inst):  # 3.11, 3.12
@@ -188,6 +190,7 @@ class ValueOpsMixin:
         s = SetVariable(())
         for v in self.popn(inst.arg):
             s.values.add(_set_item(v))
+        guard_tensor_items(self, s.values)  # Note [Sets: tensors as items]
         self.push(s)
 
     # Note [Value ops: containers on the stack]
@@ -206,7 +209,9 @@ class ValueOpsMixin:
 
     def SET_ADD(self, inst):
         v = self.pop()
-        self._stack_container(inst, SetVariable).values.add(_set_item(v))
+        s = self._stack_container(inst, SetVariable)
+        s.values.add(_set_item(v))
+        guard_tensor_items(self, s.values)
 
     def SET_UPDATE(self, inst):
         v = self.pop()
@@ -227,13 +232,22 @@ class ValueOpsMixin:
     def MAP_ADD(self, inst):
         v = self.pop()
         key = dict_key(self.pop())
-        self._stack_container(inst, ConstDictVariable).items[key] = v
+        d = self._stack_container(inst, ConstDictVariable)
+        d.items[key] = v
+        guard_tensor_keys(self, d.items)
 
     def DICT_UPDATE(self, inst):
         v = self.pop()
-        if not isinstance(v, ConstDictVariable):
+        target = self._stack_container(inst, ConstDictVariable)
+        if isinstance(v, ConstDictVariable):
+            target.items.update(v.items)
+        elif _has_keys(v):  # a user mapping: v.keys(), then v[k] for each (as CPython merges)
+            items = _mapping_items(self, v)
+            if inst.opname == "DICT_MERGE" and any(k in target.items for k in items):
+                unimplemented("** of a mapping repeating a keyword (TypeError in Python)")
+            target.items.update(items)
+        else:
             unimplemented(f"dict update from {v}")
-        self._stack_container(inst, ConstDictVariable).items.update(v.items)
 
     DICT_MERGE = DICT_UPDATE
 

@@ -39,6 +39,7 @@ from kiln.frontend.variables import (
     ctx_managers,
     default_dtype,  # noqa: F401  (registers torch.set_default_dtype)
     enum_api,  # noqa: F401  (registers Enum's functional API)
+    foreach_calls,  # noqa: F401  (registers foreach ops one tensor at a time)
     functorch_vmap,
     logging_vars,
     numpy_scalars,
@@ -51,6 +52,7 @@ from kiln.frontend.variables import (
     stdlib,
     tensor_of_list,
     tensor_subclass,
+    tensor_type,  # noqa: F401  (registers Tensor.type)
     torch_queries,
     unbacked,
     unspec_float,
@@ -231,6 +233,9 @@ def wrap_constant_like(tx, value):
         return ConstantVariable(value)
     if callable(value):
         return OpaqueCallableVariable(value)
+    flags = torch_queries.backend_flags(value)  # Note [Torch: backend flags objects]
+    if flags is not None:
+        return flags
     unimplemented(f"value of type {type(value).__name__} from a library")
 
 
@@ -355,11 +360,17 @@ def _wrap_set(tx, value, source):
 
 def _const_keyed_defaultdict(value):
     """Whether a defaultdict is traced as a dict of constant keys: its keys are literals, and an
-    empty one has a Python function as factory (GradScaler's per-optimizer states); an empty
-    `defaultdict(dict)` may be keyed by tensors (Note [Optimizers: state keyed by parameters])."""
+    empty one has a Python function (GradScaler's per-optimizer states) or a builtin container or
+    number type as factory; an empty `defaultdict(dict)` is an optimizer's state, keyed by
+    parameters (Note [Optimizers: state keyed by parameters])."""
     if not all(is_literal(k) for k in value):
         return False
-    return bool(value) or isinstance(value.default_factory, types.FunctionType)
+    factory = value.default_factory
+    plain = any(factory is f for f in _PLAIN_FACTORIES)
+    return bool(value) or isinstance(factory, types.FunctionType) or plain
+
+
+_PLAIN_FACTORIES = (list, tuple, set, int, float, str)
 
 
 def _wrap(tx, value, source):

@@ -26,6 +26,7 @@ from kiln.frontend.variables import (
 )
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
+from kiln.frontend.variables.dict_keys import guard_tensor_keys
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, raise_observed
 from kiln.frontend.variables.functions import BaseFunctionVariable, PartialVariable
@@ -397,6 +398,7 @@ class BuiltinVariable(VariableTracker):
                         raise_observed(tx, ValueError, f"{message}; 2 is required")
                     items[dicts.dict_key(kv[0])] = kv[1]
         items.update(kwargs)
+        guard_tensor_keys(tx, items)  # Note [Dicts: tensors as keys]
         return ConstDictVariable(items)
 
     def _call_map(self, tx, fn, *seqs):
@@ -681,7 +683,8 @@ def getitem(tx, obj, index):
         item = optim.tensor_keyed_item(tx, obj, index)
         if item is not None:
             return item
-        unimplemented("indexing a Python container with a tensor")
+        if not isinstance(obj, ConstDictVariable):  # (a dict: Note [Dicts: tensors as keys])
+            unimplemented("indexing a Python container with a tensor")
     folded = typing_subscript(tx, obj, index)
     if folded is not None:
         return folded

@@ -27,7 +27,10 @@ import dataclasses
 import types
 import typing
 
+import torch
+
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.constant import ConstantVariable
 
 _C_CALLABLES = (
@@ -160,6 +163,14 @@ def object_key(var, const_key):
     value = getattr(var, "value", _NO_VALUE)
     if value is not _NO_VALUE and _pinned(value):
         return ObjectKey(var, value, by_value=not _plain_identity(type(value)))
+    if is_traced_tensor(var):  # Note [Dicts: tensors as keys]
+        if var.python_type() not in (torch.Tensor, torch.nn.Parameter):
+            unimplemented(f"dict key {var} (a tensor subclass: its own __hash__)")
+        if getattr(var, "may_be", None) is not None:
+            unimplemented(
+                "a dict key that may be another tensor (Note [Operators: tensor identity])"
+            )
+        return ObjectKey(var, var, by_value=False)
     if var.source is not None:
         unimplemented(f"dict key {var} (an object from outside the frame)")
     cls = getattr(var, "cls", None)
@@ -178,6 +189,32 @@ def object_key(var, const_key):
 
 
 _NO_VALUE = object()
+
+
+# Note [Dicts: tensors as keys]
+# A plain tensor hashes by identity and is compared with == only when the hashes are equal, that
+# is never for two objects: as a dict key it is its identity, which is its variable (Note
+# [Operators: tensor identity]); it is held by an ObjectKey on the variable. Tensors from outside
+# the frame used as keys together are guarded to stay distinct objects (an aliased call
+# recompiles), as for sets (Note [Sets: tensors as items]).
+def is_traced_tensor(var):
+    """Whether var is a tensor traced in the graph."""
+    return getattr(var, "proxy", None) is not None and isinstance(
+        getattr(var, "example", None), torch.Tensor
+    )
+
+
+def guard_tensor_keys(tx, keys):
+    """Tensors from outside the frame among these dict keys stay distinct objects."""
+    sourced = [
+        k.var
+        for k in keys
+        if isinstance(k, ObjectKey) and is_traced_tensor(k.var) and k.var.source is not None
+    ]
+    for i, a in enumerate(sourced):
+        for b in sourced[i + 1 :]:
+            if a is not b and a.source != b.source:
+                tx.output.guards.add(GuardKind.DISTINCT, a.source, b.source)
 
 
 def key_var(key):

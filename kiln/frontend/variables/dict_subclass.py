@@ -48,7 +48,8 @@ def storage_of(tx, obj):
     effects = tx.output.side_effects
     known = effects.tracked_container(tx, value, obj.source)
     if known is not None:
-        return known
+        # (a defaultdict the builder keeps opaque is tracked as that very object: no items)
+        return known if isinstance(known, ConstDictVariable) else None
     keys = list(dict.keys(value))
     if not all(is_literal(k) for k in keys) or list(value) != keys:
         return None

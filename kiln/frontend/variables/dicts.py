@@ -10,7 +10,13 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import dict_views, od_stale
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
-from kiln.frontend.variables.dict_keys import is_stand_in, key_var, object_key
+from kiln.frontend.variables.dict_keys import (
+    guard_tensor_keys,
+    is_stand_in,
+    is_traced_tensor,
+    key_var,
+    object_key,
+)
 from kiln.frontend.variables.dict_views import DictViewVariable
 from kiln.frontend.variables.exceptions import observe, raise_observed
 from kiln.frontend.variables.finalizers import check_drops
@@ -183,7 +189,11 @@ class ConstDictVariable(VariableTracker):
             if bound is None:
                 unimplemented(f"{self.user_cls.__name__}.{name} with these arguments")
             args, kwargs = bound, {}
-        return self._call_method(tx, name, args, kwargs)
+        result = self._call_method(tx, name, args, kwargs)
+        guard_tensor_keys(
+            tx, [*self.items, *(dict_key(a) for a in args[:1] if is_traced_tensor(a))]
+        )
+        return result
 
     def call_dict_method(self, tx, name, args, kwargs):
         """dict's own method `name` run on this dict's items, bypassing its class's override

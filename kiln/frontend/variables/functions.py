@@ -604,7 +604,9 @@ class PartialVariable(VariableTracker):
 
     def hasattr(self, tx, name):
         """A partial made while tracing has no instance attributes: its class decides."""
-        if name in ("func", "args", "keywords") or hasattr(functools.partial, name):
+        # the class's own attributes, not its metaclass's: `hasattr(partial, "__name__")` is
+        # True (a type has a name) while a partial instance has no `__name__`
+        if any(name in vars(k) for k in functools.partial.__mro__):
             return ConstantVariable(True)
         if self.source is not None:
             unimplemented(f"hasattr on a functools.partial from outside the frame ({name!r})")

@@ -351,8 +351,10 @@ class DequeVariable(ListVariable):
             self._mutate(tx, [self.items[0 if name == "popleft" else -1]], name)
             self.state += 1
             return self.items.pop(0 if name == "popleft" else -1)
-        if name == "clear" and not args:
-            self.state += bool(self.items)
+        if (name == "clear" and not args) or (name == "insert" and len(args) == 2):
+            if name == "insert" and self.maxlen is not None and len(self.items) >= self.maxlen:
+                raise_observed(tx, IndexError, "deque already at its maximum size")
+            self.state += name == "insert" or bool(self.items)
             return super().call_method(tx, name, args, kwargs)
         if name == "rotate" and len(args) <= 1:
             self._mutate(tx)

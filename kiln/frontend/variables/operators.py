@@ -279,6 +279,9 @@ def compare_vars(tx, fn, a, b):
     if fn in (operator.eq, operator.ne) and _plain_classes(a, b):
         same = a.as_python_constant() is b.as_python_constant()  # type.__eq__: identity
         return ConstantVariable(same == (fn is operator.eq))
+    if fn in (operator.eq, operator.ne) and _class_and_literal(a, b):
+        # type.__eq__ and the literal's own __eq__ both give NotImplemented: identity, distinct
+        return ConstantVariable(fn is operator.ne)
     if fn in (operator.eq, operator.ne) and not isinstance(a, TensorVariable):
         if not isinstance(b, TensorVariable) and not (_all_const([a, b])):
             same = _identical(a, b)
@@ -303,6 +306,29 @@ def _plain_classes(a, b):
     return True
 
 
+def _class_and_literal(a, b):
+    """A plain class (compared as `type` compares) and a literal that is no class (None, a
+    number, a string): `==` between them is False."""
+    for x, y in ((a, b), (b, a)):
+        if isinstance(y, ConstantVariable) and is_literal(y.value) and _plain_classes(x, x):
+            return True
+    return False
+
+
+# Note [Operators: tensor identity]
+# Two traced tensors are the same object when they are the same variable: inputs are one variable
+# per object, an in-place op returns its operand's variable. An op that returns its operand
+# unchanged in eager (`x.float()` of a float tensor, `.to()` of its own dtype, `.contiguous()` of
+# a contiguous one) is a graph node whose output may or may not be that object (autocast, the
+# backend): its variable remembers the operand (`may_be`), and `is` between the two is not
+# answered (a break: Python decides).
+def tensor_origin(var):
+    """The variable a traced tensor may be the very object of (itself when none)."""
+    while getattr(var, "may_be", None) is not None:
+        var = var.may_be
+    return var
+
+
 def _identical(a, b):
     """Whether two traced values are the same object (None when it cannot be known)."""
     if a is b:
@@ -324,7 +350,7 @@ def _identical(a, b):
             return None
         return va is vb
     if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
-        return False
+        return None if tensor_origin(a) is tensor_origin(b) else False
     if isinstance(a, NewObjectVariable) and isinstance(b, NewObjectVariable):
         return False  # two objects made while tracing (one variable per object)
     if (
@@ -395,7 +421,9 @@ def contains(tx, container, item):
         return ConstantVariable(item.as_python_constant() in container.value)
     if isinstance(container, (UserDefinedObjectVariable, NewObjectVariable)):
         return container.call_method(tx, "__contains__", [item], {})
-    if isinstance(container, SetVariable) and item.is_python_constant():
+    if isinstance(container, SetVariable) and (
+        item.is_python_constant() or isinstance(item, TensorVariable)
+    ):
         return container.call_method(tx, "__contains__", [item], {})  # (hash, then ==)
     if getattr(container, "steps_lazily", False) and not isinstance(item, SymNodeVariable):
         items = _in_turn(tx, container)  # a generator: stepped only until the item is found

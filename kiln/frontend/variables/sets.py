@@ -1,10 +1,24 @@
-"""Sets: set and frozenset of Python constants made while tracing, and set inputs."""
+"""Sets: set and frozenset of Python constants made while tracing, and set inputs.
+
+Note [Sets: tensors as items]
+A plain tensor hashes by identity (Tensor.__hash__ is id()), and two tensors are only compared
+with == when their hashes are equal, that is never for two objects: a set of tensors is a set of
+identities. Traced tensors are the same object when they are the same variable (Note [Operators:
+tensor identity]), so a traced tensor is held in the set by a stand-in, TensorKey, that hashes
+and compares by its variable. Two tensors from outside the frame that are distinct objects now
+are guarded to stay distinct (GuardKind.DISTINCT: an aliased call recompiles). A tensor whose
+identity with another is not known (the result of `x.float()`), or a tensor subclass (its own
+__hash__/__eq__), is not modelled: a break.
+"""
 
 import sys
 import types
 
+import torch
+
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.exceptions import ObservedException, observe, raise_observed
@@ -28,9 +42,15 @@ class SetVariable(VariableTracker):
         return frozenset if self.frozen else set
 
     def is_python_constant(self):
-        return True
+        return not any(isinstance(v, TensorKey) for v in self.values)
 
     def as_python_constant(self):
+        if not self.is_python_constant():
+            unimplemented("a set of tensors used as a Python constant")
+        return self._items_now()
+
+    def _items_now(self):
+        """The items as a real set (stand-ins for tensors), in Python's order."""
         if self.real is not None:
             return self.real  # (its own order; the folds that read it do not change it)
         return frozenset(self.values) if self.frozen else set(self.values)
@@ -48,6 +68,7 @@ class SetVariable(VariableTracker):
     def add(self, tx, var):
         self._mutate(tx)
         self.values.add(_set_item(var))
+        guard_tensor_items(tx, self.values)
 
     def _mutate(self, tx):
         if self.frozen:
@@ -58,6 +79,14 @@ class SetVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         if kwargs:
             unimplemented(f"set.{name} with keyword arguments")
+        keys = [_set_item(a, key=True) for a in args if _tensor_key(a) is not None]
+        others = [a.values for a in args if isinstance(a, SetVariable)]
+        guard_tensor_items(tx, self.values, keys, *others)
+        result = self._call_method(tx, name, args, kwargs)
+        guard_tensor_items(tx, self.values)
+        return result
+
+    def _call_method(self, tx, name, args, kwargs):
         if name in _SET_MUTATORS:
             if name == "pop" and self.initial is not None:
                 unimplemented("pop() of a set input (which item depends on the set's history)")
@@ -97,6 +126,8 @@ class SetVariable(VariableTracker):
         elif name in ("remove", "discard") and len(args) == 1:
             item = _set_item(args[0], key=True)
             if name == "remove" and item not in self.values:
+                if isinstance(item, TensorKey):
+                    unimplemented("set.remove of a tensor not in the set (KeyError of it)")
                 raise_observed(tx, KeyError, item)
             self.values.discard(item)
         elif name == "clear" and not args:
@@ -131,7 +162,7 @@ class SetVariable(VariableTracker):
         if name in _SET_PURE:
             values = [_set_values(tx, a) for a in args]
             try:
-                result = getattr(self.as_python_constant(), name)(*values)
+                result = getattr(self._items_now(), name)(*values)
             except Exception as e:
                 if type(e) is TypeError:  # its arity: Python's own error
                     observe(e)
@@ -163,6 +194,8 @@ class SetVariable(VariableTracker):
         for v in values:
             if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
                 cg.load_object(v)  # (an input's items: Note [Sets: inputs])
+            elif isinstance(v, TensorKey):
+                cg.reconstruct(v.var)
             else:
                 _wrap_const(v).reconstruct(cg)
         cg.extend(build(len(values)))
@@ -204,7 +237,54 @@ _SET_PURE = {
 
 
 def _wrap_const(value):
+    if isinstance(value, TensorKey):
+        return value.var
     return wrap_frozen(value, "set item")
+
+
+class TensorKey:
+    """A traced tensor as a set item (Note [Sets: tensors as items])."""
+
+    __slots__ = ("var",)
+
+    def __init__(self, var):
+        self.var = var
+
+    def __hash__(self):
+        return id(self.var)
+
+    def __eq__(self, other):
+        return isinstance(other, TensorKey) and other.var is self.var
+
+    def __repr__(self):
+        return f"TensorKey({self.var!r})"
+
+
+def _tensor_key(var):
+    """The stand-in of a traced plain tensor, or None when var is no traced tensor."""
+    if getattr(var, "proxy", None) is None or not isinstance(
+        getattr(var, "example", None), torch.Tensor
+    ):
+        return None
+    if var.python_type() not in (torch.Tensor, torch.nn.Parameter):
+        unimplemented(f"a {var.python_type().__name__} as a set item (its own __hash__)")
+    if getattr(var, "may_be", None) is not None:
+        unimplemented("a set item that may be another tensor (Note [Operators: tensor identity])")
+    return TensorKey(var)
+
+
+def guard_tensor_items(tx, *groups):
+    """Tensors from outside the frame held or looked up together stay distinct objects."""
+    sourced = {}
+    for values in groups:
+        for v in values:
+            if isinstance(v, TensorKey) and v.var.source is not None:
+                sourced[id(v.var)] = v.var
+    tensors = list(sourced.values())
+    for i, a in enumerate(tensors):
+        for b in tensors[i + 1 :]:
+            if a.source != b.source:
+                tx.output.guards.add(GuardKind.DISTINCT, a.source, b.source)
 
 
 def _set_item(var, key=False):
@@ -212,6 +292,9 @@ def _set_item(var, key=False):
     as the frozenset Python makes of it; an unhashable one raises Python's TypeError."""
     if key and hasattr(var, "key_value"):  # a set subclass instance looked up
         return var.key_value()
+    tensor = _tensor_key(var)
+    if tensor is not None:
+        return tensor
     if not var.is_python_constant():
         unimplemented(f"set item {var} is not a constant")
     value = var.as_python_constant()
@@ -291,7 +374,9 @@ def _set_values(tx, var):
         return var.base_set.values
     if isinstance(var, ConstantVariable) and not _iterable(var.value):
         raise_observed(tx, TypeError, f"'{type(var.value).__name__}' object is not iterable")
-    return {_set_item(v) for v in var.unpack_var_sequence(tx)}
+    values = {_set_item(v) for v in var.unpack_var_sequence(tx)}
+    guard_tensor_items(tx, values)
+    return values
 
 
 def _iterable(value):

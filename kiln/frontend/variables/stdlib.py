@@ -318,6 +318,24 @@ def _fromkeys(tx, iterable, value=None):
     return ConstDictVariable({hashable_key(_const(k, "dict key")): value for k in keys})
 
 
+def _fromkeys_keywords(tx, args, kwargs):
+    """OrderedDict.fromkeys's keyword arguments bound as positional ones, or its TypeError."""
+    names = ("iterable", "value")
+    if len(args) + len(kwargs) > 2:
+        n = len(args) + len(kwargs)
+        raise_observed(tx, TypeError, f"fromkeys() takes at most 2 arguments ({n} given)")
+    for name in kwargs:
+        if name not in names:
+            raise_observed(tx, TypeError, f"'{name}' is an invalid keyword argument for fromkeys()")
+    bound = list(args)
+    for i, name in enumerate(names):
+        if name in kwargs:
+            if i != len(bound):  # given twice, or value without iterable: TypeErrors
+                unimplemented("OrderedDict.fromkeys with these arguments")
+            bound.append(kwargs[name])
+    return bound, {}
+
+
 class FromKeysVariable(VariableTracker):
     """`dict.fromkeys` looked up on dict (a classmethod)."""
 
@@ -331,6 +349,8 @@ class FromKeysVariable(VariableTracker):
         return super().var_getattr(tx, name)
 
     def call_function(self, tx, args, kwargs):
+        if kwargs and self.cls is collections.OrderedDict:  # (iterable, value=None): keywords too
+            args, kwargs = _fromkeys_keywords(tx, args, kwargs)
         check_fromkeys_count(tx, args, kwargs)
         if not kwargs:
             check_iterable(tx, args[0])

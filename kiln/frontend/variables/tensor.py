@@ -274,8 +274,8 @@ class TensorVariable(VariableTracker):
                 return self  # (already requires grad: nothing changes)
         if name in ("requires_grad_", "retain_grad", "share_memory_", "pin_memory"):
             unimplemented(f"Tensor.{name}() changes tensor state")
-        if name in ("type", "type_as") and not args:
-            unimplemented("Tensor.type() returns a string")
+        if name == "type_as" and not args:
+            unimplemented("Tensor.type_as() without an argument")
         return call_tensor_op(tx, "call_method", name, [self, *args], kwargs)
 
     def unpack_var_sequence(self, tx):

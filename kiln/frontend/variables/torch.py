@@ -155,6 +155,14 @@ class _Unpack:
         unimplemented(f"argument {v} of a tensor op")
 
 
+_META_FALLBACKS = []  # (tx, target, args, kwargs) -> a variable, or None
+
+
+def register_meta_fallback(fn):
+    """fn traces an op whose meta run raised another way (or returns None)."""
+    _META_FALLBACKS.append(fn)
+
+
 def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
     """Record `target(*args, **kwargs)` in the graph (kind call_function/call_method), run on meta."""
     what = what or (target if isinstance(target, str) else getattr(target, "__name__", str(target)))
@@ -204,6 +212,10 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
             else:  # Note [Autocast: meta examples]
                 result = autocast.run_under_autocast(run, meta_args, meta_kwargs, unpack.devices)
     except Exception as e:
+        for fallback in _META_FALLBACKS:  # Note [Torch: foreach ops one tensor at a time]
+            done = fallback(tx, target, args, kwargs)
+            if done is not None:
+                return done
         unimplemented(f"{what} on meta tensors raised {type(e).__name__}: {e}")
     if explicit_device is not None:
         device = explicit_device
@@ -219,15 +231,19 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         if name in _METADATA_RESULTS and is_literal(result):
             return ConstantVariable(result)
         unimplemented(f"{what} returned a non-tensor value ({type(result).__name__})")
-    mutated = None
-    if _mutates(target, kwargs):
-        mutated = _mutated_input(result, args, meta_args, kwargs, meta_kwargs)
+    # Note [Tensors: in-place results]; an op that gave back its meta argument otherwise (`.to()`
+    # of its own dtype, `.contiguous()`) may return its input itself: remembered for `is`
+    given_back = _mutated_input(result, args, meta_args, kwargs, meta_kwargs)
+    mutated = given_back if _mutates(target, kwargs) else None
     if tx.output.fake_inputs or unpack.symbolic:
         result = _as_fakes(result, device)
     node = tx.output.create_node(kind, target, node_args, node_kwargs)
     if mutated is not None:
         return mutated  # Note [Tensors: in-place results]
-    return wrap_tensor_result(tx, node, result, device)
+    var = wrap_tensor_result(tx, node, result, device)
+    if given_back is not None:
+        var.may_be = given_back  # (identity with it unknown: Note [Operators: tensor identity])
+    return var
 
 
 _INPLACE_NAMES = ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow")

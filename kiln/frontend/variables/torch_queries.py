@@ -44,8 +44,19 @@ def _table():
         ("torch._C", "_dispatch_keys"): (_TENSOR, None),
         ("torch.cuda", "is_available"): (_PROCESS, None),
         ("torch.backends.mps", "is_available"): (_PROCESS, None),
+        ("torch.distributed", "is_available"): (_PROCESS, None),
+        ("torch.distributed.distributed_c10d", "is_initialized"): (_STATE, None),
+        ("torch.autograd", "_is_checkpoint_valid"): (_STATE, None),
+        ("torch._C", "_are_functorch_transforms_active"): (_STATE, None),
+        ("torch._C", "_get_privateuse1_backend_name"): (_STATE, None),
+        ("torch._C", "_get_cublas_allow_tf32"): (_STATE, None),
+        ("torch._C", "_get_cublas_allow_fp16_accumulation"): (_STATE, None),
     }
     return rows
+
+
+# pure functions of dtypes: folded when every argument is a constant
+_PURE = (torch.promote_types, torch.can_cast)
 
 
 QUERIES = _table()
@@ -108,8 +119,17 @@ def fold(tx, fn, args, kwargs):
         return _torch_check(tx, args[0])
     if fn is torch._C._dispatch_keys and len(args) == 1 and not kwargs:
         return _dispatch_keys(tx, args[0])
+    if fn in _PURE and all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+        cargs = [a.as_python_constant() for a in args]
+        ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+        try:
+            return ConstantVariable(fn(*cargs, **ckwargs))
+        except Exception:
+            return None  # (the call runs where it raises)
     if args or kwargs or not is_query(fn):
         return None
+    if fn is torch._C._are_functorch_transforms_active and tx.output.__dict__.get("vmap_levels"):
+        unimplemented("_are_functorch_transforms_active inside a traced torch.vmap")
     kind, value = QUERIES[_key(fn)]
     if kind == _TENSOR:
         return None
@@ -245,3 +265,40 @@ def _torch_check(tx, cond):
     if not holds:
         unimplemented("torch._check of a false condition (raises in Python)")
     return ConstantVariable(None)
+
+
+# Note [Torch: backend flags objects]
+# `torch.backends.cuda.matmul` is an object whose class answers attribute reads with a call into
+# torch._C (`allow_tf32` is `torch._C._get_cublas_allow_tf32()`): a flag a user may flip between
+# calls. A read of one of those flags folds to the value now, with the STATE_QUERY guard of that
+# getter (Note [Torch: folded queries]); any other attribute is a break.
+_CUBLAS_FLAGS = {
+    "allow_tf32": torch._C._get_cublas_allow_tf32,
+    "allow_fp16_accumulation": getattr(torch._C, "_get_cublas_allow_fp16_accumulation", None),
+}
+
+
+def _cublas_type():
+    cuda = getattr(getattr(torch, "backends", None), "cuda", None)
+    return getattr(cuda, "cuBLASModule", None)
+
+
+class BackendFlagsVariable(ConstantObjectVariable):
+    """`torch.backends.cuda.matmul` (Note [Torch: backend flags objects])."""
+
+    def var_getattr(self, tx, name):
+        getter = _CUBLAS_FLAGS.get(name)
+        if getter is None:
+            unimplemented(f"torch.backends.cuda.matmul.{name}")
+        value = getter()
+        tx.output.guards.add(GuardKind.STATE_QUERY, None, (getter, value))
+        return ConstantVariable(value)
+
+    def call_method(self, tx, name, args, kwargs):
+        unimplemented(f"torch.backends.cuda.matmul.{name}()")
+
+
+def backend_flags(value):
+    """The variable of a torch backend flags object, or None."""
+    cls = _cublas_type()
+    return BackendFlagsVariable(value) if cls is not None and type(value) is cls else None

@@ -104,6 +104,13 @@ class SymFloatVariable(VariableTracker):
     def truthy(self, tx):
         return bool(self.as_python_constant())
 
+    def call_method(self, tx, name, args, kwargs):
+        """float's own methods (`is_integer()`, `hex()`, `as_integer_ratio()`): on the value, a
+        specialisation like any Python use the graph does not model."""
+        if callable(getattr(float, name, None)) and not self.drawn():
+            return ConstantVariable(self.as_python_constant()).call_method(tx, name, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
+
     def reconstruct(self, cg):
         """An input from its source; a computed float by the same Python operations again."""
         if self.source is not None:
