@@ -261,3 +261,32 @@ def test_stack_value_deleted_in_a_resume_function_that_runs_eagerly_is_freed():
         "    torch.testing.assert_close(got[0], expected[0])\n"
     )
     run_fresh(code)
+
+
+def cycle_dropped_before_a_break(x):
+    o = Obj()
+    w = weakref.ref(o)
+    kiln.graph_break()
+    o.me = [o]  # a store the transformed code replays at the next break: a reference cycle
+    y = x + 1
+    del o
+    collect()  # (a break: the cycle is collected there in eager)
+    return y, w() is None
+
+
+def test_object_stored_to_at_a_break_is_not_held_by_kiln_temps():
+    # Note [Resume: temps released before the break]: the object the replayed store writes to is
+    # rebuilt into a temp of the transformed code, which must not hold it through the collection.
+    code = (
+        "import torch, kiln\n"
+        "from tests.frontend.test_resume_lifetime import cycle_dropped_before_a_break as f\n"
+        "x = torch.randn(2)\n"
+        "expected = f(x)\n"
+        "assert expected[1] is True\n"
+        "compiled = kiln.compile(f, backend='eager')\n"
+        "for _ in range(2):\n"
+        "    got = compiled(x)\n"
+        "    assert got[1] is True, got\n"
+        "    torch.testing.assert_close(got[0], expected[0])\n"
+    )
+    run_fresh(code)
