@@ -154,7 +154,7 @@ class _Namer:
 # as long as the interpreter: those stay plain, readable `x is ___float32`.
 
 
-def _held_weakly(value):
+def held_weakly(value):
     """Whether an identity guard holds `value` by a weak reference (Note [Guards: identity ...])."""
     if isinstance(value, type):
         return bool(value.__flags__ & _HEAPTYPE) and not _long_lived(value)
@@ -204,13 +204,13 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
     v = guard.value
     k = guard.kind
     if k == GuardKind.ID_MATCH:
-        if _held_weakly(v):  # (v is never None: None is not weakly referenced)
+        if held_weakly(v):  # (v is never None: None is not weakly referenced)
             return [
                 f"{s} is {namer(weakref.ref(v), _readable_hint(v), ('weak', id(v)))}() is not None"
             ]
         return [f"{s} is {namer(v, _readable_hint(v))}"]
     if k == GuardKind.TYPE_MATCH:
-        if _held_weakly(v):
+        if held_weakly(v):
             return [
                 f"___type({s}) is {namer(weakref.ref(v), _readable_hint(v), ('weak', id(v)))}()"
             ]

@@ -27,6 +27,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import GetItemSource, LocalSource, advance_iter
+from kiln.frontend.variables.constant import is_literal
 from kiln.frontend.variables.dict_keys import is_stand_in, key_var
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.finalizers import check_drop_value, check_drops, check_local_drop
@@ -540,10 +541,19 @@ def _dict_stores(cg, var):
     code = []
     for k in initial:
         if k not in var.items:
-            code += emit.load_fast(d) + emit.load_const(k) + emit.delete_subscr()
+            code += emit.load_fast(d) + _load_key(cg, k) + emit.delete_subscr()
     for k, v in values.items():
-        code += emit.load_fast(v) + emit.load_fast(d) + emit.load_const(k) + emit.store_subscr()
+        code += emit.load_fast(v) + emit.load_fast(d) + _load_key(cg, k) + emit.store_subscr()
     return code
+
+
+def _load_key(cg, k):
+    """Load a constant key: a literal as itself, another object (a class) as the bytecode writer
+    loads it (not a constant of the code, which would keep it alive: Note [Bytecode: classes
+    loaded weakly])."""
+    if is_literal(k):
+        return emit.load_const(k)
+    return emit.load_fast(_to_temp(cg, lambda: cg.reconstruct(key_var(k))))
 
 
 def _calls(obj, calls):

@@ -3,6 +3,7 @@
 The first call traces: objects the trace saw live on in reference cycles until a collection.
 """
 
+import collections
 import gc
 import os
 import pathlib
@@ -290,3 +291,27 @@ def test_object_stored_to_at_a_break_is_not_held_by_kiln_temps():
         "    torch.testing.assert_close(got[0], expected[0])\n"
     )
     run_fresh(code)
+
+
+def class_keyed_after_break(x):
+    class Key:
+        table = collections.OrderedDict()  # (a call in the body: the class statement breaks)
+
+    Key.table[Key] = x.sum()  # a store replayed by the resume function's transformed code
+    y = x + 1
+    return y, weakref.ref(Key)
+
+
+def test_class_made_per_call_used_as_a_dict_key_dies_after_the_call():
+    # Note [Bytecode: classes loaded weakly]: the replayed `table[Key] = ...` loads Key weakly, so
+    # neither the code nor its module's globals keep the class of each call alive
+    compiled = kiln.compile(class_keyed_after_break, backend="eager")
+    x = torch.randn(3)
+    refs = []
+    for _ in range(3):
+        y, ref = compiled(x)
+        torch.testing.assert_close(y, x + 1)
+        refs.append(ref)
+        del y, ref
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]

@@ -532,6 +532,7 @@ class ListIteratorVariable(VariableTracker):
         when the dict changes size while it is iterated."""
         it = cls(items)
         it.dict_kind = kind  # (Note [Dicts: iterators at a break])
+        it.keys_at_start = list(d.items)  # (Note [Dicts: iterators of dicts made in the frame])
         if issubclass(getattr(d, "user_cls", dict), collections.OrderedDict):
             # an OrderedDict's iterator raises once, then ends (a dict's and a set's go on raising)
             it.watched = (d, len(d.items), "OrderedDict mutated during iteration")
@@ -553,7 +554,15 @@ class ListIteratorVariable(VariableTracker):
     kind = None  # the itertools class the iterator stands for (Note [Iterators: itertools kinds])
 
     def python_type(self):
-        return self.kind or type(iter([]))
+        if self.kind is not None:
+            return self.kind
+        kind = getattr(self, "dict_kind", None)
+        if kind is not None:  # a dict's (an OrderedDict's) own iterator type
+            ordered = issubclass(
+                getattr(self.watched[0], "user_cls", dict), collections.OrderedDict
+            )
+            return type(iter(getattr(collections.OrderedDict() if ordered else {}, kind)()))
+        return type(iter([]))
 
     def next_item(self, tx=None):
         """The next item, or None when exhausted."""

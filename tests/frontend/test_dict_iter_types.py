@@ -1,0 +1,51 @@
+"""Iterators of dicts made in the frame, live at a graph break, are Python's own type there
+(Note [Dicts: iterators of dicts made in the frame])."""
+
+import collections
+import sys
+
+import torch
+
+import kiln
+from tests.frontend.frontend_helpers import run_and_compare
+
+
+def _seen_at_break(it):
+    """What Python code at the break sees of the iterator: its type, size and the rest."""
+    return type(it).__name__, sys.getsizeof(it)
+
+
+def ordered_iter_at_break(x):
+    od = collections.OrderedDict()
+    od.update([("a", 1), ("b", 2), ("c", 3)])
+    it = iter(od.items())
+    first = next(it)
+    kiln.graph_break()
+    seen = _seen_at_break(it)
+    od["b"] = 20  # a value stored after: the real iterator sees it
+    return x + first[1], seen, type(it).__name__, list(it)
+
+
+def test_ordered_dict_iterator_is_an_odict_iterator_after_a_break():
+    run_and_compare(ordered_iter_at_break, torch.randn(3))
+
+
+def dict_keys_iter_at_break(x):
+    d = {"p": 1, "q": 2}
+    it = iter(d)
+    kiln.graph_break()
+    return x * 2, type(it).__name__, sys.getsizeof(it), list(it)
+
+
+def test_dict_iterator_is_a_dict_keyiterator_after_a_break():
+    run_and_compare(dict_keys_iter_at_break, torch.randn(3))
+
+
+def type_traced_before_the_break(x):
+    od = collections.OrderedDict(a=1)
+    d = {"k": 2}
+    return x + 1, type(iter(od)).__name__, type(iter(d.values())).__name__
+
+
+def test_dict_iterator_type_in_the_trace():
+    run_and_compare(type_traced_before_the_break, torch.randn(3))
