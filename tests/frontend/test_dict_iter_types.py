@@ -49,3 +49,21 @@ def type_traced_before_the_break(x):
 
 def test_dict_iterator_type_in_the_trace():
     run_and_compare(type_traced_before_the_break, torch.randn(3))
+
+
+class _Ordered(collections.OrderedDict):
+    pass
+
+
+def subclass_iters_at_break(x):
+    od = _Ordered()
+    od.update([(i, i * 2) for i in range(3)])
+    keys, items = iter(od), iter(od.items())
+    next(items)
+    kiln.graph_break()
+    seen = _seen_at_break(keys), _seen_at_break(items)
+    return x - 1, seen, list(keys), list(items)
+
+
+def test_ordered_dict_subclass_iterators_after_a_break():
+    run_and_compare(subclass_iters_at_break, torch.randn(3))

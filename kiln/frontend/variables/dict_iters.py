@@ -62,16 +62,21 @@ def rebuild(cg, it):
     first; its iterator is rebuilt over it when its keys are those the iterator started with."""
     d = it.watched[0]
     kind = getattr(it, "dict_kind", None)
-    if kind is None or type(d) is not ConstDictVariable or d.user_cls not in _REBUILT:
+    if kind is None or d.user_cls not in _REBUILT:
         return False
-    if d.source is None:
-        if getattr(it, "keys_at_start", None) != list(d.items):
+    # the object that holds the items: a dict-subclass object's own (its storage's, its live
+    # items'), else the dict
+    owner = getattr(d, "storage_of", None) or getattr(d, "obj", None) or d
+    if owner is not d or d.source is None:
+        if owner.source is not None or getattr(it, "keys_at_start", None) != list(d.items):
             return False
-    elif d.user_cls not in _PLAIN or list(getattr(d, "initial_keys", None) or ()) != list(d.items):
+    elif type(d) is not ConstDictVariable or list(getattr(d, "initial_keys", None) or ()) != list(
+        d.items
+    ):
         return False
     cg.load_object(dict_iter_at, push_null=True)
-    if d.source is None:
-        cg.reconstruct(d)
+    if owner.source is None:
+        cg.reconstruct(owner)
     else:
         d.source.reconstruct(cg)
     cg.extend(emit.load_const(kind) + emit.load_const(it.index))

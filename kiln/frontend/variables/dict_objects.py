@@ -174,6 +174,7 @@ def _storage_var(obj):
     view = getattr(obj, "_storage", None)
     if view is None:
         view = obj._storage = ConstDictVariable({})
+        view.storage_of = obj  # (its iterators are the object's: dict_iters.rebuild)
         view._mutate = lambda tx, *_: None  # (the side effect is recorded on the object)
     view.items = obj.dict_items  # (shared, not copied: stores elsewhere change it in place)
     return view
