@@ -300,6 +300,10 @@ class DequeVariable(ListVariable):
     def is_python_constant(self):
         return False  # mutable: never folded into a constant
 
+    def as_python_constant(self):
+        # (a deque, not a list: str() of one shows `deque([...])`)
+        return collections.deque((i.as_python_constant() for i in self.items), self.maxlen)
+
     def var_getattr(self, tx, name):
         if name == "maxlen":
             return ConstantVariable(self.maxlen)
