@@ -23,6 +23,7 @@ import io
 import os
 import re
 import types
+import sys
 import weakref
 
 import torch
@@ -748,12 +749,18 @@ def make_wrapper(cache):
                 if entries[0] is not entry:  # Note [Cache: most recent entry first]
                     _to_front(entries, entry)
                 return fn(*args, **kwargs)
+        outer = logs.stderr_at_call is None  # Note [Logs: the stream a warning goes to]
+        if outer:
+            logs.stderr_at_call = sys.stderr
         try:
             return miss(args, kwargs)
         except Unsupported as e:
             if getattr(e, "kiln_trim", False):  # Note [Errors: what a fullgraph error shows]
                 raise e.with_traceback(None) from None
             raise
+        finally:
+            if outer:
+                logs.stderr_at_call = None
 
     functools.update_wrapper(kiln_wrapper, cache.fn)
     kiln_wrapper._kiln_cache = cache
