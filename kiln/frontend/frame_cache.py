@@ -22,8 +22,8 @@ import inspect
 import io
 import os
 import re
-import types
 import sys
+import types
 import weakref
 
 import torch
