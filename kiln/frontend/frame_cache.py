@@ -15,6 +15,7 @@ the call, so the order changes only speed. `entry_info` keeps the compile order 
 log, explain, automatic dynamic's "last compile").
 """
 
+import builtins
 import dataclasses
 import dis
 import functools
@@ -325,6 +326,10 @@ class FrameCache:
 
     def miss(self, args, kwargs):
         """No guard passed: compile a new entry (or run eagerly), then run it."""
+        replaced = _replaced_builtin()
+        if replaced is not None:  # Note [Frames: builtins the program replaced]
+            logs.counters["graph_break"][f"builtins.{replaced} replaced by the program"] += 1
+            return self.run_eager(args, kwargs)
         try:
             return self._miss(args, kwargs)
         finally:
@@ -661,6 +666,33 @@ class ClosureFrameCache(FrameCache):
 
     def run_eager(self, args, kwargs):
         return super().run_eager(_rest(args), kwargs)
+
+
+# Note [Frames: builtins the program replaced]
+# A program may replace a builtin for a while (`builtins.len = lru_cache(4)(len)`, CPython's
+# test_lru_reentrancy_with_len). kiln's own Python code, and the libraries it calls while
+# compiling (bytecode, torch.fx), look those names up in builtins too: compiling then would run
+# the program's replacement on kiln's values (an lru_cache'd len of a list raises TypeError,
+# before the program's `finally` puts len back). So while one of the builtins kiln relies on is
+# not the interpreter's own, a frame that misses its cache runs in Python, uncompiled; the
+# entries compiled before still run.
+_KILN_BUILTINS = {
+    name: getattr(builtins, name)
+    for name in (
+        *("len", "isinstance", "issubclass", "type", "iter", "next", "hash", "id", "repr"),
+        *("getattr", "setattr", "hasattr", "list", "tuple", "dict", "set", "range", "str"),
+        *("int", "enumerate", "zip", "sorted", "any", "all", "min", "max", "object", "super"),
+    )
+}
+
+
+def _replaced_builtin():
+    """The name of a builtin kiln relies on that the program replaced, or None."""
+    current = builtins.__dict__
+    for name, value in _KILN_BUILTINS.items():
+        if current.get(name) is not value:
+            return name
+    return None
 
 
 def _call(fn, args, kwargs):
