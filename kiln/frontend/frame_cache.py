@@ -19,6 +19,7 @@ import builtins
 import dataclasses
 import dis
 import functools
+import gc
 import inspect
 import io
 import os
@@ -79,6 +80,32 @@ class CacheEntry:
     @property
     def guard_source(self):
         return self.guard.source
+
+
+# Note [Cache: entries of objects that died]
+# An identity guard holds its object weakly (Note [Guards: identity without ownership]): once the
+# object is gone the entry can never pass again, yet it would stay in the cache, counted against
+# config.cache_size_limit, so a function called with a new class each call (a class made per
+# call, a module made per model) ran eagerly for good after a few calls. Each such object gets a
+# weak reference whose callback drops the entry from its cache (as torch.compile invalidates
+# entries); the references live on the entry, so a dropped entry watches nothing. A class dies
+# in a collection (it is in reference cycles of its own): a cache at its limit collects once
+# before it gives up.
+def _drop_when_pinned_objects_die(cache, entry):
+    cache_ref, entry_ref = weakref.ref(cache), weakref.ref(entry)
+
+    def died(_):
+        c, e = cache_ref(), entry_ref()
+        if c is not None and e is not None and e in c.entry_info:
+            c._drop(e)
+            logs.counters["frames"]["entries_dropped_dead_objects"] += 1
+
+    watched = []
+    for ref in getattr(entry.guard, "weak_values", ()):
+        obj = ref()
+        if obj is not None:
+            watched.append(weakref.ref(obj, died))
+    entry.watching = watched
 
 
 class BreakRecord:
@@ -352,6 +379,8 @@ class FrameCache:
             stance.fail_on_recompile(self.fn, [e.guard for e in self.entry_info], args, kwargs)
         name = self.fn.__qualname__
         if self.entries:
+            if len(self.entries) >= config.cache_size_limit and self._dead_pins_possible():
+                gc.collect()  # Note [Cache: entries of objects that died]: drops theirs
             if len(self.entries) >= config.cache_size_limit:
                 if not self._limit_warned:
                     self._limit_warned = True
@@ -421,6 +450,7 @@ class FrameCache:
         logs.counters["frames"]["ok"] += 1
         self.entries.insert(0, (entry.guard, entry.code if self.dynamic_closure else entry.fn))
         self.entry_info.append(entry)
+        _drop_when_pinned_objects_die(self, entry)
         for r in _recorders:
             r.on_entry(entry)
         state = faults.GlobalState()
@@ -446,6 +476,10 @@ class FrameCache:
         fallback.warn(fn, e, when)
         self.skip = True
         return self.run_eager(args, kwargs)
+
+    def _dead_pins_possible(self):
+        """Whether an entry holds an object weakly (a collection may drop the entry)."""
+        return any(getattr(e, "watching", None) for e in self.entry_info)
 
     def _drop(self, entry):
         """Forget a compiled entry whose first run failed inside kiln."""

@@ -496,6 +496,8 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
     guard.source = source
     guard.parts = parts
     guard.closure_values = closure_values
+    # the objects its identity guards hold weakly (Note [Cache: entries of objects that died])
+    guard.weak_values = [v for v in namer.values.values() if type(v) is weakref.ref]
     guard.fn = fn
     guard.dynamic_closure = dynamic_closure
     if logs.enabled("guards"):
