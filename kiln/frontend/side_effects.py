@@ -465,12 +465,30 @@ def pin_state_reads(cg, values):
     name, not a cell) cannot change under the instruction and is read where it is needed.
     """
     for var in values:
-        if var is None or not _reads_state(var):
+        if var is None:
+            continue
+        if _made_here(var):  # Note [Graph breaks: objects made in the frame exist at the break]
+            cg.pin(var)
+            continue
+        if not _reads_state(var):
             continue
         source = var.source
         if isinstance(source, LocalSource) and not source.is_cell:
             continue
         cg.pin(var)
+
+
+# Note [Graph breaks: objects made in the frame exist at the break]
+# An object of a user class made in the frame and live at the break (on the stack, in a local)
+# existed when eager ran the instruction. Rebuilt only after it (for the resume function), it
+# would not exist yet while the instruction runs: the instruction would see the interpreter as
+# it was before the object was made (CPython's shared instance-dict keys of its class, which
+# size a dict made after it; a registry of live instances). So such objects, and their
+# `obj.__dict__`, are rebuilt before the instruction, in stack-then-locals order.
+def _made_here(var):
+    """An object of a user class made in the frame (or its __dict__), rebuilt by the replay."""
+    obj = getattr(var, "obj", None) if type(var).__name__ == "AttrDictVariable" else var
+    return isinstance(obj, NewObjectVariable) and obj.source is None
 
 
 def _reads_state(var, seen=None):

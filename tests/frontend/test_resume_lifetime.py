@@ -315,3 +315,25 @@ def test_class_made_per_call_used_as_a_dict_key_dies_after_the_call():
         del y, ref
     gc.collect()
     assert [r() for r in refs] == [None, None, None]
+
+
+class Tracked:
+    pass
+
+
+@torch.compiler.disable
+def live_tracked():
+    """How many Tracked objects exist now (the instruction Python runs at the break)."""
+    return sum(type(o) is Tracked for o in gc.get_objects())
+
+
+def two_objects_then_a_break(x):
+    first, second = Tracked(), Tracked()
+    first.v, second.v = 1, 2
+    n = live_tracked()
+    return x + first.v + second.v, n
+
+
+def test_objects_made_in_the_frame_exist_when_python_runs_the_break():
+    # Note [Graph breaks: objects made in the frame exist at the break]
+    run_and_compare(two_objects_then_a_break, torch.randn(2))
