@@ -98,7 +98,9 @@ def _drop_when_pinned_objects_die(cache, entry):
         c, e = cache_ref(), entry_ref()
         if c is not None and e is not None and e in c.entry_info:
             c._drop(e)
-            logs.counters["frames"]["entries_dropped_dead_objects"] += 1
+            counters = getattr(logs, "counters", None)  # (None at interpreter shutdown)
+            if counters is not None:
+                counters["frames"]["entries_dropped_dead_objects"] += 1
 
     watched = []
     for ref in getattr(entry.guard, "weak_values", ()):
