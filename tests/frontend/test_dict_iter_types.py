@@ -67,3 +67,26 @@ def subclass_iters_at_break(x):
 
 def test_ordered_dict_subclass_iterators_after_a_break():
     run_and_compare(subclass_iters_at_break, torch.randn(3))
+
+
+class _Plain(dict):
+    pass
+
+
+def input_subclass_iters(x, od, d):
+    keys, values = iter(od), iter(d)
+    next(values)
+    kiln.graph_break()
+    return x + 1, _seen_at_break(keys), _seen_at_break(values), list(keys), list(values)
+
+
+def test_iterators_of_dict_subclass_inputs_after_a_break():
+    # (not run_and_compare: each call's new dicts are other inputs to the resume functions)
+    x = torch.randn(2)
+    expected = input_subclass_iters(x, _Ordered(a=1, b=2), _Plain(p=1, q=2, r=3))
+    got = kiln.compile(input_subclass_iters, backend="eager")(
+        x, _Ordered(a=1, b=2), _Plain(p=1, q=2, r=3)
+    )
+    assert got[1:] == expected[1:]
+    assert expected[1][0] == "odict_iterator"
+    torch.testing.assert_close(got[0], expected[0])

@@ -519,6 +519,12 @@ class ListIteratorVariable(VariableTracker):
             it = ITERATORS["dict object"](tx, obj)
             if it is not None:
                 return it
+        if getattr(obj, "source", None) is not None and type(obj).__name__ == (
+            "UserDefinedObjectVariable"
+        ):  # a dict-subclass object from outside the frame
+            it = ITERATORS["input dict object"](tx, obj)
+            if it is not None:
+                return it
         if type(obj).__name__ == "ConstDictVariable":
             return cls.over_dict(obj, obj.unpack_var_sequence(tx), view=False)
         if isinstance(obj, ConstantVariable) and type(obj.value) in _NOT_ITERABLE:
