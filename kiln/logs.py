@@ -28,12 +28,23 @@ counters = collections.defaultdict(collections.Counter)
 _enabled: set[str] = set()
 
 
+# Note [Logs: the stream a warning goes to]
+# kiln's messages go to sys.stderr as it is when they are written, so that a redirect around a
+# compiled call (pytest's capture, redirect_stderr) gets them, but not to a stream the compiled
+# program itself swapped in: a warning written while a resume function compiles inside the
+# user's `with redirect_stderr(buf):` would land in buf, output eager never wrote there. The
+# user-facing wrapper records sys.stderr when a call that compiles starts (`stderr_at_call`);
+# while it is set, messages go there.
+stderr_at_call = None
+
+
 class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever sys.stderr is at the time (so redirection and capture work)."""
+    """Writes to sys.stderr as the compiled call found it, else as it is now (Note [Logs: the
+    stream a warning goes to])."""
 
     @property
     def stream(self):
-        return sys.stderr
+        return stderr_at_call if stderr_at_call is not None else sys.stderr
 
     @stream.setter
     def stream(self, value):

@@ -365,9 +365,17 @@ class _BreakCodegen:
         alive. Each local that the trace deleted or rebound, and that no later instruction of
         the transformed code loads (the rebuilt values read their sources), is set to None
         just before the instruction; eager had already let go of its value.
+
+        Note [Resume: temps released before the break]
+        The temps of the transformed code (objects rebuilt for the replayed stores, values
+        pinned before them, the graph's output list) are kiln's, not the frame's: one that no
+        later instruction loads is set to None before the instruction too, so an object the
+        frame dropped (an object in a reference cycle whose attribute a store set) is not kept
+        alive through the call that runs there (`gc.collect()`).
         """
         body = self.body
-        at = getattr(body, "instruction_at", None)
+        run = getattr(body, "instruction_run", None)
+        at = next((k for k, i in enumerate(body.instrs) if i is run), None)
         if at is None:
             return
         loaded = set()
@@ -384,6 +392,10 @@ class _BreakCodegen:
                 and (v.source is not None and v.source.name() == name)
             )
             if not unchanged and name not in loaded:
+                release += emit.load_const(None) + emit.store_fast(name)
+        # Note [Resume: temps released before the break]
+        for name in (GRAPH_OUT, *body.temp_names):
+            if name not in loaded:
                 release += emit.load_const(None) + emit.store_fast(name)
         body.instrs[at:at] = release
 
@@ -605,13 +617,16 @@ def _fast_locals(code):
 
 
 def _run_instruction(body, inst, e):
-    body.instruction_at = len(body.instrs)  # (where release_dropped_locals inserts)
+    at = len(body.instrs)
     if inst.opname == "CALL" and e.break_state.kw_names:
         body.extend(emit.call_kw(inst.arg, e.break_state.kw_names))
     elif inst.opname == "CALL":
         body.extend(emit.call(inst.arg))
     else:
         body.append(inst.copy(target=None, exn_tab_entry=None, offset=None))
+    # where release_dropped_locals inserts (found by identity: inside with blocks, the list that
+    # holds it now is nested into the body later)
+    body.instruction_run = body.instrs[at]
 
 
 def _for_iter_exit():

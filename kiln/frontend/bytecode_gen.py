@@ -6,6 +6,7 @@ def f(x, mod):                       def f(x, mod):   # transformed
 """
 
 import sys
+import weakref
 
 import torch
 
@@ -18,6 +19,7 @@ from kiln.bytecode import (
     format_code,
 )
 from kiln.exc import unimplemented
+from kiln.frontend.guards import held_weakly
 from kiln.frontend.variables import random_draws
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import ListVariable
@@ -25,6 +27,41 @@ from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable
 
 GRAPH_OUT = "___kiln_graph_out"
+
+
+# Note [Bytecode: classes loaded weakly]
+# load_object puts the object in a global of the root function's module, which lives as long as
+# the module: a class defined in Python that the transformed code loads (a dict key replayed, a
+# class rebuilt as a constant) would never die, nor the cache entry whose identity guard on it
+# should fail when it does (Note [Guards: identity without ownership]). Such a class is loaded
+# through a WeakLoad instead: `___kiln_weak_A_<id>()`, one holder per class, which raises if the
+# class is gone (never reached: the guards on it fail first).
+class WeakLoad:
+    """A callable giving back a class it holds by a weak reference."""
+
+    __slots__ = ("ref", "__weakref__")
+    _holders = weakref.WeakKeyDictionary()  # class -> its holder
+
+    @classmethod
+    def of(cls, value):
+        holder = cls._holders.get(value)
+        if holder is None:
+            holder = cls._holders[value] = cls()
+            holder.ref = weakref.ref(value)
+        return holder
+
+    def __call__(self):
+        value = self.ref()
+        if value is None:
+            raise RuntimeError("kiln: a class the compiled code loads has died")
+        return value
+
+
+def _held_weakly(value):
+    """A class defined in Python outside the library (Note [Bytecode: classes loaded weakly])."""
+    return isinstance(value, type) and held_weakly(value)
+
+
 PY311 = sys.version_info[:2] == (3, 11)
 
 
@@ -117,7 +154,15 @@ class PyCodegen:
         self.extend(emit.binary_subscr())
 
     def load_object(self, value, push_null=False):
-        """Load an object kiln holds (a dtype, a torch.Size ...) via a global of the root function."""
+        """Load an object kiln holds (a dtype, a torch.Size ...) via a global of the root function
+        (a class that can die through a weak reference: Note [Bytecode: classes loaded weakly])."""
+        if _held_weakly(value):
+            holder = WeakLoad.of(value)
+            name = f"___kiln_weak_{value.__name__}_{id(holder)}"
+            self.output.root_fn.__globals__[name] = holder
+            load = emit.with_null(emit.load_global(name)) + emit.call(0)
+            self.extend(emit.with_null(load) if push_null else load)
+            return
         name = f"___kiln_obj_{type(value).__name__}_{id(value)}"
         self.output.root_fn.__globals__[name] = value
         self.extend(emit.load_global(name, push_null=push_null))

@@ -15,13 +15,16 @@ the call, so the order changes only speed. `entry_info` keeps the compile order 
 log, explain, automatic dynamic's "last compile").
 """
 
+import builtins
 import dataclasses
 import dis
 import functools
+import gc
 import inspect
 import io
 import os
 import re
+import sys
 import types
 import weakref
 
@@ -77,6 +80,34 @@ class CacheEntry:
     @property
     def guard_source(self):
         return self.guard.source
+
+
+# Note [Cache: entries of objects that died]
+# An identity guard holds its object weakly (Note [Guards: identity without ownership]): once the
+# object is gone the entry can never pass again, yet it would stay in the cache, counted against
+# config.cache_size_limit, so a function called with a new class each call (a class made per
+# call, a module made per model) ran eagerly for good after a few calls. Each such object gets a
+# weak reference whose callback drops the entry from its cache (as torch.compile invalidates
+# entries); the references live on the entry, so a dropped entry watches nothing. A class dies
+# in a collection (it is in reference cycles of its own): a cache at its limit collects once
+# before it gives up.
+def _drop_when_pinned_objects_die(cache, entry):
+    cache_ref, entry_ref = weakref.ref(cache), weakref.ref(entry)
+
+    def died(_):
+        c, e = cache_ref(), entry_ref()
+        if c is not None and e is not None and e in c.entry_info:
+            c._drop(e)
+            counters = getattr(logs, "counters", None)  # (None at interpreter shutdown)
+            if counters is not None:
+                counters["frames"]["entries_dropped_dead_objects"] += 1
+
+    watched = []
+    for ref in getattr(entry.guard, "weak_values", ()):
+        obj = ref()
+        if obj is not None:
+            watched.append(weakref.ref(obj, died))
+    entry.watching = watched
 
 
 class BreakRecord:
@@ -324,6 +355,10 @@ class FrameCache:
 
     def miss(self, args, kwargs):
         """No guard passed: compile a new entry (or run eagerly), then run it."""
+        replaced = _replaced_builtin()
+        if replaced is not None:  # Note [Frames: builtins the program replaced]
+            logs.counters["graph_break"][f"builtins.{replaced} replaced by the program"] += 1
+            return self.run_eager(args, kwargs)
         try:
             return self._miss(args, kwargs)
         finally:
@@ -346,6 +381,8 @@ class FrameCache:
             stance.fail_on_recompile(self.fn, [e.guard for e in self.entry_info], args, kwargs)
         name = self.fn.__qualname__
         if self.entries:
+            if len(self.entries) >= config.cache_size_limit and self._dead_pins_possible():
+                gc.collect()  # Note [Cache: entries of objects that died]: drops theirs
             if len(self.entries) >= config.cache_size_limit:
                 if not self._limit_warned:
                     self._limit_warned = True
@@ -415,6 +452,7 @@ class FrameCache:
         logs.counters["frames"]["ok"] += 1
         self.entries.insert(0, (entry.guard, entry.code if self.dynamic_closure else entry.fn))
         self.entry_info.append(entry)
+        _drop_when_pinned_objects_die(self, entry)
         for r in _recorders:
             r.on_entry(entry)
         state = faults.GlobalState()
@@ -440,6 +478,10 @@ class FrameCache:
         fallback.warn(fn, e, when)
         self.skip = True
         return self.run_eager(args, kwargs)
+
+    def _dead_pins_possible(self):
+        """Whether an entry holds an object weakly (a collection may drop the entry)."""
+        return any(getattr(e, "watching", None) for e in self.entry_info)
 
     def _drop(self, entry):
         """Forget a compiled entry whose first run failed inside kiln."""
@@ -662,6 +704,33 @@ class ClosureFrameCache(FrameCache):
         return super().run_eager(_rest(args), kwargs)
 
 
+# Note [Frames: builtins the program replaced]
+# A program may replace a builtin for a while (`builtins.len = lru_cache(4)(len)`, CPython's
+# test_lru_reentrancy_with_len). kiln's own Python code, and the libraries it calls while
+# compiling (bytecode, torch.fx), look those names up in builtins too: compiling then would run
+# the program's replacement on kiln's values (an lru_cache'd len of a list raises TypeError,
+# before the program's `finally` puts len back). So while one of the builtins kiln relies on is
+# not the interpreter's own, a frame that misses its cache runs in Python, uncompiled; the
+# entries compiled before still run.
+_KILN_BUILTINS = {
+    name: getattr(builtins, name)
+    for name in (
+        *("len", "isinstance", "issubclass", "type", "iter", "next", "hash", "id", "repr"),
+        *("getattr", "setattr", "hasattr", "list", "tuple", "dict", "set", "range", "str"),
+        *("int", "enumerate", "zip", "sorted", "any", "all", "min", "max", "object", "super"),
+    )
+}
+
+
+def _replaced_builtin():
+    """The name of a builtin kiln relies on that the program replaced, or None."""
+    current = builtins.__dict__
+    for name, value in _KILN_BUILTINS.items():
+        if current.get(name) is not value:
+            return name
+    return None
+
+
 def _call(fn, args, kwargs):
     """fn(*args, **kwargs); a box (a list of arguments) is moved into fn's frame."""
     if type(args) is list:  # Note [Resume: arguments moved, not held]
@@ -748,12 +817,18 @@ def make_wrapper(cache):
                 if entries[0] is not entry:  # Note [Cache: most recent entry first]
                     _to_front(entries, entry)
                 return fn(*args, **kwargs)
+        outer = logs.stderr_at_call is None  # Note [Logs: the stream a warning goes to]
+        if outer:
+            logs.stderr_at_call = sys.stderr
         try:
             return miss(args, kwargs)
         except Unsupported as e:
             if getattr(e, "kiln_trim", False):  # Note [Errors: what a fullgraph error shows]
                 raise e.with_traceback(None) from None
             raise
+        finally:
+            if outer:
+                logs.stderr_at_call = None
 
     functools.update_wrapper(kiln_wrapper, cache.fn)
     kiln_wrapper._kiln_cache = cache

@@ -156,7 +156,7 @@ class _Namer:
 # as long as the interpreter: those stay plain, readable `x is ___float32`.
 
 
-def _held_weakly(value):
+def held_weakly(value):
     """Whether an identity guard holds `value` by a weak reference (Note [Guards: identity ...])."""
     if isinstance(value, type):
         return bool(value.__flags__ & _HEAPTYPE) and not _long_lived(value)
@@ -206,13 +206,13 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
     v = guard.value
     k = guard.kind
     if k == GuardKind.ID_MATCH:
-        if _held_weakly(v):  # (v is never None: None is not weakly referenced)
+        if held_weakly(v):  # (v is never None: None is not weakly referenced)
             return [
                 f"{s} is {namer(weakref.ref(v), _readable_hint(v), ('weak', id(v)))}() is not None"
             ]
         return [f"{s} is {namer(v, _readable_hint(v))}"]
     if k == GuardKind.TYPE_MATCH:
-        if _held_weakly(v):
+        if held_weakly(v):
             return [
                 f"___type({s}) is {namer(weakref.ref(v), _readable_hint(v), ('weak', id(v)))}()"
             ]
@@ -501,6 +501,8 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
     guard.source = source
     guard.parts = parts
     guard.closure_values = closure_values
+    # the objects its identity guards hold weakly (Note [Cache: entries of objects that died])
+    guard.weak_values = [v for v in namer.values.values() if type(v) is weakref.ref]
     guard.fn = fn
     guard.dynamic_closure = dynamic_closure
     if logs.enabled("guards"):

@@ -18,6 +18,7 @@ Pure bytecode (kiln.bytecode only): no torch, runs on 3.11-3.13.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import inspect
 import keyword
@@ -227,6 +228,7 @@ def _take(name):
     return emit.load_fast(name) + emit.load_const(None) + emit.store_fast(name)
 
 
+_len = len
 _movers: dict[int, types.FunctionType] = {}
 
 
@@ -262,7 +264,10 @@ def _make_mover(n):
 def call_moving(fn, box):
     """fn(*box), the box (a list) emptied before fn runs (Note [Resume: arguments moved, not
     held])."""
-    mover = _movers.get(len(box))
+    mover = _movers.get(_len(box))  # (the interpreter's len: Note [Frames: builtins the ...])
+    if mover is None and builtins.len is not _len:
+        args, box[:] = box[:], ()  # (no mover made while the program's len stands in)
+        return fn(*args)
     if mover is None:
         mover = _movers[len(box)] = _make_mover(len(box))
     return mover(fn, box)

@@ -27,6 +27,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import GetItemSource, LocalSource, advance_iter
+from kiln.frontend.variables.constant import is_literal
 from kiln.frontend.variables.dict_keys import is_stand_in, key_var
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.finalizers import check_drop_value, check_drops, check_local_drop
@@ -464,12 +465,30 @@ def pin_state_reads(cg, values):
     name, not a cell) cannot change under the instruction and is read where it is needed.
     """
     for var in values:
-        if var is None or not _reads_state(var):
+        if var is None:
+            continue
+        if _made_here(var):  # Note [Graph breaks: objects made in the frame exist at the break]
+            cg.pin(var)
+            continue
+        if not _reads_state(var):
             continue
         source = var.source
         if isinstance(source, LocalSource) and not source.is_cell:
             continue
         cg.pin(var)
+
+
+# Note [Graph breaks: objects made in the frame exist at the break]
+# An object of a user class made in the frame and live at the break (on the stack, in a local)
+# existed when eager ran the instruction. Rebuilt only after it (for the resume function), it
+# would not exist yet while the instruction runs: the instruction would see the interpreter as
+# it was before the object was made (CPython's shared instance-dict keys of its class, which
+# size a dict made after it; a registry of live instances). So such objects, and their
+# `obj.__dict__`, are rebuilt before the instruction, in stack-then-locals order.
+def _made_here(var):
+    """An object of a user class made in the frame (or its __dict__), rebuilt by the replay."""
+    obj = getattr(var, "obj", None) if type(var).__name__ == "AttrDictVariable" else var
+    return isinstance(obj, NewObjectVariable) and obj.source is None
 
 
 def _reads_state(var, seen=None):
@@ -540,10 +559,19 @@ def _dict_stores(cg, var):
     code = []
     for k in initial:
         if k not in var.items:
-            code += emit.load_fast(d) + emit.load_const(k) + emit.delete_subscr()
+            code += emit.load_fast(d) + _load_key(cg, k) + emit.delete_subscr()
     for k, v in values.items():
-        code += emit.load_fast(v) + emit.load_fast(d) + emit.load_const(k) + emit.store_subscr()
+        code += emit.load_fast(v) + emit.load_fast(d) + _load_key(cg, k) + emit.store_subscr()
     return code
+
+
+def _load_key(cg, k):
+    """Load a constant key: a literal as itself, another object (a class) as the bytecode writer
+    loads it (not a constant of the code, which would keep it alive: Note [Bytecode: classes
+    loaded weakly])."""
+    if is_literal(k):
+        return emit.load_const(k)
+    return emit.load_fast(_to_temp(cg, lambda: cg.reconstruct(key_var(k))))
 
 
 def _calls(obj, calls):

@@ -112,3 +112,22 @@ def test_pybind_method_break_names_its_class():
     assert got[1] == expected[1]
     assert len(breaks) == 2, breaks
     assert "call to _ProfilerResult.experimental_event_tree (not traceable)" in breaks, breaks
+
+
+def stderr_captured_by_the_program(t):
+    buf = io.StringIO()
+    y = t + 1
+    with contextlib.redirect_stderr(buf):
+        print("mine", file=sys.stderr)
+        y = y * 2  # (a resume function compiled inside the block: kiln warns there)
+    return y, buf.getvalue()
+
+
+def test_kiln_warning_goes_to_the_stream_of_the_call_not_the_programs(capsys):
+    # Note [Logs: the stream a warning goes to]
+    expected = stderr_captured_by_the_program(torch.ones(2))
+    kiln.reset()
+    got = kiln.compile(stderr_captured_by_the_program, backend="eager")(torch.ones(2))
+    assert got[1] == expected[1] == "mine\n"
+    torch.testing.assert_close(got[0], expected[0])
+    assert "graph break" in capsys.readouterr().err  # (the warning is still shown)

@@ -119,3 +119,12 @@ def pop_empty(x):
 
 def test_pop_from_empty_raises_like_eager():
     run_and_compare(pop_empty, torch.randn(2))
+
+
+def deque_as_text(x, d):
+    made = collections.deque("ab", maxlen=3)
+    return x + 1, str(d), str(made), f"{made}", str(collections.deque([1, 2]))
+
+
+def test_str_of_a_deque_is_a_deques():
+    run_and_compare(deque_as_text, torch.randn(2), collections.deque([3, 4]))

@@ -3,6 +3,7 @@
 The first call traces: objects the trace saw live on in reference cycles until a collection.
 """
 
+import collections
 import gc
 import os
 import pathlib
@@ -261,3 +262,78 @@ def test_stack_value_deleted_in_a_resume_function_that_runs_eagerly_is_freed():
         "    torch.testing.assert_close(got[0], expected[0])\n"
     )
     run_fresh(code)
+
+
+def cycle_dropped_before_a_break(x):
+    o = Obj()
+    w = weakref.ref(o)
+    kiln.graph_break()
+    o.me = [o]  # a store the transformed code replays at the next break: a reference cycle
+    y = x + 1
+    del o
+    collect()  # (a break: the cycle is collected there in eager)
+    return y, w() is None
+
+
+def test_object_stored_to_at_a_break_is_not_held_by_kiln_temps():
+    # Note [Resume: temps released before the break]: the object the replayed store writes to is
+    # rebuilt into a temp of the transformed code, which must not hold it through the collection.
+    code = (
+        "import torch, kiln\n"
+        "from tests.frontend.test_resume_lifetime import cycle_dropped_before_a_break as f\n"
+        "x = torch.randn(2)\n"
+        "expected = f(x)\n"
+        "assert expected[1] is True\n"
+        "compiled = kiln.compile(f, backend='eager')\n"
+        "for _ in range(2):\n"
+        "    got = compiled(x)\n"
+        "    assert got[1] is True, got\n"
+        "    torch.testing.assert_close(got[0], expected[0])\n"
+    )
+    run_fresh(code)
+
+
+def class_keyed_after_break(x):
+    class Key:
+        table = collections.OrderedDict()  # (a call in the body: the class statement breaks)
+
+    Key.table[Key] = x.sum()  # a store replayed by the resume function's transformed code
+    y = x + 1
+    return y, weakref.ref(Key)
+
+
+def test_class_made_per_call_used_as_a_dict_key_dies_after_the_call():
+    # Note [Bytecode: classes loaded weakly]: the replayed `table[Key] = ...` loads Key weakly, so
+    # neither the code nor its module's globals keep the class of each call alive
+    compiled = kiln.compile(class_keyed_after_break, backend="eager")
+    x = torch.randn(3)
+    refs = []
+    for _ in range(3):
+        y, ref = compiled(x)
+        torch.testing.assert_close(y, x + 1)
+        refs.append(ref)
+        del y, ref
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
+
+
+class Tracked:
+    pass
+
+
+@torch.compiler.disable
+def live_tracked():
+    """How many Tracked objects exist now (the instruction Python runs at the break)."""
+    return sum(type(o) is Tracked for o in gc.get_objects())
+
+
+def two_objects_then_a_break(x):
+    first, second = Tracked(), Tracked()
+    first.v, second.v = 1, 2
+    n = live_tracked()
+    return x + first.v + second.v, n
+
+
+def test_objects_made_in_the_frame_exist_when_python_runs_the_break():
+    # Note [Graph breaks: objects made in the frame exist at the break]
+    run_and_compare(two_objects_then_a_break, torch.randn(2))

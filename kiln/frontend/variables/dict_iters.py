@@ -31,13 +31,23 @@ from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable
 
 _PLAIN = (dict, collections.defaultdict)  # (an OrderedDict's iterators are its own)
+_REBUILT = (*_PLAIN, collections.OrderedDict)
+
+# Note [Dicts: iterators of dicts made in the frame]
+# iter(d), iter(d.items()) ... of a dict, defaultdict or OrderedDict made in the frame, live at a
+# break, is Python's own iterator type there (an OrderedDict's odict_iterator: its type and size
+# show; a tuple iterator over the items left would not be, nor see a value stored after): the
+# dict is rebuilt, then its real iterator advanced by the items the trace took. Only when the
+# dict's keys are still those the iterator started over (in order); else the items left are
+# rebuilt as a tuple iterator, as before.
 KINDS = {type(iter(getattr({}, kind)())): kind for kind in ("keys", "values", "items")}
 
 
 def dict_iter_at(d, kind, pos, ran_out):
     """iter(d.<kind>()) advanced by `pos` items, and past its end if the trace's found it (it
-    lets go of d then): the transformed code's rebuilt iterator."""
-    it = iter(getattr(dict, kind)(d))
+    lets go of d then): the transformed code's rebuilt iterator (an OrderedDict's own type)."""
+    cls = collections.OrderedDict if isinstance(d, collections.OrderedDict) else dict
+    it = iter(getattr(cls, kind)(d))
     for _ in range(pos):
         next(it)
     if ran_out:
@@ -46,19 +56,29 @@ def dict_iter_at(d, kind, pos, ran_out):
 
 
 def rebuild(cg, it):
-    """Emit dict_iter_at(d, kind, pos) for a traced iterator over a dict, or return False."""
+    """Emit dict_iter_at(d, kind, pos) for a traced iterator over a dict, or return False.
+
+    A dict made in the frame (Note [Dicts: iterators of dicts made in the frame]) is rebuilt
+    first; its iterator is rebuilt over it when its keys are those the iterator started with."""
     d = it.watched[0]
     kind = getattr(it, "dict_kind", None)
-    if (
-        kind is None
-        or not isinstance(d, ConstDictVariable)
-        or d.user_cls not in _PLAIN
-        or d.source is None
-        or list(getattr(d, "initial_keys", None) or ()) != list(d.items)
+    if kind is None or d.user_cls not in _REBUILT:
+        return False
+    # the object that holds the items: a dict-subclass object's own (its storage's, its live
+    # items'), else the dict
+    owner = getattr(d, "storage_of", None) or getattr(d, "obj", None) or d
+    if owner is not d or d.source is None:
+        if owner.source is not None or getattr(it, "keys_at_start", None) != list(d.items):
+            return False
+    elif type(d) is not ConstDictVariable or list(getattr(d, "initial_keys", None) or ()) != list(
+        d.items
     ):
         return False
     cg.load_object(dict_iter_at, push_null=True)
-    d.source.reconstruct(cg)
+    if owner.source is None:
+        cg.reconstruct(owner)
+    else:
+        d.source.reconstruct(cg)
     cg.extend(emit.load_const(kind) + emit.load_const(it.index))
     cg.extend(emit.load_const(it.ran_out) + emit.call(4))
     return True

@@ -174,6 +174,7 @@ def _storage_var(obj):
     view = getattr(obj, "_storage", None)
     if view is None:
         view = obj._storage = ConstDictVariable({})
+        view.storage_of = obj  # (its iterators are the object's: dict_iters.rebuild)
         view._mutate = lambda tx, *_: None  # (the side effect is recorded on the object)
     view.items = obj.dict_items  # (shared, not copied: stores elsewhere change it in place)
     return view
@@ -275,4 +276,19 @@ def _dict_object_iter(tx, obj):
     return DictMethodVariable(obj, "__iter__").call_function(tx, [], {})
 
 
+def _input_dict_object_iter(tx, obj):
+    """iter(obj) of a dict-subclass object from outside the frame whose class keeps the C
+    __iter__: an iterator over its items that is the object's own at a break (Note [Dicts:
+    iterators of dicts made in the frame]), or None."""
+    value = getattr(obj, "value", None)
+    if not isinstance(value, dict) or dict_subclass.c_owner(type(value), "__iter__") is None:
+        return None
+    storage = dict_subclass.storage_of(tx, obj)
+    if storage is None:
+        return None
+    keys = storage.unpack_var_sequence(tx)
+    return lists.ListIteratorVariable.over_dict(storage, keys, view=False)
+
+
 lists.ITERATORS["dict object"] = _dict_object_iter
+lists.ITERATORS["input dict object"] = _input_dict_object_iter

@@ -300,6 +300,10 @@ class DequeVariable(ListVariable):
     def is_python_constant(self):
         return False  # mutable: never folded into a constant
 
+    def as_python_constant(self):
+        # (a deque, not a list: str() of one shows `deque([...])`)
+        return collections.deque((i.as_python_constant() for i in self.items), self.maxlen)
+
     def var_getattr(self, tx, name):
         if name == "maxlen":
             return ConstantVariable(self.maxlen)
@@ -517,6 +521,12 @@ class ListIteratorVariable(VariableTracker):
             it = ITERATORS["dict object"](tx, obj)
             if it is not None:
                 return it
+        if getattr(obj, "source", None) is not None and type(obj).__name__ == (
+            "UserDefinedObjectVariable"
+        ):  # a dict-subclass object from outside the frame
+            it = ITERATORS["input dict object"](tx, obj)
+            if it is not None:
+                return it
         if type(obj).__name__ == "ConstDictVariable":
             return cls.over_dict(obj, obj.unpack_var_sequence(tx), view=False)
         if isinstance(obj, ConstantVariable) and type(obj.value) in _NOT_ITERABLE:
@@ -534,6 +544,7 @@ class ListIteratorVariable(VariableTracker):
         when the dict changes size while it is iterated."""
         it = cls(items)
         it.dict_kind = kind  # (Note [Dicts: iterators at a break])
+        it.keys_at_start = list(d.items)  # (Note [Dicts: iterators of dicts made in the frame])
         if issubclass(getattr(d, "user_cls", dict), collections.OrderedDict):
             # an OrderedDict's iterator raises once, then ends (a dict's and a set's go on raising)
             it.watched = (d, len(d.items), "OrderedDict mutated during iteration")
@@ -555,7 +566,15 @@ class ListIteratorVariable(VariableTracker):
     kind = None  # the itertools class the iterator stands for (Note [Iterators: itertools kinds])
 
     def python_type(self):
-        return self.kind or type(iter([]))
+        if self.kind is not None:
+            return self.kind
+        kind = getattr(self, "dict_kind", None)
+        if kind is not None:  # a dict's (an OrderedDict's) own iterator type
+            ordered = issubclass(
+                getattr(self.watched[0], "user_cls", dict), collections.OrderedDict
+            )
+            return type(iter(getattr(collections.OrderedDict() if ordered else {}, kind)()))
+        return type(iter([]))
 
     def next_item(self, tx=None):
         """The next item, or None when exhausted."""
