@@ -8,7 +8,8 @@ import weakref
 import torch
 
 from kiln.frontend import distributed, frame_cache
-from kiln.frontend.frame_cache import FrameCache, make_wrapper, module_eager, shallow_frame
+from kiln.frontend.cache_wrappers import make_wrapper, module_eager
+from kiln.frontend.frame_cache import FrameCache, shallow_frame
 from kiln.frontend.markers import is_disabled_module, kiln_marker
 from kiln.frontend.variables.functions import is_torch_disabled
 

@@ -1,0 +1,117 @@
+"""The functions users call: a guarded lookup over a frame cache's entries, else its miss.
+
+Note [Cache: the hot path]
+`make_wrapper` returns a closure over the entry list: `for guard, fn in entries: if guard(*args,
+**kwargs): return fn(*args, **kwargs)`. Guards take the user function's own signature, so no
+binding happens on a hit; everything else (tracing, logging, the recompile reason, the limit)
+lives in `FrameCache.miss`, which runs only when no guard passes.
+
+Note [Cache: most recent entry first]
+The entry that passed moves to the front of the hot list, as a new entry starts there: a frame
+with several entries (a prefill, a first decode step, then every later decode step) checks the
+one it ran last first, and does not pay for the guards of the others on every call (two failing
+guards cost a generation loop's decode step 110 us). Any entry whose guard passes is correct for
+the call, so the order changes only speed. `entry_info` keeps the compile order (the recompile
+log, explain, automatic dynamic's "last compile").
+"""
+
+import functools
+import sys
+import types
+
+from kiln import logs
+from kiln.exc import Unsupported
+from kiln.frontend import stance
+from kiln.frontend.resume import call_moving
+
+__all__ = ["make_wrapper", "make_closure_wrapper", "make_box_wrapper", "module_eager"]
+
+
+def _to_front(entries, entry):
+    entries.remove(entry)
+    entries.insert(0, entry)
+
+
+def make_closure_wrapper(cache):
+    """`entry(fn, *args)` for a ClosureFrameCache (Note [Cache: closures made per call])."""
+    entries = cache.entries
+    function = types.FunctionType
+
+    def kiln_closure_entry(fn_obj, *args, **kwargs):
+        for entry in entries:
+            guard, code = entry
+            if guard(fn_obj, *args, **kwargs):
+                if entries[0] is not entry:  # Note [Cache: most recent entry first]
+                    _to_front(entries, entry)
+                g = fn_obj.__globals__
+                return function(code, g, fn_obj.__name__, None, fn_obj.__closure__)(*args, **kwargs)
+        return cache.miss_with(fn_obj, args, kwargs)
+
+    kiln_closure_entry._kiln_cache = cache
+    return kiln_closure_entry
+
+
+def make_box_wrapper(cache):
+    """`entry(box)`: make_wrapper's or make_closure_wrapper's lookup with the arguments in a
+    list that is emptied into the frame that runs (Note [Resume: arguments moved, not held])."""
+    entries = cache.entries
+    function = types.FunctionType
+    closure = cache.dynamic_closure
+
+    def kiln_box_entry(box):
+        for entry in entries:
+            guard, fn = entry
+            if guard(*box):
+                if entries[0] is not entry:  # Note [Cache: most recent entry first]
+                    _to_front(entries, entry)
+                if closure:
+                    fn_obj = box.pop(0)
+                    fn = function(fn, fn_obj.__globals__, fn_obj.__name__, None, fn_obj.__closure__)
+                    fn_obj = None
+                return call_moving(fn, box)
+        if closure:
+            cache.fn = cache.eager = box[0]  # (as miss_with: trace against this call's cells)
+        return cache.miss(box, {})
+
+    kiln_box_entry._kiln_cache = cache
+    return kiln_box_entry
+
+
+def module_eager(mod, *args, **kwargs):
+    """Eager fallback of a module's compiled forward: the module's own __call__ (with hooks)."""
+    return mod(*args, **kwargs)
+
+
+def make_wrapper(cache):
+    """The function users call: guarded lookup, else `cache.miss` (Note [Cache: the hot path])."""
+    entries = cache.entries
+    miss = cache.miss
+    own_backend = cache.settings.backend
+
+    def kiln_wrapper(*args, **kwargs):
+        state = stance.state
+        if state.active and state.backend is not own_backend:  # force_eager, force_backend=
+            return cache.under_stance(state, args, kwargs)
+        for entry in entries:
+            guard, fn = entry
+            if guard(*args, **kwargs):
+                if entries[0] is not entry:  # Note [Cache: most recent entry first]
+                    _to_front(entries, entry)
+                return fn(*args, **kwargs)
+        outer = logs.stderr_at_call is None  # Note [Logs: the stream a warning goes to]
+        if outer:
+            logs.stderr_at_call = sys.stderr
+        try:
+            return miss(args, kwargs)
+        except Unsupported as e:
+            if getattr(e, "kiln_trim", False):  # Note [Errors: what a fullgraph error shows]
+                raise e.with_traceback(None) from None
+            raise
+        finally:
+            if outer:
+                logs.stderr_at_call = None
+
+    functools.update_wrapper(kiln_wrapper, cache.fn)
+    kiln_wrapper._kiln_cache = cache
+    kiln_wrapper._kiln_orig_fn = cache.fn
+    return kiln_wrapper
