@@ -122,6 +122,10 @@ class NumpyNdarrayVariable(VariableTracker):
             return ConstantVariable(self.np_dtype.itemsize)
         if name == "T":
             return call(tx, np.transpose, [self], {})
+        if name in ("strides", "imag", "real"):
+            from kiln.frontend.variables import numpy_info
+
+            return getattr(numpy_info, name)(tx, self)
         if name in _METHODS:
             return BoundMethodVariable(self, name)
         unimplemented(f"ndarray attribute {name!r}")
@@ -180,8 +184,8 @@ class NumpyNdarrayVariable(VariableTracker):
         return NumpyNdarrayVariable(out, scalar=ints)
 
     def _setitem(self, tx, index, value):
-        if self.scalar:
-            unimplemented("item assignment to a NumPy scalar (it raises)")
+        if self.scalar or getattr(self, "readonly", False):
+            unimplemented("item assignment to a NumPy scalar or read-only array (it raises)")
         if isinstance(value, NumpyNdarrayVariable):
             value = _cast(tx, value.tensor, self.tensor.example.dtype)
         elif not (
@@ -680,6 +684,8 @@ def operator_call(tx, fn, args):
         target = args[0]
         if not isinstance(target, NumpyNdarrayVariable) or target.scalar:
             return operator_call(tx, _OUT_OF_PLACE[fn], args)
+        if getattr(target, "readonly", False):
+            unimplemented("in-place operator on a read-only numpy array (it raises)")
         out = call(tx, _INPLACE[fn], args, {})
         _probe_inplace(fn, args)
         torch_vars.call_tensor_op(
