@@ -109,9 +109,11 @@ def numpy_constant(tx, value, what):
         return NumpyConstVariable(value)
     if isinstance(value, np.generic) and np.ndim(value) == 0:
         dt = torch_dtype(value.dtype)
-        return NumpyNdarrayVariable(
+        out = NumpyNdarrayVariable(
             _t(tx, torch.full, [(), value.item()], {"dtype": dt}), scalar=True
         )
+        out.constant = value.item()  # (next to a tensor, torch takes it as this Python number)
+        return out
     unimplemented(f"{what} is a {type(value).__name__}")
 
 

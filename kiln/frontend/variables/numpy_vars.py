@@ -201,7 +201,8 @@ class NumpyNdarrayVariable(VariableTracker):
     def reconstruct(self, cg):
         if self.source is not None:
             return super().reconstruct(cg)
-        cg.load_object(_to_numpy_scalar if self.scalar else _to_numpy, push_null=True)
+        to_numpy = _to_numpy_readonly if getattr(self, "readonly", False) else _to_numpy
+        cg.load_object(_to_numpy_scalar if self.scalar else to_numpy, push_null=True)
         cg.reconstruct_tensor(self.tensor)
         cg.extend(emit.call(1))
 
@@ -212,6 +213,12 @@ class NumpyNdarrayVariable(VariableTracker):
 
 def _to_numpy(t):
     return t.numpy()
+
+
+def _to_numpy_readonly(t):
+    a = t.numpy()
+    a.flags.writeable = False
+    return a
 
 
 def _to_numpy_scalar(t):
@@ -712,6 +719,9 @@ def _with_tensor(tx, fn, args):
         if isinstance(a, NumpyNdarrayVariable):
             if not a.scalar:
                 unimplemented(f"operator {getattr(fn, '__name__', fn)} of an ndarray and a tensor")
+            if getattr(a, "constant", None) is not None:
+                plain.append(ConstantVariable(a.constant))  # (a constant: the number itself)
+                continue
             dt = a.tensor.example.dtype
             if dt.is_floating_point:
                 dt = torch.get_default_dtype()
