@@ -252,8 +252,10 @@ def wrap_value(tx, value, source):
         return UserDefinedObjectVariable(value, source=source)
     special = _kiln_special(value)
     if special is not None:
-        if source is not None and numpy_info.guard_input(tx, value, source):
-            special.source = source  # (a dtype or info object input: the caller's object)
+        if source is not None:
+            special.source = source  # (a numpy function, dtype or info object input: guarded)
+            if not numpy_info.guard_input(tx, value, special):
+                special.source = None
         return special
     draw = random_draws.wrap(tx, value, source)  # Note [Random: draws before the graph]
     if draw is not None:

@@ -20,6 +20,7 @@ from kiln.frontend.variables.base import PythonValueVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.numpy_vars import (
     NumpyConstVariable,
+    NumpyFunctionVariable,
     NumpyNdarrayVariable,
     _t,
     torch_dtype,
@@ -38,8 +39,14 @@ def special(value):
     return None
 
 
-def guard_input(tx, value, source):
-    """Guards of a numpy dtype or info object read from `source` (Note [NumPy: info objects ...])."""
+def guard_input(tx, value, special):
+    """Guards of a numpy object read from `source`; whether `special` is numpy's tracker of it (a
+    dtype by equality, an info object by its dtype, a function or scalar type by identity)."""
+    source = special.source
+    if isinstance(special, (NumpyConstVariable, NumpyFunctionVariable, NumpyInfoClassVariable)):
+        if not isinstance(value, np.dtype):
+            tx.output.guards.add(GuardKind.ID_MATCH, source, value)
+            return True
     if isinstance(value, np.dtype):
         tx.output.guards.add(GuardKind.CONSTANT_MATCH, source, value)
         return True

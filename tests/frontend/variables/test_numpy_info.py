@@ -112,3 +112,14 @@ def test_strides_of_a_computed_array_break():
 
     with pytest.raises(Unsupported):
         _full(fn, torch.ones(2, 2))
+
+
+def test_numpy_function_and_scalar_type_inputs_are_guarded():
+    def fn(x, f, t):
+        return f(x.numpy()).astype(t)
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    x = torch.tensor([0.5, 1.0])
+    for f, t in ((np.sin, np.float32), (np.cos, np.float32), (np.cos, np.float64)):
+        np_same(fn(x, f, t), compiled(x, f, t))
