@@ -58,11 +58,15 @@ def guard_input(tx, value, special):
 
 
 def _constant(v, what):
+    """An argument of np.finfo/np.iinfo/np.dtype: a literal, numpy dtype or scalar type, or a
+    Python number type (anything else could run code of its own when numpy converts it)."""
     if isinstance(v, NumpyConstVariable):
         return v.value
     if isinstance(v, VariableTracker) and v.is_python_constant():
-        return v.as_python_constant()
-    unimplemented(f"{what} of a value not known while tracing ({v})")
+        value = v.as_python_constant()
+        if is_literal(value) or value in (int, float, complex, bool):
+            return value
+    unimplemented(f"{what} of a value kiln does not fold ({v})")
 
 
 class NumpyInfoClassVariable(PythonValueVariable):
