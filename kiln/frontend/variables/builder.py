@@ -42,6 +42,7 @@ from kiln.frontend.variables import (
     foreach_calls,  # noqa: F401  (registers foreach ops one tensor at a time)
     functorch_vmap,
     logging_vars,
+    numpy_extra,  # noqa: F401  (registers np.meshgrid, fftshift, linalg.norm)
     numpy_info,
     numpy_scalars,
     numpy_shapes,
