@@ -254,9 +254,7 @@ def wrap_value(tx, value, source):
     special = _kiln_special(value)
     if special is not None:
         if source is not None:
-            special.source = source  # (a numpy function, dtype or info object input: guarded)
-            if not numpy_info.guard_input(tx, value, special):
-                special.source = None
+            numpy_info.guard_input(tx, value, special, source)  # (a numpy function, dtype ...)
         return special
     draw = random_draws.wrap(tx, value, source)  # Note [Random: draws before the graph]
     if draw is not None:

@@ -39,22 +39,21 @@ def special(value):
     return None
 
 
-def guard_input(tx, value, special):
-    """Guards of a numpy object read from `source`; whether `special` is numpy's tracker of it (a
-    dtype by equality, an info object by its dtype, a function or scalar type by identity)."""
-    source = special.source
-    if isinstance(special, (NumpyConstVariable, NumpyFunctionVariable, NumpyInfoClassVariable)):
-        if not isinstance(value, np.dtype):
-            tx.output.guards.add(GuardKind.ID_MATCH, source, value)
-            return True
+def guard_input(tx, value, special, source):
+    """Guard numpy's tracker `special` of `value` read from `source`, which it then loads from: a
+    dtype by equality, an info object by its dtype, a function or scalar type by identity."""
+    kinds = (NumpyConstVariable, NumpyFunctionVariable, NumpyInfoClassVariable, NumpyInfoVariable)
+    if not isinstance(special, kinds) or special.source is not None:
+        return
+    guards = tx.output.guards
     if isinstance(value, np.dtype):
-        tx.output.guards.add(GuardKind.CONSTANT_MATCH, source, value)
-        return True
-    if type(value) in _INFO_TYPES:
-        tx.output.guards.add(GuardKind.TYPE_MATCH, source, type(value))
-        tx.output.guards.add(GuardKind.CONSTANT_MATCH, AttrSource(source, "dtype"), value.dtype)
-        return True
-    return False
+        guards.add(GuardKind.CONSTANT_MATCH, source, value)
+    elif type(value) in _INFO_TYPES:
+        guards.add(GuardKind.TYPE_MATCH, source, type(value))
+        guards.add(GuardKind.CONSTANT_MATCH, AttrSource(source, "dtype"), value.dtype)
+    else:
+        guards.add(GuardKind.ID_MATCH, source, value)
+    special.source = source
 
 
 def _constant(v, what):
