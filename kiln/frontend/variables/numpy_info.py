@@ -18,7 +18,9 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.lists import TupleVariable
 from kiln.frontend.variables.numpy_vars import (
+    _ATTRS,
     NumpyConstVariable,
     NumpyFunctionVariable,
     NumpyNdarrayVariable,
@@ -137,8 +139,6 @@ def strides(tx, array):
     if t.is_symbolic():
         unimplemented("ndarray.strides of an array with symbolic sizes")
     itemsize = array.np_dtype.itemsize
-    from kiln.frontend.variables.lists import TupleVariable
-
     return TupleVariable([ConstantVariable(s * itemsize) for s in t.example.stride()])
 
 
@@ -158,3 +158,6 @@ def real(tx, array):
     if t.example.dtype.is_complex:
         return NumpyNdarrayVariable(_t(tx, torch.real, [t]), scalar=array.scalar)
     return NumpyNdarrayVariable(t.call_method(tx, "view_as", [t], {}), scalar=array.scalar)
+
+
+_ATTRS.update({"strides": strides, "imag": imag, "real": real})

@@ -122,10 +122,8 @@ class NumpyNdarrayVariable(VariableTracker):
             return ConstantVariable(self.np_dtype.itemsize)
         if name == "T":
             return call(tx, np.transpose, [self], {})
-        if name in ("strides", "imag", "real"):
-            from kiln.frontend.variables import numpy_info
-
-            return getattr(numpy_info, name)(tx, self)
+        if name in _ATTRS:  # (strides, imag, real: numpy_info.py)
+            return _ATTRS[name](tx, self)
         if name in _METHODS:
             return BoundMethodVariable(self, name)
         unimplemented(f"ndarray attribute {name!r}")
@@ -597,6 +595,9 @@ _REDUCTIONS[np.amin] = _REDUCTIONS[np.min]
 # everything else: numpy function -> handler(tx, fn, args, kwargs); numpy_shapes.py fills it
 # (shapes, factories, linear algebra) through register_handlers
 _OTHER = {}
+
+
+_ATTRS = {}  # ndarray attribute -> handler(tx, array), registered by other modules
 
 
 def register_handlers(table):
