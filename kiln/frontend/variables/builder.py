@@ -42,6 +42,8 @@ from kiln.frontend.variables import (
     foreach_calls,  # noqa: F401  (registers foreach ops one tensor at a time)
     functorch_vmap,
     logging_vars,
+    numpy_extra,  # noqa: F401  (registers np.meshgrid, fftshift, linalg.norm)
+    numpy_info,
     numpy_scalars,
     numpy_shapes,
     numpy_vars,
@@ -186,7 +188,8 @@ def _kiln_special(value):
         return functorch_vmap.FunctorchInterpreterQueryVariable(value)
     if functorch_vmap.is_transform_type(value):
         return ConstantVariable(value)
-    return numpy_vars.special(value)  # numpy functions and dtypes (or None)
+    info = numpy_info.special(value)  # np.finfo / np.iinfo / np.dtype and info objects
+    return info if info is not None else numpy_vars.special(value)  # numpy functions, dtypes
 
 
 def _torch_lru_cached(value):
@@ -250,6 +253,8 @@ def wrap_value(tx, value, source):
         return UserDefinedObjectVariable(value, source=source)
     special = _kiln_special(value)
     if special is not None:
+        if source is not None:
+            numpy_info.guard_input(tx, value, special, source)  # (a numpy function, dtype ...)
         return special
     draw = random_draws.wrap(tx, value, source)  # Note [Random: draws before the graph]
     if draw is not None:

@@ -18,8 +18,10 @@ from kiln.frontend.variables.numpy_vars import (
     _probe_value,
     _t,
     register_handlers,
+    tensor_numpy,
     torch_dtype,
 )
+from kiln.frontend.variables.tensor import TensorVariable
 
 
 def _arrays_dtype(items):
@@ -125,6 +127,9 @@ def _full(tx, fn, args, kwargs):
 
 def _like(torch_fn):
     def make(tx, fn, args, kwargs):
+        if args and isinstance(args[0], TensorVariable):
+            # `np.ones_like(t)`: NumPy reads the tensor through its __array__ (t.numpy())
+            args = [tensor_numpy(tx, args[0], [], {}), *args[1:]]
         if set(kwargs) - {"dtype"} or not isinstance(args[0], NumpyNdarrayVariable):
             unimplemented(f"{_name(fn)} with these arguments")
         np_dtype = _probe(fn, args, kwargs).dtype

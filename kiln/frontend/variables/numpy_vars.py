@@ -122,6 +122,8 @@ class NumpyNdarrayVariable(VariableTracker):
             return ConstantVariable(self.np_dtype.itemsize)
         if name == "T":
             return call(tx, np.transpose, [self], {})
+        if name in _ATTRS:  # (strides, imag, real: numpy_info.py)
+            return _ATTRS[name](tx, self)
         if name in _METHODS:
             return BoundMethodVariable(self, name)
         unimplemented(f"ndarray attribute {name!r}")
@@ -180,8 +182,8 @@ class NumpyNdarrayVariable(VariableTracker):
         return NumpyNdarrayVariable(out, scalar=ints)
 
     def _setitem(self, tx, index, value):
-        if self.scalar:
-            unimplemented("item assignment to a NumPy scalar (it raises)")
+        if self.scalar or getattr(self, "readonly", False):
+            unimplemented("item assignment to a NumPy scalar or read-only array (it raises)")
         if isinstance(value, NumpyNdarrayVariable):
             value = _cast(tx, value.tensor, self.tensor.example.dtype)
         elif not (
@@ -197,7 +199,8 @@ class NumpyNdarrayVariable(VariableTracker):
     def reconstruct(self, cg):
         if self.source is not None:
             return super().reconstruct(cg)
-        cg.load_object(_to_numpy_scalar if self.scalar else _to_numpy, push_null=True)
+        to_numpy = _to_numpy_readonly if getattr(self, "readonly", False) else _to_numpy
+        cg.load_object(_to_numpy_scalar if self.scalar else to_numpy, push_null=True)
         cg.reconstruct_tensor(self.tensor)
         cg.extend(emit.call(1))
 
@@ -208,6 +211,12 @@ class NumpyNdarrayVariable(VariableTracker):
 
 def _to_numpy(t):
     return t.numpy()
+
+
+def _to_numpy_readonly(t):
+    a = t.numpy()
+    a.flags.writeable = False
+    return a
 
 
 def _to_numpy_scalar(t):
@@ -588,6 +597,9 @@ _REDUCTIONS[np.amin] = _REDUCTIONS[np.min]
 _OTHER = {}
 
 
+_ATTRS = {}  # ndarray attribute -> handler(tx, array), registered by other modules
+
+
 def register_handlers(table):
     """Add rows to the table of numpy functions handled by a function of their own."""
     _OTHER.update(table)
@@ -680,6 +692,8 @@ def operator_call(tx, fn, args):
         target = args[0]
         if not isinstance(target, NumpyNdarrayVariable) or target.scalar:
             return operator_call(tx, _OUT_OF_PLACE[fn], args)
+        if getattr(target, "readonly", False):
+            unimplemented("in-place operator on a read-only numpy array (it raises)")
         out = call(tx, _INPLACE[fn], args, {})
         _probe_inplace(fn, args)
         torch_vars.call_tensor_op(
@@ -706,6 +720,9 @@ def _with_tensor(tx, fn, args):
         if isinstance(a, NumpyNdarrayVariable):
             if not a.scalar:
                 unimplemented(f"operator {getattr(fn, '__name__', fn)} of an ndarray and a tensor")
+            if getattr(a, "constant", None) is not None:
+                plain.append(ConstantVariable(a.constant))  # (a constant: the number itself)
+                continue
             dt = a.tensor.example.dtype
             if dt.is_floating_point:
                 dt = torch.get_default_dtype()
