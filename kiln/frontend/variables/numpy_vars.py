@@ -712,9 +712,22 @@ def operator_call(tx, fn, args):
     return call(tx, ufunc, args, {})
 
 
+# Note [NumPy: a scalar next to a tensor]
+# Eager torch takes a NumPy scalar next to a tensor as a Python number: the operation runs in
+# torch.result_type(tensor, number), the number cast to that dtype (a float64 tensor keeps the
+# scalar's full precision; an int tensor and a float scalar compute in the default dtype). The
+# traced scalar is a 0-d tensor input, so it is cast to exactly that dtype before the op.
+def _python_kind_example(dt):
+    """A Python number of the kind a NumPy scalar of dtype `dt` is taken as by torch."""
+    if dt == torch.bool:
+        return True
+    return 1j if dt.is_complex else 1.0 if dt.is_floating_point else 1
+
+
 def _with_tensor(tx, fn, args):
     """`np.float64(2) * t`: torch's operator, the NumPy scalar taken as a Python number is (a
-    0-d tensor of the dtype torch gives Python numbers of its kind)."""
+    0-d tensor of the dtype torch computes in: Note [NumPy: a scalar next to a tensor])."""
+    tensors = [a.example for a in args if isinstance(a, TensorVariable)]
     plain = []
     for a in args:
         if isinstance(a, NumpyNdarrayVariable):
@@ -723,17 +736,10 @@ def _with_tensor(tx, fn, args):
             if getattr(a, "constant", None) is not None:
                 plain.append(ConstantVariable(a.constant))  # (a constant: the number itself)
                 continue
-            dt = a.tensor.example.dtype
-            if dt.is_floating_point:
-                dt = torch.get_default_dtype()
-            elif dt.is_complex:
-                dt = (
-                    torch.complex128
-                    if torch.get_default_dtype() == torch.float64
-                    else torch.complex64
-                )
-            elif dt != torch.bool:
-                dt = torch.int64
+            number = _python_kind_example(a.tensor.example.dtype)
+            dt = torch.result_type(tensors[0], number) if tensors else None
+            if dt is None:
+                unimplemented(f"operator {getattr(fn, '__name__', fn)} of NumPy scalars")
             a = _cast(tx, a.tensor, dt)
         plain.append(a)
     return torch_vars.call_tensor_op(tx, "call_function", _OUT_OF_PLACE.get(fn, fn), plain, {})

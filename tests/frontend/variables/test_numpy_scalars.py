@@ -190,3 +190,20 @@ def test_a_source_read_twice_is_one_input():
     finally:
         SHIFT = np.float64(0.5)
     assert backend.calls == 1
+
+
+@pytest.mark.parametrize("tdtype", [torch.float64, torch.float32, torch.int64, torch.complex128])
+@pytest.mark.parametrize("kind", [np.float64, np.float32, np.int64, np.complex128])
+def test_a_scalar_next_to_a_tensor_computes_in_torchs_dtype(tdtype, kind):
+    # Note [NumPy: a scalar next to a tensor]: a float64 tensor keeps the scalar's full precision
+    def fn(x, s):
+        return x + s, s * x, x - s
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    x = torch.tensor([1.0, 3.0, -2.0]).to(tdtype)
+    for value in (0.1, 0.3, 7.7):
+        s = kind(value) if kind is not np.int64 else kind(int(value * 10))
+        for e, c in zip(fn(x, s), compiled(x, s)):
+            assert e.dtype == c.dtype
+            assert torch.equal(e, c), (e, c)
