@@ -8,7 +8,7 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, DictGetByKeySource, DictGetSource, DictKeyAtSource
 from kiln.frontend.variables.base import wrap_value
 from kiln.frontend.variables.constant import is_literal
-from kiln.frontend.variables.dict_keys import ObjectKey, guard_tensor_keys
+from kiln.frontend.variables.dict_keys import ObjectKey, known_distinct
 
 # Note [Dicts: inputs keyed by tensors]
 # A dict, OrderedDict or defaultdict input whose keys are literals and plain tensors (a
@@ -50,7 +50,7 @@ def wrap_tensor_keyed(tx, value, source, make_dict):
             item_source = DictGetByKeySource(source, key_source)
         items[key] = wrap_value(tx, v, item_source)
         item_sources[key] = item_source
-    guard_tensor_keys(tx, list(items))
+    known_distinct(tx, [k.var for k in items if isinstance(k, ObjectKey)])
     kw = {}
     if type(value) is collections.defaultdict:
         factory_source = AttrSource(source, "default_factory")
