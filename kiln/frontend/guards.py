@@ -36,6 +36,7 @@ from kiln.frontend.source import (
     dict_get,
     dict_iter_dict,
     dict_iter_pos,
+    dict_key_at,
     flatten_spec,
     iter_has,
     iter_rest,
@@ -457,6 +458,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
         "___dict_get": dict_get,
+        "___dict_key_at": dict_key_at,  # DictKeyAtSource
         "___weak_key_get": weak_key_get,  # WeakKeyGetSource
         "___torch_attr": torch_attr,  # TorchAttrSource
         "___proxied_dict": proxied_dict,  # ProxiedDictSource

@@ -28,7 +28,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import GetItemSource, LocalSource, advance_iter
 from kiln.frontend.variables.constant import is_literal
-from kiln.frontend.variables.dict_keys import is_stand_in, key_var
+from kiln.frontend.variables.dict_keys import is_stand_in, is_traced_tensor, key_var
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.finalizers import check_drop_value, check_drops, check_local_drop
 from kiln.frontend.variables.lists import BaseListVariable, DequeVariable
@@ -538,17 +538,19 @@ def _dict_stores(cg, var):
     """The replay of a dict input by key, or None (Note [Side effects: dicts replayed key by
     key])."""
     initial = getattr(var, "initial_keys", None)
-    if initial is None or any(is_stand_in(k) for k in var.items):
+    if initial is None or not all(_replayable_key(k) for k in var.items):
         return None
     final = list(var.items)
     kept = [k for k in initial if k in var.items]
     if final[: len(kept)] != kept:
         return None
+    sources = getattr(var, "item_sources", {})  # Note [Dicts: inputs keyed by tensors]
     unchanged = {
         k
         for k in kept
         if var.items[k].source is not None
-        and var.items[k].source.name() == GetItemSource(var.source, k).name()
+        and (k in sources or not is_stand_in(k))
+        and var.items[k].source.name() == sources.get(k, GetItemSource(var.source, k)).name()
     }
     values = {
         k: _to_temp(cg, lambda v=var.items[k]: cg.reconstruct(v))
@@ -563,6 +565,12 @@ def _dict_stores(cg, var):
     for k, v in values.items():
         code += emit.load_fast(v) + emit.load_fast(d) + _load_key(cg, k) + emit.store_subscr()
     return code
+
+
+def _replayable_key(k):
+    """A key the replay can load: a constant, or a traced tensor (Note [Dicts: inputs keyed by
+    tensors])."""
+    return not is_stand_in(k) or is_traced_tensor(k.var)
 
 
 def _load_key(cg, k):

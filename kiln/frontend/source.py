@@ -3,6 +3,7 @@
 import builtins
 import dataclasses
 import gc
+import itertools
 import weakref
 
 import numpy as np
@@ -267,6 +268,34 @@ class DictGetSource(Source):
         cg.load_object(dict_get, push_null=True)
         self.source.reconstruct(cg)
         _load_key(cg, self.key)
+        cg.extend(_emit.call(2))
+
+    def base(self):
+        return self.source.base()
+
+
+def dict_key_at(obj, index):
+    """The `index`-th key of a dict, in its order (MISSING when it has fewer, or is no dict)."""
+    if not isinstance(obj, dict):
+        return MISSING
+    return next(itertools.islice(dict.keys(obj), index, None), MISSING)
+
+
+@dataclasses.dataclass(frozen=True)
+class DictKeyAtSource(Source):
+    """`___dict_key_at(base, index)`: a dict input's key at a position (a key that is an object,
+    Note [Dicts: inputs keyed by tensors])."""
+
+    source: Source
+    index: int
+
+    def name(self):
+        return f"___dict_key_at({self.source.name()}, {self.index})"
+
+    def reconstruct(self, cg):
+        cg.load_object(dict_key_at, push_null=True)
+        self.source.reconstruct(cg)
+        cg.extend(_emit.load_const(self.index))
         cg.extend(_emit.call(2))
 
     def base(self):

@@ -98,6 +98,7 @@ from kiln.frontend.variables.misc import (
 )
 from kiln.frontend.variables.nn_module import NNModuleVariable
 from kiln.frontend.variables.sets import SetVariable
+from kiln.frontend.variables.tensor_keyed import tensor_keyed, wrap_tensor_keyed
 from kiln.frontend.variables.torch import TorchVariable
 from kiln.frontend.variables.user_defined import (
     UserDefinedClassVariable,
@@ -421,6 +422,8 @@ def _wrap(tx, value, source):
     if is_identity_keyed(value):  # Note [Dicts: identity-keyed tables]
         guards.add(GuardKind.TYPE_MATCH, source, dict)  # (its first read pins the items)
         return IdentityKeyedDictVariable(dict(value), source=source)
+    if tensor_keyed(value):  # Note [Dicts: inputs keyed by tensors]
+        return wrap_tensor_keyed(tx, value, source, ConstDictVariable)
     if type(value) is collections.defaultdict and _const_keyed_defaultdict(value):
         guards.add(GuardKind.DICT_KEYS, source, (type(value), tuple(value)))
         items = {k: wrap_value(tx, v, GetItemSource(source, k)) for k, v in value.items()}

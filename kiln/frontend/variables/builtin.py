@@ -25,6 +25,7 @@ from kiln.frontend.variables import (
     tensor_minmax,
 )
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
+from kiln.frontend.variables.const_index import constant_index
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dict_keys import guard_tensor_keys
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -683,7 +684,13 @@ def getitem(tx, obj, index):
         item = optim.tensor_keyed_item(tx, obj, index)
         if item is not None:
             return item
-        if not isinstance(obj, ConstDictVariable):  # (a dict: Note [Dicts: tensors as keys])
+        plain = isinstance(obj, (BaseListVariable, RangeVariable))
+        known = (
+            constant_index(index) if plain and obj.python_type() in (list, tuple, range) else None
+        )
+        if known is not None:  # Note [Operators: an index tensor made from a constant]
+            index = known
+        elif not isinstance(obj, ConstDictVariable):  # (Note [Dicts: tensors as keys])
             unimplemented("indexing a Python container with a tensor")
     folded = typing_subscript(tx, obj, index)
     if folded is not None:

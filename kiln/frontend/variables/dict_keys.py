@@ -206,15 +206,58 @@ def is_traced_tensor(var):
 
 def guard_tensor_keys(tx, keys):
     """Tensors from outside the frame among these dict keys stay distinct objects."""
-    sourced = [
-        k.var
+    sourced = {
+        id(k.var): k.var
         for k in keys
         if isinstance(k, ObjectKey) and is_traced_tensor(k.var) and k.var.source is not None
-    ]
-    for i, a in enumerate(sourced):
-        for b in sourced[i + 1 :]:
-            if a is not b and a.source != b.source:
-                tx.output.guards.add(GuardKind.DISTINCT, a.source, b.source)
+    }
+    if len(sourced) < 2:
+        return
+    ids = frozenset(sourced)
+    cliques = _distinct_cliques(tx)
+    for clique in cliques[-_CLIQUES_TRIED:]:
+        if ids <= clique:
+            return
+        new = ids - clique
+        if len(new) == 1:  # one key more than a set already guarded: only its own pairs
+            (a,) = (sourced[i] for i in new)
+            for i in ids & clique:
+                _guard_distinct(tx, a, sourced[i])
+            cliques.append(ids)
+            return
+    tensors = list(sourced.values())
+    for i, a in enumerate(tensors):
+        for b in tensors[i + 1 :]:
+            _guard_distinct(tx, a, b)
+    cliques.append(ids)
+
+
+def known_distinct(tx, variables):
+    """Record tensor variables as distinct objects already (the keys of one dict input)."""
+    _distinct_cliques(tx).append(frozenset(id(v) for v in variables))
+
+
+# Note [Dicts: distinct keys guarded once]
+# Each lookup or store in a dict with tensor keys guards the tensors from outside the frame among
+# its keys to stay distinct; done pair by pair on every call that is quadratic in the keys, per
+# call (an optimizer's state keyed by hundreds of parameters). The sets of variables already known
+# distinct (guarded, or keys of one dict input, distinct by construction) are remembered for the
+# trace: a set inside one of them needs nothing, one with a single key more guards only that
+# key's pairs. Only the most recent sets are tried.
+_CLIQUES_TRIED = 8
+
+
+def _distinct_cliques(tx):
+    output = tx.output
+    cliques = getattr(output, "_kiln_distinct_keys", None)
+    if cliques is None:
+        cliques = output._kiln_distinct_keys = []
+    return cliques
+
+
+def _guard_distinct(tx, a, b):
+    if a is not b and a.source != b.source:
+        tx.output.guards.add(GuardKind.DISTINCT, a.source, b.source)
 
 
 def key_var(key):
