@@ -717,13 +717,6 @@ def operator_call(tx, fn, args):
 # torch.result_type(tensor, number), the number cast to that dtype (a float64 tensor keeps the
 # scalar's full precision; an int tensor and a float scalar compute in the default dtype). The
 # traced scalar is a 0-d tensor input, so it is cast to exactly that dtype before the op.
-def _python_kind_example(dt):
-    """A Python number of the kind a NumPy scalar of dtype `dt` is taken as by torch."""
-    if dt == torch.bool:
-        return True
-    return 1j if dt.is_complex else 1.0 if dt.is_floating_point else 1
-
-
 def _with_tensor(tx, fn, args):
     """`np.float64(2) * t`: torch's operator, the NumPy scalar taken as a Python number is (a
     0-d tensor of the dtype torch computes in: Note [NumPy: a scalar next to a tensor])."""
@@ -736,11 +729,13 @@ def _with_tensor(tx, fn, args):
             if getattr(a, "constant", None) is not None:
                 plain.append(ConstantVariable(a.constant))  # (a constant: the number itself)
                 continue
-            number = _python_kind_example(a.tensor.example.dtype)
-            dt = torch.result_type(tensors[0], number) if tensors else None
-            if dt is None:
+            if not tensors:
                 unimplemented(f"operator {getattr(fn, '__name__', fn)} of NumPy scalars")
-            a = _cast(tx, a.tensor, dt)
+            dt = a.tensor.example.dtype  # (the Python number of its kind, as torch takes it)
+            number = dt == torch.bool or (
+                1j if dt.is_complex else 1.0 if dt.is_floating_point else 1
+            )
+            a = _cast(tx, a.tensor, torch.result_type(tensors[0], number))
         plain.append(a)
     return torch_vars.call_tensor_op(tx, "call_function", _OUT_OF_PLACE.get(fn, fn), plain, {})
 
