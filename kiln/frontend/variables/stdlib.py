@@ -319,14 +319,13 @@ def _fromkeys(tx, iterable, value=None):
 
 
 def _fromkeys_keywords(tx, args, kwargs):
-    """OrderedDict.fromkeys's keyword arguments bound as positional ones, or its TypeError."""
+    """OrderedDict.fromkeys's keyword arguments bound as positional ones, or its TypeError (the
+    method itself, called with stand-in arguments, gives this Python's message)."""
     names = ("iterable", "value")
-    if len(args) + len(kwargs) > 2:
-        n = len(args) + len(kwargs)
-        raise_observed(tx, TypeError, f"fromkeys() takes at most 2 arguments ({n} given)")
-    for name in kwargs:
-        if name not in names:
-            raise_observed(tx, TypeError, f"'{name}' is an invalid keyword argument for fromkeys()")
+    try:
+        collections.OrderedDict.fromkeys(*[()] * len(args), **dict.fromkeys(kwargs, ()))
+    except TypeError as e:
+        raise_observed(tx, TypeError, str(e))
     bound = list(args)
     for i, name in enumerate(names):
         if name in kwargs:
