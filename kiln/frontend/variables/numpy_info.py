@@ -16,7 +16,7 @@ import torch
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
-from kiln.frontend.variables.base import PythonValueVariable, VariableTracker
+from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.lists import TupleVariable
 from kiln.frontend.variables.numpy_vars import (
@@ -24,6 +24,7 @@ from kiln.frontend.variables.numpy_vars import (
     NumpyConstVariable,
     NumpyFunctionVariable,
     NumpyNdarrayVariable,
+    NumpyObjectVariable,
     _t,
     torch_dtype,
 )
@@ -70,7 +71,7 @@ def _constant(v, what):
     unimplemented(f"{what} of a value kiln does not fold ({v})")
 
 
-class NumpyInfoClassVariable(PythonValueVariable):
+class NumpyInfoClassVariable(NumpyObjectVariable):
     """np.finfo, np.iinfo or np.dtype: called on constants, folded."""
 
     def call_function(self, tx, args, kwargs):
@@ -85,16 +86,11 @@ class NumpyInfoClassVariable(PythonValueVariable):
             return NumpyConstVariable(result)
         return NumpyInfoVariable(result)
 
-    def reconstruct(self, cg):
-        if self.source is not None:
-            return super().reconstruct(cg)
-        cg.load_object(self.value)
-
     def __repr__(self):
         return f"NumpyInfoClassVariable({self.value.__name__})"
 
 
-class NumpyInfoVariable(PythonValueVariable):
+class NumpyInfoVariable(NumpyObjectVariable):
     """An np.finfo / np.iinfo object (a constant, or an input guarded by its dtype)."""
 
     def var_getattr(self, tx, name):
@@ -103,11 +99,6 @@ class NumpyInfoVariable(PythonValueVariable):
         except AttributeError:
             unimplemented(f"{type(self.value).__name__} has no attribute {name!r}")
         return numpy_constant(tx, value, f"attribute {name!r} of {type(self.value).__name__}")
-
-    def reconstruct(self, cg):
-        if self.source is not None:
-            return super().reconstruct(cg)
-        cg.load_object(self.value)
 
     def __repr__(self):
         return f"NumpyInfoVariable({self.value!r})"

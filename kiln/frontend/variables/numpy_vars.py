@@ -223,13 +223,17 @@ def _to_numpy_scalar(t):
     return t.numpy()[()]
 
 
-class NumpyConstVariable(PythonValueVariable):
-    """A numpy dtype, scalar type (np.float32) or other constant of numpy."""
+class NumpyObjectVariable(PythonValueVariable):
+    """A NumPy object held as itself: rebuilt from its source, else loaded as the object."""
 
     def reconstruct(self, cg):
         if self.source is not None:
             return super().reconstruct(cg)
         cg.load_object(self.value)
+
+
+class NumpyConstVariable(NumpyObjectVariable):
+    """A numpy dtype, scalar type (np.float32) or other constant of numpy."""
 
     def var_getattr(self, tx, name):
         value = getattr(self.value, name)
@@ -241,16 +245,11 @@ class NumpyConstVariable(PythonValueVariable):
         return f"NumpyConstVariable({self.value!r})"
 
 
-class NumpyFunctionVariable(PythonValueVariable):
+class NumpyFunctionVariable(NumpyObjectVariable):
     """A numpy function or ufunc, called as torch ops (its row in the tables)."""
 
     def call_function(self, tx, args, kwargs):
         return call(tx, self.value, args, kwargs)
-
-    def reconstruct(self, cg):
-        if self.source is not None:
-            return super().reconstruct(cg)
-        cg.load_object(self.value)
 
     def __repr__(self):
         return f"NumpyFunctionVariable({_name(self.value)})"
