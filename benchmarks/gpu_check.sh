@@ -45,6 +45,7 @@ per_model() {  # per_model NAME SECONDS MODELS BENCH-ARGS...: one `kiln bench` p
         timeout "$left" $PY -m kiln bench --device cuda --models "$m" --no-progress \
             --out "/tmp/$name-$m" "$@" >>"$OUT/$name.txt" 2>&1
         echo "== $name/$m: rc=$? at $((SECONDS - start))s"
+        [ -s "/tmp/$name-$m/errors.log" ] && cat "/tmp/$name-$m/errors.log" >>"$OUT/$name.txt"
     done
     grep -E "^[a-z_0-9]+ +(inference|training) " "$OUT/$name.txt" | grep -v " eager "
 }

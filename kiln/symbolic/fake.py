@@ -62,6 +62,10 @@ class ProxyTensor(torch.Tensor):
             device=device,
             requires_grad=requires_grad,
         )
+        if meta.is_conj():  # the lazy conjugate/negation bits, as eager's tensor would carry
+            torch._C._set_conj(r, True)
+        if meta.is_neg():
+            torch._C._set_neg(r, True)
         r._meta = meta
         r._node = node
         r._symbolic = symbolic

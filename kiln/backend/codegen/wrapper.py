@@ -499,10 +499,13 @@ class WrapperCodegen:
                 body.writeline(f"{names[0]} = {call}")
         for o in outs:
             if isinstance(o, Buffer):
+                # Note [Wrapper: outputs an op leaves undefined]: on CUDA an attention op
+                # returns None for the RNG state or debug mask its meta function makes a tensor
+                # of (no dropout); the graph never reads them, so None passes unfixed
                 lay = o.layout
                 stride = self.st(lay.stride)
                 body.writeline(
-                    f"if {o.name}.stride() != {stride}: "
+                    f"if {o.name} is not None and {o.name}.stride() != {stride}: "
                     f"{o.name} = rt.fix({o.name}, {self.st(lay.size)}, {stride})"
                 )
 
