@@ -59,6 +59,26 @@ TOLERANCE = {
 }
 
 
+# Note [Bench: no TF32 in the accuracy step] On CUDA, float32 convolutions run in TF32 by default
+# (torch.backends.cudnn.allow_tf32): 10 bits of mantissa, so two correct programs that sum in
+# different orders differ by ~1e-3 relative, more after a backward through batch norm (resnet
+# training failed the check for every compiler, eager included against another eager order).
+# The reference step and each compiler's checked step run with TF32 off; the timed runs keep the
+# user's settings (each compiler recompiles for them after its reset).
+@contextlib.contextmanager
+def exact_float32(device):
+    """TF32 off for matmuls and convolutions on CUDA while checking accuracy."""
+    if device.type != "cuda":
+        yield
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 @dataclasses.dataclass
 class Row:
     """One model x mode x compiler result."""
@@ -375,7 +395,8 @@ class Runner:
 
         # the reference: eager, one step from a fresh copy
         ref_live = fresh(Eager())
-        out, loss = step(ref_live)
+        with exact_float32(dev):
+            out, loss = step(ref_live)
         reference = _snapshot(ref_live.model, out, loss, mode)
         del ref_live, out, loss
 
@@ -391,7 +412,7 @@ class Runner:
                     progress(f"{spec.name}/{mode} {c.name}: compile")
                 c.reset()
                 live = fresh(c)
-                with PeakMemory(dev) as mem:
+                with PeakMemory(dev) as mem, exact_float32(dev):
                     t0 = time.perf_counter()
                     out, loss = step(live)
                     _sync(dev)
