@@ -20,8 +20,9 @@ from kiln.backend.ir import CPU, Buffer
 #   to the kernel by value). No host-to-device copy and no synchronisation (`.item()` of a CPU
 #   tensor is a host read, ~1 µs; a copy is an allocation and a cudaMemcpy per call, ~10 µs, and
 #   an optimizer step reads two such scalars per parameter). Triton passes Python floats as
-#   float32, exact for float32/float16/bfloat16 values; a float64 one would be rounded, so an op
-#   reading one runs as an ATen call (ATen reads it in double);
+#   float32, exact for float32/float16/bfloat16 values; a float64 one (a learning rate lifted to a
+#   tensor, Note [AOT: floats lifted to tensors]) goes as the int64 of its bits and the kernel
+#   bitcasts it back: exact;
 # - buffers are reused only on their own device, a kernel writes in place only over memory of
 #   its own device, and the wrapper allocates CPU buffers with device="cpu" (under
 #   `torch.set_default_device("cuda")` a bare empty_strided would land on the GPU);
@@ -30,6 +31,7 @@ from kiln.backend.ir import CPU, Buffer
 # A mutated CPU input (`step += 1`) is a CPU ATen call whose result the AOT runtime copies back
 # into the input, as for any mutated input. CPU-only graphs are unchanged (C++ kernels).
 BY_VALUE_DTYPES = {
+    torch.float64,
     torch.float32,
     torch.float16,
     torch.bfloat16,
@@ -114,3 +116,10 @@ def on_two_devices(example_inputs, gm):
     for node in gm.graph.nodes:
         types |= {v.device.type for v in _tensors(node.meta.get("val"))}
     return {"cpu", "cuda"} <= types
+
+
+def value_arg(name, dtype):
+    """The wrapper's expression passing 0-d CPU tensor `name` to a kernel by value."""
+    if dtype == torch.float64:  # as its bits (Triton would round a Python float to float32)
+        return f"{name}.view(torch.int64).item()"
+    return f"{name}.item()"

@@ -95,12 +95,21 @@ def test_cpu_scalar_by_value_matches_eager(dtype, value):
     torch.testing.assert_close(got, fn(x, s))
 
 
-def test_float64_cpu_scalar_runs_in_aten():
-    """Triton passes floats as float32: an op reading a double CPU scalar is an ATen call."""
-    x, s = cuda(64, dtype=torch.float64), torch.tensor(0.1, dtype=torch.float64)
-    _, _, groups, _, wrapper, _ = generate(lambda x, s: (x * s).exp(), [x, s])
-    assert externs(groups) == ["aten.mul.Tensor"]
-    assert ".item()" not in wrapper
+@pytest.mark.parametrize("xdtype", [torch.float64, torch.float32])
+def test_float64_cpu_scalar_goes_as_its_bits(xdtype):
+    """Triton passes floats as float32: a double CPU scalar (a lifted learning rate) goes as the
+    int64 of its bits, bitcast back in the kernel: exact."""
+    x, s = cuda(64, dtype=xdtype), torch.tensor(0.1, dtype=torch.float64)
+    gm, graph, groups, kernels, wrapper, extras = generate(lambda x, s: (x * s).exp(), [x, s])
+    assert externs(groups) == []
+    assert "arg1.view(torch.int64).item()" in wrapper
+    assert ".to(tl.float64, bitcast=True)" in kernels
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        x = torch.randn(64, dtype=xdtype)
+        for v in (0.1, 1e-300, -3.0, 0.0, float("inf")):
+            s = torch.tensor(v, dtype=torch.float64)
+            (got,) = run_on_cpu(gm, graph, kernels, wrapper, extras, [x, s])
+            torch.testing.assert_close(got, (x * s).exp(), rtol=0, atol=0)
 
 
 def test_cpu_result_is_a_device_copy_after_the_kernels():
@@ -136,7 +145,14 @@ def test_cpu_intermediates_stay_on_the_cpu():
     assert ".item()" in wrapper  # d is read by value
     devs = [graph.buffers[o[1]].layout.device for o in graph.outputs]
     assert devs[0].type == "cuda" and devs[1] == torch.device("cpu")
-    assert "device='cpu'" not in wrapper or "empty_strided" in wrapper
+
+
+def test_cpu_matmul_in_a_cuda_graph_allocates_on_the_cpu():
+    """An .out call on CPU tensors gets a CPU buffer, named so (the default device may be CUDA)."""
+    fn = lambda x, c: x * (c @ c).sum()  # noqa: E731
+    _, _, groups, _, wrapper, _ = generate(fn, [cuda(8), torch.randn(3, 3)])
+    assert "aten.mm.out" in externs(groups)
+    assert "dtype=torch.float32, device='cpu')" in wrapper
 
 
 @interpreted

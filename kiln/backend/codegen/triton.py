@@ -29,7 +29,7 @@ import torch
 from kiln import config, modes
 from kiln.backend.codegen.common import IndentedBuffer, KernelBase, compute_dtype
 from kiln.backend.codegen.wrapper import WrapperCodegen
-from kiln.backend.devices import reads_by_value
+from kiln.backend.devices import reads_by_value, value_arg
 from kiln.backend.graph import GraphNotSupported
 from kiln.backend.ir import Ix, prod, set_handler, set_range
 from kiln.backend.scheduler import Group
@@ -325,6 +325,9 @@ class TritonKernel(KernelBase):
             t = TL_DTYPE[compute_dtype(dt)]
             if dt == torch.bool:
                 return self.cse(f"(tl.full({self.shape}, 0, tl.int32) + {p}) != 0", dt)
+            if dt == torch.float64:  # passed as its bits (devices.value_arg)
+                bits = f"(tl.full({self.shape}, 0, tl.int64) + {p})"
+                return self.cse(f"{bits}.to(tl.float64, bitcast=True)", dt)
             return self.cse(f"(tl.full({self.shape}, 0, {t}) + {p}).to({t})", compute_dtype(dt))
         expr = f"tl.load({p} + ({self.zero} + ({index_text(index)})), {self.mask}, other=0)"
         if dt in (torch.float16, torch.bfloat16):
@@ -597,7 +600,7 @@ class TritonWrapperCodegen(WrapperCodegen):
             return p[1:]
         buf = self.graph.buffers.get(p)
         if buf is not None and reads_by_value(buf, self.graph.device):
-            return f"{p}.item()"  # a 0-d CPU tensor (Note [Backend: graphs on two devices])
+            return value_arg(p, buf.layout.dtype)  # Note [Backend: graphs on two devices]
         return p
 
 
