@@ -6,9 +6,8 @@ import sympy
 import torch
 
 from kiln import config, logs
-from kiln.backend import devices
+from kiln.backend import devices, lowering_matmul, lowering_reductions, lowering_views  # noqa: F401 (they register lowerings)
 from kiln.backend import lowering as L
-from kiln.backend import lowering_matmul, lowering_reductions, lowering_views  # noqa: F401 (they register lowerings)
 from kiln.backend.index_exprs import ranges
 from kiln.backend.ir import (
     Buffer,

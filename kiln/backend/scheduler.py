@@ -509,7 +509,10 @@ def _plan_inplace_over_inputs(graph, groups, stores, outputs, consumers, inplace
             for b in order:
                 if b.name not in stores or b.name in taken:
                     continue
-                if b.buf.layout.dtype != buf.layout.dtype or b.buf.layout.device != buf.layout.device:
+                if (
+                    b.buf.layout.dtype != buf.layout.dtype
+                    or b.buf.layout.device != buf.layout.device
+                ):
                     continue
                 if _elementwise_over(g, a, b):
                     inplace[b.name] = a

@@ -73,7 +73,9 @@ def run_on_cpu(gm, graph, kernels, wrapper, extras, args):
 
 
 def test_cpu_scalar_is_a_kernel_argument_by_value():
-    gm, graph, groups, kernels, wrapper, _ = generate(lambda x, s: x * s + 1, [cuda(64), torch.tensor(3.0)])
+    gm, graph, groups, kernels, wrapper, _ = generate(
+        lambda x, s: x * s + 1, [cuda(64), torch.tensor(3.0)]
+    )
     assert externs(groups) == []
     assert kernels.count("@triton.jit") == 1
     assert "tl.load(arg1" not in kernels  # the scalar is not read from (CPU) memory
@@ -84,7 +86,8 @@ def test_cpu_scalar_is_a_kernel_argument_by_value():
 
 @interpreted
 @pytest.mark.parametrize(
-    "dtype,value", [(torch.float32, 2.5), (torch.int64, 3), (torch.bool, True), (torch.bfloat16, 1.5)]
+    "dtype,value",
+    [(torch.float32, 2.5), (torch.int64, 3), (torch.bool, True), (torch.bfloat16, 1.5)],
 )
 def test_cpu_scalar_by_value_matches_eager(dtype, value):
     fn = lambda x, s: (x * s + 1).sin() + s  # noqa: E731
