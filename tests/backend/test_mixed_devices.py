@@ -30,7 +30,7 @@ interpreted = pytest.mark.skipif(
 
 def cuda(*shape, dtype=torch.float32, index=None):
     """A data-less tensor on a CUDA device (no GPU needed)."""
-    meta = torch.empty(*shape, dtype=dtype, device="meta")
+    meta = torch.empty(shape, dtype=dtype, device="meta")
     return ProxyTensor(meta, torch.device("cuda", index) if index is not None else "cuda")
 
 
@@ -214,3 +214,11 @@ def test_graph_device_rule():
     gm = trace_aten(lambda x: to_cuda(x) + 1, [torch.randn(3)])  # CPU inputs, a CUDA value
     assert devices.graph_device([torch.randn(3)], gm).type == "cuda"
     assert devices.on_two_devices([torch.randn(3)], gm)
+
+
+def test_kernel_never_writes_over_cpu_memory():
+    """A 0-d CUDA result of a CPU scalar is not stored over the dying CPU buffer it reads."""
+    _, _, groups, _, wrapper, _ = generate(lambda x, s: x + s * 2, [cuda(), torch.tensor(1.0)])
+    assert externs(groups) == ["aten.mul.Tensor"]
+    assert "written in place" not in wrapper
+    assert "dtype=torch.float32, device='cuda')" in wrapper
