@@ -223,3 +223,15 @@ def test_kernel_never_writes_over_cpu_memory():
     assert externs(groups) == ["aten.mul.Tensor"]
     assert "written in place" not in wrapper
     assert re.search(r"dtype=torch.float32, device='cuda(:0)?'\)", wrapper)
+
+
+@interpreted
+@pytest.mark.parametrize("n", [100, 3000])  # a persistent and a looped reduction
+def test_cpu_scalar_inside_reductions_matches_eager(n):
+    fn = lambda x, s: (x * s).softmax(-1) * s + (x - s).amax(-1, keepdim=True)  # noqa: E731
+    s = torch.tensor(0.7)
+    gm, graph, groups, kernels, wrapper, extras = generate(fn, [cuda(4, n), s])
+    assert externs(groups) == [] and "tl.load(arg1" not in kernels
+    x = torch.randn(4, n)
+    (got,) = run_on_cpu(gm, graph, kernels, wrapper, extras, [x, s])
+    torch.testing.assert_close(got, fn(x, s))
