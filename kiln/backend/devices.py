@@ -117,6 +117,8 @@ def on_two_devices(example_inputs, gm):
     types = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
     for node in gm.graph.nodes:
         types |= {v.device.type for v in _tensors(node.meta.get("val"))}
+        if node.op == "get_attr":
+            types |= {v.device.type for v in _tensors(getattr(gm, node.target, None))}
     return {"cpu", "cuda"} <= types
 
 

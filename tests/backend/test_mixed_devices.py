@@ -201,6 +201,8 @@ def test_cpu_constant_in_a_cuda_graph():
     graph, groups, kernels, wrapper, _, _ = compile_fx.lower_and_generate(gm, [cuda(4)])
     check_devices(graph, groups)
     assert "const0.item()" in wrapper
+    k.meta.pop("val")  # (a constant without a val is still seen)
+    assert devices.on_two_devices([cuda(4)], gm)
 
 
 def test_two_cuda_devices_run_eagerly():
