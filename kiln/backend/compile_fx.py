@@ -25,7 +25,7 @@ import torch.autograd.profiler as _profiler
 from kiln import config, faults, hooks, logs, modes
 from kiln.autograd.aot import aot_autograd
 from kiln.autograd.aten_tracer import trace_aten
-from kiln.backend import codecache, cpu_tune, cudagraphs, lowering_matmul
+from kiln.backend import codecache, cpu_tune, cudagraphs, devices, lowering_matmul
 from kiln.backend.codegen import triton
 from kiln.backend.codegen.cpp import generate_cpp
 from kiln.backend.codegen.wrapper import WrapperCodegen, rt
@@ -107,7 +107,7 @@ def _graph_key(gm, example_inputs):
     h.update(f"{config.profile_kernels}".encode())  # Note [Backend: kernel profiling]
     h.update(f"{modes.current('max_autotune')}|{lowering_matmul.chosen_names()}".encode())
     h.update(f"{config.cpu_backend}|{os.environ.get('TRITON_INTERPRET', '0')}".encode())
-    h.update(_device_id(example_inputs).encode())  # Triton kernels: capability, Triton version
+    h.update(_device_id(example_inputs, gm).encode())  # Triton kernels: capability, Triton version
     # the layout choices depend on these (Note [Backend: channels-last convolutions])
     free = GraphMeta.of(gm).free_layout_outputs
     h.update(f"{torch.is_grad_enabled()}|{config.conv_channels_last}|{sorted(free)}".encode())
@@ -130,10 +130,13 @@ def _graph_key(gm, example_inputs):
     return h.hexdigest()[:40]
 
 
-def _device_id(example_inputs):
-    """'' on CPU; for CUDA inputs the device's capability and Triton's version."""
-    if not any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs):
-        return ""
+def _device_id(example_inputs, gm):
+    """'' on CPU; for a graph with CUDA tensors the device's capability and Triton's version."""
+    try:
+        if devices.graph_device(example_inputs, gm).type != "cuda":
+            return ""
+    except ValueError:  # (two CUDA devices: the lowering says why the graph runs eagerly)
+        return "several"
     try:
         import triton
 
@@ -197,7 +200,8 @@ TRITON_MARK = "import torch\nimport triton\n"  # how a Triton module's source be
 
 
 def _uses_triton(graph):
-    """Triton kernels for CUDA graphs, and for CPU graphs under config.cpu_backend="triton"."""
+    """Triton kernels for CUDA graphs (a graph with any CUDA tensor: Note [Backend: graphs on two
+    devices]), and for CPU graphs under config.cpu_backend="triton"."""
     return config.cpu_backend == "triton" or graph.device.type == "cuda"
 
 
@@ -311,7 +315,14 @@ def _compile_with_options(opts, gm, example_inputs, role="inference"):
     with modes.applied(opts):
         compiled = compile_aten_graph(gm, example_inputs)
     cuda = cudagraphs.recordable(example_inputs)
-    if opts.get("cudagraphs") and cuda and not getattr(compiled, "kiln_fallback", False):
+    if opts.get("cudagraphs") and cuda and devices.on_two_devices(example_inputs, gm):
+        # a recording would keep the CPU scalars' values (Note [Backend: graphs on two devices])
+        modes.say_once(
+            "cudagraphs-cpu-tensors",
+            "kiln: mode %r does not record graphs with CPU tensors",
+            "reduce-overhead",
+        )
+    elif opts.get("cudagraphs") and cuda and not getattr(compiled, "kiln_fallback", False):
         compiled = CUDAGraphed(compiled, example_inputs, role=role)
     elif opts.get("cudagraphs") and not cuda:
         modes.say_once(

@@ -6,11 +6,10 @@ import sympy
 import torch
 
 from kiln import config, logs
+from kiln.backend import devices, lowering_matmul, lowering_reductions, lowering_views  # noqa: F401 (they register lowerings)
 from kiln.backend import lowering as L
-from kiln.backend import lowering_matmul, lowering_reductions, lowering_views  # noqa: F401 (they register lowerings)
 from kiln.backend.index_exprs import ranges
 from kiln.backend.ir import (
-    CPU,
     Buffer,
     ComputedBuffer,
     ExternBuffer,
@@ -151,7 +150,7 @@ class GraphLowering:
         ranges().clear()
         use_shape_env(GraphMeta.of(self.gm).shape_env)
         self.channels_last = _wants_channels_last(self.gm)
-        self.device = graph_device(self.example_inputs)
+        self.device = graph_device(self.example_inputs, self.gm)
         with device_scope(self.device):
             return self._run()
 
@@ -186,7 +185,8 @@ class GraphLowering:
         if not isinstance(x, torch.Tensor):
             raise GraphNotSupported(f"non-tensor graph input {type(x).__name__}")
         _check_tensor(x)
-        buf = InputBuffer(f"arg{k}", Layout(size_exprs(x), stride_exprs(x), x.dtype))
+        lay = Layout(size_exprs(x), stride_exprs(x), x.dtype, device=self._device_of(x))
+        buf = InputBuffer(f"arg{k}", lay)
         self.inputs.append(buf)
         self.buffers[buf.name] = buf
         if self.channels_last and _is_channels_last(x):  # a saved activation of a forward
@@ -197,12 +197,15 @@ class GraphLowering:
         t = getattr(self.gm, node.target)
         if not isinstance(t, torch.Tensor):
             raise GraphNotSupported(f"get_attr of {type(t).__name__}")
-        if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.device != self.device:
+        dev = self._device_of(t)  # Note [Backend: graphs on two devices]
+        if type(t) not in (torch.Tensor, torch.nn.Parameter) or (
+            dev is None and t.device != self.device
+        ):
             raise GraphNotSupported(f"constant {node.target} has no data on {self.device}")
         _check_tensor(t)
         name = f"const{len(self.constants)}"
         self.constants[name] = t
-        buf = InputBuffer(name, Layout(t.shape, t.stride(), t.dtype))
+        buf = InputBuffer(name, Layout(t.shape, t.stride(), t.dtype, device=dev))
         self.buffers[name] = buf
         return buf
 
@@ -229,6 +232,11 @@ class GraphLowering:
         loops = target in L.EXTERN_OUT and lowering_matmul.chosen(node.name)
         if loops:
             fn = lowering_matmul.LOOP_LOWERINGS[target]  # Note [Matmuls as loops]
+        if self.device.type != "cpu":  # Note [Backend: graphs on two devices]
+            off = devices.off_device(self, _flat(args) + _flat(kwargs), val)
+            if off is not None:
+                logs.log("perf_hints", "kiln: %s runs as an ATen call (%s)", target, off)
+                return self.fallback(node, target, args, kwargs, val)
         if fn is not None and not has_py and (target not in L.EXTERN_OUT or loops):
             for a in _flat(args) + _flat(kwargs):
                 if L.is_ir(a):
@@ -289,7 +297,7 @@ class GraphLowering:
                 _check_tensor(v)
                 cl = cl_conv and v.dim() == 4
                 stride = _cl_stride(size_exprs(v)) if cl else stride_exprs(v)
-                lay = Layout(size_exprs(v), stride, v.dtype)
+                lay = Layout(size_exprs(v), stride, v.dtype, device=self._device_of(v))
                 b = ExternBuffer(self._name(), lay, kernel)
                 self.buffers[b.name] = b
                 if cl:
@@ -338,6 +346,11 @@ class GraphLowering:
             else:
                 result.append(None)
         return result
+
+    def _device_of(self, t):
+        """A tensor's device where it is off the graph's main device (a CPU tensor in a CUDA
+        graph), else None: the main device (Note [Backend: graphs on two devices])."""
+        return t.device if devices.foreign(t.device, self.device) else None
 
     # --- channels-last convolutions (see the Note) -----------------------------------------------
 
@@ -601,13 +614,12 @@ def _size_value(val, example):
     return None
 
 
-def graph_device(example_inputs):
-    """The one device of a graph's tensors (CPU, or one CUDA device: Triton kernels)."""
-    devs = {x.device for x in example_inputs if isinstance(x, torch.Tensor)}
-    devs.discard(torch.device("meta"))
-    if len(devs) > 1:
-        raise GraphNotSupported(f"tensors on several devices: {sorted(map(str, devs))}")
-    return devs.pop() if devs else CPU
+def graph_device(example_inputs, gm=None):
+    """A graph's main device: CPU, or its CUDA device (Note [Backend: graphs on two devices])."""
+    try:
+        return devices.graph_device(example_inputs, gm)
+    except ValueError as e:
+        raise GraphNotSupported(str(e)) from e
 
 
 def _check_tensor(x):

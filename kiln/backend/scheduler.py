@@ -478,6 +478,8 @@ def _plan_input_mutations(graph, groups, stores, consumers, inplace):
         la, lb = arg.layout, b.buf.layout
         if (la.size, la.stride, la.dtype, la.offset) != (lb.size, lb.stride, lb.dtype, lb.offset):
             continue
+        if la.device != lb.device:  # Note [Backend: graphs on two devices]
+            continue
         if gi in cons and not _elementwise_over(g, arg.name, b):
             continue
         inplace[b_name] = arg.name
@@ -507,7 +509,10 @@ def _plan_inplace_over_inputs(graph, groups, stores, outputs, consumers, inplace
             for b in order:
                 if b.name not in stores or b.name in taken:
                     continue
-                if b.buf.layout.dtype != buf.layout.dtype:
+                if (
+                    b.buf.layout.dtype != buf.layout.dtype
+                    or b.buf.layout.device != buf.layout.device
+                ):
                     continue
                 if _elementwise_over(g, a, b):
                     inplace[b.name] = a

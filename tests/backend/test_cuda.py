@@ -6,6 +6,7 @@ run again with CUDA as the default device (`torch.set_default_device`), strict (
 back to eager fails), and each must send at least one graph through Triton.
 """
 
+import contextlib
 import inspect
 
 import pytest
@@ -20,10 +21,9 @@ from tests.backend.helpers import check
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
-# tests whose graphs may rightly not reach Triton in this process: mixed CPU/CUDA graphs run
-# eagerly (correctly), and the device-assert test compiles in a subprocess
+# tests whose graphs may rightly not reach Triton in this process: the device-assert test
+# compiles in a subprocess
 NO_TRITON_NEEDED = {
-    "test_cpu_scalar_tensor_with_cuda_tensors",
     "test_out_of_bounds_index_is_a_device_assert",
 }
 
@@ -126,12 +126,103 @@ def test_dynamic_sizes_one_compile_on_cuda():
     assert logs.counters["stats"]["unique_graphs"] == 1
 
 
+@contextlib.contextmanager
+def compiled_not_eager():
+    """No graph inside ran eagerly (a mixed-device graph used to: Note [Backend: graphs on two
+    devices])."""
+    before = logs.counters["backend"]["eager_fallbacks"]
+    yield
+    assert logs.counters["backend"]["eager_fallbacks"] == before, "a graph ran eagerly"
+
+
 def test_cpu_scalar_tensor_with_cuda_tensors():
-    """A 0-d CPU tensor may meet CUDA tensors (eager allows it): same result as eager."""
+    """A 0-d CPU tensor may meet CUDA tensors (eager allows it): read by value by the kernel."""
     f = kiln.compile(lambda x, s: x * s + 1, backend="kiln")
-    x, s = torch.randn(64), torch.tensor(3.0, device="cpu")
-    config.strict = False  # mixed devices may run the graph's kernels eagerly; never wrongly
-    torch.testing.assert_close(f(x, s), x * s + 1)
+    with compiled_not_eager():
+        for v, dtype in ((3.0, torch.float32), (-0.5, torch.float32), (0.1, torch.float64)):
+            x, s = torch.randn(64), torch.tensor(v, dtype=dtype, device="cpu")
+            torch.testing.assert_close(f(x, s), x * s + 1)
+
+
+def test_cpu_scalar_made_inside_the_frame_on_cuda():
+    """`x * torch.tensor(3.0)` (a CPU constant) and int/bool CPU scalars next to CUDA tensors."""
+    fn = lambda x, n, b: (x * torch.tensor(3.0, device="cpu") + n) * ((x > 0) & b)  # noqa: E731
+    f = kiln.compile(fn, backend="kiln")
+    with compiled_not_eager():
+        for k in (2, 7):
+            x = torch.randn(100)
+            n, b = torch.tensor(k, device="cpu"), torch.tensor(k > 3, device="cpu")
+            torch.testing.assert_close(f(x, n, b), fn(x, n, b))
+
+
+@pytest.mark.parametrize("foreach", [False, True])
+@pytest.mark.parametrize("opt_cls", [torch.optim.Adam, torch.optim.AdamW])
+def test_adam_with_cpu_step_counters_on_cuda(opt_cls, foreach):
+    """A compiled optimizer step over CUDA parameters whose `step` counters stay on the CPU
+    (capturable=False): parameters and state as eager's after three steps."""
+    with torch.device("cpu"):  # (so that the optimizer puts `step` on the CPU)
+        torch.manual_seed(0)
+        params = [torch.randn(64, 32, device="cuda"), torch.randn(32, device="cuda")]
+        ref = [p.clone().requires_grad_() for p in params]
+        mine = [p.clone().requires_grad_() for p in params]
+        opts = [opt_cls(ps, lr=0.01, foreach=foreach, capturable=False) for ps in (ref, mine)]
+        step = kiln.compile(opts[1].step, backend="kiln")
+        with compiled_not_eager():
+            for _ in range(3):
+                grads = [torch.randn_like(p) for p in params]
+                for ps in (ref, mine):
+                    for p, g in zip(ps, grads):
+                        p.grad = g.clone()
+                opts[0].step()
+                step()
+    for p, q in zip(ref, mine):
+        torch.testing.assert_close(q, p)
+        want, got = opts[0].state[p], opts[1].state[q]
+        for key in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(got[key], want[key])
+        assert got["step"].device.type == "cpu" and got["step"].item() == 3
+
+
+def test_forward_moves_its_cpu_input_to_the_device_on_cuda():
+    """`x.to(self.weight.device)` inside forward: a device copy in the graph, the rest compiled;
+    a training step's gradients as eager's."""
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 8)
+
+        def forward(self, x):
+            x = x.to(self.lin.weight.device)
+            return (self.lin(x).relu() * 2).sum(-1)
+
+    torch.manual_seed(0)
+    model = Net()
+    compiled = kiln.compile(model, backend="kiln")
+    with compiled_not_eager():
+        for _ in range(2):
+            x = torch.randn(4, 16, device="cpu")
+            want = model(x)
+            want.sum().backward()
+            grads = [p.grad.clone() for p in model.parameters()]
+            model.zero_grad()
+            got = compiled(x)
+            got.sum().backward()
+            torch.testing.assert_close(got, want)
+            for p, g in zip(model.parameters(), grads):
+                torch.testing.assert_close(p.grad, g)
+            model.zero_grad()
+
+
+def test_result_moved_to_the_cpu_on_cuda():
+    """A graph that ends with `y.cpu()`: kernels on the GPU, the copy in the graph."""
+    fn = lambda x: (x.sin() * 2).softmax(-1).cpu()  # noqa: E731
+    f = kiln.compile(fn, backend="kiln")
+    with compiled_not_eager():
+        x = torch.randn(8, 100)
+        got = f(x)
+    assert got.device.type == "cpu"
+    torch.testing.assert_close(got, fn(x))
 
 
 def test_dropout_is_random_per_call_on_cuda():

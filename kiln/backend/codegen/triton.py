@@ -29,6 +29,7 @@ import torch
 from kiln import config, modes
 from kiln.backend.codegen.common import IndentedBuffer, KernelBase, compute_dtype
 from kiln.backend.codegen.wrapper import WrapperCodegen
+from kiln.backend.devices import reads_by_value, value_arg
 from kiln.backend.graph import GraphNotSupported
 from kiln.backend.ir import Ix, prod, set_handler, set_range
 from kiln.backend.scheduler import Group
@@ -317,8 +318,17 @@ class TritonKernel(KernelBase):
         loc = self.locals.get(name)
         if loc is not None and loc[1] == index:
             return loc[0]
-        dt = self.graph.buffers[name].layout.dtype
+        buf = self.graph.buffers[name]
+        dt = buf.layout.dtype
         p = self.param_name(name)
+        if reads_by_value(buf, self.graph.device):  # Note [Backend: graphs on two devices]
+            t = TL_DTYPE[compute_dtype(dt)]
+            if dt == torch.bool:
+                return self.cse(f"(tl.full({self.shape}, 0, tl.int32) + {p}) != 0", dt)
+            if dt == torch.float64:  # passed as its bits (devices.value_arg)
+                bits = f"(tl.full({self.shape}, 0, tl.int64) + {p})"
+                return self.cse(f"{bits}.to(tl.float64, bitcast=True)", dt)
+            return self.cse(f"(tl.full({self.shape}, 0, {t}) + {p}).to({t})", compute_dtype(dt))
         expr = f"tl.load({p} + ({self.zero} + ({index_text(index)})), {self.mask}, other=0)"
         if dt in (torch.float16, torch.bfloat16):
             expr += ".to(tl.float32)"
@@ -586,7 +596,12 @@ class TritonWrapperCodegen(WrapperCodegen):
     """The wrapper generator for Triton kernels: kernels take tensors, not pointers."""
 
     def kernel_arg(self, p):
-        return p[1:] if _SIZE_ARG.fullmatch(p) else p
+        if _SIZE_ARG.fullmatch(p):
+            return p[1:]
+        buf = self.graph.buffers.get(p)
+        if buf is not None and reads_by_value(buf, self.graph.device):
+            return value_arg(p, buf.layout.dtype)  # Note [Backend: graphs on two devices]
+        return p
 
 
 _modules = {}  # source hash -> loaded module

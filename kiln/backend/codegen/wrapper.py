@@ -39,16 +39,17 @@ aten = torch.ops.aten
 
 
 def _key(buf):
-    """Buffers with equal keys can share memory: the elements their storage spans, and dtype."""
+    """Buffers with equal keys can share memory: the elements their storage spans, dtype and
+    device (Note [Backend: graphs on two devices])."""
     lay = buf.layout
     span = 1
     for sz, st in zip(lay.size, lay.stride):
         if type(sz) is int and sz == 0:
-            return (0, lay.dtype)
+            return (0, lay.dtype, str(lay.device))
         span = span + (sz - 1) * st
     if is_sym(span):
         span = sympy.expand(span)
-    return (span, lay.dtype)
+    return (span, lay.dtype, str(lay.device))
 
 
 class rt:
@@ -450,7 +451,7 @@ class WrapperCodegen:
             return
         body.writeline(
             f"{buf.name} = empty_strided({self.st(lay.size)}, {self.st(lay.stride)}, "
-            f"dtype={lay.dtype}{_device_kw(lay)})"
+            f"dtype={lay.dtype}{_device_kw(lay, self.graph)})"
         )
 
     def kernel_call(self, body, grp):
@@ -591,10 +592,13 @@ class WrapperCodegen:
         return f"{op} -> [{', '.join(map(str, first.layout.size))}]"
 
 
-def _device_kw(layout):
-    """`, device=...` for a buffer off the CPU (allocated by torch's caching allocator)."""
+def _device_kw(layout, graph):
+    """`, device=...` for a buffer off the CPU (allocated by torch's caching allocator), and for a
+    CPU buffer of a CUDA graph (Note [Backend: graphs on two devices])."""
     dev = getattr(layout, "device", None)
-    return "" if dev is None or dev.type == "cpu" else f", device={str(dev)!r}"
+    if dev is None or (dev.type == "cpu" and getattr(graph, "device", dev).type == "cpu"):
+        return ""
+    return f", device={str(dev)!r}"
 
 
 def _plural(n, word):
