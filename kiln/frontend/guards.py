@@ -374,9 +374,10 @@ class _Hoister:
     """Gives each source a short local name, computed once from its parent's (Note [Guards:
     one function per entry]): `___s3 = ___s1['fc1']`."""
 
-    def __init__(self):
+    def __init__(self, types=None):
         self.names = {}
         self.lines = []
+        self.types = types or {}  # source -> the class its TYPE_MATCH guard pins
 
     def __call__(self, source):
         if source is None:
@@ -386,7 +387,9 @@ class _Hoister:
         name = self.names.get(source)
         if name is not None:
             return name
-        if isinstance(source, PlainAttrSource) or (
+        if type(source) is AttrSource and source.attr == "__class__" and self._plain_class(source):
+            expr = f"___type({self(source.source)})"  # Note [Guards: plain reads skip ...]
+        elif isinstance(source, PlainAttrSource) or (
             isinstance(source, AttrSource) and source.attr == "__dict__"
         ):
             # Note [Guards: plain reads skip a Python __getattribute__]
@@ -414,6 +417,19 @@ class _Hoister:
         name = self.names[source] = f"___s{len(self.names)}"
         self.lines.append(f"{name} = {expr}")
         return name
+
+    def _plain_class(self, source):
+        """Whether `obj.__class__` is `type(obj)` for the class its guard pins: no `__class__`
+        of its own, and the plain lookup or a Python __getattribute__ (which the translator
+        does not run for `__class__` either), not a C one (a weakref.proxy forwards it)."""
+        cls = self.types.get(source.source)
+        if cls is None or inspect.getattr_static(cls, "__class__", None) is not _OBJECT_CLASS:
+            return False
+        hook = inspect.getattr_static(cls, "__getattribute__", None)
+        return hook is object.__getattribute__ or isinstance(hook, types.FunctionType)
+
+
+_OBJECT_CLASS = object.__dict__["__class__"]
 
 
 def signature_text(code):
@@ -443,7 +459,8 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
     parts = []  # readable, self-contained expressions: for the recompile reason
     in_parts = set()  # (a list input of 30000 items has as many guards: no list scan per part)
     body = []
-    hoist = _Hoister()
+    types_of = {g.source: g.value for g in guard_set if g.kind == GuardKind.TYPE_MATCH}
+    hoist = _Hoister(types_of)
     seen = set()
     dyn = getattr(guard_set, "dynamic_dims", {})
     for g in sorted(guard_set, key=_order):

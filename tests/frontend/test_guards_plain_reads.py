@@ -1,6 +1,8 @@
 """Guards read an object's namespace without running its class's Python __getattribute__
 (Note [Guards: plain reads skip a Python __getattribute__]), and still catch every change."""
 
+import weakref
+
 import torch
 
 import kiln
@@ -78,3 +80,48 @@ def test_alias_added_to_the_hook_table_recompiles():
     torch.testing.assert_close(cf(x), f(x))
     assert backend.calls == 2
     del cfg.aliases
+
+
+class Scaled(Config):
+    def apply(self, x):
+        return x * self.width
+
+
+class Shifted(Config):
+    def apply(self, x):
+        return x - self.width
+
+
+def test_class_of_a_hooked_object_is_its_type_and_a_new_class_recompiles():
+    cfg = Scaled()
+    cfg.width = 3
+
+    def f(x):
+        return cfg.apply(x) + 1
+
+    backend = CountingBackend()
+    cf = kiln.compile(f, backend=backend)
+    x = torch.randn(4)
+    torch.testing.assert_close(cf(x), f(x))
+    src = cf._kiln_cache.entry_info[0].guard_source
+    assert ".__class__" not in src and "___type(" in src, src
+    cfg.__class__ = Shifted
+    torch.testing.assert_close(cf(x), f(x))
+    assert backend.calls == 2
+
+
+def test_weakref_proxy_class_is_read_as_python_reads_it():
+    class Box:
+        def get(self, x):
+            return x + 2
+
+    box = Box()
+    proxy = weakref.proxy(box)
+
+    def f(x):
+        return proxy.get(x)
+
+    cf = kiln.compile(f, backend=CountingBackend())
+    x = torch.randn(4)
+    torch.testing.assert_close(cf(x), f(x))
+    torch.testing.assert_close(cf(x), f(x))
