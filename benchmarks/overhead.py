@@ -7,10 +7,11 @@ torch ...) and the median per-call time of many rounds is reported, with the rat
     .venv/bin/python benchmarks/overhead.py [--rounds 200] [--calls 200]
 
 `--models mlp,nanogpt,hf_llama,resnet,hf_gpt2` times a cache hit of the suite's models instead
-(inference, CPU, one thread): the whole call, the guard function alone (called in a loop on the
-same arguments, with its number of conditions), the frontend's rest (the wrapper and transformed
-code), the AOT runtime's own cost and the compiled graphs (generated wrapper and kernels), and
-eager; `--show-guard` prints each guard's source.
+(inference, CPU, one thread): the host cost of a call (the call with its compiled graphs stubbed
+out: they return what they computed once) split into the guard function alone (called in a loop
+on the same arguments; with its number of conditions), the frontend's rest (the wrapper and the
+transformed code) and the AOT runtime; then the compiled graphs (generated wrapper and kernels),
+the whole call and eager; `--show-guard` prints each guard's source.
 """
 
 import argparse
