@@ -46,6 +46,7 @@ from kiln.autograd.plan_keys import (
     _layout_check,
     _restore_env,
     _symbolic_examples,
+    guarded_key_positions,
     make_symbolic_examples,
 )
 from kiln.contracts import GraphMeta, output_layouts
@@ -523,6 +524,7 @@ class AOTCompiled:
         self.guarded = examples is None and inputs_guarded
         self.guarded_symbolic = examples is not None and inputs_guarded
         self.lifted = lifted_positions(fn)  # Note [AOT: floats lifted to tensors]
+        self.key_positions = None  # Note [AOT: the guarded key's positions]
         if example_inputs is not None:
             self._first_plan(list(example_inputs))
         self.frozen = not self.own_env
@@ -537,6 +539,7 @@ class AOTCompiled:
             except Exception as e:  # an op that takes only a Scalar got the tensor
                 logs.log("recompiles", f"aot: float inputs specialised ({type(e).__name__}: {e})")
             self.lifted, self.plans, self.last_plan = (), {}, None
+            self.key_positions = None
         self.plan_for(args)
 
     def symbolic_plan(self, args):
@@ -548,7 +551,9 @@ class AOTCompiled:
         if self.examples is None or not self.dynamic:
             return None
         if self.guarded_symbolic:  # Note [AOT: inputs the frontend guards]
-            key = _guarded_key(args, self.dynamic)
+            if self.key_positions is None:
+                self.key_positions = guarded_key_positions(args, self.dynamic)
+            key = _guarded_key(args, self.dynamic, self.key_positions)
         else:
             if self.layout_ok is None:
                 self.layout_ok = _layout_check(self.examples)
@@ -585,7 +590,12 @@ class AOTCompiled:
         if plan is not None:
             self.last_plan = plan
             return plan
-        key = _guarded_key(args) if self.guarded else _key(args)
+        if self.guarded:
+            if self.key_positions is None:
+                self.key_positions = guarded_key_positions(args)
+            key = _guarded_key(args, positions=self.key_positions)
+        else:
+            key = _key(args)
         plan = self.plans.get(key)
         if plan is None:
             if len(self.plans) >= config.cache_size_limit:

@@ -19,6 +19,7 @@ from kiln.bytecode import (
     format_code,
 )
 from kiln.exc import unimplemented
+from kiln.frontend import input_loads
 from kiln.frontend.guards import held_weakly
 from kiln.frontend.variables import random_draws
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -198,10 +199,10 @@ def graph_call(output, body):
     body.temp_names.extend(random_draws.emit_draws(output, call))  # Note [Random: draws ...]
     if name is not None:
         call.extend(emit.load_global(name, push_null=True))
-        for source in input_sources:
-            source.reconstruct(call)
+        temps = input_loads.load_inputs(call, body, input_sources)  # Note [Bytecode: module ...]
         call.extend(emit.call(len(input_sources)))
         call.extend(emit.store_fast(GRAPH_OUT))
+        input_loads.clear_temps(call, temps)
     _end_grad_mode(output, call)
     return call.instrs
 

@@ -32,6 +32,7 @@ from kiln.frontend.source import (
     IterHasSource,
     IterRestSource,
     LocalSource,
+    PlainAttrSource,
     ProxiedDictSource,
     dict_get,
     dict_iter_dict,
@@ -359,13 +360,24 @@ def _order(guard):
     return (last, _depth(guard.source), guard.kind)
 
 
+# Note [Guards: plain reads skip a Python __getattribute__]
+# A `__dict__` source is an object's own namespace: the instance dict (or a class's) that
+# attribute lookup consults, as the translator reads it (raw_load_attr, the instance-dict view, a
+# NOT_IN guard). The guard reads it with `object.__getattribute__(obj, '__dict__')`, not
+# `obj.__dict__`: the same dict, but a class with a Python `__getattribute__` (Hugging Face's
+# configs: two Python frames per read) ran that function on every check, ~2.4 us per read and
+# eight reads in hf_llama's guard. Likewise a class attribute that the plain lookup at the end of
+# such a `__getattribute__` found has a PlainAttrSource (user_defined.plain_getattr).
+
+
 class _Hoister:
     """Gives each source a short local name, computed once from its parent's (Note [Guards:
     one function per entry]): `___s3 = ___s1['fc1']`."""
 
-    def __init__(self):
+    def __init__(self, types=None):
         self.names = {}
         self.lines = []
+        self.types = types or {}  # source -> the class its TYPE_MATCH guard pins
 
     def __call__(self, source):
         if source is None:
@@ -375,7 +387,14 @@ class _Hoister:
         name = self.names.get(source)
         if name is not None:
             return name
-        if isinstance(source, AttrSource):
+        if type(source) is AttrSource and source.attr == "__class__" and self._plain_class(source):
+            expr = f"___type({self(source.source)})"  # Note [Guards: plain reads skip ...]
+        elif isinstance(source, PlainAttrSource) or (
+            isinstance(source, AttrSource) and source.attr == "__dict__"
+        ):
+            # Note [Guards: plain reads skip a Python __getattribute__]
+            expr = f"___plain_attr({self(source.source)}, {source.attr!r})"
+        elif isinstance(source, AttrSource):
             expr = f"{self(source.source)}.{source.attr}"
         elif isinstance(source, GetItemSource):
             expr = f"{self(source.source)}[{key_text(source.index)}]"
@@ -398,6 +417,19 @@ class _Hoister:
         name = self.names[source] = f"___s{len(self.names)}"
         self.lines.append(f"{name} = {expr}")
         return name
+
+    def _plain_class(self, source):
+        """Whether `obj.__class__` is `type(obj)` for the class its guard pins: no `__class__`
+        of its own, and the plain lookup or a Python __getattribute__ (which the translator
+        does not run for `__class__` either), not a C one (a weakref.proxy forwards it)."""
+        cls = self.types.get(source.source)
+        if cls is None or inspect.getattr_static(cls, "__class__", None) is not _OBJECT_CLASS:
+            return False
+        hook = inspect.getattr_static(cls, "__getattribute__", None)
+        return hook is object.__getattribute__ or isinstance(hook, types.FunctionType)
+
+
+_OBJECT_CLASS = object.__dict__["__class__"]
 
 
 def signature_text(code):
@@ -427,7 +459,8 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
     parts = []  # readable, self-contained expressions: for the recompile reason
     in_parts = set()  # (a list input of 30000 items has as many guards: no list scan per part)
     body = []
-    hoist = _Hoister()
+    types_of = {g.source: g.value for g in guard_set if g.kind == GuardKind.TYPE_MATCH}
+    hoist = _Hoister(types_of)
     seen = set()
     dyn = getattr(guard_set, "dynamic_dims", {})
     for g in sorted(guard_set, key=_order):
@@ -458,6 +491,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
         "___dict_get": dict_get,
+        "___plain_attr": object.__getattribute__,  # PlainAttrSource, __dict__
         "___dict_key_at": dict_key_at,  # DictKeyAtSource
         "___weak_key_get": weak_key_get,  # WeakKeyGetSource
         "___torch_attr": torch_attr,  # TorchAttrSource

@@ -108,6 +108,22 @@ class AttrSource(Source):
         return self.source.base()
 
 
+@dataclasses.dataclass(frozen=True)
+class PlainAttrSource(AttrSource):
+    """`object.__getattribute__(base, attr)`: what the plain lookup that a class's Python
+    `__getattribute__` ends with reads (Note [Guards: plain reads skip a Python
+    __getattribute__])."""
+
+    def name(self):
+        return _cached_name(self, lambda: f"___plain_attr({self.source.name()}, {self.attr!r})")
+
+    def reconstruct(self, cg):
+        cg.load_object(object.__getattribute__, push_null=True)
+        self.source.reconstruct(cg)
+        cg.extend(_emit.load_const(self.attr))
+        cg.extend(_emit.call(2))
+
+
 def is_builtin_class(value):
     """A class guard code names as a builtin (`str`, `int`): builtins holds it by its name."""
     return isinstance(value, type) and getattr(builtins, value.__name__, None) is value

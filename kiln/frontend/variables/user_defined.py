@@ -12,10 +12,7 @@ import torch
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.source import (
-    AttrSource,
-    GetItemSource,
-)
+from kiln.frontend.source import AttrSource, GetItemSource, PlainAttrSource
 from kiln.frontend.variables import dict_subclass, logging_vars, stdlib
 from kiln.frontend.variables.base import (
     PythonValueVariable,
@@ -380,6 +377,10 @@ class UserDefinedObjectVariable(VariableTracker):
             return inline_call(tx, static.fget, [self], {}, self._class_attr_source(name, "fget"))
         if python_get(static) is not None:  # Note [Objects: descriptors with a Python __get__]
             return descriptor_get(tx, self, cls, name, static, AttrSource(self.source, "__class__"))
+        if isinstance(instance_static(cls, "__getattribute__", None), types.FunctionType):
+            # (reached from the inlined hook) Note [Guards: plain reads skip a Python ...]
+            value = object.__getattribute__(self.value, name)
+            return wrap_value(tx, value, PlainAttrSource(self.source, name))
         # (a property implemented in C, e.g. pybind11's def_readonly: read, guarded by source)
         return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
 
