@@ -4,12 +4,13 @@
 #     OUT=results/gpu bash benchmarks/gpu_check.sh [probe] [tests] [sweep] [grad] [launch] [profile]
 #         [bench] [benchhf] [tune] [bench16]
 # (no stage named: all of them). BENCH_MODELS, BENCHHF_MODELS, TUNE_MODELS and BENCH16_MODELS pick
-# the benchmarks' models; BENCH16_MODE their mode; T_<STAGE> their limits in seconds. A benchmark
-# stage runs one `kiln bench` per model, so a stage cut by its limit keeps the models it finished.
+# the benchmarks' models; BENCH_MODE and BENCH16_MODE their modes; T_<STAGE> their limits in
+# seconds. A benchmark stage runs one `kiln bench` per model, so a stage cut by its limit keeps
+# the models it finished (and appends each model's errors.log to the stage's log).
 # On a machine without kiln installed, PYTHONPATH=. is enough: kiln runs from the checkout.
 # `probe` checks kiln's direct kernel relaunch and turns it off for the later stages if it fails.
-# Seen on an H200 (2026-11-26): tests ~40 s, profile ~80 s, bench ~50-90 s per model; a machine
-# takes 30-160 s to start. Within a 15-minute lease: `tests profile bench` with BENCH_MODELS of 4.
+# Seen on an H200 (2026-11-26/27): tests ~40 s, sweep ~42 s, grad ~40 s (JOBS=14), profile ~80 s,
+# bench ~50-90 s per model (both modes); a machine takes 30-160 s to start. Within a 15-minute lease: `tests profile bench` with BENCH_MODELS of 4.
 PY=${PY:-python3}
 OUT=${OUT:-results/gpu}
 JOBS=${JOBS:-12}
@@ -62,7 +63,8 @@ for stage in $STAGES; do
         fi ;;
     tests) TAIL=25 step tests "${T_TESTS:-150}" $PY -m pytest -q -n 8 -rf -p no:cacheprovider \
         tests/backend/test_cuda.py tests/backend/test_cudagraphs.py tests/test_modes.py \
-        tests/frontend/test_modules.py ;;
+        tests/backend/test_mixed_devices.py tests/frontend/test_modules.py \
+        $(ls tests/backend/test_triton_matmul.py 2>/dev/null) ;;
     sweep) KILN_STRICT=1 TAIL=40 step sweep "${T_SWEEP:-170}" $PY benchmarks/conformance.py \
         --backend kiln --device cuda --jobs "$JOBS" --timeout 120 ;;
     grad) KILN_STRICT=1 TAIL=40 step sweep_grad "${T_GRAD:-170}" $PY benchmarks/conformance.py \
@@ -70,7 +72,8 @@ for stage in $STAGES; do
     profile) TAIL=20 step profile "${T_PROFILE:-150}" $PY benchmarks/gpu_profile.py ;;
     launch) TAIL=60 step launch "${T_LAUNCH:-120}" $PY benchmarks/gpu_profile.py --variants \
         --models nanogpt,mlp,pointwise ;;
-    bench) per_model bench32 "${T_BENCH:-300}" "$BENCH_MODELS" --mode both --compare $CMP ;;
+    bench) per_model bench32 "${T_BENCH:-300}" "$BENCH_MODELS" --mode "${BENCH_MODE:-both}" \
+        --compare $CMP ;;
     benchhf) per_model benchhf "${T_BENCHHF:-300}" "$BENCHHF_MODELS" --mode both --compare $CMP ;;
     tune) per_model tune "${T_TUNE:-150}" "$TUNE_MODELS" --mode inference \
         --compare kiln,kiln@max-autotune-no-cudagraphs,torch.compile ;;

@@ -10,6 +10,7 @@ import torch
 from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import is_allowed_in_graph, kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.user_errors import disabled_by
@@ -124,6 +125,19 @@ class UserFunctionVariable(BaseFunctionVariable):
 
     def __repr__(self):
         return f"{type(self).__name__}({self.fn.__qualname__})"
+
+
+# Note [Guards: methods read from a class]
+# A method, static/class method or property getter found on an object's class is inlined from
+# the function the class held while tracing. The object's TYPE_MATCH guard pins the class, not
+# its dict: `Cls.method = other` after compiling would leave the old body running (it did, for
+# plain objects and nn.Modules alike). So the function is pinned by identity where the class is
+# read (`obj.__class__.method`, through the MRO as Python's lookup goes): a replaced or newly
+# shadowing method recompiles.
+def pin_class_attr(tx, source, fn):
+    """Guard the function a class attribute read found (None source: nothing to read)."""
+    if source is not None:
+        tx.output.guards.add(GuardKind.ID_MATCH, source, fn)
 
 
 class UserMethodVariable(UserFunctionVariable):

@@ -20,7 +20,11 @@ from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.constant import ConstantVariable as Const
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import raise_observed
-from kiln.frontend.variables.functions import UserMethodVariable, inline_call
+from kiln.frontend.variables.functions import (
+    UserMethodVariable,
+    inline_call,
+    pin_class_attr,
+)
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable
 from kiln.frontend.variables.misc import wrap_frozen
 from kiln.frontend.variables.user_defined import _dunder_missing
@@ -171,13 +175,19 @@ class NNModuleVariable(VariableTracker):
                 return child
             self.missing_attr(tx, name)
         if isinstance(static, staticmethod):
+            pin_class_attr(tx, self._class_attr_source(name), static.__func__)
             return wrap_value(tx, static.__func__, None)
         if isinstance(static, classmethod):
+            pin_class_attr(tx, self._class_attr_source(name, "__func__"), static.__func__)
             return UserMethodVariable(static.__func__, wrap_constant_like(tx, type(mod)))
         if inspect.isfunction(static):
-            return UserMethodVariable(static, self, source=self._class_attr_source(name))
+            source = self._class_attr_source(name)
+            pin_class_attr(tx, source, static)
+            return UserMethodVariable(static, self, source=source)
         if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
-            return inline_call(tx, static.fget, [self], {}, self._class_attr_source(name, "fget"))
+            source = self._class_attr_source(name, "fget")
+            pin_class_attr(tx, source, static.fget)
+            return inline_call(tx, static.fget, [self], {}, source)
         # (a property implemented in C, e.g. pybind11's def_readonly: read, guarded by source)
         return wrap_value(tx, getattr(mod, name), AttrSource(self.source, name))
 

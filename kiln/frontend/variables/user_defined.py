@@ -44,6 +44,7 @@ from kiln.frontend.variables.functions import (
     bind_args,
     bound_classmethod,
     inline_call,
+    pin_class_attr,
 )
 from kiln.frontend.variables.instance_dict import instance_dict_view
 from kiln.frontend.variables.lists import TupleVariable, make_deque
@@ -368,13 +369,19 @@ class UserDefinedObjectVariable(VariableTracker):
                 )
             unimplemented(f"{cls.__name__} object has no attribute {name!r}")
         if isinstance(static, staticmethod):
+            pin_class_attr(tx, self._class_attr_source(name), static.__func__)
             return wrap_value(tx, static.__func__, None)
         if isinstance(static, classmethod):
+            pin_class_attr(tx, self._class_attr_source(name, "__func__"), static.__func__)
             return bound_classmethod(static, wrap_constant_like(tx, cls))
         if isinstance(static, types.FunctionType):
-            return UserMethodVariable(static, self, source=self._class_attr_source(name))
+            source = self._class_attr_source(name)
+            pin_class_attr(tx, source, static)
+            return UserMethodVariable(static, self, source=source)
         if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
-            return inline_call(tx, static.fget, [self], {}, self._class_attr_source(name, "fget"))
+            source = self._class_attr_source(name, "fget")
+            pin_class_attr(tx, source, static.fget)
+            return inline_call(tx, static.fget, [self], {}, source)
         if python_get(static) is not None:  # Note [Objects: descriptors with a Python __get__]
             return descriptor_get(tx, self, cls, name, static, AttrSource(self.source, "__class__"))
         if isinstance(instance_static(cls, "__getattribute__", None), types.FunctionType):
