@@ -98,6 +98,7 @@ class Group:
         self.roles = {}
         self.segments = []  # [kind, [SchedNode]] with kind "flat" | "loop" | "outer"
         self.name = None
+        self.template = False  # a Triton matmul template and its epilogue (_template)
 
     def names(self):
         return {n.name for n in self.nodes}
@@ -222,6 +223,12 @@ def _add(g, n, role, outer, inner, retag):
         g.segments.append(["loop", [n]])
 
 
+def _template(n):
+    """Whether a node is a Triton matmul template (Note [Triton: the matmul template]): it starts
+    its own group, which takes only pointwise nodes over its outputs (its epilogue)."""
+    return getattr(n.buf.data, "matmul", None) is not None
+
+
 def _topological(graph):
     """The operations in dependency order, otherwise in creation order (late-bound loaders can
     make an earlier-created loop read a buffer realized after it)."""
@@ -282,14 +289,15 @@ def schedule(graph):
         nodes_by_name[n.name] = n
         first = max([where[r] for r in n.reads if r in where], default=-1)
         placed = False
+        template = _template(n)
         for gi in range(max(first, 0), len(groups)):
             g = groups[gi]
-            if not isinstance(g, Group):
+            if template or not isinstance(g, Group):
                 continue
             if not _related(g, n):
                 continue
             plan = _plan_role(g, n)
-            if plan is None:
+            if plan is None or (g.template and plan[0] != "outer"):
                 continue
             if g.nodes and _legal(g, n, *plan, nodes_by_name):
                 _add(g, n, *plan)
@@ -299,6 +307,7 @@ def schedule(graph):
         if not placed:
             if n.is_reduction:
                 g = Group(n.ranges, n.rranges)
+                g.template = template
                 _add(g, n, "red", n.ranges, n.rranges, None)
             else:
                 g = Group(n.ranges, ())

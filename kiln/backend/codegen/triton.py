@@ -576,7 +576,12 @@ def generate_triton(graph, groups, stores, inplace=None):
     signatures = {}
     for g in groups:
         if isinstance(g, Group):
-            src, params = TritonKernel(g, graph, stores, inplace or {}).generate()
+            made = None
+            if g.template:  # Note [Triton: the matmul template]
+                from kiln.backend.codegen import triton_matmul
+
+                made = triton_matmul.generate_group(g, graph, stores, inplace or {})
+            src, params = made or TritonKernel(g, graph, stores, inplace or {}).generate()
             parts.append(src)
             signatures[g.name] = params
     return "\n\n".join(parts), signatures
