@@ -34,6 +34,7 @@ def forced(monkeypatch, tmp_path):
     monkeypatch.setattr(triton_matmul._disk, "entries", None)
     monkeypatch.setattr(triton_tune, "_tuned", {})
     monkeypatch.setattr(triton_tune._disk, "entries", None)
+    kiln.reset()  # (frames compiled by earlier tests)
     saved = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # eager's fp32 matmuls in fp32
     yield

@@ -98,6 +98,9 @@ MM_CONFIGS = (
 )
 
 
+MM_MAX_CANDIDATES = 5  # each a Triton compile of its own (seconds): a model has many shapes
+
+
 def mm_default(m, n, k, dtype, interpret):
     """The untimed configuration of a matmul template launch."""
     if interpret:
@@ -120,7 +123,7 @@ def mm_candidates(m, n, k, default):
             continue
         if c not in out:
             out.append(c)
-    return out[: max(config.autotune_max_candidates, 2)]
+    return out[: min(config.autotune_max_candidates, MM_MAX_CANDIDATES)]
 
 
 def best_mm(kernel, args, sizes, default, spec, run):
