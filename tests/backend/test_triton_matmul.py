@@ -136,6 +136,29 @@ def test_epilogue_fused_into_one_kernel(cpu_triton, name):
 
 
 @interp
+def test_epilogue_over_the_reshaped_result(cpu_triton):
+    # linear on [B, T, C]: a matmul over [B*T, C] viewed as [B, T, N], then bias, gelu, residual
+    x, w, b = torch.randn(2, 5, 24), torch.randn(7, 24), torch.randn(7)
+    res, rowscale = torch.randn(2, 5, 7), torch.randn(2, 1, 7)
+
+    def fn(x, w, b, res, rowscale):
+        return F.gelu(F.linear(x, w, b)) * rowscale + res
+
+    compiled = _check(fn, [x, w, b, res, rowscale], kernels=1)
+    assert "erf" in compiled.cpp_src.split("xmask = ", 1)[1]
+
+
+@interp
+def test_reshape_reading_another_element_is_not_fused(cpu_triton):
+    def fn(a, b):
+        p = a @ b  # [10, 7] read as [5, 14] and as [2, 5, 7] flipped: other elements
+        return p.view(5, 14) * 2, p.view(2, 5, 7).flip(1) + 1
+
+    compiled = _check(fn, [torch.randn(10, 6), torch.randn(6, 7)])
+    assert compiled.kernel_count == 3
+
+
+@interp
 def test_result_used_twice_is_stored_and_fused(cpu_triton):
     def fn(a, b):
         p = a @ b
