@@ -359,16 +359,17 @@ else:  # pragma: no cover (needs a GPU)
         return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)
 
 
-def launch_mm(kernel, args, m, n, batch, k, tune=False):
+def launch_mm(kernel, args, m, n, batch, k, tune=None):
     """Run a matmul template over an [batch, m, n] output (k reduced); 0 (no index checks).
-    `tune`: its block configuration timed on the first launch (triton_tune.best_mm)."""
+    `tune`: the key (sizes, dtype, operand indices) of its block configuration, timed on the
+    first launch with that key (triton_tune.best_mm), or None."""
     if m * n * batch <= 0:
         return 0
     dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor))
     cfg = triton_tune.mm_default(m, n, k, dtype, INTERPRET)
     if tune:
         cfg = triton_tune.best_mm(
-            kernel,
+            tune,
             args,
             (m, n, batch, k),
             cfg,

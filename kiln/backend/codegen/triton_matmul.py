@@ -78,12 +78,14 @@ class TritonMatmulKernel(TritonKernel):
     def __init__(self, group, graph, stores, inplace=None):
         super().__init__(group, graph, stores, inplace)
         self.operand = False  # loads of the operands: their own dtype, for tl.dot
+        self.operand_index = []  # their index texts (Note [Triton: matmul template configurations])
 
     def load(self, name, index):
         if not self.operand:
             return super().load(name, index)
         dt = self.graph.buffers[name].layout.dtype
         p = self.param_name(name)
+        self.operand_index.append(index_text(index))
         ptr = f"{p} + ({self.zero} + ({index_text(index)}))"
         return self.cse(f"tl.load({ptr}, {self.mask}, other=0)", dt)
 
@@ -156,9 +158,9 @@ class TritonMatmulKernel(TritonKernel):
         text = "\n".join(self.code.lines)
         if self.err or _SIZE_ARG.search(text):
             return None  # an index check or a symbolic size: the ordinary reduction kernel
-        return self._mm_function(m, n, batch[0] if batch else 1, k)
+        return self._mm_function(m, n, batch[0] if batch else 1, k, dtype)
 
-    def _mm_function(self, m, n, b, k):
+    def _mm_function(self, m, n, b, k, dtype):
         g = self.g
         params = list(self.params)
         out = IndentedBuffer()
@@ -171,10 +173,14 @@ class TritonMatmulKernel(TritonKernel):
         out.writeline("")
         out.writeline("")
         out.writeline(f"def {g.name}({', '.join(params)}):")
-        tune = modes.current("max_autotune") or getattr(_state, "tuning", False)
+        tune = ""
+        if modes.current("max_autotune") or getattr(_state, "tuning", False):
+            # the epilogue left out: the one-op graph timed for the choice tunes it once
+            key = f"{m}x{n}x{b}x{k}|{dtype}|{'|'.join(self.operand_index)}"
+            tune = f", tune={key!r}"
         out.writeline(
             f"    return launch_mm({g.name}_tl, ({''.join(a + ', ' for a in params)}), "
-            f"{m}, {n}, {b}, {k}{', tune=True' if tune else ''})"
+            f"{m}, {n}, {b}, {k}{tune})"
         )
         return out.getvalue(), params
 

@@ -64,7 +64,7 @@ def candidates(xnumel, rnumel, rblock, default):
 
 
 def _disk_key(kernel, sizes, spec, args):
-    src = getattr(kernel, "src", "") or ""
+    src = kernel if isinstance(kernel, str) else getattr(kernel, "src", "") or ""
     dev = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
     name = torch.cuda.get_device_name(dev) if dev is not None and dev.type == "cuda" else "cpu"
     text = f"{src}|{'|'.join(map(str, sizes))}|{spec}|{name}|{triton.__version__}"
@@ -82,7 +82,10 @@ def best(kernel, args, xnumel, rnumel, rblock, default, spec, run):
 # of a large GEMM, the rectangular ones, and narrow ones for a few rows (a decode step's M <= 16);
 # a tile much larger than the output is not offered. Untimed, the default: 128x128 tiles for large
 # outputs, 64x64 otherwise, 16 rows for M <= 16 (under the interpreter 16x16x16 tiles and groups of
-# 2 tile rows, so that small tests cross tile, group and K-step edges).
+# 2 tile rows, so that small tests cross tile, group and K-step edges). A choice is keyed by the
+# matmul (sizes, dtype, its operands' index expressions), not the kernel's source: the one-op graph
+# timed for the ATen-or-template choice tunes it, and the graph's kernel, with its epilogue,
+# reuses it (each candidate is a Triton compile of its own, seconds).
 MM_CONFIGS = (
     (64, 64, 32, 8, 4, 3),
     (128, 128, 32, 8, 8, 3),
@@ -126,10 +129,11 @@ def mm_candidates(m, n, k, default):
     return out[: min(config.autotune_max_candidates, MM_MAX_CANDIDATES)]
 
 
-def best_mm(kernel, args, sizes, default, spec, run):
-    """The fastest template configuration for a matmul (m, n, batch, k)."""
+def best_mm(key, args, sizes, default, spec, run):
+    """The fastest template configuration for a matmul (m, n, batch, k); `key` names the matmul
+    (its sizes, dtype, operand indices) whatever its epilogue, which rarely moves the choice."""
     m, n, _, k = sizes
-    return _best(kernel, args, sizes, mm_candidates(m, n, k, default), spec, run)
+    return _best(key, args, sizes, mm_candidates(m, n, k, default), spec, run)
 
 
 def _best(kernel, args, sizes, cands, spec, run):
