@@ -111,7 +111,7 @@ def mm_default(m, n, k, dtype, interpret):
     if m <= 16:
         return (16, 64, 64, 8, 4, 4)
     if m >= 128 and n >= 128 and m * n >= 1 << 16:
-        return (128, 128, 32, 8, 8, 3)
+        return (128, 128, 32 if dtype == torch.float32 else 64, 8, 8, 3)
     return (64, 64, 32, 8, 4, 3)
 
 
