@@ -312,7 +312,7 @@ def test_cuda_low_precision(dtype):
 def test_cuda_tf32_follows_eager():
     torch.backends.cuda.matmul.allow_tf32 = True  # (the fixture restores it)
     a, b = torch.randn(128, 256, device="cuda"), torch.randn(256, 64, device="cuda")
-    compiled = _check(torch.mm, [a, b], rtol=1e-2, atol=1e-2)
+    compiled = _check(torch.mm, [a, b], rtol=1e-2, atol=5e-2)  # (tf32 inputs: ~1e-3 each)
     assert 'input_precision="tf32"' in compiled.cpp_src
 
 
