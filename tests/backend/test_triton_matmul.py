@@ -277,6 +277,62 @@ def test_tuned_template_configs_agree(cpu_triton, monkeypatch):
     assert [k for k in triton_tune._tuned if isinstance(k[0], str)] == tuned
 
 
+_SM90_COMPILE = r"""
+import importlib.util, re, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+path = sys.argv[1]
+spec = importlib.util.spec_from_file_location("kiln_sm90_check", path)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+src = open(path).read()
+PTR = {"float32": "*fp32", "bfloat16": "*bf16", "float16": "*fp16"}
+CONSTS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "XBLOCK": 128, "RBLOCK": 64}
+for name, params, dtypes in re.findall(r"def (kernel\d+)_tl\((.*?)\):\n    # (.*)\n", src):
+    dts = dict(d.split() for d in dtypes.split(", "))
+    sig, consts = {}, {}
+    for p in params.split(", "):
+        p = p.split(":")[0]
+        sig[p] = "constexpr" if p in CONSTS else PTR.get(dts.get(p), "i32")
+        if p in CONSTS:
+            consts[p] = CONSTS[p]
+    k = triton.compile(ASTSource(getattr(mod, name + "_tl"), sig, consts),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    print(name, "wgmma" if "wgmma.mma_async" in k.asm["ptx"] else "fma")
+"""
+
+
+@interp
+def test_template_compiles_for_sm90(cpu_triton, tmp_path):
+    # the kernels' source compiled for an H100 by Triton's own compiler (no GPU needed): what the
+    # interpreter cannot check (types, tl.dot's rules on a device)
+    pytest.importorskip("triton.backends.nvidia")
+    import subprocess
+    import sys
+
+    a, b, c = (torch.randn(*s).bfloat16() for s in ((64, 128), (128, 64), (64,)))
+    compiled = _check(lambda c, a, b: F.gelu(torch.addmm(c, a, b)), [c, a, b], rtol=2e-2, atol=2e-2)
+    path = tmp_path / "kernels.py"
+    path.write_text(compiled.cpp_src)
+    script = tmp_path / "compile.py"
+    script.write_text(_SM90_COMPILE)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode and "ptxas" in proc.stderr and "not found" in proc.stderr:
+        pytest.skip("no ptxas")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "kernel0 wgmma" in proc.stdout, proc.stdout
+
+
 def test_candidates_fit_the_sizes():
     assert triton_tune.mm_candidates(1, 4096, 4096, (16, 64, 64, 8, 4, 4))[0][0] == 16
     assert all(c[0] <= 32 for c in triton_tune.mm_candidates(8, 4096, 4096, (16, 64, 64, 8, 4, 4)))
