@@ -24,8 +24,10 @@ activation, a residual add, a cast, a scale): its epilogue. This module writes s
 The operands are read through their loaders with the tile's index variables (am/ak over a's rows
 and k, bk/bn over b's), so any strides, offsets or views of a and b are the loaders' own index
 expressions (static sizes: constants the compiler sees). The epilogue is the ops handler and index
-rendering of codegen/triton.py with o0.. bound to offs_m[:, None], offs_n[None, :] (and offs_b);
-masked edges on M, N and K (a K tail loads zeros). The accumulator is float32; float32 operands
+rendering of codegen/triton.py with o0.. bound to the tile's rows am (offs_m[:, None]) and
+columns bn (offs_n[None, :]) and the batch offs_b, or divided back from them for an epilogue over
+the reshaped result (Note [Scheduler: a template's epilogue over a reshaped result]: a linear on
+[B, T, C]); masked edges on M, N and K (a K tail loads zeros). The accumulator is float32; float32 operands
 multiply in IEEE float32 unless `torch.backends.cuda.matmul.allow_tf32` holds at compile time
 (eager's numerics decide; tf32 then); float16/bfloat16 operands use the tensor cores' products,
 rounded to the output dtype before the epilogue reads them, as eager's result is. Only the
@@ -37,8 +39,9 @@ Which matmuls become the template: `config.matmul_template` "always" (every one 
 float32/float16/bfloat16, static sizes), "never", or "auto": under mode="max-autotune", each CUDA
 matmul is timed as its ATen call and as the template (its block configurations timed first, by
 triton_tune.best_mm) as one-op graphs with Triton's do_bench; the template is kept when it takes at
-most MARGIN of the ATen call's time. Choices are kept in memory and on disk
-(`<cache_dir>/triton/matmul_choices.json`); the chosen nodes enter the graph's cache key.
+most MARGIN of the ATen call's time (the epilogue it would fuse is not credited). Choices are
+kept in memory and on disk (`<cache_dir>/triton/matmul_choices.json`); the chosen nodes enter the
+graph's cache key. Default mode never uses it.
 """
 
 import contextlib
