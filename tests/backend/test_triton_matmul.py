@@ -224,6 +224,22 @@ def test_training_linear_gelu(cpu_triton, monkeypatch):
 
 
 @interp
+def test_symbolic_sizes_keep_the_aten_call(cpu_triton, monkeypatch):
+    sources = []
+    real = triton_matmul.generate_group
+    monkeypatch.setattr(triton_matmul, "generate_group", lambda *a: sources.append(a) or real(*a))
+
+    def fn(x, w):
+        return torch.relu(x @ w)
+
+    compiled = kiln.compile(fn, backend="kiln", dynamic=True)
+    for m in (5, 9):
+        x, w = torch.randn(m, 12), torch.randn(12, 7)
+        torch.testing.assert_close(compiled(x, w), fn(x, w), rtol=1e-4, atol=1e-4)
+    assert not sources  # (only static sizes are offered: Note [Triton: the matmul template])
+
+
+@interp
 def test_default_mode_never_uses_the_template(cpu_triton, monkeypatch):
     a, b = torch.randn(9, 12), torch.randn(12, 5)
     for setting in ("auto", "never"):
