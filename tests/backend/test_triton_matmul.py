@@ -125,11 +125,16 @@ def _epilogue_cases(device):
     }
 
 
+def _tol(name):
+    """float16 results: a sum in another order may round to the neighbouring float16 (1e-3)."""
+    return {"rtol": 2e-3, "atol": 2e-3} if name == "to_fp16" else {}
+
+
 @interp
 @pytest.mark.parametrize("name", list(_epilogue_cases("cpu")))
 def test_epilogue_fused_into_one_kernel(cpu_triton, name):
     fn, inputs, text = _epilogue_cases("cpu")[name]
-    compiled = _check(fn, inputs, kernels=1)
+    compiled = _check(fn, inputs, kernels=1, **_tol(name))
     # the epilogue is computed after the K loop, before the only store
     tail = compiled.cpp_src.split("xmask = ", 1)[1]
     assert text in tail and tail.count("tl.store(") == 1, compiled.cpp_src
@@ -370,7 +375,7 @@ def test_cuda_matmuls_match_eager(name):
 @pytest.mark.parametrize("name", list(_epilogue_cases("cpu")))
 def test_cuda_epilogues(name):
     fn, inputs, _ = _epilogue_cases("cuda")[name]
-    _check(fn, inputs, kernels=1)
+    _check(fn, inputs, kernels=1, **_tol(name))
 
 
 @cuda
