@@ -183,7 +183,9 @@ def lower_and_generate(gm, example_inputs):
         if _uses_triton(graph):
             triton.check_runnable(graph)
             logs.counters["backend"]["triton_graphs"] += 1
-            cpp_src, signatures = triton.generate_triton(graph, groups, stores, inplace)
+            cpp_src, signatures = triton.generate_triton(
+                graph, groups, stores, inplace, triton_matmul.generate_group
+            )
             wrapper_cls = triton.TritonWrapperCodegen
         else:
             threads = codecache.num_threads()

@@ -52,6 +52,7 @@ import time
 import torch
 
 from kiln import config, logs, modes
+from kiln.autograd.aten_tracer import trace_aten
 from kiln.backend.codegen.common import IndentedBuffer
 from kiln.backend.codegen.triton import _SIZE_ARG, TL_DTYPE, TritonKernel, index_text
 from kiln.backend.ir import Ix, set_handler, set_range
@@ -294,8 +295,6 @@ def _tuning():
 
 
 def _choice(target, args, kwargs, compile_graph, salt):
-    from kiln.autograd.aten_tracer import trace_aten
-
     key = _key(target, args, kwargs, salt)
     if key in _tuned:
         return _tuned[key]
