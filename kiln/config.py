@@ -54,6 +54,9 @@ cpu_low_precision_matmul = (
 cpu_backend = (
     "cpp"  # CPU graphs' kernels: "cpp" (C++/OpenMP) or "triton" (needs TRITON_INTERPRET=1)
 )
+matmul_template = (
+    "auto"  # Triton tl.dot matmuls: "auto" (timed under max-autotune), "always", "never"
+)
 autotune_max_candidates = 8  # max-autotune: configurations timed per Triton kernel and size
 triton_fast_launch = True  # CUDA: relaunch Triton's compiled kernel per specialization directly
 profile_kernels = False  # kernel/extern calls in torch.profiler ranges (kiln:<graph> kernelN ...)

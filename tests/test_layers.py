@@ -155,6 +155,8 @@ backend.codegen.triton -> triton
     optional dependency (the [gpu] extra): imported only when a graph is given Triton kernels
 backend.compile_fx -> triton
     optional dependency: Triton's version enters the cache key of CUDA graphs only
+backend.codegen.triton_matmul -> triton
+    optional dependency: Triton's version keys a matmul's choice; do_bench times it on a GPU
 frontend.variables.ctx_managers -> frontend.translator
     cycle: a @contextmanager generator's body is inlined with InliningTranslator; the translator
     builds these managers

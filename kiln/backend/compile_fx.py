@@ -26,7 +26,7 @@ from kiln import config, faults, hooks, logs, modes
 from kiln.autograd.aot import aot_autograd
 from kiln.autograd.aten_tracer import trace_aten
 from kiln.backend import codecache, cpu_tune, cudagraphs, devices, lowering_matmul
-from kiln.backend.codegen import triton
+from kiln.backend.codegen import triton, triton_matmul
 from kiln.backend.codegen.cpp import generate_cpp
 from kiln.backend.codegen.wrapper import WrapperCodegen, rt
 from kiln.backend.cudagraphs import CUDAGraphed
@@ -106,6 +106,7 @@ def _graph_key(gm, example_inputs):
     h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{codecache.num_threads()}".encode())
     h.update(f"{config.profile_kernels}".encode())  # Note [Backend: kernel profiling]
     h.update(f"{modes.current('max_autotune')}|{lowering_matmul.chosen_names()}".encode())
+    h.update(triton_matmul.key_text().encode())  # Note [Triton: the matmul template]
     h.update(f"{config.cpu_backend}|{os.environ.get('TRITON_INTERPRET', '0')}".encode())
     h.update(_device_id(example_inputs, gm).encode())  # Triton kernels: capability, Triton version
     # the layout choices depend on these (Note [Backend: channels-last convolutions])
@@ -185,7 +186,9 @@ def lower_and_generate(gm, example_inputs):
         if _uses_triton(graph):
             triton.check_runnable(graph)
             logs.counters["backend"]["triton_graphs"] += 1
-            cpp_src, signatures = triton.generate_triton(graph, groups, stores, inplace)
+            cpp_src, signatures = triton.generate_triton(
+                graph, groups, stores, inplace, triton_matmul.generate_group
+            )
             wrapper_cls = triton.TritonWrapperCodegen
         else:
             threads = codecache.num_threads()
@@ -214,6 +217,9 @@ def _needs_decomposition(gm):
 
 def _compile(gm, example_inputs):
     loops = cpu_tune.matmuls_as_loops(gm, compile_aten_graph, _backend_source_hash())
+    template = triton_matmul.matmuls_as_template(gm, compile_aten_graph, _backend_source_hash())
+    if template:  # Note [Triton: the matmul template]
+        loops = (loops or frozenset()) | template
     with lowering_matmul.as_loops(loops), compile_scope():  # Note [Backend: per-compile size state]
         return _compile_in_scope(gm, example_inputs)
 

@@ -11,6 +11,10 @@ a BLAS GEMM once both M and N are large; it wins where the BLAS call's fixed cos
 decode step's [1..8, K] x [K, N], small layers, batched attention scores of short sequences.
 Which one a graph gets is timed per shape under mode="max-autotune" (kiln/backend/cpu_tune.py);
 default mode always calls ATen. Only float32/float64 with static sizes are offered.
+Where the graph's kernels are Triton's (CUDA, or CPU under config.cpu_backend="triton"), a
+float32/float16/bfloat16 matmul lowered this way is marked (`Reduction.matmul`: its operands'
+loaders) and written as a tl.dot template with its epilogue fused
+(Note [Triton: the matmul template], kiln/backend/codegen/triton_matmul.py).
 """
 
 import contextlib
@@ -18,6 +22,7 @@ import threading
 
 import torch
 
+from kiln import config
 from kiln.backend.ir import Pointwise, Reduction, StorageBox, View, ops
 from kiln.backend.lowering import V, aten, box, loader_for, make_pointwise
 
@@ -60,6 +65,33 @@ def offered(target, val, args):
     )
 
 
+TEMPLATE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def template_offered(target, val, args):
+    """Whether a matmul node may run as the Triton template: float32/float16/bfloat16 with
+    static sizes and strides, on CUDA (or on CPU when CPU graphs' kernels are Triton's)."""
+    if target not in LOOP_LOWERINGS or not isinstance(val, torch.Tensor):
+        return False
+    triton_cpu = config.cpu_backend == "triton"
+    tensors = [a for a in args if isinstance(a, torch.Tensor)] + [val]
+    return all(
+        t.dtype in TEMPLATE_DTYPES
+        and t.dtype == val.dtype
+        and (t.device.type == "cuda" or (t.device.type == "cpu" and triton_cpu))
+        and all(type(s) is int for s in t.shape)
+        and all(type(s) is int for s in t.stride())
+        for t in tensors
+    )
+
+
+def _template_graph(dtype):
+    """Whether a matmul of this dtype in the graph being lowered becomes the Triton template."""
+    device = getattr(V.graph, "device", None)
+    triton_kernels = config.cpu_backend == "triton" or getattr(device, "type", "") == "cuda"
+    return triton_kernels and dtype in TEMPLATE_DTYPES
+
+
 def _realize_operand(x):
     """Realize the computation under an operand's views: inlined into the sum, a producer's ops
     (a bias and an activation) would run once per output instead of once per element."""
@@ -84,6 +116,8 @@ def _sum_over_k(a, b, batched):
         return ops.mul(load_a([*bi, i, r]), load_b([*bi, r, j]))
 
     red = Reduction(dtype, (*batch, m, n) if batched else (m, n), (k,), "sum", inner, dtype)
+    if _template_graph(dtype) and b.get_dtype() == dtype:
+        red.matmul = (load_a, load_b)  # Note [Triton: the matmul template]
     out = V.graph.new_box(red, None)
     out.realize()
     return out

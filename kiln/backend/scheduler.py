@@ -24,6 +24,7 @@ from kiln.backend.ir import (
     Ix,
     ReadsHandler,
     Reduction,
+    prod,
     set_handler,
     set_range,
 )
@@ -44,6 +45,7 @@ class SchedNode:
         self.ranges = tuple(r for r in data.ranges if r != 1)
         self.rranges = tuple(data.reduction_ranges) if self.is_reduction else ()
         self.reduction_type = data.reduction_type if self.is_reduction else None
+        self.split = None  # per outer range: the ranges it splits into (_split_outer), or None
         self.reads = {n for n, _ in self.all_loads()}
 
     def all_loads(self):
@@ -60,6 +62,12 @@ class SchedNode:
         for n, s in zip(iv, inner):
             set_range(n, 0, s - 1)
         ov, iv = [Ix.var(n) for n in ov], [Ix.var(n) for n in iv]
+        if role == "outer" and self.split is not None:  # o0 over [B*T] read as [B, T]
+            ov = [
+                v // prod(parts[j + 1 :]) % p
+                for v, parts in zip(ov, self.split)
+                for j, p in enumerate(parts)
+            ]
         if role in ("flat", "outer"):
             return ov, []
         if role == "inner":
@@ -98,6 +106,7 @@ class Group:
         self.roles = {}
         self.segments = []  # [kind, [SchedNode]] with kind "flat" | "loop" | "outer"
         self.name = None
+        self.template = False  # a Triton matmul template and its epilogue (_template)
 
     def names(self):
         return {n.name for n in self.nodes}
@@ -222,6 +231,36 @@ def _add(g, n, role, outer, inner, retag):
         g.segments.append(["loop", [n]])
 
 
+def _template(n):
+    """Whether a node is a Triton matmul template (Note [Triton: the matmul template]): it starts
+    its own group, which takes only pointwise nodes over its outputs (its epilogue)."""
+    return getattr(n.buf.data, "matmul", None) is not None
+
+
+# Note [Scheduler: a template's epilogue over a reshaped result]
+# A linear layer on [B, T, C] is a matmul over [B*T, C] viewed as [B, T, N]: the bias and the
+# activation run over [B, T, N]. A matmul template's group takes such a pointwise node as its
+# epilogue when the node's ranges split the group's ranges in order ([B, T, N] splits [B*T, N]):
+# its index variables are the group's, divided back (b = o0 // T, t = o0 % T), which the index
+# folding turns back into o0 where a read or store is the flat element (Note [Backend: index
+# expressions]); the usual check (`_legal`) then sees it reading the matmul at the same element.
+def _split_outer(ranges, outer):
+    """Per range of `outer`, the consecutive `ranges` whose product it is; None if none."""
+    if not all(type(r) is int for r in (*ranges, *outer)):
+        return None
+    out, i = [], 0
+    for size in outer:
+        parts, p = [], 1
+        while i < len(ranges) and p < size:
+            p *= ranges[i]
+            parts.append(ranges[i])
+            i += 1
+        if p != size:
+            return None
+        out.append(tuple(parts))
+    return out if i == len(ranges) else None
+
+
 def _topological(graph):
     """The operations in dependency order, otherwise in creation order (late-bound loaders can
     make an earlier-created loop read a buffer realized after it)."""
@@ -282,23 +321,29 @@ def schedule(graph):
         nodes_by_name[n.name] = n
         first = max([where[r] for r in n.reads if r in where], default=-1)
         placed = False
+        template = _template(n)
         for gi in range(max(first, 0), len(groups)):
             g = groups[gi]
-            if not isinstance(g, Group):
+            if template or not isinstance(g, Group):
                 continue
             if not _related(g, n):
                 continue
             plan = _plan_role(g, n)
-            if plan is None:
+            if g.template and plan is None and not n.is_reduction:
+                n.split = _split_outer(n.ranges, g.outer)  # Note [Scheduler: a template's ...]
+                plan = None if n.split is None else ("outer", g.outer, g.inner, None)
+            if plan is None or (g.template and plan[0] != "outer"):
                 continue
             if g.nodes and _legal(g, n, *plan, nodes_by_name):
                 _add(g, n, *plan)
                 where[n.name] = gi
                 placed = True
                 break
+            n.split = None
         if not placed:
             if n.is_reduction:
                 g = Group(n.ranges, n.rranges)
+                g.template = template
                 _add(g, n, "red", n.ranges, n.rranges, None)
             else:
                 g = Group(n.ranges, ())

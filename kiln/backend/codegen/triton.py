@@ -580,13 +580,17 @@ from kiln.backend.codegen.triton_helpers import libdevice, launch  # noqa: F401
 """
 
 
-def generate_triton(graph, groups, stores, inplace=None):
-    """The module source of all kernel groups: (source, {kernel name: [params]})."""
+def generate_triton(graph, groups, stores, inplace=None, write_template=None):
+    """The module source of all kernel groups: (source, {kernel name: [params]});
+    `write_template(group, ...)` writes a matmul template's group (or returns None)."""
     parts = [PRELUDE]
     signatures = {}
     for g in groups:
         if isinstance(g, Group):
-            src, params = TritonKernel(g, graph, stores, inplace or {}).generate()
+            made = None
+            if g.template and write_template:  # Note [Triton: the matmul template]
+                made = write_template(g, graph, stores, inplace or {})
+            src, params = made or TritonKernel(g, graph, stores, inplace or {}).generate()
             parts.append(src)
             signatures[g.name] = params
     return "\n\n".join(parts), signatures

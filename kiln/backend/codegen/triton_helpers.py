@@ -261,15 +261,17 @@ class _Relaunch:
             self.run(grid, 1, 1, stream, self.function, self.metadata, None, None, None, *args)
 
 
-def _launch_cuda(kernel, args, consts, grid, warps, err):
+def _launch_cuda(kernel, args, consts, grid, warps, err, names=("XBLOCK", "RBLOCK"), stages=None):
     """A launch through the relaunch cache, or Triton's JIT the first time; the _Relaunch."""
-    key = (kernel, consts, warps, _spec(args))
+    key = (kernel, consts, warps, stages, _spec(args))
     relaunch = _compiled.get(key) if config.triton_fast_launch else None
     if relaunch is not None:
         relaunch(grid, (*args, *consts))
         return relaunch
-    names = ("XBLOCK", "RBLOCK")[: len(consts)]
+    names = names[: len(consts)]
     options = {"debug": True, "sanitize_overflow": False} if err else {}
+    if stages is not None:
+        options["num_stages"] = stages
     compiled = kernel[(grid,)](*args, **dict(zip(names, consts)), num_warps=warps, **options)
     if config.triton_fast_launch and compiled is not None and knobs is not None:
         try:
@@ -338,4 +340,53 @@ def _run(kernel, args, cfg, xnumel, reduction, err):
         return _launch_cuda(kernel, args, consts, grid, warps, err)
     names = ("XBLOCK", "RBLOCK")[: len(consts)]
     kernel[(grid,)](*args, **dict(zip(names, consts)), num_warps=warps)
+    return None
+
+
+# --- the matmul template (Note [Triton: the matmul template]) -------------------------------------
+MM_CONSTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
+
+if INTERPRET:  # the interpreter's bfloat16 tl.dot is wrong: bfloat16 products are exact in float32
+
+    @triton.jit
+    def dot_bf16(a, b, acc):
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+
+else:  # pragma: no cover (needs a GPU)
+
+    @triton.jit
+    def dot_bf16(a, b, acc):
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), acc)
+
+
+def launch_mm(kernel, args, m, n, batch, k, tune=None):
+    """Run a matmul template over an [batch, m, n] output (k reduced); 0 (no index checks).
+    `tune`: the key (sizes, dtype, operand indices) of its block configuration, timed on the
+    first launch with that key (triton_tune.best_mm), or None."""
+    if m * n * batch <= 0:
+        return 0
+    dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor))
+    cfg = triton_tune.mm_default(m, n, k, dtype, INTERPRET)
+    if tune:
+        cfg = triton_tune.best_mm(
+            tune,
+            args,
+            (m, n, batch, k),
+            cfg,
+            (),  # (the epilogue's arguments differ between the timed graph and the real one)
+            lambda c, a: _run_mm(kernel, a, c, m, n, batch),
+        )
+    _run_mm(kernel, args, cfg, m, n, batch)
+    return 0
+
+
+def _run_mm(kernel, args, cfg, m, n, batch):
+    """One launch of a matmul template with a configuration (BLOCK_M, N, K, GROUP_M, warps,
+    stages): one program per output tile, the batch folded into the grid."""
+    bm, bn, bk, gm, warps, stages = cfg
+    consts = (bm, bn, bk, gm)
+    grid = -(-m // bm) * -(-n // bn) * batch
+    if not INTERPRET:  # pragma: no cover (needs a GPU)
+        return _launch_cuda(kernel, args, consts, grid, warps, False, MM_CONSTS, stages)
+    kernel[(grid,)](*args, **dict(zip(MM_CONSTS, consts)), num_warps=warps)
     return None

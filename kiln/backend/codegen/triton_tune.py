@@ -63,21 +63,85 @@ def candidates(xnumel, rnumel, rblock, default):
     return unique[: config.autotune_max_candidates]
 
 
-def _disk_key(kernel, xnumel, rnumel, spec, args):
-    src = getattr(kernel, "src", "") or ""
+def _disk_key(kernel, sizes, spec, args):
+    src = kernel if isinstance(kernel, str) else getattr(kernel, "src", "") or ""
     dev = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
     name = torch.cuda.get_device_name(dev) if dev is not None and dev.type == "cuda" else "cpu"
-    text = f"{src}|{xnumel}|{rnumel}|{spec}|{name}|{triton.__version__}"
+    text = f"{src}|{'|'.join(map(str, sizes))}|{spec}|{name}|{triton.__version__}"
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def best(kernel, args, xnumel, rnumel, rblock, default, spec, run):
     """The fastest configuration for this launch; `run(config, args)` launches the kernel."""
-    key = (kernel, xnumel, rnumel, spec)
+    cands = candidates(xnumel, rnumel, rblock, default)
+    return _best(kernel, args, (xnumel, rnumel), cands, spec, run)
+
+
+# Note [Triton: matmul template configurations]
+# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps, stages). Timed under max-autotune: the square tiles
+# of a large GEMM, the rectangular ones, and narrow ones for a few rows (a decode step's M <= 16);
+# a tile much larger than the output is not offered. Untimed, the default: 128x128 tiles for large
+# outputs, 64x64 otherwise, 16 rows for M <= 16 (under the interpreter 16x16x16 tiles and groups of
+# 2 tile rows, so that small tests cross tile, group and K-step edges). A choice is keyed by the
+# matmul (sizes, dtype, its operands' index expressions), not the kernel's source: the one-op graph
+# timed for the ATen-or-template choice tunes it, and the graph's kernel, with its epilogue,
+# reuses it (each candidate is a Triton compile of its own, seconds).
+MM_CONFIGS = (
+    (64, 64, 32, 8, 4, 3),
+    (128, 128, 32, 8, 8, 3),
+    (128, 64, 32, 8, 4, 4),
+    (64, 128, 32, 8, 4, 4),
+    (64, 64, 64, 8, 4, 3),
+    (128, 128, 64, 8, 8, 3),
+    (32, 64, 32, 8, 4, 4),
+    (32, 32, 32, 8, 2, 4),
+    (16, 64, 64, 8, 4, 4),
+    (16, 128, 64, 8, 4, 3),
+    (16, 32, 128, 8, 2, 4),
+)
+
+
+MM_MAX_CANDIDATES = 5  # each a Triton compile of its own (seconds): a model has many shapes
+
+
+def mm_default(m, n, k, dtype, interpret):
+    """The untimed configuration of a matmul template launch."""
+    if interpret:
+        return (16, 16, 16, 2, 4, 1)
+    if m <= 16:
+        return (16, 64, 64, 8, 4, 4)
+    if m >= 128 and n >= 128 and m * n >= 1 << 16:
+        return (128, 128, 32 if dtype == torch.float32 else 64, 8, 8, 3)
+    return (64, 64, 32, 8, 4, 3)
+
+
+def mm_candidates(m, n, k, default):
+    """Configurations worth timing for a matmul of this size; default first."""
+    out = [default]
+    for c in MM_CONFIGS:
+        bm, bn, bk = c[:3]
+        if bm > max(_pow2(m), 16) or bn > max(_pow2(n), 16) or bk > max(_pow2(k), 16):
+            continue
+        if m <= 16 and bm > 32:
+            continue
+        if c not in out:
+            out.append(c)
+    return out[: min(config.autotune_max_candidates, MM_MAX_CANDIDATES)]
+
+
+def best_mm(key, args, sizes, default, spec, run):
+    """The fastest template configuration for a matmul (m, n, batch, k); `key` names the matmul
+    (its sizes, dtype, operand indices) whatever its epilogue, which rarely moves the choice."""
+    m, n, _, k = sizes
+    return _best(key, args, sizes, mm_candidates(m, n, k, default), spec, run)
+
+
+def _best(kernel, args, sizes, cands, spec, run):
+    key = (kernel, sizes, spec)
     hit = _tuned.get(key)
     if hit is not None:
         return hit
-    dkey = _disk_key(kernel, xnumel, rnumel, spec, args)
+    dkey = _disk_key(kernel, sizes, spec, args)
     stored = _disk.get(dkey)
     if stored is not None:
         _tuned[key] = tuple(stored)
@@ -85,7 +149,8 @@ def best(kernel, args, xnumel, rnumel, rblock, default, spec, run):
         return _tuned[key]
     copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     timed = []
-    for cfg in candidates(xnumel, rnumel, rblock, default):
+    default = cands[0]
+    for cfg in cands:
         try:
             timed.append((_time(lambda cfg=cfg: run(cfg, copies), copies), cfg))
         except Exception as e:  # a configuration Triton cannot compile (resources): not a choice
@@ -94,10 +159,9 @@ def best(kernel, args, xnumel, rnumel, rblock, default, spec, run):
     logs.counters["backend"]["autotune_timed"] += 1
     logs.log(
         "output_code",
-        "kiln: autotuned %s (x=%s r=%s): %s of %d",
+        "kiln: autotuned %s (sizes %s): %s of %d",
         getattr(kernel, "__name__", kernel),
-        xnumel,
-        rnumel,
+        sizes,
         choice,
         len(timed),
     )
