@@ -2,7 +2,7 @@
 # The GPU checks in one command (issue 14): the CUDA tests, the op conformance sweep on CUDA and
 # the GPU benchmark, each stage under its own time limit, each writing one log to $OUT.
 #     OUT=results/gpu bash benchmarks/gpu_check.sh [probe] [tests] [sweep] [grad] [launch] [profile]
-#         [bench] [benchhf] [tune] [bench16]
+#         [bench] [benchhf] [tune] [tune16] [bench16]
 # (no stage named: all of them). BENCH_MODELS, BENCHHF_MODELS, TUNE_MODELS and BENCH16_MODELS pick
 # the benchmarks' models; BENCH_MODE and BENCH16_MODE their modes; T_<STAGE> their limits in
 # seconds. A benchmark stage runs one `kiln bench` per model, so a stage cut by its limit keeps
@@ -20,7 +20,7 @@ TUNE_MODELS=${TUNE_MODELS:-mlp,nanogpt,hf_llama}
 BENCH16_MODELS=${BENCH16_MODELS:-mlp,nanogpt,attention,hf_llama,hf_gpt2,hf_bert}
 BENCH16_MODE=${BENCH16_MODE:-both}
 CMP=kiln,kiln@reduce-overhead,torch.compile,torch.compile@reduce-overhead
-STAGES=${*:-probe tests sweep grad launch profile bench benchhf tune bench16}
+STAGES=${*:-probe tests sweep grad launch profile bench benchhf tune tune16 bench16}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-cache}
 
@@ -77,6 +77,8 @@ for stage in $STAGES; do
     benchhf) per_model benchhf "${T_BENCHHF:-300}" "$BENCHHF_MODELS" --mode both --compare $CMP ;;
     tune) per_model tune "${T_TUNE:-150}" "$TUNE_MODELS" --mode inference \
         --compare kiln,kiln@max-autotune-no-cudagraphs,torch.compile ;;
+    tune16) per_model tune16 "${T_TUNE16:-240}" "$TUNE_MODELS" --mode inference \
+        --dtype bfloat16 --compare kiln,kiln@max-autotune-no-cudagraphs,torch.compile ;;
     bench16) per_model bench16 "${T_BENCH16:-240}" "$BENCH16_MODELS" --mode "$BENCH16_MODE" \
         --dtype bfloat16 --compare $CMP ;;
     esac
