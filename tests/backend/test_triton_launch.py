@@ -47,3 +47,78 @@ def test_specialization_key():
     )
     assert spec([0.5]) == spec([0.25]) == (float,)
     assert spec([True]) != spec([False])
+
+
+class _FakeCompiled:
+    """What `kernel[grid](...)` returns on a GPU: the launcher pieces _Relaunch keeps."""
+
+    def __init__(self, calls):
+        self.calls = calls
+        self.function, self.packed_metadata = "fn", "meta"
+
+    def run(self, *launch_args):
+        self.calls.append(("run", launch_args[0], launch_args[9:]))
+
+
+class _FakeKernel:
+    """A JIT kernel whose launches are recorded (the GPU launch path without a GPU)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        def jit(*args, **consts):
+            self.calls.append(("jit", grid[0], args, tuple(consts.items())))
+            return _FakeCompiled(self.calls)
+
+        return jit
+
+
+@pytest.fixture
+def gpu_launch_path(monkeypatch):
+    """The CUDA branch of the launchers, with the driver stubbed (runs on any machine)."""
+    monkeypatch.setattr(triton_helpers, "INTERPRET", False)
+    monkeypatch.setattr(triton_helpers, "_stream", lambda dev: "stream")
+    monkeypatch.setattr(triton_helpers, "_device", lambda: 0)
+    monkeypatch.setattr(triton_helpers, "_hooked", lambda: False)
+    monkeypatch.setattr(triton_helpers.config, "triton_fast_launch", True)
+    monkeypatch.setattr(triton_helpers, "_hits", {})
+    monkeypatch.setattr(triton_helpers, "_compiled", {})
+
+
+def test_tuned_launches_take_the_hit_path(gpu_launch_path, monkeypatch):
+    """Under max-autotune a kernel is tuned on its first launch; later launches go straight to
+    the launcher with the tuned configuration (they went through the tuner and Triton's JIT
+    path on every call: max-autotune ran slower than default mode on a GPU)."""
+    tunings = []
+
+    def best(kernel, args, xnumel, rnumel, rblock, default, spec, run):
+        tunings.append(xnumel)
+        return (256, 1, 4)
+
+    monkeypatch.setattr(triton_helpers.triton_tune, "best", best)
+    kernel, x = _FakeKernel(), torch.zeros(1000)
+    for _ in range(3):
+        triton_helpers.launch(kernel, (x, x), 1000, None, None, False, tune=True)
+    assert tunings == [1000]
+    assert [c[0] for c in kernel.calls] == ["jit", "run", "run"]
+    assert kernel.calls[1][1] == kernel.calls[2][1] == 4  # grid of the tuned XBLOCK=256
+    assert kernel.calls[2][2][-2:] == (1000, 256)  # xnumel, then XBLOCK
+
+
+def test_matmul_template_launches_take_the_hit_path(gpu_launch_path, monkeypatch):
+    """A matmul template's configuration is looked up on its first launch only."""
+    lookups = []
+
+    def mm_default(m, n, k, dtype, interpret):
+        lookups.append((m, n, k))
+        return (64, 32, 16, 8, 4, 3)
+
+    monkeypatch.setattr(triton_helpers.triton_tune, "mm_default", mm_default)
+    kernel, a = _FakeKernel(), torch.zeros(100, 70)
+    for _ in range(3):
+        triton_helpers.launch_mm(kernel, (a, a, a), 100, 70, 1, 50)
+    assert lookups == [(100, 70, 50)]
+    assert [c[0] for c in kernel.calls] == ["jit", "run", "run"]
+    assert kernel.calls[0][1] == 2 * 3  # ceil(100/64) * ceil(70/32) tiles
+    assert kernel.calls[2][1] == 6 and kernel.calls[2][2][-4:] == (64, 32, 16, 8)

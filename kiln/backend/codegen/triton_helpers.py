@@ -287,7 +287,8 @@ def launch(kernel, args, xnumel, rnumel, rblock, err, tune=False):
     if xnumel <= 0:
         return 0
     hit_key = None
-    if not INTERPRET and not tune and config.triton_fast_launch:  # pragma: no cover (GPU)
+    # (a tuned launch takes the hit path too: its configuration is fixed after the first launch)
+    if not INTERPRET and config.triton_fast_launch:  # pragma: no cover (GPU)
         if _stream is None:
             _bind_driver()
         dev = _device()
@@ -365,6 +366,17 @@ def launch_mm(kernel, args, m, n, batch, k, tune=None):
     first launch with that key (triton_tune.best_mm), or None."""
     if m * n * batch <= 0:
         return 0
+    hit_key = None
+    if not INTERPRET and config.triton_fast_launch:  # pragma: no cover (GPU)
+        if _stream is None:
+            _bind_driver()
+        dev = _device()
+        hit_key = (id(kernel), dev, m, n, batch, k, _spec(args))
+        hit = _hits.get(hit_key)
+        if hit is not None and not _hooked():  # the same one-lookup path as `launch`
+            run, function, metadata, grid, tail, _ = hit
+            run(grid, 1, 1, _stream(dev), function, metadata, None, None, None, *args, *tail)
+            return 0
     dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor))
     cfg = triton_tune.mm_default(m, n, k, dtype, INTERPRET)
     if tune:
@@ -376,7 +388,11 @@ def launch_mm(kernel, args, m, n, batch, k, tune=None):
             (),  # (the epilogue's arguments differ between the timed graph and the real one)
             lambda c, a: _run_mm(kernel, a, c, m, n, batch),
         )
-    _run_mm(kernel, args, cfg, m, n, batch)
+    relaunch = _run_mm(kernel, args, cfg, m, n, batch)
+    if hit_key is not None and isinstance(relaunch, _Relaunch):  # pragma: no cover (GPU)
+        bm, bn = cfg[:2]
+        grid = -(-m // bm) * -(-n // bn) * batch
+        _hits[hit_key] = (relaunch.run, relaunch.function, relaunch.metadata, grid, cfg[:4], kernel)
     return 0
 
 
