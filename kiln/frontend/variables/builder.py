@@ -42,6 +42,7 @@ from kiln.frontend.variables import (
     foreach_calls,  # noqa: F401  (registers foreach ops one tensor at a time)
     functorch_vmap,
     logging_vars,
+    namedtuples,
     numpy_extra,  # noqa: F401  (registers np.meshgrid, fftshift, linalg.norm)
     numpy_info,
     numpy_scalars,
@@ -183,6 +184,8 @@ def _kiln_special(value):
         return ctx_managers.DisableSavedHooksFnVariable(value)
     if control_flow.handles(value):  # torch.cond, torch.while_loop ...
         return control_flow.ControlFlowOpVariable(value)
+    if namedtuples.is_factory(value):  # Note [Namedtuples: classes made in the frame]
+        return namedtuples.NamedTupleFactoryVariable()
     if functorch_vmap.is_vmap(value):  # Note [Vmap: the body traced, vmap applied at run time]
         return functorch_vmap.VmapFunctionVariable(value)
     if functorch_vmap.is_interpreter_query(value):
