@@ -59,6 +59,7 @@ from kiln.frontend.variables import (
     torch_queries,
     unbacked,
     unspec_float,
+    user_modules,  # noqa: F401  (registers user modules built in the frame)
     weak_dicts,
 )
 from kiln.frontend.variables.base import lookup_hooked, probe, register_builder
