@@ -22,6 +22,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
+| torch._dynamo.OptimizedModule                  | kiln.OptimizedModule (the class compile(module) returns) |
 | torch._dynamo.config.capture_scalar_outputs    | kiln.config.capture_scalar_outputs (read through)    |
 | torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
@@ -277,6 +278,8 @@ def install():
         "unsupported": (torch._dynamo.testing.unsupported, kiln.disable(_unsupported)),
         # `with self.assertRaises(Unsupported)`: a compile error under fullgraph (kiln's class)
         "Unsupported": (torch._dynamo.exc.Unsupported, kiln.exc.Unsupported),
+        # `assertIsInstance(torch.compile(mod), torch._dynamo.OptimizedModule)`: kiln's class
+        "OptimizedModule": (torch._dynamo.OptimizedModule, kiln.OptimizedModule),
     }
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "torch._dynamo" or name.startswith("torch._dynamo.")):
@@ -284,6 +287,8 @@ def install():
         for attr, (old, new) in originals.items():
             if attr == "Unsupported" and name != "torch._dynamo.exc":
                 continue  # what tests import; torch's own modules keep catching their class
+            if attr == "OptimizedModule" and name != "torch._dynamo":
+                continue  # (the name tests read; torch's own modules keep their class)
             if getattr(module, attr, None) is old:
                 setattr(module, attr, new)
     torch.compile = compile
