@@ -10,6 +10,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.distributed import is_fsdp
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
+from kiln.frontend.variables import lazy_modules
 from kiln.frontend.variables.base import (
     VariableTracker,
     wrap_constant_like,
@@ -214,6 +215,8 @@ class NNModuleVariable(VariableTracker):
                 f"a fully_shard {type(mod).__name__}: FSDP's hooks (all-gather, reshard) run in "
                 "Python around its forward, compiled as a frame of its own"
             )
+        if lazy_modules.is_uninitialized(mod):  # Note [Modules: lazy modules initialized ...]
+            lazy_modules.initialize(tx, mod, args, kwargs)
         hooked = bool(mod._forward_hooks or mod._forward_pre_hooks)
         if mod._backward_hooks or getattr(mod, "_backward_pre_hooks", None):
             unimplemented(f"backward hooks on {type(mod).__name__}")
