@@ -25,6 +25,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.OptimizedModule                  | kiln.OptimizedModule (the class compile(module) returns) |
 | torch._dynamo.config.capture_scalar_outputs    | kiln.config.capture_scalar_outputs (read through)    |
 | torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
+| torch._dynamo.config.recompile_limit           | kiln.config.cache_size_limit (read through)          |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 
 `testing.CompileCounter` needs no mapping: it is a plain backend callable (gm, example_inputs).
@@ -205,12 +206,13 @@ def _unsupported(a, b):
     return b
 
 
-# torch config switches kiln has under the same name (torch's config module of each): under the
-# shim kiln reads (and writes) torch's, so `@torch._dynamo.config.patch(capture_scalar_outputs=
-# True)` reaches kiln
+# torch config switches kiln has (kiln's name: torch's config module and, where it differs,
+# torch's name): under the shim kiln reads (and writes) torch's, so
+# `@torch._dynamo.config.patch(capture_scalar_outputs=True)` reaches kiln
 _CONFIG = {
     "capture_scalar_outputs": "torch._dynamo.config",
     "symbol_guard_limit_before_specialize": "torch.fx.experimental._config",
+    "cache_size_limit": ("torch._dynamo.config", "recompile_limit"),  # (both 8 by default)
 }
 
 
@@ -218,14 +220,16 @@ def _mirror_config(kiln_config):
     """kiln.config's switches in _CONFIG read through to torch's config modules."""
     import importlib
 
-    def switch(name, module):
+    def switch(where):
+        module, name = where
         torch_config = importlib.import_module(module)
         return property(
             lambda self: getattr(torch_config, name),
             lambda self, value: setattr(torch_config, name, value),
         )
 
-    props = {name: switch(name, module) for name, module in _CONFIG.items()}
+    places = {k: v if isinstance(v, tuple) else (v, k) for k, v in _CONFIG.items()}
+    props = {name: switch(where) for name, where in places.items()}
     kiln_config.__class__ = type("MirroredConfig", (type(kiln_config),), props)
 
 
