@@ -11,6 +11,7 @@ import types
 
 import torch
 
+from kiln import config
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import (
@@ -24,6 +25,7 @@ from kiln.frontend.variables import (
     sym,
     symfloat,
     tensor_minmax,
+    unbacked,
 )
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.const_index import constant_index
@@ -557,6 +559,8 @@ class BuiltinVariable(VariableTracker):
         return ConstantVariable(all(i.truthy(tx) for i in _items_in_turn(tx, obj)))
 
     def _convert(self, tx, fn, obj):
+        if isinstance(obj, TensorVariable) and config.capture_scalar_outputs:
+            return unbacked.tensor_number(tx, fn, obj)  # Note [Shapes: item() in the graph]
         if isinstance(obj, TensorVariable):
             unimplemented(f"{fn.__name__}() of a tensor reads tensor data")
         if fn is float and isinstance(obj, SymNodeVariable):
