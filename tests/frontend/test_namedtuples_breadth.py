@@ -2,6 +2,7 @@
 compares kiln with eager Python."""
 
 import collections
+from collections import namedtuple
 from typing import NamedTuple
 
 import pytest
@@ -157,3 +158,16 @@ def _pair_input_methods(p):
 
 def test_namedtuple_subclass_methods_on_an_input():
     run_and_compare(_pair_input_methods, _Pair(torch.randn(2), torch.randn(2)), fullgraph=True)
+
+
+def _factory_as_key(d):
+    if namedtuple in d:  # (the global name, as `from collections import namedtuple` binds it)
+        return d[3] * 2, namedtuple is d.get("f")
+    return d[3] * 3, False
+
+
+def test_the_factory_itself_as_a_value():
+    # collections.namedtuple looked up, compared and returned as the function it is
+    t = torch.randn(3)
+    run_and_compare(_factory_as_key, {collections.namedtuple: None, 3: t}, fullgraph=True)
+    run_and_compare(_factory_as_key, {3: t, "f": namedtuple, namedtuple: 1}, fullgraph=True)

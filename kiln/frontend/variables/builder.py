@@ -186,7 +186,7 @@ def _kiln_special(value):
     if control_flow.handles(value):  # torch.cond, torch.while_loop ...
         return control_flow.ControlFlowOpVariable(value)
     if namedtuples.is_factory(value):  # Note [Namedtuples: classes made in the frame]
-        return namedtuples.NamedTupleFactoryVariable()
+        return namedtuples.NamedTupleFactoryVariable(value)
     if functorch_vmap.is_vmap(value):  # Note [Vmap: the body traced, vmap applied at run time]
         return functorch_vmap.VmapFunctionVariable(value)
     if functorch_vmap.is_interpreter_query(value):
@@ -260,6 +260,7 @@ def wrap_value(tx, value, source):
     if special is not None:
         if source is not None:
             numpy_info.guard_input(tx, value, special, source)  # (a numpy function, dtype ...)
+            namedtuples.guard_input(tx, special, source)  # (collections.namedtuple itself)
         return special
     draw = random_draws.wrap(tx, value, source)  # Note [Random: draws before the graph]
     if draw is not None:

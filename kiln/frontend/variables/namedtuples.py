@@ -30,8 +30,9 @@ import inspect
 import types
 
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import lists
-from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
+from kiln.frontend.variables.base import PythonValueVariable, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import REMADE_CLASSES, is_literal
 from kiln.frontend.variables.functions import UserMethodVariable, bound_classmethod, inline_call
 from kiln.frontend.variables.user_defined import UserDefinedClassVariable
@@ -44,8 +45,9 @@ def is_factory(value):
     return value is collections.namedtuple
 
 
-class NamedTupleFactoryVariable(VariableTracker):
-    """`collections.namedtuple` (Note [Namedtuples: classes made in the frame])."""
+class NamedTupleFactoryVariable(PythonValueVariable):
+    """`collections.namedtuple` (Note [Namedtuples: classes made in the frame]); as a value (a
+    dict key, compared) the function itself."""
 
     def call_function(self, tx, args, kwargs):
         try:
@@ -84,10 +86,20 @@ class NamedTupleFactoryVariable(VariableTracker):
         return UserDefinedClassVariable(cls)
 
     def reconstruct(self, cg):
+        if self.source is not None:
+            self.source.reconstruct(cg)
+            return
         cg.load_object(collections.namedtuple)
 
     def __repr__(self):
         return "NamedTupleFactoryVariable()"
+
+
+def guard_input(tx, special, source):
+    """collections.namedtuple read from `source`: pinned by identity, then loaded from there."""
+    if isinstance(special, NamedTupleFactoryVariable) and special.source is None:
+        tx.output.guards.add(GuardKind.ID_MATCH, source, special.value)
+        special.source = source
 
 
 def user_member(tx, var, name):
