@@ -22,8 +22,10 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
+| torch._dynamo.OptimizedModule                  | kiln.OptimizedModule (the class compile(module) returns) |
 | torch._dynamo.config.capture_scalar_outputs    | kiln.config.capture_scalar_outputs (read through)    |
 | torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
+| torch._dynamo.config.recompile_limit           | kiln.config.cache_size_limit (read through)          |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 
 `testing.CompileCounter` needs no mapping: it is a plain backend callable (gm, example_inputs).
@@ -204,12 +206,13 @@ def _unsupported(a, b):
     return b
 
 
-# torch config switches kiln has under the same name (torch's config module of each): under the
-# shim kiln reads (and writes) torch's, so `@torch._dynamo.config.patch(capture_scalar_outputs=
-# True)` reaches kiln
+# torch config switches kiln has (kiln's name: torch's config module and, where it differs,
+# torch's name): under the shim kiln reads (and writes) torch's, so
+# `@torch._dynamo.config.patch(capture_scalar_outputs=True)` reaches kiln
 _CONFIG = {
     "capture_scalar_outputs": "torch._dynamo.config",
     "symbol_guard_limit_before_specialize": "torch.fx.experimental._config",
+    "cache_size_limit": ("torch._dynamo.config", "recompile_limit"),  # (both 8 by default)
 }
 
 
@@ -217,14 +220,16 @@ def _mirror_config(kiln_config):
     """kiln.config's switches in _CONFIG read through to torch's config modules."""
     import importlib
 
-    def switch(name, module):
+    def switch(where):
+        module, name = where
         torch_config = importlib.import_module(module)
         return property(
             lambda self: getattr(torch_config, name),
             lambda self, value: setattr(torch_config, name, value),
         )
 
-    props = {name: switch(name, module) for name, module in _CONFIG.items()}
+    places = {k: v if isinstance(v, tuple) else (v, k) for k, v in _CONFIG.items()}
+    props = {name: switch(where) for name, where in places.items()}
     kiln_config.__class__ = type("MirroredConfig", (type(kiln_config),), props)
 
 
@@ -277,6 +282,8 @@ def install():
         "unsupported": (torch._dynamo.testing.unsupported, kiln.disable(_unsupported)),
         # `with self.assertRaises(Unsupported)`: a compile error under fullgraph (kiln's class)
         "Unsupported": (torch._dynamo.exc.Unsupported, kiln.exc.Unsupported),
+        # `assertIsInstance(torch.compile(mod), torch._dynamo.OptimizedModule)`: kiln's class
+        "OptimizedModule": (torch._dynamo.OptimizedModule, kiln.OptimizedModule),
     }
     for name, module in list(sys.modules.items()):
         if module is None or not (name == "torch._dynamo" or name.startswith("torch._dynamo.")):
@@ -284,6 +291,8 @@ def install():
         for attr, (old, new) in originals.items():
             if attr == "Unsupported" and name != "torch._dynamo.exc":
                 continue  # what tests import; torch's own modules keep catching their class
+            if attr == "OptimizedModule" and name != "torch._dynamo":
+                continue  # (the name tests read; torch's own modules keep their class)
             if getattr(module, attr, None) is old:
                 setattr(module, attr, new)
     torch.compile = compile

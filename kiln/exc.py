@@ -48,6 +48,12 @@ class CompiledAutogradCall(Unsupported):
     captures the whole backward as one graph, so fullgraph=True allows it."""
 
 
+class RestartTrace(BaseException):
+    """Trace the frame again from its start: tracing changed what it reads for good (a lazy
+    module initialized, Note [Modules: lazy modules initialized while tracing]). A
+    BaseException, so that no handler of traced code's exceptions takes it."""
+
+
 def unimplemented(msg):
     """Stop tracing here: the caller turns this into a graph break (or an error under fullgraph)."""
     raise Unsupported(msg)

@@ -18,7 +18,7 @@ import torch.fx
 
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
-from kiln.exc import CompiledAutogradCall, Unsupported, unimplemented
+from kiln.exc import CompiledAutogradCall, RestartTrace, Unsupported, unimplemented
 from kiln.frontend import fallback, stance, transforms
 from kiln.frontend.backward_scope import (
     backward_scope,
@@ -116,6 +116,7 @@ class BreakRecord:
 # names of the caller-frame readers (sys._getframe, inspect.currentframe().f_back): a function
 # that uses one is called as it is, never through a kiln wrapper (which would be its caller)
 _FRAME_READERS = {"_getframe", "_getframemodulename", "currentframe"}
+_RESTARTS = 256  # traces of one frame started again (each initialized a lazy module) at most
 
 
 class FrameCache:
@@ -495,6 +496,14 @@ class FrameCache:
 
     def compile(self, args, kwargs):
         """Trace the frame for these arguments: guard function + transformed function."""
+        for _ in range(_RESTARTS):  # (each restart initialized a lazy module for good)
+            try:
+                return self._compile_once(args, kwargs)
+            except RestartTrace:  # Note [Modules: lazy modules initialized while tracing]
+                continue
+        unimplemented(f"the frame was traced again {_RESTARTS} times (lazy modules)")
+
+    def _compile_once(self, args, kwargs):
         fn = self.fn
         hooks.fire("frame_start", fn)
         dynamic, dynamic_ints = self.settings.dynamic, False

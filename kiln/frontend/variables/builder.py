@@ -42,6 +42,7 @@ from kiln.frontend.variables import (
     foreach_calls,  # noqa: F401  (registers foreach ops one tensor at a time)
     functorch_vmap,
     logging_vars,
+    namedtuples,
     numpy_extra,  # noqa: F401  (registers np.meshgrid, fftshift, linalg.norm)
     numpy_info,
     numpy_scalars,
@@ -58,6 +59,7 @@ from kiln.frontend.variables import (
     torch_queries,
     unbacked,
     unspec_float,
+    user_modules,  # noqa: F401  (registers user modules built in the frame)
     weak_dicts,
 )
 from kiln.frontend.variables.base import lookup_hooked, probe, register_builder
@@ -183,6 +185,8 @@ def _kiln_special(value):
         return ctx_managers.DisableSavedHooksFnVariable(value)
     if control_flow.handles(value):  # torch.cond, torch.while_loop ...
         return control_flow.ControlFlowOpVariable(value)
+    if namedtuples.is_factory(value):  # Note [Namedtuples: classes made in the frame]
+        return namedtuples.NamedTupleFactoryVariable(value)
     if functorch_vmap.is_vmap(value):  # Note [Vmap: the body traced, vmap applied at run time]
         return functorch_vmap.VmapFunctionVariable(value)
     if functorch_vmap.is_interpreter_query(value):
@@ -256,6 +260,7 @@ def wrap_value(tx, value, source):
     if special is not None:
         if source is not None:
             numpy_info.guard_input(tx, value, special, source)  # (a numpy function, dtype ...)
+            namedtuples.guard_input(tx, special, source)  # (collections.namedtuple itself)
         return special
     draw = random_draws.wrap(tx, value, source)  # Note [Random: draws before the graph]
     if draw is not None:

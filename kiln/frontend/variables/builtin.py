@@ -11,6 +11,7 @@ import types
 
 import torch
 
+from kiln import config
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import (
@@ -18,13 +19,15 @@ from kiln.frontend.variables import (
     dicts,
     itertools_calls,
     misc,
+    object_defaults,
     optim,
     stdlib,
     sym,
     symfloat,
     tensor_minmax,
+    unbacked,
 )
-from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
+from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.const_index import constant_index
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dict_keys import guard_tensor_keys
@@ -556,6 +559,8 @@ class BuiltinVariable(VariableTracker):
         return ConstantVariable(all(i.truthy(tx) for i in _items_in_turn(tx, obj)))
 
     def _convert(self, tx, fn, obj):
+        if isinstance(obj, TensorVariable) and config.capture_scalar_outputs:
+            return unbacked.tensor_number(tx, fn, obj)  # Note [Shapes: item() in the graph]
         if isinstance(obj, TensorVariable):
             unimplemented(f"{fn.__name__}() of a tensor reads tensor data")
         if fn is float and isinstance(obj, SymNodeVariable):
@@ -586,7 +591,7 @@ class BuiltinVariable(VariableTracker):
             result = user_text(tx, obj, f"__{fn.__name__}__")
             if result is not None:
                 return result
-            unimplemented(f"{fn.__name__}() of a {obj.python_type().__name__} (object's default)")
+            return object_defaults.DefaultTextVariable(obj)  # Note [Objects: the default str() ...]
         return self._convert(tx, fn, obj) if fn is str else None
 
     def _call_repr(self, tx, obj):
@@ -612,6 +617,9 @@ class BuiltinVariable(VariableTracker):
         return fold(round, obj.as_python_constant(), nd.as_python_constant())
 
     def _call_type(self, tx, obj):
+        source = object_defaults.class_source(obj)  # Note [Objects: type(obj) through its source]
+        if source is not None:
+            return wrap_value(tx, obj.python_type(), source)
         return wrap_constant_like(tx, obj.python_type())
 
     def _call_callable(self, tx, obj):

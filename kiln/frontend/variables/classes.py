@@ -34,7 +34,7 @@ from kiln.bytecode import emit, loads_cell
 from kiln.exc import unimplemented
 from kiln.frontend.blocks import MISSING, global_value
 from kiln.frontend.variables.base import VariableTracker
-from kiln.frontend.variables.constant import MADE_WHILE_TRACING
+from kiln.frontend.variables.constant import MADE_WHILE_TRACING, REMADE_CLASSES, load_remade
 from kiln.frontend.variables.exceptions import ExceptionVariable
 from kiln.frontend.variables.functions import NestedUserFunctionVariable
 from kiln.frontend.variables.user_defined import UserDefinedClassVariable
@@ -91,6 +91,9 @@ def load_class(cg, cls):
     (Note [Classes: local classes]), once per transformed code."""
     if cls in MADE_WHILE_TRACING:
         unimplemented(f"{cls.__qualname__}, a class made while tracing, leaves the frame")
+    if cls in REMADE_CLASSES:  # Note [Namedtuples: classes made in the frame]
+        load_remade(cg, cls)
+        return
     if not is_local_class(cls):
         cg.load_object(cls)
         return

@@ -14,6 +14,9 @@ from kiln.frontend.variables.base import PythonValueVariable
 # Classes made for real while tracing that the transformed code cannot make again (Note [Enums:
 # classes made by the functional API]): neither they nor their instances may leave the frame.
 MADE_WHILE_TRACING = weakref.WeakSet()
+# Classes made for real while tracing by a pure factory the transformed code calls again (Note
+# [Namedtuples: classes made in the frame]): class -> a callable of no arguments that makes it.
+REMADE_CLASSES = weakref.WeakKeyDictionary()
 
 CONSTANT_TYPES = (
     int,
@@ -82,6 +85,9 @@ class ConstantVariable(PythonValueVariable):
     def reconstruct(self, cg):
         if type(self.value) in MADE_WHILE_TRACING:
             unimplemented(f"{self.value!r} of a class made while tracing leaves the frame")
+        if type(self.value) in REMADE_CLASSES:  # a namedtuple: made with the class made again
+            remake_instance(cg, type(self.value), lambda: cg.load_object(tuple(self.value)))
+            return
         if type(self.value) is str and sys.intern(self.value) is not self.value:
             cg.load_object(self.value)  # Note [Constants: string identity]
         elif is_literal(self.value) and not isinstance(self.value, (torch.dtype, torch.device)):
@@ -91,6 +97,30 @@ class ConstantVariable(PythonValueVariable):
 
     def __repr__(self):
         return f"ConstantVariable({self.value!r})"
+
+
+def load_remade(cg, cls):
+    """Push a class of REMADE_CLASSES as the transformed code makes it (once per code)."""
+    temp = cg.class_temps.get(id(cls))
+    if temp is None:
+        cg.load_object(REMADE_CLASSES[cls], push_null=True)
+        cg.extend(emit.call(0))
+        temp = cg.class_temps[id(cls)] = cg.new_temp()
+        cg.extend(emit.store_fast(temp))
+    cg.extend(emit.load_fast(temp))
+
+
+def remake_instance(cg, cls, load_items):
+    """Push an instance of a namedtuple class of REMADE_CLASSES: `cls._make(items)` of the class
+    the transformed code makes again; `load_items` pushes the tuple of its items."""
+    cg.load_object(_make_instance, push_null=True)
+    load_remade(cg, cls)
+    load_items()
+    cg.extend(emit.call(2))
+
+
+def _make_instance(cls, items):
+    return cls._make(items)
 
 
 def fold(fn, *values):

@@ -12,6 +12,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
+from kiln.frontend.variables import constant
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal, short_range
 from kiln.frontend.variables.exceptions import observe, raise_observed
@@ -98,6 +99,10 @@ class BaseListVariable(VariableTracker):
         return f"{type(self).__name__}({self.items!r})"
 
 
+# (tx, tuple variable, name) -> a member of its class written in Python, or None (namedtuples.py)
+TUPLE_MEMBERS = []
+
+
 class TupleVariable(BaseListVariable):
     """A tuple; `tuple_cls` is a tuple subclass with named fields (torch.return_types.max ...)."""
 
@@ -131,6 +136,10 @@ class TupleVariable(BaseListVariable):
             return self.items[list(fields).index(name)]
         if name in ("_replace", "_asdict") and hasattr(self.tuple_cls, "_fields"):
             return BoundMethodVariable(self, name)
+        for member in TUPLE_MEMBERS if self.tuple_cls is not tuple else ():
+            found = member(tx, self, name)  # Note [Namedtuples: methods of a subclass]
+            if found is not None:
+                return found
         return super().var_getattr(tx, name)
 
     def call_method(self, tx, name, args, kwargs):
@@ -150,6 +159,10 @@ class TupleVariable(BaseListVariable):
     def reconstruct(self, cg):
         if self.tuple_cls is tuple or self.source is not None:
             return super().reconstruct(cg)
+        if self.tuple_cls in constant.REMADE_CLASSES:  # Note [Namedtuples: classes made in ...]
+            return constant.remake_instance(
+                cg, self.tuple_cls, lambda: BaseListVariable.reconstruct(self, cg)
+            )
         make = getattr(self.tuple_cls, "_make", None)  # namedtuple: cls._make(iterable)
         cg.load_object(make if make is not None else self.tuple_cls, push_null=True)
         super().reconstruct(cg)

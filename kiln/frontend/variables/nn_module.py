@@ -10,6 +10,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.distributed import is_fsdp
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
+from kiln.frontend.variables import lazy_modules
 from kiln.frontend.variables.base import (
     VariableTracker,
     wrap_constant_like,
@@ -224,22 +225,47 @@ class NNModuleVariable(VariableTracker):
                 f"a fully_shard {type(mod).__name__}: FSDP's hooks (all-gather, reshard) run in "
                 "Python around its forward, compiled as a frame of its own"
             )
+        if lazy_modules.is_uninitialized(mod):  # Note [Modules: lazy modules initialized ...]
+            lazy_modules.initialize(tx, mod, args, kwargs)
         hooked = bool(mod._forward_hooks or mod._forward_pre_hooks)
         if mod._backward_hooks or getattr(mod, "_backward_pre_hooks", None):
             unimplemented(f"backward hooks on {type(mod).__name__}")
         _no_global_hooks()
-        if "forward" in mod.__dict__ or "__call__" in mod.__dict__:
-            unimplemented("module with an instance-level forward/__call__")
-        tx.output.uses_modules = True
-        forward = inspect.getattr_static(type(mod), "forward")
-        if not inspect.isfunction(forward):
-            unimplemented(f"{type(mod).__name__}.forward is not a Python function")
+        tx.output.uses_modules = True  # (`mod(x)` runs type(mod).__call__: an instance's is unused)
+        forward = self._forward(tx)
         if not hooked:
             tx.output.guards.add(GuardKind.NO_HOOKS, self.source)
-            return inline_call(
-                tx, forward, [self, *args], kwargs, self._class_attr_source("forward")
-            )
+            return forward(args, kwargs)
         return self._call_with_hooks(tx, forward, args, kwargs)
+
+    def _forward(self, tx):
+        """`mod.forward` as Module.__call__ finds it, as a call of (args, kwargs).
+
+        Note [Modules: which forward a call runs]
+        Module.__call__ runs `self.forward`: a method bound to the module and stored on the
+        instance (`mod.forward = types.MethodType(f, mod)`) wins over the class's forward, and a
+        staticmethod forward takes no self. The instance dict is guarded either way: a forward
+        set on the instance after compiling (or removed from it) recompiles.
+        """
+        mod = self.value
+        own = mod.__dict__.get("forward")
+        if own is not None:
+            bound = isinstance(own, types.MethodType) and own.__self__ is mod
+            if not (bound and inspect.isfunction(own.__func__)):
+                unimplemented("module with an instance-level forward that is no method of it")
+            src = AttrSource(self.source, "forward")
+            fn_src = AttrSource(src, "__func__")
+            tx.output.guards.add(GuardKind.ID_MATCH, fn_src, own.__func__)
+            tx.output.guards.add(GuardKind.ALIASING, AttrSource(src, "__self__"), self.source)
+            return lambda args, kwargs: inline_call(tx, own.__func__, [self, *args], kwargs, fn_src)
+        tx.output.guards.add(GuardKind.NOT_IN, AttrSource(self.source, "__dict__"), "forward")
+        static = inspect.getattr_static(type(mod), "forward")
+        src = self._class_attr_source("forward")
+        if isinstance(static, staticmethod) and inspect.isfunction(static.__func__):
+            return lambda args, kwargs: inline_call(tx, static.__func__, list(args), kwargs, src)
+        if not inspect.isfunction(static):
+            unimplemented(f"{type(mod).__name__}.forward is not a Python function")
+        return lambda args, kwargs: inline_call(tx, static, [self, *args], kwargs, src)
 
     def _call_with_hooks(self, tx, forward, args, kwargs):
         """Module.__call__ with forward pre-hooks and forward hooks, traced like it runs them.
@@ -293,7 +319,7 @@ class NNModuleVariable(VariableTracker):
                     if isinstance(result, TupleVariable)
                     else [result]
                 )
-        out = inline_call(tx, forward, [self, *args], kwargs, self._class_attr_source("forward"))
+        out = forward(args, kwargs)
         for key, hook in hooks("_forward_hooks"):
             hook_args = [self, TupleVariable(list(args))]
             if key in post_kw:
@@ -305,11 +331,11 @@ class NNModuleVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         mod = self.value
+        if name == "forward" and self.source is not None:
+            return self._forward(tx)(args, kwargs)  # Note [Modules: which forward a call runs]
         if name == "forward":
             forward = inspect.getattr_static(type(mod), "forward")
-            return inline_call(
-                tx, forward, [self, *args], kwargs, self._class_attr_source("forward")
-            )
+            return inline_call(tx, forward, [self, *args], kwargs, None)
         if name == "__getitem__" and isinstance(mod, _CONTAINERS) and len(args) == 1:
             key = args[0].as_python_constant()
             if isinstance(mod, torch.nn.ModuleDict):

@@ -287,7 +287,19 @@ def compare_vars(tx, fn, a, b):
             same = _identical(a, b)
             if same is True and _eq_by_identity(_exact_type(a)):
                 return ConstantVariable(fn is operator.eq)
+    if fn in (operator.eq, operator.ne) and _plain_modules(a, b):
+        same = a.value is b.value  # (object.__eq__: identity, guarded as `is` is)
+        if a.source is not None and b.source is not None and a.source != b.source:
+            kind = GuardKind.ALIASING if same else GuardKind.DISTINCT
+            tx.output.guards.add(kind, a.source, b.source)
+        return ConstantVariable(same == (fn is operator.eq))
     return binary_op(tx, fn, a, b)
+
+
+def _plain_modules(a, b):
+    """Two nn.Module variables whose classes compare them by identity."""
+    values = [getattr(v, "value", None) for v in (a, b)]
+    return all(isinstance(v, torch.nn.Module) and type(v).__eq__ is object.__eq__ for v in values)
 
 
 def _plain_classes(a, b):
@@ -422,7 +434,9 @@ def contains(tx, container, item):
     if isinstance(container, (UserDefinedObjectVariable, NewObjectVariable)):
         return container.call_method(tx, "__contains__", [item], {})
     if isinstance(container, SetVariable) and (
-        item.is_python_constant() or isinstance(item, TensorVariable)
+        item.is_python_constant()
+        or isinstance(item, TensorVariable)
+        or isinstance(getattr(item, "value", None), torch.nn.Module)  # Note [Sets: modules ...]
     ):
         return container.call_method(tx, "__contains__", [item], {})  # (hash, then ==)
     if getattr(container, "steps_lazily", False) and not isinstance(item, SymNodeVariable):

@@ -42,7 +42,7 @@ class SetVariable(VariableTracker):
         return frozenset if self.frozen else set
 
     def is_python_constant(self):
-        return not any(isinstance(v, TensorKey) for v in self.values)
+        return not any(isinstance(v, VarKey) for v in self.values)
 
     def as_python_constant(self):
         if not self.is_python_constant():
@@ -79,7 +79,11 @@ class SetVariable(VariableTracker):
     def call_method(self, tx, name, args, kwargs):
         if kwargs:
             unimplemented(f"set.{name} with keyword arguments")
-        keys = [_set_item(a, key=True) for a in args if _tensor_key(a) is not None]
+        keys = [
+            _set_item(a, key=True)
+            for a in args
+            if _tensor_key(a) is not None or _module_key(a) is not None
+        ]
         others = [a.values for a in args if isinstance(a, SetVariable)]
         guard_tensor_items(tx, self.values, keys, *others)
         result = self._call_method(tx, name, args, kwargs)
@@ -126,8 +130,8 @@ class SetVariable(VariableTracker):
         elif name in ("remove", "discard") and len(args) == 1:
             item = _set_item(args[0], key=True)
             if name == "remove" and item not in self.values:
-                if isinstance(item, TensorKey):
-                    unimplemented("set.remove of a tensor not in the set (KeyError of it)")
+                if isinstance(item, VarKey):
+                    unimplemented("set.remove of an object not in the set (KeyError of it)")
                 raise_observed(tx, KeyError, item)
             self.values.discard(item)
         elif name == "clear" and not args:
@@ -194,7 +198,7 @@ class SetVariable(VariableTracker):
         for v in values:
             if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)):
                 cg.load_object(v)  # (an input's items: Note [Sets: inputs])
-            elif isinstance(v, TensorKey):
+            elif isinstance(v, VarKey):
                 cg.reconstruct(v.var)
             else:
                 _wrap_const(v).reconstruct(cg)
@@ -237,18 +241,24 @@ _SET_PURE = {
 
 
 def _wrap_const(value):
-    if isinstance(value, TensorKey):
+    if isinstance(value, VarKey):
         return value.var
     return wrap_frozen(value, "set item")
 
 
-class TensorKey:
-    """A traced tensor as a set item (Note [Sets: tensors as items])."""
+class VarKey:
+    """A set item held by its variable (a tensor, a module)."""
 
     __slots__ = ("var",)
 
     def __init__(self, var):
         self.var = var
+
+
+class TensorKey(VarKey):
+    """A traced tensor as a set item (Note [Sets: tensors as items])."""
+
+    __slots__ = ()
 
     def __hash__(self):
         return id(self.var)
@@ -273,11 +283,45 @@ def _tensor_key(var):
     return TensorKey(var)
 
 
+class ModuleKey(VarKey):
+    """An nn.Module as a set item (Note [Sets: modules as items])."""
+
+    __slots__ = ()
+
+    def __hash__(self):
+        return id(self.var.value)
+
+    def __eq__(self, other):
+        return isinstance(other, ModuleKey) and other.var.value is self.var.value
+
+    def __repr__(self):
+        return f"ModuleKey({self.var!r})"
+
+
+# Note [Sets: modules as items]
+# nn.Module hashes and compares by identity, and torch's own traversals (named_modules,
+# named_children, named_parameters) keep the modules they met in a set. A module kiln traces is
+# one real object (from a source, or built while tracing), so it is held by a stand-in that
+# hashes and compares by that object. A module from a source is guarded by identity when it
+# goes into a set or is looked up in one (an ID_MATCH per module, not a guard per pair): the
+# dedup the trace saw (a module reached twice, or two distinct ones) then holds for the call.
+def _module_key(var):
+    """The stand-in of an nn.Module variable, or None when var is no module."""
+    if isinstance(getattr(var, "value", None), torch.nn.Module):  # (a module's variable)
+        if type(var.value).__hash__ is not object.__hash__:
+            unimplemented(f"a {type(var.value).__name__} as a set item (its own __hash__)")
+        return ModuleKey(var)
+    return None
+
+
 def guard_tensor_items(tx, *groups):
-    """Tensors from outside the frame held or looked up together stay distinct objects."""
+    """Tensors from outside the frame held or looked up together stay distinct objects;
+    modules from outside the frame are pinned by identity (Note [Sets: modules as items])."""
     sourced = {}
     for values in groups:
         for v in values:
+            if isinstance(v, ModuleKey) and v.var.source is not None:
+                tx.output.guards.add(GuardKind.ID_MATCH, v.var.source, v.var.value)
             if isinstance(v, TensorKey) and v.var.source is not None:
                 sourced[id(v.var)] = v.var
     tensors = list(sourced.values())
@@ -295,6 +339,9 @@ def _set_item(var, key=False):
     tensor = _tensor_key(var)
     if tensor is not None:
         return tensor
+    module = _module_key(var)
+    if module is not None:
+        return module
     if not var.is_python_constant():
         unimplemented(f"set item {var} is not a constant")
     value = var.as_python_constant()

@@ -33,6 +33,23 @@ from kiln.symbolic import shape_env
 from kiln.symbolic.fake import ProxyTensor
 
 
+def tensor_number(tx, fn, tensor):
+    """`float(t)` / `int(t)` of a one-element tensor: `t.__float__()` is float(t.item()), read
+    as the item of t in float64 (int64 and bool values convert to the same double Python's
+    float() gives); `t.__int__()` of an int or bool tensor is its int64 item. int() of a float
+    tensor (truncation, an error for inf and NaN) is not modelled: a graph break."""
+    dtype = tensor.example.dtype
+    if dtype.is_complex:
+        unimplemented(f"{fn.__name__}() of a complex tensor")
+    if fn is int and dtype.is_floating_point:
+        unimplemented("int() of a floating-point tensor reads tensor data")
+    if fn is float and dtype != torch.float64:
+        tensor = tensor.call_method(tx, "to", [ConstantVariable(torch.float64)], {})
+    elif fn is int and dtype != torch.int64:
+        tensor = tensor.call_method(tx, "to", [ConstantVariable(torch.int64)], {})
+    return tensor_item(tx, tensor, [], {})
+
+
 def tensor_item(tx, tensor, args, kwargs):
     """`t.item()`: a graph node with an unbacked value, or a graph break (see the note)."""
     if not config.capture_scalar_outputs:

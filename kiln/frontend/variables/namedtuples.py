@@ -1,0 +1,130 @@
+"""Namedtuple classes made in the frame, and the Python methods of namedtuple subclasses.
+
+    def f(a, b):                                     namedtuple(...) runs for real while tracing;
+        P = collections.namedtuple("P", "x y")       P(a, b) is a TupleVariable of that class;
+        p = P(a, b)                                  where P or p leaves the frame, the transformed
+        return P(p.x, p.y + 1)                       code calls namedtuple(...) again (once)
+
+Note [Namedtuples: classes made in the frame]
+`collections.namedtuple(typename, field_names, rename=, defaults=, module=)` is a pure class
+factory: with constant arguments it runs no user code and touches nothing outside the class it
+returns. So kiln calls it for real while tracing (`module` defaults to the calling frame's module
+name, which namedtuple reads from its caller's frame, here kiln's), and instances of the class are
+traced as any namedtuple's. Each eager call makes a new class, so the class made while tracing
+must not leave the frame (its identity would be shared between calls): where the class or an
+instance of it leaves, the transformed code calls namedtuple again with the same arguments, once
+per transformed code (`constant.load_remade`), and instances are made with that class's `_make`.
+Defaults must be literals: a default is stored in the class, and a traced value there would be
+the value of the call that was traced.
+
+Note [Namedtuples: methods of a subclass]
+A class from `typing.NamedTuple` (or `class P(namedtuple(...))`) may define methods, static and
+class methods and properties in Python. `p.name` of such a member is the member bound as Python
+binds it (a method to the tuple, a classmethod to its class), and its body is inlined; the
+methods namedtuple itself generates (`_make`, `_replace`, `__repr__` ...) are not members here.
+"""
+
+import collections
+import functools
+import inspect
+import types
+
+from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables import lists
+from kiln.frontend.variables.base import PythonValueVariable, wrap_constant_like, wrap_value
+from kiln.frontend.variables.constant import REMADE_CLASSES, is_literal
+from kiln.frontend.variables.functions import UserMethodVariable, bound_classmethod, inline_call
+from kiln.frontend.variables.user_defined import UserDefinedClassVariable
+
+_SIGNATURE = inspect.signature(collections.namedtuple)
+_GENERATED_FILE = collections.__file__  # where namedtuple's own methods are written
+
+
+def is_factory(value):
+    return value is collections.namedtuple
+
+
+class NamedTupleFactoryVariable(PythonValueVariable):
+    """`collections.namedtuple` (Note [Namedtuples: classes made in the frame]); as a value (a
+    dict key, compared) the function itself."""
+
+    def call_function(self, tx, args, kwargs):
+        try:
+            bound = _SIGNATURE.bind(*args, **kwargs)
+        except TypeError as e:
+            unimplemented(f"namedtuple() with these arguments ({e})")
+        values = {}
+        for name, var in bound.arguments.items():
+            if not var.is_python_constant():
+                unimplemented(f"namedtuple() with a non-constant {name} ({var})")
+            values[name] = var.as_python_constant()
+        fields = values["field_names"]
+        if not isinstance(fields, str):
+            fields = tuple(fields)
+        defaults = values.get("defaults")
+        if defaults is not None:
+            defaults = tuple(defaults)
+            if not all(is_literal(d) for d in defaults):
+                unimplemented("namedtuple() with defaults that are not literals")
+        module = values.get("module")
+        if module is None:
+            module = tx.f_globals.get("__name__", "__main__")
+        remake = functools.partial(
+            collections.namedtuple,
+            values["typename"],
+            fields,
+            rename=bool(values.get("rename", False)),
+            defaults=defaults,
+            module=module,
+        )
+        try:
+            cls = remake()
+        except Exception as e:
+            unimplemented(f"namedtuple() raised {type(e).__name__}: {e}")
+        REMADE_CLASSES[cls] = remake
+        return UserDefinedClassVariable(cls)
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            self.source.reconstruct(cg)
+            return
+        cg.load_object(collections.namedtuple)
+
+    def __repr__(self):
+        return "NamedTupleFactoryVariable()"
+
+
+def guard_input(tx, special, source):
+    """collections.namedtuple read from `source`: pinned by identity, then loaded from there."""
+    if isinstance(special, NamedTupleFactoryVariable) and special.source is None:
+        tx.output.guards.add(GuardKind.ID_MATCH, source, special.value)
+        special.source = source
+
+
+def user_member(tx, var, name):
+    """`var.name` of a member the tuple's class defines in Python (Note [Namedtuples: methods of
+    a subclass]), else None."""
+    cls = var.tuple_cls
+    owner = next((k for k in cls.__mro__ if name in vars(k)), None)
+    if owner is None or owner in (tuple, object) or name == "__new__":
+        return None
+    static = vars(owner)[name]
+    if isinstance(static, (staticmethod, classmethod)):
+        fn = static.__func__
+    elif isinstance(static, property):
+        fn = static.fget
+    else:
+        fn = static
+    if not isinstance(fn, types.FunctionType) or fn.__code__.co_filename == _GENERATED_FILE:
+        return None
+    if isinstance(static, staticmethod):
+        return wrap_value(tx, fn, None)
+    if isinstance(static, classmethod):
+        return bound_classmethod(static, wrap_constant_like(tx, cls))
+    if isinstance(static, property):
+        return inline_call(tx, fn, [var], {}, var._class_attr_source(name, "fget"))
+    return UserMethodVariable(fn, var, source=var._class_attr_source(name))
+
+
+lists.TUPLE_MEMBERS.append(user_member)
