@@ -38,7 +38,7 @@ def guard(x, mod):
         if not (x.requires_grad is False): return False
         if not (x.device == ___device_cpu): return False
         if not (___dispatch_keys(x) == ___keys): return False
-        ___s0 = mod.__dict__
+        ___s0 = ___plain_attr(mod, '__dict__')
         if not ('forward' not in ___s0): return False
         if not (___is_grad_enabled() is True): return False
         if not (___functorch_transform() is None): return False
