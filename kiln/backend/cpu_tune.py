@@ -19,10 +19,9 @@ import time
 
 import torch
 
-from kiln import config, logs, modes
-from kiln.autograd.aten_tracer import trace_aten
-from kiln.backend import codecache
-from kiln.backend.lowering_matmul import LOOP_LOWERINGS, as_loops, offered
+from kiln import config, modes
+from kiln.backend import codecache, matmul_choice
+from kiln.backend.lowering_matmul import LOOP_LOWERINGS, offered
 from kiln.backend.tuning_cache import TuningCache
 
 MARGIN = 0.9  # loops are chosen when they take at most this fraction of the ATen call's time
@@ -73,57 +72,19 @@ def _key(target, args, kwargs, salt):
 
 def _choice(target, args, kwargs, compile_graph, salt):
     key = _key(target, args, kwargs, salt)
-    if key in _tuned:
-        return _tuned[key]
-    hit = _disk.get(key)
-    if hit is not None:
-        _tuned[key] = hit
-        logs.counters["backend"]["autotune_disk_hits"] += 1
-        return hit
-    inputs = [_like(a) for a in args]
-    tensors = [a for a in inputs if isinstance(a, torch.Tensor)]
-    positions = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor)]
-
-    def call(*ts):
-        full = list(inputs)
-        for i, t in zip(positions, ts):
-            full[i] = t
-        return (target(*full, **kwargs),)
-
-    with as_loops(()):
-        gm = trace_aten(call, tensors)
-    loop_names = [n.name for n in gm.graph.nodes if n.target is target]
-    with modes.applied({"max_autotune": False}):
-        aten = compile_graph(gm, tensors)
-        with as_loops(loop_names):
-            loops = compile_graph(gm, tensors)
-    fell_back = getattr(loops, "kiln_fallback", False) or getattr(aten, "kiln_fallback", False)
-    if fell_back or not torch.allclose(loops(*tensors)[0], aten(*tensors)[0], 1e-3, 1e-3):
-        aten_time, loops_time = 1.0, float("inf")  # (loops that disagree are never chosen)
-    else:
-        aten_time, loops_time = _time(lambda: aten(*tensors), lambda: loops(*tensors))
-    choice = "loops" if loops_time <= MARGIN * aten_time else "aten"
-    logs.counters["backend"]["autotune_timed"] += 1
-    logs.log(
-        "output_code",
-        "kiln: autotuned %s %s: aten %.1fus, loops %.1fus -> %s",
+    return matmul_choice.choose(
+        key,
+        _tuned,
+        _disk,
         target,
-        [tuple(a.shape) for a in tensors],
-        aten_time * 1e6,
-        loops_time * 1e6,
-        choice,
+        args,
+        kwargs,
+        compile_graph,
+        "loops",
+        _time,
+        tol=1e-3,
+        margin=MARGIN,
     )
-    _tuned[key] = choice
-    _disk.put(key, choice)
-    return choice
-
-
-def _like(a):
-    """A random tensor with a's sizes, strides and dtype (other arguments as they are)."""
-    if not isinstance(a, torch.Tensor):
-        return a
-    t = torch.empty_strided(tuple(a.shape), a.stride(), dtype=a.dtype)
-    return t.normal_() if t.numel() else t
 
 
 def _time(*fns):

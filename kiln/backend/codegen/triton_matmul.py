@@ -51,12 +51,12 @@ import time
 
 import torch
 
-from kiln import config, logs, modes
-from kiln.autograd.aten_tracer import trace_aten
+from kiln import config, modes
+from kiln.backend import matmul_choice
 from kiln.backend.codegen.common import IndentedBuffer
 from kiln.backend.codegen.triton import _SIZE_ARG, TL_DTYPE, TritonKernel, index_text
 from kiln.backend.ir import Ix, set_handler, set_range
-from kiln.backend.lowering_matmul import LOOP_LOWERINGS, as_loops, template_offered
+from kiln.backend.lowering_matmul import LOOP_LOWERINGS, template_offered
 from kiln.backend.tuning_cache import TuningCache
 
 MM_CONSTS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
@@ -296,62 +296,27 @@ def _tuning():
 
 def _choice(target, args, kwargs, compile_graph, salt):
     key = _key(target, args, kwargs, salt)
-    if key in _tuned:
-        return _tuned[key]
-    hit = _disk.get(key)
-    if hit is not None:
-        _tuned[key] = hit
-        logs.counters["backend"]["autotune_disk_hits"] += 1
-        return hit
-    inputs = [_like(a) for a in args]
-    tensors = [a for a in inputs if isinstance(a, torch.Tensor)]
-    positions = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor)]
+    first = next(a for a in args if isinstance(a, torch.Tensor))
+    low = first.dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
+    cuda = first.is_cuda
 
-    def call(*ts):
-        full = list(inputs)
-        for i, t in zip(positions, ts):
-            full[i] = t
-        return (target(*full, **kwargs),)
+    def time_both(aten, template):
+        return _time(aten, cuda), _time(template, cuda)
 
-    with as_loops(()):
-        gm = trace_aten(call, tensors)
-    names = [n.name for n in gm.graph.nodes if n.target is target]
-    with modes.applied({"max_autotune": False}), _tuning():
-        with as_loops(()):
-            aten = compile_graph(gm, tensors)
-        with as_loops(names):
-            tpl = compile_graph(gm, tensors)
-    low = tensors[0].dtype != torch.float32 or torch.backends.cuda.matmul.allow_tf32
-    tol = 2e-2 if low else 1e-3
-    fell_back = getattr(tpl, "kiln_fallback", False) or getattr(aten, "kiln_fallback", False)
-    if fell_back or not torch.allclose(tpl(*tensors)[0], aten(*tensors)[0], tol, tol):
-        aten_time, tpl_time = 1.0, float("inf")  # (a template that disagrees is never chosen)
-    else:
-        cuda = tensors[0].is_cuda
-        aten_time = _time(lambda: aten(*tensors), cuda)
-        tpl_time = _time(lambda: tpl(*tensors), cuda)
-    choice = "template" if tpl_time <= MARGIN * aten_time else "aten"
-    logs.counters["backend"]["autotune_timed"] += 1
-    logs.log(
-        "output_code",
-        "kiln: autotuned %s %s: aten %.1fus, template %.1fus -> %s",
+    return matmul_choice.choose(
+        key,
+        _tuned,
+        _disk,
         target,
-        [tuple(a.shape) for a in tensors],
-        aten_time * 1e6,
-        tpl_time * 1e6,
-        choice,
+        args,
+        kwargs,
+        compile_graph,
+        "template",
+        time_both,
+        tol=2e-2 if low else 1e-3,
+        margin=MARGIN,
+        scope=_tuning,
     )
-    _tuned[key] = choice
-    _disk.put(key, choice)
-    return choice
-
-
-def _like(a):
-    """A random tensor with a's sizes, strides, dtype and device (other arguments as they are)."""
-    if not isinstance(a, torch.Tensor):
-        return a
-    t = torch.empty_strided(tuple(a.shape), a.stride(), dtype=a.dtype, device=a.device)
-    return t.normal_() if t.numel() else t
 
 
 def _time(fn, cuda):
