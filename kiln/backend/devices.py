@@ -126,4 +126,6 @@ def value_arg(name, dtype):
     """The wrapper's expression passing 0-d CPU tensor `name` to a kernel by value."""
     if dtype == torch.float64:  # as its bits (Triton would round a Python float to float32)
         return f"{name}.view(torch.int64).item()"
+    if dtype == torch.bool:  # as an int: the kernel compares it with 0 (Triton 3.7's
+        return f"int({name}.item())"  # interpreter cannot take a Python bool as an int1)
     return f"{name}.item()"
