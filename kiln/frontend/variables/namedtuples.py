@@ -61,7 +61,10 @@ class NamedTupleFactoryVariable(PythonValueVariable):
             values[name] = var.as_python_constant()
         fields = values["field_names"]
         if not isinstance(fields, str):
-            fields = tuple(fields)
+            # in the order the frame iterates them (a set's order is its insertion history's,
+            # which a set rebuilt from the constants need not repeat)
+            items = bound.arguments["field_names"].unpack_var_sequence(tx)
+            fields = tuple(v.as_python_constant() for v in items)
         defaults = values.get("defaults")
         if defaults is not None:
             defaults = tuple(defaults)

@@ -26,6 +26,15 @@ from kiln.frontend.variables.lists import BaseListVariable
 from kiln.frontend.variables.misc import wrap_frozen
 
 
+# Note [Sets: iteration order is the table's]
+# A set iterates in the order of its hash table, which depends on its history: the insertions,
+# the resizes, and whether it was merged from another set's table at once (`set.update(other_set)`
+# into an empty set copies the other's layout). So the items are kept in a real set to which the
+# frame's operations are applied as Python applies them, with the real operands where they are
+# constants: a frozenset constant is merged itself, not a set rebuilt from its items (200 words
+# in a literal iterated differently: test_collections' test_name_conflicts). A set rebuilt at a
+# break is built the way that repeats its order: item by item (BUILD_SET), or merged from a
+# frozenset constant where only that does.
 class SetVariable(VariableTracker):
     """A set (or frozenset) of Python constants made while tracing; the items are the real
     constants, kept in a real set (so iteration order is Python's own)."""
@@ -189,7 +198,12 @@ class SetVariable(VariableTracker):
             cg.extend(emit.call(1))
 
     def build_items(self, cg):
-        """Emit code that pushes a new set of the items."""
+        """Emit code that pushes a new set of the items, iterating in this set's order."""
+        if _merged_keeps_order(self.values):  # Note [Sets: iteration order is the table's]
+            cg.extend(emit.build_set(0))
+            cg.extend(emit.load_const(frozenset(self.values)))
+            cg.extend(emit.inst("SET_UPDATE", 1))
+            return
         self.build_set(cg, self.values)
 
     @staticmethod
@@ -206,6 +220,19 @@ class SetVariable(VariableTracker):
 
     def __repr__(self):
         return f"SetVariable({self.values!r})"
+
+
+def _merged_keeps_order(values):
+    """Whether a set rebuilt as `{*frozenset(values)}` iterates as `values` does while one built
+    item by item does not (a set merged from a literal's constant, grown otherwise): plain
+    constants only."""
+    if not all(type(v) in (str, int, float, bool, bytes, type(None)) for v in values):
+        return False
+    order = list(values)
+    added = set()
+    for v in order:
+        added.add(v)
+    return list(added) != order and list(set(frozenset(values))) == order
 
 
 _SET_MUTATORS = {
@@ -421,6 +448,11 @@ def _set_values(tx, var):
         return var.base_set.values
     if isinstance(var, ConstantVariable) and not _iterable(var.value):
         raise_observed(tx, TypeError, f"'{type(var.value).__name__}' object is not iterable")
+    if isinstance(var, ConstantVariable) and type(var.value) in (set, frozenset):
+        # the constant itself: Python merges a set's table as it is (`{*big_literal}` is
+        # SET_UPDATE of a frozenset constant), and a copy built item by item may order
+        # differently (Note [Sets: iteration order is the table's])
+        return var.value
     values = {_set_item(v) for v in var.unpack_var_sequence(tx)}
     guard_tensor_items(tx, values)
     return values
