@@ -281,23 +281,39 @@ def _launch_cuda(kernel, args, consts, grid, warps, err, names=("XBLOCK", "RBLOC
     return relaunch
 
 
+def _hit(kernel, sizes, args):
+    """(key, True) when this launch ran through the hit path (one lookup, then the launcher);
+    (key, False) when it must be launched the long way (key None: no hit path here)."""
+    if INTERPRET or not config.triton_fast_launch:
+        return None, False
+    if _stream is None:  # pragma: no cover (GPU)
+        _bind_driver()
+    dev = _device()
+    key = (id(kernel), dev, *sizes, _spec(args))  # (a JITFunction hashes slowly)
+    hit = _hits.get(key)
+    if hit is not None and not _hooked():
+        run, function, metadata, grid, tail, _ = hit
+        run(grid, 1, 1, _stream(dev), function, metadata, None, None, None, *args, *tail)
+        return key, True
+    return key, False
+
+
+def _remember(key, relaunch, grid, tail, kernel):
+    """Keep a launch's pieces for the hit path (the entry holds the kernel: its id stays unique
+    while the entry lives)."""
+    if key is not None and isinstance(relaunch, _Relaunch):
+        _hits[key] = (relaunch.run, relaunch.function, relaunch.metadata, grid, tail, kernel)
+
+
 def launch(kernel, args, xnumel, rnumel, rblock, err, tune=False):
     """Run a kernel over xnumel outputs (rnumel reduced elements each); the index-error flag.
     `tune`: block sizes and warps timed on the first launch (Note [Triton: autotuning])."""
     if xnumel <= 0:
         return 0
-    hit_key = None
     # (a tuned launch takes the hit path too: its configuration is fixed after the first launch)
-    if not INTERPRET and config.triton_fast_launch:  # pragma: no cover (GPU)
-        if _stream is None:
-            _bind_driver()
-        dev = _device()
-        hit_key = (id(kernel), dev, xnumel, rnumel, _spec(args))  # (a JITFunction hashes slowly)
-        hit = _hits.get(hit_key)
-        if hit is not None and not _hooked():
-            run, function, metadata, grid, tail, _ = hit
-            run(grid, 1, 1, _stream(dev), function, metadata, None, None, None, *args, *tail)
-            return 0
+    hit_key, done = _hit(kernel, (xnumel, rnumel), args)
+    if done:
+        return 0
     cfg = block_sizes(xnumel, rnumel, rblock)
     extra = (xnumel,) if rnumel is None else (xnumel, rnumel)
     flag = None
@@ -323,12 +339,8 @@ def launch(kernel, args, xnumel, rnumel, rblock, err, tune=False):
             lambda c, a: _run(kernel, a, c, xnumel, rnumel is not None, err),
         )
     relaunch = _run(kernel, args, cfg, xnumel, rnumel is not None, err)
-    if hit_key is not None and isinstance(relaunch, _Relaunch):  # pragma: no cover (GPU)
-        consts = cfg[:2] if rnumel is not None else cfg[:1]
-        grid = -(-xnumel // cfg[0])
-        tail = (*extra, *consts)
-        # the entry holds the kernel: its id stays unique while the entry lives
-        _hits[hit_key] = (relaunch.run, relaunch.function, relaunch.metadata, grid, tail, kernel)
+    consts = cfg[:2] if rnumel is not None else cfg[:1]
+    _remember(hit_key, relaunch, -(-xnumel // cfg[0]), (*extra, *consts), kernel)
     return int(flag.item()) if err and INTERPRET else 0
 
 
@@ -366,17 +378,9 @@ def launch_mm(kernel, args, m, n, batch, k, tune=None):
     first launch with that key (triton_tune.best_mm), or None."""
     if m * n * batch <= 0:
         return 0
-    hit_key = None
-    if not INTERPRET and config.triton_fast_launch:  # pragma: no cover (GPU)
-        if _stream is None:
-            _bind_driver()
-        dev = _device()
-        hit_key = (id(kernel), dev, m, n, batch, k, _spec(args))
-        hit = _hits.get(hit_key)
-        if hit is not None and not _hooked():  # the same one-lookup path as `launch`
-            run, function, metadata, grid, tail, _ = hit
-            run(grid, 1, 1, _stream(dev), function, metadata, None, None, None, *args, *tail)
-            return 0
+    hit_key, done = _hit(kernel, (m, n, batch, k), args)
+    if done:
+        return 0
     dtype = next(a.dtype for a in args if isinstance(a, torch.Tensor))
     cfg = triton_tune.mm_default(m, n, k, dtype, INTERPRET)
     if tune:
@@ -389,10 +393,7 @@ def launch_mm(kernel, args, m, n, batch, k, tune=None):
             lambda c, a: _run_mm(kernel, a, c, m, n, batch),
         )
     relaunch = _run_mm(kernel, args, cfg, m, n, batch)
-    if hit_key is not None and isinstance(relaunch, _Relaunch):  # pragma: no cover (GPU)
-        bm, bn = cfg[:2]
-        grid = -(-m // bm) * -(-n // bn) * batch
-        _hits[hit_key] = (relaunch.run, relaunch.function, relaunch.metadata, grid, cfg[:4], kernel)
+    _remember(hit_key, relaunch, -(-m // cfg[0]) * -(-n // cfg[1]) * batch, cfg[:4], kernel)
     return 0
 
 
