@@ -254,7 +254,11 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
     if k == GuardKind.TENSOR_MATCH:
         t = v
         keys = not _is_module_state(guard.source)
-        match = tensor_match.matcher(t, keys) if fast and not dynamic_dims else None
+        match = None
+        if fast and not dynamic_dims:
+            match = tensor_match.matcher(t, keys)
+        elif fast and dynamic_dims.strides is None:  # (contiguous: Note [Guards: tensor ...])
+            match = tensor_match.matcher(t, keys, sorted(dynamic_dims.dims))
         if match is not None:
             return [f"{namer(match, 'tensor_match')}({s})"]
         if dynamic_dims:

@@ -11,8 +11,10 @@ The guard's readable parts (the recompile reason, `first_failure`) stay the Pyth
 only the check function calls the C++ object.
 
 It is used for tensors whose type is exactly torch.Tensor or nn.Parameter with strided layout
-(a subclass may override `.shape` or `__torch_function__`, which the C++ read would skip), and
-for static layouts (a tensor with symbolic sizes keeps its Python checks). The module needs
+(a subclass may override `.shape` or `__torch_function__`, which the C++ read would skip). A
+tensor with symbolic sizes is matched on its rank, its static sizes and contiguity when its
+layout guard is "contiguous" (the SHAPE_ENV guard checks the symbolic sizes); when its strides
+are expressions of its sizes, it keeps its Python checks. The module needs
 PyTorch's C++ headers: built with them it takes ~30 s of one core, so it is built once per
 machine and PyTorch version in a background thread at the first guard, kept in the cache
 folder, and loaded by later processes at once. Guards made before it is loaded keep their Python
@@ -48,8 +50,9 @@ struct Facts {
     int16_t device_index;
     bool requires_grad;
     bool check_keys;
+    bool contiguous;  // symbolic sizes: the layout is "contiguous", not the strides
     uint64_t keys;
-    std::vector<int64_t> sizes;
+    std::vector<int64_t> sizes;  // -1: a symbolic size (the guard's shape facts check it)
     std::vector<int64_t> strides;
 };
 
@@ -74,9 +77,16 @@ static bool matches(const TensorMatch* m, PyObject* obj) {
         c10::IntArrayRef sizes = t.sizes();
         size_t n = f.sizes.size();
         if (sizes.size() != n) return false;
-        c10::IntArrayRef strides = t.strides();
-        for (size_t i = 0; i < n; i++) {
-            if (sizes[i] != f.sizes[i] || strides[i] != f.strides[i]) return false;
+        if (f.contiguous) {
+            for (size_t i = 0; i < n; i++) {
+                if (f.sizes[i] >= 0 && sizes[i] != f.sizes[i]) return false;
+            }
+            if (!t.is_contiguous()) return false;
+        } else {
+            c10::IntArrayRef strides = t.strides();
+            for (size_t i = 0; i < n; i++) {
+                if (sizes[i] != f.sizes[i] || strides[i] != f.strides[i]) return false;
+            }
         }
         if (f.check_keys && t.key_set().raw_repr() != f.keys) return false;
         return true;
@@ -99,7 +109,9 @@ static PyObject* tm_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     PyObject* example;
     int check_keys;
     PyObject* text;
-    if (!PyArg_ParseTuple(args, "OpU", &example, &check_keys, &text)) return NULL;
+    PyObject* symbolic = NULL;  // the dims whose sizes are symbolic (a tuple), or absent
+    if (!PyArg_ParseTuple(args, "OpU|O!", &example, &check_keys, &text, &PyTuple_Type, &symbolic))
+        return NULL;
     if (!THPVariable_Check(example)) {
         PyErr_SetString(PyExc_TypeError, "TensorMatch needs a tensor");
         return NULL;
@@ -117,6 +129,14 @@ static PyObject* tm_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
         f->keys = t.key_set().raw_repr();
         f->sizes = t.sizes().vec();
         f->strides = t.strides().vec();
+        f->contiguous = symbolic != NULL;
+        if (symbolic != NULL) {
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(symbolic); i++) {
+                long d = PyLong_AsLong(PyTuple_GET_ITEM(symbolic, i));
+                if (d < 0 || d >= (long)f->sizes.size()) throw std::runtime_error("bad dim");
+                f->sizes[d] = -1;
+            }
+        }
     } catch (const std::exception& e) {
         delete f;
         PyErr_SetString(PyExc_ValueError, e.what());
@@ -267,23 +287,32 @@ def module(wait=False):
     return _state["module"]
 
 
-def matcher(t, check_keys):
-    """A C++ check of tensor `t`'s facts, or None where the Python conditions must serve."""
+def matcher(t, check_keys, symbolic=None):
+    """A C++ check of tensor `t`'s facts, or None where the Python conditions must serve;
+    `symbolic`: the dims whose sizes are symbolic, for a tensor checked as contiguous."""
     if type(t) not in _CHECKED_TYPES or t.layout != torch.strided or t.is_nested:
         return None
     m = module()
     if m is None:
         return None
+    text = describe(t, check_keys, symbolic)
     try:
-        return m.TensorMatch(t, check_keys, describe(t, check_keys))
+        if symbolic is None:
+            return m.TensorMatch(t, check_keys, text)
+        return m.TensorMatch(t, check_keys, text, tuple(symbolic))
     except (TypeError, ValueError):
         return None
 
 
-def describe(t, check_keys):
+def describe(t, check_keys, symbolic=None):
     """The facts a TensorMatch of `t` checks, as text."""
     keys = " and dispatch keys" if check_keys else ""
+    if symbolic is None:
+        layout = f"size={tuple(t.shape)} stride={t.stride()}"
+    else:
+        sizes = ", ".join("*" if d in symbolic else str(n) for d, n in enumerate(t.shape))
+        layout = f"size=({sizes}{',' if t.dim() == 1 else ''}) contiguous"
     return (
         f"TensorMatch({type(t).__name__} {str(t.dtype).removeprefix('torch.')} {t.device} "
-        f"size={tuple(t.shape)} stride={t.stride()} requires_grad={t.requires_grad}{keys})"
+        f"{layout} requires_grad={t.requires_grad}{keys})"
     )

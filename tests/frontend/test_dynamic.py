@@ -122,21 +122,9 @@ def guard(inputs):
     try:
         if not (___type(inputs) is ___dict and ___list(inputs) == ['x', 'y']): return False
         ___s0 = inputs['x']
-        if not (___type(___s0) is ___Tensor): return False
-        if not (___s0.dtype is ___float32): return False
-        if not (___s0.dim() == 1): return False
-        if not (___s0.is_contiguous()): return False
-        if not (___s0.requires_grad is True): return False
-        if not (___s0.device == ___device_cpu): return False
-        if not (___dispatch_keys(___s0) == ___keys): return False
+        if not (___tensor_match(___s0)): return False  # TensorMatch(Tensor float32 cpu size=(*,) contiguous requires_grad=True and dispatch keys)
         ___s1 = inputs['y']
-        if not (___type(___s1) is ___Tensor): return False
-        if not (___s1.dtype is ___float32): return False
-        if not (___s1.dim() == 1): return False
-        if not (___s1.is_contiguous()): return False
-        if not (___s1.requires_grad is True): return False
-        if not (___s1.device == ___device_cpu): return False
-        if not (___dispatch_keys(___s1) == ___keys_5): return False
+        if not (___tensor_match_7(___s1)): return False  # TensorMatch(Tensor float32 cpu size=(*,) contiguous requires_grad=True and dispatch keys)
         if not (inputs['x'].size()[0] >= 2): return False
         if not (inputs['y'].size()[0] >= 2): return False
         if not (___is_grad_enabled() is True): return False

@@ -68,6 +68,40 @@ def test_agrees_with_the_python_conditions_on_every_pair(keys):
         assert match(None) is False
 
 
+def _python_check_symbolic(example, candidate, keys, symbolic):
+    """The Python conditions of a TENSOR_MATCH with symbolic dims and a contiguous layout."""
+    return (
+        type(candidate) is type(example)
+        and candidate.dtype is example.dtype
+        and candidate.dim() == example.dim()
+        and all(candidate.size()[d] == n for d, n in enumerate(example.shape) if d not in symbolic)
+        and candidate.is_contiguous()
+        and candidate.requires_grad is example.requires_grad
+        and candidate.device == example.device
+        and (not keys or torch._C._dispatch_keys(candidate) == torch._C._dispatch_keys(example))
+    )
+
+
+@needs_module
+@pytest.mark.parametrize("symbolic", [(0,), (1,), (0, 1)])
+def test_symbolic_sizes_agree_with_the_python_conditions(symbolic):
+    tensors = {
+        **_tensors(),
+        "longer": torch.randn(7, 4),
+        "wider": torch.randn(3, 9),
+        "both": torch.randn(7, 9),
+        "wider, sliced": torch.randn(3, 18)[:, ::2],
+    }
+    module = tensor_match.module()
+    for keys in (True, False):
+        example = tensors["base"]
+        text = tensor_match.describe(example, keys, symbolic)
+        match = module.TensorMatch(example, keys, text, symbolic)
+        for other, candidate in tensors.items():
+            expected = _python_check_symbolic(example, candidate, keys, symbolic)
+            assert match(candidate) is expected, (other, keys, symbolic)
+
+
 @needs_module
 def test_the_dispatch_keys_it_reads_are_pythons():
     for name, t in _tensors().items():
