@@ -52,6 +52,9 @@ per_model() {  # per_model NAME SECONDS MODELS BENCH-ARGS...: one `kiln bench` p
 }
 
 $PY -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"
+# the guards' C++ tensor checks (built once per machine; each `kiln bench` process would else
+# start its own build in the background)
+$PY -c "from kiln.frontend import tensor_match as t; print('kiln_tensor_match', t.module(wait=True) is not None, t._state['failed'] or '')"
 for stage in $STAGES; do
     case $stage in
     probe)

@@ -15,3 +15,10 @@ try:
     import transformers.modeling_outputs  # noqa: F401
 except ImportError:
     pass
+
+# Note [Guards: tensor checks in C++]: the extension is built in the background at a process's
+# first guard, so which guards use it would depend on timing. The suite waits for it (built once
+# per machine; loaded from the cache after) so every guard takes the path users get.
+from kiln.frontend import tensor_match  # noqa: E402
+
+tensor_match.module(wait=True)

@@ -26,6 +26,7 @@ LAYERS = (
             "kiln.faults",
             "kiln.node_hooks",
             "kiln.modes",
+            "kiln.toolchain",
         ),
         (),
     ),

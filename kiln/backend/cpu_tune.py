@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from kiln import config, modes
+from kiln import config, modes, toolchain
 from kiln.backend import codecache, matmul_choice
 from kiln.backend.lowering_matmul import LOOP_LOWERINGS, offered
 from kiln.backend.tuning_cache import TuningCache
@@ -66,7 +66,7 @@ def _key(target, args, kwargs, salt):
             parts.append(f"{tuple(a.shape)}{a.stride()}{a.dtype}")
         else:
             parts.append(repr(a))
-    parts += [codecache._cpu_id(), config.cpp_compiler, config.cpp_flags, salt]
+    parts += [toolchain.cpu_id(), config.cpp_compiler, config.cpp_flags, salt]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 

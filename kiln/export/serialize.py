@@ -31,8 +31,7 @@ from importlib.metadata import version
 import torch
 from torch.utils import _pytree as pytree
 
-from kiln import config
-from kiln.backend import codecache
+from kiln import config, toolchain
 from kiln.exc import KilnError
 from kiln.export.fx_text import FormatError, graph_module, graph_to_text
 from kiln.export.program import ExportedProgram, TensorMeta
@@ -144,7 +143,7 @@ def save(program, path, package=False):
 
 
 def _host():
-    return dict(cpu=codecache._cpu_id(), compiler=codecache._compiler_id(config.cpp_compiler))
+    return dict(cpu=toolchain.cpu_id(), compiler=toolchain.compiler_id(config.cpp_compiler))
 
 
 def _json_constant(value):

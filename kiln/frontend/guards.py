@@ -23,6 +23,7 @@ import torch
 
 from kiln import config as _config
 from kiln import faults, logs
+from kiln.frontend import tensor_match
 from kiln.frontend.source import (
     MISSING,
     AttrSource,
@@ -202,9 +203,10 @@ def _storage_id(t):
     return t.untyped_storage()._cdata
 
 
-def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
+def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
     """The expressions (one or more) that check a guard; `s` is the text of its source and
-    `ref(source)` the text of another source; `dynamic_dims` those of a TENSOR_MATCH not pinned."""
+    `ref(source)` the text of another source; `dynamic_dims` those of a TENSOR_MATCH not pinned;
+    `fast`: a tensor's checks may be one C++ call (Note [Guards: tensor checks in C++])."""
     v = guard.value
     k = guard.kind
     if k == GuardKind.ID_MATCH:
@@ -251,6 +253,14 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
         return v.guard_texts()
     if k == GuardKind.TENSOR_MATCH:
         t = v
+        keys = not _is_module_state(guard.source)
+        match = None
+        if fast and not dynamic_dims:
+            match = tensor_match.matcher(t, keys)
+        elif fast and dynamic_dims.strides is None:  # (contiguous: Note [Guards: tensor ...])
+            match = tensor_match.matcher(t, keys, sorted(dynamic_dims.dims))
+        if match is not None:
+            return [f"{namer(match, 'tensor_match')}({s})"]
         if dynamic_dims:
             layout = _dynamic_layout_parts(s, t, dynamic_dims)
         else:
@@ -262,12 +272,12 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None):
             f"{s}.requires_grad is {t.requires_grad!r}",
             f"{s}.device == {namer(t.device, _readable_hint(t.device))}",
             *(
-                []
-                if _is_module_state(guard.source)
-                else [
+                [
                     f"___dispatch_keys({s}) == "
                     f"{namer(torch._C._dispatch_keys(t), 'keys', key=('keys', id(t)))}"
                 ]
+                if keys
+                else []
             ),
         ]
     if k == GuardKind.FLOAT_COMPARE:
@@ -452,6 +462,11 @@ def signature_text(code):
     return ", ".join(parts)
 
 
+_TENSOR_MATCH_CALL = re.compile(
+    r"(___tensor_match\w*)\("
+)  # (a line to print with the facts it checks)
+
+
 def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
     """Generate the check function of one entry; `.source`, `.parts`, `.closure_values` on it."""
     faults.hit("guards")
@@ -472,12 +487,14 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         s = hoist(g.source)
         body.extend(hoist.lines)
         hoist.lines.clear()
-        for p in _expr_parts(g, namer, s, hoist, d):
+        for p in _expr_parts(g, namer, s, hoist, d, fast=True):
             body.extend(hoist.lines)
             hoist.lines.clear()
             if p not in seen:
                 seen.add(p)
-                body.append(f"if not ({p}): return False")
+                match = _TENSOR_MATCH_CALL.match(p)
+                note = f"  # {namer.values[match.group(1)]!r}" if match else ""
+                body.append(f"if not ({p}): return False{note}")
     fixed = {
         "___G": fn.__globals__,
         "___closure": fn.__closure__,
