@@ -27,6 +27,8 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
 | torch._dynamo.config.recompile_limit           | kiln.config.cache_size_limit (read through)          |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
+| backend "cudagraphs"                           | kiln's "kiln" with mode="reduce-overhead"            |
+| other torch backends (tvm, openxla)            | torch's compiler of that name on kiln's graphs       |
 
 `testing.CompileCounter` needs no mapping: it is a plain backend callable (gm, example_inputs).
 What the shim cannot map raises `ShimLimitation`, so the runner can tell those failures apart:
@@ -44,7 +46,13 @@ class ShimLimitation(RuntimeError):
     """A torch._dynamo feature this shim does not map onto kiln."""
 
 
+# torch backends that are a mode of kiln's: name -> (kiln backend, mode)
+MODE_BACKENDS = {"cudagraphs": ("kiln", "reduce-overhead")}
+
+
 def _backend(backend):
+    import torch._dynamo
+
     import kiln
 
     if callable(backend):
@@ -53,20 +61,38 @@ def _backend(backend):
         return BACKENDS[backend]
     if backend in kiln.list_backends():
         return backend
+    if backend in MODE_BACKENDS:
+        name, mode = MODE_BACKENDS[backend]
+        return kiln.lookup_backend(name).with_options(mode=mode)
+    if backend in torch._dynamo.list_backends(exclude_tags=()):
+        # a compiler kiln does not have (tvm, openxla): torch's own, on kiln's graphs
+        return torch._dynamo.lookup_backend(backend)
     raise ShimLimitation(f"backend {backend!r} has no kiln equivalent")
+
+
+def _settings(backend):
+    """kiln.compile's (backend, mode) for torch's backend name."""
+    if isinstance(backend, str) and backend in MODE_BACKENDS:
+        return MODE_BACKENDS[backend]
+    return _backend(backend), None
 
 
 class _Optimize:
     """What optimize() returns: a decorator (the context-manager form is a shim limitation)."""
 
     def __init__(self, backend, fullgraph, dynamic):
-        self.backend, self.fullgraph, self.dynamic = _backend(backend), fullgraph, dynamic
+        self.backend, self.mode = _settings(backend)
+        self.fullgraph, self.dynamic = fullgraph, dynamic
 
     def __call__(self, fn):
         import kiln
 
         return kiln.compile(
-            fn, backend=self.backend, fullgraph=self.fullgraph, dynamic=self.dynamic
+            fn,
+            backend=self.backend,
+            fullgraph=self.fullgraph,
+            dynamic=self.dynamic,
+            mode=self.mode,
         )
 
     def __enter__(self):
@@ -107,7 +133,10 @@ def compile(
     disable = disable or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1"
     if disable:
         return kiln.compile(model, disable=True)
-    settings = dict(backend=_backend(backend), fullgraph=fullgraph, dynamic=dynamic)
+    # (torch's mode= and options= name Inductor's settings: kiln's own modes come only from a
+    # backend name that is one, MODE_BACKENDS)
+    backend, kiln_mode = _settings(backend)
+    settings = dict(backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=kiln_mode)
     if model is None:
         return lambda m: kiln.compile(m, **settings)
     return kiln.compile(model, **settings)
