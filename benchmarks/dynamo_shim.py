@@ -15,6 +15,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.allow_in_graph / disallow_in_graph | kiln.allow_in_graph / kiln.disallow_in_graph        |
 | torch._dynamo.mark_static(t or module, index)  | kiln.mark_static(t or module, dim)                   |
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
+| torch._inductor.metrics.generated_kernel_count | grows by the kernels of each graph kiln's backend compiles |
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
 | torch._dynamo.set_stance (torch.compiler's)    | kiln.set_stance (force_backend through the backend map) |
 | torch._dynamo.substitute_in_graph(fn, ...)     | kiln.substitute_in_graph(fn, skip_signature_check=)  |
@@ -262,6 +263,14 @@ def _mirror_config(kiln_config):
     kiln_config.__class__ = type("MirroredConfig", (type(kiln_config),), props)
 
 
+def _count_kernels(compiled, gm, example_inputs):
+    """kiln's backend compiled a graph: its C++/Triton kernels count as torch's generated ones."""
+    import torch._inductor.metrics
+
+    torch._inductor.metrics.generated_kernel_count += getattr(compiled, "kernel_count", 0)
+    return compiled
+
+
 def install():
     """Replace torch._dynamo's entry points with kiln's, in every loaded torch._dynamo module."""
     import torch
@@ -325,4 +334,5 @@ def install():
             if getattr(module, attr, None) is old:
                 setattr(module, attr, new)
     torch.compile = compile
+    kiln.hooks.register("backend_graph", _count_kernels)
     _mirror_config(kiln.config)
