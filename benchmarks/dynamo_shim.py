@@ -7,6 +7,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch entry point                              | under the shim                                       |
 | ---------------------------------------------- | ---------------------------------------------------- |
 | torch._dynamo.optimize(backend, nopython=)     | kiln.compile(fn, backend=..., fullgraph=nopython)    |
+| optimize(guard_fail_fn=f)                      | f(GuardFail) on kiln's guard_failure event of that function |
 | torch._dynamo.optimize_assert(backend)         | kiln.compile(fn, backend=..., fullgraph=True)        |
 | torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...)                                |
 | torch.compile(disable=True), TORCHDYNAMO_DISABLE=1 | kiln.compile(fn, disable=True) (fn uncompiled)   |
@@ -78,16 +79,33 @@ def _settings(backend):
     return _backend(backend), None
 
 
+# the guard_fail_fn given to optimize(), by the code of the function it compiled
+_GUARD_FAIL_FNS = {}
+
+
+def _guard_failure(root_fn, reason):
+    """kiln's guard_failure event: torch's guard_fail_fn of that compile gets GuardFail."""
+    import torch._dynamo.types
+
+    code = getattr(root_fn, "__code__", None)
+    callback = _GUARD_FAIL_FNS.get(code)
+    if callback is not None:
+        callback(torch._dynamo.types.GuardFail(reason, code))
+
+
 class _Optimize:
     """What optimize() returns: a decorator (the context-manager form is a shim limitation)."""
 
-    def __init__(self, backend, fullgraph, dynamic):
+    def __init__(self, backend, fullgraph, dynamic, guard_fail_fn=None):
         self.backend, self.mode = _settings(backend)
         self.fullgraph, self.dynamic = fullgraph, dynamic
+        self.guard_fail_fn = guard_fail_fn
 
     def __call__(self, fn):
         import kiln
 
+        if self.guard_fail_fn is not None and hasattr(fn, "__code__"):
+            _GUARD_FAIL_FNS[fn.__code__] = self.guard_fail_fn
         return kiln.compile(
             fn,
             backend=self.backend,
@@ -103,13 +121,21 @@ class _Optimize:
         return False
 
 
-def optimize(backend="inductor", *, nopython=False, dynamic=None, disable=False, **ignored):
+def optimize(
+    backend="inductor",
+    *,
+    nopython=False,
+    guard_fail_fn=None,
+    dynamic=None,
+    disable=False,
+    **ignored,
+):
     """torch._dynamo.optimize onto kiln.compile."""
     if disable or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1":
         import kiln
 
         return lambda fn: kiln.compile(fn, disable=True)
-    return _Optimize(backend, nopython, dynamic)
+    return _Optimize(backend, nopython, dynamic, guard_fail_fn)
 
 
 def optimize_assert(backend="inductor", *, dynamic=None, **ignored):
@@ -335,4 +361,5 @@ def install():
                 setattr(module, attr, new)
     torch.compile = compile
     kiln.hooks.register("backend_graph", _count_kernels)
+    kiln.hooks.register("guard_failure", _guard_failure)
     _mirror_config(kiln.config)

@@ -391,6 +391,9 @@ class FrameCache:
                 self.give_up()
                 return self.run_eager(args, kwargs)
             logs.counters["stats"]["recompiles"] += 1
+            if hooks.listening("guard_failure"):
+                reason = first_failure(self.entry_info[-1].guard, args, kwargs)
+                hooks.fire("guard_failure", self.root.fn, reason)
             if config.debug_dir:  # the report (kiln/tools/debug_dir.py) lists the failures
                 failures = [first_failure(e.guard, args, kwargs) for e in self.entry_info]
                 hooks.fire(
