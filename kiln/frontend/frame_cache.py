@@ -419,8 +419,11 @@ class FrameCache:
         # code raises must not get kiln's error as its __context__.
         entry = failure = None
         try:
-            self.observe_shapes(args, kwargs)
-            entry = self.compile(args, kwargs)
+            # (kiln reads its inputs' metadata without calling a tensor subclass's
+            # __torch_function__: Note [Guards: tensor subclasses with __torch_function__])
+            with torch._C.DisableTorchFunctionSubclass():
+                self.observe_shapes(args, kwargs)
+                entry = self.compile(args, kwargs)
         except Unsupported as e:
             if self.settings.fullgraph:
                 fullgraph_error(e, self.fn)  # adds the user's frames and a hint to e

@@ -56,6 +56,7 @@ from kiln.frontend.variables import (
     tensor_of_list,
     tensor_subclass,
     tensor_type,  # noqa: F401  (registers Tensor.type)
+    torch_function,
     torch_queries,
     unbacked,
     unspec_float,
@@ -295,6 +296,10 @@ def wrap_value(tx, value, source):
             # come out as a plain tensor's. So a subclass input is a graph break (the frame runs
             # it in Python), except a traceable wrapper subclass, whose example is a fake of the
             # subclass itself (Note [Tensors: wrapper subclass inputs] in tensor_subclass.py).
+            if torch_function.has_torch_function_class(value):
+                torch_function.check_class(type(value))
+                wrap = functools.partial(torch_function.wrap_input, cls=type(value))
+                return tx.output.add_graph_input(value, source, variable=wrap)
             tensor_subclass.check_subclass(value)
             return tx.output.add_graph_input(value, source, tensor_subclass.fake_subclass)
         return tx.output.add_graph_input(value, source)
