@@ -39,8 +39,8 @@ from kiln.frontend.variables.torch import (
 # the user's is inlined, guarded by identity through `type(x).__torch_function__.__func__`, with
 # func as the object torch would pass (the torch function, `Tensor.<method>`, or the property's
 # `__get__`), and `super().__torch_function__(...)` inside it reaches the modelled default.
-# Results that leave the graph are made C again by `as_subclass` (a new object per reconstruction,
-# as each call of eager's gives one). What is not modelled breaks: two different subclasses in
+# Results that leave the graph are made C again by `as_subclass`, once per value (a value used
+# twice is one object, as in eager). What is not modelled breaks: two different subclasses in
 # one call, in-place ops on such values, a __torch_dispatch__ or a Tensor method the class
 # overrides, the class's own attributes, and any kiln path that would record an op on such a
 # value without going through here (call_tensor_op refuses those: `torch_function_class`).
@@ -103,6 +103,9 @@ def wrap_input(var, cls):
 class TorchFunctionTensorVariable(TensorVariable):
     """A traced tensor whose value is a plain subclass `tf_class` of Tensor: torch calls on it go
     through the class's __torch_function__."""
+
+    # made by as_subclass once per value where it leaves the graph: every use gets that object
+    keeps_identity = True
 
     def __init__(self, proxy, example, device, *, tf_class, class_source, **kwargs):
         super().__init__(proxy, example, device, **kwargs)
@@ -357,8 +360,13 @@ def _convert(result, cls, class_source, inputs):
         if getattr(result, "wrapper_subclass", False):
             unimplemented(f"a {cls.__name__} op returned a wrapper subclass")
         return TorchFunctionTensorVariable.of(result, cls, class_source, source=None)
-    if type(result) in (TupleVariable, ListVariable):
-        return type(result)([_convert(i, cls, class_source, inputs) for i in result.items])
+    if type(result) is ListVariable:
+        return ListVariable([_convert(i, cls, class_source, inputs) for i in result.items])
+    if type(result) is TupleVariable and (
+        result.tuple_cls is tuple or hasattr(result.tuple_cls, "n_fields")  # (a structseq)
+    ):
+        items = [_convert(i, cls, class_source, inputs) for i in result.items]
+        return TupleVariable(items, tuple_cls=result.tuple_cls)
     if isinstance(result, BaseListVariable) and any(
         isinstance(i, TensorVariable) for i in result.items
     ):
