@@ -177,3 +177,39 @@ def test_in_place_on_the_subclass_breaks():
 
     with pytest.raises(kiln.exc.Unsupported, match="in-place"):
         kiln.compile(fn, backend="eager", fullgraph=True)(torch.zeros(2).as_subclass(Plain))
+
+
+def test_torch_function_given_to_a_plain_subclass_later_recompiles():
+    class Later(torch.Tensor):
+        pass
+
+    def fn(x):
+        return x * 2
+
+    compiled = kiln.compile(fn, backend="eager", fullgraph=True)
+    x = torch.ones(2).as_subclass(Later)
+    assert type(compiled(x)) is Later
+
+    def to_plain(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+    Later.__torch_function__ = classmethod(to_plain)
+    assert type(fn(x)) is torch.Tensor
+    assert type(compiled(x)) is torch.Tensor
+
+
+def test_disable_torch_function_subclass_in_the_frame():
+    def fn(x):
+        with torch._C.DisableTorchFunctionSubclass():
+            y = x + 1
+        return y, x + 1
+
+    x = torch.ones(2).as_subclass(Logged)
+    LOG.clear()
+    (y, z) = fn(x)
+    n = len(LOG)
+    LOG.clear()
+    (cy, cz) = kiln.compile(fn, backend="eager", fullgraph=True)(x)
+    assert len(LOG) == n
+    assert (type(cy), type(cz)) == (type(y), type(z)) == (torch.Tensor, Logged)

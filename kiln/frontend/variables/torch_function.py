@@ -237,12 +237,16 @@ def dispatch(tx, func, args, kwargs):
         unimplemented(f"in-place Tensor.{what}() on a tensor subclass ({cls.__name__})")
     tf = _static_tf(cls)
     fn = getattr(tf, "__func__", tf)
+    # the class's __torch_function__ is guarded, Tensor's and the disabled one too (a class may
+    # be given its own later)
+    tf_source = AttrSource(owner.class_source, "__torch_function__")
     if fn is _DISABLED_TF:  # no __torch_function__: plain results
+        tx.output.guards.add(GuardKind.ID_MATCH, tf_source, fn)
         return _call_plain(tx, func, args, kwargs)
+    fn_source = AttrSource(tf_source, "__func__")
+    tx.output.guards.add(GuardKind.ID_MATCH, fn_source, fn)
     if fn is _TENSOR_TF:
         return default_torch_function(tx, cls, owner.class_source, func, args, kwargs)
-    fn_source = AttrSource(AttrSource(owner.class_source, "__torch_function__"), "__func__")
-    tx.output.guards.add(GuardKind.ID_MATCH, fn_source, fn)
     cls_var = _class_variable(cls, owner.class_source)
     func_var = _wrap_func(tx, _func_object(func))
     call_args = [
