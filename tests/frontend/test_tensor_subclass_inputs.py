@@ -1,6 +1,6 @@
 """Tensor-subclass inputs: traceable wrapper subclasses are captured with a fake of the subclass
 (Note [Tensors: wrapper subclass inputs]); what kiln does not model breaks with its reason; plain
-subclasses keep breaking (Note [Tensors: subclass inputs are not traced])."""
+subclasses are traced through their __torch_function__ (test_torch_function_subclass.py)."""
 
 import pytest
 import torch
