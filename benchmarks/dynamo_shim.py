@@ -7,6 +7,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch entry point                              | under the shim                                       |
 | ---------------------------------------------- | ---------------------------------------------------- |
 | torch._dynamo.optimize(backend, nopython=)     | kiln.compile(fn, backend=..., fullgraph=nopython)    |
+| optimize(guard_fail_fn=f)                      | f(GuardFail) on kiln's guard_failure event of that function |
 | torch._dynamo.optimize_assert(backend)         | kiln.compile(fn, backend=..., fullgraph=True)        |
 | torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...)                                |
 | torch.compile(disable=True), TORCHDYNAMO_DISABLE=1 | kiln.compile(fn, disable=True) (fn uncompiled)   |
@@ -15,6 +16,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.allow_in_graph / disallow_in_graph | kiln.allow_in_graph / kiln.disallow_in_graph        |
 | torch._dynamo.mark_static(t or module, index)  | kiln.mark_static(t or module, dim)                   |
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
+| torch._inductor.metrics.generated_kernel_count | grows by the kernels of each graph kiln's backend compiles |
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
 | torch._dynamo.set_stance (torch.compiler's)    | kiln.set_stance (force_backend through the backend map) |
 | torch._dynamo.substitute_in_graph(fn, ...)     | kiln.substitute_in_graph(fn, skip_signature_check=)  |
@@ -27,6 +29,8 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
 | torch._dynamo.config.recompile_limit           | kiln.config.cache_size_limit (read through)          |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
+| backend "cudagraphs"                           | kiln's "kiln" with mode="reduce-overhead"            |
+| other torch backends (tvm, openxla)            | torch's compiler of that name on kiln's graphs       |
 
 `testing.CompileCounter` needs no mapping: it is a plain backend callable (gm, example_inputs).
 What the shim cannot map raises `ShimLimitation`, so the runner can tell those failures apart:
@@ -44,7 +48,13 @@ class ShimLimitation(RuntimeError):
     """A torch._dynamo feature this shim does not map onto kiln."""
 
 
+# torch backends that are a mode of kiln's: name -> (kiln backend, mode)
+MODE_BACKENDS = {"cudagraphs": ("kiln", "reduce-overhead")}
+
+
 def _backend(backend):
+    import torch._dynamo
+
     import kiln
 
     if callable(backend):
@@ -53,20 +63,55 @@ def _backend(backend):
         return BACKENDS[backend]
     if backend in kiln.list_backends():
         return backend
+    if backend in MODE_BACKENDS:
+        name, mode = MODE_BACKENDS[backend]
+        return kiln.lookup_backend(name).with_options(mode=mode)
+    if backend in torch._dynamo.list_backends(exclude_tags=()):
+        # a compiler kiln does not have (tvm, openxla): torch's own, on kiln's graphs
+        return torch._dynamo.lookup_backend(backend)
     raise ShimLimitation(f"backend {backend!r} has no kiln equivalent")
+
+
+def _settings(backend):
+    """kiln.compile's (backend, mode) for torch's backend name."""
+    if isinstance(backend, str) and backend in MODE_BACKENDS:
+        return MODE_BACKENDS[backend]
+    return _backend(backend), None
+
+
+# the guard_fail_fn given to optimize(), by the code of the function it compiled
+_GUARD_FAIL_FNS = {}
+
+
+def _guard_failure(root_fn, reason):
+    """kiln's guard_failure event: torch's guard_fail_fn of that compile gets GuardFail."""
+    import torch._dynamo.types
+
+    code = getattr(root_fn, "__code__", None)
+    callback = _GUARD_FAIL_FNS.get(code)
+    if callback is not None:
+        callback(torch._dynamo.types.GuardFail(reason, code))
 
 
 class _Optimize:
     """What optimize() returns: a decorator (the context-manager form is a shim limitation)."""
 
-    def __init__(self, backend, fullgraph, dynamic):
-        self.backend, self.fullgraph, self.dynamic = _backend(backend), fullgraph, dynamic
+    def __init__(self, backend, fullgraph, dynamic, guard_fail_fn=None):
+        self.backend, self.mode = _settings(backend)
+        self.fullgraph, self.dynamic = fullgraph, dynamic
+        self.guard_fail_fn = guard_fail_fn
 
     def __call__(self, fn):
         import kiln
 
+        if self.guard_fail_fn is not None and hasattr(fn, "__code__"):
+            _GUARD_FAIL_FNS[fn.__code__] = self.guard_fail_fn
         return kiln.compile(
-            fn, backend=self.backend, fullgraph=self.fullgraph, dynamic=self.dynamic
+            fn,
+            backend=self.backend,
+            fullgraph=self.fullgraph,
+            dynamic=self.dynamic,
+            mode=self.mode,
         )
 
     def __enter__(self):
@@ -76,13 +121,21 @@ class _Optimize:
         return False
 
 
-def optimize(backend="inductor", *, nopython=False, dynamic=None, disable=False, **ignored):
+def optimize(
+    backend="inductor",
+    *,
+    nopython=False,
+    guard_fail_fn=None,
+    dynamic=None,
+    disable=False,
+    **ignored,
+):
     """torch._dynamo.optimize onto kiln.compile."""
     if disable or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1":
         import kiln
 
         return lambda fn: kiln.compile(fn, disable=True)
-    return _Optimize(backend, nopython, dynamic)
+    return _Optimize(backend, nopython, dynamic, guard_fail_fn)
 
 
 def optimize_assert(backend="inductor", *, dynamic=None, **ignored):
@@ -107,7 +160,10 @@ def compile(
     disable = disable or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1"
     if disable:
         return kiln.compile(model, disable=True)
-    settings = dict(backend=_backend(backend), fullgraph=fullgraph, dynamic=dynamic)
+    # (torch's mode= and options= name Inductor's settings: kiln's own modes come only from a
+    # backend name that is one, MODE_BACKENDS)
+    backend, kiln_mode = _settings(backend)
+    settings = dict(backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=kiln_mode)
     if model is None:
         return lambda m: kiln.compile(m, **settings)
     return kiln.compile(model, **settings)
@@ -233,6 +289,14 @@ def _mirror_config(kiln_config):
     kiln_config.__class__ = type("MirroredConfig", (type(kiln_config),), props)
 
 
+def _count_kernels(compiled, gm, example_inputs):
+    """kiln's backend compiled a graph: its C++/Triton kernels count as torch's generated ones."""
+    import torch._inductor.metrics
+
+    torch._inductor.metrics.generated_kernel_count += getattr(compiled, "kernel_count", 0)
+    return compiled
+
+
 def install():
     """Replace torch._dynamo's entry points with kiln's, in every loaded torch._dynamo module."""
     import torch
@@ -296,4 +360,6 @@ def install():
             if getattr(module, attr, None) is old:
                 setattr(module, attr, new)
     torch.compile = compile
+    kiln.hooks.register("backend_graph", _count_kernels)
+    kiln.hooks.register("guard_failure", _guard_failure)
     _mirror_config(kiln.config)

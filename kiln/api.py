@@ -26,8 +26,8 @@ from kiln.registry import (  # noqa: F401 (re-exported: kiln.api.lookup_backend 
     list_backends,
     lookup_backend,
     register_backend,
+    resolve_with_options,
 )
-from kiln.registry import resolve as _resolve
 
 __all__ = [
     "OptimizedModule",
@@ -54,21 +54,6 @@ def list_mode_options(mode=None):
     return modes.list_mode_options(mode)
 
 
-def _resolve_backend(backend, mode, options):
-    """The backend callable and its name; bad arguments raise naming the cause."""
-    modes.resolve(mode, options)  # an unknown mode or option raises, listing the valid ones
-    if mode is not None and options is not None:
-        raise KilnError("kiln.compile: pass either mode or options, not both")
-    if not callable(backend) and not isinstance(backend, str):
-        raise TypeError(f"kiln.compile: backend must be a name or a callable, got {backend!r}")
-    fn, name = _resolve(backend)
-    if (mode is not None or options) and hasattr(fn, "with_options"):
-        fn = fn.with_options(mode=mode, options=options or {})
-    elif mode not in (None, "default") or options:
-        modes.say_once(("mode", name), "kiln: backend %r ignores mode and options", name)
-    return fn, name
-
-
 def compile(
     model=None,
     *,
@@ -92,7 +77,7 @@ def compile(
         raise TypeError(f"kiln.compile: fullgraph must be a bool, got {fullgraph!r}")
     if dynamic not in (None, True, False):
         raise TypeError(f"kiln.compile: dynamic must be None, True or False, got {dynamic!r}")
-    backend_fn, backend_name = _resolve_backend(backend, mode, options)
+    backend_fn, backend_name = resolve_with_options(backend, mode, options)
     settings = CompileSettings(backend_fn, backend_name, fullgraph, dynamic, mode, options)
     if model is None:
         return lambda m: compile_callable(m, settings)

@@ -8,7 +8,11 @@ Events (arguments after the value for chain):
   frame_start(fn)                       the frontend starts tracing a frame
   frame_compiled(fn, entry, index, folder)  a frame's entry was dumped to the debug dir
   graph_break(record)                   a graph break was recorded
-  recompile(fn, reasons)                a frame recompiles (reasons: the guards that failed)
+  recompile(fn, reasons)                a frame recompiles (reasons: the guards that failed;
+                                        fired under config.debug_dir only)
+  guard_failure(root_fn, reason)        a frame recompiles (fired only while listened to): the
+                                        function the user compiled, and the first guard that
+                                        failed in the newest entry
   backend(backend_fn, name) -> fn       chain: the backend the frontend is about to call
   backend_graph(compiled, gm, inputs) -> compiled   chain: the code generator compiled a graph
   backend_error(gm, inputs, error)      the code generator raised on a graph
@@ -21,6 +25,7 @@ _HOOKS = {
         "frame_compiled",
         "graph_break",
         "recompile",
+        "guard_failure",
         "backend",
         "backend_graph",
         "backend_error",
@@ -33,6 +38,17 @@ def register(event, fn):
     if fn not in _HOOKS[event]:
         _HOOKS[event].append(fn)
     return fn
+
+
+def unregister(event, fn):
+    """Stop calling fn on `event` (no-op if it was not registered)."""
+    if fn in _HOOKS[event]:
+        _HOOKS[event].remove(fn)
+
+
+def listening(event):
+    """Whether any function is registered for event (to skip work only a listener needs)."""
+    return bool(_HOOKS[event])
 
 
 def fire(event, *args):

@@ -8,6 +8,7 @@ stays cheap and the stages do not import each other (docs/ARCHITECTURE.md, "Laye
 
 import importlib
 
+from kiln import modes
 from kiln.exc import KilnError
 
 _BUILTIN_BACKENDS = {
@@ -67,4 +68,20 @@ def resolve(backend):
         fn = lookup_backend(backend)
     except ImportError as e:
         raise KilnError(f"backend {name!r} is not available: {type(e).__name__}: {e}") from e
+    return fn, name
+
+
+def resolve_with_options(backend, mode, options):
+    """(callable, name) of a backend as kiln.compile(backend=, mode=, options=) gives them; bad
+    arguments raise naming the cause."""
+    modes.resolve(mode, options)  # an unknown mode or option raises, listing the valid ones
+    if mode is not None and options is not None:
+        raise KilnError("kiln.compile: pass either mode or options, not both")
+    if not callable(backend) and not isinstance(backend, str):
+        raise TypeError(f"kiln.compile: backend must be a name or a callable, got {backend!r}")
+    fn, name = resolve(backend)
+    if (mode is not None or options) and hasattr(fn, "with_options"):
+        fn = fn.with_options(mode=mode, options=options or {})
+    elif mode not in (None, "default") or options:
+        modes.say_once(("mode", name), "kiln: backend %r ignores mode and options", name)
     return fn, name

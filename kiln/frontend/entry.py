@@ -7,6 +7,8 @@ import weakref
 
 import torch
 
+from kiln import registry
+from kiln.contracts import CompileSettings
 from kiln.frontend import distributed, frame_cache
 from kiln.frontend.cache_wrappers import make_wrapper, module_eager
 from kiln.frontend.frame_cache import FrameCache, shallow_frame
@@ -180,10 +182,41 @@ class OptimizedModule(_ModuleView):
     def __repr__(self):
         return f"OptimizedModule({self.__dict__['_orig_mod']!r})"
 
-    def __getstate__(self):
-        raise TypeError("pickle OptimizedModule._orig_mod instead of the compiled wrapper")
+    def __reduce__(self):
+        """Pickles as the original module and the compile arguments; unpickling compiles the
+        unpickled original again (Note [Entry: a compiled module pickled])."""
+        d = self.__dict__
+        s = d["_kiln_settings"]
+        backend = _backend_by_name(s) or s.backend
+        args = (d["_orig_mod"], backend, s.fullgraph, s.dynamic, s.mode, s.options)
+        return (_compiled_again, args)
 
     def __deepcopy__(self, memo):
         """A compiled copy of a deep copy of the original (same compile settings)."""
         d = self.__dict__
         return OptimizedModule(copy.deepcopy(d["_orig_mod"], memo), d["_kiln_settings"])
+
+
+# Note [Entry: a compiled module pickled]
+# torch.save(kiln.compile(m)) stores what the compile was made of, not what it made: the original
+# module and the compile arguments. Loading compiles the loaded module again with them (its
+# frames are traced on their first call, as any new compile's). A backend given by a registry
+# name is stored as the name (its callable, wrapped for mode/options, is rebuilt on load); a
+# callable backend is pickled as it is (one that cannot be pickled makes pickling fail).
+def _backend_by_name(settings):
+    """The registry name `settings`' backend was resolved from, or None for a user callable."""
+    name = settings.backend_name
+    if name not in registry.list_backends():
+        return None
+    named = registry.lookup_backend(name)
+    if named is settings.backend:
+        return name
+    # under mode/options the backend is `named.with_options(...)`'s function (kiln/modes.py)
+    optioned = hasattr(named, "with_options") and hasattr(settings.backend, "kiln_options")
+    return name if optioned else None
+
+
+def _compiled_again(mod, backend, fullgraph, dynamic, mode, options):
+    """An unpickled OptimizedModule: `mod` compiled with the pickled arguments."""
+    fn, name = registry.resolve_with_options(backend, mode, options)
+    return OptimizedModule(mod, CompileSettings(fn, name, fullgraph, dynamic, mode, options))

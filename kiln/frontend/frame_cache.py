@@ -391,6 +391,9 @@ class FrameCache:
                 self.give_up()
                 return self.run_eager(args, kwargs)
             logs.counters["stats"]["recompiles"] += 1
+            if hooks.listening("guard_failure"):
+                reason = first_failure(self.entry_info[-1].guard, args, kwargs)
+                hooks.fire("guard_failure", self.root.fn, reason)
             if config.debug_dir:  # the report (kiln/tools/debug_dir.py) lists the failures
                 failures = [first_failure(e.guard, args, kwargs) for e in self.entry_info]
                 hooks.fire(
@@ -416,8 +419,11 @@ class FrameCache:
         # code raises must not get kiln's error as its __context__.
         entry = failure = None
         try:
-            self.observe_shapes(args, kwargs)
-            entry = self.compile(args, kwargs)
+            # (kiln reads its inputs' metadata without calling a tensor subclass's
+            # __torch_function__: Note [Guards: tensor subclasses with __torch_function__])
+            with torch._C.DisableTorchFunctionSubclass():
+                self.observe_shapes(args, kwargs)
+                entry = self.compile(args, kwargs)
         except Unsupported as e:
             if self.settings.fullgraph:
                 fullgraph_error(e, self.fn)  # adds the user's frames and a hint to e

@@ -203,6 +203,31 @@ def _storage_id(t):
     return t.untyped_storage()._cdata
 
 
+# Note [Guards: tensor subclasses with __torch_function__]
+# torch calls a subclass's __torch_function__ for `x.shape`, `x.dtype`, `x.stride()` ... (user
+# code, maybe with side effects); Dynamo's guards read tensors in C and never call it. kiln's
+# guards read tensors in Python (C++ only for exact Tensor/Parameter: Note [Guards: tensor checks in
+# C++]), so the metadata of such an input is read from a plain alias of it made with the subclass's
+# __torch_function__ disabled (`___untf`), and only its type from the input itself.
+_TF_DEFAULTS = (torch._C._disabled_torch_function_impl,)
+
+
+def has_own_torch_function(cls):
+    """Whether torch calls a __torch_function__ for tensors of class cls (a plain subclass)."""
+    if cls in (torch.Tensor, torch.nn.Parameter) or not issubclass(cls, torch.Tensor):
+        return False
+    if hasattr(cls, "__tensor_flatten__"):  # (a wrapper subclass: its own guards)
+        return False
+    tf = inspect.getattr_static(cls, "__torch_function__", None)
+    return getattr(tf, "__func__", tf) not in _TF_DEFAULTS
+
+
+def untf(t):
+    """A plain Tensor alias of t, made without calling its class's __torch_function__."""
+    with torch._C.DisableTorchFunctionSubclass():
+        return t.as_subclass(torch.Tensor)
+
+
 def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
     """The expressions (one or more) that check a guard; `s` is the text of its source and
     `ref(source)` the text of another source; `dynamic_dims` those of a TENSOR_MATCH not pinned;
@@ -252,21 +277,26 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
         # Note [Shapes: guards from facts]: rendered now, after the backend added its facts
         return v.guard_texts()
     if k == GuardKind.TENSOR_MATCH:
-        t = v
+        typ = type(t := v)
         keys = not _is_module_state(guard.source)
         match = None
         if fast and not dynamic_dims:
             match = tensor_match.matcher(t, keys)
         elif fast and dynamic_dims.strides is None:  # (contiguous: Note [Guards: tensor ...])
             match = tensor_match.matcher(t, keys, sorted(dynamic_dims.dims))
-        if match is not None:
+        if match is not None:  # (exact Tensor and Parameter only: no __torch_function__ to run)
             return [f"{namer(match, 'tensor_match')}({s})"]
+        if has_own_torch_function(typ):  # Note [Guards: tensor subclasses with __torch_function__]
+            s_type, s = s, f"___untf({s})"
+            t = untf(t)
+        else:
+            s_type = s
         if dynamic_dims:
             layout = _dynamic_layout_parts(s, t, dynamic_dims)
         else:
             layout = [f"{s}.shape == {tuple(t.shape)!r}", f"{s}.stride() == {tuple(t.stride())!r}"]
         return [
-            f"___type({s}) is {namer(type(t), type(t).__name__)}",
+            f"___type({s_type}) is {namer(typ, typ.__name__)}",
             f"{s}.dtype is {namer(t.dtype, _readable_hint(t.dtype))}",
             *layout,
             f"{s}.requires_grad is {t.requires_grad!r}",
@@ -274,7 +304,7 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
             *(
                 [
                     f"___dispatch_keys({s}) == "
-                    f"{namer(torch._C._dispatch_keys(t), 'keys', key=('keys', id(t)))}"
+                    f"{namer(torch._C._dispatch_keys(t), 'keys', key=('keys', id(v)))}"
                 ]
                 if keys
                 else []
@@ -507,6 +537,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___functorch_transform": torch._C._functorch.peek_interpreter_stack,
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
+        "___untf": untf,  # Note [Guards: tensor subclasses with __torch_function__]
         "___dict_get": dict_get,
         "___plain_attr": object.__getattribute__,  # PlainAttrSource, __dict__
         "___dict_key_at": dict_key_at,  # DictKeyAtSource

@@ -10,7 +10,7 @@ from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import BackendCompilerFailed, Unsupported, unimplemented
 from kiln.frontend.frame_shapes import FrameShapes
-from kiln.frontend.guards import GuardKind, GuardSet, is_module_state
+from kiln.frontend.guards import GuardKind, GuardSet, has_own_torch_function, is_module_state
 from kiln.frontend.side_effects import SideEffects
 from kiln.frontend.source import GetItemSource, LocalSource
 from kiln.frontend.variables.constant import ConstantVariable
@@ -74,10 +74,11 @@ class OutputGraph:
     def create_node(self, kind, target, args, kwargs):
         return self.graph.create_node(kind, target, tuple(args), dict(kwargs))
 
-    def add_graph_input(self, value, source, subclass=None):
+    def add_graph_input(self, value, source, subclass=None, variable=None):
         """A tensor from outside the frame: a placeholder (deduplicated by identity), guarded.
         `subclass` (guards, value, source) -> fake makes the example of a wrapper-subclass input
-        (Note [Tensors: wrapper subclass inputs])."""
+        (Note [Tensors: wrapper subclass inputs]); `variable` (the plain variable) -> the
+        input's variable (Note [Tensors: subclasses with __torch_function__])."""
         guards = self.guards
         prev = self._input_by_id.get(id(value))
         if prev is not None:
@@ -116,6 +117,8 @@ class OutputGraph:
         if isinstance(value, torch.nn.Parameter):
             node.meta["is_parameter"] = True
         var = tensor_variable(node, example, value.device, source=source)
+        if variable is not None:
+            var = variable(var)
         self.graph_inputs.append((source, value, node))
         self._input_by_id[id(value)] = (var, source)
         return var
@@ -301,8 +304,21 @@ class OutputGraph:
             raise BackendCompilerFailed(
                 self.settings.backend_name, TypeError(f"backend returned {type(compiled).__name__}")
             )
+        if any(has_own_torch_function(type(v)) for _, v, _ in self.graph_inputs):
+            compiled = _torch_function_disabled(compiled)
         self.root_fn.__globals__[name] = _restoring_grad_mode(compiled, gm.graph)
         return name, [source for source, _, _ in self.graph_inputs]
+
+
+def _torch_function_disabled(compiled):
+    """`compiled` run with tensor subclasses' __torch_function__ off: the graph already holds
+    what their __torch_function__ does (Note [Tensors: subclasses with __torch_function__])."""
+
+    def call(*args):
+        with torch._C.DisableTorchFunctionSubclass():
+            return compiled(*args)
+
+    return call
 
 
 def _restoring_grad_mode(compiled, graph):

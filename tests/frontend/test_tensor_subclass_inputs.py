@@ -1,6 +1,6 @@
 """Tensor-subclass inputs: traceable wrapper subclasses are captured with a fake of the subclass
 (Note [Tensors: wrapper subclass inputs]); what kiln does not model breaks with its reason; plain
-subclasses keep breaking (Note [Tensors: subclass inputs are not traced])."""
+subclasses are traced through their __torch_function__ (test_torch_function_subclass.py)."""
 
 import pytest
 import torch
@@ -145,7 +145,7 @@ def kinds(x):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_plain_subclass_still_breaks_with_eager_results(backend):
+def test_plain_subclass_traced_with_eager_results(backend):
     x = torch.randn(3).as_subclass(Tagged)
     kiln.reset()
     got = kiln.compile(kinds, backend=backend)(x)
@@ -186,7 +186,6 @@ def _adds_with_operator(x):
 @pytest.mark.parametrize(
     "fn, value, reason",
     [
-        (kinds, torch.randn(3).as_subclass(Tagged), "tensor subclass input .Tagged. is not traced"),
         (kinds, PairWithTorchFunction(torch.ones(2), torch.ones(2)), "its own __torch_function__"),
         (_reads_left, pair(), "attribute 'left' of a tensor subclass .Pair."),
         (_adds_in_place, pair(), "in-place Tensor.add_.. on a tensor subclass .Pair."),

@@ -56,6 +56,7 @@ from kiln.frontend.variables import (
     tensor_of_list,
     tensor_subclass,
     tensor_type,  # noqa: F401  (registers Tensor.type)
+    torch_function,
     torch_queries,
     unbacked,
     unspec_float,
@@ -294,7 +295,13 @@ def wrap_value(tx, value, source):
             # plain examples does not run: type(x), isinstance and the subclass's attributes would
             # come out as a plain tensor's. So a subclass input is a graph break (the frame runs
             # it in Python), except a traceable wrapper subclass, whose example is a fake of the
-            # subclass itself (Note [Tensors: wrapper subclass inputs] in tensor_subclass.py).
+            # subclass itself (Note [Tensors: wrapper subclass inputs] in tensor_subclass.py), and
+            # a plain subclass whose __torch_function__ is traced (Note [Tensors: subclasses with
+            # __torch_function__] in torch_function.py).
+            if torch_function.has_torch_function_class(value):
+                torch_function.check_class(type(value))
+                wrap = functools.partial(torch_function.wrap_input, cls=type(value))
+                return tx.output.add_graph_input(value, source, variable=wrap)
             tensor_subclass.check_subclass(value)
             return tx.output.add_graph_input(value, source, tensor_subclass.fake_subclass)
         return tx.output.add_graph_input(value, source)

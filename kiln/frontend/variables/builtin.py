@@ -62,7 +62,7 @@ from kiln.frontend.variables.super_calls import SuperVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.frontend.variables.tensor import TensorVariable
-from kiln.frontend.variables.torch import TorchVariable, call_tensor_op
+from kiln.frontend.variables.torch import TorchVariable, call_tensor_op, torch_function_involved
 from kiln.frontend.variables.typing_vars import typing_subscript
 from kiln.frontend.variables.user_attrs import class_decides_hasattr
 from kiln.frontend.variables.user_defined import (
@@ -680,6 +680,8 @@ def sort_items(tx, items, key=None, reverse=None):
 
 def getitem(tx, obj, index):
     """obj[index]."""
+    if torch_function_involved([obj]):  # Note [Tensors: subclasses with __torch_function__]
+        return obj.call_method(tx, "__getitem__", [index], {})
     if isinstance(obj, TensorVariable):
         return call_tensor_op(tx, "call_function", operator.getitem, [obj, index], {})
     if isinstance(obj, BuiltinVariable) and isinstance(obj.fn, type):

@@ -300,6 +300,8 @@ def context_manager(tx, cm):
         return NullContextVariable(result)
     if isinstance(cm, (GradModeVariable, NullContextVariable, SuppressVariable)):
         return cm
+    if getattr(cm, "traced_manager", False):  # a family's own manager (its enter/exit traced)
+        return cm
     if isinstance(cm, DisableSavedHooksVariable):
         return cm
     if isinstance(cm, UserDefinedObjectVariable) and is_disable_saved_hooks(cm.value):

@@ -556,6 +556,14 @@ def is_torch_disabled(fn):
 
 
 _MODULE_CALLS = (torch.nn.Module.__call__, torch.nn.Module._call_impl)
+# torch functions modelled instead of inlined, registered by their family's module:
+# fn -> handler(tx, args, kwargs) (Tensor.__torch_function__: torch_function.py)
+_MODELLED = {}
+
+
+def register_modelled(fn, handler):
+    """Calls of the Python function fn that inline_call would trace are handler's instead."""
+    _MODELLED[fn] = handler
 
 
 def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None, closure=None):
@@ -564,6 +572,8 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
 
     if fn in _MODULE_CALLS and args and hasattr(args[0], "call_module"):  # an NNModuleVariable
         return args[0].call_module(tx, args[1:], kwargs)  # Note [Modules: an overriding __call__]
+    if fn in _MODELLED:
+        return _MODELLED[fn](tx, args, kwargs)
     unpatched = optim.dynamo_unpatched(fn)  # Note [Optimizers: Dynamo's patches]
     if unpatched is not None:
         fn, fn_source = unpatched, fn_source and AttrSource(fn_source, "__wrapped__")

@@ -31,7 +31,11 @@ from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.frontend.variables.tensor import TensorVariable
-from kiln.frontend.variables.torch import call_tensor_op
+from kiln.frontend.variables.torch import (
+    call_tensor_op,
+    torch_function_involved,
+    torch_function_operator,
+)
 from kiln.frontend.variables.unspec_float import SymFloatVariable
 from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 from kiln.frontend.variables.user_protocol import user_binary_op
@@ -50,6 +54,8 @@ def binary_op(tx, fn, a, b):
         return numpy_vars.operator_call(tx, fn, [a, b])
     if isinstance(b, TensorVariable) and not isinstance(a, TensorVariable) and fn in _INPLACE:
         fn = _INPLACE[fn]  # `n += t` for a number n is `n = n + t` (no in-place, a new tensor)
+    if torch_function_involved([a, b]):  # Note [Tensors: subclasses with __torch_function__]
+        return torch_function_operator(tx, fn, a, b)
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [a, b], {})
     if isinstance(a, SymFloatVariable) or isinstance(b, SymFloatVariable):
@@ -265,6 +271,8 @@ def compare_vars(tx, fn, a, b):
             kind = GuardKind.ALIASING if same else GuardKind.DISTINCT
             tx.output.guards.add(kind, a.source, b.source)
         return ConstantVariable(same if fn is operator.is_ else not same)
+    if torch_function_involved([a, b]):  # Note [Tensors: subclasses with __torch_function__]
+        return torch_function_operator(tx, fn, a, b)
     if isinstance(a, ObjectIdVariable) and isinstance(b, ObjectIdVariable) and fn in _SET_CMP:
         same = a.same_as(tx, b)  # Note [Builtins: id() of objects made in the frame]
         return ConstantVariable(same == (fn is operator.eq))

@@ -28,7 +28,7 @@ from kiln.symbolic.fake import fake_like
 # Tensor method, operator or property the subclass overrides (Python code kiln would not run), an
 # attribute or method the subclass defines (its inner tensors among them), in-place writes to a
 # subclass value, symbolic sizes, a ctx that is not made of literals. Plain subclasses
-# (as_subclass, __torch_function__ only) are not traceable wrappers and keep breaking. The
+# (as_subclass, __torch_function__ only) are not wrappers: torch_function.py traces them. The
 # backends: `eager` runs the graph on the real inputs; AOT autograd desugars the subclass into its
 # inner tensors (kiln/autograd/subclasses.py).
 

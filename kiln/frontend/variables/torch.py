@@ -8,6 +8,7 @@ eager PyTorch raises (or computes) exactly what it would have.
 """
 
 import contextlib
+import functools
 import operator
 import types
 
@@ -80,6 +81,42 @@ _FUNCTION_HOOKS = {}
 def register_function(torch_fn, fn):
     """Calls of `torch_fn` are first offered to fn."""
     _FUNCTION_HOOKS[torch_fn] = fn
+
+
+# the dispatch of calls with a value of a plain subclass with __torch_function__, registered by
+# torch_function.py (Note [Tensors: subclasses with __torch_function__])
+_TORCH_FUNCTION_DISPATCH = []
+
+
+def register_torch_function_dispatch(fn, operator_fn):
+    """fn(tx, ("function", torch_fn), args, kwargs) answers torch calls on such values, and
+    operator_fn(tx, op, a, b) their binary operators and comparisons."""
+    _TORCH_FUNCTION_DISPATCH[:] = [fn, operator_fn]
+
+
+def torch_function_operator(tx, op, a, b):
+    """`a <op> b` where a or b is a value of a plain subclass with __torch_function__."""
+    return _TORCH_FUNCTION_DISPATCH[1](tx, op, a, b)
+
+
+def torch_function_involved(values):
+    """Whether a value (or an item of a list/tuple of them) is a traced tensor of a plain
+    subclass with __torch_function__ (its variable has `torch_function_class`)."""
+    items = list(values)
+    while items:
+        v = items.pop()
+        if isinstance(v, BaseListVariable):
+            items.extend(v.items)
+        elif getattr(v, "torch_function_class", None) is not None:
+            return True
+    return False
+
+
+@functools.cache
+def _overridable():
+    """The torch functions that call __torch_function__, and those that never do."""
+    funcs = {f for fs in torch.overrides.get_overridable_functions().values() for f in fs}
+    return funcs, set(torch.overrides.get_ignored_functions())
 
 
 def _call_torch(tx):
@@ -172,6 +209,11 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         or (isinstance(a, BaseListVariable) and any(isinstance(i, tensor_cls) for i in a.items))
         for a in [*args, *kwargs.values()]
     )
+    if torch_function_involved([*args, *kwargs.values()]):
+        # (every such call goes through its __torch_function__ first, and then on plain values)
+        unimplemented(
+            f"{what} on a tensor subclass with __torch_function__ (not traced through it)"
+        )
     args, kwargs = unspec_float.settle_args(target, args, kwargs, has_tensor)
     if _mutates(target, kwargs) and any(
         getattr(a, "wrapper_subclass", False) for a in [*args, *kwargs.values()]
@@ -487,7 +529,16 @@ class TorchVariable(PythonValueVariable):
         if is_disallowed_in_graph(fn):
             name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
             unimplemented(f"call to {name}, kept out of graphs by disallow_in_graph")
-        hook = _FUNCTION_HOOKS.get(fn) if not isinstance(fn, type) else None
+        if _TORCH_FUNCTION_DISPATCH and torch_function_involved([*args, *kwargs.values()]):
+            overridable, ignored = _overridable()
+            if fn in overridable:
+                return _TORCH_FUNCTION_DISPATCH[0](tx, ("function", fn), args, kwargs)
+            if fn not in ignored:
+                name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
+                unimplemented(f"{name} on a tensor subclass with __torch_function__")
+            if isinstance(fn, types.FunctionType):  # (F.sigmoid: its body calls x.sigmoid())
+                return inline_call(tx, fn, args, kwargs, None)
+        hook = _FUNCTION_HOOKS.get(fn)
         if hook is not None:
             done = hook(tx, fn, args, kwargs)
             if done is not None:

@@ -1,0 +1,496 @@
+"""Plain tensor subclasses with `__torch_function__` (`x.as_subclass(C)`) as traced values: the
+subclass's __torch_function__ is traced at every torch call on them (Note [Tensors: subclasses
+with __torch_function__])."""
+
+import inspect
+import operator
+import types
+
+import torch
+
+from kiln.bytecode import emit
+from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import AttrSource
+from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.functions import inline_call, register_modelled
+from kiln.frontend.variables.lists import BaseListVariable, ListVariable, TupleVariable
+from kiln.frontend.variables.tensor import TensorVariable, register_method
+from kiln.frontend.variables.tensor_subclass import _OWN_NAMES, is_inplace_name, is_wrapper_subclass
+from kiln.frontend.variables.torch import (
+    TorchVariable,
+    register_function,
+    register_torch_function_dispatch,
+)
+
+# Note [Tensors: subclasses with __torch_function__]
+# A plain subclass of Tensor (made by `t.as_subclass(C)`, no __torch_dispatch__ of its own) holds
+# an ordinary tensor; what makes it differ is `C.__torch_function__`, which torch calls for every
+# torch function, Tensor method, operator and Tensor property getter that has a C argument, with
+# (func, types, args, kwargs). Tensor's own __torch_function__ runs func with the subclass
+# disabled and turns tensor results into C (`as_subclass`), except for the few functions torch
+# never wraps (`get_default_nowrap_functions`).
+# kiln traces that protocol: the input is a plain placeholder (its TENSOR_MATCH guard pins the
+# exact class) whose variable is a TorchFunctionTensorVariable of C, and each of those calls
+# (`dispatch`) traces C.__torch_function__: Tensor's own is modelled (`default_torch_function`:
+# func traced on the plain tensors, tensor results made variables of C again); a classmethod of
+# the user's is inlined, guarded by identity through `type(x).__torch_function__.__func__`, with
+# func as the object torch would pass (the torch function, `Tensor.<method>`, or the property's
+# `__get__`), and `super().__torch_function__(...)` inside it reaches the modelled default.
+# Results that leave the graph are made C again by `as_subclass`, once per value (a value used
+# twice is one object, as in eager). What is not modelled breaks: two different subclasses in
+# one call, in-place ops on such values, a __torch_dispatch__ or a Tensor method the class
+# overrides, the class's own attributes, and any kiln path that would record an op on such a
+# value without going through here (call_tensor_op refuses those: `torch_function_class`).
+
+_TENSOR_TF = torch.Tensor.__torch_function__.__func__
+_DISABLED_TF = torch._C._disabled_torch_function_impl
+_DEFAULT_DISPATCH = (
+    torch.Tensor.__torch_dispatch__.__func__
+    if hasattr(torch.Tensor.__torch_dispatch__, "__func__")
+    else torch.Tensor.__torch_dispatch__,
+    _DISABLED_TF,
+)
+_OWN_TF_NAMES = _OWN_NAMES - {"__torch_dispatch__"}
+
+
+def _static_tf(cls):
+    tf = inspect.getattr_static(cls, "__torch_function__", None)
+    return tf
+
+
+def has_torch_function_class(value):
+    """Whether a tensor's type is a plain subclass whose __torch_function__ kiln traces (or
+    breaks on, with the reason, in check_class)."""
+    cls = type(value)
+    return (
+        isinstance(value, torch.Tensor)
+        and cls not in (torch.Tensor, torch.nn.Parameter)
+        and not is_wrapper_subclass(value)
+        and not issubclass(cls, torch.nn.Parameter)
+    )
+
+
+def check_class(cls):
+    """Break unless kiln models this plain subclass: its __torch_function__ is Tensor's, the
+    disabled one, or a classmethod of Python code; it changes nothing else of Tensor's."""
+    name = cls.__name__
+    td = inspect.getattr_static(cls, "__torch_dispatch__", None)
+    if getattr(td, "__func__", td) not in _DEFAULT_DISPATCH:
+        unimplemented(f"a tensor subclass input ({name}) with its own __torch_dispatch__")
+    tf = _static_tf(cls)
+    fn = getattr(tf, "__func__", tf)
+    if fn is not _TENSOR_TF and fn is not _DISABLED_TF:
+        if not isinstance(tf, classmethod) or not isinstance(fn, types.FunctionType):
+            unimplemented(f"a tensor subclass ({name}) whose __torch_function__ is no classmethod")
+    for k in cls.__mro__:
+        if k in (torch.Tensor, torch._C.TensorBase):
+            break
+        for attr in vars(k):
+            if attr not in _OWN_TF_NAMES and hasattr(torch.Tensor, attr):
+                unimplemented(f"a tensor subclass input ({name}) overrides Tensor.{attr}")
+
+
+def wrap_input(var, cls):
+    """The variable of an input of plain subclass `cls` (its placeholder's variable `var`)."""
+    check_class(cls)
+    class_source = AttrSource(var.source, "__class__")
+    return TorchFunctionTensorVariable.of(var, cls, class_source)
+
+
+class TorchFunctionTensorVariable(TensorVariable):
+    """A traced tensor whose value is a plain subclass `tf_class` of Tensor: torch calls on it go
+    through the class's __torch_function__."""
+
+    # made by as_subclass once per value where it leaves the graph: every use gets that object
+    keeps_identity = True
+
+    def __init__(self, proxy, example, device, *, tf_class, class_source, **kwargs):
+        super().__init__(proxy, example, device, **kwargs)
+        self.torch_function_class = tf_class
+        self.class_source = class_source
+
+    @classmethod
+    def of(cls, var, tf_class, class_source, source=None):
+        return cls(
+            var.proxy,
+            var.example,
+            var.device,
+            tf_class=tf_class,
+            class_source=class_source,
+            source=var.source if source is None else source,
+            is_leaf_input=var.is_leaf_input,
+        )
+
+    def python_type(self):
+        return self.torch_function_class
+
+    def plain(self):
+        """The same traced tensor as a plain Tensor (what func sees with the subclass disabled)."""
+        return TensorVariable(
+            self.proxy, self.example, self.device, source=None, is_leaf_input=self.is_leaf_input
+        )
+
+    def _own_attr(self, name):
+        for k in self.torch_function_class.__mro__:
+            if k in (torch.Tensor, torch._C.TensorBase):
+                return False
+            if name in vars(k):
+                return True
+        return False
+
+    def var_getattr(self, tx, name):
+        if name == "__class__":
+            return super().var_getattr(tx, name)
+        if self._own_attr(name):
+            what = self.torch_function_class.__name__
+            unimplemented(f"attribute {name!r} of a tensor subclass ({what}) is not traced")
+        attr = inspect.getattr_static(torch.Tensor, name, None)
+        if isinstance(attr, types.GetSetDescriptorType):  # a property: torch calls the TF
+            return dispatch(tx, ("getter", name), [self], {})
+        return super().var_getattr(tx, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        if self._own_attr(name):
+            what = self.torch_function_class.__name__
+            unimplemented(f"method {name!r} of a tensor subclass ({what}) is not traced")
+        if not callable(getattr(torch.Tensor, name, None)):
+            unimplemented(f"Tensor.{name}() on a tensor subclass with __torch_function__")
+        return dispatch(tx, ("method", name), [self, *args], kwargs)
+
+    def unpack_var_sequence(self, tx):
+        unimplemented("iteration over a tensor subclass with __torch_function__")
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return super().reconstruct(cg)
+        cg.load_object(torch.Tensor.as_subclass, push_null=True)
+        cg.reconstruct_tensor(self)
+        cg.load_object(self.torch_function_class)
+        cg.extend(_call(2))
+
+    def __repr__(self):
+        return f"TorchFunctionTensorVariable({self.torch_function_class.__name__}, {self.proxy})"
+
+
+def _call(n):
+    return emit.call(n)
+
+
+def _flat(values):
+    out = []
+    for v in values:
+        if isinstance(v, BaseListVariable):
+            out.extend(_flat(v.items))
+        else:
+            out.append(v)
+    return out
+
+
+def _func_object(func):
+    """The object torch passes as `func`: ("function", f) is f itself; ("method", name) is
+    Tensor.<name>; ("getter", name) is the property's __get__."""
+    kind, what = func
+    if kind == "function":
+        return what
+    if kind == "method":
+        return getattr(torch.Tensor, what)
+    return getattr(torch.Tensor, what).__get__
+
+
+def _func_of_object(f):
+    """Inverse of _func_object, for the func a user __torch_function__ passes on."""
+    if (
+        isinstance(f, types.MethodWrapperType)
+        and f.__name__ == "__get__"
+        and isinstance(f.__self__, types.GetSetDescriptorType)
+        and f.__self__.__objclass__ in (torch.Tensor, torch._C.TensorBase)
+    ):
+        return ("getter", f.__self__.__name__)
+    name = getattr(f, "__name__", None)
+    if name is not None and getattr(torch.Tensor, name, None) is f:
+        return ("method", name)
+    return ("function", f)
+
+
+def dispatch(tx, func, args, kwargs):
+    """`func(*args, **kwargs)` where some argument is a value of a plain subclass with
+    __torch_function__: trace that __torch_function__ (Note [Tensors: subclasses with
+    __torch_function__])."""
+    values = _flat([*args, *kwargs.values()])
+    classes = []
+    for v in values:
+        c = getattr(v, "torch_function_class", None)
+        if c is not None and c not in classes:
+            classes.append(c)
+    if len(classes) != 1:
+        names = ", ".join(c.__name__ for c in classes)
+        unimplemented(f"a torch call on several tensor subclasses with __torch_function__: {names}")
+    cls = classes[0]
+    owner = next(v for v in values if getattr(v, "torch_function_class", None) is cls)
+    if tx.output.__dict__.get("torch_function_disabled"):  # inside DisableTorchFunctionSubclass
+        return _call_plain(tx, func, args, kwargs)
+    kind, what = func
+    if kind == "method" and is_inplace_name(what):
+        unimplemented(f"in-place Tensor.{what}() on a tensor subclass ({cls.__name__})")
+    tf = _static_tf(cls)
+    fn = getattr(tf, "__func__", tf)
+    # the class's __torch_function__ is guarded, Tensor's and the disabled one too (a class may
+    # be given its own later)
+    tf_source = AttrSource(owner.class_source, "__torch_function__")
+    if fn is _DISABLED_TF:  # no __torch_function__: plain results
+        tx.output.guards.add(GuardKind.ID_MATCH, tf_source, fn)
+        return _call_plain(tx, func, args, kwargs)
+    fn_source = AttrSource(tf_source, "__func__")
+    tx.output.guards.add(GuardKind.ID_MATCH, fn_source, fn)
+    if fn is _TENSOR_TF:
+        return default_torch_function(tx, cls, owner.class_source, func, args, kwargs)
+    cls_var = _class_variable(cls, owner.class_source)
+    func_var = _wrap_func(tx, _func_object(func))
+    call_args = [
+        cls_var,
+        func_var,
+        TupleVariable([cls_var]),
+        TupleVariable(list(args)),
+        ConstDictVariable({k: v for k, v in kwargs.items()}),
+    ]
+    return inline_call(tx, fn, call_args, {}, fn_source)
+
+
+def _class_variable(cls, class_source):
+    return TorchFunctionClassVariable(cls, source=class_source)
+
+
+def _wrap_func(tx, f):
+    return wrap_constant_like(tx, f)
+
+
+class TorchFunctionClassVariable(TorchVariable):
+    """The subclass itself as `cls` of its __torch_function__ (a torch class to kiln)."""
+
+    def var_getattr(self, tx, name):
+        if name == "__torch_function__" and self.source is not None:
+            return TorchFunctionMethodVariable(self.value, self.source)
+        return super().var_getattr(tx, name)
+
+
+class TorchFunctionMethodVariable(VariableTracker):
+    """`C.__torch_function__` reached from `super()` or the class: Tensor's (modelled) when the
+    class does not define its own."""
+
+    def __init__(self, cls, class_source, **kw):
+        super().__init__(**kw)
+        self.cls = cls
+        self.class_source = class_source
+
+    def call_function(self, tx, args, kwargs):
+        return call_default(tx, self.cls, self.class_source, args, kwargs)
+
+
+def call_default(tx, cls, class_source, args, kwargs):
+    """`Tensor.__torch_function__(func, types, args=(), kwargs=None)` called as a method of cls."""
+    names = ("func", "types", "args", "kwargs")
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    func_var = bound.get("func")
+    if func_var is None or not hasattr(func_var, "value"):
+        unimplemented("Tensor.__torch_function__ with a func kiln does not know")
+    types_var = bound.get("types")
+    call_args = bound.get("args")
+    call_kwargs = bound.get("kwargs")
+    if types_var is None or not isinstance(types_var, BaseListVariable):
+        unimplemented("Tensor.__torch_function__ with types that are no tuple")
+    for t in types_var.items:
+        if not (t.is_python_constant() or hasattr(t, "value")):
+            unimplemented("Tensor.__torch_function__ with types kiln does not know")
+        tv = t.value if hasattr(t, "value") else t.as_python_constant()
+        if not (isinstance(tv, type) and issubclass(cls, tv)):
+            return ConstantVariable(NotImplemented)
+    items = [] if call_args is None else call_args.unpack_var_sequence(tx)
+    if isinstance(call_kwargs, ConstDictVariable):
+        kw = {getattr(k, "value", k): v for k, v in call_kwargs.items.items()}
+        if not all(isinstance(k, str) for k in kw):
+            unimplemented("Tensor.__torch_function__ with kwargs kiln does not read")
+    elif call_kwargs is None or (
+        call_kwargs.is_python_constant() and call_kwargs.as_python_constant() is None
+    ):
+        kw = {}
+    else:
+        unimplemented("Tensor.__torch_function__ with kwargs kiln does not read")
+    func = _func_of_object(func_var.value)
+    return default_torch_function(tx, cls, class_source, func, items, kw)
+
+
+def default_torch_function(tx, cls, class_source, func, args, kwargs):
+    """Tensor.__torch_function__ for cls: func on the plain tensors, results made cls again."""
+    result = _call_plain(tx, func, args, kwargs)
+    if _func_object(func) in torch.overrides.get_default_nowrap_functions():
+        return result
+    return _convert(result, cls, class_source, [*args, *kwargs.values()])
+
+
+def _unwrap(v):
+    if isinstance(v, TorchFunctionTensorVariable):
+        return v.plain()
+    if type(v) in (TupleVariable, ListVariable):
+        return type(v)([_unwrap(i) for i in v.items])
+    return v
+
+
+def _call_plain(tx, func, args, kwargs):
+    """func traced on the plain tensors (the subclass disabled)."""
+    kind, what = func
+    args = [_unwrap(a) for a in args]
+    kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
+    if kind == "getter":
+        return args[0].var_getattr(tx, what)
+    if kind == "method":
+        if not args or not isinstance(args[0], TensorVariable):
+            return _wrap_func(tx, getattr(torch.Tensor, what)).call_function(tx, args, kwargs)
+        return args[0].call_method(tx, what, args[1:], kwargs)
+    return _wrap_func(tx, what).call_function(tx, args, kwargs)
+
+
+def _convert(result, cls, class_source, inputs):
+    """torch's _convert: tensor results (and those in tuples/lists) become cls."""
+    if isinstance(result, TorchFunctionTensorVariable):
+        return result
+    if isinstance(result, TensorVariable):
+        for v in _flat(inputs):  # the same tensor as an input: that input (its object)
+            if isinstance(v, TorchFunctionTensorVariable) and v.proxy is result.proxy:
+                return v
+        if getattr(result, "wrapper_subclass", False):
+            unimplemented(f"a {cls.__name__} op returned a wrapper subclass")
+        return TorchFunctionTensorVariable.of(result, cls, class_source, source=None)
+    if type(result) is ListVariable:
+        return ListVariable([_convert(i, cls, class_source, inputs) for i in result.items])
+    if type(result) is TupleVariable and (
+        result.tuple_cls is tuple or hasattr(result.tuple_cls, "n_fields")  # (a structseq)
+    ):
+        items = [_convert(i, cls, class_source, inputs) for i in result.items]
+        return TupleVariable(items, tuple_cls=result.tuple_cls)
+    if isinstance(result, BaseListVariable) and any(
+        isinstance(i, TensorVariable) for i in result.items
+    ):
+        unimplemented(f"a {type(result).__name__} of tensors from a {cls.__name__} op")
+    return result
+
+
+def involved(args, kwargs):
+    """Whether some argument (or an item of a list/tuple argument) is such a value."""
+    return any(
+        getattr(v, "torch_function_class", None) is not None
+        for v in _flat([*args, *kwargs.values()])
+    )
+
+
+def _tensor_torch_function(tx, args, kwargs):
+    """`Tensor.__torch_function__` reached as a function (`super().__torch_function__(...)` in
+    a subclass's own): args[0] is the class it is called on."""
+    if not args or not isinstance(getattr(args[0], "value", None), type):
+        unimplemented("Tensor.__torch_function__ called without its class")
+    cls_var = args[0]
+    class_source = cls_var.source
+    if class_source is None:
+        found = [v for v in _flat(args) if isinstance(v, TorchFunctionTensorVariable)]
+        for v in args[1:]:
+            if isinstance(v, BaseListVariable):
+                found += [i for i in _flat(v.items) if isinstance(i, TorchFunctionTensorVariable)]
+        if not found:
+            unimplemented("Tensor.__torch_function__ on no tensor subclass value")
+        class_source = found[0].class_source
+    return call_default(tx, cls_var.value, class_source, args[1:], kwargs)
+
+
+# operator -> (Tensor's method for `tensor <op> other`, its reflected one for `other <op> tensor`)
+_OPERATOR_METHODS = {
+    operator.add: ("__add__", "__radd__"),
+    operator.sub: ("__sub__", "__rsub__"),
+    operator.mul: ("__mul__", "__rmul__"),
+    operator.truediv: ("__truediv__", "__rtruediv__"),
+    operator.floordiv: ("__floordiv__", "__rfloordiv__"),
+    operator.mod: ("__mod__", "__rmod__"),
+    operator.pow: ("__pow__", "__rpow__"),
+    operator.matmul: ("__matmul__", "__rmatmul__"),
+    operator.and_: ("__and__", "__rand__"),
+    operator.or_: ("__or__", "__ror__"),
+    operator.xor: ("__xor__", "__rxor__"),
+    operator.lshift: ("__lshift__", "__rlshift__"),
+    operator.rshift: ("__rshift__", "__rrshift__"),
+    operator.lt: ("__lt__", "__gt__"),
+    operator.le: ("__le__", "__ge__"),
+    operator.gt: ("__gt__", "__lt__"),
+    operator.ge: ("__ge__", "__le__"),
+    operator.eq: ("__eq__", "__eq__"),
+    operator.ne: ("__ne__", "__ne__"),
+}
+
+
+def operator_call(tx, op, a, b):
+    """`a <op> b` with such a value: Tensor's operator method, as Python picks it (the left
+    operand's when it is a tensor, else the right one's reflected method)."""
+    if op in _OPERATOR_METHODS:
+        method, reflected = _OPERATOR_METHODS[op]
+        if isinstance(a, TensorVariable):
+            return dispatch(tx, ("method", method), [a, b], {})
+        if isinstance(b, TensorVariable):
+            return dispatch(tx, ("method", reflected), [b, a], {})
+    what = getattr(op, "__name__", op)
+    unimplemented(f"operator {what} on a tensor subclass with __torch_function__")
+
+
+class DisabledTorchFunctionVariable(VariableTracker):
+    """`with torch._C.DisableTorchFunctionSubclass():` traced: inside, torch calls on subclass
+    values run on the plain tensors and give plain results (no __torch_function__)."""
+
+    traced_manager = True  # (ctx_managers.context_manager: entered and left by these methods)
+
+    def python_type(self):
+        return torch._C.DisableTorchFunctionSubclass
+
+    def enter(self, tx):
+        d = tx.output.__dict__
+        d["torch_function_disabled"] = d.get("torch_function_disabled", 0) + 1
+        return ConstantVariable(None)
+
+    def exit(self, tx):
+        tx.output.__dict__["torch_function_disabled"] -= 1
+        return ConstantVariable(None)
+
+    def reconstruct(self, cg):
+        cg.load_object(torch._C.DisableTorchFunctionSubclass, push_null=True)
+        cg.extend(_call(0))
+
+    load_fresh = reconstruct
+
+
+def _disable_subclass(tx, fn, args, kwargs):
+    if args or kwargs:
+        return None
+    return DisabledTorchFunctionVariable()
+
+
+def _as_subclass(tx, t, args, kwargs):
+    """`t.as_subclass(C)` (t plain here: a subclass value's call went through its
+    __torch_function__ first): the same traced tensor as a value of C."""
+    arg = args[0] if len(args) == 1 and not kwargs else kwargs.get("cls")
+    cls = getattr(arg, "value", None)
+    if not isinstance(cls, type) or not issubclass(cls, torch.Tensor):
+        unimplemented("Tensor.as_subclass with a class kiln does not know")
+    plain = t.plain() if isinstance(t, TorchFunctionTensorVariable) else t
+    if cls is torch.Tensor:
+        return plain
+    if getattr(t, "wrapper_subclass", False) or issubclass(cls, torch.nn.Parameter):
+        unimplemented(f"Tensor.as_subclass({cls.__name__}) of this tensor")
+    check_class(cls)
+    if arg.source is None:
+        unimplemented(f"Tensor.as_subclass({cls.__name__}) of a class without a source")
+    return TorchFunctionTensorVariable.of(plain, cls, arg.source, source=None)
+
+
+register_torch_function_dispatch(dispatch, operator_call)
+register_function(torch._C.DisableTorchFunctionSubclass, _disable_subclass)
+register_method("as_subclass", _as_subclass)
+register_modelled(_TENSOR_TF, _tensor_torch_function)

@@ -1,0 +1,215 @@
+"""Plain tensor subclasses with __torch_function__ as inputs: traced through their
+__torch_function__, results of the subclass's type, side effects as eager has them."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    kiln.reset()
+
+
+class Counter:
+    """A backend counting graphs and ops."""
+
+    def __init__(self):
+        self.graphs = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm.forward
+
+    @property
+    def ops(self):
+        return sum(n.op.startswith("call") for g in self.graphs for n in g.graph.nodes)
+
+
+LOG = []
+
+
+class Logged(torch.Tensor):
+    """Records every torch call it sees, then does what Tensor does."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        LOG.append(1)
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+class Shifted(torch.Tensor):
+    """Adds 1 to every tensor result (its results stay Shifted)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs)
+        if isinstance(out, torch.Tensor) and out.dim() > 0:
+            with torch._C.DisableTorchFunctionSubclass():
+                out = torch.add(out, 1)
+            out = out.as_subclass(cls)
+        return out
+
+
+class Plain(torch.Tensor):
+    """No __torch_function__ of its own: Tensor's makes results Plain."""
+
+
+def _check(fn, *args, backend="eager", fullgraph=True):
+    expected = fn(*args)
+    LOG.clear()
+    expected = fn(*args)
+    eager_log = list(LOG)
+    LOG.clear()
+    got = kiln.compile(fn, backend=backend, fullgraph=fullgraph)(*args)
+    assert LOG == eager_log
+    pairs = zip(got, expected) if isinstance(expected, tuple) else [(got, expected)]
+    for g, e in pairs:
+        assert type(g) is type(e)
+        torch.testing.assert_close(g.as_subclass(torch.Tensor), e.as_subclass(torch.Tensor))
+    return got
+
+
+def test_functions_and_methods_keep_the_subclass():
+    def fn(x):
+        x = F.sigmoid(x)
+        x = torch.tanh(x)
+        return x.relu().exp()
+
+    counter = Counter()
+    x = torch.randn(5).as_subclass(Plain)
+    expected = fn(x)
+    got = kiln.compile(fn, backend=counter, fullgraph=True)(x)
+    assert type(got) is Plain
+    torch.testing.assert_close(got.as_subclass(torch.Tensor), expected.as_subclass(torch.Tensor))
+    assert len(counter.graphs) == 1 and counter.ops == 4
+
+
+def test_user_torch_function_runs_once_per_call():
+    def fn(x, y):
+        return (x * 2 + y).sum(dim=0) - 1
+
+    x = torch.randn(3, 4).as_subclass(Logged)
+    y = torch.randn(4)
+    _check(fn, x, y)
+    LOG.clear()
+    compiled = kiln.compile(fn, backend="eager", fullgraph=True)
+    compiled(x, y)
+    compiled(x, y)
+    assert len(LOG) == 8  # four torch calls per call, none by kiln's guards
+
+
+def test_reflected_operators_and_comparisons():
+    def fn(x):
+        return (1 - x) * (2 / (x.abs() + 1)), x > 0
+
+    _check(fn, torch.randn(4).as_subclass(Logged))
+
+
+def test_torch_function_changing_results():
+    def fn(x):
+        return torch.mul(x, 3).neg()
+
+    got = _check(fn, torch.ones(3).as_subclass(Shifted), backend="aot_eager")
+    assert got.as_subclass(torch.Tensor).tolist() == [-3.0, -3.0, -3.0]
+
+
+def test_property_reads_go_through_torch_function():
+    def fn(x):
+        return x.reshape(x.shape[0], -1) * x.ndim
+
+    _check(fn, torch.randn(2, 3).as_subclass(Logged))
+
+
+def test_type_and_isinstance():
+    def fn(x):
+        return x + 1, isinstance(x, Logged), type(x) is Logged
+
+    x = torch.randn(2).as_subclass(Logged)
+    out, is_inst, is_type = kiln.compile(fn, backend="eager", fullgraph=True)(x)
+    assert is_inst and is_type and type(out) is Logged
+
+
+def test_graph_break_keeps_the_subclass():
+    def fn(x):
+        x = x.sin()
+        print("", end="")
+        return x.cos()
+
+    _check(fn, torch.randn(3).as_subclass(Logged), fullgraph=False)
+
+
+def test_kiln_backend():
+    def fn(x, w):
+        return F.linear(x, w).relu()
+
+    _check(fn, torch.randn(4, 3).as_subclass(Logged), torch.randn(2, 3), backend="kiln")
+
+
+def test_new_torch_function_recompiles():
+    class Swappable(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            return super().__torch_function__(func, types, args, kwargs)
+
+    def fn(x):
+        return x * 2
+
+    compiled = kiln.compile(fn, backend="eager", fullgraph=True)
+    x = torch.ones(2).as_subclass(Swappable)
+    torch.testing.assert_close(compiled(x).as_subclass(torch.Tensor), torch.full((2,), 2.0))
+
+    def plus_ten(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **(kwargs or {}))
+            return out + 10 if isinstance(out, torch.Tensor) else out
+
+    Swappable.__torch_function__ = classmethod(plus_ten)
+    torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_in_place_on_the_subclass_breaks():
+    def fn(x):
+        x.add_(1)
+        return x
+
+    with pytest.raises(kiln.exc.Unsupported, match="in-place"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.zeros(2).as_subclass(Plain))
+
+
+def test_torch_function_given_to_a_plain_subclass_later_recompiles():
+    class Later(torch.Tensor):
+        pass
+
+    def fn(x):
+        return x * 2
+
+    compiled = kiln.compile(fn, backend="eager", fullgraph=True)
+    x = torch.ones(2).as_subclass(Later)
+    assert type(compiled(x)) is Later
+
+    def to_plain(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+    Later.__torch_function__ = classmethod(to_plain)
+    assert type(fn(x)) is torch.Tensor
+    assert type(compiled(x)) is torch.Tensor
+
+
+def test_disable_torch_function_subclass_in_the_frame():
+    def fn(x):
+        with torch._C.DisableTorchFunctionSubclass():
+            y = x + 1
+        return y, x + 1
+
+    x = torch.ones(2).as_subclass(Logged)
+    LOG.clear()
+    (y, z) = fn(x)
+    n = len(LOG)
+    LOG.clear()
+    (cy, cz) = kiln.compile(fn, backend="eager", fullgraph=True)(x)
+    assert len(LOG) == n
+    assert (type(cy), type(cz)) == (type(y), type(z)) == (torch.Tensor, Logged)
