@@ -14,11 +14,11 @@ LOG = []
 
 def _pure(t):
     x = 0
-    yield t.sin() + x
+    yield t, x  # the rest yields existing objects and Python values: no tensor code
     x += 1
-    yield t.cos() + x
+    yield t, x
     x += 1
-    yield t.tan() + x
+    yield (x, t)
 
 
 def break_with_a_pure_generator_suspended(t):
@@ -46,8 +46,7 @@ def test_a_returned_suspended_generator_is_rebuilt():
     y, gen = compiled(t)
     _, want = return_a_suspended_generator(t)
     assert torch.equal(y, t.sin())
-    got = list(gen)
-    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert list(gen) == list(want) == [(t, 1), (2, t)]
 
 
 def _logs(t):
@@ -174,13 +173,13 @@ def test_a_generator_whose_yields_use_sent_values_is_not_rebuilt_part_way():
 
 
 def _sub(t):
-    yield t + 1
-    yield t + 2
+    yield t
+    yield t.shape
 
 
 def _delegating(t):
     yield from _sub(t)
-    yield t + 3
+    yield t.dim()
 
 
 def return_suspended_in_yield_from(t):
@@ -192,8 +191,7 @@ def return_suspended_in_yield_from(t):
 def test_a_generator_suspended_in_yield_from_is_rebuilt():
     t = torch.randn(3)
     gen = kiln.compile(return_suspended_in_yield_from, backend="eager", fullgraph=True)(t)
-    got = list(gen)
-    assert all(torch.equal(a, b) for a, b in zip(got, [t + 2, t + 3], strict=True))
+    assert list(gen) == [t.shape, 1]
 
 
 SCALE = [1.0]
@@ -264,4 +262,4 @@ def break_before_an_in_place_item(t):
 def test_a_generator_whose_rest_changes_a_tensor_in_place_is_not_drained():
     run_and_compare(break_before_an_in_place_item, torch.zeros(3))
     reasons = list(kiln.counters["graph_break"])
-    assert any("in place" in r for r in reasons), reasons
+    assert any("whose rest runs tensor code" in r for r in reasons), reasons

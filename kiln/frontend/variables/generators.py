@@ -332,8 +332,12 @@ class LazyGeneratorVariable(ListIteratorVariable):
             effects.lazy_readers.remove(reads)
         if effects.records > records or any(s < floor for s in effects.written[written:]):
             unimplemented("rebuilding a suspended generator whose rest writes state outside it")
-        if any(_mutates(n) for n in _nodes_after(output.graph, first)):
-            unimplemented("rebuilding a suspended generator whose rest changes a tensor in place")
+        if any(n.op != "placeholder" for n in _nodes_after(output.graph, first)):
+            # Note [Generators: a drained rest computes nothing]
+            unimplemented(
+                "rebuilding a suspended generator whose rest runs tensor code (eager runs it "
+                "when the items are asked for: after later in-place writes, in the grad mode then)"
+            )
         if reads:
             unimplemented("rebuilding a generator whose body read variables the frame may write")
         self.rebuilt = (items, self.returned, state)
@@ -451,11 +455,22 @@ def check_freed_generators(output, live):
 # is the body's translator, which Python cannot be handed. One not started is made again by
 # calling its function (the same object) on the same arguments. Of a started one, if the rest
 # of the body is pure, it is
-# stepped to its end there (its values joining the graph) and the generator is rebuilt over the
-# items not yet taken (Note [Generators: rebuilt part way]). "Pure": no write to anything that
-# existed before the drain (an object, cell, global; a replayed call), no read of a cell or
-# global (the code after the break may write it before the items are asked for), no exception,
-# at most DRAIN_LIMIT items. Anything else is unimplemented: the frame runs in Python.
+# stepped to its end there and the generator is rebuilt over the items not yet taken (Note
+# [Generators: rebuilt part way]). "Pure": no write to anything that existed before the drain
+# (an object, cell, global; a replayed call), no read of a cell or global (the code after the
+# break may write it before the items are asked for), no graph op (Note [Generators: a drained
+# rest computes nothing]), no exception, at most DRAIN_LIMIT items. Anything else is
+# unimplemented: the frame runs in Python.
+
+# Note [Generators: a drained rest computes nothing]
+# Eager runs the rest of a suspended generator when its items are asked for, after the code that
+# follows the break or the return. A drain runs it at the break, so a tensor op in the rest would
+# read its inputs too early (an in-place write in between, `t.add_(1)` or an optimizer step, is
+# missed), run in the grad mode and autocast state of the break rather than the consumer's (`with
+# torch.no_grad(): next(gen)`), draw random numbers out of order, and leave a `with` block the
+# generator is suspended in (its exit switching the grad mode at the break, not at the next
+# step). So a drain that puts any op into the graph is refused; a rest that yields objects that
+# exist already (the tensors themselves) and Python values is rebuilt.
 _PEP479 = "generator raised StopIteration"
 
 
@@ -467,15 +482,6 @@ def _nodes_after(graph, node):
             break
         out.append(n)
     return out
-
-
-def _mutates(node):
-    """Whether a graph op writes into a tensor (an in-place method or function, item store)."""
-    target = node.target
-    name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    return node.op in ("call_function", "call_method") and (
-        name == "setitem" or (name.endswith("_") and not name.endswith("__"))
-    )
 
 
 def _call(fn, args, kwargs):

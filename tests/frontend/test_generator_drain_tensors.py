@@ -1,0 +1,77 @@
+"""A suspended generator whose rest runs tensor code is not drained at a break or a return
+(Note [Generators: a drained rest computes nothing]): eager runs that code when the items are
+asked for, so later in-place writes and the grad mode then decide the items."""
+
+import pytest
+import torch
+from frontend_helpers import run_and_compare
+
+import kiln
+
+
+def _doubles_then_triples(t):
+    yield t * 2
+    yield t * 3
+
+
+def write_between_the_break_and_the_next_item(t):
+    gen = _doubles_then_triples(t)
+    a = next(gen)
+    kiln.graph_break()
+    t.add_(1)  # eager's second item sees this write
+    return a, next(gen)
+
+
+def test_an_in_place_write_after_the_break_reaches_the_next_item():
+    run_and_compare(write_between_the_break_and_the_next_item, torch.arange(3.0))
+
+
+def next_item_under_no_grad(t):
+    gen = _doubles_then_triples(t)
+    a = next(gen)
+    kiln.graph_break()
+    with torch.no_grad():
+        b = next(gen)
+    return a.requires_grad, b.requires_grad, a.detach(), b
+
+
+def test_the_next_item_is_computed_in_the_grad_mode_of_its_consumer():
+    x = torch.arange(3.0, requires_grad=True)
+    assert next_item_under_no_grad(x)[:2] == (True, False)
+    run_and_compare(next_item_under_no_grad, x)
+
+
+def _yields_inside_no_grad(t):
+    with torch.no_grad():
+        yield t * 2  # suspended here, eager stays in no_grad until the next step
+    yield t * 3
+
+
+def break_while_suspended_inside_no_grad(t):
+    gen = _yields_inside_no_grad(t)
+    a = next(gen)
+    kiln.graph_break()
+    b = t * 4
+    c = next(gen)
+    return a.requires_grad, b.requires_grad, c.requires_grad, torch.is_grad_enabled()
+
+
+def test_a_generator_suspended_inside_no_grad_keeps_the_mode_across_a_break():
+    x = torch.arange(3.0, requires_grad=True)
+    assert break_while_suspended_inside_no_grad(x) == (False, False, True, True)
+    run_and_compare(break_while_suspended_inside_no_grad, x)
+    assert torch.is_grad_enabled()
+
+
+def return_it_suspended(t):
+    gen = _doubles_then_triples(t)
+    return next(gen), gen
+
+
+def test_a_returned_generator_computes_its_rest_when_asked():
+    t = torch.arange(3.0)
+    _, gen = kiln.compile(return_it_suspended, backend="eager")(t)
+    t.add_(1)
+    assert torch.equal(next(gen), torch.tensor([3.0, 6.0, 9.0]))  # (t after the write) * 3
+    with pytest.raises(kiln.exc.Unsupported, match="whose rest runs tensor code"):
+        kiln.compile(return_it_suspended, backend="eager", fullgraph=True)(torch.ones(2))
