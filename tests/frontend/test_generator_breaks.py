@@ -14,11 +14,11 @@ LOG = []
 
 def _pure(t):
     x = 0
-    yield t, x  # the rest yields existing objects and Python values: no tensor code
+    yield t.sin() + x
     x += 1
-    yield t, x
+    yield t.cos() + x
     x += 1
-    yield (x, t)
+    yield t.tan() + x
 
 
 def break_with_a_pure_generator_suspended(t):
@@ -46,7 +46,8 @@ def test_a_returned_suspended_generator_is_rebuilt():
     y, gen = compiled(t)
     _, want = return_a_suspended_generator(t)
     assert torch.equal(y, t.sin())
-    assert list(gen) == list(want) == [(t, 1), (2, t)]
+    got = list(gen)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
 def _logs(t):
@@ -173,13 +174,13 @@ def test_a_generator_whose_yields_use_sent_values_is_not_rebuilt_part_way():
 
 
 def _sub(t):
-    yield t
-    yield t.shape
+    yield t + 1
+    yield t + 2
 
 
 def _delegating(t):
     yield from _sub(t)
-    yield t.dim()
+    yield t + 3
 
 
 def return_suspended_in_yield_from(t):
@@ -191,7 +192,8 @@ def return_suspended_in_yield_from(t):
 def test_a_generator_suspended_in_yield_from_is_rebuilt():
     t = torch.randn(3)
     gen = kiln.compile(return_suspended_in_yield_from, backend="eager", fullgraph=True)(t)
-    assert list(gen) == [t.shape, 1]
+    got = list(gen)
+    assert all(torch.equal(a, b) for a, b in zip(got, [t + 2, t + 3], strict=True))
 
 
 SCALE = [1.0]
@@ -259,7 +261,8 @@ def break_before_an_in_place_item(t):
     return a, before, next(gen)
 
 
-def test_a_generator_whose_rest_changes_a_tensor_in_place_is_not_drained():
+def test_a_generator_whose_rest_changes_a_tensor_in_place_writes_it_at_its_step():
+    # the in-place op is run again by the rebuilt generator's step, not at the break
     run_and_compare(break_before_an_in_place_item, torch.zeros(3))
     reasons = list(kiln.counters["graph_break"])
-    assert any("whose rest runs tensor code" in r for r in reasons), reasons
+    assert not any("rebuilding" in r for r in reasons), reasons

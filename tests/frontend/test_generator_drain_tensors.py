@@ -1,6 +1,6 @@
-"""A suspended generator whose rest runs tensor code is not drained at a break or a return
-(Note [Generators: a drained rest computes nothing]): eager runs that code when the items are
-asked for, so later in-place writes and the grad mode then decide the items."""
+"""A suspended generator whose rest runs tensor code, rebuilt at a break or a return, runs
+that code when its items are asked for, as eager does (Note [Generators: a drained rest
+computes nothing]): later in-place writes and the grad mode then decide the items."""
 
 import pytest
 import torch
@@ -70,8 +70,63 @@ def return_it_suspended(t):
 
 def test_a_returned_generator_computes_its_rest_when_asked():
     t = torch.arange(3.0)
-    _, gen = kiln.compile(return_it_suspended, backend="eager")(t)
+    _, gen = kiln.compile(return_it_suspended, backend="eager", fullgraph=True)(t)
     t.add_(1)
     assert torch.equal(next(gen), torch.tensor([3.0, 6.0, 9.0]))  # (t after the write) * 3
-    with pytest.raises(kiln.exc.Unsupported, match="whose rest runs tensor code"):
-        kiln.compile(return_it_suspended, backend="eager", fullgraph=True)(torch.ones(2))
+    assert list(gen) == []
+
+
+def _accumulates(t):
+    acc = t * 1
+    for k in range(3):
+        acc = acc + k  # each item reads the one before it
+        yield acc
+    return acc.sum()
+
+
+def returned_mid_way(t):
+    gen = _accumulates(t)
+    next(gen)
+    return gen
+
+
+def test_items_of_the_rest_that_read_each_other_are_computed_in_order():
+    t = torch.ones(2)
+    gen = kiln.compile(returned_mid_way, backend="eager", fullgraph=True)(t)
+    want = returned_mid_way(t.clone())
+    assert [x.tolist() for x in gen] == [x.tolist() for x in want] == [[2.0, 2.0], [4.0, 4.0]]
+
+
+def test_a_generator_suspended_inside_no_grad_is_not_rebuilt():
+    x = torch.arange(3.0, requires_grad=True)
+
+    def returned_inside_no_grad(t):
+        gen = _yields_inside_no_grad(t)
+        return next(gen), gen
+
+    with pytest.raises(kiln.exc.Unsupported, match="rest runs tensor code"):
+        kiln.compile(returned_inside_no_grad, backend="eager", fullgraph=True)(x)
+    assert torch.is_grad_enabled()
+
+
+def _three(t):
+    yield t + 1
+    yield t + 2
+    yield t * 3
+
+
+def two_generators_sharing_items(t, outer_first):
+    inner = _three(t)
+    outer = (v * 2 for v in inner)  # steps `inner`: they share its items
+    next(outer)
+    kiln.graph_break()
+    if outer_first:
+        return list(outer), list(inner)
+    return list(inner), list(outer)
+
+
+@pytest.mark.parametrize("outer_first", [True, False])
+def test_generators_that_share_items_get_them_in_the_order_asked(outer_first):
+    run_and_compare(two_generators_sharing_items, torch.arange(3.0), outer_first)
+    reasons = list(kiln.counters["graph_break"])
+    assert any("where draining one steps another" in r for r in reasons), reasons

@@ -1,0 +1,141 @@
+"""The tensor code of a drained generator's rest, run again at each step of the rebuilt one
+(Note [Generators: a drained rest computes nothing])."""
+
+import torch
+
+from kiln.bytecode import emit
+from kiln.exc import unimplemented
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.ctx_managers import SAVED_HOOKS_SWITCHES
+from kiln.frontend.variables.tensor import TensorVariable
+from kiln.symbolic.autocast_state import STATE_NODES
+
+_SWITCHES = (torch._C._set_grad_enabled, *STATE_NODES, *SAVED_HOOKS_SWITCHES)
+REFUSED = (
+    "rebuilding a suspended generator whose rest runs tensor code it cannot run again lazily "
+    "(eager runs it when the items are asked for: after later in-place writes, in the grad "
+    "mode then)"
+)
+
+
+class Lazy:
+    """An item (or the return value) of a rebuilt generator: the value named `name` once the
+    step that computes it has run."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+
+class ReplayPlan:
+    """Per step of a drained rest: a graph of the ops the step ran, the names it reads and
+    the names it gives back; the tensors from before the rest that the steps read."""
+
+    def __init__(self, steps, outside):
+        self.steps = steps  # [(GraphModule, input names, output names)] per step
+        self.outside = outside  # [(name, node)]: values from the frame's graph or its inputs
+
+
+def plan(output, first, bounds, items, ret):
+    """Take the nodes the drain put after `first` out of the frame's graph into one graph per
+    step (`bounds[k]`: the last node after step k); the ReplayPlan, with the items and return
+    value whose node left the graph made Lazy. Unimplemented when the rest is not that simple."""
+    nodes = []
+    for n in reversed(output.graph.nodes):
+        if n is first:
+            break
+        if n.op != "placeholder":
+            nodes.append(n)
+    nodes.reverse()
+    drained = set(nodes)
+    for n in nodes:
+        if n.op not in ("call_function", "call_method") or n.target in _SWITCHES:
+            unimplemented(REFUSED)
+        value = n.meta.get("example_value")
+        if value is not None and not isinstance(value, torch.Tensor):
+            unimplemented(REFUSED)  # (a size, a scalar read from data: items of no graph)
+    step_of = _steps(nodes, first, bounds)
+    lazy = {}
+
+    def made_lazy(v):
+        if isinstance(v, TensorVariable) and v.source is None and v.proxy in drained:
+            lazy[v.proxy] = True
+            return Lazy(v.proxy.name)
+        return v
+
+    items = [made_lazy(v) for v in items]
+    ret = made_lazy(ret)
+    for v in [*items, ret]:
+        if not isinstance(v, (Lazy, ConstantVariable, TensorVariable)):
+            unimplemented(REFUSED)  # (a container might hold a value of the rest)
+    outside, steps = {}, []
+    for k in range(len(bounds)):
+        mine = [n for n in nodes if step_of[n] == k]
+        graph = torch.fx.Graph()
+        env, ins = {}, []
+
+        def arg(a, env=env, ins=ins, graph=graph):
+            if a in env:
+                return env[a]
+            if a not in drained:
+                outside[a.name] = a
+            env[a] = graph.placeholder(a.name)
+            ins.append(a.name)
+            return env[a]
+
+        for n in mine:
+            env[n] = graph.node_copy(n, arg)
+        outs = [
+            n for n in mine if n in lazy or any(u not in drained or step_of[u] > k for u in n.users)
+        ]
+        graph.output(tuple(env[n] for n in outs))
+        gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+        steps.append((gm, tuple(ins), tuple(n.name for n in outs)))
+    for n in reversed(nodes):
+        if any(u not in drained for u in n.users):
+            unimplemented(REFUSED)  # (read by the frame's graph itself)
+        output.graph.erase_node(n)
+    return ReplayPlan(steps, list(outside.items())), items, ret
+
+
+def _steps(nodes, first, bounds):
+    """The step each node was made in: after bounds[k-1], up to bounds[k]."""
+    step_of, k = {}, 0
+    while k < len(bounds) and bounds[k] is first:
+        k += 1
+    for n in nodes:
+        step_of[n] = k
+        while k < len(bounds) and bounds[k] is n:
+            k += 1
+    return step_of
+
+
+def load_outside(cg, output, replay):
+    """Push a dict of the values from before the rest that its steps read."""
+    sources = {node: source for source, _, node in output.graph_inputs}
+    for name, node in replay.outside:
+        cg.extend(emit.load_const(name))
+        source = sources.get(node)
+        if source is not None:
+            source.reconstruct(cg)
+        else:
+            example = node.meta.get("example_value")
+            cg.reconstruct_tensor(TensorVariable(node, example, example.device))
+    cg.extend(emit.build_map(len(replay.outside)))
+
+
+def replaying(items, ret, steps, env):
+    """A generator over `items` then returning `ret`, running step k's graph before item k
+    (and the last one before returning)."""
+    for k, item in enumerate(items):
+        _run(steps[k], env)
+        yield env[item.name] if isinstance(item, Lazy) else item
+    _run(steps[len(items)], env)
+    return env[ret.name] if isinstance(ret, Lazy) else ret
+
+
+def _run(step, env):
+    gm, ins, outs = step
+    if outs or len(gm.graph.nodes) > 1:
+        env.update(zip(outs, gm(*[env[n] for n in ins]), strict=True))
