@@ -130,3 +130,23 @@ def test_generators_that_share_items_get_them_in_the_order_asked(outer_first):
     run_and_compare(two_generators_sharing_items, torch.arange(3.0), outer_first)
     reasons = list(kiln.counters["graph_break"])
     assert any("where draining one steps another" in r for r in reasons), reasons
+
+
+def _mixed(t, u):
+    yield 1
+    yield u  # (a step that makes no op, only reads an input)
+    yield u + 1
+    yield 2
+    yield u * 3
+
+
+def mixed_items_after_a_write(t, u):
+    gen = _mixed(t, u)
+    a = next(gen)
+    kiln.graph_break()
+    u.add_(10)
+    return a, list(gen)
+
+
+def test_steps_with_and_without_ops_run_in_their_order():
+    run_and_compare(mixed_items_after_a_write, torch.ones(1), torch.ones(2))

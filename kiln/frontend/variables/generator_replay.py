@@ -55,7 +55,7 @@ def plan(output, first, bounds, items, ret):
         value = n.meta.get("example_value")
         if value is not None and not isinstance(value, torch.Tensor):
             unimplemented(REFUSED)  # (a size, a scalar read from data: items of no graph)
-    step_of = _steps(nodes, first, bounds)
+    step_of = _steps(nodes, bounds)
     lazy = {}
 
     def made_lazy(v):
@@ -79,6 +79,10 @@ def plan(output, first, bounds, items, ret):
             if a in env:
                 return env[a]
             if a not in drained:
+                if a.op != "placeholder" and not isinstance(
+                    a.meta.get("example_value"), torch.Tensor
+                ):
+                    unimplemented(REFUSED)  # (a size of the frame's graph)
                 outside[a.name] = a
             env[a] = graph.placeholder(a.name)
             ins.append(a.name)
@@ -99,12 +103,13 @@ def plan(output, first, bounds, items, ret):
     return ReplayPlan(steps, list(outside.items())), items, ret
 
 
-def _steps(nodes, first, bounds):
-    """The step each node was made in: after bounds[k-1], up to bounds[k]."""
-    step_of, k = {}, 0
-    while k < len(bounds) and bounds[k] is first:
-        k += 1
+def _steps(nodes, bounds):
+    """The step each node was made in: after bounds[k-1], up to bounds[k]. (A bound that is
+    no node of the rest, `first` or a placeholder, ends a step that made none.)"""
+    step_of, k, made = {}, 0, set(nodes)
     for n in nodes:
+        while k < len(bounds) and bounds[k] not in made:
+            k += 1
         step_of[n] = k
         while k < len(bounds) and bounds[k] is n:
             k += 1
