@@ -7,6 +7,10 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.ctx_managers import SAVED_HOOKS_SWITCHES
+from kiln.frontend.variables.functions import BaseFunctionVariable
+from kiln.frontend.variables.lists import ListIteratorVariable, RangeVariable, TupleVariable
+from kiln.frontend.variables.misc import DeletedVariable, NullVariable
+from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.symbolic.autocast_state import STATE_NODES
 
@@ -144,3 +148,45 @@ def _run(step, env):
     gm, ins, outs = step
     if outs or len(gm.graph.nodes) > 1:
         env.update(zip(outs, gm(*[env[n] for n in ins]), strict=True))
+
+
+# Note [Generators: a drained rest reads only its own state]
+# The code after a break may change a list, dict, object or iterator before the rebuilt
+# generator is asked for its items; a drain that read one at the break would give the items
+# it held then. Cells and globals are tracked as they are read (SideEffects.note_read); the rest
+# of what a rest can read is what its suspended frame holds. So a generator is drained only
+# when everything its frame holds (locals and stack; a `yield from` generator, recursively) is
+# immutable or its own: constants, tensors (their ops run lazily), tuples of those, ranges,
+# functions, and iterators its own body made over such items. A list, dict, set, object or an
+# iterator it was given (a generator expression's `.0`) is unimplemented: the frame runs in
+# Python.
+_OPAQUE_SAFE = ("BuiltinVariable", "TorchVariable", "PythonModuleVariable", "SliceVariable")
+
+
+def holds_outside_state(gen_var):
+    """Whether the suspended frame of a lazy generator holds state from outside it (Note
+    [Generators: a drained rest reads only its own state])."""
+    seen, todo = set(), [(gen_var, gen_var.serial)]
+    while todo:
+        v, owner = todo.pop()
+        if v is None or id(v) in seen:
+            continue
+        seen.add(id(v))
+        if type(v).__name__ == "LazyGeneratorVariable":
+            g = v.gen
+            todo.extend((x, v.serial) for x in [*g.symbolic_locals.values(), *g.stack])
+        elif isinstance(v, (ConstantVariable, TensorVariable, SymNodeVariable, RangeVariable)):
+            continue
+        elif isinstance(v, (NullVariable, DeletedVariable, BaseFunctionVariable)):
+            continue
+        elif type(v).__name__ in _OPAQUE_SAFE:
+            continue
+        elif isinstance(v, TupleVariable):
+            todo.extend((x, owner) for x in v.items)
+        elif type(v) is ListIteratorVariable and getattr(v, "live_list", None) is None:
+            if v.serial < owner:
+                return True  # (made before the generator: it may be shared)
+            todo.extend((x, owner) for x in v.items)
+        else:
+            return True
+    return False

@@ -329,6 +329,7 @@ class LazyGeneratorVariable(ListIteratorVariable):
         floor, records, written = next_serial(), effects.records, len(effects.written)
         if self.shared:
             unimplemented(_SHARED)
+        holds_outside = generator_replay.holds_outside_state(self)
         items, bounds = [], []
         grad = torch.is_grad_enabled()
         # (the rest is traced in the mode the program is in at the break: a with block it
@@ -361,6 +362,12 @@ class LazyGeneratorVariable(ListIteratorVariable):
             unimplemented("rebuilding a suspended generator whose rest writes state outside it")
         if reads:
             unimplemented("rebuilding a generator whose body read variables the frame may write")
+        if holds_outside:
+            unimplemented(
+                "rebuilding a suspended generator whose frame holds a list, dict, object or "
+                "iterator the code after the break may change (Note [Generators: a drained "
+                "rest reads only its own state])"
+            )
         ret, replay = self.returned, None
         if any(n.op != "placeholder" for n in _nodes_after(output.graph, first)):
             # Note [Generators: a drained rest computes nothing]
