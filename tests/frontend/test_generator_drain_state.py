@@ -81,3 +81,21 @@ def test_a_generator_over_its_own_iterator_is_still_rebuilt():
     run_and_compare(own_iterator_after_a_write, torch.ones(2))
     reasons = list(kiln.counters["graph_break"])
     assert not any("rebuilding" in r for r in reasons), reasons
+
+
+def _reads_grad(p):
+    yield 0
+    yield p.grad
+
+
+def return_it_before_backward(p):
+    gen = _reads_grad(p)
+    next(gen)
+    return gen
+
+
+def test_a_grad_read_by_the_rest_is_read_when_asked():
+    p = torch.ones(2, requires_grad=True)
+    gen = kiln.compile(return_it_before_backward, backend="eager")(p)
+    (p * 3).sum().backward()  # sets p.grad after the frame returned, before the item is asked
+    assert torch.equal(list(gen)[0], torch.full((2,), 3.0))

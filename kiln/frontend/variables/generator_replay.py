@@ -152,10 +152,11 @@ def _run(step, env):
 
 # Note [Generators: a drained rest reads only its own state]
 # The code after a break may change a list, dict, object or iterator before the rebuilt
-# generator is asked for its items; a drain that read one at the break would give the items
-# it held then. Cells and globals are tracked as they are read (SideEffects.note_read); the rest
-# of what a rest can read is what its suspended frame holds. So a generator is drained only
-# when everything its frame holds (locals and stack; a `yield from` generator, recursively) is
+# generator is asked for its items; a drain that read one at the break would give the items it
+# held then. Cells, globals and the attributes of tensors that the program may change (`.grad`,
+# `.requires_grad`) are tracked as they are read (SideEffects.note_read); the rest of what a
+# rest can read is what its suspended frame holds. So a generator is drained only when
+# everything its frame holds (locals and stack; a `yield from` generator, recursively) is
 # immutable or its own: constants, tensors (their ops run lazily), tuples of those, ranges,
 # functions, and iterators its own body made over such items. A list, dict, set, object or an
 # iterator it was given (a generator expression's `.0`) is unimplemented: the frame runs in
