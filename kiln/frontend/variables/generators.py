@@ -114,7 +114,8 @@ class LazyGeneratorVariable(ListIteratorVariable):
         raised at the yield."""
         if self.running:
             raise_observed(tx, ValueError, "generator already executing")
-        if _DRAINING and _DRAINING[-1][0] is not self and self.serial < _DRAINING[-1][1]:
+        draining = self.gen.output.__dict__.get("draining")
+        if draining and draining[-1][0] is not self and self.serial < draining[-1][1]:
             self.shared = True  # Note [Generators: drained one at a time]
             if self.rebuilt is not None:
                 unimplemented(_SHARED)
@@ -337,7 +338,8 @@ class LazyGeneratorVariable(ListIteratorVariable):
         mode = self._mode_at_break(output)
         reads = set()
         effects.lazy_readers.append(reads)
-        _DRAINING.append((self, floor))
+        draining = output.__dict__.setdefault("draining", [])  # (Note [... one at a time])
+        draining.append((self, floor))
         try:
             torch._C._set_grad_enabled(mode)
             while (item := self.step(None)) is not None:
@@ -356,7 +358,7 @@ class LazyGeneratorVariable(ListIteratorVariable):
         finally:
             effects.lazy_readers.remove(reads)
             torch._C._set_grad_enabled(grad)
-            _DRAINING.pop()
+            draining.pop()
         bounds.append(output.last_node())  # (the step that ends it)
         if effects.records > records or any(s < floor for s in effects.written[written:]):
             unimplemented("rebuilding a suspended generator whose rest writes state outside it")
@@ -500,7 +502,8 @@ def check_freed_generators(output, live):
 # drain cannot know. The other generator is marked `shared`; rebuilding it (as a live value
 # itself, or before the drain that steps it) is unimplemented. Held by the drained one only,
 # as a `yield from` it is suspended in usually is, it is never rebuilt, so nothing is refused.
-_DRAINING = []  # (generator being drained, the serial of the first variable made by its drain)
+# The frame's OutputGraph keeps `draining`: (generator, the serial of the first variable its
+# drain made) of each drain under way.
 _SHARED = "rebuilding generators at a break where draining one steps another (they share items)"
 
 
