@@ -150,3 +150,25 @@ def mixed_items_after_a_write(t, u):
 
 def test_steps_with_and_without_ops_run_in_their_order():
     run_and_compare(mixed_items_after_a_write, torch.ones(1), torch.ones(2))
+
+
+def _reads_a_value_of_the_graph(t):
+    y = t * 2  # made in the frame's graph, read by the rest
+    yield y
+    yield (y * t).sum()
+
+
+def returned_after_one_item(t):
+    gen = _reads_a_value_of_the_graph(t)
+    return next(gen).sum(), gen
+
+
+def test_gradients_flow_through_items_computed_by_the_rebuilt_generator():
+    t = torch.arange(3.0, requires_grad=True)
+    compiled = kiln.compile(returned_after_one_item, backend="aot_eager", fullgraph=True)
+    s, gen = compiled(t)
+    (s + next(gen)).backward()
+    want = torch.arange(3.0, requires_grad=True)
+    s2, gen2 = returned_after_one_item(want)
+    (s2 + next(gen2)).backward()
+    assert torch.equal(t.grad, want.grad)
