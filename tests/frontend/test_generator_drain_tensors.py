@@ -172,3 +172,28 @@ def test_gradients_flow_through_items_computed_by_the_rebuilt_generator():
     s2, gen2 = returned_after_one_item(want)
     (s2 + next(gen2)).backward()
     assert torch.equal(t.grad, want.grad)
+
+
+def _draws(t):
+    for k in range(3):
+        yield t.new_empty(2).uniform_() + k
+
+
+def draw_between_items(t):
+    gen = _draws(t)
+    a = next(gen)
+    kiln.graph_break()
+    between = t.new_empty(1).uniform_()  # eager draws this before the rest's draws
+    return a, between, list(gen)
+
+
+def test_random_draws_of_the_rest_come_after_the_code_before_them():
+    t = torch.zeros(2)
+    torch.manual_seed(0)
+    want = draw_between_items(t)
+    torch.manual_seed(0)
+    got = kiln.compile(draw_between_items, backend="eager")(t)
+    assert torch.equal(want[1], got[1])
+    assert all(torch.equal(a, b) for a, b in zip(want[2], got[2], strict=True))
+    reasons = list(kiln.counters["graph_break"])
+    assert not any("rebuilding" in r for r in reasons), reasons
