@@ -99,3 +99,28 @@ def test_a_grad_read_by_the_rest_is_read_when_asked():
     gen = kiln.compile(return_it_before_backward, backend="eager")(p)
     (p * 3).sum().backward()  # sets p.grad after the frame returned, before the item is asked
     assert torch.equal(list(gen)[0], torch.full((2,), 3.0))
+
+
+def _calls(f):
+    yield 0
+    yield f()
+
+
+def bound_method_reads_after_a_write(x, box):
+    gen = _calls(box.get)  # the rest reads box.v through the method
+    next(gen)
+    kiln.graph_break()
+    box.v = 9
+    return x + 1, list(gen)
+
+
+class Getter(Box):
+    def get(self):
+        return self.v
+
+
+def test_a_bound_method_the_rest_calls_reads_its_object_when_asked():
+    compiled = kiln.compile(bound_method_reads_after_a_write, backend="eager")
+    for _ in range(2):  # (a fresh object per call: the function writes it)
+        _, items = compiled(torch.ones(1), Getter(1))
+        assert items == [9] == bound_method_reads_after_a_write(torch.ones(1), Getter(1))[1]

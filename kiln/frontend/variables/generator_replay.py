@@ -7,7 +7,12 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.ctx_managers import SAVED_HOOKS_SWITCHES
-from kiln.frontend.variables.functions import BaseFunctionVariable
+from kiln.frontend.variables.functions import (
+    BaseFunctionVariable,
+    NestedUserFunctionVariable,
+    UserFunctionVariable,
+    UserMethodVariable,
+)
 from kiln.frontend.variables.lists import ListIteratorVariable, RangeVariable, TupleVariable
 from kiln.frontend.variables.misc import DeletedVariable, NullVariable
 from kiln.frontend.variables.sym import SymNodeVariable
@@ -161,6 +166,7 @@ def _run(step, env):
 # functions, and iterators its own body made over such items. A list, dict, set, object or an
 # iterator it was given (a generator expression's `.0`) is unimplemented: the frame runs in
 # Python.
+_IMMUTABLE = (int, float, complex, bool, str, bytes, type(None))
 _OPAQUE_SAFE = ("BuiltinVariable", "TorchVariable", "PythonModuleVariable", "SliceVariable")
 
 
@@ -178,6 +184,15 @@ def holds_outside_state(gen_var):
             todo.extend((x, v.serial) for x in [*g.symbolic_locals.values(), *g.stack])
         elif isinstance(v, (ConstantVariable, TensorVariable, SymNodeVariable, RangeVariable)):
             continue
+        elif isinstance(v, UserMethodVariable):
+            todo.append((v.obj, owner))  # (its object's state)
+        elif isinstance(v, NestedUserFunctionVariable):
+            defaults = [*(v.defaults or ()), *(v.kwdefaults or {}).values()]
+            todo.extend((x, owner) for x in defaults)
+        elif isinstance(v, UserFunctionVariable):
+            defaults = [*(v.fn.__defaults__ or ()), *(v.fn.__kwdefaults__ or {}).values()]
+            if not all(type(d) in _IMMUTABLE for d in defaults):
+                return True  # (a default the program may change: `def f(seen=[])`)
         elif isinstance(v, (NullVariable, DeletedVariable, BaseFunctionVariable)):
             continue
         elif type(v).__name__ in _OPAQUE_SAFE:
