@@ -261,7 +261,8 @@ def break_before_an_in_place_item(t):
     return a, before, next(gen)
 
 
-def test_a_generator_whose_rest_changes_a_tensor_in_place_is_not_drained():
+def test_a_generator_whose_rest_changes_a_tensor_in_place_writes_it_at_its_step():
+    # the in-place op is run again by the rebuilt generator's step, not at the break
     run_and_compare(break_before_an_in_place_item, torch.zeros(3))
     reasons = list(kiln.counters["graph_break"])
-    assert any("in place" in r for r in reasons), reasons
+    assert not any("rebuilding" in r for r in reasons), reasons

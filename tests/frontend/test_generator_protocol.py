@@ -3,6 +3,7 @@ send/throw/close, endless generators, bodies that write state the consumer reads
 of next(), PEP 479 — all captured under fullgraph=True, with eager's results and effects."""
 
 import itertools
+import sys
 
 import pytest
 import torch
@@ -319,3 +320,29 @@ def close_through_yield_from(t):
 
 def test_close_through_yield_from_raises_the_inner_error_in_the_outer():
     _fullgraph(close_through_yield_from, torch.randn(3))
+
+
+def _returns_on_exit(t):
+    try:
+        yield t.sin()
+    except GeneratorExit:
+        LOG.append("exit caught")
+        return t.tan()  # noqa: B901 (close() returns it from Python 3.13 on, None before)
+    finally:
+        LOG.append("finally")
+
+
+def close_of_a_generator_that_returns(t):
+    LOG.clear()
+    g = _returns_on_exit(t)
+    a = next(g)
+    b = g.close()
+    return a, b, list(LOG)
+
+
+def test_close_returns_what_this_python_returns():
+    # eager is the oracle: on 3.11/3.12 close() drops the return value (torch.compile returns
+    # it there too, as 3.13 does)
+    _fullgraph(close_of_a_generator_that_returns, torch.randn(3))
+    out = kiln.compile(close_of_a_generator_that_returns, backend="eager")(torch.ones(2))
+    assert (out[1] is None) == (sys.version_info < (3, 13))

@@ -3,8 +3,11 @@
 import sys
 import types
 
+import torch
+
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.variables import generator_replay
 from kiln.frontend.variables.base import next_serial
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.ctx_managers import _Yielded
@@ -63,7 +66,8 @@ class LazyGeneratorVariable(ListIteratorVariable):
         self.finished = False
         self.running = False
         self.returned = None  # the return value of the step that ended it (StopIteration's)
-        self.rebuilt = None  # (items, return value, state) once drained for a rebuild
+        self.rebuilt = None  # (items, return value, state, replay) once drained for a rebuild
+        self.shared = False  # stepped by the drain of another generator
         output = gen_tx.output
         if not hasattr(output, "lazy_generators"):
             output.lazy_generators = []
@@ -110,6 +114,11 @@ class LazyGeneratorVariable(ListIteratorVariable):
         raised at the yield."""
         if self.running:
             raise_observed(tx, ValueError, "generator already executing")
+        draining = self.gen.output.__dict__.get("draining")
+        if draining and draining[-1][0] is not self and self.serial < draining[-1][1]:
+            self.shared = True  # Note [Generators: drained one at a time]
+            if self.rebuilt is not None:
+                unimplemented(_SHARED)
         if self.finished:
             self.returned = None
             if exc is not None:
@@ -275,6 +284,8 @@ class LazyGeneratorVariable(ListIteratorVariable):
 
     # --- a rebuild at a break -------------------------------------------------------------------
     def reconstruct(self, cg):
+        if self.shared:
+            unimplemented(_SHARED)
         call = getattr(self.gen, "call_args", None)
         if not self.started and call is not None:
             # not started: called again, on the same function and arguments (its body runs
@@ -291,20 +302,25 @@ class LazyGeneratorVariable(ListIteratorVariable):
             cg.extend(emit.build_map(len(kwargs)))
             cg.extend(emit.call(3))
             return
-        items, ret, state = self.rebuilt or self._drain()
+        items, ret, state, replay = self.rebuilt or self._drain()
         cg.load_object(generator_over, push_null=True)
         for item in items:
-            cg.reconstruct(item)
+            _load_item(cg, item)
         cg.extend(emit.build_tuple(len(items)))
-        cg.reconstruct(ret)
+        _load_item(cg, ret)
         cg.extend(emit.load_const(self.names[0]) + emit.load_const(self.names[1]))
         cg.extend(emit.load_const(state))
-        cg.extend(emit.call(5))
+        if replay is None:
+            cg.extend(emit.call(5))
+            return
+        cg.load_object(replay.steps)
+        generator_replay.load_outside(cg, self.gen.output, replay)
+        cg.extend(emit.call(7))
 
     def _drain(self):
         """Note [Generators: drained at a break]: step the body to its end, or unimplemented."""
         if self.finished:
-            self.rebuilt = ((), ConstantVariable(None), "finished")
+            self.rebuilt = ((), ConstantVariable(None), "finished", None)
             return self.rebuilt
         state = "started" if self.started else "new"
         if self.started:
@@ -312,12 +328,23 @@ class LazyGeneratorVariable(ListIteratorVariable):
         output = self.gen.output
         effects, first = output.side_effects, output.last_node()
         floor, records, written = next_serial(), effects.records, len(effects.written)
+        if self.shared:
+            unimplemented(_SHARED)
+        holds_outside = generator_replay.holds_outside_state(self)
+        items, bounds = [], []
+        grad = torch.is_grad_enabled()
+        # (the rest is traced in the mode the program is in at the break: a with block it
+        # leaves records its switch)
+        mode = self._mode_at_break(output)
         reads = set()
         effects.lazy_readers.append(reads)
-        items = []
+        draining = output.__dict__.setdefault("draining", [])  # (Note [... one at a time])
+        draining.append((self, floor))
         try:
+            torch._C._set_grad_enabled(mode)
             while (item := self.step(None)) is not None:
                 items.append(item)
+                bounds.append(output.last_node())
                 self._check_sent_dropped()
                 if len(items) > DRAIN_LIMIT:
                     unimplemented(
@@ -330,14 +357,36 @@ class LazyGeneratorVariable(ListIteratorVariable):
             )
         finally:
             effects.lazy_readers.remove(reads)
+            torch._C._set_grad_enabled(grad)
+            draining.pop()
+        bounds.append(output.last_node())  # (the step that ends it)
         if effects.records > records or any(s < floor for s in effects.written[written:]):
             unimplemented("rebuilding a suspended generator whose rest writes state outside it")
-        if any(_mutates(n) for n in _nodes_after(output.graph, first)):
-            unimplemented("rebuilding a suspended generator whose rest changes a tensor in place")
         if reads:
             unimplemented("rebuilding a generator whose body read variables the frame may write")
-        self.rebuilt = (items, self.returned, state)
+        if holds_outside:
+            unimplemented(
+                "rebuilding a suspended generator whose frame holds a list, dict, object or "
+                "iterator the code after the break may change (Note [Generators: a drained "
+                "rest reads only its own state])"
+            )
+        ret, replay = self.returned, None
+        if any(n.op != "placeholder" for n in _nodes_after(output.graph, first)):
+            # Note [Generators: a drained rest computes nothing]
+            replay, items, ret = generator_replay.plan(output, first, bounds, items, ret)
+        self.rebuilt = (items, ret, state, replay)
         return self.rebuilt
+
+    def _mode_at_break(self, output):
+        """The grad mode the frame's graph so far ends in."""
+        root = self.gen
+        while getattr(root, "parent", None) is not None:
+            root = root.parent
+        mode = getattr(root, "initial_grad_mode", torch.is_grad_enabled())
+        for n in output.graph.nodes:
+            if n.op == "call_function" and n.target is torch._C._set_grad_enabled:
+                mode = n.args[0]
+        return mode
 
     def _check_sent_dropped(self):
         """Note [Generators: rebuilt part way]: a value sent at the yield the generator is
@@ -446,16 +495,43 @@ def check_freed_generators(output, live):
                 )
 
 
+# Note [Generators: drained one at a time]
+# A drain steps the rest of one generator to its end. When that rest steps another generator
+# made before the drain (`b = (f(v) for v in a)` with `a` a generator too), the two share
+# items: which one gets them depends on the order the code after the break asks, which the
+# drain cannot know. The other generator is marked `shared`; rebuilding it (as a live value
+# itself, or before the drain that steps it) is unimplemented. Held by the drained one only,
+# as a `yield from` it is suspended in usually is, it is never rebuilt, so nothing is refused.
+# The frame's OutputGraph keeps `draining`: (generator, the serial of the first variable its
+# drain made) of each drain under way.
+_SHARED = "rebuilding generators at a break where draining one steps another (they share items)"
+
+
 # Note [Generators: drained at a break]
 # At a break (or a return of the frame) with a generator of the trace not finished, its state
 # is the body's translator, which Python cannot be handed. One not started is made again by
 # calling its function (the same object) on the same arguments. Of a started one, if the rest
-# of the body is pure, it is
-# stepped to its end there (its values joining the graph) and the generator is rebuilt over the
-# items not yet taken (Note [Generators: rebuilt part way]). "Pure": no write to anything that
+# of the body is pure, it is stepped to its end there and the generator is rebuilt over the
+# items not yet taken (Note [Generators: rebuilt part way]), its tensor ops run again at each
+# step (Note [Generators: a drained rest computes nothing]). "Pure": no write to anything that
 # existed before the drain (an object, cell, global; a replayed call), no read of a cell or
 # global (the code after the break may write it before the items are asked for), no exception,
 # at most DRAIN_LIMIT items. Anything else is unimplemented: the frame runs in Python.
+
+# Note [Generators: a drained rest computes nothing]
+# Eager runs the rest of a suspended generator when its items are asked for, after the code that
+# follows the break or the return. Values computed by a drain at the break would read their
+# inputs too early (an in-place write in between, `t.add_(1)` or an optimizer step, is missed),
+# in the grad mode and autocast state of the break rather than the consumer's (`with
+# torch.no_grad(): next(gen)`), and draw random numbers out of order. So the ops a drain traces
+# leave the frame's graph: generator_replay.plan cuts them into one small graph per step, and
+# the rebuilt generator runs step k's graph (on the tensors it reads as they are then, in the
+# mode then) before it yields item k. Items are then a tensor one of those graphs computes, a
+# value that existed before the rest, or a constant; a container of them, an op whose result is
+# no tensor (a size, a scalar read from data), and a switch of grad mode, autocast or saved-
+# tensors hooks (a `with` block the generator is suspended in, left by its rest: the drain traces
+# the rest in the mode the frame's graph ends in, so leaving it records its switch) are
+# unimplemented. The step graphs run as they are (op by op, as the generator body would).
 _PEP479 = "generator raised StopIteration"
 
 
@@ -467,15 +543,6 @@ def _nodes_after(graph, node):
             break
         out.append(n)
     return out
-
-
-def _mutates(node):
-    """Whether a graph op writes into a tensor (an in-place method or function, item store)."""
-    target = node.target
-    name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    return node.op in ("call_function", "call_method") and (
-        name == "setitem" or (name.endswith("_") and not name.endswith("__"))
-    )
 
 
 def _call(fn, args, kwargs):
@@ -548,13 +615,31 @@ def _started_then(items, ret):
     return (yield from _items_then(items, ret))
 
 
-def generator_over(items, ret, name, qualname, state):
-    """A generator yielding `items` then returning `ret`, named as the traced one and in its
-    state (Note [Generators: rebuilt part way]), rebuilt in the transformed code."""
-    if state == "new":
-        gen = _items_then(items, ret)
+def _started_then_replaying(rest):
+    yield  # (as _started_then)
+    return (yield from rest)
+
+
+def _load_item(cg, item):
+    """An item of a rebuilt generator: a value, or a Lazy name loaded as it is."""
+    if isinstance(item, generator_replay.Lazy):
+        cg.load_object(item)
     else:
-        gen = _started_then(items, ret)
+        cg.reconstruct(item)
+
+
+def generator_over(items, ret, name, qualname, state, steps=None, env=None):
+    """A generator yielding `items` then returning `ret`, named as the traced one and in its
+    state (Note [Generators: rebuilt part way]), rebuilt in the transformed code; with
+    `steps`, each step runs its graph first (Note [Generators: a drained rest computes
+    nothing])."""
+    if steps is not None:
+        rest = generator_replay.replaying(items, ret, steps, env)
+        items, ret = (), None
+    if state == "new":
+        gen = _items_then(items, ret) if steps is None else rest
+    else:
+        gen = _started_then(items, ret) if steps is None else _started_then_replaying(rest)
         next(gen)
         if state == "finished":
             for _ in gen:

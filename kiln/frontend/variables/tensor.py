@@ -47,6 +47,10 @@ _META_ATTRS = {
     "is_xpu": lambda v: v.device.type == "xpu",
 }
 
+# Attributes the program may change after a break (backward sets .grad): Note [Generators:
+# a drained rest reads only its own state].
+_CHANGING_ATTRS = {"grad", "requires_grad", "is_leaf"}
+
 # Attributes that are tensors computed from the tensor: recorded as getattr nodes.
 _TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
 
@@ -172,6 +176,8 @@ class TensorVariable(VariableTracker):
             return self.size_var(tx)
         if name == "__class__":  # pinned by the tensor's guard (its exact type)
             return wrap_constant_like(tx, self.python_type())
+        if name in _CHANGING_ATTRS:  # (a generator drained at a break reads them too early)
+            tx.output.side_effects.note_read(("tensor attribute", name))
         if name in _META_ATTRS:
             if name in _VMAP_UNFOLDED and tx.output.__dict__.get("vmap_levels"):
                 unimplemented(f"Tensor.{name} inside a traced torch.vmap (Note [Vmap: metadata])")
