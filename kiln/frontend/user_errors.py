@@ -72,6 +72,12 @@ HINTS = [
         "its own.",
     ),
     (
+        r"\.forward changes when the graph runs",
+        "return the value from forward (as an output of the apply) instead of reading it back "
+        "from the container after the call; without fullgraph=True the code after the apply "
+        "runs in Python and sees the container as eager does.",
+    ),
+    (
         r"module hooks|forward hooks|backward hooks",
         "register the hooks after compiling, or remove them while compiling with fullgraph=True.",
     ),
