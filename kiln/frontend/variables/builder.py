@@ -18,7 +18,13 @@ from kiln import config
 from kiln.exc import unimplemented
 from kiln.frontend import frame_shapes
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.markers import graph_break, is_disabled_module, is_optimized_module, kiln_marker
+from kiln.frontend.markers import (
+    break_reason,
+    graph_break,
+    is_disabled_module,
+    is_optimized_module,
+    kiln_marker,
+)
 from kiln.frontend.source import (
     TUPLE_ITERATOR,
     AttrSource,
@@ -173,6 +179,8 @@ def _kiln_special(value):
     checkpoint = checkpoint_function(value)  # (a function torch keeps out of compilers)
     if checkpoint is not None:
         return checkpoint
+    if break_reason(value) is not None:  # (kiln.set_stance in compiled code)
+        return DisabledFunctionVariable(value)
     if kiln_marker(value, "_kiln_disabled"):
         return DisabledFunctionVariable(value)
     if is_torch_disabled(value):
