@@ -278,10 +278,12 @@ def wrap_value(tx, value, source):
         source = _attr(source, "_orig_mod") if source is not None else None
     elif kiln_marker(value, "_kiln_orig_fn"):
         # a kiln-compiled function called from traced code: trace the original (the wrapper
-        # object is what the guard pins, so the wrapped function cannot change under it)
-        if source is not None:
-            tx.output.guards.add(GuardKind.ID_MATCH, source, value)
-        return UserFunctionVariable(value._kiln_orig_fn)
+        # object is what the guard pins, so the wrapped function cannot change under it); its
+        # closure cells are read through the wrapper, `wrapper._kiln_orig_fn.__closure__[i]`
+        if source is None:
+            return UserFunctionVariable(value._kiln_orig_fn)
+        tx.output.guards.add(GuardKind.ID_MATCH, source, value)
+        return UserFunctionVariable(value._kiln_orig_fn, source=_attr(source, "_kiln_orig_fn"))
     if source is None:
         if isinstance(value, torch.Tensor):
             unimplemented("a tensor reached without a source")
