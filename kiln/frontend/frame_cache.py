@@ -481,6 +481,9 @@ class FrameCache:
         self.entries[:] = [e for e in self.entries if e[0] is not entry.guard]
 
     def _record_break(self, e):
+        if e.user_location is None:  # (a break before tracing, e.g. global module hooks)
+            code = self.fn.__code__
+            e.user_location = user_location(code, code.co_firstlineno)
         record = BreakRecord(self.fn, e.msg, e.user_location)
         self.breaks.append(record)
         self.root.tree_breaks.append(record)
