@@ -73,3 +73,24 @@ def test_forward_pre_hook_for_a_while_then_the_module_compiles():
     assert be.calls == 0
     torch.testing.assert_close(compiled(x), m(x))
     assert be.calls == 1  # not given up: compiled once the hook was gone
+
+
+def test_graphs_kiln_runs_eagerly_are_not_hooked_modules(monkeypatch):
+    monkeypatch.setattr(kiln.config, "strict", False)  # (the backend's failure: run eagerly)
+
+    def f(x):
+        return torch.sin(x) * 2 + 1
+
+    seen = []
+    handle = _module.register_module_forward_pre_hook(
+        lambda mod, args: seen.append(type(mod).__name__)
+    )
+    x = torch.randn(5, requires_grad=True)
+    try:
+        with kiln.faults.inject("lowering"):
+            out = kiln.compile(f, backend="kiln")(x)
+        out.sum().backward()
+    finally:
+        handle.remove()
+    torch.testing.assert_close(out, f(x))
+    assert seen == []  # no nn.Module call in eager either
