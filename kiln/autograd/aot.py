@@ -27,7 +27,7 @@ from kiln.autograd.aot_runtime import (
     _make_function,
     _mutated_inputs_alias,
 )
-from kiln.autograd.aten_tracer import Tracer, format_graph
+from kiln.autograd.aten_tracer import Tracer, format_graph, graph_call
 from kiln.autograd.functionalize import _is_impure, functionalize
 from kiln.autograd.lift_floats import lift, lifted_positions, outputs_match
 from kiln.autograd.partition import (
@@ -217,7 +217,7 @@ def _trace(fn, inputs, decompositions, *, joint, examples=None):
         seen = [
             _AsNonLeaf.apply(p) if joint and _non_leaf(x) else p for p, x in zip(primals, inputs)
         ]
-        out = fn(*seen)
+        out = graph_call(fn)(*seen)
     flat, spec = pytree.tree_flatten(out)
     return tracer, primals, seen, flat, spec
 

@@ -449,13 +449,19 @@ class Tracer(_FakeDispatch):
 # ModelOutput classes unregistered as pytree nodes).
 
 
+def graph_call(fn):
+    """What tracing calls for `fn`: a graph's own forward, not Module.__call__, so module hooks
+    registered globally (the user's) do not run on kiln's graphs, nor get traced into them."""
+    return fn.forward if isinstance(fn, torch.fx.GraphModule) else fn
+
+
 def trace_aten(fn, example_inputs, *, decompositions=None, input_names=None):
     """Trace fn(*example_inputs) into an FX graph of ATen ops (inference: no autograd)."""
     tracer = Tracer(decompositions)
     names = input_names or [f"arg{i}_1" for i in range(len(example_inputs))]
     proxies = [tracer.placeholder(n, x) for n, x in zip(names, example_inputs)]
     with torch.no_grad(), tracer.tracing():
-        out = fn(*proxies)
+        out = graph_call(fn)(*proxies)
     spec = tracer.output(out)
     gm = tracer.graph_module()
     GraphMeta.update(gm, out_spec=spec)

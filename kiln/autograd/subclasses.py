@@ -8,6 +8,7 @@ import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from kiln import logs
+from kiln.autograd.aten_tracer import graph_call
 from kiln.contracts import GraphMeta
 from kiln.exc import Unsupported
 from kiln.symbolic.fake import ProxyTensor
@@ -141,7 +142,7 @@ class Desugared:
                 args.append(_UnflattenTraced.apply(self, i, lay, *inners))
             else:
                 args.append(unflatten(lay, parts))
-        outs = self.gm(*args)
+        outs = graph_call(self.gm)(*args)
         layouts, leaves = [], []
         for o in outs:
             src = next((i for i, a in enumerate(args) if a is o and self.in_layouts[i]), None)
@@ -234,7 +235,7 @@ class _SubclassGraph(torch.autograd.Function):
             for i in ctx.wrt:
                 leaves[i] = _leaf_copy(ctx.args[i], owner.in_layouts[i])
             with torch.enable_grad():
-                made = owner.gm(*leaves)
+                made = graph_call(owner.gm)(*leaves)
             outs = [o for o, lay in zip(made, owner.out_layouts) if type(lay) is not tuple]
         pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
         got = [None] * len(ctx.wrt)

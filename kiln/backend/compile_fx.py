@@ -24,7 +24,7 @@ import torch.autograd.profiler as _profiler
 
 from kiln import config, faults, hooks, logs, modes
 from kiln.autograd.aot import aot_autograd
-from kiln.autograd.aten_tracer import trace_aten
+from kiln.autograd.aten_tracer import graph_call, trace_aten
 from kiln.backend import codecache, cpu_tune, cudagraphs, devices, lowering_matmul
 from kiln.backend.codegen import triton, triton_matmul
 from kiln.backend.codegen.cpp import generate_cpp
@@ -290,8 +290,10 @@ def compile_aten_graph(gm, example_inputs):
 
 
 def _eager(gm):
+    call = graph_call(gm)  # (no module hooks run on the graph)
+
     def run(*args):
-        out = gm(*args)
+        out = call(*args)
         return out if isinstance(out, (tuple, list)) else (out,)
 
     run.kiln_fallback = True

@@ -37,6 +37,7 @@ from kiln.frontend.distributed import HookedModuleCall
 from kiln.frontend.frame_shapes import FrameShapes, changed_dims, changed_floats
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
 from kiln.frontend.markers import kiln_marker
+from kiln.frontend.module_hooks import global_module_hooks, has_hooks, hooks_run_around
 from kiln.frontend.output_graph import OutputGraph
 from kiln.frontend.resume import call_moving
 from kiln.frontend.source import GetItemSource, LocalSource
@@ -135,6 +136,7 @@ class FrameCache:
         self._routed = None  # (function run eagerly, its routed copy)
         self._routed_code = None
         self.breaks = []
+        self._global_hooks_noted = False  # (Note [Modules: global hooks] in module_hooks)
         self._limit_warned = False
         self.children = {}  # resume functions and callees that broke: their own frame caches
         self.dynamic_closure = False
@@ -292,7 +294,7 @@ class FrameCache:
         """self.eager with its calls routed (call_through.routed_code); self.eager where the
         copy cannot be made, or for a module with hooks (its own __call__ runs them)."""
         base = self.fn if self.module_root else self.eager
-        if self.module_root and (not args or _has_hooks(args[0])):
+        if self.module_root and (not args or has_hooks(args[0])):
             return self.eager
         if not is_plain(base.__code__):  # (a generator or coroutine function: run as written)
             return self.eager
@@ -365,8 +367,10 @@ class FrameCache:
             return self.run_eager(args, kwargs)
         if transforms.active() is not None:  # Note [Frames: under torch.func transforms]
             return transforms.run_under_transform(self, args, kwargs)
-        if self.module_root and args and _hooks_run_around(args[0]):
+        if self.module_root and args and hooks_run_around(args[0]):
             return self._hooked_call(args, kwargs)  # (its forward's own cache compiles, or not)
+        if self.module_root and global_module_hooks():
+            return self._with_global_hooks(args, kwargs)
         if stance.state.name == "eager_on_recompile":
             return self.run_eager(args, kwargs)
         if stance.state.name == "fail_on_recompile":
@@ -487,6 +491,9 @@ class FrameCache:
         self.entries[:] = [e for e in self.entries if e[0] is not entry.guard]
 
     def _record_break(self, e):
+        if e.user_location is None:  # (a break before tracing, e.g. global module hooks)
+            code = self.fn.__code__
+            e.user_location = user_location(code, code.co_firstlineno)
         record = BreakRecord(self.fn, e.msg, e.user_location)
         self.breaks.append(record)
         self.root.tree_breaks.append(record)
@@ -628,6 +635,14 @@ class FrameCache:
                 return call(*args[1:], **kwargs)
         return call(*args[1:], **kwargs)
 
+    def _with_global_hooks(self, args, kwargs):
+        """The call runs eagerly while module hooks are registered globally (Note [Modules:
+        global hooks] in module_hooks.py)."""
+        if not self._global_hooks_noted:  # (the break is recorded once per frame)
+            self._global_hooks_noted = True
+            self._record_break(Unsupported("global module hooks"))
+        return self.run_eager(args, kwargs)
+
     def _check_module_hooks(self, mod):
         if (
             mod._forward_hooks
@@ -636,8 +651,7 @@ class FrameCache:
             or getattr(mod, "_backward_pre_hooks", None)
         ):
             unimplemented(f"module hooks on {type(mod).__name__}")
-        g = torch.nn.modules.module
-        if g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks:
+        if global_module_hooks():
             unimplemented("global module hooks")
 
 
@@ -647,33 +661,6 @@ def _let_go(e):
     [Finalizers: locals])."""
     e.break_state = None
     e.__traceback__ = e.__context__ = None
-
-
-def _has_hooks(mod):
-    """Whether a module call runs hooks (its own, or the global module hooks)."""
-    g = torch.nn.modules.module
-    return bool(
-        not isinstance(mod, torch.nn.Module)
-        or mod._forward_hooks
-        or mod._forward_pre_hooks
-        or mod._backward_hooks
-        or getattr(mod, "_backward_pre_hooks", None)
-        or g._global_forward_hooks
-        or g._global_forward_pre_hooks
-        or g._global_backward_hooks
-    )
-
-
-def _hooks_run_around(mod):
-    """Whether mod's hooks are forward hooks only (run in Python around its compiled forward)."""
-    if not isinstance(mod, torch.nn.Module) or not (mod._forward_hooks or mod._forward_pre_hooks):
-        return False
-    if mod._backward_hooks or getattr(mod, "_backward_pre_hooks", None):
-        return False
-    if getattr(mod, "_forward_hooks_always_called", None):
-        return False
-    g = torch.nn.modules.module
-    return not (g._global_forward_hooks or g._global_forward_pre_hooks or g._global_backward_hooks)
 
 
 def shallow_frame(cache):

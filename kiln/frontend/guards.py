@@ -328,8 +328,9 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
             _autocast_guard(namer),
             f"___kiln_config.compiled_autograd is {bool(_config.compiled_autograd)!r}",
             *(
-                [
+                [  # (a module hook registered globally after compiling: traced again)
                     "not ___global_forward_hooks and not ___global_forward_pre_hooks",
+                    "not ___global_backward_hooks and not ___global_backward_pre_hooks",
                 ]
                 if v
                 else []
@@ -555,6 +556,8 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___autocast_settings": amp.settings,
         "___global_forward_hooks": torch.nn.modules.module._global_forward_hooks,
         "___global_forward_pre_hooks": torch.nn.modules.module._global_forward_pre_hooks,
+        "___global_backward_hooks": torch.nn.modules.module._global_backward_hooks,
+        "___global_backward_pre_hooks": torch.nn.modules.module._global_backward_pre_hooks,
     }
     closure_values = {**fixed, **(extra or {}), **namer.values}
     params = signature_text(fn.__code__)

@@ -22,6 +22,15 @@ def kiln_marker(obj, name):
     return obj.__dict__.get(name)
 
 
+def break_reason(value):
+    """Why traced code calling `value` breaks the graph, for kiln's own functions and classes
+    that must run in Python (their `_kiln_break_reason`), or None."""
+    if not isinstance(value, (types.FunctionType, type)):
+        return None
+    reason = vars(value).get("_kiln_break_reason")
+    return reason if isinstance(reason, str) else None
+
+
 def is_optimized_module(value):
     """Whether `value` is a compiled nn.Module (`kiln.frontend.entry.OptimizedModule`)."""
     return getattr(type(value), "_kiln_optimized_module", False) is True

@@ -11,6 +11,13 @@ Note [Stance: what each one does]
   still runs in Python: it compiles nothing).
 Only the wrapper users call looks at the stance on every call, and only for the two stances
 that change what a hit runs (`state.active`); the other two act in `FrameCache.miss`.
+
+Note [Stance: inside compiled code]
+Traced code that sets a stance (`kiln.set_stance(...)` as a call or a `with`, or a call of a
+function decorated with it) breaks the graph there, with a reason that says so
+(`_kiln_break_reason`, kiln.frontend.markers.break_reason): the stance is set in Python, and
+what runs after it sees it, as in eager. torch.compile refuses the same code with an error
+(its documentation forbids set_stance inside a compiled region); kiln runs it correctly.
 """
 
 import functools
@@ -38,6 +45,13 @@ def _swap(new):
     return old
 
 
+_IN_GRAPH = (
+    "kiln.set_stance inside compiled code: a stance changes how compiled functions run, so it "
+    "is set in Python, between graphs"
+)
+_swap._kiln_break_reason = _IN_GRAPH  # (a `with` on a stance made outside compiled code)
+
+
 def fail_on_recompile(fn, guards, args, kwargs):
     """Raise the error of a miss of `fn` under the fail_on_recompile stance."""
     code = fn.__code__
@@ -52,6 +66,8 @@ def fail_on_recompile(fn, guards, args, kwargs):
 class set_stance:  # noqa: N801  (used like a function, as torch.compiler.set_stance is)
     """Set the compiler's stance now; as a context manager or decorator, only for that block or
     call (Note [Stance: what each one does])."""
+
+    _kiln_break_reason = _IN_GRAPH  # Note [Stance: inside compiled code]
 
     def __init__(self, stance="default", *, force_backend=None):
         if stance not in STANCES:
@@ -86,4 +102,8 @@ class set_stance:  # noqa: N801  (used like a function, as torch.compiler.set_st
                 _swap(prev)
 
         with_stance._kiln_disabled = True  # (compiled code calling it breaks: it runs in Python)
+        with_stance._kiln_break_reason = (
+            f"call to {fn.__qualname__}, which runs in Python under "
+            f"@kiln.set_stance({wanted.name!r})"
+        )
         return with_stance

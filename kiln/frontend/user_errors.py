@@ -72,6 +72,17 @@ HINTS = [
         "its own.",
     ),
     (
+        r"kiln\.set_stance",
+        "set the stance outside the compiled function, around the call (as a `with` block or "
+        "a decorator on the caller), or accept the break.",
+    ),
+    (
+        r"\.forward changes when the graph runs",
+        "return the value from forward (as an output of the apply) instead of reading it back "
+        "from the container after the call; without fullgraph=True the code after the apply "
+        "runs in Python and sees the container as eager does.",
+    ),
+    (
         r"module hooks|forward hooks|backward hooks",
         "register the hooks after compiling, or remove them while compiling with fullgraph=True.",
     ),

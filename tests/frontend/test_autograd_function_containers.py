@@ -60,7 +60,9 @@ def test_list_read_after_the_apply_runs_in_python():
         return out, SEEN[-1] * 2
 
     x = torch.randn(4)
-    with pytest.raises(kiln.exc.Unsupported, match="changed by Records.forward at run time"):
+    with pytest.raises(
+        kiln.exc.Unsupported, match="list that .*Records.forward changes when the graph runs"
+    ):
         _run(fn, True, x, backend="eager", fullgraph=True)
     got = _run(fn, True, x, backend="eager")
     _same(got, _run(fn, False, x))
@@ -87,3 +89,36 @@ def test_tracing_backends_break(backend):
     with pytest.raises(kiln.exc.Unsupported, match="side effects outside ctx"):
         _run(fn, True, x, backend=backend, fullgraph=True)
     _same(_run(fn, True, x, backend=backend), _run(fn, False, x))
+
+
+def test_view_kept_in_a_closure_list_breaks_with_a_clear_reason():
+    kept = []
+
+    class KeepsHead(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            kept.append(x[:2])  # a view of the input, kept outside ctx
+            return x * 3
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 3
+
+    def fn(x):
+        y = KeepsHead.apply(x)
+        return y.sum() + kept[-1].sum()
+
+    def run(f):
+        kept.clear()
+        x = torch.arange(4.0, requires_grad=True)
+        out = f(x)
+        out.backward()
+        return out, x.grad, len(kept)
+
+    with pytest.raises(kiln.exc.Unsupported, match="changes when the graph runs") as info:
+        run(kiln.compile(fn, backend="eager", fullgraph=True))
+    assert "return the value from forward" in str(info.value)  # the hint
+    got, want = run(kiln.compile(fn, backend="eager")), run(fn)
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1])
+    assert got[2] == want[2] == 1

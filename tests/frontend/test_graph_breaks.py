@@ -368,3 +368,25 @@ def test_stream_read_before_redirect_stdout_is_the_original():
     # CPython's test_contextlib TestRedirectStdout: `orig` is read before the with block swaps
     expected = stdout_swapped_in_a_with_block()
     assert kiln.compile(stdout_swapped_in_a_with_block, backend="eager")() == expected
+
+
+def test_break_before_tracing_is_placed_at_the_def_line():
+    class Shifted(torch.nn.Module):
+        def forward(self, x):
+            return x - 1
+
+    calls = []
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda mod, args: calls.append(type(mod).__name__)
+    )
+    try:
+        m = Shifted()
+        x = torch.randn(3)
+        out = kiln.explain(m)(x)
+        torch.testing.assert_close(kiln.compile(m, backend="eager")(x), x - 1)
+    finally:
+        handle.remove()
+    [(reason, where)] = out.break_reasons
+    assert reason == "global module hooks"
+    assert where is not None and "def forward(self, x):" in where
+    assert calls == ["Shifted", "Shifted"]  # once per call, as eager runs the hook

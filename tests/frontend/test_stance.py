@@ -143,3 +143,45 @@ def test_stances_on_a_compiled_module_with_hooks():
         torch.testing.assert_close(cm(y), m(y))
     assert (own.calls, forced.calls) == (1, 1)
     assert len(seen) == 10  # every call ran the hook once
+
+
+def test_stance_set_inside_compiled_code_breaks_there_and_holds():
+    be = CountingBackend()
+    inner = kiln.compile(_shifted, backend=be)
+
+    def outer(x):
+        y = x * 2
+        with kiln.set_stance("force_eager"):
+            z = inner(y, 4)  # runs as plain Python: the stance holds here
+        return z - 1
+
+    x = torch.randn(5)
+    got = kiln.compile(outer, backend="eager")(x)
+    torch.testing.assert_close(got, outer(x))
+    assert be.calls == 0
+    torch.testing.assert_close(inner(x, 4), _shifted(x, 4))  # default again after the block
+    assert be.calls == 1
+
+
+def test_stance_inside_compiled_code_names_itself_under_fullgraph():
+    def sets_it(x):
+        with kiln.set_stance("force_eager"):
+            return x + 1
+
+    @kiln.set_stance("eager_on_recompile")
+    def decorated(x):
+        return x - 1
+
+    def calls_it(x):
+        return decorated(x) * 2
+
+    x = torch.randn(3)
+    with pytest.raises(kiln.exc.Unsupported, match="kiln.set_stance inside compiled code") as e:
+        kiln.compile(sets_it, backend="eager", fullgraph=True)(x)
+    assert "outside the compiled function" in str(e.value)  # the hint
+    with pytest.raises(
+        kiln.exc.Unsupported, match=r"decorated, which runs in Python under @kiln.set_stance"
+    ):
+        kiln.compile(calls_it, backend="eager", fullgraph=True)(x)
+    assert kiln.frontend.stance.state.name == "default"
+    torch.testing.assert_close(kiln.compile(calls_it, backend="eager")(x), calls_it(x))

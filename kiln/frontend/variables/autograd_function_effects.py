@@ -65,11 +65,24 @@ class ChangedByForwardVariable(VariableTracker):
     def python_type(self):
         return self.typ
 
+    def _refuse(self, what):
+        """Break on a use: the reason names the container and why its contents are unknown."""
+        unimplemented(
+            f"{what} a {self.typ.__name__} that {self.name}.forward changes when the graph "
+            "runs: its contents are not known while tracing"
+        )
+
     def truthy(self, tx):
-        unimplemented(f"{self}")
+        self._refuse("bool() of")
 
     def unpack_var_sequence(self, tx):
-        unimplemented(f"{self}")
+        self._refuse("iteration over")
+
+    def var_getattr(self, tx, name):
+        self._refuse(f"attribute {name!r} of")
+
+    def call_method(self, tx, name, args, kwargs):
+        self._refuse(f"{name} of")
 
     def __repr__(self):
         return f"a {self.typ.__name__} changed by {self.name}.forward at run time"

@@ -18,7 +18,13 @@ from kiln import config
 from kiln.exc import unimplemented
 from kiln.frontend import frame_shapes
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.markers import graph_break, is_disabled_module, is_optimized_module, kiln_marker
+from kiln.frontend.markers import (
+    break_reason,
+    graph_break,
+    is_disabled_module,
+    is_optimized_module,
+    kiln_marker,
+)
 from kiln.frontend.source import (
     TUPLE_ITERATOR,
     AttrSource,
@@ -174,6 +180,8 @@ def _kiln_special(value):
     checkpoint = checkpoint_function(value)  # (a function torch keeps out of compilers)
     if checkpoint is not None:
         return checkpoint
+    if break_reason(value) is not None:  # (kiln.set_stance in compiled code)
+        return DisabledFunctionVariable(value)
     if kiln_marker(value, "_kiln_disabled"):
         return DisabledFunctionVariable(value)
     if is_torch_disabled(value):
@@ -271,10 +279,12 @@ def wrap_value(tx, value, source):
         source = _attr(source, "_orig_mod") if source is not None else None
     elif kiln_marker(value, "_kiln_orig_fn"):
         # a kiln-compiled function called from traced code: trace the original (the wrapper
-        # object is what the guard pins, so the wrapped function cannot change under it)
-        if source is not None:
-            tx.output.guards.add(GuardKind.ID_MATCH, source, value)
-        return UserFunctionVariable(value._kiln_orig_fn)
+        # object is what the guard pins, so the wrapped function cannot change under it); its
+        # closure cells are read through the wrapper, `wrapper._kiln_orig_fn.__closure__[i]`
+        if source is None:
+            return UserFunctionVariable(value._kiln_orig_fn)
+        tx.output.guards.add(GuardKind.ID_MATCH, source, value)
+        return UserFunctionVariable(value._kiln_orig_fn, source=_attr(source, "_kiln_orig_fn"))
     if source is None:
         if isinstance(value, torch.Tensor):
             unimplemented("a tensor reached without a source")

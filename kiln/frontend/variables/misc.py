@@ -12,7 +12,7 @@ import torch
 from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.markers import graph_break, kiln_marker
+from kiln.frontend.markers import break_reason, graph_break, kiln_marker
 from kiln.frontend.source import AttrSource, proxied_dict
 from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables.base import (
@@ -329,13 +329,17 @@ class GraphBreakVariable(VariableTracker):
 
 
 class DisabledFunctionVariable(VariableTracker):
-    """A function wrapped by `kiln.disable`: never traced."""
+    """A function wrapped by `kiln.disable`, or one of kiln's that runs in Python: never
+    traced (Note [Stance: inside compiled code])."""
 
     def __init__(self, value, **kw):
         super().__init__(**kw)
         self.value = value
 
     def call_function(self, tx, args, kwargs):
+        reason = break_reason(self.value)
+        if reason is not None:
+            unimplemented(reason)
         name = getattr(self.value, "__qualname__", None) or type(self.value).__qualname__
         unimplemented(f"call to {name}, kept out of compilation by {disabled_by(self.value)}")
 
