@@ -13,13 +13,22 @@ one it ran last first, and does not pay for the guards of the others on every ca
 guards cost a generation loop's decode step 110 us). Any entry whose guard passes is correct for
 the call, so the order changes only speed. `entry_info` keeps the compile order (the recompile
 log, explain, automatic dynamic's "last compile").
+
+Note [Cache: frames under a trace function]
+A trace function (`sys.settrace`: pdb, coverage, a program's own line tracer) sees the lines of
+the frames Python runs; a compiled frame runs a graph and transformed code instead, and the
+functions inlined into it run no frame at all. So while the calling thread has a trace function
+(and `config.eager_under_trace`), a kiln wrapper runs its frame as written, uncompiled, and its
+callees are the plain ones: the tracer sees every line eager runs (CPython's test_patma
+TestTracing traces a function called after a `sys.settrace` in the compiled frame). Resume
+functions run their code as written too. The check is one `sys.gettrace()` per call.
 """
 
 import functools
 import sys
 import types
 
-from kiln import logs
+from kiln import config, logs
 from kiln.exc import Unsupported
 from kiln.frontend import stance
 from kiln.frontend.resume import call_moving
@@ -36,8 +45,11 @@ def make_closure_wrapper(cache):
     """`entry(fn, *args)` for a ClosureFrameCache (Note [Cache: closures made per call])."""
     entries = cache.entries
     function = types.FunctionType
+    gettrace = sys.gettrace
 
     def kiln_closure_entry(fn_obj, *args, **kwargs):
+        if gettrace() is not None and config.eager_under_trace:
+            return fn_obj(*args, **kwargs)  # Note [Cache: frames under a trace function]
         for entry in entries:
             guard, code = entry
             if guard(fn_obj, *args, **kwargs):
@@ -57,8 +69,12 @@ def make_box_wrapper(cache):
     entries = cache.entries
     function = types.FunctionType
     closure = cache.dynamic_closure
+    gettrace = sys.gettrace
 
     def kiln_box_entry(box):
+        if gettrace() is not None and config.eager_under_trace:
+            # Note [Cache: frames under a trace function]
+            return call_moving(box.pop(0) if closure else cache.eager, box)
         for entry in entries:
             guard, fn = entry
             if guard(*box):
@@ -87,8 +103,11 @@ def make_wrapper(cache):
     entries = cache.entries
     miss = cache.miss
     own_backend = cache.settings.backend
+    gettrace = sys.gettrace
 
     def kiln_wrapper(*args, **kwargs):
+        if gettrace() is not None and config.eager_under_trace:
+            return cache.eager(*args, **kwargs)  # Note [Cache: frames under a trace function]
         state = stance.state
         if state.active and state.backend is not own_backend:  # force_eager, force_backend=
             return cache.under_stance(state, args, kwargs)

@@ -482,12 +482,15 @@ class BuiltinVariable(VariableTracker):
         s = start.as_python_constant() if start is not None else 0
         if lazy_sources_ok([obj]) and type(s) is int:
             return LazyIteratorVariable(tx, enumerate, [obj], (s,))
-        return ListIteratorVariable(
+        it = ListIteratorVariable(
             [
                 TupleVariable([ConstantVariable(i + s), v])
                 for i, v in enumerate(obj.unpack_var_sequence(tx))
             ]
         )
+        if type(s) is int:
+            it.kind = enumerate  # Note [Iterators: zip and enumerate snapshots]
+        return it
 
     def _call_zip(self, tx, *objs, strict=None):
         if strict is None and objs and lazy_sources_ok(objs):
@@ -496,6 +499,7 @@ class BuiltinVariable(VariableTracker):
         it = ListIteratorVariable([TupleVariable(list(t)) for t in zip(*seqs)])
         if strict is not None and strict.as_python_constant():
             it.end_error = _zip_strict_error([len(s) for s in seqs])
+        it.kind, it.width = zip, len(seqs)  # Note [Iterators: zip and enumerate snapshots]
         return it
 
     def _call_reversed(self, tx, obj):

@@ -667,6 +667,9 @@ class ListIteratorVariable(VariableTracker):
         if self.failed or self.end_error is not None or self.watched is not None:
             unimplemented(f"rebuilding an itertools.{self.kind.__name__} iterator that raised")
         rest = self.items[self.index :]
+        if self.kind in (zip, enumerate):
+            ITERATORS["rebuild zip"](cg, self, rest)
+            return
         if self.kind is itertools.repeat:
             cg.load_object(itertools.repeat, push_null=True)
             cg.reconstruct(self.repeated)

@@ -11,10 +11,12 @@ from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import (
     _ITER_UNDO,
+    ITERATORS,
     ListIteratorVariable,
     ListVariable,
     RangeVariable,
     TupleVariable,
+    _rebuild_tuple,
 )
 from kiln.frontend.variables.operators import binary_op
 
@@ -357,3 +359,28 @@ def lazy_islice(tx, src, bounds):
     if stop is not None and (type(stop) is not int or stop < 0):
         return None
     return LazyIteratorVariable(tx, itertools.islice, [src], (0, start, stop, step, False))
+
+
+# Note [Iterators: zip and enumerate snapshots]
+# zip and enumerate over tuples, ranges, strings ... (no live source) are traced as an iterator
+# over their rows, made at once, with `kind` zip or enumerate: type() sees zip or enumerate, and a
+# rebuild at a break makes a real one over the rows left, zip(column, ...) or enumerate(values,
+# start), not an iterator over tuples built by the transformed code. Python's zip and enumerate
+# hand out a new row in the tuple they gave last when nothing else holds it (so
+# `list(map(id, zip(a, b)))` is one id repeated); an iterator over prebuilt rows would not.
+def rebuild_zip_snapshot(cg, it, rest):
+    """Push zip(...) / enumerate(...) over the rows `rest` of a snapshot iterator `it`."""
+    if it.kind is enumerate:
+        start = rest[0].items[0].as_python_constant() if rest else 0
+        cg.load_object(enumerate, push_null=True)
+        _rebuild_tuple(cg, [row.items[1] for row in rest])
+        cg.extend(emit.load_const(start))
+        cg.extend(emit.call(2))
+        return
+    cg.load_object(zip, push_null=True)
+    for column in range(it.width):
+        _rebuild_tuple(cg, [row.items[column] for row in rest])
+    cg.extend(emit.call(it.width))
+
+
+ITERATORS["rebuild zip"] = rebuild_zip_snapshot
