@@ -82,16 +82,23 @@ _OWN_NAMES = frozenset(
 )
 
 
-def check_class(cls, what="a tensor subclass"):
-    """Break unless a wrapper subclass type changes nothing of Tensor's but its dispatch."""
-    if _own_torch_function(cls):
-        unimplemented(f"{what} ({cls.__name__}) with its own __torch_function__")
+def tensor_overrides(cls, allowed):
+    """The names of Tensor's attributes that `cls` (or a base of it below Tensor) defines, but
+    those in `allowed`."""
     for k in cls.__mro__:
         if k in (torch.Tensor, torch._C.TensorBase):
             break
         for attr in vars(k):
-            if attr not in _OWN_NAMES and hasattr(torch.Tensor, attr):
-                unimplemented(f"{what} ({cls.__name__}) overrides Tensor.{attr}")
+            if attr not in allowed and hasattr(torch.Tensor, attr):
+                yield attr
+
+
+def check_class(cls, what="a tensor subclass"):
+    """Break unless a wrapper subclass type changes nothing of Tensor's but its dispatch."""
+    if _own_torch_function(cls):
+        unimplemented(f"{what} ({cls.__name__}) with its own __torch_function__")
+    for attr in tensor_overrides(cls, _OWN_NAMES):
+        unimplemented(f"{what} ({cls.__name__}) overrides Tensor.{attr}")
 
 
 def check_subclass(value):

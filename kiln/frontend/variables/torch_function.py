@@ -18,7 +18,12 @@ from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.functions import inline_call, register_modelled
 from kiln.frontend.variables.lists import BaseListVariable, ListVariable, TupleVariable
 from kiln.frontend.variables.tensor import TensorVariable, register_method
-from kiln.frontend.variables.tensor_subclass import _OWN_NAMES, is_inplace_name, is_wrapper_subclass
+from kiln.frontend.variables.tensor_subclass import (
+    _OWN_NAMES,
+    is_inplace_name,
+    is_wrapper_subclass,
+    tensor_overrides,
+)
 from kiln.frontend.variables.torch import (
     TorchVariable,
     register_function,
@@ -85,12 +90,8 @@ def check_class(cls):
     if fn is not _TENSOR_TF and fn is not _DISABLED_TF:
         if not isinstance(tf, classmethod) or not isinstance(fn, types.FunctionType):
             unimplemented(f"a tensor subclass ({name}) whose __torch_function__ is no classmethod")
-    for k in cls.__mro__:
-        if k in (torch.Tensor, torch._C.TensorBase):
-            break
-        for attr in vars(k):
-            if attr not in _OWN_TF_NAMES and hasattr(torch.Tensor, attr):
-                unimplemented(f"a tensor subclass input ({name}) overrides Tensor.{attr}")
+    for attr in tensor_overrides(cls, _OWN_TF_NAMES):
+        unimplemented(f"a tensor subclass input ({name}) overrides Tensor.{attr}")
 
 
 def wrap_input(var, cls):
