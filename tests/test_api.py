@@ -26,7 +26,7 @@ def counting():
 
 def test_decorator_without_arguments(monkeypatch):
     monkeypatch.setattr(
-        kiln.api, "_resolve_backend", lambda b, m, o: (lambda gm, ex: gm.forward, "t")
+        kiln.api, "resolve_with_options", lambda b, m, o: (lambda gm, ex: gm.forward, "t")
     )
 
     @kiln.compile
