@@ -93,6 +93,16 @@ def tensor_overrides(cls, allowed):
                 yield attr
 
 
+def defined_below_tensor(cls, name):
+    """Whether `cls` or a base of it below torch.Tensor defines `name`."""
+    for k in cls.__mro__:
+        if k in (torch.Tensor, torch._C.TensorBase):
+            return False
+        if name in vars(k):
+            return True
+    return False
+
+
 def check_class(cls, what="a tensor subclass"):
     """Break unless a wrapper subclass type changes nothing of Tensor's but its dispatch."""
     if _own_torch_function(cls):
@@ -176,12 +186,7 @@ class SubclassTensorVariable(TensorVariable):
         (its inner tensors among them)."""
         if name in getattr(self.example, "__dict__", {}):
             return True
-        for k in type(self.example).__mro__:
-            if k in (torch.Tensor, torch._C.TensorBase):
-                return False
-            if name in vars(k):
-                return True
-        return False
+        return defined_below_tensor(type(self.example), name)
 
     def var_getattr(self, tx, name):
         if name != "__class__" and self._subclass_attr(name):

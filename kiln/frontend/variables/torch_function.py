@@ -20,6 +20,7 @@ from kiln.frontend.variables.lists import BaseListVariable, ListVariable, TupleV
 from kiln.frontend.variables.tensor import TensorVariable, register_method
 from kiln.frontend.variables.tensor_subclass import (
     _OWN_NAMES,
+    defined_below_tensor,
     is_inplace_name,
     is_wrapper_subclass,
     tensor_overrides,
@@ -135,12 +136,7 @@ class TorchFunctionTensorVariable(TensorVariable):
         )
 
     def _own_attr(self, name):
-        for k in self.torch_function_class.__mro__:
-            if k in (torch.Tensor, torch._C.TensorBase):
-                return False
-            if name in vars(k):
-                return True
-        return False
+        return defined_below_tensor(self.torch_function_class, name)
 
     def var_getattr(self, tx, name):
         if name == "__class__":
