@@ -52,6 +52,7 @@ from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.user_attrs import (
     has_instance_dict,
     instance_static,
+    load_attr,
     no_attribute_message,
     raw_store_attr,
 )
@@ -461,14 +462,14 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         if not PY311 and inst.arg & 1:  # 3.12+: method form
             return self._load_method(inst.argval)
         obj = self.pop()
-        self.push(obj.var_getattr(self, inst.argval))
+        self.push(load_attr(self, obj, inst.argval))
 
     def LOAD_METHOD(self, inst):  # 3.11
         self._load_method(inst.argval)
 
     def _load_method(self, name):
         obj = self.pop()
-        attr = obj.var_getattr(self, name)
+        attr = load_attr(self, obj, name)
         if PY313:
             self.push(attr)
             self.push(NULL)

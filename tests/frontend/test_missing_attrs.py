@@ -127,3 +127,34 @@ def test_hasattr_sees_a_tensors_own_attributes():
     t.extra = 1
     torch.testing.assert_close(compiled(x, t), fn(x, t))
     torch.testing.assert_close(compiled(x, t), x + 4)
+
+
+Pair = __import__("collections").namedtuple("Pair", "a b")
+
+
+def catch_builtin_values(x):
+    """Values whose type has no instance attributes: the AttributeError is the type's answer."""
+    messages = []
+    for value in (frozenset((1, 2)), (1, 2), None, 3, "s", Pair(1, 2), [x], {"k": x}):
+        try:
+            value.add(1)
+        except AttributeError as e:
+            messages.append(str(e))
+        try:
+            getattr(value, "nope")
+        except AttributeError as e:
+            messages.append(str(e))
+    return x + len(messages), messages
+
+
+def test_builtin_values_missing_attribute_caught():
+    run_and_compare(catch_builtin_values, torch.randn(3), fullgraph=True, expected_graphs=1)
+
+
+def test_frozenset_mutation_raises_as_eager():
+    def fn(x):
+        s = frozenset((1, 2, 3))
+        s.discard(2)
+        return x + len(s)
+
+    run_and_compare(fn, torch.randn(3))  # AttributeError, from eager's own frame

@@ -64,7 +64,7 @@ from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import TorchVariable, call_tensor_op, torch_function_involved
 from kiln.frontend.variables.typing_vars import typing_subscript
-from kiln.frontend.variables.user_attrs import class_decides_hasattr
+from kiln.frontend.variables.user_attrs import class_decides_hasattr, load_attr
 from kiln.frontend.variables.user_defined import (
     NewObjectVariable,
     UserDefinedObjectVariable,
@@ -309,7 +309,7 @@ class BuiltinVariable(VariableTracker):
     def _call_getattr(self, tx, obj, name, default=None):
         n = name.as_python_constant()
         if default is None:
-            return obj.var_getattr(tx, n)
+            return load_attr(tx, obj, n)
         if self._call_hasattr(tx, obj, name).value:
             return obj.var_getattr(tx, n)
         return default

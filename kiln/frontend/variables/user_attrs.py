@@ -19,6 +19,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.exceptions import raise_observed
 
 _ABSENT = object()
 
@@ -161,6 +162,14 @@ def class_decides_hasattr(obj, name):
         if c.__module__ not in ("builtins", "collections") and not plain_namedtuple:
             return None
     return instance_static(typ, name, None) is not None
+
+
+def load_attr(tx, obj, name):
+    """`obj.name`; an AttributeError, as Python raises it, where the type alone says it has none."""
+    if class_decides_hasattr(obj, name) is False:  # a frozenset's .add, None.x, a tuple's .append
+        typ = obj.python_type().__name__
+        raise_observed(tx, AttributeError, f"{typ!r} object has no attribute {name!r}")
+    return obj.var_getattr(tx, name)
 
 
 # Note [Objects: descriptors with a Python __get__]
