@@ -141,7 +141,7 @@ def catch_builtin_values(x):
         except AttributeError as e:
             messages.append(str(e))
         try:
-            getattr(value, "nope")
+            getattr(value, "nope")  # noqa: B009 (the builtin, not LOAD_ATTR)
         except AttributeError as e:
             messages.append(str(e))
     return x + len(messages), messages
