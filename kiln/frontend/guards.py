@@ -540,6 +540,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___dispatch_keys": torch._C._dispatch_keys,
         "___untf": untf,  # Note [Guards: tensor subclasses with __torch_function__]
         "___dict_get": dict_get,
+        "___tuple_item": tuple.__getitem__,  # TupleItemSource
         "___plain_attr": object.__getattribute__,  # PlainAttrSource, __dict__
         "___dict_key_at": dict_key_at,  # DictKeyAtSource
         "___weak_key_get": weak_key_get,  # WeakKeyGetSource
