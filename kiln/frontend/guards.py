@@ -325,6 +325,9 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
         grad = torch.is_grad_enabled()
         return [
             f"___is_grad_enabled() is {grad!r}",
+            # (process settings a backend reads when it compiles: the Triton matmul's tf32)
+            f"___deterministic() is {torch._C._get_deterministic_algorithms()!r}",
+            f"___cublas_tf32() is {torch._C._get_cublas_allow_tf32()!r}",
             "___functorch_transform() is None",  # Note [Frames: under torch.func transforms]
             _autocast_guard(namer),
             f"___kiln_config.compiled_autograd is {bool(_config.compiled_autograd)!r}",
@@ -536,6 +539,8 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___storage_id": _storage_id,
         "___device": torch.device,  # keys rendered by source.key_text
         "___is_grad_enabled": torch.is_grad_enabled,
+        "___deterministic": torch._C._get_deterministic_algorithms,
+        "___cublas_tf32": torch._C._get_cublas_allow_tf32,
         "___functorch_transform": torch._C._functorch.peek_interpreter_stack,
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
