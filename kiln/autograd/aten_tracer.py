@@ -272,6 +272,11 @@ class TraceMode(TorchDispatchMode):
         super().__init__()
         self.tracer = tracer
 
+    @classmethod
+    def is_infra_mode(cls):
+        """kiln's own (Note [Frames: under a user's dispatch mode])."""
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if foreign_subclass(types):  # Note [Tracer: wrapper subclasses over fakes]
             return NotImplemented

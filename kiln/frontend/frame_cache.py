@@ -33,6 +33,7 @@ from kiln.frontend.cache_wrappers import (
     module_eager,
 )
 from kiln.frontend.call_through import Router, is_plain, routed_code
+from kiln.frontend.dispatch_modes import modes_off_for_compile
 from kiln.frontend.distributed import HookedModuleCall
 from kiln.frontend.frame_shapes import FrameShapes, changed_dims, changed_floats
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
@@ -425,7 +426,7 @@ class FrameCache:
         try:
             # (kiln reads its inputs' metadata without calling a tensor subclass's
             # __torch_function__: Note [Guards: tensor subclasses with __torch_function__])
-            with torch._C.DisableTorchFunctionSubclass():
+            with torch._C.DisableTorchFunctionSubclass(), modes_off_for_compile():
                 self.observe_shapes(args, kwargs)
                 entry = self.compile(args, kwargs)
         except Unsupported as e:

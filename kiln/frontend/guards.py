@@ -10,6 +10,7 @@ cheap checks (types, identities, constants) come before tensor checks and global
 miss the parts are evaluated one by one to name the first failing guard (the `recompiles` log).
 """
 
+import ast
 import builtins
 import dataclasses
 import enum
@@ -324,6 +325,9 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
         grad = torch.is_grad_enabled()
         return [
             f"___is_grad_enabled() is {grad!r}",
+            # (process settings a backend reads when it compiles: the Triton matmul's tf32)
+            f"___deterministic() is {torch._C._get_deterministic_algorithms()!r}",
+            f"___cublas_tf32() is {torch._C._get_cublas_allow_tf32()!r}",
             "___functorch_transform() is None",  # Note [Frames: under torch.func transforms]
             _autocast_guard(namer),
             f"___kiln_config.compiled_autograd is {bool(_config.compiled_autograd)!r}",
@@ -535,11 +539,14 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___storage_id": _storage_id,
         "___device": torch.device,  # keys rendered by source.key_text
         "___is_grad_enabled": torch.is_grad_enabled,
+        "___deterministic": torch._C._get_deterministic_algorithms,
+        "___cublas_tf32": torch._C._get_cublas_allow_tf32,
         "___functorch_transform": torch._C._functorch.peek_interpreter_stack,
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
         "___untf": untf,  # Note [Guards: tensor subclasses with __torch_function__]
         "___dict_get": dict_get,
+        "___tuple_item": tuple.__getitem__,  # TupleItemSource
         "___plain_attr": object.__getattribute__,  # PlainAttrSource, __dict__
         "___dict_key_at": dict_key_at,  # DictKeyAtSource
         "___weak_key_get": weak_key_get,  # WeakKeyGetSource
@@ -639,5 +646,38 @@ def first_failure(guard, args, kwargs):
         except Exception as e:  # a failing access is a failing guard
             return f"{part}  (raised {type(e).__name__}: {e})"
         if not ok:
-            return part
+            return _with_mismatch(part, ns)
     return None
+
+
+_SHAPE_PART = re.compile(r"^(?P<t>.+)\.shape == (?P<sizes>\([0-9, ]*\))$")
+_SIZE_PART = re.compile(r"^(?P<t>.+)\.size\(\)\[(?P<d>[0-9]+)\] == (?P<n>[0-9]+)$")
+
+
+def _with_mismatch(part, ns):
+    """A failed layout part with the dimension that differs, in the words torch.compile's
+    recompile reasons use (`x.shape == (2, 3) (tensor 'x' size mismatch at index 0. expected
+    2, actual 5)`); other parts as they are."""
+    m = _SHAPE_PART.match(part) or _SIZE_PART.match(part)
+    if m is None:
+        return part
+    name = m.group("t")
+    try:
+        actual = tuple(eval(f"{name}.shape", {"__builtins__": builtins}, ns))
+    except Exception:
+        return part
+    if "sizes" in m.groupdict():
+        expected = ast.literal_eval(m.group("sizes"))
+        if len(expected) != len(actual):
+            what = f"rank mismatch. expected {len(expected)}, actual {len(actual)}"
+            return f"{part} (tensor {name!r} {what})"
+        dims = [d for d, (e, a) in enumerate(zip(expected, actual)) if e != a]
+        if not dims:
+            return part
+        d, want = dims[0], expected[dims[0]]
+    else:
+        d, want = int(m.group("d")), int(m.group("n"))
+        if d >= len(actual):
+            return part
+    what = f"size mismatch at index {d}. expected {want}, actual {actual[d]}"
+    return f"{part} (tensor {name!r} {what})"

@@ -69,6 +69,7 @@ class OutputGraph:
         self._size_nodes = {}  # (tensor node, dim) -> SymNodeVariable of `x.size(dim)`
         self.dynamic_ints = False  # every int input is a size symbol (a size-generic graph)
         self.static_modules = set()  # source names of modules kiln.mark_static marked: ints stay
+        self.array_inputs = {}  # id(ndarray) -> (array, its tensor's variable, source): one each
 
     # --- graph building ---------------------------------------------------------------------
     def create_node(self, kind, target, args, kwargs):

@@ -290,6 +290,27 @@ class DictGetSource(Source):
         return self.source.base()
 
 
+@dataclasses.dataclass(frozen=True)
+class TupleItemSource(Source):
+    """`tuple.__getitem__(base, index)`: an item of a tuple subclass whose class overrides
+    `__getitem__` (a namedtuple's own indexing method is not its storage)."""
+
+    source: Source
+    index: int
+
+    def name(self):
+        return f"___tuple_item({self.source.name()}, {self.index!r})"
+
+    def reconstruct(self, cg):
+        cg.load_object(tuple.__getitem__, push_null=True)
+        self.source.reconstruct(cg)
+        cg.extend(emit.load_const(self.index))
+        cg.extend(_emit.call(2))
+
+    def base(self):
+        return self.source.base()
+
+
 def dict_key_at(obj, index):
     """The `index`-th key of a dict, in its order (MISSING when it has fewer, or is no dict)."""
     if not isinstance(obj, dict):

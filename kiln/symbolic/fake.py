@@ -661,6 +661,11 @@ def same_sizes(a, b):
 class FakeMode(TorchDispatchMode):
     """Outside a trace: every ATen call (factories with SymInt sizes too) runs in fake mode."""
 
+    @classmethod
+    def is_infra_mode(cls):
+        """kiln's own (Note [Frames: under a user's dispatch mode])."""
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if foreign_subclass(types):  # Note [Tracer: wrapper subclasses over fakes]
             return NotImplemented

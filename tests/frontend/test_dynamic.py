@@ -128,6 +128,8 @@ def guard(inputs):
         if not (inputs['x'].size()[0] >= 2): return False
         if not (inputs['y'].size()[0] >= 2): return False
         if not (___is_grad_enabled() is True): return False
+        if not (___deterministic() is False): return False
+        if not (___cublas_tf32() is False): return False
         if not (___functorch_transform() is None): return False
         if not (not ___is_any_autocast_enabled()): return False
         if not (___kiln_config.compiled_autograd is False): return False

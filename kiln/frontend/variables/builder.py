@@ -33,6 +33,7 @@ from kiln.frontend.source import (
     IterRestSource,
     ProxiedDictSource,
     TorchAttrSource,
+    TupleItemSource,
     iter_rest,
     iter_tuple,
     proxied_dict,
@@ -428,7 +429,8 @@ def _wrap(tx, value, source):
         return cls(items, source=source)
     if isinstance(value, tuple) and hasattr(type(value), "_fields"):  # a namedtuple
         guards.add(GuardKind.LIST_LENGTH, source, (type(value), len(value)))
-        items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]
+        item = GetItemSource if type(value).__getitem__ is tuple.__getitem__ else TupleItemSource
+        items = [wrap_value(tx, v, item(source, i)) for i, v in enumerate(value)]
         return TupleVariable(items, tuple_cls=type(value), source=source)
     if type(value) is torch.Size:
         # its items are guarded one by one (ints that change become size symbols)

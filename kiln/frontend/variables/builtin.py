@@ -49,6 +49,7 @@ from kiln.frontend.variables.live_iters import (
     lazy_sources_ok,
 )
 from kiln.frontend.variables.nn_module import NNModuleVariable
+from kiln.frontend.variables.object_new import ObjectNewVariable
 from kiln.frontend.variables.operators import (
     _all_const,
     _foldable,
@@ -441,6 +442,8 @@ class BuiltinVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__", "__module__", "__doc__"):
             return ConstantVariable(getattr(self.fn, name))
+        if self.fn is object and name == "__new__":
+            return ObjectNewVariable()  # Note [Objects: a class's own __new__]
         modelled = stdlib.class_method(self.fn, name) or dicts.class_method(self.fn, name)
         if modelled is not None:
             return modelled

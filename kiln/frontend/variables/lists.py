@@ -101,6 +101,8 @@ class BaseListVariable(VariableTracker):
 
 # (tx, tuple variable, name) -> a member of its class written in Python, or None (namedtuples.py)
 TUPLE_MEMBERS = []
+# the operators a tuple subclass may define in Python: its own run, not tuple's
+_OWN_DUNDERS = frozenset({"__getitem__", "__len__", "__contains__", "__iter__"})
 
 
 class TupleVariable(BaseListVariable):
@@ -143,6 +145,11 @@ class TupleVariable(BaseListVariable):
         return super().var_getattr(tx, name)
 
     def call_method(self, tx, name, args, kwargs):
+        if name in _OWN_DUNDERS and self.tuple_cls is not tuple:
+            for member in TUPLE_MEMBERS:  # `p[i]` of a class with its own __getitem__ ...
+                found = member(tx, self, name)
+                if found is not None:
+                    return found.call_function(tx, args, kwargs)
         fields = getattr(self.tuple_cls, "_fields", None)
         if fields is not None and name == "_replace" and not args:
             unknown = set(kwargs) - set(fields)

@@ -117,6 +117,18 @@ class NNModuleVariable(VariableTracker):
             self._guard_attr_dicts(tx)  # (an attribute set later recompiles)
         return ConstantVariable(found)
 
+    def truthy(self, tx):
+        """bool(module): a container's length (its own __len__); True for a module whose class
+        defines neither __bool__ nor __len__, as for any object."""
+        cls = type(self.value)
+        if isinstance(self.value, _CONTAINERS) and not hasattr(cls, "__bool__"):
+            owner = next(k for k in cls.__mro__ if "__len__" in vars(k))
+            if owner in _CONTAINERS:
+                return self.call_method(tx, "__len__", [], {}).as_python_constant() != 0
+        if not hasattr(cls, "__bool__") and not hasattr(cls, "__len__"):
+            return True
+        unimplemented(f"bool() of a {cls.__name__} (its own __bool__ or __len__)")
+
     def _guard_attr_dicts(self, tx):
         """Guard the keys of the dicts Module.__getattr__ looks in (the instance __dict__,
         _parameters, _buffers, _modules): where an attribute kiln found missing could appear."""

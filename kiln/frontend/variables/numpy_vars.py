@@ -78,7 +78,13 @@ def wrap_array(tx, value, source):
     tx.output.guards.add(GuardKind.TYPE_MATCH, source, np.ndarray)
     flags = AttrSource(AttrSource(source, "flags"), "writeable")
     tx.output.guards.add(GuardKind.CONSTANT_MATCH, flags, True)  # (the graph may write into it)
+    prev = tx.output.array_inputs.get(id(value))
+    if prev is not None:  # the same array read again (under another name): the same input
+        if prev[2] != source:
+            tx.output.guards.add(GuardKind.ALIASING, source, prev[2])
+        return NumpyNdarrayVariable(prev[1], source=source)
     tensor = tx.output.add_graph_input(torch.from_numpy(value), NumpyTensorSource(source))
+    tx.output.array_inputs[id(value)] = (value, tensor, source)
     return NumpyNdarrayVariable(tensor, source=source)
 
 

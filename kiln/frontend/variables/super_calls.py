@@ -9,6 +9,7 @@ from kiln.frontend.variables.dict_objects import DictMethodVariable, DictReadVar
 from kiln.frontend.variables.dicts import DictNewVariable
 from kiln.frontend.variables.exceptions import ExceptionInitVariable
 from kiln.frontend.variables.functions import UserMethodVariable
+from kiln.frontend.variables.object_new import ObjectNewVariable
 from kiln.frontend.variables.user_attrs import ObjectSlotVariable
 from kiln.frontend.variables.user_defined import (
     DICT_BASES,
@@ -52,6 +53,10 @@ class SuperVariable(VariableTracker):
                     return wrap_value(tx, attr, None)  # super(C, C).f: the plain function
                 if owner is not None and name == "__new__" and klass in DICT_BASES:
                     return DictNewVariable(klass)  # super().__new__(cls)
+                if owner is not None and isinstance(attr, staticmethod):
+                    return wrap_value(tx, attr.__func__, None)  # super(C, C).__new__ ...
+                if owner is not None and name == "__new__" and klass is object:
+                    return ObjectNewVariable()  # Note [Objects: a class's own __new__]
                 if owner is not None:
                     unimplemented(f"super(cls, cls).{name} is a {type(attr).__name__}")
                 if isinstance(attr, types.FunctionType):

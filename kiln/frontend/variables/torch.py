@@ -506,11 +506,12 @@ def _qualified(fn):
 
 
 def _is_compiling_query(fn):
-    """torch.compiler.is_compiling / is_dynamo_compiling (without importing torch._dynamo)."""
+    """torch.compiler.is_compiling / is_dynamo_compiling, torch._utils.is_compiling (without
+    importing torch._dynamo)."""
     name = getattr(fn, "__name__", "")
     mod = getattr(fn, "__module__", "") or ""
     return name in ("is_compiling", "is_dynamo_compiling") and (
-        mod.startswith("torch.compiler") or mod.startswith("torch._dynamo")
+        mod.startswith("torch.compiler") or mod.startswith("torch._dynamo") or mod == "torch._utils"
     )
 
 

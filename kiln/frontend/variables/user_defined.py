@@ -49,6 +49,7 @@ from kiln.frontend.variables.functions import (
 from kiln.frontend.variables.instance_dict import instance_dict_view
 from kiln.frontend.variables.lists import TupleVariable, make_deque
 from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
+from kiln.frontend.variables.object_new import ObjectNewVariable
 from kiln.frontend.variables.user_attrs import (
     descriptor_get,
     has_instance_dict,
@@ -78,6 +79,8 @@ class UserDefinedClassVariable(PythonValueVariable):
             if af.is_autograd_function(self.value):
                 return af.AutogradFunctionApplyVariable(self.value, self.source)
         modelled = stdlib.class_method(self.value, name)  # OrderedDict.fromkeys ...
+        if self.value is object and name == "__new__":
+            modelled = ObjectNewVariable()  # Note [Objects: a class's own __new__]
         if modelled is None:
             modelled = dict_class_method(self.value, name)  # SimpleDict.values (dict's)
         if modelled is None and name == "fromkeys":
@@ -178,15 +181,18 @@ class UserDefinedClassVariable(PythonValueVariable):
             made = make(tx, self, args, kwargs)
             if made is not None:
                 return made
-        if dict_base(cls) is not None and _plain_class(cls, own_new=True):
+        if _plain_class(cls, own_new=True):
             new = inspect.getattr_static(cls, "__new__")
-            if isinstance(new, staticmethod):  # Note [Dicts: __new__ of subclasses]
+            if isinstance(new, staticmethod):  # Notes [Dicts: __new__ of subclasses],
+                # [Objects: a class's own __new__] (object_new.py)
                 src = AttrSource(self.source, "__new__") if self.source is not None else None
                 obj = inline_call(tx, new.__func__, [self, *args], kwargs, src)
-                if not (isinstance(obj, NewObjectVariable) and obj.cls is cls):
+                if isinstance(obj, NewObjectVariable) and obj.cls is cls:
+                    obj.class_source = self.source
+                    return self._init(tx, obj, args, kwargs)
+                if issubclass(obj.python_type(), cls):
                     unimplemented(f"{cls.__qualname__}.__new__ returns {obj}")
-                obj.class_source = self.source
-                return self._init(tx, obj, args, kwargs)
+                return obj  # (not an instance of cls: no __init__)
         if _plain_class(cls):
             obj = NewObjectVariable(cls)
             obj.class_source = self.source
@@ -453,12 +459,12 @@ def _plain_metaclass(meta):
 def _plain_class(cls, own_new=False):
     """A class whose instances kiln can build itself: plain attribute bags, and subclasses of
     dict/OrderedDict (Hugging Face's ModelOutput dataclasses) whose other bases are Python.
-    own_new: a dict subclass may have a Python __new__ (inlined by the caller)."""
+    own_new: the class may have a Python __new__ (inlined by the caller)."""
     if not _plain_metaclass(type(cls)) or getattr(cls, "__abstractmethods__", None):
         return False  # (an abstract class: Python raises)
     base = dict_base(cls)
     python_new = isinstance(inspect.getattr_static(cls, "__new__"), staticmethod)
-    if not (own_new and base is not None and python_new) and cls.__new__ is not (
+    if not (own_new and python_new) and cls.__new__ is not (
         object.__new__ if base is None else dict.__new__
     ):
         return False

@@ -207,13 +207,27 @@ class ObjectCompareVariable(VariableTracker):
 def user_truthy(tx, var):
     """bool(obj): __bool__, else __len__ != 0, else True."""
     result = call_dunder(tx, var, "__bool__", [])
+    name = "__bool__"
     if result is None:
+        name = "__len__"
         result = call_dunder(tx, var, "__len__", [])
         if result is None:
             return True
     if not result.is_python_constant():
         unimplemented(f"bool() of a {var.python_type().__name__}: not a constant")
-    return bool(result.as_python_constant())
+    value = result.as_python_constant()
+    # (Python checks what the method returned: a bool, or a non-negative int)
+    if name == "__bool__" and type(value) is not bool:
+        raise_observed(
+            tx, TypeError, f"__bool__ should return bool, returned {type(value).__name__}"
+        )
+    if name == "__len__" and not isinstance(value, int):
+        raise_observed(
+            tx, TypeError, f"'{type(value).__name__}' object cannot be interpreted as an integer"
+        )
+    if name == "__len__" and value < 0:
+        raise_observed(tx, ValueError, "__len__() should return >= 0")
+    return bool(value)
 
 
 def user_iter_items(tx, var):
