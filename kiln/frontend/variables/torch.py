@@ -214,6 +214,15 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         unimplemented(
             f"{what} on a tensor subclass with __torch_function__ (not traced through it)"
         )
+    rg = kwargs.get("requires_grad")
+    if rg is not None and (not rg.is_python_constant() or rg.as_python_constant()):
+        # Note [Torch: factories with requires_grad=True]
+        # `torch.ones(2, requires_grad=True)` makes a new leaf that wants a gradient of its own.
+        # Inside a graph it is an intermediate: an AOT plan whose inputs need no grad runs as
+        # inference (the leaf came back not requiring grad), and with inputs that do, the leaf
+        # is no input of the compiled node, so no gradient could reach it. Made eagerly, it is
+        # the user's leaf (torch.compile breaks the graph there too).
+        unimplemented(f"{what} with requires_grad=True (a new leaf) inside the compiled frame")
     args, kwargs = unspec_float.settle_args(target, args, kwargs, has_tensor)
     if _mutates(target, kwargs) and any(
         getattr(a, "wrapper_subclass", False) for a in [*args, *kwargs.values()]
