@@ -193,6 +193,21 @@ class _Unpack:
 
 
 _META_FALLBACKS = []  # (tx, target, args, kwargs) -> a variable, or None
+_SET_HOOKS_TRACING = getattr(torch._C._autograd, "_saved_tensors_hooks_set_tracing", None)
+
+
+@contextlib.contextmanager
+def _quiet_saved_tensor_hooks():
+    """The user's saved-tensor hooks do not run on an op's meta example (eager runs them once,
+    when the op runs; the graph's run does that)."""
+    if _SET_HOOKS_TRACING is None:
+        yield
+        return
+    prev = _SET_HOOKS_TRACING(True)
+    try:
+        yield
+    finally:
+        _SET_HOOKS_TRACING(prev)
 
 
 def register_meta_fallback(fn):
@@ -257,7 +272,7 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         return target(*margs, **mkwargs)
 
     try:
-        with ctx:
+        with ctx, _quiet_saved_tensor_hooks():
             if _mutates(target, kwargs):
                 result = run(meta_args, meta_kwargs)
             else:  # Note [Autocast: meta examples]
