@@ -119,6 +119,8 @@ def fold(tx, fn, args, kwargs):
         return _torch_check(tx, args[0])
     if fn is torch._C._dispatch_keys and len(args) == 1 and not kwargs:
         return _dispatch_keys(tx, args[0])
+    if fn is _mode_stack and not args and not kwargs:
+        return _dispatch_mode_stack(tx)
     if fn in _PURE and all(a.is_python_constant() for a in [*args, *kwargs.values()]):
         cargs = [a.as_python_constant() for a in args]
         ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
@@ -143,6 +145,29 @@ def fold(tx, fn, args, kwargs):
     if isinstance(value, torch._C.DispatchKeySet):
         return ConstantObjectVariable(value)
     return ConstantVariable(value)
+
+
+# Note [Torch: the dispatch mode stack]
+# `torch.utils._python_dispatch._get_current_dispatch_mode_stack()` is asked by library code that
+# looks for a tracer's mode (nn.MultiheadAttention's fast path asks `_is_make_fx_tracing()`). With
+# no Python dispatch mode active the answer is an empty list, folded with a guard that no mode is
+# active at run time either; under an active mode (the objects themselves) the call is a break.
+_mode_stack = torch.utils._python_dispatch._get_current_dispatch_mode_stack
+
+
+def _dispatch_mode_stack(tx):
+    """The folded (empty) stack of active Python dispatch modes."""
+    from kiln.frontend.variables.lists import ListVariable
+
+    if _mode_stack():
+        unimplemented("_get_current_dispatch_mode_stack under an active dispatch mode")
+    tx.output.guards.add(GuardKind.STATE_QUERY, None, (_no_dispatch_mode, True))
+    return ListVariable([])
+
+
+def _no_dispatch_mode():
+    """Whether no Python dispatch mode is active (the guard of a folded mode stack)."""
+    return not _mode_stack()
 
 
 # Note [Torch: dispatch keys of a traced tensor]
