@@ -55,8 +55,25 @@ def _table():
     return rows
 
 
-# pure functions of dtypes: folded when every argument is a constant
-_PURE = (torch.promote_types, torch.can_cast)
+# pure functions of dtypes: folded when every argument is a constant (torch._prims_common's
+# dtype helpers: elementwise_dtypes's promotion walks them)
+_PURE = (torch.promote_types, torch.can_cast) + tuple(
+    getattr(torch._prims_common, name)
+    for name in (
+        "dtype_to_type",
+        "type_to_dtype",
+        "get_higher_type",
+        "get_higher_dtype",
+        "is_boolean_dtype",
+        "is_integer_dtype",
+        "is_float_dtype",
+        "is_complex_dtype",
+        "corresponding_real_dtype",
+        "corresponding_complex_dtype",
+        "get_computation_dtype",
+    )
+    if hasattr(torch._prims_common, name)
+)
 
 
 QUERIES = _table()
@@ -125,9 +142,14 @@ def fold(tx, fn, args, kwargs):
         cargs = [a.as_python_constant() for a in args]
         ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
         try:
-            return ConstantVariable(fn(*cargs, **ckwargs))
+            value = fn(*cargs, **ckwargs)
         except Exception:
             return None  # (the call runs where it raises)
+        if isinstance(value, type):  # (dtype_to_type: `float`, compared with `is float`)
+            from kiln.frontend.variables.base import wrap_constant_like
+
+            return wrap_constant_like(tx, value)
+        return ConstantVariable(value)
     if args or kwargs or not is_query(fn):
         return None
     if fn is torch._C._are_functorch_transforms_active and tx.output.__dict__.get("vmap_levels"):
