@@ -18,7 +18,9 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables.base import wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.lists import ListVariable
 from kiln.frontend.variables.misc import ConstantObjectVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 
@@ -146,8 +148,6 @@ def fold(tx, fn, args, kwargs):
         except Exception:
             return None  # (the call runs where it raises)
         if isinstance(value, type):  # (dtype_to_type: `float`, compared with `is float`)
-            from kiln.frontend.variables.base import wrap_constant_like
-
             return wrap_constant_like(tx, value)
         return ConstantVariable(value)
     if args or kwargs or not is_query(fn):
@@ -179,8 +179,6 @@ _mode_stack = torch.utils._python_dispatch._get_current_dispatch_mode_stack
 
 def _dispatch_mode_stack(tx):
     """The folded (empty) stack of active Python dispatch modes."""
-    from kiln.frontend.variables.lists import ListVariable
-
     if _mode_stack():
         unimplemented("_get_current_dispatch_mode_stack under an active dispatch mode")
     tx.output.guards.add(GuardKind.STATE_QUERY, None, (_no_dispatch_mode, True))

@@ -5,6 +5,7 @@ import weakref
 from kiln.exc import unimplemented
 from kiln.frontend.source import LocalSource
 from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.optim import _dropped_by_frame
 from kiln.frontend.variables.user_defined import INSTANCE_MAKERS
 
 # Note [Weak refs: made]
@@ -26,8 +27,6 @@ class NewWeakRefVariable(VariableTracker):
         return weakref.ReferenceType
 
     def call_function(self, tx, args, kwargs):
-        from kiln.frontend.variables.optim import _dropped_by_frame
-
         if args or kwargs:
             unimplemented("a weak reference called with arguments")
         real = _argument_value(tx, self.referent)
