@@ -52,7 +52,9 @@ def test_staticmethod_through_two_argument_super():
     def f(x):
         return mid_cls.shifted(x)
 
-    torch.testing.assert_close(kiln.compile(f, fullgraph=True)(torch.ones(2)), torch.full((2,), 8.0))
+    torch.testing.assert_close(
+        kiln.compile(f, fullgraph=True)(torch.ones(2)), torch.full((2,), 8.0)
+    )
 
 
 def test_rebinding_the_free_variable_is_seen():
