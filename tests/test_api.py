@@ -210,3 +210,13 @@ def test_counters_frames():
     assert kiln.counters["frames"]["total"] == 2
     assert kiln.counters["frames"]["ok"] == 2
     assert kiln.counters["stats"]["calls_captured"] == 2
+
+
+def test_compiled_module_truthiness_and_len_follow_the_module():
+    empty, full = torch.nn.ModuleList(), torch.nn.ModuleList([torch.nn.ReLU(), torch.nn.Tanh()])
+    assert not kiln.compile(empty)
+    assert kiln.compile(full) and len(kiln.compile(full)) == 2
+    assert bool(kiln.compile(torch.nn.Linear(2, 2)))  # no __len__: truthy, as the module
+    with pytest.raises(TypeError):
+        len(kiln.compile(torch.nn.Linear(2, 2)))
+    assert not kiln.disable(empty) and len(kiln.disable(full)) == 2

@@ -115,6 +115,7 @@ class _Plan:
     rebuild: object = (
         None  # (args, graph outputs) -> the user's outputs (Note [AOT: the call's epilogue])
     )
+    no_grad_inputs: tuple = ()  # inputs requiring grad that get none: Note [AOT: no-grad inputs]
 
     def tangents_from(self, grads, shapes=None):
         """The backward graph's tangents from the node's grads (None -> zeros), and which were given.
@@ -319,6 +320,7 @@ class JointTrace:
     out_spec: object
     lifted: list  # closed-over tensors requiring grad: extra CompiledFunction inputs
     flat: list = None  # the traced outputs (values the forward returned)
+    no_grad_inputs: tuple = ()  # inputs requiring grad whose gradient is structurally None
 
 
 def trace_joint(fn, inputs, decompositions=None, examples=None):
@@ -363,9 +365,19 @@ def trace_joint(fn, inputs, decompositions=None, examples=None):
             got = torch.autograd.grad(diff_vals, wrt, tangents, allow_unused=True)
         grads = list(got)
     tracer.output(tuple(outs) + tuple(grads))
+    no_grad = tuple(i for i, g in zip(grad_inputs, grads) if g is None)
     grad_inputs = grad_inputs + [len(primals) + j for j in range(len(lifted))]
     return JointTrace(
-        tracer.graph_module(), meta, outputs, graph_idx, diff, grad_inputs, spec, lifted, flat
+        tracer.graph_module(),
+        meta,
+        outputs,
+        graph_idx,
+        diff,
+        grad_inputs,
+        spec,
+        lifted,
+        flat,
+        no_grad,
     )
 
 
@@ -439,6 +451,7 @@ def compile_training(
         grad_deps=grad_deps,
         fw_graph=fw_gm,
         bw_graph=bw_gm,
+        no_grad_inputs=jt.no_grad_inputs,
     )
     plan.function = _make_function(plan)
     return plan
@@ -657,9 +670,21 @@ class AOTCompiled:
         return rebuild(args, outs)
 
 
+# Note [AOT: no-grad inputs]
+# An input that requires grad but that no differentiable output depends on (`b @ e.detach()` with
+# e requiring grad) gets a None gradient in the joint trace. Handed to the autograd.Function as it
+# is, it would still be an edge of the compiled node: the engine then runs e's own history
+# during the backward even though the node returns None for it, which raises when that history
+# was already freed by an earlier `.backward()` (a GAN step: the generator's loss backward, then
+# the discriminator's on `e.detach()`). Eager records no edge there, so such an input is passed
+# detached: the node's edges are those of eager's graph.
 def _run(plan, args):
     """The plan's forward on the call's args: through its autograd.Function when it has one."""
     if plan.function is not None:
+        if plan.no_grad_inputs:
+            args = list(args)
+            for i in plan.no_grad_inputs:
+                args[i] = args[i].detach()
         return plan.function.apply(*args, *plan.lifted)
     if torch._C.is_grad_enabled():  # (not torch.no_grad(): a Python context costs ~1 us a call)
         torch._C._set_grad_enabled(False)

@@ -228,6 +228,7 @@ class _Functionalizer:
         if old is root:
             raise AssertionError("root value always current")
         p, op, args, kwargs = self.parent[old]
+        _check_as_strided(op, p, root)
         if isinstance(op, _SplitItem):
             multi = self.emit(op.func, (self.get(p), *self.map(op.args)), self.map(op.kwargs))
             new = self.emit(operator.getitem, (multi, op.i), name=old.name)
@@ -252,6 +253,7 @@ class _Functionalizer:
             value = self.emit(aten.expand.default, (value, list(oval.shape)))
         if old is not root:
             p, op, args, kwargs = self.parent[old]
+            _check_as_strided(op, p, root)
             self.write(p, self.scatter(self.get(p), value, op, self.map(args), self.map(kwargs), p))
         else:
             self.version[root] += 1
@@ -575,3 +577,18 @@ def functionalize(gm):
     f = _Functionalizer(gm)
     new = f.run()
     return FunctionalizeResult(new, f.mutated_inputs, f.mutated_constants, f.output_aliases)
+
+
+# Note [Functionalize: as_strided of a view]
+# `as_strided` reads its sizes and strides against the storage, not against the tensor it is
+# called on: `a.diagonal().as_strided((2,), (1,), 0)` is a's first two elements. Replayed on the
+# functional value of the diagonal (a tensor of its own) or written back with as_strided_scatter
+# into it, it would address the diagonal's elements instead (the write landed on a[0, 0] and
+# a[1, 1]). Only as_strided of a root (a graph input or a fresh tensor) is rewritten; through a
+# view, a mutation or a read after one is refused (torch.compile refuses it as well).
+def _check_as_strided(op, parent, root):
+    if op is aten.as_strided.default and parent is not root:
+        raise Unsupported(
+            "functionalize: as_strided of a view meets a mutation (its strides address the "
+            "storage, not the view)"
+        )

@@ -85,6 +85,13 @@ class _ModuleView(torch.nn.Module):
     def __dir__(self):
         return dir(self.__dict__["_orig_mod"])
 
+    # (Python finds dunders on the class, not through __getattr__: an empty ModuleList is falsy)
+    def __bool__(self):
+        return bool(self.__dict__["_orig_mod"])
+
+    def __len__(self):
+        return len(self.__dict__["_orig_mod"])
+
 
 class DisabledModule(_ModuleView):
     """`kiln.disable(module)`: calls run the module in Python (its hooks included) and compiled

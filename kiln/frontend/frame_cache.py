@@ -553,6 +553,9 @@ class FrameCache:
             # translator can sit in reference cycles with what it made, the iterator steps of
             # its last instruction hold its variables (Note [Finalizers: locals])
             tx.__dict__.clear()
+            # (so does the output graph: its graph inputs and guards hold the real values it read,
+            # a parameter's .grad kept alive after `zero_grad()` until the next collection)
+            output.__dict__.clear()
             del ITER_UNDO[steps:]
 
     def _trace(self, fn, output, tx):

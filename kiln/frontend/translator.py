@@ -13,6 +13,7 @@ only version with torch here); the 3.12/3.13 handlers follow the `dis` documenta
 import inspect
 import linecache
 import sys
+import types
 
 import torch
 
@@ -24,7 +25,14 @@ from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
 from kiln.frontend.entered import withs_to_rewind
 from kiln.frontend.indexed_insts import decode
 from kiln.frontend.jump_ops import JumpOpsMixin
-from kiln.frontend.source import AttrSource, ClosureSource, GetItemSource, GlobalSource, LocalSource
+from kiln.frontend.source import (
+    AttrSource,
+    ClosureSource,
+    ConstSource,
+    GetItemSource,
+    GlobalSource,
+    LocalSource,
+)
 from kiln.frontend.value_ops import ValueOpsMixin
 from kiln.frontend.variables.base import VariableTracker, next_serial, probe, wrap_loaded
 from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
@@ -410,8 +418,22 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 return wrap_constant_like(self, value)
             if isinstance(value, VariableTracker):
                 return value
-            unimplemented(f"free variable {name!r} of a function reached without a source")
+            if not isinstance(value, (type, types.FunctionType)):
+                unimplemented(f"free variable {name!r} of a function reached without a source")
+            source = self._pinned_cell(cell)
         return wrap_loaded(self, value, source)
+
+    def _pinned_cell(self, cell):
+        """Note [Closures: cells of functions without a source]
+        A method found through super() or a function made before the frame and reached through
+        no source still reads its free variables (a local class of the test or model code) from
+        its cells. A cell holding a class or function is pinned as a global of the guard and of
+        the transformed code, and read as `cell.cell_contents` from there: guarded like any
+        other value (its identity), so a rebinding of the variable is seen."""
+        pinned = f"___kiln_cell_{id(cell)}"
+        self.output.extra_globals[pinned] = cell
+        self.output.root_fn.__globals__[pinned] = cell
+        return AttrSource(ConstSource(pinned), "cell_contents")
 
     def STORE_DEREF(self, inst):
         name = inst.argval

@@ -68,7 +68,9 @@ from kiln.frontend.variables import (
     unbacked,
     unspec_float,
     user_modules,  # noqa: F401  (registers user modules built in the frame)
+    value_checked,  # noqa: F401  (registers F.one_hot as a break)
     weak_dicts,
+    weak_refs,  # noqa: F401  (registers weakref.ref of a frame argument)
 )
 from kiln.frontend.variables.base import lookup_hooked, probe, register_builder
 from kiln.frontend.variables.builtin import BuiltinVariable

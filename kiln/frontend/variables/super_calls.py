@@ -51,6 +51,8 @@ class SuperVariable(VariableTracker):
                     return UserMethodVariable(attr.__func__, cls_var)
                 if owner is not None and isinstance(attr, types.FunctionType):
                     return wrap_value(tx, attr, None)  # super(C, C).f: the plain function
+                if owner is not None and isinstance(attr, staticmethod):
+                    return wrap_value(tx, attr.__func__, None)  # super(C, C).f of a staticmethod
                 if owner is not None and name == "__new__" and klass in DICT_BASES:
                     return DictNewVariable(klass)  # super().__new__(cls)
                 if owner is not None and isinstance(attr, staticmethod):

@@ -193,6 +193,21 @@ class _Unpack:
 
 
 _META_FALLBACKS = []  # (tx, target, args, kwargs) -> a variable, or None
+_SET_HOOKS_TRACING = getattr(torch._C._autograd, "_saved_tensors_hooks_set_tracing", None)
+
+
+@contextlib.contextmanager
+def _quiet_saved_tensor_hooks():
+    """The user's saved-tensor hooks do not run on an op's meta example (eager runs them once,
+    when the op runs; the graph's run does that)."""
+    if _SET_HOOKS_TRACING is None:
+        yield
+        return
+    prev = _SET_HOOKS_TRACING(True)
+    try:
+        yield
+    finally:
+        _SET_HOOKS_TRACING(prev)
 
 
 def register_meta_fallback(fn):
@@ -214,6 +229,15 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         unimplemented(
             f"{what} on a tensor subclass with __torch_function__ (not traced through it)"
         )
+    rg = kwargs.get("requires_grad")
+    if rg is not None and (not rg.is_python_constant() or rg.as_python_constant()):
+        # Note [Torch: factories with requires_grad=True]
+        # `torch.ones(2, requires_grad=True)` makes a new leaf that wants a gradient of its own.
+        # Inside a graph it is an intermediate: an AOT plan whose inputs need no grad runs as
+        # inference (the leaf came back not requiring grad), and with inputs that do, the leaf
+        # is no input of the compiled node, so no gradient could reach it. Made eagerly, it is
+        # the user's leaf (torch.compile breaks the graph there too).
+        unimplemented(f"{what} with requires_grad=True (a new leaf) inside the compiled frame")
     args, kwargs = unspec_float.settle_args(target, args, kwargs, has_tensor)
     if _mutates(target, kwargs) and any(
         getattr(a, "wrapper_subclass", False) for a in [*args, *kwargs.values()]
@@ -248,7 +272,7 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         return target(*margs, **mkwargs)
 
     try:
-        with ctx:
+        with ctx, _quiet_saved_tensor_hooks():
             if _mutates(target, kwargs):
                 result = run(meta_args, meta_kwargs)
             else:  # Note [Autocast: meta examples]

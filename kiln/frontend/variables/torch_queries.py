@@ -18,7 +18,9 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.variables.base import wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.lists import ListVariable
 from kiln.frontend.variables.misc import ConstantObjectVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 
@@ -55,8 +57,25 @@ def _table():
     return rows
 
 
-# pure functions of dtypes: folded when every argument is a constant
-_PURE = (torch.promote_types, torch.can_cast)
+# pure functions of dtypes: folded when every argument is a constant (torch._prims_common's
+# dtype helpers: elementwise_dtypes's promotion walks them)
+_PURE = (torch.promote_types, torch.can_cast) + tuple(
+    getattr(torch._prims_common, name)
+    for name in (
+        "dtype_to_type",
+        "type_to_dtype",
+        "get_higher_type",
+        "get_higher_dtype",
+        "is_boolean_dtype",
+        "is_integer_dtype",
+        "is_float_dtype",
+        "is_complex_dtype",
+        "corresponding_real_dtype",
+        "corresponding_complex_dtype",
+        "get_computation_dtype",
+    )
+    if hasattr(torch._prims_common, name)
+)
 
 
 QUERIES = _table()
@@ -119,13 +138,18 @@ def fold(tx, fn, args, kwargs):
         return _torch_check(tx, args[0])
     if fn is torch._C._dispatch_keys and len(args) == 1 and not kwargs:
         return _dispatch_keys(tx, args[0])
+    if fn is _mode_stack and not args and not kwargs:
+        return _dispatch_mode_stack(tx)
     if fn in _PURE and all(a.is_python_constant() for a in [*args, *kwargs.values()]):
         cargs = [a.as_python_constant() for a in args]
         ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
         try:
-            return ConstantVariable(fn(*cargs, **ckwargs))
+            value = fn(*cargs, **ckwargs)
         except Exception:
             return None  # (the call runs where it raises)
+        if isinstance(value, type):  # (dtype_to_type: `float`, compared with `is float`)
+            return wrap_constant_like(tx, value)
+        return ConstantVariable(value)
     if args or kwargs or not is_query(fn):
         return None
     if fn is torch._C._are_functorch_transforms_active and tx.output.__dict__.get("vmap_levels"):
@@ -143,6 +167,27 @@ def fold(tx, fn, args, kwargs):
     if isinstance(value, torch._C.DispatchKeySet):
         return ConstantObjectVariable(value)
     return ConstantVariable(value)
+
+
+# Note [Torch: the dispatch mode stack]
+# `torch.utils._python_dispatch._get_current_dispatch_mode_stack()` is asked by library code that
+# looks for a tracer's mode (nn.MultiheadAttention's fast path asks `_is_make_fx_tracing()`). With
+# no Python dispatch mode active the answer is an empty list, folded with a guard that no mode is
+# active at run time either; under an active mode (the objects themselves) the call is a break.
+_mode_stack = torch.utils._python_dispatch._get_current_dispatch_mode_stack
+
+
+def _dispatch_mode_stack(tx):
+    """The folded (empty) stack of active Python dispatch modes."""
+    if _mode_stack():
+        unimplemented("_get_current_dispatch_mode_stack under an active dispatch mode")
+    tx.output.guards.add(GuardKind.STATE_QUERY, None, (_no_dispatch_mode, True))
+    return ListVariable([])
+
+
+def _no_dispatch_mode():
+    """Whether no Python dispatch mode is active (the guard of a folded mode stack)."""
+    return not _mode_stack()
 
 
 # Note [Torch: dispatch keys of a traced tensor]

@@ -1,0 +1,65 @@
+"""`weakref.ref(x)` made while tracing, of a value the caller holds (Note [Weak refs: made])."""
+
+import weakref
+
+from kiln.exc import unimplemented
+from kiln.frontend.source import LocalSource
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.optim import _dropped_by_frame
+from kiln.frontend.variables.user_defined import INSTANCE_MAKERS
+
+# Note [Weak refs: made]
+# `r = weakref.ref(x)` in a compiled frame, for an argument x of the frame (a tensor or an object
+# the caller passed): calling r gives x back, as eager's does while x is alive, and the frame does
+# not let go of it (the check of Note [Optimizers: weak references] breaks otherwise). A reference
+# that would leave the frame (returned, stored) is not rebuilt: a break. Anything else (a referent made in the frame, whose life depends on reference counts eager
+# has and a trace does not, a callback, weakref subclasses) stays a break.
+
+
+class NewWeakRefVariable(VariableTracker):
+    """A `weakref.ref` of a frame argument, made while tracing."""
+
+    def __init__(self, referent, **kw):
+        super().__init__(**kw)
+        self.referent = referent
+
+    def python_type(self):
+        return weakref.ReferenceType
+
+    def call_function(self, tx, args, kwargs):
+        if args or kwargs:
+            unimplemented("a weak reference called with arguments")
+        real = _argument_value(tx, self.referent)
+        if real is None or _dropped_by_frame(tx, real):
+            unimplemented("calling a weak reference to an object the frame let go of")
+        return self.referent
+
+    def reconstruct(self, cg):
+        unimplemented("a weak reference made in the frame outlives it (not rebuilt)")
+
+
+def _root(tx):
+    while getattr(tx, "parent", None) is not None:
+        tx = tx.parent
+    return tx
+
+
+def _argument_value(tx, var):
+    """The real argument of the root frame that `var` stands for, else None."""
+    source = getattr(var, "source", None)
+    if not isinstance(source, LocalSource):
+        return None
+    values = getattr(_root(tx), "arg_values", {})
+    return values.get(source.local_name) if source.local_name in values else None
+
+
+def make_weak_ref(tx, cls_var, args, kwargs):
+    """`weakref.ref(x)` of a frame argument (or None: another maker, or a break)."""
+    if cls_var.value is not weakref.ref or kwargs or len(args) != 1:
+        return None
+    if _argument_value(tx, args[0]) is None:
+        unimplemented("weakref.ref of a value that is not an argument of the frame")
+    return NewWeakRefVariable(args[0])
+
+
+INSTANCE_MAKERS.append(make_weak_ref)

@@ -1,0 +1,46 @@
+"""weakref.ref(x) of a frame argument, made and called inside a compiled frame."""
+
+import weakref
+
+import pytest
+import torch
+
+import kiln
+
+
+def _scaled_through_ref(x, y):
+    r = weakref.ref(x)
+    return r() * y
+
+
+class _Box:
+    pass
+
+
+def _same_object(o, x):
+    r = weakref.ref(o)
+    return x + 1, r() is o
+
+
+def test_tensor_argument_through_a_new_ref():
+    x, y = torch.randn(4), torch.randn(4)
+    out = kiln.compile(_scaled_through_ref, fullgraph=True)(x, y)
+    torch.testing.assert_close(out, x * y)
+
+
+def test_object_argument_through_a_new_ref():
+    out, same = kiln.compile(_same_object, fullgraph=True)(_Box(), torch.ones(1))
+    assert same is True
+    torch.testing.assert_close(out, torch.full((1,), 2.0))
+
+
+def _returns_ref(t):
+    t = t * 2
+    return weakref.ref(t), t
+
+
+def test_ref_of_a_frame_made_value_runs_eagerly():
+    with pytest.raises(kiln.exc.Unsupported):
+        kiln.compile(_returns_ref, fullgraph=True)(torch.ones(2))
+    r, t = kiln.compile(_returns_ref, backend="eager")(torch.ones(2))
+    assert r() is t
