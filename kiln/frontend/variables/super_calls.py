@@ -55,8 +55,6 @@ class SuperVariable(VariableTracker):
                     return wrap_value(tx, attr.__func__, None)  # super(C, C).f of a staticmethod
                 if owner is not None and name == "__new__" and klass in DICT_BASES:
                     return DictNewVariable(klass)  # super().__new__(cls)
-                if owner is not None and isinstance(attr, staticmethod):
-                    return wrap_value(tx, attr.__func__, None)  # super(C, C).__new__ ...
                 if owner is not None and name == "__new__" and klass is object:
                     return ObjectNewVariable()  # Note [Objects: a class's own __new__]
                 if owner is not None:
