@@ -159,7 +159,10 @@ class ShapeEnv:
             raise Unsupported(
                 f"data-dependent: {expr} needs a value read from tensor data (`.item()`)"
             )
-        value = expr.xreplace({k: sympy.Integer(v) for k, v in self.var_to_val.items()})
+        values = self.var_to_val
+        value = expr.xreplace(
+            {k: sympy.Integer(values[k]) for k in expr.free_symbols if k in values}
+        )
         if isinstance(value, sympy.logic.boolalg.BooleanAtom):
             return bool(value)
         return int(value) if value.is_Integer else value
@@ -194,7 +197,7 @@ class ShapeEnv:
             s: sympy.Dummy(nonnegative=True, integer=True) + MIN_SYMBOL_VALUE for s in size_symbols
         }
         diff = sympy.expand((fact.lhs - fact.rhs).xreplace(shifted))
-        sign = (
+        sign = _sum_sign(diff) or (
             diff.is_positive,
             diff.is_nonnegative,
             diff.is_zero,
@@ -297,11 +300,13 @@ class ShapeEnv:
                 facts.append(sympy.Eq(sym, value, evaluate=False))
             if value is None or not value.is_Number:  # a replaced symbol keeps its range
                 facts.append(sympy.Ge(sym, MIN_SYMBOL_VALUE, evaluate=False))
+        seen = set(facts)  # (a set: thousands of facts compared pairwise took seconds)
         for g in self.guards:
             g = self.substitute(g)
             if g is sympy.true:
                 continue
-            if g not in facts:
+            if g not in seen:
+                seen.add(g)
                 facts.append(g)
         return facts
 
@@ -326,6 +331,51 @@ class ShapeEnv:
             extra = f" = {repl}" if repl is not None else ""
             lines.append(f"{sym} (hint {hint}) from {self.var_to_source[sym]}{extra}")
         return "\n".join(lines)
+
+
+# Note [Shapes: signs of sums of sizes]
+# _static_value asks sympy for the sign of `lhs - rhs` over nonnegative integer dummies (each
+# size symbol shifted by its minimum). Most facts are a size against a constant or two sizes
+# against each other: a constant plus dummies with coefficients +1/-1. Their sign is read
+# off directly: with only +1 terms the values are every integer from the constant up, with only
+# -1 terms every integer from the constant down, with both every integer. Sympy's assumption
+# queries answer the same (checked on random sums) but take milliseconds each, which made
+# `x in d` over a deque of hundreds of size-symbol ints take tens of seconds to trace.
+
+
+def _sum_sign(diff):
+    """(positive, nonnegative, zero, negative, nonpositive) of a constant plus +-1 times
+    nonnegative integer dummies (None where undecided); None for any other expression."""
+    const, signs = sympy.S.Zero, set()
+    for term, coeff in diff.as_coefficients_dict().items():
+        if term is sympy.S.One:
+            const = coeff
+        elif (
+            isinstance(term, sympy.Dummy)
+            and coeff in (1, -1)
+            and term.is_nonnegative
+            and term.is_integer
+        ):
+            signs.add(int(coeff))
+        else:
+            return None
+    if not const.is_Integer:
+        return None
+    c = int(const)
+    if not signs:
+        return (c > 0, c >= 0, c == 0, c < 0, c <= 0)
+    if signs == {1}:  # c, c + 1, c + 2, ...
+        up = (c > 0 or None, c >= 0 or None)
+        return (*up, False if c > 0 else None, False if c >= 0 else None, False if c > 0 else None)
+    if signs == {-1}:  # c, c - 1, c - 2, ...
+        down = (c < 0 or None, c <= 0 or None)
+        return (
+            False if c <= 0 else None,
+            False if c < 0 else None,
+            False if c < 0 else None,
+            *down,
+        )
+    return (None,) * 5
 
 
 def _bounded_mod(a, b):
