@@ -190,20 +190,23 @@ class ShapeEnv:
         if not isinstance(fact, sympy.core.relational.Relational):
             return None
         size_symbols = fact.free_symbols - self.unbacked
-        fact = fact.replace(sympy.Mod, _bounded_mod)  # 0 <= Mod(e, k) <= k - 1 for integer k > 0
-        if isinstance(fact, sympy.logic.boolalg.BooleanAtom):
-            return bool(fact)
-        shifted = {
-            s: sympy.Dummy(nonnegative=True, integer=True) + MIN_SYMBOL_VALUE for s in size_symbols
-        }
-        diff = sympy.expand((fact.lhs - fact.rhs).xreplace(shifted))
-        sign = _sum_sign(diff) or (
-            diff.is_positive,
-            diff.is_nonnegative,
-            diff.is_zero,
-            diff.is_negative,
-            diff.is_nonpositive,
-        )
+        sign = _linear_sign(fact.lhs, fact.rhs, size_symbols)
+        if sign is None:
+            fact = fact.replace(sympy.Mod, _bounded_mod)  # 0 <= Mod(e, k) <= k - 1, integer k > 0
+            if isinstance(fact, sympy.logic.boolalg.BooleanAtom):
+                return bool(fact)
+            shifted = {
+                s: sympy.Dummy(nonnegative=True, integer=True) + MIN_SYMBOL_VALUE
+                for s in size_symbols
+            }
+            diff = sympy.expand((fact.lhs - fact.rhs).xreplace(shifted))
+            sign = _sum_sign(diff) or (
+                diff.is_positive,
+                diff.is_nonnegative,
+                diff.is_zero,
+                diff.is_negative,
+                diff.is_nonpositive,
+            )
         pos, nonneg, zero, neg, nonpos = sign
         table = {
             sympy.Eq: True if zero else (False if (pos or neg) else None),
@@ -343,6 +346,25 @@ class ShapeEnv:
 # `x in d` over a deque of hundreds of size-symbol ints take tens of seconds to trace.
 
 
+def _linear_sign(lhs, rhs, size_symbols):
+    """The signs of `lhs - rhs` (as _sum_sign) when both sides are sums of a constant and +-1
+    times size symbols (each at least MIN_SYMBOL_VALUE), without building the difference."""
+    coeffs = {}
+    for side, factor in ((lhs, 1), (rhs, -1)):
+        for term, coeff in sympy.sympify(side).as_coefficients_dict().items():
+            coeffs[term] = coeffs.get(term, 0) + factor * coeff
+    const = coeffs.pop(sympy.S.One, sympy.S.Zero)
+    signs = set()
+    for term, coeff in coeffs.items():
+        if coeff == 0:
+            continue
+        if term not in size_symbols or coeff not in (1, -1):
+            return None
+        signs.add(int(coeff))
+        const += coeff * MIN_SYMBOL_VALUE
+    return _sign_of(const, signs)
+
+
 def _sum_sign(diff):
     """(positive, nonnegative, zero, negative, nonpositive) of a constant plus +-1 times
     nonnegative integer dummies (None where undecided); None for any other expression."""
@@ -359,7 +381,13 @@ def _sum_sign(diff):
             signs.add(int(coeff))
         else:
             return None
-    if not const.is_Integer:
+    return _sign_of(const, signs)
+
+
+def _sign_of(const, signs):
+    """The signs of `const` plus terms ranging over the nonnegative integers times the
+    coefficients in `signs` (+1 and/or -1); None when `const` is no integer."""
+    if not sympy.sympify(const).is_Integer:
         return None
     c = int(const)
     if not signs:

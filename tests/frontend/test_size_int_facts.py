@@ -8,7 +8,7 @@ import random
 import sympy
 
 import kiln
-from kiln.symbolic.shape_env import _sum_sign
+from kiln.symbolic.shape_env import MIN_SYMBOL_VALUE, _linear_sign, _sum_sign
 
 
 def _lookups(d, v):
@@ -57,3 +57,20 @@ def test_sum_sign_leaves_other_sums_to_sympy():
     assert _sum_sign(d * d) is None
     assert _sum_sign(sympy.Symbol("u", integer=True) + 1) is None
     assert _sum_sign(d + sympy.Rational(1, 2)) is None
+
+
+def test_linear_sign_matches_the_shifted_difference():
+    rng = random.Random(1)
+    syms = [sympy.Symbol(f"s{i}", integer=True, positive=True) for i in range(3)]
+    shifted = {s: sympy.Dummy(nonnegative=True, integer=True) + MIN_SYMBOL_VALUE for s in syms}
+
+    def side():
+        picked = rng.sample(syms, rng.randint(0, 2))
+        return sum((rng.choice([1, -1]) * s for s in picked), sympy.Integer(rng.randint(-6, 6)))
+
+    for _ in range(400):
+        lhs, rhs = side(), side()
+        diff = sympy.expand((lhs - rhs).xreplace(shifted))
+        assert _linear_sign(lhs, rhs, set(syms)) == _sum_sign(diff), (lhs, rhs)
+    assert _linear_sign(2 * syms[0], syms[1], set(syms)) is None
+    assert _linear_sign(sympy.Mod(syms[0], 2), 0, set(syms)) is None
