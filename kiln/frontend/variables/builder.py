@@ -440,6 +440,7 @@ def _wrap(tx, value, source):
         items = {k: wrap_value(tx, v, GetItemSource(source, k)) for k, v in value.items()}
         d = ConstDictVariable(items, user_cls=type(value), source=source)
         d.initial_keys = tuple(value)  # Note [Side effects: dicts replayed key by key]
+        d.initial_items = dict(items)
         return d
     if is_identity_keyed(value):  # Note [Dicts: identity-keyed tables]
         guards.add(GuardKind.TYPE_MATCH, source, dict)  # (its first read pins the items)
