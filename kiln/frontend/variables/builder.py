@@ -59,6 +59,7 @@ from kiln.frontend.variables import (
     set_subclass,
     static_marks,
     stdlib,
+    sys_modules,
     tensor_of_list,
     tensor_subclass,
     tensor_type,  # noqa: F401  (registers Tensor.type)
@@ -341,6 +342,9 @@ def wrap_value(tx, value, source):
     if isinstance(value, enum.Enum):
         guards.add(GuardKind.ID_MATCH, source, value)
         return ConstantVariable(value, source=source)
+    if sys_modules.is_sys_modules(value):  # Note [Modules: sys.modules by name]
+        guards.add(GuardKind.ID_MATCH, source, value)
+        return sys_modules.SysModulesVariable(source=source)
     if type(value) in _MUTABLE:  # Note [Side effects: one variable per mutable container]
         var = tx.output.side_effects.tracked_container(tx, value, source)
         if var is None:
