@@ -157,6 +157,9 @@ for index, test in enumerate(tests):
         continue
     tid = test.id()
     print("@@START@@" + json.dumps([index, tid]), flush=True)
+    if os.environ.get("KILN_CPYCONF_PROGRESS"):  # watch a long module midway
+        with open(os.environ["KILN_CPYCONF_PROGRESS"], "a") as f:
+            f.write(f"{module} {mode} {index} {tid}\n")
     name = getattr(test, "_testMethodName", None)
     if compiled and name and hasattr(test, name):
         method = getattr(test, name)
@@ -272,7 +275,10 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json", help="write the full results here")
     ap.add_argument("--breaks", action="store_true", help="print graph-break reasons per module")
+    ap.add_argument("--progress", help="append each test's name here as it starts")
     args = ap.parse_args()
+    if args.progress:
+        os.environ["KILN_CPYCONF_PROGRESS"] = os.path.abspath(args.progress)
     report = {"python": sys.version.split()[0], "modules": {}}
     total = [0, 0, 0]
     for module in args.modules.split(","):

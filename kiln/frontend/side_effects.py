@@ -534,6 +534,10 @@ def _build_list(cg, items):
 # deleted and added again, an OrderedDict moved) replace the contents (clear, update). Replaying
 # by key leaves alone what the trace did not touch: a module's globals (`globals()[k] = v`) keep
 # the names the transformed code itself loads (`___kiln_obj_...`, installed while it is made).
+# A key still holding the very variable its input value was wrapped in is untouched too, even
+# when that variable has no source (a builtin function, kiln's own `___kiln_obj_...` values): a
+# module's globals after many compiles hold hundreds of those, and storing each back made the
+# transformed code thousands of instructions long.
 def _dict_stores(cg, var):
     """The replay of a dict input by key, or None (Note [Side effects: dicts replayed key by
     key])."""
@@ -545,10 +549,12 @@ def _dict_stores(cg, var):
     if final[: len(kept)] != kept:
         return None
     sources = getattr(var, "item_sources", {})  # Note [Dicts: inputs keyed by tensors]
+    initial_items = getattr(var, "initial_items", {})
     unchanged = {
         k
         for k in kept
-        if var.items[k].source is not None
+        if var.items[k] is initial_items.get(k)  # the variable the input's value was wrapped in
+        or var.items[k].source is not None
         and (k in sources or not is_stand_in(k))
         and var.items[k].source.name() == sources.get(k, GetItemSource(var.source, k)).name()
     }

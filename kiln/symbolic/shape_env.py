@@ -159,7 +159,10 @@ class ShapeEnv:
             raise Unsupported(
                 f"data-dependent: {expr} needs a value read from tensor data (`.item()`)"
             )
-        value = expr.xreplace({k: sympy.Integer(v) for k, v in self.var_to_val.items()})
+        values = self.var_to_val
+        value = expr.xreplace(
+            {k: sympy.Integer(values[k]) for k in expr.free_symbols if k in values}
+        )
         if isinstance(value, sympy.logic.boolalg.BooleanAtom):
             return bool(value)
         return int(value) if value.is_Integer else value
@@ -187,20 +190,23 @@ class ShapeEnv:
         if not isinstance(fact, sympy.core.relational.Relational):
             return None
         size_symbols = fact.free_symbols - self.unbacked
-        fact = fact.replace(sympy.Mod, _bounded_mod)  # 0 <= Mod(e, k) <= k - 1 for integer k > 0
-        if isinstance(fact, sympy.logic.boolalg.BooleanAtom):
-            return bool(fact)
-        shifted = {
-            s: sympy.Dummy(nonnegative=True, integer=True) + MIN_SYMBOL_VALUE for s in size_symbols
-        }
-        diff = sympy.expand((fact.lhs - fact.rhs).xreplace(shifted))
-        sign = (
-            diff.is_positive,
-            diff.is_nonnegative,
-            diff.is_zero,
-            diff.is_negative,
-            diff.is_nonpositive,
-        )
+        sign = _linear_sign(fact.lhs, fact.rhs, size_symbols)
+        if sign is None:
+            fact = fact.replace(sympy.Mod, _bounded_mod)  # 0 <= Mod(e, k) <= k - 1, integer k > 0
+            if isinstance(fact, sympy.logic.boolalg.BooleanAtom):
+                return bool(fact)
+            shifted = {
+                s: sympy.Dummy(nonnegative=True, integer=True) + MIN_SYMBOL_VALUE
+                for s in size_symbols
+            }
+            diff = sympy.expand((fact.lhs - fact.rhs).xreplace(shifted))
+            sign = _sum_sign(diff) or (
+                diff.is_positive,
+                diff.is_nonnegative,
+                diff.is_zero,
+                diff.is_negative,
+                diff.is_nonpositive,
+            )
         pos, nonneg, zero, neg, nonpos = sign
         table = {
             sympy.Eq: True if zero else (False if (pos or neg) else None),
@@ -297,11 +303,13 @@ class ShapeEnv:
                 facts.append(sympy.Eq(sym, value, evaluate=False))
             if value is None or not value.is_Number:  # a replaced symbol keeps its range
                 facts.append(sympy.Ge(sym, MIN_SYMBOL_VALUE, evaluate=False))
+        seen = set(facts)  # (a set: thousands of facts compared pairwise took seconds)
         for g in self.guards:
             g = self.substitute(g)
             if g is sympy.true:
                 continue
-            if g not in facts:
+            if g not in seen:
+                seen.add(g)
                 facts.append(g)
         return facts
 
@@ -326,6 +334,76 @@ class ShapeEnv:
             extra = f" = {repl}" if repl is not None else ""
             lines.append(f"{sym} (hint {hint}) from {self.var_to_source[sym]}{extra}")
         return "\n".join(lines)
+
+
+# Note [Shapes: signs of sums of sizes]
+# _static_value asks sympy for the sign of `lhs - rhs` over nonnegative integer dummies (each
+# size symbol shifted by its minimum). Most facts are a size against a constant or two sizes
+# against each other: a constant plus dummies with coefficients +1/-1. Their sign is read
+# off directly: with only +1 terms the values are every integer from the constant up, with only
+# -1 terms every integer from the constant down, with both every integer. Sympy's assumption
+# queries answer the same (checked on random sums) but take milliseconds each, which made
+# `x in d` over a deque of hundreds of size-symbol ints take tens of seconds to trace.
+
+
+def _linear_sign(lhs, rhs, size_symbols):
+    """The signs of `lhs - rhs` (as _sum_sign) when both sides are sums of a constant and +-1
+    times size symbols (each at least MIN_SYMBOL_VALUE), without building the difference."""
+    coeffs = {}
+    for side, factor in ((lhs, 1), (rhs, -1)):
+        for term, coeff in sympy.sympify(side).as_coefficients_dict().items():
+            coeffs[term] = coeffs.get(term, 0) + factor * coeff
+    const = coeffs.pop(sympy.S.One, sympy.S.Zero)
+    signs = set()
+    for term, coeff in coeffs.items():
+        if coeff == 0:
+            continue
+        if term not in size_symbols or coeff not in (1, -1):
+            return None
+        signs.add(int(coeff))
+        const += coeff * MIN_SYMBOL_VALUE
+    return _sign_of(const, signs)
+
+
+def _sum_sign(diff):
+    """(positive, nonnegative, zero, negative, nonpositive) of a constant plus +-1 times
+    nonnegative integer dummies (None where undecided); None for any other expression."""
+    const, signs = sympy.S.Zero, set()
+    for term, coeff in diff.as_coefficients_dict().items():
+        if term is sympy.S.One:
+            const = coeff
+        elif (
+            isinstance(term, sympy.Dummy)
+            and coeff in (1, -1)
+            and term.is_nonnegative
+            and term.is_integer
+        ):
+            signs.add(int(coeff))
+        else:
+            return None
+    return _sign_of(const, signs)
+
+
+def _sign_of(const, signs):
+    """The signs of `const` plus terms ranging over the nonnegative integers times the
+    coefficients in `signs` (+1 and/or -1); None when `const` is no integer."""
+    if not sympy.sympify(const).is_Integer:
+        return None
+    c = int(const)
+    if not signs:
+        return (c > 0, c >= 0, c == 0, c < 0, c <= 0)
+    if signs == {1}:  # c, c + 1, c + 2, ...
+        up = (c > 0 or None, c >= 0 or None)
+        return (*up, False if c > 0 else None, False if c >= 0 else None, False if c > 0 else None)
+    if signs == {-1}:  # c, c - 1, c - 2, ...
+        down = (c < 0 or None, c <= 0 or None)
+        return (
+            False if c <= 0 else None,
+            False if c < 0 else None,
+            False if c < 0 else None,
+            *down,
+        )
+    return (None,) * 5
 
 
 def _bounded_mod(a, b):

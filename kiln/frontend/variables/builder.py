@@ -60,6 +60,7 @@ from kiln.frontend.variables import (
     set_subclass,
     static_marks,
     stdlib,
+    sys_modules,
     tensor_of_list,
     tensor_subclass,
     tensor_type,  # noqa: F401  (registers Tensor.type)
@@ -344,6 +345,9 @@ def wrap_value(tx, value, source):
     if isinstance(value, enum.Enum):
         guards.add(GuardKind.ID_MATCH, source, value)
         return ConstantVariable(value, source=source)
+    if sys_modules.is_sys_modules(value):  # Note [Modules: sys.modules by name]
+        guards.add(GuardKind.ID_MATCH, source, value)
+        return sys_modules.SysModulesVariable(source=source)
     if type(value) in _MUTABLE:  # Note [Side effects: one variable per mutable container]
         var = tx.output.side_effects.tracked_container(tx, value, source)
         if var is None:
@@ -444,6 +448,7 @@ def _wrap(tx, value, source):
         items = {k: wrap_value(tx, v, GetItemSource(source, k)) for k, v in value.items()}
         d = ConstDictVariable(items, user_cls=type(value), source=source)
         d.initial_keys = tuple(value)  # Note [Side effects: dicts replayed key by key]
+        d.initial_items = dict(items)
         return d
     if is_identity_keyed(value):  # Note [Dicts: identity-keyed tables]
         guards.add(GuardKind.TYPE_MATCH, source, dict)  # (its first read pins the items)

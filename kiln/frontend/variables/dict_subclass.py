@@ -57,6 +57,7 @@ def storage_of(tx, obj):
     items = {k: wrap_value(tx, dict.get(value, k), DictGetSource(obj.source, k)) for k in keys}
     storage = ConstDictVariable(items, user_cls=base, source=obj.source)
     storage.initial_keys = tuple(keys)  # Note [Side effects: dicts replayed key by key]
+    storage.initial_items = dict(items)
     return effects.track_container(value, storage)
 
 

@@ -30,6 +30,7 @@ from kiln.frontend.variables.misc import ConstantObjectVariable, ObjectIdVariabl
 from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.symfloat import SizeFloatVariable
+from kiln.frontend.variables.sys_modules import SysModulesVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import (
     call_tensor_op,
@@ -439,7 +440,7 @@ def contains(tx, container, item):
     if _frozen_membership(container, item):  # `type(v) in _ATOMIC_TYPES` (3.13's dataclasses)
         tx.output.guards.add(GuardKind.ID_MATCH, container.source, container.value)
         return ConstantVariable(item.as_python_constant() in container.value)
-    if isinstance(container, (UserDefinedObjectVariable, NewObjectVariable)):
+    if isinstance(container, (UserDefinedObjectVariable, NewObjectVariable, SysModulesVariable)):
         return container.call_method(tx, "__contains__", [item], {})
     if isinstance(container, SetVariable) and (
         item.is_python_constant()

@@ -57,5 +57,6 @@ def wrap_tensor_keyed(tx, value, source, make_dict):
         kw["default_factory"] = wrap_value(tx, value.default_factory, factory_source)
     d = make_dict(items, user_cls=type(value), source=source, **kw)
     d.initial_keys = tuple(items)
+    d.initial_items = dict(d.items)
     d.item_sources = item_sources
     return d
