@@ -554,9 +554,11 @@ def _dict_stores(cg, var):
         k
         for k in kept
         if var.items[k] is initial_items.get(k)  # the variable the input's value was wrapped in
-        or var.items[k].source is not None
-        and (k in sources or not is_stand_in(k))
-        and var.items[k].source.name() == sources.get(k, GetItemSource(var.source, k)).name()
+        or (
+            var.items[k].source is not None
+            and (k in sources or not is_stand_in(k))
+            and var.items[k].source.name() == sources.get(k, GetItemSource(var.source, k)).name()
+        )
     }
     values = {
         k: _to_temp(cg, lambda v=var.items[k]: cg.reconstruct(v))

@@ -377,9 +377,7 @@ def _dropped_by_frame(tx, referent):
     The guard calls the reference when the frame starts; a `del x` or `x = None` traced since
     may free the referent in eager before the call, which a traced answer cannot see.
     """
-    root = tx
-    while getattr(root, "parent", None) is not None:
-        root = root.parent
+    root = root_translator(tx)
     for name, value in getattr(root, "arg_values", {}).items():
         if value is referent:
             now = root.symbolic_locals.get(name)
@@ -388,5 +386,9 @@ def _dropped_by_frame(tx, referent):
                 return True
     return False
 
-    def reconstruct(self, cg):
-        self.source.reconstruct(cg)
+
+def root_translator(tx):
+    """The translator of the compiled frame itself (inlined calls' translators have a parent)."""
+    while getattr(tx, "parent", None) is not None:
+        tx = tx.parent
+    return tx

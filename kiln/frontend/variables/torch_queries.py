@@ -187,7 +187,7 @@ def _dispatch_mode_stack(tx):
 
 def _no_dispatch_mode():
     """Whether no Python dispatch mode is active (the guard of a folded mode stack)."""
-    return not _mode_stack()
+    return not torch._C._len_torch_dispatch_stack()  # (the stack's depth: no list made)
 
 
 # Note [Torch: dispatch keys of a traced tensor]

@@ -5,15 +5,16 @@ import weakref
 from kiln.exc import unimplemented
 from kiln.frontend.source import LocalSource
 from kiln.frontend.variables.base import VariableTracker
-from kiln.frontend.variables.optim import _dropped_by_frame
+from kiln.frontend.variables.optim import _dropped_by_frame, root_translator
 from kiln.frontend.variables.user_defined import INSTANCE_MAKERS
 
 # Note [Weak refs: made]
 # `r = weakref.ref(x)` in a compiled frame, for an argument x of the frame (a tensor or an object
 # the caller passed): calling r gives x back, as eager's does while x is alive, and the frame does
 # not let go of it (the check of Note [Optimizers: weak references] breaks otherwise). A reference
-# that would leave the frame (returned, stored) is not rebuilt: a break. Anything else (a referent made in the frame, whose life depends on reference counts eager
-# has and a trace does not, a callback, weakref subclasses) stays a break.
+# that would leave the frame (returned, stored) is not rebuilt: a break. Anything else (a
+# referent made in the frame, whose life depends on reference counts eager has and a trace does
+# not, a callback, weakref subclasses) stays a break.
 
 
 class NewWeakRefVariable(VariableTracker):
@@ -38,19 +39,12 @@ class NewWeakRefVariable(VariableTracker):
         unimplemented("a weak reference made in the frame outlives it (not rebuilt)")
 
 
-def _root(tx):
-    while getattr(tx, "parent", None) is not None:
-        tx = tx.parent
-    return tx
-
-
 def _argument_value(tx, var):
     """The real argument of the root frame that `var` stands for, else None."""
     source = getattr(var, "source", None)
     if not isinstance(source, LocalSource):
         return None
-    values = getattr(_root(tx), "arg_values", {})
-    return values.get(source.local_name) if source.local_name in values else None
+    return getattr(root_translator(tx), "arg_values", {}).get(source.local_name)
 
 
 def make_weak_ref(tx, cls_var, args, kwargs):
