@@ -9,6 +9,9 @@ the Python functions the kiln call spends most time in (cProfile).
 `--variants` adds kiln rows with settings changed: Triton's own launcher instead of kiln's
 relaunch (Note [Triton: launches on CUDA]), and conv_channels_last=False on conv models.
 `--externs` times the host cost of the ATen calls a linear layer can become (nanogpt's sizes).
+`--training` profiles a forward and backward step (gradients reset, no optimizer) instead of an
+inference call; `--dtype bfloat16` builds the models in that dtype; `--ro` adds kiln's and
+torch.compile's mode="reduce-overhead" rows (and a cProfile of kiln's).
 """
 
 import argparse
@@ -83,6 +86,18 @@ def kernels(fn, inputs, calls, sync):
     return count / calls, total / calls, per
 
 
+def _training_step(fn, model, loss_fn):
+    """A forward and backward step of `fn` on `model`'s parameters (gradients reset first)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def step(*inputs):
+        for p in params:
+            p.grad = None
+        loss_fn(fn(*inputs)).backward()
+
+    return step
+
+
 def externs(device, sync, calls=2000):
     """Per-call µs of the forms a linear layer's extern call can take (issue time, no sync)."""
     aten = torch.ops.aten
@@ -121,14 +136,21 @@ def main(argv=None):
     p.add_argument("--dump", default="")
     p.add_argument("--variants", action="store_true")
     p.add_argument("--externs", action="store_true")
+    p.add_argument("--training", action="store_true")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--ro", action="store_true")
     args = p.parse_args(argv)
+    dtype = getattr(torch, args.dtype)
     cuda = args.device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if args.externs:
         externs(args.device, sync)
     for name in args.models.split(","):
-        model, inputs, _ = REGISTRY[name].build(args.device)
-        model.eval()
+        model, inputs, loss_fn = REGISTRY[name].build(args.device, dtype)
+        if args.training:
+            model.train()
+        else:
+            model.eval()
         kiln.reset()
         torch._dynamo.reset()
         if args.dump:
@@ -145,9 +167,15 @@ def main(argv=None):
                 label = "kiln " + " ".join(f"{k}={v}" for k, v in settings.items())
                 rows.append((label, kiln.compile(model, backend="kiln"), settings))
         rows.append(("torch.compile", torch.compile(model), {}))
-        print(f"== {name}", flush=True)
+        if args.ro:
+            rows.append(("kiln@RO", kiln.compile(model, mode="reduce-overhead"), {}))
+            rows.append(("torch.compile@RO", torch.compile(model, mode="reduce-overhead"), {}))
+        if args.training:
+            rows = [(label, _training_step(fn, model, loss_fn), s) for label, fn, s in rows]
+        print(f"== {name} ({'training' if args.training else 'inference'}, {args.dtype})", flush=True)
         tops = {}
-        with torch.no_grad():
+        grad_mode = contextlib.nullcontext() if args.training else torch.no_grad()
+        with grad_mode:
             for label, fn, settings in rows:
                 if settings:
                     kiln.reset()
@@ -170,17 +198,18 @@ def main(argv=None):
                 print(f"-- {name} {label}: slowest kernels (us per call)")
                 for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:8]:
                     print(f"   {v:8.1f}  {k[:110]}")
-            compiled = rows[1][1]
-            for _ in range(3):
-                compiled(*inputs)  # recompiled if a variant reset kiln
-            prof = cProfile.Profile()
-            prof.enable()
-            for _ in range(args.calls):
-                compiled(*inputs)
-            prof.disable()
-            sync()
-        print(f"-- {name} kiln: cProfile over {args.calls} calls")
-        pstats.Stats(prof).sort_stats("tottime").print_stats(14)
+            profiled = [rows[1]] + [r for r in rows if r[0] == "kiln@RO"]
+            for label, compiled, _ in profiled:
+                for _ in range(3):
+                    compiled(*inputs)  # recompiled if a variant reset kiln
+                prof = cProfile.Profile()
+                prof.enable()
+                for _ in range(args.calls):
+                    compiled(*inputs)
+                prof.disable()
+                sync()
+                print(f"-- {name} {label}: cProfile over {args.calls} calls")
+                pstats.Stats(prof).sort_stats("tottime").print_stats(14)
     config.debug_dir = ""
 
 
