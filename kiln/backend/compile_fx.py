@@ -39,6 +39,8 @@ from kiln.backend.scheduler import plan_memory, schedule
 from kiln.contracts import GraphMeta, OutputLayouts
 from kiln.exc import BackendCompilerFailed
 
+_function_modes_on = torch._C._len_torch_function_stack
+
 
 class CompiledGraph:
     """A compiled ATen graph: calls the generated wrapper; keeps its sources for printing."""
@@ -75,6 +77,12 @@ class CompiledGraph:
         return self.layouts.sources
 
     def __call__(self, *args):
+        if _function_modes_on():  # Note [Frames: under a user's torch function mode]
+            with torch._C.DisableTorchFunction():
+                return self._call(args)
+        return self._call(args)
+
+    def _call(self, args):
         # under torch.profiler each call is one range (`config.profile_kernels` adds one per
         # kernel, and then the wrapper opens the graph's range itself)
         if _profiler._is_profiler_enabled and self.label:

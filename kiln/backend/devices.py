@@ -48,8 +48,10 @@ BY_VALUE_DTYPES = {
 
 def graph_device(example_inputs, gm=None):
     """The main device of a graph: its CUDA device if it has CUDA tensors, else the CPU
-    (ValueError: tensors on two CUDA devices, or on another kind)."""
+    (ValueError: tensors on two CUDA devices, on another kind, or inputs on the meta device)."""
     devs = {x.device for x in example_inputs if isinstance(x, torch.Tensor)}
+    if any(d.type == "meta" for d in devs):  # (no data to compute on: eager shapes them)
+        raise ValueError("inputs on the meta device")
     if gm is not None:
         for node in gm.graph.nodes:
             devs |= {v.device for v in _tensors(node.meta.get("val"))}

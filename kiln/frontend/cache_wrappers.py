@@ -31,7 +31,7 @@ import types
 from kiln import config, logs
 from kiln.exc import Unsupported
 from kiln.frontend import stance
-from kiln.frontend.dispatch_modes import modes_on, user_mode_active
+from kiln.frontend.dispatch_modes import function_modes_on, modes_on, user_mode_active
 from kiln.frontend.resume import call_moving
 
 __all__ = ["make_wrapper", "make_closure_wrapper", "make_box_wrapper", "module_eager"]
@@ -51,7 +51,8 @@ def make_closure_wrapper(cache):
     def kiln_closure_entry(fn_obj, *args, **kwargs):
         if gettrace() is not None and config.eager_under_trace:
             return fn_obj(*args, **kwargs)  # Note [Cache: frames under a trace function]
-        if modes_on() and user_mode_active():  # Note [Frames: under a user's dispatch mode]
+        if (modes_on() or function_modes_on()) and user_mode_active():
+            # Note [Frames: under a user's dispatch mode]
             return fn_obj(*args, **kwargs)
         for entry in entries:
             guard, code = entry
@@ -76,7 +77,7 @@ def make_box_wrapper(cache):
 
     def kiln_box_entry(box):
         if (gettrace() is not None and config.eager_under_trace) or (
-            modes_on() and user_mode_active()
+            (modes_on() or function_modes_on()) and user_mode_active()
         ):
             # Notes [Cache: frames under a trace function], [Frames: under a user's dispatch mode]
             return call_moving(box.pop(0) if closure else cache.eager, box)
@@ -113,7 +114,8 @@ def make_wrapper(cache):
     def kiln_wrapper(*args, **kwargs):
         if gettrace() is not None and config.eager_under_trace:
             return cache.eager(*args, **kwargs)  # Note [Cache: frames under a trace function]
-        if modes_on() and user_mode_active():  # Note [Frames: under a user's dispatch mode]
+        if (modes_on() or function_modes_on()) and user_mode_active():
+            # Note [Frames: under a user's dispatch mode]
             return cache.eager(*args, **kwargs)
         state = stance.state
         if state.active and state.backend is not own_backend:  # force_eager, force_backend=

@@ -1,4 +1,4 @@
-"""Frames called while a user's TorchDispatchMode is active.
+"""Frames called while a user's TorchDispatchMode or TorchFunctionMode is active.
 
 Note [Frames: under a user's dispatch mode]
 A TorchDispatchMode sees every ATen call made while it is on the mode stack. A compiled frame
@@ -12,16 +12,46 @@ and functional modes: `is_infra_mode()`), and modes that ask to ignore compilati
 stack, and its compiled code runs with them back on, so they see the compiled code's calls.
 Inside a mode's own `__torch_dispatch__` that mode is off the stack, so a frame compiled there
 compiles as usual. The check on a call is one C call (the stack's depth) when no mode is on.
+
+Note [Frames: under a user's torch function mode]
+A TorchFunctionMode sees every torch function and Tensor method called while it is on the stack.
+Compiled code calls other functions than the frame (guards read strides, the wrapper allocates
+with `empty_strided` and calls `mm.out`), so a mode of the user's saw kiln's internals and never
+the frame's own calls, and a mode that changes calls changed kiln's: under `torch.device("meta")`
+the wrapper's buffers were made on the meta device and a C++ kernel wrote through their null
+pointers (a crash). So a frame called while a function mode of the user's is on the stack runs as
+written (torch.compile traces through the mode instead; kiln does not yet). torch's own
+default-device mode (`with torch.device(d)`, `torch.set_default_device(d)`) is the exception:
+the frame compiles with the default device traced into its factory calls, its guard checks the
+default device (`default_devices()`), and compiled graphs run with torch functions disabled
+(`CompiledGraph.__call__`), so nothing of kiln's runs through a mode.
 """
 
 import contextlib
 
 import torch
+from torch.utils._device import DeviceContext
 from torch.utils._python_dispatch import _disable_current_modes
 
-__all__ = ["user_mode_active", "modes_on", "modes_off_for_compile"]
+__all__ = [
+    "user_mode_active",
+    "modes_on",
+    "modes_off_for_compile",
+    "function_modes_on",
+    "default_devices",
+]
 
 modes_on = torch._C._len_torch_dispatch_stack
+function_modes_on = torch._C._len_torch_function_stack
+
+
+def _function_modes():
+    return [torch._C._get_function_stack_at(i) for i in range(function_modes_on())]
+
+
+def default_devices():
+    """The devices of the default-device modes on the function stack (innermost last); ()."""
+    return tuple(m.device for m in _function_modes() if type(m) is DeviceContext)
 
 
 def _user_modes():
@@ -45,8 +75,11 @@ def _flag(mode, name):
 
 
 def user_mode_active():
-    """A mode of the user's that sees compiled code's calls is on the dispatch stack."""
-    return _user_modes()[0]
+    """A mode of the user's that would see compiled code's calls is on the dispatch stack, or a
+    function mode other than torch's default-device mode on the function stack."""
+    if modes_on() and _user_modes()[0]:
+        return True
+    return any(type(m) is not DeviceContext for m in _function_modes())
 
 
 def modes_off_for_compile():

@@ -24,7 +24,7 @@ import torch
 
 from kiln import config as _config
 from kiln import faults, logs
-from kiln.frontend import tensor_match
+from kiln.frontend import dispatch_modes, tensor_match
 from kiln.frontend.source import (
     MISSING,
     AttrSource,
@@ -331,6 +331,10 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
             "___functorch_transform() is None",  # Note [Frames: under torch.func transforms]
             _autocast_guard(namer),
             f"___kiln_config.compiled_autograd is {bool(_config.compiled_autograd)!r}",
+            # Note [Frames: under a user's torch function mode]: the default-device modes
+            f"___default_devices() == {namer(devices, 'devices')}"
+            if (devices := dispatch_modes.default_devices())
+            else "not ___function_modes_on()",
             *(
                 [  # (a module hook registered globally after compiling: traced again)
                     "not ___global_forward_hooks and not ___global_forward_pre_hooks",
@@ -541,6 +545,8 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___is_grad_enabled": torch.is_grad_enabled,
         "___deterministic": torch._C._get_deterministic_algorithms,
         "___cublas_tf32": torch._C._get_cublas_allow_tf32,
+        "___function_modes_on": dispatch_modes.function_modes_on,
+        "___default_devices": dispatch_modes.default_devices,
         "___functorch_transform": torch._C._functorch.peek_interpreter_stack,
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,
