@@ -172,7 +172,9 @@ def main(argv=None):
             rows.append(("torch.compile@RO", torch.compile(model, mode="reduce-overhead"), {}))
         if args.training:
             rows = [(label, _training_step(fn, model, loss_fn), s) for label, fn, s in rows]
-        print(f"== {name} ({'training' if args.training else 'inference'}, {args.dtype})", flush=True)
+        print(
+            f"== {name} ({'training' if args.training else 'inference'}, {args.dtype})", flush=True
+        )
         tops = {}
         grad_mode = contextlib.nullcontext() if args.training else torch.no_grad()
         with grad_mode:

@@ -133,6 +133,7 @@ def guard(inputs):
         if not (___functorch_transform() is None): return False
         if not (not ___is_any_autocast_enabled()): return False
         if not (___kiln_config.compiled_autograd is False): return False
+        if not (not ___function_modes_on()): return False
     except Exception:  # a failing access is a failing guard
         return False
     return True

@@ -40,6 +40,7 @@ def guard(x, mod):
         if not (___functorch_transform() is None): return False
         if not (not ___is_any_autocast_enabled()): return False
         if not (___kiln_config.compiled_autograd is False): return False
+        if not (not ___function_modes_on()): return False
         if not (not ___global_forward_hooks and not ___global_forward_pre_hooks): return False
         if not (not ___global_backward_hooks and not ___global_backward_pre_hooks): return False
     except Exception:  # a failing access is a failing guard
