@@ -77,7 +77,9 @@ class CompiledGraph:
         return self.layouts.sources
 
     def __call__(self, *args):
-        if _function_modes_on():  # Note [Frames: under a user's torch function mode]
+        # Notes [Frames: under a user's torch function mode], [Wrapper: ATen calls through
+        # torch's Python bindings]
+        if _function_modes_on():
             with torch._C.DisableTorchFunction():
                 return self._call(args)
         return self._call(args)

@@ -251,8 +251,8 @@ def test_mm_with_a_transposed_weight_is_one_linear_call():
         return aten.mm.default(aten.relu.default(y), m), z
 
     c = check(f, [x, w, b, m], atol=1e-5, rtol=1e-5)
-    assert c.wrapper_src.count("rt.resolve('aten.linear.out')") == 1, c.wrapper_src
-    assert c.wrapper_src.count("rt.resolve('aten.mm.out')") == 1, c.wrapper_src
+    assert c.wrapper_src.count("rt.binding('aten.linear.out')") == 1, c.wrapper_src
+    assert c.wrapper_src.count("rt.binding('aten.mm.out')") == 1, c.wrapper_src
     assert ".t()" not in c.wrapper_src, c.wrapper_src
 
 

@@ -52,6 +52,45 @@ def _key(buf):
     return (span, lay.dtype, str(lay.device))
 
 
+# Note [Wrapper: ATen calls through torch's Python bindings]
+# An OpOverload's C++ entry (`op._op`) parses its arguments against the schema on every call,
+# 4-6 us a call on a CPU where torch's generated Python binding of the same op takes 1.5-3 us
+# (its parser is compiled per signature). On a GPU the host time of every extern call is time
+# the device waits, on a small model. The externs below are called through their bindings. A
+# binding chooses its overload from the arguments; the wrapper passes exactly one overload's
+# arguments (tensors where its schema has tensors; `out=` for .out, none otherwise) and no op
+# here has another overload those arguments fit, so the binding runs the same overload. Bindings
+# honour __torch_function__ where op._op does not. Neither reaches them: a graph with inputs of
+# a subclass with its own __torch_function__ runs with subclass dispatch off (the frontend's
+# `_torch_function_disabled`), and a graph called while a function mode is on runs with torch
+# functions off (`CompiledGraph.__call__`, Note [Frames: under a user's torch function mode]).
+BINDINGS = {  # overload -> (torch._C submodule, binding name)
+    "aten.mm.out": ("_VariableFunctions", "mm"),
+    "aten.bmm.out": ("_VariableFunctions", "bmm"),
+    "aten.addmm.out": ("_VariableFunctions", "addmm"),
+    "aten.baddbmm.out": ("_VariableFunctions", "baddbmm"),
+    "aten.linear.out": ("_nn", "linear"),
+    "aten.convolution.default": ("_VariableFunctions", "convolution"),
+    "aten.cumsum.default": ("_VariableFunctions", "cumsum"),
+    "aten._scaled_dot_product_flash_attention_for_cpu.default": (
+        "_VariableFunctions",
+        "_scaled_dot_product_flash_attention_for_cpu",
+    ),
+    "aten._scaled_dot_product_flash_attention.default": (
+        "_VariableFunctions",
+        "_scaled_dot_product_flash_attention",
+    ),
+    "aten._scaled_dot_product_efficient_attention.default": (
+        "_VariableFunctions",
+        "_scaled_dot_product_efficient_attention",
+    ),
+    "aten._scaled_dot_product_cudnn_attention.default": (
+        "_VariableFunctions",
+        "_scaled_dot_product_cudnn_attention",
+    ),
+}
+
+
 class rt:
     """Run-time helpers the wrappers call."""
 
@@ -112,6 +151,13 @@ class rt:
         ns, name, overload = qualname.split(".")
         op = getattr(getattr(getattr(torch.ops, ns), name), overload)
         return getattr(op, "_op", op)
+
+    @staticmethod
+    def binding(qualname):
+        """torch's Python binding that calls this overload (Note [Wrapper: ATen calls through
+        torch's Python bindings])."""
+        module, name = BINDINGS[qualname]
+        return getattr(getattr(torch._C, module), name)
 
     # a profiler range (Note [Backend: kernel profiling]): the C++ fast path, torch's Python one
     # where it is missing
@@ -223,7 +269,9 @@ class WrapperCodegen:
     def op_ref(self, op):
         if op not in self.ops:
             name = f"op{len(self.ops)}"
-            if isinstance(op, torch._ops.OpOverload):
+            if isinstance(op, torch._ops.OpOverload) and str(op) in BINDINGS:
+                self.ops[op] = (name, f"rt.binding({str(op)!r})")
+            elif isinstance(op, torch._ops.OpOverload):
                 self.ops[op] = (name, f"rt.resolve({str(op)!r})")
             elif isinstance(op, str) and op.startswith("rt."):  # a runtime helper of ours
                 self.ops[op] = (name, op)
