@@ -7,7 +7,8 @@ the Python functions the kiln call spends most time in (cProfile).
 
 `--dump DIR` keeps kiln's debug dir and torch.compile's trace for each model below DIR.
 `--variants` adds kiln rows with settings changed: Triton's own launcher instead of kiln's
-relaunch (Note [Triton: launches on CUDA]), and conv_channels_last=False on conv models.
+relaunch (Note [Triton: launches on CUDA]), matmuls as functional calls (extern_out=False), and
+conv_channels_last=False on conv models.
 `--externs` times the host cost of the ATen calls a linear layer can become (nanogpt's sizes).
 `--training` profiles a forward and backward step (gradients reset, no optimizer) instead of an
 inference call; `--dtype bfloat16` builds the models in that dtype; `--ro` adds kiln's and
@@ -110,6 +111,10 @@ def externs(device, sync, calls=2000):
         "torch.addmm(b, x, w.t(), out=)": lambda: torch.addmm(b, x, wt, out=out),
         "aten.mm.out(x, w.t())": lambda: aten.mm.out(x, wt, out=out),
         "torch.mm(x, w.t(), out=)": lambda: torch.mm(x, wt, out=out),
+        "torch._C._nn.linear(x, w, b, out=)": lambda: torch._C._nn.linear(x, w, b, out=out),
+        "F.linear(x, w, b)": lambda: torch.nn.functional.linear(x, w, b),
+        "torch.addmm(b, x, w.t())": lambda: torch.addmm(b, x, wt),
+        "torch.mm(x, w.t())": lambda: torch.mm(x, wt),
         "w.t()": lambda: w.t(),
         "out.view(256, 384)": lambda: out.view(256, 384),
         "torch.empty_strided": lambda: torch.empty_strided(
@@ -160,7 +165,7 @@ def main(argv=None):
         rows = [("eager", model, {})]
         rows.append(("kiln", kiln.compile(model, backend="kiln"), {}))
         if args.variants:
-            variants = [{"triton_fast_launch": False}]
+            variants = [{"triton_fast_launch": False}, {"extern_out": False}]
             if name == "resnet":
                 variants.append({"conv_channels_last": False})
             for settings in variants:

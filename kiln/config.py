@@ -60,6 +60,7 @@ matmul_template = (
     "auto"  # Triton tl.dot matmuls: "auto" (timed under max-autotune), "always", "never"
 )
 autotune_max_candidates = 8  # max-autotune: configurations timed per Triton kernel and size
+extern_out = True  # matmul externs write into kiln's buffers (.out); False: functional calls
 triton_fast_launch = True  # CUDA: relaunch Triton's compiled kernel per specialization directly
 profile_kernels = False  # kernel/extern calls in torch.profiler ranges (kiln:<graph> kernelN ...)
 

@@ -307,7 +307,7 @@ class GraphLowering:
                 return None
             return PyValue(self._name("py"))
 
-        if target in L.EXTERN_OUT and isinstance(val, torch.Tensor):
+        if target in L.EXTERN_OUT and isinstance(val, torch.Tensor) and config.extern_out:
             kernel.op = L.EXTERN_OUT[target]
             kernel.out_variant = True
         kernel.multi = isinstance(val, (list, tuple))
