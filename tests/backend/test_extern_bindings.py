@@ -71,3 +71,21 @@ def test_subclass_input_never_sees_the_wrapper():
     for _ in range(2):
         torch.testing.assert_close(compiled(x, w), expected)
     assert SAW == []
+
+
+def test_matmuls_as_functional_calls(monkeypatch):
+    monkeypatch.setattr(kiln.config, "extern_out", False)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    x = torch.randn(5, 8, requires_grad=True)
+    kiln.reset()
+    compiled = kiln.compile(model, backend="kiln")
+    out = compiled(x)
+    out.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    for p in [*model.parameters(), x]:
+        p.grad = None
+    expected = model(x)
+    expected.sum().backward()
+    torch.testing.assert_close(out, expected)
+    for g, p in zip(grads, [*model.parameters(), x]):
+        torch.testing.assert_close(g, p.grad)
