@@ -99,11 +99,11 @@ def _training_step(fn, model, loss_fn):
     return step
 
 
-def externs(device, sync, calls=2000):
+def externs(device, sync, dtype=torch.float32, calls=2000):
     """Per-call µs of the forms a linear layer's extern call can take (issue time, no sync)."""
     aten = torch.ops.aten
-    x, w, b = (torch.randn(s, device=device) for s in ((256, 128), (384, 128), (384,)))
-    out = torch.empty(256, 384, device=device)
+    x, w, b = (torch.randn(s, device=device, dtype=dtype) for s in ((256, 128), (384, 128), (384,)))
+    out = torch.empty(256, 384, device=device, dtype=dtype)
     wt = w.t()
     forms = {
         "aten.linear.out(x, w, b)": lambda: aten.linear.out(x, w, b, out=out),
@@ -118,7 +118,7 @@ def externs(device, sync, calls=2000):
         "w.t()": lambda: w.t(),
         "out.view(256, 384)": lambda: out.view(256, 384),
         "torch.empty_strided": lambda: torch.empty_strided(
-            (256, 384), (384, 1), dtype=torch.float32, device=device
+            (256, 384), (384, 1), dtype=dtype, device=device
         ),
     }
     for label, fn in forms.items():
@@ -149,7 +149,7 @@ def main(argv=None):
     cuda = args.device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if args.externs:
-        externs(args.device, sync)
+        externs(args.device, sync, dtype)
     for name in args.models.split(","):
         model, inputs, loss_fn = REGISTRY[name].build(args.device, dtype)
         if args.training:
