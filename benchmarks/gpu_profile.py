@@ -115,6 +115,8 @@ def externs(device, sync, dtype=torch.float32, calls=2000):
         "F.linear(x, w, b)": lambda: torch.nn.functional.linear(x, w, b),
         "torch.addmm(b, x, w.t())": lambda: torch.addmm(b, x, wt),
         "torch.mm(x, w.t())": lambda: torch.mm(x, wt),
+        "aten.mm.default._op(x, w.t())": lambda: aten.mm.default._op(x, wt),
+        "aten.mm.out._op(x, w.t(), out=)": lambda: aten.mm.out._op(x, wt, out=out),
         "w.t()": lambda: w.t(),
         "out.view(256, 384)": lambda: out.view(256, 384),
         "torch.empty_strided": lambda: torch.empty_strided(
