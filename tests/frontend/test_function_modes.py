@@ -83,3 +83,21 @@ def test_entry_compiled_outside_is_not_run_under_a_device_context():
     assert len(counts) == 2
     torch.testing.assert_close(compiled(x), scale(x))
     assert len(counts) == 2  # (the first entry serves again)
+
+
+def enters_a_mode(x):
+    y = x.sin()
+    mode = Recorder()
+    with mode:  # (a graph break: the rest runs in resume functions, under the mode)
+        z = y.cos() * 2
+    return z + 1, mode.seen
+
+
+def test_mode_entered_inside_the_frame():
+    x = torch.randn(3)
+    expected, expected_seen = enters_a_mode(x)
+    compiled = kiln.compile(enters_a_mode)
+    for _ in range(2):
+        actual, seen = compiled(x)
+        assert seen == expected_seen == ["cos", "mul"]
+        torch.testing.assert_close(actual, expected)
