@@ -57,6 +57,7 @@ from kiln.frontend.variables import (
     numpy_vars,
     optim,
     random_draws,
+    runtime_asserts,  # noqa: F401  (registers torch._assert_async)
     set_subclass,
     static_marks,
     stdlib,
