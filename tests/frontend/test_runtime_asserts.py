@@ -170,3 +170,20 @@ def test_assert_inside_try_is_caught_by_the_handler():
     assert log == ["neg"]
     assert f(torch.ones(2), log).tolist() == [2.0, 2.0]
     assert log == ["neg"]
+
+
+def _reduce_check_then_mutate(x):
+    torch._assert_async(x.sum() > 0)
+    x.mul_(2)  # a kernel reading x like the check's sum: it must not fuse in before the check
+    return x.sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mutation_written_in_place_waits_for_the_check(backend):
+    f = kiln.compile(_reduce_check_then_mutate, backend=backend, fullgraph=True)
+    x = -torch.ones(8)
+    with pytest.raises(RuntimeError):
+        f(x)
+    assert x.tolist() == [-1.0] * 8
+    y = torch.ones(8)
+    assert f(y).item() == 16.0 and y.tolist() == [2.0] * 8
