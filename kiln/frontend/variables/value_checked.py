@@ -26,8 +26,8 @@ _TOO_LARGE = "Class values must be smaller than num_classes."
 
 
 def _one_hot(tx, fn, args, kwargs):
-    if "num_classes" in kwargs and len(args) == 1:
-        args = [*args, kwargs.pop("num_classes")]
+    if len(args) == 1:
+        args = [*args, kwargs.pop("num_classes", ConstantVariable(-1))]
     if kwargs or len(args) != 2 or not isinstance(args[0], TensorVariable):
         unimplemented("torch.nn.functional.one_hot with unexpected arguments")
     x, n = args
