@@ -187,3 +187,47 @@ def test_mutation_written_in_place_waits_for_the_check(backend):
     assert x.tolist() == [-1.0] * 8
     y = torch.ones(8)
     assert f(y).item() == 16.0 and y.tolist() == [2.0] * 8
+
+
+def _check_item(x, log):
+    n = x.sum().item()
+    torch._check(n > 0)
+    log.append(n)  # a side effect after the check
+    if n > 0:  # decided by the checked fact: no guard, no break
+        return x * n
+    return x - 100
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torch_check_of_an_item_is_asserted_at_run_time(backend):
+    kiln.config.capture_scalar_outputs = True
+    try:
+        f = kiln.compile(_check_item, backend=backend, fullgraph=True)
+        log = []
+        assert f(torch.tensor([1, 2]), log).tolist() == [3, 6] and log == [3]
+        assert f(torch.tensor([2, 2]), log).tolist() == [8, 8] and log == [3, 4]
+        with pytest.raises(RuntimeError) as eager:
+            _check_item(torch.tensor([-1, -2]), [])
+        with pytest.raises(RuntimeError) as got:
+            f(torch.tensor([-1, -2]), log)
+        assert str(got.value) == str(eager.value)
+        assert log == [3, 4]
+    finally:
+        kiln.config.capture_scalar_outputs = False
+
+
+def test_torch_check_of_an_item_other_uses_still_break():
+    def fn(x):
+        n = x.sum().item()
+        ok = n > 0  # not torch._check's argument: a data-dependent bool
+        torch._check(ok)
+        return x + 1
+
+    kiln.config.capture_scalar_outputs = True
+    try:
+        with pytest.raises(kiln.exc.Unsupported, match="data-dependent"):
+            kiln.compile(fn, fullgraph=True)(torch.tensor([1, 2]))
+        with pytest.raises(RuntimeError):
+            kiln.compile(fn)(torch.tensor([-1, -2]))
+    finally:
+        kiln.config.capture_scalar_outputs = False

@@ -1,11 +1,16 @@
-"""Checks of tensor values kept in the graph as run-time assertions: `torch._assert_async` and
+"""Checks of tensor values kept in the graph as run-time assertions: `torch._assert_async`,
 Python's `assert` on a tensor (Note [Asserts: operators every backend runs] in
-kiln/symbolic/assert_ops.py)."""
+kiln/symbolic/assert_ops.py) and `torch._check` of values read from tensor data."""
 
+import operator
+
+import sympy
 import torch
 
 from kiln.exc import unimplemented
+from kiln.frontend.variables import sym
 from kiln.frontend.variables import torch as torch_vars
+from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.symbolic import assert_ops, shape_env
@@ -90,3 +95,158 @@ def assert_statement(tx, cond, want):
         cond = torch_vars.call_tensor_op(tx, "call_function", torch.logical_not, [cond], {})
     _add_assert(tx, assert_ops.assert_true, (cond.proxy, msg))
     return True
+
+
+# Note [Shapes: torch._check of an unbacked fact]
+# `torch._check(u > 0)` with u read from tensor data (`.item()`, an unbacked symbol) cannot be
+# answered while tracing. When the comparison is the one argument of a `torch._check` call being
+# made (the function below it on the stack, a one-argument call next) and its fact is made of
+# such symbols, integers, + and *, the comparison is a CheckedFactVariable instead of a graph
+# break. The call then puts the check in the graph as tensor ops on the values' tensors (int64),
+#     torch._assert_async(torch.ge(t.to(torch.int64) - 1, 0), "<eager's message>")
+# (RuntimeError with eager's text when false), and records the fact in the shape environment
+# (ShapeEnv.assume): later questions it decides are static (Note [Shapes: checked facts on
+# unbacked symbols]). `torch._check_is_size(u)` is `torch._check(u >= 0)`. Any other use of
+# such a comparison is the data-dependent graph break it was.
+_EAGER_CHECK_MESSAGE = (
+    "Expected cond to be True, but got False. (Could this error message be improved? If so, "
+    "please report an enhancement request to PyTorch.)"
+)
+_RELATIONS = {
+    sympy.Ge: torch.ge,
+    sympy.Gt: torch.gt,
+    sympy.Le: torch.le,
+    sympy.Lt: torch.lt,
+    sympy.Eq: torch.eq,
+    sympy.Ne: torch.ne,
+}
+
+
+class CheckedFactVariable(VariableTracker):
+    """A comparison of unbacked values on its way into torch._check (see the note)."""
+
+    def __init__(self, fact, **kw):
+        super().__init__(**kw)
+        self.fact = fact
+
+    def python_type(self):
+        return bool
+
+    def truthy(self, tx):
+        unimplemented(f"data-dependent: {self.fact} needs a value read from tensor data")
+
+    def reconstruct(self, cg):
+        unimplemented(f"data-dependent: {self.fact} live at a graph break")
+
+
+def _translatable(expr, sources):
+    if expr.is_Integer:
+        return True
+    if expr.is_Symbol:
+        return expr in sources
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        return all(_translatable(a, sources) for a in expr.args)
+    return False
+
+
+def _checkable(tx, fact):
+    """(lhs - rhs, sources) when the fact can be checked as tensor ops, else None."""
+    sources = tx.output.__dict__.get("item_sources", {})
+    if type(fact) not in _RELATIONS:
+        return None
+    diff = sympy.expand(fact.lhs - fact.rhs)
+    if not diff.free_symbols or not _translatable(diff, sources):
+        return None
+    return diff, sources
+
+
+def _as_tensor(tx, expr, sources):
+    """The traced tensor (int64) or int constant computing a translatable expr."""
+    op = torch_vars.call_tensor_op
+    if expr.is_Integer:
+        return ConstantVariable(int(expr))
+    if expr.is_Symbol:
+        return op(tx, "call_method", "to", [sources[expr], ConstantVariable(torch.int64)], {})
+    fn = torch.add if isinstance(expr, sympy.Add) else torch.mul
+    parts = sorted(expr.args, key=lambda a: a.is_Integer)  # (a tensor first)
+    acc = _as_tensor(tx, parts[0], sources)
+    for a in parts[1:]:
+        acc = op(tx, "call_function", fn, [acc, _as_tensor(tx, a, sources)], {})
+    return acc
+
+
+def _feeds_check(tx):
+    """Whether the value being computed is the one argument of a torch._check call."""
+    below = tx.stack[-1] if tx.stack else None
+    if getattr(below, "value", None) is not torch._check or type(below).__name__ != "TorchVariable":
+        return False
+    insts = tx.instructions
+    nxt = insts[tx.ip] if tx.ip < len(insts) else None
+    return nxt is not None and nxt.opname in ("PRECALL", "CALL") and nxt.arg == 1
+
+
+_RELATION_OF = {
+    operator.ge: sympy.Ge,
+    operator.gt: sympy.Gt,
+    operator.le: sympy.Le,
+    operator.lt: sympy.Lt,
+    operator.eq: sympy.Eq,
+    operator.ne: sympy.Ne,
+}
+
+
+def _deferred_fact(tx, fn, a, b):
+    """`a <fn> b` (SymNodes or ints) as a CheckedFactVariable when it is torch._check's argument
+    and needs unbacked values; else None."""
+    nodes = [v for v in (a, b) if isinstance(v, shape_env.SymNode)]
+    if not nodes or fn not in _RELATION_OF or any(n.kind != "int" for n in nodes):
+        return None
+    env = nodes[0].env
+    if not env.unbacked or not _feeds_check(tx):
+        return None
+    exprs = [v.expr if isinstance(v, shape_env.SymNode) else sympy.Integer(v) for v in (a, b)]
+    fact = env.simplify(_RELATION_OF[fn](*exprs))
+    if not isinstance(fact, tuple(_RELATIONS)) or not (fact.free_symbols & env.unbacked):
+        return None
+    if env.static_value(fact) is not None or _checkable(tx, fact) is None:
+        return None
+    return CheckedFactVariable(fact)
+
+
+sym.register_deferred_facts(_deferred_fact)
+
+
+def _assert_fact(tx, fact):
+    diff, sources = _checkable(tx, fact)
+    value = _as_tensor(tx, diff, sources)
+    cond = torch_vars.call_tensor_op(
+        tx, "call_function", _RELATIONS[type(fact)], [value, ConstantVariable(0)], {}
+    )
+    assert_async(tx, torch._assert_async, [cond, ConstantVariable(_EAGER_CHECK_MESSAGE)], {})
+    tx.output.shape_env.assume(fact)
+    return ConstantVariable(None)
+
+
+def _check(tx, fn, args, kwargs):
+    """`torch._check(<a CheckedFactVariable>)`: the fact asserted at run time and assumed."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], CheckedFactVariable):
+        return _assert_fact(tx, args[0].fact)
+    return None
+
+
+def _check_is_size(tx, fn, args, kwargs):
+    """`torch._check_is_size(u)` of an unbacked int: `torch._check(u >= 0)`."""
+    if len(args) != 1 or kwargs or not isinstance(args[0], sym.SymNodeVariable):
+        return None
+    value = args[0].value
+    env = value.env
+    fact = env.simplify(sympy.Ge(value.expr, 0))
+    if env.static_value(fact) is True:
+        return ConstantVariable(None)
+    if not (fact.free_symbols & env.unbacked) or _checkable(tx, fact) is None:
+        return None
+    return _assert_fact(tx, fact)
+
+
+torch_vars.register_function(torch._check, _check)
+torch_vars.register_function(torch._check_is_size, _check_is_size)
