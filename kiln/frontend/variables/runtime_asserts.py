@@ -106,7 +106,7 @@ def assert_statement(tx, cond, want):
 #     torch._assert_async(torch.ge(t.to(torch.int64) - 1, 0), "<eager's message>")
 # (RuntimeError with eager's text when false), and records the fact in the shape environment
 # (ShapeEnv.assume): later questions it decides are static (Note [Shapes: checked facts on
-# unbacked symbols]). `torch._check_is_size(u)` is `torch._check(u >= 0)`. Any other use of
+# unbacked symbols]). Any other use of
 # such a comparison is the data-dependent graph break it was.
 _EAGER_CHECK_MESSAGE = (
     "Expected cond to be True, but got False. (Could this error message be improved? If so, "
@@ -234,19 +234,4 @@ def _check(tx, fn, args, kwargs):
     return None
 
 
-def _check_is_size(tx, fn, args, kwargs):
-    """`torch._check_is_size(u)` of an unbacked int: `torch._check(u >= 0)`."""
-    if len(args) != 1 or kwargs or not isinstance(args[0], sym.SymNodeVariable):
-        return None
-    value = args[0].value
-    env = value.env
-    fact = env.simplify(sympy.Ge(value.expr, 0))
-    if env.static_value(fact) is True:
-        return ConstantVariable(None)
-    if not (fact.free_symbols & env.unbacked) or _checkable(tx, fact) is None:
-        return None
-    return _assert_fact(tx, fact)
-
-
 torch_vars.register_function(torch._check, _check)
-torch_vars.register_function(torch._check_is_size, _check_is_size)
