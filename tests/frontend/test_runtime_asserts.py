@@ -231,3 +231,14 @@ def test_torch_check_of_an_item_other_uses_still_break():
             kiln.compile(fn)(torch.tensor([-1, -2]))
     finally:
         kiln.config.capture_scalar_outputs = False
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_graph_holding_only_a_check(backend):
+    def fn(x):
+        torch._assert_async(x.sum() > 0, "only a check")
+
+    f = kiln.compile(fn, backend=backend, fullgraph=True)
+    assert f(torch.ones(2)) is None
+    with pytest.raises(RuntimeError, match="only a check"):
+        f(-torch.ones(2))
