@@ -242,3 +242,21 @@ def test_a_graph_holding_only_a_check(backend):
     assert f(torch.ones(2)) is None
     with pytest.raises(RuntimeError, match="only a check"):
         f(-torch.ones(2))
+
+
+def test_torch_check_reads_the_item_not_its_tensor_later():
+    def fn(t, x):
+        n = t.item()
+        t.add_(10)  # the check is on n, read before this write
+        torch._check(n > 0)
+        return x * n
+
+    kiln.config.capture_scalar_outputs = True
+    try:
+        f = kiln.compile(fn, fullgraph=True)
+        assert f(torch.tensor([2]), torch.ones(2)).tolist() == [2.0, 2.0]
+        t = torch.tensor([-1])
+        with pytest.raises(RuntimeError, match="Expected cond to be True"):
+            f(t, torch.ones(2))
+    finally:
+        kiln.config.capture_scalar_outputs = False

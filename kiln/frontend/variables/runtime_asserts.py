@@ -102,23 +102,24 @@ def assert_statement(tx, cond, want):
 # answered while tracing. When the comparison is the one argument of a `torch._check` call being
 # made (the function below it on the stack, a one-argument call next) and its fact is made of
 # such symbols, integers, + and *, the comparison is a CheckedFactVariable instead of a graph
-# break. The call then puts the check in the graph as tensor ops on the values' tensors (int64),
-#     torch._assert_async(torch.ge(t.to(torch.int64) - 1, 0), "<eager's message>")
+# break. The call then puts the check in the graph on the values themselves (the `.item()`
+# nodes, so a later in-place write to their tensor changes nothing),
+#     sub = item - 1;  ge = sub >= 0;  kiln.assert_scalar(ge, "<eager's message>")
 # (RuntimeError with eager's text when false), and records the fact in the shape environment
 # (ShapeEnv.assume): later questions it decides are static (Note [Shapes: checked facts on
-# unbacked symbols]). Any other use of
-# such a comparison is the data-dependent graph break it was.
+# unbacked symbols]). Any other use of such a comparison is the data-dependent graph break it
+# was. (The AOT backends do not trace `.item()` yet: such a graph runs as the frontend made it.)
 _EAGER_CHECK_MESSAGE = (
     "Expected cond to be True, but got False. (Could this error message be improved? If so, "
     "please report an enhancement request to PyTorch.)"
 )
 _RELATIONS = {
-    sympy.Ge: torch.ge,
-    sympy.Gt: torch.gt,
-    sympy.Le: torch.le,
-    sympy.Lt: torch.lt,
-    sympy.Eq: torch.eq,
-    sympy.Ne: torch.ne,
+    sympy.Ge: operator.ge,
+    sympy.Gt: operator.gt,
+    sympy.Le: operator.le,
+    sympy.Lt: operator.lt,
+    sympy.Eq: operator.eq,
+    sympy.Ne: operator.ne,
 }
 
 
@@ -151,7 +152,7 @@ def _translatable(expr, sources):
 
 def _checkable(tx, fact):
     """(lhs - rhs, sources) when the fact can be checked as tensor ops, else None."""
-    sources = tx.output.__dict__.get("item_sources", {})
+    sources = tx.output.__dict__.get("item_nodes", {})
     if type(fact) not in _RELATIONS:
         return None
     diff = sympy.expand(fact.lhs - fact.rhs)
@@ -160,18 +161,17 @@ def _checkable(tx, fact):
     return diff, sources
 
 
-def _as_tensor(tx, expr, sources):
-    """The traced tensor (int64) or int constant computing a translatable expr."""
-    op = torch_vars.call_tensor_op
+def _as_node(tx, expr, sources):
+    """The FX argument (a node or an int) computing a translatable expr from `.item()` nodes."""
     if expr.is_Integer:
-        return ConstantVariable(int(expr))
+        return int(expr)
     if expr.is_Symbol:
-        return op(tx, "call_method", "to", [sources[expr], ConstantVariable(torch.int64)], {})
-    fn = torch.add if isinstance(expr, sympy.Add) else torch.mul
-    parts = sorted(expr.args, key=lambda a: a.is_Integer)  # (a tensor first)
-    acc = _as_tensor(tx, parts[0], sources)
+        return sources[expr]
+    fn = operator.add if isinstance(expr, sympy.Add) else operator.mul
+    parts = sorted(expr.args, key=lambda a: a.is_Integer)  # (a symbol first)
+    acc = _as_node(tx, parts[0], sources)
     for a in parts[1:]:
-        acc = op(tx, "call_function", fn, [acc, _as_tensor(tx, a, sources)], {})
+        acc = tx.output.create_node("call_function", fn, (acc, _as_node(tx, a, sources)), {})
     return acc
 
 
@@ -218,11 +218,9 @@ sym.register_deferred_facts(_deferred_fact)
 
 def _assert_fact(tx, fact):
     diff, sources = _checkable(tx, fact)
-    value = _as_tensor(tx, diff, sources)
-    cond = torch_vars.call_tensor_op(
-        tx, "call_function", _RELATIONS[type(fact)], [value, ConstantVariable(0)], {}
-    )
-    assert_async(tx, torch._assert_async, [cond, ConstantVariable(_EAGER_CHECK_MESSAGE)], {})
+    value = _as_node(tx, diff, sources)
+    cond = tx.output.create_node("call_function", _RELATIONS[type(fact)], (value, 0), {})
+    _add_assert(tx, assert_ops.assert_scalar, (cond, _EAGER_CHECK_MESSAGE))
     tx.output.shape_env.assume(fact)
     return ConstantVariable(None)
 

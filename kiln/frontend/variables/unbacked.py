@@ -73,7 +73,7 @@ def tensor_item(tx, tensor, args, kwargs):
     value = output.shape_env.create_unbacked(kind)
     node.meta["example_value"] = shape_env.to_torch(value)
     if kind == "int":  # (its tensor: Note [Shapes: torch._check of an unbacked fact])
-        output.__dict__.setdefault("item_sources", {})[value.expr] = tensor
+        output.__dict__.setdefault("item_nodes", {})[value.expr] = node
         return SymNodeVariable(node, value)
     return ItemFloatVariable(output, node, value)
 
