@@ -21,6 +21,7 @@ from torch.utils import _pytree as pytree
 
 from kiln.autograd.aten_tracer import SizeNodes
 from kiln.exc import Unsupported
+from kiln.symbolic import assert_ops
 from kiln.symbolic.fake import (
     _SYM_TYPES,
     METADATA_MUTATIONS,
@@ -565,10 +566,13 @@ def _drop_identity_views(graph):
 
 
 def _is_impure(node):
-    """Nodes dead-code elimination must keep: none after functionalization but random draws."""
+    """Nodes dead-code elimination must keep: none after functionalization but random draws
+    and run-time assertions (Note [Asserts: operators every backend runs])."""
     if node.op in ("placeholder", "output"):
         return True
     t = node.target
+    if assert_ops.is_assert(t):
+        return True
     return isinstance(t, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in t.tags
 
 

@@ -19,6 +19,7 @@ import torch
 import torch.fx
 
 from kiln.contracts import GraphMeta
+from kiln.symbolic.assert_ops import is_assert
 from kiln.symbolic.fake import is_view_op
 from kiln.symbolic.shape_env import from_torch, hint_of
 
@@ -111,17 +112,17 @@ def _descendants(starts):
     return seen
 
 
-def extract_graph(joint, inputs, outputs, name, sink=()):
+def extract_graph(joint, inputs, outputs, name, sink=(), keep=()):
     """A GraphModule computing outputs from inputs, copying the joint nodes it needs in order;
     nodes in `sink` are placed right before their first use (Note [Partitioner: recompute
-    order])."""
+    order]); nodes in `keep` (run-time assertions) are copied though nothing reads them."""
     graph = torch.fx.Graph()
     env = {}
     for inp in inputs:
         p = graph.placeholder(inp.name)
         p.meta.update(inp.meta)
         env[inp] = p
-    needed, stack = set(), [o for o in outputs if isinstance(o, torch.fx.Node)]
+    needed, stack = set(), [o for o in outputs if isinstance(o, torch.fx.Node)] + list(keep)
     inset = set(inputs)
     while stack:
         n = stack.pop()
@@ -182,8 +183,14 @@ def _split(joint, info, saved):
     saved = [n for n in info.nodes if n in saved and not is_size_node(n)] + [
         n for n in info.nodes if n in saved and is_size_node(n)
     ]  # graph order, tensors first (Note [Partitioner: saved sizes])
-    fw = extract_graph(joint, info.primals, info.fw_outs + saved, "forward")
-    bw = extract_graph(joint, saved + info.tangents, info.bw_outs, "backward", _sunk(info))
+    # Note [Asserts: operators every backend runs]: a check runs where its values are computed
+    checks = [n for n in info.nodes if n.op == "call_function" and is_assert(n.target)]
+    fw_checks = [n for n in checks if n not in info.tangent_closure]
+    bw_checks = [n for n in checks if n in info.tangent_closure]
+    fw = extract_graph(joint, info.primals, info.fw_outs + saved, "forward", keep=fw_checks)
+    bw = extract_graph(
+        joint, saved + info.tangents, info.bw_outs, "backward", _sunk(info), keep=bw_checks
+    )
     GraphMeta.update(fw, num_saved=len(saved))
     return fw, bw
 

@@ -29,6 +29,7 @@ from kiln.backend.ir import (
     set_range,
 )
 from kiln.contracts import GraphMeta
+from kiln.symbolic.assert_ops import is_assert
 
 
 class SchedNode:
@@ -282,6 +283,7 @@ def _topological(graph):
             if prev:
                 d.add(prev[-1])
         deps.append(d)
+    _after_checks(ops_, deps)
     users = [[] for _ in ops_]
     for i, d in enumerate(deps):
         for j in d:
@@ -301,16 +303,45 @@ def _topological(graph):
     return order
 
 
+# Note [Scheduler: run-time checks are barriers]
+# A run-time assertion (`aten._assert_async`, `kiln::assert_true`: Note [Asserts: operators
+# every backend runs]) is an extern call with no output, so nothing orders the work after it: a
+# kernel writing a mutated input in place could run (or fuse into a group) before the check and
+# leave its write behind when the check raises. Every operation after a check in the program that
+# the check does not itself need runs after it, and never joins a group before it.
+def _is_check(op):
+    return isinstance(op, ExternKernel) and is_assert(op.op)
+
+
+def _after_checks(ops_, deps):
+    """Make every operation after a check (and not needed by it) depend on it."""
+    for b, op in enumerate(ops_):
+        if not _is_check(op):
+            continue
+        needed, stack = set(), list(deps[b])
+        while stack:
+            j = stack.pop()
+            if j not in needed:
+                needed.add(j)
+                stack.extend(deps[j])
+        for i in range(b + 1, len(ops_)):
+            if i not in needed:
+                deps[i].add(b)
+
+
 def schedule(graph):
     """Group the graph's operations into fused kernels and extern calls, in a legal order."""
     graph.operations = _topological(graph)
     live = _live_names(graph)
     groups, where = [], {}
     nodes_by_name = {}
+    barrier = -1  # the group of the last run-time check (Note [Scheduler: run-time checks ...])
     for op in graph.operations:
         if isinstance(op, ExternKernel):
             eg = ExternGroup(op)
             groups.append(eg)
+            if _is_check(op):
+                barrier = len(groups) - 1
             for o in op.outputs:
                 if isinstance(o, Buffer):
                     where[o.name] = len(groups) - 1
@@ -319,7 +350,8 @@ def schedule(graph):
             continue
         n = SchedNode(op)
         nodes_by_name[n.name] = n
-        first = max([where[r] for r in n.reads if r in where], default=-1)
+        first = max([where[r] for r in n.reads if r in where], default=barrier)
+        first = max(first, barrier)
         placed = False
         template = _template(n)
         for gi in range(max(first, 0), len(groups)):

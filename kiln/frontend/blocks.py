@@ -62,6 +62,7 @@ from kiln.frontend.variables.exceptions import (
 from kiln.frontend.variables.lists import ListIteratorVariable, undo_iterators
 from kiln.frontend.variables.torch_queries import no_active_exception
 from kiln.frontend.variables.user_defined import UserDefinedClassVariable
+from kiln.symbolic import assert_ops
 from kiln.symbolic import autocast_state as amp
 
 PY311 = sys.version_info[:2] == (3, 11)
@@ -499,7 +500,7 @@ def global_value(f_globals, name):
     return (b if isinstance(b, dict) else vars(b)).get(name, MISSING)
 
 
-_TORCH_ERRORS = (RuntimeError, IndexError, ValueError)
+_TORCH_ERRORS = (RuntimeError, IndexError, ValueError, AssertionError)  # (kiln::assert_true)
 # ops that raise at run time for some input values (not shapes), seen on floating inputs too
 _VALUE_CHECKED = {
     "multinomial",
@@ -526,6 +527,8 @@ def may_raise_at_run_time(node):
     target = node.target
     name = target if isinstance(target, str) else getattr(target, "__name__", "")
     if name in _VALUE_CHECKED or "linalg" in str(getattr(target, "__module__", "")):
+        return True
+    if assert_ops.is_assert(target):
         return True
     for arg in node.all_input_nodes:
         value = arg.meta.get("example_value")

@@ -9,6 +9,7 @@ import sys
 
 from kiln.bytecode import FOR_ITER_SKIPS
 from kiln.exc import unimplemented
+from kiln.frontend.variables import runtime_asserts
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.lists import BaseListVariable, ListIteratorVariable
 from kiln.frontend.variables.tensor import TensorVariable
@@ -36,7 +37,9 @@ class JumpOpsMixin:
 
     def _pop_jump_if(self, inst, want):
         v = self.pop()
-        if v.truthy(self) == want:
+        if isinstance(v, TensorVariable) and runtime_asserts.assert_statement(self, v, want):
+            self.jump(inst)  # Note [Asserts: a Python assert on a tensor]
+        elif v.truthy(self) == want:
             self.jump(inst)
 
     def POP_JUMP_IF_TRUE(self, inst):

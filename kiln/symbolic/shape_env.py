@@ -9,6 +9,7 @@ import sympy
 
 from kiln import config, logs
 from kiln.exc import Unsupported
+from kiln.symbolic import unbacked_facts
 from kiln.symbolic.sym_node import (  # noqa: F401  (re-exported: callers import them from here)
     SymNode,
     contiguous_strides,
@@ -79,6 +80,7 @@ class ShapeEnv:
         self._static = {}  # fact -> static_value (cleared when a fact is learned)
         self.reason = None  # what is being traced (e.g. an ATen op), for guard_reasons and logs
         self.guard_reasons = []  # per recorded guard: self.reason when it was recorded
+        self.axioms = set()  # facts on unbacked symbols asserted at run time (torch._check)
 
     # -- symbols -----------------------------------------------------------------------------
     def create_symbol(self, hint, source):
@@ -183,10 +185,20 @@ class ShapeEnv:
         self._static[fact] = value
         return value
 
+    def assume(self, fact):
+        """Record a fact on unbacked symbols that a run-time assertion checks (Note [Shapes:
+        checked facts on unbacked symbols])."""
+        self.axioms.add(self.simplify(sympy.sympify(fact)))
+        self._static = {}
+
     def _static_value(self, fact):
         fact = self.simplify(fact)
         if isinstance(fact, sympy.logic.boolalg.BooleanAtom):
             return bool(fact)
+        if self.axioms and fact.free_symbols & self.unbacked:
+            known = unbacked_facts.decide(self.axioms, fact)
+            if known is not None:
+                return known
         if not isinstance(fact, sympy.core.relational.Relational):
             return None
         size_symbols = fact.free_symbols - self.unbacked

@@ -57,6 +57,7 @@ from kiln.frontend.variables import (
     numpy_vars,
     optim,
     random_draws,
+    runtime_asserts,  # noqa: F401  (registers torch._assert_async)
     set_subclass,
     static_marks,
     stdlib,
@@ -69,7 +70,7 @@ from kiln.frontend.variables import (
     unbacked,
     unspec_float,
     user_modules,  # noqa: F401  (registers user modules built in the frame)
-    value_checked,  # noqa: F401  (registers F.one_hot as a break)
+    value_checked,  # noqa: F401  (registers F.one_hot with its checks)
     weak_dicts,
     weak_refs,  # noqa: F401  (registers weakref.ref of a frame argument)
 )

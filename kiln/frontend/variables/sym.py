@@ -218,7 +218,20 @@ def compare(tx, fn, a, b):
             cb = b.evaluate() if isinstance(b, SymNodeVariable) else b.value
             return ConstantVariable(fn(ca, cb))
         return None
+    if _DEFERRED_FACTS:  # Note [Shapes: torch._check of an unbacked fact]
+        deferred = _DEFERRED_FACTS[0](tx, fn, _value(a), _value(b))
+        if deferred is not None:
+            return deferred
     return ConstantVariable(bool(fn(_value(a), _value(b))))
+
+
+# fn(tx, op, a, b) -> a variable for a comparison on unbacked values that torch._check will assert
+# at run time, or None (registered by runtime_asserts.py)
+_DEFERRED_FACTS = []
+
+
+def register_deferred_facts(fn):
+    _DEFERRED_FACTS[:] = [fn]
 
 
 def unary(tx, fn, v):

@@ -72,7 +72,8 @@ def tensor_item(tx, tensor, args, kwargs):
     node = output.create_node("call_method", "item", (tensor.proxy,), {})
     value = output.shape_env.create_unbacked(kind)
     node.meta["example_value"] = shape_env.to_torch(value)
-    if kind == "int":
+    if kind == "int":  # (its tensor: Note [Shapes: torch._check of an unbacked fact])
+        output.__dict__.setdefault("item_nodes", {})[value.expr] = node
         return SymNodeVariable(node, value)
     return ItemFloatVariable(output, node, value)
 

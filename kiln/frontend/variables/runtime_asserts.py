@@ -1,0 +1,235 @@
+"""Checks of tensor values kept in the graph as run-time assertions: `torch._assert_async`,
+Python's `assert` on a tensor (Note [Asserts: operators every backend runs] in
+kiln/symbolic/assert_ops.py) and `torch._check` of values read from tensor data."""
+
+import operator
+
+import sympy
+import torch
+
+from kiln.exc import unimplemented
+from kiln.frontend.variables import sym
+from kiln.frontend.variables import torch as torch_vars
+from kiln.frontend.variables.base import VariableTracker
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.tensor import TensorVariable
+from kiln.symbolic import assert_ops, shape_env
+
+
+def _one_element(what, cond):
+    """Break unless `cond` is a plain traced tensor of one element (eager raises otherwise)."""
+    if not isinstance(cond, TensorVariable) or type(cond) is not TensorVariable:
+        unimplemented(f"{what} of {cond}")
+    if cond.wrapper_subclass or getattr(cond, "torch_function_class", None) is not None:
+        unimplemented(f"{what} of a tensor subclass value")
+    sizes = [shape_env.from_torch(s) for s in cond.example.shape]
+    if any(isinstance(s, shape_env.SymNode) for s in sizes):
+        unimplemented(f"{what} of a tensor with a symbolic size")
+    numel = 1
+    for s in sizes:
+        numel *= s
+    if numel != 1:
+        unimplemented(f"{what} of a tensor of {numel} elements (eager raises)")
+
+
+def _add_assert(tx, target, args):
+    node = tx.output.create_node("call_function", target, args, {})
+    node.meta["example_value"] = None
+    return ConstantVariable(None)
+
+
+def assert_async(tx, fn, args, kwargs):
+    """`torch._assert_async(cond[, msg])`: torch's op, kept in the graph (it raises
+    RuntimeError when the graph runs and cond is zero)."""
+    msg = kwargs.pop("assert_msg", None) if len(args) == 1 else None
+    if msg is not None:
+        args = [*args, msg]
+    if kwargs or len(args) not in (1, 2):
+        unimplemented("torch._assert_async with unexpected arguments")
+    _one_element("torch._assert_async", args[0])
+    node_args = [args[0].proxy]
+    if len(args) == 2:
+        if not args[1].is_python_constant() or not isinstance(args[1].as_python_constant(), str):
+            unimplemented("torch._assert_async with a message that is not a constant string")
+        node_args.append(args[1].as_python_constant())
+    return _add_assert(tx, torch._assert_async, tuple(node_args))
+
+
+torch_vars.register_function(torch._assert_async, assert_async)
+
+
+# Note [Asserts: a Python assert on a tensor]
+# `assert t, "msg"` compiles to a jump over `raise AssertionError("msg")` taken when bool(t) is
+# true. With t a traced one-element tensor and the message a constant (or none), the jump is
+# traced as taken and the graph gets `kiln::assert_true(t, "msg")`, which raises that
+# AssertionError when the graph runs and bool(t) is false; `assert not t` checks
+# `logical_not(t)` (bool() of one element is `!= 0`, NaN true, as logical_not has it). Any other
+# message (an f-string of values) keeps the graph break.
+def _assert_message(insts, i):
+    """The message of the `raise AssertionError(...)` starting at insts[i]: (msg or None,
+    True) when it is an assert's constant message (or none), else (None, False)."""
+    names = [inst.opname for inst in insts[i : i + 5]]
+    if names[:1] != ["LOAD_ASSERTION_ERROR"]:
+        return None, False
+    if names[1:2] == ["RAISE_VARARGS"] and insts[i + 1].arg == 1:
+        return None, True
+    const = insts[i + 1] if len(insts) > i + 1 else None
+    if const is None or const.opname != "LOAD_CONST" or not isinstance(const.argval, str):
+        return None, False
+    rest = [n for n in names[2:] if n != "PRECALL"]
+    if rest[:2] != ["CALL", "RAISE_VARARGS"]:
+        return None, False
+    return const.argval, True
+
+
+def assert_statement(tx, cond, want):
+    """Whether the conditional jump (taken when bool(cond) == want) guards an `assert` on a
+    traced tensor: if so the assertion is in the graph and the caller takes the jump."""
+    if not isinstance(cond, TensorVariable):
+        return False
+    msg, ok = _assert_message(tx.instructions, tx.ip)
+    if not ok:
+        return False
+    _one_element("assert", cond)
+    if not want:
+        cond = torch_vars.call_tensor_op(tx, "call_function", torch.logical_not, [cond], {})
+    _add_assert(tx, assert_ops.assert_true, (cond.proxy, msg))
+    return True
+
+
+# Note [Shapes: torch._check of an unbacked fact]
+# `torch._check(u > 0)` with u read from tensor data (`.item()`, an unbacked symbol) cannot be
+# answered while tracing. When the comparison is the one argument of a `torch._check` call being
+# made (the function below it on the stack, a one-argument call next) and its fact is made of
+# such symbols, integers, + and *, the comparison is a CheckedFactVariable instead of a graph
+# break. The call then puts the check in the graph on the values themselves (the `.item()`
+# nodes, so a later in-place write to their tensor changes nothing),
+#     sub = item - 1;  ge = sub >= 0;  kiln.assert_scalar(ge, "<eager's message>")
+# (RuntimeError with eager's text when false), and records the fact in the shape environment
+# (ShapeEnv.assume): later questions it decides are static (Note [Shapes: checked facts on
+# unbacked symbols]). Any other use of such a comparison is the data-dependent graph break it
+# was. (The AOT backends do not trace `.item()` yet: such a graph runs as the frontend made it.)
+_EAGER_CHECK_MESSAGE = (
+    "Expected cond to be True, but got False. (Could this error message be improved? If so, "
+    "please report an enhancement request to PyTorch.)"
+)
+_RELATIONS = {
+    sympy.Ge: operator.ge,
+    sympy.Gt: operator.gt,
+    sympy.Le: operator.le,
+    sympy.Lt: operator.lt,
+    sympy.Eq: operator.eq,
+    sympy.Ne: operator.ne,
+}
+
+
+class CheckedFactVariable(VariableTracker):
+    """A comparison of unbacked values on its way into torch._check (see the note)."""
+
+    def __init__(self, fact, **kw):
+        super().__init__(**kw)
+        self.fact = fact
+
+    def python_type(self):
+        return bool
+
+    def truthy(self, tx):
+        unimplemented(f"data-dependent: {self.fact} needs a value read from tensor data")
+
+    def reconstruct(self, cg):
+        unimplemented(f"data-dependent: {self.fact} live at a graph break")
+
+
+def _translatable(expr, sources):
+    if expr.is_Integer:
+        return True
+    if expr.is_Symbol:
+        return expr in sources
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        return all(_translatable(a, sources) for a in expr.args)
+    return False
+
+
+def _checkable(tx, fact):
+    """(lhs - rhs, sources) when the fact can be checked as tensor ops, else None."""
+    sources = tx.output.__dict__.get("item_nodes", {})
+    if type(fact) not in _RELATIONS:
+        return None
+    diff = sympy.expand(fact.lhs - fact.rhs)
+    if not diff.free_symbols or not _translatable(diff, sources):
+        return None
+    return diff, sources
+
+
+def _as_node(tx, expr, sources):
+    """The FX argument (a node or an int) computing a translatable expr from `.item()` nodes."""
+    if expr.is_Integer:
+        return int(expr)
+    if expr.is_Symbol:
+        return sources[expr]
+    fn = operator.add if isinstance(expr, sympy.Add) else operator.mul
+    parts = sorted(expr.args, key=lambda a: a.is_Integer)  # (a symbol first)
+    acc = _as_node(tx, parts[0], sources)
+    for a in parts[1:]:
+        acc = tx.output.create_node("call_function", fn, (acc, _as_node(tx, a, sources)), {})
+    return acc
+
+
+def _feeds_check(tx):
+    """Whether the value being computed is the one argument of a torch._check call."""
+    below = tx.stack[-1] if tx.stack else None
+    if getattr(below, "value", None) is not torch._check or type(below).__name__ != "TorchVariable":
+        return False
+    insts = tx.instructions
+    nxt = insts[tx.ip] if tx.ip < len(insts) else None
+    return nxt is not None and nxt.opname in ("PRECALL", "CALL") and nxt.arg == 1
+
+
+_RELATION_OF = {
+    operator.ge: sympy.Ge,
+    operator.gt: sympy.Gt,
+    operator.le: sympy.Le,
+    operator.lt: sympy.Lt,
+    operator.eq: sympy.Eq,
+    operator.ne: sympy.Ne,
+}
+
+
+def _deferred_fact(tx, fn, a, b):
+    """`a <fn> b` (SymNodes or ints) as a CheckedFactVariable when it is torch._check's argument
+    and needs unbacked values; else None."""
+    nodes = [v for v in (a, b) if isinstance(v, shape_env.SymNode)]
+    if not nodes or fn not in _RELATION_OF or any(n.kind != "int" for n in nodes):
+        return None
+    env = nodes[0].env
+    if not env.unbacked or not _feeds_check(tx):
+        return None
+    exprs = [v.expr if isinstance(v, shape_env.SymNode) else sympy.Integer(v) for v in (a, b)]
+    fact = env.simplify(_RELATION_OF[fn](*exprs))
+    if not isinstance(fact, tuple(_RELATIONS)) or not (fact.free_symbols & env.unbacked):
+        return None
+    if env.static_value(fact) is not None or _checkable(tx, fact) is None:
+        return None
+    return CheckedFactVariable(fact)
+
+
+sym.register_deferred_facts(_deferred_fact)
+
+
+def _assert_fact(tx, fact):
+    diff, sources = _checkable(tx, fact)
+    value = _as_node(tx, diff, sources)
+    cond = tx.output.create_node("call_function", _RELATIONS[type(fact)], (value, 0), {})
+    _add_assert(tx, assert_ops.assert_scalar, (cond, _EAGER_CHECK_MESSAGE))
+    tx.output.shape_env.assume(fact)
+    return ConstantVariable(None)
+
+
+def _check(tx, fn, args, kwargs):
+    """`torch._check(<a CheckedFactVariable>)`: the fact asserted at run time and assumed."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], CheckedFactVariable):
+        return _assert_fact(tx, args[0].fact)
+    return None
+
+
+torch_vars.register_function(torch._check, _check)
