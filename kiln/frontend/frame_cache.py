@@ -473,6 +473,10 @@ class FrameCache:
                 fallback.warn(self.fn, e, "in the first run of the compiled")
                 self.skip = True
                 raise
+            if not fallback.nothing_ran(e, entry.code):
+                fallback.reraise_after_run(self.eager if self.dynamic_closure else self.fn, e)
+                self.skip = True
+                raise
             return self._internal_error(e, "in the first run of the compiled", args, kwargs)
 
     def _internal_error(self, e, when, args, kwargs):
