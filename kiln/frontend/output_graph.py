@@ -282,6 +282,8 @@ class OutputGraph:
         self.gm = gm
         settings = self.settings
         backend = hooks.chain("backend", settings.backend, settings.backend_name)  # REPRO_AFTER
+        if getattr(self, "eager_autograd", False) and _grad_inputs(example_inputs):
+            backend = _eager_autograd  # Note [Output graph: a write autograd cannot see]
         state = faults.GlobalState()
         code = self.root_fn.__code__
         where = f"{self.root_fn.__qualname__} ({code.co_filename}:{code.co_firstlineno})"
@@ -309,6 +311,25 @@ class OutputGraph:
             compiled = _torch_function_disabled(compiled)
         self.root_fn.__globals__[name] = _restoring_grad_mode(compiled, gm.graph)
         return name, [source for source, _, _ in self.graph_inputs]
+
+
+# Note [Output graph: a write autograd cannot see]
+# `x.data.mul_(2)` changes x without bumping its version counter, so eager's backward reads the
+# new x wherever an op saved x itself (sin saves its input, exp its result). A partitioned graph
+# saves what its min-cut picked (cos(x) computed in the forward, say), so its gradient would
+# follow the old x. Which tensors eager saves is each op's own autograd formula: only running
+# the ops one by one reproduces it. So a frame that reads `.data` of a tensor that requires grad
+# (a break) runs the graph before that break as its FX module, op by op under eager autograd,
+# not through the backend. A `.data` write in a later frame, after the graph ran, is not seen:
+# as in torch.compile, such a write's effect on a compiled graph's gradient is not eager's.
+def _eager_autograd(gm, example_inputs):
+    """The graph run op by op (eager autograd saves what each op saves)."""
+    logs.counters["stats"]["graphs_run_eagerly_data_write"] += 1
+    return gm.forward
+
+
+def _grad_inputs(example_inputs):
+    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in example_inputs)
 
 
 def _torch_function_disabled(compiled):
