@@ -303,6 +303,8 @@ class OutputGraph:
             )
             logs.counters["stats"]["backend_failures"] += 1
             compiled = gm.forward
+        if self.has_symbols() and not _size_generic(compiled, gm):
+            _specialise(self.shape_env)  # Note [Output graph: backends that read example values]
         if not callable(compiled):
             raise BackendCompilerFailed(
                 self.settings.backend_name, TypeError(f"backend returned {type(compiled).__name__}")
@@ -311,6 +313,26 @@ class OutputGraph:
             compiled = _torch_function_disabled(compiled)
         self.root_fn.__globals__[name] = _restoring_grad_mode(compiled, gm.graph)
         return name, [source for source, _, _ in self.graph_inputs]
+
+
+# Note [Output graph: backends that read example values]
+# A symbolic graph's example inputs are real values (5 for a dynamic int `d`, tensors of this
+# call's sizes). A backend of the user's that traces them (torch's aot_module_simplified, say)
+# bakes those values into what it returns: `add(t1, t2, alpha=5)`, which the next call with
+# d = 6 would reuse, since kiln's guards accept any d. So unless the backend is known to compile
+# for the graph's symbols (kiln's own AOT backends say so in GraphMeta.size_generic) or returns
+# the graph itself (its code reads every size from its inputs), every size symbol of the frame
+# is specialised to its value: guarded, a new value compiles again.
+def _size_generic(compiled, gm):
+    """Whether `compiled` serves every size the graph's symbols allow."""
+    if compiled is gm or getattr(compiled, "__self__", None) is gm:
+        return True  # gm or gm.forward
+    return GraphMeta.of(gm).size_generic
+
+
+def _specialise(shape_env):
+    for sym in list(shape_env.var_to_val):
+        shape_env.specialize(sym)
 
 
 # Note [Output graph: a write autograd cannot see]
