@@ -19,7 +19,7 @@ import torch.fx
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import CompiledAutogradCall, RestartTrace, Unsupported, unimplemented
-from kiln.frontend import fallback, stance, transforms
+from kiln.frontend import fallback, installed_globals, stance, transforms
 from kiln.frontend.backward_scope import (
     backward_scope,
     with_backward_scope,
@@ -148,6 +148,18 @@ class FrameCache:
         self.breaks_warned = False
         self._forced = {}  # forced backend -> wrapper of this frame's cache under it
         _all_caches.add(self)
+
+    @property
+    def root(self):
+        """The cache of the function the user compiled (held weakly by its children: the
+        transformed code's globals hold the children, Note [Globals: installed for as long as
+        the code that loads them])."""
+        root = self._root()
+        return self if root is None else root
+
+    @root.setter
+    def root(self, cache):
+        self._root = weakref.ref(cache)
 
     def _child(self, key, fn, **kw):
         wrapper = self.children.get(key)
@@ -550,9 +562,15 @@ class FrameCache:
             self._check_module_hooks(args[0])
         tx = InstructionTranslator(output, fn, args, kwargs)
         steps = len(ITER_UNDO)
+        entry = None
         try:
-            return self._trace(fn, output, tx)
+            entry = self._trace(fn, output, tx)
+            return entry
         finally:
+            if entry is not None:  # Note [Globals: installed for as long as the code ...]
+                installed_globals.keep_while(entry.code, output)
+            else:
+                installed_globals.release_unused(output)
             # the trace lets go of the frame's values now, not at the next collection: the
             # translator can sit in reference cycles with what it made, the iterator steps of
             # its last instruction hold its variables (Note [Finalizers: locals])

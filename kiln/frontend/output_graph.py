@@ -9,6 +9,7 @@ import torch.fx
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import BackendCompilerFailed, Unsupported, unimplemented
+from kiln.frontend import installed_globals
 from kiln.frontend.frame_shapes import FrameShapes
 from kiln.frontend.guards import GuardKind, GuardSet, has_own_torch_function, is_module_state
 from kiln.frontend.side_effects import SideEffects
@@ -57,6 +58,7 @@ class OutputGraph:
         self.uses_modules = False
         self.side_effects = SideEffects()
         self.extra_globals = {}  # guard names -> foreign globals dicts
+        self.installed_globals = []  # names set in root_fn's module (installed_globals.install)
         self._foreign_globals = {}
         # Note [Shapes: wiring]: one ShapeEnv per frame compilation
         self.shape_env = shape_env.ShapeEnv()
@@ -311,7 +313,7 @@ class OutputGraph:
             )
         if any(has_own_torch_function(type(v)) for _, v, _ in self.graph_inputs):
             compiled = _torch_function_disabled(compiled)
-        self.root_fn.__globals__[name] = _restoring_grad_mode(compiled, gm.graph)
+        installed_globals.install(self, name, _restoring_grad_mode(compiled, gm.graph))
         return name, [source for source, _, _ in self.graph_inputs]
 
 
