@@ -139,7 +139,7 @@ class FrameCache:
         self.breaks = []
         self._global_hooks_noted = False  # (Note [Modules: global hooks] in module_hooks)
         self._limit_warned = False
-        self.children = {}  # resume functions and callees that broke: their own frame caches
+        self._children = {}  # (the root's: `children`)
         self.dynamic_closure = False
         self.frame_shapes = FrameShapes()  # sizes seen and dims made dynamic (automatic dynamic)
         self._shape_kinds = {}  # source name -> "tensor" | "int" (what FrameShapes tracks)
@@ -157,15 +157,21 @@ class FrameCache:
         root = self._root()
         return self if root is None else root
 
+    @property
+    def children(self):
+        """Resume functions and callees that broke: their own frame caches, one table per
+        root (a loop's resume functions are compiled once), reached through the root."""
+        return self.root._children
+
     @root.setter
     def root(self, cache):
-        self._root = weakref.ref(cache)
+        # (a root points to itself strongly, as before: a cycle, collected with the rest)
+        self._root = (lambda: cache) if cache is self else weakref.ref(cache)
 
     def _child(self, key, fn, **kw):
         wrapper = self.children.get(key)
         if wrapper is None:
             cache = FrameCache(fn, self.settings, **kw)
-            cache.children = self.children  # one table per root: a loop's resume functions
             cache.root = self.root
             wrapper = self.children[key] = make_wrapper(cache)  # are compiled once
         return wrapper
@@ -181,7 +187,6 @@ class FrameCache:
             wrapper = self.children.get(code)
             if wrapper is None:
                 cache = ClosureFrameCache(code, self.fn.__globals__, self.settings)
-                cache.children = self.children
                 cache.root = self.root
                 wrapper = self.children[code] = make_closure_wrapper(cache)
         else:
@@ -335,7 +340,6 @@ class FrameCache:
         entry = self.children.get(("routed", fn.__code__))
         if entry is None:
             cache = ClosureFrameCache(fn.__code__, fn.__globals__, self.settings)
-            cache.children = self.children
             cache.root = self.root
             entry = self.children[("routed", fn.__code__)] = make_closure_wrapper(cache)
         if entry._kiln_cache.fn.__globals__ is not fn.__globals__:

@@ -17,35 +17,32 @@ import weakref
 # keeps no other strong reference (the weak class holders: Note [Bytecode: classes loaded
 # weakly]). A child frame cache (a resume function's) holds its root cache weakly: the root's
 # code holds the child through these globals, and a strong way back made a cycle through the
-# module. A name installed by a trace that made no entry is removed at once unless live code
-# loads it too.
-_counts = {}  # (id of the globals dict, name) -> live transformed codes that load it
+# module. A trace holds the names it installs until it made its code (they pass to the code) or
+# failed (they are let go of).
+_counts = {}  # (id of the globals dict, name) -> traces and live transformed codes holding it
 
 
 def install(output, name, value):
-    """Set global `name` of the frame's module to `value`, recorded on the output graph."""
-    output.root_fn.__globals__[name] = value
-    output.installed_globals.append(name)
+    """Set global `name` of the frame's module to `value`, held for `output`'s trace."""
+    g = output.root_fn.__globals__
+    g[name] = value
+    if name not in output.installed_globals:
+        output.installed_globals.append(name)
+        _counts[(id(g), name)] = _counts.get((id(g), name), 0) + 1
 
 
 def keep_while(code, output):
-    """Keep the names `output` installed while `code` (the transformed code) lives."""
-    g = output.root_fn.__globals__
-    names = tuple(dict.fromkeys(output.installed_globals))
+    """Hand the names `output`'s trace holds to `code` (its transformed code): kept while it
+    lives."""
+    names = tuple(output.installed_globals)
     output.installed_globals = []
-    if not names:
-        return
-    for n in names:
-        _counts[(id(g), n)] = _counts.get((id(g), n), 0) + 1
-    weakref.finalize(code, _release, g, names).atexit = False
+    if names:
+        weakref.finalize(code, _release, output.root_fn.__globals__, names).atexit = False
 
 
 def release_unused(output):
-    """Remove the names a trace that made no entry installed (unless live code loads them)."""
-    g = output.root_fn.__globals__
-    for n in dict.fromkeys(output.installed_globals):
-        if (id(g), n) not in _counts:
-            g.pop(n, None)
+    """Let go of the names a trace that made no entry holds."""
+    _release(output.root_fn.__globals__, tuple(output.installed_globals))
     output.installed_globals = []
 
 
