@@ -94,6 +94,8 @@ _STORES = {
 
 def reraise_after_run(fn, e):
     """Give the user a first-run failure that came after the compiled code had effects."""
+    if any("not run again eagerly" in n for n in getattr(e, "__notes__", ())):
+        return  # (a resume function's first run, re-raised through its caller's)
     code = fn.__code__
     e.add_note(
         f"kiln: internal error in the first run of the compiled {fn.__qualname__} "

@@ -157,16 +157,16 @@ class FrameCache:
         root = self._root()
         return self if root is None else root
 
+    @root.setter
+    def root(self, cache):
+        # (a root points to itself strongly, as before: a cycle, collected with the rest)
+        self._root = (lambda: cache) if cache is self else weakref.ref(cache)
+
     @property
     def children(self):
         """Resume functions and callees that broke: their own frame caches, one table per
         root (a loop's resume functions are compiled once), reached through the root."""
         return self.root._children
-
-    @root.setter
-    def root(self, cache):
-        # (a root points to itself strongly, as before: a cycle, collected with the rest)
-        self._root = (lambda: cache) if cache is self else weakref.ref(cache)
 
     def _child(self, key, fn, **kw):
         wrapper = self.children.get(key)

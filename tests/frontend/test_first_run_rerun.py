@@ -65,3 +65,27 @@ def test_failure_before_the_graph_runs_eagerly(monkeypatch):
         out = kiln.compile(f, backend="eager")(x)
     assert torch.equal(x, torch.ones(3)) and log == [1]
     assert torch.equal(out, torch.full((3,), 2.0))
+
+
+def test_resume_function_that_ran_is_not_run_again(monkeypatch):
+    monkeypatch.setattr(config, "strict", False)
+    kiln.reset()
+    log = []
+    graphs = []
+
+    def second_fails(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward if len(graphs) == 1 else _fails_after_running(gm, example_inputs)
+
+    def f(x):
+        x.add_(1)
+        log.append(1)
+        print("", end="")  # a break: the rest is a resume function with its own graph
+        x.mul_(3)
+        return x + 1
+
+    x = torch.zeros(3)
+    with pytest.raises(faults.InjectedFault) as info:
+        kiln.compile(f, backend=second_fails)(x)
+    assert torch.equal(x, torch.full((3,), 3.0)) and log == [1]  # each write once
+    assert sum("not run again eagerly" in n for n in info.value.__notes__) == 1
