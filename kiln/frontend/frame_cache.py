@@ -539,6 +539,7 @@ class FrameCache:
 
     def _compile_once(self, args, kwargs):
         fn = self.fn
+        installed_globals.flush()  # Note [Globals: installed for as long as the code ...]
         hooks.fire("frame_start", fn)
         dynamic, dynamic_ints = self.settings.dynamic, False
         if self.module_root and isinstance(args[0], torch.fx.GraphModule):
@@ -785,6 +786,7 @@ def reset_all():
     for cache in list(_all_caches):
         cache.clear()
     _logged_breaks.clear()
+    installed_globals.flush()  # (the codes of the cleared entries that died with them)
 
 
 def dump_entry(debug_dir, fn, entry, index):

@@ -18,8 +18,11 @@ import weakref
 # weakly]). A child frame cache (a resume function's) holds its root cache weakly: the root's
 # code holds the child through these globals, and a strong way back made a cycle through the
 # module. A trace holds the names it installs until it made its code (they pass to the code) or
-# failed (they are let go of).
+# failed (they are let go of). A code dies at any moment (in a collection, while the program
+# iterates over a module's globals), so its names are removed at kiln's own moments, as they
+# were installed: when a frame compiles next, or at kiln.reset().
 _counts = {}  # (id of the globals dict, name) -> traces and live transformed codes holding it
+_dead = []  # (globals dict, names) of codes that died, until the next flush()
 
 
 def install(output, name, value):
@@ -37,7 +40,14 @@ def keep_while(code, output):
     names = tuple(output.installed_globals)
     output.installed_globals = []
     if names:
-        weakref.finalize(code, _release, output.root_fn.__globals__, names).atexit = False
+        finalizer = weakref.finalize(code, _dead.append, (output.root_fn.__globals__, names))
+        finalizer.atexit = False
+
+
+def flush():
+    """Remove the names of codes that died (kiln's own moments: a compile starts, a reset)."""
+    while _dead:
+        _release(*_dead.pop())
 
 
 def release_unused(output):
