@@ -51,6 +51,9 @@ class GraphMeta:
     num_saved: int = 0
     # trace_aten: the pytree spec of the traced function's output
     out_spec: object = None
+    # a kiln backend compiled the graph for its symbolic sizes, not for the example values
+    # (Note [Output graph: backends that read example values])
+    size_generic: bool = False
 
     @classmethod
     def of(cls, gm):

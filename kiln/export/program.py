@@ -37,6 +37,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from kiln import api
+from kiln.contracts import GraphMeta
 from kiln.exc import KilnError
 from kiln.frontend import frame_cache
 from kiln.frontend.guards import eval_sources
@@ -314,6 +315,7 @@ class _Capture:
 
     def backend(self, gm, example_inputs):
         self.graphs.append((gm, list(example_inputs)))
+        GraphMeta.update(gm, size_generic=True)  # it runs gm as it is, for any size
 
         def run(*args):
             out = gm(*args)

@@ -19,7 +19,7 @@ from kiln.bytecode import (
     format_code,
 )
 from kiln.exc import unimplemented
-from kiln.frontend import input_loads
+from kiln.frontend import input_loads, installed_globals
 from kiln.frontend.guards import held_weakly
 from kiln.frontend.variables import random_draws
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -160,12 +160,12 @@ class PyCodegen:
         if _held_weakly(value):
             holder = WeakLoad.of(value)
             name = f"___kiln_weak_{value.__name__}_{id(holder)}"
-            self.output.root_fn.__globals__[name] = holder
+            installed_globals.install(self.output, name, holder)
             load = emit.with_null(emit.load_global(name)) + emit.call(0)
             self.extend(emit.with_null(load) if push_null else load)
             return
         name = f"___kiln_obj_{type(value).__name__}_{id(value)}"
-        self.output.root_fn.__globals__[name] = value
+        installed_globals.install(self.output, name, value)
         self.extend(emit.load_global(name, push_null=push_null))
 
     def load_global_dict(self, guard_name):

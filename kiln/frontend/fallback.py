@@ -1,5 +1,6 @@
 """What happens when kiln's own code fails on a frame: Note [Faults: the crash contract]."""
 
+import dis
 import os
 
 from kiln import config, logs
@@ -39,3 +40,66 @@ def raised_by_kiln(e):
     if filename.startswith("<eval_with_key>"):
         return True  # an FX graph's generated forward
     return os.path.abspath(filename).startswith(_KILN_DIR + os.sep)
+
+
+# Note [Faults: no eager rerun after the compiled code ran]
+# When the first run of a compiled frame fails inside kiln, running the whole frame eagerly is
+# safe only if nothing of the transformed code had an effect yet: a graph that ran its in-place
+# writes, a replayed side effect (an append, a print, a hook registered), a resume function that
+# ran the user's code after a break would all happen a second time. The transformed code first
+# loads the graph's inputs (reads of the frame's sources, through kiln's helpers) and then calls
+# the graph; a failure at an instruction before the graph's call (or, for a frame without a
+# graph, before its first call of anything) is one of input preparation and the frame runs
+# eagerly. Any later failure, the graph's own call included (a graph may have written into its
+# inputs before it failed), goes to the user with a note naming kiln and the user's function.
+def nothing_ran(e, code):
+    """Whether a failure `e` of the transformed code `code`'s first run came before any effect."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code is not code:
+        tb = tb.tb_next
+    if tb is None:
+        return True  # the transformed code never started (its arguments failed to bind)
+    return tb.tb_lasti < _first_effect(code)
+
+
+def _first_effect(code):
+    """The offset of the transformed code's first effect: its graph call, a store into anything
+    but a local, or (without a graph) its first call of anything."""
+    graph_loaded = False
+    for inst in dis.get_instructions(code):
+        if inst.opname == "LOAD_GLOBAL" and str(inst.argval).startswith("__kiln_compiled_fn_"):
+            graph_loaded = True
+        elif inst.opname.startswith("CALL") or inst.opname in _STORES:
+            if graph_loaded or inst.opname in _STORES or not _graph_in(code):
+                return inst.offset
+    return len(code.co_code)  # (no effect anywhere)
+
+
+def _graph_in(code):
+    return any(n.startswith("__kiln_compiled_fn_") for n in code.co_names)
+
+
+_STORES = {
+    "STORE_ATTR",
+    "STORE_SUBSCR",
+    "STORE_SLICE",
+    "STORE_GLOBAL",
+    "STORE_DEREF",
+    "DELETE_ATTR",
+    "DELETE_SUBSCR",
+    "DELETE_GLOBAL",
+    "DELETE_DEREF",
+}
+
+
+def reraise_after_run(fn, e):
+    """Give the user a first-run failure that came after the compiled code had effects."""
+    if any("not run again eagerly" in n for n in getattr(e, "__notes__", ())):
+        return  # (a resume function's first run, re-raised through its caller's)
+    code = fn.__code__
+    e.add_note(
+        f"kiln: internal error in the first run of the compiled {fn.__qualname__} "
+        f"({code.co_filename}:{code.co_firstlineno}); not run again eagerly: part of the "
+        "compiled code had already run (Note [Faults: no eager rerun after the compiled code ran])"
+    )
+    logs.counters["frames"]["internal_errors"] += 1

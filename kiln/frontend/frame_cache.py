@@ -19,7 +19,7 @@ import torch.fx
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import CompiledAutogradCall, RestartTrace, Unsupported, unimplemented
-from kiln.frontend import fallback, stance, transforms
+from kiln.frontend import fallback, installed_globals, stance, transforms
 from kiln.frontend.backward_scope import (
     backward_scope,
     with_backward_scope,
@@ -139,7 +139,7 @@ class FrameCache:
         self.breaks = []
         self._global_hooks_noted = False  # (Note [Modules: global hooks] in module_hooks)
         self._limit_warned = False
-        self.children = {}  # resume functions and callees that broke: their own frame caches
+        self._children = {}  # (the root's: `children`)
         self.dynamic_closure = False
         self.frame_shapes = FrameShapes()  # sizes seen and dims made dynamic (automatic dynamic)
         self._shape_kinds = {}  # source name -> "tensor" | "int" (what FrameShapes tracks)
@@ -149,11 +149,29 @@ class FrameCache:
         self._forced = {}  # forced backend -> wrapper of this frame's cache under it
         _all_caches.add(self)
 
+    @property
+    def root(self):
+        """The cache of the function the user compiled (held weakly by its children: the
+        transformed code's globals hold the children, Note [Globals: installed for as long as
+        the code that loads them])."""
+        root = self._root()
+        return self if root is None else root
+
+    @root.setter
+    def root(self, cache):
+        # (a root points to itself strongly, as before: a cycle, collected with the rest)
+        self._root = (lambda: cache) if cache is self else weakref.ref(cache)
+
+    @property
+    def children(self):
+        """Resume functions and callees that broke: their own frame caches, one table per
+        root (a loop's resume functions are compiled once), reached through the root."""
+        return self.root._children
+
     def _child(self, key, fn, **kw):
         wrapper = self.children.get(key)
         if wrapper is None:
             cache = FrameCache(fn, self.settings, **kw)
-            cache.children = self.children  # one table per root: a loop's resume functions
             cache.root = self.root
             wrapper = self.children[key] = make_wrapper(cache)  # are compiled once
         return wrapper
@@ -169,7 +187,6 @@ class FrameCache:
             wrapper = self.children.get(code)
             if wrapper is None:
                 cache = ClosureFrameCache(code, self.fn.__globals__, self.settings)
-                cache.children = self.children
                 cache.root = self.root
                 wrapper = self.children[code] = make_closure_wrapper(cache)
         else:
@@ -323,7 +340,6 @@ class FrameCache:
         entry = self.children.get(("routed", fn.__code__))
         if entry is None:
             cache = ClosureFrameCache(fn.__code__, fn.__globals__, self.settings)
-            cache.children = self.children
             cache.root = self.root
             entry = self.children[("routed", fn.__code__)] = make_closure_wrapper(cache)
         if entry._kiln_cache.fn.__globals__ is not fn.__globals__:
@@ -473,6 +489,10 @@ class FrameCache:
                 fallback.warn(self.fn, e, "in the first run of the compiled")
                 self.skip = True
                 raise
+            if not fallback.nothing_ran(e, entry.code):
+                fallback.reraise_after_run(self.eager if self.dynamic_closure else self.fn, e)
+                self.skip = True
+                raise
             return self._internal_error(e, "in the first run of the compiled", args, kwargs)
 
     def _internal_error(self, e, when, args, kwargs):
@@ -519,6 +539,7 @@ class FrameCache:
 
     def _compile_once(self, args, kwargs):
         fn = self.fn
+        installed_globals.flush()  # Note [Globals: installed for as long as the code ...]
         hooks.fire("frame_start", fn)
         dynamic, dynamic_ints = self.settings.dynamic, False
         if self.module_root and isinstance(args[0], torch.fx.GraphModule):
@@ -546,9 +567,15 @@ class FrameCache:
             self._check_module_hooks(args[0])
         tx = InstructionTranslator(output, fn, args, kwargs)
         steps = len(ITER_UNDO)
+        entry = None
         try:
-            return self._trace(fn, output, tx)
+            entry = self._trace(fn, output, tx)
+            return entry
         finally:
+            if entry is not None:  # Note [Globals: installed for as long as the code ...]
+                installed_globals.keep_while(entry.code, output)
+            else:
+                installed_globals.release_unused(output)
             # the trace lets go of the frame's values now, not at the next collection: the
             # translator can sit in reference cycles with what it made, the iterator steps of
             # its last instruction hold its variables (Note [Finalizers: locals])
@@ -759,6 +786,7 @@ def reset_all():
     for cache in list(_all_caches):
         cache.clear()
     _logged_breaks.clear()
+    installed_globals.flush()  # (the codes of the cleared entries that died with them)
 
 
 def dump_entry(debug_dir, fn, entry, index):

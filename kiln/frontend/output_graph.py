@@ -9,6 +9,7 @@ import torch.fx
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import BackendCompilerFailed, Unsupported, unimplemented
+from kiln.frontend import installed_globals
 from kiln.frontend.frame_shapes import FrameShapes
 from kiln.frontend.guards import GuardKind, GuardSet, has_own_torch_function, is_module_state
 from kiln.frontend.side_effects import SideEffects
@@ -57,6 +58,7 @@ class OutputGraph:
         self.uses_modules = False
         self.side_effects = SideEffects()
         self.extra_globals = {}  # guard names -> foreign globals dicts
+        self.installed_globals = []  # names set in root_fn's module (installed_globals.install)
         self._foreign_globals = {}
         # Note [Shapes: wiring]: one ShapeEnv per frame compilation
         self.shape_env = shape_env.ShapeEnv()
@@ -282,6 +284,8 @@ class OutputGraph:
         self.gm = gm
         settings = self.settings
         backend = hooks.chain("backend", settings.backend, settings.backend_name)  # REPRO_AFTER
+        if getattr(self, "eager_autograd", False) and _grad_inputs(example_inputs):
+            backend = _eager_autograd  # Note [Output graph: a write autograd cannot see]
         state = faults.GlobalState()
         code = self.root_fn.__code__
         where = f"{self.root_fn.__qualname__} ({code.co_filename}:{code.co_firstlineno})"
@@ -301,14 +305,55 @@ class OutputGraph:
             )
             logs.counters["stats"]["backend_failures"] += 1
             compiled = gm.forward
+        if self.has_symbols() and not _size_generic(compiled, gm):
+            _specialise(self.shape_env)  # Note [Output graph: backends that read example values]
         if not callable(compiled):
             raise BackendCompilerFailed(
                 self.settings.backend_name, TypeError(f"backend returned {type(compiled).__name__}")
             )
         if any(has_own_torch_function(type(v)) for _, v, _ in self.graph_inputs):
             compiled = _torch_function_disabled(compiled)
-        self.root_fn.__globals__[name] = _restoring_grad_mode(compiled, gm.graph)
+        installed_globals.install(self, name, _restoring_grad_mode(compiled, gm.graph))
         return name, [source for source, _, _ in self.graph_inputs]
+
+
+# Note [Output graph: backends that read example values]
+# A symbolic graph's example inputs are real values (5 for a dynamic int `d`, tensors of this
+# call's sizes). A backend of the user's that traces them (torch's aot_module_simplified, say)
+# bakes those values into what it returns: `add(t1, t2, alpha=5)`, which the next call with
+# d = 6 would reuse, since kiln's guards accept any d. So unless the backend is known to compile
+# for the graph's symbols (kiln's own AOT backends say so in GraphMeta.size_generic) or returns
+# the graph itself (its code reads every size from its inputs), every size symbol of the frame
+# is specialised to its value: guarded, a new value compiles again.
+def _size_generic(compiled, gm):
+    """Whether `compiled` serves every size the graph's symbols allow."""
+    if compiled is gm or getattr(compiled, "__self__", None) is gm:
+        return True  # gm or gm.forward
+    return GraphMeta.of(gm).size_generic
+
+
+def _specialise(shape_env):
+    for sym in list(shape_env.var_to_val):
+        shape_env.specialize(sym)
+
+
+# Note [Output graph: a write autograd cannot see]
+# `x.data.mul_(2)` changes x without bumping its version counter, so eager's backward reads the
+# new x wherever an op saved x itself (sin saves its input, exp its result). A partitioned graph
+# saves what its min-cut picked (cos(x) computed in the forward, say), so its gradient would
+# follow the old x. Which tensors eager saves is each op's own autograd formula: only running
+# the ops one by one reproduces it. So a frame that reads `.data` of a tensor that requires grad
+# (a break) runs the graph before that break as its FX module, op by op under eager autograd,
+# not through the backend. A `.data` write in a later frame, after the graph ran, is not seen:
+# as in torch.compile, such a write's effect on a compiled graph's gradient is not eager's.
+def _eager_autograd(gm, example_inputs):
+    """The graph run op by op (eager autograd saves what each op saves)."""
+    logs.counters["stats"]["graphs_run_eagerly_data_write"] += 1
+    return gm.forward
+
+
+def _grad_inputs(example_inputs):
+    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in example_inputs)
 
 
 def _torch_function_disabled(compiled):

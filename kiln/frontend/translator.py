@@ -20,7 +20,7 @@ import torch
 from kiln import config, faults
 from kiln.bytecode import loads_cell
 from kiln.exc import Unsupported, unimplemented
-from kiln.frontend import node_meta
+from kiln.frontend import installed_globals, node_meta
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
 from kiln.frontend.entered import withs_to_rewind
 from kiln.frontend.indexed_insts import decode
@@ -432,7 +432,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         other value (its identity), so a rebinding of the variable is seen."""
         pinned = f"___kiln_cell_{id(cell)}"
         self.output.extra_globals[pinned] = cell
-        self.output.root_fn.__globals__[pinned] = cell
+        installed_globals.install(self.output, pinned, cell)
         return AttrSource(ConstSource(pinned), "cell_contents")
 
     def STORE_DEREF(self, inst):

@@ -192,6 +192,8 @@ class TensorVariable(VariableTracker):
             # an autograd.Function's backward being checked (its nodes are dropped; the engine
             # runs the real one): `.data` is an alias outside autograd, as detach() is
             return TensorMethodVariable(self, "detach").call_function(tx, [], {})
+        if name == "data" and self.example.requires_grad:
+            tx.output.eager_autograd = True  # Note [Output graph: a write autograd cannot see]
         if name in ("grad", "data", "grad_fn", "_version", "storage"):
             unimplemented(f"Tensor.{name} inside the compiled frame")
         if callable(getattr(torch.Tensor, name, None)):
