@@ -2,6 +2,8 @@
 
 import dis
 import os
+import re
+import weakref
 
 from kiln import config, logs
 
@@ -50,8 +52,45 @@ def raised_by_kiln(e):
 # loads the graph's inputs (reads of the frame's sources, through kiln's helpers) and then calls
 # the graph; a failure at an instruction before the graph's call (or, for a frame without a
 # graph, before its first call of anything) is one of input preparation and the frame runs
-# eagerly. Any later failure, the graph's own call included (a graph may have written into its
-# inputs before it failed), goes to the user with a note naming kiln and the user's function.
+# eagerly. A failure in the graph's own call goes the same way when the graph writes nothing
+# and draws no random numbers (`graph_without_effects`: it can run again from the start, which
+# is what a Triton kernel compiled at its first launch and failing needs). Any later failure, or
+# one inside a graph with writes (it may have written into its inputs before it failed), goes to
+# the user with a note naming kiln and the user's function.
+_rerunnable = weakref.WeakSet()  # installed graph callables without effects
+
+
+def graph_without_effects(installed, graph):
+    """Record that the installed callable of FX `graph` writes nothing and draws nothing."""
+    if all(not _effect(n) for n in graph.nodes):
+        try:
+            _rerunnable.add(installed)
+        except TypeError:  # (not weakly referable: counted as having effects)
+            pass
+
+
+_INPLACE_OPERATORS = {
+    f"i{op}" for op in ("add sub mul truediv floordiv mod pow and or xor").split()
+}
+_INPLACE_OPERATORS |= {"ilshift", "irshift", "imatmul", "setitem", "delitem"}
+_RANDOM = re.compile(
+    r"rand|dropout|bernoulli|normal|multinomial|poisson|exponential|cauchy|geometric"
+)
+
+
+def _effect(node):
+    if node.op not in ("call_function", "call_method"):
+        return False
+    target = node.target
+    schema = getattr(target, "_schema", None)
+    if schema is not None and schema.is_mutable:
+        return True
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if name.endswith("_") and not name.endswith("__") and name != "_set_grad_enabled":
+        return True  # (an in-place method: add_, copy_, uniform_)
+    return name in _INPLACE_OPERATORS or "out" in node.kwargs or bool(_RANDOM.search(name))
+
+
 def nothing_ran(e, code):
     """Whether a failure `e` of the transformed code `code`'s first run came before any effect."""
     tb = e.__traceback__
@@ -59,17 +98,22 @@ def nothing_ran(e, code):
         tb = tb.tb_next
     if tb is None:
         return True  # the transformed code never started (its arguments failed to bind)
-    return tb.tb_lasti < _first_effect(code)
+    return tb.tb_lasti < _first_effect(code, tb.tb_frame.f_globals)
 
 
-def _first_effect(code):
-    """The offset of the transformed code's first effect: its graph call, a store into anything
-    but a local, or (without a graph) its first call of anything."""
-    graph_loaded = False
+def _first_effect(code, globals_):
+    """The offset of the transformed code's first effect: its graph call (unless the graph has
+    no effects: then what follows it), a store into anything but a local, or (without a graph)
+    its first call of anything."""
+    graph_loaded = graph_called = False
     for inst in dis.get_instructions(code):
         if inst.opname == "LOAD_GLOBAL" and str(inst.argval).startswith("__kiln_compiled_fn_"):
             graph_loaded = True
+            rerunnable = globals_.get(inst.argval) in _rerunnable
         elif inst.opname.startswith("CALL") or inst.opname in _STORES:
+            if graph_loaded and not graph_called and rerunnable and inst.opname.startswith("CALL"):
+                graph_called = True  # (the graph's own call: it can run again)
+                continue
             if graph_loaded or inst.opname in _STORES or not _graph_in(code):
                 return inst.offset
     return len(code.co_code)  # (no effect anywhere)

@@ -9,7 +9,7 @@ import torch.fx
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import BackendCompilerFailed, Unsupported, unimplemented
-from kiln.frontend import installed_globals
+from kiln.frontend import fallback, installed_globals
 from kiln.frontend.frame_shapes import FrameShapes
 from kiln.frontend.guards import GuardKind, GuardSet, has_own_torch_function, is_module_state
 from kiln.frontend.side_effects import SideEffects
@@ -313,7 +313,9 @@ class OutputGraph:
             )
         if any(has_own_torch_function(type(v)) for _, v, _ in self.graph_inputs):
             compiled = _torch_function_disabled(compiled)
-        installed_globals.install(self, name, _restoring_grad_mode(compiled, gm.graph))
+        installed = _restoring_grad_mode(compiled, gm.graph)
+        fallback.graph_without_effects(installed, gm.graph)  # Note [Faults: no eager rerun ...]
+        installed_globals.install(self, name, installed)
         return name, [source for source, _, _ in self.graph_inputs]
 
 

@@ -45,9 +45,23 @@ def test_side_effect_after_a_failed_graph_is_not_doubled(monkeypatch):
         log.append(1)
         return y + 1
 
+    out = kiln.compile(f, backend=_fails_after_running)(torch.ones(2))
+    # the graph writes nothing: it failed before the replayed append, so the frame ran eagerly
+    # from the start, with its one append
+    assert log == [1]
+    torch.testing.assert_close(out, torch.ones(2).sin() + 1)
+
+
+def test_graph_with_random_numbers_is_not_run_again(monkeypatch):
+    monkeypatch.setattr(config, "strict", False)
+    kiln.reset()
+
+    def f(x):
+        return x + torch.rand(3)
+
+    torch.manual_seed(0)
     with pytest.raises(faults.InjectedFault):
-        kiln.compile(f, backend=_fails_after_running)(torch.ones(2))
-    assert log == []  # the graph failed before the replayed append: no eager run either
+        kiln.compile(f, backend=_fails_after_running)(torch.zeros(3))
 
 
 def test_failure_before_the_graph_runs_eagerly(monkeypatch):
