@@ -641,6 +641,8 @@ class NewObjectVariable(VariableTracker):
             return wrap_constant_like(tx, static)
         if python_get(static) is not None:  # Note [Objects: descriptors with a Python __get__]
             return descriptor_get(tx, self, self.cls, name, static, self._class_source())
+        if name == "__weakref__" and isinstance(static, types.GetSetDescriptorType):
+            return ConstantVariable(None)  # (made here: kiln makes no weak reference to it)
         if hasattr(type(static), "__get__"):  # (`cls.name` would call it without the object)
             unimplemented(f"the descriptor {self.cls.__name__}.{name} ({type(static).__name__})")
         src = self._class_attr_source(name)
