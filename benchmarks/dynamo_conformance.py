@@ -11,6 +11,7 @@ Get it with the search tool's `fetch github:pytorch/torchdynamo` (lands in
 
     .venv/bin/python benchmarks/dynamo_conformance.py [--git DIR] [--commit 4c2206be]
         [--files test_functions,test_misc] [--dir DIR] [--json PATH] [--test-timeout 60]
+        [--only test_a,test_b]  (only the tests whose names contain one of these)
 
 Each file runs in two worker processes: `stock` (the tests as written, torch.compile) and `kiln`
 (`benchmarks/dynamo_shim.py` installed first). Printed per file: tests that pass on stock, how many
@@ -167,8 +168,11 @@ except BaseException as e:
     print("@@RESULT@@" + json.dumps({"<import>": ("error", {"msg": f"{type(e).__name__}: {e}"[:300]})}))
     sys.exit(0)
 result = Result()
+only = [n for n in os.environ.get("KILN_CONFORMANCE_ONLY", "").split(",") if n]
 for test in tests_of(unittest.TestLoader().loadTestsFromModule(mod)):
     tid = test.id().split(".", 1)[-1]
+    if only and not any(n in tid for n in only):
+        continue
     before = logs.counters["stats"]["graph_breaks"] if mode == "kiln" else 0
     signal.alarm(test_timeout)
     try:
@@ -273,7 +277,10 @@ def main():
     ap.add_argument("--test-timeout", type=int, default=60)
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json")
+    ap.add_argument("--only", help="run only the tests whose names contain one of these (a,b,c)")
     args = ap.parse_args()
+    if args.only:
+        os.environ["KILN_CONFORMANCE_ONLY"] = args.only
     names = args.files.split(",")
     folder = args.dir or args.folder
     if not args.dir:

@@ -74,12 +74,16 @@ class VariableTracker:
         unimplemented(f"bool() of {self}")
 
     # --- operations ------------------------------------------------------------------------
+    exact_type = False  # python_type() is the value's class itself (its `__class__`)
+
     def var_getattr(self, tx, name):
         """Default: a method of the value's Python type, called through `call_method`."""
         try:
             typ = self.python_type()
         except Exception:
             typ = None
+        if name == "__class__" and self.exact_type and typ is not None:
+            return wrap_constant_like(tx, typ)  # (`x.__class__(items)` rebuilds like x)
         if typ is not None and callable(getattr(typ, name, None)):
             return BoundMethodVariable(self, name)
         unimplemented(f"attribute {name!r} of {self}")

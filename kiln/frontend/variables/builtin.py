@@ -447,7 +447,7 @@ class BuiltinVariable(VariableTracker):
         modelled = stdlib.class_method(self.fn, name) or dicts.class_method(self.fn, name)
         if modelled is not None:
             return modelled
-        if self.fn in _IMMUTABLE_TYPES and not name.startswith("__"):
+        if self.fn in _IMMUTABLE_TYPES and (name == "__new__" or not name.startswith("__")):
             if callable(getattr(self.fn, name, None)):  # str.maketrans, int.from_bytes ...
                 return misc.ConstantMethodVariable(self.fn, name)  # (folded on constants)
         return super().var_getattr(tx, name)

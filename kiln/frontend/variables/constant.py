@@ -9,7 +9,7 @@ import torch
 from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.variables.base import PythonValueVariable
+from kiln.frontend.variables.base import PythonValueVariable, wrap_constant_like
 
 # Classes made for real while tracing that the transformed code cannot make again (Note [Enums:
 # classes made by the functional API]): neither they nor their instances may leave the frame.
@@ -63,6 +63,8 @@ class ConstantVariable(PythonValueVariable):
     """A Python constant known while tracing (guarded by its source if it came from one)."""
 
     def var_getattr(self, tx, name):
+        if name == "__class__":
+            return wrap_constant_like(tx, type(self.value))
         try:
             attr = getattr(self.value, name)
         except AttributeError:

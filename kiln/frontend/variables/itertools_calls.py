@@ -7,6 +7,7 @@ import operator
 from kiln import config
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.endless_iters import endless_call
 from kiln.frontend.variables.lists import ListIteratorVariable, TupleVariable
 from kiln.frontend.variables.live_iters import LazyIteratorVariable, lazy_islice, lazy_sources_ok
 from kiln.frontend.variables.operators import binary_op
@@ -42,7 +43,9 @@ def itertools_call(tx, fn, args, kwargs):
     elif fn in (itertools.product, itertools.chain):
         unimplemented(f"itertools.{fn.__name__} with these arguments")
     else:
-        it = _more_call(tx, fn, args, kwargs)
+        it = endless_call(tx, fn, args, kwargs)
+        if it is None:
+            it = _more_call(tx, fn, args, kwargs)
     it.kind = fn
     return it
 

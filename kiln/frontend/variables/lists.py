@@ -24,6 +24,7 @@ class BaseListVariable(VariableTracker):
     """A sequence whose items are VariableTrackers."""
 
     container = tuple
+    exact_type = True
 
     def __init__(self, items, **kw):
         super().__init__(**kw)

@@ -247,6 +247,8 @@ class ConstantMethodVariable(VariableTracker):
             unimplemented(f"{type(self.value).__name__}.{self.name} of non-constants")
         cargs = [a.as_python_constant() for a in args]
         ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+        if self.name == "__new__" and (not cargs or cargs[0] is not self.value):
+            unimplemented(f"{self.value.__name__}.__new__ of another class (not folded)")
         result = fold(lambda: getattr(self.value, self.name)(*cargs, **ckw))
         if type(result.value) is list and all(is_literal(v) for v in result.value):
             from kiln.frontend.variables.lists import ListVariable

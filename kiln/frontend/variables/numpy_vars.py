@@ -91,6 +91,8 @@ def wrap_array(tx, value, source):
 class NumpyNdarrayVariable(VariableTracker):
     """An ndarray (or a NumPy scalar when `scalar`) whose data is a tensor of the graph."""
 
+    keeps_identity = True  # rebuilt once: a local and an argument on the stack are one ndarray
+
     def __init__(self, tensor, scalar=False, **kw):
         super().__init__(**kw)
         self.tensor = tensor

@@ -618,6 +618,8 @@ class TorchVariable(PythonValueVariable):
                 if buildable_module(fn):
                     return build_module(tx, fn, args, kwargs)
                 unimplemented(f"creating a {fn.__name__} module inside the compiled frame")
+            if _is_structseq(fn) and len(args) == 1 and not kwargs:
+                return _make_structseq(tx, fn, args[0])
             unimplemented(f"calling torch class {fn.__name__}")
         if fn in (torch.autograd.grad, torch.autograd.backward):
             if has_pending_hooks(tx.output.side_effects):
@@ -690,3 +692,18 @@ class TorchVariable(PythonValueVariable):
 
     def __repr__(self):
         return f"TorchVariable({getattr(self.value, '__name__', self.value)})"
+
+
+def _is_structseq(cls):
+    """torch.return_types.max and the like: a C tuple class with named fields."""
+    return issubclass(cls, tuple) and hasattr(cls, "n_fields") and hasattr(cls, "n_sequence_fields")
+
+
+def _make_structseq(tx, cls, arg):
+    """`torch.return_types.qr((q, r))`: a tuple of that class holding the items."""
+    if not arg.has_unpack_var_sequence(tx):
+        unimplemented(f"{cls.__name__}() of {arg} (not a sequence kiln can unpack)")
+    items = arg.unpack_var_sequence(tx)
+    if len(items) != cls.n_fields or cls.n_fields != cls.n_sequence_fields:
+        unimplemented(f"{cls.__name__}() of {len(items)} items (TypeError or unnamed fields)")
+    return TupleVariable(items, tuple_cls=cls)

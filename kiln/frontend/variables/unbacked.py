@@ -141,17 +141,30 @@ def leaf_dtype(v):
     return torch.get_default_dtype() if isinstance(v, ItemFloatVariable) else torch.int64
 
 
+_TOLIST_ITEMS = 1024  # more elements than this: a break (each is one .item() in the graph)
+
+
 def tensor_tolist(tx, tensor, args, kwargs):
-    """`t.tolist()` of a 1-d tensor of static size: `[t[0].item(), ...]` in the graph."""
+    """`t.tolist()` of a tensor of static sizes: nested lists of `t[i, j].item()` in the graph
+    (a 0-d tensor gives the scalar itself, as eagerly)."""
     if not config.capture_scalar_outputs:
         unimplemented("Tensor.tolist() reads tensor data")
     ex = tensor.example
-    if args or kwargs or ex.dim() != 1 or not isinstance(shape_env.from_torch(ex.shape[0]), int):
-        unimplemented("Tensor.tolist() of a tensor that is not 1-d of a static size")
+    sizes = [shape_env.from_torch(n) for n in ex.shape]
+    if args or kwargs or not all(isinstance(n, int) for n in sizes):
+        unimplemented("Tensor.tolist() of a tensor that is not of static sizes")
+    if ex.numel() > _TOLIST_ITEMS:
+        unimplemented(f"Tensor.tolist() of more than {_TOLIST_ITEMS} elements")
+    return _tolist(tx, tensor, sizes)
+
+
+def _tolist(tx, tensor, sizes):
+    if not sizes:
+        return tensor_item(tx, tensor, [], {})
     items = []
-    for k in range(ex.shape[0]):
+    for k in range(sizes[0]):
         element = tensor.call_method(tx, "__getitem__", [ConstantVariable(k)], {})
-        items.append(tensor_item(tx, element, [], {}))
+        items.append(_tolist(tx, element, sizes[1:]))
     return ListVariable(items)
 
 

@@ -180,6 +180,20 @@ def load_attr(tx, obj, name):
 # class has one, is `<class>.__mro__[i].__dict__[name]`.
 
 
+# Note [Objects: data descriptors]
+# A descriptor whose type defines __set__ or __delete__ (a property, a user class with __get__
+# and __set__) wins over the instance dict: `obj.name` is `type(desc).__get__(desc, obj, cls)`
+# even when `obj.__dict__` holds `name`. A Python __get__ is inlined as for a non-data
+# descriptor (Note [Objects: descriptors with a Python __get__]); one written in C is a break.
+
+
+def is_data_descriptor(static):
+    """Whether a class attribute is a data descriptor (its type has __set__ or __delete__)."""
+    return static is not None and (
+        hasattr(type(static), "__set__") or hasattr(type(static), "__delete__")
+    )
+
+
 def python_get(static):
     """The Python __get__ of a descriptor's type, else None."""
     get = next((vars(k)["__get__"] for k in type(static).__mro__ if "__get__" in vars(k)), None)

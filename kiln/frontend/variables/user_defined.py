@@ -54,6 +54,7 @@ from kiln.frontend.variables.user_attrs import (
     descriptor_get,
     has_instance_dict,
     instance_static,
+    is_data_descriptor,
     no_attribute_message,
     python_get,
 )
@@ -351,6 +352,10 @@ class UserDefinedObjectVariable(VariableTracker):
             # inputs need a gradient (read through the source, as the guards read them)
             return wrap_value(tx, getattr(self.value, name), AttrSource(self.source, name))
         if static is not None and hasattr(static, "__set__") and not isinstance(static, property):
+            if python_get(static) is not None:  # Note [Objects: data descriptors]
+                return descriptor_get(
+                    tx, self, cls, name, static, AttrSource(self.source, "__class__")
+                )
             unimplemented(f"data descriptor {name!r} of {cls.__name__}")
         d = getattr(self.value, "__dict__", None)
         if d is not None and name in d and not isinstance(static, property):
@@ -597,7 +602,15 @@ class NewObjectVariable(VariableTracker):
 
     def var_getattr(self, tx, name):
         if name in self.attrs:
-            return self.attrs[name]
+            static = instance_static(self.cls, name, None)
+            if not is_data_descriptor(static) or isinstance(static, types.MemberDescriptorType):
+                return self.attrs[name]  # (a __slots__ field is kept in attrs too)
+            # Note [Objects: data descriptors]: the class's descriptor wins over the dict
+            if isinstance(static, property) and static.fget is not None:
+                return inline_call(tx, static.fget, [self], {}, None)
+            if python_get(static) is None:
+                unimplemented(f"data descriptor {name!r} of {self.cls.__name__} (not in Python)")
+            return descriptor_get(tx, self, self.cls, name, static, self._class_source())
         if name == "__class__" and plain_class_attr(self.cls):
             return wrap_constant_like(tx, self.cls)
         if name == "__dict__" and has_instance_dict(self.cls):
@@ -628,6 +641,8 @@ class NewObjectVariable(VariableTracker):
             return wrap_constant_like(tx, static)
         if python_get(static) is not None:  # Note [Objects: descriptors with a Python __get__]
             return descriptor_get(tx, self, self.cls, name, static, self._class_source())
+        if name == "__weakref__" and isinstance(static, types.GetSetDescriptorType):
+            return ConstantVariable(None)  # (made here: kiln makes no weak reference to it)
         if hasattr(type(static), "__get__"):  # (`cls.name` would call it without the object)
             unimplemented(f"the descriptor {self.cls.__name__}.{name} ({type(static).__name__})")
         src = self._class_attr_source(name)
