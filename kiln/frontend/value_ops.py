@@ -10,6 +10,7 @@ import operator
 import sys
 
 from kiln.exc import unimplemented
+from kiln.frontend.variables import runtime_asserts
 from kiln.frontend.variables.builtin import _has_keys, _mapping_items, getitem
 from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
 from kiln.frontend.variables.dict_keys import guard_tensor_keys
@@ -120,7 +121,9 @@ class ValueOpsMixin:
         self.push(ConstantVariable(not self.pop().truthy(self)))
 
     def TO_BOOL(self, inst):  # 3.13
-        self.push(ConstantVariable(self.pop().truthy(self)))
+        v = self.pop()
+        want = runtime_asserts.assert_after_to_bool(self, v)  # Note [Asserts: a Python assert ...]
+        self.push(ConstantVariable(v.truthy(self) if want is None else want))
 
     def CALL_INTRINSIC_1(self, inst):  # 3.12+
         name = inst.argrepr

@@ -87,7 +87,23 @@ def assert_statement(tx, cond, want):
     traced tensor: if so the assertion is in the graph and the caller takes the jump."""
     if not isinstance(cond, TensorVariable):
         return False
-    msg, ok = _assert_message(tx.instructions, tx.ip)
+    return _in_graph(tx, cond, want, tx.ip)
+
+
+def assert_after_to_bool(tx, cond):
+    """3.13's `TO_BOOL` of a traced tensor right before an assert's jump: the assertion in the
+    graph and the bool the jump needs to skip the raise, else None."""
+    insts, i = tx.instructions, tx.ip
+    if not isinstance(cond, TensorVariable) or i >= len(insts):
+        return None
+    if insts[i].opname not in ("POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE"):
+        return None
+    want = insts[i].opname == "POP_JUMP_IF_TRUE"
+    return want if _in_graph(tx, cond, want, i + 1) else None
+
+
+def _in_graph(tx, cond, want, raise_at):
+    msg, ok = _assert_message(tx.instructions, raise_at)
     if not ok:
         return False
     _one_element("assert", cond)
@@ -177,12 +193,19 @@ def _as_node(tx, expr, sources):
 
 def _feeds_check(tx):
     """Whether the value being computed is the one argument of a torch._check call."""
-    below = tx.stack[-1] if tx.stack else None
-    if getattr(below, "value", None) is not torch._check or type(below).__name__ != "TorchVariable":
+    # (3.11/3.12 keep the NULL below the callable, 3.13 above it)
+    top = tx.stack[-2:]
+    if top and type(top[-1]).__name__ == "NullVariable":
+        top = top[:-1]
+    if not (top and _is_check(top[-1])):
         return False
     insts = tx.instructions
     nxt = insts[tx.ip] if tx.ip < len(insts) else None
     return nxt is not None and nxt.opname in ("PRECALL", "CALL") and nxt.arg == 1
+
+
+def _is_check(v):
+    return getattr(v, "value", None) is torch._check and type(v).__name__ == "TorchVariable"
 
 
 _RELATION_OF = {
