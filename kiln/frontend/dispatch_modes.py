@@ -22,8 +22,9 @@ the wrapper's buffers were made on the meta device and a C++ kernel wrote throug
 pointers (a crash). So a frame called while a function mode of the user's is on the stack runs as
 written (torch.compile traces through the mode instead; kiln does not yet). torch's own
 default-device mode (`with torch.device(d)`, `torch.set_default_device(d)`) is the exception:
-the frame compiles with the default device traced into its factory calls, its guard checks the
-default device (`default_devices()`), and compiled graphs run with torch functions disabled
+the frame compiles (a factory call without a device is a graph break, run under the mode), its
+guard checks the default device (`default_devices()`), and compiled graphs run with torch
+functions disabled
 (`CompiledGraph.__call__`), so nothing of kiln's runs through a mode.
 """
 
