@@ -44,3 +44,24 @@ def test_ref_of_a_frame_made_value_runs_eagerly():
         kiln.compile(_returns_ref, fullgraph=True)(torch.ones(2))
     r, t = kiln.compile(_returns_ref, backend="eager")(torch.ones(2))
     assert r() is t
+
+
+class _NoWeakRefs:
+    __slots__ = ()
+
+
+def _ref_or_fallback(o, x):
+    try:
+        weakref.ref(o)
+    except TypeError:
+        return x + 1
+    return x + 2
+
+
+def test_ref_of_an_object_without_weak_references_raises_as_eager():
+    # eager raises TypeError (no __weakref__ slot); the frame must not make a reference anyway
+    x = torch.ones(1)
+    expected = _ref_or_fallback(_NoWeakRefs(), x)
+    torch.testing.assert_close(kiln.compile(_ref_or_fallback)(_NoWeakRefs(), x), expected)
+    with pytest.raises(kiln.exc.Unsupported, match="takes none"):
+        kiln.compile(_ref_or_fallback, fullgraph=True)(_NoWeakRefs(), x)

@@ -51,8 +51,11 @@ def make_weak_ref(tx, cls_var, args, kwargs):
     """`weakref.ref(x)` of a frame argument (or None: another maker, or a break)."""
     if cls_var.value is not weakref.ref or kwargs or len(args) != 1:
         return None
-    if _argument_value(tx, args[0]) is None:
+    real = _argument_value(tx, args[0])
+    if real is None:
         unimplemented("weakref.ref of a value that is not an argument of the frame")
+    if not type(real).__weakrefoffset__:  # (eager raises TypeError: no weak references)
+        unimplemented(f"weakref.ref of a {type(real).__name__} object, which takes none")
     return NewWeakRefVariable(args[0])
 
 
