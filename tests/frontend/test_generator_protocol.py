@@ -346,3 +346,55 @@ def test_close_returns_what_this_python_returns():
     _fullgraph(close_of_a_generator_that_returns, torch.randn(3))
     out = kiln.compile(close_of_a_generator_that_returns, backend="eager")(torch.ones(2))
     assert (out[1] is None) == (sys.version_info < (3, 13))
+
+
+def _context_name(exc):
+    return None if exc.__context__ is None else type(exc.__context__).__name__
+
+
+def thrown_into_a_handler(x):
+    def g():
+        try:
+            raise KeyError("a")
+        except KeyError:
+            try:
+                yield x
+            except ValueError as exc:  # its context: the KeyError handled around the yield
+                yield _context_name(exc)
+
+    gen = g()
+    next(gen)
+    return x + 1, gen.throw(ValueError)
+
+
+def thrown_from_a_callers_handler(x):
+    def g():
+        try:
+            yield x
+        except ValueError as exc:  # its context: the IndexError the caller is handling
+            yield _context_name(exc)
+
+    gen = g()
+    next(gen)
+    try:
+        raise IndexError
+    except IndexError:
+        got = gen.throw(ValueError)
+    return x + 1, got
+
+
+def thrown_with_nothing_handled(x):
+    def g():
+        try:
+            yield x
+        except ValueError as exc:
+            yield _context_name(exc)
+
+    gen = g()
+    next(gen)
+    return x + 1, gen.throw(ValueError)
+
+
+def test_an_exception_thrown_into_a_generator_has_eagers_context():
+    for fn in (thrown_into_a_handler, thrown_from_a_callers_handler, thrown_with_nothing_handled):
+        run_and_compare(fn, torch.ones(2), fullgraph=True)

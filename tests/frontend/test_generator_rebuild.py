@@ -94,3 +94,46 @@ def send_reaches_the_generator_code(x):
 
 def test_a_sent_value_the_generator_code_uses_reaches_it():
     run_and_compare(send_reaches_the_generator_code, torch.ones(2))
+
+
+def throw_after_a_break(x):
+    seen = []
+
+    def g():
+        try:
+            yield 1
+        except ValueError as e:
+            seen.append(type(e).__name__)
+            yield 2
+
+    gen = g()
+    next(gen)
+    kiln.graph_break()
+    got = gen.throw(ValueError)  # caught by g's handler: eager yields 2
+    return x + got, seen
+
+
+def test_throw_into_a_generator_suspended_inside_try_after_a_break():
+    # not rebuilt (the rebuilt generator has no handler: throw() would raise ValueError)
+    run_and_compare(throw_after_a_break, torch.ones(2))
+
+
+def close_after_a_break(x):
+    log = []
+
+    def g():
+        try:
+            yield 1
+            yield 2
+        finally:
+            log.append("closed")
+
+    gen = g()
+    next(gen)
+    kiln.graph_break()
+    gen.close()  # eager runs g's finally here
+    return x + 1, log
+
+
+def test_close_of_a_generator_suspended_inside_try_after_a_break():
+    run_and_compare(close_after_a_break, torch.ones(2))

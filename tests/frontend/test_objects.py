@@ -244,3 +244,24 @@ def test_instance_attribute_shadowing_a_method_is_guarded():
     x = torch.ones(2)
     for o in (plain, shadowed, plain):
         torch.testing.assert_close(compiled(o, x), _calls_helper(o, x))
+
+
+class _Plain:
+    pass
+
+
+def _object_with_a_non_string_dict_key(x):
+    f = _Plain()
+    f.__dict__[1] = x + 1
+    f.a = x * 2
+    return f
+
+
+def test_object_made_in_frame_with_a_non_string_dict_key():
+    # the rebuilt object's dict holds the int key as eager's does (object.__setattr__ refused it)
+    compiled = kiln.compile(_object_with_a_non_string_dict_key, fullgraph=True)
+    x = torch.randn(3)
+    got, expected = compiled(x), _object_with_a_non_string_dict_key(x)
+    assert list(vars(got)) == list(vars(expected)) == [1, "a"]
+    for k in (1, "a"):
+        torch.testing.assert_close(vars(got)[k], vars(expected)[k])

@@ -130,6 +130,12 @@ class LazyGeneratorVariable(ListIteratorVariable):
         if tx is not None:
             gen.parent = tx  # (the frame whose exception state the body sees: the caller's)
         self.running = True
+        if exc is not None and self.started:
+            # its context is the exception the body is handling at the yield, not the
+            # caller's (CPython chains an exception thrown in with the generator's own state)
+            context = gen.exc_info
+            if context is not None and context is not exc.var:
+                exc.var.attrs["__context__"] = context
         try:
             if not self.started:
                 self.started = True
@@ -390,11 +396,17 @@ class LazyGeneratorVariable(ListIteratorVariable):
 
     def _check_sent_dropped(self):
         """Note [Generators: rebuilt part way]: a value sent at the yield the generator is
-        suspended at must reach no code (the rebuilt generator drops it)."""
+        suspended at must reach no code (the rebuilt generator drops it), nor an exception
+        thrown in (throw() and close() would run the body's handlers, which it does not have)."""
         if self.sent_value_used():
             unimplemented(
                 "rebuilding a generator suspended at a yield whose value its code uses "
                 "(send() would reach that code)"
+            )
+        if self.has_cleanup():
+            unimplemented(
+                "rebuilding a suspended generator at a yield inside a try or with block "
+                "(throw() and close() would run its handlers)"
             )
 
     def sent_value_used(self):
@@ -603,7 +615,8 @@ def cleanup_throw(tx):
 # the break, and each one the drain reaches) drops the value sent in (`yield x` as a statement;
 # in a `yield from`, the same of the subgenerator's yield): the drain sent None at each, so a
 # value sent after the break would have to reach code that already ran (`return (yield 1)`
-# returns it). That is a break.
+# returns it). That is a break; so is a yield inside a try or with block, where an exception
+# thrown in (throw(), close()) would run the body's handlers, which the rebuilt one lacks.
 def _items_then(items, ret):
     for item in items:  # noqa: UP028 (yield from would pass a sent value on to the tuple)
         yield item

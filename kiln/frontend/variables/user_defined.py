@@ -520,8 +520,11 @@ def make_object(cls, attrs, items=None):
     for k, v in attrs.items():
         # one store per attribute, in order, as the traced code made them (the instance keeps
         # the class's shared keys, PEP 412, as eager's objects do; `obj.__dict__.update` would
-        # make a dict of its own); a name behind a data descriptor goes to the dict itself
-        if hasattr(instance_static(cls, k, None), "__set__") and not isinstance(
+        # make a dict of its own); a name behind a data descriptor, or a key that is no
+        # attribute name (`obj.__dict__[1] = v`), goes to the dict itself
+        if type(k) is not str:
+            obj.__dict__[k] = v
+        elif hasattr(instance_static(cls, k, None), "__set__") and not isinstance(
             instance_static(cls, k), types.MemberDescriptorType
         ):
             obj.__dict__[k] = v
