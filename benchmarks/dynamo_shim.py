@@ -269,6 +269,8 @@ _CONFIG = {
     "capture_scalar_outputs": "torch._dynamo.config",
     "symbol_guard_limit_before_specialize": "torch.fx.experimental._config",
     "cache_size_limit": ("torch._dynamo.config", "recompile_limit"),  # (both 8 by default)
+    "automatic_dynamic_shapes": "torch._dynamo.config",
+    "assume_static_by_default": "torch._dynamo.config",
 }
 
 

@@ -542,6 +542,8 @@ class FrameCache:
         installed_globals.flush()  # Note [Globals: installed for as long as the code ...]
         hooks.fire("frame_start", fn)
         dynamic, dynamic_ints = self.settings.dynamic, False
+        if dynamic is None and not config.assume_static_by_default:
+            dynamic = True  # (torch's switch: sizes symbolic from the first compile)
         if self.module_root and isinstance(args[0], torch.fx.GraphModule):
             # Note [Shapes: size-generic graph modules]: a GraphModule made to serve many sizes
             # (compiled autograd's graph reading `sizes`) says so in `GraphMeta.kiln_dynamic`:

@@ -574,3 +574,21 @@ def test_dynamic_true_makes_int_arguments_symbolic_not_module_settings():
     guards = _size_guards(_caches(compiled)[0].entry_info[0])
     assert "n >= 2" in "\n".join(_caches(compiled)[0].entry_info[0].guard.source.splitlines())
     assert any("x.size()[0]" in g for g in guards)
+
+
+def test_assume_static_by_default_off_compiles_symbolic_from_the_first_call(monkeypatch):
+    # torch's switch: with dynamic=None, the first compile already serves other sizes
+    monkeypatch.setattr(kiln.config, "assume_static_by_default", False)
+    backend = CountingBackend()
+    compiled = kiln.compile(lambda x, y: x * y, backend=backend)
+    for n in (2, 3, 4, 5, 6):
+        x, y = torch.randn(n), torch.randn(n)
+        torch.testing.assert_close(compiled(x, y), x * y)
+    assert len(backend.graphs) == 1
+    monkeypatch.setattr(kiln.config, "assume_static_by_default", True)
+    kiln.reset()
+    backend = CountingBackend()
+    compiled = kiln.compile(lambda x, y: x * y, backend=backend)
+    for n in (2, 3, 4):
+        compiled(torch.randn(n), torch.randn(n))
+    assert len(backend.graphs) == 2  # static first, then one symbolic recompile
