@@ -651,7 +651,11 @@ class FrameCache:
         for name in output.input_floats:
             self._shape_kinds[name] = "float"
         scalars = {**output.input_ints, **output.input_floats}
-        self._update_shapes({**output.input_shapes, **{n: (v,) for n, v in scalars.items()}})
+        new = {**output.input_shapes, **{n: (v,) for n, v in scalars.items()}}
+        if self.settings.dynamic is False or not config.automatic_dynamic_shapes:
+            self.frame_shapes.sizes.update(new)  # (recorded, never made dynamic)
+            return
+        self._update_shapes(new)
 
     def _hooked_call(self, args, kwargs):
         """Note [Modules: hooks around a compiled forward]

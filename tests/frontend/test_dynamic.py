@@ -592,3 +592,15 @@ def test_assume_static_by_default_off_compiles_symbolic_from_the_first_call(monk
     for n in (2, 3, 4):
         compiled(torch.randn(n), torch.randn(n))
     assert len(backend.graphs) == 2  # static first, then one symbolic recompile
+
+
+def test_automatic_dynamic_shapes_off_never_makes_a_size_symbolic(monkeypatch):
+    # each new size compiles a static entry (a recompile's own record made dims dynamic before)
+    monkeypatch.setattr(kiln.config, "automatic_dynamic_shapes", False)
+    backend = CountingBackend()
+    compiled = kiln.compile(lambda x, y: x * y, backend=backend)
+    for n in (2, 3, 4, 5, 6):
+        x, y = torch.randn(n), torch.randn(n)
+        torch.testing.assert_close(compiled(x, y), x * y)
+    assert len(backend.graphs) == 5
+    assert all(not ex[0].shape[0].__class__.__name__ == "SymInt" for ex in backend.example_inputs)
