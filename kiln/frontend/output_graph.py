@@ -257,6 +257,15 @@ class OutputGraph:
         )
 
     # --- compiling ------------------------------------------------------------------------------
+    def _guard_written_inputs_distinct(self):
+        """Note [Output graph: inputs the graph writes]: DISTINCT guards for written inputs."""
+        tensors = [(s, n) for s, v, n in self.graph_inputs if isinstance(v, torch.Tensor)]
+        written = [s for s, n in tensors if _written(n)]
+        pairs = [(w, s) for w in written for s, _ in tensors if s != w]
+        if 0 < len(pairs) <= WRITTEN_INPUT_PAIRS_LIMIT:
+            for w, s in pairs:
+                self.guards.add(GuardKind.DISTINCT, w, s)
+
     def compile_subgraph(self, outputs):
         """Finish the graph with `outputs` (TensorVariables); call the backend once.
 
@@ -271,6 +280,7 @@ class OutputGraph:
             if not node.users:
                 self.graph.erase_node(node)
                 self.graph_inputs.remove((source, value, node))
+        self._guard_written_inputs_distinct()
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name="GraphModule")
         if self.has_symbols():
             GraphMeta.update(gm, shape_env=self.shape_env)
@@ -317,6 +327,25 @@ class OutputGraph:
         fallback.graph_without_effects(installed, gm.graph)  # Note [Faults: no eager rerun ...]
         installed_globals.install(self, name, installed)
         return name, [source for source, _, _ in self.graph_inputs]
+
+
+# Note [Output graph: inputs the graph writes]
+# The graph was traced with one placeholder per distinct input object: an input it writes in
+# place (its example's version counter moved while tracing) is assumed to be no other input. A
+# later call passing the same tensor in two places (`f(x, y, x)`) fails a DISTINCT guard and
+# recompiles, as torch.compile's aliasing guard does; the new trace sees one input in both places.
+# (Distinct tensors that share memory, views of one base, pass the guard: AOT's run-time check
+# runs such a call's graph op by op.) Pairs are capped: an optimizer step writing hundreds of
+# parameters keeps only the run-time check.
+WRITTEN_INPUT_PAIRS_LIMIT = 64
+
+
+def _written(node):
+    """Whether tracing wrote the placeholder's example in place."""
+    try:
+        return node.meta["example_value"]._version > 0
+    except Exception:  # (an example whose version counter cannot be read: not counted)
+        return False
 
 
 # Note [Output graph: backends that read example values]
