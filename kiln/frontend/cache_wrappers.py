@@ -28,10 +28,17 @@ import functools
 import sys
 import types
 
+import torch
+
 from kiln import config, logs
 from kiln.exc import Unsupported
 from kiln.frontend import stance
-from kiln.frontend.dispatch_modes import function_modes_on, modes_on, user_mode_active
+from kiln.frontend.dispatch_modes import (
+    eager_reason,
+    function_modes_on,
+    modes_on,
+    user_mode_active,
+)
 from kiln.frontend.resume import call_moving
 
 __all__ = ["make_wrapper", "make_closure_wrapper", "make_box_wrapper", "module_eager"]
@@ -40,6 +47,26 @@ __all__ = ["make_wrapper", "make_closure_wrapper", "make_box_wrapper", "module_e
 def _to_front(entries, entry):
     entries.remove(entry)
     entries.insert(0, entry)
+
+
+def lookup_modes_off(entries, args, kwargs):
+    """The code of the entry whose guard passes, the guards run with torch function dispatch
+    off (a user's function mode must not see the guards' reads of tensors); None."""
+    found = _entries_modes_off(entries, args, kwargs)
+    return found[0][1] if found else None
+
+
+def _entries_modes_off(entries, args, kwargs=None):
+    """[the first entry whose guard passes] (moved to the front), the guards run with torch
+    function dispatch off; []. (Note [Frames: tracing a user's torch function modes])"""
+    kwargs = kwargs or {}
+    with torch._C.DisableTorchFunction():
+        for entry in entries:
+            if entry[0](*args, **kwargs):
+                if entries[0] is not entry:  # Note [Cache: most recent entry first]
+                    _to_front(entries, entry)
+                return [entry]
+    return []
 
 
 def make_closure_wrapper(cache):
@@ -54,9 +81,12 @@ def make_closure_wrapper(cache):
         if (modes_on() or function_modes_on()) and user_mode_active():
             # Note [Frames: under a user's dispatch mode]
             return fn_obj(*args, **kwargs)
-        for entry in entries:
+        found = (
+            _entries_modes_off(entries, (fn_obj, *args), kwargs) if function_modes_on() else None
+        )
+        for entry in entries if found is None else found:
             guard, code = entry
-            if guard(fn_obj, *args, **kwargs):
+            if found or guard(fn_obj, *args, **kwargs):
                 if entries[0] is not entry:  # Note [Cache: most recent entry first]
                     _to_front(entries, entry)
                 g = fn_obj.__globals__
@@ -81,9 +111,10 @@ def make_box_wrapper(cache):
         ):
             # Notes [Cache: frames under a trace function], [Frames: under a user's dispatch mode]
             return call_moving(box.pop(0) if closure else cache.eager, box)
-        for entry in entries:
+        found = _entries_modes_off(entries, box) if function_modes_on() else None
+        for entry in entries if found is None else found:
             guard, fn = entry
-            if guard(*box):
+            if found or guard(*box):
                 if entries[0] is not entry:  # Note [Cache: most recent entry first]
                     _to_front(entries, entry)
                 if closure:
@@ -116,16 +147,23 @@ def make_wrapper(cache):
             return cache.eager(*args, **kwargs)  # Note [Cache: frames under a trace function]
         if (modes_on() or function_modes_on()) and user_mode_active():
             # Note [Frames: under a user's dispatch mode]
+            if cache.settings.fullgraph:
+                raise Unsupported(f"{eager_reason()}: the frame would run eagerly (fullgraph=True)")
             return cache.eager(*args, **kwargs)
         state = stance.state
         if state.active and state.backend is not own_backend:  # force_eager, force_backend=
             return cache.under_stance(state, args, kwargs)
-        for entry in entries:
-            guard, fn = entry
-            if guard(*args, **kwargs):
-                if entries[0] is not entry:  # Note [Cache: most recent entry first]
-                    _to_front(entries, entry)
+        if function_modes_on():  # Note [Frames: tracing a user's torch function modes]
+            fn = lookup_modes_off(entries, args, kwargs)
+            if fn is not None:
                 return fn(*args, **kwargs)
+        else:
+            for entry in entries:
+                guard, fn = entry
+                if guard(*args, **kwargs):
+                    if entries[0] is not entry:  # Note [Cache: most recent entry first]
+                        _to_front(entries, entry)
+                    return fn(*args, **kwargs)
         outer = logs.stderr_at_call is None  # Note [Logs: the stream a warning goes to]
         if outer:
             logs.stderr_at_call = sys.stderr

@@ -29,6 +29,8 @@ functions disabled
 """
 
 import contextlib
+import inspect
+import types
 
 import torch
 from torch.utils._device import DeviceContext
@@ -40,6 +42,9 @@ __all__ = [
     "modes_off_for_compile",
     "function_modes_on",
     "default_devices",
+    "eager_reason",
+    "compiling_function_modes",
+    "function_modes_guard",
 ]
 
 modes_on = torch._C._len_torch_dispatch_stack
@@ -48,6 +53,13 @@ function_modes_on = torch._C._len_torch_function_stack
 
 def _function_modes():
     return [torch._C._get_function_stack_at(i) for i in range(function_modes_on())]
+
+
+def function_mode_at(index):
+    """The function mode at this depth of torch's stack (0 outermost), or None."""
+    if index < function_modes_on():
+        return torch._C._get_function_stack_at(index)
+    return None
 
 
 def default_devices():
@@ -75,16 +87,79 @@ def _flag(mode, name):
     return bool(query()) if callable(query) else False
 
 
+def _traceable(mode):
+    """Whether kiln traces this function mode (Note [Frames: tracing a user's torch function
+    modes]): a Python class of the user's whose __torch_function__ is a Python function."""
+    cls = type(mode)
+    handler = inspect.getattr_static(cls, "__torch_function__", None)
+    return isinstance(handler, types.FunctionType) and not cls.__module__.startswith("torch.")
+
+
+def function_modes_reason():
+    """Why the function modes on the stack make a frame run eagerly, or None (none, only
+    default-device modes, or modes kiln traces)."""
+    modes = _function_modes()
+    users = [m for m in modes if type(m) is not DeviceContext]
+    if not users:
+        return None
+    if len(users) != len(modes):
+        return "a torch function mode of the user's with torch's default-device mode"
+    for m in users:
+        if not _traceable(m):
+            return f"torch function mode {type(m).__qualname__}: a __torch_function__ kiln cannot trace"
+    return None
+
+
 def user_mode_active():
     """A mode of the user's that would see compiled code's calls is on the dispatch stack, or a
-    function mode other than torch's default-device mode on the function stack."""
+    function mode kiln does not trace on the function stack."""
     if modes_on() and _user_modes()[0]:
         return True
-    return any(type(m) is not DeviceContext for m in _function_modes())
+    return function_modes_reason() is not None
+
+
+def eager_reason():
+    """Why a frame called now runs eagerly (user_mode_active()), for fullgraph's error."""
+    if modes_on() and _user_modes()[0]:
+        return "a TorchDispatchMode of the user's is active (the frame runs eagerly under it)"
+    return function_modes_reason()
+
+
+# the user's function modes of the compiles under way (innermost compile last)
+_COMPILING = []
+
+
+def compiling_function_modes():
+    """The user's function modes (outermost first) the frame being compiled was called under."""
+    return _COMPILING[-1] if _COMPILING else ()
+
+
+@contextlib.contextmanager
+def _function_modes_off():
+    modes = _function_modes()
+    for _ in modes:
+        torch._C._pop_torch_function_stack()
+    _COMPILING.append(tuple(modes))
+    try:
+        yield
+    finally:
+        _COMPILING.pop()
+        for m in modes:
+            torch._C._push_on_torch_function_stack(m)
+
+
+def function_modes_guard():
+    """The guard text on the function-mode stack when no default-device mode is on."""
+    n = len(compiling_function_modes())
+    return f"___function_modes_on() == {n}" if n else "not ___function_modes_on()"
 
 
 def modes_off_for_compile():
     """A context that takes the user's modes off the stack while kiln compiles a frame."""
+    if function_modes_on() and not default_devices():
+        return (
+            _function_modes_off()
+        )  # (traced: Note [Frames: tracing a user's torch function modes])
     if modes_on() and _user_modes()[1]:
         return _disable_current_modes()
     return contextlib.nullcontext()

@@ -7,10 +7,12 @@ import operator
 import torch
 
 from kiln.exc import unimplemented
+from kiln.frontend.dispatch_modes import compiling_function_modes
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import (
     dict_views,
     dicts,
+    function_modes,
     numpy_vars,
     sequence_ops,
     set_subclass,
@@ -57,6 +59,8 @@ def binary_op(tx, fn, a, b):
         fn = _INPLACE[fn]  # `n += t` for a number n is `n = n + t` (no in-place, a new tensor)
     if torch_function_involved([a, b]):  # Note [Tensors: subclasses with __torch_function__]
         return torch_function_operator(tx, fn, a, b)
+    if compiling_function_modes() and _under_modes(tx, a, b):
+        return function_modes.operator_call(tx, fn, a, b)  # Note [Frames: tracing a user's ...]
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [a, b], {})
     if isinstance(a, SymFloatVariable) or isinstance(b, SymFloatVariable):
@@ -274,6 +278,8 @@ def compare_vars(tx, fn, a, b):
         return ConstantVariable(same if fn is operator.is_ else not same)
     if torch_function_involved([a, b]):  # Note [Tensors: subclasses with __torch_function__]
         return torch_function_operator(tx, fn, a, b)
+    if compiling_function_modes() and _under_modes(tx, a, b):
+        return function_modes.operator_call(tx, fn, a, b)  # Note [Frames: tracing a user's ...]
     if isinstance(a, ObjectIdVariable) and isinstance(b, ObjectIdVariable) and fn in _SET_CMP:
         same = a.same_as(tx, b)  # Note [Builtins: id() of objects made in the frame]
         return ConstantVariable(same == (fn is operator.eq))
@@ -467,10 +473,18 @@ def contains(tx, container, item):
     return ConstantVariable(False)
 
 
+def _under_modes(tx, a, b):
+    """A tensor operand while the user's torch function modes are active."""
+    tensors = isinstance(a, TensorVariable) or isinstance(b, TensorVariable)
+    return tensors and bool(function_modes.active(tx))
+
+
 def unary_op(tx, fn, obj):
     """-x, +x, ~x, abs(x)."""
     if numpy_vars.involved(obj):
         return numpy_vars.operator_call(tx, fn, [obj])
+    if compiling_function_modes() and _under_modes(tx, obj, None):
+        return function_modes.operator_call(tx, fn, obj)  # Note [Frames: tracing a user's ...]
     if isinstance(obj, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [obj], {})
     if isinstance(obj, SymNodeVariable):
