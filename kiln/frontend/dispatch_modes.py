@@ -33,6 +33,7 @@ import inspect
 import types
 
 import torch
+from torch.overrides import BaseTorchFunctionMode
 from torch.utils._device import DeviceContext
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -45,6 +46,7 @@ __all__ = [
     "eager_reason",
     "compiling_function_modes",
     "function_modes_guard",
+    "modes_traced",
 ]
 
 modes_on = torch._C._len_torch_dispatch_stack
@@ -87,12 +89,14 @@ def _flag(mode, name):
     return bool(query()) if callable(query) else False
 
 
-def _traceable(mode):
-    """Whether kiln traces this function mode (Note [Frames: tracing a user's torch function
-    modes]): a Python class of the user's whose __torch_function__ is a Python function."""
-    cls = type(mode)
+def traceable_class(cls):
+    """Whether kiln traces function modes of this class (Note [Frames: tracing a user's torch
+    function modes]): a Python class of the user's whose __torch_function__ is a Python function."""
     handler = inspect.getattr_static(cls, "__torch_function__", None)
-    return isinstance(handler, types.FunctionType) and not cls.__module__.startswith("torch.")
+    if not isinstance(handler, types.FunctionType):
+        return False
+    # (torch's own modes are infrastructure, except the plain base class users build on)
+    return cls is BaseTorchFunctionMode or not cls.__module__.startswith("torch.")
 
 
 def function_modes_reason():
@@ -105,7 +109,7 @@ def function_modes_reason():
     if len(users) != len(modes):
         return "a torch function mode of the user's with torch's default-device mode"
     for m in users:
-        if not _traceable(m):
+        if not traceable_class(type(m)):
             return f"torch function mode {type(m).__qualname__}: a __torch_function__ kiln cannot trace"
     return None
 
@@ -132,6 +136,12 @@ _COMPILING = []
 def compiling_function_modes():
     """The user's function modes (outermost first) the frame being compiled was called under."""
     return _COMPILING[-1] if _COMPILING else ()
+
+
+def modes_traced(tx):
+    """Whether torch calls traced now may go through a user's function modes (the frame was
+    called under some, or entered one)."""
+    return bool(_COMPILING and _COMPILING[-1]) or "function_modes" in tx.output.__dict__
 
 
 @contextlib.contextmanager

@@ -128,12 +128,14 @@ def dispatch(tx, func, args, kwargs):
     if torch_function.involved(args, kwargs):
         unimplemented(f"{_name(func)} on a tensor subclass under a torch function mode")
     mode = modes[-1]
-    cls = type(mode.value)
+    cls = mode.python_type()
     handler = inspect.getattr_static(cls, "__torch_function__", None)
-    if not isinstance(handler, types.FunctionType) or mode.source is None:
+    if not isinstance(handler, types.FunctionType):
         unimplemented(f"torch function mode {cls.__name__}: a __torch_function__ kiln cannot trace")
-    handler_source = AttrSource(AttrSource(mode.source, "__class__"), "__torch_function__")
-    tx.output.guards.add(GuardKind.ID_MATCH, handler_source, handler)
+    handler_source = None
+    if mode.source is not None:  # (a mode made in the frame: its class was read from a source)
+        handler_source = AttrSource(AttrSource(mode.source, "__class__"), "__torch_function__")
+        tx.output.guards.add(GuardKind.ID_MATCH, handler_source, handler)
     func_object = torch_function._func_object(func)
     if func[0] == "function":
         func_var = wrap_constant_like(tx, func_object)
@@ -262,3 +264,54 @@ def operator_call(tx, op, *operands):
         unimplemented(f"operator {what} on {kinds} under a torch function mode")
     func, order = found
     return dispatch(tx, _func_of_object(func), [operands[i] for i in order], {})
+
+
+def _stock_enter_exit(cls):
+    """Whether a mode class enters and leaves as TorchFunctionMode does (push/pop self only)."""
+    base = torch.overrides.TorchFunctionMode
+    return all(
+        inspect.getattr_static(cls, name, None) is inspect.getattr_static(base, name)
+        for name in ("__enter__", "__exit__")
+    )
+
+
+class EnteredModeVariable(VariableTracker):
+    """`with mode:` inside the compiled frame: the mode is pushed on the traced stack for the
+    block (a break inside it is rewound to the with statement: Python enters the mode and the
+    block resumes under it, compiled through the mode)."""
+
+    traced_manager = True  # (ctx_managers.context_manager: entered and left by these methods)
+    resumable = False
+
+    def __init__(self, mode, **kw):
+        super().__init__(**kw)
+        self.mode = mode
+
+    def python_type(self):
+        return self.mode.python_type()
+
+    def enter(self, tx):
+        active(tx).append(self.mode)  # (a new list each dispatch: this one is the frame's)
+        return self.mode
+
+    def exit(self, tx):
+        modes = active(tx)
+        if not modes or modes[-1] is not self.mode:
+            unimplemented("a torch function mode left out of order inside the compiled frame")
+        modes.pop()
+        return ConstantVariable(None)
+
+    def reconstruct(self, cg):
+        self.mode.reconstruct(cg)
+
+
+def entered_mode(tx, cm):
+    """The manager of `with mode:` for a user's TorchFunctionMode object, or a break."""
+    cls = cm.python_type()
+    if not _stock_enter_exit(cls):
+        unimplemented(f"torch function mode {cls.__qualname__} with its own __enter__/__exit__")
+    if not dispatch_modes.traceable_class(cls):
+        unimplemented(
+            f"torch function mode {cls.__qualname__}: a __torch_function__ kiln cannot trace"
+        )
+    return EnteredModeVariable(cm)

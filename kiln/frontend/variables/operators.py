@@ -3,11 +3,12 @@
 import collections
 import enum
 import operator
+import types
 
 import torch
 
 from kiln.exc import unimplemented
-from kiln.frontend.dispatch_modes import compiling_function_modes
+from kiln.frontend.dispatch_modes import modes_traced
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import (
     dict_views,
@@ -59,7 +60,7 @@ def binary_op(tx, fn, a, b):
         fn = _INPLACE[fn]  # `n += t` for a number n is `n = n + t` (no in-place, a new tensor)
     if torch_function_involved([a, b]):  # Note [Tensors: subclasses with __torch_function__]
         return torch_function_operator(tx, fn, a, b)
-    if compiling_function_modes() and _under_modes(tx, a, b):
+    if modes_traced(tx) and _under_modes(tx, a, b):
         return function_modes.operator_call(tx, fn, a, b)  # Note [Frames: tracing a user's ...]
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [a, b], {})
@@ -278,7 +279,7 @@ def compare_vars(tx, fn, a, b):
         return ConstantVariable(same if fn is operator.is_ else not same)
     if torch_function_involved([a, b]):  # Note [Tensors: subclasses with __torch_function__]
         return torch_function_operator(tx, fn, a, b)
-    if compiling_function_modes() and _under_modes(tx, a, b):
+    if modes_traced(tx) and _under_modes(tx, a, b):
         return function_modes.operator_call(tx, fn, a, b)  # Note [Frames: tracing a user's ...]
     if isinstance(a, ObjectIdVariable) and isinstance(b, ObjectIdVariable) and fn in _SET_CMP:
         same = a.same_as(tx, b)  # Note [Builtins: id() of objects made in the frame]
@@ -308,7 +309,27 @@ def compare_vars(tx, fn, a, b):
             kind = GuardKind.ALIASING if same else GuardKind.DISTINCT
             tx.output.guards.add(kind, a.source, b.source)
         return ConstantVariable(same == (fn is operator.eq))
+    if fn in (operator.eq, operator.ne) and _builtin_callables(a, b):
+        # (`func == torch.add` in a torch function mode's handler: these compare as objects)
+        return ConstantVariable((a.value == b.value) == (fn is operator.eq))
     return binary_op(tx, fn, a, b)
+
+
+_CALLABLE_TYPES = (
+    types.BuiltinFunctionType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    types.FunctionType,
+)
+
+
+def _builtin_callables(a, b):
+    """Two functions or method objects (not constants) whose == compares what they call."""
+    return all(
+        not isinstance(v, ConstantVariable) and type(getattr(v, "value", None)) in _CALLABLE_TYPES
+        for v in (a, b)
+    )
 
 
 def _plain_modules(a, b):
@@ -483,7 +504,7 @@ def unary_op(tx, fn, obj):
     """-x, +x, ~x, abs(x)."""
     if numpy_vars.involved(obj):
         return numpy_vars.operator_call(tx, fn, [obj])
-    if compiling_function_modes() and _under_modes(tx, obj, None):
+    if modes_traced(tx) and _under_modes(tx, obj, None):
         return function_modes.operator_call(tx, fn, obj)  # Note [Frames: tracing a user's ...]
     if isinstance(obj, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [obj], {})

@@ -8,7 +8,7 @@ import torch
 from kiln import config
 from kiln.exc import CompiledAutogradCall, unimplemented
 from kiln.frontend import frame_shapes
-from kiln.frontend.dispatch_modes import compiling_function_modes
+from kiln.frontend.dispatch_modes import modes_traced
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables import optim
@@ -173,7 +173,7 @@ class TensorVariable(VariableTracker):
         return SymNodeVariable.create(tx, node, n)
 
     def var_getattr(self, tx, name):
-        if compiling_function_modes():  # Note [Frames: tracing a user's torch function modes]
+        if modes_traced(tx):  # Note [Frames: tracing a user's torch function modes]
             from kiln.frontend.variables import function_modes
 
             if function_modes.active(tx) and function_modes.is_getter(name):
@@ -238,7 +238,7 @@ class TensorVariable(VariableTracker):
         raise_observed(tx, AttributeError, f"{cls.__name__!r} object has no attribute {name!r}")
 
     def call_method(self, tx, name, args, kwargs):
-        if compiling_function_modes():  # Note [Frames: tracing a user's torch function modes]
+        if modes_traced(tx):  # Note [Frames: tracing a user's torch function modes]
             from kiln.frontend.variables import function_modes
 
             if function_modes.active(tx):

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from kiln.exc import unimplemented
-from kiln.frontend.dispatch_modes import compiling_function_modes
+from kiln.frontend.dispatch_modes import modes_traced
 from kiln.frontend.markers import is_disallowed_in_graph
 from kiln.frontend.variables import autocast, ctx_managers, optim, torch_queries, unspec_float
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker, wrap_constant_like
@@ -225,7 +225,7 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         or (isinstance(a, BaseListVariable) and any(isinstance(i, tensor_cls) for i in a.items))
         for a in [*args, *kwargs.values()]
     )
-    if compiling_function_modes():  # Note [Frames: tracing a user's torch function modes]
+    if modes_traced(tx):  # Note [Frames: tracing a user's torch function modes]
         from kiln.frontend.variables import function_modes
 
         if function_modes.active(tx):
@@ -560,7 +560,7 @@ class TorchVariable(PythonValueVariable):
         if is_disallowed_in_graph(fn):
             name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
             unimplemented(f"call to {name}, kept out of graphs by disallow_in_graph")
-        if compiling_function_modes():  # Note [Frames: tracing a user's torch function modes]
+        if modes_traced(tx):  # Note [Frames: tracing a user's torch function modes]
             from kiln.frontend.variables import function_modes
 
             done = function_modes.call_function(tx, fn, args, kwargs)
