@@ -106,6 +106,8 @@ def function_modes_reason():
     users = [m for m in modes if type(m) is not DeviceContext]
     if not users:
         return None
+    if not torch._C._is_torch_function_mode_enabled():
+        return "torch function modes on the stack under DisableTorchFunction"
     if len(users) != len(modes):
         return "a torch function mode of the user's with torch's default-device mode"
     for m in users:

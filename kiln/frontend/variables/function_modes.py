@@ -125,8 +125,6 @@ def dispatch(tx, func, args, kwargs):
     from kiln.frontend.variables import torch_function
 
     modes = active(tx)
-    if torch_function.involved(args, kwargs):
-        unimplemented(f"{_name(func)} on a tensor subclass under a torch function mode")
     mode = modes[-1]
     cls = mode.python_type()
     handler = inspect.getattr_static(cls, "__torch_function__", None)
@@ -157,10 +155,23 @@ def dispatch(tx, func, args, kwargs):
 
 
 def plain_call(tx, func, args, kwargs):
-    """func past the last mode: the op itself (a Tensor method on its tensor)."""
-    from kiln.frontend.variables import torch_function
+    """func past the last mode: the op itself, on the values as they are (a tensor subclass's
+    __torch_function__ comes next: Note [Tensors: subclasses with __torch_function__])."""
+    kind, what = func
+    if kind == "getter":
+        return args[0].var_getattr(tx, what)
+    if kind == "method" and args and isinstance(args[0], TensorVariable):
+        return args[0].call_method(tx, what, list(args[1:]), kwargs)
+    target = what if kind == "function" else getattr(torch.Tensor, what)
+    return wrap_constant_like(tx, target).call_function(tx, list(args), kwargs)
 
-    return torch_function._call_plain(tx, func, args, kwargs)
+
+_STACK_CHANGES = (
+    torch._C._pop_torch_function_stack,
+    torch._C._push_on_torch_function_stack,
+    torch.overrides._pop_mode,
+    torch.overrides._push_mode,
+)
 
 
 def call_function(tx, fn, args, kwargs):
@@ -168,6 +179,10 @@ def call_function(tx, fn, args, kwargs):
     to a mode (an ignored function) and it should be traced as usual."""
     from kiln.frontend.variables import torch_function
 
+    if fn is torch._C._len_torch_function_stack and not args and not kwargs:
+        return ConstantVariable(len(active(tx)))  # (the depth is guarded)
+    if fn in _STACK_CHANGES:
+        unimplemented(f"{fn.__name__}() changes the torch function mode stack inside the frame")
     func = torch_function._func_of_object(fn)
     if not active(tx):  # (past the last mode: a Tensor method or getter object runs on its tensor)
         return plain_call(tx, func, args, kwargs) if func[0] != "function" else None

@@ -58,10 +58,10 @@ def binary_op(tx, fn, a, b):
         return numpy_vars.operator_call(tx, fn, [a, b])
     if isinstance(b, TensorVariable) and not isinstance(a, TensorVariable) and fn in _INPLACE:
         fn = _INPLACE[fn]  # `n += t` for a number n is `n = n + t` (no in-place, a new tensor)
+    if modes_traced(tx) and _under_modes(tx, a, b):  # (modes first, as torch does)
+        return function_modes.operator_call(tx, fn, a, b)  # Note [Frames: tracing a user's ...]
     if torch_function_involved([a, b]):  # Note [Tensors: subclasses with __torch_function__]
         return torch_function_operator(tx, fn, a, b)
-    if modes_traced(tx) and _under_modes(tx, a, b):
-        return function_modes.operator_call(tx, fn, a, b)  # Note [Frames: tracing a user's ...]
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [a, b], {})
     if isinstance(a, SymFloatVariable) or isinstance(b, SymFloatVariable):
@@ -277,10 +277,10 @@ def compare_vars(tx, fn, a, b):
             kind = GuardKind.ALIASING if same else GuardKind.DISTINCT
             tx.output.guards.add(kind, a.source, b.source)
         return ConstantVariable(same if fn is operator.is_ else not same)
+    if modes_traced(tx) and _under_modes(tx, a, b):  # (modes first, as torch does)
+        return function_modes.operator_call(tx, fn, a, b)  # Note [Frames: tracing a user's ...]
     if torch_function_involved([a, b]):  # Note [Tensors: subclasses with __torch_function__]
         return torch_function_operator(tx, fn, a, b)
-    if modes_traced(tx) and _under_modes(tx, a, b):
-        return function_modes.operator_call(tx, fn, a, b)  # Note [Frames: tracing a user's ...]
     if isinstance(a, ObjectIdVariable) and isinstance(b, ObjectIdVariable) and fn in _SET_CMP:
         same = a.same_as(tx, b)  # Note [Builtins: id() of objects made in the frame]
         return ConstantVariable(same == (fn is operator.eq))

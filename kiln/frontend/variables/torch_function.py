@@ -10,8 +10,10 @@ import torch
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.dispatch_modes import modes_traced
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
+from kiln.frontend.variables import function_modes
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -216,6 +218,8 @@ def dispatch(tx, func, args, kwargs):
     """`func(*args, **kwargs)` where some argument is a value of a plain subclass with
     __torch_function__: trace that __torch_function__ (Note [Tensors: subclasses with
     __torch_function__])."""
+    if modes_traced(tx) and function_modes.active(tx):  # (the user's modes come first)
+        return function_modes.dispatch(tx, func, args, kwargs)
     values = _flat([*args, *kwargs.values()])
     classes = []
     for v in values:
