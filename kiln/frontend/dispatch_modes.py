@@ -19,13 +19,20 @@ Compiled code calls other functions than the frame (guards read strides, the wra
 with `empty_strided` and calls `mm.out`), so a mode of the user's saw kiln's internals and never
 the frame's own calls, and a mode that changes calls changed kiln's: under `torch.device("meta")`
 the wrapper's buffers were made on the meta device and a C++ kernel wrote through their null
-pointers (a crash). So a frame called while a function mode of the user's is on the stack runs as
-written (torch.compile traces through the mode instead; kiln does not yet). torch's own
-default-device mode (`with torch.device(d)`, `torch.set_default_device(d)`) is the exception:
-the frame compiles (a factory call without a device is a graph break, run under the mode), its
-guard checks the default device (`default_devices()`), and compiled graphs run with torch
-functions disabled
-(`CompiledGraph.__call__`), so nothing of kiln's runs through a mode.
+pointers (a crash). So kiln never runs its own work under a user's function mode: a frame
+called under modes it can trace (`traceable_class`: Python classes of the user's, whose
+__torch_function__ is a Python function) compiles with the modes taken off the stack while it
+compiles (`modes_off_for_compile`; the stack it was called under is `compiling_function_modes()`)
+and each of its torch calls traced through them (Note [Frames: tracing a user's torch function
+modes] in variables/function_modes.py); the entries' guards run with torch function dispatch off
+and check the stack's depth (`function_modes_guard`) and each mode's class, and graphs run with
+it off. Any other stack (`function_modes_reason()`: a mode kiln does not trace, a user mode with
+a default-device mode, modes under DisableTorchFunction) runs the frame as written, and under
+fullgraph=True raises Unsupported with that reason. torch's own
+default-device mode (`with torch.device(d)`, `torch.set_default_device(d)`) alone is the other
+exception: the frame compiles (a factory call without a device is a graph break, run under the
+mode), its guard checks the default device (`default_devices()`), and compiled graphs run with
+torch functions disabled (`CompiledGraph.__call__`), so nothing of kiln's runs through a mode.
 """
 
 import contextlib
