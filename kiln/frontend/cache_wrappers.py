@@ -34,7 +34,7 @@ from kiln import config, logs
 from kiln.exc import Unsupported
 from kiln.frontend import stance
 from kiln.frontend.dispatch_modes import (
-    eager_reason,
+    fullgraph_refusal,
     function_modes_on,
     modes_on,
     user_mode_active,
@@ -147,8 +147,8 @@ def make_wrapper(cache):
             return cache.eager(*args, **kwargs)  # Note [Cache: frames under a trace function]
         if (modes_on() or function_modes_on()) and user_mode_active():
             # Note [Frames: under a user's dispatch mode]
-            if cache.settings.fullgraph:
-                raise Unsupported(f"{eager_reason()}: the frame would run eagerly (fullgraph=True)")
+            if cache.settings.fullgraph and (reason := fullgraph_refusal()) is not None:
+                raise Unsupported(f"{reason}: the frame would run eagerly (fullgraph=True)")
             return cache.eager(*args, **kwargs)
         state = stance.state
         if state.active and state.backend is not own_backend:  # force_eager, force_backend=

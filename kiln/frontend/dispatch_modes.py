@@ -50,7 +50,7 @@ __all__ = [
     "modes_off_for_compile",
     "function_modes_on",
     "default_devices",
-    "eager_reason",
+    "fullgraph_refusal",
     "compiling_function_modes",
     "function_modes_guard",
     "modes_traced",
@@ -131,10 +131,11 @@ def user_mode_active():
     return function_modes_reason() is not None
 
 
-def eager_reason():
-    """Why a frame called now runs eagerly (user_mode_active()), for fullgraph's error."""
+def fullgraph_refusal():
+    """Why a frame called now under fullgraph=True is an error, or None: the function modes it
+    would run eagerly under (a user's dispatch mode runs it eagerly as torch.compile does)."""
     if modes_on() and _user_modes()[0]:
-        return "a TorchDispatchMode of the user's is active (the frame runs eagerly under it)"
+        return None
     return function_modes_reason()
 
 

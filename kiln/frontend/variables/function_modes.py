@@ -193,6 +193,8 @@ def call_function(tx, fn, args, kwargs):
         return None
     if isinstance(fn, types.FunctionType):  # (plain Python code: its torch calls reach modes)
         return None
+    if isinstance(fn, type) and not issubclass(fn, torch.Tensor):
+        return None  # (torch.device, torch.Size, torch.finfo ...: no torch function)
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
     unimplemented(f"{name} under a torch function mode (kiln does not know if the mode sees it)")
 
