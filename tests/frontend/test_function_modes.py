@@ -310,3 +310,25 @@ def test_mode_reading_types_breaks_with_the_reason():
         actual = compiled(x)
     torch.testing.assert_close(actual, expected)
     assert mode.n == eager_mode.n == 0  # (Tensor.add's, the last call)
+
+
+def breaks_in_the_middle(x, log):
+    y = x.sin() * torch.device("cpu").type.__len__()  # (torch.device goes to the mode too)
+    log.append(torch._C._len_torch_function_stack())  # (the depth, as eager sees it)
+    print("", end="")  # (a graph break: the rest compiles again, under the mode)
+    return y.cos() + len(log)
+
+
+def test_graph_break_under_a_mode_resumes_through_it():
+    x = torch.randn(3)
+    expected_log, actual_log = [], []
+    graphs, backend = counting_backend()
+    compiled = kiln.compile(breaks_in_the_middle, backend=backend)
+    with Recorder() as eager_mode:
+        expected = breaks_in_the_middle(x, expected_log)
+    with Recorder() as mode:
+        actual = compiled(x, actual_log)
+    assert mode.seen == eager_mode.seen
+    assert "device" in mode.seen and actual_log == expected_log == [1]
+    torch.testing.assert_close(actual, expected)
+    assert len(graphs) == 2  # (both halves compiled)

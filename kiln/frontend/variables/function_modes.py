@@ -166,6 +166,9 @@ def plain_call(tx, func, args, kwargs):
     return wrap_constant_like(tx, target).call_function(tx, list(args), kwargs)
 
 
+# torch hands these to modes though get_ignored_functions() lists them
+_ALSO_HANDED = (torch.device,)
+
 _STACK_CHANGES = (
     torch._C._pop_torch_function_stack,
     torch._C._push_on_torch_function_stack,
@@ -187,14 +190,12 @@ def call_function(tx, fn, args, kwargs):
     if not active(tx):  # (past the last mode: a Tensor method or getter object runs on its tensor)
         return plain_call(tx, func, args, kwargs) if func[0] != "function" else None
     overridable, ignored = _overridable()
-    if fn in overridable or func[0] != "function":
+    if fn in overridable or fn in _ALSO_HANDED or func[0] != "function":
         return dispatch(tx, func, args, kwargs)
     if fn in ignored:
         return None
     if isinstance(fn, types.FunctionType):  # (plain Python code: its torch calls reach modes)
         return None
-    if isinstance(fn, type) and not issubclass(fn, torch.Tensor):
-        return None  # (torch.device, torch.Size, torch.finfo ...: no torch function)
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
     unimplemented(f"{name} under a torch function mode (kiln does not know if the mode sees it)")
 
