@@ -28,14 +28,13 @@ import functools
 import sys
 import types
 
-import torch
-
 from kiln import config, logs
 from kiln.exc import Unsupported
 from kiln.frontend import stance
 from kiln.frontend.dispatch_modes import (
     fullgraph_refusal,
     function_modes_on,
+    guards_modes_off,
     modes_on,
     user_mode_active,
 )
@@ -60,7 +59,7 @@ def _entries_modes_off(entries, args, kwargs=None):
     """[the first entry whose guard passes] (moved to the front), the guards run with torch
     function dispatch off; []. (Note [Frames: tracing a user's torch function modes])"""
     kwargs = kwargs or {}
-    with torch._C.DisableTorchFunction():
+    with guards_modes_off():
         for entry in entries:
             if entry[0](*args, **kwargs):
                 if entries[0] is not entry:  # Note [Cache: most recent entry first]

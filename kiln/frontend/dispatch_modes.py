@@ -114,7 +114,7 @@ def function_modes_reason():
     if not users:
         return None
     if not torch._C._is_torch_function_mode_enabled():
-        return "torch function modes on the stack under DisableTorchFunction"
+        return None  # (under DisableTorchFunction no mode is called: the frame compiles)
     if len(users) != len(modes):
         return "a torch function mode of the user's with torch's default-device mode"
     for m in users:
@@ -139,29 +139,40 @@ def fullgraph_refusal():
     return function_modes_reason()
 
 
-# the user's function modes of the compiles under way (innermost compile last)
+# per compile under way (innermost last): (the user's function modes it traces, outermost first;
+# the depth of the function-mode stack it was called at; whether torch function dispatch was on)
 _COMPILING = []
 
 
 def compiling_function_modes():
-    """The user's function modes (outermost first) the frame being compiled was called under."""
-    return _COMPILING[-1] if _COMPILING else ()
+    """The user's function modes (outermost first) the frame being compiled was called under
+    and traces (none while torch function dispatch is off)."""
+    return _COMPILING[-1][0] if _COMPILING else ()
+
+
+def compiling_torch_function_on():
+    """Whether the frame being compiled was called with tensor subclasses' __torch_function__
+    on (not under DisableTorchFunction / DisableTorchFunctionSubclass)."""
+    return _COMPILING[-1][2] if _COMPILING else torch._C._is_torch_function_enabled()
 
 
 def modes_traced(tx):
     """Whether torch calls traced now may go through a user's function modes (the frame was
     called under some, or entered one)."""
-    return bool(_COMPILING and _COMPILING[-1]) or "function_modes" in tx.output.__dict__
+    return bool(_COMPILING and _COMPILING[-1][0]) or "function_modes" in tx.output.__dict__
 
 
 @contextlib.contextmanager
-def _function_modes_off():
-    modes = _function_modes()
+def _compile_state(pop_function_modes, inner):
+    modes = _function_modes() if pop_function_modes else []
+    enabled = torch._C._is_torch_function_mode_enabled()
+    traced = tuple(modes) if enabled else ()
+    _COMPILING.append((traced, len(modes), torch._C._is_torch_function_enabled(), enabled))
     for _ in modes:
         torch._C._pop_torch_function_stack()
-    _COMPILING.append(tuple(modes))
     try:
-        yield
+        with inner:
+            yield
     finally:
         _COMPILING.pop()
         for m in modes:
@@ -170,16 +181,58 @@ def _function_modes_off():
 
 def function_modes_guard():
     """The guard text on the function-mode stack when no default-device mode is on."""
-    n = len(compiling_function_modes())
-    return f"___function_modes_on() == {n}" if n else "not ___function_modes_on()"
+    if not _COMPILING or not _COMPILING[-1][1]:
+        return "not ___function_modes_on()"
+    _, n, _, enabled = _COMPILING[-1]
+    return f"___function_modes_on() == {n} and ___function_modes_called() is {enabled}"
+
+
+def guard_torch_function_state(tx):
+    """Guard on the torch function state the frame was called in (once per graph): what kiln
+    traced for a tensor subclass or a mode depends on it."""
+    d = tx.output.__dict__
+    if not d.get("torch_function_state_guarded"):
+        d["torch_function_state_guarded"] = True
+        from kiln.frontend.guards import GuardKind
+
+        answer = compiling_torch_function_on()
+        tx.output.guards.add(GuardKind.STATE_QUERY, None, (torch_function_on, answer))
 
 
 def modes_off_for_compile():
-    """A context that takes the user's modes off the stack while kiln compiles a frame."""
-    if function_modes_on() and not default_devices():
-        return (
-            _function_modes_off()
-        )  # (traced: Note [Frames: tracing a user's torch function modes])
+    """A context that takes the user's modes off the stack while kiln compiles a frame, and
+    notes the torch function state the frame was called in (Note [Frames: under a user's torch
+    function mode])."""
+    pop = bool(function_modes_on()) and not default_devices()
     if modes_on() and _user_modes()[1]:
-        return _disable_current_modes()
-    return contextlib.nullcontext()
+        return _compile_state(pop, _disable_current_modes())
+    return _compile_state(pop, contextlib.nullcontext())
+
+
+# the caller's torch function state while guards run with torch function dispatch off
+_CALLER_STATE = []
+
+
+def torch_function_on():
+    """Whether torch function dispatch is on for the call being guarded (guards themselves run
+    with it off under a user's function modes: `guards_modes_off`)."""
+    return _CALLER_STATE[-1][0] if _CALLER_STATE else torch._C._is_torch_function_enabled()
+
+
+def function_modes_called():
+    """Whether torch calls of the call being guarded go to function modes (not under
+    DisableTorchFunction)."""
+    return _CALLER_STATE[-1][1] if _CALLER_STATE else torch._C._is_torch_function_mode_enabled()
+
+
+@contextlib.contextmanager
+def guards_modes_off():
+    """Guards run with torch function dispatch off (a user's mode must not see their reads),
+    the caller's state kept for `torch_function_on`."""
+    state = torch._C._is_torch_function_enabled(), torch._C._is_torch_function_mode_enabled()
+    _CALLER_STATE.append(state)
+    try:
+        with torch._C.DisableTorchFunction():
+            yield
+    finally:
+        _CALLER_STATE.pop()

@@ -548,6 +548,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___function_modes_on": dispatch_modes.function_modes_on,
         "___default_devices": dispatch_modes.default_devices,
         "___function_mode_at": dispatch_modes.function_mode_at,
+        "___function_modes_called": dispatch_modes.function_modes_called,
         "___functorch_transform": torch._C._functorch.peek_interpreter_stack,
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,

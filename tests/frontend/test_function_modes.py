@@ -332,3 +332,45 @@ def test_graph_break_under_a_mode_resumes_through_it():
     assert "device" in mode.seen and actual_log == expected_log == [1]
     torch.testing.assert_close(actual, expected)
     assert len(graphs) == 2  # (both halves compiled)
+
+
+class AddIsOnes(torch.Tensor):
+    """torch.add on it returns ones (its own __torch_function__)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is torch.add:
+            return torch.ones(2)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def add_three(x):
+    return torch.add(x, 3)
+
+
+@pytest.mark.parametrize(
+    "disable", [torch._C.DisableTorchFunction, torch._C.DisableTorchFunctionSubclass]
+)
+def test_called_with_torch_function_disabled(disable):
+    x = torch.zeros(2).as_subclass(AddIsOnes)
+    graphs, backend = counting_backend()
+    compiled = kiln.compile(add_three, backend=backend, fullgraph=True)
+    torch.testing.assert_close(compiled(x), add_three(x))  # (ones: the class's handler)
+    with disable():
+        expected = add_three(x)
+        actual = compiled(x)  # (the handler is off: 3s, compiled again)
+    torch.testing.assert_close(actual.as_subclass(torch.Tensor), torch.full((2,), 3.0))
+    torch.testing.assert_close(actual.as_subclass(torch.Tensor), expected.as_subclass(torch.Tensor))
+    torch.testing.assert_close(compiled(x), add_three(x))
+    assert len(graphs) == 2
+
+
+def test_modes_under_disable_torch_function():
+    x = torch.randn(2)
+    graphs, backend = counting_backend()
+    compiled = kiln.compile(add_three, backend=backend, fullgraph=True)
+    with Rewriter(5):
+        with torch._C.DisableTorchFunction():  # (the mode is not called: compiled without it)
+            torch.testing.assert_close(compiled(x), add_three(x))
+        torch.testing.assert_close(compiled(x), torch.zeros(2))  # (the mode's torch.add)
+    assert len(graphs) == 2

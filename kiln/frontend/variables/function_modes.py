@@ -64,6 +64,7 @@ def active(tx):
     d = tx.output.__dict__
     modes = d.get("function_modes")
     if modes is None:
+        dispatch_modes.guard_torch_function_state(tx)
         modes = d["function_modes"] = _captured_modes(tx)
     return modes
 

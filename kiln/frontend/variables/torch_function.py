@@ -10,7 +10,11 @@ import torch
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.dispatch_modes import modes_traced
+from kiln.frontend.dispatch_modes import (
+    compiling_torch_function_on,
+    guard_torch_function_state,
+    modes_traced,
+)
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables import function_modes
@@ -220,6 +224,7 @@ def dispatch(tx, func, args, kwargs):
     __torch_function__])."""
     if modes_traced(tx) and function_modes.active(tx):  # (the user's modes come first)
         return function_modes.dispatch(tx, func, args, kwargs)
+    guard_torch_function_state(tx)
     values = _flat([*args, *kwargs.values()])
     classes = []
     for v in values:
@@ -231,7 +236,9 @@ def dispatch(tx, func, args, kwargs):
         unimplemented(f"a torch call on several tensor subclasses with __torch_function__: {names}")
     cls = classes[0]
     owner = next(v for v in values if getattr(v, "torch_function_class", None) is cls)
-    if tx.output.__dict__.get("torch_function_disabled"):  # inside DisableTorchFunctionSubclass
+    if tx.output.__dict__.get("torch_function_disabled") or not compiling_torch_function_on():
+        # inside DisableTorchFunctionSubclass, or the frame was called under it (or under
+        # DisableTorchFunction: guarded, Note [Frames: under a user's torch function mode])
         return _call_plain(tx, func, args, kwargs)
     kind, what = func
     if kind == "method" and is_inplace_name(what):
