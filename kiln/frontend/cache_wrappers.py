@@ -77,12 +77,10 @@ def make_closure_wrapper(cache):
     def kiln_closure_entry(fn_obj, *args, **kwargs):
         if gettrace() is not None and config.eager_under_trace:
             return fn_obj(*args, **kwargs)  # Note [Cache: frames under a trace function]
-        if (modes_on() or function_modes_on()) and user_mode_active():
+        if ((fm := function_modes_on()) or modes_on()) and user_mode_active():
             # Note [Frames: under a user's dispatch mode]
             return fn_obj(*args, **kwargs)
-        found = (
-            _entries_modes_off(entries, (fn_obj, *args), kwargs) if function_modes_on() else None
-        )
+        found = _entries_modes_off(entries, (fn_obj, *args), kwargs) if fm else None
         for entry in entries if found is None else found:
             guard, code = entry
             if found or guard(fn_obj, *args, **kwargs):
@@ -106,11 +104,11 @@ def make_box_wrapper(cache):
 
     def kiln_box_entry(box):
         if (gettrace() is not None and config.eager_under_trace) or (
-            (modes_on() or function_modes_on()) and user_mode_active()
+            ((fm := function_modes_on()) or modes_on()) and user_mode_active()
         ):
             # Notes [Cache: frames under a trace function], [Frames: under a user's dispatch mode]
             return call_moving(box.pop(0) if closure else cache.eager, box)
-        found = _entries_modes_off(entries, box) if function_modes_on() else None
+        found = _entries_modes_off(entries, box) if fm else None
         for entry in entries if found is None else found:
             guard, fn = entry
             if found or guard(*box):
@@ -144,7 +142,7 @@ def make_wrapper(cache):
     def kiln_wrapper(*args, **kwargs):
         if gettrace() is not None and config.eager_under_trace:
             return cache.eager(*args, **kwargs)  # Note [Cache: frames under a trace function]
-        if (modes_on() or function_modes_on()) and user_mode_active():
+        if ((fm := function_modes_on()) or modes_on()) and user_mode_active():
             # Note [Frames: under a user's dispatch mode]
             if cache.settings.fullgraph and (reason := fullgraph_refusal()) is not None:
                 raise Unsupported(f"{reason}: the frame would run eagerly (fullgraph=True)")
@@ -152,7 +150,7 @@ def make_wrapper(cache):
         state = stance.state
         if state.active and state.backend is not own_backend:  # force_eager, force_backend=
             return cache.under_stance(state, args, kwargs)
-        if function_modes_on():  # Note [Frames: tracing a user's torch function modes]
+        if fm:  # Note [Frames: tracing a user's torch function modes]
             fn = lookup_modes_off(entries, args, kwargs)
             if fn is not None:
                 return fn(*args, **kwargs)
