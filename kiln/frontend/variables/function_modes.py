@@ -28,19 +28,25 @@ from kiln.frontend.variables.torch import _overridable
 # torch call (torch.* and F.* functions, Tensor methods, operators, property getters) is handed
 # to the innermost mode's `__torch_function__(func, types, args, kwargs)` with that mode popped
 # off the stack while it runs, so a `func(*args, **kwargs)` inside reaches the next mode out, and
-# with none left runs the op. A frame called under such modes compiles (dispatch_modes decides
-# which stacks: modes of Python classes whose __torch_function__ is a Python function) and kiln
+# with none left runs the op (a tensor subclass's own __torch_function__ comes after the modes).
+# A frame called under such modes compiles (dispatch_modes decides which stacks: modes of Python
+# classes whose __torch_function__ is a Python function, torch function dispatch on) and kiln
 # replays that protocol while tracing: the stack is captured when the compile starts and taken
 # off torch's stack meanwhile (kiln's own meta runs must not reach the user's code); the modes
 # are traced objects read from `___function_mode_at(i)`; `output.function_modes` is the part of
 # the stack a call made now would see (`dispatch` pops the innermost one around the inlined
-# handler, as torch's `_pop_mode_temporarily`). Each handler is inlined as user code: its list
-# appends, attribute writes and rewritten results are traced like any other. The guard pins the
-# stack's depth (GLOBAL_STATE), each mode's type and handler, and whatever the handler read.
-# The compiled graph runs with torch function dispatch off (CompiledGraph.__call__), since the
-# modes' work is in it. What kiln does not model breaks with the reason: `types` read by a
-# handler (torch passes () or (Tensor,) by rules of its C++ binding), a NotImplemented answer,
-# a torch call on a tensor subclass under a mode, and any op kiln would record without going
+# handler, as torch's `_pop_mode_temporarily`; `with mode:` in the frame pushes one for its
+# block: EnteredModeVariable). Each handler is inlined as user code: its list appends, attribute
+# writes and rewritten results are traced like any other. `func` is the object torch would pass:
+# the torch function, the Tensor method, the property's `__get__`; for a Python operator the
+# method torch's binding reaches and its argument order (`x + 1` is Tensor.add(x, 1), `1 - x`
+# Tensor.__rsub__(x, 1)) are asked of torch once per form with a probe mode (`_operator_func`).
+# The guard pins the stack's depth and that dispatch is on (GLOBAL_STATE), each mode's type and
+# handler, and whatever the handler read; guards run with torch function dispatch off, and so
+# do the compiled graphs (output_graph: the modes' work is in them). What kiln does not model
+# breaks with the reason: `types` read by a handler (torch passes () or (Tensor,) by rules of
+# its C++ bindings), a NotImplemented answer, the stack pushed or popped by the frame itself, a
+# C function torch may or may not hand to a mode, and any op kiln would record without going
 # through `dispatch` (call_tensor_op refuses those while modes are active).
 
 
@@ -97,6 +103,9 @@ class ModeTypesVariable(VariableTracker):
     def unpack_var_sequence(self, tx):
         unimplemented("a torch function mode's handler read its `types` argument")
 
+    def truthy(self, tx):
+        unimplemented("a torch function mode's handler read its `types` argument")
+
     def reconstruct(self, cg):
         unimplemented("a torch function mode's `types` argument kept past the graph")
 
@@ -113,11 +122,6 @@ class TensorFuncVariable(ConstantObjectVariable):
         if active(tx):
             return dispatch(tx, self.func, args, kwargs)
         return plain_call(tx, self.func, args, kwargs)
-
-
-def _name(func):
-    kind, what = func
-    return what if kind != "function" else getattr(what, "__name__", repr(what))
 
 
 def dispatch(tx, func, args, kwargs):
