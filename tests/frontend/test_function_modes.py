@@ -122,7 +122,8 @@ def counting_backend():
 
 def many_calls(x, w):
     y = torch.relu(x @ w).sum(0).view(-1) + 1
-    return y, x.shape[0], -x, 1 - x, len(x), F.softmax(x, dim=-1), x.t().mul(2)
+    ops = x**2, 2**x, ~(x > 0), abs(x), x @ w  # (torch hands Tensor.__pow__, add, gt ...)
+    return y, x.shape[0], -x, 1 - x, len(x), F.softmax(x, dim=-1), x.t().mul(2), *ops
 
 
 def test_recording_mode_compiles_and_sees_eager_calls():

@@ -2,6 +2,7 @@
 subclass's __torch_function__ is traced at every torch call on them (Note [Tensors: subclasses
 with __torch_function__])."""
 
+import functools
 import inspect
 import operator
 import types
@@ -215,7 +216,21 @@ def _func_of_object(f):
     name = getattr(f, "__name__", None)
     if name is not None and getattr(torch.Tensor, name, None) is f:
         return ("method", name)
+    dunder = _tensor_dunders().get(f) if isinstance(f, types.FunctionType) else None
+    if dunder is not None:  # (Tensor.__pow__: a wrapper of TensorBase.pow, named "pow")
+        return ("method", dunder)
     return ("function", f)
+
+
+@functools.cache
+def _tensor_dunders():
+    """{Tensor's Python-level dunder method: its name}."""
+    out = {}
+    for name in dir(torch.Tensor):
+        attr = inspect.getattr_static(torch.Tensor, name, None)
+        if name.startswith("__") and isinstance(attr, types.FunctionType):
+            out.setdefault(getattr(torch.Tensor, name), name)
+    return out
 
 
 def dispatch(tx, func, args, kwargs):
