@@ -27,8 +27,11 @@ and each of its torch calls traced through them (Note [Frames: tracing a user's 
 modes] in variables/function_modes.py); the entries' guards run with torch function dispatch off
 and check the stack's depth (`function_modes_guard`) and each mode's class, and graphs run with
 it off. Any other stack (`function_modes_reason()`: a mode kiln does not trace, a user mode with
-a default-device mode, modes under DisableTorchFunction) runs the frame as written, and under
-fullgraph=True raises Unsupported with that reason. torch's own
+a default-device mode) runs the frame as written, and under fullgraph=True raises Unsupported
+with that reason. Under DisableTorchFunction no mode is called: the frame compiles with none
+traced, and the compile notes the caller's state (`compiling_torch_function_on`: a subclass's
+__torch_function__ is not traced either), guarded through `function_modes_called` /
+`torch_function_on`, which give the caller's state while guards run with dispatch off. torch's own
 default-device mode (`with torch.device(d)`, `torch.set_default_device(d)`) alone is the other
 exception: the frame compiles (a factory call without a device is a graph break, run under the
 mode), its guard checks the default device (`default_devices()`), and compiled graphs run with
