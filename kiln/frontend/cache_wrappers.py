@@ -31,7 +31,13 @@ import types
 from kiln import config, logs
 from kiln.exc import Unsupported
 from kiln.frontend import stance
-from kiln.frontend.dispatch_modes import function_modes_on, modes_on, user_mode_active
+from kiln.frontend.dispatch_modes import (
+    fullgraph_refusal,
+    function_modes_on,
+    guards_modes_off,
+    modes_on,
+    user_mode_active,
+)
 from kiln.frontend.resume import call_moving
 
 __all__ = ["make_wrapper", "make_closure_wrapper", "make_box_wrapper", "module_eager"]
@@ -40,6 +46,26 @@ __all__ = ["make_wrapper", "make_closure_wrapper", "make_box_wrapper", "module_e
 def _to_front(entries, entry):
     entries.remove(entry)
     entries.insert(0, entry)
+
+
+def lookup_modes_off(entries, args, kwargs):
+    """The code of the entry whose guard passes, the guards run with torch function dispatch
+    off (a user's function mode must not see the guards' reads of tensors); None."""
+    found = _entries_modes_off(entries, args, kwargs)
+    return found[0][1] if found else None
+
+
+def _entries_modes_off(entries, args, kwargs=None):
+    """[the first entry whose guard passes] (moved to the front), the guards run with torch
+    function dispatch off; []. (Note [Frames: tracing a user's torch function modes])"""
+    kwargs = kwargs or {}
+    with guards_modes_off():
+        for entry in entries:
+            if entry[0](*args, **kwargs):
+                if entries[0] is not entry:  # Note [Cache: most recent entry first]
+                    _to_front(entries, entry)
+                return [entry]
+    return []
 
 
 def make_closure_wrapper(cache):
@@ -51,12 +77,13 @@ def make_closure_wrapper(cache):
     def kiln_closure_entry(fn_obj, *args, **kwargs):
         if gettrace() is not None and config.eager_under_trace:
             return fn_obj(*args, **kwargs)  # Note [Cache: frames under a trace function]
-        if (modes_on() or function_modes_on()) and user_mode_active():
+        if ((fm := function_modes_on()) or modes_on()) and user_mode_active():
             # Note [Frames: under a user's dispatch mode]
             return fn_obj(*args, **kwargs)
-        for entry in entries:
+        found = _entries_modes_off(entries, (fn_obj, *args), kwargs) if fm else None
+        for entry in entries if found is None else found:
             guard, code = entry
-            if guard(fn_obj, *args, **kwargs):
+            if found or guard(fn_obj, *args, **kwargs):
                 if entries[0] is not entry:  # Note [Cache: most recent entry first]
                     _to_front(entries, entry)
                 g = fn_obj.__globals__
@@ -77,13 +104,14 @@ def make_box_wrapper(cache):
 
     def kiln_box_entry(box):
         if (gettrace() is not None and config.eager_under_trace) or (
-            (modes_on() or function_modes_on()) and user_mode_active()
+            ((fm := function_modes_on()) or modes_on()) and user_mode_active()
         ):
             # Notes [Cache: frames under a trace function], [Frames: under a user's dispatch mode]
             return call_moving(box.pop(0) if closure else cache.eager, box)
-        for entry in entries:
+        found = _entries_modes_off(entries, box) if fm else None
+        for entry in entries if found is None else found:
             guard, fn = entry
-            if guard(*box):
+            if found or guard(*box):
                 if entries[0] is not entry:  # Note [Cache: most recent entry first]
                     _to_front(entries, entry)
                 if closure:
@@ -114,18 +142,25 @@ def make_wrapper(cache):
     def kiln_wrapper(*args, **kwargs):
         if gettrace() is not None and config.eager_under_trace:
             return cache.eager(*args, **kwargs)  # Note [Cache: frames under a trace function]
-        if (modes_on() or function_modes_on()) and user_mode_active():
+        if ((fm := function_modes_on()) or modes_on()) and user_mode_active():
             # Note [Frames: under a user's dispatch mode]
+            if cache.settings.fullgraph and (reason := fullgraph_refusal()) is not None:
+                raise Unsupported(f"{reason}: the frame would run eagerly (fullgraph=True)")
             return cache.eager(*args, **kwargs)
         state = stance.state
         if state.active and state.backend is not own_backend:  # force_eager, force_backend=
             return cache.under_stance(state, args, kwargs)
-        for entry in entries:
-            guard, fn = entry
-            if guard(*args, **kwargs):
-                if entries[0] is not entry:  # Note [Cache: most recent entry first]
-                    _to_front(entries, entry)
+        if fm:  # Note [Frames: tracing a user's torch function modes]
+            fn = lookup_modes_off(entries, args, kwargs)
+            if fn is not None:
                 return fn(*args, **kwargs)
+        else:
+            for entry in entries:
+                guard, fn = entry
+                if guard(*args, **kwargs):
+                    if entries[0] is not entry:  # Note [Cache: most recent entry first]
+                        _to_front(entries, entry)
+                    return fn(*args, **kwargs)
         outer = logs.stderr_at_call is None  # Note [Logs: the stream a warning goes to]
         if outer:
             logs.stderr_at_call = sys.stderr

@@ -442,7 +442,8 @@ class FrameCache:
         try:
             # (kiln reads its inputs' metadata without calling a tensor subclass's
             # __torch_function__: Note [Guards: tensor subclasses with __torch_function__])
-            with torch._C.DisableTorchFunctionSubclass(), modes_off_for_compile():
+            # (modes_off_for_compile first: it notes the torch function state of the call)
+            with modes_off_for_compile(), torch._C.DisableTorchFunctionSubclass():
                 self.observe_shapes(args, kwargs)
                 entry = self.compile(args, kwargs)
         except Unsupported as e:

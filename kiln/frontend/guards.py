@@ -334,7 +334,7 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
             # Note [Frames: under a user's torch function mode]: the default-device modes
             f"___default_devices() == {namer(devices, 'devices')}"
             if (devices := dispatch_modes.default_devices())
-            else "not ___function_modes_on()",
+            else dispatch_modes.function_modes_guard(),
             *(
                 [  # (a module hook registered globally after compiling: traced again)
                     "not ___global_forward_hooks and not ___global_forward_pre_hooks",
@@ -547,6 +547,8 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___cublas_tf32": torch._C._get_cublas_allow_tf32,
         "___function_modes_on": dispatch_modes.function_modes_on,
         "___default_devices": dispatch_modes.default_devices,
+        "___function_mode_at": dispatch_modes.function_mode_at,
+        "___function_modes_called": dispatch_modes.function_modes_called,
         "___functorch_transform": torch._C._functorch.peek_interpreter_stack,
         "___kiln_config": _config,
         "___dispatch_keys": torch._C._dispatch_keys,

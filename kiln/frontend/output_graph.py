@@ -10,6 +10,7 @@ from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import BackendCompilerFailed, Unsupported, unimplemented
 from kiln.frontend import fallback, installed_globals
+from kiln.frontend.dispatch_modes import compiling_function_modes
 from kiln.frontend.frame_shapes import FrameShapes
 from kiln.frontend.guards import GuardKind, GuardSet, has_own_torch_function, is_module_state
 from kiln.frontend.side_effects import SideEffects
@@ -323,6 +324,8 @@ class OutputGraph:
             )
         if any(has_own_torch_function(type(v)) for _, v, _ in self.graph_inputs):
             compiled = _torch_function_disabled(compiled)
+        if compiling_function_modes() or "function_modes" in self.__dict__:
+            compiled = _function_modes_disabled(compiled)  # Note [Frames: tracing a user's ...]
         installed = _restoring_grad_mode(compiled, gm.graph)
         fallback.graph_without_effects(installed, gm.graph)  # Note [Faults: no eager rerun ...]
         installed_globals.install(self, name, installed)
@@ -393,6 +396,17 @@ def _torch_function_disabled(compiled):
 
     def call(*args):
         with torch._C.DisableTorchFunctionSubclass():
+            return compiled(*args)
+
+    return call
+
+
+def _function_modes_disabled(compiled):
+    """`compiled` run with torch function dispatch off: the graph already holds what the user's
+    function modes did (Note [Frames: tracing a user's torch function modes])."""
+
+    def call(*args):
+        with torch._C.DisableTorchFunction():
             return compiled(*args)
 
     return call

@@ -279,6 +279,12 @@ def context_manager(tx, cm):
     """The traced manager BEFORE_WITH enters (Note [Blocks: context managers]), or a break."""
     from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
 
+    if isinstance(cm, (NewObjectVariable, UserDefinedObjectVariable)) and issubclass(
+        cm.python_type(), torch.overrides.TorchFunctionMode
+    ):  # Note [Frames: tracing a user's torch function modes]
+        from kiln.frontend.variables import function_modes
+
+        return function_modes.entered_mode(tx, cm)
     if isinstance(cm, UserDefinedObjectVariable) and type(cm.value) in (
         torch.no_grad,
         torch.enable_grad,

@@ -3,14 +3,17 @@
 import collections
 import enum
 import operator
+import types
 
 import torch
 
 from kiln.exc import unimplemented
+from kiln.frontend.dispatch_modes import modes_traced
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import (
     dict_views,
     dicts,
+    function_modes,
     numpy_vars,
     sequence_ops,
     set_subclass,
@@ -55,6 +58,8 @@ def binary_op(tx, fn, a, b):
         return numpy_vars.operator_call(tx, fn, [a, b])
     if isinstance(b, TensorVariable) and not isinstance(a, TensorVariable) and fn in _INPLACE:
         fn = _INPLACE[fn]  # `n += t` for a number n is `n = n + t` (no in-place, a new tensor)
+    if modes_traced(tx) and _under_modes(tx, a, b):  # (modes first, as torch does)
+        return function_modes.operator_call(tx, fn, a, b)  # Note [Frames: tracing a user's ...]
     if torch_function_involved([a, b]):  # Note [Tensors: subclasses with __torch_function__]
         return torch_function_operator(tx, fn, a, b)
     if isinstance(a, TensorVariable) or isinstance(b, TensorVariable):
@@ -272,6 +277,8 @@ def compare_vars(tx, fn, a, b):
             kind = GuardKind.ALIASING if same else GuardKind.DISTINCT
             tx.output.guards.add(kind, a.source, b.source)
         return ConstantVariable(same if fn is operator.is_ else not same)
+    if modes_traced(tx) and _under_modes(tx, a, b):  # (modes first, as torch does)
+        return function_modes.operator_call(tx, fn, a, b)  # Note [Frames: tracing a user's ...]
     if torch_function_involved([a, b]):  # Note [Tensors: subclasses with __torch_function__]
         return torch_function_operator(tx, fn, a, b)
     if isinstance(a, ObjectIdVariable) and isinstance(b, ObjectIdVariable) and fn in _SET_CMP:
@@ -302,7 +309,27 @@ def compare_vars(tx, fn, a, b):
             kind = GuardKind.ALIASING if same else GuardKind.DISTINCT
             tx.output.guards.add(kind, a.source, b.source)
         return ConstantVariable(same == (fn is operator.eq))
+    if fn in (operator.eq, operator.ne) and _builtin_callables(a, b):
+        # (`func == torch.add` in a torch function mode's handler: these compare as objects)
+        return ConstantVariable((a.value == b.value) == (fn is operator.eq))
     return binary_op(tx, fn, a, b)
+
+
+_CALLABLE_TYPES = (
+    types.BuiltinFunctionType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    types.FunctionType,
+)
+
+
+def _builtin_callables(a, b):
+    """Two functions or method objects (not constants) whose == compares what they call."""
+    return all(
+        not isinstance(v, ConstantVariable) and type(getattr(v, "value", None)) in _CALLABLE_TYPES
+        for v in (a, b)
+    )
 
 
 def _plain_modules(a, b):
@@ -467,10 +494,18 @@ def contains(tx, container, item):
     return ConstantVariable(False)
 
 
+def _under_modes(tx, a, b):
+    """A tensor operand while the user's torch function modes are active."""
+    tensors = isinstance(a, TensorVariable) or isinstance(b, TensorVariable)
+    return tensors and bool(function_modes.active(tx))
+
+
 def unary_op(tx, fn, obj):
     """-x, +x, ~x, abs(x)."""
     if numpy_vars.involved(obj):
         return numpy_vars.operator_call(tx, fn, [obj])
+    if modes_traced(tx) and _under_modes(tx, obj, None):
+        return function_modes.operator_call(tx, fn, obj)  # Note [Frames: tracing a user's ...]
     if isinstance(obj, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [obj], {})
     if isinstance(obj, SymNodeVariable):

@@ -8,6 +8,7 @@ import torch
 from kiln import config
 from kiln.exc import CompiledAutogradCall, unimplemented
 from kiln.frontend import frame_shapes
+from kiln.frontend.dispatch_modes import modes_traced
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables import optim
@@ -172,6 +173,11 @@ class TensorVariable(VariableTracker):
         return SymNodeVariable.create(tx, node, n)
 
     def var_getattr(self, tx, name):
+        if modes_traced(tx):  # Note [Frames: tracing a user's torch function modes]
+            from kiln.frontend.variables import function_modes
+
+            if function_modes.active(tx) and function_modes.is_getter(name):
+                return function_modes.tensor_getter(tx, self, name)
         if name == "shape":
             return self.size_var(tx)
         if name == "__class__":  # pinned by the tensor's guard (its exact type)
@@ -232,6 +238,13 @@ class TensorVariable(VariableTracker):
         raise_observed(tx, AttributeError, f"{cls.__name__!r} object has no attribute {name!r}")
 
     def call_method(self, tx, name, args, kwargs):
+        if modes_traced(tx):  # Note [Frames: tracing a user's torch function modes]
+            from kiln.frontend.variables import function_modes
+
+            if function_modes.active(tx):
+                done = function_modes.tensor_method(tx, self, name, args, kwargs)
+                if done is not None:
+                    return done
         if name == "backward" and config.compiled_autograd:
             raise CompiledAutogradCall("Tensor.backward() runs through compiled autograd")
         if name == "register_hook":

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from kiln.exc import unimplemented
+from kiln.frontend.dispatch_modes import modes_traced
 from kiln.frontend.markers import is_disallowed_in_graph
 from kiln.frontend.variables import autocast, ctx_managers, optim, torch_queries, unspec_float
 from kiln.frontend.variables.base import PythonValueVariable, VariableTracker, wrap_constant_like
@@ -224,6 +225,11 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         or (isinstance(a, BaseListVariable) and any(isinstance(i, tensor_cls) for i in a.items))
         for a in [*args, *kwargs.values()]
     )
+    if modes_traced(tx):  # Note [Frames: tracing a user's torch function modes]
+        from kiln.frontend.variables import function_modes
+
+        if function_modes.active(tx):
+            unimplemented(f"{what} under a torch function mode (not traced through the mode)")
     if torch_function_involved([*args, *kwargs.values()]):
         # (every such call goes through its __torch_function__ first, and then on plain values)
         unimplemented(
@@ -554,6 +560,12 @@ class TorchVariable(PythonValueVariable):
         if is_disallowed_in_graph(fn):
             name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
             unimplemented(f"call to {name}, kept out of graphs by disallow_in_graph")
+        if modes_traced(tx):  # Note [Frames: tracing a user's torch function modes]
+            from kiln.frontend.variables import function_modes
+
+            done = function_modes.call_function(tx, fn, args, kwargs)
+            if done is not None:
+                return done
         if _TORCH_FUNCTION_DISPATCH and torch_function_involved([*args, *kwargs.values()]):
             overridable, ignored = _overridable()
             if fn in overridable:

@@ -2,6 +2,7 @@
 subclass's __torch_function__ is traced at every torch call on them (Note [Tensors: subclasses
 with __torch_function__])."""
 
+import functools
 import inspect
 import operator
 import types
@@ -10,8 +11,14 @@ import torch
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.dispatch_modes import (
+    compiling_torch_function_on,
+    guard_torch_function_state,
+    modes_traced,
+)
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
+from kiln.frontend.variables import function_modes
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -209,13 +216,30 @@ def _func_of_object(f):
     name = getattr(f, "__name__", None)
     if name is not None and getattr(torch.Tensor, name, None) is f:
         return ("method", name)
+    dunder = _tensor_dunders().get(f) if isinstance(f, types.FunctionType) else None
+    if dunder is not None:  # (Tensor.__pow__: a wrapper of TensorBase.pow, named "pow")
+        return ("method", dunder)
     return ("function", f)
+
+
+@functools.cache
+def _tensor_dunders():
+    """{Tensor's Python-level dunder method: its name}."""
+    out = {}
+    for name in dir(torch.Tensor):
+        attr = inspect.getattr_static(torch.Tensor, name, None)
+        if name.startswith("__") and isinstance(attr, types.FunctionType):
+            out.setdefault(getattr(torch.Tensor, name), name)
+    return out
 
 
 def dispatch(tx, func, args, kwargs):
     """`func(*args, **kwargs)` where some argument is a value of a plain subclass with
     __torch_function__: trace that __torch_function__ (Note [Tensors: subclasses with
     __torch_function__])."""
+    if modes_traced(tx) and function_modes.active(tx):  # (the user's modes come first)
+        return function_modes.dispatch(tx, func, args, kwargs)
+    guard_torch_function_state(tx)
     values = _flat([*args, *kwargs.values()])
     classes = []
     for v in values:
@@ -227,7 +251,9 @@ def dispatch(tx, func, args, kwargs):
         unimplemented(f"a torch call on several tensor subclasses with __torch_function__: {names}")
     cls = classes[0]
     owner = next(v for v in values if getattr(v, "torch_function_class", None) is cls)
-    if tx.output.__dict__.get("torch_function_disabled"):  # inside DisableTorchFunctionSubclass
+    if tx.output.__dict__.get("torch_function_disabled") or not compiling_torch_function_on():
+        # inside DisableTorchFunctionSubclass, or the frame was called under it (or under
+        # DisableTorchFunction: guarded, Note [Frames: under a user's torch function mode])
         return _call_plain(tx, func, args, kwargs)
     kind, what = func
     if kind == "method" and is_inplace_name(what):
