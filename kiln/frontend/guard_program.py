@@ -31,7 +31,13 @@ listing): the recompile reason and `first_failure` stay the Python expressions.
 With `config.cpp_guards` off, or where the extension cannot be built, or while it is being built
 at the first guard (a few seconds; later processes load it from the cache folder), guards stay
 Python functions, with the same meaning. `config.guard_program_check` (KILN_GUARD_PROGRAM_CHECK)
-runs both on every call and raises AssertionError when they disagree.
+runs both on every call and raises AssertionError when they disagree (so every read runs twice:
+a debugging mode, for test suites).
+
+Measured on this CPU (same process, interleaved, loaded machine: read the ratios): hf_llama's
+guard (~1700 instructions) 1.7x faster than its Python function, nanogpt's 1.8x, mlp's 1.3x.
+What is left is mostly generic attribute reads of module trees (type lookup + instance dict per
+read, where CPython's specialised LOAD_ATTR caches both) and the tensor matchers.
 """
 
 import ast
@@ -425,9 +431,12 @@ def program_guard(guard):
         program = compile_guard(guard)
     except (NotCompiled, SyntaxError, ValueError, RecursionError) as e:
         logs.log("guards", "guard of %s stays Python: %s", guard.fn.__qualname__, e)
+        logs.counters["guards"]["kept_python"] += 1
         return guard
     if program is None:
         return guard
+    logs.counters["guards"]["programs"] += 1
+    logs.counters["guards"]["python_values"] += program.python_values
     if logs.enabled("guards"):
         logs.log("guards", "program of %s:\n%s", guard.fn.__qualname__, program.program_text)
     return program
