@@ -55,6 +55,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject* dict;        // attributes (source, parts, closure_values, ...)
+    PyObject* weaklist;    // (weakly referenced, as a function is)
     PyObject* python;      // the Python guard function: same meaning, and the binder of last resort
     PyObject* consts;      // tuple: slots [0, nconsts)
     PyObject* names;       // tuple: the parameter names (slots [nconsts, nconsts + nparams))
@@ -319,6 +320,10 @@ static int bind(const Program* p, PyObject** params, PyObject* const* args, Py_s
 static PyObject* program_call(PyObject* self, PyObject* const* args, size_t nargsf,
                               PyObject* kwnames) {
     Program* p = (Program*)self;
+    if (p->python == NULL) {  // (cleared by the cycle collector: nothing may call it after)
+        PyErr_SetString(PyExc_RuntimeError, "kiln guard program called after it was cleared");
+        return NULL;
+    }
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     PyObject* stack[STACK_SLOTS];
     PyObject** s = stack;
@@ -385,6 +390,7 @@ static int program_clear(PyObject* self) {
 static void program_dealloc(PyObject* self) {
     Program* p = (Program*)self;
     PyObject_GC_UnTrack(self);
+    if (p->weaklist != NULL) PyObject_ClearWeakRefs(self);
     program_clear(self);
     Py_CLEAR(p->consts);
     Py_CLEAR(p->names);
@@ -527,6 +533,7 @@ extern "C" PyMODINIT_FUNC PyInit_kiln_guard_vm(void) {
     ProgramType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_HAVE_GC;
     ProgramType.tp_vectorcall_offset = offsetof(Program, vectorcall);
     ProgramType.tp_dictoffset = offsetof(Program, dict);
+    ProgramType.tp_weaklistoffset = offsetof(Program, weaklist);
     ProgramType.tp_call = PyVectorcall_Call;
     ProgramType.tp_new = program_new;
     ProgramType.tp_dealloc = program_dealloc;

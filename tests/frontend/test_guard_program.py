@@ -452,3 +452,20 @@ def test_differential_mode_catches_a_broken_instruction(monkeypatch):
     checked = guard_program.compile_guard(guard, check=True)
     with pytest.raises(AssertionError, match="disagrees with the Python guard"):
         checked(1, 1)
+
+
+def test_program_is_weakly_referenced_and_collected_with_its_cycle():
+    """A guard's function holds its globals, which may hold the compiled function (a cycle
+    through the program): the program takes weak references and the cycle collector frees it."""
+    import gc
+
+    ns = {}
+    exec("def f(x):\n    return x + 1\n", ns)
+    cf = kiln.compile(ns["f"], backend=CountingBackend())
+    ns["cf"] = cf
+    torch.testing.assert_close(cf(torch.ones(2)), torch.ones(2) + 1)
+    ref = weakref.ref(_guard(cf))
+    del cf, ns
+    kiln.reset()
+    gc.collect()
+    assert ref() is None
