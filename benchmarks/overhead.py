@@ -9,9 +9,10 @@ torch ...) and the median per-call time of many rounds is reported, with the rat
 `--models mlp,nanogpt,hf_llama,resnet,hf_gpt2` times a cache hit of the suite's models instead
 (inference, CPU, one thread): the host cost of a call (the call with its compiled graphs stubbed
 out: they return what they computed once) split into the guard function alone (called in a loop
-on the same arguments; with its number of conditions), the frontend's rest (the wrapper and the
+on the same arguments; with its number of conditions; interleaved with the same guard run as its
+Python function, Note [Guards: a program evaluated in C]), the frontend's rest (the wrapper and the
 transformed code) and the AOT runtime; then the compiled graphs (generated wrapper and kernels),
-the whole call and eager; `--show-guard` prints each guard's source.
+the whole call and eager; `--show-guard` prints each guard's source (and its program).
 """
 
 import argparse
@@ -168,7 +169,8 @@ def measure_model(name, rounds, calls, show_guard=False, kernel_rounds=3):
         guard, gargs = _hit(compiled, inputs)
         graphs = _captured_graph_calls(compiled, inputs)
         plans = [_plan(aot, args) for aot, args in graphs]
-        keys = ("call", "eager", "graph", "host", "guard", "aot")
+        python_guard = getattr(guard, "python", guard)  # (the same guard as a Python function)
+        keys = ("call", "eager", "graph", "host", "guard", "guard_py", "aot")
         t = {k: [] for k in keys}
         for r in range(rounds):
             if r < kernel_rounds:
@@ -178,17 +180,21 @@ def measure_model(name, rounds, calls, show_guard=False, kernel_rounds=3):
             with _Stubbed(plans):
                 t["host"].append(_time_loop(compiled, inputs, calls))
                 t["guard"].append(_time_loop(guard, gargs, calls))
+                t["guard_py"].append(_time_loop(python_guard, gargs, calls))
                 t["aot"].append(sum(_time_loop(aot, args, calls) for aot, args in graphs))
     us = {k: statistics.median(v) * 1e6 for k, v in t.items()}
     print(
         f"{name:9s} conditions {guard_conditions(guard):4d}  host {us['host']:6.1f} us = guard "
-        f"{us['guard']:6.1f} + frontend rest {us['host'] - us['guard'] - us['aot']:5.1f} + aot "
+        f"{us['guard']:6.1f} ({'C program' if guard is not python_guard else 'Python'}; as Python "
+        f"{us['guard_py']:6.1f}) + frontend rest {us['host'] - us['guard'] - us['aot']:5.1f} + aot "
         f"runtime {us['aot']:5.1f}  |  graphs {us['graph']:8.1f} ({len(graphs)})  call "
         f"{us['call']:8.1f}  eager {us['eager']:8.1f} us",
         flush=True,
     )
     if show_guard:
         print(guard.source)
+        if guard is not python_guard:
+            print(guard.program_text)
     return us
 
 

@@ -32,6 +32,9 @@ verbose = False  # errors keep kiln's internal frames in their tracebacks (KILN_
 route_calls_of_eager_frames = True  # a frame run eagerly calls its callees' compiled frames
 warn_graph_breaks = True  # warn once per compiled function that breaks into several graphs
 cpp_guards = True  # tensor checks of guards in C++ (kiln_tensor_match, built once per machine)
+guard_program_check = (
+    False  # each guard call runs its C program and Python function; disagreeing raises
+)
 eager_under_trace = True  # with a sys.settrace function set (pdb, coverage), frames run uncompiled
 
 # --- dynamic shapes ---

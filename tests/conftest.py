@@ -19,6 +19,7 @@ except ImportError:
 # Note [Guards: tensor checks in C++]: the extension is built in the background at a process's
 # first guard, so which guards use it would depend on timing. The suite waits for it (built once
 # per machine; loaded from the cache after) so every guard takes the path users get.
-from kiln.frontend import tensor_match  # noqa: E402
+from kiln.frontend import guard_vm, tensor_match  # noqa: E402
 
 tensor_match.module(wait=True)
+guard_vm.module(wait=True)  # (Note [Guards: a program evaluated in C]: the same for programs)

@@ -24,7 +24,7 @@ import torch
 
 from kiln import config as _config
 from kiln import faults, logs
-from kiln.frontend import dispatch_modes, tensor_match
+from kiln.frontend import dispatch_modes, guard_program, tensor_match
 from kiln.frontend.source import (
     MISSING,
     AttrSource,
@@ -609,7 +609,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
     guard.dynamic_closure = dynamic_closure
     if logs.enabled("guards"):
         logs.log("guards", "guards of %s:\n%s", fn.__qualname__, source)
-    return guard
+    return guard_program.program_guard(guard)  # Note [Guards: a program evaluated in C]
 
 
 def _namespace(guard, args, kwargs):
