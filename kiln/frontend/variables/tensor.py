@@ -91,6 +91,14 @@ _BREAKING_METHODS = {
 
 _NOT_FOUND = object()
 
+# requires_grad_() on a tensor the frame computed makes it a new autograd leaf, which the graph
+# (functionalized, its outputs made by the compiled function) cannot give back as eager does
+_REQUIRES_GRAD_ON_INTERMEDIATE = (
+    "Tensor.requires_grad_() on a tensor computed in the compiled frame (it would become a new "
+    "autograd leaf, which kiln does not trace): make the leaf outside the compiled function with "
+    "`t.detach().requires_grad_()` and pass it in"
+)
+
 # Methods answered by another family's module (Tensor.numpy -> numpy_vars), registered by it.
 _METHOD_HOOKS = {}
 
@@ -280,6 +288,8 @@ class TensorVariable(VariableTracker):
         if name == "requires_grad_" and self.example.requires_grad and not kwargs:
             if all(a.is_python_constant() and a.as_python_constant() is True for a in args):
                 return self  # (already requires grad: nothing changes)
+        if name == "requires_grad_" and self.source is None:
+            unimplemented(_REQUIRES_GRAD_ON_INTERMEDIATE)
         if name in ("requires_grad_", "retain_grad", "share_memory_", "pin_memory"):
             unimplemented(f"Tensor.{name}() changes tensor state")
         if name == "type_as" and not args:
