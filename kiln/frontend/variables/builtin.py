@@ -583,6 +583,10 @@ class BuiltinVariable(VariableTracker):
         return ConstantVariable(0.0) if obj is None else self._convert(tx, float, obj)
 
     def _call_bool(self, tx, obj=None):
+        if obj is not None and hasattr(obj, "bool_in_graph"):  # Note [Shapes: a bool read ...]
+            in_graph = obj.bool_in_graph(tx)
+            if in_graph is not None:
+                return in_graph
         return ConstantVariable(False) if obj is None else ConstantVariable(obj.truthy(tx))
 
     def _call_str(self, tx, obj=None):

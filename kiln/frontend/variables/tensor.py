@@ -296,6 +296,12 @@ class TensorVariable(VariableTracker):
             unimplemented("Tensor.type_as() without an argument")
         return call_tensor_op(tx, "call_method", name, [self, *args], kwargs)
 
+    def bool_in_graph(self, tx):
+        """`bool(t)` computed by the graph, or None (Note [Shapes: a bool read from tensor data])."""
+        from kiln.frontend.variables import data_bools
+
+        return data_bools.tensor_bool(tx, self)
+
     def unpack_var_sequence(self, tx):
         if self.example.dim() == 0:
             unimplemented("iteration over a 0-d tensor")

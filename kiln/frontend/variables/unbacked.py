@@ -15,7 +15,8 @@ symbol (Note [Shapes: unbacked scalars]): no value at trace time, never guarded.
 `torch.split(x, [n, m])` by such ints gives views of those sizes (the op checks their sum when it
 runs, as eagerly). `t.tolist()` of a 1-d tensor of static size is `[t[0].item(), t[1].item(), ...]`.
 Without the switch, `.item()` is a graph break (the default, as in torch.compile).
-Bool and complex tensors, and tensors whose element count is symbolic, still break.
+A bool tensor's item is a DataBoolVariable (Note [Shapes: a bool read from tensor data]);
+complex tensors, and tensors whose element count is symbolic, still break.
 """
 
 import torch
@@ -23,6 +24,7 @@ import torch
 from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.variables import data_bools
 from kiln.frontend.variables import tensor as tensor_vars
 from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import VariableTracker
@@ -65,7 +67,9 @@ def tensor_item(tx, tensor, args, kwargs):
         numel *= s
     if numel != 1:
         unimplemented("Tensor.item() of a tensor of more than one element (eager raises)")
-    if ex.dtype.is_complex or ex.dtype == torch.bool:
+    if ex.dtype == torch.bool:
+        return data_bools.bool_item(tx, tensor)  # Note [Shapes: a bool read from tensor data]
+    if ex.dtype.is_complex:
         unimplemented(f"Tensor.item() of a {ex.dtype} tensor")
     kind = "float" if ex.dtype.is_floating_point else "int"
     output = tx.output
@@ -99,6 +103,10 @@ class ItemFloatVariable(VariableTracker):
 
     def truthy(self, tx):
         self.as_python_constant()
+
+    def bool_in_graph(self, tx):
+        """`bool(v)`: Note [Shapes: a bool read from tensor data]."""
+        return data_bools.scalar_bool(tx, self, self.as_tensor)
 
     def as_tensor(self, dtype=torch.float64):
         """`torch.scalar_tensor(v, dtype=dtype)` in the graph."""
