@@ -12,8 +12,9 @@ symbol (Note [Shapes: unbacked scalars]): no value at trace time, never guarded.
   - Left live at a break or returned, a float leaves the graph as `torch.scalar_tensor(v,
     dtype=float64)` and Python reads it back with `.item()` (exact: a double holds any float32 or
     float64 value), as torch.compile does; an int leaves as an int output of the graph.
-`torch.split(x, [n, m])` by such ints gives views of those sizes (the op checks their sum when it
-runs, as eagerly). `t.tolist()` of a 1-d tensor of static size is `[t[0].item(), t[1].item(), ...]`.
+`torch.split(x, [n, m])` / `x.split([n, x.size(0) - n])` by such ints gives views of those sizes
+(the op checks their sum when it runs, as eagerly); `x.narrow(dim, start, n)` is a view of size n
+where torch._check's facts show 0 <= n <= size - start (else a break naming that check). `t.tolist()` of a 1-d tensor of static size is `[t[0].item(), t[1].item(), ...]`.
 Without the switch, `.item()` is a graph break (the default, as in torch.compile).
 A bool tensor's item is a DataBoolVariable (Note [Shapes: a bool read from tensor data]);
 complex tensors, and tensors whose element count is symbolic, still break.
@@ -217,13 +218,67 @@ def split_by_items(tx, fn, args, kwargs):
 
 
 def _view(ex, device, sizes, strides, offset):
-    """A fake view of `ex` with these (partly unbacked) sizes and storage offset."""
+    """A fake view of `ex` with these (partly unbacked) sizes and storage offset (its meta
+    tensor's sizes are the hints, `size - u0` clamped at 0: only the traced sizes are read)."""
     meta = torch.empty_strided(
-        [shape_env.hint_of(n) for n in sizes], strides, dtype=ex.dtype, device="meta"
+        [max(0, shape_env.hint_of(n)) for n in sizes], strides, dtype=ex.dtype, device="meta"
     )
     return ProxyTensor(meta, device, None, ex.requires_grad, sizes, strides, offset)
 
 
+def _as_method(tx, name, tensor, args, kwargs):
+    return torch_vars.call_tensor_op(tx, "call_method", name, [tensor, *args], kwargs)
+
+
+def split_method(tx, tensor, args, kwargs):
+    """`x.split([n, m], dim)`: as torch.split (sizes read from tensor data), else as usual."""
+    done = split_by_items(tx, torch.split, [tensor, *args], dict(kwargs))
+    return done if done is not None else _as_method(tx, "split", tensor, args, kwargs)
+
+
+def narrow_by_item(tx, tensor, args, kwargs):
+    """`x.narrow(dim, start, n)` with n read from tensor data: a view of size n, where the facts
+    torch._check recorded show 0 <= n <= size - start (eager's own checks, asserted in the graph);
+    else a break. Other narrows as usual."""
+    call = dict(zip(("dim", "start", "length"), args)) | kwargs
+    n = call.get("length")
+    if len(call) != 3 or len(args) + len(kwargs) != 3 or not is_item_scalar(n):
+        return _as_method(tx, "narrow", tensor, args, kwargs)
+    dim, start = call["dim"], call["start"]
+    ex = tensor.example
+    if not (dim.is_python_constant() and start.is_python_constant()) or isinstance(
+        n, ItemFloatVariable
+    ):
+        unimplemented("Tensor.narrow by a length read from tensor data with these arguments")
+    dim, start = dim.as_python_constant(), start.as_python_constant()
+    dim = dim + ex.dim() if dim < 0 else dim
+    sizes = [shape_env.from_torch(v) for v in ex.shape]
+    strides = [shape_env.from_torch(v) for v in ex.stride()]
+    if any(isinstance(v, shape_env.SymNode) for v in (*sizes, *strides)) or not (
+        isinstance(start, int) and 0 <= start <= sizes[dim]
+    ):
+        unimplemented("Tensor.narrow by a length read from tensor data of a symbolic size")
+    env = tx.output.shape_env
+    expr = n.value.expr
+    if not (env._static_value(expr >= 0) and env._static_value(expr <= sizes[dim] - start)):
+        unimplemented(
+            "Tensor.narrow by a length read from tensor data: torch._check(0 <= n <= size - "
+            "start) first (kiln cannot tell the length is in range)"
+        )
+    offset = shape_env.from_torch(ex.storage_offset()) + start * strides[dim]
+    part = _view(
+        ex,
+        tensor.device,
+        [n.value if d == dim else sizes[d] for d in range(ex.dim())],
+        strides,
+        offset,
+    )
+    node = tx.output.create_node("call_method", "narrow", (tensor.proxy, dim, start, n.proxy), {})
+    return torch_vars.wrap_tensor_result(tx, node, part, tensor.device)
+
+
 tensor_vars.register_method("item", tensor_item)
 torch_vars.register_function(torch.split, split_by_items)
+tensor_vars.register_method("split", split_method)
+tensor_vars.register_method("narrow", narrow_by_item)
 tensor_vars.register_method("tolist", tensor_tolist)
