@@ -35,3 +35,30 @@ def test_requires_grad_on_intermediate_breaks_with_the_way_out(fn):
     with pytest.raises(kiln.exc.Unsupported, match=_REASON):
         kiln.compile(fn, fullgraph=True)(torch.randn(3))
     run_and_compare(fn, torch.randn(3), expected_breaks=1)
+
+
+def detached_in_place(x):
+    y = x * 2
+    y.detach_()
+    with torch.no_grad():
+        z = x + 1
+    return y + 1, y.requires_grad, y.grad_fn is None, z.grad_fn is None
+
+
+@pytest.mark.parametrize("requires_grad", [True, False])
+def test_grad_fn_of_a_tensor_that_needs_no_grad_is_none(requires_grad):
+    run_and_compare(
+        detached_in_place,
+        torch.randn(3, requires_grad=requires_grad),
+        expected_graphs=1,
+        fullgraph=True,
+    )
+
+
+def grad_fn_of_a_graph_result(x):
+    return x * 2, (x * 2).grad_fn is None
+
+
+def test_grad_fn_of_a_tensor_that_needs_grad_is_still_a_break():
+    with pytest.raises(kiln.exc.Unsupported, match="grad_fn inside the compiled frame"):
+        kiln.compile(grad_fn_of_a_graph_result, fullgraph=True)(torch.randn(3, requires_grad=True))

@@ -202,6 +202,8 @@ class TensorVariable(VariableTracker):
             return TensorMethodVariable(self, "detach").call_function(tx, [], {})
         if name == "data" and self.example.requires_grad:
             tx.output.eager_autograd = True  # Note [Output graph: a write autograd cannot see]
+        if name == "grad_fn" and not self.example.requires_grad:
+            return ConstantVariable(None)  # (a grad_fn makes a tensor require grad)
         if name in ("grad", "data", "grad_fn", "_version", "storage"):
             unimplemented(f"Tensor.{name} inside the compiled frame")
         if callable(getattr(torch.Tensor, name, None)):
