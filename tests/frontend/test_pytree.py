@@ -177,17 +177,45 @@ class Pair:
 
 
 pytree.register_pytree_node(
-    Pair, lambda p: ([p.a, p.b], None), lambda xs, _: Pair(*xs), serialized_type_name="Pair"
+    Pair,
+    lambda p: ([p.a, p.b], "pair"),
+    lambda xs, context: Pair(*xs),
+    serialized_type_name="tests.frontend.test_pytree.Pair",
 )
 
 
-def user_node(p):
-    return pytree.tree_leaves([p, 1])
+def user_nodes(p, x):
+    tree = {"p": p, "l": [x, Pair(x + 1, 3)]}
+    leaves, spec = pytree.tree_flatten(tree)
+    new = pytree.tree_unflatten([v * 2 for v in leaves], spec)
+    mapped = pytree.tree_map(lambda v: v - 1, [p, x])
+    same_spec = spec == pytree.tree_structure({"p": p, "l": [x, Pair(x, 0)]})
+    inner = new["l"][1]
+    return (
+        leaves,
+        new["p"].a,
+        new["p"].b,
+        type(inner).__name__,
+        inner.a,
+        inner.b,
+        mapped[0].b,
+        same_spec,
+    )
 
 
-def test_registered_user_node_is_a_graph_break_with_a_reason():
-    x = torch.randn(2)
+def test_registered_user_nodes_trace_their_flatten_and_unflatten_functions():
+    p = Pair(torch.ones(2), torch.randn(2))
+    run_and_compare(user_nodes, p, torch.randn(2), expected_graphs=1, fullgraph=True)
+
+
+def map_two_trees_of_user_nodes(p, q):
+    return pytree.tree_map(lambda u, v: u + v, p, q)
+
+
+def test_tree_map_of_several_trees_with_user_nodes_is_a_break_with_a_reason():
+    p, q = Pair(torch.ones(2), torch.zeros(2)), Pair(torch.ones(2), torch.ones(2))
     kiln.reset()
-    assert len(kiln.compile(user_node)(Pair(x, x + 1))) == 3
-    with pytest.raises(kiln.exc.Unsupported, match="node type kiln does not rebuild"):
-        kiln.compile(user_node, fullgraph=True)(Pair(x, x + 1))
+    out = kiln.compile(map_two_trees_of_user_nodes)(p, q)
+    assert torch.equal(out.a, p.a + q.a) and torch.equal(out.b, p.b + q.b)
+    with pytest.raises(kiln.exc.Unsupported, match="several trees holding registered user nodes"):
+        kiln.compile(map_two_trees_of_user_nodes, fullgraph=True)(p, q)

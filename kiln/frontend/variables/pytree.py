@@ -1,6 +1,7 @@
 """torch.utils._pytree's tree functions on traced containers (Note [Pytree: a stand-in tree])."""
 
 import collections
+import types
 
 import torch
 import torch.utils._pytree as pytree
@@ -12,6 +13,7 @@ from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.dict_keys import is_stand_in
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import raise_observed
+from kiln.frontend.variables.functions import UserFunctionVariable
 from kiln.frontend.variables.lists import DequeVariable, ListVariable, SizeVariable, TupleVariable
 from kiln.frontend.variables.misc import ConstantObjectVariable
 
@@ -27,8 +29,17 @@ from kiln.frontend.variables.misc import ConstantObjectVariable
 # runs the real unflatten on slots of the leaves and turns the containers it builds back into
 # traced containers. `tree_map` / `tree_map_only` are flatten, one traced call per leaf (extra
 # trees matched by the real `TreeSpec.flatten_up_to`), unflatten.
-# What kiln cannot rebuild as a stand-in is a graph break with its reason: a node type registered
-# by the user (its flatten function would run on the stand-in), a dict keyed by objects, a Size
+#
+# Note [Pytree: user nodes]
+# A type registered with `register_pytree_node` has Python flatten / unflatten functions. Its
+# flatten function is traced on the traced object (user code: its attribute reads are the
+# object's), giving the children (stand-ins in turn) and a context that must be a constant; the
+# stand-in is a `_UserNode` and such a tree is walked by kiln's copy of tree_flatten's loop (the
+# builtin nodes still flattened by their registered functions). Unflatten rebuilds builtin nodes
+# as above and traces the user's unflatten function on the traced children and the context.
+# tree_map over several trees holding user nodes (flatten_up_to on them) is a break.
+#
+# What kiln cannot rebuild as a stand-in is a graph break with its reason: a dict keyed by objects, a Size
 # of traced ints, an `is_leaf` callback, a predicate in tree_map_only, a TreeSpec from outside the
 # frame (nothing guards it). A mismatch eager reports (leaf count, structure) is raised in the
 # frame as eager's ValueError / TypeError with eager's message.
@@ -90,6 +101,8 @@ def _stand_in(tx, var, factories):
         real = None if factory is None else factory.as_python_constant()
         factories[id(real)] = factory
         return collections.defaultdict(real, values)
+    if not _rebuilt(cls) and not isinstance(var, _CONTAINERS):
+        return _user_node(tx, var, cls, factories)
     if var.is_python_constant() and cls in _BUILTIN_NODES:  # a constant (1, (2, 3)) as one value
         return _real(
             pytree.tree_map, lambda v: _Slot(wrap_constant_like(tx, v)), var.as_python_constant()
@@ -98,6 +111,80 @@ def _stand_in(tx, var, factories):
 
 
 _DICTS = (dict, collections.OrderedDict, collections.defaultdict)
+_CONTAINERS = (TupleVariable, ListVariable, ConstDictVariable)
+
+
+def _rebuilt(cls):
+    """Whether a node of this type is one kiln rebuilds as a traced container."""
+    node_type = _node_type(cls)
+    return node_type in pytree.BUILTIN_TYPES or cls is torch.Size or pytree.is_structseq_class(cls)
+
+
+class _UserNode:
+    """A node of a type registered with register_pytree_node in the stand-in tree: its class,
+    the context and the children its (traced) flatten function gave."""
+
+    def __init__(self, cls, context, children):
+        self.cls, self.context, self.children = cls, context, children
+
+
+def _user_node(tx, var, cls, factories):
+    """A registered user node: its flatten function traced on it (Note [Pytree: user nodes])."""
+    out = _python_fn(pytree.SUPPORTED_NODES[cls].flatten_fn, cls).call_function(tx, [var], {})
+    parts = out.unpack_var_sequence(tx) if out.has_unpack_var_sequence(tx) else ()
+    if len(parts) != 2 or not parts[0].has_unpack_var_sequence(tx):
+        unimplemented(f"pytree flatten function of {cls.__name__} did not give (children, context)")
+    children, context = parts
+    if not context.is_python_constant():
+        unimplemented(
+            f"pytree flatten function of {cls.__name__} gave a context that is not a constant"
+        )
+    factories["user nodes"] = True
+    kids = [_stand_in(tx, c, factories) for c in children.unpack_var_sequence(tx)]
+    return _UserNode(cls, context.as_python_constant(), kids)
+
+
+def _python_fn(fn, cls):
+    """A registered node's flatten / unflatten function, traced as the user's code it is."""
+    if not isinstance(fn, types.FunctionType):
+        unimplemented(f"pytree functions of {cls.__name__} that are not Python functions")
+    return UserFunctionVariable(fn)
+
+
+def _flatten_with_user_nodes(tree, leaves):
+    """tree_flatten's walk of a stand-in tree holding `_UserNode`s (their children given)."""
+    if isinstance(tree, _UserNode):
+        specs = [_flatten_with_user_nodes(c, leaves) for c in tree.children]
+        return pytree.TreeSpec(tree.cls, tree.context, specs)
+    if pytree.tree_is_leaf(tree):
+        leaves.append(tree)
+        return pytree.treespec_leaf()
+    node_type = pytree._get_node_type(tree)
+    children, context = pytree.SUPPORTED_NODES[node_type].flatten_fn(tree)
+    return pytree.TreeSpec(
+        node_type, context, [_flatten_with_user_nodes(c, leaves) for c in children]
+    )
+
+
+def _unflatten_with_user_nodes(tx, spec, leaves, factories):
+    """TreeSpec.unflatten of traced leaves: a user node's unflatten function traced."""
+    if spec.is_leaf():
+        return leaves[0]
+    children, start = [], 0
+    for child in spec.children():
+        children.append(
+            _unflatten_with_user_nodes(
+                tx, child, leaves[start : start + child.num_leaves], factories
+            )
+        )
+        start += child.num_leaves
+    unflatten = pytree.SUPPORTED_NODES[spec.type].unflatten_fn
+    if _rebuilt(spec.type):
+        return _traced(unflatten([_Slot(c) for c in children], spec.context), factories)
+    context = wrap_constant_like(tx, spec.context)
+    return _python_fn(unflatten, spec.type).call_function(tx, [ListVariable(children), context], {})
+
+
 _BUILTIN_NODES = (tuple, list, *_DICTS, collections.deque)
 
 
@@ -146,7 +233,12 @@ def _real(fn, *args):
 
 def _flatten(tx, tree):
     factories = {}
-    slots, spec = _real(pytree.tree_flatten, _stand_in(tx, tree, factories))
+    stand_in = _stand_in(tx, tree, factories)
+    if factories.get("user nodes"):
+        slots = []
+        spec = _flatten_with_user_nodes(stand_in, slots)
+    else:
+        slots, spec = _real(pytree.tree_flatten, stand_in)
     return [s.var for s in slots], spec, factories
 
 
@@ -162,8 +254,21 @@ def _leaves_of(tx, var):
     return var.unpack_var_sequence(tx)
 
 
-def _unflatten(leaves, spec, factories):
-    return _traced(_real(pytree.tree_unflatten, [_Slot(v) for v in leaves], spec), factories)
+def _unflatten(tx, leaves, spec, factories):
+    slots = [_Slot(v) for v in leaves]
+    if all(_rebuilt(t) for t in _node_types(spec)):
+        return _traced(_real(pytree.tree_unflatten, slots, spec), factories)
+    if len(leaves) != spec.num_leaves:
+        _real(spec.unflatten, slots)  # (eager's ValueError)
+    return _unflatten_with_user_nodes(tx, spec, list(leaves), factories)
+
+
+def _node_types(spec):
+    if spec.is_leaf():
+        return
+    yield spec.type
+    for child in spec.children():
+        yield from _node_types(child)
 
 
 def tree_flatten(tx, fn, args, kwargs):
@@ -191,12 +296,14 @@ def tree_structure(tx, fn, args, kwargs):
 def tree_unflatten(tx, fn, args, kwargs):
     if len(args) != 2 or kwargs:
         return None
-    return _unflatten(_leaves_of(tx, args[0]), _spec_of(args[1]), {})
+    return _unflatten(tx, _leaves_of(tx, args[0]), _spec_of(args[1]), {})
 
 
 def _map(tx, func, tree, rests, only=None):
     leaves, spec, factories = _flatten(tx, tree)
     columns = [leaves]
+    if rests and factories.get("user nodes"):
+        unimplemented("pytree.tree_map of several trees holding registered user nodes")
     for rest in rests:
         subtrees = _real(spec.flatten_up_to, _stand_in(tx, rest, factories))
         columns.append([_traced(s, factories) for s in subtrees])
@@ -206,7 +313,7 @@ def _map(tx, func, tree, rests, only=None):
             out.append(row[0])
             continue
         out.append(func.call_function(tx, list(row), {}))
-    return _unflatten(out, spec, factories)
+    return _unflatten(tx, out, spec, factories)
 
 
 def tree_map(tx, fn, args, kwargs):
