@@ -93,3 +93,31 @@ def test_tensor_split_by_an_item_and_the_rest(capture):
     for v in (2, 0, 5):
         _compare(split_method, compiled, torch.randn(5, 3), torch.tensor([v]))
     assert len(graphs) == 1
+
+
+def slices(x, y):
+    n = y.item()
+    torch._check(n >= 1)
+    torch._check(n <= x.size(0))
+    head, tail, middle = x[:n], x[n:], x[1:n]
+    middle.mul_(3)  # a view: x changes too
+    return head.sum(0), tail.sum(0), middle.shape[0]
+
+
+def test_slices_by_a_checked_item_are_views_for_every_value(capture):
+    compiled, graphs = _counted(slices)
+    for v in (1, 3, 5, 0, 6):  # 0 and 6 fail the checks: eager's RuntimeError
+        _compare(slices, compiled, torch.randn(5, 2), torch.tensor([v]))
+    assert len(graphs) == 1
+
+
+def slice_unchecked(x, y):
+    return x[: y.item()]
+
+
+def test_slice_by_an_unchecked_item_says_which_check_is_missing(capture):
+    with pytest.raises(Unsupported, match=r"torch._check\(0 <= start <= stop <= size\)"):
+        _counted(slice_unchecked)[0](torch.randn(4), torch.tensor([2]))
+    compiled, _ = _counted(slice_unchecked, fullgraph=False)
+    for v in (2, -1, 9):  # Python's slice clamps: eager's result after the break
+        _compare(slice_unchecked, compiled, torch.randn(4), torch.tensor([v]))

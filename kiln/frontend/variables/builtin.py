@@ -694,6 +694,11 @@ def getitem(tx, obj, index):
     if torch_function_involved([obj]):  # Note [Tensors: subclasses with __torch_function__]
         return obj.call_method(tx, "__getitem__", [index], {})
     if isinstance(obj, TensorVariable):
+        from kiln.frontend.variables import unbacked
+
+        done = unbacked.slice_by_items(tx, obj, index)  # Note [Shapes: item() in the graph]
+        if done is not None:
+            return done
         return call_tensor_op(tx, "call_function", operator.getitem, [obj, index], {})
     if isinstance(obj, BuiltinVariable) and isinstance(obj.fn, type):
         # `list[Tensor]` (a type annotation, e.g. for typing.cast): a constant generic alias

@@ -14,12 +14,16 @@ symbol (Note [Shapes: unbacked scalars]): no value at trace time, never guarded.
     float64 value), as torch.compile does; an int leaves as an int output of the graph.
 `torch.split(x, [n, m])` / `x.split([n, x.size(0) - n])` by such ints gives views of those sizes
 (the op checks their sum when it runs, as eagerly); `x.narrow(dim, start, n)` is a view of size n
-where torch._check's facts show 0 <= n <= size - start (else a break naming that check). `t.tolist()` of a 1-d tensor of static size is `[t[0].item(), t[1].item(), ...]`.
+where torch._check's facts show 0 <= n <= size - start, and `x[a:b]` (first dim) with such a
+bound a view of size b - a where they show 0 <= a <= b <= size (else a break naming the check). `t.tolist()` of a 1-d tensor of static size is `[t[0].item(), t[1].item(), ...]`.
 Without the switch, `.item()` is a graph break (the default, as in torch.compile).
 A bool tensor's item is a DataBoolVariable (Note [Shapes: a bool read from tensor data]);
 complex tensors, and tensors whose element count is symbolic, still break.
 """
 
+import operator
+
+import sympy
 import torch
 
 from kiln import config
@@ -275,6 +279,56 @@ def narrow_by_item(tx, tensor, args, kwargs):
     )
     node = tx.output.create_node("call_method", "narrow", (tensor.proxy, dim, start, n.proxy), {})
     return torch_vars.wrap_tensor_result(tx, node, part, tensor.device)
+
+
+def slice_by_items(tx, tensor, index):
+    """`x[a:b]` (first dim, step 1) with a bound read from tensor data: a view of size b - a
+    where torch._check's facts show 0 <= a <= b <= size (Python's slice then clamps nothing);
+    None for other indexes (the usual getitem)."""
+    from kiln.frontend.variables.sym import SliceVariable
+
+    if not isinstance(index, SliceVariable):
+        return None
+    start, stop, *step = index.parts + [ConstantVariable(None)] * (3 - len(index.parts))
+    if not (is_item_scalar(start) or is_item_scalar(stop)):
+        return None
+    step = step[0]
+    ex = tensor.example
+    sizes = [shape_env.from_torch(v) for v in ex.shape]
+    strides = [shape_env.from_torch(v) for v in ex.stride()]
+    bounds = []
+    for bound, default in ((start, 0), (stop, sizes[0] if sizes else None)):
+        if isinstance(bound, ConstantVariable) and bound.value is None:
+            bound = ConstantVariable(default)
+        if isinstance(bound, ItemFloatVariable) or not (
+            is_item_scalar(bound) or isinstance(bound.value, int)
+        ):
+            return None
+        bounds.append(bound)
+    if (
+        not (step.is_python_constant() and step.as_python_constant() in (None, 1))
+        or ex.dim() == 0
+        or any(isinstance(v, shape_env.SymNode) for v in (*sizes, *strides))
+    ):
+        unimplemented("slicing by a bound read from tensor data with a step or symbolic sizes")
+    env = tx.output.shape_env
+    lo, hi = (_expr(b) for b in bounds)
+    known = (env._static_value(f) for f in (lo >= 0, hi >= lo, hi <= sizes[0]))
+    if not all(v is True for v in known):
+        unimplemented(
+            "slicing by a bound read from tensor data: torch._check(0 <= start <= stop <= "
+            "size) first (kiln cannot tell Python's slice clamps nothing)"
+        )
+    length = env.wrap(hi - lo)
+    offset = shape_env.from_torch(ex.storage_offset()) + env.wrap(lo) * strides[0]
+    part = _view(ex, tensor.device, [length, *sizes[1:]], strides, offset)
+    fx = slice(*[b.proxy if is_item_scalar(b) else b.value for b in bounds])
+    node = tx.output.create_node("call_function", operator.getitem, (tensor.proxy, fx), {})
+    return torch_vars.wrap_tensor_result(tx, node, part, tensor.device)
+
+
+def _expr(bound):
+    return bound.value.expr if is_item_scalar(bound) else sympy.Integer(bound.value)
 
 
 tensor_vars.register_method("item", tensor_item)
