@@ -219,3 +219,21 @@ def test_tree_map_of_several_trees_with_user_nodes_is_a_break_with_a_reason():
     assert torch.equal(out.a, p.a + q.a) and torch.equal(out.b, p.b + q.b)
     with pytest.raises(kiln.exc.Unsupported, match="several trees holding registered user nodes"):
         kiln.compile(map_two_trees_of_user_nodes, fullgraph=True)(p, q)
+
+
+def spec_methods(x):
+    flat, spec = pytree.tree_flatten({"a": x, "b": [x * 2, x * 3]})
+    return sum(flat), spec.num_leaves, spec.num_nodes, spec.is_leaf(), spec.child(1).num_leaves
+
+
+def test_treespec_fields_and_methods_fold():
+    run_and_compare(spec_methods, torch.randn(3), expected_graphs=1, fullgraph=True)
+
+
+def key_path_text(x):
+    path = (pytree.MappingKey("a"), pytree.SequenceKey(0), pytree.GetAttrKey("w"))
+    return x * 2, f"path={path}", path[1].idx
+
+
+def test_key_path_entries_of_constants_are_constants():
+    run_and_compare(key_path_text, torch.randn(3), expected_graphs=1, fullgraph=True)

@@ -82,7 +82,10 @@ def _frozen_types():
         torch._C.DispatchKeySet,  # (its methods and operators make new sets)
         re.Pattern,  # (a compiled regex and its matches: their methods are pure)
         re.Match,
-        pytree.TreeSpec,  # (frozen dataclass: Note [Pytree: a stand-in tree])
+        pytree.TreeSpec,  # (frozen dataclasses: Note [Pytree: a stand-in tree])
+        pytree.MappingKey,
+        pytree.SequenceKey,
+        pytree.GetAttrKey,
     )
 
 

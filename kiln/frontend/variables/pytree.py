@@ -338,3 +338,19 @@ def tree_map_only(tx, fn, args, kwargs):
 
 for _fn in (tree_flatten, tree_leaves, tree_structure, tree_unflatten, tree_map, tree_map_only):
     torch_vars.register_function(getattr(pytree, _fn.__name__), _fn)
+
+
+def _path_key(tx, cls, args, kwargs):
+    """`MappingKey("a")`, `SequenceKey(0)`, `GetAttrKey("x")` of constants: frozen constants."""
+    if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+        return None
+    cargs = [a.as_python_constant() for a in args]
+    ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+    try:
+        return ConstantObjectVariable(cls(*cargs, **ckw))
+    except TypeError as e:
+        raise_observed(tx, TypeError, str(e))
+
+
+for _cls in (pytree.MappingKey, pytree.SequenceKey, pytree.GetAttrKey):
+    torch_vars.register_function(_cls, _path_key)
