@@ -121,3 +121,18 @@ def test_slice_by_an_unchecked_item_says_which_check_is_missing(capture):
     compiled, _ = _counted(slice_unchecked, fullgraph=False)
     for v in (2, -1, 9):  # Python's slice clamps: eager's result after the break
         _compare(slice_unchecked, compiled, torch.randn(4), torch.tensor([v]))
+
+
+def factories_unchecked(x, t):
+    n = x.item()
+    y = torch.zeros(n)
+    if y.size(0) < 0:  # decided by the asserted fact n >= 0
+        return y.sum() - 1
+    return y, y.sum() + 1, torch.full([n, 2], 2.0), t.new_full((n,), 7.0), t.new_zeros(n).shape[0]
+
+
+def test_a_factory_sized_by_an_unchecked_item_asserts_it_is_nonnegative(capture):
+    compiled, graphs = _counted(factories_unchecked)
+    for v in (0, 3, 1, -1):  # -1: RuntimeError in both (the texts differ: the note says why)
+        _compare(factories_unchecked, compiled, torch.tensor([v]), torch.randn(2))
+    assert len(graphs) == 1

@@ -29,7 +29,7 @@ import torch
 from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.variables import data_bools
+from kiln.frontend.variables import data_bools, runtime_asserts
 from kiln.frontend.variables import tensor as tensor_vars
 from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import VariableTracker
@@ -331,6 +331,56 @@ def _expr(bound):
     return bound.value.expr if is_item_scalar(bound) else sympy.Integer(bound.value)
 
 
+# Note [Shapes: a factory's size read from tensor data]
+# `torch.zeros(n)` (ones, empty, full, rand, randn, new_zeros ...) with n read by `.item()` and
+# nothing known about its sign: eager raises RuntimeError ("Trying to create tensor with negative
+# dimension") for n < 0, and the factory's fake run cannot decide `n >= 0`. As torch.compile
+# does, the graph asserts `n >= 0` before the factory (a RuntimeError when false, its text not
+# eager's: eager's names the value) and the fact is assumed, so the factory and later questions
+# (`if y.size(0) < 0:`) are static. A size kiln cannot check as tensor ops stays a break.
+_NEGATIVE_SIZE = "Trying to create tensor with negative dimension (a size read from tensor data)"
+
+
+def _size_args(args, kwargs, first_only):
+    sizes = list(args[:1] if first_only else args)
+    if "size" in kwargs:
+        sizes.append(kwargs["size"])
+    out = []
+    for v in sizes:
+        out.extend(v.items if isinstance(v, BaseListVariable) else [v])
+    return out
+
+
+def _checked_sizes(tx, args, kwargs, first_only):
+    for v in _size_args(args, kwargs, first_only):
+        if isinstance(v, SymNodeVariable) and is_item_scalar(v):
+            runtime_asserts.assert_nonnegative_size(tx, v.value.expr, _NEGATIVE_SIZE)
+
+
+def _factory(first_only):
+    def hook(tx, fn, args, kwargs):
+        if config.capture_scalar_outputs:
+            _checked_sizes(tx, args, kwargs, first_only)
+        return None  # (the factory as usual, its sizes now known nonnegative)
+
+    return hook
+
+
+def _new_factory(name, first_only):
+    def hook(tx, tensor, args, kwargs):
+        if config.capture_scalar_outputs:
+            _checked_sizes(tx, args, kwargs, first_only)
+        return _as_method(tx, name, tensor, args, kwargs)
+
+    return hook
+
+
+for _fn in (torch.zeros, torch.ones, torch.empty, torch.rand, torch.randn):
+    torch_vars.register_function(_fn, _factory(first_only=False))
+torch_vars.register_function(torch.full, _factory(first_only=True))
+for _name in ("new_zeros", "new_ones", "new_empty"):
+    tensor_vars.register_method(_name, _new_factory(_name, first_only=False))
+tensor_vars.register_method("new_full", _new_factory("new_full", first_only=True))
 tensor_vars.register_method("item", tensor_item)
 torch_vars.register_function(torch.split, split_by_items)
 tensor_vars.register_method("split", split_method)
