@@ -583,6 +583,10 @@ class BuiltinVariable(VariableTracker):
         return ConstantVariable(0.0) if obj is None else self._convert(tx, float, obj)
 
     def _call_bool(self, tx, obj=None):
+        if obj is not None and hasattr(obj, "bool_in_graph"):  # Note [Shapes: a bool read ...]
+            in_graph = obj.bool_in_graph(tx)
+            if in_graph is not None:
+                return in_graph
         return ConstantVariable(False) if obj is None else ConstantVariable(obj.truthy(tx))
 
     def _call_str(self, tx, obj=None):
@@ -690,6 +694,11 @@ def getitem(tx, obj, index):
     if torch_function_involved([obj]):  # Note [Tensors: subclasses with __torch_function__]
         return obj.call_method(tx, "__getitem__", [index], {})
     if isinstance(obj, TensorVariable):
+        from kiln.frontend.variables import unbacked
+
+        done = unbacked.slice_by_items(tx, obj, index)  # Note [Shapes: item() in the graph]
+        if done is not None:
+            return done
         return call_tensor_op(tx, "call_function", operator.getitem, [obj, index], {})
     if isinstance(obj, BuiltinVariable) and isinstance(obj.fn, type):
         # `list[Tensor]` (a type annotation, e.g. for typing.cast): a constant generic alias

@@ -8,6 +8,7 @@ import sys
 import types
 
 import torch
+import torch.utils._pytree as pytree
 
 from kiln import config
 from kiln.bytecode import emit
@@ -81,6 +82,10 @@ def _frozen_types():
         torch._C.DispatchKeySet,  # (its methods and operators make new sets)
         re.Pattern,  # (a compiled regex and its matches: their methods are pure)
         re.Match,
+        pytree.TreeSpec,  # (frozen dataclasses: Note [Pytree: a stand-in tree])
+        pytree.MappingKey,
+        pytree.SequenceKey,
+        pytree.GetAttrKey,
     )
 
 

@@ -239,13 +239,27 @@ def _deferred_fact(tx, fn, a, b):
 sym.register_deferred_facts(_deferred_fact)
 
 
-def _assert_fact(tx, fact):
+def _assert_fact(tx, fact, message=_EAGER_CHECK_MESSAGE):
     diff, sources = _checkable(tx, fact)
     value = _as_node(tx, diff, sources)
     cond = tx.output.create_node("call_function", _RELATIONS[type(fact)], (value, 0), {})
-    _add_assert(tx, assert_ops.assert_scalar, (cond, _EAGER_CHECK_MESSAGE))
+    _add_assert(tx, assert_ops.assert_scalar, (cond, message))
     tx.output.shape_env.assume(fact)
     return ConstantVariable(None)
+
+
+def assert_nonnegative_size(tx, expr, message):
+    """`expr >= 0` for a size made of `.item()` values: asserted at run time (RuntimeError with
+    `message`) and assumed, where it does not follow already; False where it cannot be checked
+    as tensor ops (Note [Shapes: a factory's size read from tensor data])."""
+    env = tx.output.shape_env
+    fact = env.simplify(sympy.Ge(expr, 0))
+    if env.static_value(fact) is True:
+        return True
+    if not isinstance(fact, tuple(_RELATIONS)) or _checkable(tx, fact) is None:
+        return False
+    _assert_fact(tx, fact, message)
+    return True
 
 
 def _check(tx, fn, args, kwargs):

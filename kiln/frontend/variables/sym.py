@@ -99,6 +99,14 @@ class SymNodeVariable(VariableTracker):
     def truthy(self, tx):
         return bool(self.value)
 
+    def bool_in_graph(self, tx):
+        """`bool(n)` of an int read by `.item()`: Note [Shapes: a bool read from tensor data]."""
+        if self.value.has_hint():
+            return None
+        from kiln.frontend.variables import data_bools, unbacked
+
+        return data_bools.scalar_bool(tx, self, lambda: unbacked.scalar_leaf(tx, self, torch.int64))
+
     def unpack_var_sequence(self, tx):
         unimplemented("iteration over an int")
 

@@ -92,6 +92,14 @@ _BREAKING_METHODS = {
 
 _NOT_FOUND = object()
 
+# requires_grad_() on a tensor the frame computed makes it a new autograd leaf, which the graph
+# (functionalized, its outputs made by the compiled function) cannot give back as eager does
+_REQUIRES_GRAD_ON_INTERMEDIATE = (
+    "Tensor.requires_grad_() on a tensor computed in the compiled frame (it would become a new "
+    "autograd leaf, which kiln does not trace): make the leaf outside the compiled function with "
+    "`t.detach().requires_grad_()` and pass it in"
+)
+
 # Methods answered by another family's module (Tensor.numpy -> numpy_vars), registered by it.
 _METHOD_HOOKS = {}
 
@@ -200,6 +208,8 @@ class TensorVariable(VariableTracker):
             return TensorMethodVariable(self, "detach").call_function(tx, [], {})
         if name == "data" and self.example.requires_grad:
             tx.output.eager_autograd = True  # Note [Output graph: a write autograd cannot see]
+        if name == "grad_fn" and not self.example.requires_grad:
+            return ConstantVariable(None)  # (a grad_fn makes a tensor require grad)
         if name in ("grad", "data", "grad_fn", "_version", "storage"):
             unimplemented(f"Tensor.{name} inside the compiled frame")
         if callable(getattr(torch.Tensor, name, None)):
@@ -293,11 +303,19 @@ class TensorVariable(VariableTracker):
         if name == "requires_grad_" and self.example.requires_grad and not kwargs:
             if all(a.is_python_constant() and a.as_python_constant() is True for a in args):
                 return self  # (already requires grad: nothing changes)
+        if name == "requires_grad_" and self.source is None:
+            unimplemented(_REQUIRES_GRAD_ON_INTERMEDIATE)
         if name in ("requires_grad_", "retain_grad", "share_memory_", "pin_memory"):
             unimplemented(f"Tensor.{name}() changes tensor state")
         if name == "type_as" and not args:
             unimplemented("Tensor.type_as() without an argument")
         return call_tensor_op(tx, "call_method", name, [self, *args], kwargs)
+
+    def bool_in_graph(self, tx):
+        """`bool(t)` computed by the graph, or None (Note [Shapes: a bool read from tensor data])."""
+        from kiln.frontend.variables import data_bools
+
+        return data_bools.tensor_bool(tx, self)
 
     def unpack_var_sequence(self, tx):
         if self.example.dim() == 0:

@@ -12,17 +12,24 @@ symbol (Note [Shapes: unbacked scalars]): no value at trace time, never guarded.
   - Left live at a break or returned, a float leaves the graph as `torch.scalar_tensor(v,
     dtype=float64)` and Python reads it back with `.item()` (exact: a double holds any float32 or
     float64 value), as torch.compile does; an int leaves as an int output of the graph.
-`torch.split(x, [n, m])` by such ints gives views of those sizes (the op checks their sum when it
-runs, as eagerly). `t.tolist()` of a 1-d tensor of static size is `[t[0].item(), t[1].item(), ...]`.
+`torch.split(x, [n, m])` / `x.split([n, x.size(0) - n])` by such ints gives views of those sizes
+(the op checks their sum when it runs, as eagerly); `x.narrow(dim, start, n)` is a view of size n
+where torch._check's facts show 0 <= n <= size - start, and `x[a:b]` (first dim) with such a
+bound a view of size b - a where they show 0 <= a <= b <= size (else a break naming the check). `t.tolist()` of a 1-d tensor of static size is `[t[0].item(), t[1].item(), ...]`.
 Without the switch, `.item()` is a graph break (the default, as in torch.compile).
-Bool and complex tensors, and tensors whose element count is symbolic, still break.
+A bool tensor's item is a DataBoolVariable (Note [Shapes: a bool read from tensor data]);
+complex tensors, and tensors whose element count is symbolic, still break.
 """
 
+import operator
+
+import sympy
 import torch
 
 from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.variables import data_bools, runtime_asserts
 from kiln.frontend.variables import tensor as tensor_vars
 from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import VariableTracker
@@ -65,7 +72,9 @@ def tensor_item(tx, tensor, args, kwargs):
         numel *= s
     if numel != 1:
         unimplemented("Tensor.item() of a tensor of more than one element (eager raises)")
-    if ex.dtype.is_complex or ex.dtype == torch.bool:
+    if ex.dtype == torch.bool:
+        return data_bools.bool_item(tx, tensor)  # Note [Shapes: a bool read from tensor data]
+    if ex.dtype.is_complex:
         unimplemented(f"Tensor.item() of a {ex.dtype} tensor")
     kind = "float" if ex.dtype.is_floating_point else "int"
     output = tx.output
@@ -99,6 +108,10 @@ class ItemFloatVariable(VariableTracker):
 
     def truthy(self, tx):
         self.as_python_constant()
+
+    def bool_in_graph(self, tx):
+        """`bool(v)`: Note [Shapes: a bool read from tensor data]."""
+        return data_bools.scalar_bool(tx, self, self.as_tensor)
 
     def as_tensor(self, dtype=torch.float64):
         """`torch.scalar_tensor(v, dtype=dtype)` in the graph."""
@@ -209,13 +222,167 @@ def split_by_items(tx, fn, args, kwargs):
 
 
 def _view(ex, device, sizes, strides, offset):
-    """A fake view of `ex` with these (partly unbacked) sizes and storage offset."""
+    """A fake view of `ex` with these (partly unbacked) sizes and storage offset (its meta
+    tensor's sizes are the hints, `size - u0` clamped at 0: only the traced sizes are read)."""
     meta = torch.empty_strided(
-        [shape_env.hint_of(n) for n in sizes], strides, dtype=ex.dtype, device="meta"
+        [max(0, shape_env.hint_of(n)) for n in sizes], strides, dtype=ex.dtype, device="meta"
     )
     return ProxyTensor(meta, device, None, ex.requires_grad, sizes, strides, offset)
 
 
+def _as_method(tx, name, tensor, args, kwargs):
+    return torch_vars.call_tensor_op(tx, "call_method", name, [tensor, *args], kwargs)
+
+
+def split_method(tx, tensor, args, kwargs):
+    """`x.split([n, m], dim)`: as torch.split (sizes read from tensor data), else as usual."""
+    done = split_by_items(tx, torch.split, [tensor, *args], dict(kwargs))
+    return done if done is not None else _as_method(tx, "split", tensor, args, kwargs)
+
+
+def narrow_by_item(tx, tensor, args, kwargs):
+    """`x.narrow(dim, start, n)` with n read from tensor data: a view of size n, where the facts
+    torch._check recorded show 0 <= n <= size - start (eager's own checks, asserted in the graph);
+    else a break. Other narrows as usual."""
+    call = dict(zip(("dim", "start", "length"), args)) | kwargs
+    n = call.get("length")
+    if len(call) != 3 or len(args) + len(kwargs) != 3 or not is_item_scalar(n):
+        return _as_method(tx, "narrow", tensor, args, kwargs)
+    dim, start = call["dim"], call["start"]
+    ex = tensor.example
+    if not (dim.is_python_constant() and start.is_python_constant()) or isinstance(
+        n, ItemFloatVariable
+    ):
+        unimplemented("Tensor.narrow by a length read from tensor data with these arguments")
+    dim, start = dim.as_python_constant(), start.as_python_constant()
+    dim = dim + ex.dim() if dim < 0 else dim
+    sizes = [shape_env.from_torch(v) for v in ex.shape]
+    strides = [shape_env.from_torch(v) for v in ex.stride()]
+    if any(isinstance(v, shape_env.SymNode) for v in (*sizes, *strides)) or not (
+        isinstance(start, int) and 0 <= start <= sizes[dim]
+    ):
+        unimplemented("Tensor.narrow by a length read from tensor data of a symbolic size")
+    env = tx.output.shape_env
+    expr = n.value.expr
+    if not (env._static_value(expr >= 0) and env._static_value(expr <= sizes[dim] - start)):
+        unimplemented(
+            "Tensor.narrow by a length read from tensor data: torch._check(0 <= n <= size - "
+            "start) first (kiln cannot tell the length is in range)"
+        )
+    offset = shape_env.from_torch(ex.storage_offset()) + start * strides[dim]
+    part = _view(
+        ex,
+        tensor.device,
+        [n.value if d == dim else sizes[d] for d in range(ex.dim())],
+        strides,
+        offset,
+    )
+    node = tx.output.create_node("call_method", "narrow", (tensor.proxy, dim, start, n.proxy), {})
+    return torch_vars.wrap_tensor_result(tx, node, part, tensor.device)
+
+
+def slice_by_items(tx, tensor, index):
+    """`x[a:b]` (first dim, step 1) with a bound read from tensor data: a view of size b - a
+    where torch._check's facts show 0 <= a <= b <= size (Python's slice then clamps nothing);
+    None for other indexes (the usual getitem)."""
+    from kiln.frontend.variables.sym import SliceVariable
+
+    if not isinstance(index, SliceVariable):
+        return None
+    start, stop, *step = index.parts + [ConstantVariable(None)] * (3 - len(index.parts))
+    if not (is_item_scalar(start) or is_item_scalar(stop)):
+        return None
+    step = step[0]
+    ex = tensor.example
+    sizes = [shape_env.from_torch(v) for v in ex.shape]
+    strides = [shape_env.from_torch(v) for v in ex.stride()]
+    bounds = []
+    for bound, default in ((start, 0), (stop, sizes[0] if sizes else None)):
+        if isinstance(bound, ConstantVariable) and bound.value is None:
+            bound = ConstantVariable(default)
+        if isinstance(bound, ItemFloatVariable) or not (
+            is_item_scalar(bound) or isinstance(bound.value, int)
+        ):
+            return None
+        bounds.append(bound)
+    if (
+        not (step.is_python_constant() and step.as_python_constant() in (None, 1))
+        or ex.dim() == 0
+        or any(isinstance(v, shape_env.SymNode) for v in (*sizes, *strides))
+    ):
+        unimplemented("slicing by a bound read from tensor data with a step or symbolic sizes")
+    env = tx.output.shape_env
+    lo, hi = (_expr(b) for b in bounds)
+    known = (env._static_value(f) for f in (lo >= 0, hi >= lo, hi <= sizes[0]))
+    if not all(v is True for v in known):
+        unimplemented(
+            "slicing by a bound read from tensor data: torch._check(0 <= start <= stop <= "
+            "size) first (kiln cannot tell Python's slice clamps nothing)"
+        )
+    length = env.wrap(hi - lo)
+    offset = shape_env.from_torch(ex.storage_offset()) + env.wrap(lo) * strides[0]
+    part = _view(ex, tensor.device, [length, *sizes[1:]], strides, offset)
+    fx = slice(*[b.proxy if is_item_scalar(b) else b.value for b in bounds])
+    node = tx.output.create_node("call_function", operator.getitem, (tensor.proxy, fx), {})
+    return torch_vars.wrap_tensor_result(tx, node, part, tensor.device)
+
+
+def _expr(bound):
+    return bound.value.expr if is_item_scalar(bound) else sympy.Integer(bound.value)
+
+
+# Note [Shapes: a factory's size read from tensor data]
+# `torch.zeros(n)` (ones, empty, full, rand, randn, new_zeros ...) with n read by `.item()` and
+# nothing known about its sign: eager raises RuntimeError ("Trying to create tensor with negative
+# dimension") for n < 0, and the factory's fake run cannot decide `n >= 0`. As torch.compile
+# does, the graph asserts `n >= 0` before the factory (a RuntimeError when false, its text not
+# eager's: eager's names the value) and the fact is assumed, so the factory and later questions
+# (`if y.size(0) < 0:`) are static. A size kiln cannot check as tensor ops stays a break.
+_NEGATIVE_SIZE = "Trying to create tensor with negative dimension (a size read from tensor data)"
+
+
+def _size_args(args, kwargs, first_only):
+    sizes = list(args[:1] if first_only else args)
+    if "size" in kwargs:
+        sizes.append(kwargs["size"])
+    out = []
+    for v in sizes:
+        out.extend(v.items if isinstance(v, BaseListVariable) else [v])
+    return out
+
+
+def _checked_sizes(tx, args, kwargs, first_only):
+    for v in _size_args(args, kwargs, first_only):
+        if isinstance(v, SymNodeVariable) and is_item_scalar(v):
+            runtime_asserts.assert_nonnegative_size(tx, v.value.expr, _NEGATIVE_SIZE)
+
+
+def _factory(first_only):
+    def hook(tx, fn, args, kwargs):
+        if config.capture_scalar_outputs:
+            _checked_sizes(tx, args, kwargs, first_only)
+        return None  # (the factory as usual, its sizes now known nonnegative)
+
+    return hook
+
+
+def _new_factory(name, first_only):
+    def hook(tx, tensor, args, kwargs):
+        if config.capture_scalar_outputs:
+            _checked_sizes(tx, args, kwargs, first_only)
+        return _as_method(tx, name, tensor, args, kwargs)
+
+    return hook
+
+
+for _fn in (torch.zeros, torch.ones, torch.empty, torch.rand, torch.randn):
+    torch_vars.register_function(_fn, _factory(first_only=False))
+torch_vars.register_function(torch.full, _factory(first_only=True))
+for _name in ("new_zeros", "new_ones", "new_empty"):
+    tensor_vars.register_method(_name, _new_factory(_name, first_only=False))
+tensor_vars.register_method("new_full", _new_factory("new_full", first_only=True))
 tensor_vars.register_method("item", tensor_item)
 torch_vars.register_function(torch.split, split_by_items)
+tensor_vars.register_method("split", split_method)
+tensor_vars.register_method("narrow", narrow_by_item)
 tensor_vars.register_method("tolist", tensor_tolist)

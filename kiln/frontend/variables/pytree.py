@@ -1,0 +1,356 @@
+"""torch.utils._pytree's tree functions on traced containers (Note [Pytree: a stand-in tree])."""
+
+import collections
+import types
+
+import torch
+import torch.utils._pytree as pytree
+
+from kiln.exc import unimplemented
+from kiln.frontend.variables import torch as torch_vars
+from kiln.frontend.variables.base import wrap_constant_like
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.dict_keys import is_stand_in
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.exceptions import raise_observed
+from kiln.frontend.variables.functions import UserFunctionVariable
+from kiln.frontend.variables.lists import DequeVariable, ListVariable, SizeVariable, TupleVariable
+from kiln.frontend.variables.misc import ConstantObjectVariable
+
+# Note [Pytree: a stand-in tree]
+# `tree_flatten(tree)` walks containers (list, tuple, dict, OrderedDict, defaultdict, deque,
+# namedtuple, torch.return_types, torch.Size ...) down to leaves and returns the leaves with a
+# TreeSpec (the node types and their contexts: a dict's keys, a deque's maxlen, a namedtuple's
+# class). All of that is known while tracing except the leaves' values. So kiln rebuilds the
+# traced containers as a *stand-in tree*: real Python containers of the same types and keys, each
+# leaf replaced by a `_Slot` holding its variable, and runs torch's own pytree on it (its leaf
+# rules, orders and errors are eager's). The leaves come back as slots, mapped back to their
+# variables; the TreeSpec is a real constant made in the frame. `tree_unflatten(leaves, spec)`
+# runs the real unflatten on slots of the leaves and turns the containers it builds back into
+# traced containers. `tree_map` / `tree_map_only` are flatten, one traced call per leaf (extra
+# trees matched by the real `TreeSpec.flatten_up_to`), unflatten.
+#
+# Note [Pytree: user nodes]
+# A type registered with `register_pytree_node` has Python flatten / unflatten functions. Its
+# flatten function is traced on the traced object (user code: its attribute reads are the
+# object's), giving the children (stand-ins in turn) and a context that must be a constant; the
+# stand-in is a `_UserNode` and such a tree is walked by kiln's copy of tree_flatten's loop (the
+# builtin nodes still flattened by their registered functions). Unflatten rebuilds builtin nodes
+# as above and traces the user's unflatten function on the traced children and the context.
+# tree_map over several trees holding user nodes (flatten_up_to on them) is a break.
+#
+# What kiln cannot rebuild as a stand-in is a graph break with its reason: a dict keyed by objects, a Size
+# of traced ints, an `is_leaf` callback, a predicate in tree_map_only, a TreeSpec from outside the
+# frame (nothing guards it). A mismatch eager reports (leaf count, structure) is raised in the
+# frame as eager's ValueError / TypeError with eager's message.
+
+
+class _Slot:
+    """A leaf of the stand-in tree: the traced value at that place."""
+
+    __slots__ = ("var",)
+
+    def __init__(self, var):
+        self.var = var
+
+
+def _node_type(cls):
+    """pytree's node type of an instance of `cls` (any namedtuple is `namedtuple`)."""
+    return collections.namedtuple if pytree.is_namedtuple_class(cls) else cls
+
+
+def _is_node(var):
+    try:
+        cls = var.python_type()
+    except Exception:
+        return False
+    return _node_type(cls) in pytree.SUPPORTED_NODES
+
+
+def _stand_in(tx, var, factories):
+    """The real container tree of `var` with a `_Slot` for each leaf."""
+    if not _is_node(var):
+        return _Slot(var)
+    cls = var.python_type()
+    if isinstance(var, DequeVariable) and cls is collections.deque:
+        return collections.deque([_stand_in(tx, v, factories) for v in var.items], var.maxlen)
+    if isinstance(var, SizeVariable):
+        if not all(v.is_python_constant() for v in var.items):
+            unimplemented("pytree of a torch.Size holding traced sizes")
+        return torch.Size([v.as_python_constant() for v in var.items])
+    if type(var) is TupleVariable:
+        items = [_stand_in(tx, v, factories) for v in var.items]
+        if cls is tuple:
+            return tuple(items)
+        if pytree.is_namedtuple_class(cls):
+            return cls._make(items)
+        if pytree.is_structseq_class(cls):
+            return cls(items)
+    if type(var) is ListVariable and cls is list:
+        return [_stand_in(tx, v, factories) for v in var.items]
+    if type(var) is ConstDictVariable and cls in _DICTS:
+        var.check_order("flattened by pytree")
+        if any(is_stand_in(k) for k in var.items):
+            unimplemented("pytree of a dict keyed by objects (not constants)")
+        values = {k: _stand_in(tx, v, factories) for k, v in var.items.items()}
+        if cls is not collections.defaultdict:
+            return cls(values)
+        factory = var.default_factory
+        if factory is not None and not factory.is_python_constant():
+            unimplemented("pytree of a defaultdict whose default_factory is not a constant")
+        real = None if factory is None else factory.as_python_constant()
+        factories[id(real)] = factory
+        return collections.defaultdict(real, values)
+    if not _rebuilt(cls) and not isinstance(var, _CONTAINERS):
+        return _user_node(tx, var, cls, factories)
+    if var.is_python_constant() and cls in _BUILTIN_NODES:  # a constant (1, (2, 3)) as one value
+        return _real(
+            pytree.tree_map, lambda v: _Slot(wrap_constant_like(tx, v)), var.as_python_constant()
+        )
+    unimplemented(f"pytree of a {cls.__name__} node (a node type kiln does not rebuild)")
+
+
+_DICTS = (dict, collections.OrderedDict, collections.defaultdict)
+_CONTAINERS = (TupleVariable, ListVariable, ConstDictVariable)
+
+
+def _rebuilt(cls):
+    """Whether a node of this type is one kiln rebuilds as a traced container."""
+    node_type = _node_type(cls)
+    return node_type in pytree.BUILTIN_TYPES or cls is torch.Size or pytree.is_structseq_class(cls)
+
+
+class _UserNode:
+    """A node of a type registered with register_pytree_node in the stand-in tree: its class,
+    the context and the children its (traced) flatten function gave."""
+
+    def __init__(self, cls, context, children):
+        self.cls, self.context, self.children = cls, context, children
+
+
+def _user_node(tx, var, cls, factories):
+    """A registered user node: its flatten function traced on it (Note [Pytree: user nodes])."""
+    out = _python_fn(pytree.SUPPORTED_NODES[cls].flatten_fn, cls).call_function(tx, [var], {})
+    parts = out.unpack_var_sequence(tx) if out.has_unpack_var_sequence(tx) else ()
+    if len(parts) != 2 or not parts[0].has_unpack_var_sequence(tx):
+        unimplemented(f"pytree flatten function of {cls.__name__} did not give (children, context)")
+    children, context = parts
+    if not context.is_python_constant():
+        unimplemented(
+            f"pytree flatten function of {cls.__name__} gave a context that is not a constant"
+        )
+    factories["user nodes"] = True
+    kids = [_stand_in(tx, c, factories) for c in children.unpack_var_sequence(tx)]
+    return _UserNode(cls, context.as_python_constant(), kids)
+
+
+def _python_fn(fn, cls):
+    """A registered node's flatten / unflatten function, traced as the user's code it is."""
+    if not isinstance(fn, types.FunctionType):
+        unimplemented(f"pytree functions of {cls.__name__} that are not Python functions")
+    return UserFunctionVariable(fn)
+
+
+def _flatten_with_user_nodes(tree, leaves):
+    """tree_flatten's walk of a stand-in tree holding `_UserNode`s (their children given)."""
+    if isinstance(tree, _UserNode):
+        specs = [_flatten_with_user_nodes(c, leaves) for c in tree.children]
+        return pytree.TreeSpec(tree.cls, tree.context, specs)
+    if pytree.tree_is_leaf(tree):
+        leaves.append(tree)
+        return pytree.treespec_leaf()
+    node_type = pytree._get_node_type(tree)
+    children, context = pytree.SUPPORTED_NODES[node_type].flatten_fn(tree)
+    return pytree.TreeSpec(
+        node_type, context, [_flatten_with_user_nodes(c, leaves) for c in children]
+    )
+
+
+def _unflatten_with_user_nodes(tx, spec, leaves, factories):
+    """TreeSpec.unflatten of traced leaves: a user node's unflatten function traced."""
+    if spec.is_leaf():
+        return leaves[0]
+    children, start = [], 0
+    for child in spec.children():
+        children.append(
+            _unflatten_with_user_nodes(
+                tx, child, leaves[start : start + child.num_leaves], factories
+            )
+        )
+        start += child.num_leaves
+    unflatten = pytree.SUPPORTED_NODES[spec.type].unflatten_fn
+    if _rebuilt(spec.type):
+        return _traced(unflatten([_Slot(c) for c in children], spec.context), factories)
+    context = wrap_constant_like(tx, spec.context)
+    return _python_fn(unflatten, spec.type).call_function(tx, [ListVariable(children), context], {})
+
+
+_BUILTIN_NODES = (tuple, list, *_DICTS, collections.deque)
+
+
+def _traced(tree, factories):
+    """The traced containers of a stand-in tree (its slots are their variables)."""
+    if isinstance(tree, _Slot):
+        return tree.var
+    cls = type(tree)
+    if cls is list:
+        return ListVariable([_traced(v, factories) for v in tree])
+    if cls is collections.deque:
+        return DequeVariable([_traced(v, factories) for v in tree], maxlen=tree.maxlen)
+    if cls is torch.Size:
+        return SizeVariable([ConstantVariable(int(i)) for i in tree])
+    if isinstance(tree, tuple):
+        return TupleVariable([_traced(v, factories) for v in tree], tuple_cls=cls)
+    if cls in _DICTS:
+        items = {k: _traced(v, factories) for k, v in tree.items()}
+        if cls is collections.defaultdict:
+            factory = factories.get(id(tree.default_factory))
+            if factory is None and tree.default_factory is not None:
+                unimplemented("pytree unflatten of a defaultdict with a factory kiln did not see")
+            return ConstDictVariable(items, cls, factory)
+        return ConstDictVariable(items, cls)
+    unimplemented(f"pytree unflatten made a {cls.__name__} (not a container kiln rebuilds)")
+
+
+def _no_is_leaf(kwargs, name):
+    kwargs = dict(kwargs)
+    is_leaf = kwargs.pop("is_leaf", None)
+    if is_leaf is not None and not (
+        is_leaf.is_python_constant() and is_leaf.as_python_constant() is None
+    ):
+        unimplemented(f"pytree.{name} with an is_leaf callback")
+    if kwargs:
+        unimplemented(f"pytree.{name} with keyword arguments {sorted(kwargs)}")
+
+
+def _real(fn, *args):
+    """Run torch's pytree on stand-ins; its ValueError/TypeError is raised in the frame."""
+    try:
+        return fn(*args)
+    except (ValueError, TypeError) as e:
+        raise_observed(None, type(e), str(e))
+
+
+def _flatten(tx, tree):
+    factories = {}
+    stand_in = _stand_in(tx, tree, factories)
+    if factories.get("user nodes"):
+        slots = []
+        spec = _flatten_with_user_nodes(stand_in, slots)
+    else:
+        slots, spec = _real(pytree.tree_flatten, stand_in)
+    return [s.var for s in slots], spec, factories
+
+
+def _spec_of(var):
+    if isinstance(var, ConstantObjectVariable) and isinstance(var.value, pytree.TreeSpec):
+        return var.value
+    unimplemented("pytree.tree_unflatten of a TreeSpec not made in the compiled frame")
+
+
+def _leaves_of(tx, var):
+    if not var.has_unpack_var_sequence(tx):
+        unimplemented(f"pytree.tree_unflatten of {var} (leaves kiln cannot unpack)")
+    return var.unpack_var_sequence(tx)
+
+
+def _unflatten(tx, leaves, spec, factories):
+    slots = [_Slot(v) for v in leaves]
+    if all(_rebuilt(t) for t in _node_types(spec)):
+        return _traced(_real(pytree.tree_unflatten, slots, spec), factories)
+    if len(leaves) != spec.num_leaves:
+        _real(spec.unflatten, slots)  # (eager's ValueError)
+    return _unflatten_with_user_nodes(tx, spec, list(leaves), factories)
+
+
+def _node_types(spec):
+    if spec.is_leaf():
+        return
+    yield spec.type
+    for child in spec.children():
+        yield from _node_types(child)
+
+
+def tree_flatten(tx, fn, args, kwargs):
+    _no_is_leaf(kwargs, "tree_flatten")
+    if len(args) != 1:
+        return None
+    leaves, spec, _ = _flatten(tx, args[0])
+    return TupleVariable([ListVariable(leaves), ConstantObjectVariable(spec)])
+
+
+def tree_leaves(tx, fn, args, kwargs):
+    _no_is_leaf(kwargs, "tree_leaves")
+    if len(args) != 1:
+        return None
+    return ListVariable(_flatten(tx, args[0])[0])
+
+
+def tree_structure(tx, fn, args, kwargs):
+    _no_is_leaf(kwargs, "tree_structure")
+    if len(args) != 1:
+        return None
+    return ConstantObjectVariable(_flatten(tx, args[0])[1])
+
+
+def tree_unflatten(tx, fn, args, kwargs):
+    if len(args) != 2 or kwargs:
+        return None
+    return _unflatten(tx, _leaves_of(tx, args[0]), _spec_of(args[1]), {})
+
+
+def _map(tx, func, tree, rests, only=None):
+    leaves, spec, factories = _flatten(tx, tree)
+    columns = [leaves]
+    if rests and factories.get("user nodes"):
+        unimplemented("pytree.tree_map of several trees holding registered user nodes")
+    for rest in rests:
+        subtrees = _real(spec.flatten_up_to, _stand_in(tx, rest, factories))
+        columns.append([_traced(s, factories) for s in subtrees])
+    out = []
+    for row in zip(*columns, strict=True):
+        if only is not None and not issubclass(row[0].python_type(), only):
+            out.append(row[0])
+            continue
+        out.append(func.call_function(tx, list(row), {}))
+    return _unflatten(tx, out, spec, factories)
+
+
+def tree_map(tx, fn, args, kwargs):
+    _no_is_leaf(kwargs, "tree_map")
+    if len(args) < 2:
+        return None
+    return _map(tx, args[0], args[1], args[2:])
+
+
+def tree_map_only(tx, fn, args, kwargs):
+    _no_is_leaf(kwargs, "tree_map_only")
+    if len(args) != 3:
+        return None
+    kind = args[0].as_python_constant() if args[0].is_python_constant() else None
+    if not (
+        isinstance(kind, type)
+        or (isinstance(kind, tuple) and all(isinstance(t, type) for t in kind))
+    ):
+        unimplemented("pytree.tree_map_only with a predicate (not a type or a tuple of types)")
+    return _map(tx, args[1], args[2], [], only=kind)
+
+
+for _fn in (tree_flatten, tree_leaves, tree_structure, tree_unflatten, tree_map, tree_map_only):
+    torch_vars.register_function(getattr(pytree, _fn.__name__), _fn)
+
+
+def _path_key(tx, cls, args, kwargs):
+    """`MappingKey("a")`, `SequenceKey(0)`, `GetAttrKey("x")` of constants: frozen constants."""
+    if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+        return None
+    cargs = [a.as_python_constant() for a in args]
+    ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+    try:
+        return ConstantObjectVariable(cls(*cargs, **ckw))
+    except TypeError as e:
+        raise_observed(tx, TypeError, str(e))
+
+
+for _cls in (pytree.MappingKey, pytree.SequenceKey, pytree.GetAttrKey):
+    torch_vars.register_function(_cls, _path_key)
