@@ -144,6 +144,31 @@ frontend.variables.user_defined -> frontend.variables.classes
     cycle: class objects made while tracing; their instances are user objects
 frontend.variables.user_defined -> frontend.variables.autograd_function
     cycle: a user class that is an autograd.Function
+frontend.dispatch_modes -> frontend.guards
+    cycle: guards call dispatch_modes' stack queries; the torch function state's guard is added
+    by dispatch_modes while tracing
+frontend.variables.builtin -> frontend.variables.unbacked
+    cycle: unbacked's values are operands of builtin calls; obj[a:b] by .item() bounds is unbacked's
+frontend.variables.ctx_managers -> frontend.variables.function_modes
+    cycle: function_modes builds on tensor/torch variables that import ctx_managers; a `with Mode():`
+    in the frame is entered through it
+frontend.variables.function_modes -> frontend.variables.builder
+    cycle: the builder wraps values through every variable module; the live modes are wrapped by it
+frontend.variables.function_modes -> frontend.variables.torch_function
+    cycle: torch_function routes subclass calls to function_modes; an operator's torch function is
+    asked of it
+frontend.variables.sym -> frontend.variables.data_bools
+    cycle: data_bools builds on torch variables, which import sym; bool() of an .item() value
+frontend.variables.sym -> frontend.variables.unbacked
+    cycle: unbacked's values are sym variables; bool() of an .item() value makes its leaf there
+frontend.variables.tensor -> frontend.variables.data_bools
+    cycle: data_bools builds on torch variables, which import tensor; bool() of a one-element tensor
+frontend.variables.tensor -> frontend.variables.function_modes
+    cycle: function_modes builds on tensor variables; their methods and properties go through modes
+frontend.variables.torch -> frontend.variables.function_modes
+    cycle: function_modes builds on torch variables; torch calls go through the modes
+frontend.variables.unbacked -> frontend.variables.sym
+    cycle: sym imports unbacked for bool() of .item(); slices by .item() bounds are sym variables
 frontend.variables.user_protocol -> frontend.variables.builtin
     cycle: next()/iter() of user objects are answered before the builtins; builtins dispatch to
     them
