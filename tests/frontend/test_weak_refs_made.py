@@ -65,3 +65,27 @@ def test_ref_of_an_object_without_weak_references_raises_as_eager():
     torch.testing.assert_close(kiln.compile(_ref_or_fallback)(_NoWeakRefs(), x), expected)
     with pytest.raises(kiln.exc.Unsupported, match="takes none"):
         kiln.compile(_ref_or_fallback, fullgraph=True)(_NoWeakRefs(), x)
+
+
+class _WithMethod:
+    def method(self):
+        return 1
+
+
+def _bound_method_made_in_frame():
+    return _WithMethod().method
+
+
+def _ref_to_a_bound_method(x):
+    o = _bound_method_made_in_frame()
+    ref = weakref.ref(o)  # (a break: o is no argument) the local and the stack are one object
+    return x + 1, ref() is o
+
+
+def test_a_bound_method_rebuilt_at_a_break_is_one_object():
+    # CPython's test_weakref check_basic_ref(create_bound_method): kiln rebuilt the method twice,
+    # so the reference pointed at a temporary that died at once
+    x = torch.ones(1)
+    out, same = kiln.compile(_ref_to_a_bound_method, backend="eager")(x)
+    assert same is True
+    torch.testing.assert_close(out, x + 1)

@@ -167,6 +167,13 @@ class UserMethodVariable(UserFunctionVariable):
         if apply is not None and cg.compile_callees:  # `MyFn.apply` that broke when called
             apply.reconstruct(cg)
             return
+        # one bound method object per variable: `o = C().m; weakref.ref(o)` rebuilt at a break
+        # (the local and the stack) must be one object, as in eager
+        once = not cg.compile_callees
+        name = cg._temps.get(id(self)) if once else None
+        if name is not None:
+            cg.extend(emit.load_fast(name))
+            return
         cg.load_object(types.MethodType, push_null=True)
         owner = local_owner(self.fn)
         if owner is not None:  # a method of a class made in the frame: the run's own function
@@ -177,6 +184,9 @@ class UserMethodVariable(UserFunctionVariable):
         cg.reconstruct(self.obj)  # the object itself (a module: not its compiled forward)
         cg.compile_callees = compile_callees
         cg.extend(emit.call(2))
+        if once:
+            name = cg._temps[id(self)] = cg.new_temp()
+            cg.extend(emit.copy(1) + emit.store_fast(name))
 
 
 def bound_classmethod(cm, owner):
