@@ -89,3 +89,26 @@ def test_a_bound_method_rebuilt_at_a_break_is_one_object():
     out, same = kiln.compile(_ref_to_a_bound_method, backend="eager")(x)
     assert same is True
     torch.testing.assert_close(out, x + 1)
+
+
+class _Attrs:
+    pass
+
+
+def _reads_through_a_proxy(o, proxy, x):
+    o.foo = 1
+    a = proxy.foo
+    o.foo = 2  # the proxy reads its referent: eager sees 2 next
+    return x + a + proxy.foo
+
+
+def test_reads_through_a_weakref_proxy_see_the_frames_writes():
+    # kiln read the proxy's attribute before the frame's replayed stores (1 + 1, not 1 + 2)
+    x = torch.zeros(1)
+    o_eager, o_comp = _Attrs(), _Attrs()
+    expected = _reads_through_a_proxy(o_eager, weakref.proxy(o_eager), x)
+    got = kiln.compile(_reads_through_a_proxy, backend="eager")(o_comp, weakref.proxy(o_comp), x)
+    torch.testing.assert_close(got, expected)
+    assert o_comp.foo == o_eager.foo == 2
+    with pytest.raises(kiln.exc.Unsupported, match="weakref.proxy"):
+        kiln.compile(_reads_through_a_proxy, fullgraph=True)(o_comp, weakref.proxy(o_comp), x)
