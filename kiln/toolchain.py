@@ -9,11 +9,14 @@ nothing. The backend's kernels (backend/codecache.py) and the guards' C++ tensor
 
 import functools
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 
 from kiln import config, logs
@@ -98,3 +101,49 @@ def compile_cpp(source, extra_flags=(), kind="cpp", libraries=()):
     logs.counters["backend"][f"{kind}_compiles"] += 1
     logs.log("output_code", "compiled %s in %.2fs", so, time.perf_counter() - t0)
     return so
+
+
+def _load_extension(name, so):
+    """Import the extension module `name` from the shared object `so`."""
+    loader = importlib.machinery.ExtensionFileLoader(name, so)
+    spec = importlib.util.spec_from_file_location(name, so, loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def background_extension(state, lock, name, source, get_flags, kind, libraries=(), wait=False):
+    """The C extension `name` built from `source` with the flags `get_flags()` gives (or None
+    while it is being built, or where it cannot be); the first call builds it in a background
+    thread, or loads a build already on disk at once. `state` ({"module", "thread", "failed"})
+    and `lock` are the caller's."""
+    extra_flags = ()
+
+    def build():
+        try:
+            so = compile_cpp(source, extra_flags, kind, libraries)
+            state["module"] = _load_extension(name, so)
+        except Exception as e:  # no compiler, no headers, a refused build: the Python path serves
+            state["failed"] = f"{type(e).__name__}: {str(e)[:300]}"
+            logs.log("guards", "%s not built (%s): its checks run in Python", name, e)
+
+    if state["module"] is not None or state["failed"] is not None:
+        return state["module"]
+    with lock:
+        if state["thread"] is None:
+            try:
+                extra_flags = get_flags()  # (raises CompilerError where headers are missing)
+                key = cpp_key(source, extra_flags, libraries)
+            except CompilerError as e:
+                state["failed"] = str(e)
+                return None
+            if os.path.exists(os.path.join(cache_subdir("cpp"), f"{key}.so")):
+                build()  # built by an earlier process: load it now
+                state["thread"] = threading.current_thread()
+                return state["module"]
+            state["thread"] = threading.Thread(target=build, name=f"kiln-{kind}", daemon=True)
+            state["thread"].start()
+        thread = state["thread"]
+    if wait and thread is not threading.current_thread():
+        thread.join()
+    return state["module"]

@@ -6,14 +6,12 @@ public C API of CPython 3.11 to 3.13 (vectorcall, no private structs).
 """
 
 import functools
-import importlib.machinery
-import importlib.util
 import os
 import sys
 import sysconfig
 import threading
 
-from kiln import config, logs, toolchain
+from kiln import config, toolchain
 
 # (the opcodes and comparison codes of the program; guard_program.py writes them in this order)
 OPS = (
@@ -572,47 +570,11 @@ def _source():
     return f"// CPython {sys.version_info[0]}.{sys.version_info[1]}\n{SOURCE}"
 
 
-def _load(so):
-    loader = importlib.machinery.ExtensionFileLoader("kiln_guard_vm", so)
-    spec = importlib.util.spec_from_file_location("kiln_guard_vm", so, loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
-def _build():
-    """Build (or find on disk) and load the module; a failure is logged and remembered."""
-    try:
-        module = _load(toolchain.compile_cpp(_source(), flags(), "guard_vm"))
-    except Exception as e:  # no compiler, no headers: every guard stays a Python function
-        _state["failed"] = f"{type(e).__name__}: {str(e)[:300]}"
-        logs.log("guards", "kiln_guard_vm not built (%s): guards run in Python", e)
-        return
-    _state["module"] = module
-
-
 def module(wait=False):
     """The loaded extension, or None while it is being built (or cannot be); the first call
     starts the build in a background thread, or loads a build already on disk at once."""
     if not config.cpp_guards:
         return None
-    if _state["module"] is not None or _state["failed"] is not None:
-        return _state["module"]
-    with _lock:
-        if _state["thread"] is None:
-            try:
-                key = toolchain.cpp_key(_source(), flags())
-            except toolchain.CompilerError as e:
-                _state["failed"] = str(e)
-                return None
-            if os.path.exists(os.path.join(toolchain.cache_subdir("cpp"), f"{key}.so")):
-                _build()  # built by an earlier process: load it now
-                _state["thread"] = threading.current_thread()
-                return _state["module"]
-            thread = threading.Thread(target=_build, name="kiln-guard-vm", daemon=True)
-            _state["thread"] = thread
-            thread.start()
-        thread = _state["thread"]
-    if wait and thread is not threading.current_thread():
-        thread.join()
-    return _state["module"]
+    return toolchain.background_extension(
+        _state, _lock, "kiln_guard_vm", _source(), flags, "guard_vm", wait=wait
+    )

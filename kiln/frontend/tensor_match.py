@@ -23,15 +23,13 @@ guards are Python, with the same meaning.
 """
 
 import functools
-import importlib.machinery
-import importlib.util
 import os
 import sysconfig
 import threading
 
 import torch
 
-from kiln import config, logs, toolchain
+from kiln import config, toolchain
 
 SOURCE = r"""// kiln_tensor_match: Note [Guards: tensor checks in C++] in kiln/frontend/tensor_match.py
 // built against torch @TORCH@
@@ -236,28 +234,9 @@ def _flags():
 _LIBRARIES = ("-ltorch_python", "-ltorch_cpu", "-lc10")  # (after the source: --as-needed)
 
 
-def _load(so):
-    loader = importlib.machinery.ExtensionFileLoader("kiln_tensor_match", so)
-    spec = importlib.util.spec_from_file_location("kiln_tensor_match", so, loader=loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
-
-
 @functools.lru_cache(None)
 def _source():
     return SOURCE.replace("@TORCH@", torch.__version__)
-
-
-def _build():
-    """Build (or find on disk) and load the module; a failure is logged and remembered."""
-    try:
-        module = _load(toolchain.compile_cpp(_source(), _flags(), "tensor_match", _LIBRARIES))
-    except Exception as e:  # no compiler, no headers, a refused build: Python checks serve
-        _state["failed"] = f"{type(e).__name__}: {str(e)[:300]}"
-        logs.log("guards", "kiln_tensor_match not built (%s): tensor checks in Python", e)
-        return
-    _state["module"] = module
 
 
 def module(wait=False):
@@ -265,26 +244,16 @@ def module(wait=False):
     starts the build in a background thread, or loads a build already on disk at once."""
     if not config.cpp_guards:
         return None
-    if _state["module"] is not None or _state["failed"] is not None:
-        return _state["module"]
-    with _lock:
-        if _state["thread"] is None:
-            try:
-                key = toolchain.cpp_key(_source(), _flags(), _LIBRARIES)
-            except toolchain.CompilerError as e:
-                _state["failed"] = str(e)
-                return None
-            if os.path.exists(os.path.join(toolchain.cache_subdir("cpp"), f"{key}.so")):
-                _build()  # built by an earlier process: load it now
-                _state["thread"] = threading.current_thread()
-                return _state["module"]
-            thread = threading.Thread(target=_build, name="kiln-tensor-match", daemon=True)
-            _state["thread"] = thread
-            thread.start()
-        thread = _state["thread"]
-    if wait and thread is not threading.current_thread():
-        thread.join()
-    return _state["module"]
+    return toolchain.background_extension(
+        _state,
+        _lock,
+        "kiln_tensor_match",
+        _source(),
+        _flags,
+        "tensor_match",
+        _LIBRARIES,
+        wait=wait,
+    )
 
 
 def matcher(t, check_keys, symbolic=None):

@@ -166,12 +166,13 @@ def test_built_in_the_background_and_guards_made_before_stay_python(monkeypatch)
     release = threading.Event()
     fake = type("FakeModule", (), {})
 
-    def slow_build():
+    def slow_compile(*args):
         release.wait(10)
-        tensor_match._state["module"] = fake
+        return "built.so"
 
     monkeypatch.setattr(tensor_match, "_state", {"module": None, "thread": None, "failed": None})
-    monkeypatch.setattr(tensor_match, "_build", slow_build)
+    monkeypatch.setattr(tensor_match.toolchain, "compile_cpp", slow_compile)
+    monkeypatch.setattr(tensor_match.toolchain, "_load_extension", lambda name, so: fake)
     monkeypatch.setattr(tensor_match.toolchain, "cpp_key", lambda *a: "not-on-disk")
     assert tensor_match.module() is None  # started, not ready
     compiled = kiln.compile(lambda x: x - 1, backend="eager")
