@@ -403,7 +403,7 @@ class LazyGeneratorVariable(ListIteratorVariable):
                 "rebuilding a generator suspended at a yield whose value its code uses "
                 "(send() would reach that code)"
             )
-        if self.has_cleanup():
+        if self.has_cleanup(own_handlers_only=True):
             unimplemented(
                 "rebuilding a suspended generator at a yield inside a try or with block "
                 "(throw() and close() would run its handlers)"
@@ -422,17 +422,20 @@ class LazyGeneratorVariable(ListIteratorVariable):
                 return inst.opname != "POP_TOP"
         return True
 
-    def has_cleanup(self):
+    def has_cleanup(self, own_handlers_only=False):
         """Whether close() would run code of the body: it is suspended at a yield inside a try
         or with block (or delegating to a generator that is)."""
         g = self.gen
         if not self.started or self.finished or self.running or g.current_inst is None:
             return False
         sub = self.delegate()
-        if isinstance(sub, LazyGeneratorVariable) and sub.has_cleanup():
+        if isinstance(sub, LazyGeneratorVariable) and sub.has_cleanup(own_handlers_only):
             return True
         inst = g.current_inst
-        return inst.exn_tab_entry is not None and not g.in_generator_handler(inst)
+        entry = inst.exn_tab_entry
+        if own_handlers_only and entry is not None and entry.target.opname == "CLEANUP_THROW":
+            return False  # (3.12+: the handler of `yield from` itself, not a try of the body)
+        return entry is not None and not g.in_generator_handler(inst)
 
     def __repr__(self):
         return f"LazyGeneratorVariable({self.names[1]})"
