@@ -17,6 +17,7 @@ and the REAL device, no data), a tuple of them, or a Python scalar.
 
 import contextlib
 import operator
+import threading
 
 import sympy
 import torch
@@ -428,25 +429,53 @@ class Tracer(_FakeDispatch):
     @contextlib.contextmanager
     def tracing(self):
         """Activate the trace mode (every ATen call inside is recorded); see Note [Tracer: is_compiling]."""
-        prev = getattr(torch.compiler, "_is_compiling_flag", None)
-        if prev is not None:
-            torch.compiler._is_compiling_flag = True
+        _compiling_flag.enter()
         set_hooks_tracing = getattr(torch._C._autograd, "_saved_tensors_hooks_set_tracing", None)
         prev_hooks = set_hooks_tracing(True) if set_hooks_tracing else None
         try:
             with self.mode:
                 yield
         finally:
-            if prev is not None:
-                torch.compiler._is_compiling_flag = prev
+            _compiling_flag.exit()
             if set_hooks_tracing:
                 set_hooks_tracing(prev_hooks)
+
+
+class _CompilingFlag:
+    """`torch.compiler._is_compiling_flag` held True while any thread traces (a count, not a saved
+    value: two threads tracing at once each saved the other's True and one restored it for good)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.before = False
+
+    def enter(self):
+        if not hasattr(torch.compiler, "_is_compiling_flag"):
+            return
+        with self.lock:
+            if self.depth == 0:
+                self.before = torch.compiler._is_compiling_flag
+            self.depth += 1
+            torch.compiler._is_compiling_flag = True
+
+    def exit(self):
+        if not hasattr(torch.compiler, "_is_compiling_flag"):
+            return
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0:
+                torch.compiler._is_compiling_flag = self.before
+
+
+_compiling_flag = _CompilingFlag()
 
 
 # Note [Tracer: is_compiling]
 # Libraries ask `torch.compiler.is_compiling()` to skip code that reads tensor values (Hugging Face's
 # mask construction checks for padding with `.all()`). Our trace has no values to read, so while it
-# runs we answer True, as torch.compile's own tracing does; the flag is restored afterwards. The
+# runs we answer True, as torch.compile's own tracing does; the flag is restored when the last
+# trace of any thread ends (`_CompilingFlag`: a count, so overlapping traces cannot leave it set). The
 # user's saved-tensor hooks (checkpointing, offloading) are likewise not applied to the proxies
 # autograd saves while we trace: they apply at run time to what CompiledFunction saves.
 # Known limit (Note [Tracer: imports during a trace] in tests/conftest.py): a module imported for

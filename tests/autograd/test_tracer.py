@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kiln.autograd.aten_tracer import format_graph, trace_aten
+from kiln.autograd.aten_tracer import Tracer, format_graph, trace_aten
 from kiln.exc import Unsupported
 from kiln.symbolic.fake import ProxyTensor
 
@@ -224,3 +224,16 @@ def test_conjugate_bit_travels_with_the_traced_tensor():
 def test_negative_bit_travels_with_the_traced_tensor():
     z = torch.randn(4, dtype=torch.complex64)
     check(lambda z: z.conj().imag * 2 + z.conj().resolve_conj().real, z)
+
+
+def test_is_compiling_flag_restored_after_overlapping_traces():
+    """Two traces that overlap (two threads compiling at once) leave is_compiling() False after
+    both end; each used to restore the value it saw, and the second saw the first's True."""
+    first, second = Tracer().tracing(), Tracer().tracing()
+    first.__enter__()
+    second.__enter__()
+    assert torch.compiler.is_compiling()
+    first.__exit__(None, None, None)
+    assert torch.compiler.is_compiling()  # (the second trace still runs)
+    second.__exit__(None, None, None)
+    assert not torch.compiler.is_compiling()
