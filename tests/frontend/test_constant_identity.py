@@ -36,3 +36,21 @@ def test_is_between_two_different_constants_is_false():
         out, want = compiled(x, items, wanted), identity_of_distinct_values(x, items, wanted)
         torch.testing.assert_close(out[0], want[0])
         assert out[1:] == want[1:]
+
+
+def identity_of_numbers(x, a, b):
+    return x + 1, a is b, a is not b, a is 4, b is a  # noqa: F632
+
+
+def test_identity_of_ints_and_floats_made_dynamic_is_eager_identity():
+    """Ints and floats that changed between calls are symbols: `a is b` is the identity of the
+    objects passed, not a fold of two symbols (it was False for `h(5, 5)`)."""
+    compiled = kiln.compile(identity_of_numbers, backend="eager")
+    x = torch.randn(2)
+    big = 10**6
+    calls = [(i, i) for i in range(6)] + [(i, 4) for i in range(6)] + [(big, big + 0), (big, 10**6)]
+    calls += [(1.5, 1.5), (2.5, 2.5), (3.5, 3.5), (2.5, 3.5)]
+    for a, b in calls:
+        out, want = compiled(x, a, b), identity_of_numbers(x, a, b)
+        torch.testing.assert_close(out[0], want[0])
+        assert out[1:] == want[1:], (a, b)

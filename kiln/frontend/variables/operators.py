@@ -386,6 +386,8 @@ def _identical(a, b):
             if isinstance(y, ConstantVariable):
                 return y.value is None
             return False
+    if isinstance(a, _RUN_TIME_NUMBERS) or isinstance(b, _RUN_TIME_NUMBERS):
+        return None  # a number known only at run time has an identity known only then (`i is 4`)
     va, vb = getattr(a, "value", _MISSING), getattr(b, "value", _MISSING)
     if va is not _MISSING and vb is not _MISSING:
         if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
@@ -432,6 +434,7 @@ def _exact_type(var):
 
 
 _MISSING = object()
+_RUN_TIME_NUMBERS = (SymNodeVariable, SymFloatVariable, SizeFloatVariable)
 
 
 def _frozen_membership(container, item):
