@@ -7,6 +7,7 @@ import inspect
 import types
 
 import torch
+from torch.utils._device import DeviceContext
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
@@ -174,12 +175,65 @@ def plain_call(tx, func, args, kwargs):
 # torch hands these to modes though get_ignored_functions() lists them
 _ALSO_HANDED = (torch.device,)
 
-_STACK_CHANGES = (
-    torch._C._pop_torch_function_stack,
-    torch._C._push_on_torch_function_stack,
-    torch.overrides._pop_mode,
-    torch.overrides._push_mode,
-)
+_POPS = (torch._C._pop_torch_function_stack, torch.overrides._pop_mode)
+_PUSHES = (torch._C._push_on_torch_function_stack, torch.overrides._push_mode)
+STACK_CHANGES = _POPS + _PUSHES
+
+
+# Note [Frames: the function-mode stack pushed or popped by the frame]
+# `_push_on_torch_function_stack(m)` / `_pop_torch_function_stack()` in a compiled frame change
+# the traced stack (`active(tx)`): the torch calls traced after them go through the new stack,
+# and the stack the frame leaves is replayed after the graph like any other side effect (one
+# recorded call of `set_function_mode_stack` with the modes, innermost last, read before the
+# stores). A break replays it before its instruction, so the resume function compiles under the
+# stack Python then has. A push or pop inside a `with mode:` block of the frame breaks (the
+# block's exit would pop what the frame pushed); so does pushing an object kiln cannot trace as a
+# mode, and popping an empty stack raises torch's error at compile time.
+
+
+def set_function_mode_stack(modes):
+    """Make torch's function-mode stack `modes` (innermost last) above torch's default-device
+    modes, which stay at its bottom: the replay of a frame that pushed or popped it."""
+    old = [
+        torch._C._pop_torch_function_stack() for _ in range(torch._C._len_torch_function_stack())
+    ]
+    devices = [m for m in reversed(old) if type(m) is DeviceContext]
+    for mode in devices + list(modes):
+        torch._C._push_on_torch_function_stack(mode)
+
+
+class _SetStack(VariableTracker):
+    """set_function_mode_stack, loaded by the replay."""
+
+    def reconstruct(self, cg):
+        cg.load_object(set_function_mode_stack)
+
+
+def _change_stack(tx, fn, args, kwargs):
+    """A push or pop of the stack by the frame (Note [Frames: the function-mode stack ...])."""
+    modes = active(tx)
+    if tx.output.__dict__.get("modes_entered"):
+        unimplemented(f"{fn.__name__}() inside a `with` block of a torch function mode")
+    if kwargs or len(args) != (fn in _PUSHES):
+        unimplemented(f"{fn.__name__}() with these arguments")
+    if fn in _POPS:
+        if not modes:
+            unimplemented("Popping from an empty torch function mode stack")
+        result = modes.pop()
+    else:
+        mode = args[0]
+        cls = mode.python_type()
+        if not (
+            isinstance(cls, type)
+            and issubclass(cls, torch.overrides.TorchFunctionMode)
+            and dispatch_modes.traceable_class(cls)
+        ):
+            unimplemented(f"{fn.__name__}() of a {cls.__qualname__} kiln cannot trace as a mode")
+        modes.append(mode)
+        result = ConstantVariable(None)
+    effects = tx.output.side_effects
+    effects.record_call(("function_mode_stack",), _SetStack(), [TupleVariable(list(modes))], {})
+    return result
 
 
 def call_function(tx, fn, args, kwargs):
@@ -189,8 +243,8 @@ def call_function(tx, fn, args, kwargs):
 
     if fn is torch._C._len_torch_function_stack and not args and not kwargs:
         return ConstantVariable(len(active(tx)))  # (the depth is guarded)
-    if fn in _STACK_CHANGES:
-        unimplemented(f"{fn.__name__}() changes the torch function mode stack inside the frame")
+    if fn in STACK_CHANGES:
+        return _change_stack(tx, fn, args, kwargs)
     func = torch_function._func_of_object(fn)
     if not active(tx):  # (past the last mode: a Tensor method or getter object runs on its tensor)
         return plain_call(tx, func, args, kwargs) if func[0] != "function" else None
@@ -315,6 +369,8 @@ class EnteredModeVariable(VariableTracker):
 
     def enter(self, tx):
         active(tx).append(self.mode)  # (a new list each dispatch: this one is the frame's)
+        d = tx.output.__dict__
+        d["modes_entered"] = d.get("modes_entered", 0) + 1
         return self.mode
 
     def exit(self, tx):
@@ -322,6 +378,7 @@ class EnteredModeVariable(VariableTracker):
         if not modes or modes[-1] is not self.mode:
             unimplemented("a torch function mode left out of order inside the compiled frame")
         modes.pop()
+        tx.output.__dict__["modes_entered"] -= 1
         return ConstantVariable(None)
 
     def reconstruct(self, cg):

@@ -77,6 +77,13 @@ _BANNED = {
 # torch functions answered first by another family's module (torch.from_numpy -> numpy_vars),
 # registered by it: fn(tx, torch_fn, args, kwargs) -> a tracker, or None to go on as usual.
 _FUNCTION_HOOKS = {}
+# the frame pushing or popping torch's function-mode stack (function_modes.STACK_CHANGES)
+_MODE_STACK_CHANGES = (
+    torch._C._pop_torch_function_stack,
+    torch._C._push_on_torch_function_stack,
+    torch.overrides._pop_mode,
+    torch.overrides._push_mode,
+)
 
 
 def register_function(torch_fn, fn):
@@ -560,7 +567,7 @@ class TorchVariable(PythonValueVariable):
         if is_disallowed_in_graph(fn):
             name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
             unimplemented(f"call to {name}, kept out of graphs by disallow_in_graph")
-        if modes_traced(tx):  # Note [Frames: tracing a user's torch function modes]
+        if modes_traced(tx) or fn in _MODE_STACK_CHANGES:  # Note [Frames: tracing a user's ...]
             from kiln.frontend.variables import function_modes
 
             done = function_modes.call_function(tx, fn, args, kwargs)
