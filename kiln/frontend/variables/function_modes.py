@@ -46,9 +46,11 @@ from kiln.frontend.variables.torch import _overridable
 # handler, and whatever the handler read; guards run with torch function dispatch off, and so
 # do the compiled graphs (output_graph: the modes' work is in them). What kiln does not model
 # breaks with the reason: `types` read by a handler (torch passes () or (Tensor,) by rules of
-# its C++ bindings), a NotImplemented answer, the stack pushed or popped by the frame itself, a
+# its C++ bindings), a NotImplemented answer, `torch.set_default_device` inside the frame, a
 # C function torch may or may not hand to a mode, and any op kiln would record without going
-# through `dispatch` (call_tensor_op refuses those while modes are active).
+# through `dispatch` (call_tensor_op refuses those while modes are active). The frame pushing or
+# popping the stack itself is traced: Note [Frames: the function-mode stack pushed or popped by
+# the frame].
 
 
 @dataclasses.dataclass(frozen=True)
