@@ -136,6 +136,17 @@ class PyCodegen:
             if name is not None:
                 self.extend(emit.load_fast(name))
                 return
+            if getattr(var, "rebuilt_in_two_steps", False):
+                # Note [Rebuilding: objects in a cycle]
+                # An object made in the frame may reach itself through its values (`a.peer = b;
+                # b.peer = a`, a tree's parent links). So it is built empty and stored in its
+                # temporary first, and its values, rebuilt after, load that temporary where they
+                # reach it (rebuilt in one call, the values recursed into the object forever).
+                var.reconstruct_empty(self)
+                name = self._temps[id(var)] = self.new_temp()
+                self.extend(emit.copy(1) + emit.store_fast(name))
+                var.reconstruct_fill(self, name)
+                return
             var.reconstruct(self)
             name = self._temps[id(var)] = self.new_temp()
             self.extend(emit.copy(1) + emit.store_fast(name))

@@ -501,6 +501,9 @@ class FrameCache:
         fn = self.eager if self.dynamic_closure else self.fn
         fallback.warn(fn, e, when)
         self.skip = True
+        # the error's traceback holds the trace (its frames, their values): dropped before the
+        # eager run, or objects of the user's that died stayed alive through it
+        e.__traceback__ = e.__context__ = None
         return self.run_eager(args, kwargs)
 
     def _dead_pins_possible(self):
@@ -531,12 +534,27 @@ class FrameCache:
 
     def compile(self, args, kwargs):
         """Trace the frame for these arguments: guard function + transformed function."""
-        for _ in range(_RESTARTS):  # (each restart initialized a lazy module for good)
-            try:
-                return self._compile_once(args, kwargs)
-            except RestartTrace:  # Note [Modules: lazy modules initialized while tracing]
-                continue
-        unimplemented(f"the frame was traced again {_RESTARTS} times (lazy modules)")
+        collecting = gc.isenabled()
+        gc.disable()  # Note [Finalizers: no collection while compiling]
+        try:
+            for _ in range(_RESTARTS):  # (each restart initialized a lazy module for good)
+                try:
+                    return self._compile_once(args, kwargs)
+                except RestartTrace:  # Note [Modules: lazy modules initialized while tracing]
+                    continue
+            unimplemented(f"the frame was traced again {_RESTARTS} times (lazy modules)")
+        finally:
+            if collecting:
+                gc.enable()
+
+    # Note [Finalizers: no collection while compiling]
+    # Tracing allocates a great deal (a small frame: ~200 collections' worth), so Python's cyclic
+    # collector would run in the middle of a trace, and with it the finalizers of the user's dead
+    # cycles (`__del__`, weakref callbacks): user code run at a point of the program where eager
+    # runs none, possibly changing state the trace has already read and guarded. The collector is
+    # paused while a frame compiles and resumes afterwards, as compiled autograd's capture does.
+    # (The garbage is still collected earlier than eager would when kiln's allocations push the
+    # count over the threshold: collection timing depends on allocations, which compiling adds.)
 
     def _compile_once(self, args, kwargs):
         fn = self.fn

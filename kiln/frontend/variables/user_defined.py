@@ -512,7 +512,18 @@ def _plain_slots(cls):
 def make_object(cls, attrs, items=None):
     """The transformed code's way to build an object made while tracing (and its dict items,
     stored with the C dict class's own __setitem__, bypassing overrides)."""
-    obj = (dict_base(cls) or object).__new__(cls)  # (never a Python __new__ again)
+    return fill_object(empty_object(cls), attrs, items)
+
+
+def empty_object(cls):
+    """An instance of `cls` without attributes (never a Python __new__ again)."""
+    return (dict_base(cls) or object).__new__(cls)
+
+
+def fill_object(obj, attrs, items=None):
+    """Store an object's traced attributes (and dict items) into it: the second half of
+    make_object, for objects that reach themselves (Note [Rebuilding: objects in a cycle])."""
+    cls = type(obj)
     if items is not None:
         setitem = dict_base(cls).__setitem__
         for k, v in items.items():
@@ -684,11 +695,40 @@ class NewObjectVariable(VariableTracker):
         if self.dict_items is None:
             cg.extend(emit.call(2))
             return
+        self._load_items(cg)
+        cg.extend(emit.call(3))
+
+    @property
+    def rebuilt_in_two_steps(self):
+        """Whether PyCodegen builds this object empty, then fills it (Note [Rebuilding: objects
+        in a cycle]): a plain object's own rebuild, not a subclass's."""
+        return type(self).reconstruct is NewObjectVariable.reconstruct
+
+    def reconstruct_empty(self, cg):
+        """Push the object without its attributes (its values are stored by `reconstruct_fill`)."""
+        from kiln.frontend.variables.classes import load_class
+
+        cg.load_object(empty_object, push_null=True)
+        load_class(cg, self.cls)
+        cg.extend(emit.call(1))
+
+    def reconstruct_fill(self, cg, name):
+        """Store the attributes into the object held in the temporary `name`."""
+        cg.load_object(fill_object, push_null=True)
+        cg.extend(emit.load_fast(name))
+        load_attrs(cg, self.attrs)
+        if self.dict_items is None:
+            cg.extend(emit.call(2))
+        else:
+            self._load_items(cg)
+            cg.extend(emit.call(3))
+        cg.extend(emit.pop_top())
+
+    def _load_items(self, cg):
         for k, v in self.dict_items.items():
             cg.extend(emit.load_const(k))
             cg.reconstruct(v)
         cg.extend(emit.build_map(len(self.dict_items)))
-        cg.extend(emit.call(3))
 
     def __repr__(self):
         return f"NewObjectVariable({self.cls.__name__})"
