@@ -56,7 +56,7 @@ def run_under(fn, args, outer, fullgraph=True):
     with outer:
         out = fn(*args)
         left = stack()
-        for m in left[len(left) - 1 : 0 : -1] if len(left) > 1 else ():
+        for _ in range(len(left) - 1):
             pop_mode()  # (back to `outer` alone, so its exit finds it)
         if not left:
             push_mode(outer)
