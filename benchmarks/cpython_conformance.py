@@ -78,6 +78,7 @@ MODULES = [
     "test_patma",
     "test_global",
     "test_types",
+    "test_weakref",
 ]
 
 WORKER = r"""

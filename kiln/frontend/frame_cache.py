@@ -534,27 +534,12 @@ class FrameCache:
 
     def compile(self, args, kwargs):
         """Trace the frame for these arguments: guard function + transformed function."""
-        collecting = gc.isenabled()
-        gc.disable()  # Note [Finalizers: no collection while compiling]
-        try:
-            for _ in range(_RESTARTS):  # (each restart initialized a lazy module for good)
-                try:
-                    return self._compile_once(args, kwargs)
-                except RestartTrace:  # Note [Modules: lazy modules initialized while tracing]
-                    continue
-            unimplemented(f"the frame was traced again {_RESTARTS} times (lazy modules)")
-        finally:
-            if collecting:
-                gc.enable()
-
-    # Note [Finalizers: no collection while compiling]
-    # Tracing allocates a great deal (a small frame: ~200 collections' worth), so Python's cyclic
-    # collector would run in the middle of a trace, and with it the finalizers of the user's dead
-    # cycles (`__del__`, weakref callbacks): user code run at a point of the program where eager
-    # runs none, possibly changing state the trace has already read and guarded. The collector is
-    # paused while a frame compiles and resumes afterwards, as compiled autograd's capture does.
-    # (The garbage is still collected earlier than eager would when kiln's allocations push the
-    # count over the threshold: collection timing depends on allocations, which compiling adds.)
+        for _ in range(_RESTARTS):  # (each restart initialized a lazy module for good)
+            try:
+                return self._compile_once(args, kwargs)
+            except RestartTrace:  # Note [Modules: lazy modules initialized while tracing]
+                continue
+        unimplemented(f"the frame was traced again {_RESTARTS} times (lazy modules)")
 
     def _compile_once(self, args, kwargs):
         fn = self.fn

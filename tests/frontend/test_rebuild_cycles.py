@@ -1,6 +1,5 @@
 """Objects made in the frame that reach each other, rebuilt at a graph break (Note [Rebuilding:
-objects in a cycle]); what kiln holds while it falls back, and the collector paused while a
-frame compiles (Note [Finalizers: no collection while compiling])."""
+objects in a cycle]) and what kiln holds while it falls back."""
 
 import gc
 import subprocess
@@ -121,17 +120,30 @@ def test_a_failed_compile_keeps_nothing_of_the_frame_alive():
     assert out.stdout.split() == ["True", "True"], out.stdout + out.stderr
 
 
-def test_collector_paused_while_a_frame_compiles_and_back_after():
-    """No cyclic collection (so no finalizer of the user's) runs in the middle of a trace."""
-    seen = []
+class Holder:
+    def cb(self, ignore):
+        pass
 
-    def backend(gm, example_inputs):
-        seen.append(gc.isenabled())
-        return gm.forward
 
-    kiln.reset()
-    compiled = kiln.compile(lambda x: torch.relu(x) + 1, backend=backend)
-    x = torch.randn(3)
-    torch.testing.assert_close(compiled(x), torch.relu(x) + 1)
-    assert seen == [False]
-    assert gc.isenabled()
+def weakref_to_a_bound_method_argument(callback, check):
+    kiln.graph_break()  # `callback` is an input of the resume function from here on
+    wr = weakref.ref(callback)  # (a break: the stack's `callback` rebuilt)
+    check((wr() is callback, callback.__self__ is not None))
+    del callback
+    gc.collect()
+    check(wr())  # the argument's object: alive in the caller, so not None
+
+
+def test_bound_method_reaching_the_frame_keeps_its_identity_at_a_break():
+    """A bound method the frame received was rebuilt as a new method object at a break, so a
+    weak reference made there pointed at a temporary that died at once (None, a callback run)."""
+    runs = []
+    for fn in (
+        weakref_to_a_bound_method_argument,
+        kiln.compile(weakref_to_a_bound_method_argument),
+    ):
+        h = Holder()
+        callback, seen = h.cb, []
+        fn(callback, seen.append)
+        runs.append([s if isinstance(s, tuple) else s is callback for s in seen])
+    assert runs[1] == runs[0] == [(True, True), True]

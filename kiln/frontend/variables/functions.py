@@ -12,7 +12,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import is_allowed_in_graph, kiln_marker
-from kiln.frontend.source import AttrSource, GetItemSource
+from kiln.frontend.source import AttrSource, GetItemSource, LocalSource
 from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables import optim, stdlib
 from kiln.frontend.variables.allowed_calls import allowed_call
@@ -170,6 +170,11 @@ class UserMethodVariable(UserFunctionVariable):
         # one bound method object per variable: `o = C().m; weakref.ref(o)` rebuilt at a break
         # (the local and the stack) must be one object, as in eager
         once = not cg.compile_callees
+        if once and isinstance(self.source, LocalSource):
+            self.source.reconstruct(
+                cg
+            )  # the frame's own bound method object (a weakref's referent)
+            return
         name = cg._temps.get(id(self)) if once else None
         if name is not None:
             cg.extend(emit.load_fast(name))
