@@ -75,6 +75,7 @@ class PyCodegen:
         self.graph_outputs = []  # TensorVariables, in graph output order
         self._output_index = {}
         self._temps = {}  # id(mutable container) -> local holding the rebuilt object
+        self._rebuilding = set()  # ids of the containers being rebuilt now (a cycle check)
         self._pinned = {}  # id(variable) -> (local holding its value, the variable)
         self.class_temps = {}  # id(local class) -> local holding it, built again
         self.temp_names = []
@@ -147,7 +148,14 @@ class PyCodegen:
                 self.extend(emit.copy(1) + emit.store_fast(name))
                 var.reconstruct_fill(self, name)
                 return
-            var.reconstruct(self)
+            if id(var) in self._rebuilding:  # (a list that holds itself, an object's deque that
+                # holds the object: built in one call, it would be a second copy of itself)
+                unimplemented(f"rebuilding a {var.python_type().__name__} that contains itself")
+            self._rebuilding.add(id(var))
+            try:
+                var.reconstruct(self)
+            finally:
+                self._rebuilding.discard(id(var))
             name = self._temps[id(var)] = self.new_temp()
             self.extend(emit.copy(1) + emit.store_fast(name))
             return

@@ -1,6 +1,7 @@
 """Objects made in the frame that reach each other, rebuilt at a graph break (Note [Rebuilding:
 objects in a cycle]) and what kiln holds while it falls back."""
 
+import collections
 import gc
 import subprocess
 import sys
@@ -147,3 +148,34 @@ def test_bound_method_reaching_the_frame_keeps_its_identity_at_a_break():
         fn(callback, seen.append)
         runs.append([s if isinstance(s, tuple) else s is callback for s in seen])
     assert runs[1] == runs[0] == [(True, True), True]
+
+
+class ClearsOnCompare:
+    def __init__(self, items):
+        self.items = items
+
+    def __eq__(self, other):
+        self.items.clear()
+        return False
+
+
+def deque_holding_an_object_that_holds_it(n):
+    d = collections.deque(range(n))
+    d[n // 2] = ClearsOnCompare(d)
+    found = n in d  # (a break: the comparison clears the deque being searched: RuntimeError)
+    return found, len(d)
+
+
+def list_holding_an_object_that_holds_it(x):
+    items = [x + 1]
+    node = Node(items)
+    items.append(node)
+    kiln.graph_break()
+    return items[1].value is items, node.value[1] is node, items[0] * 2
+
+
+def test_a_container_in_a_cycle_is_one_object_after_a_break():
+    """The deque that an object made in the frame holds, and that holds the object, was rebuilt
+    twice (the object's copy emptied by the comparison: no 'mutated during iteration')."""
+    run_and_compare(deque_holding_an_object_that_holds_it, 8)
+    run_and_compare(list_holding_an_object_that_holds_it, torch.randn(2))
