@@ -277,6 +277,7 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
             return getattr(margs[0], target)(*margs[1:], **mkwargs)
         return target(*margs, **mkwargs)
 
+    out_shapes = _tensor_shapes(meta_kwargs.get("out"))
     try:
         with ctx, _quiet_saved_tensor_hooks():
             if _mutates(target, kwargs):
@@ -298,6 +299,13 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
     if device.type == "meta" and not any(d.type == "meta" for d in unpack.devices):
         # never let the meta device of the trace leak into the program (a safety net)
         unimplemented(f"{what}: could not determine the device of its result")
+    if result is None and out_shapes and out_shapes == _tensor_shapes(meta_kwargs["out"]):
+        # Note [Torch: out= ops that return None]
+        # `torch.unbind_copy(x, out=(a, b, c))` writes the tensors of `out` in place (their
+        # shapes unchanged, checked on the meta run) and returns None, as eager does: the node
+        # is recorded for its writes (the graph's inputs written are found by their versions).
+        tx.output.create_node(kind, target, node_args, node_kwargs)
+        return ConstantVariable(None)
     if not _contains_tensor(result):
         name = what if isinstance(what, str) else ""
         if name in _METADATA_RESULTS and is_literal(result):
@@ -386,6 +394,15 @@ def _as_fakes(result, device):
     if not symbolic:
         return ProxyTensor(meta, device, None, result.requires_grad)
     return ProxyTensor(meta, device, None, result.requires_grad, sizes, strides, offset)
+
+
+def _tensor_shapes(out):
+    """The shapes of the tensors of an `out=` tuple or list (None for anything else)."""
+    if not isinstance(out, (tuple, list)) or not out:
+        return None
+    if not all(isinstance(t, torch.Tensor) for t in out):
+        return None
+    return [tuple(t.shape) for t in out]
 
 
 def _contains_tensor(x):
