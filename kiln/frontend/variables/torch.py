@@ -610,8 +610,10 @@ class TorchVariable(PythonValueVariable):
         if fn in _BANNED:
             unimplemented(f"torch.{getattr(fn, '__name__', fn)} changes or reads global state")
         if isinstance(fn, type):
-            if fn in (torch.Size,) and len(args) == 1:
+            if fn in (torch.Size,) and len(args) == 1 and not kwargs:
                 return SizeVariable(args[0].unpack_var_sequence(tx))
+            if fn in (torch.Size,) and not args and not kwargs:
+                return SizeVariable([])  # `torch.Size()`: the shape of a 0-d tensor
             if fn in (torch.device, torch.dtype, torch.finfo, torch.iinfo) and all(
                 a.is_python_constant() for a in [*args, *kwargs.values()]
             ):
