@@ -260,6 +260,11 @@ def _output_plan(res, flat):
             if not isinstance(o, _CONSTANT_TYPES):
                 raise Unsupported(f"aot: an output of type {type(o).__name__} (not a pytree)")
             outputs.append(("const", o))
+        elif alias is None and subclasses.layout_of(o) is not None:
+            # a wrapper subclass made inside the graph (an allow_in_graph function's result):
+            # the trace holds it over its inner tracing tensors, which would leak out as the
+            # output; only subclass inputs are desugared (Note [AOT: wrapper subclasses])
+            raise Unsupported(f"aot: a {type(o).__name__} output made inside the graph")
         elif alias is not None:
             outputs.append(("alias", alias))
         else:

@@ -20,7 +20,7 @@ from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wr
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import raise_observed
-from kiln.frontend.variables.lists import TupleVariable
+from kiln.frontend.variables.lists import SizeVariable, TupleVariable
 from kiln.frontend.variables.misc import ConstantObjectVariable, DeletedVariable
 from kiln.frontend.variables.signatures import DefaultSlot, code_signature
 
@@ -479,6 +479,9 @@ def _wrap_default(tx, value, source):
         return ConstantVariable(value)
     if type(value) is object:  # a sentinel (`def pop(self, key, default=__marker)`): no state
         return ConstantObjectVariable(value)
+    if type(value) is torch.Size and all(type(i) is int for i in value):
+        # (`batch_shape=torch.Size()` in torch.distributions: an immutable tuple of ints)
+        return SizeVariable([ConstantVariable(i) for i in value])
     if source is None:
         unimplemented("non-constant default argument of an unguarded function")
     return wrap_value(tx, value, source)

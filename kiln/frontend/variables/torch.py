@@ -284,6 +284,7 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
             return getattr(margs[0], target)(*margs[1:], **mkwargs)
         return target(*margs, **mkwargs)
 
+    out_shapes = _tensor_shapes(meta_kwargs.get("out"))
     try:
         with ctx, _quiet_saved_tensor_hooks():
             if _mutates(target, kwargs):
@@ -305,6 +306,13 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
     if device.type == "meta" and not any(d.type == "meta" for d in unpack.devices):
         # never let the meta device of the trace leak into the program (a safety net)
         unimplemented(f"{what}: could not determine the device of its result")
+    if result is None and out_shapes and out_shapes == _tensor_shapes(meta_kwargs["out"]):
+        # Note [Torch: out= ops that return None]
+        # `torch.unbind_copy(x, out=(a, b, c))` writes the tensors of `out` in place (their
+        # shapes unchanged, checked on the meta run) and returns None, as eager does: the node
+        # is recorded for its writes (the graph's inputs written are found by their versions).
+        tx.output.create_node(kind, target, node_args, node_kwargs)
+        return ConstantVariable(None)
     if not _contains_tensor(result):
         name = what if isinstance(what, str) else ""
         if name in _METADATA_RESULTS and is_literal(result):
@@ -393,6 +401,15 @@ def _as_fakes(result, device):
     if not symbolic:
         return ProxyTensor(meta, device, None, result.requires_grad)
     return ProxyTensor(meta, device, None, result.requires_grad, sizes, strides, offset)
+
+
+def _tensor_shapes(out):
+    """The shapes of the tensors of an `out=` tuple or list (None for anything else)."""
+    if not isinstance(out, (tuple, list)) or not out:
+        return None
+    if not all(isinstance(t, torch.Tensor) for t in out):
+        return None
+    return [tuple(t.shape) for t in out]
 
 
 def _contains_tensor(x):
@@ -600,8 +617,10 @@ class TorchVariable(PythonValueVariable):
         if fn in _BANNED:
             unimplemented(f"torch.{getattr(fn, '__name__', fn)} changes or reads global state")
         if isinstance(fn, type):
-            if fn in (torch.Size,) and len(args) == 1:
+            if fn in (torch.Size,) and len(args) == 1 and not kwargs:
                 return SizeVariable(args[0].unpack_var_sequence(tx))
+            if fn in (torch.Size,) and not args and not kwargs:
+                return SizeVariable([])  # `torch.Size()`: the shape of a 0-d tensor
             if fn in (torch.device, torch.dtype, torch.finfo, torch.iinfo) and all(
                 a.is_python_constant() for a in [*args, *kwargs.values()]
             ):
