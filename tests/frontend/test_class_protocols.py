@@ -52,3 +52,42 @@ def test_super_attribute_is_guarded_a_later_class_change_recompiles():
     assert_same(obj.f(x), compiled(x))
     A.a = 5
     assert_same(obj.f(x), compiled(x))
+
+
+class TagMeta(type):
+    def __instancecheck__(cls, instance):
+        return getattr(instance, "tag", None) == cls.wanted
+
+
+class Tagged(metaclass=TagMeta):
+    wanted = "yes"
+
+
+class Plain:
+    pass
+
+
+def check_tag(x, obj):
+    if isinstance(obj, Tagged):
+        return x + 1
+    return x - 1
+
+
+def test_metaclass_instancecheck_is_run_on_the_object():
+    run_and_compare(check_tag, torch.ones(2), Plain(), fullgraph=True, expected_graphs=1)
+    tagged = Plain()
+    tagged.tag = "yes"
+    run_and_compare(check_tag, torch.ones(2), tagged, fullgraph=True, expected_graphs=1)
+
+
+def test_metaclass_instancecheck_skipped_for_an_exact_instance():
+    # (Python answers True for type(obj) is cls before asking the metaclass)
+    run_and_compare(check_tag, torch.ones(2), Tagged(), fullgraph=True, expected_graphs=1)
+
+
+def test_metaclass_instancecheck_sees_a_tag_set_in_the_frame():
+    def fn(x, obj):
+        obj.tag = "yes"
+        return check_tag(x, obj)
+
+    run_and_compare(fn, torch.ones(2), Plain(), fullgraph=True, expected_graphs=1)
