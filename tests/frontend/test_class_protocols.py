@@ -91,3 +91,15 @@ def test_metaclass_instancecheck_sees_a_tag_set_in_the_frame():
         return check_tag(x, obj)
 
     run_and_compare(fn, torch.ones(2), Plain(), fullgraph=True, expected_graphs=1)
+
+
+def mro_names(x):
+    names = []
+    tensor_type = type(torch.ones(2))
+    for cls in tensor_type.__mro__:
+        names.append(cls.__name__)
+    return x + len(names), names
+
+
+def test_mro_of_a_torch_class_is_iterated():
+    run_and_compare(mro_names, torch.ones(2), fullgraph=True, expected_graphs=1)
