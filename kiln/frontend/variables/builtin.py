@@ -158,7 +158,9 @@ def isinstance_check(tx, obj, cls, cls_var=None):
     nn.Parameter's metaclass that amounts to issubclass(type(obj), cls) (which itself runs any
     metaclass __subclasscheck__), answered from the traced value's Python type. Any other
     __instancecheck__ may look at the instance itself (torch.BoolStorage checks the storage's
-    dtype): it is run on the real object where the trace has one, otherwise a graph break.
+    dtype): it is run on the real object where the trace has one; a metaclass's Python
+    __instancecheck__ is inlined (after Python's own `type(obj) is cls` shortcut) and its result's
+    truth taken when that is known while tracing; otherwise a graph break.
     """
     classes = cls if isinstance(cls, tuple) else (cls,)
     guard_abc_registry(tx, cls)
