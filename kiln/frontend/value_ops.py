@@ -19,7 +19,7 @@ from kiln.frontend.variables.finalizers import old_items
 from kiln.frontend.variables.lists import DequeVariable, ListVariable, TupleVariable, unpack_error
 from kiln.frontend.variables.operators import binary_op, compare_vars, contains, unary_op
 from kiln.frontend.variables.sets import SetVariable, _set_item, guard_tensor_items
-from kiln.frontend.variables.sym import build_slice
+from kiln.frontend.variables.sym import SymNodeVariable, build_slice
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import _Unpack
 from kiln.frontend.variables.user_protocol import is_user_object, user_text
@@ -293,6 +293,10 @@ class ValueOpsMixin:
 
     def _format_text(self, var, conv, spec):
         """The text of `{var!conv:spec}` in an f-string (conv: 0 none, 1 !s, 2 !r, 3 !a)."""
+        if isinstance(var, SymNodeVariable) and self.instructions[self.ip].opname == "POP_TOP":
+            # `f"{x.shape[0]}"` as a statement: the text is dropped unseen, and making it would
+            # specialise the size (a guard on its value) for nothing
+            return ""
         if hasattr(var, "text_of"):  # an object kiln formats itself (a set subclass instance)
             return format(var.text_of(self, conv, spec), spec)
         if is_user_object(var) and conv in (0, 1, 2):

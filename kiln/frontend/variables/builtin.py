@@ -14,6 +14,7 @@ import torch
 from kiln import config
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import AttrSource
 from kiln.frontend.variables import (
     deque_iters,  # noqa: F401 (registers the deque's iterators)
     dicts,
@@ -33,7 +34,12 @@ from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold,
 from kiln.frontend.variables.dict_keys import guard_tensor_keys
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, raise_observed
-from kiln.frontend.variables.functions import BaseFunctionVariable, PartialVariable
+from kiln.frontend.variables.functions import (
+    BaseFunctionVariable,
+    PartialVariable,
+    inline_call,
+    pin_class_attr,
+)
 from kiln.frontend.variables.itertools_calls import is_none_const
 from kiln.frontend.variables.lists import (
     BaseListVariable,
@@ -144,7 +150,7 @@ def guard_abc_registry(tx, cls):
     tx.output.guards.add(GuardKind.STATE_QUERY, None, check)
 
 
-def isinstance_check(tx, obj, cls):
+def isinstance_check(tx, obj, cls, cls_var=None):
     """isinstance(obj, cls) as Python answers it, metaclass __instancecheck__ included.
 
     Note [Builtins: isinstance]
@@ -152,7 +158,9 @@ def isinstance_check(tx, obj, cls):
     nn.Parameter's metaclass that amounts to issubclass(type(obj), cls) (which itself runs any
     metaclass __subclasscheck__), answered from the traced value's Python type. Any other
     __instancecheck__ may look at the instance itself (torch.BoolStorage checks the storage's
-    dtype): it is run on the real object where the trace has one, otherwise a graph break.
+    dtype): it is run on the real object where the trace has one; a metaclass's Python
+    __instancecheck__ is inlined (after Python's own `type(obj) is cls` shortcut) and its result's
+    truth taken when that is known while tracing; otherwise a graph break.
     """
     classes = cls if isinstance(cls, tuple) else (cls,)
     guard_abc_registry(tx, cls)
@@ -165,7 +173,25 @@ def isinstance_check(tx, obj, cls):
         return ConstantVariable(issubclass(t, cls))
     if obj.is_python_constant():
         return fold(isinstance, obj.as_python_constant(), cls)
+    if isinstance(cls, type) and obj.python_type() is cls:
+        return ConstantVariable(True)  # (Python answers this before asking the metaclass)
+    check = inspect.getattr_static(type(cls), "__instancecheck__", None)
+    if cls_var is not None and isinstance(check, types.FunctionType):
+        return _user_instancecheck(tx, obj, cls, cls_var, check)
     unimplemented(f"isinstance with {cls!r}, whose metaclass has its own __instancecheck__")
+
+
+def _user_instancecheck(tx, obj, cls, cls_var, check):
+    """isinstance(obj, cls) through the metaclass's Python __instancecheck__, inlined; Python
+    takes the truth of what it returns."""
+    source = None
+    if cls_var.source is not None:
+        source = AttrSource(AttrSource(cls_var.source, "__class__"), "__instancecheck__")
+        pin_class_attr(tx, source, check)
+    result = inline_call(tx, check, [cls_var, obj], {}, source)
+    if result.is_python_constant():
+        return ConstantVariable(bool(result.as_python_constant()))
+    unimplemented(f"{type(cls).__name__}.__instancecheck__ returned a value known only at run time")
 
 
 def _class_is_type(t):
@@ -301,7 +327,7 @@ class BuiltinVariable(VariableTracker):
 
     def _call_isinstance(self, tx, obj, cls):
         c = cls.as_python_constant()
-        return isinstance_check(tx, obj, c)
+        return isinstance_check(tx, obj, c, cls)
 
     def _call_issubclass(self, tx, a, b):
         guard_abc_registry(tx, b.as_python_constant())

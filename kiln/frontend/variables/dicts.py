@@ -618,11 +618,15 @@ _SLOT_WRAPPER = type(dict.__eq__)
 # `_BASIC_TYPE_VALIDATORS = {Union: ..., list: ..., types.UnionType: ...}`, read by the strict
 # dataclass validators that transformers' configs run on every attribute write) has keys that are
 # no literals, so it cannot be a ConstDictVariable (its guards and sources spell keys as text).
-# Such keys hash and compare by identity, and so do the values we allow (or they are literals):
+# Such keys compare by identity (a C function by what it wraps; a __hash__ of their own, as
+# torch's OpOverloadPacket has, is fine), and so do the values we allow (or they are literals):
 # the first read adds one guard that pins the whole table, `d == snapshot` (identity comparisons,
 # a few entries), and the reads `d[k]`, `d.get(k)`, `k in d`, `len(d)` fold to the snapshot's
 # values; a table only passed along keeps its type guard alone. Anything else (writes, iteration)
 # breaks with its reason.
+
+
+_C_FUNCTIONS = (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)
 
 
 def is_identity_keyed(value):
@@ -630,9 +634,9 @@ def is_identity_keyed(value):
     identity (classes, functions, typing forms), at least one key not a literal."""
 
     def plain(x):
-        return is_literal(x) or (
-            type(x).__hash__ is object.__hash__ and type(x).__eq__ is object.__eq__
-        )
+        # (a key with its own __hash__ but identity __eq__, torch's OpOverloadPacket, still
+        # compares by identity; C functions compare by what they wrap)
+        return is_literal(x) or type(x).__eq__ is object.__eq__ or type(x) in _C_FUNCTIONS
 
     return (
         type(value) is dict

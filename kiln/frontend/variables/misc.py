@@ -14,7 +14,7 @@ from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.markers import break_reason, graph_break, kiln_marker
-from kiln.frontend.source import AttrSource, proxied_dict
+from kiln.frontend.source import AttrSource, TorchAttrSource, proxied_dict, torch_attr
 from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables.base import (
     BoundMethodVariable,
@@ -23,6 +23,7 @@ from kiln.frontend.variables.base import (
     probe,
     wrap_constant_like,
     wrap_loaded,
+    wrap_value,
 )
 from kiln.frontend.variables.constant import ConstantVariable, fold, is_literal
 from kiln.frontend.variables.user_attrs import call_object_slot
@@ -294,12 +295,25 @@ class PythonModuleVariable(VariableTracker):
             unimplemented(f"module {self.value.__name__} has no attribute {name!r}")
         if self.source is not None and not _is_skipped_module(self.value):
             return wrap_loaded(tx, attr, AttrSource(self.source, name))
+        path = f"{self.value.__name__}.{name}"
+        if type(attr) in (dict, list, set) and path.startswith("torch.") and _names(path, attr):
+            # a mutable table of torch's (`from torch.x import _TABLE`): read through its path,
+            # guarded like any container with a source
+            return wrap_value(tx, attr, TorchAttrSource(path))
         return wrap_constant_like(tx, attr)
 
     reconstruct = _load_value
 
     def __repr__(self):
         return f"PythonModuleVariable({self.value.__name__})"
+
+
+def _names(path, value):
+    """Whether torch's dotted `path` reads `value` itself."""
+    try:
+        return torch_attr(path) is value
+    except Exception:
+        return False
 
 
 def _stored_module_global(tx, mod, name):

@@ -3,6 +3,7 @@
 import types
 
 from kiln.exc import unimplemented
+from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables import dict_subclass
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.dict_objects import DictMethodVariable, DictReadVariable
@@ -85,5 +86,19 @@ class SuperVariable(VariableTracker):
                     return ExceptionInitVariable(self.obj)
                 if klass is object and name in ("__eq__", "__ne__") and is_user_object(self.obj):
                     return ObjectCompareVariable(self.obj, name)
+                if not hasattr(type(attr), "__get__"):  # `super().a`, a plain class attribute
+                    return self._mro_attr(tx, mro.index(klass), name, attr)
                 unimplemented(f"super().{name} is a {type(attr).__name__}")
         unimplemented(f"super() has no attribute {name!r}")
+
+    def _mro_attr(self, tx, index, name, attr):
+        """A plain value of the class at `index` in type(obj)'s MRO, read (and guarded) through
+        `type(obj).__mro__[index].name`."""
+        if self.obj.source is not None:
+            cls_source = AttrSource(self.obj.source, "__class__")
+        else:
+            cls_source = getattr(self.obj, "class_source", None)
+        if cls_source is None:
+            unimplemented(f"super().{name}: the object's class has no source to guard")
+        mro_source = GetItemSource(AttrSource(cls_source, "__mro__"), index)
+        return wrap_value(tx, attr, AttrSource(mro_source, name))
