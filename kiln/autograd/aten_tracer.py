@@ -430,42 +430,45 @@ class Tracer(_FakeDispatch):
     def tracing(self):
         """Activate the trace mode (every ATen call inside is recorded); see Note [Tracer: is_compiling]."""
         _compiling_flag.enter()
-        set_hooks_tracing = getattr(torch._C._autograd, "_saved_tensors_hooks_set_tracing", None)
-        prev_hooks = set_hooks_tracing(True) if set_hooks_tracing else None
         try:
             with self.mode:
                 yield
         finally:
             _compiling_flag.exit()
-            if set_hooks_tracing:
-                set_hooks_tracing(prev_hooks)
+
+
+_SET_HOOKS_TRACING = getattr(torch._C._autograd, "_saved_tensors_hooks_set_tracing", None)
 
 
 class _CompilingFlag:
-    """`torch.compiler._is_compiling_flag` held True while any thread traces (a count, not a saved
-    value: two threads tracing at once each saved the other's True and one restored it for good)."""
+    """`torch.compiler._is_compiling_flag` and autograd's saved-tensor-hooks tracing switch (both
+    process-wide) held on while any thread traces: a count, not a saved value (two threads tracing
+    at once each saved the other's True, and one restored it for good: is_compiling() True in
+    eager, the user's saved-tensor hooks never called again)."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.depth = 0
-        self.before = False
+        self.before = self.hooks_before = False
 
     def enter(self):
-        if not hasattr(torch.compiler, "_is_compiling_flag"):
-            return
         with self.lock:
             if self.depth == 0:
-                self.before = torch.compiler._is_compiling_flag
+                self.before = getattr(torch.compiler, "_is_compiling_flag", None)
+                if _SET_HOOKS_TRACING is not None:
+                    self.hooks_before = _SET_HOOKS_TRACING(True)
             self.depth += 1
-            torch.compiler._is_compiling_flag = True
+            if self.before is not None:
+                torch.compiler._is_compiling_flag = True
 
     def exit(self):
-        if not hasattr(torch.compiler, "_is_compiling_flag"):
-            return
         with self.lock:
             self.depth -= 1
             if self.depth == 0:
-                torch.compiler._is_compiling_flag = self.before
+                if self.before is not None:
+                    torch.compiler._is_compiling_flag = self.before
+                if _SET_HOOKS_TRACING is not None:
+                    _SET_HOOKS_TRACING(self.hooks_before)
 
 
 _compiling_flag = _CompilingFlag()

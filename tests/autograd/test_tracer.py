@@ -227,8 +227,9 @@ def test_negative_bit_travels_with_the_traced_tensor():
 
 
 def test_is_compiling_flag_restored_after_overlapping_traces():
-    """Two traces that overlap (two threads compiling at once) leave is_compiling() False after
-    both end; each used to restore the value it saw, and the second saw the first's True."""
+    """Two traces that overlap (two threads compiling at once) leave is_compiling() False and the
+    saved-tensor hooks on after both end; each used to restore the values it saw, and the second
+    saw the first's."""
     first, second = Tracer().tracing(), Tracer().tracing()
     first.__enter__()
     second.__enter__()
@@ -237,3 +238,5 @@ def test_is_compiling_flag_restored_after_overlapping_traces():
     assert torch.compiler.is_compiling()  # (the second trace still runs)
     second.__exit__(None, None, None)
     assert not torch.compiler.is_compiling()
+    set_tracing = torch._C._autograd._saved_tensors_hooks_set_tracing
+    assert set_tracing(False) is False  # (the user's saved-tensor hooks run again)
