@@ -26,15 +26,18 @@ compiles (`modes_off_for_compile`; the stack it was called under is `compiling_f
 and each of its torch calls traced through them (Note [Frames: tracing a user's torch function
 modes] in variables/function_modes.py); the entries' guards run with torch function dispatch off
 and check the stack's depth (`function_modes_guard`) and each mode's class, and graphs run with
-it off. Any other stack (`function_modes_reason()`: a mode kiln does not trace, a user mode with
-a default-device mode) runs the frame as written, and under fullgraph=True raises Unsupported
+it off. torch's default-device mode at the bottom of the stack, under the user's modes, stays on
+while the frame compiles (the modes above it are traced). Any other stack
+(`function_modes_reason()`: a mode kiln does not trace, a default-device mode entered above a
+user's mode) runs the frame as written, and under fullgraph=True raises Unsupported
 with that reason. Under DisableTorchFunction no mode is called: the frame compiles with none
 traced, and the compile notes the caller's state (`compiling_torch_function_on`: a subclass's
 __torch_function__ is not traced either), guarded through `function_modes_called` /
 `torch_function_on`, which give the caller's state while guards run with dispatch off. torch's own
 default-device mode (`with torch.device(d)`, `torch.set_default_device(d)`) alone is the other
 exception: the frame compiles (a factory call without a device is a graph break, run under the
-mode), its guard checks the default device (`default_devices()`), and compiled graphs run with
+mode), its guard checks the default device (`default_devices()`) and the stack's depth, and
+compiled graphs run with
 torch functions disabled (`CompiledGraph.__call__`), so nothing of kiln's runs through a mode.
 """
 
@@ -109,18 +112,26 @@ def traceable_class(cls):
     return cls is BaseTorchFunctionMode or not cls.__module__.startswith("torch.")
 
 
+def _leading_devices(modes):
+    """How many default-device modes are at the bottom of `modes` (torch keeps its one there)."""
+    n = 0
+    while n < len(modes) and type(modes[n]) is DeviceContext:
+        n += 1
+    return n
+
+
 def function_modes_reason():
     """Why the function modes on the stack make a frame run eagerly, or None (none, only
-    default-device modes, or modes kiln traces)."""
+    default-device modes, or modes kiln traces above torch's default-device mode)."""
     modes = _function_modes()
-    users = [m for m in modes if type(m) is not DeviceContext]
+    users = modes[_leading_devices(modes) :]
     if not users:
         return None
     if not torch._C._is_torch_function_mode_enabled():
         return None  # (under DisableTorchFunction no mode is called: the frame compiles)
-    if len(users) != len(modes):
-        return "a torch function mode of the user's with torch's default-device mode"
     for m in users:
+        if type(m) is DeviceContext:
+            return "torch's default-device mode above a torch function mode of the user's"
         if not traceable_class(type(m)):
             return f"torch function mode {type(m).__qualname__}: a __torch_function__ kiln cannot trace"
     return None
@@ -143,8 +154,15 @@ def fullgraph_refusal():
 
 
 # per compile under way (innermost last): (the user's function modes it traces, outermost first;
-# the depth of the function-mode stack it was called at; whether torch function dispatch was on)
+# the depth of the function-mode stack it was called at; whether torch function dispatch was on;
+# whether function modes were called; the stack index of the first mode taken off)
 _COMPILING = []
+
+
+def compiling_modes_base():
+    """The stack index of the outermost mode compiling_function_modes() lists (after torch's
+    default-device mode, when one is at the bottom)."""
+    return _COMPILING[-1][4] if _COMPILING else 0
 
 
 def compiling_function_modes():
@@ -166,11 +184,13 @@ def modes_traced(tx):
 
 
 @contextlib.contextmanager
-def _compile_state(pop_function_modes, inner):
-    modes = _function_modes() if pop_function_modes else []
+def _compile_state(inner):
+    stack = _function_modes()
+    base = _leading_devices(stack)
+    modes = stack[base:]  # (torch's default-device mode at the bottom stays on while compiling)
     enabled = torch._C._is_torch_function_mode_enabled()
     traced = tuple(modes) if enabled else ()
-    _COMPILING.append((traced, len(modes), torch._C._is_torch_function_enabled(), enabled))
+    _COMPILING.append((traced, len(stack), torch._C._is_torch_function_enabled(), enabled, base))
     for _ in modes:
         torch._C._pop_torch_function_stack()
     try:
@@ -186,7 +206,7 @@ def function_modes_guard():
     """The guard text on the function-mode stack when no default-device mode is on."""
     if not _COMPILING or not _COMPILING[-1][1]:
         return "not ___function_modes_on()"
-    _, n, _, enabled = _COMPILING[-1]
+    _, n, _, enabled, _ = _COMPILING[-1]
     return f"___function_modes_on() == {n} and ___function_modes_called() is {enabled}"
 
 
@@ -206,10 +226,9 @@ def modes_off_for_compile():
     """A context that takes the user's modes off the stack while kiln compiles a frame, and
     notes the torch function state the frame was called in (Note [Frames: under a user's torch
     function mode])."""
-    pop = bool(function_modes_on()) and not default_devices()
     if modes_on() and _user_modes()[1]:
-        return _compile_state(pop, _disable_current_modes())
-    return _compile_state(pop, contextlib.nullcontext())
+        return _compile_state(_disable_current_modes())
+    return _compile_state(contextlib.nullcontext())
 
 
 # the caller's torch function state while guards run with torch function dispatch off

@@ -332,9 +332,12 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
             _autocast_guard(namer),
             f"___kiln_config.compiled_autograd is {bool(_config.compiled_autograd)!r}",
             # Note [Frames: under a user's torch function mode]: the default-device modes
-            f"___default_devices() == {namer(devices, 'devices')}"
-            if (devices := dispatch_modes.default_devices())
-            else dispatch_modes.function_modes_guard(),
+            (
+                f"___default_devices() == {namer(devices, 'devices')} and "
+                if (devices := dispatch_modes.default_devices())
+                else ""
+            )
+            + dispatch_modes.function_modes_guard(),
             *(
                 [  # (a module hook registered globally after compiling: traced again)
                     "not ___global_forward_hooks and not ___global_forward_pre_hooks",

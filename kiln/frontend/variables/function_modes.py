@@ -46,11 +46,12 @@ from kiln.frontend.variables.torch import _overridable
 # handler, and whatever the handler read; guards run with torch function dispatch off, and so
 # do the compiled graphs (output_graph: the modes' work is in them). What kiln does not model
 # breaks with the reason: `types` read by a handler (torch passes () or (Tensor,) by rules of
-# its C++ bindings), a NotImplemented answer, `torch.set_default_device` inside the frame, a
-# C function torch may or may not hand to a mode, and any op kiln would record without going
+# its C++ bindings), a NotImplemented answer, a C function torch may or may not hand to a mode,
+# and any op kiln would record without going
 # through `dispatch` (call_tensor_op refuses those while modes are active). The frame pushing or
 # popping the stack itself is traced: Note [Frames: the function-mode stack pushed or popped by
-# the frame].
+# the frame], and so is `torch.set_default_device`: Note [Frames: set_default_device inside the
+# frame].
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +83,9 @@ def _captured_modes(tx):
     from kiln.frontend.variables.builder import wrap_value
 
     captured = dispatch_modes.compiling_function_modes()
+    base = dispatch_modes.compiling_modes_base()  # (below: torch's default-device mode)
     out = []
-    for i, mode in enumerate(captured):
+    for i, mode in enumerate(captured, base):
         source = FunctionModeSource(i)
         tx.output.guards.add(GuardKind.TYPE_MATCH, source, type(mode))
         out.append(wrap_value(tx, mode, source))
@@ -238,11 +240,59 @@ def _change_stack(tx, fn, args, kwargs):
     return result
 
 
+# Note [Frames: set_default_device inside the frame]
+# `torch.set_default_device(d)` leaves the process with torch's default-device mode for d at the
+# bottom of the function-mode stack (None: none), whatever it had before: each call undoes the
+# last one's mode first, so a frame's calls leave what its last call alone would have. It is
+# replayed after the graph as a side effect (one recorded call, the last wins), with torch
+# function dispatch off: the `torch.device(d)` that the mode's constructor makes goes through
+# the user's modes in eager, and that call is traced in its place (`dispatch`). It commutes with
+# the replay of a pushed or popped stack (both keep the default-device mode at the bottom). The
+# graph runs under the default device the frame was called with, so a factory call without a
+# device after the change breaks (variables/torch.py), and the resume function compiles under
+# the new mode.
+
+
+def replay_set_default_device(device):
+    """torch.set_default_device(device) with torch function dispatch off (its `torch.device`
+    call was traced through the user's modes already)."""
+    with torch._C.DisableTorchFunction():
+        torch.set_default_device(device)
+
+
+class _SetDefaultDevice(VariableTracker):
+    """replay_set_default_device, loaded by the replay."""
+
+    def reconstruct(self, cg):
+        cg.load_object(replay_set_default_device)
+
+
+def _set_default_device(tx, args, kwargs):
+    """`torch.set_default_device(d)` in the frame (Note [Frames: set_default_device ...])."""
+    if kwargs:
+        args = [*args, *(v for k, v in kwargs.items() if k == "device")]
+    if len(args) != 1 or len(kwargs) > 1 or not args[0].is_python_constant():
+        unimplemented("torch.set_default_device() with an argument known only at run time")
+    device = args[0]
+    if device.as_python_constant() is not None:
+        if active(tx):  # (the mode's constructor makes a torch.device, which modes see)
+            device = dispatch(tx, ("function", torch.device), [device], {})
+        if not device.is_python_constant():
+            unimplemented("torch.set_default_device(): a device the user's mode made")
+        device = ConstantVariable(torch.device(device.as_python_constant()))
+    tx.output.__dict__["default_device_set"] = device.as_python_constant()
+    effects = tx.output.side_effects
+    effects.record_call(("default_device",), _SetDefaultDevice(), [device], {})
+    return ConstantVariable(None)
+
+
 def call_function(tx, fn, args, kwargs):
     """A torch function object called while modes are active; None when torch would not hand it
     to a mode (an ignored function) and it should be traced as usual."""
     from kiln.frontend.variables import torch_function
 
+    if fn is torch.set_default_device:
+        return _set_default_device(tx, args, kwargs)
     if fn is torch._C._len_torch_function_stack and not args and not kwargs:
         return ConstantVariable(len(active(tx)))  # (the depth is guarded)
     if fn in STACK_CHANGES:

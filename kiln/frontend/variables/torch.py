@@ -83,6 +83,7 @@ _MODE_STACK_CHANGES = (
     torch._C._push_on_torch_function_stack,
     torch.overrides._pop_mode,
     torch.overrides._push_mode,
+    torch.set_default_device,
 )
 
 
@@ -302,6 +303,8 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
     elif unpack.devices:
         device = unpack.devices[0]
     else:
+        if "default_device_set" in tx.output.__dict__:  # Note [Frames: set_default_device ...]
+            unimplemented(f"{what} without a device after torch.set_default_device in the frame")
         device = torch.get_default_device()
     if device.type == "meta" and not any(d.type == "meta" for d in unpack.devices):
         # never let the meta device of the trace leak into the program (a safety net)
