@@ -16,9 +16,10 @@ VALUE, NULL, MAYBE_NULL, WITH_EXIT = "v", "null", "?", "exit"
 def _arg(inst):
     if inst.opname not in dis.opmap or dis.opmap[inst.opname] < dis.HAVE_ARGUMENT:
         return None
-    return (
-        inst.arg if inst.arg is not None else (inst.argval if isinstance(inst.argval, int) else 0)
-    )
+    if inst.arg is not None:
+        return inst.arg
+    # (a constant's value is no count: `LOAD_CONST 10**100` has no C-sized oparg yet)
+    return inst.argval if isinstance(inst.argval, int) and inst.opcode not in dis.hasconst else 0
 
 
 def stack_effect(inst: Inst, jump: bool = False) -> int:

@@ -342,6 +342,18 @@ def check_analysis():
     assert A.max_stack_depth(insts) == f.__code__.co_stacksize
 
 
+def check_huge_int_constant():
+    """A constant too big for a C long (a factorial folded while tracing) assembles and loads."""
+
+    def template():
+        return None
+
+    big = 3**200
+    insts = emit.load_const(big) + emit.load_const(-big) + emit.build_tuple(2) + emit.return_value()
+    assert A.max_stack_depth(insts) == 2
+    assert build(template, insts)() == (big, -big)
+
+
 def check_format():
     def f(x):
         try:
