@@ -8,6 +8,9 @@ disable = False  # kiln.compile returns what it is given, uncompiled (KILN_DISAB
 cache_size_limit = 8  # compiled entries per code object before the frame runs eagerly
 inline_depth_limit = 32  # nested user-function inlining depth before a graph break
 loop_pass_limit = 10_000  # loop passes unrolled in one trace before its frame runs eagerly
+python_trace_limit = (
+    300_000  # instructions traced with no tensor op yet before the frame runs eagerly
+)
 range_items_limit = 100_000  # a traced range() longer than this is a graph break
 capture_scalar_outputs = False  # `t.item()` stays in the graph as an unbacked scalar (no break)
 symbol_guard_limit_before_specialize = None  # n: a size symbol in > n guards is specialised

@@ -51,6 +51,8 @@ class OutputGraph:
     def __init__(self, root_fn, settings, *, frame_shapes=None, dynamic=None, fake_inputs=False):
         self.root_fn = root_fn
         self.settings = settings  # kiln.contracts.CompileSettings
+        # instructions left to trace before a graph with no tensor op gives up (-1: no limit)
+        self.steps_left = -1 if settings.fullgraph else max(config.python_trace_limit, 0) or -1
         self.graph = torch.fx.Graph()
         self.guards = GuardSet()
         self.guards.add(GuardKind.GLOBAL_STATE, None, False)

@@ -177,6 +177,10 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 self.output.side_effects.step_serial = next_serial()
                 start_instruction()
             self.ip += 1
+            output = self.output
+            output.steps_left -= 1
+            if output.steps_left == 0:
+                self._long_python_trace()
             if inst.opname not in _KEEPS_FRESH:  # Note [Hooks: read from their source at run time]
                 self.fresh_function = None
             handler = getattr(self, inst.opname, None)
@@ -230,11 +234,25 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 raise e
         self.ip = inst.target_index
 
+    def _long_python_trace(self):
+        """config.python_trace_limit instructions traced: the frame runs eagerly if its graph has
+        no tensor op yet (Note [Translator: long loops])."""
+        if self.output.count_calls() == 0:
+            e = Unsupported(
+                f"{config.python_trace_limit} instructions traced without a tensor op "
+                "(config.python_trace_limit)"
+            )
+            e.eager_frame = True
+            raise e
+
     # Note [Translator: long loops]
     # Loops are unrolled into the trace. A loop of a million passes (or one per item of a long
     # list) would take minutes to trace and make a graph as long, so past config.loop_pass_limit
     # backward jumps in one trace the frame runs eagerly: no graph break inside the loop would
-    # help (each resume function would unroll the rest again).
+    # help (each resume function would unroll the rest again). Likewise a frame that traced
+    # config.python_trace_limit instructions (its callees' included) without one tensor op: pure
+    # Python work (a loop calling a recursive function per pass) costs nothing to run eagerly and
+    # minutes to trace (fullgraph=True asks for the graph whatever it costs: no limit there).
 
     def call_function(self, fn, args, kwargs):
         result = user_iter_builtin(self, fn, args, kwargs)

@@ -64,3 +64,40 @@ def test_repeat_longer_than_the_items_limit_breaks(monkeypatch):
     assert not kiln.counters["graph_break"]
     run_and_compare(repeats, torch.ones(2), 11)
     assert any("itertools.repeat" in r for r in kiln.counters["graph_break"])
+
+
+def ackermann(m, n):
+    if m == 0:
+        return n + 1
+    if n == 0:
+        return ackermann(m - 1, 1)
+    return ackermann(m - 1, ackermann(m, n - 1))
+
+
+def pure_python_then_tensor(x):
+    total = sum(ackermann(2, i) for i in range(12))  # (recursion: few loop passes, many calls)
+    return x + total
+
+
+def tensor_then_pure_python(x):
+    y = x * 2
+    return y + sum(ackermann(2, i) for i in range(12))
+
+
+def test_long_pure_python_trace_runs_eagerly(monkeypatch):
+    monkeypatch.setattr(config, "python_trace_limit", 5_000)
+    kiln.reset()
+    compiled = kiln.compile(pure_python_then_tensor, backend="eager")
+    for _ in range(2):
+        torch.testing.assert_close(compiled(torch.ones(2)), pure_python_then_tensor(torch.ones(2)))
+    assert kiln.counters["stats"]["unique_graphs"] == 0  # ran eagerly, and was not traced again
+    assert any("python_trace_limit" in r for r in kiln.counters["unimplemented"])
+
+
+def test_python_trace_limit_spares_frames_with_tensor_ops_and_fullgraph(monkeypatch):
+    monkeypatch.setattr(config, "python_trace_limit", 5_000)
+    run_and_compare(tensor_then_pure_python, torch.ones(2), expected_graphs=1)
+    kiln.reset()
+    compiled = kiln.compile(pure_python_then_tensor, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(torch.ones(2)), pure_python_then_tensor(torch.ones(2)))
+    assert kiln.counters["stats"]["unique_graphs"] == 1
