@@ -197,3 +197,65 @@ def test_torch_check_false_constant_raises_as_eager():
         f(torch.randn(2))
     with pytest.raises(kiln.exc.Unsupported, match="torch._check"):
         kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(2))
+
+
+def test_accelerator_and_backend_queries_fold():
+    def fn(x):
+        r = x + torch.accelerator.device_count() + torch.cuda.device_count()
+        if torch.accelerator.is_available() or torch.xpu.is_available():
+            r = r * 2
+        if torch.accelerator.current_accelerator() is None and not torch.mtia.is_available():
+            r = r - 1
+        if torch.backends.cuda.is_built():
+            r = r + 3
+        return r, torch.backends.cpu.get_cpu_capability()
+
+    run_and_compare(fn, X, fullgraph=True, expected_graphs=1)
+
+
+def test_thread_and_precision_settings_are_guarded():
+    def fn(x):
+        n = torch.get_num_threads() + torch.get_num_interop_threads()
+        if torch.get_float32_matmul_precision() == "highest" and not torch.is_warn_always_enabled():
+            return x + n
+        return x * n + torch.get_deterministic_debug_mode()
+
+    kiln.reset()
+    backend = CountingBackend()
+    f = kiln.compile(fn, backend=backend, fullgraph=True)
+    threads, precision = torch.get_num_threads(), torch.get_float32_matmul_precision()
+    try:
+        for n, p in ((1, "highest"), (2, "highest"), (2, "high"), (1, "highest")):
+            torch.set_num_threads(n)
+            torch.set_float32_matmul_precision(p)
+            torch.testing.assert_close(f(X), fn(X))
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_float32_matmul_precision(precision)
+    assert backend.calls == 3  # one entry per setting, the first reused
+
+
+def test_default_device_query_is_guarded_and_follows_the_frame():
+    def fn(x):
+        before = torch.get_default_device()
+        torch.set_default_device("meta")
+        after = torch.get_default_device()
+        torch.set_default_device(None)
+        return x + 1, before, after, torch.get_default_device()
+
+    kiln.reset()
+    f = kiln.compile(fn, backend="eager", fullgraph=True)
+    try:
+        for device in (None, "cpu", "meta", None):
+            runs = []
+            for g in (f, fn):
+                torch.set_default_device(device)
+                x = torch.ones(2)  # (made on the default device, as the caller's tensors are)
+                runs.append(g(x))
+            got, want = runs
+            assert got[1:] == want[1:] and got[0].device == want[0].device
+            if want[0].device.type != "meta":
+                torch.testing.assert_close(got[0], want[0])
+            assert torch.get_default_device() == torch.device("cpu")
+    finally:
+        torch.set_default_device(None)

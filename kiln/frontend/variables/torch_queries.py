@@ -53,6 +53,20 @@ def _table():
         ("torch._C", "_get_privateuse1_backend_name"): (_STATE, None),
         ("torch._C", "_get_cublas_allow_tf32"): (_STATE, None),
         ("torch._C", "_get_cublas_allow_fp16_accumulation"): (_STATE, None),
+        ("torch", "get_num_threads"): (_STATE, None),
+        ("torch", "get_num_interop_threads"): (_STATE, None),
+        ("torch", "get_float32_matmul_precision"): (_STATE, None),
+        ("torch", "is_warn_always_enabled"): (_STATE, None),
+        ("torch", "get_deterministic_debug_mode"): (_STATE, None),
+        ("torch", "get_default_device"): (_STATE, None),
+        ("torch.accelerator", "is_available"): (_PROCESS, None),
+        ("torch.accelerator", "current_accelerator"): (_PROCESS, None),
+        ("torch.accelerator", "device_count"): (_PROCESS, None),
+        ("torch.cuda", "device_count"): (_PROCESS, None),
+        ("torch.xpu", "is_available"): (_PROCESS, None),
+        ("torch.mtia", "is_available"): (_PROCESS, None),
+        ("torch.backends.cuda", "is_built"): (_PROCESS, None),
+        ("torch.backends.cpu", "get_cpu_capability"): (_PROCESS, None),
     }
     return rows
 
@@ -159,6 +173,12 @@ def fold(tx, fn, args, kwargs):
         return None
     if kind == _NEVER:
         return ConstantVariable(value)
+    if fn is torch.get_default_device and "default_device_set" in tx.output.__dict__:
+        # (set by the frame: Note [Frames: set_default_device inside the frame])
+        device = tx.output.default_device_set or torch.device("cpu")
+        if device.type not in ("cpu", "meta") and device.index is None:
+            unimplemented("torch.get_default_device() after the frame set a device without index")
+        return ConstantVariable(device)
     value = fn()
     if fn is torch.get_default_dtype and hasattr(tx.output, "entry_default_dtype"):
         return ConstantVariable(value)  # set by the trace (Note [Torch: set_default_dtype traced])
