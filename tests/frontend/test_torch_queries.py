@@ -259,3 +259,22 @@ def test_default_device_query_is_guarded_and_follows_the_frame():
             assert torch.get_default_device() == torch.device("cpu")
     finally:
         torch.set_default_device(None)
+
+
+def test_torch_version_comparisons_fold():
+    def fn(x):
+        r = x + 1
+        if torch.__version__ >= "2.0" and torch.__version__ < (99, 0):
+            r = r * 2
+        major, minor = torch.__version__.split(".")[:2]
+        if int(major) >= 2 and torch.__version__.startswith(major):
+            r = r - int(minor)
+        return r, str(torch.__version__), torch.__version__
+
+    kiln.reset()
+    backend = CountingBackend()
+    got = kiln.compile(fn, backend=backend, fullgraph=True)(X)
+    want = fn(X)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[1:] == want[1:] and got[2] is torch.__version__
+    assert backend.calls == 1

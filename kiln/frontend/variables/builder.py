@@ -260,6 +260,8 @@ def wrap_constant_like(tx, value):
     flags = torch_queries.backend_flags(value)  # Note [Torch: backend flags objects]
     if flags is not None:
         return flags
+    if type(value) is torch.torch_version.TorchVersion:  # (torch.__version__)
+        return ConstantObjectVariable(value)
     if type(value) is tuple:  # (`torch.Tensor.__mro__`: immutable; its items wrapped alike)
         return TupleVariable([wrap_constant_like(tx, item) for item in value])
     unimplemented(f"value of type {type(value).__name__} from a library")

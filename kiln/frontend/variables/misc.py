@@ -51,6 +51,10 @@ class ConstantObjectVariable(PythonValueVariable):
             result = getattr(self.value, name)(*cargs, **ckw)
         except Exception as e:
             unimplemented(f"{type(self.value).__name__}.{name} raised {type(e).__name__}: {e}")
+        if isinstance(self.value, str) and type(result) is list and all(map(is_literal, result)):
+            from kiln.frontend.variables.lists import ListVariable
+
+            return ListVariable([ConstantVariable(v) for v in result])  # (str.split: a new list)
         return wrap_frozen(result, f"{type(self.value).__name__}.{name}")
 
     def binary_op(self, fn, other):
@@ -81,6 +85,7 @@ def _frozen_types():
         torch.finfo,
         torch.iinfo,
         torch._C.DispatchKeySet,  # (its methods and operators make new sets)
+        torch.torch_version.TorchVersion,  # (`torch.__version__ >= "2.1"`: a str compared by parts)
         re.Pattern,  # (a compiled regex and its matches: their methods are pure)
         re.Match,
         pytree.TreeSpec,  # (frozen dataclasses: Note [Pytree: a stand-in tree])

@@ -29,7 +29,12 @@ from kiln.frontend.variables.lists import (
     ListVariable,
     TupleVariable,
 )
-from kiln.frontend.variables.misc import ConstantObjectVariable, ObjectIdVariable, is_frozen
+from kiln.frontend.variables.misc import (
+    ConstantObjectVariable,
+    ObjectIdVariable,
+    is_frozen,
+    wrap_frozen,
+)
 from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.symfloat import SizeFloatVariable
@@ -144,6 +149,12 @@ def binary_op(tx, fn, a, b):
             return result
     if _frozen_pair(a, b):
         return a.binary_op(fn, b)
+    if _frozen_and_literal(a, b):  # (`torch.__version__ >= "2.1"`: the object's own operator)
+        try:
+            result = fn(a.as_python_constant(), b.as_python_constant())
+        except Exception as e:
+            unimplemented(f"{getattr(fn, '__name__', fn)} of {a} and {b} raised {e!r}")
+        return wrap_frozen(result, f"{getattr(fn, '__name__', fn)} of {a} and {b}")
     if _all_const([a, b]):
         ca, cb = a.as_python_constant(), b.as_python_constant()
         if _foldable(ca) and _foldable(cb):
@@ -256,6 +267,15 @@ def _frozen_pair(a, b):
         and type(a.value) is type(b.value)
         and is_frozen(a.value)
     )
+
+
+def _frozen_and_literal(a, b):
+    """A frozen object and a literal constant (a str, a tuple of ints): Python's operator on
+    the two values folds."""
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, ConstantObjectVariable) and is_frozen(x.value):
+            return isinstance(y, ConstantVariable) and is_literal(y.value)
+    return False
 
 
 def _foldable(value):
