@@ -82,3 +82,26 @@ def test_bare_raise_reraises_the_callers_exception():
         except KeyError:
             with pytest.raises(KeyError, match="outer"):
                 f(torch.ones(2))
+
+
+SEPARATORS = re.compile(r"[._-]")
+ALLOWED = frozenset("0123456789.+abcrcdevpost")
+
+
+def test_regex_split_and_findall_give_new_lists():
+    def fn(x):
+        parts = SEPARATORS.split("1.2-rc_3")
+        parts.append("tail")  # (a new list each call: appending is the frame's own business)
+        digits = WORD.findall("ab-12 cd-34")
+        return x + len(parts) + len(digits), parts, digits
+
+    run_and_compare(fn, torch.ones(2), fullgraph=True, expected_graphs=1)
+
+
+def test_frozenset_methods_fold():
+    def fn(x):
+        ok = ALLOWED.issuperset("2.13.0+cpu") and not ALLOWED.isdisjoint({"1"})
+        both = ALLOWED.intersection("a1z")
+        return x + ok, sorted(both), ALLOWED.union({"!"}) - ALLOWED
+
+    run_and_compare(fn, torch.ones(2), fullgraph=True, expected_graphs=1)

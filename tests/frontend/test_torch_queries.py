@@ -278,3 +278,14 @@ def test_torch_version_comparisons_fold():
     torch.testing.assert_close(got[0], want[0])
     assert got[1:] == want[1:] and got[2] is torch.__version__
     assert backend.calls == 1
+
+
+def test_packaging_parse_of_torch_version_folds():
+    version = pytest.importorskip("packaging.version")
+
+    def fn(x):
+        if version.parse(torch.__version__) >= version.parse("2.0.0"):
+            return x + 1
+        return x - 1
+
+    run_and_compare(fn, X, fullgraph=True, expected_graphs=1)

@@ -47,7 +47,7 @@ def is_literal(value):
 
 
 # Methods of immutable constants that are pure (folded at trace time).
-_PURE_TYPES = (int, float, bool, complex, str, bytes, tuple, torch.dtype, torch.device)
+_PURE_TYPES = (int, float, bool, complex, str, bytes, tuple, frozenset, torch.dtype, torch.device)
 
 
 # Note [Constants: string identity]

@@ -51,10 +51,14 @@ class ConstantObjectVariable(PythonValueVariable):
             result = getattr(self.value, name)(*cargs, **ckw)
         except Exception as e:
             unimplemented(f"{type(self.value).__name__}.{name} raised {type(e).__name__}: {e}")
-        if isinstance(self.value, str) and type(result) is list and all(map(is_literal, result)):
+        if (
+            isinstance(self.value, str | re.Pattern | re.Match)  # (whose lists are new ones)
+            and type(result) is list
+            and all(map(is_literal, result))
+        ):
             from kiln.frontend.variables.lists import ListVariable
 
-            return ListVariable([ConstantVariable(v) for v in result])  # (str.split: a new list)
+            return ListVariable([ConstantVariable(v) for v in result])  # (split, findall)
         return wrap_frozen(result, f"{type(self.value).__name__}.{name}")
 
     def binary_op(self, fn, other):
