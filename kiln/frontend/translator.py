@@ -23,6 +23,7 @@ from kiln.exc import Unsupported, unimplemented
 from kiln.frontend import installed_globals, node_meta
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
 from kiln.frontend.entered import withs_to_rewind
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.indexed_insts import decode
 from kiln.frontend.jump_ops import JumpOpsMixin
 from kiln.frontend.source import (
@@ -54,7 +55,7 @@ from kiln.frontend.variables.lists import (
     TupleVariable,
     start_instruction,
 )
-from kiln.frontend.variables.misc import DeletedVariable, NullVariable
+from kiln.frontend.variables.misc import DeletedVariable, NullVariable, _is_skipped_module
 from kiln.frontend.variables.nn_module import NNModuleVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.user_attrs import (
@@ -699,10 +700,21 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         name = inst.argval
         if level != 0 or name not in sys.modules:
             unimplemented(f"import of {name!r} (not imported yet, or relative)")
-        if fromlist:
-            self.push(wrap_constant_like(self, sys.modules[name]))
-        else:
-            self.push(wrap_constant_like(self, sys.modules[name.partition(".")[0]]))
+        self.push(self._imported_module(name if fromlist else name.partition(".")[0]))
+
+    def _imported_module(self, name):
+        """sys.modules[name] as an import gives it: a module kiln skips is a constant; a user's
+        module is read from sys.modules at run time, its identity guarded, so its attributes
+        (a tensor, a flag) are guarded inputs like a global's."""
+        module = sys.modules[name]
+        if not isinstance(module, types.ModuleType) or _is_skipped_module(module):
+            return wrap_constant_like(self, module)
+        pinned = "___kiln_sys_modules"
+        self.output.extra_globals[pinned] = sys.modules
+        installed_globals.install(self.output, pinned, sys.modules)
+        source = GetItemSource(ConstSource(pinned), name)
+        self.output.guards.add(GuardKind.ID_MATCH, source, module)
+        return wrap_value(self, module, source)
 
     def IMPORT_FROM(self, inst):
         module = self.stack[-1]

@@ -192,6 +192,31 @@ def test_import_inside_function():
     run_and_compare(fn, X, fullgraph=True, expected_graphs=1)
 
 
+def test_user_module_imported_inside_function_is_read_as_eager_reads_it():
+    def from_import(x):
+        from tests.frontend.import_target import FLAG, SCALE
+
+        return x * SCALE if FLAG else x - SCALE
+
+    def module_import(x):
+        import tests.frontend.import_target as target
+
+        return x * target.SCALE if target.FLAG else x - target.SCALE
+
+    import tests.frontend.import_target as target
+
+    for fn in (from_import, module_import):
+        kiln.reset()
+        compiled = kiln.compile(fn, backend="eager", fullgraph=True)
+        scale, flag = target.SCALE, target.FLAG
+        try:
+            for new_scale, new_flag in ((scale, flag), (torch.ones(3), flag), (scale, False)):
+                target.SCALE, target.FLAG = new_scale, new_flag
+                torch.testing.assert_close(compiled(X), fn(X))
+        finally:
+            target.SCALE, target.FLAG = scale, flag
+
+
 def test_closure_over_inlined_function_free_variable():
     def outer(v1):
         def fn2(v2):
