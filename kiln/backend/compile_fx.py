@@ -107,6 +107,12 @@ def _backend_source_hash():
     return h.hexdigest()
 
 
+# Note [Backend: the graph cache key]
+# A compiled graph is kept in memory and on disk under a hash of everything its code depends on:
+# the graph's code, the backend's sources, the settings, each input's size expressions, and the
+# facts of its shape env. Two entries of one frame can trace the same graph over the same symbols
+# with opposite facts (`x[n:]` for n <= 6 and for n > 6): the lowering proves a slice's clamping
+# from those facts, so the code differs (a length 6 - n, or 0), and the facts are in the key.
 def _graph_key(gm, example_inputs):
     use_shape_env(GraphMeta.of(gm).shape_env)
     h = hashlib.sha256()
@@ -124,6 +130,10 @@ def _graph_key(gm, example_inputs):
     free = GraphMeta.of(gm).free_layout_outputs
     h.update(f"{torch.is_grad_enabled()}|{config.conv_channels_last}|{sorted(free)}".encode())
     # symbolic sizes enter as their expressions (s0), never their hints: one entry for all sizes
+    # that share the facts (Note [Backend: the graph cache key])
+    env = GraphMeta.of(gm).shape_env
+    if env is not None:
+        h.update("|".join(sorted(str(f) for f in env.guard_facts())).encode())
     vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     for k, x in enumerate(example_inputs):
         if k < len(vals) and isinstance(vals[k], torch.SymInt):

@@ -116,3 +116,21 @@ def test_graph_cache_key_names_grad_mode_and_conv_layout(monkeypatch):
         assert compile_mod._graph_key(gm, [x]) != here
     monkeypatch.setattr(config, "conv_channels_last", not config.conv_channels_last)
     assert compile_mod._graph_key(gm, [x]) != here
+
+
+def slices_at(x, n):
+    return x[:n] * 2, x[n:] + 1
+
+
+@pytest.mark.parametrize("order", [(2, 100, 3), (2, 3, 100)])
+def test_entries_with_opposite_shape_facts_do_not_share_compiled_code(order):
+    """The second symbolic entry (n <= 6 after n > 6, or the reverse) traces the same graph over
+    the same symbol: the cache key holds the facts, so each gets its own code."""
+    import kiln
+
+    kiln.reset()
+    compiled = kiln.compile(slices_at)
+    x = torch.randn(6, 3)
+    for n in order:
+        for got, want in zip(compiled(x, n), slices_at(x, n), strict=True):
+            torch.testing.assert_close(got, want)
