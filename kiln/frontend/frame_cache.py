@@ -231,8 +231,9 @@ class FrameCache:
 
         Note [Shapes: automatic dynamic]
         On a miss, the sources whose sizes the last entry traced are read from this call's
-        arguments; dimensions (and int inputs) whose value changed, neither being 0 or 1, become
-        dynamic for this frame from now on (`FrameShapes.update` logs them on `recompiles`), so
+        arguments; dimensions whose value changed, neither being 0 or 1, and int inputs whose
+        value changed at all (Note [Shapes: unspecialised ints]) become dynamic for this frame from
+        now on (`FrameShapes.update` logs them on `recompiles`), so
         the next entry is traced with size symbols and serves every later size. dynamic=False
         never does this; config.automatic_dynamic_shapes=False turns it off.
         """
@@ -251,6 +252,11 @@ class FrameCache:
                 new[name] = tuple(v.shape)
             elif kind in ("int", "float") and type(v) is (int if kind == "int" else float):
                 new[name] = (v,)
+            elif kind == "tensor" and type(v) is int and name not in self.frame_shapes.dynamic:
+                # a tensor input that is now an int: the int is dynamic at once (torch's
+                # automatic dynamic: a changed kind is a change)
+                self.frame_shapes.dynamic[name] = {0}
+                logs.log("recompiles", f"{name} became dynamic (an int input): was a tensor")
         self._update_shapes(new)
 
     def _update_shapes(self, new):

@@ -124,3 +124,15 @@ def test_kiln_backend_narrows_int_symbols(name):
                 compiled(X, n)
             continue
         assert_same(expected, compiled(X, n))
+
+
+def test_tensor_argument_that_becomes_an_int_is_dynamic_at_once():
+    """torch's test_automatic_dynamic_tensor_scalar_change: 3 compiles with automatic dynamic."""
+
+    def foo(x, y):
+        return x * y
+
+    calls = [(2, None), (3, 3), (4, None), (4, None), (5, 4), (5, 4), (6, None)]
+    argsets = [(torch.randn(n), torch.randn(n) if y is None else y) for n, y in calls]
+    graphs, _ = _run(foo, argsets)
+    assert graphs == 3
