@@ -136,3 +136,12 @@ def test_tensor_argument_that_becomes_an_int_is_dynamic_at_once():
     argsets = [(torch.randn(n), torch.randn(n) if y is None else y) for n, y in calls]
     graphs, _ = _run(foo, argsets)
     assert graphs == 3
+
+
+def test_int_items_of_a_list_argument():
+    def fn(x, sizes):
+        a, b = sizes
+        return x * a - b
+
+    graphs, _ = _run(fn, [(X, [a, b]) for a, b in [(0, 1), (1, 0), (-2, 1), (7, -3), (1, 1)]])
+    assert graphs == 2  # torch.compile: 2
