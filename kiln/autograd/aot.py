@@ -738,6 +738,9 @@ def aot_autograd(
     def backend(gm, example_inputs):
         if isinstance(gm, torch.fx.GraphModule):  # it reads gm's sizes, not the examples'
             GraphMeta.update(gm, size_generic=True)
+            env = GraphMeta.of(gm).shape_env
+            if env is not None and env.int_symbols:  # Note [Shapes: unspecialised ints]
+                env.narrow_ints()
         if subclasses.has_subclass(example_inputs):  # Note [AOT: wrapper subclasses]
             return subclasses.desugar(gm, example_inputs, compile_flat)
         examples = _symbolic_examples(gm)

@@ -35,7 +35,7 @@ from kiln.frontend.cache_wrappers import (
 from kiln.frontend.call_through import Router, is_plain, routed_code
 from kiln.frontend.dispatch_modes import modes_off_for_compile
 from kiln.frontend.distributed import HookedModuleCall
-from kiln.frontend.frame_shapes import FrameShapes, changed_dims, changed_floats
+from kiln.frontend.frame_shapes import FrameShapes, changed_floats, changed_values
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
 from kiln.frontend.markers import kiln_marker
 from kiln.frontend.module_hooks import global_module_hooks, has_hooks, hooks_run_around
@@ -231,8 +231,9 @@ class FrameCache:
 
         Note [Shapes: automatic dynamic]
         On a miss, the sources whose sizes the last entry traced are read from this call's
-        arguments; dimensions (and int inputs) whose value changed, neither being 0 or 1, become
-        dynamic for this frame from now on (`FrameShapes.update` logs them on `recompiles`), so
+        arguments; dimensions whose value changed, neither being 0 or 1, and int inputs whose
+        value changed at all (Note [Shapes: unspecialised ints]) become dynamic for this frame from
+        now on (`FrameShapes.update` logs them on `recompiles`), so
         the next entry is traced with size symbols and serves every later size. dynamic=False
         never does this; config.automatic_dynamic_shapes=False turns it off.
         """
@@ -251,6 +252,11 @@ class FrameCache:
                 new[name] = tuple(v.shape)
             elif kind in ("int", "float") and type(v) is (int if kind == "int" else float):
                 new[name] = (v,)
+            elif kind == "tensor" and type(v) is int and name not in self.frame_shapes.dynamic:
+                # a tensor input that is now an int: the int is dynamic at once (torch's
+                # automatic dynamic: a changed kind is a change)
+                self.frame_shapes.dynamic[name] = {0}
+                logs.log("recompiles", f"{name} became dynamic (an int input): was a tensor")
         self._update_shapes(new)
 
     def _update_shapes(self, new):
@@ -264,9 +270,9 @@ class FrameCache:
         fs.sizes.update(floats)
         new = {n: v for n, v in new.items() if n not in floats}
         ints = {n: v for n, v in new.items() if self._shape_kinds.get(n) == "int"}
-        for name, dims in changed_dims(fs.sizes, ints).items():
-            if name not in fs.dynamic:
-                fs.dynamic[name] = set(dims)
+        for name in changed_values(fs.sizes, {n: v[0] for n, v in ints.items()}):
+            if name not in fs.dynamic:  # any change, 0/1/negative too (unspecialised ints)
+                fs.dynamic[name] = {0}
                 logs.log(
                     "recompiles",
                     f"{name} became dynamic (an int input): {fs.sizes[name][0]} -> {ints[name][0]}",

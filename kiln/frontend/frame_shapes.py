@@ -101,8 +101,8 @@ def changed_dims(old_shapes, new_shapes):
     return out
 
 
-def changed_floats(old, new):
-    """The float sources whose value changed (Note [Shapes: unspecialised floats]); NaN == NaN."""
+def changed_values(old, new):
+    """The scalar (int or float) sources whose value changed; NaN == NaN."""
     out = []
     for name, value in new.items():
         prev = old.get(name)
@@ -112,6 +112,9 @@ def changed_floats(old, new):
         if not (prev == value or (math.isnan(prev) and math.isnan(value))):
             out.append(name)
     return out
+
+
+changed_floats = changed_values  # Note [Shapes: unspecialised floats]
 
 
 class FrameShapes:

@@ -15,7 +15,6 @@ from kiln.frontend.frame_shapes import FrameShapes
 from kiln.frontend.guards import GuardKind, GuardSet, has_own_torch_function, is_module_state
 from kiln.frontend.side_effects import SideEffects
 from kiln.frontend.source import GetItemSource, LocalSource
-from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor import tensor_variable
 from kiln.symbolic import shape_env
@@ -177,16 +176,14 @@ class OutputGraph:
         return False
 
     def add_int_input(self, value, source):
-        """An int input made dynamic: a placeholder whose value is a size symbol (range-guarded)."""
+        """An int input made dynamic: a placeholder whose value is an int symbol (any int)."""
         name = source.name()
         self.input_ints[name] = value
         self.guards.add(GuardKind.TYPE_MATCH, source, int)
         for prev_source, _, node in self.graph_inputs:
             if prev_source == source:
                 return SymNodeVariable(node, shape_env.from_torch(node.meta["example_value"]))
-        sym = self.shape_env.create_size(value, name)
-        if not isinstance(sym, shape_env.SymNode):
-            return ConstantVariable(sym, source=source)
+        sym = self.shape_env.create_int(value, name)
         node = self._placeholder(source)
         node.meta["example_value"] = shape_env.to_torch(sym)
         node.meta["source"] = name

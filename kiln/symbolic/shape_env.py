@@ -33,7 +33,7 @@ from kiln.symbolic.sym_node import (  # noqa: F401  (re-exported: callers import
 # renders them as one Python boolean expression over the sources, for the frontend's generated
 # check function. Facts are also used while tracing: an equality that solves for a symbol becomes a
 # replacement (`s1 -> s0`, so later expressions simplify and no duplicate guard is made), a true
-# `Mod(e, k) == 0` makes `Mod(e, k)` zero and `e // k` exact. Every symbol is >= 2 (sizes 0 and 1
+# `Mod(e, k) == 0` makes `Mod(e, k)` zero and `e // k` exact. Every size symbol is >= 2 (sizes 0 and 1
 # are specialised to constants at creation, as torch users expect: a size-1 dimension broadcasts),
 # so facts that follow from the ranges (`s0 > 1`, `s0 != 1`, `s0*s1 > 0`) are static: `evaluate`
 # returns them with no guard, and only the range guard `source >= 2` stays in the guard expression.
@@ -46,6 +46,18 @@ from kiln.symbolic.sym_node import (  # noqa: F401  (re-exported: callers import
 # be answered on a hint nor guarded on the inputs: `hint()` raises Unsupported, a graph break.
 # Unbacked symbols are not size symbols: `_static_value` does not assume them >= 2. kiln's AOT
 # refuses graphs with `.item()` (aten._local_scalar_dense): the backend then runs them as traced.
+
+# Note [Shapes: unspecialised ints]
+# An int input made dynamic (an argument or closure cell whose value changed, or an int argument
+# under dynamic=True) is not a size: it may be 0, 1 or negative, as torch.compile's unspecialised
+# SymInt may. `create_int` makes it a symbol of `int_symbols`: no range guard, no 0/1
+# specialisation, never merged with a tensor size; `_static_value` assumes nothing about its
+# range, so every question about it (`n > 0`, `Eq(n, 1)` when it meets a broadcast, `n < size`
+# in a slice rule) is answered on the hint and recorded as a guard. A user backend receives it
+# as a SymInt placeholder. kiln's own AOT backend and codegen assume every symbol >= 2
+# (sizes.py's signs, the view lowerings): `narrow_ints` turns each int symbol into a size first,
+# with a guard `n >= 2`, or specialises it when its value is below 2. So kiln's backend compiles
+# more often than a user backend (a graph for each of 0, 1, negative values), never wrongly.
 
 # Note [Shapes: wiring]
 # Frontend: one ShapeEnv per frame compilation; a tensor input's sizes are
@@ -81,6 +93,7 @@ class ShapeEnv:
         self.reason = None  # what is being traced (e.g. an ATen op), for guard_reasons and logs
         self.guard_reasons = []  # per recorded guard: self.reason when it was recorded
         self.axioms = set()  # facts on unbacked symbols asserted at run time (torch._check)
+        self.int_symbols = set()  # unspecialised int inputs: any int, not >= 2 (Note below)
 
     # -- symbols -----------------------------------------------------------------------------
     def create_symbol(self, hint, source):
@@ -100,6 +113,19 @@ class ShapeEnv:
             self.replacements[sym] = sympy.Integer(hint)  # guard `source == hint`
             return sympy.Integer(hint)
         return sym
+
+    def create_int(self, hint, source):
+        """A SymNode for an int input made dynamic (Note [Shapes: unspecialised ints])."""
+        hint = int(hint)
+        if source in self.source_to_var:
+            return self.wrap(self.source_to_var[source])
+        sym = sympy.Symbol(f"s{len(self.var_to_val)}", integer=True)
+        self.var_to_val[sym] = hint
+        self.var_to_source[sym] = source
+        self.source_to_var[source] = sym
+        self.int_symbols.add(sym)
+        self._static = {}
+        return SymNode(sym, self)
 
     def create_unbacked(self, kind):
         """A SymNode for a value read from tensor data (`.item()`): no hint, so any fact about it
@@ -201,7 +227,7 @@ class ShapeEnv:
                 return known
         if not isinstance(fact, sympy.core.relational.Relational):
             return None
-        size_symbols = fact.free_symbols - self.unbacked
+        size_symbols = fact.free_symbols - self.unbacked - self.int_symbols
         sign = _linear_sign(fact.lhs, fact.rhs, size_symbols)
         if sign is None:
             fact = fact.replace(sympy.Mod, _bounded_mod)  # 0 <= Mod(e, k) <= k - 1, integer k > 0
@@ -271,6 +297,19 @@ class ShapeEnv:
             self.evaluate(sympy.Eq(expr, value))
         return int(value)
 
+    def narrow_ints(self):
+        """Make every unspecialised int symbol a size symbol for a consumer that assumes every
+        symbol >= 2 (kiln's AOT and codegen): a guard `n >= 2`, or its value when below 2."""
+        for sym in sorted(self.int_symbols, key=lambda s: int(s.name[1:])):
+            if sym in self.replacements:
+                continue
+            if self.var_to_val[sym] >= MIN_SYMBOL_VALUE:
+                self.evaluate(sympy.Ge(sym, MIN_SYMBOL_VALUE))
+            else:
+                self.specialize(sym)
+        self.int_symbols.clear()
+        self._static = {}
+
     # -- what the traced program relied on (for the frontend's guards and for logs) -----------
     def mark(self):
         """A position in the recorded facts (see facts_since)."""
@@ -313,6 +352,8 @@ class ShapeEnv:
             value = self.replacements.get(sym)
             if value is not None:
                 facts.append(sympy.Eq(sym, value, evaluate=False))
+            if sym in self.int_symbols:
+                continue  # any int (Note [Shapes: unspecialised ints])
             if value is None or not value.is_Number:  # a replaced symbol keeps its range
                 facts.append(sympy.Ge(sym, MIN_SYMBOL_VALUE, evaluate=False))
         seen = set(facts)  # (a set: thousands of facts compared pairwise took seconds)

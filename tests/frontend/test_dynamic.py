@@ -465,7 +465,8 @@ def test_int_input_that_changes_becomes_dynamic():
     assert isinstance(phs["L_n_"].meta["example_value"], torch.SymInt), phs
     assert backend.example_inputs[-1][-1] == 5 or 5 in backend.example_inputs[-1]
     guard = _caches(compiled)[0].entry_info[1].guard.source
-    assert "___type(n) is ___int" in guard and "n >= 2" in guard and "n == 5" not in guard
+    # an int symbol has no range guard (torch: not specialised on 0/1, no lower bound)
+    assert "___type(n) is ___int" in guard and "n >= 2" not in guard and "n == 5" not in guard
 
 
 def test_recompiles_log_names_the_dimension():
@@ -572,7 +573,8 @@ def test_dynamic_true_makes_int_arguments_symbolic_not_module_settings():
         _check(compiled, model, x, n)
     assert kiln.counters["frames"]["total"] == 1
     guards = _size_guards(_caches(compiled)[0].entry_info[0])
-    assert "n >= 2" in "\n".join(_caches(compiled)[0].entry_info[0].guard.source.splitlines())
+    source = _caches(compiled)[0].entry_info[0].guard.source
+    assert "n == " not in source and "n >= 2" not in source  # an int symbol: any int
     assert any("x.size()[0]" in g for g in guards)
 
 

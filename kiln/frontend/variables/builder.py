@@ -334,9 +334,9 @@ def wrap_value(tx, value, source):
             return tx.output.add_graph_input(value, source, tensor_subclass.fake_subclass)
         return tx.output.add_graph_input(value, source)
     if type(value) is int:
-        # Note [Shapes: automatic dynamic]: an int whose value changed is a size symbol input
+        # Note [Shapes: automatic dynamic]: an int whose value changed is an int symbol input
         tx.output.input_ints[source.name()] = value
-        if value >= 2 and tx.output.is_dynamic_int(source):
+        if tx.output.is_dynamic_int(source):
             return tx.output.add_int_input(value, source)
     if type(value) is float:
         # Note [Shapes: unspecialised floats]: a float whose value changed is a graph input
