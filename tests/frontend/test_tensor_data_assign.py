@@ -153,3 +153,13 @@ def test_data_assignment_on_a_parameter(backend):
     m.lin(torch.ones(1, 2)).sum().backward()
     mc.lin(torch.ones(1, 2)).sum().backward()
     torch.testing.assert_close(mc.lin.weight.grad, m.lin.weight.grad)
+
+
+def write_through_data(x):
+    x.data.mul_(2)
+    d = x.data
+    return x + 1, d is x
+
+
+def test_data_read_without_grads_is_an_alias():
+    compare(write_through_data, lambda: (torch.ones(3),))

@@ -212,6 +212,9 @@ class TensorVariable(VariableTracker):
             # an autograd.Function's backward being checked (its nodes are dropped; the engine
             # runs the real one): `.data` is an alias outside autograd, as detach() is
             return TensorMethodVariable(self, "detach").call_function(tx, [], {})
+        if name == "data" and not self.example.requires_grad:
+            # no autograd here: `.data` is the same storage and metadata, as detach() gives
+            return TensorMethodVariable(self, "detach").call_function(tx, [], {})
         if name == "data" and self.example.requires_grad:
             tx.output.eager_autograd = True  # Note [Output graph: a write autograd cannot see]
         if name == "grad_fn" and not self.example.requires_grad:
