@@ -15,7 +15,7 @@ from kiln.frontend.variables import optim, tensor_attrs
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.exceptions import raise_observed
-from kiln.frontend.variables.lists import SizeVariable, TupleVariable
+from kiln.frontend.variables.lists import ListIteratorVariable, SizeVariable, TupleVariable
 from kiln.frontend.variables.misc import TensorMethodVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor_hooks import (
@@ -317,6 +317,8 @@ class TensorVariable(VariableTracker):
             if self.example.dim() == 0:
                 unimplemented("len() of a 0-d tensor")
             return self.size_var(tx, 0)
+        if name == "__iter__" and not args and not kwargs:  # x.__iter__(): iter(x)
+            return ListIteratorVariable.over(tx, self)
         if name == "__getitem__":
             return call_tensor_op(tx, "call_function", operator.getitem, [self, *args], {})
         if name == "__setitem__":
