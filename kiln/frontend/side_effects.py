@@ -47,6 +47,7 @@ class EffectsSnapshot(NamedTuple):
     log: dict
     cell_writes: int
     draws: int = 0  # random draws made (Note [Random: draws before the graph])
+    data_writes: int = 0  # `x.data = y` made (Note [Tensors: attributes stored in the frame])
 
 
 def _own_dict(obj):
@@ -77,6 +78,7 @@ class SideEffects:
         self.lazy_readers = []  # per generator drained at a break: the cells/globals it read
         self.attr_order = {}  # ("attr"/"dictitem", id, name) -> when first stored (dict order)
         self.draws = []  # random draws, made before the graph (Note [Random: draws before the graph])
+        self.data_undo = []  # per traced `x.data = y`: a call that undoes it on the variable
 
     def tracked_container(self, tx, value, source):
         """The variable already wrapping this real mutable container (a list, dict or deque
@@ -137,6 +139,16 @@ class SideEffects:
             self.log[key] = ("attr", (obj_var, name, value, raw))
             return
         self._record(key, "attr", (obj_var, name, value, raw))
+
+    def store_tensor_attr(self, tensor_var, name, value):
+        """`t.name = value` on a traced tensor, replayed on the tensor after the graph (Note
+        [Tensors: attributes stored in the frame])."""
+        self._record(("tensorattr", id(tensor_var), name), "tensorattr", (tensor_var, name, value))
+
+    def load_tensor_attr(self, tensor_var, name):
+        """The value the frame stored as `t.name` on this traced tensor, or None."""
+        hit = self.log.get(("tensorattr", id(tensor_var), name))
+        return hit[1][2] if hit is not None else None
 
     def store_dict_item(self, obj_var, name, value):
         """`obj.__dict__[name] = value` for a name behind a data descriptor of obj's class
@@ -263,19 +275,23 @@ class SideEffects:
 
     def snapshot(self):
         """The recorded stores, to undo an instruction that broke."""
-        return EffectsSnapshot(dict(self.log), len(self.cell_undo), len(self.draws))
+        return EffectsSnapshot(
+            dict(self.log), len(self.cell_undo), len(self.draws), len(self.data_undo)
+        )
 
     def changed_since(self, snap):
         """Whether anything was stored since `snap` (a speculative trace must leave no effect)."""
         if self.log.keys() != snap.log.keys() or len(self.cell_undo) != snap.cell_writes:
             return True
-        if len(self.draws) != snap.draws:
+        if len(self.draws) != snap.draws or len(self.data_undo) != snap.data_writes:
             return True
         return any(self.log[k] is not snap.log[k] for k in snap.log)
 
     def restore(self, snap):
-        log, cell_writes, draws = snap
+        log, cell_writes, draws, data_writes = snap
         self.log = dict(log)
+        while len(self.data_undo) > data_writes:
+            self.data_undo.pop()()
         del self.draws[draws:]  # the instruction runs in Python: it draws them itself
         while len(self.cell_undo) > cell_writes:
             frame_locals, name, old = self.cell_undo.pop()
@@ -341,6 +357,11 @@ class SideEffects:
                         + emit.pop_top()
                     )
                     continue
+                stores.append(emit.load_fast(v) + emit.load_fast(o) + emit.store_attr(name))
+            elif kind == "tensorattr":  # (the tensor: from its source, or a graph output)
+                tensor_var, name, value = payload
+                v = _to_temp(cg, lambda value=value: cg.reconstruct(value))
+                o = _to_temp(cg, lambda tensor_var=tensor_var: cg.reconstruct(tensor_var))
                 stores.append(emit.load_fast(v) + emit.load_fast(o) + emit.store_attr(name))
             elif kind == "container" and isinstance(payload, ConstDictVariable):
                 by_key = _dict_stores(cg, payload)

@@ -538,7 +538,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         obj = self.pop()
         value = self.pop()
         name = inst.argval
-        if isinstance(obj, (NewObjectVariable, ExceptionVariable, NestedUserFunctionVariable)):
+        if isinstance(
+            obj, (NewObjectVariable, ExceptionVariable, NestedUserFunctionVariable, TensorVariable)
+        ):
             obj.setattr(self, name, value)
             return
         if not isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)):

@@ -11,11 +11,11 @@ from kiln.frontend import frame_shapes
 from kiln.frontend.dispatch_modes import modes_traced
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
-from kiln.frontend.variables import optim
-from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
+from kiln.frontend.variables import optim, tensor_attrs
+from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.exceptions import raise_observed
-from kiln.frontend.variables.lists import SizeVariable, TupleVariable
+from kiln.frontend.variables.lists import ListIteratorVariable, SizeVariable, TupleVariable
 from kiln.frontend.variables.misc import TensorMethodVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor_hooks import (
@@ -33,7 +33,7 @@ _META_ATTRS = {
     "dtype": lambda v: v.example.dtype,
     "device": lambda v: v.device,
     "ndim": lambda v: v.example.dim(),
-    "requires_grad": lambda v: v.example.requires_grad,
+    "requires_grad": lambda v: tensor_attrs.tensor_requires_grad(v),
     "is_leaf": lambda v: v.example.is_leaf if v.source is None else v.is_leaf_input,
     "layout": lambda v: v.example.layout,
     "is_cuda": lambda v: v.device.type == "cuda",
@@ -143,7 +143,8 @@ class TensorVariable(VariableTracker):
         self.is_leaf_input = is_leaf_input
 
     def python_type(self):
-        return torch.nn.Parameter if self.proxy.meta.get("is_parameter") else torch.Tensor
+        parameter = self.__dict__.get("parameter_type", self.proxy.meta.get("is_parameter"))
+        return torch.nn.Parameter if parameter else torch.Tensor
 
     def truthy(self, tx):
         unimplemented("bool() of a tensor reads tensor data (data-dependent branch)")
@@ -186,6 +187,11 @@ class TensorVariable(VariableTracker):
 
             if function_modes.active(tx) and function_modes.is_getter(name):
                 return function_modes.tensor_getter(tx, self, name)
+        stored = tensor_attrs.load_attr(tx, self, name)  # Note [Tensors: attributes stored ...]
+        if stored is not None:
+            return stored
+        if getattr(self, "data_assigned", False) and name in ("grad", "_grad", "grad_fn"):
+            unimplemented(f"Tensor.{name} of a tensor whose .data was assigned in the frame")
         if name == "shape":
             return self.size_var(tx)
         if name == "__class__":  # pinned by the tensor's guard (its exact type)
@@ -206,6 +212,9 @@ class TensorVariable(VariableTracker):
             # an autograd.Function's backward being checked (its nodes are dropped; the engine
             # runs the real one): `.data` is an alias outside autograd, as detach() is
             return TensorMethodVariable(self, "detach").call_function(tx, [], {})
+        if name == "data" and not self.example.requires_grad:
+            # no autograd here: `.data` is the same storage and metadata, as detach() gives
+            return TensorMethodVariable(self, "detach").call_function(tx, [], {})
         if name == "data" and self.example.requires_grad:
             tx.output.eager_autograd = True  # Note [Output graph: a write autograd cannot see]
         if name == "grad_fn" and not self.example.requires_grad:
@@ -214,27 +223,37 @@ class TensorVariable(VariableTracker):
             unimplemented(f"Tensor.{name} inside the compiled frame")
         if callable(getattr(torch.Tensor, name, None)):
             return TensorMethodVariable(self, name)
-        self.missing_attr(tx, name)
+        return self.missing_attr(tx, name)
+
+    def setattr(self, tx, name, value):
+        """`x.name = value` (Note [Tensors: attributes stored in the frame])."""
+        return tensor_attrs.store_attr(tx, self, name, value)
 
     def hasattr(self, tx, name):
         """hasattr(x, name): Tensor's class attributes, else the tensor's instance __dict__
         (guarded). (builtin hasattr answers tensors itself today, from the class only.)"""
         if inspect.getattr_static(self.python_type(), name, _NOT_FOUND) is not _NOT_FOUND:
             return ConstantVariable(True)
+        if tensor_attrs.load_attr(tx, self, name) is not None:
+            return ConstantVariable(True)
         return ConstantVariable(self._instance_dict(tx, name) is not None)
 
     def _instance_dict(self, tx, name):
-        """The real tensor's own attribute `name` (a break: not modelled), else None with the
-        keys of its __dict__ guarded (a graph-made tensor has none)."""
+        """The real tensor's own attribute `name` (wrapped from its source), else None; the keys
+        of its __dict__ are guarded (a graph-made tensor has none)."""
         if self.source is None:
             return None
+        if getattr(self, "data_assigned", False):
+            unimplemented(f"Tensor attribute {name!r} of a tensor whose .data was assigned")
         real = next((v for _, v, n in tx.output.graph_inputs if n is self.proxy), None)
         d = getattr(real, "__dict__", None)
-        if type(d) is not dict or name in d:
-            unimplemented(f"Tensor attribute {name!r} (set on the tensor)")
+        if type(d) is not dict:
+            unimplemented(f"Tensor attribute {name!r} (the tensor has no plain __dict__)")
         tx.output.guards.add(
             GuardKind.DICT_KEYS, AttrSource(self.source, "__dict__"), (dict, tuple(d))
         )
+        if name in d:
+            return wrap_value(tx, d[name], AttrSource(self.source, name))
         return None
 
     def missing_attr(self, tx, name):
@@ -244,7 +263,9 @@ class TensorVariable(VariableTracker):
         _dunder_missing(cls, name)
         if inspect.getattr_static(cls, name, _NOT_FOUND) is not _NOT_FOUND:
             unimplemented(f"Tensor attribute {name!r}")
-        self._instance_dict(tx, name)
+        found = self._instance_dict(tx, name)
+        if found is not None:
+            return found
         raise_observed(tx, AttributeError, f"{cls.__name__!r} object has no attribute {name!r}")
 
     def call_method(self, tx, name, args, kwargs):
@@ -296,6 +317,8 @@ class TensorVariable(VariableTracker):
             if self.example.dim() == 0:
                 unimplemented("len() of a 0-d tensor")
             return self.size_var(tx, 0)
+        if name == "__iter__" and not args and not kwargs:  # x.__iter__(): iter(x)
+            return ListIteratorVariable.over(tx, self)
         if name == "__getitem__":
             return call_tensor_op(tx, "call_function", operator.getitem, [self, *args], {})
         if name == "__setitem__":

@@ -164,6 +164,8 @@ class _Unpack:
         from kiln.frontend.variables.tensor import TensorVariable
 
         if isinstance(v, TensorVariable):
+            if getattr(v, "data_replaced", False):  # Note [Tensors: attributes stored in the frame]
+                unimplemented("an op on a tensor whose .data was assigned while grads flow")
             self.has_tensor = True
             self.devices.append(v.device)
             return v.proxy, v.example
