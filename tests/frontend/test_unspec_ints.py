@@ -109,7 +109,7 @@ def test_dynamic_true_int_argument_is_unspecialised():
     assert graphs == 1  # torch.compile(dynamic=True): 1
 
 
-@pytest.mark.parametrize("name", ["arith", "zeros", "new_ones", "view"])
+@pytest.mark.parametrize("name", ["arith", "zeros", "new_ones", "view", "slice_end", "slice_start"])
 def test_kiln_backend_narrows_int_symbols(name):
     """kiln's own AOT/codegen assumes symbols >= 2: an int symbol reaching it is guarded
     `n >= 2` or specialised (more graphs than torch's inductor, never a wrong result)."""
