@@ -651,11 +651,7 @@ class PartialVariable(VariableTracker):
         if any(name in vars(k) for k in functools.partial.__mro__):
             return ConstantVariable(True)
         if self.source is not None:
-            instance_dict = getattr(self, "instance_dict", None)
-            if instance_dict is None or name in instance_dict:
-                unimplemented(f"hasattr on a functools.partial from outside the frame ({name!r})")
-            # (no such instance attribute now, and none later: guarded)
-            tx.output.guards.add(GuardKind.NOT_IN, AttrSource(self.source, "__dict__"), name)
+            unimplemented(f"hasattr on a functools.partial from outside the frame ({name!r})")
         return ConstantVariable(False)
 
     def reconstruct(self, cg):

@@ -169,25 +169,3 @@ def test_hasattr_on_unset_slots():
     p.x = 3
     run_and_compare(slots_of_an_input, torch.ones(2), p, fullgraph=True)
     run_and_compare(slots_of_an_input, torch.ones(2), Slotted(), expected_breaks=1)
-
-
-def partial_from_outside_missing_attribute(x):
-    return x + 1, hasattr(bound, "__name__"), hasattr(bound, "extra")
-
-
-def test_hasattr_of_a_missing_instance_attribute_of_an_outside_partial_is_guarded():
-    import kiln
-
-    kiln.reset()
-    compiled = kiln.compile(partial_from_outside_missing_attribute, backend="eager")
-    x = torch.randn(3)
-    run_and_compare(partial_from_outside_missing_attribute, x, fullgraph=True, expected_breaks=0)
-    assert compiled(x)[1:] == (False, False)  # (this entry is the one whose guard must fail)
-    bound.extra = 1  # (an instance attribute set later: the entry's guard fails)
-    try:
-        want = partial_from_outside_missing_attribute(x)
-        got = compiled(x)
-        torch.testing.assert_close(got[0], want[0])
-        assert got[1:] == want[1:] == (False, True)
-    finally:
-        del bound.extra
