@@ -52,11 +52,13 @@ from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
 from kiln.frontend.variables.object_new import ObjectNewVariable
 from kiln.frontend.variables.user_attrs import (
     descriptor_get,
+    descriptor_set,
     has_instance_dict,
     instance_static,
     is_data_descriptor,
     no_attribute_message,
     python_get,
+    python_set,
 )
 from kiln.frontend.variables.user_protocol import (
     mapping_view,
@@ -356,7 +358,10 @@ class UserDefinedObjectVariable(VariableTracker):
                 return descriptor_get(
                     tx, self, cls, name, static, AttrSource(self.source, "__class__")
                 )
-            unimplemented(f"data descriptor {name!r} of {cls.__name__}")
+            view = None if hasattr(type(static), "__get__") else instance_dict_view(self)
+            if view is None or name not in view._keys(tx):
+                unimplemented(f"data descriptor {name!r} of {cls.__name__}")
+            return view._value(tx, name)  # (no __get__: the instance dict first, as Python)
         d = getattr(self.value, "__dict__", None)
         if d is not None and name in d and not isinstance(static, property):
             # (a property is a data descriptor: it wins over the instance dict)
@@ -591,6 +596,9 @@ class NewObjectVariable(VariableTracker):
             isinstance(static, types.MemberDescriptorType)
             and static.__objclass__ in self.cls.__mro__
         )
+        if python_set(static) is not None:  # Note [Objects: data descriptors]
+            descriptor_set(tx, self, self.cls, name, static, self._class_source(), value)
+            return
         if static is not None and hasattr(static, "__set__") and not slot:
             unimplemented(f"assignment to the descriptor {self.cls.__name__}.{name}")
         setattr_ = instance_static(self.cls, "__setattr__")
