@@ -754,6 +754,12 @@ def _dunder_missing(cls, name):
         unimplemented(f"{getattr(cls, '__name__', cls)} has no {name}")
 
 
+# the plain attribute lookup (object's, re-exported by the builtin containers as their own slot)
+_GENERIC_GETATTRIBUTE = frozenset(
+    t.__getattribute__ for t in (object, dict, list, set, frozenset, tuple, collections.deque)
+)
+
+
 def call_getattr_hook(tx, obj, name):
     """`obj.name` not found the ordinary way: the class's Python __getattr__, inlined."""
     cls = obj.python_type()
@@ -762,8 +768,8 @@ def call_getattr_hook(tx, obj, name):
         method = dict_subclass.read_method(tx, obj, "get")  # `__getattr__ = dict.get`
         if method is not None:
             return method.call_function(tx, [ConstantVariable(name)], {})
-    if not isinstance(hook, types.FunctionType) or cls.__getattribute__ is not (
-        object.__getattribute__
+    if not isinstance(hook, types.FunctionType) or (
+        cls.__getattribute__ not in _GENERIC_GETATTRIBUTE
     ):
         unimplemented(f"{cls.__name__}.__getattr__ ({type(hook).__name__})")
     source = obj._class_attr_source("__getattr__")
