@@ -141,6 +141,9 @@ class TupleVariable(BaseListVariable):
             return self.items[list(fields).index(name)]
         if name in ("_replace", "_asdict") and hasattr(self.tuple_cls, "_fields"):
             return BoundMethodVariable(self, name)
+        if name == "_fields" and isinstance(getattr(self.tuple_cls, "_fields", None), tuple):
+            # (the names the items are read by above: taken as the class has them)
+            return TupleVariable([ConstantVariable(f) for f in self.tuple_cls._fields])
         for member in TUPLE_MEMBERS if self.tuple_cls is not tuple else ():
             found = member(tx, self, name)  # Note [Namedtuples: methods of a subclass]
             if found is not None:
