@@ -411,6 +411,7 @@ def tensor_of_array(array):
 
 
 TUPLE_ITERATOR = type(iter(()))
+RANGE_ITERATOR = type(iter(range(0)))  # (not longrange_iterator: ranges past a C long)
 
 
 def iter_tuple(it):
@@ -420,8 +421,10 @@ def iter_tuple(it):
 
 
 def iter_rest(it):
-    """The items a tuple iterator has left, as a tuple (it is not advanced)."""
+    """The items a tuple or range iterator has left, as a tuple (it is not advanced)."""
     state = it.__reduce__()
+    if type(it) is RANGE_ITERATOR:  # (range(...), index); 3.13: (the range left, None)
+        return tuple(state[1][0][state[2] or 0 :])
     # tuple's own slicing: the iterator reads the tuple's items, not a subclass's __getitem__
     return tuple.__getitem__(state[1][0], slice(state[2], None)) if len(state) == 3 else ()
 

@@ -63,6 +63,7 @@ from kiln.frontend.variables.user_attrs import (
     instance_static,
     load_attr,
     no_attribute_message,
+    python_set,
     raw_store_attr,
 )
 from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedObjectVariable
@@ -559,8 +560,10 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             unimplemented(f"assignment through {type(obj.value).__name__}.__setattr__")
         cls = type(obj.value)
         static = instance_static(cls, name, None)
-        if isinstance(obj, UserDefinedObjectVariable) and isinstance(static, property):
-            raw_store_attr(self, obj, name, value)  # its Python setter, inlined
+        if isinstance(obj, UserDefinedObjectVariable) and (
+            isinstance(static, property) or python_set(static) is not None
+        ):
+            raw_store_attr(self, obj, name, value)  # its Python setter / __set__, inlined
             return
         if static is not None and hasattr(static, "__set__"):
             unimplemented(f"assignment to the descriptor {cls.__name__}.{name}")

@@ -26,6 +26,7 @@ from kiln.frontend.markers import (
     kiln_marker,
 )
 from kiln.frontend.source import (
+    RANGE_ITERATOR,
     TUPLE_ITERATOR,
     AttrSource,
     GetItemSource,
@@ -482,8 +483,8 @@ def _wrap(tx, value, source):
         made = wrap_dict_iter(tx, value, source)
         if made is not None:
             return made
-    if type(value) is TUPLE_ITERATOR:  # Note [Iterators: inputs]
-        guards.add(GuardKind.TYPE_MATCH, source, TUPLE_ITERATOR)
+    if type(value) in (TUPLE_ITERATOR, RANGE_ITERATOR):  # Note [Iterators: inputs]
+        guards.add(GuardKind.TYPE_MATCH, source, type(value))
         rest = iter_rest(value)
 
         def item(k):
@@ -493,8 +494,8 @@ def _wrap(tx, value, source):
                 return wrap_value(tx, rest[k], GetItemSource(IterRestSource(source), k))
             return None
 
-        finalized = hasattr(type(iter_tuple(value)), "__del__")
-        it = InputIteratorVariable(item, finalized=finalized, source=source)
+        finalized = type(value) is TUPLE_ITERATOR and hasattr(type(iter_tuple(value)), "__del__")
+        it = InputIteratorVariable(item, type(value), finalized=finalized, source=source)
         return tx.output.side_effects.track_iterator(it)
     made = _wrap_set(tx, value, source)
     if made is not None:

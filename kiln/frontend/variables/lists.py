@@ -74,6 +74,8 @@ class BaseListVariable(VariableTracker):
             return self.getitem(tx, args[0].as_python_constant())
         if name == "__len__":
             return ConstantVariable(len(self.items))
+        if name == "__iter__" and not args and not kwargs:  # `seq.__iter__()`: as iter(seq)
+            return ListIteratorVariable.over(tx, self)
         if name == "index" and len(args) == 1:
             i = self.find(tx, args[0])
             if i is None:
@@ -139,6 +141,9 @@ class TupleVariable(BaseListVariable):
             return self.items[list(fields).index(name)]
         if name in ("_replace", "_asdict") and hasattr(self.tuple_cls, "_fields"):
             return BoundMethodVariable(self, name)
+        if name == "_fields" and isinstance(getattr(self.tuple_cls, "_fields", None), tuple):
+            # (the names the items are read by above: taken as the class has them)
+            return TupleVariable([ConstantVariable(f) for f in self.tuple_cls._fields])
         for member in TUPLE_MEMBERS if self.tuple_cls is not tuple else ():
             found = member(tx, self, name)  # Note [Namedtuples: methods of a subclass]
             if found is not None:
@@ -483,7 +488,7 @@ _NOT_ITERABLE = (int, float, complex, bool, type(None))  # `for x in 1`: TypeErr
 
 
 # Note [Iterators: inputs]
-# A tuple iterator reaching a frame from outside (most often the `for` loop's iterator that a
+# A tuple (or range) iterator reaching a frame from outside (most often the `for` loop's iterator that a
 # resume function receives on its stack, `iter((remaining items))`) is traced as an iterator
 # over its remaining items: the guards check its type and the items it has left
 # (`___iter_rest(it)`, read without advancing it), as a tuple input's. The real iterator is
@@ -637,11 +642,13 @@ class ListIteratorVariable(VariableTracker):
         return rest
 
     def call_method(self, tx, name, args, kwargs):
-        if name == "__next__":
+        if name == "__next__" and not args and not kwargs:
             item = self.next_item(tx)
             if item is None:
                 raise_observed(tx, StopIteration)
             return item
+        if name == "__iter__" and not args and not kwargs:
+            return self  # (an iterator is its own iterator)
         unimplemented(f"iterator.{name}")
 
     def reconstruct(self, cg):
@@ -713,11 +720,15 @@ class InputIteratorVariable(ListIteratorVariable):
     trace takes them, advanced by the replay as far as the trace advanced it (Note [Iterators:
     inputs])."""
 
-    def __init__(self, item, finalized=False, **kw):
+    def __init__(self, item, iter_type, finalized=False, **kw):
         super().__init__((), **kw)
         self.item = item  # k -> the k-th item left, wrapped and guarded; None past the end
+        self.iter_type = iter_type  # tuple_iterator or range_iterator
         self.ended = False
         self.finalized = finalized  # its tuple's class has __del__
+
+    def python_type(self):
+        return self.iter_type
 
     def _fetch(self, upto):
         while not self.ended and len(self.items) < upto:

@@ -401,10 +401,14 @@ def is_lru_cached(value):
 # Note [Stdlib: id()]
 # id(obj) of an object that exists before the frame is a constant once the object itself is pinned:
 # an ID_MATCH guard on its source (the next call with another object recompiles). Classes and
-# functions kiln holds as constants are the objects themselves. An object made while tracing gets
+# functions kiln holds as constants are the objects themselves; a list, dict or deque read from a
+# source is the real container it stands for. An object made while tracing gets
 # a new id on every call, and a tensor input is not pinned by identity: those break.
 def _id(tx, obj):
     value = getattr(obj, "value", getattr(obj, "fn", _NONE))
+    if value is _NONE and obj.source is not None:  # a list/dict/deque read from a source
+        tracked = tx.output.side_effects.containers.values()
+        value = next((real for real, var in tracked if var is obj), _NONE)
     if value is _NONE or _is_tensor(obj):
         unimplemented(f"id() of {obj}")
     if obj.source is not None:

@@ -68,6 +68,10 @@ def raw_store_attr(tx, obj, name, value):
             unimplemented(f"property {cls.__name__}.{name} has no setter")
         inline_call(tx, static.fset, [obj, value], {}, obj._class_attr_source(name, "fset"))
         return
+    if python_set(static) is not None:  # Note [Objects: data descriptors]
+        src = AttrSource(obj.source, "__class__") if obj.source is not None else None
+        descriptor_set(tx, obj, cls, name, static, src, value)
+        return
     if static is not None and hasattr(static, "__set__"):
         unimplemented(f"assignment to the descriptor {cls.__name__}.{name}")
     tx.output.side_effects.store_attr(obj, name, value, raw=True)
@@ -185,6 +189,8 @@ def load_attr(tx, obj, name):
 # and __set__) wins over the instance dict: `obj.name` is `type(desc).__get__(desc, obj, cls)`
 # even when `obj.__dict__` holds `name`. A Python __get__ is inlined as for a non-data
 # descriptor (Note [Objects: descriptors with a Python __get__]); one written in C is a break.
+# `obj.name = value` is `type(desc).__set__(desc, obj, value)`, inlined when __set__ is Python
+# (its stores into `obj.__dict__` are the frame's side effects); a C __set__ is a break.
 
 
 def is_data_descriptor(static):
@@ -200,14 +206,34 @@ def python_get(static):
     return get if isinstance(get, types.FunctionType) else None
 
 
-def descriptor_get(tx, obj, cls, name, static, class_source):
-    """Note [Objects: descriptors with a Python __get__]."""
-    from kiln.frontend.variables.functions import inline_call
+def python_set(static):
+    """The Python __set__ of a descriptor's type, else None."""
+    put = next((vars(k)["__set__"] for k in type(static).__mro__ if "__set__" in vars(k)), None)
+    return put if isinstance(put, types.FunctionType) else None
 
+
+def _descriptor_var(tx, cls, name, static, class_source):
+    """The descriptor held by the class, read from its defining class's __dict__."""
     owner = next(i for i, k in enumerate(cls.__mro__) if name in vars(k))
     source = None
     if class_source is not None:
         mro = GetItemSource(AttrSource(class_source, "__mro__"), owner)
         source = GetItemSource(AttrSource(mro, "__dict__"), name)
-    desc = wrap_value(tx, static, source)
+    return wrap_value(tx, static, source)
+
+
+def descriptor_set(tx, obj, cls, name, static, class_source, value):
+    """`obj.name = value` through a data descriptor with a Python __set__: Note [Objects: data
+    descriptors]."""
+    from kiln.frontend.variables.functions import inline_call
+
+    desc = _descriptor_var(tx, cls, name, static, class_source)
+    inline_call(tx, python_set(static), [desc, obj, value], {}, None)
+
+
+def descriptor_get(tx, obj, cls, name, static, class_source):
+    """Note [Objects: descriptors with a Python __get__]."""
+    from kiln.frontend.variables.functions import inline_call
+
+    desc = _descriptor_var(tx, cls, name, static, class_source)
     return inline_call(tx, python_get(static), [desc, obj, wrap_constant_like(tx, cls)], {}, None)

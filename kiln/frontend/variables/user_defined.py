@@ -52,11 +52,13 @@ from kiln.frontend.variables.misc import ConstantObjectVariable, is_frozen
 from kiln.frontend.variables.object_new import ObjectNewVariable
 from kiln.frontend.variables.user_attrs import (
     descriptor_get,
+    descriptor_set,
     has_instance_dict,
     instance_static,
     is_data_descriptor,
     no_attribute_message,
     python_get,
+    python_set,
 )
 from kiln.frontend.variables.user_protocol import (
     mapping_view,
@@ -356,7 +358,10 @@ class UserDefinedObjectVariable(VariableTracker):
                 return descriptor_get(
                     tx, self, cls, name, static, AttrSource(self.source, "__class__")
                 )
-            unimplemented(f"data descriptor {name!r} of {cls.__name__}")
+            view = None if hasattr(type(static), "__get__") else instance_dict_view(self)
+            if view is None or name not in view._keys(tx):
+                unimplemented(f"data descriptor {name!r} of {cls.__name__}")
+            return view._value(tx, name)  # (no __get__: the instance dict first, as Python)
         d = getattr(self.value, "__dict__", None)
         if d is not None and name in d and not isinstance(static, property):
             # (a property is a data descriptor: it wins over the instance dict)
@@ -591,6 +596,9 @@ class NewObjectVariable(VariableTracker):
             isinstance(static, types.MemberDescriptorType)
             and static.__objclass__ in self.cls.__mro__
         )
+        if python_set(static) is not None:  # Note [Objects: data descriptors]
+            descriptor_set(tx, self, self.cls, name, static, self._class_source(), value)
+            return
         if static is not None and hasattr(static, "__set__") and not slot:
             unimplemented(f"assignment to the descriptor {self.cls.__name__}.{name}")
         setattr_ = instance_static(self.cls, "__setattr__")
@@ -746,6 +754,12 @@ def _dunder_missing(cls, name):
         unimplemented(f"{getattr(cls, '__name__', cls)} has no {name}")
 
 
+# the plain attribute lookup (object's, re-exported by the builtin containers as their own slot)
+_GENERIC_GETATTRIBUTE = frozenset(
+    t.__getattribute__ for t in (object, dict, list, set, frozenset, tuple, collections.deque)
+)
+
+
 def call_getattr_hook(tx, obj, name):
     """`obj.name` not found the ordinary way: the class's Python __getattr__, inlined."""
     cls = obj.python_type()
@@ -754,8 +768,8 @@ def call_getattr_hook(tx, obj, name):
         method = dict_subclass.read_method(tx, obj, "get")  # `__getattr__ = dict.get`
         if method is not None:
             return method.call_function(tx, [ConstantVariable(name)], {})
-    if not isinstance(hook, types.FunctionType) or cls.__getattribute__ is not (
-        object.__getattribute__
+    if not isinstance(hook, types.FunctionType) or (
+        cls.__getattribute__ not in _GENERIC_GETATTRIBUTE
     ):
         unimplemented(f"{cls.__name__}.__getattr__ ({type(hook).__name__})")
     source = obj._class_attr_source("__getattr__")
