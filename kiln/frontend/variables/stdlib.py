@@ -144,21 +144,28 @@ class CountVariable(ListIteratorVariable):
     def __init__(self, start, step, **kw):
         super().__init__((), **kw)
         self.start, self.step = start, step
+        self.values = [start]  # (count adds step to the last value: `10, 12.5, 15.0` for 2.5)
 
     def python_type(self):
         return itertools.count
 
+    def _value(self, k):
+        """The k-th number, as count makes it: start itself, then repeated additions."""
+        while len(self.values) <= k:
+            self.values.append(self.values[-1] + self.step)
+        return self.values[k]
+
     def next_item(self, tx=None):
         _ITER_UNDO.append((self, self.index))
         self.index += 1
-        return ConstantVariable(self.start + (self.index - 1) * self.step)
+        return ConstantVariable(self._value(self.index - 1))
 
     def unpack_var_sequence(self, tx):
         unimplemented("all items of an endless itertools.count")
 
     def reconstruct(self, cg):
         cg.load_object(itertools.count, push_null=True)
-        cg.extend(emit.load_const(self.start + self.index * self.step))
+        cg.extend(emit.load_const(self._value(self.index)))
         cg.extend(emit.load_const(self.step))
         cg.extend(emit.call(2))
 

@@ -57,3 +57,20 @@ def test_taking_every_item_is_a_break_not_a_hang():
 
     with pytest.raises(Unsupported):
         kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(1))
+
+
+@pytest.mark.parametrize("start, step", [(10, 2.5), (0, 0.1), (1.5, 2), (3, -1)])
+def test_count_numbers_are_counts_own(start, step):
+    """count keeps start as given, then adds step to the last number (floats round as they do)."""
+
+    def fn(x):
+        c = itertools.count(start, step)
+        first = [next(c) for _ in range(12)]
+        return x + 1, first, repr(first), c
+
+    x = torch.zeros(2)
+    got = kiln.compile(fn, backend="eager", fullgraph=True)(x)
+    want = fn(x)
+    torch.testing.assert_close(got[0], want[0])
+    assert got[2] == want[2]  # (repr: 10 is not 10.0)
+    assert [next(got[3]) for _ in range(3)] == [next(want[3]) for _ in range(3)]
