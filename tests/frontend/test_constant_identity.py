@@ -54,3 +54,22 @@ def test_identity_of_ints_and_floats_made_dynamic_is_eager_identity():
         out, want = compiled(x, a, b), identity_of_numbers(x, a, b)
         torch.testing.assert_close(out[0], want[0])
         assert out[1:] == want[1:], (a, b)
+
+
+LETTERS = frozenset("abc")
+PAIR = (1, 2, 3)
+
+
+def new_and_old_containers():
+    u = LETTERS.union()  # (a new frozenset, equal to LETTERS)
+    v = tuple(list(PAIR))  # (a new tuple, equal to PAIR)
+    return u, LETTERS, v, PAIR, u is LETTERS
+
+
+def test_tuples_and_frozensets_come_back_as_the_objects_they_are():
+    got = kiln.compile(new_and_old_containers, backend="eager")()
+    want = new_and_old_containers()
+    assert got == want
+    same = [(a is b) for a in got[:4] for b in got[:4]]
+    assert same == [(a is b) for a in want[:4] for b in want[:4]]
+    assert got[1] is LETTERS and got[3] is PAIR

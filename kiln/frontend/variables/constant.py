@@ -56,7 +56,9 @@ _PURE_TYPES = (int, float, bool, complex, str, bytes, tuple, frozenset, torch.dt
 # constants and the assembler merges equal ones, so `c is a` would hold. A string equal to an
 # interned one but not that object is loaded as the object itself (`sys.intern(s) is s` asks
 # without changing the answer: if s is not interned it becomes the interned copy, which is what
-# the code constant would have made of it anyway).
+# the code constant would have made of it anyway). Non-empty tuples and frozensets are always
+# loaded as the objects themselves: the assembler would merge a frozenset made while tracing with
+# an equal global's (`fs.union() is FS`), and an input's own tuple must come back as itself.
 
 
 class ConstantVariable(PythonValueVariable):
@@ -72,7 +74,7 @@ class ConstantVariable(PythonValueVariable):
         if callable(attr) and type(self.value) in _PURE_TYPES:
             from kiln.frontend.variables.misc import ConstantMethodVariable
 
-            return ConstantMethodVariable(self.value, name)
+            return ConstantMethodVariable(self.value, name, receiver=self)
         if is_literal(attr):
             return ConstantVariable(attr)
         unimplemented(f"attribute {name!r} of constant {self.value!r}")
@@ -92,6 +94,8 @@ class ConstantVariable(PythonValueVariable):
             return
         if type(self.value) is str and sys.intern(self.value) is not self.value:
             cg.load_object(self.value)  # Note [Constants: string identity]
+        elif type(self.value) in (frozenset, tuple) and self.value:
+            cg.load_object(self.value)  # (the object itself: code constants equal are merged)
         elif is_literal(self.value) and not isinstance(self.value, (torch.dtype, torch.device)):
             cg.extend(emit.load_const(self.value))
         else:

@@ -246,10 +246,11 @@ class TensorMethodVariable(VariableTracker):
 class ConstantMethodVariable(VariableTracker):
     """A method of an immutable constant (`"a".join`, `(1, 2).index` ...), folded when called."""
 
-    def __init__(self, value, name, **kw):
+    def __init__(self, value, name, receiver=None, **kw):
         super().__init__(**kw)
         self.value = value
         self.name = name
+        self.receiver = receiver  # the constant's variable (its source), when known
 
     def call_function(self, tx, args, kwargs):
         if self.name == "join" and len(args) == 1 and not args[0].is_python_constant():
@@ -265,6 +266,12 @@ class ConstantMethodVariable(VariableTracker):
         if self.name == "__new__" and (not cargs or cargs[0] is not self.value):
             unimplemented(f"{self.value.__name__}.__new__ of another class (not folded)")
         result = fold(lambda: getattr(self.value, self.name)(*cargs, **ckw))
+        if result.value is self.value and self.receiver is not None:
+            return self.receiver  # (`fs.copy() is fs`: the object itself, not a new constant)
+        if type(result.value) is frozenset and result.value is not self.value:
+            # (a new frozenset written as a code constant could be one object with an equal
+            # constant: `fs.union() is fs` must stay False)
+            unimplemented(f"frozenset.{self.name} makes a new frozenset (identity not modelled)")
         if type(result.value) is list and all(is_literal(v) for v in result.value):
             from kiln.frontend.variables.lists import ListVariable
 
