@@ -62,3 +62,18 @@ def test_range_iterator_input_run_out():
     assert_same(take_rest(torch.zeros(2), eager_it), compiled(torch.zeros(2), compiled_it))
     assert list(compiled_it) == list(eager_it) == []
     assert type(compiled_it).__name__ == "range_iterator"
+
+
+def test_range_iterator_input_too_long_to_keep_runs_eagerly(monkeypatch):
+    """A guard per item left is no plan for a long loop's range (CPython's test_deque
+    test_rotate: `for i in range(BIG + 17)` resumed after a break took minutes to trace)."""
+    from kiln import config
+
+    monkeypatch.setattr(config, "range_items_limit", 50)
+    kiln.reset()
+    compiled = kiln.compile(take_rest, backend="eager")
+    x = torch.zeros(2)
+    got_it, want_it = iter(range(60)), iter(range(60))
+    assert_same(compiled(x, got_it), take_rest(x, want_it))
+    assert list(got_it) == list(want_it) == []
+    assert any("too long to keep" in r for r in kiln.counters["unimplemented"])

@@ -486,6 +486,8 @@ def _wrap(tx, value, source):
     if type(value) in (TUPLE_ITERATOR, RANGE_ITERATOR):  # Note [Iterators: inputs]
         guards.add(GuardKind.TYPE_MATCH, source, type(value))
         rest = iter_rest(value)
+        if len(rest) > config.range_items_limit:  # (a guard per item left: a long loop's range)
+            unimplemented(f"an iterator input with {len(rest)} items left (too long to keep)")
 
         def item(k):
             """The k-th item left, wrapped and guarded when the trace takes it (None: none)."""
