@@ -4,8 +4,21 @@ import copy
 import logging
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 import kiln
+
+
+class Recorder(TorchFunctionMode):
+    """A torch function mode that records the name of every torch function it sees."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.seen.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
 
 
 class CountingBackend:

@@ -7,21 +7,10 @@ import contextlib
 import pytest
 import torch
 import torch.nn.functional as F
+from frontend_helpers import Recorder
 from torch.overrides import TorchFunctionMode
 
 import kiln
-
-
-class Recorder(TorchFunctionMode):
-    """Records the name of every torch function it sees."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.seen.append(getattr(func, "__name__", str(func)))
-        return func(*args, **(kwargs or {}))
 
 
 def body(x, w):

@@ -6,24 +6,12 @@ import contextlib
 
 import pytest
 import torch
+from frontend_helpers import CountingBackend, Recorder
 from torch._C import _get_function_stack_at, _len_torch_function_stack
 from torch._C import _pop_torch_function_stack as pop_mode
 from torch._C import _push_on_torch_function_stack as push_mode
-from torch.overrides import TorchFunctionMode
 
 import kiln
-
-
-class Recorder(TorchFunctionMode):
-    """Records the name of every torch function it sees."""
-
-    def __init__(self):
-        super().__init__()
-        self.seen = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.seen.append(getattr(func, "__name__", str(func)))
-        return func(*args, **(kwargs or {}))
 
 
 def stack_state():
@@ -42,16 +30,6 @@ def no_default_device():
     yield
     torch.set_default_device(None)
     assert _len_torch_function_stack() == 0
-
-
-def counting():
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    return graphs, backend
 
 
 def sets_then_adds(x):
@@ -88,7 +66,7 @@ def run(fn, args, modes=(), before=None):
 
 
 def same_as_eager(fn, make_args, n_modes=0, before=None, fullgraph=True):
-    graphs, backend = counting()
+    backend = CountingBackend()
     compiled = kiln.compile(fn, backend=backend, fullgraph=fullgraph)
     for _ in range(2):  # (the compile, then the cached entry)
         want = run(fn, make_args(), [Recorder() for _ in range(n_modes)], before)
@@ -98,7 +76,7 @@ def same_as_eager(fn, make_args, n_modes=0, before=None, fullgraph=True):
         left_got = [(name, d if name == "DeviceContext" else None) for name, d in got[1]]
         assert left_got == left_want
         assert got[2:] == want[2:]
-    return graphs
+    return backend.graphs
 
 
 def test_set_default_device_in_the_frame_leaves_eagers_stack():
@@ -141,14 +119,14 @@ def makes_zeros(x):
 
 
 def test_guard_tells_a_default_device_mode_under_the_users_modes_apart():
-    graphs, backend = counting()
+    backend = CountingBackend()
     compiled = kiln.compile(makes_zeros, backend=backend)
     for before, n_modes in (("cpu", 0), ("cpu", 1), (None, 1), ("cpu", 1), ("cpu", 0)):
         want = run(makes_zeros, (torch.ones(2),), [Recorder() for _ in range(n_modes)], before)
         got = run(compiled, (torch.ones(2),), [Recorder() for _ in range(n_modes)], before)
         torch.testing.assert_close(got[0], want[0])
         assert got[2] == want[2]  # (the mode saw eager's calls: not an entry compiled without it)
-    assert len(graphs) == 3  # (one per stack; the last two calls hit entries made before)
+    assert backend.calls == 3  # (one per stack; the last two calls hit entries made before)
 
 
 def meta_factory(x):
