@@ -164,6 +164,8 @@ def compile(
     # backend name that is one, MODE_BACKENDS)
     backend, kiln_mode = _settings(backend)
     settings = dict(backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=kiln_mode)
+    if options and "guard_filter_fn" in options:  # (the one option torch's frontend takes)
+        settings["options"] = {"guard_filter_fn": options["guard_filter_fn"]}
     if model is None:
         return lambda m: kiln.compile(m, **settings)
     return kiln.compile(model, **settings)
