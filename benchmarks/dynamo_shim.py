@@ -28,6 +28,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.config.capture_scalar_outputs    | kiln.config.capture_scalar_outputs (read through)    |
 | torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
 | torch._dynamo.config.recompile_limit           | kiln.config.cache_size_limit (read through)          |
+| torch._dynamo.config.error_on_recompile        | kiln.config.error_on_recompile (read through)        |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 | backend "cudagraphs"                           | kiln's "kiln" with mode="reduce-overhead"            |
 | other torch backends (tvm, openxla)            | torch's compiler of that name on kiln's graphs       |
@@ -272,6 +273,7 @@ _CONFIG = {
     "symbol_guard_limit_before_specialize": "torch.fx.experimental._config",
     "cache_size_limit": ("torch._dynamo.config", "recompile_limit"),  # (both 8 by default)
     "automatic_dynamic_shapes": "torch._dynamo.config",
+    "error_on_recompile": "torch._dynamo.config",
     "assume_static_by_default": "torch._dynamo.config",
 }
 

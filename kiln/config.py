@@ -6,6 +6,7 @@ import sys
 # --- frontend ---
 disable = False  # kiln.compile returns what it is given, uncompiled (KILN_DISABLE=1)
 cache_size_limit = 8  # compiled entries per code object before the frame runs eagerly
+error_on_recompile = False  # a frame that would compile again raises RecompileError
 inline_depth_limit = 32  # nested user-function inlining depth before a graph break
 loop_pass_limit = 10_000  # loop passes unrolled in one trace before its frame runs eagerly
 python_trace_limit = (

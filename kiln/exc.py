@@ -68,5 +68,9 @@ class BackendCompilerFailed(KilnError):
         self.inner = inner
 
 
+class RecompileError(KilnError):
+    """A compiled function would compile again under `config.error_on_recompile`."""
+
+
 class InternalError(KilnError):
     """A bug in kiln: an invariant did not hold."""

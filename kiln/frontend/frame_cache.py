@@ -18,7 +18,7 @@ import torch.fx
 
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
-from kiln.exc import CompiledAutogradCall, RestartTrace, Unsupported, unimplemented
+from kiln.exc import CompiledAutogradCall, RecompileError, RestartTrace, Unsupported, unimplemented
 from kiln.frontend import fallback, installed_globals, stance, transforms
 from kiln.frontend.backward_scope import (
     backward_scope,
@@ -399,6 +399,10 @@ class FrameCache:
             return self.run_eager(args, kwargs)
         if stance.state.name == "fail_on_recompile":
             stance.fail_on_recompile(self.fn, [e.guard for e in self.entry_info], args, kwargs)
+        if self.entries and config.error_on_recompile:
+            guards = [e.guard for e in self.entry_info]
+            why = "config.error_on_recompile"
+            stance.fail_on_recompile(self.fn, guards, args, kwargs, why, RecompileError)
         name = self.fn.__qualname__
         if self.entries:
             if len(self.entries) >= config.cache_size_limit and self._dead_pins_possible():
