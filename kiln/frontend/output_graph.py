@@ -205,6 +205,12 @@ class OutputGraph:
     def output(self):
         return self  # SymNodeVariable.create(tx, ...) reads tx.output
 
+    @property
+    def captures_scalars(self):
+        """`.item()` stays in the graph (Note [Shapes: item() in the graph]): under
+        config.capture_scalar_outputs, and always under fullgraph=True, as torch.compile does."""
+        return config.capture_scalar_outputs or self.settings.fullgraph
+
     def has_symbols(self):
         """Whether this frame's graph has symbolic sizes (a ShapeEnv with symbols)."""
         return bool(self.shape_env.var_to_val)

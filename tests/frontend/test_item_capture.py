@@ -87,13 +87,40 @@ def test_tolist_of_ints(capture):
     assert len(graphs) == 1
 
 
-def test_off_by_default():
+def test_off_by_default_a_break():
     def fn(x):
-        return torch.ones(max(x.item(), 4))
+        return torch.ones(max(x.item(), 4)) * 2
+
+    compiled, graphs = _counted(fn)
+    for v in (2, 9):
+        x = torch.tensor([v])
+        assert_same(fn(x), compiled(x))
+    assert len(graphs) == 2  # (no graph before the break: the item; one per size after it)
+    assert not any("item" in str(gm.graph) for gm in graphs)
+
+
+@pytest.mark.parametrize("backend", [None, "kiln"])
+def test_on_under_fullgraph_as_torch_compile(backend):
+    def fn(x, a, n):
+        return x * a.item() + torch.ones(max(n.item(), 4)).sum(), float(a)
+
+    compiled, graphs = _counted(fn, fullgraph=True, backend=backend)
+    x = torch.randn(3)
+    for a, n in ((2.0, 3), (-0.5, 7)):
+        args = (x, torch.tensor(a), torch.tensor([n]))
+        assert_same(fn(*args), compiled(*args))
+    assert len(graphs) == 1
+
+
+def test_a_branch_on_an_item_under_fullgraph_is_still_an_error():
+    def fn(x):
+        if x.sum().item() > 0:
+            return x + 1
+        return x - 1
 
     kiln.reset()
     with pytest.raises(Unsupported):
-        kiln.compile(fn, fullgraph=True)(torch.tensor([2]))
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(2))
 
 
 def test_arithmetic_on_a_data_dependent_size_asserts_it_is_nonnegative(capture):
@@ -136,3 +163,26 @@ def test_split_by_item_sizes(capture):
     assert len(graphs) == 1
     with pytest.raises(RuntimeError):  # the sizes do not add up: split raises, as eagerly
         compiled(torch.randn(10), torch.tensor([4, 4]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float64])
+def test_float_item_as_a_scalar_operand(capture, dtype):
+    def fn(x, a):
+        v = a.item()
+        return x * v, (x + v).clamp(min=v), torch.where(x > 0, x, v)
+
+    compiled, graphs = _counted(fn, fullgraph=True)
+    x = torch.arange(-2, 4).to(dtype)
+    for a in (0.25, -3.5, 7.0):
+        args = (x, torch.tensor(a))
+        assert_same(fn(*args), compiled(*args))
+    assert len(graphs) == 1
+
+
+def test_float_item_as_a_factorys_fill_value_breaks(capture):
+    def full(a):
+        return torch.full((3,), a.item())
+
+    kiln.reset()
+    with pytest.raises(Unsupported, match="data-dependent"):
+        kiln.compile(full, backend="eager", fullgraph=True)(torch.tensor(2.0))

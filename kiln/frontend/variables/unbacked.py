@@ -16,7 +16,9 @@ symbol (Note [Shapes: unbacked scalars]): no value at trace time, never guarded.
 (the op checks their sum when it runs, as eagerly); `x.narrow(dim, start, n)` is a view of size n
 where torch._check's facts show 0 <= n <= size - start, and `x[a:b]` (first dim) with such a
 bound a view of size b - a where they show 0 <= a <= b <= size (else a break naming the check). `t.tolist()` of a 1-d tensor of static size is `[t[0].item(), t[1].item(), ...]`.
-Without the switch, `.item()` is a graph break (the default, as in torch.compile).
+Without the switch, `.item()` is a graph break (the default, as in torch.compile); under
+`fullgraph=True` it is always kept in the graph, as torch.compile does (`output.captures_scalars`):
+the break would be an error there.
 A bool tensor's item is a DataBoolVariable (Note [Shapes: a bool read from tensor data]);
 complex tensors, and tensors whose element count is symbolic, still break.
 """
@@ -26,7 +28,6 @@ import operator
 import sympy
 import torch
 
-from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables import data_bools, runtime_asserts
@@ -59,7 +60,7 @@ def tensor_number(tx, fn, tensor):
 
 def tensor_item(tx, tensor, args, kwargs):
     """`t.item()`: a graph node with an unbacked value, or a graph break (see the note)."""
-    if not config.capture_scalar_outputs:
+    if not tx.output.captures_scalars:
         unimplemented("Tensor.item() reads tensor data")
     if args or kwargs:
         unimplemented("Tensor.item() with arguments")
@@ -108,6 +109,12 @@ class ItemFloatVariable(VariableTracker):
 
     def truthy(self, tx):
         self.as_python_constant()
+
+    def op_argument(self):
+        """(FX argument, meta stand-in) as a scalar argument of a tensor op: the graph computes
+        with the value; the meta run takes 0.5 (settle_args already specialised the floats of
+        ops whose output metadata depends on them, where this one breaks)."""
+        return self.proxy, 0.5
 
     def bool_in_graph(self, tx):
         """`bool(v)`: Note [Shapes: a bool read from tensor data]."""
@@ -160,7 +167,7 @@ _TOLIST_ITEMS = 1024  # more elements than this: a break (each is one .item() in
 def tensor_tolist(tx, tensor, args, kwargs):
     """`t.tolist()` of a tensor of static sizes: nested lists of `t[i, j].item()` in the graph
     (a 0-d tensor gives the scalar itself, as eagerly)."""
-    if not config.capture_scalar_outputs:
+    if not tx.output.captures_scalars:
         unimplemented("Tensor.tolist() reads tensor data")
     ex = tensor.example
     sizes = [shape_env.from_torch(n) for n in ex.shape]
@@ -359,7 +366,7 @@ def _checked_sizes(tx, args, kwargs, first_only):
 
 def _factory(first_only):
     def hook(tx, fn, args, kwargs):
-        if config.capture_scalar_outputs:
+        if tx.output.captures_scalars:
             _checked_sizes(tx, args, kwargs, first_only)
         return None  # (the factory as usual, its sizes now known nonnegative)
 
@@ -368,7 +375,7 @@ def _factory(first_only):
 
 def _new_factory(name, first_only):
     def hook(tx, tensor, args, kwargs):
-        if config.capture_scalar_outputs:
+        if tx.output.captures_scalars:
             _checked_sizes(tx, args, kwargs, first_only)
         return _as_method(tx, name, tensor, args, kwargs)
 
