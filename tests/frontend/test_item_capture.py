@@ -186,3 +186,27 @@ def test_float_item_as_a_factorys_fill_value_breaks(capture):
     kiln.reset()
     with pytest.raises(Unsupported, match="data-dependent"):
         kiln.compile(full, backend="eager", fullgraph=True)(torch.tensor(2.0))
+
+
+@pytest.mark.parametrize("backend", [None, "kiln"])
+def test_float_item_arithmetic_stays_in_the_graph(capture, backend):
+    def fn(x, a, b):
+        v = a.item() * 2 + 1
+        w = (v - b.item()) / 4 + x.size(0)
+        return x * w, v, 1 - w
+
+    compiled, graphs = _counted(fn, fullgraph=True, backend=backend)
+    for a, b in ((0.5, 2.0), (-3.25, 0.0), (1e10, 7.5)):
+        args = (torch.randn(3), torch.tensor(a), torch.tensor(b, dtype=torch.float64))
+        assert_same(fn(*args), compiled(*args))
+    assert len(graphs) == 1
+
+
+def test_float_item_divided_by_zero_raises_as_eagerly(capture):
+    def fn(a, b):
+        return a.item() / b.item()
+
+    compiled, _ = _counted(fn, fullgraph=True)
+    assert compiled(torch.tensor(3.0), torch.tensor(2.0)) == 1.5
+    with pytest.raises(ZeroDivisionError):
+        compiled(torch.tensor(3.0), torch.tensor(0.0))

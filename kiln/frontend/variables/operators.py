@@ -18,6 +18,7 @@ from kiln.frontend.variables import (
     sequence_ops,
     set_subclass,
     sym,
+    unbacked,
     unspec_float,
 )
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
@@ -71,6 +72,10 @@ def binary_op(tx, fn, a, b):
         return call_tensor_op(tx, "call_function", fn, [a, b], {})
     if isinstance(a, SymFloatVariable) or isinstance(b, SymFloatVariable):
         result = unspec_float.binary(tx, fn, a, b)  # Note [Shapes: unspecialised floats]
+        if result is not None:
+            return result
+    if hasattr(a, "op_argument") or hasattr(b, "op_argument"):  # a float `.item()`
+        result = unbacked.float_binary(tx, fn, a, b)  # Note [Shapes: item() in the graph]
         if result is not None:
             return result
     if isinstance(a, SymNodeVariable | SizeFloatVariable) or isinstance(

@@ -88,6 +88,45 @@ def tensor_item(tx, tensor, args, kwargs):
     return ItemFloatVariable(output, node, value)
 
 
+# a float item's arithmetic kept in the graph: Python's float operators on the run-time values
+_FLOAT_ARITH = {
+    operator.add: operator.add,
+    operator.iadd: operator.add,
+    operator.sub: operator.sub,
+    operator.isub: operator.sub,
+    operator.mul: operator.mul,
+    operator.imul: operator.mul,
+    operator.truediv: operator.truediv,
+    operator.itruediv: operator.truediv,
+}
+
+
+def _float_operand(v):
+    """The FX argument of a float item, a literal int/float, or an int size; else None."""
+    if hasattr(v, "op_argument"):
+        return v.proxy
+    if isinstance(v, ConstantVariable) and type(v.value) in (int, float):
+        return v.value
+    if isinstance(v, SymNodeVariable) and getattr(v.value, "kind", "int") == "int":
+        return v.proxy
+    return None
+
+
+def float_binary(tx, fn, a, b):
+    """`v <op> w` (+ - * /) with a float read by `.item()` and a number: a node of the graph whose
+    value is another such float (Python's float arithmetic at run time, its errors included), or
+    None."""
+    op = _FLOAT_ARITH.get(fn)
+    pa, pb = _float_operand(a), _float_operand(b)
+    if op is None or pa is None or pb is None:
+        return None
+    output = tx.output
+    node = output.create_node("call_function", op, (pa, pb), {})
+    value = output.shape_env.create_unbacked("float")
+    node.meta["example_value"] = shape_env.to_torch(value)
+    return ItemFloatVariable(output, node, value)
+
+
 class ItemFloatVariable(VariableTracker):
     """A float read from tensor data in the graph (Note [Shapes: item() in the graph])."""
 
