@@ -270,6 +270,7 @@ def _unsupported(a, b):
 # `@torch._dynamo.config.patch(capture_scalar_outputs=True)` reaches kiln
 _CONFIG = {
     "capture_scalar_outputs": "torch._dynamo.config",
+    "capture_dynamic_output_shape_ops": "torch._dynamo.config",
     "symbol_guard_limit_before_specialize": "torch.fx.experimental._config",
     "cache_size_limit": ("torch._dynamo.config", "recompile_limit"),  # (both 8 by default)
     "automatic_dynamic_shapes": "torch._dynamo.config",

@@ -14,6 +14,7 @@ python_trace_limit = (
 )
 range_items_limit = 100_000  # a traced range() longer than this is a graph break
 capture_scalar_outputs = False  # `t.item()` stays in the graph as an unbacked scalar (no break)
+capture_dynamic_output_shape_ops = False  # `x.nonzero()` stays in the graph (unbacked size)
 symbol_guard_limit_before_specialize = None  # n: a size symbol in > n guards is specialised
 specialize_int = True  # Python ints taken as constants (guarded), not graph inputs
 skip_modules = (

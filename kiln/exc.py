@@ -43,6 +43,11 @@ class Unsupported(KilnError):
         return f"{text}\n{self.kiln_details}" if self.kiln_details else text
 
 
+class DataDependentOp(Unsupported):
+    """A graph holds an op whose result depends on tensor data (`.item()`, `nonzero`): kiln's ATen
+    tracer refuses it, so a backend built on it runs that graph as traced."""
+
+
 class CompiledAutogradCall(Unsupported):
     """`.backward()` under config.compiled_autograd: the frame splits there and compiled autograd
     captures the whole backward as one graph, so fullgraph=True allows it."""

@@ -48,6 +48,10 @@ def broadcast_shapes(*shapes):
     rank = max((len(s) for s in shapes), default=0)
     out = []
     for i in range(rank):
+        sizes = [shape[i - (rank - len(shape))] for shape in shapes if i >= rank - len(shape)]
+        if all(same_size(sizes[0], s) for s in sizes[1:]):
+            out.append(sizes[0])  # (one size, whether or not it is 1: no question asked)
+            continue
         cur = 1
         for shape in shapes:
             j = i - (rank - len(shape))
@@ -59,6 +63,13 @@ def broadcast_shapes(*shapes):
             cur = s if cur == 1 else _check_equal(cur, s, "broadcast")
         out.append(cur)
     return Sizes(out)
+
+
+def same_size(a, b):
+    """Whether two sizes are the same expression (an unbacked size is then never asked `== 1`)."""
+    if isinstance(a, SymNode) and isinstance(b, SymNode):
+        return a.expr == b.expr
+    return isinstance(a, int) and isinstance(b, int) and a == b
 
 
 def same_as_first(x, *args, **kwargs):

@@ -55,7 +55,7 @@ def test_verbose_keeps_kiln_frames(monkeypatch):
     [
         (lambda x: x + 1 if x.sum() > 0 else x - 1, "data-dependent branch", "torch.where"),
         (lambda x: (print("x"), x + 1)[1], "builtin print", "logger.warning"),
-        (lambda x: x.nonzero(), "data-dependent shape", "fixed-size"),
+        (lambda x: x.unique(), "data-dependent shape", "fixed-size"),
         (lambda x: np.fft.fft(x.numpy()), "numpy function np.fft is not traced", "torch ops"),
     ],
 )

@@ -722,6 +722,8 @@ def getitem(tx, obj, index):
         from kiln.frontend.variables import unbacked
 
         done = unbacked.slice_by_items(tx, obj, index)  # Note [Shapes: item() in the graph]
+        if done is None:  # Note [Shapes: results sized by tensor data]
+            done = unbacked.data_sized.masked_items(tx, obj, index)
         if done is not None:
             return done
         return call_tensor_op(tx, "call_function", operator.getitem, [obj, index], {})

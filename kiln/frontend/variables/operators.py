@@ -402,6 +402,11 @@ def tensor_origin(var):
     return var
 
 
+# constants of which each value is one object: `is` between two of them is `==`
+_SINGLETONS = (bool, type(None), type(Ellipsis), enum.Enum, torch.dtype, torch.layout)
+_SINGLETONS += (torch.memory_format,)
+
+
 def _identical(a, b):
     """Whether two traced values are the same object (None when it cannot be known)."""
     if a is b:
@@ -418,7 +423,7 @@ def _identical(a, b):
         if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
             if type(va) is not type(vb):
                 return False
-            if isinstance(va, (bool, type(None), type(Ellipsis), enum.Enum)) or va is vb:
+            if isinstance(va, _SINGLETONS) or va is vb:
                 return va is vb  # (enum members are singletons: OptState.READY is ...)
             if type(va) in (int, str, bytes, float, complex) and va == va and vb == vb != va:
                 return False  # two values: two objects (equal ones may or may not be one; NaN)

@@ -30,7 +30,7 @@ import torch
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.variables import data_bools, runtime_asserts
+from kiln.frontend.variables import data_bools, data_sized, runtime_asserts  # noqa: F401
 from kiln.frontend.variables import tensor as tensor_vars
 from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import VariableTracker
