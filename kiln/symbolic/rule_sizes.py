@@ -49,8 +49,9 @@ def broadcast_shapes(*shapes):
     out = []
     for i in range(rank):
         sizes = [shape[i - (rank - len(shape))] for shape in shapes if i >= rank - len(shape)]
+        sizes = [s for s in sizes if not (isinstance(s, int) and s == 1)] or [1]
         if all(same_size(sizes[0], s) for s in sizes[1:]):
-            out.append(sizes[0])  # (one size, whether or not it is 1: no question asked)
+            out.append(sizes[0])  # (one size besides 1s, whether or not it is 1: nothing asked)
             continue
         cur = 1
         for shape in shapes:

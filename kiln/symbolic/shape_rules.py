@@ -213,7 +213,10 @@ def slice_(x, dim=0, start=None, end=None, step=1):
     size = x[d]
     lo = _clamp_index(start, size, 0)
     hi = _clamp_index(end, size, size)
-    length = (hi - lo + (step - 1)) // step if hi > lo else 0
+    if isinstance(lo, int) and lo == 0 and hi is size and step == 1:
+        length = size  # the whole dim (`x[:, :, None]`): nothing to ask, even of a data size
+    else:
+        length = (hi - lo + (step - 1)) // step if hi > lo else 0
     out = list(x)
     out[d] = length
     return Sizes(out)

@@ -210,3 +210,36 @@ def test_float_item_divided_by_zero_raises_as_eagerly(capture):
     assert compiled(torch.tensor(3.0), torch.tensor(2.0)) == 1.5
     with pytest.raises(ZeroDivisionError):
         compiled(torch.tensor(3.0), torch.tensor(0.0))
+
+
+class PaddingMask(torch.nn.Module):
+    """A padding mask from the longest length (test_repros' test_unbacked_arange_in_bounds)."""
+
+    def forward(self, lengths):
+        row = torch.arange(0, lengths.max().item(), 1)
+        mask = (row < lengths.unsqueeze(-1)).type(torch.float32)
+        return mask[:, :, None]
+
+
+@pytest.mark.parametrize("backend", [None, "kiln"])
+def test_arange_to_an_item_bound_under_fullgraph(backend):
+    model = PaddingMask()
+    compiled, graphs = _counted(model, fullgraph=True, backend=backend)
+    for lengths in ([5, 4, 4, 4], [1, 2, 3, 1], [0, 0, 0, 0]):
+        t = torch.tensor(lengths, dtype=torch.int32)
+        assert_same(model(t), compiled(t))
+    assert len(graphs) == 1
+
+
+def test_arange_to_a_negative_item_bound_raises_as_eagerly():
+    def fn(n):
+        return torch.arange(-3, n.item()) * 2
+
+    compiled, graphs = _counted(fn, fullgraph=True)
+    for v in (4, -3, 0):
+        assert_same(fn(torch.tensor(v)), compiled(torch.tensor(v)))
+    with pytest.raises(RuntimeError):
+        fn(torch.tensor(-5))
+    with pytest.raises(RuntimeError):
+        compiled(torch.tensor(-5))
+    assert len(graphs) == 1

@@ -421,6 +421,38 @@ def _new_factory(name, first_only):
     return hook
 
 
+_ARANGE_BOUNDS = (
+    "upper bound and larger bound inconsistent with step sign (bounds read from tensor data)"
+)
+
+
+def _arange(tx, fn, args, kwargs):
+    """`torch.arange(end)` / `(start, end[, 1])` with an int bound read by `.item()`: `end - start
+    >= 0` asserted at run time (eager raises then too) and assumed, so the length is `end - start`
+    with no question asked."""
+    if not tx.output.captures_scalars or kwargs.keys() - {"dtype", "device", "layout"}:
+        return None
+    bounds = list(args)
+    if not 1 <= len(bounds) <= 3 or not any(is_item_scalar(b) for b in bounds):
+        return None
+    if len(bounds) == 1:
+        bounds = [ConstantVariable(0), *bounds]
+    step = bounds[2] if len(bounds) == 3 else ConstantVariable(1)
+    if not step.is_python_constant() or step.as_python_constant() != 1:
+        return None  # (another step's length is a floor the facts do not decide: a break)
+    exprs = []
+    for b in bounds[:2]:
+        if isinstance(b, SymNodeVariable) and b.value.kind == "int":
+            exprs.append(b.value.expr)
+        elif b.is_python_constant() and type(b.as_python_constant()) is int:
+            exprs.append(b.as_python_constant())
+        else:
+            return None
+    runtime_asserts.assert_nonnegative_size(tx, exprs[1] - exprs[0], _ARANGE_BOUNDS)
+    return None  # (arange as usual, its length now known nonnegative)
+
+
+torch_vars.register_function(torch.arange, _arange)
 for _fn in (torch.zeros, torch.ones, torch.empty, torch.rand, torch.randn):
     torch_vars.register_function(_fn, _factory(first_only=False))
 torch_vars.register_function(torch.full, _factory(first_only=True))
