@@ -589,6 +589,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 self, obj, inst.argval
             )  # Note [Objects: the instance __dict__ as a view]
             return
+        if isinstance(obj, NewObjectVariable):  # an instance made in the frame
+            obj.delattr(self, inst.argval)
+            return
         unimplemented(f"attribute deletion .{inst.argval} (side effect)")
 
     # --- stack manipulation ---------------------------------------------------------------------

@@ -611,6 +611,21 @@ class NewObjectVariable(VariableTracker):
             raise_observed(tx, AttributeError, no_attribute_message(self.cls, name))
         self.store_attr(name, value)
 
+    def delattr(self, tx, name):
+        """`del obj.name`: out of its own attributes (no __delattr__ of its class, no descriptor)."""
+        if instance_static(self.cls, "__delattr__") is not object.__delattr__:
+            unimplemented(
+                f"attribute deletion .{name} of a {self.cls.__name__} (its own __delattr__)"
+            )
+        static = instance_static(self.cls, name, None)
+        if static is not None and (hasattr(static, "__set__") or hasattr(static, "__delete__")):
+            unimplemented(f"attribute deletion .{name} through the descriptor {self.cls.__name__}")
+        if name not in self.attrs:
+            message = f"{self.cls.__name__!r} object has no attribute {name!r}"
+            raise_observed(tx, AttributeError, message)
+        tx.output.side_effects.mutate_new_object(self)
+        del self.attrs[name]
+
     def hasattr(self, tx, name):
         static = instance_static(self.cls, name, None)
         if isinstance(static, types.MemberDescriptorType):  # a __slots__ field: set, or not
