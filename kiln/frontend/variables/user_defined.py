@@ -805,15 +805,14 @@ def hasattr_by_getattr(tx, obj, name):
 
 def _enum_lookup(tx, cls, value):
     """`Color(1)`: the member with that value (Python's lookup; ValueError when there is none)."""
-    plain = type(cls).__call__ is enum.EnumMeta.__call__ and cls._missing_.__func__ is (
-        enum.Enum._missing_.__func__
-    )
-    if not plain or not value.is_python_constant():
+    if type(cls).__call__ is not enum.EnumMeta.__call__ or not value.is_python_constant():
         unimplemented(f"{cls.__qualname__}({value}) (a custom enum lookup)")
     v = value.as_python_constant()
     for member in cls.__members__.values():
         if member._value_ == v or member._value_ is v:
-            return ConstantVariable(member)
+            return ConstantVariable(member)  # (found: a custom _missing_ is never asked)
+    if cls._missing_.__func__ is not enum.Enum._missing_.__func__:
+        unimplemented(f"{cls.__qualname__}({value}) (its own _missing_)")
     raise_observed(tx, ValueError, f"{v!r} is not a valid {cls.__qualname__}")
 
 
