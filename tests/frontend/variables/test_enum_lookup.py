@@ -9,7 +9,7 @@ import torch
 import kiln
 
 
-class ExplicitEnum(str, enum.Enum):
+class ExplicitEnum(str, enum.Enum):  # noqa: UP042 (the str mixin, as transformers writes it)
     @classmethod
     def _missing_(cls, value):
         raise ValueError(f"{value} is not a valid {cls.__name__}, pick one of {list(cls)}")
