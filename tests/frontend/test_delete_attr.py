@@ -81,3 +81,20 @@ def test_a_deleted_attribute_returns_from_a_compiled_frame_as_missing():
     torch.testing.assert_close(got[0], expected[0])
     assert got[1:4] == expected[1:4]
     assert vars(got[4]) == vars(expected[4])
+
+
+def test_an_attribute_stored_and_deleted_on_an_input_leaves_nothing_behind():
+    """Was a wrong result: the replay ran `del obj.c` alone and raised AttributeError."""
+
+    class Plain:
+        pass
+
+    def fn(x, obj):
+        obj.c = x + 1
+        del obj.c
+        return x * 2
+
+    obj = Plain()
+    out = kiln.compile(fn, backend="eager")(torch.ones(1), obj)
+    torch.testing.assert_close(out, torch.full((1,), 2.0))
+    assert vars(obj) == {}
