@@ -243,3 +243,18 @@ def test_arange_to_a_negative_item_bound_raises_as_eagerly():
     with pytest.raises(RuntimeError):
         compiled(torch.tensor(-5))
     assert len(graphs) == 1
+
+
+@pytest.mark.parametrize("backend", [None, "aot_eager"])
+def test_aten_split_with_sizes_by_tolist_sizes(backend):
+    def fn(x, sizes):
+        return torch.ops.aten.split_with_sizes(x, sizes.tolist())
+
+    compiled, graphs = _counted(fn, fullgraph=True, backend=backend)
+    x = torch.randn(32, requires_grad=True)
+    for sizes in ((7, 16, 9), (0, 30, 2)):
+        expected, got = fn(x, torch.tensor(sizes)), compiled(x, torch.tensor(sizes))
+        assert type(got) is type(expected) is list
+        assert_same(expected, got)
+        sum(t.sum() * i for i, t in enumerate(got)).backward()
+    assert len(graphs) == 1

@@ -461,6 +461,16 @@ for _name in ("new_zeros", "new_ones", "new_empty"):
 tensor_vars.register_method("new_full", _new_factory("new_full", first_only=True))
 tensor_vars.register_method("item", tensor_item)
 torch_vars.register_function(torch.split, split_by_items)
+
+
+def _aten_split_with_sizes(tx, fn, args, kwargs):
+    """`torch.ops.aten.split_with_sizes(x, sizes, dim)` by item sizes: as torch.split, a list."""
+    done = split_by_items(tx, fn, args, kwargs)
+    return None if done is None else ListVariable(list(done.unpack_var_sequence(tx)))
+
+
+for _op in (torch.ops.aten.split_with_sizes, torch.ops.aten.split_with_sizes.default):
+    torch_vars.register_function(_op, _aten_split_with_sizes)
 tensor_vars.register_method("split", split_method)
 tensor_vars.register_method("narrow", narrow_by_item)
 tensor_vars.register_method("tolist", tensor_tolist)
