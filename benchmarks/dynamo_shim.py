@@ -28,6 +28,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.config.capture_scalar_outputs    | kiln.config.capture_scalar_outputs (read through)    |
 | torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
 | torch._dynamo.config.recompile_limit           | kiln.config.cache_size_limit (read through)          |
+| torch._dynamo.config.error_on_recompile        | kiln.config.error_on_recompile (read through)        |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 | backend "cudagraphs"                           | kiln's "kiln" with mode="reduce-overhead"            |
 | other torch backends (tvm, openxla)            | torch's compiler of that name on kiln's graphs       |
@@ -164,6 +165,8 @@ def compile(
     # backend name that is one, MODE_BACKENDS)
     backend, kiln_mode = _settings(backend)
     settings = dict(backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=kiln_mode)
+    if options and "guard_filter_fn" in options:  # (the one option torch's frontend takes)
+        settings["options"] = {"guard_filter_fn": options["guard_filter_fn"]}
     if model is None:
         return lambda m: kiln.compile(m, **settings)
     return kiln.compile(model, **settings)
@@ -267,9 +270,11 @@ def _unsupported(a, b):
 # `@torch._dynamo.config.patch(capture_scalar_outputs=True)` reaches kiln
 _CONFIG = {
     "capture_scalar_outputs": "torch._dynamo.config",
+    "capture_dynamic_output_shape_ops": "torch._dynamo.config",
     "symbol_guard_limit_before_specialize": "torch.fx.experimental._config",
     "cache_size_limit": ("torch._dynamo.config", "recompile_limit"),  # (both 8 by default)
     "automatic_dynamic_shapes": "torch._dynamo.config",
+    "error_on_recompile": "torch._dynamo.config",
     "assume_static_by_default": "torch._dynamo.config",
 }
 

@@ -77,8 +77,17 @@ def compile(
         raise TypeError(f"kiln.compile: fullgraph must be a bool, got {fullgraph!r}")
     if dynamic not in (None, True, False):
         raise TypeError(f"kiln.compile: dynamic must be None, True or False, got {dynamic!r}")
+    options, frontend_options = modes.split_options(options)
     backend_fn, backend_name = resolve_with_options(backend, mode, options)
-    settings = CompileSettings(backend_fn, backend_name, fullgraph, dynamic, mode, options)
+    settings = CompileSettings(
+        backend_fn,
+        backend_name,
+        fullgraph,
+        dynamic,
+        mode,
+        options,
+        guard_filter_fn=frontend_options.get("guard_filter_fn"),
+    )
     if model is None:
         return lambda m: compile_callable(m, settings)
     return compile_callable(model, settings)

@@ -6,6 +6,7 @@ import sys
 # --- frontend ---
 disable = False  # kiln.compile returns what it is given, uncompiled (KILN_DISABLE=1)
 cache_size_limit = 8  # compiled entries per code object before the frame runs eagerly
+error_on_recompile = False  # a frame that would compile again raises RecompileError
 inline_depth_limit = 32  # nested user-function inlining depth before a graph break
 loop_pass_limit = 10_000  # loop passes unrolled in one trace before its frame runs eagerly
 python_trace_limit = (
@@ -13,6 +14,7 @@ python_trace_limit = (
 )
 range_items_limit = 100_000  # a traced range() longer than this is a graph break
 capture_scalar_outputs = False  # `t.item()` stays in the graph as an unbacked scalar (no break)
+capture_dynamic_output_shape_ops = False  # `x.nonzero()` stays in the graph (unbacked size)
 symbol_guard_limit_before_specialize = None  # n: a size symbol in > n guards is specialised
 specialize_int = True  # Python ints taken as constants (guarded), not graph inputs
 skip_modules = (
@@ -28,6 +30,7 @@ traced_modules = (
     "torch.amp.grad_scaler",
     "torch.utils._ordered_set",  # OrderedSet: a plain Python MutableSet over a dict
     "torch.fx.experimental.symbolic_shapes",  # guard_or_false(n == 0) ...: eager's path on ints
+    "torch._prims_common",  # make_contiguous_strides_for ...: size arithmetic in Python
 )  # Python functions from these are traced like user code although their package is skipped
 strict = (
     False  # an internal error in kiln raises (True: kiln's tests) instead of one warning + eager

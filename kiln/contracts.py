@@ -24,6 +24,7 @@ class CompileSettings:
     dynamic: bool | None = None  # torch.compile's dynamic=: None (automatic), True, False
     mode: str | None = None  # as given; the backend already has it (`with_options`)
     options: Mapping | None = None  # as given; the backend already has them
+    guard_filter_fn: Callable | None = None  # Note [Guards: user filters]
 
 
 # Note [Contracts: graph metadata]

@@ -43,6 +43,11 @@ class Unsupported(KilnError):
         return f"{text}\n{self.kiln_details}" if self.kiln_details else text
 
 
+class DataDependentOp(Unsupported):
+    """A graph holds an op whose result depends on tensor data (`.item()`, `nonzero`): kiln's ATen
+    tracer refuses it, so a backend built on it runs that graph as traced."""
+
+
 class CompiledAutogradCall(Unsupported):
     """`.backward()` under config.compiled_autograd: the frame splits there and compiled autograd
     captures the whole backward as one graph, so fullgraph=True allows it."""
@@ -66,6 +71,10 @@ class BackendCompilerFailed(KilnError):
         super().__init__(f"backend {backend_name!r} failed: {type(inner).__name__}: {inner}")
         self.backend_name = backend_name
         self.inner = inner
+
+
+class RecompileError(KilnError):
+    """A compiled function would compile again under `config.error_on_recompile`."""
 
 
 class InternalError(KilnError):

@@ -26,6 +26,24 @@ OPTIONS = {
     "strict": (bool, "an internal error or failing backend raises instead of falling back"),
 }
 
+# options the frontend takes for itself (every backend): name -> what it does
+FRONTEND_OPTIONS = {
+    "guard_filter_fn": "f(entries) -> one bool per guard of a new entry: keep it (unsafe to drop)",
+}
+
+
+def split_options(options):
+    """(backend options or None, frontend options) of `kiln.compile(options=...)`."""
+    if not isinstance(options, dict):
+        return options, {}  # (resolve names the bad type)
+    front = {k: v for k, v in options.items() if k in FRONTEND_OPTIONS}
+    for name, value in front.items():
+        if not callable(value):
+            raise KilnError(f"option {name!r} takes a function, got {value!r}")
+    rest = {k: v for k, v in options.items() if k not in FRONTEND_OPTIONS}
+    return (rest or None) if front else options, front
+
+
 # mode -> the options it sets
 MODES = {
     None: {},
@@ -64,7 +82,7 @@ def resolve(mode, options):
     out = dict(MODES[mode])
     for name, value in options.items():
         if name not in OPTIONS:
-            valid = ", ".join(sorted(OPTIONS))
+            valid = ", ".join(sorted([*OPTIONS, *FRONTEND_OPTIONS]))
             raise KilnError(f"unknown option {name!r}; valid options: {valid}")
         typ = OPTIONS[name][0]
         if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):

@@ -18,7 +18,7 @@ import torch.fx
 
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
-from kiln.exc import CompiledAutogradCall, RestartTrace, Unsupported, unimplemented
+from kiln.exc import CompiledAutogradCall, RecompileError, RestartTrace, Unsupported, unimplemented
 from kiln.frontend import fallback, installed_globals, stance, transforms
 from kiln.frontend.backward_scope import (
     backward_scope,
@@ -36,6 +36,7 @@ from kiln.frontend.call_through import Router, is_plain, routed_code
 from kiln.frontend.dispatch_modes import modes_off_for_compile
 from kiln.frontend.distributed import HookedModuleCall
 from kiln.frontend.frame_shapes import FrameShapes, changed_floats, changed_values
+from kiln.frontend.guard_filter import filter_guards
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
 from kiln.frontend.markers import kiln_marker
 from kiln.frontend.module_hooks import global_module_hooks, has_hooks, hooks_run_around
@@ -398,6 +399,10 @@ class FrameCache:
             return self.run_eager(args, kwargs)
         if stance.state.name == "fail_on_recompile":
             stance.fail_on_recompile(self.fn, [e.guard for e in self.entry_info], args, kwargs)
+        if self.entries and config.error_on_recompile:
+            guards = [e.guard for e in self.entry_info]
+            why = "config.error_on_recompile"
+            stance.fail_on_recompile(self.fn, guards, args, kwargs, why, RecompileError)
         name = self.fn.__qualname__
         if self.entries:
             if len(self.entries) >= config.cache_size_limit and self._dead_pins_possible():
@@ -581,7 +586,7 @@ class FrameCache:
         steps = len(ITER_UNDO)
         entry = None
         try:
-            entry = self._trace(fn, output, tx)
+            entry = self._trace(fn, output, tx, args, kwargs)
             return entry
         finally:
             if entry is not None:  # Note [Globals: installed for as long as the code ...]
@@ -597,7 +602,7 @@ class FrameCache:
             output.__dict__.clear()
             del ITER_UNDO[steps:]
 
-    def _trace(self, fn, output, tx):
+    def _trace(self, fn, output, tx, args, kwargs):
         """Run the translator and build the cache entry (compile's body)."""
         grad_mode, autocast_state = torch.is_grad_enabled(), amp.snapshot()
         default_dtype = torch.get_default_dtype()  # Note [Torch: set_default_dtype traced]
@@ -634,9 +639,10 @@ class FrameCache:
             # rendered by build_guard_fn, after the backend returned (it may add facts)
             output.guards.add(GuardKind.SHAPE_ENV, None, output.shape_env)
         self._record_shapes(output)
-        guard = build_guard_fn(
-            fn, output.guards, extra=output.extra_globals, dynamic_closure=self.dynamic_closure
-        )
+        build = dict(extra=output.extra_globals, dynamic_closure=self.dynamic_closure)
+        if self.settings.guard_filter_fn is not None:
+            filter_guards(self.settings.guard_filter_fn, fn, output.guards, args, kwargs, **build)
+        guard = build_guard_fn(fn, output.guards, **build)
         new_fn = types.FunctionType(
             new_code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
         )

@@ -8,7 +8,7 @@ import torch.fx
 
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
-from kiln.exc import BackendCompilerFailed, Unsupported, unimplemented
+from kiln.exc import BackendCompilerFailed, DataDependentOp, Unsupported, unimplemented
 from kiln.frontend import fallback, installed_globals
 from kiln.frontend.dispatch_modes import compiling_function_modes
 from kiln.frontend.frame_shapes import FrameShapes
@@ -205,6 +205,12 @@ class OutputGraph:
     def output(self):
         return self  # SymNodeVariable.create(tx, ...) reads tx.output
 
+    @property
+    def captures_scalars(self):
+        """`.item()` stays in the graph (Note [Shapes: item() in the graph]): under
+        config.capture_scalar_outputs, and always under fullgraph=True, as torch.compile does."""
+        return config.capture_scalar_outputs or self.settings.fullgraph
+
     def has_symbols(self):
         """Whether this frame's graph has symbolic sizes (a ShapeEnv with symbols)."""
         return bool(self.shape_env.var_to_val)
@@ -306,14 +312,24 @@ class OutputGraph:
             state.restore()  # Note [Faults: the crash contract]
             if config.strict and not isinstance(e, Unsupported):  # (a refusal is no bug)
                 raise BackendCompilerFailed(self.settings.backend_name, e) from e
-            logs.warn(
-                "kiln: backend %r failed on a graph of %s (%s: %s); running the graph eagerly",
-                self.settings.backend_name,
-                where,
-                type(e).__name__,
-                e,
-            )
-            logs.counters["stats"]["backend_failures"] += 1
+            if isinstance(e, DataDependentOp):  # (expected: its sizes are known only at run time)
+                logs.log(
+                    "perf_hints",
+                    "%s: a graph of %s runs as traced (%s)",
+                    self.settings.backend_name,
+                    where,
+                    e,
+                )
+                logs.counters["stats"]["graphs_run_as_traced"] += 1
+            else:
+                logs.warn(
+                    "kiln: backend %r failed on a graph of %s (%s: %s); running the graph eagerly",
+                    self.settings.backend_name,
+                    where,
+                    type(e).__name__,
+                    e,
+                )
+                logs.counters["stats"]["backend_failures"] += 1
             compiled = gm.forward
         if self.has_symbols() and not _size_generic(compiled, gm):
             _specialise(self.shape_env)  # Note [Output graph: backends that read example values]

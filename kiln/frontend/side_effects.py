@@ -170,6 +170,13 @@ class SideEffects:
         view]): replayed as `del obj.name`."""
         key = ("attr", id(obj_var.value), name)
         self._check_attr_drop(key, obj_var, name, "deletion")
+        hit = self.log.get(key)
+        if hit is not None and hit[1][2] is not DELETED:
+            if name not in (_own_dict(obj_var.value) or ()):
+                # a new attribute stored and deleted in the frame: nothing to replay
+                self.records += 1
+                del self.log[key]
+                return
         self.attr_order.setdefault(key, len(self.attr_order))
         self._record(key, "attr", (obj_var, name, DELETED, True))
 

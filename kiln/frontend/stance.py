@@ -52,14 +52,15 @@ _IN_GRAPH = (
 _swap._kiln_break_reason = _IN_GRAPH  # (a `with` on a stance made outside compiled code)
 
 
-def fail_on_recompile(fn, guards, args, kwargs):
-    """Raise the error of a miss of `fn` under the fail_on_recompile stance."""
+def fail_on_recompile(
+    fn, guards, args, kwargs, why="the 'fail_on_recompile' stance", error=RuntimeError
+):
+    """Raise the error of a miss of `fn` under the fail_on_recompile stance (or `why`)."""
     code = fn.__code__
     failures = [f"  entry {i}: {first_failure(g, args, kwargs)}" for i, g in enumerate(guards)]
-    raise RuntimeError(
+    raise error(
         f"kiln: {fn.__qualname__} ({code.co_filename}:{code.co_firstlineno}) would compile under "
-        "the 'fail_on_recompile' stance"
-        + (", guards failed:\n" + "\n".join(failures) if failures else " (no entry yet)")
+        f"{why}" + (", guards failed:\n" + "\n".join(failures) if failures else " (no entry yet)")
     )
 
 

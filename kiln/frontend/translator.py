@@ -10,6 +10,7 @@ only version with torch here); the 3.12/3.13 handlers follow the `dis` documenta
         return torch.log(y)   -> graph: exp(mul(2, x)) -> log ; RETURN_VALUE -> compile_subgraph
 """
 
+import importlib
 import inspect
 import linecache
 import sys
@@ -588,6 +589,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 self, obj, inst.argval
             )  # Note [Objects: the instance __dict__ as a view]
             return
+        if isinstance(obj, NewObjectVariable):  # an instance made in the frame
+            obj.delattr(self, inst.argval)
+            return
         unimplemented(f"attribute deletion .{inst.argval} (side effect)")
 
     # --- stack manipulation ---------------------------------------------------------------------
@@ -703,6 +707,8 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         fromlist = self.pop().as_python_constant()
         level = self.pop().as_python_constant()
         name = inst.argval
+        if level == 0 and name not in sys.modules and _is_library_name(name):
+            _import_library_module(name)  # Note [Frames: a library import while tracing]
         if level != 0 or name not in sys.modules:
             unimplemented(f"import of {name!r} (not imported yet, or relative)")
         self.push(self._imported_module(name if fromlist else name.partition(".")[0]))
@@ -724,6 +730,24 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
     def IMPORT_FROM(self, inst):
         module = self.stack[-1]
         self.push(module.var_getattr(self, inst.argval))
+
+
+# Note [Frames: a library import while tracing]
+# `from torch.fx.experimental.symbolic_shapes import is_nested_int` inside a library function kiln
+# traces (torch._prims_common's helpers import lazily) names a module that may not be loaded yet.
+# Loading a module of a library kiln skips (config.skip_modules: torch, numpy, ...) has no effect
+# the program can see beyond the import itself, which eager would do at this very point: kiln
+# imports it while tracing and goes on. A user's module not imported yet stays a graph break (its
+# body is the user's code, run once, at the point eager runs it).
+def _is_library_name(name):
+    return any(name == m or name.startswith(m + ".") for m in config.skip_modules)
+
+
+def _import_library_module(name):
+    try:
+        importlib.import_module(name)
+    except Exception as e:
+        unimplemented(f"import of {name!r} raised {type(e).__name__}: {e}")
 
 
 class InliningTranslator(InstructionTranslatorBase):

@@ -9,7 +9,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass_type
 
-from kiln.exc import Unsupported
+from kiln.exc import DataDependentOp, Unsupported
 from kiln.symbolic import layouts, shape_rules
 from kiln.symbolic.shape_env import SymNode, from_torch, hint_of, to_torch
 
@@ -294,7 +294,9 @@ class _FakeDispatch:
 
     def dispatch(self, func, args, kwargs):
         if func in _DATA_DEPENDENT:
-            raise Unsupported(f"data-dependent operator {func} (e.g. .item()) on a traced tensor")
+            raise DataDependentOp(
+                f"data-dependent operator {func} (e.g. .item()) on a traced tensor"
+            )
         symbolic = _has_symbolic(args, kwargs)
         if symbolic and func in _METADATA_QUERIES:
             return _METADATA_QUERIES[func](*args, **kwargs)
@@ -493,8 +495,9 @@ def _view_offsets(func, sargs, skwargs, out):
                 start = shape_rules._clamp_index(start, xs[d], 0)
             res = base + start * xt[d]
         elif name in ("split.Tensor", "split_with_sizes.default", "unbind.int"):
+            at = 1 if name == "unbind.int" else 2  # (unbind(x, dim); split(x, sizes, dim))
             d = shape_rules._norm_dim(
-                sargs[2] if len(sargs) > 2 else skwargs.get("dim", 0), len(xs)
+                sargs[at] if len(sargs) > at else skwargs.get("dim", 0), len(xs)
             )
             res = _split_offsets(name, sargs, d, xs, xt, base, len(out))
         elif name == "diagonal.default":

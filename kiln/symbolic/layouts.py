@@ -185,6 +185,7 @@ VIEW_STRIDE_RULES = {
     aten.transpose.int: lambda x, xt, out, a, b: transpose(xt, a, b),
     aten.t.default: lambda x, xt, out: tuple(reversed(xt)),
     aten.alias.default: lambda x, xt, out: tuple(xt),
+    aten.as_strided.default: lambda x, xt, out, size, stride, offset=None: tuple(stride),
     aten.unfold.default: lambda x, xt, out, dim, size, step: (
         *(st * step if i == _norm_dim(dim, len(x)) else st for i, st in enumerate(xt)),
         xt[_norm_dim(dim, len(x))] if x else 1,

@@ -48,6 +48,11 @@ def broadcast_shapes(*shapes):
     rank = max((len(s) for s in shapes), default=0)
     out = []
     for i in range(rank):
+        sizes = [shape[i - (rank - len(shape))] for shape in shapes if i >= rank - len(shape)]
+        sizes = [s for s in sizes if not (isinstance(s, int) and s == 1)] or [1]
+        if all(same_size(sizes[0], s) for s in sizes[1:]):
+            out.append(sizes[0])  # (one size besides 1s, whether or not it is 1: nothing asked)
+            continue
         cur = 1
         for shape in shapes:
             j = i - (rank - len(shape))
@@ -59,6 +64,13 @@ def broadcast_shapes(*shapes):
             cur = s if cur == 1 else _check_equal(cur, s, "broadcast")
         out.append(cur)
     return Sizes(out)
+
+
+def same_size(a, b):
+    """Whether two sizes are the same expression (an unbacked size is then never asked `== 1`)."""
+    if isinstance(a, SymNode) and isinstance(b, SymNode):
+        return a.expr == b.expr
+    return isinstance(a, int) and isinstance(b, int) and a == b
 
 
 def same_as_first(x, *args, **kwargs):

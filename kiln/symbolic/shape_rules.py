@@ -131,6 +131,11 @@ def view(x, size):
     return infer_size(size, numel(x))
 
 
+def as_strided(x, size, stride, storage_offset=None):
+    """as_strided: the sizes asked for."""
+    return Sizes(size)
+
+
 def permute(x, dims):
     """permute."""
     return Sizes(x[_norm_dim(d, len(x))] for d in dims)
@@ -208,7 +213,10 @@ def slice_(x, dim=0, start=None, end=None, step=1):
     size = x[d]
     lo = _clamp_index(start, size, 0)
     hi = _clamp_index(end, size, size)
-    length = (hi - lo + (step - 1)) // step if hi > lo else 0
+    if isinstance(lo, int) and lo == 0 and hi is size and step == 1:
+        length = size  # the whole dim (`x[:, :, None]`): nothing to ask, even of a data size
+    else:
+        length = (hi - lo + (step - 1)) // step if hi > lo else 0
     out = list(x)
     out[d] = length
     return Sizes(out)
@@ -459,6 +467,7 @@ SHAPE_RULES.update(
         aten.view.default: view,
         aten._unsafe_view.default: view,
         aten.reshape.default: view,
+        aten.as_strided.default: as_strided,
         aten.permute.default: permute,
         aten.transpose.int: transpose,
         aten.t.default: t,

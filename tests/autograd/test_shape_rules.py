@@ -80,6 +80,7 @@ CASES = [
     (aten._unsafe_view.default, lambda a, b, c: ((M(a, b * c), [a, b, c]), {}), N3),
     (aten.reshape.default, lambda a, b, c: ((M(a, b), [-1]), {}), N3),
     (aten.permute.default, lambda a, b, c: ((M(a, b, c), [2, 0, 1]), {}), N3),
+    (aten.as_strided.default, lambda a, b, c: ((M(a, b, c), [a - 1, c], [c, 1], 1), {}), N3),
     (aten.transpose.int, lambda a, b, c: ((M(a, b, c), 0, -1), {}), N3),
     (aten.t.default, lambda a, b, c: ((M(a, b),), {}), N3),
     (aten.expand.default, lambda a, b, c: ((M(a, 1), [c, a, b]), {}), N3),
@@ -530,6 +531,7 @@ def _guard_holds(env, shape):
 
 STRIDE_CASES = [
     (aten.permute.default, lambda x: (x, [2, 0, 1])),
+    (aten.as_strided.default, lambda x: (x, [x.shape[0] - 1, 2], [x.shape[2], 1], 1)),
     (aten.transpose.int, lambda x: (x, 1, 2)),
     (aten.expand.default, lambda x: (x[:, :1], [4, x.shape[0], 5, x.shape[2]])),
     (aten.unsqueeze.default, lambda x: (x.permute(2, 0, 1), 1)),

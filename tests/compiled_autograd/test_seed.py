@@ -120,9 +120,9 @@ def test_fullgraph_still_rejects_other_breaks_after_backward(config_on):
     def step(model, x):
         loss = model(x).sum()
         loss.backward()
-        return loss.item()
+        return round(loss.item())  # (the item stays in the graph; round() needs its value)
 
-    with clean(), pytest.raises(Unsupported, match="item"):
+    with clean(), pytest.raises(Unsupported, match="data-dependent"):
         kiln.compile(step, backend="eager", fullgraph=True)(model, x)
 
 

@@ -111,5 +111,15 @@ def test_a_branch_on_it_is_still_a_break(capture):
 
 
 def test_without_the_switch_bool_of_a_tensor_is_a_break():
-    with pytest.raises(Unsupported, match="reads tensor data"):
-        _counted(bool_of_tensor)[0](torch.tensor(1.0))
+    compiled, graphs = _counted(bool_of_tensor, fullgraph=False)
+    x = torch.tensor(1.0)
+    assert_same(bool_of_tensor(x), compiled(x))
+    assert len(graphs) == 1 and "ne" not in str(graphs[0].graph)  # (x * 2 after the break)
+
+
+def test_under_fullgraph_bool_of_a_tensor_is_computed_by_the_graph():
+    compiled, graphs = _counted(bool_of_tensor, fullgraph=True)
+    for v in (1.0, 0.0, math.nan):
+        x = torch.tensor(v)
+        assert_same(bool_of_tensor(x), compiled(x))
+    assert len(graphs) == 1

@@ -87,13 +87,40 @@ def test_tolist_of_ints(capture):
     assert len(graphs) == 1
 
 
-def test_off_by_default():
+def test_off_by_default_a_break():
     def fn(x):
-        return torch.ones(max(x.item(), 4))
+        return torch.ones(max(x.item(), 4)) * 2
+
+    compiled, graphs = _counted(fn)
+    for v in (2, 9):
+        x = torch.tensor([v])
+        assert_same(fn(x), compiled(x))
+    assert len(graphs) == 2  # (no graph before the break: the item; one per size after it)
+    assert not any("item" in str(gm.graph) for gm in graphs)
+
+
+@pytest.mark.parametrize("backend", [None, "kiln"])
+def test_on_under_fullgraph_as_torch_compile(backend):
+    def fn(x, a, n):
+        return x * a.item() + torch.ones(max(n.item(), 4)).sum(), float(a)
+
+    compiled, graphs = _counted(fn, fullgraph=True, backend=backend)
+    x = torch.randn(3)
+    for a, n in ((2.0, 3), (-0.5, 7)):
+        args = (x, torch.tensor(a), torch.tensor([n]))
+        assert_same(fn(*args), compiled(*args))
+    assert len(graphs) == 1
+
+
+def test_a_branch_on_an_item_under_fullgraph_is_still_an_error():
+    def fn(x):
+        if x.sum().item() > 0:
+            return x + 1
+        return x - 1
 
     kiln.reset()
     with pytest.raises(Unsupported):
-        kiln.compile(fn, fullgraph=True)(torch.tensor([2]))
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(2))
 
 
 def test_arithmetic_on_a_data_dependent_size_asserts_it_is_nonnegative(capture):
@@ -136,3 +163,98 @@ def test_split_by_item_sizes(capture):
     assert len(graphs) == 1
     with pytest.raises(RuntimeError):  # the sizes do not add up: split raises, as eagerly
         compiled(torch.randn(10), torch.tensor([4, 4]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.float64])
+def test_float_item_as_a_scalar_operand(capture, dtype):
+    def fn(x, a):
+        v = a.item()
+        return x * v, (x + v).clamp(min=v), torch.where(x > 0, x, v)
+
+    compiled, graphs = _counted(fn, fullgraph=True)
+    x = torch.arange(-2, 4).to(dtype)
+    for a in (0.25, -3.5, 7.0):
+        args = (x, torch.tensor(a))
+        assert_same(fn(*args), compiled(*args))
+    assert len(graphs) == 1
+
+
+def test_float_item_as_a_factorys_fill_value_breaks(capture):
+    def full(a):
+        return torch.full((3,), a.item())
+
+    kiln.reset()
+    with pytest.raises(Unsupported, match="data-dependent"):
+        kiln.compile(full, backend="eager", fullgraph=True)(torch.tensor(2.0))
+
+
+@pytest.mark.parametrize("backend", [None, "kiln"])
+def test_float_item_arithmetic_stays_in_the_graph(capture, backend):
+    def fn(x, a, b):
+        v = a.item() * 2 + 1
+        w = (v - b.item()) / 4 + x.size(0)
+        return x * w, v, 1 - w
+
+    compiled, graphs = _counted(fn, fullgraph=True, backend=backend)
+    for a, b in ((0.5, 2.0), (-3.25, 0.0), (1e10, 7.5)):
+        args = (torch.randn(3), torch.tensor(a), torch.tensor(b, dtype=torch.float64))
+        assert_same(fn(*args), compiled(*args))
+    assert len(graphs) == 1
+
+
+def test_float_item_divided_by_zero_raises_as_eagerly(capture):
+    def fn(a, b):
+        return a.item() / b.item()
+
+    compiled, _ = _counted(fn, fullgraph=True)
+    assert compiled(torch.tensor(3.0), torch.tensor(2.0)) == 1.5
+    with pytest.raises(ZeroDivisionError):
+        compiled(torch.tensor(3.0), torch.tensor(0.0))
+
+
+class PaddingMask(torch.nn.Module):
+    """A padding mask from the longest length (test_repros' test_unbacked_arange_in_bounds)."""
+
+    def forward(self, lengths):
+        row = torch.arange(0, lengths.max().item(), 1)
+        mask = (row < lengths.unsqueeze(-1)).type(torch.float32)
+        return mask[:, :, None]
+
+
+@pytest.mark.parametrize("backend", [None, "kiln"])
+def test_arange_to_an_item_bound_under_fullgraph(backend):
+    model = PaddingMask()
+    compiled, graphs = _counted(model, fullgraph=True, backend=backend)
+    for lengths in ([5, 4, 4, 4], [1, 2, 3, 1], [0, 0, 0, 0]):
+        t = torch.tensor(lengths, dtype=torch.int32)
+        assert_same(model(t), compiled(t))
+    assert len(graphs) == 1
+
+
+def test_arange_to_a_negative_item_bound_raises_as_eagerly():
+    def fn(n):
+        return torch.arange(-3, n.item()) * 2
+
+    compiled, graphs = _counted(fn, fullgraph=True)
+    for v in (4, -3, 0):
+        assert_same(fn(torch.tensor(v)), compiled(torch.tensor(v)))
+    with pytest.raises(RuntimeError):
+        fn(torch.tensor(-5))
+    with pytest.raises(RuntimeError):
+        compiled(torch.tensor(-5))
+    assert len(graphs) == 1
+
+
+@pytest.mark.parametrize("backend", [None, "aot_eager"])
+def test_aten_split_with_sizes_by_tolist_sizes(backend):
+    def fn(x, sizes):
+        return torch.ops.aten.split_with_sizes(x, sizes.tolist())
+
+    compiled, graphs = _counted(fn, fullgraph=True, backend=backend)
+    x = torch.randn(32, requires_grad=True)
+    for sizes in ((7, 16, 9), (0, 30, 2)):
+        expected, got = fn(x, torch.tensor(sizes)), compiled(x, torch.tensor(sizes))
+        assert type(got) is type(expected) is list
+        assert_same(expected, got)
+        sum(t.sum() * i for i, t in enumerate(got)).backward()
+    assert len(graphs) == 1

@@ -79,6 +79,22 @@ def test_fail_on_recompile_raises_on_a_miss_only():
     torch.testing.assert_close(f(x, 2), _shifted(x, 2))
 
 
+def test_error_on_recompile_raises_naming_the_failed_guard(monkeypatch):
+    be = CountingBackend()
+    f = kiln.compile(_shifted, backend=be, dynamic=False)
+    x = torch.randn(4)
+    monkeypatch.setattr(kiln.config, "error_on_recompile", True)
+    torch.testing.assert_close(f(x, 1), _shifted(x, 1))  # the first compile is no recompile
+    y = torch.randn(4)
+    torch.testing.assert_close(f(y, 1), _shifted(y, 1))  # a hit runs
+    with pytest.raises(kiln.exc.RecompileError, match="error_on_recompile.*guards failed"):
+        f(x, 2)
+    assert be.calls == 1
+    monkeypatch.setattr(kiln.config, "error_on_recompile", False)
+    torch.testing.assert_close(f(x, 2), _shifted(x, 2))
+    assert be.calls == 2
+
+
 def test_force_backend_compiles_apart_from_the_compile_backend():
     own, forced = CountingBackend(), CountingBackend()
     f = kiln.compile(_shifted, backend=own)

@@ -70,23 +70,24 @@ def test_int_argument_sweep_branch():
     assert graphs == 3  # torch.compile: 3 (static; n > 0 symbolic; the n <= 0 branch)
 
 
-SIZE_USES = {  # name: (function, torch.compile's graph count over SWEEP)
-    "zeros": (lambda x, n: torch.zeros(n) + 1, 3),
-    "slice_end": (lambda x, n: x[:n] * 2, 5),
-    "slice_start": (lambda x, n: x[n:] * 2, 5),
-    "new_ones": (lambda x, n: x.new_ones(n, 2).sum(0) + x.sum(), 2),
-    "range": (lambda x, n: sum(x[i] for i in range(n)) if n > 0 else x.sum(), 5),
-    "arange": (lambda x, n: torch.arange(n) * 2, 3),
-    "view": (lambda x, n: x.reshape(n, -1) * 2, 2),
+SIZE_USES = {  # name: (function, torch.compile's graph count over SWEEP, kiln's)
+    # (kiln asks fewer questions: a broadcast of one size with a number never asks `n == 1`)
+    "zeros": (lambda x, n: torch.zeros(n) + 1, 3, 2),
+    "slice_end": (lambda x, n: x[:n] * 2, 5, 4),
+    "slice_start": (lambda x, n: x[n:] * 2, 5, 4),
+    "new_ones": (lambda x, n: x.new_ones(n, 2).sum(0) + x.sum(), 2, 2),
+    "range": (lambda x, n: sum(x[i] for i in range(n)) if n > 0 else x.sum(), 5, 5),
+    "arange": (lambda x, n: torch.arange(n) * 2, 3, 2),
+    "view": (lambda x, n: x.reshape(n, -1) * 2, 2, 1),
 }
 
 
 @pytest.mark.parametrize("name", list(SIZE_USES))
 def test_int_argument_sweep_as_a_size(name):
     """A dynamic int used as a size: right for 0/1/negative values (a guard where needed)."""
-    fn, torch_graphs = SIZE_USES[name]
+    fn, torch_graphs, kiln_graphs = SIZE_USES[name]
     graphs, _ = _run(fn, [(X, n) for n in SWEEP])
-    assert graphs == torch_graphs
+    assert graphs == kiln_graphs <= torch_graphs
 
 
 def test_user_backend_sees_a_symint_placeholder():

@@ -13,7 +13,7 @@ from kiln.frontend.user_errors import HINTS, hint_for
 
 
 def _inner(x):
-    return x.sum().item()
+    return round(x.sum().item())
 
 
 def _outer(x):
@@ -30,9 +30,9 @@ def test_fullgraph_error_shows_reason_user_frames_outermost_first_and_hint():
     with pytest.raises(Unsupported) as info:
         f(torch.randn(3))
     text = str(info.value)
-    assert "Tensor.item() reads tensor data" in text
+    assert "data-dependent" in text
     outer_at = text.index("return _inner(y) + 1")
-    inner_at = text.index("return x.sum().item()", text.index("User code"))
+    inner_at = text.index("return round(x.sum().item())", text.index("User code"))
     assert outer_at < inner_at  # the compiled function first, the breaking line last
     assert "in _outer" in text and "in _inner" in text
     assert "Hint: the value is read out of a tensor" in text
@@ -55,7 +55,7 @@ def test_verbose_keeps_kiln_frames(monkeypatch):
     [
         (lambda x: x + 1 if x.sum() > 0 else x - 1, "data-dependent branch", "torch.where"),
         (lambda x: (print("x"), x + 1)[1], "builtin print", "logger.warning"),
-        (lambda x: x.nonzero(), "data-dependent shape", "fixed-size"),
+        (lambda x: x.unique(), "data-dependent shape", "fixed-size"),
         (lambda x: np.fft.fft(x.numpy()), "numpy function np.fft is not traced", "torch ops"),
     ],
 )

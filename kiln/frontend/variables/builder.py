@@ -248,6 +248,8 @@ def wrap_constant_like(tx, value):
         path = f"{value.__module__}.{value.__qualname__}"
         if _resolves(path, value):
             return UserDefinedObjectVariable(value, source=TorchAttrSource(path))
+    if isinstance(value, types.FunctionType) and _in_traced_module(value.__module__ or ""):
+        return UserFunctionVariable(value)  # (read from a library module: config.traced_modules)
     if is_torch_callable(value) or (isinstance(value, type) and issubclass(value, torch.Tensor)):
         return TorchVariable(value)
     if torch_queries.is_query(value):

@@ -11,7 +11,6 @@ import types
 
 import torch
 
-from kiln import config
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
@@ -592,7 +591,7 @@ class BuiltinVariable(VariableTracker):
         return ConstantVariable(all(i.truthy(tx) for i in _items_in_turn(tx, obj)))
 
     def _convert(self, tx, fn, obj):
-        if isinstance(obj, TensorVariable) and config.capture_scalar_outputs:
+        if isinstance(obj, TensorVariable) and tx.output.captures_scalars:
             return unbacked.tensor_number(tx, fn, obj)  # Note [Shapes: item() in the graph]
         if isinstance(obj, TensorVariable):
             unimplemented(f"{fn.__name__}() of a tensor reads tensor data")
@@ -723,6 +722,8 @@ def getitem(tx, obj, index):
         from kiln.frontend.variables import unbacked
 
         done = unbacked.slice_by_items(tx, obj, index)  # Note [Shapes: item() in the graph]
+        if done is None:  # Note [Shapes: results sized by tensor data]
+            done = unbacked.data_sized.masked_items(tx, obj, index)
         if done is not None:
             return done
         return call_tensor_op(tx, "call_function", operator.getitem, [obj, index], {})

@@ -3,7 +3,6 @@ bool read from tensor data])."""
 
 import torch
 
-from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.variables import torch as torch_vars
@@ -75,7 +74,7 @@ def _nonzero(tx, tensor):
 
 def tensor_bool(tx, tensor):
     """`bool(t)`: a DataBoolVariable, eager's RuntimeError, or None (the usual break)."""
-    if not config.capture_scalar_outputs or tensor.example.dtype.is_complex:
+    if not tx.output.captures_scalars or tensor.example.dtype.is_complex:
         return None
     numel = _numel(tensor.example)
     if numel is None:
@@ -97,7 +96,7 @@ def bool_item(tx, tensor):
 def scalar_bool(tx, scalar, leaf):
     """`bool(n)` of an int or float read by `.item()` (`leaf`: it as a 0-d tensor in the graph);
     a constant where the facts known decide it."""
-    if not config.capture_scalar_outputs:
+    if not tx.output.captures_scalars:
         return None
     if isinstance(scalar.value, shape_env.SymNode) and scalar.value.kind == "int":
         try:

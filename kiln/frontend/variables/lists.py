@@ -58,11 +58,14 @@ class BaseListVariable(VariableTracker):
         t = self.python_type()
         return "range object" if t is range else t.__name__ if t in (list, deque) else "tuple"
 
-    def find(self, tx, value):
-        """The index of the first item equal to `value` (identity first, then ==), or None."""
+    def find(self, tx, value, start=0, stop=None):
+        """The index of the first item equal to `value` (identity first, then ==) in
+        items[start:stop], or None."""
         from kiln.frontend.variables.operators import _identical, compare_vars
 
-        for i, item in enumerate(self.items):
+        stop = len(self.items) if stop is None else stop
+        for i in range(start, stop):
+            item = self.items[i]
             if _identical(item, value) or compare_vars(tx, operator.eq, item, value).truthy(tx):
                 return i
         return None
@@ -76,8 +79,14 @@ class BaseListVariable(VariableTracker):
             return ConstantVariable(len(self.items))
         if name == "__iter__" and not args and not kwargs:  # `seq.__iter__()`: as iter(seq)
             return ListIteratorVariable.over(tx, self)
-        if name == "index" and len(args) == 1:
-            i = self.find(tx, args[0])
+        if name == "index" and 1 <= len(args) <= 3 and not kwargs:
+            bounds = [a.as_python_constant() for a in args[1:]]  # (start, stop: as a slice's)
+            if not all(type(b) is int for b in bounds):
+                unimplemented(f"{self.container.__name__}.index with bounds {bounds!r}")
+            start, stop, _ = (
+                slice(*bounds, None).indices(len(self.items)) if bounds else (0, None, 1)
+            )
+            i = self.find(tx, args[0], start, stop)
             if i is None:
                 message = "{!r} is not in list" if self.kind() == "list" else None
                 _not_found(tx, args[0], message or "tuple.index(x): x not in tuple")

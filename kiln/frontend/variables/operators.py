@@ -18,6 +18,7 @@ from kiln.frontend.variables import (
     sequence_ops,
     set_subclass,
     sym,
+    unbacked,
     unspec_float,
 )
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
@@ -71,6 +72,10 @@ def binary_op(tx, fn, a, b):
         return call_tensor_op(tx, "call_function", fn, [a, b], {})
     if isinstance(a, SymFloatVariable) or isinstance(b, SymFloatVariable):
         result = unspec_float.binary(tx, fn, a, b)  # Note [Shapes: unspecialised floats]
+        if result is not None:
+            return result
+    if hasattr(a, "op_argument") or hasattr(b, "op_argument"):  # a float `.item()`
+        result = unbacked.float_binary(tx, fn, a, b)  # Note [Shapes: item() in the graph]
         if result is not None:
             return result
     if isinstance(a, SymNodeVariable | SizeFloatVariable) or isinstance(
@@ -397,6 +402,11 @@ def tensor_origin(var):
     return var
 
 
+# constants of which each value is one object: `is` between two of them is `==`
+_SINGLETONS = (bool, type(None), type(Ellipsis), enum.Enum, torch.dtype, torch.layout)
+_SINGLETONS += (torch.memory_format,)
+
+
 def _identical(a, b):
     """Whether two traced values are the same object (None when it cannot be known)."""
     if a is b:
@@ -413,7 +423,7 @@ def _identical(a, b):
         if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
             if type(va) is not type(vb):
                 return False
-            if isinstance(va, (bool, type(None), type(Ellipsis), enum.Enum)) or va is vb:
+            if isinstance(va, _SINGLETONS) or va is vb:
                 return va is vb  # (enum members are singletons: OptState.READY is ...)
             if type(va) in (int, str, bytes, float, complex) and va == va and vb == vb != va:
                 return False  # two values: two objects (equal ones may or may not be one; NaN)

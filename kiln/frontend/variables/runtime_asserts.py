@@ -2,6 +2,7 @@
 Python's `assert` on a tensor (Note [Asserts: operators every backend runs] in
 kiln/symbolic/assert_ops.py) and `torch._check` of values read from tensor data."""
 
+import builtins
 import operator
 
 import sympy
@@ -270,3 +271,18 @@ def _check(tx, fn, args, kwargs):
 
 
 torch_vars.register_function(torch._check, _check)
+
+
+def _sym_min_max(builtin):
+    """`torch.sym_max(a, b)` / `torch.sym_min`: as builtin max/min of ints and sizes, no guard."""
+
+    def call(tx, fn, args, kwargs):
+        if kwargs or len(args) != 2:
+            return None
+        return sym.min_max(tx, builtin, list(args))
+
+    return call
+
+
+torch_vars.register_function(torch.sym_max, _sym_min_max(builtins.max))
+torch_vars.register_function(torch.sym_min, _sym_min_max(builtins.min))

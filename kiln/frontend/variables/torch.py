@@ -178,6 +178,8 @@ class _Unpack:
             return v.fx_and_value()
         if isinstance(v, SymFloatVariable):
             return v.proxy, v.value  # Note [Shapes: unspecialised floats]
+        if hasattr(v, "op_argument"):  # (a float read by `.item()`: Note [Shapes: item() ...])
+            return v.op_argument()
         if isinstance(v, ConstantVariable):
             val = v.value
             if isinstance(val, slice):

@@ -16,7 +16,9 @@ symbol (Note [Shapes: unbacked scalars]): no value at trace time, never guarded.
 (the op checks their sum when it runs, as eagerly); `x.narrow(dim, start, n)` is a view of size n
 where torch._check's facts show 0 <= n <= size - start, and `x[a:b]` (first dim) with such a
 bound a view of size b - a where they show 0 <= a <= b <= size (else a break naming the check). `t.tolist()` of a 1-d tensor of static size is `[t[0].item(), t[1].item(), ...]`.
-Without the switch, `.item()` is a graph break (the default, as in torch.compile).
+Without the switch, `.item()` is a graph break (the default, as in torch.compile); under
+`fullgraph=True` it is always kept in the graph, as torch.compile does (`output.captures_scalars`):
+the break would be an error there.
 A bool tensor's item is a DataBoolVariable (Note [Shapes: a bool read from tensor data]);
 complex tensors, and tensors whose element count is symbolic, still break.
 """
@@ -26,10 +28,9 @@ import operator
 import sympy
 import torch
 
-from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.variables import data_bools, runtime_asserts
+from kiln.frontend.variables import data_bools, data_sized, runtime_asserts  # noqa: F401
 from kiln.frontend.variables import tensor as tensor_vars
 from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import VariableTracker
@@ -59,7 +60,7 @@ def tensor_number(tx, fn, tensor):
 
 def tensor_item(tx, tensor, args, kwargs):
     """`t.item()`: a graph node with an unbacked value, or a graph break (see the note)."""
-    if not config.capture_scalar_outputs:
+    if not tx.output.captures_scalars:
         unimplemented("Tensor.item() reads tensor data")
     if args or kwargs:
         unimplemented("Tensor.item() with arguments")
@@ -87,6 +88,45 @@ def tensor_item(tx, tensor, args, kwargs):
     return ItemFloatVariable(output, node, value)
 
 
+# a float item's arithmetic kept in the graph: Python's float operators on the run-time values
+_FLOAT_ARITH = {
+    operator.add: operator.add,
+    operator.iadd: operator.add,
+    operator.sub: operator.sub,
+    operator.isub: operator.sub,
+    operator.mul: operator.mul,
+    operator.imul: operator.mul,
+    operator.truediv: operator.truediv,
+    operator.itruediv: operator.truediv,
+}
+
+
+def _float_operand(v):
+    """The FX argument of a float item, a literal int/float, or an int size; else None."""
+    if hasattr(v, "op_argument"):
+        return v.proxy
+    if isinstance(v, ConstantVariable) and type(v.value) in (int, float):
+        return v.value
+    if isinstance(v, SymNodeVariable) and getattr(v.value, "kind", "int") == "int":
+        return v.proxy
+    return None
+
+
+def float_binary(tx, fn, a, b):
+    """`v <op> w` (+ - * /) with a float read by `.item()` and a number: a node of the graph whose
+    value is another such float (Python's float arithmetic at run time, its errors included), or
+    None."""
+    op = _FLOAT_ARITH.get(fn)
+    pa, pb = _float_operand(a), _float_operand(b)
+    if op is None or pa is None or pb is None:
+        return None
+    output = tx.output
+    node = output.create_node("call_function", op, (pa, pb), {})
+    value = output.shape_env.create_unbacked("float")
+    node.meta["example_value"] = shape_env.to_torch(value)
+    return ItemFloatVariable(output, node, value)
+
+
 class ItemFloatVariable(VariableTracker):
     """A float read from tensor data in the graph (Note [Shapes: item() in the graph])."""
 
@@ -108,6 +148,12 @@ class ItemFloatVariable(VariableTracker):
 
     def truthy(self, tx):
         self.as_python_constant()
+
+    def op_argument(self):
+        """(FX argument, meta stand-in) as a scalar argument of a tensor op: the graph computes
+        with the value; the meta run takes 0.5 (settle_args already specialised the floats of
+        ops whose output metadata depends on them, where this one breaks)."""
+        return self.proxy, 0.5
 
     def bool_in_graph(self, tx):
         """`bool(v)`: Note [Shapes: a bool read from tensor data]."""
@@ -160,7 +206,7 @@ _TOLIST_ITEMS = 1024  # more elements than this: a break (each is one .item() in
 def tensor_tolist(tx, tensor, args, kwargs):
     """`t.tolist()` of a tensor of static sizes: nested lists of `t[i, j].item()` in the graph
     (a 0-d tensor gives the scalar itself, as eagerly)."""
-    if not config.capture_scalar_outputs:
+    if not tx.output.captures_scalars:
         unimplemented("Tensor.tolist() reads tensor data")
     ex = tensor.example
     sizes = [shape_env.from_torch(n) for n in ex.shape]
@@ -359,7 +405,7 @@ def _checked_sizes(tx, args, kwargs, first_only):
 
 def _factory(first_only):
     def hook(tx, fn, args, kwargs):
-        if config.capture_scalar_outputs:
+        if tx.output.captures_scalars:
             _checked_sizes(tx, args, kwargs, first_only)
         return None  # (the factory as usual, its sizes now known nonnegative)
 
@@ -368,13 +414,45 @@ def _factory(first_only):
 
 def _new_factory(name, first_only):
     def hook(tx, tensor, args, kwargs):
-        if config.capture_scalar_outputs:
+        if tx.output.captures_scalars:
             _checked_sizes(tx, args, kwargs, first_only)
         return _as_method(tx, name, tensor, args, kwargs)
 
     return hook
 
 
+_ARANGE_BOUNDS = (
+    "upper bound and larger bound inconsistent with step sign (bounds read from tensor data)"
+)
+
+
+def _arange(tx, fn, args, kwargs):
+    """`torch.arange(end)` / `(start, end[, 1])` with an int bound read by `.item()`: `end - start
+    >= 0` asserted at run time (eager raises then too) and assumed, so the length is `end - start`
+    with no question asked."""
+    if not tx.output.captures_scalars or kwargs.keys() - {"dtype", "device", "layout"}:
+        return None
+    bounds = list(args)
+    if not 1 <= len(bounds) <= 3 or not any(is_item_scalar(b) for b in bounds):
+        return None
+    if len(bounds) == 1:
+        bounds = [ConstantVariable(0), *bounds]
+    step = bounds[2] if len(bounds) == 3 else ConstantVariable(1)
+    if not step.is_python_constant() or step.as_python_constant() != 1:
+        return None  # (another step's length is a floor the facts do not decide: a break)
+    exprs = []
+    for b in bounds[:2]:
+        if isinstance(b, SymNodeVariable) and b.value.kind == "int":
+            exprs.append(b.value.expr)
+        elif b.is_python_constant() and type(b.as_python_constant()) is int:
+            exprs.append(b.as_python_constant())
+        else:
+            return None
+    runtime_asserts.assert_nonnegative_size(tx, exprs[1] - exprs[0], _ARANGE_BOUNDS)
+    return None  # (arange as usual, its length now known nonnegative)
+
+
+torch_vars.register_function(torch.arange, _arange)
 for _fn in (torch.zeros, torch.ones, torch.empty, torch.rand, torch.randn):
     torch_vars.register_function(_fn, _factory(first_only=False))
 torch_vars.register_function(torch.full, _factory(first_only=True))
@@ -383,6 +461,16 @@ for _name in ("new_zeros", "new_ones", "new_empty"):
 tensor_vars.register_method("new_full", _new_factory("new_full", first_only=True))
 tensor_vars.register_method("item", tensor_item)
 torch_vars.register_function(torch.split, split_by_items)
+
+
+def _aten_split_with_sizes(tx, fn, args, kwargs):
+    """`torch.ops.aten.split_with_sizes(x, sizes, dim)` by item sizes: as torch.split, a list."""
+    done = split_by_items(tx, fn, args, kwargs)
+    return None if done is None else ListVariable(list(done.unpack_var_sequence(tx)))
+
+
+for _op in (torch.ops.aten.split_with_sizes, torch.ops.aten.split_with_sizes.default):
+    torch_vars.register_function(_op, _aten_split_with_sizes)
 tensor_vars.register_method("split", split_method)
 tensor_vars.register_method("narrow", narrow_by_item)
 tensor_vars.register_method("tolist", tensor_tolist)

@@ -239,6 +239,8 @@ def settle_args(target, args, kwargs, has_tensor):
         return args, kwargs
 
     def settle(v):
+        if hasattr(v, "op_argument"):  # a float read by `.item()`: no value to settle on
+            v.as_python_constant()  # (raises: the data-dependent break)
         return ConstantVariable(v.as_python_constant()) if isinstance(v, SymFloatVariable) else v
 
     return [settle(a) for a in args], {k: settle(v) for k, v in kwargs.items()}

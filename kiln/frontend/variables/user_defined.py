@@ -611,6 +611,21 @@ class NewObjectVariable(VariableTracker):
             raise_observed(tx, AttributeError, no_attribute_message(self.cls, name))
         self.store_attr(name, value)
 
+    def delattr(self, tx, name):
+        """`del obj.name`: out of its own attributes (no __delattr__ of its class, no descriptor)."""
+        if instance_static(self.cls, "__delattr__") is not object.__delattr__:
+            unimplemented(
+                f"attribute deletion .{name} of a {self.cls.__name__} (its own __delattr__)"
+            )
+        static = instance_static(self.cls, name, None)
+        if static is not None and (hasattr(static, "__set__") or hasattr(static, "__delete__")):
+            unimplemented(f"attribute deletion .{name} through the descriptor {self.cls.__name__}")
+        if name not in self.attrs:
+            message = f"{self.cls.__name__!r} object has no attribute {name!r}"
+            raise_observed(tx, AttributeError, message)
+        tx.output.side_effects.mutate_new_object(self)
+        del self.attrs[name]
+
     def hasattr(self, tx, name):
         static = instance_static(self.cls, name, None)
         if isinstance(static, types.MemberDescriptorType):  # a __slots__ field: set, or not
@@ -790,15 +805,14 @@ def hasattr_by_getattr(tx, obj, name):
 
 def _enum_lookup(tx, cls, value):
     """`Color(1)`: the member with that value (Python's lookup; ValueError when there is none)."""
-    plain = type(cls).__call__ is enum.EnumMeta.__call__ and cls._missing_.__func__ is (
-        enum.Enum._missing_.__func__
-    )
-    if not plain or not value.is_python_constant():
+    if type(cls).__call__ is not enum.EnumMeta.__call__ or not value.is_python_constant():
         unimplemented(f"{cls.__qualname__}({value}) (a custom enum lookup)")
     v = value.as_python_constant()
     for member in cls.__members__.values():
         if member._value_ == v or member._value_ is v:
-            return ConstantVariable(member)
+            return ConstantVariable(member)  # (found: a custom _missing_ is never asked)
+    if cls._missing_.__func__ is not enum.Enum._missing_.__func__:
+        unimplemented(f"{cls.__qualname__}({value}) (its own _missing_)")
     raise_observed(tx, ValueError, f"{v!r} is not a valid {cls.__qualname__}")
 
 
