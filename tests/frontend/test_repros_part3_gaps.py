@@ -1,0 +1,22 @@
+"""Gaps found by PyTorch's test_repros (parts 1 and 3): each case compiled with fullgraph (or its
+graph breaks counted) and compared with eager."""
+
+import torch
+from frontend_helpers import run_and_compare
+
+import kiln
+
+
+def size_is_list(x, xs):
+    return x + 1 if x.size(0) is xs else x * 2, x.size(0) is not xs
+
+
+def test_is_between_a_symbolic_size_and_a_list_is_false():
+    """A size made symbolic is an int: `is` against a list is False (was a graph break)."""
+    kiln.reset()
+    compiled = kiln.compile(size_is_list, backend="eager", fullgraph=True, dynamic=True)
+    x = torch.randn(2)
+    out, want = compiled(x, [1, 2]), size_is_list(x, [1, 2])
+    torch.testing.assert_close(out[0], want[0])
+    assert out[1] is want[1] is True
+    run_and_compare(size_is_list, torch.randn(3), [3], fullgraph=True)
