@@ -1,6 +1,8 @@
 """Gaps found by PyTorch's test_repros (parts 1 and 3): each case compiled with fullgraph (or its
 graph breaks counted) and compared with eager."""
 
+import os
+
 import torch
 from frontend_helpers import run_and_compare
 
@@ -20,3 +22,15 @@ def test_is_between_a_symbolic_size_and_a_list_is_false():
     torch.testing.assert_close(out[0], want[0])
     assert out[1] is want[1] is True
     run_and_compare(size_is_list, torch.randn(3), [3], fullgraph=True)
+
+
+def paths_of_literals(x):
+    try:
+        bad = os.fspath(3)
+    except TypeError as e:
+        bad = str(e)
+    return torch.sin(x), os.fspath("."), os.fspath(b"dir/file"), bad
+
+
+def test_os_fspath_of_a_literal_folds():
+    run_and_compare(paths_of_literals, torch.randn(4), fullgraph=True, expected_graphs=1)
