@@ -2,6 +2,7 @@
 graph breaks counted) and compared with eager."""
 
 import os
+from typing import Literal, TypedDict
 
 import torch
 from frontend_helpers import run_and_compare
@@ -34,3 +35,24 @@ def paths_of_literals(x):
 
 def test_os_fspath_of_a_literal_folds():
     run_and_compare(paths_of_literals, torch.randn(4), fullgraph=True, expected_graphs=1)
+
+
+class PixelInputs(TypedDict):
+    type: Literal["pixel_values"]
+    data: torch.Tensor
+
+
+class PartialInputs(TypedDict, total=False):
+    data: torch.Tensor
+
+
+def typed_dicts(x, y):
+    obj = PixelInputs(type=int, data=y)
+    out = x * obj["data"]
+    obj["data"] = 3
+    extra = PartialInputs({"data": y + 1}, total=False)  # (any keys: it is dict's call)
+    return out * obj["data"], obj, type(obj) is dict, extra
+
+
+def test_typed_dict_instance_is_a_dict():
+    run_and_compare(typed_dicts, torch.randn(4), torch.randn(4), fullgraph=True, expected_graphs=1)
