@@ -20,7 +20,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
 | torch._dynamo.set_stance (torch.compiler's)    | kiln.set_stance (force_backend through the backend map) |
 | torch._dynamo.substitute_in_graph(fn, ...)     | kiln.substitute_in_graph(fn, skip_signature_check=)  |
-| torch._dynamo.export(f)(*args)                 | kiln.export(f, args): its graph on the call's arguments (one the graph does not read is not checked, as torch's), its input specs and shape facts as the guards |
+| torch._dynamo.export(f)(*args)                 | kiln.export(f, args): its graph on the call's arguments (one the graph does not read is not checked, as torch's), its input specs and shape facts as the guards; graph breaks raise Unsupported (as torch's nopython trace) |
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
@@ -247,7 +247,12 @@ def _export(stock_export):
 
             import kiln
 
-            program = kiln.export(f, args, kwargs)
+            try:
+                program = kiln.export(f, args, kwargs)
+            except kiln.export.ExportError as e:
+                if e.breaks:  # torch's export traces with nopython: a graph break is Unsupported
+                    raise kiln.exc.Unsupported(str(e)) from e
+                raise
             specs = [f"input leaf {i}: {m}" for i, m in enumerate(program.in_meta)]
             result = torch._dynamo.eval_frame.ExportResult
             return result(_ExportedGraph(program), specs + list(program.guards))
