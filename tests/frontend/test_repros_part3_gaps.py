@@ -1,5 +1,7 @@
 """Gaps found by PyTorch's test_repros (parts 1 and 3): each case compiled with fullgraph (or its
-graph breaks counted) and compared with eager."""
+graph breaks counted) and compared with eager.
+
+PYTEST_DONT_REWRITE: the traced functions' `assert` statements stay Python's own."""
 
 import os
 from typing import Literal, TypedDict
@@ -56,3 +58,16 @@ def typed_dicts(x, y):
 
 def test_typed_dict_instance_is_a_dict():
     run_and_compare(typed_dicts, torch.randn(4), torch.randn(4), fullgraph=True, expected_graphs=1)
+
+
+def assert_with_tensor_message(x):
+    b = x.sin()
+    assert x[0] == 2, x  # noqa: S101
+    return x.cos() + b
+
+
+def test_assert_on_a_tensor_with_a_non_string_message_names_its_break():
+    for x in (torch.tensor([3.0, 4.0]), torch.tensor([2.0, 4.0])):
+        run_and_compare(assert_with_tensor_message, x)
+        reasons = [r for r in kiln.counters["graph_break"] if "assert with non-string" in r]
+        assert len(reasons) == 1 and kiln.counters["graph_break"][reasons[0]] == 1

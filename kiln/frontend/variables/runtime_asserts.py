@@ -64,7 +64,7 @@ torch_vars.register_function(torch._assert_async, assert_async)
 # traced as taken and the graph gets `kiln::assert_true(t, "msg")`, which raises that
 # AssertionError when the graph runs and bool(t) is false; `assert not t` checks
 # `logical_not(t)` (bool() of one element is `!= 0`, NaN true, as logical_not has it). Any other
-# message (an f-string of values) keeps the graph break.
+# message (an f-string of values) keeps the graph break ("assert with non-string message").
 def _assert_message(insts, i):
     """The message of the `raise AssertionError(...)` starting at insts[i]: (msg or None,
     True) when it is an assert's constant message (or none), else (None, False)."""
@@ -105,6 +105,12 @@ def assert_after_to_bool(tx, cond):
 def _in_graph(tx, cond, want, raise_at):
     msg, ok = _assert_message(tx.instructions, raise_at)
     if not ok:
+        insts = tx.instructions
+        if raise_at < len(insts) and insts[raise_at].opname == "LOAD_ASSERTION_ERROR":
+            unimplemented(
+                "assert with non-string message: bool() of a tensor reads tensor data, and the "
+                "message is made only when the assert fails"
+            )
         return False
     _one_element("assert", cond)
     if not want:
