@@ -9,7 +9,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.optimize(backend, nopython=)     | kiln.compile(fn, backend=..., fullgraph=nopython)    |
 | optimize(guard_fail_fn=f)                      | f(GuardFail) on kiln's guard_failure event of that function |
 | torch._dynamo.optimize_assert(backend)         | kiln.compile(fn, backend=..., fullgraph=True)        |
-| torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...)                                |
+| torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...) (in compiled code: traced as kiln.compile's call) |
 | torch.compile(disable=True), TORCHDYNAMO_DISABLE=1 | kiln.compile(fn, disable=True) (fn uncompiled)   |
 | torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
 | torch._dynamo.disable(fn, recursive=) / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
@@ -167,6 +167,10 @@ def compile(
     if model is None:
         return lambda m: kiln.compile(m, **settings)
     return kiln.compile(model, **settings)
+
+
+# kiln traces a call of it in compiled code as it does kiln.compile's (torch inlines its own)
+compile._kiln_traced_as = "compile"
 
 
 def _make_counter_with_backend(base):

@@ -7,7 +7,7 @@ import os
 from typing import Literal, TypedDict
 
 import torch
-from frontend_helpers import run_and_compare
+from frontend_helpers import CountingBackend, run_and_compare
 
 import kiln
 
@@ -71,3 +71,45 @@ def test_assert_on_a_tensor_with_a_non_string_message_names_its_break():
         run_and_compare(assert_with_tensor_message, x)
         reasons = [r for r in kiln.counters["graph_break"] if "assert with non-string" in r]
         assert len(reasons) == 1 and kiln.counters["graph_break"][reasons[0]] == 1
+
+
+def scaled(x, c=None):
+    if c is None:
+        c = 2
+    return c * x
+
+
+def calls_kiln_compile(x):
+    return kiln.compile(scaled, backend="eager")(x) + 1
+
+
+def calls_torch_compile(x):
+    return torch.compile(scaled, backend="eager", fullgraph=True)(x, c=3)
+
+
+def compile_with_bad_settings(x):
+    return kiln.compile(scaled, fullgraph=1)(x)
+
+
+def test_compile_called_in_a_compiled_frame_is_traced_in_its_graph():
+    for fn in (calls_kiln_compile, calls_torch_compile):
+        backend = CountingBackend()  # (eager's own kiln.compile call makes a graph too)
+        run_and_compare(fn, torch.randn(4), fullgraph=True, backend=backend)
+        assert backend.calls == 1
+    # settings the call rejects: a graph break, and the TypeError raised as eagerly
+    run_and_compare(compile_with_bad_settings, torch.randn(2), expected_breaks=1)
+
+
+def returns_the_compiled_function(x):
+    h = kiln.compile(scaled, backend="eager", dynamic=False)
+    return h(x), h
+
+
+def test_compiled_function_made_in_the_frame_is_made_again_when_returned():
+    kiln.reset()
+    compiled = kiln.compile(returns_the_compiled_function, backend="eager", fullgraph=True)
+    x = torch.randn(3)
+    out, h = compiled(x)
+    torch.testing.assert_close(out, scaled(x))
+    assert h is not scaled and h._kiln_orig_fn is scaled  # a kiln wrapper, as eager's
+    torch.testing.assert_close(h(x, 4), scaled(x, 4))
