@@ -9,7 +9,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.optimize(backend, nopython=)     | kiln.compile(fn, backend=..., fullgraph=nopython)    |
 | optimize(guard_fail_fn=f)                      | f(GuardFail) on kiln's guard_failure event of that function |
 | torch._dynamo.optimize_assert(backend)         | kiln.compile(fn, backend=..., fullgraph=True)        |
-| torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...) (in compiled code: traced as kiln.compile's call) |
+| torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...) (in compiled code: traced as kiln.compile's call); torch.distributions' argument validation off, as torch.compile's first call does |
 | torch.compile(disable=True), TORCHDYNAMO_DISABLE=1 | kiln.compile(fn, disable=True) (fn uncompiled)   |
 | torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
 | torch._dynamo.disable(fn, recursive=) / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
@@ -104,6 +104,7 @@ class _Optimize:
     def __call__(self, fn):
         import kiln
 
+        _torch_compile_effects()
         if self.guard_fail_fn is not None and hasattr(fn, "__code__"):
             _GUARD_FAIL_FNS[fn.__code__] = self.guard_fail_fn
         return kiln.compile(
@@ -119,6 +120,14 @@ class _Optimize:
 
     def __exit__(self, *exc):
         return False
+
+
+def _torch_compile_effects():
+    """What torch.compile changes in the process on its first call (TorchPatcher.patch) that
+    tests see: torch.distributions' argument validation off (its checks read tensor data)."""
+    import torch
+
+    torch.distributions.Distribution.set_default_validate_args(False)
 
 
 def optimize(
@@ -160,6 +169,7 @@ def compile(
     disable = disable or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1"
     if disable:
         return kiln.compile(model, disable=True)
+    _torch_compile_effects()
     # (torch's mode= and options= name Inductor's settings: kiln's own modes come only from a
     # backend name that is one, MODE_BACKENDS)
     backend, kiln_mode = _settings(backend)

@@ -6,6 +6,7 @@ PYTEST_DONT_REWRITE: the traced functions' `assert` statements stay Python's own
 import os
 from typing import Literal, TypedDict
 
+import pytest
 import torch
 from frontend_helpers import CountingBackend, run_and_compare
 
@@ -113,3 +114,43 @@ def test_compiled_function_made_in_the_frame_is_made_again_when_returned():
     torch.testing.assert_close(out, scaled(x))
     assert h is not scaled and h._kiln_orig_fn is scaled  # a kiln wrapper, as eager's
     torch.testing.assert_close(h(x, 4), scaled(x, 4))
+
+
+class SubCategorical(torch.distributions.Categorical):
+    pass
+
+
+def distributions_made_in_the_frame(t):
+    categ = SubCategorical(logits=t)
+    normal = torch.distributions.Normal(t, t.abs() + 1)
+    out = categ.log_prob(torch.tensor(3)) + categ.probs + categ.logits + categ.entropy()
+    return out, normal.log_prob(t + 1), normal.stddev, normal
+
+
+@pytest.fixture
+def validate_args():
+    before = torch.distributions.Distribution._validate_args
+    yield torch.distributions.Distribution.set_default_validate_args
+    torch.distributions.Distribution.set_default_validate_args(before)
+
+
+def test_distributions_made_in_the_frame_are_traced(validate_args):
+    """torch.distributions' classes are Python code over tensors: traced like user classes."""
+    validate_args(False)
+    kiln.reset()
+    compiled = kiln.compile(distributions_made_in_the_frame, backend="eager", fullgraph=True)
+    t = torch.randn(6)
+    got, want = compiled(t), distributions_made_in_the_frame(t)
+    for a, b in zip(got[:3], want[:3]):
+        torch.testing.assert_close(a, b)
+    assert type(got[3]) is torch.distributions.Normal
+    torch.testing.assert_close(got[3].scale, want[3].scale)
+    # with argument validation on, its check of tensor data is a graph break, and an invalid
+    # scale raises eager's ValueError
+    validate_args(True)
+    run_and_compare(normal_log_prob, torch.randn(3), torch.ones(3))
+    run_and_compare(normal_log_prob, torch.randn(3), -torch.ones(3))
+
+
+def normal_log_prob(t, scale):
+    return torch.distributions.Normal(t, scale).log_prob(t)

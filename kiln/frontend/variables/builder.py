@@ -259,6 +259,8 @@ def wrap_constant_like(tx, value):
         return UserDefinedClassVariable(value)
     if isinstance(value, enum.Enum | torch._C.DispatchKey):
         return ConstantVariable(value)
+    if isinstance(value, types.FunctionType) and _in_traced_module(value.__module__ or ""):
+        return UserFunctionVariable(value)  # (read from a traced torch module: traced as user's)
     if callable(value):
         return OpaqueCallableVariable(value)
     flags = torch_queries.backend_flags(value)  # Note [Torch: backend flags objects]
