@@ -154,3 +154,25 @@ def test_distributions_made_in_the_frame_are_traced(validate_args):
 
 def normal_log_prob(t, scale):
     return torch.distributions.Normal(t, scale).log_prob(t)
+
+
+def torch_asserts(img):
+    x = torch.sin(img)
+    val = x.shape[-2:]
+    torch._assert(len(val) == 2, f"shape {img.shape}")
+    torch._assert(img.shape[-1] == 8, message="last size 8")
+    torch._assert(x.sum() > -1e9, "finite")  # a tensor: checked when the graph runs
+    return img + x
+
+
+def torch_assert_of_data(x):
+    torch._assert(x.max() < 5, "too big")
+    return x * 2
+
+
+def test_torch_assert_is_traced_as_an_assert():
+    run_and_compare(torch_asserts, torch.randn(1, 1, 8, 8), fullgraph=True, expected_graphs=1)
+    # a size the condition rejects: AssertionError with the message, as eagerly
+    run_and_compare(torch_asserts, torch.randn(1, 1, 8, 7))
+    for x in (torch.ones(3), torch.full((3,), 7.0)):  # the tensor check passes, then fails
+        run_and_compare(torch_assert_of_data, x, fullgraph=True, expected_graphs=1)
