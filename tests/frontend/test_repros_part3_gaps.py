@@ -176,3 +176,34 @@ def test_torch_assert_is_traced_as_an_assert():
     run_and_compare(torch_asserts, torch.randn(1, 1, 8, 7))
     for x in (torch.ones(3), torch.full((3,), 7.0)):  # the tensor check passes, then fails
         run_and_compare(torch_assert_of_data, x, fullgraph=True, expected_graphs=1)
+
+
+@pytest.fixture
+def chunk_cat_op():
+    with torch.library._scoped_library("kiln_test_gaps", "FRAGMENT") as lib:
+        lib.define("chunk_cat(Tensor[] tensors, int dim, int num_chunks, *, Tensor(a!) out) -> ()")
+
+        def chunk_cat(tensors, dim, num_chunks, out):
+            torch._chunk_cat(tensors, dim, num_chunks, out=out)
+
+        lib.impl("chunk_cat", chunk_cat, "CPU")
+        lib.impl("chunk_cat", chunk_cat, "Meta")
+        yield torch.ops.kiln_test_gaps.chunk_cat
+
+
+def test_custom_op_writing_its_one_out_tensor_returns_none(chunk_cat_op):
+    def into_input(tensors, out):
+        return chunk_cat_op(tensors, 0, 2, out=out), out.sum()
+
+    def into_new(tensors):
+        out = torch.zeros(2, 272)
+        chunk_cat_op(tensors, 0, 2, out=out)
+        return out * 2
+
+    tensors = [torch.randn(16, 16), torch.randn(16), torch.randn(16, 16), torch.randn(16)]
+    for backend in (None, "aot_eager"):
+        out = torch.empty(2, 272)
+        run_and_compare(
+            into_input, tensors, out, backend=backend, fullgraph=True, expected_graphs=1
+        )
+        run_and_compare(into_new, tensors, backend=backend, fullgraph=True, expected_graphs=1)

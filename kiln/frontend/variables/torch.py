@@ -409,7 +409,9 @@ def _as_fakes(result, device):
 
 
 def _tensor_shapes(out):
-    """The shapes of the tensors of an `out=` tuple or list (None for anything else)."""
+    """The shapes of the tensors of an `out=` tensor, tuple or list (None for anything else)."""
+    if isinstance(out, torch.Tensor):
+        return [tuple(out.shape)]  # (a custom op's `Tensor(a!) out` that returns nothing)
     if not isinstance(out, (tuple, list)) or not out:
         return None
     if not all(isinstance(t, torch.Tensor) for t in out):
