@@ -4,11 +4,12 @@ graph breaks counted) and compared with eager.
 PYTEST_DONT_REWRITE: the traced functions' `assert` statements stay Python's own."""
 
 import os
+import weakref
 from typing import Literal, TypedDict
 
 import pytest
 import torch
-from frontend_helpers import CountingBackend, run_and_compare
+from frontend_helpers import CountingBackend, assert_same, run_and_compare
 
 import kiln
 
@@ -207,3 +208,45 @@ def test_custom_op_writing_its_one_out_tensor_returns_none(chunk_cat_op):
             into_input, tensors, out, backend=backend, fullgraph=True, expected_graphs=1
         )
         run_and_compare(into_new, tensors, backend=backend, fullgraph=True, expected_graphs=1)
+
+
+class Holder:
+    pass
+
+
+def returns_a_weak_ref(x, obj):
+    r = weakref.ref(obj)
+    obj.ref = r
+    return x * 2, r, r() is obj
+
+
+def test_weak_ref_made_in_the_frame_leaves_it():
+    kiln.reset()
+    compiled = kiln.compile(returns_a_weak_ref, backend="eager", fullgraph=True)
+    obj = Holder()
+    out, r, alive = compiled(torch.ones(2), obj)
+    assert r is weakref.ref(obj) and obj.ref is r and alive is True  # eager's one reference
+    torch.testing.assert_close(out, torch.full((2,), 2.0))
+
+
+def lr_scheduler_made_in_the_frame(x, optimizer):
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    return x * 2, scheduler
+
+
+def test_lr_scheduler_made_in_the_frame_is_eagers():
+    results = []
+    for fn in (
+        lr_scheduler_made_in_the_frame,
+        kiln.compile(lr_scheduler_made_in_the_frame, backend="eager", fullgraph=True),
+    ):
+        kiln.reset()
+        model = torch.nn.Linear(3, 3)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        out, scheduler = fn(torch.ones(2), optimizer)
+        assert scheduler.optimizer is optimizer
+        model(torch.ones(1, 3)).sum().backward()
+        optimizer.step()
+        scheduler.step()
+        results.append((out, scheduler.state_dict(), optimizer.param_groups[0]["lr"]))
+    assert_same(results[0], results[1])

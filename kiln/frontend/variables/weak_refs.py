@@ -2,6 +2,7 @@
 
 import weakref
 
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.source import LocalSource
 from kiln.frontend.variables.base import VariableTracker
@@ -12,7 +13,8 @@ from kiln.frontend.variables.user_defined import INSTANCE_MAKERS
 # `r = weakref.ref(x)` in a compiled frame, for an argument x of the frame (a tensor or an object
 # the caller passed): calling r gives x back, as eager's does while x is alive, and the frame does
 # not let go of it (the check of Note [Optimizers: weak references] breaks otherwise). A reference
-# that would leave the frame (returned, stored) is not rebuilt: a break. Anything else (a
+# that leaves the frame (returned, stored on an object) is made again by the transformed code,
+# `weakref.ref(x)`: without a callback that is the one reference x has, eager's. Anything else (a
 # referent made in the frame, whose life depends on reference counts eager has and a trace does
 # not, a callback, weakref subclasses) stays a break.
 
@@ -36,7 +38,11 @@ class NewWeakRefVariable(VariableTracker):
         return self.referent
 
     def reconstruct(self, cg):
-        unimplemented("a weak reference made in the frame outlives it (not rebuilt)")
+        """`weakref.ref(x)` again: a reference without a callback is one object per referent,
+        so this is the object eager made (the frame holds x, so it is alive)."""
+        cg.load_object(weakref.ref, push_null=True)
+        cg.reconstruct(self.referent)
+        cg.extend(emit.call(1))
 
 
 def _argument_value(tx, var):
