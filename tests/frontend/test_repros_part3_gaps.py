@@ -250,3 +250,39 @@ def test_lr_scheduler_made_in_the_frame_is_eagers():
         scheduler.step()
         results.append((out, scheduler.state_dict(), optimizer.param_groups[0]["lr"]))
     assert_same(results[0], results[1])
+
+
+hook_calls = []
+
+
+@kiln.disable
+def doubling_pre_hook(module, inputs):
+    hook_calls.append(tuple(inputs[0].shape))
+    return (inputs[0] * 2,)
+
+
+class Wrapper(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x).relu()
+
+
+def test_module_whose_hook_breaks_still_compiles_its_forward():
+    """A hook that breaks the caller's graph: the module is called through kiln's frame entry,
+    its hooks in Python around its forward compiled (it ran eagerly)."""
+    kiln.reset()
+    lin = torch.nn.Linear(4, 3)
+    lin.register_forward_pre_hook(doubling_pre_hook)
+    model, x = Wrapper(lin), torch.randn(2, 4)
+    want = model(x)
+    hook_calls.clear()
+    backend = CountingBackend()
+    compiled = kiln.compile(model, backend=backend)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), want)
+    assert hook_calls == [(2, 4), (2, 4)]
+    assert any("linear" in str(gm.graph) for gm in backend.graphs), backend.graphs
+    assert backend.calls == 2, [str(gm.graph) for gm in backend.graphs]  # the forward, relu

@@ -6,7 +6,7 @@ import types
 import torch
 
 from kiln.bytecode import emit
-from kiln.exc import unimplemented
+from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.distributed import is_fsdp
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
@@ -248,7 +248,13 @@ class NNModuleVariable(VariableTracker):
         if not hooked:
             tx.output.guards.add(GuardKind.NO_HOOKS, self.source)
             return forward(args, kwargs)
-        return self._call_with_hooks(tx, forward, args, kwargs)
+        try:
+            return self._call_with_hooks(tx, forward, args, kwargs)
+        except Unsupported as e:
+            # a hook that breaks: the call runs through kiln's frame entry, its hooks in Python
+            # around its forward compiled (Note [Modules: hooks around a compiled forward])
+            e.module_hook_broke = True
+            raise
 
     def _forward(self, tx):
         """`mod.forward` as Module.__call__ finds it, as a call of (args, kwargs).
