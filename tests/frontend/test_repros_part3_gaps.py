@@ -286,3 +286,33 @@ def test_module_whose_hook_breaks_still_compiles_its_forward():
     assert hook_calls == [(2, 4), (2, 4)]
     assert any("linear" in str(gm.graph) for gm in backend.graphs), backend.graphs
     assert backend.calls == 2, [str(gm.graph) for gm in backend.graphs]  # the forward, relu
+
+
+def cos_helper(x, n):
+    return n * torch.cos(x) + 1
+
+
+class ShallowForward(torch.nn.Module):
+    @kiln.disable(recursive=False)
+    def forward(self, x):
+        hook_calls.append("forward in Python")
+        return cos_helper(x, 3)
+
+
+def test_module_with_a_forward_disabled_shallowly_compiles_its_callees():
+    """forward = kiln.disable(forward, recursive=False) called from compiled code: forward runs
+    in Python, the functions it calls are compiled frames (they ran eagerly)."""
+    kiln.reset()
+    mod, x = ShallowForward(), torch.randn(4)
+
+    def fn(x):
+        return mod(x) * 2
+
+    want = fn(x)
+    hook_calls.clear()
+    backend = CountingBackend()
+    compiled = kiln.compile(fn, backend=backend)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), want)
+    assert hook_calls == ["forward in Python"] * 2
+    assert any("cos" in str(gm.graph) for gm in backend.graphs), backend.graphs
