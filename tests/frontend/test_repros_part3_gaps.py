@@ -316,3 +316,34 @@ def test_module_with_a_forward_disabled_shallowly_compiles_its_callees():
         torch.testing.assert_close(compiled(x), want)
     assert hook_calls == ["forward in Python"] * 2
     assert any("cos" in str(gm.graph) for gm in backend.graphs), backend.graphs
+
+
+class ThroughLayers(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, layers, scale):
+        ctx.layers = layers
+        h = x
+        for layer in layers:
+            h = layer(h)
+        ctx.save_for_backward(h)
+        return h * scale, x
+
+    @staticmethod
+    def backward(ctx, grad, grad_x):
+        return grad, None, None
+
+
+def apply_with_modules(x, layers):
+    out, same = ThroughLayers.apply(x, layers, 2.0)
+    return out + 1, same, same is x, out.requires_grad
+
+
+def test_autograd_function_with_a_module_argument_under_no_grad():
+    """grad mode off: apply's forward is traced in the frame (a ModuleList argument, which the
+    one-node form cannot pass), an input it returns comes back as a view of it."""
+    layers = torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)])
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        compiled = run_and_compare(apply_with_modules, x, layers, fullgraph=True, expected_graphs=1)
+        assert compiled(x, layers)[1]._base is x
+    run_and_compare(apply_with_modules, x, layers)  # grad mode on: a break, as before
