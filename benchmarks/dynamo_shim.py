@@ -17,6 +17,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.mark_static(t or module, index)  | kiln.mark_static(t or module, dim)                   |
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
 | torch._inductor.metrics.generated_kernel_count | grows by the kernels of each graph kiln's backend compiles |
+| torch._dynamo.eval_frame.dynamo_tls.traced_frame_infos | one line per frame kiln starts tracing (not its resume functions) |
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
 | torch._dynamo.set_stance (torch.compiler's)    | kiln.set_stance (force_backend through the backend map) |
 | torch._dynamo.substitute_in_graph(fn, ...)     | kiln.substitute_in_graph(fn, skip_signature_check=)  |
@@ -310,6 +311,19 @@ def _mirror_config(kiln_config):
     kiln_config.__class__ = type("MirroredConfig", (type(kiln_config),), props)
 
 
+def _traced_frame(fn):
+    """kiln starts tracing a frame: torch's record of the frames it traced
+    (`eval_frame.dynamo_tls.traced_frame_infos`), its own resume functions left out as torch
+    leaves out its own."""
+    import torch._dynamo.eval_frame
+
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_name.startswith("__resume_at_"):
+        return
+    info = f"{code.co_name} {code.co_filename}:{code.co_firstlineno}"
+    torch._dynamo.eval_frame.dynamo_tls.traced_frame_infos.append(info)
+
+
 def _count_kernels(compiled, gm, example_inputs):
     """kiln's backend compiled a graph: its C++/Triton kernels count as torch's generated ones."""
     import torch._inductor.metrics
@@ -383,4 +397,5 @@ def install():
     torch.compile = compile
     kiln.hooks.register("backend_graph", _count_kernels)
     kiln.hooks.register("guard_failure", _guard_failure)
+    kiln.hooks.register("frame_start", _traced_frame)
     _mirror_config(kiln.config)
