@@ -347,3 +347,15 @@ def test_autograd_function_with_a_module_argument_under_no_grad():
         compiled = run_and_compare(apply_with_modules, x, layers, fullgraph=True, expected_graphs=1)
         assert compiled(x, layers)[1]._base is x
     run_and_compare(apply_with_modules, x, layers)  # grad mode on: a break, as before
+
+
+def permuted_dim_order(x):
+    y = x.permute(3, 0, 2, 1)
+    return y, y.dim_order(), x.dim_order()
+
+
+def test_dim_order_of_static_strides_folds():
+    x = torch.randn(4, 1, 5, 2)
+    run_and_compare(permuted_dim_order, x, fullgraph=True, expected_graphs=1)
+    strided = torch.randn(300).as_strided([4, 4, 4, 4], [1, 2, 4, 8])
+    run_and_compare(permuted_dim_order, strided, fullgraph=True, expected_graphs=1)
