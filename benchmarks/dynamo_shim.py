@@ -9,7 +9,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.optimize(backend, nopython=)     | kiln.compile(fn, backend=..., fullgraph=nopython)    |
 | optimize(guard_fail_fn=f)                      | f(GuardFail) on kiln's guard_failure event of that function |
 | torch._dynamo.optimize_assert(backend)         | kiln.compile(fn, backend=..., fullgraph=True)        |
-| torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...) (in compiled code: traced as kiln.compile's call); torch.distributions' argument validation off, as torch.compile's first call does |
+| torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...) (in compiled code: traced as kiln.compile's call); torch's incompatible-config check, and torch.distributions' argument validation off, as torch.compile does |
 | torch.compile(disable=True), TORCHDYNAMO_DISABLE=1 | kiln.compile(fn, disable=True) (fn uncompiled)   |
 | torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
 | torch._dynamo.disable(fn, recursive=) / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
@@ -124,10 +124,13 @@ class _Optimize:
 
 
 def _torch_compile_effects():
-    """What torch.compile changes in the process on its first call (TorchPatcher.patch) that
-    tests see: torch.distributions' argument validation off (its checks read tensor data)."""
+    """What torch.compile does first that tests see: it refuses torch configs that exclude each
+    other (check_for_incompatible_configs), and its first call (TorchPatcher.patch) turns
+    torch.distributions' argument validation off (its checks read tensor data)."""
     import torch
+    import torch._dynamo.eval_frame
 
+    torch._dynamo.eval_frame.check_for_incompatible_configs()
     torch.distributions.Distribution.set_default_validate_args(False)
 
 
