@@ -1,5 +1,6 @@
 """`weakref.ref(x)` made while tracing, of a value the caller holds (Note [Weak refs: made])."""
 
+import types
 import weakref
 
 from kiln.bytecode import emit
@@ -46,9 +47,20 @@ class NewWeakRefVariable(VariableTracker):
     def reconstruct(self, cg):
         """`weakref.ref(x)` again: a reference without a callback is one object per referent,
         so this is the object eager made (the frame holds x, so it is alive)."""
+        if _python_type(self.referent) is types.MethodType:
+            # (a bound method argument may reach later code as a method object built again: a
+            # reference made here would not be to the object eager's points to)
+            unimplemented("a weak reference to a bound method leaves the frame (not rebuilt)")
         cg.load_object(weakref.ref, push_null=True)
         cg.reconstruct(self.referent)
         cg.extend(emit.call(1))
+
+
+def _python_type(var):
+    try:
+        return var.python_type()
+    except Exception:
+        return None
 
 
 def _argument_value(tx, var):
