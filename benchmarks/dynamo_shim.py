@@ -9,7 +9,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.optimize(backend, nopython=)     | kiln.compile(fn, backend=..., fullgraph=nopython)    |
 | optimize(guard_fail_fn=f)                      | f(GuardFail) on kiln's guard_failure event of that function |
 | torch._dynamo.optimize_assert(backend)         | kiln.compile(fn, backend=..., fullgraph=True)        |
-| torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...)                                |
+| torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...) (in compiled code: traced as kiln.compile's call); torch's incompatible-config check, and torch.distributions' argument validation off, as torch.compile does |
 | torch.compile(disable=True), TORCHDYNAMO_DISABLE=1 | kiln.compile(fn, disable=True) (fn uncompiled)   |
 | torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
 | torch._dynamo.disable(fn, recursive=) / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
@@ -17,10 +17,11 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.mark_static(t or module, index)  | kiln.mark_static(t or module, dim)                   |
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
 | torch._inductor.metrics.generated_kernel_count | grows by the kernels of each graph kiln's backend compiles |
+| torch._dynamo.eval_frame.dynamo_tls.traced_frame_infos | one line per frame kiln starts tracing (not its resume functions) |
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
 | torch._dynamo.set_stance (torch.compiler's)    | kiln.set_stance (force_backend through the backend map) |
 | torch._dynamo.substitute_in_graph(fn, ...)     | kiln.substitute_in_graph(fn, skip_signature_check=)  |
-| torch._dynamo.export(f)(*args)                 | kiln.export(f, args): its graph on the call's arguments (one the graph does not read is not checked, as torch's), its input specs and shape facts as the guards |
+| torch._dynamo.export(f)(*args)                 | kiln.export(f, args): its graph on the call's arguments (one the graph does not read is not checked, as torch's), its input specs and shape facts as the guards; graph breaks raise Unsupported (as torch's nopython trace) |
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
@@ -105,6 +106,7 @@ class _Optimize:
     def __call__(self, fn):
         import kiln
 
+        _torch_compile_effects()
         if self.guard_fail_fn is not None and hasattr(fn, "__code__"):
             _GUARD_FAIL_FNS[fn.__code__] = self.guard_fail_fn
         return kiln.compile(
@@ -120,6 +122,17 @@ class _Optimize:
 
     def __exit__(self, *exc):
         return False
+
+
+def _torch_compile_effects():
+    """What torch.compile does first that tests see: it refuses torch configs that exclude each
+    other (check_for_incompatible_configs), and its first call (TorchPatcher.patch) turns
+    torch.distributions' argument validation off (its checks read tensor data)."""
+    import torch
+    import torch._dynamo.eval_frame
+
+    torch._dynamo.eval_frame.check_for_incompatible_configs()
+    torch.distributions.Distribution.set_default_validate_args(False)
 
 
 def optimize(
@@ -161,6 +174,7 @@ def compile(
     disable = disable or os.environ.get("TORCHDYNAMO_DISABLE", "") == "1"
     if disable:
         return kiln.compile(model, disable=True)
+    _torch_compile_effects()
     # (torch's mode= and options= name Inductor's settings: kiln's own modes come only from a
     # backend name that is one, MODE_BACKENDS)
     backend, kiln_mode = _settings(backend)
@@ -170,6 +184,10 @@ def compile(
     if model is None:
         return lambda m: kiln.compile(m, **settings)
     return kiln.compile(model, **settings)
+
+
+# kiln traces a call of it in compiled code as it does kiln.compile's (torch inlines its own)
+compile._kiln_traced_as = "compile"
 
 
 def _make_counter_with_backend(base):
@@ -217,6 +235,11 @@ class _ExportedGraph:
         self.program = program
         self.read = {leaf for role, leaf in program.placeholders if role == "input"}
 
+    @property
+    def graph(self):
+        """The captured FX graph (torch's is a GraphModule: tests look for nodes in it)."""
+        return self.program.graph_module.graph
+
     def __call__(self, *args, **kwargs):
         from torch.utils import _pytree as pytree
 
@@ -250,7 +273,12 @@ def _export(stock_export):
 
             import kiln
 
-            program = kiln.export(f, args, kwargs)
+            try:
+                program = kiln.export(f, args, kwargs)
+            except kiln.export.ExportError as e:
+                if e.breaks:  # torch's export traces with nopython: a graph break is Unsupported
+                    raise kiln.exc.Unsupported(str(e)) from e
+                raise
             specs = [f"input leaf {i}: {m}" for i, m in enumerate(program.in_meta)]
             result = torch._dynamo.eval_frame.ExportResult
             return result(_ExportedGraph(program), specs + list(program.guards))
@@ -294,6 +322,19 @@ def _mirror_config(kiln_config):
     places = {k: v if isinstance(v, tuple) else (v, k) for k, v in _CONFIG.items()}
     props = {name: switch(where) for name, where in places.items()}
     kiln_config.__class__ = type("MirroredConfig", (type(kiln_config),), props)
+
+
+def _traced_frame(fn):
+    """kiln starts tracing a frame: torch's record of the frames it traced
+    (`eval_frame.dynamo_tls.traced_frame_infos`), its own resume functions left out as torch
+    leaves out its own."""
+    import torch._dynamo.eval_frame
+
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_name.startswith("__resume_at_"):
+        return
+    info = f"{code.co_name} {code.co_filename}:{code.co_firstlineno}"
+    torch._dynamo.eval_frame.dynamo_tls.traced_frame_infos.append(info)
 
 
 def _count_kernels(compiled, gm, example_inputs):
@@ -369,4 +410,5 @@ def install():
     torch.compile = compile
     kiln.hooks.register("backend_graph", _count_kernels)
     kiln.hooks.register("guard_failure", _guard_failure)
+    kiln.hooks.register("frame_start", _traced_frame)
     _mirror_config(kiln.config)

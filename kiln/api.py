@@ -93,6 +93,9 @@ def compile(
     return compile_callable(model, settings)
 
 
+compile._kiln_traced_as = "compile"  # called in traced code: the function traced in the frame
+
+
 # --- compiled autograd, registered with the frontend ----------------------------------------------
 def _compiled_autograd_scope(backend):
     """`kiln.compiled_autograd.maybe_enable(backend)` (Note [Frontend: the backward scope])."""

@@ -31,6 +31,7 @@ traced_modules = (
     "torch.utils._ordered_set",  # OrderedSet: a plain Python MutableSet over a dict
     "torch.fx.experimental.symbolic_shapes",  # guard_or_false(n == 0) ...: eager's path on ints
     "torch._prims_common",  # make_contiguous_strides_for ...: size arithmetic in Python
+    "torch.distributions",  # Normal(loc, scale).log_prob(x): tensor code in Python classes
 )  # Python functions from these are traced like user code although their package is skipped
 strict = (
     False  # an internal error in kiln raises (True: kiln's tests) instead of one warning + eager

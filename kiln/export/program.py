@@ -47,6 +47,10 @@ from kiln.frontend.user_errors import hint_for
 class ExportError(KilnError):
     """The program cannot be exported as one graph (every reason listed)."""
 
+    def __init__(self, msg, breaks=()):
+        super().__init__(msg)
+        self.breaks = list(breaks)  # the graph breaks that stopped it (none: another reason)
+
 
 class InputError(KilnError):
     """Inputs that violate an exported program's specs."""
@@ -414,7 +418,7 @@ def export(fn, args, kwargs=None, dynamic_shapes=None):
             with torch.no_grad():
                 module.load_state_dict(saved, strict=False)
     if cap.breaks:
-        raise ExportError(_format_breaks(cap.breaks))
+        raise ExportError(_format_breaks(cap.breaks), cap.breaks)
     if len(cap.graphs) != 1 or len(cap.outputs) != 1:
         raise ExportError(f"cannot export: the call made {len(cap.graphs)} graphs (expected one)")
     gm, examples = cap.graphs[0]

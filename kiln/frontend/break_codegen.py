@@ -250,7 +250,8 @@ class _BreakCodegen:
         )
         body = self.body = PyCodegen(output, callee_factory)
         body.closure_callee = resume_factory  # a code with free variables: entry(fn, *args)
-        self.callee_slot = _callee_slot(site.inst, site.stack) if len(e.frames) > 1 else None
+        broke_inside = len(e.frames) > 1 or getattr(e, "module_call_broke", False)
+        self.callee_slot = _callee_slot(site.inst, site.stack) if broke_inside else None
         # Note [Side effects: outputs read before the stores]
         pin = [v for k, v in enumerate(site.stack) if k != self.callee_slot and k not in site.withs]
         callee = site.stack[self.callee_slot] if self.callee_slot is not None else None

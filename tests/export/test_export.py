@@ -93,6 +93,10 @@ def test_every_graph_break_is_listed_with_its_line():
     assert "builtin print" in text and 'print("not in a graph")' in text
     assert "Tensor.item()" in text and "n = y.sum().item()" in text
     assert "hint:" in text
+    assert [b.user_location.split(": ", 1)[1] for b in info.value.breaks] == [
+        'print("not in a graph")',
+        "n = y.sum().item()",
+    ]
 
 
 def _pins_batch(x):

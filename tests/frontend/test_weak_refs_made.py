@@ -39,11 +39,29 @@ def _returns_ref(t):
     return weakref.ref(t), t
 
 
-def test_ref_of_a_frame_made_value_runs_eagerly():
-    with pytest.raises(kiln.exc.Unsupported):
-        kiln.compile(_returns_ref, fullgraph=True)(torch.ones(2))
-    r, t = kiln.compile(_returns_ref, backend="eager")(torch.ones(2))
+def _drops_referent(t):
+    u = t * 2
+    r = weakref.ref(u)
+    del u
+    return r, t + 1
+
+
+def _calls_ref_of_frame_made(t):
+    u = t * 2
+    return weakref.ref(u)() * 3
+
+
+def test_ref_of_a_tensor_made_in_the_frame_is_made_after_the_graph():
+    """(test_repros part2 test_return_weakref) made again from the graph's output: alive after
+    the frame exactly when eager's referent is; calling it inside the frame is still a break."""
+    r, t = kiln.compile(_returns_ref, backend="eager", fullgraph=True)(torch.ones(2))
     assert r() is t
+    r, _ = kiln.compile(_drops_referent, backend="eager", fullgraph=True)(torch.ones(2))
+    assert r() is None and _drops_referent(torch.ones(2))[0]() is None
+    with pytest.raises(kiln.exc.Unsupported):
+        kiln.compile(_calls_ref_of_frame_made, fullgraph=True)(torch.ones(2))
+    x = torch.ones(2)
+    torch.testing.assert_close(kiln.compile(_calls_ref_of_frame_made)(x), x * 6)
 
 
 class _NoWeakRefs:

@@ -39,6 +39,7 @@ from kiln.frontend.markers import is_allowed_in_graph
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.allowed_calls import allowed_call
 from kiln.frontend.variables.autograd_function_effects import leave_to_forward, start_serial
+from kiln.frontend.variables.autograd_function_nograd import apply_without_grad
 from kiln.frontend.variables.autograd_function_objects import (
     module_fields,
     object_tensor_names,
@@ -110,6 +111,11 @@ class AutogradFunctionApplyVariable(VariableTracker):
             if _apply_argument(a):
                 continue
             fields = _object_fields(tx, a)
+            if fields is None and not torch.is_grad_enabled():
+                self._guard_methods(tx, has_setup)  # Note [Autograd functions: apply with grad
+                ctx = AutogradCtxVariable(tuple(False for _ in args))  # mode off]
+                setup_fn = setup if has_setup else None
+                return apply_without_grad(tx, self, forward, setup_fn, ctx, list(args))
             if fields is None:
                 unimplemented(f"{name}.apply argument {a} (only tensors and constants)")
             objects[k] = fields

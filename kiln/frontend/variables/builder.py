@@ -52,6 +52,7 @@ from kiln.frontend.variables import (
     functorch_vmap,
     logging_vars,
     namedtuples,
+    nested_compile,
     numpy_extra,  # noqa: F401  (registers np.meshgrid, fftshift, linalg.norm)
     numpy_info,
     numpy_scalars,
@@ -180,6 +181,8 @@ def _kiln_special(value):
     torch keeps out of compilers (`torch._dynamo.disable`, torch's `_disable_dynamo`)."""
     if value is graph_break:
         return GraphBreakVariable()
+    if nested_compile.is_compile_entry(value):  # Note [Compile: a compile call inside a ...]
+        return nested_compile.CompileEntryVariable(value)
     substitute = substitute_of(value)  # Note [Substitutes: Python stand-ins for C functions]
     if substitute is not None:
         return substitute
@@ -258,6 +261,8 @@ def wrap_constant_like(tx, value):
         return UserDefinedClassVariable(value)
     if isinstance(value, enum.Enum | torch._C.DispatchKey):
         return ConstantVariable(value)
+    if isinstance(value, types.FunctionType) and _in_traced_module(value.__module__ or ""):
+        return UserFunctionVariable(value)  # (read from a traced torch module: traced as user's)
     if callable(value):
         return OpaqueCallableVariable(value)
     flags = torch_queries.backend_flags(value)  # Note [Torch: backend flags objects]
@@ -288,6 +293,8 @@ def wrap_value(tx, value, source):
         return UserDefinedObjectVariable(value, source=source)
     special = _kiln_special(value)
     if special is not None:
+        if source is not None and isinstance(special, nested_compile.CompileEntryVariable):
+            guards.add(GuardKind.ID_MATCH, source, value)
         if source is not None:
             numpy_info.guard_input(tx, value, special, source)  # (a numpy function, dtype ...)
             namedtuples.guard_input(tx, special, source)  # (collections.namedtuple itself)

@@ -3,6 +3,7 @@
 import dataclasses
 import functools
 import inspect
+import sys
 import types
 
 import torch
@@ -459,6 +460,8 @@ def _load_cell(cg, ref):
 # through it (so guarded like any attribute); without one (a function object made or reached
 # with no path) only literal values fold, anything else breaks.
 _FUNCTION_DATA = ("__defaults__", "__kwdefaults__", "__dict__", "__annotations__")
+if sys.version_info >= (3, 12):  # (functools.wraps copies it there)
+    _FUNCTION_DATA += ("__type_params__",)
 
 
 def _function_data(tx, var, name):

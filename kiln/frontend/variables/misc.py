@@ -3,6 +3,7 @@
 import dataclasses
 import enum
 import inspect
+import os
 import re
 import sys
 import types
@@ -400,6 +401,10 @@ def _exact_type(var):
         return None
 
 
+def _literals(values):
+    return all(isinstance(v, ConstantVariable) and is_literal(v.value) for v in values)
+
+
 def _callable_name(fn):
     """`Owner.name` of a bound C method (a pybind method's own __qualname__ is its binding's
     internal record type), else the callable's qualified name."""
@@ -408,6 +413,11 @@ def _callable_name(fn):
         cls = owner if isinstance(owner, type) else type(owner)
         return f"{cls.__qualname__}.{name}"
     return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+# C functions outside builtins that fold on literal arguments: no user code runs for them
+# (`os.fspath(".")`; an object with __fspath__ is not a literal, so it stays a break)
+_FOLD_ON_LITERALS = (os.fspath,)
 
 
 class OpaqueCallableVariable(VariableTracker):
@@ -432,6 +442,10 @@ class OpaqueCallableVariable(VariableTracker):
         done = call_object_slot(tx, self.value, args, kwargs)
         if done is not None:
             return done
+        if self.value in _FOLD_ON_LITERALS and _literals([*args, *kwargs.values()]):
+            cargs = [a.as_python_constant() for a in args]
+            ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+            return fold(lambda: self.value(*cargs, **ckw))
         unimplemented(f"call to {_callable_name(self.value)} (not traceable)")
 
     reconstruct = _load_value

@@ -6,9 +6,10 @@ import types
 import torch
 
 from kiln.bytecode import emit
-from kiln.exc import unimplemented
+from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.distributed import is_fsdp
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.markers import kiln_marker
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables import lazy_modules
 from kiln.frontend.variables.base import (
@@ -31,6 +32,12 @@ from kiln.frontend.variables.misc import wrap_frozen
 from kiln.frontend.variables.user_defined import _dunder_missing
 
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
+def _shallow_forward(mod):
+    """Whether mod's class forward is kiln.disable(forward, recursive=False)."""
+    forward = inspect.getattr_static(type(mod), "forward", None)
+    return "forward" not in mod.__dict__ and kiln_marker(forward, "_kiln_shallow") is not None
 
 
 def _no_global_hooks():
@@ -245,10 +252,18 @@ class NNModuleVariable(VariableTracker):
         _no_global_hooks()
         tx.output.uses_modules = True  # (`mod(x)` runs type(mod).__call__: an instance's is unused)
         forward = self._forward(tx)
-        if not hooked:
-            tx.output.guards.add(GuardKind.NO_HOOKS, self.source)
-            return forward(args, kwargs)
-        return self._call_with_hooks(tx, forward, args, kwargs)
+        try:
+            if not hooked:
+                tx.output.guards.add(GuardKind.NO_HOOKS, self.source)
+                return forward(args, kwargs)
+            return self._call_with_hooks(tx, forward, args, kwargs)
+        except Unsupported as e:
+            # a hook that breaks, or a forward disabled with recursive=False: the call runs
+            # through kiln's frame entry, its hooks in Python around its forward compiled (Note
+            # [Modules: hooks around a compiled forward]), or that forward's callees compiled
+            if hooked or _shallow_forward(mod):
+                e.module_call_broke = True
+            raise
 
     def _forward(self, tx):
         """`mod.forward` as Module.__call__ finds it, as a call of (args, kwargs).

@@ -416,8 +416,12 @@ def _identical(a, b):
             if isinstance(y, ConstantVariable):
                 return y.value is None
             return False
-    if isinstance(a, _RUN_TIME_NUMBERS) or isinstance(b, _RUN_TIME_NUMBERS):
-        return None  # a number known only at run time has an identity known only then (`i is 4`)
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, _RUN_TIME_NUMBERS):
+            other = _exact_type(y)
+            if other is not None and not issubclass(other, (int, float, complex)):
+                return False  # a number is not a list, a tensor, ... (`x.size(0) is xs`)
+            return None  # a number known only at run time has an identity known only then
     va, vb = getattr(a, "value", _MISSING), getattr(b, "value", _MISSING)
     if va is not _MISSING and vb is not _MISSING:
         if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):

@@ -1,5 +1,5 @@
 """Checks of tensor values kept in the graph as run-time assertions: `torch._assert_async`,
-Python's `assert` on a tensor (Note [Asserts: operators every backend runs] in
+`torch._assert`, Python's `assert` on a tensor (Note [Asserts: operators every backend runs] in
 kiln/symbolic/assert_ops.py) and `torch._check` of values read from tensor data."""
 
 import builtins
@@ -12,7 +12,8 @@ from kiln.exc import unimplemented
 from kiln.frontend.variables import sym
 from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import VariableTracker
-from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.symbolic import assert_ops, shape_env
 
@@ -65,7 +66,7 @@ torch_vars.register_function(torch._assert_async, assert_async)
 # traced as taken and the graph gets `kiln::assert_true(t, "msg")`, which raises that
 # AssertionError when the graph runs and bool(t) is false; `assert not t` checks
 # `logical_not(t)` (bool() of one element is `!= 0`, NaN true, as logical_not has it). Any other
-# message (an f-string of values) keeps the graph break.
+# message (an f-string of values) keeps the graph break ("assert with non-string message").
 def _assert_message(insts, i):
     """The message of the `raise AssertionError(...)` starting at insts[i]: (msg or None,
     True) when it is an assert's constant message (or none), else (None, False)."""
@@ -106,6 +107,12 @@ def assert_after_to_bool(tx, cond):
 def _in_graph(tx, cond, want, raise_at):
     msg, ok = _assert_message(tx.instructions, raise_at)
     if not ok:
+        insts = tx.instructions
+        if raise_at < len(insts) and insts[raise_at].opname == "LOAD_ASSERTION_ERROR":
+            unimplemented(
+                "assert with non-string message: bool() of a tensor reads tensor data, and the "
+                "message is made only when the assert fails"
+            )
         return False
     _one_element("assert", cond)
     if not want:
@@ -286,3 +293,31 @@ def _sym_min_max(builtin):
 
 torch_vars.register_function(torch.sym_max, _sym_min_max(builtins.max))
 torch_vars.register_function(torch.sym_min, _sym_min_max(builtins.min))
+
+
+# Note [Asserts: torch._assert]
+# `torch._assert(cond, msg)` is Python's `assert cond, msg` (for a cond without
+# __torch_function__). A cond known while tracing (a bool of sizes, guarded as any branch is)
+# folds: nothing when true, AssertionError(msg) raised in the traced code when false. A traced
+# one-element tensor is `kiln::assert_true(cond, msg)` in the graph, as a Python assert on it
+# (Note [Asserts: a Python assert on a tensor]); its message must then be a constant string.
+def _torch_assert(tx, fn, args, kwargs):
+    """`torch._assert(condition, message)` (Note [Asserts: torch._assert])."""
+    names = ("condition", "message")
+    if len(args) + len(kwargs) != 2 or set(kwargs) - set(names[len(args) :]):
+        return None  # (torch's own TypeError: the call as it is)
+    cond, msg = [*args, *(kwargs[n] for n in names[len(args) :])]
+    text = msg.as_python_constant() if msg.is_python_constant() else None
+    if isinstance(cond, TensorVariable):
+        if not isinstance(text, str):
+            unimplemented("torch._assert on a tensor with a message that is not a constant string")
+        _one_element("torch._assert", cond)
+        return _add_assert(tx, assert_ops.assert_true, (cond.proxy, text))
+    if cond.truthy(tx):
+        return ConstantVariable(None)
+    if text is None or not is_literal(text):
+        unimplemented("torch._assert failing with a message that is not a constant")
+    raise_observed(tx, AssertionError, text)
+
+
+torch_vars.register_function(torch._assert, _torch_assert)

@@ -324,6 +324,8 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         name = what if isinstance(what, str) else ""
         if name in _METADATA_RESULTS and is_literal(result):
             return ConstantVariable(result)
+        if name == "dim_order" and is_literal(result) and _static_strides(meta_args[0]):
+            return ConstantVariable(result)  # (an order of static strides: theirs, guarded)
         unimplemented(f"{what} returned a non-tensor value ({type(result).__name__})")
     # Note [Tensors: in-place results]; an op that gave back its meta argument otherwise (`.to()`
     # of its own dtype, `.contiguous()`) may return its input itself: remembered for `is`
@@ -410,8 +412,15 @@ def _as_fakes(result, device):
     return ProxyTensor(meta, device, None, result.requires_grad, sizes, strides, offset)
 
 
+def _static_strides(t):
+    """Whether a meta example's strides are all plain ints."""
+    return isinstance(t, torch.Tensor) and all(type(s) is int for s in t.stride())
+
+
 def _tensor_shapes(out):
-    """The shapes of the tensors of an `out=` tuple or list (None for anything else)."""
+    """The shapes of the tensors of an `out=` tensor, tuple or list (None for anything else)."""
+    if isinstance(out, torch.Tensor):
+        return [tuple(out.shape)]  # (a custom op's `Tensor(a!) out` that returns nothing)
     if not isinstance(out, (tuple, list)) or not out:
         return None
     if not all(isinstance(t, torch.Tensor) for t in out):

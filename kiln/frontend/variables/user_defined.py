@@ -6,6 +6,7 @@ import enum
 import inspect
 import os
 import types
+import typing
 
 import torch
 
@@ -170,6 +171,8 @@ class UserDefinedClassVariable(PythonValueVariable):
         view = mapping_view(cls, args, kwargs)  # Note [Objects: mapping views of user mappings]
         if view is not None:
             return view
+        if typing.is_typeddict(cls):  # a TypedDict's class call is dict(...) (its metaclass)
+            return BuiltinVariable(dict).call_function(tx, args, kwargs)
         if cls is collections.OrderedDict:  # the dict, keeping the class (move_to_end ...)
             d = BuiltinVariable(dict).call_function(tx, args, kwargs)
             d.user_cls = cls

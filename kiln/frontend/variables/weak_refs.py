@@ -1,28 +1,35 @@
 """`weakref.ref(x)` made while tracing, of a value the caller holds (Note [Weak refs: made])."""
 
+import types
 import weakref
 
+from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.source import LocalSource
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.optim import _dropped_by_frame, root_translator
+from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.user_defined import INSTANCE_MAKERS
 
 # Note [Weak refs: made]
 # `r = weakref.ref(x)` in a compiled frame, for an argument x of the frame (a tensor or an object
 # the caller passed): calling r gives x back, as eager's does while x is alive, and the frame does
 # not let go of it (the check of Note [Optimizers: weak references] breaks otherwise). A reference
-# that would leave the frame (returned, stored) is not rebuilt: a break. Anything else (a
-# referent made in the frame, whose life depends on reference counts eager has and a trace does
-# not, a callback, weakref subclasses) stays a break.
+# that leaves the frame (returned, stored on an object) is made again by the transformed code,
+# `weakref.ref(x)`: without a callback that is the one reference x has, eager's. A reference to a
+# tensor made in the frame is made the same way (from the tensor the graph gives back: alive
+# after the frame exactly when eager's referent is), but calling it in the frame is a break (its
+# life there depends on reference counts eager has and a trace does not). Anything else (other
+# values made in the frame, a callback, weakref subclasses) stays a break.
 
 
 class NewWeakRefVariable(VariableTracker):
     """A `weakref.ref` of a frame argument, made while tracing."""
 
-    def __init__(self, referent, **kw):
+    def __init__(self, referent, made_in_frame=False, **kw):
         super().__init__(**kw)
         self.referent = referent
+        self.made_in_frame = made_in_frame  # a tensor the frame made (not called while tracing)
 
     def python_type(self):
         return weakref.ReferenceType
@@ -30,13 +37,30 @@ class NewWeakRefVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         if args or kwargs:
             unimplemented("a weak reference called with arguments")
+        if self.made_in_frame:
+            unimplemented("calling a weak reference to a tensor made in the frame (alive or not)")
         real = _argument_value(tx, self.referent)
         if real is None or _dropped_by_frame(tx, real):
             unimplemented("calling a weak reference to an object the frame let go of")
         return self.referent
 
     def reconstruct(self, cg):
-        unimplemented("a weak reference made in the frame outlives it (not rebuilt)")
+        """`weakref.ref(x)` again: a reference without a callback is one object per referent,
+        so this is the object eager made (the frame holds x, so it is alive)."""
+        if _python_type(self.referent) is types.MethodType:
+            # (a bound method argument may reach later code as a method object built again: a
+            # reference made here would not be to the object eager's points to)
+            unimplemented("a weak reference to a bound method leaves the frame (not rebuilt)")
+        cg.load_object(weakref.ref, push_null=True)
+        cg.reconstruct(self.referent)
+        cg.extend(emit.call(1))
+
+
+def _python_type(var):
+    try:
+        return var.python_type()
+    except Exception:
+        return None
 
 
 def _argument_value(tx, var):
@@ -52,6 +76,8 @@ def make_weak_ref(tx, cls_var, args, kwargs):
     if cls_var.value is not weakref.ref or kwargs or len(args) != 1:
         return None
     real = _argument_value(tx, args[0])
+    if real is None and isinstance(args[0], TensorVariable) and args[0].source is None:
+        return NewWeakRefVariable(args[0], made_in_frame=True)
     if real is None:
         unimplemented("weakref.ref of a value that is not an argument of the frame")
     if not type(real).__weakrefoffset__:  # (eager raises TypeError: no weak references)
