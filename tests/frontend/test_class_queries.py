@@ -1,4 +1,5 @@
-"""cls.__subclasses__(), compiled vs eager (Note [Classes: __subclasses__])."""
+"""cls.__subclasses__() and `A | B` of classes, compiled vs eager (Notes [Classes: __subclasses__],
+[Classes: unions of classes])."""
 
 import torch
 from frontend_helpers import run_and_compare
@@ -71,3 +72,28 @@ def test_subclasses_in_a_loop_over_the_tree():
         return x + len(seen), seen
 
     run_and_compare(fn, torch.ones(1), fullgraph=True, expected_graphs=1)
+
+
+def test_union_of_classes_is_a_constant():
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    def fn(x, p):
+        kinds = Shard | _StridedShard
+        opt = int | None
+        return x + 1, kinds, kinds.__args__, isinstance(p, opt), opt.__args__
+
+    run_and_compare(fn, torch.ones(2), 3, fullgraph=True, expected_graphs=1)
+    run_and_compare(fn, torch.ones(2), "a", fullgraph=True, expected_graphs=1)
+
+
+def test_union_of_user_classes_in_isinstance():
+    base, left, right, _ = _family()
+
+    def fn(x, obj):
+        if isinstance(obj, left | right):
+            return x + 1
+        return x - 1
+
+    run_and_compare(fn, torch.ones(2), left(), fullgraph=True, expected_graphs=1)
+    run_and_compare(fn, torch.ones(2), base(), fullgraph=True, expected_graphs=1)

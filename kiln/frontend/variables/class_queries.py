@@ -1,4 +1,4 @@
-"""Queries on class objects answered while tracing: `cls.__subclasses__()`.
+"""Queries on class objects answered while tracing: `cls.__subclasses__()`, `A | B` of classes.
 
 Note [Classes: __subclasses__]
 `cls.__subclasses__()` answers from the class's live (weakly held) list of direct subclasses: a
@@ -9,9 +9,14 @@ guard, so none needs a source) and guards on the answer itself: a STATE_QUERY gu
 classes folded (held weakly: the guard keeps no class alive, and a dead one fails it). A class
 made while tracing, or one whose metaclass has its own `__subclasses__`, is a break.
 
+Note [Classes: unions of classes]
+`A | B` of two classes (or a class and None) is `types.UnionType` (PEP 604): type's own `__or__`
+builds it from the two operands alone, so with both operands known (guarded by identity) the
+union is a constant. A metaclass with its own `__or__`/`__ror__` runs user code: not folded here.
 """
 
 import inspect
+import types
 import weakref
 
 from kiln.bytecode import emit
@@ -19,10 +24,13 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.classes import is_local_class
-from kiln.frontend.variables.lists import ListVariable
+from kiln.frontend.variables.lists import ListVariable, TupleVariable
+from kiln.frontend.variables.misc import ConstantObjectVariable
 from kiln.frontend.variables.user_defined import CLASS_ATTRS
 
 _TYPE_SUBCLASSES = type.__dict__["__subclasses__"]
+_TYPE_OR = type.__dict__["__or__"]
+_TYPE_ROR = type.__dict__["__ror__"]
 
 
 def subclasses_method(cls_var, name):
@@ -76,3 +84,44 @@ class SubclassesMethodVariable(VariableTracker):
 
     def __repr__(self):
         return f"SubclassesMethodVariable({self.cls_var.value.__qualname__})"
+
+
+def _plain_or(value):
+    """Whether `value | x` and `x | value` are type's own (or None's) union."""
+    if value is None:
+        return True
+    if not isinstance(value, type):
+        return False
+    meta = type(value)
+    return (
+        inspect.getattr_static(meta, "__or__", None) is _TYPE_OR
+        and inspect.getattr_static(meta, "__ror__", None) is _TYPE_ROR
+    )
+
+
+def union_of_classes(a, b):
+    """`a | b` of two known classes (or None) as a constant union, else None
+    (Note [Classes: unions of classes])."""
+    if not (a.is_python_constant() and b.is_python_constant()):
+        return None
+    x, y = a.as_python_constant(), b.as_python_constant()
+    if x is None and y is None or not (_plain_or(x) and _plain_or(y)):
+        return None
+    if isinstance(x, type) and is_local_class(x) or isinstance(y, type) and is_local_class(y):
+        return None
+    try:
+        union = x | y
+    except TypeError:
+        return None
+    if not isinstance(union, types.UnionType):  # (`A | A` is A itself: not folded here)
+        return None
+    return union
+
+
+class UnionVariable(ConstantObjectVariable):
+    """A `types.UnionType` folded from known classes (Note [Classes: unions of classes])."""
+
+    def var_getattr(self, tx, name):
+        if name == "__args__":  # (classes: no frozen values, each pinned by its operand's guard)
+            return TupleVariable([wrap_constant_like(tx, c) for c in self.value.__args__])
+        return super().var_getattr(tx, name)
