@@ -13,6 +13,7 @@ import torch.utils._pytree as pytree
 from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import break_reason, graph_break, kiln_marker
 from kiln.frontend.source import AttrSource, TorchAttrSource, proxied_dict, torch_attr
 from kiln.frontend.user_errors import disabled_by
@@ -318,10 +319,37 @@ class PythonModuleVariable(VariableTracker):
             return wrap_value(tx, attr, TorchAttrSource(path))
         return wrap_constant_like(tx, attr)
 
+    def hasattr(self, tx, name):
+        """hasattr(module, name) (Note [Objects: hasattr on a module])."""
+        stored = _stored_module_global(tx, self.value, name)
+        if stored is not None:
+            return ConstantVariable(True)
+        found = hasattr(self.value, name)
+        if self.source is None or _is_skipped_module(self.value):
+            return ConstantVariable(found)  # (its attributes are read unguarded too)
+        d = getattr(self.value, "__dict__", None)
+        if found and type(d) is dict and name in d:
+            self.var_getattr(tx, name)  # (guards the attribute, as reading it does)
+            return ConstantVariable(True)
+        if type(d) is dict and "__getattr__" not in d:
+            if found:  # (ModuleType's own: `__dir__`, `__class__`)
+                return ConstantVariable(True)
+            tx.output.guards.add(GuardKind.NOT_IN, AttrSource(self.source, "__dict__"), name)
+            return ConstantVariable(False)
+        unimplemented(f"hasattr({self.value.__name__}, {name!r}) answered by its __getattr__")
+
     reconstruct = _load_value
 
     def __repr__(self):
         return f"PythonModuleVariable({self.value.__name__})"
+
+
+# Note [Objects: hasattr on a module]
+# hasattr(module, name) of a module whose attributes kiln reads unguarded (torch, the standard
+# library: config.skip_modules) folds like those reads. Of a user module (one with a source) a
+# present attribute is read as `module.name` is (its guard recompiles when it is rebound) and an
+# absent one adds a NOT_IN guard on the module's __dict__ (defining it later recompiles); a
+# module-level `__getattr__` (PEP 562) could answer either way: a break.
 
 
 def _names(path, value):
