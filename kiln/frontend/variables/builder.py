@@ -522,7 +522,7 @@ def _wrap(tx, value, source):
         fn = wrap_value(tx, value.func, _attr(source, "func"))
         args = wrap_value(tx, value.args, _attr(source, "args")).unpack_var_sequence(tx)
         kwargs = wrap_value(tx, value.keywords, _attr(source, "keywords")).items
-        return PartialVariable(fn, args, kwargs, source=source)
+        return PartialVariable(fn, args, kwargs, outside=value, source=source)
     if isinstance(value, types.FunctionType):
         if _is_skipped_function(value):
             guards.add(GuardKind.ID_MATCH, source, value)

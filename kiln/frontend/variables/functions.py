@@ -12,7 +12,13 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import is_allowed_in_graph, kiln_marker
-from kiln.frontend.source import AttrSource, GetItemSource, LocalSource
+from kiln.frontend.source import (
+    AttrSource,
+    GetItemSource,
+    LocalSource,
+    PartialDictSource,
+    partial_dict,
+)
 from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables import optim, stdlib
 from kiln.frontend.variables.allowed_calls import allowed_call
@@ -623,11 +629,12 @@ class PartialVariable(VariableTracker):
 
     keeps_identity = True
 
-    def __init__(self, fn, args, kwargs, **kw):
+    def __init__(self, fn, args, kwargs, outside=None, **kw):
         super().__init__(**kw)
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
+        self.outside = outside  # the partial object itself, for one from outside the frame
 
     def python_type(self):
         return functools.partial
@@ -644,14 +651,24 @@ class PartialVariable(VariableTracker):
             return ConstDictVariable(dict(self.kwargs))
         unimplemented(f"functools.partial.{name}")
 
+    # Note [Functions: hasattr on a partial from outside]
+    # A partial has an instance __dict__ (`p.attr = v` works), made on first use: reading
+    # `p.__dict__` would make it, and a partial with a dict is no longer flattened into
+    # `partial(p, ...)`. So the answer for a name its class lacks reads the dict only when it
+    # exists (from the partial's GC referents, `source.partial_dict`), and the entry is guarded by
+    # a NOT_IN on that same read (`___partial_dict(p)`, which never makes the dict either): an
+    # attribute set on the partial later recompiles. A name already in its dict is a break.
     def hasattr(self, tx, name):
         """A partial made while tracing has no instance attributes: its class decides."""
         # the class's own attributes, not its metaclass's: `hasattr(partial, "__name__")` is
         # True (a type has a name) while a partial instance has no `__name__`
         if any(name in vars(k) for k in functools.partial.__mro__):
             return ConstantVariable(True)
-        if self.source is not None:
-            unimplemented(f"hasattr on a functools.partial from outside the frame ({name!r})")
+        if self.source is not None:  # Note [Functions: hasattr on a partial from outside]
+            value = self.outside
+            if type(value) is not functools.partial or name in partial_dict(value):
+                unimplemented(f"hasattr on a functools.partial from outside the frame ({name!r})")
+            tx.output.guards.add(GuardKind.NOT_IN, PartialDictSource(self.source), name)
         return ConstantVariable(False)
 
     def reconstruct(self, cg):
