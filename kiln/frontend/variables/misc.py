@@ -264,6 +264,11 @@ class ConstantMethodVariable(VariableTracker):
             unimplemented(f"{type(self.value).__name__}.{self.name} of non-constants")
         cargs = [a.as_python_constant() for a in args]
         ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+        if self.name == "__iter__" and not cargs and not ckw and type(self.value) in (str, bytes):
+            from kiln.frontend.variables.lists import ListIteratorVariable
+
+            # `s.__iter__()`: a new iterator over the characters (bytes: their ints), as iter(s)
+            return ListIteratorVariable([ConstantVariable(c) for c in self.value])
         if self.name == "__new__" and (not cargs or cargs[0] is not self.value):
             unimplemented(f"{self.value.__name__}.__new__ of another class (not folded)")
         result = fold(lambda: getattr(self.value, self.name)(*cargs, **ckw))
