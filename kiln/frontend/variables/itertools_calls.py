@@ -19,6 +19,7 @@ CLASSES = (
     itertools.zip_longest,
     itertools.starmap,
     itertools.pairwise,
+    itertools.cycle,
 )
 ITERTOOLS = frozenset((itertools.product, itertools.chain, *CLASSES))
 
