@@ -1,7 +1,10 @@
-"""itertools.cycle made in the frame, compiled vs eager (Note [Iterators: itertools.cycle])."""
+"""itertools.cycle made in the frame and accumulate(func=...), compiled vs eager (Note
+[Iterators: itertools.cycle])."""
 
 import itertools
+import operator
 
+import pytest
 import torch
 from frontend_helpers import run_and_compare
 
@@ -58,3 +61,15 @@ def test_a_fresh_cycle_returned_is_rebuilt():
     out, c = kiln.compile(fn, fullgraph=True)(torch.ones(1), [5, 6])
     assert isinstance(c, itertools.cycle)
     assert [next(c) for _ in range(5)] == [5, 6, 5, 6, 5]
+
+
+@pytest.mark.parametrize("kwargs", [{"func": operator.mul}, {"func": operator.sub, "initial": -1}])
+def test_accumulate_with_keywords(kwargs):
+    def fn(a, b, c, x):
+        items = [a, b, c, x]
+        for i, t in enumerate(items):
+            items[i] = t * x
+        return list(itertools.accumulate(items, **kwargs))
+
+    tensors = [torch.tensor([i + 1]) for i in range(3)]
+    run_and_compare(fn, *tensors, torch.tensor([[1, 2], [3, 4]]), fullgraph=True, expected_graphs=1)
