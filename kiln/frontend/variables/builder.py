@@ -372,7 +372,15 @@ def wrap_value(tx, value, source):
     return _wrap(tx, value, source)
 
 
-_MUTABLE = (list, dict, collections.OrderedDict, collections.defaultdict, collections.deque, set)
+_MUTABLE = (
+    list,
+    dict,
+    collections.OrderedDict,
+    collections.defaultdict,
+    collections.deque,
+    set,
+    itertools.count,  # (Note [Stdlib: itertools.count inputs]: one variable, one position)
+)
 
 
 # Note [Sets: inputs]
@@ -484,6 +492,8 @@ def _wrap(tx, value, source):
         made = wrap_dict_iter(tx, value, source)
         if made is not None:
             return made
+    if type(value) is itertools.count:  # Note [Stdlib: itertools.count inputs]
+        return stdlib.wrap_count_input(tx, value, source)
     if type(value) in (TUPLE_ITERATOR, RANGE_ITERATOR):  # Note [Iterators: inputs]
         guards.add(GuardKind.TYPE_MATCH, source, type(value))
         rest = iter_rest(value)

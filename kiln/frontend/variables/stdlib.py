@@ -5,6 +5,7 @@ Each entry of CALLS takes (tx, *args, **kwargs) of traced values and returns a t
 the library function would (a TypeError Python raises for other arguments is a graph break).
 """
 
+import ast
 import collections
 import copy
 import functools
@@ -17,6 +18,7 @@ import torch
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import (
@@ -168,6 +170,36 @@ class CountVariable(ListIteratorVariable):
         cg.extend(emit.load_const(self._value(self.index)))
         cg.extend(emit.load_const(self.step))
         cg.extend(emit.call(2))
+
+
+# Note [Stdlib: itertools.count inputs]
+# An itertools.count from outside the frame (a global counter, a closure's) is shared with the
+# caller: the numbers the trace takes from it are constants of the trace, read from its state, and
+# the items taken are taken from the real one after the graph (`advance_iter`, as for other
+# iterator inputs: Note [Iterators: inputs]). Its state (next number, step) has no attribute: it
+# is read from its repr (`count(5)`, `count(2.5, 0.5)`), which a count's class cannot change,
+# and the entry is guarded on that repr: each call that finds the counter elsewhere compiles
+# again (the numbers are baked into the graph), up to the cache limit.
+class InputCountVariable(CountVariable):
+    """An itertools.count from outside the frame (Note [Stdlib: itertools.count inputs])."""
+
+    def reconstruct(self, cg):
+        self.source.reconstruct(cg)  # the real counter, advanced by the replay
+
+
+def wrap_count_input(tx, value, source):
+    """An itertools.count input, guarded on its state (Note [Stdlib: itertools.count inputs])."""
+    text = repr(value)
+    try:
+        state = ast.literal_eval(text[len("count") :])
+    except (ValueError, SyntaxError):
+        unimplemented(f"an itertools.count input whose state is not plain numbers ({text})")
+    start, step = state if type(state) is tuple else (state, 1)
+    if not all(type(v) in (int, float) for v in (start, step)):
+        unimplemented(f"an itertools.count input over non-numbers ({text})")
+    tx.output.guards.add(GuardKind.TYPE_MATCH, source, itertools.count)
+    tx.output.guards.add(GuardKind.CONSTANT_MATCH, CallSource(AttrSource(source, "__repr__")), text)
+    return tx.output.side_effects.track_iterator(InputCountVariable(start, step, source=source))
 
 
 def _count(tx, start=None, step=None):
