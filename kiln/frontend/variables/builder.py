@@ -380,6 +380,8 @@ _MUTABLE = (
     collections.deque,
     set,
     itertools.count,  # (Note [Stdlib: itertools.count inputs]: one variable, one position)
+    TUPLE_ITERATOR,  # (Note [Iterators: inputs]: a global read twice is one iterator)
+    RANGE_ITERATOR,
 )
 
 
