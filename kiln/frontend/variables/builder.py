@@ -257,6 +257,8 @@ def wrap_constant_like(tx, value):
         return UserDefinedClassVariable(value)
     if isinstance(value, enum.Enum | torch._C.DispatchKey):
         return ConstantVariable(value)
+    if value in stdlib.TRACED_FUNCTIONS:  # Note [Stdlib: Python functions traced as user code]
+        return UserFunctionVariable(value)
     if callable(value):
         return OpaqueCallableVariable(value)
     flags = torch_queries.backend_flags(value)  # Note [Torch: backend flags objects]

@@ -402,6 +402,15 @@ class FromKeysVariable(VariableTracker):
         cg.load_object(self.cls.fromkeys)
 
 
+# Note [Stdlib: Python functions traced as user code]
+# The standard library's modules are read as constants (their attributes unguarded: Note
+# [Objects: hasattr on a module]), and a function read from one is opaque: its call breaks. A few
+# are plain Python over the objects they are given and are traced like user code instead:
+# functools.wraps (a partial of update_wrapper) and update_wrapper (attribute copies onto the
+# wrapper: Note [Functions: the __dict__ of a function made in the frame]).
+TRACED_FUNCTIONS = frozenset({functools.wraps, functools.update_wrapper})
+
+
 # --- functools.lru_cache --------------------------------------------------------------------------
 # Note [Stdlib: lru_cache'd functions]
 # A call of an lru_cache'd function with literal arguments runs the real function while tracing
