@@ -52,6 +52,7 @@ from kiln.frontend.variables import (
     foreach_calls,  # noqa: F401  (registers foreach ops one tensor at a time)
     functorch_vmap,
     logging_vars,
+    misc,
     namedtuples,
     numpy_extra,  # noqa: F401  (registers np.meshgrid, fftshift, linalg.norm)
     numpy_info,
@@ -574,7 +575,11 @@ def _wrap(tx, value, source):
     # object, which changes what Python does with it later: partial(p, ...) no longer flattens p)
     has_dict = type(value).__dictoffset__ != 0 or hasattr(value, "__dict__")
     if callable(value) and not has_dict:
-        if _is_bound_c_method(value):
+        if type(value) is misc.METHOD_WRAPPER and type(value.__self__) in misc.C_DESCRIPTORS:
+            # `Cls.slot.__get__`: a new method-wrapper per access, over a lasting descriptor
+            guards.add(GuardKind.ID_MATCH, _attr(source, "__self__"), value.__self__)
+            guards.add(GuardKind.CONSTANT_MATCH, _attr(source, "__name__"), value.__name__)
+        elif _is_bound_c_method(value):
             # Python makes a new bound object per access (`out.keys`), so an identity guard would
             # fail on every call; it is reloaded from its source, so pin what it is bound to.
             guards.add(GuardKind.TYPE_MATCH, _attr(source, "__self__"), type(value.__self__))

@@ -27,12 +27,51 @@ from kiln.frontend.variables.base import (
     wrap_value,
 )
 from kiln.frontend.variables.constant import ConstantVariable, fold, is_literal
-from kiln.frontend.variables.user_attrs import call_object_slot
+from kiln.frontend.variables.user_attrs import call_object_slot, load_attr
+
+# Note [Objects: a C descriptor's __get__ called]
+# `desc.__get__(obj)` of a getset or member descriptor written in C (`type.__dict__["__dict__"]`,
+# `torch.Tensor.shape`) is what reading `obj.<desc.__name__>` runs when that name, looked up along
+# type(obj)'s MRO, finds this very descriptor (a getset/member descriptor is a data descriptor:
+# it wins over the instance dict). Then the call is that attribute read, traced as any (a
+# class's __dict__, a tensor's shape); another object (one whose class resolves the name to
+# something else, or of no class of the descriptor's) is a break, as is `__get__(None, cls)`.
+C_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
+METHOD_WRAPPER = type(object().__str__)
+
+
+def descriptor_get(tx, bound, args, kwargs):
+    """`desc.__get__(obj)` as `obj.<name>` (Note [Objects: a C descriptor's __get__ called]),
+    or None when `bound` is no C descriptor's __get__."""
+    if type(bound) is not METHOD_WRAPPER or probe(bound, "__name__", None) != "__get__":
+        return None
+    desc = bound.__self__
+    if type(desc) not in C_DESCRIPTORS:
+        return None
+    if kwargs or not 1 <= len(args) <= 2:
+        unimplemented(f"{desc.__name__} descriptor's __get__ with these arguments")
+    obj = args[0]
+    if obj.is_python_constant() and obj.as_python_constant() is None:
+        unimplemented(f"{desc.__name__} descriptor's __get__(None, ...)")
+    try:
+        mro = obj.python_type().__mro__
+    except Exception:
+        mro = ()
+    found = next((vars(k)[desc.__name__] for k in mro if desc.__name__ in vars(k)), None)
+    if found is not desc:
+        unimplemented(f"{desc.__name__} descriptor's __get__ on another class's object")
+    return load_attr(tx, obj, desc.__name__)
 
 
 class ConstantObjectVariable(PythonValueVariable):
     """An immutable object computed from constants or pinned by a guard (torch.finfo(dtype), a
     dataclass's Field objects, inspect.Signature/Parameter): attributes and pure methods fold."""
+
+    def call_function(self, tx, args, kwargs):
+        done = descriptor_get(tx, self.value, args, kwargs)
+        if done is None:
+            unimplemented(f"call of {self}")
+        return done
 
     def var_getattr(self, tx, name):
         try:
@@ -463,6 +502,8 @@ class OpaqueCallableVariable(VariableTracker):
             method = args[0].c_method(self.value.__name__, owner)
             return method.call_function(tx, list(args[1:]), kwargs)
         done = call_object_slot(tx, self.value, args, kwargs)
+        if done is None:
+            done = descriptor_get(tx, self.value, args, kwargs)
         if done is not None:
             return done
         unimplemented(f"call to {_callable_name(self.value)} (not traceable)")
