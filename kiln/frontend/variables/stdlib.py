@@ -452,12 +452,17 @@ def is_lru_cached(value):
 # functions kiln holds as constants are the objects themselves; a list, dict or deque read from a
 # source is the real container it stands for. An object made while tracing gets
 # a new id on every call, and a tensor input is not pinned by identity: those break.
+# A tensor read from a source (an input, a module's plain tensor attribute) is the real tensor
+# given as the graph's input: id() of it pins it by an ID_MATCH guard too (held weakly), as
+# torch.compile does, so another tensor there recompiles. A tensor the graph computes breaks.
 def _id(tx, obj):
     value = getattr(obj, "value", getattr(obj, "fn", _NONE))
     if value is _NONE and obj.source is not None:  # a list/dict/deque read from a source
         tracked = tx.output.side_effects.containers.values()
         value = next((real for real, var in tracked if var is obj), _NONE)
-    if value is _NONE or _is_tensor(obj):
+    if _is_tensor(obj):
+        value = _graph_input_tensor(tx, obj) if obj.source is not None else _NONE
+    if value is _NONE:
         unimplemented(f"id() of {obj}")
     if obj.source is not None:
         tx.output.guards.add(GuardKind.ID_MATCH, obj.source, value)
@@ -465,6 +470,12 @@ def _id(tx, obj):
     if isinstance(value, type) or callable(value) and hasattr(value, "__code__"):
         return ConstantVariable(id(value))
     unimplemented(f"id() of {obj} (made or computed while tracing)")
+
+
+def _graph_input_tensor(tx, var):
+    """The real tensor a tensor variable with a source stands for (a graph input), else _NONE."""
+    proxy = getattr(var, "proxy", None)
+    return next((v for _, v, n in tx.output.graph_inputs if n is proxy and v is not None), _NONE)
 
 
 _NONE = object()
