@@ -28,6 +28,7 @@ traced_modules = (
     "torch.amp.grad_scaler",
     "torch.utils._ordered_set",  # OrderedSet: a plain Python MutableSet over a dict
     "torch.fx.experimental.symbolic_shapes",  # guard_or_false(n == 0) ...: eager's path on ints
+    "torch.nn._reduction",  # get_enum("mean"), legacy_get_string: plain Python over str/bool
 )  # Python functions from these are traced like user code although their package is skipped
 strict = (
     False  # an internal error in kiln raises (True: kiln's tests) instead of one warning + eager

@@ -260,6 +260,8 @@ def wrap_constant_like(tx, value):
         return ConstantVariable(value)
     if value in stdlib.TRACED_FUNCTIONS:  # Note [Stdlib: Python functions traced as user code]
         return UserFunctionVariable(value)
+    if isinstance(value, types.FunctionType) and _in_traced_module(value.__module__ or ""):
+        return UserFunctionVariable(value)  # (config.traced_modules, read through its module)
     if callable(value):
         return OpaqueCallableVariable(value)
     flags = torch_queries.backend_flags(value)  # Note [Torch: backend flags objects]
