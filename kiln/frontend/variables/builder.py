@@ -42,6 +42,7 @@ from kiln.frontend.source import (
 )
 from kiln.frontend.substitutes import substitute_of
 from kiln.frontend.variables import (
+    bound_args,  # noqa: F401  (registers Signature.bind)
     class_queries,  # noqa: F401  (registers cls.__subclasses__)
     complex_ctor,  # noqa: F401  (registers complex() of constants)
     control_flow,

@@ -704,9 +704,17 @@ def _fields(tx, obj):
 
 def _signature(tx, obj, *, follow_wrapped=True):
     fn = obj.get_function() if isinstance(obj, UserFunctionVariable) else None
+    follow = follow_wrapped.as_python_constant() if follow_wrapped is not True else True
+    cls = obj.as_python_constant() if fn is None and obj.is_python_constant() else None
+    if type(cls) is type and obj.source is not None:
+        # a plain class: its signature is read from its __signature__/__new__/__init__, each
+        # read (and guarded) through the class as `cls.name` is
+        for name in ("__signature__", "__new__", "__init__"):
+            if hasattr(cls, name):
+                obj.var_getattr(tx, name)
+        return ConstantObjectVariable(inspect.signature(cls, follow_wrapped=follow))
     if fn is None:
         unimplemented(f"inspect.signature() of {obj}")
-    follow = follow_wrapped.as_python_constant() if follow_wrapped is not True else True
     if isinstance(obj, UserMethodVariable):
         # what inspect does for a bound method: the function's signature without its first
         # parameter (the object itself is not needed)

@@ -63,6 +63,11 @@ def descriptor_get(tx, bound, args, kwargs):
     return load_attr(tx, obj, desc.__name__)
 
 
+# (type, method name) -> handler(tx, object variable, name, args, kwargs): methods of frozen
+# objects that make something other than a constant, registered by their modules
+OBJECT_METHODS = {}
+
+
 class ConstantObjectVariable(PythonValueVariable):
     """An immutable object computed from constants or pinned by a guard (torch.finfo(dtype), a
     dataclass's Field objects, inspect.Signature/Parameter): attributes and pure methods fold."""
@@ -83,6 +88,9 @@ class ConstantObjectVariable(PythonValueVariable):
         return wrap_frozen(attr, f"attribute {name!r} of {type(self.value).__name__}")
 
     def call_method(self, tx, name, args, kwargs):
+        modelled = OBJECT_METHODS.get((type(self.value), name))
+        if modelled is not None:  # (Signature.bind: bound_args.py)
+            return modelled(tx, self, name, args, kwargs)
         if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
             unimplemented(f"{type(self.value).__name__}.{name} of non-constants")
         cargs = [a.as_python_constant() for a in args]
