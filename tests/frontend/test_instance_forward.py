@@ -1,6 +1,8 @@
 """A module whose instance holds a plain function as its forward, compiled vs eager (Note
 [Modules: which forward a call runs])."""
 
+import types
+
 import torch
 from frontend_helpers import CountingBackend
 
@@ -35,3 +37,24 @@ def test_a_plain_function_forward_on_the_instance():
     torch.testing.assert_close(compiled(x), mod1(x))
     assert backend.calls == 1
 
+
+def test_replacing_the_instance_forward_recompiles():
+    kiln.reset()
+    mod = torch.nn.Module()
+    mod.forward = lambda x: x + 1
+    compiled = kiln.compile(mod, fullgraph=True)
+    x = torch.ones(2)
+    torch.testing.assert_close(compiled(x), x + 1)
+    mod.forward = lambda x: x * 5
+    torch.testing.assert_close(compiled(x), x * 5)
+
+
+def test_replacing_a_bound_method_forward_recompiles():
+    kiln.reset()
+    mod = torch.nn.Module()
+    mod.forward = types.MethodType(lambda self, x: x + 1, mod)
+    compiled = kiln.compile(mod, fullgraph=True)
+    x = torch.ones(2)
+    torch.testing.assert_close(compiled(x), mod(x))
+    mod.forward = types.MethodType(lambda self, x: x * 5, mod)
+    torch.testing.assert_close(compiled(x), mod(x))
