@@ -52,6 +52,7 @@ from kiln.frontend.variables import (
     enum_api,  # noqa: F401  (registers Enum's functional API)
     foreach_calls,  # noqa: F401  (registers foreach ops one tensor at a time)
     functorch_vmap,
+    list_subclass,  # noqa: F401  (registers instances of list subclasses made in the frame)
     logging_vars,
     misc,
     namedtuples,
