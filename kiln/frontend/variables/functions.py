@@ -60,6 +60,8 @@ class UserFunctionVariable(BaseFunctionVariable):
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__", "__module__", "__doc__", "__code__"):
             return ConstantVariable(getattr(self.fn, name))
+        if name == "__type_params__" and getattr(self.fn, name, None) == ():  # (3.12+; wraps)
+            return ConstantVariable(())
         if name == "__wrapped__" and hasattr(self.fn, "__wrapped__"):
             src = AttrSource(self.source, name) if self.source is not None else None
             return wrap_value(tx, self.fn.__wrapped__, src)
