@@ -158,6 +158,7 @@ class OptimizedModule(_ModuleView):
         d = self.__dict__
         d["_orig_mod"] = mod
         d["_kiln_settings"] = settings
+        d["_kiln_own_forward"] = vars(mod).get("forward")  # Note [Entry: a forward set later]
         forward = mod.forward
         if distributed.is_ddp(mod):  # Note [DDP: DDP's forward stays Python]
             d["_kiln_call"] = distributed.DDPCall(mod, lambda m: OptimizedModule(m, settings))
@@ -180,11 +181,22 @@ class OptimizedModule(_ModuleView):
             cache = d["_kiln_call"]._kiln_cache if hasattr(d["_kiln_call"], "_kiln_cache") else None
         d["_kiln_cache"] = cache
 
+    # Note [Entry: a forward set later]
+    # `mod(x)` runs whatever `mod.forward` is at the call: a forward stored on the instance after
+    # the compile (or one removed from it) replaces the function compiled. The call is chosen
+    # when the module is wrapped, so each call checks the instance's own `forward` (one dict
+    # read) and, when it changed, wraps the module again around the new one (traced afresh).
+    def _kiln_current_call(self):
+        d = self.__dict__
+        if vars(d["_orig_mod"]).get("forward") is not d["_kiln_own_forward"]:
+            OptimizedModule.__init__(self, d["_orig_mod"], d["_kiln_settings"])
+        return d["_kiln_call"]
+
     def __call__(self, *args, **kwargs):
-        return self.__dict__["_kiln_call"](*args, **kwargs)
+        return self._kiln_current_call()(*args, **kwargs)
 
     def forward(self, *args, **kwargs):
-        return self.__dict__["_kiln_call"](*args, **kwargs)
+        return self._kiln_current_call()(*args, **kwargs)
 
     def __repr__(self):
         return f"OptimizedModule({self.__dict__['_orig_mod']!r})"

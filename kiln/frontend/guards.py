@@ -34,6 +34,7 @@ from kiln.frontend.source import (
     IterHasSource,
     IterRestSource,
     LocalSource,
+    PartialDictSource,
     PlainAttrSource,
     ProxiedDictSource,
     dict_get,
@@ -44,6 +45,7 @@ from kiln.frontend.source import (
     iter_has,
     iter_rest,
     key_text,
+    partial_dict,
     proxied_dict,
     tensor_of_array,
     torch_attr,
@@ -460,6 +462,8 @@ class _Hoister:
             expr = f"___proxied_dict({self(source.source)})"
         elif isinstance(source, DictIterSource):
             expr = f"___dict_iter_{source.part}({self(source.source)})"
+        elif isinstance(source, PartialDictSource):
+            expr = f"___partial_dict({self(source.source)})"
         elif isinstance(source, IterHasSource):
             expr = f"___iter_has({self(source.source)}, {source.n})"
         elif isinstance(source, FlattenSpecSource):
@@ -566,6 +570,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___from_numpy": tensor_of_array,  # NumpyTensorSource
         "___iter_rest": iter_rest,  # IterRestSource
         "___iter_has": iter_has,  # IterHasSource
+        "___partial_dict": partial_dict,  # PartialDictSource
         "___flatten_spec": flatten_spec,  # FlattenSpecSource
         "___dict_iter_dict": dict_iter_dict,  # DictIterSource
         "___dict_iter_pos": dict_iter_pos,

@@ -441,6 +441,32 @@ def advance_iter(it, n):
         next(it, None)
 
 
+def partial_dict(p):
+    """The instance __dict__ of a functools.partial, or an empty dict when it has none yet, read
+    without making it (Note [Functions: hasattr on a partial from outside])."""
+    kw = p.keywords
+    for r in gc.get_referents(p):  # (its func, args, keywords and, once made, its __dict__)
+        if type(r) is dict and r is not kw:
+            return r
+    return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class PartialDictSource(Source):
+    """`___partial_dict(base)`: the instance dict of a partial input, never made by the guard."""
+
+    source: Source
+
+    def name(self):
+        return f"___partial_dict({self.source.name()})"
+
+    def reconstruct(self, cg):
+        raise NotImplementedError("a guard-only source")
+
+    def base(self):
+        return self.source.base()
+
+
 @dataclasses.dataclass(frozen=True)
 class IterRestSource(Source):
     """`___iter_rest(base)`: the items a tuple-iterator input has left (Note [Iterators: inputs])."""

@@ -62,6 +62,7 @@ from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.user_attrs import (
     has_instance_dict,
     instance_static,
+    is_thread_local,
     load_attr,
     no_attribute_message,
     python_set,
@@ -547,6 +548,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             return
         if not isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)):
             unimplemented(f"attribute assignment .{name} on {obj}")
+        if is_thread_local(obj.value):  # Note [Objects: threading.local]
+            self.output.side_effects.store_attr(obj, name, value)
+            return
         plain = (
             torch.nn.Module.__setattr__ if isinstance(obj, NNModuleVariable) else object.__setattr__
         )

@@ -42,6 +42,8 @@ from kiln.frontend.source import (
 )
 from kiln.frontend.substitutes import substitute_of
 from kiln.frontend.variables import (
+    bound_args,  # noqa: F401  (registers Signature.bind)
+    class_queries,  # noqa: F401  (registers cls.__subclasses__)
     complex_ctor,  # noqa: F401  (registers complex() of constants)
     control_flow,
     control_loops,  # noqa: F401  (registers torch's map and scan)
@@ -50,7 +52,9 @@ from kiln.frontend.variables import (
     enum_api,  # noqa: F401  (registers Enum's functional API)
     foreach_calls,  # noqa: F401  (registers foreach ops one tensor at a time)
     functorch_vmap,
+    list_subclass,  # noqa: F401  (registers instances of list subclasses made in the frame)
     logging_vars,
+    misc,
     namedtuples,
     nested_compile,
     numpy_extra,  # noqa: F401  (registers np.meshgrid, fftshift, linalg.norm)
@@ -261,8 +265,8 @@ def wrap_constant_like(tx, value):
         return UserDefinedClassVariable(value)
     if isinstance(value, enum.Enum | torch._C.DispatchKey):
         return ConstantVariable(value)
-    if isinstance(value, types.FunctionType) and _in_traced_module(value.__module__ or ""):
-        return UserFunctionVariable(value)  # (read from a traced torch module: traced as user's)
+    if value in stdlib.TRACED_FUNCTIONS:  # Note [Stdlib: Python functions traced as user code]
+        return UserFunctionVariable(value)
     if callable(value):
         return OpaqueCallableVariable(value)
     flags = torch_queries.backend_flags(value)  # Note [Torch: backend flags objects]
@@ -380,7 +384,17 @@ def wrap_value(tx, value, source):
     return _wrap(tx, value, source)
 
 
-_MUTABLE = (list, dict, collections.OrderedDict, collections.defaultdict, collections.deque, set)
+_MUTABLE = (
+    list,
+    dict,
+    collections.OrderedDict,
+    collections.defaultdict,
+    collections.deque,
+    set,
+    itertools.count,  # (Note [Stdlib: itertools.count inputs]: one variable, one position)
+    TUPLE_ITERATOR,  # (Note [Iterators: inputs]: a global read twice is one iterator)
+    RANGE_ITERATOR,
+)
 
 
 # Note [Sets: inputs]
@@ -492,6 +506,8 @@ def _wrap(tx, value, source):
         made = wrap_dict_iter(tx, value, source)
         if made is not None:
             return made
+    if type(value) is itertools.count:  # Note [Stdlib: itertools.count inputs]
+        return stdlib.wrap_count_input(tx, value, source)
     if type(value) in (TUPLE_ITERATOR, RANGE_ITERATOR):  # Note [Iterators: inputs]
         guards.add(GuardKind.TYPE_MATCH, source, type(value))
         rest = iter_rest(value)
@@ -530,7 +546,7 @@ def _wrap(tx, value, source):
         fn = wrap_value(tx, value.func, _attr(source, "func"))
         args = wrap_value(tx, value.args, _attr(source, "args")).unpack_var_sequence(tx)
         kwargs = wrap_value(tx, value.keywords, _attr(source, "keywords")).items
-        return PartialVariable(fn, args, kwargs, source=source)
+        return PartialVariable(fn, args, kwargs, outside=value, source=source)
     if isinstance(value, types.FunctionType):
         if _is_skipped_function(value):
             guards.add(GuardKind.ID_MATCH, source, value)
@@ -568,7 +584,11 @@ def _wrap(tx, value, source):
     # object, which changes what Python does with it later: partial(p, ...) no longer flattens p)
     has_dict = type(value).__dictoffset__ != 0 or hasattr(value, "__dict__")
     if callable(value) and not has_dict:
-        if _is_bound_c_method(value):
+        if type(value) is misc.METHOD_WRAPPER and type(value.__self__) in misc.C_DESCRIPTORS:
+            # `Cls.slot.__get__`: a new method-wrapper per access, over a lasting descriptor
+            guards.add(GuardKind.ID_MATCH, _attr(source, "__self__"), value.__self__)
+            guards.add(GuardKind.CONSTANT_MATCH, _attr(source, "__name__"), value.__name__)
+        elif _is_bound_c_method(value):
             # Python makes a new bound object per access (`out.keys`), so an identity guard would
             # fail on every call; it is reloaded from its source, so pin what it is bound to.
             guards.add(GuardKind.TYPE_MATCH, _attr(source, "__self__"), type(value.__self__))

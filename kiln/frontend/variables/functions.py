@@ -13,7 +13,13 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import is_allowed_in_graph, kiln_marker
-from kiln.frontend.source import AttrSource, GetItemSource, LocalSource
+from kiln.frontend.source import (
+    AttrSource,
+    GetItemSource,
+    LocalSource,
+    PartialDictSource,
+    partial_dict,
+)
 from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables import optim, stdlib
 from kiln.frontend.variables.allowed_calls import allowed_call
@@ -55,6 +61,8 @@ class UserFunctionVariable(BaseFunctionVariable):
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__", "__module__", "__doc__", "__code__"):
             return ConstantVariable(getattr(self.fn, name))
+        if name == "__type_params__" and getattr(self.fn, name, None) == ():  # (3.12+; wraps)
+            return ConstantVariable(())
         if name == "__wrapped__" and hasattr(self.fn, "__wrapped__"):
             src = AttrSource(self.source, name) if self.source is not None else None
             return wrap_value(tx, self.fn.__wrapped__, src)
@@ -626,11 +634,12 @@ class PartialVariable(VariableTracker):
 
     keeps_identity = True
 
-    def __init__(self, fn, args, kwargs, **kw):
+    def __init__(self, fn, args, kwargs, outside=None, **kw):
         super().__init__(**kw)
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
+        self.outside = outside  # the partial object itself, for one from outside the frame
 
     def python_type(self):
         return functools.partial
@@ -647,14 +656,24 @@ class PartialVariable(VariableTracker):
             return ConstDictVariable(dict(self.kwargs))
         unimplemented(f"functools.partial.{name}")
 
+    # Note [Functions: hasattr on a partial from outside]
+    # A partial has an instance __dict__ (`p.attr = v` works), made on first use: reading
+    # `p.__dict__` would make it, and a partial with a dict is no longer flattened into
+    # `partial(p, ...)`. So the answer for a name its class lacks reads the dict only when it
+    # exists (from the partial's GC referents, `source.partial_dict`), and the entry is guarded by
+    # a NOT_IN on that same read (`___partial_dict(p)`, which never makes the dict either): an
+    # attribute set on the partial later recompiles. A name already in its dict is a break.
     def hasattr(self, tx, name):
         """A partial made while tracing has no instance attributes: its class decides."""
         # the class's own attributes, not its metaclass's: `hasattr(partial, "__name__")` is
         # True (a type has a name) while a partial instance has no `__name__`
         if any(name in vars(k) for k in functools.partial.__mro__):
             return ConstantVariable(True)
-        if self.source is not None:
-            unimplemented(f"hasattr on a functools.partial from outside the frame ({name!r})")
+        if self.source is not None:  # Note [Functions: hasattr on a partial from outside]
+            value = self.outside
+            if type(value) is not functools.partial or name in partial_dict(value):
+                unimplemented(f"hasattr on a functools.partial from outside the frame ({name!r})")
+            tx.output.guards.add(GuardKind.NOT_IN, PartialDictSource(self.source), name)
         return ConstantVariable(False)
 
     def reconstruct(self, cg):
@@ -690,9 +709,17 @@ def _fields(tx, obj):
 
 def _signature(tx, obj, *, follow_wrapped=True):
     fn = obj.get_function() if isinstance(obj, UserFunctionVariable) else None
+    follow = follow_wrapped.as_python_constant() if follow_wrapped is not True else True
+    cls = obj.as_python_constant() if fn is None and obj.is_python_constant() else None
+    if type(cls) is type and obj.source is not None:
+        # a plain class: its signature is read from its __signature__/__new__/__init__, each
+        # read (and guarded) through the class as `cls.name` is
+        for name in ("__signature__", "__new__", "__init__"):
+            if hasattr(cls, name):
+                obj.var_getattr(tx, name)
+        return ConstantObjectVariable(inspect.signature(cls, follow_wrapped=follow))
     if fn is None:
         unimplemented(f"inspect.signature() of {obj}")
-    follow = follow_wrapped.as_python_constant() if follow_wrapped is not True else True
     if isinstance(obj, UserMethodVariable):
         # what inspect does for a bound method: the function's signature without its first
         # parameter (the object itself is not needed)

@@ -19,6 +19,7 @@ CLASSES = (
     itertools.zip_longest,
     itertools.starmap,
     itertools.pairwise,
+    itertools.cycle,
 )
 ITERTOOLS = frozenset((itertools.product, itertools.chain, *CLASSES))
 
@@ -98,6 +99,9 @@ def _more_call(tx, fn, args, kwargs):
             return LazyIteratorVariable(tx, fn, args, (None, False))
         items = args[0].unpack_var_sequence(tx)
         return ListIteratorVariable([TupleVariable([a, b]) for a, b in zip(items, items[1:])])
+    if fn is itertools.accumulate and "func" in kwargs and len(args) == 1:
+        kwargs = dict(kwargs)  # `accumulate(l, func=f)`: f is its second argument
+        args = [args[0], kwargs.pop("func")]
     if fn is itertools.accumulate and set(kwargs) <= {"initial"} and 1 <= len(args) <= 2:
         if lazy_sources_ok(args[:1]):
             func = None if len(args) == 1 or is_none_const(args[1]) else args[1]

@@ -14,6 +14,7 @@ import torch.utils._pytree as pytree
 from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import break_reason, graph_break, kiln_marker
 from kiln.frontend.source import AttrSource, TorchAttrSource, proxied_dict, torch_attr
 from kiln.frontend.user_errors import disabled_by
@@ -27,12 +28,56 @@ from kiln.frontend.variables.base import (
     wrap_value,
 )
 from kiln.frontend.variables.constant import ConstantVariable, fold, is_literal
-from kiln.frontend.variables.user_attrs import call_object_slot
+from kiln.frontend.variables.user_attrs import call_object_slot, load_attr
+
+# Note [Objects: a C descriptor's __get__ called]
+# `desc.__get__(obj)` of a getset or member descriptor written in C (`type.__dict__["__dict__"]`,
+# `torch.Tensor.shape`) is what reading `obj.<desc.__name__>` runs when that name, looked up along
+# type(obj)'s MRO, finds this very descriptor (a getset/member descriptor is a data descriptor:
+# it wins over the instance dict). Then the call is that attribute read, traced as any (a
+# class's __dict__, a tensor's shape); another object (one whose class resolves the name to
+# something else, or of no class of the descriptor's) is a break, as is `__get__(None, cls)`.
+C_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
+METHOD_WRAPPER = type(object().__str__)
+
+
+def descriptor_get(tx, bound, args, kwargs):
+    """`desc.__get__(obj)` as `obj.<name>` (Note [Objects: a C descriptor's __get__ called]),
+    or None when `bound` is no C descriptor's __get__."""
+    if type(bound) is not METHOD_WRAPPER or probe(bound, "__name__", None) != "__get__":
+        return None
+    desc = bound.__self__
+    if type(desc) not in C_DESCRIPTORS:
+        return None
+    if kwargs or not 1 <= len(args) <= 2:
+        unimplemented(f"{desc.__name__} descriptor's __get__ with these arguments")
+    obj = args[0]
+    if obj.is_python_constant() and obj.as_python_constant() is None:
+        unimplemented(f"{desc.__name__} descriptor's __get__(None, ...)")
+    try:
+        mro = obj.python_type().__mro__
+    except Exception:
+        mro = ()
+    found = next((vars(k)[desc.__name__] for k in mro if desc.__name__ in vars(k)), None)
+    if found is not desc:
+        unimplemented(f"{desc.__name__} descriptor's __get__ on another class's object")
+    return load_attr(tx, obj, desc.__name__)
+
+
+# (type, method name) -> handler(tx, object variable, name, args, kwargs): methods of frozen
+# objects that make something other than a constant, registered by their modules
+OBJECT_METHODS = {}
 
 
 class ConstantObjectVariable(PythonValueVariable):
     """An immutable object computed from constants or pinned by a guard (torch.finfo(dtype), a
     dataclass's Field objects, inspect.Signature/Parameter): attributes and pure methods fold."""
+
+    def call_function(self, tx, args, kwargs):
+        done = descriptor_get(tx, self.value, args, kwargs)
+        if done is None:
+            unimplemented(f"call of {self}")
+        return done
 
     def var_getattr(self, tx, name):
         try:
@@ -44,6 +89,9 @@ class ConstantObjectVariable(PythonValueVariable):
         return wrap_frozen(attr, f"attribute {name!r} of {type(self.value).__name__}")
 
     def call_method(self, tx, name, args, kwargs):
+        modelled = OBJECT_METHODS.get((type(self.value), name))
+        if modelled is not None:  # (Signature.bind: bound_args.py)
+            return modelled(tx, self, name, args, kwargs)
         if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
             unimplemented(f"{type(self.value).__name__}.{name} of non-constants")
         cargs = [a.as_python_constant() for a in args]
@@ -264,6 +312,11 @@ class ConstantMethodVariable(VariableTracker):
             unimplemented(f"{type(self.value).__name__}.{self.name} of non-constants")
         cargs = [a.as_python_constant() for a in args]
         ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
+        if self.name == "__iter__" and not cargs and not ckw and type(self.value) in (str, bytes):
+            from kiln.frontend.variables.lists import ListIteratorVariable
+
+            # `s.__iter__()`: a new iterator over the characters (bytes: their ints), as iter(s)
+            return ListIteratorVariable([ConstantVariable(c) for c in self.value])
         if self.name == "__new__" and (not cargs or cargs[0] is not self.value):
             unimplemented(f"{self.value.__name__}.__new__ of another class (not folded)")
         result = fold(lambda: getattr(self.value, self.name)(*cargs, **ckw))
@@ -319,10 +372,37 @@ class PythonModuleVariable(VariableTracker):
             return wrap_value(tx, attr, TorchAttrSource(path))
         return wrap_constant_like(tx, attr)
 
+    def hasattr(self, tx, name):
+        """hasattr(module, name) (Note [Objects: hasattr on a module])."""
+        stored = _stored_module_global(tx, self.value, name)
+        if stored is not None:
+            return ConstantVariable(True)
+        found = hasattr(self.value, name)
+        if self.source is None or _is_skipped_module(self.value):
+            return ConstantVariable(found)  # (its attributes are read unguarded too)
+        d = getattr(self.value, "__dict__", None)
+        if found and type(d) is dict and name in d:
+            self.var_getattr(tx, name)  # (guards the attribute, as reading it does)
+            return ConstantVariable(True)
+        if type(d) is dict and "__getattr__" not in d:
+            if found:  # (ModuleType's own: `__dir__`, `__class__`)
+                return ConstantVariable(True)
+            tx.output.guards.add(GuardKind.NOT_IN, AttrSource(self.source, "__dict__"), name)
+            return ConstantVariable(False)
+        unimplemented(f"hasattr({self.value.__name__}, {name!r}) answered by its __getattr__")
+
     reconstruct = _load_value
 
     def __repr__(self):
         return f"PythonModuleVariable({self.value.__name__})"
+
+
+# Note [Objects: hasattr on a module]
+# hasattr(module, name) of a module whose attributes kiln reads unguarded (torch, the standard
+# library: config.skip_modules) folds like those reads. Of a user module (one with a source) a
+# present attribute is read as `module.name` is (its guard recompiles when it is rebound) and an
+# absent one adds a NOT_IN guard on the module's __dict__ (defining it later recompiles); a
+# module-level `__getattr__` (PEP 562) could answer either way: a break.
 
 
 def _names(path, value):
@@ -440,6 +520,8 @@ class OpaqueCallableVariable(VariableTracker):
             method = args[0].c_method(self.value.__name__, owner)
             return method.call_function(tx, list(args[1:]), kwargs)
         done = call_object_slot(tx, self.value, args, kwargs)
+        if done is None:
+            done = descriptor_get(tx, self.value, args, kwargs)
         if done is not None:
             return done
         if self.value in _FOLD_ON_LITERALS and _literals([*args, *kwargs.values()]):

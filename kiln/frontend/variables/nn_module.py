@@ -271,11 +271,15 @@ class NNModuleVariable(VariableTracker):
         Note [Modules: which forward a call runs]
         Module.__call__ runs `self.forward`: a method bound to the module and stored on the
         instance (`mod.forward = types.MethodType(f, mod)`) wins over the class's forward, and a
-        staticmethod forward takes no self. The instance dict is guarded either way: a forward
+        staticmethod forward, or a plain function stored on the instance, takes no self. The instance dict is guarded either way: a forward
         set on the instance after compiling (or removed from it) recompiles.
         """
         mod = self.value
         own = mod.__dict__.get("forward")
+        if inspect.isfunction(own):  # `mod.forward = f`: called as f(*args), with no self
+            src = AttrSource(self.source, "forward")
+            tx.output.guards.add(GuardKind.ID_MATCH, src, own)
+            return lambda args, kwargs: inline_call(tx, own, list(args), kwargs, src)
         if own is not None:
             bound = isinstance(own, types.MethodType) and own.__self__ is mod
             if not (bound and inspect.isfunction(own.__func__)):

@@ -11,6 +11,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.dispatch_modes import modes_traced
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import (
+    class_queries,
     dict_views,
     dicts,
     function_modes,
@@ -166,6 +167,10 @@ def binary_op(tx, fn, a, b):
             return fold(fn, ca, cb)
         if fn in (operator.mod, operator.imod) and type(ca) is str and _is_exception(b):
             return fold(fn, ca, cb)  # "error: %s" % e (a modelled exception's str/repr)
+    if fn in (operator.or_, operator.ior):
+        union = class_queries.union_of_classes(a, b)  # Note [Classes: unions of classes]
+        if union is not None:
+            return class_queries.UnionVariable(union)
     result = user_binary_op(tx, fn, a, b)  # Note [Objects: operator protocol]
     if result is not None:
         return result

@@ -5,6 +5,7 @@ Each entry of CALLS takes (tx, *args, **kwargs) of traced values and returns a t
 the library function would (a TypeError Python raises for other arguments is a graph break).
 """
 
+import ast
 import collections
 import copy
 import functools
@@ -17,6 +18,7 @@ import torch
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import (
@@ -168,6 +170,36 @@ class CountVariable(ListIteratorVariable):
         cg.extend(emit.load_const(self._value(self.index)))
         cg.extend(emit.load_const(self.step))
         cg.extend(emit.call(2))
+
+
+# Note [Stdlib: itertools.count inputs]
+# An itertools.count from outside the frame (a global counter, a closure's) is shared with the
+# caller: the numbers the trace takes from it are constants of the trace, read from its state, and
+# the items taken are taken from the real one after the graph (`advance_iter`, as for other
+# iterator inputs: Note [Iterators: inputs]). Its state (next number, step) has no attribute: it
+# is read from its repr (`count(5)`, `count(2.5, 0.5)`), which a count's class cannot change,
+# and the entry is guarded on that repr: each call that finds the counter elsewhere compiles
+# again (the numbers are baked into the graph), up to the cache limit.
+class InputCountVariable(CountVariable):
+    """An itertools.count from outside the frame (Note [Stdlib: itertools.count inputs])."""
+
+    def reconstruct(self, cg):
+        self.source.reconstruct(cg)  # the real counter, advanced by the replay
+
+
+def wrap_count_input(tx, value, source):
+    """An itertools.count input, guarded on its state (Note [Stdlib: itertools.count inputs])."""
+    text = repr(value)
+    try:
+        state = ast.literal_eval(text[len("count") :])
+    except (ValueError, SyntaxError):
+        unimplemented(f"an itertools.count input whose state is not plain numbers ({text})")
+    start, step = state if type(state) is tuple else (state, 1)
+    if not all(type(v) in (int, float) for v in (start, step)):
+        unimplemented(f"an itertools.count input over non-numbers ({text})")
+    tx.output.guards.add(GuardKind.TYPE_MATCH, source, itertools.count)
+    tx.output.guards.add(GuardKind.CONSTANT_MATCH, CallSource(AttrSource(source, "__repr__")), text)
+    return tx.output.side_effects.track_iterator(InputCountVariable(start, step, source=source))
 
 
 def _count(tx, start=None, step=None):
@@ -370,6 +402,15 @@ class FromKeysVariable(VariableTracker):
         cg.load_object(self.cls.fromkeys)
 
 
+# Note [Stdlib: Python functions traced as user code]
+# The standard library's modules are read as constants (their attributes unguarded: Note
+# [Objects: hasattr on a module]), and a function read from one is opaque: its call breaks. A few
+# are plain Python over the objects they are given and are traced like user code instead:
+# functools.wraps (a partial of update_wrapper) and update_wrapper (attribute copies onto the
+# wrapper: Note [Functions: the __dict__ of a function made in the frame]).
+TRACED_FUNCTIONS = frozenset({functools.wraps, functools.update_wrapper})
+
+
 # --- functools.lru_cache --------------------------------------------------------------------------
 # Note [Stdlib: lru_cache'd functions]
 # A call of an lru_cache'd function with literal arguments runs the real function while tracing
@@ -411,12 +452,17 @@ def is_lru_cached(value):
 # functions kiln holds as constants are the objects themselves; a list, dict or deque read from a
 # source is the real container it stands for. An object made while tracing gets
 # a new id on every call, and a tensor input is not pinned by identity: those break.
+# A tensor read from a source (an input, a module's plain tensor attribute) is the real tensor
+# given as the graph's input: id() of it pins it by an ID_MATCH guard too (held weakly), as
+# torch.compile does, so another tensor there recompiles. A tensor the graph computes breaks.
 def _id(tx, obj):
     value = getattr(obj, "value", getattr(obj, "fn", _NONE))
     if value is _NONE and obj.source is not None:  # a list/dict/deque read from a source
         tracked = tx.output.side_effects.containers.values()
         value = next((real for real, var in tracked if var is obj), _NONE)
-    if value is _NONE or _is_tensor(obj):
+    if _is_tensor(obj):
+        value = _graph_input_tensor(tx, obj) if obj.source is not None else _NONE
+    if value is _NONE:
         unimplemented(f"id() of {obj}")
     if obj.source is not None:
         tx.output.guards.add(GuardKind.ID_MATCH, obj.source, value)
@@ -424,6 +470,12 @@ def _id(tx, obj):
     if isinstance(value, type) or callable(value) and hasattr(value, "__code__"):
         return ConstantVariable(id(value))
     unimplemented(f"id() of {obj} (made or computed while tracing)")
+
+
+def _graph_input_tensor(tx, var):
+    """The real tensor a tensor variable with a source stands for (a graph input), else _NONE."""
+    proxy = getattr(var, "proxy", None)
+    return next((v for _, v, n in tx.output.graph_inputs if n is proxy and v is not None), _NONE)
 
 
 _NONE = object()

@@ -12,6 +12,7 @@ break). Guards on attributes read before the store stay on the old value: the ne
 seeing the new value, recompiles.
 """
 
+import _thread
 import sys
 import types
 
@@ -41,6 +42,20 @@ def has_instance_dict(cls):
     """Whether instances of `cls` have a __dict__ (no __slots__ without "__dict__" along the MRO,
     not `object` itself)."""
     return cls.__dictoffset__ != 0
+
+
+# Note [Objects: threading.local]
+# A `threading.local()` object (exactly `_thread._local`: a subclass may add its own __init__ and
+# methods) holds one attribute dict per thread, chosen by its C __setattr__/__getattribute__ from
+# the thread that asks. The trace, the transformed code and its replay of the frame's stores all
+# run in the thread that called the compiled function, so a store `loc.x = v` is replayed after
+# the graph as eager made it, into that thread's dict: the store is a side effect like any
+# attribute store (later reads in the frame see it). Reads of attributes stored before the frame
+# are guarded as any object's, and the guards too run in the calling thread: a call from another
+# thread checks (and reads) that thread's attributes.
+def is_thread_local(value):
+    """Whether `value` is a plain `threading.local()` (Note [Objects: threading.local])."""
+    return type(value) is _thread._local
 
 
 def no_attribute_message(cls, name):

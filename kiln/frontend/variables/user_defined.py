@@ -71,6 +71,9 @@ _ABSENT = object()
 # (tx, class variable, args, kwargs) -> the new instance, or None: makers of instances of user
 # subclasses of other builtins, registered by their modules (set_subclass.py)
 INSTANCE_MAKERS = []
+# (class variable, name) -> the attribute's variable, or None: class attributes modelled by other
+# modules, registered by them (class_queries.py: __subclasses__)
+CLASS_ATTRS = []
 
 
 class UserDefinedClassVariable(PythonValueVariable):
@@ -89,6 +92,9 @@ class UserDefinedClassVariable(PythonValueVariable):
             modelled = dict_class_method(self.value, name)  # SimpleDict.values (dict's)
         if modelled is None and name == "fromkeys":
             modelled = dict_subclass.subclass_fromkeys(self)
+        for attr in CLASS_ATTRS:
+            if modelled is None:
+                modelled = attr(self, name)
         if modelled is not None:
             return modelled
         try:
