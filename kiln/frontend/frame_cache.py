@@ -231,7 +231,8 @@ class FrameCache:
 
         Note [Shapes: automatic dynamic]
         On a miss, the sources whose sizes the last entry traced are read from this call's
-        arguments; dimensions whose value changed, neither being 0 or 1, and int inputs whose
+        arguments; dimensions whose value changed to a size of 2 or more (from any size: 1 -> 2
+        too, as torch, or a size sequence 1, 2, 3 compiles three times), and int inputs whose
         value changed at all (Note [Shapes: unspecialised ints]) become dynamic for this frame from
         now on (`FrameShapes.update` logs them on `recompiles`), so
         the next entry is traced with size symbols and serves every later size. dynamic=False
