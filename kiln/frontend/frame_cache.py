@@ -37,6 +37,7 @@ from kiln.frontend.dispatch_modes import modes_off_for_compile
 from kiln.frontend.distributed import HookedModuleCall
 from kiln.frontend.frame_shapes import FrameShapes, changed_floats, changed_values
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
+from kiln.frontend.loop_breaks import driver_loop_break
 from kiln.frontend.markers import kiln_marker
 from kiln.frontend.module_hooks import global_module_hooks, has_hooks, hooks_run_around
 from kiln.frontend.output_graph import OutputGraph
@@ -608,6 +609,10 @@ class FrameCache:
             torch._C._set_grad_enabled(grad_mode)  # a traced `with no_grad()` may be open
             allowed = not self.settings.fullgraph or isinstance(e, CompiledAutogradCall)
             if not allowed or e.break_state is None or e.break_state.tx is not tx:
+                raise
+            why = driver_loop_break(fn, tx, output, e)
+            if why is not None:  # Note [Graph breaks: a loop that only calls]
+                e.msg = f"{e.msg} ({why})"
                 raise
             try:
                 new_code = transformed_code_at_break(

@@ -12,12 +12,15 @@ import linecache
 
 
 def mark_new_nodes(graph, last, code, inst):
-    """Give the nodes made after `last` (None: all) that have no line yet the line of `inst`."""
+    """Give the nodes made after `last` (None: all) that have no line yet the line of `inst`;
+    returns how many calls it marked (the calls `inst` made itself, not its inlined callees)."""
     root = graph._root
     node = root.next if last is None or last._erased else last.next
     trace = None
+    calls = 0
     while node is not root:
         if node.op not in ("placeholder", "output") and "stack_trace" not in node.meta:
+            calls += node.op in ("call_function", "call_method", "call_module")
             if trace is None:
                 lineno = inst.lineno or code.co_firstlineno
                 text = linecache.getline(code.co_filename, lineno).strip()
@@ -26,6 +29,7 @@ def mark_new_nodes(graph, last, code, inst):
                 )
             node.meta["stack_trace"] = trace
         node = node.next
+    return calls
 
 
 def name_after_local(var, name, graph):

@@ -195,7 +195,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                     handler(inst)
                     if inst.opname == "CALL":  # (its arguments are consumed)
                         self.fresh_function = None
-                    node_meta.mark_new_nodes(self.output.graph, last, self.code, inst)
+                    made = node_meta.mark_new_nodes(self.output.graph, last, self.code, inst)
+                    if self.is_root:  # Note [Graph breaks: a loop that only calls]
+                        self.output.own_calls += made
                 except ObservedException as exc:
                     self.unwind(exc)  # Note [Blocks: exceptions while tracing]
             except _Stop:
