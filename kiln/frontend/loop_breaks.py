@@ -18,7 +18,8 @@ from kiln.frontend.call_through import is_plain
 # it runs in Python and each function it calls is compiled as a frame of its own, so a callee
 # called every pass compiles once and its guards are checked per call. kiln does the same
 # there, with the frame's calls routed to kiln's wrappers (Note [Frames: callees of a frame
-# run in Python]): the callees' ops are captured exactly as when inlined.
+# run in Python]): the callees' ops are captured exactly as when inlined. As torch's skip, this
+# is for good: the frame's later calls run in Python too (FrameCache.give_up).
 # Where the frame's own code did make a tensor op (`x = x * 2` in the loop body, before the
 # break or before the loop), the resume structure stays: running the frame in Python would run
 # those ops eagerly, which torch.compile does and kiln does not; so does a break before any
