@@ -106,3 +106,49 @@ def test_break_before_the_loop_is_not_in_it():
         return x
 
     run_and_compare(fn, torch.randn(4), expected_graphs=1)
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.full((4,), 0.5))
+
+    def forward(self, x):
+        return torch.tanh(x * self.scale)
+
+
+def test_loop_over_user_modules_compiles_each_forward():
+    # a user module's forward is compiled as its own frame by the router (the first block's
+    # entry, then one for any block): the loop runs in Python
+    blocks = torch.nn.ModuleList([_Block() for _ in range(5)])
+
+    def fn(x):
+        for b in blocks:
+            x = b(x)
+            kiln.graph_break()
+        return x
+
+    kiln.reset()
+    backend = CountingBackend()
+    x = torch.randn(2, 4)
+    assert_same(fn(x), kiln.compile(fn, backend=backend)(x))
+    assert backend.calls == 2
+    assert any("runs in Python" in reason for reason in kiln.counters["graph_break"])
+
+
+def test_loop_over_torch_modules_keeps_the_resume_functions():
+    # torch.nn's own forwards are not routed: running the frame in Python would run them eagerly
+    layers = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 4))
+
+    def fn(x):
+        for m in layers:
+            x = m(x)
+            kiln.graph_break()
+        return x
+
+    kiln.reset()
+    backend = CountingBackend()
+    x = torch.randn(2, 4)
+    assert_same(fn(x), kiln.compile(fn, backend=backend)(x))
+    targets = [str(n.target) for gm in backend.graphs for n in gm.graph.nodes]
+    assert any("linear" in t for t in targets)
