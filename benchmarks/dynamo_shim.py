@@ -20,6 +20,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.eval_frame.dynamo_tls.traced_frame_infos | one line per frame kiln starts tracing (not its resume functions) |
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
 | torch._dynamo.set_stance (torch.compiler's)    | kiln.set_stance (force_backend through the backend map) |
+| torch._dynamo.run(fn) / run()(fn)              | fn under kiln.set_stance("eager_on_recompile"): entries run, a miss runs eagerly |
 | torch._dynamo.substitute_in_graph(fn, ...)     | kiln.substitute_in_graph(fn, skip_signature_check=)  |
 | torch._dynamo.export(f)(*args)                 | kiln.export(f, args): its graph on the call's arguments (one the graph does not read is not checked, as torch's), its input specs and shape facts as the guards; graph breaks raise Unsupported (as torch's nopython trace) |
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
@@ -216,6 +217,14 @@ def set_stance(stance="default", *, skip_guard_eval_unsafe=False, force_backend=
     return kiln.set_stance(stance, force_backend=force_backend)
 
 
+def run(fn=None):
+    """torch._dynamo.run: compiled entries run, nothing new compiles (a miss runs eagerly)."""
+    import kiln
+
+    only_entries = kiln.set_stance("eager_on_recompile")
+    return only_entries if fn is None else only_entries(fn)
+
+
 def substitute_in_graph(
     original_fn, *, can_constant_fold_through=False, skip_signature_check=False
 ):
@@ -378,6 +387,7 @@ def install():
         "disable": (stock_disable, disable),
         "graph_break": (torch._dynamo.graph_break, kiln.graph_break),
         "set_stance": (torch._dynamo.set_stance, set_stance),
+        "run": (torch._dynamo.run, run),
         "substitute_in_graph": (torch._dynamo.substitute_in_graph, substitute_in_graph),
         "export": (torch._dynamo.export, _export(torch._dynamo.export)),
         "allow_in_graph": (torch._dynamo.allow_in_graph, kiln.allow_in_graph),

@@ -58,6 +58,8 @@ _BREAKABLE_PUSHES = {
     "CALL_FUNCTION_EX": 1,
     "BINARY_OP": 1,
     "BINARY_SUBSCR": 1,
+    "BUILD_SLICE": 1,
+    "BINARY_SLICE": 1,  # 3.12+
     "COMPARE_OP": 1,
     "CONTAINS_OP": 1,
     "IS_OP": 1,
@@ -69,6 +71,7 @@ _BREAKABLE_PUSHES = {
     "BUILD_STRING": 1,
     "STORE_ATTR": 0,
     "STORE_SUBSCR": 0,
+    "STORE_SLICE": 0,  # 3.12+
     "DELETE_SUBSCR": 0,
     "STORE_GLOBAL": 0,
     "STORE_FAST": 0,  # (Note [Finalizers: locals])

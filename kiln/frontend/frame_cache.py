@@ -38,6 +38,7 @@ from kiln.frontend.distributed import HookedModuleCall
 from kiln.frontend.frame_shapes import FrameShapes, changed_floats, changed_values
 from kiln.frontend.guard_filter import filter_guards
 from kiln.frontend.guards import GuardKind, build_guard_fn, eval_sources, first_failure
+from kiln.frontend.loop_breaks import driver_loop_break
 from kiln.frontend.markers import kiln_marker
 from kiln.frontend.module_hooks import global_module_hooks, has_hooks, hooks_run_around
 from kiln.frontend.output_graph import OutputGraph
@@ -232,7 +233,8 @@ class FrameCache:
 
         Note [Shapes: automatic dynamic]
         On a miss, the sources whose sizes the last entry traced are read from this call's
-        arguments; dimensions whose value changed, neither being 0 or 1, and int inputs whose
+        arguments; dimensions whose value changed to a size of 2 or more (from any size: 1 -> 2
+        too, as torch, or a size sequence 1, 2, 3 compiles three times), and int inputs whose
         value changed at all (Note [Shapes: unspecialised ints]) become dynamic for this frame from
         now on (`FrameShapes.update` logs them on `recompiles`), so
         the next entry is traced with size symbols and serves every later size. dynamic=False
@@ -612,6 +614,10 @@ class FrameCache:
             torch._C._set_grad_enabled(grad_mode)  # a traced `with no_grad()` may be open
             allowed = not self.settings.fullgraph or isinstance(e, CompiledAutogradCall)
             if not allowed or e.break_state is None or e.break_state.tx is not tx:
+                raise
+            why = driver_loop_break(fn, tx, output, e)
+            if why is not None:  # Note [Graph breaks: a loop that only calls]
+                e.msg = f"{e.msg} ({why})"
                 raise
             try:
                 new_code = transformed_code_at_break(

@@ -82,7 +82,8 @@ def is_static_module(m):
 
 
 def changed_dims(old_shapes, new_shapes):
-    """The automatic-dynamic policy: `{source: {dim}}` of dims whose size changed (not to/from 0/1).
+    """The automatic-dynamic policy: `{source: {dim}}` of dims whose size changed to a size a
+    symbol can have (>= 2), from any size: torch's (1 -> 2 too, or a third compile follows).
 
     A source whose rank changed, or that is new, gets no dims (it recompiles static).
     """
@@ -94,7 +95,7 @@ def changed_dims(old_shapes, new_shapes):
         dims = {
             d
             for d, (a, b) in enumerate(zip(old, new))
-            if a != b and a is not None and a >= MIN_SYMBOL_VALUE and b >= MIN_SYMBOL_VALUE
+            if a != b and a is not None and b >= MIN_SYMBOL_VALUE
         }
         if dims:
             out[source] = dims

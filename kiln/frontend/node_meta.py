@@ -12,12 +12,18 @@ import linecache
 
 
 def mark_new_nodes(graph, last, code, inst):
-    """Give the nodes made after `last` (None: all) that have no line yet the line of `inst`."""
+    """Give the nodes made after `last` (None: all) that have no line yet the line of `inst`;
+    returns how many calls it marked (the calls `inst` made itself, not its inlined callees)
+    and how many calls were made after `last` in all."""
     root = graph._root
     node = root.next if last is None or last._erased else last.next
     trace = None
+    calls = made = 0
     while node is not root:
+        is_call = node.op in ("call_function", "call_method", "call_module")
+        made += is_call
         if node.op not in ("placeholder", "output") and "stack_trace" not in node.meta:
+            calls += is_call
             if trace is None:
                 lineno = inst.lineno or code.co_firstlineno
                 text = linecache.getline(code.co_filename, lineno).strip()
@@ -26,6 +32,7 @@ def mark_new_nodes(graph, last, code, inst):
                 )
             node.meta["stack_trace"] = trace
         node = node.next
+    return calls, made
 
 
 def name_after_local(var, name, graph):

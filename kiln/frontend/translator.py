@@ -27,6 +27,7 @@ from kiln.frontend.entered import withs_to_rewind
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.indexed_insts import decode
 from kiln.frontend.jump_ops import JumpOpsMixin
+from kiln.frontend.loop_breaks import own_calls
 from kiln.frontend.source import (
     AttrSource,
     ClosureSource,
@@ -197,7 +198,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                     handler(inst)
                     if inst.opname == "CALL":  # (its arguments are consumed)
                         self.fresh_function = None
-                    node_meta.mark_new_nodes(self.output.graph, last, self.code, inst)
+                    own, made = node_meta.mark_new_nodes(self.output.graph, last, self.code, inst)
+                    if self.is_root:  # Note [Graph breaks: a loop that only calls]
+                        self.output.own_calls += own_calls(self.stack_before, inst, own, made)
                 except ObservedException as exc:
                     self.unwind(exc)  # Note [Blocks: exceptions while tracing]
             except _Stop:

@@ -260,3 +260,24 @@ def test_torch_check_reads_the_item_not_its_tensor_later():
             f(t, torch.ones(2))
     finally:
         kiln.config.capture_scalar_outputs = False
+
+
+def _assert_shape(img):
+    x = torch.sin(img)
+    torch._assert(img.shape[-2] == 8 and img.shape[-1] == 16, f"shape {img.shape}")
+    return img + x
+
+
+def test_torch_assert_of_static_sizes_is_one_graph():
+    # PyTorch's test_str_format_assert2: true while tracing, nothing in the graph
+    from frontend_helpers import run_and_compare
+
+    run_and_compare(_assert_shape, torch.randn(1, 3, 8, 16), expected_graphs=1, expected_breaks=0)
+
+
+def test_torch_assert_false_raises_as_eager():
+    from frontend_helpers import run_and_compare
+
+    run_and_compare(_assert_shape, torch.randn(1, 3, 8, 15), expected_breaks=1)
+    with pytest.raises(AssertionError, match=r"shape torch.Size\(\[1, 3, 8, 15\]\)"):
+        kiln.compile(_assert_shape, backend="eager")(torch.randn(1, 3, 8, 15))

@@ -141,8 +141,10 @@ def test_guard_expression_matches_the_traced_decisions():
 def test_automatic_dynamic_policy_seed_example():
     assert changed_dims({"L['x']": (10,)}, {"L['x']": (8,)}) == {"L['x']": {0}}
     assert changed_dims({"L['x']": (10,)}, {"L['x']": (10,)}) == {}
-    assert changed_dims({"L['x']": (1,)}, {"L['x']": (8,)}) == {}
+    assert changed_dims({"L['x']": (1,)}, {"L['x']": (8,)}) == {"L['x']": {0}}  # (torch's)
+    assert changed_dims({"L['x']": (0,)}, {"L['x']": (8,)}) == {"L['x']": {0}}
     assert changed_dims({"L['x']": (8,)}, {"L['x']": (0,)}) == {}
+    assert changed_dims({"L['x']": (8,)}, {"L['x']": (1,)}) == {}
     assert changed_dims({"L['x']": (4, 5)}, {"L['x']": (4, 5, 6)}) == {}
     assert changed_dims({}, {"L['x']": (4,)}) == {}
     assert changed_dims({"L['x']": (4, 5, 6)}, {"L['x']": (7, 5, 9)}) == {"L['x']": {0, 2}}
@@ -158,9 +160,12 @@ def test_frame_shapes_sequence_and_marks():
     assert frame.update({"L['x']": (12,)}) == {}  # already dynamic: nothing new
     frame2 = FrameShapes()
     frame2.update({"L['x']": (1,)})
-    assert frame2.update({"L['x']": (8,)}) == {}  # from 1: not yet
-    assert frame2.update({"L['x']": (9,)}) == {"L['x']": {0}}
+    assert frame2.update({"L['x']": (8,)}) == {"L['x']": {0}}  # from 1 too (torch's)
+    assert frame2.update({"L['x']": (9,)}) == {}
     assert frame2.dynamic_dims("L['x']", x1) == {0}  # the env then specialises the 1
+    frame3 = FrameShapes()
+    frame3.update({"L['x']": (8,)})
+    assert frame3.update({"L['x']": (1,)}) == {}  # to 1: traced static (it would specialise)
 
     y = torch.empty(3, 4, 5)
     frame_shapes.mark_dynamic(y, 0)

@@ -21,6 +21,7 @@ from kiln.frontend.variables.numpy_vars import (
     tensor_numpy,
     torch_dtype,
 )
+from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor import TensorVariable
 
 
@@ -97,6 +98,12 @@ def _matmul(tx, fn, args, kwargs):
 
 
 def _shape_arg(v):
+    """A factory's shape: symbolic sizes stay symbolic (np.ones([2, n]) of an int input n)."""
+    if isinstance(v, SymNodeVariable):
+        return TupleVariable([v])
+    if isinstance(v, BaseListVariable) and any(isinstance(i, SymNodeVariable) for i in v.items):
+        if all(isinstance(i, (SymNodeVariable, ConstantVariable)) for i in v.items):
+            return TupleVariable(list(v.items))
     shape = v.as_python_constant()
     return (shape,) if isinstance(shape, int) else tuple(shape)
 

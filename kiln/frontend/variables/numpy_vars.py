@@ -701,6 +701,8 @@ def operator_call(tx, fn, args):
             return operator_call(tx, _OUT_OF_PLACE[fn], args)
         if getattr(target, "readonly", False):
             unimplemented("in-place operator on a read-only numpy array (it raises)")
+        if any(isinstance(a, TensorVariable) for a in args):
+            return _with_array(tx, fn, args)  # (`a /= t` rebinds `a` to a tensor, or raises)
         out = call(tx, _INPLACE[fn], args, {})
         _probe_inplace(fn, args)
         torch_vars.call_tensor_op(
@@ -732,7 +734,7 @@ def _with_tensor(tx, fn, args):
     for a in args:
         if isinstance(a, NumpyNdarrayVariable):
             if not a.scalar:
-                unimplemented(f"operator {getattr(fn, '__name__', fn)} of an ndarray and a tensor")
+                return _with_array(tx, fn, args)
             if getattr(a, "constant", None) is not None:
                 plain.append(ConstantVariable(a.constant))  # (a constant: the number itself)
                 continue
@@ -745,6 +747,53 @@ def _with_tensor(tx, fn, args):
             a = _cast(tx, a.tensor, torch.result_type(tensors[0], number))
         plain.append(a)
     return torch_vars.call_tensor_op(tx, "call_function", _OUT_OF_PLACE.get(fn, fn), plain, {})
+
+
+# Note [NumPy: an ndarray next to a tensor]
+# `t + a` with an ndarray `a` of any shape does not run NumPy's ufunc: Tensor's operator takes
+# the array as torch.as_tensor(a) (its dtype kept) and computes in torch's promotion, giving a
+# tensor; `t += a` and `a /= t` are out of place (the in-place operators decline: the name is
+# rebound to a new tensor). With the array on the left NumPy's operator runs first and, as
+# torch's __array_priority__ asks, defers to the tensor's reflected operator for some operators
+# and raises TypeError for others. Rather than tabulate that, kiln runs the operator eagerly on
+# one-element stand-ins of each operand's dtype and rank: if it gives a new torch.Tensor whose
+# dtype is the one torch's own operator gives on the arrays as tensors, the torch operator is
+# traced on the array's tensor; anything else (an error, an ndarray, an operand returned) is a
+# graph break, and Python then does what it does.
+def _with_array(tx, fn, args):
+    """`t * a` of a tensor and an ndarray: the torch operator on the array's tensor (Note
+    [NumPy: an ndarray next to a tensor])."""
+    name = getattr(fn, "__name__", fn)
+    stand_ins = []
+    for a in args:
+        if isinstance(a, NumpyNdarrayVariable):
+            stand_ins.append(a.probe())
+        elif isinstance(a, TensorVariable):
+            if a.device.type != "cpu":  # (NumPy reads CPU tensors only: eager raises)
+                unimplemented(f"operator {name} of an ndarray and a {a.device.type} tensor")
+            stand_in = torch.ones((1,) * a.example.dim(), dtype=a.example.dtype)
+            stand_ins.append(stand_in.requires_grad_(a.example.requires_grad))
+        elif a.is_python_constant():
+            stand_ins.append(a.as_python_constant())
+        else:
+            unimplemented(f"operator {name} of an ndarray, a tensor and {a}")
+    op = _OUT_OF_PLACE.get(fn, fn)
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (NumPy's deprecations on the stand-ins)
+            eager = fn(*stand_ins)
+            as_torch = op(*[torch.as_tensor(s) if type(s) is np.ndarray else s for s in stand_ins])
+    except Exception as e:
+        unimplemented(f"operator {name} of an ndarray and a tensor raises {type(e).__name__}: {e}")
+    if (
+        type(eager) is not torch.Tensor
+        or any(eager is s for s in stand_ins)
+        or type(as_torch) is not torch.Tensor
+        or eager.dtype != as_torch.dtype
+    ):
+        unimplemented(f"operator {name} of an ndarray and a tensor (not torch's operator)")
+    plain = [a.tensor if isinstance(a, NumpyNdarrayVariable) else a for a in args]
+    return torch_vars.call_tensor_op(tx, "call_function", op, plain, {})
 
 
 _OUT_OF_PLACE = {fn: getattr(operator, fn.__name__[1:]) for fn in _INPLACE}

@@ -202,7 +202,19 @@ class _Unpack:
         if v.is_python_constant() and is_literal(v.as_python_constant()):
             c = v.as_python_constant()
             return c, c
+        c = v.as_python_constant() if v.is_python_constant() else None
+        dtype = _DTYPE_OF_PYTHON_TYPE.get(c) if isinstance(c, type) else None
+        if dtype is not None:  # `t.to(float)`: torch's argument parser reads the type as a dtype
+            return dtype, dtype
         unimplemented(f"argument {v} of a tensor op")
+
+
+_DTYPE_OF_PYTHON_TYPE = {
+    bool: torch.bool,
+    int: torch.int64,
+    float: torch.float64,
+    complex: torch.complex128,
+}
 
 
 _META_FALLBACKS = []  # (tx, target, args, kwargs) -> a variable, or None
