@@ -60,20 +60,6 @@ def assert_async(tx, fn, args, kwargs):
 torch_vars.register_function(torch._assert_async, assert_async)
 
 
-def torch_assert(tx, fn, args, kwargs):
-    """`torch._assert(cond, msg)` of a condition known while tracing (a bool of static sizes):
-    a true one is nothing; a false one breaks, and Python raises its AssertionError."""
-    cond = args[0] if len(args) == 2 and not kwargs else None
-    if cond is None or not cond.is_python_constant():
-        unimplemented(f"torch._assert of {cond} (a value known only when the code runs)")
-    if not cond.as_python_constant():
-        unimplemented("torch._assert of a false condition (Python raises its AssertionError)")
-    return ConstantVariable(None)
-
-
-torch_vars.register_function(torch._assert, torch_assert)
-
-
 # Note [Asserts: a Python assert on a tensor]
 # `assert t, "msg"` compiles to a jump over `raise AssertionError("msg")` taken when bool(t) is
 # true. With t a traced one-element tensor and the message a constant (or none), the jump is
