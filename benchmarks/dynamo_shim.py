@@ -26,6 +26,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | testing.CompileCounterWithBackend(name)        | counts, then runs kiln's backend of that name        |
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
+| torch._dynamo.exc.RecompileError               | kiln.exc.RecompileError (config.error_on_recompile) |
 | torch._dynamo.OptimizedModule                  | kiln.OptimizedModule (the class compile(module) returns) |
 | torch._dynamo.config.capture_scalar_outputs    | kiln.config.capture_scalar_outputs (read through)    |
 | torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
@@ -404,6 +405,8 @@ def install():
         "unsupported": (torch._dynamo.testing.unsupported, kiln.disable(_unsupported)),
         # `with self.assertRaises(Unsupported)`: a compile error under fullgraph (kiln's class)
         "Unsupported": (torch._dynamo.exc.Unsupported, kiln.exc.Unsupported),
+        # `with self.assertRaises(RecompileError)` under config.error_on_recompile (kiln's class)
+        "RecompileError": (torch._dynamo.exc.RecompileError, kiln.exc.RecompileError),
         # `assertIsInstance(torch.compile(mod), torch._dynamo.OptimizedModule)`: kiln's class
         "OptimizedModule": (torch._dynamo.OptimizedModule, kiln.OptimizedModule),
     }
@@ -411,7 +414,7 @@ def install():
         if module is None or not (name == "torch._dynamo" or name.startswith("torch._dynamo.")):
             continue
         for attr, (old, new) in originals.items():
-            if attr == "Unsupported" and name != "torch._dynamo.exc":
+            if attr in ("Unsupported", "RecompileError") and name != "torch._dynamo.exc":
                 continue  # what tests import; torch's own modules keep catching their class
             if attr == "OptimizedModule" and name != "torch._dynamo":
                 continue  # (the name tests read; torch's own modules keep their class)
