@@ -290,13 +290,14 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
     # attr_vars until its __dict__ is read; from then on they live in one dict variable, the
     # function's __dict__, so `functools.update_wrapper(wrapper, f)` (contextmanager, wraps)
     # copies them with `wrapper.__dict__.update(f.__dict__)`, and later reads and stores go
-    # through that dict. `__annotations__` is not in a function's __dict__.
+    # through that dict. `__annotations__` and `__type_params__` (slots of the function type)
+    # are not in a function's __dict__.
     def _dict(self):
         """The function's __dict__: one dict variable holding the attributes set on it."""
         held = getattr(self, "attr_vars", {})
         if "__dict__" not in held:
-            entries = {k: v for k, v in held.items() if k != "__annotations__"}
-            rest = {k: v for k, v in held.items() if k == "__annotations__"}
+            entries = {k: v for k, v in held.items() if k not in _SLOT_ATTRS}
+            rest = {k: v for k, v in held.items() if k in _SLOT_ATTRS}
             self.attr_vars = {**rest, "__dict__": ConstDictVariable(entries)}
         return self.attr_vars["__dict__"]
 
@@ -312,7 +313,7 @@ class NestedUserFunctionVariable(BaseFunctionVariable):
             unimplemented(f"attribute assignment .{name} on a function made in the frame")
         if name not in self._NAMES:
             held = getattr(self, "attr_vars", {})
-            if "__dict__" in held and name != "__annotations__":
+            if "__dict__" in held and name not in _SLOT_ATTRS:
                 held["__dict__"].items[name] = value  # Note [Functions: the __dict__ of ...]
             else:
                 self.attr_vars = {**held, name: value}
@@ -460,6 +461,9 @@ def _load_cell(cg, ref):
     if value is None:
         return None
     return (emit.load_fast(temp) + emit.store_attr("cell_contents"), value)
+
+
+_SLOT_ATTRS = ("__annotations__", "__type_params__")  # set on a function, never in its __dict__
 
 
 # Note [Functions: data attributes]
