@@ -167,3 +167,16 @@ def run_on_fresh_objects(fn, make, x):
     for got in results[1:]:
         assert_same(results[0], got)
     return backend
+
+
+def counted_compile(fn, fullgraph=False, backend=None):
+    """kiln.compile(fn) after a reset, with a list that receives each graph; the graphs then run
+    as they are, or through kiln's backend of the name `backend`."""
+    kiln.reset()
+    graphs = []
+
+    def count(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward if backend is None else kiln.lookup_backend(backend)(gm, example_inputs)
+
+    return kiln.compile(fn, backend=count, fullgraph=fullgraph), graphs

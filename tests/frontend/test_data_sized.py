@@ -6,18 +6,11 @@ import torch
 
 import kiln
 from kiln.exc import Unsupported
-from tests.frontend.frontend_helpers import assert_same
+from tests.frontend.frontend_helpers import assert_same, counted_compile
 
 
 def _counted(fn, fullgraph=True, backend=None):
-    kiln.reset()
-    graphs = []
-
-    def count(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward if backend is None else kiln.lookup_backend(backend)(gm, example_inputs)
-
-    return kiln.compile(fn, backend=count, fullgraph=fullgraph), graphs
+    return counted_compile(fn, fullgraph, backend)
 
 
 def squares_of_positions(x):

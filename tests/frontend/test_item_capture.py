@@ -7,7 +7,7 @@ import torch
 
 import kiln
 from kiln.exc import Unsupported
-from tests.frontend.frontend_helpers import assert_same
+from tests.frontend.frontend_helpers import assert_same, counted_compile
 
 
 @pytest.fixture
@@ -16,14 +16,7 @@ def capture(monkeypatch):
 
 
 def _counted(fn, fullgraph=False, backend=None):
-    kiln.reset()
-    graphs = []
-
-    def count(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward if backend is None else kiln.lookup_backend(backend)(gm, example_inputs)
-
-    return kiln.compile(fn, backend=count, fullgraph=fullgraph), graphs
+    return counted_compile(fn, fullgraph, backend)
 
 
 def test_int_item_as_a_size(capture):

@@ -1,4 +1,4 @@
-"""`torch.compile(fn)` / `kiln.compile(fn)` called inside a compiled frame: the function traced
+"""torch's `compile(fn)` / `kiln.compile(fn)` called inside a compiled frame: the function traced
 in the frame's graph.
 
 Note [Compile: a compile call inside a compiled frame]
@@ -9,15 +9,14 @@ start another compilation). The call's settings must be constants (or values wit
 are checked while tracing by compiling a placeholder function with them: settings the call
 would reject (an unknown backend, `fullgraph=1`) are a graph break, and the call then raises in
 Python as eagerly. A wrapper that outlives the frame is made again by the transformed code,
-`compile(gn, **settings)`, the object eager code gets. Recognised: torch.compile, kiln.compile
-and functions marked `_kiln_traced_as = "compile"` (the conformance shim's torch.compile).
+`compile(gn, **settings)`, the object eager code gets. Recognised: torch's `compile` (by its module and
+name: kiln never uses it), kiln.compile and functions marked `_kiln_traced_as = "compile"` (the
+conformance shim's stand-in).
 Not handled (graph breaks): the decorator form `compile(backend=...)` without a function, and a
 module (its compiled form is an OptimizedModule object).
 """
 
 import types
-
-import torch
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
@@ -29,8 +28,9 @@ _FUNCTION_TYPES = (types.FunctionType, types.MethodType, types.BuiltinFunctionTy
 
 
 def is_compile_entry(value):
-    """Whether calling `value` compiles a function: torch.compile, kiln.compile (marked)."""
-    return value is torch.compile or kiln_marker(value, "_kiln_traced_as") == "compile"
+    """Whether calling `value` compiles a function: torch's compile, kiln.compile (marked)."""
+    name = (getattr(value, "__module__", None), getattr(value, "__qualname__", None))
+    return name == ("torch", "compile") or kiln_marker(value, "_kiln_traced_as") == "compile"
 
 
 def _placeholder():
@@ -38,7 +38,7 @@ def _placeholder():
 
 
 class CompileEntryVariable(VariableTracker):
-    """torch.compile / kiln.compile reached in traced code (Note [Compile: a compile call ...])."""
+    """torch's compile / kiln.compile reached in traced code (Note [Compile: a compile call ...])."""
 
     def __init__(self, value, **kw):
         super().__init__(**kw)

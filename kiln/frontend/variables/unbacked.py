@@ -30,7 +30,7 @@ import torch
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.variables import data_bools, data_sized, runtime_asserts  # noqa: F401
+from kiln.frontend.variables import data_bools, data_sized, runtime_asserts, unspec_float  # noqa: F401
 from kiln.frontend.variables import tensor as tensor_vars
 from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import VariableTracker
@@ -89,16 +89,8 @@ def tensor_item(tx, tensor, args, kwargs):
 
 
 # a float item's arithmetic kept in the graph: Python's float operators on the run-time values
-_FLOAT_ARITH = {
-    operator.add: operator.add,
-    operator.iadd: operator.add,
-    operator.sub: operator.sub,
-    operator.isub: operator.sub,
-    operator.mul: operator.mul,
-    operator.imul: operator.mul,
-    operator.truediv: operator.truediv,
-    operator.itruediv: operator.truediv,
-}
+# (as an unspecialised float's, but no power: a negative base with a fraction is complex)
+_FLOAT_ARITH = {k: op for k, op in unspec_float.ARITH.items() if op is not operator.pow}
 
 
 def _float_operand(v):

@@ -29,7 +29,7 @@ from kiln.frontend.source import AttrSource, GetItemSource, LocalSource, Source
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 
-_ARITH = {
+ARITH = {
     operator.add: operator.add,
     operator.iadd: operator.add,
     operator.sub: operator.sub,
@@ -217,7 +217,7 @@ def binary(tx, fn, a, b):
     """`a <op> b` with a SymFloatVariable and a number (or another): a node; else None."""
     if fn in _COMPARE:
         return compare(tx, fn, a, b)
-    op = _ARITH.get(fn)
+    op = ARITH.get(fn)
     pa, pb = _operand(a), _operand(b)
     if op is None or pa is None or pb is None:
         return None
