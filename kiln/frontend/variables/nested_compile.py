@@ -29,8 +29,11 @@ _FUNCTION_TYPES = (types.FunctionType, types.MethodType, types.BuiltinFunctionTy
 
 def is_compile_entry(value):
     """Whether calling `value` compiles a function: torch's compile, kiln.compile (marked)."""
-    name = (getattr(value, "__module__", None), getattr(value, "__qualname__", None))
-    return name == ("torch", "compile") or kiln_marker(value, "_kiln_traced_as") == "compile"
+    if type(value) is types.FunctionType:  # (read nothing from other objects: their hooks)
+        return (value.__module__, value.__qualname__) == ("torch", "compile") or (
+            kiln_marker(value, "_kiln_traced_as") == "compile"
+        )
+    return kiln_marker(value, "_kiln_traced_as") == "compile"
 
 
 def _placeholder():
