@@ -236,7 +236,10 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             output = self.output
             output.loop_passes = getattr(output, "loop_passes", 0) + 1
             if output.loop_passes > config.loop_pass_limit:
-                e = Unsupported(f"more than {config.loop_pass_limit} loop passes in one trace")
+                e = Unsupported(
+                    f"more than {config.loop_pass_limit} loop passes in one trace "
+                    "(an infinite loop, or a list() of an infinite generator?)"
+                )
                 e.eager_frame = True
                 raise e
         self.ip = inst.target_index

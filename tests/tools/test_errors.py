@@ -164,3 +164,23 @@ def test_wrong_argument_count_names_the_function():
     assert "_two_args()" in str(compiled.value)
     with pytest.raises(TypeError, match=r"_two_args\(\) got an unexpected keyword argument 'z'"):
         f(torch.randn(2), torch.randn(2), z=1)
+
+
+def test_an_endless_generator_under_fullgraph_names_the_likely_cause():
+    def fn(x):
+        def gen():
+            while True:
+                yield x
+
+        return list(gen())
+
+    with pytest.raises(Unsupported, match="infinite generator"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(2))
+
+
+def test_a_tensor_in_an_if_under_fullgraph_says_data_dependent_branching():
+    def fn(x):
+        return x + 1 if x.sum() > 0 else x - 1
+
+    with pytest.raises(Unsupported, match="Data-dependent branching"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(2))

@@ -147,7 +147,9 @@ class TensorVariable(VariableTracker):
         return torch.nn.Parameter if parameter else torch.Tensor
 
     def truthy(self, tx):
-        unimplemented("bool() of a tensor reads tensor data (data-dependent branch)")
+        unimplemented(
+            "Data-dependent branching: bool() of a tensor reads tensor data (data-dependent branch)"
+        )
 
     def traced_sizes(self):
         """The sizes of the traced value: ints, and SymNodes for dynamic dimensions."""
