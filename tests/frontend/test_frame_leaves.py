@@ -177,3 +177,24 @@ def test_backward_into_a_tensor_from_before_the_frame_breaks():
     with pytest.raises(kiln.exc.Unsupported, match="not a leaf"):
         kiln.reset()
         kiln.compile(backward_of_a_non_leaf_input, fullgraph=True)(w * 1)
+
+
+weight = torch.randn(3, requires_grad=True)
+
+
+def into_a_global_weight(x):
+    y = x.detach().requires_grad_()
+    (y * weight).sum().backward()
+    return y.grad
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backward_reaches_a_global_leaf_too(backend):
+    weight.grad = None
+    expected = into_a_global_weight(torch.ones(3))
+    expected_grad, weight.grad = weight.grad, None
+    kiln.reset()
+    got = kiln.compile(into_a_global_weight, backend=backend, fullgraph=True)(torch.ones(3))
+    assert_same(expected, got)
+    assert_same(expected_grad, weight.grad)
+    weight.grad = None

@@ -150,6 +150,10 @@ def backward(tx, loss, args, kwargs):
     if has_pending_hooks(tx.output.side_effects):
         unimplemented("Tensor.backward() after a hook registration (registered after a graph)")
     up = _ancestors(loss.proxy) | {loss.proxy}
+    for n in up:  # (a constant of the graph that requires grad would get a gradient in eager)
+        value = n.meta.get("example_value")
+        if n.op == "get_attr" and isinstance(value, torch.Tensor) and value.requires_grad:
+            unimplemented("Tensor.backward() into a tensor held as a constant of the graph")
     leaves, grads = _state(tx.output)
     wrt = [v for v in leaves.values() if _alive(v) and v.proxy in up]
     for var, _source in list(tx.output._input_by_id.values()):
