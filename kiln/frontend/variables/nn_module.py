@@ -491,6 +491,13 @@ _BUILDABLE_FILES = (
 )
 
 
+def is_torch_function(value):
+    """A function of torch's (F.gelu, torch.relu): as constant as the torch module holding it."""
+    if not isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+        return False
+    return (getattr(value, "__module__", None) or "").split(".")[0] == "torch"
+
+
 def buildable_module(cls):
     """Whether kiln may build a `cls(...)` (of constant arguments) while tracing."""
     mod = cls.__module__ or ""
@@ -541,7 +548,10 @@ class NewModuleVariable(NNModuleVariable):
         if name in mod._parameters or name in mod._buffers:
             return ConstantVariable(None)  # (an optional weight left out: None)
         if name in mod.__dict__:
-            return wrap_frozen(mod.__dict__[name], f"attribute {name!r} of {type(mod).__name__}")
+            value = mod.__dict__[name]
+            if is_torch_function(value):  # (`self.act = F.gelu` in its __init__)
+                return wrap_constant_like(tx, value)
+            return wrap_frozen(value, f"attribute {name!r} of {type(mod).__name__}")
         if name == "__class__":
             return wrap_constant_like(tx, type(mod))
         try:
