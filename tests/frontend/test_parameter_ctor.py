@@ -77,3 +77,53 @@ def test_parameter_of_a_value_made_or_written_in_the_frame_breaks(fn):
     with pytest.raises(kiln.exc.Unsupported, match=r"torch.nn.Parameter\(\) of a tensor"):
         kiln.compile(fn, fullgraph=True)(torch.randn(3))
     run_and_compare(fn, torch.randn(3), expected_breaks=1)
+
+
+class Rebound(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+        self.new_weight = torch.randn(2, 3)
+
+    def forward(self, x):
+        self.lin.weight = torch.nn.Parameter(self.new_weight, requires_grad=False)
+        return self.lin(x)
+
+
+def _rebound_pair():
+    eager, mod = Rebound(), Rebound()
+    mod.load_state_dict(eager.state_dict())
+    mod.new_weight = eager.new_weight.clone()
+    return eager, mod
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_parameter_replaced_on_a_module(backend):
+    x = torch.randn(4, 3)
+    eager, mod = _rebound_pair()
+    kiln.reset()
+    compiled = kiln.compile(mod, backend=backend, fullgraph=True)
+    for _ in range(2):
+        assert_same(eager(x), compiled(x))
+        assert type(mod.lin.weight) is torch.nn.Parameter and not mod.lin.weight.requires_grad
+        assert mod.lin.weight.data_ptr() == mod.new_weight.data_ptr()
+        assert_same(dict(eager.named_parameters()), dict(mod.named_parameters()))
+    stats = kiln.counters["stats"]
+    assert stats["unique_graphs"] == 1 and stats["recompiles"] == 0
+
+
+def replaced_then_listed(mod, x):
+    mod.lin.weight = torch.nn.Parameter(mod.new_weight)
+    return mod.lin(x), [p.shape for p in mod.lin.parameters()]
+
+
+def test_parameters_listed_after_a_replacement_break():
+    x = torch.randn(4, 3)
+    eager, mod = _rebound_pair()
+    kiln.reset()
+    with pytest.raises(kiln.exc.Unsupported, match="after a parameter was replaced"):
+        kiln.compile(replaced_then_listed, fullgraph=True)(mod, x)
+    eager, mod = _rebound_pair()
+    kiln.reset()
+    assert_same(replaced_then_listed(eager, x), kiln.compile(replaced_then_listed)(mod, x))
+    assert_same(dict(eager.named_parameters()), dict(mod.named_parameters()))

@@ -7,7 +7,10 @@ never are. As torch.compile does, kiln makes it before the graph: the transforme
 `torch.nn.Parameter(<x from its source>, requires_grad)` first (with the random draws, Note
 [Random: draws before the graph]) into a temporary, and the graph takes it as one more input.
 It is guarded through x (the temporary is new on every call); its variable is a Parameter, so
-storing it on a module (`self.conv.weight = nn.Parameter(w)`) stores the real object.
+storing it on a module in place of a parameter (`self.conv.weight = nn.Parameter(w)`) is a store
+replayed after the graph (Module.__setattr__ registers it) and read back in the frame; what lists
+that module's parameters (`parameters()`, `_parameters`, `state_dict()`) is a break afterwards
+(nn_module.replaces_parameter).
 Not traced (graph breaks): x made in the frame (torch breaks too), x written in the frame
 before the call (the Parameter would be made from x's value before the graph), a tensor
 subclass, a non-constant requires_grad.
