@@ -314,6 +314,7 @@ _CONFIG = {
     "automatic_dynamic_shapes": "torch._dynamo.config",
     "error_on_recompile": "torch._dynamo.config",
     "assume_static_by_default": "torch._dynamo.config",
+    "trace_autograd_ops": "torch._dynamo.config",
 }
 
 

@@ -54,6 +54,7 @@ assume_static_by_default = True  # False: dynamic=None compiles sizes symbolic f
 fallback_random = False  # random ops draw exactly what eager draws (no functional RNG)
 partitioner = "min_cut"  # "min_cut" (recompute cheap ops in backward) or "default"
 compiled_autograd = False  # route .backward() inside compiled code to compiled autograd
+trace_autograd_ops = False  # `loss.backward()` in the frame traced as autograd.grad (no break)
 ddp_split_graphs = True  # under DDP, one graph per gradient bucket (backward overlaps all-reduce)
 
 # --- backend ---

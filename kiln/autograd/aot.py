@@ -213,7 +213,8 @@ def _trace(fn, inputs, decompositions, *, joint, examples=None):
         )
         for i, (x, e) in enumerate(zip(inputs, examples))
     ]
-    grad = torch.enable_grad() if joint else torch.no_grad()
+    # Note [Autograd: leaves made in the frame]: a graph that makes a leaf traces under grad
+    grad = torch.enable_grad() if joint or _makes_leaves(fn) else torch.no_grad()
     with grad, tracer.tracing(), amp.restore_after():
         seen = [
             _AsNonLeaf.apply(p) if joint and _non_leaf(x) else p for p, x in zip(primals, inputs)
@@ -221,6 +222,13 @@ def _trace(fn, inputs, decompositions, *, joint, examples=None):
         out = graph_call(fn)(*seen)
     flat, spec = pytree.tree_flatten(out)
     return tracer, primals, seen, flat, spec
+
+
+def _makes_leaves(fn):
+    """Whether graph fn makes autograd leaves (`t.requires_grad_()`) while grad mode is on."""
+    if not isinstance(fn, torch.fx.GraphModule) or not torch.is_grad_enabled():
+        return False
+    return any(n.op == "call_method" and n.target == "requires_grad_" for n in fn.graph.nodes)
 
 
 def _non_leaf(x):
@@ -282,6 +290,8 @@ def compile_inference(fn, inputs, decompositions, compiler, examples=None, shape
     tracer, _, _, flat, spec = _trace(fn, inputs, decompositions, joint=False, examples=examples)
     if tracer.grad_constants and torch.is_grad_enabled():
         return None  # Note [AOT: closed-over tensors]: a training plan is needed
+    if any(isinstance(o, torch.Tensor) and o.requires_grad for o in flat):
+        raise Unsupported("aot: an output requires grad through a leaf the graph made")
     res = _forward_metadata(tracer, flat)
     return _inference_plan(res, flat, spec, inputs, compiler, shape_env)
 

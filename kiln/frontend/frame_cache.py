@@ -547,6 +547,9 @@ class FrameCache:
 
     def compile(self, args, kwargs):
         """Trace the frame for these arguments: guard function + transformed function."""
+        self.restart_notes = (
+            set()
+        )  # what a trace learned for the next (Note [Autograd: leaves ...])
         for _ in range(_RESTARTS):  # (each restart initialized a lazy module for good)
             try:
                 return self._compile_once(args, kwargs)
@@ -580,6 +583,7 @@ class FrameCache:
             fake_inputs=fake_inputs,
         )
         output.dynamic_ints = dynamic_ints
+        output.restart_notes = getattr(self, "restart_notes", set())
         if self.module_root:
             output.guards.add(GuardKind.NO_HOOKS, _first_arg_source(fn.__code__))
             output.uses_modules = True

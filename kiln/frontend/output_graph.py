@@ -15,6 +15,7 @@ from kiln.frontend.frame_shapes import FrameShapes
 from kiln.frontend.guards import GuardKind, GuardSet, has_own_torch_function, is_module_state
 from kiln.frontend.side_effects import SideEffects
 from kiln.frontend.source import GetItemSource, LocalSource
+from kiln.frontend.variables import frame_leaves
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor import tensor_variable
 from kiln.symbolic import shape_env
@@ -281,6 +282,7 @@ class OutputGraph:
         """
         if self.only_grad_switches() and (not outputs or self.count_calls() == 0):
             return None, []
+        frame_leaves.check_outputs(self, outputs)  # Note [Autograd: leaves made in the frame]
         self.graph.output(tuple(v.proxy for v in outputs))
         self._remove_dead_sizes()
         for source, value, node in list(self.graph_inputs):

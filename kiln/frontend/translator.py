@@ -58,7 +58,7 @@ from kiln.frontend.variables.lists import (
     start_instruction,
 )
 from kiln.frontend.variables.misc import DeletedVariable, NullVariable, _is_skipped_module
-from kiln.frontend.variables.nn_module import NNModuleVariable
+from kiln.frontend.variables.nn_module import NNModuleVariable, replaces_parameter
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.user_attrs import (
     has_instance_dict,
@@ -584,6 +584,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             raise_observed(self, AttributeError, no_attribute_message(cls, name))
         if isinstance(obj, NNModuleVariable):
             mod = obj.value
+            if name in mod._parameters and replaces_parameter(self, obj, value):
+                self.output.side_effects.store_attr(obj, name, value)
+                return  # Note [Modules: parameters made in the frame]
             if name in mod._parameters or name in mod._modules:
                 unimplemented(f"replacing parameter or submodule {name!r} of a module")
             if isinstance(value, NNModuleVariable) or (

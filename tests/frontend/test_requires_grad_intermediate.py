@@ -1,5 +1,6 @@
-"""`t.requires_grad_()` on a tensor computed in the frame: a graph break whose reason says how to
-make the leaf instead; the eager run after the break gives eager's tensors and gradients."""
+"""`t.requires_grad_()` on a tensor computed in the frame: a leaf that leaves the frame is a graph
+break whose reason says how to make the leaf instead (the eager run after the break gives eager's
+tensors and gradients); one used only inside the frame is traced (test_frame_leaves.py)."""
 
 import pytest
 import torch
@@ -29,12 +30,17 @@ def grad_inside(x):
     return g + 1, y.is_leaf
 
 
-@pytest.mark.parametrize("fn", [returned, derived, grad_inside])
+@pytest.mark.parametrize("fn", [returned, derived])
 def test_requires_grad_on_intermediate_breaks_with_the_way_out(fn):
     kiln.reset()
     with pytest.raises(kiln.exc.Unsupported, match=_REASON):
         kiln.compile(fn, fullgraph=True)(torch.randn(3))
     run_and_compare(fn, torch.randn(3), expected_breaks=1)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "kiln"])
+def test_a_leaf_used_only_inside_the_frame_is_traced(backend):
+    run_and_compare(grad_inside, torch.randn(3), backend=backend, fullgraph=True, expected_graphs=1)
 
 
 def detached_in_place(x):

@@ -63,6 +63,7 @@ from kiln.frontend.variables import (
     numpy_shapes,
     numpy_vars,
     optim,
+    parameter_ctor,  # noqa: F401  (registers torch.nn.Parameter)
     pytree,  # noqa: F401  (registers torch.utils._pytree functions)
     random_draws,
     runtime_asserts,  # noqa: F401  (registers torch._assert_async)

@@ -4,6 +4,7 @@ import inspect
 import types
 
 import torch
+from torch.nn.modules import module as _module_py
 
 from kiln.bytecode import emit
 from kiln.exc import Unsupported, unimplemented
@@ -164,6 +165,10 @@ class NNModuleVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if self.source is None:
             unimplemented("attribute of a module without a source")
+        if name in _PARAMETER_LISTINGS and id(self.value) in tx.output.__dict__.get(
+            "replaced_parameters", ()
+        ):
+            unimplemented(f"{type(self.value).__name__}.{name} after a parameter was replaced")
         stored = tx.output.side_effects.load_attr(self, name)
         if stored is not None:
             return stored
@@ -491,6 +496,33 @@ _BUILDABLE_FILES = (
 )
 
 
+# what lists a module's parameters: stale after one was replaced in the frame (the replay sets it)
+_PARAMETER_LISTINGS = frozenset(
+    {"_parameters", "parameters", "named_parameters", "state_dict", "_named_members", "__dict__"}
+)
+
+
+def replaces_parameter(tx, module, value):
+    """Whether `module.name = value` (name a parameter of it) is traced: value is a Parameter
+    (Note [Modules: parameters made in the frame]), the module an input's, no registration hooks.
+    Its parameter listings are a break afterwards in the frame."""
+    if type(module) is not NNModuleVariable or module.source is None:
+        return False
+    if not hasattr(value, "proxy") or value.python_type() is not torch.nn.Parameter:
+        return False
+    if _module_py._global_parameter_registration_hooks:
+        return False
+    tx.output.__dict__.setdefault("replaced_parameters", set()).add(id(module.value))
+    return True
+
+
+def is_torch_function(value):
+    """A function of torch's (F.gelu, torch.relu): as constant as the torch module holding it."""
+    if not isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+        return False
+    return (getattr(value, "__module__", None) or "").split(".")[0] == "torch"
+
+
 def buildable_module(cls):
     """Whether kiln may build a `cls(...)` (of constant arguments) while tracing."""
     mod = cls.__module__ or ""
@@ -541,7 +573,10 @@ class NewModuleVariable(NNModuleVariable):
         if name in mod._parameters or name in mod._buffers:
             return ConstantVariable(None)  # (an optional weight left out: None)
         if name in mod.__dict__:
-            return wrap_frozen(mod.__dict__[name], f"attribute {name!r} of {type(mod).__name__}")
+            value = mod.__dict__[name]
+            if is_torch_function(value):  # (`self.act = F.gelu` in its __init__)
+                return wrap_constant_like(tx, value)
+            return wrap_frozen(value, f"attribute {name!r} of {type(mod).__name__}")
         if name == "__class__":
             return wrap_constant_like(tx, type(mod))
         try:

@@ -147,9 +147,7 @@ def read_grad(tx, tensor):
     real = next((v for _, v, n in tx.output.graph_inputs if n is tensor.proxy), None)
     if real is None or tensor.source is None:
         unimplemented("Tensor.grad of a tensor made inside the compiled frame")
-    if any(
-        n.target in (torch.autograd.backward, torch.autograd.grad) for n in tx.output.graph.nodes
-    ):
+    if any(n.target is torch.autograd.backward for n in tx.output.graph.nodes):
         unimplemented("Tensor.grad after a backward inside the compiled frame")
     return wrap_value(tx, real.grad, AttrSource(tensor.source, "grad"))
 

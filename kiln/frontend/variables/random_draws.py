@@ -31,7 +31,7 @@ import torch
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.source import NumpyTensorSource
+from kiln.frontend.source import NumpyTensorSource, Source
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.numpy_vars import NumpyNdarrayVariable
 from kiln.frontend.variables.tensor import TensorVariable
@@ -157,8 +157,11 @@ def emit_draws(output, cg):
     names = []
     for source, fn, args, kwargs in output.side_effects.draws:
         cg.load_object(fn, push_null=True)
-        for a in args:
-            cg.extend(emit.load_const(a))
+        for a in args:  # (a Source: a value the frame was given, Note [Modules: parameters ...])
+            if isinstance(a, Source):
+                a.reconstruct(cg)
+            else:
+                cg.extend(emit.load_const(a))
         if kwargs:
             for a in kwargs.values():
                 cg.extend(emit.load_const(a))

@@ -11,7 +11,7 @@ from kiln.frontend import frame_shapes
 from kiln.frontend.dispatch_modes import modes_traced
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
-from kiln.frontend.variables import optim, tensor_attrs
+from kiln.frontend.variables import frame_leaves, optim, tensor_attrs
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.exceptions import raise_observed
@@ -91,14 +91,6 @@ _BREAKING_METHODS = {
 }
 
 _NOT_FOUND = object()
-
-# requires_grad_() on a tensor the frame computed makes it a new autograd leaf, which the graph
-# (functionalized, its outputs made by the compiled function) cannot give back as eager does
-_REQUIRES_GRAD_ON_INTERMEDIATE = (
-    "Tensor.requires_grad_() on a tensor computed in the compiled frame (it would become a new "
-    "autograd leaf, which kiln does not trace): make the leaf outside the compiled function with "
-    "`t.detach().requires_grad_()` and pass it in"
-)
 
 # Methods answered by another family's module (Tensor.numpy -> numpy_vars), registered by it.
 _METHOD_HOOKS = {}
@@ -210,6 +202,10 @@ class TensorVariable(VariableTracker):
             )
         if name == "grad" and self.source is not None:
             return optim.read_grad(tx, self)
+        if name in ("grad", "_grad") and self.source is None:
+            return frame_leaves.frame_grad(tx, self)  # Note [Autograd: leaves made in the frame]
+        if name == "grad_fn" and frame_leaves.is_frame_leaf(tx, self):
+            return ConstantVariable(None)  # (a leaf has no grad_fn)
         if name == "data" and getattr(tx.output, "checking_backward", False):
             # an autograd.Function's backward being checked (its nodes are dropped; the engine
             # runs the real one): `.data` is an alias outside autograd, as detach() is
@@ -280,6 +276,8 @@ class TensorVariable(VariableTracker):
                     return done
         if name == "backward" and config.compiled_autograd:
             raise CompiledAutogradCall("Tensor.backward() runs through compiled autograd")
+        if name == "backward" and config.trace_autograd_ops:
+            return frame_leaves.backward(tx, self, args, kwargs)  # Note [Autograd: leaves made...]
         if name == "register_hook":
             return register_hook(tx, self, args, kwargs)
         if name == "register_post_accumulate_grad_hook":
@@ -329,7 +327,7 @@ class TensorVariable(VariableTracker):
             if all(a.is_python_constant() and a.as_python_constant() is True for a in args):
                 return self  # (already requires grad: nothing changes)
         if name == "requires_grad_" and self.source is None:
-            unimplemented(_REQUIRES_GRAD_ON_INTERMEDIATE)
+            return frame_leaves.requires_grad_(tx, self, args, kwargs)
         if name in ("requires_grad_", "retain_grad", "share_memory_", "pin_memory"):
             unimplemented(f"Tensor.{name}() changes tensor state")
         if name == "type_as" and not args:

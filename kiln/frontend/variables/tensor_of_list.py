@@ -37,13 +37,14 @@ def _has_graph_leaf(v):
     return _is_graph_leaf(v)
 
 
-def _leaf_dtype(v):
+def _leaf_dtype(v, dtype=None):
     if is_item_scalar(v):
         return leaf_dtype(v)
     if isinstance(v, TensorVariable):
         return v.example.dtype
     if isinstance(v, NumpyNdarrayVariable):
-        if v.scalar:
+        if v.scalar and not _scalar_fits(v, dtype):
+            # (without a dtype, eager's promotion of NumPy scalars is its own: not modelled)
             unimplemented("torch.tensor of a list holding a NumPy scalar")
         return v.tensor.example.dtype
     if isinstance(v, ConstantVariable) and type(v.value) in (bool, int, float, complex):
@@ -51,12 +52,21 @@ def _leaf_dtype(v):
     unimplemented(f"torch.tensor of a list holding {v}")
 
 
-def _dtypes(v):
+def _scalar_fits(v, dtype):
+    """Whether NumPy scalar v goes into an explicit `dtype` as a plain cast (no float into an
+    integer dtype, no bool)."""
+    have = v.tensor.example.dtype
+    if dtype is None or have == torch.bool or dtype == torch.bool:
+        return False
+    return dtype.is_floating_point or not have.is_floating_point
+
+
+def _dtypes(v, dtype=None):
     if isinstance(v, BaseListVariable):
         if not v.items:
             unimplemented("torch.tensor of an empty list inside a list of graph values")
-        return [d for i in v.items for d in _dtypes(i)]
-    return [_leaf_dtype(v)]
+        return [d for i in v.items for d in _dtypes(i, dtype)]
+    return [_leaf_dtype(v, dtype)]
 
 
 def _leaf(tx, v, dtype):
@@ -122,7 +132,7 @@ def _tensor(tx, args, kwargs):
         for d in found[1:]:
             dtype = torch.promote_types(dtype, d)
     else:
-        _dtypes(args[0])  # (every leaf is one kiln models)
+        _dtypes(args[0], dtype)  # (every leaf is one kiln models)
     out = _build(tx, args[0], dtype)
     if not isinstance(args[0], BaseListVariable):
         return out
@@ -133,3 +143,50 @@ def _tensor(tx, args, kwargs):
 
 
 torch_vars.register_function(torch.tensor, tensor_of_list)
+
+
+# Note [Tensors: legacy constructors]
+# `torch.LongTensor([1, 2])` (and FloatTensor, IntTensor ...: CPU tensor types) of a sequence of
+# numbers is `torch.tensor(seq, dtype=<its dtype>, device="cpu")`. Called with ints it would be
+# sizes of an uninitialized tensor, and with a tensor an alias of it: graph breaks.
+_LEGACY_CONSTRUCTORS = (
+    torch.FloatTensor,
+    torch.DoubleTensor,
+    torch.HalfTensor,
+    torch.BFloat16Tensor,
+    torch.LongTensor,
+    torch.IntTensor,
+    torch.ShortTensor,
+    torch.CharTensor,
+    torch.ByteTensor,
+    torch.BoolTensor,
+)
+
+
+def _number(v):
+    if isinstance(v, NumpyNdarrayVariable):
+        return v.scalar  # (a NumPy scalar of the graph)
+    if not v.is_python_constant():
+        return False
+    return type(v.as_python_constant()) in (bool, int, float)
+
+
+def legacy_constructor(tx, fn, args, kwargs):
+    """`torch.LongTensor(seq)`: a tensor of that dtype from a sequence of numbers."""
+    if kwargs or len(args) != 1:
+        unimplemented(f"torch.{fn.__name__} without one sequence of numbers")
+    seq = args[0]
+    if isinstance(seq, BaseListVariable):
+        flat = seq.items and all(_number(i) for i in seq.items)
+    else:
+        value = seq.as_python_constant() if seq.is_python_constant() else None
+        flat = type(value) in (list, tuple) and value
+        flat = flat and all(type(i) in (bool, int, float) for i in value)
+    if not flat:
+        unimplemented(f"torch.{fn.__name__} of something other than a flat sequence of numbers")
+    opts = {"dtype": ConstantVariable(fn.dtype), "device": ConstantVariable(torch.device("cpu"))}
+    return torch_vars.TorchVariable(torch.tensor).call_function(tx, [args[0]], opts)
+
+
+for _cls in _LEGACY_CONSTRUCTORS:
+    torch_vars.register_function(_cls, legacy_constructor)
