@@ -547,9 +547,8 @@ class FrameCache:
 
     def compile(self, args, kwargs):
         """Trace the frame for these arguments: guard function + transformed function."""
-        self.restart_notes = (
-            set()
-        )  # what a trace learned for the next (Note [Autograd: leaves ...])
+        # what a trace learned for the next (Note [Autograd: leaves made in the frame])
+        self.restart_notes = set()
         for _ in range(_RESTARTS):  # (each restart initialized a lazy module for good)
             try:
                 return self._compile_once(args, kwargs)
