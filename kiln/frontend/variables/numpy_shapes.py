@@ -5,6 +5,7 @@ import numpy as np
 import torch
 
 from kiln.exc import unimplemented
+from kiln.frontend.variables import numpy_more
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.lists import BaseListVariable, TupleVariable
 from kiln.frontend.variables.numpy_vars import (
@@ -199,6 +200,8 @@ def _asarray(tx, fn, args, kwargs):
             v.as_python_constant(), dtype=_dtype_arg(kwargs["dtype"]) if "dtype" in kwargs else None
         )
         return _array(_t(tx, torch.tensor, [value.tolist()], {"dtype": torch_dtype(value.dtype)}))
+    if isinstance(v, BaseListVariable):
+        return numpy_more.array_of_arrays(tx, fn, v, kwargs)
     unimplemented(f"{_name(fn)} of {v}")
 
 

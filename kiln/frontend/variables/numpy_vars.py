@@ -154,6 +154,8 @@ class NumpyNdarrayVariable(VariableTracker):
             return _array(_t(tx, torch.clone, [self.tensor]), scalar=self.scalar)
         if name in ("reshape", "transpose") and len(args) > 1:
             args = [TupleVariable(list(args))]  # a.reshape(2, 3), a.transpose(1, 0)
+        if name == "tolist" and not args and not kwargs:  # (Python numbers, as Tensor.tolist)
+            return self.tensor.call_method(tx, "tolist", [], {})
         if name in ("flatten", "ravel") and not args and not kwargs:
             return _array(_t(tx, torch.flatten, [_t(tx, torch.clone, [self.tensor])]))
         fn = _METHODS.get(name)
@@ -636,6 +638,7 @@ _METHODS = {
     "copy": None,
     "flatten": None,
     "ravel": None,
+    "tolist": None,
 }
 
 # operators on arrays -> ufuncs

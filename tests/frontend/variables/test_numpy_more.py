@@ -1,0 +1,102 @@
+"""np.take_along_axis, np.nan_to_num, np.array of arrays, dtype queries and ndarray.tolist(),
+compiled, match NumPy run eagerly."""
+
+import numpy as np
+import pytest
+import torch
+
+import kiln
+from kiln.exc import Unsupported
+from tests.frontend.variables.test_numpy import check, np_same
+
+
+def _full(fn, **kw):
+    kiln.reset()
+    return kiln.compile(fn, backend="eager", fullgraph=True, **kw)
+
+
+def test_take_along_axis_with_negative_indices_and_no_axis():
+    def fn(a, i, j):
+        return (
+            np.take_along_axis(a, i, 1),
+            np.take_along_axis(a, i[:, :1], -1),
+            np.take_along_axis(a, j, None),
+            np.take_along_axis(a, np.argmax(a, axis=0)[None, :], axis=0),
+        )
+
+    a = np.array([[3.0, 1.0, 2.0], [0.5, 4.0, -1.0]], dtype=np.float32)
+    i = np.array([[0, -1], [2, -3]])
+    check(fn, a, i, np.array([5, -1, 0]))
+
+
+def test_take_along_axis_of_mismatched_ranks_breaks():
+    def fn(a, i):
+        return np.take_along_axis(a, i, 0)
+
+    with pytest.raises(Unsupported, match="take_along_axis of these arrays"):
+        _full(fn)(np.ones((2, 3)), np.zeros(2, dtype=np.int64))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.int64])
+def test_nan_to_num_each_dtype(dtype):
+    def fn(a):
+        return np.nan_to_num(a), np.nan_to_num(a, nan=-1.0, posinf=7.0), np.nan_to_num(a, True, 2)
+
+    values = [np.nan, np.inf, -np.inf, 1.5] if dtype != np.int64 else [1, 2, 3, 4]
+    a = np.array(values).astype(dtype)
+    if dtype == np.complex64:
+        a.imag = [np.inf, np.nan, 0, 1]
+    check(fn, a)
+    assert not np.isnan(a).all() or dtype == np.int64  # (the input kept its NaNs: a copy)
+
+
+def test_array_of_scalars_arrays_and_numbers():
+    def fn(x, y, a, b):
+        return (
+            np.array([x, y]),
+            np.array([a, b]),
+            np.asarray([x, 2.5]),
+            np.array([[x, y], [y, x]], dtype=np.float32),
+            np.array([a, b + 1, a * 2]),
+        )
+
+    check(fn, np.float64(1), np.float64(2), np.arange(2), np.arange(2) + 2)
+    check(fn, np.int32(1), np.int32(-3), np.ones(3, np.float32), np.zeros(3, np.float32))
+
+
+def test_array_of_ragged_arrays_breaks():
+    def fn(a, b):
+        return np.array([a, b])
+
+    with pytest.raises(Unsupported, match="np.array raised ValueError"):
+        _full(fn)(np.ones(2), np.ones((2, 2)))
+
+
+def test_tolist_of_arrays_and_scalars(monkeypatch):
+    monkeypatch.setattr(kiln.config, "capture_scalar_outputs", True)
+
+    def fn(a, f):
+        return a.tolist(), a[1].tolist(), (f * 2).tolist(), f.sum().tolist()
+
+    check(fn, np.arange(5), np.array([[0.5, 1.5], [2.0, 3.0]], dtype=np.float32))
+    got = kiln.compile(fn, backend="eager", fullgraph=True)(np.arange(3), np.ones((1, 1)))
+    assert [type(v) for v in got[0]] == [int, int, int] and type(got[3]) is float
+
+
+def test_dtype_queries_fold_to_constants():
+    def fn(x, n, a):
+        return (
+            np.issubdtype(type(n), np.integer) + x,
+            np.issubdtype(a.dtype, np.floating),
+            np.result_type(a, 1.0),
+            np.promote_types(a.dtype, np.int64),
+            np.can_cast(a, np.float64),
+            np.isscalar(a),
+            np.isscalar(a.sum()),
+        )
+
+    x = torch.randn(4)
+    for a in (np.ones(3, np.float32), np.ones(3, np.int16)):
+        kiln.reset()
+        compiled = kiln.compile(fn, backend="eager", fullgraph=True)
+        np_same(fn(x, 4096, a), compiled(x, 4096, a))
