@@ -18,7 +18,9 @@ from kiln.frontend.variables.numpy_vars import (
     _probe,
     _probe_value,
     _t,
+    check_sym_ints,
     register_handlers,
+    sym_ints_probed,
     tensor_numpy,
     torch_dtype,
 )
@@ -67,7 +69,9 @@ def _joined(tx, fn, args, kwargs, torch_fn):
 def _where(tx, fn, args, kwargs):
     if len(args) != 3 or kwargs:
         unimplemented("np.where with one argument (a data-dependent shape)")
-    out = torch_dtype(_probe(fn, args, {}).dtype)
+    out_dtype = _probe(fn, sym_ints_probed(args), {}).dtype
+    check_sym_ints(fn, torch.where, args, out_dtype)
+    out = torch_dtype(out_dtype)
     c = _as_tensor(tx, args[0], torch.bool)
     return _array(
         _t(tx, torch.where, [c, _as_tensor(tx, args[1], out), _as_tensor(tx, args[2], out)])

@@ -1,5 +1,5 @@
-"""np.take_along_axis, np.nan_to_num, np.array of arrays, dtype queries and ndarray.tolist(),
-compiled, match NumPy run eagerly."""
+"""np.take_along_axis, np.nan_to_num, np.array of arrays, dtype queries, ndarray.tolist() and a
+symbolic int next to an array, compiled, match NumPy run eagerly."""
 
 import numpy as np
 import pytest
@@ -100,3 +100,23 @@ def test_dtype_queries_fold_to_constants():
         kiln.reset()
         compiled = kiln.compile(fn, backend="eager", fullgraph=True)
         np_same(fn(x, 4096, a), compiled(x, 4096, a))
+
+
+def test_symbolic_int_next_to_arrays_one_graph():
+    def fn(x, n, s):
+        return x * n, n - x, np.where(x > 1, n, x), x + (s - n), s * n
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager", fullgraph=True, dynamic=True)
+    for x, n in ((np.arange(4.0), 3), (np.arange(4, dtype=np.float32), 5), (np.arange(3), 9)):
+        for s in (np.int64(7), np.int64(-2)):
+            np_same(fn(x, n, s), compiled(x, n, s))
+    assert kiln.counters["stats"]["unique_graphs"] == 3  # (one per dtype, none per value)
+
+
+def test_symbolic_int_next_to_a_narrow_int_array_breaks():
+    def fn(a, n):
+        return a + n  # (int8 + 1000 raises OverflowError in NumPy)
+
+    with pytest.raises(Unsupported, match="symbolic int"):
+        _full(fn, dynamic=True)(np.ones(3, np.int8), 3)
