@@ -135,6 +135,10 @@ class NumpyNdarrayVariable(VariableTracker):
             return _ATTRS[name](tx, self)
         if name in _METHODS:
             return BoundMethodVariable(self, name)
+        if not name.startswith("_") and callable(getattr(np.ndarray, name, None)):
+            # another method (a.tobytes): bound here, so the call breaks, where a graph break
+            # can resume, rather than the attribute load
+            return BoundMethodVariable(self, name)
         unimplemented(f"ndarray attribute {name!r}")
 
     def call_method(self, tx, name, args, kwargs):

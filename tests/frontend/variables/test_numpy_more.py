@@ -120,3 +120,18 @@ def test_symbolic_int_next_to_a_narrow_int_array_breaks():
 
     with pytest.raises(Unsupported, match="symbolic int"):
         _full(fn, dynamic=True)(np.ones(3, np.int8), 3)
+
+
+def test_a_method_not_traced_breaks_at_its_call():
+    def fn(x):
+        x += 1
+        z = x.tobytes()  # (a graph break at the call: a graph on each side)
+        x += 1
+        return z, x.sum()
+
+    a, b = np.array([1, 2]), np.array([1, 2])
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    np_same(fn(a), compiled(b))
+    np_same(a, b)
+    assert kiln.counters["stats"]["unique_graphs"] == 2
