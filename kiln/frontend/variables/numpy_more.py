@@ -20,6 +20,7 @@ from kiln.frontend.variables.numpy_vars import (
     register_handlers,
     torch_dtype,
 )
+from kiln.frontend.variables.sym import SymNodeVariable
 
 
 def _take_along_axis(tx, fn, args, kwargs):
@@ -31,9 +32,9 @@ def _take_along_axis(tx, fn, args, kwargs):
     a, idx, axis = [*args, *(kwargs[n] for n in names[len(args) :])]
     if not (isinstance(a, NumpyNdarrayVariable) and isinstance(idx, NumpyNdarrayVariable)):
         unimplemented(f"{_name(fn)} of values that are not numpy arrays")
-    if not axis.is_python_constant():
+    if not (axis.is_python_constant() or isinstance(axis, SymNodeVariable)):
         unimplemented(f"{_name(fn)} with an axis that is not a constant")
-    dim = axis.as_python_constant()
+    dim = axis.as_python_constant()  # (an int input made dynamic: specialised, a guard)
     ranks_match = idx.ndim == 1 if dim is None else idx.ndim == a.ndim and -a.ndim <= dim < a.ndim
     if idx.np_dtype.kind not in "iu" or not ranks_match or a.scalar or idx.scalar:
         unimplemented(f"{_name(fn)} of these arrays (NumPy raises)")

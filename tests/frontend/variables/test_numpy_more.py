@@ -135,3 +135,14 @@ def test_a_method_not_traced_breaks_at_its_call():
     np_same(fn(a), compiled(b))
     np_same(a, b)
     assert kiln.counters["stats"]["unique_graphs"] == 2
+
+
+def test_take_along_axis_of_an_axis_that_changes():
+    def fn(a, i, axis):
+        return np.take_along_axis(a, i, axis)
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager", fullgraph=True)
+    a = np.arange(12.0).reshape(3, 4)
+    for axis, i in ((0, np.array([[2, 0, 1, -1]])), (1, np.array([[3], [0], [-2]]))):
+        np_same(fn(a, i, axis), compiled(a, i, axis))  # (the axis, dynamic later, specialised)
