@@ -1,5 +1,6 @@
-"""np.take_along_axis, np.nan_to_num, np.array of arrays and numpy's dtype queries as torch ops or
-folded constants (rows of numpy_vars' table of numpy functions, Note [NumPy: arrays as tensors])."""
+"""np.take_along_axis, np.nan_to_num, np.array of arrays, scalar types called (np.float32(x)) and
+numpy's dtype queries as torch ops or folded constants (rows of numpy_vars' table of numpy
+functions, Note [NumPy: arrays as tensors])."""
 
 import numpy as np
 import torch
@@ -8,6 +9,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.lists import BaseListVariable, TupleVariable
 from kiln.frontend.variables.numpy_vars import (
+    SCALAR_TYPE_CALL,
     NumpyConstVariable,
     NumpyNdarrayVariable,
     _array,
@@ -17,6 +19,7 @@ from kiln.frontend.variables.numpy_vars import (
     _probe,
     _probe_value,
     _t,
+    check_sym_ints,
     register_handlers,
     torch_dtype,
 )
@@ -137,6 +140,32 @@ def _query_value(v):
     return _dtype_arg(v)
 
 
+def scalar_type_call(tx, scalar_type, args, kwargs):
+    """`np.float32(x)`: of a number, that NumPy scalar (made while tracing; NumPy's error, an
+    overflow, is a break); of an array, the array cast to the type (a NumPy scalar for a 0-d
+    one, as NumPy); of a symbolic int, a 0-d cast where any int64 value computes as NumPy."""
+    if not issubclass(scalar_type, np.generic) or kwargs or len(args) > 1:
+        unimplemented(f"call of {scalar_type.__name__} with these arguments")
+    dtype = torch_dtype(scalar_type)
+    v = args[0] if args else ConstantVariable(0)
+    if isinstance(v, NumpyNdarrayVariable):
+        scalar = v.scalar or v.ndim == 0
+        return _array(_cast(tx, v.tensor, dtype, copy=True), scalar=scalar)
+    if v.is_python_constant() and type(v.as_python_constant()) in (bool, int, float, complex):
+        try:
+            value = scalar_type(v.as_python_constant())
+        except Exception as e:
+            unimplemented(f"{scalar_type.__name__}() raised {type(e).__name__}: {e}")
+        out = _array(_t(tx, torch.full, [(), value.item()], {"dtype": dtype}), scalar=True)
+        out.constant = value.item()  # (next to a tensor, torch takes it as this Python number)
+        return out
+    if isinstance(v, SymNodeVariable) and v.value.kind == "int":
+        check_sym_ints(scalar_type, None, [v], np.dtype(scalar_type))
+        return _array(_t(tx, torch.full, [(), v], {"dtype": dtype}), scalar=True)
+    unimplemented(f"{scalar_type.__name__}() of {v}")
+
+
+SCALAR_TYPE_CALL.append(scalar_type_call)
 register_handlers(
     {
         np.take_along_axis: _take_along_axis,

@@ -256,8 +256,17 @@ class NumpyConstVariable(NumpyObjectVariable):
             return ConstantVariable(value)
         unimplemented(f"attribute {name!r} of {self.value!r}")
 
+    def call_function(self, tx, args, kwargs):
+        """`np.float32(x)`: a scalar type called (numpy_more.py), else the usual break."""
+        if SCALAR_TYPE_CALL and isinstance(self.value, type):
+            return SCALAR_TYPE_CALL[0](tx, self.value, args, kwargs)
+        return super().call_function(tx, args, kwargs)
+
     def __repr__(self):
         return f"NumpyConstVariable({self.value!r})"
+
+
+SCALAR_TYPE_CALL = []  # numpy_more.scalar_type_call, set when that module loads
 
 
 class NumpyFunctionVariable(NumpyObjectVariable):

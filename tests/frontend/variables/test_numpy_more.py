@@ -146,3 +146,36 @@ def test_take_along_axis_of_an_axis_that_changes():
     a = np.arange(12.0).reshape(3, 4)
     for axis, i in ((0, np.array([[2, 0, 1, -1]])), (1, np.array([[3], [0], [-2]]))):
         np_same(fn(a, i, axis), compiled(a, i, axis))  # (the axis, dynamic later, specialised)
+
+
+def test_scalar_types_called():
+    def fn(x, a, s):
+        return (
+            np.float32(2) * x,
+            np.float32(2) * a,
+            np.int64(a.sum()),
+            np.float32(a),
+            np.float64(s),
+            np.float32(),
+            np.int8(3) + a.astype(np.int8),
+            np.complex64(1.5),
+        )
+
+    x = torch.ones(2, dtype=torch.float64)
+    check(fn, x, np.arange(3), np.float32(1.5))
+
+
+def test_scalar_type_of_a_symbolic_int_and_an_overflow():
+    def fn(a, n):
+        return np.float64(n) * a, np.int64(n) + 1
+
+    compiled = _full(fn, dynamic=True)
+    for n in (5, 7, -3):
+        np_same(fn(np.arange(3.0), n), compiled(np.arange(3.0), n))
+    assert kiln.counters["stats"]["unique_graphs"] == 1
+
+    def overflow(a):
+        return np.int8(1000) + a  # (OverflowError in NumPy)
+
+    with pytest.raises(Unsupported, match="int8\\(\\) raised OverflowError"):
+        _full(overflow)(np.arange(3, dtype=np.int8))
