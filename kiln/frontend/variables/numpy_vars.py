@@ -254,6 +254,10 @@ class NumpyConstVariable(NumpyObjectVariable):
         value = getattr(self.value, name)
         if isinstance(value, (int, float, str, bool)):
             return ConstantVariable(value)
+        if isinstance(value, np.dtype) or (
+            isinstance(value, type) and issubclass(value, np.generic)
+        ):
+            return NumpyConstVariable(value)  # (a.dtype.type: np.float32, callable as one)
         unimplemented(f"attribute {name!r} of {self.value!r}")
 
     def call_function(self, tx, args, kwargs):

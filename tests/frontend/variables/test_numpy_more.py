@@ -179,3 +179,11 @@ def test_scalar_type_of_a_symbolic_int_and_an_overflow():
 
     with pytest.raises(Unsupported, match="int8\\(\\) raised OverflowError"):
         _full(overflow)(np.arange(3, dtype=np.int8))
+
+
+def test_scalar_type_of_an_array_dtype():
+    def fn(a):
+        return a.dtype.type(3) * a, a.dtype.type(a.sum())
+
+    check(fn, np.arange(3, dtype=np.float32))
+    check(fn, np.arange(3, dtype=np.int16))
