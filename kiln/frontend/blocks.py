@@ -106,6 +106,11 @@ class BlockStackMixin:
                 self.try_state = None
             elif self.try_state is None:
                 self.try_state = self.break_state(resume_here=True)
+                self.try_withs = len(self.with_handlers)
+        elif self.is_root and self.try_state is not None:
+            # a with block entered before the try block: the try statement has ended inside it
+            if self.with_handlers.index(entry.target) < self.try_withs:
+                self.try_state = None
         region = self.catch_region
         if region is not None:
             new = []

@@ -107,8 +107,8 @@ def changed_values(old, new):
     out = []
     for name, value in new.items():
         prev = old.get(name)
-        if prev is None:
-            continue
+        if prev is None or len(prev) != 1:
+            continue  # (not seen, or a 0-d tensor's sizes `()` before: a change of kind)
         prev = prev[0]
         if not (prev == value or (math.isnan(prev) and math.isnan(value))):
             out.append(name)

@@ -95,3 +95,41 @@ def _nonzero_function(tx, fn, args, kwargs):
 
 tensor_vars.register_method("nonzero", nonzero)
 torch_vars.register_function(torch.nonzero, _nonzero_function)
+
+
+def unique_consecutive(tx, tensor, args, kwargs):
+    """`torch.unique_consecutive(x)` (no dim, no inverse or counts): values `(u,)` with `u`
+    unbacked, `1 <= u <= x.numel()` for a nonempty x (Note [Shapes: results sized by ...])."""
+    flags = dict(zip(("return_inverse", "return_counts", "dim"), args), **kwargs)
+    if len(args) > 3 or any(
+        not v.is_python_constant() or v.as_python_constant() not in (None, False)
+        for v in flags.values()
+    ):
+        unimplemented("torch.unique_consecutive with an inverse, counts or a dim")
+    ex = tensor.example
+    if ex.layout != torch.strided or tensor.device.type == "meta":
+        unimplemented("torch.unique_consecutive of a non-strided tensor")
+    if not captures_data_sized(tx):
+        unimplemented("torch.unique_consecutive has a data-dependent shape")
+    env = tx.output.shape_env
+    count = env.create_unbacked("int")
+    numel = 1
+    for n in ex.shape:
+        numel *= shape_env.from_torch(n)
+    env.assume(count.expr <= (numel.expr if isinstance(numel, shape_env.SymNode) else numel))
+    env.assume(count.expr >= (1 if isinstance(numel, int) and numel > 0 else 0))
+    node = tx.output.create_node("call_function", torch.unique_consecutive, (tensor.proxy,), {})
+    meta = torch.empty((shape_env.hint_of(count),), dtype=ex.dtype, device="meta")
+    example = ProxyTensor(meta, tensor.device, None, False, [count], [1], 0)
+    node.meta["example_value"] = example
+    return tensor_vars.tensor_variable(node, example, tensor.device)
+
+
+def _unique_consecutive_function(tx, fn, args, kwargs):
+    if args and isinstance(args[0], tensor_vars.TensorVariable):
+        return unique_consecutive(tx, args[0], list(args[1:]), kwargs)
+    return None
+
+
+tensor_vars.register_method("unique_consecutive", unique_consecutive)
+torch_vars.register_function(torch.unique_consecutive, _unique_consecutive_function)

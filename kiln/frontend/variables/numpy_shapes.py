@@ -5,6 +5,7 @@ import numpy as np
 import torch
 
 from kiln.exc import unimplemented
+from kiln.frontend.variables import numpy_more
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.lists import BaseListVariable, TupleVariable
 from kiln.frontend.variables.numpy_vars import (
@@ -17,7 +18,9 @@ from kiln.frontend.variables.numpy_vars import (
     _probe,
     _probe_value,
     _t,
+    check_sym_ints,
     register_handlers,
+    sym_ints_probed,
     tensor_numpy,
     torch_dtype,
 )
@@ -66,7 +69,9 @@ def _joined(tx, fn, args, kwargs, torch_fn):
 def _where(tx, fn, args, kwargs):
     if len(args) != 3 or kwargs:
         unimplemented("np.where with one argument (a data-dependent shape)")
-    out = torch_dtype(_probe(fn, args, {}).dtype)
+    out_dtype = _probe(fn, sym_ints_probed(args), {}).dtype
+    check_sym_ints(fn, torch.where, args, out_dtype)
+    out = torch_dtype(out_dtype)
     c = _as_tensor(tx, args[0], torch.bool)
     return _array(
         _t(tx, torch.where, [c, _as_tensor(tx, args[1], out), _as_tensor(tx, args[2], out)])
@@ -199,6 +204,8 @@ def _asarray(tx, fn, args, kwargs):
             v.as_python_constant(), dtype=_dtype_arg(kwargs["dtype"]) if "dtype" in kwargs else None
         )
         return _array(_t(tx, torch.tensor, [value.tolist()], {"dtype": torch_dtype(value.dtype)}))
+    if isinstance(v, BaseListVariable):
+        return numpy_more.array_of_arrays(tx, fn, v, kwargs)
     unimplemented(f"{_name(fn)} of {v}")
 
 

@@ -37,6 +37,7 @@ from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import BoundMethodVariable, PythonValueVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.lists import BaseListVariable, TupleVariable
+from kiln.frontend.variables.sym import SymNodeVariable
 
 TensorVariable = tensor_vars.TensorVariable
 
@@ -134,6 +135,10 @@ class NumpyNdarrayVariable(VariableTracker):
             return _ATTRS[name](tx, self)
         if name in _METHODS:
             return BoundMethodVariable(self, name)
+        if not name.startswith("_") and callable(getattr(np.ndarray, name, None)):
+            # another method (a.tobytes): bound here, so the call breaks, where a graph break
+            # can resume, rather than the attribute load
+            return BoundMethodVariable(self, name)
         unimplemented(f"ndarray attribute {name!r}")
 
     def call_method(self, tx, name, args, kwargs):
@@ -154,6 +159,8 @@ class NumpyNdarrayVariable(VariableTracker):
             return _array(_t(tx, torch.clone, [self.tensor]), scalar=self.scalar)
         if name in ("reshape", "transpose") and len(args) > 1:
             args = [TupleVariable(list(args))]  # a.reshape(2, 3), a.transpose(1, 0)
+        if name == "tolist" and not args and not kwargs:  # (Python numbers, as Tensor.tolist)
+            return self.tensor.call_method(tx, "tolist", [], {})
         if name in ("flatten", "ravel") and not args and not kwargs:
             return _array(_t(tx, torch.flatten, [_t(tx, torch.clone, [self.tensor])]))
         fn = _METHODS.get(name)
@@ -247,10 +254,23 @@ class NumpyConstVariable(NumpyObjectVariable):
         value = getattr(self.value, name)
         if isinstance(value, (int, float, str, bool)):
             return ConstantVariable(value)
+        if isinstance(value, np.dtype) or (
+            isinstance(value, type) and issubclass(value, np.generic)
+        ):
+            return NumpyConstVariable(value)  # (a.dtype.type: np.float32, callable as one)
         unimplemented(f"attribute {name!r} of {self.value!r}")
+
+    def call_function(self, tx, args, kwargs):
+        """`np.float32(x)`: a scalar type called (numpy_more.py), else the usual break."""
+        if SCALAR_TYPE_CALL and isinstance(self.value, type):
+            return SCALAR_TYPE_CALL[0](tx, self.value, args, kwargs)
+        return super().call_function(tx, args, kwargs)
 
     def __repr__(self):
         return f"NumpyConstVariable({self.value!r})"
+
+
+SCALAR_TYPE_CALL = []  # numpy_more.scalar_type_call, set when that module loads
 
 
 class NumpyFunctionVariable(NumpyObjectVariable):
@@ -330,6 +350,10 @@ def _probe_value(v):
     unimplemented(f"numpy argument {v}")
 
 
+def _is_sym_int(v):
+    return isinstance(v, SymNodeVariable) and v.value.kind == "int"
+
+
 def _probe(fn, args, kwargs):
     """NumPy's own result on one-element stand-ins (its dtype; an error is a break)."""
     pargs = [_probe_value(a) for a in args]
@@ -348,6 +372,8 @@ def _as_tensor(tx, v, dtype):
         return _cast(tx, v.tensor, dtype)
     if v.is_python_constant() and isinstance(v.as_python_constant(), (bool, int, float, complex)):
         return _t(tx, torch.full, [(), v.as_python_constant()], {"dtype": dtype})
+    if _is_sym_int(v):
+        return _t(tx, torch.full, [(), v], {"dtype": dtype})
     unimplemented(f"numpy argument {v}")
 
 
@@ -387,11 +413,13 @@ def _as_numpy_gives(out, fn, args, kwargs):
 def _elementwise(tx, fn, torch_fn, args, kwargs):
     if kwargs:
         unimplemented(f"{_name(fn)} with keywords {sorted(kwargs)}")
-    out_dtype = _probe(fn, args, {}).dtype
+    probed = sym_ints_probed(args)
+    out_dtype = _probe(fn, probed, {}).dtype
     if out_dtype == np.bool_ and fn not in _LOGICAL:
-        compute = np.result_type(*[_probe_value(a) for a in args])  # comparisons: promoted inputs
+        compute = np.result_type(*[_probe_value(a) for a in probed])  # comparisons: promoted inputs
     else:
         compute = out_dtype
+    check_sym_ints(fn, torch_fn, args, compute)
     if torch_fn in _INT_DIVISIONS and compute.kind in "iub" and not _nonzero(args[1]):
         unimplemented(f"{_name(fn)} of integers by a value that may be 0 (NumPy gives 0)")
     plain = torch_fn in _SCALAR_SECOND and _plain_number(args[1], compute)
@@ -418,6 +446,30 @@ _SCALAR_SECOND = {
     torch.add, torch.sub, torch.mul, torch.div, torch.floor_divide, torch.remainder,
     torch.fmod, torch.pow, torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge,
 }  # fmt: skip
+
+
+# Note [NumPy: a symbolic int operand]
+# `a % n` with `n` a dynamic Python int: NumPy's dtype rules (NEP 50) take a Python int as weak,
+# whatever its value, so the stand-in 1 gives the result dtype; its value matters only where it
+# may not fit the dtype (an OverflowError in NumPy, int8 + 1000) or where an int to a negative
+# power raises. So a symbolic int is an operand only where any int64 value computes as NumPy
+# does: in int64, float32/64 or complex, and not as an integer power.
+_ANY_INT_DTYPES = {
+    np.dtype(d) for d in (np.int64, np.float32, np.float64, np.complex64, np.complex128)
+}
+
+
+def sym_ints_probed(args):
+    """The arguments with each symbolic int as the int 1, for NumPy's probe (see the note)."""
+    return [ConstantVariable(1) if _is_sym_int(a) else a for a in args]
+
+
+def check_sym_ints(fn, torch_fn, args, compute):
+    """A break unless every int64 value of a symbolic int operand computes as NumPy does."""
+    if not any(_is_sym_int(a) for a in args):
+        return
+    if compute not in _ANY_INT_DTYPES or (torch_fn is torch.pow and compute.kind == "i"):
+        unimplemented(f"{_name(fn)} of a symbolic int in {compute} (its value may overflow)")
 
 
 # integer x // 0, x % 0, fmod(x, 0): NumPy warns and gives 0, torch raises
@@ -636,6 +688,7 @@ _METHODS = {
     "copy": None,
     "flatten": None,
     "ravel": None,
+    "tolist": None,
 }
 
 # operators on arrays -> ufuncs
