@@ -448,6 +448,7 @@ class FrameCache:
                     "\n".join(reasons),
                 )
         logs.counters["frames"]["total"] += 1
+        warmup = stance.warmup_settings(self)  # Note [Stance: eager_then_compile]
         state = faults.GlobalState()
         # The frame runs eagerly after (not inside) the except clause: an exception the user's
         # code raises must not get kiln's error as its __context__.
@@ -458,7 +459,7 @@ class FrameCache:
             # (modes_off_for_compile first: it notes the torch function state of the call)
             with modes_off_for_compile(), torch._C.DisableTorchFunctionSubclass():
                 self.observe_shapes(args, kwargs)
-                entry = self.compile(args, kwargs)
+                entry = self.compile(args, kwargs, warmup)
         except Unsupported as e:
             if self.settings.fullgraph:
                 fullgraph_error(e, self.fn)  # adds the user's frames and a hint to e
@@ -485,6 +486,7 @@ class FrameCache:
         logs.counters["frames"]["ok"] += 1
         self.entries.insert(0, (entry.guard, entry.code if self.dynamic_closure else entry.fn))
         self.entry_info.append(entry)
+        stance.keep_warm(self, entry, warmup is not None)
         _drop_when_pinned_objects_die(self, entry)
         for r in _recorders:
             r.on_entry(entry)
@@ -545,16 +547,17 @@ class FrameCache:
             r.on_break(record)
         hooks.fire("graph_break", record)
 
-    def compile(self, args, kwargs):
-        """Trace the frame for these arguments: guard function + transformed function."""
+    def compile(self, args, kwargs, settings=None):
+        """Trace the frame for these arguments: guard function + transformed function (with
+        `settings` in place of the frame's own, e.g. another backend)."""
         for _ in range(_RESTARTS):  # (each restart initialized a lazy module for good)
             try:
-                return self._compile_once(args, kwargs)
+                return self._compile_once(args, kwargs, settings or self.settings)
             except RestartTrace:  # Note [Modules: lazy modules initialized while tracing]
                 continue
         unimplemented(f"the frame was traced again {_RESTARTS} times (lazy modules)")
 
-    def _compile_once(self, args, kwargs):
+    def _compile_once(self, args, kwargs, settings):
         fn = self.fn
         installed_globals.flush()  # Note [Globals: installed for as long as the code ...]
         hooks.fire("frame_start", fn)
@@ -574,7 +577,7 @@ class FrameCache:
         )
         output = OutputGraph(
             fn,
-            self.settings,
+            settings,
             frame_shapes=self.frame_shapes,
             dynamic=dynamic,
             fake_inputs=fake_inputs,
@@ -749,8 +752,8 @@ class ClosureFrameCache(FrameCache):
         self.eager = fn_obj
         return self.miss((fn_obj, *args), kwargs)
 
-    def compile(self, args, kwargs):
-        return super().compile(args[1:], kwargs)
+    def compile(self, args, kwargs, settings=None):
+        return super().compile(args[1:], kwargs, settings)
 
     def run_eager(self, args, kwargs):
         return super().run_eager(_rest(args), kwargs)
