@@ -24,6 +24,7 @@ from kiln.frontend.markers import (
     is_disabled_module,
     is_optimized_module,
     kiln_marker,
+    nonstrict_trace,
 )
 from kiln.frontend.source import (
     RANGE_ITERATOR,
@@ -185,6 +186,8 @@ def _kiln_special(value):
     torch keeps out of compilers (`torch._dynamo.disable`, torch's `_disable_dynamo`)."""
     if value is graph_break:
         return GraphBreakVariable()
+    if value is nonstrict_trace:  # (traced as a fold: Note [nonstrict_trace: one opaque ...])
+        return UserFunctionVariable(value)
     if nested_compile.is_compile_entry(value):  # Note [Compile: a compile call inside a ...]
         return nested_compile.CompileEntryVariable(value)
     substitute = substitute_of(value)  # Note [Substitutes: Python stand-ins for C functions]
