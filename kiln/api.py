@@ -177,8 +177,9 @@ def disallow_in_graph(fn):
         return fn
     if not is_torch_callable(fn) or isinstance(fn, type):
         raise KilnError(
-            f"kiln.disallow_in_graph expects a torch function kiln puts in graphs or a function "
-            f"marked by allow_in_graph, got {getattr(fn, '__qualname__', fn)!r}"
+            f"kiln.disallow_in_graph is expected to be used on a torch function kiln puts in "
+            f"graphs or on a function marked by allow_in_graph, got "
+            f"{getattr(fn, '__qualname__', fn)!r}"
         )
     markers.disallow(fn)
     return fn
