@@ -15,6 +15,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.disable(fn, recursive=) / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
 | torch._dynamo.allow_in_graph / disallow_in_graph | kiln.allow_in_graph / kiln.disallow_in_graph        |
 | torch._dynamo.nonstrict_trace                   | kiln.nonstrict_trace                                |
+| torch._dynamo.skip_frame / step_unsupported     | kiln.skip_frame / kiln.step_unsupported             |
 | torch._dynamo.mark_static(t or module, index)  | kiln.mark_static(t or module, dim)                   |
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
 | torch._inductor.metrics.generated_kernel_count | grows by the kernels of each graph kiln's backend compiles |
@@ -388,6 +389,8 @@ def install():
         "reset": (stock_reset, reset),
         "disable": (stock_disable, disable),
         "graph_break": (torch._dynamo.graph_break, kiln.graph_break),
+        "skip_frame": (torch._dynamo.skip_frame, kiln.skip_frame),
+        "step_unsupported": (torch._dynamo.step_unsupported, kiln.step_unsupported),
         "set_stance": (torch._dynamo.set_stance, set_stance),
         "run": (torch._dynamo.run, run),
         "substitute_in_graph": (torch._dynamo.substitute_in_graph, substitute_in_graph),

@@ -15,7 +15,14 @@ from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
 from kiln.frontend import backward_scope, frame_cache, frame_shapes, markers
 from kiln.frontend.entry import DisabledModule, OptimizedModule, compile_callable
-from kiln.frontend.markers import allow_in_graph, graph_break, kiln_marker, nonstrict_trace
+from kiln.frontend.markers import (
+    allow_in_graph,
+    graph_break,
+    kiln_marker,
+    nonstrict_trace,
+    skip_frame,
+    step_unsupported,
+)
 from kiln.frontend.resume import clear_cache
 from kiln.frontend.stance import set_stance
 from kiln.frontend.substitutes import substitute_in_graph
@@ -37,6 +44,8 @@ __all__ = [
     "disallow_in_graph",
     "graph_break",
     "nonstrict_trace",
+    "skip_frame",
+    "step_unsupported",
     "list_backends",
     "list_mode_options",
     "lookup_backend",

@@ -622,9 +622,12 @@ class FrameCache:
             if why is not None:  # Note [Graph breaks: a loop that only calls]
                 e.msg = f"{e.msg} ({why})"
                 raise
+            resume = self._resume_wrapper
+            if getattr(e, "rest_in_python", False):  # Note [Markers: skip_frame and step_...]
+                resume = functools.partial(_resume_in_python, self._resume_wrapper)
             try:
                 new_code = transformed_code_at_break(
-                    output, fn.__code__, e, tx.instructions, self._resume_wrapper, self._callee
+                    output, fn.__code__, e, tx.instructions, resume, self._callee
                 )
             except (NoBreakHere, Unsupported) as why:
                 e.msg = f"{e.msg} (no graph break possible: {why})"
@@ -715,6 +718,13 @@ class FrameCache:
             unimplemented(f"module hooks on {type(mod).__name__}")
         if global_module_hooks():
             unimplemented("global module hooks")
+
+
+def _resume_in_python(resume_wrapper, code, box=False):
+    """A resume function's wrapper whose frame runs in Python, uncompiled."""
+    wrapper = resume_wrapper(code, box)
+    wrapper._kiln_cache.give_up()
+    return wrapper
 
 
 def _let_go(e):

@@ -14,6 +14,16 @@ def graph_break():
     """Inside compiled code: end the graph here. Outside: does nothing."""
 
 
+def skip_frame(msg=""):
+    """Inside compiled code: the frame being compiled runs in Python, no graph made of it
+    (Note [Markers: skip_frame and step_unsupported]). Outside: does nothing."""
+
+
+def step_unsupported(msg=""):
+    """Inside compiled code: end the graph here and run the rest of the frame in Python,
+    uncompiled (Note [Markers: skip_frame and step_unsupported]). Outside: does nothing."""
+
+
 def kiln_marker(obj, name):
     """A marker kiln set on a function it made (`_kiln_orig_fn`, `_kiln_disabled`), or None.
 

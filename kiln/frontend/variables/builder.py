@@ -25,6 +25,8 @@ from kiln.frontend.markers import (
     is_optimized_module,
     kiln_marker,
     nonstrict_trace,
+    skip_frame,
+    step_unsupported,
 )
 from kiln.frontend.source import (
     RANGE_ITERATOR,
@@ -112,6 +114,7 @@ from kiln.frontend.variables.lists import (
 from kiln.frontend.variables.misc import (
     ConstantObjectVariable,
     DisabledFunctionVariable,
+    FrameEndVariable,
     GraphBreakVariable,
     OpaqueCallableVariable,
     PythonModuleVariable,
@@ -186,6 +189,8 @@ def _kiln_special(value):
     torch keeps out of compilers (`torch._dynamo.disable`, torch's `_disable_dynamo`)."""
     if value is graph_break:
         return GraphBreakVariable()
+    if value is skip_frame or value is step_unsupported:
+        return FrameEndVariable(value)
     if value is nonstrict_trace:  # (traced as a fold: Note [nonstrict_trace: one opaque ...])
         return UserFunctionVariable(value)
     if nested_compile.is_compile_entry(value):  # Note [Compile: a compile call inside a ...]
