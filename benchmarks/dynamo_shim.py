@@ -14,6 +14,8 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
 | torch._dynamo.disable(fn, recursive=) / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
 | torch._dynamo.allow_in_graph / disallow_in_graph | kiln.allow_in_graph / kiln.disallow_in_graph        |
+| torch._dynamo.nonstrict_trace                   | kiln.nonstrict_trace                                |
+| torch._dynamo.skip_frame / step_unsupported     | kiln.skip_frame / kiln.step_unsupported             |
 | torch._dynamo.mark_static(t or module, index)  | kiln.mark_static(t or module, dim)                   |
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
 | torch._inductor.metrics.generated_kernel_count | grows by the kernels of each graph kiln's backend compiles |
@@ -388,12 +390,15 @@ def install():
         "reset": (stock_reset, reset),
         "disable": (stock_disable, disable),
         "graph_break": (torch._dynamo.graph_break, kiln.graph_break),
+        "skip_frame": (torch._dynamo.skip_frame, kiln.skip_frame),
+        "step_unsupported": (torch._dynamo.step_unsupported, kiln.step_unsupported),
         "set_stance": (torch._dynamo.set_stance, set_stance),
         "run": (torch._dynamo.run, run),
         "substitute_in_graph": (torch._dynamo.substitute_in_graph, substitute_in_graph),
         "export": (torch._dynamo.export, _export(torch._dynamo.export)),
         "allow_in_graph": (torch._dynamo.allow_in_graph, kiln.allow_in_graph),
         "disallow_in_graph": (torch._dynamo.disallow_in_graph, kiln.disallow_in_graph),
+        "nonstrict_trace": (torch._dynamo.nonstrict_trace, kiln.nonstrict_trace),
         "mark_dynamic": (torch._dynamo.mark_dynamic, kiln.mark_dynamic),
         "mark_static": (torch._dynamo.mark_static, kiln.mark_static),
         "counters": (torch._dynamo.utils.counters, kiln.counters),

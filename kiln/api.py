@@ -15,7 +15,14 @@ from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
 from kiln.frontend import backward_scope, frame_cache, frame_shapes, markers
 from kiln.frontend.entry import DisabledModule, OptimizedModule, compile_callable
-from kiln.frontend.markers import allow_in_graph, graph_break, kiln_marker
+from kiln.frontend.markers import (
+    allow_in_graph,
+    graph_break,
+    kiln_marker,
+    nonstrict_trace,
+    skip_frame,
+    step_unsupported,
+)
 from kiln.frontend.resume import clear_cache
 from kiln.frontend.stance import set_stance
 from kiln.frontend.substitutes import substitute_in_graph
@@ -36,6 +43,9 @@ __all__ = [
     "disable",
     "disallow_in_graph",
     "graph_break",
+    "nonstrict_trace",
+    "skip_frame",
+    "step_unsupported",
     "list_backends",
     "list_mode_options",
     "lookup_backend",
@@ -176,8 +186,9 @@ def disallow_in_graph(fn):
         return fn
     if not is_torch_callable(fn) or isinstance(fn, type):
         raise KilnError(
-            f"kiln.disallow_in_graph expects a torch function kiln puts in graphs or a function "
-            f"marked by allow_in_graph, got {getattr(fn, '__qualname__', fn)!r}"
+            f"kiln.disallow_in_graph is expected to be used on a torch function kiln puts in "
+            f"graphs or on a function marked by allow_in_graph, got "
+            f"{getattr(fn, '__qualname__', fn)!r}"
         )
     markers.disallow(fn)
     return fn

@@ -448,6 +448,7 @@ class FrameCache:
                     "\n".join(reasons),
                 )
         logs.counters["frames"]["total"] += 1
+        warmup = stance.warmup_settings(self)  # Note [Stance: eager_then_compile]
         state = faults.GlobalState()
         # The frame runs eagerly after (not inside) the except clause: an exception the user's
         # code raises must not get kiln's error as its __context__.
@@ -458,7 +459,7 @@ class FrameCache:
             # (modes_off_for_compile first: it notes the torch function state of the call)
             with modes_off_for_compile(), torch._C.DisableTorchFunctionSubclass():
                 self.observe_shapes(args, kwargs)
-                entry = self.compile(args, kwargs)
+                entry = self.compile(args, kwargs, warmup)
         except Unsupported as e:
             if self.settings.fullgraph:
                 fullgraph_error(e, self.fn)  # adds the user's frames and a hint to e
@@ -485,6 +486,7 @@ class FrameCache:
         logs.counters["frames"]["ok"] += 1
         self.entries.insert(0, (entry.guard, entry.code if self.dynamic_closure else entry.fn))
         self.entry_info.append(entry)
+        stance.keep_warm(self, entry, warmup is not None)
         _drop_when_pinned_objects_die(self, entry)
         for r in _recorders:
             r.on_entry(entry)
@@ -545,18 +547,19 @@ class FrameCache:
             r.on_break(record)
         hooks.fire("graph_break", record)
 
-    def compile(self, args, kwargs):
-        """Trace the frame for these arguments: guard function + transformed function."""
+    def compile(self, args, kwargs, settings=None):
+        """Trace the frame for these arguments: guard function + transformed function (with
+        `settings` in place of the frame's own, e.g. another backend)."""
         # what a trace learned for the next (Note [Autograd: leaves made in the frame])
         self.restart_notes = set()
         for _ in range(_RESTARTS):  # (each restart initialized a lazy module for good)
             try:
-                return self._compile_once(args, kwargs)
+                return self._compile_once(args, kwargs, settings or self.settings)
             except RestartTrace:  # Note [Modules: lazy modules initialized while tracing]
                 continue
         unimplemented(f"the frame was traced again {_RESTARTS} times (lazy modules)")
 
-    def _compile_once(self, args, kwargs):
+    def _compile_once(self, args, kwargs, settings):
         fn = self.fn
         installed_globals.flush()  # Note [Globals: installed for as long as the code ...]
         hooks.fire("frame_start", fn)
@@ -576,7 +579,7 @@ class FrameCache:
         )
         output = OutputGraph(
             fn,
-            self.settings,
+            settings,
             frame_shapes=self.frame_shapes,
             dynamic=dynamic,
             fake_inputs=fake_inputs,
@@ -622,9 +625,12 @@ class FrameCache:
             if why is not None:  # Note [Graph breaks: a loop that only calls]
                 e.msg = f"{e.msg} ({why})"
                 raise
+            resume = self._resume_wrapper
+            if getattr(e, "rest_in_python", False):  # Note [Markers: skip_frame and step_...]
+                resume = functools.partial(_resume_in_python, self._resume_wrapper)
             try:
                 new_code = transformed_code_at_break(
-                    output, fn.__code__, e, tx.instructions, self._resume_wrapper, self._callee
+                    output, fn.__code__, e, tx.instructions, resume, self._callee
                 )
             except (NoBreakHere, Unsupported) as why:
                 e.msg = f"{e.msg} (no graph break possible: {why})"
@@ -717,6 +723,13 @@ class FrameCache:
             unimplemented("global module hooks")
 
 
+def _resume_in_python(resume_wrapper, code, box=False):
+    """A resume function's wrapper whose frame runs in Python, uncompiled."""
+    wrapper = resume_wrapper(code, box)
+    wrapper._kiln_cache.give_up()
+    return wrapper
+
+
 def _let_go(e):
     """Drop what a graph break holds of the trace (its state, the frames it unwound), now rather
     than at the next collection: the frame's values die where Python lets go of them (Note
@@ -752,8 +765,8 @@ class ClosureFrameCache(FrameCache):
         self.eager = fn_obj
         return self.miss((fn_obj, *args), kwargs)
 
-    def compile(self, args, kwargs):
-        return super().compile(args[1:], kwargs)
+    def compile(self, args, kwargs, settings=None):
+        return super().compile(args[1:], kwargs, settings)
 
     def run_eager(self, args, kwargs):
         return super().run_eager(_rest(args), kwargs)

@@ -1,15 +1,27 @@
 """kiln's marks on user code: `graph_break()`, `allow_in_graph()`, and the attributes kiln sets
 on functions it made."""
 
+import functools
 import types
 import weakref
 
 _ALLOWED = weakref.WeakSet()  # what allow_in_graph marked (functions, autograd.Function classes)
 _DISALLOWED = {}  # id -> torch function that disallow_in_graph keeps out of graphs (a break)
+_NONSTRICT = weakref.WeakSet()  # the copies nonstrict_trace made
 
 
 def graph_break():
     """Inside compiled code: end the graph here. Outside: does nothing."""
+
+
+def skip_frame(msg=""):
+    """Inside compiled code: the frame being compiled runs in Python, no graph made of it
+    (Note [Markers: skip_frame and step_unsupported]). Outside: does nothing."""
+
+
+def step_unsupported(msg=""):
+    """Inside compiled code: end the graph here and run the rest of the frame in Python,
+    uncompiled (Note [Markers: skip_frame and step_unsupported]). Outside: does nothing."""
 
 
 def kiln_marker(obj, name):
@@ -52,6 +64,29 @@ def allow_in_graph(fn):
         raise TypeError(f"allow_in_graph expects a function or a class, got {type(fn).__name__}")
     _ALLOWED.add(fn)
     return fn
+
+
+def nonstrict_trace(traceable_fn):
+    """A copy of `traceable_fn` that traced code calls as one opaque call over its flattened
+    arguments (Note [nonstrict_trace: one opaque call over flattened arguments]); traceable_fn
+    itself is unchanged."""
+    if not isinstance(traceable_fn, types.FunctionType):
+        raise TypeError(f"nonstrict_trace expects a function, got {type(traceable_fn).__name__}")
+
+    @functools.wraps(traceable_fn)
+    def nonstrict(*args, **kwargs):
+        return traceable_fn(*args, **kwargs)
+
+    _NONSTRICT.add(nonstrict)
+    return nonstrict
+
+
+def is_nonstrict(fn):
+    """Whether nonstrict_trace made `fn`."""
+    try:
+        return fn in _NONSTRICT
+    except TypeError:  # (not weak-referenceable, or unhashable)
+        return False
 
 
 def is_allowed_in_graph(fn):

@@ -9,6 +9,8 @@ Note [Stance: what each one does]
   instead of compiling it.
 - "fail_on_recompile": a miss raises RuntimeError instead of compiling (a frame kiln gave up on
   still runs in Python: it compiles nothing).
+- "eager_then_compile", "aot_eager_then_compile": the first compile of a frame uses a stand-in
+  backend, then the frame compiles with its own (Note [Stance: eager_then_compile]).
 Only the wrapper users call looks at the stance on every call, and only for the two stances
 that change what a hit runs (`state.active`); the other two act in `FrameCache.miss`.
 
@@ -20,12 +22,24 @@ what runs after it sees it, as in eager. torch.compile refuses the same code wit
 (its documentation forbids set_stance inside a compiled region); kiln runs it correctly.
 """
 
+import dataclasses
 import functools
 
 from kiln.frontend.guards import first_failure
 from kiln.registry import resolve
 
-STANCES = ("default", "force_eager", "eager_on_recompile", "fail_on_recompile")
+# Note [Stance: eager_then_compile]
+# The first call of a frame under "eager_then_compile" runs without the frame's backend: kiln
+# traces it and runs the traced graph as it is (the "eager" backend: each op as eager runs it,
+# nothing handed to a compiler); "aot_eager_then_compile" runs it through "aot_eager". That
+# first entry records the call's sizes, so the next call with other sizes compiles with the
+# frame's own backend and makes what changed dynamic (Note [Shapes: automatic dynamic]): a
+# warm-up call then a second one decide the shapes, and the backend compiles once. The warm-up
+# entry serves until the frame compiles for real, then it is dropped (`keep_warm`): from then
+# on only entries of the frame's own backend run. Each frame of a graph break warms up alike.
+_WARM_UP = {"eager_then_compile": "eager", "aot_eager_then_compile": "aot_eager"}
+
+STANCES = ("default", "force_eager", "eager_on_recompile", "fail_on_recompile", *_WARM_UP)
 
 
 class _State:
@@ -50,6 +64,26 @@ _IN_GRAPH = (
     "is set in Python, between graphs"
 )
 _swap._kiln_break_reason = _IN_GRAPH  # (a `with` on a stance made outside compiled code)
+
+
+def warmup_settings(cache):
+    """The settings of a frame's first compile under a warm-up stance, else None."""
+    name = _WARM_UP.get(state.name)
+    if name is None or cache.entries:
+        return None
+    backend, backend_name = resolve(name)
+    return dataclasses.replace(cache.settings, backend=backend, backend_name=backend_name)
+
+
+def keep_warm(cache, entry, warm):
+    """Note a warm-up entry of `cache`; a real one drops them (Note [Stance: eager_then_compile])."""
+    kept = cache.__dict__.setdefault("warm_entries", [])
+    if warm:
+        kept.append(entry)
+        return
+    for old in kept:
+        cache._drop(old)
+    kept.clear()
 
 
 def fail_on_recompile(

@@ -45,6 +45,34 @@ def test_a_frame_left_to_python_counts_as_unimplemented():
     assert "rebuilding a suspended generator whose rest writes state outside it" in reasons[0]
 
 
+def _counts_each_step(t, seen):
+    for j in range(4):
+        seen.append(j)  # a write the rest would make: the generator cannot be drained
+        yield t + j
+
+
+def return_started_generator(t, seen):
+    gen = _counts_each_step(t, seen)
+    first = next(gen)
+    return gen, first + 1
+
+
+def test_the_reason_names_the_mutation_as_torch_does():
+    kiln.reset()
+    compiled = kiln.compile(return_started_generator, backend="eager")
+    t = torch.randn(3)
+    seen_e, seen_c = [], []
+    gen_e, y_e = return_started_generator(t, seen_e)
+    gen_c, y_c = compiled(t, seen_c)
+    assert torch.equal(y_e, y_c) and seen_c == seen_e == [0]
+    rest_e, rest_c = list(gen_e), list(gen_c)
+    assert all(torch.equal(a, b) for a, b in zip(rest_e, rest_c, strict=True))
+    assert seen_c == seen_e == [0, 1, 2, 3]
+    [reason] = kiln.counters["unimplemented"]
+    assert "Cannot reconstruct a generator with variable mutations" in reason, reason
+    assert "whose rest writes state outside it" in reason, reason
+
+
 def test_the_break_at_the_return_names_the_return_line():
     out = kiln.explain(return_started_generator_with_a_late_write)(torch.randn(3), Box())
     [(reason, where)] = out.break_reasons

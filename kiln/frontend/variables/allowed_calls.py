@@ -44,9 +44,12 @@ def _has_tensor(v):
     return isinstance(v, BaseListVariable) and any(_has_tensor(i) for i in v.items)
 
 
-def allowed_call(tx, target, args, kwargs, name, *, inline_without_tensors=False):
+def allowed_call(
+    tx, target, args, kwargs, name, *, inline_without_tensors=False, what="allow_in_graph"
+):
     """The opaque node `target(*args, **kwargs)` (Note [allow_in_graph: one opaque call]); None
-    where a plain function is to be traced as before (no tensor argument)."""
+    where a plain function is to be traced as before (no tensor argument). `what` names the
+    mark in break reasons."""
     from kiln.frontend.variables.torch import call_tensor_op
 
     values = [*args, *kwargs.values()]
@@ -54,17 +57,17 @@ def allowed_call(tx, target, args, kwargs, name, *, inline_without_tensors=False
         return None
     for v in values:
         if not _argument_ok(v):
-            unimplemented(f"allow_in_graph {name} called with {v} (tensors and constants only)")
+            unimplemented(f"{what} {name} called with {v} (tensors and constants only)")
     if tx.output.fake_inputs:
-        unimplemented(f"allow_in_graph {name} in a frame with symbolic sizes")
+        unimplemented(f"{what} {name} in a frame with symbolic sizes")
     result = call_tensor_op(tx, "call_function", target, list(args), dict(kwargs), what=name)
     items = result.items if isinstance(result, BaseListVariable) else [result]
     inputs = [v for v in values if isinstance(v, _tensor_cls())]
     for item in items:
         if any(item is v or _example(item) is v.example for v in inputs):
-            unimplemented(f"allow_in_graph {name} returned an argument itself")
+            unimplemented(f"{what} {name} returned an argument itself")
     if not isinstance(result, BaseListVariable) and not isinstance(result, _tensor_cls()):
-        unimplemented(f"allow_in_graph {name} returned {result} (tensors expected)")
+        unimplemented(f"{what} {name} returned {result} (tensors expected)")
     return result
 
 

@@ -24,6 +24,9 @@ from kiln.frontend.markers import (
     is_disabled_module,
     is_optimized_module,
     kiln_marker,
+    nonstrict_trace,
+    skip_frame,
+    step_unsupported,
 )
 from kiln.frontend.source import (
     RANGE_ITERATOR,
@@ -112,6 +115,7 @@ from kiln.frontend.variables.lists import (
 from kiln.frontend.variables.misc import (
     ConstantObjectVariable,
     DisabledFunctionVariable,
+    FrameEndVariable,
     GraphBreakVariable,
     OpaqueCallableVariable,
     PythonModuleVariable,
@@ -186,6 +190,10 @@ def _kiln_special(value):
     torch keeps out of compilers (`torch._dynamo.disable`, torch's `_disable_dynamo`)."""
     if value is graph_break:
         return GraphBreakVariable()
+    if value is skip_frame or value is step_unsupported:
+        return FrameEndVariable(value)
+    if value is nonstrict_trace:  # (traced as a fold: Note [nonstrict_trace: one opaque ...])
+        return UserFunctionVariable(value)
     if nested_compile.is_compile_entry(value):  # Note [Compile: a compile call inside a ...]
         return nested_compile.CompileEntryVariable(value)
     substitute = substitute_of(value)  # Note [Substitutes: Python stand-ins for C functions]

@@ -12,7 +12,7 @@ from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.markers import is_allowed_in_graph, kiln_marker
+from kiln.frontend.markers import is_allowed_in_graph, is_nonstrict, kiln_marker, nonstrict_trace
 from kiln.frontend.source import (
     AttrSource,
     GetItemSource,
@@ -21,7 +21,7 @@ from kiln.frontend.source import (
     partial_dict,
 )
 from kiln.frontend.user_errors import disabled_by
-from kiln.frontend.variables import optim, stdlib
+from kiln.frontend.variables import nonstrict_calls, optim, stdlib
 from kiln.frontend.variables.allowed_calls import allowed_call
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
@@ -81,6 +81,8 @@ class UserFunctionVariable(BaseFunctionVariable):
                 apply = af.AutogradFunctionApplyVariable(cls.as_python_constant(), cls.source)
                 self.autograd_apply = apply  # rebuilt by it at a break in the call
                 return apply.call_function(tx, args, kwargs)
+        if not self.self_args() and is_nonstrict(self.fn):
+            return nonstrict_calls.nonstrict_call(tx, vars(self.fn)["__wrapped__"], args, kwargs)
         if not self.self_args() and is_allowed_in_graph(self.fn):
             name = self.fn.__qualname__  # Note [allow_in_graph: one opaque call]
             out = allowed_call(tx, self.fn, args, kwargs, name, inline_without_tensors=True)
@@ -768,12 +770,20 @@ def _replace(tx, obj, **changes):
     return wrap_constant_like(tx, cls).call_function(tx, [], kwargs)
 
 
+def _nonstrict_trace(tx, traceable_fn=None, **kwargs):
+    """`kiln.nonstrict_trace(f)` in traced code: f's nonstrict copy (Note [nonstrict_trace: ...])."""
+    if kwargs or traceable_fn is None:
+        unimplemented("kiln.nonstrict_trace() called with other arguments than one function")
+    return UserFunctionVariable(nonstrict_trace(nonstrict_calls.defined_outside(traceable_fn)))
+
+
 def _folded_functions():
     return {
         dataclasses.fields: _fields,
         dataclasses.is_dataclass: _is_dataclass,
         dataclasses.replace: _replace,
         inspect.signature: _signature,
+        nonstrict_trace: _nonstrict_trace,
     }
 
 

@@ -367,7 +367,12 @@ class LazyGeneratorVariable(ListIteratorVariable):
             draining.pop()
         bounds.append(output.last_node())  # (the step that ends it)
         if effects.records > records or any(s < floor for s in effects.written[written:]):
-            unimplemented("rebuilding a suspended generator whose rest writes state outside it")
+            # (the phrase torch.compile's break gives for the same cause comes first)
+            unimplemented(
+                "Generator reconstruction with mutations: Cannot reconstruct a generator with "
+                "variable mutations (rebuilding a suspended generator whose rest writes state "
+                "outside it)"
+            )
         if reads:
             unimplemented("rebuilding a generator whose body read variables the frame may write")
         if holds_outside:

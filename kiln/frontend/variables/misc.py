@@ -13,9 +13,9 @@ import torch.utils._pytree as pytree
 
 from kiln import config
 from kiln.bytecode import emit
-from kiln.exc import unimplemented
+from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.markers import break_reason, graph_break, kiln_marker
+from kiln.frontend.markers import break_reason, graph_break, kiln_marker, skip_frame
 from kiln.frontend.source import AttrSource, TorchAttrSource, proxied_dict, torch_attr
 from kiln.frontend.user_errors import disabled_by
 from kiln.frontend.variables.base import (
@@ -444,6 +444,32 @@ class GraphBreakVariable(VariableTracker):
 
     def reconstruct(self, cg):
         cg.load_object(graph_break)
+
+
+# Note [Markers: skip_frame and step_unsupported]
+# `kiln.skip_frame()` in traced code gives up on the frame being traced: it runs in Python as a
+# whole (a graph break that cannot resume, `Unsupported.eager_frame`); in a resume function that
+# is the rest after an earlier break. `kiln.step_unsupported()` breaks the graph there, and the
+# resume function after it runs in Python uncompiled (`rest_in_python`, read by
+# FrameCache._trace). Both are torch._dynamo's markers of the same names.
+class FrameEndVariable(VariableTracker):
+    """`kiln.skip_frame()` / `kiln.step_unsupported()` (Note [Markers: skip_frame and ...])."""
+
+    def __init__(self, value, **kw):
+        super().__init__(**kw)
+        self.value = value
+
+    def call_function(self, tx, args, kwargs):
+        if self.value is skip_frame:
+            e = Unsupported("kiln.skip_frame() called: the frame runs in Python")
+            e.eager_frame = True
+        else:
+            e = Unsupported("kiln.step_unsupported() called: the rest of the frame runs in Python")
+            e.rest_in_python = True
+        raise e
+
+    def reconstruct(self, cg):
+        cg.load_object(self.value)
 
 
 class DisabledFunctionVariable(VariableTracker):

@@ -1,0 +1,109 @@
+"""Calls of functions `kiln.nonstrict_trace` made: one opaque call in the graph, over a flattened
+argument structure.
+
+Note [nonstrict_trace: one opaque call over flattened arguments]
+`kiln.nonstrict_trace(fn)` returns a copy of fn (fn itself is left as it was) that traced code
+does not trace: a call records ONE node, as an allow_in_graph call does (Note [allow_in_graph: one
+opaque call]), so code inside fn that kiln could not trace (a graph break, data-dependent
+Python) runs as eager runs it. Unlike allow_in_graph, the arguments may be tensors, constants,
+and lists, tuples and dicts of them, nested: they are flattened to the tensors (the node's
+inputs) and a plan that rebuilds the structure around them, constants included, when the node
+runs. The result is read from running fn once on meta examples (allowed_call): tensors, and
+constants beside them or alone (a constant computed from sizes, which the frame's guards keep
+fixed; code reading tensor data fails on meta, a break). Any other argument or result (an object
+of a user class, pytree-registered or not) is a break that names the type; so is a function
+made inside compiled code given to nonstrict_trace (the node needs a function that outlives
+the trace). Methods are traced as before.
+"""
+
+import types
+
+import torch
+
+from kiln.exc import unimplemented
+from kiln.frontend.variables.allowed_calls import _tensor_cls, allowed_call
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.lists import BaseListVariable
+
+_WHAT = "nonstrict_trace-ed function"
+_TENSOR = object()  # a slot of the plan filled by the next tensor input
+
+
+def _flatten(v, tensors, name):
+    """The plan of argument `v`, its tensors appended to `tensors`."""
+    if isinstance(v, _tensor_cls()):
+        tensors.append(v)
+        return _TENSOR
+    if isinstance(v, ConstantVariable) or (
+        v.is_python_constant() and is_literal(v.as_python_constant())
+    ):
+        return ("const", v.as_python_constant())
+    if isinstance(v, BaseListVariable) and v.python_type() in (list, tuple):
+        return (v.python_type(), [_flatten(i, tensors, name) for i in v.items])
+    if isinstance(v, ConstDictVariable) and v.python_type() is dict:
+        return (dict, {k: _flatten(i, tensors, name) for k, i in v.items.items()})
+    unimplemented(
+        f"Invalid input type for nonstrict_trace-ed function {name}: {v} (kiln passes tensors, "
+        "constants, and lists, tuples and dicts of them)"
+    )
+
+
+def _rebuild(plan, tensors):
+    if plan is _TENSOR:
+        return next(tensors)
+    kind, body = plan
+    if kind == "const":
+        return body
+    if kind is dict:
+        return {k: _rebuild(p, tensors) for k, p in body.items()}
+    return kind(_rebuild(p, tensors) for p in body)
+
+
+def _check_result(value, name):
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _check_result(item, name)
+    elif not isinstance(value, torch.Tensor) and not is_literal(value):
+        unimplemented(
+            f"Unsupported output type for nonstrict_trace-ed function {name}: "
+            f"{type(value).__name__} (kiln returns tensors, constants and lists, tuples of them)"
+        )
+
+
+def nonstrict_call(tx, fn, args, kwargs):
+    """The opaque node of a call of a nonstrict_trace copy (Note [nonstrict_trace: ...])."""
+    name = fn.__qualname__
+    tensors = []
+    arg_plans = [_flatten(a, tensors, name) for a in args]
+    kwarg_plans = {k: _flatten(v, tensors, name) for k, v in kwargs.items()}
+
+    tracing = [True]  # (the result's types are checked on the meta run, not at run time)
+
+    def nonstrict_call_of(*values):
+        inputs = iter(values)
+        call_args = [_rebuild(p, inputs) for p in arg_plans]
+        call_kwargs = {k: _rebuild(p, inputs) for k, p in kwarg_plans.items()}
+        result = fn(*call_args, **call_kwargs)
+        if tracing[0]:
+            _check_result(result, name)
+        return result
+
+    nonstrict_call_of.__name__ = nonstrict_call_of.__qualname__ = name
+    try:
+        return allowed_call(tx, nonstrict_call_of, tensors, {}, name, what=_WHAT)
+    finally:
+        tracing[0] = False
+
+
+def defined_outside(fn_var):
+    """The function of `fn_var` for nonstrict_trace in traced code; a function made inside the
+    trace is a break (the node needs a function that outlives it)."""
+    real = getattr(fn_var, "fn", None)
+    if not isinstance(real, types.FunctionType):
+        name = getattr(getattr(fn_var, "code", None), "co_name", str(fn_var))
+        unimplemented(
+            f"Applying `nonstrict_trace` to function <{name}>; however, `nonstrict_trace` "
+            "currently requires the function to be defined outside `torch.compile` region."
+        )
+    return real

@@ -1,0 +1,112 @@
+"""kiln.nonstrict_trace: a call of the copy it makes is one opaque call in the graph over the
+flattened arguments (Note [nonstrict_trace: one opaque call over flattened arguments]); results,
+mutated inputs and gradients equal eager's, and what kiln cannot pass is a break naming why."""
+
+import pytest
+import torch
+from frontend_helpers import CountingBackend, run_and_compare
+
+import kiln
+
+
+def _untraceable(x, d):
+    kiln.graph_break()  # traced, this would end the graph
+    return x * d["a"] + d["b"][0], len(x.shape)
+
+
+scaled = kiln.nonstrict_trace(_untraceable)
+
+
+def call_with_a_dict_of_constants(x):
+    out, n = scaled(x, {"a": 2, "b": [0.5]})
+    return out + n
+
+
+def call_with_a_dict_built_in_the_frame(x, y):
+    d = {}
+    d["a"] = y + 1  # a tensor the graph made
+    d["b"] = (x.cos(),)
+    out, n = scaled(x, d)
+    return out * n
+
+
+def compiled_calls(fn, *args):
+    kiln.reset()
+    backend = CountingBackend()
+    out = kiln.compile(fn, backend=backend, fullgraph=True)(*args)
+    return out, backend
+
+
+def test_a_dict_of_constants_is_passed_flattened():
+    x = torch.randn(4)
+    run_and_compare(call_with_a_dict_of_constants, x, fullgraph=True)
+    _, backend = compiled_calls(call_with_a_dict_of_constants, x)
+    assert backend.calls == 1
+
+
+def test_tensors_the_graph_made_reach_the_call_and_gradients_flow():
+    x = torch.randn(4, requires_grad=True)
+    y = torch.randn(4, requires_grad=True)
+    xe, ye = x.detach().clone().requires_grad_(), y.detach().clone().requires_grad_()
+    out, backend = compiled_calls(call_with_a_dict_built_in_the_frame, x, y)
+    want = call_with_a_dict_built_in_the_frame(xe, ye)
+    torch.testing.assert_close(out, want)
+    out.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(x.grad, xe.grad)
+    torch.testing.assert_close(y.grad, ye.grad)
+    assert backend.calls == 1
+
+
+def plus_42(x):
+    kiln.graph_break()
+    return x + 42
+
+
+def mark_inside(x):
+    return kiln.nonstrict_trace(plus_42)(x) + 1
+
+
+def test_nonstrict_trace_called_in_compiled_code():
+    x = torch.randn(3)
+    run_and_compare(mark_inside, x, fullgraph=True)
+    _, backend = compiled_calls(mark_inside, x)
+    assert backend.calls == 1
+
+
+def test_the_function_itself_stays_traced():
+    kiln.nonstrict_trace(plus_42)  # the copy is dropped: plus_42 is traced as before
+    with pytest.raises(kiln.exc.Unsupported, match="graph_break"):
+        kiln.compile(lambda x: plus_42(x) * 2, backend="eager", fullgraph=True)(torch.ones(2))
+
+
+def mark_a_local(x):
+    def local(x):
+        return x + 1
+
+    return kiln.nonstrict_trace(local)(x)
+
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+
+point_x = kiln.nonstrict_trace(lambda p: p.x)
+make_point = kiln.nonstrict_trace(lambda x: Point(x + 1))
+
+
+@pytest.mark.parametrize(
+    "fn, why",
+    [
+        (mark_a_local, "defined outside `torch.compile` region"),
+        (lambda x: point_x(Point(x)), "Invalid input type for nonstrict_trace-ed function"),
+        (lambda x: make_point(x).x, "Unsupported output type for nonstrict_trace-ed function"),
+    ],
+)
+def test_what_kiln_cannot_pass_is_a_break_naming_it(fn, why):
+    x = torch.randn(3)
+    with pytest.raises(kiln.exc.Unsupported, match=why):
+        kiln.compile(fn, backend="eager", fullgraph=True)(x)
+    kiln.reset()
+    assert torch.equal(kiln.compile(fn, backend="eager")(x), fn(x))  # the break runs it eagerly
