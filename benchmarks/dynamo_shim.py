@@ -32,6 +32,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
 | torch._dynamo.config.recompile_limit           | kiln.config.cache_size_limit (read through)          |
 | torch._dynamo.config.error_on_recompile        | kiln.config.error_on_recompile (read through)        |
+| torch.compiler.config.dynamic_sources          | kiln.config.dynamic_sources (read through; `L['x']` is kiln's `x`) |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 | backend "cudagraphs"                           | kiln's "kiln" with mode="reduce-overhead"            |
 | other torch backends (tvm, openxla)            | torch's compiler of that name on kiln's graphs       |
@@ -317,6 +318,25 @@ _CONFIG = {
 }
 
 
+def _kiln_source_names(torch_names):
+    """torch's list of source names (or regexes) as kiln spells them: a frame local `L['x']`
+    (`L\\['x.*'\\]` in a regex) is kiln's `x`, a global `G['x']` kiln's `___G['x']`; the rest
+    (`._modules['m']._parameters['w']`, `.attr`) is spelled alike."""
+    import re
+
+    items = []
+    for item in torch_names.split(","):
+        item = re.sub(r"^\s*L\\?\['(.*?)'\\?\]", r"\1", item)
+        items.append(re.sub(r"^\s*G(\\?\[)", r"___G\1", item).strip())
+    return ",".join(items)
+
+
+# torch config settings read through a translation: kiln's name -> (module, name, translate)
+_TRANSLATED_CONFIG = {
+    "dynamic_sources": ("torch.compiler.config", "dynamic_sources", _kiln_source_names),
+}
+
+
 def _mirror_config(kiln_config):
     """kiln.config's switches in _CONFIG read through to torch's config modules."""
     import importlib
@@ -331,6 +351,11 @@ def _mirror_config(kiln_config):
 
     places = {k: v if isinstance(v, tuple) else (v, k) for k, v in _CONFIG.items()}
     props = {name: switch(where) for name, where in places.items()}
+    for name, (module, torch_name, translate) in _TRANSLATED_CONFIG.items():
+        torch_config = importlib.import_module(module)
+        props[name] = property(
+            lambda self, c=torch_config, n=torch_name, t=translate: t(getattr(c, n))
+        )
     kiln_config.__class__ = type("MirroredConfig", (type(kiln_config),), props)
 
 

@@ -571,6 +571,7 @@ class FrameCache:
             dynamic is True
             or bool(self.frame_shapes.dynamic)
             or self._has_marked_dims(args, kwargs)
+            or bool(config.dynamic_sources)  # Note [Shapes: dynamic sources]
         )
         output = OutputGraph(
             fn,

@@ -6,9 +6,11 @@ dynamic (symbols of a `kiln.symbolic.shape_env.ShapeEnv`).
 """
 
 import dataclasses
+import functools
 import math
+import re
 
-from kiln import logs
+from kiln import config, logs
 from kiln.symbolic.shape_env import MIN_SYMBOL_VALUE
 
 
@@ -118,6 +120,39 @@ def changed_values(old, new):
 changed_floats = changed_values  # Note [Shapes: unspecialised floats]
 
 
+# Note [Shapes: dynamic sources]
+# config.dynamic_sources (torch's `torch.compiler.config.dynamic_sources`) names inputs that are
+# symbolic from their first compile: a comma list of source names as kiln's guards spell them
+# (`x`, `self._modules['inner'].n`, `self._modules['lin']._parameters['weight']`), each matched
+# exactly or as a regex matching the whole name (`x.*`: `x1`, `x2`). A tensor gets a symbol for every dim (sizes 0 and 1 still specialise), a parameter too
+# (no static parameter sizes for it); an int input is an int symbol (any int), an int attribute of
+# a module too. It takes precedence over dynamic=False and over the constants of module ints.
+
+
+@functools.lru_cache(8)
+def _source_patterns(text):
+    """(name, compiled regex or None where the name is no regex) per item of the list."""
+    out = []
+    for item in (p.strip() for p in text.split(",")):
+        if item:
+            try:
+                out.append((item, re.compile(item)))
+            except re.error:
+                out.append((item, None))
+    return tuple(out)
+
+
+def is_dynamic_source(name):
+    """Whether config.dynamic_sources names the source `name` (Note [Shapes: dynamic sources])."""
+    text = config.dynamic_sources
+    if not text:
+        return False
+    return any(
+        item == name or (regex is not None and regex.fullmatch(name))
+        for item, regex in _source_patterns(text)
+    )
+
+
 class FrameShapes:
     """Per-frame automatic-dynamic state: last sizes seen and the dims already made dynamic."""
 
@@ -142,6 +177,8 @@ class FrameShapes:
     def dynamic_dims(self, source, t, dynamic=None):
         """The dims of tensor `t` (at `source`) to trace symbolically under `dynamic=` (torch's)."""
         static = getattr(t, "_kiln_static_dims", set())
+        if is_dynamic_source(source):
+            dynamic = True
         if dynamic is False:
             return set()
         if dynamic is True:

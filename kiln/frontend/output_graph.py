@@ -11,7 +11,7 @@ from kiln.contracts import GraphMeta
 from kiln.exc import BackendCompilerFailed, DataDependentOp, Unsupported, unimplemented
 from kiln.frontend import fallback, installed_globals
 from kiln.frontend.dispatch_modes import compiling_function_modes
-from kiln.frontend.frame_shapes import FrameShapes
+from kiln.frontend.frame_shapes import FrameShapes, is_dynamic_source
 from kiln.frontend.guards import GuardKind, GuardSet, has_own_torch_function, is_module_state
 from kiln.frontend.side_effects import SideEffects
 from kiln.frontend.source import GetItemSource, LocalSource
@@ -140,10 +140,11 @@ class OutputGraph:
 
     def _dynamic_dims(self, value, source):
         """The dims of an input tensor traced symbolically (Note [Shapes: wiring])."""
-        if self.dynamic is False or value.layout != torch.strided:
+        forced = is_dynamic_source(source.name())  # Note [Shapes: dynamic sources]
+        if (self.dynamic is False and not forced) or value.layout != torch.strided:
             return set()
         dynamic = self.dynamic
-        if dynamic and is_module_state(source):
+        if dynamic and is_module_state(source) and not forced:
             dynamic = None  # parameters and buffers keep their sizes under dynamic=True
         dims = self.frame_shapes.dynamic_dims(source.name(), value, dynamic)
         dims = {d for d in dims if value.shape[d] >= shape_env.MIN_SYMBOL_VALUE}
@@ -158,6 +159,8 @@ class OutputGraph:
         """Whether an int input at `source` is traced as a symbolic size: its value changed, or
         dynamic=True and it is an argument (or an item of one), not an attribute of an object
         (module settings such as `self.n_head` stay constants, as in torch)."""
+        if is_dynamic_source(source.name()):  # Note [Shapes: dynamic sources]
+            return True
         if self.dynamic is False or self._under_static_module(source):
             return False
         if self.dynamic_ints or 0 in self.frame_shapes.dynamic.get(source.name(), ()):
