@@ -27,6 +27,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
 | torch._dynamo.exc.RecompileError               | kiln.exc.RecompileError (config.error_on_recompile) |
+| symbolic_shapes.ConstraintViolationError       | kiln.exc.ConstraintViolation (a marked dim specialised, or out of its range) |
 | torch._dynamo.OptimizedModule                  | kiln.OptimizedModule (the class compile(module) returns) |
 | torch._dynamo.config.capture_scalar_outputs    | kiln.config.capture_scalar_outputs (read through)    |
 | torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
@@ -388,6 +389,7 @@ def install():
     import torch._dynamo.exc
     import torch._dynamo.testing
     import torch._dynamo.utils
+    import torch.fx.experimental.symbolic_shapes
 
     import kiln
 
@@ -446,6 +448,9 @@ def install():
             if getattr(module, attr, None) is old:
                 setattr(module, attr, new)
     torch.compile = compile
+    # `assertRaises(ConstraintViolationError)` after mark_dynamic: kiln's class (the name tests
+    # import from torch.fx.experimental.symbolic_shapes)
+    torch.fx.experimental.symbolic_shapes.ConstraintViolationError = kiln.exc.ConstraintViolation
     kiln.hooks.register("backend_graph", _count_kernels)
     kiln.hooks.register("guard_failure", _guard_failure)
     kiln.hooks.register("frame_start", _traced_frame)

@@ -77,5 +77,11 @@ class RecompileError(KilnError):
     """A compiled function would compile again under `config.error_on_recompile`."""
 
 
+class ConstraintViolation(KilnError):
+    """A dimension marked dynamic (kiln.mark_dynamic) was specialised by the traced code, or its
+    size is outside its marked range: raised to the caller, never a graph break nor a fallback
+    (Note [Shapes: marked dims are a promise])."""
+
+
 class InternalError(KilnError):
     """A bug in kiln: an invariant did not hold."""

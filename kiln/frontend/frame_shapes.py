@@ -11,6 +11,7 @@ import math
 import re
 
 from kiln import config, logs
+from kiln.symbolic import marked_dims
 from kiln.symbolic.shape_env import MIN_SYMBOL_VALUE
 
 
@@ -54,12 +55,32 @@ def static_numel(example):
 # Which dimensions are dynamic
 
 
-def mark_dynamic(t, dim):
-    """Mark dimension(s) of tensor `t` dynamic for the next compilation."""
+def mark_dynamic(t, dim, min=None, max=None, promise=True):  # noqa: A002 (torch's names)
+    """Mark dimension(s) of tensor `t` dynamic for the next compilation, within [min, max];
+    `promise`: a trace that specialises it raises (Note [Shapes: marked dims are a promise]),
+    not so for kiln.export's marks (it names the Dim that cannot vary itself)."""
     dims = [dim] if isinstance(dim, int) else list(dim)
+    for bound in (min, max):
+        if bound is not None and (type(bound) is not int or bound < 0):
+            raise TypeError(f"kiln.mark_dynamic: min and max are sizes (ints >= 0), got {bound!r}")
+    if min is not None and max is not None and min > max:
+        raise ValueError(f"kiln.mark_dynamic: min {min} > max {max}")
     marked = set(getattr(t, "_kiln_dynamic_dims", ()))
-    marked.update(d % t.dim() for d in dims)
+    ranges = dict(getattr(t, "_kiln_dim_ranges", {}))
+    for d in dims:
+        marked.add(d % t.dim())
+        if promise:
+            ranges[d % t.dim()] = (min, max)
     t._kiln_dynamic_dims = marked
+    t._kiln_dim_ranges = ranges
+
+
+def note_marks(env, t, sizes, source_name):
+    """Tell the frame's ShapeEnv which traced sizes of input `t` the user marked dynamic, with
+    their ranges (Note [Shapes: marked dims are a promise])."""
+    for d, (lo, hi) in getattr(t, "_kiln_dim_ranges", {}).items():
+        if d < len(sizes) and not isinstance(sizes[d], int):
+            marked_dims.mark(env, sizes[d], f"{source_name}.size()[{d}]", lo, hi)
 
 
 def mark_static(t, dim):

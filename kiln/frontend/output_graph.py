@@ -11,7 +11,7 @@ from kiln.contracts import GraphMeta
 from kiln.exc import BackendCompilerFailed, DataDependentOp, Unsupported, unimplemented
 from kiln.frontend import fallback, installed_globals
 from kiln.frontend.dispatch_modes import compiling_function_modes
-from kiln.frontend.frame_shapes import FrameShapes, is_dynamic_source
+from kiln.frontend.frame_shapes import FrameShapes, is_dynamic_source, note_marks
 from kiln.frontend.guards import GuardKind, GuardSet, has_own_torch_function, is_module_state
 from kiln.frontend.side_effects import SideEffects
 from kiln.frontend.source import GetItemSource, LocalSource
@@ -107,6 +107,7 @@ class OutputGraph:
             example = fake
         elif self.fake_inputs:
             sizes = self.shape_env.sizes_of(value, name, dims)
+            note_marks(self.shape_env, value, sizes, name)
             example = fake_like(value, requires_grad=value.requires_grad, sizes=sizes)
             if dims:
                 strides = None if value.is_contiguous() else sym_strides(example)

@@ -9,7 +9,7 @@ import sympy
 
 from kiln import config, logs
 from kiln.exc import Unsupported
-from kiln.symbolic import unbacked_facts
+from kiln.symbolic import marked_dims, unbacked_facts
 from kiln.symbolic.sym_node import (  # noqa: F401  (re-exported: callers import them from here)
     SymNode,
     contiguous_strides,
@@ -94,6 +94,7 @@ class ShapeEnv:
         self.guard_reasons = []  # per recorded guard: self.reason when it was recorded
         self.axioms = set()  # facts on unbacked symbols asserted at run time (torch._check)
         self.int_symbols = set()  # unspecialised int inputs: any int, not >= 2 (Note below)
+        self.marked = {}  # Symbol -> (min, max) of a dim the user marked dynamic (marked_dims)
 
     # -- symbols -----------------------------------------------------------------------------
     def create_symbol(self, hint, source):
@@ -356,6 +357,7 @@ class ShapeEnv:
                 continue  # any int (Note [Shapes: unspecialised ints])
             if value is None or not value.is_Number:  # a replaced symbol keeps its range
                 facts.append(sympy.Ge(sym, MIN_SYMBOL_VALUE, evaluate=False))
+        facts.extend(marked_dims.range_facts(self))
         seen = set(facts)  # (a set: thousands of facts compared pairwise took seconds)
         for g in self.guards:
             g = self.substitute(g)
