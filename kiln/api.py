@@ -124,6 +124,9 @@ def mark_dynamic(t, dim, *, min=None, max=None):  # noqa: A002 (torch's keyword 
     frame_shapes.mark_dynamic(t, dim, min, max)
 
 
+mark_dynamic._kiln_traced_as = "mark_dynamic"  # called in traced code: ForbiddenInTrace
+
+
 def mark_static(t, dim=None):
     """Never make dimension(s) `dim` of tensor `t` symbolic (not even under dynamic=True; every
     dimension when dim is None). Given an nn.Module class or instance: the ints read from its

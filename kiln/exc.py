@@ -77,10 +77,19 @@ class RecompileError(KilnError):
     """A compiled function would compile again under `config.error_on_recompile`."""
 
 
-class ConstraintViolation(KilnError):
+class UserError(KilnError):
+    """The user's code asks for something kiln refuses: raised to the caller at compile time,
+    never a graph break nor an eager fallback."""
+
+
+class ConstraintViolation(UserError):
     """A dimension marked dynamic (kiln.mark_dynamic) was specialised by the traced code, or its
-    size is outside its marked range: raised to the caller, never a graph break nor a fallback
-    (Note [Shapes: marked dims are a promise])."""
+    size is outside its marked range (Note [Shapes: marked dims are a promise])."""
+
+
+class ForbiddenInTrace(UserError, AssertionError):
+    """Compiled code calls a function that only makes sense outside it (kiln.mark_dynamic marks
+    inputs for the next compilation). An AssertionError too, as torch's error of that case."""
 
 
 class InternalError(KilnError):

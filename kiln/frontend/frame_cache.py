@@ -20,10 +20,10 @@ from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
 from kiln.exc import (
     CompiledAutogradCall,
-    ConstraintViolation,
     RecompileError,
     RestartTrace,
     Unsupported,
+    UserError,
     unimplemented,
 )
 from kiln.frontend import fallback, installed_globals, stance, transforms
@@ -475,7 +475,7 @@ class FrameCache:
             # no resume: the frame runs in Python (torch.compile's counter of the same name)
             logs.counters["unimplemented"][e.msg] += 1
             _let_go(e)
-        except ConstraintViolation:  # Note [Shapes: marked dims are a promise]: the user's
+        except UserError:  # (ConstraintViolation, ForbiddenInTrace): the caller's to handle
             state.restore()
             raise
         except Exception as e:

@@ -7,7 +7,7 @@ import torch
 from frontend_helpers import CountingBackend, assert_same
 
 import kiln
-from kiln.exc import ConstraintViolation
+from kiln.exc import ConstraintViolation, ForbiddenInTrace
 
 
 @pytest.fixture(autouse=True)
@@ -104,3 +104,19 @@ def test_bad_bounds_are_refused():
         kiln.mark_dynamic(x, 0, min=5, max=3)
     with pytest.raises(TypeError, match="min and max are sizes"):
         kiln.mark_dynamic(x, 0, min=2.5)
+
+
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_mark_dynamic_in_compiled_code_raises(fullgraph):
+    def helper(x):
+        kiln.mark_dynamic(x, 0)
+
+    def fn(x):
+        helper(x)  # (inlined: the call is in compiled code all the same)
+        return x * x
+
+    x = torch.randn(3, 3)
+    with pytest.raises(ForbiddenInTrace, match="forbidden") as info:
+        kiln.compile(fn, backend="eager", fullgraph=fullgraph)(x)
+    assert isinstance(info.value, AssertionError)  # (torch raises an AssertionError there)
+    assert not getattr(x, "_kiln_dynamic_dims", None)  # nothing ran
