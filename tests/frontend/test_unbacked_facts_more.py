@@ -1,0 +1,74 @@
+"""Values read from tensor data (unbacked) in size arithmetic, checks and factories: folded where
+every value gives the same answer, asserted at run time where it needs a fact, never guessed;
+eager is the oracle, fullgraph=True asserts the frame compiled as one graph."""
+
+import pytest
+import torch
+from frontend_helpers import assert_same
+
+import kiln
+
+
+@pytest.fixture(autouse=True)
+def _reset():
+    kiln.reset()
+    yield
+    kiln.reset()
+
+
+def _outcome(fn, *args):
+    try:
+        return fn(*args), None
+    except (RuntimeError, ZeroDivisionError) as e:
+        return None, type(e)
+
+
+def _compiled(fn):
+    graphs = []
+
+    def count(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    return kiln.compile(fn, backend=count, fullgraph=True), graphs
+
+
+def _exact_mod(x):
+    u0, u1 = x.tolist()
+    if ((u0 + 10) * (u0 + 10)) % (u0 + 10) == 0:
+        return torch.tensor(True)
+    return torch.tensor(False)
+
+
+def _exact_floordiv(x):
+    u0 = x.item()
+    return torch.zeros(((u0 + 3) * u0) // u0) + u0
+
+
+@pytest.mark.parametrize("values", [[20, 21], [-13, 2], [-9, 0]])
+def test_a_modulo_that_divides_exactly_folds(values):
+    compiled, graphs = _compiled(_exact_mod)
+    x = torch.tensor(values)
+    assert_same(_exact_mod(x), compiled(x))
+    assert len(graphs) == 1
+
+
+@pytest.mark.parametrize("n", [4, 1, -2])
+def test_a_floordiv_that_divides_exactly(n):
+    compiled, graphs = _compiled(_exact_floordiv)
+    x = torch.tensor(n)
+    expected, got = _outcome(_exact_floordiv, x), _outcome(compiled, x)
+    assert expected[1] is got[1]
+    if expected[1] is None:
+        assert_same(expected[0], got[0])
+    assert len(graphs) == 1
+
+
+def test_a_zero_divisor_raises_at_run_time():
+    compiled, graphs = _compiled(_exact_mod)
+    assert_same(_exact_mod(torch.tensor([2, 3])), compiled(torch.tensor([2, 3])))
+    with pytest.raises(ZeroDivisionError):
+        _exact_mod(torch.tensor([-10, 3]))
+    with pytest.raises(RuntimeError, match="division or modulo by zero"):  # (the graph's assert)
+        compiled(torch.tensor([-10, 3]))
+    assert len(graphs) == 1
