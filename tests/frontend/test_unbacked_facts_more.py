@@ -72,3 +72,60 @@ def test_a_zero_divisor_raises_at_run_time():
     with pytest.raises(RuntimeError, match="division or modulo by zero"):  # (the graph's assert)
         compiled(torch.tensor([-10, 3]))
     assert len(graphs) == 1
+
+
+def _empty_of_half(x):
+    n = x.item()
+    return torch.empty((n - 1) // 2).fill_(3.0)
+
+
+@pytest.mark.parametrize("n", [4, 1, 0, -1, 7])
+def test_a_factory_size_with_a_floor_division(monkeypatch, n):
+    """`(n - 1) // 2 >= 0` is asserted when the graph runs (eager raises for a negative size)."""
+    monkeypatch.setattr(kiln.config, "capture_scalar_outputs", True)
+    compiled, graphs = _compiled(_empty_of_half)
+    x = torch.tensor([n])
+    expected, got = _outcome(_empty_of_half, x), _outcome(compiled, x)
+    assert expected[1] is got[1]
+    if expected[1] is None:
+        assert_same(expected[0], got[0])
+    assert len(graphs) == 1
+
+
+def _tolist_sum(xs):
+    u0, u1 = xs.tolist()
+    return xs * (u0 + u1)
+
+
+def test_tolist_of_a_tensor_of_symbolic_size_specialises_it(monkeypatch):
+    monkeypatch.setattr(kiln.config, "capture_scalar_outputs", True)
+    graphs = []
+
+    def count(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = kiln.compile(_tolist_sum, backend=count, fullgraph=True, dynamic=True)
+    for values in ([5, 6], [8, -7]):  # one graph: the length 2 is guarded, not the values
+        x = torch.tensor(values)
+        assert_same(_tolist_sum(x), compiled(x))
+    assert len(graphs) == 1
+
+
+def _tolist_any_length(xs):
+    return xs * sum(xs.tolist())
+
+
+def test_tolist_length_is_guarded(monkeypatch):
+    monkeypatch.setattr(kiln.config, "capture_scalar_outputs", True)
+    graphs = []
+
+    def count(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = kiln.compile(_tolist_any_length, backend=count, fullgraph=True, dynamic=True)
+    for values in ([5, 6], [1, 2, 3], [4, 4]):
+        x = torch.tensor(values)
+        assert_same(_tolist_any_length(x), compiled(x))
+    assert len(graphs) == 2  # one per length

@@ -171,6 +171,9 @@ def _translatable(expr, sources):
         return expr in sources
     if isinstance(expr, (sympy.Add, sympy.Mul)):
         return all(_translatable(a, sources) for a in expr.args)
+    if isinstance(expr, sympy.floor):  # `a // k`: floor((a)/k) with a positive integer k
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        return den.is_Integer and den > 0 and _translatable(sympy.expand(num), sources)
     return False
 
 
@@ -191,6 +194,10 @@ def _as_node(tx, expr, sources):
         return int(expr)
     if expr.is_Symbol:
         return sources[expr]
+    if isinstance(expr, sympy.floor):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        num = _as_node(tx, sympy.expand(num), sources)
+        return tx.output.create_node("call_function", operator.floordiv, (num, int(den)), {})
     fn = operator.add if isinstance(expr, sympy.Add) else operator.mul
     parts = sorted(expr.args, key=lambda a: a.is_Integer)  # (a symbol first)
     acc = _as_node(tx, parts[0], sources)
