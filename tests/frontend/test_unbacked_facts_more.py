@@ -129,3 +129,30 @@ def test_tolist_length_is_guarded(monkeypatch):
         x = torch.tensor(values)
         assert_same(_tolist_any_length(x), compiled(x))
     assert len(graphs) == 2  # one per length
+
+
+def _item_equals_sizes(x, y, z, n):
+    z += 7
+    u0 = z.item()
+    torch._check(x.size(0) < 100)
+    torch._check(u0 == x.size(0) + y.size(0) + n)
+    return x * u0, z
+
+
+def test_check_of_an_item_value_against_sizes_and_an_int_input(monkeypatch):
+    """A fact mixing an `.item()` value with input sizes and an int input: asserted at run time
+    (eager's torch._check raises RuntimeError there too), one graph for every size."""
+    monkeypatch.setattr(kiln.config, "capture_scalar_outputs", True)
+    compiled, graphs = _compiled(_item_equals_sizes)
+    calls = [(16, 16, 3, 35), (7, 5, 2, 14), (4, 3, 1, 8), (16, 16, 3, 32 + 7)]  # the last fails
+    for a, b, n, z in calls:
+        args = (torch.randn(a, 2), torch.randn(b, 2), torch.tensor(z - 7), n)
+        expected = _outcome(
+            _item_equals_sizes, *[t.clone() if torch.is_tensor(t) else t for t in args]
+        )
+        got = _outcome(compiled, *args)
+        assert expected[1] is got[1]
+        if expected[1] is None:
+            assert_same(expected[0], got[0])
+    assert expected[1] is RuntimeError
+    assert len(graphs) == 2  # (the second call made the sizes and n symbolic)

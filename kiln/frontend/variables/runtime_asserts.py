@@ -14,6 +14,7 @@ from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.exceptions import raise_observed
+from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.symbolic import assert_ops, shape_env
 
@@ -177,9 +178,51 @@ def _translatable(expr, sources):
     return False
 
 
+class _SymbolNodes:
+    """The FX values of a fact's symbols: a `.item()` node, or for a size symbol of an input
+    (`x.size()[0]`, an int input) the graph's `x.size(0)` node or the int's placeholder, made
+    when first asked for (a fact mixing both: `torch._check(u0 == x.size(0) + y.size(0))`)."""
+
+    def __init__(self, tx):
+        self.tx = tx
+        self.items = tx.output.__dict__.get("item_nodes", {})
+
+    def __contains__(self, sym):
+        return sym in self.items or self._input_of(sym) is not None
+
+    def __getitem__(self, sym):
+        if sym in self.items:
+            return self.items[sym]
+        var, dim = self._input_of(sym)
+        if dim is None:
+            return var.proxy
+        return var.call_method(self.tx, "size", [ConstantVariable(dim)], {}).proxy
+
+    def _input_of(self, sym):
+        """(variable, dim) of the input a backed symbol is the size of ((variable, None): an int
+        input's own symbol), or None."""
+        output = self.tx.output
+        text = output.shape_env.var_to_source.get(sym)
+        if text is None or sym in output.shape_env.replacements:
+            return None
+        name, dim = text, None
+        if text.endswith("]") and ".size()[" in text:
+            name, _, rest = text.rpartition(".size()[")
+            dim = int(rest[:-1])
+        for source, value, node in output.graph_inputs:
+            if source.name() != name:
+                continue
+            if dim is None:
+                var = SymNodeVariable(node, shape_env.from_torch(node.meta["example_value"]))
+                return (var, None) if isinstance(value, int) else None
+            known = output._input_by_id.get(id(value))
+            return None if known is None else (known[0], dim)
+        return None
+
+
 def _checkable(tx, fact):
     """(lhs - rhs, sources) when the fact can be checked as tensor ops, else None."""
-    sources = tx.output.__dict__.get("item_nodes", {})
+    sources = _SymbolNodes(tx)
     if type(fact) not in _RELATIONS:
         return None
     diff = sympy.expand(fact.lhs - fact.rhs)
