@@ -156,3 +156,30 @@ def test_check_of_an_item_value_against_sizes_and_an_int_input(monkeypatch):
             assert_same(expected[0], got[0])
     assert expected[1] is RuntimeError
     assert len(graphs) == 2  # (the second call made the sizes and n symbolic)
+
+
+def _checked_terms(xs):
+    from torch.fx.experimental.symbolic_shapes import sym_and
+
+    u0, u1 = xs.tolist()
+    torch._check(sym_and(u0 >= 3, u0 <= 10, u1 >= 2))
+    n = 0
+    if u0 >= 3:  # each decided by the checked facts: no break
+        n += 1
+    if u0 <= 11:
+        n += 1
+    if u1 >= 1:
+        n += 1
+    return xs * (u0 + u1 + n)
+
+
+@pytest.mark.parametrize("values", [[5, 6], [10, 2], [9, 0], [2, 5], [11, 3]])
+def test_check_of_sym_and_asserts_each_term(monkeypatch, values):
+    monkeypatch.setattr(kiln.config, "capture_scalar_outputs", True)
+    compiled, graphs = _compiled(_checked_terms)
+    x = torch.tensor(values)
+    expected, got = _outcome(_checked_terms, x), _outcome(compiled, x)
+    assert expected[1] is got[1]
+    if expected[1] is None:
+        assert_same(expected[0], got[0])
+    assert len(graphs) == 1

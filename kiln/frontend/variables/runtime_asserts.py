@@ -149,11 +149,26 @@ _RELATIONS = {
 
 
 class CheckedFactVariable(VariableTracker):
-    """A comparison of unbacked values on its way into torch._check (see the note)."""
+    """A comparison of unbacked values on its way into torch._check (see the note); `facts`: the
+    conjuncts when several were joined by `&` (torch's sym_and)."""
 
-    def __init__(self, fact, **kw):
+    def __init__(self, fact, facts=None, **kw):
         super().__init__(**kw)
         self.fact = fact
+        self.facts = facts or (fact,)
+
+    def fact_and(self, a, b):
+        """`a & b` with a checked fact on either side (sym_and's operator.and_), else None."""
+        facts = []
+        for v in (a, b):
+            if isinstance(v, CheckedFactVariable):
+                facts.extend(v.facts)
+            elif isinstance(v, ConstantVariable) and type(v.value) is bool:
+                if not v.value:
+                    return ConstantVariable(False)  # (torch._check(False) raises, as eagerly)
+            else:
+                return None
+        return CheckedFactVariable(sympy.And(*facts), tuple(facts))
 
     def python_type(self):
         return bool
@@ -256,7 +271,8 @@ def _feeds_check(tx):
     if top and type(top[-1]).__name__ == "NullVariable":
         top = top[:-1]
     if not (top and _is_check(top[-1])):
-        return False
+        # an argument of a call inside the check's argument: torch._check(sym_and(u0 >= 3, ...))
+        return any(_is_check(v) for v in tx.stack[:-2])
     insts = tx.instructions
     nxt = insts[tx.ip] if tx.ip < len(insts) else None
     return nxt is not None and nxt.opname in ("PRECALL", "CALL") and nxt.arg == 1
@@ -335,7 +351,9 @@ sym.register_fact_asserts(assert_unbacked_fact)
 def _check(tx, fn, args, kwargs):
     """`torch._check(<a CheckedFactVariable>)`: the fact asserted at run time and assumed."""
     if len(args) == 1 and not kwargs and isinstance(args[0], CheckedFactVariable):
-        return _assert_fact(tx, args[0].fact)
+        for fact in args[0].facts:
+            _assert_fact(tx, fact)
+        return ConstantVariable(None)
     return None
 
 
