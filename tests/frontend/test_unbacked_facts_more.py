@@ -183,3 +183,23 @@ def test_check_of_sym_and_asserts_each_term(monkeypatch, values):
     if expected[1] is None:
         assert_same(expected[0], got[0])
     assert len(graphs) == 1
+
+
+def _argwhere_map(tensor, mapping):
+    xx, yy = torch.meshgrid(mapping, tensor, indexing="ij")
+    indices = torch.argwhere(xx == yy)
+    mapped = torch.zeros_like(tensor)
+    mapped[indices[:, 1]] = indices[:, 0]
+    return mapped, (xx > 3).argwhere()
+
+
+@pytest.mark.parametrize("backend", ["eager", "kiln"])
+def test_argwhere_is_nonzero_in_the_graph(monkeypatch, backend):
+    monkeypatch.setattr(kiln.config, "capture_dynamic_output_shape_ops", True)
+    compiled, graphs = _compiled(_argwhere_map)
+    for mapping in ([0, 3, 4, 5, 7], [1, 1, 9, 2, 2]):  # other counts of matches: the same graph
+        args = (torch.tensor([1, 2, 3, 5, 6, 7]), torch.tensor(mapping))
+        assert_same(_argwhere_map(*args), compiled(*args))
+    assert len(graphs) == 1
+    graph = kiln.compile(_argwhere_map, backend=backend, fullgraph=True)
+    assert_same(_argwhere_map(*args), graph(*args))
