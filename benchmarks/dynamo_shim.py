@@ -28,6 +28,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
 | torch._dynamo.exc.RecompileError               | kiln.exc.RecompileError (config.error_on_recompile) |
 | symbolic_shapes.ConstraintViolationError       | kiln.exc.ConstraintViolation (a marked dim specialised, or out of its range) |
+| torch._dynamo.exc.UserError                    | kiln.exc.DataDependentError (a branch on a value read from tensor data under fullgraph; torch's other user errors kiln has not) |
 | torch._dynamo.OptimizedModule                  | kiln.OptimizedModule (the class compile(module) returns) |
 | torch._dynamo.config.capture_scalar_outputs    | kiln.config.capture_scalar_outputs (read through)    |
 | torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
@@ -434,6 +435,8 @@ def install():
         "Unsupported": (torch._dynamo.exc.Unsupported, kiln.exc.Unsupported),
         # `with self.assertRaises(RecompileError)` under config.error_on_recompile (kiln's class)
         "RecompileError": (torch._dynamo.exc.RecompileError, kiln.exc.RecompileError),
+        # `assertRaises(UserError)` on a data-dependent branch under fullgraph: kiln's class
+        "UserError": (torch._dynamo.exc.UserError, kiln.exc.DataDependentError),
         # `assertIsInstance(torch.compile(mod), torch._dynamo.OptimizedModule)`: kiln's class
         "OptimizedModule": (torch._dynamo.OptimizedModule, kiln.OptimizedModule),
     }
@@ -441,7 +444,10 @@ def install():
         if module is None or not (name == "torch._dynamo" or name.startswith("torch._dynamo.")):
             continue
         for attr, (old, new) in originals.items():
-            if attr in ("Unsupported", "RecompileError") and name != "torch._dynamo.exc":
+            if (
+                attr in ("Unsupported", "RecompileError", "UserError")
+                and name != "torch._dynamo.exc"
+            ):
                 continue  # what tests import; torch's own modules keep catching their class
             if attr == "OptimizedModule" and name != "torch._dynamo":
                 continue  # (the name tests read; torch's own modules keep their class)

@@ -48,6 +48,11 @@ class DataDependentOp(Unsupported):
     tracer refuses it, so a backend built on it runs that graph as traced."""
 
 
+class DataDependentError(Unsupported):
+    """Python needs a value read from tensor data (`if y == 0:` on `y = t.item()`): a graph break,
+    and under fullgraph=True an error the user's code must fix (torch raises its UserError)."""
+
+
 class CompiledAutogradCall(Unsupported):
     """`.backward()` under config.compiled_autograd: the frame splits there and compiled autograd
     captures the whole backward as one graph, so fullgraph=True allows it."""

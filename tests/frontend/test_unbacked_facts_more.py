@@ -203,3 +203,23 @@ def test_argwhere_is_nonzero_in_the_graph(monkeypatch, backend):
     assert len(graphs) == 1
     graph = kiln.compile(_argwhere_map, backend=backend, fullgraph=True)
     assert_same(_argwhere_map(*args), graph(*args))
+
+
+def _branch_on_item(x):
+    y = x.item()
+    torch._check(y >= 0)
+    if y == 0:
+        return x * 0
+    return torch.arange(0, y) + x
+
+
+def test_a_branch_on_an_item_value_is_a_data_dependent_error(monkeypatch):
+    """Under fullgraph: kiln.exc.DataDependentError (an Unsupported; torch's UserError there);
+    without it the frame breaks and eager's results come back."""
+    monkeypatch.setattr(kiln.config, "capture_scalar_outputs", True)
+    with pytest.raises(kiln.exc.DataDependentError, match=r"Eq\(u0, 0\)"):
+        kiln.compile(_branch_on_item, backend="eager", fullgraph=True)(torch.tensor([3]))
+    kiln.reset()
+    compiled = kiln.compile(_branch_on_item, backend="eager")
+    for v in (3, 0):
+        assert_same(_branch_on_item(torch.tensor([v])), compiled(torch.tensor([v])))

@@ -8,7 +8,7 @@ import operator
 import sympy
 import torch
 
-from kiln.exc import unimplemented
+from kiln.exc import DataDependentError, unimplemented
 from kiln.frontend.variables import sym
 from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import VariableTracker
@@ -174,7 +174,7 @@ class CheckedFactVariable(VariableTracker):
         return bool
 
     def truthy(self, tx):
-        unimplemented(f"data-dependent: {self.fact} needs a value read from tensor data")
+        raise DataDependentError(f"data-dependent: {self.fact} needs a value read from tensor data")
 
     def reconstruct(self, cg):
         unimplemented(f"data-dependent: {self.fact} live at a graph break")
