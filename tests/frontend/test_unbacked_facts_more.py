@@ -223,3 +223,22 @@ def test_a_branch_on_an_item_value_is_a_data_dependent_error(monkeypatch):
     compiled = kiln.compile(_branch_on_item, backend="eager")
     for v in (3, 0):
         assert_same(_branch_on_item(torch.tensor([v])), compiled(torch.tensor([v])))
+
+
+def _checked_quotient(x):
+    u0, u1 = x.tolist()
+    torch._check((2 * u0) // (u0 + u1) != 0)
+    if (2 * u0) // (u0 + u1) == 0:  # decided by the checked fact: no break
+        return torch.tensor(True)
+    return torch.tensor(False) + (7 * u0) % (u0 - u1 - 1)
+
+
+@pytest.mark.parametrize("values", [[3, 3], [1, 5], [3, -3], [-7, 2], [4, 3]])
+def test_division_by_a_divisor_of_unknown_sign_is_computed_by_the_graph(values):
+    compiled, graphs = _compiled(_checked_quotient)
+    x = torch.tensor(values)
+    expected, got = _outcome(_checked_quotient, x), _outcome(compiled, x)
+    assert expected[1] is got[1]  # (torch._check's RuntimeError, ZeroDivisionError as eager)
+    if expected[1] is None:
+        assert_same(expected[0], got[0])
+    assert len(graphs) == 1

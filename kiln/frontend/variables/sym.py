@@ -157,6 +157,8 @@ def binary(tx, fn, a, b):
         # not modelled by the size expressions: specialise those
         if isinstance(b, ConstantVariable) and b.value <= 0:
             return binary_op(tx, fn, specialised(a), b)
+        if isinstance(b, SymNodeVariable) and _unknown_sign(b.value):
+            return _opaque_division(tx, op, a, b)  # Note [Shapes: exact division by an ...]
         if isinstance(b, SymNodeVariable) and not bool(b.value > 0):
             return binary_op(tx, fn, specialised(a), specialised(b))
     try:
@@ -173,8 +175,9 @@ def binary(tx, fn, a, b):
 # (`(u0 + 10) * (u0 + 10)` by `u0 + 10`), every sign gives the same answer: `a % b` is 0 and
 # `a // b` the exact quotient, for any b but 0 (where eager raises ZeroDivisionError). So the
 # result is folded, with `b != 0` known from the facts or else asserted when the graph runs
-# (a RuntimeError instead of the ZeroDivisionError, never a wrong value); anything else stays a
-# data-dependent graph break.
+# (a RuntimeError instead of the ZeroDivisionError, never a wrong value). Otherwise, when the
+# facts do not give b's sign, the graph computes `a // b` itself and its value is a new unbacked
+# int (`torch._check((2 * u0) // (u0 + u1) != 0)` then asserts and assumes a fact about it).
 def _exact_division(tx, a, b):
     """Whether `a % b` / `a // b` has its divisor over unbacked values, dividing a exactly, and
     known (or asserted at run time) nonzero."""
@@ -192,6 +195,30 @@ def _exact_division(tx, a, b):
     if env.static_value(nonzero) is True:
         return True
     return bool(_FACT_ASSERTS) and _FACT_ASSERTS[0](tx, nonzero, _DIVISION_BY_ZERO)
+
+
+def _unknown_sign(divisor):
+    """A divisor over unbacked values whose sign the facts do not give."""
+    env = divisor.env
+    if not (divisor.expr.free_symbols & env.unbacked):
+        return False
+    return env.static_value(sympy.Gt(divisor.expr, 0)) is None
+
+
+def _opaque_division(tx, op, a, b):
+    """`a // b` / `a % b` by a divisor of unknown sign: the graph computes it (Python's operator
+    on the run-time ints: eager's floor semantics and ZeroDivisionError), its value a new
+    unbacked int that facts and checks may name."""
+    output = tx.output
+    key = (op, *(sympy.sympify(getattr(v, "expr", v)) for v in (_value(a), _value(b))))
+    made = output.__dict__.setdefault("opaque_divisions", {})  # (the same one: the same value)
+    if key not in made:
+        node = output.create_node("call_function", op, (_arg(a), _arg(b)), {})
+        value = output.shape_env.create_unbacked("int")
+        node.meta["example_value"] = shape_env.to_torch(value)
+        output.__dict__.setdefault("item_nodes", {})[value.expr] = node
+        made[key] = (node, value)
+    return SymNodeVariable(*made[key])
 
 
 _DIVISION_BY_ZERO = "integer division or modulo by zero (a divisor read from tensor data)"
