@@ -224,6 +224,8 @@ class OutputGraph:
         """Size computations (`x.size(0)`, `s0 * 2`) whose value no node uses."""
         for node in reversed(list(self.graph.nodes)):
             if node.op in ("call_method", "call_function") and not node.users:
+                if node.meta.get("kiln_may_raise"):  # (`u0 // u1`: ZeroDivisionError as eager)
+                    continue
                 if isinstance(node.meta.get("example_value"), torch.SymInt):
                     self.graph.erase_node(node)
 

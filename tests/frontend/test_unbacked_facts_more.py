@@ -242,3 +242,20 @@ def test_division_by_a_divisor_of_unknown_sign_is_computed_by_the_graph(values):
     if expected[1] is None:
         assert_same(expected[0], got[0])
     assert len(graphs) == 1
+
+
+def _unused_quotient(x):
+    u0, u1 = x.tolist()
+    q = u0 // u1  # noqa: F841 (unused: eager still raises for u1 == 0)
+    return x + 1
+
+
+@pytest.mark.parametrize("values", [[3, 2], [3, 0]])
+def test_an_unused_division_still_raises_as_eager(values):
+    compiled, graphs = _compiled(_unused_quotient)
+    x = torch.tensor(values)
+    expected, got = _outcome(_unused_quotient, x), _outcome(compiled, x)
+    assert expected[1] is got[1]
+    if expected[1] is None:
+        assert_same(expected[0], got[0])
+    assert len(graphs) == 1

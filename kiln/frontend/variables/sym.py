@@ -216,6 +216,7 @@ def _opaque_division(tx, op, a, b):
         node = output.create_node("call_function", op, (_arg(a), _arg(b)), {})
         value = output.shape_env.create_unbacked("int")
         node.meta["example_value"] = shape_env.to_torch(value)
+        node.meta["kiln_may_raise"] = True  # (kept when unused: it raises as eager's does)
         output.__dict__.setdefault("item_nodes", {})[value.expr] = node
         made[key] = (node, value)
     return SymNodeVariable(*made[key])
