@@ -259,3 +259,20 @@ def test_an_unused_division_still_raises_as_eager(values):
     if expected[1] is None:
         assert_same(expected[0], got[0])
     assert len(graphs) == 1
+
+
+def _row_by_item(x, index):
+    idx = index.item()
+    torch._check(idx >= 0)
+    torch._check(idx < x.size(0))
+    return x[idx] * 2, x[:, 1][idx]
+
+
+@pytest.mark.parametrize("i", [1, 0, 2])
+def test_indexing_by_an_item_value(monkeypatch, i):
+    """`x[i]` with i read by `.item()` (checked in range) is x.select(0, i), as eager."""
+    monkeypatch.setattr(kiln.config, "capture_scalar_outputs", True)
+    compiled, graphs = _compiled(_row_by_item)
+    a = torch.arange(9.0).reshape(3, 3)
+    assert_same(_row_by_item(a, torch.tensor(i)), compiled(a, torch.tensor(i)))
+    assert len(graphs) == 1

@@ -329,9 +329,15 @@ def narrow_by_item(tx, tensor, args, kwargs):
 def slice_by_items(tx, tensor, index):
     """`x[a:b]` (first dim, step 1) with a bound read from tensor data: a view of size b - a
     where torch._check's facts show 0 <= a <= b <= size (Python's slice then clamps nothing);
-    None for other indexes (the usual getitem)."""
+    `x[i]` with i read from tensor data: `x.select(0, i)`; None for other indexes."""
     from kiln.frontend.variables.sym import SliceVariable
 
+    if is_item_scalar(index) and not isinstance(index, ItemFloatVariable):
+        if tensor.example.dim() == 0:
+            return None
+        # `x[i]` with i read from tensor data is eager's `x.select(0, i)` (negative i wrapped,
+        # IndexError out of range); select's meta asks its questions of the facts
+        return tensor.call_method(tx, "select", [ConstantVariable(0), index], {})
     if not isinstance(index, SliceVariable):
         return None
     start, stop, *step = index.parts + [ConstantVariable(None)] * (3 - len(index.parts))
