@@ -29,11 +29,14 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | testing.unsupported(a, b) (a C function)       | the same in Python under kiln.disable (a graph break) |
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
 | torch._dynamo.exc.RecompileError               | kiln.exc.RecompileError (config.error_on_recompile) |
+| symbolic_shapes.ConstraintViolationError       | kiln.exc.ConstraintViolation (a marked dim specialised, or out of its range) |
+| torch._dynamo.exc.UserError                    | kiln.exc.DataDependentError (a branch on a value read from tensor data under fullgraph; torch's other user errors kiln has not) |
 | torch._dynamo.OptimizedModule                  | kiln.OptimizedModule (the class compile(module) returns) |
 | torch._dynamo.config.capture_scalar_outputs    | kiln.config.capture_scalar_outputs (read through)    |
 | torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
 | torch._dynamo.config.recompile_limit           | kiln.config.cache_size_limit (read through)          |
 | torch._dynamo.config.error_on_recompile        | kiln.config.error_on_recompile (read through)        |
+| torch.compiler.config.dynamic_sources          | kiln.config.dynamic_sources (read through; `L['x']` is kiln's `x`) |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 | backend "cudagraphs"                           | kiln's "kiln" with mode="reduce-overhead"            |
 | other torch backends (tvm, openxla)            | torch's compiler of that name on kiln's graphs       |
@@ -320,6 +323,25 @@ _CONFIG = {
 }
 
 
+def _kiln_source_names(torch_names):
+    """torch's list of source names (or regexes) as kiln spells them: a frame local `L['x']`
+    (`L\\['x.*'\\]` in a regex) is kiln's `x`, a global `G['x']` kiln's `___G['x']`; the rest
+    (`._modules['m']._parameters['w']`, `.attr`) is spelled alike."""
+    import re
+
+    items = []
+    for item in torch_names.split(","):
+        item = re.sub(r"^\s*L\\?\['(.*?)'\\?\]", r"\1", item)
+        items.append(re.sub(r"^\s*G(\\?\[)", r"___G\1", item).strip())
+    return ",".join(items)
+
+
+# torch config settings read through a translation: kiln's name -> (module, name, translate)
+_TRANSLATED_CONFIG = {
+    "dynamic_sources": ("torch.compiler.config", "dynamic_sources", _kiln_source_names),
+}
+
+
 def _mirror_config(kiln_config):
     """kiln.config's switches in _CONFIG read through to torch's config modules."""
     import importlib
@@ -334,6 +356,11 @@ def _mirror_config(kiln_config):
 
     places = {k: v if isinstance(v, tuple) else (v, k) for k, v in _CONFIG.items()}
     props = {name: switch(where) for name, where in places.items()}
+    for name, (module, torch_name, translate) in _TRANSLATED_CONFIG.items():
+        torch_config = importlib.import_module(module)
+        props[name] = property(
+            lambda self, c=torch_config, n=torch_name, t=translate: t(getattr(c, n))
+        )
     kiln_config.__class__ = type("MirroredConfig", (type(kiln_config),), props)
 
 
@@ -366,6 +393,7 @@ def install():
     import torch._dynamo.exc
     import torch._dynamo.testing
     import torch._dynamo.utils
+    import torch.fx.experimental.symbolic_shapes
 
     import kiln
 
@@ -413,6 +441,8 @@ def install():
         "Unsupported": (torch._dynamo.exc.Unsupported, kiln.exc.Unsupported),
         # `with self.assertRaises(RecompileError)` under config.error_on_recompile (kiln's class)
         "RecompileError": (torch._dynamo.exc.RecompileError, kiln.exc.RecompileError),
+        # `assertRaises(UserError)` on a data-dependent branch under fullgraph: kiln's class
+        "UserError": (torch._dynamo.exc.UserError, kiln.exc.DataDependentError),
         # `assertIsInstance(torch.compile(mod), torch._dynamo.OptimizedModule)`: kiln's class
         "OptimizedModule": (torch._dynamo.OptimizedModule, kiln.OptimizedModule),
     }
@@ -420,13 +450,19 @@ def install():
         if module is None or not (name == "torch._dynamo" or name.startswith("torch._dynamo.")):
             continue
         for attr, (old, new) in originals.items():
-            if attr in ("Unsupported", "RecompileError") and name != "torch._dynamo.exc":
+            if (
+                attr in ("Unsupported", "RecompileError", "UserError")
+                and name != "torch._dynamo.exc"
+            ):
                 continue  # what tests import; torch's own modules keep catching their class
             if attr == "OptimizedModule" and name != "torch._dynamo":
                 continue  # (the name tests read; torch's own modules keep their class)
             if getattr(module, attr, None) is old:
                 setattr(module, attr, new)
     torch.compile = compile
+    # `assertRaises(ConstraintViolationError)` after mark_dynamic: kiln's class (the name tests
+    # import from torch.fx.experimental.symbolic_shapes)
+    torch.fx.experimental.symbolic_shapes.ConstraintViolationError = kiln.exc.ConstraintViolation
     kiln.hooks.register("backend_graph", _count_kernels)
     kiln.hooks.register("guard_failure", _guard_failure)
     kiln.hooks.register("frame_start", _traced_frame)

@@ -128,9 +128,13 @@ def reset():
         ca.reset()  # compiled backward graphs go too
 
 
-def mark_dynamic(t, dim):
-    """Trace dimension(s) `dim` of tensor `t` with a size symbol from the next compilation on."""
-    frame_shapes.mark_dynamic(t, dim)
+def mark_dynamic(t, dim, *, min=None, max=None):  # noqa: A002 (torch's keyword names)
+    """Trace dimension(s) `dim` of tensor `t` with a size symbol from the next compilation on;
+    a compile that specialises it, or a size outside [min, max], raises ConstraintViolation."""
+    frame_shapes.mark_dynamic(t, dim, min, max)
+
+
+mark_dynamic._kiln_traced_as = "mark_dynamic"  # called in traced code: ForbiddenInTrace
 
 
 def mark_static(t, dim=None):

@@ -49,6 +49,7 @@ eager_under_trace = True  # with a sys.settrace function set (pdb, coverage), fr
 # --- dynamic shapes ---
 automatic_dynamic_shapes = True  # a changed size recompiles once with that dimension symbolic
 assume_static_by_default = True  # False: dynamic=None compiles sizes symbolic from the first call
+dynamic_sources = ""  # comma list of source names or regexes (`x`, `self.w.*`): symbolic at once
 
 # --- autograd ---
 fallback_random = False  # random ops draw exactly what eager draws (no functional RNG)

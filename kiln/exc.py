@@ -48,6 +48,11 @@ class DataDependentOp(Unsupported):
     tracer refuses it, so a backend built on it runs that graph as traced."""
 
 
+class DataDependentError(Unsupported):
+    """Python needs a value read from tensor data (`if y == 0:` on `y = t.item()`): a graph break,
+    and under fullgraph=True an error the user's code must fix (torch raises its UserError)."""
+
+
 class CompiledAutogradCall(Unsupported):
     """`.backward()` under config.compiled_autograd: the frame splits there and compiled autograd
     captures the whole backward as one graph, so fullgraph=True allows it."""
@@ -75,6 +80,21 @@ class BackendCompilerFailed(KilnError):
 
 class RecompileError(KilnError):
     """A compiled function would compile again under `config.error_on_recompile`."""
+
+
+class UserError(KilnError):
+    """The user's code asks for something kiln refuses: raised to the caller at compile time,
+    never a graph break nor an eager fallback."""
+
+
+class ConstraintViolation(UserError):
+    """A dimension marked dynamic (kiln.mark_dynamic) was specialised by the traced code, or its
+    size is outside its marked range (Note [Shapes: marked dims are a promise])."""
+
+
+class ForbiddenInTrace(UserError, AssertionError):
+    """Compiled code calls a function that only makes sense outside it (kiln.mark_dynamic marks
+    inputs for the next compilation). An AssertionError too, as torch's error of that case."""
 
 
 class InternalError(KilnError):

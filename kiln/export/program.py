@@ -39,7 +39,7 @@ from torch.utils import _pytree as pytree
 from kiln import api
 from kiln.contracts import GraphMeta
 from kiln.exc import KilnError
-from kiln.frontend import frame_cache
+from kiln.frontend import frame_cache, frame_shapes
 from kiln.frontend.guards import eval_sources
 from kiln.frontend.user_errors import hint_for
 
@@ -366,7 +366,7 @@ def _mark_dims(fn, args, kwargs, dynamic_shapes):
                     raise ExportError(
                         f"Dim {dim.name}: min must be >= 2 (sizes 0 and 1 specialise)"
                     )
-                api.mark_dynamic(value, d)
+                frame_shapes.mark_dynamic(value, d, promise=False)  # (its own check below)
                 marks[(id(value), d)] = dim
         elif isinstance(value, list | tuple):
             for v, s in zip(value, spec):

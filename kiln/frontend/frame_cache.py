@@ -18,7 +18,14 @@ import torch.fx
 
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
-from kiln.exc import CompiledAutogradCall, RecompileError, RestartTrace, Unsupported, unimplemented
+from kiln.exc import (
+    CompiledAutogradCall,
+    RecompileError,
+    RestartTrace,
+    Unsupported,
+    UserError,
+    unimplemented,
+)
 from kiln.frontend import fallback, installed_globals, stance, transforms
 from kiln.frontend.backward_scope import (
     backward_scope,
@@ -48,6 +55,7 @@ from kiln.frontend.translator import InstructionTranslator, user_location
 from kiln.frontend.user_errors import fullgraph_error, warn_graph_breaks
 from kiln.frontend.variables.lists import _ITER_UNDO as ITER_UNDO
 from kiln.symbolic import autocast_state as amp
+from kiln.symbolic import marked_dims
 
 _all_caches = weakref.WeakSet()
 _module_compiler = []  # [compile_callable(model, settings)]: entry.py registers it (it builds on us)
@@ -468,6 +476,9 @@ class FrameCache:
             # no resume: the frame runs in Python (torch.compile's counter of the same name)
             logs.counters["unimplemented"][e.msg] += 1
             _let_go(e)
+        except UserError:  # (ConstraintViolation, ForbiddenInTrace): the caller's to handle
+            state.restore()
+            raise
         except Exception as e:
             if isinstance(e, TypeError) and not _binds(self.fn, args, kwargs):
                 failure = "arguments"  # Python's own error, naming the function (run eagerly)
@@ -576,6 +587,7 @@ class FrameCache:
             dynamic is True
             or bool(self.frame_shapes.dynamic)
             or self._has_marked_dims(args, kwargs)
+            or bool(config.dynamic_sources)  # Note [Shapes: dynamic sources]
         )
         output = OutputGraph(
             fn,
@@ -653,6 +665,8 @@ class FrameCache:
         if output.has_symbols():
             # rendered by build_guard_fn, after the backend returned (it may add facts)
             output.guards.add(GuardKind.SHAPE_ENV, None, output.shape_env)
+        if output.has_symbols():
+            marked_dims.check(output.shape_env)  # (after the backend: it may add facts)
         self._record_shapes(output)
         build = dict(extra=output.extra_globals, dynamic_closure=self.dynamic_closure)
         if self.settings.guard_filter_fn is not None:

@@ -6,9 +6,12 @@ dynamic (symbols of a `kiln.symbolic.shape_env.ShapeEnv`).
 """
 
 import dataclasses
+import functools
 import math
+import re
 
-from kiln import logs
+from kiln import config, logs
+from kiln.symbolic import marked_dims
 from kiln.symbolic.shape_env import MIN_SYMBOL_VALUE
 
 
@@ -52,12 +55,32 @@ def static_numel(example):
 # Which dimensions are dynamic
 
 
-def mark_dynamic(t, dim):
-    """Mark dimension(s) of tensor `t` dynamic for the next compilation."""
+def mark_dynamic(t, dim, min=None, max=None, promise=True):  # noqa: A002 (torch's names)
+    """Mark dimension(s) of tensor `t` dynamic for the next compilation, within [min, max];
+    `promise`: a trace that specialises it raises (Note [Shapes: marked dims are a promise]),
+    not so for kiln.export's marks (it names the Dim that cannot vary itself)."""
     dims = [dim] if isinstance(dim, int) else list(dim)
+    for bound in (min, max):
+        if bound is not None and (type(bound) is not int or bound < 0):
+            raise TypeError(f"kiln.mark_dynamic: min and max are sizes (ints >= 0), got {bound!r}")
+    if min is not None and max is not None and min > max:
+        raise ValueError(f"kiln.mark_dynamic: min {min} > max {max}")
     marked = set(getattr(t, "_kiln_dynamic_dims", ()))
-    marked.update(d % t.dim() for d in dims)
+    ranges = dict(getattr(t, "_kiln_dim_ranges", {}))
+    for d in dims:
+        marked.add(d % t.dim())
+        if promise:
+            ranges[d % t.dim()] = (min, max)
     t._kiln_dynamic_dims = marked
+    t._kiln_dim_ranges = ranges
+
+
+def note_marks(env, t, sizes, source_name):
+    """Tell the frame's ShapeEnv which traced sizes of input `t` the user marked dynamic, with
+    their ranges (Note [Shapes: marked dims are a promise])."""
+    for d, (lo, hi) in getattr(t, "_kiln_dim_ranges", {}).items():
+        if d < len(sizes) and not isinstance(sizes[d], int):
+            marked_dims.mark(env, sizes[d], f"{source_name}.size()[{d}]", lo, hi)
 
 
 def mark_static(t, dim):
@@ -118,6 +141,39 @@ def changed_values(old, new):
 changed_floats = changed_values  # Note [Shapes: unspecialised floats]
 
 
+# Note [Shapes: dynamic sources]
+# config.dynamic_sources (torch's `torch.compiler.config.dynamic_sources`) names inputs that are
+# symbolic from their first compile: a comma list of source names as kiln's guards spell them
+# (`x`, `self._modules['inner'].n`, `self._modules['lin']._parameters['weight']`), each matched
+# exactly or as a regex matching the whole name (`x.*`: `x1`, `x2`). A tensor gets a symbol for every dim (sizes 0 and 1 still specialise), a parameter too
+# (no static parameter sizes for it); an int input is an int symbol (any int), an int attribute of
+# a module too. It takes precedence over dynamic=False and over the constants of module ints.
+
+
+@functools.lru_cache(8)
+def _source_patterns(text):
+    """(name, compiled regex or None where the name is no regex) per item of the list."""
+    out = []
+    for item in (p.strip() for p in text.split(",")):
+        if item:
+            try:
+                out.append((item, re.compile(item)))
+            except re.error:
+                out.append((item, None))
+    return tuple(out)
+
+
+def is_dynamic_source(name):
+    """Whether config.dynamic_sources names the source `name` (Note [Shapes: dynamic sources])."""
+    text = config.dynamic_sources
+    if not text:
+        return False
+    return any(
+        item == name or (regex is not None and regex.fullmatch(name))
+        for item, regex in _source_patterns(text)
+    )
+
+
 class FrameShapes:
     """Per-frame automatic-dynamic state: last sizes seen and the dims already made dynamic."""
 
@@ -142,6 +198,8 @@ class FrameShapes:
     def dynamic_dims(self, source, t, dynamic=None):
         """The dims of tensor `t` (at `source`) to trace symbolically under `dynamic=` (torch's)."""
         static = getattr(t, "_kiln_static_dims", set())
+        if is_dynamic_source(source):
+            dynamic = True
         if dynamic is False:
             return set()
         if dynamic is True:

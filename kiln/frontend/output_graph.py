@@ -11,7 +11,7 @@ from kiln.contracts import GraphMeta
 from kiln.exc import BackendCompilerFailed, DataDependentOp, Unsupported, unimplemented
 from kiln.frontend import fallback, installed_globals
 from kiln.frontend.dispatch_modes import compiling_function_modes
-from kiln.frontend.frame_shapes import FrameShapes
+from kiln.frontend.frame_shapes import FrameShapes, is_dynamic_source, note_marks
 from kiln.frontend.guards import GuardKind, GuardSet, has_own_torch_function, is_module_state
 from kiln.frontend.side_effects import SideEffects
 from kiln.frontend.source import GetItemSource, LocalSource
@@ -108,6 +108,7 @@ class OutputGraph:
             example = fake
         elif self.fake_inputs:
             sizes = self.shape_env.sizes_of(value, name, dims)
+            note_marks(self.shape_env, value, sizes, name)
             example = fake_like(value, requires_grad=value.requires_grad, sizes=sizes)
             if dims:
                 strides = None if value.is_contiguous() else sym_strides(example)
@@ -141,10 +142,11 @@ class OutputGraph:
 
     def _dynamic_dims(self, value, source):
         """The dims of an input tensor traced symbolically (Note [Shapes: wiring])."""
-        if self.dynamic is False or value.layout != torch.strided:
+        forced = is_dynamic_source(source.name())  # Note [Shapes: dynamic sources]
+        if (self.dynamic is False and not forced) or value.layout != torch.strided:
             return set()
         dynamic = self.dynamic
-        if dynamic and is_module_state(source):
+        if dynamic and is_module_state(source) and not forced:
             dynamic = None  # parameters and buffers keep their sizes under dynamic=True
         dims = self.frame_shapes.dynamic_dims(source.name(), value, dynamic)
         dims = {d for d in dims if value.shape[d] >= shape_env.MIN_SYMBOL_VALUE}
@@ -159,6 +161,8 @@ class OutputGraph:
         """Whether an int input at `source` is traced as a symbolic size: its value changed, or
         dynamic=True and it is an argument (or an item of one), not an attribute of an object
         (module settings such as `self.n_head` stay constants, as in torch)."""
+        if is_dynamic_source(source.name()):  # Note [Shapes: dynamic sources]
+            return True
         if self.dynamic is False or self._under_static_module(source):
             return False
         if self.dynamic_ints or 0 in self.frame_shapes.dynamic.get(source.name(), ()):
@@ -221,6 +225,8 @@ class OutputGraph:
         """Size computations (`x.size(0)`, `s0 * 2`) whose value no node uses."""
         for node in reversed(list(self.graph.nodes)):
             if node.op in ("call_method", "call_function") and not node.users:
+                if node.meta.get("kiln_may_raise"):  # (`u0 // u1`: ZeroDivisionError as eager)
+                    continue
                 if isinstance(node.meta.get("example_value"), torch.SymInt):
                     self.graph.erase_node(node)
 

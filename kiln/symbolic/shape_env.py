@@ -8,8 +8,8 @@ automatic-dynamic policy are in `kiln.frontend.frame_shapes`.
 import sympy
 
 from kiln import config, logs
-from kiln.exc import Unsupported
-from kiln.symbolic import unbacked_facts
+from kiln.exc import DataDependentError
+from kiln.symbolic import marked_dims, unbacked_facts
 from kiln.symbolic.sym_node import (  # noqa: F401  (re-exported: callers import them from here)
     SymNode,
     contiguous_strides,
@@ -43,7 +43,8 @@ from kiln.symbolic.sym_node import (  # noqa: F401  (re-exported: callers import
 # SymInt/SymFloat from aten._local_scalar_dense). Its value is a symbol `u<n>` with no hint and no
 # source: arithmetic and `max/min` on it stay symbolic, facts about it that follow statically
 # (`Max(u0, 1024) >= 0`) are answered, and any other question (a branch, `int()`, a guard) cannot
-# be answered on a hint nor guarded on the inputs: `hint()` raises Unsupported, a graph break.
+# be answered on a hint nor guarded on the inputs: `hint()` raises DataDependentError (an
+# Unsupported), a graph break.
 # Unbacked symbols are not size symbols: `_static_value` does not assume them >= 2. kiln's AOT
 # refuses graphs with `.item()` (aten._local_scalar_dense): the backend then runs them as traced.
 
@@ -94,6 +95,7 @@ class ShapeEnv:
         self.guard_reasons = []  # per recorded guard: self.reason when it was recorded
         self.axioms = set()  # facts on unbacked symbols asserted at run time (torch._check)
         self.int_symbols = set()  # unspecialised int inputs: any int, not >= 2 (Note below)
+        self.marked = {}  # Symbol -> (min, max) of a dim the user marked dynamic (marked_dims)
 
     # -- symbols -----------------------------------------------------------------------------
     def create_symbol(self, hint, source):
@@ -184,7 +186,7 @@ class ShapeEnv:
         """The value of `expr` on the hints."""
         expr = sympy.sympify(expr)
         if self.unbacked and expr.free_symbols & self.unbacked:
-            raise Unsupported(
+            raise DataDependentError(
                 f"data-dependent: {expr} needs a value read from tensor data (`.item()`)"
             )
         values = self.var_to_val
@@ -356,6 +358,7 @@ class ShapeEnv:
                 continue  # any int (Note [Shapes: unspecialised ints])
             if value is None or not value.is_Number:  # a replaced symbol keeps its range
                 facts.append(sympy.Ge(sym, MIN_SYMBOL_VALUE, evaluate=False))
+        facts.extend(marked_dims.range_facts(self))
         seen = set(facts)  # (a set: thousands of facts compared pairwise took seconds)
         for g in self.guards:
             g = self.substitute(g)

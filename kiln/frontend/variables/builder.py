@@ -214,6 +214,8 @@ def _kiln_special(value):
         return logging_vars.EffectCallVariable(value.__name__, fn=value)
     if kiln_marker(value, "_kiln_traced_as") == "mark_static":  # kiln.mark_static in the frame
         return static_marks.MarkStaticVariable(value)
+    if kiln_marker(value, "_kiln_traced_as") == "mark_dynamic":  # (raises when called)
+        return static_marks.MarkDynamicVariable(value)
     if value is ctx_managers.DISABLE_SAVED_HOOKS:
         return ctx_managers.DisableSavedHooksFnVariable(value)
     if control_flow.handles(value):  # torch.cond, torch.while_loop ...

@@ -4,7 +4,7 @@ bool read from tensor data])."""
 import torch
 
 from kiln.bytecode import emit
-from kiln.exc import Unsupported, unimplemented
+from kiln.exc import DataDependentError, Unsupported
 from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
@@ -39,7 +39,7 @@ class DataBoolVariable(VariableTracker):
         return False
 
     def as_python_constant(self):
-        unimplemented("data-dependent: a bool read from tensor data used in Python")
+        raise DataDependentError("data-dependent: a bool read from tensor data used in Python")
 
     def truthy(self, tx):
         self.as_python_constant()

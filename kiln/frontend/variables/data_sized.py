@@ -93,8 +93,23 @@ def _nonzero_function(tx, fn, args, kwargs):
     return None
 
 
+def _argwhere(tx, tensor, args, kwargs):
+    """`torch.argwhere(x)` / `x.argwhere()`: eager's is `x.nonzero()`, the same result."""
+    if args or kwargs:
+        unimplemented("Tensor.argwhere() with these arguments")
+    return nonzero(tx, tensor, [], {})
+
+
+def _argwhere_function(tx, fn, args, kwargs):
+    if len(args) == 1 and not kwargs and isinstance(args[0], tensor_vars.TensorVariable):
+        return _argwhere(tx, args[0], [], {})
+    return None
+
+
 tensor_vars.register_method("nonzero", nonzero)
 torch_vars.register_function(torch.nonzero, _nonzero_function)
+tensor_vars.register_method("argwhere", _argwhere)
+torch_vars.register_function(torch.argwhere, _argwhere_function)
 
 
 def unique_consecutive(tx, tensor, args, kwargs):

@@ -79,6 +79,10 @@ def binary_op(tx, fn, a, b):
         result = unbacked.float_binary(tx, fn, a, b)  # Note [Shapes: item() in the graph]
         if result is not None:
             return result
+    if fn is operator.and_ and (hasattr(a, "fact_and") or hasattr(b, "fact_and")):
+        result = (a if hasattr(a, "fact_and") else b).fact_and(a, b)  # torch's sym_and in a check
+        if result is not None:
+            return result
     if isinstance(a, SymNodeVariable | SizeFloatVariable) or isinstance(
         b, SymNodeVariable | SizeFloatVariable
     ):

@@ -8,12 +8,13 @@ import operator
 import sympy
 import torch
 
-from kiln.exc import unimplemented
+from kiln.exc import DataDependentError, unimplemented
 from kiln.frontend.variables import sym
 from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.exceptions import raise_observed
+from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.symbolic import assert_ops, shape_env
 
@@ -148,17 +149,32 @@ _RELATIONS = {
 
 
 class CheckedFactVariable(VariableTracker):
-    """A comparison of unbacked values on its way into torch._check (see the note)."""
+    """A comparison of unbacked values on its way into torch._check (see the note); `facts`: the
+    conjuncts when several were joined by `&` (torch's sym_and)."""
 
-    def __init__(self, fact, **kw):
+    def __init__(self, fact, facts=None, **kw):
         super().__init__(**kw)
         self.fact = fact
+        self.facts = facts or (fact,)
+
+    def fact_and(self, a, b):
+        """`a & b` with a checked fact on either side (sym_and's operator.and_), else None."""
+        facts = []
+        for v in (a, b):
+            if isinstance(v, CheckedFactVariable):
+                facts.extend(v.facts)
+            elif isinstance(v, ConstantVariable) and type(v.value) is bool:
+                if not v.value:
+                    return ConstantVariable(False)  # (torch._check(False) raises, as eagerly)
+            else:
+                return None
+        return CheckedFactVariable(sympy.And(*facts), tuple(facts))
 
     def python_type(self):
         return bool
 
     def truthy(self, tx):
-        unimplemented(f"data-dependent: {self.fact} needs a value read from tensor data")
+        raise DataDependentError(f"data-dependent: {self.fact} needs a value read from tensor data")
 
     def reconstruct(self, cg):
         unimplemented(f"data-dependent: {self.fact} live at a graph break")
@@ -171,12 +187,57 @@ def _translatable(expr, sources):
         return expr in sources
     if isinstance(expr, (sympy.Add, sympy.Mul)):
         return all(_translatable(a, sources) for a in expr.args)
+    if isinstance(expr, sympy.floor):  # `a // k`: floor((a)/k) with a positive integer k
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        return den.is_Integer and den > 0 and _translatable(sympy.expand(num), sources)
     return False
+
+
+class _SymbolNodes:
+    """The FX values of a fact's symbols: a `.item()` node, or for a size symbol of an input
+    (`x.size()[0]`, an int input) the graph's `x.size(0)` node or the int's placeholder, made
+    when first asked for (a fact mixing both: `torch._check(u0 == x.size(0) + y.size(0))`)."""
+
+    def __init__(self, tx):
+        self.tx = tx
+        self.items = tx.output.__dict__.get("item_nodes", {})
+
+    def __contains__(self, sym):
+        return sym in self.items or self._input_of(sym) is not None
+
+    def __getitem__(self, sym):
+        if sym in self.items:
+            return self.items[sym]
+        var, dim = self._input_of(sym)
+        if dim is None:
+            return var.proxy
+        return var.call_method(self.tx, "size", [ConstantVariable(dim)], {}).proxy
+
+    def _input_of(self, sym):
+        """(variable, dim) of the input a backed symbol is the size of ((variable, None): an int
+        input's own symbol), or None."""
+        output = self.tx.output
+        text = output.shape_env.var_to_source.get(sym)
+        if text is None or sym in output.shape_env.replacements:
+            return None
+        name, dim = text, None
+        if text.endswith("]") and ".size()[" in text:
+            name, _, rest = text.rpartition(".size()[")
+            dim = int(rest[:-1])
+        for source, value, node in output.graph_inputs:
+            if source.name() != name:
+                continue
+            if dim is None:
+                var = SymNodeVariable(node, shape_env.from_torch(node.meta["example_value"]))
+                return (var, None) if isinstance(value, int) else None
+            known = output._input_by_id.get(id(value))
+            return None if known is None else (known[0], dim)
+        return None
 
 
 def _checkable(tx, fact):
     """(lhs - rhs, sources) when the fact can be checked as tensor ops, else None."""
-    sources = tx.output.__dict__.get("item_nodes", {})
+    sources = _SymbolNodes(tx)
     if type(fact) not in _RELATIONS:
         return None
     diff = sympy.expand(fact.lhs - fact.rhs)
@@ -191,6 +252,10 @@ def _as_node(tx, expr, sources):
         return int(expr)
     if expr.is_Symbol:
         return sources[expr]
+    if isinstance(expr, sympy.floor):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        num = _as_node(tx, sympy.expand(num), sources)
+        return tx.output.create_node("call_function", operator.floordiv, (num, int(den)), {})
     fn = operator.add if isinstance(expr, sympy.Add) else operator.mul
     parts = sorted(expr.args, key=lambda a: a.is_Integer)  # (a symbol first)
     acc = _as_node(tx, parts[0], sources)
@@ -206,7 +271,8 @@ def _feeds_check(tx):
     if top and type(top[-1]).__name__ == "NullVariable":
         top = top[:-1]
     if not (top and _is_check(top[-1])):
-        return False
+        # an argument of a call inside the check's argument: torch._check(sym_and(u0 >= 3, ...))
+        return any(_is_check(v) for v in tx.stack[:-2])
     insts = tx.instructions
     nxt = insts[tx.ip] if tx.ip < len(insts) else None
     return nxt is not None and nxt.opname in ("PRECALL", "CALL") and nxt.arg == 1
@@ -270,10 +336,24 @@ def assert_nonnegative_size(tx, expr, message):
     return True
 
 
+def assert_unbacked_fact(tx, fact, message):
+    """A fact on `.item()` values asserted at run time (RuntimeError with `message`) and assumed;
+    False where it cannot be checked as tensor ops."""
+    if not isinstance(fact, tuple(_RELATIONS)) or _checkable(tx, fact) is None:
+        return False
+    _assert_fact(tx, fact, message)
+    return True
+
+
+sym.register_fact_asserts(assert_unbacked_fact)
+
+
 def _check(tx, fn, args, kwargs):
     """`torch._check(<a CheckedFactVariable>)`: the fact asserted at run time and assumed."""
     if len(args) == 1 and not kwargs and isinstance(args[0], CheckedFactVariable):
-        return _assert_fact(tx, args[0].fact)
+        for fact in args[0].facts:
+            _assert_fact(tx, fact)
+        return ConstantVariable(None)
     return None
 
 

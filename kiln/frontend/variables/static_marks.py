@@ -1,6 +1,6 @@
-"""`kiln.mark_static` called inside a compiled frame."""
+"""`kiln.mark_static` and `kiln.mark_dynamic` called inside a compiled frame."""
 
-from kiln.exc import unimplemented
+from kiln.exc import ForbiddenInTrace, unimplemented
 from kiln.frontend.variables.base import PythonValueVariable
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.sym import SymNodeVariable
@@ -30,6 +30,21 @@ class MarkStaticVariable(PythonValueVariable):
                 if not size.value.env.substitute(size.value.expr).is_Integer:
                     size.evaluate()
         return t
+
+    def reconstruct(self, cg):
+        cg.load_object(self.value)
+
+
+class MarkDynamicVariable(PythonValueVariable):
+    """`kiln.mark_dynamic` reached in traced code: it marks inputs for the next compilation, which
+    has no meaning inside one, so the compile raises ForbiddenInTrace (torch raises its
+    AssertionError "Attempt to trace forbidden callable"); not reached, it costs nothing."""
+
+    def call_function(self, tx, args, kwargs):
+        raise ForbiddenInTrace(
+            "kiln.mark_dynamic called in compiled code: Attempt to trace forbidden callable "
+            "(it marks a tensor for the next compilation; call it before the compiled function)"
+        )
 
     def reconstruct(self, cg):
         cg.load_object(self.value)

@@ -15,6 +15,7 @@ Left on the stack or in a local at a graph break, the size is an int output of t
 import builtins
 import operator
 
+import sympy
 import torch
 
 from kiln.bytecode import emit
@@ -148,11 +149,16 @@ def binary(tx, fn, a, b):
         return binary_op(tx, fn, specialised(a), specialised(b))
     if op is operator.pow and not (isinstance(b, ConstantVariable) and b.value >= 0):
         return binary_op(tx, fn, specialised(a), specialised(b))  # (a float result)
-    if op in (operator.floordiv, operator.mod):
+    if op in (operator.floordiv, operator.mod) and _exact_division(tx, a, b):
+        if op is operator.mod:  # Note [Shapes: exact division by an unbacked divisor]
+            return ConstantVariable(0)
+    elif op in (operator.floordiv, operator.mod):
         # the divisor must be known nonzero; Python's floor semantics with negative operands are
         # not modelled by the size expressions: specialise those
         if isinstance(b, ConstantVariable) and b.value <= 0:
             return binary_op(tx, fn, specialised(a), b)
+        if isinstance(b, SymNodeVariable) and _unknown_sign(b.value):
+            return _opaque_division(tx, op, a, b)  # Note [Shapes: exact division by an ...]
         if isinstance(b, SymNodeVariable) and not bool(b.value > 0):
             return binary_op(tx, fn, specialised(a), specialised(b))
     try:
@@ -161,6 +167,70 @@ def binary(tx, fn, a, b):
         unimplemented(f"{op.__name__} of sizes raised {type(e).__name__}: {e}")
     node = tx.output.create_node("call_function", op, (_arg(a), _arg(b)), {})
     return SymNodeVariable.create(tx, node, value)
+
+
+# Note [Shapes: exact division by an unbacked divisor]
+# `a % b` and `a // b` with b over values read from tensor data (`u0 + 10`) cannot take the sign
+# of b from a hint, which Python's floor semantics need. When b divides a as polynomials
+# (`(u0 + 10) * (u0 + 10)` by `u0 + 10`), every sign gives the same answer: `a % b` is 0 and
+# `a // b` the exact quotient, for any b but 0 (where eager raises ZeroDivisionError). So the
+# result is folded, with `b != 0` known from the facts or else asserted when the graph runs
+# (a RuntimeError instead of the ZeroDivisionError, never a wrong value). Otherwise, when the
+# facts do not give b's sign, the graph computes `a // b` itself and its value is a new unbacked
+# int (`torch._check((2 * u0) // (u0 + u1) != 0)` then asserts and assumes a fact about it).
+def _exact_division(tx, a, b):
+    """Whether `a % b` / `a // b` has its divisor over unbacked values, dividing a exactly, and
+    known (or asserted at run time) nonzero."""
+    if not isinstance(b, SymNodeVariable) or not is_int_like(a):
+        return False
+    divisor = b.value
+    env = divisor.env
+    if not (divisor.expr.free_symbols & env.unbacked):
+        return False
+    dividend = _value(a)
+    dividend = dividend.expr if isinstance(dividend, shape_env.SymNode) else sympy.Integer(dividend)
+    if sympy.fraction(sympy.cancel(dividend / divisor.expr))[1] != 1:
+        return False
+    nonzero = env.simplify(sympy.Ne(divisor.expr, 0))
+    if env.static_value(nonzero) is True:
+        return True
+    return bool(_FACT_ASSERTS) and _FACT_ASSERTS[0](tx, nonzero, _DIVISION_BY_ZERO)
+
+
+def _unknown_sign(divisor):
+    """A divisor over unbacked values whose sign the facts do not give."""
+    env = divisor.env
+    if not (divisor.expr.free_symbols & env.unbacked):
+        return False
+    return env.static_value(sympy.Gt(divisor.expr, 0)) is None
+
+
+def _opaque_division(tx, op, a, b):
+    """`a // b` / `a % b` by a divisor of unknown sign: the graph computes it (Python's operator
+    on the run-time ints: eager's floor semantics and ZeroDivisionError), its value a new
+    unbacked int that facts and checks may name."""
+    output = tx.output
+    key = (op, *(sympy.sympify(getattr(v, "expr", v)) for v in (_value(a), _value(b))))
+    made = output.__dict__.setdefault("opaque_divisions", {})  # (the same one: the same value)
+    if key not in made:
+        node = output.create_node("call_function", op, (_arg(a), _arg(b)), {})
+        value = output.shape_env.create_unbacked("int")
+        node.meta["example_value"] = shape_env.to_torch(value)
+        node.meta["kiln_may_raise"] = True  # (kept when unused: it raises as eager's does)
+        output.__dict__.setdefault("item_nodes", {})[value.expr] = node
+        made[key] = (node, value)
+    return SymNodeVariable(*made[key])
+
+
+_DIVISION_BY_ZERO = "integer division or modulo by zero (a divisor read from tensor data)"
+
+# fn(tx, fact, message) -> whether the fact on unbacked values is asserted at run time (and
+# assumed) now (registered by runtime_asserts.py)
+_FACT_ASSERTS = []
+
+
+def register_fact_asserts(fn):
+    _FACT_ASSERTS[:] = [fn]
 
 
 def has_symbolic(v):

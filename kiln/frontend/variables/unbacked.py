@@ -23,6 +23,7 @@ A bool tensor's item is a DataBoolVariable (Note [Shapes: a bool read from tenso
 complex tensors, and tensors whose element count is symbolic, still break.
 """
 
+import math
 import operator
 
 import sympy
@@ -196,17 +197,23 @@ _TOLIST_ITEMS = 1024  # more elements than this: a break (each is one .item() in
 
 
 def tensor_tolist(tx, tensor, args, kwargs):
-    """`t.tolist()` of a tensor of static sizes: nested lists of `t[i, j].item()` in the graph
-    (a 0-d tensor gives the scalar itself, as eagerly)."""
+    """`t.tolist()`: nested lists of `t[i, j].item()` in the graph (a 0-d tensor gives the scalar
+    itself, as eagerly). A symbolic size is specialised (the list's length is a Python fact, a
+    guard), as torch does; a size read from tensor data breaks the graph."""
     if not tx.output.captures_scalars:
         unimplemented("Tensor.tolist() reads tensor data")
     ex = tensor.example
     sizes = [shape_env.from_torch(n) for n in ex.shape]
-    if args or kwargs or not all(isinstance(n, int) for n in sizes):
-        unimplemented("Tensor.tolist() of a tensor that is not of static sizes")
-    if ex.numel() > _TOLIST_ITEMS:
+    if args or kwargs or any(_is_unbacked_size(n) for n in sizes):
+        unimplemented("Tensor.tolist() of a tensor whose size is read from tensor data")
+    sizes = [n if isinstance(n, int) else n.env.specialize(n.expr) for n in sizes]
+    if math.prod(sizes) > _TOLIST_ITEMS:
         unimplemented(f"Tensor.tolist() of more than {_TOLIST_ITEMS} elements")
     return _tolist(tx, tensor, sizes)
+
+
+def _is_unbacked_size(n):
+    return not isinstance(n, int) and bool(n.expr.free_symbols & n.env.unbacked)
 
 
 def _tolist(tx, tensor, sizes):
@@ -322,9 +329,15 @@ def narrow_by_item(tx, tensor, args, kwargs):
 def slice_by_items(tx, tensor, index):
     """`x[a:b]` (first dim, step 1) with a bound read from tensor data: a view of size b - a
     where torch._check's facts show 0 <= a <= b <= size (Python's slice then clamps nothing);
-    None for other indexes (the usual getitem)."""
+    `x[i]` with i read from tensor data: `x.select(0, i)`; None for other indexes."""
     from kiln.frontend.variables.sym import SliceVariable
 
+    if is_item_scalar(index) and not isinstance(index, ItemFloatVariable):
+        if tensor.example.dim() == 0:
+            return None
+        # `x[i]` with i read from tensor data is eager's `x.select(0, i)` (negative i wrapped,
+        # IndexError out of range); select's meta asks its questions of the facts
+        return tensor.call_method(tx, "select", [ConstantVariable(0), index], {})
     if not isinstance(index, SliceVariable):
         return None
     start, stop, *step = index.parts + [ConstantVariable(None)] * (3 - len(index.parts))
