@@ -336,18 +336,6 @@ def assert_nonnegative_size(tx, expr, message):
     return True
 
 
-def assert_unbacked_fact(tx, fact, message):
-    """A fact on `.item()` values asserted at run time (RuntimeError with `message`) and assumed;
-    False where it cannot be checked as tensor ops."""
-    if not isinstance(fact, tuple(_RELATIONS)) or _checkable(tx, fact) is None:
-        return False
-    _assert_fact(tx, fact, message)
-    return True
-
-
-sym.register_fact_asserts(assert_unbacked_fact)
-
-
 def _check(tx, fn, args, kwargs):
     """`torch._check(<a CheckedFactVariable>)`: the fact asserted at run time and assumed."""
     if len(args) == 1 and not kwargs and isinstance(args[0], CheckedFactVariable):

@@ -174,8 +174,8 @@ def binary(tx, fn, a, b):
 # of b from a hint, which Python's floor semantics need. When b divides a as polynomials
 # (`(u0 + 10) * (u0 + 10)` by `u0 + 10`), every sign gives the same answer: `a % b` is 0 and
 # `a // b` the exact quotient, for any b but 0 (where eager raises ZeroDivisionError). So the
-# result is folded, with `b != 0` known from the facts or else asserted when the graph runs
-# (a RuntimeError instead of the ZeroDivisionError, never a wrong value). Otherwise, when the
+# result is folded, with `b != 0` known from the facts or else made a fact by a division the
+# graph computes first (unused, kept: it raises eager's ZeroDivisionError). Otherwise, when the
 # facts do not give b's sign, the graph computes `a // b` itself and its value is a new unbacked
 # int (`torch._check((2 * u0) // (u0 + u1) != 0)` then asserts and assumes a fact about it).
 def _exact_division(tx, a, b):
@@ -192,9 +192,10 @@ def _exact_division(tx, a, b):
     if sympy.fraction(sympy.cancel(dividend / divisor.expr))[1] != 1:
         return False
     nonzero = env.simplify(sympy.Ne(divisor.expr, 0))
-    if env.static_value(nonzero) is True:
-        return True
-    return bool(_FACT_ASSERTS) and _FACT_ASSERTS[0](tx, nonzero, _DIVISION_BY_ZERO)
+    if env.static_value(nonzero) is not True:
+        _opaque_division(tx, operator.mod, a, b)  # (raises eager's ZeroDivisionError on 0)
+        env.assume(nonzero)
+    return True
 
 
 def _unknown_sign(divisor):
@@ -220,17 +221,6 @@ def _opaque_division(tx, op, a, b):
         output.__dict__.setdefault("item_nodes", {})[value.expr] = node
         made[key] = (node, value)
     return SymNodeVariable(*made[key])
-
-
-_DIVISION_BY_ZERO = "integer division or modulo by zero (a divisor read from tensor data)"
-
-# fn(tx, fact, message) -> whether the fact on unbacked values is asserted at run time (and
-# assumed) now (registered by runtime_asserts.py)
-_FACT_ASSERTS = []
-
-
-def register_fact_asserts(fn):
-    _FACT_ASSERTS[:] = [fn]
 
 
 def has_symbolic(v):
