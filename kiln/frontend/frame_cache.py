@@ -665,7 +665,6 @@ class FrameCache:
         if output.has_symbols():
             # rendered by build_guard_fn, after the backend returned (it may add facts)
             output.guards.add(GuardKind.SHAPE_ENV, None, output.shape_env)
-        if output.has_symbols():
             marked_dims.check(output.shape_env)  # (after the backend: it may add facts)
         self._record_shapes(output)
         build = dict(extra=output.extra_globals, dynamic_closure=self.dynamic_closure)
