@@ -79,6 +79,7 @@ from kiln.frontend.variables import (
     unspec_float,
     user_modules,  # noqa: F401  (registers user modules built in the frame)
     value_checked,  # noqa: F401  (registers F.one_hot with its checks)
+    warnings_ctx,  # noqa: F401  (registers warnings.catch_warnings made in the frame)
     weak_dicts,
     weak_refs,  # noqa: F401  (registers weakref.ref of a frame argument)
 )
