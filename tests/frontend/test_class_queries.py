@@ -97,3 +97,14 @@ def test_union_of_user_classes_in_isinstance():
 
     run_and_compare(fn, torch.ones(2), left(), fullgraph=True, expected_graphs=1)
     run_and_compare(fn, torch.ones(2), base(), fullgraph=True, expected_graphs=1)
+
+
+def test_union_with_generic_aliases_and_unions():
+    def fn(x, items):
+        def inner(y: torch.Tensor | list[int], z: None | list[str]):
+            return y
+
+        opt = int | str | list[int]  # (a union or'd again, a generic alias in it)
+        return inner(x + 1, None), opt, opt.__args__, torch.Tensor | list[int], None | list[int]
+
+    run_and_compare(fn, torch.ones(2), [1], fullgraph=True, expected_graphs=1)

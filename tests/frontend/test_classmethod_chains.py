@@ -79,3 +79,28 @@ def test_classmethod_of_a_local_class_over_other_descriptors():
 
 def test_classmethod_of_a_global_class_over_a_classmethod():
     run_and_compare(classmethods_of_a_global_class, torch.randn(3))
+
+
+def test_classmethod_of_a_new_object_reads_an_object_class_attribute():
+    class Holder:
+        x = 5
+
+    class Mock:
+        class_variable = Holder()
+
+        @classmethod
+        def get_class_variable(cls):
+            return cls.class_variable.x
+
+        def run(self, x):
+            return self.get_class_variable() * x
+
+    def fn(x):
+        return Mock().run(x)
+
+    compiled = run_and_compare(fn, torch.randn(4), fullgraph=True, expected_graphs=1)
+    Mock.class_variable.x = 7  # (read through a source: guarded, recompiled)
+    torch.testing.assert_close(compiled(torch.ones(2)), fn(torch.ones(2)))
+    Mock.class_variable = Holder()
+    Mock.class_variable.x = -1
+    torch.testing.assert_close(compiled(torch.ones(2)), fn(torch.ones(2)))

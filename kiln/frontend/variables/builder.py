@@ -55,7 +55,7 @@ from kiln.frontend.variables import (
     enum_api,  # noqa: F401  (registers Enum's functional API)
     foreach_calls,  # noqa: F401  (registers foreach ops one tensor at a time)
     functorch_vmap,
-    list_subclass,  # noqa: F401  (registers instances of list subclasses made in the frame)
+    list_subclass,
     logging_vars,
     misc,
     namedtuples,
@@ -83,6 +83,7 @@ from kiln.frontend.variables import (
     unspec_float,
     user_modules,  # noqa: F401  (registers user modules built in the frame)
     value_checked,  # noqa: F401  (registers F.one_hot with its checks)
+    warnings_ctx,  # noqa: F401  (registers warnings.catch_warnings made in the frame)
     weak_dicts,
     weak_refs,  # noqa: F401  (registers weakref.ref of a frame argument)
 )
@@ -387,7 +388,8 @@ def wrap_value(tx, value, source):
     if sys_modules.is_sys_modules(value):  # Note [Modules: sys.modules by name]
         guards.add(GuardKind.ID_MATCH, source, value)
         return sys_modules.SysModulesVariable(source=source)
-    if type(value) in _MUTABLE:  # Note [Side effects: one variable per mutable container]
+    if type(value) in _MUTABLE or list_subclass.is_plain_input(value):
+        # Note [Side effects: one variable per mutable container]
         var = tx.output.side_effects.tracked_container(tx, value, source)
         if var is None:
             var = tx.output.side_effects.track_container(value, _wrap(tx, value, source))
@@ -482,6 +484,8 @@ def _wrap(tx, value, source):
         items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]
         cls = TupleVariable if type(value) is tuple else ListVariable
         return cls(items, source=source)
+    if list_subclass.is_plain_input(value):  # Note [Lists: subclass instances from outside ...]
+        return list_subclass.wrap_input(tx, value, source)
     if isinstance(value, tuple) and hasattr(type(value), "_fields"):  # a namedtuple
         guards.add(GuardKind.LIST_LENGTH, source, (type(value), len(value)))
         item = GetItemSource if type(value).__getitem__ is tuple.__getitem__ else TupleItemSource

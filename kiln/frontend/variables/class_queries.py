@@ -13,6 +13,8 @@ Note [Classes: unions of classes]
 `A | B` of two classes (or a class and None) is `types.UnionType` (PEP 604): type's own `__or__`
 builds it from the two operands alone, so with both operands known (guarded by identity) the
 union is a constant. A metaclass with its own `__or__`/`__ror__` runs user code: not folded here.
+A generic alias (`list[int]`) or a union as an operand builds the union with its own `__or__`
+from the operands alone too (`torch.Tensor | list[int]` annotations of a function made here).
 """
 
 import inspect
@@ -88,8 +90,8 @@ class SubclassesMethodVariable(VariableTracker):
 
 def _plain_or(value):
     """Whether `value | x` and `x | value` are type's own (or None's) union."""
-    if value is None:
-        return True
+    if value is None or type(value) in (types.GenericAlias, types.UnionType):
+        return True  # (`list[int] | A`, `(A | B) | C`: their own __or__ builds the union)
     if not isinstance(value, type):
         return False
     meta = type(value)

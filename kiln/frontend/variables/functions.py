@@ -5,6 +5,7 @@ import functools
 import inspect
 import sys
 import types
+import warnings
 
 import torch
 
@@ -28,6 +29,7 @@ from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import SizeVariable, TupleVariable
+from kiln.frontend.variables.logging_vars import check_warnings_call
 from kiln.frontend.variables.misc import ConstantObjectVariable, DeletedVariable
 from kiln.frontend.variables.signatures import DefaultSlot, code_signature
 
@@ -621,6 +623,8 @@ def inline_call(tx, fn, args, kwargs, fn_source, defaults=None, kwdefaults=None,
         unimplemented(f"calling coroutine function {fn.__qualname__}")
     if kiln_marker(fn, "_kiln_disabled") or is_torch_disabled(fn):
         unimplemented(f"call to {fn.__qualname__}, kept out of compilation by {disabled_by(fn)}")
+    if getattr(fn, "__globals__", None) is warnings.__dict__:
+        check_warnings_call(tx, f"warnings.{fn.__name__}")  # Note [Warnings: catch_warnings ...]
     local_vars = bind_args(tx, fn, args, kwargs, fn_source, defaults, kwdefaults)
     own_fn = closure is None and defaults is None and kwdefaults is None  # (`fn` is the real one)
     if closure is None:

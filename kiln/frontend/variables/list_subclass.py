@@ -9,13 +9,23 @@ inlined with the variable as self (`l.length_times_10()`, `l.append_twice(x)`, a
 Other class attributes, attribute stores on the instance and classes made while tracing break.
 It leaves the frame rebuilt as `CustomList(items)`. A class that overrides any of list's names
 is not taken here (its instances are built as other user objects are, or break).
+
+Note [Lists: subclass instances from outside the frame]
+An instance of such a class passed in (or read from a global or an attribute) with nothing in
+its instance __dict__ is the same ListSubclassVariable with a source, guarded on its type and
+length (as a list is) and on its instance __dict__ staying empty (an instance attribute would
+shadow a method). It is one tracked container, as a list input is: its items are read through
+the source, and a mutation is replayed after the graph as `obj[:] = [items]` (list's own slice
+store: the class overrides none of list's names).
 """
 
 import inspect
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.variables.base import wrap_constant_like
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import AttrSource, GetItemSource
+from kiln.frontend.variables.base import wrap_constant_like, wrap_value
 from kiln.frontend.variables.classes import is_local_class
 from kiln.frontend.variables.functions import UserMethodVariable, inline_call
 from kiln.frontend.variables.lists import ListVariable
@@ -143,3 +153,22 @@ def make_instance(tx, cls_var, args, kwargs):
 
 
 INSTANCE_MAKERS.append(make_instance)
+
+
+def is_plain_input(value):
+    """Whether `value` (from outside the frame) is traced as a ListSubclassVariable."""
+    return (
+        isinstance(value, list)
+        and type(value) is not list
+        and plain_list_subclass(type(value))
+        and not vars(value)
+    )
+
+
+def wrap_input(tx, value, source):
+    """An instance from outside the frame (Note [Lists: subclass instances from outside ...])."""
+    guards = tx.output.guards
+    guards.add(GuardKind.LIST_LENGTH, source, (type(value), len(value)))
+    guards.add(GuardKind.DICT_KEYS, AttrSource(source, "__dict__"), (dict, ()))
+    items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]
+    return ListSubclassVariable(items, type(value), source=source)

@@ -113,6 +113,8 @@ class EffectCallVariable(VariableTracker):
                 unimplemented(f"{self.what} with a non-constant argument {a}")
         if _inside_try(tx):
             unimplemented(f"{self.what} inside a try block (replayed outside it)")
+        if self.fn is warnings.warn:
+            check_warnings_call(tx, "warnings.warn")
         tx.output.side_effects.record_call(("call", next(_serial)), self, list(args), kwargs)
         return ConstantVariable(None)
 
@@ -150,6 +152,24 @@ def _inside_try(tx):
                 return True
         t = getattr(t, "parent", None)
     return False
+
+
+def inside_catch_warnings(tx):
+    """Whether tracing is inside a warnings.catch_warnings block (of this frame or a caller)."""
+    t = tx
+    while t is not None:
+        for v in t.stack:  # (a with block's __exit__ stays on the stack while the block runs)
+            if getattr(getattr(v, "cm", None), "holds_warnings_state", False):
+                return True
+        t = getattr(t, "parent", None)
+    return False
+
+
+def check_warnings_call(tx, what):
+    """A call that reads or writes the warnings state: a break inside a catch_warnings block
+    (Note [Warnings: catch_warnings blocks])."""
+    if inside_catch_warnings(tx):
+        unimplemented(f"{what} inside a warnings.catch_warnings block (Python runs the block)")
 
 
 def logger_method(obj_var, name):

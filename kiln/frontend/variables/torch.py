@@ -716,6 +716,13 @@ class TorchVariable(PythonValueVariable):
         folded = _FOLDED.get((getattr(fn, "__module__", None), getattr(fn, "__name__", None)))
         if folded is not None and not args and not kwargs:
             return ConstantVariable(folded)
+        if fn is torch.overrides.is_tensor_like and len(args) == 1 and not kwargs:
+            if isinstance(args[0], _tensor_cls()):
+                return ConstantVariable(True)  # (a Tensor, or a subclass: __torch_function__)
+            if args[0].is_python_constant():  # (an int, None, a string...: its type decides)
+                return ConstantVariable(fn(args[0].as_python_constant()))
+            if isinstance(args[0], SymNodeVariable):  # (a number: no __torch_function__)
+                return ConstantVariable(False)
         if fn in _TRACE_TIME:
             from kiln.frontend.variables.tensor import TensorVariable
 

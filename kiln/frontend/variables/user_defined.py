@@ -675,8 +675,11 @@ class NewObjectVariable(VariableTracker):
             return inline_call(tx, static.fget, [self], {}, None)
         if isinstance(static, staticmethod):
             return wrap_value(tx, static.__func__, None)
-        if isinstance(static, classmethod):
-            return bound_classmethod(static, wrap_constant_like(tx, self.cls))
+        if isinstance(static, classmethod):  # (cls read where `Cls(...)` read it: its
+            # attributes then have sources, `cls.class_variable.x` of an object as one)
+            source = self._class_source()
+            cls_var = wrap_constant_like(tx, self.cls) if source is None else None
+            return bound_classmethod(static, cls_var or wrap_value(tx, self.cls, source))
         if self.dict_base is not None and _dict_method_owner(self.cls, name) is not None:
             return DictMethodVariable(self, name)
         if is_literal(static):
