@@ -45,7 +45,11 @@ from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.ctx_managers import EnteredExitVariable, WithExitVariable, _Yielded
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
-from kiln.frontend.variables.finalizers import check_local_drop, frame_finalized
+from kiln.frontend.variables.finalizers import (
+    check_local_drop,
+    check_stack_drops,
+    frame_finalized,
+)
 from kiln.frontend.variables.functions import NestedUserFunctionVariable, inline_call
 from kiln.frontend.variables.generators import (
     LazyGeneratorVariable,
@@ -161,6 +165,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         self.stack_before = []
         self.return_value = None
         self.is_root = False
+        self.finalized_on_stack = []  # (Note [Finalizers: values on a resume's stack])
         self.with_handlers = []  # cleanup handlers of the traced `with` blocks now open
         self._handler_kinds = {}
         self.exc_info = None  # the exception an except/finally handler of this frame handles
@@ -196,6 +201,8 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 last = self.output.last_node()
                 try:
                     handler(inst)
+                    if self.is_root and self.finalized_on_stack:
+                        check_stack_drops(self)
                     if inst.opname == "CALL":  # (its arguments are consumed)
                         self.fresh_function = None
                     own, made = node_meta.mark_new_nodes(self.output.graph, last, self.code, inst)
@@ -364,6 +371,8 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             if old is None or not frame_finalized(old):
                 continue
             if any(v is old for v in self.stack):
+                if name.startswith("__stack"):  # Note [Finalizers: values on a resume's stack]
+                    self.finalized_on_stack.append(old)
                 continue  # (still on the stack: a resume function's prologue moves it there)
             if not self._held_elsewhere(old, name):
                 check_local_drop(old, name)

@@ -325,3 +325,81 @@ def test_an_exhausted_dict_iterator_rebuilt_at_a_break_lets_go_of_its_dict():
             return torch.ones(2), make_iter, []
 
         check(exhaust_then_break, make)
+
+
+def test_an_object_made_in_the_frame_is_finalized_when_python_drops_it():
+    """Note [Finalizers: objects made in the frame]: `iter(A())` run to its end frees the A (its
+    __del__ runs at the StopIteration), and a later read sees what __del__ did."""
+
+    class Items(list):
+        def __del__(self):
+            self.log.append(("del", "items"))
+
+    def run_out(x, log):
+        items = Items([x])
+        items.log = log
+        it = iter(items)
+        del items
+        total = next(it)
+        for _ in it:
+            pass
+        return total + len(log), list(log)
+
+    def made_and_dropped(x, log):
+        Noted("b", log)
+        return x * 2, len(log)
+
+    check(run_out, lambda: (torch.ones(2), []))
+    check(made_and_dropped, lambda: (torch.ones(2), []))
+    msgs = check(
+        lambda x, log: (x + 1, Noted("c", log).name, list(log)), lambda: (torch.ones(2), [])
+    )
+    assert any("has a Python __del__" in m for m in msgs), msgs
+
+
+def test_free_after_iterating():
+    """CPython's support.check_free_after_iterating, compiled: the list subclass made in the frame
+    is freed when its iterator ends, so its __del__ has run before gc.collect returns."""
+    import gc
+
+    def check_free(iter_fn):
+        class A(list):
+            def __del__(self):
+                nonlocal done
+                done = True
+                try:
+                    next(it)
+                except StopIteration:
+                    pass
+
+        done = False
+        it = iter_fn(A())
+        try:
+            next(it)
+        except StopIteration:
+            pass
+        gc.collect()
+        return done
+
+    for iter_fn in (iter, reversed):
+        assert check_free(iter_fn) is True
+        assert kiln.compile(check_free, backend="eager")(iter_fn) is True
+
+
+def test_a_value_a_broken_call_returned_is_dropped_where_python_drops_it():
+    """Note [Finalizers: values on a resume's stack]: `Noted(...).name` breaks at the call; the
+    attribute read that drops the object breaks too, so __del__ runs before `list(log)`."""
+
+    def fn(x, log):
+        return x + 1, Noted("c", log).name, list(log)
+
+    msgs = check(fn, lambda: (torch.ones(2), []))
+    assert any(m.startswith("dropping a value a broken call returned") for m in msgs), msgs
+
+    def kept(x, log):
+        v = Noted("d", log)  # stored: held by the local until the return
+        log.append(v.name)
+        return x + 1, list(log)
+
+    msgs = check(kept, lambda: (torch.ones(2), []))
+    assert not any(m.startswith("dropping") for m in msgs), msgs

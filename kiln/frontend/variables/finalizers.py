@@ -37,6 +37,24 @@ next collection. One difference stays: a dict items iterator reuses its result t
 Python an item can live in the iterator until a later step; the rebuilt iterator (Note [Dicts:
 iterators at a break]) reuses its tuple on its own schedule, and such a __del__ may run a step
 earlier or later than Python's.
+
+Note [Finalizers: objects made in the frame]
+An object the trace makes lives only in the trace until a break or the graph's end rebuilds it;
+one nothing holds then is never made at all, so its class's __del__ would never run (CPython's
+check_free_after_iterating: `it = iter(A()); next(it)` frees the A and runs its __del__ at the
+StopIteration). Calling a class whose MRO defines a Python __del__ breaks the graph before the
+call (user_defined.py): Python makes the object, and it reaches the rest of the frame as a value
+from outside, whose lifetime Python's own references decide.
+
+Note [Finalizers: values on a resume's stack]
+The object a broken call returned reaches the resume function on its stack (`Noted(...).name`:
+the call broke, the attribute read is traced); Python drops it at the instruction that consumes
+it, so its __del__ runs before the rest of the expression. The resume function's prologue moves
+each such `__stackN` value that may run a Python __del__ onto the translator's list; after each
+root instruction, one that the stack and the locals no longer reach (through containers and the
+objects that hold it, a few levels deep) was dropped by that instruction, which then becomes a
+break: Python runs it and the __del__ with it. A value the trace stored elsewhere (an attribute of
+an outside object) counts as dropped too: a break more, never a __del__ out of place.
 """
 
 from kiln.exc import unimplemented
@@ -130,7 +148,31 @@ def after_local_store(frame_locals, inst, live):
     return sorted({*live, name})
 
 
-def _break(cls, what):
+def _break(cls, what, where="at the store"):
     if cls is not None:
         name = cls.__qualname__
-        unimplemented(f"{what} may run {name}.__del__ (Python runs it at the store)")
+        unimplemented(f"{what} may run {name}.__del__ (Python runs it {where})")
+
+
+def check_stack_drops(tx):
+    """Break at the instruction that dropped a value from a resume function's stack that may
+    run a Python __del__ (Note [Finalizers: values on a resume's stack])."""
+    held = [*tx.stack, *tx.symbolic_locals.values()]
+    for var in tx.finalized_on_stack:
+        if not any(_reaches(v, var, _DEPTH + 1) for v in held):
+            _break(_finalized(var), "dropping a value a broken call returned", "there")
+
+
+def _reaches(holder, var, depth):
+    """Whether `holder` (a VariableTracker, or a list/tuple/dict of them) is or holds `var`."""
+    if holder is var:
+        return True
+    if depth == 0:
+        return False
+    if isinstance(holder, dict):
+        holder = list(holder.values())
+    elif isinstance(holder, VariableTracker):
+        holder = list(getattr(holder, "__dict__", {}).values())
+    elif not isinstance(holder, list | tuple):
+        return False
+    return any(_reaches(h, var, depth - 1) for h in holder)

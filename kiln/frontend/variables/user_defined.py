@@ -13,7 +13,7 @@ import torch
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.source import AttrSource, GetItemSource, PlainAttrSource
+from kiln.frontend.source import AttrSource, GetItemSource, PlainAttrSource, finalizer_class
 from kiln.frontend.variables import dict_subclass, logging_vars, stdlib
 from kiln.frontend.variables.base import (
     PythonValueVariable,
@@ -150,6 +150,11 @@ class UserDefinedClassVariable(PythonValueVariable):
 
             if af.is_autograd_function(cls):  # `MyFn()` (deprecated): only its .apply is used
                 return af.function_instance(tx, cls, self.source, args, kwargs)
+        if finalizer_class(cls) is not None:  # Note [Finalizers: objects made in the frame]
+            unimplemented(
+                f"creating a {cls.__qualname__}, whose class has a Python __del__ (Python runs it"
+                " when the last reference drops; the trace cannot place that)"
+            )
         made = special_instance(tx, cls, args, kwargs)  # exceptions, contextlib managers
         if made is not None:
             return made
