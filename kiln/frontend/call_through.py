@@ -197,3 +197,24 @@ class Router:
         if fn.__defaults__ or fn.__kwdefaults__:
             return fn  # (made per call, with values kiln's code-keyed entry would not pass)
         return self.cache.closure_callee(fn)
+
+
+# names of the caller-frame readers (sys._getframe, inspect.currentframe().f_back): a function
+# that uses one is called as it is, never through a kiln wrapper (which would be its caller)
+_FRAME_READERS = {"_getframe", "_getframemodulename", "currentframe"}
+
+
+def reads_caller_frame(fn):
+    """Whether fn, or a Python function its code names in its globals (typing.NamedTuple's
+    `_caller()`), calls a frame reader (`sys._getframe(depth + 1)` reaches fn's caller)."""
+    code = getattr(fn, "__code__", None)
+    names = getattr(code, "co_names", ())
+    if _FRAME_READERS.intersection(names):
+        return True
+    f_globals = getattr(fn, "__globals__", {})
+    for name in names:
+        helper = f_globals.get(name)
+        helper_code = getattr(helper, "__code__", None) if inspect.isfunction(helper) else None
+        if helper_code is not None and _FRAME_READERS.intersection(helper_code.co_names):
+            return True
+    return False

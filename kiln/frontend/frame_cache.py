@@ -39,7 +39,7 @@ from kiln.frontend.cache_wrappers import (
     make_wrapper,
     module_eager,
 )
-from kiln.frontend.call_through import Router, is_plain, routed_code
+from kiln.frontend.call_through import Router, is_plain, reads_caller_frame, routed_code
 from kiln.frontend.dispatch_modes import modes_off_for_compile
 from kiln.frontend.distributed import HookedModuleCall
 from kiln.frontend.frame_shapes import FrameShapes, changed_floats, changed_values
@@ -125,9 +125,6 @@ class BreakRecord:
         return f"{self.reason}\n    at {self.user_location}"
 
 
-# names of the caller-frame readers (sys._getframe, inspect.currentframe().f_back): a function
-# that uses one is called as it is, never through a kiln wrapper (which would be its caller)
-_FRAME_READERS = {"_getframe", "_getframemodulename", "currentframe"}
 _RESTARTS = 256  # traces of one frame started again (each initialized a lazy module) at most
 
 
@@ -218,7 +215,7 @@ class FrameCache:
             return wrapper
         if module_root:
             return self._child((fn, True), fn, eager=module_eager, module_root=True)
-        if _FRAME_READERS & set(getattr(getattr(fn, "__code__", None), "co_names", ())):
+        if reads_caller_frame(fn):
             # it reads its caller's frame (namedtuple's __module__): a wrapper would be that caller
             return fn
         return self._child((fn, False), fn)
