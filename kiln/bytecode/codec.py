@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dis
 import types
+import weakref
 
 import bytecode as bc
 from bytecode import instr as bc_instr
@@ -280,6 +281,11 @@ def _fill_index_map(index_map, out, at):
 # the index of its first instruction in decode(result).
 
 
+# code kiln made -> the user code it was made from (a transformed frame, a resume function: what
+# run-time stack walks use to see the user's frames, Note [Warnings: the caller a warning names])
+MADE_FROM = weakref.WeakKeyDictionary()
+
+
 def encode(
     insts: list[Inst], like: types.CodeType, *, index_map: dict | None = None, **replace
 ) -> types.CodeType:
@@ -417,7 +423,9 @@ def encode(
         code = concrete.to_code(stacksize=stacksize, compute_exception_stack_depths=False)
         per_instruction = code.co_code if PY311 else None
         table = linetable(code.co_positions(), code.co_firstlineno, per_instruction)
-        return code.replace(co_linetable=table)
+        made = code.replace(co_linetable=table)
+        MADE_FROM[made] = MADE_FROM.get(like, like)
+        return made
     except BytecodeError:
         raise
     except Exception as e:

@@ -622,10 +622,11 @@ def _fast_locals(code):
 
 def _run_instruction(body, inst, e):
     at = len(body.instrs)
-    if inst.opname == "CALL" and e.break_state.kw_names:
-        body.extend(emit.call_kw(inst.arg, e.break_state.kw_names))
-    elif inst.opname == "CALL":
-        body.extend(emit.call(inst.arg))
+    if inst.opname == "CALL":
+        call = emit.call_kw(inst.arg, e.break_state.kw_names) if e.break_state.kw_names else None
+        for made in call or emit.call(inst.arg):  # (at the user's line: tracebacks, warnings)
+            made.lineno, made.positions = inst.lineno, inst.positions
+            body.append(made)
     else:
         body.append(inst.copy(target=None, exn_tab_entry=None, offset=None))
     # where release_dropped_locals inserts (found by identity: inside with blocks, the list that

@@ -409,7 +409,9 @@ def function_instance(tx, cls, cls_source, args, kwargs):
     )
     warn = EffectCallVariable("warnings.warn", fn=warnings.warn)
     const = ConstantVariable
-    warn.call_function(tx, [const(message), const(DeprecationWarning)], {"stacklevel": const(2)})
+    # (Function.__init__'s stacklevel=2 names the frame that made the instance: level 1 here,
+    # where the traced frames start at that one)
+    warn.call_function(tx, [const(message), const(DeprecationWarning)], {"stacklevel": const(1)})
     return AutogradFunctionInstanceVariable(cls, cls_source)
 
 

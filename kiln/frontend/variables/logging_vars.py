@@ -16,14 +16,16 @@ relative to every effect that runs in Python (each graph break replays the effec
 before it). Whether a level is enabled, a filter, `warning_once`'s cache and the warnings
 registry are all decided by the real call at run time, as in eager.
 
-What differs: the record's caller. logging's findCaller and warnings' stacklevel look at the
-Python stack, which is now the transformed frame of the compiled function (its name and file,
-another line) instead of the line that made the call. And a record is emitted after the graph's
+What differs: a logging record's caller. logging's findCaller looks at the Python stack, which
+is now the transformed frame of the compiled function (its name and file, another line) instead
+of the line that made the call. (A warning names the frame eager's would: Note [Warnings: the
+caller a warning names].) And a record is emitted after the graph's
 work instead of before the tensor ops that follow it (an exception raised by the graph would
 come before the message instead of after it). Calls with a tensor or other non-constant argument,
 and calls inside a `try` block (the replay would be outside it), still break the graph.
 """
 
+import functools
 import itertools
 import logging
 import warnings
@@ -34,6 +36,7 @@ from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.lists import TupleVariable
 from kiln.frontend.variables.sym import SymNodeVariable
+from kiln.frontend.warn_replay import warn_at
 
 # Logger methods replayed after the graph (the *_once ones are Hugging Face's lru_cache'd ones).
 LOGGER_METHODS = frozenset(
@@ -113,9 +116,13 @@ class EffectCallVariable(VariableTracker):
                 unimplemented(f"{self.what} with a non-constant argument {a}")
         if _inside_try(tx):
             unimplemented(f"{self.what} inside a try block (replayed outside it)")
+        fn_var = self
         if self.fn is warnings.warn:
             check_warnings_call(tx, "warnings.warn")
-        tx.output.side_effects.record_call(("call", next(_serial)), self, list(args), kwargs)
+            if "skip_file_prefixes" in kwargs:
+                unimplemented("warnings.warn with skip_file_prefixes (it reads the live stack)")
+            fn_var = WarnAtVariable(_known_frames(tx))  # Note [Warnings: the caller a warning ...]
+        tx.output.side_effects.record_call(("call", next(_serial)), fn_var, list(args), kwargs)
         return ConstantVariable(None)
 
     def reconstruct(self, cg):
@@ -129,6 +136,29 @@ class EffectCallVariable(VariableTracker):
 
     def __repr__(self):
         return f"EffectCallVariable({self.what})"
+
+
+class WarnAtVariable(VariableTracker):
+    """warn_replay.warn_at over the traced frames at a warnings.warn call."""
+
+    def __init__(self, known, **kw):
+        super().__init__(**kw)
+        self.known = known
+
+    def reconstruct(self, cg):
+        cg.load_object(functools.partial(warn_at, self.known))
+
+
+def _known_frames(tx):
+    """((file, line, globals), ...) of the traced frames at a call, the innermost first."""
+    known = []
+    t = tx
+    while t is not None:
+        inst = t.current_inst
+        lineno = inst.lineno if inst is not None and inst.lineno else t.code.co_firstlineno
+        known.append((t.code.co_filename, lineno, t.f_globals))
+        t = getattr(t, "parent", None)
+    return tuple(known)
 
 
 def _inside_try(tx):

@@ -1,0 +1,77 @@
+"""warnings.warn replayed after the graph, naming the frame Python would name.
+
+Note [Warnings: the caller a warning names]
+`warnings.warn(msg, category, stacklevel=k)` attributes the warning to the k-th frame up from
+its caller: that frame's file, line, module and `__warningregistry__` (which decides "default"
+and "once" filters). kiln replays a traced warn after the graph (Note [Side effects: logging
+replayed after the graph]) from the transformed code, whose frame, callers and line are not the
+ones Python would see: an inlined helper's frames do not exist, a resume function is called by
+kiln's code, and kiln's wrappers sit between a compiled frame and its caller. So the trace
+records the frames it knows, innermost first (each inlined function's file, line of the call and
+globals, down to the compiled frame's own), and the replay calls `warn_at`, which picks level k
+from them; a level past them is found by walking the real stack above the compiled frame, one
+user frame per level: kiln's own frames are skipped, and so is the frame a resume function was
+called from (the same user frame, earlier in its code: `codec.MADE_FROM` says which code kiln
+made from which). The warning is then issued with `warnings.warn_explicit`, as warn itself does.
+"""
+
+import os
+import sys
+import warnings
+
+from kiln.bytecode.codec import MADE_FROM
+
+_KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def warn_at(known, message, category=None, stacklevel=1, source=None):
+    """warnings.warn(message, category, stacklevel, source) from the frames `known` ((file,
+    line, globals), the warn's caller first), then the real callers of the compiled frame."""
+    if isinstance(message, Warning):
+        category = message.__class__
+    if category is None:
+        category = UserWarning
+    if not (isinstance(category, type) and issubclass(category, Warning)):
+        raise TypeError(f"category must be a Warning subclass, not '{type(category).__name__}'")
+    level = max(int(stacklevel), 1)
+    if level <= len(known):
+        filename, lineno, f_globals = known[level - 1]
+    else:
+        frame = _user_caller(sys._getframe(1), level - len(known))
+        if frame is None:
+            filename, lineno, f_globals = "sys", 1, sys.__dict__
+        else:
+            filename, lineno, f_globals = frame.f_code.co_filename, frame.f_lineno, frame.f_globals
+    module = f_globals.get("__name__", "<string>")
+    registry = f_globals.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(message, category, filename, lineno, module, registry, f_globals, source)
+
+
+def _user_caller(frame, levels):
+    """The user frame `levels` up from the compiled frame `frame`, or None past the stack."""
+    while frame is not None:
+        frame = _caller(frame)
+        levels -= 1
+        if levels == 0:
+            return frame
+    return None
+
+
+def _caller(frame):
+    """The user frame that called `frame` (a user frame, or kiln's code for one)."""
+    resumed = _is_resume(frame.f_code)
+    frame = frame.f_back
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename.startswith(_KILN_DIR):
+            frame = frame.f_back
+        elif resumed:  # the frame the resume function continues: the same user frame
+            resumed = _is_resume(code)
+            frame = frame.f_back
+        else:
+            return frame
+    return None
+
+
+def _is_resume(code):
+    return code in MADE_FROM and "__resume_at_" in code.co_name
