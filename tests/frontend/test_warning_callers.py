@@ -3,6 +3,7 @@ stacklevel, from the compiled frame, inlined helpers and resume functions (Note 
 caller a warning names])."""
 
 import gc
+import logging
 import sys
 import traceback
 import warnings
@@ -129,3 +130,56 @@ def test_a_traceback_shows_the_line_of_a_call_at_a_break():
     assert lines(kiln.compile(calls_one_that_raises, backend="eager")) == lines(
         calls_one_that_raises
     )
+
+
+# --- logging records name their caller as eager's do ---------------------------------------------
+
+log = logging.getLogger("kiln.tests.callers")
+
+
+def log_helper(x, level):
+    log.warning("helper %s", "x", stacklevel=level)
+    return x * 2
+
+
+def logs_at_levels(x):
+    log.info("in the frame %d", 3)
+    y = log_helper(x, 1) + 1
+    y = log_helper(y, 2)
+    log.log(logging.ERROR, "by level")
+    logging.warning("module-level")
+    return y + 1
+
+
+def logs_after_a_break(x):
+    gc.collect()
+    log.warning("after the break")
+    return x + 1
+
+
+def _records(fn, *args):
+    got = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            got.append((record.pathname, record.lineno, record.funcName, record.getMessage()))
+
+    handler = Keep()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    old = log.level
+    log.setLevel(logging.INFO)
+    try:
+        fn(*args)
+    finally:
+        root.removeHandler(handler)
+        log.setLevel(old)
+    return got
+
+
+@pytest.mark.parametrize("fn", [logs_at_levels, logs_after_a_break])
+def test_log_records_name_eagers_caller(fn):
+    kiln.reset()
+    expected = _records(fn, torch.ones(2))
+    assert len(expected) >= 1
+    assert _records(kiln.compile(fn, backend="eager"), torch.ones(2)) == expected

@@ -32,11 +32,18 @@ import warnings
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.replayed_callers import (
+    LOG_KWARGS,
+    LOG_METHODS,
+    log_at,
+    plain_logger_method,
+    user_code,
+    warn_at,
+)
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.lists import TupleVariable
 from kiln.frontend.variables.sym import SymNodeVariable
-from kiln.frontend.warn_replay import warn_at
 
 # Logger methods replayed after the graph (the *_once ones are Hugging Face's lru_cache'd ones).
 LOGGER_METHODS = frozenset(
@@ -121,9 +128,31 @@ class EffectCallVariable(VariableTracker):
             check_warnings_call(tx, "warnings.warn")
             if "skip_file_prefixes" in kwargs:
                 unimplemented("warnings.warn with skip_file_prefixes (it reads the live stack)")
-            fn_var = WarnAtVariable(_known_frames(tx))  # Note [Warnings: the caller a warning ...]
+            fn_var = AtCallerVariable(
+                warn_at, _known_frames(tx)
+            )  # Note [Warnings: the caller a...]
+        else:
+            replayed = self._log_at(tx, kwargs)
+            if replayed is not None:
+                fn_var, args = replayed[0], [*replayed[1:], *args]
         tx.output.side_effects.record_call(("call", next(_serial)), fn_var, list(args), kwargs)
         return ConstantVariable(None)
+
+    def _log_at(self, tx, kwargs):
+        """(log_at, logger, method name) for a call of Logger's own logging method, else None
+        (Note [Warnings: the caller a warning names])."""
+        if set(kwargs) - LOG_KWARGS:
+            return None
+        if self.obj is None:
+            name = _MODULE_LOG_FUNCTIONS.get(id(self.fn))
+            logger = ConstantVariable(None)
+        else:
+            name, logger = self.name, self.obj
+            if not plain_logger_method(getattr(self.obj, "value", None), name):
+                return None
+        if name is None:
+            return None
+        return AtCallerVariable(log_at, _known_frames(tx)), logger, ConstantVariable(name)
 
     def reconstruct(self, cg):
         if self.obj is not None:
@@ -138,15 +167,21 @@ class EffectCallVariable(VariableTracker):
         return f"EffectCallVariable({self.what})"
 
 
-class WarnAtVariable(VariableTracker):
-    """warn_replay.warn_at over the traced frames at a warnings.warn call."""
+class AtCallerVariable(VariableTracker):
+    """replayed_callers.warn_at or log_at over the traced frames at the call."""
 
-    def __init__(self, known, **kw):
+    def __init__(self, fn, known, **kw):
         super().__init__(**kw)
-        self.known = known
+        self.fn, self.known = fn, known
 
     def reconstruct(self, cg):
-        cg.load_object(functools.partial(warn_at, self.known))
+        cg.load_object(functools.partial(self.fn, self.known))
+
+
+# the module-level logging functions log_at replays (on the root logger), by identity
+_MODULE_LOG_FUNCTIONS = {
+    id(getattr(logging, name)): name for name in LOG_METHODS if hasattr(logging, name)
+}
 
 
 def _known_frames(tx):
@@ -156,7 +191,7 @@ def _known_frames(tx):
     while t is not None:
         inst = t.current_inst
         lineno = inst.lineno if inst is not None and inst.lineno else t.code.co_firstlineno
-        known.append((t.code.co_filename, lineno, t.f_globals))
+        known.append((t.code.co_filename, lineno, t.f_globals, user_code(t.code).co_name))
         t = getattr(t, "parent", None)
     return tuple(known)
 

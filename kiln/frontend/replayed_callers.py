@@ -1,4 +1,4 @@
-"""warnings.warn replayed after the graph, naming the frame Python would name.
+"""warnings.warn and logging calls replayed after the graph, naming the frame Python would name.
 
 Note [Warnings: the caller a warning names]
 `warnings.warn(msg, category, stacklevel=k)` attributes the warning to the k-th frame up from
@@ -13,8 +13,17 @@ from them; a level past them is found by walking the real stack above the compil
 user frame per level: kiln's own frames are skipped, and so is the frame a resume function was
 called from (the same user frame, earlier in its code: `codec.MADE_FROM` says which code kiln
 made from which). The warning is then issued with `warnings.warn_explicit`, as warn itself does.
+
+A logging call is replayed the same way (`log_at`): logging's findCaller would name the
+transformed frame (a resume function's `__resume_at_N` as the function name, another line), so
+the record is made with the caller found here, at the call's `stacklevel`, and handled as
+Logger._log does (the level checked first, the logger's own makeRecord and handle). Loggers whose
+class overrides the method, `_log` or findCaller, and LoggerAdapters, are replayed by calling the
+method (their caller may then differ, as Note [Side effects: logging replayed after the graph]
+says).
 """
 
+import logging
 import os
 import sys
 import warnings
@@ -35,7 +44,7 @@ def warn_at(known, message, category=None, stacklevel=1, source=None):
         raise TypeError(f"category must be a Warning subclass, not '{type(category).__name__}'")
     level = max(int(stacklevel), 1)
     if level <= len(known):
-        filename, lineno, f_globals = known[level - 1]
+        filename, lineno, f_globals, _ = known[level - 1]
     else:
         frame = _user_caller(sys._getframe(1), level - len(known))
         if frame is None:
@@ -45,6 +54,64 @@ def warn_at(known, message, category=None, stacklevel=1, source=None):
     module = f_globals.get("__name__", "<string>")
     registry = f_globals.setdefault("__warningregistry__", {})
     warnings.warn_explicit(message, category, filename, lineno, module, registry, f_globals, source)
+
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+LOG_METHODS = frozenset((*_LEVELS, "log"))  # what log_at replays (Logger's own methods)
+LOG_KWARGS = frozenset(("stacklevel", "extra"))
+
+
+def plain_logger_method(logger, name):
+    """Whether `logger.<name>(...)` runs Logger's own method, _log and findCaller."""
+    cls = type(logger)
+    return (
+        isinstance(logger, logging.Logger)
+        and name in LOG_METHODS
+        and all(
+            getattr(cls, n, None) is getattr(logging.Logger, n)
+            for n in (name, "_log", "findCaller", "isEnabledFor")
+        )
+    )
+
+
+def log_at(known, logger, name, *args, stacklevel=1, extra=None):
+    """logger.<name>(*args, stacklevel=, extra=) as Logger does it, the record's caller found
+    from the frames `known` and then the compiled frame's real callers (logger None: the module
+    function, on the root logger)."""
+    if logger is None:
+        if not logging.root.handlers:
+            logging.basicConfig()
+        logger = logging.root
+    if name == "log":
+        level, *args = args
+        if not isinstance(level, int):
+            if logging.raiseExceptions:
+                raise TypeError("level must be an integer")
+            return
+    else:
+        level = _LEVELS[name]
+    msg, *args = args
+    if not logger.isEnabledFor(level):
+        return
+    level_up = max(int(stacklevel), 1)
+    if level_up <= len(known):
+        filename, lineno, _, func = known[level_up - 1]
+    else:
+        frame = _user_caller(sys._getframe(1), level_up - len(known))
+        if frame is None:
+            filename, lineno, func = "(unknown file)", 0, "(unknown function)"
+        else:
+            filename, lineno, func = frame.f_code.co_filename, frame.f_lineno, user_code(frame.f_code).co_name
+    record = logger.makeRecord(
+        logger.name, level, filename, lineno, msg, tuple(args), None, func, extra
+    )
+    logger.handle(record)
 
 
 def _user_caller(frame, levels):
@@ -71,6 +138,11 @@ def _caller(frame):
         else:
             return frame
     return None
+
+
+def user_code(code):
+    """The user code kiln made `code` from (a resume function's: its function's), else code."""
+    return MADE_FROM.get(code, code)
 
 
 def _is_resume(code):
