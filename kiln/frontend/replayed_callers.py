@@ -107,7 +107,11 @@ def log_at(known, logger, name, *args, stacklevel=1, extra=None):
         if frame is None:
             filename, lineno, func = "(unknown file)", 0, "(unknown function)"
         else:
-            filename, lineno, func = frame.f_code.co_filename, frame.f_lineno, user_code(frame.f_code).co_name
+            filename, lineno, func = (
+                frame.f_code.co_filename,
+                frame.f_lineno,
+                user_code(frame.f_code).co_name,
+            )
     record = logger.makeRecord(
         logger.name, level, filename, lineno, msg, tuple(args), None, func, extra
     )

@@ -33,6 +33,7 @@ from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold,
 from kiln.frontend.variables.dict_keys import guard_tensor_keys
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, raise_observed
+from kiln.frontend.variables.finalizers import check_iterated
 from kiln.frontend.variables.functions import (
     BaseFunctionVariable,
     PartialVariable,
@@ -535,6 +536,7 @@ class BuiltinVariable(VariableTracker):
             return ReversedListIteratorVariable(obj)
         if isinstance(obj, DequeVariable):  # Note [Deques: iterators]
             return obj.iter_var(tx, reverse=True)
+        check_iterated(obj, "reversed()")
         return ListIteratorVariable(list(reversed(obj.unpack_var_sequence(tx))))
 
     def _fold_or_reduce(self, tx, fn, args):

@@ -89,6 +89,13 @@ def _finalized(var, depth=_DEPTH, frame_only=False):
     state = getattr(var, "__dict__", None)
     if state is None:
         return None
+    if "value" not in state:  # (a list/dict/set subclass instance traced as its items)
+        try:
+            cls = finalizer_class(var.python_type())
+        except Exception:  # (a variable with no single Python type)
+            cls = None
+        if cls is not None:
+            return cls
     value = state.get("value", _NO_VALUE)
     if value is not _NO_VALUE:
         return _value_finalized(value, depth)
@@ -126,6 +133,15 @@ def check_drop_value(value, what):
 def frame_finalized(var):
     """Whether the frame may hold the last reference to a Python __del__ through `var`."""
     return _finalized(var, frame_only=True) is not None
+
+
+def check_iterated(var, what):
+    """Break before making an iterator over an object the frame alone may hold whose class has
+    a Python __del__: Python's iterator holds it until it ends (or longer: 3.13's reversed list
+    iterator), a snapshot of its items would not (Note [Finalizers: objects made in the frame])."""
+    _break(
+        _finalized(var, depth=0, frame_only=True), f"{what} over an object that", "as it drops it"
+    )
 
 
 def check_local_drop(var, name):

@@ -16,7 +16,7 @@ from kiln.frontend.variables import constant
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal, short_range
 from kiln.frontend.variables.exceptions import observe, raise_observed
-from kiln.frontend.variables.finalizers import check_drops, old_items
+from kiln.frontend.variables.finalizers import check_drops, check_iterated, old_items
 from kiln.frontend.variables.list_growth import items_for_growing
 
 
@@ -550,6 +550,7 @@ class ListIteratorVariable(VariableTracker):
             return obj
         if type(obj) is ListVariable:
             return cls.over_list(obj)
+        check_iterated(obj, "iter()")
         if hasattr(obj, "iter_var"):  # a dict view (Note [Dicts: views]), a deque
             return obj.iter_var(tx)
         if getattr(obj, "dict_items", None) is not None:  # a dict-subclass object made here
