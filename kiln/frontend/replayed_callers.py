@@ -26,6 +26,7 @@ says).
 import logging
 import os
 import sys
+import types
 import warnings
 
 from kiln.bytecode.codec import MADE_FROM
@@ -78,6 +79,42 @@ def plain_logger_method(logger, name):
             for n in (name, "_log", "findCaller", "isEnabledFor")
         )
     )
+
+
+_PLAIN_HANDLERS = frozenset(
+    (logging.StreamHandler, logging.FileHandler, logging.NullHandler, type(logging.lastResort))
+)
+
+
+def plain_delivery(logger):
+    """Whether a record logged on `logger` (a Logger, or a LoggerAdapter's) runs no user code:
+    no filters, the stock record factory, and handlers of logging's own stream classes with a
+    stock formatter writing to a stream whose write is C's. Then the frame cannot see a record
+    arrive late (Note [Side effects: logging replayed after the graph]); a handler that keeps
+    records in a list the frame reads could."""
+    logger = getattr(logger, "logger", logger)  # (a LoggerAdapter's)
+    if not isinstance(logger, logging.Logger) or logging.getLogRecordFactory() is not (
+        logging.LogRecord
+    ):
+        return False
+    handlers, c = [], logger
+    while c is not None:
+        if c.filters:
+            return False
+        handlers += c.handlers
+        c = c.parent if c.propagate else None
+    if not handlers and logging.lastResort is not None:
+        handlers = [logging.lastResort]
+    return all(plain_handler(h) for h in handlers)
+
+
+def plain_handler(h):
+    if type(h) not in _PLAIN_HANDLERS or h.filters:
+        return False
+    if h.formatter is not None and type(h.formatter) is not logging.Formatter:
+        return False
+    write = getattr(type(getattr(h, "stream", None)), "write", None)
+    return not isinstance(write, types.FunctionType)  # (None: no stream yet, or a C write)
 
 
 def log_at(known, logger, name, *args, stacklevel=1, extra=None):

@@ -1,7 +1,9 @@
 """Logging and warnings inside compiled code: replayed after the graph in program order
-(Note [Side effects: logging replayed after the graph]), no graph break."""
+(Note [Side effects: logging replayed after the graph]), no graph break, when the records reach
+only logging's own handlers; a handler of the program's own makes the call run in Python."""
 
 import functools
+import io
 import logging
 import sys
 import warnings
@@ -37,14 +39,26 @@ log.propagate = False
 log.setLevel(logging.INFO)
 
 
+def plain_handler():
+    """A StreamHandler over a StringIO: logging's own classes, so calls are replayed."""
+    handler = logging.StreamHandler(io.StringIO())
+    handler.setFormatter(logging.Formatter("%(levelname)s\t%(message)s"))
+    return handler
+
+
+def records_in(handler):
+    lines = handler.stream.getvalue().splitlines()
+    return [tuple(line.split("\t", 1)) for line in lines]
+
+
 def records_of(fn, *args, **kw):
-    handler = Records()
+    handler = plain_handler()
     log.addHandler(handler)
     try:
         run_and_compare(fn, *args, **kw)
     finally:
         log.removeHandler(handler)
-    return handler.records
+    return records_in(handler)
 
 
 def levels(x):
@@ -167,7 +181,7 @@ def sizes(x):
 
 
 def test_symbolic_sizes_are_logged_with_their_values():
-    handler = Records()
+    handler = plain_handler()
     log.addHandler(handler)
     try:
         kiln.reset()
@@ -176,6 +190,50 @@ def test_symbolic_sizes_are_logged_with_their_values():
             torch.testing.assert_close(compiled(torch.ones(n, 2)), torch.ones(n, 2) * 2)
     finally:
         log.removeHandler(handler)
-    assert handler.records == [("INFO", "batch 3 of (3, 2)"), ("INFO", "batch 5 of (5, 2)")]
+    assert records_in(handler) == [("INFO", "batch 3 of (3, 2)"), ("INFO", "batch 5 of (5, 2)")]
     assert kiln.counters["stats"]["graph_breaks"] == 0
     assert kiln.counters["stats"]["unique_graphs"] == 1
+
+
+def reads_its_records(x, seen):
+    log.warning("first")
+    n = len(seen)  # a handler of the program's own appended to it
+    log.warning("second")
+    return x + n, list(seen)
+
+
+def test_a_handler_of_the_programs_own_runs_in_order():
+    def run(fn):
+        handler = Records()
+        log.addHandler(handler)
+        try:
+            return fn(torch.ones(2), handler.records)
+        finally:
+            log.removeHandler(handler)
+
+    kiln.reset()
+    expected = run(reads_its_records)
+    got = run(kiln.compile(reads_its_records, backend="eager"))
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1] == expected[1] == [("WARNING", "first"), ("WARNING", "second")]
+    assert any("a handler, filter or record factory" in k for k in kiln.counters["graph_break"])
+
+
+def test_a_handler_added_after_compiling_recompiles():
+    handler = plain_handler()
+    log.addHandler(handler)
+    kiln.reset()
+    compiled = kiln.compile(reads_its_records, backend="eager")
+    try:
+        compiled(torch.ones(2), [])
+        assert sum(kiln.counters["graph_break"].values()) == 0
+        own = Records()
+        log.addHandler(own)
+        try:
+            got = compiled(torch.ones(2), own.records)
+        finally:
+            log.removeHandler(own)
+    finally:
+        log.removeHandler(handler)
+    assert got[1] == [("WARNING", "first"), ("WARNING", "second")]
+    torch.testing.assert_close(got[0], torch.ones(2) + 1)

@@ -3,6 +3,7 @@ stacklevel, from the compiled frame, inlined helpers and resume functions (Note 
 caller a warning names])."""
 
 import gc
+import io
 import logging
 import sys
 import traceback
@@ -158,23 +159,24 @@ def logs_after_a_break(x):
 
 
 def _records(fn, *args):
-    got = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            got.append((record.pathname, record.lineno, record.funcName, record.getMessage()))
-
-    handler = Keep()
-    root = logging.getLogger()
-    root.addHandler(handler)
-    old = log.level
+    # logging's own handler classes: the calls are replayed after the graph (a handler of the
+    # program's own makes them run in Python: test_logging_effects.py)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(pathname)s|%(lineno)d|%(funcName)s|%(message)s"))
+    old_level, old_propagate = log.level, log.propagate
+    log.addHandler(handler)
+    logging.root.addHandler(handler)
     log.setLevel(logging.INFO)
+    log.propagate = False
     try:
         fn(*args)
     finally:
-        root.removeHandler(handler)
-        log.setLevel(old)
-    return got
+        log.removeHandler(handler)
+        logging.root.removeHandler(handler)
+        log.setLevel(old_level)
+        log.propagate = old_propagate
+    return stream.getvalue().splitlines()
 
 
 @pytest.mark.parametrize("fn", [logs_at_levels, logs_after_a_break])

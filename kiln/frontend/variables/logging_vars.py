@@ -32,10 +32,12 @@ import warnings
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.replayed_callers import (
     LOG_KWARGS,
     LOG_METHODS,
     log_at,
+    plain_delivery,
     plain_logger_method,
     user_code,
     warn_at,
@@ -132,6 +134,7 @@ class EffectCallVariable(VariableTracker):
                 warn_at, _known_frames(tx)
             )  # Note [Warnings: the caller a...]
         else:
+            _check_delivery(tx, self.obj.value if self.obj is not None else logging.root, self.what)
             replayed = self._log_at(tx, kwargs)
             if replayed is not None:
                 fn_var, args = replayed[0], [*replayed[1:], *args]
@@ -165,6 +168,20 @@ class EffectCallVariable(VariableTracker):
 
     def __repr__(self):
         return f"EffectCallVariable({self.what})"
+
+
+def _check_delivery(tx, logger, what):
+    """Break unless the records reach only plain handlers; guard that they still do."""
+    if not plain_delivery(logger):
+        unimplemented(
+            f"{what} to a handler, filter or record factory of the program's own (it could "
+            "change what the frame reads next: Python runs the call)"
+        )
+
+    def records_reach_plain_handlers():
+        return plain_delivery(logger)
+
+    tx.output.guards.add(GuardKind.STATE_QUERY, None, (records_reach_plain_handlers, True))
 
 
 class AtCallerVariable(VariableTracker):
