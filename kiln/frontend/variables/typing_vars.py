@@ -14,6 +14,7 @@ import typing
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
+from kiln.frontend.variables.user_attrs import has_instance_dict
 
 # the classes whose instances are typing's subscriptable generics
 _GENERIC_TYPES = tuple(
@@ -97,7 +98,8 @@ def _is_generic_class(value):
 # Note [Typing: calling a user generic alias]
 # `Box[int](v)` calls typing's _GenericAlias.__call__: it makes `Box(v)`, then sets the instance's
 # `__orig_class__` to the alias (ignoring an AttributeError). kiln does the same on an object it
-# builds; an object it cannot store into breaks.
+# builds (none on one whose class has __slots__ and no __dict__: typing's store raises and is
+# ignored); an object it cannot store into breaks.
 class UserGenericAliasVariable(VariableTracker):
     """`Box[int]` of a user class deriving from typing.Generic."""
 
@@ -118,6 +120,11 @@ class UserGenericAliasVariable(VariableTracker):
         obj = wrap_constant_like(tx, self.alias.__origin__).call_function(tx, args, kwargs)
         if not hasattr(obj, "store_attr"):
             unimplemented(f"{self.alias}(...): setting __orig_class__ on {obj}")
+        cls = obj.python_type()
+        if not has_instance_dict(cls):  # __slots__: typing's store raises and is ignored
+            if inspect.getattr_static(cls, "__orig_class__", None) is not None:
+                unimplemented(f"{self.alias}(...): __orig_class__ is a slot or descriptor")
+            return obj
         tx.output.side_effects.mutate_new_object(obj)
         obj.store_attr("__orig_class__", self)
         return obj

@@ -3,6 +3,7 @@ form of super(), typing generics, enums and id(), with fullgraph=True, compared 
 
 import dataclasses
 import enum
+import gc
 import typing
 
 import pytest
@@ -71,6 +72,13 @@ class Box(typing.Generic[T]):
         self.v = v
 
 
+class SlotBox(typing.Generic[T]):
+    __slots__ = ("v",)
+
+    def __init__(self, v):
+        self.v = v
+
+
 class Color(enum.Enum):
     RED = 1
     GREEN = 2
@@ -120,6 +128,21 @@ def ids(x):
 )
 def test_classes(fn):
     run_and_compare(fn, torch.randn(3), fullgraph=True, expected_breaks=0)
+
+
+def slotted_generic(x):
+    b = SlotBox[int](x)  # typing's __orig_class__ store raises on a __slots__ class: ignored
+    b.v = b.v + 1
+    try:
+        b.other = 1
+    except AttributeError:
+        pass
+    gc.collect()  # a break: b is rebuilt, with its slot and no __orig_class__
+    return b.v, hasattr(b, "__orig_class__")
+
+
+def test_a_generic_alias_call_on_a_slots_class():
+    run_and_compare(slotted_generic, torch.randn(3), expected_breaks=1)
 
 
 def test_dataclass_replace_of_an_input():
