@@ -281,9 +281,30 @@ def _fill_index_map(index_map, out, at):
 # the index of its first instruction in decode(result).
 
 
-# code kiln made -> the user code it was made from (a transformed frame, a resume function: what
-# run-time stack walks use to see the user's frames, Note [Warnings: the caller a warning names])
-MADE_FROM = weakref.WeakKeyDictionary()
+class _MadeFrom:
+    """code kiln made -> the user code it was made from (a transformed frame, a resume function:
+    what run-time stack walks use to see the user's frames, Note [Warnings: the caller a warning
+    names]). By identity, held weakly: a code object hashes its constants, which may not hash."""
+
+    def __init__(self):
+        self._by_id = {}
+
+    def __setitem__(self, made, origin):
+        key = id(made)
+        self._by_id[key] = (
+            weakref.ref(made, lambda _, key=key: self._by_id.pop(key, None)),
+            origin,
+        )
+
+    def get(self, code, default=None):
+        entry = self._by_id.get(id(code))
+        return entry[1] if entry is not None and entry[0]() is code else default
+
+    def __contains__(self, code):
+        return self.get(code) is not None
+
+
+MADE_FROM = _MadeFrom()
 
 
 def encode(
