@@ -15,7 +15,7 @@ called from (the same user frame, earlier in its code: `codec.MADE_FROM` says wh
 made from which). The warning is then issued with `warnings.warn_explicit`, as warn itself does.
 
 A logging call is replayed the same way (`log_at`): logging's findCaller would name the
-transformed frame (a resume function's `__resume_at_N` as the function name, another line), so
+transformed frame (another line; the caller's callers include kiln's own frames), so
 the record is made with the caller found here, at the call's `stacklevel`, and handled as
 Logger._log does (the level checked first, the logger's own makeRecord and handle). Loggers whose
 class overrides the method, `_log` or findCaller, and LoggerAdapters, are replayed by calling the
@@ -187,4 +187,4 @@ def user_code(code):
 
 
 def _is_resume(code):
-    return code in MADE_FROM and "__resume_at_" in code.co_name
+    return code in MADE_FROM and ".__resume_at_" in code.co_qualname

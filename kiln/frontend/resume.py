@@ -398,7 +398,7 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         co_flags=flags,
         co_cellvars=(),
         co_freevars=cells,
-        co_name=name,
+        co_name=code.co_name,  # (what tracebacks and logging's funcName show: the user's)
         co_qualname=f"{code.co_qualname}.{name}",
     )
     origins = {

@@ -144,7 +144,9 @@ def check_cache_and_names():
     r, depth, nulls, live, withs = points[len(points) // 2]
     a = R.make_resume_function(code, r, depth, nulls, live)
     b = R.make_resume_function(code, r, depth, nulls, live)
-    assert a is b and a.code.co_name.startswith("__resume_at_")
+    # named as the user's function (tracebacks, logging's funcName), told apart by its qualname
+    assert a is b and a.code.co_name == code.co_name
+    assert a.code.co_qualname.startswith(f"{code.co_qualname}.__resume_at_")
     assert a.argnames == tuple(f"__stack{k}" for k in a.stack_args) + a.live_locals
 
 
