@@ -74,6 +74,9 @@ frontend.variables.allowed_calls -> frontend.variables.tensor
 frontend.variables.allowed_calls -> frontend.variables.torch
     cycle: an allow_in_graph call is recorded as a tensor op (call_tensor_op); torch.py calls
     user functions
+frontend.variables.leaf_functions -> frontend.variables.torch
+    cycle: a leaf_function call is recorded as a tensor op (call_tensor_op); torch.py calls
+    user functions
 frontend.variables.tensor_hooks -> frontend.variables.torch
     cycle: torch.py asks tensor_hooks about pending registrations; the check of a hook on an
     intermediate tensor makes its zero gradient with TorchVariable(torch.zeros_like)

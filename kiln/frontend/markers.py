@@ -2,12 +2,15 @@
 on functions it made."""
 
 import functools
+import inspect
+import re
 import types
 import weakref
 
 _ALLOWED = weakref.WeakSet()  # what allow_in_graph marked (functions, autograd.Function classes)
 _DISALLOWED = {}  # id -> torch function that disallow_in_graph keeps out of graphs (a break)
 _NONSTRICT = weakref.WeakSet()  # the copies nonstrict_trace made
+_LEAVES = weakref.WeakSet()  # the wrappers leaf_function made
 
 
 def graph_break():
@@ -79,6 +82,58 @@ def nonstrict_trace(traceable_fn):
 
     _NONSTRICT.add(nonstrict)
     return nonstrict
+
+
+def leaf_function(fn=None, *, mutates_args=None):
+    """Mark `fn` as a leaf: traced code records one opaque call that runs fn's real body at run
+    time, its outputs described by `@fn.register_fake` (Note [leaf_function: an opaque op run at
+    run time]); `mutates_args` names the arguments (expressions such as "buf", "bufs[0]") fn
+    changes in place."""
+    if fn is None:
+        return functools.partial(leaf_function, mutates_args=mutates_args)
+    if not callable(fn):
+        raise TypeError(f"leaf_function expects a function, got {type(fn).__name__}")
+    mutated = frozenset(mutates_args or ())
+    params = set(inspect.signature(fn).parameters)
+    for expr in mutated:
+        root = re.split(r"[.\[]", expr, maxsplit=1)[0]
+        if root not in params:
+            raise ValueError(
+                f"mutates_args expression '{expr}' refers to parameter '{root}', which is not a "
+                f"parameter of '{fn.__name__}'. Available parameters: {', '.join(sorted(params))}"
+            )
+
+    @functools.wraps(fn)
+    def leaf(*args, **kwargs):
+        if leaf.leaf_fake_fn is None:
+            raise ValueError(_no_fake_message(fn))
+        return fn(*args, **kwargs)
+
+    def register_fake(fake_fn):
+        leaf.leaf_fake_fn = fake_fn
+        return leaf
+
+    leaf.leaf_real_fn = fn
+    leaf.leaf_fake_fn = None
+    leaf.leaf_mutates_args = mutated
+    leaf.register_fake = register_fake
+    _LEAVES.add(leaf)
+    return leaf
+
+
+def _no_fake_message(fn):
+    return (
+        f"leaf_function '{getattr(fn, '__name__', fn)}' requires a fake implementation. Please "
+        "provide one using the @<func>.register_fake decorator."
+    )
+
+
+def is_leaf_function(fn):
+    """Whether leaf_function made `fn`."""
+    try:
+        return fn in _LEAVES
+    except TypeError:  # (not weak-referenceable, or unhashable)
+        return False
 
 
 def is_nonstrict(fn):

@@ -13,7 +13,13 @@ from kiln import config
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.markers import is_allowed_in_graph, is_nonstrict, kiln_marker, nonstrict_trace
+from kiln.frontend.markers import (
+    is_allowed_in_graph,
+    is_leaf_function,
+    is_nonstrict,
+    kiln_marker,
+    nonstrict_trace,
+)
 from kiln.frontend.source import (
     AttrSource,
     GetItemSource,
@@ -22,7 +28,7 @@ from kiln.frontend.source import (
     partial_dict,
 )
 from kiln.frontend.user_errors import disabled_by
-from kiln.frontend.variables import nonstrict_calls, optim, stdlib
+from kiln.frontend.variables import leaf_functions, nonstrict_calls, optim, stdlib
 from kiln.frontend.variables.allowed_calls import allowed_call
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
@@ -83,6 +89,8 @@ class UserFunctionVariable(BaseFunctionVariable):
                 apply = af.AutogradFunctionApplyVariable(cls.as_python_constant(), cls.source)
                 self.autograd_apply = apply  # rebuilt by it at a break in the call
                 return apply.call_function(tx, args, kwargs)
+        if not self.self_args() and is_leaf_function(self.fn):
+            return leaf_functions.leaf_call(tx, self.fn, args, kwargs)
         if not self.self_args() and is_nonstrict(self.fn):
             return nonstrict_calls.nonstrict_call(tx, vars(self.fn)["__wrapped__"], args, kwargs)
         if not self.self_args() and is_allowed_in_graph(self.fn):

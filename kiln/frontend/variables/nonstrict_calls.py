@@ -25,12 +25,13 @@ from kiln.frontend.variables.allowed_calls import _tensor_cls, allowed_call
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import BaseListVariable
+from kiln.symbolic.leaf_ops import TENSOR, rebuild
 
 _WHAT = "nonstrict_trace-ed function"
-_TENSOR = object()  # a slot of the plan filled by the next tensor input
+_TENSOR = TENSOR  # a slot of the plan filled by the next tensor input (shared with leaf_function)
 
 
-def _flatten(v, tensors, name):
+def flatten_argument(v, tensors, name, what="nonstrict_trace-ed function"):
     """The plan of argument `v`, its tensors appended to `tensors`."""
     if isinstance(v, _tensor_cls()):
         tensors.append(v)
@@ -40,24 +41,13 @@ def _flatten(v, tensors, name):
     ):
         return ("const", v.as_python_constant())
     if isinstance(v, BaseListVariable) and v.python_type() in (list, tuple):
-        return (v.python_type(), [_flatten(i, tensors, name) for i in v.items])
+        return (v.python_type(), [flatten_argument(i, tensors, name, what) for i in v.items])
     if isinstance(v, ConstDictVariable) and v.python_type() is dict:
-        return (dict, {k: _flatten(i, tensors, name) for k, i in v.items.items()})
+        return (dict, {k: flatten_argument(i, tensors, name, what) for k, i in v.items.items()})
     unimplemented(
-        f"Invalid input type for nonstrict_trace-ed function {name}: {v} (kiln passes tensors, "
+        f"Invalid input type for {what} {name}: {v} (kiln passes tensors, "
         "constants, and lists, tuples and dicts of them)"
     )
-
-
-def _rebuild(plan, tensors):
-    if plan is _TENSOR:
-        return next(tensors)
-    kind, body = plan
-    if kind == "const":
-        return body
-    if kind is dict:
-        return {k: _rebuild(p, tensors) for k, p in body.items()}
-    return kind(_rebuild(p, tensors) for p in body)
 
 
 def _check_result(value, name):
@@ -75,15 +65,15 @@ def nonstrict_call(tx, fn, args, kwargs):
     """The opaque node of a call of a nonstrict_trace copy (Note [nonstrict_trace: ...])."""
     name = fn.__qualname__
     tensors = []
-    arg_plans = [_flatten(a, tensors, name) for a in args]
-    kwarg_plans = {k: _flatten(v, tensors, name) for k, v in kwargs.items()}
+    arg_plans = [flatten_argument(a, tensors, name) for a in args]
+    kwarg_plans = {k: flatten_argument(v, tensors, name) for k, v in kwargs.items()}
 
     tracing = [True]  # (the result's types are checked on the meta run, not at run time)
 
     def nonstrict_call_of(*values):
         inputs = iter(values)
-        call_args = [_rebuild(p, inputs) for p in arg_plans]
-        call_kwargs = {k: _rebuild(p, inputs) for k, p in kwarg_plans.items()}
+        call_args = [rebuild(p, inputs) for p in arg_plans]
+        call_kwargs = {k: rebuild(p, inputs) for k, p in kwarg_plans.items()}
         result = fn(*call_args, **call_kwargs)
         if tracing[0]:
             _check_result(result, name)

@@ -1,0 +1,120 @@
+"""Calls of functions `kiln.leaf_function` marked: one `kiln::leaf_call` node (Note [leaf_function:
+an opaque op run at run time] in kiln/symbolic/leaf_ops.py).
+
+The arguments are flattened as nonstrict_trace's are (tensors become the node's inputs, constants
+stay in the plan and are guarded as the frame's constants are); the result's structure, constants
+and tensor metadata come from running the registered fake implementation on the meta examples.
+A call without a fake, an argument or result of another type (an nn.Module, a user object), a
+frame with symbolic sizes and a `mutates_args` expression naming no tensor are breaks that say so.
+"""
+
+import inspect
+
+import torch
+
+from kiln.exc import unimplemented
+from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.lists import ListVariable, TupleVariable
+from kiln.frontend.variables.nonstrict_calls import flatten_argument
+from kiln.symbolic import leaf_ops
+
+
+class _Slot:
+    """A flat input's number, standing in for its tensor while a mutates_args expression runs."""
+
+    def __init__(self, index):
+        self.index = index
+
+
+def _slots_of(value):
+    if isinstance(value, _Slot):
+        return [value.index]
+    if isinstance(value, (list, tuple)):
+        return [i for v in value for i in _slots_of(v)]
+    if isinstance(value, dict):
+        return [i for v in value.values() for i in _slots_of(v)]
+    return []
+
+
+def _mutated_inputs(leaf, site, n_inputs):
+    """The flat input numbers the expressions of `mutates_args` name."""
+    if not leaf.leaf_mutates_args:
+        return ()
+    args, kwargs = leaf_ops._call_args(site, [_Slot(i) for i in range(n_inputs)])
+    bound = inspect.signature(leaf.leaf_real_fn).bind(*args, **kwargs)
+    mutated = set()
+    for expr in sorted(leaf.leaf_mutates_args):
+        try:
+            found = _slots_of(eval(expr, {}, dict(bound.arguments)))  # noqa: S307 (the user's own)
+        except Exception as e:
+            unimplemented(f"leaf_function {site.name}: mutates_args {expr!r} raised {e!r}")
+        if not found:
+            unimplemented(f"leaf_function {site.name}: mutates_args {expr!r} names no tensor")
+        mutated.update(found)
+    return tuple(sorted(mutated))
+
+
+def _wrap_result(plan, tensors):
+    if plan is leaf_ops.TENSOR:
+        return next(tensors)
+    kind, body = plan
+    if kind == "const":
+        return ConstantVariable(body)
+    if kind is dict:
+        return ConstDictVariable({k: _wrap_result(p, tensors) for k, p in body.items()})
+    items = [_wrap_result(p, tensors) for p in body]
+    return TupleVariable(items) if kind is tuple else ListVariable(items)
+
+
+def leaf_call(tx, leaf, args, kwargs):
+    """The `kiln::leaf_call` node of a call of the leaf function `leaf`, and its result."""
+    name = leaf.leaf_real_fn.__qualname__
+    if leaf.leaf_fake_fn is None:
+        unimplemented(
+            f"leaf_function '{leaf.leaf_real_fn.__name__}' requires a fake implementation. "
+            "Please provide one using the @<func>.register_fake decorator."
+        )
+    if tx.output.fake_inputs:
+        unimplemented(f"leaf_function {name} in a frame with symbolic sizes")
+    what = f"leaf_function {name}"
+    tensors = []
+    arg_plans = [flatten_argument(a, tensors, name, what) for a in args]
+    kwarg_plans = {k: flatten_argument(v, tensors, name, what) for k, v in kwargs.items()}
+    site = leaf_ops.LeafSite(
+        name, leaf.leaf_real_fn, leaf.leaf_fake_fn, arg_plans, kwarg_plans, (), ()
+    )
+    site.mutated = _mutated_inputs(leaf, site, len(tensors))
+    examples = [t.example for t in tensors]
+    site.grad_mask = tuple(
+        i not in site.mutated and torch.is_grad_enabled() and e.requires_grad
+        for i, e in enumerate(examples)
+    )
+    fake_in = [
+        torch.empty_strided(e.shape, e.stride(), dtype=e.dtype, device="meta") for e in examples
+    ]
+    try:
+        fake_args, fake_kwargs = leaf_ops._call_args(site, fake_in)
+        out = []
+        site.out_plan = leaf_ops.flatten_value(
+            leaf.leaf_fake_fn(*fake_args, **fake_kwargs), out, name
+        )
+    except Exception as e:
+        unimplemented(f"the fake implementation of {what} raised {type(e).__name__}: {e}")
+    site.out_meta = [(tuple(o.shape), o.dtype) for o in out]
+    number = leaf_ops.register_site(site)
+    from kiln.frontend.variables.torch import call_tensor_op
+
+    node_out = call_tensor_op(
+        tx,
+        "call_function",
+        leaf_ops.LEAF_CALL,
+        [ConstantVariable(number), ListVariable(list(tensors))],
+        {},
+        what=what,
+    )
+    flat = list(node_out.items)
+    n_out = len(site.out_meta)
+    for i, new in zip(site.mutated, flat[n_out:-1]):
+        tensors[i].call_method(tx, "copy_", [new], {})
+    return _wrap_result(site.out_plan, iter(flat[:n_out]))

@@ -1,0 +1,261 @@
+"""The opaque op of `kiln.leaf_function`: `kiln::leaf_call` and its backward `kiln::leaf_backward`.
+
+Note [leaf_function: an opaque op run at run time]
+A call of a leaf function in traced code becomes ONE node
+
+    outs = torch.ops.kiln.leaf_call(site, [t0, t1, ...])   # outputs, new mutated inputs, token
+
+over the call's tensors (flattened; the constants and the structure around them are kept by the
+`LeafSite` numbered `site`). It is an ordinary operator, so nothing traces into it: the frontend
+and the ATen tracer run its Meta kernel, which runs the user's `register_fake` function (the
+output shapes come from it), and every backend calls it (the kiln backend as an extern), which
+runs the REAL body once per call. The op is functional: an input named in `mutates_args` is
+cloned, the body changes the clone, and the clone is an output that the frontend copies back
+(`t.copy_(new)`, which functionalization and the backends already know).
+
+Gradients: the run-time kernel runs the body under grad mode on detached inputs that require
+grad as the traced ones did (the site's `grad_mask`), so the body builds its own small autograd
+graph; it is kept in the box behind the last output, an int64 token (the trick of Note [Hooks:
+given at run time]). The op's Autograd kernel saves the token, and its backward is
+`kiln::leaf_backward(site, token, inputs, grads)`, another opaque op that calls
+`torch.autograd.grad` on that small graph. So the body runs once per call (side effects once),
+the joint graph holds two opaque nodes, and the partitioner saves the token between them.
+"""
+
+import contextlib
+import itertools
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+
+from kiln.symbolic import control_ops  # noqa: F401 (defines the kiln namespace first)
+
+_LIB = torch.library.Library("kiln", "FRAGMENT")
+_LIB.define("leaf_call(int site, Tensor[] inputs) -> Tensor[]")
+_LIB.define("leaf_backward(int site, Tensor token, Tensor[] inputs, Tensor[] grads) -> Tensor[]")
+
+TENSOR = object()  # a slot of a plan filled by the next tensor
+_SITES = {}  # number -> LeafSite
+_numbers = itertools.count(1)
+_boxes = itertools.count(1)
+_BOXES = {}  # box number -> weakref to its _Box
+
+
+@dataclass(eq=False)
+class LeafSite:
+    """One call of a leaf function in traced code: what the op needs to run it."""
+
+    name: str
+    fn: object
+    fake_fn: object
+    arg_plans: list
+    kwarg_plans: dict
+    grad_mask: tuple  # per flat input: whether it is differentiated
+    mutated: tuple  # flat input indices the body changes in place
+    out_plan: object = None
+    out_meta: list = field(default_factory=list)  # (shape, dtype) per output tensor
+    number: int = 0
+
+
+def register_site(site):
+    """Number `site` for the op's `site` argument."""
+    site.number = next(_numbers)
+    _SITES[site.number] = site
+    return site.number
+
+
+def rebuild(plan, tensors):
+    """The value of `plan`, its tensor slots filled from the iterator `tensors`."""
+    if plan is TENSOR:
+        return next(tensors)
+    kind, body = plan
+    if kind == "const":
+        return body
+    if kind is dict:
+        return {k: rebuild(p, tensors) for k, p in body.items()}
+    return kind(rebuild(p, tensors) for p in body)
+
+
+def flatten_value(value, tensors, name):
+    """The plan of a Python value (a leaf function's result), its tensors appended."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return TENSOR
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return ("const", value)
+    if type(value) in (list, tuple):
+        return (type(value), [flatten_value(v, tensors, name) for v in value])
+    if type(value) is dict:
+        return (dict, {k: flatten_value(v, tensors, name) for k, v in value.items()})
+    raise TypeError(
+        f"leaf_function {name} returned a {type(value).__name__} (kiln supports tensors, "
+        "constants, and lists, tuples and dicts of them)"
+    )
+
+
+def _call_args(site, inputs):
+    values = iter(inputs)
+    args = [rebuild(p, values) for p in site.arg_plans]
+    kwargs = {k: rebuild(p, values) for k, p in site.kwarg_plans.items()}
+    return args, kwargs
+
+
+def _flat_result(site, result):
+    tensors = []
+    plan = flatten_value(result, tensors, site.name)
+    if plan != site.out_plan and _shape_of(plan) != _shape_of(site.out_plan):
+        raise RuntimeError(
+            f"leaf_function {site.name}: the real function's output structure {_shape_of(plan)} "
+            f"does not match its fake implementation's {_shape_of(site.out_plan)}"
+        )
+    for i, (t, (shape, dtype)) in enumerate(zip(tensors, site.out_meta)):
+        if tuple(t.shape) != shape or t.dtype != dtype:
+            raise RuntimeError(
+                f"leaf_function {site.name}: output {i} of the real function has shape "
+                f"{tuple(t.shape)} and dtype {t.dtype}, its fake implementation said {shape} "
+                f"and {dtype}"
+            )
+    return tensors
+
+
+def _shape_of(plan):
+    """The structure of a plan, constants' values left out (the fake's constants win)."""
+    if plan is TENSOR:
+        return "Tensor"
+    kind, body = plan
+    if kind == "const":
+        return "const"
+    if kind is dict:
+        return {k: _shape_of(p) for k, p in body.items()}
+    return (kind.__name__, [_shape_of(p) for p in body])
+
+
+class _Box(bytearray):
+    """The token's memory (its number) and the body's autograd graph of one call."""
+
+    __slots__ = ("state", "__weakref__")
+
+
+def _new_token(state):
+    number = next(_boxes)
+    box = _Box(number.to_bytes(8, "little", signed=True))
+    box.state = state
+    _BOXES[number] = weakref.ref(box, lambda _, n=number: _BOXES.pop(n, None))
+    return torch.frombuffer(box, dtype=torch.int64)
+
+
+def _state(token):
+    ref = _BOXES.get(int(token.reshape(-1)[0])) if token.numel() == 1 else None
+    box = ref() if ref is not None else None
+    if box is None or box.state is None:
+        raise RuntimeError("kiln: the autograd graph of a leaf_function call is gone")
+    return box.state
+
+
+def _with_autograd():
+    """Autograd back on for the body: an op's kernel runs below the Autograd keys, and the body
+    builds its own autograd graph (Note [leaf_function: an opaque op run at run time])."""
+    keys = torch._C.DispatchKey
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+    for key in (keys.AutogradFunctionality, keys.AutogradOther, keys.AutogradNestedTensor):
+        exclude = exclude.remove(key)
+    exclude = exclude.remove(keys.ADInplaceOrView)
+    include = torch._C._dispatch_tls_local_include_set()
+    return torch._C._ForceDispatchKeyGuard(include, exclude)
+
+
+def _leaf_call_impl(site_number, inputs):
+    site = _SITES[site_number]
+    inputs = list(inputs)
+    for i in site.mutated:
+        inputs[i] = inputs[i].clone()
+    differentiated = any(site.grad_mask)
+    local = [
+        t.detach().requires_grad_(True) if wants else t for t, wants in zip(inputs, site.grad_mask)
+    ]
+    with _with_autograd(), torch.enable_grad() if differentiated else contextlib.nullcontext():
+        args, kwargs = _call_args(site, local)
+        outputs = _flat_result(site, site.fn(*args, **kwargs))
+    token = _new_token((local, outputs) if differentiated else None)
+    storages = {t.untyped_storage().data_ptr() for t in inputs}
+    returned = [
+        o.detach().clone() if o.untyped_storage().data_ptr() in storages else o.detach()
+        for o in outputs
+    ]
+    return [*returned, *(inputs[i] for i in site.mutated), token]
+
+
+def _leaf_call_meta(site_number, inputs):
+    site = _SITES[site_number]
+    outputs = run_fake(site, inputs)
+    meta = [torch.empty_strided(o.shape, o.stride(), dtype=o.dtype, device="meta") for o in outputs]
+    mutated = [torch.empty_like(inputs[i]) for i in site.mutated]
+    return [*meta, *mutated, torch.empty(1, dtype=torch.int64, device="meta")]
+
+
+def run_fake(site, inputs):
+    """The output tensors of the site's fake implementation on `inputs`."""
+    args, kwargs = _call_args(site, list(inputs))
+    tensors = []
+    flatten_value(site.fake_fn(*args, **kwargs), tensors, site.name)
+    return tensors
+
+
+def _leaf_backward_impl(site_number, token, inputs, grads):
+    site = _SITES[site_number]
+    local, outputs = _state(token)
+    wrt = [local[i] for i, wants in enumerate(site.grad_mask) if wants]
+    pairs = [(o, g) for o, g in zip(outputs, grads) if o.requires_grad]
+    got = [None] * len(wrt)
+    if pairs:
+        with _with_autograd():
+            got = torch.autograd.grad(
+                [o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True
+            )
+    return [g if g is not None else torch.zeros_like(w) for g, w in zip(got, wrt)]
+
+
+def _leaf_backward_meta(site_number, token, inputs, grads):
+    site = _SITES[site_number]
+    return [torch.empty_like(t) for t, wants in zip(inputs, site.grad_mask) if wants]
+
+
+class LeafCall(torch.autograd.Function):
+    """Autograd of `kiln::leaf_call`: its backward is `kiln::leaf_backward` on the token."""
+
+    @staticmethod
+    def forward(ctx, site_number, *inputs):
+        with torch._C._AutoDispatchBelowAutograd():
+            outs = torch.ops.kiln.leaf_call(site_number, list(inputs))
+        site = _SITES[site_number]
+        token = outs[-1]
+        ctx.site_number = site_number
+        ctx.save_for_backward(token, *inputs)
+        fixed = [o for o in outs[: len(site.out_meta)] if not o.is_floating_point()]
+        ctx.mark_non_differentiable(token, *outs[len(site.out_meta) : -1], *fixed)
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        token, *inputs = ctx.saved_tensors
+        site = _SITES[ctx.site_number]
+        n_out = len(site.out_meta)
+        got = iter(
+            torch.ops.kiln.leaf_backward(ctx.site_number, token, inputs, list(grads[:n_out]))
+        )
+        return (None, *(next(got) if wants else None for wants in site.grad_mask))
+
+
+def _leaf_call_autograd(site_number, inputs):
+    return list(LeafCall.apply(site_number, *inputs))
+
+
+_LIB.impl("leaf_call", _leaf_call_impl, "CompositeExplicitAutograd")
+_LIB.impl("leaf_call", _leaf_call_meta, "Meta")
+_LIB.impl("leaf_call", _leaf_call_autograd, "Autograd")
+_LIB.impl("leaf_backward", _leaf_backward_impl, "CompositeExplicitAutograd")
+_LIB.impl("leaf_backward", _leaf_backward_meta, "Meta")
+
+LEAF_CALL = torch.ops.kiln.leaf_call.default
+LEAF_BACKWARD = torch.ops.kiln.leaf_backward.default
