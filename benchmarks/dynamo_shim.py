@@ -15,6 +15,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.disable(fn, recursive=) / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
 | torch._dynamo.allow_in_graph / disallow_in_graph | kiln.allow_in_graph / kiln.disallow_in_graph        |
 | torch._dynamo.nonstrict_trace                   | kiln.nonstrict_trace                                |
+| torch._dynamo.decorators.leaf_function          | kiln.leaf_function                                  |
 | torch._dynamo.skip_frame / step_unsupported     | kiln.skip_frame / kiln.step_unsupported             |
 | torch._dynamo.mark_static(t or module, index)  | kiln.mark_static(t or module, dim)                   |
 | torch._dynamo.utils.counters                   | kiln.counters (same key names: frames/ok, stats/unique_graphs) |
@@ -427,6 +428,7 @@ def install():
         "allow_in_graph": (torch._dynamo.allow_in_graph, kiln.allow_in_graph),
         "disallow_in_graph": (torch._dynamo.disallow_in_graph, kiln.disallow_in_graph),
         "nonstrict_trace": (torch._dynamo.nonstrict_trace, kiln.nonstrict_trace),
+        "leaf_function": (torch._dynamo.decorators.leaf_function, kiln.leaf_function),
         "mark_dynamic": (torch._dynamo.mark_dynamic, kiln.mark_dynamic),
         "mark_static": (torch._dynamo.mark_static, kiln.mark_static),
         "counters": (torch._dynamo.utils.counters, kiln.counters),

@@ -57,3 +57,29 @@ def test_a_leaf_without_a_fake_raises_in_eager():
 def test_mutates_args_must_name_a_parameter():
     with pytest.raises(ValueError, match="not a parameter"):
         kiln.leaf_function(lambda x: x, mutates_args={"buf"})
+
+
+@kiln.leaf_function(mutates_args={"buf"})
+def accumulate(x, buf):
+    buf.add_(x)
+    return {"double": x * 2, "total": x.sum()}
+
+
+@accumulate.register_fake
+def _accumulate_fake(x, buf):
+    return {"double": torch.empty_like(x), "total": x.new_empty(())}
+
+
+def uses_accumulate(x, buf):
+    out = accumulate(x.cos(), buf)
+    return out["double"] + out["total"], buf * 1
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "kiln"])
+def test_mutated_argument_and_dict_output_match_eager(backend):
+    x = torch.randn(3)
+    expected_buf, got_buf = torch.zeros(3), torch.zeros(3)
+    expected = uses_accumulate(x, expected_buf)
+    got = kiln.compile(uses_accumulate, backend=backend, fullgraph=True)(x, got_buf)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(got_buf, expected_buf)  # the mutation reached the caller's tensor
