@@ -43,15 +43,8 @@ def warn_at(known, message, category=None, stacklevel=1, source=None):
         category = UserWarning
     if not (isinstance(category, type) and issubclass(category, Warning)):
         raise TypeError(f"category must be a Warning subclass, not '{type(category).__name__}'")
-    level = max(int(stacklevel), 1)
-    if level <= len(known):
-        filename, lineno, f_globals, _ = known[level - 1]
-    else:
-        frame = _user_caller(sys._getframe(1), level - len(known))
-        if frame is None:
-            filename, lineno, f_globals = "sys", 1, sys.__dict__
-        else:
-            filename, lineno, f_globals = frame.f_code.co_filename, frame.f_lineno, frame.f_globals
+    found = _frame_at(known, stacklevel, sys._getframe(1))
+    filename, lineno, f_globals, _ = found or ("sys", 1, sys.__dict__, None)
     module = f_globals.get("__name__", "<string>")
     registry = f_globals.setdefault("__warningregistry__", {})
     warnings.warn_explicit(message, category, filename, lineno, module, registry, f_globals, source)
@@ -136,23 +129,25 @@ def log_at(known, logger, name, *args, stacklevel=1, extra=None):
     msg, *args = args
     if not logger.isEnabledFor(level):
         return
-    level_up = max(int(stacklevel), 1)
-    if level_up <= len(known):
-        filename, lineno, _, func = known[level_up - 1]
-    else:
-        frame = _user_caller(sys._getframe(1), level_up - len(known))
-        if frame is None:
-            filename, lineno, func = "(unknown file)", 0, "(unknown function)"
-        else:
-            filename, lineno, func = (
-                frame.f_code.co_filename,
-                frame.f_lineno,
-                user_code(frame.f_code).co_name,
-            )
+    found = _frame_at(known, stacklevel, sys._getframe(1))
+    filename, lineno, _, func = found or ("(unknown file)", 0, None, "(unknown function)")
     record = logger.makeRecord(
         logger.name, level, filename, lineno, msg, tuple(args), None, func, extra
     )
     logger.handle(record)
+
+
+def _frame_at(known, stacklevel, compiled_frame):
+    """(file, line, globals, function name) of the frame `stacklevel` up from the call: from
+    the traced frames `known`, then the real callers of the compiled frame; None past them."""
+    level = max(int(stacklevel), 1)
+    if level <= len(known):
+        return known[level - 1]
+    frame = _user_caller(compiled_frame, level - len(known))
+    if frame is None:
+        return None
+    code = frame.f_code
+    return code.co_filename, frame.f_lineno, frame.f_globals, user_code(code).co_name
 
 
 def _user_caller(frame, levels):
