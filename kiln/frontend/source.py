@@ -4,6 +4,7 @@ import builtins
 import dataclasses
 import gc
 import itertools
+import types
 import weakref
 
 import numpy as np
@@ -516,7 +517,10 @@ def finalizer_class(cls):
     if not isinstance(cls, type) or not cls.__flags__ & _HEAPTYPE:
         return None
     for k in cls.__mro__:
-        if k.__flags__ & _HEAPTYPE and "__del__" in vars(k):
+        found = vars(k).get("__del__") if k.__flags__ & _HEAPTYPE else None
+        # (3.12 made C classes such as _io._IOBase heap types: their finalizer's slot wrapper
+        # is no Python __del__)
+        if found is not None and not isinstance(found, types.WrapperDescriptorType):
             return cls
     return None
 

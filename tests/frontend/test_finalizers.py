@@ -435,3 +435,15 @@ def test_an_iterator_holds_its_object_as_pythons_does():
         _deleted.clear()
         kiln.reset()
         assert kiln.compile(_iterated_to_the_end, backend="eager")(iter_fn) == expected
+
+
+def test_only_a_python_del_counts():
+    """A C class's finalizer slot is no Python __del__ (3.12 made _io's classes heap types, whose
+    `_IOBase.__del__` is a slot wrapper): a StringIO made in the frame does not break."""
+    import io
+
+    from kiln.frontend.source import finalizer_class
+
+    assert finalizer_class(io.StringIO) is None
+    assert finalizer_class(type("Own", (io.StringIO,), {})) is None
+    assert finalizer_class(Noted) is Noted
