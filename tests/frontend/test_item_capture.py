@@ -251,3 +251,22 @@ def test_aten_split_with_sizes_by_tolist_sizes(backend):
         assert_same(expected, got)
         sum(t.sum() * i for i, t in enumerate(got)).backward()
     assert len(graphs) == 1
+
+
+def _branch_on_float_item(x):
+    x = x + 1
+    if x.item() > 2:
+        return x * 2
+    return x * 3
+
+
+def test_a_branch_on_a_float_item_is_a_data_dependent_error():
+    """Under fullgraph: kiln.exc.DataDependentError (torch's UserError); without it the frame
+    breaks at the comparison and eager's results come back for both branches."""
+    with pytest.raises(kiln.exc.DataDependentError, match="gt of a float read from tensor data"):
+        kiln.compile(_branch_on_float_item, backend="eager", fullgraph=True)(torch.tensor([3.0]))
+    compiled, graphs = _counted(_branch_on_float_item)
+    for v in (3.0, 0.5):
+        x = torch.tensor([v])
+        assert_same(_branch_on_float_item(x), compiled(x))
+    assert len(graphs) >= 1

@@ -30,7 +30,7 @@ import sympy
 import torch
 
 from kiln.bytecode import emit
-from kiln.exc import unimplemented
+from kiln.exc import DataDependentError, unimplemented
 from kiln.frontend.variables import data_bools, data_sized, runtime_asserts, unspec_float  # noqa: F401
 from kiln.frontend.variables import tensor as tensor_vars
 from kiln.frontend.variables import torch as torch_vars
@@ -94,6 +94,9 @@ def tensor_item(tx, tensor, args, kwargs):
 _FLOAT_ARITH = {k: op for k, op in unspec_float.ARITH.items() if op is not operator.pow}
 
 
+_FLOAT_COMPARE = (operator.lt, operator.le, operator.gt, operator.ge, operator.eq, operator.ne)
+
+
 def _float_operand(v):
     """The FX argument of a float item, a literal int/float, or an int size; else None."""
     if hasattr(v, "op_argument"):
@@ -111,6 +114,11 @@ def float_binary(tx, fn, a, b):
     None."""
     op = _FLOAT_ARITH.get(fn)
     pa, pb = _float_operand(a), _float_operand(b)
+    if fn in _FLOAT_COMPARE and pa is not None and pb is not None:
+        # a Python bool of a value only the run knows: torch's data-dependent error (a break)
+        raise DataDependentError(
+            f"data-dependent: {fn.__name__} of a float read from tensor data (`.item()`)"
+        )
     if op is None or pa is None or pb is None:
         return None
     output = tx.output
