@@ -17,6 +17,7 @@ import enum
 import inspect
 import math
 import re
+import sys
 import types
 import weakref
 
@@ -166,7 +167,9 @@ def held_weakly(value):
     """Whether an identity guard holds `value` by a weak reference (Note [Guards: identity ...])."""
     if isinstance(value, type):
         return bool(value.__flags__ & _HEAPTYPE) and not _long_lived(value)
-    if isinstance(value, (types.ModuleType, types.BuiltinFunctionType)) or value is MISSING:
+    if isinstance(value, types.ModuleType) or value is MISSING:
+        return False
+    if isinstance(value, types.BuiltinFunctionType) and _module_function(value):
         return False
     if isinstance(value, types.FunctionType) and _long_lived(value):
         return False
@@ -179,6 +182,19 @@ def held_weakly(value):
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
 _LONG_LIVED = ("builtins", "torch", "typing", "abc", "enum", "collections", "functools", "kiln")
+
+
+def _module_function(fn):
+    """A builtin function its module (or a live object's class) holds, e.g. `len`, `torch.add`;
+    a C function made at run time or a bound method of a C object can die (CPython's
+    test_weakref.test_cfunction: `del f` must free it)."""
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, types.ModuleType):
+        return getattr(owner, fn.__name__, None) is fn
+    if isinstance(owner, type):
+        return not owner.__flags__ & _HEAPTYPE
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    return module is not None and getattr(module, fn.__name__, None) is fn
 
 
 def _long_lived(value):

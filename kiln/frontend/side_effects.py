@@ -524,8 +524,8 @@ def _reads_state(var, seen=None):
     list's, a dict's, or the attributes of an object made in the frame, `Out(cache=kwargs["x"])`)."""
     if isinstance(var, NullVariable):
         return False
-    if var.source is not None:
-        return True
+    if var.source is not None or getattr(var, "rebuilt_from_referent", False):
+        return True  # (a weak reference made in the frame: `weakref.ref(<its referent>)`)
     seen = set() if seen is None else seen
     if id(var) in seen:
         return False

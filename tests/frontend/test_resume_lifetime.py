@@ -337,3 +337,58 @@ def two_objects_then_a_break(x):
 def test_objects_made_in_the_frame_exist_when_python_runs_the_break():
     # Note [Graph breaks: objects made in the frame exist at the break]
     run_and_compare(two_objects_then_a_break, torch.randn(2))
+
+
+def _builtin_method_dropped(x):
+    f = {}.get  # a C function no module holds: an argument of the resume function
+    kiln.graph_break()
+    w = weakref.ref(f)
+    same = w() is f
+    del f
+    return x + 1, same, w() is None
+
+
+def test_builtin_function_an_argument_of_a_resume_function_dies_at_del():
+    """(CPython test_weakref.test_cfunction) the resume function's guard on the C function's
+    identity holds it by a weak reference: a strong one kept it alive after `del f`."""
+    compiled = run_and_compare(_builtin_method_dropped, torch.randn(3))
+    assert compiled(torch.randn(3))[1:] == (True, True)
+
+
+class _Method:
+    def m(self):
+        return 1
+
+
+def _made_ref_of_a_dropped_stack_value(x):
+    r = weakref.WeakMethod(_Method().m)  # (a break: made by Python, passed on the stack)
+    wr = weakref.ref(r)  # made in the resume function's trace
+    del r
+    return x * 2, wr() is None
+
+
+def test_ref_made_in_a_resume_function_does_not_hold_its_referent():
+    """(CPython test_weakref.test_no_cycles) `weakref.ref(r)` of a value the resume function got
+    on its stack is made before the instruction at the next break: made after it, the stack
+    argument it read kept `r` alive through the call (`del r` then freed nothing)."""
+    compiled = run_and_compare(_made_ref_of_a_dropped_stack_value, torch.randn(3))
+    assert compiled(torch.randn(3))[1] is True
+
+
+class _MyRef(weakref.ref):
+    pass
+
+
+def _subclass_refs_listed(x):
+    o = Obj()
+    r1 = _MyRef(o)  # (a break: weakref subclasses are made by Python)
+    r2 = weakref.ref(o)  # made in the resume function's trace
+    refs = weakref.getweakrefs(o)  # (a break)
+    return x + 1, refs == [r2, r1], weakref.getweakrefcount(o)
+
+
+def test_ref_made_in_the_frame_exists_when_python_lists_the_referents_refs():
+    """(CPython test_weakref.test_subclass_refs_dont_replace_standard_refs) a weak reference made
+    in the trace exists when Python runs the instruction at the next break."""
+    compiled = run_and_compare(_subclass_refs_listed, torch.randn(3))
+    assert compiled(torch.randn(3))[1:] == (True, 2)

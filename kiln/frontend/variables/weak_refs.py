@@ -26,6 +26,11 @@ from kiln.frontend.variables.user_defined import INSTANCE_MAKERS
 class NewWeakRefVariable(VariableTracker):
     """A `weakref.ref` of a frame argument, made while tracing."""
 
+    # rebuilt by reading its referent, so at a break before the instruction (Note [Graph breaks:
+    # values read before the instruction]): the frame may have let go of the referent by then,
+    # and a `weakref.ref(x)` made after the instruction would hold x alive through it
+    rebuilt_from_referent = True
+
     def __init__(self, referent, made_in_frame=False, **kw):
         super().__init__(**kw)
         self.referent = referent
