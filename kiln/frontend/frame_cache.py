@@ -53,6 +53,7 @@ from kiln.frontend.resume import call_moving
 from kiln.frontend.source import GetItemSource, LocalSource
 from kiln.frontend.translator import InstructionTranslator, user_location
 from kiln.frontend.user_errors import fullgraph_error, warn_graph_breaks
+from kiln.frontend.variables.classes import detach_made_classes
 from kiln.frontend.variables.lists import _ITER_UNDO as ITER_UNDO
 from kiln.symbolic import autocast_state as amp
 from kiln.symbolic import marked_dims
@@ -614,6 +615,7 @@ class FrameCache:
             # translator can sit in reference cycles with what it made, the iterator steps of
             # its last instruction hold its variables (Note [Finalizers: locals])
             tx.__dict__.clear()
+            detach_made_classes(output.made_classes)  # Note [Classes: the trace's classes ...]
             # (so does the output graph: its graph inputs and guards hold the real values it read,
             # a parameter's .grad kept alive after `zero_grad()` until the next collection)
             output.__dict__.clear()

@@ -63,6 +63,7 @@ class OutputGraph:
         self.side_effects = SideEffects()
         self.extra_globals = {}  # guard names -> foreign globals dicts
         self.installed_globals = []  # names set in root_fn's module (installed_globals.install)
+        self.made_classes = []  # classes the trace built (classes.detach_made_classes)
         self._foreign_globals = {}
         # Note [Shapes: wiring]: one ShapeEnv per frame compilation
         self.shape_env = shape_env.ShapeEnv()

@@ -27,6 +27,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import GetItemSource, LocalSource, advance_iter
+from kiln.frontend.variables.classes import in_making_order
 from kiln.frontend.variables.constant import is_literal
 from kiln.frontend.variables.dict_keys import is_stand_in, is_traced_tensor, key_var
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -35,7 +36,7 @@ from kiln.frontend.variables.lists import BaseListVariable, DequeVariable
 from kiln.frontend.variables.misc import NullVariable
 from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.user_attrs import instance_static
-from kiln.frontend.variables.user_defined import NewObjectVariable
+from kiln.frontend.variables.user_defined import NewObjectVariable, UserDefinedClassVariable
 
 _UNSET = object()
 DELETED = NullVariable()  # the value of an attribute deleted while tracing (never read)
@@ -492,6 +493,7 @@ def pin_state_reads(cg, values):
     value is loaded into a temporary before the instruction; a plain local of the frame (its own
     name, not a cell) cannot change under the instruction and is read where it is needed.
     """
+    _pin_local_classes(cg, values)
     for var in values:
         if var is None:
             continue
@@ -506,13 +508,27 @@ def pin_state_reads(cg, values):
         cg.pin(var)
 
 
+def _pin_local_classes(cg, values):
+    """Build the classes made in the frame that are live at the break, in the order eager made
+    them (Note [Graph breaks: objects made in the frame exist at the break])."""
+    by_class = {}
+    for var in values:
+        cls = getattr(var, "value", None)
+        if isinstance(var, UserDefinedClassVariable) and var.source is None:
+            by_class.setdefault(id(cls), (cls, var))
+    for cls in in_making_order([cls for cls, _ in by_class.values()]):
+        cg.pin(by_class[id(cls)][1])
+
+
 # Note [Graph breaks: objects made in the frame exist at the break]
 # An object of a user class made in the frame and live at the break (on the stack, in a local)
 # existed when eager ran the instruction. Rebuilt only after it (for the resume function), it
 # would not exist yet while the instruction runs: the instruction would see the interpreter as
 # it was before the object was made (CPython's shared instance-dict keys of its class, which
 # size a dict made after it; a registry of live instances). So such objects, and their
-# `obj.__dict__`, are rebuilt before the instruction, in stack-then-locals order.
+# `obj.__dict__`, are rebuilt before the instruction, in stack-then-locals order. Classes made in
+# the frame and live there are built first, in the order the trace made them: the instruction may
+# list them (`Parent.__subclasses__()`, in the order they were made).
 def _made_here(var):
     """An object of a user class made in the frame (or its __dict__), rebuilt by the replay."""
     obj = getattr(var, "obj", None) if type(var).__name__ == "AttrDictVariable" else var

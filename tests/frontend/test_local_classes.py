@@ -1,5 +1,7 @@
 """Classes defined inside compiled functions (Note [Classes: local classes])."""
 
+import gc
+
 import torch
 
 import kiln
@@ -250,3 +252,49 @@ def method_raises_an_exception_object_of_the_frame(x):
 def test_local_class_over_an_exception_object_raises_that_object():
     # (a class statement that breaks makes a new class per call: the resume recompiles)
     run_and_compare(method_raises_an_exception_object_of_the_frame, torch.ones(2), calls=1)
+
+
+class _Registry:
+    pass
+
+
+def _subclasses_listed_at_a_break(x):
+    class Child(_Registry):
+        pass
+
+    class Other(_Registry):
+        pass
+
+    listed = _Registry.__subclasses__()  # (a break: Python lists them)
+    return x + 1, listed == [Child, Other], len(listed)
+
+
+def test_classes_made_in_the_frame_exist_once_when_python_lists_subclasses():
+    """(CPython test_descr.test_remove_subclass) the classes the trace built leave their real
+    base when the trace is over, and the transformed code builds the frame's own before the
+    instruction at the break, in the order eager made them."""
+    compiled = kiln.compile(_subclasses_listed_at_a_break, backend="eager")
+    for fn in (_subclasses_listed_at_a_break, compiled, compiled):
+        gc.collect()  # (classes sit in reference cycles: the last call's are freed here)
+        assert fn(t(3))[1:] == (True, 2)
+
+
+def _subclass_of_a_resume_argument(x):
+    class Parent:
+        pass
+
+    before = Parent.__subclasses__()  # (a break: Parent is an argument of the resume function)
+
+    class Child(Parent):
+        pass
+
+    after = Parent.__subclasses__()
+    return x + 1, before == [], after == [Child]
+
+
+def test_class_made_in_a_resume_function_is_listed_once():
+    """The trace of the resume function built Child over the real Parent: without being taken
+    off it, Parent listed that Child and the one the program built."""
+    compiled = kiln.compile(_subclass_of_a_resume_argument, backend="eager")
+    for _ in range(2):
+        assert compiled(t(3))[1:] == (True, True)

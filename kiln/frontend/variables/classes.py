@@ -63,6 +63,37 @@ def is_local_class(cls):
 _RECIPES = weakref.WeakKeyDictionary()  # local class -> (body function, name, bases)
 
 
+def in_making_order(classes):
+    """The local classes among `classes`, in the order the trace made them."""
+    wanted = {id(c) for c in classes if is_local_class(c)}
+    return [c for c in list(_RECIPES) if id(c) in wanted]
+
+
+# Note [Classes: the trace's classes leave their bases]
+# A class statement traced builds a real class (its methods and attributes are read while
+# tracing) with the real bases; the transformed code builds it again when the program runs. The
+# trace's class stays registered with its bases (`Parent.__subclasses__()`) until a collection
+# frees it, so the program, run on after the trace, would list two `Child`s where eager lists
+# one. Once the trace is over its classes are detached: each one with a base the trace did not
+# make gets kiln's empty `_Detached` as its only base (which takes it off its bases' lists;
+# `object` itself has another layout: no `__dict__`). A class whose layout forbids that (a C base:
+# dict, Exception; `__slots__`) stays as it is.
+class _Detached:
+    """The base a trace's class gets once the trace is over."""
+
+
+def detach_made_classes(classes):
+    """Take the classes a finished trace built off their real bases' subclass lists."""
+    made = {id(c) for c in classes}
+    for cls in reversed(classes):
+        if all(id(b) in made or b is object for b in cls.__bases__):
+            continue
+        try:
+            cls.__bases__ = (_Detached,)
+        except TypeError:
+            pass
+
+
 def local_owner(fn):
     """`(cls, name, wrapped)`: the class made in the frame whose body defined `fn` (a function or
     any callable its body made, e.g. a decorator's instance) as `name`, or None; `wrapped`: fn is
@@ -156,6 +187,7 @@ class BuildClassVariable(VariableTracker):
             unimplemented(f"class {name} raised {type(e).__name__} while being built: {e}")
         LOCAL_CLASSES.add(cls)
         _RECIPES[cls] = (fn, name, tuple(bases))
+        tx.output.made_classes.append(cls)
         return LocalClassVariable(cls)
 
     def reconstruct(self, cg):
