@@ -277,7 +277,8 @@ def wrap_constant_like(tx, value):
         return UserDefinedClassVariable(value)
     if isinstance(value, enum.Enum | torch._C.DispatchKey):
         return ConstantVariable(value)
-    if value in stdlib.TRACED_FUNCTIONS:  # Note [Stdlib: Python functions traced as user code]
+    if isinstance(value, types.FunctionType) and value in stdlib.TRACED_FUNCTIONS:
+        # Note [Stdlib: Python functions traced as user code]
         return UserFunctionVariable(value)
     if callable(value):
         return OpaqueCallableVariable(value)

@@ -8,6 +8,7 @@ import inspect
 import math
 import operator
 import types
+import typing
 
 import torch
 
@@ -194,6 +195,29 @@ def _user_instancecheck(tx, obj, cls, cls_var, check):
     unimplemented(f"{type(cls).__name__}.__instancecheck__ returned a value known only at run time")
 
 
+# Note [Builtins: checks against a typing Protocol]
+# isinstance/issubclass against a `typing.Protocol` class run typing's hook, whose answer depends
+# on the calling frame (`_allow_reckless_class_checks` reads the caller's module: from `abc` or
+# `functools` a non-method protocol answers NotImplemented, from user code it raises TypeError) and
+# whose NotImplemented fills the class's ABC caches. Run while tracing, the check would ask from
+# kiln's frames and fill those caches ahead of the program (a later break that resumes at an
+# earlier `with` replays an `issubclass` that then hits the cache and no longer raises: CPython's
+# test_typing test_protocol_decorated_with_final_noncallable_members). So it is a graph break:
+# Python asks, from the user's frame, in the program's order.
+def _check_protocols(cls):
+    """A graph break for isinstance/issubclass against a typing Protocol (Note [Builtins: ...])."""
+    classes = cls if isinstance(cls, tuple) else (cls,)
+    for c in classes:
+        if isinstance(c, _PROTOCOL_META) and getattr(c, "_is_protocol", False):
+            unimplemented(
+                f"isinstance/issubclass against the typing Protocol {c.__qualname__} (its answer "
+                "depends on the calling frame and fills its caches)"
+            )
+
+
+_PROTOCOL_META = type(typing.Protocol)
+
+
 def _class_is_type(t):
     """Whether `obj.__class__` is `type(obj)` for instances of `t` (no Python __getattribute__,
     no `__class__` of its own in the MRO)."""
@@ -327,9 +351,11 @@ class BuiltinVariable(VariableTracker):
 
     def _call_isinstance(self, tx, obj, cls):
         c = cls.as_python_constant()
+        _check_protocols(c)
         return isinstance_check(tx, obj, c, cls)
 
     def _call_issubclass(self, tx, a, b):
+        _check_protocols(b.as_python_constant())
         guard_abc_registry(tx, b.as_python_constant())
         return fold(issubclass, a.as_python_constant(), b.as_python_constant())
 
