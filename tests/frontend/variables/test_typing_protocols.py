@@ -7,7 +7,6 @@ import torch
 
 import kiln
 
-
 _NON_METHOD = r"Protocols with non-method members don.t support issubclass\(\)"
 
 
