@@ -37,6 +37,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
 | torch._dynamo.config.recompile_limit           | kiln.config.cache_size_limit (read through)          |
 | torch._dynamo.config.error_on_recompile        | kiln.config.error_on_recompile (read through)        |
+| torch._dynamo.config.leaf_function_check_escaped_gradients | kiln.config's (read through; kiln's default is on) |
 | torch.compiler.config.dynamic_sources          | kiln.config.dynamic_sources (read through; `L['x']` is kiln's `x`) |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 | backend "cudagraphs"                           | kiln's "kiln" with mode="reduce-overhead"            |
@@ -321,6 +322,7 @@ _CONFIG = {
     "error_on_recompile": "torch._dynamo.config",
     "assume_static_by_default": "torch._dynamo.config",
     "trace_autograd_ops": "torch._dynamo.config",
+    "leaf_function_check_escaped_gradients": "torch._dynamo.config",  # (torch's default: off)
 }
 
 

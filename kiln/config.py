@@ -17,6 +17,9 @@ capture_scalar_outputs = False  # `t.item()` stays in the graph as an unbacked s
 capture_dynamic_output_shape_ops = False  # `x.nonzero()` stays in the graph (unbacked size)
 symbol_guard_limit_before_specialize = None  # n: a size symbol in > n guards is specialised
 specialize_int = True  # Python ints taken as constants (guarded), not graph inputs
+leaf_function_check_escaped_gradients = (
+    True  # a leaf_function whose outputs need gradients of tensors it closes over raises
+)
 skip_modules = (
     "torch",
     "numpy",

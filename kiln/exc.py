@@ -97,5 +97,15 @@ class ForbiddenInTrace(UserError, AssertionError):
     inputs for the next compilation). An AssertionError too, as torch's error of that case."""
 
 
+class LeafFunctionError(UserError):
+    """A leaf function's real body disagrees with what kiln was told (its fake implementation, its
+    mutates_args), or would lose gradients: raised to the caller, never an eager fallback."""
+
+
+class LeafStructureError(LeafFunctionError, AssertionError):
+    """The real body's output structure differs from the fake's (an AssertionError too, as
+    torch's)."""
+
+
 class InternalError(KilnError):
     """A bug in kiln: an invariant did not hold."""

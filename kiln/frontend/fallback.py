@@ -6,6 +6,7 @@ import re
 import weakref
 
 from kiln import config, logs
+from kiln.exc import UserError
 
 _KILN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,7 +35,7 @@ def raised_by_kiln(e):
     """Whether an exception from running compiled code came from kiln itself: its innermost
     frame is kiln's own code or a graph kiln generated (not the user's code, nor torch's)."""
     tb = e.__traceback__
-    if tb is None:
+    if tb is None or isinstance(e, UserError):  # (kiln's report of the user's mistake)
         return False
     while tb.tb_next is not None:
         tb = tb.tb_next

@@ -75,6 +75,8 @@ def nonstrict_trace(traceable_fn):
     itself is unchanged."""
     if not isinstance(traceable_fn, types.FunctionType):
         raise TypeError(f"nonstrict_trace expects a function, got {type(traceable_fn).__name__}")
+    if is_leaf_function(traceable_fn):
+        raise ValueError(_both_message(traceable_fn))
 
     @functools.wraps(traceable_fn)
     def nonstrict(*args, **kwargs):
@@ -93,6 +95,8 @@ def leaf_function(fn=None, *, mutates_args=None):
         return functools.partial(leaf_function, mutates_args=mutates_args)
     if not callable(fn):
         raise TypeError(f"leaf_function expects a function, got {type(fn).__name__}")
+    if is_nonstrict(fn):
+        raise ValueError(_both_message(fn))
     mutated = frozenset(mutates_args or ())
     params = set(inspect.signature(fn).parameters)
     for expr in mutated:
@@ -107,7 +111,12 @@ def leaf_function(fn=None, *, mutates_args=None):
     def leaf(*args, **kwargs):
         if leaf.leaf_fake_fn is None:
             raise ValueError(_no_fake_message(fn))
-        return fn(*args, **kwargs)
+        before = [(t, t._version) for t in _tensors_in((args, kwargs))]
+        result = fn(*args, **kwargs)
+        changed = [t for t, version in before if t._version != version]
+        if changed:
+            _check_declared(fn, mutated, changed, args, kwargs)
+        return result
 
     def register_fake(fake_fn):
         leaf.leaf_fake_fn = fake_fn
@@ -119,6 +128,39 @@ def leaf_function(fn=None, *, mutates_args=None):
     leaf.register_fake = register_fake
     _LEAVES.add(leaf)
     return leaf
+
+
+def _both_message(fn):
+    name = getattr(fn, "__name__", fn)
+    return f"'{name}' cannot be both marked as @leaf_function and @nonstrict_trace"
+
+
+def _tensors_in(value):
+    """The tensors in nested lists, tuples and dicts (a leaf function's arguments)."""
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors_in(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors_in(v)]
+    return [value] if hasattr(value, "_version") and hasattr(value, "untyped_storage") else []
+
+
+def _check_declared(fn, mutated, changed, args, kwargs):
+    """Raise when fn changed an argument in place that `mutates_args` does not name (as traced
+    code only copies back the declared ones, the eager call checks it too)."""
+    bound = inspect.signature(fn).bind(*args, **kwargs).arguments
+    declared = set()
+    for expr in mutated:
+        try:
+            declared.update(id(t) for t in _tensors_in([eval(expr, {}, dict(bound))]))  # noqa: S307
+        except Exception:  # (an expression the traced call reports)
+            continue
+    undeclared = [t for t in changed if id(t) not in declared]
+    if undeclared:
+        raise RuntimeError(
+            f"Undeclared in-place mutation in leaf_function '{fn.__name__}': it changed "
+            f"{len(undeclared)} argument tensor(s) that mutates_args does not name (declare them: "
+            "@leaf_function(mutates_args={...}))"
+        )
 
 
 def _no_fake_message(fn):

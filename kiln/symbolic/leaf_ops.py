@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kiln import config
+from kiln.exc import LeafFunctionError, LeafStructureError
 from kiln.symbolic import control_ops  # noqa: F401 (defines the kiln namespace first)
 
 _LIB = torch.library.Library("kiln", "FRAGMENT")
@@ -105,18 +107,63 @@ def _flat_result(site, result):
     tensors = []
     plan = flatten_value(result, tensors, site.name)
     if plan != site.out_plan and _shape_of(plan) != _shape_of(site.out_plan):
-        raise RuntimeError(
-            f"leaf_function {site.name}: the real function's output structure {_shape_of(plan)} "
-            f"does not match its fake implementation's {_shape_of(site.out_plan)}"
+        raise LeafStructureError(
+            f"leaf_function {site.name}: output structure mismatch: the real function returned "
+            f"{_shape_of(plan)}, its fake implementation {_shape_of(site.out_plan)}"
         )
     for i, (t, (shape, dtype)) in enumerate(zip(tensors, site.out_meta)):
-        if tuple(t.shape) != shape or t.dtype != dtype:
-            raise RuntimeError(
-                f"leaf_function {site.name}: output {i} of the real function has shape "
-                f"{tuple(t.shape)} and dtype {t.dtype}, its fake implementation said {shape} "
-                f"and {dtype}"
+        if t.dtype != dtype:
+            raise LeafFunctionError(
+                f"leaf_function {site.name}: Dtype mismatch in output {i}: the real function "
+                f"gave {t.dtype}, its fake implementation {dtype}"
+            )
+        if tuple(t.shape) != shape:
+            raise LeafFunctionError(
+                f"leaf_function {site.name}: Shape mismatch in output {i}: the real function "
+                f"gave {list(t.shape)}, its fake implementation {list(shape)}"
             )
     return tensors
+
+
+# Note [leaf_function: escaped gradients]
+# The body runs on detached copies of its inputs, so its outputs' gradients reach the frame's
+# tensors only through them. A tensor the body reads from elsewhere (a closure, a global) that
+# requires grad would get no gradient, where the body called eagerly gives it one: a silent loss.
+# So, when the call is differentiated, the body's autograd graph is walked from its outputs down
+# to the inputs; a leaf that is not an input, or a node made before the body started (a
+# closed-over tensor computed earlier, `w = base * 2`), is such a tensor and the call raises,
+# naming each (`kiln.config.leaf_function_check_escaped_gradients = False` allows it, as torch's
+# default does). Nodes made by the body have higher sequence numbers than a probe node made first.
+_PROBE = torch.zeros((), requires_grad=True)
+
+
+def _check_escaped(site, local, outputs, start):
+    """Raise if the body's outputs depend on tensors that require grad and are not its inputs."""
+    inputs = {id(t) for t in local}
+    seen, stack, escaped = set(), [o.grad_fn for o in outputs if o.grad_fn is not None], []
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None)
+        if variable is not None:  # an AccumulateGrad: a leaf
+            if id(variable) not in inputs:
+                escaped.append((list(variable.shape), variable.dtype))
+            continue
+        if node._sequence_nr() < start:
+            meta = node._input_metadata[0]
+            escaped.append((list(meta.shape), meta.dtype))
+            continue
+        stack.extend(n for n, _ in node.next_functions)
+    if escaped:
+        listed = "; ".join(f"shape={s}, dtype={d}" for s, d in escaped)
+        raise LeafFunctionError(
+            f"leaf_function {site.name}: its outputs depend on {len(escaped)} tensor(s) that "
+            f"require grad and are not its arguments ({listed}); their gradients would be lost. "
+            "Pass them as arguments, or set kiln.config.leaf_function_check_escaped_gradients = "
+            "False (Note [leaf_function: escaped gradients])"
+        )
 
 
 def _shape_of(plan):
@@ -175,8 +222,12 @@ def _leaf_call_impl(site_number, inputs):
         t.detach().requires_grad_(True) if wants else t for t, wants in zip(inputs, site.grad_mask)
     ]
     with _with_autograd(), torch.enable_grad() if differentiated else contextlib.nullcontext():
+        check = differentiated and config.leaf_function_check_escaped_gradients
+        start = _PROBE.view(()).grad_fn._sequence_nr() if check else 0
         args, kwargs = _call_args(site, local)
         outputs = _flat_result(site, site.fn(*args, **kwargs))
+        if check:
+            _check_escaped(site, local, outputs, start)
     token = _new_token((local, outputs) if differentiated else None)
     storages = {t.untyped_storage().data_ptr() for t in inputs}
     returned = [

@@ -83,3 +83,95 @@ def test_mutated_argument_and_dict_output_match_eager(backend):
     got = kiln.compile(uses_accumulate, backend=backend, fullgraph=True)(x, got_buf)
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(got_buf, expected_buf)  # the mutation reached the caller's tensor
+
+
+def test_leaf_and_nonstrict_exclude_each_other():
+    with pytest.raises(ValueError, match="both marked as @leaf_function and @nonstrict_trace"):
+        kiln.leaf_function(kiln.nonstrict_trace(lambda x: x))
+    with pytest.raises(ValueError, match="both marked as @leaf_function and @nonstrict_trace"):
+        kiln.nonstrict_trace(kiln.leaf_function(lambda x: x))
+
+
+@kiln.leaf_function
+def _returns_a_dict(x):
+    return {"a": x, "b": x * 2}
+
+
+@_returns_a_dict.register_fake
+def _returns_a_tuple_fake(x):
+    return (x, x * 2)
+
+
+@kiln.leaf_function
+def _returns_double(x):
+    return (x.double(),)
+
+
+@_returns_double.register_fake
+def _returns_float_fake(x):
+    return (torch.empty_like(x),)
+
+
+@pytest.mark.parametrize(
+    "leaf, error, match",
+    [
+        (_returns_a_dict, AssertionError, "output structure mismatch"),
+        (_returns_double, RuntimeError, "Dtype mismatch in output 0"),
+    ],
+)
+def test_a_real_output_unlike_the_fake_raises(leaf, error, match):
+    """A user's mistake, raised to the caller: it was taken for kiln's own failure in the first
+    run, so the frame ran eagerly with a warning."""
+    compiled = kiln.compile(lambda x: leaf(x), backend="eager", fullgraph=True)
+    for _ in range(2):
+        with pytest.raises(error, match=match):
+            compiled(torch.randn(3))
+
+
+@kiln.leaf_function
+def _adds_in_place(x):
+    x.add_(1)
+    return (x,)
+
+
+@_adds_in_place.register_fake
+def _adds_in_place_fake(x):
+    return (torch.empty_like(x),)
+
+
+def test_an_undeclared_in_place_change_raises_in_eager():
+    """Traced calls copy back only what mutates_args names, so the eager call checks it too."""
+    with pytest.raises(RuntimeError, match="Undeclared in-place mutation"):
+        _adds_in_place(torch.zeros(2))
+
+
+_WEIGHT = torch.randn(3, 3, requires_grad=True)
+_BASE = torch.randn(3, 4, requires_grad=True)
+_DERIVED = _BASE * 3  # (not a leaf: made before the call, requires grad)
+
+
+@kiln.leaf_function
+def _uses_closures(x):
+    return (x @ _WEIGHT, x @ _DERIVED)
+
+
+@_uses_closures.register_fake
+def _uses_closures_fake(x):
+    return (x.new_empty(x.shape[0], 3), x.new_empty(x.shape[0], 4))
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_gradients_the_body_would_lose_raise(backend):
+    """Note [leaf_function: escaped gradients]: called eagerly, _WEIGHT and _BASE get gradients;
+    through the opaque op they would silently not."""
+    compiled = kiln.compile(lambda x: _uses_closures(x), backend=backend, fullgraph=True)
+    x = torch.randn(2, 3, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"2 tensor\(s\).*shape=\[3, 3\], dtype=torch.float32"):
+        compiled(x)
+    out = compiled(x.detach())  # (nothing differentiated: nothing to lose)
+    torch.testing.assert_close(out, _uses_closures(x.detach()))
+    kiln.config.leaf_function_check_escaped_gradients, before = False, True
+    try:
+        assert compiled(x)[0].shape == (2, 3)
+    finally:
+        kiln.config.leaf_function_check_escaped_gradients = before
