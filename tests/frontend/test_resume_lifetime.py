@@ -351,8 +351,11 @@ def _builtin_method_dropped(x):
 def test_builtin_function_an_argument_of_a_resume_function_dies_at_del():
     """(CPython test_weakref.test_cfunction) the resume function's guard on the C function's
     identity holds it by a weak reference: a strong one kept it alive after `del f`."""
-    compiled = run_and_compare(_builtin_method_dropped, torch.randn(3))
-    assert compiled(torch.randn(3))[1:] == (True, True)
+    assert _builtin_method_dropped(torch.randn(3))[1:] == (True, True)
+    compiled = kiln.compile(_builtin_method_dropped, backend="eager")
+    compiled(torch.randn(3))  # (traces: what the trace saw may live on until a collection)
+    for _ in range(2):
+        assert compiled(torch.randn(3))[1:] == (True, True)
 
 
 class _Method:
@@ -371,8 +374,11 @@ def test_ref_made_in_a_resume_function_does_not_hold_its_referent():
     """(CPython test_weakref.test_no_cycles) `weakref.ref(r)` of a value the resume function got
     on its stack is made before the instruction at the next break: made after it, the stack
     argument it read kept `r` alive through the call (`del r` then freed nothing)."""
-    compiled = run_and_compare(_made_ref_of_a_dropped_stack_value, torch.randn(3))
-    assert compiled(torch.randn(3))[1] is True
+    assert _made_ref_of_a_dropped_stack_value(torch.randn(3))[1] is True
+    compiled = kiln.compile(_made_ref_of_a_dropped_stack_value, backend="eager")
+    compiled(torch.randn(3))  # (traces: what the trace saw may live on until a collection)
+    for _ in range(2):
+        assert compiled(torch.randn(3))[1] is True
 
 
 class _MyRef(weakref.ref):
@@ -390,5 +396,8 @@ def _subclass_refs_listed(x):
 def test_ref_made_in_the_frame_exists_when_python_lists_the_referents_refs():
     """(CPython test_weakref.test_subclass_refs_dont_replace_standard_refs) a weak reference made
     in the trace exists when Python runs the instruction at the next break."""
-    compiled = run_and_compare(_subclass_refs_listed, torch.randn(3))
-    assert compiled(torch.randn(3))[1:] == (True, 2)
+    assert _subclass_refs_listed(torch.randn(3))[1:] == (True, 2)
+    compiled = kiln.compile(_subclass_refs_listed, backend="eager")
+    compiled(torch.randn(3))  # (traces: what the trace saw may live on until a collection)
+    for _ in range(2):
+        assert compiled(torch.randn(3))[1:] == (True, 2)
