@@ -31,7 +31,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.exc.Unsupported                  | kiln.exc.Unsupported (what kiln raises under fullgraph) |
 | torch._dynamo.exc.RecompileError               | kiln.exc.RecompileError (config.error_on_recompile) |
 | symbolic_shapes.ConstraintViolationError       | kiln.exc.ConstraintViolation (a marked dim specialised, or out of its range) |
-| torch._dynamo.exc.UserError                    | kiln.exc.DataDependentError (a branch on a value read from tensor data under fullgraph; torch's other user errors kiln has not) |
+| torch._dynamo.exc.UserError                    | (kiln.exc.DataDependentError, kiln.exc.UserError): a branch on a value read from tensor data under fullgraph, and the user's mistakes kiln reports |
 | torch._dynamo.OptimizedModule                  | kiln.OptimizedModule (the class compile(module) returns) |
 | torch._dynamo.config.capture_scalar_outputs    | kiln.config.capture_scalar_outputs (read through)    |
 | torch.fx.experimental._config.symbol_guard_limit_before_specialize | kiln.config's (read through) |
@@ -445,8 +445,12 @@ def install():
         "Unsupported": (torch._dynamo.exc.Unsupported, kiln.exc.Unsupported),
         # `with self.assertRaises(RecompileError)` under config.error_on_recompile (kiln's class)
         "RecompileError": (torch._dynamo.exc.RecompileError, kiln.exc.RecompileError),
-        # `assertRaises(UserError)` on a data-dependent branch under fullgraph: kiln's class
-        "UserError": (torch._dynamo.exc.UserError, kiln.exc.DataDependentError),
+        # `assertRaises(UserError)`: kiln's classes (a data-dependent branch under fullgraph;
+        # the user's mistakes kiln reports, such as a leaf_function's bad mutates_args)
+        "UserError": (
+            torch._dynamo.exc.UserError,
+            (kiln.exc.DataDependentError, kiln.exc.UserError),
+        ),
         # `assertIsInstance(torch.compile(mod), torch._dynamo.OptimizedModule)`: kiln's class
         "OptimizedModule": (torch._dynamo.OptimizedModule, kiln.OptimizedModule),
     }

@@ -67,16 +67,57 @@ def register_site(site):
     return site.number
 
 
-def rebuild(plan, tensors):
-    """The value of `plan`, its tensor slots filled from the iterator `tensors`."""
+MODULE = "module"  # a plan's kind: an nn.Module argument, its parameters and buffers as slots
+
+
+def rebuild(plan, tensors, swaps=None):
+    """The value of `plan`, its tensor slots filled from the iterator `tensors`; a module's
+    slots are its parameters and buffers, to be swapped in (`swaps`) around the call."""
     if plan is TENSOR:
         return next(tensors)
     kind, body = plan
     if kind == "const":
         return body
+    if kind == MODULE:
+        ref, names = body
+        module = ref()
+        if module is None:
+            raise RuntimeError("kiln: the nn.Module given to a leaf_function call is gone")
+        values = [next(tensors) for _ in names]
+        if swaps is not None:
+            swaps.append((module, dict(zip(names, values))))
+        return module
     if kind is dict:
-        return {k: rebuild(p, tensors) for k, p in body.items()}
-    return kind(rebuild(p, tensors) for p in body)
+        return {k: rebuild(p, tensors, swaps) for k, p in body.items()}
+    return kind(rebuild(p, tensors, swaps) for p in body)
+
+
+@contextlib.contextmanager
+def module_tensors(swaps):
+    """Each module's parameters and buffers replaced by the given tensors, then put back (the
+    body computes with the op's inputs: meta ones for the fake, detached ones for gradients)."""
+    saved = []
+    try:
+        for module, values in swaps:
+            for name, value in values.items():
+                owner_path, _, leaf = name.rpartition(".")
+                owner = module.get_submodule(owner_path) if owner_path else module
+                table = owner._parameters if leaf in owner._parameters else owner._buffers
+                saved.append((table, leaf, table[leaf]))
+                table[leaf] = value
+        yield
+    finally:
+        for table, leaf, old in reversed(saved):
+            table[leaf] = old
+
+
+def call_site(site, fn, inputs):
+    """fn called on the site's arguments rebuilt around `inputs` (modules' tensors swapped in)."""
+    values, swaps = iter(inputs), []
+    args = [rebuild(p, values, swaps) for p in site.arg_plans]
+    kwargs = {k: rebuild(p, values, swaps) for k, p in site.kwarg_plans.items()}
+    with module_tensors(swaps):
+        return fn(*args, **kwargs)
 
 
 def flatten_value(value, tensors, name):
@@ -224,8 +265,7 @@ def _leaf_call_impl(site_number, inputs):
     with _with_autograd(), torch.enable_grad() if differentiated else contextlib.nullcontext():
         check = differentiated and config.leaf_function_check_escaped_gradients
         start = _PROBE.view(()).grad_fn._sequence_nr() if check else 0
-        args, kwargs = _call_args(site, local)
-        outputs = _flat_result(site, site.fn(*args, **kwargs))
+        outputs = _flat_result(site, call_site(site, site.fn, local))
         if check:
             _check_escaped(site, local, outputs, start)
     token = _new_token((local, outputs) if differentiated else None)
@@ -247,9 +287,8 @@ def _leaf_call_meta(site_number, inputs):
 
 def run_fake(site, inputs):
     """The output tensors of the site's fake implementation on `inputs`."""
-    args, kwargs = _call_args(site, list(inputs))
     tensors = []
-    flatten_value(site.fake_fn(*args, **kwargs), tensors, site.name)
+    flatten_value(call_site(site, site.fake_fn, list(inputs)), tensors, site.name)
     return tensors
 
 
@@ -268,8 +307,7 @@ def _leaf_backward_impl(site_number, token, inputs, grads):
 
 
 def _leaf_backward_meta(site_number, token, inputs, grads):
-    site = _SITES[site_number]
-    return [torch.empty_like(t) for t, wants in zip(inputs, site.grad_mask) if wants]
+    return [torch.empty_like(t) for t in inputs]  # (the differentiated inputs only)
 
 
 class LeafCall(torch.autograd.Function):
@@ -282,7 +320,9 @@ class LeafCall(torch.autograd.Function):
         site = _SITES[site_number]
         token = outs[-1]
         ctx.site_number = site_number
-        ctx.save_for_backward(token, *inputs)
+        # the differentiated inputs only: a mutated one (never differentiated) is written back
+        # after the op, which a saved tensor's version check would take for a misuse
+        ctx.save_for_backward(token, *(t for t, wants in zip(inputs, site.grad_mask) if wants))
         fixed = [o for o in outs[: len(site.out_meta)] if not o.is_floating_point()]
         ctx.mark_non_differentiable(token, *outs[len(site.out_meta) : -1], *fixed)
         return tuple(outs)

@@ -175,3 +175,115 @@ def test_gradients_the_body_would_lose_raise(backend):
         assert compiled(x)[0].shape == (2, 3)
     finally:
         kiln.config.leaf_function_check_escaped_gradients = before
+
+
+BODY_RUNS = []
+
+
+@kiln.leaf_function
+def _module_forward(mod, inputs):
+    BODY_RUNS.append(1)
+    if inputs["x"].sum() > 0:  # (data-dependent: no trace could take it)
+        return (mod.linear(inputs["x"]), inputs["y"] + 1)
+    return (mod.linear(inputs["x"]) + inputs["y"], inputs["y"] - 1)
+
+
+@_module_forward.register_fake
+def _module_forward_fake(mod, inputs):
+    return (mod.linear(inputs["x"]), torch.empty_like(inputs["y"]))
+
+
+class _LeafModule(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 3)
+
+    def forward(self, inputs):
+        return _module_forward(self, inputs)
+
+
+def _grads(mod, x, y):
+    out = [mod.linear.weight.grad, mod.linear.bias.grad, x.grad, y.grad]
+    mod.zero_grad()
+    x.grad = y.grad = None
+    return out
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "kiln"])
+def test_an_nn_module_argument_and_its_parameters_gradients(backend):
+    """A module argument is passed as itself; its parameters are the op's inputs (meta ones in
+    the fake, detached ones in the body), so their gradients come back as eager's do."""
+    mod = _LeafModule()
+    compiled = kiln.compile(mod, backend=backend, fullgraph=True)
+    for sign in (1.0, -1.0):
+        x = (torch.rand(3, 3) * sign).requires_grad_()
+        y = torch.randn(3, 3, requires_grad=True)
+        ref = mod({"x": x, "y": y})
+        (ref[0].sum() + ref[1].sum()).backward()
+        expected = _grads(mod, x, y)
+        BODY_RUNS.clear()
+        out = compiled({"x": x, "y": y})
+        assert len(BODY_RUNS) == 1
+        (out[0].sum() + out[1].sum()).backward()
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(_grads(mod, x, y), expected)
+
+
+@kiln.leaf_function(mutates_args={"model.running_mean"})
+def _update_stats(model, x):
+    model.running_mean.add_(x.mean(dim=0))
+    return (model.linear(x),)
+
+
+@_update_stats.register_fake
+def _update_stats_fake(model, x):
+    model.running_mean.add_(x.mean(dim=0))
+    return (model.linear(x),)
+
+
+class _StatsModule(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("running_mean", torch.zeros(3))
+        self.linear = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return _update_stats(self, x)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_module_buffer_named_in_mutates_args_is_written_back(backend):
+    eager_mod = _StatsModule()
+    compiled_mod = _StatsModule()
+    compiled_mod.load_state_dict(eager_mod.state_dict())
+    compiled = kiln.compile(compiled_mod, backend=backend, fullgraph=True)
+    for _ in range(2):
+        x = torch.randn(4, 3)
+        torch.testing.assert_close(compiled(x), eager_mod(x))
+        torch.testing.assert_close(compiled_mod.running_mean, eager_mod.running_mean)
+
+
+@kiln.leaf_function(mutates_args={"model"})
+def _names_a_module(x, model):
+    model.running_mean.add_(1)
+    return (x,)
+
+
+@_names_a_module.register_fake
+def _names_a_module_fake(x, model):
+    return (x,)
+
+
+class _NamesAModule(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("running_mean", torch.zeros(3))
+
+    def forward(self, x):
+        return _names_a_module(x, self)
+
+
+def test_mutates_args_naming_no_tensor_is_the_users_error():
+    compiled = kiln.compile(_NamesAModule(), backend="eager")  # (not fullgraph: still raised)
+    with pytest.raises(kiln.exc.UserError, match="resolved to a non-leaf value"):
+        compiled(torch.randn(3))

@@ -2,17 +2,20 @@
 an opaque op run at run time] in kiln/symbolic/leaf_ops.py).
 
 The arguments are flattened as nonstrict_trace's are (tensors become the node's inputs, constants
-stay in the plan and are guarded as the frame's constants are); the result's structure, constants
-and tensor metadata come from running the registered fake implementation on the meta examples.
-A call without a fake, an argument or result of another type (an nn.Module, a user object), a
-frame with symbolic sizes and a `mutates_args` expression naming no tensor are breaks that say so.
+stay in the plan and are guarded as the frame's constants are), and an nn.Module from a source is
+passed as itself, its parameters and buffers more inputs, swapped into it around the body
+(`leaf_ops.module_tensors`: meta ones for the fake, detached ones for gradients); the result's
+structure, constants and tensor metadata come from running the registered fake implementation
+on the meta examples. A call without a fake, an argument or result of another type (a user
+object), a module the frame changed and a frame with symbolic sizes are breaks that say so; a
+`mutates_args` expression naming no tensor is the user's error (kiln.exc.UserError).
 """
 
 import inspect
 
 import torch
 
-from kiln.exc import unimplemented
+from kiln.exc import UserError, unimplemented
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import ListVariable, TupleVariable
@@ -38,20 +41,27 @@ def _slots_of(value):
 
 
 def _mutated_inputs(leaf, site, n_inputs):
-    """The flat input numbers the expressions of `mutates_args` name."""
+    """The flat input numbers the expressions of `mutates_args` name (a module's buffers and
+    parameters are slots too while they run: `mod.running_mean`)."""
     if not leaf.leaf_mutates_args:
         return ()
-    args, kwargs = leaf_ops._call_args(site, [_Slot(i) for i in range(n_inputs)])
+    slots, swaps = iter([_Slot(i) for i in range(n_inputs)]), []
+    args = [leaf_ops.rebuild(p, slots, swaps) for p in site.arg_plans]
+    kwargs = {k: leaf_ops.rebuild(p, slots, swaps) for k, p in site.kwarg_plans.items()}
     bound = inspect.signature(leaf.leaf_real_fn).bind(*args, **kwargs)
     mutated = set()
-    for expr in sorted(leaf.leaf_mutates_args):
-        try:
-            found = _slots_of(eval(expr, {}, dict(bound.arguments)))  # noqa: S307 (the user's own)
-        except Exception as e:
-            unimplemented(f"leaf_function {site.name}: mutates_args {expr!r} raised {e!r}")
-        if not found:
-            unimplemented(f"leaf_function {site.name}: mutates_args {expr!r} names no tensor")
-        mutated.update(found)
+    with leaf_ops.module_tensors(swaps):
+        for expr in sorted(leaf.leaf_mutates_args):
+            try:
+                found = _slots_of(eval(expr, {}, dict(bound.arguments)))  # noqa: S307 (the user's)
+            except Exception as e:
+                unimplemented(f"leaf_function {site.name}: mutates_args {expr!r} raised {e!r}")
+            if not found:  # (the user's mistake: raised, neither a break nor an eager run)
+                raise UserError(
+                    f"leaf_function {site.name}: mutates_args {expr!r} resolved to a non-leaf "
+                    "value, not a tensor: name the tensors it changes (e.g. 'model.running_mean')"
+                )
+            mutated.update(found)
     return tuple(sorted(mutated))
 
 
@@ -79,8 +89,8 @@ def leaf_call(tx, leaf, args, kwargs):
         unimplemented(f"leaf_function {name} in a frame with symbolic sizes")
     what = f"leaf_function {name}"
     tensors = []
-    arg_plans = [flatten_argument(a, tensors, name, what) for a in args]
-    kwarg_plans = {k: flatten_argument(v, tensors, name, what) for k, v in kwargs.items()}
+    arg_plans = [flatten_argument(a, tensors, name, what, tx) for a in args]
+    kwarg_plans = {k: flatten_argument(v, tensors, name, what, tx) for k, v in kwargs.items()}
     site = leaf_ops.LeafSite(
         name, leaf.leaf_real_fn, leaf.leaf_fake_fn, arg_plans, kwarg_plans, (), ()
     )
@@ -94,10 +104,9 @@ def leaf_call(tx, leaf, args, kwargs):
         torch.empty_strided(e.shape, e.stride(), dtype=e.dtype, device="meta") for e in examples
     ]
     try:
-        fake_args, fake_kwargs = leaf_ops._call_args(site, fake_in)
         out = []
         site.out_plan = leaf_ops.flatten_value(
-            leaf.leaf_fake_fn(*fake_args, **fake_kwargs), out, name
+            leaf_ops.call_site(site, leaf.leaf_fake_fn, fake_in), out, name
         )
     except Exception as e:
         unimplemented(f"the fake implementation of {what} raised {type(e).__name__}: {e}")

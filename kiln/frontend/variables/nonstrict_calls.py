@@ -17,6 +17,7 @@ the trace). Methods are traced as before.
 """
 
 import types
+import weakref
 
 import torch
 
@@ -25,29 +26,55 @@ from kiln.frontend.variables.allowed_calls import _tensor_cls, allowed_call
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import BaseListVariable
-from kiln.symbolic.leaf_ops import TENSOR, rebuild
+from kiln.symbolic.leaf_ops import MODULE, TENSOR, rebuild
 
 _WHAT = "nonstrict_trace-ed function"
 _TENSOR = TENSOR  # a slot of the plan filled by the next tensor input (shared with leaf_function)
 
 
-def flatten_argument(v, tensors, name, what="nonstrict_trace-ed function"):
-    """The plan of argument `v`, its tensors appended to `tensors`."""
+def flatten_argument(v, tensors, name, what="nonstrict_trace-ed function", tx=None):
+    """The plan of argument `v`, its tensors appended to `tensors`; with `tx` (a leaf function's
+    call) an nn.Module from a source too, its parameters and buffers its tensors."""
     if isinstance(v, _tensor_cls()):
         tensors.append(v)
         return _TENSOR
+    if tx is not None and _is_module_var(v) and v.source is not None:
+        return _module_plan(tx, v, tensors)
     if isinstance(v, ConstantVariable) or (
         v.is_python_constant() and is_literal(v.as_python_constant())
     ):
         return ("const", v.as_python_constant())
     if isinstance(v, BaseListVariable) and v.python_type() in (list, tuple):
-        return (v.python_type(), [flatten_argument(i, tensors, name, what) for i in v.items])
+        return (v.python_type(), [flatten_argument(i, tensors, name, what, tx) for i in v.items])
     if isinstance(v, ConstDictVariable) and v.python_type() is dict:
-        return (dict, {k: flatten_argument(i, tensors, name, what) for k, i in v.items.items()})
+        items = v.items.items()
+        return (dict, {k: flatten_argument(i, tensors, name, what, tx) for k, i in items})
     unimplemented(
         f"Invalid input type for {what} {name}: {v} (kiln passes tensors, "
         "constants, and lists, tuples and dicts of them)"
     )
+
+
+def _is_module_var(v):
+    """An NNModuleVariable (named by its traits: nn_module.py imports this module's users)."""
+    return isinstance(getattr(v, "value", None), torch.nn.Module) and hasattr(v, "_child")
+
+
+def _module_plan(tx, module_var, tensors):
+    """A module argument: passed as itself (held weakly), its parameters and buffers the node's
+    inputs, swapped into it around the body (leaf_ops.module_tensors)."""
+    module = module_var.value
+    owned = {id(m) for m in module.modules()}
+    for key in tx.output.side_effects.log:
+        if key[0] in ("attr", "dictitem") and key[1] in owned:  # (a store the replay makes)
+            unimplemented(f"an nn.Module the frame changed, given to a leaf_function: {module}")
+    names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
+    for full in names:
+        var = module_var
+        for part in full.split("."):
+            var = var._child(tx, part)
+        tensors.append(var)
+    return (MODULE, (weakref.ref(module), tuple(names)))
 
 
 def _check_result(value, name):
