@@ -28,6 +28,7 @@ import weakref
 from dataclasses import dataclass, field
 
 import torch
+import torch.utils._pytree as pytree
 
 from kiln import config
 from kiln.exc import LeafFunctionError, LeafStructureError
@@ -68,6 +69,7 @@ def register_site(site):
 
 
 MODULE = "module"  # a plan's kind: an nn.Module argument, its parameters and buffers as slots
+TREE = "tree"  # a plan's kind: a registered pytree node, its TreeSpec and its leaves' plans
 
 
 def rebuild(plan, tensors, swaps=None):
@@ -87,6 +89,9 @@ def rebuild(plan, tensors, swaps=None):
         if swaps is not None:
             swaps.append((module, dict(zip(names, values))))
         return module
+    if kind == TREE:
+        spec, plans = body
+        return spec.unflatten([rebuild(p, tensors, swaps) for p in plans])
     if kind is dict:
         return {k: rebuild(p, tensors, swaps) for k, p in body.items()}
     return kind(rebuild(p, tensors, swaps) for p in body)
@@ -131,6 +136,9 @@ def flatten_value(value, tensors, name):
         return (type(value), [flatten_value(v, tensors, name) for v in value])
     if type(value) is dict:
         return (dict, {k: flatten_value(v, tensors, name) for k, v in value.items()})
+    if type(value) in pytree.SUPPORTED_NODES:  # a registered pytree node (a dataclass, a Point)
+        leaves, spec = pytree.tree_flatten(value)
+        return (TREE, (spec, [flatten_value(v, tensors, name) for v in leaves]))
     raise TypeError(
         f"leaf_function {name} returned a {type(value).__name__} (kiln supports tensors, "
         "constants, and lists, tuples and dicts of them)"

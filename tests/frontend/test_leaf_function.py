@@ -287,3 +287,52 @@ def test_mutates_args_naming_no_tensor_is_the_users_error():
     compiled = kiln.compile(_NamesAModule(), backend="eager")  # (not fullgraph: still raised)
     with pytest.raises(kiln.exc.UserError, match="resolved to a non-leaf value"):
         compiled(torch.randn(3))
+
+
+class _Point:
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+
+torch.utils._pytree.register_pytree_node(
+    _Point,
+    lambda p: ((p.x, p.y), None),
+    lambda xy, _: _Point(xy[0], xy[1]),
+    serialized_type_name="tests.frontend.test_leaf_function._Point",
+)
+
+
+@kiln.nonstrict_trace
+def _point_product(p):
+    kiln.graph_break()  # (never traced: the body runs as eager runs it)
+    return p.x * p.y
+
+
+@kiln.leaf_function
+def _scaled_point(p, k):
+    return _Point(p.x * k, p.y + k)
+
+
+@_scaled_point.register_fake
+def _scaled_point_fake(p, k):
+    return _Point(torch.empty_like(p.x), torch.empty_like(p.y))
+
+
+def _uses_points(p):
+    q = _scaled_point(p, 2.0)
+    return _point_product(p) + q.x.sum(), q.y
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_registered_pytree_nodes_in_and_out(backend):
+    """Note [nonstrict_trace: registered pytree nodes]: an argument of a registered class is
+    flattened by its own functions and rebuilt around the tensors; a leaf's result of one too."""
+    p = _Point(torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True))
+    ref = _uses_points(p)
+    (ref[0].sum() + ref[1].sum()).backward()
+    expected = (p.x.grad, p.y.grad)
+    p.x.grad = p.y.grad = None
+    out = kiln.compile(_uses_points, backend=backend, fullgraph=True)(p)
+    (out[0].sum() + out[1].sum()).backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close((p.x.grad, p.y.grad), expected)

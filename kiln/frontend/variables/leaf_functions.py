@@ -16,6 +16,7 @@ import inspect
 import torch
 
 from kiln.exc import UserError, unimplemented
+from kiln.frontend.variables import nonstrict_calls
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import ListVariable, TupleVariable
@@ -65,15 +66,19 @@ def _mutated_inputs(leaf, site, n_inputs):
     return tuple(sorted(mutated))
 
 
-def _wrap_result(plan, tensors):
+def _wrap_result(tx, plan, tensors):
     if plan is leaf_ops.TENSOR:
         return next(tensors)
     kind, body = plan
     if kind == "const":
         return ConstantVariable(body)
+    if kind == leaf_ops.TREE:  # a registered pytree node: its unflatten function traced
+        spec, plans = body
+        leaves = [_wrap_result(tx, p, tensors) for p in plans]
+        return nonstrict_calls.USER_TREES["unflatten"](tx, leaves, spec)
     if kind is dict:
-        return ConstDictVariable({k: _wrap_result(p, tensors) for k, p in body.items()})
-    items = [_wrap_result(p, tensors) for p in body]
+        return ConstDictVariable({k: _wrap_result(tx, p, tensors) for k, p in body.items()})
+    items = [_wrap_result(tx, p, tensors) for p in body]
     return TupleVariable(items) if kind is tuple else ListVariable(items)
 
 
@@ -89,8 +94,10 @@ def leaf_call(tx, leaf, args, kwargs):
         unimplemented(f"leaf_function {name} in a frame with symbolic sizes")
     what = f"leaf_function {name}"
     tensors = []
-    arg_plans = [flatten_argument(a, tensors, name, what, tx) for a in args]
-    kwarg_plans = {k: flatten_argument(v, tensors, name, what, tx) for k, v in kwargs.items()}
+    arg_plans = [flatten_argument(a, tensors, name, what, tx, modules=True) for a in args]
+    kwarg_plans = {
+        k: flatten_argument(v, tensors, name, what, tx, modules=True) for k, v in kwargs.items()
+    }
     site = leaf_ops.LeafSite(
         name, leaf.leaf_real_fn, leaf.leaf_fake_fn, arg_plans, kwarg_plans, (), ()
     )
@@ -126,4 +133,4 @@ def leaf_call(tx, leaf, args, kwargs):
     n_out = len(site.out_meta)
     for i, new in zip(site.mutated, flat[n_out:-1]):
         tensors[i].call_method(tx, "copy_", [new], {})
-    return _wrap_result(site.out_plan, iter(flat[:n_out]))
+    return _wrap_result(tx, site.out_plan, iter(flat[:n_out]))

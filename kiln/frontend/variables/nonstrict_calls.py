@@ -10,8 +10,10 @@ and lists, tuples and dicts of them, nested: they are flattened to the tensors (
 inputs) and a plan that rebuilds the structure around them, constants included, when the node
 runs. The result is read from running fn once on meta examples (allowed_call): tensors, and
 constants beside them or alone (a constant computed from sizes, which the frame's guards keep
-fixed; code reading tensor data fails on meta, a break). Any other argument or result (an object
-of a user class, pytree-registered or not) is a break that names the type; so is a function
+fixed; code reading tensor data fails on meta, a break). An argument of a class registered with
+`register_pytree_node` is flattened by its own functions (Note [nonstrict_trace: registered
+pytree nodes]). Any other argument or result (an object of another user class) is a break that
+names the type; so is a function
 made inside compiled code given to nonstrict_trace (the node needs a function that outlives
 the trace). Methods are traced as before.
 """
@@ -20,38 +22,71 @@ import types
 import weakref
 
 import torch
+import torch.utils._pytree as pytree
 
 from kiln.exc import unimplemented
 from kiln.frontend.variables.allowed_calls import _tensor_cls, allowed_call
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import BaseListVariable
-from kiln.symbolic.leaf_ops import MODULE, TENSOR, rebuild
+from kiln.symbolic.leaf_ops import MODULE, TENSOR, TREE, rebuild
 
 _WHAT = "nonstrict_trace-ed function"
 _TENSOR = TENSOR  # a slot of the plan filled by the next tensor input (shared with leaf_function)
 
 
-def flatten_argument(v, tensors, name, what="nonstrict_trace-ed function", tx=None):
-    """The plan of argument `v`, its tensors appended to `tensors`; with `tx` (a leaf function's
-    call) an nn.Module from a source too, its parameters and buffers its tensors."""
+def flatten_argument(v, tensors, name, what, tx, modules=False):
+    """The plan of argument `v`, its tensors appended to `tensors`; with `modules` (a leaf
+    function's call) an nn.Module from a source too, its parameters and buffers its tensors."""
     if isinstance(v, _tensor_cls()):
         tensors.append(v)
         return _TENSOR
-    if tx is not None and _is_module_var(v) and v.source is not None:
+    if modules and _is_module_var(v) and v.source is not None:
         return _module_plan(tx, v, tensors)
     if isinstance(v, ConstantVariable) or (
         v.is_python_constant() and is_literal(v.as_python_constant())
     ):
         return ("const", v.as_python_constant())
+    if _user_node(v):  # Note [nonstrict_trace: registered pytree nodes]
+        leaves, spec = USER_TREES["flatten"](tx, v)
+        return (
+            TREE,
+            (spec, [flatten_argument(x, tensors, name, what, tx, modules) for x in leaves]),
+        )
     if isinstance(v, BaseListVariable) and v.python_type() in (list, tuple):
-        return (v.python_type(), [flatten_argument(i, tensors, name, what, tx) for i in v.items])
+        return (
+            v.python_type(),
+            [flatten_argument(i, tensors, name, what, tx, modules) for i in v.items],
+        )
     if isinstance(v, ConstDictVariable) and v.python_type() is dict:
         items = v.items.items()
-        return (dict, {k: flatten_argument(i, tensors, name, what, tx) for k, i in items})
+        return (dict, {k: flatten_argument(i, tensors, name, what, tx, modules) for k, i in items})
     unimplemented(
         f"Invalid input type for {what} {name}: {v} (kiln passes tensors, "
         "constants, and lists, tuples and dicts of them)"
+    )
+
+
+# Note [nonstrict_trace: registered pytree nodes]
+# An argument of a type registered with `register_pytree_node` (a dataclass of tensors, a Point)
+# is flattened by its own flatten function, traced (variables/pytree.py, registered here as
+# USER_TREES: that module imports this one's users); its leaves get plans of their own and its
+# TreeSpec rebuilds it around them when the node runs, with the real unflatten function. The
+# body so gets a new object of the class, as torch's nonstrict_trace gives it.
+USER_TREES = {}  # "flatten": (tx, var) -> (leaf variables, TreeSpec); "unflatten": the reverse
+
+
+def _user_node(v):
+    """A traced object of a class registered with register_pytree_node (not a builtin node)."""
+    try:
+        cls = v.python_type()
+    except Exception:
+        return False
+    return (
+        cls in pytree.SUPPORTED_NODES
+        and cls not in pytree.BUILTIN_TYPES
+        and not isinstance(v, (BaseListVariable, ConstDictVariable))
+        and "flatten" in USER_TREES
     )
 
 
@@ -92,8 +127,8 @@ def nonstrict_call(tx, fn, args, kwargs):
     """The opaque node of a call of a nonstrict_trace copy (Note [nonstrict_trace: ...])."""
     name = fn.__qualname__
     tensors = []
-    arg_plans = [flatten_argument(a, tensors, name) for a in args]
-    kwarg_plans = {k: flatten_argument(v, tensors, name) for k, v in kwargs.items()}
+    arg_plans = [flatten_argument(a, tensors, name, _WHAT, tx) for a in args]
+    kwarg_plans = {k: flatten_argument(v, tensors, name, _WHAT, tx) for k, v in kwargs.items()}
 
     tracing = [True]  # (the result's types are checked on the meta run, not at run time)
 

@@ -7,6 +7,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from kiln.exc import unimplemented
+from kiln.frontend.variables import nonstrict_calls
 from kiln.frontend.variables import torch as torch_vars
 from kiln.frontend.variables.base import wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable
@@ -269,6 +270,18 @@ def _node_types(spec):
     yield spec.type
     for child in spec.children():
         yield from _node_types(child)
+
+
+def _flatten_node(tx, var):
+    """(leaf variables, TreeSpec) of a traced tree (a nonstrict_trace / leaf_function argument)."""
+    leaves, spec, factories = _flatten(tx, var)
+    if set(factories) - {"user nodes"}:
+        unimplemented("a defaultdict with a default_factory inside a nonstrict_trace argument")
+    return leaves, spec
+
+
+nonstrict_calls.USER_TREES["flatten"] = _flatten_node
+nonstrict_calls.USER_TREES["unflatten"] = lambda tx, leaves, spec: _unflatten(tx, leaves, spec, {})
 
 
 def tree_flatten(tx, fn, args, kwargs):
