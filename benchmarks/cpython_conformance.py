@@ -86,9 +86,10 @@ import json, os, signal, sys, traceback, unittest, warnings
 warnings.filterwarnings("ignore")
 module, mode, test_timeout, start = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 compiled = mode == "compiled"
-if compiled:
-    import kiln
-    from kiln import logs
+# both modes import kiln (and so torch): what differs between them is compilation alone (torch's
+# import of typing_extensions replaces typing._collect_parameters, whose doctest then is not found)
+import kiln
+from kiln import logs
 # what the imports made (torch's and kiln's objects) is left out of every collection: a test that
 # calls gc.collect() a hundred times (test_tuple test_bug7466) walks only its own objects, as the
 # plain worker, which has not imported torch, does
