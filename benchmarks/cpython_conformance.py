@@ -91,8 +91,7 @@ compiled = mode == "compiled"
 import kiln
 from kiln import logs
 # what the imports made (torch's and kiln's objects) is left out of every collection: a test that
-# calls gc.collect() a hundred times (test_tuple test_bug7466) walks only its own objects, as the
-# plain worker, which has not imported torch, does
+# calls gc.collect() a hundred times (test_tuple test_bug7466) walks only its own objects
 import gc
 gc.freeze()
 
