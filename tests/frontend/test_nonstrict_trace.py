@@ -110,3 +110,36 @@ def test_what_kiln_cannot_pass_is_a_break_naming_it(fn, why):
         kiln.compile(fn, backend="eager", fullgraph=True)(x)
     kiln.reset()
     assert torch.equal(kiln.compile(fn, backend="eager")(x), fn(x))  # the break runs it eagerly
+
+
+@kiln.nonstrict_trace
+def _through_layers(layers, x):
+    kiln.graph_break()  # (never traced)
+    second = layers["second"]
+    return layers["first"](x).relu() + second.weight.sum() + second.bias.sum()
+
+
+class _Layers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleDict(
+            {"first": torch.nn.Linear(3, 3), "second": torch.nn.Linear(3, 2)}
+        )
+
+    def forward(self, x):
+        return _through_layers(self.layers, x)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "kiln"])
+def test_an_nn_module_argument_and_its_parameters_gradients(backend):
+    """A module is passed as itself, its parameters inputs of the node swapped into it around the
+    call (meta ones for the meta run): outputs and parameter gradients are eager's."""
+    mod = _Layers()
+    x = torch.randn(4, 3)
+    mod(x).sum().backward()
+    expected = [p.grad.clone() for p in mod.parameters()]
+    mod.zero_grad()
+    out = kiln.compile(mod, backend=backend, fullgraph=True)(x)
+    out.sum().backward()
+    torch.testing.assert_close(out, mod(x))
+    torch.testing.assert_close([p.grad for p in mod.parameters()], expected)

@@ -12,8 +12,9 @@ runs. The result is read from running fn once on meta examples (allowed_call): t
 constants beside them or alone (a constant computed from sizes, which the frame's guards keep
 fixed; code reading tensor data fails on meta, a break). An argument of a class registered with
 `register_pytree_node` is flattened by its own functions (Note [nonstrict_trace: registered
-pytree nodes]). Any other argument or result (an object of another user class) is a break that
-names the type; so is a function
+pytree nodes]), and an nn.Module is passed as itself, its parameters and buffers inputs of the
+node. Any other argument or result (an object of another user class) is a break that names the
+type; so is a function
 made inside compiled code given to nonstrict_trace (the node needs a function that outlives
 the trace). Methods are traced as before.
 """
@@ -29,15 +30,15 @@ from kiln.frontend.variables.allowed_calls import _tensor_cls, allowed_call
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import BaseListVariable
-from kiln.symbolic.leaf_ops import MODULE, TENSOR, TREE, rebuild
+from kiln.symbolic.leaf_ops import MODULE, TENSOR, TREE, module_tensors, rebuild
 
 _WHAT = "nonstrict_trace-ed function"
 _TENSOR = TENSOR  # a slot of the plan filled by the next tensor input (shared with leaf_function)
 
 
 def flatten_argument(v, tensors, name, what, tx, modules=False):
-    """The plan of argument `v`, its tensors appended to `tensors`; with `modules` (a leaf
-    function's call) an nn.Module from a source too, its parameters and buffers its tensors."""
+    """The plan of argument `v`, its tensors appended to `tensors`; with `modules` an nn.Module
+    from a source too, its parameters and buffers its tensors (swapped into it around the call)."""
     if isinstance(v, _tensor_cls()):
         tensors.append(v)
         return _TENSOR
@@ -97,12 +98,13 @@ def _is_module_var(v):
 
 def _module_plan(tx, module_var, tensors):
     """A module argument: passed as itself (held weakly), its parameters and buffers the node's
-    inputs, swapped into it around the body (leaf_ops.module_tensors)."""
+    inputs, swapped into it around the body (leaf_ops.module_tensors): the meta run computes with
+    meta ones, gradients reach the real ones through the node."""
     module = module_var.value
     owned = {id(m) for m in module.modules()}
     for key in tx.output.side_effects.log:
         if key[0] in ("attr", "dictitem") and key[1] in owned:  # (a store the replay makes)
-            unimplemented(f"an nn.Module the frame changed, given to a leaf_function: {module}")
+            unimplemented(f"an nn.Module the frame changed, given to an opaque call: {module}")
     names = [n for n, _ in module.named_parameters()] + [n for n, _ in module.named_buffers()]
     for full in names:
         var = module_var
@@ -127,16 +129,19 @@ def nonstrict_call(tx, fn, args, kwargs):
     """The opaque node of a call of a nonstrict_trace copy (Note [nonstrict_trace: ...])."""
     name = fn.__qualname__
     tensors = []
-    arg_plans = [flatten_argument(a, tensors, name, _WHAT, tx) for a in args]
-    kwarg_plans = {k: flatten_argument(v, tensors, name, _WHAT, tx) for k, v in kwargs.items()}
+    arg_plans = [flatten_argument(a, tensors, name, _WHAT, tx, True) for a in args]
+    kwarg_plans = {
+        k: flatten_argument(v, tensors, name, _WHAT, tx, True) for k, v in kwargs.items()
+    }
 
     tracing = [True]  # (the result's types are checked on the meta run, not at run time)
 
     def nonstrict_call_of(*values):
-        inputs = iter(values)
-        call_args = [rebuild(p, inputs) for p in arg_plans]
-        call_kwargs = {k: rebuild(p, inputs) for k, p in kwarg_plans.items()}
-        result = fn(*call_args, **call_kwargs)
+        inputs, swaps = iter(values), []
+        call_args = [rebuild(p, inputs, swaps) for p in arg_plans]
+        call_kwargs = {k: rebuild(p, inputs, swaps) for k, p in kwarg_plans.items()}
+        with module_tensors(swaps):  # (a module argument computes with the node's inputs)
+            result = fn(*call_args, **call_kwargs)
         if tracing[0]:
             _check_result(result, name)
         return result
