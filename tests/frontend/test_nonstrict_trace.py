@@ -143,3 +143,27 @@ def test_an_nn_module_argument_and_its_parameters_gradients(backend):
     out.sum().backward()
     torch.testing.assert_close(out, mod(x))
     torch.testing.assert_close([p.grad for p in mod.parameters()], expected)
+
+
+_OFFSET = torch.ones(1)
+
+
+@kiln.nonstrict_trace
+def _with_a_closed_over_tensor(x, y):
+    kiln.graph_break()  # (never traced)
+    return x * y + _OFFSET + torch.ones(1)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "kiln"])
+def test_a_tensor_the_body_reads_from_elsewhere(backend):
+    """The meta run sees a real tensor the body closes over (or makes) as a meta one: it raised
+    "Tensor on device cpu is not on the expected device meta" (a break)."""
+    x, y = torch.randn(5, requires_grad=True), torch.randn(5)
+    fn = lambda x, y: _with_a_closed_over_tensor(x, y).sin()  # noqa: E731
+    ref = fn(x, y)
+    ref.sum().backward()
+    expected, x.grad = x.grad, None
+    out = kiln.compile(fn, backend=backend, fullgraph=True)(x, y)
+    out.sum().backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(x.grad, expected)

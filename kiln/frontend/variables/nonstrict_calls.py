@@ -19,11 +19,13 @@ made inside compiled code given to nonstrict_trace (the node needs a function th
 the trace). Methods are traced as before.
 """
 
+import contextlib
 import types
 import weakref
 
 import torch
 import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from kiln.exc import unimplemented
 from kiln.frontend.variables.allowed_calls import _tensor_cls, allowed_call
@@ -114,6 +116,23 @@ def _module_plan(tx, module_var, tensors):
     return (MODULE, (weakref.ref(module), tuple(names)))
 
 
+class _ClosuresToMeta(TorchDispatchMode):
+    """The meta run of a nonstrict_trace body: a real tensor it reads from elsewhere (a closure,
+    a global, a factory call inside it) meets the meta arguments as a meta tensor of its own
+    metadata, as torch's fake run of the body sees it; at run time the body runs as written."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        flat = [*args, *kwargs.values()]
+        if any(isinstance(a, torch.Tensor) and a.device.type == "meta" for a in flat):
+            args, kwargs = pytree.tree_map_only(torch.Tensor, _to_meta, (args, kwargs))
+        return func(*args, **kwargs)
+
+
+def _to_meta(t):
+    return t if t.device.type == "meta" else t.to("meta")
+
+
 def _check_result(value, name):
     if isinstance(value, (list, tuple)):
         for item in value:
@@ -140,7 +159,8 @@ def nonstrict_call(tx, fn, args, kwargs):
         inputs, swaps = iter(values), []
         call_args = [rebuild(p, inputs, swaps) for p in arg_plans]
         call_kwargs = {k: rebuild(p, inputs, swaps) for k, p in kwarg_plans.items()}
-        with module_tensors(swaps):  # (a module argument computes with the node's inputs)
+        meta = _ClosuresToMeta() if tracing[0] else contextlib.nullcontext()
+        with module_tensors(swaps), meta:  # (a module argument computes with the node's inputs)
             result = fn(*call_args, **call_kwargs)
         if tracing[0]:
             _check_result(result, name)
