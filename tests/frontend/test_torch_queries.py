@@ -187,6 +187,9 @@ def test_torch_check_of_a_size_is_a_guard_not_a_break():
 
 
 def test_torch_check_false_constant_raises_as_eager():
+    """Eager's RuntimeError, raised in the traced frame; uncaught under fullgraph, the Unsupported
+    names it and its message (the message function traced)."""
+
     def fn(x):
         torch._check(x.dim() == 3, lambda: "three dims")
         return x + 1
@@ -195,8 +198,35 @@ def test_torch_check_false_constant_raises_as_eager():
     f = kiln.compile(fn, backend="eager")
     with pytest.raises(RuntimeError, match="three dims"):
         f(torch.randn(2))
-    with pytest.raises(kiln.exc.Unsupported, match="torch._check"):
+    with pytest.raises(kiln.exc.Unsupported, match="RuntimeError raised .*: three dims"):
         kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(2))
+
+
+LIMIT = 3
+
+
+def _checked_in_a_try(x):
+    try:
+        torch._check(x.size(0) > LIMIT, lambda: f"the size is not greater than {LIMIT}")
+    except RuntimeError as e:
+        return x + 1, str(e)
+    try:
+        torch._check(x.size(0) > 100)
+    except RuntimeError as e:
+        return x - 1, str(e)
+    return x, ""
+
+
+@pytest.mark.parametrize("n", [2, 5])
+def test_torch_check_false_size_condition_is_caught_in_the_frame(n):
+    """A false check on a dynamic size raises in the frame: its handler sees eager's message (the
+    message function traced, reading a global), the default message without one."""
+    x = torch.randn(n)
+    kiln.mark_dynamic(x, 0)
+    got = kiln.compile(_checked_in_a_try, backend="eager", fullgraph=True)(x)
+    expected = _checked_in_a_try(x)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1] == expected[1] != ""
 
 
 def test_accelerator_and_backend_queries_fold():

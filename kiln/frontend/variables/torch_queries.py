@@ -20,6 +20,7 @@ from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.base import wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import ListVariable
 from kiln.frontend.variables.misc import ConstantObjectVariable
 from kiln.frontend.variables.sym import SymNodeVariable
@@ -149,7 +150,8 @@ def fold(tx, fn, args, kwargs):
     if _comptime_name(fn) is not None:
         return _comptime_static(fn, args, kwargs)
     if fn is torch._check and len(args) in (1, 2) and set(kwargs) <= {"message"}:
-        return _torch_check(tx, args[0])
+        message = args[1] if len(args) == 2 else kwargs.get("message")
+        return _torch_check(tx, args[0], message)
     if fn is torch._C._dispatch_keys and len(args) == 1 and not kwargs:
         return _dispatch_keys(tx, args[0])
     if fn is _mode_stack and not args and not kwargs:
@@ -316,20 +318,35 @@ def _comptime_static(fn, args, kwargs):
 
 # Note [Torch: torch._check of a Python condition]
 # `torch._check(cond)` raises RuntimeError when cond is false. A condition on sizes (`x.size(0) !=
-# 3`, a symbolic bool) is answered now with the guard that keeps it true (as torch does for a size
-# with a value); a constant is answered now. A true answer is a no-op; a false one breaks the graph,
-# so the call runs in Python and raises what eager raises. A tensor condition is not handled here.
-def _torch_check(tx, cond):
-    """The traced `torch._check(cond)`: None (ConstantVariable) when it holds; None when not handled."""
+# 3`, a symbolic bool) is answered now with the guard that keeps it true or false (as torch does
+# for a size with a value); a constant is answered now. A true answer is a no-op; a false one is
+# eager's RuntimeError raised in the traced frame (the frame's handlers see it; uncaught, the call
+# raises it, under fullgraph too), its message the message function's string, traced; a message
+# kiln cannot compute breaks the graph, so the call runs in Python. A tensor condition is not
+# handled here.
+_CHECK_DEFAULT = (
+    "Expected cond to be True, but got False. (Could this error message be improved? If so, "
+    "please report an enhancement request to PyTorch.)"
+)
+
+
+def _torch_check(tx, cond, message=None):
+    """The traced `torch._check(cond, message)`: None (ConstantVariable) when it holds; None when
+    not handled."""
     if isinstance(cond, SymNodeVariable):
         holds = cond.truthy(tx)
     elif cond.is_python_constant() and isinstance(cond.as_python_constant(), bool):
         holds = cond.as_python_constant()
     else:
         return None
-    if not holds:
-        unimplemented("torch._check of a false condition (raises in Python)")
-    return ConstantVariable(None)
+    if holds:
+        return ConstantVariable(None)
+    if message is None or (message.is_python_constant() and message.as_python_constant() is None):
+        raise_observed(tx, RuntimeError, _CHECK_DEFAULT)
+    text = message.call_function(tx, [], {})
+    if not (text.is_python_constant() and isinstance(text.as_python_constant(), str)):
+        unimplemented("torch._check of a false condition whose message is not a known string")
+    raise_observed(tx, RuntimeError, text.as_python_constant())
 
 
 # Note [Torch: backend flags objects]
