@@ -167,3 +167,49 @@ def test_a_tensor_the_body_reads_from_elsewhere(backend):
     out.sum().backward()
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(x.grad, expected)
+
+
+class _Num:
+    def __init__(self, n):
+        self.n = n
+
+    @kiln.nonstrict_trace
+    def shift(self, t):
+        kiln.graph_break()  # (never traced)
+        return t + self.n
+
+
+torch.utils._pytree.register_pytree_node(
+    _Num,
+    lambda num: ((num.n,), None),
+    lambda n, _: _Num(n[0]),
+    serialized_type_name="tests.frontend.test_nonstrict_trace._Num",
+)
+
+
+class _Scaler(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3))
+
+    @kiln.nonstrict_trace
+    def scale(self, x):
+        kiln.graph_break()  # (never traced)
+        return x * self.w
+
+    def forward(self, x):
+        return self.scale(x) + _Num(2).shift(x)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_nonstrict_methods_of_a_module_and_of_a_pytree_class(backend):
+    """`self` is an argument of the opaque call (a module's parameters its inputs, a registered
+    class flattened): the graph_break inside is never traced, under fullgraph."""
+    mod = _Scaler()
+    x = torch.randn(3)
+    mod(x).sum().backward()
+    expected, mod.w.grad = mod.w.grad, None
+    out = kiln.compile(mod, backend=backend, fullgraph=True)(x)
+    out.sum().backward()
+    torch.testing.assert_close(out, mod(x))
+    torch.testing.assert_close(mod.w.grad, expected)

@@ -91,8 +91,9 @@ class UserFunctionVariable(BaseFunctionVariable):
                 return apply.call_function(tx, args, kwargs)
         if not self.self_args() and is_leaf_function(self.fn):
             return leaf_functions.leaf_call(tx, self.fn, args, kwargs)
-        if not self.self_args() and is_nonstrict(self.fn):
-            return nonstrict_calls.nonstrict_call(tx, vars(self.fn)["__wrapped__"], args, kwargs)
+        if is_nonstrict(self.fn) and nonstrict_calls.passable(tx, self.self_args()):
+            wrapped = vars(self.fn)["__wrapped__"]
+            return nonstrict_calls.nonstrict_call(tx, wrapped, [*self.self_args(), *args], kwargs)
         if not self.self_args() and is_allowed_in_graph(self.fn):
             name = self.fn.__qualname__  # Note [allow_in_graph: one opaque call]
             out = allowed_call(tx, self.fn, args, kwargs, name, inline_without_tensors=True)

@@ -16,7 +16,8 @@ pytree nodes]), and an nn.Module is passed as itself, its parameters and buffers
 node. Any other argument or result (an object of another user class) is a break that names the
 type; so is a function
 made inside compiled code given to nonstrict_trace (the node needs a function that outlives
-the trace). Methods are traced as before.
+the trace). A method's `self` is an argument too where it can be one (an nn.Module, a registered
+pytree node); other methods are traced as before.
 """
 
 import contextlib
@@ -142,6 +143,15 @@ def _check_result(value, name):
             f"Unsupported output type for nonstrict_trace-ed function {name}: "
             f"{type(value).__name__} (kiln returns tensors, constants and lists, tuples of them)"
         )
+
+
+def passable(tx, self_args):
+    """Whether a nonstrict_trace method's `self` can be an argument of its opaque call (a module,
+    a registered pytree node); else the method is traced as before."""
+    if not self_args:
+        return True
+    (obj,) = self_args
+    return (_is_module_var(obj) and obj.source is not None) or _user_node(obj)
 
 
 def nonstrict_call(tx, fn, args, kwargs):
