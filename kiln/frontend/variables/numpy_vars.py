@@ -420,19 +420,32 @@ def _elementwise(tx, fn, torch_fn, args, kwargs):
     else:
         compute = out_dtype
     check_sym_ints(fn, torch_fn, args, compute)
-    if torch_fn in _INT_DIVISIONS and compute.kind in "iub" and not _nonzero(args[1]):
-        unimplemented(f"{_name(fn)} of integers by a value that may be 0 (NumPy gives 0)")
+    zero_safe = torch_fn in _INT_DIVISIONS and compute.kind in "iub" and not _nonzero(args[1])
     plain = torch_fn in _SCALAR_SECOND and _plain_number(args[1], compute)
     tensors = [  # `a / 2`: the number itself (Note [NumPy: numbers as they are])
         a if i == 1 and plain else _as_tensor(tx, a, torch_dtype(compute))
         for i, a in enumerate(args)
     ]
-    out = _cast(tx, _t(tx, torch_fn, tensors), torch_dtype(out_dtype))
+    if zero_safe:  # Note [NumPy: integer division by 0]
+        zero = _t(tx, torch.eq, [tensors[1], 0])
+        safe = _t(tx, torch.where, [zero, 1, tensors[1]])
+        quotient = _t(tx, torch_fn, [tensors[0], safe])
+        out = _t(tx, torch.where, [zero, 0, quotient])
+    else:
+        out = _t(tx, torch_fn, tensors)
+    out = _cast(tx, out, torch_dtype(out_dtype))
     scalar = (
         all(not isinstance(a, NumpyNdarrayVariable) or a.scalar or a.ndim == 0 for a in args)
         and out.example.dim() == 0
     )
     return _array(out, scalar=scalar)
+
+
+# Note [NumPy: integer division by 0]
+# NumPy's integer floor_divide/remainder/fmod by 0 give 0 (with a RuntimeWarning); torch's raise.
+# A divisor not known non-zero while tracing (a scalar input, an array) divides by
+# `where(d == 0, 1, d)` and the result is `where(d == 0, 0, q)`: NumPy's values for every divisor
+# in one graph (the warning is not repeated).
 
 
 # Note [NumPy: numbers as they are]

@@ -152,14 +152,29 @@ def test_integer_division_by_an_input_that_may_be_zero(op):
     def fn(a, s):
         return op(a, s)
 
-    a = np.arange(4, dtype=np.int64)
-    with pytest.raises(Unsupported, match="may be 0"):
-        kiln.compile(fn, backend="eager", fullgraph=True)(a, np.int64(0))
     kiln.reset()
-    compiled = kiln.compile(fn, backend="eager")
+    backend = CountingBackend()
+    compiled = kiln.compile(fn, backend=backend, fullgraph=True)
+    a = np.arange(-3, 4, dtype=np.int64)
     with np.errstate(divide="ignore"):
-        for s in (np.int64(0), np.int64(3)):
+        for s in (np.int64(0), np.int64(3), np.int64(-2), np.int64(0)):
             np_same(fn(a, s), compiled(a, s))
+            np_same(fn(np.int64(7), s), compiled(np.int64(7), s))
+    assert backend.calls <= 2  # (an array and a scalar first argument)
+
+
+def test_python_int_modulo_a_numpy_scalar_input():
+    def fn(x, a, b):
+        return x + (a % b)
+
+    kiln.reset()
+    backend = CountingBackend()
+    compiled = kiln.compile(fn, backend=backend, dynamic=True, fullgraph=True)
+    x = torch.randn(10)
+    with np.errstate(divide="ignore"):
+        for a, b in ((4096, np.int64(8)), (4097, np.int64(8)), (-5, np.int64(3)), (7, np.int64(0))):
+            torch.testing.assert_close(compiled(x, a, b), fn(x, a, b))
+    assert backend.calls == 1
 
 
 SHIFT = np.float64(0.5)
