@@ -69,6 +69,12 @@ def call_dunder(tx, var, name, args):
     """Inline `var.name(*args)` when its class defines it in Python; else None."""
     fn = user_method(var, name)
     if fn is _OPAQUE:
+        if var.python_type() in (set, frozenset):  # (Note [Sets: inputs] in builder)
+            unimplemented(
+                f"{var.python_type().__name__}.{name} of a set holding tensors or objects: only "
+                "sets of constants, functions and classes are traced (the order of other items "
+                "follows their hashes, ids for tensors)"
+            )
         unimplemented(f"{var.python_type().__name__}.{name} (implemented in C)")
     if fn is None:
         return None
