@@ -36,7 +36,7 @@ from kiln.frontend.variables.nn_module import build_module, buildable_module
 from kiln.frontend.variables.sym import SliceVariable, SymNodeVariable
 from kiln.frontend.variables.tensor_hooks import has_pending_hooks
 from kiln.frontend.variables.unspec_float import SymFloatVariable
-from kiln.symbolic import shape_env
+from kiln.symbolic import custom_op_fakes, shape_env
 from kiln.symbolic.fake import ProxyTensor, is_fake
 
 _META = torch.device("meta")
@@ -299,7 +299,7 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
     def run(margs, mkwargs):
         if kind == "call_method":
             return getattr(margs[0], target)(*margs[1:], **mkwargs)
-        return target(*margs, **mkwargs)
+        return custom_op_fakes.run_on_meta(target, margs, mkwargs)
 
     out_shapes = _tensor_shapes(meta_kwargs.get("out"))
     try:
@@ -330,6 +330,10 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
         # `torch.unbind_copy(x, out=(a, b, c))` writes the tensors of `out` in place (their
         # shapes unchanged, checked on the meta run) and returns None, as eager does: the node
         # is recorded for its writes (the graph's inputs written are found by their versions).
+        tx.output.create_node(kind, target, node_args, node_kwargs)
+        return ConstantVariable(None)
+    if result is None and custom_op_fakes.returns_nothing_by_schema(target) is not None:
+        # Note [Custom ops: results that follow from the schema]
         tx.output.create_node(kind, target, node_args, node_kwargs)
         return ConstantVariable(None)
     if not _contains_tensor(result):

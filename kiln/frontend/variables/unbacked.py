@@ -462,7 +462,39 @@ def _arange(tx, fn, args, kwargs):
         else:
             return None
     runtime_asserts.assert_nonnegative_size(tx, exprs[1] - exprs[0], _ARANGE_BOUNDS)
+    if _float_arange_as_ints(kwargs):
+        return _float_arange_of_ints(tx, fn, args, kwargs)
     return None  # (arange as usual, its length now known nonnegative)
+
+
+def _float_arange_as_ints(kwargs):
+    """Whether a float arange with int bounds computes exactly its int64 arange cast: float64
+    anywhere, float32 on the CPU (Note [Shapes: a float arange over bounds read from ...])."""
+    dtype, device = kwargs.get("dtype"), kwargs.get("device")
+    if dtype is None or not dtype.is_python_constant():
+        return False
+    if device is not None and not device.is_python_constant():
+        return False
+    dtype = dtype.as_python_constant()
+    device = device.as_python_constant() if device is not None else None
+    device = torch.get_default_device() if device is None else torch.device(device)
+    return dtype is torch.float64 or (dtype is torch.float32 and device.type == "cpu")
+
+
+def _float_arange_of_ints(tx, fn, args, kwargs):
+    """Note [Shapes: a float arange over bounds read from tensor data]
+    `torch.arange(n, dtype=torch.float32)` with int bounds and step 1 holds the ints start ..
+    end - 1 in the dtype. Its meta kernel asks whether `n == 1` (a broadcast check torch answers
+    False for an unbacked n without a guard), which kiln's sizes cannot answer: it is traced as
+    the int64 arange, whose length rule is symbolic, cast to the dtype. The values are eager's
+    where eager computes `start + i` exactly in a wider type and rounds once to nearest, as the
+    cast of the int does: float64 (exact below 2**53), float32 on the CPU (a double
+    accumulator). float16/bfloat16 (eager's rounding differs above 2048), float32 on other
+    devices (a float accumulator) keep the break."""
+    dtype = kwargs["dtype"].as_python_constant()
+    int_kwargs = {k: v for k, v in kwargs.items() if k != "dtype"}
+    ints = torch_vars.call_tensor_op(tx, "call_function", fn, list(args), int_kwargs)
+    return ints.call_method(tx, "to", [ConstantVariable(dtype)], {})
 
 
 torch_vars.register_function(torch.arange, _arange)
