@@ -98,3 +98,28 @@ def test_an_attribute_stored_and_deleted_on_an_input_leaves_nothing_behind():
     out = kiln.compile(fn, backend="eager")(torch.ones(1), obj)
     torch.testing.assert_close(out, torch.full((1,), 2.0))
     assert vars(obj) == {}
+
+
+class KeepsVal:
+    def __init__(self, val):
+        self.val = val
+        self.attempted = False
+
+    def __delattr__(self, name):
+        if name == "val":
+            self.attempted = True
+        else:
+            super().__delattr__(name)
+
+
+def test_a_class_own_delattr_runs_as_eagerly():
+    def fn(x):
+        k = KeepsVal(x)
+        del k.val  # refused by the class's __delattr__
+        del k.attempted  # passed on to object.__delattr__
+        return x + 1, hasattr(k, "val"), hasattr(k, "attempted"), k.val
+
+    x = torch.ones(2)
+    expected = fn(x)
+    got = kiln.compile(fn, backend="eager", fullgraph=True)(x)
+    assert _state(got) == _state(expected)

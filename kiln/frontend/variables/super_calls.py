@@ -11,7 +11,7 @@ from kiln.frontend.variables.dicts import DictNewVariable
 from kiln.frontend.variables.exceptions import ExceptionInitVariable
 from kiln.frontend.variables.functions import UserMethodVariable
 from kiln.frontend.variables.object_new import ObjectNewVariable
-from kiln.frontend.variables.user_attrs import ObjectSlotVariable
+from kiln.frontend.variables.user_attrs import ObjectDelattrVariable, ObjectSlotVariable
 from kiln.frontend.variables.user_defined import (
     DICT_BASES,
     NewObjectVariable,
@@ -77,6 +77,8 @@ class SuperVariable(VariableTracker):
                         return DictMethodVariable(self.obj, name, klass)
                     if klass is object and name in ("__setattr__", "__getattribute__"):
                         return DictMethodVariable(self.obj, name)
+                    if klass is object and name == "__delattr__":
+                        return ObjectDelattrVariable(self.obj)
                 if klass is object and name == "__init__":
                     return ObjectInitVariable()
                 if klass is object and name in ("__setattr__", "__getattribute__"):

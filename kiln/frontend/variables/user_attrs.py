@@ -142,6 +142,20 @@ class ObjectSlotVariable(VariableTracker):
         unimplemented(f"object.{self.name} with {len(args)} arguments")
 
 
+class ObjectDelattrVariable(VariableTracker):
+    """`object.__delattr__` bound to an object made in the frame (from super())."""
+
+    def __init__(self, obj, **kw):
+        super().__init__(**kw)
+        self.obj = obj
+
+    def call_function(self, tx, args, kwargs):
+        if kwargs or len(args) != 1:
+            unimplemented(f"object.__delattr__ with {len(args)} arguments")
+        self.obj.plain_delattr(tx, _const_name(args[0]))
+        return ConstantVariable(None)
+
+
 _OBJECT_SLOTS = {object.__setattr__: "__setattr__", object.__getattribute__: "__getattribute__"}
 
 

@@ -626,11 +626,19 @@ class NewObjectVariable(VariableTracker):
         self.store_attr(name, value)
 
     def delattr(self, tx, name):
-        """`del obj.name`: out of its own attributes (no __delattr__ of its class, no descriptor)."""
-        if instance_static(self.cls, "__delattr__") is not object.__delattr__:
+        """`del obj.name`: the class's own Python __delattr__, else out of its own attributes."""
+        delattr_ = instance_static(self.cls, "__delattr__")
+        if isinstance(delattr_, types.FunctionType):
+            inline_call(tx, delattr_, [self, ConstantVariable(name)], {}, None)
+            return
+        if delattr_ is not object.__delattr__:
             unimplemented(
                 f"attribute deletion .{name} of a {self.cls.__name__} (its own __delattr__)"
             )
+        self.plain_delattr(tx, name)
+
+    def plain_delattr(self, tx, name):
+        """`object.__delattr__(obj, name)`: out of its own attributes (no descriptor)."""
         static = instance_static(self.cls, name, None)
         if static is not None and (hasattr(static, "__set__") or hasattr(static, "__delete__")):
             unimplemented(f"attribute deletion .{name} through the descriptor {self.cls.__name__}")
