@@ -221,7 +221,11 @@ def run_resume(fn, box):
 # What this does not cover: the call that traces a frame holds what the trace saw (its translator,
 # sometimes in a reference cycle with the frames of the trace) until the next collection; and a
 # local never read again is released at the break (it is no live local of the resume function),
-# where eager keeps it to the end of the function, as torch.compile does.
+# where eager keeps it to the end of the function, as torch.compile does. Nor does it cover a
+# process with a PEP 523 frame-evaluation hook installed (a debugger's; torch's own, which torch
+# 2.13 leaves installed after an eager `torch.cond` whose branch raised): CPython then runs every
+# Python call through the hook instead of inlining it, the caller's stack keeps its own reference
+# to each argument until the callee returns, and a resume function's arguments outlive its `del`.
 def _take(name):
     """Push a stack argument and clear its local: the stack holds it, as eager's stack did (a
     `del` of the local it is stored to frees it; Note [Resume: arguments moved, not held])."""

@@ -64,8 +64,9 @@ def run_fresh(code):
 
 def test_weak_reference_called_after_the_frame_let_go():
     # No collection here: the tracing call's cycles may hold o, so the call that counts is the
-    # third. In a fresh process: after torch's eager torch.cond has run torch.compile in this one
-    # (tests/frontend/test_cond.py), frames keep o alive a while longer.
+    # third. In a fresh process: an eager torch.cond whose branch raised (tests/frontend/
+    # test_cond.py) leaves torch's frame-evaluation hook installed, and under such a hook
+    # CPython's callers hold their arguments (Note [Resume: arguments moved, not held]).
     code = (
         "import torch, kiln\n"
         "from tests.frontend.test_resume_lifetime import checked_right_after_del as f\n"
@@ -341,8 +342,8 @@ def test_objects_made_in_the_frame_exist_when_python_runs_the_break():
 
 def _fresh_calls(name, check):
     """Code for run_fresh: eager and three compiled calls of `name`, each result `check`ed. In a
-    fresh process: in the suite's, other tests' leftovers kept these referents alive (not found
-    yet; the CPython conformance run and a process of its own agree with eager)."""
+    fresh process: in the suite's, a frame-evaluation hook torch left installed keeps them alive
+    (see test_weak_reference_called_after_the_frame_let_go)."""
     return (
         "import torch, kiln\n"
         f"from tests.frontend.test_resume_lifetime import {name} as f\n"
