@@ -1,4 +1,4 @@
-"""A list or tuple indexed by a tensor the frame made from an int constant (Note [Operators: an
+"""A list, tuple or torch.Size indexed by a tensor the frame made from an int constant (Note [Operators: an
 index tensor made from a constant])."""
 
 import torch
@@ -24,3 +24,13 @@ def _index_with_changed_tensor(a, b):
 
 def test_list_indexed_by_a_changed_tensor_breaks():
     run_and_compare(_index_with_changed_tensor, torch.zeros(2), torch.ones(2), expected_breaks=1)
+
+
+def _size_indexed_by_made_tensor(x):
+    idx = torch.tensor(1)
+    return x.reshape(-1, x.shape[idx]) * x.size()[torch.tensor(-1)]
+
+
+def test_shape_indexed_by_a_tensor_made_from_a_constant():
+    # torch.Size is a tuple: its __getitem__ reads the index's __index__ too
+    run_and_compare(_size_indexed_by_made_tensor, torch.randn(2, 3, 4), fullgraph=True)

@@ -23,7 +23,7 @@ from kiln.frontend.variables import (
     unbacked,
 )
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
-from kiln.frontend.variables.const_index import constant_index
+from kiln.frontend.variables.const_index import INDEXED_BY_INDEX, constant_index
 from kiln.frontend.variables.constant import BINARY_OPS, ConstantVariable, fold, is_literal
 from kiln.frontend.variables.dict_keys import guard_tensor_keys
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -649,9 +649,7 @@ def getitem(tx, obj, index):
         if item is not None:
             return item
         plain = isinstance(obj, (BaseListVariable, RangeVariable))
-        known = (
-            constant_index(index) if plain and obj.python_type() in (list, tuple, range) else None
-        )
+        known = constant_index(index) if plain and obj.python_type() in INDEXED_BY_INDEX else None
         if known is not None:  # Note [Operators: an index tensor made from a constant]
             index = known
         elif not isinstance(obj, ConstDictVariable):  # (Note [Dicts: tensors as keys])

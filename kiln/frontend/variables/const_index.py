@@ -13,12 +13,13 @@ from kiln.frontend.variables.constant import ConstantVariable
 # an `out=` would be one): the index is that int. Anything else keeps the break.
 
 _MAKERS = (torch.as_tensor, torch.tensor)
+INDEXED_BY_INDEX = (list, tuple, range, torch.Size)  # their __getitem__ calls index.__index__()
 _INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
 def constant_index(var):
     """The int a tensor variable made from a constant stands for as an index (of a list, tuple
-    or range: their __getitem__ calls __index__), or None."""
+    range or torch.Size: INDEXED_BY_INDEX), or None."""
     node = getattr(var, "proxy", None)
     node = getattr(node, "node", node)
     if getattr(node, "target", None) not in _MAKERS or getattr(node, "users", True):
