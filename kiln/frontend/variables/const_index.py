@@ -18,7 +18,7 @@ _INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
 def constant_index(var):
-    """The int a tensor variable made from a constant stands for as an index (of a list, tuple
+    """The int a tensor variable made from a constant stands for as an index (of a list, tuple,
     range or torch.Size: INDEXED_BY_INDEX), or None."""
     node = getattr(var, "proxy", None)
     node = getattr(node, "node", node)
