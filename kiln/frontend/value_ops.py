@@ -170,10 +170,9 @@ class ValueOpsMixin:
 
     def BUILD_MAP(self, inst):
         flat = self.popn(2 * inst.arg)
-        items = {}
-        for k, v in zip(flat[::2], flat[1::2]):
-            items[dict_key(k)] = v  # (an unhashable key raises TypeError, as in Python)
-        guard_tensor_keys(self, items)  # Note [Dicts: tensors as keys]
+        keys = [dict_key(k) for k in flat[::2]]  # (an unhashable key raises TypeError)
+        guard_tensor_keys(self, keys)  # Note [Dicts: tensors as keys]
+        items = dict(zip(keys, flat[1::2]))
         self.push(ConstDictVariable(items))
 
     def BUILD_CONST_KEY_MAP(self, inst):  # 3.11, 3.12
@@ -237,7 +236,7 @@ class ValueOpsMixin:
         key = dict_key(self.pop())
         d = self._stack_container(inst, ConstDictVariable)
         d.items[key] = v
-        guard_tensor_keys(self, d.items)
+        guard_tensor_keys(self, [*d.items, key])
 
     def DICT_UPDATE(self, inst):
         v = self.pop()

@@ -336,7 +336,9 @@ class BuiltinVariable(VariableTracker):
                     if len(kv) != 2:
                         message = f"dictionary update sequence element #{i} has length {len(kv)}"
                         raise_observed(tx, ValueError, f"{message}; 2 is required")
-                    items[dicts.dict_key(kv[0])] = kv[1]
+                    key = dicts.dict_key(kv[0])
+                    guard_tensor_keys(tx, [key])  # (each, as a later one may merge into it)
+                    items[key] = kv[1]
         items.update(kwargs)
         guard_tensor_keys(tx, items)  # Note [Dicts: tensors as keys]
         return ConstDictVariable(items)

@@ -13,14 +13,17 @@ variable it came from (to give back on iteration and to rebuild the dict):
 | an object made in the frame whose class keeps        | ObjectKey   | identity (one variable |
 | object's __hash__ and __eq__; a functools.partial or |             | per object)            |
 | a function made in the frame                         |             |                        |
+| an object from outside the frame whose class keeps   | ObjectKey   | identity (the real     |
+| object's __hash__ and __eq__ (which of them are the  |             | object)                |
+| same object is guarded)                              |             |                        |
 | a frozen dataclass instance made in the frame (its   | FieldsKey   | its class and its      |
 | generated __hash__ and __eq__)                       |             | fields, as a tuple     |
 | a tuple (a namedtuple) holding any of these          | TupleKey    | the tuple of its items |
 
 A stand-in equals the object it stands for, so a key reached as a constant (`int`) and the same
 key reached as a variable find the same item. Anything else (a class with its own __hash__ or
-__eq__, a tensor, a list, a user object or function from outside the frame, whose identity the
-guards do not pin) is not a key kiln models: a break with its reason.
+__eq__, a list, a function from outside the frame, whose identity the guards do not pin) is not
+a key kiln models: a break with its reason. Tensors: Note [Dicts: tensors as keys].
 """
 
 import dataclasses
@@ -172,6 +175,8 @@ def object_key(var, const_key):
             )
         return ObjectKey(var, var, by_value=False)
     if var.source is not None:
+        if is_outside_object(var):  # Note [Dicts: objects from outside as keys]
+            return ObjectKey(var, var.value, by_value=False)
         unimplemented(f"dict key {var} (an object from outside the frame)")
     cls = getattr(var, "cls", None)
     if isinstance(cls, type) and getattr(var, "attrs", None) is not None:  # made in the frame
@@ -191,6 +196,44 @@ def object_key(var, const_key):
 _NO_VALUE = object()
 
 
+# Note [Dicts: objects from outside as keys]
+# An object from outside the frame whose class keeps object's __hash__ and __eq__ is, as a key,
+# its identity: it is held by an ObjectKey on the real object, so that two sources of one object
+# find one item. What the trace folded is which of these key objects were the same: each one's
+# source is guarded to be the same object as the first source seen for it (ALIASING) and a
+# different object from every other key object's (DISTINCT), so a call whose objects alias
+# otherwise recompiles. Nothing pins the objects themselves: any objects of these classes will do.
+def is_outside_object(var):
+    """Whether var is a plain-identity user object from outside the frame (a source)."""
+    from kiln.frontend.variables.user_defined import UserDefinedObjectVariable
+
+    return (
+        type(var) is UserDefinedObjectVariable
+        and var.source is not None
+        and _plain_identity(type(var.value))
+    )
+
+
+def _guard_object_keys(tx, keys):
+    seen = getattr(tx.output, "_kiln_key_objects", None)
+    for key in keys:
+        if not (
+            isinstance(key, ObjectKey) and key.obj is not key.var and is_outside_object(key.var)
+        ):
+            continue
+        if seen is None:
+            seen = tx.output._kiln_key_objects = {}
+        value, source = key.obj, key.var.source
+        first = seen.get(id(value))
+        if first is not None:
+            if first[1] != source:
+                tx.output.guards.add(GuardKind.ALIASING, source, first[1])
+            continue
+        for _, other in seen.values():
+            tx.output.guards.add(GuardKind.DISTINCT, source, other)
+        seen[id(value)] = (value, source)  # (the value kept alive: ids stay unique)
+
+
 # Note [Dicts: tensors as keys]
 # A plain tensor hashes by identity and is compared with == only when the hashes are equal, that
 # is never for two objects: as a dict key it is its identity, which is its variable (Note
@@ -205,7 +248,9 @@ def is_traced_tensor(var):
 
 
 def guard_tensor_keys(tx, keys):
-    """Tensors from outside the frame among these dict keys stay distinct objects."""
+    """Tensors from outside the frame among these dict keys stay distinct objects; objects from
+    outside keep which of them are the same (Note [Dicts: objects from outside as keys])."""
+    _guard_object_keys(tx, keys)
     sourced = {
         id(k.var): k.var
         for k in keys

@@ -12,6 +12,7 @@ from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dict_keys import (
     guard_tensor_keys,
+    is_outside_object,
     is_stand_in,
     is_traced_tensor,
     key_var,
@@ -191,7 +192,11 @@ class ConstDictVariable(VariableTracker):
             args, kwargs = bound, {}
         result = self._call_method(tx, name, args, kwargs)
         guard_tensor_keys(
-            tx, [*self.items, *(dict_key(a) for a in args[:1] if is_traced_tensor(a))]
+            tx,
+            [
+                *self.items,
+                *(dict_key(a) for a in args[:1] if is_traced_tensor(a) or is_outside_object(a)),
+            ],
         )
         return result
 

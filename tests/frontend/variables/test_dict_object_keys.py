@@ -116,12 +116,34 @@ def test_a_class_with_its_own_hash_breaks():
         kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(1))
 
 
-def test_an_object_from_outside_the_frame_breaks():
+def _keyed_by_inputs(y, s, t):
+    d = dict()
+    d[s] = y
+    d[t] = y * 2
+    e = {s: 1, t: 2}
+    return d[s] + 1.0, len(d), e[s], s in d, dict([(s, 1), (t, 2)])[s], [k is s for k in d]
+
+
+def test_objects_from_outside_the_frame_are_keys_by_identity():
+    # Note [Dicts: objects from outside as keys]: which key objects are the same is guarded
+    graphs = []
+    compiled = kiln.compile(
+        _keyed_by_inputs, backend=lambda gm, ex: graphs.append(gm) or gm.forward, fullgraph=True
+    )
+    a, b, y = Plain(1), Plain(2), torch.ones(2)
+    for args in [(y, a, b), (y, a, a), (y, b, a), (y, Plain(3), Plain(4)), (y, b, b)]:
+        expected, got = _keyed_by_inputs(*args), compiled(*args)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1:] == expected[1:]
+    assert len(graphs) == 2  # distinct objects, then one object twice: nothing pins which
+
+
+def test_an_object_with_its_own_hash_from_outside_the_frame_breaks():
     def fn(x, obj):
         return {obj: x}
 
     with pytest.raises(kiln.exc.Unsupported, match="from outside the frame"):
-        kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(1), Plain(1))
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(1), OwnHash())
 
 
 def test_an_input_dict_read_with_an_object_key():
