@@ -110,6 +110,35 @@ def test_python_getattribute_values_are_guarded_through_the_instance_dict():
     assert len(fn._kiln_cache.entry_info) == 2
 
 
+class MappedWithFallback(Config):
+    """A Python __getattribute__ and a __getattr__ called when it raises AttributeError."""
+
+    def __getattribute__(self, key):
+        if key == "sentinel":
+            raise AttributeError(key)
+        return super().__getattribute__(key)
+
+    def __getattr__(self, key):
+        if key == "sentinel":
+            return 5
+        raise AttributeError(key)
+
+
+def test_python_getattribute_falls_back_to_getattr():
+    # Note [Objects: a Python __getattribute__]: __getattr__ runs when the hook raises
+    def f(x, cfg):
+        return x * cfg.num_layers * cfg.sentinel, hasattr(cfg, "extra"), getattr(cfg, "k", 7)
+
+    x, cfg = torch.randn(4), MappedWithFallback()
+    fn = kiln.compile(f, backend="eager", fullgraph=True)
+    got, expected = fn(x, cfg), f(x, cfg)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1:] == expected[1:] == (False, 7)
+    other = MappedWithFallback()
+    other.extra, other.k = 1, 9  # the missing names were guarded absent: a recompile
+    assert fn(x, other)[1:] == f(x, other)[1:] == (True, 9)
+
+
 class Cache:
     def __init__(self):
         self.layers = []

@@ -17,6 +17,7 @@ import sys
 import types
 
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable
@@ -119,7 +120,15 @@ def raw_load_attr(tx, obj, name):
     if hasattr(cls, "__getattr__") and not (
         (d is not None and name in d) or instance_static(cls, name, None) is not None
     ):
-        unimplemented(f"object.__getattribute__ of {cls.__name__}.{name} (missing: no hook)")
+        if (
+            type(d) is not dict
+            or obj.source is None
+            or tx.output.side_effects.is_deleted(obj, name)
+        ):
+            unimplemented(f"object.__getattribute__ of {cls.__name__}.{name} (missing: no hook)")
+        # missing, and no __getattr__ asked here: AttributeError (the caller's hook may catch it)
+        tx.output.guards.add(GuardKind.NOT_IN, AttrSource(obj.source, "__dict__"), name)
+        raise_observed(tx, AttributeError, no_attribute_message(cls, name))
     return obj.plain_getattr(tx, name)
 
 

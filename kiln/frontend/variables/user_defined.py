@@ -250,8 +250,8 @@ class UserDefinedClassVariable(PythonValueVariable):
 # `obj.name` on an object whose class defines __getattribute__ in Python (Hugging Face's configs
 # map `num_hidden_layers` to `n_layer` through `attribute_map`) runs that function: it is inlined,
 # and the `super().__getattribute__(key)` / `object.__getattribute__(self, key)` it ends with is
-# the plain lookup (plain_getattr). A class that also has __getattr__ (called when the custom
-# lookup raises AttributeError) is a break. A value the plain lookup finds in the instance dict
+# the plain lookup (plain_getattr). A class that also has __getattr__ gets it called, inlined,
+# when the inlined __getattribute__ raises AttributeError, as Python's slot does. A value the plain lookup finds in the instance dict
 # is guarded as `obj.__dict__[name]`, the dict read once per guard: as `obj.name` each guard
 # check would run the Python hook again (two frames per config read, 20 us of a decoder's
 # guard).
@@ -325,10 +325,19 @@ class UserDefinedObjectVariable(VariableTracker):
             unimplemented(f"attribute of a {cls.__name__} (its __getattribute__ is no function)")
         if isinstance(hook, types.FunctionType) and name != "__class__":
             # Note [Objects: a Python __getattribute__]
-            if hasattr(cls, "__getattr__"):
-                unimplemented(f"{cls.__name__} has both __getattribute__ and __getattr__")
+            fallback = instance_static(cls, "__getattr__", None)
+            if fallback is not None and not isinstance(fallback, types.FunctionType):
+                unimplemented(f"{cls.__name__}.__getattr__ (not a Python function)")
             src = self._class_attr_source("__getattribute__")
-            return inline_call(tx, hook, [self, ConstantVariable(name)], {}, src)
+            if fallback is None:
+                return inline_call(tx, hook, [self, ConstantVariable(name)], {}, src)
+            try:
+                return inline_call(tx, hook, [self, ConstantVariable(name)], {}, src)
+            except ObservedException as e:
+                if not issubclass(e.var.cls, AttributeError):
+                    raise
+            src = self._class_attr_source("__getattr__")  # (as Python's slot calls it then)
+            return inline_call(tx, fallback, [self, ConstantVariable(name)], {}, src)
         return self.plain_getattr(tx, name)
 
     def plain_getattr(self, tx, name):
