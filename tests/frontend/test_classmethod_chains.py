@@ -1,7 +1,12 @@
 """classmethod over something that is not a function: up to Python 3.12 `cls.f` chains to the
-wrapped object's own __get__ (3.13 binds it as it is); kiln leaves that to Python."""
+wrapped object's own __get__ (3.13 binds it as it is); kiln leaves that to Python, but for a
+property's getter, inlined."""
 
+import sys
 import types
+from enum import IntEnum
+
+import pytest
 
 import torch
 from frontend_helpers import run_and_compare
@@ -104,3 +109,39 @@ def test_classmethod_of_a_new_object_reads_an_object_class_attribute():
     Mock.class_variable = Holder()
     Mock.class_variable.x = -1
     torch.testing.assert_close(compiled(torch.ones(2)), fn(torch.ones(2)))
+
+
+class Index(IntEnum):
+    _X = 0
+    _Y = 1
+
+    @classmethod
+    @property
+    def POINT(cls):
+        return slice(cls._X, cls._Y + 1)
+
+
+class Scaled:
+    k = 3
+
+    @classmethod
+    @property
+    def K(cls):
+        return cls.k * 2
+
+
+def class_properties(x, obj):
+    x = x.clone()
+    x[..., Index.POINT] = x[..., Index.POINT].tanh() * 32
+    return x * Scaled.K * type(obj).K * obj.K
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 13), reason="3.13: classmethod no longer chains")
+def test_classmethod_over_a_property_is_its_getter_for_the_class():
+    compiled = run_and_compare(
+        class_properties, torch.randn(3, 5), Scaled(), fullgraph=True, expected_graphs=1
+    )
+    Scaled.k = 4  # (read through the class's source: guarded, recompiled)
+    torch.testing.assert_close(
+        compiled(torch.ones(2), Scaled()), class_properties(torch.ones(2), Scaled())
+    )

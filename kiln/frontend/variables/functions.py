@@ -216,11 +216,16 @@ class UserMethodVariable(UserFunctionVariable):
             cg.extend(emit.copy(1) + emit.store_fast(name))
 
 
-def bound_classmethod(cm, owner):
+def bound_classmethod(cm, owner, tx=None):
     """`cls.f` for a classmethod `cm` of the class `owner` (a variable): its function bound to it.
-    Wrapping anything but a function (another descriptor, a decorator's object) it is left to
-    Python: up to 3.12 classmethod chains to the wrapped object's own __get__."""
-    if not isinstance(cm.__func__, types.FunctionType):
+    Up to 3.12 classmethod chains to the wrapped object's own __get__: over a property (given
+    `tx`), `cls.f` is its getter's result for cls, inlined; over anything else (another
+    descriptor, a decorator's object) it is left to Python."""
+    func = cm.__func__
+    if tx is not None and isinstance(func, property) and sys.version_info < (3, 13):
+        if isinstance(func.fget, types.FunctionType):
+            return inline_call(tx, func.fget, [owner], {}, None)
+    if not isinstance(func, types.FunctionType):
         unimplemented(f"a classmethod over {type(cm.__func__).__name__} (not a function)")
     return UserMethodVariable(cm.__func__, owner)
 

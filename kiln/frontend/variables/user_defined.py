@@ -109,7 +109,7 @@ class UserDefinedClassVariable(PythonValueVariable):
             src = AttrSource(self.source, name) if self.source is not None else None
             return wrap_value(tx, static.__func__, src)
         if isinstance(static, classmethod):
-            return bound_classmethod(static, self)
+            return bound_classmethod(static, self, tx)
         src = AttrSource(self.source, name) if self.source is not None else None
         value = getattr(self.value, name)
         if (
@@ -411,8 +411,14 @@ class UserDefinedObjectVariable(VariableTracker):
             pin_class_attr(tx, self._class_attr_source(name), static.__func__)
             return wrap_value(tx, static.__func__, None)
         if isinstance(static, classmethod):
-            pin_class_attr(tx, self._class_attr_source(name, "__func__"), static.__func__)
-            return bound_classmethod(static, wrap_constant_like(tx, cls))
+            if isinstance(static.__func__, property):  # (`cls.name` would run its getter)
+                owner = next(i for i, k in enumerate(cls.__mro__) if name in vars(k))
+                mro = GetItemSource(self._class_attr_source("__mro__"), owner)
+                held = GetItemSource(AttrSource(mro, "__dict__"), name)
+                pin_class_attr(tx, AttrSource(held, "__func__"), static.__func__)
+            else:
+                pin_class_attr(tx, self._class_attr_source(name, "__func__"), static.__func__)
+            return bound_classmethod(static, wrap_constant_like(tx, cls), tx)
         if isinstance(static, types.FunctionType):
             source = self._class_attr_source(name)
             pin_class_attr(tx, source, static)
@@ -701,7 +707,7 @@ class NewObjectVariable(VariableTracker):
             # attributes then have sources, `cls.class_variable.x` of an object as one)
             source = self._class_source()
             cls_var = wrap_constant_like(tx, self.cls) if source is None else None
-            return bound_classmethod(static, cls_var or wrap_value(tx, self.cls, source))
+            return bound_classmethod(static, cls_var or wrap_value(tx, self.cls, source), tx)
         if self.dict_base is not None and _dict_method_owner(self.cls, name) is not None:
             return DictMethodVariable(self, name)
         if is_literal(static):
