@@ -7,7 +7,6 @@ import types
 from enum import IntEnum
 
 import pytest
-
 import torch
 from frontend_helpers import run_and_compare
 
