@@ -37,6 +37,7 @@ from kiln.frontend.source import (
     LocalSource,
 )
 from kiln.frontend.value_ops import ValueOpsMixin
+from kiln.frontend.variables import namedtuples
 from kiln.frontend.variables.base import VariableTracker, next_serial, probe, wrap_loaded
 from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
 from kiln.frontend.variables.builtin import BuiltinVariable
@@ -560,6 +561,9 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             obj, (NewObjectVariable, ExceptionVariable, NestedUserFunctionVariable, TensorVariable)
         ):
             obj.setattr(self, name, value)
+            return
+        if type(obj) is TupleVariable and obj.keeps_identity:
+            namedtuples.store_attr(self, obj, name, value)  # Note [Namedtuples: attributes ...]
             return
         if not isinstance(obj, (NNModuleVariable, UserDefinedObjectVariable)):
             unimplemented(f"attribute assignment .{name} on {obj}")

@@ -171,3 +171,43 @@ def test_the_factory_itself_as_a_value():
     t = torch.randn(3)
     run_and_compare(_factory_as_key, {collections.namedtuple: None, 3: t}, fullgraph=True)
     run_and_compare(_factory_as_key, {3: t, "f": namedtuple, namedtuple: 1}, fullgraph=True)
+
+
+class Pair(NamedTuple):
+    a: torch.Tensor
+    b: torch.Tensor
+
+
+class PairWithDict(Pair):  # no __slots__: instances have a __dict__
+    pass
+
+
+def _store_on_input(tup):
+    tup.c = torch.tensor(3.0)
+    return tup, tup.c + tup.a
+
+
+def _read_instance_attr(tup):
+    return tup.d * tup.a + tup.b
+
+
+def test_attributes_stored_on_an_input_namedtuple_with_a_dict():
+    # Note [Namedtuples: attributes of an instance with a __dict__]
+    fn, backend = _compile(_store_on_input)
+    eager_in = PairWithDict(torch.tensor([1.0]), torch.tensor(2.0))
+    got_in = PairWithDict(torch.tensor([1.0]), torch.tensor(2.0))
+    expected, got = _store_on_input(eager_in), fn(got_in)
+    assert got[0] is got_in and len(backend.graphs) == 1
+    torch.testing.assert_close(got_in.c, eager_in.c)
+    torch.testing.assert_close(got[1], expected[1])
+    with pytest.raises(AttributeError):  # a field: Python refuses, kiln breaks and runs it
+        kiln.compile(lambda t: setattr(t, "a", 1), backend="eager")(got_in)
+
+
+def test_instance_dict_attribute_of_an_input_namedtuple_is_read_and_guarded():
+    fn, backend = _compile(_read_instance_attr)
+    for d in (2.0, 5.0):
+        tup = PairWithDict(torch.tensor([1.0]), torch.tensor(2.0))
+        tup.d = d
+        torch.testing.assert_close(fn(tup), _read_instance_attr(tup))
+    assert len(backend.graphs) == 2  # the float read through the source is guarded

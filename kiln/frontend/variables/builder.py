@@ -491,7 +491,10 @@ def _wrap(tx, value, source):
         guards.add(GuardKind.LIST_LENGTH, source, (type(value), len(value)))
         item = GetItemSource if type(value).__getitem__ is tuple.__getitem__ else TupleItemSource
         items = [wrap_value(tx, v, item(source, i)) for i, v in enumerate(value)]
-        return TupleVariable(items, tuple_cls=type(value), source=source)
+        var = TupleVariable(items, tuple_cls=type(value), source=source)
+        if var.keeps_identity:  # (a subclass with an instance dict: Note [Namedtuples: ...])
+            var.instance = value
+        return var
     if type(value) is torch.Size:
         # its items are guarded one by one (ints that change become size symbols)
         guards.add(GuardKind.LIST_LENGTH, source, (torch.Size, len(value)))

@@ -22,6 +22,14 @@ A class from `typing.NamedTuple` (or `class P(namedtuple(...))`) may define meth
 class methods and properties in Python. `p.name` of such a member is the member bound as Python
 binds it (a method to the tuple, a classmethod to its class), and its body is inlined; the
 methods namedtuple itself generates (`_make`, `_replace`, `__repr__` ...) are not members here.
+
+Note [Namedtuples: attributes of an instance with a __dict__]
+A subclass of a namedtuple class that declares no `__slots__` has an instance dict: `p.c = t` works
+in eager. For an instance from outside the frame (the builder keeps it as `var.instance`) the store
+is a side effect like an object's (replayed on the real instance after the graph); a later read in
+the frame sees it, and a name only the instance dict holds is read through its source (guarded).
+Fields and other class attributes are not stored to (Python raises; kiln breaks), nor is anything
+through a class's own __setattr__. A tuple made in the frame has no real instance: a break.
 """
 
 import collections
@@ -31,6 +39,7 @@ import types
 
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import AttrSource
 from kiln.frontend.variables import lists
 from kiln.frontend.variables.base import PythonValueVariable, wrap_constant_like, wrap_value
 from kiln.frontend.variables.constant import REMADE_CLASSES, is_literal
@@ -131,3 +140,40 @@ def user_member(tx, var, name):
 
 
 lists.TUPLE_MEMBERS.append(user_member)
+
+
+class _Held:
+    """The real instance behind a tuple variable, as side effects key attribute stores."""
+
+    __slots__ = ("value", "source")
+
+    def __init__(self, var):
+        self.value, self.source = var.instance, var.source
+
+
+def instance_attr(tx, var, name):
+    """`var.name` of its instance dict (Note [Namedtuples: attributes of an instance with a
+    __dict__]), else None."""
+    if getattr(var, "instance", None) is None:
+        return None
+    stored = tx.output.side_effects.load_attr(_Held(var), name)
+    if stored is not None:
+        return stored
+    if name in var.instance.__dict__ and inspect.getattr_static(var.tuple_cls, name, None) is None:
+        return wrap_value(tx, var.instance.__dict__[name], AttrSource(var.source, name))
+    return None
+
+
+def store_attr(tx, var, name, value):
+    """`var.name = value` on a namedtuple instance from outside the frame with an instance dict."""
+    cls = var.tuple_cls
+    if getattr(var, "instance", None) is None:
+        unimplemented(f"attribute assignment .{name} on a {cls.__name__} made in the frame")
+    if inspect.getattr_static(cls, name, None) is not None:
+        unimplemented(f"attribute assignment .{name} over a class attribute of {cls.__name__}")
+    if cls.__setattr__ is not object.__setattr__:
+        unimplemented(f"assignment through {cls.__name__}.__setattr__")
+    tx.output.side_effects.store_attr(_Held(var), name, value)
+
+
+lists.TUPLE_MEMBERS.append(instance_attr)
