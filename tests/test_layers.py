@@ -95,6 +95,8 @@ frontend.variables.constant -> frontend.variables.exceptions
 frontend.variables.constant -> frontend.variables.misc
     cycle: methods of constants (str.format ...) are misc's ConstantMethodVariable, which returns
     constants
+frontend.variables.dict_keys -> frontend.variables.user_defined
+    cycle: user objects (through dict subclasses) use dicts, whose keys may be user objects
 frontend.variables.dict_objects -> frontend.variables.builtin
     cycle: dict-subclass __init__ of an iterable builds the dict with builtins' dict(); builtins
     call dict-subclass methods
