@@ -42,6 +42,26 @@ def test_traversal_recompiles_when_the_sharing_changes():
     assert backend.calls == 2
 
 
+def _run_tree(model, x):
+    return model(x)
+
+
+def test_traversal_of_another_instance_reuses_the_entry():
+    # Note [Sets: modules as items]: which modules are the same is guarded, not their identity
+    kiln.reset()
+    backend = CountingBackend()
+    fn = kiln.compile(_run_tree, backend=backend, fullgraph=True)
+    x = torch.randn(2, 3)
+    for tree in (_Tree(), _Tree(), _Tree()):
+        got, want = fn(tree, x), tree(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1] == 3
+    assert backend.calls == 1
+    other = _Tree()
+    other.again = torch.nn.Linear(3, 3)  # another sharing: recompiles, counts four modules
+    assert fn(other, x)[1] == other(x)[1] == 4 and backend.calls == 2
+
+
 class _Picks(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -329,9 +329,12 @@ class ModuleKey(VarKey):
 # nn.Module hashes and compares by identity, and torch's own traversals (named_modules,
 # named_children, named_parameters) keep the modules they met in a set. A module kiln traces is
 # one real object (from a source, or built while tracing), so it is held by a stand-in that
-# hashes and compares by that object. A module from a source is guarded by identity when it
-# goes into a set or is looked up in one (an ID_MATCH per module, not a guard per pair): the
-# dedup the trace saw (a module reached twice, or two distinct ones) then holds for the call.
+# hashes and compares by that object. What the trace folded is which of the modules from
+# sources that went into a set (or were looked up in one) were the same object: up to
+# _PAIRED_MODULES of them, each pair is guarded the same (ALIASING) or distinct (DISTINCT), so
+# any modules with that pattern reuse the entry (a module deep-copied per call, a second instance
+# of a model); beyond that, a guard per pair grows too fast, and each module is guarded by
+# identity (an ID_MATCH per module) instead.
 def _module_key(var):
     """The stand-in of an nn.Module variable, or None when var is no module."""
     if isinstance(getattr(var, "value", None), torch.nn.Module):  # (a module's variable)
@@ -341,16 +344,38 @@ def _module_key(var):
     return None
 
 
+_PAIRED_MODULES = 8
+
+
+def _guard_module_identities(tx, modules):
+    """Modules from sources keep which of them are the same (Note [Sets: modules as items])."""
+    seen = getattr(tx.output, "_kiln_set_modules", None)
+    if seen is None:
+        seen = tx.output._kiln_set_modules = {}
+    seen.update((source, m) for source, m in modules.items() if source not in seen)
+    guards = tx.output.guards
+    if len(seen) > _PAIRED_MODULES:
+        for source, m in seen.items():
+            guards.add(GuardKind.ID_MATCH, source, m)
+        return
+    pairs = list(seen.items())
+    for i, (a, ma) in enumerate(pairs):
+        for b, mb in pairs[i + 1 :]:
+            guards.add(GuardKind.ALIASING if ma is mb else GuardKind.DISTINCT, a, b)
+
+
 def guard_tensor_items(tx, *groups):
     """Tensors from outside the frame held or looked up together stay distinct objects;
     modules from outside the frame are pinned by identity (Note [Sets: modules as items])."""
     sourced = {}
+    modules = {}
     for values in groups:
         for v in values:
             if isinstance(v, ModuleKey) and v.var.source is not None:
-                tx.output.guards.add(GuardKind.ID_MATCH, v.var.source, v.var.value)
+                modules.setdefault(v.var.source, v.var.value)
             if isinstance(v, TensorKey) and v.var.source is not None:
                 sourced[id(v.var)] = v.var
+    _guard_module_identities(tx, modules)
     tensors = list(sourced.values())
     for i, a in enumerate(tensors):
         for b in tensors[i + 1 :]:
