@@ -211,3 +211,20 @@ def test_instance_dict_attribute_of_an_input_namedtuple_is_read_and_guarded():
         tup.d = d
         torch.testing.assert_close(fn(tup), _read_instance_attr(tup))
     assert len(backend.graphs) == 2  # the float read through the source is guarded
+
+
+def _attribute_queries(tup):
+    tup.c = 1
+    return tup.a + 1, hasattr(tup, "c"), hasattr(tup, "d"), getattr(tup, "d", 5), hasattr(tup, "a")
+
+
+def test_hasattr_and_getattr_with_default_on_an_input_namedtuple_with_a_dict():
+    fn, backend = _compile(_attribute_queries)
+    plain, with_d = (PairWithDict(torch.ones(1), torch.ones(1)) for _ in range(2))
+    with_d.d = 7
+    for tup in (plain, with_d):
+        eager_tup = PairWithDict(*tup)
+        eager_tup.__dict__.update(tup.__dict__)
+        got, expected = fn(tup), _attribute_queries(eager_tup)
+        assert got[1:] == expected[1:] and tup.c == eager_tup.c == 1
+    assert len(backend.graphs) == 2  # the instance dict's keys are guarded

@@ -14,6 +14,7 @@ from kiln.frontend.variables import (
     dicts,
     itertools_calls,
     misc,
+    namedtuples,
     object_defaults,
     optim,
     stdlib,
@@ -259,6 +260,8 @@ class BuiltinVariable(VariableTracker):
         found = class_decides_hasattr(obj, n)
         if found is not None:
             return ConstantVariable(found)
+        if type(obj) is TupleVariable and getattr(obj, "instance", None) is not None:
+            return ConstantVariable(namedtuples.instance_hasattr(tx, obj, n))
         unimplemented(f"hasattr on {obj}")
 
     def _call_setattr(self, tx, obj, name, value):

@@ -176,4 +176,18 @@ def store_attr(tx, var, name, value):
     tx.output.side_effects.store_attr(_Held(var), name, value)
 
 
+def instance_hasattr(tx, var, name):
+    """hasattr(var, name) of a namedtuple instance from outside the frame with an instance dict:
+    its class, the frame's stores, then the instance dict (its keys guarded)."""
+    if inspect.getattr_static(var.tuple_cls, name, None) is not None:
+        return True
+    if tx.output.side_effects.load_attr(_Held(var), name) is not None:
+        return True
+    keys = tuple(var.instance.__dict__)
+    if not all(type(k) is str for k in keys):
+        unimplemented(f"hasattr on a {var.tuple_cls.__name__} with non-string attribute names")
+    tx.output.guards.add(GuardKind.DICT_KEYS, AttrSource(var.source, "__dict__"), (dict, keys))
+    return name in keys
+
+
 lists.TUPLE_MEMBERS.append(instance_attr)
