@@ -178,7 +178,7 @@ def run_undoing(kind, backend):
 )
 @pytest.mark.parametrize("backend", ["aot_eager", "kiln"])
 def test_stores_the_backward_undoes_compile_on_tracing_backends(backend, kind):
-    """Note [Autograd functions: stores the backward undoes]: fullgraph, same grads and state."""
+    """Note [Autograd functions: stores undone before returning]: fullgraph, same grads and state."""
     ref = run_undoing(kind, None)
     got = run_undoing(kind, backend)
     torch.testing.assert_close(got[0], ref[0])

@@ -91,31 +91,33 @@ class ChangedByForwardVariable(VariableTracker):
         return f"a {self.typ.__name__} changed by {self.name}.forward at run time"
 
 
-# Note [Autograd functions: stores the backward undoes]
-# The ATen-tracing backends run the user's backward once, at compile time (Note [Autograd
-# functions: the backward is checked too]), so a store it leaves behind would happen once
-# instead of at every backward pass: a break. A store the backward itself undoes before it
-# returns leaves nothing behind, and eager's state after each backward pass is the state before
-# it: `with set_mode("x"): ...` (a context manager that saves an attribute, sets it and puts
-# the old value back), `depth += 1 ... depth -= 1`. Reads in between see the stored value while
-# tracing, as the real backward does when the joint graph is traced. So after the backward's
-# check, when every change it recorded is an attribute store on an object of the program whose
-# final value is the attribute's value before the backward (the same object; for an immutable
-# constant an equal one of the same type), those stores are forgotten. Anything else (a store
-# left changed, a setter that counts its calls, a container changed, a print, a global or cell
-# written, a random draw) stays an effect: the apply call breaks, as before. Between the two
-# stores the attribute does not hold the new value at run time, as nothing but the backward
-# itself (traced into the graph) runs in that window.
-class BackwardStart:
-    """Where the side effects stood before an autograd.Function's backward was checked."""
+# Note [Autograd functions: stores undone before returning]
+# A store that the forward or the backward itself undoes before it returns leaves nothing
+# behind: eager's state after the call is the state before it. `with set_mode("x"): ...` (a
+# context manager that saves an attribute, sets it and puts the old value back), `depth += 1 ...
+# depth -= 1`. Reads in between see the stored value while tracing, as the real code does when
+# it runs. So after each check (the forward's, then the backward's), when every change it
+# recorded is an attribute store on an object of the program whose final value is the
+# attribute's value before the check (the same object; for an immutable constant an equal one of
+# the same type), those stores are forgotten. This holds for every backend: "eager" calls the
+# real forward and backward, which make and undo the stores themselves at run time; the
+# ATen-tracing backends run them once, at compile time (Note [Autograd functions: the backward
+# is checked too]), and their graphs make no store, which is the net effect. Anything else (a
+# store left changed, a setter that counts its calls, a container changed, a print, a global or
+# cell written, a random draw) stays an effect, handled as before. Between the two stores the
+# attribute does not hold the new value when a compiled graph runs, as nothing but the traced
+# code itself runs in that window.
+class StoresBefore:
+    """Where the side effects stood before an autograd.Function's forward or backward was
+    checked."""
 
     def __init__(self, tx):
         self.effects = tx.output.side_effects
         self.snapshot, self.version = self.effects.snapshot(), self.effects.version
 
     def drop_if_undone(self):
-        """Forget the backward's stores when each one was undone before it returned (see the
-        Note); otherwise leave them, for the caller to refuse."""
+        """Forget the checked code's stores when each one was undone before it returned (see
+        the Note); otherwise leave them, for the caller to judge."""
         effects, snap = self.effects, self.snapshot
         if effects.version != self.version or len(effects.cell_undo) != snap.cell_writes:
             return
@@ -128,7 +130,7 @@ class BackwardStart:
             effects.restore(snap)
 
     def _undone(self, key):
-        """Whether this log entry stores back the value its attribute had before the backward."""
+        """Whether this log entry stores back the value its attribute had before the check."""
         kind, payload = self.effects.log[key]
         if kind != "attr" or key[0] != "attr":
             return False
