@@ -38,7 +38,11 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import is_allowed_in_graph
 from kiln.frontend.source import AttrSource
 from kiln.frontend.variables.allowed_calls import allowed_call
-from kiln.frontend.variables.autograd_function_effects import leave_to_forward, start_serial
+from kiln.frontend.variables.autograd_function_effects import (
+    StoresBefore,
+    leave_to_forward,
+    start_serial,
+)
 from kiln.frontend.variables.autograd_function_nograd import apply_without_grad
 from kiln.frontend.variables.autograd_function_objects import (
     module_fields,
@@ -178,10 +182,14 @@ class AutogradFunctionApplyVariable(VariableTracker):
         self.forward_start = start  # (objects the forward made are newer)
         with Speculation(tx) as spec:
             try:
-                out = self._trace_forward(tx, forward, setup, ctx, args)
+                before = StoresBefore(tx)  # Note [Autograd functions: stores undone before
+                out = self._trace_forward(tx, forward, setup, ctx, args)  # returning]
+                before.drop_if_undone()
                 if check_backward:  # (no backward runs without an input that needs grad)
                     what = "backward"
+                    before = StoresBefore(tx)
                     self._trace_backward(tx, ctx, out)
+                    before.drop_if_undone()
             except Unsupported as e:
                 self.forward_broke = what == "forward"
                 e.msg = f"{self.cls.__qualname__}.{what} is not traceable: {e.msg}"
@@ -216,7 +224,9 @@ class AutogradFunctionApplyVariable(VariableTracker):
         or a counter in it would happen at compile time only. So for those backends the
         backward is traced here as well (on zero gradients, grad mode off as the engine runs
         it), and one with effects outside ctx, or that kiln cannot trace, makes the apply
-        call a graph break: it then runs in Python, its backward with it."""
+        call a graph break: it then runs in Python, its backward with it. Stores the backward
+        itself undoes before it returns are no effect (Note [Autograd functions: stores undone
+        before returning])."""
         backward = _static_function(self.cls, "backward")
         source = self._method_source("backward")
         if backward is None:
