@@ -457,7 +457,7 @@ class BlockStackMixin:
         state = point.state
         for v in state.stack:
             if isinstance(v, GeneratorContextVariable):
-                v.gen = None  # not entered at the with statement
+                v.rewound()  # not entered at the with statement
         e.break_state = state
         e.frames = [(self.code, state.index, self.instructions[state.index].lineno)]
         e.no_resume = False

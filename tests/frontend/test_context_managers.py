@@ -6,6 +6,7 @@ import threading
 import pytest
 import torch
 
+import kiln
 from tests.frontend.frontend_helpers import run_and_compare
 
 
@@ -297,3 +298,82 @@ def test_lock_passed_in():
         return y + 1
 
     run_and_compare(f, t(3), threading.Lock(), expected_graphs=2, expected_breaks=2)
+
+
+# --- a @contextmanager object kept in a local after its with statement --------------------------
+# (Note [Ctx: a finished contextmanager rebuilt])
+
+
+def finished_manager_then_break(x, log):
+    cm = tracked(log)
+    with cm as n:
+        x = x + n
+    kiln.graph_break()
+    return x * 2
+
+
+def finished_manager_after_exception_then_break(x, log):
+    cm = tracked(log)
+    try:
+        with cm as n:
+            x = x + n
+            raise KeyError("k")
+    except KeyError:
+        x = x * 3
+    kiln.graph_break()
+    return x - 1
+
+
+def finished_local_manager_then_break(x):
+    log = []
+
+    @contextlib.contextmanager
+    def made_here(t):
+        log.append("in")
+        yield t + 1
+        log.append("out")
+
+    cm = made_here(x)
+    with cm as y:
+        z = y * 2
+    kiln.graph_break()
+    return z + 1, log
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [finished_manager_then_break, finished_manager_after_exception_then_break],
+)
+def test_finished_manager_in_a_local_is_rebuilt_at_a_break(fn):
+    # the graphs before and after the break (before: no resume, the frame ran in Python)
+    run_and_compare(fn, t(3), ["start"], expected_graphs=2, expected_breaks=1)
+    assert not kiln.counters["unimplemented"]
+
+
+def test_finished_manager_made_in_the_frame_is_rebuilt_at_a_break():
+    run_and_compare(finished_local_manager_then_break, t(3), expected_graphs=2, expected_breaks=1)
+    assert not kiln.counters["unimplemented"]
+
+
+def returns_finished_manager(x, log):
+    cm = tracked(log)
+    with cm as n:
+        y = x + n
+    return y, cm
+
+
+def _manager_state(cm):
+    """What eager leaves in a manager after its with statement, and what using it again does."""
+    state = [sorted(k for k in vars(cm) if k != "__doc__"), cm.gen.gi_frame is None]
+    state.append(cm.__exit__(None, None, None))  # its generator is finished: nothing runs
+    with pytest.raises(AttributeError):  # (its __enter__ deleted func/args/kwds)
+        cm.__enter__()
+    return state
+
+
+def test_returned_finished_manager_is_as_eager_left_it():
+    x, eager_log, log = t(3), [], []
+    y, cm = returns_finished_manager(x, eager_log)
+    got, got_cm = kiln.compile(returns_finished_manager, fullgraph=True)(x, log)
+    assert torch.equal(got, y) and log == eager_log == ["setup", "teardown"]
+    assert got_cm is not cm and _manager_state(got_cm) == _manager_state(cm)

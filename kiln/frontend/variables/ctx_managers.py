@@ -430,9 +430,14 @@ class GeneratorContextVariable(VariableTracker):
         self.args = args
         self.kwargs = kwargs
         self.gen = None
+        self.finished = False  # exited: its generator ran to its end
 
     def python_type(self):
         return contextlib._GeneratorContextManager
+
+    def rewound(self):
+        """Back to before its with statement (Note [Blocks: rewinding to a with statement])."""
+        self.gen, self.finished = None, False
 
     def enter(self, tx):
         from kiln.frontend.translator import InliningTranslator
@@ -484,11 +489,17 @@ class GeneratorContextVariable(VariableTracker):
         return None
 
     def reconstruct(self, cg):
-        """A new manager over the same generator function and arguments (before it is entered:
-        a break placed at its with statement, Note [Blocks: rewinding to a with statement])."""
-        if self.gen is not None:
+        """A new manager over the same generator function and arguments: before it is entered
+        (a break placed at its with statement, Note [Blocks: rewinding to a with statement]), or
+        after it exited (Note [Ctx: a finished contextmanager rebuilt])."""
+        if self.finished:
+            if not _is_generator_function(self.fn):
+                unimplemented(f"rebuilding a finished contextmanager over {self.fn}")
+            cg.load_object(finished_generator_manager, push_null=True)
+        elif self.gen is not None:
             unimplemented("rebuilding a contextmanager that was entered")
-        cg.load_object(contextlib._GeneratorContextManager, push_null=True)
+        else:
+            cg.load_object(contextlib._GeneratorContextManager, push_null=True)
         cg.reconstruct(self.fn)
         for a in self.args:
             cg.reconstruct(a)
@@ -502,6 +513,7 @@ class GeneratorContextVariable(VariableTracker):
     def exit(self, tx):
         if self._resume(None) is not None:
             unimplemented("contextmanager generator yielded twice (RuntimeError)")
+        self.finished = True
         return ConstantVariable(False)
 
     def exit_exception(self, tx, exc):
@@ -509,10 +521,41 @@ class GeneratorContextVariable(VariableTracker):
             if self._resume(ObservedException(exc)) is not None:
                 unimplemented("contextmanager generator yielded twice (RuntimeError)")
         except ObservedException as raised:
+            self.finished = True  # (the generator ended by raising)
             if raised.var is exc:
                 return ConstantVariable(False)  # the generator let it through
             raise
+        self.finished = True
         return ConstantVariable(True)  # caught inside the generator: suppressed
+
+
+# Note [Ctx: a finished contextmanager rebuilt]
+# A @contextmanager object made in the frame and kept in a local (`cm = ctx(x)`, `with cm:`) is
+# still live after its with statement: a graph break or a return there must rebuild it. Its
+# generator has run to its end, and eager's object has dropped `func`/`args`/`kwds` (its
+# __enter__ deletes them). The rebuilt object is the same: a manager over the same generator
+# function and arguments whose generator is closed before it ever started (no line of the
+# user's generator runs: closing a generator that has not started only marks it finished), the
+# three attributes deleted. Using it again behaves as eager's: __exit__ finds the generator
+# finished, a second __enter__ raises AttributeError. Before, such a break had no resume (the
+# whole frame ran in Python). A generator function is required: calling anything else would run
+# user code at the break.
+
+
+def finished_generator_manager(func, args, kwds):
+    """A contextmanager object after its with statement (Note [Ctx: a finished contextmanager
+    rebuilt])."""
+    cm = contextlib._GeneratorContextManager(func, args, kwds)
+    cm.gen.close()
+    del cm.args, cm.kwds, cm.func
+    return cm
+
+
+def _is_generator_function(fn_var):
+    """Whether the traced function of a contextmanager is a plain generator function."""
+    code = getattr(fn_var, "code", None) or getattr(getattr(fn_var, "fn", None), "__code__", None)
+    flags = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+    return code is not None and code.co_flags & flags == inspect.CO_GENERATOR
 
 
 def _check_binds(fn_var, args, kwargs):
