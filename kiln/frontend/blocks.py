@@ -49,7 +49,6 @@ from kiln.frontend.resume import origin
 from kiln.frontend.variables.base import next_serial
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.ctx_managers import (
-    GeneratorContextVariable,
     SuppressVariable,
     WithExitVariable,
     context_manager,
@@ -455,9 +454,8 @@ class BlockStackMixin:
         for it, index in point.iterators:
             it.index = index
         state = point.state
-        for v in state.stack:
-            if isinstance(v, GeneratorContextVariable):
-                v.rewound()  # not entered at the with statement
+        for manager in self.generator_managers:  # (entered or exited since the point: undone)
+            manager.rewound_to(point.serial)
         e.break_state = state
         e.frames = [(self.code, state.index, self.instructions[state.index].lineno)]
         e.no_resume = False

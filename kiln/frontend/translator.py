@@ -849,6 +849,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.arg_values = dict(bound.arguments)  # (what a weak reference's call checks)
         self.is_root = True
         self.try_state = None  # Note [Blocks: rewinding to a try block]
+        self.generator_managers = []  # GeneratorContextVariables entered (rewind undoes)
         self.try_withs = 0  # (the with blocks open when try_state was taken)
         self.initial_grad_mode = torch.is_grad_enabled()
 

@@ -377,3 +377,21 @@ def test_returned_finished_manager_is_as_eager_left_it():
     got, got_cm = kiln.compile(returns_finished_manager, fullgraph=True)(x, log)
     assert torch.equal(got, y) and log == eager_log == ["setup", "teardown"]
     assert got_cm is not cm and _manager_state(got_cm) == _manager_state(cm)
+
+
+def finished_manager_then_break_in_try(x):
+    x = x * 2
+    cm = scaled(x, 3)
+    try:
+        with cm as y:
+            x = x + y
+        kiln.graph_break()
+    except KeyError:
+        pass
+    return x
+
+
+def test_break_rewound_before_the_with_rebuilds_the_manager_unentered():
+    # the break is moved to the start of the try block, where `cm` had not been entered: the
+    # resume function enters a fresh manager (rebuilt finished, its __enter__ would raise)
+    run_and_compare(finished_manager_then_break_in_try, t(3), expected_graphs=1)

@@ -17,6 +17,7 @@ from kiln.frontend.variables import autocast, optim
 from kiln.frontend.variables.base import (
     PythonValueVariable,
     VariableTracker,
+    next_serial,
     wrap_constant_like,
     wrap_value,
 )
@@ -431,13 +432,21 @@ class GeneratorContextVariable(VariableTracker):
         self.kwargs = kwargs
         self.gen = None
         self.finished = False  # exited: its generator ran to its end
+        self.entered_serial = self.finished_serial = None  # (next_serial() when it happened)
 
     def python_type(self):
         return contextlib._GeneratorContextManager
 
-    def rewound(self):
-        """Back to before its with statement (Note [Blocks: rewinding to a with statement])."""
-        self.gen, self.finished = None, False
+    def rewound_to(self, serial):
+        """Its state at an earlier point of the trace, a break moved there (Notes [Blocks:
+        rewinding to a with statement], [Ctx: a finished contextmanager rebuilt])."""
+        if self.entered_serial is not None and self.entered_serial > serial:
+            self.gen, self.finished = None, False  # not entered yet there
+        elif self.finished_serial is not None and self.finished_serial > serial:
+            self.finished = False  # entered, not exited there: it cannot be rebuilt
+
+    def _finish(self):
+        self.finished, self.finished_serial = True, next_serial()
 
     def enter(self, tx):
         from kiln.frontend.translator import InliningTranslator
@@ -469,6 +478,11 @@ class GeneratorContextVariable(VariableTracker):
             }
         self.gen = InliningTranslator(tx, fn, fn.__code__, local_vars, closure)
         self.gen.suspendable = True
+        self.entered_serial = next_serial()
+        root = tx
+        while getattr(root, "parent", None) is not None:
+            root = root.parent
+        root.generator_managers.append(self)
         value = self._resume(None)
         if value is None:
             unimplemented(f"contextmanager {fn.__qualname__} did not yield (RuntimeError)")
@@ -513,7 +527,7 @@ class GeneratorContextVariable(VariableTracker):
     def exit(self, tx):
         if self._resume(None) is not None:
             unimplemented("contextmanager generator yielded twice (RuntimeError)")
-        self.finished = True
+        self._finish()
         return ConstantVariable(False)
 
     def exit_exception(self, tx, exc):
@@ -521,11 +535,11 @@ class GeneratorContextVariable(VariableTracker):
             if self._resume(ObservedException(exc)) is not None:
                 unimplemented("contextmanager generator yielded twice (RuntimeError)")
         except ObservedException as raised:
-            self.finished = True  # (the generator ended by raising)
+            self._finish()  # (the generator ended by raising)
             if raised.var is exc:
                 return ConstantVariable(False)  # the generator let it through
             raise
-        self.finished = True
+        self._finish()
         return ConstantVariable(True)  # caught inside the generator: suppressed
 
 
@@ -539,7 +553,11 @@ class GeneratorContextVariable(VariableTracker):
 # three attributes deleted. Using it again behaves as eager's: __exit__ finds the generator
 # finished, a second __enter__ raises AttributeError. Before, such a break had no resume (the
 # whole frame ran in Python). A generator function is required: calling anything else would run
-# user code at the break.
+# user code at the break. A break moved to an earlier instruction (Notes [Blocks: rewinding to a
+# with statement], [Blocks: rewinding to a try block]) rebuilds the manager as it was there: the
+# root translator keeps the managers entered while tracing, and `rewound_to` compares when each
+# was entered and exited with the point's serial (not entered there: a fresh manager; entered
+# and not exited: not rebuildable, no resume).
 
 
 def finished_generator_manager(func, args, kwds):
