@@ -395,3 +395,94 @@ def test_break_rewound_before_the_with_rebuilds_the_manager_unentered():
     # the break is moved to the start of the try block, where `cm` had not been entered: the
     # resume function enters a fresh manager (rebuilt finished, its __enter__ would raise)
     run_and_compare(finished_manager_then_break_in_try, t(3), expected_graphs=1)
+
+
+# --- __enter__ / __exit__ called on a @contextmanager object -------------------------------------
+# (Note [Ctx: __enter__ and __exit__ called on a contextmanager])
+
+
+def enter_exit_called(x, log):
+    cm = tracked(log)
+    n = cm.__enter__()
+    y = x + n
+    log.append("body")
+    cm.__exit__(None, None, None)
+    return y * 2
+
+
+def exit_called_with_exception(x):
+    cm = catching()
+    cm.__enter__()
+    swallowed = cm.__exit__(ValueError, ValueError("v"), None)
+    other = catching()
+    other.__enter__()
+    error = KeyError("k")
+    passed_on = other.__exit__(KeyError, error, None)
+    return x + 1, swallowed, passed_on
+
+
+@pytest.mark.parametrize(
+    "fn, args",
+    [(enter_exit_called, (t(3), ["start"])), (exit_called_with_exception, (t(3),))],
+)
+def test_enter_and_exit_calls_are_traced(fn, args):
+    run_and_compare(fn, *args, fullgraph=True, expected_graphs=1)
+
+
+def break_between_enter_and_exit(x):
+    x = x * 2
+    cm = scaled(x, 3)
+    y = cm.__enter__()
+    kiln.graph_break()
+    z = x + y
+    cm.__exit__(None, None, None)
+    return z
+
+
+def returns_entered_manager(x, log):
+    x = x * 2
+    cm = tracked(log) if log is not None else scaled(x, 3)
+    n = cm.__enter__()
+    return x + n, cm
+
+
+def test_break_while_entered_by_call_is_placed_at_the_enter_call():
+    # the graph before the __enter__ call; Python makes the call, a resume function the rest
+    # (its __exit__ call is contextlib's own code: a frame of its own runs it in Python)
+    run_and_compare(break_between_enter_and_exit, t(3), calls=1, expected_graphs=2)
+    assert not [k for k in kiln.counters["unimplemented"] if "__enter__ call" in k]
+
+
+@pytest.mark.parametrize("log", [None, []])
+def test_return_with_a_manager_entered_by_call(log):
+    # moved to the __enter__ call; with a side effect in the generator (log) it cannot be moved
+    # there: the frame is traced again with the call a break where it is
+    kiln.reset()
+    x, eager_log = t(3), None if log is None else []
+    y, cm = returns_entered_manager(x, eager_log)
+    got, got_cm = kiln.compile(returns_entered_manager)(x, log)
+    assert torch.equal(got, y) and log == eager_log
+    assert not kiln.counters["unimplemented"]  # (no fallback of the whole frame)
+    for manager in (cm, got_cm):
+        assert manager.__exit__(None, None, None) is False
+        assert manager.gen.gi_frame is None
+    assert log == eager_log
+
+
+def mutation_then_break_while_entered_by_call(x, log):
+    x = x * 2
+    cm = scaled(x, 3)
+    y = cm.__enter__()
+    log.append("mutated")
+    kiln.graph_break()
+    cm.__exit__(None, None, None)
+    return x + y
+
+
+def test_break_that_cannot_move_back_leaves_the_enter_call_to_python():
+    # the append cannot be undone: traced again, the __enter__ call is the break, Python makes
+    # it; the graph before it and the resumed block's (before: the whole frame in Python)
+    run_and_compare(
+        mutation_then_break_while_entered_by_call, t(3), ["start"], calls=1, expected_graphs=2
+    )
+    assert not [k for k in kiln.counters["graph_break"] if "__enter__ call" in k]

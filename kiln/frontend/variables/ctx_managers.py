@@ -9,7 +9,7 @@ import types
 import torch
 
 from kiln.bytecode import emit
-from kiln.exc import unimplemented
+from kiln.exc import RestartTrace, unimplemented
 from kiln.frontend import entered
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
@@ -22,7 +22,11 @@ from kiln.frontend.variables.base import (
     wrap_value,
 )
 from kiln.frontend.variables.constant import ConstantVariable
-from kiln.frontend.variables.exceptions import ObservedException, make_exception
+from kiln.frontend.variables.exceptions import (
+    ExceptionVariable,
+    ObservedException,
+    make_exception,
+)
 from kiln.frontend.variables.functions import UserFunctionVariable, bind_args
 from kiln.frontend.variables.misc import OpaqueCallableVariable
 
@@ -433,9 +437,39 @@ class GeneratorContextVariable(VariableTracker):
         self.gen = None
         self.finished = False  # exited: its generator ran to its end
         self.entered_serial = self.finished_serial = None  # (next_serial() when it happened)
+        self.called_enter = None  # RewindPoint of an explicit `cm.__enter__()` call
 
     def python_type(self):
         return contextlib._GeneratorContextManager
+
+    @property
+    def open_by_call(self):
+        """Entered by an explicit `__enter__()` call and not exited (Note [Ctx: __enter__ and
+        __exit__ called on a contextmanager])."""
+        return self.called_enter is not None and self.gen is not None and not self.finished
+
+    def call_method(self, tx, name, args, kwargs):
+        """Note [Ctx: __enter__ and __exit__ called on a contextmanager]."""
+        if (
+            name == "__enter__"
+            and not args
+            and not kwargs
+            and getattr(tx, "is_root", False)
+            and _enter_call_key(tx, tx.current_inst.index) not in _restart_notes(tx)
+        ):
+            self.called_enter = tx.break_state(resume_here=False, where="__enter__ call")
+            return self.enter(tx)
+        if name == "__exit__" and len(args) == 3 and not kwargs and self.called_enter is not None:
+            if self.gen is None or self.finished:
+                unimplemented("__exit__ of a contextmanager that is not entered")
+            typ, exc, _ = args
+            if all(a.is_python_constant() and a.as_python_constant() is None for a in args):
+                return self.exit(tx)
+            if isinstance(exc, ExceptionVariable) and typ.is_python_constant():
+                if typ.as_python_constant() is exc.cls:
+                    return self.exit_exception(tx, exc)
+            unimplemented("__exit__ of a contextmanager with these arguments")
+        return super().call_method(tx, name, args, kwargs)
 
     def rewound_to(self, serial):
         """Its state at an earlier point of the trace, a break moved there (Notes [Blocks:
@@ -541,6 +575,46 @@ class GeneratorContextVariable(VariableTracker):
             raise
         self._finish()
         return ConstantVariable(True)  # caught inside the generator: suppressed
+
+
+# Note [Ctx: __enter__ and __exit__ called on a contextmanager]
+# `cm = ctx(x); y = cm.__enter__(); ...; cm.__exit__(None, None, None)` in the root frame traces
+# the generator as a with statement would: to its yield on the call of __enter__, on to its end on
+# __exit__ (with an exception object of the given type: thrown in at the yield). While such a
+# manager is entered, no break can be placed after the __enter__ call (its real generator cannot
+# be made to stand at its yield without running its code again): like a break inside a with
+# block, it is moved back to the __enter__ call (the RewindPoint kept in `called_enter`), where
+# the manager was not entered; Python then makes that call and everything after it (a resume
+# function). A frame that returns with such a manager still entered is the same break: eager's
+# generator would run its cleanup when it is freed, which the traced one cannot. Elsewhere (an
+# inlined function, no RewindPoint to go back to) the call stays a break, Python runs it.
+
+
+# A break moved back to the call must not have to undo side effects made after it (the
+# generator's own, or the block's, on objects that existed before: break_codegen refuses such a
+# move and the whole frame would run in Python): then the frame is traced again with that call a
+# break where it is (leave_enter_call_to_python), as if it were not traced at all.
+
+
+def _restart_notes(tx):
+    return tx.output.__dict__.get("restart_notes", ())
+
+
+def _enter_call_key(tx, index):
+    return ("__enter__ call left to Python", tx.code, index)
+
+
+def leave_enter_call_to_python(tx, point):
+    """Trace the frame again with the __enter__ call at `point` a break, when a break moved
+    back to it would have to undo side effects (Note [Ctx: __enter__ and __exit__ called on a
+    contextmanager])."""
+    notes = tx.output.__dict__.get("restart_notes")
+    key = _enter_call_key(tx, point.state.index)
+    if tx.output.side_effects.version == point.state.effects_version or notes is None:
+        return
+    if key not in notes:
+        notes.add(key)
+        raise RestartTrace("a break moved back to an __enter__ call would undo side effects")
 
 
 # Note [Ctx: a finished contextmanager rebuilt]
