@@ -42,12 +42,7 @@ from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.classes import constant_cell
 from kiln.frontend.variables.constant import ConstantVariable
-from kiln.frontend.variables.ctx_managers import (
-    EnteredExitVariable,
-    WithExitVariable,
-    _Yielded,
-    leave_enter_call_to_python,
-)
+from kiln.frontend.variables.ctx_managers import EnteredExitVariable, WithExitVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
 from kiln.frontend.variables.finalizers import (
@@ -56,6 +51,7 @@ from kiln.frontend.variables.finalizers import (
     frame_finalized,
 )
 from kiln.frontend.variables.functions import NestedUserFunctionVariable, inline_call
+from kiln.frontend.variables.generator_ctx import _Yielded, leave_enter_call_to_python
 from kiln.frontend.variables.generators import (
     LazyGeneratorVariable,
     cleanup_throw,
