@@ -421,9 +421,39 @@ def exit_called_with_exception(x):
     return x + 1, swallowed, passed_on
 
 
+@contextlib.contextmanager
+def raising_after_yield(x):
+    yield x * 2
+    raise ValueError("after the yield")
+
+
+def exit_call_raises(x):
+    cm = raising_after_yield(x)
+    y = cm.__enter__()
+    try:
+        cm.__exit__(None, None, None)
+    except ValueError as e:
+        return y + 1, str(e)  # (the frame returns with the manager finished)
+    return y
+
+
+def exit_called_again(x):
+    cm = scaled(x, 2)
+    y = cm.__enter__()
+    first = cm.__exit__(None, None, None)
+    again = cm.__exit__(None, None, None)  # its generator has ended: False
+    thrown = cm.__exit__(KeyError, KeyError("k"), None)
+    return y, first, again, thrown
+
+
 @pytest.mark.parametrize(
     "fn, args",
-    [(enter_exit_called, (t(3), ["start"])), (exit_called_with_exception, (t(3),))],
+    [
+        (enter_exit_called, (t(3), ["start"])),
+        (exit_called_with_exception, (t(3),)),
+        (exit_call_raises, (t(3),)),
+        (exit_called_again, (t(3),)),
+    ],
 )
 def test_enter_and_exit_calls_are_traced(fn, args):
     run_and_compare(fn, *args, fullgraph=True, expected_graphs=1)

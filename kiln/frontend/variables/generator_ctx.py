@@ -60,15 +60,18 @@ class GeneratorContextVariable(VariableTracker):
             self.called_enter = tx.break_state(resume_here=False, where="__enter__ call")
             return self.enter(tx)
         if name == "__exit__" and len(args) == 3 and not kwargs and self.called_enter is not None:
-            if self.gen is None or self.finished:
-                unimplemented("__exit__ of a contextmanager that is not entered")
             typ, exc, _ = args
-            if all(a.is_python_constant() and a.as_python_constant() is None for a in args):
-                return self.exit(tx)
-            if isinstance(exc, ExceptionVariable) and typ.is_python_constant():
-                if typ.as_python_constant() is exc.cls:
-                    return self.exit_exception(tx, exc)
-            unimplemented("__exit__ of a contextmanager with these arguments")
+            nones = all(a.is_python_constant() and a.as_python_constant() is None for a in args)
+            thrown = (
+                isinstance(exc, ExceptionVariable)
+                and typ.is_python_constant()
+                and typ.as_python_constant() is exc.cls
+            )
+            if not nones and not thrown:
+                unimplemented("__exit__ of a contextmanager with these arguments")
+            if self.finished:
+                return ConstantVariable(False)  # (its generator has ended: eager's returns False)
+            return self.exit(tx) if nones else self.exit_exception(tx, exc)
         return super().call_method(tx, name, args, kwargs)
 
     def rewound_to(self, serial):
@@ -159,8 +162,12 @@ class GeneratorContextVariable(VariableTracker):
         cg.extend(emit.call(3))
 
     def exit(self, tx):
-        if self._resume(None) is not None:
-            unimplemented("contextmanager generator yielded twice (RuntimeError)")
+        try:
+            if self._resume(None) is not None:
+                unimplemented("contextmanager generator yielded twice (RuntimeError)")
+        except ObservedException:
+            self._finish()  # (the generator ended by raising)
+            raise
         self._finish()
         return ConstantVariable(False)
 
