@@ -188,7 +188,7 @@ backend.compile_fx -> triton
     optional dependency: Triton's version enters the cache key of CUDA graphs only
 backend.codegen.triton_matmul -> triton
     optional dependency: Triton's version keys a matmul's choice; do_bench times it on a GPU
-frontend.variables.ctx_managers -> frontend.translator
+frontend.variables.generator_ctx -> frontend.translator
     cycle: a @contextmanager generator's body is inlined with InliningTranslator; the translator
     builds these managers
 frontend.variables.ctx_managers -> frontend.variables.user_defined

@@ -49,7 +49,6 @@ from kiln.frontend.resume import origin
 from kiln.frontend.variables.base import next_serial
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.ctx_managers import (
-    GeneratorContextVariable,
     SuppressVariable,
     WithExitVariable,
     context_manager,
@@ -79,6 +78,7 @@ class RewindPoint:
     autocast: tuple  # kiln.amp.snapshot() then
     iterators: tuple  # (list iterator variable, its index then)
     state: BreakState
+    where: str = ""  # what the break message names as the place (else the enclosing block)
 
 
 class BlockStackMixin:
@@ -415,10 +415,11 @@ class BlockStackMixin:
     # then runs eagerly.
 
     # --- rewinding a break to the start of its block (root frame) ------------------------
-    def break_state(self, resume_here):
+    def break_state(self, resume_here, where=""):
         """What a break at this instruction needs, kept in case a break inside the block it
         starts is placed here (Note [Blocks: rewinding to a with statement])."""
         return RewindPoint(
+            where=where,
             serial=next_serial(),
             grad_mode=torch.is_grad_enabled(),
             autocast=amp.snapshot(),
@@ -455,15 +456,15 @@ class BlockStackMixin:
         for it, index in point.iterators:
             it.index = index
         state = point.state
-        for v in state.stack:
-            if isinstance(v, GeneratorContextVariable):
-                v.gen = None  # not entered at the with statement
+        for manager in self.generator_managers:  # (entered or exited since the point: undone)
+            manager.rewound_to(point.serial)
         e.break_state = state
         e.frames = [(self.code, state.index, self.instructions[state.index].lineno)]
         e.no_resume = False
         e.rewind_fallback = None  # (Note [Blocks: breaks inside a user with block])
         where = "try block" if state.resume_here else "with statement"
-        e.msg = f"{e.msg} (placed at the start of the enclosing {where})"
+        where = f"the {point.where}" if point.where else f"the start of the enclosing {where}"
+        e.msg = f"{e.msg} (placed at {where})"
 
     # Note [Blocks: rewinding to a try block]
     # A graph break inside a try block whose handler can catch (or inside its handler) cannot be

@@ -43,7 +43,7 @@ from kiln.frontend.variables.builder import wrap_constant_like, wrap_value
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.classes import constant_cell
 from kiln.frontend.variables.constant import ConstantVariable
-from kiln.frontend.variables.ctx_managers import EnteredExitVariable, WithExitVariable, _Yielded
+from kiln.frontend.variables.ctx_managers import EnteredExitVariable, WithExitVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import ExceptionVariable, ObservedException, raise_observed
 from kiln.frontend.variables.finalizers import (
@@ -52,6 +52,7 @@ from kiln.frontend.variables.finalizers import (
     frame_finalized,
 )
 from kiln.frontend.variables.functions import NestedUserFunctionVariable, inline_call
+from kiln.frontend.variables.generator_ctx import _Yielded, leave_enter_call_to_python
 from kiln.frontend.variables.generators import (
     LazyGeneratorVariable,
     cleanup_throw,
@@ -853,6 +854,7 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.arg_values = dict(bound.arguments)  # (what a weak reference's call checks)
         self.is_root = True
         self.try_state = None  # Note [Blocks: rewinding to a try block]
+        self.generator_managers = []  # GeneratorContextVariables entered (rewind undoes)
         self.try_withs = 0  # (the with blocks open when try_state was taken)
         self.initial_grad_mode = torch.is_grad_enabled()
 
@@ -862,6 +864,9 @@ class InstructionTranslator(InstructionTranslatorBase):
         self.run_loop()
 
     def RETURN_VALUE(self, inst):
+        if any(m.open_by_call for m in self.generator_managers):
+            # Note [Ctx: __enter__ and __exit__ called on a contextmanager]
+            unimplemented("returning with a contextmanager entered by its __enter__ call")
         self.return_value = self.pop()
         close_freed_generators(self, self.return_value)  # Note [Generators: closed when freed]
         raise _Stop
@@ -873,6 +878,8 @@ class InstructionTranslator(InstructionTranslatorBase):
         if traced and getattr(traced[0], "rewind", None) is None:
             e.no_resume = True  # Note [Blocks: context managers]
         rewinds = [traced[0].rewind] if traced and traced[0].rewind is not None else []
+        # (Note [Ctx: __enter__ and __exit__ called on a contextmanager])
+        rewinds += [m.called_enter for m in self.generator_managers if m.open_by_call]
         if self.try_state is not None:
             rewinds.append(self.try_state)
         if e.break_state is None or e.break_state.tx is not self:
@@ -882,4 +889,7 @@ class InstructionTranslator(InstructionTranslatorBase):
                 resume_here=e.break_state is not None and e.break_state.resume_here
             )
             if rewinds:
-                self.rewind(e, min(rewinds, key=lambda rewind: rewind.serial))
+                point = min(rewinds, key=lambda rewind: rewind.serial)
+                if point.where:  # (Note [Ctx: __enter__ and __exit__ called on a contextmanager])
+                    leave_enter_call_to_python(self, point)
+                self.rewind(e, point)

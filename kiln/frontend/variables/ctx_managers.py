@@ -21,8 +21,12 @@ from kiln.frontend.variables.base import (
     wrap_value,
 )
 from kiln.frontend.variables.constant import ConstantVariable
-from kiln.frontend.variables.exceptions import ObservedException, make_exception
-from kiln.frontend.variables.functions import UserFunctionVariable, bind_args
+from kiln.frontend.variables.exceptions import make_exception
+from kiln.frontend.variables.generator_ctx import (  # (_Yielded: generators.py imports it here)
+    GeneratorContextVariable,
+    _check_binds,
+    _Yielded,  # noqa: F401
+)
 from kiln.frontend.variables.misc import OpaqueCallableVariable
 
 
@@ -407,127 +411,6 @@ class SuppressVariable(VariableTracker):
         for t in self.types:
             cg.load_object(t)
         cg.extend(emit.call(len(self.types)))
-
-
-class _Yielded(Exception):
-    """A suspendable generator translator reached a yield."""
-
-    def __init__(self, value):
-        super().__init__()
-        self.value = value
-
-
-class GeneratorContextVariable(VariableTracker):
-    """`@contextlib.contextmanager` called while tracing: the generator runs to its yield on
-    enter and on from there on exit (Note [Blocks: context managers])."""
-
-    resumable = False
-    keeps_identity = True  # rebuilt once per transformed code (the local and `ctx.__enter__`)
-
-    def __init__(self, fn, args, kwargs, **kw):
-        super().__init__(**kw)
-        self.fn = fn
-        self.args = args
-        self.kwargs = kwargs
-        self.gen = None
-
-    def python_type(self):
-        return contextlib._GeneratorContextManager
-
-    def enter(self, tx):
-        from kiln.frontend.translator import InliningTranslator
-
-        fn_var = self.fn
-        if type(fn_var).__name__ == "NestedUserFunctionVariable":
-            # a generator function made in the frame: its code over the cells it closes over
-            code = fn_var.code
-            cells = tuple(types.CellType() for _ in code.co_freevars) or None
-            fn = types.FunctionType(code, fn_var.globals, code.co_name, None, cells)
-            if self.gen is not None:
-                unimplemented(f"contextmanager {fn.__qualname__} entered twice")
-            local_vars = bind_args(
-                tx, fn, self.args, self.kwargs, None, fn_var.defaults, fn_var.kwdefaults
-            )
-            closure = dict(fn_var.closure)
-        elif not isinstance(fn_var, UserFunctionVariable) or type(fn_var) is not (
-            UserFunctionVariable
-        ):
-            unimplemented(f"contextmanager over {fn_var}")
-        else:
-            fn = fn_var.fn
-            if self.gen is not None:
-                unimplemented(f"contextmanager {fn.__qualname__} entered twice")
-            local_vars = bind_args(tx, fn, self.args, self.kwargs, fn_var.source)
-            closure = {
-                name: (cell, fn_var.source, i)  # as inline_call reads them
-                for i, (name, cell) in enumerate(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
-            }
-        self.gen = InliningTranslator(tx, fn, fn.__code__, local_vars, closure)
-        self.gen.suspendable = True
-        value = self._resume(None)
-        if value is None:
-            unimplemented(f"contextmanager {fn.__qualname__} did not yield (RuntimeError)")
-        return value
-
-    def _resume(self, exc):
-        """Run the generator on to its next yield (its value) or its end (None); `exc` is thrown
-        in at the yield."""
-        gen = self.gen
-        try:
-            if exc is not None:
-                gen.unwind(exc)
-            elif gen.current_inst is not None and gen.current_inst.opname == "YIELD_VALUE":
-                gen.push(ConstantVariable(None))
-            gen.run_loop()
-        except _Yielded as y:
-            return y.value
-        return None
-
-    def reconstruct(self, cg):
-        """A new manager over the same generator function and arguments (before it is entered:
-        a break placed at its with statement, Note [Blocks: rewinding to a with statement])."""
-        if self.gen is not None:
-            unimplemented("rebuilding a contextmanager that was entered")
-        cg.load_object(contextlib._GeneratorContextManager, push_null=True)
-        cg.reconstruct(self.fn)
-        for a in self.args:
-            cg.reconstruct(a)
-        cg.extend(emit.build_tuple(len(self.args)))
-        for k, v in self.kwargs.items():
-            cg.extend(emit.load_const(k))
-            cg.reconstruct(v)
-        cg.extend(emit.build_map(len(self.kwargs)))
-        cg.extend(emit.call(3))
-
-    def exit(self, tx):
-        if self._resume(None) is not None:
-            unimplemented("contextmanager generator yielded twice (RuntimeError)")
-        return ConstantVariable(False)
-
-    def exit_exception(self, tx, exc):
-        try:
-            if self._resume(ObservedException(exc)) is not None:
-                unimplemented("contextmanager generator yielded twice (RuntimeError)")
-        except ObservedException as raised:
-            if raised.var is exc:
-                return ConstantVariable(False)  # the generator let it through
-            raise
-        return ConstantVariable(True)  # caught inside the generator: suppressed
-
-
-def _check_binds(fn_var, args, kwargs):
-    """Calling the generator function (in `_GeneratorContextManager.__init__`) raises TypeError
-    when the arguments do not bind: a graph break, so that Python raises it."""
-    fn = getattr(fn_var, "fn", None)
-    if fn is None:
-        return
-    names = [k.as_python_constant() if hasattr(k, "as_python_constant") else k for k in kwargs]
-    try:
-        inspect.signature(fn).bind(*range(len(args)), **dict.fromkeys(names))
-    except TypeError:
-        unimplemented(f"contextmanager {fn.__qualname__} called with arguments that do not bind")
-    except ValueError:  # no signature
-        unimplemented(f"contextmanager over {fn!r}")
 
 
 def special_instance(tx, cls, args, kwargs):
