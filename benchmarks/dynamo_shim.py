@@ -10,6 +10,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | optimize(guard_fail_fn=f)                      | f(GuardFail) on kiln's guard_failure event of that function |
 | torch._dynamo.optimize_assert(backend)         | kiln.compile(fn, backend=..., fullgraph=True)        |
 | torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...) (in compiled code: traced as kiln.compile's call); torch's incompatible-config check, and torch.distributions' argument validation off, as torch.compile does |
+| torch.compile(kiln.disable(f)) (and optimize's) | kiln.compile(f), as torch.compile compiles its innermost_fn |
 | torch.compile(disable=True), TORCHDYNAMO_DISABLE=1 | kiln.compile(fn, disable=True) (fn uncompiled)   |
 | torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
 | torch._dynamo.disable(fn, recursive=) / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
@@ -119,7 +120,7 @@ class _Optimize:
         if self.guard_fail_fn is not None and hasattr(fn, "__code__"):
             _GUARD_FAIL_FNS[fn.__code__] = self.guard_fail_fn
         return kiln.compile(
-            fn,
+            _innermost(fn),
             backend=self.backend,
             fullgraph=self.fullgraph,
             dynamic=self.dynamic,
@@ -191,8 +192,20 @@ def compile(
     if options and "guard_filter_fn" in options:  # (the one option torch's frontend takes)
         settings["options"] = {"guard_filter_fn": options["guard_filter_fn"]}
     if model is None:
-        return lambda m: kiln.compile(m, **settings)
-    return kiln.compile(model, **settings)
+        return lambda m: kiln.compile(_innermost(m), **settings)
+    return kiln.compile(_innermost(model), **settings)
+
+
+def _innermost(fn):
+    """What torch.compile compiles for `fn` (its innermost_fn): a function kiln.disable wrapped
+    is compiled itself, as torch.compile(torch.compiler.disable(f)) compiles f."""
+    from kiln.frontend.markers import kiln_marker
+
+    while kiln_marker(fn, "_kiln_disabled") and not kiln_marker(fn, "_kiln_break_reason"):
+        if kiln_marker(fn, "__wrapped__") is None:
+            break
+        fn = fn.__wrapped__
+    return fn
 
 
 # kiln traces a call of it in compiled code as it does kiln.compile's (torch inlines its own)

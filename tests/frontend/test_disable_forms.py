@@ -3,6 +3,8 @@ their hooks; compiled callers break the graph there), recursive=False (the funct
 Python, the user functions it calls are compiled), and kiln.compile of a module class; results
 equal eager's."""
 
+import operator
+
 import torch
 
 import kiln
@@ -122,3 +124,28 @@ def test_disable_not_recursive_compiled_directly_and_called_eagerly():
     kiln.reset()
     torch.testing.assert_close(kiln.compile(_calls_shallow, backend=be)(x), _calls_shallow(x))
     assert all(torch.sigmoid not in be.targets(i) for i in range(len(be.graphs)))
+
+
+def _plus_two(x):
+    return x + 2
+
+
+def _times_three(x):
+    return x * 3
+
+
+def _calls_given(f, x):
+    return f(x) + 1
+
+
+def test_disabled_function_argument_is_guarded_by_identity():
+    # the frame traced with a disabled function breaks there and calls it; called next with
+    # another function, that entry must not run (the other function is traced)
+    be = Recording()
+    x = torch.randn(5)
+    compiled = kiln.compile(_calls_given, backend=be)
+    shallow = kiln.disable(_plus_two, recursive=False)
+    torch.testing.assert_close(compiled(shallow, x), _calls_given(shallow, x))
+    torch.testing.assert_close(compiled(_times_three, x), _calls_given(_times_three, x))
+    assert operator.mul in be.targets(len(be.graphs) - 1)  # _times_three traced
+    torch.testing.assert_close(compiled(shallow, x), _calls_given(shallow, x))

@@ -310,7 +310,11 @@ def wrap_value(tx, value, source):
         return UserDefinedObjectVariable(value, source=source)
     special = _kiln_special(value)
     if special is not None:
-        if source is not None and isinstance(special, nested_compile.CompileEntryVariable):
+        if source is not None and isinstance(
+            special, (nested_compile.CompileEntryVariable, DisabledFunctionVariable)
+        ):
+            # (a disabled function's break calls the object traced: another one at the same
+            # place, e.g. its undecorated original, is traced anew)
             guards.add(GuardKind.ID_MATCH, source, value)
         if source is not None:
             numpy_info.guard_input(tx, value, special, source)  # (a numpy function, dtype ...)
