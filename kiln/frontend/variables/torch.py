@@ -537,6 +537,14 @@ _FOLDED = {
 }
 
 
+# Knob reads folded while tracing when their arguments are constants: torch's killswitches,
+# constant for a process (OSS torch returns the default; torch.compile folds them alike)
+_KNOB_READS = {
+    ("torch._utils_internal", "justknobs_check"),
+    ("torch._utils_internal", "justknobs_getval_int"),
+}
+
+
 # `has_torch_function*(args)`: True only for tensor subclasses / objects with __torch_function__.
 _HAS_TORCH_FUNCTION = {
     torch._C._has_torch_function,
@@ -720,6 +728,11 @@ class TorchVariable(PythonValueVariable):
         folded = _FOLDED.get((getattr(fn, "__module__", None), getattr(fn, "__name__", None)))
         if folded is not None and not args and not kwargs:
             return ConstantVariable(folded)
+        if _qualified(fn) in _KNOB_READS and all(
+            a.is_python_constant() for a in [*args, *kwargs.values()]
+        ):
+            consts = {k: v.as_python_constant() for k, v in kwargs.items()}
+            return ConstantVariable(fn(*[a.as_python_constant() for a in args], **consts))
         if fn is torch.overrides.is_tensor_like and len(args) == 1 and not kwargs:
             if isinstance(args[0], _tensor_cls()):
                 return ConstantVariable(True)  # (a Tensor, or a subclass: __torch_function__)
