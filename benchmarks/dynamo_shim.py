@@ -39,6 +39,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.config.recompile_limit           | kiln.config.cache_size_limit (read through)          |
 | torch._dynamo.config.error_on_recompile        | kiln.config.error_on_recompile (read through)        |
 | torch._dynamo.config.leaf_function_check_escaped_gradients | kiln.config's (read through; kiln's default is on) |
+| torch._dynamo.config.leaf_function_validate_outputs | kiln.config's (read through; kiln's default is on) |
 | torch.compiler.config.dynamic_sources          | kiln.config.dynamic_sources (read through; `L['x']` is kiln's `x`) |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 | backend "cudagraphs"                           | kiln's "kiln" with mode="reduce-overhead"            |
@@ -336,6 +337,7 @@ _CONFIG = {
     "assume_static_by_default": "torch._dynamo.config",
     "trace_autograd_ops": "torch._dynamo.config",
     "leaf_function_check_escaped_gradients": "torch._dynamo.config",  # (torch's default: off)
+    "leaf_function_validate_outputs": "torch._dynamo.config",  # (torch's default: off)
 }
 
 

@@ -160,6 +160,8 @@ def _flat_result(site, result):
             f"leaf_function {site.name}: output structure mismatch: the real function returned "
             f"{_shape_of(plan)}, its fake implementation {_shape_of(site.out_plan)}"
         )
+    if not config.leaf_function_validate_outputs:
+        return tensors  # (trusted: the graph after the call was made for the fake's sizes)
     for i, (t, (shape, dtype)) in enumerate(zip(tensors, site.out_meta)):
         if t.dtype != dtype:
             raise LeafFunctionError(

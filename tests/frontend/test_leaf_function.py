@@ -336,3 +336,24 @@ def test_registered_pytree_nodes_in_and_out(backend):
     (out[0].sum() + out[1].sum()).backward()
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close((p.x.grad, p.y.grad), expected)
+
+
+@kiln.leaf_function
+def _returns_wider(x):
+    return (torch.cat([x, x], dim=-1),)
+
+
+@_returns_wider.register_fake
+def _returns_narrow_fake(x):
+    return (torch.empty_like(x),)
+
+
+def test_unvalidated_outputs_are_the_real_ones(monkeypatch):
+    """With leaf_function_validate_outputs off, the real body's outputs are trusted: returned
+    as eager returns them, no check against the fake's sizes."""
+    x = torch.randn(3, 2)
+    compiled = kiln.compile(lambda x: _returns_wider(x), backend="eager", fullgraph=True)
+    with pytest.raises(RuntimeError, match="Shape mismatch in output 0"):
+        compiled(x)
+    monkeypatch.setattr(kiln.config, "leaf_function_validate_outputs", False)
+    torch.testing.assert_close(compiled(x), _returns_wider(x))
