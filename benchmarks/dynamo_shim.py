@@ -23,6 +23,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._inductor.metrics.generated_kernel_count | grows by the kernels of each graph kiln's backend compiles |
 | torch._dynamo.eval_frame.dynamo_tls.traced_frame_infos | one line per frame kiln starts tracing (not its resume functions) |
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
+| torch._dynamo.error_on_graph_break(flag)       | kiln.error_on_graph_break(flag)                      |
 | torch._dynamo.set_stance (torch.compiler's)    | kiln.set_stance (force_backend through the backend map) |
 | torch._dynamo.run(fn) / run()(fn)              | fn under kiln.set_stance("eager_on_recompile"): entries run, a miss runs eagerly |
 | torch._dynamo.substitute_in_graph(fn, ...)     | kiln.substitute_in_graph(fn, skip_signature_check=)  |
@@ -439,6 +440,7 @@ def install():
         "skip_frame": (torch._dynamo.skip_frame, kiln.skip_frame),
         "step_unsupported": (torch._dynamo.step_unsupported, kiln.step_unsupported),
         "set_stance": (torch._dynamo.set_stance, set_stance),
+        "error_on_graph_break": (torch._dynamo.error_on_graph_break, kiln.error_on_graph_break),
         "run": (torch._dynamo.run, run),
         "substitute_in_graph": (torch._dynamo.substitute_in_graph, substitute_in_graph),
         "export": (torch._dynamo.export, _export(torch._dynamo.export)),

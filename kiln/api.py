@@ -14,6 +14,7 @@ from kiln import config, modes
 from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
 from kiln.frontend import backward_scope, frame_cache, frame_shapes, markers
+from kiln.frontend.break_policy import error_on_graph_break
 from kiln.frontend.entry import DisabledModule, OptimizedModule, compile_callable
 from kiln.frontend.markers import (
     allow_in_graph,
@@ -43,6 +44,7 @@ __all__ = [
     "compile",
     "disable",
     "disallow_in_graph",
+    "error_on_graph_break",
     "graph_break",
     "leaf_function",
     "nonstrict_trace",

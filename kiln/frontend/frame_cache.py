@@ -26,7 +26,7 @@ from kiln.exc import (
     UserError,
     unimplemented,
 )
-from kiln.frontend import fallback, installed_globals, stance, transforms
+from kiln.frontend import break_policy, fallback, installed_globals, stance, transforms
 from kiln.frontend.backward_scope import (
     backward_scope,
     with_backward_scope,
@@ -470,6 +470,9 @@ class FrameCache:
             if self.settings.fullgraph:
                 fullgraph_error(e, self.fn)  # adds the user's frames and a hint to e
                 raise
+            if break_policy.raises(e):  # Note [Break policy: error_on_graph_break]
+                fullgraph_error(e, self.fn, "error_on_graph_break(True)")
+                raise
             self._record_break(e)
             # no resume: the frame runs in Python (torch.compile's counter of the same name)
             logs.counters["unimplemented"][e.msg] += 1
@@ -630,6 +633,7 @@ class FrameCache:
         except Unsupported as e:
             torch._C._set_grad_enabled(grad_mode)  # a traced `with no_grad()` may be open
             allowed = not self.settings.fullgraph or isinstance(e, CompiledAutogradCall)
+            allowed = allowed and not break_policy.raises(e)  # Note [Break policy: ...]
             if not allowed or e.break_state is None or e.break_state.tx is not tx:
                 raise
             why = driver_loop_break(fn, tx, output, e)
