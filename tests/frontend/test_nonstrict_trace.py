@@ -213,3 +213,22 @@ def test_nonstrict_methods_of_a_module_and_of_a_pytree_class(backend):
     out.sum().backward()
     torch.testing.assert_close(out, mod(x))
     torch.testing.assert_close(mod.w.grad, expected)
+
+
+@kiln.nonstrict_trace
+def _sizes_only(x):
+    kiln.graph_break()  # (not traced: the body runs as eager runs it)
+    return len(x.shape), 0.5, [x.shape[0]]
+
+
+def _uses_sizes_only(x):
+    rank, half, (n,) = _sizes_only(x)
+    return x * rank + half + n
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "kiln"])
+def test_a_result_of_constants_only(backend):
+    x = torch.randn(6)
+    kiln.reset()
+    compiled = kiln.compile(_uses_sizes_only, backend=backend, fullgraph=True)
+    torch.testing.assert_close(compiled(x), _uses_sizes_only(x))

@@ -66,7 +66,10 @@ def allowed_call(
     for item in items:
         if any(item is v or _example(item) is v.example for v in inputs):
             unimplemented(f"{what} {name} returned an argument itself")
-    if not isinstance(result, BaseListVariable) and not isinstance(result, _tensor_cls()):
+    constant = isinstance(result, ConstantVariable) and getattr(
+        target, "_kiln_constant_results", False
+    )  # (a nonstrict_trace body's constant: Note [nonstrict_trace: one opaque call over ...])
+    if not isinstance(result, (BaseListVariable, _tensor_cls())) and not constant:
         unimplemented(f"{what} {name} returned {result} (tensors expected)")
     return result
 

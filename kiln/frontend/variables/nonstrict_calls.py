@@ -177,6 +177,7 @@ def nonstrict_call(tx, fn, args, kwargs):
         return result
 
     nonstrict_call_of.__name__ = nonstrict_call_of.__qualname__ = name
+    nonstrict_call_of._kiln_constant_results = True  # (constants alone: from the meta run)
     try:
         return allowed_call(tx, nonstrict_call_of, tensors, {}, name, what=_WHAT)
     finally:

@@ -342,6 +342,12 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
             return ConstantVariable(result)
         if name == "dim_order" and is_literal(result) and _static_strides(meta_args[0]):
             return ConstantVariable(result)  # (an order of static strides: theirs, guarded)
+        if isinstance(target, types.FunctionType) and vars(target).get("_kiln_constant_results"):
+            constants = _constant_tree(result)
+            if constants is not None:  # Note [nonstrict_trace: one opaque call over flattened ...]
+                node = tx.output.create_node(kind, target, node_args, node_kwargs)
+                node.meta["example_value"] = result
+                return constants
         unimplemented(f"{what} returned a non-tensor value ({type(result).__name__})")
     # Note [Tensors: in-place results]; an op that gave back its meta argument otherwise (`.to()`
     # of its own dtype, `.contiguous()`) may return its input itself: remembered for `is`
@@ -356,6 +362,16 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
     if given_back is not None:
         var.may_be = given_back  # (identity with it unknown: Note [Operators: tensor identity])
     return var
+
+
+def _constant_tree(value):
+    """A literal, or a tuple or list of them (nested), as traced constants; else None."""
+    if type(value) in (tuple, list):
+        items = [_constant_tree(v) for v in value]
+        if any(i is None for i in items):
+            return None
+        return TupleVariable(items) if type(value) is tuple else ListVariable(items)
+    return ConstantVariable(value) if is_literal(value) else None
 
 
 _INPLACE_NAMES = ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow")
