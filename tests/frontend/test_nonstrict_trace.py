@@ -232,3 +232,48 @@ def test_a_result_of_constants_only(backend):
     kiln.reset()
     compiled = kiln.compile(_uses_sizes_only, backend=backend, fullgraph=True)
     torch.testing.assert_close(compiled(x), _uses_sizes_only(x))
+
+
+class _Scale(torch._opaque_base.OpaqueBase):
+    """An opaque value type: compared by value, safe to treat as a constant."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __eq__(self, other):
+        return isinstance(other, _Scale) and self.n == other.n
+
+    def __hash__(self):
+        return hash(self.n)
+
+    def __fx_repr__(self):
+        return f"_Scale({self.n})", {"_Scale": _Scale}
+
+
+torch._library.opaque_object.register_opaque_type(_Scale, typ="value")
+
+
+@kiln.nonstrict_trace
+def _scaled_by(x, s):
+    return x * s.n
+
+
+def test_an_opaque_value_object_is_a_guarded_constant():
+    x = torch.randn(4)
+    kiln.reset()
+    backend = CountingBackend()
+    compiled = kiln.compile(lambda x, s: _scaled_by(x, s), backend=backend, fullgraph=True)
+    for n in (3, 3, 5):
+        torch.testing.assert_close(compiled(x, _Scale(n)), _scaled_by(x, _Scale(n)))
+    assert backend.calls == 2  # an equal object reuses the entry, another value compiles
+
+
+def test_an_opaque_object_made_in_the_frame_is_a_break_that_says_so():
+    def fn(x):
+        return _scaled_by(x, _Scale(2))
+
+    kiln.reset()
+    with pytest.raises(kiln.exc.Unsupported, match="opaque object was created"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(2))
+    kiln.reset()
+    torch.testing.assert_close(kiln.compile(fn, backend="eager")(torch.ones(2)), fn(torch.ones(2)))

@@ -26,9 +26,11 @@ import weakref
 
 import torch
 import torch.utils._pytree as pytree
+from torch._library import opaque_object
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kiln.exc import unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.allowed_calls import _tensor_cls, allowed_call
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -65,10 +67,41 @@ def flatten_argument(v, tensors, name, what, tx, modules=False):
     if isinstance(v, ConstDictVariable) and v.python_type() is dict:
         items = v.items.items()
         return (dict, {k: flatten_argument(i, tensors, name, what, tx, modules) for k, i in items})
+    kind = _opaque_kind(v)
+    if kind == "value" and v.source is not None and hasattr(v, "value"):
+        # Note [nonstrict_trace: opaque value objects]
+        tx.output.guards.add(GuardKind.CONSTANT_MATCH, v.source, v.value)
+        return ("const", v.value)
+    if kind is not None and v.source is None:
+        unimplemented(
+            f"An opaque object was created in the middle of the program. {what} {name} takes "
+            f"an object of the opaque type {v.python_type().__qualname__} only from outside the "
+            "compiled function (kiln passes an opaque value object given as an argument)"
+        )
     unimplemented(
         f"Invalid input type for {what} {name}: {v} (kiln passes tensors, "
         "constants, and lists, tuples and dicts of them)"
     )
+
+
+# Note [nonstrict_trace: opaque value objects]
+# An object of a class registered with `torch._library.opaque_object.register_opaque_type(cls,
+# typ="value")` is, by that registration, safe to treat as a constant compared with its own
+# __eq__: given from outside the frame, it is passed to the body as a constant of the plan, and
+# the frame is guarded on equality with it (`type(s) is State and s == <the traced one>`), so an
+# unequal one compiles again. One made inside the frame (of either kind) is a break that says
+# so, as is a reference-type object (kiln has no opaque graph inputs).
+
+
+def _opaque_kind(v):
+    """ "value" or "reference" for a traced object of a registered opaque type, else None."""
+    try:
+        cls = v.python_type()
+    except Exception:
+        return None
+    if not isinstance(cls, type) or not opaque_object.is_opaque_type(cls):
+        return None
+    return "value" if opaque_object.is_opaque_value_type(cls) else "reference"
 
 
 # Note [nonstrict_trace: registered pytree nodes]
