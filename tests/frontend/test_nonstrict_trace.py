@@ -96,12 +96,31 @@ point_x = kiln.nonstrict_trace(lambda p: p.x)
 make_point = kiln.nonstrict_trace(lambda x: Point(x + 1))
 
 
+class _Held:
+    def __init__(self, t, owner):
+        self.t, self.owner = t, owner
+
+
+torch.utils._pytree.register_pytree_node(
+    _Held,
+    lambda h: ((h.t,), h.owner),  # (its context: an object, not a constant)
+    lambda ts, owner: _Held(ts[0], owner),
+    serialized_type_name="tests.frontend.test_nonstrict_trace._Held",
+)
+held_t = kiln.nonstrict_trace(lambda h: h.t * 2)
+
+
+def pass_held(x):
+    return held_t(_Held(x, Point(x)))
+
+
 @pytest.mark.parametrize(
     "fn, why",
     [
         (mark_a_local, "defined outside `torch.compile` region"),
         (lambda x: point_x(Point(x)), "Invalid input type for nonstrict_trace-ed function"),
         (lambda x: make_point(x).x, "Unsupported output type for nonstrict_trace-ed function"),
+        (pass_held, "Invalid use of pytree_flatten with nonstrict_trace-ed function"),
     ],
 )
 def test_what_kiln_cannot_pass_is_a_break_naming_it(fn, why):

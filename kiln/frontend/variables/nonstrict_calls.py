@@ -29,7 +29,7 @@ import torch.utils._pytree as pytree
 from torch._library import opaque_object
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kiln.exc import unimplemented
+from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.allowed_calls import _tensor_cls, allowed_call
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
@@ -54,7 +54,10 @@ def flatten_argument(v, tensors, name, what, tx, modules=False):
     ):
         return ("const", v.as_python_constant())
     if _user_node(v):  # Note [nonstrict_trace: registered pytree nodes]
-        leaves, spec = USER_TREES["flatten"](tx, v)
+        try:
+            leaves, spec = USER_TREES["flatten"](tx, v)
+        except Unsupported as e:  # (its flatten function's context, children...)
+            unimplemented(f"Invalid use of pytree_flatten with {what} {name}: {e.msg}")
         return (
             TREE,
             (spec, [flatten_argument(x, tensors, name, what, tx, modules) for x in leaves]),
