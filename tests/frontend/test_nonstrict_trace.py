@@ -296,3 +296,31 @@ def test_an_opaque_object_made_in_the_frame_is_a_break_that_says_so():
         kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(2))
     kiln.reset()
     torch.testing.assert_close(kiln.compile(fn, backend="eager")(torch.ones(2)), fn(torch.ones(2)))
+
+
+@kiln.nonstrict_trace
+def _plus_one_and_size(x):
+    kiln.graph_break()  # (never traced)
+    return x + 1, x.size(0)
+
+
+@kiln.nonstrict_trace
+def _head_if_long(x):
+    if x.size(0) > 5:  # (a branch on a symbolic size in the meta run: guarded)
+        return x[:2] * 1
+    return x * 1
+
+
+def _uses_sizes(x):
+    t, n = _plus_one_and_size(x)
+    y = _head_if_long(t)
+    return y * n + y.shape[0]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "kiln"])
+def test_calls_in_a_frame_with_symbolic_sizes(backend):
+    kiln.reset()
+    compiled = kiln.compile(_uses_sizes, backend=backend, dynamic=True, fullgraph=True)
+    for n in (10, 3, 7, 4):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x), _uses_sizes(x))

@@ -18,6 +18,10 @@ type; so is a function
 made inside compiled code given to nonstrict_trace (the node needs a function that outlives
 the trace). A method's `self` is an argument too where it can be one (an nn.Module, a registered
 pytree node); other methods are traced as before.
+
+In a frame with symbolic sizes the meta run is on the frame's symbolic examples: a size the body
+returns is a symbolic int of the graph (read from the node's result), and a branch of the body
+on a size is guarded as the frame's own branches are, so another size compiles again.
 """
 
 import contextlib
@@ -174,7 +178,7 @@ def _check_result(value, name):
     if isinstance(value, (list, tuple)):
         for item in value:
             _check_result(item, name)
-    elif not isinstance(value, torch.Tensor) and not is_literal(value):
+    elif not isinstance(value, (torch.Tensor, torch.SymInt)) and not is_literal(value):
         unimplemented(
             f"Unsupported output type for nonstrict_trace-ed function {name}: "
             f"{type(value).__name__} (kiln returns tensors, constants and lists, tuples of them)"
@@ -213,7 +217,8 @@ def nonstrict_call(tx, fn, args, kwargs):
         return result
 
     nonstrict_call_of.__name__ = nonstrict_call_of.__qualname__ = name
-    nonstrict_call_of._kiln_constant_results = True  # (constants alone: from the meta run)
+    # (its results may be constants alone; it runs in frames with symbolic sizes)
+    nonstrict_call_of._kiln_nonstrict_body = True
     try:
         return allowed_call(tx, nonstrict_call_of, tensors, {}, name, what=_WHAT)
     finally:

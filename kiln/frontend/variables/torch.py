@@ -342,7 +342,7 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
             return ConstantVariable(result)
         if name == "dim_order" and is_literal(result) and _static_strides(meta_args[0]):
             return ConstantVariable(result)  # (an order of static strides: theirs, guarded)
-        if isinstance(target, types.FunctionType) and vars(target).get("_kiln_constant_results"):
+        if isinstance(target, types.FunctionType) and vars(target).get("_kiln_nonstrict_body"):
             constants = _constant_tree(result)
             if constants is not None:  # Note [nonstrict_trace: one opaque call over flattened ...]
                 node = tx.output.create_node(kind, target, node_args, node_kwargs)
@@ -485,6 +485,9 @@ def wrap_tensor_result(tx, node, result, device):
                 items.append(tensor_variable(item, r, device))
             elif is_literal(r):
                 items.append(ConstantVariable(r))
+            elif isinstance(r, torch.SymInt):  # (a size a nonstrict_trace body returned)
+                item = tx.output.create_node("call_function", operator.getitem, (node, i), {})
+                items.append(SymNodeVariable.create(tx, item, r))
             else:
                 unimplemented(f"op result item of type {type(r).__name__}")
         if isinstance(result, list):
