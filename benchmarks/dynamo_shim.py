@@ -11,6 +11,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.optimize_assert(backend)         | kiln.compile(fn, backend=..., fullgraph=True)        |
 | torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...) (in compiled code: traced as kiln.compile's call); torch's incompatible-config check, and torch.distributions' argument validation off, as torch.compile does |
 | torch.compile(kiln.disable(f)) (and optimize's) | kiln.compile(f), as torch.compile compiles its innermost_fn |
+| eval_frame.innermost_fn / is_dynamo_disable_recursive | see through kiln.disable's wrappers (recursive: no `_kiln_shallow`) |
 | torch.compile(disable=True), TORCHDYNAMO_DISABLE=1 | kiln.compile(fn, disable=True) (fn uncompiled)   |
 | torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
 | torch._dynamo.disable(fn, recursive=) / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
@@ -196,6 +197,29 @@ def compile(
     if model is None:
         return lambda m: kiln.compile(_innermost(m), **settings)
     return kiln.compile(_innermost(model), **settings)
+
+
+def _disable_recursive(stock):
+    def is_dynamo_disable_recursive(method):
+        """torch's query on what kiln.disable made: True (recursive), False (recursive=False),
+        None (not disabled)."""
+        from kiln.frontend.markers import is_disabled_module, kiln_marker
+
+        if kiln_marker(method, "_kiln_disabled") and not kiln_marker(method, "_kiln_break_reason"):
+            return kiln_marker(method, "_kiln_shallow") is None
+        if is_disabled_module(getattr(method, "__self__", None)):  # (a DisabledModule's forward)
+            return True
+        return stock(method)
+
+    return is_dynamo_disable_recursive
+
+
+def _innermost_fn(stock):
+    def innermost_fn(fn, *args, **kwargs):
+        """torch's innermost_fn, through kiln.disable's wrappers first."""
+        return stock(_innermost(fn), *args, **kwargs)
+
+    return innermost_fn
 
 
 def _innermost(fn):
@@ -440,6 +464,14 @@ def install():
         "skip_frame": (torch._dynamo.skip_frame, kiln.skip_frame),
         "step_unsupported": (torch._dynamo.step_unsupported, kiln.step_unsupported),
         "set_stance": (torch._dynamo.set_stance, set_stance),
+        "is_dynamo_disable_recursive": (
+            torch._dynamo.is_dynamo_disable_recursive,
+            _disable_recursive(torch._dynamo.is_dynamo_disable_recursive),
+        ),
+        "innermost_fn": (
+            torch._dynamo.eval_frame.innermost_fn,
+            _innermost_fn(torch._dynamo.eval_frame.innermost_fn),
+        ),
         "error_on_graph_break": (torch._dynamo.error_on_graph_break, kiln.error_on_graph_break),
         "run": (torch._dynamo.run, run),
         "substitute_in_graph": (torch._dynamo.substitute_in_graph, substitute_in_graph),

@@ -161,16 +161,31 @@ def disable(fn=None, recursive=True):
     """Keep a function out of capture (decorator); traced code calling it breaks the graph.
 
     A module comes back as a module that runs in Python (kiln.compile leaves it alone); a module
-    class is marked so, for all its instances. With recursive=False only the function's own code
-    runs in Python: called from compiled code, the user functions it calls are compiled frames."""
+    class is marked so, for all its instances. With recursive=False only the function's (or bound
+    method's) own code runs in Python: called from compiled code, the user functions it calls are
+    compiled frames; a module so given comes back as a function calling it, which runs in Python
+    while the module's call is compiled."""
     if fn is None:
         return functools.partial(disable, recursive=recursive)
     if kiln_marker(fn, "_kiln_orig_fn"):
         fn = fn._kiln_orig_fn
     if isinstance(fn, OptimizedModule):
         fn = fn._orig_mod
-    if not recursive and not isinstance(fn, types.FunctionType):
-        raise TypeError(f"kiln.disable(recursive=False) takes a Python function, got {fn!r}")
+    if not recursive and isinstance(fn, torch.nn.Module):
+        module = fn
+
+        def call_module(*args, **kwargs):
+            return module(*args, **kwargs)
+
+        call_module.__name__ = call_module.__qualname__ = type(module).__name__
+        fn = call_module
+    plain = isinstance(fn, types.FunctionType) or (
+        isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType)
+    )
+    if not recursive and not plain:
+        raise TypeError(
+            f"kiln.disable(recursive=False) takes a Python function, method or module, got {fn!r}"
+        )
     if isinstance(fn, torch.nn.Module):
         return fn if markers.is_disabled_module(fn) else DisabledModule(fn)
     if isinstance(fn, type) and issubclass(fn, torch.nn.Module):

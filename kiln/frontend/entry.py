@@ -33,9 +33,11 @@ def compile_callable(model, settings):
         )
     shallow = kiln_marker(model, "_kiln_shallow")
     if shallow is not None:  # kiln.disable(fn, recursive=False): in Python, callees compiled
-        cache = FrameCache(shallow, settings)
+        bound = isinstance(shallow, types.MethodType)
+        cache = FrameCache(shallow.__func__ if bound else shallow, settings)
         shallow_frame(cache)
-        return make_wrapper(cache)
+        wrapper = make_wrapper(cache)
+        return types.MethodType(wrapper, shallow.__self__) if bound else wrapper
     if kiln_marker(model, "_kiln_disabled"):
         return model
     if is_torch_disabled(model):  # @torch.compiler.disable / @torch._dynamo.disable: uncompiled

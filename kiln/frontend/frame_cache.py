@@ -211,8 +211,11 @@ class FrameCache:
         """A user function (or module forward) that broke inside: compiled as its own frame."""
         inner = kiln_marker(fn, "_kiln_shallow")
         if inner is not None:  # kiln.disable(fn, recursive=False): fn in Python, callees compiled
-            wrapper = self._child(("shallow", inner), inner)
+            func = inner.__func__ if isinstance(inner, types.MethodType) else inner
+            wrapper = self._child(("shallow", func), func)
             shallow_frame(wrapper._kiln_cache)
+            if isinstance(inner, types.MethodType):  # (a bound method: its object bound again)
+                return types.MethodType(wrapper, inner.__self__)
             return wrapper
         if module_root:
             return self._child((fn, True), fn, eager=module_eager, module_root=True)

@@ -149,3 +149,41 @@ def test_disabled_function_argument_is_guarded_by_identity():
     torch.testing.assert_close(compiled(_times_three, x), _calls_given(_times_three, x))
     assert operator.mul in be.targets(len(be.graphs) - 1)  # _times_three traced
     torch.testing.assert_close(compiled(shallow, x), _calls_given(shallow, x))
+
+
+class _Shifter:
+    def __init__(self, k):
+        self.k = k
+
+    def shift(self, x):
+        y = torch.sigmoid(x) + self.k  # in Python
+        return _leaf(y)  # a compiled frame
+
+
+def test_disable_not_recursive_on_a_bound_method():
+    be = Recording()
+    x = torch.randn(5)
+    obj = _Shifter(2.0)
+    obj.shift = kiln.disable(obj.shift, recursive=False)
+
+    def calls_method(x):
+        return obj.shift(torch.tan(x)) + 1
+
+    torch.testing.assert_close(kiln.compile(calls_method, backend=be)(x), calls_method(x))
+    graph_targets = [be.targets(i) for i in range(len(be.graphs))]
+    assert any(torch.sin in t for t in graph_targets)  # _leaf compiled
+    assert all(torch.sigmoid not in t for t in graph_targets)  # the method's own code in Python
+    torch.testing.assert_close(kiln.compile(obj.shift, backend=be)(x), _Shifter(2.0).shift(x))
+
+
+def test_disable_not_recursive_on_a_module():
+    be = Recording()
+    x = torch.randn(2, 4)
+    inner = Inner()
+    call_inner = kiln.disable(inner, recursive=False)  # a function: it runs, the module compiles
+
+    def calls_module(x):
+        return call_inner(x.cos()) * 2
+
+    torch.testing.assert_close(kiln.compile(calls_module, backend=be)(x), calls_module(x))
+    assert any(torch.tanh in be.targets(i) for i in range(len(be.graphs)))  # Inner compiled
