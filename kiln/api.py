@@ -196,6 +196,7 @@ def disable(fn=None, recursive=True):
     def kiln_disabled(*args, **kwargs):
         return fn(*args, **kwargs)
 
+    markers.owns_markers(kiln_disabled)  # Note [Markers: copied by functools.wraps]
     kiln_disabled._kiln_disabled = True
     if not recursive:
         kiln_disabled._kiln_shallow = fn  # (FrameCache._callee: its callees compiled)

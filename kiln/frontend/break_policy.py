@@ -25,6 +25,8 @@ still runs when called later under error_on_graph_break(True) (as torch.compile'
 
 import functools
 
+from kiln.frontend.markers import owns_markers
+
 _setting = [False]  # the process's setting (Python blocks and calls push, exit pops)
 
 
@@ -96,6 +98,7 @@ class error_on_graph_break:  # noqa: N801  (used like a function, as torch's is)
 
         for name in [k for k in vars(with_break_setting) if k.startswith("_kiln_")]:
             del vars(with_break_setting)[name]  # (kiln's marks of fn, copied by wraps)
+        owns_markers(with_break_setting)  # Note [Markers: copied by functools.wraps]
         with_break_setting._kiln_traced_as = "error_on_graph_break"
         with_break_setting._kiln_break_setting = value
         return with_break_setting

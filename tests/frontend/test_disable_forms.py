@@ -3,6 +3,7 @@ their hooks; compiled callers break the graph there), recursive=False (the funct
 Python, the user functions it calls are compiled), and kiln.compile of a module class; results
 equal eager's."""
 
+import functools
 import operator
 
 import torch
@@ -187,3 +188,21 @@ def test_disable_not_recursive_on_a_module():
 
     torch.testing.assert_close(kiln.compile(calls_module, backend=be)(x), calls_module(x))
     assert any(torch.tanh in be.targets(i) for i in range(len(be.graphs)))  # Inner compiled
+
+
+@kiln.disable
+def _kept_out(x):
+    return x + 1
+
+
+@functools.wraps(_kept_out)  # (copies _kept_out's __dict__, kiln's marks included)
+def _users_wrapper(x):
+    return _kept_out(torch.cos(x)) * 2
+
+
+def test_a_users_functools_wraps_of_a_disabled_function_is_traced():
+    be = Recording()
+    x = torch.randn(5)
+    torch.testing.assert_close(kiln.compile(_users_wrapper, backend=be)(x), _users_wrapper(x))
+    graph_targets = set().union(*[be.targets(i) for i in range(len(be.graphs))])
+    assert torch.cos in graph_targets  # the wrapper's own code compiled; _kept_out broke
