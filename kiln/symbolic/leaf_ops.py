@@ -32,8 +32,10 @@ import torch.utils._pytree as pytree
 
 from kiln import config
 from kiln.exc import LeafFunctionError, LeafStructureError
-from kiln.symbolic import control_ops  # noqa: F401 (defines the kiln namespace first)
-from kiln.symbolic import leaf_scalars
+from kiln.symbolic import (
+    control_ops,  # noqa: F401 (defines the kiln namespace first)
+    leaf_scalars,
+)
 
 _LIB = torch.library.Library("kiln", "FRAGMENT")
 _LIB.define("leaf_call(int site, Tensor[] inputs) -> Tensor[]")
