@@ -106,3 +106,14 @@ def test_bad_arguments_raise_as_in_eager(args, kwargs):
     kiln.reset()
     with pytest.raises(TypeError):
         kiln.compile(fn, backend="eager")(X)
+
+
+def test_compiling_a_decorated_function_keeps_its_setting():
+    kiln.reset()
+    allowing = kiln.compile(kiln.error_on_graph_break(False)(_breaks_after), backend="eager")
+    with kiln.error_on_graph_break(True):
+        torch.testing.assert_close(allowing(X), _breaks_after(X))
+    kiln.reset()
+    erroring = kiln.compile(kiln.error_on_graph_break(True)(_breaks_after), backend="eager")
+    with pytest.raises(kiln.exc.Unsupported):
+        erroring(X)
