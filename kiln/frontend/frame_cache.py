@@ -635,8 +635,8 @@ class FrameCache:
             tx.run()
         except Unsupported as e:
             torch._C._set_grad_enabled(grad_mode)  # a traced `with no_grad()` may be open
-            allowed = not self.settings.fullgraph or isinstance(e, CompiledAutogradCall)
-            allowed = allowed and not break_policy.raises(e)  # Note [Break policy: ...]
+            strict = self.settings.fullgraph or break_policy.raises(e)  # Note [Break policy: ...]
+            allowed = not strict or isinstance(e, CompiledAutogradCall)
             if not allowed or e.break_state is None or e.break_state.tx is not tx:
                 raise
             why = driver_loop_break(fn, tx, output, e)
