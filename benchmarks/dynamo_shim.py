@@ -10,6 +10,8 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | optimize(guard_fail_fn=f)                      | f(GuardFail) on kiln's guard_failure event of that function |
 | torch._dynamo.optimize_assert(backend)         | kiln.compile(fn, backend=..., fullgraph=True)        |
 | torch.compile(fn, backend=, fullgraph=, ...)   | kiln.compile(fn, ...) (in compiled code: traced as kiln.compile's call); torch's incompatible-config check, and torch.distributions' argument validation off, as torch.compile does |
+| torch.compile(kiln.disable(f)) (and optimize's) | kiln.compile(f), as torch.compile compiles its innermost_fn |
+| eval_frame.innermost_fn / is_dynamo_disable_recursive | see through kiln.disable's wrappers (recursive: no `_kiln_shallow`) |
 | torch.compile(disable=True), TORCHDYNAMO_DISABLE=1 | kiln.compile(fn, disable=True) (fn uncompiled)   |
 | torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
 | torch._dynamo.disable(fn, recursive=) / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
@@ -22,6 +24,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._inductor.metrics.generated_kernel_count | grows by the kernels of each graph kiln's backend compiles |
 | torch._dynamo.eval_frame.dynamo_tls.traced_frame_infos | one line per frame kiln starts tracing (not its resume functions) |
 | torch._dynamo.compiled_autograd._enable(fn)    | kiln.compiled_autograd.enable(fn)                    |
+| torch._dynamo.error_on_graph_break(flag)       | kiln.error_on_graph_break(flag)                      |
 | torch._dynamo.set_stance (torch.compiler's)    | kiln.set_stance (force_backend through the backend map) |
 | torch._dynamo.run(fn) / run()(fn)              | fn under kiln.set_stance("eager_on_recompile"): entries run, a miss runs eagerly |
 | torch._dynamo.substitute_in_graph(fn, ...)     | kiln.substitute_in_graph(fn, skip_signature_check=)  |
@@ -38,6 +41,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.config.recompile_limit           | kiln.config.cache_size_limit (read through)          |
 | torch._dynamo.config.error_on_recompile        | kiln.config.error_on_recompile (read through)        |
 | torch._dynamo.config.leaf_function_check_escaped_gradients | kiln.config's (read through; kiln's default is on) |
+| torch._dynamo.config.leaf_function_validate_outputs | kiln.config's (read through; kiln's default is on) |
 | torch.compiler.config.dynamic_sources          | kiln.config.dynamic_sources (read through; `L['x']` is kiln's `x`) |
 | backend strings "eager", "aot_eager", "inductor" | kiln's "eager", "aot_eager", "kiln"               |
 | backend "cudagraphs"                           | kiln's "kiln" with mode="reduce-overhead"            |
@@ -119,7 +123,7 @@ class _Optimize:
         if self.guard_fail_fn is not None and hasattr(fn, "__code__"):
             _GUARD_FAIL_FNS[fn.__code__] = self.guard_fail_fn
         return kiln.compile(
-            fn,
+            _innermost(fn),
             backend=self.backend,
             fullgraph=self.fullgraph,
             dynamic=self.dynamic,
@@ -191,8 +195,43 @@ def compile(
     if options and "guard_filter_fn" in options:  # (the one option torch's frontend takes)
         settings["options"] = {"guard_filter_fn": options["guard_filter_fn"]}
     if model is None:
-        return lambda m: kiln.compile(m, **settings)
-    return kiln.compile(model, **settings)
+        return lambda m: kiln.compile(_innermost(m), **settings)
+    return kiln.compile(_innermost(model), **settings)
+
+
+def _disable_recursive(stock):
+    def is_dynamo_disable_recursive(method):
+        """torch's query on what kiln.disable made: True (recursive), False (recursive=False),
+        None (not disabled)."""
+        from kiln.frontend.markers import is_disabled_module, kiln_marker
+
+        if kiln_marker(method, "_kiln_disabled") and not kiln_marker(method, "_kiln_break_reason"):
+            return kiln_marker(method, "_kiln_shallow") is None
+        if is_disabled_module(getattr(method, "__self__", None)):  # (a DisabledModule's forward)
+            return True
+        return stock(method)
+
+    return is_dynamo_disable_recursive
+
+
+def _innermost_fn(stock):
+    def innermost_fn(fn, *args, **kwargs):
+        """torch's innermost_fn, through kiln.disable's wrappers first."""
+        return stock(_innermost(fn), *args, **kwargs)
+
+    return innermost_fn
+
+
+def _innermost(fn):
+    """What torch.compile compiles for `fn` (its innermost_fn): a function kiln.disable wrapped
+    is compiled itself, as torch.compile(torch.compiler.disable(f)) compiles f."""
+    from kiln.frontend.markers import kiln_marker
+
+    while kiln_marker(fn, "_kiln_disabled") and not kiln_marker(fn, "_kiln_break_reason"):
+        if kiln_marker(fn, "__wrapped__") is None:
+            break
+        fn = fn.__wrapped__
+    return fn
 
 
 # kiln traces a call of it in compiled code as it does kiln.compile's (torch inlines its own)
@@ -323,6 +362,7 @@ _CONFIG = {
     "assume_static_by_default": "torch._dynamo.config",
     "trace_autograd_ops": "torch._dynamo.config",
     "leaf_function_check_escaped_gradients": "torch._dynamo.config",  # (torch's default: off)
+    "leaf_function_validate_outputs": "torch._dynamo.config",  # (torch's default: off)
 }
 
 
@@ -424,6 +464,15 @@ def install():
         "skip_frame": (torch._dynamo.skip_frame, kiln.skip_frame),
         "step_unsupported": (torch._dynamo.step_unsupported, kiln.step_unsupported),
         "set_stance": (torch._dynamo.set_stance, set_stance),
+        "is_dynamo_disable_recursive": (
+            torch._dynamo.is_dynamo_disable_recursive,
+            _disable_recursive(torch._dynamo.is_dynamo_disable_recursive),
+        ),
+        "innermost_fn": (
+            torch._dynamo.eval_frame.innermost_fn,
+            _innermost_fn(torch._dynamo.eval_frame.innermost_fn),
+        ),
+        "error_on_graph_break": (torch._dynamo.error_on_graph_break, kiln.error_on_graph_break),
         "run": (torch._dynamo.run, run),
         "substitute_in_graph": (torch._dynamo.substitute_in_graph, substitute_in_graph),
         "export": (torch._dynamo.export, _export(torch._dynamo.export)),

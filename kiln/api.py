@@ -14,6 +14,7 @@ from kiln import config, modes
 from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
 from kiln.frontend import backward_scope, frame_cache, frame_shapes, markers
+from kiln.frontend.break_policy import error_on_graph_break
 from kiln.frontend.entry import DisabledModule, OptimizedModule, compile_callable
 from kiln.frontend.markers import (
     allow_in_graph,
@@ -43,6 +44,7 @@ __all__ = [
     "compile",
     "disable",
     "disallow_in_graph",
+    "error_on_graph_break",
     "graph_break",
     "leaf_function",
     "nonstrict_trace",
@@ -159,16 +161,31 @@ def disable(fn=None, recursive=True):
     """Keep a function out of capture (decorator); traced code calling it breaks the graph.
 
     A module comes back as a module that runs in Python (kiln.compile leaves it alone); a module
-    class is marked so, for all its instances. With recursive=False only the function's own code
-    runs in Python: called from compiled code, the user functions it calls are compiled frames."""
+    class is marked so, for all its instances. With recursive=False only the function's (or bound
+    method's) own code runs in Python: called from compiled code, the user functions it calls are
+    compiled frames; a module so given comes back as a function calling it, which runs in Python
+    while the module's call is compiled."""
     if fn is None:
         return functools.partial(disable, recursive=recursive)
     if kiln_marker(fn, "_kiln_orig_fn"):
         fn = fn._kiln_orig_fn
     if isinstance(fn, OptimizedModule):
         fn = fn._orig_mod
-    if not recursive and not isinstance(fn, types.FunctionType):
-        raise TypeError(f"kiln.disable(recursive=False) takes a Python function, got {fn!r}")
+    if not recursive and isinstance(fn, torch.nn.Module):
+        module = fn
+
+        def call_module(*args, **kwargs):
+            return module(*args, **kwargs)
+
+        call_module.__name__ = call_module.__qualname__ = type(module).__name__
+        fn = call_module
+    plain = isinstance(fn, types.FunctionType) or (
+        isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType)
+    )
+    if not recursive and not plain:
+        raise TypeError(
+            f"kiln.disable(recursive=False) takes a Python function, method or module, got {fn!r}"
+        )
     if isinstance(fn, torch.nn.Module):
         return fn if markers.is_disabled_module(fn) else DisabledModule(fn)
     if isinstance(fn, type) and issubclass(fn, torch.nn.Module):
@@ -179,6 +196,7 @@ def disable(fn=None, recursive=True):
     def kiln_disabled(*args, **kwargs):
         return fn(*args, **kwargs)
 
+    markers.owns_markers(kiln_disabled)  # Note [Markers: copied by functools.wraps]
     kiln_disabled._kiln_disabled = True
     if not recursive:
         kiln_disabled._kiln_shallow = fn  # (FrameCache._callee: its callees compiled)

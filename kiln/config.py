@@ -20,6 +20,9 @@ specialize_int = True  # Python ints taken as constants (guarded), not graph inp
 leaf_function_check_escaped_gradients = (
     True  # a leaf_function whose outputs need gradients of tensors it closes over raises
 )
+leaf_function_validate_outputs = (
+    True  # a leaf_function's real outputs are checked against its fake's shapes and dtypes
+)
 skip_modules = (
     "torch",
     "numpy",

@@ -38,6 +38,7 @@ from kiln.frontend.dispatch_modes import (
     modes_on,
     user_mode_active,
 )
+from kiln.frontend.markers import owns_markers
 from kiln.frontend.resume import call_moving
 
 __all__ = ["make_wrapper", "make_closure_wrapper", "make_box_wrapper", "module_eager"]
@@ -175,6 +176,7 @@ def make_wrapper(cache):
                 logs.stderr_at_call = None
 
     functools.update_wrapper(kiln_wrapper, cache.fn)
+    owns_markers(kiln_wrapper)  # Note [Markers: copied by functools.wraps]
     kiln_wrapper._kiln_cache = cache
     kiln_wrapper._kiln_orig_fn = cache.fn
     return kiln_wrapper

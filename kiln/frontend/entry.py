@@ -9,7 +9,7 @@ import torch
 
 from kiln import registry
 from kiln.contracts import CompileSettings
-from kiln.frontend import distributed, frame_cache
+from kiln.frontend import break_policy, distributed, frame_cache
 from kiln.frontend.cache_wrappers import make_wrapper, module_eager
 from kiln.frontend.frame_cache import FrameCache, shallow_frame
 from kiln.frontend.markers import is_disabled_module, kiln_marker
@@ -31,11 +31,17 @@ def compile_callable(model, settings):
         raise TypeError(
             f"kiln.compile expects a function or an nn.Module, got {type(model).__name__}"
         )
+    if kiln_marker(model, "_kiln_traced_as") == "error_on_graph_break":
+        # (a function @error_on_graph_break(v) decorated: compiled, v set around each call)
+        inner = compile_callable(model.__wrapped__, settings)
+        return break_policy.error_on_graph_break(model._kiln_break_setting)(inner)
     shallow = kiln_marker(model, "_kiln_shallow")
     if shallow is not None:  # kiln.disable(fn, recursive=False): in Python, callees compiled
-        cache = FrameCache(shallow, settings)
+        bound = isinstance(shallow, types.MethodType)
+        cache = FrameCache(shallow.__func__ if bound else shallow, settings)
         shallow_frame(cache)
-        return make_wrapper(cache)
+        wrapper = make_wrapper(cache)
+        return types.MethodType(wrapper, shallow.__self__) if bound else wrapper
     if kiln_marker(model, "_kiln_disabled"):
         return model
     if is_torch_disabled(model):  # @torch.compiler.disable / @torch._dynamo.disable: uncompiled

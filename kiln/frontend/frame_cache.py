@@ -26,7 +26,7 @@ from kiln.exc import (
     UserError,
     unimplemented,
 )
-from kiln.frontend import fallback, installed_globals, stance, transforms
+from kiln.frontend import break_policy, fallback, installed_globals, stance, transforms
 from kiln.frontend.backward_scope import (
     backward_scope,
     with_backward_scope,
@@ -211,8 +211,11 @@ class FrameCache:
         """A user function (or module forward) that broke inside: compiled as its own frame."""
         inner = kiln_marker(fn, "_kiln_shallow")
         if inner is not None:  # kiln.disable(fn, recursive=False): fn in Python, callees compiled
-            wrapper = self._child(("shallow", inner), inner)
+            func = inner.__func__ if isinstance(inner, types.MethodType) else inner
+            wrapper = self._child(("shallow", func), func)
             shallow_frame(wrapper._kiln_cache)
+            if isinstance(inner, types.MethodType):  # (a bound method: its object bound again)
+                return types.MethodType(wrapper, inner.__self__)
             return wrapper
         if module_root:
             return self._child((fn, True), fn, eager=module_eager, module_root=True)
@@ -470,6 +473,9 @@ class FrameCache:
             if self.settings.fullgraph:
                 fullgraph_error(e, self.fn)  # adds the user's frames and a hint to e
                 raise
+            if break_policy.raises(e):  # Note [Break policy: error_on_graph_break]
+                fullgraph_error(e, self.fn, "error_on_graph_break(True)")
+                raise
             self._record_break(e)
             # no resume: the frame runs in Python (torch.compile's counter of the same name)
             logs.counters["unimplemented"][e.msg] += 1
@@ -629,7 +635,8 @@ class FrameCache:
             tx.run()
         except Unsupported as e:
             torch._C._set_grad_enabled(grad_mode)  # a traced `with no_grad()` may be open
-            allowed = not self.settings.fullgraph or isinstance(e, CompiledAutogradCall)
+            strict = self.settings.fullgraph or break_policy.raises(e)  # Note [Break policy: ...]
+            allowed = not strict or isinstance(e, CompiledAutogradCall)
             if not allowed or e.break_state is None or e.break_state.tx is not tx:
                 raise
             why = driver_loop_break(fn, tx, output, e)

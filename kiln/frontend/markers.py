@@ -30,17 +30,43 @@ def step_unsupported(msg=""):
 def kiln_marker(obj, name):
     """A marker kiln set on a function it made (`_kiln_orig_fn`, `_kiln_disabled`), or None.
 
-    Read from the function's own __dict__: objects such as `torch.ops` answer any getattr.
+    Read from the function's own __dict__: objects such as `torch.ops` answer any getattr. The
+    markers of a functools.wraps wrapper are only kiln's own wrappers' (Note [Markers: copied by
+    functools.wraps]).
     """
-    if not isinstance(obj, types.FunctionType):
+    if not isinstance(obj, types.FunctionType) or _copied(obj):
         return None
     return obj.__dict__.get(name)
+
+
+# Note [Markers: copied by functools.wraps]
+# functools.wraps copies the wrapped function's __dict__, kiln's markers included, into the
+# wrapper: a user's `@functools.wraps(f) def outer(...)` around a kiln.disable'd (or compiled,
+# or set_stance-decorated) f would look disabled (or compiled) itself, and its own code would
+# never be traced. So kiln's own wrappers made by functools.wraps say they own their markers
+# (`owns_markers`: their id, which a copy into another function does not match, as torch's
+# `_torchdynamo_wrapper_id`), and kiln_marker / break_reason ignore the markers of a function
+# that has a `__wrapped__` but is not their owner.
+
+
+def owns_markers(wrapper):
+    """Note that `wrapper`, made by functools.wraps, is kiln's: its markers are its own."""
+    wrapper._kiln_owner = id(wrapper)
+    return wrapper
+
+
+def _copied(fn):
+    """Whether fn's kiln markers were copied into it by functools.wraps."""
+    d = fn.__dict__
+    return "__wrapped__" in d and d.get("_kiln_owner") != id(fn)
 
 
 def break_reason(value):
     """Why traced code calling `value` breaks the graph, for kiln's own functions and classes
     that must run in Python (their `_kiln_break_reason`), or None."""
     if not isinstance(value, (types.FunctionType, type)):
+        return None
+    if isinstance(value, types.FunctionType) and _copied(value):
         return None
     reason = vars(value).get("_kiln_break_reason")
     return reason if isinstance(reason, str) else None

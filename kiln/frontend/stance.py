@@ -26,6 +26,7 @@ import dataclasses
 import functools
 
 from kiln.frontend.guards import first_failure
+from kiln.frontend.markers import owns_markers
 from kiln.registry import resolve
 
 # Note [Stance: eager_then_compile]
@@ -136,6 +137,7 @@ class set_stance:  # noqa: N801  (used like a function, as torch.compiler.set_st
             finally:
                 _swap(prev)
 
+        owns_markers(with_stance)  # Note [Markers: copied by functools.wraps]
         with_stance._kiln_disabled = True  # (compiled code calling it breaks: it runs in Python)
         with_stance._kiln_break_reason = (
             f"call to {fn.__qualname__}, which runs in Python under "

@@ -21,7 +21,7 @@ import torch
 from kiln import config, faults
 from kiln.bytecode import loads_cell
 from kiln.exc import Unsupported, unimplemented
-from kiln.frontend import installed_globals, node_meta
+from kiln.frontend import break_policy, installed_globals, node_meta
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
 from kiln.frontend.entered import withs_to_rewind
 from kiln.frontend.guards import GuardKind
@@ -219,6 +219,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 raise
 
     def _annotate(self, e):
+        break_policy.note(e, self.output)  # Note [Break policy: error_on_graph_break]
         frames = e.frames
         lineno = self.current_inst.lineno if self.current_inst else self.code.co_firstlineno
         loc = user_location(self.code, lineno)

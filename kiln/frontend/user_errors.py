@@ -115,11 +115,12 @@ def format_frames(frames):
     return lines
 
 
-def fullgraph_error(e, fn):
-    """Dress an Unsupported raised under fullgraph=True (Note [Errors: what a fullgraph ...])."""
+def fullgraph_error(e, fn, why="fullgraph=True"):
+    """Dress an Unsupported raised under fullgraph=True, or `why` (Note [Errors: what a fullgraph
+    ...])."""
     if getattr(e, "kiln_details", None):
         return e
-    lines = [f"(graph break in {fn.__qualname__} under fullgraph=True)"]
+    lines = [f"(graph break in {fn.__qualname__} under {why})"]
     frames = user_frames(e)
     if frames:
         lines.append("User code, outermost call first:")

@@ -32,7 +32,10 @@ import torch.utils._pytree as pytree
 
 from kiln import config
 from kiln.exc import LeafFunctionError, LeafStructureError
-from kiln.symbolic import control_ops  # noqa: F401 (defines the kiln namespace first)
+from kiln.symbolic import (
+    control_ops,  # noqa: F401 (defines the kiln namespace first)
+    leaf_scalars,
+)
 
 _LIB = torch.library.Library("kiln", "FRAGMENT")
 _LIB.define("leaf_call(int site, Tensor[] inputs) -> Tensor[]")
@@ -130,6 +133,9 @@ def flatten_value(value, tensors, name):
     if isinstance(value, torch.Tensor):
         tensors.append(value)
         return TENSOR
+    if isinstance(value, leaf_scalars.DATA_SCALARS):  # Note [leaf_function: numbers read ...]
+        tensors.append(leaf_scalars.stand_in(value))
+        return (leaf_scalars.SCALAR, value.dtype)
     if value is None or isinstance(value, (bool, int, float, str)):
         return ("const", value)
     if type(value) in (list, tuple):
@@ -160,6 +166,11 @@ def _flat_result(site, result):
             f"leaf_function {site.name}: output structure mismatch: the real function returned "
             f"{_shape_of(plan)}, its fake implementation {_shape_of(site.out_plan)}"
         )
+    if len(tensors) != len(site.out_meta):  # (numbers read from tensor data: outputs too)
+        tensors = []
+        _flat_by_plan(site.out_plan, result, tensors, site.name)
+    if not config.leaf_function_validate_outputs:
+        return tensors  # (trusted: the graph after the call was made for the fake's sizes)
     for i, (t, (shape, dtype)) in enumerate(zip(tensors, site.out_meta)):
         if t.dtype != dtype:
             raise LeafFunctionError(
@@ -215,12 +226,32 @@ def _check_escaped(site, local, outputs, start):
         )
 
 
+def _flat_by_plan(plan, value, out, name):
+    """The real result's outputs by the fake's plan: tensors, and its numbers read from tensor
+    data as 0-d tensors (Note [leaf_function: numbers read from tensor data])."""
+    if plan is TENSOR:
+        out.append(value)
+        return
+    kind, body = plan
+    if kind == leaf_scalars.SCALAR:
+        out.append(leaf_scalars.as_output(value, body, name))
+    elif kind == TREE:
+        for p, v in zip(body[1], pytree.tree_flatten(value)[0]):
+            _flat_by_plan(p, v, out, name)
+    elif kind is dict:
+        for k, p in body.items():
+            _flat_by_plan(p, value[k], out, name)
+    elif kind != "const":
+        for p, v in zip(body, value):
+            _flat_by_plan(p, v, out, name)
+
+
 def _shape_of(plan):
     """The structure of a plan, constants' values left out (the fake's constants win)."""
     if plan is TENSOR:
         return "Tensor"
     kind, body = plan
-    if kind == "const":
+    if kind in ("const", leaf_scalars.SCALAR):
         return "const"
     if kind is dict:
         return {k: _shape_of(p) for k, p in body.items()}
@@ -296,7 +327,9 @@ def _leaf_call_meta(site_number, inputs):
 def run_fake(site, inputs):
     """The output tensors of the site's fake implementation on `inputs`."""
     tensors = []
-    flatten_value(call_site(site, site.fake_fn, list(inputs)), tensors, site.name)
+    with leaf_scalars.scalar_reads():  # Note [leaf_function: numbers read from tensor data]
+        result = call_site(site, site.fake_fn, list(inputs))
+    flatten_value(result, tensors, site.name)
     return tensors
 
 

@@ -3,6 +3,9 @@ their hooks; compiled callers break the graph there), recursive=False (the funct
 Python, the user functions it calls are compiled), and kiln.compile of a module class; results
 equal eager's."""
 
+import functools
+import operator
+
 import torch
 
 import kiln
@@ -122,3 +125,84 @@ def test_disable_not_recursive_compiled_directly_and_called_eagerly():
     kiln.reset()
     torch.testing.assert_close(kiln.compile(_calls_shallow, backend=be)(x), _calls_shallow(x))
     assert all(torch.sigmoid not in be.targets(i) for i in range(len(be.graphs)))
+
+
+def _plus_two(x):
+    return x + 2
+
+
+def _times_three(x):
+    return x * 3
+
+
+def _calls_given(f, x):
+    return f(x) + 1
+
+
+def test_disabled_function_argument_is_guarded_by_identity():
+    # the frame traced with a disabled function breaks there and calls it; called next with
+    # another function, that entry must not run (the other function is traced)
+    be = Recording()
+    x = torch.randn(5)
+    compiled = kiln.compile(_calls_given, backend=be)
+    shallow = kiln.disable(_plus_two, recursive=False)
+    torch.testing.assert_close(compiled(shallow, x), _calls_given(shallow, x))
+    torch.testing.assert_close(compiled(_times_three, x), _calls_given(_times_three, x))
+    assert operator.mul in be.targets(len(be.graphs) - 1)  # _times_three traced
+    torch.testing.assert_close(compiled(shallow, x), _calls_given(shallow, x))
+
+
+class _Shifter:
+    def __init__(self, k):
+        self.k = k
+
+    def shift(self, x):
+        y = torch.sigmoid(x) + self.k  # in Python
+        return _leaf(y)  # a compiled frame
+
+
+def test_disable_not_recursive_on_a_bound_method():
+    be = Recording()
+    x = torch.randn(5)
+    obj = _Shifter(2.0)
+    obj.shift = kiln.disable(obj.shift, recursive=False)
+
+    def calls_method(x):
+        return obj.shift(torch.tan(x)) + 1
+
+    torch.testing.assert_close(kiln.compile(calls_method, backend=be)(x), calls_method(x))
+    graph_targets = [be.targets(i) for i in range(len(be.graphs))]
+    assert any(torch.sin in t for t in graph_targets)  # _leaf compiled
+    assert all(torch.sigmoid not in t for t in graph_targets)  # the method's own code in Python
+    torch.testing.assert_close(kiln.compile(obj.shift, backend=be)(x), _Shifter(2.0).shift(x))
+
+
+def test_disable_not_recursive_on_a_module():
+    be = Recording()
+    x = torch.randn(2, 4)
+    inner = Inner()
+    call_inner = kiln.disable(inner, recursive=False)  # a function: it runs, the module compiles
+
+    def calls_module(x):
+        return call_inner(x.cos()) * 2
+
+    torch.testing.assert_close(kiln.compile(calls_module, backend=be)(x), calls_module(x))
+    assert any(torch.tanh in be.targets(i) for i in range(len(be.graphs)))  # Inner compiled
+
+
+@kiln.disable
+def _kept_out(x):
+    return x + 1
+
+
+@functools.wraps(_kept_out)  # (copies _kept_out's __dict__, kiln's marks included)
+def _users_wrapper(x):
+    return _kept_out(torch.cos(x)) * 2
+
+
+def test_a_users_functools_wraps_of_a_disabled_function_is_traced():
+    be = Recording()
+    x = torch.randn(5)
+    torch.testing.assert_close(kiln.compile(_users_wrapper, backend=be)(x), _users_wrapper(x))
+    graph_targets = set().union(*[be.targets(i) for i in range(len(be.graphs))])
+    assert torch.cos in graph_targets  # the wrapper's own code compiled; _kept_out broke

@@ -336,3 +336,78 @@ def test_registered_pytree_nodes_in_and_out(backend):
     (out[0].sum() + out[1].sum()).backward()
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close((p.x.grad, p.y.grad), expected)
+
+
+@kiln.leaf_function
+def _returns_wider(x):
+    return (torch.cat([x, x], dim=-1),)
+
+
+@_returns_wider.register_fake
+def _returns_narrow_fake(x):
+    return (torch.empty_like(x),)
+
+
+def test_unvalidated_outputs_are_the_real_ones(monkeypatch):
+    """With leaf_function_validate_outputs off, the real body's outputs are trusted: returned
+    as eager returns them, no check against the fake's sizes."""
+    x = torch.randn(3, 2)
+    compiled = kiln.compile(lambda x: _returns_wider(x), backend="eager", fullgraph=True)
+    with pytest.raises(RuntimeError, match="Shape mismatch in output 0"):
+        compiled(x)
+    monkeypatch.setattr(kiln.config, "leaf_function_validate_outputs", False)
+    torch.testing.assert_close(compiled(x), _returns_wider(x))
+
+
+@kiln.leaf_function
+def _with_total(x, w):
+    out = x @ w
+    return (out, out.sum().item())
+
+
+@_with_total.register_fake
+def _with_total_fake(x, w):
+    out = x @ w
+    return (out, out.sum().item())  # (a stand-in on meta: the real number at run time)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "kiln"])
+def test_a_number_read_from_tensor_data_is_an_output(backend):
+    def fn(x, w):
+        out, total = _with_total(x.sin(), w)
+        return out * 2, total
+
+    x = torch.randn(3, 3, requires_grad=True)
+    w = torch.randn(3, 3, requires_grad=True)
+    ref_out, ref_total = fn(x, w)
+    ref_out.sum().backward()
+    grads = (x.grad, w.grad)
+    x.grad = w.grad = None
+    out, total = kiln.compile(fn, backend=backend, fullgraph=True)(x, w)
+    assert total == ref_total  # (the real body's number, read back from the op's output)
+    out.sum().backward()
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close((x.grad, w.grad), grads)
+
+
+@kiln.leaf_function
+def _doubled_total(x):
+    return (x * 1, x.sum().item() * 2)
+
+
+@_doubled_total.register_fake
+def _doubled_total_fake(x):
+    return (torch.empty_like(x), x.sum().item() * 2)  # (computes with it: no value to use)
+
+
+def test_a_fake_computing_with_a_number_read_from_tensor_data_is_a_break():
+    def fn(x):
+        return _doubled_total(x)
+
+    x = torch.randn(3)
+    with pytest.raises(kiln.exc.Unsupported, match="can only be returned"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(x)
+    kiln.reset()
+    out, total = kiln.compile(fn, backend="eager")(x)
+    torch.testing.assert_close(out, x)
+    assert total == fn(x)[1]

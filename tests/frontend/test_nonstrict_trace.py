@@ -96,12 +96,31 @@ point_x = kiln.nonstrict_trace(lambda p: p.x)
 make_point = kiln.nonstrict_trace(lambda x: Point(x + 1))
 
 
+class _Held:
+    def __init__(self, t, owner):
+        self.t, self.owner = t, owner
+
+
+torch.utils._pytree.register_pytree_node(
+    _Held,
+    lambda h: ((h.t,), h.owner),  # (its context: an object, not a constant)
+    lambda ts, owner: _Held(ts[0], owner),
+    serialized_type_name="tests.frontend.test_nonstrict_trace._Held",
+)
+held_t = kiln.nonstrict_trace(lambda h: h.t * 2)
+
+
+def pass_held(x):
+    return held_t(_Held(x, Point(x)))
+
+
 @pytest.mark.parametrize(
     "fn, why",
     [
         (mark_a_local, "defined outside `torch.compile` region"),
         (lambda x: point_x(Point(x)), "Invalid input type for nonstrict_trace-ed function"),
         (lambda x: make_point(x).x, "Unsupported output type for nonstrict_trace-ed function"),
+        (pass_held, "Invalid use of pytree_flatten with nonstrict_trace-ed function"),
     ],
 )
 def test_what_kiln_cannot_pass_is_a_break_naming_it(fn, why):
@@ -213,3 +232,95 @@ def test_nonstrict_methods_of_a_module_and_of_a_pytree_class(backend):
     out.sum().backward()
     torch.testing.assert_close(out, mod(x))
     torch.testing.assert_close(mod.w.grad, expected)
+
+
+@kiln.nonstrict_trace
+def _sizes_only(x):
+    kiln.graph_break()  # (not traced: the body runs as eager runs it)
+    return len(x.shape), 0.5, [x.shape[0]]
+
+
+def _uses_sizes_only(x):
+    rank, half, (n,) = _sizes_only(x)
+    return x * rank + half + n
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "kiln"])
+def test_a_result_of_constants_only(backend):
+    x = torch.randn(6)
+    kiln.reset()
+    compiled = kiln.compile(_uses_sizes_only, backend=backend, fullgraph=True)
+    torch.testing.assert_close(compiled(x), _uses_sizes_only(x))
+
+
+class _Scale(torch._opaque_base.OpaqueBase):
+    """An opaque value type: compared by value, safe to treat as a constant."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __eq__(self, other):
+        return isinstance(other, _Scale) and self.n == other.n
+
+    def __hash__(self):
+        return hash(self.n)
+
+    def __fx_repr__(self):
+        return f"_Scale({self.n})", {"_Scale": _Scale}
+
+
+torch._library.opaque_object.register_opaque_type(_Scale, typ="value")
+
+
+@kiln.nonstrict_trace
+def _scaled_by(x, s):
+    return x * s.n
+
+
+def test_an_opaque_value_object_is_a_guarded_constant():
+    x = torch.randn(4)
+    kiln.reset()
+    backend = CountingBackend()
+    compiled = kiln.compile(lambda x, s: _scaled_by(x, s), backend=backend, fullgraph=True)
+    for n in (3, 3, 5):
+        torch.testing.assert_close(compiled(x, _Scale(n)), _scaled_by(x, _Scale(n)))
+    assert backend.calls == 2  # an equal object reuses the entry, another value compiles
+
+
+def test_an_opaque_object_made_in_the_frame_is_a_break_that_says_so():
+    def fn(x):
+        return _scaled_by(x, _Scale(2))
+
+    kiln.reset()
+    with pytest.raises(kiln.exc.Unsupported, match="opaque object was created"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.ones(2))
+    kiln.reset()
+    torch.testing.assert_close(kiln.compile(fn, backend="eager")(torch.ones(2)), fn(torch.ones(2)))
+
+
+@kiln.nonstrict_trace
+def _plus_one_and_size(x):
+    kiln.graph_break()  # (never traced)
+    return x + 1, x.size(0)
+
+
+@kiln.nonstrict_trace
+def _head_if_long(x):
+    if x.size(0) > 5:  # (a branch on a symbolic size in the meta run: guarded)
+        return x[:2] * 1
+    return x * 1
+
+
+def _uses_sizes(x):
+    t, n = _plus_one_and_size(x)
+    y = _head_if_long(t)
+    return y * n + y.shape[0]
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "kiln"])
+def test_calls_in_a_frame_with_symbolic_sizes(backend):
+    kiln.reset()
+    compiled = kiln.compile(_uses_sizes, backend=backend, dynamic=True, fullgraph=True)
+    for n in (10, 3, 7, 4):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(x), _uses_sizes(x))

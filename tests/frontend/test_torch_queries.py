@@ -319,3 +319,11 @@ def test_packaging_parse_of_torch_version_folds():
         return x - 1
 
     run_and_compare(fn, X, fullgraph=True, expected_graphs=1)
+
+
+def test_knob_reads_fold_to_their_constant():
+    def fn(x):
+        r = x + 1 if torch._utils_internal.justknobs_check("kiln_test", True) else x - 1
+        return r * torch._utils_internal.justknobs_getval_int("kiln_test_int")
+
+    run_and_compare(fn, X, fullgraph=True, expected_graphs=1)

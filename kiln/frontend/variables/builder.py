@@ -16,7 +16,7 @@ import torch
 
 from kiln import config
 from kiln.exc import unimplemented
-from kiln.frontend import frame_shapes
+from kiln.frontend import break_policy, frame_shapes
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import (
     break_reason,
@@ -46,6 +46,7 @@ from kiln.frontend.source import (
 from kiln.frontend.substitutes import substitute_of
 from kiln.frontend.variables import (
     bound_args,  # noqa: F401  (registers Signature.bind)
+    break_errors,
     class_queries,  # noqa: F401  (registers cls.__subclasses__)
     complex_ctor,  # noqa: F401  (registers complex() of constants)
     control_flow,
@@ -213,6 +214,10 @@ def _kiln_special(value):
         return DisabledFunctionVariable(value)
     if logging_vars.is_effect_function(value):  # warnings.warn, logging.warning ...
         return logging_vars.EffectCallVariable(value.__name__, fn=value)
+    if kiln_marker(value, "_kiln_traced_as") == "error_on_graph_break":  # a decorated function
+        return break_errors.BreakSettingCallVariable(value)
+    if type(value) is break_policy.error_on_graph_break:  # (a resume function enters it again)
+        return break_errors.BreakSettingVariable(value.value)
     if kiln_marker(value, "_kiln_traced_as") == "mark_static":  # kiln.mark_static in the frame
         return static_marks.MarkStaticVariable(value)
     if kiln_marker(value, "_kiln_traced_as") == "mark_dynamic":  # (raises when called)
@@ -293,6 +298,12 @@ def wrap_constant_like(tx, value):
 
 
 _WEAK_PROXIES = (weakref.ProxyType, weakref.CallableProxyType)
+# kiln's specials reached from a source that are guarded by identity
+_IDENTITY_SPECIALS = (
+    nested_compile.CompileEntryVariable,
+    DisabledFunctionVariable,
+    break_errors.BreakSettingCallVariable,
+)
 
 
 def wrap_value(tx, value, source):
@@ -310,8 +321,14 @@ def wrap_value(tx, value, source):
         return UserDefinedObjectVariable(value, source=source)
     special = _kiln_special(value)
     if special is not None:
-        if source is not None and isinstance(special, nested_compile.CompileEntryVariable):
+        if source is not None and isinstance(special, _IDENTITY_SPECIALS):
+            # (a disabled function's break calls the object traced: another one at the same
+            # place, e.g. its undecorated original, is traced anew)
             guards.add(GuardKind.ID_MATCH, source, value)
+            if isinstance(special, break_errors.BreakSettingCallVariable):
+                special.source = source  # (its wrapped function is read through it)
+        if source is not None and isinstance(special, break_errors.BreakSettingVariable):
+            guards.add(GuardKind.CONSTANT_MATCH, _attr(source, "value"), special.value)
         if source is not None:
             numpy_info.guard_input(tx, value, special, source)  # (a numpy function, dtype ...)
             namedtuples.guard_input(tx, special, source)  # (collections.namedtuple itself)
@@ -329,7 +346,12 @@ def wrap_value(tx, value, source):
         if source is None:
             return UserFunctionVariable(value._kiln_orig_fn)
         tx.output.guards.add(GuardKind.ID_MATCH, source, value)
-        return UserFunctionVariable(value._kiln_orig_fn, source=_attr(source, "_kiln_orig_fn"))
+        # (one compiled with fullgraph=True: a break inside it is an error, Note [Break policy:
+        # error_on_graph_break])
+        cache = getattr(value, "_kiln_cache", None)
+        strict = cache is not None and cache.settings.fullgraph
+        cls = break_errors.FullgraphCallVariable if strict else UserFunctionVariable
+        return cls(value._kiln_orig_fn, source=_attr(source, "_kiln_orig_fn"))
     if source is None:
         if isinstance(value, torch.Tensor):
             unimplemented("a tensor reached without a source")

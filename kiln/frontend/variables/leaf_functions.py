@@ -21,7 +21,7 @@ from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.lists import ListVariable, TupleVariable
 from kiln.frontend.variables.nonstrict_calls import flatten_argument
-from kiln.symbolic import leaf_ops
+from kiln.symbolic import leaf_ops, leaf_scalars
 
 
 class _Slot:
@@ -72,6 +72,8 @@ def _wrap_result(tx, plan, tensors):
     kind, body = plan
     if kind == "const":
         return ConstantVariable(body)
+    if kind == leaf_scalars.SCALAR:  # Note [leaf_function: numbers read from tensor data]
+        return next(tensors).call_method(tx, "item", [], {})
     if kind == leaf_ops.TREE:  # a registered pytree node: its unflatten function traced
         spec, plans = body
         leaves = [_wrap_result(tx, p, tensors) for p in plans]
@@ -112,9 +114,9 @@ def leaf_call(tx, leaf, args, kwargs):
     ]
     try:
         out = []
-        site.out_plan = leaf_ops.flatten_value(
-            leaf_ops.call_site(site, leaf.leaf_fake_fn, fake_in), out, name
-        )
+        with leaf_scalars.scalar_reads():  # Note [leaf_function: numbers read from ...]
+            result = leaf_ops.call_site(site, leaf.leaf_fake_fn, fake_in)
+        site.out_plan = leaf_ops.flatten_value(result, out, name)
     except Exception as e:
         unimplemented(f"the fake implementation of {what} raised {type(e).__name__}: {e}")
     site.out_meta = [(tuple(o.shape), o.dtype) for o in out]

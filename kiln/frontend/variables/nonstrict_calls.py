@@ -18,6 +18,10 @@ type; so is a function
 made inside compiled code given to nonstrict_trace (the node needs a function that outlives
 the trace). A method's `self` is an argument too where it can be one (an nn.Module, a registered
 pytree node); other methods are traced as before.
+
+In a frame with symbolic sizes the meta run is on the frame's symbolic examples: a size the body
+returns is a symbolic int of the graph (read from the node's result), and a branch of the body
+on a size is guarded as the frame's own branches are, so another size compiles again.
 """
 
 import contextlib
@@ -26,9 +30,11 @@ import weakref
 
 import torch
 import torch.utils._pytree as pytree
+from torch._library import opaque_object
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from kiln.exc import unimplemented
+from kiln.exc import Unsupported, unimplemented
+from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.allowed_calls import _tensor_cls, allowed_call
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
@@ -52,7 +58,10 @@ def flatten_argument(v, tensors, name, what, tx, modules=False):
     ):
         return ("const", v.as_python_constant())
     if _user_node(v):  # Note [nonstrict_trace: registered pytree nodes]
-        leaves, spec = USER_TREES["flatten"](tx, v)
+        try:
+            leaves, spec = USER_TREES["flatten"](tx, v)
+        except Unsupported as e:  # (its flatten function's context, children...)
+            unimplemented(f"Invalid use of pytree_flatten with {what} {name}: {e.msg}")
         return (
             TREE,
             (spec, [flatten_argument(x, tensors, name, what, tx, modules) for x in leaves]),
@@ -65,10 +74,41 @@ def flatten_argument(v, tensors, name, what, tx, modules=False):
     if isinstance(v, ConstDictVariable) and v.python_type() is dict:
         items = v.items.items()
         return (dict, {k: flatten_argument(i, tensors, name, what, tx, modules) for k, i in items})
+    kind = _opaque_kind(v)
+    if kind == "value" and v.source is not None and hasattr(v, "value"):
+        # Note [nonstrict_trace: opaque value objects]
+        tx.output.guards.add(GuardKind.CONSTANT_MATCH, v.source, v.value)
+        return ("const", v.value)
+    if kind is not None and v.source is None:
+        unimplemented(
+            f"An opaque object was created in the middle of the program. {what} {name} takes "
+            f"an object of the opaque type {v.python_type().__qualname__} only from outside the "
+            "compiled function (kiln passes an opaque value object given as an argument)"
+        )
     unimplemented(
         f"Invalid input type for {what} {name}: {v} (kiln passes tensors, "
         "constants, and lists, tuples and dicts of them)"
     )
+
+
+# Note [nonstrict_trace: opaque value objects]
+# An object of a class registered with `torch._library.opaque_object.register_opaque_type(cls,
+# typ="value")` is, by that registration, safe to treat as a constant compared with its own
+# __eq__: given from outside the frame, it is passed to the body as a constant of the plan, and
+# the frame is guarded on equality with it (`type(s) is State and s == <the traced one>`), so an
+# unequal one compiles again. One made inside the frame (of either kind) is a break that says
+# so, as is a reference-type object (kiln has no opaque graph inputs).
+
+
+def _opaque_kind(v):
+    """ "value" or "reference" for a traced object of a registered opaque type, else None."""
+    try:
+        cls = v.python_type()
+    except Exception:
+        return None
+    if not isinstance(cls, type) or not opaque_object.is_opaque_type(cls):
+        return None
+    return "value" if opaque_object.is_opaque_value_type(cls) else "reference"
 
 
 # Note [nonstrict_trace: registered pytree nodes]
@@ -138,7 +178,7 @@ def _check_result(value, name):
     if isinstance(value, (list, tuple)):
         for item in value:
             _check_result(item, name)
-    elif not isinstance(value, torch.Tensor) and not is_literal(value):
+    elif not isinstance(value, (torch.Tensor, torch.SymInt)) and not is_literal(value):
         unimplemented(
             f"Unsupported output type for nonstrict_trace-ed function {name}: "
             f"{type(value).__name__} (kiln returns tensors, constants and lists, tuples of them)"
@@ -177,6 +217,8 @@ def nonstrict_call(tx, fn, args, kwargs):
         return result
 
     nonstrict_call_of.__name__ = nonstrict_call_of.__qualname__ = name
+    # (its results may be constants alone; it runs in frames with symbolic sizes)
+    nonstrict_call_of._kiln_nonstrict_body = True
     try:
         return allowed_call(tx, nonstrict_call_of, tensors, {}, name, what=_WHAT)
     finally:

@@ -342,6 +342,12 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
             return ConstantVariable(result)
         if name == "dim_order" and is_literal(result) and _static_strides(meta_args[0]):
             return ConstantVariable(result)  # (an order of static strides: theirs, guarded)
+        if isinstance(target, types.FunctionType) and vars(target).get("_kiln_nonstrict_body"):
+            constants = _constant_tree(result)
+            if constants is not None:  # Note [nonstrict_trace: one opaque call over flattened ...]
+                node = tx.output.create_node(kind, target, node_args, node_kwargs)
+                node.meta["example_value"] = result
+                return constants
         unimplemented(f"{what} returned a non-tensor value ({type(result).__name__})")
     # Note [Tensors: in-place results]; an op that gave back its meta argument otherwise (`.to()`
     # of its own dtype, `.contiguous()`) may return its input itself: remembered for `is`
@@ -356,6 +362,16 @@ def call_tensor_op(tx, kind, target, args, kwargs, *, what=None):
     if given_back is not None:
         var.may_be = given_back  # (identity with it unknown: Note [Operators: tensor identity])
     return var
+
+
+def _constant_tree(value):
+    """A literal, or a tuple or list of them (nested), as traced constants; else None."""
+    if type(value) in (tuple, list):
+        items = [_constant_tree(v) for v in value]
+        if any(i is None for i in items):
+            return None
+        return TupleVariable(items) if type(value) is tuple else ListVariable(items)
+    return ConstantVariable(value) if is_literal(value) else None
 
 
 _INPLACE_NAMES = ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow")
@@ -469,6 +485,9 @@ def wrap_tensor_result(tx, node, result, device):
                 items.append(tensor_variable(item, r, device))
             elif is_literal(r):
                 items.append(ConstantVariable(r))
+            elif isinstance(r, torch.SymInt):  # (a size a nonstrict_trace body returned)
+                item = tx.output.create_node("call_function", operator.getitem, (node, i), {})
+                items.append(SymNodeVariable.create(tx, item, r))
             else:
                 unimplemented(f"op result item of type {type(r).__name__}")
         if isinstance(result, list):
@@ -534,6 +553,14 @@ _FOLDED = {
     ("torch._jit_internal", "is_scripting"): False,
     ("torch.jit._trace", "is_tracing"): False,
     ("torch.compiler", "is_exporting"): False,
+}
+
+
+# Knob reads folded while tracing when their arguments are constants: torch's killswitches,
+# constant for a process (OSS torch returns the default; torch.compile folds them alike)
+_KNOB_READS = {
+    ("torch._utils_internal", "justknobs_check"),
+    ("torch._utils_internal", "justknobs_getval_int"),
 }
 
 
@@ -720,6 +747,11 @@ class TorchVariable(PythonValueVariable):
         folded = _FOLDED.get((getattr(fn, "__module__", None), getattr(fn, "__name__", None)))
         if folded is not None and not args and not kwargs:
             return ConstantVariable(folded)
+        if _qualified(fn) in _KNOB_READS and all(
+            a.is_python_constant() for a in [*args, *kwargs.values()]
+        ):
+            consts = {k: v.as_python_constant() for k, v in kwargs.items()}
+            return ConstantVariable(fn(*[a.as_python_constant() for a in args], **consts))
         if fn is torch.overrides.is_tensor_like and len(args) == 1 and not kwargs:
             if isinstance(args[0], _tensor_cls()):
                 return ConstantVariable(True)  # (a Tensor, or a subclass: __torch_function__)
