@@ -38,6 +38,7 @@ from kiln.frontend.source import (
     PartialDictSource,
     PlainAttrSource,
     ProxiedDictSource,
+    ProxyReferentSource,
     dict_get,
     dict_iter_dict,
     dict_iter_pos,
@@ -48,6 +49,7 @@ from kiln.frontend.source import (
     key_text,
     partial_dict,
     proxied_dict,
+    proxy_referent,
     tensor_of_array,
     torch_attr,
     weak_key_get,
@@ -480,6 +482,8 @@ class _Hoister:
             expr = f"___dict_iter_{source.part}({self(source.source)})"
         elif isinstance(source, PartialDictSource):
             expr = f"___partial_dict({self(source.source)})"
+        elif isinstance(source, ProxyReferentSource):
+            expr = f"___proxy_referent({self(source.source)})"
         elif isinstance(source, IterHasSource):
             expr = f"___iter_has({self(source.source)}, {source.n})"
         elif isinstance(source, FlattenSpecSource):
@@ -587,6 +591,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___iter_rest": iter_rest,  # IterRestSource
         "___iter_has": iter_has,  # IterHasSource
         "___partial_dict": partial_dict,  # PartialDictSource
+        "___proxy_referent": proxy_referent,  # ProxyReferentSource
         "___flatten_spec": flatten_spec,  # FlattenSpecSource
         "___dict_iter_dict": dict_iter_dict,  # DictIterSource
         "___dict_iter_pos": dict_iter_pos,

@@ -468,6 +468,30 @@ class PartialDictSource(Source):
         return self.source.base()
 
 
+def proxy_referent(p):
+    """The object a weakref.proxy stands for (ReferenceError once it died): its `__init__`, read
+    through the proxy, is bound to the referent (Note [Objects: weakref.proxy])."""
+    return p.__init__.__self__
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxyReferentSource(Source):
+    """`___proxy_referent(base)`: the referent of a weakref.proxy input."""
+
+    source: Source
+
+    def name(self):
+        return f"___proxy_referent({self.source.name()})"
+
+    def reconstruct(self, cg):
+        cg.load_object(proxy_referent, push_null=True)
+        self.source.reconstruct(cg)
+        cg.extend(_emit.call(1))
+
+    def base(self):
+        return self.source.base()
+
+
 @dataclasses.dataclass(frozen=True)
 class IterRestSource(Source):
     """`___iter_rest(base)`: the items a tuple-iterator input has left (Note [Iterators: inputs])."""

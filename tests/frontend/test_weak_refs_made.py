@@ -121,12 +121,45 @@ def _reads_through_a_proxy(o, proxy, x):
 
 
 def test_reads_through_a_weakref_proxy_see_the_frames_writes():
-    # kiln read the proxy's attribute before the frame's replayed stores (1 + 1, not 1 + 2)
+    # Note [Objects: weakref.proxy]: the reads are the referent's, pending stores included (a
+    # read before the frame's replayed stores gave 1 + 1, not 1 + 2)
     x = torch.zeros(1)
     o_eager, o_comp = _Attrs(), _Attrs()
     expected = _reads_through_a_proxy(o_eager, weakref.proxy(o_eager), x)
-    got = kiln.compile(_reads_through_a_proxy, backend="eager")(o_comp, weakref.proxy(o_comp), x)
+    compiled = kiln.compile(_reads_through_a_proxy, backend="eager", fullgraph=True)
+    got = compiled(o_comp, weakref.proxy(o_comp), x)
     torch.testing.assert_close(got, expected)
     assert o_comp.foo == o_eager.foo == 2
-    with pytest.raises(kiln.exc.Unsupported, match="weakref.proxy"):
-        kiln.compile(_reads_through_a_proxy, fullgraph=True)(o_comp, weakref.proxy(o_comp), x)
+
+
+class _Trainer:
+    def __init__(self, x):
+        self.value = x
+
+    def scaled(self, k):
+        return self.value * k
+
+
+def _through_proxy(holder, x):
+    return x + holder.trainer.value + holder.trainer.scaled(2), holder.trainer
+
+
+def test_a_weakref_proxy_input_is_read_guarded_and_given_back():
+    holder = _Attrs()
+    compiled = kiln.compile(_through_proxy, backend="eager", fullgraph=True)
+    x = torch.ones(2)
+    for value in (1.0, 2.0):
+        trainer = _Trainer(torch.full((2,), value))
+        holder.trainer = weakref.proxy(trainer)
+        got, expected = compiled(holder, x), _through_proxy(holder, x)
+        torch.testing.assert_close(got[0], expected[0])
+        assert got[1] is holder.trainer
+    plain = kiln.compile(_through_proxy, backend="eager")
+    plain(holder, x)
+    del trainer  # the referent died: the entry's guard fails, and the frame raises as eager's
+    with pytest.raises(ReferenceError):
+        _through_proxy(holder, x)
+    with pytest.raises(ReferenceError):
+        plain(holder, x)
+    with pytest.raises(kiln.exc.Unsupported, match="referent is dead"):
+        compiled(holder, x)

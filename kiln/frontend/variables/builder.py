@@ -309,10 +309,8 @@ _IDENTITY_SPECIALS = (
 def wrap_value(tx, value, source):
     """Wrap a value reached from `source`, installing its guards (`source` may be None)."""
     guards = tx.output.guards
-    if type(value) in _WEAK_PROXIES:
-        # its attributes are its referent's, which the frame may have written (stores kiln
-        # replays after the graph): a read through it would see the values before them
-        unimplemented("a weakref.proxy (reads through it would miss the frame's pending writes)")
+    if type(value) in _WEAK_PROXIES:  # Note [Objects: weakref.proxy]
+        return weak_refs.wrap_proxy(tx, value, source, wrap_value)
     if lookup_hooked(type(value)):
         # a proxy: isinstance() and getattr() on it run its code (kiln must not look at it)
         if source is None:

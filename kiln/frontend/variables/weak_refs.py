@@ -1,15 +1,17 @@
-"""`weakref.ref(x)` made while tracing, of a value the caller holds (Note [Weak refs: made])."""
+"""`weakref.ref(x)` made while tracing, of a value the caller holds (Note [Weak refs: made]), and
+weakref.proxy inputs (Note [Objects: weakref.proxy])."""
 
 import types
 import weakref
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
-from kiln.frontend.source import LocalSource
+from kiln.frontend.guards import GuardKind
+from kiln.frontend.source import LocalSource, ProxyReferentSource, proxy_referent
 from kiln.frontend.variables.base import VariableTracker
 from kiln.frontend.variables.optim import _dropped_by_frame, root_translator
 from kiln.frontend.variables.tensor import TensorVariable
-from kiln.frontend.variables.user_defined import INSTANCE_MAKERS
+from kiln.frontend.variables.user_defined import INSTANCE_MAKERS, UserDefinedObjectVariable
 
 # Note [Weak refs: made]
 # `r = weakref.ref(x)` in a compiled frame, for an argument x of the frame (a tensor or an object
@@ -91,3 +93,59 @@ def make_weak_ref(tx, cls_var, args, kwargs):
 
 
 INSTANCE_MAKERS.append(make_weak_ref)
+
+
+# Note [Objects: weakref.proxy]
+# A `weakref.proxy(obj)` input forwards attribute reads to its referent, so `proxy.name` is
+# `obj.name`: read through the referent's own variable (`___proxy_referent(p)`, its `__init__`
+# read through the proxy and bound to it), so the frame's pending stores to obj are seen and the
+# reads are guarded as obj's (a dead referent fails the guard). Only attribute reads and method
+# calls go through; anything else with the proxy itself (identity, isinstance, arithmetic, a
+# proxy of an object with its own __getattribute__ or __init__ lookup) is a break. Where it
+# leaves the frame, the proxy is reloaded from its source.
+class WeakProxyVariable(VariableTracker):
+    """A weakref.proxy from outside the frame: attribute reads are its referent's."""
+
+    def __init__(self, referent, **kw):
+        super().__init__(**kw)
+        self.referent = referent
+
+    def python_type(self):
+        # (type() says ProxyType, isinstance() also asks __class__: neither is modelled)
+        unimplemented("the type of a weakref.proxy (type() and isinstance() differ on it)")
+
+    def var_getattr(self, tx, name):
+        return self.referent.var_getattr(tx, name)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name.startswith("__"):
+            unimplemented(f"{name} of a weakref.proxy")
+        return self.referent.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def reconstruct(self, cg):
+        self.source.reconstruct(cg)
+
+    def __repr__(self):
+        return f"WeakProxyVariable({self.referent!r})"
+
+
+def wrap_proxy(tx, value, source, wrap_value):
+    """The variable of a weakref.proxy input (Note [Objects: weakref.proxy])."""
+    if source is None:
+        unimplemented("a weakref.proxy without a source")
+    try:
+        referent = proxy_referent(value)
+    except (ReferenceError, AttributeError):
+        unimplemented("a weakref.proxy whose referent is dead or unreadable")
+    cls = type(referent)
+    if (
+        value.__class__ is not cls
+        or cls.__getattribute__ is not object.__getattribute__
+        or hasattr(cls, "__getattr__")
+    ):
+        unimplemented(f"a weakref.proxy of a {cls.__name__} (its own attribute lookup)")
+    tx.output.guards.add(GuardKind.TYPE_MATCH, source, type(value))
+    inner = wrap_value(tx, referent, ProxyReferentSource(source))
+    if type(inner) is not UserDefinedObjectVariable:
+        unimplemented(f"a weakref.proxy of a {cls.__name__}")
+    return WeakProxyVariable(inner, source=source)
