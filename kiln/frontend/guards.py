@@ -107,6 +107,7 @@ class GuardSet:
     def __init__(self):
         self._guards = {}
         self.dynamic_dims = {}  # source name -> DynamicLayout (TENSOR_MATCH skips its dims)
+        self._same_objects = {}  # group -> {id(object): (object, its first source)}
 
     def set_dynamic_dims(self, source, dims, strides=None):
         self.dynamic_dims[source.name()] = DynamicLayout(frozenset(dims), strides)
@@ -114,6 +115,31 @@ class GuardSet:
     def add(self, kind, source, value=None):
         g = Guard(kind, source, value)
         self._guards.setdefault(g.key(), g)
+
+    def same_objects(self, group, source, value, pairs_up_to=None):
+        """Guard which objects of `group` the trace saw as the same: `source` is the object first
+        read from another source (ALIASING) or none of the others (DISTINCT; not once the group
+        holds `pairs_up_to` objects: the caller pins them by identity then). Returns the group:
+        {id(object): (object, the source first read)}.
+
+        Note [Guards: which objects are the same]
+        A trace that keys a dict or a set by objects from outside the frame folds which of them
+        were the same object, not which objects they were. Each object of a group is guarded to
+        be the object its first source read (another source of it: ALIASING) and a different
+        object from every other one's first source (DISTINCT): any objects with that pattern
+        reuse the entry, and a call whose objects alias otherwise recompiles.
+        """
+        seen = self._same_objects.setdefault(group, {})
+        first = seen.get(id(value))
+        if first is not None:
+            if first[1] != source:
+                self.add(GuardKind.ALIASING, source, first[1])
+            return seen
+        if pairs_up_to is None or len(seen) < pairs_up_to:
+            for _, other in seen.values():
+                self.add(GuardKind.DISTINCT, source, other)
+        seen[id(value)] = (value, source)  # (the object kept alive: ids stay unique)
+        return seen
 
     def added_since(self, mark):
         """The keys of the guards added since `mark` (`len(guards)` then), in order."""

@@ -199,10 +199,8 @@ _NO_VALUE = object()
 # Note [Dicts: objects from outside as keys]
 # An object from outside the frame whose class keeps object's __hash__ and __eq__ is, as a key,
 # its identity: it is held by an ObjectKey on the real object, so that two sources of one object
-# find one item. What the trace folded is which of these key objects were the same: each one's
-# source is guarded to be the same object as the first source seen for it (ALIASING) and a
-# different object from every other key object's (DISTINCT), so a call whose objects alias
-# otherwise recompiles. Nothing pins the objects themselves: any objects of these classes will do.
+# find one item. What the trace folded is which of these key objects were the same, and that is
+# what is guarded (Note [Guards: which objects are the same]): nothing pins the objects themselves.
 def is_outside_object(var):
     """Whether var is a plain-identity user object from outside the frame (a source)."""
     from kiln.frontend.variables.user_defined import UserDefinedObjectVariable
@@ -215,23 +213,9 @@ def is_outside_object(var):
 
 
 def _guard_object_keys(tx, keys):
-    seen = getattr(tx.output, "_kiln_key_objects", None)
     for key in keys:
-        if not (
-            isinstance(key, ObjectKey) and key.obj is not key.var and is_outside_object(key.var)
-        ):
-            continue
-        if seen is None:
-            seen = tx.output._kiln_key_objects = {}
-        value, source = key.obj, key.var.source
-        first = seen.get(id(value))
-        if first is not None:
-            if first[1] != source:
-                tx.output.guards.add(GuardKind.ALIASING, source, first[1])
-            continue
-        for _, other in seen.values():
-            tx.output.guards.add(GuardKind.DISTINCT, source, other)
-        seen[id(value)] = (value, source)  # (the value kept alive: ids stay unique)
+        if isinstance(key, ObjectKey) and key.obj is not key.var and is_outside_object(key.var):
+            tx.output.guards.same_objects("dict keys", key.var.source, key.obj)
 
 
 # Note [Dicts: tensors as keys]

@@ -330,8 +330,8 @@ class ModuleKey(VarKey):
 # named_children, named_parameters) keep the modules they met in a set. A module kiln traces is
 # one real object (from a source, or built while tracing), so it is held by a stand-in that
 # hashes and compares by that object. What the trace folded is which of the modules from
-# sources that went into a set (or were looked up in one) were the same object: up to
-# _PAIRED_MODULES of them, each pair is guarded the same (ALIASING) or distinct (DISTINCT), so
+# sources that went into a set (or were looked up in one) were the same object: for up to
+# _PAIRED_MODULES of them that is what is guarded (Note [Guards: which objects are the same]), so
 # any modules with that pattern reuse the entry (a module deep-copied per call, a second instance
 # of a model); beyond that, a guard per pair grows too fast, and each module is guarded by
 # identity (an ID_MATCH per module) instead.
@@ -349,19 +349,13 @@ _PAIRED_MODULES = 8
 
 def _guard_module_identities(tx, modules):
     """Modules from sources keep which of them are the same (Note [Sets: modules as items])."""
-    seen = getattr(tx.output, "_kiln_set_modules", None)
-    if seen is None:
-        seen = tx.output._kiln_set_modules = {}
-    seen.update((source, m) for source, m in modules.items() if source not in seen)
     guards = tx.output.guards
-    if len(seen) > _PAIRED_MODULES:
-        for source, m in seen.items():
-            guards.add(GuardKind.ID_MATCH, source, m)
-        return
-    pairs = list(seen.items())
-    for i, (a, ma) in enumerate(pairs):
-        for b, mb in pairs[i + 1 :]:
-            guards.add(GuardKind.ALIASING if ma is mb else GuardKind.DISTINCT, a, b)
+    for source, module in modules.items():
+        seen = guards.same_objects("set modules", source, module, pairs_up_to=_PAIRED_MODULES)
+        if len(seen) > _PAIRED_MODULES:  # (all of them once the group crosses the limit)
+            pinned = seen.values() if len(seen) == _PAIRED_MODULES + 1 else [seen[id(module)]]
+            for obj, first in pinned:
+                guards.add(GuardKind.ID_MATCH, first, obj)
 
 
 def guard_tensor_items(tx, *groups):
