@@ -12,6 +12,7 @@ miss the parts are evaluated one by one to name the first failing guard (the `re
 
 import ast
 import builtins
+import collections
 import dataclasses
 import enum
 import inspect
@@ -75,6 +76,7 @@ class GuardKind(enum.IntEnum):
     FLOAT_COMPARE = 12  # a float input compares with a number as before (unspecialised floats)
     NOT_IN = 13  # a key is not in a dict (an instance attribute that would shadow a method)
     SEPARATE_MEMORY = 14  # two tensor inputs share no storage (Note [Control flow: a branch ...])
+    IN = 15  # a key is in a dict (Note [Dicts: inputs guarded by the keys read])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,6 +247,11 @@ def _readable_hint(value):
     return "obj"
 
 
+def _dict_keys(d):
+    """The keys of a dict (subclass) in its storage's order, as dict.keys gives them."""
+    return list(dict.keys(d))
+
+
 def _storage_id(t):
     """The identity of a tensor's storage (views of one tensor share it)."""
     return t.untyped_storage()._cdata
@@ -308,9 +315,14 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
     if k == GuardKind.DICT_KEYS:
         typ, keys = v
         expected = "[" + ", ".join(key_text(key) for key in keys) + "]"
-        return [f"___type({s}) is {namer(typ, typ.__name__)} and ___list({s}) == {expected}"]
+        # (a dict subclass's keys as dict stores them: its own __iter__ is not run)
+        own_iter = issubclass(typ, dict) and not issubclass(typ, collections.OrderedDict)
+        keys = "___dict_keys" if own_iter and typ is not dict else "___list"
+        return [f"___type({s}) is {namer(typ, typ.__name__)} and {keys}({s}) == {expected}"]
     if k == GuardKind.NOT_IN:
-        return [f"{v!r} not in {s}"]
+        return [f"{key_text(v)} not in {s}"]
+    if k == GuardKind.IN:
+        return [f"{key_text(v)} in {s}"]
     if k == GuardKind.ALIASING:
         return [f"{s} is {ref(v)}"]
     if k == GuardKind.DISTINCT:
@@ -593,6 +605,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___type": type,
         "___len": len,
         "___list": list,
+        "___dict_keys": _dict_keys,
         "___storage_id": _storage_id,
         "___device": torch.device,  # keys rendered by source.key_text
         "___is_grad_enabled": torch.is_grad_enabled,

@@ -53,6 +53,7 @@ from kiln.frontend.variables import (
     control_loops,  # noqa: F401  (registers torch's map and scan)
     ctx_managers,
     default_dtype,  # noqa: F401  (registers torch.set_default_dtype)
+    dict_reads,
     enum_api,  # noqa: F401  (registers Enum's functional API)
     foreach_calls,  # noqa: F401  (registers foreach ops one tensor at a time)
     functorch_vmap,
@@ -520,7 +521,10 @@ def _wrap(tx, value, source):
         guards.add(GuardKind.LIST_LENGTH, source, (torch.Size, len(value)))
         items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]
         return SizeVariable(items, source=source)
-    if type(value) in (dict, collections.OrderedDict) and all(is_literal(k) for k in value):
+    if type(value) is dict and all(is_literal(k) for k in value):  # read key by key
+        d = ConstDictVariable(dict.fromkeys(value, dict_reads.UNREAD), source=source)
+        return dict_reads.read_lazily(tx, d, value)  # Note [Dicts: inputs guarded by the ...]
+    if type(value) is collections.OrderedDict and all(is_literal(k) for k in value):
         guards.add(GuardKind.DICT_KEYS, source, (type(value), tuple(value)))
         items = {k: wrap_value(tx, v, GetItemSource(source, k)) for k, v in value.items()}
         d = ConstDictVariable(items, user_cls=type(value), source=source)
@@ -680,8 +684,9 @@ def _guard_function(guards, fn, source):
 
 
 def _is_bound_c_method(value):
-    """`obj.method` of a C method bound to an ordinary object (not a module, class or None)."""
-    return isinstance(value, types.BuiltinMethodType) and not isinstance(
+    """`obj.method` of a C method or slot wrapper (`d.__setitem__`) bound to an ordinary object
+    (not a module, class or None)."""
+    return isinstance(value, (types.BuiltinMethodType, types.MethodWrapperType)) and not isinstance(
         value.__self__, (types.NoneType, types.ModuleType, type)
     )
 

@@ -5,9 +5,11 @@ An instance of a user subclass of dict or OrderedDict reached from a source (`cl
 ClassInstantier(OrderedDict): pass`, an attribute-dict config) is a user object: its Python
 methods are inlined, its attributes read as any object's. The methods it keeps from the C class
 (`d.get(k)`, `k in d`, `d[k]`, `len(d)`, `d.keys()`, iteration, `bool(d)`) read its items: those
-run on the items wrapped at the first such call, its keys guarded in order (the class's
-`__iter__` must be the C one, which the guard runs) and each value read through `dict.get` (the
-class's own `__getitem__` bypassed, as the C methods do). The C writers (`d[k] = v`, `pop`,
+run on the items wrapped at the first such call, its keys guarded in the order dict stores
+them (`dict.keys(d)`: a dict subclass's own `__iter__` is inlined where the code iterates, never
+run by the guard; an OrderedDict subclass's must be the C one, whose order list the guard
+reads) and each value read through `dict.get` (the class's own `__getitem__` bypassed, as the C
+methods do). The C writers (`d[k] = v`, `pop`,
 `update` ...) change those items, replayed after the graph as any input dict's are, by item
 stores and deletes (or clear and update): only for a class that keeps dict's own methods for
 those. A missing key of a class with `__missing__` breaks.
@@ -43,15 +45,16 @@ def storage_of(tx, obj):
     container]), or None when they are not modelled."""
     value, cls = obj.value, type(obj.value)
     base = next((k for k in cls.__mro__ if k in _C_DICTS), None)
-    if obj.source is None or base is None or c_owner(cls, "__iter__") is None:
-        return None
+    c_iter = c_owner(cls, "__iter__") is not None
+    if obj.source is None or base is None or not (c_iter or base is dict):
+        return None  # (an OrderedDict's order is its own list: read through its __iter__)
     effects = tx.output.side_effects
     known = effects.tracked_container(tx, value, obj.source)
     if known is not None:
         # (a defaultdict the builder keeps opaque is tracked as that very object: no items)
         return known if isinstance(known, ConstDictVariable) else None
     keys = list(dict.keys(value))
-    if not all(is_literal(k) for k in keys) or list(value) != keys:
+    if not all(is_literal(k) for k in keys) or (c_iter and list(value) != keys):
         return None
     tx.output.guards.add(GuardKind.DICT_KEYS, obj.source, (cls, tuple(keys)))
     items = {k: wrap_value(tx, dict.get(value, k), DictGetSource(obj.source, k)) for k in keys}

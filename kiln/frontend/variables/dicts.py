@@ -7,7 +7,7 @@ import types
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables import dict_views, od_stale
+from kiln.frontend.variables import dict_reads, dict_views, od_stale
 from kiln.frontend.variables.base import VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dict_keys import (
@@ -86,7 +86,8 @@ class ConstDictVariable(VariableTracker):
 
     def __init__(self, items, user_cls=dict, default_factory=None, **kw):
         super().__init__(**kw)
-        self.items = dict(items)
+        self.raw_items = dict(items)  # (values a lazy read has not wrapped yet: UNREAD)
+        self.unread = None  # a dict_reads.LazyInput while values are left to read
         self.user_cls = user_cls
         if isinstance(default_factory, ConstantVariable) and default_factory.value is None:
             default_factory = None  # (an input defaultdict without a factory)
@@ -99,6 +100,19 @@ class ConstDictVariable(VariableTracker):
         # [Dicts: OrderedDict's methods on a stale order list], od_stale.py); None: unknown
         self.od_order = None
         self.od_kind = None
+
+    @property
+    def items(self):
+        """The items, every value wrapped (Note [Dicts: inputs guarded by the keys read])."""
+        if self.unread is not None:
+            dict_reads.read_all(self)
+        return self.raw_items
+
+    @items.setter
+    def items(self, items):
+        if self.unread is not None:
+            dict_reads.read_all(self)
+        self.raw_items = items
 
     def python_type(self):
         return self.user_cls
@@ -178,6 +192,11 @@ class ConstDictVariable(VariableTracker):
         raise_observed(tx, KeyError, key)
 
     def call_method(self, tx, name, args, kwargs):
+        if self.unread is not None and name in dict_reads.LOOKUPS and args and not kwargs:
+            if args[0].is_python_constant():  # Note [Dicts: inputs guarded by the keys read]
+                found = dict_reads.lookup(tx, self, name, args, self._key(args[0]))
+                if found is not None:
+                    return found
         if self.od_stale and not _inherited(self.user_cls, name):
             done = od_stale.call(tx, self, name, args, kwargs)
             if done is not None:
@@ -409,7 +428,7 @@ class ConstDictVariable(VariableTracker):
             cg.extend(emit.call(nargs))
 
     def __repr__(self):
-        return f"ConstDictVariable({self.items!r})"
+        return f"ConstDictVariable({self.raw_items!r})"
 
 
 # Note [Dicts: mappingproxy]
