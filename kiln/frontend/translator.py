@@ -470,10 +470,15 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         its cells. A cell holding a class or function is pinned as a global of the guard and of
         the transformed code, and read as `cell.cell_contents` from there: guarded like any
         other value (its identity), so a rebinding of the variable is seen."""
-        pinned = f"___kiln_cell_{id(cell)}"
-        self.output.extra_globals[pinned] = cell
-        installed_globals.install(self.output, pinned, cell)
-        return AttrSource(ConstSource(pinned), "cell_contents")
+        return AttrSource(self.pinned_source("cell", cell), "cell_contents")
+
+    def pinned_source(self, kind, obj):
+        """A source for `obj`, an object from outside the frame reached through no source: it
+        is held as a global of the guard and of the transformed code while they live."""
+        pinned = f"___kiln_{kind}_{id(obj)}"
+        self.output.extra_globals[pinned] = obj
+        installed_globals.install(self.output, pinned, obj)
+        return ConstSource(pinned)
 
     def STORE_DEREF(self, inst):
         name = inst.argval

@@ -176,11 +176,22 @@ class UserMethodVariable(UserFunctionVariable):
         return [self.obj]
 
     def var_getattr(self, tx, name):
-        if name == "__func__":
-            return UserFunctionVariable(self.fn, source=self.source)
         if name == "__self__":
             return self.obj
-        return super().var_getattr(tx, name)
+        if name == "__func__":
+            return UserFunctionVariable(self.fn, source=self.source)
+        # a bound method reads every other attribute from its function (`m.__dict__`, as
+        # method.__getattribute__ forwards them); the function, found on a class and pinned
+        # by the method's own guards, is read through a source of its own
+        source = None
+        if name in _FUNCTION_DATA or name in getattr(self.fn, "__dict__", {}):
+            bound = getattr(self.obj, "value", None)  # (a classmethod's class)
+            owner = bound if isinstance(bound, type) else self.obj.python_type()
+            if any(c in owner.__mro__ for c in tx.output.made_classes):
+                # a class the trace built: its functions are made again per call
+                unimplemented(f"attribute {name!r} of a method of {owner.__qualname__}")
+            source = tx.pinned_source("fn", self.fn)
+        return UserFunctionVariable(self.fn, source=source).var_getattr(tx, name)
 
     def reconstruct(self, cg):
         from kiln.frontend.variables.classes import load_class_function, local_owner

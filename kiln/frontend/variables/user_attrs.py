@@ -199,6 +199,8 @@ def class_decides_hasattr(obj, name):
         return None
     if not isinstance(typ, type) or typ.__dictoffset__ != 0 or hasattr(typ, "__getattr__"):
         return None
+    if typ is types.MethodType:  # (its attribute reads fall through to its function)
+        return None
     for c in typ.__mro__:
         plain_namedtuple = "_fields" in c.__dict__ and c.__dict__.get("__slots__") == ()
         if c.__module__ not in ("builtins", "collections") and not plain_namedtuple:
