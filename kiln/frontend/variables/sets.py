@@ -105,7 +105,11 @@ class SetVariable(VariableTracker):
                 unimplemented("pop() of a set input (which item depends on the set's history)")
             self._mutate(tx)
             try:
-                values = [_set_values(tx, a) for a in args] if name.endswith("update") else []
+                values = (
+                    [_set_values(tx, a, ordered=True) for a in args]
+                    if name.endswith("update")
+                    else []
+                )
             except ObservedException:
                 if name in ("intersection_update", "symmetric_difference_update"):
                     raise  # (Python builds the other set first: this one is unchanged)
@@ -173,7 +177,7 @@ class SetVariable(VariableTracker):
         if name in _STOPS_EARLY and len(args) == 1 and _is_iterator(args[0]):
             return _stop_early(tx, self.values, name, args[0])
         if name in _SET_PURE:
-            values = [_set_values(tx, a) for a in args]
+            values = [_set_values(tx, a, ordered=True) for a in args]  # (Python's own method)
             try:
                 result = getattr(self._items_now(), name)(*values)
             except Exception as e:
@@ -460,7 +464,9 @@ def _arity_error(name, args, base=set):
     unimplemented(f"set.{name} with these arguments")
 
 
-def _set_values(tx, var):
+def _set_values(tx, var, ordered=False):
+    """The items of an iterable as a set; `ordered`: those of a sequence as a list in its order
+    (`s.update(seq)` adds them in that order, which decides the table of colliding items)."""
     if isinstance(var, SetVariable):
         return var.values
     if hasattr(var, "base_set"):  # a set subclass instance: its items (Note [Sets: subclass ...])
@@ -472,9 +478,10 @@ def _set_values(tx, var):
         # SET_UPDATE of a frozenset constant), and a copy built item by item may order
         # differently (Note [Sets: iteration order is the table's])
         return var.value
-    values = {_set_item(v) for v in var.unpack_var_sequence(tx)}
+    items = [_set_item(v) for v in var.unpack_var_sequence(tx)]
+    values = set(items)
     guard_tensor_items(tx, values)
-    return values
+    return items if ordered else values
 
 
 def _iterable(value):

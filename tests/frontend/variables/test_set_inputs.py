@@ -191,3 +191,27 @@ def test_iterating_a_set_of_tensors_breaks_naming_the_cause():
     expected = sums_items(torch.ones(1), tensors)
     assert torch.equal(kiln.compile(sums_items)(torch.ones(1), tensors), expected)
     assert kiln.counters["stats"]["graph_breaks"] >= 1  # (the loop runs in Python)
+
+
+def updates_from_a_list(x, s):
+    s.update([147, 114])  # added in the list's order (not that of a set built from it)
+    return x + len(s)
+
+
+def test_update_from_a_list_adds_in_the_lists_order():
+    # (147 then 114 and 114 then 147 leave this set in different orders: they probe into the
+    # same slots; a set built from the list iterates them the other way round)
+    eager_set, compiled_set = {24, 77, 73, 15, 50, 11}, {24, 77, 73, 15, 50, 11}
+    updates_from_a_list(torch.ones(1), eager_set)
+    kiln.reset()
+    compiled = kiln.compile(updates_from_a_list, backend="eager", fullgraph=True)
+    compiled(torch.ones(1), compiled_set)
+    assert list(compiled_set) == list(eager_set)
+
+
+def union_with_a_list(x, s):
+    return x + 1, list(s.union([147, 114]))
+
+
+def test_union_with_a_list_orders_as_eager():
+    run_and_compare(union_with_a_list, torch.ones(1), {24, 77, 73, 15, 50, 11}, fullgraph=True)
