@@ -302,3 +302,22 @@ def test_reused_memory_is_not_viewed_for_kernels():
     assert re.search(r"buf\d+ = buf\d+; del buf\d+\n", src), src
     views = src.count(".view(") + src.count("as_strided(") + src.count("rt.view(")
     assert views <= 20, src
+
+
+def test_a_reused_buffer_passed_to_linear_has_its_own_shape():
+    # w2s (64x128) takes w1s's memory (128x64) when w1s dies; the local is bound to the old
+    # tensor (Note [Wrapper: reuse without views]), so the addmm-as-linear call must pass a view
+    # in w2s's shape (it passed the 128x64 tensor: "mat1 and mat2 shapes cannot be multiplied",
+    # repro 17 under bfloat16 autocast)
+    x, b1, b2 = torch.randn(16, 64), torch.randn(128), torch.randn(64)
+    w1, w2 = torch.randn(128, 64) / 8, torch.randn(64, 128) / 8
+
+    def f(x, w1, b1, w2, b2):
+        w1s = aten.mul.Tensor(w1, 2.0)
+        h = aten.addmm.default(b1, x, aten.permute.default(w1s, [1, 0]))
+        g = aten.relu.default(h)
+        w2s = aten.mul.Tensor(w2, 2.0)
+        return (aten.addmm.default(b2, g, aten.permute.default(w2s, [1, 0])),)
+
+    c = check(f, [x, w1, b1, w2, b2], atol=1e-4, rtol=1e-4)
+    assert "linear" in c.wrapper_src, c.wrapper_src  # (the path this covers)

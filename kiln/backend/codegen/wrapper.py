@@ -574,12 +574,14 @@ class WrapperCodegen:
         buf, lay = w
         if not _transposed(buf.layout, lay.size, lay.stride, lay.offset):
             return None
+        # (the weight as the buffer it is: a local reusing another buffer's memory holds that
+        # tensor's shape, Note [Wrapper: reuse without views])
         if k.op == aten.mm.out:
-            return [self.literal(rest[0]), buf.name]
+            return [self.literal(rest[0]), self.tensor_arg(buf, buf.layout)]
         bias, x = rest
         if not (isinstance(bias, tuple) and len(bias[1].size) == 1):
             return None  # linear's bias is 1-d
-        return [self.literal(x), buf.name, self.literal(bias)]
+        return [self.literal(x), self.tensor_arg(buf, buf.layout), self.literal(bias)]
 
     # Note [Backend: kernel profiling]
     # Under `config.profile_kernels` every kernel and extern call runs inside a profiler range
