@@ -605,7 +605,9 @@ def _wrap(tx, value, source):
     if isinstance(value, types.MethodType) and isinstance(value.__func__, types.FunctionType):
         guards.add(GuardKind.ID_MATCH, _attr(source, "__func__"), value.__func__)
         obj = wrap_value(tx, value.__self__, _attr(source, "__self__"))
-        return UserMethodVariable(value.__func__, obj, source=source)
+        var = UserMethodVariable(value.__func__, obj, source=source)
+        var.source_is_method = True  # (the bound method's own source, not its function's)
+        return var
     if torch_queries.is_query(value):  # (torch._C._get_tracing_state is bound to no module)
         guards.add(GuardKind.ID_MATCH, source, value)
         return TorchVariable(value, source=source)

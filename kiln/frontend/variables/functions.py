@@ -165,6 +165,8 @@ def pin_class_attr(tx, source, fn):
 class UserMethodVariable(UserFunctionVariable):
     """A function bound to a traced object (module, user object)."""
 
+    source_is_method = False  # its source reads the method (an input), else its function
+
     def __init__(self, fn, obj, **kw):
         super().__init__(fn, **kw)
         self.obj = obj
@@ -179,7 +181,10 @@ class UserMethodVariable(UserFunctionVariable):
         if name == "__self__":
             return self.obj
         if name == "__func__":
-            return UserFunctionVariable(self.fn, source=self.source)
+            source = self.source
+            if source is not None and self.source_is_method:
+                source = AttrSource(source, "__func__")
+            return UserFunctionVariable(self.fn, source=source)
         # a bound method reads every other attribute from its function (`m.__dict__`, as
         # method.__getattribute__ forwards them); the function, found on a class and pinned
         # by the method's own guards, is read through a source of its own

@@ -64,3 +64,15 @@ def test_a_method_of_a_class_made_in_the_frame_is_not_pinned():
     x = torch.ones(2)
     for k in (1, 2, 5):
         torch.testing.assert_close(compiled(x, k), method_of_a_class_made_per_call(x, k))
+
+
+def func_of_a_method_input(x, m):
+    return x + 1, m.__func__, m.__self__
+
+
+def test_func_of_a_bound_method_input_is_its_function():
+    # (it returned the bound method itself: the method's source stood for its function's)
+    obj = Foo()
+    kiln.reset()
+    got = kiln.compile(func_of_a_method_input, backend="eager")(torch.ones(2), obj.bar)
+    assert got[1] is Foo.bar and got[2] is obj
