@@ -26,7 +26,7 @@ LOOKUPS = ("__getitem__", "get", "__contains__")
 
 
 class Unread:
-    """A value of a dict input the trace has not read (ConstDictVariable._items holds it)."""
+    """A value of a dict input the trace has not read (in ConstDictVariable.raw_items)."""
 
     __slots__ = ()
 
