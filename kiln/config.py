@@ -39,6 +39,7 @@ traced_modules = (
     "torch._prims_common",  # make_contiguous_strides_for ...: size arithmetic in Python
     "torch.distributions",  # Normal(loc, scale).log_prob(x): tensor code in Python classes
     "torch.nn._reduction",  # get_enum("mean"), legacy_get_string: plain Python over str/bool
+    "torch._higher_order_ops.associative_scan",  # its generic path: Python over slices and vmap
 )  # Python functions from these are traced like user code although their package is skipped
 strict = (
     False  # an internal error in kiln raises (True: kiln's tests) instead of one warning + eager

@@ -96,3 +96,42 @@ def test_scan_carry_changing_shape_breaks():
         return hops.scan(lambda c, x: (torch.cat([c, x]), x), init, xs)
 
     run_and_compare(grows, torch.randn(3, 2), torch.zeros(2), expected_breaks=1)
+
+
+def linear_recurrence(left, right):
+    """(a, b) pairs composing h -> a*h + b: associative, as a selective-scan model's."""
+    return left[0] * right[0], right[0] * left[1] + right[1]
+
+
+@pytest.mark.parametrize("n, dim, reverse", [(7, 2, False), (8, 1, True), (1, 0, False)])
+def test_associative_scan_generic_is_one_graph_equal_to_eager(n, dim, reverse):
+    def fn(a, b):
+        return hops.associative_scan(
+            linear_recurrence, (a, b), dim=dim, reverse=reverse, combine_mode="generic"
+        )
+
+    shape = [2, 3, 4]
+    shape[dim] = n
+    a, b = torch.rand(*shape), torch.randn(*shape)
+    run_and_compare(fn, a, b, expected_graphs=1, expected_breaks=0, fullgraph=True)
+
+
+def test_associative_scan_gradients_equal_eager():
+    def loss(a, b):
+        return hops.associative_scan(torch.add, b * a, dim=0, combine_mode="generic").pow(2).sum()
+
+    a, b = torch.rand(5, 3), torch.randn(5, 3)
+    leaves = [t.clone().requires_grad_() for t in (a, b)]
+    loss(*leaves).backward()
+    mine = [t.clone().requires_grad_() for t in (a, b)]
+    kiln.reset()
+    kiln.compile(loss, backend="aot_eager", fullgraph=True)(*mine).backward()
+    for ref, got in zip(leaves, mine):
+        torch.testing.assert_close(got.grad, ref.grad)
+
+
+def test_associative_scan_pointwise_on_cpu_raises_as_eager():
+    def fn(x):  # eager refuses combine_mode="pointwise" for CPU tensors (a ValueError)
+        return hops.associative_scan(torch.add, x, dim=0)
+
+    run_and_compare(fn, torch.randn(4, 2), expected_breaks=1)

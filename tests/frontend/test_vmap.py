@@ -41,6 +41,14 @@ def test_func_vmap_and_decorator():
     _one_graph(fn, torch.randn(5, 3))
 
 
+def test_a_batch_of_size_0_is_captured():
+    def fn(x, y):  # (associative_scan's generic path vmaps slices that can be empty)
+        return torch.vmap(lambda a, b: a * b + 1, in_dims=(1, 0))(x, y)
+
+    gm = _one_graph(fn, torch.randn(3, 0, 2), torch.randn(0, 3, 2))
+    assert len(_vmap_nodes(gm)) == 1
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_values_every_backend(backend):
     w = torch.randn(3, 2)

@@ -22,7 +22,16 @@ flow: a branch that writes its inputs], cond_writes.py), a branch kiln cannot tr
 node (Note [Control flow: while_loop as an operator]) when its carried values are tensors that
 need no gradient; other uses are graph breaks. torch._higher_order_ops's map and scan are
 unrolled into the frame's graph (control_loops.py, Note [Control flow: map and scan unrolled]);
-the other control-flow operators (associative_scan, ...) are graph breaks that name them.
+the other control-flow operators are graph breaks that name them.
+
+Note [Control flow: associative_scan inlined]
+`associative_scan(combine_fn, xs, dim, combine_mode="generic")` is, in eager torch, Python: a
+log-depth scan over strided slices that calls `torch.vmap(combine_fn)` on each pair of slices.
+kiln traces that code like user code (its module is in config.traced_modules), so the graph has
+the slicing, the vmapped combine_fn (one vmap node per level) and the concatenations, and the
+values are eager's to the bit, gradients included. Selective-scan models (Mamba, Jamba, Zamba in
+transformers) call it only while compiling. combine_mode="pointwise" (eager: CUDA only, a scan
+compiled by torch) stays a graph break; on CPU tensors eager raises, and so does the break.
 """
 
 import contextlib
@@ -36,6 +45,7 @@ from kiln.exc import Unsupported, unimplemented
 from kiln.frontend.variables import cond_writes
 from kiln.frontend.variables.base import PythonValueVariable
 from kiln.frontend.variables.exceptions import ObservedException
+from kiln.frontend.variables.functions import UserFunctionVariable
 from kiln.frontend.variables.lists import BaseListVariable, ListVariable, TupleVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor import TensorVariable
@@ -50,6 +60,8 @@ _COMPILING_BACKENDS = ("aot_eager", "kiln")
 LOOP_OPS = {}  # torch's map and scan -> fn(tx, args, kwargs), filled by control_loops.py
 _COND = getattr(torch, "cond", None)
 _WHILE_LOOP = getattr(torch, "while_loop", None)
+_ASSOCIATIVE_SCAN = getattr(getattr(torch, "_higher_order_ops", None), "associative_scan", None)
+_INLINED_HELPERS = getattr(_ASSOCIATIVE_SCAN, "__module__", None)
 # Note [Control flow: the cond operator called directly]
 # Eager torch.cond compiles a wrapper that calls the operator object `cond_op(pred, true_fn,
 # false_fn, operands)` (read from torch.cond's globals, never imported): kiln
@@ -65,6 +77,8 @@ def handles(fn):
         return True
     if not isinstance(fn, types.FunctionType):
         return False
+    if fn.__module__ == _INLINED_HELPERS and fn is not _ASSOCIATIVE_SCAN:
+        return False  # Note [Control flow: associative_scan inlined]
     return (fn.__module__ or "").startswith("torch._higher_order_ops")
 
 
@@ -80,6 +94,9 @@ class ControlFlowOpVariable(PythonValueVariable):
         loop = LOOP_OPS.get(fn)  # map, scan (control_loops.py)
         if loop is not None:
             return loop(tx, args, kwargs)
+        if fn is _ASSOCIATIVE_SCAN and _generic_mode(args, kwargs):
+            # Note [Control flow: associative_scan inlined]
+            return UserFunctionVariable(fn).call_function(tx, args, kwargs)
         name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn))
         unimplemented(f"control-flow operator {name} is not captured (it runs in Python)")
 
@@ -90,6 +107,12 @@ class ControlFlowOpVariable(PythonValueVariable):
 
     def __repr__(self):
         return f"ControlFlowOpVariable({getattr(self.value, '__name__', self.value)})"
+
+
+def _generic_mode(args, kwargs):
+    """Whether an associative_scan call asks for combine_mode="generic" (a constant)."""
+    mode = kwargs.get("combine_mode", args[4] if len(args) > 4 else None)
+    return mode is not None and mode.is_python_constant() and mode.as_python_constant() == "generic"
 
 
 def _bind_cond(args, kwargs):

@@ -264,8 +264,13 @@ def _per_example(v, dim):
     ex = v.example
     if ex.dim() == 0 or not -ex.dim() <= dim < ex.dim():
         unimplemented(f"torch.vmap: in_dim {dim} of a {ex.dim()}-d tensor (torch.vmap raises)")
-    if ex.shape[dim] == 0:
-        unimplemented("torch.vmap over a batch of size 0")
+    if ex.shape[dim] == 0:  # (no example to select: one of the same sizes and strides)
+        if is_symbolic(ex):
+            unimplemented("torch.vmap over a batch of size 0 with symbolic sizes")
+        sizes, strides = list(ex.shape), list(ex.stride())
+        del sizes[dim], strides[dim]
+        per = torch.empty_strided(sizes, strides, dtype=ex.dtype, device="meta")
+        return types.SimpleNamespace(example=per, device=v.device)
     return types.SimpleNamespace(example=ex.select(dim, 0), device=v.device)
 
 
