@@ -58,9 +58,13 @@ def run_workers(script, tmp_path, world=2):
 
 
 def _worker(rank, world, port, scenarios, out):
+    import faulthandler
+
     import torch.distributed as dist
 
     import kiln
+
+    faulthandler.enable()  # a rare abort in a worker ("terminate called ...") prints its stacks
 
     kiln.config.strict = True
     torch.set_num_threads(1)
