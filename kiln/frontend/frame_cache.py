@@ -617,10 +617,13 @@ class FrameCache:
                 installed_globals.keep_while(entry.code, output)
             else:
                 installed_globals.release_unused(output)
-            # the trace lets go of the frame's values now, not at the next collection: the
-            # translator can sit in reference cycles with what it made, the iterator steps of
-            # its last instruction hold its variables (Note [Finalizers: locals])
-            tx.__dict__.clear()
+            # the trace lets go of the frame's values now, not at the next collection: a
+            # translator can sit in reference cycles with what it made (an inlined call's with
+            # its parent, a dict input read key by key with the translator that read it), the
+            # iterator steps of its last instruction hold its variables (Note [Finalizers:
+            # locals]); an optimizer's state tensors dropped by the user are freed at once
+            for translator in output.translators:  # the root's and every inlined call's
+                translator.__dict__.clear()
             detach_made_classes(output.made_classes)  # Note [Classes: the trace's classes ...]
             # (so does the output graph: its graph inputs and guards hold the real values it read,
             # a parameter's .grad kept alive after `zero_grad()` until the next collection)

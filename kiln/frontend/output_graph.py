@@ -54,6 +54,7 @@ class OutputGraph:
         # instructions left to trace before a graph with no tensor op gives up (-1: no limit)
         self.steps_left = -1 if settings.fullgraph else max(config.python_trace_limit, 0) or -1
         self.graph = torch.fx.Graph()
+        self.translators = []  # the root frame's and every inlined call's (cleared at the end)
         self.own_calls = 0  # calls the root frame's own instructions made (not inlined callees)
         self.guards = GuardSet()
         self.guards.add(GuardKind.GLOBAL_STATE, None, False)

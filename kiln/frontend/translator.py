@@ -152,6 +152,7 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
 
     def __init__(self, output, code, f_globals, symbolic_locals, closure, inline_depth):
         self.output = output
+        output.translators.append(self)  # (cleared when the trace ends: frame_cache)
         self.code = code
         self.f_globals = f_globals
         self.instructions = decode(code)

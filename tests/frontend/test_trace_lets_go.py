@@ -44,3 +44,20 @@ def test_global_tensor_read_by_a_trace_is_not_kept(no_gc):
     t = weakref.ref(holder["t"])
     holder["t"] = torch.zeros(3)
     assert t() is None
+
+
+def test_optimizer_state_dies_with_the_optimizer(no_gc):
+    # (PyTorch's test_optim_state_references_cleared: an inlined call's translator sat in a
+    # cycle with its parent and with the dict input it read key by key)
+    lin = torch.nn.Linear(8, 8, bias=False)
+    opt = torch.optim.Adadelta(lin.parameters(), lr=0.01)
+
+    def step():
+        opt.step()
+
+    compiled = kiln.compile(step, backend="eager")
+    lin(torch.ones(8)).sum().backward()
+    compiled()
+    state = weakref.ref(opt.state[lin.weight]["square_avg"])
+    del opt
+    assert compiled is not None and state() is None
