@@ -59,5 +59,5 @@ def test_optimizer_state_dies_with_the_optimizer(no_gc):
     lin(torch.ones(8)).sum().backward()
     compiled()
     state = weakref.ref(opt.state[lin.weight]["square_avg"])
-    del opt
+    opt = None
     assert compiled is not None and state() is None
