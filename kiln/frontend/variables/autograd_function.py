@@ -53,6 +53,7 @@ from kiln.frontend.variables.autograd_function_objects import (
 )
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.functions import inline_call
 from kiln.frontend.variables.lists import BaseListVariable, ListVariable, TupleVariable
 from kiln.frontend.variables.logging_vars import EffectCallVariable
@@ -133,9 +134,15 @@ class AutogradFunctionApplyVariable(VariableTracker):
         # Note [Autograd functions: appends to a list argument]
         lists = {k: a for k, a in enumerate(args) if type(a) is ListVariable}
         traced = [ListVariable(list(a.items)) if k in lists else a for k, a in enumerate(args)]
+        dicts = {k: a for k, a in enumerate(args) if _constant_dict(a)}  # Note [Autograd ...
+        for k, a in dicts.items():  # ... functions: a dict of constants as an argument]
+            traced[k] = ConstDictVariable(dict(a.items))
         out = self._check_forward(
             tx, forward, setup if has_setup else None, ctx, traced, check_backward
         )
+        for k, a in dicts.items():
+            if dict(traced[k].items) != dict(a.items):
+                unimplemented(f"{name}.forward changes a dict argument")
         appended = self._appended(lists, traced, out)
         result = self._apply_node(tx, args, out, ctx, any(needs), objects, appended)
         if appended:
@@ -453,9 +460,11 @@ def apply_target(cls, baked=None, objects=None, grown=None, made=None):
     the objects forward returns (returned after its outputs, None in their places)."""
 
     def apply(*args):
-        if baked:  # the enum members back in their places
+        if baked:  # the enum members and dicts back in their places (a new dict each call)
             it = iter(args)
-            args = [baked[k] if k in baked else next(it) for k in range(len(args) + len(baked))]
+            args = [
+                _fresh(baked[k]) if k in baked else next(it) for k in range(len(args) + len(baked))
+            ]
         if objects:
             args = [
                 rebuilt_object(*objects[k], a) if k in objects else a for k, a in enumerate(args)
@@ -627,8 +636,30 @@ def _constant_output(v):
 
 
 def _baked(v):
-    """An enum member argument: held by the node's target (FX cannot print it in the graph)."""
+    """An enum member argument, or a plain dict of literals (Note [Autograd functions: a dict
+    of constants as an argument]): held by the node's target (FX cannot print the member, and
+    would hand forward a read-only copy of the dict)."""
+    if _constant_dict(v):
+        return True
     return v.is_python_constant() and isinstance(v.as_python_constant(), enum.Enum)
+
+
+# Note [Autograd functions: a dict of constants as an argument]
+# `MyFn.apply(x, {"num_hash": 64, "use_fast_hash": True})` (transformers' YOSO passes its config
+# so): a plain dict whose keys and values are literals is a constant of the call (its values are
+# guarded as any constant the trace reads). The target hands forward a new dict of them each call.
+# A forward that changes the dict would need the change written back to the caller's dict: the
+# traced forward gets a copy, and a copy that changed is a graph break.
+def _fresh(value):
+    return dict(value) if type(value) is dict else value
+
+
+def _constant_dict(v):
+    """A plain dict whose keys and values are literals (immutable constants)."""
+    if type(v) is not ConstDictVariable or v.user_cls is not dict or not v.is_python_constant():
+        return False
+    value = v.as_python_constant()
+    return all(is_literal(k) and is_literal(i) for k, i in value.items())
 
 
 def _apply_argument(v):
