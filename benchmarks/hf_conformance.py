@@ -127,6 +127,7 @@ if with_torch == "1":
     except Exception as e:
         out["torch"] = {"ok": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
     out["torch"]["breaks"] = sum(counters["graph_break"].values())
+    out["torch"]["graphs"] = counters["stats"]["unique_graphs"]
 print(json.dumps(out))
 """
 
@@ -147,6 +148,8 @@ def _shrunk(have):
             overrides[key] = 0.0
         elif key.endswith("_config") and isinstance(value, dict):
             overrides[key] = {**value, **_shrunk(value)}
+    if "kv_lora_rank" in have and "num_attention_heads" in overrides:  # (multi-head latent
+        overrides["num_key_value_heads"] = overrides["num_attention_heads"]  # attention: no GQA)
     layers = overrides.get("num_hidden_layers", overrides.get("num_layers"))
     for key in ("layer_types", "block_types", "layers_block_type"):
         if layers and isinstance(have.get(key), list) and len(have[key]) > layers:
@@ -223,6 +226,7 @@ def counted_breaks():
     reasons = counters["graph_break"]
     return {
         "breaks": sum(reasons.values()),
+        "graphs": counters["stats"]["unique_graphs"],
         "reasons": sorted(reasons, key=reasons.get, reverse=True)[:3],
         "internal_errors": counters["frames"]["internal_errors"],
         "backend_failures": counters["stats"]["backend_failures"],
@@ -268,9 +272,11 @@ def report(results):
             continue
         k = r["kiln"]
         status = "ok  " if k.get("ok") else "FAIL"
-        line = f"{r['model']:<28} {status} breaks {k.get('breaks', '?'):>3}"
+        line = f"{r['model']:<28} {status} breaks {k.get('breaks', '?'):>3} graphs {k.get('graphs', '?'):>3}"
         if "torch" in r:
-            line += f" (torch {r['torch'].get('breaks', '?'):>3}{'' if r['torch'].get('ok') else ' FAIL'})"
+            t = r["torch"]
+            line += f" (torch {t.get('breaks', '?'):>3} {t.get('graphs', '?'):>3}"
+            line += f"{'' if t.get('ok') else ' FAIL'})"
         if k.get("internal_errors") or k.get("backend_failures"):
             line += f" internal {k.get('internal_errors')} backend {k.get('backend_failures')}"
         line += f" {r.get('seconds', '')}s"
