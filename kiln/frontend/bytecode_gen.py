@@ -87,6 +87,10 @@ class PyCodegen:
         """The kiln-compiled wrapper of a user function (a break inside it: its own frame)."""
         return self.callee_factory(fn, module_root)
 
+    def closure_entry(self, fn):
+        """The kiln-compiled entry of a closure's code under its own globals: `entry(fn, ...)`."""
+        return self.callee_factory(fn, cells_per_call=True)
+
     def rebuilt(self, restore=None):
         """What has been rebuilt into temps so far; with `restore`, go back to that."""
         if restore is None:

@@ -207,8 +207,19 @@ class FrameCache:
             boxed = self.children[(code, "box")] = make_box_wrapper(wrapper._kiln_cache)
         return boxed
 
-    def _callee(self, fn, module_root=False):
-        """A user function (or module forward) that broke inside: compiled as its own frame."""
+    def _callee(self, fn, module_root=False, cells_per_call=False):
+        """A user function (or module forward) that broke inside: compiled as its own frame.
+        `cells_per_call`: fn is a closure whose code is compiled with its own globals, and the
+        entry is called as `entry(fn, *args)` with the function of the call (Note [Cache:
+        closures made per call])."""
+        if cells_per_call:
+            key = ("closure", fn.__code__, id(fn.__globals__))
+            wrapper = self.children.get(key)
+            if wrapper is None:
+                cache = ClosureFrameCache(fn.__code__, fn.__globals__, self.settings)
+                cache.root = self.root
+                wrapper = self.children[key] = make_closure_wrapper(cache)
+            return wrapper
         inner = kiln_marker(fn, "_kiln_shallow")
         if inner is not None:  # kiln.disable(fn, recursive=False): fn in Python, callees compiled
             func = inner.__func__ if isinstance(inner, types.MethodType) else inner

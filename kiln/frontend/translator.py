@@ -608,6 +608,13 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
             if name in mod._parameters and replaces_parameter(self, obj, value):
                 self.output.side_effects.store_attr(obj, name, value)
                 return  # Note [Modules: parameters made in the frame]
+            if (
+                name in mod._modules
+                and isinstance(value, NNModuleVariable)
+                and value.value is mod._modules[name]
+                and self.output.side_effects.load_attr(obj, name) is None
+            ):
+                return  # the submodule stored back into its own attribute: nothing changes
             if name in mod._parameters or name in mod._modules:
                 unimplemented(f"replacing parameter or submodule {name!r} of a module")
             if isinstance(value, NNModuleVariable) or (

@@ -107,3 +107,15 @@ def test_two_dimensional_nonzero_as_tuple():
     for x in _INPUTS:
         assert_same(fn(x), compiled(x))
     assert len(graphs) == 1
+
+
+def positions_by_where(x):
+    rows, cols = torch.where(x > 0)  # (one argument: eager's x.nonzero(as_tuple=True))
+    return rows * 10 + cols, torch.where(x > 0, x, -x)
+
+
+def test_where_with_one_argument_is_nonzero():
+    compiled, graphs = _counted(positions_by_where)
+    for x in _INPUTS:
+        assert_same(positions_by_where(x), compiled(x))
+    assert len(graphs) == 1

@@ -106,7 +106,15 @@ def _argwhere_function(tx, fn, args, kwargs):
     return None
 
 
+def _where_function(tx, fn, args, kwargs):
+    """`torch.where(cond)` with one argument: eager's is `cond.nonzero(as_tuple=True)`."""
+    if len(args) == 1 and not kwargs and isinstance(args[0], tensor_vars.TensorVariable):
+        return nonzero(tx, args[0], [], {"as_tuple": ConstantVariable(True)})
+    return None
+
+
 tensor_vars.register_method("nonzero", nonzero)
+torch_vars.register_function(torch.where, _where_function)
 torch_vars.register_function(torch.nonzero, _nonzero_function)
 tensor_vars.register_method("argwhere", _argwhere)
 torch_vars.register_function(torch.argwhere, _argwhere_function)

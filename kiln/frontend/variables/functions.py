@@ -125,9 +125,14 @@ class UserFunctionVariable(BaseFunctionVariable):
         elif cg.compile_callees and self._closure_callee_ok(cg):
             # a closure: this call's function object with its own cells, through the entry
             # of its code (Note [Cache: closures made per call]); a wrapper of the traced
-            # function object would run the cells of the call that was traced
+            # function object would run the cells of the call that was traced. A closure of
+            # another module (a library's decorator around a forward) has its own globals.
+            if self.fn.__globals__ is cg.output.root_fn.__globals__:
+                entry = cg.closure_callee(self.fn.__code__)
+            else:
+                entry = cg.closure_entry(self.fn)
             cg.load_object(functools.partial, push_null=True)
-            cg.load_object(cg.closure_callee(self.fn.__code__))
+            cg.load_object(entry)
             self.source.reconstruct(cg)
             cg.extend(emit.call(2))
         elif self.source is not None:
@@ -142,7 +147,10 @@ class UserFunctionVariable(BaseFunctionVariable):
             and getattr(cg, "closure_callee", None) is not None
             and not fn.__defaults__
             and not fn.__kwdefaults__
-            and fn.__globals__ is cg.output.root_fn.__globals__
+            and (
+                fn.__globals__ is cg.output.root_fn.__globals__
+                or (sourced and cg.callee_factory is not None)
+            )
         )
 
     def __repr__(self):

@@ -208,6 +208,8 @@ class NNModuleVariable(VariableTracker):
         if inspect.isfunction(static):
             source = self._class_attr_source(name)
             pin_class_attr(tx, source, static)
+            if static is torch.nn.Module.to:  # Note [Modules: a .to() that changes nothing]
+                return ModuleToVariable(self, UserMethodVariable(static, self, source=source))
             return UserMethodVariable(static, self, source=source)
         if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
             source = self._class_attr_source(name, "fget")
@@ -397,6 +399,55 @@ class NNModuleVariable(VariableTracker):
             )
         return super().call_method(tx, name, args, kwargs)
 
+    # Note [Modules: a .to() that changes nothing]
+    # `self.classifier = self.classifier.to(self.dtype)` in a forward (transformers' Switch
+    # Transformers router) converts nothing when every parameter and buffer already has the dtype
+    # and device asked for: eager's Module.to then returns the module itself, having replaced
+    # each tensor by itself. kiln answers so without tracing Module._apply: the arguments are
+    # parsed as eager parses them (constants only), each parameter and buffer is read through
+    # its source (its dtype and device guarded, as every tensor the trace reads), and the call
+    # is the module. Storing the same module back into its attribute is a no-op
+    # (translator.STORE_ATTR). A .to() that would convert something stays a graph break.
+    def _to_changes_nothing(self, tx, args, kwargs):
+        """Whether `module.to(*args, **kwargs)` would leave every tensor as it is."""
+        if not all(a.is_python_constant() for a in [*args, *kwargs.values()]):
+            return False
+        try:
+            device, dtype, _, memory_format = torch._C._nn._parse_to(
+                *[a.as_python_constant() for a in args],
+                **{k: v.as_python_constant() for k, v in kwargs.items()},
+            )
+        except Exception:  # (eager raises: the traced call says so)
+            return False
+        if memory_format is not None or (
+            dtype is not None and not (dtype.is_floating_point or dtype.is_complex)
+        ):
+            return False
+        for tensor in self._tensors(tx):
+            ex = tensor.example
+            if device is not None and (
+                tensor.device.type != device.type or device.index not in (None, tensor.device.index)
+            ):
+                return False
+            if dtype is not None and (ex.is_floating_point() or ex.is_complex()):
+                if ex.dtype != dtype:
+                    return False
+        return True
+
+    def _tensors(self, tx):
+        """The variables of every parameter and buffer of the module and its submodules."""
+        d = self.value.__dict__
+        for kind in ("_parameters", "_buffers"):
+            for k, t in d.get(kind, {}).items():
+                if t is not None:
+                    yield self._child(tx, k)
+        for k, m in d.get("_modules", {}).items():
+            child = self._child(tx, k) if m is not None else None
+            if child is not None:
+                if not isinstance(child, NNModuleVariable):
+                    unimplemented(f"Module.to over the submodule {k!r} ({type(m).__name__})")
+                yield from child._tensors(tx)
+
     def _iterate(self, tx, name):
         mod = self.value
         if name == "children":
@@ -436,6 +487,25 @@ class NNModuleVariable(VariableTracker):
 
     def __repr__(self):
         return f"NNModuleVariable({type(self.value).__name__})"
+
+
+class ModuleToVariable(VariableTracker):
+    """`module.to` before it is called: the module itself when the call converts nothing."""
+
+    def __init__(self, module, method, **kw):
+        super().__init__(**kw)
+        self.module, self.method = module, method
+
+    def call_function(self, tx, args, kwargs):
+        if self.module._to_changes_nothing(tx, args, kwargs):
+            return self.module
+        return self.method.call_function(tx, args, kwargs)
+
+    def var_getattr(self, tx, name):
+        return self.method.var_getattr(tx, name)
+
+    def reconstruct(self, cg):
+        self.method.reconstruct(cg)
 
 
 class ModuleSliceVariable(VariableTracker):

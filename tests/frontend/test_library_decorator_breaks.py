@@ -1,0 +1,50 @@
+"""A break inside a function wrapped by decorators of other modules (transformers' forwards:
+`can_return_tuple` around `deprecate_kwarg`'s wrapper): the wrapper that is called at the break is
+a closure with its own globals, compiled as a frame of its own, so the code under it is compiled
+too (it ran in Python, uncompiled, before)."""
+
+import torch
+
+import kiln
+from tests.frontend.frontend_helpers import run_and_compare
+
+_DECORATORS = """
+import functools
+
+def {name}(func):
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        kwargs.pop("unused", None)
+        return func(*args, **kwargs)
+    return wrapper
+"""
+
+
+def _decorator(name):
+    """A decorator defined in globals of its own (as if imported from another module)."""
+    namespace = {"__name__": f"lib_{name}"}
+    exec(_DECORATORS.format(name=name), namespace)  # noqa: S102
+    return namespace[name]
+
+
+outer_library = _decorator("outer_library")
+inner_library = _decorator("inner_library")
+
+
+def data_sized(x):
+    x = x.sin() * 2
+    hits = (x > 0).nonzero()  # a break (data-dependent size)
+    return x.cos() + hits.shape[0]
+
+
+@outer_library
+@inner_library
+def forward(x):
+    y = x + 1
+    return data_sized(y) * 3
+
+
+def test_code_under_a_library_closure_is_compiled():
+    run_and_compare(forward, torch.randn(8))
+    # the graphs under the break: `x + 1`, `sin * 2 > 0`, `cos + n`, `* 3`
+    assert kiln.counters["stats"]["unique_graphs"] >= 3, dict(kiln.counters["stats"])
