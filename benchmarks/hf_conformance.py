@@ -18,6 +18,7 @@ stay right, but each is a kiln bug), and the first differing reason. A wrong res
 """
 
 import argparse
+import inspect
 import json
 import os
 import subprocess
@@ -187,6 +188,8 @@ def build(kind, model_type, seed):
     vocab = getattr(config, "vocab_size", None) or 100
     ids = torch.randint(3, max(4, min(vocab, 200)), (BATCH, SEQ))
     inputs = {"input_ids": ids, "use_cache": False}
+    if "attention_mask" in inspect.signature(model.forward).parameters:
+        inputs["attention_mask"] = torch.ones_like(ids)  # (as a tokenizer gives it)
     if kind == "seq2seq":
         inputs["decoder_input_ids"] = ids[:, : SEQ // 2]
     with torch.no_grad():
