@@ -24,6 +24,14 @@ finally handler, a RERAISE), the whole frame runs eagerly. Either way eager Pyth
 Exceptions raised by torch ops on meta tensors (shape errors) are not modelled: they are breaks,
 and a break inside a try block runs the frame eagerly, so its handler runs as in eager.
 
+Note [Blocks: an exception on a path only compiled code takes]
+Code may ask `torch.compiler.is_compiling()` (True while tracing) and take a path eager never
+takes: transformers leaves `attention_mask` None "while compiling" and then indexes it. An
+exception that leaves the root frame after such a question may exist only on that path, so the
+break is not placed where it is raised (Python would raise it for real, with the compiled path's
+values): the whole frame runs in Python, where the question is answered False, as eager does;
+its callees are still compiled. torch.compile runs such a frame in Python too.
+
 Note [Blocks: ops inside try blocks]
 Code inside a try block is traced like any other code: when nothing raises while tracing, the
 handler is never taken, and the graph holds the try body. The graph can still raise at run time
@@ -226,6 +234,12 @@ class BlockStackMixin:
         )
         if self.exc_info is not None or self.current_inst.opname == "RERAISE":
             e.no_resume = True  # inside a handler: the live exception cannot be rebuilt
+        if self.output.__dict__.get("asked_is_compiling"):
+            # Note [Blocks: an exception on a path only compiled code takes]
+            e.msg += (
+                " (after the trace asked torch.compiler.is_compiling(): the frame runs in Python)"
+            )
+            e.no_resume = True
         raise e
 
     def current_exception(self):

@@ -152,6 +152,15 @@ class FrameCache:
         self.frame_shapes = FrameShapes()  # sizes seen and dims made dynamic (automatic dynamic)
         self._shape_kinds = {}  # source name -> "tensor" | "int" (what FrameShapes tracks)
         self.root = self  # the cache of the function the user compiled (children point to it)
+        # a callee compiled because its caller runs in Python (or broke around the call): when
+        # its trace made no tensor op and asked is_compiling(), it runs in Python too
+        # Note [Frames: a callee that only asks whether it is compiled]
+        # transformers' `is_torchdynamo_compiling()` called from a frame that runs in Python
+        # (a whole-frame break) answered the True of its trace at run time, so that frame took
+        # the compiled-only path in Python (Switch Transformers indexed a None attention mask).
+        # Such a callee computes nothing a graph would hold: it runs as written, answering False,
+        # as torch.compile, which skips frames without tensors, answers.
+        self.graphless_in_python = False
         self.tree_breaks = []  # root only: breaks of the root and its children, for the warning
         self.breaks_warned = False
         self._forced = {}  # forced backend -> wrapper of this frame's cache under it
@@ -218,6 +227,7 @@ class FrameCache:
             if wrapper is None:
                 cache = ClosureFrameCache(fn.__code__, fn.__globals__, self.settings)
                 cache.root = self.root
+                cache.graphless_in_python = True
                 wrapper = self.children[key] = make_closure_wrapper(cache)
             return wrapper
         inner = kiln_marker(fn, "_kiln_shallow")
@@ -233,7 +243,9 @@ class FrameCache:
         if reads_caller_frame(fn):
             # it reads its caller's frame (namedtuple's __module__): a wrapper would be that caller
             return fn
-        return self._child((fn, False), fn)
+        wrapper = self._child((fn, False), fn)
+        wrapper._kiln_cache.graphless_in_python = True
+        return wrapper
 
     def clear(self):
         self.entries.clear()
@@ -370,6 +382,7 @@ class FrameCache:
         if entry is None:
             cache = ClosureFrameCache(fn.__code__, fn.__globals__, self.settings)
             cache.root = self.root
+            cache.graphless_in_python = True
             entry = self.children[("routed", fn.__code__)] = make_closure_wrapper(cache)
         if entry._kiln_cache.fn.__globals__ is not fn.__globals__:
             return fn
@@ -670,6 +683,12 @@ class FrameCache:
             self._record_break(e)
             _let_go(e)
         else:
+            if (
+                self.graphless_in_python
+                and output.__dict__.get("asked_is_compiling")
+                and output.count_calls() == 0
+            ):
+                return None  # Note [Frames: a callee that only asks whether it is compiled]
             try:
                 new_code = transformed_code(output, fn.__code__, tx.return_value)
             except Unsupported as e:  # (rebuilding the returned values: at the return)

@@ -48,3 +48,36 @@ def test_code_under_a_library_closure_is_compiled():
     run_and_compare(forward, torch.randn(8))
     # the graphs under the break: `x + 1`, `sin * 2 > 0`, `cos + n`, `* 3`
     assert kiln.counters["stats"]["unique_graphs"] >= 3, dict(kiln.counters["stats"])
+
+
+def is_being_compiled():
+    return torch.compiler.is_compiling()
+
+
+def whole_frame_in_python(x, mask):
+    try:
+        kiln.graph_break()  # (a break inside try/except: the frame runs in Python)
+    except RuntimeError:
+        pass
+    if mask is None and not is_being_compiled():  # (transformers' pattern)
+        mask = torch.ones_like(x)
+    return x.sin() * mask
+
+
+def test_a_callee_that_only_asks_is_compiling_answers_as_eager():
+    # the frame runs in Python and calls `is_being_compiled` as a compiled callee: a frame that
+    # made no tensor op after asking `is_compiling()` runs as written, answering False as eager
+    run_and_compare(whole_frame_in_python, torch.randn(3), None)
+    # the function the user compiled still answers True, as under torch.compile
+    assert kiln.compile(is_being_compiled, backend="eager")() is True
+
+
+def test_subscripting_none_raises_type_error_as_eager():
+    def catches(x, m):
+        try:
+            return m[0] + x
+        except TypeError as e:
+            return x * 2, str(e)
+
+    run_and_compare(catches, torch.ones(2), None, fullgraph=True)
+    run_and_compare(lambda x, m: x + m[0], torch.ones(2), None)  # (raised to the caller)

@@ -662,6 +662,8 @@ def getitem(tx, obj, index):
     folded = typing_subscript(tx, obj, index)
     if folded is not None:
         return folded
+    if isinstance(obj, ConstantVariable) and obj.value is None:  # (eager's TypeError)
+        raise_observed(tx, TypeError, "'NoneType' object is not subscriptable")
     return obj.call_method(tx, "__getitem__", [index], {})
 
 

@@ -734,6 +734,7 @@ class TorchVariable(PythonValueVariable):
         if fn is torch.is_grad_enabled and not args:
             return ConstantVariable(torch.is_grad_enabled())  # guarded; traced `with` blocks set it
         if _is_compiling_query(fn):
+            tx.output.asked_is_compiling = True  # Note [Blocks: an exception on a path only ...]
             return ConstantVariable(True)
         if fn in _HAS_TORCH_FUNCTION and not kwargs:
             answer = _has_torch_function(tx, args)
