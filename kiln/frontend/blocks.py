@@ -234,7 +234,7 @@ class BlockStackMixin:
         )
         if self.exc_info is not None or self.current_inst.opname == "RERAISE":
             e.no_resume = True  # inside a handler: the live exception cannot be rebuilt
-        if self.output.__dict__.get("asked_is_compiling"):
+        if self.output.asked_is_compiling:
             # Note [Blocks: an exception on a path only compiled code takes]
             e.msg += (
                 " (after the trace asked torch.compiler.is_compiling(): the frame runs in Python)"

@@ -193,6 +193,17 @@ class FrameCache:
             wrapper = self.children[key] = make_wrapper(cache)  # are compiled once
         return wrapper
 
+    def _closure_child(self, key, fn):
+        """The `entry(fn, *args)` wrapper of fn's code under fn's globals, made once per key:
+        a callee whose function is made per call (Note [Cache: closures made per call])."""
+        wrapper = self.children.get(key)
+        if wrapper is None:
+            cache = ClosureFrameCache(fn.__code__, fn.__globals__, self.settings)
+            cache.root = self.root
+            cache.graphless_in_python = True
+            wrapper = self.children[key] = make_closure_wrapper(cache)
+        return wrapper
+
     def _resume_wrapper(self, code, box=False):
         """The kiln-compiled function of a resume code object.
 
@@ -222,14 +233,7 @@ class FrameCache:
         entry is called as `entry(fn, *args)` with the function of the call (Note [Cache:
         closures made per call])."""
         if cells_per_call:
-            key = ("closure", fn.__code__, id(fn.__globals__))
-            wrapper = self.children.get(key)
-            if wrapper is None:
-                cache = ClosureFrameCache(fn.__code__, fn.__globals__, self.settings)
-                cache.root = self.root
-                cache.graphless_in_python = True
-                wrapper = self.children[key] = make_closure_wrapper(cache)
-            return wrapper
+            return self._closure_child(("closure", fn.__code__, id(fn.__globals__)), fn)
         inner = kiln_marker(fn, "_kiln_shallow")
         if inner is not None:  # kiln.disable(fn, recursive=False): fn in Python, callees compiled
             func = inner.__func__ if isinstance(inner, types.MethodType) else inner
@@ -378,12 +382,7 @@ class FrameCache:
 
     def closure_callee(self, fn):
         """A function made in a frame, compiled by its code: `entry(fn, *args)` with fn bound."""
-        entry = self.children.get(("routed", fn.__code__))
-        if entry is None:
-            cache = ClosureFrameCache(fn.__code__, fn.__globals__, self.settings)
-            cache.root = self.root
-            cache.graphless_in_python = True
-            entry = self.children[("routed", fn.__code__)] = make_closure_wrapper(cache)
+        entry = self._closure_child(("routed", fn.__code__), fn)
         if entry._kiln_cache.fn.__globals__ is not fn.__globals__:
             return fn
         return functools.partial(entry, fn)
@@ -683,11 +682,7 @@ class FrameCache:
             self._record_break(e)
             _let_go(e)
         else:
-            if (
-                self.graphless_in_python
-                and output.__dict__.get("asked_is_compiling")
-                and output.count_calls() == 0
-            ):
+            if self.graphless_in_python and output.asked_is_compiling and output.count_calls() == 0:
                 return None  # Note [Frames: a callee that only asks whether it is compiled]
             try:
                 new_code = transformed_code(output, fn.__code__, tx.return_value)

@@ -55,6 +55,7 @@ class OutputGraph:
         self.steps_left = -1 if settings.fullgraph else max(config.python_trace_limit, 0) or -1
         self.graph = torch.fx.Graph()
         self.translators = []  # the root frame's and every inlined call's (cleared at the end)
+        self.asked_is_compiling = False  # Note [Blocks: an exception on a path only compiled ...]
         self.own_calls = 0  # calls the root frame's own instructions made (not inlined callees)
         self.guards = GuardSet()
         self.guards.add(GuardKind.GLOBAL_STATE, None, False)
