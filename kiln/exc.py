@@ -107,5 +107,13 @@ class LeafStructureError(LeafFunctionError, AssertionError):
     torch's)."""
 
 
+def kernel_index_error():
+    """The IndexError of a compiled kernel that read an index out of range: the user's data, where
+    eager raises IndexError too (marked: never taken for a failure of kiln's own)."""
+    e = IndexError("index out of bounds in a kiln kernel (eager raises the same error)")
+    e.kiln_users_data = True
+    return e
+
+
 class InternalError(KilnError):
     """A bug in kiln: an invariant did not hold."""

@@ -35,11 +35,18 @@ its callees are still compiled. torch.compile runs such a frame in Python too.
 Note [Blocks: ops inside try blocks]
 Code inside a try block is traced like any other code: when nothing raises while tracing, the
 handler is never taken, and the graph holds the try body. The graph can still raise at run time
-only where eager raises for a reason tracing could not see (data-dependent indexing errors, out
-of memory); such an error then propagates out of the compiled frame without running the except
-handler or finally body (the frame's side effects are not replayed either). TorchDynamo makes
-the same choice. A graph break inside a try/except block cannot be placed (the handler would be
-lost): the frame runs eagerly (codegen._check_handlers).
+where eager raises for a reason tracing could not see: an op reading an integer tensor (an index
+out of range), torch.linalg, checked sampling (`may_raise_at_run_time`). TorchDynamo drops the
+handler then (the error leaves the compiled frame). kiln keeps it: when such an op lies in a try
+block whose handler may catch its errors, the frame's entry is marked `rerun_on_error`, and an
+exception leaving the compiled code before any of its effects (the graph writes nothing and draws
+no random numbers, its call comes before any replayed side effect: Note [Faults: no eager rerun
+after the compiled code ran]) runs the whole frame again in Python, where the handler runs as in
+eager (fallback.eager_on_error). A graph with effects cannot run twice: the frame is traced again
+(restart note TRY_BLOCKS_BREAK) and breaks at the start of the try block instead, as do frames
+whose rerun kiln cannot make (a generator, a closure compiled by its code). A graph break inside
+a try/except block cannot be placed (the handler would be lost): the frame runs eagerly
+(codegen._check_handlers).
 """
 
 import builtins
@@ -127,7 +134,9 @@ class BlockStackMixin:
                     break
                 new.append(node)
             risky = [n for n in new if may_raise_at_run_time(n)]
-            if risky:
+            if risky and self.output.eager_rerun_ok:
+                self.output.rerun_on_error = True  # Note [Blocks: ops inside try blocks]
+            elif risky:
                 e = Unsupported(
                     f"{risky[-1].target} inside a try block whose handler may catch its "
                     "run-time errors"

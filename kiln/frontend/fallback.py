@@ -35,7 +35,7 @@ def raised_by_kiln(e):
     """Whether an exception from running compiled code came from kiln itself: its innermost
     frame is kiln's own code or a graph kiln generated (not the user's code, nor torch's)."""
     tb = e.__traceback__
-    if tb is None or isinstance(e, UserError):  # (kiln's report of the user's mistake)
+    if tb is None or isinstance(e, UserError) or hasattr(e, "kiln_users_data"):  # (the user's)
         return False
     while tb.tb_next is not None:
         tb = tb.tb_next
@@ -63,11 +63,16 @@ _rerunnable = weakref.WeakSet()  # installed graph callables without effects
 
 def graph_without_effects(installed, graph):
     """Record that the installed callable of FX `graph` writes nothing and draws nothing."""
-    if all(not _effect(n) for n in graph.nodes):
+    if not has_effects(graph):
         try:
             _rerunnable.add(installed)
         except TypeError:  # (not weakly referable: counted as having effects)
             pass
+
+
+def has_effects(graph):
+    """Whether FX `graph` writes into anything or draws random numbers."""
+    return any(_effect(n) for n in graph.nodes)
 
 
 _INPLACE_OPERATORS = {
@@ -135,6 +140,27 @@ _STORES = {
     "DELETE_GLOBAL",
     "DELETE_DEREF",
 }
+
+
+TRY_BLOCKS_BREAK = "try blocks break"  # restart note: no eager rerun, break at try blocks
+
+
+def eager_on_error(compiled, code, run_eager):
+    """`compiled` (running transformed `code`) that, when it raises before any of its effects,
+    runs the frame again in Python: Note [Blocks: ops inside try blocks]."""
+
+    def call(*args, **kwargs):
+        try:
+            return compiled(*args, **kwargs)
+        except Exception as e:
+            if not nothing_ran(e, code):
+                raise
+            e.__traceback__ = None  # (it holds the compiled frame's values)
+        # (after, not inside, the except clause: eager's own error gets no __context__)
+        logs.counters["frames"]["eager_reruns"] += 1
+        return run_eager(args, kwargs)
+
+    return call
 
 
 def reraise_after_run(fn, e):

@@ -8,7 +8,13 @@ import torch.fx
 
 from kiln import config, faults, hooks, logs
 from kiln.contracts import GraphMeta
-from kiln.exc import BackendCompilerFailed, DataDependentOp, Unsupported, unimplemented
+from kiln.exc import (
+    BackendCompilerFailed,
+    DataDependentOp,
+    RestartTrace,
+    Unsupported,
+    unimplemented,
+)
 from kiln.frontend import fallback, installed_globals
 from kiln.frontend.dispatch_modes import compiling_function_modes
 from kiln.frontend.frame_shapes import FrameShapes, is_dynamic_source, note_marks
@@ -56,6 +62,10 @@ class OutputGraph:
         self.graph = torch.fx.Graph()
         self.translators = []  # the root frame's and every inlined call's (cleared at the end)
         self.asked_is_compiling = False  # Note [Blocks: an exception on a path only compiled ...]
+        # Note [Blocks: ops inside try blocks]: whether the frame can run again in Python when
+        # its compiled code raises before any effect (set by the frame cache), and whether it must
+        self.eager_rerun_ok = False
+        self.rerun_on_error = False
         self.own_calls = 0  # calls the root frame's own instructions made (not inlined callees)
         self.guards = GuardSet()
         self.guards.add(GuardKind.GLOBAL_STATE, None, False)
@@ -299,6 +309,9 @@ class OutputGraph:
                 self.graph.erase_node(node)
                 self.graph_inputs.remove((source, value, node))
         self._guard_written_inputs_distinct()
+        if self.rerun_on_error and fallback.has_effects(self.graph):  # (it cannot run twice)
+            self.restart_notes.add(fallback.TRY_BLOCKS_BREAK)  # Note [Blocks: ops inside try ...]
+            raise RestartTrace("a graph with effects holds ops a try block's handler may need")
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name="GraphModule")
         if self.has_symbols():
             GraphMeta.update(gm, shape_env=self.shape_env)

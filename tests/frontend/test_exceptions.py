@@ -300,9 +300,11 @@ def indexing_in_try(x, i):
     return y
 
 
-def test_data_dependent_op_under_catching_handler_runs_eagerly():
-    run_and_compare(indexing_in_try, t(3), torch.tensor([1]), expected_graphs=0)
-    run_and_compare(indexing_in_try, t(3), torch.tensor([7]), expected_graphs=0)
+def test_data_dependent_op_under_catching_handler_reruns_eagerly_on_error():
+    # Note [Blocks: ops inside try blocks]: compiled; an error at run time reruns it in Python
+    run_and_compare(indexing_in_try, t(3), torch.tensor([1]), expected_graphs=1)
+    run_and_compare(indexing_in_try, t(3), torch.tensor([7]), expected_graphs=1)
+    assert kiln.counters["frames"]["eager_reruns"] == 2
 
 
 def indexing_in_try_key_error(x, i):
@@ -437,9 +439,11 @@ def test_break_inside_try_is_placed_before_it(capsys):
     assert capsys.readouterr().out == "in try\n" * 3
 
 
-def test_risky_op_inside_try_is_placed_before_it():
-    for i in (torch.tensor([1]), torch.tensor([5])):
-        run_and_compare(risky_op_inside_try, t(3), i, expected_graphs=1, expected_breaks=2)
+def test_risky_op_inside_try_is_compiled_whole():
+    # Note [Blocks: ops inside try blocks]: one graph; an index out of range reruns in Python
+    for i, reruns in ((torch.tensor([1]), 0), (torch.tensor([5]), 2)):
+        run_and_compare(risky_op_inside_try, t(3), i, expected_graphs=1, expected_breaks=0)
+        assert kiln.counters["frames"]["eager_reruns"] == reruns
 
 
 def no_grad_inside_try(x):
@@ -482,7 +486,8 @@ def risky_op_in_user_manager_inside_except(x, i):
     "fn", [risky_op_in_finally_inside_except, risky_op_in_user_manager_inside_except]
 )
 def test_outer_handler_of_risky_op_is_kept(fn):
-    run_and_compare(fn, t(3), torch.tensor([7]), expected_graphs=0)
+    run_and_compare(fn, t(3), torch.tensor([7]), expected_graphs=1)
+    assert kiln.counters["frames"]["eager_reruns"] == 2  # (the handler runs in Python)
 
 
 def test_caught_exception_returned_runs_eagerly():

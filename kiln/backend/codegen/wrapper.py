@@ -34,6 +34,7 @@ from kiln.backend.codegen.common import SIZE_PARAM, IndentedBuffer
 from kiln.backend.graph import GraphNotSupported, PyValue
 from kiln.backend.ir import Buffer, InputBuffer, is_sym, pexpr
 from kiln.backend.scheduler import ExternGroup, Group, extern_reads
+from kiln.exc import kernel_index_error
 
 aten = torch.ops.aten
 
@@ -143,7 +144,7 @@ class rt:
 
     @staticmethod
     def index_error():
-        raise IndexError("index out of bounds in a kiln kernel (eager raises the same error)")
+        raise kernel_index_error()
 
     @staticmethod
     def resolve(qualname):
