@@ -39,12 +39,14 @@ where eager raises for a reason tracing could not see: an op reading an integer 
 out of range), torch.linalg, checked sampling (`may_raise_at_run_time`). TorchDynamo drops the
 handler then (the error leaves the compiled frame). kiln keeps it: when such an op lies in a try
 block whose handler may catch its errors, the frame's entry is marked `rerun_on_error`, and an
-exception leaving the compiled code before any of its effects (the graph writes nothing and draws
-no random numbers, its call comes before any replayed side effect: Note [Faults: no eager rerun
-after the compiled code ran]) runs the whole frame again in Python, where the handler runs as in
-eager (fallback.eager_on_error). A graph with effects cannot run twice: the frame is traced again
-(restart note TRY_BLOCKS_BREAK) and breaks at the start of the try block instead, as do frames
-whose rerun kiln cannot make (a generator, a closure compiled by its code). A graph break inside
+exception leaving the compiled code before any of its effects (the graph writes nothing, its call
+comes before any replayed side effect: Note [Faults: no eager rerun after the compiled code ran])
+runs the whole frame again in Python, where the handler runs as in eager (fallback.eager_on_error;
+a graph drawing random numbers from the default generators has their states saved before each
+call and put back before the rerun, which so draws what eager draws). A graph that writes cannot
+run twice: the frame is traced again (restart note NO_EAGER_RERUN) and breaks at the start of the
+try block instead, as do frames whose rerun kiln cannot make (a generator, a closure compiled by
+its code). A graph break inside
 a try/except block cannot be placed (the handler would be lost): the frame runs eagerly
 (codegen._check_handlers).
 """

@@ -1,9 +1,12 @@
 """What happens when kiln's own code fails on a frame: Note [Faults: the crash contract]."""
 
 import dis
+import inspect
 import os
 import re
 import weakref
+
+import torch
 
 from kiln import config, logs
 from kiln.exc import UserError
@@ -59,20 +62,25 @@ def raised_by_kiln(e):
 # one inside a graph with writes (it may have written into its inputs before it failed), goes to
 # the user with a note naming kiln and the user's function.
 _rerunnable = weakref.WeakSet()  # installed graph callables without effects
+_redrawing = weakref.WeakSet()  # ... whose one effect is drawing from the default generators
 
 
 def graph_without_effects(installed, graph):
-    """Record that the installed callable of FX `graph` writes nothing and draws nothing."""
-    if not has_effects(graph):
+    """Record that the installed callable of FX `graph` writes nothing and draws nothing (or
+    only draws from the default generators: it can run again once their states are restored)."""
+    kinds = effects(graph)
+    record = _rerunnable if not kinds else _redrawing if kinds == {"draws"} else None
+    if record is not None:
         try:
-            _rerunnable.add(installed)
+            record.add(installed)
         except TypeError:  # (not weakly referable: counted as having effects)
             pass
 
 
-def has_effects(graph):
-    """Whether FX `graph` writes into anything or draws random numbers."""
-    return any(_effect(n) for n in graph.nodes)
+def effects(graph):
+    """What FX `graph` does beyond computing its outputs: {"writes", "draws"} or fewer
+    ("draws": random numbers from the default generators only)."""
+    return {kind for n in graph.nodes if (kind := _effect(n))}
 
 
 _INPLACE_OPERATORS = {
@@ -85,29 +93,101 @@ _RANDOM = re.compile(
 
 
 def _effect(node):
+    """ "writes", "draws" or None (Note [Faults: no eager rerun after the compiled code ran])."""
     if node.op not in ("call_function", "call_method"):
-        return False
+        return None
     target = node.target
+    name = target if isinstance(target, str) else getattr(target, "__name__", "")
+    if "dropout" in name and not isinstance(target, str):
+        return _dropout_effect(node)
     schema = getattr(target, "_schema", None)
     if schema is not None and schema.is_mutable:
-        return True
-    name = target if isinstance(target, str) else getattr(target, "__name__", "")
-    if name.endswith("_") and not name.endswith("__") and name != "_set_grad_enabled":
-        return True  # (an in-place method: add_, copy_, uniform_)
-    return name in _INPLACE_OPERATORS or "out" in node.kwargs or bool(_RANDOM.search(name))
+        return "writes"
+    draws = bool(_RANDOM.search(name)) or name in _RANDOM_FILLS
+    if draws and node.kwargs.get("generator") is not None:
+        return "writes"  # (a generator of the user's: its state is not put back)
+    if _in_place(name):  # (an in-place method: add_, copy_, uniform_)
+        if node.args and _made_by_graph(node.args[0]):
+            return "draws" if draws else None  # (into a tensor no one else sees)
+        return "writes"
+    if name in _INPLACE_OPERATORS or "out" in node.kwargs:
+        return "writes"
+    return "draws" if draws else None
 
 
-def nothing_ran(e, code):
-    """Whether a failure `e` of the transformed code `code`'s first run came before any effect."""
+def _in_place(name):
+    return name.endswith("_") and not name.endswith("__") and name != "_set_grad_enabled"
+
+
+# factories: their result is a new tensor no input shares (`torch.empty(n).normal_()`)
+_FACTORIES = {
+    *(getattr(torch, n) for n in ("empty", "zeros", "ones", "full", "rand", "randn", "clone")),
+    *(getattr(torch, f"{n}_like") for n in ("empty", "zeros", "ones", "full", "rand", "randn")),
+}
+_FACTORY_METHODS = {"new_empty", "new_zeros", "new_ones", "new_full", "clone"}
+_RANDOM_FILLS = {"normal_", "uniform_", "random_", "exponential_", "cauchy_", "geometric_"}
+
+
+def _made_by_graph(node):
+    """Whether a graph value is a tensor made inside the graph by a factory (or clone), possibly
+    through in-place methods on it: writing into it is seen by no input nor anyone else."""
+    for _ in range(64):
+        if not isinstance(node, torch.fx.Node):
+            return False
+        if node.op == "call_function" and node.target in _FACTORIES:
+            return True
+        if node.op == "call_method" and node.target in _FACTORY_METHODS:
+            return True
+        if node.op == "call_method" and _in_place(node.target) and node.args:
+            node = node.args[0]  # (`t.normal_()` is t)
+            continue
+        return False
+    return False
+
+
+def _dropout_effect(node):
+    """A dropout call draws random numbers (and, in place, writes) only in training with p > 0
+    (eager returns its input as it is otherwise)."""
+    try:
+        bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
+    except (TypeError, ValueError):  # (no signature to read: counted as writing)
+        return "writes"
+    bound.apply_defaults()
+    arguments = bound.arguments
+    training = arguments.get("training", arguments.get("train", True))
+    p = arguments.get("p", 0.5)
+    if not isinstance(training, bool) or not isinstance(p, (int, float)):
+        return "writes"  # (a value the graph computes)
+    if not training or p == 0:
+        return None
+    return "writes" if arguments.get("inplace") else "draws"
+
+
+def rng_states():
+    """The default generators' states (CPU, and CUDA's once initialised)."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def restore_rng_states(states):
+    cpu, cuda = states
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def nothing_ran(e, code, rng_restored=False):
+    """Whether a failure `e` of the transformed code `code` came before any effect (a graph's
+    draws count as none when the caller restores the generators' states)."""
     tb = e.__traceback__
     while tb is not None and tb.tb_frame.f_code is not code:
         tb = tb.tb_next
     if tb is None:
         return True  # the transformed code never started (its arguments failed to bind)
-    return tb.tb_lasti < _first_effect(code, tb.tb_frame.f_globals)
+    return tb.tb_lasti < _first_effect(code, tb.tb_frame.f_globals, rng_restored)
 
 
-def _first_effect(code, globals_):
+def _first_effect(code, globals_, rng_restored):
     """The offset of the transformed code's first effect: its graph call (unless the graph has
     no effects: then what follows it), a store into anything but a local, or (without a graph)
     its first call of anything."""
@@ -115,7 +195,8 @@ def _first_effect(code, globals_):
     for inst in dis.get_instructions(code):
         if inst.opname == "LOAD_GLOBAL" and str(inst.argval).startswith("__kiln_compiled_fn_"):
             graph_loaded = True
-            rerunnable = globals_.get(inst.argval) in _rerunnable
+            graph = globals_.get(inst.argval)
+            rerunnable = graph in _rerunnable or (rng_restored and graph in _redrawing)
         elif inst.opname.startswith("CALL") or inst.opname in _STORES:
             if graph_loaded and not graph_called and rerunnable and inst.opname.startswith("CALL"):
                 graph_called = True  # (the graph's own call: it can run again)
@@ -142,21 +223,25 @@ _STORES = {
 }
 
 
-TRY_BLOCKS_BREAK = "try blocks break"  # restart note: no eager rerun, break at try blocks
+NO_EAGER_RERUN = "no eager rerun"  # restart note: breaks where a rerun was planned
 
 
-def eager_on_error(compiled, code, run_eager):
+def eager_on_error(compiled, code, run_eager, draws):
     """`compiled` (running transformed `code`) that, when it raises before any of its effects,
-    runs the frame again in Python: Note [Blocks: ops inside try blocks]."""
+    runs the frame again in Python: Note [Blocks: ops inside try blocks]. A graph that `draws`
+    random numbers has the generators' states put back first (the rerun draws the same)."""
 
     def call(*args, **kwargs):
+        states = rng_states() if draws else None
         try:
             return compiled(*args, **kwargs)
         except Exception as e:
-            if not nothing_ran(e, code):
+            if not nothing_ran(e, code, rng_restored=draws):
                 raise
             e.__traceback__ = None  # (it holds the compiled frame's values)
         # (after, not inside, the except clause: eager's own error gets no __context__)
+        if states is not None:
+            restore_rng_states(states)
         logs.counters["frames"]["eager_reruns"] += 1
         return run_eager(args, kwargs)
 

@@ -628,7 +628,7 @@ class FrameCache:
         output.eager_rerun_ok = (  # Note [Blocks: ops inside try blocks]
             not self.dynamic_closure
             and is_plain(fn.__code__)
-            and fallback.TRY_BLOCKS_BREAK not in output.restart_notes
+            and fallback.NO_EAGER_RERUN not in output.restart_notes
         )
         if self.module_root:
             output.guards.add(GuardKind.NO_HOOKS, _first_arg_source(fn.__code__))
@@ -717,7 +717,7 @@ class FrameCache:
         if config.compiled_autograd:
             new_fn = with_backward_scope(new_fn, self.settings.backend)
         if output.rerun_on_error:  # Note [Blocks: ops inside try blocks]
-            new_fn = fallback.eager_on_error(new_fn, new_code, self.run_eager)
+            new_fn = fallback.eager_on_error(new_fn, new_code, self.run_eager, output.rerun_draws)
         gm = getattr(output, "gm", None)
         if gm is not None:
             for r in _recorders:

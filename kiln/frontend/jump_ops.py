@@ -37,9 +37,10 @@ class JumpOpsMixin:
 
     def _pop_jump_if(self, inst, want):
         v = self.pop()
-        if isinstance(v, TensorVariable) and runtime_asserts.assert_statement(self, v, want):
-            self.jump(inst)  # Note [Asserts: a Python assert on a tensor]
-        elif v.truthy(self) == want:
+        taken = runtime_asserts.checked_branch(self, v, want, inst.target_index)
+        if taken is None:  # (Notes [Asserts: a Python assert on a tensor], [Asserts: a branch
+            taken = v.truthy(self) == want  # that only raises])
+        if taken:
             self.jump(inst)
 
     def POP_JUMP_IF_TRUE(self, inst):

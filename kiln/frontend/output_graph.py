@@ -66,6 +66,7 @@ class OutputGraph:
         # its compiled code raises before any effect (set by the frame cache), and whether it must
         self.eager_rerun_ok = False
         self.rerun_on_error = False
+        self.rerun_draws = False  # (the rerun needs the generators' states put back)
         self.own_calls = 0  # calls the root frame's own instructions made (not inlined callees)
         self.guards = GuardSet()
         self.guards.add(GuardKind.GLOBAL_STATE, None, False)
@@ -309,9 +310,12 @@ class OutputGraph:
                 self.graph.erase_node(node)
                 self.graph_inputs.remove((source, value, node))
         self._guard_written_inputs_distinct()
-        if self.rerun_on_error and fallback.has_effects(self.graph):  # (it cannot run twice)
-            self.restart_notes.add(fallback.TRY_BLOCKS_BREAK)  # Note [Blocks: ops inside try ...]
-            raise RestartTrace("a graph with effects holds ops a try block's handler may need")
+        if self.rerun_on_error:  # Note [Blocks: ops inside try blocks]
+            kinds = fallback.effects(self.graph)
+            if "writes" in kinds:  # (it cannot run twice)
+                self.restart_notes.add(fallback.NO_EAGER_RERUN)
+                raise RestartTrace("a graph that writes cannot run again in Python")
+            self.rerun_draws = "draws" in kinds
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph, class_name="GraphModule")
         if self.has_symbols():
             GraphMeta.update(gm, shape_env=self.shape_env)

@@ -135,3 +135,20 @@ def test_default_device_mode_stays_at_the_bottom():
     finally:
         torch.set_default_device(None)
     assert _len_torch_function_stack() == 0
+
+
+def pop_empty_caught(x):
+    try:
+        pop_mode()
+    except RuntimeError as e:
+        return x - 1, str(e)
+    return x, ""
+
+
+def test_pop_of_an_empty_stack_raises_eagers_error():
+    kiln.reset()
+    compiled = kiln.compile(pop_empty_caught, backend="eager", fullgraph=True)
+    x = torch.ones(2)
+    got, expected = compiled(x), pop_empty_caught(x)
+    torch.testing.assert_close(got[0], expected[0])
+    assert got[1] == expected[1] == "trying to pop from empty mode stack"

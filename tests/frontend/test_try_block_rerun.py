@@ -88,7 +88,8 @@ def random_then_indexes(x, i):
 
 
 @pytest.mark.parametrize("index", [[2], [3]])
-def test_graph_drawing_random_numbers_breaks_at_the_try_block(index):
+def test_graph_drawing_random_numbers_reruns_with_the_same_draws(index):
+    # the generator's state is put back before the rerun: eager's draws, and its state after
     kiln.reset()
     x, i = torch.arange(3.0), torch.tensor(index)
     compiled = kiln.compile(random_then_indexes, backend="eager")
@@ -98,7 +99,8 @@ def test_graph_drawing_random_numbers_breaks_at_the_try_block(index):
         torch.manual_seed(0)
         torch.testing.assert_close(compiled(x, i), expected)
         torch.testing.assert_close(torch.rand(2), expected_next)  # (drawn once, as eager)
-    assert kiln.counters["stats"]["graph_breaks"] == 1
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+    assert kiln.counters["frames"]["eager_reruns"] == (2 if index == [3] else 0)
 
 
 def error_after_the_graph(x, i, table):
@@ -148,3 +150,57 @@ def test_out_of_range_index_on_the_first_call_is_the_users_error():
     assert "internal_errors" not in kiln.counters["frames"]
     torch.testing.assert_close(compiled(torch.tensor([3])), f(torch.tensor([3])))
     assert kiln.counters["frames"]["ok"] == 1  # the frame stayed compiled
+
+
+class DroppedLookup(torch.nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.emb = torch.nn.Embedding(6, 3)
+        self.drop = torch.nn.Dropout(p)
+
+    def forward(self, i):
+        try:
+            e = self.emb(i)
+        except IndexError:
+            e = torch.zeros(3)
+        return self.drop(e * 2)
+
+
+@pytest.mark.parametrize("p,training", [(0.5, False), (0.0, True)])
+def test_dropout_that_draws_nothing_is_no_effect(p, training):
+    model = DroppedLookup(p).train(training)
+    for i in ([1], [9]):
+        run_and_compare(model, torch.tensor(i), expected_graphs=1, expected_breaks=0)
+
+
+def test_dropout_in_training_reruns_with_the_same_draws():
+    kiln.reset()
+    model = DroppedLookup(0.5).train()
+    compiled = kiln.compile(model, backend="eager")
+    for i in ([1], [9]):
+        torch.manual_seed(0)
+        expected = model(torch.tensor(i))
+        torch.manual_seed(0)
+        torch.testing.assert_close(compiled(torch.tensor(i)), expected)
+    assert kiln.counters["stats"]["graph_breaks"] == 0
+    assert kiln.counters["frames"]["eager_reruns"] == 1
+
+
+def user_generator_then_indexes(x, i, gen):
+    noise = torch.rand(3, generator=gen)
+    try:
+        y = x[i] + noise
+    except IndexError:
+        y = noise
+    return y
+
+
+def test_draws_from_a_users_generator_stay_eagers():
+    kiln.reset()
+    compiled = kiln.compile(user_generator_then_indexes, backend="eager")
+    x = torch.arange(3.0)
+    for i in ([1], [7]):
+        expected = user_generator_then_indexes(x, torch.tensor(i), torch.Generator().manual_seed(1))
+        got = compiled(x, torch.tensor(i), torch.Generator().manual_seed(1))
+        torch.testing.assert_close(got, expected)
+    assert kiln.counters["stats"]["graph_breaks"] >= 1  # (a generator object: a break)

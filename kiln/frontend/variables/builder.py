@@ -147,7 +147,9 @@ def is_torch_callable(value):
     """
     wrapped = probe(value, "__wrapped__", None) if isinstance(value, types.FunctionType) else None
     if isinstance(wrapped, types.FunctionType) and not is_torch_callable(wrapped):
-        return False  # a user function decorated by torch (@torch.no_grad() ...): not an op
+        if (wrapped.__module__, wrapped.__qualname__) != (value.__module__, value.__qualname__):
+            return False  # a user function decorated by torch (@torch.no_grad() ...): not an op
+        # (else torch's own function behind torch's decorator: `@deprecated` torch._check_is_size)
     if isinstance(value, types.FunctionType):
         mod = value.__module__ or ""
         if _in_traced_module(mod) or not _importable(value):
@@ -338,6 +340,16 @@ def wrap_value(tx, value, source):
     if is_optimized_module(value):
         value = value._orig_mod
         source = _attr(source, "_orig_mod") if source is not None else None
+    elif isinstance(value, torch._C.ScriptFunction) and isinstance(
+        script_source := inspect.getattr_static(value, "_torchdynamo_inline", None),
+        types.FunctionType,
+    ):
+        # torch.jit.script / torch.jit.trace of a Python function keep it there: traced as
+        # torch.compile traces it (the TorchScript program computes the same)
+        if source is None:
+            return UserFunctionVariable(script_source)
+        guards.add(GuardKind.ID_MATCH, source, value)
+        return UserFunctionVariable(script_source, source=_attr(source, "_torchdynamo_inline"))
     elif kiln_marker(value, "_kiln_orig_fn"):
         # a kiln-compiled function called from traced code: trace the original (the wrapper
         # object is what the guard pins, so the wrapped function cannot change under it); its

@@ -18,6 +18,7 @@ from kiln.frontend.source import AttrSource, Source
 from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
+from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.functions import inline_call
 from kiln.frontend.variables.lists import TupleVariable
 from kiln.frontend.variables.misc import ConstantObjectVariable
@@ -221,8 +222,8 @@ def _change_stack(tx, fn, args, kwargs):
     if kwargs or len(args) != (fn in _PUSHES):
         unimplemented(f"{fn.__name__}() with these arguments")
     if fn in _POPS:
-        if not modes:
-            unimplemented("Popping from an empty torch function mode stack")
+        if not modes:  # (eager's own error, raised in the traced code)
+            raise_observed(tx, RuntimeError, "trying to pop from empty mode stack")
         result = modes.pop()
     else:
         mode = args[0]

@@ -345,6 +345,16 @@ class ConstantMethodVariable(VariableTracker):
         cg.load_object(getattr(self.value, self.name))
 
 
+def _traced_instance(value):
+    """Whether `value` is an instance (not a class or function) of a class from a module in
+    config.traced_modules."""
+    cls = type(value)
+    if isinstance(value, (type, types.FunctionType, types.ModuleType)):
+        return False
+    mod = cls.__module__ or ""
+    return any(mod == m or mod.startswith(m + ".") for m in config.traced_modules)
+
+
 class PythonModuleVariable(VariableTracker):
     """A Python module object (torch, math, a user module)."""
 
@@ -369,6 +379,10 @@ class PythonModuleVariable(VariableTracker):
         if type(attr) in (dict, list, set) and path.startswith("torch.") and _names(path, attr):
             # a mutable table of torch's (`from torch.x import _TABLE`): read through its path,
             # guarded like any container with a source
+            return wrap_value(tx, attr, TorchAttrSource(path))
+        if _traced_instance(attr) and path.startswith("torch.") and _names(path, attr):
+            # an object of a class kiln traces (torch.distributions' `constraints.real`): read
+            # through its path, guarded as a user's object
             return wrap_value(tx, attr, TorchAttrSource(path))
         return wrap_constant_like(tx, attr)
 

@@ -85,24 +85,31 @@ def _assert_message(insts, i):
     return const.argval, True
 
 
-def assert_statement(tx, cond, want):
-    """Whether the conditional jump (taken when bool(cond) == want) guards an `assert` on a
-    traced tensor: if so the assertion is in the graph and the caller takes the jump."""
+def checked_branch(tx, cond, want, target):
+    """A conditional jump on a traced tensor, taken when bool(cond) == want, to instruction
+    `target` (else on to tx.ip): True (take it) or False (go on) when the branch is a check kept
+    in the graph (an `assert`: Note [Asserts: a Python assert on a tensor]; a side that only
+    raises: Note [Asserts: a branch that only raises]), else None (bool() of tensor data)."""
     if not isinstance(cond, TensorVariable):
-        return False
-    return _in_graph(tx, cond, want, tx.ip)
+        return None
+    if _in_graph(tx, cond, want, tx.ip):
+        return True
+    return _raising_side_checked(tx, cond, want, tx.ip, target)
 
 
 def assert_after_to_bool(tx, cond):
-    """3.13's `TO_BOOL` of a traced tensor right before an assert's jump: the assertion in the
-    graph and the bool the jump needs to skip the raise, else None."""
+    """3.13's `TO_BOOL` of a traced tensor right before a check's jump (see checked_branch): the
+    check in the graph and the bool that sends the jump the checked way, else None."""
     insts, i = tx.instructions, tx.ip
     if not isinstance(cond, TensorVariable) or i >= len(insts):
         return None
     if insts[i].opname not in ("POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE"):
         return None
     want = insts[i].opname == "POP_JUMP_IF_TRUE"
-    return want if _in_graph(tx, cond, want, i + 1) else None
+    if _in_graph(tx, cond, want, i + 1):
+        return want
+    taken = _raising_side_checked(tx, cond, want, i + 1, insts[i].target_index)
+    return None if taken is None else want == taken
 
 
 def _in_graph(tx, cond, want, raise_at):
@@ -110,16 +117,78 @@ def _in_graph(tx, cond, want, raise_at):
     if not ok:
         insts = tx.instructions
         if raise_at < len(insts) and insts[raise_at].opname == "LOAD_ASSERTION_ERROR":
+            if _checkable_branch(tx, cond):  # (the raising side, rerun: checked_branch)
+                return False
             unimplemented(
                 "assert with non-string message: bool() of a tensor reads tensor data, and the "
                 "message is made only when the assert fails"
             )
         return False
     _one_element("assert", cond)
+    _assert_true(tx, cond, want, msg)
+    return True
+
+
+def _assert_true(tx, cond, want, msg):
+    """`kiln::assert_true(bool(cond) == want, msg)` in the graph."""
     if not want:
         cond = torch_vars.call_tensor_op(tx, "call_function", torch.logical_not, [cond], {})
     _add_assert(tx, assert_ops.assert_true, (cond.proxy, msg))
-    return True
+
+
+# Note [Asserts: a branch that only raises]
+# `if not torch._is_all_true(valid): raise ValueError(f"... {value}")` (torch.distributions'
+# argument checks), `if (x < 0).any(): raise ValueError(...)`: a branch on tensor data whose one
+# side runs straight into a `raise` (no jump, return or yield on the way). That side is the
+# exceptional one: the trace takes the other, and the graph gets `kiln::assert_true` of the
+# condition at the branch. When it fails at run time, the compiled code has had no effect yet
+# (the graph writes nothing and draws nothing; it is called before any replayed side effect), so
+# the entry marked `rerun_on_error` runs the whole frame again in Python, which takes the raising
+# side and raises eager's own error, message and all (Note [Blocks: ops inside try blocks] has
+# the mechanism). Where the frame cannot run again (a graph with effects traces again without
+# reruns; a generator; a closure compiled by its code), the branch stays a graph break.
+# (torch.compile turns torch.distributions' checks off globally instead, in eager code too.)
+_RERUN_MESSAGE = (
+    "kiln: a check of tensor values failed in the compiled code; the call runs again in Python "
+    "(Note [Asserts: a branch that only raises])"
+)
+_LEAVES = {"RETURN_VALUE", "RETURN_CONST", "YIELD_VALUE", "FOR_ITER", "SEND", "RERAISE"}
+
+
+def _only_raises(insts, i):
+    """Whether the instructions from insts[i] run straight into a `raise X` (no jump, return or
+    yield before it)."""
+    for inst in insts[i : i + 256]:
+        name = inst.opname
+        if name == "RAISE_VARARGS":
+            return inst.arg >= 1
+        if "JUMP" in name or name in _LEAVES:
+            return False
+    return False
+
+
+def _checkable_branch(tx, cond):
+    """Whether a branch on `cond` can be a check with a rerun: a plain one-element tensor, a
+    frame that can run again."""
+    if not tx.output.eager_rerun_ok or type(cond) is not TensorVariable:
+        return False
+    if cond.wrapper_subclass or getattr(cond, "torch_function_class", None) is not None:
+        return False
+    sizes = [shape_env.from_torch(s) for s in cond.example.shape]
+    return all(type(s) is int and s == 1 for s in sizes)
+
+
+def _raising_side_checked(tx, cond, want, fall_through, target):
+    """The direction of a jump whose one side only raises, the check of the other in the graph
+    (Note [Asserts: a branch that only raises]); None where it is no such branch."""
+    insts = tx.instructions
+    raises_after, raises_at_target = _only_raises(insts, fall_through), _only_raises(insts, target)
+    if raises_after == raises_at_target or not _checkable_branch(tx, cond):
+        return None
+    take = raises_after  # the side that does not raise
+    _assert_true(tx, cond, want if take else not want, _RERUN_MESSAGE)
+    tx.output.rerun_on_error = True
+    return take
 
 
 # Note [Shapes: torch._check of an unbacked fact]
@@ -346,6 +415,33 @@ def _check(tx, fn, args, kwargs):
 
 
 torch_vars.register_function(torch._check, _check)
+
+
+def _check_is_size(tx, fn, args, kwargs):
+    """`torch._check_is_size(u[, max=m])` of a value read from tensor data: eager's
+    `torch._check(u >= 0)` (and `u <= m`), asserted at run time and assumed."""
+    if len(args) != 1 or set(kwargs) - {"max"} or not isinstance(args[0], sym.SymNodeVariable):
+        return None  # (an int: torch's own function, traced as written)
+    bound = kwargs.get("max")
+    if bound is not None and not bound.is_python_constant():
+        return None
+    value = args[0].value
+    env = value.env
+    facts = [sympy.Ge(value.expr, 0)]
+    if bound is not None and bound.as_python_constant() is not None:
+        facts.append(sympy.Le(value.expr, bound.as_python_constant()))
+    facts = [env.simplify(f) for f in facts]
+    if any(env.static_value(f) is False for f in facts):
+        return None
+    pending = [f for f in facts if env.static_value(f) is not True]
+    if any(not isinstance(f, tuple(_RELATIONS)) or _checkable(tx, f) is None for f in pending):
+        return None
+    for fact in pending:
+        _assert_fact(tx, fact)
+    return ConstantVariable(None)
+
+
+torch_vars.register_function(torch._check_is_size, _check_is_size)
 
 
 def _sym_min_max(builtin):

@@ -21,7 +21,7 @@ from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables.base import wrap_constant_like
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.exceptions import raise_observed
-from kiln.frontend.variables.lists import ListVariable
+from kiln.frontend.variables.lists import ListVariable, SizeVariable, TupleVariable
 from kiln.frontend.variables.misc import ConstantObjectVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 
@@ -156,6 +156,8 @@ def fold(tx, fn, args, kwargs):
         return _dispatch_keys(tx, args[0])
     if fn is _mode_stack and not args and not kwargs:
         return _dispatch_mode_stack(tx)
+    if fn is torch.broadcast_shapes and not kwargs:
+        return _broadcast_shapes(args)
     if fn in _PURE and all(a.is_python_constant() for a in [*args, *kwargs.values()]):
         cargs = [a.as_python_constant() for a in args]
         ckwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
@@ -189,6 +191,26 @@ def fold(tx, fn, args, kwargs):
     if isinstance(value, torch._C.DispatchKeySet):
         return ConstantObjectVariable(value)
     return ConstantVariable(value)
+
+
+def _broadcast_shapes(args):
+    """`torch.broadcast_shapes(*shapes)` of known sizes, folded to a torch.Size (None: sizes
+    that are symbols, or shapes eager refuses: the call runs as written)."""
+    shapes = []
+    for a in args:
+        if a.is_python_constant():
+            shapes.append(a.as_python_constant())
+        elif isinstance(a, (TupleVariable, ListVariable)) and all(
+            i.is_python_constant() for i in a.items
+        ):
+            shapes.append(tuple(i.as_python_constant() for i in a.items))
+        else:
+            return None
+    try:
+        size = torch.broadcast_shapes(*shapes)
+    except Exception:
+        return None
+    return SizeVariable([ConstantVariable(int(n)) for n in size])
 
 
 # Note [Torch: the dispatch mode stack]
