@@ -52,6 +52,7 @@ from kiln.autograd.plan_keys import (
 from kiln.contracts import GraphMeta, output_layouts
 from kiln.exc import Unsupported
 from kiln.symbolic import autocast_state as amp
+from kiln.symbolic import graph_constants
 from kiln.symbolic.fake import ProxyTensor, is_symbolic, sym_sizes
 from kiln.symbolic.shape_env import ShapeEnv, contiguous_strides, hint_of
 
@@ -242,7 +243,7 @@ def _forward_metadata(tracer, flat):
     graph, val_map = torch.fx.Graph(), {}
     graph.graph_copy(tracer.graph, val_map)
     graph.output(tuple(val_map[a] if isinstance(a, torch.fx.Node) else None for a in args))
-    return functionalize(torch.fx.GraphModule(tracer.root, graph))
+    return functionalize(graph_constants.graph_module(tracer.root, graph))
 
 
 _CONSTANT_TYPES = (

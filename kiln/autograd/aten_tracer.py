@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from kiln.contracts import GraphMeta
 from kiln.exc import Unsupported
+from kiln.symbolic import graph_constants
 from kiln.symbolic.fake import (
     _METADATA_QUERIES,
     _SYM_TYPES,
@@ -365,8 +366,7 @@ class Tracer(_FakeDispatch):
         return last
 
     def graph_module(self):
-        gm = torch.fx.GraphModule(self.root, self.graph)
-        return gm
+        return graph_constants.graph_module(self.root, self.graph)  # Note [Graphs: complex ...]
 
     # --- the dispatch ---
     def dispatch(self, func, args, kwargs):

@@ -21,7 +21,7 @@ from torch.utils import _pytree as pytree
 
 from kiln.autograd.aten_tracer import SizeNodes
 from kiln.exc import Unsupported
-from kiln.symbolic import assert_ops
+from kiln.symbolic import assert_ops, graph_constants
 from kiln.symbolic.fake import (
     _SYM_TYPES,
     METADATA_MUTATIONS,
@@ -341,7 +341,7 @@ class _Functionalizer:
             elif n.op == "output":
                 self.output(n, mutable_roots)
         _drop_identity_views(self.graph)
-        gm = torch.fx.GraphModule(self.old, self.graph)
+        gm = graph_constants.graph_module(self.old, self.graph)
         gm.graph.eliminate_dead_code(is_impure_node=_is_impure)
         gm.recompile()
         return gm

@@ -19,6 +19,7 @@ import torch
 import torch.fx
 
 from kiln.contracts import GraphMeta
+from kiln.symbolic import graph_constants
 from kiln.symbolic.assert_ops import is_assert
 from kiln.symbolic.fake import is_view_op
 from kiln.symbolic.shape_env import from_torch, hint_of
@@ -157,7 +158,7 @@ def extract_graph(joint, inputs, outputs, name, sink=(), keep=()):
         if isinstance(o, torch.fx.Node) and o not in env:
             emit_with_inputs(o)
     graph.output(tuple(env[o] if isinstance(o, torch.fx.Node) else o for o in outputs))
-    gm = torch.fx.GraphModule(joint, graph)
+    gm = graph_constants.graph_module(joint, graph)
     return gm
 
 

@@ -2,6 +2,7 @@
 that users call (`kiln.compile` resolves the backend and calls `compile_callable`)."""
 
 import copy
+import inspect
 import types
 import weakref
 
@@ -23,8 +24,17 @@ def compile_callable(model, settings):
         model = model._orig_mod
     if is_disabled_module(model):
         return model
+    if isinstance(getattr(model, "_c", None), torch._C.ScriptModule):  # (jit script / trace)
+        raise RuntimeError(
+            "kiln.compile does not compile a TorchScript module (torch.jit.script, trace or "
+            "freeze made it): compile the nn.Module it was made from"
+        )
     if isinstance(model, torch.nn.Module):
         return OptimizedModule(model, settings)
+    if isinstance(model, torch._C.ScriptFunction):  # torch.jit.script / trace of a function:
+        python = inspect.getattr_static(model, "_torchdynamo_inline", None)  # the function
+        if isinstance(python, types.FunctionType):  # it came from (the TorchScript program
+            model = python  # computes the same), as torch.compile compiles it
     if isinstance(model, type) and issubclass(model, torch.nn.Module):
         return _compiled_class(model, settings)
     if not callable(model):

@@ -94,6 +94,26 @@ class Guard:
 _CONSTANT_INLINE = (int, str, bool, type(None))
 
 
+# Note [Guards: constants compared]
+# A constant guard must pass only for a value the trace would have computed the same with. `==`
+# says more: (1.0, 2) == (1, 2), True == 1 inside a tuple, -0.0 == 0.0, and NaN equals nothing
+# (a guard on a value holding NaN would fail on every call). So a tuple, frozenset, complex or
+# zero float is compared by `typed_constant`: each item with its exact type, floats by repr
+# (which tells -0.0 and nan apart, and is exact for the rest).
+def typed_constant(v):
+    """`v` as a key equal only for the same types and the same values, NaN equal to NaN."""
+    t = type(v)
+    if t is tuple:
+        return (t, tuple(typed_constant(i) for i in v))
+    if t is frozenset:
+        return (t, frozenset(typed_constant(i) for i in v))
+    if t is float:
+        return (t, repr(v))
+    if t is complex:
+        return (t, repr(v.real), repr(v.imag))
+    return (t, v)
+
+
 @dataclasses.dataclass(frozen=True)
 class DynamicLayout:
     """The symbolic dims of a tensor input; `strides` (ints and SymNodes) for a dense layout that
@@ -306,8 +326,11 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
         t = namer(type(v), type(v).__name__)
         if isinstance(v, float) and math.isnan(v):
             return [f"___type({s}) is {t} and {s} != {s}"]  # NaN: the same argument again
-        if isinstance(v, _CONSTANT_INLINE) or (isinstance(v, float) and math.isfinite(v)):
+        if isinstance(v, _CONSTANT_INLINE) or (isinstance(v, float) and math.isfinite(v) and v):
             return [f"___type({s}) is {t} and {s} == {v!r}"]
+        if type(v) in (tuple, frozenset, complex, float):  # Note [Guards: constants compared]
+            key = namer(typed_constant(v), "const")  # (a float here: 0.0, -0.0 or inf)
+            return [f"___type({s}) is {t} and ___typed({s}) == {key}"]
         return [f"___type({s}) is {t} and {s} == {namer(v, 'const')}"]
     if k == GuardKind.LIST_LENGTH:
         typ, n = v
@@ -604,6 +627,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___closure": fn.__closure__,
         "___type": type,
         "___len": len,
+        "___typed": typed_constant,  # Note [Guards: constants compared]
         "___list": list,
         "___dict_keys": _dict_keys,
         "___storage_id": _storage_id,

@@ -24,7 +24,7 @@ from kiln.frontend.source import GetItemSource, LocalSource
 from kiln.frontend.variables import frame_leaves
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.tensor import tensor_variable
-from kiln.symbolic import shape_env
+from kiln.symbolic import graph_constants, shape_env
 from kiln.symbolic.fake import fake_like, sym_strides
 from kiln.symbolic.layouts import dense_strides
 
@@ -305,6 +305,7 @@ class OutputGraph:
         frame_leaves.check_outputs(self, outputs)  # Note [Autograd: leaves made in the frame]
         self.graph.output(tuple(v.proxy for v in outputs))
         self._remove_dead_sizes()
+        graph_constants.spell_nonfinite_complex(self.graph)  # Note [Graphs: complex ...]
         for source, value, node in list(self.graph_inputs):
             if not node.users:
                 self.graph.erase_node(node)

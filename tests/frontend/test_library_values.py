@@ -80,3 +80,22 @@ def test_constraint_object_of_a_traced_library():
         return constraints.real.check(x) & constraints.positive.check(x)
 
     run_and_compare(f, torch.tensor([1.0, -1.0, float("inf")]), expected_breaks=0)
+
+
+def test_compiling_a_torchscript_function_compiles_its_python():
+    compiled = kiln.compile(SCRIPTED, backend="eager", fullgraph=True)
+    a, b = torch.randn(4), torch.randn(4)
+    torch.testing.assert_close(compiled(a, b), SCRIPTED(a, b))
+
+
+@pytest.mark.parametrize("make", ["script", "trace", "freeze"])
+def test_compiling_a_torchscript_module_is_a_clear_error(make):
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3)).eval()
+    if make == "trace":
+        scripted = torch.jit.trace(model, torch.randn(1, 3))
+    else:
+        scripted = torch.jit.script(model)
+        if make == "freeze":
+            scripted = torch.jit.freeze(scripted)
+    with pytest.raises(RuntimeError, match="does not compile a TorchScript module"):
+        kiln.compile(scripted)

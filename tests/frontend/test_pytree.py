@@ -237,3 +237,21 @@ def key_path_text(x):
 
 def test_key_path_entries_of_constants_are_constants():
     run_and_compare(key_path_text, torch.randn(3), expected_graphs=1, fullgraph=True)
+
+
+def _mapped_with_paths(tree, other, seen):
+    def mapper(path, x, y):
+        seen.append(pytree.keystr(path))
+        return x + y if isinstance(x, torch.Tensor) else x
+
+    out = pytree.tree_map_with_path(mapper, tree, other)
+    pairs = pytree.tree_leaves_with_path(tree)
+    flat, spec = pytree.tree_flatten_with_path(other)
+    return out, [(pytree.keystr(p), v * 2) for p, v in pairs], len(flat), flat[0][0], spec
+
+
+def test_tree_map_with_path_and_its_flattens():
+    # PyTorch's test_tree_map.py: key paths are constants, each leaf mapped with its path
+    tree = {"a": torch.ones(2), "b": [torch.zeros(2), (torch.ones(3), 4)]}
+    other = {"a": torch.full((2,), 2.0), "b": [torch.ones(2), (torch.ones(3), 5)]}
+    run_and_compare(_mapped_with_paths, tree, other, [], fullgraph=True, expected_breaks=0)

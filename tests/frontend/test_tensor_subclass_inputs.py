@@ -255,3 +255,25 @@ def test_a_subclass_overriding_a_tensor_method_breaks_and_runs_its_own_code():
     got, want = kiln.compile(fn, backend="eager")(x), fn(x)
     torch.testing.assert_close(got.left, want.left)
     torch.testing.assert_close(got.left, x.left * 10)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_parameter_of_a_subclass_is_an_instance_of_parameter(backend):
+    # Note [Builtins: isinstance of Parameter and Buffer]: Parameter(pair) is a Pair flagged
+    # `_is_param`, and isinstance(p, Parameter) is True for it (PyTorch's test_subclasses.py)
+    weight = torch.nn.Parameter(pair())
+    plain = torch.randn(4)
+    assert type(weight) is not torch.nn.Parameter
+
+    def f(w, t):
+        a = w + 1 if isinstance(w, torch.nn.Parameter) else w + 2
+        b = t * 3 if isinstance(t, (torch.nn.Parameter, torch.nn.Buffer)) else t * 4
+        c = 5 if isinstance(w, torch.nn.Buffer) else 6
+        return a, b, c
+
+    kiln.reset()
+    got = kiln.compile(f, backend=backend)(weight, plain)
+    want = f(weight, plain)
+    for g, w in zip(got[:2], want[:2]):
+        torch.testing.assert_close(g, w)
+    assert got[2] == want[2] == 6

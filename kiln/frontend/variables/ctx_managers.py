@@ -151,7 +151,21 @@ class GradModeFunctionVariable(VariableTracker):
             cm.exit(tx)
 
     def reconstruct(self, cg):
-        unimplemented(f"a function decorated by {self.cls.__name__} leaving the compiled frame")
+        """The decorated function as a live value (a graph break inside it places the break at
+        its call, which then runs it as its own frame): rebuilt as `no_grad()(fn)` or
+        `enable_grad()(fn)` by its mode, what `set_grad_enabled(mode)(fn)` does when called,
+        without switching the mode now."""
+        if self.cls not in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled):
+            unimplemented(f"a function decorated by {self.cls.__name__} leaving the compiled frame")
+        cg.load_object(decorated_by_grad_mode, push_null=True)
+        cg.load_object(self.mode)
+        cg.reconstruct(self.fn)
+        cg.extend(emit.call(2))
+
+
+def decorated_by_grad_mode(mode, fn):
+    """`fn` decorated to run with grad mode `mode`, as torch's grad-mode decorators make it."""
+    return (torch.enable_grad if mode else torch.no_grad)()(fn)
 
 
 class NullContextVariable(VariableTracker):

@@ -349,7 +349,64 @@ def tree_map_only(tx, fn, args, kwargs):
     return _map(tx, args[1], args[2], [], only=kind)
 
 
-for _fn in (tree_flatten, tree_leaves, tree_structure, tree_unflatten, tree_map, tree_map_only):
+def _with_paths(tx, tree, name):
+    """(key paths as traced tuples of KeyEntry constants, leaf variables, spec, factories)."""
+    factories = {}
+    stand_in = _stand_in(tx, tree, factories)
+    if factories.get("user nodes"):
+        unimplemented(f"pytree.{name} of a tree holding registered user nodes")
+    pairs, spec = _real(pytree.tree_flatten_with_path, stand_in)
+    paths = [TupleVariable([ConstantObjectVariable(k) for k in path]) for path, _ in pairs]
+    return paths, [slot.var for _, slot in pairs], spec, factories
+
+
+def tree_map_with_path(tx, fn, args, kwargs):
+    """`tree_map_with_path(func, tree, *rests)`: func(key path, leaf, *leaves of rests) for each
+    leaf, the key paths constants (Note [Pytree: a stand-in tree])."""
+    _no_is_leaf(kwargs, "tree_map_with_path")
+    if len(args) < 2:
+        return None
+    paths, leaves, spec, factories = _with_paths(tx, args[1], "tree_map_with_path")
+    columns = [paths, leaves]
+    for rest in args[2:]:
+        subtrees = _real(spec.flatten_up_to, _stand_in(tx, rest, factories))
+        columns.append([_traced(s, factories) for s in subtrees])
+    out = [args[0].call_function(tx, list(row), {}) for row in zip(*columns, strict=True)]
+    return _unflatten(tx, out, spec, factories)
+
+
+def tree_flatten_with_path(tx, fn, args, kwargs):
+    _no_is_leaf(kwargs, "tree_flatten_with_path")
+    if len(args) != 1:
+        return None
+    paths, leaves, spec, _ = _with_paths(tx, args[0], "tree_flatten_with_path")
+    pairs = ListVariable([TupleVariable([p, v]) for p, v in zip(paths, leaves, strict=True)])
+    return TupleVariable([pairs, ConstantObjectVariable(spec)])
+
+
+def tree_leaves_with_path(tx, fn, args, kwargs):
+    _no_is_leaf(kwargs, "tree_leaves_with_path")
+    if len(args) != 1:
+        return None
+    paths, leaves, _, _ = _with_paths(tx, args[0], "tree_leaves_with_path")
+    return ListVariable([TupleVariable([p, v]) for p, v in zip(paths, leaves, strict=True)])
+
+
+def keystr(tx, fn, args, kwargs):
+    """`keystr(key_path)` of a constant key path: folded."""
+    if len(args) != 1 or kwargs or not args[0].has_unpack_var_sequence(tx):
+        return None
+    entries = args[0].unpack_var_sequence(tx)
+    if not all(isinstance(e, ConstantObjectVariable) for e in entries):
+        return None
+    return ConstantVariable(pytree.keystr(tuple(e.value for e in entries)))
+
+
+for _fn in (
+    keystr,
+    *(tree_flatten, tree_leaves, tree_structure, tree_unflatten, tree_map, tree_map_only),
+    *(tree_map_with_path, tree_flatten_with_path, tree_leaves_with_path),
+):
     torch_vars.register_function(getattr(pytree, _fn.__name__), _fn)
 
 

@@ -49,6 +49,8 @@ def isinstance_check(tx, obj, cls, cls_var=None):
     """
     classes = cls if isinstance(cls, tuple) else (cls,)
     guard_abc_registry(tx, cls)
+    if any(c in _FLAGGED for c in classes) and hasattr(obj, "hasattr"):  # (a tensor)
+        return ConstantVariable(any(_flagged_isinstance(tx, obj, c) for c in classes))
     if all(_type_decides(c) for c in classes):
         t = obj.python_type()
         if not issubclass(t, cls) and not _class_is_type(t):
@@ -64,6 +66,29 @@ def isinstance_check(tx, obj, cls, cls_var=None):
     if cls_var is not None and isinstance(check, types.FunctionType):
         return _user_instancecheck(tx, obj, cls, cls_var, check)
     unimplemented(f"isinstance with {cls!r}, whose metaclass has its own __instancecheck__")
+
+
+# Note [Builtins: isinstance of Parameter and Buffer]
+# `nn.Parameter(t)` of a tensor subclass (TwoTensor) returns an instance of that subclass with
+# `_is_param = True` in its __dict__, and Parameter's metaclass answers isinstance(t, Parameter)
+# from that flag (Buffer likewise from `_is_buffer`): for a tensor the answer is its type, else
+# the flag read as `getattr(t, flag, False)` (the tensor's __dict__ keys guarded).
+_FLAGGED = {torch.nn.Parameter: "_is_param", torch.nn.Buffer: "_is_buffer"}
+
+
+def _flagged_isinstance(tx, obj, cls):
+    """isinstance(tensor, cls) for one class of a (possibly tuple) check; see the note."""
+    if issubclass(obj.python_type(), cls):
+        return True
+    flag = _FLAGGED.get(cls)
+    if flag is None:
+        return bool(isinstance_check(tx, obj, cls).as_python_constant())
+    if not issubclass(obj.python_type(), torch.Tensor) or not obj.hasattr(tx, flag).value:
+        return False
+    value = obj.var_getattr(tx, flag)
+    if not value.is_python_constant():
+        unimplemented(f"isinstance(t, {cls.__name__}) with t.{flag} known only at run time")
+    return bool(value.as_python_constant())
 
 
 def _user_instancecheck(tx, obj, cls, cls_var, check):
@@ -123,5 +148,6 @@ def _type_decides(cls):
 _TYPE_ONLY_CHECKS = {
     type.__instancecheck__,
     abc.ABCMeta.__instancecheck__,
-    type(torch.nn.Parameter).__instancecheck__,
+    type(torch.nn.Parameter).__instancecheck__,  # (for a tensor: Note [Builtins: isinstance
+    type(torch.nn.Buffer).__instancecheck__,  # of Parameter and Buffer])
 }

@@ -71,3 +71,31 @@ def test_grad_mode_managers_as_decorators(form):
         return out, out.requires_grad, after, torch.is_grad_enabled()
 
     run_and_compare(fn, torch.randn(3, requires_grad=True), fullgraph=True, expected_breaks=0)
+
+
+def _breaks_inside(x, log):
+    x = x + 1
+    print("a break inside the decorated function")
+    log.append(torch.is_grad_enabled())
+    return x * 2
+
+
+@pytest.mark.parametrize("make", ["no_grad", "enable_grad", "set_grad_enabled"])
+def test_break_inside_a_function_decorated_in_the_frame(make):
+    # PyTorch's test_nested_graph_breaks.py: the decorated function is rebuilt at the break
+    # (Note [Ctx: grad-mode managers as values]): its call runs as its own compiled frame and
+    # the caller's code after it is compiled too
+    decorate = {
+        "no_grad": lambda f: torch.no_grad()(f),
+        "enable_grad": lambda f: torch.enable_grad()(f),
+        "set_grad_enabled": lambda f: torch.set_grad_enabled(False)(f),
+    }[make]
+
+    def fn(x, log):
+        with torch.set_grad_enabled(make == "no_grad"):
+            y = decorate(_breaks_inside)(x, log)
+        log.append(torch.is_grad_enabled())
+        return y.cos(), y.requires_grad
+
+    x = torch.randn(3, requires_grad=True)
+    run_and_compare(fn, x, [], expected_frames=4)

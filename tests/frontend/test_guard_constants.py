@@ -1,0 +1,66 @@
+"""Constant guards pass only for values the trace computes the same with (Note [Guards:
+constants compared]): exact item types, -0.0 apart from 0.0, NaN equal to NaN."""
+
+import math
+
+import pytest
+import torch
+
+import kiln
+
+
+def _calls(fn, args_list):
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    for args in args_list:
+        got, want = compiled(*args), fn(*args)
+        assert repr(got) == repr(want), (args, got, want)
+    return kiln.counters["stats"]["recompiles"]
+
+
+def items(x, t):
+    return x + 1, t[0] // 1, repr(t[1]), sorted(map(repr, t[2]))
+
+
+def test_tuple_items_of_another_type_recompile():
+    x = torch.ones(2)
+    calls = [
+        (x, (1, 2, frozenset({3}))),
+        (x, (1.0, 2, frozenset({3}))),
+        (x, (1, True, frozenset({3}))),
+    ]
+    calls.append((x, (1, 2, frozenset({3.0}))))
+    assert _calls(items, calls) >= 3  # (each call its own entry: results as eager)
+
+
+SCALE = 0.0
+
+
+def divide(x):
+    return x / SCALE
+
+
+def test_negative_zero_is_not_zero():
+    global SCALE
+    x = torch.ones(2)
+    kiln.reset()
+    compiled = kiln.compile(divide, backend="eager")
+    try:
+        for value in (0.0, -0.0, 0.0):
+            SCALE = value
+            torch.testing.assert_close(compiled(x), divide(x))
+    finally:
+        SCALE = 0.0
+
+
+NAN_VALUES = (complex(1.0, math.nan), (math.nan, 2.0))
+
+
+def uses_nan_constants(x):
+    return x * NAN_VALUES[0], x + NAN_VALUES[1][0]
+
+
+@pytest.mark.parametrize("calls", [3])
+def test_constants_holding_nan_do_not_recompile(calls):
+    x = torch.tensor([1.0 + 1j])
+    assert _calls(uses_nan_constants, [(x,)] * calls) == 0
