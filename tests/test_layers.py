@@ -69,6 +69,9 @@ tools.hooks -> tools.debug_dir
     its run.py scripts) loads only when KILN_DEBUG_DIR is set
 tools.hooks -> tools.minifier
     import time: the minifier (and the backend under it) loads only under KILN_REPRO_AFTER
+frontend.variables.stdlib -> frontend.variables.live_iters
+    cycle: lazy iterators call operators, whose module chain reaches functions, which imports
+    stdlib (chain.from_iterable makes a lazy chain)
 frontend.variables.allowed_calls -> frontend.variables.tensor
     cycle: function calls check for allow_in_graph marks; tensors call functions
 frontend.variables.allowed_calls -> frontend.variables.torch

@@ -189,3 +189,24 @@ def test_an_iterator_over_many_constants_is_rebuilt_as_one_constant():
     root = [m for m in cap.messages["bytecode"] if "bytecode of many_constants" in m]
     lines = root[0].count("\n") if root else None
     assert lines is not None and lines < 200, "the 17999 items are one constant, not one load each"
+
+
+def chain_of_lists_changed_after(x):
+    a, b = [], [x]
+    it = itertools.chain.from_iterable([a, b])
+    print("a break: the iterator is rebuilt")
+    a.append(x * 2)  # (eager's chain reads a when it reaches it)
+    return list(it)
+
+
+def chain_of_lists_changed_without_a_break(x):
+    a = []
+    it = itertools.chain.from_iterable((a, [x + 1]))
+    a.append(x * 3)
+    return next(it), list(it)
+
+
+def test_chain_from_iterable_reads_its_lists_as_it_goes():
+    # CPython's test_itertools TestGC.test_chain_from_iterable appends the iterator to its list
+    run_and_compare(chain_of_lists_changed_after, torch.randn(2))
+    run_and_compare(chain_of_lists_changed_without_a_break, torch.randn(2), expected_breaks=0)

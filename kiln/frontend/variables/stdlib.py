@@ -280,9 +280,14 @@ def _tee(tx, iterable, n=None):
 
 
 def _chain_from_iterable(tx, iterable):
-    return ListIteratorVariable(
-        [i for seq in iterable.unpack_var_sequence(tx) for i in seq.unpack_var_sequence(tx)]
-    )
+    """`chain.from_iterable(seqs)`: chain(*seqs), reading each list as it goes (a list changed
+    after the call and before its items are reached gives its new items, as in eager)."""
+    from kiln.frontend.variables.live_iters import LazyIteratorVariable, lazy_sources_ok
+
+    seqs = iterable.unpack_var_sequence(tx)
+    if lazy_sources_ok(seqs):
+        return LazyIteratorVariable(tx, itertools.chain, seqs, (0,))
+    return ListIteratorVariable([i for seq in seqs for i in seq.unpack_var_sequence(tx)])
 
 
 # --- copy -----------------------------------------------------------------------------------------
