@@ -19,8 +19,6 @@ variable, so each read sees the mutations made before it and the replay writes t
 contents once. (Two variables would each replay their own contents: the first append lost.)
 """
 
-import collections
-import copy
 import inspect
 import types
 from typing import NamedTuple
@@ -63,24 +61,6 @@ def _own_dict(obj):
         except (AttributeError, TypeError):
             return None
     return None
-
-
-_CONTAINER_FIELDS = (list, dict, set, collections.OrderedDict, collections.deque)
-
-
-# Note [Side effects: containers put back at a break]
-# A break inside an inlined call is placed at the call in the root frame: the graph and the
-# recorded stores are cut back to that instruction, and Python runs the call (as its own compiled
-# frame). A container the call changed in place (`log.append(...)` before the break) would keep
-# the change twice, so each such change journals the container variable's fields first (its item
-# list, dict or set copied one level) and the cut puts them back, as the stores are put back.
-def _container_state(var):
-    return {k: copy.copy(v) if type(v) in _CONTAINER_FIELDS else v for k, v in vars(var).items()}
-
-
-def _put_back(var, state):
-    vars(var).clear()
-    vars(var).update(state)
 
 
 class SideEffects:
@@ -229,17 +209,14 @@ class SideEffects:
         return hit is not None and hit[1][2] is DELETED
 
     def mutate_container(self, var):
-        """Called before a traced list, dict, set or deque changes in place."""
         self.written.append(var.serial)
         if var.source is not None:
             self._record(("container", id(var)), "container", var)
         if var.serial < self.step_serial:
-            # Note [Side effects: containers put back at a break]: a container that existed
-            # before this root instruction gets its contents back when the instruction breaks
-            # and runs in Python (which then makes the mutation itself); objects the
-            # instruction made are made afresh
-            state = _container_state(var)
-            self.data_undo.append(lambda: _put_back(var, state))
+            # an object that existed before this root instruction: re-running the instruction
+            # in Python would repeat the mutation (objects made by the instruction itself would
+            # be made afresh)
+            self.version += 1
 
     def write_cell_ref(self, ref, value):
         """A store into an enclosing traced frame's cell (`nonlocal`, a walrus in a genexp);

@@ -62,8 +62,8 @@ def rebuild(cg, it):
     first; its iterator is rebuilt over it when its keys are those the iterator started with."""
     d = it.watched[0]
     kind = getattr(it, "dict_kind", None)
-    if kind is None or d.user_cls not in _REBUILT:
-        return False
+    if kind is None or d.user_cls not in _REBUILT or it.keys_changed():
+        return False  # (Note [Dicts: keys changed while iterated])
     # the object that holds the items: a dict-subclass object's own (its storage's, its live
     # items'), else the dict
     owner = getattr(d, "storage_of", None) or getattr(d, "obj", None) or d

@@ -171,6 +171,8 @@ class ConstDictVariable(VariableTracker):
             return self.default_factory or ConstantVariable(None)
         return super().var_getattr(tx, name)
 
+    removals = 0  # keys taken out or moved, ever (Note [Dicts: keys changed while iterated])
+
     def _mutate(self, tx, drops=(), what="a dict store"):
         """Record a mutation; `drops`: the values it removes (Note [Finalizers: a store that
         may run __del__])."""
@@ -317,6 +319,7 @@ class ConstDictVariable(VariableTracker):
             return self.items[key]
         if name == "clear" and not args:
             self._mutate(tx, self.items.values(), name)
+            self.removals += 1  # Note [Dicts: keys changed while iterated]
             self.items.clear()
             return ConstantVariable(None)
         if (
@@ -329,6 +332,7 @@ class ConstDictVariable(VariableTracker):
                 raise_observed(tx, KeyError, "popitem(): dictionary is empty")
             k = next(reversed(self.items)) if last else next(iter(self.items))
             self._mutate(tx, [self.items[k]], name)
+            self.removals += 1  # Note [Dicts: keys changed while iterated]
             return TupleVariable([key_var(k), self.items.pop(k)])
         if name == "move_to_end" and self._ordered() and len(args) + len(kwargs) <= 2 and args:
             key = self._key(args[0])
@@ -336,6 +340,7 @@ class ConstDictVariable(VariableTracker):
             if key not in self.items:
                 raise_observed(tx, KeyError, key)
             self._mutate(tx)
+            self.removals += 1  # Note [Dicts: keys changed while iterated]
             value = self.items.pop(key)
             if last.truthy(tx):
                 self.items[key] = value
@@ -376,6 +381,7 @@ class ConstDictVariable(VariableTracker):
             key = self._key(args[0])
             self._mutate(tx, [self.items.get(key)], name)
             if key in self.items:
+                self.removals += 1  # Note [Dicts: keys changed while iterated]
                 return self.items.pop(key)
             if len(args) == 2:
                 return args[1]

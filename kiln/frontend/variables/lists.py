@@ -522,6 +522,18 @@ _NOT_ITERABLE = (int, float, complex, bool, type(None))  # `for x in 1`: TypeErr
 _DEAD = sys.maxsize
 
 
+# Note [Dicts: keys changed while iterated]
+# A dict that loses a key and gains one while it is iterated keeps its size, and Python's
+# iterator then raises "dictionary keys changed during iteration" (or skips and repeats keys; an
+# OrderedDict's raises "mutated during iteration" for a moved key too). kiln models the size
+# check only, so a dict iterator whose dict lost or moved a key since it was made is a graph
+# break at its next step, and is not rebuilt at a break (dict_iters.rebuild): Python runs it.
+_KEYS_CHANGED = (
+    "iterating a dict that lost a key while it was iterated (Python's iterator may raise "
+    "'dictionary keys changed during iteration'): not modelled"
+)
+
+
 class ListIteratorVariable(VariableTracker):
     """An iterator over known items (a list, tuple, range, zip, enumerate ... of traced values)."""
 
@@ -581,6 +593,7 @@ class ListIteratorVariable(VariableTracker):
         it = cls(items)
         it.dict_kind = kind  # (Note [Dicts: iterators at a break])
         it.keys_at_start = list(d.items)  # (Note [Dicts: iterators of dicts made in the frame])
+        it.removals_at_start = getattr(d, "removals", 0)  # Note [Dicts: keys changed while ...]
         if issubclass(getattr(d, "user_cls", dict), collections.OrderedDict):
             # an OrderedDict's iterator raises once, then ends (a dict's and a set's go on raising)
             it.watched = (d, len(d.items), "OrderedDict mutated during iteration")
@@ -622,6 +635,8 @@ class ListIteratorVariable(VariableTracker):
                 self.failed = True  # (Python's iterator is exhausted after raising)
                 self.index = len(self.items)
                 raise_observed(None, RuntimeError, message)
+            if self.keys_changed():
+                unimplemented(_KEYS_CHANGED)
         if self.index >= len(self.items):
             self.ran_out = True  # (a dict's iterator lets go of its dict then)
             if self.end_error is not None and not self.failed:
@@ -635,6 +650,12 @@ class ListIteratorVariable(VariableTracker):
         _ITER_UNDO.append((self, self.index))
         self.index += 1
         return item
+
+    def keys_changed(self):
+        """Note [Dicts: keys changed while iterated]: whether the dict iterated lost a key (or,
+        an OrderedDict, moved one) since the iterator was made."""
+        start = getattr(self, "removals_at_start", None)
+        return start is not None and getattr(self.watched[0], "removals", 0) != start
 
     def _size_changed(self):
         from kiln.frontend.variables.sets import SetVariable  # (sets builds on lists)
@@ -677,6 +698,8 @@ class ListIteratorVariable(VariableTracker):
             return
         if self.watched is not None and ITERATORS.get("rebuild dict", _no)(cg, self):
             return  # a real dict iterator (Note [Dicts: iterators at a break])
+        if self.watched is not None and self.keys_changed():
+            unimplemented(_KEYS_CHANGED)  # (no rebuild tells it: the frame runs in Python)
         if self.live_list is not None and self.live_list.items is self.items:
             # the same list object, advanced to where the trace is
             cg.load_object(list_iter_at, push_null=True)
