@@ -2,7 +2,6 @@
 that users call (`kiln.compile` resolves the backend and calls `compile_callable`)."""
 
 import copy
-import inspect
 import types
 import weakref
 
@@ -13,7 +12,7 @@ from kiln.contracts import CompileSettings
 from kiln.frontend import break_policy, distributed, frame_cache
 from kiln.frontend.cache_wrappers import make_wrapper, module_eager
 from kiln.frontend.frame_cache import FrameCache, shallow_frame
-from kiln.frontend.markers import is_disabled_module, kiln_marker
+from kiln.frontend.markers import is_disabled_module, kiln_marker, torchscript_python
 from kiln.frontend.variables.functions import is_torch_disabled
 
 
@@ -31,10 +30,7 @@ def compile_callable(model, settings):
         )
     if isinstance(model, torch.nn.Module):
         return OptimizedModule(model, settings)
-    if isinstance(model, torch._C.ScriptFunction):  # torch.jit.script / trace of a function:
-        python = inspect.getattr_static(model, "_torchdynamo_inline", None)  # the function
-        if isinstance(python, types.FunctionType):  # it came from (the TorchScript program
-            model = python  # computes the same), as torch.compile compiles it
+    model = torchscript_python(model) or model  # (a TorchScript function: its Python)
     if isinstance(model, type) and issubclass(model, torch.nn.Module):
         return _compiled_class(model, settings)
     if not callable(model):

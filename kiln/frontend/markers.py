@@ -7,6 +7,8 @@ import re
 import types
 import weakref
 
+import torch
+
 _ALLOWED = weakref.WeakSet()  # what allow_in_graph marked (functions, autograd.Function classes)
 _DISALLOWED = {}  # id -> torch function that disallow_in_graph keeps out of graphs (a break)
 _NONSTRICT = weakref.WeakSet()  # the copies nonstrict_trace made
@@ -37,6 +39,16 @@ def kiln_marker(obj, name):
     if not isinstance(obj, types.FunctionType) or _copied(obj):
         return None
     return obj.__dict__.get(name)
+
+
+def torchscript_python(obj):
+    """The Python function a TorchScript function (torch.jit.script / trace of one) was made
+    from, or None: compiled as it, as torch.compile does (the TorchScript program computes the
+    same)."""
+    if not isinstance(obj, torch._C.ScriptFunction):
+        return None
+    python = inspect.getattr_static(obj, "_torchdynamo_inline", None)
+    return python if isinstance(python, types.FunctionType) else None
 
 
 # Note [Markers: copied by functools.wraps]

@@ -27,6 +27,7 @@ from kiln.frontend.markers import (
     nonstrict_trace,
     skip_frame,
     step_unsupported,
+    torchscript_python,
 )
 from kiln.frontend.source import (
     RANGE_ITERATOR,
@@ -340,12 +341,8 @@ def wrap_value(tx, value, source):
     if is_optimized_module(value):
         value = value._orig_mod
         source = _attr(source, "_orig_mod") if source is not None else None
-    elif isinstance(value, torch._C.ScriptFunction) and isinstance(
-        script_source := inspect.getattr_static(value, "_torchdynamo_inline", None),
-        types.FunctionType,
-    ):
-        # torch.jit.script / torch.jit.trace of a Python function keep it there: traced as
-        # torch.compile traces it (the TorchScript program computes the same)
+    elif (script_source := torchscript_python(value)) is not None:
+        # (traced as the Python function it was made from, read through its attribute)
         if source is None:
             return UserFunctionVariable(script_source)
         guards.add(GuardKind.ID_MATCH, source, value)

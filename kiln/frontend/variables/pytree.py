@@ -312,8 +312,12 @@ def tree_unflatten(tx, fn, args, kwargs):
     return _unflatten(tx, _leaves_of(tx, args[0]), _spec_of(args[1]), {})
 
 
-def _map(tx, func, tree, rests, only=None):
-    leaves, spec, factories = _flatten(tx, tree)
+def _map(tx, func, tree, rests, only=None, with_paths=False):
+    """tree_map (tree_map_only's `only`; tree_map_with_path's key path first in each call)."""
+    if with_paths:
+        paths, leaves, spec, factories = _with_paths(tx, tree, "tree_map_with_path")
+    else:
+        leaves, spec, factories = _flatten(tx, tree)
     columns = [leaves]
     if rests and factories.get("user nodes"):
         unimplemented("pytree.tree_map of several trees holding registered user nodes")
@@ -321,11 +325,12 @@ def _map(tx, func, tree, rests, only=None):
         subtrees = _real(spec.flatten_up_to, _stand_in(tx, rest, factories))
         columns.append([_traced(s, factories) for s in subtrees])
     out = []
-    for row in zip(*columns, strict=True):
+    for i, row in enumerate(zip(*columns, strict=True)):
         if only is not None and not issubclass(row[0].python_type(), only):
             out.append(row[0])
             continue
-        out.append(func.call_function(tx, list(row), {}))
+        row = [paths[i], *row] if with_paths else list(row)
+        out.append(func.call_function(tx, row, {}))
     return _unflatten(tx, out, spec, factories)
 
 
@@ -366,13 +371,7 @@ def tree_map_with_path(tx, fn, args, kwargs):
     _no_is_leaf(kwargs, "tree_map_with_path")
     if len(args) < 2:
         return None
-    paths, leaves, spec, factories = _with_paths(tx, args[1], "tree_map_with_path")
-    columns = [paths, leaves]
-    for rest in args[2:]:
-        subtrees = _real(spec.flatten_up_to, _stand_in(tx, rest, factories))
-        columns.append([_traced(s, factories) for s in subtrees])
-    out = [args[0].call_function(tx, list(row), {}) for row in zip(*columns, strict=True)]
-    return _unflatten(tx, out, spec, factories)
+    return _map(tx, args[0], args[1], args[2:], with_paths=True)
 
 
 def tree_flatten_with_path(tx, fn, args, kwargs):

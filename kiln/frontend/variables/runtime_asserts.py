@@ -19,20 +19,26 @@ from kiln.frontend.variables.tensor import TensorVariable
 from kiln.symbolic import assert_ops, shape_env
 
 
-def _one_element(what, cond):
-    """Break unless `cond` is a plain traced tensor of one element (eager raises otherwise)."""
+def _not_one_element(cond):
+    """Why `cond` is not a plain traced tensor of one element, or None when it is."""
     if not isinstance(cond, TensorVariable) or type(cond) is not TensorVariable:
-        unimplemented(f"{what} of {cond}")
+        return str(cond)
     if cond.wrapper_subclass or getattr(cond, "torch_function_class", None) is not None:
-        unimplemented(f"{what} of a tensor subclass value")
+        return "a tensor subclass value"
     sizes = [shape_env.from_torch(s) for s in cond.example.shape]
     if any(isinstance(s, shape_env.SymNode) for s in sizes):
-        unimplemented(f"{what} of a tensor with a symbolic size")
+        return "a tensor with a symbolic size"
     numel = 1
     for s in sizes:
         numel *= s
-    if numel != 1:
-        unimplemented(f"{what} of a tensor of {numel} elements (eager raises)")
+    return None if numel == 1 else f"a tensor of {numel} elements (eager raises)"
+
+
+def _one_element(what, cond):
+    """Break unless `cond` is a plain traced tensor of one element (eager raises otherwise)."""
+    why = _not_one_element(cond)
+    if why is not None:
+        unimplemented(f"{what} of {why}")
 
 
 def _add_assert(tx, target, args):
@@ -170,12 +176,7 @@ def _only_raises(insts, i):
 def _checkable_branch(tx, cond):
     """Whether a branch on `cond` can be a check with a rerun: a plain one-element tensor, a
     frame that can run again."""
-    if not tx.output.eager_rerun_ok or type(cond) is not TensorVariable:
-        return False
-    if cond.wrapper_subclass or getattr(cond, "torch_function_class", None) is not None:
-        return False
-    sizes = [shape_env.from_torch(s) for s in cond.example.shape]
-    return all(type(s) is int and s == 1 for s in sizes)
+    return tx.output.eager_rerun_ok and _not_one_element(cond) is None
 
 
 def _raising_side_checked(tx, cond, want, fall_through, target):
