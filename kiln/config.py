@@ -46,6 +46,7 @@ strict = (
 )
 verbose = False  # errors keep kiln's internal frames in their tracebacks (KILN_VERBOSE=1)
 route_calls_of_eager_frames = True  # a frame run eagerly calls its callees' compiled frames
+nested_graph_breaks = True  # a break inside an inlined call resumes there: callers stay in graphs
 warn_graph_breaks = True  # warn once per compiled function that breaks into several graphs
 cpp_guards = True  # tensor checks of guards in C++ (kiln_tensor_match, built once per machine)
 guard_program_check = (

@@ -107,3 +107,17 @@ class BreakState:
     effects_version: int  # SideEffects.version before it
     effects_snapshot: object  # SideEffects.snapshot() before it
     resume_here: bool = False  # resume AT the instruction (Note [Blocks: rewinding to a try block])
+
+
+@dataclasses.dataclass(frozen=True)
+class NestedState:
+    """Where a graph break stopped an inlined call's frame, and the state live there (Note
+    [Nested breaks: placing the break in the callee])."""
+
+    tx: object  # the InliningTranslator
+    index: int  # the instruction that broke (in a caller: the call of the next frame)
+    stack: list  # the value stack before it
+    locals: Mapping  # name -> VariableTracker, before it
+    checkpoint: object  # the graph's checkpoint before it
+    kw_names: object  # pending KW_NAMES (Python 3.11/3.12)
+    effects_mark: tuple  # SideEffects.mark() before it

@@ -19,6 +19,7 @@ class Unsupported(KilnError):
         self.no_resume = False  # no resume function can continue after this break
         self.eager_frame = False  # no graph break helps: the whole frame runs eagerly
         self.break_state = None  # kiln.contracts.BreakState, set by the root translator
+        self.nested = []  # kiln.contracts.NestedState of each inlined frame, innermost first
         # Set under fullgraph=True by kiln.frontend.user_errors.fullgraph_error:
         self.kiln_details = None  # the user's frames and a hint, printed after the message
         self.kiln_trim = False  # the entry wrapper drops kiln's frames from the traceback

@@ -485,6 +485,7 @@ class BlockStackMixin:
             manager.rewound_to(point.serial)
         e.break_state = state
         e.frames = [(self.code, state.index, self.instructions[state.index].lineno)]
+        e.nested = []
         e.no_resume = False
         e.rewind_fallback = None  # (Note [Blocks: breaks inside a user with block])
         where = "try block" if state.resume_here else "with statement"

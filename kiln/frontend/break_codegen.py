@@ -31,6 +31,7 @@ from kiln.frontend.indexed_insts import decode as decode_indexed
 from kiln.frontend.resume import (
     ResumeUnsupported,
     TailCall,
+    is_boxed,
     make_resume_function,
     origin,
     run_resume,
@@ -318,7 +319,7 @@ class _BreakCodegen:
         temps = [body.new_temp() for _ in on_stack]
         for k in reversed(on_stack):
             body.extend(emit.store_fast(temps[k]))
-        if site.in_resume and _TAIL_CALLS:
+        if site.in_resume and _TAIL_CALLS and not is_boxed(self.code):
             body.load_object(TailCall, push_null=True)
         elif _TAIL_CALLS:
             body.load_object(run_resume, push_null=True)
@@ -360,48 +361,8 @@ class _BreakCodegen:
         return found[p]
 
     def release_dropped_locals(self):
-        """Before the instruction Python runs, unbind the locals the trace deleted or rebound.
-
-        Note [Resume: locals dropped before the break]
-        The transformed code runs the unsupported instruction in the frame whose locals are
-        still the ones it started with; a `del obj` or `obj = None` traced before the break has
-        not happened to them, so `gc.collect()` or a weak reference called there would see obj
-        alive. Each local that the trace deleted or rebound, and that no later instruction of
-        the transformed code loads (the rebuilt values read their sources), is set to None
-        just before the instruction; eager had already let go of its value.
-
-        Note [Resume: temps released before the break]
-        The temps of the transformed code (objects rebuilt for the replayed stores, values
-        pinned before them, the graph's output list) are kiln's, not the frame's: one that no
-        later instruction loads is set to None before the instruction too, so an object the
-        frame dropped (an object in a reference cycle whose attribute a store set) is not kept
-        alive through the call that runs there (`gc.collect()`).
-        """
-        body = self.body
-        run = getattr(body, "instruction_run", None)
-        at = next((k for k, i in enumerate(body.instrs) if i is run), None)
-        if at is None:
-            return
-        loaded = set()
-        for inst in body.instrs[at:]:
-            if inst.opname.startswith("LOAD_FAST"):
-                names = inst.argval if isinstance(inst.argval, tuple) else (inst.argval,)
-                loaded.update(names)
-        release = []
-        for name in _fast_locals(self.code):
-            v = self.locals.get(name)
-            unchanged = (
-                v is not None
-                and not isinstance(v, DeletedVariable)
-                and (v.source is not None and v.source.name() == name)
-            )
-            if not unchanged and name not in loaded:
-                release += emit.load_const(None) + emit.store_fast(name)
-        # Note [Resume: temps released before the break]
-        for name in (GRAPH_OUT, *body.temp_names):
-            if name not in loaded:
-                release += emit.load_const(None) + emit.store_fast(name)
-        body.instrs[at:at] = release
+        """Note [Resume: locals dropped before the break] (release_dropped_locals)."""
+        release_dropped_locals(self.body, self.code, self.locals)
 
     def write(self):
         """The instructions after the graph call, by the kind of break."""
@@ -464,6 +425,50 @@ class _BreakCodegen:
                 self.call_resume(site.base_index + 2, layout[: depth - pushes])
                 return
             self.call_resume(site.base_index + 1, layout[: depth - pushes] + [None] * pushes)
+
+
+def release_dropped_locals(body, code, frame_locals):
+    """Before the instruction Python runs, unbind the locals the trace deleted or rebound.
+
+    Note [Resume: locals dropped before the break]
+    The transformed code runs the unsupported instruction in the frame whose locals are
+    still the ones it started with; a `del obj` or `obj = None` traced before the break has
+    not happened to them, so `gc.collect()` or a weak reference called there would see obj
+    alive. Each local that the trace deleted or rebound, and that no later instruction of
+    the transformed code loads (the rebuilt values read their sources), is set to None
+    just before the instruction; eager had already let go of its value.
+
+    Note [Resume: temps released before the break]
+    The temps of the transformed code (objects rebuilt for the replayed stores, values
+    pinned before them, the graph's output list) are kiln's, not the frame's: one that no
+    later instruction loads is set to None before the instruction too, so an object the
+    frame dropped (an object in a reference cycle whose attribute a store set) is not kept
+    alive through the call that runs there (`gc.collect()`).
+    """
+    run = getattr(body, "instruction_run", None)
+    at = next((k for k, i in enumerate(body.instrs) if i is run), None)
+    if at is None:
+        return
+    loaded = set()
+    for inst in body.instrs[at:]:
+        if inst.opname.startswith("LOAD_FAST"):
+            names = inst.argval if isinstance(inst.argval, tuple) else (inst.argval,)
+            loaded.update(names)
+    release = []
+    for name in _fast_locals(code):
+        v = frame_locals.get(name)
+        unchanged = (
+            v is not None
+            and not isinstance(v, DeletedVariable)
+            and (v.source is not None and v.source.name() == name)
+        )
+        if not unchanged and name not in loaded:
+            release += emit.load_const(None) + emit.store_fast(name)
+    # Note [Resume: temps released before the break]
+    for name in (GRAPH_OUT, *body.temp_names):
+        if name not in loaded:
+            release += emit.load_const(None) + emit.store_fast(name)
+    body.instrs[at:at] = release
 
 
 # Note [Graph breaks: two continuations]
@@ -621,14 +626,24 @@ def _fast_locals(code):
 
 
 def _run_instruction(body, inst, e):
+    run_instruction(body, inst, e.break_state.kw_names)
+
+
+def run_instruction(body, inst, kw_names, line=None):
+    """Append the instruction a break runs in Python (a CALL with its pending keyword names), at
+    the line of `line` (an instruction of the frame it runs in; default: its own)."""
     at = len(body.instrs)
+    line = line or inst
     if inst.opname == "CALL":
-        call = emit.call_kw(inst.arg, e.break_state.kw_names) if e.break_state.kw_names else None
+        call = emit.call_kw(inst.arg, kw_names) if kw_names else None
         for made in call or emit.call(inst.arg):  # (at the user's line: tracebacks, warnings)
-            made.lineno, made.positions = inst.lineno, inst.positions
+            made.lineno, made.positions = line.lineno, line.positions
             body.append(made)
     else:
-        body.append(inst.copy(target=None, exn_tab_entry=None, offset=None))
+        made = inst.copy(target=None, exn_tab_entry=None, offset=None)
+        if line is not inst:
+            made.lineno, made.positions = line.lineno, line.positions
+        body.append(made)
     # where release_dropped_locals inserts (found by identity: inside with blocks, the list that
     # holds it now is nested into the body later)
     body.instruction_run = body.instrs[at]

@@ -26,7 +26,14 @@ from kiln.exc import (
     UserError,
     unimplemented,
 )
-from kiln.frontend import break_policy, fallback, installed_globals, stance, transforms
+from kiln.frontend import (
+    break_policy,
+    fallback,
+    installed_globals,
+    nested_breaks,
+    stance,
+    transforms,
+)
 from kiln.frontend.backward_scope import (
     backward_scope,
     with_backward_scope,
@@ -678,9 +685,15 @@ class FrameCache:
             if getattr(e, "rest_in_python", False):  # Note [Markers: skip_frame and step_...]
                 resume = functools.partial(_resume_in_python, self._resume_wrapper)
             try:
-                new_code = transformed_code_at_break(
-                    output, fn.__code__, e, tx.instructions, resume, self._callee
-                )
+                levels = nested_breaks.plan(output, fn.__code__, e)
+                if levels is not None:  # Note [Nested breaks: placing the break in the callee]
+                    new_code = nested_breaks.code_at_nested_break(
+                        output, fn.__code__, e, levels, resume, self._callee
+                    )
+                else:
+                    new_code = transformed_code_at_break(
+                        output, fn.__code__, e, tx.instructions, resume, self._callee
+                    )
             except (NoBreakHere, Unsupported) as why:
                 e.msg = f"{e.msg} (no graph break possible: {why})"
                 raise e from None

@@ -22,7 +22,9 @@ import builtins
 import dataclasses
 import inspect
 import keyword
+import operator
 import types
+import weakref
 
 from kiln.bytecode import (
     PY312_PLUS,
@@ -103,6 +105,13 @@ class ResumeFunction:
     with_positions: tuple[int, ...]
     live_locals: tuple[str, ...]
     first_local: str | None = None  # passed before the stack (zero-argument super() reads it)
+    inner_call: bool = False  # the top stack position is passed as two: a function and its box
+
+    @property
+    def nargs(self):
+        """How many arguments it takes (in its box when boxed)."""
+        stack = self.stack_depth - len(self.null_positions) + self.inner_call
+        return bool(self.first_local) + stack + len(self.live_locals)
 
     @property
     def closure_names(self):
@@ -153,12 +162,21 @@ class ResumeFunction:
 _cache: dict[tuple, ResumeFunction] = {}
 # resume code -> (the user's original code, {instruction index here: index there})
 _origins: dict[types.CodeType, tuple[types.CodeType, dict[int, int]]] = {}
+# resume code made with inner_call=True -> (index of its prologue call, resume index in the origin)
+_prologue_calls: dict[types.CodeType, tuple[int, int]] = {}
+_boxed: set[types.CodeType] = set()  # resume codes made with boxed=True
+# (boxed code, id(globals), ids of the cells) -> function; each lives while a transformed code
+# loads it (the cells it holds are the program's)
+_inner_functions = weakref.WeakValueDictionary()
 
 
 def clear_cache():
     """Forget generated resume functions (kiln.reset())."""
     _cache.clear()
     _origins.clear()
+    _prologue_calls.clear()
+    _boxed.clear()
+    _inner_functions.clear()
 
 
 def origin(code):
@@ -286,6 +304,8 @@ def make_resume_function(
     *,
     cell_and_free=None,
     setup_with_blocks=(),
+    boxed=False,
+    inner_call=None,
 ) -> ResumeFunction:
     """A function continuing `code` at decode(code)[resume_index] (cached per code and layout).
 
@@ -293,7 +313,10 @@ def make_resume_function(
     NULLs of the call protocol; live_locals: locals read later (the caller passes their values,
     in this order); cell_and_free: closure order of the original's cells and free variables
     (default co_cellvars + co_freevars); setup_with_blocks: stack positions holding the __exit__
-    of an active `with` block (the caller passes the context manager there instead).
+    of an active `with` block (the caller passes the context manager there instead); boxed: one
+    parameter, the list of the arguments (Note [Nested breaks: the chain of resume functions]);
+    inner_call: the code of fn when the top stack position is the result of `fn(box)`, fn and
+    box passed there (a code object of its own per inner code: each compiles once).
     """
     cells = (
         tuple(cell_and_free) if cell_and_free is not None else code.co_cellvars + code.co_freevars
@@ -306,6 +329,8 @@ def make_resume_function(
         tuple(live_locals),
         cells,
         tuple(sorted(setup_with_blocks)),
+        bool(boxed),
+        inner_call,
     )
     hit = _cache.get(key)
     if hit is None:
@@ -313,7 +338,52 @@ def make_resume_function(
     return hit
 
 
-def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
+# Note [Nested breaks: the chain of resume functions]
+# A break placed in f1, called by f2, called by the root frame f3 (Note [Nested breaks: placing
+# the break in the callee]), continues three frames. The root's transformed code returns
+# `run_resume(R3, [f3's stack below its call, R2, box2, f3's live locals])`: R3 is f3's resume
+# function after its call of f2, whose prologue computes that call's result as `R2(box2)`
+# (inner_call) instead of taking it as an argument. R2 is f2's resume function after its call of
+# f1, boxed: its one parameter is the list of its arguments, which its prologue unpacks and
+# empties (nothing else holds them: Note [Resume: arguments moved, not held]); its prologue
+# likewise calls R1(box1), f1's resume function after the instruction that broke. R3 runs
+# through kiln's frame entry like any resume function and its trace inlines R2 and R1: the rest
+# of the three frames is one graph. R2 and R1 are plain functions over their frame's globals and
+# cells (inner_function), only ever called by a prologue, never by run_resume: compiled as frames
+# of their own (when R3 runs as written), their breaks call the next resume function and return
+# its value (is_boxed: no TailCall). A break inside the chain's trace is placed the same way; a
+# frame stopped at its prologue's call (prologue_call) continues where its resume function began.
+# A chain's root code holds the code it calls as an unused constant: codes compare equal by
+# their contents and kiln keys caches by code, so each chain compiles once instead of being a
+# recompile of another.
+def is_boxed(code):
+    """Whether `code` is a resume code called with one box argument by the resume function
+    of its caller: its breaks call their resume functions, never TailCall (Note [Nested
+    breaks: the chain of resume functions])."""
+    return code in _boxed
+
+
+def inner_function(code, f_globals, closure=()):
+    """The function a chain of resume functions calls for the boxed resume code `code` (its
+    closure: the real cells of the frame it continues, in co_freevars order)."""
+    key = (code, id(f_globals), *map(id, closure))
+    fn = _inner_functions.get(key)
+    cells = fn.__closure__ or () if fn is not None else None
+    same = cells is not None and len(cells) == len(closure)
+    if not same or fn.__globals__ is not f_globals or any(map(operator.is_not, cells, closure)):
+        fn = types.FunctionType(code, f_globals, code.co_name, None, tuple(closure) or None)
+        _inner_functions[key] = fn
+    return fn
+
+
+def prologue_call(code):
+    """(index of the prologue's inner call, the resume index in the original code) of a resume
+    code made with inner_call=True, else None (Note [Nested breaks: the chain of resume
+    functions])."""
+    return _prologue_calls.get(code)
+
+
+def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs, boxed, inner_call):
     if code.co_flags & _GENERATOR_FLAGS:
         raise ResumeUnsupported(f"cannot resume inside generator/coroutine {code.co_name}")
     if set(cells) != set(code.co_cellvars) | set(code.co_freevars):
@@ -354,7 +424,15 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         # zero-argument super() reads the frame's first argument: it stays first
         first = code.co_varnames[0]
         live = tuple(n for n in live if n != first)
-    stack_names = [f"__stack{k}" for k in range(stack_depth) if k not in nulls]
+    inner = stack_depth - 1 if inner_call is not None else None
+    if inner is not None and inner in (*nulls, *withs):
+        raise ResumeUnsupported("the inner call's slot holds a NULL or a with block")
+    stack_names = []
+    for k in range(stack_depth):
+        if k == inner:
+            stack_names += [f"__stackfn{k}", f"__stackbox{k}"]
+        elif k not in nulls:
+            stack_names.append(f"__stack{k}")
     argnames = ([first] if first else []) + stack_names + [safe_local_name(n) for n in live]
     body = _rename_locals(body)  # Note [Resume: local names that are not identifiers]
     if len(set(argnames)) != len(argnames):
@@ -364,8 +442,19 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
     if cells:
         prologue += emit.inst("COPY_FREE_VARS", len(cells))
     prologue += emit.resume(0)
+    if boxed:  # Note [Nested breaks: the chain of resume functions]
+        prologue += emit.load_fast("__stack_box") + emit.unpack_sequence(len(argnames))
+        for name in argnames:
+            prologue += emit.store_fast(name)
+        prologue += emit.load_fast("__stack_box") + emit.load_method("clear") + emit.call(0)
+        prologue += emit.pop_top() + emit.load_const(None) + emit.store_fast("__stack_box")
+    call_at = None
     for k in range(stack_depth):
-        if k in nulls:
+        if k == inner:
+            made = emit.call_function(_take(f"__stackfn{k}"), [_take(f"__stackbox{k}")])
+            call_at = made[-1]
+            prologue += made
+        elif k in nulls:
             prologue += emit.push_null()
         elif k in withs:
             prologue += _take(f"__stack{k}")
@@ -384,7 +473,8 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         insts = guard_cell_reads(insts, set(code.co_cellvars))
 
     others = [safe_local_name(v) for v in code.co_varnames if v not in cells]
-    varnames = argnames + [v for v in dict.fromkeys(others) if v not in argnames]
+    params = ["__stack_box"] if boxed else argnames
+    varnames = params + [v for v in dict.fromkeys(argnames + others) if v not in params]
     flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
     if cells:
         flags |= inspect.CO_NESTED
@@ -396,7 +486,7 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         index_map=where,
         like=code,
         co_varnames=tuple(varnames),
-        co_argcount=len(argnames),
+        co_argcount=len(params),
         co_posonlyargcount=0,
         co_kwonlyargcount=0,
         co_flags=flags,
@@ -405,12 +495,25 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         co_name=code.co_name,  # (what tracebacks and logging's funcName show: the user's)
         co_qualname=f"{code.co_qualname}.{name}",
     )
+    if inner_call is not None:
+        # codes compare equal by their contents, and kiln keys its caches by code: the code of
+        # the function it calls, an unused constant, keeps each chain's apart (each compiles
+        # once, not as a recompile of another's)
+        new_code = new_code.replace(co_consts=(*new_code.co_consts, inner_call))
     origins = {
         where[k]: i.kiln_origin
         for k, i in enumerate(insts)
         if getattr(i, "kiln_origin", None) is not None
     }
     _origins[new_code] = (base[0] if base is not None else code, origins)
+    if boxed:
+        _boxed.add(new_code)
+    if call_at is not None:
+        target_origin = target.kiln_origin
+        if target_origin is not None:
+            at = next((where[k] for k, i in enumerate(insts) if i is call_at), None)
+            if at is not None:
+                _prologue_calls[new_code] = (at, target_origin)
     return ResumeFunction(
         code=new_code,
         original=code,
@@ -420,6 +523,7 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs):
         with_positions=withs,
         live_locals=live,
         first_local=first,
+        inner_call=inner_call is not None,
     )
 
 

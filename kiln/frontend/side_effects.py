@@ -32,7 +32,7 @@ from kiln.frontend.variables.constant import is_literal
 from kiln.frontend.variables.dict_keys import is_stand_in, is_traced_tensor, key_var
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.finalizers import check_drop_value, check_drops, check_local_drop
-from kiln.frontend.variables.lists import BaseListVariable, DequeVariable
+from kiln.frontend.variables.lists import BaseListVariable, DequeVariable, iterator_steps
 from kiln.frontend.variables.misc import NullVariable
 from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.user_attrs import instance_static
@@ -285,6 +285,17 @@ class SideEffects:
         """The recorded stores, to undo an instruction that broke."""
         return EffectsSnapshot(
             dict(self.log), len(self.cell_undo), len(self.draws), len(self.data_undo)
+        )
+
+    def mark(self):
+        """Counts of what was recorded so far (equal marks: nothing was stored in between)."""
+        return (
+            self.records,
+            len(self.written),
+            len(self.cell_undo),
+            len(self.draws),
+            len(self.data_undo),
+            iterator_steps(),
         )
 
     def changed_since(self, snap):

@@ -20,6 +20,7 @@ import torch
 
 from kiln import config, faults
 from kiln.bytecode import loads_cell
+from kiln.contracts import NestedState
 from kiln.exc import Unsupported, unimplemented
 from kiln.frontend import break_policy, installed_globals, node_meta
 from kiln.frontend.blocks import MISSING, BlockStackMixin, global_value
@@ -189,6 +190,10 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
                 self.effects_snapshot = self.output.side_effects.snapshot()
                 self.output.side_effects.step_serial = next_serial()
                 start_instruction()
+            else:  # (what a break placed here needs: Note [Nested breaks: placing the break ...])
+                self.checkpoint = self.output.last_node()
+                self.kw_before = self.kw_names
+                self.effects_mark = self.output.side_effects.mark()
             self.ip += 1
             output = self.output
             output.steps_left -= 1
@@ -225,6 +230,18 @@ class InstructionTranslatorBase(BlockStackMixin, ValueOpsMixin, JumpOpsMixin):
         lineno = self.current_inst.lineno if self.current_inst else self.code.co_firstlineno
         loc = user_location(self.code, lineno)
         frames.append((self.code, self.current_inst.index, lineno))
+        if not self.is_root and self.current_inst is not None:
+            e.nested.append(
+                NestedState(
+                    tx=self,
+                    index=self.current_inst.index,
+                    stack=list(self.stack_before),
+                    locals=dict(self.symbolic_locals),
+                    checkpoint=self.checkpoint,
+                    kw_names=self.kw_before,
+                    effects_mark=self.effects_mark,
+                )
+            )
         if e.user_location is None:
             e.user_location = loc
 

@@ -122,17 +122,26 @@ def calls_helper(x):
     return z.cos()
 
 
-def test_break_inside_inlined_call_compiles_callee_as_own_frame():
+def _graphs_and_breaks_of_calls_helper():
     kiln.reset()
     backend = CountingBackend()
     f = kiln.compile(calls_helper, backend=backend)
     x = torch.randn(3)
     for _ in range(2):
         torch.testing.assert_close(f(x), calls_helper(x))
-    # calls_helper: sin | helper frame: mul | helper resume: add | calls_helper resume: cos
-    assert backend.calls == 4
-    assert kiln.counters["stats"]["graph_breaks"] == 2
     assert kiln.counters["stats"]["recompiles"] == 0
+    return backend.calls, kiln.counters["stats"]["graph_breaks"]
+
+
+def test_break_inside_inlined_call_is_placed_in_the_callee():
+    # sin, mul | the chain of resume functions: add, cos
+    assert _graphs_and_breaks_of_calls_helper() == (2, 1)
+
+
+def test_break_inside_inlined_call_compiles_callee_as_own_frame(monkeypatch):
+    monkeypatch.setattr(kiln.config, "nested_graph_breaks", False)
+    # calls_helper: sin | helper frame: mul | helper resume: add | calls_helper resume: cos
+    assert _graphs_and_breaks_of_calls_helper() == (4, 2)
 
 
 class Noisy(nn.Module):
@@ -164,7 +173,7 @@ def test_break_inside_submodule_forward():
     x = torch.randn(2, 4)
     for _ in range(2):
         torch.testing.assert_close(opt(x), mod(x))
-    assert backend.calls == 4  # pre | lin | relu | *2
+    assert backend.calls == 2  # pre, lin | relu, *2 (Note [Nested breaks: placing the ...])
     assert kiln.counters["stats"]["recompiles"] == 0
 
 

@@ -486,11 +486,17 @@ def start_instruction():
     _ITER_UNDO.clear()
 
 
-def undo_iterators():
-    """Put the iterators the breaking instruction advanced back where they were."""
-    for it, index in reversed(_ITER_UNDO):
+def undo_iterators(since=0):
+    """Put the iterators the breaking instruction advanced back where they were (the steps
+    after the first `since`)."""
+    for it, index in reversed(_ITER_UNDO[since:]):
         it.index = index
-    _ITER_UNDO.clear()
+    del _ITER_UNDO[since:]
+
+
+def iterator_steps():
+    """How many iterator steps undo_iterators would undo now."""
+    return len(_ITER_UNDO)
 
 
 _NOT_ITERABLE = (int, float, complex, bool, type(None))  # `for x in 1`: TypeError

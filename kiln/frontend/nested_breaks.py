@@ -1,0 +1,396 @@
+"""Graph breaks inside inlined calls, placed where they happen (config.nested_graph_breaks).
+
+Note [Nested breaks: placing the break in the callee]
+A break inside a function the root frame called (`f3 -> f2 -> f1`, f1 calls print(x)) used to
+be placed at the root's call of f2: the graph ended before that call, Python ran f2 through
+kiln's frame entry (its own trace, which broke at its call of f1, and so on) and the work of
+every frame on the way got a graph of its own: 2 * depth + 1 graphs for one break. Placed in
+f1 instead, the graph holds everything traced before the print (f3's, f2's and f1's ops), the
+transformed code of f3 runs the print in Python and then the rest of f1, f2 and f3 runs as one
+chain of resume functions (Note [Nested breaks: the chain of resume functions]), traced as one
+frame: two graphs, whatever the depth. torch.compile does this under
+torch._dynamo.config.nested_graph_breaks (off by default in torch 2.13).
+
+The break is placed in the callee only where that is exactly what eager does; otherwise it is
+placed at the root's call as before (`plan` returns None):
+- each caller level is at a CALL whose callee is the very function the next frame runs (a user
+  function or method, or an unhooked module's forward): the call's result is that frame's
+  return value and nothing else happens in it;
+- no inlined frame has a try or with block open at its instruction (an exception from the
+  instruction would pass through them), an exception being handled or cells of its own (shared
+  with closures made there), or is a generator's body; its free variables are cells of a
+  function reached from a source (the chain's function shares them);
+- the innermost instruction is one a break may run in Python that does not depend on the frame
+  it runs in: not a store of a local or a global, not a call of a builtin that reads the
+  running frame (`locals()`, zero-argument `super()`, `sys._getframe`, `warnings.warn`);
+- nothing was stored by the part of the innermost instruction that ran before it broke, and
+  every value the continuation needs can be rebuilt.
+What runs before the break inside the callees (their stores, appends, new objects) is kept and
+replayed after the graph, like the root frame's own.
+"""
+
+import dataclasses
+import inspect
+import warnings
+
+from kiln import config
+from kiln.bytecode import PY312_PLUS, emit
+from kiln.exc import Unsupported
+from kiln.frontend.break_codegen import (
+    _BREAKABLE_PUSHES,
+    _TAIL_CALLS,
+    NoBreakHere,
+    _callee_slot,
+    _check_handlers,
+    _fast_locals,
+    _reads_frame_locals,
+    _stack_effect,
+    release_dropped_locals,
+    run_instruction,
+)
+from kiln.frontend.bytecode_gen import GRAPH_OUT, PyCodegen, assemble, graph_call, log_bytecode
+from kiln.frontend.call_through import reads_caller_frame
+from kiln.frontend.indexed_insts import decode as decode_indexed
+from kiln.frontend.resume import (
+    ResumeUnsupported,
+    TailCall,
+    inner_function,
+    is_boxed,
+    make_resume_function,
+    origin,
+    prologue_call,
+    run_resume,
+)
+from kiln.frontend.side_effects import pin_state_reads
+from kiln.frontend.source import ClosureSource
+from kiln.frontend.variables.builtin import BuiltinVariable
+from kiln.frontend.variables.ctx_managers import WithExitVariable
+from kiln.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
+from kiln.frontend.variables.generators import check_freed_generators
+from kiln.frontend.variables.lists import undo_iterators
+from kiln.frontend.variables.misc import DeletedVariable, GraphBreakVariable, NullVariable
+from kiln.frontend.variables.nn_module import NNModuleVariable
+
+_CALLS = ("CALL", "CALL_KW", "CALL_FUNCTION_EX")
+# innermost instructions that would act on the frame they run in (the root's, not the callee's)
+_FRAME_BOUND = ("STORE_FAST", "DELETE_FAST", "STORE_GLOBAL", "DELETE_GLOBAL")
+_FRAME_READING_CALLS = (warnings.warn, warnings.warn_explicit, super)
+_C_FRAME_READERS = {"_getframe", "_getframemodulename", "currentframe"}
+
+
+@dataclasses.dataclass
+class _Level:
+    """One frame of the chain: where its resume function continues and with what."""
+
+    tx: object
+    stack: list  # the value stack before its instruction
+    locals: dict
+    resume: object  # ResumeFunction
+    prefix: int  # stack positions kept below the instruction's results
+    live: list
+    discards: bool = False  # innermost: a POP_TOP follows, Python drops the result at once
+
+
+def plan(output, code, e):
+    """The levels (innermost first, the root last) of a break placed inside the inlined call
+    where it happened, or None: the break is placed at the root frame's call."""
+    if not config.nested_graph_breaks or not e.nested or len(e.nested) + 1 != len(e.frames):
+        return None
+    if e.eager_frame or e.no_resume or getattr(e, "module_call_broke", False):
+        return None
+    if getattr(e, "rest_in_python", False) or e.break_state is None:
+        return None
+    state = e.break_state
+    if state.resume_here or state.tx.instructions is None:
+        return None
+    try:
+        levels = _levels(code, e)
+        _check_rebuilds(output, levels)
+    except (NoBreakHere, ResumeUnsupported, Unsupported):
+        return None
+    if output.side_effects.mark()[:5] != e.nested[0].effects_mark[:5]:
+        return None  # the innermost instruction stored something before it broke
+    return levels
+
+
+def _levels(code, e):
+    """Check every frame of the chain and build its resume function (NoBreakHere if not)."""
+    root = e.break_state
+    frames = [*e.nested, root]
+    levels = []
+    for i, state in enumerate(frames):
+        tx, is_root, innermost = state.tx, state is root, i == 0
+        inst = tx.instructions[state.index]
+        stack = list(state.stack)
+        if any(isinstance(v, WithExitVariable) for v in stack):
+            raise NoBreakHere("inside a with block")
+        if is_root:
+            _check_handlers(tx, inst, [])
+        else:
+            _check_inlined_frame(tx, inst)
+        if not innermost:
+            if inst.opname not in _CALLS:
+                raise NoBreakHere(f"a caller at {inst.opname}")
+            slot = _callee_slot(inst, stack)
+            inner = frames[i - 1].tx
+            if slot is None or inner.parent is not tx or not _runs(stack[slot], inner):
+                raise NoBreakHere("a call that is more than its callee's frame")
+        else:
+            _check_innermost(inst, stack)
+        inner = levels[-1].resume.code if levels else None
+        levels.append(_level(state, inst, stack, inner, is_root, tx))
+    return levels
+
+
+def _check_inlined_frame(tx, inst):
+    code = tx.code
+    if getattr(tx, "is_generator", False) or code.co_cellvars:
+        raise NoBreakHere("a generator's body, or a frame that makes cells")
+    if inspect.isfunction(tx.fn) and reads_caller_frame(tx.fn):
+        # (its caller would be the chain's frame: it runs plain from the root's, as before)
+        raise NoBreakHere("a callee that reads its caller's frame")
+    _closure(tx)
+    if inst.exn_tab_entry is not None or tx.exc_info is not None or tx.with_handlers:
+        raise NoBreakHere("inside a try or with block of a callee")
+
+
+def _check_innermost(inst, stack):
+    name = inst.opname
+    if name in _FRAME_BOUND or name not in _BREAKABLE_PUSHES:
+        raise NoBreakHere(f"at {name} in a callee")
+    if name == "LOAD_ATTR" and (inst.arg or 0) & 1 and PY312_PLUS:
+        raise NoBreakHere("at a LOAD_ATTR of a method")
+    if name in _CALLS:
+        if name != "CALL_FUNCTION_EX" and _reads_frame_locals(stack, inst.arg):
+            raise NoBreakHere("a call that reads the frame's locals")
+        slot = _callee_slot(inst, stack)
+        if slot is None or _reads_frames(stack[slot]):
+            raise NoBreakHere("a call that reads the running frame")
+
+
+def _reads_frames(callee):
+    """Whether the callee may read the frame it is called from (which would be the root's)."""
+    if isinstance(callee, BuiltinVariable):
+        return callee.fn in _FRAME_READING_CALLS
+    if isinstance(callee, GraphBreakVariable):
+        return False
+    value = getattr(callee, "fn", None) or getattr(callee, "value", None)
+    if value is None:
+        try:
+            value = callee.as_python_constant()
+        except Exception:
+            return True  # (unknown: kept at the root's call)
+    if any(value is f for f in _FRAME_READING_CALLS):
+        return True
+    if getattr(value, "__name__", None) in _C_FRAME_READERS:
+        return True
+    fn = getattr(value, "__func__", value)
+    return inspect.isfunction(fn) and reads_caller_frame(fn)
+
+
+def _closure(tx):
+    """The real cells of an inlined frame's free variables, in co_freevars order.
+
+    Only cells of a function reached from a source (and so guarded: the same function, the
+    same cells, in every call the entry runs) are taken as they are; a function made while
+    tracing, or over the root frame's own free variables, has cells made per call."""
+    cells = []
+    for name in tx.code.co_freevars:
+        entry = tx.closure.get(name)
+        if not isinstance(entry, tuple) or entry[1] is None or isinstance(entry[1], ClosureSource):
+            raise NoBreakHere("a callee whose cells are made per call")
+        cells.append(entry[0])
+    return tuple(cells)
+
+
+def _runs(callee, inner):
+    """Whether calling `callee` runs exactly the inlined frame `inner` and returns its value."""
+    fn = inner.fn
+    if type(callee) in (UserFunctionVariable, UserMethodVariable):
+        return callee.fn is fn
+    if type(callee) is NNModuleVariable:
+        mod = callee.value
+        if mod._forward_hooks or mod._forward_pre_hooks or hasattr(mod, "has_uninitialized_params"):
+            return False
+        forward = mod.__dict__.get("forward") or type(mod).forward
+        return getattr(forward, "__func__", forward) is fn
+    return False
+
+
+def _level(state, inst, stack, inner, is_root, tx):
+    """The resume function of one level (boxed but at the root; calling the resume function of
+    the level below, `inner`, but for the innermost)."""
+    frame_code, innermost = tx.code, inner is None
+    found = origin(frame_code)
+    live = sorted(
+        n
+        for n, v in state.locals.items()
+        if not isinstance(v, DeletedVariable) and not (found and n.startswith("__stack"))
+    )
+    depth = len(stack) + _stack_effect(inst)  # after the instruction
+    kept = depth - (_BREAKABLE_PUSHES[inst.opname] if innermost else 1)
+    base_code, base_index = frame_code, state.index
+    resume_at = base_index + 1
+    if found is not None:
+        base_code = found[0]
+        base_index = found[1].get(state.index)
+        if base_index is None:
+            at = prologue_call(frame_code)
+            if innermost or at is None or at[0] != state.index:
+                raise NoBreakHere("inside a resume function's prologue")
+            resume_at = at[1]  # the chain's call: its frame continues where it resumed
+        else:
+            resume_at = base_index + 1
+    discards = False
+    if innermost and kept < depth:
+        insts = decode_indexed(base_code)
+        discards = resume_at < len(insts) and insts[resume_at].opname == "POP_TOP"
+    if discards:  # (the result dies at once, as in eager: Note [Finalizers: a store that ...])
+        depth, resume_at = kept, resume_at + 1
+    nulls = [k for k in range(kept) if isinstance(stack[k], NullVariable)]
+    resume = make_resume_function(
+        base_code, resume_at, depth, nulls, live, boxed=not is_root, inner_call=inner
+    )
+    if not is_root and resume.code.co_freevars != frame_code.co_freevars:
+        raise NoBreakHere("a callee's resume function with other free variables")
+    prefix = kept
+    return _Level(tx, stack, state.locals, resume, prefix, list(resume.live_locals), discards)
+
+
+def _values(level, innermost):
+    """The variables the level's continuation rebuilds (its whole stack for the innermost)."""
+    stack = level.stack if innermost else level.stack[: level.prefix]
+    out = [v for v in stack if not isinstance(v, NullVariable)]
+    out += [level.locals[n] for n in level.live]
+    if level.resume.first_local:
+        out.append(level.locals[level.resume.first_local])
+    return out
+
+
+def _check_rebuilds(output, levels):
+    """Unsupported if a value of the chain cannot be rebuilt (checked before the graph is cut,
+    so that the break can still be placed at the root's call)."""
+    values = [v for k, level in enumerate(levels) for v in _values(level, k == 0)]
+    made = tuple(output.made_classes)
+    for k, level in enumerate(levels[:-1]):
+        for v in _values(level, k == 0):
+            if made and _of_made_class(v, made):
+                # (a class made per call: the chain's guards would fail on every call)
+                raise NoBreakHere("a callee's value of a class made in the frame")
+    check_freed_generators(output, values)
+    dry = PyCodegen(output)
+    for v in values:
+        dry.reconstruct(v)
+
+
+def _of_made_class(v, made):
+    """Whether variable v is a class the trace made, or an instance of one."""
+    try:
+        cls = v.python_type()
+    except Exception:
+        return False
+    value = getattr(v, "value", None)
+    return any(c in made for c in getattr(cls, "__mro__", ())) or (
+        isinstance(value, type) and any(c in made for c in value.__mro__)
+    )
+
+
+def code_at_nested_break(output, code, e, levels, resume_factory, callee_factory):
+    """The transformed code of the root frame for a break placed in an inlined call."""
+    innermost, root = levels[0], levels[-1]
+    state, root_index = e.nested[0], e.break_state.index
+    output.rollback(state.checkpoint)
+    undo_iterators(since=state.effects_mark[5])
+    body = PyCodegen(output, callee_factory)
+    body.closure_callee = resume_factory
+    pins = [v for k, level in enumerate(levels) for v in _values(level, k == 0)]
+    for name in code.co_cellvars:
+        value = root.locals.get(name)
+        if value is not None and not isinstance(value, DeletedVariable):
+            pins.append(value)
+    check_freed_generators(output, pins)
+    output.side_effects.codegen(body, pin=pins)
+    pin_state_reads(body, pins)  # Note [Graph breaks: values read before the instruction]
+    for name in code.co_cellvars:  # (as at a break in the root frame: the real cells)
+        value = root.locals.get(name)
+        if value is not None and not isinstance(value, DeletedVariable):
+            body.reconstruct(value)
+            body.extend(emit.store_deref(name))
+    # the innermost instruction, run by Python, its results left on the value stack
+    inst = innermost.tx.instructions[state.index]
+    for v in innermost.stack:
+        if isinstance(v, NullVariable):
+            body.extend(emit.push_null())
+        else:
+            body.reconstruct(v)
+    # (at the root's call: the line the root frame shows in a traceback from it)
+    run_instruction(body, inst, state.kw_names, line=e.break_state.tx.instructions[root_index])
+    if innermost.discards:
+        body.extend(emit.pop_top())
+    depth = innermost.resume.stack_depth
+    temps = [body.new_temp() for _ in range(depth)]
+    for k in reversed(range(depth)):
+        body.extend(emit.store_fast(temps[k]))  # (safe for a NULL)
+    box = None
+    for k, level in enumerate(levels):
+        if level is root:
+            _call_root(body, code, e, level, box, resume_factory)
+        else:
+            box = _build_box(body, level, box, temps if k == 0 else None)
+    release_dropped_locals(body, code, root.locals)
+    new_code = assemble(code, graph_call(output, body) + body.instrs, body.temp_names)
+    log_bytecode(code, new_code)
+    return new_code
+
+
+def _load_args(body, level, inner, temps):
+    """Load the level's arguments but the first local: stack (the inner call's function and box
+    in its slot, or the innermost's values from temps), then the live locals."""
+    resume = level.resume
+    for k in range(resume.stack_depth):
+        if k in resume.null_positions:
+            continue
+        if temps is not None:
+            body.extend(emit.load_fast(temps[k]))
+        elif k == resume.stack_depth - 1:
+            fn, box = inner
+            body.load_object(fn)
+            body.extend(emit.load_fast(box))
+        else:
+            body.reconstruct(level.stack[k])
+    for name in resume.live_locals:
+        body.reconstruct(level.locals[name])
+
+
+def _build_box(body, level, inner, temps):
+    """The box of a callee's resume function, stored in a temp: (its function, the temp)."""
+    resume = level.resume
+    _load_args(body, level, inner, temps)
+    body.extend(emit.build_list(resume.nargs))
+    name = body.new_temp()
+    body.extend(emit.store_fast(name))
+    return inner_function(resume.code, level.tx.f_globals, _closure(level.tx)), name
+
+
+def _call_root(body, code, e, level, inner, resume_factory):
+    """Return the root's resume function called on its box (Note [Resume: tail calls])."""
+    resume = level.resume
+    if origin(code) is not None and _TAIL_CALLS and not is_boxed(code):
+        body.load_object(TailCall, push_null=True)
+    elif _TAIL_CALLS:
+        body.load_object(run_resume, push_null=True)
+    body.load_object(resume_factory(resume.code, box=True), push_null=not _TAIL_CALLS)
+    extra = 0
+    if resume.code.co_freevars:  # (Note [Cache: closures made per call])
+        body.extend(resume.emit_make_function())
+        extra += 1
+    if resume.first_local:
+        body.reconstruct(level.locals[resume.first_local])
+        extra += 1
+    _load_args(body, level, inner, None)
+    body.extend(emit.build_list(extra - bool(resume.first_local) + resume.nargs))
+    # Note [Resume: arguments moved, not held]: this frame returns right after the call
+    for name in (*_fast_locals(code), GRAPH_OUT, *body.temp_names):
+        body.extend(emit.load_const(None) + emit.store_fast(name))
+    body.extend(emit.call(2 if _TAIL_CALLS else 1))
+    body.extend(emit.return_value())

@@ -1,0 +1,339 @@
+"""Breaks inside inlined calls placed where they happen (Note [Nested breaks: placing the break
+in the callee]): eager results, the callers' work in the first graph, one chain after."""
+
+import sys
+import warnings
+
+import pytest
+import torch
+from frontend_helpers import CountingBackend, run_and_compare
+
+import kiln
+
+
+def t(*shape):
+    return torch.arange(float(torch.Size(shape).numel())).reshape(shape) + 1
+
+
+def inner(x1):
+    x1 = x1 + 1
+    kiln.graph_break()
+    return x1 + 2
+
+
+def middle(x2):
+    return inner(x2 + 4) + 8
+
+
+def outer(x3):
+    return middle(x3 + 16) + 32
+
+
+def test_one_break_three_frames_deep_makes_two_graphs():
+    backend = CountingBackend()
+    run_and_compare(outer, t(3), expected_graphs=2, expected_breaks=1, backend=backend)
+    first, rest = backend.graphs
+    assert len([n for n in first.graph.nodes if n.op == "call_function"]) == 3
+    assert len([n for n in rest.graph.nodes if n.op == "call_function"]) == 3
+
+
+def test_switched_off_the_break_is_placed_at_the_roots_call(monkeypatch):
+    monkeypatch.setattr(kiln.config, "nested_graph_breaks", False)
+    run_and_compare(outer, t(3), expected_graphs=6, expected_breaks=3)
+
+
+def twice_inner(x):
+    y = x * 2
+    print("first")
+    y = y + 1
+    print("second")
+    return y * 3
+
+
+def calls_twice_inner(x):
+    a = twice_inner(x + 1)
+    return a - 1, twice_inner(a)
+
+
+def test_two_breaks_in_a_callee_called_twice(capsys):
+    run_and_compare(calls_twice_inner, t(2, 3), expected_breaks=4)
+    assert capsys.readouterr().out == "first\nsecond\n" * 6
+
+
+def loop_inner(x, n):
+    for i in range(n):
+        x = x + i
+        print("step", i)
+    return x
+
+
+def calls_loop(x):
+    return loop_inner(x * 2, 3).sum()
+
+
+def test_break_in_every_pass_of_a_callees_loop(capsys):
+    kiln.reset()
+    f = kiln.compile(calls_loop)
+    for _ in range(2):
+        torch.testing.assert_close(f(t(4)), calls_loop(t(4)))
+    assert capsys.readouterr().out.count("step") == 12
+    # (the loop's counter is an int of the resume function's box: dynamic after one change)
+    assert kiln.counters["stats"]["recompiles"] <= 2
+
+
+log = []
+
+
+def stores_then_breaks(obj, xs, x):
+    obj.count = obj.count + 1
+    xs.append(x * 2)
+    log.append("before")
+    print("break")
+    xs.append(x * 3)
+    return x + obj.count
+
+
+class Holder:
+    def __init__(self):
+        self.count = 1
+
+
+def calls_with_side_effects(obj, xs, x):
+    y = stores_then_breaks(obj, xs, x + 1)
+    return y, len(xs)
+
+
+def test_stores_made_in_the_callee_before_the_break_are_kept():
+    log.clear()
+    x = t(2)
+    h_eager, xs_eager = Holder(), []
+    expected = calls_with_side_effects(h_eager, xs_eager, x)
+    f = kiln.compile(calls_with_side_effects)
+    for _ in range(2):
+        log.clear()
+        h, xs = Holder(), []
+        got = f(h, xs, x)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(xs, xs_eager)
+        assert h.count == h_eager.count and log == ["before"]
+
+
+def make_counter():
+    total = torch.zeros(2)
+
+    def bump(x):
+        nonlocal total
+        total = total + x
+        print("break")
+        return total * 2
+
+    def read():
+        return total
+
+    return bump, read
+
+
+def test_a_closure_writing_its_cell_before_the_break():
+    bump, read = make_counter()
+
+    def f(x):
+        return bump(x + 1) + 1
+
+    eager = [f(t(2)), f(t(2))]
+    eager_total = read().clone()
+    bump, read = make_counter()
+    cf = kiln.compile(f)
+    got = [cf(t(2)), cf(t(2))]
+    torch.testing.assert_close(got, eager)
+    torch.testing.assert_close(read(), eager_total)
+
+
+class Noisy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.lin(x)
+        print("noisy")
+        return h.relu()
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre = torch.nn.Linear(4, 4)
+        self.blocks = torch.nn.ModuleList([Noisy(), Noisy()])
+
+    def forward(self, x):
+        x = self.pre(x)
+        for block in self.blocks:
+            x = block(x) + x
+        return x.sum()
+
+
+def test_submodule_breaks_keep_gradients(capsys):
+    torch.manual_seed(0)
+    model = Model()
+    x = torch.randn(3, 4, requires_grad=True)
+    model(x).backward()
+    eager_grads = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+    model.zero_grad()
+    x.grad = None
+    backend = CountingBackend()
+    kiln.reset()
+    cm = kiln.compile(model, backend=backend)
+    cm(x).backward()
+    got = [p.grad for p in model.parameters()] + [x.grad]
+    torch.testing.assert_close(got, eager_grads)
+    assert backend.calls == 3  # pre, lin | relu, +, lin | relu, +, sum
+
+
+def raises_after_break(x):
+    print("break")
+    raise ValueError("from the callee")
+
+
+def catches_nothing(x):
+    return raises_after_break(x + 1)
+
+
+def breaks_in_callee_inside_try(x):
+    try:
+        return raises_after_break(x)
+    except ValueError as e:
+        return x - 1, str(e)
+
+
+def test_an_exception_from_the_chain_reaches_the_caller():
+    run_and_compare(catches_nothing, t(2))
+    run_and_compare(breaks_in_callee_inside_try, t(2))
+
+
+def inner_with_try(x):
+    try:
+        print("break")
+        y = x + 1
+    except RuntimeError:
+        y = x
+    return y
+
+
+def inner_with_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+        print("break")
+    return y + x
+
+
+def outer_of_blocks(x):
+    return inner_with_try(x * 2) + inner_with_no_grad(x)
+
+
+def test_callees_with_open_blocks_break_at_the_roots_call():
+    run_and_compare(outer_of_blocks, t(3).requires_grad_())
+
+
+def reads_frame():
+    print("break")
+    return sys._getframe(1).f_code.co_name
+
+
+def calls_frame_reader(x):
+    return x + 1, reads_frame()
+
+
+def warns_after_break(x):
+    print("break")
+    warnings.warn("careful", stacklevel=2)
+    return x
+
+
+def calls_warner(x):
+    return warns_after_break(x + 1)
+
+
+def test_callees_that_read_frames_see_the_callers_frame():
+    run_and_compare(calls_frame_reader, t(2))
+    with warnings.catch_warnings(record=True) as eager:
+        warnings.simplefilter("always")
+        calls_warner(t(2))
+    kiln.reset()
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        kiln.compile(calls_warner)(t(2))
+    assert [(w.lineno, w.filename) for w in got] == [(w.lineno, w.filename) for w in eager]
+
+
+OTHER = {"__name__": "other_module", "kiln": kiln, "SCALE": 3.0}
+exec(
+    "def scaled(x):\n    y = x * SCALE\n    print('break')\n    return y + SCALE\n",
+    OTHER,
+)
+
+
+def calls_other_module(x):
+    return OTHER["scaled"](x - 1) * 2
+
+
+def test_a_callee_of_another_module_resumes_with_its_globals():
+    run_and_compare(calls_other_module, t(3), expected_graphs=2)
+
+
+def branch_on_data(x):
+    if x.sum() > 0:
+        return x + 1
+    return x - 1
+
+
+def calls_branch(x):
+    return branch_on_data(x * 2) * 3
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_data_dependent_branch_in_a_callee(sign):
+    run_and_compare(calls_branch, t(3) * sign)
+
+
+def gen_inner(x):
+    yield x + 1
+    print("break")
+    yield x + 2
+
+
+def calls_generator(x):
+    return [y * 2 for y in gen_inner(x)]
+
+
+def test_a_break_in_a_generator_body():
+    run_and_compare(calls_generator, t(2))
+
+
+def store_local_break(x):
+    y = x + 1
+    print("break")
+    return y
+
+
+def method_user(x):
+    class Box:
+        def get(self, v):
+            return store_local_break(v) * 2
+
+    return Box().get(x) + 1
+
+
+def test_a_method_of_a_class_made_in_the_frame():
+    run_and_compare(method_user, t(2))
+
+
+def deep(x, n):
+    if n == 0:
+        print("bottom")
+        return x
+    return deep(x + 1, n - 1) * 2
+
+
+def test_recursion_breaks_at_the_bottom(capsys):
+    run_and_compare(deep, t(2), 4)
+    assert capsys.readouterr().out == "bottom\n" * 3
