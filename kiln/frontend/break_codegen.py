@@ -34,6 +34,7 @@ from kiln.frontend.resume import (
     is_boxed,
     make_resume_function,
     origin,
+    prologue_call,
     run_resume,
 )
 from kiln.frontend.side_effects import pin_state_reads
@@ -157,6 +158,12 @@ def _break_site(code, e, instructions):
     found = origin(code)
     if found is not None:
         base_index = found[1].get(state.index)
+        at = prologue_call(code)
+        if base_index is None and at is not None and at[0] == state.index:
+            # the call of a chain's callee (Note [Nested breaks: the chain of resume functions])
+            # breaking where no nested break can be placed: Python calls it (compiled as its own
+            # frame) and this frame resumes where its resume function began
+            base_index = at[1] - 1
         if base_index is None:
             raise NoBreakHere("inside a resume function's prologue")
         base_code = found[0]

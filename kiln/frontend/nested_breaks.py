@@ -37,6 +37,7 @@ from kiln import config
 from kiln.bytecode import PY312_PLUS, emit
 from kiln.exc import Unsupported
 from kiln.frontend.break_codegen import (
+    _BRANCHES,
     _BREAKABLE_PUSHES,
     _TAIL_CALLS,
     NoBreakHere,
@@ -103,18 +104,41 @@ def plan(output, code, e):
     state = e.break_state
     if state.resume_here or state.tx.instructions is None:
         return None
+    inst = e.nested[0].tx.instructions[e.nested[0].index]
+    branch = _BRANCHES.get(inst.opname)
     try:
-        levels = _levels(code, e)
-        _check_rebuilds(output, levels)
+        if branch is None:
+            sides = [_levels(e)]
+        else:  # Note [Nested breaks: a branch on tensor data]
+            sides = [_levels(e, side) for side in ("next", "target")]
+        for levels in sides:
+            _check_rebuilds(output, levels)
     except (NoBreakHere, ResumeUnsupported, Unsupported):
         return None
     if output.side_effects.mark()[:5] != e.nested[0].effects_mark[:5]:
         return None  # the innermost instruction stored something before it broke
-    return levels
+    return _Plan(sides, branch)
 
 
-def _levels(code, e):
-    """Check every frame of the chain and build its resume function (NoBreakHere if not)."""
+@dataclasses.dataclass
+class _Plan:
+    """The chain of levels to resume (innermost first), one per way out of a branch."""
+
+    sides: list  # [levels] or, at a branch, [levels if it falls through, levels if it jumps]
+    branch: object  # the emit function of the innermost branch, or None
+
+
+# Note [Nested breaks: a branch on tensor data]
+# A POP_JUMP_IF_* on a tensor inside a callee is run by the root's transformed code (Python
+# calls bool() on the tensor), each way out returning its own chain: the callee's resume
+# function continues after the jump or at its target, its callers' are the same code but
+# for the inner call they make (each chain its own root code), as at a branch in the root
+# (Note [Graph breaks: two continuations]).
+
+
+def _levels(e, side=None):
+    """Check every frame of the chain and build its resume function (NoBreakHere if not);
+    side: which way out of the innermost branch, or None."""
     root = e.break_state
     frames = [*e.nested, root]
     levels = []
@@ -135,10 +159,10 @@ def _levels(code, e):
             inner = frames[i - 1].tx
             if slot is None or inner.parent is not tx or not _runs(stack[slot], inner):
                 raise NoBreakHere("a call that is more than its callee's frame")
-        else:
+        elif side is None:
             _check_innermost(inst, stack)
         inner = levels[-1].resume.code if levels else None
-        levels.append(_level(state, inst, stack, inner, is_root, tx))
+        levels.append(_level(state, inst, stack, inner, is_root, tx, side))
     return levels
 
 
@@ -217,9 +241,9 @@ def _runs(callee, inner):
     return False
 
 
-def _level(state, inst, stack, inner, is_root, tx):
+def _level(state, inst, stack, inner, is_root, tx, side=None):
     """The resume function of one level (boxed but at the root; calling the resume function of
-    the level below, `inner`, but for the innermost)."""
+    the level below, `inner`, but for the innermost; `side` of the innermost's branch)."""
     frame_code, innermost = tx.code, inner is None
     found = origin(frame_code)
     live = sorted(
@@ -228,7 +252,7 @@ def _level(state, inst, stack, inner, is_root, tx):
         if not isinstance(v, DeletedVariable) and not (found and n.startswith("__stack"))
     )
     depth = len(stack) + _stack_effect(inst)  # after the instruction
-    kept = depth - (_BREAKABLE_PUSHES[inst.opname] if innermost else 1)
+    kept = depth - (_BREAKABLE_PUSHES.get(inst.opname, 0) if innermost else 1)
     base_code, base_index = frame_code, state.index
     resume_at = base_index + 1
     if found is not None:
@@ -241,6 +265,10 @@ def _level(state, inst, stack, inner, is_root, tx):
             resume_at = at[1]  # the chain's call: its frame continues where it resumed
         else:
             resume_at = base_index + 1
+    if innermost and side is not None:  # the condition popped; on, or at the target
+        depth = kept = len(stack) - 1
+        if side == "target":
+            resume_at = decode_indexed(base_code)[resume_at - 1].target_index
     discards = False
     if innermost and kept < depth:
         insts = decode_indexed(base_code)
@@ -295,15 +323,16 @@ def _of_made_class(v, made):
     )
 
 
-def code_at_nested_break(output, code, e, levels, resume_factory, callee_factory):
+def code_at_nested_break(output, code, e, plan, resume_factory, callee_factory):
     """The transformed code of the root frame for a break placed in an inlined call."""
+    levels = plan.sides[0]
     innermost, root = levels[0], levels[-1]
     state, root_index = e.nested[0], e.break_state.index
     output.rollback(state.checkpoint)
     undo_iterators(since=state.effects_mark[5])
     body = PyCodegen(output, callee_factory)
     body.closure_callee = resume_factory
-    pins = [v for k, level in enumerate(levels) for v in _values(level, k == 0)]
+    pins = [v for levels in plan.sides for k, lv in enumerate(levels) for v in _values(lv, k == 0)]
     for name in code.co_cellvars:
         value = root.locals.get(name)
         if value is not None and not isinstance(value, DeletedVariable):
@@ -324,23 +353,43 @@ def code_at_nested_break(output, code, e, levels, resume_factory, callee_factory
         else:
             body.reconstruct(v)
     # (at the root's call: the line the root frame shows in a traceback from it)
-    run_instruction(body, inst, state.kw_names, line=e.break_state.tx.instructions[root_index])
-    if innermost.discards:
-        body.extend(emit.pop_top())
-    depth = innermost.resume.stack_depth
+    line = e.break_state.tx.instructions[root_index]
+    if plan.branch is None:
+        run_instruction(body, inst, state.kw_names, line=line)
+        if innermost.discards:
+            body.extend(emit.pop_top())
+        _return_chain(body, code, e, levels, resume_factory)
+    else:  # Note [Nested breaks: a branch on tensor data]
+        other = emit.nop()
+        jump = plan.branch(other[0])
+        for made in jump:
+            made.lineno, made.positions = line.lineno, line.positions
+        body.extend(jump)
+        body.instruction_run = jump[0]
+        built = body.rebuilt()  # Note [Graph breaks: two continuations]
+        _return_chain(body, code, e, plan.sides[0], resume_factory)
+        body.extend(other)
+        body.rebuilt(built)
+        _return_chain(body, code, e, plan.sides[1], resume_factory)
+    release_dropped_locals(body, code, root.locals)
+    new_code = assemble(code, graph_call(output, body) + body.instrs, body.temp_names)
+    log_bytecode(code, new_code)
+    return new_code
+
+
+def _return_chain(body, code, e, levels, resume_factory):
+    """With the innermost frame's stack after its instruction on the value stack, return the
+    chain of resume functions called (Note [Nested breaks: the chain of resume functions])."""
+    depth = levels[0].resume.stack_depth
     temps = [body.new_temp() for _ in range(depth)]
     for k in reversed(range(depth)):
         body.extend(emit.store_fast(temps[k]))  # (safe for a NULL)
     box = None
     for k, level in enumerate(levels):
-        if level is root:
+        if level is levels[-1]:
             _call_root(body, code, e, level, box, resume_factory)
         else:
             box = _build_box(body, level, box, temps if k == 0 else None)
-    release_dropped_locals(body, code, root.locals)
-    new_code = assemble(code, graph_call(output, body) + body.instrs, body.temp_names)
-    log_bytecode(code, new_code)
-    return new_code
 
 
 def _load_args(body, level, inner, temps):

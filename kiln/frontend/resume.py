@@ -345,7 +345,8 @@ def make_resume_function(
 # function after its call of f2, whose prologue computes that call's result as `R2(box2)`
 # (inner_call) instead of taking it as an argument. R2 is f2's resume function after its call of
 # f1, boxed: its one parameter is the list of its arguments, which its prologue unpacks and
-# empties (nothing else holds them: Note [Resume: arguments moved, not held]); its prologue
+# drops (the caller's prologue passed it on without keeping it: nothing else holds them, Note
+# [Resume: arguments moved, not held]; emptied, it would be a traced store); its prologue
 # likewise calls R1(box1), f1's resume function after the instruction that broke. R3 runs
 # through kiln's frame entry like any resume function and its trace inlines R2 and R1: the rest
 # of the three frames is one graph. R2 and R1 are plain functions over their frame's globals and
@@ -446,8 +447,8 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs, bo
         prologue += emit.load_fast("__stack_box") + emit.unpack_sequence(len(argnames))
         for name in argnames:
             prologue += emit.store_fast(name)
-        prologue += emit.load_fast("__stack_box") + emit.load_method("clear") + emit.call(0)
-        prologue += emit.pop_top() + emit.load_const(None) + emit.store_fast("__stack_box")
+        # (the box's last holder: the caller's prologue passed it on without keeping it)
+        prologue += emit.load_const(None) + emit.store_fast("__stack_box")
     call_at = None
     for k in range(stack_depth):
         if k == inner:

@@ -292,7 +292,25 @@ def calls_branch(x):
 
 @pytest.mark.parametrize("sign", [1, -1])
 def test_a_data_dependent_branch_in_a_callee(sign):
-    run_and_compare(calls_branch, t(3) * sign)
+    # x*2, sum, gt | the side taken: +-1, *3 (Note [Nested breaks: a branch on tensor data])
+    run_and_compare(calls_branch, t(3) * sign, expected_graphs=2, expected_breaks=1)
+
+
+def loop_on_data(x):
+    while x.sum() < 100:
+        x = x * 2
+    return x
+
+
+def calls_data_loop(x):
+    return loop_on_data(x + 1) - 1
+
+
+def test_a_loop_on_tensor_data_in_a_callee():
+    kiln.reset()
+    f = kiln.compile(calls_data_loop)
+    for x in (t(3), t(3) * 5, t(3) * 100):
+        torch.testing.assert_close(f(x), calls_data_loop(x))
 
 
 def gen_inner(x):
@@ -337,3 +355,25 @@ def deep(x, n):
 def test_recursion_breaks_at_the_bottom(capsys):
     run_and_compare(deep, t(2), 4)
     assert capsys.readouterr().out == "bottom\n" * 3
+
+
+def break_then_try(x):
+    y = x + 1
+    print("a")
+    try:
+        print("b")
+        y = y * 2
+    except ValueError:
+        pass
+    return y + 1
+
+
+def calls_break_then_try(x):
+    return break_then_try(x * 2) * 3
+
+
+def test_a_second_break_in_the_callee_that_cannot_nest(capsys):
+    # the chain's trace meets a break inside a try block of the callee: its call of the
+    # callee's resume function runs in Python, the rest of the root's is compiled
+    run_and_compare(calls_break_then_try, t(2), expected_graphs=2)
+    assert capsys.readouterr().out == "a\nb\n" * 3
