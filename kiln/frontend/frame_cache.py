@@ -685,7 +685,7 @@ class FrameCache:
             if getattr(e, "rest_in_python", False):  # Note [Markers: skip_frame and step_...]
                 resume = functools.partial(_resume_in_python, self._resume_wrapper)
             try:
-                nested = nested_breaks.plan(output, fn.__code__, e)
+                nested = nested_breaks.plan(output, e)
                 if nested is not None:  # Note [Nested breaks: placing the break in the callee]
                     new_code = nested_breaks.code_at_nested_break(
                         output, fn.__code__, e, nested, resume, self._callee

@@ -92,7 +92,7 @@ class _Level:
     discards: bool = False  # innermost: a POP_TOP follows, Python drops the result at once
 
 
-def plan(output, code, e):
+def plan(output, e):
     """The levels (innermost first, the root last) of a break placed inside the inlined call
     where it happened, or None: the break is placed at the root frame's call."""
     if not config.nested_graph_breaks or not e.nested or len(e.nested) + 1 != len(e.frames):
@@ -101,8 +101,7 @@ def plan(output, code, e):
         return None
     if getattr(e, "rest_in_python", False) or e.break_state is None:
         return None
-    state = e.break_state
-    if state.resume_here or state.tx.instructions is None:
+    if e.break_state.resume_here:
         return None
     inst = e.nested[0].tx.instructions[e.nested[0].index]
     branch = _BRANCHES.get(inst.opname)
@@ -393,9 +392,11 @@ def _return_chain(body, code, e, levels, resume_factory):
 
 
 def _load_args(body, level, inner, temps):
-    """Load the level's arguments but the first local: stack (the inner call's function and box
-    in its slot, or the innermost's values from temps), then the live locals."""
+    """Load the level's arguments: the first local (if any), the stack (the inner call's function
+    and box in its slot, or the innermost's values from temps), then the live locals."""
     resume = level.resume
+    if resume.first_local:  # (zero-argument super() reads it: it stays first)
+        body.reconstruct(level.locals[resume.first_local])
     for k in range(resume.stack_depth):
         if k in resume.null_positions:
             continue
@@ -429,15 +430,11 @@ def _call_root(body, code, e, level, inner, resume_factory):
     elif _TAIL_CALLS:
         body.load_object(run_resume, push_null=True)
     body.load_object(resume_factory(resume.code, box=True), push_null=not _TAIL_CALLS)
-    extra = 0
-    if resume.code.co_freevars:  # (Note [Cache: closures made per call])
+    made = bool(resume.code.co_freevars)
+    if made:  # (Note [Cache: closures made per call])
         body.extend(resume.emit_make_function())
-        extra += 1
-    if resume.first_local:
-        body.reconstruct(level.locals[resume.first_local])
-        extra += 1
     _load_args(body, level, inner, None)
-    body.extend(emit.build_list(extra - bool(resume.first_local) + resume.nargs))
+    body.extend(emit.build_list(made + resume.nargs))
     # Note [Resume: arguments moved, not held]: this frame returns right after the call
     for name in (*_fast_locals(code), GRAPH_OUT, *body.temp_names):
         body.extend(emit.load_const(None) + emit.store_fast(name))

@@ -377,3 +377,54 @@ def test_a_second_break_in_the_callee_that_cannot_nest(capsys):
     # callee's resume function runs in Python, the rest of the root's is compiled
     run_and_compare(calls_break_then_try, t(2), expected_graphs=2)
     assert capsys.readouterr().out == "a\nb\n" * 3
+
+
+class Base(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        h = self.lin(x)
+        print("base")
+        return h * 2
+
+
+class Derived(Base):
+    def forward(self, x):
+        return super().forward(x + 1).relu() - 1
+
+
+class Wrapper(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Derived()
+
+    def forward(self, x):
+        return self.inner(x).sum()
+
+
+def test_a_method_calling_super_in_the_chain(capsys):
+    torch.manual_seed(0)
+    run_and_compare(Wrapper(), torch.randn(2, 3), expected_graphs=2)
+    assert capsys.readouterr().out == "base\n" * 3
+
+
+def prints_with_keywords(x, *, sep):
+    y = x * 2
+    print("a", "b", sep=sep)
+    return y
+
+
+def star_called(*args, **kwargs):
+    return prints_with_keywords(*args, **kwargs) + 1
+
+
+def calls_with_star(x):
+    parts = (x + 1,)
+    return star_called(*parts, sep="-") * 3, star_called(x, sep="+")
+
+
+def test_calls_with_keywords_and_star_arguments(capsys):
+    run_and_compare(calls_with_star, t(2))
+    assert capsys.readouterr().out == "a-b\na+b\n" * 3
