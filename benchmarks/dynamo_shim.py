@@ -16,6 +16,7 @@ entry points below, so that a test written for TorchDynamo compiles its function
 | torch._dynamo.reset()                          | kiln.reset() (and torch's own reset)                 |
 | torch._dynamo.disable(fn, recursive=) / graph_break / mark_dynamic | kiln.disable / kiln.graph_break / kiln.mark_dynamic |
 | torch._dynamo.allow_in_graph / disallow_in_graph | kiln.allow_in_graph / kiln.disallow_in_graph        |
+| torch._dynamo.on_compile_start / on_compile_end | kiln.on_compile_start / on_compile_end (the callback gets kiln's CompileEvent) |
 | torch._dynamo.nonstrict_trace                   | kiln.nonstrict_trace                                |
 | torch._dynamo.decorators.leaf_function          | kiln.leaf_function                                  |
 | torch._dynamo.skip_frame / step_unsupported     | kiln.skip_frame / kiln.step_unsupported             |
@@ -481,6 +482,8 @@ def install():
         "nonstrict_trace": (torch._dynamo.nonstrict_trace, kiln.nonstrict_trace),
         "leaf_function": (torch._dynamo.decorators.leaf_function, kiln.leaf_function),
         "mark_dynamic": (torch._dynamo.mark_dynamic, kiln.mark_dynamic),
+        "on_compile_start": (torch._dynamo.on_compile_start, kiln.on_compile_start),
+        "on_compile_end": (torch._dynamo.on_compile_end, kiln.on_compile_end),
         "mark_static": (torch._dynamo.mark_static, kiln.mark_static),
         "counters": (torch._dynamo.utils.counters, kiln.counters),
         "CompileCounterWithBackend": (

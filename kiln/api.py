@@ -10,7 +10,7 @@ import types
 
 import torch
 
-from kiln import config, modes
+from kiln import config, hooks, modes
 from kiln.contracts import CompileSettings
 from kiln.exc import KilnError
 from kiln.frontend import backward_scope, frame_cache, frame_shapes, markers
@@ -55,7 +55,10 @@ __all__ = [
     "lookup_backend",
     "mark_dynamic",
     "mark_static",
+    "on_compile_end",
+    "on_compile_start",
     "register_backend",
+    "remove_compile_callbacks",
     "reset",
     "set_stance",
     "substitute_in_graph",
@@ -130,6 +133,25 @@ def reset():
     ca = sys.modules.get("kiln.compiled_autograd")
     if ca is not None and hasattr(ca, "reset"):
         ca.reset()  # compiled backward graphs go too
+
+
+def on_compile_start(callback):
+    """Call `callback(kiln.contracts.CompileEvent)` when a frame starts compiling (a decorator;
+    `kiln.remove_compile_callbacks` forgets it). A graph break makes more frames to compile:
+    each resume function's compile calls it too."""
+    return hooks.register("compile_start", callback)
+
+
+def on_compile_end(callback):
+    """Call `callback(kiln.contracts.CompileEvent)` when a frame's compile ends; `event.compiled`
+    is False when it raised (under fullgraph=True, an error; else the frame runs eagerly)."""
+    return hooks.register("compile_end", callback)
+
+
+def remove_compile_callbacks():
+    """Forget every on_compile_start and on_compile_end callback."""
+    for event in ("compile_start", "compile_end"):
+        hooks.clear(event)
 
 
 def mark_dynamic(t, dim, *, min=None, max=None):  # noqa: A002 (torch's keyword names)

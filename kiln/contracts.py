@@ -94,6 +94,16 @@ def output_layouts(compiled):
 
 
 @dataclasses.dataclass(frozen=True)
+class CompileEvent:
+    """What kiln.on_compile_start / on_compile_end callbacks receive: the function whose frame
+    is compiled (the user's, or a resume function kiln made after a graph break)."""
+
+    fn: object
+    name: str  # its qualified name (a resume function's: `f.__resume_at_40`)
+    compiled: bool | None = None  # at the end: False if the compile raised (None at the start)
+
+
+@dataclasses.dataclass(frozen=True)
 class BreakState:
     """Where a graph break stops the root frame, and the state live there (what the transformed
     code at the break and the resume function are built from)."""

@@ -6,6 +6,9 @@
 
 Events (arguments after the value for chain):
   frame_start(fn)                       the frontend starts tracing a frame
+  compile_start(event)                  a frame's compile starts (kiln.on_compile_start)
+  compile_end(event)                    a frame's compile ended, or raised
+                                        (kiln.on_compile_end)
   frame_compiled(fn, entry, index, folder)  a frame's entry was dumped to the debug dir
   graph_break(record)                   a graph break was recorded
   recompile(fn, reasons)                a frame recompiles (reasons: the guards that failed;
@@ -22,6 +25,8 @@ _HOOKS = {
     name: []
     for name in (
         "frame_start",
+        "compile_start",
+        "compile_end",
         "frame_compiled",
         "graph_break",
         "recompile",
@@ -44,6 +49,11 @@ def unregister(event, fn):
     """Stop calling fn on `event` (no-op if it was not registered)."""
     if fn in _HOOKS[event]:
         _HOOKS[event].remove(fn)
+
+
+def clear(event):
+    """Stop calling every function registered for event."""
+    _HOOKS[event].clear()
 
 
 def listening(event):

@@ -220,3 +220,42 @@ def test_compiled_module_truthiness_and_len_follow_the_module():
     with pytest.raises(TypeError):
         len(kiln.compile(torch.nn.Linear(2, 2)))
     assert not kiln.disable(empty) and len(kiln.disable(full)) == 2
+
+
+def test_compile_callbacks_see_each_frame_compile():
+    events = []
+    start = kiln.on_compile_start(lambda e: events.append(("start", e.name, e.compiled)))
+    end = kiln.on_compile_end(lambda e: events.append(("end", e.name, e.compiled)))
+    assert callable(start) and callable(end)
+
+    def f(x):
+        x = x + 1
+        kiln.graph_break()
+        return x.sin()
+
+    def g(x):
+        for _ in range(10):
+            x = x + 1
+        return x
+
+    try:
+        kiln.reset()
+        cf = kiln.compile(f, backend="eager")
+        torch.testing.assert_close(cf(torch.ones(2)), f(torch.ones(2)))
+        cf(torch.ones(2))  # a cache hit compiles nothing
+        qual = f.__qualname__
+        assert [(k, n.split(".__resume_at_")[0], c) for k, n, c in events] == [
+            ("start", qual, None),
+            ("end", qual, True),
+            ("start", qual, None),
+            ("end", qual, True),
+        ]
+        assert "__resume_at_" in events[2][1]
+        events.clear()
+        kiln.compile(g, backend="eager", fullgraph=True)(torch.ones(2))
+        assert [k for k, _, _ in events] == ["start", "end"]
+    finally:
+        kiln.remove_compile_callbacks()
+    events.clear()
+    kiln.compile(g, backend="eager")(torch.ones(3, 3))
+    assert events == []

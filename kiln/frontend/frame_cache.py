@@ -17,7 +17,7 @@ import torch
 import torch.fx
 
 from kiln import config, faults, hooks, logs
-from kiln.contracts import GraphMeta
+from kiln.contracts import CompileEvent, GraphMeta
 from kiln.exc import (
     CompiledAutogradCall,
     RecompileError,
@@ -597,12 +597,19 @@ class FrameCache:
         `settings` in place of the frame's own, e.g. another backend)."""
         # what a trace learned for the next (Note [Autograd: leaves made in the frame])
         self.restart_notes = set()
-        for _ in range(_RESTARTS):  # (each restart initialized a lazy module for good)
-            try:
-                return self._compile_once(args, kwargs, settings or self.settings)
-            except RestartTrace:  # Note [Modules: lazy modules initialized while tracing]
-                continue
-        unimplemented(f"the frame was traced again {_RESTARTS} times (lazy modules)")
+        event = CompileEvent(self.fn, self.fn.__code__.co_qualname)
+        hooks.fire("compile_start", event)
+        made = None
+        try:
+            for _ in range(_RESTARTS):  # (each restart initialized a lazy module for good)
+                try:
+                    made = self._compile_once(args, kwargs, settings or self.settings)
+                    return made
+                except RestartTrace:  # Note [Modules: lazy modules initialized while tracing]
+                    continue
+            unimplemented(f"the frame was traced again {_RESTARTS} times (lazy modules)")
+        finally:
+            hooks.fire("compile_end", dataclasses.replace(event, compiled=made is not None))
 
     def _compile_once(self, args, kwargs, settings):
         fn = self.fn
