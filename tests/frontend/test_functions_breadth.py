@@ -57,6 +57,8 @@ def _queries(x):
         x = x - 100
     if torch._C._get_privateuse1_backend_name() == "privateuseone":
         x = x + 3
+    if not torch._C._is_torch_function_all_disabled():
+        x = x * 5
     if x.dtype == torch.promote_types(torch.int32, torch.float32):
         x = x.cos()
     return x, torch.can_cast(torch.float32, torch.int8)

@@ -51,6 +51,9 @@ def _table():
         ("torch.distributed.distributed_c10d", "is_initialized"): (_STATE, None),
         ("torch.autograd", "_is_checkpoint_valid"): (_STATE, None),
         ("torch._C", "_are_functorch_transforms_active"): (_STATE, None),
+        # (DisableTorchFunction, which kiln does not trace: DisableTorchFunctionSubclass, which
+        # it does, leaves this answer as it is)
+        ("torch._C", "_is_torch_function_all_disabled"): (_STATE, None),
         ("torch._C", "_get_privateuse1_backend_name"): (_STATE, None),
         ("torch._C", "_get_cublas_allow_tf32"): (_STATE, None),
         ("torch._C", "_get_cublas_allow_fp16_accumulation"): (_STATE, None),
