@@ -9,6 +9,7 @@ seconds of a training step (forward + backward) and of an inference call, interl
 variants over many rounds, with ratios to eager.
 
     .venv/bin/python benchmarks/nested_breaks.py [--blocks 4] [--rounds 30] [--width 256]
+        [--batch 8] [--threads 1]
 """
 
 import argparse
@@ -54,10 +55,12 @@ class Block(nn.Module):
 class Model(nn.Module):
     def __init__(self, width, blocks):
         super().__init__()
+        self.embed = nn.Linear(width, width)
         self.blocks = nn.ModuleList([Block(width) for _ in range(blocks)])
         self.head = nn.Linear(width, 1)
 
     def forward(self, x):
+        x = self.embed(x)
         for block in self.blocks:
             x = block(x)
         return self.head(x).mean()
@@ -105,10 +108,13 @@ def main():
     parser.add_argument("--blocks", type=int, default=4)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = Model(args.width, args.blocks)
-    x = torch.randn(8, 64, args.width)
+    x = torch.randn(args.batch, 64, args.width)
     rows = []
     # kiln's entries are per code object: each placement compiles afresh (kiln.reset) and is
     # timed next to eager (and torch.compile) in its own interleaved loop
@@ -132,8 +138,10 @@ def main():
             graphs = variants[name][1].graphs
             rows.append((name, graphs, t[0], t[1], eager[1] / t[1], t[2], eager[2] / t[2]))
     kiln.config.nested_graph_breaks = True
-    print(f"{args.blocks} blocks, width {args.width}, {args.rounds} rounds; x eager: measured in")
-    print("the same interleaved loop as the variant")
+    print(
+        f"{args.blocks} blocks, width {args.width}, batch {args.batch}, {args.threads} thread(s), "
+        f"{args.rounds} rounds; x eager: measured in the same interleaved loop as the variant"
+    )
     print(
         f"{'variant':14} {'graphs':>6} {'first s':>8} {'train ms':>9} {'x eager':>8} "
         f"{'infer ms':>9} {'x eager':>8}"

@@ -428,3 +428,25 @@ def calls_with_star(x):
 def test_calls_with_keywords_and_star_arguments(capsys):
     run_and_compare(calls_with_star, t(2))
     assert capsys.readouterr().out == "a-b\na+b\n" * 3
+
+
+def helper_breaks(x):
+    y = x + 1
+    print("break")
+    return y * 2
+
+
+def root_with_cells(x):
+    scale = x.sum()
+
+    def scaled(v):
+        return v * scale
+
+    y = helper_breaks(scaled(x))
+    scale = scale + 1
+    return scaled(y)
+
+
+def test_a_root_with_cells_resumes_with_them(capsys):
+    run_and_compare(root_with_cells, t(3), expected_graphs=2)
+    assert capsys.readouterr().out == "break\n" * 3
