@@ -75,7 +75,20 @@ from kiln.frontend.variables.nn_module import NNModuleVariable
 _CALLS = ("CALL", "CALL_KW", "CALL_FUNCTION_EX")
 # innermost instructions that would act on the frame they run in (the root's, not the callee's)
 _FRAME_BOUND = ("STORE_FAST", "DELETE_FAST", "STORE_GLOBAL", "DELETE_GLOBAL")
-_FRAME_READING_CALLS = (warnings.warn, warnings.warn_explicit, super)
+# (the builtins read the running frame's locals or globals whatever their arguments: eval's
+# `None` mappings mean the frame's own; __import__ reads the frame's package)
+_FRAME_READING_CALLS = (
+    warnings.warn,
+    warnings.warn_explicit,
+    super,
+    eval,
+    exec,
+    locals,
+    vars,
+    dir,
+    globals,
+    __import__,
+)
 _C_FRAME_READERS = {"_getframe", "_getframemodulename", "currentframe"}
 
 

@@ -32,7 +32,12 @@ from kiln.frontend.variables.constant import is_literal
 from kiln.frontend.variables.dict_keys import is_stand_in, is_traced_tensor, key_var
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.finalizers import check_drop_value, check_drops, check_local_drop
-from kiln.frontend.variables.lists import BaseListVariable, DequeVariable, iterator_steps
+from kiln.frontend.variables.lists import (
+    BaseListVariable,
+    DequeVariable,
+    ListIteratorVariable,
+    iterator_steps,
+)
 from kiln.frontend.variables.misc import NullVariable
 from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.user_attrs import instance_static
@@ -559,6 +564,8 @@ def _reads_state(var, seen=None):
     seen.add(id(var))
     if isinstance(var, BaseListVariable):
         items = var.items
+    elif isinstance(var, ListIteratorVariable):  # (the items it has left: `iter(d.valuerefs())`)
+        items = var.items[var.index :]
     elif isinstance(var, ConstDictVariable):
         items = var.items.values()
     elif isinstance(var, NewObjectVariable):

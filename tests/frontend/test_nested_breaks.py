@@ -450,3 +450,18 @@ def root_with_cells(x):
 def test_a_root_with_cells_resumes_with_them(capsys):
     run_and_compare(root_with_cells, t(3), expected_graphs=2)
     assert capsys.readouterr().out == "break\n" * 3
+
+
+def checked_call(*args):
+    print("break")
+    if not eval("args[1] is not None", None, None):  # (the running frame's locals)
+        raise ValueError(args)
+    return args[0] + 1
+
+
+def calls_checked(x):
+    return checked_call(x, 1) * 2, globals()["__name__"]
+
+
+def test_eval_with_the_frames_own_mappings_sees_the_callees_locals():
+    run_and_compare(calls_checked, t(2))

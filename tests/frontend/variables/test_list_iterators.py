@@ -1,8 +1,13 @@
 """List iterators made while tracing: a list's iterator that has ended sees nothing appended to
 the list afterwards (Note [Iterators: exhausted list iterators])."""
 
+import gc
+import weakref
+
 import torch
 from frontend_helpers import run_and_compare
+
+import kiln
 
 
 def loop_then_append(x):
@@ -70,3 +75,32 @@ def iterator_local_and_argument(x):
 
 def test_iterator_rebuilt_once_for_a_local_and_an_argument():
     run_and_compare(iterator_local_and_argument, torch.ones(2))
+
+
+class _Obj:
+    def __init__(self, arg):
+        self.arg = arg
+
+
+def iterator_of_state_across_collect(d, objects):
+    it = iter(d.valuerefs())  # (a list of the weak dict's items, read from its data)
+    next(it)
+    del objects[-1]
+    gc.collect()  # the dead object's entry leaves the dict here
+    return len(list(it)), len(d)
+
+
+def _weak_dict():
+    d = weakref.WeakValueDictionary()
+    objects = [_Obj(i) for i in range(6)]
+    for o in objects:
+        d[o.arg] = o
+    return d, objects
+
+
+def test_iterator_over_values_read_from_state_is_rebuilt_before_the_break():
+    # (rebuilt after gc.collect() it read the dict's entries again: KeyError for the dead one)
+    expected = iterator_of_state_across_collect(*_weak_dict())
+    kiln.reset()
+    f = kiln.compile(iterator_of_state_across_collect)
+    assert f(*_weak_dict()) == expected == (5, 5)
