@@ -208,12 +208,16 @@ _FRAME_READERS = {locals: 0, vars: 0, dir: 0, exec: 1, eval: 1}
 
 
 def _reads_frame_locals(stack, argc):
-    """Whether the CALL with `argc` arguments on `stack` calls a builtin that reads the frame."""
+    """Whether the CALL with `argc` arguments on `stack` calls a builtin that reads the frame
+    (exec/eval given None for its mappings too: `eval(expr, None, None)` reads the frame's)."""
     if len(stack) < argc + 2:
         return False
+    args = stack[len(stack) - argc :]
+    passes_none = any(v.is_python_constant() and v.as_python_constant() is None for v in args[1:])
     for v in stack[-(argc + 2) : -argc or None][:2]:
         fn = getattr(v, "fn", None) if isinstance(v, BuiltinVariable) else None
-        if fn in _FRAME_READERS and argc <= _FRAME_READERS[fn]:
+        mappings_none = passes_none and fn in (exec, eval)
+        if fn in _FRAME_READERS and (argc <= _FRAME_READERS[fn] or mappings_none):
             return True
     return False
 
