@@ -17,9 +17,10 @@ placed at the root's call as before (`plan` returns None):
   function or method, or an unhooked module's forward): the call's result is that frame's
   return value and nothing else happens in it;
 - no inlined frame has a try or with block open at its instruction (an exception from the
-  instruction would pass through them), an exception being handled or cells of its own (shared
-  with closures made there), or is a generator's body; its free variables are cells of a
-  function reached from a source (the chain's function shares them);
+  instruction would pass through them) or an exception being handled, or is a generator's
+  body; a frame's own cells are made by the transformed code (shared with the closures it
+  rebuilds: Note [Functions: rebuilt closures]), its free variables are cells of a frame of
+  the chain or real cells read from their source;
 - the innermost instruction is one a break may run in Python that does not depend on the frame
   it runs in: not a store of a local or a global, not a call of a builtin that reads the
   running frame (`locals()`, zero-argument `super()`, `sys._getframe`, `warnings.warn`);
@@ -31,9 +32,10 @@ replayed after the graph, like the root frame's own.
 
 import dataclasses
 import inspect
+import types
 import warnings
 
-from kiln import config
+from kiln import config, logs
 from kiln.bytecode import PY312_PLUS, emit
 from kiln.exc import Unsupported
 from kiln.frontend.break_codegen import (
@@ -44,6 +46,8 @@ from kiln.frontend.break_codegen import (
     _callee_slot,
     _check_handlers,
     _fast_locals,
+    _for_iter_exit,
+    _for_iter_resume_index,
     _reads_frame_locals,
     _stack_effect,
     release_dropped_locals,
@@ -63,13 +67,23 @@ from kiln.frontend.resume import (
     run_resume,
 )
 from kiln.frontend.side_effects import pin_state_reads
-from kiln.frontend.source import ClosureSource
+from kiln.frontend.translator import CellRefVariable, FrameCellVariable
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.ctx_managers import WithExitVariable
-from kiln.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
+from kiln.frontend.variables.functions import (
+    UserFunctionVariable,
+    UserMethodVariable,
+    _cell_value,
+    _load_cell,
+)
 from kiln.frontend.variables.generators import check_freed_generators
 from kiln.frontend.variables.lists import undo_iterators
-from kiln.frontend.variables.misc import DeletedVariable, GraphBreakVariable, NullVariable
+from kiln.frontend.variables.misc import (
+    DeletedVariable,
+    GraphBreakVariable,
+    NullVariable,
+    TensorMethodVariable,
+)
 from kiln.frontend.variables.nn_module import NNModuleVariable
 
 _CALLS = ("CALL", "CALL_KW", "CALL_FUNCTION_EX")
@@ -108,16 +122,15 @@ class _Level:
 def plan(output, e):
     """The levels (innermost first, the root last) of a break placed inside the inlined call
     where it happened, or None: the break is placed at the root frame's call."""
-    if not config.nested_graph_breaks or not e.nested or len(e.nested) + 1 != len(e.frames):
+    if not config.nested_graph_breaks or not e.nested or e.break_state is None:
         return None
-    if e.eager_frame or e.no_resume or getattr(e, "module_call_broke", False):
-        return None
-    if getattr(e, "rest_in_python", False) or e.break_state is None:
-        return None
-    if e.break_state.resume_here:
-        return None
+    why = _not_nestable(e)
+    if why is not None:
+        return _kept_at_the_call(e, why)
     inst = e.nested[0].tx.instructions[e.nested[0].index]
     branch = _BRANCHES.get(inst.opname)
+    if inst.opname == "FOR_ITER":
+        branch = "FOR_ITER"
     try:
         if branch is None:
             sides = [_levels(e)]
@@ -125,11 +138,32 @@ def plan(output, e):
             sides = [_levels(e, side) for side in ("next", "target")]
         for levels in sides:
             _check_rebuilds(output, levels)
-    except (NoBreakHere, ResumeUnsupported, Unsupported):
-        return None
+    except (NoBreakHere, ResumeUnsupported, Unsupported) as err:
+        return _kept_at_the_call(e, str(err))
     if output.side_effects.mark()[:5] != e.nested[0].effects_mark[:5]:
-        return None  # the innermost instruction stored something before it broke
+        return _kept_at_the_call(e, "the instruction that broke stored something first")
     return _Plan(sides, branch)
+
+
+def _not_nestable(e):
+    """Why the break cannot be placed inside the callee whatever its frames hold, or None."""
+    if len(e.nested) + 1 != len(e.frames):
+        return "a frame on the way is no inlined call"
+    if e.eager_frame or e.no_resume or e.break_state.resume_here:
+        return "the break needs the whole frame, or a try block's start"
+    if getattr(e, "module_call_broke", False):
+        return "a module call with hooks"
+    if getattr(e, "rest_in_python", False):
+        return "kiln.skip_frame"
+    return None
+
+
+def _kept_at_the_call(e, why):
+    """Log why a break inside a callee is placed at the root frame's call; returns None."""
+    if logs.enabled("graph_breaks"):
+        callee = e.frames[-2][0].co_qualname if len(e.frames) > 1 else "?"
+        logs.log("graph_breaks", "break inside %s placed at its call: %s", callee, why)
+    return None
 
 
 @dataclasses.dataclass
@@ -137,7 +171,7 @@ class _Plan:
     """The chain of levels to resume (innermost first), one per way out of a branch."""
 
     sides: list  # [levels] or, at a branch, [levels if it falls through, levels if it jumps]
-    branch: object  # the emit function of the innermost branch, or None
+    branch: object  # the emit function of the innermost branch, "FOR_ITER", or None
 
 
 # Note [Nested breaks: a branch on tensor data]
@@ -145,7 +179,8 @@ class _Plan:
 # calls bool() on the tensor), each way out returning its own chain: the callee's resume
 # function continues after the jump or at its target, its callers' are the same code but
 # for the inner call they make (each chain its own root code), as at a branch in the root
-# (Note [Graph breaks: two continuations]).
+# (Note [Graph breaks: two continuations]). A FOR_ITER over an iterator kiln cannot see into
+# likewise: one chain continues in the loop's body with the next item, the other after the loop.
 
 
 def _levels(e, side=None):
@@ -179,13 +214,11 @@ def _levels(e, side=None):
 
 
 def _check_inlined_frame(tx, inst):
-    code = tx.code
-    if getattr(tx, "is_generator", False) or code.co_cellvars:
-        raise NoBreakHere("a generator's body, or a frame that makes cells")
+    if getattr(tx, "is_generator", False):
+        raise NoBreakHere("a generator's body")
     if inspect.isfunction(tx.fn) and reads_caller_frame(tx.fn):
         # (its caller would be the chain's frame: it runs plain from the root's, as before)
         raise NoBreakHere("a callee that reads its caller's frame")
-    _closure(tx)
     if inst.exn_tab_entry is not None or tx.exc_info is not None or tx.with_handlers:
         raise NoBreakHere("inside a try or with block of a callee")
 
@@ -208,8 +241,9 @@ def _reads_frames(callee):
     """Whether the callee may read the frame it is called from (which would be the root's)."""
     if isinstance(callee, BuiltinVariable):
         return callee.fn in _FRAME_READING_CALLS
-    if isinstance(callee, GraphBreakVariable):
-        return False
+    if isinstance(callee, GraphBreakVariable | TensorMethodVariable):
+        return False  # (a tensor's methods are torch's: a warning one raises names the root's
+        # call line, as the break's own line is the callee's, not the frame's it runs in)
     value = getattr(callee, "fn", None) or getattr(callee, "value", None)
     if value is None:
         try:
@@ -224,19 +258,21 @@ def _reads_frames(callee):
     return inspect.isfunction(fn) and reads_caller_frame(fn)
 
 
-def _closure(tx):
-    """The real cells of an inlined frame's free variables, in co_freevars order.
-
-    Only cells of a function reached from a source (and so guarded: the same function, the
-    same cells, in every call the entry runs) are taken as they are; a function made while
-    tracing, or over the root frame's own free variables, has cells made per call."""
-    cells = []
+def _cell_refs(tx, chain):
+    """What each cell of an inlined frame's resume function is (Note [Functions: rebuilt
+    closures]), in its closure order: the frame's own cells, made anew by the transformed code
+    (shared with the closures it rebuilds), then its free variables: a cell of a frame of the
+    chain, or a real cell read from its source."""
+    refs = [CellRefVariable(tx, name) for name in tx.code.co_cellvars]
     for name in tx.code.co_freevars:
         entry = tx.closure.get(name)
-        if not isinstance(entry, tuple) or entry[1] is None or isinstance(entry[1], ClosureSource):
-            raise NoBreakHere("a callee whose cells are made per call")
-        cells.append(entry[0])
-    return tuple(cells)
+        if isinstance(entry, CellRefVariable) and entry.tx in chain:
+            refs.append(entry)
+        elif isinstance(entry, tuple) and entry[1] is not None:
+            refs.append(FrameCellVariable(entry))
+        else:
+            raise NoBreakHere("a callee over cells of a frame that has returned")
+    return refs
 
 
 def _runs(callee, inner):
@@ -277,7 +313,13 @@ def _level(state, inst, stack, inner, is_root, tx, side=None):
             resume_at = at[1]  # the chain's call: its frame continues where it resumed
         else:
             resume_at = base_index + 1
-    if innermost and side is not None:  # the condition popped; on, or at the target
+    if innermost and side is not None and inst.opname == "FOR_ITER":
+        if side == "next":  # the iterator stays, its next item on top
+            depth, kept = len(stack) + 1, len(stack)
+        else:  # exhausted: the iterator popped, after the loop
+            depth = kept = len(stack) - 1
+            resume_at = _for_iter_resume_index(decode_indexed(base_code)[resume_at - 1])
+    elif innermost and side is not None:  # the condition popped; on, or at the target
         depth = kept = len(stack) - 1
         if side == "target":
             resume_at = decode_indexed(base_code)[resume_at - 1].target_index
@@ -291,8 +333,8 @@ def _level(state, inst, stack, inner, is_root, tx, side=None):
     resume = make_resume_function(
         base_code, resume_at, depth, nulls, live, boxed=not is_root, inner_call=inner
     )
-    if not is_root and resume.code.co_freevars != frame_code.co_freevars:
-        raise NoBreakHere("a callee's resume function with other free variables")
+    if not is_root and resume.code.co_freevars != frame_code.co_cellvars + frame_code.co_freevars:
+        raise NoBreakHere("a callee's resume function with other cells")
     prefix = kept
     return _Level(tx, stack, state.locals, resume, prefix, list(resume.live_locals), discards)
 
@@ -304,6 +346,8 @@ def _values(level, innermost):
     out += [level.locals[n] for n in level.live]
     if level.resume.first_local:
         out.append(level.locals[level.resume.first_local])
+    if not level.tx.is_root:  # (the values its cells get)
+        out += [v for n in level.tx.code.co_cellvars if (v := _cell_value(level.tx, n))]
     return out
 
 
@@ -321,6 +365,10 @@ def _check_rebuilds(output, levels):
     dry = PyCodegen(output)
     for v in values:
         dry.reconstruct(v)
+    chain = [level.tx for level in levels]
+    for level in levels[:-1]:
+        for ref in _cell_refs(level.tx, chain):
+            _load_cell(dry, ref)
 
 
 def _of_made_class(v, made):
@@ -372,8 +420,11 @@ def code_at_nested_break(output, code, e, plan, resume_factory, callee_factory):
             body.extend(emit.pop_top())
         _return_chain(body, code, e, levels, resume_factory)
     else:  # Note [Nested breaks: a branch on tensor data]
-        other = emit.nop()
-        jump = plan.branch(other[0])
+        other = _for_iter_exit() if plan.branch == "FOR_ITER" else emit.nop()
+        if plan.branch == "FOR_ITER":
+            jump = emit.inst("FOR_ITER", target=other[0])
+        else:
+            jump = plan.branch(other[0])
         for made in jump:
             made.lineno, made.positions = line.lineno, line.positions
         body.extend(jump)
@@ -396,12 +447,12 @@ def _return_chain(body, code, e, levels, resume_factory):
     temps = [body.new_temp() for _ in range(depth)]
     for k in reversed(range(depth)):
         body.extend(emit.store_fast(temps[k]))  # (safe for a NULL)
-    box = None
+    box, chain = None, [level.tx for level in levels]
     for k, level in enumerate(levels):
         if level is levels[-1]:
             _call_root(body, code, e, level, box, resume_factory)
         else:
-            box = _build_box(body, level, box, temps if k == 0 else None)
+            box = _build_box(body, level, box, temps if k == 0 else None, chain)
 
 
 def _load_args(body, level, inner, temps):
@@ -416,8 +467,11 @@ def _load_args(body, level, inner, temps):
         if temps is not None:
             body.extend(emit.load_fast(temps[k]))
         elif k == resume.stack_depth - 1:
-            fn, box = inner
-            body.load_object(fn)
+            fn, box = inner  # (the function, or the temp holding one made per call)
+            if isinstance(fn, str):
+                body.extend(emit.load_fast(fn))
+            else:
+                body.load_object(fn)
             body.extend(emit.load_fast(box))
         else:
             body.reconstruct(level.stack[k])
@@ -425,14 +479,37 @@ def _load_args(body, level, inner, temps):
         body.reconstruct(level.locals[name])
 
 
-def _build_box(body, level, inner, temps):
-    """The box of a callee's resume function, stored in a temp: (its function, the temp)."""
+def _build_box(body, level, inner, temps, chain):
+    """The box of a callee's resume function, stored in a temp: (its function, or the temp of
+    one made over its cells, the box's temp)."""
     resume = level.resume
     _load_args(body, level, inner, temps)
     body.extend(emit.build_list(resume.nargs))
     name = body.new_temp()
     body.extend(emit.store_fast(name))
-    return inner_function(resume.code, level.tx.f_globals, _closure(level.tx)), name
+    if not resume.code.co_freevars:
+        return inner_function(resume.code, level.tx.f_globals), name
+    return _function_over_cells(body, level, chain), name
+
+
+def _function_over_cells(body, level, chain):
+    """Make the level's resume function over its cells at run time (a new function per call,
+    which the chain's guards check by its code and globals); the temp holding it."""
+    code = level.resume.code
+    body.load_object(types.FunctionType, push_null=True)
+    body.extend(emit.load_const(code))
+    body.load_object(level.tx.f_globals)
+    body.extend(emit.load_const(code.co_name) + emit.load_const(None))
+    fills = [_load_cell(body, ref) for ref in _cell_refs(level.tx, chain)]
+    body.extend(emit.build_tuple(len(fills)) + emit.call(5))
+    fn = body.new_temp()
+    body.extend(emit.store_fast(fn))
+    for fill in fills:  # (after the function exists: Note [Functions: rebuilt closures])
+        if fill is not None:
+            store, value = fill
+            body.reconstruct(value)
+            body.extend(store)
+    return fn
 
 
 def _call_root(body, code, e, level, inner, resume_factory):

@@ -45,6 +45,15 @@ def forward(x):
 
 
 def test_code_under_a_library_closure_is_compiled():
+    # the break is placed inside data_sized (Note [Nested breaks: placing the break in the
+    # callee]): `x + 1, sin * 2 > 0` | `cos + n, * 3`, every op in a graph
+    run_and_compare(forward, torch.randn(8))
+    stats = kiln.counters["stats"]
+    assert stats["unique_graphs"] == 2 and stats["calls_captured"] == 7, dict(stats)
+
+
+def test_code_under_a_library_closure_is_compiled_as_its_own_frame(monkeypatch):
+    monkeypatch.setattr(kiln.config, "nested_graph_breaks", False)
     run_and_compare(forward, torch.randn(8))
     # the graphs under the break: `x + 1`, `sin * 2 > 0`, `cos + n`, `* 3`
     assert kiln.counters["stats"]["unique_graphs"] >= 3, dict(kiln.counters["stats"])

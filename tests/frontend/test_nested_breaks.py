@@ -465,3 +465,53 @@ def calls_checked(x):
 
 def test_eval_with_the_frames_own_mappings_sees_the_callees_locals():
     run_and_compare(calls_checked, t(2))
+
+
+def callee_over_cells(a, h):
+    b = h(a)
+    print("break")
+    return b * 2 + h(a)
+
+
+def frame_with_cells(x):
+    scale = x.sum()
+    ys = [y * scale for y in (x, x + 1)]  # (3.11: a comprehension over the cell)
+
+    def helper(v):
+        nonlocal scale
+        scale = scale + 1
+        return v * scale
+
+    z = callee_over_cells(ys[0], helper)
+    return z + scale + helper(x)
+
+
+def calls_frame_with_cells(x):
+    return frame_with_cells(x + 1) - 1
+
+
+def test_callees_with_cells_and_closures_writing_them(capsys):
+    # the callee's cells are made by the transformed code and shared by the closure it rebuilds
+    run_and_compare(calls_frame_with_cells, t(3), expected_graphs=2)
+    assert capsys.readouterr().out == "break\n" * 3
+
+
+def loops_over_opaque(x, items):
+    for i, k in enumerate(items):
+        x = x * k + i
+    return x - 1
+
+
+def calls_opaque_loop(x, items):
+    return loops_over_opaque(x + 1, items) * 2
+
+
+def test_a_loop_over_an_iterator_kiln_cannot_see_into_in_a_callee():
+    # (a generator from outside: each FOR_ITER runs in Python, the body and the rest as chains)
+    expected = calls_opaque_loop(t(3), (v for v in [1.0, 2.0, 3.0]))
+    kiln.reset()
+    f = kiln.compile(calls_opaque_loop)
+    for _ in range(2):
+        torch.testing.assert_close(f(t(3), (v for v in [1.0, 2.0, 3.0])), expected)
+    empty = kiln.compile(calls_opaque_loop)(t(3), (v for v in []))
+    torch.testing.assert_close(empty, calls_opaque_loop(t(3), (v for v in [])))
