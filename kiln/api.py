@@ -126,10 +126,12 @@ backward_scope.register_backward_scope(_compiled_autograd_scope)
 
 # --- the rest of the public API -----------------------------------------------------------------
 def reset():
-    """Forget every compiled entry and clear kiln.counters."""
+    """Forget every compiled entry and compile callback, and clear kiln.counters (as a fresh
+    process would start; torch._dynamo.reset does the same)."""
     frame_cache.reset_all()
     clear_cache()
     counters.clear()
+    remove_compile_callbacks()
     ca = sys.modules.get("kiln.compiled_autograd")
     if ca is not None and hasattr(ca, "reset"):
         ca.reset()  # compiled backward graphs go too
@@ -137,8 +139,8 @@ def reset():
 
 def on_compile_start(callback):
     """Call `callback(kiln.contracts.CompileEvent)` when a frame starts compiling (a decorator;
-    `kiln.remove_compile_callbacks` forgets it). A graph break makes more frames to compile:
-    each resume function's compile calls it too."""
+    `kiln.remove_compile_callbacks` and `kiln.reset` forget it). A graph break makes more frames
+    to compile: each resume function's compile calls it too."""
     return hooks.register("compile_start", callback)
 
 

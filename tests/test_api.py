@@ -224,6 +224,7 @@ def test_compiled_module_truthiness_and_len_follow_the_module():
 
 def test_compile_callbacks_see_each_frame_compile():
     events = []
+    kiln.reset()
     start = kiln.on_compile_start(lambda e: events.append(("start", e.name, e.compiled)))
     end = kiln.on_compile_end(lambda e: events.append(("end", e.name, e.compiled)))
     assert callable(start) and callable(end)
@@ -239,7 +240,6 @@ def test_compile_callbacks_see_each_frame_compile():
         return x
 
     try:
-        kiln.reset()
         cf = kiln.compile(f, backend="eager")
         torch.testing.assert_close(cf(torch.ones(2)), f(torch.ones(2)))
         cf(torch.ones(2))  # a cache hit compiles nothing
@@ -258,4 +258,8 @@ def test_compile_callbacks_see_each_frame_compile():
         kiln.remove_compile_callbacks()
     events.clear()
     kiln.compile(g, backend="eager")(torch.ones(3, 3))
+    assert events == []
+    kiln.on_compile_start(lambda e: events.append(e.name))
+    kiln.reset()  # (forgets them too, as torch._dynamo.reset)
+    kiln.compile(g, backend="eager")(torch.ones(4))
     assert events == []
