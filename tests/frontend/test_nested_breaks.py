@@ -405,8 +405,9 @@ class Wrapper(torch.nn.Module):
 
 
 def test_a_method_calling_super_in_the_chain(capsys):
+    # (Derived.forward closes over its class's __class__ cell: placed at Wrapper's call)
     torch.manual_seed(0)
-    run_and_compare(Wrapper(), torch.randn(2, 3), expected_graphs=2)
+    run_and_compare(Wrapper(), torch.randn(2, 3), expected_graphs=3)
     assert capsys.readouterr().out == "base\n" * 3
 
 
