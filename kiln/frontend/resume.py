@@ -22,7 +22,6 @@ import builtins
 import dataclasses
 import inspect
 import keyword
-import operator
 import types
 import weakref
 
@@ -165,8 +164,7 @@ _origins: dict[types.CodeType, tuple[types.CodeType, dict[int, int]]] = {}
 # resume code made with inner_call=True -> (index of its prologue call, resume index in the origin)
 _prologue_calls: dict[types.CodeType, tuple[int, int]] = {}
 _boxed: set[types.CodeType] = set()  # resume codes made with boxed=True
-# (boxed code, id(globals), ids of the cells) -> function; each lives while a transformed code
-# loads it (the cells it holds are the program's)
+# (boxed code, id(globals)) -> function; each lives while a transformed code loads it
 _inner_functions = weakref.WeakValueDictionary()
 
 
@@ -364,16 +362,13 @@ def is_boxed(code):
     return code in _boxed
 
 
-def inner_function(code, f_globals, closure=()):
-    """The function a chain of resume functions calls for the boxed resume code `code` (its
-    closure: the real cells of the frame it continues, in co_freevars order)."""
-    key = (code, id(f_globals), *map(id, closure))
+def inner_function(code, f_globals):
+    """The function a chain of resume functions calls for the boxed resume code `code` (one
+    without cells: Note [Nested breaks: the chain of resume functions])."""
+    key = (code, id(f_globals))
     fn = _inner_functions.get(key)
-    cells = fn.__closure__ or () if fn is not None else None
-    same = cells is not None and len(cells) == len(closure)
-    if not same or fn.__globals__ is not f_globals or any(map(operator.is_not, cells, closure)):
-        fn = types.FunctionType(code, f_globals, code.co_name, None, tuple(closure) or None)
-        _inner_functions[key] = fn
+    if fn is None or fn.__globals__ is not f_globals:
+        fn = _inner_functions[key] = types.FunctionType(code, f_globals, code.co_name)
     return fn
 
 
