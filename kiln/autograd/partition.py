@@ -65,6 +65,12 @@ def is_size_node(n):
     return n.op == "call_function" and isinstance(n.meta.get("val"), torch.SymInt | torch.SymFloat)
 
 
+def _is_size(n):
+    """Whether a node's value is a size: computed, or an int input of the graph (`x.split([n, m])`
+    with n and m symbolic)."""
+    return isinstance(n.meta.get("val"), torch.SymInt | torch.SymFloat)
+
+
 def _ints_for_floats(saved):
     """`saved` with each float of sizes replaced by the int sizes it is computed from.
 
@@ -87,7 +93,8 @@ def _ints_for_floats(saved):
 # that depends on the primals only is a forward value: saved like any other, it is an int output of
 # the forward and an int placeholder of the backward (cheap: the min-cut gives it capacity 1, so it
 # is saved rather than keeping a tensor alive only for its size); the min-cut may also recompute it
-# from a saved tensor (`sym_size(saved, d)`). Saved values are ordered tensors first, then sizes:
+# from a saved tensor (`sym_size(saved, d)`). An int input of the graph (`x.split([n, m])` with n
+# symbolic) the backward reads is saved the same way. Saved values are ordered tensors first, then sizes:
 # the runtime keeps tensors with save_for_backward and sizes on the ctx.
 
 
@@ -181,8 +188,8 @@ def _sunk(info):
 
 def _split(joint, info, saved):
     saved = _ints_for_floats(saved)
-    saved = [n for n in info.nodes if n in saved and not is_size_node(n)] + [
-        n for n in info.nodes if n in saved and is_size_node(n)
+    saved = [n for n in info.nodes if n in saved and not _is_size(n)] + [
+        n for n in info.nodes if n in saved and _is_size(n)
     ]  # graph order, tensors first (Note [Partitioner: saved sizes])
     # Note [Asserts: operators every backend runs]: a check runs where its values are computed
     checks = [n for n in info.nodes if n.op == "call_function" and is_assert(n.target)]

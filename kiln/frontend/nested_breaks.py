@@ -20,7 +20,8 @@ placed at the root's call as before (`plan` returns None):
   instruction would pass through them) or an exception being handled, or is a generator's
   body; a frame's own cells are made by the transformed code (shared with the closures it
   rebuilds: Note [Functions: rebuilt closures]), its free variables are cells of a frame of
-  the chain or of the root (a function from outside with a closure is not chained);
+  the chain, or real cells read from their source (`fn.__closure__[i]` of a decorator's
+  wrapper), read before the replay, which may change what the source reads;
 - the innermost instruction is one a break may run in Python that does not depend on the frame
   it runs in: not a store of a local or a global, not a call of a builtin that reads the
   running frame (`locals()`, zero-argument `super()`, `sys._getframe`, `warnings.warn`);
@@ -67,7 +68,6 @@ from kiln.frontend.resume import (
     run_resume,
 )
 from kiln.frontend.side_effects import pin_state_reads
-from kiln.frontend.source import ClosureSource
 from kiln.frontend.translator import CellRefVariable, FrameCellVariable
 from kiln.frontend.variables.builtin import BuiltinVariable
 from kiln.frontend.variables.ctx_managers import WithExitVariable
@@ -76,6 +76,7 @@ from kiln.frontend.variables.functions import (
     UserMethodVariable,
     _cell_value,
     _load_cell,
+    pin_frame_cell,
 )
 from kiln.frontend.variables.generators import check_freed_generators
 from kiln.frontend.variables.lists import undo_iterators
@@ -269,14 +270,25 @@ def _cell_refs(tx, chain):
         entry = tx.closure.get(name)
         if isinstance(entry, CellRefVariable) and entry.tx in chain:
             refs.append(entry)
-        elif isinstance(entry, tuple) and isinstance(entry[1], ClosureSource):
-            refs.append(FrameCellVariable(entry))  # (the root frame's own: LOAD_CLOSURE)
+        elif isinstance(entry, tuple) and entry[1] is not None:
+            # the root frame's own (LOAD_CLOSURE), or a real cell of a function from outside
+            # (a decorator's wrapper, a method's __class__): `fn.__closure__[i]`
+            refs.append(FrameCellVariable(entry))
         else:
-            # a real cell of a function from outside (a decorator's wrapper, a method's
-            # __class__): chains over them gave a graph wrong inputs in HF jetmoe, a cause not
-            # found yet, so such a break is placed at the root's call
-            raise NoBreakHere("a callee over real cells of a function from outside")
+            raise NoBreakHere("a callee over cells of a frame that has returned")
     return refs
+
+
+def _pin_outside_cells(body, sides):
+    """Load the real cells of functions from outside that the chain's resume functions close
+    over before the replay: their sources may read state it changes (`fn` reached through the
+    items an iterator has left, which the replay advances)."""
+    for levels in sides:
+        chain = [level.tx for level in levels]
+        for level in levels[:-1]:
+            for ref in _cell_refs(level.tx, chain):
+                if isinstance(ref, FrameCellVariable):
+                    pin_frame_cell(body, ref)
 
 
 def _runs(callee, inner):
@@ -402,6 +414,7 @@ def code_at_nested_break(output, code, e, plan, resume_factory, callee_factory):
         if value is not None and not isinstance(value, DeletedVariable):
             pins.append(value)
     check_freed_generators(output, pins)
+    _pin_outside_cells(body, plan.sides)
     output.side_effects.codegen(body, pin=pins)
     pin_state_reads(body, pins)  # Note [Graph breaks: values read before the instruction]
     for name in code.co_cellvars:  # (as at a break in the root frame: the real cells)

@@ -6,6 +6,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
+import kiln
 from kiln.autograd.aot import aot_autograd, aot_function, nop
 from kiln.autograd.aten_tracer import format_graph
 from kiln.symbolic.fake import fake_like, is_symbolic
@@ -308,3 +309,24 @@ def test_after_the_backend_call_a_new_fact_is_rolled_back_for_a_static_plan():
     with torch.no_grad():  # the symbolic inference plan serves a new size
         torch.testing.assert_close(compiled(x11)[0], x11 * 2)
     assert sum(1 for k in compiled.plans if k is not None and "symbolic" in k) == 1
+
+
+def _split_by_ints(x, w, n, m):
+    a, b = (x @ w).split([n, m])
+    return a.sin().sum() + (b * 3).sum()
+
+
+def test_int_inputs_the_backward_reads_are_saved_as_sizes():
+    # n and m become graph inputs (symbolic after their values change); the backward slices
+    # by n: an int input saved for it goes with the sizes, after the tensors
+    # (Note [Partitioner: saved sizes])
+    compiled = kiln.compile(_split_by_ints)
+    for n in (3, 4, 5):
+        x = torch.randn(8, 4, requires_grad=True)
+        w = torch.randn(4, 4, requires_grad=True)
+        out = compiled(x, w, n, 8 - n)
+        grads = torch.autograd.grad(out, (x, w))
+        x_ref, w_ref = x.detach().requires_grad_(), w.detach().requires_grad_()
+        ref = _split_by_ints(x_ref, w_ref, n, 8 - n)
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(grads, torch.autograd.grad(ref, (x_ref, w_ref)))

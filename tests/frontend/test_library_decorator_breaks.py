@@ -45,9 +45,9 @@ def forward(x):
 
 
 def test_code_under_a_library_closure_is_compiled():
-    # the outer wrapper breaks at its call of the inner one (a closure from outside: no chain
-    # through it), compiled as its own frame, which chains the break inside data_sized
-    # (Note [Nested breaks: placing the break in the callee]): every op is in a graph
+    # the break is placed inside data_sized, through both wrappers (closures over cells of
+    # functions from outside: Note [Nested breaks: placing the break in the callee]):
+    # `x + 1, sin * 2 > 0` | `cos + n, * 3`, every op in a graph
     run_and_compare(forward, torch.randn(8))
     stats = kiln.counters["stats"]
     assert stats["unique_graphs"] == 2 and stats["calls_captured"] == 7, dict(stats)

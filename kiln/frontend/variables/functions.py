@@ -479,8 +479,11 @@ def _cell_value(tx, name):
 def _load_cell(cg, ref):
     """Push the cell `ref` stands for; (store instructions, value) to fill it, or None."""
     if not hasattr(ref, "tx"):  # a FrameCellVariable: a real cell (a free variable)
-        _cell, source = ref.ref
-        if hasattr(source, "var_name"):  # of the root frame
+        cell, source = ref.ref
+        temp = cg._temps.get(("frame cell", id(cell)))
+        if temp is not None:  # (pinned: pin_frame_cell)
+            cg.extend(emit.load_fast(temp))
+        elif hasattr(source, "var_name"):  # of the root frame
             cg.extend(emit.load_closure(source.var_name))
         elif isinstance(source, AttrSource) and source.attr == "cell_contents":
             source.source.reconstruct(cg)  # `fn.__closure__[i]` of an inlined function
@@ -503,6 +506,18 @@ def _load_cell(cg, ref):
     if value is None:
         return None
     return (emit.load_fast(temp) + emit.store_attr("cell_contents"), value)
+
+
+def pin_frame_cell(cg, ref):
+    """Load the real cell a FrameCellVariable stands for into a temporary that later loads of it
+    read (but a cell of the root frame's own, which LOAD_CLOSURE reads the same at any time)."""
+    cell, source = ref.ref
+    key = ("frame cell", id(cell))
+    if hasattr(source, "var_name") or key in cg._temps:
+        return
+    _load_cell(cg, ref)
+    temp = cg._temps[key] = cg.new_temp()
+    cg.extend(emit.store_fast(temp))
 
 
 _SLOT_ATTRS = ("__annotations__", "__type_params__")  # set on a function, never in its __dict__
