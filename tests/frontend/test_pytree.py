@@ -162,13 +162,76 @@ def test_mismatches_raise_eagers_error_in_the_frame():
 
 
 def with_is_leaf(x):
-    return pytree.tree_leaves([x, (x, x)], is_leaf=lambda n: isinstance(n, tuple))
+    return pytree.tree_leaves([x + 1, (x, x)], is_leaf=lambda n: isinstance(n, tuple))
 
 
-def test_is_leaf_callback_is_a_graph_break_with_a_reason():
-    run_and_compare(with_is_leaf, torch.randn(2), expected_breaks=1)
-    with pytest.raises(kiln.exc.Unsupported, match="is_leaf callback"):
-        kiln.compile(with_is_leaf, fullgraph=True)(torch.randn(2))
+def stacks_pairs(tree):
+    return pytree.tree_map(
+        lambda pair: torch.stack(pair).sum(0), tree, is_leaf=lambda n: isinstance(n, tuple)
+    )
+
+
+def flattens_lists_whole(x):
+    leaves, spec = pytree.tree_flatten({"a": [x, x], "b": x}, lambda n: isinstance(n, list))
+    return [len(v) if isinstance(v, list) else v * 2 for v in leaves], spec.num_leaves
+
+
+def maps_with_paths_to_lists(x):
+    tree = {"a": [x], "b": (x, x + 1)}
+    return pytree.tree_map_with_path(
+        lambda path, v: v * len(path), tree, is_leaf=lambda n: isinstance(n, list)
+    )
+
+
+def only_two_long(x):
+    tree = {"keep": x, "other": (1, 2), "long": x.repeat(2)}
+    return pytree.tree_map_only(
+        lambda n: isinstance(n, torch.Tensor) and n.shape == (2,), torch.neg, tree
+    )
+
+
+asked = []
+
+
+def is_leaf_with_a_log(n):
+    asked.append(type(n).__name__)
+    return isinstance(n, dict) and "z" in n
+
+
+def logs_is_leaf(x):
+    return pytree.tree_leaves({"a": {"z": x}, "b": [x, {"c": x}]}, is_leaf=is_leaf_with_a_log)
+
+
+def leaf_by_data(x):
+    return pytree.tree_leaves(
+        [x, [x]], is_leaf=lambda n: bool(n.sum() > 0) if isinstance(n, torch.Tensor) else False
+    )
+
+
+@pytest.mark.parametrize(
+    "fn", [with_is_leaf, flattens_lists_whole, maps_with_paths_to_lists, only_two_long]
+)
+def test_is_leaf_callbacks_and_predicates_are_traced(fn):
+    # Note [Pytree: is_leaf]: the node picked is a leaf, container or not
+    run_and_compare(fn, torch.randn(2), expected_graphs=1, fullgraph=True)
+
+
+def test_is_leaf_picks_tuples_of_input_tensors():
+    run_and_compare(stacks_pairs, [(torch.ones(2), torch.randn(2))], fullgraph=True)
+
+
+def test_is_leaf_is_asked_of_every_node_in_eagers_order():
+    asked.clear()
+    expected = logs_is_leaf(torch.ones(2))
+    order, _ = list(asked), asked.clear()
+    got = kiln.compile(logs_is_leaf, fullgraph=True)(torch.ones(2))
+    assert len(got) == len(expected) and asked == order, (asked, order)
+
+
+def test_an_is_leaf_answer_on_tensor_data_is_a_graph_break_with_a_reason():
+    run_and_compare(leaf_by_data, torch.randn(2))
+    with pytest.raises(kiln.exc.Unsupported, match="is_leaf callback or predicate"):
+        kiln.compile(leaf_by_data, fullgraph=True)(torch.randn(2))
 
 
 class Pair:
@@ -255,3 +318,12 @@ def test_tree_map_with_path_and_its_flattens():
     tree = {"a": torch.ones(2), "b": [torch.zeros(2), (torch.ones(3), 4)]}
     other = {"a": torch.full((2,), 2.0), "b": [torch.ones(2), (torch.ones(3), 5)]}
     run_and_compare(_mapped_with_paths, tree, other, [], fullgraph=True, expected_breaks=0)
+
+
+def only_over_two_trees(x):
+    # (the second tree lands in is_leaf: eager's TypeError)
+    return pytree.tree_map_only(torch.Tensor, lambda a, b: a + b, {"a": x}, {"a": x + 1})
+
+
+def test_a_tree_given_as_is_leaf_raises_eagers_type_error():
+    run_and_compare(only_over_two_trees, torch.randn(2))

@@ -41,8 +41,8 @@ from kiln.frontend.variables.misc import ConstantObjectVariable
 # tree_map over several trees holding user nodes (flatten_up_to on them) is a break.
 #
 # What kiln cannot rebuild as a stand-in is a graph break with its reason: a dict keyed by objects, a Size
-# of traced ints, an `is_leaf` callback, a predicate in tree_map_only, a TreeSpec from outside the
-# frame (nothing guards it). A mismatch eager reports (leaf count, structure) is raised in the
+# of traced ints, an `is_leaf` callback or a tree_map_only predicate whose answer is not a
+# constant, a TreeSpec from outside the frame (nothing guards it). A mismatch eager reports (leaf count, structure) is raised in the
 # frame as eager's ValueError / TypeError with eager's message.
 
 
@@ -68,19 +68,26 @@ def _is_node(var):
     return _node_type(cls) in pytree.SUPPORTED_NODES
 
 
-def _stand_in(tx, var, factories):
-    """The real container tree of `var` with a `_Slot` for each leaf."""
+def _stand_in(tx, var, factories, is_leaf=None):
+    """The real container tree of `var` with a `_Slot` for each leaf (each node `is_leaf`, a
+    traced callable, says is one among them: Note [Pytree: is_leaf])."""
+    if is_leaf is not None and _says_leaf(tx, is_leaf, var):
+        return _Slot(var)
     if not _is_node(var):
         return _Slot(var)
+
+    def kid(v):
+        return _stand_in(tx, v, factories, is_leaf)
+
     cls = var.python_type()
     if isinstance(var, DequeVariable) and cls is collections.deque:
-        return collections.deque([_stand_in(tx, v, factories) for v in var.items], var.maxlen)
+        return collections.deque([kid(v) for v in var.items], var.maxlen)
     if isinstance(var, SizeVariable):
         if not all(v.is_python_constant() for v in var.items):
             unimplemented("pytree of a torch.Size holding traced sizes")
         return torch.Size([v.as_python_constant() for v in var.items])
     if type(var) is TupleVariable:
-        items = [_stand_in(tx, v, factories) for v in var.items]
+        items = [kid(v) for v in var.items]
         if cls is tuple:
             return tuple(items)
         if pytree.is_namedtuple_class(cls):
@@ -88,12 +95,12 @@ def _stand_in(tx, var, factories):
         if pytree.is_structseq_class(cls):
             return cls(items)
     if type(var) is ListVariable and cls is list:
-        return [_stand_in(tx, v, factories) for v in var.items]
+        return [kid(v) for v in var.items]
     if type(var) is ConstDictVariable and cls in _DICTS:
         var.check_order("flattened by pytree")
         if any(is_stand_in(k) for k in var.items):
             unimplemented("pytree of a dict keyed by objects (not constants)")
-        values = {k: _stand_in(tx, v, factories) for k, v in var.items.items()}
+        values = {k: kid(v) for k, v in var.items.items()}
         if cls is not collections.defaultdict:
             return cls(values)
         factory = var.default_factory
@@ -103,8 +110,10 @@ def _stand_in(tx, var, factories):
         factories[id(real)] = factory
         return collections.defaultdict(real, values)
     if not _rebuilt(cls) and not isinstance(var, _CONTAINERS):
-        return _user_node(tx, var, cls, factories)
+        return _user_node(tx, var, cls, factories, is_leaf)
     if var.is_python_constant() and cls in _BUILTIN_NODES:  # a constant (1, (2, 3)) as one value
+        if is_leaf is not None:
+            unimplemented("pytree with an is_leaf callback over a constant container")
         return _real(
             pytree.tree_map, lambda v: _Slot(wrap_constant_like(tx, v)), var.as_python_constant()
         )
@@ -129,7 +138,7 @@ class _UserNode:
         self.cls, self.context, self.children = cls, context, children
 
 
-def _user_node(tx, var, cls, factories):
+def _user_node(tx, var, cls, factories, is_leaf=None):
     """A registered user node: its flatten function traced on it (Note [Pytree: user nodes])."""
     out = _python_fn(pytree.SUPPORTED_NODES[cls].flatten_fn, cls).call_function(tx, [var], {})
     parts = out.unpack_var_sequence(tx) if out.has_unpack_var_sequence(tx) else ()
@@ -141,7 +150,7 @@ def _user_node(tx, var, cls, factories):
             f"pytree flatten function of {cls.__name__} gave a context that is not a constant"
         )
     factories["user nodes"] = True
-    kids = [_stand_in(tx, c, factories) for c in children.unpack_var_sequence(tx)]
+    kids = [_stand_in(tx, c, factories, is_leaf) for c in children.unpack_var_sequence(tx)]
     return _UserNode(cls, context.as_python_constant(), kids)
 
 
@@ -213,15 +222,41 @@ def _traced(tree, factories):
     unimplemented(f"pytree unflatten made a {cls.__name__} (not a container kiln rebuilds)")
 
 
-def _no_is_leaf(kwargs, name):
+def _is_leaf_arg(kwargs, name, positional=None):
+    """The is_leaf callback given (as keyword or as the positional argument after the tree), or
+    None; other keywords (or is_leaf given twice) are a break."""
     kwargs = dict(kwargs)
     is_leaf = kwargs.pop("is_leaf", None)
-    if is_leaf is not None and not (
-        is_leaf.is_python_constant() and is_leaf.as_python_constant() is None
-    ):
-        unimplemented(f"pytree.{name} with an is_leaf callback")
+    if positional is not None:
+        if is_leaf is not None:
+            unimplemented(f"pytree.{name} given is_leaf twice")
+        is_leaf = positional
     if kwargs:
         unimplemented(f"pytree.{name} with keyword arguments {sorted(kwargs)}")
+    if is_leaf is None or (is_leaf.is_python_constant() and is_leaf.as_python_constant() is None):
+        return None
+    return is_leaf
+
+
+# Note [Pytree: is_leaf]
+# `is_leaf(node)` is asked of every node the walk reaches, parents before their children, and a
+# node it says is a leaf is one, container or not (pytree's `tree_is_leaf`). kiln asks it in the
+# same order while it builds the stand-in tree: the callback is traced (user code) and must give
+# a constant (a decision on tensor data is a break); a node it picks becomes a slot. The
+# predicate of tree_map_only (`map_only(pred)`) is traced on each leaf the same way.
+def _says_leaf(tx, fn, var):
+    """Whether the traced callback `fn` says `var` is a leaf (a constant answer, or a break)."""
+    try:
+        cls = fn.python_type()
+    except Exception:
+        cls = None
+    if cls is not None and not any("__call__" in vars(k) for k in cls.__mro__):
+        # (an instance that is not callable: `tree_map_only(T, f, a, b)` takes b as is_leaf)
+        raise_observed(tx, TypeError, f"'{cls.__name__}' object is not callable")
+    out = fn.call_function(tx, [var], {})
+    if not out.is_python_constant():
+        unimplemented("a pytree is_leaf callback or predicate whose answer is not a constant")
+    return bool(out.as_python_constant())
 
 
 def _real(fn, *args):
@@ -232,9 +267,9 @@ def _real(fn, *args):
         raise_observed(None, type(e), str(e))
 
 
-def _flatten(tx, tree):
+def _flatten(tx, tree, is_leaf=None):
     factories = {}
-    stand_in = _stand_in(tx, tree, factories)
+    stand_in = _stand_in(tx, tree, factories, is_leaf)
     if factories.get("user nodes"):
         slots = []
         spec = _flatten_with_user_nodes(stand_in, slots)
@@ -284,26 +319,30 @@ nonstrict_calls.USER_TREES["flatten"] = _flatten_node
 nonstrict_calls.USER_TREES["unflatten"] = lambda tx, leaves, spec: _unflatten(tx, leaves, spec, {})
 
 
-def tree_flatten(tx, fn, args, kwargs):
-    _no_is_leaf(kwargs, "tree_flatten")
-    if len(args) != 1:
+def _one_tree(args, kwargs, name):
+    """(tree, is_leaf) of `fn(tree, is_leaf=None)`, or None for another signature."""
+    if len(args) not in (1, 2):
         return None
-    leaves, spec, _ = _flatten(tx, args[0])
+    return args[0], _is_leaf_arg(kwargs, name, args[1] if len(args) == 2 else None)
+
+
+def tree_flatten(tx, fn, args, kwargs):
+    if (call := _one_tree(args, kwargs, "tree_flatten")) is None:
+        return None
+    leaves, spec, _ = _flatten(tx, *call)
     return TupleVariable([ListVariable(leaves), ConstantObjectVariable(spec)])
 
 
 def tree_leaves(tx, fn, args, kwargs):
-    _no_is_leaf(kwargs, "tree_leaves")
-    if len(args) != 1:
+    if (call := _one_tree(args, kwargs, "tree_leaves")) is None:
         return None
-    return ListVariable(_flatten(tx, args[0])[0])
+    return ListVariable(_flatten(tx, *call)[0])
 
 
 def tree_structure(tx, fn, args, kwargs):
-    _no_is_leaf(kwargs, "tree_structure")
-    if len(args) != 1:
+    if (call := _one_tree(args, kwargs, "tree_structure")) is None:
         return None
-    return ConstantObjectVariable(_flatten(tx, args[0])[1])
+    return ConstantObjectVariable(_flatten(tx, *call)[1])
 
 
 def tree_unflatten(tx, fn, args, kwargs):
@@ -312,12 +351,13 @@ def tree_unflatten(tx, fn, args, kwargs):
     return _unflatten(tx, _leaves_of(tx, args[0]), _spec_of(args[1]), {})
 
 
-def _map(tx, func, tree, rests, only=None, with_paths=False):
-    """tree_map (tree_map_only's `only`; tree_map_with_path's key path first in each call)."""
+def _map(tx, func, tree, rests, only=None, with_paths=False, is_leaf=None):
+    """tree_map (tree_map_only's `only`, a type, types or a traced predicate; tree_map_with_path's
+    key path first in each call)."""
     if with_paths:
-        paths, leaves, spec, factories = _with_paths(tx, tree, "tree_map_with_path")
+        paths, leaves, spec, factories = _with_paths(tx, tree, "tree_map_with_path", is_leaf)
     else:
-        leaves, spec, factories = _flatten(tx, tree)
+        leaves, spec, factories = _flatten(tx, tree, is_leaf)
     columns = [leaves]
     if rests and factories.get("user nodes"):
         unimplemented("pytree.tree_map of several trees holding registered user nodes")
@@ -326,7 +366,7 @@ def _map(tx, func, tree, rests, only=None, with_paths=False):
         columns.append([_traced(s, factories) for s in subtrees])
     out = []
     for i, row in enumerate(zip(*columns, strict=True)):
-        if only is not None and not issubclass(row[0].python_type(), only):
+        if only is not None and not _selected(tx, only, row[0]):
             out.append(row[0])
             continue
         row = [paths[i], *row] if with_paths else list(row)
@@ -334,30 +374,37 @@ def _map(tx, func, tree, rests, only=None, with_paths=False):
     return _unflatten(tx, out, spec, factories)
 
 
+def _selected(tx, only, leaf):
+    """Whether tree_map_only's `only` (a type or types, or a traced predicate) picks a leaf."""
+    if isinstance(only, type | tuple):
+        return issubclass(leaf.python_type(), only)
+    return _says_leaf(tx, only, leaf)
+
+
 def tree_map(tx, fn, args, kwargs):
-    _no_is_leaf(kwargs, "tree_map")
     if len(args) < 2:
         return None
-    return _map(tx, args[0], args[1], args[2:])
+    is_leaf = _is_leaf_arg(kwargs, "tree_map")
+    return _map(tx, args[0], args[1], args[2:], is_leaf=is_leaf)
 
 
 def tree_map_only(tx, fn, args, kwargs):
-    _no_is_leaf(kwargs, "tree_map_only")
-    if len(args) != 3:
+    if len(args) not in (3, 4):
         return None
+    is_leaf = _is_leaf_arg(kwargs, "tree_map_only", args[3] if len(args) == 4 else None)
     kind = args[0].as_python_constant() if args[0].is_python_constant() else None
     if not (
         isinstance(kind, type)
         or (isinstance(kind, tuple) and all(isinstance(t, type) for t in kind))
     ):
-        unimplemented("pytree.tree_map_only with a predicate (not a type or a tuple of types)")
-    return _map(tx, args[1], args[2], [], only=kind)
+        kind = args[0]  # a predicate (Note [Pytree: is_leaf])
+    return _map(tx, args[1], args[2], [], only=kind, is_leaf=is_leaf)
 
 
-def _with_paths(tx, tree, name):
+def _with_paths(tx, tree, name, is_leaf=None):
     """(key paths as traced tuples of KeyEntry constants, leaf variables, spec, factories)."""
     factories = {}
-    stand_in = _stand_in(tx, tree, factories)
+    stand_in = _stand_in(tx, tree, factories, is_leaf)
     if factories.get("user nodes"):
         unimplemented(f"pytree.{name} of a tree holding registered user nodes")
     pairs, spec = _real(pytree.tree_flatten_with_path, stand_in)
@@ -368,26 +415,24 @@ def _with_paths(tx, tree, name):
 def tree_map_with_path(tx, fn, args, kwargs):
     """`tree_map_with_path(func, tree, *rests)`: func(key path, leaf, *leaves of rests) for each
     leaf, the key paths constants (Note [Pytree: a stand-in tree])."""
-    _no_is_leaf(kwargs, "tree_map_with_path")
     if len(args) < 2:
         return None
-    return _map(tx, args[0], args[1], args[2:], with_paths=True)
+    is_leaf = _is_leaf_arg(kwargs, "tree_map_with_path")
+    return _map(tx, args[0], args[1], args[2:], with_paths=True, is_leaf=is_leaf)
 
 
 def tree_flatten_with_path(tx, fn, args, kwargs):
-    _no_is_leaf(kwargs, "tree_flatten_with_path")
-    if len(args) != 1:
+    if (call := _one_tree(args, kwargs, "tree_flatten_with_path")) is None:
         return None
-    paths, leaves, spec, _ = _with_paths(tx, args[0], "tree_flatten_with_path")
+    paths, leaves, spec, _ = _with_paths(tx, call[0], "tree_flatten_with_path", call[1])
     pairs = ListVariable([TupleVariable([p, v]) for p, v in zip(paths, leaves, strict=True)])
     return TupleVariable([pairs, ConstantObjectVariable(spec)])
 
 
 def tree_leaves_with_path(tx, fn, args, kwargs):
-    _no_is_leaf(kwargs, "tree_leaves_with_path")
-    if len(args) != 1:
+    if (call := _one_tree(args, kwargs, "tree_leaves_with_path")) is None:
         return None
-    paths, leaves, _, _ = _with_paths(tx, args[0], "tree_leaves_with_path")
+    paths, leaves, _, _ = _with_paths(tx, call[0], "tree_leaves_with_path", call[1])
     return ListVariable([TupleVariable([p, v]) for p, v in zip(paths, leaves, strict=True)])
 
 
