@@ -46,6 +46,7 @@ from kiln.frontend.break_codegen import (
     NoBreakHere,
     _callee_slot,
     _check_handlers,
+    _exit_with_blocks,
     _fast_locals,
     _for_iter_exit,
     _for_iter_resume_index,
@@ -56,6 +57,7 @@ from kiln.frontend.break_codegen import (
 )
 from kiln.frontend.bytecode_gen import GRAPH_OUT, PyCodegen, assemble, graph_call, log_bytecode
 from kiln.frontend.call_through import reads_caller_frame
+from kiln.frontend.entered import stays_entered
 from kiln.frontend.indexed_insts import decode as decode_indexed
 from kiln.frontend.resume import (
     ResumeUnsupported,
@@ -119,6 +121,7 @@ class _Level:
     prefix: int  # stack positions kept below the instruction's results
     live: list
     discards: bool = False  # innermost: a POP_TOP follows, Python drops the result at once
+    withs: list = dataclasses.field(default_factory=list)  # slots of open with blocks
 
 
 def plan(output, e):
@@ -195,12 +198,11 @@ def _levels(e, side=None):
         tx, is_root, innermost = state.tx, state is root, i == 0
         inst = tx.instructions[state.index]
         stack = list(state.stack)
-        if any(isinstance(v, WithExitVariable) for v in stack):
-            raise NoBreakHere("inside a with block")
+        withs = _open_withs(stack, side)
         if is_root:
-            _check_handlers(tx, inst, [])
+            _check_handlers(tx, inst, [stack[k] for k in withs])
         else:
-            _check_inlined_frame(tx, inst)
+            _check_inlined_frame(tx, inst, [stack[k] for k in withs])
         if not innermost:
             if inst.opname not in _CALLS:
                 raise NoBreakHere(f"a caller at {inst.opname}")
@@ -211,18 +213,48 @@ def _levels(e, side=None):
         elif side is None:
             _check_innermost(inst, stack)
         inner = levels[-1].resume.code if levels else None
-        levels.append(_level(state, inst, stack, inner, is_root, tx, side))
+        levels.append(_level(state, inst, stack, inner, is_root, tx, side, withs))
     return levels
 
 
-def _check_inlined_frame(tx, inst):
+# Note [Nested breaks: with blocks]
+# Frames of the chain may be inside `with` blocks over managers whose enter/exit only set and
+# restore state (grad mode, autocast: those a root-level break leaves and re-enters, Note [Graph
+# breaks: with blocks]). The graph ends with the exits of every open block, innermost first; the
+# root's transformed code runs the innermost instruction inside fresh managers of all of them,
+# the root's outermost first (an exception from it passes through their exits, as in eager), and
+# hands each level's resume function a fresh manager in each block's stack slot, which its
+# prologue enters (setup_with_blocks; the inner resume function's call in the prologue lies in
+# the block, under its cleanup handler). User managers (entered once, exited once), a branch or
+# FOR_ITER as the innermost instruction, and try blocks keep the break at the root's call.
+def _open_withs(stack, side):
+    """The stack slots of the frame's open with blocks (NoBreakHere for one kiln cannot leave
+    and re-enter there)."""
+    withs = [k for k, v in enumerate(stack) if isinstance(v, WithExitVariable)]
+    for k in withs:
+        cm = stack[k].cm
+        if stays_entered(cm) or not getattr(cm, "resumable", True) or not hasattr(cm, "load_fresh"):
+            raise NoBreakHere("inside a with block of a manager entered once")
+    if withs and side is not None:
+        raise NoBreakHere("a branch inside a with block")
+    return withs
+
+
+def _check_inlined_frame(tx, inst, open_withs):
     if getattr(tx, "is_generator", False):
         raise NoBreakHere("a generator's body")
     if inspect.isfunction(tx.fn) and reads_caller_frame(tx.fn):
         # (its caller would be the chain's frame: it runs plain from the root's, as before)
         raise NoBreakHere("a callee that reads its caller's frame")
-    if inst.exn_tab_entry is not None or tx.exc_info is not None or tx.with_handlers:
-        raise NoBreakHere("inside a try or with block of a callee")
+    handlers = {id(v.handler) for v in open_withs}
+    entries = [inst.exn_tab_entry] + [getattr(v, "before_inst", None) for v in open_withs]
+    entries = [getattr(x, "exn_tab_entry", x) for x in entries]
+    if (
+        tx.exc_info is not None
+        or any(id(h) not in handlers for h in tx.with_handlers)
+        or any(x is not None and id(x.target) not in handlers for x in entries)
+    ):
+        raise NoBreakHere("inside a try block of a callee")
 
 
 def _check_innermost(inst, stack):
@@ -305,7 +337,7 @@ def _runs(callee, inner):
     return False
 
 
-def _level(state, inst, stack, inner, is_root, tx, side=None):
+def _level(state, inst, stack, inner, is_root, tx, side=None, withs=()):
     """The resume function of one level (boxed but at the root; calling the resume function of
     the level below, `inner`, but for the innermost; `side` of the innermost's branch)."""
     frame_code, innermost = tx.code, inner is None
@@ -346,19 +378,29 @@ def _level(state, inst, stack, inner, is_root, tx, side=None):
     if discards:  # (the result dies at once, as in eager: Note [Finalizers: a store that ...])
         depth, resume_at = kept, resume_at + 1
     nulls = [k for k in range(kept) if isinstance(stack[k], NullVariable)]
+    if withs and withs[-1] >= kept:
+        raise NoBreakHere("the instruction consumes a with block's slot")
     resume = make_resume_function(
-        base_code, resume_at, depth, nulls, live, boxed=not is_root, inner_call=inner
+        base_code,
+        resume_at,
+        depth,
+        nulls,
+        live,
+        setup_with_blocks=withs,
+        boxed=not is_root,
+        inner_call=inner,
     )
     if not is_root and resume.code.co_freevars != frame_code.co_cellvars + frame_code.co_freevars:
         raise NoBreakHere("a callee's resume function with other cells")
     prefix = kept
-    return _Level(tx, stack, state.locals, resume, prefix, list(resume.live_locals), discards)
+    live = list(resume.live_locals)
+    return _Level(tx, stack, state.locals, resume, prefix, live, discards, list(withs))
 
 
 def _values(level, innermost):
     """The variables the level's continuation rebuilds (its whole stack for the innermost)."""
     stack = level.stack if innermost else level.stack[: level.prefix]
-    out = [v for v in stack if not isinstance(v, NullVariable)]
+    out = [v for v in stack if not isinstance(v, NullVariable | WithExitVariable)]
     out += [level.locals[n] for n in level.live]
     if level.resume.first_local:
         out.append(level.locals[level.resume.first_local])
@@ -406,6 +448,8 @@ def code_at_nested_break(output, code, e, plan, resume_factory, callee_factory):
     state, root_index = e.nested[0], e.break_state.index
     output.rollback(state.checkpoint)
     undo_iterators(since=state.effects_mark[5])
+    open_withs = [lv.stack[k] for lv in reversed(levels) for k in lv.withs]  # (root's first)
+    _exit_with_blocks(e.break_state.tx, output, open_withs)  # Note [Nested breaks: with blocks]
     body = PyCodegen(output, callee_factory)
     body.closure_callee = resume_factory
     pins = [v for levels in plan.sides for k, lv in enumerate(levels) for v in _values(lv, k == 0)]
@@ -424,19 +468,13 @@ def code_at_nested_break(output, code, e, plan, resume_factory, callee_factory):
             body.extend(emit.store_deref(name))
     # the innermost instruction, run by Python, its results left on the value stack
     inst = innermost.tx.instructions[state.index]
-    for v in innermost.stack:
-        if isinstance(v, NullVariable):
-            body.extend(emit.push_null())
-        else:
-            body.reconstruct(v)
     # (at the root's call: the line the root frame shows in a traceback from it)
     line = e.break_state.tx.instructions[root_index]
     if plan.branch is None:
-        run_instruction(body, inst, state.kw_names, line=line)
-        if innermost.discards:
-            body.extend(emit.pop_top())
-        _return_chain(body, code, e, levels, resume_factory)
-    else:  # Note [Nested breaks: a branch on tensor data]
+        temps = _run_innermost(body, innermost, inst, state.kw_names, line, open_withs)
+        _return_chain(body, code, e, levels, resume_factory, temps)
+    else:
+        _push_stack(body, innermost.stack)  # Note [Nested breaks: a branch on tensor data]
         other = _for_iter_exit() if plan.branch == "FOR_ITER" else emit.nop()
         if plan.branch == "FOR_ITER":
             jump = emit.inst("FOR_ITER", target=other[0])
@@ -457,13 +495,50 @@ def code_at_nested_break(output, code, e, plan, resume_factory, callee_factory):
     return new_code
 
 
-def _return_chain(body, code, e, levels, resume_factory):
-    """With the innermost frame's stack after its instruction on the value stack, return the
-    chain of resume functions called (Note [Nested breaks: the chain of resume functions])."""
-    depth = levels[0].resume.stack_depth
+def _push_stack(body, stack):
+    """Rebuild a frame's value stack (a fresh manager in each with block's slot)."""
+    for v in stack:
+        if isinstance(v, NullVariable):
+            body.extend(emit.push_null())
+        elif isinstance(v, WithExitVariable):
+            v.cm.load_fresh(body)
+        else:
+            body.reconstruct(v)
+
+
+def _park_stack(body, depth):
+    """Store the top `depth` values into new temps (bottom first in the list)."""
     temps = [body.new_temp() for _ in range(depth)]
     for k in reversed(range(depth)):
         body.extend(emit.store_fast(temps[k]))  # (safe for a NULL)
+    return temps
+
+
+def _run_innermost(body, innermost, inst, kw_names, line, open_withs):
+    """Run the innermost instruction on its rebuilt stack, inside fresh managers of the open
+    with blocks (Note [Nested breaks: with blocks]); the temps of the stack after it."""
+    saved, body.instrs = body.instrs, []
+    _push_stack(body, innermost.stack)
+    run_instruction(body, inst, kw_names, line=line)
+    if innermost.discards:
+        body.extend(emit.pop_top())
+    temps = _park_stack(body, innermost.resume.stack_depth)
+    inner, body.instrs = body.instrs, saved
+    for depth in reversed(range(len(open_withs))):
+        load = PyCodegen(body.output)
+        open_withs[depth].cm.load_fresh(load)
+        inner = emit.with_block(load.instrs, inner, depth=depth)
+    body.extend(inner)
+    return temps
+
+
+def _return_chain(body, code, e, levels, resume_factory, temps=None):
+    """With the innermost frame's stack after its instruction on the value stack (or in
+    `temps`), return the chain of resume functions called (Note [Nested breaks: the chain of
+    resume functions])."""
+    depth = levels[0].resume.stack_depth
+    if temps is None:
+        temps = _park_stack(body, depth)
     box, chain = None, [level.tx for level in levels]
     for k, level in enumerate(levels):
         if level is levels[-1]:
@@ -481,7 +556,9 @@ def _load_args(body, level, inner, temps):
     for k in range(resume.stack_depth):
         if k in resume.null_positions:
             continue
-        if temps is not None:
+        if temps is None and k in level.withs:
+            level.stack[k].cm.load_fresh(body)
+        elif temps is not None:
             body.extend(emit.load_fast(temps[k]))
         elif k == resume.stack_depth - 1:
             fn, box = inner  # (the function, or the temp holding one made per call)

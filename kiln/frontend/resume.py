@@ -449,6 +449,9 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs, bo
         if k == inner:
             made = emit.call_function(_take(f"__stackfn{k}"), [_take(f"__stackbox{k}")])
             call_at = made[-1]
+            if withs:  # (the call lies in the blocks: Note [Nested breaks: with blocks])
+                for inst in made:
+                    inst.exn_tab_entry = before.exn_tab_entry
             prologue += made
         elif k in nulls:
             prologue += emit.push_null()

@@ -232,7 +232,90 @@ def outer_of_blocks(x):
 
 
 def test_callees_with_open_blocks_break_at_the_roots_call():
+    # (the try block keeps its break at the root's call; the no_grad block's is nested)
     run_and_compare(outer_of_blocks, t(3).requires_grad_())
+
+
+def grad_mode_inner(x):
+    with torch.no_grad():
+        x = x + 1
+        print("inner", torch.is_grad_enabled())
+        return x + 2
+
+
+def grad_mode_middle(x):
+    with torch.enable_grad():
+        x = x * 4
+        print("middle", torch.is_grad_enabled())
+        return grad_mode_inner(x) * x + 8
+
+
+def grad_mode_outer(x):
+    with torch.no_grad():
+        h = x + 16
+        y = grad_mode_middle(x)
+    return y * h + 32, torch.is_grad_enabled(), y.requires_grad
+
+
+def test_breaks_inside_callees_grad_mode_blocks(capsys):
+    # Note [Nested breaks: with blocks]: each print runs in the mode its blocks set, the graphs
+    # hold every op, the rest after each break in a chain
+    x = t(3).requires_grad_()
+    compiled = run_and_compare(grad_mode_outer, x, expected_graphs=3)
+    assert capsys.readouterr().out == "middle True\ninner False\n" * 3
+    got = compiled(x)[0]
+    (grad,) = torch.autograd.grad(got.sum(), x)
+    (expected,) = torch.autograd.grad(grad_mode_outer(x)[0].sum(), x)
+    torch.testing.assert_close(grad, expected)
+
+
+class Refused(Exception):
+    pass
+
+
+def raises_in_no_grad(x, fail):
+    with torch.no_grad():
+        x = x * 2
+        print("before")
+        if fail:
+            raise Refused(torch.is_grad_enabled())
+        return x
+
+
+def calls_raiser(x, fail):
+    with torch.autocast("cpu", enabled=False):
+        y = raises_in_no_grad(x + 1, fail)
+    return y + 1, torch.is_grad_enabled()
+
+
+@kiln.disable
+def refuses(x):
+    raise Refused(torch.is_grad_enabled(), x.requires_grad)
+
+
+def breaks_at_a_raising_call(x):
+    with torch.no_grad():
+        y = x * 2
+        refuses(y)
+        return y
+
+
+def calls_breaker(x):
+    return breaks_at_a_raising_call(x + 1) + 1
+
+
+def test_the_instruction_run_at_the_break_raises_inside_the_blocks():
+    # the call run by Python sees the blocks' mode; their exits restore it
+    run_and_compare(calls_breaker, t(2).requires_grad_())
+    assert torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_an_exception_after_a_break_leaves_the_callees_blocks(fail, capsys):
+    # (the raise: its resume functions run in Python, through the blocks' exits)
+    run_and_compare(calls_raiser, t(2).requires_grad_(), fail, expected_graphs=1 if fail else 2)
+    assert torch.is_grad_enabled()
+    assert capsys.readouterr().out == "before\n" * 3
 
 
 def reads_frame():
@@ -568,3 +651,21 @@ def test_a_loop_over_an_iterator_kiln_cannot_see_into_in_a_callee():
         torch.testing.assert_close(f(t(3), (v for v in [1.0, 2.0, 3.0])), expected)
     empty = kiln.compile(calls_opaque_loop)(t(3), (v for v in []))
     torch.testing.assert_close(empty, calls_opaque_loop(t(3), (v for v in [])))
+
+
+@torch.no_grad()
+def decorated_no_grad(x):
+    x = x + 1
+    print("grad", torch.is_grad_enabled())
+    return x * 3
+
+
+def calls_decorated_no_grad(x):
+    return decorated_no_grad(x * 2) + x
+
+
+def test_a_break_under_torchs_grad_mode_decorator(capsys):
+    # the chain goes through torch's decorate_context (its with block: Note [Nested breaks:
+    # with blocks]); its resume function, in torch's module, is traced all the same
+    run_and_compare(calls_decorated_no_grad, t(3).requires_grad_(), expected_graphs=2)
+    assert capsys.readouterr().out == "grad False\n" * 3

@@ -16,7 +16,7 @@ import torch
 
 from kiln import config
 from kiln.exc import unimplemented
-from kiln.frontend import break_policy, frame_shapes
+from kiln.frontend import break_policy, frame_shapes, resume
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.markers import (
     break_reason,
@@ -185,6 +185,8 @@ def _in_traced_module(mod):
 
 
 def _is_skipped_function(value):
+    if resume.origin(value.__code__) is not None:
+        return False  # a resume function continues a frame kiln traced (a library's wrapper)
     mod = probe(value, "__module__", None) or ""
     if _in_traced_module(mod):
         return False  # torch's test helpers, optimizers: traced (config.traced_modules)
