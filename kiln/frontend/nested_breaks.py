@@ -247,8 +247,8 @@ def _check_inlined_frame(tx, inst, open_withs):
         # (its caller would be the chain's frame: it runs plain from the root's, as before)
         raise NoBreakHere("a callee that reads its caller's frame")
     handlers = {id(v.handler) for v in open_withs}
-    entries = [inst.exn_tab_entry] + [getattr(v, "before_inst", None) for v in open_withs]
-    entries = [getattr(x, "exn_tab_entry", x) for x in entries]
+    befores = [getattr(v, "before_inst", None) for v in open_withs]  # (their BEFORE_WITHs)
+    entries = [inst.exn_tab_entry] + [b.exn_tab_entry for b in befores if b is not None]
     if (
         tx.exc_info is not None
         or any(id(h) not in handlers for h in tx.with_handlers)
