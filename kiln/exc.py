@@ -20,6 +20,7 @@ class Unsupported(KilnError):
         self.eager_frame = False  # no graph break helps: the whole frame runs eagerly
         self.break_state = None  # kiln.contracts.BreakState, set by the root translator
         self.nested = []  # kiln.contracts.NestedState of each inlined frame, innermost first
+        self.grad_modes = {}  # id(inlined translator) -> the GradModeVariable its call entered
         # Set under fullgraph=True by kiln.frontend.user_errors.fullgraph_error:
         self.kiln_details = None  # the user's frames and a hint, printed after the message
         self.kiln_trim = False  # the entry wrapper drops kiln's frames from the traceback

@@ -14,14 +14,16 @@ torch._dynamo.config.nested_graph_breaks (off by default in torch 2.13).
 The break is placed in the callee only where that is exactly what eager does; otherwise it is
 placed at the root's call as before (`plan` returns None):
 - each caller level is at a CALL whose callee is the very function the next frame runs (a user
-  function or method, or an unhooked module's forward): the call's result is that frame's
-  return value and nothing else happens in it;
+  function or method, one made in the trace, an unhooked module's forward, or one of these
+  decorated by a grad mode in the trace: Note [Nested breaks: grad-mode decorated callees]):
+  the call's result is that frame's return value and nothing else happens in it;
 - no inlined frame has a try or with block open at its instruction (an exception from the
   instruction would pass through them) or an exception being handled, or is a generator's
   body; a frame's own cells are made by the transformed code (shared with the closures it
-  rebuilds: Note [Functions: rebuilt closures]), its free variables are cells of a frame of
-  the chain, or real cells read from their source (`fn.__closure__[i]` of a decorator's
-  wrapper), read before the replay, which may change what the source reads;
+  rebuilds: Note [Functions: rebuilt closures]), its free variables are cells of a traced
+  frame (of the chain, or one that returned: a decorator that made the callee), made anew the
+  same way, or real cells read from their source (`fn.__closure__[i]` of a decorator's
+  wrapper from outside), read before the replay, which may change what the source reads;
 - the innermost instruction is one a break may run in Python that does not depend on the frame
   it runs in: not a store of a local or a global, not a call of a builtin that reads the
   running frame (`locals()`, zero-argument `super()`, `sys._getframe`, `warnings.warn`);
@@ -35,6 +37,8 @@ import dataclasses
 import inspect
 import types
 import warnings
+
+import torch
 
 from kiln import config, logs
 from kiln.bytecode import PY312_PLUS, emit
@@ -72,8 +76,13 @@ from kiln.frontend.resume import (
 from kiln.frontend.side_effects import pin_state_reads
 from kiln.frontend.translator import CellRefVariable, FrameCellVariable
 from kiln.frontend.variables.builtin import BuiltinVariable
-from kiln.frontend.variables.ctx_managers import WithExitVariable
+from kiln.frontend.variables.ctx_managers import (
+    GradModeFunctionVariable,
+    WithExitVariable,
+    decorated_by_grad_mode,
+)
 from kiln.frontend.variables.functions import (
+    NestedUserFunctionVariable,
     UserFunctionVariable,
     UserMethodVariable,
     _cell_value,
@@ -122,6 +131,7 @@ class _Level:
     live: list
     discards: bool = False  # innermost: a POP_TOP follows, Python drops the result at once
     withs: list = dataclasses.field(default_factory=list)  # slots of open with blocks
+    mode: object = None  # the GradModeVariable a decorated call of the frame entered
 
 
 def plan(output, e):
@@ -208,7 +218,11 @@ def _levels(e, side=None):
                 raise NoBreakHere(f"a caller at {inst.opname}")
             slot = _callee_slot(inst, stack)
             inner = frames[i - 1].tx
-            if slot is None or inner.parent is not tx or not _runs(stack[slot], inner):
+            callee = None if slot is None else stack[slot]
+            if type(callee) is GradModeFunctionVariable:
+                levels[-1].mode = _decorated_mode(e, callee, inner, side)
+                callee = callee.fn
+            if callee is None or inner.parent is not tx or not _runs(callee, inner):
                 raise NoBreakHere("a call that is more than its callee's frame")
         elif side is None:
             _check_innermost(inst, stack)
@@ -227,6 +241,40 @@ def _levels(e, side=None):
 # prologue enters (setup_with_blocks; the inner resume function's call in the prologue lies in
 # the block, under its cleanup handler). User managers (entered once, exited once), a branch or
 # FOR_ITER as the innermost instruction, and try blocks keep the break at the root's call.
+# Note [Nested breaks: grad-mode decorated callees]
+# A callee decorated by a grad mode (`torch.no_grad()(fn)`, `@torch.enable_grad()` applied while
+# tracing: GradModeFunctionVariable) runs its frame inside that mode, as if its whole body were
+# a with block of it: at a break inside, the graph ends with the mode's exit, the innermost
+# instruction runs inside a fresh manager of it (Note [Nested breaks: with blocks]), and the
+# caller's resume function calls the callee's through the same decorator
+# (`no_grad()(R_callee)(box)`), which sets the mode and restores the caller's on the way out,
+# an exception's way too. The decorator's wrapper is a torch function the caller's trace inlines
+# (guarded by its code and the type of the manager it makes, not by identity).
+_MODE_DECORATORS = (torch.no_grad, torch.enable_grad, torch.set_grad_enabled)
+
+
+def _decorated_mode(e, callee, inner, side):
+    """The GradModeVariable the decorated callee's call entered around frame `inner`."""
+    mode = e.grad_modes.get(id(inner))
+    if mode is None or callee.cls not in _MODE_DECORATORS:
+        raise NoBreakHere(f"a callee decorated by {callee.cls.__name__}")
+    if side is not None:
+        raise NoBreakHere("a branch inside a grad-mode decorated callee")
+    return mode
+
+
+def _open_blocks(levels):
+    """The with blocks open at the innermost instruction, the root's outermost first: each
+    frame's own, after the mode its decorated call entered (Note [Nested breaks: grad-mode
+    decorated callees])."""
+    blocks = []
+    for level in reversed(levels):
+        if level.mode is not None:
+            blocks.append(WithExitVariable(level.mode))
+        blocks += [level.stack[k] for k in level.withs]
+    return blocks
+
+
 def _open_withs(stack, side):
     """The stack slots of the frame's open with blocks (NoBreakHere for one kiln cannot leave
     and re-enter there)."""
@@ -300,7 +348,9 @@ def _cell_refs(tx, chain):
     refs = [CellRefVariable(tx, name) for name in tx.code.co_cellvars]
     for name in tx.code.co_freevars:
         entry = tx.closure.get(name)
-        if isinstance(entry, CellRefVariable) and entry.tx in chain:
+        if isinstance(entry, CellRefVariable):
+            # (of a frame of the chain, or of one that returned, the maker of a closure: a
+            # cell made by the transformed code either way, one per cell however often loaded)
             refs.append(entry)
         elif isinstance(entry, tuple) and entry[1] is not None:
             # the root frame's own (LOAD_CLOSURE), or a real cell of a function from outside
@@ -328,6 +378,13 @@ def _runs(callee, inner):
     fn = inner.fn
     if type(callee) in (UserFunctionVariable, UserMethodVariable):
         return callee.fn is fn
+    if type(callee) is NestedUserFunctionVariable:  # (made in a frame of the chain)
+        made, got = callee.closure, inner.closure
+        return (
+            inner.code is callee.code
+            and made.keys() == got.keys()
+            and all(made[n] is got[n] for n in made)
+        )
     if type(callee) is NNModuleVariable:
         mod = callee.value
         if mod._forward_hooks or mod._forward_pre_hooks or hasattr(mod, "has_uninitialized_params"):
@@ -448,7 +505,7 @@ def code_at_nested_break(output, code, e, plan, resume_factory, callee_factory):
     state, root_index = e.nested[0], e.break_state.index
     output.rollback(state.checkpoint)
     undo_iterators(since=state.effects_mark[5])
-    open_withs = [lv.stack[k] for lv in reversed(levels) for k in lv.withs]  # (root's first)
+    open_withs = _open_blocks(levels)
     _exit_with_blocks(e.break_state.tx, output, open_withs)  # Note [Nested breaks: with blocks]
     body = PyCodegen(output, callee_factory)
     body.closure_callee = resume_factory
@@ -582,8 +639,21 @@ def _build_box(body, level, inner, temps, chain):
     name = body.new_temp()
     body.extend(emit.store_fast(name))
     if not resume.code.co_freevars:
-        return inner_function(resume.code, level.tx.f_globals), name
-    return _function_over_cells(body, level, chain), name
+        fn = inner_function(resume.code, level.tx.f_globals)
+    else:
+        fn = _function_over_cells(body, level, chain)
+    if level.mode is None:
+        return fn, name
+    # Note [Nested breaks: grad-mode decorated callees]
+    body.load_object(decorated_by_grad_mode, push_null=True)
+    body.load_object(level.mode.mode)
+    if isinstance(fn, str):
+        body.extend(emit.load_fast(fn))
+    else:
+        body.load_object(fn)
+    wrapped = body.new_temp()
+    body.extend(emit.call(2) + emit.store_fast(wrapped))
+    return wrapped, name
 
 
 def _function_over_cells(body, level, chain):

@@ -9,7 +9,7 @@ import types
 import torch
 
 from kiln.bytecode import emit
-from kiln.exc import unimplemented
+from kiln.exc import Unsupported, unimplemented
 from kiln.frontend import entered
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
@@ -147,12 +147,16 @@ class GradModeFunctionVariable(VariableTracker):
         cm.enter(tx)
         try:
             return self.fn.call_function(tx, args, kwargs)
+        except Unsupported as e:
+            if e.nested and e.nested[-1].tx.parent is tx:  # (a break inside: the frame it
+                e.grad_modes[id(e.nested[-1].tx)] = cm  # ran runs in the mode: nested_breaks)
+            raise
         finally:
             cm.exit(tx)
 
     def reconstruct(self, cg):
-        """The decorated function as a live value (a graph break inside it places the break at
-        its call, which then runs it as its own frame): rebuilt as `no_grad()(fn)` or
+        """The decorated function as a live value (a graph break inside it that is not placed
+        there is placed at its call, which then runs it as its own frame): rebuilt as `no_grad()(fn)` or
         `enable_grad()(fn)` by its mode, what `set_grad_enabled(mode)(fn)` does when called,
         without switching the mode now."""
         if self.cls not in (torch.no_grad, torch.enable_grad, torch.set_grad_enabled):
