@@ -112,8 +112,7 @@ class OutputGraph:
         self.input_shapes[name] = tuple(value.shape)
         dims = self._dynamic_dims(value, source)
         if subclass is not None and dims:
-            what = type(value).__name__
-            unimplemented(f"symbolic sizes of a tensor subclass input ({what}) are not traced")
+            dims = self._static_subclass(value, name, dims)
         fake = subclass(guards, value, source) if subclass is not None else None
         node = self._placeholder(source)
         if dims:
@@ -144,6 +143,17 @@ class OutputGraph:
         self.graph_inputs.append((source, value, node))
         self._input_by_id[id(value)] = (var, source)
         return var
+
+    def _static_subclass(self, value, name, dims):
+        """A wrapper subclass input keeps static sizes (a recompile per size, as under
+        dynamic=False): its fake's outer sizes are the ints torch's wrapper constructor takes
+        (Note [Tensors: wrapper subclass inputs]). Dims the user marked dynamic break."""
+        what = type(value).__name__
+        if set(getattr(value, "_kiln_dynamic_dims", ())) & dims or is_dynamic_source(name):
+            unimplemented(f"symbolic sizes of a tensor subclass input ({what}) are not traced")
+        if logs.enabled("perf_hints"):
+            logs.log("perf_hints", "%s (a %s) keeps static sizes %s", name, what, value.shape)
+        return set()
 
     def _placeholder(self, source):
         if len(self.graph_inputs):

@@ -221,6 +221,19 @@ def test_symbolic_sizes_of_a_subclass_input_break():
         kiln.compile(fn, backend="eager", fullgraph=True)(x)
 
 
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_subclass_inputs_of_changing_sizes_keep_static_sizes(dynamic):
+    def fn(x, y):
+        return x * x.size()[0] + y.sum()
+
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager", fullgraph=True, dynamic=dynamic)
+    for n in (3, 4, 5):
+        x, y = pair(n), torch.randn(n)
+        _same(compiled(x, y), fn(x, y))  # (the size read is each call's own)
+    assert kiln.counters["stats"]["unique_graphs"] == 3
+
+
 def test_plain_tensors_and_parameters_still_one_graph():
     p = torch.nn.Parameter(torch.randn(3))
 

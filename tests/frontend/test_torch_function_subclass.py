@@ -213,3 +213,37 @@ def test_disable_torch_function_subclass_in_the_frame():
     (cy, cz) = kiln.compile(fn, backend="eager", fullgraph=True)(x)
     assert len(LOG) == n
     assert (type(cy), type(cz)) == (type(y), type(z)) == (torch.Tensor, Logged)
+
+
+class Tagged(torch.Tensor):
+    """An __init__ of its own: `Tagged(t)` runs it (not traced: a break)."""
+
+    def __init__(self, *args):
+        self.tag = "made"
+
+
+def test_calling_the_class_on_a_tensor_is_as_subclass():
+    def fn(x):
+        y = Logged(torch.add(x, 1.0)) * 2  # (Tensor's legacy constructor: an alias of class C)
+        return y, Plain(x).exp()
+
+    x = torch.randn(3, requires_grad=True)
+    got = _check(fn, x)
+    assert all(g.requires_grad and g.grad_fn is not None for g in got)
+    sum(g.as_subclass(torch.Tensor).sum() for g in got).backward()
+    x2 = x.detach().clone().requires_grad_()
+    sum(e.as_subclass(torch.Tensor).sum() for e in fn(x2)).backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+
+
+def test_calling_a_class_with_its_own_init_breaks():
+    def fn(x):
+        t = Tagged(x * 2)
+        return t.tag, t + 1
+
+    x = torch.randn(3)
+    with pytest.raises(kiln.exc.Unsupported, match="calling torch class Tagged"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(x)
+    tag, got = kiln.compile(fn, backend="eager")(x)
+    assert tag == "made" and type(got) is Tagged
+    torch.testing.assert_close(got.as_subclass(torch.Tensor), x * 2 + 1)

@@ -27,8 +27,11 @@ from kiln.symbolic.fake import fake_like
 # not model stays a break with its reason: a `__torch_function__` of the subclass's own, a
 # Tensor method, operator or property the subclass overrides (Python code kiln would not run), an
 # attribute or method the subclass defines (its inner tensors among them), in-place writes to a
-# subclass value, symbolic sizes, a ctx that is not made of literals. Plain subclasses
-# (as_subclass, __torch_function__ only) are not wrappers: torch_function.py traces them. The
+# subclass value, a ctx that is not made of literals. Its sizes stay static (a recompile per
+# size, automatic dynamic shapes and dynamic=True notwithstanding: torch's wrapper constructor
+# takes ints, so the fake cannot carry kiln's size symbols); dims marked dynamic break. Plain
+# subclasses (as_subclass, __torch_function__ only) are not wrappers: torch_function.py traces
+# them. The
 # backends: `eager` runs the graph on the real inputs; AOT autograd desugars the subclass into its
 # inner tensors (kiln/autograd/subclasses.py).
 
