@@ -382,6 +382,8 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
             f"{s}.dtype is {namer(t.dtype, _readable_hint(t.dtype))}",
             *layout,
             f"{s}.requires_grad is {t.requires_grad!r}",
+            # Note [Tensors: non-leaf inputs] (a __torch_function__ of its own would run)
+            *([f"{s}.is_leaf is {t.is_leaf!r}"] if t.requires_grad and s is s_type else []),
             f"{s}.device == {namer(t.device, _readable_hint(t.device))}",
             *(
                 [

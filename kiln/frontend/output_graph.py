@@ -31,6 +31,19 @@ from kiln.symbolic.layouts import dense_strides
 _unique = itertools.count()
 
 
+# Note [Tensors: non-leaf inputs]
+# A tensor input that requires grad is a leaf (a user's `x.requires_grad_()`) or not (an
+# activation an eager caller computed): `x.is_leaf` reads it, and an in-place op on it raises in
+# eager for a leaf only. TENSOR_MATCH checks leafness of a tensor that requires grad (but of a
+# subclass with a __torch_function__ of its own, which the read would run: it answers True, as
+# its example is a leaf). A plain Tensor's example is a non-leaf where the input is one (a clone
+# of the leaf example), so in-place ops on it trace (AOT writes them back under grad: Note [AOT:
+# mutated inputs that require grad]) where a leaf's raise.
+def _input_leafness(value):
+    """Whether input `value` is traced as a leaf (Note [Tensors: non-leaf inputs])."""
+    return value.is_leaf or has_own_torch_function(type(value))
+
+
 def _placeholder_name(source):
     """Dynamo's placeholder name for a source: `L['xs'][0]` -> `L_xs_0_`, `G['w']` -> `G_w_`."""
     name = source.name().replace("___closure_", "closure_")
@@ -132,12 +145,16 @@ class OutputGraph:
             )
             if value.requires_grad:
                 example.requires_grad_(True)
+        leaf = _input_leafness(value)
+        if not leaf and type(value) is torch.Tensor:
+            with torch.enable_grad():  # (a fresh non-leaf: in-place ops on it trace as in eager)
+                example = example.clone()
         node.meta["example_value"] = example
         node.meta["source"] = source.name()
         node.meta["tensor_dict"] = _tensor_dict(value)
         if isinstance(value, torch.nn.Parameter):
             node.meta["is_parameter"] = True
-        var = tensor_variable(node, example, value.device, source=source)
+        var = tensor_variable(node, example, value.device, source=source, is_leaf_input=leaf)
         if variable is not None:
             var = variable(var)
         self.graph_inputs.append((source, value, node))

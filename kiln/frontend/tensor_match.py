@@ -2,7 +2,8 @@
 
 Note [Guards: tensor checks in C++]
 A guard checks every tensor it reads (inputs, parameters, buffers) for its type, dtype, sizes,
-strides, requires_grad, device and dispatch keys. Written in Python that is six or seven
+strides, requires_grad (and being a leaf, when it requires grad), device and dispatch keys.
+Written in Python that is six or seven
 conditions, ~0.6 us per parameter and ~1.1 us per input (the dispatch-key read alone ~0.5 us):
 most of a cache hit's host cost on models with hundreds of parameters. `TensorMatch(example,
 check_keys)` of the extension `kiln_tensor_match` copies those facts from the example tensor once;
@@ -47,6 +48,7 @@ struct Facts {
     int8_t device_type;
     int16_t device_index;
     bool requires_grad;
+    bool leaf;  // (checked for a tensor that requires grad: Note [Tensors: non-leaf inputs])
     bool check_keys;
     bool contiguous;  // symbolic sizes: the layout is "contiguous", not the strides
     uint64_t keys;
@@ -72,6 +74,7 @@ static bool matches(const TensorMatch* m, PyObject* obj) {
         c10::Device d = t.device();
         if ((int8_t)d.type() != f.device_type || (int16_t)d.index() != f.device_index) return false;
         if (t.requires_grad() != f.requires_grad) return false;
+        if (f.requires_grad && t.is_leaf() != f.leaf) return false;
         c10::IntArrayRef sizes = t.sizes();
         size_t n = f.sizes.size();
         if (sizes.size() != n) return false;
@@ -123,6 +126,7 @@ static PyObject* tm_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
         f->device_type = (int8_t)t.device().type();
         f->device_index = (int16_t)t.device().index();
         f->requires_grad = t.requires_grad();
+        f->leaf = t.is_leaf();
         f->check_keys = check_keys != 0;
         f->keys = t.key_set().raw_repr();
         f->sizes = t.sizes().vec();
@@ -276,6 +280,7 @@ def matcher(t, check_keys, symbolic=None):
 def describe(t, check_keys, symbolic=None):
     """The facts a TensorMatch of `t` checks, as text."""
     keys = " and dispatch keys" if check_keys else ""
+    leaf = " non-leaf" if t.requires_grad and not t.is_leaf else ""
     if symbolic is None:
         layout = f"size={tuple(t.shape)} stride={t.stride()}"
     else:
@@ -283,5 +288,5 @@ def describe(t, check_keys, symbolic=None):
         layout = f"size=({sizes}{',' if t.dim() == 1 else ''}) contiguous"
     return (
         f"TensorMatch({type(t).__name__} {str(t.dtype).removeprefix('torch.')} {t.device} "
-        f"{layout} requires_grad={t.requires_grad}{keys})"
+        f"{layout} requires_grad={t.requires_grad}{leaf}{keys})"
     )
