@@ -1,4 +1,5 @@
-"""Hugging Face architectures compiled vs eager: every causal LM `transformers` ships, built small.
+"""Hugging Face architectures compiled vs eager: every causal LM `transformers` ships (or masked
+LM, seq2seq LM, image classifier), built small.
 
 The models are transformers' code, not ours, and most were never run under kiln: the sweep builds
 each architecture of a `transformers` model-mapping from its default config shrunk to a tiny size
@@ -7,7 +8,7 @@ compiled, then one backward pass each, and compares. A model whose eager run fai
 shrinking broke, an architecture needing inputs other than token ids) is counted as not built,
 never as a kiln failure.
 
-    .venv/bin/python benchmarks/hf_conformance.py [--kind causal|masked|seq2seq]
+    .venv/bin/python benchmarks/hf_conformance.py [--kind causal|masked|seq2seq|vision]
         [--models llama,gpt2] [--backend eager|aot_eager|kiln] [--torch] [--timeout 300]
         [--json PATH] [--jobs 1]
 
@@ -33,6 +34,7 @@ KINDS = {
     "causal": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "AutoModelForCausalLM"),
     "masked": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "AutoModelForMaskedLM"),
     "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "AutoModelForSeq2SeqLM"),
+    "vision": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "AutoModelForImageClassification"),
 }
 
 # Config attributes set, where the default config has them, to make every architecture tiny.
@@ -74,7 +76,15 @@ SMALL = {
     "v_head_dim": 16,
     "rotary_dim": 8,
 }
-DROPOUT_WORDS = ("dropout", "drop_rate", "dropout_rate")
+# List-valued sizes of vision backbones (one entry per stage), made small stage by stage.
+SMALL_STAGES = {
+    "depths": lambda n: [1] * n,
+    "hidden_sizes": lambda n: [16 * 2**i for i in range(n)],
+    "num_heads": lambda n: [1] * n,
+    "embed_dim": lambda n: [16 * 2**i for i in range(n)],
+}
+SMALL_VISION = {"embed_dim": 16, "embedding_size": 16, "image_size": 64, "hidden_size": 32}
+DROPOUT_WORDS = ("dropout", "drop_rate", "dropout_rate", "drop_path_rate")
 BATCH, SEQ = 2, 12
 MAX_PARAMETERS = 50_000_000
 SMALL_VOCAB = 1024
@@ -143,7 +153,12 @@ def small_config(kind, model_type):
 
 def _shrunk(have):
     """The overrides that make the config dict `have` tiny."""
-    overrides = {k: v for k, v in SMALL.items() if k in have}
+    overrides = {k: v for k, v in SMALL.items() if k in have and not isinstance(have[k], list)}
+    for key, small in SMALL_STAGES.items():
+        if isinstance(have.get(key), list) and have[key]:
+            overrides[key] = small(len(have[key]))
+    if "num_channels" in have or "image_size" in have:  # (a vision config)
+        overrides.update({k: v for k, v in SMALL_VISION.items() if type(have.get(k)) is int})
     for key, value in have.items():
         if any(w in key for w in DROPOUT_WORDS) and isinstance(value, float):
             overrides[key] = 0.0
@@ -185,6 +200,12 @@ def build(kind, model_type, seed):
     if size > MAX_PARAMETERS:
         raise ValueError(f"{size / 1e6:.0f}M parameters after shrinking the config")
     model = getattr(transformers, KINDS[kind][1]).from_config(config).float().eval()
+    if kind == "vision":
+        inputs = {"pixel_values": _pixels(config)}
+        with torch.no_grad():
+            if not hasattr(model(**inputs), "logits"):  # (raises for one it cannot build)
+                raise ValueError("the model gives no logits")
+        return model, inputs
     vocab = getattr(config, "vocab_size", None) or 100
     ids = torch.randint(3, max(4, min(vocab, 200)), (BATCH, SEQ))
     inputs = {"input_ids": ids, "use_cache": False}
@@ -195,6 +216,16 @@ def build(kind, model_type, seed):
     with torch.no_grad():
         model(**inputs)  # raises for an architecture this sweep cannot build
     return model, inputs
+
+
+def _pixels(config):
+    """Random images of the size and channels a vision config takes."""
+    import torch
+
+    vision = getattr(config, "vision_config", None) or config
+    size = getattr(vision, "image_size", 64)
+    h, w = (size, size) if isinstance(size, int) else tuple(size)[-2:]
+    return torch.randn(BATCH, getattr(vision, "num_channels", 3), h, w)
 
 
 def compare(ref, got):

@@ -216,10 +216,30 @@ def test_disable_torch_function_subclass_in_the_frame():
 
 
 class Tagged(torch.Tensor):
-    """An __init__ of its own: `Tagged(t)` runs it (not traced: a break)."""
+    """An __init__ of its own: `Tagged(t)` runs it on the alias Tensor's __new__ makes."""
 
     def __init__(self, *args):
         self.tag = "made"
+
+
+class Scaled(torch.Tensor):
+    """A __new__ of its own, through `super().__new__(cls, t)`, and an __init__."""
+
+    def __new__(cls, x, scale):
+        return super().__new__(cls, x * scale)
+
+    def __init__(self, x, scale):
+        self.scale = scale
+
+
+class NotMine(torch.Tensor):
+    """A __new__ that returns no instance of the class: __init__ does not run."""
+
+    def __new__(cls, x):
+        return x * 2
+
+    def __init__(self, x):
+        raise AssertionError("not run")
 
 
 def test_calling_the_class_on_a_tensor_is_as_subclass():
@@ -236,14 +256,26 @@ def test_calling_the_class_on_a_tensor_is_as_subclass():
     torch.testing.assert_close(x.grad, x2.grad)
 
 
-def test_calling_a_class_with_its_own_init_breaks():
+def test_classes_with_their_own_new_and_init():
     def fn(x):
         t = Tagged(x * 2)
-        return t.tag, t + 1
+        s = Scaled(x, 3.0)
+        return t.tag, t + 1, s.scale, s * 2, NotMine(x)
 
     x = torch.randn(3)
-    with pytest.raises(kiln.exc.Unsupported, match="calling torch class Tagged"):
-        kiln.compile(fn, backend="eager", fullgraph=True)(x)
-    tag, got = kiln.compile(fn, backend="eager")(x)
-    assert tag == "made" and type(got) is Tagged
-    torch.testing.assert_close(got.as_subclass(torch.Tensor), x * 2 + 1)
+    got = kiln.compile(fn, backend="eager", fullgraph=True)(x)
+    expected = fn(x)
+    assert got[0] == expected[0] and got[2] == expected[2]
+    for g, e in zip(got[1::2], expected[1::2], strict=True):
+        assert type(g) is type(e)
+        torch.testing.assert_close(g.as_subclass(torch.Tensor), e.as_subclass(torch.Tensor))
+
+
+def test_tensor_new_with_other_arguments_breaks():
+    def fn(x):
+        return Plain(2, 3).shape, x + 1
+
+    with pytest.raises(kiln.exc.Unsupported, match="Tensor.__new__ of Plain with these arguments"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(3))
+    got = kiln.compile(fn, backend="eager")(torch.randn(3))
+    assert got[0] == (2, 3)

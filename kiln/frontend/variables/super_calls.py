@@ -20,6 +20,9 @@ from kiln.frontend.variables.user_defined import (
 )
 from kiln.frontend.variables.user_protocol import ObjectCompareVariable, is_user_object
 
+# `super().__new__` of builtin bases other modules model: class -> a factory of its variable
+BASE_NEWS = {}
+
 
 class SuperVariable(VariableTracker):
     """`super()` / `super(cls, obj)`: attribute lookup from after `cls` in type(obj)'s MRO."""
@@ -58,6 +61,8 @@ class SuperVariable(VariableTracker):
                     return DictNewVariable(klass)  # super().__new__(cls)
                 if owner is not None and name == "__new__" and klass is object:
                     return ObjectNewVariable()  # Note [Objects: a class's own __new__]
+                if owner is not None and name == "__new__" and klass in BASE_NEWS:
+                    return BASE_NEWS[klass]()  # (Tensor's: torch_function.py)
                 if owner is not None:
                     unimplemented(f"super(cls, cls).{name} is a {type(attr).__name__}")
                 if isinstance(attr, types.FunctionType):

@@ -92,6 +92,16 @@ def register_function(torch_fn, fn):
     _FUNCTION_HOOKS[torch_fn] = fn
 
 
+# `C(*args)` of a plain subclass of Tensor (its variable, or None), registered by torch_function.py
+# (Note [Tensors: constructing a plain subclass])
+_SUBCLASS_CONSTRUCTORS = []
+
+
+def register_subclass_constructor(fn):
+    """Calls of torch.Tensor subclasses are offered to fn(tx, class variable, args, kwargs)."""
+    _SUBCLASS_CONSTRUCTORS.append(fn)
+
+
 # the dispatch of calls with a value of a plain subclass with __torch_function__, registered by
 # torch_function.py (Note [Tensors: subclasses with __torch_function__])
 _TORCH_FUNCTION_DISPATCH = []
@@ -628,20 +638,6 @@ def _is_compiling_query(fn):
     )
 
 
-def _aliases_as(cls, args, kwargs):
-    """Whether `cls(t)` is `t.as_subclass(cls)`: a plain subclass of Tensor with neither
-    __new__ nor __init__ of its own, called on one tensor (Tensor's legacy constructor returns
-    an alias of it, of class cls, with t's autograd history)."""
-    from kiln.frontend.variables.tensor import TensorVariable
-
-    if not issubclass(cls, torch.Tensor) or issubclass(cls, torch.nn.Parameter) or kwargs:
-        return False
-    if len(args) != 1 or type(args[0]) is not TensorVariable:  # (a plain tensor)
-        return False
-    own = cls.__mro__[: cls.__mro__.index(torch.Tensor)]
-    return not any("__new__" in vars(c) or "__init__" in vars(c) for c in own)
-
-
 class TorchVariable(PythonValueVariable):
     """A function or class from torch (torch.sin, F.relu, torch.Tensor ...), called into the graph."""
 
@@ -731,8 +727,10 @@ class TorchVariable(PythonValueVariable):
                 unimplemented(f"creating a {fn.__name__} module inside the compiled frame")
             if _is_structseq(fn) and len(args) == 1 and not kwargs:
                 return _make_structseq(tx, fn, args[0])
-            if _aliases_as(fn, args, kwargs):  # `C(t)`: what `t.as_subclass(C)` makes
-                return args[0].call_method(tx, "as_subclass", [self], {})
+            for construct in _SUBCLASS_CONSTRUCTORS:  # `C(t)` of a plain Tensor subclass
+                made = construct(tx, self, args, kwargs)
+                if made is not None:
+                    return made
             unimplemented(f"calling torch class {fn.__name__}")
         if fn in (torch.autograd.grad, torch.autograd.backward):
             if has_pending_hooks(tx.output.side_effects):

@@ -24,6 +24,7 @@ from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.functions import inline_call, register_modelled
 from kiln.frontend.variables.lists import BaseListVariable, ListVariable, TupleVariable
+from kiln.frontend.variables.super_calls import BASE_NEWS
 from kiln.frontend.variables.tensor import TensorVariable, register_method
 from kiln.frontend.variables.tensor_subclass import (
     _OWN_NAMES,
@@ -35,6 +36,7 @@ from kiln.frontend.variables.tensor_subclass import (
 from kiln.frontend.variables.torch import (
     TorchVariable,
     register_function,
+    register_subclass_constructor,
     register_torch_function_dispatch,
 )
 
@@ -513,7 +515,63 @@ def _as_subclass(tx, t, args, kwargs):
     return TorchFunctionTensorVariable.of(plain, cls, arg.source, source=None)
 
 
+# Note [Tensors: constructing a plain subclass]
+# `C(*args)` of a plain subclass C runs type.__call__'s steps: C.__new__ (the first of C's bases
+# below Tensor that defines one, inlined with (C, *args)), then C.__init__ on its result when that
+# is a C. Tensor's own __new__ (reached directly or by `super().__new__(cls, t)`) on one tensor is
+# its legacy constructor: an alias of t of class C, with t's autograd history, which is what
+# `t.as_subclass(C)` makes; any other arguments (a shape, a list of data) are a break.
+def _own_method(cls, name):
+    """The function `name` of the first class of cls's MRO below Tensor that defines it (None:
+    Tensor's own); False for something else (a builtin, a descriptor kiln does not run)."""
+    for klass in cls.__mro__[: cls.__mro__.index(torch.Tensor)]:
+        if name in vars(klass):
+            attr = vars(klass)[name]
+            attr = attr.__func__ if isinstance(attr, staticmethod) else attr
+            return attr if isinstance(attr, types.FunctionType) else False
+    return None
+
+
+def _construct(tx, cls_var, args, kwargs):
+    """`C(*args)` of a plain Tensor subclass C, or None."""
+    cls = cls_var.value
+    if cls is torch.Tensor or not issubclass(cls, torch.Tensor):
+        return None
+    if issubclass(cls, torch.nn.Parameter) or cls_var.source is None:
+        return None
+    new, init = _own_method(cls, "__new__"), _own_method(cls, "__init__")
+    if new is False or init is False:
+        return None
+    if new is None:
+        made = tensor_new(tx, cls_var, args, kwargs)
+    else:
+        made = inline_call(tx, new, [cls_var, *args], kwargs, None)
+    made_cls = getattr(made, "torch_function_class", None)
+    if init is not None and made_cls is not None and issubclass(made_cls, cls):
+        inline_call(tx, init, [made, *args], kwargs, None)
+    return made
+
+
+def tensor_new(tx, cls_var, args, kwargs):
+    """`Tensor.__new__(C, t)`: Tensor's legacy constructor on one tensor, an alias of t of class C
+    (Note [Tensors: constructing a plain subclass])."""
+    if len(args) != 1 or kwargs or type(args[0]) is not TensorVariable:
+        unimplemented(f"Tensor.__new__ of {cls_var.value.__name__} with these arguments")
+    return _as_subclass(tx, args[0], [cls_var], {})
+
+
+class TensorNewVariable(VariableTracker):
+    """`Tensor.__new__` reached by `super().__new__` in a subclass's own __new__."""
+
+    def call_function(self, tx, args, kwargs):
+        if not args or not isinstance(getattr(args[0], "value", None), type):
+            unimplemented("Tensor.__new__ without its class")
+        return tensor_new(tx, args[0], args[1:], kwargs)
+
+
 register_torch_function_dispatch(dispatch, operator_call)
+register_subclass_constructor(_construct)
+BASE_NEWS[torch._C.TensorBase] = TensorNewVariable
 register_function(torch._C.DisableTorchFunctionSubclass, _disable_subclass)
 register_method("as_subclass", _as_subclass)
 register_modelled(_TENSOR_TF, _tensor_torch_function)
