@@ -58,6 +58,7 @@ from kiln.frontend.variables import (
     enum_api,  # noqa: F401  (registers Enum's functional API)
     foreach_calls,  # noqa: F401  (registers foreach ops one tensor at a time)
     functorch_vmap,
+    interpolate_calls,  # noqa: F401  (registers F.interpolate to a symbolic size)
     list_subclass,
     logging_vars,
     misc,
@@ -405,7 +406,7 @@ def wrap_value(tx, value, source):
     if type(value) in (bool, type(None)) or (type(value) in (int, float) and config.specialize_int):
         guards.add(GuardKind.CONSTANT_MATCH, source, value)
         return ConstantVariable(value, source=source)
-    if is_literal(value):
+    if is_literal(value) and not _holds_ints(value):
         guards.add(GuardKind.CONSTANT_MATCH, source, value)
         return ConstantVariable(value, source=source)
     if isinstance(value, (torch.dtype, torch.device)):
@@ -490,6 +491,15 @@ def _const_keyed_defaultdict(value):
 
 
 _PLAIN_FACTORIES = (list, tuple, set, int, float, str)
+
+
+# Note [Shapes: ints in tuple inputs]
+# A tuple input holding ints (a size, a kernel shape, `(h, w)` for F.interpolate) is read item by
+# item, as a list is: each int is an int input of its own (guarded by value, a size symbol once
+# its value changed: Note [Shapes: automatic dynamic]) instead of one constant for the whole
+# tuple, whose every new value recompiled until the cache limit left the frame to run eagerly.
+def _holds_ints(value):
+    return type(value) is tuple and any(type(v) is int for v in value)
 
 
 def _wrap(tx, value, source):
