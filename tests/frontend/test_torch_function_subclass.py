@@ -279,3 +279,30 @@ def test_tensor_new_with_other_arguments_breaks():
         kiln.compile(fn, backend="eager", fullgraph=True)(torch.randn(3))
     got = kiln.compile(fn, backend="eager")(torch.randn(3))
     assert got[0] == (2, 3)
+
+
+def _as_plain(x):
+    y = x.as_subclass(Plain)
+    z = y.as_subclass(torch.Tensor)
+    return type(z).__name__, z is y, z is x, y is x
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.as_subclass(Plain),  # (a new object over the input, of the class)
+        lambda x: Plain(x),
+        lambda x: Scaled(x, 2.0),
+        _as_plain,
+        lambda x: Plain(x * 2).as_subclass(torch.Tensor),
+    ],
+)
+def test_subclass_values_over_an_input_are_new_objects(fn):
+    x = torch.randn(3)
+    got = kiln.compile(fn, backend="eager", fullgraph=True)(x)
+    expected = fn(x)
+    if isinstance(expected, tuple):
+        assert got == expected
+        return
+    assert type(got) is type(expected) and got is not x
+    torch.testing.assert_close(got.as_subclass(torch.Tensor), expected.as_subclass(torch.Tensor))

@@ -124,14 +124,16 @@ class TorchFunctionTensorVariable(TensorVariable):
         self.class_source = class_source
 
     @classmethod
-    def of(cls, var, tf_class, class_source, source=None):
+    def of(cls, var, tf_class, class_source, source=...):
+        """`var`'s tensor as a value of tf_class: the input itself (var's source, by default), or
+        a new object (source=None: `as_subclass` makes one, an alias of it)."""
         return cls(
             var.proxy,
             var.example,
             var.device,
             tf_class=tf_class,
             class_source=class_source,
-            source=var.source if source is None else source,
+            source=var.source if source is ... else source,
             is_leaf_input=var.is_leaf_input,
         )
 
@@ -162,6 +164,8 @@ class TorchFunctionTensorVariable(TensorVariable):
         if self._own_attr(name):
             what = self.torch_function_class.__name__
             unimplemented(f"method {name!r} of a tensor subclass ({what}) is not traced")
+        if name == "as_subclass" and self.source is None:  # (torch skips __torch_function__
+            return _as_subclass(tx, self, args, kwargs)  # for it; an input's: Tensor's modelled)
         if not callable(getattr(torch.Tensor, name, None)):
             unimplemented(f"Tensor.{name}() on a tensor subclass with __torch_function__")
         return dispatch(tx, ("method", name), [self, *args], kwargs)
@@ -173,7 +177,11 @@ class TorchFunctionTensorVariable(TensorVariable):
         if self.source is not None:
             return super().reconstruct(cg)
         cg.load_object(torch.Tensor.as_subclass, push_null=True)
-        cg.reconstruct_tensor(self)
+        base = _input_source(cg.output, self.proxy)
+        if base is not None:  # (`x.as_subclass(C)` of an input x: a new object over it)
+            base.reconstruct(cg)
+        else:
+            cg.reconstruct_tensor(self)
         cg.load_object(self.torch_function_class)
         cg.extend(_call(2))
 
@@ -183,6 +191,13 @@ class TorchFunctionTensorVariable(TensorVariable):
 
 def _call(n):
     return emit.call(n)
+
+
+def _input_source(output, node):
+    """The source of the graph input whose placeholder is `node`, or None."""
+    if getattr(node, "op", None) != "placeholder":
+        return None
+    return next((source for source, _, n in output.graph_inputs if n is node), None)
 
 
 def _flat(values):
