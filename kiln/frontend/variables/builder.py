@@ -36,6 +36,7 @@ from kiln.frontend.source import (
     GetItemSource,
     IterHasSource,
     IterRestSource,
+    LocalSource,
     ProxiedDictSource,
     TorchAttrSource,
     TupleItemSource,
@@ -406,7 +407,7 @@ def wrap_value(tx, value, source):
     if type(value) in (bool, type(None)) or (type(value) in (int, float) and config.specialize_int):
         guards.add(GuardKind.CONSTANT_MATCH, source, value)
         return ConstantVariable(value, source=source)
-    if is_literal(value) and not _holds_ints(value):
+    if is_literal(value) and not _holds_ints(value, source):
         guards.add(GuardKind.CONSTANT_MATCH, source, value)
         return ConstantVariable(value, source=source)
     if isinstance(value, (torch.dtype, torch.device)):
@@ -494,12 +495,18 @@ _PLAIN_FACTORIES = (list, tuple, set, int, float, str)
 
 
 # Note [Shapes: ints in tuple inputs]
-# A tuple input holding ints (a size, a kernel shape, `(h, w)` for F.interpolate) is read item by
-# item, as a list is: each int is an int input of its own (guarded by value, a size symbol once
-# its value changed: Note [Shapes: automatic dynamic]) instead of one constant for the whole
-# tuple, whose every new value recompiled until the cache limit left the frame to run eagerly.
-def _holds_ints(value):
-    return type(value) is tuple and any(type(v) is int for v in value)
+# A tuple argument holding ints (a size, `(h, w)` for F.interpolate; an item of an argument too)
+# is read item by item, as a list is: each int is an int input of its own (guarded by value, a
+# size symbol once its value changed: Note [Shapes: automatic dynamic]) instead of one constant
+# for the whole tuple, whose every new value recompiled until the cache limit left the frame to
+# run eagerly. A tuple attribute of an object (a conv's `stride`, `padding`) stays one constant,
+# one guard: settings, as module ints under dynamic=True (OutputGraph.is_dynamic_int).
+def _holds_ints(value, source):
+    if type(value) is not tuple or not any(type(v) is int for v in value):
+        return False
+    while isinstance(source, GetItemSource):
+        source = source.source
+    return isinstance(source, LocalSource)
 
 
 def _wrap(tx, value, source):
