@@ -68,6 +68,8 @@ def to_size(tx, target, args, kwargs):
     bound = _bound(args, kwargs)
     if bound is None or _constant(bound["scale_factor"]) is not None:
         return None
+    if _constant(bound["recompute_scale_factor"]) not in (None, False):
+        return None  # (F.interpolate raises: not meaningful with an explicit size)
     mode, align, antialias = (_constant(bound[k]) for k in ("mode", "align_corners", "antialias"))
     x, size = bound["input"], bound["size"]
     example = getattr(x, "example", None)

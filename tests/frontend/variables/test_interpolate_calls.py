@@ -64,3 +64,22 @@ def test_scale_factors_and_area_keep_their_paths():
         x = torch.randn(1, 2, n, n)
         for g, e in zip(compiled(x), fn(x), strict=True):
             torch.testing.assert_close(g, e)
+
+
+def test_arguments_interpolate_refuses_raise_as_in_eager():
+    def fn(x, skip, **kwargs):
+        return F.interpolate(x, size=skip.shape[2:], **kwargs)
+
+    kiln.reset()
+    compiled = kiln.compile(fn)
+    for n in (4, 5, 6):
+        x, skip = torch.randn(1, 2, n, n), torch.randn(1, 2, n + 3, n + 1)
+        for kwargs in (
+            {"recompute_scale_factor": True},
+            {"mode": "nearest", "align_corners": True},
+        ):
+            with pytest.raises(ValueError) as expected:
+                fn(x, skip, **kwargs)
+            with pytest.raises(ValueError) as got:
+                compiled(x, skip, **kwargs)
+            assert str(got.value) == str(expected.value)
