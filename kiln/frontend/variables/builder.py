@@ -423,8 +423,8 @@ def wrap_value(tx, value, source):
     if sys_modules.is_sys_modules(value):  # Note [Modules: sys.modules by name]
         guards.add(GuardKind.ID_MATCH, source, value)
         return sys_modules.SysModulesVariable(source=source)
-    if type(value) in _MUTABLE or list_subclass.is_plain_input(value):
-        # Note [Side effects: one variable per mutable container]
+    if type(value) in _MUTABLE or type(value) is tuple or list_subclass.is_plain_input(value):
+        # Note [Side effects: one variable per mutable container] (and per tuple: `a is b`)
         var = tx.output.side_effects.tracked_container(tx, value, source)
         if var is None:
             var = tx.output.side_effects.track_container(value, _wrap(tx, value, source))

@@ -159,6 +159,15 @@ class TupleVariable(BaseListVariable):
                 return found
         return super().var_getattr(tx, name)
 
+    def getitem(self, tx, index):
+        if (
+            isinstance(index, slice)
+            and self.tuple_cls is tuple
+            and index.indices(len(self.items)) == (0, len(self.items), 1)
+        ):
+            return self  # (a whole slice of an exact tuple is the tuple: Note [Sequences: + and *])
+        return super().getitem(tx, index)
+
     def call_method(self, tx, name, args, kwargs):
         if name in _OWN_DUNDERS and self.tuple_cls is not tuple:
             for member in TUPLE_MEMBERS:  # `p[i]` of a class with its own __getitem__ ...

@@ -446,6 +446,10 @@ def _identical(a, b):
         return None if tensor_origin(a) is tensor_origin(b) else False
     if isinstance(a, NewObjectVariable) and isinstance(b, NewObjectVariable):
         return False  # two objects made while tracing (one variable per object)
+    if isinstance(a, TupleVariable) and isinstance(b, TupleVariable):
+        # (two variables may be one tuple: equal constants are one object in a code object, and
+        # CPython hands some tuples back from `t[:]` or `t + ()`: Python decides)
+        return None
     if (
         not isinstance(a, ConstantVariable)
         and not isinstance(b, ConstantVariable)

@@ -26,6 +26,8 @@ from kiln.frontend.variables.lists import (
 #   `a = a + b`.
 # - `a * n` / `n * a` repeat the items n times (none for n <= 0); a deque keeps its maxlen and the
 #   last maxlen items. `a *= n` of a list or deque changes the object in place.
+# - an exact tuple is its own result where CPython returns it: `t * 1`, `t * n` of an empty t,
+#   `t + ()`, `() + t` (and `t[:]`, TupleVariable.getitem): `is` and id() see the same object.
 # A range, or anything else, is left to the caller (which breaks where it does not know).
 
 _KINDS = (collections.deque, list, tuple)
@@ -89,6 +91,8 @@ def sequence_op(tx, fn, a, b):
             a._mutate(tx, a.items if n <= 0 else (), "__imul__")
             a.items[:] = _repeat(a, n).items
             return a
+        if a.python_type() is tuple and (n == 1 or not a.items):
+            return a  # (tuple_repeat gives an exact tuple back)
         return _repeat(a, n)
     if not isinstance(a, BaseListVariable) or isinstance(a, RangeVariable) or _kind(a) is None:
         return None
@@ -111,4 +115,9 @@ def sequence_op(tx, fn, a, b):
         raise_observed(tx, TypeError, f'can only concatenate {name} (not "{other}") to {name}')
     if isinstance(a, DequeVariable):
         return DequeVariable(a.items + b.items, a.maxlen)
+    if kind is tuple:
+        if not a.items and b.python_type() is tuple:
+            return b  # (tupleconcat gives an exact tuple back when the other is empty)
+        if not b.items and a.python_type() is tuple:
+            return a
     return ListVariable(a.items + b.items) if kind is list else TupleVariable(a.items + b.items)
