@@ -10,6 +10,8 @@ has a shape rule: the call is traced as that op. Scale factors, mode "area" (an 
 and what F.interpolate rejects keep the failing meta run's graph break.
 """
 
+import inspect
+
 import torch
 import torch.nn.functional as F
 
@@ -35,26 +37,17 @@ _OPS = {
     ("trilinear", 3, False): aten.upsample_trilinear3d.default,
 }
 _TAKES_ALIGN = ("linear", "bilinear", "bicubic", "trilinear")
-_PARAMS = ("input", "size", "scale_factor", "mode", "align_corners")
-_PARAMS += ("recompute_scale_factor", "antialias")
-_DEFAULTS = {"scale_factor": None, "mode": "nearest", "align_corners": None}
-_DEFAULTS |= {"recompute_scale_factor": None, "antialias": False}
+_SIGNATURE = inspect.signature(F.interpolate)
 
 
 def _bound(args, kwargs):
-    """F.interpolate's parameters by name (None where they do not bind)."""
-    if len(args) > len(_PARAMS) or any(k not in _PARAMS for k in kwargs):
+    """F.interpolate's parameters by name, defaults as constants (None where they do not bind)."""
+    try:
+        bound = _SIGNATURE.bind(*args, **kwargs)
+    except TypeError:
         return None
-    bound = dict(zip(_PARAMS, args))
-    if any(k in bound for k in kwargs):
-        return None
-    bound |= kwargs
-    if "input" not in bound or "size" not in bound:
-        return None
-    for name, default in _DEFAULTS.items():
-        if name not in bound:
-            bound[name] = ConstantVariable(default)
-    return bound
+    values = {p.name: ConstantVariable(p.default) for p in _SIGNATURE.parameters.values()}
+    return values | bound.arguments
 
 
 def _constant(v):
@@ -66,7 +59,9 @@ def to_size(tx, target, args, kwargs):
     if target is not F.interpolate:
         return None
     bound = _bound(args, kwargs)
-    if bound is None or _constant(bound["scale_factor"]) is not None:
+    if bound is None or _constant(bound["size"]) is None:
+        return None
+    if _constant(bound["scale_factor"]) is not None:
         return None
     if _constant(bound["recompute_scale_factor"]) not in (None, False):
         return None  # (F.interpolate raises: not meaningful with an explicit size)
