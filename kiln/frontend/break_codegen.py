@@ -139,6 +139,7 @@ class _BreakSite:
     base_inst: object
     in_resume: bool  # the traced code is a resume function
     discards: bool = False  # a POP_TOP follows: Python drops the result at once
+    drops: bool = False  # a prologue's inner call whose result the instruction drops
 
 
 def _break_site(code, e, instructions):
@@ -151,6 +152,7 @@ def _break_site(code, e, instructions):
         raise NoBreakHere("the graph so far holds code from a try/except block")
     stack = list(state.stack)
     withs = [k for k, v in enumerate(stack) if isinstance(v, WithExitVariable)]
+    drops = False
     resume_here = state.resume_here  # Note [Blocks: rewinding to a try block]
     _check_handlers(state.tx, None if resume_here else inst, [stack[k] for k in withs])
     # a break in a resume function is placed in the original code (same stack layout)
@@ -163,7 +165,9 @@ def _break_site(code, e, instructions):
             # the call of a chain's callee (Note [Nested breaks: the chain of resume functions])
             # breaking where no nested break can be placed: Python calls it (compiled as its own
             # frame) and this frame resumes where its resume function began
-            base_index = at[1] - 1
+            base_index, drops = at[1] - 1, at[2]
+            if drops and withs:
+                raise NoBreakHere("a call whose result is dropped, inside a with block")
         if base_index is None:
             raise NoBreakHere("inside a resume function's prologue")
         base_code = found[0]
@@ -195,6 +199,7 @@ def _break_site(code, e, instructions):
         base_insts[base_index],
         found is not None,
         base_index + 1 < len(base_insts) and base_insts[base_index + 1].opname == "POP_TOP",
+        drops,
     )
 
 
@@ -429,11 +434,13 @@ class _BreakCodegen:
                 self.live = after_local_store(self.locals, inst, self.live)
             depth = len(stack) + _stack_effect(inst)
             pushes = _BREAKABLE_PUSHES[inst.opname]
-            if pushes and site.discards:
+            if pushes and (site.discards or site.drops):
                 # the result dies here, as in eager, not in the resume function's frame
                 # (a value whose __del__ runs then: Note [Finalizers: a store that may run __del__])
                 body.extend(emit.pop_top())
-                self.call_resume(site.base_index + 2, layout[: depth - pushes])
+                # (past the original's instruction: and its POP_TOP, unless a prologue's call)
+                skipped = 1 if site.drops else 2
+                self.call_resume(site.base_index + skipped, layout[: depth - pushes])
                 return
             self.call_resume(site.base_index + 1, layout[: depth - pushes] + [None] * pushes)
 

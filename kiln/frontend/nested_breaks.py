@@ -15,8 +15,10 @@ The break is placed in the callee only where that is exactly what eager does; ot
 placed at the root's call as before (`plan` returns None):
 - each caller level is at a CALL whose callee is the very function the next frame runs (a user
   function or method, one made in the trace, an unhooked module's forward, or one of these
-  decorated by a grad mode in the trace: Note [Nested breaks: grad-mode decorated callees]):
-  the call's result is that frame's return value and nothing else happens in it;
+  decorated by a grad mode in the trace: Note [Nested breaks: grad-mode decorated callees]),
+  or at an instruction that only calls it (`obj.a = v` a `__setattr__` or property setter,
+  `obj[k]` a `__getitem__`: Note [Nested breaks: implicit calls]): the call's result is that
+  frame's return value and nothing else happens in it;
 - no inlined frame has a try or with block open at its instruction (an exception from the
   instruction would pass through them) or an exception being handled, or is a generator's
   body; a frame's own cells are made by the transformed code (shared with the closures it
@@ -213,7 +215,11 @@ def _levels(e, side=None):
             _check_handlers(tx, inst, [stack[k] for k in withs])
         else:
             _check_inlined_frame(tx, inst, [stack[k] for k in withs])
-        if not innermost:
+        if not innermost and inst.opname in _IMPLICIT_CALLS:
+            inner = frames[i - 1].tx
+            if inner.parent is not tx or not _calls_only(inst, stack, inner.fn):
+                raise NoBreakHere(f"a {inst.opname} that is more than its callee's frame")
+        elif not innermost:
             if inst.opname not in _CALLS:
                 raise NoBreakHere(f"a caller at {inst.opname}")
             slot = _callee_slot(inst, stack)
@@ -352,9 +358,11 @@ def _cell_refs(tx, chain):
             # (of a frame of the chain, or of one that returned, the maker of a closure: a
             # cell made by the transformed code either way, one per cell however often loaded)
             refs.append(entry)
-        elif isinstance(entry, tuple) and entry[1] is not None:
+        elif isinstance(entry, tuple):
             # the root frame's own (LOAD_CLOSURE), or a real cell of a function from outside
-            # (a decorator's wrapper, a method's __class__): `fn.__closure__[i]`
+            # (a decorator's wrapper, a method's __class__): `fn.__closure__[i]`, or the cell
+            # itself where the function has no source (one the trace guarded, found through a
+            # class: a method of an object made in the frame)
             refs.append(FrameCellVariable(entry))
         else:
             raise NoBreakHere("a callee over cells of a frame that has returned")
@@ -394,6 +402,66 @@ def _runs(callee, inner):
     return False
 
 
+# Note [Nested breaks: implicit calls]
+# Some instructions call a user function of their operand's type and do nothing else: STORE_ATTR
+# a `__setattr__` or a property's setter, STORE_SUBSCR/DELETE_SUBSCR `__setitem__`/`__delitem__`,
+# BINARY_SUBSCR `__getitem__`, LOAD_ATTR a property's getter (or `__getattr__`,
+# `__getattribute__`), pushing what it returns or dropping it. A caller level at one of them is
+# a call like CALL's: its resume function's prologue calls the callee's and pushes the result,
+# or drops it (drop_inner). What the instruction would call is looked up on the operand's type
+# (a user class's dict entries, which the trace that inlined the call guarded) and must be the
+# very function of the inlined frame; a getter whose AttributeError would fall back to a
+# `__getattr__` is not such a call (eager would go on into `__getattr__`).
+# {opname: (operand position from the top, dunder called, how many results it pushes)}
+_IMPLICIT_CALLS = {
+    "STORE_ATTR": (1, "__setattr__", 0),
+    "LOAD_ATTR": (1, "__getattribute__", 1),
+    "STORE_SUBSCR": (2, "__setitem__", 0),
+    "DELETE_SUBSCR": (2, "__delitem__", 0),
+    "BINARY_SUBSCR": (2, "__getitem__", 1),
+    "BINARY_SLICE": (3, "__getitem__", 1),  # 3.12+
+    "STORE_SLICE": (3, "__setitem__", 0),  # 3.12+
+}
+
+
+def _type_entry(cls, name):
+    """`name` as found in the dicts of cls's MRO (no descriptor called), or None."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return None
+
+
+def _calls_only(inst, stack, fn):
+    """Whether running `inst` on `stack` is calling the user function `fn` and nothing else."""
+    depth, dunder, _ = _IMPLICIT_CALLS[inst.opname]
+    if not inspect.isfunction(fn) or len(stack) < depth:
+        return False
+    if inst.opname == "LOAD_ATTR" and (inst.arg or 0) & 1 and PY312_PLUS:
+        return False  # (a method load: pushes two values)
+    try:
+        cls = stack[-depth].python_type()
+    except Exception:
+        return False
+    if issubclass(cls, type) and dunder == "__getitem__":
+        return False  # (`C[int]` may be __class_getitem__)
+    if _type_entry(cls, dunder) is fn:
+        return dunder != "__getattribute__" or _type_entry(cls, "__getattr__") is None
+    if inst.opname == "LOAD_ATTR":
+        if _type_entry(cls, "__getattr__") is not None:
+            return _type_entry(cls, "__getattr__") is fn  # (its answer is the load's)
+        if _type_entry(cls, "__getattribute__") is not object.__getattribute__:
+            return False
+        desc = _type_entry(cls, inst.argval)
+        return isinstance(desc, property) and desc.fget is fn
+    if inst.opname == "STORE_ATTR" and _type_entry(cls, "__setattr__") is object.__setattr__:
+        desc = _type_entry(cls, inst.argval)
+        if isinstance(desc, property):
+            return desc.fset is fn
+        return desc is not None and _type_entry(type(desc), "__set__") is fn
+    return False
+
+
 def _level(state, inst, stack, inner, is_root, tx, side=None, withs=()):
     """The resume function of one level (boxed but at the root; calling the resume function of
     the level below, `inner`, but for the innermost; `side` of the innermost's branch)."""
@@ -405,7 +473,8 @@ def _level(state, inst, stack, inner, is_root, tx, side=None, withs=()):
         if not isinstance(v, DeletedVariable) and not (found and n.startswith("__stack"))
     )
     depth = len(stack) + _stack_effect(inst)  # after the instruction
-    kept = depth - (_BREAKABLE_PUSHES.get(inst.opname, 0) if innermost else 1)
+    implicit = _IMPLICIT_CALLS.get(inst.opname)
+    drops = not innermost and implicit is not None and implicit[2] == 0
     base_code, base_index = frame_code, state.index
     resume_at = base_index + 1
     if found is not None:
@@ -415,9 +484,15 @@ def _level(state, inst, stack, inner, is_root, tx, side=None, withs=()):
             at = prologue_call(frame_code)
             if innermost or at is None or at[0] != state.index:
                 raise NoBreakHere("inside a resume function's prologue")
-            resume_at = at[1]  # the chain's call: its frame continues where it resumed
+            # the chain's call: its frame continues where it resumed
+            resume_at, drops = at[1], at[2]
         else:
             resume_at = base_index + 1
+    if innermost:
+        kept = depth - _BREAKABLE_PUSHES.get(inst.opname, 0)
+    else:  # (the inner call's result on top, or dropped: Note [Nested breaks: implicit calls])
+        kept = depth - (not drops)
+        depth = kept + 1
     if innermost and side is not None and inst.opname == "FOR_ITER":
         if side == "next":  # the iterator stays, its next item on top
             depth, kept = len(stack) + 1, len(stack)
@@ -446,6 +521,7 @@ def _level(state, inst, stack, inner, is_root, tx, side=None, withs=()):
         setup_with_blocks=withs,
         boxed=not is_root,
         inner_call=inner,
+        drop_inner=drops,
     )
     if not is_root and resume.code.co_freevars != frame_code.co_cellvars + frame_code.co_freevars:
         raise NoBreakHere("a callee's resume function with other cells")

@@ -161,8 +161,9 @@ class ResumeFunction:
 _cache: dict[tuple, ResumeFunction] = {}
 # resume code -> (the user's original code, {instruction index here: index there})
 _origins: dict[types.CodeType, tuple[types.CodeType, dict[int, int]]] = {}
-# resume code made with inner_call=True -> (index of its prologue call, resume index in the origin)
-_prologue_calls: dict[types.CodeType, tuple[int, int]] = {}
+# resume code made with inner_call -> (index of its prologue call, resume index in the origin,
+# whether the prologue drops the call's result)
+_prologue_calls: dict[types.CodeType, tuple[int, int, bool]] = {}
 _boxed: set[types.CodeType] = set()  # resume codes made with boxed=True
 # (boxed code, id(globals)) -> function; each lives while a transformed code loads it
 _inner_functions = weakref.WeakValueDictionary()
@@ -304,6 +305,7 @@ def make_resume_function(
     setup_with_blocks=(),
     boxed=False,
     inner_call=None,
+    drop_inner=False,
 ) -> ResumeFunction:
     """A function continuing `code` at decode(code)[resume_index] (cached per code and layout).
 
@@ -314,7 +316,10 @@ def make_resume_function(
     of an active `with` block (the caller passes the context manager there instead); boxed: one
     parameter, the list of the arguments (Note [Nested breaks: the chain of resume functions]);
     inner_call: the code of fn when the top stack position is the result of `fn(box)`, fn and
-    box passed there (a code object of its own per inner code: each compiles once).
+    box passed there (a code object of its own per inner code: each compiles once);
+    drop_inner: the prologue drops that result (an instruction that calls the inner frame and
+    discards what it returns: Note [Nested breaks: implicit calls]), the code resuming with
+    the stack below it.
     """
     cells = (
         tuple(cell_and_free) if cell_and_free is not None else code.co_cellvars + code.co_freevars
@@ -329,6 +334,7 @@ def make_resume_function(
         tuple(sorted(setup_with_blocks)),
         bool(boxed),
         inner_call,
+        bool(drop_inner),
     )
     hit = _cache.get(key)
     if hit is None:
@@ -373,13 +379,15 @@ def inner_function(code, f_globals):
 
 
 def prologue_call(code):
-    """(index of the prologue's inner call, the resume index in the original code) of a resume
-    code made with inner_call=True, else None (Note [Nested breaks: the chain of resume
-    functions])."""
+    """(index of the prologue's inner call, the resume index in the original code, whether the
+    prologue drops its result) of a resume code made with inner_call, else None (Note [Nested
+    breaks: the chain of resume functions])."""
     return _prologue_calls.get(code)
 
 
-def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs, boxed, inner_call):
+def _build(
+    code, resume_index, stack_depth, nulls, live_locals, cells, withs, boxed, inner_call, drops
+):
     if code.co_flags & _GENERATOR_FLAGS:
         raise ResumeUnsupported(f"cannot resume inside generator/coroutine {code.co_name}")
     if set(cells) != set(code.co_cellvars) | set(code.co_freevars):
@@ -438,12 +446,15 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs, bo
     if cells:
         prologue += emit.inst("COPY_FREE_VARS", len(cells))
     prologue += emit.resume(0)
+    # (zero-argument super() reads the frame's first local: a boxed code's box comes in there,
+    # and the unpacking puts the first argument in its place)
+    box_name = first or "__stack_box"
     if boxed:  # Note [Nested breaks: the chain of resume functions]
-        prologue += emit.load_fast("__stack_box") + emit.unpack_sequence(len(argnames))
+        prologue += emit.load_fast(box_name) + emit.unpack_sequence(len(argnames))
         for name in argnames:
             prologue += emit.store_fast(name)
-        # (the box's last holder: the caller's prologue passed it on without keeping it)
-        prologue += emit.load_const(None) + emit.store_fast("__stack_box")
+        if not first:  # (the box's last holder: the caller's prologue passed it on, not kept)
+            prologue += emit.load_const(None) + emit.store_fast("__stack_box")
     call_at = None
     for k in range(stack_depth):
         if k == inner:
@@ -453,6 +464,8 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs, bo
                 for inst in made:
                     inst.exn_tab_entry = before.exn_tab_entry
             prologue += made
+            if drops:
+                prologue += emit.pop_top()
         elif k in nulls:
             prologue += emit.push_null()
         elif k in withs:
@@ -472,7 +485,7 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs, bo
         insts = guard_cell_reads(insts, set(code.co_cellvars))
 
     others = [safe_local_name(v) for v in code.co_varnames if v not in cells]
-    params = ["__stack_box"] if boxed else argnames
+    params = [box_name] if boxed else argnames
     varnames = params + [v for v in dict.fromkeys(argnames + others) if v not in params]
     flags = code.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
     if cells:
@@ -512,7 +525,7 @@ def _build(code, resume_index, stack_depth, nulls, live_locals, cells, withs, bo
         if target_origin is not None:
             at = next((where[k] for k, i in enumerate(insts) if i is call_at), None)
             if at is not None:
-                _prologue_calls[new_code] = (at, target_origin)
+                _prologue_calls[new_code] = (at, target_origin, bool(drops))
     return ResumeFunction(
         code=new_code,
         original=code,

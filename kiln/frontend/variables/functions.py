@@ -487,6 +487,8 @@ def _load_cell(cg, ref):
             cg.extend(emit.load_closure(source.var_name))
         elif isinstance(source, AttrSource) and source.attr == "cell_contents":
             source.source.reconstruct(cg)  # `fn.__closure__[i]` of an inlined function
+        elif source is None:  # (of a function the trace guarded, reached without a source)
+            cg.load_object(cell)
         else:
             unimplemented("rebuilding a function over a cell reached without a source")
         return None
