@@ -306,3 +306,86 @@ def test_subclass_values_over_an_input_are_new_objects(fn):
         return
     assert type(got) is type(expected) and got is not x
     torch.testing.assert_close(got.as_subclass(torch.Tensor), expected.as_subclass(torch.Tensor))
+
+
+class WithOwnAttrs(torch.Tensor):
+    """A subclass with its own class constant, method and property (plain Python: torch calls
+    no __torch_function__ for them)."""
+
+    factor = 10
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        LOG.append(func.__name__)
+        return super().__torch_function__(func, types, args, kwargs)
+
+    def twice(self):
+        return self * 2
+
+    @property
+    def tripled(self):
+        return self * 3
+
+
+class MoreOwnAttrs(WithOwnAttrs):
+    factor = 4
+
+    def twice(self):
+        return self * 5
+
+
+def _uses_own_attrs(x):
+    y = x + 1  # (a value of the subclass the frame made)
+    return x.twice() + y.tripled + x.factor, y.twice() * y.factor
+
+
+@pytest.mark.parametrize("cls", [WithOwnAttrs, MoreOwnAttrs])
+def test_the_subclass_own_attributes_methods_and_properties(cls):
+    # (Note [Tensors: a subclass's own attributes])
+    _check(_uses_own_attrs, torch.randn(3).as_subclass(cls))
+
+
+def test_own_attributes_are_guarded():
+    class Mine(WithOwnAttrs):
+        pass
+
+    def fn(x):
+        return x.twice() + x.factor
+
+    x = torch.ones(2).as_subclass(Mine)
+    compiled = kiln.compile(fn, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x), fn(x))
+    Mine.factor = 20  # (a class attribute changed: a recompile)
+    torch.testing.assert_close(compiled(x), fn(x))
+    Mine.twice = lambda self: self * 7  # (a method replaced)
+    torch.testing.assert_close(compiled(x), fn(x))
+    x.factor = 1  # (an instance attribute shadows the class's)
+    torch.testing.assert_close(compiled(x), fn(x))
+    torch.testing.assert_close(compiled(x).as_subclass(torch.Tensor), torch.full((2,), 8.0))
+
+
+class Named(torch.Tensor):
+    """Logs the name of each func torch hands its __torch_function__."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        LOG.append(getattr(func, "__name__", func))
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def _operators(x, i):
+    return (
+        *(x + 2, x - 2, x * 2, x / 2, x // 2, x % 2, x**2, x @ x),
+        *(i & 1, i | 1, i ^ 1, i << 1, i >> 1, 2 & i, ~i),
+        *(x < 1, x <= 1, x > 1, x >= 1, x == 1, x != 1),
+        *(-x, +x, abs(x), x[0]),
+        *(2 + x, 2 - x, 2 * x, 2 / x, 2**x),
+    )
+
+
+def test_operators_hand_torch_function_the_func_torch_does():
+    # (`x + 2` hands Tensor.add, `2 & i` Tensor.bitwise_and with i first: the mode probe's)
+    x = torch.randn(3).as_subclass(Named)
+    i = torch.arange(3).as_subclass(Named)
+    _check(_operators, x, i)
+    assert LOG[:4] == ["add", "sub", "mul", "div"]

@@ -42,7 +42,7 @@ from kiln.frontend.variables.torch import _overridable
 # writes and rewritten results are traced like any other. `func` is the object torch would pass:
 # the torch function, the Tensor method, the property's `__get__`; for a Python operator the
 # method torch's binding reaches and its argument order (`x + 1` is Tensor.add(x, 1), `1 - x`
-# Tensor.__rsub__(x, 1)) are asked of torch once per form with a probe mode (`_operator_func`).
+# Tensor.__rsub__(x, 1)) are asked of torch once per form with a probe mode (`operator_func`).
 # The guard pins the stack's depth and that dispatch is on (GLOBAL_STATE), each mode's type and
 # handler, and whatever the handler read; guards run with torch function dispatch off, and so
 # do the compiled graphs (output_graph: the modes' work is in them). What kiln does not model
@@ -353,7 +353,7 @@ class _Probe(torch.overrides.TorchFunctionMode):
 
 
 @functools.cache
-def _operator_func(op, operands):
+def operator_func(op, operands):
     """(the func torch hands a mode for `op(*operands)`, the operands' order in its args) where
     operands names each one: "tensor" or "number". Asked of torch itself, once per form (which
     Tensor method a Python operator reaches, and with which argument first, is torch's binding)."""
@@ -375,7 +375,7 @@ def _operator_func(op, operands):
     return (func, tuple(order)) if len(order) == len(values) else None
 
 
-def _operand_kind(v):
+def operand_kind(v):
     if isinstance(v, TensorVariable):
         return "tensor"
     if v.is_python_constant() and isinstance(v.as_python_constant(), int | float | bool):
@@ -387,8 +387,8 @@ def operator_call(tx, op, *operands):
     """`a <op> b`, `-a` ... on a tensor with modes active: the call torch hands the mode."""
     from kiln.frontend.variables.torch_function import _func_of_object
 
-    kinds = tuple(_operand_kind(v) for v in operands)
-    found = None if "other" in kinds else _operator_func(op, kinds)
+    kinds = tuple(operand_kind(v) for v in operands)
+    found = None if "other" in kinds else operator_func(op, kinds)
     if found is None:
         what = getattr(op, "__name__", op)
         unimplemented(f"operator {what} on {kinds} under a torch function mode")

@@ -268,7 +268,12 @@ class TensorMethodDescriptorVariable(VariableTracker):
             # `Tensor.grad.__get__`: a new method-wrapper per read, equal (and hashed) by its
             # descriptor and slot (torch.overrides.get_default_nowrap_functions() holds them)
             return ConstantObjectVariable(self.value.__get__)
+        if name in ("__name__", "__qualname__"):  # (fixed by the descriptor: Tensor's own)
+            return ConstantVariable(getattr(self.value, name))
         return super().var_getattr(tx, name)
+
+    def hasattr(self, tx, name):
+        return ConstantVariable(hasattr(self.value, name))  # (a C descriptor's: fixed)
 
     reconstruct = _load_value
 
@@ -569,6 +574,24 @@ class OpaqueCallableVariable(VariableTracker):
             ckw = {k: v.as_python_constant() for k, v in kwargs.items()}
             return fold(lambda: self.value(*cargs, **ckw))
         unimplemented(f"call to {_callable_name(self.value)} (not traceable)")
+
+    def _fixed_name(self, name):
+        """Whether `name` of the callable cannot change (a C callable's, or torch's function's)."""
+        if name not in ("__name__", "__qualname__", "__module__"):
+            return False
+        if not isinstance(self.value, types.FunctionType):
+            return True
+        return (self.value.__module__ or "").split(".")[0] == "torch"
+
+    def var_getattr(self, tx, name):
+        if self._fixed_name(name) and hasattr(self.value, name):
+            return ConstantVariable(getattr(self.value, name))
+        return super().var_getattr(tx, name)
+
+    def hasattr(self, tx, name):
+        if self._fixed_name(name):
+            return ConstantVariable(hasattr(self.value, name))
+        return super().hasattr(tx, name)
 
     reconstruct = _load_value
 

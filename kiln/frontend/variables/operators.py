@@ -556,6 +556,8 @@ def unary_op(tx, fn, obj):
         return numpy_vars.operator_call(tx, fn, [obj])
     if modes_traced(tx) and _under_modes(tx, obj, None):
         return function_modes.operator_call(tx, fn, obj)  # Note [Frames: tracing a user's ...]
+    if torch_function_involved([obj]):  # Note [Tensors: subclasses with __torch_function__]
+        return torch_function_operator(tx, fn, obj)
     if isinstance(obj, TensorVariable):
         return call_tensor_op(tx, "call_function", fn, [obj], {})
     if isinstance(obj, SymNodeVariable):

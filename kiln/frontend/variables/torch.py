@@ -113,8 +113,9 @@ def register_torch_function_dispatch(fn, operator_fn):
     _TORCH_FUNCTION_DISPATCH[:] = [fn, operator_fn]
 
 
-def torch_function_operator(tx, op, a, b):
-    """`a <op> b` where a or b is a value of a plain subclass with __torch_function__."""
+def torch_function_operator(tx, op, a, b=None):
+    """`a <op> b` (or `<op> a`) where an operand is a value of a plain subclass with
+    __torch_function__."""
     return _TORCH_FUNCTION_DISPATCH[1](tx, op, a, b)
 
 

@@ -18,11 +18,11 @@ from kiln.frontend.dispatch_modes import (
 )
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource
-from kiln.frontend.variables import function_modes
-from kiln.frontend.variables.base import VariableTracker, wrap_constant_like
-from kiln.frontend.variables.constant import ConstantVariable
+from kiln.frontend.variables import function_modes, tensor_attrs
+from kiln.frontend.variables.base import VariableTracker, wrap_constant_like, wrap_value
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
-from kiln.frontend.variables.functions import inline_call, register_modelled
+from kiln.frontend.variables.functions import UserMethodVariable, inline_call, register_modelled
 from kiln.frontend.variables.lists import BaseListVariable, ListVariable, TupleVariable
 from kiln.frontend.variables.super_calls import BASE_NEWS
 from kiln.frontend.variables.tensor import TensorVariable, register_method
@@ -55,10 +55,20 @@ from kiln.frontend.variables.torch import (
 # func as the object torch would pass (the torch function, `Tensor.<method>`, or the property's
 # `__get__`), and `super().__torch_function__(...)` inside it reaches the modelled default.
 # Results that leave the graph are made C again by `as_subclass`, once per value (a value used
-# twice is one object, as in eager). What is not modelled breaks: two different subclasses in
-# one call, in-place ops on such values, a __torch_dispatch__ or a Tensor method the class
-# overrides, the class's own attributes, and any kiln path that would record an op on such a
-# value without going through here (call_tensor_op refuses those: `torch_function_class`).
+# twice is one object, as in eager). A Python operator hands the func and argument order torch's
+# binding does (`x + 2` Tensor.add, `2 & x` Tensor.bitwise_and(x, 2)), asked of torch by the
+# probe the user's modes use (function_modes.operator_func). What is not modelled breaks: two
+# different subclasses in one call, in-place ops on such values, a __torch_dispatch__ or a
+# Tensor method the class overrides, and any kiln path that would record an op on such a value
+# without going through here (call_tensor_op refuses those: `torch_function_class`).
+
+# Note [Tensors: a subclass's own attributes]
+# What C defines itself (a method, a property, a class constant) is plain Python to torch: no
+# __torch_function__ runs for `x.scale` or `x.twice()`. kiln reads them as Python does: a
+# property's getter (a data descriptor, before the instance dict) is inlined on x; then the
+# tensor's own __dict__ (its keys guarded, an input's); then a function is a method bound to x
+# (inlined when called), a literal a constant. Each is reached and guarded through
+# `x.__class__.<name>`, so a class attribute changed later recompiles. Other descriptors break.
 
 _TENSOR_TF = torch.Tensor.__torch_function__.__func__
 _DISABLED_TF = torch._C._disabled_torch_function_impl
@@ -153,17 +163,43 @@ class TorchFunctionTensorVariable(TensorVariable):
         if name == "__class__":
             return super().var_getattr(tx, name)
         if self._own_attr(name):
-            what = self.torch_function_class.__name__
-            unimplemented(f"attribute {name!r} of a tensor subclass ({what}) is not traced")
+            return self._class_attr(tx, name)
         attr = inspect.getattr_static(torch.Tensor, name, None)
         if isinstance(attr, types.GetSetDescriptorType):  # a property: torch calls the TF
             return dispatch(tx, ("getter", name), [self], {})
         return super().var_getattr(tx, name)
 
+    def _class_attr(self, tx, name):
+        """`x.name` of an attribute the subclass defines (Note [Tensors: a subclass's own
+        attributes])."""
+        stored = tensor_attrs.load_attr(tx, self, name)
+        if stored is not None:
+            return stored
+        cls = self.torch_function_class
+        static = next(k.__dict__[name] for k in cls.__mro__ if name in k.__dict__)
+        what = f"attribute {name!r} of a tensor subclass ({cls.__name__})"
+        if self.class_source is None:
+            unimplemented(f"{what} of a value without a source for its class")
+        src = AttrSource(self.class_source, name)
+        if isinstance(static, property) and isinstance(static.fget, types.FunctionType):
+            fget_source = AttrSource(src, "fget")
+            wrap_value(tx, static.fget, fget_source)  # (its guard)
+            return inline_call(tx, static.fget, [self], {}, fget_source)
+        if hasattr(type(static), "__set__"):
+            unimplemented(f"{what}: a data descriptor ({type(static).__name__})")
+        found = self._instance_dict(tx, name)  # (its keys guarded)
+        if found is not None:
+            return found
+        if isinstance(static, types.FunctionType):
+            wrap_value(tx, static, src)  # (its guard)
+            return UserMethodVariable(static, self)
+        if not is_literal(static):
+            unimplemented(f"{what}: a {type(static).__name__}")
+        return wrap_value(tx, static, src)
+
     def call_method(self, tx, name, args, kwargs):
         if self._own_attr(name):
-            what = self.torch_function_class.__name__
-            unimplemented(f"method {name!r} of a tensor subclass ({what}) is not traced")
+            return self._class_attr(tx, name).call_function(tx, args, kwargs)
         if name == "as_subclass" and self.source is None:  # (torch skips __torch_function__
             return _as_subclass(tx, self, args, kwargs)  # for it; an input's: Tensor's modelled)
         if not callable(getattr(torch.Tensor, name, None)):
@@ -468,10 +504,18 @@ _OPERATOR_METHODS = {
 }
 
 
-def operator_call(tx, op, a, b):
-    """`a <op> b` with such a value: Tensor's operator method, as Python picks it (the left
-    operand's when it is a tensor, else the right one's reflected method)."""
-    if op in _OPERATOR_METHODS:
+def operator_call(tx, op, a, b=None):
+    """`a <op> b` (or `<op> a`) with such a value: the call torch hands __torch_function__, as
+    it hands a mode (`x + 2` passes Tensor.add, `2 & x` Tensor.bitwise_and with x first); else
+    Tensor's operator method, as Python picks it (the left operand's when it is a tensor, else
+    the right one's reflected method)."""
+    operands = [a] if b is None else [a, b]
+    kinds = tuple(function_modes.operand_kind(v) for v in operands)
+    found = None if "other" in kinds else function_modes.operator_func(op, kinds)
+    if found is not None:
+        func, order = found
+        return dispatch(tx, _func_of_object(func), [operands[i] for i in order], {})
+    if op in _OPERATOR_METHODS and b is not None:
         method, reflected = _OPERATOR_METHODS[op]
         if isinstance(a, TensorVariable):
             return dispatch(tx, ("method", method), [a, b], {})
