@@ -389,3 +389,66 @@ def test_operators_hand_torch_function_the_func_torch_does():
     i = torch.arange(3).as_subclass(Named)
     _check(_operators, x, i)
     assert LOG[:4] == ["add", "sub", "mul", "div"]
+
+
+class KeepsShape(torch.Tensor):
+    """Overrides Tensor's `to` and `shape` in Python (diffusers' GGUF parameters do)."""
+
+    def to(self, *args, **kwargs):
+        new = super().to(*args, **kwargs)
+        new.tensor_shape = getattr(self, "tensor_shape", new.data.shape)
+        return new
+
+    @property
+    def shape(self):
+        if not hasattr(self, "tensor_shape"):
+            self.tensor_shape = self.size()
+        return self.tensor_shape
+
+
+def _overridden(x):
+    x_shape = x.shape
+    y = x.to("cpu")
+    return x + 1, y + 2, x_shape, x.tensor_shape, y.tensor_shape
+
+
+def test_tensor_methods_and_properties_the_subclass_overrides():
+    # (Python reaches them by attribute, no __torch_function__; kiln's own Tensor calls on the
+    # value stay Tensor's)
+    x0 = torch.randn(2, 2).as_subclass(KeepsShape)
+    x1 = x0.clone().as_subclass(KeepsShape)
+    expected = _overridden(x0)
+    got = kiln.compile(_overridden, backend="eager", fullgraph=True)(x1)
+    for g, e in zip(got, expected):
+        assert type(g) is type(e)
+        torch.testing.assert_close(g, e)
+    assert x1.tensor_shape == x0.tensor_shape
+
+
+class NoTorchFunctionOverrides(torch.Tensor):
+    ndim = 10
+
+    def sigmoid(self):
+        return None
+
+
+def test_overrides_of_a_subclass_without_torch_function():
+    def fn(x):
+        return x.ndim, x.sigmoid(), x.dim(), torch.sigmoid(x)
+
+    x = torch.ones(2).as_subclass(NoTorchFunctionOverrides)
+    got = kiln.compile(fn, backend="eager", fullgraph=True)(x)
+    expected = fn(x)
+    assert got[:3] == expected[:3] and type(got[3]) is type(expected[3])
+    torch.testing.assert_close(got[3], expected[3])
+
+
+def test_a_result_that_may_be_its_operand_is_not_called_another_object():
+    # (`x.to("cpu")` is x in eager: Note [Operators: tensor identity]; kiln said False)
+    def fn(x):
+        return x.to("cpu") is x
+
+    x = torch.ones(2).as_subclass(Plain)
+    assert kiln.compile(fn, backend="eager")(x) is True
+    with pytest.raises(kiln.exc.Unsupported, match="`is` between"):
+        kiln.compile(fn, backend="eager", fullgraph=True)(x)

@@ -275,6 +275,9 @@ class TensorMethodDescriptorVariable(VariableTracker):
     def hasattr(self, tx, name):
         return ConstantVariable(hasattr(self.value, name))  # (a C descriptor's: fixed)
 
+    def python_type(self):
+        return type(self.value)
+
     reconstruct = _load_value
 
 

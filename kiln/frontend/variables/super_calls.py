@@ -2,6 +2,8 @@
 
 import types
 
+import torch
+
 from kiln.exc import unimplemented
 from kiln.frontend.source import AttrSource, GetItemSource
 from kiln.frontend.variables import dict_subclass
@@ -10,7 +12,9 @@ from kiln.frontend.variables.dict_objects import DictMethodVariable, DictReadVar
 from kiln.frontend.variables.dicts import DictNewVariable
 from kiln.frontend.variables.exceptions import ExceptionInitVariable
 from kiln.frontend.variables.functions import UserMethodVariable
+from kiln.frontend.variables.misc import TensorMethodVariable
 from kiln.frontend.variables.object_new import ObjectNewVariable
+from kiln.frontend.variables.tensor_attrs import is_tensor_var
 from kiln.frontend.variables.user_attrs import ObjectDelattrVariable, ObjectSlotVariable
 from kiln.frontend.variables.user_defined import (
     DICT_BASES,
@@ -95,6 +99,9 @@ class SuperVariable(VariableTracker):
                     return ObjectCompareVariable(self.obj, name)
                 if not hasattr(type(attr), "__get__"):  # `super().a`, a plain class attribute
                     return self._mro_attr(tx, mro.index(klass), name, attr)
+                if klass is torch._C.TensorBase and isinstance(attr, types.MethodDescriptorType):
+                    if is_tensor_var(self.obj):  # `super().to(...)` in a tensor subclass's `to`
+                        return TensorMethodVariable(self.obj, name)  # (Tensor's own)
                 unimplemented(f"super().{name} is a {type(attr).__name__}")
         unimplemented(f"super() has no attribute {name!r}")
 

@@ -55,7 +55,9 @@ from kiln.frontend.variables.torch import (
 # func as the object torch would pass (the torch function, `Tensor.<method>`, or the property's
 # `__get__`), and `super().__torch_function__(...)` inside it reaches the modelled default.
 # Results that leave the graph are made C again by `as_subclass`, once per value (a value used
-# twice is one object, as in eager). A Python operator hands the func and argument order torch's
+# twice is one object, as in eager), but for one that is already a C: an op that gave its
+# operand back (`x.to("cpu")` is x), which torch's _convert keeps, and whose `is` with the
+# operand is left to Python (Note [Operators: tensor identity]). A Python operator hands the func and argument order torch's
 # binding does (`x + 2` Tensor.add, `2 & x` Tensor.bitwise_and(x, 2)), asked of torch by the
 # probe the user's modes use (function_modes.operator_func). What is not modelled breaks: two
 # different subclasses in one call, in-place ops on such values, a __torch_dispatch__ or a
@@ -111,7 +113,20 @@ def check_class(cls):
         if not isinstance(tf, classmethod) or not isinstance(fn, types.FunctionType):
             unimplemented(f"a tensor subclass ({name}) whose __torch_function__ is no classmethod")
     for attr in tensor_overrides(cls, _OWN_TF_NAMES):
-        unimplemented(f"a tensor subclass input ({name}) overrides Tensor.{attr}")
+        if not _python_override(cls, attr):
+            unimplemented(f"a tensor subclass input ({name}) overrides Tensor.{attr}")
+
+
+def _python_override(cls, name):
+    """Whether C's own `name` (one Tensor has too) is a method, property or constant that user
+    code reaches by attribute (Note [Tensors: a subclass's own attributes]): not an operator
+    or other dunder, which Python and torch reach through slots."""
+    if name.startswith("__"):
+        return False
+    static = next(k.__dict__[name] for k in cls.__mro__ if name in k.__dict__)
+    if isinstance(static, property):
+        return isinstance(static.fget, types.FunctionType)  # (a store to it breaks)
+    return isinstance(static, types.FunctionType) or is_literal(static)
 
 
 def wrap_input(var, cls):
@@ -198,7 +213,9 @@ class TorchFunctionTensorVariable(TensorVariable):
         return wrap_value(tx, static, src)
 
     def call_method(self, tx, name, args, kwargs):
-        if self._own_attr(name):
+        # (a name Tensor has too is Tensor's here: user code reaches C's own through
+        # var_getattr, kiln's own calls of Tensor methods mean Tensor's)
+        if self._own_attr(name) and not hasattr(torch.Tensor, name):
             return self._class_attr(tx, name).call_function(tx, args, kwargs)
         if name == "as_subclass" and self.source is None:  # (torch skips __torch_function__
             return _as_subclass(tx, self, args, kwargs)  # for it; an input's: Tensor's modelled)
@@ -212,17 +229,23 @@ class TorchFunctionTensorVariable(TensorVariable):
     def reconstruct(self, cg):
         if self.source is not None:
             return super().reconstruct(cg)
-        cg.load_object(torch.Tensor.as_subclass, push_null=True)
         base = _input_source(cg.output, self.proxy)
         if base is not None:  # (`x.as_subclass(C)` of an input x: a new object over it)
+            cg.load_object(torch.Tensor.as_subclass, push_null=True)
             base.reconstruct(cg)
-        else:
+        else:  # (a graph output: the input itself where the op gave its operand back)
+            cg.load_object(converted, push_null=True)
             cg.reconstruct_tensor(self)
         cg.load_object(self.torch_function_class)
         cg.extend(_call(2))
 
     def __repr__(self):
         return f"TorchFunctionTensorVariable({self.torch_function_class.__name__}, {self.proxy})"
+
+
+def converted(out, cls):
+    """torch's _convert of one result at run time: `out` made cls unless it is one already."""
+    return out if isinstance(out, cls) else torch.Tensor.as_subclass(out, cls)
 
 
 def _call(n):
@@ -439,7 +462,15 @@ def _convert(result, cls, class_source, inputs):
                 return v
         if getattr(result, "wrapper_subclass", False):
             unimplemented(f"a {cls.__name__} op returned a wrapper subclass")
-        return TorchFunctionTensorVariable.of(result, cls, class_source, source=None)
+        made = TorchFunctionTensorVariable.of(result, cls, class_source, source=None)
+        origin = result
+        while getattr(origin, "may_be", None) is not None:
+            origin = origin.may_be
+        if origin is not result:  # (`x.to(x.dtype)` may be x: Note [Operators: tensor identity])
+            made.may_be = next(
+                (v for v in _flat(inputs) if getattr(v, "proxy", None) is origin.proxy), origin
+            )
+        return made
     if type(result) is ListVariable:
         return ListVariable([_convert(i, cls, class_source, inputs) for i in result.items])
     if type(result) is TupleVariable and (
