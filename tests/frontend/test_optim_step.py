@@ -118,3 +118,16 @@ def test_sgd_training_step_with_backward():
         lc = ctrain(mc, oc, x, y)
         torch.testing.assert_close(lc, le, **TOL)
     _assert_same_state(oe, oc)
+
+
+@pytest.mark.parametrize("op", [torch._foreach_addcmul, torch._foreach_addcdiv])
+def test_foreach_with_a_zero_dim_tensor_value(op):
+    # (one Scalar for every item, as eager converts it; was a select on the 0-d tensor)
+    a, b, c = (list(torch.randn(3, 4, 4).unbind()) for _ in range(3))
+    val = torch.tensor(0.5, dtype=torch.float64)
+
+    def fn(a, b, c, val):
+        return op(a, b, c, value=1 - val)
+
+    got = kiln.compile(fn, backend="eager", fullgraph=True)(a, b, c, val)
+    torch.testing.assert_close(got, fn(a, b, c, val))

@@ -257,8 +257,8 @@ def rewrite_foreach(tx, fn, args, kwargs, call, tensor_cls):
     if len(args) < 3 or not isinstance(scalars, (tensor_cls, SymFloatVariable)):
         return None
     selfs, t1s, t2s = (a.unpack_var_sequence(tx) for a in args[:3])
-    if isinstance(scalars, SymFloatVariable):
-        values = [scalars] * len(selfs)
+    if isinstance(scalars, SymFloatVariable) or scalars.example.dim() == 0:
+        values = [scalars] * len(selfs)  # (a 0-d tensor is one Scalar `value` for every item)
     else:
         values = _stacked_items(scalars, len(selfs), tensor_cls) or [
             call(torch.select, [scalars, ConstantVariable(0), ConstantVariable(i)])
