@@ -452,3 +452,42 @@ def test_a_result_that_may_be_its_operand_is_not_called_another_object():
     assert kiln.compile(fn, backend="eager")(x) is True
     with pytest.raises(kiln.exc.Unsupported, match="`is` between"):
         kiln.compile(fn, backend="eager", fullgraph=True)(x)
+
+
+class MadeBySubclassCall(torch.Tensor):
+    def __new__(cls, elem):
+        r = torch.Tensor._make_subclass(cls, torch.ones(0))
+        r.elem = elem
+        return r
+
+
+def test_make_subclass_in_a_subclass_new():
+    def fn(t):
+        return MadeBySubclassCall(t.elem.clone())
+
+    t = MadeBySubclassCall(torch.ones(2))
+    got = kiln.compile(fn, backend="eager", fullgraph=True)(t)
+    expected = fn(t)
+    assert type(got) is type(expected) and got.shape == expected.shape
+    torch.testing.assert_close(got.elem, expected.elem)
+
+
+def test_make_subclass_is_a_detached_alias():
+    def fn(x):
+        y = torch.Tensor._make_subclass(Plain, x)
+        z = torch.Tensor._make_subclass(torch.Tensor, x)
+        x += 1
+        z += 3  # (z shares x's storage)
+        return y * 2, x * z, type(y), y.requires_grad, z.requires_grad, z is x
+
+    x = torch.randn(3)
+    got = kiln.compile(fn, backend="eager", fullgraph=True)(x.clone())
+    expected = fn(x.clone())
+    assert got[2:] == expected[2:]
+    for g, e in zip(got[:2], expected[:2]):
+        assert type(g) is type(e)
+        torch.testing.assert_close(g.as_subclass(torch.Tensor), e.as_subclass(torch.Tensor))
+    with pytest.raises(kiln.exc.Unsupported, match="leaf requiring grad"):
+        kiln.compile(
+            lambda x: torch.Tensor._make_subclass(Plain, x, True), backend="eager", fullgraph=True
+        )(x)

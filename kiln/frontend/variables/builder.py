@@ -132,7 +132,7 @@ from kiln.frontend.variables.misc import (
 from kiln.frontend.variables.nn_module import NNModuleVariable
 from kiln.frontend.variables.sets import SetVariable
 from kiln.frontend.variables.tensor_keyed import tensor_keyed, wrap_tensor_keyed
-from kiln.frontend.variables.torch import TorchVariable
+from kiln.frontend.variables.torch import TorchVariable, has_function_hook
 from kiln.frontend.variables.user_defined import (
     UserDefinedClassVariable,
     UserDefinedObjectVariable,
@@ -148,6 +148,8 @@ def is_torch_callable(value):
     Instances of torch classes (optimizers, generators ...) and their bound methods are not:
     running them while tracing would run their effects (they are traced like user objects).
     """
+    if isinstance(value, types.BuiltinMethodType) and has_function_hook(value):
+        return True  # (a C method of a torch class kiln models: torch.Tensor._make_subclass)
     wrapped = probe(value, "__wrapped__", None) if isinstance(value, types.FunctionType) else None
     if isinstance(wrapped, types.FunctionType) and not is_torch_callable(wrapped):
         if (wrapped.__module__, wrapped.__qualname__) != (value.__module__, value.__qualname__):

@@ -92,6 +92,15 @@ def register_function(torch_fn, fn):
     _FUNCTION_HOOKS[torch_fn] = fn
 
 
+def has_function_hook(value):
+    """Whether calls of `value` are offered to a function registered for it (a torch callable
+    kiln models, C methods of torch classes among them: `torch.Tensor._make_subclass`)."""
+    try:
+        return value in _FUNCTION_HOOKS
+    except TypeError:  # (unhashable)
+        return False
+
+
 # `C(*args)` of a plain subclass of Tensor (its variable, or None), registered by torch_function.py
 # (Note [Tensors: constructing a plain subclass])
 _SUBCLASS_CONSTRUCTORS = []

@@ -611,6 +611,8 @@ def _as_subclass(tx, t, args, kwargs):
 # is a C. Tensor's own __new__ (reached directly or by `super().__new__(cls, t)`) on one tensor is
 # its legacy constructor: an alias of t of class C, with t's autograd history, which is what
 # `t.as_subclass(C)` makes; any other arguments (a shape, a list of data) are a break.
+# `torch.Tensor._make_subclass(C, t)` (the other way a __new__ makes its object) is the same over
+# `t.detach()`: an alias out of autograd (make_subclass).
 def _own_method(cls, name):
     """The function `name` of the first class of cls's MRO below Tensor that defines it (None:
     Tensor's own); False for something else (a builtin, a descriptor kiln does not run)."""
@@ -650,6 +652,24 @@ def tensor_new(tx, cls_var, args, kwargs):
     return _as_subclass(tx, args[0], [cls_var], {})
 
 
+def make_subclass(tx, fn, args, kwargs):
+    """`torch.Tensor._make_subclass(C, t, require_grad=False)`: a new object of class C over
+    t's storage, out of autograd (t.detach() made C: Note [Tensors: constructing a plain
+    subclass]); a new leaf that requires grad (require_grad=True) is a break."""
+    names = ("cls", "data", "require_grad")
+    if len(args) > 3 or any(k not in names for k in kwargs):
+        unimplemented("Tensor._make_subclass with arguments kiln does not know")
+    given = dict(zip(names, args), **kwargs)
+    flag = given.get("require_grad", ConstantVariable(False))
+    if not flag.is_python_constant() or flag.as_python_constant() is not False:
+        unimplemented("Tensor._make_subclass that makes a leaf requiring grad")
+    data = given.get("data")
+    if type(data) is not TensorVariable or "cls" not in given:
+        unimplemented("Tensor._make_subclass of something other than a plain tensor")
+    detached = data.call_method(tx, "detach", [], {})
+    return _as_subclass(tx, detached, [given["cls"]], {})
+
+
 class TensorNewVariable(VariableTracker):
     """`Tensor.__new__` reached by `super().__new__` in a subclass's own __new__."""
 
@@ -663,5 +683,6 @@ register_torch_function_dispatch(dispatch, operator_call)
 register_subclass_constructor(_construct)
 BASE_NEWS[torch._C.TensorBase] = TensorNewVariable
 register_function(torch._C.DisableTorchFunctionSubclass, _disable_subclass)
+register_function(torch.Tensor._make_subclass, make_subclass)
 register_method("as_subclass", _as_subclass)
 register_modelled(_TENSOR_TF, _tensor_torch_function)
