@@ -53,10 +53,10 @@ class ValueOpsMixin:
         index = self.pop()
         obj = self.pop()
         value = self.pop()
-        if isinstance(obj, TensorVariable):
+        if isinstance(obj, TensorVariable) and not hasattr(obj, "torch_function_class"):
             self.tensor_setitem(obj, index, value)
             return
-        obj.call_method(self, "__setitem__", [index, value], {})
+        obj.call_method(self, "__setitem__", [index, value], {})  # (through __torch_function__)
 
     def tensor_setitem(self, obj, index, value):
         """`t[index] = value`: an in-place operator.setitem node (checked on the meta tensor)."""

@@ -170,13 +170,36 @@ def test_new_torch_function_recompiles():
     torch.testing.assert_close(compiled(x), fn(x))
 
 
-def test_in_place_on_the_subclass_breaks():
-    def fn(x):
-        x.add_(1)
-        return x
+def _writes_in_place(x, y):
+    a = x + 1
+    a += 2
+    a.mul_(y)
+    x.add_(1)
+    x[0] = 7  # (through __torch_function__ too: Tensor.__setitem__)
+    b = x
+    b -= 1
+    return a, x, b is x
 
-    with pytest.raises(kiln.exc.Unsupported, match="in-place"):
-        kiln.compile(fn, backend="eager", fullgraph=True)(torch.zeros(2).as_subclass(Plain))
+
+@pytest.mark.parametrize("cls", [Logged, Plain])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "kiln"])
+def test_in_place_on_the_subclass(cls, backend):
+    x, y = torch.randn(3), torch.randn(3)
+    x_eager, x_compiled = x.as_subclass(cls), x.clone().as_subclass(cls)
+    expected = _writes_in_place(x_eager, y)
+    LOG.clear()
+    _writes_in_place(x.clone().as_subclass(cls), y)
+    eager_log = list(LOG)
+    LOG.clear()
+    got = kiln.compile(_writes_in_place, backend=backend, fullgraph=True)(x_compiled, y)
+    assert LOG == eager_log
+    assert got[1] is x_compiled and got[2] is True
+    for g, e in zip(got[:2], expected[:2]):
+        assert type(g) is type(e)
+        torch.testing.assert_close(g.as_subclass(torch.Tensor), e.as_subclass(torch.Tensor))
+    torch.testing.assert_close(
+        x_compiled.as_subclass(torch.Tensor), x_eager.as_subclass(torch.Tensor)
+    )
 
 
 def test_torch_function_given_to_a_plain_subclass_later_recompiles():

@@ -321,8 +321,9 @@ class TensorVariable(VariableTracker):
             return ListIteratorVariable.over(tx, self)
         if name == "__getitem__":
             return call_tensor_op(tx, "call_function", operator.getitem, [self, *args], {})
-        if name == "__setitem__":
-            return call_tensor_op(tx, "call_function", operator.setitem, [self, *args], {})
+        if name == "__setitem__" and len(args) == 2 and not kwargs:
+            tx.tensor_setitem(self, *args)  # (an in-place node; `x.__setitem__(i, v)` is None)
+            return ConstantVariable(None)
         if name == "requires_grad_" and self.example.requires_grad and not kwargs:
             if all(a.is_python_constant() and a.as_python_constant() is True for a in args):
                 return self  # (already requires grad: nothing changes)

@@ -29,7 +29,6 @@ from kiln.frontend.variables.tensor import TensorVariable, register_method
 from kiln.frontend.variables.tensor_subclass import (
     _OWN_NAMES,
     defined_below_tensor,
-    is_inplace_name,
     is_wrapper_subclass,
     tensor_overrides,
 )
@@ -59,10 +58,12 @@ from kiln.frontend.variables.torch import (
 # operand back (`x.to("cpu")` is x), which torch's _convert keeps, and whose `is` with the
 # operand is left to Python (Note [Operators: tensor identity]). A Python operator hands the func and argument order torch's
 # binding does (`x + 2` Tensor.add, `2 & x` Tensor.bitwise_and(x, 2)), asked of torch by the
-# probe the user's modes use (function_modes.operator_func). What is not modelled breaks: two
-# different subclasses in one call, in-place ops on such values, a __torch_dispatch__ or a
-# Tensor method the class overrides, and any kiln path that would record an op on such a value
-# without going through here (call_tensor_op refuses those: `torch_function_class`).
+# probe the user's modes use (function_modes.operator_func). An in-place op (`y += 2`,
+# `y[0] = v`: STORE_SUBSCR goes through here too) runs on the plain tensor and hands back the
+# value itself, as torch's _convert does. What is not modelled breaks: two different subclasses
+# in one call, a __torch_dispatch__ or a Tensor operator the class overrides, and any kiln path
+# that would record an op on such a value without going through here (call_tensor_op refuses
+# those: `torch_function_class`).
 
 # Note [Tensors: a subclass's own attributes]
 # What C defines itself (a method, a property, a class constant) is plain Python to torch: no
@@ -332,8 +333,6 @@ def dispatch(tx, func, args, kwargs):
         # DisableTorchFunction: guarded, Note [Frames: under a user's torch function mode])
         return _call_plain(tx, func, args, kwargs)
     kind, what = func
-    if kind == "method" and is_inplace_name(what):
-        unimplemented(f"in-place Tensor.{what}() on a tensor subclass ({cls.__name__})")
     tf = _static_tf(cls)
     fn = getattr(tf, "__func__", tf)
     # the class's __torch_function__ is guarded, Tensor's and the disabled one too (a class may
