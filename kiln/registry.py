@@ -8,6 +8,8 @@ stays cheap and the stages do not import each other (docs/ARCHITECTURE.md, "Laye
 
 import importlib
 
+import torch
+
 from kiln import modes
 from kiln.exc import KilnError
 
@@ -44,7 +46,8 @@ def lookup_backend(backend):
         return _BACKENDS[backend]
     if backend in _BUILTIN_BACKENDS:
         module, attr = _BUILTIN_BACKENDS[backend].split(":")
-        fn = getattr(importlib.import_module(module), attr)
+        with torch._C.DisableTorchFunction():  # (its import-time torch calls: no user mode's)
+            fn = getattr(importlib.import_module(module), attr)
         _BACKENDS[backend] = fn
         return fn
     raise KilnError(f"unknown backend {backend!r}; known backends: {', '.join(list_backends())}")

@@ -1,5 +1,6 @@
 """The graph under construction: FX nodes, lifted inputs, guards; compile_subgraph() at the end."""
 
+import contextlib
 import itertools
 import re
 
@@ -363,7 +364,7 @@ class OutputGraph:
         code = self.root_fn.__code__
         where = f"{self.root_fn.__qualname__} ({code.co_filename}:{code.co_firstlineno})"
         try:
-            with logs.compiling(where):
+            with logs.compiling(where), _no_user_modes():
                 compiled = backend(gm, example_inputs)
         except Exception as e:
             state.restore()  # Note [Faults: the crash contract]
@@ -471,6 +472,15 @@ def _torch_function_disabled(compiled):
             return compiled(*args)
 
     return call
+
+
+def _no_user_modes():
+    """The backend compiles with torch function dispatch off: the user's modes are in the graph
+    already, and what the backend runs (its imports, `torch.device(...)`, example runs) is none
+    of theirs to see."""
+    if torch._C._len_torch_function_stack():
+        return torch._C.DisableTorchFunction()
+    return contextlib.nullcontext()
 
 
 def _function_modes_disabled(compiled):

@@ -10,7 +10,8 @@ import operator
 import sys
 
 from kiln.exc import unimplemented
-from kiln.frontend.variables import runtime_asserts
+from kiln.frontend.dispatch_modes import modes_traced
+from kiln.frontend.variables import function_modes, runtime_asserts
 from kiln.frontend.variables.builtin import _has_keys, _mapping_items, getitem
 from kiln.frontend.variables.constant import BINARY_OPS, COMPARE_OPS, ConstantVariable
 from kiln.frontend.variables.dict_keys import guard_tensor_keys
@@ -53,7 +54,7 @@ class ValueOpsMixin:
         index = self.pop()
         obj = self.pop()
         value = self.pop()
-        if isinstance(obj, TensorVariable) and not hasattr(obj, "torch_function_class"):
+        if isinstance(obj, TensorVariable) and not _torch_function_on(self, obj):
             self.tensor_setitem(obj, index, value)
             return
         obj.call_method(self, "__setitem__", [index, value], {})  # (through __torch_function__)
@@ -309,3 +310,11 @@ class ValueOpsMixin:
         value = var.as_python_constant()
         value = {0: value, 1: str(value), 2: repr(value), 3: ascii(value)}[conv]
         return format(value, spec)
+
+
+def _torch_function_on(tx, tensor):
+    """Whether `tensor[i] = v` goes through a __torch_function__: of the tensor's subclass, or
+    of the user's modes (Tensor.__setitem__ is handed to them as to any Tensor method)."""
+    if hasattr(tensor, "torch_function_class"):
+        return True
+    return modes_traced(tx) and bool(function_modes.active(tx))

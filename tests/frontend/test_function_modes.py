@@ -364,3 +364,23 @@ def test_modes_under_disable_torch_function():
             torch.testing.assert_close(compiled(x), add_three(x))
         torch.testing.assert_close(compiled(x), torch.zeros(2))  # (the mode's torch.add)
     assert len(graphs) == 2
+
+
+def writes_items(x):
+    y = x + 1
+    y[0] = 5
+    y.__setitem__(1, 6)
+    return y
+
+
+@pytest.mark.parametrize("backend", ["kiln", "eager"])
+def test_user_mode_sees_item_stores(backend):
+    # (`y[0] = v` hands the mode Tensor.__setitem__, as eager does; it made its node unseen)
+    x = torch.randn(3)
+    with Recorder() as eager_mode:
+        expected = writes_items(x)
+    kiln.reset()
+    with Recorder() as mode:
+        actual = kiln.compile(writes_items, backend=backend, fullgraph=True)(x)
+    assert mode.seen == eager_mode.seen == ["add", "__setitem__", "__setitem__"]
+    torch.testing.assert_close(actual, expected)
