@@ -514,3 +514,18 @@ def test_make_subclass_is_a_detached_alias():
         kiln.compile(
             lambda x: torch.Tensor._make_subclass(Plain, x, True), backend="eager", fullgraph=True
         )(x)
+
+
+def _iterates(x):
+    a, b, c = x
+    out = list(x)
+    for e in x:
+        out.append(e * 2)
+    return a + b, *out, *tuple(x)
+
+
+def test_iteration_calls_what_tensor_iter_calls():
+    # (Tensor.__iter__: dim() and unbind(0) through __torch_function__; list() and tuple() then
+    # ask __len__, as CPython's length hint does)
+    _check(_iterates, torch.arange(3.0).as_subclass(Named))
+    assert LOG[:5] == ["dim", "unbind", "dim", "unbind", "__len__"]

@@ -311,10 +311,10 @@ class BuiltinVariable(VariableTracker):
     def _call_tuple(self, tx, obj=None):
         if isinstance(obj, (TupleVariable, ConstantVariable)) and obj.python_type() is tuple:
             return obj  # tuple(t) is t
-        return TupleVariable([] if obj is None else obj.unpack_var_sequence(tx))
+        return TupleVariable([] if obj is None else _items_sized(tx, obj))
 
     def _call_list(self, tx, obj=None):
-        return ListVariable([] if obj is None else obj.unpack_var_sequence(tx))
+        return ListVariable([] if obj is None else _items_sized(tx, obj))
 
     def _call_dict(self, tx, obj=None, /, **kwargs):  # (dict(obj=1), dict(self=1): keys)
         items = {}
@@ -723,3 +723,12 @@ def _takes_keywords(fn, handler, names):
         return True
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     return set(names) <= {p.name for p in params if p.kind in kinds}
+
+
+def _items_sized(tx, obj):
+    """The items of `list(obj)` / `tuple(obj)`: iterated, then sized as CPython's length hint
+    does (`len` of a tensor subclass goes through its __torch_function__, after its iteration)."""
+    items = obj.unpack_var_sequence(tx)
+    if hasattr(obj, "torch_function_class"):
+        obj.call_method(tx, "__len__", [], {})
+    return items

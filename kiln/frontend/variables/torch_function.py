@@ -225,7 +225,15 @@ class TorchFunctionTensorVariable(TensorVariable):
         return dispatch(tx, ("method", name), [self, *args], kwargs)
 
     def unpack_var_sequence(self, tx):
-        unimplemented("iteration over a tensor subclass with __torch_function__")
+        """Tensor.__iter__ as Python runs it: `self.dim()`, then `self.unbind(0)`, both through
+        __torch_function__ (no call for __iter__ itself)."""
+        dim = self.call_method(tx, "dim", [], {})
+        if not dim.is_python_constant() or dim.as_python_constant() == 0:
+            unimplemented("iteration over a 0-d tensor subclass value")
+        items = self.call_method(tx, "unbind", [ConstantVariable(0)], {})
+        if not isinstance(items, BaseListVariable):
+            unimplemented(f"iteration over a {self.torch_function_class.__name__}: its unbind")
+        return list(items.items)
 
     def reconstruct(self, cg):
         if self.source is not None:
