@@ -529,3 +529,33 @@ def test_iteration_calls_what_tensor_iter_calls():
     # ask __len__, as CPython's length hint does)
     _check(_iterates, torch.arange(3.0).as_subclass(Named))
     assert LOG[:5] == ["dim", "unbind", "dim", "unbind", "__len__"]
+
+
+class Holder:
+    """No tensor: a class whose __torch_function__ unwraps its instances (a duck-typed wrapper)."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        LOG.append(func.__name__)
+        args = [a.tensor if isinstance(a, Holder) else a for a in args]
+        if args and isinstance(args[0], list):
+            args[0] = [a.tensor if isinstance(a, Holder) else a for a in args[0]]
+        return func(*args, **(kwargs or {}))
+
+
+def test_objects_with_torch_function_take_over_torch_calls():
+    # (Note [Tensors: objects with __torch_function__])
+    def fn(w, v):
+        return torch.add(w, 1.0, alpha=2.0), torch.stack([w, v]), torch.mul(w, 3)
+
+    w, v = Holder(torch.ones(2)), Holder(torch.arange(2.0))
+    LOG.clear()
+    expected = fn(w, v)
+    eager_log = list(LOG)
+    LOG.clear()
+    got = kiln.compile(fn, backend="eager", fullgraph=True)(w, v)
+    assert LOG == eager_log == ["add", "stack", "mul"]
+    torch.testing.assert_close(got, expected)

@@ -116,10 +116,12 @@ def register_subclass_constructor(fn):
 _TORCH_FUNCTION_DISPATCH = []
 
 
-def register_torch_function_dispatch(fn, operator_fn):
+def register_torch_function_dispatch(fn, operator_fn, object_fn):
     """fn(tx, ("function", torch_fn), args, kwargs) answers torch calls on such values, and
-    operator_fn(tx, op, a, b) their binary operators and comparisons."""
-    _TORCH_FUNCTION_DISPATCH[:] = [fn, operator_fn]
+    operator_fn(tx, op, a, b) their binary operators and comparisons; object_fn(tx, torch_fn,
+    args, kwargs) torch calls with an object (no tensor) whose class has __torch_function__, or
+    None when there is none."""
+    _TORCH_FUNCTION_DISPATCH[:] = [fn, operator_fn, object_fn]
 
 
 def torch_function_operator(tx, op, a, b=None):
@@ -678,6 +680,10 @@ class TorchVariable(PythonValueVariable):
                 unimplemented(f"{name} on a tensor subclass with __torch_function__")
             if isinstance(fn, types.FunctionType):  # (F.sigmoid: its body calls x.sigmoid())
                 return inline_call(tx, fn, args, kwargs, None)
+        if _TORCH_FUNCTION_DISPATCH:
+            done = _TORCH_FUNCTION_DISPATCH[2](tx, fn, args, kwargs)
+            if done is not None:
+                return done
         hook = _FUNCTION_HOOKS.get(fn)
         if hook is not None:
             done = hook(tx, fn, args, kwargs)

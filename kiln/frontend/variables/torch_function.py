@@ -677,6 +677,60 @@ def make_subclass(tx, fn, args, kwargs):
     return _as_subclass(tx, detached, [given["cls"]], {})
 
 
+# Note [Tensors: objects with __torch_function__]
+# An object that is no tensor but whose class has a `__torch_function__` classmethod (a duck-typed
+# wrapper: `torch.add(w, 1)` of a class holding a tensor) takes over every overridable torch
+# function it is an argument of (or an item of a list argument: `torch.stack([w1, w2])`): torch
+# calls `type(w).__torch_function__(func, (type(w),), args, kwargs)` instead, whatever it does.
+# kiln inlines that call, guarded through `w.__class__.__torch_function__.__func__`. One class of
+# such objects per call, with no tensor subclass next to it, and an answer other than
+# NotImplemented; the rest breaks.
+def _torch_function_object(v):
+    """The class of `v`, an object (no tensor) whose class has a __torch_function__, or None."""
+    if isinstance(v, TensorVariable) or not hasattr(v, "value") or isinstance(v.value, type):
+        return None
+    cls = type(v.value)
+    if cls.__module__ == "builtins" or getattr(cls, "__torch_function__", None) is None:
+        return None  # (a type attribute lookup: cached by CPython per type)
+    return cls
+
+
+def object_dispatch(tx, fn, args, kwargs):
+    """`fn(*args, **kwargs)` handed to an argument's class's __torch_function__ (Note [Tensors:
+    objects with __torch_function__]), or None when no argument has one."""
+    values = []
+    for v in [*args, *kwargs.values()]:
+        values += v.items if type(v) in (ListVariable, TupleVariable) else [v]
+    found = [(v, c) for v in values if (c := _torch_function_object(v)) is not None]
+    if not found:
+        return None
+    classes = list(dict.fromkeys(c for _, c in found))
+    name = getattr(fn, "__name__", fn)
+    if len(classes) != 1 or any(hasattr(v, "torch_function_class") for v in values):
+        unimplemented(f"torch.{name} on objects of several classes with __torch_function__")
+    obj, cls = found[0]
+    tf = inspect.getattr_static(cls, "__torch_function__")
+    if not isinstance(tf, classmethod) or not isinstance(tf.__func__, types.FunctionType):
+        unimplemented(f"{cls.__name__}.__torch_function__ (no classmethod)")
+    if obj.source is None:
+        unimplemented(f"torch.{name} on a {cls.__name__} made in the frame (__torch_function__)")
+    class_source = AttrSource(obj.source, "__class__")
+    fn_source = AttrSource(AttrSource(class_source, "__torch_function__"), "__func__")
+    tx.output.guards.add(GuardKind.ID_MATCH, fn_source, tf.__func__)
+    cls_var = wrap_value(tx, cls, class_source)
+    call_args = [
+        cls_var,
+        _wrap_func(tx, fn),
+        TupleVariable([cls_var]),
+        TupleVariable(list(args)),
+        ConstDictVariable(dict(kwargs)),
+    ]
+    result = inline_call(tx, tf.__func__, call_args, {}, fn_source)
+    if result.is_python_constant() and result.as_python_constant() is NotImplemented:
+        unimplemented(f"{cls.__name__}.__torch_function__ returned NotImplemented")
+    return result
+
+
 class TensorNewVariable(VariableTracker):
     """`Tensor.__new__` reached by `super().__new__` in a subclass's own __new__."""
 
@@ -686,7 +740,7 @@ class TensorNewVariable(VariableTracker):
         return tensor_new(tx, args[0], args[1:], kwargs)
 
 
-register_torch_function_dispatch(dispatch, operator_call)
+register_torch_function_dispatch(dispatch, operator_call, object_dispatch)
 register_subclass_constructor(_construct)
 BASE_NEWS[torch._C.TensorBase] = TensorNewVariable
 register_function(torch._C.DisableTorchFunctionSubclass, _disable_subclass)
