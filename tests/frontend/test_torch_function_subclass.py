@@ -559,3 +559,20 @@ def test_objects_with_torch_function_take_over_torch_calls():
     got = kiln.compile(fn, backend="eager", fullgraph=True)(w, v)
     assert LOG == eager_log == ["add", "stack", "mul"]
     torch.testing.assert_close(got, expected)
+
+
+class PlainMethodTorchFunction(torch.Tensor):
+    """A __torch_function__ that is a plain method (deprecated): torch binds it to the argument."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        LOG.append((func.__name__, self is args[0]))
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.filterwarnings("ignore:Defining your `__torch_function__` as a plain method")
+def test_a_torch_function_that_is_a_plain_method():
+    _check(
+        lambda x: (x + 1, (2 * x).sum()), torch.randn(2, 2).as_subclass(PlainMethodTorchFunction)
+    )
+    assert LOG == [("add", True), ("mul", True)]

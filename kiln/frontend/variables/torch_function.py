@@ -110,9 +110,8 @@ def check_class(cls):
         unimplemented(f"a tensor subclass input ({name}) with its own __torch_dispatch__")
     tf = _static_tf(cls)
     fn = getattr(tf, "__func__", tf)
-    if fn is not _TENSOR_TF and fn is not _DISABLED_TF:
-        if not isinstance(tf, classmethod) or not isinstance(fn, types.FunctionType):
-            unimplemented(f"a tensor subclass ({name}) whose __torch_function__ is no classmethod")
+    if fn is not _TENSOR_TF and fn is not _DISABLED_TF and not isinstance(fn, types.FunctionType):
+        unimplemented(f"a tensor subclass ({name}) whose __torch_function__ is no Python function")
     for attr in tensor_overrides(cls, _OWN_TF_NAMES):
         if not _python_override(cls, attr):
             unimplemented(f"a tensor subclass input ({name}) overrides Tensor.{attr}")
@@ -349,14 +348,16 @@ def dispatch(tx, func, args, kwargs):
     if fn is _DISABLED_TF:  # no __torch_function__: plain results
         tx.output.guards.add(GuardKind.ID_MATCH, tf_source, fn)
         return _call_plain(tx, func, args, kwargs)
-    fn_source = AttrSource(tf_source, "__func__")
+    # (a plain function, no classmethod: torch gets it from the argument, a method bound to it)
+    bound = not isinstance(tf, classmethod)
+    fn_source = tf_source if bound else AttrSource(tf_source, "__func__")
     tx.output.guards.add(GuardKind.ID_MATCH, fn_source, fn)
     if fn is _TENSOR_TF:
         return default_torch_function(tx, cls, owner.class_source, func, args, kwargs)
     cls_var = _class_variable(cls, owner.class_source)
     func_var = _wrap_func(tx, _func_object(func))
     call_args = [
-        cls_var,
+        owner if bound else cls_var,
         func_var,
         TupleVariable([cls_var]),
         TupleVariable(list(args)),
