@@ -10,8 +10,12 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, FlattenSpecSource
-from kiln.frontend.variables.constant import is_literal
-from kiln.frontend.variables.tensor import TensorVariable, register_subclass_variable
+from kiln.frontend.variables.constant import ConstantVariable, is_literal
+from kiln.frontend.variables.tensor import (
+    TensorVariable,
+    register_subclass_variable,
+    tensor_variable,
+)
 from kiln.frontend.variables.torch import INPLACE_DUNDERS
 from kiln.symbolic.fake import fake_like
 
@@ -25,9 +29,9 @@ from kiln.symbolic.fake import fake_like
 # outer tensor's (its exact type among them), the flatten spec (inner names and ctx, by
 # equality), each inner tensor's as a plain input's, nested subclasses recursively. What kiln does
 # not model stays a break with its reason: a `__torch_function__` of the subclass's own, a
-# Tensor method, operator or property the subclass overrides (Python code kiln would not run), an
-# attribute or method the subclass defines (its inner tensors among them), in-place writes to a
-# subclass value, a ctx that is not made of literals. Its sizes stay static (a recompile per
+# Tensor method, operator or property the subclass overrides (Python code kiln would not run), a
+# method or descriptor the subclass defines, in-place writes to a subclass value, a ctx that is
+# not made of literals. Its sizes stay static (a recompile per
 # size, automatic dynamic shapes and dynamic=True notwithstanding: torch's wrapper constructor
 # takes ints, so the fake cannot carry kiln's size symbols); dims marked dynamic break. Plain
 # subclasses (as_subclass, __torch_function__ only) are not wrappers: torch_function.py traces
@@ -35,6 +39,14 @@ from kiln.symbolic.fake import fake_like
 # backends: `eager` runs the graph on the real inputs; AOT autograd desugars the subclass into its
 # inner tensors (kiln/autograd/subclasses.py).
 
+# Note [Tensors: a wrapper's own state]
+# `x.a` of an inner tensor named by `__tensor_flatten__` is a graph node `getattr(x, "a")` whose
+# example is the fake's inner fake: the eager backend reads the real one, AOT's desugared graph
+# the inner input (a write into it reaches the input's inner tensor as any input write does).
+# One variable per (value, name), so `x.a is x.a`; an input's inner tensor has its source
+# (`x.a`), so returning it gives the object itself. Any other attribute of the fake that is a
+# literal (`x.scale`) is a constant: the fake was unflattened from the ctx and the class, both
+# guarded, and a value the graph made from them.
 _DEFAULT_TORCH_FUNCTIONS = (
     torch._C._disabled_torch_function_impl,
     torch.Tensor.__torch_function__.__func__,
@@ -193,11 +205,32 @@ class SubclassTensorVariable(TensorVariable):
 
     def var_getattr(self, tx, name):
         if name != "__class__" and self._subclass_attr(name):
-            what = type(self.example).__name__
-            unimplemented(f"attribute {name!r} of a tensor subclass ({what}) is not traced")
+            return self._inner_attr(tx, name)
         if name in ("grad", "data"):
             unimplemented(f"Tensor.{name} of a tensor subclass ({type(self.example).__name__})")
         return super().var_getattr(tx, name)
+
+    def _inner_attr(self, tx, name):
+        """`x.name` of what the subclass is made of (Note [Tensors: a wrapper's own state])."""
+        what = f"attribute {name!r} of a tensor subclass ({type(self.example).__name__})"
+        static = inspect.getattr_static(type(self.example), name, None)
+        if static is not None and hasattr(type(static), "__get__"):
+            unimplemented(f"{what}: a {type(static).__name__} of its class")
+        names, _ = self.example.__tensor_flatten__()
+        if name not in names:
+            value = getattr(self.example, name, None)
+            if not is_literal(value) and type(value) is not torch.Size:
+                unimplemented(f"{what} is not traced (a {type(value).__name__})")
+            return ConstantVariable(value)  # (of the ctx and class, both guarded)
+        inners = tx.output.__dict__.setdefault("wrapper_inners", {})
+        key = (self.proxy, name)
+        if key not in inners:  # (one variable per inner tensor: `x.a is x.a`)
+            node = tx.output.create_node("call_function", getattr, (self.proxy, name), {})
+            inner = getattr(self.example, name)
+            node.meta["example_value"] = inner
+            source = None if self.source is None else AttrSource(self.source, name)
+            inners[key] = tensor_variable(node, inner, self.device, source=source)
+        return inners[key]
 
     def call_method(self, tx, name, args, kwargs):
         if self._subclass_attr(name):
