@@ -576,3 +576,46 @@ def test_a_torch_function_that_is_a_plain_method():
         lambda x: (x + 1, (2 * x).sum()), torch.randn(2, 2).as_subclass(PlainMethodTorchFunction)
     )
     assert LOG == [("add", True), ("mul", True)]
+
+
+class Quantized(torch.nn.Parameter):
+    """A Parameter subclass carrying metadata through torch calls (quantized checkpoints do)."""
+
+    def __new__(cls, data, requires_grad=False, kind=None):
+        return torch.Tensor._make_subclass(cls, data, requires_grad)
+
+    def __init__(self, data, requires_grad=False, kind=None):
+        self.kind = kind
+
+    def plain(self):
+        return torch.Tensor._make_subclass(torch.Tensor, self, self.requires_grad)
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs or {})  # (Parameter's: plain)
+        kind = next((a.kind for a in args if isinstance(a, Quantized)), None)
+        return cls(out, kind=kind) if isinstance(out, torch.Tensor) else out
+
+
+def _dequantizes(x):
+    y = x * 2
+    y = y + y.kind
+    return y.plain() * 3, type(y), y.kind
+
+
+class ParameterLike(torch.nn.Parameter):
+    pass
+
+
+def test_parameter_subclasses_with_and_without_torch_function():
+    x = Quantized(torch.ones(3), kind=5)
+    got = kiln.compile(_dequantizes, backend="eager", fullgraph=True)(x)
+    expected = _dequantizes(x)
+    assert got[1:] == expected[1:] == (Quantized, 5)
+    assert type(got[0]) is torch.Tensor
+    torch.testing.assert_close(got[0], expected[0])
+    p = torch.randn(2, 2).as_subclass(ParameterLike)  # (Parameter's __torch_function__: off)
+    fn = lambda x: (x.t().T + 1, type(x.t()))  # noqa: E731
+    got, expected = kiln.compile(fn, backend="eager", fullgraph=True)(p), fn(p)
+    assert got[1] is expected[1] is torch.Tensor
+    torch.testing.assert_close(got[0], expected[0])

@@ -26,6 +26,8 @@ from kiln.frontend.variables.user_protocol import ObjectCompareVariable, is_user
 
 # `super().__new__` of builtin bases other modules model: class -> a factory of its variable
 BASE_NEWS = {}
+# other attributes of such bases reached by super(): (class, name) -> a factory of its variable
+BASE_ATTRS = {}
 
 
 class SuperVariable(VariableTracker):
@@ -54,6 +56,8 @@ class SuperVariable(VariableTracker):
         for klass in mro[start:]:
             if name in vars(klass):
                 attr = vars(klass)[name]
+                if (klass, name) in BASE_ATTRS:
+                    return BASE_ATTRS[(klass, name)]()
                 if isinstance(attr, classmethod) and isinstance(attr.__func__, types.FunctionType):
                     cls_var = self.obj if owner is not None else wrap_constant_like(tx, mro[0])
                     return UserMethodVariable(attr.__func__, cls_var)

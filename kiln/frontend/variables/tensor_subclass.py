@@ -97,11 +97,15 @@ _OWN_NAMES = frozenset(
 )
 
 
+# (Parameter's own methods are torch's, like Tensor's: a subclass of it is measured from it)
+_TENSOR_BASES = (torch.nn.Parameter, torch.Tensor, torch._C.TensorBase)
+
+
 def tensor_overrides(cls, allowed):
     """The names of Tensor's attributes that `cls` (or a base of it below Tensor) defines, but
     those in `allowed`."""
     for k in cls.__mro__:
-        if k in (torch.Tensor, torch._C.TensorBase):
+        if k in _TENSOR_BASES:
             break
         for attr in vars(k):
             if attr not in allowed and hasattr(torch.Tensor, attr):
@@ -111,7 +115,7 @@ def tensor_overrides(cls, allowed):
 def defined_below_tensor(cls, name):
     """Whether `cls` or a base of it below torch.Tensor defines `name`."""
     for k in cls.__mro__:
-        if k in (torch.Tensor, torch._C.TensorBase):
+        if k in _TENSOR_BASES:
             return False
         if name in vars(k):
             return True

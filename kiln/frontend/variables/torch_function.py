@@ -24,7 +24,7 @@ from kiln.frontend.variables.constant import ConstantVariable, is_literal
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.functions import UserMethodVariable, inline_call, register_modelled
 from kiln.frontend.variables.lists import BaseListVariable, ListVariable, TupleVariable
-from kiln.frontend.variables.super_calls import BASE_NEWS
+from kiln.frontend.variables.super_calls import BASE_ATTRS, BASE_NEWS
 from kiln.frontend.variables.tensor import TensorVariable, register_method
 from kiln.frontend.variables.tensor_subclass import (
     _OWN_NAMES,
@@ -65,6 +65,12 @@ from kiln.frontend.variables.torch import (
 # that would record an op on such a value without going through here (call_tensor_op refuses
 # those: `torch_function_class`).
 
+# Subclasses of Parameter are such subclasses too, measured from Parameter (its own methods are
+# torch's): without a __torch_function__ of their own they have Parameter's disabled one (plain
+# results), reached by `super().__torch_function__` too (DisabledTorchFunctionImplVariable); a
+# new one is made by its own __new__ (`_make_subclass(C, t, False)`), and Parameter's __new__
+# with requires_grad=True (a new leaf) breaks.
+
 # Note [Tensors: a subclass's own attributes]
 # What C defines itself (a method, a property, a class constant) is plain Python to torch: no
 # __torch_function__ runs for `x.scale` or `x.twice()`. kiln reads them as Python does: a
@@ -97,7 +103,6 @@ def has_torch_function_class(value):
         isinstance(value, torch.Tensor)
         and cls not in (torch.Tensor, torch.nn.Parameter)
         and not is_wrapper_subclass(value)
-        and not issubclass(cls, torch.nn.Parameter)
     )
 
 
@@ -396,6 +401,29 @@ class TorchFunctionMethodVariable(VariableTracker):
         return call_default(tx, self.cls, self.class_source, args, kwargs)
 
 
+class DisabledTorchFunctionImplVariable(VariableTracker):
+    """`torch._C._disabled_torch_function_impl` (Parameter's __torch_function__) reached by
+    `super().__torch_function__(func, types, args, kwargs)`: func on the plain tensors, results
+    left plain."""
+
+    def call_function(self, tx, args, kwargs):
+        names = ("func", "types", "args", "kwargs")
+        bound = dict(zip(names, args), **kwargs)
+        func_var, call_args = bound.get("func"), bound.get("args")
+        if not hasattr(func_var, "value") or not isinstance(call_args, BaseListVariable):
+            unimplemented("the disabled __torch_function__ with arguments kiln does not know")
+        call_kwargs = bound.get("kwargs")
+        kw = {}
+        if isinstance(call_kwargs, ConstDictVariable):
+            kw = {getattr(k, "value", k): v for k, v in call_kwargs.items.items()}
+        elif call_kwargs is not None and not (
+            call_kwargs.is_python_constant() and call_kwargs.as_python_constant() is None
+        ):
+            unimplemented("the disabled __torch_function__ with kwargs that are no dict")
+        func = _func_of_object(func_var.value)
+        return _call_plain(tx, func, call_args.unpack_var_sequence(tx), kw)
+
+
 def call_default(tx, cls, class_source, args, kwargs):
     """`Tensor.__torch_function__(func, types, args=(), kwargs=None)` called as a method of cls."""
     names = ("func", "types", "args", "kwargs")
@@ -605,7 +633,7 @@ def _as_subclass(tx, t, args, kwargs):
     plain = t.plain() if isinstance(t, TorchFunctionTensorVariable) else t
     if cls is torch.Tensor:
         return plain
-    if getattr(t, "wrapper_subclass", False) or issubclass(cls, torch.nn.Parameter):
+    if getattr(t, "wrapper_subclass", False) or cls is torch.nn.Parameter:
         unimplemented(f"Tensor.as_subclass({cls.__name__}) of this tensor")
     check_class(cls)
     if arg.source is None:
@@ -637,7 +665,7 @@ def _construct(tx, cls_var, args, kwargs):
     cls = cls_var.value
     if cls is torch.Tensor or not issubclass(cls, torch.Tensor):
         return None
-    if issubclass(cls, torch.nn.Parameter) or cls_var.source is None:
+    if cls is torch.nn.Parameter or cls_var.source is None:
         return None
     new, init = _own_method(cls, "__new__"), _own_method(cls, "__init__")
     if new is False or init is False:
@@ -672,6 +700,8 @@ def make_subclass(tx, fn, args, kwargs):
     if not flag.is_python_constant() or flag.as_python_constant() is not False:
         unimplemented("Tensor._make_subclass that makes a leaf requiring grad")
     data = given.get("data")
+    if isinstance(data, TorchFunctionTensorVariable):
+        data = data.plain()  # (no __torch_function__ for it: torch ignores _make_subclass)
     if type(data) is not TensorVariable or "cls" not in given:
         unimplemented("Tensor._make_subclass of something other than a plain tensor")
     detached = data.call_method(tx, "detach", [], {})
@@ -744,6 +774,7 @@ class TensorNewVariable(VariableTracker):
 register_torch_function_dispatch(dispatch, operator_call, object_dispatch)
 register_subclass_constructor(_construct)
 BASE_NEWS[torch._C.TensorBase] = TensorNewVariable
+BASE_ATTRS[(torch.nn.Parameter, "__torch_function__")] = DisabledTorchFunctionImplVariable
 register_function(torch._C.DisableTorchFunctionSubclass, _disable_subclass)
 register_function(torch.Tensor._make_subclass, make_subclass)
 register_method("as_subclass", _as_subclass)
