@@ -407,25 +407,25 @@ class DisabledTorchFunctionImplVariable(VariableTracker):
     left plain."""
 
     def call_function(self, tx, args, kwargs):
-        names = ("func", "types", "args", "kwargs")
-        bound = dict(zip(names, args), **kwargs)
-        func_var, call_args = bound.get("func"), bound.get("args")
-        if not hasattr(func_var, "value") or not isinstance(call_args, BaseListVariable):
-            unimplemented("the disabled __torch_function__ with arguments kiln does not know")
-        call_kwargs = bound.get("kwargs")
-        kw = {}
-        if isinstance(call_kwargs, ConstDictVariable):
-            kw = {getattr(k, "value", k): v for k, v in call_kwargs.items.items()}
-        elif call_kwargs is not None and not (
-            call_kwargs.is_python_constant() and call_kwargs.as_python_constant() is None
-        ):
-            unimplemented("the disabled __torch_function__ with kwargs that are no dict")
-        func = _func_of_object(func_var.value)
-        return _call_plain(tx, func, call_args.unpack_var_sequence(tx), kw)
+        func, _, items, kw = _torch_function_call(tx, args, kwargs)
+        return _call_plain(tx, func, items, kw)
 
 
 def call_default(tx, cls, class_source, args, kwargs):
     """`Tensor.__torch_function__(func, types, args=(), kwargs=None)` called as a method of cls."""
+    func, types_var, items, kw = _torch_function_call(tx, args, kwargs)
+    for t in types_var.items:
+        if not (t.is_python_constant() or hasattr(t, "value")):
+            unimplemented("Tensor.__torch_function__ with types kiln does not know")
+        tv = t.value if hasattr(t, "value") else t.as_python_constant()
+        if not (isinstance(tv, type) and issubclass(cls, tv)):
+            return ConstantVariable(NotImplemented)
+    return default_torch_function(tx, cls, class_source, func, items, kw)
+
+
+def _torch_function_call(tx, args, kwargs):
+    """The (func, types, args, kwargs) a `__torch_function__(func, types, args=(), kwargs=None)`
+    call is given: func as dispatch's key, the args' variables, the kwargs by name."""
     names = ("func", "types", "args", "kwargs")
     bound = dict(zip(names, args))
     bound.update(kwargs)
@@ -437,12 +437,6 @@ def call_default(tx, cls, class_source, args, kwargs):
     call_kwargs = bound.get("kwargs")
     if types_var is None or not isinstance(types_var, BaseListVariable):
         unimplemented("Tensor.__torch_function__ with types that are no tuple")
-    for t in types_var.items:
-        if not (t.is_python_constant() or hasattr(t, "value")):
-            unimplemented("Tensor.__torch_function__ with types kiln does not know")
-        tv = t.value if hasattr(t, "value") else t.as_python_constant()
-        if not (isinstance(tv, type) and issubclass(cls, tv)):
-            return ConstantVariable(NotImplemented)
     items = [] if call_args is None else call_args.unpack_var_sequence(tx)
     if isinstance(call_kwargs, ConstDictVariable):
         kw = {getattr(k, "value", k): v for k, v in call_kwargs.items.items()}
@@ -454,8 +448,7 @@ def call_default(tx, cls, class_source, args, kwargs):
         kw = {}
     else:
         unimplemented("Tensor.__torch_function__ with kwargs kiln does not read")
-    func = _func_of_object(func_var.value)
-    return default_torch_function(tx, cls, class_source, func, items, kw)
+    return _func_of_object(func_var.value), types_var, items, kw
 
 
 def default_torch_function(tx, cls, class_source, func, args, kwargs):
