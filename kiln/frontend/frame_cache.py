@@ -689,7 +689,9 @@ class FrameCache:
                 e.msg = f"{e.msg} ({why})"
                 raise
             resume = self._resume_wrapper
-            if getattr(e, "rest_in_python", False):  # Note [Markers: skip_frame and step_...]
+            if getattr(e, "rest_in_python", False) and len(e.frames) == 1:
+                # Note [Markers: skip_frame and step_unsupported] (in a callee: the break is at
+                # its call, and the rest of the callee's own frame runs in Python)
                 resume = functools.partial(_resume_in_python, self._resume_wrapper)
             try:
                 nested = nested_breaks.plan(output, e)

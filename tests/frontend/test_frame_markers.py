@@ -28,13 +28,34 @@ def stepped(x):
     return x * 4
 
 
+def _plus_one(x):
+    return x + 1
+
+
+def _steps_inside(x):
+    x = x + 2
+    kiln.step_unsupported()
+    return _plus_one(x) + 4
+
+
+def steps_in_a_callee(x):
+    x = x + 8
+    return _steps_inside(x) + 16
+
+
 def _ops(graph):
     return sum(n.op == "call_function" for n in graph.graph.nodes)
 
 
 @pytest.mark.parametrize(
     "fn, graphs, ops",
-    [(skipped, 0, []), (skipped_after_a_break, 1, [1]), (stepped, 1, [2])],
+    [
+        (skipped, 0, []),
+        (skipped_after_a_break, 1, [1]),
+        (stepped, 1, [2]),
+        # (the callee's rest runs in Python, its own callee compiled; the caller's rest compiles)
+        (steps_in_a_callee, 4, [1, 1, 1, 1]),
+    ],
 )
 def test_the_backend_sees_only_what_the_markers_leave(fn, graphs, ops):
     kiln.reset()

@@ -473,7 +473,9 @@ class GraphBreakVariable(VariableTracker):
 # whole (a graph break that cannot resume, `Unsupported.eager_frame`); in a resume function that
 # is the rest after an earlier break. `kiln.step_unsupported()` breaks the graph there, and the
 # resume function after it runs in Python uncompiled (`rest_in_python`, read by
-# FrameCache._trace). Both are torch._dynamo's markers of the same names.
+# FrameCache._trace); called in an inlined callee, the break is placed at the root's call of it
+# (the callee then compiles as a frame of its own, whose rest runs in Python) and the root's
+# resume function compiles. Both are torch._dynamo's markers of the same names.
 class FrameEndVariable(VariableTracker):
     """`kiln.skip_frame()` / `kiln.step_unsupported()` (Note [Markers: skip_frame and ...])."""
 
