@@ -270,9 +270,9 @@ def _output_plan(res, flat):
                 raise Unsupported(f"aot: an output of type {type(o).__name__} (not a pytree)")
             outputs.append(("const", o))
         elif alias is None and subclasses.layout_of(o) is not None:
-            # a wrapper subclass made inside the graph (an allow_in_graph function's result):
-            # the trace holds it over its inner tracing tensors, which would leak out as the
-            # output; only subclass inputs are desugared (Note [AOT: wrapper subclasses])
+            # a wrapper subclass made inside the graph that its output's example does not show
+            # (an allow_in_graph function's result): the trace holds it over its inner tracing
+            # tensors, which would leak out as the output (Note [AOT: wrapper subclasses])
             raise Unsupported(f"aot: a {type(o).__name__} output made inside the graph")
         elif alias is not None:
             outputs.append(("alias", alias))
@@ -752,7 +752,7 @@ def aot_autograd(
             env = GraphMeta.of(gm).shape_env
             if env is not None and env.int_symbols:  # Note [Shapes: unspecialised ints]
                 env.narrow_ints()
-        if subclasses.has_subclass(example_inputs):  # Note [AOT: wrapper subclasses]
+        if subclasses.has_subclass(example_inputs, gm):  # Note [AOT: wrapper subclasses]
             return subclasses.desugar(gm, example_inputs, compile_flat)
         examples = _symbolic_examples(gm)
         if examples is None:

@@ -14,7 +14,8 @@ from kiln.exc import Unsupported
 from kiln.symbolic.fake import ProxyTensor
 
 # Note [AOT: wrapper subclasses]
-# A graph with a traceable wrapper subclass input (Note [Tensors: wrapper subclass inputs]) is
+# A graph with a traceable wrapper subclass input (Note [Tensors: wrapper subclass inputs]), or
+# one whose outputs hold a subclass it made (Note [Tensors: wrappers made in the frame]), is
 # compiled as a function of plain tensors: each subclass argument is replaced by its inner tensors
 # (`__tensor_flatten__`, nested ones recursively), and the traced function rebuilds the subclass
 # from the inner ProxyTensors (`__tensor_unflatten__` with the input's ctx, size and stride)
@@ -69,9 +70,17 @@ def unflatten(layout, parts):
     return layout.cls.__tensor_unflatten__(inners, layout.ctx, layout.size, layout.stride)
 
 
-def has_subclass(inputs):
-    """Whether a graph's example inputs hold a wrapper subclass."""
-    return any(is_traceable_wrapper_subclass(x) for x in inputs)
+def has_subclass(inputs, gm=None):
+    """Whether a graph's example inputs, or the example values of its outputs (a subclass made
+    inside the graph: Note [Tensors: wrappers made in the frame]), hold a wrapper subclass."""
+    if any(is_traceable_wrapper_subclass(x) for x in inputs):
+        return True
+    if not isinstance(gm, torch.fx.GraphModule):
+        return False
+    out = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    flat = []
+    torch.fx.node.map_arg(out.args if out is not None else (), flat.append)
+    return any(is_traceable_wrapper_subclass(n.meta.get("example_value")) for n in flat)
 
 
 def _grad_inputs(inputs, layouts):

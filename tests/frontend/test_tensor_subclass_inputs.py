@@ -330,3 +330,22 @@ def test_writes_into_an_inner_tensor_reach_the_input(backend):
     got = kiln.compile(_writes_inner, backend=backend, fullgraph=True)(x)
     torch.testing.assert_close(got, _writes_inner(xe))
     _same(x, xe)
+
+
+def _makes_pairs(a, b):
+    p = Pair(a * 2, b)  # (made in the frame: the constructor is one graph call)
+    q = p + 1
+    return q, q.left, Scaled(a, 3.0) * 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wrappers_made_in_the_frame(backend):
+    # (Note [Tensors: wrappers made in the frame])
+    a, b = torch.randn(4), torch.randn(4)
+    kiln.reset()
+    got = kiln.compile(_makes_pairs, backend=backend, fullgraph=True)(a, b)
+    want = _makes_pairs(a, b)
+    _same(got[0], want[0])
+    torch.testing.assert_close(got[1], want[1])
+    _same(got[2], want[2])
+    assert _graphs() == 1

@@ -8,6 +8,7 @@ import operator
 import types
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass_type
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
@@ -34,6 +35,7 @@ from kiln.frontend.variables.tensor_subclass import (
 )
 from kiln.frontend.variables.torch import (
     TorchVariable,
+    call_tensor_op,
     register_function,
     register_subclass_constructor,
     register_torch_function_dispatch,
@@ -653,11 +655,21 @@ def _own_method(cls, name):
     return None
 
 
+# Note [Tensors: wrappers made in the frame]
+# `C(*args)` of a traceable wrapper subclass (`__tensor_flatten__`, its own __torch_dispatch__:
+# TwoTensor, float8 tensors) is one graph call of C, run on the meta arguments for its example
+# (a C over meta inner tensors, whose dispatch later ops run), as torch.compile proxies such
+# constructors: the eager backend calls C at run time, AOT desugars it like a subclass input
+# (Note [AOT: wrapper subclasses]: a graph whose outputs hold one compiles over inner tensors).
+# What the constructor does besides making the object is not seen; Python that builds it
+# eagerly is what runs.
 def _construct(tx, cls_var, args, kwargs):
     """`C(*args)` of a plain Tensor subclass C, or None."""
     cls = cls_var.value
     if cls is torch.Tensor or not issubclass(cls, torch.Tensor):
         return None
+    if is_traceable_wrapper_subclass_type(cls):  # Note [Tensors: wrappers made in the frame]
+        return call_tensor_op(tx, "call_function", cls, args, kwargs, what=cls.__name__)
     if cls is torch.nn.Parameter or cls_var.source is None:
         return None
     new, init = _own_method(cls, "__new__"), _own_method(cls, "__init__")
