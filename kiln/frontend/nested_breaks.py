@@ -491,7 +491,9 @@ def _level(state, inst, stack, inner, is_root, tx, side=None, withs=()):
     if innermost:
         kept = depth - _BREAKABLE_PUSHES.get(inst.opname, 0)
     else:  # (the inner call's result on top, or dropped: Note [Nested breaks: implicit calls])
-        kept = depth - (not drops)
+        # (what the instruction pushes: a prologue's call pushes the result its POP_TOP drops)
+        pushes = implicit[2] if implicit is not None and inst.opname not in _CALLS else 1
+        kept = depth - pushes
         depth = kept + 1
     if innermost and side is not None and inst.opname == "FOR_ITER":
         if side == "next":  # the iterator stays, its next item on top

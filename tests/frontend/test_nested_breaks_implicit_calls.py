@@ -210,3 +210,28 @@ def property_two_levels_down(x):
 def test_a_property_below_a_call(capsys):
     run_and_compare(property_two_levels_down, t(3), expected_graphs=2)
     assert capsys.readouterr().out == "get\n" * 3
+
+
+class Logs:
+    def __init__(self):
+        self.seen = []
+
+    def __setitem__(self, k, v):
+        print("one")
+        v = v + 1
+        print("two")
+        self.seen.append((k, v * 2))
+
+
+def setitem_in_a_loop(x):
+    b = Logs()
+    for v in [x, x + 1, x * 2]:
+        b["k"] = v  # (the loop's iterator lies below the store's operands)
+    return [v for _, v in b.seen], len(b.seen)
+
+
+def test_a_dropped_result_with_a_stack_below_it(capsys):
+    # (the second break stops the caller's resume function at its prologue call: the stack it
+    # keeps is the iterator alone, the call's result dropped; a NULL was left there, a crash)
+    run_and_compare(setitem_in_a_loop, t(3))
+    assert capsys.readouterr().out == "one\ntwo\n" * 9
