@@ -37,6 +37,7 @@ from kiln.bytecode import (
     remove_unreachable,
     skipped_at_loop_exit,
 )
+from kiln.bytecode.analysis import stack_depths
 from kiln.frontend.unbound_cells import guard_cell_reads
 
 # Note [Resume: layout]
@@ -403,6 +404,11 @@ def _build(
         raise ResumeUnsupported(f"cannot resume at instruction {resume_index} of {code.co_name}")
     target = insts[resume_index]
     before = insts[resume_index - 1]
+    expected = stack_depths(insts, code.co_flags)[resume_index]
+    if expected != stack_depth - bool(drops):  # (a wrong layout would crash CPython, not raise)
+        raise ResumeUnsupported(
+            f"a stack of {stack_depth - bool(drops)} where {code.co_name} has {expected}"
+        )
     if skipped_at_loop_exit(insts, resume_index):
         # a finished loop continues after them (codegen: _for_iter_resume_index)
         raise ResumeUnsupported(f"cannot resume at {target.opname}: an exhausted FOR_ITER skips it")

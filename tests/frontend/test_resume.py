@@ -82,5 +82,5 @@ def test_wrong_depth_is_an_error():
 
     insts = B.decode(f.__code__)
     r = next(n for n, i in enumerate(insts) if i.opname == "STORE_FAST")
-    with pytest.raises(B.BytecodeError):
+    with pytest.raises(R.ResumeUnsupported, match="a stack of 0 where f has 1"):
         R.make_resume_function(f.__code__, r, 0, (), ("x",))  # STORE_FAST needs one item
