@@ -10,9 +10,8 @@ kinds of mode do not count: infrastructure (kiln's fake and tracing modes, torch
 and functional modes: `is_infra_mode()`), and modes that ask to ignore compilation
 (`ignore_compile_internals()`): for those the frame compiles with the modes taken off the
 stack, and its compiled code runs with them back on, so they see the compiled code's calls.
-Under fullgraph=True a frame that would run as written raises Unsupported instead (as
-torch.compile's "non-infra torch dispatch mode present"). Inside a mode's own
-`__torch_dispatch__` that mode is off the stack, so a frame compiled there compiles as usual. The check on a call is one C call (the stack's depth) when no mode is on.
+Inside a mode's own `__torch_dispatch__` that mode is off the stack, so a frame compiled there
+compiles as usual. The check on a call is one C call (the stack's depth) when no mode is on.
 
 Note [Frames: under a user's torch function mode]
 A TorchFunctionMode sees every torch function and Tensor method called while it is on the stack.
@@ -147,10 +146,10 @@ def user_mode_active():
 
 
 def fullgraph_refusal():
-    """Why a frame called now under fullgraph=True is an error, or None: the user's dispatch or
-    function modes it would run eagerly under (torch.compile refuses both too)."""
+    """Why a frame called now under fullgraph=True is an error, or None: the function modes it
+    would run eagerly under (a user's dispatch mode runs it eagerly as torch.compile does)."""
     if modes_on() and _user_modes()[0]:
-        return "a TorchDispatchMode of the user's is active"
+        return None
     return function_modes_reason()
 
 
