@@ -100,6 +100,7 @@ from kiln.frontend.variables.misc import (
     TensorMethodVariable,
 )
 from kiln.frontend.variables.nn_module import NNModuleVariable
+from kiln.frontend.variables.user_attrs import instance_static
 
 _CALLS = ("CALL", "CALL_KW", "CALL_FUNCTION_EX")
 # innermost instructions that would act on the frame they run in (the root's, not the callee's)
@@ -424,14 +425,6 @@ _IMPLICIT_CALLS = {
 }
 
 
-def _type_entry(cls, name):
-    """`name` as found in the dicts of cls's MRO (no descriptor called), or None."""
-    for klass in cls.__mro__:
-        if name in klass.__dict__:
-            return klass.__dict__[name]
-    return None
-
-
 def _calls_only(inst, stack, fn):
     """Whether running `inst` on `stack` is calling the user function `fn` and nothing else."""
     depth, dunder, _ = _IMPLICIT_CALLS[inst.opname]
@@ -445,20 +438,25 @@ def _calls_only(inst, stack, fn):
         return False
     if issubclass(cls, type) and dunder == "__getitem__":
         return False  # (`C[int]` may be __class_getitem__)
-    if _type_entry(cls, dunder) is fn:
-        return dunder != "__getattribute__" or _type_entry(cls, "__getattr__") is None
+
+    def entry(name, of=cls):
+        return instance_static(of, name, None)
+
+    fallback = entry("__getattr__")
+    if entry(dunder) is fn:
+        return dunder != "__getattribute__" or fallback is None
     if inst.opname == "LOAD_ATTR":
-        if _type_entry(cls, "__getattr__") is not None:
-            return _type_entry(cls, "__getattr__") is fn  # (its answer is the load's)
-        if _type_entry(cls, "__getattribute__") is not object.__getattribute__:
+        if fallback is not None:
+            return fallback is fn  # (its answer is the load's)
+        if entry("__getattribute__") is not object.__getattribute__:
             return False
-        desc = _type_entry(cls, inst.argval)
+        desc = entry(inst.argval)
         return isinstance(desc, property) and desc.fget is fn
-    if inst.opname == "STORE_ATTR" and _type_entry(cls, "__setattr__") is object.__setattr__:
-        desc = _type_entry(cls, inst.argval)
+    if inst.opname == "STORE_ATTR" and entry("__setattr__") is object.__setattr__:
+        desc = entry(inst.argval)
         if isinstance(desc, property):
             return desc.fset is fn
-        return desc is not None and _type_entry(type(desc), "__set__") is fn
+        return desc is not None and entry("__set__", type(desc)) is fn
     return False
 
 

@@ -212,22 +212,11 @@ def test_a_property_below_a_call(capsys):
     assert capsys.readouterr().out == "get\n" * 3
 
 
-class Logs:
-    def __init__(self):
-        self.seen = []
-
-    def __setitem__(self, k, v):
-        print("one")
-        v = v + 1
-        print("two")
-        self.seen.append((k, v * 2))
-
-
 def setitem_in_a_loop(x):
-    b = Logs()
+    b = TwoBreaks()
     for v in [x, x + 1, x * 2]:
         b["k"] = v  # (the loop's iterator lies below the store's operands)
-    return [v for _, v in b.seen], len(b.seen)
+    return [v for _, v in b.log], len(b.log)
 
 
 def test_a_dropped_result_with_a_stack_below_it(capsys):

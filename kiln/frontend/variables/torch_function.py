@@ -40,6 +40,7 @@ from kiln.frontend.variables.torch import (
     register_subclass_constructor,
     register_torch_function_dispatch,
 )
+from kiln.frontend.variables.user_attrs import instance_static
 
 # Note [Tensors: subclasses with __torch_function__]
 # A plain subclass of Tensor (made by `t.as_subclass(C)`, no __torch_dispatch__ of its own) holds
@@ -58,9 +59,10 @@ from kiln.frontend.variables.torch import (
 # Results that leave the graph are made C again by `as_subclass`, once per value (a value used
 # twice is one object, as in eager), but for one that is already a C: an op that gave its
 # operand back (`x.to("cpu")` is x), which torch's _convert keeps, and whose `is` with the
-# operand is left to Python (Note [Operators: tensor identity]). A Python operator hands the func and argument order torch's
-# binding does (`x + 2` Tensor.add, `2 & x` Tensor.bitwise_and(x, 2)), asked of torch by the
-# probe the user's modes use (function_modes.operator_func). An in-place op (`y += 2`,
+# operand is left to Python (Note [Operators: tensor identity]). A Python operator hands the
+# func and argument order torch's binding does (`x + 2` Tensor.add, `2 & x`
+# Tensor.bitwise_and(x, 2)), asked of torch by the probe the user's modes use
+# (function_modes.operator_func). An in-place op (`y += 2`,
 # `y[0] = v`: STORE_SUBSCR goes through here too) runs on the plain tensor and hands back the
 # value itself, as torch's _convert does. What is not modelled breaks: two different subclasses
 # in one call, a __torch_dispatch__ or a Tensor operator the class overrides, and any kiln path
@@ -130,7 +132,7 @@ def _python_override(cls, name):
     or other dunder, which Python and torch reach through slots."""
     if name.startswith("__"):
         return False
-    static = next(k.__dict__[name] for k in cls.__mro__ if name in k.__dict__)
+    static = instance_static(cls, name)
     if isinstance(static, property):
         return isinstance(static.fget, types.FunctionType)  # (a store to it breaks)
     return isinstance(static, types.FunctionType) or is_literal(static)
@@ -198,7 +200,7 @@ class TorchFunctionTensorVariable(TensorVariable):
         if stored is not None:
             return stored
         cls = self.torch_function_class
-        static = next(k.__dict__[name] for k in cls.__mro__ if name in k.__dict__)
+        static = instance_static(cls, name)
         what = f"attribute {name!r} of a tensor subclass ({cls.__name__})"
         if self.class_source is None:
             unimplemented(f"{what} of a value without a source for its class")
