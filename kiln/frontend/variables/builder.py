@@ -84,6 +84,7 @@ from kiln.frontend.variables import (
     tensor_type,  # noqa: F401  (registers Tensor.type)
     torch_function,
     torch_queries,
+    tuple_reads,
     unbacked,
     unspec_float,
     user_modules,  # noqa: F401  (registers user modules built in the frame)
@@ -531,11 +532,14 @@ def _wrap(tx, value, source):
     if type(value) is weakref.ReferenceType:  # Note [Optimizers: weak references]
         guards.add(GuardKind.TYPE_MATCH, source, weakref.ReferenceType)
         return optim.WeakRefVariable(value, source=source)
-    if type(value) in (tuple, list):
-        guards.add(GuardKind.LIST_LENGTH, source, (type(value), len(value)))
+    if type(value) is tuple:  # Note [Tuples: inputs guarded by the items read]
+        guards.add(GuardKind.LIST_LENGTH, source, (tuple, len(value)))
+        unread = TupleVariable([dict_reads.UNREAD] * len(value), source=source)
+        return tuple_reads.read_lazily(tx, unread, value)
+    if type(value) is list:
+        guards.add(GuardKind.LIST_LENGTH, source, (list, len(value)))
         items = [wrap_value(tx, v, GetItemSource(source, i)) for i, v in enumerate(value)]
-        cls = TupleVariable if type(value) is tuple else ListVariable
-        return cls(items, source=source)
+        return ListVariable(items, source=source)
     if list_subclass.is_plain_input(value):  # Note [Lists: subclass instances from outside ...]
         return list_subclass.wrap_input(tx, value, source)
     if isinstance(value, tuple) and hasattr(type(value), "_fields"):  # a namedtuple

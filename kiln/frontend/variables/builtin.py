@@ -63,7 +63,7 @@ from kiln.frontend.variables.super_calls import SuperVariable
 from kiln.frontend.variables.sym import SymNodeVariable
 from kiln.frontend.variables.symfloat import SizeFloatVariable
 from kiln.frontend.variables.tensor import TensorVariable
-from kiln.frontend.variables.torch import TorchVariable, call_tensor_op, torch_function_involved
+from kiln.frontend.variables.torch import TorchVariable, call_tensor_op
 from kiln.frontend.variables.type_checks import (
     check_protocols,
     guard_abc_registry,
@@ -225,6 +225,8 @@ class BuiltinVariable(VariableTracker):
         return fold(lambda: bytes(*cargs, **ckw))
 
     def _call_len(self, tx, obj):
+        if isinstance(obj, TupleVariable):  # (its items unread: Note [Tuples: inputs guarded ...])
+            return ConstantVariable(len(obj.raw_items))
         if isinstance(obj, (BaseListVariable, ConstDictVariable)):
             return ConstantVariable(len(obj.items))
         if isinstance(obj, TensorVariable):
@@ -632,7 +634,7 @@ def sort_items(tx, items, key=None, reverse=None):
 
 def getitem(tx, obj, index):
     """obj[index]."""
-    if torch_function_involved([obj]):  # Note [Tensors: subclasses with __torch_function__]
+    if getattr(obj, "torch_function_class", None) is not None:  # Note [Tensors: subclasses ...]
         return obj.call_method(tx, "__getitem__", [index], {})
     if isinstance(obj, TensorVariable):
         from kiln.frontend.variables import unbacked

@@ -12,7 +12,7 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.source import AttrSource, GetItemSource
-from kiln.frontend.variables import constant
+from kiln.frontend.variables import constant, tuple_reads
 from kiln.frontend.variables.base import BoundMethodVariable, VariableTracker, wrap_value
 from kiln.frontend.variables.constant import ConstantVariable, is_literal, short_range
 from kiln.frontend.variables.exceptions import observe, raise_observed
@@ -121,10 +121,27 @@ class TupleVariable(BaseListVariable):
     """A tuple; `tuple_cls` is a tuple subclass with named fields (torch.return_types.max ...)."""
 
     container = tuple
+    unread = None  # a tuple_reads.LazyItems while an input's items are left to read
 
     def __init__(self, items, tuple_cls=tuple, **kw):
         super().__init__(items, **kw)
         self.tuple_cls = tuple_cls
+
+    @property
+    def items(self):
+        """The items, every one wrapped (Note [Tuples: inputs guarded by the items read])."""
+        if self.unread is not None:
+            tuple_reads.read_all(self)
+        return self.raw_items
+
+    @items.setter
+    def items(self, items):
+        if self.unread is not None:
+            tuple_reads.read_all(self)
+        self.raw_items = items
+
+    def truthy(self, tx):
+        return bool(self.raw_items)
 
     def python_type(self):
         return self.tuple_cls
@@ -160,6 +177,10 @@ class TupleVariable(BaseListVariable):
         return super().var_getattr(tx, name)
 
     def getitem(self, tx, index):
+        if self.unread is not None and type(index) is int:
+            n = len(self.raw_items)
+            if -n <= index < n:  # (one item read: Note [Tuples: inputs guarded by the items read])
+                return tuple_reads.read_item(self, index % n)
         if (
             isinstance(index, slice)
             and self.tuple_cls is tuple
@@ -169,6 +190,8 @@ class TupleVariable(BaseListVariable):
         return super().getitem(tx, index)
 
     def call_method(self, tx, name, args, kwargs):
+        if name == "__len__" and not args and not kwargs and self.tuple_cls is tuple:
+            return ConstantVariable(len(self.raw_items))
         if name in _OWN_DUNDERS and self.tuple_cls is not tuple:
             for member in TUPLE_MEMBERS:  # `p[i]` of a class with its own __getitem__ ...
                 found = member(tx, self, name)
