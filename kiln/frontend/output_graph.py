@@ -87,6 +87,9 @@ class OutputGraph:
         self.graph_inputs = []  # [(source, real value, placeholder node)]
         self._input_by_id = {}
         self.uses_modules = False
+        # (id(module), name) -> the tensor functional_call traces in its place (Note [Modules:
+        # functional_call])
+        self.module_overrides = {}
         self.side_effects = SideEffects()
         self.extra_globals = {}  # guard names -> foreign globals dicts
         self.installed_globals = []  # names set in root_fn's module (installed_globals.install)

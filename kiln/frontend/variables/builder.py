@@ -58,6 +58,7 @@ from kiln.frontend.variables import (
     dict_reads,
     enum_api,  # noqa: F401  (registers Enum's functional API)
     foreach_calls,  # noqa: F401  (registers foreach ops one tensor at a time)
+    functional_call,  # noqa: F401  (registers torch.func.functional_call)
     functorch_vmap,
     interpolate_calls,  # noqa: F401  (registers F.interpolate to a symbolic size)
     list_subclass,

@@ -108,6 +108,9 @@ class NNModuleVariable(VariableTracker):
 
     def _child(self, tx, name):
         mod = self.value
+        override = tx.output.module_overrides.get((id(mod), name))
+        if override is not None:  # Note [Modules: functional_call]
+            return override
         d = mod.__dict__
         if name in d.get("_parameters", {}):
             return wrap_value(tx, d["_parameters"][name], self._sub_source("_parameters", name))
@@ -169,6 +172,12 @@ class NNModuleVariable(VariableTracker):
             "replaced_parameters", ()
         ):
             unimplemented(f"{type(self.value).__name__}.{name} after a parameter was replaced")
+        if tx.output.module_overrides:  # Note [Modules: functional_call]
+            override = tx.output.module_overrides.get((id(self.value), name))
+            if override is not None:
+                return override
+            if name in _STATE_LISTINGS:
+                unimplemented(f"{type(self.value).__name__}.{name} inside functional_call")
         stored = tx.output.side_effects.load_attr(self, name)
         if stored is not None:
             return stored
@@ -570,6 +579,8 @@ _BUILDABLE_FILES = (
 _PARAMETER_LISTINGS = frozenset(
     {"_parameters", "parameters", "named_parameters", "state_dict", "_named_members", "__dict__"}
 )
+# (and of buffers: what a module's state reads list, which functional_call's tensors stand in for)
+_STATE_LISTINGS = _PARAMETER_LISTINGS | {"_buffers", "buffers", "named_buffers"}
 
 
 def replaces_parameter(tx, module, value):
