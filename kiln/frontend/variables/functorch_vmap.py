@@ -16,10 +16,10 @@ Randomness, chunking and vmap's own errors are torch's at run time.
 The node's example results come from running that call on the meta examples (their shapes and
 strides are vmap's). What vmap refuses there (batch sizes that differ, no batched input, an op
 without a batching rule on meta, data-dependent control flow) is a graph break, so the call runs
-in Python and torch raises its own error. Also graph breaks, with the reason: in_dims other than
-an int or a tuple of ints and Nones (one level deep for a tuple or list of tensors), arguments or
-results other than tensors (and constants given with in_dim None), symbolic sizes other than the
-batch size, autocast on, and a body kiln cannot trace. A batch size that changed between calls is
+in Python and torch raises its own error. Also graph breaks, with the reason: arguments and
+results other than trees of tensors (tuples, lists, dicts: Note [Vmap: arguments and results as
+trees]) and constants given with in_dim None, in_dims that do not match an argument's tree,
+symbolic sizes other than the batch size, autocast on, and a body kiln cannot trace. A batch size that changed between calls is
 symbolic (the body, traced per example, does not see it; batch sizes of two arguments are compared
 as user code would compare them, with a guard); reading it from the interpreter breaks.
 
@@ -49,9 +49,9 @@ from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
 from kiln.frontend.variables import control_flow as cf
+from kiln.frontend.variables import functorch_trees as trees
 from kiln.frontend.variables.base import BoundMethodVariable, PythonValueVariable, VariableTracker
 from kiln.frontend.variables.constant import ConstantVariable
-from kiln.frontend.variables.lists import ListVariable, TupleVariable
 from kiln.frontend.variables.operators import binary_op
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import _as_fakes, wrap_tensor_result
@@ -205,12 +205,6 @@ class VmappedVariable(VariableTracker):
         return f"VmappedVariable({self.fn})"
 
 
-def _constant(v, what):
-    if v.is_python_constant() and not isinstance(v, TensorVariable):
-        return v.as_python_constant()
-    unimplemented(f"torch.vmap: {what} {v} is neither a tensor nor a constant")
-
-
 def _in_dims(in_dims, args):
     """One in_dim (an int or None) per argument; a break for what kiln does not capture."""
     if isinstance(in_dims, int) and not isinstance(in_dims, bool):
@@ -221,11 +215,7 @@ def _in_dims(in_dims, args):
                 f"torch.vmap: in_dims has {len(in_dims)} entries for {len(args)} arguments "
                 "(torch.vmap raises)"
             )
-        for d in in_dims:
-            for e in d if isinstance(d, tuple) else (d,):
-                if e is not None and (not isinstance(e, int) or isinstance(e, bool)):
-                    unimplemented(f"torch.vmap: in_dims entry {d!r} (ints and None are captured)")
-        return list(in_dims)
+        return list(in_dims)  # (each a tree prefix: Note [Vmap: arguments and results as trees])
     unimplemented(
         f"torch.vmap: in_dims {in_dims!r} (an int or a tuple expected; torch.vmap raises)"
     )
@@ -245,20 +235,6 @@ def _symbolic_sizes(t):
     return any(not isinstance(s, int) for s in t.shape)
 
 
-def _tensor_sequence(v):
-    """A tuple or list (exactly) of tensors."""
-    return (
-        type(v) in (TupleVariable, ListVariable)
-        and bool(v.items)
-        and all(isinstance(i, TensorVariable) for i in v.items)
-    )
-
-
-def _sequence_with_tensors(v):
-    """A container of other shapes holding tensors (a pytree vmap flattens: not captured)."""
-    return not isinstance(v, TensorVariable) and not v.is_python_constant()
-
-
 def _per_example(v, dim):
     """The example a body placeholder traces with: `v`'s example without its batch dimension."""
     ex = v.example
@@ -274,19 +250,6 @@ def _per_example(v, dim):
     return types.SimpleNamespace(example=ex.select(dim, 0), device=v.device)
 
 
-def _outputs(out):
-    """(the tensors the body returns, the structure: 'tensor', 'tuple' or 'list')."""
-    if isinstance(out, TensorVariable):
-        return [out], "tensor"
-    if type(out) in (TupleVariable, ListVariable):
-        items = list(out.items)
-        for v in items:
-            if not isinstance(v, TensorVariable):
-                unimplemented(f"torch.vmap: the function returns {v}, not a tensor")
-        return items, "tuple" if type(out) is TupleVariable else "list"
-    unimplemented(f"torch.vmap: the function returns {out} (tensors expected)")
-
-
 def _levels(tx):
     """The vmap levels being traced in this frame: [(batch size, randomness)], innermost last."""
     return tx.output.__dict__.setdefault("vmap_levels", [])
@@ -299,7 +262,7 @@ def trace_vmap(tx, vmapped, args, kwargs):
     randomness = vmapped.setting("randomness", "error")
     chunk_size = vmapped.setting("chunk_size", None)
     dims = _in_dims(in_dims, args)
-    tensors, items, slots = [], [], []
+    tensors, items = [], []
 
     def add(v, d):
         if is_symbolic(v.example) and (d is None or _symbolic_sizes(_per_example(v, d).example)):
@@ -307,26 +270,8 @@ def trace_vmap(tx, vmapped, args, kwargs):
         tensors.append((v, d))
         items.append(_per_example(v, d) if d is not None else v)
 
-    for v, d in zip(args, dims):
-        if isinstance(v, TensorVariable) and not isinstance(d, tuple):
-            add(v, d)
-            slots.append(None)
-        elif _tensor_sequence(v):  # a tuple or list of tensors: in_dims apply to each
-            sub = d if isinstance(d, tuple) else (d,) * len(v.items)
-            if isinstance(d, tuple) and type(v) is not TupleVariable:
-                unimplemented(f"torch.vmap: in_dims entry {d!r} for a list (torch.vmap raises)")
-            if len(sub) != len(v.items) or any(isinstance(e, tuple) for e in sub):
-                unimplemented(f"torch.vmap: in_dims entry {d!r} does not match {v}")
-            for item, e in zip(v.items, sub):
-                add(item, e)
-            slots.append((type(v), len(v.items)))
-        elif isinstance(d, tuple) or _sequence_with_tensors(v):
-            unimplemented(f"torch.vmap: argument {v} with in_dim {d!r} (not captured)")
-        elif d is not None:
-            unimplemented(f"torch.vmap: in_dim {d} for a {v} argument (torch.vmap raises)")
-        else:
-            _constant(v, "argument")
-            slots.append(v)
+    # Note [Vmap: arguments and results as trees]
+    rebuilds = [trees.flatten_arg(v, d, add) for v, d in zip(args, dims)]
     batched = [v for v, d in tensors if d is not None]
     if not batched:
         unimplemented("torch.vmap: no argument is batched (torch.vmap raises)")
@@ -337,16 +282,7 @@ def trace_vmap(tx, vmapped, args, kwargs):
 
     def pack(placeholders):
         it = iter(placeholders)
-        out = []
-        for slot in slots:
-            if slot is None:
-                out.append(next(it))
-            elif isinstance(slot, tuple):
-                kind, n = slot
-                out.append(kind([next(it) for _ in range(n)]))
-            else:
-                out.append(slot)
-        return out
+        return [rebuild(lambda: next(it)) for rebuild in rebuilds]
 
     levels = _levels(tx)
     levels.append((size, randomness))
@@ -362,16 +298,17 @@ def trace_vmap(tx, vmapped, args, kwargs):
         )
     finally:
         levels.pop()
-    out_items, structure = _outputs(out)
+    out_items, rebuild_out = trees.flatten_result(out)
+    single = isinstance(out, TensorVariable)  # (else its tensors come back flat, as a tuple)
     lifted = cf._lift([graph], [out_items], op="torch.vmap")
     (out_node,) = [n for n in graph.nodes if n.op == "output"]
     values = out_node.args[0]
-    out_node.args = ({"tensor": values[0], "tuple": values, "list": list(values)}[structure],)
+    out_node.args = (values[0] if single else tuple(values),)
     body = torch.fx.GraphModule(torch.nn.Module(), graph, class_name="VmapBody")
     call = VmapCall(
         body,
         tuple(d for _, d in tensors) + (None,) * len(lifted),
-        out_dims,
+        out_dims if single else tuple(trees.flat_dims(out_dims, out)),
         randomness,
         chunk_size,
     )
@@ -394,7 +331,8 @@ def trace_vmap(tx, vmapped, args, kwargs):
         "call_function", call, tuple(v.proxy for v, _ in tensors) + tuple(lifted), {}
     )
     device = next(iter(devices))
-    return wrap_tensor_result(tx, node, result, device)
+    made = wrap_tensor_result(tx, node, result, device)
+    return made if single else rebuild_out(made.items)
 
 
 class _KwargsCall(VariableTracker):
