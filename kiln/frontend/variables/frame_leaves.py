@@ -84,7 +84,7 @@ def requires_grad_(tx, tensor, args, kwargs):
         return tensor  # (already requires grad: nothing changes)
     if _refused(tx.output) or getattr(tensor, "data_assigned", False):
         unimplemented(REQUIRES_GRAD_ON_INTERMEDIATE)
-    if getattr(tensor, "wrapper_subclass", False) or tx.output.__dict__.get("vmap_levels"):
+    if getattr(tensor, "wrapper_subclass", False) or tx.output.__dict__.get("functorch_levels"):
         unimplemented("Tensor.requires_grad_() on a tensor subclass or inside torch.vmap")
     call_tensor_op(tx, "call_method", "requires_grad_", [tensor], {})
     leaves, _ = _state(tx.output)

@@ -84,7 +84,7 @@ def flatten_arg(v, spec, leaf, what="in_dims entry"):
     unimplemented(f"torch.func: an argument {v} (tensors, and tuples, lists, dicts of them)")
 
 
-def flatten_result(out, what="the function returns"):
+def flatten_result(out, what="torch.func: the function returns"):
     """(the tensors of result tree `out` in order, rebuild(items) -> the tree of them)."""
     tensors = []
 
@@ -94,7 +94,7 @@ def flatten_result(out, what="the function returns"):
             return lambda take: take()
         kind = _node(v)
         if kind is None:
-            unimplemented(f"torch.func: {what} {v} (tensors, and tuples, lists, dicts of them)")
+            unimplemented(f"{what} {v} (tensors, and tuples, lists, dicts of them)")
         keys, items = _children(v, kind)
         return _rebuild(kind, keys, [walk(i) for i in items])
 

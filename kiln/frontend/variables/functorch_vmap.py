@@ -284,8 +284,9 @@ def trace_vmap(tx, vmapped, args, kwargs):
         it = iter(placeholders)
         return [rebuild(lambda: next(it)) for rebuild in rebuilds]
 
-    levels = _levels(tx)
+    levels, transforms = _levels(tx), tx.output.__dict__.setdefault("functorch_levels", [])
     levels.append((size, randomness))
+    transforms.append("vmap")
     try:
         graph, out = cf._trace_branch(
             tx,
@@ -298,6 +299,7 @@ def trace_vmap(tx, vmapped, args, kwargs):
         )
     finally:
         levels.pop()
+        transforms.pop()
     out_items, rebuild_out = trees.flatten_result(out)
     single = isinstance(out, TensorVariable)  # (else its tensors come back flat, as a tuple)
     lifted = cf._lift([graph], [out_items], op="torch.vmap")
@@ -353,7 +355,8 @@ class FunctorchInterpreterQueryVariable(PythonValueVariable):
 
     def call_function(self, tx, args, kwargs):
         levels = _levels(tx)
-        if args or kwargs or not levels or _C_FUNCTORCH is None:
+        innermost = tx.output.__dict__.get("functorch_levels") or [None]
+        if args or kwargs or not levels or _C_FUNCTORCH is None or innermost[-1] != "vmap":
             unimplemented("retrieve_current_functorch_interpreter outside a traced torch.vmap")
         query = _C_FUNCTORCH.maybe_current_level
         base = query()

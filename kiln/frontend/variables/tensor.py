@@ -193,7 +193,7 @@ class TensorVariable(VariableTracker):
         if name in _CHANGING_ATTRS:  # (a generator drained at a break reads them too early)
             tx.output.side_effects.note_read(("tensor attribute", name))
         if name in _META_ATTRS:
-            if name in _VMAP_UNFOLDED and tx.output.__dict__.get("vmap_levels"):
+            if name in _VMAP_UNFOLDED and tx.output.__dict__.get("functorch_levels"):
                 unimplemented(f"Tensor.{name} inside a traced torch.vmap (Note [Vmap: metadata])")
             return ConstantVariable(_META_ATTRS[name](self))
         if name in _TENSOR_ATTRS:
@@ -293,7 +293,7 @@ class TensorVariable(VariableTracker):
         if name in _BREAKING_METHODS:
             unimplemented(_BREAKING_METHODS[name])
         if name in ("size", "stride") or name in _META_METHODS:
-            if name in _VMAP_UNFOLDED and tx.output.__dict__.get("vmap_levels"):
+            if name in _VMAP_UNFOLDED and tx.output.__dict__.get("functorch_levels"):
                 unimplemented(f"Tensor.{name}() inside a traced torch.vmap (Note [Vmap: metadata])")
             cargs = [a.as_python_constant() for a in args]
             ckw = {k: v.as_python_constant() for k, v in kwargs.items()}

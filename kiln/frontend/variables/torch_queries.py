@@ -173,7 +173,9 @@ def fold(tx, fn, args, kwargs):
         return ConstantVariable(value)
     if args or kwargs or not is_query(fn):
         return None
-    if fn is torch._C._are_functorch_transforms_active and tx.output.__dict__.get("vmap_levels"):
+    if fn is torch._C._are_functorch_transforms_active and tx.output.__dict__.get(
+        "functorch_levels"
+    ):
         unimplemented("_are_functorch_transforms_active inside a traced torch.vmap")
     kind, value = QUERIES[_key(fn)]
     if kind == _TENSOR:
@@ -252,7 +254,7 @@ def _dispatch_keys(tx, v):
     example = getattr(v, "example", None)
     if getattr(v, "proxy", None) is None or not isinstance(example, torch.Tensor):
         unimplemented("torch._C._dispatch_keys of something not a traced tensor")
-    if tx.output.__dict__.get("vmap_levels"):
+    if tx.output.__dict__.get("functorch_levels"):
         unimplemented("torch._C._dispatch_keys inside a traced torch.vmap (Note [Vmap: metadata])")
     wrapper = getattr(v, "wrapper_subclass", False)
     if v.python_type() not in (torch.Tensor, torch.nn.Parameter) and not wrapper:

@@ -1,0 +1,242 @@
+"""torch.func.grad and grad_and_value in traced code: the function traced once, one call that
+differentiates it.
+
+Note [Grad: the body traced, torch.func.grad applied at run time]
+`torch.func.grad(f, argnums=0, has_aux=False)(*args)` returns the gradient of `f`'s scalar result
+with respect to the arguments argnums names (each a tree of tensors: Note [Vmap: arguments and
+results as trees]); grad_and_value returns (gradients, value). As for torch.vmap (Note [Vmap: the
+body traced, vmap applied at run time]), kiln traces `f` into a graph of its own (the body) on
+the arguments' tensors, taken flat, with the tensors of the frame it reads lifted into extra
+arguments; the frame's graph gets one node whose target is a `GradCall`, which calls
+`torch.func.grad(body, argnums=<the flat positions of the differentiated tensors>)` (or
+grad_and_value) and returns every result tensor flat: the gradients, the value, the aux tensors.
+The frame rebuilds the gradients as trees shaped like the arguments they belong to, a tuple of
+them for a tuple argnums, and the aux result as the tree f returned. So eager runs functorch's
+own grad, a backend that traces at the ATen level (kiln's AOT tracer) traces through it, and
+`vmap(grad(loss))(...)` (per-sample gradients) is one graph: the vmap body's trace holds the
+GradCall node. Example results come from running the call on the meta examples; what torch.func
+refuses there (a result that is not a scalar, an integer input differentiated) is a graph break,
+so the call runs in Python and raises torch's error.
+
+Inside the body, tensors are functorch's wrappers, whose `requires_grad`, `is_leaf` and strides
+are not the traced examples' (as under vmap: Note [Vmap: metadata]): reading them is a break.
+Side effects in the body and argnums that are not constants are breaks as well.
+"""
+
+import torch
+
+from kiln.bytecode import emit
+from kiln.exc import unimplemented
+from kiln.frontend.variables import control_flow as cf
+from kiln.frontend.variables import functorch_trees as trees
+from kiln.frontend.variables.base import PythonValueVariable, VariableTracker
+from kiln.frontend.variables.functorch_vmap import _KwargsCall, _on_meta
+from kiln.frontend.variables.lists import TupleVariable
+from kiln.frontend.variables.tensor import TensorVariable
+from kiln.frontend.variables.torch import _as_fakes, wrap_tensor_result
+
+_TRANSFORMS = (torch.func.grad, torch.func.grad_and_value) if hasattr(torch, "func") else ()
+
+
+def is_grad(value):
+    """Whether `value` is torch.func.grad or torch.func.grad_and_value."""
+    return any(value is t for t in _TRANSFORMS)  # (by identity: a user's __hash__ never runs)
+
+
+class GradCall:
+    """The target of a traced grad call: `torch.func.grad(body, ...)(*operands)`, flat."""
+
+    __name__ = "grad"  # (fx names the node after its target)
+    __qualname__ = "grad"
+
+    def __init__(self, body, argnums, has_aux, with_value):
+        self.body = body
+        self.argnums = argnums
+        self.has_aux = has_aux
+        self.with_value = with_value
+
+    def __call__(self, *operands):
+        transform = torch.func.grad_and_value if self.with_value else torch.func.grad
+        out = transform(self.body, argnums=self.argnums, has_aux=self.has_aux)(*operands)
+        grads, rest = (out[0], out[1]) if self.with_value or self.has_aux else (out, None)
+        if self.with_value and self.has_aux:
+            value, aux = rest
+            return (*grads, value, *aux)
+        if self.with_value:
+            return (*grads, rest)
+        if self.has_aux:
+            return (*grads, *rest)
+        return tuple(grads)
+
+    def __repr__(self):
+        kind = "grad_and_value" if self.with_value else "grad"
+        return f"GradCall({kind}, argnums={self.argnums}, has_aux={self.has_aux})"
+
+
+class GradFunctionVariable(PythonValueVariable):
+    """torch.func.grad (or grad_and_value) itself, before it is called."""
+
+    def call_function(self, tx, args, kwargs):
+        names = ("func", "argnums", "has_aux")
+        bound = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names or k in bound:
+                unimplemented(f"torch.func.grad argument {k!r} (torch raises)")
+            bound[k] = v
+        if "func" not in bound or len(args) > len(names):
+            unimplemented("torch.func.grad called with the wrong arguments (torch raises)")
+        settings = {}
+        for k in names[1:]:
+            v = bound.get(k)
+            if v is not None and not v.is_python_constant():
+                unimplemented(f"torch.func.grad's {k} is not a constant")
+            settings[k] = v
+        return GradTransformedVariable(bound["func"], settings, self.value is not torch.func.grad)
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return super().reconstruct(cg)
+        cg.load_object(self.value)
+
+
+class GradTransformedVariable(VariableTracker):
+    """`torch.func.grad(f, ...)`: its calls are traced (the Note above)."""
+
+    def __init__(self, fn, settings, with_value, **kw):
+        super().__init__(**kw)
+        self.fn = fn
+        self.settings = settings
+        self.with_value = with_value
+
+    def setting(self, name, default):
+        v = self.settings.get(name)
+        return default if v is None else v.as_python_constant()
+
+    def python_type(self):
+        return type(lambda: None)
+
+    def call_function(self, tx, args, kwargs):
+        return trace_grad(tx, self, args, kwargs)
+
+    def var_getattr(self, tx, name):
+        unimplemented(f"attribute {name!r} of a torch.func.grad function")
+
+    def reconstruct(self, cg):
+        transform = torch.func.grad_and_value if self.with_value else torch.func.grad
+        cg.load_object(transform, push_null=True)
+        cg.reconstruct(self.fn)
+        given = {k: v for k, v in self.settings.items() if v is not None}
+        for v in given.values():
+            cg.reconstruct(v)
+        cg.extend(emit.call_kw(1 + len(given), tuple(given)) if given else emit.call(1))
+
+    def __repr__(self):
+        return f"GradTransformedVariable({self.fn})"
+
+
+def _argnums(argnums, n):
+    """The positions differentiated, and whether argnums was a tuple (the gradients are one)."""
+    many = isinstance(argnums, tuple)
+    nums = argnums if many else (argnums,)
+    if not nums or not all(type(a) is int and -n <= a < n for a in nums):
+        unimplemented(f"torch.func.grad: argnums {argnums!r} for {n} arguments (torch raises)")
+    nums = tuple(a % n for a in nums)
+    if len(set(nums)) != len(nums):
+        unimplemented(f"torch.func.grad: argnums {argnums!r} repeats a position (torch raises)")
+    return nums, many
+
+
+def _levels(tx):
+    """The functorch transforms being traced in this frame, innermost last ("grad"/"vmap")."""
+    return tx.output.__dict__.setdefault("functorch_levels", [])
+
+
+def trace_grad(tx, transformed, args, kwargs):
+    """A call of `torch.func.grad(f, ...)` (Note [Grad: the body traced, torch.func.grad
+    applied at run time])."""
+    argnums = transformed.setting("argnums", 0)
+    has_aux = transformed.setting("has_aux", False)
+    if type(has_aux) is not bool:
+        unimplemented(f"torch.func.grad: has_aux {has_aux!r} (torch raises)")
+    nums, many = _argnums(argnums, len(args))
+    tensors, owners, rebuilds = [], [], []
+    for i, v in enumerate(args):
+
+        def add(t, _dim, i=i):
+            tensors.append(t)
+            owners.append(i)
+
+        rebuilds.append(trees.flatten_arg(v, None, add, what="argument"))
+    # the flat positions of each differentiated argument's tensors
+    positions = {i: [k for k, o in enumerate(owners) if o == i] for i in nums}
+    if not all(positions[i] for i in nums):
+        unimplemented(
+            "torch.func.grad with respect to an argument holding no tensor (torch raises)"
+        )
+    for i in nums:
+        trees.flatten_result(args[i], what="torch.func.grad with respect to an argument holding")
+        for k in positions[i]:
+            if not tensors[k].example.is_floating_point() and not tensors[k].example.is_complex():
+                unimplemented("torch.func.grad with respect to an integer tensor (torch raises)")
+    flat_argnums = tuple(k for i in nums for k in positions[i])
+
+    def pack(placeholders):
+        it = iter(placeholders)
+        return [rebuild(lambda: next(it)) for rebuild in rebuilds]
+
+    levels = _levels(tx)
+    levels.append("grad")
+    try:
+        graph, out = cf._trace_branch(
+            tx,
+            _KwargsCall(transformed.fn, kwargs),
+            tensors,
+            "the differentiated function",
+            pack=pack,
+            op="torch.func.grad",
+            local_writes=True,
+        )
+    finally:
+        levels.pop()
+    aux = None
+    if has_aux:
+        pair = out.unpack_var_sequence(tx) if isinstance(out, TupleVariable) else None
+        if not pair or len(pair) != 2:
+            unimplemented("torch.func.grad(has_aux=True): f returns no (output, aux) pair")
+        out, aux = pair
+    if not isinstance(out, TensorVariable):
+        unimplemented(f"torch.func.grad: f returns {out}, not a tensor (torch raises)")
+    aux_items, rebuild_aux = trees.flatten_result(aux) if has_aux else ([], None)
+    lifted = cf._lift([graph], [[out, *aux_items]], op="torch.func.grad")
+    (out_node,) = [n for n in graph.nodes if n.op == "output"]
+    values = out_node.args[0]
+    out_node.args = ((values[0], tuple(values[1:])) if has_aux else values[0],)
+    body = torch.fx.GraphModule(torch.nn.Module(), graph, class_name="GradBody")
+    call = GradCall(body, flat_argnums, has_aux, transformed.with_value)
+    examples = [t.example for t in tensors] + [n.meta["example_value"] for n in lifted]
+    probe = GradCall(_on_meta(body), flat_argnums, has_aux, transformed.with_value)
+    try:
+        with torch.device("meta"):
+            result = probe(*examples)
+    except Exception as e:
+        unimplemented(f"torch.func.grad on meta tensors raised {type(e).__name__}: {e}")
+    devices = {t.device for t in tensors}
+    if tx.output.fake_inputs:
+        result = _as_fakes(result, next(iter(devices)))
+    node = tx.output.create_node(
+        "call_function", call, tuple(t.proxy for t in tensors) + tuple(lifted), {}
+    )
+    flat = wrap_tensor_result(tx, node, result, next(iter(devices))).items
+    grads_flat, rest = flat[: len(flat_argnums)], flat[len(flat_argnums) :]
+    grads, at = [], 0
+    for i in nums:  # each differentiated argument's tree, rebuilt from its gradients
+        mine = grads_flat[at : at + len(positions[i])]
+        at += len(positions[i])
+        it = iter(mine)
+        grads.append(rebuilds[i](lambda it=it: next(it)))
+    grads = TupleVariable(grads) if many else grads[0]
+    value = rest[0] if transformed.with_value else None
+    aux = rebuild_aux(rest[1:] if transformed.with_value else rest) if has_aux else None
+    if transformed.with_value:
+        return TupleVariable([grads, TupleVariable([value, aux]) if has_aux else value])
+    return TupleVariable([grads, aux]) if has_aux else grads

@@ -1,0 +1,104 @@
+"""torch.func.grad and grad_and_value traced as one call that differentiates the traced body
+(Note [Grad: the body traced, torch.func.grad applied at run time]), alone and under vmap."""
+
+import pytest
+import torch
+from frontend_helpers import run_and_compare
+from torch import nn
+from torch.func import functional_call, grad, grad_and_value, vmap
+
+import kiln
+
+
+def f(x, y):
+    return (x.sin() * y).sum()
+
+
+def f_aux(x, y):
+    return (x * y).sum(), {"cos": x.cos(), "pair": (y * 2, x)}
+
+
+CASES = {
+    "grad": lambda x, y: grad(f)(x, y),
+    "argnums_tuple": lambda x, y: grad(f, argnums=(0, 1))(x, y),
+    "negative_argnum": lambda x, y: grad(f, argnums=-1)(x, y),
+    "grad_and_value": lambda x, y: grad_and_value(f)(x, y),
+    "has_aux": lambda x, y: grad(f_aux, has_aux=True)(x, y),
+    "value_and_aux": lambda x, y: grad_and_value(f_aux, argnums=1, has_aux=True)(x, y),
+    "second_order": lambda x, y: grad(lambda a: grad(lambda b: (b**3 * y).sum())(a).sum())(x),
+    "closure": lambda x, y: grad(lambda a: (a * y.exp()).sum())(x),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_grad_forms_are_one_graph(case):
+    fn = CASES[case]
+    run_and_compare(fn, torch.randn(4), torch.randn(4), fullgraph=True, expected_graphs=1)
+
+
+def test_a_dict_of_parameters_gets_a_dict_of_gradients():
+    def loss(p, x):
+        return (x @ p["w"] + p["b"]).tanh().sum()
+
+    def fn(p, x):
+        return grad(loss)(p, x)
+
+    p = {"w": torch.randn(3, 2), "b": torch.randn(2)}
+    run_and_compare(fn, p, torch.randn(5, 3), fullgraph=True, expected_graphs=1)
+
+
+def test_per_sample_gradients():
+    model = nn.Linear(3, 2)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def loss(p, x, y):
+        out = functional_call(model, p, (x.unsqueeze(0),))
+        return nn.functional.mse_loss(out, y.unsqueeze(0))
+
+    def per_sample(p, xs, ys):
+        return vmap(grad(loss), in_dims=(None, 0, 0))(p, xs, ys)
+
+    run_and_compare(
+        per_sample, params, torch.randn(8, 3), torch.randn(8, 2), fullgraph=True, expected_graphs=1
+    )
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "kiln"])
+def test_backends_and_gradients_through_the_result(backend):
+    """MAML's inner step: the outer gradient flows through torch.func.grad's result."""
+    w = torch.randn(3, requires_grad=True)
+
+    def inner(w, x):
+        return (x @ w).pow(2).sum()
+
+    def outer(w, x):
+        fast = w - 0.1 * grad(inner)(w, x)
+        return (x @ fast).sum()
+
+    x = torch.randn(4, 3)
+    expected = torch.autograd.grad(outer(w, x), w)[0]
+    kiln.reset()
+    out = kiln.compile(outer, backend=backend, fullgraph=True)(w, x)
+    torch.testing.assert_close(out, outer(w, x))
+    torch.testing.assert_close(torch.autograd.grad(out, w)[0], expected)
+
+
+def test_a_non_scalar_result_raises_as_eager():
+    def fn(x):
+        return grad(lambda a: a * 2)(x)
+
+    run_and_compare(fn, torch.randn(3))
+
+
+def test_an_integer_input_raises_as_eager():
+    def fn(x):
+        return grad(lambda a: a.sum())(x)
+
+    run_and_compare(fn, torch.arange(3))
+
+
+def test_metadata_queries_in_the_body_break():
+    def fn(x):
+        return grad(lambda a: a.sum() * (2 if a.requires_grad else 3))(x)
+
+    run_and_compare(fn, torch.randn(3))
