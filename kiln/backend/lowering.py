@@ -642,7 +642,14 @@ def _scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None):
     return _full((), s, dtype or V.val.dtype)
 
 
-@register_lowering(aten.zeros.default, aten.ones.default, aten.empty.memory_format)
+# (`_efficientzerotensor`: functorch's forward-mode zeros, a tensor without storage in eager, whose
+# data a kernel must never read: real zeros here)
+@register_lowering(
+    aten.zeros.default,
+    aten.ones.default,
+    aten.empty.memory_format,
+    aten._efficientzerotensor.default,
+)
 def _zeros(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     _check_device(device)
     v = 1 if V.current_target == aten.ones.default else 0
