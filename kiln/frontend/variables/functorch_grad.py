@@ -18,12 +18,18 @@ GradCall node. Example results come from running the call on the meta examples; 
 refuses there (a result that is not a scalar, an integer input differentiated) is a graph break,
 so the call runs in Python and raises torch's error.
 
+torch.func.jacrev, jacfwd and hessian go the same way (`JacobianCall`), for arguments that are
+tensors (or constants not differentiated): the body's results come back as the Jacobian's tree
+(each result tensor's Jacobian, a tuple of them for a tuple argnums), taken flat from the meta
+run's tree and rebuilt in the frame from its TreeSpec.
+
 Inside the body, tensors are functorch's wrappers, whose `requires_grad`, `is_leaf` and strides
 are not the traced examples' (as under vmap: Note [Vmap: metadata]): reading them is a break.
 Side effects in the body and argnums that are not constants are breaks as well.
 """
 
 import torch
+import torch.utils._pytree as pytree
 
 from kiln.bytecode import emit
 from kiln.exc import unimplemented
@@ -36,11 +42,22 @@ from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import _as_fakes, wrap_tensor_result
 
 _TRANSFORMS = (torch.func.grad, torch.func.grad_and_value) if hasattr(torch, "func") else ()
+# transform -> the keyword settings a traced call may give it (constants), besides argnums
+_JACOBIANS = (
+    {
+        torch.func.jacrev: ("has_aux", "chunk_size"),
+        torch.func.jacfwd: ("has_aux", "randomness"),
+        torch.func.hessian: (),
+    }
+    if hasattr(torch, "func")
+    else {}
+)
 
 
 def is_grad(value):
-    """Whether `value` is torch.func.grad or torch.func.grad_and_value."""
-    return any(value is t for t in _TRANSFORMS)  # (by identity: a user's __hash__ never runs)
+    """Whether `value` is torch.func.grad, grad_and_value, jacrev, jacfwd or hessian."""
+    # (by identity: a user's __hash__ never runs)
+    return any(value is t for t in _TRANSFORMS) or any(value is t for t in _JACOBIANS)
 
 
 class GradCall:
@@ -73,11 +90,37 @@ class GradCall:
         return f"GradCall({kind}, argnums={self.argnums}, has_aux={self.has_aux})"
 
 
+class JacobianCall:
+    """The target of a traced jacrev/jacfwd/hessian call: the leaves of its result tree."""
+
+    __name__ = "jacobian"
+    __qualname__ = "jacobian"
+
+    def __init__(self, transform, body, argnums, settings):
+        self.transform = transform
+        self.body = body
+        self.argnums = argnums
+        self.settings = settings
+
+    def tree(self, *operands):
+        """The transform's result, as a tree."""
+        return self.transform(self.body, argnums=self.argnums, **self.settings)(*operands)
+
+    def __call__(self, *operands):
+        return tuple(pytree.tree_leaves(self.tree(*operands)))
+
+    def __repr__(self):
+        return f"JacobianCall({self.transform.__name__}, argnums={self.argnums})"
+
+
 class GradFunctionVariable(PythonValueVariable):
-    """torch.func.grad (or grad_and_value) itself, before it is called."""
+    """torch.func.grad (or grad_and_value, jacrev, jacfwd, hessian) itself, before it is called."""
 
     def call_function(self, tx, args, kwargs):
+        jacobian = next((t for t in _JACOBIANS if t is self.value), None)
         names = ("func", "argnums", "has_aux")
+        if jacobian is not None:
+            names = ("func", "argnums", *_JACOBIANS[jacobian])
         bound = dict(zip(names, args))
         for k, v in kwargs.items():
             if k not in names or k in bound:
@@ -91,6 +134,8 @@ class GradFunctionVariable(PythonValueVariable):
             if v is not None and not v.is_python_constant():
                 unimplemented(f"torch.func.grad's {k} is not a constant")
             settings[k] = v
+        if jacobian is not None:
+            return GradTransformedVariable(bound["func"], settings, False, jacobian=jacobian)
         return GradTransformedVariable(bound["func"], settings, self.value is not torch.func.grad)
 
     def reconstruct(self, cg):
@@ -102,11 +147,17 @@ class GradFunctionVariable(PythonValueVariable):
 class GradTransformedVariable(VariableTracker):
     """`torch.func.grad(f, ...)`: its calls are traced (the Note above)."""
 
-    def __init__(self, fn, settings, with_value, **kw):
+    def __init__(self, fn, settings, with_value, jacobian=None, **kw):
         super().__init__(**kw)
         self.fn = fn
         self.settings = settings
         self.with_value = with_value
+        self.jacobian = jacobian  # jacrev, jacfwd or hessian (None: grad, grad_and_value)
+
+    def transform(self):
+        if self.jacobian is not None:
+            return self.jacobian
+        return torch.func.grad_and_value if self.with_value else torch.func.grad
 
     def setting(self, name, default):
         v = self.settings.get(name)
@@ -116,14 +167,15 @@ class GradTransformedVariable(VariableTracker):
         return type(lambda: None)
 
     def call_function(self, tx, args, kwargs):
+        if self.jacobian is not None:
+            return trace_jacobian(tx, self, args, kwargs)
         return trace_grad(tx, self, args, kwargs)
 
     def var_getattr(self, tx, name):
         unimplemented(f"attribute {name!r} of a torch.func.grad function")
 
     def reconstruct(self, cg):
-        transform = torch.func.grad_and_value if self.with_value else torch.func.grad
-        cg.load_object(transform, push_null=True)
+        cg.load_object(self.transform(), push_null=True)
         cg.reconstruct(self.fn)
         given = {k: v for k, v in self.settings.items() if v is not None}
         for v in given.values():
@@ -159,14 +211,9 @@ def trace_grad(tx, transformed, args, kwargs):
     if type(has_aux) is not bool:
         unimplemented(f"torch.func.grad: has_aux {has_aux!r} (torch raises)")
     nums, many = _argnums(argnums, len(args))
-    tensors, owners, rebuilds = [], [], []
-    for i, v in enumerate(args):
-
-        def add(t, _dim, i=i):
-            tensors.append(t)
-            owners.append(i)
-
-        rebuilds.append(trees.flatten_arg(v, None, add, what="argument"))
+    graph, out, tensors, owners, rebuilds = _trace_body(
+        tx, transformed.fn, args, kwargs, "torch.func.grad"
+    )
     # the flat positions of each differentiated argument's tensors
     positions = {i: [k for k, o in enumerate(owners) if o == i] for i in nums}
     if not all(positions[i] for i in nums):
@@ -179,25 +226,6 @@ def trace_grad(tx, transformed, args, kwargs):
             if not tensors[k].example.is_floating_point() and not tensors[k].example.is_complex():
                 unimplemented("torch.func.grad with respect to an integer tensor (torch raises)")
     flat_argnums = tuple(k for i in nums for k in positions[i])
-
-    def pack(placeholders):
-        it = iter(placeholders)
-        return [rebuild(lambda: next(it)) for rebuild in rebuilds]
-
-    levels = _levels(tx)
-    levels.append("grad")
-    try:
-        graph, out = cf._trace_branch(
-            tx,
-            _KwargsCall(transformed.fn, kwargs),
-            tensors,
-            "the differentiated function",
-            pack=pack,
-            op="torch.func.grad",
-            local_writes=True,
-        )
-    finally:
-        levels.pop()
     aux = None
     if has_aux:
         pair = out.unpack_var_sequence(tx) if isinstance(out, TupleVariable) else None
@@ -240,3 +268,80 @@ def trace_grad(tx, transformed, args, kwargs):
     if transformed.with_value:
         return TupleVariable([grads, TupleVariable([value, aux]) if has_aux else value])
     return TupleVariable([grads, aux]) if has_aux else grads
+
+
+def _trace_body(tx, fn, args, kwargs, op):
+    """The traced body of a differentiating transform over args: (graph, result, the flat
+    tensors, each tensor's argument position, the rebuild of each argument)."""
+    tensors, owners, rebuilds = [], [], []
+    for i, v in enumerate(args):
+
+        def add(t, _dim, i=i):
+            tensors.append(t)
+            owners.append(i)
+
+        rebuilds.append(trees.flatten_arg(v, None, add, what="argument"))
+
+    def pack(placeholders):
+        it = iter(placeholders)
+        return [rebuild(lambda: next(it)) for rebuild in rebuilds]
+
+    levels = _levels(tx)
+    levels.append("grad")
+    try:
+        graph, out = cf._trace_branch(
+            tx,
+            _KwargsCall(fn, kwargs),
+            tensors,
+            "the differentiated function",
+            pack=pack,
+            op=op,
+            local_writes=True,
+        )
+    finally:
+        levels.pop()
+    return graph, out, tensors, owners, rebuilds
+
+
+def trace_jacobian(tx, transformed, args, kwargs):
+    """A call of `torch.func.jacrev/jacfwd/hessian(f, ...)(*args)` (the Note above)."""
+    op = f"torch.func.{transformed.jacobian.__name__}"
+    settings = {k: v.as_python_constant() for k, v in transformed.settings.items() if v is not None}
+    argnums = settings.pop("argnums", 0)
+    if settings.get("has_aux"):
+        unimplemented(f"{op}(has_aux=True) is not captured")
+    nums, many = _argnums(argnums, len(args))
+    for i in nums:
+        if not isinstance(args[i], TensorVariable):
+            unimplemented(f"{op} with respect to {args[i]} (tensor arguments are captured)")
+    graph, out, tensors, owners, _ = _trace_body(tx, transformed.fn, args, kwargs, op)
+    flat_argnums = tuple(owners.index(i) for i in nums)
+    out_items, rebuild_out = trees.flatten_result(out)
+    single = isinstance(out, TensorVariable)
+    lifted = cf._lift([graph], [out_items], op=op)
+    (out_node,) = [n for n in graph.nodes if n.op == "output"]
+    values = out_node.args[0]
+    out_node.args = (values[0] if single else tuple(values),)
+    body = torch.fx.GraphModule(torch.nn.Module(), graph, class_name="JacobianBody")
+    argnums_given = flat_argnums if many else flat_argnums[0]
+    call = JacobianCall(transformed.jacobian, body, argnums_given, settings)
+    examples = [t.example for t in tensors] + [n.meta["example_value"] for n in lifted]
+    probe = JacobianCall(transformed.jacobian, _on_meta(body), argnums_given, settings)
+    try:
+        with torch.device("meta"):
+            leaves, spec = pytree.tree_flatten(probe.tree(*examples))
+    except Exception as e:
+        unimplemented(f"{op} on meta tensors raised {type(e).__name__}: {e}")
+    if not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
+        unimplemented(f"{op}: a result that is not a tree of tensors")
+    device = next(iter({t.device for t in tensors}))
+    if tx.output.fake_inputs:
+        leaves = _as_fakes(tuple(leaves), device)
+    node = tx.output.create_node(
+        "call_function", call, tuple(t.proxy for t in tensors) + tuple(lifted), {}
+    )
+    flat = wrap_tensor_result(tx, node, tuple(leaves), device).items
+    made = trees.from_spec(spec, flat)
+    if single:
+        return made
+    return rebuild_out(made.unpack_var_sequence(tx))  # (one Jacobian tree per result tensor)

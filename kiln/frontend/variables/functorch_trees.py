@@ -124,3 +124,21 @@ def flat_dims(spec, out, what="out_dims"):
 
     walk(out, spec)
     return dims
+
+
+def from_spec(spec, items):
+    """The variable of a pytree (tuples, lists, dicts) whose leaves are `items`, in the shape
+    `spec` (a torch.utils._pytree.TreeSpec) describes."""
+    it = iter(items)
+
+    def build(s):
+        if s.is_leaf():
+            return next(it)
+        kids = [build(c) for c in s.children()]
+        if s.type is dict:
+            return ConstDictVariable(dict(zip(s.context, kids)))
+        if s.type in (tuple, list):
+            return TupleVariable(kids) if s.type is tuple else ListVariable(kids)
+        unimplemented(f"torch.func: a result holding a {s.type.__name__}")
+
+    return build(spec)

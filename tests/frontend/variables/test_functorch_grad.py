@@ -102,3 +102,40 @@ def test_metadata_queries_in_the_body_break():
         return grad(lambda a: a.sum() * (2 if a.requires_grad else 3))(x)
 
     run_and_compare(fn, torch.randn(3))
+
+
+def two(x, y):
+    return x * y, (x + y).sum()
+
+
+JACOBIANS = {
+    "jacrev": lambda x, y: torch.func.jacrev(f)(x, y),
+    "jacrev_argnums": lambda x, y: torch.func.jacrev(f, argnums=(0, 1))(x, y),
+    "jacfwd": lambda x, y: torch.func.jacfwd(lambda a, b: a.sin() * b, argnums=1)(x, y),
+    "hessian": lambda x, y: torch.func.hessian(lambda a: (a**3 * y).sum())(x),
+    "two_outputs": lambda x, y: torch.func.jacrev(two)(x, y),
+    "vmap_hessian": lambda x, y: vmap(torch.func.hessian(lambda p: (p.sin() * p.cos()).sum()))(
+        torch.stack([x, y])
+    ),
+}
+
+
+@pytest.mark.parametrize("backend", ["eager", "kiln"])
+@pytest.mark.parametrize("case", list(JACOBIANS))
+def test_jacobians_are_one_graph(case, backend):
+    """(jacfwd's graph holds `_efficientzerotensor`: real zeros in kiln's kernels)"""
+    run_and_compare(
+        JACOBIANS[case],
+        torch.randn(3),
+        torch.randn(3),
+        fullgraph=True,
+        expected_graphs=1,
+        backend=backend,
+    )
+
+
+def test_jacobian_of_a_dict_argument_breaks():
+    def fn(d):
+        return torch.func.jacrev(lambda d: d["a"].sin())(d)
+
+    run_and_compare(fn, {"a": torch.randn(3)})
