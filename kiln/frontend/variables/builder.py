@@ -58,7 +58,7 @@ from kiln.frontend.variables import (
     dict_reads,
     enum_api,  # noqa: F401  (registers Enum's functional API)
     foreach_calls,  # noqa: F401  (registers foreach ops one tensor at a time)
-    functional_call,  # noqa: F401  (registers torch.func.functional_call)
+    functional_call,
     functorch_grad,
     functorch_vmap,
     interpolate_calls,  # noqa: F401  (registers F.interpolate to a symbolic size)
@@ -243,6 +243,8 @@ def _kiln_special(value):
         return namedtuples.NamedTupleFactoryVariable(value)
     if functorch_vmap.is_vmap(value):  # Note [Vmap: the body traced, vmap applied at run time]
         return functorch_vmap.VmapFunctionVariable(value)
+    if functional_call.is_functional_call(value):  # Note [Modules: functional_call]
+        return functional_call.FunctionalCallVariable(value)
     if functorch_grad.is_grad(value):  # Note [Grad: the body traced, torch.func.grad applied ...]
         return functorch_grad.GradFunctionVariable(value)
     if functorch_vmap.is_interpreter_query(value):

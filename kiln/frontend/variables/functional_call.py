@@ -27,20 +27,41 @@ back and the write into the user's dict).
 """
 
 import inspect
+import types
 
 import torch
-import torch._functorch.functional_call as _functorch_call
 
 from kiln.exc import unimplemented
 from kiln.frontend.guards import GuardKind
-from kiln.frontend.variables import torch as torch_vars
+from kiln.frontend.variables.base import PythonValueVariable
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import raise_observed
 from kiln.frontend.variables.lists import BaseListVariable, TupleVariable
+from kiln.frontend.variables.nn_module import _MISSING, NNModuleVariable, _class_attr
 from kiln.frontend.variables.tensor import TensorVariable
 
-_SIGNATURE = inspect.signature(_functorch_call.functional_call)
+
+def is_functional_call(value):
+    """Whether `value` is torch.func.functional_call (recognised by name, as the user's program
+    reaches it; no hash or equality of `value` runs)."""
+    return (
+        isinstance(value, types.FunctionType)
+        and value.__module__ == "torch.func"
+        and value.__name__ == "functional_call"
+    )
+
+
+class FunctionalCallVariable(PythonValueVariable):
+    """torch.func.functional_call itself: its calls are traced (the Note above)."""
+
+    def call_function(self, tx, args, kwargs):
+        return functional_call(tx, self.value, args, kwargs)
+
+    def reconstruct(self, cg):
+        if self.source is not None:
+            return super().reconstruct(cg)
+        cg.load_object(self.value)
 
 
 def _constant(var, what):
@@ -93,7 +114,6 @@ def _merged_state(tx, dicts):
 
 def _submodule(tx, module, prefix):
     """The variable of `module.get_submodule(prefix)`, read attribute by attribute."""
-    from kiln.frontend.variables.nn_module import NNModuleVariable
 
     var = module
     for part in prefix.split(".") if prefix else ():
@@ -134,7 +154,6 @@ def _state_source(tx, module, name):
 
 def _overrides(tx, module, state):
     """{(id(submodule), name): variable} for the names the call swaps in, and {id: submodule}."""
-    from kiln.frontend.variables.nn_module import _MISSING, _class_attr
 
     overrides, touched = {}, {}
     for name, value in state.items():
@@ -181,17 +200,17 @@ def _check_keys(tx, module, state):
 
 
 def functional_call(tx, fn, args, kwargs):
-    """`torch.func.functional_call(...)` traced (the Note above); None: not handled here."""
-    from kiln.frontend.variables.nn_module import NNModuleVariable
+    """`torch.func.functional_call(...)` traced (the Note above)."""
 
     try:
-        bound = _SIGNATURE.bind(*args, **kwargs)
+        bound = inspect.signature(fn).bind(*args, **kwargs)
     except TypeError:
-        return None
+        unimplemented("functional_call called with the wrong arguments (torch raises)")
     module = bound.arguments["module"]
     if type(module) is not NNModuleVariable or module.source is None:
         unimplemented("functional_call of a module kiln does not track by source")
-    if isinstance(module.value, (torch.jit.ScriptModule, torch.nn.DataParallel)):
+    scripted = isinstance(getattr(module.value, "_c", None), torch._C.ScriptModule)
+    if scripted or isinstance(module.value, torch.nn.DataParallel):
         unimplemented("functional_call of a scripted or DataParallel module (eager raises)")
     state = _merged_state(tx, bound.arguments["parameter_and_buffer_dicts"])
     tie = _constant(bound.arguments.get("tie_weights", ConstantVariable(True)), "tie_weights")
@@ -226,6 +245,3 @@ def functional_call(tx, fn, args, kwargs):
         if output.side_effects.load_attr(touched[mod_id], attr) is not None:
             unimplemented(f"functional_call whose module assigns {attr!r} (swapped back in eager)")
     return result
-
-
-torch_vars.register_function(_functorch_call.functional_call, functional_call)

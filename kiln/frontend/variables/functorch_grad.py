@@ -28,6 +28,8 @@ are not the traced examples' (as under vmap: Note [Vmap: metadata]): reading the
 Side effects in the body and argnums that are not constants are breaks as well.
 """
 
+import types
+
 import torch
 import torch.utils._pytree as pytree
 
@@ -41,23 +43,29 @@ from kiln.frontend.variables.lists import TupleVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import _as_fakes, wrap_tensor_result
 
-_TRANSFORMS = (torch.func.grad, torch.func.grad_and_value) if hasattr(torch, "func") else ()
-# transform -> the keyword settings a traced call may give it (constants), besides argnums
-_JACOBIANS = (
-    {
-        torch.func.jacrev: ("has_aux", "chunk_size"),
-        torch.func.jacfwd: ("has_aux", "randomness"),
-        torch.func.hessian: (),
-    }
-    if hasattr(torch, "func")
-    else {}
-)
+# the transforms traced here, by name, with the keyword settings a traced call may give each
+# (constants) besides argnums; recognised by name, as the user's program reaches them (kiln calls
+# the very function object it was given at run time, as eager does)
+_SETTINGS = {
+    "grad": ("has_aux",),
+    "grad_and_value": ("has_aux",),
+    "jacrev": ("has_aux", "chunk_size"),
+    "jacfwd": ("has_aux", "randomness"),
+    "hessian": (),
+}
+
+
+def transform_kind(value):
+    """ "grad", "grad_and_value", "jacrev", "jacfwd" or "hessian" for torch.func's own function of
+    that name, else None (no hash or equality of `value` runs: a user's __hash__ never runs)."""
+    if not isinstance(value, types.FunctionType) or value.__module__ != "torch.func":
+        return None
+    return value.__name__ if value.__name__ in _SETTINGS else None
 
 
 def is_grad(value):
     """Whether `value` is torch.func.grad, grad_and_value, jacrev, jacfwd or hessian."""
-    # (by identity: a user's __hash__ never runs)
-    return any(value is t for t in _TRANSFORMS) or any(value is t for t in _JACOBIANS)
+    return transform_kind(value) is not None
 
 
 class GradCall:
@@ -66,15 +74,15 @@ class GradCall:
     __name__ = "grad"  # (fx names the node after its target)
     __qualname__ = "grad"
 
-    def __init__(self, body, argnums, has_aux, with_value):
+    def __init__(self, transform, body, argnums, has_aux):
+        self.transform = transform  # torch.func.grad or grad_and_value
         self.body = body
         self.argnums = argnums
         self.has_aux = has_aux
-        self.with_value = with_value
+        self.with_value = transform.__name__ == "grad_and_value"
 
     def __call__(self, *operands):
-        transform = torch.func.grad_and_value if self.with_value else torch.func.grad
-        out = transform(self.body, argnums=self.argnums, has_aux=self.has_aux)(*operands)
+        out = self.transform(self.body, argnums=self.argnums, has_aux=self.has_aux)(*operands)
         grads, rest = (out[0], out[1]) if self.with_value or self.has_aux else (out, None)
         if self.with_value and self.has_aux:
             value, aux = rest
@@ -86,8 +94,9 @@ class GradCall:
         return tuple(grads)
 
     def __repr__(self):
-        kind = "grad_and_value" if self.with_value else "grad"
-        return f"GradCall({kind}, argnums={self.argnums}, has_aux={self.has_aux})"
+        return (
+            f"GradCall({self.transform.__name__}, argnums={self.argnums}, has_aux={self.has_aux})"
+        )
 
 
 class JacobianCall:
@@ -117,26 +126,22 @@ class GradFunctionVariable(PythonValueVariable):
     """torch.func.grad (or grad_and_value, jacrev, jacfwd, hessian) itself, before it is called."""
 
     def call_function(self, tx, args, kwargs):
-        jacobian = next((t for t in _JACOBIANS if t is self.value), None)
-        names = ("func", "argnums", "has_aux")
-        if jacobian is not None:
-            names = ("func", "argnums", *_JACOBIANS[jacobian])
+        kind = transform_kind(self.value)
+        names = ("func", "argnums", *_SETTINGS[kind])
         bound = dict(zip(names, args))
         for k, v in kwargs.items():
             if k not in names or k in bound:
-                unimplemented(f"torch.func.grad argument {k!r} (torch raises)")
+                unimplemented(f"torch.func.{kind} argument {k!r} (torch raises)")
             bound[k] = v
         if "func" not in bound or len(args) > len(names):
-            unimplemented("torch.func.grad called with the wrong arguments (torch raises)")
+            unimplemented(f"torch.func.{kind} called with the wrong arguments (torch raises)")
         settings = {}
         for k in names[1:]:
             v = bound.get(k)
             if v is not None and not v.is_python_constant():
-                unimplemented(f"torch.func.grad's {k} is not a constant")
+                unimplemented(f"torch.func.{kind}'s {k} is not a constant")
             settings[k] = v
-        if jacobian is not None:
-            return GradTransformedVariable(bound["func"], settings, False, jacobian=jacobian)
-        return GradTransformedVariable(bound["func"], settings, self.value is not torch.func.grad)
+        return GradTransformedVariable(bound["func"], settings, self.value)
 
     def reconstruct(self, cg):
         if self.source is not None:
@@ -147,17 +152,14 @@ class GradFunctionVariable(PythonValueVariable):
 class GradTransformedVariable(VariableTracker):
     """`torch.func.grad(f, ...)`: its calls are traced (the Note above)."""
 
-    def __init__(self, fn, settings, with_value, jacobian=None, **kw):
+    def __init__(self, fn, settings, transform, **kw):
         super().__init__(**kw)
         self.fn = fn
         self.settings = settings
-        self.with_value = with_value
-        self.jacobian = jacobian  # jacrev, jacfwd or hessian (None: grad, grad_and_value)
-
-    def transform(self):
-        if self.jacobian is not None:
-            return self.jacobian
-        return torch.func.grad_and_value if self.with_value else torch.func.grad
+        self.transform = transform  # the torch.func function given
+        kind = transform.__name__
+        self.with_value = kind == "grad_and_value"
+        self.jacobian = kind in ("jacrev", "jacfwd", "hessian")
 
     def setting(self, name, default):
         v = self.settings.get(name)
@@ -167,7 +169,7 @@ class GradTransformedVariable(VariableTracker):
         return type(lambda: None)
 
     def call_function(self, tx, args, kwargs):
-        if self.jacobian is not None:
+        if self.jacobian:
             return trace_jacobian(tx, self, args, kwargs)
         return trace_grad(tx, self, args, kwargs)
 
@@ -175,7 +177,7 @@ class GradTransformedVariable(VariableTracker):
         unimplemented(f"attribute {name!r} of a torch.func.grad function")
 
     def reconstruct(self, cg):
-        cg.load_object(self.transform(), push_null=True)
+        cg.load_object(self.transform, push_null=True)
         cg.reconstruct(self.fn)
         given = {k: v for k, v in self.settings.items() if v is not None}
         for v in given.values():
@@ -240,9 +242,9 @@ def trace_grad(tx, transformed, args, kwargs):
     values = out_node.args[0]
     out_node.args = ((values[0], tuple(values[1:])) if has_aux else values[0],)
     body = torch.fx.GraphModule(torch.nn.Module(), graph, class_name="GradBody")
-    call = GradCall(body, flat_argnums, has_aux, transformed.with_value)
+    call = GradCall(transformed.transform, body, flat_argnums, has_aux)
     examples = [t.example for t in tensors] + [n.meta["example_value"] for n in lifted]
-    probe = GradCall(_on_meta(body), flat_argnums, has_aux, transformed.with_value)
+    probe = GradCall(transformed.transform, _on_meta(body), flat_argnums, has_aux)
     try:
         with torch.device("meta"):
             result = probe(*examples)
@@ -305,7 +307,7 @@ def _trace_body(tx, fn, args, kwargs, op):
 
 def trace_jacobian(tx, transformed, args, kwargs):
     """A call of `torch.func.jacrev/jacfwd/hessian(f, ...)(*args)` (the Note above)."""
-    op = f"torch.func.{transformed.jacobian.__name__}"
+    op = f"torch.func.{transformed.transform.__name__}"
     settings = {k: v.as_python_constant() for k, v in transformed.settings.items() if v is not None}
     argnums = settings.pop("argnums", 0)
     if settings.get("has_aux"):
@@ -324,9 +326,9 @@ def trace_jacobian(tx, transformed, args, kwargs):
     out_node.args = (values[0] if single else tuple(values),)
     body = torch.fx.GraphModule(torch.nn.Module(), graph, class_name="JacobianBody")
     argnums_given = flat_argnums if many else flat_argnums[0]
-    call = JacobianCall(transformed.jacobian, body, argnums_given, settings)
+    call = JacobianCall(transformed.transform, body, argnums_given, settings)
     examples = [t.example for t in tensors] + [n.meta["example_value"] for n in lifted]
-    probe = JacobianCall(transformed.jacobian, _on_meta(body), argnums_given, settings)
+    probe = JacobianCall(transformed.transform, _on_meta(body), argnums_given, settings)
     try:
         with torch.device("meta"):
             leaves, spec = pytree.tree_flatten(probe.tree(*examples))
