@@ -33,12 +33,15 @@ import types
 import torch
 import torch.utils._pytree as pytree
 
-from kiln.bytecode import emit
 from kiln.exc import unimplemented
 from kiln.frontend.variables import control_flow as cf
 from kiln.frontend.variables import functorch_trees as trees
-from kiln.frontend.variables.base import PythonValueVariable, VariableTracker
-from kiln.frontend.variables.functorch_vmap import _KwargsCall, _on_meta
+from kiln.frontend.variables.functorch_vmap import (
+    TransformedVariable,
+    TransformFunctionVariable,
+    _KwargsCall,
+    _on_meta,
+)
 from kiln.frontend.variables.lists import TupleVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import _as_fakes, wrap_tensor_result
@@ -122,70 +125,27 @@ class JacobianCall:
         return f"JacobianCall({self.transform.__name__}, argnums={self.argnums})"
 
 
-class GradFunctionVariable(PythonValueVariable):
+class GradFunctionVariable(TransformFunctionVariable):
     """torch.func.grad (or grad_and_value, jacrev, jacfwd, hessian) itself, before it is called."""
 
     def call_function(self, tx, args, kwargs):
-        kind = transform_kind(self.value)
-        names = ("func", "argnums", *_SETTINGS[kind])
-        bound = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names or k in bound:
-                unimplemented(f"torch.func.{kind} argument {k!r} (torch raises)")
-            bound[k] = v
-        if "func" not in bound or len(args) > len(names):
-            unimplemented(f"torch.func.{kind} called with the wrong arguments (torch raises)")
-        settings = {}
-        for k in names[1:]:
-            v = bound.get(k)
-            if v is not None and not v.is_python_constant():
-                unimplemented(f"torch.func.{kind}'s {k} is not a constant")
-            settings[k] = v
-        return GradTransformedVariable(bound["func"], settings, self.value)
-
-    def reconstruct(self, cg):
-        if self.source is not None:
-            return super().reconstruct(cg)
-        cg.load_object(self.value)
+        names = ("func", "argnums", *_SETTINGS[transform_kind(self.value)])
+        fn, settings = self.bind(names, args, kwargs)
+        return GradTransformedVariable(fn, settings, self.value)
 
 
-class GradTransformedVariable(VariableTracker):
-    """`torch.func.grad(f, ...)`: its calls are traced (the Note above)."""
+class GradTransformedVariable(TransformedVariable):
+    """`torch.func.grad(f, ...)` (or another transform above): its calls are traced."""
 
     def __init__(self, fn, settings, transform, **kw):
-        super().__init__(**kw)
-        self.fn = fn
-        self.settings = settings
-        self.transform = transform  # the torch.func function given
-        kind = transform.__name__
-        self.with_value = kind == "grad_and_value"
-        self.jacobian = kind in ("jacrev", "jacfwd", "hessian")
-
-    def setting(self, name, default):
-        v = self.settings.get(name)
-        return default if v is None else v.as_python_constant()
-
-    def python_type(self):
-        return type(lambda: None)
+        super().__init__(fn, settings, transform, **kw)
+        self.with_value = transform.__name__ == "grad_and_value"
+        self.jacobian = transform.__name__ in ("jacrev", "jacfwd", "hessian")
 
     def call_function(self, tx, args, kwargs):
         if self.jacobian:
             return trace_jacobian(tx, self, args, kwargs)
         return trace_grad(tx, self, args, kwargs)
-
-    def var_getattr(self, tx, name):
-        unimplemented(f"attribute {name!r} of a torch.func.grad function")
-
-    def reconstruct(self, cg):
-        cg.load_object(self.transform, push_null=True)
-        cg.reconstruct(self.fn)
-        given = {k: v for k, v in self.settings.items() if v is not None}
-        for v in given.values():
-            cg.reconstruct(v)
-        cg.extend(emit.call_kw(1 + len(given), tuple(given)) if given else emit.call(1))
-
-    def __repr__(self):
-        return f"GradTransformedVariable({self.fn})"
 
 
 def _argnums(argnums, n):

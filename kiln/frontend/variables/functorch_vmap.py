@@ -134,33 +134,30 @@ def _on_meta(body):
     return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 
-class VmapFunctionVariable(PythonValueVariable):
-    """torch.vmap itself, before it is called."""
+class TransformFunctionVariable(PythonValueVariable):
+    """A torch.func transform itself (torch.vmap, torch.func.grad ...), before it is called."""
 
-    def call_function(self, tx, args, kwargs):
-        names = ("func", "in_dims", "out_dims", "randomness", "chunk_size")
+    def bind(self, names, args, kwargs, positional=None):
+        """(the function given, {setting name: its variable or None}): the call's arguments bound
+        to `names` (the function first, the first `positional` of them positional), each setting
+        a constant; a break where the transform would raise or a setting is not constant."""
+        what = "torch.vmap" if self.value is VMAP else f"torch.func.{self.value.__name__}"
         bound = dict(zip(names, args))
-        if len(args) > len(names) - 1:  # (chunk_size is keyword-only)
-            unimplemented("torch.vmap called with too many arguments (torch.vmap raises)")
+        if len(args) > (positional or len(names)):
+            unimplemented(f"{what} called with too many arguments (torch raises)")
         for k, v in kwargs.items():
             if k not in names or k in bound:
-                unimplemented(f"torch.vmap argument {k!r} (torch.vmap raises)")
+                unimplemented(f"{what} argument {k!r} (torch raises)")
             bound[k] = v
         if "func" not in bound:
-            unimplemented("torch.vmap called without a function (torch.vmap raises)")
+            unimplemented(f"{what} called without a function (torch raises)")
         settings = {}
         for k in names[1:]:
             v = bound.get(k)
             if v is not None and not v.is_python_constant():
-                unimplemented(f"torch.vmap's {k} is not a constant")
+                unimplemented(f"{what}'s {k} is not a constant")
             settings[k] = v
-        vmapped = VmappedVariable(bound["func"], settings)
-        if vmapped.setting("randomness", "error") not in _RANDOMNESS:
-            unimplemented("torch.vmap: an unknown randomness (torch.vmap raises)")
-        chunk_size = vmapped.setting("chunk_size", None)
-        if chunk_size is not None and (type(chunk_size) is not int or chunk_size < 1):
-            unimplemented(f"torch.vmap: chunk_size {chunk_size!r} (torch.vmap raises)")
-        return vmapped
+        return bound["func"], settings
 
     def reconstruct(self, cg):
         if self.source is not None:
@@ -168,17 +165,18 @@ class VmapFunctionVariable(PythonValueVariable):
         cg.load_object(self.value)
 
     def __repr__(self):
-        return "VmapFunctionVariable()"
+        return f"{type(self).__name__}()"
 
 
-class VmappedVariable(VariableTracker):
-    """`torch.vmap(fn, ...)`: calls are traced (Note [Vmap: the body traced, vmap applied at run
-    time]); `settings` maps vmap's keyword names to the variables given (or None)."""
+class TransformedVariable(VariableTracker):
+    """`transform(fn, **settings)`: its calls are traced; `settings` maps the transform's keyword
+    names to the variables given (or None)."""
 
-    def __init__(self, fn, settings, **kw):
+    def __init__(self, fn, settings, transform, **kw):
         super().__init__(**kw)
         self.fn = fn
         self.settings = settings
+        self.transform = transform
 
     def setting(self, name, default):
         v = self.settings.get(name)
@@ -187,14 +185,11 @@ class VmappedVariable(VariableTracker):
     def python_type(self):
         return types.FunctionType
 
-    def call_function(self, tx, args, kwargs):
-        return trace_vmap(tx, self, args, kwargs)
-
     def var_getattr(self, tx, name):
-        unimplemented(f"attribute {name!r} of a torch.vmap function")
+        unimplemented(f"attribute {name!r} of a {self.transform.__name__} function")
 
     def reconstruct(self, cg):
-        cg.load_object(VMAP, push_null=True)
+        cg.load_object(self.transform, push_null=True)
         cg.reconstruct(self.fn)
         given = {k: v for k, v in self.settings.items() if v is not None}
         for v in given.values():
@@ -202,7 +197,30 @@ class VmappedVariable(VariableTracker):
         cg.extend(emit.call_kw(1 + len(given), tuple(given)) if given else emit.call(1))
 
     def __repr__(self):
-        return f"VmappedVariable({self.fn})"
+        return f"{type(self).__name__}({self.fn})"
+
+
+class VmapFunctionVariable(TransformFunctionVariable):
+    """torch.vmap itself, before it is called."""
+
+    def call_function(self, tx, args, kwargs):
+        names = ("func", "in_dims", "out_dims", "randomness", "chunk_size")
+        fn, settings = self.bind(names, args, kwargs, positional=len(names) - 1)
+        vmapped = VmappedVariable(fn, settings, VMAP)  # (chunk_size is keyword-only)
+        if vmapped.setting("randomness", "error") not in _RANDOMNESS:
+            unimplemented("torch.vmap: an unknown randomness (torch.vmap raises)")
+        chunk_size = vmapped.setting("chunk_size", None)
+        if chunk_size is not None and (type(chunk_size) is not int or chunk_size < 1):
+            unimplemented(f"torch.vmap: chunk_size {chunk_size!r} (torch.vmap raises)")
+        return vmapped
+
+
+class VmappedVariable(TransformedVariable):
+    """`torch.vmap(fn, ...)`: calls are traced (Note [Vmap: the body traced, vmap applied at run
+    time])."""
+
+    def call_function(self, tx, args, kwargs):
+        return trace_vmap(tx, self, args, kwargs)
 
 
 def _in_dims(in_dims, args):

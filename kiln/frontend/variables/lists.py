@@ -121,7 +121,7 @@ class TupleVariable(BaseListVariable):
     """A tuple; `tuple_cls` is a tuple subclass with named fields (torch.return_types.max ...)."""
 
     container = tuple
-    unread = None  # a tuple_reads.LazyItems while an input's items are left to read
+    unread = None  # a dict_reads.LazyInput while an input's items are left to read (tuple_reads)
 
     def __init__(self, items, tuple_cls=tuple, **kw):
         super().__init__(items, **kw)

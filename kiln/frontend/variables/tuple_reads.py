@@ -14,22 +14,13 @@ the frame loaded, whenever the trace reads them.
 
 from kiln.frontend.source import GetItemSource
 from kiln.frontend.variables.base import wrap_value
-from kiln.frontend.variables.dict_reads import UNREAD
-
-
-class LazyItems:
-    """What a tuple input read item by item needs to wrap its items later."""
-
-    __slots__ = ("tx", "values")
-
-    def __init__(self, tx, values):
-        self.tx, self.values = tx, values
+from kiln.frontend.variables.dict_reads import UNREAD, LazyInput
 
 
 def read_lazily(tx, var, value):
     """Make `var`, the variable of the tuple input `value` with every item UNREAD, read item by
     item (the Note above)."""
-    var.unread = LazyItems(tx, value)
+    var.unread = LazyInput(tx, value)  # (as a dict input's: the values, wrapped when read)
     return var
 
 
