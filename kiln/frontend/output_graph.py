@@ -358,6 +358,8 @@ class OutputGraph:
         name = f"__kiln_compiled_fn_{next(_unique)}"
         if logs.enabled("graph_code"):
             logs.log("graph_code", "graph %s of %s:\n%s", name, self.root_fn.__qualname__, gm.code)
+            for node, body in _node_bodies(gm):  # (torch.vmap's, torch.func.grad's bodies)
+                logs.log("graph_code", "body of %s (%r):\n%s", node.name, node.target, body.code)
         self.gm = gm
         settings = self.settings
         backend = hooks.chain("backend", settings.backend, settings.backend_name)  # REPRO_AFTER
@@ -534,3 +536,13 @@ def _restoring_grad_mode(compiled, graph):
 # an exception the wrapper sets that end mode: an error raised in generated code never leaves
 # grad mode changed (a bare set_grad_enabled() after the failing op is the one case it
 # approximates: eagerly it would not have run yet).
+
+
+def _node_bodies(gm):
+    """(node, body graph module) of each node whose target is a call holding a traced body (a
+    VmapCall, GradCall, JacobianCall), those inside the bodies too."""
+    for node in gm.graph.nodes:
+        body = getattr(node.target, "body", None) if node.op == "call_function" else None
+        if isinstance(body, torch.fx.GraphModule):
+            yield node, body
+            yield from _node_bodies(body)

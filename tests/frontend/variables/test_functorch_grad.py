@@ -3,11 +3,12 @@
 
 import pytest
 import torch
-from frontend_helpers import run_and_compare
+from frontend_helpers import LogCapture, run_and_compare
 from torch import nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
 import kiln
+from kiln import logs
 
 
 def f(x, y):
@@ -139,3 +140,19 @@ def test_jacobian_of_a_dict_argument_breaks():
         return torch.func.jacrev(lambda d: d["a"].sin())(d)
 
     run_and_compare(fn, {"a": torch.randn(3)})
+
+
+def test_the_graph_code_log_shows_each_body():
+    def fn(w, xs):
+        return vmap(grad(lambda w, x: (x @ w).sin().sum()), in_dims=(None, 0))(w, xs)
+
+    logs.set_logs("graph_code")
+    try:
+        with LogCapture("graph_code") as cap:
+            kiln.compile(fn, backend="eager")(torch.randn(3), torch.randn(4, 3))
+    finally:
+        logs.set_logs("")
+    graph, vmap_body, grad_body = cap.messages["graph_code"]
+    assert "functorch_vmap_vmap(l_w_, l_xs_)" in graph, graph
+    assert "functorch_grad_grad(arg0, arg1)" in vmap_body, vmap_body
+    assert "sin = matmul.sin()" in grad_body and "return sum_1" in grad_body, grad_body
