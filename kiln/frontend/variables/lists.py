@@ -143,6 +143,9 @@ class TupleVariable(BaseListVariable):
     def truthy(self, tx):
         return bool(self.raw_items)
 
+    def __repr__(self):  # (items not read yet show as <unread>: a repr reads nothing)
+        return f"{type(self).__name__}({self.raw_items!r})"
+
     def python_type(self):
         return self.tuple_cls
 
