@@ -247,6 +247,8 @@ def _kiln_special(value):
         return functional_call.FunctionalCallVariable(value)
     if functorch_grad.is_grad(value):  # Note [Grad: the body traced, torch.func.grad applied ...]
         return functorch_grad.GradFunctionVariable(value)
+    if functorch_grad.is_jvp(value):
+        return functorch_grad.JvpFunctionVariable(value)
     if functorch_vmap.is_interpreter_query(value):
         return functorch_vmap.FunctorchInterpreterQueryVariable(value)
     if functorch_vmap.is_transform_type(value):

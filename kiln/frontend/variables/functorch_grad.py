@@ -1,5 +1,5 @@
-"""torch.func.grad and grad_and_value in traced code: the function traced once, one call that
-differentiates it.
+"""torch.func.grad, grad_and_value, jacrev, jacfwd, hessian and jvp in traced code: the function
+traced once, one call that differentiates it.
 
 Note [Grad: the body traced, torch.func.grad applied at run time]
 `torch.func.grad(f, argnums=0, has_aux=False)(*args)` returns the gradient of `f`'s scalar result
@@ -21,7 +21,9 @@ so the call runs in Python and raises torch's error.
 torch.func.jacrev, jacfwd and hessian go the same way (`JacobianCall`), for arguments that are
 tensors (or constants not differentiated): the body's results come back as the Jacobian's tree
 (each result tensor's Jacobian, a tuple of them for a tuple argnums), taken flat from the meta
-run's tree and rebuilt in the frame from its TreeSpec.
+run's tree and rebuilt in the frame from its TreeSpec. So does `torch.func.jvp(f, primals,
+tangents)` for tuples of tensors (`JvpCall`: the outputs and the tangents out, each shaped like
+f's result); has_aux of these is a break.
 
 Inside the body, tensors are functorch's wrappers, whose `requires_grad`, `is_leaf` and strides
 are not the traced examples' (as under vmap: Note [Vmap: metadata]): reading them is a break.
@@ -56,6 +58,15 @@ _SETTINGS = {
     "jacfwd": ("has_aux", "randomness"),
     "hessian": (),
 }
+
+
+def is_jvp(value):
+    """Whether `value` is torch.func.jvp (recognised by name, as transform_kind)."""
+    return (
+        isinstance(value, types.FunctionType)
+        and value.__module__ == "torch.func"
+        and value.__name__ == "jvp"
+    )
 
 
 def transform_kind(value):
@@ -278,20 +289,31 @@ def trace_jacobian(tx, transformed, args, kwargs):
             unimplemented(f"{op} with respect to {args[i]} (tensor arguments are captured)")
     graph, out, tensors, owners, _ = _trace_body(tx, transformed.fn, args, kwargs, op)
     flat_argnums = tuple(owners.index(i) for i in nums)
+    argnums_given = flat_argnums if many else flat_argnums[0]
+
+    def call(body):
+        return JacobianCall(transformed.transform, body, argnums_given, settings)
+
+    return _call_on_flat_results(tx, op, graph, out, tensors, [], call, per_result=1)
+
+
+def _call_on_flat_results(tx, op, graph, out, tensors, extra, make_call, per_result):
+    """The node of a transform over a traced body whose results the body returns flat (a tensor,
+    or a tuple of them): `make_call(body)` is the node's target (with `.tree(*operands)`), called
+    with the body's tensors, `extra` tensors, then the lifted ones. Its result tree comes back from
+    the meta run's TreeSpec; `per_result` trees of it follow the body's results (one Jacobian per
+    result; jvp's outputs and tangents), each rebuilt in the shape of the body's result."""
     out_items, rebuild_out = trees.flatten_result(out)
     single = isinstance(out, TensorVariable)
     lifted = cf._lift([graph], [out_items], op=op)
     (out_node,) = [n for n in graph.nodes if n.op == "output"]
     values = out_node.args[0]
     out_node.args = (values[0] if single else tuple(values),)
-    body = torch.fx.GraphModule(torch.nn.Module(), graph, class_name="JacobianBody")
-    argnums_given = flat_argnums if many else flat_argnums[0]
-    call = JacobianCall(transformed.transform, body, argnums_given, settings)
-    examples = [t.example for t in tensors] + [n.meta["example_value"] for n in lifted]
-    probe = JacobianCall(transformed.transform, _on_meta(body), argnums_given, settings)
+    body = torch.fx.GraphModule(torch.nn.Module(), graph, class_name="TransformBody")
+    examples = [t.example for t in [*tensors, *extra]] + [n.meta["example_value"] for n in lifted]
     try:
         with torch.device("meta"):
-            leaves, spec = pytree.tree_flatten(probe.tree(*examples))
+            leaves, spec = pytree.tree_flatten(make_call(_on_meta(body)).tree(*examples))
     except Exception as e:
         unimplemented(f"{op} on meta tensors raised {type(e).__name__}: {e}")
     if not all(isinstance(leaf, torch.Tensor) for leaf in leaves):
@@ -299,11 +321,75 @@ def trace_jacobian(tx, transformed, args, kwargs):
     device = next(iter({t.device for t in tensors}))
     if tx.output.fake_inputs:
         leaves = _as_fakes(tuple(leaves), device)
-    node = tx.output.create_node(
-        "call_function", call, tuple(t.proxy for t in tensors) + tuple(lifted), {}
-    )
+    proxies = tuple(t.proxy for t in [*tensors, *extra]) + tuple(lifted)
+    node = tx.output.create_node("call_function", make_call(body), proxies, {})
     flat = wrap_tensor_result(tx, node, tuple(leaves), device).items
     made = trees.from_spec(spec, flat)
-    if single:
-        return made
-    return rebuild_out(made.unpack_var_sequence(tx))  # (one Jacobian tree per result tensor)
+    parts = [made] if per_result == 1 else made.unpack_var_sequence(tx)
+    if not single:  # (each part: one tree per body result, rebuilt as the body returned them)
+        parts = [rebuild_out(p.unpack_var_sequence(tx)) for p in parts]
+    return parts[0] if per_result == 1 else TupleVariable(parts)
+
+
+class JvpCall:
+    """The target of a traced torch.func.jvp call: the leaves of (outputs, tangents out)."""
+
+    __name__ = "jvp"
+    __qualname__ = "jvp"
+
+    def __init__(self, transform, body, n, settings):
+        self.transform = transform
+        self.body = body
+        self.n = n  # primals (then as many tangents, then the lifted tensors)
+        self.settings = settings
+
+    def tree(self, *operands):
+        n, body = self.n, self.body
+        primals, tangents, lifted = operands[:n], operands[n : 2 * n], operands[2 * n :]
+        return self.transform(
+            lambda *p: body(*p, *lifted), tuple(primals), tuple(tangents), **self.settings
+        )
+
+    def __call__(self, *operands):
+        return tuple(pytree.tree_leaves(self.tree(*operands)))
+
+    def __repr__(self):
+        return f"JvpCall(primals={self.n})"
+
+
+class JvpFunctionVariable(TransformFunctionVariable):
+    """torch.func.jvp: `jvp(f, primals, tangents)` traced (Note [Grad: the body traced, ...])."""
+
+    def call_function(self, tx, args, kwargs):
+        names = ("func", "primals", "tangents", "strict", "has_aux")
+        bound = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names or k in bound:
+                unimplemented(f"torch.func.jvp argument {k!r} (torch raises)")
+            bound[k] = v
+        if len(args) > 3 or not {"func", "primals", "tangents"} <= set(bound):
+            unimplemented("torch.func.jvp called with the wrong arguments (torch raises)")
+        settings = {}
+        for k in ("strict", "has_aux"):
+            if k in bound:
+                if not bound[k].is_python_constant():
+                    unimplemented(f"torch.func.jvp's {k} is not a constant")
+                settings[k] = bound[k].as_python_constant()
+        if settings.get("has_aux"):
+            unimplemented("torch.func.jvp(has_aux=True) is not captured")
+        primals, tangents = bound["primals"], bound["tangents"]
+        for what, v in (("primals", primals), ("tangents", tangents)):
+            if type(v) is not TupleVariable or not all(
+                isinstance(i, TensorVariable) for i in v.items
+            ):
+                unimplemented(f"torch.func.jvp: {what} other than a tuple of tensors")
+        primals, tangents = primals.unpack_var_sequence(tx), tangents.unpack_var_sequence(tx)
+        if len(primals) != len(tangents) or not primals:
+            unimplemented("torch.func.jvp: primals and tangents differ in length (torch raises)")
+        op = "torch.func.jvp"
+        graph, out, tensors, _, _ = _trace_body(tx, bound["func"], primals, {}, op)
+
+        def call(body):
+            return JvpCall(self.value, body, len(tensors), settings)
+
+        return _call_on_flat_results(tx, op, graph, out, tensors, tangents, call, per_result=2)

@@ -156,3 +156,32 @@ def test_the_graph_code_log_shows_each_body():
     assert "functorch_vmap_vmap(l_w_, l_xs_)" in graph, graph
     assert "functorch_grad_grad(arg0, arg1)" in vmap_body, vmap_body
     assert "sin = matmul.sin()" in grad_body and "return sum_1" in grad_body, grad_body
+
+
+JVPS = {
+    "one": lambda x, v: torch.func.jvp(torch.sin, (x,), (v,)),
+    "two_outputs": lambda x, v: torch.func.jvp(lambda a, b: (a * b, a.sin()), (x, x * 2), (v, v)),
+    "under_vmap": lambda x, v: vmap(
+        lambda t: torch.func.jvp(lambda a: (a**2).sum(), (x,), (t,))[1]
+    )(torch.eye(3)),
+}
+
+
+@pytest.mark.parametrize("backend", ["eager", "kiln"])
+@pytest.mark.parametrize("case", list(JVPS))
+def test_jvp_is_one_graph(case, backend):
+    run_and_compare(
+        JVPS[case],
+        torch.randn(3),
+        torch.randn(3),
+        fullgraph=True,
+        expected_graphs=1,
+        backend=backend,
+    )
+
+
+def test_jvp_with_tangents_of_another_shape_raises_as_eager():
+    def fn(x):
+        return torch.func.jvp(torch.sin, (x,), (torch.ones(2),))
+
+    run_and_compare(fn, torch.randn(3))
