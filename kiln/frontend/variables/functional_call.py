@@ -114,7 +114,6 @@ def _merged_state(tx, dicts):
 
 def _submodule(tx, module, prefix):
     """The variable of `module.get_submodule(prefix)`, read attribute by attribute."""
-
     var = module
     for part in prefix.split(".") if prefix else ():
         var = var.var_getattr(tx, part)
@@ -154,7 +153,6 @@ def _state_source(tx, module, name):
 
 def _overrides(tx, module, state):
     """{(id(submodule), name): variable} for the names the call swaps in, and {id: submodule}."""
-
     overrides, touched = {}, {}
     for name, value in state.items():
         if not isinstance(value, TensorVariable):
@@ -201,7 +199,6 @@ def _check_keys(tx, module, state):
 
 def functional_call(tx, fn, args, kwargs):
     """`torch.func.functional_call(...)` traced (the Note above)."""
-
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs)
     except TypeError:
