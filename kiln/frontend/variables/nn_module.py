@@ -123,6 +123,8 @@ class NNModuleVariable(VariableTracker):
     def hasattr(self, tx, name):
         if tx.output.side_effects.load_attr(self, name) is not None:
             return ConstantVariable(True)
+        if (id(self.value), name) in tx.output.module_overrides:  # Note [Modules: functional_call]
+            return ConstantVariable(True)
         found = hasattr(self.value, name)
         if not found and self.source is not None:
             self._guard_attr_dicts(tx)  # (an attribute set later recompiles)

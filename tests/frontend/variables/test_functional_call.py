@@ -172,3 +172,21 @@ def test_parameter_listings_inside_the_call_break():
 def test_a_state_dict_itself():
     m = Nested().eval()
     run_and_compare(call, m, m.state_dict(), torch.randn(4, 6), fullgraph=True, expected_graphs=1)
+
+
+def test_a_name_the_module_lacks_is_set_for_the_call():
+    class ReadsExtra(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            scale = self.extra if hasattr(self, "extra") else 1.0
+            return self.lin(x) * scale
+
+    m = ReadsExtra()
+
+    def fn(s, x):
+        return functional_call(m, {"extra": s}, (x,)) + functional_call(m, {}, (x,))
+
+    run_and_compare(fn, torch.randn(3), torch.randn(2, 3), fullgraph=True, expected_graphs=1)
