@@ -18,10 +18,12 @@ GradCall node. Example results come from running the call on the meta examples; 
 refuses there (a result that is not a scalar, an integer input differentiated) is a graph break,
 so the call runs in Python and raises torch's error.
 
-torch.func.jacrev, jacfwd and hessian go the same way (`JacobianCall`), for arguments that are
-tensors (or constants not differentiated): the body's results come back as the Jacobian's tree
-(each result tensor's Jacobian, a tuple of them for a tuple argnums), taken flat from the meta
-run's tree and rebuilt in the frame from its TreeSpec. So does `torch.func.jvp(f, primals,
+torch.func.jacrev, jacfwd and hessian go the same way (`JacobianCall`, with the flat positions
+of the differentiated tensors as argnums): the result comes back as the meta run's tree, taken
+flat and rebuilt in the frame from its TreeSpec, and each result tensor's Jacobian (a tuple over
+the flat positions, nested twice for a hessian) regrouped into trees shaped like the arguments
+(a parameter dict's Jacobian is a dict: vmap(jacrev(f)) over a model's parameters, the empirical
+NTK recipe, is one graph), a tuple of them for a tuple argnums. So does `torch.func.jvp(f, primals,
 tangents)` for tuples of tensors (`JvpCall`: the outputs and the tangents out, each shaped like
 f's result); has_aux of these is a break.
 
@@ -284,20 +286,30 @@ def trace_jacobian(tx, transformed, args, kwargs):
     if settings.get("has_aux"):
         unimplemented(f"{op}(has_aux=True) is not captured")
     nums, many = _argnums(argnums, len(args))
-    for i in nums:
-        if not isinstance(args[i], TensorVariable):
-            unimplemented(f"{op} with respect to {args[i]} (tensor arguments are captured)")
-    graph, out, tensors, owners, _ = _trace_body(tx, transformed.fn, args, kwargs, op)
-    flat_argnums = tuple(owners.index(i) for i in nums)
-    argnums_given = flat_argnums if many else flat_argnums[0]
+    for i in nums:  # (trees of tensors: a model's parameter dict)
+        trees.flatten_result(args[i], what=f"{op} with respect to an argument holding")
+    graph, out, tensors, owners, rebuilds = _trace_body(tx, transformed.fn, args, kwargs, op)
+    positions = {i: [k for k, o in enumerate(owners) if o == i] for i in nums}
+    flat_argnums = tuple(k for i in nums for k in positions[i])
+    depth = 2 if transformed.transform.__name__ == "hessian" else 1
+
+    def regroup(v, level=depth):
+        """One result tensor's Jacobian, a tuple over the flat differentiated tensors (nested
+        once more for a hessian), as trees shaped like the arguments (a tuple of them for a
+        tuple argnums)."""
+        if level == 0:
+            return v
+        items = iter([regroup(i, level - 1) for i in v.unpack_var_sequence(tx)])
+        made = [rebuilds[i](lambda: next(items)) for i in nums]
+        return TupleVariable(made) if many else made[0]
 
     def call(body):
-        return JacobianCall(transformed.transform, body, argnums_given, settings)
+        return JacobianCall(transformed.transform, body, flat_argnums, settings)
 
-    return _call_on_flat_results(tx, op, graph, out, tensors, [], call, per_result=1)
+    return _call_on_flat_results(tx, op, graph, out, tensors, [], call, 1, post=regroup)
 
 
-def _call_on_flat_results(tx, op, graph, out, tensors, extra, make_call, per_result):
+def _call_on_flat_results(tx, op, graph, out, tensors, extra, make_call, per_result, post=None):
     """The node of a transform over a traced body whose results the body returns flat (a tensor,
     or a tuple of them): `make_call(body)` is the node's target (with `.tree(*operands)`), called
     with the body's tensors, `extra` tensors, then the lifted ones. Its result tree comes back from
@@ -326,8 +338,13 @@ def _call_on_flat_results(tx, op, graph, out, tensors, extra, make_call, per_res
     flat = wrap_tensor_result(tx, node, tuple(leaves), device).items
     made = trees.from_spec(spec, flat)
     parts = [made] if per_result == 1 else made.unpack_var_sequence(tx)
-    if not single:  # (each part: one tree per body result, rebuilt as the body returned them)
-        parts = [rebuild_out(p.unpack_var_sequence(tx)) for p in parts]
+
+    def shaped(part):  # (one tree per body result, `post` applied, rebuilt as the body returned)
+        items = [part] if single else part.unpack_var_sequence(tx)
+        items = [post(i) for i in items] if post is not None else items
+        return items[0] if single else rebuild_out(items)
+
+    parts = [shaped(p) for p in parts]
     return parts[0] if per_result == 1 else TupleVariable(parts)
 
 

@@ -135,11 +135,36 @@ def test_jacobians_are_one_graph(case, backend):
     )
 
 
-def test_jacobian_of_a_dict_argument_breaks():
-    def fn(d):
-        return torch.func.jacrev(lambda d: d["a"].sin())(d)
+TREE_JACOBIANS = {
+    "jacrev_dict": lambda p, x: torch.func.jacrev(lambda p: (p["w"] * x).sin())(p),
+    "jacfwd_tuple_argnums": lambda p, x: torch.func.jacfwd(
+        lambda p, x: (p["w"] * x + p["b"]).tanh(), argnums=(0, 1)
+    )(p, x),
+    "hessian_dict": lambda p, x: torch.func.hessian(lambda p: (p["w"] * p["b"] * x).sum())(p),
+    "two_outputs": lambda p, x: torch.func.jacrev(lambda p: (p["w"] * x, p["b"].sum()))(p),
+}
 
-    run_and_compare(fn, {"a": torch.randn(3)})
+
+@pytest.mark.parametrize("case", list(TREE_JACOBIANS))
+def test_jacobians_with_respect_to_trees(case):
+    p = {"w": torch.randn(3), "b": torch.randn(3)}
+    run_and_compare(
+        TREE_JACOBIANS[case], p, torch.randn(3), fullgraph=True, expected_graphs=1, backend="kiln"
+    )
+
+
+def test_empirical_ntk_style_jacobians():
+    """torch.func's NTK recipe: vmap(jacrev(f)) over a model's parameter dict."""
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    params = {k: v.detach() for k, v in model.named_parameters()}
+
+    def one(params, x):
+        return functional_call(model, params, (x.unsqueeze(0),)).squeeze(0)
+
+    def fn(params, xs):
+        return vmap(torch.func.jacrev(one), (None, 0))(params, xs)
+
+    run_and_compare(fn, params, torch.randn(5, 3), fullgraph=True, expected_graphs=1)
 
 
 def test_the_graph_code_log_shows_each_body():
