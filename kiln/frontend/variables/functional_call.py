@@ -27,7 +27,6 @@ back and the write into the user's dict).
 """
 
 import inspect
-import types
 
 import torch
 
@@ -37,19 +36,15 @@ from kiln.frontend.variables.base import PythonValueVariable
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import raise_observed
+from kiln.frontend.variables.functorch_vmap import torch_func_name
 from kiln.frontend.variables.lists import BaseListVariable, TupleVariable
 from kiln.frontend.variables.nn_module import _MISSING, NNModuleVariable, _class_attr
 from kiln.frontend.variables.tensor import TensorVariable
 
 
 def is_functional_call(value):
-    """Whether `value` is torch.func.functional_call (recognised by name, as the user's program
-    reaches it; no hash or equality of `value` runs)."""
-    return (
-        isinstance(value, types.FunctionType)
-        and value.__module__ == "torch.func"
-        and value.__name__ == "functional_call"
-    )
+    """Whether `value` is torch.func.functional_call."""
+    return torch_func_name(value) == "functional_call"
 
 
 class FunctionalCallVariable(PythonValueVariable):

@@ -32,8 +32,6 @@ are not the traced examples' (as under vmap: Note [Vmap: metadata]): reading the
 Side effects in the body and argnums that are not constants are breaks as well.
 """
 
-import types
-
 import torch
 import torch.utils._pytree as pytree
 
@@ -45,14 +43,14 @@ from kiln.frontend.variables.functorch_vmap import (
     TransformFunctionVariable,
     _KwargsCall,
     _on_meta,
+    torch_func_name,
 )
 from kiln.frontend.variables.lists import TupleVariable
 from kiln.frontend.variables.tensor import TensorVariable
 from kiln.frontend.variables.torch import _as_fakes, wrap_tensor_result
 
-# the transforms traced here, by name, with the keyword settings a traced call may give each
-# (constants) besides argnums; recognised by name, as the user's program reaches them (kiln calls
-# the very function object it was given at run time, as eager does)
+# the transforms traced here, by name (functorch_vmap.torch_func_name), with the keyword settings
+# a traced call may give each (constants) besides argnums
 _SETTINGS = {
     "grad": ("has_aux",),
     "grad_and_value": ("has_aux",),
@@ -63,20 +61,15 @@ _SETTINGS = {
 
 
 def is_jvp(value):
-    """Whether `value` is torch.func.jvp (recognised by name, as transform_kind)."""
-    return (
-        isinstance(value, types.FunctionType)
-        and value.__module__ == "torch.func"
-        and value.__name__ == "jvp"
-    )
+    """Whether `value` is torch.func.jvp."""
+    return torch_func_name(value) == "jvp"
 
 
 def transform_kind(value):
     """ "grad", "grad_and_value", "jacrev", "jacfwd" or "hessian" for torch.func's own function of
-    that name, else None (no hash or equality of `value` runs: a user's __hash__ never runs)."""
-    if not isinstance(value, types.FunctionType) or value.__module__ != "torch.func":
-        return None
-    return value.__name__ if value.__name__ in _SETTINGS else None
+    that name, else None."""
+    name = torch_func_name(value)
+    return name if name in _SETTINGS else None
 
 
 def is_grad(value):

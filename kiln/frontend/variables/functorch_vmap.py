@@ -63,6 +63,15 @@ _C_FUNCTORCH = getattr(torch._C, "_functorch", None)
 _TRANSFORM_VMAP = getattr(getattr(_C_FUNCTORCH, "TransformType", None), "Vmap", None)
 
 
+def torch_func_name(value):
+    """The name of torch.func's own function `value` (grad, jacrev, functional_call ...), else
+    None: recognised as the user's program reaches it, with no hash or equality of `value` run
+    (a user's __hash__ never runs), and called at run time as the very object given."""
+    if isinstance(value, types.FunctionType) and value.__module__ == "torch.func":
+        return value.__name__
+    return None
+
+
 def is_vmap(value):
     """Whether `value` is torch.vmap (torch.func.vmap)."""
     return VMAP is not None and value is VMAP
