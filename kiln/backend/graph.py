@@ -232,6 +232,9 @@ class GraphLowering:
         loops = target in L.EXTERN_OUT and lowering_matmul.chosen(node.name)
         if loops:
             fn = lowering_matmul.LOOP_LOWERINGS[target]  # Note [Matmuls as loops]
+        outer = lowering_matmul.outer_product(node) if target in L.EXTERN_OUT else None
+        if outer is not None:  # Note [Matmuls: outer products]
+            fn, loops = outer, True
         if self.device.type != "cpu":  # Note [Backend: graphs on two devices]
             off = devices.off_device(self, _flat(args) + _flat(kwargs), val)
             if off is not None:

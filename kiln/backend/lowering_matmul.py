@@ -152,6 +152,43 @@ def _addmm(bias, a, b, *, beta=1, alpha=1):
     return box(Pointwise(dtype, size, fn))
 
 
+# Note [Matmuls: outer products]
+# A matmul whose reduction has length 1 (`a[.., m, 1] @ b[.., 1, n]`) is an outer product: each
+# output is one multiply, no sum. As an ATen call it costs a BLAS GEMM's fixed overhead per call
+# and writes its result to memory; per-sample gradients (vmap(grad(loss)): a weight's gradient is
+# one outer product per sample, a bmm with k = 1) spend most of their time there. It is lowered
+# as a pointwise multiply instead, whatever the mode, fused with what reads it (eager's result
+# is the same product, rounded once).
+
+
+def outer_product(node):
+    """The lowering of an mm/bmm node whose reduction length is statically 1, else None."""
+    if node.target not in (aten.mm.default, aten.bmm.default) or len(node.args) != 2:
+        return None
+    a, b = (getattr(x, "meta", {}).get("val") for x in node.args)
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return None
+    if not (a.dtype.is_floating_point and a.dtype == b.dtype) or a.shape[-1] != 1:
+        return None
+    if type(a.shape[-1]) is not int:
+        return None
+    return _outer
+
+
+def _outer(a, b):
+    """a[.., m, 1] * b[.., 1, n] as a pointwise product (Note [Matmuls: outer products])."""
+    *batch, m, _ = a.get_size()
+    n = b.get_size()[-1]
+    load_a, load_b = a.make_loader(), b.make_loader()
+    zero = 0
+
+    def fn(idx):
+        *bi, i, j = idx
+        return ops.mul(load_a([*bi, i, zero]), load_b([*bi, zero, j]))
+
+    return box(Pointwise(a.get_dtype(), (*batch, m, n), fn))
+
+
 LOOP_LOWERINGS = {
     aten.mm.default: _mm,
     aten.bmm.default: _bmm,
