@@ -168,11 +168,9 @@ def outer_product(node):
     a, b = (getattr(x, "meta", {}).get("val") for x in node.args)
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         return None
-    if not (a.dtype.is_floating_point and a.dtype == b.dtype) or a.shape[-1] != 1:
+    if type(a.shape[-1]) is not int or a.shape[-1] != 1:  # (a symbolic k is left alone)
         return None
-    if type(a.shape[-1]) is not int:
-        return None
-    return _outer
+    return _outer if a.dtype.is_floating_point and a.dtype == b.dtype else None
 
 
 def _outer(a, b):
@@ -180,11 +178,10 @@ def _outer(a, b):
     *batch, m, _ = a.get_size()
     n = b.get_size()[-1]
     load_a, load_b = a.make_loader(), b.make_loader()
-    zero = 0
 
     def fn(idx):
         *bi, i, j = idx
-        return ops.mul(load_a([*bi, i, zero]), load_b([*bi, zero, j]))
+        return ops.mul(load_a([*bi, i, 0]), load_b([*bi, 0, j]))
 
     return box(Pointwise(a.get_dtype(), (*batch, m, n), fn))
 
