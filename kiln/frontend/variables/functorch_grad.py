@@ -108,7 +108,15 @@ class GradCall:
         )
 
 
-class JacobianCall:
+class _LeavesCall:
+    """A node target whose result is the leaves of `tree(*operands)` (its TreeSpec is read from
+    the meta run at trace time)."""
+
+    def __call__(self, *operands):
+        return tuple(pytree.tree_leaves(self.tree(*operands)))
+
+
+class JacobianCall(_LeavesCall):
     """The target of a traced jacrev/jacfwd/hessian call: the leaves of its result tree."""
 
     __name__ = "jacobian"
@@ -123,9 +131,6 @@ class JacobianCall:
     def tree(self, *operands):
         """The transform's result, as a tree."""
         return self.transform(self.body, argnums=self.argnums, **self.settings)(*operands)
-
-    def __call__(self, *operands):
-        return tuple(pytree.tree_leaves(self.tree(*operands)))
 
     def __repr__(self):
         return f"JacobianCall({self.transform.__name__}, argnums={self.argnums})"
@@ -341,7 +346,7 @@ def _call_on_flat_results(tx, op, graph, out, tensors, extra, make_call, per_res
     return parts[0] if per_result == 1 else TupleVariable(parts)
 
 
-class JvpCall:
+class JvpCall(_LeavesCall):
     """The target of a traced torch.func.jvp call: the leaves of (outputs, tangents out)."""
 
     __name__ = "jvp"
@@ -359,9 +364,6 @@ class JvpCall:
         return self.transform(
             lambda *p: body(*p, *lifted), tuple(primals), tuple(tangents), **self.settings
         )
-
-    def __call__(self, *operands):
-        return tuple(pytree.tree_leaves(self.tree(*operands)))
 
     def __repr__(self):
         return f"JvpCall(primals={self.n})"
