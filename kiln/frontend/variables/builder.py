@@ -200,6 +200,15 @@ def _is_skipped_function(value):
     return any(mod == m or mod.startswith(m + ".") for m in config.skip_modules)
 
 
+# torch.func's own functions traced, by name (Notes [Modules: functional_call], [Grad: the body
+# traced, torch.func.grad applied at run time])
+_TORCH_FUNC_VARIABLES = {
+    "functional_call": functional_call.FunctionalCallVariable,
+    "jvp": functorch_grad.JvpFunctionVariable,
+    **dict.fromkeys(functorch_grad.TRANSFORMS, functorch_grad.GradFunctionVariable),
+}
+
+
 def _kiln_special(value):
     """kiln's own markers (graph_break, disabled functions, compiled wrappers), and functions
     torch keeps out of compilers (`torch._dynamo.disable`, torch's `_disable_dynamo`)."""
@@ -243,12 +252,9 @@ def _kiln_special(value):
         return namedtuples.NamedTupleFactoryVariable(value)
     if functorch_vmap.is_vmap(value):  # Note [Vmap: the body traced, vmap applied at run time]
         return functorch_vmap.VmapFunctionVariable(value)
-    if functional_call.is_functional_call(value):  # Note [Modules: functional_call]
-        return functional_call.FunctionalCallVariable(value)
-    if functorch_grad.is_grad(value):  # Note [Grad: the body traced, torch.func.grad applied ...]
-        return functorch_grad.GradFunctionVariable(value)
-    if functorch_grad.is_jvp(value):
-        return functorch_grad.JvpFunctionVariable(value)
+    traced_as = _TORCH_FUNC_VARIABLES.get(functorch_vmap.torch_func_name(value))
+    if traced_as is not None:  # torch.func.functional_call, grad, jacrev ..., jvp
+        return traced_as(value)
     if functorch_vmap.is_interpreter_query(value):
         return functorch_vmap.FunctorchInterpreterQueryVariable(value)
     if functorch_vmap.is_transform_type(value):

@@ -36,15 +36,9 @@ from kiln.frontend.variables.base import PythonValueVariable
 from kiln.frontend.variables.constant import ConstantVariable
 from kiln.frontend.variables.dicts import ConstDictVariable
 from kiln.frontend.variables.exceptions import raise_observed
-from kiln.frontend.variables.functorch_vmap import torch_func_name
 from kiln.frontend.variables.lists import BaseListVariable, TupleVariable
 from kiln.frontend.variables.nn_module import _MISSING, NNModuleVariable, _class_attr
 from kiln.frontend.variables.tensor import TensorVariable
-
-
-def is_functional_call(value):
-    """Whether `value` is torch.func.functional_call."""
-    return torch_func_name(value) == "functional_call"
 
 
 class FunctionalCallVariable(PythonValueVariable):

@@ -58,11 +58,7 @@ _SETTINGS = {
     "jacfwd": ("has_aux", "randomness"),
     "hessian": (),
 }
-
-
-def is_jvp(value):
-    """Whether `value` is torch.func.jvp."""
-    return torch_func_name(value) == "jvp"
+TRANSFORMS = tuple(_SETTINGS)  # (the names builder.py routes to GradFunctionVariable)
 
 
 def transform_kind(value):
@@ -70,11 +66,6 @@ def transform_kind(value):
     that name, else None."""
     name = torch_func_name(value)
     return name if name in _SETTINGS else None
-
-
-def is_grad(value):
-    """Whether `value` is torch.func.grad, grad_and_value, jacrev, jacfwd or hessian."""
-    return transform_kind(value) is not None
 
 
 class GradCall:
@@ -110,7 +101,12 @@ class GradCall:
 
 class _LeavesCall:
     """A node target whose result is the leaves of `tree(*operands)` (its TreeSpec is read from
-    the meta run at trace time)."""
+    the meta run at trace time): `transform` (the user's torch.func function) over `body`."""
+
+    def __init__(self, transform, body, settings):
+        self.transform = transform
+        self.body = body
+        self.settings = settings
 
     def __call__(self, *operands):
         return tuple(pytree.tree_leaves(self.tree(*operands)))
@@ -123,10 +119,8 @@ class JacobianCall(_LeavesCall):
     __qualname__ = "jacobian"
 
     def __init__(self, transform, body, argnums, settings):
-        self.transform = transform
-        self.body = body
+        super().__init__(transform, body, settings)
         self.argnums = argnums
-        self.settings = settings
 
     def tree(self, *operands):
         """The transform's result, as a tree."""
@@ -353,10 +347,8 @@ class JvpCall(_LeavesCall):
     __qualname__ = "jvp"
 
     def __init__(self, transform, body, n, settings):
-        self.transform = transform
-        self.body = body
+        super().__init__(transform, body, settings)
         self.n = n  # primals (then as many tangents, then the lifted tensors)
-        self.settings = settings
 
     def tree(self, *operands):
         n, body = self.n, self.body

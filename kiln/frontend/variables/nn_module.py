@@ -108,9 +108,10 @@ class NNModuleVariable(VariableTracker):
 
     def _child(self, tx, name):
         mod = self.value
-        override = tx.output.module_overrides.get((id(mod), name))
-        if override is not None:  # Note [Modules: functional_call]
-            return override
+        if tx.output.module_overrides:  # Note [Modules: functional_call]
+            override = tx.output.module_overrides.get((id(mod), name))
+            if override is not None:
+                return override
         d = mod.__dict__
         if name in d.get("_parameters", {}):
             return wrap_value(tx, d["_parameters"][name], self._sub_source("_parameters", name))
