@@ -60,7 +60,7 @@ assume_static_by_default = True  # False: dynamic=None compiles sizes symbolic f
 dynamic_sources = ""  # comma list of source names or regexes (`x`, `self.w.*`): symbolic at once
 
 # --- autograd ---
-fallback_random = False  # random ops draw exactly what eager draws (no functional RNG)
+fallback_random = False  # random ops as ATen calls, eager's numbers (else Triton kernels draw them)
 partitioner = "min_cut"  # "min_cut" (recompute cheap ops in backward) or "default"
 compiled_autograd = False  # route .backward() inside compiled code to compiled autograd
 trace_autograd_ops = False  # `loss.backward()` in the frame traced as autograd.grad (no break)

@@ -23,6 +23,7 @@ OPTIONS = {
     "num_threads": (int, "OpenMP threads for C++ kernels (0: torch.get_num_threads())"),
     "conv_channels_last": (bool, "inference graphs run 2D convolutions channels-last"),
     "profile_kernels": (bool, "each kernel and ATen call in its own profiler range"),
+    "fallback_random": (bool, "random ops as ATen calls: eager's numbers (Triton kernels: Philox)"),
     "strict": (bool, "an internal error or failing backend raises instead of falling back"),
 }
 

@@ -121,7 +121,7 @@ def _graph_key(gm, example_inputs):
     h.update(gm.code.encode())
     h.update(f"{config.cpp_compiler}|{config.cpp_flags}|{codecache.num_threads()}".encode())
     # Note [Backend: kernel profiling]; extern_out: the matmuls' call form
-    h.update(f"{config.profile_kernels}|{config.extern_out}".encode())
+    h.update(f"{config.profile_kernels}|{config.extern_out}|{config.fallback_random}".encode())
     h.update(f"{modes.current('max_autotune')}|{lowering_matmul.chosen_names()}".encode())
     h.update(triton_matmul.key_text().encode())  # Note [Triton: the matmul template]
     h.update(f"{config.cpu_backend}|{os.environ.get('TRITON_INTERPRET', '0')}".encode())

@@ -6,7 +6,13 @@ import sympy
 import torch
 
 from kiln import config, logs
-from kiln.backend import devices, lowering_matmul, lowering_reductions, lowering_views  # noqa: F401 (they register lowerings)
+from kiln.backend import (  # noqa: F401 (they register lowerings)
+    devices,
+    lowering_matmul,
+    lowering_random,
+    lowering_reductions,
+    lowering_views,
+)
 from kiln.backend import lowering as L
 from kiln.backend.index_exprs import ranges
 from kiln.backend.ir import (
@@ -76,6 +82,7 @@ REALIZE_OPS = 16
 REALIZE_READS = 4
 INLINE_LIMIT = 120
 TRANSCENDENTAL = ("exp", "log", "tanh", "erf", "sin", "cos", "sigmoid", "pow", "expm1")
+TRANSCENDENTAL += ("rand", "randn")  # Philox: ten rounds an element
 
 
 class GraphLowering:

@@ -268,3 +268,22 @@ def test_broadcast_input_keeps_its_layout():
         m = torch.randn(1, 8).expand(4, 8)
         torch.testing.assert_close(g(x, m)[0], fn(x, m)[0])
     assert FakeRecorder.recordings == 1 and logs.counters["cudagraphs"]["replays"] == 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_replays_draw_new_random_numbers_on_cuda():  # pragma: no cover (runs where CUDA exists)
+    """The graph's seeds are drawn by a recorded randint (Note [Random: numbers from a seed per
+    graph]): each replay draws new ones, and dropout keeps its rate."""
+    import torch.nn.functional as F
+
+    import kiln
+
+    kiln.reset()
+    compiled = kiln.compile(lambda x: F.dropout(x, 0.5, training=True) * 1, mode="reduce-overhead")
+    x = torch.ones(8192, device="cuda")
+    outs = [compiled(x).clone() for _ in range(5)]
+    assert logs.counters["cudagraphs"]["replays"] >= 2
+    assert not torch.equal(outs[-1], outs[-2])
+    for y in outs:
+        assert set(y.unique().tolist()) <= {0.0, 2.0}
+        assert 0.45 < (y == 0).float().mean().item() < 0.55

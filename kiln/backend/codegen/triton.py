@@ -142,6 +142,12 @@ class TritonOverrides:
     def where(self, c, a, b):
         return self._var(f"tl.where({c}, {a}, {b})", a.dtype)
 
+    def rand(self, seed, offset):  # Note [Random: numbers from a seed per graph]
+        return self._var(f"tl.rand({seed}, {offset}.to(tl.uint32))", torch.float32)
+
+    def randn(self, seed, offset):
+        return self._var(f"tl.randn({seed}, {offset}.to(tl.uint32))", torch.float32)
+
     def truediv(self, a, b):
         if a.dtype == torch.float32 and b.dtype == torch.float32:
             return self._var(f"tl.div_rn({a}, {b})", a.dtype)  # IEEE division (eager's)
