@@ -226,7 +226,7 @@ TRITON_MARK = "import torch\nimport triton\n"  # how a Triton module's source be
 def _uses_triton(graph):
     """Triton kernels for CUDA graphs (a graph with any CUDA tensor: Note [Backend: graphs on two
     devices]), and for CPU graphs under config.cpu_backend="triton"."""
-    return config.cpu_backend == "triton" or graph.device.type == "cuda"
+    return devices.triton_kernels(graph.device)
 
 
 def _needs_decomposition(gm):

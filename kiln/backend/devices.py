@@ -2,7 +2,16 @@
 
 import torch
 
+from kiln import config
 from kiln.backend.ir import CPU, Buffer
+
+
+def triton_kernels(device):
+    """Whether a graph on this device gets Triton kernels: CUDA, or the CPU under
+    config.cpu_backend="triton" (Triton's interpreter); else C++ kernels."""
+    kind = getattr(device, "type", None)
+    return kind == "cuda" or (kind == "cpu" and config.cpu_backend == "triton")
+
 
 # Note [Backend: graphs on two devices]
 # Eager lets CUDA and CPU tensors meet in one program: a 0-d CPU tensor acts as a scalar next to

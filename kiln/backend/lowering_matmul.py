@@ -23,6 +23,7 @@ import threading
 import torch
 
 from kiln import config
+from kiln.backend import devices
 from kiln.backend.ir import Pointwise, Reduction, StorageBox, View, ops
 from kiln.backend.lowering import V, aten, box, loader_for, make_pointwise
 
@@ -87,9 +88,7 @@ def template_offered(target, val, args):
 
 def _template_graph(dtype):
     """Whether a matmul of this dtype in the graph being lowered becomes the Triton template."""
-    device = getattr(V.graph, "device", None)
-    triton_kernels = config.cpu_backend == "triton" or getattr(device, "type", "") == "cuda"
-    return triton_kernels and dtype in TEMPLATE_DTYPES
+    return devices.triton_kernels(getattr(V.graph, "device", None)) and dtype in TEMPLATE_DTYPES
 
 
 def _realize_operand(x):

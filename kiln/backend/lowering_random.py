@@ -35,6 +35,7 @@ dropout with p = 1 or train off (eager's special cases).
 import torch
 
 from kiln import config
+from kiln.backend.devices import triton_kernels
 from kiln.backend.ir import (
     ExternBuffer,
     ExternKernel,
@@ -77,8 +78,7 @@ def _in_kernel(dtype):
     """Raise NotLowered unless this graph's random numbers come from its kernels (see the Note)."""
     if config.fallback_random:
         raise NotLowered("config.fallback_random: eager's random numbers, drawn by ATen")
-    dev = current_device()
-    if dev.type != "cuda" and not (dev.type == "cpu" and config.cpu_backend == "triton"):
+    if not triton_kernels(current_device()):
         raise NotLowered("C++ kernels draw no random numbers: ATen draws eager's")
     if dtype not in DTYPES:
         raise NotLowered(f"random {dtype} (Triton's Philox draws float32)")

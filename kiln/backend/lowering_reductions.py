@@ -3,7 +3,9 @@
 import sympy
 import torch
 
-from kiln.backend.ir import Pointwise, Reduction, known_nonneg, ops, prod
+from kiln.backend.codegen.common import PERSISTENT_MAX
+from kiln.backend.devices import triton_kernels
+from kiln.backend.ir import Pointwise, Reduction, current_device, known_nonneg, ops, prod
 from kiln.backend.lowering import (
     NotLowered,
     V,
@@ -164,6 +166,11 @@ def _any(x, dim=None, keepdim=False):
     return make_reduction(x, dim, keepdim, kind, od, compute_dtype=torch.bool)
 
 
+def _one_pass(n):
+    """Whether a variance over n elements is one Welford pass: Triton kernels, a looped reduction."""
+    return triton_kernels(current_device()) and not (type(n) is int and n <= PERSISTENT_MAX)
+
+
 def _var_mean(x, dims, correction, keepdim):
     od = x.get_dtype()
     if not od.is_floating_point:
@@ -183,8 +190,11 @@ def _var_mean(x, dims, correction, keepdim):
         d = ops.sub(xload(i), mload(i))
         return ops.mul(d, d)
 
-    diff2 = box(Pointwise(ct, x.get_size(), sq), val=None)
-    ss = make_reduction(diff2, rdims, keepdim, "sum", ct, compute_dtype=ct)
+    if _one_pass(n):  # Note [Triton: variance in one pass]
+        ss = make_reduction(x, rdims, keepdim, "welford_m2", ct, compute_dtype=ct)
+    else:
+        diff2 = box(Pointwise(ct, x.get_size(), sq), val=None)
+        ss = make_reduction(diff2, rdims, keepdim, "sum", ct, compute_dtype=ct)
     if type(n) is int or known_nonneg(n - correction):
         denom = max(n - correction, 0) if type(n) is int else n - correction
     else:

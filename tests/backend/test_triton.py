@@ -89,6 +89,44 @@ def test_reductions_nan_and_ties():
     check(lambda y: (y.amax(1), y.argmax(1), y.argmin(1)), [y])
 
 
+def test_looped_variance_reads_its_input_once():
+    """Note [Triton: variance in one pass]: a sum and a Welford reduction in one loop."""
+    x = torch.randn(4, 5000, dtype=torch.float64).float() * 3 + 1e4  # far from 0: cancellation
+    fn = lambda x: (x.var(1), torch.var_mean(x, 1, correction=0), x.std(1, keepdim=True))  # noqa: E731
+    src = _source(fn, [x], rtol=1e-4, atol=1e-3)
+    assert "red_welford_m2" in src
+    assert src.count("for roffset") == 1 and src.count("tl.load(arg0") == 1
+    small = _source(lambda x: x.var(1), [torch.randn(6, 300) + 100], rtol=1e-4, atol=1e-4)
+    assert "red_welford_m2" not in small  # one block: the two passes read registers
+
+
+def test_welford_matches_float64_over_symbolic_sizes():
+    fn = lambda x: (torch.var_mean(x, 1),)  # noqa: E731
+    env = ShapeEnv()
+    x = torch.randn(5, 7)
+    fakes = [fake_like(x, sizes=env.sizes_of(x, "L['a0']", {0, 1}))]
+    gm = trace_aten(fn, fakes, decompositions=DECOMPOSITIONS)
+    GraphMeta.update(gm, shape_env=env)
+    compiled = compile_aten_graph(gm, fakes)
+    assert "red_welford_m2" in compiled.cpp_src
+    for n, m in [(3, 1), (2, 7), (4, 3001)]:
+        x = torch.randn(n, m) * 5 + 50
+        var, mean = compiled(x)
+        want_var, want_mean = torch.var_mean(x.double(), 1)
+        torch.testing.assert_close(var, want_var.float(), rtol=1e-4, atol=1e-4, equal_nan=True)
+        torch.testing.assert_close(mean, want_mean.float(), rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_training_statistics_in_one_pass():
+    bn = torch.nn.BatchNorm2d(3)
+    x = torch.randn(8, 3, 20, 20)  # 3200 elements a channel: looped
+    out = compile_fn(lambda x: (F.batch_norm(x, None, None, bn.weight, bn.bias, True),), [x])
+    assert "red_welford_m2" in out.cpp_src
+    torch.testing.assert_close(
+        out(x)[0], F.batch_norm(x, None, None, bn.weight, bn.bias, True), atol=1e-4, rtol=1e-4
+    )
+
+
 def test_large_float32_sum_is_compensated():
     x = torch.rand(1_000_003) + 1000
     check(lambda x: (x.sum(), x.mean()), [x], rtol=1e-6, atol=1e-3)

@@ -6,6 +6,10 @@ import re
 
 import torch
 
+# a Triton reduction whose static extent is at most this keeps the whole row in one block
+# (persistent; Note [Triton: block sizes]); longer or symbolic ones loop
+PERSISTENT_MAX = 1024
+
 SIZE_PARAM = re.compile(r"ks\d+")  # a kernel's size parameter (symbol s0 is ks0)
 
 

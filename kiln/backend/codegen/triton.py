@@ -27,7 +27,7 @@ import sympy
 import torch
 
 from kiln import config, modes
-from kiln.backend.codegen.common import IndentedBuffer, KernelBase, compute_dtype
+from kiln.backend.codegen.common import PERSISTENT_MAX, IndentedBuffer, KernelBase, compute_dtype
 from kiln.backend.codegen.wrapper import WrapperCodegen
 from kiln.backend.devices import reads_by_value, value_arg
 from kiln.backend.graph import GraphNotSupported
@@ -443,6 +443,9 @@ class TritonKernel(KernelBase):
                     w(f"{a}_i = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
                 if _compensated(n):
                     w(f"{a}_c = tl.full([XBLOCK, RBLOCK], 0, tl.float32)")
+                if n.reduction_type == "welford_m2":  # {a}: the lane's running mean
+                    w(f"{a}_m2 = tl.full([XBLOCK, RBLOCK], 0, {TL_DTYPE[adt]})")
+                    w(f"{a}_n = tl.full([XBLOCK, RBLOCK], 0, {TL_DTYPE[adt]})")
             w("for roffset in range(0, rnumel, RBLOCK):")
             self.code.level += 1
             self._rloop_head("roffset + tl.arange(0, RBLOCK)[None, :].to(tl.int64)")
@@ -468,6 +471,13 @@ class TritonKernel(KernelBase):
                 w(f"{a}_t = {a} + {a}_y")
                 w(f"{a}_c = ({a}_t - {a}) - {a}_y")
                 w(f"{a} = {a}_t")
+            elif rt == "welford_m2":  # Note [Triton: variance in one pass]
+                t = TL_DTYPE[adt]
+                w(f"{a}_nn = {a}_n + xrmask.to({t})")
+                w(f"{a}_d = {masked} - {a}")
+                w(f"{a} = tl.where(xrmask, {a} + {a}_d / tl.maximum({a}_nn, 1.0), {a})")
+                w(f"{a}_m2 = tl.where(xrmask, {a}_m2 + {a}_d * ({masked} - {a}), {a}_m2)")
+                w(f"{a}_n = {a}_nn")
             elif rt == "sum":
                 w(f"{a} = {a} + {masked}")
             elif rt == "prod":
@@ -495,6 +505,10 @@ class TritonKernel(KernelBase):
                 w(f"red{self.n} = red_{rt}({src}, {idx}, 1)")
             elif looped and _compensated(n):
                 w(f"red{self.n} = red_sum({src} - {src}_c, 1)")
+            elif rt == "welford_m2":  # persistent: one element a lane, the exact two passes
+                t = TL_DTYPE[_acc_dtype(n)]
+                parts = f"{src}_m2, {src}_n" if looped else f"{src} * 0, xrmask.to({t})"
+                w(f"red{self.n} = red_welford_m2({src}, {parts}, 1)")
             else:
                 fn = {"any": "max", "all": "min"}.get(rt, rt)
                 w(f"red{self.n} = red_{fn}({src}, 1)")
@@ -536,7 +550,6 @@ class TritonKernel(KernelBase):
         return out.getvalue(), args
 
 
-PERSISTENT_MAX = 1024  # = triton_helpers.PERSISTENT_MAX (kept here: no triton import to generate)
 _SIZE_ARG = re.compile(r"\bks(\d+)\b")
 
 
@@ -553,10 +566,17 @@ def _compensated(n):
     return n.reduction_type == "sum" and _acc_dtype(n) == torch.float32
 
 
+# Note [Triton: variance in one pass]
+# var/var_mean over a reduction that does not fit one block (looped) lower to a sum (the mean)
+# and a `welford_m2` reduction, the sum of squared deviations from the mean, side by side in one
+# loop: x is read once, where the two-pass form (mean, then sum((x - mean)**2)) reads it twice.
+# Each lane keeps Welford's running (mean, m2, count) over the elements it sees; the lanes are
+# combined at the end as sum(m2) + sum(count * (mean - row mean)**2). A reduction that fits one
+# block keeps the two passes (its data is in registers: exact and free), as does the C++ path.
 def _acc_dtype(n):
     vd = compute_dtype(n.buf.data.src_dtype)
     rt = n.reduction_type
-    if rt in ("sum", "prod"):
+    if rt in ("sum", "prod", "welford_m2"):
         return vd if vd.is_floating_point else torch.int64
     if rt in ("any", "all") or vd == torch.bool:
         return torch.int32
@@ -566,7 +586,7 @@ def _acc_dtype(n):
 def _identity(n):
     rt = n.reduction_type
     adt = _acc_dtype(n)
-    if rt == "sum" or rt == "any":
+    if rt in ("sum", "any", "welford_m2"):
         return "0"
     if rt == "prod" or rt == "all":
         return "1"

@@ -141,6 +141,16 @@ else:  # pragma: no cover (needs a GPU: Triton's own max drops NaN)
 
 
 @triton.jit
+def red_welford_m2(mean, m2, n, axis: tl.constexpr):
+    """The sum of squared deviations from each row's mean, from its lanes' running (mean, m2,
+    count): sum(m2) + sum(count * (mean - row mean)**2) (Note [Triton: variance in one pass])."""
+    total = tl.sum(n, axis)
+    row_mean = tl.sum(n * mean, axis) / tl.maximum(total, 1.0)
+    d = mean - tl.expand_dims(row_mean, axis)
+    return tl.sum(m2, axis) + tl.sum(n * d * d, axis)
+
+
+@triton.jit
 def red_argmax(x, i, axis: tl.constexpr):
     """The lowest index i among the lanes holding the maximum (the first NaN if any)."""
     m = tl.expand_dims(red_max(x, axis), axis)
@@ -162,7 +172,6 @@ def red_argmin(x, i, axis: tl.constexpr):
 # of two, fixed in the kernel), else RBLOCK_LOOP elements per step; XBLOCK rows per program so that
 # a block holds about 4096 elements. Under the interpreter every program is a Python call: blocks
 # are as large as the work (up to 2**16 elements) so that a graph runs in few programs.
-PERSISTENT_MAX = 1024
 RBLOCK_LOOP = 512
 
 
