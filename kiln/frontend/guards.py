@@ -114,6 +114,32 @@ def typed_constant(v):
     return (t, v)
 
 
+def _tuple_parts(s, v, namer, budget=None):
+    """A constant tuple compared item by item, each with its exact type (`typed_constant`'s
+    meaning), as reads and tests the C guard program does inline; None when an item needs
+    `typed_constant` (a zero, infinite or NaN float, other types) or there are over 16 items."""
+    budget = budget if budget is not None else [16]
+    parts = [f"___type({s}) is {namer(tuple, 'tuple')}", f"___len({s}) == {len(v)}"]
+    for i, item in enumerate(v):
+        budget[0] -= 1
+        if budget[0] < 0:
+            return None
+        at = f"{s}[{i}]"
+        if item is None or isinstance(item, bool):
+            parts.append(f"{at} is {item!r}")
+        elif type(item) in (int, str) or (type(item) is float and math.isfinite(item) and item):
+            parts.append(f"___type({at}) is {namer(type(item), type(item).__name__)}")
+            parts.append(f"{at} == {item!r}")
+        elif type(item) is tuple:
+            inner = _tuple_parts(at, item, namer, budget)
+            if inner is None:
+                return None
+            parts += inner
+        else:
+            return None
+    return [" and ".join(parts)]
+
+
 @dataclasses.dataclass(frozen=True)
 class DynamicLayout:
     """The symbolic dims of a tensor input; `strides` (ints and SymNodes) for a dense layout that
@@ -328,6 +354,10 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
             return [f"___type({s}) is {t} and {s} != {s}"]  # NaN: the same argument again
         if isinstance(v, _CONSTANT_INLINE) or (isinstance(v, float) and math.isfinite(v) and v):
             return [f"___type({s}) is {t} and {s} == {v!r}"]
+        if type(v) is tuple:
+            parts = _tuple_parts(s, v, namer)
+            if parts is not None:
+                return parts
         if type(v) in (tuple, frozenset, complex, float):  # Note [Guards: constants compared]
             key = namer(typed_constant(v), "const")  # (a float here: 0.0, -0.0 or inf)
             return [f"___type({s}) is {t} and ___typed({s}) == {key}"]

@@ -64,3 +64,40 @@ def uses_nan_constants(x):
 def test_constants_holding_nan_do_not_recompile(calls):
     x = torch.tensor([1.0 + 1j])
     assert _calls(uses_nan_constants, [(x,)] * calls) == 0
+
+
+CONFIG = (1, 2, (3, "a", None))
+
+
+def uses_config(x):
+    return x + 1, repr(CONFIG)
+
+
+def test_constant_tuple_compared_item_by_item_with_exact_types():
+    """A tuple of ints, strings, None, bools and nonzero floats is checked by the guard program
+    item by item (no typed_constant call), with typed_constant's meaning."""
+    global CONFIG
+    x = torch.ones(2)
+    kiln.reset()
+    compiled = kiln.compile(uses_config, backend="eager")
+    values = [
+        (1, 2, (3, "a", None)),
+        (1.0, 2, (3, "a", None)),
+        (1, True, (3, "a", None)),
+        (1, 2, (3, "a", False)),
+        (1, 2, (3, "b", None)),
+        (1, 2, (3, "a", None), 4),
+        (1, 2, (3.5, "a", None)),
+        (1, 2, [3, "a", None]),
+        (1, 2, (3, "a", None)),
+    ]
+    try:
+        for value in values:
+            CONFIG = value
+            got, want = compiled(x), uses_config(x)
+            assert repr(got) == repr(want), value
+    finally:
+        CONFIG = (1, 2, (3, "a", None))
+    assert kiln.counters["stats"]["recompiles"] >= len(values) - 2
+    source = compiled._kiln_cache.entry_info[0].guard.source
+    assert "___typed" not in source and "[2][1] == 'a'" in source
