@@ -76,8 +76,11 @@ class PyValue:
 # when it is a graph output, an extern input, or read by several consumers while being expensive to
 # recompute (more than REALIZE_OPS ops or REALIZE_READS loads), or when its expression grows past
 # INLINE_LIMIT ops (which bounds code size), or when it computes a transcendental function (exp,
-# tanh, ...) for several consumers: softmax's exp(x - max) is then computed once. Loaders are
-# late-bound, so consumers lowered before the realization read the buffer too.
+# tanh, ...) for several consumers: softmax's exp(x - max) is then computed once. A view op
+# (permute, reshape, slice: lowering_views.VIEW_OPS) is not a consumer: the ops that read the view
+# are, so `clone(x.permute(...))` computes x once, straight into the clone's layout, instead of
+# realizing x and copying it. Loaders are late-bound, so consumers lowered before the realization
+# read the buffer too.
 REALIZE_OPS = 16
 REALIZE_READS = 4
 INLINE_LIMIT = 120
@@ -248,9 +251,10 @@ class GraphLowering:
                 logs.log("perf_hints", "kiln: %s runs as an ATen call (%s)", target, off)
                 return self.fallback(node, target, args, kwargs, val)
         if fn is not None and not has_py and (target not in L.EXTERN_OUT or loops):
-            for a in _flat(args) + _flat(kwargs):
-                if L.is_ir(a):
-                    self.note_use(a)
+            if target not in lowering_views.VIEW_OPS:  # a view's consumers are the uses
+                for a in _flat(args) + _flat(kwargs):
+                    if L.is_ir(a):
+                        self.note_use(a)
             try:
                 with L.lowering_node(self, val, target):
                     out = fn(*args, **kwargs)

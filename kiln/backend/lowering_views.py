@@ -56,6 +56,32 @@ def _strided(fn):
     return rule
 
 
+# ops lowered to index arithmetic over their input (a View): they read nothing themselves, so
+# only their own consumers count as uses of the value under them (graph.note_use)
+VIEW_OPS = {
+    aten.expand.default,
+    aten.permute.default,
+    aten.transpose.int,
+    aten.t.default,
+    aten.unsqueeze.default,
+    aten.squeeze.default,
+    aten.squeeze.dim,
+    aten.squeeze.dims,
+    prims.squeeze.default,
+    aten.select.int,
+    aten.slice.Tensor,
+    aten.narrow.default,
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten.flatten.using_ints,
+    aten.split.Tensor,
+    aten.split_with_sizes.default,
+    aten.unbind.int,
+    aten.flip.default,
+}
+
+
 @register_lowering(aten.expand.default)
 def _expand(x, size, *, implicit=False):
     xs = x.get_size()
