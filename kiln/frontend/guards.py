@@ -114,10 +114,24 @@ def typed_constant(v):
     return (t, v)
 
 
+def _float_parts(s, v, namer):
+    """Conditions that `s` is the float `v` by `typed_constant`'s meaning without calling it
+    (`==`, and the sign of a zero by math.copysign: a C call), or None for NaN."""
+    if math.isnan(v):
+        return None
+    parts = [f"___type({s}) is {namer(float, 'float')}"]
+    if math.isinf(v):
+        return parts + [f"{s} == {namer(v, 'inf' if v > 0 else 'ninf')}"]
+    parts.append(f"{s} == {v!r}")
+    if v == 0.0:  # -0.0 == 0.0: the sign tells them apart
+        parts.append(f"___copysign(1.0, {s}) == {math.copysign(1.0, v)!r}")
+    return parts
+
+
 def _tuple_parts(s, v, namer, budget=None):
     """A constant tuple compared item by item, each with its exact type (`typed_constant`'s
     meaning), as reads and tests the C guard program does inline; None when an item needs
-    `typed_constant` (a zero, infinite or NaN float, other types) or there are over 16 items."""
+    `typed_constant` (a NaN, another type) or there are over 16 items."""
     budget = budget if budget is not None else [16]
     parts = [f"___type({s}) is {namer(tuple, 'tuple')}", f"___len({s}) == {len(v)}"]
     for i, item in enumerate(v):
@@ -127,9 +141,14 @@ def _tuple_parts(s, v, namer, budget=None):
         at = f"{s}[{i}]"
         if item is None or isinstance(item, bool):
             parts.append(f"{at} is {item!r}")
-        elif type(item) in (int, str) or (type(item) is float and math.isfinite(item) and item):
+        elif type(item) in (int, str):
             parts.append(f"___type({at}) is {namer(type(item), type(item).__name__)}")
             parts.append(f"{at} == {item!r}")
+        elif type(item) is float:
+            floats = _float_parts(at, item, namer)
+            if floats is None:
+                return None
+            parts += floats
         elif type(item) is tuple:
             inner = _tuple_parts(at, item, namer, budget)
             if inner is None:
@@ -358,6 +377,10 @@ def _expr_parts(guard, namer, s, ref, dynamic_dims=None, fast=False):
             parts = _tuple_parts(s, v, namer)
             if parts is not None:
                 return parts
+        if type(v) is float:
+            parts = _float_parts(s, v, namer)
+            if parts is not None:
+                return [" and ".join(parts)]
         if type(v) in (tuple, frozenset, complex, float):  # Note [Guards: constants compared]
             key = namer(typed_constant(v), "const")  # (a float here: 0.0, -0.0 or inf)
             return [f"___type({s}) is {t} and ___typed({s}) == {key}"]
@@ -660,6 +683,7 @@ def build_guard_fn(fn, guard_set, extra=None, dynamic_closure=False):
         "___type": type,
         "___len": len,
         "___typed": typed_constant,  # Note [Guards: constants compared]
+        "___copysign": math.copysign,
         "___list": list,
         "___dict_keys": _dict_keys,
         "___storage_id": _storage_id,

@@ -101,3 +101,26 @@ def test_constant_tuple_compared_item_by_item_with_exact_types():
     assert kiln.counters["stats"]["recompiles"] >= len(values) - 2
     source = compiled._kiln_cache.entry_info[0].guard.source
     assert "___typed" not in source and "[2][1] == 'a'" in source
+
+
+RATE = 0.0
+
+
+def uses_rate(x):
+    return x * 2, repr(RATE), repr((RATE, 1))
+
+
+def test_zero_and_infinite_floats_compared_without_typed_constant():
+    global RATE
+    x = torch.ones(2)
+    kiln.reset()
+    compiled = kiln.compile(uses_rate, backend="eager")
+    try:
+        for value in (0.0, -0.0, 0.0, math.inf, -math.inf, math.inf, 0.0):
+            RATE = value
+            got, want = compiled(x), uses_rate(x)
+            assert repr(got) == repr(want), value
+    finally:
+        RATE = 0.0
+    source = compiled._kiln_cache.entry_info[0].guard.source
+    assert "___typed" not in source and "___copysign" in source
