@@ -99,7 +99,10 @@ _CONSTANT_INLINE = (int, str, bool, type(None))
 # says more: (1.0, 2) == (1, 2), True == 1 inside a tuple, -0.0 == 0.0, and NaN equals nothing
 # (a guard on a value holding NaN would fail on every call). So a tuple, frozenset, complex or
 # zero float is compared by `typed_constant`: each item with its exact type, floats by repr
-# (which tells -0.0 and nan apart, and is exact for the rest).
+# (which tells -0.0 and nan apart, and is exact for the rest). That is a Python call per check,
+# so the common shapes are written out with the same meaning as tests the C guard program runs
+# inline (`_tuple_parts`, `_float_parts`): a tuple item by item (exact type, then `==`), a zero's
+# sign by math.copysign; NaN, frozensets, complex numbers and long tuples keep `typed_constant`.
 def typed_constant(v):
     """`v` as a key equal only for the same types and the same values, NaN equal to NaN."""
     t = type(v)
