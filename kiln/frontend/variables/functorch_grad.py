@@ -25,7 +25,8 @@ the flat positions, nested twice for a hessian) regrouped into trees shaped like
 (a parameter dict's Jacobian is a dict: vmap(jacrev(f)) over a model's parameters, the empirical
 NTK recipe, is one graph), a tuple of them for a tuple argnums. So does `torch.func.jvp(f, primals,
 tangents)` for tuples of tensors (`JvpCall`: the outputs and the tangents out, each shaped like
-f's result); has_aux of these is a break.
+f's result). has_aux of jacrev/jacfwd is taken (f returns (output, aux): aux comes back as f
+returned it); jvp's has_aux is a break.
 
 Inside the body, tensors are functorch's wrappers, whose `requires_grad`, `is_leaf` and strides
 are not the traced examples' (as under vmap: Note [Vmap: metadata]): reading them is a break.
@@ -275,12 +276,19 @@ def trace_jacobian(tx, transformed, args, kwargs):
     op = f"torch.func.{transformed.transform.__name__}"
     settings = {k: v.as_python_constant() for k, v in transformed.settings.items() if v is not None}
     argnums = settings.pop("argnums", 0)
-    if settings.get("has_aux"):
-        unimplemented(f"{op}(has_aux=True) is not captured")
+    has_aux = settings.get("has_aux", False)
+    if type(has_aux) is not bool:
+        unimplemented(f"{op}: has_aux {has_aux!r} (torch raises)")
     nums, many = _argnums(argnums, len(args))
     for i in nums:  # (trees of tensors: a model's parameter dict)
         trees.flatten_result(args[i], what=f"{op} with respect to an argument holding")
     graph, out, tensors, owners, rebuilds = _trace_body(tx, transformed.fn, args, kwargs, op)
+    aux = None
+    if has_aux:  # f returns (output, aux): the Jacobian of the output, aux as f returned it
+        pair = out.unpack_var_sequence(tx) if isinstance(out, TupleVariable) else None
+        if not pair or len(pair) != 2:
+            unimplemented(f"{op}(has_aux=True): f returns no (output, aux) pair (torch raises)")
+        out, aux = pair
     positions = {i: [k for k, o in enumerate(owners) if o == i] for i in nums}
     flat_argnums = tuple(k for i in nums for k in positions[i])
     depth = 2 if transformed.transform.__name__ == "hessian" else 1
@@ -298,21 +306,27 @@ def trace_jacobian(tx, transformed, args, kwargs):
     def call(body):
         return JacobianCall(transformed.transform, body, flat_argnums, settings)
 
-    return _call_on_flat_results(tx, op, graph, out, tensors, [], call, 1, post=regroup)
+    return _call_on_flat_results(tx, op, graph, out, tensors, [], call, 1, post=regroup, aux=aux)
 
 
-def _call_on_flat_results(tx, op, graph, out, tensors, extra, make_call, per_result, post=None):
+def _call_on_flat_results(
+    tx, op, graph, out, tensors, extra, make_call, per_result, post=None, aux=None
+):
     """The node of a transform over a traced body whose results the body returns flat (a tensor,
     or a tuple of them): `make_call(body)` is the node's target (with `.tree(*operands)`), called
     with the body's tensors, `extra` tensors, then the lifted ones. Its result tree comes back from
     the meta run's TreeSpec; `per_result` trees of it follow the body's results (one Jacobian per
-    result; jvp's outputs and tangents), each rebuilt in the shape of the body's result."""
+    result; jvp's outputs and tangents), each rebuilt in the shape of the body's result. With
+    `aux` (has_aux), the body returns (its results, aux's tensors flat) and the transform
+    (result, aux): aux comes back rebuilt as f returned it."""
     out_items, rebuild_out = trees.flatten_result(out)
+    aux_items, rebuild_aux = trees.flatten_result(aux) if aux is not None else ([], None)
     single = isinstance(out, TensorVariable)
-    lifted = cf._lift([graph], [out_items], op=op)
+    lifted = cf._lift([graph], [[*out_items, *aux_items]], op=op)
     (out_node,) = [n for n in graph.nodes if n.op == "output"]
     values = out_node.args[0]
-    out_node.args = (values[0] if single else tuple(values),)
+    main = values[0] if single else tuple(values[: len(out_items)])
+    out_node.args = ((main, tuple(values[len(out_items) :])) if aux is not None else main,)
     body = torch.fx.GraphModule(torch.nn.Module(), graph, class_name="TransformBody")
     examples = [t.example for t in [*tensors, *extra]] + [n.meta["example_value"] for n in lifted]
     try:
@@ -329,6 +343,9 @@ def _call_on_flat_results(tx, op, graph, out, tensors, extra, make_call, per_res
     node = tx.output.create_node("call_function", make_call(body), proxies, {})
     flat = wrap_tensor_result(tx, node, tuple(leaves), device).items
     made = trees.from_spec(spec, flat)
+    if aux is not None:
+        made, aux_made = made.unpack_var_sequence(tx)
+        aux = rebuild_aux(aux_made.unpack_var_sequence(tx))
     parts = [made] if per_result == 1 else made.unpack_var_sequence(tx)
 
     def shaped(part):  # (one tree per body result, `post` applied, rebuilt as the body returned)
@@ -337,7 +354,8 @@ def _call_on_flat_results(tx, op, graph, out, tensors, extra, make_call, per_res
         return items[0] if single else rebuild_out(items)
 
     parts = [shaped(p) for p in parts]
-    return parts[0] if per_result == 1 else TupleVariable(parts)
+    result = parts[0] if per_result == 1 else TupleVariable(parts)
+    return result if aux is None else TupleVariable([result, aux])
 
 
 class JvpCall(_LeavesCall):

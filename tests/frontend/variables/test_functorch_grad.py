@@ -109,6 +109,10 @@ def two(x, y):
     return x * y, (x + y).sum()
 
 
+def two_aux(x, y):
+    return x * y.sin(), [x.cos(), y]
+
+
 JACOBIANS = {
     "jacrev": lambda x, y: torch.func.jacrev(f)(x, y),
     "jacrev_argnums": lambda x, y: torch.func.jacrev(f, argnums=(0, 1))(x, y),
@@ -118,6 +122,13 @@ JACOBIANS = {
     "vmap_hessian": lambda x, y: vmap(torch.func.hessian(lambda p: (p.sin() * p.cos()).sum()))(
         torch.stack([x, y])
     ),
+    "jacrev_has_aux": lambda x, y: torch.func.jacrev(
+        lambda a: (a.sin() * y, {"cos": a.cos(), "pair": (y * 2, a)}), has_aux=True
+    )(x),
+    "jacfwd_has_aux": lambda x, y: torch.func.jacfwd(two_aux, argnums=(0, 1), has_aux=True)(x, y),
+    "jacrev_two_outputs_aux": lambda x, y: torch.func.jacrev(
+        lambda a: ((a * y, a.sum()), a.exp()), has_aux=True
+    )(x),
 }
 
 
@@ -209,4 +220,9 @@ def test_jvp_with_tangents_of_another_shape_raises_as_eager():
     def fn(x):
         return torch.func.jvp(torch.sin, (x,), (torch.ones(2),))
 
+    run_and_compare(fn, torch.randn(3))
+
+
+def test_has_aux_without_a_pair_raises_as_eager():
+    fn = lambda x: torch.func.jacrev(lambda a: a.sin(), has_aux=True)(x)  # noqa: E731
     run_and_compare(fn, torch.randn(3))
