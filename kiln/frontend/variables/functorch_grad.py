@@ -25,8 +25,8 @@ the flat positions, nested twice for a hessian) regrouped into trees shaped like
 (a parameter dict's Jacobian is a dict: vmap(jacrev(f)) over a model's parameters, the empirical
 NTK recipe, is one graph), a tuple of them for a tuple argnums. So does `torch.func.jvp(f, primals,
 tangents)` for tuples of tensors (`JvpCall`: the outputs and the tangents out, each shaped like
-f's result). has_aux of jacrev/jacfwd is taken (f returns (output, aux): aux comes back as f
-returned it); jvp's has_aux is a break.
+f's result). has_aux is taken by jacrev, jacfwd and jvp (f returns (output, aux): aux comes back
+as f returned it, after the Jacobian, or after jvp's outputs and tangents).
 
 Inside the body, tensors are functorch's wrappers, whose `requires_grad`, `is_leaf` and strides
 are not the traced examples' (as under vmap: Note [Vmap: metadata]): reading them is a break.
@@ -343,8 +343,9 @@ def _call_on_flat_results(
     node = tx.output.create_node("call_function", make_call(body), proxies, {})
     flat = wrap_tensor_result(tx, node, tuple(leaves), device).items
     made = trees.from_spec(spec, flat)
-    if aux is not None:
-        made, aux_made = made.unpack_var_sequence(tx)
+    if aux is not None:  # (result, aux), or jvp's (outputs, tangents out, aux)
+        *main_parts, aux_made = made.unpack_var_sequence(tx)
+        made = main_parts[0] if per_result == 1 else TupleVariable(main_parts)
         aux = rebuild_aux(aux_made.unpack_var_sequence(tx))
     parts = [made] if per_result == 1 else made.unpack_var_sequence(tx)
 
@@ -354,8 +355,9 @@ def _call_on_flat_results(
         return items[0] if single else rebuild_out(items)
 
     parts = [shaped(p) for p in parts]
-    result = parts[0] if per_result == 1 else TupleVariable(parts)
-    return result if aux is None else TupleVariable([result, aux])
+    if per_result == 1:
+        return parts[0] if aux is None else TupleVariable([parts[0], aux])
+    return TupleVariable(parts if aux is None else [*parts, aux])
 
 
 class JvpCall(_LeavesCall):
@@ -397,8 +399,9 @@ class JvpFunctionVariable(TransformFunctionVariable):
                 if not bound[k].is_python_constant():
                     unimplemented(f"torch.func.jvp's {k} is not a constant")
                 settings[k] = bound[k].as_python_constant()
-        if settings.get("has_aux"):
-            unimplemented("torch.func.jvp(has_aux=True) is not captured")
+        has_aux = settings.get("has_aux", False)
+        if type(has_aux) is not bool:
+            unimplemented(f"torch.func.jvp: has_aux {has_aux!r} (torch raises)")
         primals, tangents = bound["primals"], bound["tangents"]
         for what, v in (("primals", primals), ("tangents", tangents)):
             if type(v) is not TupleVariable or not all(
@@ -410,8 +413,16 @@ class JvpFunctionVariable(TransformFunctionVariable):
             unimplemented("torch.func.jvp: primals and tangents differ in length (torch raises)")
         op = "torch.func.jvp"
         graph, out, tensors, _, _ = _trace_body(tx, bound["func"], primals, {}, op)
+        aux = None
+        if has_aux:  # f returns (output, aux): jvp returns (output, tangent out, aux)
+            pair = out.unpack_var_sequence(tx) if isinstance(out, TupleVariable) else None
+            if not pair or len(pair) != 2:
+                unimplemented(f"{op}(has_aux=True): f returns no (output, aux) pair (torch raises)")
+            out, aux = pair
 
         def call(body):
             return JvpCall(self.value, body, len(tensors), settings)
 
-        return _call_on_flat_results(tx, op, graph, out, tensors, tangents, call, per_result=2)
+        return _call_on_flat_results(
+            tx, op, graph, out, tensors, tangents, call, per_result=2, aux=aux
+        )

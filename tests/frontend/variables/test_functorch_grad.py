@@ -200,6 +200,12 @@ JVPS = {
     "under_vmap": lambda x, v: vmap(
         lambda t: torch.func.jvp(lambda a: (a**2).sum(), (x,), (t,))[1]
     )(torch.eye(3)),
+    "has_aux": lambda x, v: torch.func.jvp(
+        lambda a: (a.sin(), {"c": a.cos()}), (x,), (v,), has_aux=True
+    ),
+    "two_outputs_has_aux": lambda x, v: torch.func.jvp(
+        lambda a, b: ((a * b, a.sum()), [b.exp()]), (x, x * 2), (v, v), has_aux=True
+    ),
 }
 
 
