@@ -33,6 +33,23 @@ def test_tuple_items_of_another_type_recompile():
     assert _calls(items, calls) >= 3  # (each call its own entry: results as eager)
 
 
+def _over_global_values(fn, name, values):
+    """Call compiled `fn` with the module global `name` set to each value in turn, comparing with
+    eager (results by repr); the global is put back. Returns the compiled function."""
+    saved = globals()[name]
+    x = torch.ones(2)
+    kiln.reset()
+    compiled = kiln.compile(fn, backend="eager")
+    try:
+        for value in values:
+            globals()[name] = value
+            got, want = compiled(x), fn(x)
+            assert repr(got) == repr(want), value
+    finally:
+        globals()[name] = saved
+    return compiled
+
+
 SCALE = 0.0
 
 
@@ -41,16 +58,7 @@ def divide(x):
 
 
 def test_negative_zero_is_not_zero():
-    global SCALE
-    x = torch.ones(2)
-    kiln.reset()
-    compiled = kiln.compile(divide, backend="eager")
-    try:
-        for value in (0.0, -0.0, 0.0):
-            SCALE = value
-            torch.testing.assert_close(compiled(x), divide(x))
-    finally:
-        SCALE = 0.0
+    _over_global_values(divide, "SCALE", (0.0, -0.0, 0.0))
 
 
 NAN_VALUES = (complex(1.0, math.nan), (math.nan, 2.0))
@@ -76,10 +84,6 @@ def uses_config(x):
 def test_constant_tuple_compared_item_by_item_with_exact_types():
     """A tuple of ints, strings, None, bools and nonzero floats is checked by the guard program
     item by item (no typed_constant call), with typed_constant's meaning."""
-    global CONFIG
-    x = torch.ones(2)
-    kiln.reset()
-    compiled = kiln.compile(uses_config, backend="eager")
     values = [
         (1, 2, (3, "a", None)),
         (1.0, 2, (3, "a", None)),
@@ -91,13 +95,7 @@ def test_constant_tuple_compared_item_by_item_with_exact_types():
         (1, 2, [3, "a", None]),
         (1, 2, (3, "a", None)),
     ]
-    try:
-        for value in values:
-            CONFIG = value
-            got, want = compiled(x), uses_config(x)
-            assert repr(got) == repr(want), value
-    finally:
-        CONFIG = (1, 2, (3, "a", None))
+    compiled = _over_global_values(uses_config, "CONFIG", values)
     assert kiln.counters["stats"]["recompiles"] >= len(values) - 2
     source = compiled._kiln_cache.entry_info[0].guard.source
     assert "___typed" not in source and "[2][1] == 'a'" in source
@@ -111,16 +109,7 @@ def uses_rate(x):
 
 
 def test_zero_and_infinite_floats_compared_without_typed_constant():
-    global RATE
-    x = torch.ones(2)
-    kiln.reset()
-    compiled = kiln.compile(uses_rate, backend="eager")
-    try:
-        for value in (0.0, -0.0, 0.0, math.inf, -math.inf, math.inf, 0.0):
-            RATE = value
-            got, want = compiled(x), uses_rate(x)
-            assert repr(got) == repr(want), value
-    finally:
-        RATE = 0.0
+    values = (0.0, -0.0, 0.0, math.inf, -math.inf, math.inf, 0.0)
+    compiled = _over_global_values(uses_rate, "RATE", values)
     source = compiled._kiln_cache.entry_info[0].guard.source
     assert "___typed" not in source and "___copysign" in source
