@@ -181,3 +181,13 @@ def test_perf_hint_names_why_a_random_op_is_an_aten_call(capsys):
     finally:
         logs.set_logs("")
     assert "C++ kernels draw no random numbers" in capsys.readouterr().err
+
+
+def test_dropout2d_drops_whole_channels(triton_path, sources):
+    """The mask is drawn over (N, C, 1, 1) and broadcast: a channel is kept or dropped whole."""
+    x = torch.randn(16, 32, 5, 5)
+    y = kiln.compile(lambda x: F.dropout2d(x, 0.3, training=True), backend="kiln")(x)
+    assert "tl.rand(" in kernels(sources)
+    dropped = (y == 0).flatten(2).all(-1)
+    kept = torch.isclose(y, x / 0.7).flatten(2).all(-1)
+    assert bool((dropped | kept).all()) and 0.55 < kept.float().mean().item() < 0.85
