@@ -104,6 +104,8 @@ class GraphLowering:
         self.fallback_ops = []  # ops run as ATen calls (for reports/tests)
         self.channels_last = False  # conv activations laid out NHWC (see the Note)
         self.cl_ids = set()  # ids of values laid out (or to be realized) channels-last
+        # [seed buffer, next index]: Note [Random: numbers from a seed per graph]
+        self.random_seeds = None
 
     def _name(self, prefix="buf"):
         self._n += 1

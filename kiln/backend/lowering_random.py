@@ -85,9 +85,10 @@ def _in_kernel(dtype):
 
 
 def _next_seed():
-    """A loader-ready seed value for the next random op: element k of the graph's seeds."""
+    """(the graph's seed buffer, the next random op's index in it); the first call adds the
+    extern that draws the seeds."""
     graph = V.graph
-    seeds = getattr(graph, "random_seeds", None)
+    seeds = graph.random_seeds
     if seeds is None:
         n = sum(1 for node in graph.gm.graph.nodes if node.target in RANDOM_OPS)
         name = graph._name("extern")
