@@ -26,7 +26,7 @@ dropout with p = 1 or train off (eager's special cases).
 | op | element i |
 | --- | --- |
 | rand, rand_like | u = rand(seed, i) in [0, 1), cast (a half type rounding up to 1 gives 0) |
-| uniform(x, a, b) | a + (b - a) * u, cast likewise |
+| uniform(x, a, b) | a + (b - a) * u, cast; a value rounding up to b gives a |
 | randn, randn_like | randn(seed, i) |
 | bernoulli(x) / bernoulli(x, p) | u < x[i] / u < p, as x's dtype |
 | native_dropout(x, p, True) | keep = u < 1 - p; (x[i] * (keep * 1 / (1 - p)), keep) |
@@ -125,13 +125,14 @@ def _numbers(size, normal=False):
     return load
 
 
-def _below_one(v, dtype):
-    """u cast to dtype, in [0, 1): a half type that rounds it up to 1 gives 0, as eager does."""
-    if dtype == torch.float32:
-        return v
-    v = ops.to_dtype(v, dtype, torch.float32)
-    one = ops.constant(1.0, dtype)
-    return ops.where(ops.eq(v, one), ops.constant(0.0, dtype), v)
+def _below(v, dtype, low=0.0, high=1.0):
+    """v (float32) cast to dtype, in [low, high): a value that rounds up to high gives low, as
+    eager's uniform does."""
+    if dtype != torch.float32:
+        v = ops.to_dtype(v, dtype, torch.float32)
+    elif (low, high) == (0.0, 1.0):
+        return v  # (tl.rand's float32 is below 1)
+    return ops.where(ops.eq(v, ops.constant(high, dtype)), ops.constant(low, dtype), v)
 
 
 def _checked(generator=None, device=None):
@@ -155,7 +156,7 @@ def _rand(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     u = _numbers(size, normal)
     if normal:
         return box(Pointwise(out, size, lambda i: u(i)))
-    return box(Pointwise(out, size, lambda i: _below_one(u(i), out)))
+    return box(Pointwise(out, size, lambda i: _below(u(i), out)))
 
 
 @register_lowering(aten.rand_like.default, aten.randn_like.default)
@@ -168,7 +169,7 @@ def _rand_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, memo
     u = _numbers(size, normal)
     if normal:
         return box(Pointwise(out, size, lambda i: u(i)))
-    return box(Pointwise(out, size, lambda i: _below_one(u(i), out)))
+    return box(Pointwise(out, size, lambda i: _below(u(i), out)))
 
 
 @register_lowering(aten.uniform.default)
@@ -182,7 +183,7 @@ def _uniform(x, low=0.0, high=1.0, *, generator=None):
     def inner(i):
         span = ops.constant(float(high) - float(low), torch.float32)
         v = ops.add(ops.constant(float(low), torch.float32), ops.mul(span, u(i)))
-        return _below_one(v, out) if (low, high) == (0.0, 1.0) else v
+        return _below(v, out, float(low), float(high))
 
     return box(Pointwise(out, size, inner))
 

@@ -119,6 +119,15 @@ def test_half_uniform_stays_below_one(triton_path):
     assert u.max().item() < 1.0
 
 
+def test_uniform_stays_below_its_upper_bound(triton_path):
+    """bfloat16 rounds many draws of uniform_(0, 1000) up to 1000: eager never returns it."""
+    f = kiln.compile(
+        lambda x: torch.empty_like(x).uniform_(0.0, 1000.0), backend="kiln", fullgraph=True
+    )
+    v = f(torch.empty(500_000, dtype=torch.bfloat16))
+    assert v.min().item() >= 0.0 and v.max().item() < 1000.0
+
+
 def test_random_ops_fused_under_dynamic_sizes(triton_path):
     f = kiln.compile(lambda x: F.dropout(x, 0.5, training=True).sum(), backend="kiln", dynamic=True)
     for n in (1000, 3000):
