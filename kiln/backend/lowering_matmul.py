@@ -22,7 +22,6 @@ import threading
 
 import torch
 
-from kiln import config
 from kiln.backend import devices
 from kiln.backend.ir import Pointwise, Reduction, StorageBox, View, ops
 from kiln.backend.lowering import V, aten, box, loader_for, make_pointwise
@@ -74,12 +73,11 @@ def template_offered(target, val, args):
     static sizes and strides, on CUDA (or on CPU when CPU graphs' kernels are Triton's)."""
     if target not in LOOP_LOWERINGS or not isinstance(val, torch.Tensor):
         return False
-    triton_cpu = config.cpu_backend == "triton"
     tensors = [a for a in args if isinstance(a, torch.Tensor)] + [val]
     return all(
         t.dtype in TEMPLATE_DTYPES
         and t.dtype == val.dtype
-        and (t.device.type == "cuda" or (t.device.type == "cpu" and triton_cpu))
+        and devices.triton_kernels(t.device)
         and all(type(s) is int for s in t.shape)
         and all(type(s) is int for s in t.stride())
         for t in tensors

@@ -142,34 +142,24 @@ def _checked(generator=None, device=None):
         raise NotLowered("device")
 
 
-def _sized(size):
-    return tuple(to_expr(s) for s in size)
+def _draws(size, device, normal):
+    """rand/randn and their _like forms over `size`: uniform in [0, 1), or normal."""
+    _checked(device=device)
+    out = V.val.dtype
+    _in_kernel(out)
+    u = _numbers(size, normal)
+    return box(Pointwise(out, size, u if normal else lambda i: _below(u(i), out)))
 
 
 @register_lowering(aten.rand.default, aten.randn.default)
 def _rand(size, *, dtype=None, layout=None, device=None, pin_memory=None):
-    _checked(device=device)
-    out = V.val.dtype
-    _in_kernel(out)
-    size = _sized(size)
-    normal = V.current_target == aten.randn.default
-    u = _numbers(size, normal)
-    if normal:
-        return box(Pointwise(out, size, lambda i: u(i)))
-    return box(Pointwise(out, size, lambda i: _below(u(i), out)))
+    size = tuple(to_expr(s) for s in size)
+    return _draws(size, device, V.current_target == aten.randn.default)
 
 
 @register_lowering(aten.rand_like.default, aten.randn_like.default)
 def _rand_like(x, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    _checked(device=device)
-    out = V.val.dtype
-    _in_kernel(out)
-    size = x.get_size()
-    normal = V.current_target == aten.randn_like.default
-    u = _numbers(size, normal)
-    if normal:
-        return box(Pointwise(out, size, lambda i: u(i)))
-    return box(Pointwise(out, size, lambda i: _below(u(i), out)))
+    return _draws(x.get_size(), device, V.current_target == aten.randn_like.default)
 
 
 @register_lowering(aten.uniform.default)

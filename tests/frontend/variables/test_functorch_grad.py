@@ -132,18 +132,18 @@ JACOBIANS = {
 }
 
 
+def _one_graph(fn, backend):
+    """fn(x, y) on two vectors: one graph under fullgraph=True, equal to eager."""
+    run_and_compare(
+        fn, torch.randn(3), torch.randn(3), fullgraph=True, expected_graphs=1, backend=backend
+    )
+
+
 @pytest.mark.parametrize("backend", ["eager", "kiln"])
 @pytest.mark.parametrize("case", list(JACOBIANS))
 def test_jacobians_are_one_graph(case, backend):
     """(jacfwd's graph holds `_efficientzerotensor`: real zeros in kiln's kernels)"""
-    run_and_compare(
-        JACOBIANS[case],
-        torch.randn(3),
-        torch.randn(3),
-        fullgraph=True,
-        expected_graphs=1,
-        backend=backend,
-    )
+    _one_graph(JACOBIANS[case], backend)
 
 
 TREE_JACOBIANS = {
@@ -212,14 +212,7 @@ JVPS = {
 @pytest.mark.parametrize("backend", ["eager", "kiln"])
 @pytest.mark.parametrize("case", list(JVPS))
 def test_jvp_is_one_graph(case, backend):
-    run_and_compare(
-        JVPS[case],
-        torch.randn(3),
-        torch.randn(3),
-        fullgraph=True,
-        expected_graphs=1,
-        backend=backend,
-    )
+    _one_graph(JVPS[case], backend)
 
 
 def test_jvp_with_tangents_of_another_shape_raises_as_eager():
